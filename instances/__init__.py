@@ -1,0 +1,1 @@
+"""Named instances shipped with optsched (installed as ``optsched.data_instances``)."""

@@ -1,0 +1,1 @@
+"""Cost-model profiles shipped with optsched (installed as ``optsched.data_models``)."""

@@ -1,0 +1,261 @@
+"""The iteration cost model of the contract (section 3) and its profiles.
+
+The time of a non-empty batch, in seconds, is
+
+.. math::
+
+    T = L \\cdot \\big( b + a N_{tok}
+        + [N_{pre} > 0] (p_b + p_a N_{pre} + p_q S_{pre})
+        + [N_{dec} > 0] (d_b + d_a N_{dec} + d_k KV_{dec}) \\big)
+
+with :math:`N_{tok}` the tokens processed, :math:`N_{pre}` the prefill tokens, :math:`S_{pre}` the sum
+of squared prefill chunk sizes, :math:`N_{dec}` the decode items and :math:`KV_{dec}` the KV slots the
+decode items read (their ``m`` before processing). An empty batch costs 0.
+
+Profiles live in ``models/*.toml`` (shipped as ``optsched.data_models``); each names its source.
+:func:`fit_linear` fits ``base`` and ``per_token`` from measured batch times by least squares.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = [
+    "CostModel",
+    "CostModelError",
+    "LinearFit",
+    "PhaseCost",
+    "available_profiles",
+    "cost_model_from_mapping",
+    "fit_linear",
+    "load_cost_model",
+]
+
+
+class CostModelError(ValueError):
+    """A cost model could not be found or is malformed."""
+
+
+@dataclass(frozen=True)
+class PhaseCost:
+    """Coefficients of one phase term (prefill or decode), per layer, in seconds."""
+
+    bias: float = 0.0
+    per_token: float = 0.0
+    per_token_sq: float = 0.0
+    per_kv: float = 0.0
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The contract's iteration cost model.
+
+    Attributes
+    ----------
+    name
+        Profile name, or ``"inline"``.
+    layers
+        Multiplier applied to the per-layer sum.
+    base, per_token
+        Non-attention cost: per batch and per processed token.
+    prefill, decode
+        Phase terms, charged only when the batch has prefill (resp. decode) items.
+    source
+        Where the coefficients come from (free text).
+    """
+
+    name: str = "inline"
+    layers: float = 1.0
+    base: float = 0.0
+    per_token: float = 0.0
+    prefill: PhaseCost = field(default_factory=PhaseCost)
+    decode: PhaseCost = field(default_factory=PhaseCost)
+    source: str = ""
+
+    def batch_time(self, n_tok: int, n_pre: int, s_pre: int, n_dec: int, kv_dec: int) -> float:
+        """Time of one batch in seconds.
+
+        Parameters
+        ----------
+        n_tok
+            Tokens processed (prefill tokens plus decode items).
+        n_pre
+            Prefill tokens.
+        s_pre
+            Sum over prefill items of the squared chunk size.
+        n_dec
+            Number of decode items.
+        kv_dec
+            Sum over decode items of the KV slots held before processing.
+        """
+        if n_tok == 0:
+            return 0.0
+        t = self.base + self.per_token * n_tok
+        if n_pre > 0:
+            p = self.prefill
+            t += p.bias + p.per_token * n_pre + p.per_token_sq * s_pre
+        if n_dec > 0:
+            d = self.decode
+            t += d.bias + d.per_token * n_dec + d.per_kv * kv_dec
+        return self.layers * t
+
+    def prefill_time(self, chunk: int) -> float:
+        """Time of a batch holding one prefill chunk of ``chunk`` tokens and nothing else."""
+        return self.batch_time(chunk, chunk, chunk * chunk, 0, 0)
+
+    def decode_time(self, n_dec: int, kv_dec: int) -> float:
+        """Time of a decode-only batch of ``n_dec`` items reading ``kv_dec`` KV slots."""
+        return self.batch_time(n_dec, 0, 0, n_dec, kv_dec)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The inline JSON form of the contract (section 3)."""
+        phase = lambda p: {  # noqa: E731 - tiny local projection
+            "bias": p.bias,
+            "per_token": p.per_token,
+            "per_token_sq": p.per_token_sq,
+            "per_kv": p.per_kv,
+        }
+        return {
+            "layers": self.layers,
+            "base": self.base,
+            "per_token": self.per_token,
+            "prefill": phase(self.prefill),
+            "decode": phase(self.decode),
+        }
+
+
+_PHASE_KEYS = {"bias", "per_token", "per_token_sq", "per_kv"}
+_TOP_KEYS = {"layers", "base", "per_token", "prefill", "decode", "name", "source"}
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise CostModelError(f"{where}: must be a finite number, got {value!r}")
+    if value < 0:
+        raise CostModelError(f"{where}: must be >= 0, got {value!r}")
+    return float(value)
+
+
+def _phase(data: Any, where: str) -> PhaseCost:
+    if data is None:
+        return PhaseCost()
+    if not isinstance(data, Mapping):
+        raise CostModelError(f"{where}: must be an object")
+    unknown = set(data) - _PHASE_KEYS
+    if unknown:
+        raise CostModelError(f"{where}: unknown field(s) {sorted(unknown)}")
+    return PhaseCost(**{k: _number(v, f"{where}.{k}") for k, v in data.items()})
+
+
+def cost_model_from_mapping(data: Mapping[str, Any], name: str = "inline") -> CostModel:
+    """Build a :class:`CostModel` from the contract's inline form (or a parsed profile).
+
+    Raises
+    ------
+    CostModelError
+        On unknown fields, non-numbers or negative coefficients; the message names the field.
+    """
+    if not isinstance(data, Mapping):
+        raise CostModelError("cost_model: must be a profile name or an object")
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise CostModelError(f"cost_model: unknown field(s) {sorted(unknown)}")
+    layers = _number(data.get("layers", 1), "cost_model.layers")
+    if layers <= 0:
+        raise CostModelError("cost_model.layers: must be > 0")
+    return CostModel(
+        name=str(data.get("name", name)),
+        layers=layers,
+        base=_number(data.get("base", 0.0), "cost_model.base"),
+        per_token=_number(data.get("per_token", 0.0), "cost_model.per_token"),
+        prefill=_phase(data.get("prefill"), "cost_model.prefill"),
+        decode=_phase(data.get("decode"), "cost_model.decode"),
+        source=str(data.get("source", "")),
+    )
+
+
+def available_profiles() -> list[str]:
+    """Names of the profiles shipped in ``models/``."""
+    root = resources.files("optsched.data_models")
+    return sorted(p.name[: -len(".toml")] for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_cost_model(spec: str | Mapping[str, Any] | CostModel) -> CostModel:
+    """Load a cost model from a profile name, an inline mapping, or pass one through.
+
+    Parameters
+    ----------
+    spec
+        A profile name shipped in ``models/`` (e.g. ``"llama2-7b-a100"``), a path to a TOML file,
+        an inline mapping of the contract's section 3, or a :class:`CostModel`.
+    """
+    if isinstance(spec, CostModel):
+        return spec
+    if isinstance(spec, Mapping):
+        return cost_model_from_mapping(spec)
+    if not isinstance(spec, str):
+        raise CostModelError("cost_model: must be a profile name or an object")
+    if spec.endswith(".toml"):
+        try:
+            with open(spec, "rb") as fh:
+                return cost_model_from_mapping(tomllib.load(fh), name=spec)
+        except OSError as exc:
+            raise CostModelError(f"cost_model: cannot read {spec}: {exc.strerror}") from exc
+    resource = resources.files("optsched.data_models").joinpath(f"{spec}.toml")
+    if not resource.is_file():
+        raise CostModelError(
+            f"cost_model: unknown profile {spec!r} (known: {', '.join(available_profiles())})"
+        )
+    with resource.open("rb") as fh:
+        return cost_model_from_mapping(tomllib.load(fh), name=spec)
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """Result of :func:`fit_linear`: ``time ~ base + per_token * tokens``."""
+
+    base: float
+    per_token: float
+    mean_abs_pct_error: float
+    max_abs_pct_error: float
+    r_squared: float
+
+
+def fit_linear(tokens: np.ndarray, times: np.ndarray) -> LinearFit:
+    """Fit ``base`` and ``per_token`` from measured batch times by least squares.
+
+    Parameters
+    ----------
+    tokens
+        Token counts of the measured batches.
+    times
+        Measured times (any unit; the coefficients come out in the same unit).
+
+    Returns
+    -------
+    LinearFit
+        The coefficients and the fit's relative errors over the measurements.
+    """
+    x = np.asarray(tokens, dtype=float)
+    y = np.asarray(times, dtype=float)
+    if x.shape != y.shape or x.ndim != 1 or len(x) < 2:
+        raise ValueError("fit_linear needs two 1-D arrays of equal length >= 2")
+    design = np.column_stack([np.ones_like(x), x])
+    (base, per_token), *_ = np.linalg.lstsq(design, y, rcond=None)
+    pred = base + per_token * x
+    rel = np.abs(pred - y) / np.abs(y)
+    ss_res = float(np.sum((y - pred) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    return LinearFit(
+        base=float(base),
+        per_token=float(per_token),
+        mean_abs_pct_error=float(100 * rel.mean()),
+        max_abs_pct_error=float(100 * rel.max()),
+        r_squared=1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
+    )

@@ -1,0 +1,412 @@
+"""Instances: requests, limits and cost model (contract section 1).
+
+An :class:`Instance` is immutable. It is read from the contract's JSON (:func:`load_instance`,
+:func:`parse_instance`) or from a Vidur/Splitwise trace CSV (:func:`load_trace_csv`). Validation
+is done by pydantic; every error becomes an :class:`InstanceError` whose message names the file,
+the request (by id) and the field.
+
+Formulations that extend the instance (placement, static batching) read their own top-level keys
+from :attr:`Instance.extra`, the parsed JSON object less the contract's keys.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .costmodel import CostModel, CostModelError, load_cost_model
+
+__all__ = [
+    "SLO",
+    "Instance",
+    "InstanceError",
+    "Limits",
+    "Request",
+    "available_instances",
+    "load_instance",
+    "load_trace_csv",
+    "parse_instance",
+]
+
+DEFAULT_TOKEN_BUDGET = 4096
+
+
+class InstanceError(ValueError):
+    """Bad instance input; the message names the file, the request and the field."""
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Service-level objectives of a request, in seconds (any may be absent)."""
+
+    ttft: float | None = None
+    tpot: float | None = None
+    e2e: float | None = None
+    atgt: float | None = None
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One inference request.
+
+    Attributes
+    ----------
+    id
+        Unique string id.
+    arrival
+        Arrival time in seconds.
+    prompt_tokens, output_tokens
+        Prompt length I and true output length O.
+    predicted_output_tokens
+        What an online policy may see of O (None: unknown).
+    slo
+        Its SLOs, or None.
+    """
+
+    id: str
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    predicted_output_tokens: int | None = None
+    slo: SLO | None = None
+
+    @property
+    def max_kv(self) -> int:
+        """Most KV slots the request ever holds: I + O - 1."""
+        return self.prompt_tokens + self.output_tokens - 1
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "arrival": self.arrival,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+        }
+        if self.predicted_output_tokens is not None:
+            out["predicted_output_tokens"] = self.predicted_output_tokens
+        if self.slo is not None:
+            out["slo"] = self.slo.to_dict()
+        return out
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Engine limits: C, P, M and R_max (None = unlimited)."""
+
+    token_budget: int = DEFAULT_TOKEN_BUDGET
+    prefill_budget: int = DEFAULT_TOKEN_BUDGET
+    kv_capacity: int | None = None
+    max_running: int | None = None
+
+    def to_dict(self) -> dict[str, int | None]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A scheduling instance: named requests under limits and a cost model.
+
+    Attributes
+    ----------
+    name
+        Instance name (schedules refer to it).
+    cost_model
+        The iteration cost model.
+    limits
+        Engine limits.
+    requests
+        The requests, in file order.
+    extra
+        Top-level JSON keys outside the contract (formulation-specific extensions).
+    """
+
+    name: str
+    cost_model: CostModel
+    limits: Limits
+    requests: tuple[Request, ...]
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", {r.id: i for i, r in enumerate(self.requests)})
+
+    def index(self, request_id: str) -> int:
+        """Position of a request id in :attr:`requests` (KeyError if unknown)."""
+        return self._index[request_id]  # type: ignore[attr-defined]
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._index  # type: ignore[attr-defined]
+
+    def with_requests(self, requests: Sequence[Request], name: str | None = None) -> "Instance":
+        """A copy with other requests (e.g. a slice of a trace)."""
+        return replace(self, requests=tuple(requests), name=name or self.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The contract's JSON object (the cost model by name when it is a shipped profile)."""
+        model: Any = self.cost_model.name
+        if model == "inline":
+            model = self.cost_model.to_dict()
+        return {
+            "name": self.name,
+            "cost_model": model,
+            "limits": self.limits.to_dict(),
+            "requests": [r.to_dict() for r in self.requests],
+            **self.extra,
+        }
+
+
+# --------------------------------------------------------------------------- JSON schema
+
+
+class _SLOModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ttft: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    tpot: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    e2e: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    atgt: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+
+class _RequestModel(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str = Field(min_length=1)
+    arrival: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    prompt_tokens: int = Field(ge=1, strict=True)
+    output_tokens: int = Field(ge=1, strict=True)
+    predicted_output_tokens: int | None = Field(default=None, ge=1, strict=True)
+    slo: _SLOModel | None = None
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id_is_string(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            raise ValueError("must be a string")
+        return value
+
+
+class _LimitsModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    token_budget: int = Field(default=DEFAULT_TOKEN_BUDGET, ge=1, strict=True)
+    prefill_budget: int | None = Field(default=None, ge=1, strict=True)
+    kv_capacity: int | None = Field(default=None, ge=1, strict=True)
+    max_running: int | None = Field(default=None, ge=1, strict=True)
+
+
+class _InstanceModel(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1)
+    cost_model: str | dict[str, Any]
+    limits: _LimitsModel = Field(default_factory=_LimitsModel)
+    requests: list[_RequestModel] = Field(min_length=1)
+
+
+def _describe(loc: tuple[Any, ...], raw: Mapping[str, Any]) -> str:
+    """Turn a pydantic location into "request 'r3': field 'prompt_tokens'"."""
+    if len(loc) >= 2 and loc[0] == "requests" and isinstance(loc[1], int):
+        reqs = raw.get("requests") or []
+        rid = reqs[loc[1]].get("id") if isinstance(reqs[loc[1]], Mapping) else None
+        who = f"request {rid!r}" if isinstance(rid, str) else f"request #{loc[1]}"
+        rest = ".".join(str(p) for p in loc[2:])
+        return f"{who}: field {rest!r}" if rest else who
+    return "field " + repr(".".join(str(p) for p in loc))
+
+
+def _first_error(exc: ValidationError, raw: Mapping[str, Any], source: str) -> InstanceError:
+    err = exc.errors()[0]
+    msg = err["msg"]
+    if err["type"] == "missing":
+        msg = "missing"
+    return InstanceError(f"{source}: {_describe(tuple(err['loc']), raw)}: {msg}")
+
+
+def parse_instance(data: Any, source: str = "<instance>") -> Instance:
+    """Validate a parsed JSON object and build an :class:`Instance`.
+
+    Parameters
+    ----------
+    data
+        The parsed JSON object.
+    source
+        File name used in error messages.
+
+    Raises
+    ------
+    InstanceError
+        On any violation of the contract's section 1, naming the file, request and field.
+    """
+    if not isinstance(data, Mapping):
+        raise InstanceError(f"{source}: the instance must be a JSON object")
+    try:
+        model = _InstanceModel.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc, data, source) from None
+    try:
+        cost = load_cost_model(model.cost_model)
+    except CostModelError as exc:
+        raise InstanceError(f"{source}: {exc}") from None
+
+    lim = model.limits
+    prefill_budget = lim.prefill_budget if lim.prefill_budget is not None else lim.token_budget
+    if prefill_budget > lim.token_budget:
+        raise InstanceError(
+            f"{source}: field 'limits.prefill_budget': {prefill_budget} exceeds token_budget "
+            f"{lim.token_budget} (P <= C)"
+        )
+    limits = Limits(lim.token_budget, prefill_budget, lim.kv_capacity, lim.max_running)
+    requests = tuple(
+        Request(
+            id=r.id,
+            arrival=r.arrival,
+            prompt_tokens=r.prompt_tokens,
+            output_tokens=r.output_tokens,
+            predicted_output_tokens=r.predicted_output_tokens,
+            slo=SLO(**r.slo.model_dump()) if r.slo is not None else None,
+        )
+        for r in model.requests
+    )
+    _check_requests(requests, limits, source)
+    extra = {k: v for k, v in data.items() if k not in _InstanceModel.model_fields}
+    return Instance(model.name, cost, limits, requests, extra)
+
+
+def _check_requests(requests: Sequence[Request], limits: Limits, source: str) -> None:
+    seen: set[str] = set()
+    for r in requests:
+        if r.id in seen:
+            raise InstanceError(f"{source}: request {r.id!r}: field 'id': duplicate id")
+        seen.add(r.id)
+        if limits.kv_capacity is not None and r.max_kv > limits.kv_capacity:
+            raise InstanceError(
+                f"{source}: request {r.id!r}: field 'prompt_tokens': prompt_tokens + output_tokens - 1"
+                f" = {r.max_kv} exceeds limits.kv_capacity = {limits.kv_capacity}; it can never finish"
+            )
+
+
+def load_instance(path: str | Path) -> Instance:
+    """Read an instance JSON file, or a shipped instance by name (see :func:`available_instances`).
+
+    Raises
+    ------
+    InstanceError
+        When the file is missing, is not JSON, or violates the contract.
+    """
+    path_str = str(path)
+    p = Path(path_str)
+    if not p.exists() and not path_str.endswith(".json"):
+        shipped = resources.files("optsched.data_instances").joinpath(f"{path_str}.json")
+        if shipped.is_file():
+            return parse_instance(json.loads(shipped.read_text()), source=path_str)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise InstanceError(f"{path_str}: cannot read file ({exc.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InstanceError(f"{path_str}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    return parse_instance(data, source=path_str)
+
+
+def available_instances() -> list[str]:
+    """Names of the instances shipped in ``instances/``."""
+    root = resources.files("optsched.data_instances")
+    return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
+
+
+TRACE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+
+
+def load_trace_csv(
+    path: str | Path,
+    cost_model: str | Mapping[str, Any] | CostModel,
+    limits: Limits | None = None,
+    *,
+    name: str | None = None,
+    first: int | None = None,
+    offline: bool = False,
+) -> Instance:
+    """Read a Vidur/Splitwise trace CSV (``arrived_at,num_prefill_tokens,num_decode_tokens``).
+
+    Parameters
+    ----------
+    path
+        The CSV file. Files without ``arrived_at`` (e.g. the arxiv length set) load with all
+        arrivals at 0.
+    cost_model
+        Profile name, inline mapping or :class:`CostModel`.
+    limits
+        Engine limits (default: the contract's defaults).
+    name
+        Instance name (default: the file stem, with ``-<first>`` when sliced).
+    first
+        Keep only the first ``first`` rows.
+    offline
+        Ignore arrival times (every request arrives at 0).
+
+    Raises
+    ------
+    InstanceError
+        Naming the file, the row (request id ``row<k>``) and the column.
+    """
+    source = str(path)
+    try:
+        fh = open(path, newline="")
+    except OSError as exc:
+        raise InstanceError(f"{source}: cannot read file ({exc.strerror})") from None
+    requests: list[Request] = []
+    with fh:
+        reader = csv.DictReader(fh)
+        header = reader.fieldnames or []
+        for col in TRACE_COLUMNS[1:]:
+            if col not in header:
+                raise InstanceError(f"{source}: missing column {col!r}")
+        has_arrival = "arrived_at" in header and not offline
+        for k, row in enumerate(reader):
+            if first is not None and k >= first:
+                break
+            rid = f"row{k}"
+            values = {}
+            for col in TRACE_COLUMNS:
+                if col == "arrived_at" and not has_arrival:
+                    values[col] = 0.0
+                    continue
+                try:
+                    values[col] = float(row[col])
+                except (TypeError, ValueError):
+                    raise InstanceError(
+                        f"{source}: request {rid!r}: field {col!r}: not a number ({row[col]!r})"
+                    ) from None
+            for col in TRACE_COLUMNS[1:]:
+                v = values[col]
+                if not math.isfinite(v) or v < 1 or v != int(v):
+                    raise InstanceError(
+                        f"{source}: request {rid!r}: field {col!r}: must be an integer >= 1"
+                    )
+            if not math.isfinite(values["arrived_at"]) or values["arrived_at"] < 0:
+                raise InstanceError(f"{source}: request {rid!r}: field 'arrived_at': must be >= 0")
+            requests.append(
+                Request(
+                    rid,
+                    values["arrived_at"],
+                    int(values["num_prefill_tokens"]),
+                    int(values["num_decode_tokens"]),
+                )
+            )
+    if not requests:
+        raise InstanceError(f"{source}: no requests")
+    try:
+        cost = load_cost_model(cost_model)
+    except CostModelError as exc:
+        raise InstanceError(f"{source}: {exc}") from None
+    limits = limits or Limits()
+    _check_requests(requests, limits, source)
+    stem = Path(source).stem
+    return Instance(name or (f"{stem}-{first}" if first else stem), cost, limits, tuple(requests))

@@ -1,0 +1,30 @@
+"""Registry of simulation policies (``optsched simulate --policy NAME``).
+
+Each entry maps a policy name to ``"module:function"`` where the function has the signature
+``simulate(instance) -> Schedule``. Modules are imported lazily.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Callable
+
+from ..instance import Instance
+from ..schedule import Schedule
+
+POLICIES: dict[str, str] = {}
+
+
+def policy_names() -> list[str]:
+    """All registered policy names."""
+    return sorted(POLICIES)
+
+
+def simulator_for(name: str) -> Callable[[Instance], Schedule]:
+    """The simulate function of policy ``name`` (KeyError naming the known ones otherwise)."""
+    try:
+        target = POLICIES[name]
+    except KeyError:
+        raise KeyError(f"unknown policy {name!r} (known: {', '.join(policy_names())})") from None
+    module, _, attr = target.partition(":")
+    return getattr(import_module(module), attr)
