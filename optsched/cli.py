@@ -1,0 +1,87 @@
+"""The ``optsched`` command line (contract section 4).
+
+Each subcommand lives in its own module under :mod:`optsched.commands` and exposes
+``register(subparsers) -> None``; the parser it adds sets ``func`` to a handler
+``handler(args) -> int | CommandOutput``. This module only wires them together and turns failures
+into the contract's exit codes:
+
+- 0 success, 1 the answer is "no" (infeasible), 2 bad input (one line on stderr naming the file and
+  field), 3 internal error.
+
+With ``--json`` a command prints exactly one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from importlib import import_module
+from typing import Any, Sequence
+
+from .costmodel import CostModelError
+from .instance import InstanceError
+from .schedule import ScheduleError
+
+#: Modules that each add one subcommand (``register(subparsers)``).
+COMMAND_MODULES: list[str] = []
+
+EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class BadInput(ValueError):
+    """Raised by handlers for bad command-line input (exit code 2)."""
+
+
+def _jsonable(value: Any) -> Any:
+    """Replace non-finite floats by None so that the output is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def print_json(obj: Any) -> None:
+    """Print one JSON object on stdout (the only thing ``--json`` prints there)."""
+    sys.stdout.write(json.dumps(_jsonable(obj), indent=1) + "\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="optsched",
+        description="Provably optimal and provably bounded schedules for LLM inference serving.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        import_module(module).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``optsched`` console script; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: usage errors are bad input
+        return EXIT_BAD_INPUT if exc.code not in (0, None) else EXIT_OK
+    try:
+        code = args.func(args)
+    except (InstanceError, ScheduleError, CostModelError, BadInput) as exc:
+        print(f"optsched: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("optsched: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the contract maps anything else to exit 3
+        print(f"optsched: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

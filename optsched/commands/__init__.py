@@ -1,0 +1,1 @@
+"""One module per ``optsched`` subcommand; each exposes ``register(subparsers)`` (see optsched.cli)."""
