@@ -1,16 +1,13 @@
-"""The batch-slot model of exact G-maximisation in CP-SAT (digest 000 section 6.3).
+"""The batch-end-position model of exact G-maximisation in CP-SAT (digest 000 section 6.3).
 
-Same variables and constraints as :mod:`.slots`, on integer times: every time is rounded to a tick
-of ``resolution`` seconds (default 1 microsecond), so the model is exact for data on that grid and
-otherwise optimal up to that rounding (the returned schedule is always re-judged by
-:func:`~optsched.problems.gmax.problem.evaluate_g` on the exact times). CP-SAT-specific forms:
-
-- :math:`P_k = St_k \\cdot |B_k|` by ``AddMultiplicationEquality``; :math:`t = \\sum_k P_k +
-  \\sum E_i(s) y_{iks}`;
-- the SLO of i in slot k as a reified linear constraint, enforced only if :math:`x_i` and
-  :math:`a_{ik}` (:math:`a_{ik} = \\sum_s y_{iks}`);
-- Dinkelbach with a rational :math:`\\lambda = num/den`: maximise :math:`den \\cdot n - num \\cdot t`
-  exactly in integers (``AddDivisionEquality`` truncates and is not used for G).
+Same variables and constraints as :mod:`.slots` (and :mod:`.milp`), on integer times: every time is
+rounded to a tick of ``resolution`` seconds (default 1 microsecond), so the model is exact for data
+on that grid and otherwise optimal up to that rounding (the returned schedule is always re-judged
+by :func:`~optsched.problems.gmax.problem.evaluate_g` on the exact times). CP-SAT-specific forms:
+the SLO of i at (c, s) is a linear constraint enforced only if :math:`v_{ics}` (no big-M), and
+Dinkelbach uses the rational :math:`\lambda = n_{inc} / T_{inc}` per tick, maximising
+:math:`T_{inc} n - n_{inc} t` exactly in integers (``AddDivisionEquality`` truncates and is not used
+for G). A hint (e.g. the simulated annealing's schedule) may seed the search.
 """
 
 from __future__ import annotations
@@ -46,52 +43,63 @@ class CpsatBackend:
 
     def _build(self) -> tuple[cp_model.CpModel, dict[str, Any]]:
         d, p = self.data, self.data.problem
-        nreq, slots, sizes = p.n_requests, d.slots, list(d.sizes)
-        e = [[self.ticks(p.times.exec[i, s - 1]) for s in sizes] for i in range(nreq)]
-        horizon = self.ticks(float(d.start_ub[-1])) + 1
+        nreq, keys = p.n_requests, d.keys()
+        e = [[self.ticks(p.times.exec[i, s - 1]) for s in d.sizes] for i in range(nreq)]
+        horizon = self.ticks(float(d.start_ub[-1])) + nreq
         m = cp_model.CpModel()
-        y = {(i, k, s): m.NewBoolVar(f"y_{i}_{k}_{s}") for i in range(nreq) for k in range(slots) for s in sizes}
-        z = {(k, s): m.NewBoolVar(f"z_{k}_{s}") for k in range(slots) for s in sizes}
-        a = {(i, k): m.NewBoolVar(f"a_{i}_{k}") for i in range(nreq) for k in range(slots)}
-        x = [m.NewBoolVar(f"x_{i}") for i in range(nreq)]
-        st = [m.NewIntVar(0, self.ticks(float(d.start_ub[k])) + slots, f"St_{k}") for k in range(slots)]
-        dur = [m.NewIntVar(0, horizon, f"D_{k}") for k in range(slots)]
-        size = [m.NewIntVar(0, p.max_batch_size, f"b_{k}") for k in range(slots)]
-        prod = [m.NewIntVar(0, horizon * p.max_batch_size, f"P_{k}") for k in range(slots)]
-
+        w = {(i, c, s): m.NewBoolVar(f"w_{i}_{c}_{s}") for i in range(nreq) for c, s in keys}
+        lead = {(i, c, s): m.NewBoolVar(f"l_{i}_{c}_{s}") for i in range(nreq) for c, s in keys}
+        z = {(c, s): m.NewBoolVar(f"z_{c}_{s}") for c, s in keys}
+        v = {(i, c, s): m.NewBoolVar(f"v_{i}_{c}_{s}") for i in range(nreq) for c, s in keys if d.may_meet(i, c, s)}
+        dur = {c: m.NewIntVar(0, horizon, f"D_{c}") for c in range(1, nreq + 1)}
+        start = [m.NewIntVar(0, horizon, f"S_{q}") for q in range(nreq + 1)]
+        m.Add(start[0] == 0)
+        for c in range(1, nreq + 1):
+            m.Add(dur[c] == sum(e[i][s - 1] * lead[i, c, s] for i in range(nreq) for s in d.sizes if s <= c))
+            m.Add(start[c] == start[c - 1] + dur[c])
         for i in range(nreq):
-            m.AddExactlyOne(y[i, k, s] for k in range(slots) for s in sizes)
-            for k in range(slots):
-                m.Add(a[i, k] == sum(y[i, k, s] for s in sizes))
-        m.Add(st[0] == 0)
-        for k in range(slots):
-            for s in sizes:
-                m.Add(sum(y[i, k, s] for i in range(nreq)) == s * z[k, s])
-            m.AddAtMostOne(z[k, s] for s in sizes)
-            m.Add(size[k] == sum(s * z[k, s] for s in sizes))
-            if k + 1 < slots:
-                m.Add(sum(z[k, s] for s in sizes) >= sum(z[k + 1, s] for s in sizes))
-                m.Add(st[k + 1] == st[k] + dur[k])
+            m.AddExactlyOne(w[i, c, s] for c, s in keys)
+        for c, s in keys:
+            m.Add(sum(w[i, c, s] for i in range(nreq)) == s * z[c, s])
+            m.Add(sum(lead[i, c, s] for i in range(nreq)) == z[c, s])
+            order = d.order(s)
+            for rank, i in enumerate(order):
+                m.AddImplication(lead[i, c, s], w[i, c, s])
+                # members are no slower than the leader
+                m.AddBoolOr([w[i, c, s].Not()] + [lead[j, c, s] for j in order[rank:]])
             if p.capacity is not None:
-                m.Add(sum(p.need[i] * y[i, k, s] for i in range(nreq) for s in sizes) <= int(p.capacity))
-            m.AddMultiplicationEquality(prod[k], [st[k], size[k]])
-            for i in range(nreq):
-                m.Add(dur[k] >= sum(e[i][s - 1] * y[i, k, s] for s in sizes))
-                slo = d.slo_value(i)
-                if slo < float("inf"):
-                    lhs = st[k] + sum(self.ticks(d.slo_time(i, s)) * y[i, k, s] for s in sizes)
-                    m.Add(lhs <= self.ticks(slo)).OnlyEnforceIf([x[i], a[i, k]])
-        for i in range(nreq):
-            for s in sizes:
-                if not d.can_meet[i, s - 1]:
-                    for k in range(slots):
-                        m.AddImplication(x[i], y[i, k, s].Not())
-        t_expr = sum(prod) + sum(e[i][s - 1] * y[i, k, s] for (i, k, s) in y)
+                m.Add(sum(p.need[i] * w[i, c, s] for i in range(nreq)) <= int(p.capacity))
+        for pos in range(1, nreq + 1):
+            m.AddExactlyOne(z[c, s] for c, s in keys if c - s < pos <= c)
+        for (i, c, s), var in v.items():
+            m.AddImplication(var, w[i, c, s])
+            slo = d.slo_value(i)
+            if slo < float("inf"):
+                m.Add(start[c - s] + self.ticks(d.slo_time(i, s)) <= self.ticks(slo)).OnlyEnforceIf(var)
+        t_expr = sum(e[i][s - 1] * var for (i, c, s), var in w.items()) + sum(
+            (nreq - c) * dur[c] for c in dur
+        )
         if self.hint:
-            for k, batch in enumerate(self.hint):
-                for i in batch:
-                    m.AddHint(y[i, k, len(batch)], 1)
-        return m, {"y": y, "n": sum(x), "t": t_expr}
+            self._add_hint(m, w, lead, z)
+        return m, {"w": w, "n": sum(v.values()), "t": t_expr}
+
+    def _add_hint(self, m: cp_model.CpModel, w: dict, lead: dict, z: dict) -> None:
+        exec_ = self.data.problem.times.exec
+        pos = 0
+        chosen_w, chosen_l, chosen_z = set(), set(), set()
+        for batch in self.hint or []:
+            s = len(batch)
+            pos += s
+            chosen_z.add((pos, s))
+            leader = max(batch, key=lambda i: (exec_[i, s - 1], self.data.order(s).index(i)))
+            chosen_l.add((leader, pos, s))
+            chosen_w.update((i, pos, s) for i in batch)
+        for key, var in w.items():
+            m.AddHint(var, key in chosen_w)
+        for key, var in lead.items():
+            m.AddHint(var, key in chosen_l)
+        for key, var in z.items():
+            m.AddHint(var, key in chosen_z)
 
     def _run(self, m: cp_model.CpModel, parts: dict[str, Any], time_limit: float | None) -> SubResult:
         solver = cp_model.CpSolver()
@@ -106,11 +114,11 @@ class CpsatBackend:
             return SubResult("infeasible", wall=wall)
         if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return SubResult("time_limit", wall=wall, bound=solver.BestObjectiveBound())
-        slots: dict[int, list[int]] = {}
-        for (i, k, _s), var in parts["y"].items():
+        ends: dict[int, list[int]] = {}
+        for (i, c, _s), var in parts["w"].items():
             if solver.Value(var):
-                slots.setdefault(k, []).append(i)
-        batches = [sorted(slots[k]) for k in sorted(slots)]
+                ends.setdefault(c, []).append(i)
+        batches = [sorted(ends[c]) for c in sorted(ends)]
         n = int(solver.Value(parts["n"]))
         t = solver.Value(parts["t"]) * self.res
         status = "optimal" if code == cp_model.OPTIMAL else "feasible"

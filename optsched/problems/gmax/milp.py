@@ -1,18 +1,8 @@
-"""The batch-slot MILP of exact G-maximisation (digest 000 section 6.2) in PuLP -> HiGHS / CBC / Gurobi.
+"""The batch-end-position MILP of exact G-maximisation in PuLP -> HiGHS / CBC / Gurobi.
 
-The model is the one stated in :mod:`.slots`. Linearisations used here:
-
-- :math:`t = \\sum_{k,s} s\\, q_{ks} + \\sum_{i,k,s} E_i(s) y_{iks}` with
-  :math:`q_{ks} \\ge St_k - \\overline{St}_k (1 - z_{ks})`, :math:`q_{ks} \\ge 0` (:math:`q_{ks}` is
-  :math:`St_k` when slot k has size s; t is pushed down by every objective used);
-- SLO for i in slot k (Eq. 7): :math:`St_k + \\sum_s T_i(s) y_{iks} \\le SLO_i +
-  M_{ik}(2 - x_i - \\sum_s y_{iks})` with :math:`T = E` (h=1) or :math:`F` (h=0) and
-  :math:`M_{ik} = \\overline{St}_k + \\max_s T_i(s) - SLO_i`;
-- :math:`x_i + \\sum_k y_{iks} \\le 1` whenever i cannot meet its SLO in a batch of size s at all
-  (TPOT cap of Eq. 9/19, or :math:`T_i(s)` alone over the SLO).
-
-Here :math:`\\overline{St}_k` is the sum of the k longest request times, a valid bound on
-:math:`St_k`. The relative MIP gap is set to 0 so that "optimal" means proven optimal.
+The model is the one stated in :mod:`.slots` (variables :math:`w_{ics}, z_{cs}, v_{ics}, D_c`),
+written here constraint by constraint. The relative MIP gap is set to 0 so that "optimal" means
+proven optimal.
 """
 
 from __future__ import annotations
@@ -38,70 +28,75 @@ class MilpBackend:
             raise ValueError(f"unknown MILP solver {solver!r} (known: {', '.join(MILP_SOLVERS)})")
         self.data, self.solver, self.threads, self.log = data, solver, threads, log
         self.name = f"milp-{solver}"
+        self.highs_options: dict[str, Any] = {}
 
     # ------------------------------------------------------------------------------ model
 
     def _build(self, sense: int) -> tuple[pulp.LpProblem, dict[str, Any]]:
         d, p = self.data, self.data.problem
-        nreq, slots, sizes = p.n_requests, d.slots, list(d.sizes)
-        prob = pulp.LpProblem("gmax", sense)
-        y = {
-            (i, k, s): pulp.LpVariable(f"y_{i}_{k}_{s}", cat="Binary")
-            for i in range(nreq)
-            for k in range(slots)
-            for s in sizes
-        }
-        z = {(k, s): pulp.LpVariable(f"z_{k}_{s}", cat="Binary") for k in range(slots) for s in sizes}
-        x = [pulp.LpVariable(f"x_{i}", cat="Binary") for i in range(nreq)]
-        st = [pulp.LpVariable(f"St_{k}", lowBound=0, upBound=float(d.start_ub[k])) for k in range(slots)]
-        dur = [pulp.LpVariable(f"D_{k}", lowBound=0) for k in range(slots)]
-        q = {(k, s): pulp.LpVariable(f"q_{k}_{s}", lowBound=0) for k in range(slots) for s in sizes}
+        nreq, keys = p.n_requests, self.data.keys()
         e = p.times.exec
+        prob = pulp.LpProblem("gmax", sense)
+        w = {(i, c, s): pulp.LpVariable(f"w_{i}_{c}_{s}", cat="Binary") for i in range(nreq) for c, s in keys}
+        z = {(c, s): pulp.LpVariable(f"z_{c}_{s}", cat="Binary") for c, s in keys}
+        v = {
+            (i, c, s): pulp.LpVariable(f"v_{i}_{c}_{s}", cat="Binary")
+            for i in range(nreq)
+            for c, s in keys
+            if d.may_meet(i, c, s)
+        }
+        lead = {(i, c, s): pulp.LpVariable(f"l_{i}_{c}_{s}", cat="Binary") for i in range(nreq) for c, s in keys}
+        dur = {c: pulp.LpVariable(f"D_{c}", lowBound=0) for c in range(1, nreq + 1)}
+        # start[p]: start of the batch that follows the first p positions
+        start = [pulp.LpVariable(f"S_{q}", lowBound=0) for q in range(nreq + 1)]
+        prob += start[0] == 0, "start_0"
+        for c in range(1, nreq + 1):
+            prob += (
+                dur[c] == pulp.lpSum(float(e[i, s - 1]) * lead[i, c, s] for i in range(nreq) for s in d.sizes if s <= c),
+                f"dur_{c}",
+            )
+            prob += start[c] == start[c - 1] + dur[c], f"start_{c}"
 
         for i in range(nreq):
-            prob += pulp.lpSum(y[i, k, s] for k in range(slots) for s in sizes) == 1, f"assign_{i}"
-        for k in range(slots):
-            for s in sizes:
-                prob += pulp.lpSum(y[i, k, s] for i in range(nreq)) == s * z[k, s], f"size_{k}_{s}"
-                prob += q[k, s] >= st[k] - float(d.start_ub[k]) * (1 - z[k, s]), f"wait_{k}_{s}"
-            prob += pulp.lpSum(z[k, s] for s in sizes) <= 1, f"one_size_{k}"
-            if k + 1 < slots:
-                prob += (
-                    pulp.lpSum(z[k, s] for s in sizes) >= pulp.lpSum(z[k + 1, s] for s in sizes),
-                    f"no_gap_{k}",
-                )
-                prob += st[k + 1] == st[k] + dur[k], f"start_{k}"
+            prob += pulp.lpSum(w[i, c, s] for c, s in keys) == 1, f"assign_{i}"
+        for c, s in keys:
+            prob += pulp.lpSum(w[i, c, s] for i in range(nreq)) == s * z[c, s], f"size_{c}_{s}"
+            prob += pulp.lpSum(lead[i, c, s] for i in range(nreq)) == z[c, s], f"one_leader_{c}_{s}"
+            order = d.order(s)
+            # above[r] = sum of l over order[r:], below[r] = sum of w over order[:r+1]
+            above = [pulp.LpVariable(f"la_{r}_{c}_{s}", lowBound=0) for r in range(nreq)]
+            below = [pulp.LpVariable(f"wb_{r}_{c}_{s}", lowBound=0) for r in range(nreq)]
+            for rank, i in enumerate(order):
+                nxt = above[rank + 1] if rank + 1 < nreq else 0
+                prev = below[rank - 1] if rank > 0 else 0
+                prob += above[rank] == lead[i, c, s] + nxt, f"above_{rank}_{c}_{s}"
+                prob += below[rank] == w[i, c, s] + prev, f"below_{rank}_{c}_{s}"
+                prob += lead[i, c, s] <= w[i, c, s], f"lead_member_{i}_{c}_{s}"
+                # every member is no slower than the leader; the leader's batch holds s such members
+                prob += w[i, c, s] <= above[rank], f"lead_max_{i}_{c}_{s}"
+                prob += below[rank] >= s * lead[i, c, s], f"lead_cover_{i}_{c}_{s}"
             if p.capacity is not None:
+                prob += pulp.lpSum(p.need[i] * w[i, c, s] for i in range(nreq)) <= p.capacity * z[c, s], f"mem_{c}_{s}"
+        for pos in range(1, nreq + 1):
+            prob += pulp.lpSum(z[c, s] for c, s in keys if c - s < pos <= c) == 1, f"tile_{pos}"
+        for (i, c, s), var in v.items():
+            prob += var <= w[i, c, s], f"v_{i}_{c}_{s}"
+            slo = d.slo_value(i)
+            if slo < float("inf"):
                 prob += (
-                    pulp.lpSum(p.need[i] * y[i, k, s] for i in range(nreq) for s in sizes) <= p.capacity,
-                    f"memory_{k}",
+                    start[c - s] + d.slo_time(i, s) <= slo + d.big_m(i, c, s) * (1 - var),
+                    f"slo_{i}_{c}_{s}",
                 )
-            for i in range(nreq):
-                in_k = pulp.lpSum(y[i, k, s] for s in sizes)
-                prob += dur[k] >= pulp.lpSum(float(e[i, s - 1]) * y[i, k, s] for s in sizes), f"dur_{i}_{k}"
-                slo = d.slo_value(i)
-                if slo < float("inf"):
-                    big_m = float(d.start_ub[k]) + max(d.slo_time(i, s) for s in sizes) - slo
-                    if big_m > 0:
-                        prob += (
-                            st[k] + pulp.lpSum(d.slo_time(i, s) * y[i, k, s] for s in sizes)
-                            <= slo + big_m * (2 - x[i] - in_k),
-                            f"slo_{i}_{k}",
-                        )
-        for i in range(nreq):
-            for s in sizes:
-                if not d.can_meet[i, s - 1]:
-                    prob += x[i] + pulp.lpSum(y[i, k, s] for k in range(slots)) <= 1, f"cap_{i}_{s}"
-        n_expr = pulp.lpSum(x)
-        t_expr = pulp.lpSum(s * q[k, s] for k in range(slots) for s in sizes) + pulp.lpSum(
-            float(e[i, s - 1]) * y[i, k, s] for (i, k, s) in y
+        n_expr = pulp.lpSum(v.values())
+        t_expr = pulp.lpSum(float(e[i, s - 1]) * var for (i, c, s), var in w.items()) + pulp.lpSum(
+            (nreq - c) * dur[c] for c in dur
         )
-        return prob, {"y": y, "n": n_expr, "t": t_expr, "x": x}
+        return prob, {"w": w, "n": n_expr, "t": t_expr}
 
     def _command(self, time_limit: float | None) -> pulp.LpSolver:
         common: dict[str, Any] = {"msg": self.log, "timeLimit": time_limit, "gapRel": 0.0}
         if self.solver == "highs":
-            return pulp.HiGHS(threads=self.threads, mip_feasibility_tolerance=1e-9, **common)
+            return pulp.HiGHS(threads=self.threads, mip_feasibility_tolerance=1e-9, **self.highs_options, **common)
         if self.solver == "cbc":
             return pulp.PULP_CBC_CMD(threads=self.threads, **common)
         return pulp.GUROBI(threads=self.threads, MIPGap=0.0, IntFeasTol=1e-9, **{k: v for k, v in common.items() if k != "gapRel"})
@@ -120,7 +115,7 @@ class MilpBackend:
             return SubResult("infeasible", wall=wall)
         if not has_solution:
             return SubResult("time_limit", wall=wall, bound=self._bound(prob))
-        batches = self._batches(parts["y"])
+        batches = self._batches(parts["w"])
         n = int(round(pulp.value(parts["n"])))
         t = float(pulp.value(parts["t"]))
         obj = float(pulp.value(prob.objective))
@@ -138,12 +133,12 @@ class MilpBackend:
             return -raw if prob.sense == pulp.LpMaximize else raw
         return float(model.ObjBound)
 
-    def _batches(self, y: dict[tuple[int, int, int], pulp.LpVariable]) -> list[list[int]]:
-        slots: dict[int, list[int]] = {}
-        for (i, k, _s), var in y.items():
+    def _batches(self, w: dict[tuple[int, int, int], pulp.LpVariable]) -> list[list[int]]:
+        ends: dict[int, list[int]] = {}
+        for (i, c, _s), var in w.items():
             if (var.varValue or 0.0) > 0.5:
-                slots.setdefault(k, []).append(i)
-        return [sorted(slots[k]) for k in sorted(slots)]
+                ends.setdefault(c, []).append(i)
+        return [sorted(ends[c]) for c in sorted(ends)]
 
     # ------------------------------------------------------------------------------ objectives
 

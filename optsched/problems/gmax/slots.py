@@ -1,26 +1,33 @@
-"""Data of the batch-slot model of exact G-maximisation (digest 000 section 6.2) and its result type.
+r"""Data of the batch-end-position model of exact G-maximisation and its result type.
 
-Both backends (:mod:`.milp`, :mod:`.cpsat`) build the same model from :class:`SlotData`:
+The digest's slot model (000 section 6.2) charges waiting time through big-M products
+:math:`St_k |B_k|`, whose LP relaxation is empty; this model indexes a batch by the *position of its
+last member* in the execution order, which makes the waiting cost linear with constant weights
+(every request after position c waits for the batch that ends at c):
 
-- indices: requests :math:`i \\in I`, batch slots :math:`k \\in K = \\{0..N-1\\}` (at most N batches),
-  sizes :math:`s \\in S = \\{1..B_{max}\\}`;
-- binaries :math:`y_{iks}` (i in slot k, which has size s), :math:`z_{ks}` (slot k has size s),
-  :math:`x_i` (i meets its SLO); continuous :math:`D_k` (duration), :math:`St_k` (start);
-- :math:`\\sum_{k,s} y_{iks} = 1`; :math:`\\sum_i y_{iks} = s z_{ks}`;
-  :math:`\\sum_s z_{ks} \\ge \\sum_s z_{k+1,s}` (no gaps), :math:`\\sum_s z_{ks} \\le 1`;
-- memory (Eq. 20): :math:`\\sum_{i,s} r_i y_{iks} \\le C`;
-- :math:`D_k \\ge \\sum_s E_i(s) y_{iks}` (the slowest member, Eq. 11 fixed); :math:`St_0 = 0`,
-  :math:`St_{k+1} = St_k + D_k`;
-- :math:`t = \\sum_{k} St_k |B_k| + \\sum_{i,k,s} E_i(s) y_{iks}` (Eqs. 3-4: every member of slot
-  k waits :math:`St_k`), linearised by the backend;
-- SLO (Eq. 7) for i in slot k: h=1: :math:`St_k + \\sum_s E_i(s) y_{iks} \\le SLO^{e2e}_i`;
-  h=0: :math:`St_k + \\sum_s F_i(s) y_{iks} \\le SLO^{ttft}_i` — both enforced only when
-  :math:`x_i = 1` and i is in slot k; TPOT is a pure size cap, :math:`x_i + \\sum_k y_{iks} \\le 1`
-  for every s with :math:`TP_i(s) > SLO^{tpot}_i`;
-- :math:`n = \\sum_i x_i`.
+- indices: requests :math:`i`, end positions :math:`c \in \{1..N\}`, sizes :math:`s \in \{1..B_{max}\}`,
+  :math:`s \le c`;
+- binaries :math:`w_{ics}` (i is in the batch of size s that ends at position c),
+  :math:`z_{cs}` (such a batch exists), :math:`v_{ics}` (i is there and meets its SLO);
+  continuous :math:`D_c \ge 0` (duration of the batch ending at c, 0 if none);
+- each request once: :math:`\sum_{c,s} w_{ics} = 1`; batch sizes: :math:`\sum_i w_{ics} = s z_{cs}`;
+  the batches tile the positions: :math:`\sum_{(c,s): c-s < p \le c} z_{cs} = 1` for every p;
+- memory (Eq. 20): :math:`\sum_i r_i w_{ics} \le C z_{cs}`;
+- slowest member (Eq. 11 fixed): :math:`D_c \ge \sum_s E_i(s) w_{ics}` for every i, and the
+  aggregated valid cut :math:`D_c \ge \sum_s \frac1s \sum_i E_i(s) w_{ics}` (max >= mean);
+- **t (Eqs. 3, 4, 11)** :math:`= \sum_{i,c,s} E_i(s) w_{ics} + \sum_c (N - c) D_c`;
+- the batch ending at c with size s starts at :math:`St_{cs} = \sum_{c' \le c-s} D_{c'}`; SLO
+  (Eq. 7): :math:`v_{ics} \le w_{ics}` and :math:`St_{cs} + T_i(s) \le SLO_i + M_{ics}(1 - v_{ics})`
+  with :math:`T = E, SLO = SLO^{e2e}` (h=1) or :math:`T = F, SLO = SLO^{ttft}` (h=0); :math:`v_{ics}`
+  is absent where it can never be 1: TPOT over its SLO at size s (Eq. 9/19), or
+  :math:`\underline{St}(c-s) + T_i(s) > SLO_i` with :math:`\underline{St}(p)` the sum of the
+  :math:`\lceil p/B_{max} \rceil` smallest :math:`\min_b E_j(b)` (a valid earliest start after p
+  requests);
+- :math:`n = \sum_{i,c,s} v_{ics}`.
 
-Objectives (digest 6.1): Dinkelbach's :math:`\\max\\, n - \\lambda t` and the epsilon-constraint's
-:math:`\\min t` s.t. :math:`n \\ge n_0`.
+Big-M: :math:`M_{ics} = \overline{St}(c-s) + T_i(s) - SLO_i` with :math:`\overline{St}(p)` the sum of
+the p largest :math:`\max_b E_j(b)`. Objectives (digest 6.1): Dinkelbach's
+:math:`\max\, n - \lambda t` and the epsilon-constraint's :math:`\min t` s.t. :math:`n \ge n_0`.
 """
 
 from __future__ import annotations
@@ -44,17 +51,15 @@ class SlotData:
     ----------
     problem
         The instance.
-    slots
-        Number of batch slots.
-    start_ub
-        ``start_ub[k]``: an upper bound on :math:`St_k`, the sum of the k largest request times.
+    start_ub, start_lb
+        ``[p]``: upper and lower bounds on the start of a batch preceded by p requests.
     can_meet
         ``can_meet[i, s-1]``: whether i can meet its SLO at all in a batch of size s (at start 0).
     """
 
     problem: GmaxProblem
-    slots: int
     start_ub: np.ndarray
+    start_lb: np.ndarray
     can_meet: np.ndarray
 
     @classmethod
@@ -71,7 +76,31 @@ class SlotData:
                     can[i, s - 1] = (
                         problem.times.prefill[i, s - 1] <= problem.slo_ttft[i] and problem.meets_tpot(i, s)
                     )
-        return cls(problem, problem.n_requests, start_ub, can)
+        shortest = np.sort(e.min(axis=1))
+        bmax = problem.max_batch_size
+        start_lb = np.array([shortest[: -(-p // bmax)].sum() for p in range(problem.n_requests + 1)])
+        return cls(problem, start_ub, start_lb, can)
+
+    def keys(self) -> list[tuple[int, int]]:
+        """The (end position c, size s) pairs, c = 1..N, s <= min(c, B_max)."""
+        n, bmax = self.problem.n_requests, self.problem.max_batch_size
+        return [(c, s) for c in range(1, n + 1) for s in range(1, min(c, bmax) + 1)]
+
+    def may_meet(self, i: int, c: int, s: int) -> bool:
+        """Whether request i in the batch of size s ending at position c can possibly meet its SLO."""
+        if not self.can_meet[i, s - 1]:
+            return False
+        return self.start_lb[c - s] + self.slo_time(i, s) <= self.slo_value(i)
+
+    def order(self, s: int) -> list[int]:
+        """Requests by :math:`E_i(s)` ascending (ties by index): the leader of a batch of size s is
+        its last member in this order."""
+        col = self.problem.times.exec[:, s - 1]
+        return sorted(range(self.problem.n_requests), key=lambda i: (col[i], i))
+
+    def big_m(self, i: int, c: int, s: int) -> float:
+        """:math:`M_{ics}`, >= 0."""
+        return max(float(self.start_ub[c - s]) + self.slo_time(i, s) - self.slo_value(i), 0.0)
 
     @property
     def sizes(self) -> range:
