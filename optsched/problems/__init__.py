@@ -12,7 +12,10 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any, Callable
 
-SOLVERS: dict[str, str] = {}
+SOLVERS: dict[str, str] = {
+    "gmax": "optsched.problems.gmax.solve:solve",
+    "scls-batch": "optsched.problems.scls.solve:solve",
+}
 BOUNDERS: dict[str, str] = {}
 
 

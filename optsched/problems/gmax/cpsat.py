@@ -1,4 +1,4 @@
-"""The batch-end-position model of exact G-maximisation in CP-SAT (digest 000 section 6.3).
+r"""The batch-end-position model of exact G-maximisation in CP-SAT (digest 000 section 6.3).
 
 Same variables and constraints as :mod:`.slots` (and :mod:`.milp`), on integer times: every time is
 rounded to a tick of ``resolution`` seconds (default 1 microsecond), so the model is exact for data
@@ -138,7 +138,7 @@ class CpsatBackend:
         return total
 
     def parametric(self, n_inc: int, batches_inc: list[list[int]], time_limit: float | None) -> SubResult:
-        """Dinkelbach step at the rational :math:`\lambda = n_{inc} / T_{inc}` (per tick):
+        r"""Dinkelbach step at the rational :math:`\lambda = n_{inc} / T_{inc}` (per tick):
         maximise :math:`T_{inc} n - n_{inc} t` exactly in integers."""
         t_inc = self.tick_t(batches_inc)
         m, parts = self._build()

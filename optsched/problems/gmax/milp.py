@@ -37,18 +37,18 @@ class MilpBackend:
         nreq, keys = p.n_requests, self.data.keys()
         e = p.times.exec
         prob = pulp.LpProblem("gmax", sense)
-        w = {(i, c, s): pulp.LpVariable(f"w_{i}_{c}_{s}", cat="Binary") for i in range(nreq) for c, s in keys}
-        z = {(c, s): pulp.LpVariable(f"z_{c}_{s}", cat="Binary") for c, s in keys}
+        w = {(i, c, s): prob.add_variable(f"w_{i}_{c}_{s}", cat="Binary") for i in range(nreq) for c, s in keys}
+        z = {(c, s): prob.add_variable(f"z_{c}_{s}", cat="Binary") for c, s in keys}
         v = {
-            (i, c, s): pulp.LpVariable(f"v_{i}_{c}_{s}", cat="Binary")
+            (i, c, s): prob.add_variable(f"v_{i}_{c}_{s}", cat="Binary")
             for i in range(nreq)
             for c, s in keys
             if d.may_meet(i, c, s)
         }
-        lead = {(i, c, s): pulp.LpVariable(f"l_{i}_{c}_{s}", cat="Binary") for i in range(nreq) for c, s in keys}
-        dur = {c: pulp.LpVariable(f"D_{c}", lowBound=0) for c in range(1, nreq + 1)}
+        lead = {(i, c, s): prob.add_variable(f"l_{i}_{c}_{s}", cat="Binary") for i in range(nreq) for c, s in keys}
+        dur = {c: prob.add_variable(f"D_{c}", lowBound=0) for c in range(1, nreq + 1)}
         # start[p]: start of the batch that follows the first p positions
-        start = [pulp.LpVariable(f"S_{q}", lowBound=0) for q in range(nreq + 1)]
+        start = [prob.add_variable(f"S_{q}", lowBound=0) for q in range(nreq + 1)]
         prob += start[0] == 0, "start_0"
         for c in range(1, nreq + 1):
             prob += (
@@ -64,8 +64,8 @@ class MilpBackend:
             prob += pulp.lpSum(lead[i, c, s] for i in range(nreq)) == z[c, s], f"one_leader_{c}_{s}"
             order = d.order(s)
             # above[r] = sum of l over order[r:], below[r] = sum of w over order[:r+1]
-            above = [pulp.LpVariable(f"la_{r}_{c}_{s}", lowBound=0) for r in range(nreq)]
-            below = [pulp.LpVariable(f"wb_{r}_{c}_{s}", lowBound=0) for r in range(nreq)]
+            above = [prob.add_variable(f"la_{r}_{c}_{s}", lowBound=0) for r in range(nreq)]
+            below = [prob.add_variable(f"wb_{r}_{c}_{s}", lowBound=0) for r in range(nreq)]
             for rank, i in enumerate(order):
                 nxt = above[rank + 1] if rank + 1 < nreq else 0
                 prev = below[rank - 1] if rank > 0 else 0
@@ -143,7 +143,7 @@ class MilpBackend:
     # ------------------------------------------------------------------------------ objectives
 
     def parametric(self, n_inc: int, batches_inc: list[list[int]], time_limit: float | None) -> SubResult:
-        """Dinkelbach step at :math:`\lambda = n_{inc} / t_{inc}` (the incumbent's G)."""
+        r"""Dinkelbach step at :math:`\lambda = n_{inc} / t_{inc}` (the incumbent's G)."""
         lam = n_inc / g_core(self.data.problem, batches_inc)[1]
         prob, parts = self._build(pulp.LpMaximize)
         prob += parts["n"] - lam * parts["t"]
