@@ -103,10 +103,6 @@ def _check_model(problem: GmaxProblem, res: SubResult, what: str) -> None:
         raise RuntimeError(f"{what}: model claims n = {res.n} but only {n} requests meet their SLO")
 
 
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else max(deadline - time.perf_counter(), 0.0)
-
-
 def solve_exact(
     problem: GmaxProblem,
     backend: SlotBackend,
@@ -146,12 +142,14 @@ def solve_exact(
             points, _, _ = _fixed_n(problem, backend, inc, deadline, t_lb, log, prune=False)
     else:
         points, status, bound = _fixed_n(problem, backend, inc, deadline, t_lb, log, prune=not frontier)
-    return ExactResult(status, inc.batches, inc.n, inc.t, inc.G, max(bound, inc.G), points, len(log), log)
+    # n <= the requests that can meet their SLO at all, t >= t_LB: a bound that needs no solver
+    trivial = int(SlotData.build(problem).can_meet.any(axis=1).sum()) / t_lb if t_lb > 0 else 0.0
+    return ExactResult(status, inc.batches, inc.n, inc.t, inc.G, max(min(bound, trivial), inc.G), points, len(log), log)
 
 
 def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]:
     if inc.G == 0:
-        res = backend.max_n(_remaining(deadline))
+        res = backend.max_n(deadline)
         log.append({"step": "max_n", "status": res.status, "wall": res.wall})
         if res.status == "optimal" and res.n == 0:
             return "optimal", 0.0
@@ -160,7 +158,7 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
         if inc.G == 0:
             return "time_limit", math.inf
     while True:
-        res = backend.parametric(inc.n, inc.batches, _remaining(deadline))
+        res = backend.parametric(inc.n, inc.batches, deadline)
         log.append({"step": "dinkelbach", "lambda": res.info.get("lambda"), "status": res.status,
                     "F": res.objective, "wall": res.wall})
         if res.batches:
@@ -178,7 +176,7 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
 
 def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[list, str, float]:
     complete = True
-    base = backend.min_t(0, _remaining(deadline))
+    base = backend.min_t(0, deadline)
     log.append({"step": "min_t", "n0": 0, "status": base.status, "t": base.t, "wall": base.wall})
     if base.batches:
         _check_model(problem, base, "min t")
@@ -186,7 +184,7 @@ def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[l
     t0 = base.objective if base.status == "optimal" else (base.bound if math.isfinite(base.bound) else t_lb)
     t0 = max(t0, t_lb) if base.status != "optimal" else t0
     complete &= base.status == "optimal"
-    top = backend.max_n(_remaining(deadline))
+    top = backend.max_n(deadline)
     log.append({"step": "max_n", "status": top.status, "n": top.n, "wall": top.wall})
     if top.batches:
         inc.offer(top.batches)
@@ -200,7 +198,7 @@ def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[l
     for n0 in range(n_bar, 0, -1):
         if prune and n0 / t0 <= inc.G:
             break
-        res = backend.min_t(n0, _remaining(deadline))
+        res = backend.min_t(n0, deadline)
         log.append({"step": "min_t", "n0": n0, "status": res.status, "t": res.t, "wall": res.wall})
         if res.status == "infeasible":
             continue

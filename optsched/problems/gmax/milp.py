@@ -161,8 +161,9 @@ class MilpBackend:
             return pulp.PULP_CBC_CMD(threads=self.threads, **common)
         return pulp.GUROBI(threads=self.threads, warmStart=self.hint is not None, MIPGap=0.0, IntFeasTol=1e-9, **{k: v for k, v in common.items() if k != "gapRel"})
 
-    def _run(self, prob: pulp.LpProblem, parts: dict[str, Any], time_limit: float | None) -> SubResult:
+    def _run(self, prob: pulp.LpProblem, parts: dict[str, Any], deadline: float | None) -> SubResult:
         start = time.perf_counter()
+        time_limit = None if deadline is None else max(deadline - start, 0.01)
         try:
             prob.solve(self._command(time_limit))
         except pulp.PulpSolverError as exc:
@@ -202,23 +203,23 @@ class MilpBackend:
 
     # ------------------------------------------------------------------------------ objectives
 
-    def parametric(self, n_inc: int, batches_inc: list[list[int]], time_limit: float | None) -> SubResult:
+    def parametric(self, n_inc: int, batches_inc: list[list[int]], deadline: float | None) -> SubResult:
         r"""Dinkelbach step at :math:`\lambda = n_{inc} / t_{inc}` (the incumbent's G)."""
         lam = n_inc / g_core(self.data.problem, batches_inc)[1]
         prob, parts = self._build(pulp.LpMaximize)
         prob += parts["n"] - lam * parts["t"]
-        res = self._run(prob, parts, time_limit)
+        res = self._run(prob, parts, deadline)
         res.info["lambda"] = lam
         return res
 
-    def min_t(self, n_min: int, time_limit: float | None) -> SubResult:
+    def min_t(self, n_min: int, deadline: float | None) -> SubResult:
         prob, parts = self._build(pulp.LpMinimize)
         prob += parts["t"]
         if n_min > 0:
             prob += parts["n"] >= n_min, "n_min"
-        return self._run(prob, parts, time_limit)
+        return self._run(prob, parts, deadline)
 
-    def max_n(self, time_limit: float | None) -> SubResult:
+    def max_n(self, deadline: float | None) -> SubResult:
         prob, parts = self._build(pulp.LpMaximize)
         prob += parts["n"]
-        return self._run(prob, parts, time_limit)
+        return self._run(prob, parts, deadline)
