@@ -30,8 +30,9 @@ def fixed(I: int, O: int, B: int) -> Instance:
 
 
 @functools.cache
-def average_running_size(instance: Instance, policy: str) -> tuple[float, int, int]:
+def average_running_size(I: int, O: int, B: int, policy: str) -> tuple[float, int, int]:
     """(mean running size over decode batches, max running size, evictions) of a replayed run."""
+    instance = fixed(I, O, B)
     result = replay(instance, simulate(instance, policy))
     assert result.feasible, result.violations[:3]
     decode = [run for run, dec in zip(result.running, result.decode_items) if dec > 0]
@@ -46,7 +47,7 @@ def test_eviction_free_vllm_running_size_is_about_M_over_I_plus_O(I, paper):
     together (97 for I = 1, 48 for I = 1024); the last wave is partial (1024 = 10 x 97 + 54 and
     21 x 48 + 16), which pulls the average a few percent below M / (I + O). Tolerance: 6 %.
     """
-    avg, peak, evictions = average_running_size(fixed(I, 1024, 1024), "vllm-ef")
+    avg, peak, evictions = average_running_size(I, 1024, 1024, "vllm-ef")
     assert evictions == 0
     assert peak == M // (I + 1024 - 1)
     assert round(M / (I + 1024)) == paper
@@ -57,16 +58,16 @@ def test_eviction_free_vllm_running_size_exact_for_one_token_prompts():
     # I = 1: every wave is one prefill batch (w one-token prompts) then 1023 decode batches, all with
     # w requests running; waves of 97 ten times, then 54. Mean over decode batches (1023 per wave):
     expected = (10 * 97 + 54) / 11
-    avg, _, _ = average_running_size(fixed(1, 1024, 1024), "vllm-ef")
+    avg, _, _ = average_running_size(1, 1024, 1024, "vllm-ef")
     assert avg == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.parametrize("I", [1, 1024])
 def test_vllm_evicts_under_high_contention_and_ef_does_not(I):
     """Paper 4.2/4.3: at O = B = 1024 vLLM evicts (and overshoots M/(I+O) running requests)."""
-    avg, peak, evictions = average_running_size(fixed(I, 1024, 1024), "vllm")
+    avg, peak, evictions = average_running_size(I, 1024, 1024, "vllm")
     assert evictions > 0 and peak > M // (I + 1023)
-    assert average_running_size(fixed(I, 1024, 1024), "vllm-ef")[2] == 0
+    assert average_running_size(I, 1024, 1024, "vllm-ef")[2] == 0
 
 
 @pytest.mark.parametrize("name", BASE)
