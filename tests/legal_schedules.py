@@ -159,3 +159,13 @@ def random_legal_schedule(inst: Instance, rng: random.Random, p_evict: float = 0
         now = end
     res.schedule = Schedule(inst.name, tuple(batches))
     return res
+
+
+def policy_random(instance: Instance) -> Schedule:
+    """A test-only 'policy': a random legal schedule (seed 0)."""
+    return random_legal_schedule(instance, random.Random(0)).schedule
+
+
+def policy_broken(instance: Instance) -> Schedule:
+    """A test-only 'policy' with a bug: it schedules nothing."""
+    return Schedule(instance.name, ())
