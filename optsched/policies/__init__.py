@@ -29,6 +29,6 @@ def simulator_for(name: str) -> Callable[[Instance], Schedule]:
     try:
         target = POLICIES[name]
     except KeyError:
-        raise KeyError(f"unknown policy {name!r} (known: {', '.join(policy_names())})") from None
+        raise KeyError(f"unknown policy {name!r} (known: {', '.join(policy_names()) or 'none registered'})") from None
     module, _, attr = target.partition(":")
     return getattr(import_module(module), attr)
