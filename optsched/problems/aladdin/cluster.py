@@ -37,8 +37,8 @@ from .worker import WorkerEngine
 
 __all__ = ["ClusterResult", "METHODS", "simulate_cluster", "with_top_level_slo", "place"]
 
-#: Placement methods the router knows.
-METHODS = ("exact", "bestfit", "bestfit+rebalance", "jsq", "rr", "po2")
+#: Placement methods the router knows (``given``: a fixed request -> worker map).
+METHODS = ("exact", "bestfit", "bestfit+rebalance", "jsq", "rr", "po2", "given")
 
 
 @dataclass
@@ -123,8 +123,14 @@ def place(
     errors: list[tuple[float, float]] | None = None,
     rng: np.random.Generator | None = None,
     rr_start: int = 0,
+    given: dict[str, int] | None = None,
 ) -> PlacementResult:
     """Dispatch one heartbeat to a placement method (see :data:`METHODS`)."""
+    if method == "given":
+        if given is None or any(job.id not in given for job in problem.new):
+            raise ValueError("method 'given' needs a worker for every request")
+        assignment = {job.id: given[job.id] for job in problem.new}
+        return PlacementResult(assignment, 0, "heuristic", None, "given")
     if method == "exact":
         result = solve_placement(problem, solver=solver, time_limit=time_limit)
         if result.status == "infeasible":  # fixed W too small: fall back to best fit's overflow rule
@@ -164,6 +170,7 @@ def simulate_cluster(
     time_limit: float | None = None,
     model: AladdinModel | None = None,
     seed: int = 0,
+    assignment: dict[str, int] | None = None,
 ) -> ClusterResult:
     """Simulate the cluster on an instance with arrivals.
 
@@ -186,6 +193,8 @@ def simulate_cluster(
         The Aladdin model (default: read from the instance).
     seed
         Seed of power-of-two's sampling.
+    assignment
+        For method ``given``: the worker of every request.
     """
     if method not in METHODS:
         raise ValueError(f"unknown placement method {method!r} (known: {', '.join(METHODS)})")
@@ -241,7 +250,7 @@ def simulate_cluster(
         problem = PlacementProblem(model, tuple(ongoing), new, workers)
         t0 = time.perf_counter()
         result = place(method, problem, solver=solver, time_limit=time_limit, errors=errors,
-                       rng=rng, rr_start=rr_pointer)
+                       rng=rng, rr_start=rr_pointer, given=assignment)
         decision_times.append(time.perf_counter() - t0)
         rr_pointer += len(new)
         overflows += len(result.unplaceable)
