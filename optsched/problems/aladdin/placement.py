@@ -52,6 +52,7 @@ __all__ = [
     "CompiledProblem",
     "WorkerLoad",
     "compile_problem",
+    "knapsack_bounds",
     "solve_placement",
     "check_placement",
 ]
@@ -341,6 +342,28 @@ def check_placement(cp: CompiledProblem, assignment: dict[str, int], exempt: Seq
     return out
 
 
+def knapsack_bounds(cp: CompiledProblem) -> dict[str, int]:
+    """Valid lower bounds on ``sum_i y_i`` for every placement satisfying (a)-(h).
+
+    - ``atgt``: every job (ongoing or new) loads (b') on some worker: ``ceil(sum wb / cap_b)``;
+    - ``ttft``: workers receiving new jobs carry ``c1`` plus their prefill: ``ceil(sum wp / (T_pre - c1))``;
+    - ``kv``: every job holds ``w_j[1]`` at the first iteration: ``ceil(sum w_j[1] / M)``;
+    - ``ongoing``: the workers with ongoing requests.
+    """
+    problem = cp.problem
+    jobs = [j for jobs in problem.ongoing for j in jobs] + list(problem.new)
+    one = np.array([1], dtype=np.int64)
+    sum_b = sum(cp.weight_b(j) for j in jobs)
+    sum_kv = sum(int(cp.kv_profile(j, one)[0]) for j in jobs)
+    room_c = cp.cap_c - cp.c1
+    return {
+        "atgt": math.ceil(sum_b / cp.cap_b) if cp.cap_b > 0 else (1 if jobs else 0),
+        "ttft": math.ceil(int(cp.wp_new.sum()) / room_c) if room_c > 0 else (1 if problem.new else 0),
+        "kv": math.ceil(sum_kv / cp.kv_cap) if cp.kv_cap > 0 else (1 if jobs else 0),
+        "ongoing": sum(1 for o in problem.ongoing if o),
+    }
+
+
 # --------------------------------------------------------------------------- exact backends
 
 
@@ -440,7 +463,7 @@ def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, time_limit: f
         return status, assign, solver.BestObjectiveBound() + len(md.fixed_used)
     if st == cp_model.INFEASIBLE:
         return "infeasible", {}, None
-    return "time_limit", {}, None
+    return "time_limit", {}, solver.BestObjectiveBound() + len(md.fixed_used)
 
 
 def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, time_limit: float | None,
@@ -561,6 +584,8 @@ def solve_placement(
                                [new[j].id for j in alone_bad], time.perf_counter() - t0)
     if bound is not None:
         bound += len(alone_bad)
+    combinatorial = max(knapsack_bounds(cp).values())
+    bound = combinatorial if bound is None else max(bound, combinatorial)
     workers = used_workers(problem, assignment)
     if bound is not None and bound >= workers:
         status = "optimal"

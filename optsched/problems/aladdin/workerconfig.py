@@ -33,7 +33,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["WorkerCoefficients", "hardware_data", "worker_coefficients", "throughput_table", "optimal_worker_size"]
+__all__ = ["WorkerCoefficients", "feasible_worker_sizes", "hardware_data", "worker_coefficients", "throughput_table", "optimal_worker_size"]
 
 
 @lru_cache(maxsize=1)
@@ -68,16 +68,25 @@ class WorkerCoefficients:
         }
 
 
-def _specs(model: str, gpu: str) -> tuple[dict, dict, dict, tuple[float, float]]:
+def _hardware(model: str, gpu: str) -> tuple[dict, dict, dict]:
     data = hardware_data()
     try:
-        g, m = data["gpu"][gpu], data["model"][model]
+        return data["gpu"][gpu], data["model"][model], data["assumptions"]
     except KeyError as exc:
         raise ValueError(f"unknown model or GPU {exc.args[0]!r} (see hardware.toml)") from None
-    slo = data["slo"].get(f"{model}.{gpu}")
+
+
+def feasible_worker_sizes(model: str, gpu: str) -> list[int]:
+    """Powers of two up to one node's GPUs whose usable memory holds the weights."""
+    return _sizes(*_hardware(model, gpu))
+
+
+def _specs(model: str, gpu: str) -> tuple[dict, dict, dict, tuple[float, float]]:
+    g, m, a = _hardware(model, gpu)
+    slo = hardware_data()["slo"].get(f"{model}.{gpu}")
     if slo is None:
         raise ValueError(f"no Table 2 SLO for {model} on {gpu}")
-    return g, m, data["assumptions"], (float(slo[0]), float(slo[1]))
+    return g, m, a, (float(slo[0]), float(slo[1]))
 
 
 def _raw(g: dict, m: dict, a: dict, n: int) -> tuple[float, float, float, float, float]:
