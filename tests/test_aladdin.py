@@ -33,7 +33,10 @@ from optsched.problems.aladdin.workerconfig import (
 )
 
 SOLVERS = ("cpsat", "highs", "cbc")
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+REPO = Path(__file__).resolve().parents[1]
+# <repo>/../shared/data (a checkout beside shared/), or two levels up (a git worktree in wt/).
+DATA = next((p for p in (REPO.parent / "shared" / "data", REPO.parent.parent / "shared" / "data") if p.is_dir()),
+            REPO.parent / "shared" / "data")
 
 
 # --------------------------------------------------------------------------- models
@@ -317,3 +320,35 @@ def test_trace_slice_runs():
     inst = replace(inst, extra={"slo": {"ttft": w.ttft, "atgt": w.atgt}, "placement": {"kv_capacity": w.kv_tokens}})
     res = simulate_cluster(inst, "bestfit", None, heartbeat=0.1)
     assert res.workers >= 1 and all(rep.feasible for rep in res.replays if rep.outcomes)
+
+
+def test_worker_engine_matches_core_vllm_policy():
+    """The router's worker engine reproduces the core engine's ``vllm`` policy batch for batch."""
+    from optsched.policies.engine import simulate
+    from optsched.problems.aladdin.worker import WorkerEngine
+
+    rng = random.Random(5)
+    for _ in range(25):
+        reqs = sorted(_random_requests(rng, rng.randint(3, 20), arrival=True), key=lambda r: r["arrival"])
+        inst = _instance(reqs, kv=rng.choice([45, 80, 10000]), budget=rng.choice([32, 4096]))
+        core = simulate(inst, "vllm")
+        eng = WorkerEngine(inst.cost_model, inst.limits)
+        for r in inst.requests:
+            eng.add_request(r, r.arrival)
+        eng.drain()
+        assert [(b.items, b.evict) for b in eng.schedule()] == [(b.items, b.evict) for b in core.batches]
+
+
+def test_cli_plan_and_solve(capsys):
+    import json
+
+    from optsched.cli import main
+
+    assert main(["plan", "aladdin-fig3", "--method", "exact", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["workers"] == 2 and out["lower_bound_workers"] == 2 and out["evaluated"]["2"] == 1.0
+    assert main(["solve", "aladdin-fig3", "--problem", "aladdin", "--method", "jsq", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "infeasible" and out["peak_kv_model"] == [10.0, 10.0]
+    assert main(["plan", "aladdin-fig3", "--method", "nope"]) == 2
+    assert main(["plan", "toy-4", "--method", "jsq"]) == 2  # quadratic prefill: not Aladdin's model

@@ -9,8 +9,11 @@ is evicted (recomputation: it returns to the head of the queue with prompt ``m +
 section 2). The engine emits contract batches (with ``start`` where it idles), so its schedule is
 judged by :func:`optsched.schedule.replay` on the worker's sub-instance.
 
-The interface mirrors the core simulator's incremental ``Engine`` (``add_request``, ``advance``,
-``snapshot``, ``schedule``) so that the router does not depend on the engine's internals.
+This is the core engine's ``vllm`` policy (:mod:`optsched.policies.engine`): a test checks that both
+emit the same batches on random instances. The router uses this small engine instead of the core
+one because the placement's prefill-preemption constraint (d) needs each request's first-token
+time (its decode time so far), which the core engine's snapshot does not expose; the interface
+mirrors the core ``Engine`` (``add_request``, ``advance``, ``snapshot``, ``schedule``).
 """
 
 from __future__ import annotations
