@@ -86,6 +86,7 @@ def min_workers(
     solver: str = "cpsat",
     time_limit: float | None = None,
     seed: int = 0,
+    ttft_margin: float = 0.0,
 ) -> CapacityResult:
     """Smallest worker count whose simulation reaches ``target`` attainment (see the module docstring)."""
     if not 0 < target <= 1:
@@ -97,7 +98,8 @@ def min_workers(
     def ok(w: int) -> bool:
         if w not in runs:
             runs[w] = simulate_cluster(instance, method, w, heartbeat=heartbeat, predictor=predictor,
-                                       solver=solver, time_limit=time_limit, model=model, seed=seed)
+                                       solver=solver, time_limit=time_limit, model=model, seed=seed,
+                                       ttft_margin=ttft_margin)
             out.evaluated[w] = runs[w].attainment
         return runs[w].attainment >= target - 1e-12
 

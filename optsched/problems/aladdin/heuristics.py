@@ -65,7 +65,7 @@ def best_fit(
     """
     t0 = time.perf_counter()
     cp = compiled or compile_problem(problem)
-    loads = [WorkerLoad(cp, load.jobs, load.cap_d) for load in cp.loads]
+    loads = [load.copy() for load in cp.loads]
     assignment, overflow = _best_fit_into(cp, loads, range(len(problem.new)), normalise)
     return PlacementResult(
         assignment, used_workers(problem, assignment), "heuristic", None, "bestfit",
@@ -89,21 +89,24 @@ def _best_fit_into(
     cap = problem.max_workers
     assignment: dict[str, int] = {}
     overflow: list[str] = []
+    norms = [_norm(load, normalise) for load in loads]
     for j in order:
         job = problem.new[j]
         wb, wp = int(cp.wb_new[j]), int(cp.wp_new[j])
-        ranked = sorted(range(len(loads)), key=lambda i: (-_norm(loads[i], normalise), i))
+        ranked = sorted(range(len(loads)), key=lambda i: (-norms[i], i))
         chosen = next((i for i in ranked if loads[i].fits(job, wb, wp)), None)
         if chosen is None:
             if cap is None or len(loads) < cap:
                 loads.append(cp.empty_load())
+                norms.append(0.0)
                 chosen = len(loads) - 1
                 if not loads[chosen].fits(job, wb, wp):
                     overflow.append(job.id)
             else:
-                chosen = min(range(len(loads)), key=lambda i: (_norm(loads[i], normalise), i))
+                chosen = min(range(len(loads)), key=lambda i: (norms[i], i))
                 overflow.append(job.id)
         loads[chosen].add(job, wb, wp)
+        norms[chosen] = _norm(loads[chosen], normalise)
         assignment[job.id] = chosen
     return assignment, overflow
 
@@ -134,7 +137,7 @@ def rebalance(
     cp = compiled or compile_problem(problem)
     m = cp.model
     n_total = max([len(problem.ongoing) - 1, *placement.assignment.values()], default=-1) + 1
-    loads = [WorkerLoad(cp, load.jobs, load.cap_d) for load in cp.loads]
+    loads = [load.copy() for load in cp.loads]
     loads += [cp.empty_load() for _ in range(n_total - len(loads))]
     by_id = {job.id: job for job in problem.new}
     for jid, i in placement.assignment.items():

@@ -119,7 +119,10 @@ class PlacementProblem:
 
 
 def kv_units(model: AladdinModel, scale: float, tokens: np.ndarray) -> np.ndarray:
-    """Integer KV units of contexts of ``tokens`` tokens: ``ceil(scale * kv(t))`` (one rounding rule)."""
+    """Integer KV units of contexts of ``tokens`` tokens: ``ceil(scale * kv(t) - 1e-9)``.
+
+    The one rounding rule (:meth:`CompiledProblem.own_peak` applies it to one scalar).
+    """
     return np.ceil(scale * (model.kv_per_token * tokens + model.kv_per_request) - 1e-9).astype(np.int64)
 
 
@@ -155,6 +158,11 @@ class CompiledProblem:
     def weight_p(self, job: Job) -> int:
         """(c')/(d') coefficient of a new job in nanoseconds, rounded up."""
         return int(math.ceil(TIME_SCALE * self.model.k1 * job.prompt - 1e-6))
+
+    def own_peak(self, job: Job) -> int:
+        """``w_j`` at the job's end point, its largest element (integer units)."""
+        m = self.model
+        return math.ceil(self.kv_scale * (m.kv_per_token * (job.base + job.end) + m.kv_per_request) - 1e-9)
 
     def kv_profile(self, job: Job, points: np.ndarray) -> np.ndarray:
         """``w_j[k]`` (integer units) at the iterations ``points``."""
@@ -196,8 +204,8 @@ def compile_problem(problem: PlacementProblem) -> CompiledProblem:
 class WorkerLoad:
     """A worker's planned load: ongoing jobs plus the new jobs placed on it so far.
 
-    Keeps the aggregates of (b')-(e') so that a heuristic tests one more job in O(n) numpy work,
-    and the capacity_norm of Algorithm 1.
+    Keeps the aggregates of (b')-(d') and the KV profile at its end points, so that testing one more
+    job costs O(1) for (b')-(d') and O(n) numpy work for (e'); and the capacity_norm of Algorithm 1.
     """
 
     def __init__(self, cp: CompiledProblem, jobs: Sequence[Job], cap_d: int | None) -> None:
@@ -207,9 +215,34 @@ class WorkerLoad:
         self.new: list[Job] = []
         self.sum_b = sum(cp.weight_b(j) for j in jobs)
         self.sum_p = 0
-        self.ends = np.array([j.end for j in jobs], dtype=np.int64)
-        self.bases = np.array([j.base for j in jobs], dtype=np.int64)
+        self.sum_peak = sum(cp.own_peak(j) for j in jobs)
         self.weighted_context = sum(j.prompt + cp.model.gamma * j.length for j in jobs)
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self._points: np.ndarray | None = None
+        self._load: np.ndarray | None = None
+
+    def copy(self) -> "WorkerLoad":
+        """An independent copy (heuristics place tentatively on copies)."""
+        other = object.__new__(WorkerLoad)
+        other.__dict__.update(self.__dict__)
+        other.jobs, other.new = list(self.jobs), list(self.new)
+        return other
+
+    @property
+    def ends(self) -> np.ndarray:
+        """End points of the jobs on the worker."""
+        return self._job_arrays()[0]
+
+    @property
+    def bases(self) -> np.ndarray:
+        """Context offsets of the jobs (context at iteration k is base + k)."""
+        return self._job_arrays()[1]
+
+    def _job_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._arrays is None:
+            self._arrays = (np.fromiter((j.end for j in self.jobs), np.int64, len(self.jobs)),
+                            np.fromiter((j.base for j in self.jobs), np.int64, len(self.jobs)))
+        return self._arrays
 
     @property
     def batch(self) -> int:
@@ -220,19 +253,33 @@ class WorkerLoad:
         """Algorithm 1's load: ``sqrt(b^2 + (sum(l_in + gamma L))^2)``."""
         return math.hypot(self.batch, self.weighted_context)
 
+    def _profile_at(self, points: np.ndarray) -> np.ndarray:
+        """Planned KV of the worker's jobs at iterations ``points`` (integer units)."""
+        if len(self.ends) == 0:
+            return np.zeros(len(points), dtype=np.int64)
+        w = kv_units(self.cp.model, self.cp.kv_scale, self.bases[None, :] + points[:, None])
+        return np.sum(np.where(self.ends[None, :] >= points[:, None], w, 0), axis=1)
+
+    def _profile(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._points is None:
+            self._points = np.unique(self.ends)
+            self._load = self._profile_at(self._points)
+        return self._points, self._load  # type: ignore[return-value]
+
     def peak_kv(self, extra: Job | None = None) -> int:
         """Largest planned KV (integer units) over the end points, optionally with one more job."""
-        ends, bases = self.ends, self.bases
-        if extra is not None:
-            ends = np.append(ends, extra.end)
-            bases = np.append(bases, extra.base)
-        if len(ends) == 0:
-            return 0
-        points = np.unique(ends)
-        w = kv_units(self.cp.model, self.cp.kv_scale, bases[None, :] + points[:, None])
-        return int(np.max(np.sum(np.where(ends[None, :] >= points[:, None], w, 0), axis=1)))
+        points, load = self._profile()
+        if extra is None:
+            return int(load.max()) if len(load) else 0
+        e = extra.end
+        mask = points <= e
+        peak = int(np.max(load[mask] + self.cp.kv_profile(extra, points[mask]))) if mask.any() else 0
+        at_end = int(self._profile_at(np.array([e], dtype=np.int64))[0]) + int(self.cp.kv_profile(extra, np.array([e]))[0])
+        rest = int(load[~mask].max()) if (~mask).any() else 0
+        return max(peak, at_end, rest)
 
-    def violations(self, extra: Job | None = None, wb: int | None = None, wp: int | None = None) -> list[str]:
+    def violations(self, extra: Job | None = None, wb: int | None = None, wp: int | None = None,
+                   first_only: bool = False) -> list[str]:
         """Which of (b'), (c'), (d'), (e') fail (with ``extra`` added as a new job)."""
         cp = self.cp
         out = []
@@ -247,13 +294,19 @@ class WorkerLoad:
             out.append("c")
         if self.cap_d is not None and (self.cap_d < 0 or (n_new and sum_p + cp.c1 > self.cap_d)):
             out.append("d")
-        if self.peak_kv(extra) > cp.kv_cap:
+        if out and first_only:
+            return out
+        peak_sum = self.sum_peak + (cp.own_peak(extra) if extra is not None else 0)
+        if peak_sum > cp.kv_cap and self.peak_kv(extra) > cp.kv_cap:  # sum of own peaks: a quick accept
             out.append("e")
         return out
 
     def fits(self, job: Job, wb: int | None = None, wp: int | None = None) -> bool:
         """Whether (b')-(e') still hold with ``job`` added as a new request."""
-        return not self.violations(job, wb, wp)
+        return not self.violations(job, wb, wp, first_only=True)
+
+    def _changed(self) -> None:
+        self._points = self._load = self._arrays = None
 
     def add(self, job: Job, wb: int | None = None, wp: int | None = None) -> None:
         """Place a new job here (no check)."""
@@ -262,9 +315,9 @@ class WorkerLoad:
         self.new.append(job)
         self.sum_b += cp.weight_b(job) if wb is None else wb
         self.sum_p += cp.weight_p(job) if wp is None else wp
-        self.ends = np.append(self.ends, job.end)
-        self.bases = np.append(self.bases, job.base)
+        self.sum_peak += cp.own_peak(job)
         self.weighted_context += job.prompt + cp.model.gamma * job.length
+        self._changed()
 
     def remove(self, job: Job) -> None:
         """Take a new job off again (re-balancing)."""
@@ -274,9 +327,9 @@ class WorkerLoad:
         self.new.remove(job)
         self.sum_b -= cp.weight_b(job)
         self.sum_p -= cp.weight_p(job)
-        self.ends = np.delete(self.ends, k)
-        self.bases = np.delete(self.bases, k)
+        self.sum_peak -= cp.own_peak(job)
         self.weighted_context -= job.prompt + cp.model.gamma * job.length
+        self._changed()
 
 
 @dataclass
