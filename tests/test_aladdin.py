@@ -346,7 +346,7 @@ def test_cli_plan_and_solve(capsys):
 
     assert main(["plan", "aladdin-fig3", "--method", "exact", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["workers"] == 2 and out["lower_bound_workers"] == 2 and out["evaluated"]["2"] == 1.0
+    assert out["workers"] == 2 and out["lower_bound_workers"] == 2 and out["evaluated"]["W=2"] == 1.0
     assert main(["solve", "aladdin-fig3", "--problem", "aladdin", "--method", "jsq", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "infeasible" and out["peak_kv_model"] == [10.0, 10.0]

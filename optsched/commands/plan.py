@@ -59,5 +59,5 @@ def handle(args: argparse.Namespace) -> int:
         found = "none up to --max-workers" if res.workers is None else f"{res.workers} workers = {res.gpus} GPUs"
         print(f"{instance.name}: {args.method} reaches attainment {args.target:g} with {found}")
         print(f"  placement-model lower bound: {bound} workers; evaluated: "
-              + ", ".join(f"W={w}: {a:.3f}" for w, a in sorted(res.evaluated.items())))
+              + ", ".join(f"{k}: {a:.3f}" for k, a in res.evaluated.items()))
     return EXIT_OK if res.workers is not None else EXIT_NO

@@ -7,8 +7,9 @@ mean rate is each of ``--rates`` requests/s. Llama-2-7b on A100 with the Table 2
 ATGT 15 ms); worker coefficients from :mod:`optsched.problems.aladdin.workerconfig`.
 Output lengths are predicted by 10 prompt-length bins fitted on the trace rows outside the slice.
 
-Methods: Aladdin's exact placement and best fit (Alg. 1, + Alg. 2), JSQ, power of two and round
-robin on 1-GPU workers (N_g^opt); "default vLLM" = JSQ on 4-GPU workers. Run:
+Methods: Aladdin's exact placement and best fit (Alg. 1) on a fixed W (W searched) and with their
+own scaling (workers opened as needed, theta searched), JSQ, power of two and round robin on 1-GPU
+workers (N_g^opt); JSQ on 2-GPU workers; "default vLLM" = JSQ on 4-GPU workers. Run:
 
     python tests/benchmarks/study_aladdin_gpus.py [--rates 2 4 8 16] [--requests 300]
 
@@ -31,12 +32,12 @@ DATA = next((p for p in (REPO.parent / "shared" / "data", REPO.parent.parent / "
 
 from optsched.instance import Instance, InstanceError, Limits, Request  # noqa: E402
 from optsched.costmodel import load_cost_model  # noqa: E402
-from optsched.problems.aladdin.capacity import heartbeat_lower_bound, min_workers  # noqa: E402
+from optsched.problems.aladdin.capacity import heartbeat_lower_bound, min_workers, min_workers_scaling  # noqa: E402
 from optsched.problems.aladdin.predictor import BinPredictor  # noqa: E402
 from optsched.problems.aladdin.workerconfig import worker_coefficients  # noqa: E402
 
-METHODS = [("exact", 1), ("bestfit", 1), ("bestfit+rebalance", 1), ("jsq", 1), ("po2", 1), ("rr", 1), ("jsq", 2),
-           ("jsq", 4)]
+METHODS = [("exact", 1), ("bestfit", 1), ("jsq", 1), ("po2", 1), ("rr", 1), ("jsq", 2), ("jsq", 4)]
+SCALING = ["exact", "bestfit"]
 #: Prediction-error margin of (b) and (d) (digest A8 recommends 0.9; the paper gives no value).
 THETA = 0.9
 
@@ -97,7 +98,15 @@ def main() -> int:
             row["methods"][key] = {**res.to_dict(), "seconds": time.perf_counter() - t}
             print(f"rate {rate:g}: {key}: workers {res.workers} gpus {res.gpus} evaluated {res.evaluated}"
                   f" ({time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
+        for method in SCALING:
+            t = time.perf_counter()
+            res = min_workers_scaling(inst1, method, 1.0, heartbeat=args.heartbeat, predictor=pred,
+                                      time_limit=args.time_limit, ttft_margin=margin)
+            row["methods"][f"{method}-scaling"] = {**res.to_dict(), "seconds": time.perf_counter() - t}
+            print(f"rate {rate:g}: {method}-scaling: workers {res.workers} evaluated {res.evaluated}"
+                  f" ({time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
         results.append(row)
+        Path(args.out + ".json").write_text(json.dumps({"results": results}, indent=1) + "\n")
     meta = {"trace": "splitwise_conv.csv", "filter": "prompt <= 2048 and prompt + output <= 4096",
             "requests": len(sl), "offset": args.offset, "heartbeat": args.heartbeat, "ttft_margin": margin,
             "model": "llama2-7b", "gpu": "a100", "slo": {"ttft": 0.4, "atgt": 0.015}, "theta": THETA}

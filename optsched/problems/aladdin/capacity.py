@@ -27,7 +27,7 @@ from .models import AladdinModel, model_from_instance
 from .placement import Job, PlacementProblem, solve_placement
 from .predictor import BinPredictor
 
-__all__ = ["CapacityResult", "min_workers", "heartbeat_lower_bound"]
+__all__ = ["CapacityResult", "min_workers", "min_workers_scaling", "heartbeat_lower_bound"]
 
 
 @dataclass
@@ -45,7 +45,8 @@ class CapacityResult:
     target
         Required SLO attainment.
     evaluated
-        ``{W: attainment}`` of every simulation run.
+        Attainment of every simulation run, keyed ``W=<w>`` (fixed-W search) or
+        ``theta=<t>,W=<w>`` (scaling search).
     best
         The simulation at ``workers``.
     """
@@ -54,7 +55,7 @@ class CapacityResult:
     workers: int | None
     gpus_per_worker: int
     target: float
-    evaluated: dict[int, float] = field(default_factory=dict)
+    evaluated: dict[str, float] = field(default_factory=dict)
     best: ClusterResult | None = None
 
     @property
@@ -68,7 +69,7 @@ class CapacityResult:
             "gpus_per_worker": self.gpus_per_worker,
             "gpus": self.gpus,
             "target": self.target,
-            "evaluated": {str(k): v for k, v in sorted(self.evaluated.items())},
+            "evaluated": dict(self.evaluated),
             "simulation": None if self.best is None else self.best.summary(),
         }
 
@@ -100,7 +101,7 @@ def min_workers(
             runs[w] = simulate_cluster(instance, method, w, heartbeat=heartbeat, predictor=predictor,
                                        solver=solver, time_limit=time_limit, model=model, seed=seed,
                                        ttft_margin=ttft_margin)
-            out.evaluated[w] = runs[w].attainment
+            out.evaluated[f"W={w}"] = runs[w].attainment
         return runs[w].attainment >= target - 1e-12
 
     fail, w = lo - 1, max(lo, 1)
@@ -117,6 +118,37 @@ def min_workers(
         else:
             fail = mid
     out.workers, out.best = good, runs[good]
+    return out
+
+
+def min_workers_scaling(
+    instance: Instance,
+    method: str,
+    target: float = 1.0,
+    *,
+    thetas: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5),
+    gpus_per_worker: int = 1,
+    heartbeat: float = 1.0,
+    predictor: BinPredictor | None = None,
+    solver: str = "cpsat",
+    time_limit: float | None = None,
+    ttft_margin: float = 0.0,
+) -> CapacityResult:
+    """Aladdin's own scaling: placement opens workers as needed (Alg. 1), for each margin theta.
+
+    For ``exact`` and ``bestfit*`` only. Each theta gives the workers opened and the simulated
+    attainment (digest A16); the result is the fewest workers among the thetas reaching ``target``.
+    """
+    if method not in ("exact", "bestfit", "bestfit+rebalance"):
+        raise ValueError(f"method {method!r} does not open workers; use min_workers")
+    base = model_from_instance(instance)
+    out = CapacityResult(f"{method} (scaling)", None, gpus_per_worker, target)
+    for theta in thetas:
+        res = simulate_cluster(instance, method, None, heartbeat=heartbeat, predictor=predictor, solver=solver,
+                               time_limit=time_limit, model=base.with_knobs(theta=theta), ttft_margin=ttft_margin)
+        out.evaluated[f"theta={theta:g},W={res.workers}"] = res.attainment
+        if res.attainment >= target - 1e-12 and (out.workers is None or res.workers < out.workers):
+            out.workers, out.best = res.workers, res
     return out
 
 

@@ -92,9 +92,9 @@ def _best_fit_into(
     norms = [_norm(load, normalise) for load in loads]
     for j in order:
         job = problem.new[j]
-        wb, wp = int(cp.wb_new[j]), int(cp.wp_new[j])
+        wb, wp, peak = int(cp.wb_new[j]), int(cp.wp_new[j]), cp.own_peak(job)
         ranked = sorted(range(len(loads)), key=lambda i: (-norms[i], i))
-        chosen = next((i for i in ranked if loads[i].fits(job, wb, wp)), None)
+        chosen = next((i for i in ranked if loads[i].fits(job, wb, wp, peak)), None)
         if chosen is None:
             if cap is None or len(loads) < cap:
                 loads.append(cp.empty_load())

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -301,9 +301,21 @@ class WorkerLoad:
             out.append("e")
         return out
 
-    def fits(self, job: Job, wb: int | None = None, wp: int | None = None) -> bool:
-        """Whether (b')-(e') still hold with ``job`` added as a new request."""
-        return not self.violations(job, wb, wp, first_only=True)
+    def fits(self, job: Job, wb: int | None = None, wp: int | None = None, peak: int | None = None) -> bool:
+        """Whether (b')-(e') still hold with ``job`` added as a new request (scalar checks first).
+
+        ``wb``, ``wp`` and ``peak`` are the job's (b') and (c') coefficients and its own KV peak,
+        when the caller has them at hand.
+        """
+        cp = self.cp
+        if self.sum_b + (cp.weight_b(job) if wb is None else wb) > cp.cap_b:
+            return False
+        pre = self.sum_p + (cp.weight_p(job) if wp is None else wp) + cp.c1
+        if pre > cp.cap_c or (self.cap_d is not None and pre > self.cap_d):
+            return False
+        if self.sum_peak + (cp.own_peak(job) if peak is None else peak) <= cp.kv_cap:
+            return True  # even every job's own peak at once fits
+        return self.peak_kv(job) <= cp.kv_cap
 
     def _changed(self) -> None:
         self._points = self._load = self._arrays = None
@@ -604,43 +616,59 @@ def solve_placement(
     from .heuristics import best_fit
 
     t0 = time.perf_counter()
-    cp = compile_problem(problem)
-    new = problem.new
+    full = compile_problem(problem)
     n_exist = len(problem.ongoing)
-    empty = cp.empty_load()
-    alone_bad = [j for j, job in enumerate(new) if not empty.fits(job, int(cp.wb_new[j]), int(cp.wp_new[j]))]
-    jobs = [j for j in range(len(new)) if j not in set(alone_bad)]
-    warm = best_fit(problem, compiled=cp)
-    opened = {i for i in warm.assignment.values() if i >= n_exist}
-    n_fresh = max(len(opened) - len(alone_bad), 0)
+    empty = full.empty_load()
+    alone_bad = [job.id for j, job in enumerate(problem.new)
+                 if not empty.fits(job, int(full.wb_new[j]), int(full.wp_new[j]))]
+    core = replace(problem, new=tuple(job for job in problem.new if job.id not in set(alone_bad)))
+    cp = compile_problem(core) if alone_bad else full
+    jobs = list(range(len(core.new)))
+    warm = best_fit(core, compiled=cp)
+    n_fresh = len({i for i in warm.assignment.values() if i >= n_exist})
     if problem.max_workers is not None:
         n_fresh = max(problem.max_workers - n_exist - len(alone_bad), 0)
     md = _build(cp, jobs, n_fresh)
-    hint = {j: warm.assignment[new[j].id] for j in jobs if new[j].id in warm.assignment}
-    if not jobs:
-        status, assign, bound = "optimal", {}, float(len(md.fixed_used))
+    lower = len(md.fixed_used) + _fresh_lower_bound(cp, md, jobs)
+    if not jobs or (not warm.unplaceable and warm.workers <= lower):
+        status, assign, bound = "optimal", {j: warm.assignment[core.new[j].id] for j in jobs}, float(lower)
     elif solver == "cpsat":
+        hint = {j: warm.assignment[core.new[j].id] for j in jobs}
         status, assign, bound = _solve_cpsat(cp, jobs, md, time_limit, threads, hint)
     elif solver in ("highs", "cbc"):
         status, assign, bound = _solve_pulp(cp, jobs, md, solver, time_limit, threads)
     else:
         raise ValueError(f"unknown solver {solver!r} (known: cpsat, highs, cbc)")
-    assignment = {new[j].id: i for j, i in assign.items()}
-    if status == "time_limit" and not assignment and warm.status != "infeasible":
-        assignment = {k: v for k, v in warm.assignment.items() if k not in {new[j].id for j in alone_bad}}
-    next_free = md.n_workers
-    for j in alone_bad:
-        assignment[new[j].id] = next_free
-        next_free += 1
     if status == "infeasible":
-        return PlacementResult({}, 0, "infeasible", None, "exact", solver,
-                               [new[j].id for j in alone_bad], time.perf_counter() - t0)
-    if bound is not None:
-        bound += len(alone_bad)
-    combinatorial = max(knapsack_bounds(cp).values())
-    bound = combinatorial if bound is None else max(bound, combinatorial)
+        return PlacementResult({}, 0, "infeasible", None, "exact", solver, alone_bad, time.perf_counter() - t0)
+    assignment = {core.new[j].id: i for j, i in assign.items()}
+    if status == "time_limit" and not assignment and not warm.unplaceable:
+        assignment = dict(warm.assignment)
+    for k, jid in enumerate(alone_bad):
+        assignment[jid] = md.n_workers + k
+    bound = max(float(lower), bound or 0.0) + len(alone_bad)
+    bound = max(bound, float(max(knapsack_bounds(full).values())))
     workers = used_workers(problem, assignment)
-    if bound is not None and bound >= workers:
+    if bound >= workers:
         status = "optimal"
-    return PlacementResult(assignment, workers, status, bound, "exact", solver,
-                           [new[j].id for j in alone_bad], time.perf_counter() - t0)
+    return PlacementResult(assignment, workers, status, bound, "exact", solver, alone_bad, time.perf_counter() - t0)
+
+
+def _fresh_lower_bound(cp: CompiledProblem, md: _Model, jobs: list[int]) -> int:
+    """Workers beyond those with ongoing requests that any placement needs.
+
+    Jobs that fit no worker with ongoing requests must go elsewhere; the knapsack bounds of that set
+    (on (b'), (c') and the first-iteration KV) bound the extra workers.
+    """
+    fixed = set(md.fixed_used)
+    rest = [j for j in jobs if not any((i, j) in md.allowed for i in fixed)]
+    if not rest:
+        return 0
+    job = cp.problem.new
+    one = np.array([1], dtype=np.int64)
+    sum_b = sum(int(cp.wb_new[j]) for j in rest)
+    sum_p = sum(int(cp.wp_new[j]) for j in rest)
+    sum_kv = sum(int(cp.kv_profile(job[j], one)[0]) for j in rest)
+    room_c = cp.cap_c - cp.c1
+    return max(1, math.ceil(sum_b / max(cp.cap_b, 1)), math.ceil(sum_p / max(room_c, 1)),
+               math.ceil(sum_kv / max(cp.kv_cap, 1)))
