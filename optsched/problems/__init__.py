@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 SOLVERS: dict[str, str] = {
     "aladdin": "optsched.problems.aladdin:solve",
+    "gmax": "optsched.problems.gmax.solve:solve",
+    "scls-batch": "optsched.problems.scls.solve:solve",
 }
 BOUNDERS: dict[str, str] = {
     "aladdin": "optsched.problems.aladdin:bounds",
