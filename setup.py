@@ -15,5 +15,6 @@ setup(
     package_data={
         "optsched.data_models": ["*.toml"],
         "optsched.data_instances": ["*.json", "*.csv", "*/*.json"],
+        "optsched.executor": ["configs/*.json"],
     },
 )

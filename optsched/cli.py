@@ -28,6 +28,7 @@ from .schedule import ScheduleError
 COMMAND_MODULES: list[str] = [
     "optsched.commands.execute",
     "optsched.commands.export",
+    "optsched.commands.validate",
 ]
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
