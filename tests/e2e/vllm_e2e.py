@@ -5,6 +5,8 @@ Run by tests/e2e/vllm_e2e.sh, which prepares the vLLM virtual environment. This 
 the vLLM venv's Python (``--vllm-python``, execute). Cases, on the InferMax-style instances here:
 
 - ``handmade``: tests/e2e/e2e-tiny.handmade.json (chunked prefill, preemption with recompute);
+- ``handmade-arrival``: tests/e2e/e2e-evict.handmade.json (a later arrival; the running request is
+  preempted in decode to admit it, and recomputes);
 - ``optimal``: ``optsched solve --problem infermax --objective completion`` on e2e-evict.json,
   when the ``solve`` command and the ``infermax`` problem are registered (else reported as skipped);
 - ``simulated``: ``optsched simulate --policy sarathi`` on e2e-evict.json, when the policy exists.
@@ -65,6 +67,18 @@ def has_entry(py: str, module: str, table: str, name: str) -> bool:
     return subprocess.run([py, "-c", code], capture_output=True).returncode == 0
 
 
+def slack_blocks(instance: Path) -> list[str]:
+    """``--kv-blocks`` for a machine-made schedule: the instance's M in blocks plus one per request.
+
+    A solver or simulator uses M to the last token; with whole 32-token blocks per request the same
+    schedule may need up to one more block per request than floor(M / 32). The plan still forces
+    every preemption, so the executed schedule is the same; only vLLM's pool is larger than M.
+    """
+    data = json.loads(instance.read_text())
+    m = data["limits"]["kv_capacity"]
+    return ["--kv-blocks", str(-(-m // BLOCK_SIZE) + len(data["requests"]))]
+
+
 def case(name: str, py: str, vpy: str, out: Path, instance: Path, make: list[str] | None,
          schedule: Path | None, totals: dict) -> bool:
     """One schedule source through export -> execute -> validate; True when it passed."""
@@ -86,7 +100,8 @@ def case(name: str, py: str, vpy: str, out: Path, instance: Path, make: list[str
             pass
     plan = d / "plan.json"
     proc = run(opt + ["export", str(schedule), "--instance", str(instance), "--format", "vllm-replay",
-                      "--block-size", str(BLOCK_SIZE), "--out", str(plan), "--json"], d / "export.log")
+                      "--block-size", str(BLOCK_SIZE), "--out", str(plan), "--json",
+                      *(slack_blocks(instance) if make is not None else [])], d / "export.log")
     if proc.returncode != 0:
         print(f"[{name}] FAILED: export refused the schedule: {proc.stderr.strip()}")
         return False
@@ -94,7 +109,7 @@ def case(name: str, py: str, vpy: str, out: Path, instance: Path, make: list[str
     pre, chunks = features(plan_data)
     result = d / "result.json"
     proc = run([vpy, "-m", "optsched.cli", "execute", str(plan), "--model", "tiny-llama", "--dtype", "float32",
-                "--repeats", "3", "--warmup", "1", "--out", str(result), "--json"], d / "execute.log")
+                "--repeats", "5", "--warmup", "1", "--out", str(result), "--json"], d / "execute.log")
     if not result.exists():
         print(f"[{name}] FAILED: execute wrote no result (rc {proc.returncode}); see {d / 'execute.log'}")
         return False
@@ -133,6 +148,7 @@ def main() -> int:
     evict_instance = HERE / "e2e-evict.json"
     cases: list[tuple[str, Path, list[str] | None, Path | None]] = [
         ("handmade", HERE / "e2e-tiny.json", None, HERE / "e2e-tiny.handmade.json"),
+        ("handmade-arrival", evict_instance, None, HERE / "e2e-evict.handmade.json"),
     ]
     if has_command(py, "solve") and has_entry(py, "optsched.problems", "SOLVERS", "infermax"):
         cases.append(("optimal", evict_instance,

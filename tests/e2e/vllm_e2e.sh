@@ -21,6 +21,7 @@ bash "$REPO/tests/e2e/vllm_env.sh" "$VENV" || fail "could not prepare the vLLM v
 "$VENV/bin/python" -m pip install -q --no-deps -e "$REPO" >/dev/null 2>&1 \
   || fail "could not install optsched into $VENV"
 rm -rf "$OUT"
-# In-process engine (exact step control) and no OpenMP thread pinning (2-core CI machines).
-export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_OMP_THREADS_BIND=nobind
+# In-process engine (exact step control); one unpinned OpenMP thread: on a shared 2-core machine two
+# threads straggle (steps of 3 ms became 20-200 ms under load), one thread stays near 3 ms.
+export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1
 "$PY" "$REPO/tests/e2e/vllm_e2e.py" --python "$PY" --vllm-python "$VENV/bin/python" --out "$OUT"
