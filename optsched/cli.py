@@ -26,8 +26,14 @@ from .schedule import ScheduleError
 
 #: Modules that each add one subcommand (``register(subparsers)``).
 COMMAND_MODULES: list[str] = [
-    "optsched.commands.execute",
+    "optsched.commands.simulate",
+    "optsched.commands.check",
+    "optsched.commands.info",
+    "optsched.commands.solve",
+    "optsched.commands.bound",
+    "optsched.commands.fit",
     "optsched.commands.export",
+    "optsched.commands.execute",
     "optsched.commands.validate",
 ]
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from optsched.cli import main
-from optsched.costmodel import fit_terms, load_cost_model, to_toml
+from optsched.costmodel import fit_terms, load_cost_model, profile_toml
 from optsched.executor.compare import compare
 from optsched.executor.models import ModelError, available_configs, resolve_model
 from optsched.executor.replay_scheduler import ReplayTracker
@@ -131,7 +131,8 @@ def test_fit_terms_recovers_a_profile_and_toml_round_trips(tmp_path):
     assert fit.mean_abs_pct_error < 1e-6
     assert min(fit.model.to_dict()["prefill"].values()) >= 0 and fit.model.base >= 0
     path = tmp_path / "fitted.toml"
-    path.write_text(to_toml(fit.model, "test"))
+    m = fit.model
+    path.write_text(profile_toml("fitted", "test", m.base, m.per_token, template=m))
     again = load_cost_model(str(path))
     for f in feats[:10]:
         assert again.batch_time(*f) == pytest.approx(model.batch_time(*f), rel=1e-6)

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..costmodel import fit_linear, fit_terms, to_toml
+from ..costmodel import fit_linear, fit_terms, profile_toml
 
 __all__ = ["FEATURES", "compare", "plot"]
 
@@ -94,7 +94,8 @@ def compare(result: Mapping[str, Any], *, timing: str = "wall", worst: int = 5,
         out["fit_terms"] = {"profile": terms.model.to_dict(), "mape": terms.mean_abs_pct_error,
                             "max_ape": terms.max_abs_pct_error, "r_squared": terms.r_squared,
                             "dropped_terms": list(terms.dropped),
-                            "profile_toml": to_toml(terms.model, source)}
+                            "profile_toml": profile_toml(profile_name, source, terms.model.base,
+                                                            terms.model.per_token, template=terms.model)}
         out["refit_mape"] = terms.mean_abs_pct_error
     return out
 
