@@ -168,3 +168,31 @@ def test_cli_export(instance, schedule, tmp_path, capsys):
     # bad input: unknown instance name in the schedule and no --instance
     assert main(["export", str(sched), "--format", "vllm-replay", "--out", str(out2)]) == 2
     assert main(["export", str(sched), "--format", "nope", "--out", str(out2)]) == 2
+
+
+@pytest.mark.parametrize("policy", ["vllm", "sarathi", "rank-o"])
+@pytest.mark.parametrize("name", ["toy-4", "infermax-lilo-silo-64"])
+def test_simulated_schedules_export_faithfully(policy, name):
+    """Every policy's schedule on shipped instances becomes a plan that mirrors it step for step."""
+    from optsched.instance import load_instance
+    from optsched.policies import policy_names, simulator_for
+
+    if policy not in policy_names():
+        pytest.skip(f"policy {policy!r} is not registered")
+    inst = load_instance(name)
+    sched = simulator_for(policy)(inst)
+    res = replay(inst, sched)
+    assert res.feasible
+    m = inst.limits.kv_capacity
+    plan = build_plan(inst, sched, block_size=16, kv_blocks=-(-m // 16) + len(inst.requests))
+    work = [j for j, b in enumerate(sched.batches) if b.items or b.evict]
+    assert [s.batch for s in plan.steps] == work
+    assert sum(len(s.preempt) for s in plan.steps) == res.metrics.evictions
+    for r in inst.requests:
+        planned = sum(s.tokens.get(r.id, 0) for s in plan.steps)
+        assert planned == sum(it.tokens for b in sched.batches for it in b.items if it.id == r.id)
+        step = plan.steps[plan.requests[inst.index(r.id)].arrival_step]
+        assert res.starts[step.batch] >= r.arrival - 1e-9
+    assert plan.predicted_total == pytest.approx(sum(e - s for s, e in zip(res.starts, res.ends)))
+    assert max(s.kv_blocks for s in plan.steps) <= plan.engine["kv_blocks"]
+    assert plan.engine["max_num_seqs"] >= max(len(s.tokens) for s in plan.steps)
