@@ -9,7 +9,9 @@ the vLLM venv's Python (``--vllm-python``, execute). Cases, on the InferMax-styl
   preempted in decode to admit it, and recomputes);
 - ``optimal``: ``optsched solve --problem infermax --objective completion`` on e2e-evict.json,
   when the ``solve`` command and the ``infermax`` problem are registered (else reported as skipped);
-- ``simulated``: ``optsched simulate --policy sarathi`` on e2e-evict.json, when the policy exists.
+- ``simulated``: ``optsched simulate --policy sarathi`` on e2e-sim.json (five staggered requests,
+  C = 32, M = 128: the policy chunks prefills and preempts under memory pressure), when the policy
+  exists.
 
 Each case asserts: the schedule replays (export refuses otherwise), vLLM did exactly what the plan
 says in every step (zero mismatches), and every request produced exactly its output length. Over all
@@ -157,7 +159,8 @@ def main() -> int:
     else:
         print("[optimal] skipped: 'optsched solve --problem infermax' is not available in this checkout")
     if has_command(py, "simulate") and has_entry(py, "optsched.policies", "POLICIES", "sarathi"):
-        cases.append(("simulated", evict_instance, ["simulate", str(evict_instance), "--policy", "sarathi"], None))
+        sim_instance = HERE / "e2e-sim.json"
+        cases.append(("simulated", sim_instance, ["simulate", str(sim_instance), "--policy", "sarathi"], None))
     else:
         print("[simulated] skipped: 'optsched simulate --policy sarathi' is not available in this checkout")
     totals = {"preemptions": 0, "chunked": 0}
