@@ -17,5 +17,6 @@ setup(
         "optsched.data_instances": ["*.json", "*.csv", "*/*.json"],
         "optsched.problems.aladdin": ["*.toml"],
         "optsched.problems.static_profiles": ["*.toml"],
+        "optsched.executor": ["configs/*.json"],
     },
 )

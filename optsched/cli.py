@@ -33,6 +33,9 @@ COMMAND_MODULES: list[str] = [
     "optsched.commands.bound",
     "optsched.commands.fit",
     "optsched.commands.plan",
+    "optsched.commands.export",
+    "optsched.commands.execute",
+    "optsched.commands.validate",
 ]
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
