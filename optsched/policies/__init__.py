@@ -12,7 +12,14 @@ from typing import Callable
 from ..instance import Instance
 from ..schedule import Schedule
 
-POLICIES: dict[str, str] = {}
+POLICIES: dict[str, str] = {
+    "hybrid-baseline": "optsched.problems.hybrid.online:simulate_baseline",
+    "hybrid-baseline-global": "optsched.problems.hybrid.online:simulate_baseline_global",
+    "hybrid-offline": "optsched.problems.hybrid.online:simulate_offline",
+    "hybrid-online": "optsched.problems.hybrid.online:simulate_online",
+    "hybrid": "optsched.problems.hybrid.online:simulate_hybrid",
+    "hybrid-b": "optsched.problems.hybrid.online:simulate_hybrid_b",
+}
 
 
 def policy_names() -> list[str]:

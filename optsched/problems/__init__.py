@@ -12,8 +12,13 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any, Callable
 
-SOLVERS: dict[str, str] = {}
-BOUNDERS: dict[str, str] = {}
+SOLVERS: dict[str, str] = {
+    "hybrid": "optsched.problems.hybrid.model:solve",
+    "hybrid-offline": "optsched.problems.hybrid.offline:solve",
+}
+BOUNDERS: dict[str, str] = {
+    "hybrid": "optsched.problems.hybrid.bounds:bounds",
+}
 
 
 def _resolve(table: dict[str, str], name: str, kind: str) -> Callable[..., Any]:
