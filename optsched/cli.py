@@ -32,6 +32,7 @@ COMMAND_MODULES: list[str] = [
     "optsched.commands.solve",
     "optsched.commands.bound",
     "optsched.commands.fit",
+    "optsched.commands.generate",
 ]
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
