@@ -12,8 +12,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any, Callable
 
-SOLVERS: dict[str, str] = {}
-BOUNDERS: dict[str, str] = {}
+SOLVERS: dict[str, str] = {
+    "infermax": "optsched.problems.infermax:solve",
+}
+BOUNDERS: dict[str, str] = {
+    "infermax": "optsched.problems.infermax:bounds",
+}
 
 
 def _resolve(table: dict[str, str], name: str, kind: str) -> Callable[..., Any]:
