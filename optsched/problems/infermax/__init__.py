@@ -72,7 +72,7 @@ def candidate_schedules(instance: Instance, options: InferMaxOptions) -> dict[st
 
 
 def _nonempty(schedule: Schedule) -> int:
-    return sum(1 for b in schedule.batches if b.items or b.evict)
+    return sum(1 for b in schedule.batches if b.items)
 
 
 def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
@@ -115,6 +115,8 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         "policy_values": values,
         **backend.info,
     }
+    if backend.status == "unsupported":
+        return SolveResult("infermax", opts.solver, "unsupported", wall_time=time.perf_counter() - t0, extra=extra)
     if backend.status == "infeasible":
         if data.horizon_proven:
             raise RuntimeError(f"InferMax model infeasible although {best!r} gives a schedule within J = {data.J}")

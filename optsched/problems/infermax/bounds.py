@@ -37,7 +37,7 @@ from ...instance import Instance, Request
 from ...result import Bound
 from .model import Coefficients
 
-__all__ = ["bounds", "lower_bound", "request_work"]
+__all__ = ["batch_counts", "bounds", "lower_bound", "request_work"]
 
 
 def request_work(r: Request, k: Coefficients) -> float:
@@ -50,15 +50,22 @@ def request_work(r: Request, k: Coefficients) -> float:
     return I * q + tail
 
 
-def _bias(reqs: list[Request], instance: Instance, k: Coefficients) -> float:
-    """:math:`\\beta(R)`: least total bias of the batches serving ``reqs``."""
-    if not reqs:
-        return 0.0
+def batch_counts(reqs: list[Request], instance: Instance) -> tuple[int, int]:
+    """:math:`(B, B_p)`: least numbers of non-empty batches and of batches with prefill tokens."""
     lim = instance.limits
     chunk = min(lim.token_budget, lim.prefill_budget)
     b_p = max(math.ceil(sum(r.prompt_tokens for r in reqs) / lim.prefill_budget),
               max(math.ceil(r.prompt_tokens / chunk) for r in reqs))
-    b = max(max(math.ceil(r.prompt_tokens / chunk) + r.output_tokens - 1 for r in reqs), math.ceil(sum(r.max_kv for r in reqs) / lim.token_budget), b_p)
+    b = max(max(math.ceil(r.prompt_tokens / chunk) + r.output_tokens - 1 for r in reqs),
+            math.ceil(sum(r.max_kv for r in reqs) / lim.token_budget), b_p)
+    return b, b_p
+
+
+def _bias(reqs: list[Request], instance: Instance, k: Coefficients) -> float:
+    """:math:`\\beta(R)`: least total bias of the batches serving ``reqs``."""
+    if not reqs:
+        return 0.0
+    b, b_p = batch_counts(reqs, instance)
     return k.k_b * b + k.k_pb * b_p + min(k.k_pb, k.k_db) * (b - b_p)
 
 

@@ -9,6 +9,7 @@ lowered by the rounding slack (0 for the shipped profiles, whose coefficients sc
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +77,8 @@ class _Builder:
         for j in range(J):
             self._batch(j)
         self._symmetry()
+        self.m.Add(sum(self.y) >= data.b_min)
+        self.m.Add(sum(self.hp) >= data.bp_min)
         self.T = [self._batch_time(j) for j in range(J)]
         self._objective()
 
@@ -97,10 +100,10 @@ class _Builder:
             # cz = [c > 0]
             mdl.Add(c >= 1).OnlyEnforceIf(cz)
             mdl.Add(c == 0).OnlyEnforceIf(cz.Not())
-            # (2)+(3) memory, (4) evicted requests process nothing, C13 eviction needs KV
-            mdl.Add(mh == 0).OnlyEnforceIf(e)
+            # (2)+(3) memory; an eviction happens before the batch's processing (see the model's note
+            # on (4)); C13 an eviction needs KV
+            mdl.Add(mh == c).OnlyEnforceIf(e)
             mdl.Add(mh == m_prev + c).OnlyEnforceIf(e.Not()) if j else mdl.Add(mh == c)
-            mdl.Add(cz + e <= 1)
             if j:
                 mdl.Add(m_prev >= 1).OnlyEnforceIf(e)
             mdl.Add(mh <= I_i + G_prev)  # row 3 of (3): no overrun past the (refill) prompt
@@ -115,25 +118,26 @@ class _Builder:
             mdl.Add(m == 0).OnlyEnforceIf(done)
             mdl.Add(m == mh).OnlyEnforceIf(done.Not())
             if j:
-                mdl.Add(cz + e <= 1 - done_prev)
+                mdl.AddImplication(self.done[i][j - 1], cz.Not())
                 mdl.AddImplication(self.done[i][j - 1], done)
             # redundant invariant: m <= I_i + G - 1 (equality in decode)
             mdl.Add(m <= I_i + G - 1)
             mdl.Add(m_prev == I_i + G_prev - 1).OnlyEnforceIf(d)
-            # phase: d_1 = 0; d_{j+1} = (d_j or g_j) and not e_j and not done_j
+            # phase: d_1 = 0; d_{j+1} = ((d_j and not e_j) or g_j) and not done_j
             if j == 0:
                 mdl.Add(d == 0)
             if j + 1 < data.J:
                 dn = self.d[i][j + 1]
                 mdl.AddBoolOr([d, g]).OnlyEnforceIf(dn)
-                mdl.AddImplication(dn, e.Not())
+                mdl.AddBoolOr([e.Not(), g]).OnlyEnforceIf(dn)
                 mdl.AddImplication(dn, done.Not())
                 mdl.AddBoolOr([dn, e, done]).OnlyEnforceIf(d)
                 mdl.AddBoolOr([dn, done]).OnlyEnforceIf(g)
-            # dg = d and cz (a decode item); pc = prefill tokens; sq = pc^2; kv = dg * m_prev
+            # dg = d and not e and cz (a decode item); pc = prefill tokens; sq = pc^2; kv = dg * m_prev
             mdl.AddImplication(dg, d)
             mdl.AddImplication(dg, cz)
-            mdl.AddBoolOr([d.Not(), cz.Not(), dg])
+            mdl.AddImplication(dg, e.Not())
+            mdl.AddBoolOr([d.Not(), cz.Not(), e, dg])
             mdl.Add(self.pc[i][j] == c - dg)
             mdl.AddMultiplicationEquality(self.sq[i][j], [self.pc[i][j], self.pc[i][j]])
             mdl.Add(self.kv[i][j] == m_prev).OnlyEnforceIf(dg)
@@ -170,6 +174,7 @@ class _Builder:
             pre.append(p)
         mdl.AddBoolOr(pre).OnlyEnforceIf(self.hp[j])
         mdl.AddBoolOr([self.dg[i][j] for i in range(N)]).OnlyEnforceIf(self.hd[j])
+        mdl.AddBoolOr([self.hp[j], self.hd[j]]).OnlyEnforceIf(self.y[j])
         if j + 1 < data.J:
             mdl.AddImplication(self.y[j + 1], self.y[j])
         if data.options.no_hybrid:
@@ -273,6 +278,9 @@ def solve_cpsat(data: ModelData, hint: tuple[list[list[int]], list[list[int]]] |
         solver.parameters.max_time_in_seconds = opts.time_limit
     solver.parameters.num_workers = opts.threads or 2
     solver.parameters.log_search_progress = opts.log
+    if opts.log:  # keep stdout for the CLI's JSON
+        solver.parameters.log_to_stdout = False
+        solver.log_callback = lambda line: print(line, file=sys.stderr)
     code = solver.Solve(b.m)
     name = solver.StatusName(code)
     info = {

@@ -17,9 +17,9 @@ per squared chunk token), :math:`k_{db}, k_{dt}, k_{dk}` (decode bias, per item,
 
 Variables (per request i and batch j; paper names first)
 --------------------------------------------------------
-- :math:`e_{ij}` evicted in batch j; :math:`c_{ij} \in [0, \min(C, U_i)]` tokens processed;
+- :math:`e_{ij}` evicted just before batch j's processing; :math:`c_{ij} \in [0, \min(C, U_i)]` tokens processed;
   :math:`cz_{ij} = [c_{ij} > 0]`; :math:`g_{ij}` generates a token; :math:`d_{ij}` decode phase
-  before batch j (paper: :math:`[m_{i,j-1} \ge I_{i,j-1}]`); :math:`dg_{ij} = d_{ij} \wedge cz_{ij}`
+  before batch j (paper: :math:`[m_{i,j-1} \ge I_{i,j-1}]`); :math:`dg_{ij} = d_{ij} \wedge \neg e_{ij} \wedge cz_{ij}`
   (a decode item; the paper's :math:`d \wedge g`, equal because a scheduled decode generates);
   :math:`m_{ij}` KV held after batch j; :math:`mz_{ij}` holds KV in batch j (for :math:`R_{max}`).
 - Added (digest C2, C7): :math:`G_{ij} = \sum_{j' \le j} g_{ij'}` tokens generated;
@@ -37,28 +37,36 @@ Variables (per request i and batch j; paper names first)
 Constraints (initial state :math:`m_{i0} = G_{i0} = d_{i1} = done_{i0} = 0`)
 --------------------------------------------------------------------------
 (1)  termination: :math:`G_{iJ} = O_i`, with :math:`G_{ij} = G_{i,j-1} + g_{ij}`.
-(2)+(3) memory: :math:`e_{ij} \Rightarrow \hat m_{ij} = 0`;
-     :math:`\neg e_{ij} \Rightarrow \hat m_{ij} = m_{i,j-1} + c_{ij}`;
+(2)+(3) memory: :math:`\hat m_{ij} = (1 - e_{ij})\, m_{i,j-1} + c_{ij}`;
      no overrun past the prompt (row 3 of (3), digest C4): :math:`\hat m_{ij} \le I_i + G_{i,j-1}`
      (in decode this is (4)'s :math:`c \le 1`).
-(4)  :math:`e_{ij} \Rightarrow c_{ij} = 0`; decode :math:`c \le 1` (implied above).
+(4)  decode :math:`c \le 1` (implied above). The paper's :math:`e_{ij} \Rightarrow c_{ij} = 0` is
+     replaced: an eviction in model batch j happens *before* its processing, and an evicted
+     request may refill in the same model batch. The extracted schedule then puts the eviction in
+     an eviction-only batch (cost 0) just before batch j, since the contract forbids an item for a
+     request evicted in the same batch. This is exactly the contract's freedom (the exhaustive
+     search found schedules that need such batches: a request processed in batches j-1 and j+1 and
+     evicted in between, turning its decode into a refill that shares a prefill-only batch) without
+     doubling J. A refilling request is in prefill: :math:`dg_{ij} = d_{ij} \wedge \neg e_{ij}
+     \wedge cz_{ij}`.
 C1   generation link: :math:`g_{ij} \Leftrightarrow \hat m_{ij} = I_i + G_{i,j-1}` (the prompt is
      complete after processing: a prefill chunk that completes it, or a decode step); hence
      :math:`g \le cz`.
 C2   completion and release: :math:`done_{ij} \Leftrightarrow G_{ij} \ge O_i`;
      :math:`done_{ij} \Rightarrow m_{ij} = 0` (the contract releases KV at the end of the finishing
      batch), else :math:`m_{ij} = \hat m_{ij}`; no work after completion:
-     :math:`cz_{ij} + e_{ij} \le 1 - done_{i,j-1}`.
+     :math:`cz_{ij} \le 1 - done_{i,j-1}`.
 C13  an eviction needs KV: :math:`e_{ij} \Rightarrow m_{i,j-1} \ge 1` (the contract rejects others).
-     Phase transition (definition of d): :math:`d_{i,j+1} = (d_{ij} \vee g_{ij}) \wedge \neg e_{ij}
+     Phase transition (definition of d): :math:`d_{i,j+1} = ((d_{ij} \wedge \neg e_{ij}) \vee g_{ij})
      \wedge \neg done_{ij}`; in decode :math:`m_{i,j-1} = I_i + G_{i,j-1} - 1`.
 (5)  per batch: :math:`\sum_i c_{ij} \le C`; :math:`\sum_i pc_{ij} \le P` with
      :math:`pc = c - dg` (prefill tokens only, digest C6, as the contract);
      :math:`\sum_i \hat m_{ij} \le M`; :math:`\sum_i mz_{ij} \le R_{max}`,
      :math:`mz_{ij} = [\hat m_{ij} > 0]`.
 C5   horizon and empty batches: :math:`cz_{ij} \le y_j`, :math:`y_j \le \sum_i cz_{ij}`,
-     :math:`e_{ij} \le y_j` (evictions ride on a non-empty batch: moving them there changes no
-     replay), :math:`y_j \ge y_{j+1}` (empty batches last). Symmetry breaking for identical
+     :math:`e_{ij} \le y_j` (an eviction can always move to the next batch with items, since it
+     happens before that batch's processing), :math:`y_j \ge y_{j+1}` (empty batches last). Valid cuts: :math:`y_j \le hp_j + hd_j`,
+     :math:`\sum_j y_j \ge B`, :math:`\sum_j hp_j \ge B_p` (least batch counts, :mod:`.bounds`). Symmetry breaking for identical
      requests (same I, O, arrival) :math:`i < i'`: :math:`done_{ij} \ge done_{i'j}` (renaming whole
      histories preserves every objective). J: see :func:`horizon`.
 C9   options: no hybrid batching :math:`hp_j + hd_j \le 1`; no chunked prefill
@@ -284,6 +292,8 @@ class ModelData:
     upper_makespan: float
     online: bool
     symmetric_pairs: tuple[tuple[int, int], ...] = field(default=())
+    b_min: int = 1
+    bp_min: int = 1
 
     @property
     def N(self) -> int:
@@ -380,8 +390,8 @@ def horizon(
 ) -> tuple[int, bool, str]:
     r"""A number of batches J that provably admits an optimal schedule (digest C5).
 
-    An optimal schedule has no empty batch (dropping it changes nothing), so every batch costs at
-    least :math:`k_b + \min(k_{pb}, k_{db})`. Every request processes at least :math:`U_i` distinct
+    J counts batches with items (eviction-only batches are implied, see the note on (4)). Every
+    such batch costs at least :math:`k_b + \min(k_{pb}, k_{db})`. Every request processes at least :math:`U_i` distinct
     tokens, each costing at least :math:`k_t + \min(k_{pt} + k_{pq}, k_{dt} + k_{dk} I_i)` (a prefill
     chunk's :math:`c^2 \ge c`; a decode reads at least :math:`I_i` KV). Hence any schedule with
     makespan at most :math:`T^{UB}` has at most
@@ -436,8 +446,11 @@ def build_data(
         proven = proven and options.horizon >= J
         note = f"J = {options.horizon} from option 'horizon' (proven bound {J})"
         J = options.horizon
+    from .bounds import batch_counts  # bounds imports this module
+
     lim = instance.limits
     reqs = instance.requests
+    b_min, bp_min = batch_counts(list(reqs), instance)
     return ModelData(
         instance=instance,
         options=options,
@@ -457,6 +470,8 @@ def build_data(
         upper_makespan=upper_makespan,
         online=any(r.arrival > 0 for r in reqs),
         symmetric_pairs=_symmetric_pairs(instance),
+        b_min=b_min,
+        bp_min=bp_min,
     )
 
 
@@ -494,7 +509,9 @@ def schedule_from_solution(
 ) -> Schedule:
     """Turn solution values ``c[i][j]``, ``e[i][j]`` (and start times) into a schedule.
 
-    Empty batches (no item, no eviction) are dropped; they cost nothing and change nothing.
+    Empty batches (no item, no eviction) are dropped; they cost nothing and change nothing. When a
+    request is evicted and processed in the same model batch, the evictions go into an
+    eviction-only batch (cost 0) placed just before it (the model's note on (4)).
     """
     batches: list[Batch] = []
     for j in range(data.J):
@@ -503,21 +520,30 @@ def schedule_from_solution(
         if not items and not evict:
             continue
         start = float(starts[j]) if starts is not None and data.online else None
+        if any(e[i][j] and c[i][j] > 0 for i in range(data.N)):
+            batches.append(Batch((), evict, start))
+            evict = ()
         batches.append(Batch(items, evict, start))
     return Schedule(data.instance.name, tuple(batches), dict(meta))
 
 
 def hint_from_schedule(data: ModelData, schedule: Schedule) -> tuple[list[list[int]], list[list[int]]] | None:
-    """Per (i, j) token counts and evictions of a schedule, padded to J (None if it does not fit)."""
-    batches = [b for b in schedule.batches if b.items or b.evict]
+    """Per (i, j) token counts and evictions of a schedule, padded to J (None if it does not fit).
+
+    Evictions of a batch without items move to the next batch with items (the model's note on (4)).
+    """
+    batches = [b for b in schedule.batches if b.items]
     if len(batches) > data.J:
         return None
     index = {rid: i for i, rid in enumerate(data.ids)}
     c = [[0] * data.J for _ in range(data.N)]
     e = [[0] * data.J for _ in range(data.N)]
-    for j, b in enumerate(batches):
-        for it in b.items:
-            c[index[it.id]][j] = it.tokens
+    j = 0
+    for b in schedule.batches:
         for rid in b.evict:
-            e[index[rid]][j] = 1
+            e[index[rid]][min(j, data.J - 1)] = 1
+        if b.items:
+            for it in b.items:
+                c[index[it.id]][j] = it.tokens
+            j += 1
     return c, e
