@@ -32,6 +32,7 @@ COMMAND_MODULES: list[str] = [
     "optsched.commands.solve",
     "optsched.commands.bound",
     "optsched.commands.fit",
+    "optsched.commands.plan",
     "optsched.commands.export",
     "optsched.commands.execute",
     "optsched.commands.validate",

@@ -402,7 +402,7 @@ def read_vidur_mlp_profile(path: str, tensor_parallel: int = 1) -> tuple[np.ndar
     """Non-attention time per layer from a Vidur ``mlp_<gpu>_<model>.csv`` profile.
 
     For each token count measured with ``num_tensor_parallel_workers == tensor_parallel``, the sum of
-    the per-operator mean times (every ``time_stats.<op>.mean`` column: embedding, layer norms,
+    the per-operator mean times (averaged over repeated rows of the same token count) (every ``time_stats.<op>.mean`` column: embedding, layer norms,
     QKV/output projections, rotary, MLP up/act/down, residual add). Vidur records milliseconds.
 
     Returns
@@ -423,10 +423,11 @@ def read_vidur_mlp_profile(path: str, tensor_parallel: int = 1) -> tuple[np.ndar
         rows = [r for r in reader if int(r.get("num_tensor_parallel_workers") or 1) == tensor_parallel]
     if len(rows) < 2:
         raise CostModelError(f"{path}: fewer than two rows with num_tensor_parallel_workers = {tensor_parallel}")
-    tokens = np.array([float(r["num_tokens"]) for r in rows])
-    times = np.array([math.fsum(float(r[op]) for op in ops) for r in rows]) * TIME_UNITS["ms"]
-    order = np.argsort(tokens, kind="stable")
-    return tokens[order], times[order]
+    raw_tokens = np.array([float(r["num_tokens"]) for r in rows])
+    raw_times = np.array([math.fsum(float(r[op]) for op in ops) for r in rows]) * TIME_UNITS["ms"]
+    tokens, where = np.unique(raw_tokens, return_inverse=True)  # sorted; repeated runs are averaged
+    times = np.bincount(where, weights=raw_times) / np.bincount(where)
+    return tokens, times
 
 
 def profile_toml(

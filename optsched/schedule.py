@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from .instance import Instance, Request
-from .jsonio import write_json_atomic
+from .jsonio import dumps_rows, write_text_atomic
 
 __all__ = [
     "Batch",
@@ -109,7 +109,7 @@ class Schedule:
 
     def save(self, path: str | Path) -> None:
         """Write the schedule JSON atomically (nothing half-written on failure)."""
-        write_json_atomic(path, self.to_dict())
+        write_text_atomic(path, dumps_rows(self.to_dict(), "batches"))
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<schedule>") -> "Schedule":
@@ -430,15 +430,16 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
             n_tok += c
 
         # 4. limits after processing (finishing requests still hold their KV here)
-        who = f" (requests {', '.join(repr(reqs[i].id) for i in sorted(seen)[:5])}{'...' if len(seen) > 5 else ''})"
-        if n_tok > cap_c:
-            flag(f"batch {j}: token budget exceeded: {n_tok} > C = {cap_c}{who}")
-        if n_pre > cap_p:
-            flag(f"batch {j}: prefill budget exceeded: {n_pre} > P = {cap_p}{who}")
-        if kv_total > cap_m:
-            flag(f"batch {j}: KV capacity exceeded: {kv_total} > M = {cap_m}{who}")
-        if running > cap_r:
-            flag(f"batch {j}: max running exceeded: {running} > R_max = {cap_r}{who}")
+        if n_tok > cap_c or n_pre > cap_p or kv_total > cap_m or running > cap_r:
+            who = f" (requests {', '.join(repr(reqs[i].id) for i in sorted(seen)[:5])}{'...' if len(seen) > 5 else ''})"
+            if n_tok > cap_c:
+                flag(f"batch {j}: token budget exceeded: {n_tok} > C = {cap_c}{who}")
+            if n_pre > cap_p:
+                flag(f"batch {j}: prefill budget exceeded: {n_pre} > P = {cap_p}{who}")
+            if kv_total > cap_m:
+                flag(f"batch {j}: KV capacity exceeded: {kv_total} > M = {cap_m}{who}")
+            if running > cap_r:
+                flag(f"batch {j}: max running exceeded: {running} > R_max = {cap_r}{who}")
         kv_trace.append(kv_total)
         run_trace.append(running)
         pre_trace.append(n_pre)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..cli import EXIT_INTERNAL, EXIT_NO, BadInput, print_json
 from ..export.vllm_replay import PlanError, load_plan
-from ..schedule import write_json_atomic
+from ..jsonio import write_json_atomic
 
 
 def register(subparsers: Any) -> None:

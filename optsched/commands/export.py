@@ -16,7 +16,8 @@ from ..cli import EXIT_NO, BadInput, print_json
 from ..export import EXPORTERS, exporter_for
 from ..export.vllm_replay import PlanError
 from ..instance import InstanceError, load_instance
-from ..schedule import load_schedule, write_json_atomic
+from ..jsonio import write_json_atomic
+from ..schedule import load_schedule
 
 
 def register(subparsers: Any) -> None:

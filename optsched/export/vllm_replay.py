@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..instance import Instance
-from ..schedule import Schedule, replay, write_json_atomic
+from ..jsonio import write_json_atomic
+from ..schedule import Schedule, replay
 
 __all__ = [
     "FORMAT",
