@@ -240,23 +240,112 @@ def extract_stages(model: HybridMIP, instance: Instance) -> list[tuple[list[int]
     return stages
 
 
-def run_backend(model: HybridMIP, solver: str, time_limit: float, threads: int | None) -> tuple[str, float | None, float | None]:
-    """Solve with ``highs``, ``cbc`` or ``gurobi``; returns (status, objective, dual bound or None)."""
+def warm_start_values(model: HybridMIP, instance: Instance, schedule: Schedule) -> dict[str, float] | None:
+    """MIP variable values (by name) of a policy schedule, or None when it is outside the model space.
+
+    The schedule must consist of pure batches, prefill every prompt whole, and need at most K bins: each
+    prefill batch opens a bin, the decode batches up to the next one are its rounds. Clients come from a
+    greedy colouring of the requests' bin intervals (at most J overlap since at most J run), relabelled by
+    lowest request so that the symmetry breaking ``x_ij = 0, j > i`` holds.
+    """
+    tm = timing_of(instance)
+    reqs = instance.requests
+    D = [decode_rounds(r.output_tokens) for r in reqs]
+    started: set[int] = set()
+    first_bin: dict[int, int] = {}
+    counts: list[dict[int, int]] = []  # per bin: request -> decode rounds in it
+    rounds_in: list[int] = []  # per bin: decode batches
+    tokens: list[int] = []
+    for batch in schedule.batches:
+        idx = [instance.index(it.id) for it in batch.items]
+        pre = [i for i in idx if i not in started]
+        if pre:
+            if len(pre) != len(idx) or any(it.tokens != reqs[i].prompt_tokens for it, i in zip(batch.items, idx)):
+                return None  # hybrid batch or split prompt
+            counts.append({})
+            rounds_in.append(0)
+            tokens.append(sum(reqs[i].prompt_tokens for i in pre))
+            for i in pre:
+                started.add(i)
+                first_bin[i] = len(counts) - 1
+        elif idx:
+            rounds_in[-1] += 1
+            for i in idx:
+                counts[-1][i] = counts[-1].get(i, 0) + 1
+    nbins = len(counts)
+    if nbins > model.bins or len(started) != len(reqs):
+        return None
+    last_bin = {i: max([k for k in range(nbins) if i in counts[k]], default=first_bin[i]) for i in first_bin}
+    free_after = [-1] * model.clients  # last occupied bin of each client
+    raw: dict[int, int] = {}
+    for i in sorted(first_bin, key=lambda i: (first_bin[i], i)):
+        c = next((c for c in range(model.clients) if free_after[c] < first_bin[i]), None)
+        if c is None:
+            return None
+        raw[i], free_after[c] = c, last_bin[i]
+    label: dict[int, int] = {}
+    for i in sorted(raw):
+        label.setdefault(raw[i], len(label))
+    vals: dict[str, float] = {}
+    work = [[0.0] * model.clients for _ in range(nbins)]
+    for i, c0 in raw.items():
+        c, b = label[c0], first_bin[i]
+        vals[f"x_{i}_{c}"] = 1
+        vals[f"p_{i}_{c}_{b}"] = 1
+        for k in range(b, last_bin[i] + 1):
+            vals[f"d_{i}_{c}_{k}"] = 1
+        if D[i] == 0:
+            vals[f"w_{i}_{c}_{b}"] = 1
+        for k, cnt in ((k, counts[k].get(i, 0)) for k in range(b, last_bin[i] + 1)):
+            if cnt:
+                vals[f"w_{i}_{c}_{k}"] = cnt / D[i]
+                work[k][c] += cnt
+    levels = tm.levels()
+    t = 0.0
+    for k in range(model.bins):
+        rounds = rounds_in[k] if k < nbins else 0
+        tok = tokens[k] if k < nbins else 0
+        if model.time_model == "contract":
+            vals[f"u_{k}"] = 1 if k < nbins else 0
+            vals[f"R_{k}"] = rounds
+            n_p = tm.alpha_p * (k < nbins) + tm.beta_p * tok
+            n_d = tm.alpha_d * rounds + tm.beta_d * (sum(work[k]) if k < nbins else 0)
+        else:
+            lvl = min(l for l in range(len(levels)) if levels[l][0] >= tok)
+            vals[f"y_{k}_{lvl}"] = 1
+            n_p = levels[lvl][1]
+            n_d = tm.tau_d * (max(work[k]) if k < nbins else 0)
+        vals[f"tsp_{k}"], vals[f"np_{k}"] = t, n_p
+        vals[f"tsd_{k}"], vals[f"nd_{k}"] = t + n_p, n_d
+        t += n_p + n_d
+    vals["tmax"] = t
+    return vals
+
+
+def run_backend(
+    model: HybridMIP, solver: str, time_limit: float, threads: int | None, warm: dict[str, float] | None = None
+) -> tuple[str, float | None, float | None]:
+    """Solve with ``highs``, ``cbc`` or ``gurobi`` (from ``warm`` values if given); (status, objective, bound)."""
     import pulp
 
+    if warm is not None:
+        for var in model.prob.variables():
+            var.setInitialValue(warm.get(var.name, 0.0))
     if solver == "highs":
-        backend = pulp.HiGHS(msg=False, timeLimit=time_limit, threads=threads or 2)
+        backend = (_warm_highs() if warm is not None else pulp.HiGHS)(msg=False, timeLimit=time_limit, threads=threads or 2)
         model.prob.solve(backend)
         info = model.prob.solverModel.getInfo()
         bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
     elif solver == "cbc":
         with tempfile.TemporaryDirectory() as tmp:
             log = Path(tmp) / "cbc.log"
-            backend = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, threads=threads or 2, logPath=str(log))
+            backend = pulp.PULP_CBC_CMD(
+                msg=False, timeLimit=time_limit, threads=threads or 2, logPath=str(log), warmStart=warm is not None
+            )
             model.prob.solve(backend)
             bound = cbc_bound(log.read_text() if log.exists() else "")
     elif solver == "gurobi":
-        backend = pulp.GUROBI(msg=False, timeLimit=time_limit, Threads=threads or 2)
+        backend = pulp.GUROBI(msg=False, timeLimit=time_limit, Threads=threads or 2, warmStart=warm is not None)
         model.prob.solve(backend)
         grb = model.prob.solverModel
         bound = grb.ObjBound if grb is not None and grb.SolCount > 0 else None
@@ -273,6 +362,21 @@ def run_backend(model: HybridMIP, solver: str, time_limit: float, threads: int |
     return "time_limit", None, bound
 
 
+def _warm_highs() -> type:
+    """``pulp.HiGHS`` that hands the variables' initial values to HiGHS as a starting solution."""
+    import highspy
+    import pulp
+
+    class WarmHiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
+        def callSolver(self, lp: Any) -> None:
+            start = highspy.HighsSolution()
+            start.col_value = [v.varValue or 0.0 for v in sorted(lp.variables(), key=lambda v: v.index)]
+            lp.solverModel.setSolution(start)
+            lp.solverModel.run()
+
+    return WarmHiGHS
+
+
 def cbc_bound(log: str) -> float | None:
     """CBC's best possible objective from its log (``best possible`` or the optimal objective)."""
     found = re.findall(r"best possible ([-+0-9.eE]+)", log)
@@ -287,7 +391,8 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
 
     Options: ``solver`` (``highs`` default, ``cbc``, ``gurobi``), ``time_limit`` (default 60 s), ``threads``,
     ``method`` (= mode: ``strengthened`` default or ``faithful``), ``time_model`` (``contract`` |
-    ``paper``), ``bins`` (K, default I).
+    ``paper``), ``bins`` (K, default I), ``warm_start`` (a hybrid policy whose schedule, converted by
+    :func:`warm_start_values`, starts the solver).
     """
     solver = options.get("solver") or "highs"
     mode = options.get("method") or "strengthened"
@@ -302,9 +407,14 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         model = build(instance, mode, options.get("time_model"), options.get("bins"))
     except ValueError as exc:
         return SolveResult(problem, solver, "unsupported", extra={"message": str(exc)})
+    warm = None
+    if options.get("warm_start"):
+        from .online import simulate_policy
+
+        warm = warm_start_values(model, instance, simulate_policy(instance, options["warm_start"]))
     built = time.perf_counter() - start
     try:
-        status, mip_value, mip_bound = run_backend(model, solver, max(1.0, limit - built), options.get("threads"))
+        status, mip_value, mip_bound = run_backend(model, solver, max(1.0, limit - built), options.get("threads"), warm)
     except Exception as exc:  # noqa: BLE001 - e.g. the restricted Gurobi licence: report, never crash
         if solver == "gurobi":
             return SolveResult(problem, solver, "unsupported", extra={"message": f"gurobi: {exc}"})
@@ -324,6 +434,7 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         "mip_bound": mip_bound,
         "strict_bound": strict,
         "build_time": built,
+        "warm_start": options.get("warm_start") if warm is not None else None,
     }
     if status == "infeasible":
         return SolveResult(problem, solver, "infeasible", None, None, wall, extra=extra)
