@@ -25,7 +25,18 @@ from .instance import InstanceError
 from .schedule import ScheduleError
 
 #: Modules that each add one subcommand (``register(subparsers)``).
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = [
+    "optsched.commands.simulate",
+    "optsched.commands.check",
+    "optsched.commands.info",
+    "optsched.commands.solve",
+    "optsched.commands.bound",
+    "optsched.commands.fit",
+    "optsched.commands.plan",
+    "optsched.commands.export",
+    "optsched.commands.execute",
+    "optsched.commands.validate",
+]
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 

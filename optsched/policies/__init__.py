@@ -11,6 +11,7 @@ from typing import Callable
 
 from ..instance import Instance
 from ..schedule import Schedule
+from .config import POLICY_CONFIGS, function_name
 
 POLICIES: dict[str, str] = {
     "hybrid-baseline": "optsched.problems.hybrid.online:simulate_baseline",
@@ -20,6 +21,9 @@ POLICIES: dict[str, str] = {
     "hybrid": "optsched.problems.hybrid.online:simulate_hybrid",
     "hybrid-b": "optsched.problems.hybrid.online:simulate_hybrid_b",
 }
+
+# The baseline policies of InferMax's unified scheduler (vllm, sarathi, ... and their -ef twins).
+POLICIES.update({name: f"optsched.policies.engine:{function_name(name)}" for name in POLICY_CONFIGS})
 
 
 def policy_names() -> list[str]:
@@ -32,6 +36,6 @@ def simulator_for(name: str) -> Callable[[Instance], Schedule]:
     try:
         target = POLICIES[name]
     except KeyError:
-        raise KeyError(f"unknown policy {name!r} (known: {', '.join(policy_names())})") from None
+        raise KeyError(f"unknown policy {name!r} (known: {', '.join(policy_names()) or 'none registered'})") from None
     module, _, attr = target.partition(":")
     return getattr(import_module(module), attr)
