@@ -152,3 +152,13 @@ def test_inst_assign_balances_by_remaining_memory():
     assert all(parts) and abs(len(parts[0]) - len(parts[1])) <= 2
     with pytest.raises(ValueError, match="needs"):
         inst_assign(p, [min(p.need) - 1])
+
+
+def test_cli_solve_gmax_and_bad_input(capsys):
+    from optsched.cli import main
+
+    assert main(["solve", str(ROOT / "instances" / "static" / "fig5-defer-strict.json"), "--problem", "gmax", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["objective"] == pytest.approx(2 / 2.9) and out["batches"] == [["J2"], ["J1"], ["J3"]]
+    assert main(["solve", "toy-4", "--problem", "gmax", "--json"]) == 2
+    assert "max_batch_size" in capsys.readouterr().err
