@@ -43,7 +43,6 @@ class MilpBackend:
             raise ValueError(f"unknown MILP solver {solver!r} (known: {', '.join(MILP_SOLVERS)})")
         self.data, self.solver, self.threads, self.log = data, solver, threads, log
         self.name = f"milp-{solver}"
-        self.highs_options: dict[str, Any] = {}
         self.hint: list[list[int]] | None = None  # MIP start (HiGHS and Gurobi)
 
     # ------------------------------------------------------------------------------ model
@@ -156,7 +155,7 @@ class MilpBackend:
     def _command(self, time_limit: float | None) -> pulp.LpSolver:
         common: dict[str, Any] = {"msg": self.log, "timeLimit": time_limit, "gapRel": 0.0}
         if self.solver == "highs":
-            return _HighsWithStart(threads=self.threads, mip_feasibility_tolerance=1e-9, **self.highs_options, **common)
+            return _HighsWithStart(threads=self.threads, mip_feasibility_tolerance=1e-9, **common)
         if self.solver == "cbc":
             return pulp.PULP_CBC_CMD(threads=self.threads, **common)
         return pulp.GUROBI(threads=self.threads, warmStart=self.hint is not None, MIPGap=0.0, IntFeasTol=1e-9, **{k: v for k, v in common.items() if k != "gapRel"})

@@ -341,6 +341,8 @@ def evaluate_g(problem: GmaxProblem, batches: Sequence[Sequence[int | str]]) -> 
                 met[rid] = bool(ttft[rid] <= problem.slo_ttft[i] and tpot[rid] <= problem.slo_tpot[i])
         durations.append(max(float(problem.times.exec[i, col]) for i in batch))
         wait += durations[-1]
+    if n != sum(met.values()):  # g_core and this loop implement the same Eq. 7
+        raise AssertionError("calculateG: inconsistent SLO accounting")
     return GEvaluation(
         n=n,
         t=t,
