@@ -7,7 +7,8 @@ G = n / t is a ratio; two exact schemes reduce it to the slot model of :mod:`.sl
   :math:`F(\\lambda) > 0` its solution has :math:`G > \\lambda` and becomes the incumbent, otherwise
   :math:`\\lambda = G^*` is proven. A sub-solve stopped by the time limit with dual bound
   :math:`\\bar F` still proves :math:`G^* \\le \\lambda + \\max(\\bar F, 0) / t_{LB}`
-  (:math:`t_{LB} = \\sum_i \\min_b E_i(b)`).
+  (:math:`t_{LB}` the larger of :math:`\\sum_i \\min_b E_i(b)` and the LP bound on :math:`\\min t`;
+  the MILP backend then also tightens :math:`\\bar F` by the LP relaxation, solved after the limit).
 - **Fixed n (epsilon-constraint).** :math:`t^*(n_0) = \\min t` s.t. :math:`n \\ge n_0`; then
   :math:`G^* = \\max_{n_0} n_0 / t^*(n_0)`. The points :math:`(n_0, t^*(n_0))` are the (n, t) Pareto
   frontier. Solved for :math:`n_0 = \\bar n, \\bar n - 1, \\dots` (:math:`\\bar n` = max n) and stopped
@@ -170,8 +171,14 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
             # F(lambda) <= 0 up to rounding, so lambda = G* (within the model's arithmetic).
             return "optimal", inc.G + max(res.objective, 0.0) / t_lb
         if res.status not in ("optimal", "feasible") or (not improved and res.status == "feasible"):
-            bound = res.bound if math.isfinite(res.bound) else math.inf
-            return "time_limit", res.info.get("lambda", inc.G) + max(bound, 0.0) / t_lb
+            f_bound, t_bound = res.bound if math.isfinite(res.bound) else math.inf, t_lb
+            relax = getattr(backend, "relaxation_bounds", None)
+            if relax is not None:  # LP bounds, computed after the limit (documented overshoot)
+                f_lp, t_lp = relax(inc.n, inc.batches)
+                f_bound, t_bound = min(f_bound, f_lp), max(t_lb, t_lp)
+                log.append({"step": "lp-bounds", "F_lp": f_lp, "t_lp": t_lp})
+            # any schedule: n - lambda t <= F_bound and t >= t_bound, so G <= lambda + F_bound / t_bound
+            return "time_limit", res.info.get("lambda", inc.G) + max(f_bound, 0.0) / t_bound
 
 
 def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[list, str, float]:

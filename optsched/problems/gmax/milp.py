@@ -218,6 +218,19 @@ class MilpBackend:
             prob += parts["n"] >= n_min, "n_min"
         return self._run(prob, parts, deadline)
 
+    def relaxation_bounds(self, n_inc: int, batches_inc: list[list[int]]) -> tuple[float, float]:
+        """LP-relaxation bounds: (upper bound on :math:`\max n - \lambda t` at the incumbent's
+        :math:`\lambda`, lower bound on :math:`\min t`), used to prove a bound after a time limit."""
+        lam = n_inc / g_core(self.data.problem, batches_inc)[1]
+        out = []
+        for sense in (pulp.LpMaximize, pulp.LpMinimize):
+            prob, parts = self._build(sense)
+            prob += parts["n"] - lam * parts["t"] if sense == pulp.LpMaximize else parts["t"]
+            prob.solve(pulp.HiGHS(mip=False, msg=self.log))
+            ok = prob.status == pulp.LpStatusOptimal
+            out.append(float(pulp.value(prob.objective)) if ok else (float("inf") if sense == pulp.LpMaximize else 0.0))
+        return out[0], out[1]
+
     def max_n(self, deadline: float | None) -> SubResult:
         prob, parts = self._build(pulp.LpMaximize)
         prob += parts["n"]
