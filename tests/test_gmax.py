@@ -13,7 +13,7 @@ from optsched.problems import solver_for
 from optsched.problems.gmax.exact import make_backend, solve_exact
 from optsched.problems.gmax.generate import random_gmax_instance
 from optsched.problems.gmax.problem import GmaxProblem, evaluate_g, g_core, g_value
-from optsched.problems.gmax.sa import SAParams, inst_assign, simulated_annealing, start_points
+from optsched.problems.gmax.sa import SAParams, inst_assign, simulated_annealing, slo_aware_scheduling, start_points
 
 ROOT = Path(__file__).resolve().parents[1]
 TOYS = {  # digest 000 section 5.3: (instance, optimal batches, optimal G in req/s, start G)
@@ -162,3 +162,14 @@ def test_cli_solve_gmax_and_bad_input(capsys):
     assert out["objective"] == pytest.approx(2 / 2.9) and out["batches"] == [["J2"], ["J1"], ["J3"]]
     assert main(["solve", "toy-4", "--problem", "gmax", "--json"]) == 2
     assert "max_batch_size" in capsys.readouterr().err
+
+
+def test_algorithm2_schedules_each_instance_and_sums_g():
+    p = GmaxProblem.from_instance(parse_instance(random_gmax_instance(9, 4)))
+    cap = max(p.need) * 4
+    schedules, n, t = slo_aware_scheduling(p, [cap, cap, cap], SAParams(iters=10))
+    assert sorted(i for sched in schedules for b in sched for i in b) == list(range(9))
+    parts = inst_assign(p, [cap, cap, cap])
+    judged = [evaluate_g(p.subset(part), [[part.index(i) for i in b] for b in sched])
+              for part, sched in zip(parts, schedules) if part]
+    assert n == sum(j.n for j in judged) and t == pytest.approx(sum(j.t for j in judged))
