@@ -32,7 +32,7 @@ def canonical(problem, batches):
 
 
 @pytest.mark.parametrize("name", sorted(TOYS))
-@pytest.mark.parametrize("solver", ["highs", "cpsat"])
+@pytest.mark.parametrize("solver", ["highs", "cpsat", "cbc"])
 @pytest.mark.parametrize("method", ["dinkelbach", "fixed-n"])
 def test_toy_examples_solved_exactly(name, solver, method):
     best, g_star, _ = TOYS[name]
@@ -173,3 +173,17 @@ def test_algorithm2_schedules_each_instance_and_sums_g():
     judged = [evaluate_g(p.subset(part), [[part.index(i) for i in b] for b in sched])
               for part, sched in zip(parts, schedules) if part]
     assert n == sum(j.n for j in judged) and t == pytest.approx(sum(j.t for j in judged))
+
+
+def test_gurobi_backend_or_clear_licence_message():
+    pytest.importorskip("gurobipy")
+    p = toy("fig4-batch-size")
+    try:
+        res = solve_exact(p, make_backend(p, "gurobi"), "dinkelbach")
+    except RuntimeError as exc:  # no licence at all, or the size-limited one exceeded
+        assert "Gurobi" in str(exc)
+        pytest.skip(f"Gurobi unavailable: {exc}")
+    assert res.status == "optimal" and res.G == pytest.approx(3 / 1.8)
+    big = GmaxProblem.from_instance(parse_instance(random_gmax_instance(12, 0)))
+    with pytest.raises(RuntimeError, match="restricted licence"):
+        solve_exact(big, make_backend(big, "gurobi"), "dinkelbach", time_limit=30)

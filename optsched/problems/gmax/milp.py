@@ -158,16 +158,22 @@ class MilpBackend:
             return _HighsWithStart(threads=self.threads, mip_feasibility_tolerance=1e-9, **common)
         if self.solver == "cbc":
             return pulp.PULP_CBC_CMD(threads=self.threads, **common)
-        return pulp.GUROBI(threads=self.threads, warmStart=self.hint is not None, MIPGap=0.0, IntFeasTol=1e-9, **{k: v for k, v in common.items() if k != "gapRel"})
+        params: dict[str, Any] = {"MIPGap": 0.0, "IntFeasTol": 1e-9}
+        if self.threads is not None:
+            params["Threads"] = self.threads
+        return pulp.GUROBI(msg=self.log, timeLimit=time_limit, warmStart=self.hint is not None, **params)
 
     def _run(self, prob: pulp.LpProblem, parts: dict[str, Any], deadline: float | None) -> SubResult:
         start = time.perf_counter()
         time_limit = None if deadline is None else max(deadline - start, 0.01)
         try:
             prob.solve(self._command(time_limit))
-        except pulp.PulpSolverError as exc:
+        except Exception as exc:  # gurobipy.GurobiError is not a PulpSolverError
             if self.solver == "gurobi":
-                raise RuntimeError(f"Gurobi could not solve the MILP (restricted licence size limit?): {exc}") from exc
+                raise RuntimeError(
+                    f"Gurobi could not solve the MILP ({exc}); the restricted licence is limited to "
+                    "2000 variables and constraints: use --solver highs or cpsat"
+                ) from exc
             raise
         wall = time.perf_counter() - start
         has_solution = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
