@@ -225,7 +225,7 @@ class MilpBackend:
         return self._run(prob, parts, deadline)
 
     def relaxation_bounds(self, n_inc: int, batches_inc: list[list[int]]) -> tuple[float, float]:
-        """LP-relaxation bounds: (upper bound on :math:`\max n - \lambda t` at the incumbent's
+        r"""LP-relaxation bounds: (upper bound on :math:`\max n - \lambda t` at the incumbent's
         :math:`\lambda`, lower bound on :math:`\min t`), used to prove a bound after a time limit."""
         lam = n_inc / g_core(self.data.problem, batches_inc)[1]
         out = []
