@@ -2,6 +2,9 @@
 
     python tests/benchmarks/bench_gmax.py [--out results.jsonl] [--parts scls,n30,sa,largest]
 
+Wall and CPU seconds are both recorded (``cpu``: this process's CPU time, HiGHS runs single-threaded
+here), with the 1-minute load average, because the sandbox is shared.
+
 Parts (each result is one JSON line, flushed as it is produced):
 - ``scls``: max-min offloading vs the exact makespan (CP-SAT) on DP batchings of random pools;
 - ``n30``: exact G (HiGHS, Dinkelbach) for N = 30 random requests (Table 2 coefficients, both task
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -41,10 +45,11 @@ def problem(n: int, seed: int) -> GmaxProblem:
 
 
 def exact(p: GmaxProblem, limit: float, solver: str = "highs") -> dict:
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     res = solve_exact(p, make_backend(p, solver, threads=1), "dinkelbach", time_limit=limit)
     return {"status": res.status, "G": res.G, "bound": res.bound, "n": res.n, "t": res.t,
-            "wall": time.perf_counter() - start, "subproblems": res.iterations}
+            "wall": time.perf_counter() - start, "cpu": time.process_time() - cpu,
+            "load": os.getloadavg()[0], "subproblems": res.iterations}
 
 
 def part_scls(out) -> None:
