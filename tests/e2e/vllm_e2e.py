@@ -7,8 +7,9 @@ the vLLM venv's Python (``--vllm-python``, execute). Cases, on the InferMax-styl
 - ``handmade``: tests/e2e/e2e-tiny.handmade.json (chunked prefill, preemption with recompute);
 - ``handmade-arrival``: tests/e2e/e2e-evict.handmade.json (a later arrival; the running request is
   preempted in decode to admit it, and recomputes);
-- ``optimal``: ``optsched solve --problem infermax --objective completion`` on e2e-evict.json,
-  when the ``solve`` command and the ``infermax`` problem are registered (else reported as skipped);
+- ``optimal``: ``optsched solve --problem infermax`` (makespan) on e2e-tiny.json, when the ``solve``
+  command and the ``infermax`` problem are registered (else reported as skipped); its optimum chunks
+  prefills but does not evict, so the preemption requirement is met by the other cases;
 - ``simulated``: ``optsched simulate --policy sarathi`` on e2e-sim.json (five staggered requests,
   C = 32, M = 128: the policy chunks prefills and preempts under memory pressure), when the policy
   exists.
@@ -153,9 +154,9 @@ def main() -> int:
         ("handmade-arrival", evict_instance, None, HERE / "e2e-evict.handmade.json"),
     ]
     if has_command(py, "solve") and has_entry(py, "optsched.problems", "SOLVERS", "infermax"):
-        cases.append(("optimal", evict_instance,
-                      ["solve", str(evict_instance), "--problem", "infermax", "--objective", "completion",
-                       "--time-limit", args.solve_time_limit], None))
+        tiny = HERE / "e2e-tiny.json"
+        cases.append(("optimal", tiny, ["solve", str(tiny), "--problem", "infermax", "--objective", "makespan",
+                                        "--time-limit", args.solve_time_limit], None))
     else:
         print("[optimal] skipped: 'optsched solve --problem infermax' is not available in this checkout")
     if has_command(py, "simulate") and has_entry(py, "optsched.policies", "POLICIES", "sarathi"):
