@@ -120,6 +120,9 @@ def execute_plan(plan: ReplayPlan, model: ModelSpec, *, dtype: str = "auto", eag
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    # vLLM logs every engine detail at INFO, and a harmless chat-template traceback without a
+    # tokenizer at WARNING; set VLLM_LOGGING_LEVEL=INFO to see them.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
         import torch
         import vllm
