@@ -62,12 +62,12 @@ def features(plan: dict) -> tuple[int, int]:
 
 
 def has_command(py: str, name: str) -> bool:
-    code = f"from optsched.cli import build_parser; import sys; p = build_parser(); " \
-           f"sys.exit(0 if {name!r} in p._subparsers._group_actions[0].choices else 1)"
-    return subprocess.run([py, "-c", code], capture_output=True).returncode == 0
+    """Whether ``optsched NAME`` is registered in the optsched that ``py`` imports."""
+    return has_entry(py, "optsched.cli", "COMMAND_MODULES", f"optsched.commands.{name}")
 
 
 def has_entry(py: str, module: str, table: str, name: str) -> bool:
+    """Whether ``name`` is in the registry ``module.table`` of the optsched that ``py`` imports."""
     code = f"import sys; from {module} import {table}; sys.exit(0 if {name!r} in {table} else 1)"
     return subprocess.run([py, "-c", code], capture_output=True).returncode == 0
 
