@@ -26,7 +26,7 @@ from ..export.vllm_replay import ReplayPlan
 from .models import ModelSpec
 from .replay_scheduler import ReplayTracker, make_replay_scheduler
 
-__all__ = ["RESULT_FORMAT", "RESULT_VERSION", "ExecutionError", "engine_kwargs", "execute_plan"]
+__all__ = ["RESULT_FORMAT", "RESULT_VERSION", "ExecutionError", "engine_kwargs", "execute_plan", "summary"]
 
 RESULT_FORMAT = "optsched-vllm-result"
 RESULT_VERSION = 1
