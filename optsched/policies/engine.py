@@ -465,8 +465,8 @@ class Engine:
             victims.append(v)
             deficit -= self._held(v)
             if deficit <= 0:
-                for v in victims:
-                    self._evict(d, v)
+                for victim in victims:
+                    self._evict(d, victim)
                 return True
         return False
 
