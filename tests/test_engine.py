@@ -199,3 +199,15 @@ def test_request_that_can_never_fit_is_refused():
 def test_unknown_policy_names_the_known_ones():
     with pytest.raises(KeyError, match="known: .*sarathi"):
         simulate(make([("a", 0, 1, 1)]), "fifo")
+
+
+def test_advance_to_an_arrival_time_then_resume():
+    # Regression: an idle engine stopped at exactly the next arrival must not let that request into
+    # a batch starting before its arrival when resumed.
+    inst = make([("a", 0.0, 1, 1), ("b", 5.0, 1, 1)])
+    engine = Engine.from_instance(inst, "vllm")
+    engine.advance(5.0)  # batch 0 runs over [0, 1]; b's batch would start at 5.0, not before 5.0
+    assert engine.now == 1.0 and [s.id for s in engine.snapshot().pending] == ["b"]
+    engine.advance()
+    assert engine.schedule().batches == simulate(inst, "vllm").batches
+    assert replay(inst, engine.schedule()).feasible

@@ -277,8 +277,10 @@ class Engine:
                 if not self._pending:
                     return
                 start, explicit = max(start, self._pending[0][0]), True
+                if start >= until:
+                    return
                 self._intake(start)
-            if start >= until:
+            elif start >= until:
                 return
             self._step(start, explicit)
 
