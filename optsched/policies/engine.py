@@ -22,8 +22,9 @@ GetNextBatch walks the policy's candidate groups in order; for each candidate:
    (B6; the eviction-free variants reserve I + O - g - 1, i.e. I + O - 1), a decode step one more
    slot (none for eviction-free). Reservations never exceed M, and every request's KV ``m`` stays
    within its reservation, so the contract's ``sum m <= M`` holds.
-5. *Failure.* In the FCFS ``waiting`` group the first failure (any reason) ends the group (B2).
-   Elsewhere a failed candidate is skipped. A running candidate short of KV evicts running
+5. *Failure.* Waiting candidates are admitted in priority order up to the first failure, for any
+   reason (B2: in the FCFS ``waiting`` group this ends the group; in the ranked ``all`` group the
+   later waiting candidates are passed over). A failed running candidate is skipped. A running candidate short of KV evicts running
    requests of lower priority that are not in the batch, lowest first (B3: for FCFS policies the
    latest-arrived); when they cannot free enough it evicts itself (vLLM recompute). A waiting
    candidate evicts only when the policy says so (ranking schedulers). Evicted requests take no
