@@ -22,6 +22,8 @@ from optsched.problems.hybrid.offline import (
 )
 from optsched.problems.hybrid.timing import timing_of
 
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3.x announces its 4.0 API
+
 
 def brute_pcmax(p: list[int], m: int) -> int:
     """Optimal makespan by enumerating every assignment of jobs to clients."""

@@ -3,9 +3,11 @@
 The simulator runs ``J`` clients (``limits.max_running``); each client holds at most one request at a time
 and keeps it from its prefill to its last decode round (no client-level preemption, paper setting 4). Every
 iteration is a pure batch: a **prefill stage** (prompt tokens of waiting requests, at most
-``min(prefill_budget, token_budget)`` tokens, a prompt may be split over stages) or a **decode round** (one
-token for every decoding request). No hybrid batches, no evictions. The schedule it produces is replayed
-with :func:`optsched.schedule.replay` by every caller.
+``P = min(prefill_budget, token_budget)`` tokens) or a **decode round** (one token for every decoding
+request). No hybrid batches, no evictions. By default a prompt is prefilled whole in one stage (the paper's
+"each request is assigned to exactly one prefill stage"; only a prompt longer than P is split), so the
+policies' schedules lie in the full MIP's model space. Every caller replays the schedule with
+:func:`optsched.schedule.replay`.
 
 Three decisions, each with the paper's options:
 
@@ -74,6 +76,7 @@ def simulate_pd(
     cd_mode: str = "A",
     cd_overhead: bool = False,
     lengths: str = "oracle",
+    whole_prompts: bool = True,
     name: str = "hybrid",
 ) -> Schedule:
     """Simulate PD Competition with client queues ``client_of`` and the given online rules.
@@ -90,6 +93,10 @@ def simulate_pd(
         Reading ``A`` or ``B`` of ``C_d``; whether ``C_d`` includes the round bias.
     lengths
         ``oracle`` or ``predicted`` output lengths for sorting and ``remain_token``.
+    whole_prompts
+        Prefill each prompt in one stage (the paper's model, Sec. III-B setting 4): a prompt that does not
+        fit the stage's remaining room waits for the next stage (first fit over the waiting requests);
+        only a prompt longer than the stage capacity is split. False: split at the stage boundary.
     """
     if rule not in RULES:
         raise ValueError(f"unknown iteration rule {rule!r} (known: {', '.join(RULES)})")
@@ -157,11 +164,14 @@ def simulate_pd(
         for i in waiting:
             if room == 0:
                 break
+            need = reqs[i].prompt_tokens - filled[i]
+            if whole_prompts and room < need <= tm.prefill_cap:
+                continue  # waits for the next stage (first fit); only prompts above the capacity are split
             if filled[i] == 0:
                 if kv + reqs[i].max_kv > kv_cap:
                     continue
                 kv += reqs[i].max_kv
-            c = min(reqs[i].prompt_tokens - filled[i], room)
+            c = min(need, room)
             items.append(Item(reqs[i].id, c))
             room -= c
         return items
@@ -272,6 +282,7 @@ def simulate_policy(instance: Instance, name: str, **overrides: Any) -> Schedule
         cd_mode=cfg.get("cd_mode", "A"),
         cd_overhead=cfg.get("cd_overhead", False),
         lengths=lengths,
+        whole_prompts=cfg.get("whole_prompts", True),
         name=name,
     )
 
