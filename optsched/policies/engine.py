@@ -24,9 +24,10 @@ GetNextBatch walks the policy's candidate groups in order; for each candidate:
    within its reservation, so the contract's ``sum m <= M`` holds.
 5. *Failure.* Waiting candidates are admitted in priority order up to the first failure, for any
    reason (B2: in the FCFS ``waiting`` group this ends the group; in the ranked ``all`` group the
-   later waiting candidates are passed over). A failed running candidate is skipped. A running candidate short of KV evicts running
-   requests of lower priority that are not in the batch, lowest first (B3: for FCFS policies the
-   latest-arrived); when they cannot free enough it evicts itself (vLLM recompute). A waiting
+   later waiting candidates are passed over). A failed running candidate is skipped. A running
+   candidate short of KV evicts running requests of lower priority that are not in the batch,
+   lowest first (B3: for FCFS policies the latest-arrived); when they cannot free enough it evicts
+   itself (vLLM recompute). A waiting
    candidate evicts only when the policy says so (ranking schedulers). Evicted requests take no
    item in that batch and go to the front of R_w (B1); a decode-phase victim's prompt becomes
    m + 1 (contract section 2). Eviction-free policies never evict.
