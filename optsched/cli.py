@@ -25,7 +25,7 @@ from .instance import InstanceError
 from .schedule import ScheduleError
 
 #: Modules that each add one subcommand (``register(subparsers)``).
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = ["optsched.commands.report"]
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
