@@ -124,9 +124,13 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _grid(header: list[str], rows: list[list[str]]) -> str:
+def _grid(header: list[str], rows: list[list[str]], left: tuple[int, ...] = (0,)) -> str:
+    """A plain-text table; columns in ``left`` are left-aligned, the others right-aligned."""
     widths = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h) for k, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.rjust(w) if k else c.ljust(w) for k, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if k in left else c.rjust(w) for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
@@ -144,20 +148,22 @@ def report_table(report: Report) -> str:
     best_bound = report.best_bound
     out.append(_grid(
         ["source", "bound", "value", "proven", "compared", "note"],
-        [[b.source, b.name, _fmt(b.value, 6), _fmt(b.valid), _fmt(b.comparable), b.note[:70]] for b in report.bounds],
+        [[b.source, b.name, _fmt(b.value, 6), _fmt(b.valid), _fmt(b.comparable), b.note] for b in report.bounds],
+        left=(0, 1, 5),
     ))
     if best_bound is not None:
         out.append(f"best proven bound: {best_bound.value:.6g} ({best_bound.source}/{best_bound.name})")
     out += ["", "Schedules (every one replayed; gap = (value - best bound) / value)"]
     rows = report_rows(report)
+    columns = [k for k in METRIC_KEYS if k != report.objective]
     body = []
     for r in rows:
         m = r["metrics"] or {}
         body.append([
             f"{r['kind']}:{r['name']}", r["status"], _fmt(r["objective"], 6), _pct(r["gap"]),
-            *(_fmt(m.get(k)) for k in METRIC_KEYS),
+            *(_fmt(m.get(k)) for k in columns),
         ])
-    out.append(_grid(["schedule", "status", report.objective, "gap", *METRIC_KEYS], body))
+    out.append(_grid(["schedule", "status", report.objective, "gap", *columns], body, left=(0, 1)))
     best = report.best
     if best is not None:
         gap = relative_gap(best[1], best_bound.value if best_bound else None)
