@@ -130,6 +130,35 @@ def critical_path_times(instance: Instance) -> np.ndarray:
     return first + _decode_terms(I, O, instance.cost_model, P, alone=True)
 
 
+def _least_overhead(prompts: np.ndarray, b_lb: float, bpre_lb: float, cm: CostModel) -> float:
+    """Least batch overhead plus quadratic prefill work of a request set, over its prefill-batch count x.
+
+    With x prefill batches (x >= ``bpre_lb``) and B >= max(``b_lb``, x) batches in all, of which the
+    B - x without prefill have decode items, the overhead is >= L(b max(B_lb, x) + pb x + db max(0,
+    B_lb - x)); each prompt I, prefilled in at most x chunks, has sum c^2 >= max(I, I^2 / x). The sum
+    f(x) is convex, so a binary search on f(x + 1) - f(x) finds its least integer value.
+    """
+    L, b, _, pb, _, pq, db, *_ = _coefficients(cm)
+    sq = prompts * prompts
+
+    def f(x: float) -> float:
+        quad = pq * float(np.sum(np.maximum(prompts, sq / x))) if pq else pq * float(prompts.sum())
+        return L * (b * max(b_lb, x) + pb * x + db * max(0.0, b_lb - x) + quad)
+
+    lo, hi = int(bpre_lb), int(max(bpre_lb, b_lb, prompts.max()))
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if f(mid + 1) >= f(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return f(lo) * (1.0 - 1e-12)
+
+
+#: How many of the best suffix sets the work bound refines with :func:`_least_overhead`.
+REFINED_SUFFIXES = 16
+
+
 def work_bound(instance: Instance) -> tuple[float, float]:
     """The ``work`` makespan bound and the arrival time t at which it is attained (module docstring)."""
     cm, lim = instance.cost_model, instance.limits
@@ -160,6 +189,13 @@ def work_bound(instance: Instance) -> tuple[float, float]:
     # only the last request of each group of equal arrivals closes a suffix set S
     closes = np.append(arr[1:] != arr[:-1], True)
     values = np.where(closes, arr + overhead + cum_w, -np.inf)
+    # refine the most promising suffix sets (and the whole set) with the exact overhead trade-off
+    best = set(np.argsort(-values, kind="stable")[:REFINED_SUFFIXES].tolist()) | {len(arr) - 1}
+    linear_quad = L * pq * np.cumsum(Is_f)
+    for k in best:
+        if closes[k]:
+            refined = arr[k] + cum_w[k] - linear_quad[k] + _least_overhead(Is_f[: k + 1], b_all[k], b_pre[k], cm)
+            values[k] = max(values[k], refined)
     k = int(np.argmax(values))
     return float(values[k]), float(arr[k])
 

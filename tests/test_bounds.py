@@ -135,3 +135,17 @@ def test_work_bound_counts_batches() -> None:
 def test_unknown_objective() -> None:
     with pytest.raises(ValueError, match="unknown objective"):
         generic_bounds(load_instance("toy-4"), "throughput")
+
+
+def test_work_bound_trades_batches_for_chunks() -> None:
+    """Quadratic prefill: the work bound finds the best prefill-batch count, and a schedule attains it.
+
+    Two prompts of 4, one output token, T = 1 per prefill batch + sum c^2: four batches of two
+    1-token chunks cost 4 * (1 + 2) = 12, the least possible (one batch: 1 + 32; two: 2 * (1 + 8)).
+    """
+    model = load_cost_model({"prefill": {"bias": 1.0, "per_token_sq": 1.0}})
+    inst = Instance("q2", model, Limits(), (Request("a", 0.0, 4, 1), Request("b", 0.0, 4, 1)))
+    (work,) = [b for b in generic_bounds(inst, "makespan") if b.name == "work"]
+    assert work.value == pytest.approx(12.0)
+    four = Schedule("q2", tuple(Batch((Item("a", 1), Item("b", 1))) for _ in range(4)))
+    assert objective_values(inst, four)["makespan"] == pytest.approx(12.0)
