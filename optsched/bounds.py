@@ -37,7 +37,11 @@ Bounds (each returned as a :class:`~optsched.result.Bound` with ``valid=True``):
   tokens >= sum (I_i + O_i - 1), max_i ceil(I_i/P) + O_i - 1, ceil(sum O_i / R_max) and
   ceil(sum_i sum_{g=1}^{O_i} (I_i+g-1) / M); B_pre >= ceil(sum I_i / P). Every such batch has
   prefill or decode items, so B_pre + B_dec >= B and the overhead is
-  >= pb B_pre^lb + min(pb, db) max(0, B^lb - B_pre^lb) on top of b B^lb.
+  >= pb B_pre^lb + min(pb, db) max(0, B^lb - B_pre^lb) on top of b B^lb. Refinement (for the
+  :data:`REFINED_SUFFIXES` best sets S): with x the actual number of prefill batches, each prompt is
+  prefilled in <= x chunks, so its sum of c^2 is >= max(I_i, I_i^2 / x), and the overhead is
+  >= L(b max(B^lb, x) + pb x + db max(0, B^lb - x)); the least value of this convex function of the
+  integer x >= B_pre^lb replaces the overhead and the linear pq I_i term (:func:`_least_overhead`).
 - ``critical-path`` (makespan): makespan >= max_i (arrival_i + A_i), where A_i is the least time
   request i alone needs: by (F1)-(F3) its batches are disjoint and each costs at least the batch of
   its own item alone. A_i = F(I_i) + sum_{g=1}^{O_i-1} min(D_i(g), R_i(g)) with F(X) the cheapest
