@@ -25,7 +25,15 @@ from .instance import InstanceError
 from .schedule import ScheduleError
 
 #: Modules that each add one subcommand (``register(subparsers)``).
-COMMAND_MODULES: list[str] = ["optsched.commands.report"]
+COMMAND_MODULES: list[str] = [
+    "optsched.commands.simulate",
+    "optsched.commands.check",
+    "optsched.commands.info",
+    "optsched.commands.solve",
+    "optsched.commands.bound",
+    "optsched.commands.fit",
+    "optsched.commands.report",
+]
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 

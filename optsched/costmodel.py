@@ -18,6 +18,8 @@ Profiles live in ``models/*.toml`` (shipped as ``optsched.data_models``); each n
 
 from __future__ import annotations
 
+import csv
+import json
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -34,7 +36,12 @@ __all__ = [
     "available_profiles",
     "cost_model_from_mapping",
     "fit_linear",
+    "is_vidur_profile",
+    "linear_errors",
     "load_cost_model",
+    "profile_toml",
+    "read_measurements_csv",
+    "read_vidur_mlp_profile",
 ]
 
 
@@ -259,3 +266,107 @@ def fit_linear(tokens: np.ndarray, times: np.ndarray) -> LinearFit:
         max_abs_pct_error=float(100 * rel.max()),
         r_squared=1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
     )
+
+
+def linear_errors(base: float, per_token: float, tokens: np.ndarray, times: np.ndarray) -> tuple[float, float]:
+    """Mean and max absolute percentage error of ``base + per_token * tokens`` against ``times``."""
+    x = np.asarray(tokens, dtype=float)
+    y = np.asarray(times, dtype=float)
+    rel = np.abs(base + per_token * x - y) / np.abs(y)
+    return float(100 * rel.mean()), float(100 * rel.max())
+
+
+#: Time units accepted by :func:`read_measurements_csv`, in seconds.
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def read_measurements_csv(
+    path: str, tokens_column: str = "tokens", time_column: str = "time", unit: str = "s"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Read measured batch times: one row per measurement, token count and time columns.
+
+    Returns the token counts and the times converted to seconds.
+
+    Raises
+    ------
+    CostModelError
+        Naming the file, the row and the column of a bad value, or a missing column.
+    """
+    if unit not in TIME_UNITS:
+        raise CostModelError(f"unknown time unit {unit!r} (known: {', '.join(TIME_UNITS)})")
+    tokens, times = [], []
+    try:
+        fh = open(path, newline="")
+    except OSError as exc:
+        raise CostModelError(f"{path}: cannot read file ({exc.strerror})") from None
+    with fh:
+        reader = csv.DictReader(fh)
+        for col in (tokens_column, time_column):
+            if col not in (reader.fieldnames or []):
+                raise CostModelError(f"{path}: missing column {col!r} (columns: {', '.join(reader.fieldnames or [])})")
+        for k, row in enumerate(reader, start=2):
+            try:
+                x, y = float(row[tokens_column]), float(row[time_column])
+            except (TypeError, ValueError):
+                raise CostModelError(f"{path}: line {k}: not a number in {tokens_column!r} or {time_column!r}") from None
+            if not (math.isfinite(x) and math.isfinite(y)) or x < 0 or y <= 0:
+                raise CostModelError(f"{path}: line {k}: tokens must be >= 0 and time > 0")
+            tokens.append(x)
+            times.append(y * TIME_UNITS[unit])
+    if len(tokens) < 2:
+        raise CostModelError(f"{path}: at least two measurements are needed, found {len(tokens)}")
+    return np.array(tokens), np.array(times)
+
+
+def is_vidur_profile(path: str) -> bool:
+    """Whether a CSV is a Vidur operator profile (``time_stats.<op>.mean`` columns)."""
+    with open(path, newline="") as fh:
+        header = next(csv.reader(fh), [])
+    return any(h.startswith("time_stats.") and h.endswith(".mean") for h in header)
+
+
+def read_vidur_mlp_profile(path: str, tensor_parallel: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Non-attention time per layer from a Vidur ``mlp_<gpu>_<model>.csv`` profile.
+
+    For each token count measured with ``num_tensor_parallel_workers == tensor_parallel``, the sum of
+    the per-operator mean times (every ``time_stats.<op>.mean`` column: embedding, layer norms,
+    QKV/output projections, rotary, MLP up/act/down, residual add). Vidur records milliseconds.
+
+    Returns
+    -------
+    tokens, seconds
+        Sorted by token count; times in seconds per layer.
+    """
+    try:
+        fh = open(path, newline="")
+    except OSError as exc:
+        raise CostModelError(f"{path}: cannot read file ({exc.strerror})") from None
+    with fh:
+        reader = csv.DictReader(fh)
+        header = reader.fieldnames or []
+        ops = [h for h in header if h.startswith("time_stats.") and h.endswith(".mean")]
+        if not ops or "num_tokens" not in header:
+            raise CostModelError(f"{path}: not a Vidur operator profile (no time_stats.*.mean / num_tokens columns)")
+        rows = [r for r in reader if int(r.get("num_tensor_parallel_workers") or 1) == tensor_parallel]
+    if len(rows) < 2:
+        raise CostModelError(f"{path}: fewer than two rows with num_tensor_parallel_workers = {tensor_parallel}")
+    tokens = np.array([float(r["num_tokens"]) for r in rows])
+    times = np.array([math.fsum(float(r[op]) for op in ops) for r in rows]) * TIME_UNITS["ms"]
+    order = np.argsort(tokens, kind="stable")
+    return tokens[order], times[order]
+
+
+def profile_toml(
+    name: str, source: str, base: float, per_token: float, template: CostModel | None = None
+) -> str:
+    """A profile TOML with fitted ``base``/``per_token``; layers and phase terms from ``template``."""
+    t = template or CostModel()
+
+    def phase(title: str, p: PhaseCost) -> str:
+        return (f"\n[{title}]\nbias = {p.bias!r}\nper_token = {p.per_token!r}\n"
+                f"per_token_sq = {p.per_token_sq!r}\nper_kv = {p.per_kv!r}\n")
+
+    head = (f"# Written by `optsched fit`: {source}\n"
+            f"name = {json.dumps(name)}\nsource = {json.dumps(source)}\nlayers = {t.layers!r}\n"
+            f"base = {base!r}\nper_token = {per_token!r}\n")
+    return head + phase("prefill", t.prefill) + phase("decode", t.decode)

@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .costmodel import CostModel, CostModelError, load_cost_model
+from .jsonio import dumps_instance, write_text_atomic
 
 __all__ = [
     "SLO",
@@ -163,6 +164,10 @@ class Instance:
             **self.extra,
         }
 
+    def save(self, path: str | Path) -> None:
+        """Write the instance JSON atomically, one request per line."""
+        write_text_atomic(path, dumps_instance(self.to_dict()))
+
 
 # --------------------------------------------------------------------------- JSON schema
 
@@ -227,7 +232,7 @@ def _first_error(exc: ValidationError, raw: Mapping[str, Any], source: str) -> I
     return InstanceError(f"{source}: {_describe(tuple(err['loc']), raw)}: {msg}")
 
 
-def parse_instance(data: Any, source: str = "<instance>") -> Instance:
+def parse_instance(data: Any, source: str = "<instance>", *, check_capacity: bool = True) -> Instance:
     """Validate a parsed JSON object and build an :class:`Instance`.
 
     Parameters
@@ -236,6 +241,9 @@ def parse_instance(data: Any, source: str = "<instance>") -> Instance:
         The parsed JSON object.
     source
         File name used in error messages.
+    check_capacity
+        Reject requests that can never fit in ``kv_capacity`` (the contract's rule). Only
+        diagnostic tools (``optsched info``) turn this off, to list every such request.
 
     Raises
     ------
@@ -272,26 +280,28 @@ def parse_instance(data: Any, source: str = "<instance>") -> Instance:
         )
         for r in model.requests
     )
-    _check_requests(requests, limits, source)
+    _check_requests(requests, limits, source, check_capacity)
     extra = {k: v for k, v in data.items() if k not in _InstanceModel.model_fields}
     return Instance(model.name, cost, limits, requests, extra)
 
 
-def _check_requests(requests: Sequence[Request], limits: Limits, source: str) -> None:
+def _check_requests(requests: Sequence[Request], limits: Limits, source: str, check_capacity: bool = True) -> None:
     seen: set[str] = set()
     for r in requests:
         if r.id in seen:
             raise InstanceError(f"{source}: request {r.id!r}: field 'id': duplicate id")
         seen.add(r.id)
-        if limits.kv_capacity is not None and r.max_kv > limits.kv_capacity:
+        if check_capacity and limits.kv_capacity is not None and r.max_kv > limits.kv_capacity:
             raise InstanceError(
                 f"{source}: request {r.id!r}: field 'prompt_tokens': prompt_tokens + output_tokens - 1"
                 f" = {r.max_kv} exceeds limits.kv_capacity = {limits.kv_capacity}; it can never finish"
             )
 
 
-def load_instance(path: str | Path) -> Instance:
+def load_instance(path: str | Path, *, check_capacity: bool = True) -> Instance:
     """Read an instance JSON file, or a shipped instance by name (see :func:`available_instances`).
+
+    ``check_capacity`` is passed to :func:`parse_instance`.
 
     Raises
     ------
@@ -303,7 +313,12 @@ def load_instance(path: str | Path) -> Instance:
     if not p.exists() and not path_str.endswith(".json"):
         shipped = resources.files("optsched.data_instances").joinpath(f"{path_str}.json")
         if shipped.is_file():
-            return parse_instance(json.loads(shipped.read_text()), source=path_str)
+            return parse_instance(json.loads(shipped.read_text()), path_str, check_capacity=check_capacity)
+    if not p.exists() and not path_str.endswith(".json"):
+        raise InstanceError(
+            f"{path_str}: no such file and no shipped instance of that name"
+            f" (shipped: {', '.join(available_instances())})"
+        )
     try:
         text = p.read_text()
     except OSError as exc:
@@ -312,7 +327,7 @@ def load_instance(path: str | Path) -> Instance:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InstanceError(f"{path_str}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
-    return parse_instance(data, source=path_str)
+    return parse_instance(data, path_str, check_capacity=check_capacity)
 
 
 def available_instances() -> list[str]:
@@ -332,6 +347,7 @@ def load_trace_csv(
     name: str | None = None,
     first: int | None = None,
     offline: bool = False,
+    check_capacity: bool = True,
 ) -> Instance:
     """Read a Vidur/Splitwise trace CSV (``arrived_at,num_prefill_tokens,num_decode_tokens``).
 
@@ -350,6 +366,8 @@ def load_trace_csv(
         Keep only the first ``first`` rows.
     offline
         Ignore arrival times (every request arrives at 0).
+    check_capacity
+        As in :func:`parse_instance`.
 
     Raises
     ------
@@ -407,6 +425,6 @@ def load_trace_csv(
     except CostModelError as exc:
         raise InstanceError(f"{source}: {exc}") from None
     limits = limits or Limits()
-    _check_requests(requests, limits, source)
+    _check_requests(requests, limits, source, check_capacity)
     stem = Path(source).stem
     return Instance(name or (f"{stem}-{first}" if first else stem), cost, limits, tuple(requests))

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from .instance import Instance, Request
+from .jsonio import write_json_atomic
 
 __all__ = [
     "Batch",
@@ -163,14 +164,6 @@ def load_schedule(path: str | Path) -> Schedule:
     except json.JSONDecodeError as exc:
         raise ScheduleError(f"{path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
     return Schedule.from_dict(data, source=str(path))
-
-
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write JSON to ``path`` through a temporary file and a rename."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(target)
 
 
 # --------------------------------------------------------------------------- results

@@ -11,8 +11,12 @@ from typing import Callable
 
 from ..instance import Instance
 from ..schedule import Schedule
+from .config import POLICY_CONFIGS, function_name
 
 POLICIES: dict[str, str] = {}
+
+# The baseline policies of InferMax's unified scheduler (vllm, sarathi, ... and their -ef twins).
+POLICIES.update({name: f"optsched.policies.engine:{function_name(name)}" for name in POLICY_CONFIGS})
 
 
 def policy_names() -> list[str]:
@@ -25,6 +29,6 @@ def simulator_for(name: str) -> Callable[[Instance], Schedule]:
     try:
         target = POLICIES[name]
     except KeyError:
-        raise KeyError(f"unknown policy {name!r} (known: {', '.join(policy_names())})") from None
+        raise KeyError(f"unknown policy {name!r} (known: {', '.join(policy_names()) or 'none registered'})") from None
     module, _, attr = target.partition(":")
     return getattr(import_module(module), attr)

@@ -20,7 +20,7 @@ def _resolve(table: dict[str, str], name: str, kind: str) -> Callable[..., Any]:
     try:
         target = table[name]
     except KeyError:
-        raise KeyError(f"unknown problem {name!r} for {kind} (known: {', '.join(sorted(table))})") from None
+        raise KeyError(f"unknown problem {name!r} for {kind} (known: {', '.join(sorted(table)) or 'none registered'})") from None
     module, _, attr = target.partition(":")
     return getattr(import_module(module), attr)
 

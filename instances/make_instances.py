@@ -1,0 +1,23 @@
+"""Write the generated named instances of this folder from their recipes.
+
+The recipes live in :func:`optsched.generators.shipped_instances` (seeded, so the files are
+reproducible; ``tests/test_generators.py`` checks that the shipped files equal the recipes).
+``toy-4.json`` is hand-made and not written here. Run from the repository root::
+
+    python instances/make_instances.py
+"""
+
+from pathlib import Path
+
+from optsched.generators import shipped_instances
+
+
+def main() -> None:
+    here = Path(__file__).resolve().parent
+    for name, instance in shipped_instances().items():
+        instance.save(here / f"{name}.json")
+        print(f"wrote {name}.json ({len(instance.requests)} requests)")
+
+
+if __name__ == "__main__":
+    main()

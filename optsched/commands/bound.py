@@ -1,0 +1,38 @@
+"""``optsched bound INSTANCE [--problem NAME] [options] [--json]``.
+
+Without ``--problem``: the instance's trivial bounds (:mod:`optsched.lowerbounds`), proven under the
+contract's model. With ``--problem``: the bounds of that formulation
+(:data:`optsched.problems.BOUNDERS`), called with the same ``options`` dict as ``solve``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..cli import EXIT_OK, print_json
+from ..lowerbounds import instance_bounds
+from ._common import add_instance_arguments, add_json_flag, format_table, load_instance_arg
+from .solve import add_problem_options, options_from_args, resolve
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bound", help="proven bounds of an instance (trivial ones, or a formulation's)")
+    add_instance_arguments(p)
+    p.add_argument("--problem", metavar="NAME", help="formulation (see optsched.problems.BOUNDERS)")
+    add_problem_options(p)
+    add_json_flag(p)
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    bounder = resolve("bound", args.problem) if args.problem is not None else None
+    instance = load_instance_arg(args)
+    bounds = bounder(instance, options_from_args(args)) if bounder is not None else instance_bounds(instance)
+    rows = [b.to_dict() for b in bounds]
+    if args.json:
+        print_json({"instance": instance.name, "problem": args.problem, "bounds": rows})
+    else:
+        print(f"instance {instance.name}, {'problem ' + args.problem if args.problem else 'trivial bounds'}")
+        print(format_table(("bound", "value", "proven", "note"),
+                           [(b["name"], b["value"], "yes" if b["valid"] else "no", b["note"]) for b in rows]))
+    return EXIT_OK

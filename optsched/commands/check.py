@@ -1,0 +1,48 @@
+"""``optsched check INSTANCE SCHEDULE [--json]``.
+
+Replays the schedule (contract section 2) and reports whether it is feasible, every violation
+(each naming batch and request) and, when feasible, the metrics. Exit 0 when feasible, 1 when not.
+A schedule that names a request the instance does not have is bad input (exit 2): it was made for
+another instance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..cli import EXIT_NO, EXIT_OK, print_json
+from ..schedule import load_schedule, replay
+from ._common import add_instance_arguments, add_json_flag, check_schedule_ids, format_mapping, load_instance_arg
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("check", help="replay a schedule and list its violations (exit 1 if infeasible)")
+    add_instance_arguments(p)
+    p.add_argument("schedule", metavar="SCHEDULE", help="schedule JSON file")
+    add_json_flag(p)
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    instance = load_instance_arg(args)
+    schedule = load_schedule(args.schedule)
+    check_schedule_ids(instance, schedule, args.schedule)
+    if schedule.instance and schedule.instance != instance.name:
+        print(f"optsched: warning: {args.schedule} was made for instance {schedule.instance!r}, "
+              f"checking it against {instance.name!r}", file=sys.stderr)
+    result = replay(instance, schedule)
+    metrics = result.metrics.to_dict() if result.metrics is not None else None
+    if args.json:
+        print_json({"instance": instance.name, "feasible": result.feasible,
+                    "violations": result.violations, "metrics": metrics})
+    else:
+        if result.feasible:
+            print(f"feasible: {len(schedule.batches)} batches, {len(instance.requests)} requests finished")
+            assert metrics is not None
+            print(format_mapping(metrics.items()))
+        else:
+            print(f"infeasible: {len(result.violations)} violation(s)")
+            for v in result.violations:
+                print(f"  {v}")
+    return EXIT_OK if result.feasible else EXIT_NO

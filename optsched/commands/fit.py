@@ -1,0 +1,105 @@
+"""``optsched fit MEASUREMENTS.csv [--compare PROFILE] [--out PROFILE.toml] [--json]``.
+
+Fits the cost model's non-attention terms ``base`` + ``per_token`` * tokens (seconds, per layer) by
+least squares (:func:`optsched.costmodel.fit_linear`). Two inputs are understood:
+
+- a Vidur operator profile (``mlp_<gpu>_<model>.csv``): per token count, the sum of the per-operator
+  mean times for ``--tp`` tensor-parallel workers (milliseconds, converted);
+- any CSV of measured batch times, with ``--tokens-column`` and ``--time-column`` in ``--unit``.
+
+``--compare`` reports a shipped profile's ``base``/``per_token`` and their error on the same data;
+``--out`` writes a profile TOML with the fitted terms (layers and prefill/decode terms taken from
+``--compare`` when given, else zero).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..cli import EXIT_OK, print_json
+from ..costmodel import (
+    TIME_UNITS,
+    fit_linear,
+    is_vidur_profile,
+    linear_errors,
+    load_cost_model,
+    profile_toml,
+    read_measurements_csv,
+    read_vidur_mlp_profile,
+)
+from ..jsonio import write_text_atomic
+from ._common import add_json_flag, check_output_path, format_mapping, positive_int
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fit", help="fit base/per_token of the cost model from measured times")
+    p.add_argument("measurements", metavar="MEASUREMENTS.csv", help="Vidur operator profile or measured batch times")
+    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel workers (Vidur profiles; default 1)")
+    p.add_argument("--tokens-column", default="tokens", help="token-count column of a plain CSV (default tokens)")
+    p.add_argument("--time-column", default="time", help="time column of a plain CSV (default time)")
+    p.add_argument("--unit", choices=sorted(TIME_UNITS), default="s", help="time unit of a plain CSV (default s)")
+    p.add_argument("--compare", metavar="PROFILE", help="compare with this profile's base/per_token")
+    p.add_argument("--out", metavar="PROFILE.toml", help="write the fitted profile here")
+    p.add_argument("--name", help="name of the written profile (default: the output file's stem)")
+    add_json_flag(p)
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    check_output_path(args.out)
+    template = load_cost_model(args.compare) if args.compare is not None else None
+    path = args.measurements
+    vidur = path.endswith(".csv") and _exists(path) and is_vidur_profile(path)
+    if vidur:
+        tokens, times = read_vidur_mlp_profile(path, args.tp)
+        what = f"Vidur profile {path}, tp={args.tp}: sum of per-operator means, per layer"
+    else:
+        tokens, times = read_measurements_csv(path, args.tokens_column, args.time_column, args.unit)
+        what = f"measurements {path} ({args.tokens_column}, {args.time_column} in {args.unit})"
+    fit = fit_linear(tokens, times)
+    out: dict[str, Any] = {
+        "input": path,
+        "kind": "vidur" if vidur else "measurements",
+        "points": int(len(tokens)),
+        "tokens_range": [float(tokens.min()), float(tokens.max())],
+        "base": fit.base,
+        "per_token": fit.per_token,
+        "unit": "seconds" + (" per layer" if vidur else ""),
+        "mean_abs_pct_error": fit.mean_abs_pct_error,
+        "max_abs_pct_error": fit.max_abs_pct_error,
+        "r_squared": fit.r_squared,
+    }
+    if template is not None:
+        mean_err, max_err = linear_errors(template.base, template.per_token, tokens, times)
+        out["compare"] = {
+            "profile": template.name,
+            "base": template.base,
+            "per_token": template.per_token,
+            "mean_abs_pct_error": mean_err,
+            "max_abs_pct_error": max_err,
+        }
+    if args.out is not None:
+        name = args.name or args.out.rsplit("/", 1)[-1].removesuffix(".toml")
+        write_text_atomic(args.out, profile_toml(name, f"fitted from {what}", fit.base, fit.per_token, template))
+        out["profile"] = args.out
+    if args.json:
+        print_json(out)
+    else:
+        print(what)
+        rows = [(k, out[k]) for k in ("points", "base", "per_token", "mean_abs_pct_error", "max_abs_pct_error", "r_squared")]
+        if "compare" in out:
+            c = out["compare"]
+            rows += [(f"{c['profile']} {k}", c[k]) for k in ("base", "per_token", "mean_abs_pct_error", "max_abs_pct_error")]
+        if args.out is not None:
+            rows.append(("profile written", args.out))
+        print(format_mapping(rows))
+    return EXIT_OK
+
+
+def _exists(path: str) -> bool:
+    try:
+        open(path).close()
+    except OSError:
+        return False
+    return True

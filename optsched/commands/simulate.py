@@ -1,0 +1,90 @@
+"""``optsched simulate INSTANCE --policy NAME|all [--out SCHEDULE] [--json]``.
+
+Runs a baseline policy (``optsched.policies``) and replays its schedule; the metrics shown are the
+replay's. A schedule that does not replay cleanly is a bug of the policy (exit 3). ``--policy all``
+runs every registered policy and prints one table row (or JSON entry) per policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .. import policies
+from ..cli import EXIT_OK, BadInput, print_json
+from ..instance import Instance
+from ..schedule import ReplayResult, Schedule, replay
+from ._common import (
+    add_instance_arguments,
+    add_json_flag,
+    check_output_path,
+    format_mapping,
+    format_table,
+    load_instance_arg,
+    progress,
+)
+
+METRIC_COLUMNS = ("makespan", "mean_latency", "mean_ttft", "mean_tpot", "throughput", "evictions", "slo_attainment", "G")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="run a baseline scheduling policy and replay its schedule",
+                       description=__doc__.split("\n\n")[1] if __doc__ else None)
+    add_instance_arguments(p)
+    p.add_argument("--policy", required=True, metavar="NAME", help="policy name, or 'all' to compare every policy")
+    p.add_argument("--out", metavar="SCHEDULE", help="write the schedule JSON here (single policy only)")
+    add_json_flag(p)
+    p.set_defaults(func=handle)
+
+
+class PolicyBug(RuntimeError):
+    """A policy produced a schedule that does not replay cleanly."""
+
+
+def run_policy(instance: Instance, name: str) -> tuple[Schedule, ReplayResult]:
+    """Simulate ``name`` on ``instance`` and replay the schedule (PolicyBug when it is infeasible)."""
+    schedule = policies.simulator_for(name)(instance)
+    result = replay(instance, schedule)
+    if not result.feasible:
+        raise PolicyBug(f"policy {name!r} produced an infeasible schedule: " + "; ".join(result.violations[:3]))
+    return schedule, result
+
+
+def _policy_names(arg: str) -> list[str]:
+    known = policies.policy_names()
+    if arg == "all":
+        if not known:
+            raise BadInput("--policy all: no policy is registered")
+        return known
+    if arg not in known:
+        raise BadInput(f"--policy: unknown policy {arg!r} (known: {', '.join(known) or 'none'})")
+    return [arg]
+
+
+def handle(args: argparse.Namespace) -> int:
+    names = _policy_names(args.policy)
+    if args.out is not None and len(names) > 1:
+        raise BadInput("--out: needs a single --policy, not 'all'")
+    check_output_path(args.out)
+    instance = load_instance_arg(args)
+    rows: list[dict[str, Any]] = []
+    for name in progress(names, "simulating"):
+        schedule, result = run_policy(instance, name)  # PolicyBug -> exit 3 (cli.main)
+        assert result.metrics is not None
+        if args.out is not None:
+            schedule.save(args.out)
+        rows.append({"policy": name, "metrics": result.metrics.to_dict(), "schedule": args.out})
+    if args.json:
+        if len(rows) == 1:
+            print_json({"instance": instance.name, **rows[0]})
+        else:
+            print_json({"instance": instance.name, "policy": "all", "results": rows})
+    elif len(rows) == 1:
+        row = rows[0]
+        print(f"instance {instance.name}, policy {row['policy']}")
+        print(format_mapping([*row["metrics"].items(), ("schedule", row["schedule"])]))
+    else:
+        print(f"instance {instance.name}: {len(instance.requests)} requests, cost model {instance.cost_model.name}")
+        print(format_table(("policy", *METRIC_COLUMNS, "batches"),
+                           [(r["policy"], *(r["metrics"][c] for c in METRIC_COLUMNS), r["metrics"]["batches"]) for r in rows]))
+    return EXIT_OK

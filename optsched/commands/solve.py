@@ -1,0 +1,121 @@
+"""``optsched solve INSTANCE --problem NAME [options] [--out SCHEDULE] [--json]``.
+
+Dispatches to the formulation registered for NAME in :data:`optsched.problems.SOLVERS` with an
+``options`` dict built from the command line: ``solver``, ``time_limit``, ``threads``,
+``objective``, ``no_evict``, ``method``, ``log``, ``warm_start`` and every ``--option KEY=VALUE``
+(VALUE parsed as JSON when it parses, else kept as a string). A schedule the solver returns is
+replayed here again (it must be feasible: otherwise exit 3) and written to ``--out`` only then.
+
+Exit codes: 0 for ``optimal``, ``feasible`` and ``time_limit``; 1 for ``infeasible``; 2 for an
+unknown problem and for ``unsupported`` (the formulation does not accept this instance); 3 for an
+internal error (including status ``error``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .. import problems
+from ..cli import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_NO, EXIT_OK, BadInput, print_json
+from ..result import SolveResult
+from ..schedule import replay
+from ._common import (
+    add_instance_arguments,
+    add_json_flag,
+    check_output_path,
+    format_mapping,
+    load_instance_arg,
+    positive_float,
+    positive_int,
+)
+
+
+def add_problem_options(p: argparse.ArgumentParser) -> None:
+    """The options passed to solvers and bounders in their ``options`` dict."""
+    g = p.add_argument_group("solver options (passed to the formulation)")
+    g.add_argument("--solver", metavar="NAME", help="backend, e.g. cpsat, highs, cbc, gurobi (formulation default)")
+    g.add_argument("--time-limit", type=positive_float, metavar="S", help="wall-clock limit in seconds")
+    g.add_argument("--threads", type=positive_int, metavar="N", help="solver threads")
+    g.add_argument("--objective", metavar="NAME", help="objective (formulation-specific, e.g. makespan)")
+    g.add_argument("--no-evict", action="store_true", help="forbid evictions")
+    g.add_argument("--method", metavar="NAME", help="method variant (formulation-specific)")
+    g.add_argument("--warm-start", metavar="POLICY", help="start from this policy's schedule")
+    g.add_argument("--log", action="store_true", help="show the solver's log on stderr")
+    g.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra formulation option (repeatable; VALUE as JSON when it parses)")
+
+
+def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``options`` dict of the solver/bounder protocol."""
+    options: dict[str, Any] = {
+        "solver": args.solver,
+        "time_limit": args.time_limit,
+        "threads": args.threads,
+        "objective": args.objective,
+        "no_evict": args.no_evict,
+        "method": args.method,
+        "log": args.log,
+        "warm_start": args.warm_start,
+    }
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise BadInput(f"--option: expected KEY=VALUE, got {item!r}")
+        try:
+            options[key.replace("-", "_")] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.replace("-", "_")] = value
+    return options
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("solve", help="solve a formulation (optimal schedule, or best found with a proven bound)")
+    add_instance_arguments(p)
+    p.add_argument("--problem", required=True, metavar="NAME", help="formulation (see optsched.problems.SOLVERS)")
+    add_problem_options(p)
+    p.add_argument("--out", metavar="FILE", help="write the schedule JSON here (after it replays cleanly)")
+    add_json_flag(p)
+    p.set_defaults(func=handle)
+
+
+def resolve(kind: str, name: str) -> Any:
+    """``problems.solver_for`` / ``bounder_for``, an unknown name being bad input."""
+    try:
+        return problems.solver_for(name) if kind == "solve" else problems.bounder_for(name)
+    except KeyError as exc:
+        raise BadInput(f"--problem: {exc.args[0]}") from None
+
+
+def handle(args: argparse.Namespace) -> int:
+    solve = resolve("solve", args.problem)
+    check_output_path(args.out)
+    instance = load_instance_arg(args)
+    result: SolveResult = solve(instance, options_from_args(args))
+    if result.schedule is not None:
+        replayed = result.replay if result.replay is not None else replay(instance, result.schedule)
+        if not replayed.feasible:
+            raise RuntimeError(f"{args.problem}/{result.solver} returned a schedule that does not replay cleanly: "
+                               + "; ".join(replayed.violations[:3]))
+        result.replay = replayed
+        if args.out is not None:
+            result.schedule.save(args.out)
+    out = result.to_dict(args.out if result.schedule is not None else None)
+    out["instance"] = instance.name
+    if args.json:
+        print_json(out)
+    else:
+        print(format_mapping([(k, out[k]) for k in
+                              ("instance", "problem", "solver", "status", "objective", "bound", "gap", "wall_time", "schedule")]))
+    if result.status == "infeasible":
+        return EXIT_NO
+    if result.status == "unsupported":
+        note = result.extra.get("note") or result.extra.get("reason") or "see the formulation's docs"
+        print(f"optsched: error: {args.instance}: problem {args.problem!r} does not support this instance ({note})",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if result.status == "error":
+        return EXIT_INTERNAL
+    return EXIT_OK

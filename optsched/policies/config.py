@@ -1,0 +1,141 @@
+"""Baseline policies as data: the knobs of InferMax's unified scheduler (Algorithm 1).
+
+Every baseline of the InferMax paper (Table 1 and Appendix A.3) is one :class:`PolicyConfig`;
+:mod:`optsched.policies.engine` runs any of them. The table :data:`POLICY_CONFIGS` holds the named
+policies, each with its eviction-free twin (name suffix ``-ef``).
+
+=================  ===========================  ======  =======  ==========  =============
+policy             groups, in priority order    hybrid  chunked  P (chunk)   order in group
+=================  ===========================  ======  =======  ==========  =============
+``vllm``           waiting, running             no      no       P           arrival
+``vllm-hy``        waiting, running             yes     no       P           arrival
+``sarathi``        run-decode, run-prefill, w.  yes     yes      min(512, P) arrival
+``sarathi-pc``     run-decode, run-prefill, w.  yes     yes      P (= C)     arrival
+``sarathi-nocp``   run-decode, run-prefill, w.  yes     no       P           arrival
+``sarathi-nohy``   run-decode, run-prefill, w.  no      no       P           arrival
+``rank-org``       all (one group)              yes     yes      P           arrival
+``rank-i``         all (one group)              yes     yes      P           prompt length
+``rank-o``         all (one group)              yes     yes      P           output length
+=================  ===========================  ======  =======  ==========  =============
+
+P is the instance's ``prefill_budget`` (C = P = 4096 in the paper); a policy chunk larger than the
+instance's P is clipped to it, so every schedule respects the instance's limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+__all__ = ["GROUPS", "ORDERS", "POLICY_CONFIGS", "PolicyConfig", "function_name", "policy_config"]
+
+#: Candidate groups of GetNextBatch. ``waiting`` is R_w (FCFS, stop at the first failure, B2);
+#: ``running`` is R_r; ``running_decode`` / ``running_prefill`` split R_r by phase (Sarathi);
+#: ``all`` is R_w and R_r merged into one group (ranking schedulers).
+GROUPS = ("waiting", "running", "running_decode", "running_prefill", "all")
+#: Priority keys: arrival (FCFS), initial prompt length I, true output length O (an oracle, as in
+#: the paper's Rank_O); ties broken by arrival, then by the order requests were added.
+ORDERS = ("arrival", "prompt", "output")
+
+#: Sarathi's chunk size (Table 1).
+SARATHI_CHUNK = 512
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """One policy of the unified scheduler.
+
+    Attributes
+    ----------
+    name
+        Registry name.
+    groups
+        Candidate groups in priority order (see :data:`GROUPS`).
+    order
+        Priority key inside groups and for victim choice (see :data:`ORDERS`).
+    hybrid
+        Hybrid batching: prefill and decode items may share a batch (step 2).
+    chunked
+        Chunked prefill: a prefill candidate may take a chunk of its remaining prompt.
+    chunk
+        The policy's prefill budget P (``None`` = the instance's ``prefill_budget``); clipped to
+        the instance's ``prefill_budget``.
+    eviction_free
+        Reserve I + O - 1 KV slots at admission; never evict (paper section 4.3).
+    prefill_counts_decodes
+        B4: a prefill candidate may take up to P - (all tokens already in the batch), decodes
+        included (the paper's and the public code's rule). False: P - (prefill tokens in the batch).
+    evict_for_waiting
+        Whether a waiting candidate that lacks KV may evict lower-priority running requests
+        (the ranking schedulers of the public code do; vLLM and Sarathi do not).
+    evicted_to_front
+        B1: evicted requests go to the front of the FCFS waiting queue (vLLM recompute); False
+        appends them to the tail (the paper's literal wording). Sorted waiting queues ignore it.
+    """
+
+    name: str
+    groups: tuple[str, ...]
+    order: str = "arrival"
+    hybrid: bool = True
+    chunked: bool = True
+    chunk: int | None = None
+    eviction_free: bool = False
+    prefill_counts_decodes: bool = True
+    evict_for_waiting: bool = False
+    evicted_to_front: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.groups or any(g not in GROUPS for g in self.groups):
+            raise ValueError(f"policy {self.name!r}: groups must be a non-empty subset of {GROUPS}")
+        if len(set(self.groups)) != len(self.groups):
+            raise ValueError(f"policy {self.name!r}: a group is listed twice")
+        if self.order not in ORDERS:
+            raise ValueError(f"policy {self.name!r}: order must be one of {ORDERS}")
+        if self.chunk is not None and self.chunk < 1:
+            raise ValueError(f"policy {self.name!r}: chunk must be >= 1")
+        if self.order != "arrival" and "waiting" in self.groups:
+            raise ValueError(f"policy {self.name!r}: the FCFS 'waiting' group needs order 'arrival'")
+
+    def eviction_free_variant(self) -> "PolicyConfig":
+        """The ``-ef`` twin: same policy, full reservation at admission, no evictions."""
+        return replace(self, name=f"{self.name}-ef", eviction_free=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["groups"] = list(self.groups)
+        return out
+
+
+_WR = ("waiting", "running")
+_DECODE_FIRST = ("running_decode", "running_prefill", "waiting")
+_BASE = (
+    PolicyConfig("vllm", _WR, hybrid=False, chunked=False),
+    PolicyConfig("vllm-hy", _WR, hybrid=True, chunked=False),
+    PolicyConfig("sarathi", _DECODE_FIRST, chunk=SARATHI_CHUNK),
+    PolicyConfig("sarathi-pc", _DECODE_FIRST),
+    PolicyConfig("sarathi-nocp", _DECODE_FIRST, chunked=False),
+    PolicyConfig("sarathi-nohy", _DECODE_FIRST, hybrid=False, chunked=False),
+    PolicyConfig("rank-org", ("all",), order="arrival", evict_for_waiting=True),
+    PolicyConfig("rank-i", ("all",), order="prompt", evict_for_waiting=True),
+    PolicyConfig("rank-o", ("all",), order="output", evict_for_waiting=True),
+)
+
+#: Every named policy and its eviction-free twin, by name.
+POLICY_CONFIGS: dict[str, PolicyConfig] = {
+    p.name: p for base in _BASE for p in (base, base.eviction_free_variant())
+}
+
+
+def policy_config(policy: "str | PolicyConfig") -> PolicyConfig:
+    """The :class:`PolicyConfig` named ``policy`` (or ``policy`` itself)."""
+    if isinstance(policy, PolicyConfig):
+        return policy
+    try:
+        return POLICY_CONFIGS[policy]
+    except KeyError:
+        raise KeyError(f"unknown policy {policy!r} (known: {', '.join(sorted(POLICY_CONFIGS))})") from None
+
+
+def function_name(policy: str) -> str:
+    """Name of the module-level ``simulate(instance)`` function of a named policy."""
+    return "simulate_" + policy.replace("-", "_")

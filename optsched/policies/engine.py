@@ -1,0 +1,532 @@
+"""The unified scheduler of InferMax (Algorithm 1) with online arrivals, for every baseline policy.
+
+One engine runs every policy of :mod:`optsched.policies.config` (vLLM, Sarathi and their variants,
+the ranking schedulers, each with its eviction-free twin); the policies differ only in data.
+
+Algorithm (digest 001 section 3.1, recommendations B1-B11)
+----------------------------------------------------------
+The engine keeps R_w (waiting: arrived requests holding no KV) and R_r (running: requests holding
+KV). Each iteration starts at the end of the previous one, or at the next arrival when both queues
+are empty (the batch then carries an explicit ``start``). Requests that arrived by then join R_w.
+GetNextBatch walks the policy's candidate groups in order; for each candidate:
+
+1. *Hybrid check.* Without hybrid batching a candidate whose phase (prefill: m < I, decode:
+   m >= I) differs from the batch's is skipped.
+2. *Budget.* A decode takes 1 token and needs C - N_tok >= 1. A prefill may take up to
+   room = min(C - N_tok, P - N_tok) tokens (B4: P counts the decode tokens already in the batch;
+   ``prefill_counts_decodes=False`` counts prefill tokens only). With chunked prefill it takes
+   min(remaining prompt, room); without, the whole remaining prompt must fit. A prompt longer than
+   P can never fit whole, so a non-chunked policy chunks it (decision where the paper is silent).
+3. *R_max.* Admitting a request from R_w needs fewer than R_max running requests.
+4. *KV.* The engine reserves KV: a request admitted from R_w reserves its full current prompt I
+   (B6; the eviction-free variants reserve I + O - g - 1, i.e. I + O - 1), a decode step one more
+   slot (none for eviction-free). Reservations never exceed M, and every request's KV ``m`` stays
+   within its reservation, so the contract's ``sum m <= M`` holds.
+5. *Failure.* In the FCFS ``waiting`` group the first failure (any reason) ends the group (B2).
+   Elsewhere a failed candidate is skipped. A running candidate short of KV evicts running
+   requests of lower priority that are not in the batch, lowest first (B3: for FCFS policies the
+   latest-arrived); when they cannot free enough it evicts itself (vLLM recompute). A waiting
+   candidate evicts only when the policy says so (ranking schedulers). Evicted requests take no
+   item in that batch and go to the front of R_w (B1); a decode-phase victim's prompt becomes
+   m + 1 (contract section 2). Eviction-free policies never evict.
+
+After the batch, requests whose prompt completed or that decoded generate a token; those that
+reached their output length finish and release their reservation (B10). Every schedule produced
+here replays cleanly with :func:`optsched.schedule.replay` (the tests check every policy).
+
+Engine API (incremental, for multi-worker simulators)
+-----------------------------------------------------
+``engine = Engine(limits, cost_model, policy, name=...)`` or ``Engine.from_instance(instance, policy)``
+    A single worker running ``policy`` (a name or a :class:`PolicyConfig`).
+``engine.add_request(request)``
+    Queue a :class:`~optsched.instance.Request`; it becomes visible at the first batch starting
+    at or after its arrival (a late-added request is visible at the next batch).
+``engine.advance(until=inf)``
+    Run every batch that starts before ``until`` (a batch may end after it).
+``engine.now``
+    End of the last batch (0 before any).
+``engine.snapshot()``
+    An :class:`EngineSnapshot`: time, KV used and reserved, and per running / waiting / not yet
+    arrived request a :class:`RequestState` (id, m, generated, prompt, ...).
+``engine.done()``
+    True when every added request has finished.
+``engine.schedule()`` / ``engine.instance()``
+    The batches so far as a :class:`~optsched.schedule.Schedule`, and the instance of the added
+    requests (under the engine's limits and cost model) that the schedule replays against.
+
+``simulate(instance, policy)`` runs an instance to completion. The registry functions
+``simulate_<policy>`` (e.g. :func:`simulate_vllm`, ``simulate_sarathi_ef``) take only the instance.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import insort
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..costmodel import CostModel
+from ..instance import Instance, Limits, Request
+from ..schedule import Batch, Item, Schedule
+from .config import POLICY_CONFIGS, PolicyConfig, function_name, policy_config
+
+__all__ = ["Engine", "EngineSnapshot", "RequestState", "simulate"]
+
+_NONE, _PRE, _DEC = 0, 1, 2  # phase of the batch being built
+#: Batches without any generated token, beyond which the engine checks for a livelock.
+_STALL_CHECK = 1000
+
+
+@dataclass(frozen=True)
+class RequestState:
+    """One request's state in an :class:`EngineSnapshot`.
+
+    Attributes
+    ----------
+    id, arrival, output_tokens
+        From the request.
+    prompt
+        Current prompt length I (grows after a decode-phase eviction).
+    m
+        KV slots held.
+    generated
+        Tokens generated so far.
+    reserved
+        KV slots the scheduler reserves for it (>= m; 0 when not running).
+    """
+
+    id: str
+    arrival: float
+    output_tokens: int
+    prompt: int
+    m: int
+    generated: int
+    reserved: int
+
+
+@dataclass(frozen=True)
+class EngineSnapshot:
+    """The engine's state between batches (see :meth:`Engine.snapshot`)."""
+
+    now: float
+    kv_used: int
+    kv_reserved: int
+    running: tuple[RequestState, ...]
+    waiting: tuple[RequestState, ...]
+    pending: tuple[RequestState, ...]
+
+
+@dataclass(slots=True)
+class _Draft:
+    """The batch being built: its items and the cost-model counters."""
+
+    no: int
+    items: list[Item] = field(default_factory=list)
+    evict: list[str] = field(default_factory=list)
+    generated: list[int] = field(default_factory=list)
+    n_tok: int = 0
+    n_pre: int = 0
+    s_pre: int = 0
+    n_dec: int = 0
+    kv_dec: int = 0
+    phase: int = _NONE
+
+
+class Engine:
+    """One worker running a baseline policy; see the module docstring for the algorithm and API.
+
+    Parameters
+    ----------
+    limits
+        C, P, M and R_max of the worker.
+    cost_model
+        Iteration cost model giving batch times.
+    policy
+        A policy name of :data:`~optsched.policies.config.POLICY_CONFIGS` or a :class:`PolicyConfig`.
+    name
+        Instance name written into the schedule.
+    """
+
+    def __init__(self, limits: Limits, cost_model: CostModel, policy: str | PolicyConfig, *, name: str = "engine"):
+        self.config = policy_config(policy)
+        self.limits = limits
+        self.cost_model = cost_model
+        self.name = name
+        self._C = limits.token_budget
+        self._P = min(self.config.chunk or limits.prefill_budget, limits.prefill_budget)
+        self._M = limits.kv_capacity if limits.kv_capacity is not None else math.inf
+        self._R = limits.max_running if limits.max_running is not None else math.inf
+        self._ef = self.config.eviction_free
+        # per request (engine index i)
+        self._reqs: list[Request] = []
+        self._index: dict[str, int] = {}
+        self._prio: list[tuple] = []
+        self._dec_item: list[Item] = []
+        self._m: list[int] = []
+        self._prompt: list[int] = []
+        self._gen: list[int] = []
+        self._fixed: list[int] = []  # eviction-free reservation (0 otherwise)
+        self._mark: list[int] = []  # number of the batch the request is in (or was evicted from)
+        # queues
+        self._pending: list[tuple[float, int]] = []  # heap of (arrival, i), not yet arrived
+        self._fcfs_waiting = "all" not in self.config.groups
+        self._waiting: deque[int] | list[int] = deque() if self._fcfs_waiting else []
+        self._running: list[int] = []  # sorted by priority
+        self._kv_reserved = 0
+        self._unfinished = 0
+        self._batches: list[Batch] = []
+        self._now = 0.0
+        self._stall = 0
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_instance(cls, instance: Instance, policy: str | PolicyConfig) -> "Engine":
+        """An engine with the instance's limits and cost model, holding all its requests."""
+        engine = cls(instance.limits, instance.cost_model, policy, name=instance.name)
+        for r in instance.requests:
+            engine.add_request(r)
+        return engine
+
+    def add_request(self, request: Request) -> None:
+        """Queue a request; it joins R_w at the first batch starting at or after its arrival.
+
+        Raises
+        ------
+        ValueError
+            When the id was added before, or the request can never fit (I + O - 1 > M).
+        """
+        if request.id in self._index:
+            raise ValueError(f"request {request.id!r}: added twice")
+        if request.max_kv > self._M:
+            raise ValueError(
+                f"request {request.id!r}: prompt_tokens + output_tokens - 1 = {request.max_kv} exceeds"
+                f" kv_capacity = {self._M}; it can never finish"
+            )
+        i = len(self._reqs)
+        self._reqs.append(request)
+        self._index[request.id] = i
+        key = {"arrival": (), "prompt": (request.prompt_tokens,), "output": (request.output_tokens,)}
+        self._prio.append((*key[self.config.order], request.arrival, i))
+        self._dec_item.append(Item(request.id, 1))
+        self._m.append(0)
+        self._prompt.append(request.prompt_tokens)
+        self._gen.append(0)
+        self._fixed.append(0)
+        self._mark.append(0)
+        heapq.heappush(self._pending, (request.arrival, i))
+        self._unfinished += 1
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def now(self) -> float:
+        """End time of the last batch (0.0 before the first)."""
+        return self._now
+
+    def done(self) -> bool:
+        """Whether every added request has finished."""
+        return self._unfinished == 0
+
+    def schedule(self) -> Schedule:
+        """The batches run so far, with the policy in ``meta``."""
+        meta = {"policy": self.config.name, "policy_config": self.config.to_dict()}
+        return Schedule(self.name, tuple(self._batches), meta)
+
+    def instance(self) -> Instance:
+        """The instance of the added requests that :meth:`schedule` replays against."""
+        return Instance(self.name, self.cost_model, self.limits, tuple(self._reqs))
+
+    def snapshot(self) -> EngineSnapshot:
+        """The state between batches: time, KV and per-request states of R_r, R_w and the pending."""
+        running = set(self._running)
+        state = lambda i: RequestState(  # noqa: E731 - local projection
+            self._reqs[i].id,
+            self._reqs[i].arrival,
+            self._reqs[i].output_tokens,
+            self._prompt[i],
+            self._m[i],
+            self._gen[i],
+            self._held(i) if i in running else 0,
+        )
+        return EngineSnapshot(
+            now=self._now,
+            kv_used=sum(self._m[i] for i in self._running),
+            kv_reserved=self._kv_reserved,
+            running=tuple(state(i) for i in self._running),
+            waiting=tuple(state(i) for i in self._waiting),
+            pending=tuple(state(i) for _, i in sorted(self._pending)),
+        )
+
+    # ------------------------------------------------------------------ main loop
+
+    def advance(self, until: float = math.inf) -> None:
+        """Run every batch that starts before ``until``.
+
+        Raises
+        ------
+        RuntimeError
+            If the policy cannot make progress (a bug guard; the engine's rules always progress).
+        """
+        while True:
+            start, explicit = self._now, False
+            self._intake(start)
+            if not self._waiting and not self._running:
+                if not self._pending:
+                    return
+                start, explicit = max(start, self._pending[0][0]), True
+                self._intake(start)
+            if start >= until:
+                return
+            self._step(start, explicit)
+
+    def _intake(self, time: float) -> None:
+        """Move requests that arrived by ``time`` into R_w (FCFS: to its tail, by arrival)."""
+        pending, waiting = self._pending, self._waiting
+        while pending and pending[0][0] <= time:
+            _, i = heapq.heappop(pending)
+            if self._fcfs_waiting:
+                waiting.append(i)  # type: ignore[union-attr]
+            else:
+                insort(waiting, i, key=self._prio.__getitem__)  # type: ignore[arg-type]
+
+    def _step(self, start: float, explicit: bool) -> None:
+        """Build one batch at ``start`` (GetNextBatch), then process it."""
+        d = _Draft(len(self._batches) + 1)
+        for group in self.config.groups:
+            if group == "waiting":
+                self._fill_fcfs_waiting(d)
+            else:
+                self._fill_group(d, self._candidates(group))
+        if not d.items and not d.evict:
+            raise RuntimeError(
+                f"policy {self.config.name!r}: empty batch at t={start} with {len(self._waiting)} waiting and"
+                f" {len(self._running)} running requests (engine bug)"
+            )
+        end = start + self.cost_model.batch_time(d.n_tok, d.n_pre, d.s_pre, d.n_dec, d.kv_dec)
+        self._batches.append(Batch(tuple(d.items), tuple(d.evict), start if explicit else None))
+        self._now = end
+        self._finish(d)
+
+    def _candidates(self, group: str) -> list[int]:
+        """Snapshot of a non-FCFS group's candidates in priority order."""
+        m, prompt = self._m, self._prompt
+        if group == "running":
+            return list(self._running)
+        if group == "running_decode":
+            return [i for i in self._running if m[i] >= prompt[i]]
+        if group == "running_prefill":
+            return [i for i in self._running if m[i] < prompt[i]]
+        return list(heapq.merge(self._waiting, self._running, key=self._prio.__getitem__))
+
+    def _fill_fcfs_waiting(self, d: _Draft) -> None:
+        """R_w in FCFS order, stopping at the first candidate that cannot be admitted (B2)."""
+        waiting = self._waiting
+        while waiting:
+            i = waiting[0]
+            if self._mark[i] == d.no or not self._take_prefill(d, i, admit=True):
+                return
+            waiting.popleft()  # type: ignore[union-attr]
+
+    def _fill_group(self, d: _Draft, candidates: list[int]) -> None:
+        """A group in priority order; failed candidates are skipped. Decode runs go in bulk."""
+        m, prompt, mark, no = self._m, self._prompt, self._mark, d.no
+        run: list[int] = []
+        for i in candidates:
+            if mark[i] == no:  # already in the batch, or evicted from it
+                continue
+            if m[i] >= prompt[i]:
+                run.append(i)
+                continue
+            if run:
+                self._take_decodes(d, run)
+                run = []
+            if mark[i] == no:  # evicted by the decodes just taken
+                continue
+            admit = m[i] == 0  # waiting (running requests hold KV)
+            if self._take_prefill(d, i, admit) and admit:
+                self._waiting.remove(i)
+        if run:
+            self._take_decodes(d, run)
+
+    # ------------------------------------------------------------------ candidates
+
+    def _take_decodes(self, d: _Draft, run: list[int]) -> None:
+        """Decode candidates in priority order: in bulk when KV and C allow, else one by one."""
+        if not self.config.hybrid and d.phase == _PRE:
+            return
+        k = min(len(run), self._C - d.n_tok)
+        if k <= 0:
+            return
+        need = 0 if self._ef else k
+        if self._kv_reserved + need <= self._M:
+            self._add_decodes(d, run[:k])
+            self._kv_reserved += need
+            return
+        for i in run:
+            if self._C - d.n_tok < 1:
+                return
+            if self._mark[i] == d.no:
+                continue
+            if self._kv_reserved + 1 > self._M and not self._make_room(d, i, 1):
+                self._evict(d, i)
+                continue
+            self._add_decodes(d, [i])
+            self._kv_reserved += 1
+
+    def _add_decodes(self, d: _Draft, chosen: list[int]) -> None:
+        m, mark, no = self._m, self._mark, d.no
+        d.kv_dec += sum(map(m.__getitem__, chosen))
+        for i in chosen:
+            m[i] += 1
+            mark[i] = no
+        d.items.extend(map(self._dec_item.__getitem__, chosen))
+        d.generated.extend(chosen)
+        d.n_tok += len(chosen)
+        d.n_dec += len(chosen)
+        d.phase = _DEC
+
+    def _take_prefill(self, d: _Draft, i: int, admit: bool) -> bool:
+        """Add a prefill chunk of request ``i`` (admitting it from R_w when ``admit``)."""
+        cfg = self.config
+        if not cfg.hybrid and d.phase == _DEC:
+            return False
+        want = self._prompt[i] - self._m[i]
+        used = d.n_tok if cfg.prefill_counts_decodes else d.n_pre
+        room = min(self._C - d.n_tok, self._P - used)
+        if cfg.chunked or want > self._P:
+            c = min(want, room)
+        else:
+            c = want if want <= room else 0
+        if c <= 0:
+            return False
+        if admit:
+            if len(self._running) >= self._R:
+                return False
+            need = self._prompt[i] + (self._reqs[i].output_tokens - self._gen[i] - 1 if self._ef else 0)
+            if self._kv_reserved + need > self._M and not (cfg.evict_for_waiting and self._make_room(d, i, need)):
+                return False
+            self._kv_reserved += need
+            if self._ef:
+                self._fixed[i] = need
+            insort(self._running, i, key=self._prio.__getitem__)
+        self._m[i] += c
+        self._mark[i] = d.no
+        d.items.append(Item(self._reqs[i].id, c))
+        d.n_tok += c
+        d.n_pre += c
+        d.s_pre += c * c
+        d.phase = _PRE
+        if self._m[i] == self._prompt[i]:
+            d.generated.append(i)
+        return True
+
+    # ------------------------------------------------------------------ KV and eviction
+
+    def _held(self, i: int) -> int:
+        """KV slots reserved for running request ``i``."""
+        return self._fixed[i] if self._ef else max(self._m[i], self._prompt[i])
+
+    def _make_room(self, d: _Draft, cand: int, need: int) -> bool:
+        """Evict lower-priority running requests outside the batch until ``need`` slots are free.
+
+        Evicts nothing (and returns False) when even all of them would not free enough.
+        """
+        if self._ef:
+            return False
+        deficit = self._kv_reserved + need - self._M
+        victims: list[int] = []
+        top = self._prio[cand]
+        for v in reversed(self._running):
+            if self._prio[v] <= top:
+                break
+            if self._mark[v] == d.no:
+                continue
+            victims.append(v)
+            deficit -= self._held(v)
+            if deficit <= 0:
+                for v in victims:
+                    self._evict(d, v)
+                return True
+        return False
+
+    def _evict(self, d: _Draft, i: int) -> None:
+        """Drop request ``i``'s KV (recomputation) and put it back into R_w (B1)."""
+        self._kv_reserved -= self._held(i)
+        if self._m[i] >= self._prompt[i]:
+            self._prompt[i] = self._m[i] + 1
+        self._m[i] = 0
+        self._fixed[i] = 0
+        self._mark[i] = d.no
+        self._running.remove(i)
+        d.evict.append(self._reqs[i].id)
+        if not self._fcfs_waiting:
+            insort(self._waiting, i, key=self._prio.__getitem__)  # type: ignore[arg-type]
+        elif self.config.evicted_to_front:
+            self._waiting.appendleft(i)  # type: ignore[union-attr]
+        else:
+            self._waiting.append(i)
+
+    def _finish(self, d: _Draft) -> None:
+        """Generate the batch's tokens; finished requests release their KV (B10)."""
+        gen, reqs = self._gen, self._reqs
+        finished = []
+        for i in d.generated:
+            gen[i] += 1
+            if gen[i] == reqs[i].output_tokens:
+                finished.append(i)
+        if finished:
+            done = set(finished)
+            for i in finished:
+                self._kv_reserved -= self._held(i)
+                self._m[i] = 0
+                self._fixed[i] = 0
+            self._running = [i for i in self._running if i not in done]
+            self._unfinished -= len(finished)
+        self._check_stall(bool(d.generated))
+
+    def _check_stall(self, progressed: bool) -> None:
+        """Raise when batches keep coming without any token generated (a livelock guard)."""
+        self._stall = 0 if progressed else self._stall + 1
+        if self._stall > _STALL_CHECK:
+            queued = list(self._waiting) + self._running
+            bound = 1 + len(queued) + sum(self._prompt[i] for i in queued)
+            if self._stall > bound:
+                raise RuntimeError(
+                    f"policy {self.config.name!r}: no token generated in {self._stall} batches (livelock)"
+                )
+
+
+def simulate(instance: Instance, policy: str | PolicyConfig) -> Schedule:
+    """Run ``policy`` on ``instance`` from time 0 until every request finished.
+
+    Parameters
+    ----------
+    instance
+        The requests (with arrivals), limits and cost model.
+    policy
+        A registered policy name (e.g. ``"vllm"``, ``"sarathi-ef"``) or a :class:`PolicyConfig`.
+
+    Returns
+    -------
+    Schedule
+        The simulated schedule; it replays cleanly with :func:`optsched.schedule.replay`.
+    """
+    engine = Engine.from_instance(instance, policy)
+    engine.advance()
+    return engine.schedule()
+
+
+def _registry_function(policy: str) -> Callable[[Instance], Schedule]:
+    def run(instance: Instance) -> Schedule:
+        return simulate(instance, policy)
+
+    run.__name__ = run.__qualname__ = function_name(policy)
+    run.__doc__ = f"Simulate the {policy!r} policy on ``instance`` (see :func:`simulate`)."
+    return run
+
+
+for _policy in POLICY_CONFIGS:
+    globals()[function_name(_policy)] = _registry_function(_policy)

@@ -1,0 +1,38 @@
+"""Test-only formulation for the solve/bound commands (registered by monkeypatching the registries).
+
+``options["method"]`` picks what it returns, so every status path of the CLI can be exercised.
+"""
+
+from __future__ import annotations
+
+import random
+
+from legal_schedules import random_legal_schedule
+
+from optsched.instance import Instance
+from optsched.result import Bound, SolveResult, replayed_objective
+from optsched.schedule import Schedule
+
+#: The options dict of the last call (the tests inspect it).
+LAST_OPTIONS: dict = {}
+
+
+def solve(instance: Instance, options: dict) -> SolveResult:
+    LAST_OPTIONS.clear()
+    LAST_OPTIONS.update(options)
+    method = options.get("method") or "feasible"
+    if method in ("feasible", "optimal"):
+        schedule = random_legal_schedule(instance, random.Random(0)).schedule
+        value, rep = replayed_objective(instance, schedule, "makespan")
+        return SolveResult("fake", "none", method, value, value * 0.5, 0.01, schedule, replay=rep)
+    if method == "bad-schedule":
+        return SolveResult("fake", "none", "feasible", 1.0, 0.5, 0.01, Schedule(instance.name, ()))
+    if method == "unsupported":
+        return SolveResult("fake", "none", "unsupported", extra={"note": "fake cannot do this"})
+    return SolveResult("fake", "none", method)
+
+
+def bounds(instance: Instance, options: dict) -> list[Bound]:
+    LAST_OPTIONS.clear()
+    LAST_OPTIONS.update(options)
+    return [Bound("fake-lower", 1.25, True, "test"), Bound("fake-estimate", 2.0, False, "test")]

@@ -1,0 +1,331 @@
+"""Tests of the command line (contract section 4): exit codes, JSON keys, messages for bad input.
+
+The commands run in-process through ``optsched.cli.main``; one test runs the real executable via
+``python -m optsched``. Policies and formulations are test-only ones registered by monkeypatching
+the registries, so these tests do not depend on the simulator or any formulation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from legal_schedules import random_legal_schedule
+
+import fake_formulations
+from optsched import policies, problems
+from optsched.cli import main
+from optsched.instance import load_instance
+
+TOY = {
+    "name": "tiny",
+    "cost_model": "llama2-7b-a100",
+    "limits": {"token_budget": 64, "kv_capacity": 200},
+    "requests": [
+        {"id": "a", "prompt_tokens": 40, "output_tokens": 3},
+        {"id": "b", "arrival": 0.01, "prompt_tokens": 10, "output_tokens": 5},
+    ],
+}
+
+
+@pytest.fixture(autouse=True)
+def test_registries(monkeypatch):
+    monkeypatch.setattr(policies, "POLICIES", {
+        "test-random": "legal_schedules:policy_random",
+        "test-broken": "legal_schedules:policy_broken",
+    })
+    monkeypatch.setattr(problems, "SOLVERS", {"fake": "fake_formulations:solve"})
+    monkeypatch.setattr(problems, "BOUNDERS", {"fake": "fake_formulations:bounds"})
+
+
+def write(path: Path, obj) -> str:
+    path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return str(path)
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *argv) -> tuple[int, dict]:
+    code, out, err = run(capsys, *argv, "--json")
+    return code, json.loads(out)
+
+
+METRIC_KEYS = {"makespan", "mean_latency", "mean_ttft", "mean_tpot", "throughput", "evictions", "slo_attainment", "G"}
+
+
+# --------------------------------------------------------------------------- simulate / check
+
+
+def test_simulate_then_check_agree(capsys, tmp_path):
+    out = tmp_path / "s.json"
+    code, sim = run_json(capsys, "simulate", "toy-4", "--policy", "test-random", "--out", out)
+    assert code == 0
+    assert {"policy", "metrics", "schedule"} <= set(sim) and METRIC_KEYS <= set(sim["metrics"])
+    assert sim["schedule"] == str(out) and out.exists()
+    code, chk = run_json(capsys, "check", "toy-4", out)
+    assert code == 0 and chk["feasible"] is True and chk["violations"] == []
+    for k in METRIC_KEYS:
+        a, b = sim["metrics"][k], chk["metrics"][k]
+        assert a == b or math.isclose(a, b, rel_tol=1e-9)
+
+
+def test_simulate_all_prints_a_table(capsys, monkeypatch):
+    monkeypatch.setattr(policies, "POLICIES", {
+        "test-random": "legal_schedules:policy_random",
+        "test-random-2": "legal_schedules:policy_random",
+    })
+    code, out, err = run(capsys, "simulate", "toy-4", "--policy", "all")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[1].split()[:3] == ["policy", "makespan", "mean_latency"]
+    assert [line.split()[0] for line in lines[3:]] == ["test-random", "test-random-2"]
+    code, res = run_json(capsys, "simulate", "toy-4", "--policy", "all")
+    assert code == 0 and res["policy"] == "all"
+    assert [r["policy"] for r in res["results"]] == ["test-random", "test-random-2"]
+    assert res["results"][0]["metrics"] == res["results"][1]["metrics"]
+
+
+def test_simulate_policy_bug_is_internal_error_and_writes_nothing(capsys, tmp_path):
+    out = tmp_path / "s.json"
+    code, stdout, err = run(capsys, "simulate", "toy-4", "--policy", "test-broken", "--out", out)
+    assert code == 3 and "infeasible schedule" in err and not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_infeasible_exits_1_with_violations(capsys, tmp_path):
+    s = write(tmp_path / "s.json", {"instance": "toy-4", "batches": [{"items": [{"id": "r0", "tokens": 65}]}]})
+    code, res = run_json(capsys, "check", "toy-4", s)
+    assert code == 1 and res["feasible"] is False and res["metrics"] is None
+    assert "batch 0: request 'r0': prefill chunk 65 exceeds the remaining prompt 64" in res["violations"]
+    code, out, _ = run(capsys, "check", "toy-4", s)
+    assert code == 1 and out.startswith("infeasible")
+
+
+def test_check_text_output(capsys, tmp_path):
+    inst = load_instance("toy-4")
+    s = tmp_path / "s.json"
+    random_legal_schedule(inst, __import__("random").Random(3)).schedule.save(s)
+    code, out, _ = run(capsys, "check", "toy-4", s)
+    assert code == 0 and out.startswith("feasible") and "makespan" in out
+
+
+# --------------------------------------------------------------------------- bad input: exit 2
+
+
+@pytest.mark.parametrize(
+    "instance, needle",
+    [
+        ('{"name": "x", "requests": [', "malformed JSON"),
+        ({**TOY, "requests": [{"id": "a", "output_tokens": 3}]}, "request 'a': field 'prompt_tokens': missing"),
+        ({**TOY, "requests": [{"id": "a", "prompt_tokens": 0, "output_tokens": 3}]}, "request 'a': field 'prompt_tokens'"),
+        ({**TOY, "requests": [{"id": "a", "prompt_tokens": 5, "output_tokens": -2}]}, "request 'a': field 'output_tokens'"),
+        ({**TOY, "requests": [{"id": "a", "arrival": -1, "prompt_tokens": 5, "output_tokens": 2}]}, "request 'a': field 'arrival'"),
+        ({**TOY, "cost_model": "gpt-9-tpu"}, "unknown profile 'gpt-9-tpu'"),
+        ({**TOY, "cost_model": {"base": -1}}, "cost_model.base"),
+        ({**TOY, "requests": [{"id": "big", "prompt_tokens": 190, "output_tokens": 20}]}, "request 'big'"),
+        ({**TOY, "requests": [TOY["requests"][0], TOY["requests"][0]]}, "duplicate id"),
+        ({k: v for k, v in TOY.items() if k != "name"}, "field 'name': missing"),
+        ({**TOY, "limits": {"token_budget": 8, "prefill_budget": 16}}, "prefill_budget"),
+    ],
+)
+@pytest.mark.parametrize("command", ["simulate", "check", "info", "bound", "solve"])
+def test_bad_instance_exit_2(capsys, tmp_path, instance, needle, command):
+    path = write(tmp_path / "bad.json", instance)
+    extra = {
+        "simulate": ["--policy", "test-random"],
+        "check": [write(tmp_path / "s.json", {"batches": []})],
+        "solve": ["--problem", "fake"],
+    }.get(command, [])
+    code, out, err = run(capsys, command, path, *extra)
+    if command == "info" and "request 'big'" in needle:
+        assert code == 1 and "big" in out  # info lists requests that can never finish (exit 1)
+        return
+    assert code == 2, err
+    assert out == ""
+    assert err.count("\n") == 1 and str(path) in err and needle in err
+
+
+def test_never_fitting_request_message(capsys, tmp_path):
+    path = write(tmp_path / "bad.json", {**TOY, "requests": [{"id": "big", "prompt_tokens": 190, "output_tokens": 20}]})
+    code, _, err = run(capsys, "check", path, write(tmp_path / "s.json", {"batches": []}))
+    assert code == 2 and "request 'big'" in err and "exceeds limits.kv_capacity = 200" in err and "never finish" in err
+
+
+def test_unknown_policy_exit_2(capsys):
+    code, out, err = run(capsys, "simulate", "toy-4", "--policy", "nope")
+    assert code == 2 and "unknown policy 'nope'" in err and "test-random" in err and out == ""
+
+
+def test_schedule_naming_unknown_request_exit_2(capsys, tmp_path):
+    s = write(tmp_path / "s.json", {"batches": [{"items": [{"id": "r0", "tokens": 64}]}, {"evict": ["ghost"], "items": []}]})
+    code, out, err = run(capsys, "check", "toy-4", s, "--json")
+    assert code == 2 and out == ""
+    assert "batch 1: request 'ghost': unknown request" in err and str(s) in err
+
+
+@pytest.mark.parametrize(
+    "schedule, needle",
+    [
+        ("[1, 2", "malformed JSON"),
+        ({"batches": {}}, "field 'batches'"),
+        ({"batches": [{"items": [{"id": "r0", "tokens": "x"}]}]}, "batch 0: request 'r0': field 'tokens'"),
+        ({"batches": [{"items": [], "when": 3}]}, "batch 0: unknown field"),
+    ],
+)
+def test_bad_schedule_exit_2(capsys, tmp_path, schedule, needle):
+    s = write(tmp_path / "s.json", schedule)
+    code, out, err = run(capsys, "check", "toy-4", s)
+    assert code == 2 and needle in err and str(s) in err
+
+
+def test_missing_files_exit_2(capsys, tmp_path):
+    code, _, err = run(capsys, "info", tmp_path / "nope.json")
+    assert code == 2 and "nope.json" in err
+    code, _, err = run(capsys, "info", "no-such-instance")
+    assert code == 2 and "no shipped instance" in err and "toy-4" in err
+    code, _, err = run(capsys, "check", "toy-4", tmp_path / "nope.json")
+    assert code == 2 and "nope.json" in err
+
+
+def test_usage_errors_exit_2(capsys):
+    assert run(capsys, "simulate", "toy-4")[0] == 2  # --policy missing
+    assert run(capsys, "frobnicate")[0] == 2
+    assert run(capsys, "info", "toy-4", "--kv-capacity", "0")[0] == 2
+    assert run(capsys, "--help")[0] == 0
+
+
+def test_out_folder_must_exist_and_nothing_is_written(capsys, tmp_path):
+    out = tmp_path / "missing" / "s.json"
+    code, _, err = run(capsys, "simulate", "toy-4", "--policy", "test-random", "--out", out)
+    assert code == 2 and "does not exist" in err and not out.parent.exists()
+    code, _, err = run(capsys, "simulate", "toy-4", "--policy", "all", "--out", tmp_path / "s.json")
+    assert code == 2 and "single --policy" in err and list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- trace CSV
+
+
+def trace(tmp_path: Path, rows: str = "0.0,100,5\n0.5,20,3\n1.0,300,2\n") -> str:
+    return write(tmp_path / "t.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n" + rows)
+
+
+def test_trace_csv_with_options(capsys, tmp_path):
+    code, info = run_json(capsys, "info", trace(tmp_path), "--cost-model", "llama2-7b-a100",
+                          "--token-budget", "256", "--kv-capacity", "1000", "--first", "2")
+    assert code == 0 and info["requests"] == 2 and info["instance"] == "t-2"
+    assert info["limits"] == {"token_budget": 256, "prefill_budget": 256, "kv_capacity": 1000, "max_running": None}
+    code, sim = run_json(capsys, "simulate", trace(tmp_path), "--cost-model", "llama2-7b-a100",
+                         "--policy", "test-random", "--max-running", "1")
+    assert code == 0 and sim["metrics"]["makespan"] > 1.0
+
+
+@pytest.mark.parametrize(
+    "rows, args, needle",
+    [
+        ("0,100,5\n", [], "needs --cost-model"),
+        ("0,abc,5\n", ["--cost-model", "llama2-7b-a100"], "request 'row0': field 'num_prefill_tokens': not a number"),
+        ("0,10,0\n", ["--cost-model", "llama2-7b-a100"], "request 'row0': field 'num_decode_tokens'"),
+        ("0,10,5\n-1,10,5\n", ["--cost-model", "llama2-7b-a100"], "request 'row1': field 'arrived_at'"),
+        ("0,10,5\n", ["--cost-model", "nope"], "unknown profile 'nope'"),
+        ("0,900,200\n", ["--cost-model", "llama2-7b-a100", "--kv-capacity", "1000"], "request 'row0'"),
+    ],
+)
+def test_bad_trace_exit_2(capsys, tmp_path, rows, args, needle):
+    code, out, err = run(capsys, "simulate", trace(tmp_path, rows), "--policy", "test-random", *args)
+    assert code == 2 and needle in err and out == ""
+
+
+def test_json_instance_overrides(capsys):
+    code, info = run_json(capsys, "info", "toy-4", "--kv-capacity", "100", "--first", "3")
+    assert code == 1  # r2 needs 129 slots > 100
+    assert [r["id"] for r in info["infeasible_requests"]] == ["r2"] and info["instance"] == "toy-4-3"
+
+
+# --------------------------------------------------------------------------- info / bound / solve / fit
+
+
+def test_info_json_keys(capsys):
+    code, info = run_json(capsys, "info", "toy-4")
+    assert code == 0
+    assert {"instance", "requests", "cost_model", "limits", "prompt_tokens", "output_tokens", "arrival",
+            "infeasible_requests", "slo_unattainable", "bounds"} <= set(info)
+    assert info["requests"] == 4 and info["prompt_tokens"]["sum"] == 240
+    assert {b["name"] for b in info["bounds"]} >= {"makespan", "mean-latency"}
+
+
+def test_info_lists_unattainable_slos(capsys, tmp_path):
+    path = write(tmp_path / "i.json", {**TOY, "requests": [{"id": "a", "prompt_tokens": 40, "output_tokens": 3, "slo": {"ttft": 1e-6}}]})
+    code, info = run_json(capsys, "info", path)
+    assert code == 0 and info["slo_unattainable"][0]["id"] == "a" and info["slo_unattainable"][0]["slo"] == "ttft"
+
+
+def test_bound_trivial_and_problem(capsys):
+    code, res = run_json(capsys, "bound", "toy-4")
+    assert code == 0 and res["instance"] == "toy-4"
+    assert all({"name", "value", "valid"} <= set(b) for b in res["bounds"])
+    code, res = run_json(capsys, "bound", "toy-4", "--problem", "fake", "--time-limit", "3")
+    assert code == 0 and [b["name"] for b in res["bounds"]] == ["fake-lower", "fake-estimate"]
+    assert res["bounds"][1]["valid"] is False and fake_formulations.LAST_OPTIONS["time_limit"] == 3.0
+    code, _, err = run(capsys, "bound", "toy-4", "--problem", "nope")
+    assert code == 2 and "unknown problem 'nope'" in err and "fake" in err
+
+
+def test_solve_statuses_and_options(capsys, tmp_path):
+    out = tmp_path / "s.json"
+    code, res = run_json(capsys, "solve", "toy-4", "--problem", "fake", "--method", "optimal", "--solver", "highs",
+                         "--time-limit", "2.5", "--threads", "2", "--objective", "makespan", "--no-evict",
+                         "--option", "horizon=40", "--option", "mode=fast", "--out", out)
+    assert code == 0
+    assert {"problem", "solver", "status", "objective", "bound", "gap", "wall_time", "schedule"} <= set(res)
+    assert res["status"] == "optimal" and res["schedule"] == str(out) and res["gap"] == pytest.approx(0.5)
+    opts = fake_formulations.LAST_OPTIONS
+    assert opts["solver"] == "highs" and opts["time_limit"] == 2.5 and opts["threads"] == 2
+    assert opts["no_evict"] is True and opts["objective"] == "makespan" and opts["horizon"] == 40 and opts["mode"] == "fast"
+    assert run(capsys, "check", "toy-4", out)[0] == 0
+    code, res = run_json(capsys, "solve", "toy-4", "--problem", "fake", "--method", "infeasible")
+    assert code == 1 and res["status"] == "infeasible" and res["schedule"] is None
+    code, out_, err = run(capsys, "solve", "toy-4", "--problem", "fake", "--method", "unsupported")
+    assert code == 2 and "fake cannot do this" in err
+    code, _, err = run(capsys, "solve", "toy-4", "--problem", "fake", "--method", "bad-schedule", "--out", tmp_path / "b.json")
+    assert code == 3 and "does not replay cleanly" in err and not (tmp_path / "b.json").exists()
+    code, _, err = run(capsys, "solve", "toy-4", "--problem", "zzz")
+    assert code == 2 and "unknown problem 'zzz'" in err
+    code, _, err = run(capsys, "solve", "toy-4", "--problem", "fake", "--option", "novalue")
+    assert code == 2 and "KEY=VALUE" in err
+
+
+def test_fit_recovers_known_coefficients(capsys, tmp_path):
+    rows = "".join(f"{n},{0.25 + 0.002 * n}\n" for n in (1, 8, 64, 512, 4096))
+    path = write(tmp_path / "m.csv", "tokens,ms\n" + rows)
+    code, res = run_json(capsys, "fit", path, "--time-column", "ms", "--unit", "ms",
+                         "--compare", "llama2-7b-a100", "--out", tmp_path / "p.toml")
+    assert code == 0
+    assert res["base"] == pytest.approx(0.25e-3, rel=1e-9) and res["per_token"] == pytest.approx(2e-6, rel=1e-9)
+    assert res["max_abs_pct_error"] < 1e-6 and res["compare"]["profile"] == "llama2-7b-a100"
+    from optsched.costmodel import load_cost_model
+
+    fitted = load_cost_model(str(tmp_path / "p.toml"))
+    ref = load_cost_model("llama2-7b-a100")
+    assert fitted.per_token == pytest.approx(2e-6) and fitted.layers == ref.layers and fitted.decode == ref.decode
+    code, _, err = run(capsys, "fit", path)
+    assert code == 2 and "missing column 'time'" in err
+
+
+# --------------------------------------------------------------------------- the real executable
+
+
+def test_subprocess_exit_codes(tmp_path):
+    cmd = [sys.executable, "-m", "optsched"]
+    ok = subprocess.run([*cmd, "info", "toy-4", "--json"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["instance"] == "toy-4"
+    bad = write(tmp_path / "bad.json", "{")
+    res = subprocess.run([*cmd, "info", bad, "--json"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stdout == "" and "malformed JSON" in res.stderr
