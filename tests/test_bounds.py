@@ -65,7 +65,12 @@ def cost_models() -> list:
     return [*available_profiles(), *ADVERSARIAL]
 
 
-@pytest.mark.parametrize("name", available_instances())
+def small_shipped() -> list[str]:
+    """Shipped instances small enough for serial and random schedules in test time."""
+    return [n for n in available_instances() if sum(r.output_tokens for r in load_instance(n).requests) <= 4000]
+
+
+@pytest.mark.parametrize("name", small_shipped())
 def test_shipped_instances(name: str) -> None:
     inst = load_instance(name)
     assert_bounds_below(inst, serial_fcfs(inst))
@@ -89,10 +94,7 @@ def test_random_instances_and_schedules(model_index: int, arrivals: bool) -> Non
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_policies_respect_bounds(policy: str) -> None:
     rng = random.Random(3)
-    simulate = simulator_for(policy)
-    for name in available_instances():
-        inst = load_instance(name)
-        assert_bounds_below(inst, simulate(inst))
+    simulate = simulator_for(policy)  # shipped instances: tests/test_report.py::test_chain_on_shipped_instances
     for model in available_profiles():
         inst = random_instance(rng, model, 8, arrivals=True)
         assert_bounds_below(inst, simulate(inst))
@@ -149,3 +151,20 @@ def test_work_bound_trades_batches_for_chunks() -> None:
     assert work.value == pytest.approx(12.0)
     four = Schedule("q2", tuple(Batch((Item("a", 1), Item("b", 1))) for _ in range(4)))
     assert objective_values(inst, four)["makespan"] == pytest.approx(12.0)
+
+
+@pytest.mark.parametrize("model_index", range(len(cost_models())))
+def test_dominates_the_trivial_bounds(model_index: int) -> None:
+    """optsched.bounds is at least optsched.lowerbounds' makespan and TTFT bounds (written apart)."""
+    from optsched.lowerbounds import instance_bounds
+
+    rng = random.Random(77 + model_index)
+    instances = [load_instance(n) for n in small_shipped()]
+    instances += [random_instance(rng, cost_models()[model_index], rng.randint(1, 8), True) for _ in range(10)]
+    for inst in instances:
+        trivial = {b.name: b.value for b in instance_bounds(inst)}
+        ours = {b.name: b.value for b in generic_bounds(inst, "makespan")}
+        assert ours["work"] >= trivial["makespan-work"] * (1 - 1e-9)
+        assert ours["critical-path"] >= trivial["makespan-critical-path"] * (1 - 1e-9)
+        (ttft,) = generic_bounds(inst, "ttft")
+        assert ttft.value >= trivial["mean-ttft"] * (1 - 1e-9)

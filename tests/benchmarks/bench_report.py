@@ -52,7 +52,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         page = Path(tmp) / "report.html"
         cmd = [sys.executable, "-m", "optsched.cli", "report", str(TRACE), "--first", str(args.requests),
-               "--kv-capacity", "100000", "--token-budget", "4096", "--time-limit", str(args.time_limit),
+               "--cost-model", "llama2-7b-a100", "--kv-capacity", "100000", "--token-budget", "4096", "--time-limit", str(args.time_limit),
                "--html", str(page), "--json", "--quiet"]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
