@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence, TextIO
 
 from ..bounds import generic_bounds
-from ..instance import Instance
+from ..instance import Instance, InstanceError
 from ..policies import POLICIES, simulator_for
 from ..problems import BOUNDERS, SOLVERS, bounder_for, solver_for
 from ..result import OBJECTIVES, SolveResult, check_agreement, relative_gap, replayed_objective
@@ -51,6 +51,12 @@ __all__ = [
 #: that their bounds bound the same objective as the policies' schedules. Bounds of other problems
 #: (other models, e.g. static batches or placement) are listed but not compared.
 SCHEDULE_PROBLEMS: tuple[str, ...] = ("infermax",)
+
+#: A schedule whose objective is within this relative distance of a proven bound is optimal.
+OPTIMAL_RTOL = 1e-9
+
+#: Share of the time left that the solver gets as its own time limit (it also builds its model).
+SOLVER_SHARE = 0.8
 
 #: Default largest instance (in requests) handed to the exact solver.
 SOLVE_MAX_REQUESTS = 16
@@ -91,7 +97,13 @@ class BoundEntry:
 
 @dataclass
 class PolicyRun:
-    """One policy's schedule, replay and objective (status ``ok``, ``invalid``, ``error`` or ``skipped``)."""
+    """One policy's schedule, replay and objective.
+
+    ``status``: ``ok``; ``invalid`` (its schedule does not replay cleanly); ``n/a`` (the policy
+    rejects the instance with an :class:`~optsched.instance.InstanceError`, e.g. a policy of another
+    problem that needs fields this instance lacks); ``error`` (any other exception); ``skipped``
+    (not run: the report was cut short).
+    """
 
     policy: str
     status: str
@@ -151,6 +163,12 @@ class Report:
     def best(self) -> tuple[str, float, Schedule, ReplayResult] | None:
         """The best schedule found (least objective; the solver's first on ties)."""
         return min(self.candidates(), key=lambda c: c[1], default=None)
+
+    @property
+    def proven_optimal(self) -> bool:
+        """Whether the best schedule's objective meets a proven comparable bound (within 1e-9)."""
+        best, bound = self.best, self.best_bound
+        return best is not None and bound is not None and best[1] <= bound.value * (1 + OPTIMAL_RTOL) + 1e-15
 
     def gap(self, value: float | None) -> float | None:
         """Relative gap of ``value`` to the best proven bound."""
@@ -266,6 +284,8 @@ def _run_policy(instance: Instance, name: str, objective: str) -> PolicyRun:
         schedule = simulator_for(name)(instance)
     except (TimeUp, KeyboardInterrupt):
         raise
+    except InstanceError as exc:
+        return PolicyRun(name, "n/a", message=str(exc), wall_time=time.perf_counter() - t0)
     except Exception as exc:  # noqa: BLE001 - one failing policy is reported, not fatal
         return PolicyRun(name, "error", message=f"{type(exc).__name__}: {exc}", wall_time=time.perf_counter() - t0)
     result = replay(instance, schedule)
@@ -411,9 +431,14 @@ def _solver_phase(
         return SolverRun(problem, message=f"not run: {n} requests > {max_requests}")
     ok = [p for p in report.policies if p.status == "ok"]
     warm = min(ok, key=lambda p: p.objective or math.inf).policy if ok else None
+    if report.proven_optimal:
+        report.notes.append(f"solver {problem} not run: the best policy meets a proven bound (optimal)")
+        return SolverRun(problem, message="not run: the best policy is proven optimal by a bound")
     left = remaining()
+    if left is not None:  # keep room for the solver's own set-up and for replaying its schedule
+        left = max(0.5, SOLVER_SHARE * left - 1.0)
     say(f"solver {problem}: time limit {'none' if left is None else f'{left:.1f}s'}, warm start {warm}")
-    grace = None if deadline is None else deadline + 2.0 + 0.05 * (deadline - time.perf_counter())
+    grace = None if deadline is None else deadline + 1.0
     with _timed(report, "solver"), _deadline(grace):
         try:
             run = _run_solver(instance, problem, report.objective, left, warm)

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 
 from ..schedule import ReplayResult
 from .gather import Report
-from .output import METRIC_KEYS, report_rows
+from .output import METRIC_KEYS, grouped_messages, report_rows
 from .plots import plot_bounds_bars, plot_latency_distributions, plot_memory, plot_timeline
 
 __all__ = ["report_html", "write_html"]
@@ -82,6 +82,7 @@ def report_html(report: Report) -> str:
             f"<p>Best schedule: <b>{e(best[0])}</b>, {e(report.objective)} {best[1]:.6g}"
             + (f"; best proven lower bound {best_bound.value:.6g} ({e(best_bound.source)}/{e(best_bound.name)}); "
                f"gap {_pct(report.gap(best[1]))}" if best_bound is not None else "")
+            + (" &mdash; <b>proven optimal</b>" if report.proven_optimal else "")
             + ".</p>"
         )
     parts.append("<h2>Lower bounds</h2><table><tr><th>source</th><th>bound</th><th>value</th><th>proven</th>"
@@ -102,9 +103,8 @@ def report_html(report: Report) -> str:
                      f"<td>{_pct(row['gap'])}</td>" + "".join(f"<td>{_num(m.get(k), 4)}</td>" for k in METRIC_KEYS)
                      + "</tr>")
     parts.append("</table>")
-    for row in report_rows(report):
-        if row["message"] and row["status"] != "ok":
-            parts.append(f"<p class='note'>{e(row['kind'])}:{e(row['name'])}: {e(row['message'])}</p>")
+    for message, names in grouped_messages(report_rows(report)):
+        parts.append(f"<p class='note'>{e(', '.join(names))}: {e(message)}</p>")
     for note in report.notes:
         parts.append(f"<p class='note'>note: {e(note)}</p>")
 

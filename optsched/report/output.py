@@ -13,7 +13,7 @@ from typing import Any
 from ..result import relative_gap
 from .gather import Report
 
-__all__ = ["METRIC_KEYS", "report_rows", "report_to_dict", "report_table"]
+__all__ = ["METRIC_KEYS", "grouped_messages", "report_rows", "report_to_dict", "report_table"]
 
 #: Schedule metrics shown for every schedule (contract section 2).
 METRIC_KEYS = ("makespan", "mean_latency", "mean_ttft", "mean_tpot", "throughput", "evictions", "slo_attainment", "G")
@@ -58,6 +58,15 @@ def report_rows(report: Report) -> list[dict[str, Any]]:
     return rows
 
 
+def grouped_messages(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """(message, schedule labels) of the rows that did not run cleanly, one entry per message."""
+    groups: dict[str, list[str]] = {}
+    for row in rows:
+        if row["message"] and row["status"] != "ok":
+            groups.setdefault(row["message"], []).append(f"{row['kind']}:{row['name']}")
+    return list(groups.items())
+
+
 def report_to_dict(report: Report) -> dict[str, Any]:
     """The report's JSON object (keys documented in docs/report.md)."""
     inst = report.instance
@@ -90,6 +99,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "source": best[0],
             "objective": best[1],
             "gap": report.gap(best[1]),
+            "proven_optimal": report.proven_optimal,
             "metrics": _metrics(best[3]),
         },
         "solver": solver,
@@ -167,10 +177,10 @@ def report_table(report: Report) -> str:
     best = report.best
     if best is not None:
         gap = relative_gap(best[1], best_bound.value if best_bound else None)
-        out.append(f"best schedule: {best[0]} with {report.objective} {best[1]:.6g} (gap {_pct(gap)})")
-    for row in rows:
-        if row["message"] and row["status"] != "ok":
-            out.append(f"  {row['kind']}:{row['name']}: {row['message']}")
+        proof = f", proven optimal by {best_bound.source}/{best_bound.name}" if report.proven_optimal and best_bound else ""
+        out.append(f"best schedule: {best[0]} with {report.objective} {best[1]:.6g} (gap {_pct(gap)}{proof})")
+    for message, names in grouped_messages(rows):
+        out.append(f"  {', '.join(names)}: {message}")
     for note in report.notes:
         out.append(f"note: {note}")
     return "\n".join(out)
