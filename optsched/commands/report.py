@@ -20,7 +20,7 @@ from ..report.gather import SOLVE_MAX_REQUESTS
 from ..result import OBJECTIVES
 from ._common import add_instance_arguments, load_instance_arg, positive_float
 
-#: Seconds of the time limit kept for drawing the HTML page, per request (at least 2 s, at most 30 s).
+#: Seconds of the time limit kept for drawing the HTML page, per request (at least 5 s, at most 30 s).
 HTML_RESERVE_PER_REQUEST = 0.02
 
 
@@ -55,7 +55,7 @@ def handler(args: argparse.Namespace) -> int:
     instance = load_instance_arg(args)
     reserve = 0.0
     if args.html:
-        reserve = min(30.0, max(2.0, HTML_RESERVE_PER_REQUEST * len(instance.requests)), args.time_limit / 3)
+        reserve = min(30.0, max(5.0, HTML_RESERVE_PER_REQUEST * len(instance.requests)), args.time_limit / 3)
     progress = Progress(not args.quiet)
     elapsed = time.perf_counter() - t0
     report = build_report(

@@ -92,15 +92,16 @@ def report_html(report: Report) -> str:
                      f"<td>{'yes' if b.valid else 'no'}</td><td>{'yes' if b.comparable else 'no'}</td>"
                      f"<td style='text-align:left'>{e(b.note)}</td></tr>")
     parts.append("</table>")
+    columns = [k for k in METRIC_KEYS if k != report.objective]
     parts.append("<h2>Schedules</h2><p class='note'>gap = (value &minus; best proven bound) / value.</p><table><tr>"
                  f"<th>schedule</th><th>status</th><th>{e(report.objective)}</th><th>gap</th>"
-                 + "".join(f"<th>{e(k)}</th>" for k in METRIC_KEYS) + "</tr>")
+                 + "".join(f"<th>{e(k)}</th>" for k in columns) + "</tr>")
     for row in report_rows(report):
         label = f"{row['kind']}:{row['name']}"
         cls = " class='best'" if best is not None and label == best[0] else ""
         m = row["metrics"] or {}
         parts.append(f"<tr{cls}><td>{e(label)}</td><td>{e(row['status'])}</td><td>{_num(row['objective'], 6)}</td>"
-                     f"<td>{_pct(row['gap'])}</td>" + "".join(f"<td>{_num(m.get(k), 4)}</td>" for k in METRIC_KEYS)
+                     f"<td>{_pct(row['gap'])}</td>" + "".join(f"<td>{_num(m.get(k), 4)}</td>" for k in columns)
                      + "</tr>")
     parts.append("</table>")
     for message, names in grouped_messages(report_rows(report)):

@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-TRACE = REPO.parent / "shared" / "data" / "traces" / "splitwise_conv.csv"
+#: ``<repo>/../shared/data`` or the same under any ancestor of the repo (worktrees).
+TRACE = next((base / "shared" / "data" / "traces" / "splitwise_conv.csv" for base in REPO.parents
+              if (base / "shared" / "data").is_dir()), REPO.parent / "shared" / "data" / "traces" / "splitwise_conv.csv")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
 
@@ -44,7 +46,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--time-limit", type=float, default=290.0)
     ap.add_argument("--screenshot", type=Path, default=None)
-    ap.add_argument("--height", type=int, default=5200)
+    ap.add_argument("--height", type=int, default=6800)
     args = ap.parse_args()
     if not TRACE.exists():
         print(f"skipped: {TRACE} is absent")
