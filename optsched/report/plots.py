@@ -39,6 +39,8 @@ __all__ = [
 ]
 
 PREFILL, DECODE, EVICT, BOUND, BEST = "#4C72B0", "#DD8452", "#C44E52", "#55A868", "#222222"
+#: Above this many batches, a request's consecutive batches of one phase are drawn as one bar.
+MERGE_ABOVE = 300
 #: Above this many drawn shapes a collection is rasterized inside the SVG (keeps files small).
 RASTER_ABOVE = 4000
 
@@ -73,8 +75,9 @@ def item_phases(instance: Instance, schedule: Schedule) -> list[list[bool]]:
     return phases
 
 
-def _segments(instance: Instance, schedule: Schedule, result: ReplayResult) -> tuple[dict, dict, list]:
-    """Merged (start, end) runs per request and phase, and eviction points (time, row)."""
+def _segments(instance: Instance, schedule: Schedule, result: ReplayResult, merge: bool) -> tuple[dict, dict, list]:
+    """(start, end) runs per request and phase (consecutive batches merged when ``merge``), and
+    eviction points (time, row)."""
     row = {r.id: k for k, r in enumerate(sorted(instance.requests, key=lambda r: (r.arrival, r.id)))}
     runs: dict[bool, dict[str, list[list[float]]]] = {True: {}, False: {}}
     last: dict[str, tuple[int, bool]] = {}
@@ -85,7 +88,7 @@ def _segments(instance: Instance, schedule: Schedule, result: ReplayResult) -> t
             evictions.append((s, row[rid]))
         for it, pre in zip(batch.items, phases):
             lst = runs[pre].setdefault(it.id, [])
-            if last.get(it.id) == (j - 1, pre) and lst:
+            if merge and last.get(it.id) == (j - 1, pre) and lst:
                 lst[-1][1] = e
             else:
                 lst.append([s, e])
@@ -95,7 +98,8 @@ def _segments(instance: Instance, schedule: Schedule, result: ReplayResult) -> t
 
 def plot_timeline(instance: Instance, schedule: Schedule, result: ReplayResult, title: str) -> Figure:
     """Gantt chart of a schedule: one row per request (by arrival), prefill and decode runs over time."""
-    row, runs, evictions = _segments(instance, schedule, result)
+    merge = len(schedule.batches) > MERGE_ABOVE
+    row, runs, evictions = _segments(instance, schedule, result, merge)
     n = len(row)
     fig, ax = plt.subplots(figsize=(11, min(9.0, 2.2 + 0.12 * n)), layout="constrained")
     h = 0.8
@@ -107,15 +111,15 @@ def plot_timeline(instance: Instance, schedule: Schedule, result: ReplayResult, 
             for s, e in segs
         ]
         shapes += len(verts)
-        coll = PolyCollection(verts, facecolors=color, edgecolors="none")
+        coll = PolyCollection(verts, facecolors=color, edgecolors="none" if merge else "white", linewidths=0.6)
         coll.set_rasterized(len(verts) > RASTER_ABOVE)
         ax.add_collection(coll)
     arrivals = sorted(instance.requests, key=lambda r: (r.arrival, r.id))
     ax.scatter([r.arrival for r in arrivals], range(n), marker="|", s=20, color="#888888", linewidths=0.8,
                rasterized=n > RASTER_ABOVE)
     if evictions:
-        ax.scatter([t for t, _ in evictions], [k for _, k in evictions], marker="x", s=28, color=EVICT,
-                   linewidths=1.2, zorder=3, rasterized=len(evictions) > RASTER_ABOVE)
+        ax.scatter([t for t, _ in evictions], [k for _, k in evictions], marker="X", s=60, color=EVICT,
+                   edgecolors="white", linewidths=0.6, zorder=3, rasterized=len(evictions) > RASTER_ABOVE)
     makespan = result.ends[-1] if result.ends else 1.0
     ax.set_xlim(0, makespan * 1.01 if makespan > 0 else 1)
     ax.set_ylim(n - 0.5, -0.5)
@@ -123,11 +127,11 @@ def plot_timeline(instance: Instance, schedule: Schedule, result: ReplayResult, 
     ax.set_ylabel("request (by arrival)")
     if n <= 40:
         ax.set_yticks(range(n), [r.id for r in arrivals], fontsize=7)
-    ax.set_title(title)
+    ax.set_title(title, loc="left")
     ax.legend(handles=[Patch(color=PREFILL, label="prefill"), Patch(color=DECODE, label="decode"),
                        Line2D([], [], marker="|", ls="", color="#888888", label="arrival"),
-                       Line2D([], [], marker="x", ls="", color=EVICT, label=f"eviction ({len(evictions)})")],
-              loc="upper right", fontsize=8, framealpha=0.9)
+                       Line2D([], [], marker="X", ls="", color=EVICT, label=f"eviction ({len(evictions)})")],
+              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=4, fontsize=8, frameon=False)
     return fig
 
 
