@@ -87,7 +87,8 @@ def test_cli_json_and_table(fcfs: str, capsys: pytest.CaptureFixture[str]) -> No
     data = json.loads(capsys.readouterr().out)
     assert data["instance"] == "toy-4" and data["best"]["source"].startswith("policy:")
     assert data["best_bound"]["value"] <= data["best"]["objective"]
-    assert set(data["run"]) == {"time_limit", "wall_time", "phase_times", "policy_wall_times", "solver_wall_time"}
+    assert set(data["run"]) == {"time_limit", "wall_time", "phase_times", "policy_wall_times", "bounder_wall_times",
+                               "solver_wall_time"}
     assert main(["report", "toy-4", "--solve-max-requests", "0"]) == 0
     captured = capsys.readouterr()
     assert "Lower bounds" in captured.out and "policy:serial-fcfs" in captured.out

@@ -139,6 +139,7 @@ class Report:
     time_limit: float | None = None
     wall_time: float = 0.0
     phase_times: dict[str, float] = field(default_factory=dict)
+    bounder_times: dict[str, float] = field(default_factory=dict)
 
     @property
     def best_bound(self) -> BoundEntry | None:
@@ -393,9 +394,11 @@ def build_report(
             for name in sorted(BOUNDERS):
                 left = remaining()
                 options = {"time_limit": None if left is None else left / 4}
+                t_start = time.perf_counter()
                 found = _run_bounder(instance, name, objective, options, report.notes)
+                report.bounder_times[name] = time.perf_counter() - t_start
                 report.bounds += found
-                say(f"bounder {name}: {len(found)} bound(s)")
+                say(f"bounder {name}: {len(found)} bound(s) ({report.bounder_times[name]:.1f}s)")
         phase = "solver"
         report.solver = _solver_phase(report, solve_problem, solve_max_requests, remaining, deadline, say)
     except TimeUp:

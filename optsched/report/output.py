@@ -111,6 +111,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "wall_time": report.wall_time,
             "phase_times": dict(report.phase_times),
             "policy_wall_times": {p.policy: p.wall_time for p in report.policies},
+            "bounder_wall_times": dict(report.bounder_times),
             "solver_wall_time": report.solver.wall_time if report.solver is not None else None,
         },
     }
