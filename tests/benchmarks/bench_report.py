@@ -38,7 +38,19 @@ def screenshot(page: Path, png: Path, height: int) -> None:
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size=1200,{height}",
                         f"--screenshot={png.resolve()}", page.as_uri()], check=True, capture_output=True, timeout=300)
+    trim_bottom(png)
     print(f"screenshot: {png}")
+
+
+def trim_bottom(png: Path) -> None:
+    """Cut the blank space below the page's last line (the window is taller than the page)."""
+    import numpy as np
+    from PIL import Image
+
+    image = Image.open(png).convert("RGB")
+    rows = np.flatnonzero((np.asarray(image) < 250).any(axis=(1, 2)))
+    if rows.size:
+        image.crop((0, 0, image.width, min(image.height, int(rows[-1]) + 24))).save(png)
 
 
 def main() -> int:
