@@ -15,7 +15,7 @@ from report_support import random_schedule, serial_fcfs
 
 from optsched.bounds import critical_path_times, generic_bounds, prefill_alone_time
 from optsched.costmodel import available_profiles, load_cost_model
-from optsched.instance import Instance, Limits, Request, available_instances, load_instance
+from optsched.instance import Instance, InstanceError, Limits, Request, available_instances, load_instance
 from optsched.policies import POLICIES, simulator_for
 from optsched.schedule import Batch, Item, Schedule, replay
 
@@ -93,11 +93,20 @@ def test_random_instances_and_schedules(model_index: int, arrivals: bool) -> Non
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_policies_respect_bounds(policy: str) -> None:
+    """Random instances under every profile; a policy of another problem may reject some (InstanceError)."""
     rng = random.Random(3)
     simulate = simulator_for(policy)  # shipped instances: tests/test_report.py::test_chain_on_shipped_instances
+    applied = 0
     for model in available_profiles():
-        inst = random_instance(rng, model, 8, arrivals=True)
-        assert_bounds_below(inst, simulate(inst))
+        for _ in range(3):
+            inst = random_instance(rng, model, 8, arrivals=True)
+            try:
+                schedule = simulate(inst)
+            except InstanceError:
+                continue
+            assert_bounds_below(inst, schedule)
+            applied += 1
+    assert applied > 0, f"{policy} rejected every random instance"
 
 
 def test_single_request_critical_path_is_tight() -> None:
