@@ -100,6 +100,8 @@ def test_cli_bad_input(fcfs: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "toy-4", "--policies", "nope"]) == 2
     assert "unknown policy 'nope'" in capsys.readouterr().err
     assert main(["report", "toy-4", "--time-limit", "0"]) == 2
+    assert main(["report", "toy-4", "--html", "/no/such/folder/r.html"]) == 2
+    assert "does not exist" in capsys.readouterr().err
 
 
 def test_ctrl_c_gives_partial_report(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ from ..policies import POLICIES
 from ..report import Progress, build_report, report_table, report_to_dict, write_html
 from ..report.gather import SOLVE_MAX_REQUESTS
 from ..result import OBJECTIVES
-from ._common import add_instance_arguments, load_instance_arg, positive_float
+from ._common import add_instance_arguments, check_output_path, load_instance_arg, positive_float
 
 #: Seconds of the time limit kept for drawing the HTML page, per request (at least 5 s, at most 30 s).
 HTML_RESERVE_PER_REQUEST = 0.02
@@ -52,6 +52,7 @@ def handler(args: argparse.Namespace) -> int:
         unknown = [p for p in policies if p not in POLICIES]
         if unknown:
             raise BadInput(f"--policies: unknown policy {unknown[0]!r} (known: {', '.join(sorted(POLICIES))})")
+    check_output_path(args.html)
     instance = load_instance_arg(args)
     reserve = 0.0
     if args.html:
