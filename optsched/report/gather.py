@@ -6,9 +6,10 @@
 2. every registered policy (:data:`optsched.policies.POLICIES`): simulate, then replay;
 3. every registered bounder (:data:`optsched.problems.BOUNDERS`), with the objective and a share of
    the remaining time in ``options``;
-4. the solver of ``solve_problem`` (default ``infermax``) when it is registered and the instance has
-   at most ``solve_max_requests`` requests, with the remaining time as its limit and the best policy
-   as its warm start. Its schedule is replayed and its objective checked against the replay
+4. the solver of ``solve_problem`` (default ``infermax``) when it is registered, the instance has
+   at most ``solve_max_requests`` requests and no policy is already proven optimal by a bound, with
+   :data:`SOLVER_SHARE` of the remaining time (less 1 s) as its limit and the best policy as its
+   warm start. Its schedule is replayed and its objective checked against the replay
    (:func:`optsched.result.check_agreement`) before it is used; its proven bound joins the bounds.
 
 The best schedule is the one with the least replayed objective among the solver's and the
