@@ -4,7 +4,6 @@ stable JSON, partial reports on Ctrl-C and on the deadline, solver integration, 
 from __future__ import annotations
 
 import json
-import math
 import random
 import re
 import time
