@@ -265,3 +265,14 @@ def test_chain_with_the_exact_solver() -> None:
     check_chain(report)
     if report.solver.result.status == "optimal":
         assert report.proven_optimal and report.best[0] == "solver:infermax"
+
+
+@pytest.mark.parametrize("objective", ["completion", "ttft"])
+def test_other_objectives(objective: str) -> None:
+    """The chain holds for the sum of finish times and the mean TTFT too (their own generic bounds)."""
+    if not POLICIES:
+        pytest.skip("no policy registered")
+    report = build_report(load_instance("toy-4"), objective=objective, time_limit=None, solve_max_requests=0)
+    check_chain(report)
+    assert report.best_bound is not None and report.best_bound.objective == objective
+    assert all(b.objective == objective for b in report.bounds)
