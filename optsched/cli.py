@@ -33,6 +33,10 @@ COMMAND_MODULES: list[str] = [
     "optsched.commands.solve",
     "optsched.commands.bound",
     "optsched.commands.fit",
+    "optsched.commands.plan",
+    "optsched.commands.export",
+    "optsched.commands.execute",
+    "optsched.commands.validate",
     "optsched.commands.generate",
 ]
 

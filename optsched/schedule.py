@@ -250,6 +250,9 @@ class ReplayResult:
         Per batch, the prefill tokens and decode items processed.
     metrics
         The schedule's :class:`Metrics` (None when infeasible).
+    features
+        Per batch, the cost model's arguments ``(n_tok, n_pre, s_pre, n_dec, kv_dec)`` (contract
+        section 3), e.g. to refit a profile from measured batch times.
     """
 
     feasible: bool
@@ -262,6 +265,7 @@ class ReplayResult:
     prefill_tokens: list[int]
     decode_items: list[int]
     metrics: Metrics | None
+    features: list[tuple[int, int, int, int, int]] = field(default_factory=list)
 
 
 def compute_metrics(outcomes: Iterable[RequestOutcome], makespan: float, evictions: int, batches: int) -> Metrics:
@@ -345,6 +349,7 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
     run_trace: list[int] = []
     pre_trace: list[int] = []
     dec_trace: list[int] = []
+    feat_trace: list[tuple[int, int, int, int, int]] = []
     prev_end = 0.0
     total_evictions = 0
 
@@ -443,6 +448,7 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
         run_trace.append(running)
         pre_trace.append(n_pre)
         dec_trace.append(n_dec)
+        feat_trace.append((n_tok, n_pre, s_pre, n_dec, kv_dec))
 
         # 6. time; 5. finish
         end = start + cost.batch_time(n_tok, n_pre, s_pre, n_dec, kv_dec)
@@ -470,5 +476,6 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
     feasible = not violations
     metrics = compute_metrics(outcomes.values(), prev_end, total_evictions, len(batches)) if feasible else None
     return ReplayResult(
-        feasible, violations, outcomes, starts, ends, kv_trace, run_trace, pre_trace, dec_trace, metrics
+        feasible, violations, outcomes, starts, ends, kv_trace, run_trace, pre_trace, dec_trace, metrics,
+        feat_trace,
     )

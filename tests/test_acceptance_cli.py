@@ -25,8 +25,14 @@ def _simulate_and_check(capsys, tmp_path, instance_args: list[str]) -> None:
     assert len(names) >= 18
     for name in names:
         out = tmp_path / f"{name}.json"
-        code, sim = _json(capsys, "simulate", *instance_args, "--policy", name, "--out", out)
-        assert code == 0, name
+        code = main(["simulate", *map(str, instance_args), "--policy", name, "--out", str(out), "--json"])
+        stdout, err = capsys.readouterr()
+        if name.startswith("hybrid") and code == 2:
+            # The PD-competition policies need J = limits.max_running; the grid instance has none.
+            assert "max_running" in err and not out.exists(), (name, err)
+            continue
+        assert code == 0, (name, err)
+        sim = json.loads(stdout)
         code, chk = _json(capsys, "check", *instance_args, out)
         assert code == 0 and chk["feasible"] and chk["violations"] == [], (name, chk["violations"][:3])
         for key, value in sim["metrics"].items():

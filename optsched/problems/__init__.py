@@ -12,8 +12,19 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any, Callable
 
-SOLVERS: dict[str, str] = {}
-BOUNDERS: dict[str, str] = {}
+SOLVERS: dict[str, str] = {
+    "aladdin": "optsched.problems.aladdin:solve",
+    "gmax": "optsched.problems.gmax.solve:solve",
+    "hybrid": "optsched.problems.hybrid.model:solve",
+    "hybrid-offline": "optsched.problems.hybrid.offline:solve",
+    "infermax": "optsched.problems.infermax:solve",
+    "scls-batch": "optsched.problems.scls.solve:solve",
+}
+BOUNDERS: dict[str, str] = {
+    "aladdin": "optsched.problems.aladdin:bounds",
+    "hybrid": "optsched.problems.hybrid.bounds:bounds",
+    "infermax": "optsched.problems.infermax:bounds",
+}
 
 
 def _resolve(table: dict[str, str], name: str, kind: str) -> Callable[..., Any]:
