@@ -28,8 +28,7 @@ METRIC_COLUMNS = ("makespan", "mean_latency", "mean_ttft", "mean_tpot", "through
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("simulate", help="run a baseline scheduling policy and replay its schedule",
-                       description=__doc__.split("\n\n")[1] if __doc__ else None)
+    p = sub.add_parser("simulate", help="run a baseline scheduling policy and replay its schedule")
     add_instance_arguments(p)
     p.add_argument("--policy", required=True, metavar="NAME", help="policy name, or 'all' to compare every policy")
     p.add_argument("--out", metavar="SCHEDULE", help="write the schedule JSON here (single policy only)")
