@@ -72,7 +72,7 @@ def handle(args: argparse.Namespace) -> int:
         try:
             schedule, result = run_policy(instance, name)  # PolicyBug -> exit 3 (cli.main)
         except InstanceError as exc:
-            if len(names) == 1:
+            if args.policy != "all":
                 raise
             skipped.append({"policy": name, "reason": str(exc)})  # not applicable to this instance
             continue
@@ -80,12 +80,13 @@ def handle(args: argparse.Namespace) -> int:
         if args.out is not None:
             schedule.save(args.out)
         rows.append({"policy": name, "metrics": result.metrics.to_dict(), "schedule": args.out})
+    single = args.policy != "all"
     if args.json:
-        if len(rows) == 1:
+        if single:
             print_json({"instance": instance.name, **rows[0]})
         else:
             print_json({"instance": instance.name, "policy": "all", "results": rows, "skipped": skipped})
-    elif len(rows) == 1:
+    elif single:
         row = rows[0]
         print(f"instance {instance.name}, policy {row['policy']}")
         print(format_mapping([*row["metrics"].items(), ("schedule", row["schedule"])]))
