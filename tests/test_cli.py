@@ -357,3 +357,19 @@ def test_generate_writes_a_reproducible_instance(capsys, tmp_path):
 def test_generate_bad_input(capsys, tmp_path, args, needle):
     code, out, err = run(capsys, "generate", "--name", "g", "--n", "3", *args, "--out", tmp_path / "g.json")
     assert code == 2 and needle in err and not (tmp_path / "g.json").exists()
+
+
+def test_simulate_all_skips_policies_not_applicable(capsys, monkeypatch):
+    monkeypatch.setattr(policies, "POLICIES", {
+        "test-random": "legal_schedules:policy_random",
+        "test-needs-r": "legal_schedules:policy_needs_max_running",
+    })
+    code, res = run_json(capsys, "simulate", "toy-4", "--policy", "all")
+    assert code == 0 and [r["policy"] for r in res["results"]] == ["test-random"]
+    assert res["skipped"][0]["policy"] == "test-needs-r" and "max_running" in res["skipped"][0]["reason"]
+    code, out, _ = run(capsys, "simulate", "toy-4", "--policy", "all")
+    assert code == 0 and "skipped test-needs-r" in out
+    code, _, err = run(capsys, "simulate", "toy-4", "--policy", "test-needs-r")  # alone: bad input
+    assert code == 2 and "limits.max_running" in err
+    code, res = run_json(capsys, "simulate", "toy-4", "--policy", "all", "--max-running", "2")
+    assert code == 0 and len(res["results"]) == 2 and res["skipped"] == []
