@@ -16,5 +16,7 @@ setup(
         "optsched.data_models": ["*.toml"],
         "optsched.data_instances": ["*.json", "*.csv", "*/*.json"],
         "optsched.problems.aladdin": ["*.toml"],
+        "optsched.problems.static_profiles": ["*.toml"],
+        "optsched.executor": ["configs/*.json"],
     },
 )
