@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,10 +31,6 @@ from optsched.problems.aladdin.workerconfig import (
 )
 
 SOLVERS = ("cpsat", "highs", "cbc")
-REPO = Path(__file__).resolve().parents[1]
-# <repo>/../shared/data (a checkout beside shared/), or two levels up (a git worktree in wt/).
-DATA = next((p for p in (REPO.parent / "shared" / "data", REPO.parent.parent / "shared" / "data") if p.is_dir()),
-            REPO.parent / "shared" / "data")
 
 
 # --------------------------------------------------------------------------- models
@@ -326,11 +321,10 @@ def test_cluster_simulation_replays_cleanly(method, workers):
         assert res.workers == workers
 
 
-def test_trace_slice_runs():
-    path = DATA / "traces" / "splitwise_conv.csv"
-    if not path.exists():
-        pytest.skip(f"{path} not available")
+def test_trace_slice_runs(data_dir):
     from optsched.instance import load_trace_csv
+
+    path = data_dir / "traces" / "splitwise_conv.csv"
 
     w = worker_coefficients("llama2-7b", "a100", 1)
     inst = load_trace_csv(path, w.cost_model(), Limits(16384, 16384, w.kv_tokens), first=40)
