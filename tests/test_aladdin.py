@@ -383,3 +383,16 @@ def test_incremental_kv_profile_matches_recomputation():
                 fresh.add(j)
             assert load.peak_kv() == expected == fresh.peak_kv()
             assert np.array_equal(load._profile()[1], fresh._profile()[1])
+
+
+def test_gurobi_backend_agrees_or_reports_licence():
+    pytest.importorskip("gurobipy", reason="gurobipy not installed")
+    inst = load_instance("aladdin-fig3")
+    r = solver_for("aladdin")(inst, {"solver": "gurobi"})
+    if r.status == "unsupported":
+        assert "licen" in r.extra["message"]
+    else:
+        assert r.status == "optimal" and r.objective == 2 and max(r.extra["peak_kv_model"]) == 7
+    rng = random.Random(21)
+    problem = offline_problem(_instance(_random_requests(rng, 7)))
+    assert solve_placement(problem, "gurobi").workers == solve_placement(problem, "cpsat").workers
