@@ -352,7 +352,9 @@ def serial_schedule(instance: Instance, no_chunk: bool = False) -> Schedule:
     """
     lim = instance.limits
     chunk_cap = min(lim.token_budget, lim.prefill_budget)
+    cost = instance.cost_model
     batches: list[Batch] = []
+    clock = 0.0
     for r in sorted(instance.requests, key=lambda r: (r.arrival, instance.index(r.id))):
         if lim.max_running is not None and lim.max_running < 1:
             raise InferMaxInputError(f"request {r.id!r}: max_running = {lim.max_running} admits no request")
@@ -366,14 +368,18 @@ def serial_schedule(instance: Instance, no_chunk: bool = False) -> Schedule:
                 f"request {r.id!r}: prompt_tokens {r.prompt_tokens} cannot be prefilled "
                 f"(min(token_budget, prefill_budget) = {chunk_cap}{', chunked prefill off' if no_chunk else ''})"
             )
-        first = True
+        wait = r.arrival if r.arrival > clock else None  # a batch may not start before the last ends
+        clock = max(clock, r.arrival)
         left = r.prompt_tokens
         while left > 0:
             c = min(left, chunk_cap)
-            batches.append(Batch((Item(r.id, c),), start=r.arrival if first and r.arrival > 0 else None))
-            first = False
+            batches.append(Batch((Item(r.id, c),), start=wait))
+            wait = None
+            clock += cost.prefill_time(c)
             left -= c
-        batches.extend(Batch((Item(r.id, 1),)) for _ in range(r.output_tokens - 1))
+        for k in range(r.output_tokens - 1):
+            batches.append(Batch((Item(r.id, 1),)))
+            clock += cost.decode_time(1, r.prompt_tokens + k)
     return Schedule(instance.name, tuple(batches), {"policy": "serial"})
 
 
