@@ -14,6 +14,8 @@ Usage::
   C = P = 64, llama2-7b-a100), CP-SAT with the given limit; status, objective, bound, gap, time.
 - ``crosscheck``: the 32 tiny instances of tests/test_infermax.py, CP-SAT vs HiGHS vs exhaustive.
 - ``gaps``: small InferMax-grid instances, every baseline policy's makespan vs the optimum/bound.
+- ``table --inp FILE``: markdown tables (section 4.5; every policy's excess over the proven bound)
+  from the JSON lines of ``sec45``.
 
 Each result is one JSON line appended to ``--out`` (default: stdout only).
 """
@@ -136,9 +138,46 @@ def run_gaps(args: argparse.Namespace) -> None:
                       "bound": res.bound, "wall": round(res.wall_time, 2), "policies": pols}, args.out)
 
 
+def _pct(a: float, b: float) -> str:
+    return f"{100 * (a - b) / a:+.1f}%"
+
+
+def run_table(args: argparse.Namespace) -> None:
+    """Markdown tables (section 4.5 and policy gaps) from the JSON lines of ``sec45``."""
+    rows = [json.loads(line) for line in open(args.inp) if '"sec45"' in line]
+    print("| I | M | optimum with evictions (ms) | evictions | optimum without (ms) | vLLM (ms) | evictions "
+          "| vLLM-ef (ms) | evicting saves | not evicting saves |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        o, f = r["opt"], r["opt_ef"]
+        best = min(o["objective"], f["objective"])
+        ev = o["objective"] if o["objective"] <= f["objective"] else f["objective"]
+        mark = lambda x: "" if x["status"] == "optimal" else f" (bound {1e3 * x['bound']:.3f})"  # noqa: E731
+        print(f"| {r['I']} | {max(2 * r['I'], r['I'] + 3)} | {1e3 * ev:.3f}{mark(o)} | {o['evictions']} "
+              f"| {1e3 * f['objective']:.3f}{mark(f)} | {1e3 * r['vllm']['objective']:.3f} | {r['vllm']['evictions']} "
+              f"| {1e3 * r['vllm-ef']['objective']:.3f} | {_pct(f['objective'], best)} "
+              f"| {_pct(r['vllm']['objective'], f['objective'])} |")
+    print()
+    names = sorted(POLICIES)
+    print("| I | proven bound (ms) | best known (ms) | proven optimal | " + " | ".join(names) + " |")
+    print("|---|---|---|---|" + "---|" * len(names))
+    for r in rows:
+        inst = sec45_instance(r["I"])
+        o, f = r["opt"], r["opt_ef"]
+        best = min(o["objective"], f["objective"])
+        bound = o["bound"]
+        cells = []
+        for name in names:
+            v = replayed_objective(inst, simulator_for(name)(inst), "makespan")[0]
+            cells.append(f"{100 * (v - best) / best:+.1f}")
+        proven = "yes" if o["status"] == "optimal" else f"no (gap {100 * (best - bound) / best:.0f}%)"
+        print(f"| {r['I']} | {1e3 * bound:.3f} | {1e3 * best:.3f} | {proven} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["sec45", "scale", "crosscheck", "gaps"])
+    ap.add_argument("what", choices=["sec45", "scale", "crosscheck", "gaps", "table"])
+    ap.add_argument("--inp", help="JSON lines of sec45 (for table)")
     ap.add_argument("--time-limit", type=float, default=600.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out")
@@ -147,7 +186,8 @@ def main() -> None:
     ap.add_argument("--inputs", type=int, nargs="+",
                     default=[1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 512, 1024])
     args = ap.parse_args()
-    {"sec45": run_sec45, "scale": run_scale, "crosscheck": run_crosscheck, "gaps": run_gaps}[args.what](args)
+    {"sec45": run_sec45, "scale": run_scale, "crosscheck": run_crosscheck, "gaps": run_gaps,
+     "table": run_table}[args.what](args)
 
 
 if __name__ == "__main__":
