@@ -35,7 +35,10 @@ __all__ = [
     "PhaseCost",
     "available_profiles",
     "cost_model_from_mapping",
+    "FIT_TERMS",
+    "TermsFit",
     "fit_linear",
+    "fit_terms",
     "is_vidur_profile",
     "linear_errors",
     "load_cost_model",
@@ -268,6 +271,76 @@ def fit_linear(tokens: np.ndarray, times: np.ndarray) -> LinearFit:
     )
 
 
+#: The contract's terms fitted by :func:`fit_terms`, as (field, feature) pairs. ``decode.per_token``
+#: is left out: ``N_tok = N_pre + N_dec``, so only two of the three token slopes are identifiable.
+FIT_TERMS: tuple[str, ...] = (
+    "base", "per_token", "prefill.bias", "prefill.per_token", "prefill.per_token_sq", "decode.bias",
+    "decode.per_kv",
+)
+
+
+@dataclass(frozen=True)
+class TermsFit:
+    """Result of :func:`fit_terms`: a whole-model profile (``layers = 1``) and its fit quality."""
+
+    model: CostModel
+    mean_abs_pct_error: float
+    max_abs_pct_error: float
+    r_squared: float
+    dropped: tuple[str, ...]
+
+
+def _term_columns(features: np.ndarray) -> np.ndarray:
+    n_tok, n_pre, s_pre, n_dec, kv_dec = (features[:, k].astype(float) for k in range(5))
+    return np.column_stack([np.ones_like(n_tok), n_tok, (n_pre > 0).astype(float), n_pre, s_pre,
+                            (n_dec > 0).astype(float), kv_dec])
+
+
+def fit_terms(features: np.ndarray, times: np.ndarray, name: str = "fitted") -> TermsFit:
+    """Fit the contract's cost-model terms to measured batch times by non-negative least squares.
+
+    Ordinary least squares (``numpy.linalg.lstsq``) over the terms of :data:`FIT_TERMS`; a term
+    whose coefficient comes out negative (the contract's coefficients are >= 0) or whose column is
+    all zero is dropped and the rest refitted, until all are >= 0.
+
+    Parameters
+    ----------
+    features
+        Array ``(n, 5)`` of ``n_tok, n_pre, s_pre, n_dec, kv_dec`` per measured (non-empty) batch.
+    times
+        Measured batch times in seconds.
+    name
+        Name of the fitted profile.
+    """
+    x = np.asarray(features, dtype=float)
+    y = np.asarray(times, dtype=float)
+    if x.ndim != 2 or x.shape[1] != 5 or len(x) != len(y) or len(y) < 2:
+        raise ValueError("fit_terms needs an (n, 5) feature array and n >= 2 times")
+    cols = _term_columns(x)
+    active = [k for k in range(cols.shape[1]) if np.any(cols[:, k] != 0)]
+    coef = np.zeros(cols.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(cols[:, active], y, rcond=None)
+        if np.all(sol >= 0):
+            coef[active] = sol
+            break
+        active.pop(int(np.argmin(sol)))
+    values = dict(zip(FIT_TERMS, coef.tolist()))
+    model = cost_model_from_mapping({
+        "layers": 1, "base": values["base"], "per_token": values["per_token"],
+        "prefill": {"bias": values["prefill.bias"], "per_token": values["prefill.per_token"],
+                    "per_token_sq": values["prefill.per_token_sq"]},
+        "decode": {"bias": values["decode.bias"], "per_kv": values["decode.per_kv"]},
+    }, name=name)
+    pred = cols @ coef
+    rel = np.abs(pred - y) / np.abs(y)
+    ss_res = float(np.sum((y - pred) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    return TermsFit(model, float(100 * rel.mean()), float(100 * rel.max()),
+                    1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
+                    tuple(t for k, t in enumerate(FIT_TERMS) if k not in active))
+
+
 def linear_errors(base: float, per_token: float, tokens: np.ndarray, times: np.ndarray) -> tuple[float, float]:
     """Mean and max absolute percentage error of ``base + per_token * tokens`` against ``times``."""
     x = np.asarray(tokens, dtype=float)
@@ -329,7 +402,7 @@ def read_vidur_mlp_profile(path: str, tensor_parallel: int = 1) -> tuple[np.ndar
     """Non-attention time per layer from a Vidur ``mlp_<gpu>_<model>.csv`` profile.
 
     For each token count measured with ``num_tensor_parallel_workers == tensor_parallel``, the sum of
-    the per-operator mean times (every ``time_stats.<op>.mean`` column: embedding, layer norms,
+    the per-operator mean times (averaged over repeated rows of the same token count) (every ``time_stats.<op>.mean`` column: embedding, layer norms,
     QKV/output projections, rotary, MLP up/act/down, residual add). Vidur records milliseconds.
 
     Returns
@@ -350,10 +423,11 @@ def read_vidur_mlp_profile(path: str, tensor_parallel: int = 1) -> tuple[np.ndar
         rows = [r for r in reader if int(r.get("num_tensor_parallel_workers") or 1) == tensor_parallel]
     if len(rows) < 2:
         raise CostModelError(f"{path}: fewer than two rows with num_tensor_parallel_workers = {tensor_parallel}")
-    tokens = np.array([float(r["num_tokens"]) for r in rows])
-    times = np.array([math.fsum(float(r[op]) for op in ops) for r in rows]) * TIME_UNITS["ms"]
-    order = np.argsort(tokens, kind="stable")
-    return tokens[order], times[order]
+    raw_tokens = np.array([float(r["num_tokens"]) for r in rows])
+    raw_times = np.array([math.fsum(float(r[op]) for op in ops) for r in rows]) * TIME_UNITS["ms"]
+    tokens, where = np.unique(raw_tokens, return_inverse=True)  # sorted; repeated runs are averaged
+    times = np.bincount(where, weights=raw_times) / np.bincount(where)
+    return tokens, times
 
 
 def profile_toml(

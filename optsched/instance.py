@@ -72,6 +72,9 @@ class Request:
         What an online policy may see of O (None: unknown).
     slo
         Its SLOs, or None.
+    extra
+        The request's JSON keys outside the contract (formulation-specific extensions, e.g. the
+        static-batching ``task``); kept verbatim and written back by :meth:`to_dict`.
     """
 
     id: str
@@ -80,6 +83,7 @@ class Request:
     output_tokens: int
     predicted_output_tokens: int | None = None
     slo: SLO | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def max_kv(self) -> int:
@@ -97,6 +101,7 @@ class Request:
             out["predicted_output_tokens"] = self.predicted_output_tokens
         if self.slo is not None:
             out["slo"] = self.slo.to_dict()
+        out.update(self.extra)
         return out
 
 
@@ -277,6 +282,7 @@ def parse_instance(data: Any, source: str = "<instance>", *, check_capacity: boo
             output_tokens=r.output_tokens,
             predicted_output_tokens=r.predicted_output_tokens,
             slo=SLO(**r.slo.model_dump()) if r.slo is not None else None,
+            extra=dict(r.model_extra or {}),
         )
         for r in model.requests
     )

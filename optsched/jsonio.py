@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["dumps_instance", "write_json_atomic", "write_text_atomic"]
+__all__ = ["dumps_instance", "dumps_rows", "write_json_atomic", "write_text_atomic"]
 
 
 def _file_mode() -> int:
@@ -42,9 +42,19 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
+def dumps_rows(data: dict[str, Any], key: str) -> str:
+    """JSON text of ``data`` with the list ``data[key]`` written one element per line.
+
+    Readable and diff-friendly, and fast: each element goes through the C encoder (an ``indent``
+    makes :mod:`json` fall back to its pure-Python encoder, ~20x slower on large schedules).
+    """
+    head = {k: v for k, v in data.items() if k != key}
+    fields = [f" {json.dumps(k)}: {json.dumps(v)}" for k, v in head.items()]
+    rows = ",\n  ".join(json.dumps(r) for r in data.get(key, []))
+    fields.append(f' {json.dumps(key)}: [\n  {rows}\n ]' if rows else f" {json.dumps(key)}: []")
+    return "{\n" + ",\n".join(fields) + "\n}\n"
+
+
 def dumps_instance(data: dict[str, Any]) -> str:
-    """An instance JSON object as text with one request per line (readable and diff-friendly)."""
-    head = {k: v for k, v in data.items() if k != "requests"}
-    lines = [json.dumps(r) for r in data.get("requests", [])]
-    body = json.dumps(head, indent=1)[:-2]  # drop the closing "\n}"
-    return body + ',\n "requests": [\n  ' + ",\n  ".join(lines) + "\n ]\n}\n"
+    """An instance JSON object as text with one request per line."""
+    return dumps_rows(data, "requests")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from .instance import Instance, Request
-from .jsonio import write_json_atomic
+from .jsonio import dumps_rows, write_text_atomic
 
 __all__ = [
     "Batch",
@@ -109,7 +109,7 @@ class Schedule:
 
     def save(self, path: str | Path) -> None:
         """Write the schedule JSON atomically (nothing half-written on failure)."""
-        write_json_atomic(path, self.to_dict())
+        write_text_atomic(path, dumps_rows(self.to_dict(), "batches"))
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<schedule>") -> "Schedule":
@@ -246,6 +246,9 @@ class ReplayResult:
         Per batch, the prefill tokens and decode items processed.
     metrics
         The schedule's :class:`Metrics` (None when infeasible).
+    features
+        Per batch, the cost model's arguments ``(n_tok, n_pre, s_pre, n_dec, kv_dec)`` (contract
+        section 3), e.g. to refit a profile from measured batch times.
     """
 
     feasible: bool
@@ -258,6 +261,7 @@ class ReplayResult:
     prefill_tokens: list[int]
     decode_items: list[int]
     metrics: Metrics | None
+    features: list[tuple[int, int, int, int, int]] = field(default_factory=list)
 
 
 def compute_metrics(outcomes: Iterable[RequestOutcome], makespan: float, evictions: int, batches: int) -> Metrics:
@@ -341,6 +345,7 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
     run_trace: list[int] = []
     pre_trace: list[int] = []
     dec_trace: list[int] = []
+    feat_trace: list[tuple[int, int, int, int, int]] = []
     prev_end = 0.0
     total_evictions = 0
 
@@ -425,19 +430,21 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
             n_tok += c
 
         # 4. limits after processing (finishing requests still hold their KV here)
-        who = f" (requests {', '.join(repr(reqs[i].id) for i in sorted(seen)[:5])}{'...' if len(seen) > 5 else ''})"
-        if n_tok > cap_c:
-            flag(f"batch {j}: token budget exceeded: {n_tok} > C = {cap_c}{who}")
-        if n_pre > cap_p:
-            flag(f"batch {j}: prefill budget exceeded: {n_pre} > P = {cap_p}{who}")
-        if kv_total > cap_m:
-            flag(f"batch {j}: KV capacity exceeded: {kv_total} > M = {cap_m}{who}")
-        if running > cap_r:
-            flag(f"batch {j}: max running exceeded: {running} > R_max = {cap_r}{who}")
+        if n_tok > cap_c or n_pre > cap_p or kv_total > cap_m or running > cap_r:
+            who = f" (requests {', '.join(repr(reqs[i].id) for i in sorted(seen)[:5])}{'...' if len(seen) > 5 else ''})"
+            if n_tok > cap_c:
+                flag(f"batch {j}: token budget exceeded: {n_tok} > C = {cap_c}{who}")
+            if n_pre > cap_p:
+                flag(f"batch {j}: prefill budget exceeded: {n_pre} > P = {cap_p}{who}")
+            if kv_total > cap_m:
+                flag(f"batch {j}: KV capacity exceeded: {kv_total} > M = {cap_m}{who}")
+            if running > cap_r:
+                flag(f"batch {j}: max running exceeded: {running} > R_max = {cap_r}{who}")
         kv_trace.append(kv_total)
         run_trace.append(running)
         pre_trace.append(n_pre)
         dec_trace.append(n_dec)
+        feat_trace.append((n_tok, n_pre, s_pre, n_dec, kv_dec))
 
         # 6. time; 5. finish
         end = start + cost.batch_time(n_tok, n_pre, s_pre, n_dec, kv_dec)
@@ -465,5 +472,6 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
     feasible = not violations
     metrics = compute_metrics(outcomes.values(), prev_end, total_evictions, len(batches)) if feasible else None
     return ReplayResult(
-        feasible, violations, outcomes, starts, ends, kv_trace, run_trace, pre_trace, dec_trace, metrics
+        feasible, violations, outcomes, starts, ends, kv_trace, run_trace, pre_trace, dec_trace, metrics,
+        feat_trace,
     )

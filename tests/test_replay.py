@@ -293,3 +293,30 @@ def test_empty_schedule_reports_every_request_unfinished(name):
     inst = load_instance(name)
     res = replay(inst, Schedule(name, ()))
     assert len(res.violations) == len(inst.requests) and res.metrics is None
+
+
+def test_hand_worked_example_of_the_docs():
+    # docs/schedule.md, "Worked example": r0 (I 6, O 2, arrival 0), r1 (I 2, O 3, arrival 5), C = P = 4, M = 10.
+    # batch 0 (start 1): r0:4.         T = 1 + 2 + 2 + 0.25*16 = 9                  -> 1 .. 10
+    # batch 1: r0:2, r1:2 (prefill).   T = 1 + 2 + 2 + 0.25*8 = 7                   -> 10 .. 17, first tokens 17
+    # batch 2: r0:1, r1:1 (decode).    KV_dec = 6 + 2: T = 1 + 1 + 1 + 1 + 1 = 5    -> 17 .. 22, r0 finishes
+    # batch 3: evict r1 (m 3 -> I 4).  empty: T = 0                                 -> 22 .. 22
+    # batch 4: r1:4 (recompute).       T = 1 + 2 + 2 + 0.25*16 = 9                  -> 22 .. 31, r1 finishes
+    # r0: TTFT 17, latency 22, TPOT 5; r1: TTFT 12, latency 26, TPOT (31 - 17)/2 = 7.
+    # makespan 31, mean latency 24, mean TTFT 14.5, mean TPOT 6, throughput 5/31, G = 2/48.
+    reqs = [
+        {"id": "r0", "prompt_tokens": 6, "output_tokens": 2},
+        {"id": "r1", "arrival": 5.0, "prompt_tokens": 2, "output_tokens": 3},
+    ]
+    schedule = sched(B(("r0", 4), start=1.0), B(("r0", 2), ("r1", 2)), B(("r0", 1), ("r1", 1)),
+                     B(evict=("r1",)), B(("r1", 4)))
+    res = replay(make(reqs, token_budget=4, kv_capacity=10), schedule)
+    assert res.feasible, res.violations
+    assert res.starts == [1.0, 10.0, 17.0, 22.0, 22.0] and res.ends == [10.0, 17.0, 22.0, 22.0, 31.0]
+    assert res.kv_used == [4, 8, 10, 0, 4]
+    o0, o1 = res.outcomes["r0"], res.outcomes["r1"]
+    assert (o0.first_token, o0.finish, o0.ttft, o0.latency, o0.tpot) == (17.0, 22.0, 17.0, 22.0, 5.0)
+    assert (o1.first_token, o1.finish, o1.ttft, o1.latency, o1.tpot, o1.evictions) == (17.0, 31.0, 12.0, 26.0, 7.0, 1)
+    m = res.metrics
+    assert (m.makespan, m.mean_latency, m.mean_ttft, m.mean_tpot, m.evictions, m.batches) == (31.0, 24.0, 14.5, 6.0, 1, 5)
+    assert m.throughput == 5 / 31 and m.G == 2 / 48

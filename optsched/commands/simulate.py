@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import policies
 from ..cli import EXIT_OK, BadInput, print_json
-from ..instance import Instance
+from ..instance import Instance, InstanceError
 from ..schedule import ReplayResult, Schedule, replay
 from ._common import (
     add_instance_arguments,
@@ -68,8 +68,15 @@ def handle(args: argparse.Namespace) -> int:
     check_output_path(args.out)
     instance = load_instance_arg(args)
     rows: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
     for name in progress(names, "simulating"):
-        schedule, result = run_policy(instance, name)  # PolicyBug -> exit 3 (cli.main)
+        try:
+            schedule, result = run_policy(instance, name)  # PolicyBug -> exit 3 (cli.main)
+        except InstanceError as exc:
+            if len(names) == 1:
+                raise
+            skipped.append({"policy": name, "reason": str(exc)})  # not applicable to this instance
+            continue
         assert result.metrics is not None
         if args.out is not None:
             schedule.save(args.out)
@@ -78,7 +85,7 @@ def handle(args: argparse.Namespace) -> int:
         if len(rows) == 1:
             print_json({"instance": instance.name, **rows[0]})
         else:
-            print_json({"instance": instance.name, "policy": "all", "results": rows})
+            print_json({"instance": instance.name, "policy": "all", "results": rows, "skipped": skipped})
     elif len(rows) == 1:
         row = rows[0]
         print(f"instance {instance.name}, policy {row['policy']}")
@@ -87,4 +94,6 @@ def handle(args: argparse.Namespace) -> int:
         print(f"instance {instance.name}: {len(instance.requests)} requests, cost model {instance.cost_model.name}")
         print(format_table(("policy", *METRIC_COLUMNS, "batches"),
                            [(r["policy"], *(r["metrics"][c] for c in METRIC_COLUMNS), r["metrics"]["batches"]) for r in rows]))
+        for row in skipped:
+            print(f"skipped {row['policy']}: {row['reason']}")
     return EXIT_OK

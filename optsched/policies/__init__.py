@@ -13,7 +13,14 @@ from ..instance import Instance
 from ..schedule import Schedule
 from .config import POLICY_CONFIGS, function_name
 
-POLICIES: dict[str, str] = {}
+POLICIES: dict[str, str] = {
+    "hybrid-baseline": "optsched.problems.hybrid.online:simulate_baseline",
+    "hybrid-baseline-global": "optsched.problems.hybrid.online:simulate_baseline_global",
+    "hybrid-offline": "optsched.problems.hybrid.online:simulate_offline",
+    "hybrid-online": "optsched.problems.hybrid.online:simulate_online",
+    "hybrid": "optsched.problems.hybrid.online:simulate_hybrid",
+    "hybrid-b": "optsched.problems.hybrid.online:simulate_hybrid_b",
+}
 
 # The baseline policies of InferMax's unified scheduler (vllm, sarathi, ... and their -ef twins).
 POLICIES.update({name: f"optsched.policies.engine:{function_name(name)}" for name in POLICY_CONFIGS})

@@ -13,9 +13,16 @@ from importlib import import_module
 from typing import Any, Callable
 
 SOLVERS: dict[str, str] = {
+    "aladdin": "optsched.problems.aladdin:solve",
+    "gmax": "optsched.problems.gmax.solve:solve",
+    "hybrid": "optsched.problems.hybrid.model:solve",
+    "hybrid-offline": "optsched.problems.hybrid.offline:solve",
     "infermax": "optsched.problems.infermax:solve",
+    "scls-batch": "optsched.problems.scls.solve:solve",
 }
 BOUNDERS: dict[str, str] = {
+    "aladdin": "optsched.problems.aladdin:bounds",
+    "hybrid": "optsched.problems.hybrid.bounds:bounds",
     "infermax": "optsched.problems.infermax:bounds",
 }
 

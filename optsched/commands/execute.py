@@ -1,0 +1,80 @@
+"""``optsched execute PLAN --model DIR|CONFIG [--dtype D] [--out RESULT] [--json]``.
+
+Runs a vLLM replay plan (``optsched export --format vllm-replay``) on a real vLLM V1 engine in this
+process and writes a result JSON: per step the planned and scheduled token counts, the predicted
+and measured times, plus any plan mismatch (each naming the step) and every request's output
+length. Needs the optional extra ``pip install 'optsched[vllm]'`` (docs/executor.md).
+Exit 0 when vLLM did exactly what the plan says, 1 on a mismatch or a wrong output length,
+2 on bad input (plan, model), 3 when vLLM is missing or the engine does not start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..cli import EXIT_INTERNAL, EXIT_NO, BadInput, print_json
+from ..export.vllm_replay import PlanError, load_plan
+from ..jsonio import write_json_atomic
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "execute",
+        help="execute a vllm-replay plan on a real vLLM engine and measure each step",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("plan", help="plan JSON from 'optsched export --format vllm-replay'")
+    p.add_argument("--model", required=True,
+                   help="model directory, a Hugging Face config.json, or a shipped config name "
+                        "(tiny-llama, llama2-7b, llama2-70b, llama-65b): configs run with dummy weights")
+    p.add_argument("--dtype", default="auto", help="vLLM dtype (auto, float32, bfloat16, float16)")
+    p.add_argument("--out", help="result JSON (default: PLAN with suffix .result.json)")
+    p.add_argument("--repeats", type=int, default=3, help="measured passes; per-step median (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="discarded passes before measuring (default 1)")
+    p.add_argument("--kv-cache-bytes", type=int, default=None,
+                   help="KV cache memory for vLLM (default on CPU 256 MiB; the block count comes from the plan)")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="allow CUDA graphs (default: enforce_eager, one measured kernel launch per step)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the prompt token ids and the engine")
+    p.add_argument("--json", action="store_true", help="print one JSON object (the summary)")
+    p.set_defaults(func=handler)
+
+
+def handler(args: argparse.Namespace) -> int:
+    from ..executor.models import ModelError, resolve_model
+    from ..executor.run import ExecutionError, execute_plan, summary
+
+    try:
+        plan = load_plan(args.plan)
+    except PlanError as exc:
+        raise BadInput(str(exc)) from None
+    if args.repeats < 1 or args.warmup < 0:
+        raise BadInput("--repeats must be >= 1 and --warmup >= 0")
+    out = args.out or str(Path(args.plan).with_suffix("")) + ".result.json"
+    with tempfile.TemporaryDirectory(prefix="optsched-model-") as work:
+        try:
+            model = resolve_model(args.model, work)
+        except ModelError as exc:
+            raise BadInput(str(exc)) from None
+        try:
+            result = execute_plan(plan, model, dtype=args.dtype, eager=not args.cuda_graphs,
+                                  kv_cache_bytes=args.kv_cache_bytes, repeats=args.repeats,
+                                  warmup=args.warmup, seed=args.seed, log=not args.json)
+        except ExecutionError as exc:
+            print(f"optsched: error: {exc}", file=sys.stderr)
+            return EXIT_INTERNAL
+    write_json_atomic(out, result)
+    for line in [*result["mismatches"], *result["length_errors"]]:
+        print(f"optsched: plan mismatch: {line}", file=sys.stderr)
+    if args.json:
+        print_json({k: result[k] for k in ("ok", "mismatches", "length_errors", "outputs", "predicted_total",
+                                            "measured_total")} | {"result": out, "steps": len(result["steps"]),
+                                                                  "run": result["run"]})
+    else:
+        print(f"{summary(result)}; wrote {out}")
+    return 0 if result["ok"] else EXIT_NO

@@ -1,0 +1,79 @@
+"""``optsched export SCHEDULE --format NAME --out FILE [--instance INSTANCE]``.
+
+The schedule is replayed on its instance first; a schedule with violations, or one the target engine
+cannot execute as written, is refused (exit 1, the reason on stderr naming the batch/step and the
+request). The instance is ``--instance`` (a path or a shipped name), or else the instance the
+schedule names in its ``"instance"`` field, loaded as a shipped name or path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..cli import EXIT_NO, BadInput, print_json
+from ..export import EXPORTERS, exporter_for
+from ..export.vllm_replay import PlanError
+from ..instance import InstanceError, load_instance
+from ..jsonio import write_json_atomic
+from ..schedule import load_schedule
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "export",
+        help="export a replay-checked schedule for an engine (vllm-replay plan)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("schedule", help="schedule JSON (contract section 2)")
+    p.add_argument("--format", required=True, choices=sorted(EXPORTERS), help="export format")
+    p.add_argument("--out", required=True, help="file to write")
+    p.add_argument("--instance", help="instance JSON or shipped name (default: the schedule's 'instance')")
+    p.add_argument("--block-size", type=int, default=None,
+                   help="vllm-replay: KV block size in tokens (default 16)")
+    p.add_argument("--kv-blocks", type=int, default=None,
+                   help="vllm-replay: usable KV blocks for the engine (default floor(M / block size))")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=handler)
+
+
+def handler(args: argparse.Namespace) -> int:
+    schedule = load_schedule(args.schedule)
+    source = args.instance or schedule.instance
+    if not source:
+        raise BadInput(f"{args.schedule}: field 'instance': empty; pass --instance")
+    try:
+        instance = load_instance(source)
+    except InstanceError as exc:
+        if args.instance:
+            raise
+        raise BadInput(f"{args.schedule}: field 'instance': cannot load {source!r} ({exc}); pass --instance") from None
+    if args.block_size is not None and args.block_size < 1:
+        raise BadInput(f"--block-size: must be >= 1, got {args.block_size}")
+    if args.kv_blocks is not None and args.kv_blocks < 1:
+        raise BadInput(f"--kv-blocks: must be >= 1, got {args.kv_blocks}")
+    options = {"block_size": args.block_size, "kv_blocks": args.kv_blocks}
+    try:
+        data = exporter_for(args.format)(instance, schedule, options)
+    except PlanError as exc:
+        print(f"optsched: export refused: {exc}", file=sys.stderr)
+        if args.json:
+            print_json({"format": args.format, "exported": False, "reason": str(exc), "out": None})
+        return EXIT_NO
+    write_json_atomic(args.out, data)
+    summary = {
+        "format": args.format,
+        "exported": True,
+        "out": args.out,
+        "instance": instance.name,
+        "steps": len(data.get("steps", [])),
+        "predicted_total": data.get("predicted_total"),
+        "engine": data.get("engine"),
+    }
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"wrote {args.out}: {summary['steps']} steps, predicted {summary['predicted_total']:.6g} s")
+    return 0

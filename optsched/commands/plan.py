@@ -1,0 +1,63 @@
+"""``optsched plan INSTANCE --method bestfit|jsq|exact|... [--target 1.0] [--json]``: minimum GPUs.
+
+For an Aladdin instance with arrivals (a JSON instance with the cost model of one worker and the
+``placement`` and ``slo`` objects of docs/aladdin.md), search the smallest number of workers W whose multi-worker simulation reaches the
+target SLO attainment (P100 = 1.0 by default) with the placement method, and report
+W x ``--gpus-per-worker`` GPUs, every evaluated W, and the exact per-heartbeat lower bound of the
+placement model. Exit 0 when a W up to ``--max-workers`` reaches the target, 1 when none does.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..cli import EXIT_NO, EXIT_OK, BadInput, print_json
+from ._common import add_instance_arguments, add_json_flag, load_instance_arg, positive_float, positive_int
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="minimum GPUs reaching an SLO attainment target (Aladdin placement)")
+    add_instance_arguments(p)
+    p.add_argument("--method", default="bestfit",
+                   help="placement: exact, bestfit, bestfit+rebalance, jsq, rr, po2 (default bestfit)")
+    p.add_argument("--target", type=positive_float, default=1.0, help="SLO attainment to reach (default 1.0 = P100)")
+    p.add_argument("--heartbeat", type=positive_float, default=1.0, help="seconds between placements (default 1)")
+    p.add_argument("--gpus-per-worker", type=positive_int, default=1, help="GPUs of one worker (default 1)")
+    p.add_argument("--max-workers", type=positive_int, default=256, help="largest W searched (default 256)")
+    p.add_argument("--solver", default="cpsat", help="backend of the exact placement (cpsat, highs, cbc)")
+    p.add_argument("--time-limit", type=positive_float, help="seconds per exact placement")
+    p.add_argument("--predict-bins", type=positive_int,
+                   help="predict output lengths by this many prompt-length bins fitted on the instance "
+                   "(default: the requests' predicted_output_tokens, else the true lengths)")
+    add_json_flag(p)
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from ..problems.aladdin.capacity import heartbeat_lower_bound, min_workers
+    from ..problems.aladdin.cluster import METHODS
+    from ..problems.aladdin.predictor import BinPredictor
+
+    if args.method not in METHODS or args.method == "given":
+        raise BadInput(f"--method: unknown placement {args.method!r} (known: {', '.join(m for m in METHODS if m != 'given')})")
+    if args.target > 1:
+        raise BadInput(f"--target: must lie in (0, 1], got {args.target}")
+    instance = load_instance_arg(args)
+    predictor = None
+    if args.predict_bins:
+        predictor = BinPredictor.fit([r.prompt_tokens for r in instance.requests],
+                                     [r.output_tokens for r in instance.requests], bins=args.predict_bins)
+    bound = heartbeat_lower_bound(instance, heartbeat=args.heartbeat, predictor=predictor, solver=args.solver)
+    res = min_workers(instance, args.method, args.target, gpus_per_worker=args.gpus_per_worker,
+                      lo=max(bound, 1), hi=args.max_workers, heartbeat=args.heartbeat, predictor=predictor,
+                      solver=args.solver, time_limit=args.time_limit)
+    out = {"instance": instance.name, **res.to_dict(), "lower_bound_workers": bound,
+           "heartbeat": args.heartbeat}
+    if args.json:
+        print_json(out)
+    else:
+        found = "none up to --max-workers" if res.workers is None else f"{res.workers} workers = {res.gpus} GPUs"
+        print(f"{instance.name}: {args.method} reaches attainment {args.target:g} with {found}")
+        print(f"  placement-model lower bound: {bound} workers; evaluated: "
+              + ", ".join(f"{k}: {a:.3f}" for k, a in res.evaluated.items()))
+    return EXIT_OK if res.workers is not None else EXIT_NO

@@ -1,0 +1,132 @@
+"""Predicted against measured step times of an executed plan, and a refit of the cost model.
+
+Works on the result JSON of ``optsched execute`` alone (no vLLM needed). Steps with no tokens
+(preemption-only steps, which the cost model prices at 0) are left out of the errors and the fits.
+
+- per step: predicted ``T`` (the plan's cost model), measured (median step wall time, or the model
+  time with ``timing="model"``), absolute percentage error ``|pred - meas| / meas``;
+- in total: the sums and their relative error; the mean absolute percentage error (MAPE) over steps;
+  the worst steps;
+- refits from the measured steps: :func:`optsched.costmodel.fit_linear` (``base + per_token *
+  N_tok``) and :func:`optsched.costmodel.fit_terms` (all the contract's terms, non-negative), the
+  latter written as a profile TOML that ``load_cost_model`` reads, so a user can re-solve with it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..costmodel import fit_linear, fit_terms, profile_toml
+
+__all__ = ["FEATURES", "compare", "plot"]
+
+FEATURES = ("n_tok", "n_pre", "s_pre", "n_dec", "kv_dec")
+
+
+def _rows(result: Mapping[str, Any], timing: str) -> list[dict[str, Any]]:
+    key = {"wall": "measured_time", "model": "model_time"}[timing]
+    plan_steps = result["plan"]["steps"]
+    rows = []
+    for s in result["steps"]:
+        feats = plan_steps[s["step"]]["features"]
+        meas = s.get(key)
+        if feats["n_tok"] == 0 or meas is None:
+            continue
+        pred = float(s["predicted_time"])
+        rows.append({"step": s["step"], "batch": s["batch"], "predicted": pred, "measured": float(meas),
+                     "ape": 100 * abs(pred - meas) / meas, "features": [int(feats[f]) for f in FEATURES]})
+    return rows
+
+
+def compare(result: Mapping[str, Any], *, timing: str = "wall", worst: int = 5,
+            profile_name: str = "fitted") -> dict[str, Any]:
+    """Compare predicted with measured step times and refit the cost model.
+
+    Parameters
+    ----------
+    result
+        The result object of ``optsched execute``.
+    timing
+        ``"wall"`` (engine step wall time) or ``"model"`` (schedule return -> update entry).
+    worst
+        How many worst steps (largest absolute percentage error) to list.
+    profile_name
+        Name given to the refitted profile.
+
+    Returns
+    -------
+    dict
+        ``steps``, ``mape``, ``predicted_total``, ``measured_total``, ``total_error_pct``,
+        ``worst_steps``, ``fit_linear``, ``fit_terms`` (with ``profile`` and ``profile_toml``) and
+        ``refit_mape``; fits are None with fewer than 2 measured steps.
+    """
+    rows = _rows(result, timing)
+    if not rows:
+        raise ValueError("the result has no measured step with tokens")
+    pred = np.array([r["predicted"] for r in rows])
+    meas = np.array([r["measured"] for r in rows])
+    feats = np.array([r["features"] for r in rows])
+    out: dict[str, Any] = {
+        "timing": timing,
+        "steps": rows,
+        "compared_steps": len(rows),
+        "mape": float(np.mean([r["ape"] for r in rows])),
+        "predicted_total": float(pred.sum()),
+        "measured_total": float(meas.sum()),
+        "total_error_pct": float(100 * (pred.sum() - meas.sum()) / meas.sum()),
+        "measured_over_predicted": float(meas.sum() / pred.sum()) if pred.sum() > 0 else math.inf,
+        "worst_steps": sorted(rows, key=lambda r: -r["ape"])[:worst],
+        "fit_linear": None,
+        "fit_terms": None,
+    }
+    if len(rows) >= 2:
+        lin = fit_linear(feats[:, 0], meas)
+        out["fit_linear"] = {"base": lin.base, "per_token": lin.per_token, "mape": lin.mean_abs_pct_error,
+                             "max_ape": lin.max_abs_pct_error, "r_squared": lin.r_squared}
+        terms = fit_terms(feats, meas, name=profile_name)
+        run = result.get("run", {})
+        source = (f"refit by optsched validate from {len(rows)} measured steps ({timing} time) of plan "
+                  f"{result['plan'].get('instance')!r}: model {run.get('model')!r}, device {run.get('device')!r}, "
+                  f"vllm {run.get('vllm')}, {run.get('date')}")
+        out["fit_terms"] = {"profile": terms.model.to_dict(), "mape": terms.mean_abs_pct_error,
+                            "max_ape": terms.max_abs_pct_error, "r_squared": terms.r_squared,
+                            "dropped_terms": list(terms.dropped),
+                            "profile_toml": profile_toml(profile_name, source, terms.model.base,
+                                                            terms.model.per_token, template=terms.model)}
+        out["refit_mape"] = terms.mean_abs_pct_error
+    return out
+
+
+def plot(report: Mapping[str, Any], path: str, title: str = "") -> None:
+    """Two panels: predicted and measured per step, and measured against predicted (log-log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["steps"]
+    steps = [r["step"] for r in rows]
+    pred = np.array([r["predicted"] for r in rows]) * 1e3
+    meas = np.array([r["measured"] for r in rows]) * 1e3
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ax1.plot(steps, pred, "o-", label="predicted (cost model)")
+    ax1.plot(steps, meas, "s-", label=f"measured ({report['timing']})")
+    ax1.set_xlabel("engine step")
+    ax1.set_ylabel("step time (ms)")
+    ax1.set_title(f"per step; MAPE {report['mape']:.1f} %")
+    ax1.legend()
+    ax2.loglog(pred, meas, "o")
+    lo, hi = min(pred.min(), meas.min()), max(pred.max(), meas.max())
+    ax2.plot([lo, hi], [lo, hi], "k--", lw=1, label="measured = predicted")
+    ax2.set_xlabel("predicted (ms)")
+    ax2.set_ylabel("measured (ms)")
+    ax2.set_title(f"total: predicted {pred.sum():.3g} ms, measured {meas.sum():.3g} ms")
+    ax2.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

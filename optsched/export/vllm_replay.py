@@ -1,0 +1,336 @@
+"""Export a schedule to a *vLLM replay plan* (format ``optsched-vllm-replay``, version 1).
+
+A replay plan tells an unmodified vLLM V1 engine, driven by :mod:`optsched.executor`, exactly what
+to do in every engine step: which requests it admits, how many tokens each one processes (prefill
+chunks or one decode token) and which running requests it preempts (recomputation). It also fixes
+the engine limits the engine must be started with and carries the cost model's predicted step
+times and the cost model's per-step arguments, so that a measured run can be compared with the
+prediction and the profile refitted (``optsched validate``).
+
+Mapping from the contract's schedule (section 2) to engine steps
+-----------------------------------------------------------------
+- The schedule is replayed first (:func:`optsched.schedule.replay`); a schedule with violations is
+  refused with the replay's messages (each names the batch and the request).
+- Every batch with items or evictions becomes one engine step, in order. Empty batches (which only
+  wait for arrivals) carry no work and are dropped; the plan keeps each step's batch index.
+- ``evict`` becomes the step's ``preempt`` list: vLLM's recompute preemption frees the KV and sets
+  the request's computed tokens to 0; on resume vLLM prefills prompt + generated tokens, which is
+  the contract's ``I := m + 1``. The executor preempts before vLLM schedules the step.
+- ``items`` become ``tokens`` {request id: count}: vLLM's ``num_scheduled_tokens`` of that step.
+- A request's ``arrival_step`` is the first step whose batch starts at or after its arrival (never
+  later than the first step that touches it); the executor adds it to the engine right before.
+
+KV blocks (the rule)
+--------------------
+vLLM allocates KV in blocks of ``block_size`` tokens per request: a request holding ``m`` slots uses
+``ceil(m / block_size)`` blocks. The engine gets ``kv_blocks = floor(M / block_size)`` usable blocks
+for an instance with KV capacity ``M`` (the same memory, rounded down to whole blocks), or exactly the
+plan's peak need when ``M`` is unlimited; ``--kv-blocks`` overrides this (a user who accepts giving
+the engine more memory than ``M``). Export refuses a schedule whose peak block need, taken after
+each step's processing (when vLLM has allocated the step's slots and before finished requests free
+theirs), exceeds ``kv_blocks``, naming the step, the batch and the requests. vLLM's block pool keeps
+one block as its null block, so the engine is started with ``num_gpu_blocks = kv_blocks + 1``.
+
+Other engine limits: ``max_num_batched_tokens`` = the instance's token budget C, ``max_num_seqs`` =
+the largest number of requests holding KV at once (vLLM's running list), ``max_model_len`` = the
+largest prompt + output length, prefix caching off, chunked prefill on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..instance import Instance
+from ..jsonio import write_json_atomic
+from ..schedule import Schedule, replay
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "PlanError",
+    "PlanRequest",
+    "PlanStep",
+    "ReplayPlan",
+    "build_plan",
+    "load_plan",
+]
+
+FORMAT = "optsched-vllm-replay"
+VERSION = 1
+#: vLLM's default KV block size (tokens per block).
+DEFAULT_BLOCK_SIZE = 16
+#: Extra blocks vLLM's block pool reserves (its null block).
+NULL_BLOCKS = 1
+
+
+class PlanError(ValueError):
+    """A schedule cannot become a replay plan, or a plan file is malformed; the message says why."""
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """One request of the plan: lengths, arrival and the step before which it enters the engine."""
+
+    id: str
+    prompt_tokens: int
+    output_tokens: int
+    arrival: float
+    arrival_step: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """One engine step.
+
+    Attributes
+    ----------
+    batch
+        Index of the schedule batch it executes.
+    preempt
+        Requests preempted (KV freed, recompute later) before the step is scheduled.
+    tokens
+        ``num_scheduled_tokens`` per request id.
+    predicted_time
+        The cost model's batch time, seconds.
+    features
+        The cost model's arguments ``n_tok, n_pre, s_pre, n_dec, kv_dec`` (contract section 3).
+    kv_blocks
+        KV blocks held after the step's processing (before finished requests release theirs).
+    """
+
+    batch: int
+    preempt: tuple[str, ...]
+    tokens: Mapping[str, int]
+    predicted_time: float
+    features: tuple[int, int, int, int, int]
+    kv_blocks: int
+
+    def to_dict(self) -> dict[str, Any]:
+        n_tok, n_pre, s_pre, n_dec, kv_dec = self.features
+        return {
+            "batch": self.batch,
+            "preempt": list(self.preempt),
+            "tokens": dict(self.tokens),
+            "predicted_time": self.predicted_time,
+            "features": {"n_tok": n_tok, "n_pre": n_pre, "s_pre": s_pre, "n_dec": n_dec, "kv_dec": kv_dec},
+            "kv_blocks": self.kv_blocks,
+        }
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """A versioned vLLM replay plan (see the module docstring and docs/executor.md)."""
+
+    instance: str
+    cost_model: Mapping[str, Any]
+    engine: Mapping[str, Any]
+    requests: tuple[PlanRequest, ...]
+    steps: tuple[PlanStep, ...]
+    source: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def predicted_total(self) -> float:
+        return math.fsum(s.predicted_time for s in self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "instance": self.instance,
+            "source": dict(self.source),
+            "cost_model": dict(self.cost_model),
+            "engine": dict(self.engine),
+            "predicted_total": self.predicted_total,
+            "requests": [r.to_dict() for r in self.requests],
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+    def save(self, path: str | Path) -> None:
+        """Write the plan JSON atomically."""
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<plan>") -> "ReplayPlan":
+        """Parse a plan; :class:`PlanError` names the file and the field."""
+        if not isinstance(data, Mapping):
+            raise PlanError(f"{source}: a plan must be a JSON object")
+        if data.get("format") != FORMAT:
+            raise PlanError(f"{source}: field 'format': expected {FORMAT!r}, got {data.get('format')!r}")
+        if data.get("version") != VERSION:
+            raise PlanError(f"{source}: field 'version': this optsched reads version {VERSION}, got {data.get('version')!r}")
+        try:
+            requests = tuple(
+                PlanRequest(str(r["id"]), int(r["prompt_tokens"]), int(r["output_tokens"]),
+                            float(r["arrival"]), int(r["arrival_step"]))
+                for r in data["requests"]
+            )
+            steps = tuple(
+                PlanStep(
+                    int(s["batch"]),
+                    tuple(str(x) for x in s.get("preempt", [])),
+                    {str(k): int(v) for k, v in s["tokens"].items()},
+                    float(s["predicted_time"]),
+                    tuple(int(s["features"][k]) for k in ("n_tok", "n_pre", "s_pre", "n_dec", "kv_dec")),
+                    int(s.get("kv_blocks", 0)),
+                )
+                for s in data["steps"]
+            )
+            engine = dict(data["engine"])
+            for key in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "block_size", "kv_blocks"):
+                int(engine[key])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise PlanError(f"{source}: malformed plan ({type(exc).__name__}: {exc})") from None
+        ids = {r.id for r in requests}
+        for j, step in enumerate(steps):
+            unknown = (set(step.tokens) | set(step.preempt)) - ids
+            if unknown:
+                raise PlanError(f"{source}: step {j}: unknown request(s) {sorted(unknown)}")
+        return cls(str(data.get("instance", "")), dict(data.get("cost_model", {})), engine,
+                   requests, steps, dict(data.get("source", {})))
+
+
+def load_plan(path: str | Path) -> ReplayPlan:
+    """Read a plan file (:class:`PlanError` names the file and the field)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot read file ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"{path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    return ReplayPlan.from_dict(data, source=str(path))
+
+
+def _kv_held(schedule: Schedule, n_batches: int) -> list[dict[str, int]]:
+    """KV slots each request holds after each batch's processing, from a replay-clean schedule.
+
+    For a schedule :func:`replay` accepted, a request holds the tokens of its items since its last
+    eviction, up to and including its last item (the batch it finishes in); this needs no phase
+    logic, only the item sums.
+    """
+    last_item: dict[str, int] = {}
+    for j, batch in enumerate(schedule.batches):
+        for it in batch.items:
+            last_item[it.id] = j
+    held: dict[str, int] = {}
+    out: list[dict[str, int]] = []
+    for j in range(n_batches):
+        batch = schedule.batches[j]
+        for rid in batch.evict:
+            held.pop(rid, None)
+        for it in batch.items:
+            held[it.id] = held.get(it.id, 0) + it.tokens
+        out.append(dict(held))
+        for rid in [r for r in held if last_item[r] == j]:
+            del held[rid]
+    return out
+
+
+def build_plan(
+    instance: Instance,
+    schedule: Schedule,
+    *,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    kv_blocks: int | None = None,
+) -> ReplayPlan:
+    """Turn a schedule into a replay plan, refusing what vLLM cannot execute as written.
+
+    Parameters
+    ----------
+    instance
+        The instance the schedule is for.
+    schedule
+        The schedule; it must replay without violations.
+    block_size
+        vLLM KV block size in tokens.
+    kv_blocks
+        Usable KV blocks to give the engine; default ``floor(M / block_size)`` (the plan's peak when
+        M is unlimited).
+
+    Raises
+    ------
+    PlanError
+        The schedule has replay violations (listed, each naming batch and request), or its KV use in
+        whole blocks exceeds the engine's blocks (naming the step, batch and requests).
+    """
+    if block_size < 1:
+        raise PlanError(f"block size must be >= 1, got {block_size}")
+    res = replay(instance, schedule)
+    if not res.feasible:
+        shown = "; ".join(res.violations[:10])
+        more = f" (and {len(res.violations) - 10} more)" if len(res.violations) > 10 else ""
+        raise PlanError(f"schedule does not replay cleanly on instance {instance.name!r}: {shown}{more}")
+    held = _kv_held(schedule, len(schedule.batches))
+    need = [sum(math.ceil(m / block_size) for m in h.values()) for h in held]
+    cap_m = instance.limits.kv_capacity
+    if kv_blocks is None:
+        kv_blocks = cap_m // block_size if cap_m is not None else max(need, default=1)
+    kv_blocks = max(kv_blocks, 1)
+
+    steps: list[PlanStep] = []
+    first_step: dict[str, int] = {}
+    step_start: list[float] = []
+    for j, batch in enumerate(schedule.batches):
+        if not batch.items and not batch.evict:
+            continue
+        if need[j] > kv_blocks:
+            top = sorted(held[j].items(), key=lambda kv: -kv[1])[:5]
+            who = ", ".join(f"{rid!r}: {m} slots = {math.ceil(m / block_size)} blocks" for rid, m in top)
+            why = (f"M = {cap_m} tokens is {kv_blocks} blocks of {block_size}" if cap_m is not None
+                   else f"the engine has {kv_blocks} blocks of {block_size}")
+            raise PlanError(
+                f"step {len(steps)} (batch {j}): vLLM cannot execute this schedule as written: it holds "
+                f"{res.kv_used[j]} KV slots, which in whole blocks of {block_size} tokens per request is "
+                f"{need[j]} blocks, but {why} ({who}); use a smaller --block-size or give the engine more "
+                f"memory than M with --kv-blocks"
+            )
+        for rid in [*batch.evict, *(it.id for it in batch.items)]:
+            first_step.setdefault(rid, len(steps))
+        step_start.append(res.starts[j])
+        steps.append(PlanStep(
+            batch=j,
+            preempt=tuple(batch.evict),
+            tokens={it.id: it.tokens for it in batch.items},
+            predicted_time=res.ends[j] - res.starts[j],
+            features=res.features[j],
+            kv_blocks=need[j],
+        ))
+
+    requests = []
+    for r in instance.requests:
+        ready = next((k for k, t in enumerate(step_start) if t >= r.arrival - 1e-9 * max(1.0, r.arrival)),
+                     len(steps))
+        requests.append(PlanRequest(r.id, r.prompt_tokens, r.output_tokens, r.arrival,
+                                    min(ready, first_step.get(r.id, len(steps)))))
+    engine = {
+        "max_num_batched_tokens": max(instance.limits.token_budget, max((s.features[0] for s in steps), default=1)),
+        "max_num_seqs": max(max(res.running, default=1), 1),
+        "max_model_len": max(r.prompt_tokens + r.output_tokens for r in instance.requests),
+        "block_size": block_size,
+        "kv_blocks": kv_blocks,
+        "num_gpu_blocks": kv_blocks + NULL_BLOCKS,
+        "kv_capacity_tokens": cap_m,
+        "enable_prefix_caching": False,
+        "enable_chunked_prefill": True,
+    }
+    source = {"schedule_meta": dict(schedule.meta), "batches": len(schedule.batches),
+              "makespan": res.metrics.makespan if res.metrics else None}
+    return ReplayPlan(instance.name, instance.cost_model.to_dict() | {"name": instance.cost_model.name},
+                      engine, tuple(requests), tuple(steps), source)
+
+
+def export(instance: Instance, schedule: Schedule, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Registry entry (``--format vllm-replay``): options ``block_size`` and ``kv_blocks``."""
+    plan = build_plan(
+        instance,
+        schedule,
+        block_size=int(options.get("block_size") or DEFAULT_BLOCK_SIZE),
+        kv_blocks=options.get("kv_blocks"),
+    )
+    return plan.to_dict()

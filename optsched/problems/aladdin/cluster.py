@@ -1,0 +1,301 @@
+"""Multi-worker simulator: a router places requests at heartbeats onto W iteration-level workers.
+
+Every ``heartbeat`` seconds the router collects the requests that arrived since the previous
+heartbeat (a request arriving at ``a`` is placed at ``ceil(a / heartbeat) * heartbeat``), advances
+every worker to that instant, reads each worker's unfinished requests (prompt, generated count ``g``
+and decode time so far) and calls the placement method. Then each new request is delivered to its
+worker's engine (:class:`~.worker.WorkerEngine`, vLLM default mode, prefill preempts decode).
+
+Lengths: the router never sees true output lengths. A request's planned length ``L_j`` is its
+prediction (the :class:`~.predictor.BinPredictor` when one is given, else the instance's
+``predicted_output_tokens``, else ``output_tokens``), re-predicted whenever the request is still
+running at ``g >= L_j``. The engines run on the true lengths.
+
+Results are judged by replay only: each worker's batches are replayed on the worker's sub-instance
+(``instance.with_requests``); TTFT (arrival to first token, so including the wait for the heartbeat
+and any queueing, digest A19) and ATGT (= TPOT of the contract) come from those replays, and SLO
+attainment is the share of requests meeting both (requests without their own SLO get the instance's
+top-level ``slo``). A worker schedule that does not replay cleanly raises.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ...instance import SLO, Instance, Limits, Request
+from ...schedule import ReplayResult, Schedule, replay
+from .heuristics import best_fit, jsq, power_of_two, rebalance, round_robin
+from .models import AladdinModel, model_from_instance
+from .placement import Job, PlacementProblem, PlacementResult, compile_problem, solve_placement
+from .predictor import BinPredictor
+from .worker import WorkerEngine
+
+__all__ = ["ClusterResult", "METHODS", "simulate_cluster", "with_top_level_slo", "place"]
+
+#: Placement methods the router knows (``given``: a fixed request -> worker map).
+METHODS = ("exact", "bestfit", "bestfit+rebalance", "jsq", "rr", "po2", "given")
+
+
+@dataclass
+class ClusterResult:
+    """Outcome of :func:`simulate_cluster`.
+
+    Attributes
+    ----------
+    method
+        Placement method.
+    workers
+        Workers that existed (the fixed W, or those opened by best fit / exact).
+    peak_workers
+        Most workers holding unfinished requests right after a heartbeat's placement.
+    placement
+        Worker index per request id.
+    replays
+        Per worker, the replay of its schedule on its sub-instance.
+    schedules
+        Per worker, its schedule.
+    sub_instances
+        Per worker, its sub-instance.
+    ttft, atgt
+        Per request id (ATGT is None for one-token outputs, which are judged on TTFT only, A18).
+    met
+        Per request id, whether both SLOs hold.
+    decision_times
+        Wall seconds of each heartbeat's placement decision.
+    overflows
+        Requests placed without a feasible worker (fixed W full, or infeasible alone).
+    """
+
+    method: str
+    workers: int
+    peak_workers: int
+    placement: dict[str, int]
+    replays: list[ReplayResult]
+    schedules: list[Schedule]
+    sub_instances: list[Instance]
+    ttft: dict[str, float]
+    atgt: dict[str, float | None]
+    met: dict[str, bool]
+    decision_times: list[float] = field(default_factory=list)
+    overflows: int = 0
+
+    @property
+    def attainment(self) -> float:
+        """Share of requests meeting both TTFT and ATGT SLOs."""
+        return sum(self.met.values()) / max(len(self.met), 1)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-friendly summary."""
+        dec = np.array(self.decision_times) if self.decision_times else np.zeros(1)
+        return {
+            "method": self.method,
+            "workers": self.workers,
+            "peak_workers": self.peak_workers,
+            "slo_attainment": self.attainment,
+            "requests": len(self.met),
+            "overflows": self.overflows,
+            "decision_ms_median": float(np.median(dec) * 1e3),
+            "decision_ms_max": float(np.max(dec) * 1e3),
+        }
+
+
+def with_top_level_slo(instance: Instance) -> Instance:
+    """Give every request without its own SLO the instance's top-level ``slo`` (ttft, atgt)."""
+    top = instance.extra.get("slo") or {}
+    if not top:
+        return instance
+    default = SLO(ttft=top.get("ttft"), atgt=top.get("atgt"))
+    reqs = [r if r.slo is not None else replace(r, slo=default) for r in instance.requests]
+    return instance.with_requests(reqs)
+
+
+def place(
+    method: str,
+    problem: PlacementProblem,
+    *,
+    solver: str = "cpsat",
+    time_limit: float | None = None,
+    errors: list[tuple[float, float]] | None = None,
+    rng: np.random.Generator | None = None,
+    rr_start: int = 0,
+    given: dict[str, int] | None = None,
+) -> PlacementResult:
+    """Dispatch one heartbeat to a placement method (see :data:`METHODS`)."""
+    if method == "given":
+        if given is None or any(job.id not in given for job in problem.new):
+            raise ValueError("method 'given' needs a worker for every request")
+        assignment = {job.id: given[job.id] for job in problem.new}
+        return PlacementResult(assignment, 0, "heuristic", None, "given")
+    if method == "exact":
+        result = solve_placement(problem, solver=solver, time_limit=time_limit)
+        if result.status == "infeasible":  # fixed W too small: fall back to best fit's overflow rule
+            result = best_fit(problem)
+        return result
+    if method == "bestfit":
+        return best_fit(problem)
+    if method == "bestfit+rebalance":
+        cp = compile_problem(problem)
+        return rebalance(problem, best_fit(problem, compiled=cp), errors or [], compiled=cp)
+    if method == "jsq":
+        return jsq(problem)
+    if method == "rr":
+        return round_robin(problem, start=rr_start)
+    if method == "po2":
+        return power_of_two(problem, rng=rng)
+    raise ValueError(f"unknown placement method {method!r} (known: {', '.join(METHODS)})")
+
+
+def _engine_limits(instance: Instance, model: AladdinModel) -> Limits:
+    """Worker limits: the instance's, with KV slots from the placement capacity when absent."""
+    lim = instance.limits
+    kv = lim.kv_capacity
+    if kv is None:
+        kv = int(math.floor((model.kv_capacity - model.kv_per_request) / model.kv_per_token))
+    return Limits(lim.token_budget, lim.prefill_budget, kv, lim.max_running)
+
+
+def simulate_cluster(
+    instance: Instance,
+    method: str,
+    workers: int | None = None,
+    *,
+    heartbeat: float = 1.0,
+    predictor: BinPredictor | None = None,
+    solver: str = "cpsat",
+    time_limit: float | None = None,
+    model: AladdinModel | None = None,
+    seed: int = 0,
+    assignment: dict[str, int] | None = None,
+    ttft_margin: float = 0.0,
+) -> ClusterResult:
+    """Simulate the cluster on an instance with arrivals.
+
+    Parameters
+    ----------
+    instance
+        Requests with arrivals, cost model of ONE worker, ``placement`` and ``slo`` objects.
+    method
+        One of :data:`METHODS`.
+    workers
+        Fixed worker count W; None lets ``exact`` and ``bestfit*`` open workers as needed (the
+        baselines need W).
+    heartbeat
+        Seconds between placements.
+    predictor
+        Output-length predictor (None: the instance's predicted lengths, else the true ones).
+    solver, time_limit
+        Backend and per-heartbeat limit of ``exact``.
+    model
+        The Aladdin model (default: read from the instance).
+    seed
+        Seed of power-of-two's sampling.
+    assignment
+        For method ``given``: the worker of every request.
+    ttft_margin
+        Seconds taken off ``T_pre`` in the placement's (c') (digest A19: the heartbeat wait and the
+        in-flight iteration also count in the measured TTFT); 0 is the paper's constraint.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown placement method {method!r} (known: {', '.join(METHODS)})")
+    if workers is None and method in ("jsq", "rr", "po2"):
+        raise ValueError(f"method {method!r} needs a fixed worker count")
+    model = model or model_from_instance(instance)
+    if ttft_margin:
+        model = model.with_knobs(ttft=model.ttft - ttft_margin)
+    inst = with_top_level_slo(instance)
+    limits = _engine_limits(inst, model)
+    engines: list[WorkerEngine] = [WorkerEngine(inst.cost_model, limits) for _ in range(workers or 0)]
+    rng = np.random.default_rng(seed)
+    planned: dict[str, int] = {}
+    original: dict[str, int] = {}
+    for r in inst.requests:
+        if predictor is not None:
+            planned[r.id] = predictor.predict(r.prompt_tokens)
+        else:
+            planned[r.id] = r.predicted_output_tokens or r.output_tokens
+        original[r.id] = planned[r.id]
+    slots: dict[int, list[Request]] = {}
+    for r in inst.requests:
+        slots.setdefault(int(math.ceil(r.arrival / heartbeat - 1e-12)), []).append(r)
+    placement: dict[str, int] = {}
+    decision_times: list[float] = []
+    peak = 0
+    overflows = 0
+    rr_pointer = 0
+    finished_early: dict[int, list[tuple[float, Request]]] = {}
+    for slot in sorted(slots):
+        now = slot * heartbeat
+        for eng in engines:
+            eng.advance(now)
+        ongoing, errors = [], []
+        for i, eng in enumerate(engines):
+            jobs, l_err, b_err = [], 0.0, 0.0
+            for st in eng.snapshot():
+                rid = st.request.id
+                if st.g >= planned[rid]:
+                    planned[rid] = predictor.repredict(st.request.prompt_tokens, st.g) if predictor else st.g + 1
+                if planned[rid] > original[rid]:
+                    l_err += planned[rid]  # Alg. 2, literal underestimate increment (digest A9)
+                    b_err += 1
+                dec = now - st.first_token if st.first_token is not None and st.g >= 1 else 0.0
+                jobs.append(Job(rid, st.request.prompt_tokens, planned[rid], st.g, max(dec, 0.0)))
+            for st in eng.states.values():  # overestimates still inside their planned lifetime
+                if st.done and st.g < original[st.request.id]:
+                    planned_end = st.finish + (original[st.request.id] - st.g) * model.atgt  # type: ignore[operator]
+                    if now < planned_end:
+                        l_err += st.g - original[st.request.id]
+                        b_err -= 1
+            ongoing.append(tuple(jobs))
+            errors.append((l_err, b_err))
+        new = tuple(Job(r.id, r.prompt_tokens, planned[r.id]) for r in slots[slot])
+        problem = PlacementProblem(model, tuple(ongoing), new, workers)
+        t0 = time.perf_counter()
+        result = place(method, problem, solver=solver, time_limit=time_limit, errors=errors,
+                       rng=rng, rr_start=rr_pointer, given=assignment)
+        decision_times.append(time.perf_counter() - t0)
+        rr_pointer += len(new)
+        overflows += len(result.unplaceable)
+        by_id = {r.id: r for r in slots[slot]}
+        for rid, i in result.assignment.items():
+            while i >= len(engines):
+                engines.append(WorkerEngine(inst.cost_model, limits))
+            engines[i].add_request(by_id[rid], now)
+            placement[rid] = i
+        peak = max(peak, sum(1 for eng in engines if eng.snapshot()))
+    for eng in engines:
+        eng.drain()
+    return _judge(inst, method, engines, placement, peak, decision_times, overflows, limits)
+
+
+def _judge(inst: Instance, method: str, engines: list[WorkerEngine], placement: dict[str, int], peak: int,
+           decision_times: list[float], overflows: int, limits: Limits) -> ClusterResult:
+    replays, schedules, subs = [], [], []
+    ttft: dict[str, float] = {}
+    atgt: dict[str, float | None] = {}
+    met: dict[str, bool] = {}
+    for i, eng in enumerate(engines):
+        reqs = [r for r in inst.requests if placement.get(r.id) == i]
+        sub = replace(inst.with_requests(reqs, name=f"{inst.name}/worker{i}"), limits=limits)
+        sched = Schedule(sub.name, tuple(eng.schedule()), {"policy": f"aladdin-{method}", "worker": i})
+        if not reqs:
+            subs.append(sub)
+            schedules.append(sched)
+            replays.append(ReplayResult(True, [], {}, [], [], [], [], [], [], None))
+            continue
+        rep = replay(sub, sched)
+        if not rep.feasible:
+            raise RuntimeError(f"worker {i} schedule does not replay cleanly: " + "; ".join(rep.violations[:3]))
+        for rid, out in rep.outcomes.items():
+            ttft[rid] = out.ttft  # type: ignore[assignment]
+            atgt[rid] = out.tpot
+            met[rid] = out.meets_slo
+        subs.append(sub)
+        schedules.append(sched)
+        replays.append(rep)
+    return ClusterResult(method, len(engines), peak, placement, replays, schedules, subs, ttft, atgt, met,
+                         decision_times, overflows)

@@ -1,0 +1,679 @@
+"""Aladdin's request-placement problem (seed002 Sec. 4.2; digest Sec. 4) and its exact solution.
+
+At a scheduling heartbeat the new requests ``J_new`` are placed onto workers, some of which already
+run ongoing requests ``J_old`` (no migration). Each request ``j`` has prompt ``l_j``, a planned
+output length ``L_j`` (predicted, or re-predicted once exceeded, digest A3), ``g_j`` tokens generated
+so far and ``t_j`` seconds of decoding so far (both 0 for new requests). Variables: ``x_ij`` (request
+``j`` on worker ``i``), ``y_i`` (worker ``i`` used), ``z_i`` (worker ``i`` gets a new request, the
+digest's Sec. 4.5 indicator). Minimise ``sum_i y_i`` subject to
+
+- (a) ``sum_i x_ij = 1`` for every new ``j`` (ongoing ``x_ij`` are constants);
+- (b') ATGT (Eqs. 3, 4 linearised): ``sum_j x_ij (k2 (l_j + gamma L_j) + theta c2) <= theta (T_dec - c3) y_i``;
+- (c') TTFT (Eq. 2): ``k1 sum_{j new} x_ij l_j + c1 z_i <= T_pre``;
+- (d') prefill preemption: ``k1 sum_{j new} x_ij l_j + c1 z_i <= theta S_i`` with the worker's
+  decode slack ``S_i = min_{j ongoing in decode} (T_dec g_j - t_j)`` (literal form, digest A6;
+  workers without ongoing decode requests have no (d')). The digest's big-M is not needed: with
+  ``z_i = 0`` the row reads ``0 <= theta S_i``, and when ``S_i < 0`` no new request may go to ``i``,
+  which is imposed by fixing its ``x_ij`` to 0;
+- ``z_i >= x_ij`` for new ``j``;
+- (e') KV (Eq. 1), time measured from now: request ``j`` holds ``w_j[k] = kv(l_j + g_j + k - 1)`` at
+  future iteration ``k = 1 .. e_j`` with end point ``e_j = L_j - g_j + 1``, and 0 afterwards; for each
+  worker, ``sum_j x_ij w_j[k] <= M`` is checked at every end point ``k`` of the requests that may be
+  on it (between end points the sum only grows, so these rows imply (e) for all ``k <= K``);
+- (f) ``x_ij <= y_i``; (g), (h) binary; workers with ongoing requests have ``y_i = 1``.
+
+Symmetry of the empty workers is broken by ``y_f >= y_{f+1}`` and by letting the ``f``-th empty
+worker take only new requests ``j >= f`` (any solution relabels to that form).
+
+All coefficients are turned into integers once (:func:`compile_problem`: times in nanoseconds, each
+left-hand coefficient rounded up and each right-hand side down, so every integer-feasible placement
+is feasible for the real-valued model). CP-SAT, the MIP backends and the heuristics all read that
+one integer data, so they solve the same problem and cross-check exactly.
+A request that violates (b'), (c') or (e') alone on an empty worker cannot be placed feasibly; it
+gets a worker of its own, outside the model, and is reported as ``unplaceable``.
+The offline problem (all requests known, the Fig. 3 setting) is the case with no ongoing requests.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import numpy as np
+
+from .models import AladdinModel
+
+__all__ = [
+    "Job",
+    "PlacementProblem",
+    "PlacementResult",
+    "CompiledProblem",
+    "WorkerLoad",
+    "compile_problem",
+    "knapsack_bounds",
+    "solve_placement",
+    "check_placement",
+]
+
+#: Time unit of the integer data: nanoseconds.
+TIME_SCALE = 1e9
+
+
+@dataclass(frozen=True)
+class Job:
+    """A request as the placement sees it.
+
+    Attributes
+    ----------
+    id
+        Request id.
+    prompt
+        ``l_in``.
+    length
+        ``L_j``: planned output length (prediction, or re-prediction once exceeded).
+    generated
+        ``g_j``: tokens generated so far (0 for a new request).
+    decode_time
+        ``t_j``: seconds since its first token (0 for a new request).
+    """
+
+    id: str
+    prompt: int
+    length: int
+    generated: int = 0
+    decode_time: float = 0.0
+
+    @property
+    def end(self) -> int:
+        """End point ``e_j = L_j - g_j + 1`` (>= 1): the last future iteration holding KV."""
+        return max(self.length - self.generated, 0) + 1
+
+    @property
+    def base(self) -> int:
+        """Context at future iteration ``k`` is ``base + k`` tokens."""
+        return self.prompt + self.generated - 1
+
+
+@dataclass(frozen=True)
+class PlacementProblem:
+    """One heartbeat: ongoing requests per existing worker and the new requests.
+
+    Attributes
+    ----------
+    model
+        The worker model and knobs.
+    ongoing
+        Per existing worker, its ongoing jobs (an empty tuple for an idle worker).
+    new
+        The jobs to place.
+    max_workers
+        Most workers in total (existing + opened); None = as many as needed.
+    """
+
+    model: AladdinModel
+    ongoing: tuple[tuple[Job, ...], ...]
+    new: tuple[Job, ...]
+    max_workers: int | None = None
+
+
+def kv_units(model: AladdinModel, scale: float, tokens: np.ndarray) -> np.ndarray:
+    """Integer KV units of contexts of ``tokens`` tokens: ``ceil(scale * kv(t) - 1e-9)``.
+
+    The one rounding rule (:meth:`CompiledProblem.own_peak` applies it to one scalar).
+    """
+    return np.ceil(scale * (model.kv_per_token * tokens + model.kv_per_request) - 1e-9).astype(np.int64)
+
+
+def _is_int(v: float) -> bool:
+    return float(v).is_integer()
+
+
+@dataclass
+class CompiledProblem:
+    """Integer data of a :class:`PlacementProblem` (shared by every backend and heuristic)."""
+
+    problem: PlacementProblem
+    kv_scale: float
+    cap_b: int
+    cap_c: int
+    c1: int
+    kv_cap: int
+    wb_new: np.ndarray
+    wp_new: np.ndarray
+    cap_d: list[int | None]
+    loads: list["WorkerLoad"]
+
+    @property
+    def model(self) -> AladdinModel:
+        return self.problem.model
+
+    def weight_b(self, job: Job) -> int:
+        """(b') coefficient of a job in nanoseconds, rounded up."""
+        m = self.model
+        value = m.k2 * (job.prompt + m.gamma * job.length) + m.theta * m.c2
+        return int(math.ceil(TIME_SCALE * value - 1e-6))
+
+    def weight_p(self, job: Job) -> int:
+        """(c')/(d') coefficient of a new job in nanoseconds, rounded up."""
+        return int(math.ceil(TIME_SCALE * self.model.k1 * job.prompt - 1e-6))
+
+    def own_peak(self, job: Job) -> int:
+        """``w_j`` at the job's end point, its largest element (integer units)."""
+        m = self.model
+        return math.ceil(self.kv_scale * (m.kv_per_token * (job.base + job.end) + m.kv_per_request) - 1e-9)
+
+    def kv_profile(self, job: Job, points: np.ndarray) -> np.ndarray:
+        """``w_j[k]`` (integer units) at the iterations ``points``."""
+        w = kv_units(self.model, self.kv_scale, job.base + points)
+        return np.where(points <= job.end, w, 0)
+
+    def empty_load(self) -> "WorkerLoad":
+        """A load for a fresh (empty) worker."""
+        return WorkerLoad(self, (), None)
+
+
+def compile_problem(problem: PlacementProblem) -> CompiledProblem:
+    """Integer data of a heartbeat problem (see the module docstring for the rounding rule)."""
+    m = problem.model
+    integral = all(_is_int(v) for v in (m.kv_per_token, m.kv_per_request, m.kv_capacity))
+    kv_scale = 1.0 if integral else 1000.0
+    cp = CompiledProblem(
+        problem=problem,
+        kv_scale=kv_scale,
+        cap_b=int(math.floor(TIME_SCALE * m.theta * (m.atgt - m.c3) + 1e-6)),
+        cap_c=int(math.floor(TIME_SCALE * m.ttft + 1e-6)),
+        c1=int(math.ceil(TIME_SCALE * m.c1 - 1e-6)),
+        kv_cap=int(math.floor(kv_scale * m.kv_capacity + 1e-9)),
+        wb_new=np.zeros(0, dtype=np.int64),
+        wp_new=np.zeros(0, dtype=np.int64),
+        cap_d=[],
+        loads=[],
+    )
+    cp.wb_new = np.array([cp.weight_b(j) for j in problem.new], dtype=np.int64)
+    cp.wp_new = np.array([cp.weight_p(j) for j in problem.new], dtype=np.int64)
+    for jobs in problem.ongoing:
+        slacks = [m.atgt * j.generated - j.decode_time for j in jobs if j.generated >= 1]
+        cap_d = int(math.floor(TIME_SCALE * m.theta * min(slacks) + 1e-6)) if slacks else None
+        cp.cap_d.append(cap_d)
+        cp.loads.append(WorkerLoad(cp, jobs, cap_d))
+    return cp
+
+
+class WorkerLoad:
+    """A worker's planned load: ongoing jobs plus the new jobs placed on it so far.
+
+    Keeps the aggregates of (b')-(d') and the KV profile at its end points, so that testing one more
+    job costs O(1) for (b')-(d') and O(n) numpy work for (e'); and the capacity_norm of Algorithm 1.
+    """
+
+    def __init__(self, cp: CompiledProblem, jobs: Sequence[Job], cap_d: int | None) -> None:
+        self.cp = cp
+        self.cap_d = cap_d
+        self.jobs: list[Job] = list(jobs)
+        self.new: list[Job] = []
+        self.sum_b = sum(cp.weight_b(j) for j in jobs)
+        self.sum_p = 0
+        self.sum_peak = sum(cp.own_peak(j) for j in jobs)
+        self.weighted_context = sum(j.prompt + cp.model.gamma * j.length for j in jobs)
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self._points: np.ndarray | None = None
+        self._load: np.ndarray | None = None
+
+    def copy(self) -> "WorkerLoad":
+        """An independent copy (heuristics place tentatively on copies)."""
+        other = object.__new__(WorkerLoad)
+        other.__dict__.update(self.__dict__)
+        other.jobs, other.new = list(self.jobs), list(self.new)
+        return other
+
+    @property
+    def ends(self) -> np.ndarray:
+        """End points of the jobs on the worker."""
+        return self._job_arrays()[0]
+
+    @property
+    def bases(self) -> np.ndarray:
+        """Context offsets of the jobs (context at iteration k is base + k)."""
+        return self._job_arrays()[1]
+
+    def _job_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._arrays is None:
+            self._arrays = (np.fromiter((j.end for j in self.jobs), np.int64, len(self.jobs)),
+                            np.fromiter((j.base for j in self.jobs), np.int64, len(self.jobs)))
+        return self._arrays
+
+    @property
+    def batch(self) -> int:
+        """Requests on the worker (ongoing + placed)."""
+        return len(self.jobs)
+
+    def capacity_norm(self) -> float:
+        """Algorithm 1's load: ``sqrt(b^2 + (sum(l_in + gamma L))^2)``."""
+        return math.hypot(self.batch, self.weighted_context)
+
+    def _profile_at(self, points: np.ndarray) -> np.ndarray:
+        """Planned KV of the worker's jobs at iterations ``points`` (integer units)."""
+        if len(self.ends) == 0:
+            return np.zeros(len(points), dtype=np.int64)
+        w = kv_units(self.cp.model, self.cp.kv_scale, self.bases[None, :] + points[:, None])
+        return np.sum(np.where(self.ends[None, :] >= points[:, None], w, 0), axis=1)
+
+    def _profile(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._points is None:
+            self._points = np.unique(self.ends)
+            self._load = self._profile_at(self._points)
+        return self._points, self._load  # type: ignore[return-value]
+
+    def peak_kv(self, extra: Job | None = None) -> int:
+        """Largest planned KV (integer units) over the end points, optionally with one more job."""
+        points, load = self._profile()
+        if extra is None:
+            return int(load.max()) if len(load) else 0
+        e = extra.end
+        mask = points <= e
+        peak = int(np.max(load[mask] + self.cp.kv_profile(extra, points[mask]))) if mask.any() else 0
+        at_end = int(self._profile_at(np.array([e], dtype=np.int64))[0]) + int(self.cp.kv_profile(extra, np.array([e]))[0])
+        rest = int(load[~mask].max()) if (~mask).any() else 0
+        return max(peak, at_end, rest)
+
+    def violations(self, extra: Job | None = None, wb: int | None = None, wp: int | None = None,
+                   first_only: bool = False) -> list[str]:
+        """Which of (b'), (c'), (d'), (e') fail (with ``extra`` added as a new job)."""
+        cp = self.cp
+        out = []
+        sum_b, sum_p, n_new = self.sum_b, self.sum_p, len(self.new)
+        if extra is not None:
+            sum_b += cp.weight_b(extra) if wb is None else wb
+            sum_p += cp.weight_p(extra) if wp is None else wp
+            n_new += 1
+        if sum_b > cp.cap_b:
+            out.append("b")
+        if n_new and sum_p + cp.c1 > cp.cap_c:
+            out.append("c")
+        if self.cap_d is not None and (self.cap_d < 0 or (n_new and sum_p + cp.c1 > self.cap_d)):
+            out.append("d")
+        if out and first_only:
+            return out
+        peak_sum = self.sum_peak + (cp.own_peak(extra) if extra is not None else 0)
+        if peak_sum > cp.kv_cap and self.peak_kv(extra) > cp.kv_cap:  # sum of own peaks: a quick accept
+            out.append("e")
+        return out
+
+    def fits(self, job: Job, wb: int | None = None, wp: int | None = None, peak: int | None = None) -> bool:
+        """Whether (b')-(e') still hold with ``job`` added as a new request (scalar checks first).
+
+        ``wb``, ``wp`` and ``peak`` are the job's (b') and (c') coefficients and its own KV peak,
+        when the caller has them at hand.
+        """
+        cp = self.cp
+        if self.sum_b + (cp.weight_b(job) if wb is None else wb) > cp.cap_b:
+            return False
+        pre = self.sum_p + (cp.weight_p(job) if wp is None else wp) + cp.c1
+        if pre > cp.cap_c or (self.cap_d is not None and pre > self.cap_d):
+            return False
+        if self.sum_peak + (cp.own_peak(job) if peak is None else peak) <= cp.kv_cap:
+            return True  # even every job's own peak at once fits
+        return self.peak_kv(job) <= cp.kv_cap
+
+    def _changed(self) -> None:
+        self._points = self._load = self._arrays = None
+
+    def add(self, job: Job, wb: int | None = None, wp: int | None = None) -> None:
+        """Place a new job here (no check)."""
+        cp = self.cp
+        self.jobs.append(job)
+        self.new.append(job)
+        self.sum_b += cp.weight_b(job) if wb is None else wb
+        self.sum_p += cp.weight_p(job) if wp is None else wp
+        self.sum_peak += cp.own_peak(job)
+        self.weighted_context += job.prompt + cp.model.gamma * job.length
+        self._changed()
+
+    def remove(self, job: Job) -> None:
+        """Take a new job off again (re-balancing)."""
+        cp = self.cp
+        k = self.jobs.index(job)
+        self.jobs.pop(k)
+        self.new.remove(job)
+        self.sum_b -= cp.weight_b(job)
+        self.sum_p -= cp.weight_p(job)
+        self.sum_peak -= cp.own_peak(job)
+        self.weighted_context -= job.prompt + cp.model.gamma * job.length
+        self._changed()
+
+
+@dataclass
+class PlacementResult:
+    """A placement of the new jobs.
+
+    Attributes
+    ----------
+    assignment
+        Worker index per new job id (existing workers first, then opened ones).
+    workers
+        Workers used (``sum_i y_i``): existing workers with ongoing requests plus those that get one.
+    status
+        ``optimal``, ``feasible``, ``time_limit``, ``infeasible`` or ``heuristic``.
+    bound
+        Proven lower bound on the workers (None when unknown).
+    method, solver
+        What produced it.
+    unplaceable
+        New jobs that cannot be placed feasibly even alone (each got a worker of its own).
+    wall_time
+        Seconds spent.
+    """
+
+    assignment: dict[str, int]
+    workers: int
+    status: str
+    bound: float | None
+    method: str
+    solver: str = ""
+    unplaceable: list[str] = field(default_factory=list)
+    wall_time: float = 0.0
+
+
+def used_workers(problem: PlacementProblem, assignment: dict[str, int]) -> int:
+    """``sum_i y_i`` of an assignment: workers with ongoing or placed requests."""
+    used = {i for i, jobs in enumerate(problem.ongoing) if jobs}
+    used.update(assignment.values())
+    return len(used)
+
+
+def check_placement(cp: CompiledProblem, assignment: dict[str, int], exempt: Sequence[str] = ()) -> list[str]:
+    """Violations of (a)-(h) by an assignment (on the integer data); ``exempt`` jobs are alone by design."""
+    problem = cp.problem
+    out = [f"request {j.id!r}: not placed (a)" for j in problem.new if j.id not in assignment]
+    n_exist = len(problem.ongoing)
+    loads: dict[int, WorkerLoad] = {}
+    for job in problem.new:
+        i = assignment.get(job.id)
+        if i is None:
+            continue
+        if i < 0 or (problem.max_workers is not None and i >= problem.max_workers):
+            out.append(f"request {job.id!r}: worker {i} out of range")
+            continue
+        if i not in loads:
+            loads[i] = WorkerLoad(cp, problem.ongoing[i], cp.cap_d[i]) if i < n_exist else cp.empty_load()
+        loads[i].add(job)
+    for i, load in sorted(loads.items()):
+        if len(load.new) == 1 and load.new[0].id in exempt and len(load.jobs) == 1:
+            continue
+        for c in load.violations():
+            out.append(f"worker {i}: constraint ({c}) violated by {[j.id for j in load.new]}")
+    return out
+
+
+def knapsack_bounds(cp: CompiledProblem) -> dict[str, int]:
+    """Valid lower bounds on ``sum_i y_i`` for every placement satisfying (a)-(h).
+
+    - ``atgt``: every job (ongoing or new) loads (b') on some worker: ``ceil(sum wb / cap_b)``;
+    - ``ttft``: workers receiving new jobs carry ``c1`` plus their prefill: ``ceil(sum wp / (T_pre - c1))``;
+    - ``kv``: every job holds ``w_j[1]`` at the first iteration: ``ceil(sum w_j[1] / M)``;
+    - ``ongoing``: the workers with ongoing requests.
+    """
+    problem = cp.problem
+    jobs = [j for jobs in problem.ongoing for j in jobs] + list(problem.new)
+    one = np.array([1], dtype=np.int64)
+    sum_b = sum(cp.weight_b(j) for j in jobs)
+    sum_kv = sum(int(cp.kv_profile(j, one)[0]) for j in jobs)
+    room_c = cp.cap_c - cp.c1
+    return {
+        "atgt": math.ceil(sum_b / cp.cap_b) if cp.cap_b > 0 else (1 if jobs else 0),
+        "ttft": math.ceil(int(cp.wp_new.sum()) / room_c) if room_c > 0 else (1 if problem.new else 0),
+        "kv": math.ceil(sum_kv / cp.kv_cap) if cp.kv_cap > 0 else (1 if jobs else 0),
+        "ongoing": sum(1 for o in problem.ongoing if o),
+    }
+
+
+# --------------------------------------------------------------------------- exact backends
+
+
+@dataclass
+class _Model:
+    """Index sets of the MIP shared by both backends."""
+
+    n_workers: int
+    n_exist: int
+    allowed: dict[tuple[int, int], bool]
+    kv_rows: list[tuple[int, int, dict[int, int]]]  # (worker, rhs, {job: coefficient})
+    fixed_used: list[int]
+
+
+def _build(cp: CompiledProblem, jobs: list[int], n_fresh: int) -> _Model:
+    """Variables allowed and the (e') rows for the jobs ``jobs`` (indices into ``problem.new``)."""
+    problem = cp.problem
+    n_exist = len(problem.ongoing)
+    n_workers = n_exist + n_fresh
+    new = problem.new
+    allowed: dict[tuple[int, int], bool] = {}
+    for i in range(n_workers):
+        load = cp.loads[i] if i < n_exist else cp.empty_load()
+        for pos, j in enumerate(jobs):
+            if i >= n_exist and pos < i - n_exist:
+                continue  # symmetry breaking of fresh workers
+            if load.fits(new[j], int(cp.wb_new[j]), int(cp.wp_new[j])):
+                allowed[i, j] = True
+    kv_rows = []
+    for i in range(n_workers):
+        mine = [j for j in jobs if (i, j) in allowed]
+        if not mine:
+            continue
+        load = cp.loads[i] if i < n_exist else None
+        own_ends = set(load.ends.tolist()) if load is not None else set()
+        points = np.array(sorted(own_ends | {new[j].end for j in mine}), dtype=np.int64)
+        if load is not None and len(load.ends):
+            w = kv_units(cp.model, cp.kv_scale, load.bases[None, :] + points[:, None])
+            base = np.sum(np.where(load.ends[None, :] >= points[:, None], w, 0), axis=1)
+        else:
+            base = np.zeros(len(points), dtype=np.int64)
+        profiles = {j: cp.kv_profile(new[j], points) for j in mine}
+        for r, k in enumerate(points):
+            coeffs = {j: int(p[r]) for j, p in profiles.items() if p[r] > 0}
+            rhs = cp.kv_cap - int(base[r])
+            if sum(coeffs.values()) > rhs:
+                kv_rows.append((i, rhs, coeffs))
+    fixed = [i for i, jobs_i in enumerate(problem.ongoing) if jobs_i]
+    return _Model(n_workers, n_exist, allowed, kv_rows, fixed)
+
+
+def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, time_limit: float | None,
+                 threads: int | None, hint: dict[int, int] | None) -> tuple[str, dict[int, int], float | None]:
+    from ortools.sat.python import cp_model
+
+    new = cp.problem.new
+    mdl = cp_model.CpModel()
+    x = {(i, j): mdl.NewBoolVar(f"x_{i}_{j}") for (i, j) in md.allowed}
+    y = {i: mdl.NewBoolVar(f"y_{i}") for i in range(md.n_workers) if i not in md.fixed_used}
+    z = {i: mdl.NewBoolVar(f"z_{i}") for i in range(md.n_workers)}
+    for j in jobs:
+        mdl.AddExactlyOne(x[i, j] for i in range(md.n_workers) if (i, j) in x)  # (a)
+    for i in range(md.n_workers):
+        mine = [j for j in jobs if (i, j) in x]
+        if not mine:
+            if i in y:
+                mdl.Add(y[i] == 0)
+            continue
+        base_b = cp.loads[i].sum_b if i < md.n_exist else 0
+        used = y.get(i, 1)
+        mdl.Add(sum(int(cp.wb_new[j]) * x[i, j] for j in mine) <= (cp.cap_b - base_b) * used)  # (b')
+        pre = sum(int(cp.wp_new[j]) * x[i, j] for j in mine) + cp.c1 * z[i]
+        mdl.Add(pre <= cp.cap_c)  # (c')
+        if i < md.n_exist and cp.cap_d[i] is not None:
+            mdl.Add(pre <= cp.cap_d[i])  # (d')
+        for j in mine:
+            mdl.AddImplication(x[i, j], z[i])
+            if i in y:
+                mdl.AddImplication(x[i, j], y[i])  # (f)
+    for i, rhs, coeffs in md.kv_rows:  # (e')
+        mdl.Add(sum(c * x[i, j] for j, c in coeffs.items()) <= rhs)
+    fresh = [i for i in range(md.n_exist, md.n_workers)]
+    for a, b in zip(fresh, fresh[1:]):
+        mdl.Add(y[a] >= y[b])
+    mdl.Minimize(sum(y.values()))
+    if hint:
+        for (i, j), var in x.items():
+            mdl.AddHint(var, int(hint.get(j) == i))
+    solver = cp_model.CpSolver()
+    if time_limit is not None:
+        solver.parameters.max_time_in_seconds = float(time_limit)
+    solver.parameters.num_workers = threads or 1
+    st = solver.Solve(mdl)
+    if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        assign = {j: i for (i, j), var in x.items() if solver.Value(var)}
+        status = "optimal" if st == cp_model.OPTIMAL else "time_limit"
+        return status, assign, solver.BestObjectiveBound() + len(md.fixed_used)
+    if st == cp_model.INFEASIBLE:
+        return "infeasible", {}, None
+    return "time_limit", {}, solver.BestObjectiveBound() + len(md.fixed_used)
+
+
+def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, time_limit: float | None,
+                threads: int | None) -> tuple[str, dict[int, int], float | None]:
+    import pulp
+
+    prob = pulp.LpProblem("aladdin_placement", pulp.LpMinimize)
+    x = {(i, j): pulp.LpVariable(f"x_{i}_{j}", cat="Binary") for (i, j) in md.allowed}
+    y = {i: pulp.LpVariable(f"y_{i}", cat="Binary") for i in range(md.n_workers) if i not in md.fixed_used}
+    z = {i: pulp.LpVariable(f"z_{i}", cat="Binary") for i in range(md.n_workers)}
+    prob += pulp.lpSum(y.values())
+    for j in jobs:
+        prob += pulp.lpSum(x[i, j] for i in range(md.n_workers) if (i, j) in x) == 1  # (a)
+    for i in range(md.n_workers):
+        mine = [j for j in jobs if (i, j) in x]
+        if not mine:
+            if i in y:
+                prob += y[i] == 0
+            continue
+        base_b = cp.loads[i].sum_b if i < md.n_exist else 0
+        used = y.get(i, 1)
+        prob += pulp.lpSum(int(cp.wb_new[j]) * x[i, j] for j in mine) <= (cp.cap_b - base_b) * used  # (b')
+        pre = pulp.lpSum(int(cp.wp_new[j]) * x[i, j] for j in mine) + cp.c1 * z[i]
+        prob += pre <= cp.cap_c  # (c')
+        if i < md.n_exist and cp.cap_d[i] is not None:
+            prob += pre <= cp.cap_d[i]  # (d')
+        for j in mine:
+            prob += x[i, j] <= z[i]
+            if i in y:
+                prob += x[i, j] <= y[i]  # (f)
+    for i, rhs, coeffs in md.kv_rows:  # (e')
+        prob += pulp.lpSum(c * x[i, j] for j, c in coeffs.items()) <= rhs
+    fresh = [i for i in range(md.n_exist, md.n_workers)]
+    for a, b in zip(fresh, fresh[1:]):
+        prob += y[a] >= y[b]
+    if backend == "highs":
+        solver = pulp.HiGHS(msg=False, timeLimit=time_limit, threads=threads)
+    elif backend == "cbc":
+        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, threads=threads)
+    elif backend == "gurobi":
+        solver = pulp.GUROBI(msg=False, timeLimit=time_limit, **({"Threads": threads} if threads else {}))
+    else:
+        raise ValueError(f"unknown MIP backend {backend!r}")
+    prob.solve(solver)
+    st = pulp.LpStatus[prob.status]
+    has_sol = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+    if st == "Infeasible":
+        return "infeasible", {}, None
+    if not has_sol:
+        return "time_limit", {}, None
+    assign = {j: i for (i, j), var in x.items() if (var.value() or 0) > 0.5}
+    optimal = prob.sol_status == pulp.LpSolutionOptimal
+    bound: float | None = None
+    if backend == "highs":
+        info = prob.solverModel.getInfo()
+        bound = math.ceil(info.mip_dual_bound - 1e-6) + len(md.fixed_used)
+    elif backend == "gurobi":
+        bound = math.ceil(prob.solverModel.ObjBound - 1e-6) + len(md.fixed_used)
+    if optimal:
+        bound = sum(1 for v in y.values() if (v.value() or 0) > 0.5) + len(md.fixed_used)
+    return ("optimal" if optimal else "time_limit"), assign, bound
+
+
+def solve_placement(
+    problem: PlacementProblem,
+    solver: str = "cpsat",
+    time_limit: float | None = None,
+    threads: int | None = None,
+) -> PlacementResult:
+    """Solve a heartbeat (or offline) placement exactly.
+
+    Parameters
+    ----------
+    problem
+        The heartbeat.
+    solver
+        ``cpsat``, ``highs``, ``cbc`` or ``gurobi`` (size-limited licence: a model beyond it raises
+        ``RuntimeError`` naming the licence).
+    time_limit
+        Seconds; on expiry the best placement found (or best fit's) is returned with the bound.
+    threads
+        Solver threads.
+
+    Returns
+    -------
+    PlacementResult
+        Status ``optimal`` (proven), ``time_limit`` (best found, bound given) or ``infeasible``
+        (``max_workers`` too small).
+    """
+    from .heuristics import best_fit
+
+    t0 = time.perf_counter()
+    full = compile_problem(problem)
+    n_exist = len(problem.ongoing)
+    empty = full.empty_load()
+    alone_bad = [job.id for j, job in enumerate(problem.new)
+                 if not empty.fits(job, int(full.wb_new[j]), int(full.wp_new[j]))]
+    core = replace(problem, new=tuple(job for job in problem.new if job.id not in set(alone_bad)))
+    cp = compile_problem(core) if alone_bad else full
+    jobs = list(range(len(core.new)))
+    warm = best_fit(core, compiled=cp)
+    n_fresh = len({i for i in warm.assignment.values() if i >= n_exist})
+    if problem.max_workers is not None:
+        n_fresh = max(problem.max_workers - n_exist - len(alone_bad), 0)
+    md = _build(cp, jobs, n_fresh)
+    lower = len(md.fixed_used) + _fresh_lower_bound(cp, md, jobs)
+    if not jobs or (not warm.unplaceable and warm.workers <= lower):
+        status, assign, bound = "optimal", {j: warm.assignment[core.new[j].id] for j in jobs}, float(lower)
+    elif solver == "cpsat":
+        hint = {j: warm.assignment[core.new[j].id] for j in jobs}
+        status, assign, bound = _solve_cpsat(cp, jobs, md, time_limit, threads, hint)
+    elif solver in ("highs", "cbc", "gurobi"):
+        status, assign, bound = _solve_pulp(cp, jobs, md, solver, time_limit, threads)
+    else:
+        raise ValueError(f"unknown solver {solver!r} (known: cpsat, highs, cbc, gurobi)")
+    if status == "infeasible":
+        return PlacementResult({}, 0, "infeasible", None, "exact", solver, alone_bad, time.perf_counter() - t0)
+    assignment = {core.new[j].id: i for j, i in assign.items()}
+    if status == "time_limit" and not assignment and not warm.unplaceable:
+        assignment = dict(warm.assignment)
+    for k, jid in enumerate(alone_bad):
+        assignment[jid] = md.n_workers + k
+    bound = max(float(lower), bound or 0.0) + len(alone_bad)
+    bound = max(bound, float(max(knapsack_bounds(full).values())))
+    workers = used_workers(problem, assignment)
+    if bound >= workers:
+        status = "optimal"
+    return PlacementResult(assignment, workers, status, bound, "exact", solver, alone_bad, time.perf_counter() - t0)
+
+
+def _fresh_lower_bound(cp: CompiledProblem, md: _Model, jobs: list[int]) -> int:
+    """Workers beyond those with ongoing requests that any placement needs.
+
+    Jobs that fit no worker with ongoing requests must go elsewhere; the knapsack bounds of that set
+    (on (b'), (c') and the first-iteration KV) bound the extra workers.
+    """
+    fixed = set(md.fixed_used)
+    rest = [j for j in jobs if not any((i, j) in md.allowed for i in fixed)]
+    if not rest:
+        return 0
+    job = cp.problem.new
+    one = np.array([1], dtype=np.int64)
+    sum_b = sum(int(cp.wb_new[j]) for j in rest)
+    sum_p = sum(int(cp.wp_new[j]) for j in rest)
+    sum_kv = sum(int(cp.kv_profile(job[j], one)[0]) for j in rest)
+    room_c = cp.cap_c - cp.c1
+    return max(1, math.ceil(sum_b / max(cp.cap_b, 1)), math.ceil(sum_p / max(room_c, 1)),
+               math.ceil(sum_kv / max(cp.kv_cap, 1)))

@@ -1,0 +1,219 @@
+"""Exact G-maximisation over the slot model (digest 000 section 6.1): Dinkelbach and fixed-n.
+
+G = n / t is a ratio; two exact schemes reduce it to the slot model of :mod:`.slots`:
+
+- **Dinkelbach.** With the incumbent's :math:`\\lambda = G_{inc}`, solve
+  :math:`F(\\lambda) = \\max\\, n - \\lambda t`. :math:`F` is decreasing with :math:`F(G^*) = 0`; if
+  :math:`F(\\lambda) > 0` its solution has :math:`G > \\lambda` and becomes the incumbent, otherwise
+  :math:`\\lambda = G^*` is proven. A sub-solve stopped by the time limit with dual bound
+  :math:`\\bar F` still proves :math:`G^* \\le \\lambda + \\max(\\bar F, 0) / t_{LB}`
+  (:math:`t_{LB} = \\sum_i \\min_b E_i(b)`).
+- **Fixed n (epsilon-constraint).** :math:`t^*(n_0) = \\min t` s.t. :math:`n \\ge n_0`; then
+  :math:`G^* = \\max_{n_0} n_0 / t^*(n_0)`. The points :math:`(n_0, t^*(n_0))` are the (n, t) Pareto
+  frontier. Solved for :math:`n_0 = \\bar n, \\bar n - 1, \\dots` (:math:`\\bar n` = max n) and stopped
+  once :math:`n_0 / t^*(0) \\le` the best G (all smaller :math:`n_0` are then dominated), unless the
+  whole frontier is asked for.
+
+Every schedule a sub-solve returns is judged by :func:`~.problem.evaluate_g`; the reported G is the
+evaluated one and the model's own (n, t) must agree with it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from .problem import GmaxProblem, g_core, g_value
+from .sa import SAParams, simulated_annealing, start_points
+from .slots import SlotBackend, SlotData, SubResult
+
+__all__ = ["ExactResult", "make_backend", "solve_exact"]
+
+#: Relative tolerance on the model's t against the evaluated t (float MILP / tick rounding).
+T_RTOL = 1e-6
+
+
+@dataclass
+class ExactResult:
+    """Outcome of an exact run.
+
+    Attributes
+    ----------
+    status
+        ``optimal`` (G proven), ``time_limit`` (best found and a proven upper bound).
+    batches
+        Best ordered batches (request indices).
+    n, t, G
+        Their evaluated values.
+    bound
+        Proven upper bound on G.
+    frontier
+        ``[(n0, t*(n0), proven)]`` for the n0 solved by fixed-n (empty for Dinkelbach unless asked).
+    iterations
+        Sub-problems solved.
+    """
+
+    status: str
+    batches: list[list[int]]
+    n: int
+    t: float
+    G: float
+    bound: float
+    frontier: list[tuple[int, float, bool]] = field(default_factory=list)
+    iterations: int = 0
+    log: list[dict] = field(default_factory=list)
+
+
+def make_backend(problem: GmaxProblem, solver: str = "highs", threads: int | None = None, log: bool = False, **kw) -> SlotBackend:
+    """A slot-model backend: ``cpsat`` or a MILP solver (``highs``, ``cbc``, ``gurobi``)."""
+    data = SlotData.build(problem)
+    if solver == "cpsat":
+        from .cpsat import CpsatBackend
+
+        return CpsatBackend(data, threads=threads, log=log, **kw)
+    from .milp import MilpBackend
+
+    return MilpBackend(data, solver=solver, threads=threads, log=log)
+
+
+class _Incumbent:
+    def __init__(self, problem: GmaxProblem):
+        self.problem = problem
+        self.batches: list[list[int]] = []
+        self.n, self.t, self.G = 0, math.inf, -1.0
+
+    def offer(self, batches: list[list[int]] | None) -> bool:
+        if not batches:
+            return False
+        n, t = g_core(self.problem, batches)
+        g = g_value(n, t)
+        if g > self.G or (g == self.G and t < self.t):
+            self.batches, self.n, self.t, self.G = batches, n, t, g
+            return True
+        return False
+
+
+def _check_model(problem: GmaxProblem, res: SubResult, what: str) -> None:
+    """The model's (n, t) must agree with the evaluator on the schedule it returned."""
+    n, t = g_core(problem, res.batches or [])
+    if abs(res.t - t) > T_RTOL * max(1.0, t) + 1e-5 * problem.n_requests:
+        raise RuntimeError(f"{what}: model t = {res.t!r} disagrees with the evaluated t = {t!r}")
+    if res.n > n:
+        raise RuntimeError(f"{what}: model claims n = {res.n} but only {n} requests meet their SLO")
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+
+
+def solve_exact(
+    problem: GmaxProblem,
+    backend: SlotBackend,
+    method: str = "dinkelbach",
+    time_limit: float | None = None,
+    frontier: bool = False,
+    warm_iters: int = 30,
+) -> ExactResult:
+    """Maximise G exactly.
+
+    Parameters
+    ----------
+    method
+        ``"dinkelbach"`` or ``"fixed-n"``.
+    time_limit
+        Wall-clock budget in seconds for all sub-solves (None: none).
+    frontier
+        Also compute the whole (n, t) Pareto frontier (every n0 by fixed-n).
+    warm_iters
+        Iterations per temperature level of the seeded annealing whose schedule is the first
+        incumbent (and the CP-SAT hint).
+    """
+    if method not in ("dinkelbach", "fixed-n"):
+        raise ValueError(f"unknown exact method {method!r} (dinkelbach, fixed-n)")
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    inc = _Incumbent(problem)
+    for start in start_points(problem):
+        inc.offer(start)
+    inc.offer(simulated_annealing(problem, SAParams(iters=warm_iters)).batches)
+    backend.hint = inc.batches
+    t_lb = SlotData.build(problem).t_lower_bound()
+    log: list[dict] = []
+    if method == "dinkelbach":
+        status, bound = _dinkelbach(problem, backend, inc, deadline, t_lb, log)
+        points: list[tuple[int, float, bool]] = []
+        if frontier:
+            points, _, _ = _fixed_n(problem, backend, inc, deadline, t_lb, log, prune=False)
+    else:
+        points, status, bound = _fixed_n(problem, backend, inc, deadline, t_lb, log, prune=not frontier)
+    return ExactResult(status, inc.batches, inc.n, inc.t, inc.G, max(bound, inc.G), points, len(log), log)
+
+
+def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]:
+    if inc.G == 0:
+        res = backend.max_n(_remaining(deadline))
+        log.append({"step": "max_n", "status": res.status, "wall": res.wall})
+        if res.status == "optimal" and res.n == 0:
+            return "optimal", 0.0
+        if res.batches:
+            inc.offer(res.batches)
+        if inc.G == 0:
+            return "time_limit", math.inf
+    while True:
+        res = backend.parametric(inc.n, inc.batches, _remaining(deadline))
+        log.append({"step": "dinkelbach", "lambda": res.info.get("lambda"), "status": res.status,
+                    "F": res.objective, "wall": res.wall})
+        if res.batches:
+            _check_model(problem, res, "dinkelbach")
+        improved = inc.offer(res.batches)
+        backend.hint = inc.batches
+        if res.status == "optimal" and not improved:
+            # F(lambda) = max n - lambda t is attained by a schedule no better than the incumbent:
+            # F(lambda) <= 0 up to rounding, so lambda = G* (within the model's arithmetic).
+            return "optimal", inc.G + max(res.objective, 0.0) / t_lb
+        if res.status not in ("optimal", "feasible") or (not improved and res.status == "feasible"):
+            bound = res.bound if math.isfinite(res.bound) else math.inf
+            return "time_limit", res.info.get("lambda", inc.G) + max(bound, 0.0) / t_lb
+
+
+def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[list, str, float]:
+    complete = True
+    base = backend.min_t(0, _remaining(deadline))
+    log.append({"step": "min_t", "n0": 0, "status": base.status, "t": base.t, "wall": base.wall})
+    if base.batches:
+        _check_model(problem, base, "min t")
+        inc.offer(base.batches)
+    t0 = base.objective if base.status == "optimal" else (base.bound if math.isfinite(base.bound) else t_lb)
+    t0 = max(t0, t_lb) if base.status != "optimal" else t0
+    complete &= base.status == "optimal"
+    top = backend.max_n(_remaining(deadline))
+    log.append({"step": "max_n", "status": top.status, "n": top.n, "wall": top.wall})
+    if top.batches:
+        inc.offer(top.batches)
+    if top.status == "optimal":
+        n_bar = top.n
+    else:
+        complete = False
+        n_bar = int(math.floor(top.bound + 1e-9)) if math.isfinite(top.bound) else problem.n_requests
+    points: list[tuple[int, float, bool]] = []
+    bound = inc.G
+    for n0 in range(n_bar, 0, -1):
+        if prune and n0 / t0 <= inc.G:
+            break
+        res = backend.min_t(n0, _remaining(deadline))
+        log.append({"step": "min_t", "n0": n0, "status": res.status, "t": res.t, "wall": res.wall})
+        if res.status == "infeasible":
+            continue
+        if res.batches:
+            _check_model(problem, res, f"min t at n >= {n0}")
+            inc.offer(res.batches)
+        if res.status == "optimal":
+            points.append((n0, res.objective, True))
+            bound = max(bound, n0 / res.objective)
+        else:
+            complete = False
+            lb = res.bound if math.isfinite(res.bound) and res.bound > 0 else t_lb
+            bound = max(bound, n0 / max(lb, t_lb))
+            if res.batches:
+                points.append((n0, res.t, False))
+    return sorted(points), ("optimal" if complete else "time_limit"), bound

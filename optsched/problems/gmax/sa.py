@@ -1,0 +1,184 @@
+"""Simulated annealing of the SLO-aware paper (Algorithm 1, Section 4.3) and its instance assignment
+(Algorithm 2, Section 4.4), with the digest's corrections (000 section 3.3).
+
+Solution: an ordered list of batches of request indices (D5: the batch boundaries are returned,
+not only a priority). Starting points (D7, D8): requests sorted by predicted e2e at
+:math:`b = B_{max}`, and the input order, each cut into consecutive chunks of :math:`B_{max}`
+(greedily shortened when the memory capacity, Eq. 20, is exceeded). If the sorted start meets every
+SLO the search stops at once (the paper's early exit, exact only for :math:`B_{max} = 1`, D6);
+otherwise it starts from the better of the two (D4: with that start's G).
+
+Loop: at each temperature level (k reset every level, D1) ``iters`` candidates are drawn by one of
+three moves chosen uniformly: *squeeze* (a random request of batch k >= 1 into batch k-1 if it has
+room), *delay* (a random request into batch k+1 if it has room, or into a new last batch), *swap*
+(two requests of different batches trade places). A better candidate is always accepted; a worse
+one with the Metropolis probability :math:`\\exp(\\Delta E / T)` (D2), where
+:math:`\\Delta E = s\\,(G_{new} - G)/G_{ref}` is the relative change in percent by default (D3,
+``energy_scale`` s = 100, :math:`G_{ref}` the start's G). The best solution seen is returned (D3).
+Then :math:`T \\leftarrow \\tau T` until :math:`T < T_{thres}`; defaults T0 = 500, T_thres = 20,
+iter = 100, tau = 0.95 (63 levels, 6300 evaluations). Every candidate is judged by
+:func:`~optsched.problems.gmax.problem.g_core`, the arithmetic of the one evaluator.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+from .problem import GmaxProblem, g_core, g_value
+
+__all__ = ["SAParams", "SAResult", "chunked", "inst_assign", "simulated_annealing", "start_points"]
+
+
+@dataclass(frozen=True)
+class SAParams:
+    """Hyper-parameters (paper defaults, Section 5.1)."""
+
+    t0: float = 500.0
+    t_thres: float = 20.0
+    iters: int = 100
+    tau: float = 0.95
+    energy_scale: float = 100.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class SAResult:
+    """Best schedule found, its (n, t, G), the evaluations spent and whether the early exit fired."""
+
+    batches: list[list[int]]
+    n: int
+    t: float
+    G: float
+    evaluations: int
+    early_exit: bool
+
+
+def chunked(problem: GmaxProblem, order: Sequence[int]) -> list[list[int]]:
+    """Cut an order into consecutive batches of :math:`B_{max}`, closing a batch early when the
+    next request would exceed the memory capacity (digest D8)."""
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and problem.fits(batches[-1] + [i]):
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+def start_points(problem: GmaxProblem) -> tuple[list[list[int]], list[list[int]]]:
+    """The two starts: (sorted by predicted e2e at :math:`B_{max}`, input order), both chunked."""
+    col = problem.max_batch_size - 1
+    by_e2e = sorted(range(problem.n_requests), key=lambda i: (problem.times.exec[i, col], i))
+    return chunked(problem, by_e2e), chunked(problem, range(problem.n_requests))
+
+
+def _squeeze(problem: GmaxProblem, cur: list[list[int]], rng: random.Random) -> list[list[int]] | None:
+    movable = [(k, j) for k in range(1, len(cur)) for j in range(len(cur[k]))]
+    if not movable:
+        return None
+    k, j = rng.choice(movable)
+    r = cur[k][j]
+    if not problem.fits(cur[k - 1] + [r]):
+        return None
+    new = [list(b) for b in cur]
+    new[k - 1].append(r)
+    del new[k][j]
+    return [b for b in new if b]
+
+
+def _delay(problem: GmaxProblem, cur: list[list[int]], rng: random.Random) -> list[list[int]] | None:
+    k, j = rng.choice([(k, j) for k in range(len(cur)) for j in range(len(cur[k]))])
+    r = cur[k][j]
+    new = [list(b) for b in cur]
+    if k + 1 < len(cur):
+        if not problem.fits(cur[k + 1] + [r]):
+            return None
+        new[k + 1].append(r)
+    elif len(cur[k]) > 1:
+        new.append([r])
+    else:
+        return None
+    del new[k][j]
+    return [b for b in new if b]
+
+
+def _swap(problem: GmaxProblem, cur: list[list[int]], rng: random.Random) -> list[list[int]] | None:
+    if len(cur) < 2:
+        return None
+    k1, k2 = rng.sample(range(len(cur)), 2)
+    j1, j2 = rng.randrange(len(cur[k1])), rng.randrange(len(cur[k2]))
+    new = [list(b) for b in cur]
+    new[k1][j1], new[k2][j2] = cur[k2][j2], cur[k1][j1]
+    if not (problem.fits(new[k1]) and problem.fits(new[k2])):
+        return None
+    return new
+
+
+_MOVES = (_squeeze, _delay, _swap)
+
+
+def simulated_annealing(problem: GmaxProblem, params: SAParams = SAParams()) -> SAResult:
+    """Algorithm 1 with fixes D1-D8 (see the module docstring); seeded by ``params.seed``."""
+    rng = random.Random(params.seed)
+    sorted_start, input_start = start_points(problem)
+    n_s, t_s = g_core(problem, sorted_start)
+    if n_s == problem.n_requests:
+        return SAResult(sorted_start, n_s, t_s, g_value(n_s, t_s), 1, True)
+    n_i, t_i = g_core(problem, input_start)
+    cur, (n_c, t_c) = (sorted_start, (n_s, t_s))
+    if g_value(n_i, t_i) > g_value(n_s, t_s):
+        cur, (n_c, t_c) = input_start, (n_i, t_i)
+    f_cur = g_value(n_c, t_c)
+    f_ref = max(f_cur, 1.0 / t_c)
+    best, n_b, t_b, f_best = cur, n_c, t_c, f_cur
+    evaluations, temp = 2, params.t0
+    while temp >= params.t_thres:
+        for _ in range(params.iters):
+            cand = rng.choice(_MOVES)(problem, cur, rng)
+            if cand is None:
+                continue
+            n_new, t_new = g_core(problem, cand)
+            evaluations += 1
+            f_new = g_value(n_new, t_new)
+            delta = params.energy_scale * (f_new - f_cur) / f_ref
+            if f_new > f_cur or rng.random() < math.exp(delta / temp):
+                cur, f_cur = cand, f_new
+                if f_new > f_best:
+                    best, n_b, t_b, f_best = cand, n_new, t_new, f_new
+        temp *= params.tau
+    return SAResult(best, n_b, t_b, f_best, evaluations, False)
+
+
+def inst_assign(problem: GmaxProblem, capacities: Sequence[float]) -> list[list[int]]:
+    """Algorithm 2's instance pre-assignment (Section 4.4, digest 3.4 reference).
+
+    Requests, in input order, go to the instance with the largest remaining token capacity
+    (Eq. 20; ties to the lowest index); when even that one cannot hold the next request, every
+    instance's capacity is reset (a new round starts).
+
+    Parameters
+    ----------
+    capacities
+        Initial token capacity :math:`token\\_num(M_k)` of each instance.
+
+    Raises
+    ------
+    ValueError
+        When a request needs more tokens than a fresh instance holds.
+    """
+    remaining = list(capacities)
+    parts: list[list[int]] = [[] for _ in capacities]
+    for i in range(problem.n_requests):
+        need = problem.need[i]
+        k = max(range(len(remaining)), key=lambda w: (remaining[w], -w))
+        if remaining[k] < need:
+            remaining = list(capacities)
+            k = max(range(len(remaining)), key=lambda w: (remaining[w], -w))
+            if remaining[k] < need:
+                raise ValueError(f"request {problem.ids[i]!r} needs {need} tokens, more than any instance holds")
+        parts[k].append(i)
+        remaining[k] -= need
+    return parts

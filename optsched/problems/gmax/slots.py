@@ -1,0 +1,165 @@
+r"""Data of the batch-end-position model of exact G-maximisation and its result type.
+
+The digest's slot model (000 section 6.2) charges waiting time through big-M products
+:math:`St_k |B_k|`, whose LP relaxation is empty; this model indexes a batch by the *position of its
+last member* in the execution order, which makes the waiting cost linear with constant weights
+(every request after position c waits for the batch that ends at c):
+
+- indices: requests :math:`i`, end positions :math:`c \in \{1..N\}`, sizes :math:`s \in \{1..B_{max}\}`,
+  :math:`s \le c`;
+- binaries :math:`w_{ics}` (i is in the batch of size s that ends at position c),
+  :math:`z_{cs}` (such a batch exists), :math:`v_{ics}` (i is there and meets its SLO);
+  continuous :math:`D_c \ge 0` (duration of the batch ending at c, 0 if none);
+- each request once: :math:`\sum_{c,s} w_{ics} = 1`; batch sizes: :math:`\sum_i w_{ics} = s z_{cs}`;
+  the batches tile the positions: :math:`\sum_{(c,s): c-s < p \le c} z_{cs} = 1` for every p;
+- memory (Eq. 20): :math:`\sum_i r_i w_{ics} \le C z_{cs}`;
+- slowest member (Eq. 11 fixed): :math:`D_c \ge \sum_s E_i(s) w_{ics}` for every i, and the
+  aggregated valid cut :math:`D_c \ge \sum_s \frac1s \sum_i E_i(s) w_{ics}` (max >= mean);
+- **t (Eqs. 3, 4, 11)** :math:`= \sum_{i,c,s} E_i(s) w_{ics} + \sum_c (N - c) D_c`;
+- the batch ending at c with size s starts at :math:`St_{cs} = \sum_{c' \le c-s} D_{c'}`; SLO
+  (Eq. 7): :math:`v_{ics} \le w_{ics}` and :math:`St_{cs} + T_i(s) \le SLO_i + M_{ics}(1 - v_{ics})`
+  with :math:`T = E, SLO = SLO^{e2e}` (h=1) or :math:`T = F, SLO = SLO^{ttft}` (h=0); :math:`v_{ics}`
+  is absent where it can never be 1: TPOT over its SLO at size s (Eq. 9/19), or
+  :math:`\underline{St}(c-s) + T_i(s) > SLO_i` with :math:`\underline{St}(p)` the sum of the
+  :math:`\lceil p/B_{max} \rceil` smallest :math:`\min_b E_j(b)` (a valid earliest start after p
+  requests);
+- :math:`n = \sum_{i,c,s} v_{ics}`.
+
+Big-M: :math:`M_{ics} = \overline{St}(c-s) + T_i(s) - SLO_i` with :math:`\overline{St}(p)` the sum of
+the p largest :math:`\max_b E_j(b)`. Objectives (digest 6.1): Dinkelbach's
+:math:`\max\, n - \lambda t` and the epsilon-constraint's :math:`\min t` s.t. :math:`n \ge n_0`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from .problem import GmaxProblem
+
+__all__ = ["SlotData", "SubResult", "SlotBackend"]
+
+
+@dataclass(frozen=True)
+class SlotData:
+    """Preprocessed data of the slot model (seconds).
+
+    Attributes
+    ----------
+    problem
+        The instance.
+    start_ub, start_lb
+        ``[p]``: upper and lower bounds on the start of a batch preceded by p requests.
+    can_meet
+        ``can_meet[i, s-1]``: whether i can meet its SLO at all in a batch of size s (at start 0).
+    """
+
+    problem: GmaxProblem
+    start_ub: np.ndarray
+    start_lb: np.ndarray
+    can_meet: np.ndarray
+
+    @classmethod
+    def build(cls, problem: GmaxProblem) -> "SlotData":
+        e = problem.times.exec
+        longest = np.sort(e.max(axis=1))[::-1]
+        start_ub = np.concatenate([[0.0], np.cumsum(longest)])
+        can = np.zeros(e.shape, dtype=bool)
+        for i in range(problem.n_requests):
+            for s in range(1, problem.max_batch_size + 1):
+                if problem.e2e_task[i]:
+                    can[i, s - 1] = e[i, s - 1] <= problem.slo_e2e[i]
+                else:
+                    can[i, s - 1] = (
+                        problem.times.prefill[i, s - 1] <= problem.slo_ttft[i] and problem.meets_tpot(i, s)
+                    )
+        shortest = np.sort(e.min(axis=1))
+        bmax = problem.max_batch_size
+        start_lb = np.array([shortest[: -(-p // bmax)].sum() for p in range(problem.n_requests + 1)])
+        return cls(problem, start_ub, start_lb, can)
+
+    def keys(self) -> list[tuple[int, int]]:
+        """The (end position c, size s) pairs, c = 1..N, s <= min(c, B_max)."""
+        n, bmax = self.problem.n_requests, self.problem.max_batch_size
+        return [(c, s) for c in range(1, n + 1) for s in range(1, min(c, bmax) + 1)]
+
+    def may_meet(self, i: int, c: int, s: int) -> bool:
+        """Whether request i in the batch of size s ending at position c can possibly meet its SLO."""
+        if not self.can_meet[i, s - 1]:
+            return False
+        return self.start_lb[c - s] + self.slo_time(i, s) <= self.slo_value(i)
+
+    def order(self, s: int) -> list[int]:
+        """Requests by :math:`E_i(s)` ascending (ties by index): the leader of a batch of size s is
+        its last member in this order."""
+        col = self.problem.times.exec[:, s - 1]
+        return sorted(range(self.problem.n_requests), key=lambda i: (col[i], i))
+
+    def big_m(self, i: int, c: int, s: int) -> float:
+        """:math:`M_{ics}`, >= 0."""
+        return max(float(self.start_ub[c - s]) + self.slo_time(i, s) - self.slo_value(i), 0.0)
+
+    @property
+    def sizes(self) -> range:
+        return range(1, self.problem.max_batch_size + 1)
+
+    def slo_value(self, i: int) -> float:
+        """The threshold that the time :math:`St_k + (E_i \\text{ or } F_i)` must meet (h=1: e2e, h=0: TTFT)."""
+        p = self.problem
+        return float(p.slo_e2e[i] if p.e2e_task[i] else p.slo_ttft[i])
+
+    def slo_time(self, i: int, s: int) -> float:
+        """E_i(s) for an e2e task, F_i(s) for a chat task."""
+        tab = self.problem.times.exec if self.problem.e2e_task[i] else self.problem.times.prefill
+        return float(tab[i, s - 1])
+
+    def t_lower_bound(self) -> float:
+        """A valid lower bound on t: every request's shortest execution time."""
+        return float(self.problem.times.exec.min(axis=1).sum())
+
+
+@dataclass
+class SubResult:
+    """One solve of the slot model.
+
+    Attributes
+    ----------
+    status
+        ``optimal``, ``feasible`` (stopped by the time limit with a solution), ``infeasible`` or
+        ``time_limit`` (no solution).
+    batches
+        Ordered batches of request indices, or None.
+    n, t
+        The model's n and t of that solution (t in seconds).
+    objective, bound
+        The sub-problem's objective and proven dual bound, in the sub-problem's sense (max for
+        Dinkelbach, min t for fixed-n), in seconds / requests.
+    """
+
+    status: str
+    batches: list[list[int]] | None = None
+    n: int = 0
+    t: float = math.nan
+    objective: float = math.nan
+    bound: float = math.nan
+    wall: float = 0.0
+    info: dict = field(default_factory=dict)
+
+
+class SlotBackend(Protocol):
+    """What :mod:`.exact` needs from a backend."""
+
+    name: str
+
+    def parametric(self, n_inc: int, batches_inc: list[list[int]], time_limit: float | None) -> SubResult:
+        """Maximise :math:`n - \\lambda t` at the incumbent's :math:`\\lambda = G` (Dinkelbach);
+        objective and bound in requests."""
+
+    def min_t(self, n_min: int, time_limit: float | None) -> SubResult:
+        """Minimise t subject to :math:`n \\ge n_{min}` (``n_min = 0``: no SLO constraint)."""
+
+    def max_n(self, time_limit: float | None) -> SubResult:
+        """Maximise n alone."""

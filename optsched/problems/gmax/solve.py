@@ -1,0 +1,80 @@
+"""``SOLVERS["gmax"]``: maximise G = n / t over static batch schedules (SLO-aware paper, seed 000).
+
+Options (``optsched solve INSTANCE --problem gmax ...``):
+
+- ``method``: ``"exact"`` (default; :mod:`.exact`) or ``"sa"`` (the paper's annealing, :mod:`.sa`);
+- ``solver``: ``"highs"`` (default), ``"cbc"``, ``"gurobi"`` or ``"cpsat"``;
+- ``exact_method``: ``"dinkelbach"`` (default) or ``"fixed-n"``; ``frontier`` (bool): also return the
+  (n, t) Pareto frontier;
+- ``time_limit``, ``threads``, ``log``; ``lengths``: ``"true"`` (default) or ``"predicted"``;
+- ``seed``, ``t0``, ``t_thres``, ``iters``, ``tau``, ``energy_scale`` for the annealing.
+
+The objective is the G of the returned batches as judged by :func:`~.problem.evaluate_g`, in
+requests per second; the solver's own value must agree with it (:func:`check_agreement`). There is
+no iteration-level schedule (``schedule`` is None); ``extra`` carries ``n``, ``t``, ``batches`` (the
+ordered list of batches of request ids) and per-request e2e / TTFT / TPOT.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ...instance import Instance, InstanceError
+from ...result import SolveResult, check_agreement
+from .exact import make_backend, solve_exact
+from .problem import GmaxProblem, evaluate_g, g_value
+from .sa import SAParams, simulated_annealing
+
+__all__ = ["solve"]
+
+_SA_KEYS = ("seed", "t0", "t_thres", "iters", "tau", "energy_scale")
+
+
+def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
+    """Solve the G-maximisation of a static-batching instance (see the module docstring)."""
+    start = time.perf_counter()
+    problem = GmaxProblem.from_instance(instance, lengths=options.get("lengths") or "true")
+    method = options.get("method") or "exact"
+    if method == "sa":
+        params = SAParams(**{k: options[k] for k in _SA_KEYS if options.get(k) is not None})
+        sa = simulated_annealing(problem, params)
+        batches, own, status, bound, solver = sa.batches, sa.G, "feasible", None, "sa"
+        extra: dict[str, Any] = {"evaluations": sa.evaluations, "early_exit": sa.early_exit}
+    elif method == "exact":
+        solver = options.get("solver") or "highs"
+        try:
+            backend = make_backend(problem, solver, threads=options.get("threads"), log=bool(options.get("log")))
+        except ValueError as exc:
+            raise InstanceError(f"option 'solver': {exc}") from None
+        res = solve_exact(
+            problem,
+            backend,
+            method=options.get("exact_method") or "dinkelbach",
+            time_limit=options.get("time_limit"),
+            frontier=bool(options.get("frontier")),
+        )
+        batches, own, status, bound = res.batches, g_value(res.n, res.t), res.status, res.bound
+        extra = {
+            "exact_method": options.get("exact_method") or "dinkelbach",
+            "subproblems": res.iterations,
+            "frontier": [{"n": n0, "t": t, "proven": ok} for n0, t, ok in res.frontier],
+        }
+    else:
+        raise InstanceError(f"option 'method': must be 'exact' or 'sa', got {method!r}")
+    judged = evaluate_g(problem, batches)
+    check_agreement(own, judged.G, "gmax")
+    extra.update(judged.to_dict())
+    if options.get("lengths") == "predicted":
+        extra["G_true"] = evaluate_g(GmaxProblem.from_instance(instance, "true"), batches).G
+    return SolveResult(
+        problem="gmax",
+        solver=solver,
+        status=status,  # type: ignore[arg-type]
+        objective=judged.G,
+        bound=bound,
+        wall_time=time.perf_counter() - start,
+        schedule=None,
+        sense="max",
+        extra=extra,
+    )

@@ -1,0 +1,92 @@
+"""Lower bounds on the makespan of the Hybrid problem: Eqs. (31)-(32) (``paper``) and a proven ``strict`` one.
+
+``paper`` (digest 4.4, O3): ``T^LB = t^p* + t^d*`` with::
+
+    (31)  t^p* = T^p_L * floor( sum_i N^p_i / N^cap_L )        (N^cap_L = stage capacity, T^p_L its time)
+    (32)  t^d* = tau_d * C*(N^d),  C*(N^d) = optimal P||Cmax (26)-(30) on T_i = N^d_i rounds, J clients
+
+It is reported with ``valid = False``: it charges every decode round the full-batch time ``tau_d`` (rounds
+with fewer active clients are cheaper, digest O5), counts N^d_i rounds per request although the prefill
+emits the first token (A7), and floors the prefill count.
+
+``strict`` (digest O3-O5, proven for every schedule the replay accepts that has no evictions; when the
+profile has a per-batch ``base`` cost it also assumes pure batches, i.e. PD Competition). Prefill and decode
+batches never overlap, so the makespan is at least the sum of their times:
+
+- prefill: every prompt token is prefilled once (no eviction, no recomputation) and a stage holds at most
+  ``P = min(prefill_budget, token_budget)`` tokens, so the stages cost at least
+  ``beta_p * S + alpha_p * ceil(S / P)``, ``S = sum_i N^p_i``;
+- decode: the number of decode items is exactly ``D = sum_i (N^d_i - 1)``; the number of rounds ``R`` is at
+  least ``C*(N^d - 1)``, the P||Cmax optimum on ``p_i = N^d_i - 1`` rounds with J clients (each request
+  holds its KV slot over an interval of rounds containing its p_i decode rounds, at most J such intervals
+  overlap, and intervals of an interval graph with clique size J split into J chains: clients); rounds
+  cost ``alpha_d + beta_d * n``, so the decode time is at least ``alpha_d * C* + beta_d * D``;
+- ``per_token_sq`` and ``per_kv`` terms are >= 0 and dropped.
+
+If the P||Cmax solve is not proven optimal, its proven lower bound is used instead of ``C*``. The
+``strict-preemptive`` entry replaces ``C*`` by ``max(ceil(D / J), max_i p_i)`` and stays valid with
+evictions (recomputation only adds prefill tokens).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ...instance import Instance
+from ...result import Bound
+from .offline import processing_times, solve_pcmax
+from .timing import timing_of
+
+__all__ = ["bounds", "paper_bound", "strict_bound"]
+
+
+def paper_bound(instance: Instance, time_limit: float = 10.0) -> tuple[float, float, float]:
+    """``(T^LB, t^p*, t^d*)`` of Eqs. (31)-(32) as printed (digest O3 ``paper`` mode)."""
+    tm = timing_of(instance)
+    total = sum(r.prompt_tokens for r in instance.requests)
+    cap = tm.prefill_cap
+    t_p = (tm.alpha_p + tm.beta_p * cap) * (total // cap)
+    found = solve_pcmax(processing_times(instance, "paper"), tm.clients, time_limit=time_limit)
+    t_d = tm.tau_d * found.bound
+    return t_p + t_d, t_p, t_d
+
+
+def strict_bound(instance: Instance, time_limit: float = 10.0, preemptive: bool = False) -> tuple[float, float, float]:
+    """``(bound, prefill part, decode part)`` of the proven ``strict`` bound (module docstring)."""
+    tm = timing_of(instance)
+    total = sum(r.prompt_tokens for r in instance.requests)
+    t_p = tm.beta_p * total + tm.alpha_p * math.ceil(total / tm.prefill_cap)
+    p = processing_times(instance, "rounds")
+    if preemptive:
+        rounds = max(-(-sum(p) // tm.clients), max(p, default=0))
+    else:
+        rounds = solve_pcmax(p, tm.clients, time_limit=time_limit).bound
+    t_d = tm.alpha_d * rounds + tm.beta_d * sum(p)
+    return t_p + t_d, t_p, t_d
+
+
+def bounds(instance: Instance, options: dict[str, Any]) -> list[Bound]:
+    """``BOUNDERS["hybrid"]``: the ``paper`` (not proven) and ``strict`` (proven) makespan bounds.
+
+    Options: ``time_limit`` for the P||Cmax solve (default 10 s); ``method`` = ``paper`` or ``strict`` to
+    report only one of them.
+    """
+    limit = float(options.get("time_limit") or 10.0)
+    which = options.get("method")
+    out = []
+    if which in (None, "paper"):
+        value, t_p, t_d = paper_bound(instance, limit)
+        out.append(
+            Bound("paper", value, False, f"Eqs. (31)-(32): t^p* = {t_p:.4f} s (floor), t^d* = tau_d x C*(N^d) = {t_d:.4f} s; not proven (digest O5)")
+        )
+    if which in (None, "strict"):
+        value, t_p, t_d = strict_bound(instance, limit)
+        out.append(
+            Bound("strict", value, True, f"prefill {t_p:.4f} s + decode {t_d:.4f} s; proven without evictions (pure batches if base > 0)")
+        )
+        value, t_p, t_d = strict_bound(instance, limit, preemptive=True)
+        out.append(Bound("strict-preemptive", value, True, f"prefill {t_p:.4f} s + decode {t_d:.4f} s; proven with evictions too"))
+    if not out:
+        raise ValueError(f"unknown bound method {which!r} (known: paper, strict)")
+    return out

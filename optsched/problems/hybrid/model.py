@@ -1,0 +1,464 @@
+r"""The full MIP (1)-(25) of the Hybrid paper with the digest's fixes, solved and replayed.
+
+Sets: requests ``i`` (I), clients ``j`` (J = ``limits.max_running``), bins ``k = 1..K`` (one prefill stage then
+one decode stage each; default K = I, which never cuts off an optimum, fix M3), prefill levels ``l``.
+Parameters: ``N^p_i`` prompt tokens; ``D_i = N^d_i - 1`` decode rounds (fix A7: the contract's prefill
+emits the first token); levels ``(N^cap_l, T^p_l)`` with level 0 = (0, 0) (fix M3, :mod:`.timing`);
+``tau_d = alpha_d + beta_d J`` (fix M2).
+Variables (Table II): ``x_ij, p_ijk, d_ijk, y_kl`` binary, ``w_ijk`` in [0, 1], ``t^{s,p}_k, t^{s,d}_k, n^p_k,
+n^d_k, t^max >= 0``.
+
+Constraints kept in both modes::
+
+    (1)  min t^max
+    (2)  t^max >= t^{s,d}_k + n^d_k                                  all k
+    (3)  t^{s,p}_k >= t^{s,d}_{k-1} + n^d_{k-1}                       k >= 2
+    (4)  t^{s,d}_k >= t^{s,p}_k + n^p_k                               all k
+    (9)  d_ijk >= p_ijk
+    (12) sum_i d_ijk <= 1                                             all j, k
+    (14) sum_k w_ijk = x_ij ;  (17) sum_k p_ijk = x_ij (fix M5: for all i, j) ;  (18) sum_j x_ij = 1
+    (A1) w_ijk <= d_ijk                                               (fix M1)
+
+``mode='faithful'`` adds the paper's remaining constraints as printed (with M = K, fix M4): contiguity (10)
+``M(2 - d_ijk1 - d_ijk2) + sum_{k'=k1..k2} d_ijk' >= k2 - k1 + 1`` for k1 < k2, precedence (11)
+``M(p_ijk1 - 1) + d_ijk2 <= 0`` for k1 > k2, and the redundant (13), (15), (16) (fix M8). It has
+O(I J K^2) rows, so it is built only when I J K^2 <= :data:`FAITHFUL_MAX_ROWS`.
+
+``mode='strengthened'`` replaces (10)-(11) by the start indicator ``d_ijk - d_ij(k-1) <= p_ijk``
+(``d_ij0 = 0``; with (17) occupancy switches on once, at the prefill bin: fix M4's alternative), adds
+(A2) ``d_ijk <= x_ij``, drops (13), (15), (16), and breaks symmetry: ``x_ij = 0`` for j > i (clients are
+identical; label them by their lowest request) and "bin k used" >= "bin k+1 used". With the contract time
+model it also adds the strict bound's counts as cuts: ``sum_k u_k >= ceil(sum_i N^p_i / P)`` and
+``sum_k R_k >= C*`` (the P||Cmax lower bound on ``D_i`` with J clients; :mod:`.bounds` proves both), and
+``sum_{k' >= k} R_k' >= D_i sum_j p_ijk`` (a request prefilled in bin k decodes D_i rounds from bin k on).
+
+Time models (``time_model``):
+
+- ``paper`` (default of ``faithful``): (5) ``n^p_k >= sum_l T^p_l y_kl``, (6) ``sum_ij N^p_i p_ijk <= sum_l
+  N^cap_l y_kl``, (7) ``sum_l y_kl = 1``, (8') ``n^d_k >= tau_d sum_i D_i w_ijk`` for every j. This
+  over-estimates the replayed time (a stage costs its level's time, every round the full-batch tau_d) but
+  rounds may be fractional; the replayed schedule uses ``ceil`` rounds per stage, so its makespan can
+  exceed t^max: the MIP's value is then only an approximation and is reported as such.
+- ``contract`` (default of ``strengthened``): the contract's cost on pure batches (:mod:`.timing`) is
+  affine, so with ``u_k`` = "prefill stage k used" and integer rounds ``R_k``:
+  ``n^p_k = alpha_p u_k + beta_p sum_ij N^p_i p_ijk`` with ``sum_ij N^p_i p_ijk <= P u_k`` (P the stage
+  capacity; replaces (5)-(7)), and ``n^d_k = alpha_d R_k + beta_d sum_ij D_i w_ijk`` with
+  ``R_k >= sum_i D_i w_ijk`` for every j (integer version of (8')). Its t^max is exactly the replayed
+  makespan of the schedule built below (whenever the profile is linear, :attr:`HybridTiming.linear`).
+
+Schedule (both modes): bin k becomes one prefill batch (the requests with ``p_ijk = 1``) followed by
+``ceil(max_j sum_i D_i w_ijk - 1e-3)`` decode rounds (the tolerance absorbs solver round-off; rounds
+still owed after the last bin are appended and counted in ``meta.tail_rounds``) in which every prefilled, unfinished request decodes (eager;
+a request then finishes no later than the MIP says, so clients free up in time and at most J requests
+run). Empty rounds are dropped. The schedule is replayed; the reported objective is the replayed
+makespan. Model space (what "optimal" refers to): PD-Competition schedules without evictions in which
+each prompt is prefilled whole in one stage and at most J requests run. The reported bound is the
+larger of the proven ``strict`` bound (:mod:`.bounds`, valid for all eviction-free schedules) and, for
+``time_model='contract'`` with K >= I, the MIP's dual bound (valid on the model space).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...instance import Instance
+from ...result import SolveResult, check_agreement, replayed_objective
+from ...schedule import Batch, Item, Schedule
+from .bounds import strict_bound
+from .offline import solve_pcmax
+from .timing import HybridTiming, decode_rounds, timing_of
+
+__all__ = ["HybridMIP", "build", "solve", "stages_to_schedule"]
+
+#: Largest I * J * K^2 for which the faithful big-M rows (10)-(11) are built.
+FAITHFUL_MAX_ROWS = 3_000_000
+MODES = ("faithful", "strengthened")
+#: Decode work within this many rounds of an integer is solver round-off (MIP feasibility tolerances).
+ROUND_TOL = 1e-3
+TIME_MODELS = ("paper", "contract")
+
+
+@dataclass
+class HybridMIP:
+    """A built PuLP model with handles on its variables."""
+
+    prob: Any
+    x: dict[tuple[int, int], Any]
+    p: dict[tuple[int, int, int], Any]
+    w: dict[tuple[int, int, int], Any]
+    tmax: Any
+    bins: int
+    clients: int
+    mode: str
+    time_model: str
+
+
+def build(instance: Instance, mode: str = "strengthened", time_model: str | None = None, bins: int | None = None) -> HybridMIP:
+    """Build the MIP (module docstring) for ``instance`` with PuLP."""
+    import pulp
+
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
+    time_model = time_model or ("paper" if mode == "faithful" else "contract")
+    if time_model not in TIME_MODELS:
+        raise ValueError(f"unknown time model {time_model!r} (known: {', '.join(TIME_MODELS)})")
+    tm = timing_of(instance)
+    reqs = instance.requests
+    n, J = len(reqs), tm.clients
+    K = bins or n
+    I_, Jr, Kr = range(n), range(J), range(K)
+    Np = [r.prompt_tokens for r in reqs]
+    D = [decode_rounds(r.output_tokens) for r in reqs]
+    if any(v > tm.prefill_cap for v in Np):
+        raise ValueError("a prompt exceeds the prefill stage capacity; the MIP prefills each prompt in one stage")
+    if mode == "faithful" and n * J * K * K > FAITHFUL_MAX_ROWS:
+        raise ValueError(f"faithful mode has O(I J K^2) = {n * J * K * K} big-M rows (> {FAITHFUL_MAX_ROWS}); use mode='strengthened'")
+    strong = mode == "strengthened"
+    cl = {i: [j for j in Jr if not strong or j <= i] for i in I_}  # symmetry breaking x_ij = 0 for j > i
+    keys = [(i, j, k) for i in I_ for j in cl[i] for k in Kr]
+
+    prob = pulp.LpProblem("hybrid_full_mip", pulp.LpMinimize)
+    x = {(i, j): pulp.LpVariable(f"x_{i}_{j}", cat="Binary") for i in I_ for j in cl[i]}
+    p = {key: pulp.LpVariable("p_%d_%d_%d" % key, cat="Binary") for key in keys}
+    d = {key: pulp.LpVariable("d_%d_%d_%d" % key, cat="Binary") for key in keys}
+    w = {key: pulp.LpVariable("w_%d_%d_%d" % key, lowBound=0, upBound=1) for key in keys}
+    tsp = [pulp.LpVariable(f"tsp_{k}", lowBound=0) for k in Kr]
+    tsd = [pulp.LpVariable(f"tsd_{k}", lowBound=0) for k in Kr]
+    npk = [pulp.LpVariable(f"np_{k}", lowBound=0) for k in Kr]
+    ndk = [pulp.LpVariable(f"nd_{k}", lowBound=0) for k in Kr]
+    tmax = pulp.LpVariable("tmax", lowBound=0)
+    prob += tmax  # (1)
+    for k in Kr:
+        prob += tmax >= tsd[k] + ndk[k]  # (2)
+        if k >= 1:
+            prob += tsp[k] >= tsd[k - 1] + ndk[k - 1]  # (3)
+        prob += tsd[k] >= tsp[k] + npk[k]  # (4)
+    tokens = [pulp.lpSum(Np[i] * p[i, j, k] for i in I_ for j in cl[i]) for k in Kr]
+    if time_model == "paper":
+        levels = tm.levels()
+        y = {(k, l): pulp.LpVariable(f"y_{k}_{l}", cat="Binary") for k in Kr for l in range(len(levels))}
+        for k in Kr:
+            prob += npk[k] >= pulp.lpSum(levels[l][1] * y[k, l] for l in range(len(levels)))  # (5)
+            prob += tokens[k] <= pulp.lpSum(levels[l][0] * y[k, l] for l in range(len(levels)))  # (6)
+            prob += pulp.lpSum(y[k, l] for l in range(len(levels))) == 1  # (7)
+            for j in Jr:  # (8') with tau_d (fix M2)
+                prob += ndk[k] >= tm.tau_d * pulp.lpSum(D[i] * w[i, j, k] for i in I_ if (i, j, k) in w)
+        used = [1 - y[k, 0] for k in Kr]
+    else:
+        used = [pulp.LpVariable(f"u_{k}", cat="Binary") for k in Kr]
+        rounds = [pulp.LpVariable(f"R_{k}", lowBound=0, cat="Integer") for k in Kr]
+        for k in Kr:
+            prob += tokens[k] <= tm.prefill_cap * used[k]
+            prob += npk[k] == tm.alpha_p * used[k] + tm.beta_p * tokens[k]
+            work = pulp.lpSum(D[i] * w[i, j, k] for i in I_ for j in cl[i])
+            prob += ndk[k] == tm.alpha_d * rounds[k] + tm.beta_d * work
+            for j in Jr:  # integer (8'): R_k rounds cover every client's decode work in bin k
+                prob += rounds[k] >= pulp.lpSum(D[i] * w[i, j, k] for i in I_ if (i, j, k) in w)
+    for (i, j, k) in keys:
+        prob += d[i, j, k] >= p[i, j, k]  # (9)
+        prob += w[i, j, k] <= d[i, j, k]  # (A1) fix M1
+    for j in Jr:
+        for k in Kr:
+            prob += pulp.lpSum(d[i, j, k] for i in I_ if (i, j, k) in d) <= 1  # (12)
+    for i in I_:
+        prob += pulp.lpSum(x[i, j] for j in cl[i]) == 1  # (18)
+        for j in cl[i]:
+            prob += pulp.lpSum(w[i, j, k] for k in Kr) == x[i, j]  # (14)
+            prob += pulp.lpSum(p[i, j, k] for k in Kr) == x[i, j]  # (17), fix M5
+    if strong:
+        for (i, j, k) in keys:
+            prob += d[i, j, k] - (d[i, j, k - 1] if k else 0) <= p[i, j, k]  # start indicator (M4)
+            prob += d[i, j, k] <= x[i, j]  # (A2)
+        for k in range(K - 1):
+            prob += used[k] >= used[k + 1]  # used bins first
+        if time_model == "contract":  # valid cuts: the strict bound's stage and round counts (bounds.py)
+            prob += pulp.lpSum(used) >= math.ceil(sum(Np) / tm.prefill_cap)
+            prob += pulp.lpSum(rounds) >= solve_pcmax(D, J, time_limit=5.0).bound
+            for i in I_:  # a request prefilled in bin k still needs D_i rounds from bin k on
+                for k in Kr:
+                    prob += pulp.lpSum(rounds[k:]) >= D[i] * pulp.lpSum(p[i, j, k] for j in cl[i])
+    else:
+        M = K  # fix M4
+        for i in I_:
+            for j in Jr:
+                for k1 in Kr:
+                    for k2 in range(k1 + 1, K):  # (10)
+                        prob += M * (2 - d[i, j, k1] - d[i, j, k2]) + pulp.lpSum(d[i, j, kk] for kk in range(k1, k2 + 1)) >= k2 - k1 + 1
+                        prob += M * (p[i, j, k2] - 1) + d[i, j, k1] <= 0  # (11) with k1' = k2 > k2' = k1
+                prob += pulp.lpSum(d[i, j, k] for k in Kr) <= K  # (13)
+            prob += pulp.lpSum(w[i, j, k] for j in Jr for k in Kr) == 1  # (15)
+        for j in Jr:
+            for k in Kr:
+                prob += pulp.lpSum(p[i, j, k] for i in I_) <= 1  # (16)
+    return HybridMIP(prob, x, p, w, tmax, K, J, mode, time_model)
+
+
+def stages_to_schedule(instance: Instance, stages: list[tuple[list[int], int]], meta: dict[str, Any]) -> Schedule:
+    """Bins ``(requests prefilled, decode rounds)`` -> batches: one prefill batch, then eager decode rounds."""
+    reqs = instance.requests
+    left = [decode_rounds(r.output_tokens) for r in reqs]
+    running: list[int] = []
+    batches: list[Batch] = []
+    for prefilled, rounds in stages:
+        if prefilled:
+            batches.append(Batch(tuple(Item(reqs[i].id, reqs[i].prompt_tokens) for i in prefilled)))
+            running += [i for i in prefilled if left[i] > 0]
+        for _ in range(rounds):
+            if not running:
+                break
+            batches.append(Batch(tuple(Item(reqs[i].id, 1) for i in running)))
+            for i in running:
+                left[i] -= 1
+            running = [i for i in running if left[i] > 0]
+    tail = 0
+    while running:  # only from solver round-off in fractional rounds (paper time model); counted in meta
+        batches.append(Batch(tuple(Item(reqs[i].id, 1) for i in running)))
+        for i in running:
+            left[i] -= 1
+        running = [i for i in running if left[i] > 0]
+        tail += 1
+    return Schedule(instance.name, tuple(batches), {**meta, "tail_rounds": tail})
+
+
+def extract_stages(model: HybridMIP, instance: Instance) -> list[tuple[list[int], int]]:
+    """Read ``p`` and ``w`` back: per bin the prefilled requests and ``ceil(max_j decode work)`` rounds."""
+    D = [decode_rounds(r.output_tokens) for r in instance.requests]
+    stages = []
+    for k in range(model.bins):
+        prefilled = sorted(i for (i, j, kk), v in model.p.items() if kk == k and (v.value() or 0) > 0.5)
+        work = [0.0] * model.clients
+        for (i, j, kk), v in model.w.items():
+            if kk == k:
+                work[j] += D[i] * (v.value() or 0.0)
+        stages.append((prefilled, math.ceil(max(work) - ROUND_TOL)))
+    return stages
+
+
+def warm_start_values(model: HybridMIP, instance: Instance, schedule: Schedule) -> dict[str, float] | None:
+    """MIP variable values (by name) of a policy schedule, or None when it is outside the model space.
+
+    The schedule must consist of pure batches, prefill every prompt whole, and need at most K bins: each
+    prefill batch opens a bin, the decode batches up to the next one are its rounds. Clients come from a
+    greedy colouring of the requests' bin intervals (at most J overlap since at most J run), relabelled by
+    lowest request so that the symmetry breaking ``x_ij = 0, j > i`` holds.
+    """
+    tm = timing_of(instance)
+    reqs = instance.requests
+    D = [decode_rounds(r.output_tokens) for r in reqs]
+    started: set[int] = set()
+    first_bin: dict[int, int] = {}
+    counts: list[dict[int, int]] = []  # per bin: request -> decode rounds in it
+    rounds_in: list[int] = []  # per bin: decode batches
+    tokens: list[int] = []
+    for batch in schedule.batches:
+        idx = [instance.index(it.id) for it in batch.items]
+        pre = [i for i in idx if i not in started]
+        if pre:
+            if len(pre) != len(idx) or any(it.tokens != reqs[i].prompt_tokens for it, i in zip(batch.items, idx)):
+                return None  # hybrid batch or split prompt
+            counts.append({})
+            rounds_in.append(0)
+            tokens.append(sum(reqs[i].prompt_tokens for i in pre))
+            for i in pre:
+                started.add(i)
+                first_bin[i] = len(counts) - 1
+        elif idx:
+            rounds_in[-1] += 1
+            for i in idx:
+                counts[-1][i] = counts[-1].get(i, 0) + 1
+    nbins = len(counts)
+    if nbins > model.bins or len(started) != len(reqs):
+        return None
+    last_bin = {i: max([k for k in range(nbins) if i in counts[k]], default=first_bin[i]) for i in first_bin}
+    free_after = [-1] * model.clients  # last occupied bin of each client
+    raw: dict[int, int] = {}
+    for i in sorted(first_bin, key=lambda i: (first_bin[i], i)):
+        c = next((c for c in range(model.clients) if free_after[c] < first_bin[i]), None)
+        if c is None:
+            return None
+        raw[i], free_after[c] = c, last_bin[i]
+    label: dict[int, int] = {}
+    for i in sorted(raw):
+        label.setdefault(raw[i], len(label))
+    vals: dict[str, float] = {}
+    work = [[0.0] * model.clients for _ in range(nbins)]
+    for i, c0 in raw.items():
+        c, b = label[c0], first_bin[i]
+        vals[f"x_{i}_{c}"] = 1
+        vals[f"p_{i}_{c}_{b}"] = 1
+        for k in range(b, last_bin[i] + 1):
+            vals[f"d_{i}_{c}_{k}"] = 1
+        if D[i] == 0:
+            vals[f"w_{i}_{c}_{b}"] = 1
+        for k, cnt in ((k, counts[k].get(i, 0)) for k in range(b, last_bin[i] + 1)):
+            if cnt:
+                vals[f"w_{i}_{c}_{k}"] = cnt / D[i]
+                work[k][c] += cnt
+    levels = tm.levels()
+    t = 0.0
+    for k in range(model.bins):
+        rounds = rounds_in[k] if k < nbins else 0
+        tok = tokens[k] if k < nbins else 0
+        if model.time_model == "contract":
+            vals[f"u_{k}"] = 1 if k < nbins else 0
+            vals[f"R_{k}"] = rounds
+            n_p = tm.alpha_p * (k < nbins) + tm.beta_p * tok
+            n_d = tm.alpha_d * rounds + tm.beta_d * (sum(work[k]) if k < nbins else 0)
+        else:
+            lvl = min(l for l in range(len(levels)) if levels[l][0] >= tok)
+            vals[f"y_{k}_{lvl}"] = 1
+            n_p = levels[lvl][1]
+            n_d = tm.tau_d * (max(work[k]) if k < nbins else 0)
+        vals[f"tsp_{k}"], vals[f"np_{k}"] = t, n_p
+        vals[f"tsd_{k}"], vals[f"nd_{k}"] = t + n_p, n_d
+        t += n_p + n_d
+    vals["tmax"] = t
+    return vals
+
+
+def run_backend(
+    model: HybridMIP, solver: str, time_limit: float, threads: int | None, warm: dict[str, float] | None = None
+) -> tuple[str, float | None, float | None]:
+    """Solve with ``highs``, ``cbc`` or ``gurobi`` (from ``warm`` values if given); (status, objective, bound)."""
+    import pulp
+
+    if warm is not None:
+        for var in model.prob.variables():
+            var.setInitialValue(warm.get(var.name, 0.0))
+    if solver == "highs":
+        backend = (_warm_highs() if warm is not None else pulp.HiGHS)(msg=False, timeLimit=time_limit, threads=threads or 2)
+        model.prob.solve(backend)
+        info = model.prob.solverModel.getInfo()
+        bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
+    elif solver == "cbc":
+        with tempfile.TemporaryDirectory() as tmp:
+            log = Path(tmp) / "cbc.log"
+            backend = pulp.PULP_CBC_CMD(
+                msg=False, timeLimit=time_limit, threads=threads or 2, logPath=str(log), warmStart=warm is not None
+            )
+            model.prob.solve(backend)
+            bound = cbc_bound(log.read_text() if log.exists() else "")
+    elif solver == "gurobi":
+        backend = pulp.GUROBI(msg=False, timeLimit=time_limit, Threads=threads or 2, warmStart=warm is not None)
+        model.prob.solve(backend)
+        grb = model.prob.solverModel
+        bound = grb.ObjBound if grb is not None and grb.SolCount > 0 else None
+    else:
+        raise ValueError(f"unknown backend {solver!r} (known: highs, cbc, gurobi)")
+    sol = model.prob.sol_status
+    if sol == pulp.LpSolutionOptimal:
+        value = model.tmax.value()
+        return "optimal", value, value
+    if sol == pulp.LpSolutionIntegerFeasible:
+        return "time_limit", model.tmax.value(), bound
+    if model.prob.status == pulp.LpStatusInfeasible:
+        return "infeasible", None, None
+    return "time_limit", None, bound
+
+
+def _warm_highs() -> type:
+    """``pulp.HiGHS`` that hands the variables' initial values to HiGHS as a starting solution."""
+    import highspy
+    import pulp
+
+    class WarmHiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
+        def callSolver(self, lp: Any) -> None:
+            start = highspy.HighsSolution()
+            start.col_value = [v.varValue or 0.0 for v in sorted(lp.variables(), key=lambda v: v.index)]
+            lp.solverModel.setSolution(start)
+            lp.solverModel.run()
+
+    return WarmHiGHS
+
+
+def cbc_bound(log: str) -> float | None:
+    """CBC's best possible objective from its log (``best possible`` or the optimal objective)."""
+    found = re.findall(r"best possible ([-+0-9.eE]+)", log)
+    if found:
+        return float(found[-1])
+    found = re.findall(r"Objective value:\s+([-+0-9.eE]+)", log)
+    return float(found[-1]) if found and "Optimal solution found" in log else None
+
+
+def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
+    """``SOLVERS["hybrid"]``: the full MIP, its schedule replayed.
+
+    Options: ``solver`` (``highs`` default, ``cbc``, ``gurobi``), ``time_limit`` (default 60 s), ``threads``,
+    ``method`` (= mode: ``strengthened`` default or ``faithful``), ``time_model`` (``contract`` |
+    ``paper``), ``bins`` (K, default I), ``warm_start`` (a hybrid policy whose schedule, converted by
+    :func:`warm_start_values`, starts the solver).
+    """
+    solver = options.get("solver") or "highs"
+    mode = options.get("method") or "strengthened"
+    limit = float(options.get("time_limit") or 60.0)
+    tm = timing_of(instance)
+    start = time.perf_counter()
+    problem = "hybrid"
+    unsupported = kv_or_budget_issue(instance, tm)
+    if unsupported:
+        return SolveResult(problem, solver, "unsupported", extra={"message": unsupported})
+    try:
+        model = build(instance, mode, options.get("time_model"), options.get("bins"))
+    except ValueError as exc:
+        return SolveResult(problem, solver, "unsupported", extra={"message": str(exc)})
+    warm = None
+    if options.get("warm_start"):
+        from .online import simulate_policy
+
+        warm = warm_start_values(model, instance, simulate_policy(instance, options["warm_start"]))
+    built = time.perf_counter() - start
+    try:
+        status, mip_value, mip_bound = run_backend(model, solver, max(1.0, limit - built), options.get("threads"), warm)
+    except Exception as exc:  # noqa: BLE001 - e.g. the restricted Gurobi licence: report, never crash
+        if solver == "gurobi":
+            return SolveResult(problem, solver, "unsupported", extra={"message": f"gurobi: {exc}"})
+        raise
+    wall = time.perf_counter() - start
+    strict = strict_bound(instance)[0]
+    exact_time = model.time_model == "contract" and tm.linear
+    bound = strict
+    if exact_time and model.bins >= len(instance.requests) and mip_bound is not None:
+        bound = max(bound, mip_bound)
+    extra: dict[str, Any] = {
+        "mode": model.mode,
+        "time_model": model.time_model,
+        "bins": model.bins,
+        "mip_status": status,
+        "mip_objective": mip_value,
+        "mip_bound": mip_bound,
+        "strict_bound": strict,
+        "build_time": built,
+        "warm_start": options.get("warm_start") if warm is not None else None,
+    }
+    if status == "infeasible":
+        return SolveResult(problem, solver, "infeasible", None, None, wall, extra=extra)
+    if mip_value is None:
+        return SolveResult(problem, solver, "time_limit", None, bound, wall, extra=extra)
+    schedule = stages_to_schedule(instance, extract_stages(model, instance), {"solver": solver, "problem": problem, **extra})
+    value, rep = replayed_objective(instance, schedule, "makespan")
+    if exact_time:  # the contract time model is exact: the replay never exceeds the MIP's t^max ...
+        if value > mip_value * (1 + 1e-6) + 1e-9:
+            raise RuntimeError(f"replayed makespan {value} exceeds the MIP's exact t^max {mip_value}")
+        if status == "optimal":  # ... and at a proven optimum they agree
+            check_agreement(mip_value, value, "hybrid MIP (contract time model)")
+    proven = value <= bound * (1 + 1e-6) + 1e-9
+    final = "optimal" if proven else ("feasible" if status == "optimal" else "time_limit")
+    return SolveResult(problem, solver, final, value, min(bound, value), wall, schedule, extra=extra, replay=rep)
+
+
+def kv_or_budget_issue(instance: Instance, tm: HybridTiming) -> str | None:
+    """Why the MIP's schedules might break a limit it does not model (KV capacity, decode token budget)."""
+    if tm.clients > instance.limits.token_budget:
+        return "J exceeds the token budget: a full decode round would not fit one batch"
+    cap = instance.limits.kv_capacity
+    if cap is not None:
+        worst = sum(sorted((r.max_kv for r in instance.requests), reverse=True)[: tm.clients])
+        if worst > cap:
+            return f"the MIP models KV memory only through J; the J largest requests need {worst} > kv_capacity {cap}"
+    return None

@@ -1,0 +1,105 @@
+"""Time parameters of the Hybrid offline-online problem (seed003) read from an instance.
+
+The paper's laws (Sec. V-A) are the contract's cost model restricted to pure batches:
+
+- a prefill stage of ``n`` prompt tokens costs ``alpha_p + beta_p * n`` (paper: 25 ms + 0.13 ms/token);
+- a decode round with ``n`` active clients costs ``alpha_d + beta_d * n`` (paper: 29 ms + 0.21 ms/client).
+
+With the contract's fields, ``alpha_p = layers * (base + prefill.bias)``, ``beta_p = layers *
+(per_token + prefill.per_token)`` and likewise for decode. ``per_token_sq`` and ``per_kv`` are not part
+of the paper's laws; when a profile has them, :attr:`HybridTiming.linear` is False and every time model
+built on these coefficients is an approximation of the replayed time (and is reported as such).
+
+Digest fixes used here: M2 (``tau_d = alpha_d + beta_d * J``, the time of one full decode round, replaces
+the per-token ``T^d`` of Eq. (8)); A7 (a request's prefill emits its first output token, as in the
+contract's semantics, so request ``i`` needs ``D_i = N^d_i - 1`` decode rounds); digest Sec. 6 levels
+``N^cap_l`` in {0, 256, 512, 1024, 2048} capped by the prefill budget, ``T^p_l = alpha_p + beta_p N^cap_l``
+and ``T^p_0 = 0`` (fix M3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...instance import Instance, InstanceError
+
+__all__ = ["HybridTiming", "DEFAULT_LEVEL_CAPS", "timing_of"]
+
+#: Prefill level capacities of the digest (Sec. 6), before capping by the prefill budget.
+DEFAULT_LEVEL_CAPS = (256, 512, 1024, 2048)
+
+
+@dataclass(frozen=True)
+class HybridTiming:
+    """Clients, stage capacity and the affine prefill/decode laws of one instance.
+
+    Attributes
+    ----------
+    clients
+        J, the number of clients (``limits.max_running``).
+    prefill_cap
+        Most prompt tokens in one prefill stage: min(prefill_budget, token_budget).
+    alpha_p, beta_p
+        Prefill stage time = alpha_p + beta_p * tokens (seconds).
+    alpha_d, beta_d
+        Decode round time = alpha_d + beta_d * active clients (seconds).
+    linear
+        True when these laws are exactly the instance's cost model on pure batches.
+    """
+
+    clients: int
+    prefill_cap: int
+    alpha_p: float
+    beta_p: float
+    alpha_d: float
+    beta_d: float
+    linear: bool
+
+    @property
+    def tau_d(self) -> float:
+        """Time of a full decode round (J active clients), digest fix M2."""
+        return self.alpha_d + self.beta_d * self.clients
+
+    def prefill_time(self, tokens: int) -> float:
+        """Time of a prefill stage of ``tokens`` prompt tokens (0 for an empty stage)."""
+        return self.alpha_p + self.beta_p * tokens if tokens > 0 else 0.0
+
+    def decode_time(self, active: int) -> float:
+        """Time of a decode round with ``active`` clients (0 for an empty round)."""
+        return self.alpha_d + self.beta_d * active if active > 0 else 0.0
+
+    def levels(self, caps: tuple[int, ...] = DEFAULT_LEVEL_CAPS) -> list[tuple[int, float]]:
+        """Prefill levels ``(N^cap_l, T^p_l)``, level 0 first (fix M3), top level = the stage capacity."""
+        kept = sorted({c for c in caps if c < self.prefill_cap} | {self.prefill_cap})
+        return [(0, 0.0)] + [(c, self.alpha_p + self.beta_p * c) for c in kept]
+
+
+def decode_rounds(output_tokens: int) -> int:
+    """Decode rounds a request needs after its prefill (the prefill emits the first token)."""
+    return output_tokens - 1
+
+
+def timing_of(instance: Instance) -> HybridTiming:
+    """The :class:`HybridTiming` of an instance.
+
+    Raises
+    ------
+    InstanceError
+        When ``limits.max_running`` (J) is unset: the problem needs a finite client count.
+    """
+    lim = instance.limits
+    if lim.max_running is None or lim.max_running < 1:
+        raise InstanceError(
+            f"{instance.name}: field 'limits.max_running': the hybrid problem needs J = max_running >= 1 clients"
+        )
+    cm = instance.cost_model
+    linear = cm.prefill.per_token_sq == 0 and cm.prefill.per_kv == 0 and cm.decode.per_token_sq == 0 and cm.decode.per_kv == 0
+    return HybridTiming(
+        clients=lim.max_running,
+        prefill_cap=min(lim.prefill_budget, lim.token_budget),
+        alpha_p=cm.layers * (cm.base + cm.prefill.bias),
+        beta_p=cm.layers * (cm.per_token + cm.prefill.per_token),
+        alpha_d=cm.layers * (cm.base + cm.decode.bias),
+        beta_d=cm.layers * (cm.per_token + cm.decode.per_token),
+        linear=linear,
+    )

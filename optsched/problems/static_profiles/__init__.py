@@ -1,0 +1,1 @@
+"""Static-batch latency profiles (``*.toml``) for :mod:`optsched.problems.static_latency`."""

@@ -1,0 +1,154 @@
+"""Static-batching G-maximisation: calculateG, toy examples (Figs. 3-5), exact vs exhaustive, SA."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from static_exhaustive import exhaustive_g, ordered_partitions
+
+from optsched.instance import InstanceError, load_instance, parse_instance
+from optsched.problems import solver_for
+from optsched.problems.gmax.exact import make_backend, solve_exact
+from optsched.problems.gmax.generate import random_gmax_instance
+from optsched.problems.gmax.problem import GmaxProblem, evaluate_g, g_core, g_value
+from optsched.problems.gmax.sa import SAParams, inst_assign, simulated_annealing, start_points
+
+ROOT = Path(__file__).resolve().parents[1]
+TOYS = {  # digest 000 section 5.3: (instance, optimal batches, optimal G in req/s, start G)
+    "fig3-slo-order": ([["J2"], ["J1"], ["J3"]], 3 / 2.9, 2 / 2.7),
+    "fig4-batch-size": ([["J1", "J2"], ["J3"]], 3 / 1.8, 1 / 2.4),
+    "fig5-defer-strict": ([["J2"], ["J1"], ["J3"]], 2 / 2.9, 1 / 2.7),
+}
+
+
+def toy(name: str) -> GmaxProblem:
+    return GmaxProblem.from_instance(load_instance(ROOT / "instances" / "static" / f"{name}.json"))
+
+
+def canonical(problem, batches):
+    return [sorted(problem.ids[i] if isinstance(i, int) else i for i in b) for b in batches]
+
+
+@pytest.mark.parametrize("name", sorted(TOYS))
+@pytest.mark.parametrize("solver", ["highs", "cpsat"])
+@pytest.mark.parametrize("method", ["dinkelbach", "fixed-n"])
+def test_toy_examples_solved_exactly(name, solver, method):
+    best, g_star, _ = TOYS[name]
+    p = toy(name)
+    res = solve_exact(p, make_backend(p, solver), method)
+    assert res.status == "optimal"
+    assert canonical(p, res.batches) == best
+    assert res.G == pytest.approx(g_star, rel=1e-9)
+    assert res.bound == pytest.approx(g_star, rel=1e-6)
+    assert exhaustive_g(p)[0] == pytest.approx(g_star, rel=1e-12)
+
+
+def test_toy_values_match_the_paper():
+    assert round(TOYS["fig3-slo-order"][1], 4) == 1.0345
+    assert round(TOYS["fig4-batch-size"][1], 3) == 1.667
+    assert round(TOYS["fig5-defer-strict"][1], 4) == 0.6897
+    # the captions' starting points: SPT order (Figs. 3, 5) and all in one batch (Fig. 4)
+    assert evaluate_g(toy("fig3-slo-order"), [["J1"], ["J2"], ["J3"]]).G == pytest.approx(0.7407, abs=1e-4)
+    assert evaluate_g(toy("fig5-defer-strict"), [["J1"], ["J2"], ["J3"]]).G == pytest.approx(0.3704, abs=1e-4)
+    ev = evaluate_g(toy("fig4-batch-size"), [["J1", "J2", "J3"]])
+    assert (ev.n, ev.t) == (1, pytest.approx(2.4))
+    for name, (_, g_star, start) in TOYS.items():
+        sa = simulated_annealing(toy(name), SAParams(seed=1))
+        assert sa.G == pytest.approx(g_star) and not sa.early_exit
+
+
+def test_registry_solve_reports_evaluated_g_and_batches():
+    inst = load_instance(ROOT / "instances" / "static" / "fig4-batch-size.json")
+    for opts in ({}, {"method": "sa", "seed": 3}, {"solver": "cpsat", "exact_method": "fixed-n", "frontier": True}):
+        res = solver_for("gmax")(inst, opts)
+        assert res.sense == "max" and res.schedule is None
+        assert res.objective == pytest.approx(3 / 1.8)
+        assert [sorted(b) for b in res.extra["batches"]] == [["J1", "J2"], ["J3"]]
+        assert res.extra["n"] == 3 and res.extra["t"] == pytest.approx(1.8)
+        out = res.to_dict()
+        assert json.dumps(out) and out["requests"]["J3"]["e2e"] == pytest.approx(0.84)
+    frontier = solver_for("gmax")(inst, {"frontier": True}).extra["frontier"]
+    assert [(f["n"], round(f["t"], 9)) for f in frontier] == [(1, 1.8), (2, 1.8), (3, 1.8)]
+
+
+def test_evaluator_semantics_chat_and_e2e():
+    data = {
+        "name": "sem", "cost_model": "llama2-7b-a100", "max_batch_size": 2,
+        "requests": [
+            {"id": "a", "prompt_tokens": 1, "output_tokens": 10, "task": "chat", "slo": {"ttft": 0.35, "tpot": 0.02},
+             "static_times": {"unit": "ms", "exec": [200, 300], "prefill": [50, 80], "tpot": [15, 25]}},
+            {"id": "b", "prompt_tokens": 1, "output_tokens": 10, "slo": {"e2e": 0.5},
+             "static_times": {"exec": [0.3, 0.4]}},
+        ],
+    }
+    p = GmaxProblem.from_instance(parse_instance(data))
+    together = evaluate_g(p, [["a", "b"]])  # TPOT 25 ms > 20 ms: a misses; b: 0.4 <= 0.5
+    assert (together.n, together.t) == (1, pytest.approx(0.7))
+    assert together.tpot["a"] == pytest.approx(0.025) and math.isnan(together.ttft["b"])
+    apart = evaluate_g(p, [["b"], ["a"]])  # a waits 0.3: TTFT 0.35 <= 0.35 meets
+    assert (apart.n, apart.t, apart.ttft["a"]) == (2, pytest.approx(0.8), pytest.approx(0.35))
+    assert apart.starts == (0.0, 0.3) and apart.durations == (0.3, 0.2)
+    with pytest.raises(ValueError, match="already in batch"):
+        evaluate_g(p, [["a"], ["a", "b"]])
+    with pytest.raises(ValueError, match="never scheduled"):
+        evaluate_g(p, [["a"]])
+    bad = dict(data, max_batch_size=3)
+    with pytest.raises(InstanceError, match="static_times'.exec"):
+        GmaxProblem.from_instance(parse_instance(bad))
+    bad = dict(data, requests=[dict(data["requests"][0], task="code")])
+    with pytest.raises(InstanceError, match="field 'task'"):
+        GmaxProblem.from_instance(parse_instance(bad))
+
+
+def test_exhaustive_counts_match_digest():
+    data = random_gmax_instance(5, 0, max_batch_size=1)
+    for bmax, count in [(1, 120), (2, 450), (3, 530)]:
+        p = GmaxProblem.from_instance(parse_instance(dict(data, max_batch_size=bmax)))
+        assert sum(1 for _ in ordered_partitions(p)) == count
+
+
+def small_instance(seed: int) -> GmaxProblem:
+    """N <= 7, B_max 1..4, SLOs drawn so that SLO attainment varies; memory capacity sometimes."""
+    rng = np.random.default_rng(1000 + seed)
+    n, bmax = int(rng.integers(2, 8)), int(rng.integers(1, 5))
+    data = random_gmax_instance(n, seed, max_batch_size=bmax)
+    for r in data["requests"]:
+        r["output_tokens"] = int(rng.integers(10, 400))
+        if r["task"] == "e2e":
+            r["slo"] = {"e2e": float(rng.uniform(1.0, 12.0))}
+        else:
+            r["slo"] = {"ttft": float(rng.uniform(0.1, 6.0)), "tpot": float(rng.uniform(0.0165, 0.0185))}
+    if seed % 3 == 0:
+        data["memory"] = {"token_capacity": int(rng.integers(900, 2500))}
+        for r in data["requests"]:
+            r["prompt_tokens"] = min(r["prompt_tokens"], 800)
+            r["output_tokens"] = min(r["output_tokens"], 100)
+    return GmaxProblem.from_instance(parse_instance(data))
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_exact_equals_exhaustive_and_beats_sa(seed):
+    p = small_instance(seed)
+    g_ex, _, _ = exhaustive_g(p)
+    solver, method = [("highs", "dinkelbach"), ("cpsat", "fixed-n"), ("highs", "fixed-n"), ("cpsat", "dinkelbach")][seed % 4]
+    res = solve_exact(p, make_backend(p, solver), method)
+    assert res.status == "optimal"
+    assert res.G == pytest.approx(g_ex, rel=1e-9)
+    assert res.bound >= g_ex * (1 - 1e-9)
+    assert evaluate_g(p, res.batches).G == res.G
+    sa = simulated_annealing(p, SAParams(seed=seed, iters=20))
+    assert sa.G <= g_ex * (1 + 1e-12)
+    for start in start_points(p):
+        assert g_value(*g_core(p, start)) <= g_ex * (1 + 1e-12)
+
+
+def test_inst_assign_balances_by_remaining_memory():
+    p = GmaxProblem.from_instance(parse_instance(random_gmax_instance(8, 2)))
+    cap = max(p.need) * 3
+    parts = inst_assign(p, [cap, cap])
+    assert sorted(i for part in parts for i in part) == list(range(8))
+    assert all(parts) and abs(len(parts[0]) - len(parts[1])) <= 2
+    with pytest.raises(ValueError, match="needs"):
+        inst_assign(p, [min(p.need) - 1])
