@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from optsched.instance import parse_instance
-from optsched.policies import POLICIES, simulator_for
+from optsched.instance import InstanceError, parse_instance
+from optsched.policies import simulator_for
+from optsched.policies.config import POLICY_CONFIGS
 from optsched.problems import bounder_for, solver_for
 from optsched.result import replayed_objective
 from optsched.schedule import replay
@@ -72,8 +73,11 @@ def solve_mip(inst, **opts):
 
 def policy_values(inst, objective: str = "makespan", evictions: bool = True) -> dict[str, float]:
     out = {}
-    for name in sorted(POLICIES):
-        sched = simulator_for(name)(inst)
+    for name in sorted(POLICY_CONFIGS):
+        try:
+            sched = simulator_for(name)(inst)
+        except InstanceError:  # a policy of another formulation that refuses this instance
+            continue
         value, rep = replayed_objective(inst, sched, objective)
         if evictions or rep.metrics.evictions == 0:
             out[name] = value

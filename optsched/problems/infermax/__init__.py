@@ -52,7 +52,7 @@ def _respects(schedule: Schedule, instance: Instance, options: InferMaxOptions) 
 
 
 def candidate_schedules(instance: Instance, options: InferMaxOptions) -> dict[str, Schedule]:
-    """Feasible schedules that respect the options: ``serial`` and every registered policy.
+    """Feasible schedules that respect the options: ``serial`` and every InferMax baseline policy.
 
     Policies are skipped when chunked prefill is off (their chunking cannot be checked without
     re-implementing the semantics) or when they fail or violate an option.
@@ -60,9 +60,10 @@ def candidate_schedules(instance: Instance, options: InferMaxOptions) -> dict[st
     out = {"serial": serial_schedule(instance, no_chunk=options.no_chunk)}
     if options.no_chunk:
         return out
-    from ...policies import POLICIES, simulator_for
+    from ...policies import simulator_for
+    from ...policies.config import POLICY_CONFIGS
 
-    for name in sorted(POLICIES):
+    for name in sorted(POLICY_CONFIGS):
         try:
             sched = simulator_for(name)(instance)
             if _respects(sched, instance, options):
