@@ -76,6 +76,12 @@ C10  online arrivals: start :math:`S_j \ge E_{j-1}`, :math:`S_j \ge a_i` if requ
      (item or eviction), :math:`E_j = S_j + T_j` (a batch may wait through its ``start``, as the
      contract allows).
 
+Other fixes of the digest: C3 (the prose "max" form of (2) is not used; (2) itself is, through the
+substitution above); C12 (code names: ``prompt``, ``output``, ``M`` is only the KV capacity, big-M
+constants are per request and named ``big``/``U`` in :mod:`.mip`); C14 (eviction drops all KV, no
+partial eviction); C15 (the solve times measured are in docs/performance.md); C16 (section 4.5 is
+reproduced both ways: evictions free and forbidden, each against vLLM and vLLM-ef, docs/infermax.md).
+
 Objective (digest C7, C8, C11)
 ------------------------------
 :math:`T_j = k_b y_j + k_t \sum_i c_{ij} + k_{pb} hp_j + k_{pt} \sum_i pc_{ij} + k_{pq} \sum_i sq_{ij}
