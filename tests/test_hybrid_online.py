@@ -16,6 +16,7 @@ from optsched.problems.hybrid.online import client_metrics, simulate_pd
 from optsched.schedule import replay
 
 HYBRID_POLICIES = sorted(name for name in POLICIES if name.startswith("hybrid"))
+PAPER_METHODS = ["hybrid-baseline", "hybrid-offline", "hybrid-online", "hybrid"]
 
 
 def tiny(reqs: list[tuple[int, int]], clients: int, arrivals: list[float] | None = None, **limits: int) -> Instance:
@@ -31,7 +32,7 @@ def tiny(reqs: list[tuple[int, int]], clients: int, arrivals: list[float] | None
 def gsm8k():
     inst = gsm8k_like(0)
     runs = {}
-    for name in HYBRID_POLICIES:
+    for name in PAPER_METHODS:
         schedule = simulator_for(name)(inst)
         rep = replay(inst, schedule)
         runs[name] = (schedule, rep)
