@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from importlib import import_module
 from typing import Any, Sequence
@@ -36,6 +37,7 @@ COMMAND_MODULES: list[str] = [
     "optsched.commands.export",
     "optsched.commands.execute",
     "optsched.commands.validate",
+    "optsched.commands.generate",
 ]
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -88,6 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("optsched: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader closed stdout (e.g. `| head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - the contract maps anything else to exit 3
         print(f"optsched: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_INTERNAL

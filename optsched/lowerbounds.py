@@ -60,7 +60,7 @@ def _min_ttft(cm: CostModel, prompt: int, chunk_cap: int) -> float:
     k_min = math.ceil(prompt / chunk_cap)
     candidates = {k_min, prompt}
     if fixed > 0 and quad > 0:
-        k_star = math.sqrt(quad / fixed)
+        k_star = min(math.sqrt(quad / fixed), float(prompt))  # may overflow to inf
         candidates.update({math.floor(k_star), math.ceil(k_star)})
     return min(k * fixed + linear + quad / k for k in candidates if k_min <= k <= prompt)
 
@@ -76,7 +76,7 @@ def _sum_min_linear(a1: float, k1: float, a2: float, k2: float, lo: int, hi: int
     if k1 == k2:
         return total(min(a1, a2), k1, lo, hi)
     # a1 + k1 x <= a2 + k2 x  <=>  x (k1 - k2) <= a2 - a1
-    cross = (a2 - a1) / (k1 - k2)
+    cross = min(max((a2 - a1) / (k1 - k2), lo - 1.0), hi + 1.0)  # clamped: may overflow to +-inf
     if k1 < k2:  # line 1 is lower for x >= cross
         split = min(max(math.ceil(cross), lo), hi + 1)
         return total(a2, k2, lo, split - 1) + total(a1, k1, split, hi)

@@ -329,3 +329,31 @@ def test_subprocess_exit_codes(tmp_path):
     bad = write(tmp_path / "bad.json", "{")
     res = subprocess.run([*cmd, "info", bad, "--json"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and res.stdout == "" and "malformed JSON" in res.stderr
+
+
+def test_generate_writes_a_reproducible_instance(capsys, tmp_path):
+    out = tmp_path / "g.json"
+    args = ["generate", "--name", "g", "--n", "40", "--type", "8,16", "512,1024", "--type", "normal:100,10,1,200", "32",
+            "--arrivals", "poisson:2", "--seed", "5", "--kv-capacity", "4000", "--out", out]
+    code, res = run_json(capsys, *args)
+    assert code == 0 and res["requests"] == 40 and res["path"] == str(out)
+    inst = load_instance(str(out))
+    assert inst.limits.kv_capacity == 4000 and "seed 5" in inst.extra["source"]
+    assert sum(r.output_tokens == 32 for r in inst.requests) == 20
+    code, stdout, _ = run(capsys, *[a for a in args[:-2]])  # no --out: the JSON on stdout
+    assert code == 0 and json.loads(stdout) == json.loads(out.read_text())
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--prompt", "x", "--output", "3"], "bad length spec 'x'"),
+        (["--prompt", "3"], "--prompt and --output go together"),
+        ([], "give --prompt SPEC --output SPEC"),
+        (["--prompt", "3", "--output", "3", "--arrivals", "burst"], "bad arrival spec"),
+        (["--prompt", "900", "--output", "200", "--kv-capacity", "1000"], "can never finish"),
+    ],
+)
+def test_generate_bad_input(capsys, tmp_path, args, needle):
+    code, out, err = run(capsys, "generate", "--name", "g", "--n", "3", *args, "--out", tmp_path / "g.json")
+    assert code == 2 and needle in err and not (tmp_path / "g.json").exists()

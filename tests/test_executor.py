@@ -158,8 +158,9 @@ HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
 @pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (optional extra; tests/e2e/vllm_e2e.sh installs it)")
-def test_execute_on_vllm_cpu(plan, tmp_path):  # pragma: no cover - runs only where vLLM is installed
-    p = build_plan(parse_instance(INSTANCE), Schedule("e2e-tiny", BATCHES), block_size=32)
+def test_execute_on_vllm_cpu(tmp_path):  # pragma: no cover - runs only where vLLM is installed
+    # CPU attention needs blocks of a multiple of 32 tokens: M = 128 is 4 of them, the plan peaks at 5
+    p = build_plan(parse_instance(INSTANCE), Schedule("e2e-tiny", BATCHES), block_size=32, kv_blocks=5)
     path = tmp_path / "plan.json"
     p.save(path)
     out = tmp_path / "r.json"
@@ -169,3 +170,14 @@ def test_execute_on_vllm_cpu(plan, tmp_path):  # pragma: no cover - runs only wh
     assert code == 0, res["mismatches"]
     assert res["mismatches"] == [] and res["outputs"] == {r["id"]: r["output_tokens"] for r in INSTANCE["requests"]}
 
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="checks the message given when vLLM is absent")
+def test_execute_without_vllm_says_how_to_install(plan, tmp_path, capsys):
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    assert main(["execute", str(path), "--model", "tiny-llama"]) == 3
+    err = capsys.readouterr().err
+    assert "vLLM is not importable" in err and "optsched[vllm]" in err
+    assert main(["execute", str(path), "--model", "no-such-model"]) == 2
+    assert main(["execute", str(tmp_path / "missing.json"), "--model", "tiny-llama"]) == 2

@@ -299,7 +299,7 @@ class Engine:
             if group == "waiting":
                 self._fill_fcfs_waiting(d)
             else:
-                self._fill_group(d, self._candidates(group))
+                self._fill_group(d, self._running_group(group), merge_waiting=group == "all")
         if not d.items and not d.evict:
             raise RuntimeError(
                 f"policy {self.config.name!r}: empty batch at t={start} with {len(self._waiting)} waiting and"
@@ -310,16 +310,14 @@ class Engine:
         self._now = end
         self._finish(d)
 
-    def _candidates(self, group: str) -> list[int]:
-        """Snapshot of a non-FCFS group's candidates in priority order."""
-        m, prompt = self._m, self._prompt
-        if group == "running":
-            return list(self._running)
+    def _running_group(self, group: str) -> list[int]:
+        """Snapshot of a running group's candidates (R_r, or one phase of it) in priority order."""
+        m, prompt, mark, no = self._m, self._prompt, self._mark, len(self._batches) + 1
         if group == "running_decode":
-            return [i for i in self._running if m[i] >= prompt[i]]
+            return [i for i in self._running if m[i] >= prompt[i] and mark[i] != no]
         if group == "running_prefill":
-            return [i for i in self._running if m[i] < prompt[i]]
-        return list(heapq.merge(self._waiting, self._running, key=self._prio.__getitem__))
+            return [i for i in self._running if m[i] < prompt[i] and mark[i] != no]
+        return [i for i in self._running if mark[i] != no]
 
     def _fill_fcfs_waiting(self, d: _Draft) -> None:
         """R_w in FCFS order, stopping at the first candidate that cannot be admitted (B2)."""
@@ -330,12 +328,29 @@ class Engine:
                 return
             waiting.popleft()  # type: ignore[union-attr]
 
-    def _fill_group(self, d: _Draft, candidates: list[int]) -> None:
-        """A group in priority order; failed candidates are skipped. Decode runs go in bulk."""
-        m, prompt, mark, no = self._m, self._prompt, self._mark, d.no
+    def _fill_group(self, d: _Draft, running: list[int], merge_waiting: bool) -> None:
+        """Walk running candidates (merged with R_w by priority when ``merge_waiting``).
+
+        Failed running candidates are skipped; R_w is admitted in priority order up to its first
+        failure (B2), after which only running candidates are considered. Consecutive decode
+        candidates are taken in bulk.
+        """
+        m, prompt, mark, prio, no = self._m, self._prompt, self._mark, self._prio, d.no
+        waiting = self._waiting if merge_waiting else []
+        w = 0  # next waiting candidate; waiting[:w] were admitted
+        blocked = False
         run: list[int] = []
-        for i in candidates:
-            if mark[i] == no:  # already in the batch, or evicted from it
+        for i in running:
+            while not blocked and w < len(waiting) and prio[waiting[w]] < prio[i]:
+                if run:
+                    self._take_decodes(d, run)
+                    run = []
+                cand = waiting[w]
+                if mark[cand] == no or not self._take_prefill(d, cand, admit=True):
+                    blocked = True
+                else:
+                    w += 1
+            if mark[i] == no:  # evicted earlier in this batch
                 continue
             if m[i] >= prompt[i]:
                 run.append(i)
@@ -343,13 +358,16 @@ class Engine:
             if run:
                 self._take_decodes(d, run)
                 run = []
-            if mark[i] == no:  # evicted by the decodes just taken
-                continue
-            admit = m[i] == 0  # waiting (running requests hold KV)
-            if self._take_prefill(d, i, admit) and admit:
-                self._waiting.remove(i)
+            if mark[i] != no:
+                self._take_prefill(d, i, admit=False)
         if run:
             self._take_decodes(d, run)
+        while not blocked and w < len(waiting):
+            cand = waiting[w]
+            if mark[cand] == no or not self._take_prefill(d, cand, admit=True):
+                break
+            w += 1
+        del waiting[:w]
 
     # ------------------------------------------------------------------ candidates
 

@@ -17,11 +17,13 @@ SOLVERS: dict[str, str] = {
     "gmax": "optsched.problems.gmax.solve:solve",
     "hybrid": "optsched.problems.hybrid.model:solve",
     "hybrid-offline": "optsched.problems.hybrid.offline:solve",
+    "infermax": "optsched.problems.infermax:solve",
     "scls-batch": "optsched.problems.scls.solve:solve",
 }
 BOUNDERS: dict[str, str] = {
     "aladdin": "optsched.problems.aladdin:bounds",
     "hybrid": "optsched.problems.hybrid.bounds:bounds",
+    "infermax": "optsched.problems.infermax:bounds",
 }
 
 

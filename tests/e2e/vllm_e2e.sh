@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end test of the vLLM executor on vLLM's CPU build (docs/executor.md).
 #
-# 1. creates or reuses the pinned vLLM venv (tests/e2e/vllm_env.sh; default .ci/vllm-venv, git-ignored;
-#    override with VLLM_E2E_VENV), ~3 min and ~2.5 GB the first time;
+# 1. creates or reuses the pinned vLLM venv (tests/e2e/vllm_env.sh), ~3 min and ~2.5 GB the first
+#    time; default ~/.cache/optsched/vllm-0.32.0-venv so that CI runs on one machine share it
+#    (override with VLLM_E2E_VENV, e.g. .ci/vllm-venv, which git ignores);
 # 2. installs this checkout's optsched into it (no dependencies: vLLM brings numpy and pydantic);
 # 3. runs tests/e2e/vllm_e2e.py: schedule -> export -> vLLM execute (tiny random-weight Llama) ->
 #    validate, asserting zero plan mismatches and exact output lengths.
@@ -10,7 +11,7 @@
 # Prints "vllm-e2e: N passed, M failed" last and exits non-zero on any failure.
 set -uo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-VENV="${VLLM_E2E_VENV:-$REPO/.ci/vllm-venv}"
+VENV="${VLLM_E2E_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/optsched/vllm-0.32.0-venv}"
 PY="${OPTSCHED_PYTHON:-python3}"
 OUT="${VLLM_E2E_OUT:-$REPO/.ci/vllm-e2e-out}"
 

@@ -6,7 +6,9 @@ else its ``output_tokens`` (issue item 6). Options:
 
 - ``method``: ``exact`` (default), ``bestfit``, ``bestfit+rebalance`` (no ongoing errors offline, so
   equal to best fit), ``jsq``, ``rr``, ``po2``;
-- ``solver``: ``cpsat`` (default), ``highs``, ``cbc`` (exact only); ``time_limit``; ``threads``.
+- ``solver``: ``cpsat`` (default), ``highs``, ``cbc``, ``gurobi`` (exact only; a model beyond the
+  restricted Gurobi licence gives status ``unsupported`` with the licence message); ``time_limit``;
+  ``threads``.
 
 The objective is the number of workers used; ``extra["placement"]`` maps request id -> worker.
 The baselines need a worker count: ``placement.max_workers`` when given, else the number best fit
@@ -40,6 +42,9 @@ from .placement import (
 
 __all__ = ["solve", "bounds", "offline_problem", "planned_instance"]
 
+OFFLINE_METHODS = ("exact", "bestfit", "bestfit+rebalance", "jsq", "rr", "po2")
+EXACT_SOLVERS = ("cpsat", "highs", "cbc", "gurobi")
+
 
 def offline_problem(instance: Instance, max_workers: int | None = None) -> PlacementProblem:
     """The offline placement problem of an instance (all requests new)."""
@@ -61,12 +66,22 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     method = options.get("method") or "exact"
     solver = options.get("solver") or "cpsat"
     time_limit = options.get("time_limit")
+    if method not in OFFLINE_METHODS or (method == "exact" and solver not in EXACT_SOLVERS):
+        note = (f"unknown method {method!r} (known: {', '.join(OFFLINE_METHODS)})" if method not in OFFLINE_METHODS
+                else f"unknown solver {solver!r} (known: {', '.join(EXACT_SOLVERS)})")
+        return SolveResult("aladdin", solver, "unsupported", extra={"message": note})
     t0 = time.perf_counter()
     problem = offline_problem(instance)
     if method in ("jsq", "rr", "po2") and problem.max_workers is None:
         problem = replace(problem, max_workers=best_fit(problem).workers)
     if method == "exact":
-        result = solve_placement(problem, solver=solver, time_limit=time_limit, threads=options.get("threads"))
+        try:
+            result = solve_placement(problem, solver=solver, time_limit=time_limit, threads=options.get("threads"))
+        except Exception as exc:  # noqa: BLE001 - gurobipy raises its own GurobiError
+            if "licen" not in str(exc).lower():
+                raise
+            return SolveResult("aladdin", solver, "unsupported",
+                               extra={"message": f"gurobi: the restricted licence does not cover this size ({exc})"})
     else:
         result = place(method, problem)
     wall = time.perf_counter() - t0

@@ -568,6 +568,8 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
         solver = pulp.HiGHS(msg=False, timeLimit=time_limit, threads=threads)
     elif backend == "cbc":
         solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, threads=threads)
+    elif backend == "gurobi":
+        solver = pulp.GUROBI(msg=False, timeLimit=time_limit, **({"Threads": threads} if threads else {}))
     else:
         raise ValueError(f"unknown MIP backend {backend!r}")
     prob.solve(solver)
@@ -583,6 +585,8 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
     if backend == "highs":
         info = prob.solverModel.getInfo()
         bound = math.ceil(info.mip_dual_bound - 1e-6) + len(md.fixed_used)
+    elif backend == "gurobi":
+        bound = math.ceil(prob.solverModel.ObjBound - 1e-6) + len(md.fixed_used)
     if optimal:
         bound = sum(1 for v in y.values() if (v.value() or 0) > 0.5) + len(md.fixed_used)
     return ("optimal" if optimal else "time_limit"), assign, bound
@@ -601,7 +605,8 @@ def solve_placement(
     problem
         The heartbeat.
     solver
-        ``cpsat``, ``highs`` or ``cbc``.
+        ``cpsat``, ``highs``, ``cbc`` or ``gurobi`` (size-limited licence: a model beyond it raises
+        ``RuntimeError`` naming the licence).
     time_limit
         Seconds; on expiry the best placement found (or best fit's) is returned with the bound.
     threads
@@ -635,10 +640,10 @@ def solve_placement(
     elif solver == "cpsat":
         hint = {j: warm.assignment[core.new[j].id] for j in jobs}
         status, assign, bound = _solve_cpsat(cp, jobs, md, time_limit, threads, hint)
-    elif solver in ("highs", "cbc"):
+    elif solver in ("highs", "cbc", "gurobi"):
         status, assign, bound = _solve_pulp(cp, jobs, md, solver, time_limit, threads)
     else:
-        raise ValueError(f"unknown solver {solver!r} (known: cpsat, highs, cbc)")
+        raise ValueError(f"unknown solver {solver!r} (known: cpsat, highs, cbc, gurobi)")
     if status == "infeasible":
         return PlacementResult({}, 0, "infeasible", None, "exact", solver, alone_bad, time.perf_counter() - t0)
     assignment = {core.new[j].id: i for j, i in assign.items()}

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from .problem import GmaxProblem, g_core, g_value
-from .sa import start_points
+from .sa import SAParams, simulated_annealing, start_points
 from .slots import SlotBackend, SlotData, SubResult
 
 __all__ = ["ExactResult", "make_backend", "solve_exact"]
@@ -113,6 +113,7 @@ def solve_exact(
     method: str = "dinkelbach",
     time_limit: float | None = None,
     frontier: bool = False,
+    warm_iters: int = 30,
 ) -> ExactResult:
     """Maximise G exactly.
 
@@ -124,6 +125,9 @@ def solve_exact(
         Wall-clock budget in seconds for all sub-solves (None: none).
     frontier
         Also compute the whole (n, t) Pareto frontier (every n0 by fixed-n).
+    warm_iters
+        Iterations per temperature level of the seeded annealing whose schedule is the first
+        incumbent (and the CP-SAT hint).
     """
     if method not in ("dinkelbach", "fixed-n"):
         raise ValueError(f"unknown exact method {method!r} (dinkelbach, fixed-n)")
@@ -131,6 +135,8 @@ def solve_exact(
     inc = _Incumbent(problem)
     for start in start_points(problem):
         inc.offer(start)
+    inc.offer(simulated_annealing(problem, SAParams(iters=warm_iters)).batches)
+    backend.hint = inc.batches
     t_lb = SlotData.build(problem).t_lower_bound()
     log: list[dict] = []
     if method == "dinkelbach":
@@ -160,6 +166,7 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
         if res.batches:
             _check_model(problem, res, "dinkelbach")
         improved = inc.offer(res.batches)
+        backend.hint = inc.batches
         if res.status == "optimal" and not improved:
             # F(lambda) = max n - lambda t is attained by a schedule no better than the incumbent:
             # F(lambda) <= 0 up to rounding, so lambda = G* (within the model's arithmetic).

@@ -29,6 +29,7 @@ class MilpBackend:
         self.data, self.solver, self.threads, self.log = data, solver, threads, log
         self.name = f"milp-{solver}"
         self.highs_options: dict[str, Any] = {}
+        self.hint: list[list[int]] | None = None  # unused: PuLP's HiGHS API takes no MIP start
 
     # ------------------------------------------------------------------------------ model
 

@@ -1,0 +1,159 @@
+"""InferMax optimal scheduler (seed001 section 3.3): ``solve`` and ``bounds`` for the registries.
+
+The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) and :mod:`.mip`
+(PuLP to HiGHS / CBC, gurobipy). :func:`solve`:
+
+1. reads the options (:class:`.model.InferMaxOptions`);
+2. builds the candidate schedules (the serial schedule of :func:`.model.serial_schedule` and every
+   registered policy whose schedule replays and respects the options) and keeps the best as the
+   upper bound UB and the warm start (or the policy named by ``warm_start``);
+3. derives the horizon J from UB (:func:`.model.horizon`: proven for makespan and completion);
+4. solves, turns the solution into a schedule, replays it and reports the replayed objective after
+   :func:`~optsched.result.check_agreement` with the solver's own value;
+5. reports the bound: the solver's proven bound (lowered by any rounding slack) and the work bound
+   of :mod:`.bounds`, whichever is larger. ``optimal`` means the replayed objective is within
+   ``OPTIMAL_RTOL`` of a proven bound and J is proven; otherwise ``feasible`` or ``time_limit``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from ...instance import Instance
+from ...result import SolveResult, check_agreement, replayed_objective
+from ...schedule import Schedule
+from .bounds import bounds, lower_bound
+from .model import (
+    InferMaxInputError,
+    InferMaxOptions,
+    ModelData,
+    build_data,
+    hint_from_schedule,
+    schedule_from_solution,
+    serial_schedule,
+)
+
+__all__ = ["bounds", "solve", "candidate_schedules", "OPTIMAL_RTOL"]
+
+#: A solution counts as optimal when its replayed objective exceeds a proven bound by at most this.
+OPTIMAL_RTOL = 1e-9
+
+
+def _respects(schedule: Schedule, instance: Instance, options: InferMaxOptions) -> bool:
+    """Whether a replay-feasible schedule respects the options the model imposes."""
+    rep = replayed_objective(instance, schedule, options.objective)[1]
+    if options.no_evict and rep.metrics is not None and rep.metrics.evictions:
+        return False
+    if options.no_hybrid and any(p > 0 and d > 0 for p, d in zip(rep.prefill_tokens, rep.decode_items)):
+        return False
+    return True
+
+
+def candidate_schedules(instance: Instance, options: InferMaxOptions) -> dict[str, Schedule]:
+    """Feasible schedules that respect the options: ``serial`` and every registered policy.
+
+    Policies are skipped when chunked prefill is off (their chunking cannot be checked without
+    re-implementing the semantics) or when they fail or violate an option.
+    """
+    out = {"serial": serial_schedule(instance, no_chunk=options.no_chunk)}
+    if options.no_chunk:
+        return out
+    from ...policies import POLICIES, simulator_for
+
+    for name in sorted(POLICIES):
+        try:
+            sched = simulator_for(name)(instance)
+            if _respects(sched, instance, options):
+                out[name] = sched
+        except Exception:  # noqa: BLE001 - a failing policy is only a missing candidate
+            continue
+    return out
+
+
+def _nonempty(schedule: Schedule) -> int:
+    return sum(1 for b in schedule.batches if b.items)
+
+
+def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
+    """Solve the InferMax model for ``instance`` (see the module docstring for the steps).
+
+    Parameters
+    ----------
+    instance
+        The instance (limits C, P, M, R_max and the cost model are read from it).
+    options
+        ``solver`` (cpsat|highs|cbc|gurobi), ``objective`` (makespan|completion|ttft), ``no_evict``,
+        ``no_hybrid``, ``no_chunk``, ``time_limit``, ``threads``, ``log``, ``warm_start`` (policy
+        name), ``horizon`` (force J).
+    """
+    t0 = time.perf_counter()
+    opts = InferMaxOptions.from_dict(options)
+    try:
+        cands = candidate_schedules(instance, opts)
+    except InferMaxInputError as exc:
+        return SolveResult("infermax", opts.solver, "infeasible", wall_time=time.perf_counter() - t0,
+                           extra={"reason": str(exc)})
+    values = {name: replayed_objective(instance, s, opts.objective)[0] for name, s in cands.items()}
+    best = min(values, key=lambda k: values[k])
+    warm = opts.warm_start or best
+    if warm not in cands:
+        raise InferMaxInputError(
+            f"option 'warm_start': policy {warm!r} gives no schedule respecting the options "
+            f"(available: {', '.join(sorted(cands))})"
+        )
+    makespans = {name: replayed_objective(instance, s, "makespan")[0] for name, s in cands.items()}
+    data = build_data(instance, opts, makespans[best], values[best], _nonempty(cands[warm]))
+    hint = hint_from_schedule(data, cands[warm])
+    backend = _run_backend(data, hint)
+    extra: dict[str, Any] = {
+        "horizon": data.J,
+        "horizon_proven": data.horizon_proven,
+        "horizon_note": data.horizon_note,
+        "objective_name": opts.objective,
+        "upper_bound_policy": best,
+        "policy_values": values,
+        **backend.info,
+    }
+    if backend.status == "unsupported":
+        return SolveResult("infermax", opts.solver, "unsupported", wall_time=time.perf_counter() - t0, extra=extra)
+    if backend.status == "infeasible":
+        if data.horizon_proven:
+            raise RuntimeError(f"InferMax model infeasible although {best!r} gives a schedule within J = {data.J}")
+        extra["reason"] = f"no schedule within the horizon J = {data.J}; a longer horizon is needed"
+        return SolveResult("infermax", opts.solver, "infeasible", wall_time=time.perf_counter() - t0, extra=extra)
+    if backend.c is not None:
+        schedule = schedule_from_solution(data, backend.c, backend.e, backend.starts,
+                                          {"solver": opts.solver, "problem": "infermax"})
+        value, rep = replayed_objective(instance, schedule, opts.objective)
+        check_agreement(backend.objective, value, f"infermax/{opts.solver}")
+    else:  # no incumbent within the limit: report the best candidate
+        schedule = cands[best]
+        value, rep = replayed_objective(instance, schedule, opts.objective)
+        extra["incumbent"] = f"solver found none; schedule of {best!r}"
+    proven = [b.value for b in lower_bound(instance, opts.objective)]
+    if data.horizon_proven and backend.bound is not None:
+        proven.append(backend.bound)
+    elif backend.bound is not None:
+        extra["bound_within_horizon"] = backend.bound
+    bound = min(max(proven), value) if proven else None
+    optimal = bound is not None and value - bound <= OPTIMAL_RTOL * max(abs(value), 1e-12)
+    if optimal:
+        status = "optimal"
+    elif backend.status == "optimal":  # optimal only relative to the horizon J
+        status = "feasible"
+        extra["optimal_within_horizon"] = True
+    else:
+        status = "time_limit" if opts.time_limit is not None else "feasible"
+    return SolveResult("infermax", opts.solver, status, value, bound, time.perf_counter() - t0, schedule,
+                       extra=extra, replay=rep)
+
+
+def _run_backend(data: ModelData, hint: Any) -> Any:
+    if data.options.solver == "cpsat":
+        from .cpsat import solve_cpsat
+
+        return solve_cpsat(data, hint)
+    from .mip import solve_mip
+
+    return solve_mip(data, hint)

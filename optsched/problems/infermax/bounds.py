@@ -1,0 +1,118 @@
+r"""Proven lower bounds for the InferMax model, cheap enough for any instance size.
+
+Notation of :mod:`.model` (:math:`k_\cdot` are the cost coefficients with ``layers`` folded in,
+:math:`K = \min(C, P)` the largest prefill chunk, :math:`q = k_t + k_{pt} + k_{pq}` the least cost of
+one prefill token since :math:`c^2 \ge c`).
+
+Work of request i (``work``). Its prompt is prefilled once at least: :math:`I_i q`. Its k-th
+output token (:math:`k \ge 2`) needs the (k-1)-th token processed, either as a decode item reading
+:math:`m = I_i + k - 2` KV, :math:`k_t + k_{dt} + k_{dk}(I_i + k - 2)`, or as the end of a refill that
+re-processes the whole sequence, at least :math:`(I_i + k - 1) q`. So
+:math:`W_i = I_i q + \sum_{k=2}^{O_i} \min(k_t + k_{dt} + k_{dk}(I_i+k-2), (I_i+k-1) q)`.
+
+Batch biases. A set R of requests needs at least
+:math:`B = \max(\max_R (\lceil I_i/K \rceil + O_i - 1), \lceil \sum_R U_i / C \rceil, B_p)` non-empty batches, of which at
+least :math:`B_p = \max(\lceil \sum_R I_i / P \rceil, \max_R \lceil I_i / K \rceil)` hold prefill
+tokens; every batch pays :math:`k_b` and a prefill (:math:`k_{pb}`) or decode (:math:`k_{db}`) bias:
+:math:`\beta(R) = k_b B + k_{pb} B_p + \min(k_{pb}, k_{db})(B - B_p)`.
+
+- ``makespan``: the requests arriving at or after t are all served after t, and batch times add
+  up: :math:`\max_t \, t + \sum_{a_i \ge t} W_i + \beta(\{i: a_i \ge t\})`.
+- ``completion``: request i alone needs :math:`\lceil I_i/K \rceil + O_i - 1` batches after
+  :math:`a_i`: :math:`F_i \ge a_i + W_i + (\lceil I_i/K \rceil + O_i - 1) k_b +
+  \lceil I_i/K \rceil k_{pb} + (O_i - 1)\min(k_{pb}, k_{db})`; the bound is :math:`\sum_i` of that.
+- ``ttft``: the first token needs the prompt: :math:`\frac1N \sum_i (I_i q + \lceil I_i/K \rceil
+  (k_b + k_{pb}))`.
+
+Every bound holds for every schedule that replays cleanly (with or without evictions, chunking or
+hybrid batches), hence for the optimum; the solvers' own proven bounds are usually much tighter.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from ...instance import Instance, Request
+from ...result import Bound
+from .model import Coefficients
+
+__all__ = ["batch_counts", "bounds", "lower_bound", "request_work"]
+
+
+def request_work(r: Request, k: Coefficients) -> float:
+    """:math:`W_i`: least token work of request ``r`` in seconds (module docstring)."""
+    q = k.k_t + k.k_pt + k.k_pq
+    I = r.prompt_tokens
+    tail = math.fsum(
+        min(k.k_t + k.k_dt + k.k_dk * (I + t - 2), (I + t - 1) * q) for t in range(2, r.output_tokens + 1)
+    )
+    return I * q + tail
+
+
+def batch_counts(reqs: list[Request], instance: Instance) -> tuple[int, int]:
+    """:math:`(B, B_p)`: least numbers of non-empty batches and of batches with prefill tokens."""
+    lim = instance.limits
+    chunk = min(lim.token_budget, lim.prefill_budget)
+    b_p = max(math.ceil(sum(r.prompt_tokens for r in reqs) / lim.prefill_budget),
+              max(math.ceil(r.prompt_tokens / chunk) for r in reqs))
+    b = max(max(math.ceil(r.prompt_tokens / chunk) + r.output_tokens - 1 for r in reqs),
+            math.ceil(sum(r.max_kv for r in reqs) / lim.token_budget), b_p)
+    return b, b_p
+
+
+def _bias(reqs: list[Request], instance: Instance, k: Coefficients) -> float:
+    """:math:`\\beta(R)`: least total bias of the batches serving ``reqs``."""
+    if not reqs:
+        return 0.0
+    b, b_p = batch_counts(reqs, instance)
+    return k.k_b * b + k.k_pb * b_p + min(k.k_pb, k.k_db) * (b - b_p)
+
+
+def _alone(r: Request, instance: Instance, k: Coefficients) -> float:
+    """Least finish time of request ``r`` counting only its own batches."""
+    lim = instance.limits
+    n_pre = math.ceil(r.prompt_tokens / min(lim.token_budget, lim.prefill_budget))
+    n_dec = r.output_tokens - 1
+    return (r.arrival + request_work(r, k) + (n_pre + n_dec) * k.k_b + n_pre * k.k_pb
+            + n_dec * min(k.k_pb, k.k_db))
+
+
+def lower_bound(instance: Instance, objective: str = "makespan") -> list[Bound]:
+    """The proven work bounds of the module docstring for ``objective``."""
+    k = Coefficients.from_cost_model(instance.cost_model)
+    reqs = list(instance.requests)
+    lim = instance.limits
+    chunk = min(lim.token_budget, lim.prefill_budget)
+    if objective == "makespan":
+        best = 0.0
+        for t in sorted({r.arrival for r in reqs}):
+            later = [r for r in reqs if r.arrival >= t]
+            best = max(best, t + math.fsum(request_work(r, k) for r in later) + _bias(later, instance, k))
+        best = max(best, max(_alone(r, instance, k) for r in reqs))
+        return [Bound("work", best, True, "token work + batch biases after each arrival time (infermax/bounds.py)")]
+    if objective == "completion":
+        value = math.fsum(_alone(r, instance, k) for r in reqs)
+        return [Bound("work", value, True, "sum over requests of their own least finish time")]
+    if objective == "ttft":
+        q = k.k_t + k.k_pt + k.k_pq
+        value = math.fsum(
+            r.prompt_tokens * q + math.ceil(r.prompt_tokens / chunk) * (k.k_b + k.k_pb) for r in reqs
+        ) / len(reqs)
+        return [Bound("work", value, True, "mean least prefill time of each prompt")]
+    raise ValueError(f"unknown objective {objective!r} (known: makespan, completion, ttft)")
+
+
+def bounds(instance: Instance, options: Mapping[str, Any]) -> list[Bound]:
+    """Registry entry: proven lower bounds for ``options['objective']`` (default makespan).
+
+    With ``method='lp'`` the LP relaxation of the MIP (:mod:`.mip`) is added (proven, usually weaker
+    than the work bound on large instances but independent of it).
+    """
+    objective = options.get("objective") or "makespan"
+    out = lower_bound(instance, objective)
+    if options.get("method") == "lp":
+        from .mip import lp_relaxation_bound
+
+        out.append(lp_relaxation_bound(instance, dict(options)))
+    return out

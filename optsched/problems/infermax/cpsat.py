@@ -1,0 +1,337 @@
+"""CP-SAT backend of the InferMax model (:mod:`.model`): native reified constraints, integer times.
+
+Every conditional row of the model is an ``OnlyEnforceIf`` constraint, the quadratic prefill term is
+``AddMultiplicationEquality`` and times are integers in units of ``10**-power`` seconds
+(:func:`.model.integer_scaling`). The proven bound is CP-SAT's objective bound divided by the scale,
+lowered by the rounding slack (0 for the shipped profiles, whose coefficients scale exactly).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from .model import ModelData, Scaling, integer_scaling
+
+
+@dataclass
+class BackendResult:
+    """What a backend returns to :func:`optsched.problems.infermax.solve`.
+
+    Attributes
+    ----------
+    status
+        ``optimal``, ``feasible`` (incumbent, limit reached), ``infeasible`` or ``unknown``.
+    c, e
+        Per (i, j) token counts and evictions of the incumbent (None without one).
+    starts
+        Per batch start times in seconds (None offline).
+    objective
+        The incumbent's objective in seconds, evaluated with the exact float coefficients.
+    bound
+        Proven lower bound in seconds (None when unknown).
+    info
+        Backend statistics for ``extra``.
+    """
+
+    status: str
+    c: list[list[int]] | None
+    e: list[list[int]] | None
+    starts: list[float] | None
+    objective: float | None
+    bound: float | None
+    info: dict[str, Any]
+
+
+class _Builder:
+    """Builds the CP-SAT model for one :class:`ModelData` (names follow the model docstring)."""
+
+    def __init__(self, data: ModelData, scale: Scaling) -> None:
+        self.data = data
+        self.scale = scale
+        self.m = cp_model.CpModel()
+        N, J = data.N, data.J
+        mdl = self.m
+        self.c = [[mdl.NewIntVar(0, min(data.C, data.U(i)), f"c_{i}_{j}") for j in range(J)] for i in range(N)]
+        self.cz = [[mdl.NewBoolVar(f"cz_{i}_{j}") for j in range(J)] for i in range(N)]
+        self.e = [[self._evict_var(i, j) for j in range(J)] for i in range(N)]
+        self.g = [[mdl.NewBoolVar(f"g_{i}_{j}") for j in range(J)] for i in range(N)]
+        self.d = [[mdl.NewBoolVar(f"d_{i}_{j}") for j in range(J)] for i in range(N)]
+        self.dg = [[mdl.NewBoolVar(f"dg_{i}_{j}") for j in range(J)] for i in range(N)]
+        self.mh = [[mdl.NewIntVar(0, data.U(i), f"mh_{i}_{j}") for j in range(J)] for i in range(N)]
+        self.mk = [[mdl.NewIntVar(0, data.U(i) - 1, f"m_{i}_{j}") for j in range(J)] for i in range(N)]
+        self.G = [[mdl.NewIntVar(0, data.output[i], f"G_{i}_{j}") for j in range(J)] for i in range(N)]
+        self.done = [[mdl.NewBoolVar(f"done_{i}_{j}") for j in range(J)] for i in range(N)]
+        self.pc = [[mdl.NewIntVar(0, min(data.P, data.U(i)), f"pc_{i}_{j}") for j in range(J)] for i in range(N)]
+        self.sq = [[mdl.NewIntVar(0, min(data.P, data.U(i)) ** 2, f"sq_{i}_{j}") for j in range(J)] for i in range(N)]
+        self.kv = [[mdl.NewIntVar(0, data.U(i) - 1, f"kv_{i}_{j}") for j in range(J)] for i in range(N)]
+        self.y = [mdl.NewBoolVar(f"y_{j}") for j in range(J)]
+        self.hp = [mdl.NewBoolVar(f"hp_{j}") for j in range(J)]
+        self.hd = [mdl.NewBoolVar(f"hd_{j}") for j in range(J)]
+        for i in range(N):
+            self._request(i)
+        for j in range(J):
+            self._batch(j)
+        self._symmetry()
+        self.m.Add(sum(self.y) >= data.b_min)
+        self.m.Add(sum(self.hp) >= data.bp_min)
+        self.T = [self._batch_time(j) for j in range(J)]
+        self._objective()
+
+    def _evict_var(self, i: int, j: int) -> cp_model.IntVar:
+        if self.data.options.no_evict or j == 0:
+            return self.m.NewConstant(0)
+        return self.m.NewBoolVar(f"e_{i}_{j}")
+
+    # ------------------------------------------------------------------ per request
+    def _request(self, i: int) -> None:
+        data, mdl = self.data, self.m
+        I_i, O_i = data.prompt[i], data.output[i]
+        for j in range(data.J):
+            c, cz, e, g, d, dg = self.c[i][j], self.cz[i][j], self.e[i][j], self.g[i][j], self.d[i][j], self.dg[i][j]
+            mh, m, G, done = self.mh[i][j], self.mk[i][j], self.G[i][j], self.done[i][j]
+            m_prev = self.mk[i][j - 1] if j else 0
+            G_prev = self.G[i][j - 1] if j else 0
+            done_prev = self.done[i][j - 1] if j else 0
+            # cz = [c > 0]
+            mdl.Add(c >= 1).OnlyEnforceIf(cz)
+            mdl.Add(c == 0).OnlyEnforceIf(cz.Not())
+            # (2)+(3) memory; an eviction happens before the batch's processing (see the model's note
+            # on (4)); C13 an eviction needs KV
+            mdl.Add(mh == c).OnlyEnforceIf(e)
+            mdl.Add(mh == m_prev + c).OnlyEnforceIf(e.Not()) if j else mdl.Add(mh == c)
+            if j:
+                mdl.Add(m_prev >= 1).OnlyEnforceIf(e)
+            mdl.Add(mh <= I_i + G_prev)  # row 3 of (3): no overrun past the (refill) prompt
+            # C1 generation link
+            mdl.Add(mh == I_i + G_prev).OnlyEnforceIf(g)
+            mdl.Add(mh <= I_i + G_prev - 1).OnlyEnforceIf(g.Not())
+            mdl.AddImplication(g, cz)
+            mdl.Add(G == G_prev + g)
+            # C2 completion and release
+            mdl.Add(G >= O_i).OnlyEnforceIf(done)
+            mdl.Add(G <= O_i - 1).OnlyEnforceIf(done.Not())
+            mdl.Add(m == 0).OnlyEnforceIf(done)
+            mdl.Add(m == mh).OnlyEnforceIf(done.Not())
+            if j:
+                mdl.AddImplication(self.done[i][j - 1], cz.Not())
+                mdl.AddImplication(self.done[i][j - 1], done)
+            # redundant invariant: m <= I_i + G - 1 (equality in decode)
+            mdl.Add(m <= I_i + G - 1)
+            mdl.Add(m_prev == I_i + G_prev - 1).OnlyEnforceIf(d)
+            # phase: d_1 = 0; d_{j+1} = ((d_j and not e_j) or g_j) and not done_j
+            if j == 0:
+                mdl.Add(d == 0)
+            if j + 1 < data.J:
+                dn = self.d[i][j + 1]
+                mdl.AddBoolOr([d, g]).OnlyEnforceIf(dn)
+                mdl.AddBoolOr([e.Not(), g]).OnlyEnforceIf(dn)
+                mdl.AddImplication(dn, done.Not())
+                mdl.AddBoolOr([dn, e, done]).OnlyEnforceIf(d)
+                mdl.AddBoolOr([dn, done]).OnlyEnforceIf(g)
+            # dg = d and not e and cz (a decode item); pc = prefill tokens; sq = pc^2; kv = dg * m_prev
+            mdl.AddImplication(dg, d)
+            mdl.AddImplication(dg, cz)
+            mdl.AddImplication(dg, e.Not())
+            mdl.AddBoolOr([d.Not(), cz.Not(), e, dg])
+            mdl.Add(self.pc[i][j] == c - dg)
+            mdl.AddMultiplicationEquality(self.sq[i][j], [self.pc[i][j], self.pc[i][j]])
+            mdl.Add(self.kv[i][j] == m_prev).OnlyEnforceIf(dg)
+            mdl.Add(self.kv[i][j] == 0).OnlyEnforceIf(dg.Not())
+            # C9 no chunked prefill: a prefill item completes its prompt
+            if data.options.no_chunk:
+                mdl.AddBoolOr([cz.Not(), d, g])
+            # C5 empty batches carry nothing
+            mdl.AddImplication(cz, self.y[j])
+            mdl.AddImplication(e, self.y[j])
+            mdl.AddImplication(dg, self.hd[j])
+        # (1) termination
+        mdl.Add(self.done[i][data.J - 1] == 1)
+
+    # ------------------------------------------------------------------ per batch
+    def _batch(self, j: int) -> None:
+        data, mdl, N = self.data, self.m, self.data.N
+        mdl.Add(sum(self.c[i][j] for i in range(N)) <= data.C)
+        mdl.Add(sum(self.pc[i][j] for i in range(N)) <= data.P)
+        if data.M is not None:
+            mdl.Add(sum(self.mh[i][j] for i in range(N)) <= data.M)
+        if data.R is not None and data.R < N:
+            mz = [mdl.NewBoolVar(f"mz_{i}_{j}") for i in range(N)]
+            for i in range(N):
+                mdl.Add(self.mh[i][j] >= 1).OnlyEnforceIf(mz[i])
+                mdl.Add(self.mh[i][j] == 0).OnlyEnforceIf(mz[i].Not())
+            mdl.Add(sum(mz) <= data.R)
+        mdl.AddBoolOr([self.cz[i][j] for i in range(N)]).OnlyEnforceIf(self.y[j])
+        pre = []
+        for i in range(N):
+            p = mdl.NewBoolVar(f"pre_{i}_{j}")
+            mdl.Add(p + self.dg[i][j] == self.cz[i][j])
+            mdl.AddImplication(p, self.hp[j])
+            pre.append(p)
+        mdl.AddBoolOr(pre).OnlyEnforceIf(self.hp[j])
+        mdl.AddBoolOr([self.dg[i][j] for i in range(N)]).OnlyEnforceIf(self.hd[j])
+        mdl.AddBoolOr([self.hp[j], self.hd[j]]).OnlyEnforceIf(self.y[j])
+        if j + 1 < data.J:
+            mdl.AddImplication(self.y[j + 1], self.y[j])
+        if data.options.no_hybrid:
+            mdl.Add(self.hp[j] + self.hd[j] <= 1)
+
+    def _symmetry(self) -> None:
+        for a, b in self.data.symmetric_pairs:
+            for j in range(self.data.J):
+                self.m.AddImplication(self.done[b][j], self.done[a][j])
+
+    # ------------------------------------------------------------------ objective
+    def _batch_time(self, j: int) -> cp_model.LinearExpr:
+        k, N = self.scale.coef, self.data.N
+        return (
+            k["k_b"] * self.y[j]
+            + k["k_t"] * sum(self.c[i][j] for i in range(N))
+            + k["k_pb"] * self.hp[j]
+            + k["k_pt"] * sum(self.pc[i][j] for i in range(N))
+            + k["k_pq"] * sum(self.sq[i][j] for i in range(N))
+            + k["k_db"] * self.hd[j]
+            + k["k_dt"] * sum(self.dg[i][j] for i in range(N))
+            + k["k_dk"] * sum(self.kv[i][j] for i in range(N))
+        )
+
+    def _objective(self) -> None:
+        data, mdl, J, N = self.data, self.m, self.data.J, self.data.N
+        self.S = self.E = None
+        if not data.needs_time:
+            mdl.Minimize(sum(self.T))
+            return
+        cap = math.ceil(data.time_cap() * self.scale.factor * (1 + 1e-9)) + N + 2
+        self.S = [mdl.NewIntVar(0, cap, f"S_{j}") for j in range(J)]
+        self.E = [mdl.NewIntVar(0, cap, f"E_{j}") for j in range(J)]
+        for j in range(J):
+            mdl.Add(self.E[j] == self.S[j] + self.T[j])
+            if j:
+                mdl.Add(self.S[j] >= self.E[j - 1])
+            for i in range(N):
+                a = self.scale.to_int_time(data.arrival[i])
+                if a > 0:
+                    mdl.Add(self.S[j] >= a).OnlyEnforceIf(self.cz[i][j])
+                    mdl.Add(self.S[j] >= a).OnlyEnforceIf(self.e[i][j])
+        obj = data.options.objective
+        if obj == "makespan":
+            mdl.Minimize(self.E[J - 1])
+            return
+        F = [mdl.NewIntVar(0, cap, f"F_{i}") for i in range(N)]
+        for i in range(N):
+            for j in range(J):
+                if obj == "completion":
+                    event = self.done[i][j] if j == 0 else self._and(self.done[i][j], self.done[i][j - 1].Not())
+                else:  # ttft: first token in batch j
+                    event = self.g[i][j] if j == 0 else self._and(self.g[i][j], self._zero(self.G[i][j - 1]))
+                mdl.Add(F[i] >= self.E[j]).OnlyEnforceIf(event)
+        mdl.Minimize(sum(F))
+
+    def _and(self, a: Any, b: Any) -> cp_model.IntVar:
+        z = self.m.NewBoolVar("")
+        self.m.AddBoolAnd([a, b]).OnlyEnforceIf(z)
+        self.m.AddBoolOr([a.Not(), b.Not(), z])
+        return z
+
+    def _zero(self, x: cp_model.IntVar) -> cp_model.IntVar:
+        z = self.m.NewBoolVar("")
+        self.m.Add(x == 0).OnlyEnforceIf(z)
+        self.m.Add(x >= 1).OnlyEnforceIf(z.Not())
+        return z
+
+    def add_hint(self, c: list[list[int]], e: list[list[int]]) -> None:
+        for i in range(self.data.N):
+            for j in range(self.data.J):
+                self.m.AddHint(self.c[i][j], c[i][j])
+                self.m.AddHint(self.cz[i][j], int(c[i][j] > 0))
+                if not self.data.options.no_evict and j:
+                    self.m.AddHint(self.e[i][j], e[i][j])
+
+
+def true_objective(data: ModelData, T_sec: list[float], E_sec: list[float] | None, F_sec: list[float] | None) -> float:
+    """The objective in seconds from per-batch times (and end/finish times when timed)."""
+    obj = data.options.objective
+    if not data.needs_time:
+        return math.fsum(T_sec)
+    if obj == "makespan":
+        assert E_sec is not None
+        return E_sec[-1]
+    assert F_sec is not None
+    if obj == "completion":
+        return math.fsum(F_sec)
+    return math.fsum(f - a for f, a in zip(F_sec, data.arrival)) / data.N
+
+
+def solve_cpsat(data: ModelData, hint: tuple[list[list[int]], list[list[int]]] | None) -> BackendResult:
+    """Build and solve the model with CP-SAT."""
+    scale = integer_scaling(data)
+    b = _Builder(data, scale)
+    if hint is not None:
+        b.add_hint(*hint)
+    solver = cp_model.CpSolver()
+    opts = data.options
+    if opts.time_limit is not None:
+        solver.parameters.max_time_in_seconds = opts.time_limit
+    solver.parameters.num_workers = opts.threads or 2
+    solver.parameters.log_search_progress = opts.log
+    if opts.log:  # keep stdout for the CLI's JSON
+        solver.parameters.log_to_stdout = False
+        solver.log_callback = lambda line: print(line, file=sys.stderr)
+    code = solver.Solve(b.m)
+    name = solver.StatusName(code)
+    info = {
+        "cpsat_status": name,
+        "scale_power": scale.power,
+        "scale_exact": scale.exact,
+        "rounding_slack": scale.slack,
+        "variables": len(b.m.Proto().variables),
+        "constraints": len(b.m.Proto().constraints),
+        "branches": solver.NumBranches(),
+    }
+    if code == cp_model.INFEASIBLE:
+        return BackendResult("infeasible", None, None, None, None, None, info)
+    bound = solver.BestObjectiveBound() / scale.factor - scale.slack
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return BackendResult("unknown", None, None, None, None, bound if code != cp_model.MODEL_INVALID else None, info)
+    N, J = data.N, data.J
+    c = [[solver.Value(b.c[i][j]) for j in range(J)] for i in range(N)]
+    e = [[solver.Value(b.e[i][j]) for j in range(J)] for i in range(N)]
+    T_sec = [_batch_seconds(data, solver, b, j) for j in range(J)]
+    starts = E_sec = F_sec = None
+    if b.S is not None:
+        starts = [solver.Value(b.S[j]) / scale.factor for j in range(J)]
+        E_sec = []
+        for j in range(J):
+            E_sec.append(max(starts[j], E_sec[-1] if E_sec else 0.0) + T_sec[j])
+        F_sec = _event_times(data, solver, b, E_sec)
+    objective = true_objective(data, T_sec, E_sec, F_sec)
+    status = "optimal" if code == cp_model.OPTIMAL else "feasible"
+    return BackendResult(status, c, e, starts, objective, bound, info)
+
+
+def _batch_seconds(data: ModelData, solver: cp_model.CpSolver, b: _Builder, j: int) -> float:
+    k, N, v = data.coef, data.N, solver.Value
+    return (
+        k.k_b * v(b.y[j])
+        + k.k_t * sum(v(b.c[i][j]) for i in range(N))
+        + k.k_pb * v(b.hp[j])
+        + k.k_pt * sum(v(b.pc[i][j]) for i in range(N))
+        + k.k_pq * sum(v(b.sq[i][j]) for i in range(N))
+        + k.k_db * v(b.hd[j])
+        + k.k_dt * sum(v(b.dg[i][j]) for i in range(N))
+        + k.k_dk * sum(v(b.kv[i][j]) for i in range(N))
+    )
+
+
+def _event_times(data: ModelData, solver: cp_model.CpSolver, b: _Builder, E_sec: list[float]) -> list[float]:
+    """Finish (completion) or first-token (ttft) time of every request from the solution."""
+    out = []
+    for i in range(data.N):
+        G = [solver.Value(b.G[i][j]) for j in range(data.J)]
+        target = data.output[i] if data.options.objective == "completion" else 1
+        out.append(E_sec[next(j for j in range(data.J) if G[j] >= target)])
+    return out

@@ -1,0 +1,385 @@
+r"""MIP backend of the InferMax model (:mod:`.model`) through PuLP: HiGHS, CBC or Gurobi.
+
+Every conditional row of the model is written with per-request big-M constants taken from the
+variable bounds (:math:`U_i = I_i + O_i - 1`, :math:`I_i + O_i`), as the paper's (6) does for (2);
+products are exact McCormick rows of a binary and a bounded integer:
+
+- :math:`kv_{ij} = dg_{ij}\, m_{i,j-1}`: :math:`kv \le (U_i - 1) dg`, :math:`kv \le m_{i,j-1}`,
+  :math:`kv \ge m_{i,j-1} - (U_i - 1)(1 - dg)`;
+- :math:`sq_{ij} = pc_{ij}^2` through the binary expansion :math:`pc = \sum_b 2^b z_b`,
+  :math:`sq = \sum_b 2^b w_b`, :math:`w_b = z_b \cdot pc` (McCormick), exact at every integer;
+- :math:`m_{ij} = \hat m_{ij} (1 - done_{ij})`, :math:`\hat m_{ij} = (1 - e_{ij})(m_{i,j-1} + c_{ij})`.
+
+The objective is in microseconds (better conditioned than seconds) with the float coefficients;
+gaps are set to 1e-10 (relative) and 1e-12 s (absolute), so "optimal" is optimal up to the solver's floating-point tolerances. The
+proven bound is HiGHS's ``mip_dual_bound`` / Gurobi's ``ObjBound``; CBC reports none short of
+optimality. Warm start: CBC and Gurobi take the warm-start schedule's token counts and evictions
+(``warmStart``); PuLP's HiGHS interface has no MIP start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+from typing import Any, Iterator
+
+import pulp
+
+from ...instance import Instance
+from ...result import Bound
+from .cpsat import BackendResult, true_objective
+from .model import InferMaxOptions, ModelData, build_data, serial_schedule
+
+__all__ = ["build_mip", "lp_relaxation_bound", "solve_mip"]
+
+GAP_REL = 1e-10
+#: The MIP works in microseconds (coefficients from about 1e-3 to 1e4: better conditioned than seconds).
+UNIT = 1e6
+GAP_ABS = 1e-12 * UNIT
+
+
+class _Mip:
+    """The PuLP model for one :class:`ModelData` (names follow the model docstring)."""
+
+    def __init__(self, data: ModelData, relax: bool = False) -> None:
+        self.data = data
+        self.relax = relax
+        self.p = pulp.LpProblem("infermax", pulp.LpMinimize)
+        N, J = data.N, data.J
+        self._n = 0
+        self.c = [[self._int(0, min(data.C, data.U(i))) for _ in range(J)] for i in range(N)]
+        self.cz = [[self._bin() for _ in range(J)] for _ in range(N)]
+        self.e = [[0 if data.options.no_evict or j == 0 else self._bin() for j in range(J)] for _ in range(N)]
+        self.g = [[self._bin() for _ in range(J)] for _ in range(N)]
+        self.d = [[0 if j == 0 else self._bin() for j in range(J)] for _ in range(N)]
+        self.dg = [[self._bin() for _ in range(J)] for _ in range(N)]
+        self.mh = [[self._cont(0, data.U(i)) for _ in range(J)] for i in range(N)]
+        self.mk = [[self._cont(0, data.U(i) - 1) for _ in range(J)] for i in range(N)]
+        self.G = [[self._cont(0, data.output[i]) for _ in range(J)] for i in range(N)]
+        self.done = [[self._bin() for _ in range(J)] for _ in range(N)]
+        self.pc = [[self._int(0, min(data.P, data.U(i))) for _ in range(J)] for i in range(N)]
+        self.sq = [[self._square(self.pc[i][j], min(data.P, data.U(i))) for j in range(J)] for i in range(N)]
+        self.kv = [[self._cont(0, data.U(i) - 1) for _ in range(J)] for i in range(N)]
+        self.y = [self._bin() for _ in range(J)]
+        self.hp = [self._bin() for _ in range(J)]
+        self.hd = [self._bin() for _ in range(J)]
+        for i in range(N):
+            self._request(i)
+        for j in range(J):
+            self._batch(j)
+        for a, b in data.symmetric_pairs:
+            for j in range(J):
+                self.p += self.done[b][j] <= self.done[a][j]
+        self.p += pulp.lpSum(self.y) >= data.b_min
+        self.p += pulp.lpSum(self.hp) >= data.bp_min
+        self.T = [self._batch_time(j) for j in range(J)]
+        self._objective()
+
+    # ------------------------------------------------------------------ variables
+    def _name(self, kind: str) -> str:
+        self._n += 1
+        return f"{kind}{self._n}"
+
+    def _int(self, lo: int, hi: int) -> pulp.LpVariable:
+        cat = pulp.LpContinuous if self.relax else pulp.LpInteger
+        return pulp.LpVariable(self._name("n"), lo, hi, cat)
+
+    def _bin(self) -> pulp.LpVariable:
+        cat = pulp.LpContinuous if self.relax else pulp.LpInteger
+        return pulp.LpVariable(self._name("b"), 0, 1, cat)
+
+    def _cont(self, lo: float, hi: float | None) -> pulp.LpVariable:
+        return pulp.LpVariable(self._name("x"), lo, hi, pulp.LpContinuous)
+
+    def _square(self, x: pulp.LpVariable, hi: int) -> Any:
+        """An expression equal to x**2 at every integer x in [0, hi] (binary expansion)."""
+        if hi <= 1:
+            return x
+        bits = hi.bit_length()
+        z = [self._bin() for _ in range(bits)]
+        w = [self._cont(0, hi) for _ in range(bits)]
+        self.p += x == pulp.lpSum((1 << b) * z[b] for b in range(bits))
+        for b in range(bits):
+            self.p += w[b] <= hi * z[b]
+            self.p += w[b] <= x
+            self.p += w[b] >= x - hi * (1 - z[b])
+        return pulp.lpSum((1 << b) * w[b] for b in range(bits))
+
+    # ------------------------------------------------------------------ per request
+    def _request(self, i: int) -> None:
+        data, p = self.data, self.p
+        I_i, O_i, U = data.prompt[i], data.output[i], data.U(i)
+        big = I_i + O_i
+        for j in range(data.J):
+            c, cz, e, g, d, dg = self.c[i][j], self.cz[i][j], self.e[i][j], self.g[i][j], self.d[i][j], self.dg[i][j]
+            mh, m, G, done = self.mh[i][j], self.mk[i][j], self.G[i][j], self.done[i][j]
+            m_prev = self.mk[i][j - 1] if j else 0
+            G_prev = self.G[i][j - 1] if j else 0
+            done_prev = self.done[i][j - 1] if j else 0
+            p += c >= cz
+            p += c <= min(data.C, U) * cz
+            # (2)+(3), (4), C13
+            p += mh <= c + U * (1 - e)
+            p += mh >= c
+            p += mh <= m_prev + c
+            p += mh >= m_prev + c - U * e
+            p += cz <= 1 - done_prev
+            if j:
+                p += m_prev >= e
+                p += done >= done_prev
+            p += mh <= I_i + G_prev
+            # C1 generation link
+            p += mh >= I_i + G_prev - big * (1 - g)
+            p += mh <= I_i + G_prev - 1 + g
+            p += g <= cz
+            p += G == G_prev + g
+            # C2 completion and release
+            p += G >= O_i * done
+            p += G <= O_i - 1 + done
+            p += m <= U * (1 - done)
+            p += m <= mh
+            p += m >= mh - U * done
+            p += m <= I_i + G - 1
+            if j:
+                p += m_prev >= I_i + G_prev - 1 - big * (1 - d)
+            if j + 1 < data.J:  # d_{j+1} = ((d and not e) or g) and not done; de = d and not e
+                dn = self.d[i][j + 1]
+                de = self._cont(0, 1)
+                p += de <= d
+                p += de <= 1 - e
+                p += de >= d - e
+                p += dn <= de + g
+                p += dn <= 1 - done
+                p += dn >= de - done
+                p += dn >= g - done
+            p += dg <= d
+            p += dg <= cz
+            p += dg <= 1 - e
+            p += dg >= d + cz - e - 1
+            p += self.pc[i][j] == c - dg
+            kv = self.kv[i][j]
+            p += kv <= (U - 1) * dg
+            p += kv <= m_prev
+            p += kv >= m_prev - (U - 1) * (1 - dg)
+            if data.options.no_chunk:
+                p += g >= cz - dg
+            p += self.y[j] >= cz
+            p += self.y[j] >= e
+            p += self.hp[j] >= cz - dg
+            p += self.hd[j] >= dg
+        p += self.done[i][data.J - 1] == 1
+
+    # ------------------------------------------------------------------ per batch
+    def _batch(self, j: int) -> None:
+        data, p, N = self.data, self.p, self.data.N
+        p += pulp.lpSum(self.c[i][j] for i in range(N)) <= data.C
+        p += pulp.lpSum(self.pc[i][j] for i in range(N)) <= data.P
+        if data.M is not None:
+            p += pulp.lpSum(self.mh[i][j] for i in range(N)) <= data.M
+        if data.R is not None and data.R < N:
+            mz = [self._bin() for _ in range(N)]
+            for i in range(N):
+                p += data.U(i) * mz[i] >= self.mh[i][j]
+            p += pulp.lpSum(mz) <= data.R
+        p += self.y[j] <= pulp.lpSum(self.cz[i][j] for i in range(N))
+        p += self.y[j] <= self.hp[j] + self.hd[j]
+        p += self.hp[j] <= pulp.lpSum(self.cz[i][j] - self.dg[i][j] for i in range(N))
+        p += self.hd[j] <= pulp.lpSum(self.dg[i][j] for i in range(N))
+        if j + 1 < data.J:
+            p += self.y[j + 1] <= self.y[j]
+        if data.options.no_hybrid:
+            p += self.hp[j] + self.hd[j] <= 1
+
+    def _batch_time(self, j: int) -> Any:
+        k, N = self.data.coef, self.data.N
+        return UNIT * (
+            k.k_b * self.y[j]
+            + k.k_t * pulp.lpSum(self.c[i][j] for i in range(N))
+            + k.k_pb * self.hp[j]
+            + k.k_pt * pulp.lpSum(self.pc[i][j] for i in range(N))
+            + k.k_pq * pulp.lpSum(self.sq[i][j] for i in range(N))
+            + k.k_db * self.hd[j]
+            + k.k_dt * pulp.lpSum(self.dg[i][j] for i in range(N))
+            + k.k_dk * pulp.lpSum(self.kv[i][j] for i in range(N))
+        )
+
+    def _objective(self) -> None:
+        data, p, J, N = self.data, self.p, self.data.J, self.data.N
+        self.S = self.E = None
+        if not data.needs_time:
+            p += pulp.lpSum(self.T)
+            return
+        cap = UNIT * (data.time_cap() * (1 + 1e-9) + 1e-9)
+        self.S = [self._cont(0, cap) for _ in range(J)]
+        self.E = [self._cont(0, cap) for _ in range(J)]
+        for j in range(J):
+            p += self.E[j] == self.S[j] + self.T[j]
+            if j:
+                p += self.S[j] >= self.E[j - 1]
+            for i in range(N):
+                if data.arrival[i] > 0:
+                    p += self.S[j] >= UNIT * data.arrival[i] * self.cz[i][j]
+                    if not isinstance(self.e[i][j], int):
+                        p += self.S[j] >= UNIT * data.arrival[i] * self.e[i][j]
+        obj = data.options.objective
+        if obj == "makespan":
+            p += self.E[J - 1]
+            return
+        F = [self._cont(0, cap) for _ in range(N)]
+        for i in range(N):
+            if obj == "ttft":
+                st = [self._bin() for _ in range(J)]
+                for j in range(J):
+                    p += st[j] <= self.G[i][j]
+                    p += data.output[i] * st[j] >= self.G[i][j]
+                events = [st[0]] + [st[j] - st[j - 1] for j in range(1, J)]
+            else:
+                events = [self.done[i][0]] + [self.done[i][j] - self.done[i][j - 1] for j in range(1, J)]
+            for j in range(J):
+                p += F[i] >= self.E[j] - cap * (1 - events[j])
+        p += pulp.lpSum(F)
+
+    def set_warm_start(self, c: list[list[int]], e: list[list[int]]) -> None:
+        for i in range(self.data.N):
+            for j in range(self.data.J):
+                self.c[i][j].setInitialValue(c[i][j])
+                self.cz[i][j].setInitialValue(int(c[i][j] > 0))
+                if not isinstance(self.e[i][j], int):
+                    self.e[i][j].setInitialValue(e[i][j])
+
+
+def _solver(data: ModelData, warm: bool, relax: bool = False) -> pulp.LpSolver:
+    opts: InferMaxOptions = data.options
+    common: dict[str, Any] = {"msg": opts.log, "timeLimit": opts.time_limit, "threads": opts.threads}
+    if opts.solver == "highs" or relax:
+        return pulp.HiGHS(mip=not relax, gapRel=GAP_REL, gapAbs=GAP_ABS, **common)
+    if opts.solver == "cbc":
+        return pulp.PULP_CBC_CMD(gapRel=GAP_REL, gapAbs=GAP_ABS, warmStart=warm, **common)
+    if opts.solver == "gurobi":
+        return pulp.GUROBI(msg=opts.log, timeLimit=opts.time_limit, gapRel=GAP_REL, warmStart=warm,
+                           MIPGapAbs=GAP_ABS, **({"Threads": opts.threads} if opts.threads else {}))
+    raise ValueError(f"solver {opts.solver!r} is not a MIP backend")
+
+
+def _val(x: Any) -> float:
+    return float(x) if isinstance(x, (int, float)) else float(pulp.value(x) or 0.0)
+
+
+def _bound(prob: pulp.LpProblem, solver: pulp.LpSolver, optimal: bool) -> float | None:
+    if isinstance(solver, pulp.HiGHS):
+        return float(prob.solverModel.getInfo().mip_dual_bound) / UNIT
+    if isinstance(solver, pulp.GUROBI):
+        return float(prob.solverModel.ObjBound) / UNIT
+    return float(pulp.value(prob.objective)) / UNIT if optimal else None
+
+
+def solve_mip(data: ModelData, hint: tuple[list[list[int]], list[list[int]]] | None) -> BackendResult:
+    """Build and solve the model as a MIP with the backend named by ``data.options.solver``."""
+    mip = _Mip(data)
+    if hint is not None:
+        mip.set_warm_start(*hint)
+    solver = _solver(data, warm=hint is not None)
+    info: dict[str, Any] = {"variables": len(mip.p.variables()), "constraints": len(mip.p.constraints)}
+    try:
+        with _stdout_to_stderr(data.options.log):
+            code = mip.p.solve(solver)
+    except pulp.PulpSolverError as exc:
+        return _unsupported(exc, info)
+    except Exception as exc:  # gurobipy raises its own GurobiError
+        if "size-limited" in str(exc) or "license" in str(exc).lower():
+            return _unsupported(exc, info)
+        raise
+    status = pulp.LpStatus[code]
+    info["mip_status"] = status
+    sol = mip.p.sol_status
+    has_solution = sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+    if status == "Infeasible":
+        return BackendResult("infeasible", None, None, None, None, None, info)
+    optimal = status == "Optimal" and sol == pulp.LpSolutionOptimal
+    bound = _bound(mip.p, solver, optimal)
+    if not has_solution:
+        return BackendResult("unknown", None, None, None, None, bound, info)
+    N, J = data.N, data.J
+    c = [[round(_val(mip.c[i][j])) for j in range(J)] for i in range(N)]
+    e = [[round(_val(mip.e[i][j])) for j in range(J)] for i in range(N)]
+    T_sec = [_batch_seconds(data, mip, j) for j in range(J)]
+    starts = E_sec = F_sec = None
+    if mip.S is not None:
+        starts = [_val(mip.S[j]) / UNIT for j in range(J)]
+        E_sec = []
+        for j in range(J):
+            E_sec.append(max(starts[j], E_sec[-1] if E_sec else 0.0) + T_sec[j])
+        F_sec = _event_times(data, mip, E_sec)
+    objective = true_objective(data, T_sec, E_sec, F_sec)
+    return BackendResult("optimal" if optimal else "feasible", c, e, starts, objective, bound, info)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(active: bool) -> Iterator[None]:
+    """Send the solver's log (written by C code to file descriptor 1) to stderr while active."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _unsupported(exc: Exception, info: dict[str, Any]) -> BackendResult:
+    info["reason"] = (
+        f"the MIP solver refused the model ({exc}); with gurobipy's restricted licence the size limit "
+        f"is 2000 variables and 2000 constraints (this model: {info['variables']} variables, "
+        f"{info['constraints']} constraints). Use --solver cpsat or highs."
+    )
+    return BackendResult("unsupported", None, None, None, None, None, info)
+
+
+def _batch_seconds(data: ModelData, mip: _Mip, j: int) -> float:
+    """Batch time from the rounded solution (integers, so the squares are exact)."""
+    k, N = data.coef, data.N
+    c = [round(_val(mip.c[i][j])) for i in range(N)]
+    dg = [round(_val(mip.dg[i][j])) for i in range(N)]
+    m_prev = [round(_val(mip.mk[i][j - 1])) if j else 0 for i in range(N)]
+    pc = [c[i] - dg[i] for i in range(N)]
+    if not any(c):
+        return 0.0
+    return (
+        k.k_b + k.k_t * sum(c)
+        + (k.k_pb if any(pc) else 0.0) + k.k_pt * sum(pc) + k.k_pq * sum(x * x for x in pc)
+        + (k.k_db if any(dg) else 0.0) + k.k_dt * sum(dg) + k.k_dk * sum(dg[i] * m_prev[i] for i in range(N))
+    )
+
+
+def _event_times(data: ModelData, mip: _Mip, E_sec: list[float]) -> list[float]:
+    out = []
+    for i in range(data.N):
+        G = [round(_val(mip.G[i][j])) for j in range(data.J)]
+        target = data.output[i] if data.options.objective == "completion" else 1
+        out.append(E_sec[next(j for j in range(data.J) if G[j] >= target)])
+    return out
+
+
+def lp_relaxation_bound(instance: Instance, options: dict[str, Any]) -> Bound:
+    """The LP relaxation of the MIP over the proven horizon of the serial schedule (HiGHS)."""
+    from ...result import replayed_objective
+
+    opts = InferMaxOptions.from_dict({k: v for k, v in options.items() if k != "solver"})
+    sched = serial_schedule(instance, no_chunk=opts.no_chunk)
+    mk = replayed_objective(instance, sched, "makespan")[0]
+    val = replayed_objective(instance, sched, opts.objective)[0]
+    data = build_data(instance, opts, mk, val, 0)
+    mip = _Mip(data, relax=True)
+    solver = _solver(data, warm=False, relax=True)
+    mip.p.solve(solver)
+    value = float(pulp.value(mip.p.objective)) / UNIT
+    if opts.objective == "ttft":
+        value = (value - math.fsum(data.arrival)) / data.N
+    return Bound("lp-relaxation", value, data.horizon_proven,
+                 f"LP relaxation of the MIP over J = {data.J} batches ({data.horizon_note})")

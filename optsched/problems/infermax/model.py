@@ -1,0 +1,549 @@
+r"""InferMax: the optimal iteration-level schedule with preemption (seed001 section 3.3).
+
+The paper states the optimal scheduler as a CSP over requests :math:`i = 1..N` and batches
+:math:`j = 1..J` (:math:`j = 0` is the initial state) and solves it with Gurobi for N = 4; it
+publishes neither the solver nor a complete model (digest ``seed001-infermax.md``, sections 2 and
+5.C). This module fixes the model exactly in the semantics of the contract (section 2; replay in
+:mod:`optsched.schedule` is the judge) and the cost model of contract section 3. Both backends
+(:mod:`.cpsat`, :mod:`.mip`) build exactly this model; the code mirrors the numbering below.
+
+Data
+----
+:math:`I_i` prompt, :math:`O_i` output tokens, :math:`U_i = I_i + O_i - 1` (most KV a request holds),
+:math:`a_i` arrival; limits C (tokens per batch), P (prefill tokens per batch), M (KV slots),
+:math:`R_{max}` (requests holding KV); coefficients of contract section 3 multiplied by ``layers``:
+:math:`k_b` (base), :math:`k_t` (per token), :math:`k_{pb}, k_{pt}, k_{pq}` (prefill bias, per token,
+per squared chunk token), :math:`k_{db}, k_{dt}, k_{dk}` (decode bias, per item, per KV read).
+
+Variables (per request i and batch j; paper names first)
+--------------------------------------------------------
+- :math:`e_{ij}` evicted just before batch j's processing; :math:`c_{ij} \in [0, \min(C, U_i)]` tokens processed;
+  :math:`cz_{ij} = [c_{ij} > 0]`; :math:`g_{ij}` generates a token; :math:`d_{ij}` decode phase
+  before batch j (paper: :math:`[m_{i,j-1} \ge I_{i,j-1}]`); :math:`dg_{ij} = d_{ij} \wedge \neg e_{ij} \wedge cz_{ij}`
+  (a decode item; the paper's :math:`d \wedge g`, equal because a scheduled decode generates);
+  :math:`m_{ij}` KV held after batch j; :math:`mz_{ij}` holds KV in batch j (for :math:`R_{max}`).
+- Added (digest C2, C7): :math:`G_{ij} = \sum_{j' \le j} g_{ij'}` tokens generated;
+  :math:`done_{ij} = [G_{ij} = O_i]`; :math:`\hat m_{ij}` KV held after processing batch j and before
+  the release of finished requests (the contract checks M and R_max there); :math:`pc_{ij}`
+  prefill tokens, :math:`sq_{ij} = pc_{ij}^2`, :math:`kv_{ij} = dg_{ij} m_{i,j-1}` KV read by a decode;
+  per batch :math:`y_j` (non-empty), :math:`hp_j` (has prefill), :math:`hd_j` (has decode).
+- The paper's :math:`I_{ij}` is not a separate variable. Its rule (2) (I := m + 1 when a decode-phase
+  request is evicted, unchanged otherwise) gives, by induction, :math:`I_{i,j} = I_i + G_{i,j}`
+  whenever the request is in prefill (a refill prompt is the original prompt plus every token
+  generated so far), and in decode :math:`m_{i,j} = I_i + G_{i,j} - 1`. Every place the model reads
+  :math:`I_{i,j-1}` (the prefill overrun bound, row 3 of (3), and the generation test) is therefore
+  written with :math:`I_i + G_{i,j-1}`; this is exact, not a relaxation.
+
+Constraints (initial state :math:`m_{i0} = G_{i0} = d_{i1} = done_{i0} = 0`)
+--------------------------------------------------------------------------
+(1)  termination: :math:`G_{iJ} = O_i`, with :math:`G_{ij} = G_{i,j-1} + g_{ij}`.
+(2)+(3) memory: :math:`\hat m_{ij} = (1 - e_{ij})\, m_{i,j-1} + c_{ij}`;
+     no overrun past the prompt (row 3 of (3), digest C4): :math:`\hat m_{ij} \le I_i + G_{i,j-1}`
+     (in decode this is (4)'s :math:`c \le 1`).
+(4)  decode :math:`c \le 1` (implied above). The paper's :math:`e_{ij} \Rightarrow c_{ij} = 0` is
+     replaced: an eviction in model batch j happens *before* its processing, and an evicted
+     request may refill in the same model batch. The extracted schedule then puts the eviction in
+     an eviction-only batch (cost 0) just before batch j, since the contract forbids an item for a
+     request evicted in the same batch. This is exactly the contract's freedom (the exhaustive
+     search found schedules that need such batches: a request processed in batches j-1 and j+1 and
+     evicted in between, turning its decode into a refill that shares a prefill-only batch) without
+     doubling J. A refilling request is in prefill: :math:`dg_{ij} = d_{ij} \wedge \neg e_{ij}
+     \wedge cz_{ij}`.
+C1   generation link: :math:`g_{ij} \Leftrightarrow \hat m_{ij} = I_i + G_{i,j-1}` (the prompt is
+     complete after processing: a prefill chunk that completes it, or a decode step); hence
+     :math:`g \le cz`.
+C2   completion and release: :math:`done_{ij} \Leftrightarrow G_{ij} \ge O_i`;
+     :math:`done_{ij} \Rightarrow m_{ij} = 0` (the contract releases KV at the end of the finishing
+     batch), else :math:`m_{ij} = \hat m_{ij}`; no work after completion:
+     :math:`cz_{ij} \le 1 - done_{i,j-1}`.
+C13  an eviction needs KV: :math:`e_{ij} \Rightarrow m_{i,j-1} \ge 1` (the contract rejects others).
+     Phase transition (definition of d): :math:`d_{i,j+1} = ((d_{ij} \wedge \neg e_{ij}) \vee g_{ij})
+     \wedge \neg done_{ij}`; in decode :math:`m_{i,j-1} = I_i + G_{i,j-1} - 1`.
+(5)  per batch: :math:`\sum_i c_{ij} \le C`; :math:`\sum_i pc_{ij} \le P` with
+     :math:`pc = c - dg` (prefill tokens only, digest C6, as the contract);
+     :math:`\sum_i \hat m_{ij} \le M`; :math:`\sum_i mz_{ij} \le R_{max}`,
+     :math:`mz_{ij} = [\hat m_{ij} > 0]`.
+C5   horizon and empty batches: :math:`cz_{ij} \le y_j`, :math:`y_j \le \sum_i cz_{ij}`,
+     :math:`e_{ij} \le y_j` (an eviction can always move to the next batch with items, since it
+     happens before that batch's processing), :math:`y_j \ge y_{j+1}` (empty batches last). Valid cuts: :math:`y_j \le hp_j + hd_j`,
+     :math:`\sum_j y_j \ge B`, :math:`\sum_j hp_j \ge B_p` (least batch counts, :mod:`.bounds`). Symmetry breaking for identical
+     requests (same I, O, arrival) :math:`i < i'`: :math:`done_{ij} \ge done_{i'j}` (renaming whole
+     histories preserves every objective). J: see :func:`horizon`.
+C9   options: no hybrid batching :math:`hp_j + hd_j \le 1`; no chunked prefill
+     :math:`(cz_{ij} \wedge \neg d_{ij}) \Rightarrow g_{ij}` (a prefill or refill completes its prompt in
+     one batch); ``no_evict``: :math:`e \equiv 0`.
+C10  online arrivals: start :math:`S_j \ge E_{j-1}`, :math:`S_j \ge a_i` if request i is in batch j
+     (item or eviction), :math:`E_j = S_j + T_j` (a batch may wait through its ``start``, as the
+     contract allows).
+
+Objective (digest C7, C8, C11)
+------------------------------
+:math:`T_j = k_b y_j + k_t \sum_i c_{ij} + k_{pb} hp_j + k_{pt} \sum_i pc_{ij} + k_{pq} \sum_i sq_{ij}
++ k_{db} hd_j + k_{dt} \sum_i dg_{ij} + k_{dk} \sum_i kv_{ij}`, the contract's batch time
+(the quadratic prefill term :math:`sq = pc^2` and the KV-read term :math:`kv = dg \cdot m_{i,j-1}`
+exact). ``makespan`` (default; the paper's total latency): :math:`\sum_j T_j` offline, :math:`E_J`
+with arrivals. ``completion``: :math:`\sum_i F_i`, :math:`F_i \ge E_j` where i finishes in j.
+``ttft``: :math:`\frac1N \sum_i (FT_i - a_i)`, :math:`FT_i \ge E_j` where i generates its first token.
+
+Exactness of the backends: CP-SAT works on integers, so times are scaled by :math:`10^k` (the
+smallest k making every coefficient an integer, e.g. :math:`k = 14` for the shipped profiles);
+when no such k fits in 64-bit arithmetic, coefficients are rounded and the proven bound is lowered
+by the largest possible rounding error (:attr:`Scaling.slack`). The MIP linearises
+:math:`pc^2` exactly at integers through the binary expansion :math:`pc = \sum_b 2^b z_b`,
+:math:`pc^2 = \sum_b 2^b (z_b \cdot pc)` with exact McCormick products of a binary and an integer.
+Every schedule is replayed; the reported objective is the replayed one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ...costmodel import CostModel
+from ...instance import Instance, InstanceError
+from ...schedule import Batch, Item, Schedule
+
+__all__ = [
+    "Coefficients",
+    "InferMaxOptions",
+    "ModelData",
+    "Scaling",
+    "build_data",
+    "schedule_from_solution",
+    "serial_schedule",
+]
+
+OBJECTIVES = ("makespan", "completion", "ttft")
+SOLVER_NAMES = ("cpsat", "highs", "cbc", "gurobi")
+
+
+class InferMaxInputError(InstanceError):
+    """An option or instance that the InferMax model cannot take (message names it)."""
+
+
+@dataclass(frozen=True)
+class InferMaxOptions:
+    """Options of the InferMax solve (keys of the ``options`` dict of the registry).
+
+    Attributes
+    ----------
+    solver
+        ``cpsat`` (default), ``highs``, ``cbc`` or ``gurobi``.
+    objective
+        ``makespan`` (default), ``completion`` or ``ttft``.
+    no_evict, no_hybrid, no_chunk
+        Forbid evictions, hybrid (prefill + decode) batches, chunked prefill (digest C9).
+    time_limit, threads, log
+        Solver controls.
+    warm_start
+        Policy name whose schedule seeds the solver (None: the best available schedule).
+    horizon
+        Number of batches J to use instead of the proven one (then optimality holds only
+        relative to J, stated in the result).
+    """
+
+    solver: str = "cpsat"
+    objective: str = "makespan"
+    no_evict: bool = False
+    no_hybrid: bool = False
+    no_chunk: bool = False
+    time_limit: float | None = None
+    threads: int | None = None
+    log: bool = False
+    warm_start: str | None = None
+    horizon: int | None = None
+
+    @classmethod
+    def from_dict(cls, options: Mapping[str, Any]) -> "InferMaxOptions":
+        """Read the registry's options dict (unknown keys are ignored: they belong to others)."""
+        solver = options.get("solver") or "cpsat"
+        objective = options.get("objective") or "makespan"
+        if solver not in SOLVER_NAMES:
+            raise InferMaxInputError(f"option 'solver': unknown {solver!r} (known: {', '.join(SOLVER_NAMES)})")
+        if objective not in OBJECTIVES:
+            raise InferMaxInputError(
+                f"option 'objective': unknown {objective!r} (known: {', '.join(OBJECTIVES)})"
+            )
+        horizon = options.get("horizon")
+        if horizon is not None and (not isinstance(horizon, int) or horizon < 1):
+            raise InferMaxInputError(f"option 'horizon': must be a positive integer, got {horizon!r}")
+        time_limit = options.get("time_limit")
+        threads = options.get("threads")
+        return cls(
+            solver=solver,
+            objective=objective,
+            no_evict=bool(options.get("no_evict", False)),
+            no_hybrid=bool(options.get("no_hybrid", False)),
+            no_chunk=bool(options.get("no_chunk", False)),
+            time_limit=None if time_limit is None else float(time_limit),
+            threads=None if threads is None else int(threads),
+            log=bool(options.get("log", False)),
+            warm_start=options.get("warm_start"),
+            horizon=horizon,
+        )
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Cost coefficients in seconds, ``layers`` folded in (names as in the module docstring)."""
+
+    k_b: float
+    k_t: float
+    k_pb: float
+    k_pt: float
+    k_pq: float
+    k_db: float
+    k_dt: float
+    k_dk: float
+
+    @classmethod
+    def from_cost_model(cls, cm: CostModel) -> "Coefficients":
+        L = cm.layers
+        return cls(
+            k_b=L * cm.base,
+            k_t=L * cm.per_token,
+            k_pb=L * cm.prefill.bias,
+            k_pt=L * cm.prefill.per_token,
+            k_pq=L * cm.prefill.per_token_sq,
+            k_db=L * cm.decode.bias,
+            k_dt=L * cm.decode.per_token,
+            k_dk=L * cm.decode.per_kv,
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+    @property
+    def min_batch(self) -> float:
+        """Bias every non-empty batch pays at least: base plus the cheaper phase bias."""
+        return self.k_b + min(self.k_pb, self.k_db)
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Integer scaling of times for CP-SAT: ``unit = 10**-power`` seconds.
+
+    Attributes
+    ----------
+    power
+        Times in seconds are multiplied by ``10**power``.
+    coef
+        Integer coefficient per name of :class:`Coefficients`.
+    slack
+        Upper bound (seconds) on how much the scaled objective of any schedule considered can
+        undershoot its true value (0 when every coefficient is exact); the proven bound is lowered
+        by it.
+    exact
+        True when every coefficient scaled exactly.
+    """
+
+    power: int
+    coef: dict[str, int]
+    slack: float
+    exact: bool
+
+    @property
+    def factor(self) -> float:
+        return 10.0**self.power
+
+    def to_int_time(self, seconds: float) -> int:
+        """A time in seconds rounded UP to the integer grid (used for arrivals)."""
+        return math.ceil(seconds * self.factor - 1e-9)
+
+
+@dataclass(frozen=True)
+class ModelData:
+    """Everything the backends need: requests, limits, coefficients, horizon, options.
+
+    Attributes
+    ----------
+    ids, prompt, output, arrival
+        Per request.
+    C, P, M, R
+        Limits (M, R are None when unlimited).
+    J
+        Number of batches.
+    horizon_proven
+        True when J provably admits an optimal schedule (see :func:`horizon`).
+    horizon_note
+        How J was obtained.
+    upper
+        Objective of the best known schedule (seconds), used for the horizon and time domains.
+    online
+        True when some request arrives after 0 (start-time variables are needed).
+    """
+
+    instance: Instance
+    options: InferMaxOptions
+    coef: Coefficients
+    ids: tuple[str, ...]
+    prompt: tuple[int, ...]
+    output: tuple[int, ...]
+    arrival: tuple[float, ...]
+    C: int
+    P: int
+    M: int | None
+    R: int | None
+    J: int
+    horizon_proven: bool
+    horizon_note: str
+    upper: float
+    upper_makespan: float
+    online: bool
+    symmetric_pairs: tuple[tuple[int, int], ...] = field(default=())
+    b_min: int = 1
+    bp_min: int = 1
+
+    @property
+    def N(self) -> int:
+        return len(self.ids)
+
+    def U(self, i: int) -> int:
+        """Most KV request ``i`` can hold: I + O - 1."""
+        return self.prompt[i] + self.output[i] - 1
+
+    @property
+    def needs_time(self) -> bool:
+        """Whether start/end time variables are needed (arrivals or a per-request objective)."""
+        return self.online or self.options.objective != "makespan"
+
+    def max_batch_time(self) -> float:
+        """An upper bound on the time of any batch (seconds)."""
+        k = self.coef
+        chunk_cap = min(self.P, self.C)
+        sq = min(chunk_cap * chunk_cap, sum(min(self.U(i), chunk_cap) ** 2 for i in range(self.N)))
+        kv = sum(self.U(i) for i in range(self.N))
+        return (
+            k.k_b + k.k_t * self.C + k.k_pb + k.k_pt * chunk_cap + k.k_pq * sq
+            + k.k_db + k.k_dt * self.N + k.k_dk * kv
+        )
+
+    def time_cap(self) -> float:
+        """An upper bound on every batch end time in the schedules the model must consider."""
+        if self.options.objective in ("makespan", "completion") and self.horizon_proven:
+            # makespan <= objective for both (finish times are >= 0)
+            return self.upper_makespan_cap
+        return max(self.arrival) + self.J * self.max_batch_time()
+
+    @property
+    def upper_makespan_cap(self) -> float:
+        return self.upper if self.options.objective == "completion" else self.upper_makespan
+
+    def activity_bounds(self) -> dict[str, float]:
+        """Upper bounds on the total activity of each cost term over the horizon (for the slack)."""
+        chunk_cap = min(self.P, self.C)
+        sq = min(chunk_cap * chunk_cap, sum(min(self.U(i), chunk_cap) ** 2 for i in range(self.N)))
+        kv = sum(self.U(i) for i in range(self.N))
+        J = self.J
+        return {
+            "k_b": J, "k_t": J * self.C, "k_pb": J, "k_pt": J * chunk_cap, "k_pq": J * sq,
+            "k_db": J, "k_dt": J * self.N, "k_dk": J * kv,
+        }
+
+
+def serial_schedule(instance: Instance, no_chunk: bool = False) -> Schedule:
+    """The trivially feasible schedule: requests one at a time, in arrival order.
+
+    Each request waits for its arrival, prefills its prompt in chunks of at most min(C, P) tokens
+    (one chunk when ``no_chunk``) and then decodes alone. It is feasible exactly when every request
+    is on its own (I + O - 1 <= M, R_max >= 1, C and P >= 1, and I <= min(C, P) without chunking);
+    otherwise :class:`InferMaxInputError` names the request that can never be served.
+    """
+    lim = instance.limits
+    chunk_cap = min(lim.token_budget, lim.prefill_budget)
+    batches: list[Batch] = []
+    for r in sorted(instance.requests, key=lambda r: (r.arrival, instance.index(r.id))):
+        if lim.max_running is not None and lim.max_running < 1:
+            raise InferMaxInputError(f"request {r.id!r}: max_running = {lim.max_running} admits no request")
+        if lim.kv_capacity is not None and r.max_kv > lim.kv_capacity:
+            raise InferMaxInputError(
+                f"request {r.id!r}: needs {r.max_kv} KV slots (prompt_tokens + output_tokens - 1) "
+                f"> kv_capacity {lim.kv_capacity}"
+            )
+        if chunk_cap < 1 or (no_chunk and r.prompt_tokens > chunk_cap):
+            raise InferMaxInputError(
+                f"request {r.id!r}: prompt_tokens {r.prompt_tokens} cannot be prefilled "
+                f"(min(token_budget, prefill_budget) = {chunk_cap}{', chunked prefill off' if no_chunk else ''})"
+            )
+        first = True
+        left = r.prompt_tokens
+        while left > 0:
+            c = min(left, chunk_cap)
+            batches.append(Batch((Item(r.id, c),), start=r.arrival if first and r.arrival > 0 else None))
+            first = False
+            left -= c
+        batches.extend(Batch((Item(r.id, 1),)) for _ in range(r.output_tokens - 1))
+    return Schedule(instance.name, tuple(batches), {"policy": "serial"})
+
+
+def _symmetric_pairs(instance: Instance) -> tuple[tuple[int, int], ...]:
+    """Consecutive pairs (i, i') of identical requests (same I, O, arrival), i < i'."""
+    groups: dict[tuple[int, int, float], list[int]] = {}
+    for i, r in enumerate(instance.requests):
+        groups.setdefault((r.prompt_tokens, r.output_tokens, r.arrival), []).append(i)
+    return tuple((g[k], g[k + 1]) for g in groups.values() for k in range(len(g) - 1))
+
+
+def horizon(
+    instance: Instance, coef: Coefficients, upper_makespan: float, upper_objective: float, objective: str
+) -> tuple[int, bool, str]:
+    r"""A number of batches J that provably admits an optimal schedule (digest C5).
+
+    J counts batches with items (eviction-only batches are implied, see the note on (4)). Every
+    such batch costs at least :math:`k_b + \min(k_{pb}, k_{db})`. Every request processes at least :math:`U_i` distinct
+    tokens, each costing at least :math:`k_t + \min(k_{pt} + k_{pq}, k_{dt} + k_{dk} I_i)` (a prefill
+    chunk's :math:`c^2 \ge c`; a decode reads at least :math:`I_i` KV). Hence any schedule with
+    makespan at most :math:`T^{UB}` has at most
+    :math:`J = \lfloor (T^{UB} - W) / (k_b + \min(k_{pb}, k_{db})) \rfloor` batches, where W is that
+    work and the total idle time is >= 0. For ``makespan`` :math:`T^{UB}` is the best known
+    makespan; for ``completion`` the best known sum of finish times (makespan <= sum). For ``ttft``
+    no such argument bounds the tail after the last first token, so J is heuristic (the best
+    makespan's bound) and reported as not proven.
+
+    Returns
+    -------
+    (J, proven, note)
+    """
+    work = sum(
+        (r.prompt_tokens + r.output_tokens - 1)
+        * (coef.k_t + min(coef.k_pt + coef.k_pq, coef.k_dt + coef.k_dk * r.prompt_tokens))
+        for r in instance.requests
+    )
+    cap = upper_objective if objective == "completion" else upper_makespan
+    per_batch = coef.min_batch
+    if per_batch <= 0:
+        raise InferMaxInputError("cost_model: a non-empty batch must cost > 0 for a finite horizon")
+    J = max(1, math.floor((cap - work) / per_batch * (1 + 1e-9)))
+    proven = objective in ("makespan", "completion")
+    note = (
+        f"J = floor((UB {cap:.6g} s - work {work:.6g} s) / min batch {per_batch:.6g} s) = {J}"
+        + ("" if proven else " (ttft: heuristic horizon, optimality only relative to J)")
+    )
+    return J, proven, note
+
+
+def build_data(
+    instance: Instance,
+    options: InferMaxOptions,
+    upper_makespan: float,
+    upper_objective: float,
+    min_batches: int,
+) -> ModelData:
+    """Assemble :class:`ModelData`; J from :func:`horizon` (or ``options.horizon``).
+
+    Parameters
+    ----------
+    upper_makespan, upper_objective
+        Makespan and objective value of the best known feasible schedule.
+    min_batches
+        Non-empty batches of the warm-start schedule (J is at least this so that it fits).
+    """
+    coef = Coefficients.from_cost_model(instance.cost_model)
+    J, proven, note = horizon(instance, coef, upper_makespan, upper_objective, options.objective)
+    J = max(J, min_batches)
+    if options.horizon is not None:
+        proven = proven and options.horizon >= J
+        note = f"J = {options.horizon} from option 'horizon' (proven bound {J})"
+        J = options.horizon
+    from .bounds import batch_counts  # bounds imports this module
+
+    lim = instance.limits
+    reqs = instance.requests
+    b_min, bp_min = batch_counts(list(reqs), instance)
+    return ModelData(
+        instance=instance,
+        options=options,
+        coef=coef,
+        ids=tuple(r.id for r in reqs),
+        prompt=tuple(r.prompt_tokens for r in reqs),
+        output=tuple(r.output_tokens for r in reqs),
+        arrival=tuple(r.arrival for r in reqs),
+        C=lim.token_budget,
+        P=min(lim.prefill_budget, lim.token_budget),
+        M=lim.kv_capacity,
+        R=lim.max_running,
+        J=J,
+        horizon_proven=proven,
+        horizon_note=note,
+        upper=upper_objective,
+        upper_makespan=upper_makespan,
+        online=any(r.arrival > 0 for r in reqs),
+        symmetric_pairs=_symmetric_pairs(instance),
+        b_min=b_min,
+        bp_min=bp_min,
+    )
+
+
+def integer_scaling(data: ModelData, max_magnitude: float = 2e15) -> Scaling:
+    """The smallest power of ten that makes every coefficient an integer, within 64-bit safety.
+
+    ``max_magnitude`` caps the scaled value of the largest time the model holds (:meth:`ModelData.time_cap`)
+    so that CP-SAT's sums stay far below 2**63. When no exact power fits, the largest safe one is
+    used and :attr:`Scaling.slack` bounds the rounding error over all activities.
+    """
+    coefs = data.coef.as_dict()
+    top = max(data.time_cap(), 1e-12)
+    limit = max(0, math.floor(math.log10(max_magnitude / top)))
+    power = limit
+    for p in range(0, limit + 1):
+        if all(abs(v * 10**p - round(v * 10**p)) <= 1e-6 for v in coefs.values()):
+            power = p
+            break
+    scaled = {k: v * 10**power for k, v in coefs.items()}
+    ints = {k: int(round(v)) for k, v in scaled.items()}
+    activity = data.activity_bounds()
+    slack = sum(abs(scaled[k] - ints[k]) * activity[k] for k in coefs) / 10**power
+    exact = all(abs(scaled[k] - ints[k]) <= 1e-6 for k in coefs)
+    if data.online:
+        slack += data.N / 10**power  # arrivals rounded up to the grid: each finish may move one unit
+    return Scaling(power=power, coef=ints, slack=slack, exact=exact)
+
+
+def schedule_from_solution(
+    data: ModelData,
+    c: Sequence[Sequence[int]],
+    e: Sequence[Sequence[int]],
+    starts: Sequence[float] | None,
+    meta: Mapping[str, Any],
+) -> Schedule:
+    """Turn solution values ``c[i][j]``, ``e[i][j]`` (and start times) into a schedule.
+
+    Empty batches (no item, no eviction) are dropped; they cost nothing and change nothing. When a
+    request is evicted and processed in the same model batch, the evictions go into an
+    eviction-only batch (cost 0) placed just before it (the model's note on (4)).
+    """
+    batches: list[Batch] = []
+    for j in range(data.J):
+        items = tuple(Item(data.ids[i], int(c[i][j])) for i in range(data.N) if c[i][j] > 0)
+        evict = tuple(data.ids[i] for i in range(data.N) if e[i][j])
+        if not items and not evict:
+            continue
+        start = float(starts[j]) if starts is not None and data.online else None
+        if any(e[i][j] and c[i][j] > 0 for i in range(data.N)):
+            batches.append(Batch((), evict, start))
+            evict = ()
+        batches.append(Batch(items, evict, start))
+    return Schedule(data.instance.name, tuple(batches), dict(meta))
+
+
+def hint_from_schedule(data: ModelData, schedule: Schedule) -> tuple[list[list[int]], list[list[int]]] | None:
+    """Per (i, j) token counts and evictions of a schedule, padded to J (None if it does not fit).
+
+    Evictions of a batch without items move to the next batch with items (the model's note on (4)).
+    """
+    batches = [b for b in schedule.batches if b.items]
+    if len(batches) > data.J:
+        return None
+    index = {rid: i for i, rid in enumerate(data.ids)}
+    c = [[0] * data.J for _ in range(data.N)]
+    e = [[0] * data.J for _ in range(data.N)]
+    j = 0
+    for b in schedule.batches:
+        for rid in b.evict:
+            e[index[rid]][min(j, data.J - 1)] = 1
+        if b.items:
+            for it in b.items:
+                c[index[it.id]][j] = it.tokens
+            j += 1
+    return c, e

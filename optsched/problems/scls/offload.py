@@ -1,0 +1,90 @@
+r"""SCLS offloading (Sec. 4.5, Eq. 11) against the exact makespan, and the adaptive interval (Eq. 12).
+
+P-OFFLOAD (digest 004 section 4.2) is :math:`P \mid a_w \mid C_{max}`: batches with estimated times
+:math:`t_b` go to W workers whose queues already hold :math:`a_w = T_{load}(w)`:
+
+.. math::
+
+    \min C \quad \text{s.t. } \sum_w x_{bw} = 1, \quad a_w + \sum_b t_b x_{bw} \le C, \quad x_{bw} \in \{0,1\}.
+
+- :func:`max_min_offload`: the paper's rule, batches by decreasing :math:`t_b`, each to the worker
+  of least load (ties: lowest id), :math:`T_{load}(w) \mathrel{+}= t_b` (Eq. 11) — LPT list
+  scheduling.
+- :func:`exact_offload`: the model above in CP-SAT on integer times (microseconds), returning the
+  optimal makespan or, at the time limit, the best one and the proven lower bound.
+- :func:`adaptive_interval`: :math:`T \leftarrow \max(\lambda \min_w T_{load}(w), \Gamma)` (Eq. 12).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ortools.sat.python import cp_model
+
+__all__ = ["Offload", "adaptive_interval", "exact_offload", "max_min_offload"]
+
+RESOLUTION = 1e-6
+
+
+@dataclass(frozen=True)
+class Offload:
+    """Worker of each batch, final loads, makespan (s), status and proven lower bound (s)."""
+
+    assignment: tuple[int, ...]
+    loads: tuple[float, ...]
+    makespan: float
+    status: str = "feasible"
+    bound: float | None = None
+
+
+def _loads(times: Sequence[float], initial: Sequence[float], assignment: Sequence[int]) -> tuple[float, ...]:
+    loads = list(initial)
+    for b, w in enumerate(assignment):
+        loads[w] += times[b]
+    return tuple(loads)
+
+
+def max_min_offload(times: Sequence[float], initial: Sequence[float]) -> Offload:
+    """The max-min (LPT) rule of Eq. 11."""
+    loads = list(initial)
+    assignment = [0] * len(times)
+    for b in sorted(range(len(times)), key=lambda b: (-times[b], b)):
+        w = min(range(len(loads)), key=lambda w: (loads[w], w))
+        assignment[b] = w
+        loads[w] += times[b]
+    final = _loads(times, initial, assignment)
+    return Offload(tuple(assignment), final, max(final))
+
+
+def exact_offload(
+    times: Sequence[float], initial: Sequence[float], time_limit: float | None = 10.0, threads: int = 2
+) -> Offload:
+    """Optimal :math:`P \\mid a_w \\mid C_{max}` by CP-SAT (times rounded to microseconds)."""
+    tick = [int(round(t / RESOLUTION)) for t in times]
+    base = [int(round(a / RESOLUTION)) for a in initial]
+    workers, batches = range(len(initial)), range(len(times))
+    m = cp_model.CpModel()
+    x = {(b, w): m.NewBoolVar(f"x_{b}_{w}") for b in batches for w in workers}
+    cmax = m.NewIntVar(max(base), max(base) + sum(tick), "C")
+    for b in batches:
+        m.AddExactlyOne(x[b, w] for w in workers)
+    for w in workers:
+        m.Add(base[w] + sum(tick[b] * x[b, w] for b in batches) <= cmax)
+    m.Minimize(cmax)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = threads
+    if time_limit is not None:
+        solver.parameters.max_time_in_seconds = time_limit
+    code = solver.Solve(m)
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise RuntimeError("exact offloading found no solution within the time limit")
+    assignment = tuple(next(w for w in workers if solver.Value(x[b, w])) for b in batches)
+    final = _loads(times, initial, assignment)
+    status = "optimal" if code == cp_model.OPTIMAL else "time_limit"
+    return Offload(assignment, final, max(final), status, solver.BestObjectiveBound() * RESOLUTION)
+
+
+def adaptive_interval(loads: Sequence[float], lam: float = 0.5, gamma: float = 6.0) -> float:
+    """Eq. 12: the next schedule interval, :math:`\\max(\\lambda \\min_w T_{load}(w), \\Gamma)`."""
+    return max(lam * min(loads), gamma)

@@ -1,0 +1,123 @@
+r"""``SOLVERS["scls-batch"]``: one SCLS scheduling round — batch the pooled requests, offload them.
+
+Instance extension (docs/scls.md): ``"static_latency"`` (profile name or object, as for ``gmax``),
+and ``"scls"``: ``{"slice_length": S (128), "memory": {"kind": "none" | "fixed" | "memory" |
+"table", ...}, "workers": W (1), "worker_loads": [T_load(w)] (zeros), "lambda": 0.5,
+"gamma": 6.0}``. A request's current input length is ``prompt_tokens`` plus its optional
+``"generated"`` tokens from earlier slices (digest G1).
+
+Options: ``method`` ``"dp"`` (Algorithm 1, default) or ``"mip"`` (the compact MIP); ``solver``
+``"highs"``/``"cbc"`` for the MIP; ``time_limit``. The objective is the total estimated serving time
+in seconds (minimised), recomputed by :func:`~.batching.total_serve_time` from the returned batches;
+``extra`` holds the ``batches`` (request ids), their times, the max-min offloading and the exact
+makespan with the heuristic's gap, and the next interval of Eq. 12.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from ...instance import Instance, InstanceError
+from ...result import SolveResult, check_agreement
+from ..static_latency import static_latency_of
+from .batching import DS_TABLE, MemoryRule, dp_batches, mip_batches, total_serve_time
+from .offload import adaptive_interval, exact_offload, max_min_offload
+
+__all__ = ["solve", "scls_settings"]
+
+
+def _rule(spec: Any, where: str) -> MemoryRule:
+    if spec is None:
+        return MemoryRule()
+    if not isinstance(spec, Mapping) or spec.get("kind") not in ("none", "fixed", "memory", "table"):
+        raise InstanceError(f"{where}: 'kind' must be none, fixed, memory or table")
+    kind = spec["kind"]
+    try:
+        if kind == "fixed":
+            return MemoryRule("fixed", max_batch_size=int(spec["max_batch_size"]))
+        if kind == "memory":
+            return MemoryRule(
+                "memory",
+                kv_bytes_per_token=float(spec["kv_bytes_per_token"]),
+                available_bytes=float(spec["available_bytes"]),
+                zeta=float(spec.get("zeta", 1.0)),
+            )
+        if kind == "table":
+            table = tuple((float(u), int(c)) for u, c in spec.get("table", DS_TABLE))
+            return MemoryRule("table", table=tuple(sorted(table)))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InstanceError(f"{where}: bad or missing field ({exc})") from None
+    return MemoryRule()
+
+
+def scls_settings(instance: Instance) -> dict[str, Any]:
+    """The instance's SCLS round: lengths, model, slice length, memory rule, workers, loads."""
+    where = f"{instance.name}: scls"
+    spec = instance.extra.get("scls", {})
+    if not isinstance(spec, Mapping):
+        raise InstanceError(f"{where}: must be an object")
+    model = static_latency_of(instance)
+    if model is None:
+        raise InstanceError(f"{instance.name}: field 'static_latency': missing (needed by scls-batch)")
+    slice_len = spec.get("slice_length", 128)
+    workers = spec.get("workers", 1)
+    loads = spec.get("worker_loads", [0.0] * workers if isinstance(workers, int) else [])
+    if not isinstance(slice_len, int) or slice_len < 1:
+        raise InstanceError(f"{where}.slice_length: must be an integer >= 1")
+    if not isinstance(workers, int) or workers < 1 or len(loads) != workers:
+        raise InstanceError(f"{where}.workers / worker_loads: need an integer >= 1 and one load per worker")
+    lengths = []
+    for r in instance.requests:
+        gen = r.extra.get("generated", 0)
+        if not isinstance(gen, int) or gen < 0:
+            raise InstanceError(f"{instance.name}: request {r.id!r}: field 'generated': must be an integer >= 0")
+        lengths.append(r.prompt_tokens + gen)
+    return {
+        "lengths": lengths,
+        "model": model,
+        "slice_len": slice_len,
+        "rule": _rule(spec.get("memory"), f"{where}.memory"),
+        "loads": [float(a) for a in loads],
+        "lam": float(spec.get("lambda", 0.5)),
+        "gamma": float(spec.get("gamma", 6.0)),
+    }
+
+
+def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
+    """One SCLS round (see the module docstring)."""
+    start = time.perf_counter()
+    s = scls_settings(instance)
+    method = options.get("method") or "dp"
+    if method == "dp":
+        batches, own = dp_batches(s["lengths"], s["model"], s["slice_len"], s["rule"])
+        status, solver = "optimal", "dp"
+    elif method == "mip":
+        solver = options.get("solver") or "highs"
+        batches, own, status = mip_batches(
+            s["lengths"], s["model"], s["slice_len"], s["rule"], solver, options.get("time_limit")
+        )
+    else:
+        raise InstanceError(f"option 'method': must be 'dp' or 'mip', got {method!r}")
+    total = total_serve_time(s["lengths"], batches, s["model"], s["slice_len"], s["rule"])
+    check_agreement(own, total, "scls-batch")
+    times = [s["model"].serve_time(len(b), max(s["lengths"][i] for i in b), s["slice_len"]) for b in batches]
+    heuristic = max_min_offload(times, s["loads"])
+    exact = exact_offload(times, s["loads"], options.get("time_limit") or 10.0, options.get("threads") or 2)
+    ids = [r.id for r in instance.requests]
+    extra = {
+        "batches": [[ids[i] for i in b] for b in batches],
+        "batch_times": times,
+        "offload": {
+            "max_min": {"assignment": list(heuristic.assignment), "makespan": heuristic.makespan},
+            "exact": {"assignment": list(exact.assignment), "makespan": exact.makespan,
+                      "status": exact.status, "bound": exact.bound},
+            "gap": heuristic.makespan / exact.makespan - 1 if exact.makespan > 0 else 0.0,
+        },
+        "next_interval": adaptive_interval(heuristic.loads, s["lam"], s["gamma"]),
+    }
+    return SolveResult(
+        problem="scls-batch", solver=solver, status=status, objective=total,  # type: ignore[arg-type]
+        bound=total if status == "optimal" else None, wall_time=time.perf_counter() - start,
+        schedule=None, sense="min", extra=extra,
+    )

@@ -1,0 +1,203 @@
+"""InferMax model: both backends against an independent exhaustive search, bounds, options, policies.
+
+The exhaustive search (tests/infermax_bruteforce.py) is a shortest path over per-request states
+written from the contract alone. On 32 random tiny instances (N <= 3, I, O <= 4, varied C, P, M,
+R_max, both cost profiles) CP-SAT and a MIP backend (Gurobi under its restricted licence when the
+model fits, else HiGHS) must reach the exhaustive optimum with and without evictions; the bound
+must not exceed it; no policy may beat it. HiGHS and CBC are cross-checked on a smaller set here and
+on all 32 instances in tests/benchmarks/bench_infermax.py (``--crosscheck``), which is slower.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from optsched.instance import parse_instance
+from optsched.policies import POLICIES, simulator_for
+from optsched.problems import bounder_for, solver_for
+from optsched.result import replayed_objective
+from optsched.schedule import replay
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from infermax_bruteforce import exhaustive_makespan  # noqa: E402
+
+REL = 1e-6
+PROFILES = ("llama2-7b-a100", "llama2-70b-a100")
+
+
+def tiny_instance(seed: int, n_max: int = 3, arrivals: bool = False):
+    """A random tiny instance: N <= n_max, I, O in 1..4, varied C, P, M, R_max and profile."""
+    rng = random.Random(seed)
+    n = rng.randint(1, n_max)
+    reqs = []
+    for i in range(n):
+        reqs.append({
+            "id": f"r{i}",
+            "prompt_tokens": rng.randint(1, 4),
+            "output_tokens": rng.randint(1, 4),
+            "arrival": round(rng.choice([0.0, 0.0, 0.003, 0.011]), 3) if arrivals else 0.0,
+        })
+    need = max(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
+    total = sum(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
+    C = rng.choice([2, 3, 4, 6, 4096])
+    P = rng.choice([p for p in (1, 2, 3, 4, 4096) if p <= C])
+    M = rng.choice([need, need + 1, max(need, total - 2), None])
+    R = rng.choice([1, 2, None])
+    return parse_instance({
+        "name": f"tiny-{seed}",
+        "cost_model": PROFILES[seed % 2],
+        "limits": {"token_budget": C, "prefill_budget": P, "kv_capacity": M, "max_running": R},
+        "requests": reqs,
+    }, f"tiny-{seed}")
+
+
+def solve(inst, **opts):
+    return solver_for("infermax")(inst, {"threads": 1, **opts})
+
+
+def solve_mip(inst, **opts):
+    """Gurobi when its (restricted) licence takes the model, else HiGHS."""
+    res = solve(inst, solver="gurobi", **opts)
+    if res.status == "unsupported":
+        res = solve(inst, solver="highs", **opts)
+    return res
+
+
+def policy_values(inst, objective: str = "makespan", evictions: bool = True) -> dict[str, float]:
+    out = {}
+    for name in sorted(POLICIES):
+        sched = simulator_for(name)(inst)
+        value, rep = replayed_objective(inst, sched, objective)
+        if evictions or rep.metrics.evictions == 0:
+            out[name] = value
+    return out
+
+
+def check_result(inst, res, expected: float | None, objective: str = "makespan") -> None:
+    assert res.schedule is not None
+    rep = replay(inst, res.schedule)
+    assert rep.feasible, rep.violations
+    assert res.objective == pytest.approx(replayed_objective(inst, res.schedule, objective)[0], rel=1e-12)
+    if expected is not None:
+        assert res.status == "optimal", res.extra
+        assert res.objective == pytest.approx(expected, rel=REL)
+    assert res.bound is not None and res.bound <= res.objective * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(32))
+def test_backends_reach_exhaustive_optimum(seed: int) -> None:
+    inst = tiny_instance(seed)
+    for no_evict in (False, True):
+        best, path = exhaustive_makespan(inst, evict=not no_evict)
+        assert replay(inst, path).metrics.makespan == pytest.approx(best, rel=1e-12)
+        for res in (solve(inst, no_evict=no_evict), solve_mip(inst, no_evict=no_evict)):
+            check_result(inst, res, best)
+            if no_evict:
+                assert res.replay.metrics.evictions == 0
+        for name, value in policy_values(inst, evictions=not no_evict).items():
+            assert best <= value * (1 + 1e-9), name
+        for b in bounder_for("infermax")(inst, {}):
+            assert b.valid and b.value <= best * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", [3, 8, 13])
+def test_highs_and_cbc_agree_with_cpsat(seed: int) -> None:
+    inst = tiny_instance(seed, n_max=2)
+    ref = solve(inst)
+    for solver in ("highs", "cbc"):
+        res = solve(inst, solver=solver)
+        check_result(inst, res, ref.objective)
+
+
+@pytest.mark.parametrize("seed", [1, 4, 6, 9])
+def test_no_hybrid_and_no_chunk_match_exhaustive(seed: int) -> None:
+    inst = tiny_instance(seed)
+    for flags in ({"no_hybrid": True}, {"no_chunk": True}, {"no_hybrid": True, "no_evict": True}):
+        found = exhaustive_makespan(inst, evict=not flags.get("no_evict", False),
+                                    chunk=not flags.get("no_chunk", False), hybrid=not flags.get("no_hybrid", False))
+        res = solve(inst, **flags)
+        if found is None:
+            assert res.status == "infeasible" and res.schedule is None
+            continue
+        check_result(inst, res, found[0])
+        rep = res.replay
+        if flags.get("no_hybrid"):
+            assert all(p == 0 or d == 0 for p, d in zip(rep.prefill_tokens, rep.decode_items))
+
+
+@pytest.mark.parametrize("objective", ["completion", "ttft"])
+@pytest.mark.parametrize("seed", [2, 5, 11])
+def test_other_objectives_backends_agree(objective: str, seed: int) -> None:
+    inst = tiny_instance(seed)
+    a = solve(inst, objective=objective)
+    b = solve_mip(inst, objective=objective)
+    check_result(inst, a, None, objective)
+    check_result(inst, b, None, objective)
+    if objective == "completion":
+        assert a.status == b.status == "optimal"
+        assert a.objective == pytest.approx(b.objective, rel=REL)
+    else:  # ttft: optimal only relative to the horizon (stated in extra)
+        assert a.extra.get("optimal_within_horizon") and b.extra.get("optimal_within_horizon")
+        assert a.objective == pytest.approx(b.objective, rel=REL)
+    for name, value in policy_values(inst, objective).items():
+        assert a.objective <= value * (1 + 1e-9), name
+
+
+@pytest.mark.parametrize("seed", [0, 7, 12, 21])
+def test_online_arrivals(seed: int) -> None:
+    inst = tiny_instance(seed, arrivals=True)
+    a = solve(inst)
+    b = solve_mip(inst)
+    check_result(inst, a, None)
+    check_result(inst, b, None)
+    assert a.status == b.status == "optimal"
+    assert a.objective == pytest.approx(b.objective, rel=REL)
+    for name, value in policy_values(inst).items():
+        assert a.objective <= value * (1 + 1e-9), name
+
+
+def test_impossible_prefill_is_infeasible() -> None:
+    inst = parse_instance({"name": "x", "cost_model": "llama2-7b-a100",
+                           "limits": {"token_budget": 4, "prefill_budget": 2},
+                           "requests": [{"id": "a", "prompt_tokens": 3, "output_tokens": 2}]}, "x")
+    res = solve(inst, no_chunk=True)
+    assert res.status == "infeasible" and "'a'" in res.extra["reason"]
+
+
+def test_short_horizon_is_never_optimal() -> None:
+    inst = tiny_instance(5)
+    res = solve(inst, horizon=1)
+    assert res.status == "infeasible" and "horizon" in res.extra["reason"]
+    full = solve(inst)
+    res = solve(inst, horizon=full.extra["horizon"] + 2)
+    assert res.status == "optimal"  # a longer forced horizon keeps the proof
+
+
+def test_bad_options_are_named() -> None:
+    inst = tiny_instance(1)
+    with pytest.raises(ValueError, match="solver"):
+        solve(inst, solver="nope")
+    with pytest.raises(ValueError, match="objective"):
+        solve(inst, objective="nope")
+
+
+def test_cli_solve_json(tmp_path: Path) -> None:
+    inst = tiny_instance(4)
+    path = tmp_path / "inst.json"
+    path.write_text(json.dumps(inst.to_dict()))
+    out = tmp_path / "sched.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "optsched", "solve", str(path), "--problem", "infermax", "--json",
+         "--threads", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["status"] == "optimal" and data["gap"] == pytest.approx(0.0, abs=1e-9)
+    assert out.exists()

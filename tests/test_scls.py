@@ -1,0 +1,113 @@
+"""SCLS: batching DP (Algorithm 1) vs its MIP and brute force, offloading vs exact makespan, Eq. 12."""
+
+from itertools import product
+
+import numpy as np
+import pytest
+
+from optsched.instance import parse_instance
+from optsched.problems import solver_for
+from optsched.problems.scls.batching import DS_TABLE, MemoryRule, dp_batches, mip_batches, total_serve_time
+from optsched.problems.scls.offload import adaptive_interval, exact_offload, max_min_offload
+from optsched.problems.static_latency import Phase, StaticLatencyModel
+
+# digest 004 section 2.4: synthetic HF LLaMA2-13B profile (seconds) reproducing Fig. 11
+HF = StaticLatencyModel(Phase(1.1e-4, 1.0e-3, 1.0e-5, 0.03), Phase(3.63e-6, 3.0e-4, 1.0e-6, 0.02186))
+
+
+def test_fig11_example_dp_splits_the_long_request():
+    lengths = [10] * 15 + [1024]
+    batches, total = dp_batches(lengths, HF, 128, MemoryRule())
+    assert sorted(map(len, batches)) == [1, 15] and total == pytest.approx(7.6, abs=1e-3)
+    assert total_serve_time(lengths, [list(range(16))], HF, 128, MemoryRule()) == pytest.approx(13.502, abs=1e-3)
+
+
+def random_rule(rng):
+    kind = ["none", "fixed", "memory", "table"][int(rng.integers(4))]
+    if kind == "fixed":
+        return MemoryRule("fixed", max_batch_size=int(rng.integers(1, 5)))
+    if kind == "memory":
+        return MemoryRule("memory", kv_bytes_per_token=1.0, available_bytes=float(rng.integers(300, 4000)), zeta=0.9)
+    if kind == "table":
+        return MemoryRule("table", table=((300, 4), (700, 2), (float("inf"), 1)))
+    return MemoryRule()
+
+
+def set_partitions(items):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in set_partitions(rest):
+        for k in range(len(part)):
+            yield part[:k] + [[first] + part[k]] + part[k + 1 :]
+        yield [[first]] + part
+
+
+@pytest.mark.parametrize("block", range(10))
+def test_dp_equals_mip_on_100_random_instances(block):
+    for seed in range(block * 10, block * 10 + 10):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(1, 8))
+        lengths = [int(v) for v in rng.integers(5, 600, n)]
+        if seed % 4 == 0:
+            lengths = [int(v) for v in rng.choice([16, 200, 512], n)]  # ties
+        rule, s = random_rule(rng), int(rng.choice([32, 128]))
+        dp, dp_total = dp_batches(lengths, HF, s, rule)
+        mip, mip_total, status = mip_batches(lengths, HF, s, rule)
+        assert status == "optimal"
+        assert total_serve_time(lengths, dp, HF, s, rule) == pytest.approx(dp_total, rel=1e-12)
+        assert total_serve_time(lengths, mip, HF, s, rule) == pytest.approx(mip_total, rel=1e-7)
+        assert dp_total == pytest.approx(mip_total, rel=1e-7), (seed, lengths, rule)
+        if n <= 6 and seed % 3 == 0:  # brute force over all set partitions
+            best = min(
+                total_serve_time(lengths, part, HF, s, rule)
+                for part in set_partitions(list(range(n)))
+                if all(len(b) <= rule.cap(max(lengths[i] for i in b), s) for b in part)
+            )
+            assert dp_total == pytest.approx(best, rel=1e-12)
+
+
+def test_ds_rule_matches_algorithm_2():
+    rule = MemoryRule("table", table=DS_TABLE)
+    assert [rule.cap(L - 128, 128) for L in (512, 513, 1024, 1025, 2048)] == [28, 22, 22, 12, 12]
+
+
+def test_offloading_heuristic_never_beats_exact_and_gap_is_bounded():
+    rng = np.random.default_rng(7)
+    for _ in range(15):
+        times = list(rng.uniform(1, 10, int(rng.integers(2, 10))))
+        loads = list(rng.uniform(0, 5, int(rng.integers(1, 4))))
+        h = max_min_offload(times, loads)
+        ex = exact_offload(times, loads)
+        assert ex.status == "optimal"
+        assert ex.makespan <= h.makespan + 1e-9
+        # LPT with availability times is within 3/2 of optimal (Lee 1991)
+        assert h.makespan <= 1.5 * ex.makespan + 1e-9
+        brute = min(
+            max(a + sum(t for t, w in zip(times, assign) if w == k) for k, a in enumerate(loads))
+            for assign in product(range(len(loads)), repeat=len(times))
+        ) if len(loads) ** len(times) <= 20000 else ex.makespan
+        assert ex.makespan == pytest.approx(brute, abs=len(times) * 1e-6)
+
+
+def test_adaptive_interval_eq12():
+    assert adaptive_interval([20.0, 30.0], lam=0.5, gamma=6.0) == 10.0
+    assert adaptive_interval([4.0, 30.0], lam=0.5, gamma=6.0) == 6.0
+
+
+def test_registry_scls_batch():
+    reqs = [{"id": f"q{i}", "prompt_tokens": 10, "output_tokens": 5} for i in range(15)]
+    reqs.append({"id": "long", "prompt_tokens": 900, "output_tokens": 5, "generated": 124})
+    inst = parse_instance({
+        "name": "fig11", "cost_model": "llama2-7b-a100", "requests": reqs,
+        "static_latency": {"unit": "s", "prefill": HF.prefill.to_dict(), "decode": HF.decode.to_dict()},
+        "scls": {"slice_length": 128, "workers": 2, "worker_loads": [0.0, 1.0]},
+    })
+    dp = solver_for("scls-batch")(inst, {})
+    mip = solver_for("scls-batch")(inst, {"method": "mip"})
+    assert dp.objective == pytest.approx(7.6, abs=1e-3) and mip.objective == pytest.approx(dp.objective)
+    assert sorted(map(len, dp.extra["batches"])) == [1, 15]
+    off = dp.extra["offload"]
+    assert off["exact"]["makespan"] <= off["max_min"]["makespan"] and off["gap"] >= 0
+    assert dp.extra["next_interval"] == 6.0
