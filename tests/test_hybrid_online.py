@@ -60,9 +60,9 @@ def test_ordering_and_hybrid_gain_on_gsm8k(gsm8k) -> None:
     assert 12.0 < paper_bound(inst)[1] < 13.5
 
 
-@pytest.mark.parametrize("seed", [1])
-def test_ordering_on_more_seeds(seed: int) -> None:
-    inst = gsm8k_like(seed)
+@pytest.mark.parametrize("seed,requests,clients", [(1, 1319, 200), (2, 400, 60), (3, 400, 60), (4, 400, 60)])
+def test_ordering_on_more_seeds(seed: int, requests: int, clients: int) -> None:
+    inst = gsm8k_like(seed, requests=requests, clients=clients)
     spans = {}
     for name in ("hybrid-baseline", "hybrid"):
         rep = replay(inst, simulator_for(name)(inst))
