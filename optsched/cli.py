@@ -38,6 +38,7 @@ COMMAND_MODULES: list[str] = [
     "optsched.commands.execute",
     "optsched.commands.validate",
     "optsched.commands.generate",
+    "optsched.commands.report",
 ]
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3

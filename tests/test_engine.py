@@ -83,6 +83,30 @@ def test_victim_is_latest_arrived_running_request():
     assert comp[2] == (["r2"], [("r0", 1), ("r1", 1)], None)
 
 
+def test_max_running_limits_admission():
+    # R_max = 1: vLLM admits r0 only (R_w stops at r1); r1 is admitted once r0 finished.
+    inst = make([("r0", 0, 2, 2), ("r1", 0, 2, 1)], R=1)
+    assert compositions(inst, "vllm") == [
+        ([], [("r0", 2)], None),
+        ([], [("r0", 1)], None),
+        ([], [("r1", 2)], None),
+    ]
+
+
+def test_evicted_to_tail_option():
+    # M = 9; r0, r1 (I=4, O=3) at 0 and r5 (I=3, O=1) at 0.5. Batch 0 admits r0, r1 (8 slots).
+    # Batch 1 (t=1): R_w = [r5] needs 3 > 1 free: stop; decodes: r0 -> 9 slots, r1 lacks one and
+    # evicts itself (prompt 5). Front (B1 default): R_w = [r1, r5]; tail: R_w = [r5, r1].
+    # Batch 2: front: r1 needs 5 > 4 free, stop, r0 decodes; tail: r5 needs 3 <= 4, admitted.
+    inst = make([("r0", 0.0, 4, 3), ("r1", 0.0, 4, 3), ("r5", 0.5, 3, 1)], M=9)
+    front = compositions(inst, "vllm")
+    tail = compositions(inst, PolicyConfig("vllm-tail", ("waiting", "running"), hybrid=False, chunked=False,
+                                          evicted_to_front=False))
+    assert front[:2] == tail[:2] == [([], [("r0", 4), ("r1", 4)], None), (["r1"], [("r0", 1)], None)]
+    assert front[2] == ([], [("r0", 1)], None)
+    assert tail[2] == ([], [("r5", 3)], None)
+
+
 def test_sarathi_decode_first_and_prefill_budget_counts_decodes():
     # C = 8, P = 6 (sarathi's chunk = min(512, P) = 6). r0 (I=2, O=3) at 0; r1 (I=10, O=1) at 0.5.
     # Batch 0: r0 prefill 2. Batch 1 (t=1): r0 decodes (1 token); r1 may take P - N_tok = 6 - 1 = 5
@@ -175,3 +199,15 @@ def test_request_that_can_never_fit_is_refused():
 def test_unknown_policy_names_the_known_ones():
     with pytest.raises(KeyError, match="known: .*sarathi"):
         simulate(make([("a", 0, 1, 1)]), "fifo")
+
+
+def test_advance_to_an_arrival_time_then_resume():
+    # Regression: an idle engine stopped at exactly the next arrival must not let that request into
+    # a batch starting before its arrival when resumed.
+    inst = make([("a", 0.0, 1, 1), ("b", 5.0, 1, 1)])
+    engine = Engine.from_instance(inst, "vllm")
+    engine.advance(5.0)  # batch 0 runs over [0, 1]; b's batch would start at 5.0, not before 5.0
+    assert engine.now == 1.0 and [s.id for s in engine.snapshot().pending] == ["b"]
+    engine.advance()
+    assert engine.schedule().batches == simulate(inst, "vllm").batches
+    assert replay(inst, engine.schedule()).feasible

@@ -58,6 +58,9 @@ def test_shipped_configs_materialise_without_weights(tmp_path):
     d = tmp_path / "tiny-llama"
     (d / "model.safetensors").write_bytes(b"")
     assert resolve_model(str(d), tmp_path).load_format == "auto"
+    spec.check_fits(16384)
+    with pytest.raises(ModelError, match="max_model_len 20000.*max_position_embeddings is 16384"):
+        spec.check_fits(20000)
     with pytest.raises(ModelError, match="shipped: "):
         resolve_model("no-such-model", tmp_path)
     bad = tmp_path / "bad.json"

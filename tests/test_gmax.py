@@ -13,7 +13,7 @@ from optsched.problems import solver_for
 from optsched.problems.gmax.exact import make_backend, solve_exact
 from optsched.problems.gmax.generate import random_gmax_instance
 from optsched.problems.gmax.problem import GmaxProblem, evaluate_g, g_core, g_value
-from optsched.problems.gmax.sa import SAParams, inst_assign, simulated_annealing, start_points
+from optsched.problems.gmax.sa import SAParams, inst_assign, simulated_annealing, slo_aware_scheduling, start_points
 
 ROOT = Path(__file__).resolve().parents[1]
 TOYS = {  # digest 000 section 5.3: (instance, optimal batches, optimal G in req/s, start G)
@@ -32,7 +32,7 @@ def canonical(problem, batches):
 
 
 @pytest.mark.parametrize("name", sorted(TOYS))
-@pytest.mark.parametrize("solver", ["highs", "cpsat"])
+@pytest.mark.parametrize("solver", ["highs", "cpsat", "cbc"])
 @pytest.mark.parametrize("method", ["dinkelbach", "fixed-n"])
 def test_toy_examples_solved_exactly(name, solver, method):
     best, g_star, _ = TOYS[name]
@@ -152,3 +152,38 @@ def test_inst_assign_balances_by_remaining_memory():
     assert all(parts) and abs(len(parts[0]) - len(parts[1])) <= 2
     with pytest.raises(ValueError, match="needs"):
         inst_assign(p, [min(p.need) - 1])
+
+
+def test_cli_solve_gmax_and_bad_input(capsys):
+    from optsched.cli import main
+
+    assert main(["solve", str(ROOT / "instances" / "static" / "fig5-defer-strict.json"), "--problem", "gmax", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["objective"] == pytest.approx(2 / 2.9) and out["batches"] == [["J2"], ["J1"], ["J3"]]
+    assert main(["solve", "toy-4", "--problem", "gmax", "--json"]) == 2
+    assert "max_batch_size" in capsys.readouterr().err
+
+
+def test_algorithm2_schedules_each_instance_and_sums_g():
+    p = GmaxProblem.from_instance(parse_instance(random_gmax_instance(9, 4)))
+    cap = max(p.need) * 4
+    schedules, n, t = slo_aware_scheduling(p, [cap, cap, cap], SAParams(iters=10))
+    assert sorted(i for sched in schedules for b in sched for i in b) == list(range(9))
+    parts = inst_assign(p, [cap, cap, cap])
+    judged = [evaluate_g(p.subset(part), [[part.index(i) for i in b] for b in sched])
+              for part, sched in zip(parts, schedules) if part]
+    assert n == sum(j.n for j in judged) and t == pytest.approx(sum(j.t for j in judged))
+
+
+def test_gurobi_backend_or_clear_licence_message():
+    pytest.importorskip("gurobipy")
+    p = toy("fig4-batch-size")
+    try:
+        res = solve_exact(p, make_backend(p, "gurobi"), "dinkelbach")
+    except RuntimeError as exc:  # no licence at all, or the size-limited one exceeded
+        assert "Gurobi" in str(exc)
+        pytest.skip(f"Gurobi unavailable: {exc}")
+    assert res.status == "optimal" and res.G == pytest.approx(3 / 1.8)
+    big = GmaxProblem.from_instance(parse_instance(random_gmax_instance(12, 0)))
+    with pytest.raises(RuntimeError, match="restricted licence"):
+        solve_exact(big, make_backend(big, "gurobi"), "dinkelbach", time_limit=30)

@@ -15,7 +15,7 @@ import pytest
 from optsched import Instance, Limits, Request, load_cost_model, load_trace_csv, replay
 from optsched.policies import POLICIES, policy_names, simulator_for
 from optsched.policies.config import POLICY_CONFIGS
-from optsched.policies.engine import Engine, simulate
+from optsched.policies.engine import simulate
 
 REPO = Path(__file__).resolve().parents[1]
 # <repo>/../shared/data (a checkout beside shared/), or two levels up (a git worktree in wt/).

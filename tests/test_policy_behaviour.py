@@ -78,3 +78,25 @@ def test_no_policy_evicts_at_low_contention(name):
             inst = fixed(I, O, 32)
             result = replay(inst, simulate(inst, name))
             assert result.feasible and result.metrics.evictions == 0, (I, O)
+
+
+def mean_kv_share(I: int, O: int, kv: int, policy: str) -> float:
+    """Time-weighted mean of the KV slots in use (after each batch's processing) over M."""
+    inst = Instance("kv", COST, Limits(4096, 4096, kv, None), tuple(Request(f"r{k}", 0.0, I, O) for k in range(1024)))
+    result = replay(inst, simulate(inst, policy))
+    assert result.feasible
+    spans = [end - start for start, end in zip(result.starts, result.ends)]
+    return sum(k * s for k, s in zip(result.kv_used, spans)) / sum(spans) / kv
+
+
+@pytest.mark.parametrize("I", [1, 1024])
+def test_sarathi_fills_the_kv_cache_at_high_output(I):
+    """Paper 4.2: at O = B = 1024 Sarathi occupies more than 90 % of the KV cache (we get 92-95 %)."""
+    assert mean_kv_share(I, 1024, M, "sarathi") > 0.90
+
+
+@pytest.mark.parametrize("policy", ["sarathi", "sarathi-pc"])
+def test_sarathi_uses_little_of_a_huge_cache(policy):
+    """Paper 4.4: with M = 1M, O = 32, B = 1024, Sarathi and Sarathi_P=C use < 20 % of M on average."""
+    for I in (1, 1024):
+        assert mean_kv_share(I, 32, 1_000_000, policy) < 0.20

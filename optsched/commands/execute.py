@@ -59,6 +59,7 @@ def handler(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="optsched-model-") as work:
         try:
             model = resolve_model(args.model, work)
+            model.check_fits(int(plan.engine["max_model_len"]))
         except ModelError as exc:
             raise BadInput(str(exc)) from None
         try:

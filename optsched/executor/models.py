@@ -33,12 +33,19 @@ class ModelError(ValueError):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What the engine loads: directory, load format and the config's vocabulary size."""
+    """What the engine loads: directory, load format, the config's vocabulary size and context."""
 
     path: str
     load_format: str
     vocab_size: int
     name: str
+    max_positions: int | None = None
+
+    def check_fits(self, max_model_len: int) -> None:
+        """Raise :class:`ModelError` when a plan's longest request exceeds the model's context."""
+        if self.max_positions is not None and max_model_len > self.max_positions:
+            raise ModelError(f"model {self.name!r}: the plan needs max_model_len {max_model_len}, but the model's "
+                             f"max_position_embeddings is {self.max_positions}")
 
 
 def available_configs() -> list[str]:
@@ -57,13 +64,18 @@ def _read_config(path: Path | Any, what: str) -> dict[str, Any]:
     return data
 
 
+def _positions(config: dict[str, Any]) -> int | None:
+    value = config.get("max_position_embeddings")
+    return int(value) if isinstance(value, int) else None
+
+
 def _materialise(config: dict[str, Any], name: str, workdir: Path) -> ModelSpec:
     """Write ``config.json`` (notes stripped) into ``workdir/name`` for a dummy-weight run."""
     target = workdir / name
     target.mkdir(parents=True, exist_ok=True)
     clean = {k: v for k, v in config.items() if k not in _NOTE_KEYS}
     (target / "config.json").write_text(json.dumps(clean, indent=1, sort_keys=True) + "\n")
-    return ModelSpec(str(target), "dummy", int(clean["vocab_size"]), name)
+    return ModelSpec(str(target), "dummy", int(clean["vocab_size"]), name, _positions(clean))
 
 
 def resolve_model(spec: str, workdir: str | Path) -> ModelSpec:
@@ -81,7 +93,8 @@ def resolve_model(spec: str, workdir: str | Path) -> ModelSpec:
     if path.is_dir():
         config = _read_config(path / "config.json", f"{spec}/config.json")
         has_weights = any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
-        return ModelSpec(str(path), "auto" if has_weights else "dummy", int(config["vocab_size"]), path.name)
+        return ModelSpec(str(path), "auto" if has_weights else "dummy", int(config["vocab_size"]), path.name,
+                         _positions(config))
     if path.is_file():
         return _materialise(_read_config(path, spec), path.stem, workdir)
     shipped = resources.files("optsched.executor").joinpath("configs", f"{spec}.json")

@@ -26,7 +26,7 @@ from ..export.vllm_replay import ReplayPlan
 from .models import ModelSpec
 from .replay_scheduler import ReplayTracker, make_replay_scheduler
 
-__all__ = ["RESULT_FORMAT", "RESULT_VERSION", "ExecutionError", "engine_kwargs", "execute_plan"]
+__all__ = ["RESULT_FORMAT", "RESULT_VERSION", "ExecutionError", "engine_kwargs", "execute_plan", "summary"]
 
 RESULT_FORMAT = "optsched-vllm-result"
 RESULT_VERSION = 1
@@ -120,6 +120,9 @@ def execute_plan(plan: ReplayPlan, model: ModelSpec, *, dtype: str = "auto", eag
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    # vLLM logs every engine detail at INFO, and a harmless chat-template traceback without a
+    # tokenizer at WARNING; set VLLM_LOGGING_LEVEL=INFO to see them.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
         import torch
         import vllm

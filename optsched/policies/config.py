@@ -89,6 +89,12 @@ class PolicyConfig:
             raise ValueError(f"policy {self.name!r}: groups must be a non-empty subset of {GROUPS}")
         if len(set(self.groups)) != len(self.groups):
             raise ValueError(f"policy {self.name!r}: a group is listed twice")
+        covers = set(self.groups) in ({"all"}, {"waiting", "running"}, {"waiting", "running_decode", "running_prefill"})
+        if not covers:
+            raise ValueError(
+                f"policy {self.name!r}: groups must cover R_w and R_r exactly once: ('all',), waiting and"
+                " running, or waiting, running_decode and running_prefill (in any order)"
+            )
         if self.order not in ORDERS:
             raise ValueError(f"policy {self.name!r}: order must be one of {ORDERS}")
         if self.chunk is not None and self.chunk < 1:

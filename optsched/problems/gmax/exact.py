@@ -7,7 +7,8 @@ G = n / t is a ratio; two exact schemes reduce it to the slot model of :mod:`.sl
   :math:`F(\\lambda) > 0` its solution has :math:`G > \\lambda` and becomes the incumbent, otherwise
   :math:`\\lambda = G^*` is proven. A sub-solve stopped by the time limit with dual bound
   :math:`\\bar F` still proves :math:`G^* \\le \\lambda + \\max(\\bar F, 0) / t_{LB}`
-  (:math:`t_{LB} = \\sum_i \\min_b E_i(b)`).
+  (:math:`t_{LB}` the larger of :math:`\\sum_i \\min_b E_i(b)` and the LP bound on :math:`\\min t`;
+  the MILP backend then also tightens :math:`\\bar F` by the LP relaxation, solved after the limit).
 - **Fixed n (epsilon-constraint).** :math:`t^*(n_0) = \\min t` s.t. :math:`n \\ge n_0`; then
   :math:`G^* = \\max_{n_0} n_0 / t^*(n_0)`. The points :math:`(n_0, t^*(n_0))` are the (n, t) Pareto
   frontier. Solved for :math:`n_0 = \\bar n, \\bar n - 1, \\dots` (:math:`\\bar n` = max n) and stopped
@@ -103,10 +104,6 @@ def _check_model(problem: GmaxProblem, res: SubResult, what: str) -> None:
         raise RuntimeError(f"{what}: model claims n = {res.n} but only {n} requests meet their SLO")
 
 
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else max(deadline - time.perf_counter(), 0.0)
-
-
 def solve_exact(
     problem: GmaxProblem,
     backend: SlotBackend,
@@ -146,12 +143,14 @@ def solve_exact(
             points, _, _ = _fixed_n(problem, backend, inc, deadline, t_lb, log, prune=False)
     else:
         points, status, bound = _fixed_n(problem, backend, inc, deadline, t_lb, log, prune=not frontier)
-    return ExactResult(status, inc.batches, inc.n, inc.t, inc.G, max(bound, inc.G), points, len(log), log)
+    # n <= the requests that can meet their SLO at all, t >= t_LB: a bound that needs no solver
+    trivial = int(SlotData.build(problem).can_meet.any(axis=1).sum()) / t_lb if t_lb > 0 else 0.0
+    return ExactResult(status, inc.batches, inc.n, inc.t, inc.G, max(min(bound, trivial), inc.G), points, len(log), log)
 
 
 def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]:
     if inc.G == 0:
-        res = backend.max_n(_remaining(deadline))
+        res = backend.max_n(deadline)
         log.append({"step": "max_n", "status": res.status, "wall": res.wall})
         if res.status == "optimal" and res.n == 0:
             return "optimal", 0.0
@@ -160,7 +159,7 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
         if inc.G == 0:
             return "time_limit", math.inf
     while True:
-        res = backend.parametric(inc.n, inc.batches, _remaining(deadline))
+        res = backend.parametric(inc.n, inc.batches, deadline)
         log.append({"step": "dinkelbach", "lambda": res.info.get("lambda"), "status": res.status,
                     "F": res.objective, "wall": res.wall})
         if res.batches:
@@ -172,13 +171,19 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
             # F(lambda) <= 0 up to rounding, so lambda = G* (within the model's arithmetic).
             return "optimal", inc.G + max(res.objective, 0.0) / t_lb
         if res.status not in ("optimal", "feasible") or (not improved and res.status == "feasible"):
-            bound = res.bound if math.isfinite(res.bound) else math.inf
-            return "time_limit", res.info.get("lambda", inc.G) + max(bound, 0.0) / t_lb
+            f_bound, t_bound = res.bound if math.isfinite(res.bound) else math.inf, t_lb
+            relax = getattr(backend, "relaxation_bounds", None)
+            if relax is not None:  # LP bounds, computed after the limit (documented overshoot)
+                f_lp, t_lp = relax(inc.n, inc.batches)
+                f_bound, t_bound = min(f_bound, f_lp), max(t_lb, t_lp)
+                log.append({"step": "lp-bounds", "F_lp": f_lp, "t_lp": t_lp})
+            # any schedule: n - lambda t <= F_bound and t >= t_bound, so G <= lambda + F_bound / t_bound
+            return "time_limit", res.info.get("lambda", inc.G) + max(f_bound, 0.0) / t_bound
 
 
 def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[list, str, float]:
     complete = True
-    base = backend.min_t(0, _remaining(deadline))
+    base = backend.min_t(0, deadline)
     log.append({"step": "min_t", "n0": 0, "status": base.status, "t": base.t, "wall": base.wall})
     if base.batches:
         _check_model(problem, base, "min t")
@@ -186,7 +191,7 @@ def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[l
     t0 = base.objective if base.status == "optimal" else (base.bound if math.isfinite(base.bound) else t_lb)
     t0 = max(t0, t_lb) if base.status != "optimal" else t0
     complete &= base.status == "optimal"
-    top = backend.max_n(_remaining(deadline))
+    top = backend.max_n(deadline)
     log.append({"step": "max_n", "status": top.status, "n": top.n, "wall": top.wall})
     if top.batches:
         inc.offer(top.batches)
@@ -200,7 +205,7 @@ def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[l
     for n0 in range(n_bar, 0, -1):
         if prune and n0 / t0 <= inc.G:
             break
-        res = backend.min_t(n0, _remaining(deadline))
+        res = backend.min_t(n0, deadline)
         log.append({"step": "min_t", "n0": n0, "status": res.status, "t": res.t, "wall": res.wall})
         if res.status == "infeasible":
             continue

@@ -17,6 +17,21 @@ from .slots import SlotData, SubResult
 
 __all__ = ["MilpBackend", "MILP_SOLVERS"]
 
+
+class _HighsWithStart(pulp.HiGHS):
+    """PuLP's HiGHS adapter plus a MIP start: the variables' initial values, when all are set."""
+
+    def callSolver(self, lp: pulp.LpProblem) -> None:
+        values = [var.varValue for var in lp.variables()]
+        if values and all(v is not None for v in values):
+            import highspy
+
+            start = highspy.HighsSolution()
+            start.col_value = [float(v) for v in values]
+            start.value_valid = True
+            lp.solverModel.setSolution(start)
+        lp.solverModel.run()
+
 MILP_SOLVERS = ("highs", "cbc", "gurobi")
 
 
@@ -28,8 +43,7 @@ class MilpBackend:
             raise ValueError(f"unknown MILP solver {solver!r} (known: {', '.join(MILP_SOLVERS)})")
         self.data, self.solver, self.threads, self.log = data, solver, threads, log
         self.name = f"milp-{solver}"
-        self.highs_options: dict[str, Any] = {}
-        self.hint: list[list[int]] | None = None  # unused: PuLP's HiGHS API takes no MIP start
+        self.hint: list[list[int]] | None = None  # MIP start (HiGHS and Gurobi)
 
     # ------------------------------------------------------------------------------ model
 
@@ -58,6 +72,7 @@ class MilpBackend:
             )
             prob += start[c] == start[c - 1] + dur[c], f"start_{c}"
 
+        cumulative: dict[tuple[int, int], tuple[list, list]] = {}
         for i in range(nreq):
             prob += pulp.lpSum(w[i, c, s] for c, s in keys) == 1, f"assign_{i}"
         for c, s in keys:
@@ -67,6 +82,7 @@ class MilpBackend:
             # above[r] = sum of l over order[r:], below[r] = sum of w over order[:r+1]
             above = [prob.add_variable(f"la_{r}_{c}_{s}", lowBound=0) for r in range(nreq)]
             below = [prob.add_variable(f"wb_{r}_{c}_{s}", lowBound=0) for r in range(nreq)]
+            cumulative[c, s] = (above, below)
             for rank, i in enumerate(order):
                 nxt = above[rank + 1] if rank + 1 < nreq else 0
                 prev = below[rank - 1] if rank > 0 else 0
@@ -92,23 +108,72 @@ class MilpBackend:
         t_expr = pulp.lpSum(float(e[i, s - 1]) * var for (i, c, s), var in w.items()) + pulp.lpSum(
             (nreq - c) * dur[c] for c in dur
         )
+        if self.hint:
+            self._set_start(self.hint, w, z, lead, v, dur, start, cumulative)
         return prob, {"w": w, "n": n_expr, "t": t_expr}
+
+    def _set_start(self, batches, w, z, lead, v, dur, start, cumulative) -> None:
+        """MIP start: every variable's value in the schedule ``batches`` (passed on by
+        :class:`_HighsWithStart`)."""
+        d, p = self.data, self.data.problem
+        chosen: dict[tuple[int, int], list[int]] = {}
+        pos = 0
+        for batch in batches:
+            pos += len(batch)
+            chosen[pos, len(batch)] = list(batch)
+        elapsed = 0.0
+        for c in range(1, p.n_requests + 1):
+            start[c - 1].setInitialValue(elapsed)
+            length = 0.0
+            for s in d.sizes:
+                members = chosen.get((c, s), [])
+                if s <= c:
+                    z[c, s].setInitialValue(1 if members else 0)
+                    order = d.order(s)
+                    leader = max(members, key=order.index) if members else None
+                    above, below = cumulative[c, s]
+                    acc_w = 0
+                    for rank, i in enumerate(order):
+                        w[i, c, s].setInitialValue(1 if i in members else 0)
+                        lead[i, c, s].setInitialValue(1 if i == leader else 0)
+                        acc_w += i in members
+                        below[rank].setInitialValue(acc_w)
+                        above[rank].setInitialValue(1 if leader is not None and order.index(leader) >= rank else 0)
+                if members:
+                    length = float(p.times.exec[leader, s - 1])
+                    for i in members:
+                        if (i, c, s) in v:
+                            ok = elapsed + d.slo_time(i, s) <= d.slo_value(i)
+                            v[i, c, s].setInitialValue(1 if ok else 0)
+            for (i, cc, s), var in v.items():
+                if cc == c and i not in chosen.get((c, s), []):
+                    var.setInitialValue(0)
+            dur[c].setInitialValue(length)
+            elapsed += length
+        start[p.n_requests].setInitialValue(elapsed)
 
     def _command(self, time_limit: float | None) -> pulp.LpSolver:
         common: dict[str, Any] = {"msg": self.log, "timeLimit": time_limit, "gapRel": 0.0}
         if self.solver == "highs":
-            return pulp.HiGHS(threads=self.threads, mip_feasibility_tolerance=1e-9, **self.highs_options, **common)
+            return _HighsWithStart(threads=self.threads, mip_feasibility_tolerance=1e-9, **common)
         if self.solver == "cbc":
             return pulp.PULP_CBC_CMD(threads=self.threads, **common)
-        return pulp.GUROBI(threads=self.threads, MIPGap=0.0, IntFeasTol=1e-9, **{k: v for k, v in common.items() if k != "gapRel"})
+        params: dict[str, Any] = {"MIPGap": 0.0, "IntFeasTol": 1e-9}
+        if self.threads is not None:
+            params["Threads"] = self.threads
+        return pulp.GUROBI(msg=self.log, timeLimit=time_limit, warmStart=self.hint is not None, **params)
 
-    def _run(self, prob: pulp.LpProblem, parts: dict[str, Any], time_limit: float | None) -> SubResult:
+    def _run(self, prob: pulp.LpProblem, parts: dict[str, Any], deadline: float | None) -> SubResult:
         start = time.perf_counter()
+        time_limit = None if deadline is None else max(deadline - start, 0.01)
         try:
             prob.solve(self._command(time_limit))
-        except pulp.PulpSolverError as exc:
+        except Exception as exc:  # gurobipy.GurobiError is not a PulpSolverError
             if self.solver == "gurobi":
-                raise RuntimeError(f"Gurobi could not solve the MILP (restricted licence size limit?): {exc}") from exc
+                raise RuntimeError(
+                    f"Gurobi could not solve the MILP ({exc}); the restricted licence is limited to "
+                    "2000 variables and constraints: use --solver highs or cpsat"
+                ) from exc
             raise
         wall = time.perf_counter() - start
         has_solution = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
@@ -143,23 +208,36 @@ class MilpBackend:
 
     # ------------------------------------------------------------------------------ objectives
 
-    def parametric(self, n_inc: int, batches_inc: list[list[int]], time_limit: float | None) -> SubResult:
+    def parametric(self, n_inc: int, batches_inc: list[list[int]], deadline: float | None) -> SubResult:
         r"""Dinkelbach step at :math:`\lambda = n_{inc} / t_{inc}` (the incumbent's G)."""
         lam = n_inc / g_core(self.data.problem, batches_inc)[1]
         prob, parts = self._build(pulp.LpMaximize)
         prob += parts["n"] - lam * parts["t"]
-        res = self._run(prob, parts, time_limit)
+        res = self._run(prob, parts, deadline)
         res.info["lambda"] = lam
         return res
 
-    def min_t(self, n_min: int, time_limit: float | None) -> SubResult:
+    def min_t(self, n_min: int, deadline: float | None) -> SubResult:
         prob, parts = self._build(pulp.LpMinimize)
         prob += parts["t"]
         if n_min > 0:
             prob += parts["n"] >= n_min, "n_min"
-        return self._run(prob, parts, time_limit)
+        return self._run(prob, parts, deadline)
 
-    def max_n(self, time_limit: float | None) -> SubResult:
+    def relaxation_bounds(self, n_inc: int, batches_inc: list[list[int]]) -> tuple[float, float]:
+        r"""LP-relaxation bounds: (upper bound on :math:`\max n - \lambda t` at the incumbent's
+        :math:`\lambda`, lower bound on :math:`\min t`), used to prove a bound after a time limit."""
+        lam = n_inc / g_core(self.data.problem, batches_inc)[1]
+        out = []
+        for sense in (pulp.LpMaximize, pulp.LpMinimize):
+            prob, parts = self._build(sense)
+            prob += parts["n"] - lam * parts["t"] if sense == pulp.LpMaximize else parts["t"]
+            prob.solve(pulp.HiGHS(mip=False, msg=self.log))
+            ok = prob.status == pulp.LpStatusOptimal
+            out.append(float(pulp.value(prob.objective)) if ok else (float("inf") if sense == pulp.LpMaximize else 0.0))
+        return out[0], out[1]
+
+    def max_n(self, deadline: float | None) -> SubResult:
         prob, parts = self._build(pulp.LpMaximize)
         prob += parts["n"]
-        return self._run(prob, parts, time_limit)
+        return self._run(prob, parts, deadline)

@@ -90,6 +90,21 @@ class GmaxProblem:
             return False
         return self.capacity is None or sum(self.need[i] for i in members) <= self.capacity
 
+    def subset(self, indices: Sequence[int], name: str | None = None) -> "GmaxProblem":
+        """The problem restricted to the requests ``indices`` (in that order)."""
+        idx = list(indices)
+        return GmaxProblem(
+            ids=tuple(self.ids[i] for i in idx),
+            e2e_task=tuple(self.e2e_task[i] for i in idx),
+            slo_e2e=self.slo_e2e[idx],
+            slo_ttft=self.slo_ttft[idx],
+            slo_tpot=self.slo_tpot[idx],
+            times=StaticTimes(self.times.exec[idx], self.times.prefill[idx], self.times.tpot[idx]),
+            need=tuple(self.need[i] for i in idx),
+            capacity=self.capacity,
+            name=name or self.name,
+        )
+
     def meets_tpot(self, i: int, b: int) -> bool:
         """Whether request ``i`` meets its TPOT SLO in a batch of size ``b`` (needed for x_i, h=0)."""
         return self.e2e_task[i] or self.times.tpot[i, b - 1] <= self.slo_tpot[i]
@@ -341,6 +356,8 @@ def evaluate_g(problem: GmaxProblem, batches: Sequence[Sequence[int | str]]) -> 
                 met[rid] = bool(ttft[rid] <= problem.slo_ttft[i] and tpot[rid] <= problem.slo_tpot[i])
         durations.append(max(float(problem.times.exec[i, col]) for i in batch))
         wait += durations[-1]
+    if n != sum(met.values()):  # g_core and this loop implement the same Eq. 7
+        raise AssertionError("calculateG: inconsistent SLO accounting")
     return GEvaluation(
         n=n,
         t=t,

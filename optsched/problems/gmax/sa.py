@@ -29,7 +29,15 @@ from typing import Sequence
 
 from .problem import GmaxProblem, g_core, g_value
 
-__all__ = ["SAParams", "SAResult", "chunked", "inst_assign", "simulated_annealing", "start_points"]
+__all__ = [
+    "SAParams",
+    "SAResult",
+    "chunked",
+    "inst_assign",
+    "simulated_annealing",
+    "slo_aware_scheduling",
+    "start_points",
+]
 
 
 @dataclass(frozen=True)
@@ -182,3 +190,26 @@ def inst_assign(problem: GmaxProblem, capacities: Sequence[float]) -> list[list[
         parts[k].append(i)
         remaining[k] -= need
     return parts
+
+
+def slo_aware_scheduling(
+    problem: GmaxProblem, capacities: Sequence[float], params: SAParams = SAParams()
+) -> tuple[list[list[list[int]]], int, float]:
+    """Algorithm 2: pre-assign requests to instances (:func:`inst_assign`), then run the annealing
+    independently per instance (each instance serves its batches from time 0, in parallel).
+
+    Returns
+    -------
+    (per-instance ordered batches of request indices of ``problem``, total n, total t)
+    """
+    schedules, n_total, t_total = [], 0, 0.0
+    for part in inst_assign(problem, capacities):
+        if not part:
+            schedules.append([])
+            continue
+        sub = problem.subset(part)
+        res = simulated_annealing(sub, params)
+        schedules.append([[part[i] for i in batch] for batch in res.batches])
+        n_total += res.n
+        t_total += res.t
+    return schedules, n_total, t_total

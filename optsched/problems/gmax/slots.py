@@ -150,16 +150,17 @@ class SubResult:
 
 
 class SlotBackend(Protocol):
-    """What :mod:`.exact` needs from a backend."""
+    """What :mod:`.exact` needs from a backend (``deadline``: absolute ``time.perf_counter()``
+    time by which the solve must stop, model building included; None: no limit)."""
 
     name: str
 
-    def parametric(self, n_inc: int, batches_inc: list[list[int]], time_limit: float | None) -> SubResult:
+    def parametric(self, n_inc: int, batches_inc: list[list[int]], deadline: float | None) -> SubResult:
         """Maximise :math:`n - \\lambda t` at the incumbent's :math:`\\lambda = G` (Dinkelbach);
         objective and bound in requests."""
 
-    def min_t(self, n_min: int, time_limit: float | None) -> SubResult:
+    def min_t(self, n_min: int, deadline: float | None) -> SubResult:
         """Minimise t subject to :math:`n \\ge n_{min}` (``n_min = 0``: no SLO constraint)."""
 
-    def max_n(self, time_limit: float | None) -> SubResult:
+    def max_n(self, deadline: float | None) -> SubResult:
         """Maximise n alone."""

@@ -1,0 +1,82 @@
+"""``optsched report INSTANCE [--time-limit S] [--html FILE] [--json]``: the bound report.
+
+Gathers every proven lower bound, the best schedule found within the time limit and every
+policy's metrics (:func:`optsched.report.build_report`), then prints a table (or, with ``--json``,
+one JSON object whose keys docs/report.md documents) and optionally writes a self-contained HTML
+page. Progress goes to stderr. Ctrl-C or the time limit yield the partial report (exit 0, with
+``partial: true``). INSTANCE is an instance JSON file, a shipped instance name, or a trace CSV
+(``--cost-model`` and limits from the instance options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from ..cli import BadInput, print_json
+from ..policies import POLICIES
+from ..report import Progress, build_report, report_table, report_to_dict, write_html
+from ..report.gather import SOLVE_MAX_REQUESTS
+from ..result import OBJECTIVES
+from ._common import add_instance_arguments, check_output_path, load_instance_arg, positive_float
+
+#: Seconds of the time limit kept for drawing the HTML page, per request (at least 5 s, at most 30 s).
+HTML_RESERVE_PER_REQUEST = 0.02
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="proven bounds, best schedule and every policy, with gaps (table, JSON, HTML)",
+        description=__doc__.split("\n\n")[1],
+    )
+    add_instance_arguments(p)
+    p.add_argument("--time-limit", type=positive_float, default=60.0, metavar="S",
+                   help="overall time limit in seconds, HTML included (default 60)")
+    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report here")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--objective", choices=OBJECTIVES, default="makespan", help="objective compared (default makespan)")
+    p.add_argument("--policies", metavar="LIST", help="comma-separated policies (default: all registered)")
+    p.add_argument("--problem", default="infermax", help="problem whose solver seeks the best schedule (default infermax)")
+    p.add_argument("--solve-max-requests", type=int, default=SOLVE_MAX_REQUESTS, metavar="N",
+                   help=f"run the solver only on instances of at most N requests (default {SOLVE_MAX_REQUESTS}; 0 = never)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=handler)
+
+
+def handler(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    policies = None
+    if args.policies:
+        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+        unknown = [p for p in policies if p not in POLICIES]
+        if unknown:
+            raise BadInput(f"--policies: unknown policy {unknown[0]!r} (known: {', '.join(sorted(POLICIES))})")
+    check_output_path(args.html)
+    instance = load_instance_arg(args)
+    reserve = 0.0
+    if args.html:
+        reserve = min(30.0, max(5.0, HTML_RESERVE_PER_REQUEST * len(instance.requests)), args.time_limit / 3)
+    progress = Progress(not args.quiet)
+    elapsed = time.perf_counter() - t0
+    report = build_report(
+        instance,
+        objective=args.objective,
+        time_limit=args.time_limit - elapsed,
+        policies=policies,
+        solve_problem=args.problem,
+        solve_max_requests=args.solve_max_requests,
+        reserve=reserve,
+        progress=progress,
+    )
+    report.time_limit = args.time_limit
+    if args.html:
+        progress(f"writing {args.html}")
+        write_html(report, args.html)
+    report.wall_time = time.perf_counter() - t0
+    if args.json:
+        print_json(report_to_dict(report))
+    else:
+        print(report_table(report))
+    progress(f"done in {report.wall_time:.1f}s")
+    return 0

@@ -1,0 +1,27 @@
+"""Bound reports: every proven lower bound, the best schedule found in a time budget and every
+policy, with their gaps; as a terminal table, JSON and a self-contained HTML page (docs/report.md).
+
+- :func:`gather_bounds` lists the applicable bounds of an instance (generic and registered bounders);
+- :func:`build_report` gathers a whole :class:`Report` under one time limit;
+- :func:`report_to_dict`, :func:`report_table`, :func:`write_html` present it.
+"""
+
+from .gather import SCHEDULE_PROBLEMS, BoundEntry, PolicyRun, Progress, Report, SolverRun, build_report, gather_bounds
+from .html import report_html, write_html
+from .output import report_rows, report_table, report_to_dict
+
+__all__ = [
+    "SCHEDULE_PROBLEMS",
+    "BoundEntry",
+    "PolicyRun",
+    "Progress",
+    "Report",
+    "SolverRun",
+    "build_report",
+    "gather_bounds",
+    "report_html",
+    "report_rows",
+    "report_table",
+    "report_to_dict",
+    "write_html",
+]

@@ -1,0 +1,469 @@
+"""Gather a bound report: proven bounds, the best schedule found in a time budget, every policy.
+
+:func:`build_report` runs, in this order and under one overall deadline:
+
+1. the generic cost-model bounds of :mod:`optsched.bounds` (instant);
+2. every registered policy (:data:`optsched.policies.POLICIES`): simulate, then replay;
+3. every registered bounder (:data:`optsched.problems.BOUNDERS`), with the objective and a share of
+   the remaining time in ``options``;
+4. the solver of ``solve_problem`` (default ``infermax``) when it is registered, the instance has
+   at most ``solve_max_requests`` requests and no policy is already proven optimal by a bound, with
+   :data:`SOLVER_SHARE` of the remaining time (less 1 s) as its limit and the best policy as its
+   warm start. Its schedule is replayed and its objective checked against the replay
+   (:func:`optsched.result.check_agreement`) before it is used; its proven bound joins the bounds.
+
+The best schedule is the one with the least replayed objective among the solver's and the
+policies'. Every number that reaches the report comes from :func:`optsched.schedule.replay`.
+
+The deadline is honoured with ``SIGALRM`` where available (main thread, POSIX): a phase still
+running at the deadline is abandoned and the report is marked ``partial``, as on Ctrl-C
+(``KeyboardInterrupt``), which also yields the partial report instead of nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence, TextIO
+
+from ..bounds import generic_bounds
+from ..instance import Instance, InstanceError
+from ..policies import POLICIES, simulator_for
+from ..problems import BOUNDERS, SOLVERS, bounder_for, solver_for
+from ..result import OBJECTIVES, SolveResult, check_agreement, relative_gap, replayed_objective
+from ..schedule import ReplayResult, Schedule, replay
+
+__all__ = [
+    "SCHEDULE_PROBLEMS",
+    "BoundEntry",
+    "PolicyRun",
+    "Report",
+    "SolverRun",
+    "build_report",
+    "gather_bounds",
+]
+
+#: Problems whose schedules are iteration-level schedules judged by replay under the contract, so
+#: that their bounds bound the same objective as the policies' schedules. Bounds of other problems
+#: (other models, e.g. static batches or placement) are listed but not compared.
+SCHEDULE_PROBLEMS: tuple[str, ...] = ("infermax",)
+
+#: A schedule whose objective is within this relative distance of a proven bound is optimal.
+OPTIMAL_RTOL = 1e-9
+
+#: Share of the time left that the solver gets as its own time limit (it also builds its model).
+SOLVER_SHARE = 0.8
+
+#: Default largest instance (in requests) handed to the exact solver.
+SOLVE_MAX_REQUESTS = 16
+
+
+class TimeUp(Exception):
+    """The report's overall deadline passed during a phase."""
+
+
+@dataclass(frozen=True)
+class BoundEntry:
+    """One bound in a report.
+
+    Attributes
+    ----------
+    source
+        ``"generic"`` (cost-model bounds) or the problem whose bounder or solver produced it.
+    name, value, valid, note
+        As in :class:`optsched.result.Bound`.
+    objective
+        The objective it bounds.
+    comparable
+        True when it bounds the report's objective over the same schedules as the policies'
+        (generic bounds and bounds of :data:`SCHEDULE_PROBLEMS`), so that gaps are measured to it.
+    """
+
+    source: str
+    name: str
+    value: float
+    valid: bool
+    note: str
+    objective: str
+    comparable: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class PolicyRun:
+    """One policy's schedule, replay and objective.
+
+    ``status``: ``ok``; ``invalid`` (its schedule does not replay cleanly); ``n/a`` (the policy
+    rejects the instance with an :class:`~optsched.instance.InstanceError`, e.g. a policy of another
+    problem that needs fields this instance lacks); ``error`` (any other exception); ``skipped``
+    (not run: the report was cut short).
+    """
+
+    policy: str
+    status: str
+    objective: float | None = None
+    schedule: Schedule | None = None
+    replay: ReplayResult | None = None
+    message: str = ""
+    wall_time: float = 0.0
+
+
+@dataclass
+class SolverRun:
+    """The exact solver's outcome (``result`` None when it was not run; ``message`` says why)."""
+
+    problem: str
+    result: SolveResult | None = None
+    replay: ReplayResult | None = None
+    message: str = ""
+    wall_time: float = 0.0
+
+
+@dataclass
+class Report:
+    """Everything :func:`build_report` found; see :mod:`optsched.report.output` for its JSON."""
+
+    instance: Instance
+    objective: str
+    bounds: list[BoundEntry] = field(default_factory=list)
+    policies: list[PolicyRun] = field(default_factory=list)
+    solver: SolverRun | None = None
+    partial: bool = False
+    notes: list[str] = field(default_factory=list)
+    time_limit: float | None = None
+    wall_time: float = 0.0
+    phase_times: dict[str, float] = field(default_factory=dict)
+    bounder_times: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def best_bound(self) -> BoundEntry | None:
+        """The largest proven comparable bound (None when there is none)."""
+        proven = [b for b in self.bounds if b.valid and b.comparable and math.isfinite(b.value)]
+        return max(proven, key=lambda b: b.value, default=None)
+
+    def candidates(self) -> list[tuple[str, float, Schedule, ReplayResult]]:
+        """(label, objective, schedule, replay) of every schedule that replays cleanly."""
+        out = []
+        s = self.solver
+        if s is not None and s.result is not None and s.replay is not None and s.result.objective is not None:
+            assert s.result.schedule is not None
+            out.append((f"solver:{s.problem}", s.result.objective, s.result.schedule, s.replay))
+        for p in self.policies:
+            if p.status == "ok":
+                assert p.objective is not None and p.schedule is not None and p.replay is not None
+                out.append((f"policy:{p.policy}", p.objective, p.schedule, p.replay))
+        return out
+
+    @property
+    def best(self) -> tuple[str, float, Schedule, ReplayResult] | None:
+        """The best schedule found (least objective; the solver's first on ties)."""
+        return min(self.candidates(), key=lambda c: c[1], default=None)
+
+    @property
+    def proven_optimal(self) -> bool:
+        """Whether the best schedule's objective meets a proven comparable bound (within 1e-9)."""
+        best, bound = self.best, self.best_bound
+        return best is not None and bound is not None and best[1] <= bound.value * (1 + OPTIMAL_RTOL) + 1e-15
+
+    def gap(self, value: float | None) -> float | None:
+        """Relative gap of ``value`` to the best proven bound."""
+        bound = self.best_bound
+        return relative_gap(value, None if bound is None else bound.value)
+
+
+class Progress:
+    """Progress lines on stderr, each with the elapsed time."""
+
+    def __init__(self, enabled: bool, stream: TextIO | None = None) -> None:
+        self.enabled = enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.t0 = time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        if self.enabled:
+            print(f"[{time.perf_counter() - self.t0:7.1f}s] {message}", file=self.stream, flush=True)
+
+
+@contextmanager
+def _deadline(at: float | None) -> Iterator[None]:
+    """Raise :class:`TimeUp` in the block when ``time.perf_counter()`` passes ``at`` (SIGALRM)."""
+    usable = (
+        at is not None
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+    assert at is not None
+    left = at - time.perf_counter()
+    if left <= 0:
+        raise TimeUp
+
+    def handler(signum: int, frame: Any) -> None:
+        raise TimeUp
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, left)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def gather_bounds(
+    instance: Instance,
+    problem: str | None = None,
+    objective: str = "makespan",
+    options: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
+) -> list[BoundEntry]:
+    """Every applicable lower bound on ``objective`` for ``instance``.
+
+    Parameters
+    ----------
+    instance
+        The instance.
+    problem
+        Only this problem's bounder (plus the generic bounds when it is in
+        :data:`SCHEDULE_PROBLEMS`); None = generic bounds and every registered bounder.
+    objective
+        ``makespan``, ``completion`` or ``ttft`` (see :data:`optsched.result.OBJECTIVES`).
+    options
+        Passed to each bounder (``objective`` is set from the argument).
+    notes
+        When given, receives one line per bounder that failed or does not apply.
+
+    Returns
+    -------
+    list of BoundEntry
+        Generic bounds first, then each bounder's, in problem-name order.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
+    if problem is not None and problem not in BOUNDERS and problem not in SCHEDULE_PROBLEMS:
+        raise KeyError(f"unknown problem {problem!r} for bound (known: {', '.join(sorted(BOUNDERS))})")
+    out: list[BoundEntry] = []
+    if problem is None or problem in SCHEDULE_PROBLEMS:
+        out += [
+            BoundEntry("generic", b.name, b.value, b.valid, b.note, objective, True)
+            for b in generic_bounds(instance, objective)
+        ]
+    names = sorted(BOUNDERS) if problem is None else [problem] if problem in BOUNDERS else []
+    for name in names:
+        out += _run_bounder(instance, name, objective, dict(options or {}), notes)
+    return out
+
+
+def _run_bounder(
+    instance: Instance, name: str, objective: str, options: dict[str, Any], notes: list[str] | None
+) -> list[BoundEntry]:
+    """One bounder's bounds; a bounder that raises is noted, not fatal (it may not apply)."""
+    options["objective"] = objective
+    try:
+        bounds = bounder_for(name)(instance, options)
+    except (TimeUp, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bounder that does not apply must not sink the report
+        if notes is not None:
+            notes.append(f"bounder {name}: not applied ({type(exc).__name__}: {exc})")
+        return []
+    comparable = name in SCHEDULE_PROBLEMS
+    return [BoundEntry(name, b.name, float(b.value), bool(b.valid), b.note, objective, comparable) for b in bounds]
+
+
+def _run_policy(instance: Instance, name: str, objective: str) -> PolicyRun:
+    t0 = time.perf_counter()
+    try:
+        schedule = simulator_for(name)(instance)
+    except (TimeUp, KeyboardInterrupt):
+        raise
+    except InstanceError as exc:
+        return PolicyRun(name, "n/a", message=str(exc), wall_time=time.perf_counter() - t0)
+    except Exception as exc:  # noqa: BLE001 - one failing policy is reported, not fatal
+        return PolicyRun(name, "error", message=f"{type(exc).__name__}: {exc}", wall_time=time.perf_counter() - t0)
+    result = replay(instance, schedule)
+    wall = time.perf_counter() - t0
+    if not result.feasible:
+        return PolicyRun(name, "invalid", None, schedule, result,
+                         f"{len(result.violations)} violation(s): {result.violations[0]}", wall)
+    value, _ = replayed_objective(instance, schedule, objective)
+    return PolicyRun(name, "ok", value, schedule, result, wall_time=wall)
+
+
+def _run_solver(
+    instance: Instance, problem: str, objective: str, time_limit: float | None, warm_start: str | None
+) -> SolverRun:
+    """Run the exact solver; its schedule is replayed and its objective checked before use."""
+    options: dict[str, Any] = {
+        "solver": None,
+        "time_limit": time_limit,
+        "threads": None,
+        "objective": objective,
+        "no_evict": False,
+        "method": None,
+        "log": False,
+        "warm_start": warm_start,
+    }
+    t0 = time.perf_counter()
+    result: SolveResult = solver_for(problem)(instance, options)
+    wall = time.perf_counter() - t0
+    run = SolverRun(problem, result, wall_time=wall)
+    if result.schedule is None or result.objective is None:
+        run.message = f"status {result.status}: no schedule"
+        return run
+    value, replayed = replayed_objective(instance, result.schedule, objective)
+    check_agreement(result.objective, value, f"{problem} solver")
+    run.replay = replayed
+    result.objective = value
+    return run
+
+
+def build_report(
+    instance: Instance,
+    *,
+    objective: str = "makespan",
+    time_limit: float | None = 60.0,
+    policies: Sequence[str] | None = None,
+    solve_problem: str = "infermax",
+    solve_max_requests: int = SOLVE_MAX_REQUESTS,
+    reserve: float = 0.0,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Gather a full bound report for ``instance`` within ``time_limit`` seconds.
+
+    Parameters
+    ----------
+    instance
+        The instance.
+    objective
+        What to compare: ``makespan`` (default), ``completion`` (sum of finish times) or ``ttft``.
+    time_limit
+        Overall limit in seconds (None = no limit); ``reserve`` seconds of it are kept for the
+        caller (e.g. to draw the HTML).
+    policies
+        Policy names to run (default: every registered policy).
+    solve_problem
+        Problem whose solver looks for the best schedule.
+    solve_max_requests
+        Largest instance handed to the solver (0 disables it).
+    progress
+        Called with one line per step (e.g. a :class:`Progress`).
+
+    Returns
+    -------
+    Report
+        Complete, or ``partial`` when the deadline or Ctrl-C cut it short.
+    """
+    say = progress or (lambda message: None)
+    t0 = time.perf_counter()
+    deadline = None if time_limit is None else t0 + max(0.0, time_limit - reserve)
+    report = Report(instance, objective, time_limit=time_limit)
+    names = sorted(POLICIES) if policies is None else list(policies)
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown:
+        raise KeyError(f"unknown policy {unknown[0]!r} (known: {', '.join(sorted(POLICIES))})")
+
+    def remaining() -> float | None:
+        return None if deadline is None else max(0.0, deadline - time.perf_counter())
+
+    phase = "bounds"
+    try:
+        with _timed(report, "bounds"):
+            report.bounds = [
+                BoundEntry("generic", b.name, b.value, b.valid, b.note, objective, True)
+                for b in generic_bounds(instance, objective)
+            ]
+        say(f"generic bounds: {', '.join(f'{b.name} {b.value:.6g}' for b in report.bounds)}")
+        phase = "policies"
+        with _timed(report, "policies"), _deadline(deadline):
+            for k, name in enumerate(names, 1):
+                run = _run_policy(instance, name, objective)
+                report.policies.append(run)
+                value = f"{objective} {run.objective:.6g}" if run.objective is not None else run.status
+                say(f"policy {k}/{len(names)} {name}: {value} ({run.wall_time:.1f}s)")
+        phase = "bounders"
+        with _timed(report, "bounders"), _deadline(deadline):
+            for name in sorted(BOUNDERS):
+                left = remaining()
+                options = {"time_limit": None if left is None else left / 4}
+                t_start = time.perf_counter()
+                found = _run_bounder(instance, name, objective, options, report.notes)
+                report.bounder_times[name] = time.perf_counter() - t_start
+                report.bounds += found
+                say(f"bounder {name}: {len(found)} bound(s) ({report.bounder_times[name]:.1f}s)")
+        phase = "solver"
+        report.solver = _solver_phase(report, solve_problem, solve_max_requests, remaining, deadline, say)
+    except TimeUp:
+        report.partial = True
+        report.notes.append(f"time limit reached during {phase}; the report is partial")
+        say(f"time limit reached during {phase}")
+    except KeyboardInterrupt:
+        report.partial = True
+        report.notes.append(f"interrupted during {phase}; the report is partial")
+        say(f"interrupted during {phase}")
+    if report.partial:
+        done = {p.policy for p in report.policies}
+        report.policies += [PolicyRun(p, "skipped", message="not run (report cut short)") for p in names if p not in done]
+    report.wall_time = time.perf_counter() - t0
+    return report
+
+
+def _solver_phase(
+    report: Report,
+    problem: str,
+    max_requests: int,
+    remaining: Callable[[], float | None],
+    deadline: float | None,
+    say: Callable[[str], None],
+) -> SolverRun | None:
+    instance = report.instance
+    if problem not in SOLVERS:
+        report.notes.append(f"no solver registered for problem {problem!r}: best schedule from the policies")
+        return None
+    n = len(instance.requests)
+    if n > max_requests:
+        report.notes.append(f"solver {problem} not run: {n} requests > {max_requests} (--solve-max-requests)")
+        return SolverRun(problem, message=f"not run: {n} requests > {max_requests}")
+    ok = [p for p in report.policies if p.status == "ok"]
+    warm = min(ok, key=lambda p: p.objective or math.inf).policy if ok else None
+    if report.proven_optimal:
+        report.notes.append(f"solver {problem} not run: the best policy meets a proven bound (optimal)")
+        return SolverRun(problem, message="not run: the best policy is proven optimal by a bound")
+    left = remaining()
+    if left is not None:  # keep room for the solver's own set-up and for replaying its schedule
+        left = max(0.5, SOLVER_SHARE * left - 1.0)
+    say(f"solver {problem}: time limit {'none' if left is None else f'{left:.1f}s'}, warm start {warm}")
+    grace = None if deadline is None else deadline + 1.0
+    with _timed(report, "solver"), _deadline(grace):
+        try:
+            run = _run_solver(instance, problem, report.objective, left, warm)
+        except (TimeUp, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported in the table, not fatal
+            run = SolverRun(problem, message=f"{type(exc).__name__}: {exc}")
+    res = run.result
+    if res is not None:
+        say(f"solver {problem}: {res.status}, objective {res.objective}, bound {res.bound} ({run.wall_time:.1f}s)")
+        if res.bound is not None and math.isfinite(res.bound) and res.status in ("optimal", "feasible", "time_limit"):
+            report.bounds.append(BoundEntry(problem, f"{problem}-solver", float(res.bound), True,
+                                            f"best proven bound of the {res.solver} solve ({res.status})",
+                                            report.objective, problem in SCHEDULE_PROBLEMS))
+    return run
+
+
+@contextmanager
+def _timed(report: Report, phase: str) -> Iterator[None]:
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        report.phase_times[phase] = report.phase_times.get(phase, 0.0) + time.perf_counter() - t0

@@ -1,0 +1,278 @@
+"""optsched report: the bound <= best <= policy chain on every shipped instance, clean replays,
+stable JSON, partial reports on Ctrl-C and on the deadline, solver integration, the HTML page."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+
+import pytest
+from report_support import random_schedule, serial_fcfs
+
+from optsched.cli import main
+from optsched.instance import available_instances, load_instance
+from optsched.policies import POLICIES
+from optsched.problems import BOUNDERS, SOLVERS
+from optsched.report import build_report, gather_bounds, report_html, report_table, report_to_dict
+from optsched.report.plots import item_phases
+from optsched.result import SolveResult
+from optsched.schedule import replay
+
+REL = 1e-9
+#: Instances above this many requests run with the registered policies' first few only (test time).
+FULL_POLICY_SET_UP_TO = 200
+#: The policies run on those big instances.
+BIG_INSTANCE_POLICIES = ("vllm", "sarathi", "rank-i")
+
+
+@pytest.fixture
+def fcfs(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Register the test-only serial FCFS policy (so that the report has a policy before the simulator lands)."""
+    monkeypatch.setitem(POLICIES, "serial-fcfs", "report_support:serial_fcfs")
+    return "serial-fcfs"
+
+
+def check_chain(report) -> None:
+    """Each proven comparable bound <= best objective <= each policy's; every schedule replays cleanly."""
+    best = report.best
+    assert best is not None
+    for label, value, schedule, _ in report.candidates():
+        res = replay(report.instance, schedule)
+        assert res.feasible, (label, res.violations[:3])
+        assert best[1] <= value * (1 + REL), (label, value, best)
+    for b in report.bounds:
+        if b.valid and b.comparable:
+            assert b.value <= best[1] * (1 + REL), (b, best)
+    for p in report.policies:
+        assert p.status in ("ok", "skipped", "n/a"), (p.policy, p.status, p.message)
+        if p.status == "n/a":  # only policies of other problems may reject an instance
+            assert p.message
+
+
+@pytest.mark.parametrize("name", available_instances())
+def test_chain_on_shipped_instances(name: str) -> None:
+    """Every registered policy (the first few on big instances, for test time) and the generic bounds."""
+    if not POLICIES:
+        pytest.skip("no policy registered")
+    inst = load_instance(name)
+    policies = sorted(POLICIES)
+    if len(inst.requests) > FULL_POLICY_SET_UP_TO:
+        policies = [p for p in BIG_INSTANCE_POLICIES if p in POLICIES] or policies[:3]
+    report = build_report(inst, time_limit=None, policies=policies, solve_max_requests=0)
+    assert not report.partial, report.notes
+    check_chain(report)
+    assert {b.name for b in report.bounds if b.source == "generic"} == {"work", "critical-path"}
+    ok = [p for p in report.policies if p.status == "ok"]
+    assert ok and len(report.candidates()) == len(ok)
+
+
+def test_json_is_stable_and_documented(fcfs: str) -> None:
+    inst = load_instance("toy-4")
+    a = report_to_dict(build_report(inst, time_limit=None, solve_max_requests=0))
+    time.sleep(0.01)
+    b = report_to_dict(build_report(inst, time_limit=None, solve_max_requests=0))
+    a.pop("run")
+    b.pop("run")
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    assert set(a) == {"instance", "requests", "cost_model", "limits", "objective", "bounds", "best_bound",
+                      "best", "solver", "schedules", "partial", "notes"}
+    assert set(a["schedules"][0]) == {"kind", "name", "status", "objective", "gap", "metrics", "message"}
+
+
+def test_cli_json_and_table(fcfs: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "toy-4", "--json", "--quiet", "--solve-max-requests", "0"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["instance"] == "toy-4" and data["best"]["source"].startswith("policy:")
+    assert data["best_bound"]["value"] <= data["best"]["objective"]
+    assert set(data["run"]) == {"time_limit", "wall_time", "phase_times", "policy_wall_times", "bounder_wall_times",
+                               "solver_wall_time"}
+    assert main(["report", "toy-4", "--solve-max-requests", "0"]) == 0
+    captured = capsys.readouterr()
+    assert "Lower bounds" in captured.out and "policy:serial-fcfs" in captured.out
+    assert "generic bounds" in captured.err  # progress on stderr
+
+
+def test_cli_bad_input(fcfs: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "no-such-instance"]) == 2
+    assert main(["report", "toy-4", "--policies", "nope"]) == 2
+    assert "unknown policy 'nope'" in capsys.readouterr().err
+    assert main(["report", "toy-4", "--time-limit", "0"]) == 2
+    assert main(["report", "toy-4", "--html", "/no/such/folder/r.html"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_ctrl_c_gives_partial_report(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(instance):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("report_support.interrupted", interrupted, raising=False)
+    monkeypatch.setitem(POLICIES, "zz-interrupt", "report_support:interrupted")
+    report = build_report(load_instance("toy-4"), time_limit=None, policies=[fcfs, "zz-interrupt"])
+    assert report.partial and "interrupted during policies" in report.notes[-1]
+    assert [p.status for p in report.policies] == ["ok", "skipped"]
+    check_chain(report)
+    assert "PARTIAL" in report_table(report)
+    assert "Partial report" in report_html(report)
+
+
+def test_deadline_gives_partial_report(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def slow(instance):
+        time.sleep(30)
+
+    monkeypatch.setattr("report_support.slow", slow, raising=False)
+    monkeypatch.setitem(POLICIES, "zz-slow", "report_support:slow")
+    t0 = time.perf_counter()
+    report = build_report(load_instance("toy-4"), time_limit=1.0, policies=[fcfs, "zz-slow"])
+    assert time.perf_counter() - t0 < 2.0
+    assert report.partial and "time limit reached during policies" in report.notes[-1]
+    assert report.best is not None and report.best[0] == "policy:serial-fcfs"
+
+
+def _fake_solver(objective_shift: float):
+    def solve(instance, options):
+        assert options["objective"] == "makespan" and options["time_limit"] is not None
+        schedule = serial_fcfs(instance)
+        value = replay(instance, schedule).metrics.makespan
+        return SolveResult("fake", "test", "feasible", value + objective_shift, bound=0.5 * value, schedule=schedule)
+
+    return solve
+
+
+@pytest.mark.parametrize("shift, ok", [(0.0, True), (1.0, False)])
+def test_solver_is_replayed_and_checked(shift: float, ok: bool, fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("report_support.fake_solve", _fake_solver(shift), raising=False)
+    monkeypatch.setitem(SOLVERS, "fake", "report_support:fake_solve")
+    report = build_report(load_instance("toy-4"), time_limit=10, policies=[fcfs], solve_problem="fake")
+    assert report.solver is not None
+    if ok:
+        assert report.solver.replay is not None and report.best[0] == "solver:fake"
+        assert any(b.name == "fake-solver" and not b.comparable for b in report.bounds)
+    else:  # the solver's own objective disagrees with the replay: reported, never used
+        assert report.solver.replay is None and "disagrees" in report.solver.message
+        assert report.best[0] == "policy:serial-fcfs"
+    check_chain(report)
+
+
+def test_solver_size_limit(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(SOLVERS, "fake", "report_support:never_called")
+    report = build_report(load_instance("toy-4"), time_limit=10, solve_problem="fake", solve_max_requests=2)
+    assert report.solver is not None and report.solver.result is None and "4 requests > 2" in report.solver.message
+
+
+def test_gather_bounds_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    from optsched.result import Bound
+
+    def good(instance, options):
+        return [Bound("lp", 0.001, True, f"objective {options['objective']}")]
+
+    def bad(instance, options):
+        raise ValueError("does not apply")
+
+    monkeypatch.setattr("report_support.good_bounds", good, raising=False)
+    monkeypatch.setattr("report_support.bad_bounds", bad, raising=False)
+    monkeypatch.setitem(BOUNDERS, "zz-good", "report_support:good_bounds")
+    monkeypatch.setitem(BOUNDERS, "zz-bad", "report_support:bad_bounds")
+    notes: list[str] = []
+    inst = load_instance("toy-4")
+    bounds = gather_bounds(inst, notes=notes)
+    assert [b.source for b in bounds][:2] == ["generic", "generic"]
+    assert any(b.source == "zz-good" and b.note == "objective makespan" for b in bounds)
+    assert any("zz-bad" in n and "does not apply" in n for n in notes)
+    only = gather_bounds(inst, problem="zz-good")
+    assert [b.source for b in only] == ["zz-good"]
+    with pytest.raises(KeyError):
+        gather_bounds(inst, problem="nope")
+
+
+def test_item_phases_agree_with_replay() -> None:
+    """The plots' prefill/decode split sums to replay's per-batch prefill tokens and decode items."""
+    rng = random.Random(5)
+    inst = load_instance("toy-4")
+    for _ in range(20):
+        schedule = random_schedule(inst, rng, evict_prob=0.3)
+        res = replay(inst, schedule)
+        assert res.feasible
+        for j, (batch, phases) in enumerate(zip(schedule.batches, item_phases(inst, schedule))):
+            assert sum(it.tokens for it, p in zip(batch.items, phases) if p) == res.prefill_tokens[j]
+            assert sum(1 for p in phases if not p) == res.decode_items[j]
+
+
+def test_html_is_self_contained(fcfs: str, tmp_path) -> None:
+    from optsched.report import write_html
+
+    report = build_report(load_instance("toy-4"), time_limit=None, policies=[fcfs], solve_max_requests=0)
+    path = tmp_path / "r.html"
+    write_html(report, path)
+    text = path.read_text()
+    assert "<script" not in text.lower()
+    refs = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)["']""", text)
+    assert all(r.startswith(("data:", "#")) for r in refs), refs
+    # one schedule only: bars, its timeline, memory, TTFT/TPOT (no second "worst policy" timeline)
+    assert text.count("<svg") == 4
+
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run",
+                  "--enable-logging=stderr", "--v=0"]
+
+
+def _chromium(page, tmp_path, *extra: str):
+    """Run headless Chromium on a page with a fresh profile; (returncode, stdout, console lines)."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if exe is None:
+        pytest.skip("headless Chromium is not installed (apt-get install -y chromium)")
+    profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
+    proc = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra, page.as_uri()],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line or "net::ERR" in line]
+    return proc.returncode, proc.stdout, console
+
+
+def test_html_renders_in_headless_chromium(tmp_path) -> None:
+    from optsched.report import write_html
+
+    # the console check must see errors when there are some
+    control = tmp_path / "control.html"
+    control.write_text("<html><body><script>console.error('boom')</script></body></html>")
+    _, _, console = _chromium(control, tmp_path, "--dump-dom")
+    assert any("boom" in line for line in console), console
+
+    page = tmp_path / "report.html"
+    report = build_report(load_instance("toy-4"), time_limit=None, solve_max_requests=0)
+    write_html(report, page)
+    rc, dom, console = _chromium(page, tmp_path, "--dump-dom")
+    assert rc == 0 and console == []
+    # bars, best and worst timelines, memory, TTFT/TPOT (one timeline when only one schedule)
+    assert dom.count("<svg") == (5 if len(report.candidates()) > 1 else 4)
+    assert "<table>" in dom and all(f"policy:{p.policy}" in dom for p in report.policies)
+    shot = tmp_path / "shot.png"
+    rc, _, console = _chromium(page, tmp_path, f"--screenshot={shot}", "--window-size=1200,3000")
+    assert rc == 0 and console == [] and shot.stat().st_size > 20_000
+
+
+def test_chain_with_the_exact_solver() -> None:
+    """The registered infermax solver on a small shipped instance: its schedule and bound join the chain."""
+    if "infermax" not in SOLVERS or "aladdin-fig3" not in available_instances():
+        pytest.skip("the infermax solver or the aladdin-fig3 instance is not available")
+    report = build_report(load_instance("aladdin-fig3"), time_limit=20)
+    assert report.solver is not None and report.solver.result is not None
+    assert report.solver.replay is not None and report.solver.replay.feasible
+    check_chain(report)
+    if report.solver.result.status == "optimal":
+        assert report.proven_optimal and report.best[0] == "solver:infermax"
+
+
+@pytest.mark.parametrize("objective", ["completion", "ttft"])
+def test_other_objectives(objective: str) -> None:
+    """The chain holds for the sum of finish times and the mean TTFT too (their own generic bounds)."""
+    if not POLICIES:
+        pytest.skip("no policy registered")
+    report = build_report(load_instance("toy-4"), objective=objective, time_limit=None, solve_max_requests=0)
+    check_chain(report)
+    assert report.best_bound is not None and report.best_bound.objective == objective
+    assert all(b.objective == objective for b in report.bounds)
