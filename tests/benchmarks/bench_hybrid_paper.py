@@ -3,7 +3,7 @@
 Usage::
 
     python tests/benchmarks/bench_hybrid_paper.py table [--moments literal|matched] [--seed 0]
-    python tests/benchmarks/bench_hybrid_paper.py cases [--count 100] [--moments literal]
+    python tests/benchmarks/bench_hybrid_paper.py cases [--count 100] [--moments literal] [--baseline NAME]
 
 ``table`` prints makespan, utilisation (U, U_decode), tokens/s, prefill stages and decode rounds of every
 hybrid policy and the two lower bounds. ``cases`` runs the baseline and the hybrid method on seeds
@@ -61,12 +61,12 @@ def table(seed: int, moments: str) -> None:
     print(f"| lower bound, strict (proven) | {lb_strict:.2f} ({sp:.2f} + {sd:.2f}) | | | | | | - |")
 
 
-def cases(count: int, moments: str) -> None:
+def cases(count: int, moments: str, baseline: str) -> None:
     gains_u, gains_upp, gains_tok, spans = [], [], [], []
     ordered = 0
     for seed in range(count):
         inst = gsm8k_like(seed, moments=moments)
-        base, hyb = run(inst, "hybrid-baseline"), run(inst, "hybrid")
+        base, hyb = run(inst, baseline), run(inst, "hybrid")
         lb = strict_bound(inst)[0]
         ok = lb <= hyb["makespan"] <= base["makespan"]
         ordered += ok
@@ -75,7 +75,7 @@ def cases(count: int, moments: str) -> None:
         gains_tok.append(hyb["tokens_per_s"] - base["tokens_per_s"])
         spans.append(100 * (1 - hyb["makespan"] / base["makespan"]))
         print(json.dumps({"seed": seed, "lb": lb, "baseline": base, "hybrid": hyb, "ordered": ok}), flush=True)
-    print(f"cases: {count} ({moments}); lower bound <= hybrid <= baseline on {ordered}/{count}")
+    print(f"cases: {count} ({moments}, baseline {baseline}); lower bound <= hybrid <= baseline on {ordered}/{count}")
     print(f"mean utilisation gain: {statistics.mean(gains_upp):.2f} pp ({statistics.mean(gains_u):.2f} % relative), "
           f"min {min(gains_upp):.2f} pp")
     print(f"mean tokens/s gain: {statistics.mean(gains_tok):.2f} tok/s (min {min(gains_tok):.2f})")
@@ -88,11 +88,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--count", type=int, default=100)
     ap.add_argument("--moments", default="literal", choices=["literal", "matched"])
+    ap.add_argument("--baseline", default="hybrid-baseline", help="policy the hybrid method is compared with")
     args = ap.parse_args()
     if args.what == "table":
         table(args.seed, args.moments)
     else:
-        cases(args.count, args.moments)
+        cases(args.count, args.moments, args.baseline)
 
 
 if __name__ == "__main__":

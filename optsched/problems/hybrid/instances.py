@@ -1,28 +1,28 @@
 """Seeded GSM8K-like instances for the Hybrid paper's experiments (seed003 Sec. V, digest U6).
 
-Table III gives only moments: inputs mean 68.43 / sd 25.04 (GSM8K test set), outputs mean 344.83 / sd
-187.99 with the output capped at 512 tokens. Following digest U6 (an assumption, the paper does not give
-its generator), lengths are Normal draws rounded and clipped: inputs to [1, 128], outputs to [1, 512].
-``moments='matched'`` instead draws from the Normal whose *clipped* version has the paper's mean and sd
-(found by :func:`matched_normal`; the outputs then pile up at 1 and 512, which the paper's mean 344.83 /
-sd 187.99 under a 512 cap implies). The literal draw (default) has an output mean of about 328.
-All requests arrive at 0 (an offline batch). Limits: J = ``clients`` (``max_running``), prefill stages of
-at most 2048 tokens (the digest's largest level N^cap_L, which reproduces t^p* ~ 13 s), KV capacity
+The lengths come from :func:`optsched.generators.gsm8k_like` (Table III's moments: inputs mean 68.43 /
+sd 25.04, outputs mean 344.83 / sd 187.99, Normal draws rounded and clipped to [1, 512]; all requests
+arrive at 0); this module adds the paper's limits: J = ``clients`` (``max_running``), prefill stages of at
+most 2048 tokens (the digest's largest level N^cap_L, which reproduces t^p* ~ 13 s) and a KV capacity of
 1024 blocks x 128 tokens = 131072 (Sec. V-A).
+
+The paper gives only moments, and its output mean 344.83 / sd 187.99 are those of outputs capped at 512;
+a literal clipped draw has an output mean of about 328. ``moments='matched'`` draws from the Normal whose
+*clipped* version has the paper's mean and sd (:func:`matched_normal`; the outputs then pile up at 1 and
+512, which those moments under a 512 cap imply).
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from ...costmodel import load_cost_model
-from ...instance import Instance, Limits, Request
+from ...generators import ClippedNormal, generate
+from ...generators import gsm8k_like as core_gsm8k_like
+from ...instance import Instance
 
 __all__ = ["clipped_moments", "gsm8k_like", "matched_normal"]
 
-PROMPT_MEAN, PROMPT_SD, PROMPT_MAX = 68.43, 25.04, 128
+PROMPT_MEAN, PROMPT_SD, PROMPT_MAX = 68.43, 25.04, 512
 OUTPUT_MEAN, OUTPUT_SD, OUTPUT_MAX = 344.83, 187.99, 512
 
 
@@ -65,16 +65,14 @@ def gsm8k_like(
     """
     if moments not in ("literal", "matched"):
         raise ValueError(f"unknown moments {moments!r} (known: literal, matched)")
-    p_mu, p_sd, o_mu, o_sd = PROMPT_MEAN, PROMPT_SD, OUTPUT_MEAN, OUTPUT_SD
-    if moments == "matched":
-        p_mu, p_sd = matched_normal(PROMPT_MEAN, PROMPT_SD, 1, PROMPT_MAX)
-        o_mu, o_sd = matched_normal(OUTPUT_MEAN, OUTPUT_SD, 1, OUTPUT_MAX)
-    rng = np.random.default_rng(seed)
-    prompts = np.clip(np.rint(rng.normal(p_mu, p_sd, requests)), 1, PROMPT_MAX).astype(int)
-    outputs = np.clip(np.rint(rng.normal(o_mu, o_sd, requests)), 1, OUTPUT_MAX).astype(int)
-    reqs = tuple(
-        Request(id=f"q{i}", arrival=0.0, prompt_tokens=int(p), output_tokens=int(o))
-        for i, (p, o) in enumerate(zip(prompts, outputs))
+    limits = {"token_budget": stage_tokens, "prefill_budget": stage_tokens, "kv_capacity": 1024 * 128, "max_running": clients}
+    if moments == "literal":
+        return core_gsm8k_like(seed, n=requests, limits=limits)
+    types = [(
+        ClippedNormal(*matched_normal(PROMPT_MEAN, PROMPT_SD, 1, PROMPT_MAX), 1, PROMPT_MAX),
+        ClippedNormal(*matched_normal(OUTPUT_MEAN, OUTPUT_SD, 1, OUTPUT_MAX), 1, OUTPUT_MAX),
+    )]
+    return generate(
+        requests, types, name=f"gsm8k-like-matched-{requests}", cost_model="llama-65b-ascend8", limits=limits,
+        seed=seed, source="Hybrid paper (seed003) GSM8K moments matched after clipping; lengths synthetic",
     )
-    limits = Limits(token_budget=stage_tokens, prefill_budget=stage_tokens, kv_capacity=1024 * 128, max_running=clients)
-    return Instance(f"gsm8k-like-{moments}-{seed}-{requests}x{clients}", load_cost_model("llama-65b-ascend8"), limits, reqs)

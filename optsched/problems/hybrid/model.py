@@ -340,7 +340,8 @@ def run_backend(
         with tempfile.TemporaryDirectory() as tmp:
             log = Path(tmp) / "cbc.log"
             backend = pulp.PULP_CBC_CMD(
-                msg=False, timeLimit=time_limit, threads=threads or 2, logPath=str(log), warmStart=warm is not None
+                msg=False, timeLimit=time_limit, threads=threads or 2, logPath=str(log), warmStart=warm is not None,
+                options=["timeMode elapsed"],  # CBC counts CPU seconds by default; limits here are wall-clock
             )
             model.prob.solve(backend)
             bound = cbc_bound(log.read_text() if log.exists() else "")

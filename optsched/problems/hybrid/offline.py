@@ -368,7 +368,7 @@ def pulp_solver(name: str, time_limit: float, threads: int | None) -> Any:
     if name == "highs":
         return pulp.HiGHS(msg=False, timeLimit=time_limit, threads=threads or 2)
     if name == "cbc":
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, threads=threads or 2)
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, threads=threads or 2, options=["timeMode elapsed"])
     if name == "gurobi":
         return pulp.GUROBI(msg=False, timeLimit=time_limit, Threads=threads or 2)
     raise ValueError(f"unknown MIP backend {name!r} (known: highs, cbc, gurobi)")
