@@ -43,6 +43,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ...mipsolvers import pulp_solver
 from .models import AladdinModel
 
 __all__ = [
@@ -589,15 +590,7 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
     fresh = [i for i in range(md.n_exist, md.n_workers)]
     for a, b in zip(fresh, fresh[1:]):
         prob += y[a] >= y[b]
-    if backend == "highs":
-        solver = pulp.HiGHS(msg=False, timeLimit=time_limit, threads=threads)
-    elif backend == "cbc":
-        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, threads=threads)
-    elif backend == "gurobi":
-        solver = pulp.GUROBI(msg=False, timeLimit=time_limit, **({"Threads": threads} if threads else {}))
-    else:
-        raise ValueError(f"unknown MIP backend {backend!r}")
-    prob.solve(solver)
+    prob.solve(pulp_solver(backend, time_limit=time_limit, threads=threads))
     st = pulp.LpStatus[prob.status]
     has_sol = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     if st == "Infeasible":
