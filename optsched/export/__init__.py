@@ -6,8 +6,9 @@
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any, Callable
+
+from ..registry import resolve
 
 EXPORTERS: dict[str, str] = {
     "vllm-replay": "optsched.export.vllm_replay:export",
@@ -16,9 +17,4 @@ EXPORTERS: dict[str, str] = {
 
 def exporter_for(name: str) -> Callable[..., Any]:
     """The export function registered for ``--format name``."""
-    try:
-        target = EXPORTERS[name]
-    except KeyError:
-        raise KeyError(f"unknown export format {name!r} (known: {', '.join(sorted(EXPORTERS))})") from None
-    module, _, attr = target.partition(":")
-    return getattr(import_module(module), attr)
+    return resolve(EXPORTERS, name, "export format")

@@ -6,10 +6,10 @@ Each entry maps a policy name to ``"module:function"`` where the function has th
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Callable
 
 from ..instance import Instance
+from ..registry import resolve
 from ..schedule import Schedule
 from .config import POLICY_CONFIGS, function_name
 
@@ -33,9 +33,4 @@ def policy_names() -> list[str]:
 
 def simulator_for(name: str) -> Callable[[Instance], Schedule]:
     """The simulate function of policy ``name`` (KeyError naming the known ones otherwise)."""
-    try:
-        target = POLICIES[name]
-    except KeyError:
-        raise KeyError(f"unknown policy {name!r} (known: {', '.join(policy_names()) or 'none registered'})") from None
-    module, _, attr = target.partition(":")
-    return getattr(import_module(module), attr)
+    return resolve(POLICIES, name, "policy")

@@ -9,8 +9,9 @@ that the CLI starts fast and one formulation's dependencies never load for anoth
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any, Callable
+
+from ..registry import resolve
 
 SOLVERS: dict[str, str] = {
     "aladdin": "optsched.problems.aladdin:solve",
@@ -27,20 +28,11 @@ BOUNDERS: dict[str, str] = {
 }
 
 
-def _resolve(table: dict[str, str], name: str, kind: str) -> Callable[..., Any]:
-    try:
-        target = table[name]
-    except KeyError:
-        raise KeyError(f"unknown problem {name!r} for {kind} (known: {', '.join(sorted(table)) or 'none registered'})") from None
-    module, _, attr = target.partition(":")
-    return getattr(import_module(module), attr)
-
-
 def solver_for(name: str) -> Callable[..., Any]:
     """The solve function registered for problem ``name``."""
-    return _resolve(SOLVERS, name, "solve")
+    return resolve(SOLVERS, name, "problem")
 
 
 def bounder_for(name: str) -> Callable[..., Any]:
     """The bounds function registered for problem ``name``."""
-    return _resolve(BOUNDERS, name, "bound")
+    return resolve(BOUNDERS, name, "problem")
