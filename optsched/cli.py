@@ -14,12 +14,14 @@ With ``--json`` a command prints exactly one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
 import sys
+from contextlib import contextmanager, nullcontext
 from importlib import import_module
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence, TextIO
 
 from .costmodel import CostModelError
 from .instance import InstanceError
@@ -59,9 +61,53 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+#: Where :func:`print_json` writes while :func:`_stdout_reserved_for_json` is active.
+_json_stream: TextIO | None = None
+
+
 def print_json(obj: Any) -> None:
     """Print one JSON object on stdout (the only thing ``--json`` prints there)."""
-    sys.stdout.write(json.dumps(_jsonable(obj), indent=1) + "\n")
+    stream = _json_stream or sys.stdout
+    stream.write(json.dumps(_jsonable(obj), indent=1) + "\n")
+    stream.flush()
+
+
+def _fileno(stream: TextIO) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return None
+
+
+@contextmanager
+def _stdout_reserved_for_json() -> Iterator[None]:
+    """Send everything but :func:`print_json` to stderr while a ``--json`` command runs.
+
+    Solver libraries print banners on their own (Gurobi's licence line, from C code, straight to
+    file descriptor 1); with ``--json`` stdout must hold the one JSON object and nothing else.
+    """
+    global _json_stream
+    real = sys.stdout
+    real.flush()
+    out_fd, err_fd = _fileno(real), _fileno(sys.stderr)
+    saved_fd = None
+    if out_fd is not None and err_fd is not None:
+        saved_fd = os.dup(out_fd)
+        os.dup2(err_fd, out_fd)
+        _json_stream = os.fdopen(os.dup(saved_fd), "w")
+    else:
+        _json_stream = real
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = real
+        _json_stream.flush()
+        if saved_fd is not None:
+            _json_stream.close()
+            os.dup2(saved_fd, out_fd)  # type: ignore[arg-type]
+            os.close(saved_fd)
+        _json_stream = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,8 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: usage errors are bad input
         return EXIT_BAD_INPUT if exc.code not in (0, None) else EXIT_OK
+    guard = _stdout_reserved_for_json() if getattr(args, "json", False) else nullcontext()
     try:
-        code = args.func(args)
+        with guard:
+            code = args.func(args)
     except (InstanceError, ScheduleError, CostModelError, BadInput) as exc:
         print(f"optsched: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

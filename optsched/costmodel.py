@@ -258,15 +258,14 @@ def fit_linear(tokens: np.ndarray, times: np.ndarray) -> LinearFit:
         raise ValueError("fit_linear needs two 1-D arrays of equal length >= 2")
     design = np.column_stack([np.ones_like(x), x])
     (base, per_token), *_ = np.linalg.lstsq(design, y, rcond=None)
-    pred = base + per_token * x
-    rel = np.abs(pred - y) / np.abs(y)
-    ss_res = float(np.sum((y - pred) ** 2))
+    ss_res = float(np.sum((y - (base + per_token * x)) ** 2))
     ss_tot = float(np.sum((y - y.mean()) ** 2))
+    mean_err, max_err = linear_errors(float(base), float(per_token), x, y)
     return LinearFit(
         base=float(base),
         per_token=float(per_token),
-        mean_abs_pct_error=float(100 * rel.mean()),
-        max_abs_pct_error=float(100 * rel.max()),
+        mean_abs_pct_error=mean_err,
+        max_abs_pct_error=max_err,
         r_squared=1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
     )
 

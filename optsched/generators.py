@@ -317,7 +317,9 @@ def shipped_instances() -> dict[str, Instance]:
     """The recipes of the generated instances shipped in ``instances/`` (``toy-4`` is hand-made)."""
     made = [
         infermax_grid(64, 1024, 32),
-        infermax_grid(32, 64, 1024, kv_capacity=10_000, name="infermax-i64-o1024-n32-m10k"),
+        # R_max = N = 32 never binds the InferMax policies; it lets the Hybrid paper's policies
+        # (J = max_running clients) run on this instance too.
+        infermax_grid(32, 64, 1024, kv_capacity=10_000, max_running=32, name="infermax-i64-o1024-n32-m10k"),
         generate(
             64,
             [(_L, _L), (_S, _L)],

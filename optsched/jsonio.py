@@ -7,13 +7,28 @@ renamed over the target only once complete.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-__all__ = ["dumps_instance", "dumps_rows", "write_json_atomic", "write_text_atomic"]
+__all__ = ["dumps_instance", "dumps_rows", "gc_paused", "write_json_atomic", "write_text_atomic"]
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building millions of acyclic objects (a large
+    schedule's JSON): its repeated full scans otherwise more than double the time."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _file_mode() -> int:

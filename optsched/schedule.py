@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from .instance import Instance, Request
-from .jsonio import dumps_rows, write_text_atomic
+from .jsonio import dumps_rows, gc_paused, write_text_atomic
 
 __all__ = [
     "Batch",
@@ -109,7 +109,9 @@ class Schedule:
 
     def save(self, path: str | Path) -> None:
         """Write the schedule JSON atomically (nothing half-written on failure)."""
-        write_text_atomic(path, dumps_rows(self.to_dict(), "batches"))
+        with gc_paused():
+            text = dumps_rows(self.to_dict(), "batches")
+        write_text_atomic(path, text)
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<schedule>") -> "Schedule":
@@ -136,12 +138,13 @@ def _parse_batch(raw: Any, j: int, source: str) -> Batch:
         raise ScheduleError(f"{where}: field 'items': must be a list")
     items = []
     for k, it in enumerate(items_raw):
-        if not isinstance(it, Mapping) or not isinstance(it.get("id"), str):
+        rid = it.get("id") if isinstance(it, dict) else None
+        if type(rid) is not str:
             raise ScheduleError(f"{where}: item {k}: field 'id': must be a string")
         tok = it.get("tokens")
-        if isinstance(tok, bool) or not isinstance(tok, int):
-            raise ScheduleError(f"{where}: request {it['id']!r}: field 'tokens': must be an integer")
-        items.append(Item(it["id"], tok))
+        if type(tok) is not int:  # exact type: JSON true/false (bool) are not token counts
+            raise ScheduleError(f"{where}: request {rid!r}: field 'tokens': must be an integer")
+        items.append(Item(rid, tok))
     evict = raw.get("evict", [])
     if not isinstance(evict, list) or not all(isinstance(e, str) for e in evict):
         raise ScheduleError(f"{where}: field 'evict': must be a list of request ids")
@@ -159,11 +162,12 @@ def load_schedule(path: str | Path) -> Schedule:
         text = Path(path).read_text()
     except OSError as exc:
         raise ScheduleError(f"{path}: cannot read file ({exc.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ScheduleError(f"{path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
-    return Schedule.from_dict(data, source=str(path))
+    with gc_paused():
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScheduleError(f"{path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+        return Schedule.from_dict(data, source=str(path))
 
 
 # --------------------------------------------------------------------------- results

@@ -169,3 +169,12 @@ def policy_random(instance: Instance) -> Schedule:
 def policy_broken(instance: Instance) -> Schedule:
     """A test-only 'policy' with a bug: it schedules nothing."""
     return Schedule(instance.name, ())
+
+
+def policy_needs_max_running(instance: Instance) -> Schedule:
+    """A test-only 'policy' with a precondition: it refuses instances without max_running."""
+    from optsched.instance import InstanceError
+
+    if instance.limits.max_running is None:
+        raise InstanceError(f"{instance.name}: field 'limits.max_running': this policy needs it")
+    return policy_random(instance)

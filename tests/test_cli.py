@@ -357,3 +357,41 @@ def test_generate_writes_a_reproducible_instance(capsys, tmp_path):
 def test_generate_bad_input(capsys, tmp_path, args, needle):
     code, out, err = run(capsys, "generate", "--name", "g", "--n", "3", *args, "--out", tmp_path / "g.json")
     assert code == 2 and needle in err and not (tmp_path / "g.json").exists()
+
+
+def test_simulate_all_skips_policies_not_applicable(capsys, monkeypatch):
+    monkeypatch.setattr(policies, "POLICIES", {
+        "test-random": "legal_schedules:policy_random",
+        "test-needs-r": "legal_schedules:policy_needs_max_running",
+    })
+    code, res = run_json(capsys, "simulate", "toy-4", "--policy", "all")
+    assert code == 0 and [r["policy"] for r in res["results"]] == ["test-random"]
+    assert res["skipped"][0]["policy"] == "test-needs-r" and "max_running" in res["skipped"][0]["reason"]
+    code, out, _ = run(capsys, "simulate", "toy-4", "--policy", "all")
+    assert code == 0 and "skipped test-needs-r" in out
+    code, _, err = run(capsys, "simulate", "toy-4", "--policy", "test-needs-r")  # alone: bad input
+    assert code == 2 and "limits.max_running" in err
+    code, res = run_json(capsys, "simulate", "toy-4", "--policy", "all", "--max-running", "2")
+    assert code == 0 and len(res["results"]) == 2 and res["skipped"] == []
+
+
+def test_json_stdout_holds_only_the_json_object_even_when_libraries_print(tmp_path, monkeypatch):
+    """Solver banners written straight to file descriptor 1 (as Gurobi's licence line is) must not
+    reach stdout under --json: the CLI routes fd 1 to stderr while the command runs."""
+    script = tmp_path / "noisy.py"
+    script.write_text(
+        "import os, sys\n"
+        "from optsched import cli, policies\n"
+        "from optsched.commands import info\n"
+        "real = info.handle\n"
+        "def noisy(args):\n"
+        "    os.write(1, b'BANNER from C code\\n')\n"
+        "    print('python-level chatter')\n"
+        "    return real(args)\n"
+        "info.handle = noisy\n"
+        "sys.exit(cli.main(['info', 'toy-4', '--json']))\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["instance"] == "toy-4"
+    assert "BANNER from C code" in proc.stderr and "python-level chatter" in proc.stderr

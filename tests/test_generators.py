@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,7 +22,6 @@ from optsched.generators import (
 )
 from optsched.instance import InstanceError, available_instances, load_instance
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_infermax_grid_is_homogeneous_and_offline():

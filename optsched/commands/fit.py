@@ -15,6 +15,7 @@ least squares (:func:`optsched.costmodel.fit_linear`). Two inputs are understood
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from ..cli import EXIT_OK, print_json
@@ -50,7 +51,7 @@ def handle(args: argparse.Namespace) -> int:
     check_output_path(args.out)
     template = load_cost_model(args.compare) if args.compare is not None else None
     path = args.measurements
-    vidur = path.endswith(".csv") and _exists(path) and is_vidur_profile(path)
+    vidur = Path(path).is_file() and is_vidur_profile(path)
     if vidur:
         tokens, times = read_vidur_mlp_profile(path, args.tp)
         what = f"Vidur profile {path}, tp={args.tp}: sum of per-operator means, per layer"
@@ -96,10 +97,3 @@ def handle(args: argparse.Namespace) -> int:
         print(format_mapping(rows))
     return EXIT_OK
 
-
-def _exists(path: str) -> bool:
-    try:
-        open(path).close()
-    except OSError:
-        return False
-    return True

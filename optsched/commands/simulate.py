@@ -28,8 +28,7 @@ METRIC_COLUMNS = ("makespan", "mean_latency", "mean_ttft", "mean_tpot", "through
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("simulate", help="run a baseline scheduling policy and replay its schedule",
-                       description=__doc__.split("\n\n")[1] if __doc__ else None)
+    p = sub.add_parser("simulate", help="run a baseline scheduling policy and replay its schedule")
     add_instance_arguments(p)
     p.add_argument("--policy", required=True, metavar="NAME", help="policy name, or 'all' to compare every policy")
     p.add_argument("--out", metavar="SCHEDULE", help="write the schedule JSON here (single policy only)")
@@ -73,7 +72,7 @@ def handle(args: argparse.Namespace) -> int:
         try:
             schedule, result = run_policy(instance, name)  # PolicyBug -> exit 3 (cli.main)
         except InstanceError as exc:
-            if len(names) == 1:
+            if args.policy != "all":
                 raise
             skipped.append({"policy": name, "reason": str(exc)})  # not applicable to this instance
             continue
@@ -81,12 +80,13 @@ def handle(args: argparse.Namespace) -> int:
         if args.out is not None:
             schedule.save(args.out)
         rows.append({"policy": name, "metrics": result.metrics.to_dict(), "schedule": args.out})
+    single = args.policy != "all"
     if args.json:
-        if len(rows) == 1:
+        if single:
             print_json({"instance": instance.name, **rows[0]})
         else:
             print_json({"instance": instance.name, "policy": "all", "results": rows, "skipped": skipped})
-    elif len(rows) == 1:
+    elif single:
         row = rows[0]
         print(f"instance {instance.name}, policy {row['policy']}")
         print(format_mapping([*row["metrics"].items(), ("schedule", row["schedule"])]))

@@ -23,7 +23,6 @@ import csv
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,6 +37,17 @@ from optsched.problems.aladdin.workerconfig import worker_coefficients  # noqa: 
 
 METHODS = [("exact", 1), ("bestfit", 1), ("jsq", 1), ("po2", 1), ("rr", 1), ("jsq", 2), ("jsq", 4)]
 SCALING = ["exact", "bestfit"]
+LABELS = {
+    "exact": "Aladdin exact, fixed W (missing: never P100)",
+    "bestfit": "Aladdin best fit, fixed W (missing: never P100)",
+    "exact-scaling": "Aladdin exact, opens workers (theta searched)",
+    "bestfit-scaling": "Aladdin best fit, opens workers (theta searched)",
+    "jsq": "JSQ, 1 GPU/worker (N_g^opt)",
+    "po2": "power of two, 1 GPU/worker",
+    "rr": "round robin, 1 GPU/worker",
+    "jsq-2gpu": "JSQ, 2 GPUs/worker",
+    "jsq-4gpu": "JSQ, 4 GPUs/worker (default vLLM)",
+}
 #: Prediction-error margin of (b) and (d) (digest A8 recommends 0.9; the paper gives no value).
 THETA = 0.9
 
@@ -129,14 +139,13 @@ def plot(results, out: str) -> None:
         ys = [r["methods"][key]["gpus"] for r in results]
         if all(y is None for y in ys):
             continue
-        ax.plot(rates, [y if y is not None else float("nan") for y in ys], marker="o",
-                label=key.replace("-4gpu", " (4 GPUs/worker, default vLLM)").replace("-2gpu", " (2 GPUs/worker)"))
+        ax.plot(rates, [y if y is not None else float("nan") for y in ys], marker="o", label=LABELS.get(key, key))
     ax.plot(rates, [r["lower_bound_workers"] for r in results], "k:", label="placement-model lower bound")
     ax.set_xlabel("arrival rate (requests/s)")
     ax.set_ylabel("GPUs for P100 SLO attainment")
     ax.set_title("Llama-2-7b / A100, Splitwise conversation trace, TTFT 0.4 s, ATGT 15 ms")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out)
 

@@ -172,6 +172,7 @@ def simulate_cluster(
     seed: int = 0,
     assignment: dict[str, int] | None = None,
     ttft_margin: float = 0.0,
+    record: list[PlacementProblem] | None = None,
 ) -> ClusterResult:
     """Simulate the cluster on an instance with arrivals.
 
@@ -199,6 +200,8 @@ def simulate_cluster(
     ttft_margin
         Seconds taken off ``T_pre`` in the placement's (c') (digest A19: the heartbeat wait and the
         in-flight iteration also count in the measured TTFT); 0 is the paper's constraint.
+    record
+        When given, each heartbeat's placement problem is appended to it (benchmarks replay them).
     """
     if method not in METHODS:
         raise ValueError(f"unknown placement method {method!r} (known: {', '.join(METHODS)})")
@@ -254,6 +257,8 @@ def simulate_cluster(
             errors.append((l_err, b_err))
         new = tuple(Job(r.id, r.prompt_tokens, planned[r.id]) for r in slots[slot])
         problem = PlacementProblem(model, tuple(ongoing), new, workers)
+        if record is not None:
+            record.append(problem)
         t0 = time.perf_counter()
         result = place(method, problem, solver=solver, time_limit=time_limit, errors=errors,
                        rng=rng, rr_start=rr_pointer, given=assignment)

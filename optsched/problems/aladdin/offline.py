@@ -20,7 +20,6 @@ Every placement is then run in the multi-worker simulator with the planned lengt
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 from typing import Any

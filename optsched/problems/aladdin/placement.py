@@ -43,6 +43,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ...mipsolvers import pulp_solver
 from .models import AladdinModel
 
 __all__ = [
@@ -220,6 +221,7 @@ class WorkerLoad:
         self._arrays: tuple[np.ndarray, np.ndarray] | None = None
         self._points: np.ndarray | None = None
         self._load: np.ndarray | None = None
+        self._peak = 0
 
     def copy(self) -> "WorkerLoad":
         """An independent copy (heuristics place tentatively on copies)."""
@@ -264,19 +266,34 @@ class WorkerLoad:
         if self._points is None:
             self._points = np.unique(self.ends)
             self._load = self._profile_at(self._points)
+            self._peak = int(self._load.max()) if len(self._load) else 0
         return self._points, self._load  # type: ignore[return-value]
 
     def peak_kv(self, extra: Job | None = None) -> int:
         """Largest planned KV (integer units) over the end points, optionally with one more job."""
         points, load = self._profile()
         if extra is None:
-            return int(load.max()) if len(load) else 0
+            return self._peak
         e = extra.end
         mask = points <= e
         peak = int(np.max(load[mask] + self.cp.kv_profile(extra, points[mask]))) if mask.any() else 0
-        at_end = int(self._profile_at(np.array([e], dtype=np.int64))[0]) + int(self.cp.kv_profile(extra, np.array([e]))[0])
+        at_end = int(self._profile_at(np.array([e], dtype=np.int64))[0]) + self.cp.own_peak(extra)
         rest = int(load[~mask].max()) if (~mask).any() else 0
         return max(peak, at_end, rest)
+
+    def _kv_fits(self, job: Job, peak: int) -> bool:
+        """(e') with ``job`` added; ``peak`` is the job's own largest KV.
+
+        Quick accepts: every job's own peak at once fits, or the current peak plus the job's peak fits
+        (the load between end points never exceeds the load at the next end point).
+        """
+        cap = self.cp.kv_cap
+        if self.sum_peak + peak <= cap:
+            return True
+        self._profile()
+        if self._peak + peak <= cap:
+            return True
+        return self.peak_kv(job) <= cap
 
     def violations(self, extra: Job | None = None, wb: int | None = None, wp: int | None = None,
                    first_only: bool = False) -> list[str]:
@@ -296,8 +313,10 @@ class WorkerLoad:
             out.append("d")
         if out and first_only:
             return out
-        peak_sum = self.sum_peak + (cp.own_peak(extra) if extra is not None else 0)
-        if peak_sum > cp.kv_cap and self.peak_kv(extra) > cp.kv_cap:  # sum of own peaks: a quick accept
+        if extra is None:
+            if self.peak_kv() > cp.kv_cap:
+                out.append("e")
+        elif not self._kv_fits(extra, cp.own_peak(extra)):
             out.append("e")
         return out
 
@@ -313,23 +332,30 @@ class WorkerLoad:
         pre = self.sum_p + (cp.weight_p(job) if wp is None else wp) + cp.c1
         if pre > cp.cap_c or (self.cap_d is not None and pre > self.cap_d):
             return False
-        if self.sum_peak + (cp.own_peak(job) if peak is None else peak) <= cp.kv_cap:
-            return True  # even every job's own peak at once fits
-        return self.peak_kv(job) <= cp.kv_cap
+        return self._kv_fits(job, cp.own_peak(job) if peak is None else peak)
 
     def _changed(self) -> None:
         self._points = self._load = self._arrays = None
 
     def add(self, job: Job, wb: int | None = None, wp: int | None = None) -> None:
-        """Place a new job here (no check)."""
+        """Place a new job here (no check); the KV profile is updated in O(n), not rebuilt."""
         cp = self.cp
+        if self._points is not None:
+            points, load = self._points, self._load
+            e = job.end
+            load = load + cp.kv_profile(job, points)  # type: ignore[operator]
+            if not np.any(points == e):
+                at_e = int(self._profile_at(np.array([e], dtype=np.int64))[0]) + cp.own_peak(job)
+                k = int(np.searchsorted(points, e))
+                points, load = np.insert(points, k, e), np.insert(load, k, at_e)
+            self._points, self._load, self._peak = points, load, int(load.max())
+        self._arrays = None
         self.jobs.append(job)
         self.new.append(job)
         self.sum_b += cp.weight_b(job) if wb is None else wb
         self.sum_p += cp.weight_p(job) if wp is None else wp
         self.sum_peak += cp.own_peak(job)
         self.weighted_context += job.prompt + cp.model.gamma * job.length
-        self._changed()
 
     def remove(self, job: Job) -> None:
         """Take a new job off again (re-balancing)."""
@@ -564,15 +590,7 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
     fresh = [i for i in range(md.n_exist, md.n_workers)]
     for a, b in zip(fresh, fresh[1:]):
         prob += y[a] >= y[b]
-    if backend == "highs":
-        solver = pulp.HiGHS(msg=False, timeLimit=time_limit, threads=threads)
-    elif backend == "cbc":
-        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, threads=threads)
-    elif backend == "gurobi":
-        solver = pulp.GUROBI(msg=False, timeLimit=time_limit, **({"Threads": threads} if threads else {}))
-    else:
-        raise ValueError(f"unknown MIP backend {backend!r}")
-    prob.solve(solver)
+    prob.solve(pulp_solver(backend, time_limit=time_limit, threads=threads))
     st = pulp.LpStatus[prob.status]
     has_sol = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     if st == "Infeasible":

@@ -26,7 +26,6 @@ up to the GPUs of one node whose memory holds the weights.
 
 from __future__ import annotations
 
-import math
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache

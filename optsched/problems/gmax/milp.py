@@ -12,25 +12,12 @@ from typing import Any
 
 import pulp
 
+from ...mipsolvers import pulp_solver
 from .problem import g_core
 from .slots import SlotData, SubResult
 
 __all__ = ["MilpBackend", "MILP_SOLVERS"]
 
-
-class _HighsWithStart(pulp.HiGHS):
-    """PuLP's HiGHS adapter plus a MIP start: the variables' initial values, when all are set."""
-
-    def callSolver(self, lp: pulp.LpProblem) -> None:
-        values = [var.varValue for var in lp.variables()]
-        if values and all(v is not None for v in values):
-            import highspy
-
-            start = highspy.HighsSolution()
-            start.col_value = [float(v) for v in values]
-            start.value_valid = True
-            lp.solverModel.setSolution(start)
-        lp.solverModel.run()
 
 MILP_SOLVERS = ("highs", "cbc", "gurobi")
 
@@ -153,15 +140,10 @@ class MilpBackend:
         start[p.n_requests].setInitialValue(elapsed)
 
     def _command(self, time_limit: float | None) -> pulp.LpSolver:
-        common: dict[str, Any] = {"msg": self.log, "timeLimit": time_limit, "gapRel": 0.0}
-        if self.solver == "highs":
-            return _HighsWithStart(threads=self.threads, mip_feasibility_tolerance=1e-9, **common)
-        if self.solver == "cbc":
-            return pulp.PULP_CBC_CMD(threads=self.threads, **common)
-        params: dict[str, Any] = {"MIPGap": 0.0, "IntFeasTol": 1e-9}
-        if self.threads is not None:
-            params["Threads"] = self.threads
-        return pulp.GUROBI(msg=self.log, timeLimit=time_limit, warmStart=self.hint is not None, **params)
+        tolerance = {"highs": {"mip_feasibility_tolerance": 1e-9}, "gurobi": {"IntFeasTol": 1e-9}}
+        return pulp_solver(self.solver, time_limit=time_limit, threads=self.threads, msg=self.log, gap_rel=0.0,
+                           warm_start=self.hint is not None,
+                           **tolerance.get(self.solver, {}))
 
     def _run(self, prob: pulp.LpProblem, parts: dict[str, Any], deadline: float | None) -> SubResult:
         start = time.perf_counter()
@@ -232,7 +214,7 @@ class MilpBackend:
         for sense in (pulp.LpMaximize, pulp.LpMinimize):
             prob, parts = self._build(sense)
             prob += parts["n"] - lam * parts["t"] if sense == pulp.LpMaximize else parts["t"]
-            prob.solve(pulp.HiGHS(mip=False, msg=self.log))
+            prob.solve(pulp_solver("highs", mip=False, msg=self.log))
             ok = prob.status == pulp.LpStatusOptimal
             out.append(float(pulp.value(prob.objective)) if ok else (float("inf") if sense == pulp.LpMaximize else 0.0))
         return out[0], out[1]

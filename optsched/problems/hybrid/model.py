@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from ...instance import Instance
+from ...mipsolvers import pulp_solver
 from ...result import SolveResult, check_agreement, replayed_objective
 from ...schedule import Batch, Item, Schedule
 from .bounds import strict_bound
@@ -331,23 +332,18 @@ def run_backend(
     if warm is not None:
         for var in model.prob.variables():
             var.setInitialValue(warm.get(var.name, 0.0))
+    solver_options = {"time_limit": time_limit, "threads": threads or 2, "warm_start": warm is not None}
     if solver == "highs":
-        backend = (_warm_highs() if warm is not None else pulp.HiGHS)(msg=False, timeLimit=time_limit, threads=threads or 2)
-        model.prob.solve(backend)
+        model.prob.solve(pulp_solver("highs", **solver_options))
         info = model.prob.solverModel.getInfo()
         bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
     elif solver == "cbc":
         with tempfile.TemporaryDirectory() as tmp:
             log = Path(tmp) / "cbc.log"
-            backend = pulp.PULP_CBC_CMD(
-                msg=False, timeLimit=time_limit, threads=threads or 2, logPath=str(log), warmStart=warm is not None,
-                options=["timeMode elapsed"],  # CBC counts CPU seconds by default; limits here are wall-clock
-            )
-            model.prob.solve(backend)
+            model.prob.solve(pulp_solver("cbc", logPath=str(log), **solver_options))
             bound = cbc_bound(log.read_text() if log.exists() else "")
     elif solver == "gurobi":
-        backend = pulp.GUROBI(msg=False, timeLimit=time_limit, Threads=threads or 2, warmStart=warm is not None)
-        model.prob.solve(backend)
+        model.prob.solve(pulp_solver("gurobi", **solver_options))
         grb = model.prob.solverModel
         bound = grb.ObjBound if grb is not None and grb.SolCount > 0 else None
     else:
@@ -363,19 +359,6 @@ def run_backend(
     return "time_limit", None, bound
 
 
-def _warm_highs() -> type:
-    """``pulp.HiGHS`` that hands the variables' initial values to HiGHS as a starting solution."""
-    import highspy
-    import pulp
-
-    class WarmHiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
-        def callSolver(self, lp: Any) -> None:
-            start = highspy.HighsSolution()
-            start.col_value = [v.varValue or 0.0 for v in sorted(lp.variables(), key=lambda v: v.index)]
-            lp.solverModel.setSolution(start)
-            lp.solverModel.run()
-
-    return WarmHiGHS
 
 
 def cbc_bound(log: str) -> float | None:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ...instance import Instance
+from ...mipsolvers import pulp_solver
 from ...result import SolveResult
 from ...schedule import replay
 from .timing import decode_rounds, timing_of
@@ -349,7 +350,7 @@ def mip_pcmax(p: Sequence[int], m: int, solver: str, time_limit: float, lower: i
         prob += pulp.lpSum(x[i, j] for j in range(m) if (i, j) in x) == 1
     for j in range(m):
         prob += pulp.lpSum(p[i] * x[i, j] for i in range(n) if (i, j) in x) <= cmax
-    prob.solve(pulp_solver(solver, time_limit, threads))
+    prob.solve(pulp_solver(solver, time_limit=time_limit, threads=threads))
     if any(v.value() is None for v in x.values()) or prob.sol_status not in (
         pulp.LpSolutionOptimal,
         pulp.LpSolutionIntegerFeasible,
@@ -359,19 +360,6 @@ def mip_pcmax(p: Sequence[int], m: int, solver: str, time_limit: float, lower: i
     value = max(loads_of(p, client, m))
     bound = value if prob.sol_status == pulp.LpSolutionOptimal else lower
     return Assignment(tuple(client), value, bound, "optimal" if value == bound else "time_limit", f"mip-{solver}")
-
-
-def pulp_solver(name: str, time_limit: float, threads: int | None) -> Any:
-    """A PuLP solver object for ``highs``, ``cbc`` or ``gurobi`` (ValueError otherwise)."""
-    import pulp
-
-    if name == "highs":
-        return pulp.HiGHS(msg=False, timeLimit=time_limit, threads=threads or 2)
-    if name == "cbc":
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, threads=threads or 2, options=["timeMode elapsed"])
-    if name == "gurobi":
-        return pulp.GUROBI(msg=False, timeLimit=time_limit, Threads=threads or 2)
-    raise ValueError(f"unknown MIP backend {name!r} (known: highs, cbc, gurobi)")
 
 
 def solve_pcmax(

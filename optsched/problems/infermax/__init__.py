@@ -4,9 +4,10 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
 (PuLP to HiGHS / CBC, gurobipy). :func:`solve`:
 
 1. reads the options (:class:`.model.InferMaxOptions`);
-2. builds the candidate schedules (the serial schedule of :func:`.model.serial_schedule` and every
-   registered policy whose schedule replays and respects the options) and keeps the best as the
-   upper bound UB and the warm start (or the policy named by ``warm_start``);
+2. builds the candidate schedules (the serial schedule of :func:`.model.serial_schedule`, every
+   registered policy whose schedule replays and respects the options and, when evictions are
+   allowed, the eviction-free optimum solved first with a quarter of the time limit) and keeps the
+   best as the upper bound UB and the warm start (or the policy named by ``warm_start``);
 3. derives the horizon J from UB (:func:`.model.horizon`: proven for makespan and completion);
 4. solves, turns the solution into a schedule, replays it and reports the replayed objective after
    :func:`~optsched.result.check_agreement` with the solver's own value;
@@ -51,7 +52,7 @@ def _respects(schedule: Schedule, instance: Instance, options: InferMaxOptions) 
 
 
 def candidate_schedules(instance: Instance, options: InferMaxOptions) -> dict[str, Schedule]:
-    """Feasible schedules that respect the options: ``serial`` and every registered policy.
+    """Feasible schedules that respect the options: ``serial`` and every InferMax baseline policy.
 
     Policies are skipped when chunked prefill is off (their chunking cannot be checked without
     re-implementing the semantics) or when they fail or violate an option.
@@ -59,9 +60,10 @@ def candidate_schedules(instance: Instance, options: InferMaxOptions) -> dict[st
     out = {"serial": serial_schedule(instance, no_chunk=options.no_chunk)}
     if options.no_chunk:
         return out
-    from ...policies import POLICIES, simulator_for
+    from ...policies import simulator_for
+    from ...policies.config import POLICY_CONFIGS
 
-    for name in sorted(POLICIES):
+    for name in sorted(POLICY_CONFIGS):
         try:
             sched = simulator_for(name)(instance)
             if _respects(sched, instance, options):
@@ -94,6 +96,11 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     except InferMaxInputError as exc:
         return SolveResult("infermax", opts.solver, "infeasible", wall_time=time.perf_counter() - t0,
                            extra={"reason": str(exc)})
+    if not opts.no_evict:  # phase 1: the eviction-free optimum (fast) seeds the full model
+        first = solve(instance, {**options, "no_evict": True, "warm_start": None,
+                                 "time_limit": None if opts.time_limit is None else opts.time_limit / 4})
+        if first.schedule is not None:
+            cands["infermax-no-evict"] = first.schedule
     values = {name: replayed_objective(instance, s, opts.objective)[0] for name, s in cands.items()}
     best = min(values, key=lambda k: values[k])
     warm = opts.warm_start or best

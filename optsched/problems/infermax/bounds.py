@@ -13,7 +13,9 @@ re-processes the whole sequence, at least :math:`(I_i + k - 1) q`. So
 Batch biases. A set R of requests needs at least
 :math:`B = \max(\max_R (\lceil I_i/K \rceil + O_i - 1), \lceil \sum_R U_i / C \rceil, B_p)` non-empty batches, of which at
 least :math:`B_p = \max(\lceil \sum_R I_i / P \rceil, \max_R \lceil I_i / K \rceil)` hold prefill
-tokens; every batch pays :math:`k_b` and a prefill (:math:`k_{pb}`) or decode (:math:`k_{db}`) bias:
+tokens; also :math:`B \ge \lceil \sum_R \sum_{k=1}^{O_i} (I_i + k - 1) / M \rceil` (the batch
+that generates the k-th token of request i holds its :math:`I_i + k - 1` KV, and a batch holds at
+most M) and :math:`B \ge \lceil \sum_R O_i / R_{max} \rceil`; every batch pays :math:`k_b` and a prefill (:math:`k_{pb}`) or decode (:math:`k_{db}`) bias:
 :math:`\beta(R) = k_b B + k_{pb} B_p + \min(k_{pb}, k_{db})(B - B_p)`.
 
 - ``makespan``: the requests arriving at or after t are all served after t, and batch times add
@@ -58,6 +60,11 @@ def batch_counts(reqs: list[Request], instance: Instance) -> tuple[int, int]:
               max(math.ceil(r.prompt_tokens / chunk) for r in reqs))
     b = max(max(math.ceil(r.prompt_tokens / chunk) + r.output_tokens - 1 for r in reqs),
             math.ceil(sum(r.max_kv for r in reqs) / lim.token_budget), b_p)
+    if lim.kv_capacity is not None:  # memory-time: the k-th token needs I + k - 1 KV held in its batch
+        need = sum(r.output_tokens * r.prompt_tokens + r.output_tokens * (r.output_tokens - 1) // 2 for r in reqs)
+        b = max(b, math.ceil(need / lim.kv_capacity))
+    if lim.max_running is not None and lim.max_running > 0:  # each token's batch holds its request
+        b = max(b, math.ceil(sum(r.output_tokens for r in reqs) / lim.max_running))
     return b, b_p
 
 

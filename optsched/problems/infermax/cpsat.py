@@ -203,6 +203,7 @@ class _Builder:
         data, mdl, J, N = self.data, self.m, self.data.J, self.data.N
         self.S = self.E = None
         if not data.needs_time:
+            mdl.Add(sum(self.T) <= math.ceil(data.upper * self.scale.factor * (1 + 1e-9)) + 1)  # UB cutoff
             mdl.Minimize(sum(self.T))
             return
         cap = math.ceil(data.time_cap() * self.scale.factor * (1 + 1e-9)) + N + 2

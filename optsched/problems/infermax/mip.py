@@ -28,6 +28,7 @@ from typing import Any, Iterator
 import pulp
 
 from ...instance import Instance
+from ...mipsolvers import pulp_solver
 from ...result import Bound
 from .cpsat import BackendResult, true_objective
 from .model import InferMaxOptions, ModelData, build_data, serial_schedule
@@ -252,14 +253,8 @@ class _Mip:
 
 def _solver(data: ModelData, warm: bool, relax: bool = False) -> pulp.LpSolver:
     opts: InferMaxOptions = data.options
-    common: dict[str, Any] = {"msg": opts.log, "timeLimit": opts.time_limit, "threads": opts.threads}
-    if opts.solver == "highs" or relax:
-        return pulp.HiGHS(mip=not relax, gapRel=GAP_REL, gapAbs=GAP_ABS, **common)
-    if opts.solver == "cbc":
-        return pulp.PULP_CBC_CMD(gapRel=GAP_REL, gapAbs=GAP_ABS, warmStart=warm, **common)
-    if opts.solver == "gurobi":
-        return pulp.GUROBI(msg=opts.log, timeLimit=opts.time_limit, gapRel=GAP_REL, warmStart=warm,
-                           MIPGapAbs=GAP_ABS, **({"Threads": opts.threads} if opts.threads else {}))
+    return pulp_solver("highs" if relax else opts.solver, time_limit=opts.time_limit, threads=opts.threads,
+                       msg=opts.log, gap_rel=GAP_REL, gap_abs=GAP_ABS, mip=not relax, warm_start=warm)
     raise ValueError(f"solver {opts.solver!r} is not a MIP backend")
 
 

@@ -76,6 +76,12 @@ C10  online arrivals: start :math:`S_j \ge E_{j-1}`, :math:`S_j \ge a_i` if requ
      (item or eviction), :math:`E_j = S_j + T_j` (a batch may wait through its ``start``, as the
      contract allows).
 
+Other fixes of the digest: C3 (the prose "max" form of (2) is not used; (2) itself is, through the
+substitution above); C12 (code names: ``prompt``, ``output``, ``M`` is only the KV capacity, big-M
+constants are per request and named ``big``/``U`` in :mod:`.mip`); C14 (eviction drops all KV, no
+partial eviction); C15 (the solve times measured are in docs/performance.md); C16 (section 4.5 is
+reproduced both ways: evictions free and forbidden, each against vLLM and vLLM-ef, docs/infermax.md).
+
 Objective (digest C7, C8, C11)
 ------------------------------
 :math:`T_j = k_b y_j + k_t \sum_i c_{ij} + k_{pb} hp_j + k_{pt} \sum_i pc_{ij} + k_{pq} \sum_i sq_{ij}
@@ -352,7 +358,9 @@ def serial_schedule(instance: Instance, no_chunk: bool = False) -> Schedule:
     """
     lim = instance.limits
     chunk_cap = min(lim.token_budget, lim.prefill_budget)
+    cost = instance.cost_model
     batches: list[Batch] = []
+    clock = 0.0
     for r in sorted(instance.requests, key=lambda r: (r.arrival, instance.index(r.id))):
         if lim.max_running is not None and lim.max_running < 1:
             raise InferMaxInputError(f"request {r.id!r}: max_running = {lim.max_running} admits no request")
@@ -366,14 +374,18 @@ def serial_schedule(instance: Instance, no_chunk: bool = False) -> Schedule:
                 f"request {r.id!r}: prompt_tokens {r.prompt_tokens} cannot be prefilled "
                 f"(min(token_budget, prefill_budget) = {chunk_cap}{', chunked prefill off' if no_chunk else ''})"
             )
-        first = True
+        wait = r.arrival if r.arrival > clock else None  # a batch may not start before the last ends
+        clock = max(clock, r.arrival)
         left = r.prompt_tokens
         while left > 0:
             c = min(left, chunk_cap)
-            batches.append(Batch((Item(r.id, c),), start=r.arrival if first and r.arrival > 0 else None))
-            first = False
+            batches.append(Batch((Item(r.id, c),), start=wait))
+            wait = None
+            clock += cost.prefill_time(c)
             left -= c
-        batches.extend(Batch((Item(r.id, 1),)) for _ in range(r.output_tokens - 1))
+        for k in range(r.output_tokens - 1):
+            batches.append(Batch((Item(r.id, 1),)))
+            clock += cost.decode_time(1, r.prompt_tokens + k)
     return Schedule(instance.name, tuple(batches), {"policy": "serial"})
 
 

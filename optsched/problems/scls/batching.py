@@ -38,6 +38,7 @@ from typing import Sequence
 
 import pulp
 
+from ...mipsolvers import pulp_solver
 from ..static_latency import StaticLatencyModel
 
 __all__ = ["DS_TABLE", "MemoryRule", "dp_batches", "mip_batches", "total_serve_time"]
@@ -175,9 +176,7 @@ def mip_batches(
             prob += w[k, v] <= n_bar * z[k, v]
             prob += w[k, v] <= size[k]
             prob += w[k, v] >= size[k] - n_bar * (1 - z[k, v])
-    common = {"msg": False, "timeLimit": time_limit, "gapRel": 0.0}
-    cmd = pulp.HiGHS(**common) if solver == "highs" else pulp.PULP_CBC_CMD(**common)
-    prob.solve(cmd)
+    prob.solve(pulp_solver(solver, time_limit=time_limit, gap_rel=0.0))
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         raise RuntimeError(f"P-BATCH MIP found no solution (status {pulp.LpStatus[prob.status]})")
     batches = [[r for r in range(n) if (x[r, k].varValue or 0) > 0.5] for k in slots]

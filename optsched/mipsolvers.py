@@ -1,0 +1,97 @@
+"""One thin adapter from optsched's MIP backend names to PuLP solver objects.
+
+Every formulation that solves a PuLP model gets its solver here, so that the backends' quirks are
+handled once:
+
+- ``highs`` (PuLP's in-process HiGHS, highspy 1.14): the thread count is **never** passed. HiGHS
+  keeps one process-wide thread pool, sized by the first solve; a later solve asking for another
+  count is refused and returns "Not Solved" (seen when two formulations ran in one process). HiGHS
+  therefore uses its default pool and ``threads`` is ignored for it.
+- ``cbc`` (PuLP's bundled CBC): time limits count wall-clock seconds (``timeMode="elapsed"``), as
+  for the other backends.
+- ``gurobi`` (gurobipy, possibly under the size-limited restricted licence): the absolute gap is
+  Gurobi's ``MIPGapAbs`` and the thread count its ``Threads`` parameter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulp
+
+__all__ = ["MIP_BACKENDS", "HighsWithStart", "pulp_solver"]
+
+MIP_BACKENDS = ("highs", "cbc", "gurobi")
+
+
+class HighsWithStart(pulp.HiGHS):
+    """PuLP's HiGHS plus a MIP start: the variables' initial values, when every one is set.
+
+    PuLP adds HiGHS columns in ``lp.variables()`` order, so the values are passed in that order.
+    """
+
+    def callSolver(self, lp: pulp.LpProblem) -> None:
+        values = [var.varValue for var in lp.variables()]
+        if values and all(v is not None for v in values):
+            import highspy
+
+            start = highspy.HighsSolution()
+            start.col_value = [float(v) for v in values]
+            start.value_valid = True
+            lp.solverModel.setSolution(start)
+        lp.solverModel.run()
+
+
+def pulp_solver(
+    backend: str,
+    *,
+    time_limit: float | None = None,
+    threads: int | None = None,
+    msg: bool = False,
+    gap_rel: float | None = None,
+    gap_abs: float | None = None,
+    mip: bool = True,
+    warm_start: bool = False,
+    **options: Any,
+) -> pulp.LpSolver:
+    """A PuLP solver for ``backend`` in :data:`MIP_BACKENDS`.
+
+    Parameters
+    ----------
+    backend
+        ``highs``, ``cbc`` or ``gurobi``.
+    time_limit
+        Wall-clock seconds (None: no limit).
+    threads
+        Threads for CBC and Gurobi (ignored by HiGHS, see the module docstring).
+    msg
+        Let the solver print its log.
+    gap_rel, gap_abs
+        Relative and absolute optimality gaps (None: the solver's default).
+    mip
+        False solves the LP relaxation.
+    warm_start
+        Start from the variables' initial values (``setInitialValue``); for HiGHS only when every
+        variable has one (:class:`HighsWithStart`).
+    options
+        Further backend-specific keyword arguments, passed through.
+
+    Raises
+    ------
+    ValueError
+        For an unknown backend.
+    """
+    common: dict[str, Any] = {"msg": msg, "timeLimit": time_limit, "mip": mip, "gapRel": gap_rel}
+    if backend == "highs":
+        highs = HighsWithStart if warm_start else pulp.HiGHS
+        return highs(**common, gapAbs=gap_abs, **options)
+    if backend == "cbc":
+        return pulp.PULP_CBC_CMD(**common, gapAbs=gap_abs, threads=threads, warmStart=warm_start,
+                                 timeMode="elapsed", **options)
+    if backend == "gurobi":
+        if threads:
+            options["Threads"] = threads
+        if gap_abs is not None:
+            options["MIPGapAbs"] = gap_abs
+        return pulp.GUROBI(**common, warmStart=warm_start, **options)
+    raise ValueError(f"unknown MIP backend {backend!r} (known: {', '.join(MIP_BACKENDS)})")

@@ -1,0 +1,202 @@
+"""InferMax benchmarks (run on demand; not collected by pytest).
+
+Usage::
+
+    python tests/benchmarks/bench_infermax.py sec45 [--time-limit S] [--out FILE]
+    python tests/benchmarks/bench_infermax.py scale --n 8 16 32 64 [--time-limit S] [--out FILE]
+    python tests/benchmarks/bench_infermax.py crosscheck [--out FILE]
+    python tests/benchmarks/bench_infermax.py gaps [--time-limit S] [--out FILE]
+
+- ``sec45``: the paper's section 4.5 ("are evictions evil?"): N = O = 4, I in 1..1024,
+  M = max(2I, I+O-1), C = P = 4096, R_max unlimited, llama2-7b-a100; optimum with and without
+  evictions (CP-SAT), vLLM and vLLM-ef.
+- ``scale``: random instances with I, O in 1..16 (N requests, M = 40 % of the total KV need,
+  C = P = 64, llama2-7b-a100), CP-SAT with the given limit; status, objective, bound, gap, time.
+- ``crosscheck``: the 32 tiny instances of tests/test_infermax.py, CP-SAT vs HiGHS vs exhaustive.
+- ``gaps``: small InferMax-grid instances, every baseline policy's makespan vs the optimum/bound.
+- ``table --inp FILE``: markdown tables (section 4.5; every policy's excess over the proven bound)
+  from the JSON lines of ``sec45``.
+
+Each result is one JSON line appended to ``--out`` (default: stdout only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from optsched.instance import InstanceError, parse_instance
+from optsched.policies import simulator_for
+from optsched.policies.config import POLICY_CONFIGS
+from optsched.problems import solver_for
+from optsched.result import replayed_objective
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def emit(row: dict[str, Any], out: str | None) -> None:
+    line = json.dumps(row)
+    print(line, flush=True)
+    if out:
+        with open(out, "a") as fh:
+            fh.write(line + "\n")
+
+
+def sec45_instance(I: int, O: int = 4, N: int = 4):
+    return parse_instance({
+        "name": f"sec45-I{I}",
+        "cost_model": "llama2-7b-a100",
+        "limits": {"token_budget": 4096, "prefill_budget": 4096, "kv_capacity": max(2 * I, I + O - 1)},
+        "requests": [{"id": f"r{k}", "prompt_tokens": I, "output_tokens": O} for k in range(N)],
+    }, f"sec45-I{I}")
+
+
+def run_sec45(args: argparse.Namespace) -> None:
+    for I in args.inputs:
+        inst = sec45_instance(I)
+        row: dict[str, Any] = {"bench": "sec45", "I": I}
+        for label, no_evict in (("opt", False), ("opt_ef", True)):
+            res = solver_for("infermax")(inst, {"no_evict": no_evict, "time_limit": args.time_limit,
+                                                "threads": args.threads})
+            row[label] = {"status": res.status, "objective": res.objective, "bound": res.bound,
+                          "evictions": res.replay.metrics.evictions, "batches": res.replay.metrics.batches,
+                          "wall": round(res.wall_time, 2), "horizon": res.extra["horizon"]}
+        for pol in ("vllm", "vllm-ef"):
+            value, rep = replayed_objective(inst, simulator_for(pol)(inst), "makespan")
+            row[pol] = {"objective": value, "evictions": rep.metrics.evictions}
+        emit(row, args.out)
+
+
+def scale_instance(n: int, seed: int):
+    rng = random.Random(seed)
+    reqs = [{"id": f"r{k}", "prompt_tokens": rng.randint(1, 16), "output_tokens": rng.randint(1, 16)}
+            for k in range(n)]
+    need = sum(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
+    big = max(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
+    return parse_instance({
+        "name": f"scale-n{n}-s{seed}",
+        "cost_model": "llama2-7b-a100",
+        "limits": {"token_budget": 64, "prefill_budget": 64, "kv_capacity": max(big, int(0.4 * need))},
+        "requests": reqs,
+    }, f"scale-n{n}")
+
+
+def run_scale(args: argparse.Namespace) -> None:
+    for n in args.n:
+        for seed in range(args.seeds):
+            inst = scale_instance(n, seed)
+            res = solver_for("infermax")(inst, {"time_limit": args.time_limit, "threads": args.threads})
+            emit({"bench": "scale", "N": n, "seed": seed, "status": res.status, "objective": res.objective,
+                  "bound": res.bound, "gap": res.gap, "wall": round(res.wall_time, 2),
+                  "horizon": res.extra["horizon"], "best_policy": res.extra["upper_bound_policy"],
+                  "best_policy_value": min(res.extra["policy_values"].values()),
+                  "variables": res.extra.get("variables")}, args.out)
+
+
+def run_crosscheck(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from infermax_bruteforce import exhaustive_makespan
+    from test_infermax import tiny_instance
+
+    for seed in range(32):
+        inst = tiny_instance(seed)
+        for no_evict in (False, True):
+            best = exhaustive_makespan(inst, evict=not no_evict)[0]
+            row: dict[str, Any] = {"bench": "crosscheck", "seed": seed, "no_evict": no_evict, "exhaustive": best}
+            for solver in ("cpsat", "highs"):
+                t = time.perf_counter()
+                res = solver_for("infermax")(inst, {"solver": solver, "no_evict": no_evict, "threads": 1})
+                row[solver] = {"status": res.status, "objective": res.objective,
+                               "wall": round(time.perf_counter() - t, 2),
+                               "match": abs(res.objective - best) <= 1e-6 * best}
+            emit(row, args.out)
+
+
+def grid_instance(N: int, I: int, O: int):
+    return parse_instance({
+        "name": f"grid-N{N}-I{I}-O{O}",
+        "cost_model": "llama2-7b-a100",
+        "limits": {"token_budget": 4096, "prefill_budget": 4096, "kv_capacity": max(2 * I, I + O - 1)},
+        "requests": [{"id": f"r{k}", "prompt_tokens": I, "output_tokens": O} for k in range(N)],
+    }, f"grid-N{N}-I{I}-O{O}")
+
+
+def run_gaps(args: argparse.Namespace) -> None:
+    for N in (4, 8):
+        for I in (16, 128, 1024):
+            for O in (4, 16):
+                inst = grid_instance(N, I, O)
+                res = solver_for("infermax")(inst, {"time_limit": args.time_limit, "threads": args.threads})
+                pols = {}
+                for name in sorted(POLICY_CONFIGS):
+                    try:
+                        pols[name] = replayed_objective(inst, simulator_for(name)(inst), "makespan")[0]
+                    except InstanceError:
+                        continue
+                emit({"bench": "gaps", "N": N, "I": I, "O": O, "status": res.status, "objective": res.objective,
+                      "bound": res.bound, "wall": round(res.wall_time, 2), "policies": pols}, args.out)
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100 * (a - b) / a:+.1f}%"
+
+
+def run_table(args: argparse.Namespace) -> None:
+    """Markdown tables (section 4.5 and policy gaps) from the JSON lines of ``sec45``."""
+    rows = [json.loads(line) for line in open(args.inp) if '"sec45"' in line]
+    print("| I | M | optimum with evictions (ms) | evictions | optimum without (ms) | vLLM (ms) | evictions "
+          "| vLLM-ef (ms) | evicting saves | not evicting saves |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        o, f = r["opt"], r["opt_ef"]
+        best = min(o["objective"], f["objective"])
+        ev = o["objective"] if o["objective"] <= f["objective"] else f["objective"]
+        mark = lambda x: "" if x["status"] == "optimal" else f" (bound {1e3 * x['bound']:.3f})"  # noqa: E731
+        print(f"| {r['I']} | {max(2 * r['I'], r['I'] + 3)} | {1e3 * ev:.3f}{mark(o)} | {o['evictions']} "
+              f"| {1e3 * f['objective']:.3f}{mark(f)} | {1e3 * r['vllm']['objective']:.3f} | {r['vllm']['evictions']} "
+              f"| {1e3 * r['vllm-ef']['objective']:.3f} | {_pct(f['objective'], best)} "
+              f"| {_pct(r['vllm']['objective'], f['objective'])} |")
+    print()
+    names = sorted(POLICY_CONFIGS)
+    print("| I | proven bound (ms) | best known (ms) | proven optimal | " + " | ".join(names) + " |")
+    print("|---|---|---|---|" + "---|" * len(names))
+    for r in rows:
+        inst = sec45_instance(r["I"])
+        o, f = r["opt"], r["opt_ef"]
+        best = min(o["objective"], f["objective"])
+        bound = o["bound"]
+        cells = []
+        for name in names:
+            try:
+                v = replayed_objective(inst, simulator_for(name)(inst), "makespan")[0]
+            except InstanceError:  # a policy of another formulation that refuses the instance
+                cells.append("n/a")
+                continue
+            cells.append(f"{100 * (v - best) / best:+.1f}")
+        proven = "yes" if o["status"] == "optimal" else f"no (gap {100 * (best - bound) / best:.0f}%)"
+        print(f"| {r['I']} | {1e3 * bound:.3f} | {1e3 * best:.3f} | {proven} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["sec45", "scale", "crosscheck", "gaps", "table"])
+    ap.add_argument("--inp", help="JSON lines of sec45 (for table)")
+    ap.add_argument("--time-limit", type=float, default=600.0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out")
+    ap.add_argument("--n", type=int, nargs="+", default=[8, 16, 32, 64])
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--inputs", type=int, nargs="+",
+                    default=[1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 512, 1024])
+    args = ap.parse_args()
+    {"sec45": run_sec45, "scale": run_scale, "crosscheck": run_crosscheck, "gaps": run_gaps,
+     "table": run_table}[args.what](args)
+
+
+if __name__ == "__main__":
+    main()
