@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...instance import Instance, InstanceError
+from ...instance import Instance
 
 __all__ = ["HybridTiming", "DEFAULT_LEVEL_CAPS", "timing_of"]
 
@@ -82,20 +82,15 @@ def decode_rounds(output_tokens: int) -> int:
 def timing_of(instance: Instance) -> HybridTiming:
     """The :class:`HybridTiming` of an instance.
 
-    Raises
-    ------
-    InstanceError
-        When ``limits.max_running`` (J) is unset: the problem needs a finite client count.
+    J is ``limits.max_running``; when that is unlimited (None), J = the number of requests (every request
+    may run at once, which is what "no limit on running requests" means for clients).
     """
     lim = instance.limits
-    if lim.max_running is None or lim.max_running < 1:
-        raise InstanceError(
-            f"{instance.name}: field 'limits.max_running': the hybrid problem needs J = max_running >= 1 clients"
-        )
+    clients = lim.max_running if lim.max_running is not None else max(1, len(instance.requests))
     cm = instance.cost_model
     linear = cm.prefill.per_token_sq == 0 and cm.prefill.per_kv == 0 and cm.decode.per_token_sq == 0 and cm.decode.per_kv == 0
     return HybridTiming(
-        clients=lim.max_running,
+        clients=clients,
         prefill_cap=min(lim.prefill_budget, lim.token_budget),
         alpha_p=cm.layers * (cm.base + cm.prefill.bias),
         beta_p=cm.layers * (cm.per_token + cm.prefill.per_token),
