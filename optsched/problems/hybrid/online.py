@@ -140,6 +140,7 @@ def simulate_pd(
     done = 0
 
     def dispatch() -> None:
+        richest: int | None = None  # client with most remaining tokens; valid until a queue is popped
         for j in range(J):
             if holder[j] is not None:
                 continue
@@ -147,10 +148,13 @@ def simulate_pd(
             if not (queues[j] and reqs[queues[j][0]].arrival <= now):
                 if not steal or queued[0] == 0:
                     continue
-                donor = max(range(J), key=lambda k: (remain[k], -k))
+                if richest is None:
+                    richest = max(range(J), key=lambda k: (remain[k], -k))
+                donor = richest
                 if remain[donor] <= 0 or not queues[donor] or reqs[queues[donor][0]].arrival > now:
                     continue
             i = queues[donor].popleft()
+            richest = None
             queued[0] -= 1
             remain[donor] -= est(i)
             holder[j] = i
