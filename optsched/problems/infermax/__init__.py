@@ -52,18 +52,18 @@ def _respects(schedule: Schedule, instance: Instance, options: InferMaxOptions) 
 
 
 def candidate_schedules(instance: Instance, options: InferMaxOptions) -> dict[str, Schedule]:
-    """Feasible schedules that respect the options: ``serial`` and every InferMax baseline policy.
+    """Feasible schedules that respect the options: ``serial`` and every registered policy.
 
     Policies are skipped when chunked prefill is off (their chunking cannot be checked without
-    re-implementing the semantics) or when they fail or violate an option.
+    re-implementing the semantics) or when they do not apply to the instance, fail or violate an
+    option.
     """
     out = {"serial": serial_schedule(instance, no_chunk=options.no_chunk)}
     if options.no_chunk:
         return out
-    from ...policies import simulator_for
-    from ...policies.config import POLICY_CONFIGS
+    from ...policies import policy_names, simulator_for
 
-    for name in sorted(POLICY_CONFIGS):
+    for name in policy_names():
         try:
             sched = simulator_for(name)(instance)
             if _respects(sched, instance, options):
