@@ -35,3 +35,24 @@ def test_unknown_names_are_refused():
         solver_for("no-such-problem")
     with pytest.raises(KeyError, match="known"):
         simulator_for("no-such-policy")
+
+
+def test_cli_starts_without_the_heavy_optional_libraries():
+    """The vLLM venv installs optsched without dependencies: building the parser must not import
+    matplotlib (or the solvers); each command loads what it needs when it runs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('matplotlib', 'ortools', 'pulp', 'gurobipy', 'highspy'):\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from optsched import cli\n"
+        "cli.build_parser()\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

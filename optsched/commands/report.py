@@ -15,7 +15,7 @@ import time
 
 from ..cli import BadInput, print_json
 from ..policies import POLICIES
-from ..report import Progress, build_report, report_table, report_to_dict, write_html
+from ..report import Progress, build_report, report_table, report_to_dict
 from ..report.gather import SOLVE_MAX_REQUESTS
 from ..result import OBJECTIVES
 from ._common import add_instance_arguments, check_output_path, load_instance_arg, positive_float
@@ -72,6 +72,8 @@ def handler(args: argparse.Namespace) -> int:
     report.time_limit = args.time_limit
     if args.html:
         progress(f"writing {args.html}")
+        from ..report.html import write_html  # matplotlib loads only when a page is drawn
+
         write_html(report, args.html)
     report.wall_time = time.perf_counter() - t0
     if args.json:

@@ -6,8 +6,9 @@ policy, with their gaps; as a terminal table, JSON and a self-contained HTML pag
 - :func:`report_to_dict`, :func:`report_table`, :func:`write_html` present it.
 """
 
+from typing import Any
+
 from .gather import SCHEDULE_PROBLEMS, BoundEntry, PolicyRun, Progress, Report, SolverRun, build_report, gather_bounds
-from .html import report_html, write_html
 from .output import report_rows, report_table, report_to_dict
 
 __all__ = [
@@ -25,3 +26,12 @@ __all__ = [
     "report_to_dict",
     "write_html",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The HTML writers load matplotlib: import them only when asked for (PEP 562)."""
+    if name in ("report_html", "write_html"):
+        from . import html
+
+        return getattr(html, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
