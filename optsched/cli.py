@@ -149,4 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # Run the package's module, not this ``__main__`` copy: handlers import ``optsched.cli`` and
+    # print_json must see the state that main() sets up there.
+    from optsched.cli import main as package_main
+
+    sys.exit(package_main())

@@ -395,3 +395,13 @@ def test_json_stdout_holds_only_the_json_object_even_when_libraries_print(tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["instance"] == "toy-4"
     assert "BANNER from C code" in proc.stderr and "python-level chatter" in proc.stderr
+
+
+@pytest.mark.parametrize("entry", [["-m", "optsched.cli"], ["-m", "optsched"]])
+def test_module_entry_points_print_json_on_stdout(entry):
+    """``python -m optsched.cli`` runs cli.py as ``__main__`` (a second module object); the JSON
+    must still reach stdout."""
+    proc = subprocess.run([sys.executable, *entry, "info", "toy-4", "--json"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["instance"] == "toy-4"
