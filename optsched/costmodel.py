@@ -24,7 +24,7 @@ import math
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any, Mapping, TextIO
 
 import numpy as np
 
@@ -367,11 +367,7 @@ def read_measurements_csv(
     if unit not in TIME_UNITS:
         raise CostModelError(f"unknown time unit {unit!r} (known: {', '.join(TIME_UNITS)})")
     tokens, times = [], []
-    try:
-        fh = open(path, newline="")
-    except OSError as exc:
-        raise CostModelError(f"{path}: cannot read file ({exc.strerror})") from None
-    with fh:
+    with _open_csv(path) as fh:
         reader = csv.DictReader(fh)
         for col in (tokens_column, time_column):
             if col not in (reader.fieldnames or []):
@@ -388,6 +384,14 @@ def read_measurements_csv(
     if len(tokens) < 2:
         raise CostModelError(f"{path}: at least two measurements are needed, found {len(tokens)}")
     return np.array(tokens), np.array(times)
+
+
+def _open_csv(path: str) -> TextIO:
+    """Open a measurement CSV; an unreadable file is a :class:`CostModelError` naming it."""
+    try:
+        return open(path, newline="")
+    except OSError as exc:
+        raise CostModelError(f"{path}: cannot read file ({exc.strerror})") from None
 
 
 def is_vidur_profile(path: str) -> bool:
@@ -409,11 +413,7 @@ def read_vidur_mlp_profile(path: str, tensor_parallel: int = 1) -> tuple[np.ndar
     tokens, seconds
         Sorted by token count; times in seconds per layer.
     """
-    try:
-        fh = open(path, newline="")
-    except OSError as exc:
-        raise CostModelError(f"{path}: cannot read file ({exc.strerror})") from None
-    with fh:
+    with _open_csv(path) as fh:
         reader = csv.DictReader(fh)
         header = reader.fieldnames or []
         ops = [h for h in header if h.startswith("time_stats.") and h.endswith(".mean")]
