@@ -18,16 +18,8 @@ Per request r (prompt I, output O, arrival A):
   :math:`L(b + a + \\min(d_b + d_a + d_k x, p_b + p_a + p_q))`. Their sum bounds
   ``latency - TTFT``; divided by O - 1 it bounds TPOT.
 
-Makespan:
-
-- **critical path**: :math:`\\max_r (A_r + e2e_r)`, the per-request bounds above;
-- **work**: :math:`\\min_r A_r` + a lower bound on the summed batch times. Each request processes at
-  least I prompt tokens (each costing :math:`L(a + p_a + p_q)`, as :math:`c^2 >= c`) and one item
-  per later token, costing at least :math:`L \\min(a + d_a + d_k x, (a + p_a + p_q)(x + 1))` (decode,
-  or the x + 1 tokens of a recomputation). There are at least
-  :math:`n_b = \\max(\\lceil \\sum_r (I_r + O_r - 1) / C \\rceil, \\max_r (\\lceil I_r / P \\rceil + O_r - 1))`
-  batches, at least :math:`n_p = \\lceil \\sum_r I_r / P \\rceil` of them with prefill, and every
-  non-empty batch pays ``base`` plus the bias of each phase it holds.
+Makespan: the ``critical-path`` and ``work`` bounds of :mod:`optsched.bounds` (stated and proved
+there; they dominate the per-request bounds above).
 
 The throughput upper bound is the total output divided by the makespan lower bound.
 """
@@ -39,6 +31,7 @@ from dataclasses import dataclass
 
 from .costmodel import CostModel
 from .instance import Instance, Request
+from .bounds import generic_bounds
 from .result import Bound
 
 __all__ = ["RequestBounds", "instance_bounds", "request_bounds"]
@@ -106,42 +99,14 @@ def request_bounds(instance: Instance, request: Request) -> RequestBounds:
     return RequestBounds(ttft=ttft, e2e=ttft + later, tpot=tpot)
 
 
-def _work(instance: Instance) -> float:
-    cm, lim = instance.cost_model, instance.limits
-    d, p = cm.decode, cm.prefill
-    reqs = instance.requests
-    pre_unit = cm.per_token + p.per_token + p.per_token_sq
-    items = 0.0
-    for r in reqs:
-        items += pre_unit * r.prompt_tokens + _sum_min_linear(
-            cm.per_token + d.per_token,
-            d.per_kv,
-            pre_unit,
-            pre_unit,
-            r.prompt_tokens,
-            r.prompt_tokens + r.output_tokens - 2,
-        )
-    chunk_cap = min(lim.prefill_budget, lim.token_budget)
-    n_batches = max(
-        math.ceil(sum(r.max_kv for r in reqs) / lim.token_budget),
-        max(math.ceil(r.prompt_tokens / chunk_cap) + r.output_tokens - 1 for r in reqs),
-    )
-    n_prefill = math.ceil(sum(r.prompt_tokens for r in reqs) / chunk_cap)
-    n_batches = max(n_batches, n_prefill)
-    if p.bias >= d.bias:
-        fixed = (cm.base + d.bias) * n_batches + (p.bias - d.bias) * n_prefill
-    else:
-        fixed = (cm.base + p.bias) * n_batches
-    return cm.layers * (items + fixed)
-
-
 def instance_bounds(instance: Instance) -> list[Bound]:
     """The trivial bounds of an instance: makespan (critical path, work), mean latency, mean TTFT
     (lower bounds) and throughput (upper bound). All are proven (``valid=True``)."""
     per = [request_bounds(instance, r) for r in instance.requests]
     n = len(per)
-    critical = max(r.arrival + b.e2e for r, b in zip(instance.requests, per))
-    work = min(r.arrival for r in instance.requests) + _work(instance)
+    # The makespan bounds are optsched.bounds' (stronger, and proven there): one implementation.
+    makespan_bounds = {b.name: b.value for b in generic_bounds(instance, "makespan")}
+    critical, work = makespan_bounds["critical-path"], makespan_bounds["work"]
     makespan = max(critical, work)
     tokens = sum(r.output_tokens for r in instance.requests)
     return [
