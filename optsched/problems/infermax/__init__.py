@@ -7,7 +7,9 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
 2. builds the candidate schedules (the serial schedule of :func:`.model.serial_schedule`, every
    registered policy whose schedule replays and respects the options and, when evictions are
    allowed, the eviction-free optimum solved first with a quarter of the time limit) and keeps the
-   best as the upper bound UB and the warm start (or the policy named by ``warm_start``);
+   best as the upper bound UB and the warm start (or the policy named by ``warm_start``); the
+   main solve gets what is left of ``time_limit`` (at least ``MIN_PHASE_SHARE`` of it), so the
+   whole call keeps within the limit up to model building and the replay;
 3. derives the horizon J from UB (:func:`.model.horizon`: proven for makespan and completion);
 4. solves, turns the solution into a schedule, replays it and reports the replayed objective after
    :func:`~optsched.result.check_agreement` with the solver's own value;
@@ -19,6 +21,7 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Mapping
 
 from ...instance import Instance
@@ -36,6 +39,9 @@ from .model import (
 )
 
 __all__ = ["bounds", "solve", "candidate_schedules", "OPTIMAL_RTOL"]
+
+#: The main solve gets what is left of the time limit, but at least this share of it.
+MIN_PHASE_SHARE = 0.05
 
 #: A solution counts as optimal when its replayed objective exceeds a proven bound by at most this.
 OPTIMAL_RTOL = 1e-9
@@ -110,6 +116,9 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
             f"(available: {', '.join(sorted(cands))})"
         )
     makespans = {name: replayed_objective(instance, s, "makespan")[0] for name, s in cands.items()}
+    if opts.time_limit is not None:  # the whole solve (candidates, phase 1) keeps within the limit
+        left = opts.time_limit - (time.perf_counter() - t0)
+        opts = replace(opts, time_limit=max(left, MIN_PHASE_SHARE * opts.time_limit))
     data = build_data(instance, opts, makespans[best], values[best], _nonempty(cands[warm]))
     hint = hint_from_schedule(data, cands[warm])
     backend = _run_backend(data, hint)

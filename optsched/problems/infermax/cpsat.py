@@ -72,13 +72,13 @@ class _Builder:
         self.y = [mdl.NewBoolVar(f"y_{j}") for j in range(J)]
         self.hp = [mdl.NewBoolVar(f"hp_{j}") for j in range(J)]
         self.hd = [mdl.NewBoolVar(f"hd_{j}") for j in range(J)]
+        self.mz: list[list[cp_model.IntVar]] = []  # per batch, when R_max binds
         for i in range(N):
             self._request(i)
         for j in range(J):
             self._batch(j)
         self._symmetry()
-        self.m.Add(sum(self.y) >= data.b_min)
-        self.m.Add(sum(self.hp) >= data.bp_min)
+        self._redundant()
         self.T = [self._batch_time(j) for j in range(J)]
         self._objective()
 
@@ -155,16 +155,20 @@ class _Builder:
     # ------------------------------------------------------------------ per batch
     def _batch(self, j: int) -> None:
         data, mdl, N = self.data, self.m, self.data.N
-        mdl.Add(sum(self.c[i][j] for i in range(N)) <= data.C)
-        mdl.Add(sum(self.pc[i][j] for i in range(N)) <= data.P)
+        # (5) with R1-R4: an empty batch holds nothing, a batch without prefill (decode) items has
+        # no prefill tokens (decode items)
+        mdl.Add(sum(self.c[i][j] for i in range(N)) <= data.C * self.y[j])
+        mdl.Add(sum(self.pc[i][j] for i in range(N)) <= data.P * self.hp[j])
+        mdl.Add(sum(self.dg[i][j] for i in range(N)) <= N * self.hd[j])
         if data.M is not None:
-            mdl.Add(sum(self.mh[i][j] for i in range(N)) <= data.M)
+            mdl.Add(sum(self.mh[i][j] for i in range(N)) <= data.M * self.y[j])
         if data.R is not None and data.R < N:
             mz = [mdl.NewBoolVar(f"mz_{i}_{j}") for i in range(N)]
             for i in range(N):
                 mdl.Add(self.mh[i][j] >= 1).OnlyEnforceIf(mz[i])
                 mdl.Add(self.mh[i][j] == 0).OnlyEnforceIf(mz[i].Not())
-            mdl.Add(sum(mz) <= data.R)
+            mdl.Add(sum(mz) <= data.R * self.y[j])  # (5) with R5
+            self.mz.append(mz)
         mdl.AddBoolOr([self.cz[i][j] for i in range(N)]).OnlyEnforceIf(self.y[j])
         pre = []
         for i in range(N):
@@ -179,6 +183,17 @@ class _Builder:
             mdl.AddImplication(self.y[j + 1], self.y[j])
         if data.options.no_hybrid:
             mdl.Add(self.hp[j] + self.hd[j] <= 1)
+
+    def _redundant(self) -> None:
+        """Per-request valid rows R6-R8 and the least batch counts (model docstring, C5)."""
+        data, mdl, N, J = self.data, self.m, self.data.N, self.data.J
+        for i in range(N):
+            mdl.Add(sum(self.mh[i]) >= data.area(i))  # R6
+            mdl.Add(sum(self.c[i]) >= data.U(i))  # R8
+            if self.mz:
+                mdl.Add(sum(self.mz[j][i] for j in range(J)) >= data.output[i])  # R7
+        mdl.Add(sum(self.y) >= data.b_min)
+        mdl.Add(sum(self.hp) >= data.bp_min)
 
     def _symmetry(self) -> None:
         for a, b in self.data.symmetric_pairs:

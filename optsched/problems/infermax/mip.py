@@ -66,13 +66,19 @@ class _Mip:
         self.y = [self._bin() for _ in range(J)]
         self.hp = [self._bin() for _ in range(J)]
         self.hd = [self._bin() for _ in range(J)]
-        for i in range(N):
-            self._request(i)
+        self.mz: list[list[Any]] = []  # per batch, when R_max binds
         for j in range(J):
             self._batch(j)
+        for i in range(N):
+            self._request(i)
         for a, b in data.symmetric_pairs:
             for j in range(J):
                 self.p += self.done[b][j] <= self.done[a][j]
+        for i in range(N):  # R6-R8
+            self.p += pulp.lpSum(self.mh[i]) >= data.area(i)
+            self.p += pulp.lpSum(self.c[i]) >= data.U(i)
+            if self.mz:
+                self.p += pulp.lpSum(self.mz[j][i] for j in range(J)) >= data.output[i]
         self.p += pulp.lpSum(self.y) >= data.b_min
         self.p += pulp.lpSum(self.hp) >= data.bp_min
         self.T = [self._batch_time(j) for j in range(J)]
@@ -175,15 +181,18 @@ class _Mip:
     # ------------------------------------------------------------------ per batch
     def _batch(self, j: int) -> None:
         data, p, N = self.data, self.p, self.data.N
-        p += pulp.lpSum(self.c[i][j] for i in range(N)) <= data.C
-        p += pulp.lpSum(self.pc[i][j] for i in range(N)) <= data.P
+        # (5) with R1-R5
+        p += pulp.lpSum(self.c[i][j] for i in range(N)) <= data.C * self.y[j]
+        p += pulp.lpSum(self.pc[i][j] for i in range(N)) <= data.P * self.hp[j]
+        p += pulp.lpSum(self.dg[i][j] for i in range(N)) <= N * self.hd[j]
         if data.M is not None:
-            p += pulp.lpSum(self.mh[i][j] for i in range(N)) <= data.M
+            p += pulp.lpSum(self.mh[i][j] for i in range(N)) <= data.M * self.y[j]
         if data.R is not None and data.R < N:
             mz = [self._bin() for _ in range(N)]
             for i in range(N):
                 p += data.U(i) * mz[i] >= self.mh[i][j]
-            p += pulp.lpSum(mz) <= data.R
+            p += pulp.lpSum(mz) <= data.R * self.y[j]
+            self.mz.append(mz)
         p += self.y[j] <= pulp.lpSum(self.cz[i][j] for i in range(N))
         p += self.y[j] <= self.hp[j] + self.hd[j]
         p += self.hp[j] <= pulp.lpSum(self.cz[i][j] - self.dg[i][j] for i in range(N))

@@ -63,6 +63,22 @@ C13  an eviction needs KV: :math:`e_{ij} \Rightarrow m_{i,j-1} \ge 1` (the contr
      :math:`pc = c - dg` (prefill tokens only, digest C6, as the contract);
      :math:`\sum_i \hat m_{ij} \le M`; :math:`\sum_i mz_{ij} \le R_{max}`,
      :math:`mz_{ij} = [\hat m_{ij} > 0]`.
+R1-R8 valid redundant rows (they change no solution, only tighten the LP relaxation that
+     CP-SAT's and the MIP's bounds come from). Per batch, (5) is written
+     R1 :math:`\sum_i c_{ij} \le C y_j`, R2 :math:`\sum_i pc_{ij} \le P\, hp_j`,
+     R3 :math:`\sum_i dg_{ij} \le N\, hd_j`, R4 :math:`\sum_i \hat m_{ij} \le M y_j`,
+     R5 :math:`\sum_i mz_{ij} \le R_{max} y_j`. Valid: :math:`c > 0` implies :math:`cz` hence
+     :math:`y_j`; :math:`pc > 0` implies a prefill item (a decode item has :math:`c = 1 = dg`) hence
+     :math:`hp_j`; :math:`dg` implies :math:`hd_j`; an empty batch comes after every non-empty
+     one (C5), and after the last non-empty batch every request is done (G is constant over empty
+     batches and (1) holds), so it holds no KV. Per request,
+     R6 :math:`\sum_j \hat m_{ij} \ge A_i = \sum_{k=1}^{O_i} (I_i + k - 1)`: by C1 the batch
+     that generates the k-th token holds :math:`\hat m = I_i + G_{i,j-1} = I_i + k - 1`, and the
+     O_i generating batches are distinct (evictions only add refill KV elsewhere);
+     R7 :math:`\sum_j mz_{ij} \ge O_i` (those batches hold :math:`\ge I_i \ge 1` KV);
+     R8 :math:`\sum_j c_{ij} \ge U_i` (the batch generating the last token holds
+     :math:`\hat m = U_i`, all of it written by items since the last eviction). With R4 and R6 the
+     LP sees :math:`\sum_j y_j \ge \sum_i A_i / M` (memory makes requests take turns).
 C5   horizon and empty batches: :math:`cz_{ij} \le y_j`, :math:`y_j \le \sum_i cz_{ij}`,
      :math:`e_{ij} \le y_j` (an eviction can always move to the next batch with items, since it
      happens before that batch's processing), :math:`y_j \ge y_{j+1}` (empty batches last). Valid cuts: :math:`y_j \le hp_j + hd_j`,
@@ -309,6 +325,11 @@ class ModelData:
         """Most KV request ``i`` can hold: I + O - 1."""
         return self.prompt[i] + self.output[i] - 1
 
+    def area(self, i: int) -> int:
+        """:math:`A_i = \\sum_{k=1}^{O_i} (I_i + k - 1)`: KV the batches generating i's tokens hold for it."""
+        I, O = self.prompt[i], self.output[i]
+        return O * I + O * (O - 1) // 2
+
     @property
     def needs_time(self) -> bool:
         """Whether start/end time variables are needed (arrivals or a per-request objective)."""
@@ -403,12 +424,12 @@ def horizon(
     r"""A number of batches J that provably admits an optimal schedule (digest C5).
 
     J counts batches with items (eviction-only batches are implied, see the note on (4)). Every
-    such batch costs at least :math:`k_b + \min(k_{pb}, k_{db})`. Every request processes at least :math:`U_i` distinct
-    tokens, each costing at least :math:`k_t + \min(k_{pt} + k_{pq}, k_{dt} + k_{dk} I_i)` (a prefill
-    chunk's :math:`c^2 \ge c`; a decode reads at least :math:`I_i` KV). Hence any schedule with
-    makespan at most :math:`T^{UB}` has at most
-    :math:`J = \lfloor (T^{UB} - W) / (k_b + \min(k_{pb}, k_{db})) \rfloor` batches, where W is that
-    work and the total idle time is >= 0. For ``makespan`` :math:`T^{UB}` is the best known
+    such batch costs at least :math:`\beta = k_b + \min(k_{pb}, k_{db})`, and at least
+    :math:`B_p` of them (:func:`.bounds.batch_counts`) hold prefill tokens and cost
+    :math:`k_{pb} - \min(k_{pb}, k_{db})` more. The token work is at least :math:`W = \sum_i W_i`
+    (:func:`.bounds.request_work`). Hence any schedule with makespan at most :math:`T^{UB}` has at
+    most :math:`J = \lfloor (T^{UB} - W - B_p (k_{pb} - \min(k_{pb}, k_{db}))) / \beta \rfloor`
+    batches (idle time is >= 0). For ``makespan`` :math:`T^{UB}` is the best known
     makespan; for ``completion`` the best known sum of finish times (makespan <= sum). For ``ttft``
     no such argument bounds the tail after the last first token, so J is heuristic (the best
     makespan's bound) and reported as not proven.
@@ -417,19 +438,19 @@ def horizon(
     -------
     (J, proven, note)
     """
-    work = sum(
-        (r.prompt_tokens + r.output_tokens - 1)
-        * (coef.k_t + min(coef.k_pt + coef.k_pq, coef.k_dt + coef.k_dk * r.prompt_tokens))
-        for r in instance.requests
-    )
+    from .bounds import batch_counts, request_work  # bounds imports this module
+
+    work = math.fsum(request_work(r, coef) for r in instance.requests)
+    prefill_extra = batch_counts(list(instance.requests), instance)[1] * (coef.k_pb - min(coef.k_pb, coef.k_db))
     cap = upper_objective if objective == "completion" else upper_makespan
     per_batch = coef.min_batch
     if per_batch <= 0:
         raise InferMaxInputError("cost_model: a non-empty batch must cost > 0 for a finite horizon")
-    J = max(1, math.floor((cap - work) / per_batch * (1 + 1e-9)))
+    J = max(1, math.floor((cap - work - prefill_extra) / per_batch * (1 + 1e-9)))
     proven = objective in ("makespan", "completion")
     note = (
-        f"J = floor((UB {cap:.6g} s - work {work:.6g} s) / min batch {per_batch:.6g} s) = {J}"
+        f"J = floor((UB {cap:.6g} s - work {work:.6g} s - prefill biases {prefill_extra:.6g} s) "
+        f"/ min batch {per_batch:.6g} s) = {J}"
         + ("" if proven else " (ttft: heuristic horizon, optimality only relative to J)")
     )
     return J, proven, note
