@@ -12,6 +12,7 @@ MIP runs in the unit tests where the model is small (MIP_CELLS).
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -262,3 +263,36 @@ def test_every_legal_schedule_is_a_model_solution(seed: int) -> None:
         value = _fixed_model_value(inst, sched)
         assert value is not None, name
         assert value == pytest.approx(replayed_objective(inst, sched, "makespan")[0], rel=1e-9), name
+
+
+def _least_bins(heights: list[int], capacity: int) -> int:
+    """Exact bin packing by brute force (tiny inputs only)."""
+    best = len(heights)
+
+    def place(k: int, loads: list[int]) -> None:
+        nonlocal best
+        if len(loads) >= best:
+            return
+        if k == len(heights):
+            best = len(loads)
+            return
+        for b in range(len(loads)):
+            if loads[b] + heights[k] <= capacity:
+                loads[b] += heights[k]
+                place(k + 1, loads)
+                loads[b] -= heights[k]
+        place(k + 1, loads + [heights[k]])
+
+    place(0, [])
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_packing_bound_never_exceeds_exact_bin_packing(seed: int) -> None:
+    from optsched.problems.infermax.bounds import packing_bound
+
+    rng = random.Random(seed)
+    M = rng.randint(4, 20)
+    heights = sorted((rng.randint(1, M) for _ in range(rng.randint(1, 8))), reverse=True)
+    exact = _least_bins(heights, M)
+    assert math.ceil(sum(heights) / M) <= packing_bound(heights, M) <= exact

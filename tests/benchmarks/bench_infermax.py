@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -88,11 +89,13 @@ def scale_instance(n: int, seed: int):
 
 def run_scale(args: argparse.Namespace) -> None:
     for n in args.n:
-        for seed in range(args.seeds):
+        for seed in args.seed or range(args.seeds):
             inst = scale_instance(n, seed)
+            cpu = time.process_time()
             res = solver_for("infermax")(inst, {"time_limit": args.time_limit, "threads": args.threads})
             emit({"bench": "scale", "N": n, "seed": seed, "status": res.status, "objective": res.objective,
                   "bound": res.bound, "gap": res.gap, "wall": round(res.wall_time, 2),
+                  "cpu": round(time.process_time() - cpu, 2), "load_avg": os.getloadavg()[0],
                   "horizon": res.extra["horizon"], "best_policy": res.extra["upper_bound_policy"],
                   "best_policy_value": min(res.extra["policy_values"].values()),
                   "variables": res.extra.get("variables")}, args.out)
@@ -190,7 +193,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out")
     ap.add_argument("--n", type=int, nargs="+", default=[8, 16, 32, 64])
-    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--seeds", type=int, default=1, help="seeds 0 .. SEEDS-1")
+    ap.add_argument("--seed", type=int, nargs="+", help="these seeds instead of --seeds")
     ap.add_argument("--inputs", type=int, nargs="+",
                     default=[1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 512, 1024])
     args = ap.parse_args()

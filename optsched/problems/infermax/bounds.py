@@ -15,7 +15,15 @@ Batch biases. A set R of requests needs at least
 least :math:`B_p = \max(\lceil \sum_R I_i / P \rceil, \max_R \lceil I_i / K \rceil)` hold prefill
 tokens; also :math:`B \ge \lceil \sum_R \sum_{k=1}^{O_i} (I_i + k - 1) / M \rceil` (the batch
 that generates the k-th token of request i holds its :math:`I_i + k - 1` KV, and a batch holds at
-most M) and :math:`B \ge \lceil \sum_R O_i / R_{max} \rceil`; every batch pays :math:`k_b` and a prefill (:math:`k_{pb}`) or decode (:math:`k_{db}`) bias:
+most M). This is a bin packing: every *item* (i, k) of height :math:`h_{ik} = I_i + k - 1` goes
+into one batch, whose items' heights add up to at most M (other KV held is >= 0). So
+:math:`B` is also at least the Martello-Toth bound :math:`L_2 = \max_{0 \le \alpha \le M/2} |J_1| + |J_2| +
+\max(0, \lceil (\sum_{J_3} h - (|J_2| M - \sum_{J_2} h)) / M \rceil)` with
+:math:`J_1 = \{h > M - \alpha\}`, :math:`J_2 = \{M - \alpha \ge h > M/2\}`,
+:math:`J_3 = \{M/2 \ge h \ge \alpha\}` (no two items above M/2 share a batch; items of
+:math:`J_1` share none with :math:`J_3`; :math:`J_3` fills at most the room :math:`J_2`'s batches
+leave). It exceeds the area count when memory is tight (requests that must take turns).
+Also :math:`B \ge \lceil \sum_R O_i / R_{max} \rceil`; every batch pays :math:`k_b` and a prefill (:math:`k_{pb}`) or decode (:math:`k_{db}`) bias:
 :math:`\beta(R) = k_b B + k_{pb} B_p + \min(k_{pb}, k_{db})(B - B_p)`.
 
 - ``makespan``: the requests arriving at or after t are all served after t, and batch times add
@@ -39,7 +47,7 @@ from ...instance import Instance, Request
 from ...result import Bound
 from .model import Coefficients
 
-__all__ = ["batch_counts", "bounds", "lower_bound", "request_work"]
+__all__ = ["batch_counts", "bounds", "lower_bound", "packing_bound", "request_work"]
 
 
 def request_work(r: Request, k: Coefficients) -> float:
@@ -61,11 +69,28 @@ def batch_counts(reqs: list[Request], instance: Instance) -> tuple[int, int]:
     b = max(max(math.ceil(r.prompt_tokens / chunk) + r.output_tokens - 1 for r in reqs),
             math.ceil(sum(r.max_kv for r in reqs) / lim.token_budget), b_p)
     if lim.kv_capacity is not None:  # memory-time: the k-th token needs I + k - 1 KV held in its batch
-        need = sum(r.output_tokens * r.prompt_tokens + r.output_tokens * (r.output_tokens - 1) // 2 for r in reqs)
-        b = max(b, math.ceil(need / lim.kv_capacity))
+        heights = [r.prompt_tokens + k for r in reqs for k in range(r.output_tokens)]
+        b = max(b, packing_bound(heights, lim.kv_capacity))
     if lim.max_running is not None and lim.max_running > 0:  # each token's batch holds its request
         b = max(b, math.ceil(sum(r.output_tokens for r in reqs) / lim.max_running))
     return b, b_p
+
+
+def packing_bound(heights: list[int], capacity: int) -> int:
+    """Martello-Toth :math:`L_2`: least number of bins of ``capacity`` for items of ``heights``.
+
+    Dominates the area bound :math:`\\lceil \\sum h / M \\rceil` (module docstring).
+    """
+    M = capacity
+    hs = sorted(heights)
+    best = math.ceil(sum(hs) / M)
+    for alpha in sorted({0, *(h for h in hs if 2 * h <= M)}):
+        j1 = sum(1 for h in hs if h > M - alpha)
+        j2 = [h for h in hs if M - alpha >= h and 2 * h > M]
+        j3 = sum(h for h in hs if 2 * h <= M and h >= alpha)
+        room = len(j2) * M - sum(j2)
+        best = max(best, j1 + len(j2) + max(0, math.ceil((j3 - room) / M)))
+    return best
 
 
 def _bias(reqs: list[Request], instance: Instance, k: Coefficients) -> float:
