@@ -23,8 +23,20 @@ into one batch, whose items' heights add up to at most M (other KV held is >= 0)
 :math:`J_3 = \{M/2 \ge h \ge \alpha\}` (no two items above M/2 share a batch; items of
 :math:`J_1` share none with :math:`J_3`; :math:`J_3` fills at most the room :math:`J_2`'s batches
 leave). It exceeds the area count when memory is tight (requests that must take turns).
-Also :math:`B \ge \lceil \sum_R O_i / R_{max} \rceil`; every batch pays :math:`k_b` and a prefill (:math:`k_{pb}`) or decode (:math:`k_{db}`) bias:
-:math:`\beta(R) = k_b B + k_{pb} B_p + \min(k_{pb}, k_{db})(B - B_p)`.
+Also :math:`B \ge \lceil \sum_R O_i / R_{max} \rceil`; every batch pays :math:`k_b` and a prefill (:math:`k_{pb}`) or decode (:math:`k_{db}`) bias.
+Tokens :math:`2..O_i` of request i are each generated in a distinct batch, by a decode item (the
+batch has decode items) or by the end of a refill (the batch has prefill tokens; the refill of token
+k costs :math:`\rho_{ik} = \max(0, (I_i+k-1) q - (k_t + k_{dt} + k_{dk}(I_i+k-2)))` more than
+:math:`W_i` counts for it). So with D batches holding decode items, request i refills at least
+:math:`r_i = \max(0, O_i - 1 - D)` tokens, paying at least the sum of its :math:`r_i` smallest
+:math:`\rho_{ik}`, in :math:`r_i` prefill batches distinct from the
+:math:`\lceil I_i/K \rceil` that generate its first token; and every batch has prefill or decode
+items. Hence :math:`\beta(R) = \min_D k_b B_D + k_{pb} P_D + k_{db} D + \sum_i \sum_{k \le r_i} \rho_{i(k)}`
+with :math:`P^0_D = \max(B_p, \max_i (\lceil I_i/K \rceil + r_i))`,
+:math:`B_D = \max(B, D, P^0_D)`, :math:`P_D = \max(P^0_D, B_D - D)` (the cost grows with the
+counts, so the least counts are taken). It is at least :math:`k_b B + k_{pb} B_p + \min(k_{pb},
+k_{db})(B - B_p)` and exceeds it when the longest request's decodes force batches with both
+prefill and decode items (for instance N = 8, M unlimited: the proof closes).
 
 - ``makespan``: the requests arriving at or after t are all served after t, and batch times add
   up: :math:`\max_t \, t + \sum_{a_i \ge t} W_i + \beta(\{i: a_i \ge t\})`.
@@ -93,12 +105,36 @@ def packing_bound(heights: list[int], capacity: int) -> int:
     return best
 
 
+def _refill_extra(r: Request, k: Coefficients) -> list[float]:
+    """:math:`\\rho_{ik}` for k = 2..O_i, ascending: what a refill costs beyond :math:`W_i`'s share."""
+    q = k.k_t + k.k_pt + k.k_pq
+    I = r.prompt_tokens
+    return sorted(
+        max(0.0, (I + t - 1) * q - (k.k_t + k.k_dt + k.k_dk * (I + t - 2))) for t in range(2, r.output_tokens + 1)
+    )
+
+
 def _bias(reqs: list[Request], instance: Instance, k: Coefficients) -> float:
-    """:math:`\\beta(R)`: least total bias of the batches serving ``reqs``."""
+    """:math:`\\beta(R)`: least total bias (plus refill excess) of the batches serving ``reqs``.
+
+    The minimum over the number D of batches with decode items of the module docstring's count
+    program.
+    """
     if not reqs:
         return 0.0
     b, b_p = batch_counts(reqs, instance)
-    return k.k_b * b + k.k_pb * b_p + min(k.k_pb, k.k_db) * (b - b_p)
+    chunk = min(instance.limits.token_budget, instance.limits.prefill_budget)
+    rho = [_refill_extra(r, k) for r in reqs]
+    first = [math.ceil(r.prompt_tokens / chunk) for r in reqs]
+    best = math.inf
+    for D in range(max(b, max(r.output_tokens for r in reqs)) + 1):
+        refills = [max(0, r.output_tokens - 1 - D) for r in reqs]
+        bp0 = max(b_p, max(f + n for f, n in zip(first, refills)))
+        B = max(b, D, bp0)
+        Bp = max(bp0, B - D)
+        extra = math.fsum(math.fsum(x[:n]) for x, n in zip(rho, refills))
+        best = min(best, k.k_b * B + k.k_pb * Bp + k.k_db * D + extra)
+    return best
 
 
 def _alone(r: Request, instance: Instance, k: Coefficients) -> float:
