@@ -34,7 +34,11 @@ k costs :math:`\rho_{ik} = \max(0, (I_i+k-1) q - (k_t + k_{dt} + k_{dk}(I_i+k-2)
 items. Hence :math:`\beta(R) = \min_D k_b B_D + k_{pb} P_D + k_{db} D + \sum_i \sum_{k \le r_i} \rho_{i(k)}`
 with :math:`P^0_D = \max(B_p, \max_i (\lceil I_i/K \rceil + r_i))`,
 :math:`B_D = \max(B, D, P^0_D)`, :math:`P_D = \max(P^0_D, B_D - D)` (the cost grows with the
-counts, so the least counts are taken). It is at least :math:`k_b B + k_{pb} B_p + \min(k_{pb},
+counts, so the least counts are taken), plus the quadratic prefill term: a prompt of
+:math:`I_i` tokens prefilled in at most :math:`n = \min(P_D, I_i)` chunks costs
+:math:`k_{pq} \sum c^2 \ge k_{pq} I_i^2 / n` (Cauchy-Schwarz), :math:`k_{pq}(I_i^2/n - I_i)` more than
+:math:`W_i` counts; as this falls and the biases grow with the number of prefill batches, the
+least sum over :math:`P \ge P_D` (a convex function of P) is taken. It is at least :math:`k_b B + k_{pb} B_p + \min(k_{pb},
 k_{db})(B - B_p)` and exceeds it when the longest request's decodes force batches with both
 prefill and decode items (for instance N = 8, M unlimited: the proof closes).
 
@@ -126,15 +130,26 @@ def _bias(reqs: list[Request], instance: Instance, k: Coefficients) -> float:
     chunk = min(instance.limits.token_budget, instance.limits.prefill_budget)
     rho = [_refill_extra(r, k) for r in reqs]
     first = [math.ceil(r.prompt_tokens / chunk) for r in reqs]
+    prompts = [r.prompt_tokens for r in reqs]
     best = math.inf
     for D in range(max(b, max(r.output_tokens for r in reqs)) + 1):
         refills = [max(0, r.output_tokens - 1 - D) for r in reqs]
         bp0 = max(b_p, max(f + n for f, n in zip(first, refills)))
-        B = max(b, D, bp0)
-        Bp = max(bp0, B - D)
+        Bp = max(bp0, max(b, D, bp0) - D)
         extra = math.fsum(math.fsum(x[:n]) for x, n in zip(rho, refills))
-        best = min(best, k.k_b * B + k.k_pb * Bp + k.k_db * D + extra)
+        cost = math.inf
+        while True:  # convex in the number of prefill batches: stop at its first increase
+            nxt = k.k_b * max(b, D, Bp) + k.k_pb * Bp + k.k_db * D + extra + _chunk_extra(prompts, Bp, k)
+            if nxt >= cost:
+                break
+            cost, Bp = nxt, Bp + 1
+        best = min(best, cost)
     return best
+
+
+def _chunk_extra(prompts: list[int], n_prefill: int, k: Coefficients) -> float:
+    """Least quadratic prefill cost beyond :math:`W_i`'s :math:`k_{pq}` per token, over ``n_prefill`` batches."""
+    return k.k_pq * math.fsum(max(0.0, I * I / min(n_prefill, I) - I) for I in prompts)
 
 
 def _alone(r: Request, instance: Instance, k: Coefficients) -> float:
