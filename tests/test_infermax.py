@@ -296,3 +296,23 @@ def test_packing_bound_never_exceeds_exact_bin_packing(seed: int) -> None:
     heights = sorted((rng.randint(1, M) for _ in range(rng.randint(1, 8))), reverse=True)
     exact = _least_bins(heights, M)
     assert math.ceil(sum(heights) / M) <= packing_bound(heights, M) <= exact
+
+
+#: Inline cost models where the bound's unusual branches matter: a large quadratic prefill term
+#: (chunking pays), decode dearer than a refill, prefill bias below decode bias.
+ADVERSARIAL_COSTS = [
+    {"layers": 2, "base": 1e-3, "per_token": 1e-5, "prefill": {"bias": 1e-4, "per_token_sq": 1e-4},
+     "decode": {"bias": 1e-3, "per_kv": 1e-6}},
+    {"base": 1e-4, "prefill": {"per_token": 1e-6}, "decode": {"bias": 5e-2, "per_token": 1e-2, "per_kv": 1e-2}},
+]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bound_below_exhaustive_optimum_under_adversarial_costs(seed: int) -> None:
+    base = tiny_instance(seed).to_dict()
+    for cost in ADVERSARIAL_COSTS:
+        inst = parse_instance({**base, "cost_model": cost}, f"adv-{seed}")
+        for evict in (True, False):
+            best = exhaustive_makespan(inst, evict=evict)[0]
+            for b in bounder_for("infermax")(inst, {}):
+                assert b.value <= best * (1 + 1e-9), (cost, evict)
