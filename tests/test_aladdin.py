@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from optsched.instance import Limits, load_instance, parse_instance
+from optsched.instance import InstanceError, Limits, load_instance, parse_instance
 from optsched.problems import bounder_for, solver_for
 from optsched.problems.aladdin.cluster import simulate_cluster
 from optsched.problems.aladdin.heuristics import best_fit, jsq, power_of_two, rebalance, round_robin
@@ -64,7 +64,6 @@ def test_cost_model_mapping_and_eq4():
 
 
 def test_model_rejects_quadratic_prefill_and_missing_slo():
-    from optsched.instance import InstanceError
 
     data = {"name": "x", "cost_model": "llama2-7b-a100", "limits": {"kv_capacity": 100},
             "slo": {"ttft": 1, "atgt": 0.05}, "requests": [{"id": "a", "prompt_tokens": 3, "output_tokens": 2}]}
@@ -276,6 +275,26 @@ def test_prefill_preemption_constraint_d():
     assert "d" in cp.loads[0].violations(problem.new[0])
     r = solve_placement(problem)
     assert r.assignment["new"] == 1 and r.workers == 2
+
+
+def test_decode_slack_paper_and_atgt_readings():
+    """(d) with the paper's slack ``T_dec g - t`` admits a prefill that ATGT's ``g - 1`` intervals cannot absorb."""
+    m = AladdinModel(k1=0.001, c1=0.001, k2=1e-5, c2=1e-3, c3=0.01, kv_per_token=1, kv_per_request=0,
+                     kv_capacity=1000, ttft=1.0, atgt=0.05)
+    # g = 3 tokens (2 decode intervals) after 0.085 s: paper slack 0.065 s, ATGT slack 0.015 s
+    ongoing = ((Job("old", 5, 10, 3, 0.085),),)
+    new = (Job("new", 30, 5),)  # prefill 0.031 s
+    assert m.decode_slack(3, 0.085) == pytest.approx(0.065)
+    assert m.with_knobs(slack="atgt").decode_slack(3, 0.085) == pytest.approx(0.015)
+    paper = solve_placement(PlacementProblem(m, ongoing, new))
+    atgt = solve_placement(PlacementProblem(m.with_knobs(slack="atgt"), ongoing, new))
+    assert paper.assignment["new"] == 0 and paper.workers == 1
+    assert atgt.assignment["new"] == 1 and atgt.workers == 2
+    inst = _instance([{"id": "a", "prompt_tokens": 3, "output_tokens": 2}])
+    assert model_from_instance(inst).slack == "paper"
+    bad = replace(inst, extra={**inst.extra, "placement": {**inst.extra["placement"], "slack": "x"}})
+    with pytest.raises(InstanceError, match="placement.slack"):
+        model_from_instance(bad)
 
 
 def test_time_limit_returns_best_found_and_bound():

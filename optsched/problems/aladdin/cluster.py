@@ -230,7 +230,6 @@ def simulate_cluster(
     peak = 0
     overflows = 0
     rr_pointer = 0
-    finished_early: dict[int, list[tuple[float, Request]]] = {}
     for slot in sorted(slots):
         now = slot * heartbeat
         for eng in engines:
