@@ -392,21 +392,22 @@ def test_trace_slice_runs(data_dir):
     assert res.workers >= 1 and all(rep.feasible for rep in res.replays if rep.outcomes)
 
 
-def test_worker_engine_matches_core_vllm_policy():
-    """The router's worker engine reproduces the core engine's ``vllm`` policy batch for batch."""
+def test_router_workers_are_the_core_vllm_engine_with_delivery_times():
+    """A worker's schedule is the core ``vllm`` policy run on its requests delivered at their heartbeats."""
     from optsched.policies.engine import simulate
-    from optsched.problems.aladdin.worker import WorkerEngine
 
     rng = random.Random(5)
     for _ in range(25):
         reqs = sorted(_random_requests(rng, rng.randint(3, 20), arrival=True), key=lambda r: r["arrival"])
         inst = _instance(reqs, kv=rng.choice([45, 80, 10000]), budget=rng.choice([32, 4096]))
-        core = simulate(inst, "vllm")
-        eng = WorkerEngine(inst.cost_model, inst.limits)
-        for r in inst.requests:
-            eng.add_request(r, r.arrival)
-        eng.drain()
-        assert [(b.items, b.evict) for b in eng.schedule()] == [(b.items, b.evict) for b in core.batches]
+        h = rng.choice([0.1, 0.5])
+        given = {r.id: rng.randrange(2) for r in inst.requests}
+        res = simulate_cluster(inst, "given", 2, heartbeat=h, assignment=given)
+        for w, sub in enumerate(res.sub_instances):
+            delivered = [replace(r, arrival=math.ceil(r.arrival / h - 1e-12) * h) for r in sub.requests]
+            offline = simulate(sub.with_requests(delivered), "vllm")
+            assert [(b.items, b.evict) for b in res.schedules[w].batches] == [(b.items, b.evict) for b in offline.batches]
+            assert res.replays[w].feasible or not sub.requests
 
 
 def test_cli_plan_and_solve(capsys):
