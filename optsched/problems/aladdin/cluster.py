@@ -260,7 +260,9 @@ def simulate_cluster(
                 if planned[rid] > original[rid]:
                     l_err += planned[rid]  # Alg. 2, literal underestimate increment (digest A9)
                     b_err += 1
-                dec = now - st.first_token if st.first_token is not None and st.generated >= 1 else 0.0
+                # decode time until a new prefill can start: the end of the in-flight batch (the
+                # engine has counted its tokens in st.generated already), not the heartbeat
+                dec = max(now, eng.now) - st.first_token if st.first_token is not None else 0.0
                 jobs.append(Job(rid, prompt, planned[rid], st.generated, max(dec, 0.0)))
             assigned[i] = keep
             ongoing.append(tuple(jobs))
