@@ -563,9 +563,9 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
     import pulp
 
     prob = pulp.LpProblem("aladdin_placement", pulp.LpMinimize)
-    x = {(i, j): pulp.LpVariable(f"x_{i}_{j}", cat="Binary") for (i, j) in md.allowed}
-    y = {i: pulp.LpVariable(f"y_{i}", cat="Binary") for i in range(md.n_workers) if i not in md.fixed_used}
-    z = {i: pulp.LpVariable(f"z_{i}", cat="Binary") for i in range(md.n_workers)}
+    x = {(i, j): prob.add_variable(f"x_{i}_{j}", cat="Binary") for (i, j) in md.allowed}
+    y = {i: prob.add_variable(f"y_{i}", cat="Binary") for i in range(md.n_workers) if i not in md.fixed_used}
+    z = {i: prob.add_variable(f"z_{i}", cat="Binary") for i in range(md.n_workers)}
     prob += pulp.lpSum(y.values())
     for j in jobs:
         prob += pulp.lpSum(x[i, j] for i in range(md.n_workers) if (i, j) in x) == 1  # (a)
