@@ -43,7 +43,10 @@ k_{db})(B - B_p)` and exceeds it when the longest request's decodes force batche
 prefill and decode items (for instance N = 8, M unlimited: the proof closes).
 
 - ``makespan``: the requests arriving at or after t are all served after t, and batch times add
-  up: :math:`\max_t \, t + \sum_{a_i \ge t} W_i + \beta(\{i: a_i \ge t\})`.
+  up: :math:`\max_t \, t + \sum_{a_i \ge t} W_i + \beta(\{i: a_i \ge t\})` (for the
+  thresholds after the first arrival, :math:`\beta` is replaced by its cheaper lower bound
+  :math:`k_b B + k_{pb} B_p + \min(k_{pb}, k_{db})(B - B_p)`, so that the bound stays fast on
+  online traces).
 - ``completion``: request i alone needs :math:`\lceil I_i/K \rceil + O_i - 1` batches after
   :math:`a_i`: :math:`F_i \ge a_i + W_i + (\lceil I_i/K \rceil + O_i - 1) k_b +
   \lceil I_i/K \rceil k_{pb} + (O_i - 1)\min(k_{pb}, k_{db})`; the bound is :math:`\sum_i` of that.
@@ -56,8 +59,12 @@ hybrid batches), hence for the optimum; the solvers' own proven bounds are usual
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from typing import Any, Mapping
+
+import numpy as np
 
 from ...instance import Instance, Request
 from ...result import Bound
@@ -85,8 +92,11 @@ def batch_counts(reqs: list[Request], instance: Instance) -> tuple[int, int]:
     b = max(max(math.ceil(r.prompt_tokens / chunk) + r.output_tokens - 1 for r in reqs),
             math.ceil(sum(r.max_kv for r in reqs) / lim.token_budget), b_p)
     if lim.kv_capacity is not None:  # memory-time: the k-th token needs I + k - 1 KV held in its batch
-        heights = [r.prompt_tokens + k for r in reqs for k in range(r.output_tokens)]
-        b = max(b, packing_bound(heights, lim.kv_capacity))
+        M = lim.kv_capacity
+        runs = np.zeros(M + 2, dtype=np.int64)  # heights I .. I + O - 1 of each request, as a histogram
+        np.add.at(runs, [r.prompt_tokens for r in reqs], 1)
+        np.add.at(runs, [min(r.prompt_tokens + r.output_tokens, M + 1) for r in reqs], -1)
+        b = max(b, _packing_from_counts(np.cumsum(runs)[: M + 1], M))
     if lim.max_running is not None and lim.max_running > 0:  # each token's batch holds its request
         b = max(b, math.ceil(sum(r.output_tokens for r in reqs) / lim.max_running))
     return b, b_p
@@ -97,16 +107,23 @@ def packing_bound(heights: list[int], capacity: int) -> int:
 
     Dominates the area bound :math:`\\lceil \\sum h / M \\rceil` (module docstring).
     """
-    M = capacity
-    hs = sorted(heights)
-    best = math.ceil(sum(hs) / M)
-    for alpha in sorted({0, *(h for h in hs if 2 * h <= M)}):
-        j1 = sum(1 for h in hs if h > M - alpha)
-        j2 = [h for h in hs if M - alpha >= h and 2 * h > M]
-        j3 = sum(h for h in hs if 2 * h <= M and h >= alpha)
-        room = len(j2) * M - sum(j2)
-        best = max(best, j1 + len(j2) + max(0, math.ceil((j3 - room) / M)))
-    return best
+    return _packing_from_counts(np.bincount(np.asarray(heights, dtype=np.int64), minlength=capacity + 1), capacity)
+
+
+def _packing_from_counts(counts: np.ndarray, M: int) -> int:
+    """:func:`packing_bound` from ``counts[h]`` (items of height h, h = 0..M), every alpha at once."""
+    h = np.arange(M + 1, dtype=np.int64)
+    n_le = np.cumsum(counts)  # items of height <= h
+    s_le = np.cumsum(counts * h)  # their total height
+    half = M // 2  # h <= half  <=>  2h <= M
+    alpha = np.arange(half + 1)
+    top = M - alpha  # J2 = (half, M - alpha], J1 = (M - alpha, M]
+    j1 = n_le[M] - n_le[top]
+    j2 = n_le[top] - n_le[half]
+    room = j2 * M - (s_le[top] - s_le[half])
+    j3 = s_le[half] - np.where(alpha > 0, s_le[np.maximum(alpha - 1, 0)], 0)
+    extra = np.maximum(0, -((room - j3) // M))  # ceil((j3 - room) / M), at least 0
+    return int(max(-(-int(s_le[M]) // M), int(np.max(j1 + j2 + extra))))
 
 
 def _refill_extra(r: Request, k: Coefficients) -> list[float]:
@@ -119,27 +136,34 @@ def _refill_extra(r: Request, k: Coefficients) -> list[float]:
 
 
 def _bias(reqs: list[Request], instance: Instance, k: Coefficients) -> float:
-    """:math:`\\beta(R)`: least total bias (plus refill excess) of the batches serving ``reqs``.
+    """:math:`\\beta(R)`: least total bias (plus refill and chunking excess) of the batches serving ``reqs``.
 
     The minimum over the number D of batches with decode items of the module docstring's count
-    program.
+    program; only requests with :math:`O_i - 1 > D` refill, so the work is :math:`O(\\sum_i O_i)`.
     """
     if not reqs:
         return 0.0
     b, b_p = batch_counts(reqs, instance)
     chunk = min(instance.limits.token_budget, instance.limits.prefill_budget)
-    rho = [_refill_extra(r, k) for r in reqs]
+    prefix = [list(itertools.accumulate(_refill_extra(r, k), initial=0.0)) for r in reqs]
     first = [math.ceil(r.prompt_tokens / chunk) for r in reqs]
-    prompts = [r.prompt_tokens for r in reqs]
+    f_max = max(first)
+    reach = max(f + r.output_tokens - 1 for f, r in zip(first, reqs))  # max_i (first_i + O_i - 1)
+    chunks = _ChunkExtra([r.prompt_tokens for r in reqs], k.k_pq)
+    order = sorted(range(len(reqs)), key=lambda i: -reqs[i].output_tokens)
     best = math.inf
     for D in range(max(b, max(r.output_tokens for r in reqs)) + 1):
-        refills = [max(0, r.output_tokens - 1 - D) for r in reqs]
-        bp0 = max(b_p, max(f + n for f, n in zip(first, refills)))
+        extra = 0.0
+        for i in order:  # requests that must refill at D: O_i - 1 > D
+            n = reqs[i].output_tokens - 1 - D
+            if n <= 0:
+                break
+            extra += prefix[i][n]
+        bp0 = max(b_p, f_max, reach - D)  # = max(B_p, max_i (first_i + r_i))
         Bp = max(bp0, max(b, D, bp0) - D)
-        extra = math.fsum(math.fsum(x[:n]) for x, n in zip(rho, refills))
         cost = math.inf
         while True:  # convex in the number of prefill batches: stop at its first increase
-            nxt = k.k_b * max(b, D, Bp) + k.k_pb * Bp + k.k_db * D + extra + _chunk_extra(prompts, Bp, k)
+            nxt = k.k_b * max(b, D, Bp) + k.k_pb * Bp + k.k_db * D + extra + chunks(Bp)
             if nxt >= cost:
                 break
             cost, Bp = nxt, Bp + 1
@@ -147,9 +171,29 @@ def _bias(reqs: list[Request], instance: Instance, k: Coefficients) -> float:
     return best
 
 
-def _chunk_extra(prompts: list[int], n_prefill: int, k: Coefficients) -> float:
-    """Least quadratic prefill cost beyond :math:`W_i`'s :math:`k_{pq}` per token, over ``n_prefill`` batches."""
-    return k.k_pq * math.fsum(max(0.0, I * I / min(n_prefill, I) - I) for I in prompts)
+def _plain_bias(reqs: list[Request], instance: Instance, k: Coefficients) -> float:
+    """:math:`k_b B + k_{pb} B_p + \\min(k_{pb}, k_{db})(B - B_p)`: the count program's value without
+    refills and chunking, at most :func:`_bias` (cheap: used for the later arrival thresholds)."""
+    b, b_p = batch_counts(reqs, instance)
+    return k.k_b * b + k.k_pb * b_p + min(k.k_pb, k.k_db) * (b - b_p)
+
+
+class _ChunkExtra:
+    """Least quadratic prefill cost beyond :math:`W_i`'s :math:`k_{pq}` per token, over n prefill batches.
+
+    :math:`k_{pq} \\sum_{I_i > n} (I_i^2 / n - I_i)` (Cauchy-Schwarz; a prompt of at most n tokens may
+    be prefilled one token per batch), from suffix sums over the sorted prompts.
+    """
+
+    def __init__(self, prompts: list[int], k_pq: float) -> None:
+        self.sorted = sorted(prompts)
+        self.s1 = list(itertools.accumulate(reversed(self.sorted), initial=0))[::-1]
+        self.s2 = list(itertools.accumulate((I * I for I in reversed(self.sorted)), initial=0))[::-1]
+        self.k_pq = k_pq
+
+    def __call__(self, n: int) -> float:
+        at = bisect.bisect_right(self.sorted, n)  # prompts longer than n
+        return self.k_pq * max(0.0, self.s2[at] / n - self.s1[at])
 
 
 def _alone(r: Request, instance: Instance, k: Coefficients) -> float:
@@ -169,9 +213,10 @@ def lower_bound(instance: Instance, objective: str = "makespan") -> list[Bound]:
     chunk = min(lim.token_budget, lim.prefill_budget)
     if objective == "makespan":
         best = 0.0
-        for t in sorted({r.arrival for r in reqs}):
+        for n, t in enumerate(sorted({r.arrival for r in reqs})):
             later = [r for r in reqs if r.arrival >= t]
-            best = max(best, t + math.fsum(request_work(r, k) for r in later) + _bias(later, instance, k))
+            bias = _bias(later, instance, k) if n == 0 else _plain_bias(later, instance, k)
+            best = max(best, t + math.fsum(request_work(r, k) for r in later) + bias)
         best = max(best, max(_alone(r, instance, k) for r in reqs))
         return [Bound("work", best, True, "token work + batch biases after each arrival time (infermax/bounds.py)")]
     if objective == "completion":
