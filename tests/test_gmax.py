@@ -187,3 +187,36 @@ def test_gurobi_backend_or_clear_licence_message():
     big = GmaxProblem.from_instance(parse_instance(random_gmax_instance(12, 0)))
     with pytest.raises(RuntimeError, match="restricted licence"):
         solve_exact(big, make_backend(big, "gurobi"), "dinkelbach", time_limit=30)
+
+
+def test_time_limited_cpsat_claims_no_bound_it_did_not_prove():
+    # CP-SAT stopped before any search reports a best bound of 0 for n - lambda t, which is no proof
+    p = GmaxProblem.from_instance(parse_instance(random_gmax_instance(12, 0)))
+    exact = solve_exact(p, make_backend(p, "highs"), "dinkelbach")
+    assert exact.status == "optimal"
+    for method in ("dinkelbach", "fixed-n"):
+        res = solve_exact(p, make_backend(p, "cpsat"), method, time_limit=0.01)
+        assert res.bound >= exact.G * (1 - 1e-9)
+
+
+def test_group_max_start_bound_is_a_lower_bound():
+    from optsched.problems.gmax.slots import SlotData, group_max_bound
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        lengths = rng.uniform(0.1, 5.0, int(rng.integers(1, 9)))
+        bmax = int(rng.integers(1, 4))
+        bound = group_max_bound(lengths, bmax)
+        # any batching of any p of the requests lasts at least bound[p]
+        p = int(rng.integers(0, len(lengths) + 1))
+        members = list(rng.permutation(len(lengths))[:p])
+        total = 0.0
+        while members:
+            size = int(rng.integers(1, bmax + 1))
+            total += max(lengths[members[:size]])
+            members = members[size:]
+        assert total >= bound[p] - 1e-12
+    for seed in range(6):
+        p = small_instance(seed)
+        t_min = min(g_core(p, b)[1] for b in ordered_partitions(p))
+        assert SlotData.build(p).t_lower_bound() <= t_min + 1e-9

@@ -12,6 +12,7 @@ for G). A hint (e.g. the simulated annealing's schedule) may seed the search.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -71,6 +72,9 @@ class CpsatBackend:
                 m.Add(sum(p.need[i] * w[i, c, s] for i in range(nreq)) <= int(p.capacity))
         for pos in range(1, nreq + 1):
             m.AddExactlyOne(z[c, s] for c, s in keys if c - s < pos <= c)
+        scale = math.lcm(*d.sizes)
+        for c in range(1, nreq + 1):  # the longest member is at least as long as the mean member
+            m.Add(scale * dur[c] >= sum(scale // s * e[i][s - 1] * w[i, c, s] for i in range(nreq) for s in d.sizes if s <= c))
         for (i, c, s), var in v.items():
             m.AddImplication(var, w[i, c, s])
             slo = d.slo_value(i)
@@ -113,7 +117,8 @@ class CpsatBackend:
         if code == cp_model.INFEASIBLE:
             return SubResult("infeasible", wall=wall)
         if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return SubResult("time_limit", wall=wall, bound=solver.BestObjectiveBound())
+            # UNKNOWN: CP-SAT then reports a best bound of 0, which is no proof; no bound is claimed
+            return SubResult("time_limit", wall=wall)
         ends: dict[int, list[int]] = {}
         for (i, c, _s), var in parts["w"].items():
             if solver.Value(var):

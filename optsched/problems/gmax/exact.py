@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from .problem import GmaxProblem, g_core, g_value
-from .sa import SAParams, simulated_annealing, start_points
+from .sa import SAParams, local_search, simulated_annealing, start_points
 from .slots import SlotBackend, SlotData, SubResult
 
 __all__ = ["ExactResult", "make_backend", "solve_exact"]
@@ -130,9 +130,9 @@ def solve_exact(
         raise ValueError(f"unknown exact method {method!r} (dinkelbach, fixed-n)")
     deadline = None if time_limit is None else time.perf_counter() + time_limit
     inc = _Incumbent(problem)
-    for start in start_points(problem):
-        inc.offer(start)
-    inc.offer(simulated_annealing(problem, SAParams(iters=warm_iters)).batches)
+    starts = [*start_points(problem), simulated_annealing(problem, SAParams(iters=warm_iters)).batches]
+    for start in starts:
+        inc.offer(local_search(problem, start))
     backend.hint = inc.batches
     t_lb = SlotData.build(problem).t_lower_bound()
     log: list[dict] = []

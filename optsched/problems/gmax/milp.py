@@ -83,6 +83,11 @@ class MilpBackend:
                 prob += pulp.lpSum(p.need[i] * w[i, c, s] for i in range(nreq)) <= p.capacity * z[c, s], f"mem_{c}_{s}"
         for pos in range(1, nreq + 1):
             prob += pulp.lpSum(z[c, s] for c, s in keys if c - s < pos <= c) == 1, f"tile_{pos}"
+        for c in range(1, nreq + 1):  # the longest member is at least as long as the mean member
+            prob += (
+                dur[c] >= pulp.lpSum(float(e[i, s - 1]) / s * w[i, c, s] for i in range(nreq) for s in d.sizes if s <= c),
+                f"mean_{c}",
+            )
         for (i, c, s), var in v.items():
             prob += var <= w[i, c, s], f"v_{i}_{c}_{s}"
             slo = d.slo_value(i)
