@@ -220,3 +220,26 @@ def test_group_max_start_bound_is_a_lower_bound():
         p = small_instance(seed)
         t_min = min(g_core(p, b)[1] for b in ordered_partitions(p))
         assert SlotData.build(p).t_lower_bound() <= t_min + 1e-9
+
+
+def test_time_budget_caps_every_start_of_cheaper_schedules():
+    from optsched.problems.gmax.slots import SlotData
+
+    for seed in range(8):
+        p = small_instance(seed)
+        data = SlotData.build(p)
+        schedules = list(ordered_partitions(p))
+        ts = sorted(g_core(p, b)[1] for b in schedules)
+        for t_max in (ts[0], ts[len(ts) // 4], ts[len(ts) // 2]):
+            cap = data.start_cap(t_max)
+            for batches in schedules:
+                if g_core(p, batches)[1] > t_max:
+                    continue
+                # S_q of the model: total duration of the batches ending at positions <= q
+                ends, start, pos = [0.0] * (p.n_requests + 1), 0.0, 0
+                for b in batches:
+                    start += max(p.times.exec[i, len(b) - 1] for i in b)
+                    pos += len(b)
+                    ends[pos] = start
+                s_q = np.maximum.accumulate(ends)
+                assert all(s_q[q] <= cap[q] + 1e-9 for q in range(p.n_requests))

@@ -21,6 +21,9 @@ __all__ = ["MilpBackend", "MILP_SOLVERS"]
 
 MILP_SOLVERS = ("highs", "cbc", "gurobi")
 
+#: Slack on Dinkelbach's ``n - lambda t >= 0`` restriction (requests), for floating-point round-off.
+EPS = 1e-6
+
 
 class MilpBackend:
     """Slot-model MILP through PuLP (``solver`` in :data:`MILP_SOLVERS`)."""
@@ -34,8 +37,11 @@ class MilpBackend:
 
     # ------------------------------------------------------------------------------ model
 
-    def _build(self, sense: int) -> tuple[pulp.LpProblem, dict[str, Any]]:
+    def _build(self, sense: int, t_max: float | None = None) -> tuple[pulp.LpProblem, dict[str, Any]]:
+        """The model; with ``t_max``, only schedules with :math:`t \le t_{max}` (starts capped by
+        :meth:`~.slots.SlotData.start_cap`, big-M shrunk accordingly)."""
         d, p = self.data, self.data.problem
+        cap = None if t_max is None else d.start_cap(t_max)
         nreq, keys = p.n_requests, self.data.keys()
         e = p.times.exec
         prob = pulp.LpProblem("gmax", sense)
@@ -50,7 +56,10 @@ class MilpBackend:
         lead = {(i, c, s): prob.add_variable(f"l_{i}_{c}_{s}", cat="Binary") for i in range(nreq) for c, s in keys}
         dur = {c: prob.add_variable(f"D_{c}", lowBound=0) for c in range(1, nreq + 1)}
         # start[p]: start of the batch that follows the first p positions
-        start = [prob.add_variable(f"S_{q}", lowBound=0) for q in range(nreq + 1)]
+        start = [
+            prob.add_variable(f"S_{q}", lowBound=0, upBound=None if cap is None or q == nreq else float(cap[q]))
+            for q in range(nreq + 1)
+        ]
         prob += start[0] == 0, "start_0"
         for c in range(1, nreq + 1):
             prob += (
@@ -93,13 +102,15 @@ class MilpBackend:
             slo = d.slo_value(i)
             if slo < float("inf"):
                 prob += (
-                    start[c - s] + d.slo_time(i, s) <= slo + d.big_m(i, c, s) * (1 - var),
+                    start[c - s] + d.slo_time(i, s) <= slo + d.big_m(i, c, s, cap) * (1 - var),
                     f"slo_{i}_{c}_{s}",
                 )
         n_expr = pulp.lpSum(v.values())
         t_expr = pulp.lpSum(float(e[i, s - 1]) * var for (i, c, s), var in w.items()) + pulp.lpSum(
             (nreq - c) * dur[c] for c in dur
         )
+        if t_max is not None:
+            prob += t_expr <= t_max, "t_max"
         if self.hint:
             self._set_start(self.hint, w, z, lead, v, dur, start, cumulative)
         return prob, {"w": w, "n": n_expr, "t": t_expr}
@@ -198,9 +209,13 @@ class MilpBackend:
     def parametric(self, n_inc: int, batches_inc: list[list[int]], deadline: float | None) -> SubResult:
         r"""Dinkelbach step at :math:`\lambda = n_{inc} / t_{inc}` (the incumbent's G)."""
         lam = n_inc / g_core(self.data.problem, batches_inc)[1]
-        prob, parts = self._build(pulp.LpMaximize)
+        # only schedules with n - lambda t >= 0 matter (the incumbent has 0); -EPS for float slack
+        prob, parts = self._build(pulp.LpMaximize, t_max=(self.data.meetable() + EPS) / lam)
         prob += parts["n"] - lam * parts["t"]
+        prob += parts["n"] - lam * parts["t"] >= -EPS, "no_worse"
         res = self._run(prob, parts, deadline)
+        if res.status == "infeasible":  # no schedule has n - lambda t >= -EPS: F(lambda) < 0
+            res = SubResult("optimal", objective=-EPS, bound=-EPS, wall=res.wall)
         res.info["lambda"] = lam
         return res
 

@@ -39,8 +39,19 @@ i (:math:`\underline{St}_i`), since i does not precede itself. It also bounds t:
 position p (0-based) of the execution order has at least :math:`p - B_{max} + 1` requests in earlier
 batches, so :math:`t \ge \sum_j e_j + \sum_{p} \underline{St}((p - B_{max} + 1)^+)`.
 
+**Time-budget bound on starts.** In a schedule with :math:`t \le t_{max}`, the :math:`N - q`
+requests at positions :math:`p \ge q` (0-based) wait at least :math:`St_q` plus the least duration
+of the batches between (at least :math:`p - q - B_{max} + 1` requests), and those at :math:`p < q`
+at least :math:`\underline{St}((p - B_{max} + 1)^+)`; hence
+:math:`St_q \le \overline{St}_{t_{max}}(q) = (t_{max} - \sum_j e_j - \sum_{p<q} \underline{St}((p - B_{max}
++ 1)^+) - \sum_{p \ge q} \underline{St}((p - q - B_{max} + 1)^+)) / (N - q)`. Dinkelbach's
+sub-problem only needs the schedules with :math:`n - \lambda t \ge 0` (the incumbent has 0), so it
+adds that constraint and uses :math:`t_{max} = \bar n / \lambda` (:math:`\bar n` the requests able
+to meet their SLO at all): :math:`St_q \le \overline{St}_{t_{max}}(q)` and the big-M below shrink
+from the sum of the longest executions to a few seconds on the benchmark instances.
+
 Big-M: :math:`M_{ics} = \overline{St}(c-s) + T_i(s) - SLO_i` with :math:`\overline{St}(p)` the sum of
-the p largest :math:`\max_b E_j(b)`. Objectives (digest 6.1): Dinkelbach's
+the p largest :math:`\max_b E_j(b)`, or :math:`\overline{St}_{t_{max}}(c-s)` where smaller. Objectives (digest 6.1): Dinkelbach's
 :math:`\max\, n - \lambda t` and the epsilon-constraint's :math:`\min t` s.t. :math:`n \ge n_0`.
 """
 
@@ -127,9 +138,30 @@ class SlotData:
         col = self.problem.times.exec[:, s - 1]
         return sorted(range(self.problem.n_requests), key=lambda i: (col[i], i))
 
-    def big_m(self, i: int, c: int, s: int) -> float:
-        """:math:`M_{ics}`, >= 0."""
-        return max(float(self.start_ub[c - s]) + self.slo_time(i, s) - self.slo_value(i), 0.0)
+    def big_m(self, i: int, c: int, s: int, start_cap: np.ndarray | None = None) -> float:
+        """:math:`M_{ics}`, >= 0, with the start bounded by ``start_cap`` where given."""
+        top = float(self.start_ub[c - s] if start_cap is None else min(self.start_ub[c - s], start_cap[c - s]))
+        return max(top + self.slo_time(i, s) - self.slo_value(i), 0.0)
+
+    def wait_floor(self, p: int) -> float:
+        """Least waiting time of the request at 0-based execution position p: at least
+        :math:`p - B_{max} + 1` requests are in earlier batches."""
+        return float(self.start_lb[max(p - self.problem.max_batch_size + 1, 0)])
+
+    def start_cap(self, t_max: float) -> np.ndarray:
+        """``[q]``: the latest :math:`St_q` of any schedule with :math:`t \le` ``t_max`` (the
+        time-budget bound of the module docstring)."""
+        nreq = self.problem.n_requests
+        base = float(self.problem.times.exec.min(axis=1).sum())
+        cap = np.full(nreq + 1, np.inf)
+        for q in range(nreq):
+            rest = t_max - base - sum(self.wait_floor(p) for p in range(q)) - sum(self.wait_floor(p - q) for p in range(q, nreq))
+            cap[q] = max(rest, 0.0) / (nreq - q)
+        return cap
+
+    def meetable(self) -> int:
+        """Requests that can meet their SLO at all (an upper bound on n)."""
+        return int(self.can_meet.any(axis=1).sum())
 
     @property
     def sizes(self) -> range:
@@ -148,8 +180,7 @@ class SlotData:
     def t_lower_bound(self) -> float:
         """A valid lower bound on t: every request's shortest execution time plus the earliest start
         of each execution position (module docstring)."""
-        nreq, bmax = self.problem.n_requests, self.problem.max_batch_size
-        waits = sum(float(self.start_lb[max(q - bmax + 1, 0)]) for q in range(nreq))
+        waits = sum(self.wait_floor(q) for q in range(self.problem.n_requests))
         return float(self.problem.times.exec.min(axis=1).sum()) + waits
 
 
