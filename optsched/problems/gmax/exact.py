@@ -15,6 +15,13 @@ G = n / t is a ratio; two exact schemes reduce it to the slot model of :mod:`.sl
   once :math:`n_0 / t^*(0) \\le` the best G (all smaller :math:`n_0` are then dominated), unless the
   whole frontier is asked for.
 
+**Incumbent.** The two annealing starts and a short seeded annealing, each polished by
+:func:`~.sa.local_search` (steepest ascent over single moves); the best is Dinkelbach's first
+:math:`\lambda` and the solvers' MIP start / hint, so that usually one sub-problem proves it. The
+Dinkelbach sub-problem is restricted to schedules with :math:`n - \lambda t \ge 0` (the incumbent
+has 0; a better schedule has > 0), which bounds t and hence every batch start
+(:meth:`~.slots.SlotData.start_cap`).
+
 Every schedule a sub-solve returns is judged by :func:`~.problem.evaluate_g`; the reported G is the
 evaluated one and the model's own (n, t) must agree with it.
 """
