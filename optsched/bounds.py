@@ -52,20 +52,35 @@ Bounds (each returned as a :class:`~optsched.result.Bound` with ``valid=True``):
   arrival_i + A_i.
 - ``prefill-alone`` (ttft, mean TTFT): mean_i F(I_i), since request i's first token needs a prefill
   of >= I_i tokens in batches starting after its arrival.
+
+Per request (:func:`request_bounds`, used by ``optsched info`` to flag unattainable SLOs): TTFT_i >=
+F(I_i); latency_i >= A_i; finish_i - first_token_i >= A_i - F(I_i) (the O_i - 1 later tokens, each in
+its own later batch), so TPOT_i >= (A_i - F(I_i)) / (O_i - 1). :func:`instance_bounds` collects the
+makespan bounds, the means of these, and the throughput upper bound (total output tokens / the
+makespan lower bound): the default report of ``optsched bound``.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from .costmodel import CostModel
-from .instance import Instance
+from .instance import Instance, Request
 from .result import OBJECTIVES, Bound
 
-__all__ = ["critical_path_times", "generic_bounds", "prefill_alone_time", "work_bound"]
+__all__ = [
+    "RequestBounds",
+    "critical_path_times",
+    "generic_bounds",
+    "instance_bounds",
+    "prefill_alone_time",
+    "request_bounds",
+    "work_bound",
+]
 
 
 def _coefficients(cm: CostModel) -> tuple[float, ...]:
@@ -126,12 +141,33 @@ def _arrays(instance: Instance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return arrival, I, O
 
 
+def _alone_parts(instance: Instance, I: np.ndarray, O: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per request: F(I_i) (first token alone) and the least time of its O_i - 1 later tokens alone."""
+    first = np.array([prefill_alone_time(instance, int(x)) for x in I], dtype=np.float64)
+    return first, _decode_terms(I, O, instance.cost_model, instance.limits.prefill_budget, alone=True)
+
+
 def critical_path_times(instance: Instance) -> np.ndarray:
     """A_i of the module docstring: least time each request needs alone, in request order."""
     _, I, O = _arrays(instance)
-    P = instance.limits.prefill_budget
-    first = np.array([prefill_alone_time(instance, int(x)) for x in I])
-    return first + _decode_terms(I, O, instance.cost_model, P, alone=True)
+    first, later = _alone_parts(instance, I, O)
+    return first + later
+
+
+@dataclass(frozen=True)
+class RequestBounds:
+    """Lower bounds on one request's times (seconds), valid under every feasible schedule."""
+
+    ttft: float
+    e2e: float
+    tpot: float | None
+
+
+def request_bounds(instance: Instance, request: Request) -> RequestBounds:
+    """TTFT, latency and TPOT lower bounds of ``request`` (module docstring, "Per request")."""
+    first, later = _alone_parts(instance, np.array([request.prompt_tokens]), np.array([request.output_tokens]))
+    tpot = float(later[0]) / (request.output_tokens - 1) if request.output_tokens > 1 else None
+    return RequestBounds(ttft=float(first[0]), e2e=float(first[0] + later[0]), tpot=tpot)
 
 
 def _least_overhead(prompts: np.ndarray, b_lb: float, bpre_lb: float, cm: CostModel) -> float:
@@ -227,4 +263,24 @@ def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Boun
               f"sequential batches: least overhead + item work of the requests arriving at or after t = {at:g} s"),
         Bound("critical-path", float(arrival[k] + alone[k]), True,
               f"request {instance.requests[k].id!r}: arrival + least time to run it alone"),
+    ]
+
+
+def instance_bounds(instance: Instance) -> list[Bound]:
+    """The default bounds of an instance: makespan (critical path, work, their max), mean latency,
+    mean TTFT (lower bounds) and throughput (upper bound), all proven (module docstring)."""
+    _, I, O = _arrays(instance)
+    first, later = _alone_parts(instance, I, O)
+    makespan_bounds = {b.name: b.value for b in generic_bounds(instance, "makespan")}
+    critical, work = makespan_bounds["critical-path"], makespan_bounds["work"]
+    makespan = max(critical, work)
+    tokens = int(O.sum())
+    return [
+        Bound("makespan-critical-path", critical, True, "max over requests of arrival + least time alone"),
+        Bound("makespan-work", work, True, "least summed batch times of the requests arriving from some t on"),
+        Bound("makespan", makespan, True, "max of the two makespan bounds"),
+        Bound("mean-latency", math.fsum(first + later) / len(I), True, "mean of per-request least times alone"),
+        Bound("mean-ttft", math.fsum(first) / len(I), True, "mean of per-request least prefill times alone"),
+        Bound("throughput-upper", tokens / makespan if makespan > 0 else math.inf, True,
+              "total output tokens / makespan lower bound (an upper bound)"),
     ]

@@ -13,7 +13,7 @@ import random
 import pytest
 from report_support import random_schedule, serial_fcfs
 
-from optsched.bounds import critical_path_times, generic_bounds, prefill_alone_time
+from optsched.bounds import critical_path_times, generic_bounds, instance_bounds, prefill_alone_time, request_bounds
 from optsched.costmodel import available_profiles, load_cost_model
 from optsched.instance import Instance, InstanceError, Limits, Request, available_instances, load_instance
 from optsched.policies import POLICIES, simulator_for
@@ -162,18 +162,51 @@ def test_work_bound_trades_batches_for_chunks() -> None:
     assert objective_values(inst, four)["makespan"] == pytest.approx(12.0)
 
 
-@pytest.mark.parametrize("model_index", range(len(cost_models())))
-def test_dominates_the_trivial_bounds(model_index: int) -> None:
-    """optsched.bounds is at least optsched.lowerbounds' makespan and TTFT bounds (written apart)."""
-    from optsched.lowerbounds import instance_bounds
+def _compositions(total: int, cap: int):
+    """Every ordered split of ``total`` into positive parts <= ``cap``."""
+    if total == 0:
+        yield ()
+        return
+    for first in range(1, min(cap, total) + 1):
+        for rest in _compositions(total - first, cap):
+            yield (first, *rest)
 
-    rng = random.Random(77 + model_index)
-    instances = [load_instance(n) for n in small_shipped()]
-    instances += [random_instance(rng, cost_models()[model_index], rng.randint(1, 8), True) for _ in range(10)]
-    for inst in instances:
-        trivial = {b.name: b.value for b in instance_bounds(inst)}
-        ours = {b.name: b.value for b in generic_bounds(inst, "makespan")}
-        assert ours["work"] >= trivial["makespan-work"] * (1 - 1e-9)
-        assert ours["critical-path"] >= trivial["makespan-critical-path"] * (1 - 1e-9)
-        (ttft,) = generic_bounds(inst, "ttft")
-        assert ttft.value >= trivial["mean-ttft"] * (1 - 1e-9)
+
+@pytest.mark.parametrize("model_index", range(len(cost_models())))
+def test_prefill_alone_equals_exhaustive_chunkings(model_index: int) -> None:
+    """F(X) is the least cost of every chunking of X tokens into lone prefill batches (chunks <= P)."""
+    cm = load_cost_model(cost_models()[model_index])
+    L, p = cm.layers, cm.prefill
+    for P in (1, 3, 5, 16):
+        inst = Instance("f", cm, Limits(16, P, None, None), (Request("a", 0.0, 1, 1),))
+        for X in range(1, 11):
+            brute = min(L * sum(cm.base + p.bias + (cm.per_token + p.per_token) * c + p.per_token_sq * c * c for c in split)
+                        for split in _compositions(X, P))
+            assert prefill_alone_time(inst, X) == pytest.approx(brute, rel=1e-12), (P, X)
+
+
+@pytest.mark.parametrize("name", ["toy-4", "infermax-i1024-o32-n64", "infermax-lilo-silo-64"])
+def test_no_policy_beats_the_instance_and_request_bounds(name: str) -> None:
+    """``instance_bounds`` and ``request_bounds`` hold for every policy's replayed schedule."""
+    inst = load_instance(name)
+    bounds = {b.name: b.value for b in instance_bounds(inst)}
+    per = {r.id: request_bounds(inst, r) for r in inst.requests}
+    checked = 0
+    for policy in POLICIES:
+        try:
+            schedule = simulator_for(policy)(inst)
+        except InstanceError:  # a policy with preconditions this instance does not meet
+            continue
+        res = replay(inst, schedule)
+        m = res.metrics
+        assert m.makespan >= bounds["makespan"] * (1 - REL), policy
+        assert m.mean_latency >= bounds["mean-latency"] * (1 - REL), policy
+        assert m.mean_ttft >= bounds["mean-ttft"] * (1 - REL), policy
+        assert m.throughput <= bounds["throughput-upper"] * (1 + REL), policy
+        for rid, o in res.outcomes.items():
+            assert o.latency >= per[rid].e2e * (1 - REL) and o.ttft >= per[rid].ttft * (1 - REL)
+            if per[rid].tpot is not None:
+                assert o.tpot >= per[rid].tpot * (1 - REL)
+        checked += 1
+    assert checked > 0
+

@@ -211,3 +211,26 @@ def test_advance_to_an_arrival_time_then_resume():
     engine.advance()
     assert engine.schedule().batches == simulate(inst, "vllm").batches
     assert replay(inst, engine.schedule()).feasible
+
+
+@pytest.mark.parametrize("policy", ["vllm", "sarathi", "rank-o"])
+def test_request_state_times_agree_with_replay(policy):
+    """request_state's first-token and finish times are the replay's, evictions included."""
+    import random
+
+    rng = random.Random(3)
+    for _ in range(20):
+        reqs = [(f"r{k}", round(rng.uniform(0, 5), 2), rng.randint(1, 9), rng.randint(1, 8)) for k in range(rng.randint(2, 12))]
+        inst = make(reqs, C=rng.choice([4, 8, 16]), M=rng.choice([18, 40, 200]))
+        engine = Engine.from_instance(inst, policy)
+        engine.advance(2.0)
+        for r in inst.requests:
+            st = engine.request_state(r.id)
+            assert st.finish is None or st.first_token is not None and st.first_token <= st.finish
+        engine.advance()
+        out = replay(inst, engine.schedule()).outcomes
+        for r in inst.requests:
+            st = engine.request_state(r.id)
+            assert (st.first_token, st.finish) == pytest.approx((out[r.id].first_token, out[r.id].finish))
+    with pytest.raises(KeyError):
+        engine.request_state("nope")

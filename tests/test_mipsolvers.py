@@ -11,8 +11,8 @@ from optsched.mipsolvers import MIP_BACKENDS, pulp_solver
 def _solve(backend: str, threads: int | None, warm: bool = False) -> tuple[int, float]:
     # min x + y  s.t.  x + 2y >= 3.5, x, y integer in [0, 10]: optimum 2 (x = 0, y = 2)
     prob = pulp.LpProblem("tiny", pulp.LpMinimize)
-    x = pulp.LpVariable("x", 0, 10, cat="Integer")
-    y = pulp.LpVariable("y", 0, 10, cat="Integer")
+    x = prob.add_variable("x", 0, 10, cat="Integer")
+    y = prob.add_variable("y", 0, 10, cat="Integer")
     prob += x + y
     prob += x + 2 * y >= 3.5
     if warm:

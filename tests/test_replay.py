@@ -21,7 +21,7 @@ from legal_schedules import random_legal_schedule
 
 from optsched.costmodel import cost_model_from_mapping
 from optsched.instance import Instance, Limits, Request, parse_instance
-from optsched.lowerbounds import instance_bounds, request_bounds
+from optsched.bounds import instance_bounds, request_bounds
 from optsched.schedule import Batch, Item, Schedule, load_schedule, replay
 
 # T = 1 * (base 1 + 0.5 N_tok + [N_pre>0](2 + 0.25 S_pre) + [N_dec>0](1 + 0.5 N_dec + 0.125 KV_dec))

@@ -1,6 +1,6 @@
 """``optsched bound INSTANCE [--problem NAME] [options] [--json]``.
 
-Without ``--problem``: the instance's trivial bounds (:mod:`optsched.lowerbounds`), proven under the
+Without ``--problem``: the instance's trivial bounds (:mod:`optsched.bounds`), proven under the
 contract's model. With ``--problem``: the bounds of that formulation
 (:data:`optsched.problems.BOUNDERS`), called with the same ``options`` dict as ``solve``.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from ..cli import EXIT_OK, print_json
-from ..lowerbounds import instance_bounds
+from ..bounds import instance_bounds
 from ._common import add_instance_arguments, add_json_flag, format_table, load_instance_arg
 from .solve import add_problem_options, options_from_args, resolve
 

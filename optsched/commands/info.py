@@ -2,7 +2,7 @@
 
 What an instance contains (requests, lengths, arrivals, limits, cost model), the requests that can
 never finish (prompt + output - 1 > kv_capacity; listed all, not only the first), the requests that
-can never meet one of their SLOs, and the trivial bounds of :mod:`optsched.lowerbounds`.
+can never meet one of their SLOs, and the trivial bounds of :mod:`optsched.bounds`.
 Exit 1 when some request can never finish, 0 otherwise.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from ..cli import EXIT_NO, EXIT_OK, print_json
 from ..instance import Instance
-from ..lowerbounds import instance_bounds, request_bounds
+from ..bounds import instance_bounds, request_bounds
 from ..schedule import TIME_RTOL
 from ._common import add_instance_arguments, add_json_flag, format_mapping, format_table, load_instance_arg
 

@@ -49,7 +49,9 @@ Engine API (incremental, for multi-worker simulators)
     End of the last batch (0 before any).
 ``engine.snapshot()``
     An :class:`EngineSnapshot`: time, KV used and reserved, and per running / waiting / not yet
-    arrived request a :class:`RequestState` (id, m, generated, prompt, ...).
+    arrived request a :class:`RequestState` (id, m, generated, prompt, first-token time, ...).
+``engine.request_state(request_id)``
+    The :class:`RequestState` of any added request, finished ones included (finish time).
 ``engine.done()``
     True when every added request has finished.
 ``engine.schedule()`` / ``engine.instance()``
@@ -97,6 +99,8 @@ class RequestState:
         Tokens generated so far.
     reserved
         KV slots the scheduler reserves for it (>= m; 0 when not running).
+    first_token, finish
+        End of the batch that generated its first (resp. last) token; None before.
     """
 
     id: str
@@ -106,6 +110,8 @@ class RequestState:
     m: int
     generated: int
     reserved: int
+    first_token: float | None = None
+    finish: float | None = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +177,8 @@ class Engine:
         self._gen: list[int] = []
         self._fixed: list[int] = []  # eviction-free reservation (0 otherwise)
         self._mark: list[int] = []  # number of the batch the request is in (or was evicted from)
+        self._first: list[float | None] = []  # end of the batch of the first token
+        self._end: list[float | None] = []  # end of the batch of the last token
         # queues
         self._pending: list[tuple[float, int]] = []  # heap of (arrival, i), not yet arrived
         self._fcfs_waiting = "all" not in self.config.groups
@@ -218,6 +226,8 @@ class Engine:
         self._gen.append(0)
         self._fixed.append(0)
         self._mark.append(0)
+        self._first.append(None)
+        self._end.append(None)
         heapq.heappush(self._pending, (request.arrival, i))
         self._unfinished += 1
 
@@ -241,18 +251,20 @@ class Engine:
         """The instance of the added requests that :meth:`schedule` replays against."""
         return Instance(self.name, self.cost_model, self.limits, tuple(self._reqs))
 
+    def request_state(self, request_id: str) -> RequestState:
+        """The state of any added request, finished ones included (KeyError for an unknown id)."""
+        i = self._index[request_id]
+        return self._state(i, i in self._running)
+
+    def _state(self, i: int, running: bool) -> RequestState:
+        r = self._reqs[i]
+        return RequestState(r.id, r.arrival, r.output_tokens, self._prompt[i], self._m[i], self._gen[i],
+                            self._held(i) if running else 0, self._first[i], self._end[i])
+
     def snapshot(self) -> EngineSnapshot:
         """The state between batches: time, KV and per-request states of R_r, R_w and the pending."""
         running = set(self._running)
-        state = lambda i: RequestState(  # noqa: E731 - local projection
-            self._reqs[i].id,
-            self._reqs[i].arrival,
-            self._reqs[i].output_tokens,
-            self._prompt[i],
-            self._m[i],
-            self._gen[i],
-            self._held(i) if i in running else 0,
-        )
+        state = lambda i: self._state(i, i in running)  # noqa: E731 - local projection
         return EngineSnapshot(
             now=self._now,
             kv_used=sum(self._m[i] for i in self._running),
@@ -497,8 +509,11 @@ class Engine:
         finished = []
         for i in d.generated:
             gen[i] += 1
+            if gen[i] == 1:
+                self._first[i] = self._now
             if gen[i] == reqs[i].output_tokens:
                 finished.append(i)
+                self._end[i] = self._now
         if finished:
             done = set(finished)
             for i in finished:

@@ -4,16 +4,20 @@ Workload: the Splitwise conversation trace (``<repo>/../shared/data/traces/split
 requests with ``prompt <= 2048`` and ``prompt + output <= 4096`` (digest A20), a slice of
 ``--requests`` consecutive rows starting at ``--offset``; arrival times are scaled so that the slice's
 mean rate is each of ``--rates`` requests/s. Llama-2-7b on A100 with the Table 2 SLOs (TTFT 0.4 s,
-ATGT 15 ms); worker coefficients from :mod:`optsched.problems.aladdin.workerconfig`.
+ATGT 15 ms); worker coefficients from :mod:`optsched.problems.aladdin.workerconfig`, measured
+variant (Vidur's A100 layer profiles under ``<repo>/../shared/data/vidur_profiling``) unless
+``--coefficients datasheet``; (d)'s decode slack ``--slack paper|atgt`` (docs/aladdin.md 8.3).
 Output lengths are predicted by 10 prompt-length bins fitted on the trace rows outside the slice.
 
 Methods: Aladdin's exact placement and best fit (Alg. 1) on a fixed W (W searched) and with their
 own scaling (workers opened as needed, theta searched), JSQ, power of two and round robin on 1-GPU
 workers (N_g^opt); JSQ on 2-GPU workers; "default vLLM" = JSQ on 4-GPU workers. Run:
 
-    python tests/benchmarks/study_aladdin_gpus.py [--rates 2 4 8 16] [--requests 300]
+    python tests/benchmarks/study_aladdin_gpus.py [--rates 2 4 8 16] [--requests 300] [--slack atgt]
+        [--coefficients measured|datasheet] [--methods exact bestfit ...] [--out PATH_STEM]
 
-Writes ``docs/img/aladdin_gpus.svg`` and ``docs/img/aladdin_gpus.json`` and prints a Markdown table.
+Writes ``<out>.svg`` and ``<out>.json`` (default ``docs/img/aladdin_gpus``) and prints a Markdown
+table; the JSON records the process CPU seconds and the load average.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,7 +38,7 @@ from optsched.instance import Instance, InstanceError, Limits, Request  # noqa: 
 from optsched.costmodel import load_cost_model  # noqa: E402
 from optsched.problems.aladdin.capacity import heartbeat_lower_bound, min_workers, min_workers_scaling  # noqa: E402
 from optsched.problems.aladdin.predictor import BinPredictor  # noqa: E402
-from optsched.problems.aladdin.workerconfig import worker_coefficients  # noqa: E402
+from optsched.problems.aladdin.workerconfig import measured_layers, worker_coefficients  # noqa: E402
 
 METHODS = [("exact", 1), ("bestfit", 1), ("jsq", 1), ("po2", 1), ("rr", 1), ("jsq", 2), ("jsq", 4)]
 SCALING = ["exact", "bestfit"]
@@ -59,14 +64,15 @@ def read_trace(path: Path) -> list[tuple[float, int, int]]:
     return [r for r in rows if r[1] <= 2048 and r[1] + r[2] <= 4096]
 
 
-def build(rows, rate: float, gpus: int, name: str) -> Instance:
-    w = worker_coefficients("llama2-7b", "a100", gpus)
+def build(rows, rate: float, gpus: int, name: str, layers=None, slack: str = "paper") -> Instance:
+    w = worker_coefficients("llama2-7b", "a100", gpus, layers)
     t0 = rows[0][0]
     span = rows[-1][0] - t0
     scale = (len(rows) - 1) / span / rate if span > 0 else 1.0
     reqs = tuple(Request(f"r{k}", (a - t0) * scale, p, o) for k, (a, p, o) in enumerate(rows))
     limits = Limits(token_budget=4096, prefill_budget=4096, kv_capacity=w.kv_tokens)
-    extra = {"slo": {"ttft": w.ttft, "atgt": w.atgt}, "placement": {"kv_capacity": w.kv_tokens, "theta": THETA}}
+    extra = {"slo": {"ttft": w.ttft, "atgt": w.atgt},
+             "placement": {"kv_capacity": w.kv_tokens, "theta": THETA, "slack": slack}}
     return Instance(name, load_cost_model(w.cost_model()), limits, reqs, extra)
 
 
@@ -78,25 +84,39 @@ def main() -> int:
     ap.add_argument("--heartbeat", type=float, default=0.1)
     ap.add_argument("--time-limit", type=float, default=1.0)
     ap.add_argument("--out", default=str(REPO / "docs" / "img" / "aladdin_gpus"))
+    ap.add_argument("--coefficients", choices=["measured", "datasheet"], default="measured")
+    ap.add_argument("--slack", choices=["paper", "atgt"], default="atgt")
+    ap.add_argument("--methods", nargs="+", default=None,
+                    help="keys to run (e.g. exact bestfit jsq-2gpu exact-scaling); default: all")
     args = ap.parse_args()
+    cpu0 = time.process_time()
     path = DATA / "traces" / "splitwise_conv.csv"
     if not path.exists():
         print(f"skip: {path} not available", file=sys.stderr)
         return 0
+    layers = None
+    if args.coefficients == "measured":
+        if not (DATA / "vidur_profiling").is_dir():
+            print(f"skip: {DATA / 'vidur_profiling'} not available", file=sys.stderr)
+            return 0
+        layers = measured_layers(str(DATA))
     rows = read_trace(path)
     sl = rows[args.offset: args.offset + args.requests]
     history = rows[: args.offset] + rows[args.offset + args.requests:]
     pred = BinPredictor.fit([p for _, p, _ in history], [o for _, _, o in history], bins=10)
-    margin = args.heartbeat + worker_coefficients("llama2-7b", "a100", 1).atgt
+    margin = args.heartbeat + worker_coefficients("llama2-7b", "a100", 1, layers).atgt
+    wanted = lambda key: args.methods is None or key in args.methods  # noqa: E731
     results = []
     for rate in args.rates:
-        inst1 = build(sl, rate, 1, f"conv-{rate:g}rps")
+        inst1 = build(sl, rate, 1, f"conv-{rate:g}rps", layers, args.slack)
         lb = heartbeat_lower_bound(inst1, heartbeat=args.heartbeat, predictor=pred, time_limit=5)
         row = {"rate": rate, "lower_bound_workers": lb, "methods": {}}
         for method, gpus in METHODS:
-            inst = inst1 if gpus == 1 else build(sl, rate, gpus, f"conv-{rate:g}rps-{gpus}gpu")
-            t = time.perf_counter()
             key = method if gpus == 1 else f"{method}-{gpus}gpu"
+            if not wanted(key):
+                continue
+            inst = inst1 if gpus == 1 else build(sl, rate, gpus, f"conv-{rate:g}rps-{gpus}gpu", layers, args.slack)
+            t = time.perf_counter()
             try:
                 res = min_workers(inst, method, 1.0, gpus_per_worker=gpus, lo=max(lb // gpus, 1), hi=128,
                                   heartbeat=args.heartbeat, predictor=pred, time_limit=args.time_limit,
@@ -109,6 +129,8 @@ def main() -> int:
             print(f"rate {rate:g}: {key}: workers {res.workers} gpus {res.gpus} evaluated {res.evaluated}"
                   f" ({time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
         for method in SCALING:
+            if not wanted(f"{method}-scaling"):
+                continue
             t = time.perf_counter()
             res = min_workers_scaling(inst1, method, 1.0, heartbeat=args.heartbeat, predictor=pred,
                                       time_limit=args.time_limit, ttft_margin=margin)
@@ -119,14 +141,17 @@ def main() -> int:
         Path(args.out + ".json").write_text(json.dumps({"results": results}, indent=1) + "\n")
     meta = {"trace": "splitwise_conv.csv", "filter": "prompt <= 2048 and prompt + output <= 4096",
             "requests": len(sl), "offset": args.offset, "heartbeat": args.heartbeat, "ttft_margin": margin,
-            "model": "llama2-7b", "gpu": "a100", "slo": {"ttft": 0.4, "atgt": 0.015}, "theta": THETA}
+            "model": "llama2-7b", "gpu": "a100", "slo": {"ttft": 0.4, "atgt": 0.015}, "theta": THETA,
+            "coefficients": args.coefficients, "slack": args.slack,
+            "worker_1gpu": worker_coefficients("llama2-7b", "a100", 1, layers).cost_model(),
+            "cpu_seconds": time.process_time() - cpu0, "load_average": os.getloadavg()}
     Path(args.out + ".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
-    plot(results, args.out + ".svg")
+    plot(results, args.out + ".svg", meta)
     table(results)
     return 0
 
 
-def plot(results, out: str) -> None:
+def plot(results, out: str, meta: dict) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,7 +168,8 @@ def plot(results, out: str) -> None:
     ax.plot(rates, [r["lower_bound_workers"] for r in results], "k:", label="placement-model lower bound")
     ax.set_xlabel("arrival rate (requests/s)")
     ax.set_ylabel("GPUs for P100 SLO attainment")
-    ax.set_title("Llama-2-7b / A100, Splitwise conversation trace, TTFT 0.4 s, ATGT 15 ms")
+    ax.set_title("Llama-2-7b / A100, Splitwise conversation trace, TTFT 0.4 s, ATGT 15 ms\n"
+                 f"{meta['coefficients']} coefficients, (d) slack '{meta['slack']}'", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -3,8 +3,12 @@
 Every ``heartbeat`` seconds the router collects the requests that arrived since the previous
 heartbeat (a request arriving at ``a`` is placed at ``ceil(a / heartbeat) * heartbeat``), advances
 every worker to that instant, reads each worker's unfinished requests (prompt, generated count ``g``
-and decode time so far) and calls the placement method. Then each new request is delivered to its
-worker's engine (:class:`~.worker.WorkerEngine`, vLLM default mode, prefill preempts decode).
+and decode time so far, from :meth:`optsched.policies.engine.Engine.request_state`) and calls the
+placement method. Then each new request is delivered to its worker. Every worker is the core
+iteration-level engine (:class:`optsched.policies.engine.Engine`) running the ``vllm`` policy (vLLM
+v0 default mode: FCFS admission of whole prompts, prefill batches preempt decode, recompute-eviction
+of the latest admitted request); a request is added to it with the delivering heartbeat as its
+arrival, so it becomes visible at the first batch starting at or after that instant.
 
 Lengths: the router never sees true output lengths. A request's planned length ``L_j`` is its
 prediction (the :class:`~.predictor.BinPredictor` when one is given, else the instance's
@@ -28,12 +32,12 @@ from typing import Any
 import numpy as np
 
 from ...instance import SLO, Instance, Limits, Request
+from ...policies.engine import Engine
 from ...schedule import ReplayResult, Schedule, replay
 from .heuristics import best_fit, jsq, power_of_two, rebalance, round_robin
 from .models import AladdinModel, model_from_instance
 from .placement import Job, PlacementProblem, PlacementResult, compile_problem, solve_placement
 from .predictor import BinPredictor
-from .worker import WorkerEngine
 
 __all__ = ["ClusterResult", "METHODS", "simulate_cluster", "with_top_level_slo", "place"]
 
@@ -212,7 +216,9 @@ def simulate_cluster(
         model = model.with_knobs(ttft=model.ttft - ttft_margin)
     inst = with_top_level_slo(instance)
     limits = _engine_limits(inst, model)
-    engines: list[WorkerEngine] = [WorkerEngine(inst.cost_model, limits) for _ in range(workers or 0)]
+    engines: list[Engine] = [_worker(inst, limits, i) for i in range(workers or 0)]
+    # per worker, in delivery order: requests still unfinished or inside their planned lifetime
+    assigned: list[list[str]] = [[] for _ in engines]
     rng = np.random.default_rng(seed)
     planned: dict[str, int] = {}
     original: dict[str, int] = {}
@@ -222,6 +228,7 @@ def simulate_cluster(
         else:
             planned[r.id] = r.predicted_output_tokens or r.output_tokens
         original[r.id] = planned[r.id]
+    by_id = {r.id: r for r in inst.requests}
     slots: dict[int, list[Request]] = {}
     for r in inst.requests:
         slots.setdefault(int(math.ceil(r.arrival / heartbeat - 1e-12)), []).append(r)
@@ -230,29 +237,34 @@ def simulate_cluster(
     peak = 0
     overflows = 0
     rr_pointer = 0
-    finished_early: dict[int, list[tuple[float, Request]]] = {}
     for slot in sorted(slots):
         now = slot * heartbeat
         for eng in engines:
             eng.advance(now)
         ongoing, errors = [], []
         for i, eng in enumerate(engines):
-            jobs, l_err, b_err = [], 0.0, 0.0
-            for st in eng.snapshot():
-                rid = st.request.id
-                if st.g >= planned[rid]:
-                    planned[rid] = predictor.repredict(st.request.prompt_tokens, st.g) if predictor else st.g + 1
+            jobs, l_err, b_err, keep = [], 0.0, 0.0, []
+            for rid in assigned[i]:
+                st = eng.request_state(rid)
+                if st.finish is not None:  # overestimates still inside their planned lifetime
+                    planned_end = st.finish + (original[rid] - st.generated) * model.atgt
+                    if st.generated < original[rid] and now < planned_end:
+                        l_err += st.generated - original[rid]
+                        b_err -= 1
+                        keep.append(rid)
+                    continue
+                keep.append(rid)
+                prompt = by_id[rid].prompt_tokens
+                if st.generated >= planned[rid]:
+                    planned[rid] = predictor.repredict(prompt, st.generated) if predictor else st.generated + 1
                 if planned[rid] > original[rid]:
                     l_err += planned[rid]  # Alg. 2, literal underestimate increment (digest A9)
                     b_err += 1
-                dec = now - st.first_token if st.first_token is not None and st.g >= 1 else 0.0
-                jobs.append(Job(rid, st.request.prompt_tokens, planned[rid], st.g, max(dec, 0.0)))
-            for st in eng.states.values():  # overestimates still inside their planned lifetime
-                if st.done and st.g < original[st.request.id]:
-                    planned_end = st.finish + (original[st.request.id] - st.g) * model.atgt  # type: ignore[operator]
-                    if now < planned_end:
-                        l_err += st.g - original[st.request.id]
-                        b_err -= 1
+                # decode time until a new prefill can start: the end of the in-flight batch (the
+                # engine has counted its tokens in st.generated already), not the heartbeat
+                dec = max(now, eng.now) - st.first_token if st.first_token is not None else 0.0
+                jobs.append(Job(rid, prompt, planned[rid], st.generated, max(dec, 0.0)))
+            assigned[i] = keep
             ongoing.append(tuple(jobs))
             errors.append((l_err, b_err))
         new = tuple(Job(r.id, r.prompt_tokens, planned[r.id]) for r in slots[slot])
@@ -265,19 +277,25 @@ def simulate_cluster(
         decision_times.append(time.perf_counter() - t0)
         rr_pointer += len(new)
         overflows += len(result.unplaceable)
-        by_id = {r.id: r for r in slots[slot]}
         for rid, i in result.assignment.items():
             while i >= len(engines):
-                engines.append(WorkerEngine(inst.cost_model, limits))
-            engines[i].add_request(by_id[rid], now)
+                engines.append(_worker(inst, limits, len(engines)))
+                assigned.append([])
+            engines[i].add_request(replace(by_id[rid], arrival=now))
+            assigned[i].append(rid)
             placement[rid] = i
-        peak = max(peak, sum(1 for eng in engines if eng.snapshot()))
+        peak = max(peak, sum(1 for eng in engines if not eng.done()))
     for eng in engines:
-        eng.drain()
+        eng.advance()
     return _judge(inst, method, engines, placement, peak, decision_times, overflows, limits)
 
 
-def _judge(inst: Instance, method: str, engines: list[WorkerEngine], placement: dict[str, int], peak: int,
+def _worker(inst: Instance, limits: Limits, index: int) -> Engine:
+    """Worker ``index``: the core engine running vLLM's default policy."""
+    return Engine(limits, inst.cost_model, "vllm", name=f"{inst.name}/worker{index}")
+
+
+def _judge(inst: Instance, method: str, engines: list[Engine], placement: dict[str, int], peak: int,
            decision_times: list[float], overflows: int, limits: Limits) -> ClusterResult:
     replays, schedules, subs = [], [], []
     ttft: dict[str, float] = {}
@@ -286,7 +304,7 @@ def _judge(inst: Instance, method: str, engines: list[WorkerEngine], placement: 
     for i, eng in enumerate(engines):
         reqs = [r for r in inst.requests if placement.get(r.id) == i]
         sub = replace(inst.with_requests(reqs, name=f"{inst.name}/worker{i}"), limits=limits)
-        sched = Schedule(sub.name, tuple(eng.schedule()), {"policy": f"aladdin-{method}", "worker": i})
+        sched = Schedule(sub.name, eng.schedule().batches, {"policy": f"aladdin-{method}", "worker": i})
         if not reqs:
             subs.append(sub)
             schedules.append(sched)

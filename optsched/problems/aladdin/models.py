@@ -12,7 +12,7 @@ The batch times are the contract's cost model (``layers = 1``): prefill ``per_to
 ``bias = c1``; decode ``per_kv = k2``, ``per_token = c2``, ``bias = c3``. A profile written with
 ``layers``, ``base`` and the top-level ``per_token`` maps exactly as well (those terms are charged
 in both phases), so :meth:`AladdinModel.from_instance` reads any contract cost model without a
-quadratic prefill term. The KV function, the capacity ``M`` and the knobs gamma, theta come from
+quadratic prefill term. The KV function, the capacity ``M`` and the knobs gamma, theta, slack come from
 the instance's ``placement`` object, the SLOs from its top-level ``slo`` object (docs/aladdin.md).
 """
 
@@ -25,7 +25,10 @@ from typing import Any, Mapping
 from ...costmodel import CostModel
 from ...instance import Instance, InstanceError
 
-__all__ = ["AladdinModel", "model_from_instance"]
+__all__ = ["AladdinModel", "SLACKS", "model_from_instance"]
+
+#: The two readings of (d)'s decode slack (:meth:`AladdinModel.decode_slack`).
+SLACKS = ("paper", "atgt")
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class AladdinModel:
         Strictness knob of constraint (b) and capacity_norm, in [0, 1].
     theta
         Prediction-error margin of (b) and (d), in (0, 1].
+    slack
+        Decode slack of (d), see :meth:`decode_slack`: ``"paper"`` (literal, digest A6) or ``"atgt"``.
     """
 
     k1: float
@@ -62,6 +67,7 @@ class AladdinModel:
     atgt: float
     gamma: float = 0.5
     theta: float = 1.0
+    slack: str = "paper"
 
     def kv(self, tokens: float) -> float:
         """KV units of a ``tokens``-token context (Eq. 1)."""
@@ -80,6 +86,17 @@ class AladdinModel:
         if self.k2 <= 0:
             return math.inf if self.atgt - self.c3 - self.c2 * batch >= 0 else -math.inf
         return (self.atgt - self.c3 - self.c2 * batch) / self.k2
+
+    def decode_slack(self, generated: int, decode_time: float) -> float:
+        """Time an ongoing request has saved against its ATGT budget, the right-hand side of (d).
+
+        ``"paper"``: ``T_dec * g - t_dec`` (the paper's formula, digest A6). ``"atgt"``:
+        ``T_dec * (g - 1) - t_dec``, the budget of the ``g - 1`` decode intervals that ATGT
+        (``(finish - first token) / (O - 1)``) counts; the paper's form credits one interval that
+        ATGT does not, so a prefill it admits can push a request that is about to finish over T_dec.
+        """
+        intervals = generated if self.slack == "paper" else generated - 1
+        return self.atgt * intervals - decode_time
 
     def with_knobs(self, **changes: Any) -> "AladdinModel":
         """A copy with some fields changed (e.g. ``gamma``, ``theta``, ``kv_capacity``)."""
@@ -148,13 +165,16 @@ def model_from_instance(instance: Instance, source: str | None = None) -> Aladdi
         raise InstanceError(f"{src}: field 'placement.gamma': must lie in [0, 1], got {gamma}")
     if not 0 < theta <= 1:  # type: ignore[operator]
         raise InstanceError(f"{src}: field 'placement.theta': must lie in (0, 1], got {theta}")
+    slack = placement.get("slack", "paper")
+    if slack not in SLACKS:
+        raise InstanceError(f"{src}: field 'placement.slack': must be one of {', '.join(SLACKS)}, got {slack!r}")
     ttft, atgt = _slo(instance, src)
     if atgt <= c3 + c2:
         raise InstanceError(
             f"{src}: field 'slo.atgt': {atgt} s is not above one unbatched decode iteration "
             f"c3 + c2 = {c3 + c2:.6g} s (digest A4)"
         )
-    return AladdinModel(k1, c1, k2, c2, c3, h, jkv, cap, ttft, atgt, gamma, theta)  # type: ignore[arg-type]
+    return AladdinModel(k1, c1, k2, c2, c3, h, jkv, cap, ttft, atgt, gamma, theta, slack)  # type: ignore[arg-type]
 
 
 def _slo(instance: Instance, src: str) -> tuple[float, float]:

@@ -11,8 +11,9 @@ digest's Sec. 4.5 indicator). Minimise ``sum_i y_i`` subject to
 - (b') ATGT (Eqs. 3, 4 linearised): ``sum_j x_ij (k2 (l_j + gamma L_j) + theta c2) <= theta (T_dec - c3) y_i``;
 - (c') TTFT (Eq. 2): ``k1 sum_{j new} x_ij l_j + c1 z_i <= T_pre``;
 - (d') prefill preemption: ``k1 sum_{j new} x_ij l_j + c1 z_i <= theta S_i`` with the worker's
-  decode slack ``S_i = min_{j ongoing in decode} (T_dec g_j - t_j)`` (literal form, digest A6;
-  workers without ongoing decode requests have no (d')). The digest's big-M is not needed: with
+  decode slack ``S_i = min_{j ongoing in decode} (T_dec g_j - t_j)`` (literal form, digest A6), or
+  with ``slack = "atgt"`` ``T_dec (g_j - 1) - t_j`` (the decode intervals ATGT counts); workers
+  without ongoing decode requests have no (d'). The digest's big-M is not needed: with
   ``z_i = 0`` the row reads ``0 <= theta S_i``, and when ``S_i < 0`` no new request may go to ``i``,
   which is imposed by fixing its ``x_ij`` to 0;
 - ``z_i >= x_ij`` for new ``j``;
@@ -195,7 +196,7 @@ def compile_problem(problem: PlacementProblem) -> CompiledProblem:
     cp.wb_new = np.array([cp.weight_b(j) for j in problem.new], dtype=np.int64)
     cp.wp_new = np.array([cp.weight_p(j) for j in problem.new], dtype=np.int64)
     for jobs in problem.ongoing:
-        slacks = [m.atgt * j.generated - j.decode_time for j in jobs if j.generated >= 1]
+        slacks = [m.decode_slack(j.generated, j.decode_time) for j in jobs if j.generated >= 1]
         cap_d = int(math.floor(TIME_SCALE * m.theta * min(slacks) + 1e-6)) if slacks else None
         cp.cap_d.append(cap_d)
         cp.loads.append(WorkerLoad(cp, jobs, cap_d))
@@ -562,9 +563,9 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
     import pulp
 
     prob = pulp.LpProblem("aladdin_placement", pulp.LpMinimize)
-    x = {(i, j): pulp.LpVariable(f"x_{i}_{j}", cat="Binary") for (i, j) in md.allowed}
-    y = {i: pulp.LpVariable(f"y_{i}", cat="Binary") for i in range(md.n_workers) if i not in md.fixed_used}
-    z = {i: pulp.LpVariable(f"z_{i}", cat="Binary") for i in range(md.n_workers)}
+    x = {(i, j): prob.add_variable(f"x_{i}_{j}", cat="Binary") for (i, j) in md.allowed}
+    y = {i: prob.add_variable(f"y_{i}", cat="Binary") for i in range(md.n_workers) if i not in md.fixed_used}
+    z = {i: prob.add_variable(f"z_{i}", cat="Binary") for i in range(md.n_workers)}
     prob += pulp.lpSum(y.values())
     for j in jobs:
         prob += pulp.lpSum(x[i, j] for i in range(md.n_workers) if (i, j) in x) == 1  # (a)

@@ -125,15 +125,15 @@ def build(instance: Instance, mode: str = "strengthened", time_model: str | None
     keys = [(i, j, k) for i in I_ for j in cl[i] for k in Kr]
 
     prob = pulp.LpProblem("hybrid_full_mip", pulp.LpMinimize)
-    x = {(i, j): pulp.LpVariable(f"x_{i}_{j}", cat="Binary") for i in I_ for j in cl[i]}
-    p = {key: pulp.LpVariable("p_%d_%d_%d" % key, cat="Binary") for key in keys}
-    d = {key: pulp.LpVariable("d_%d_%d_%d" % key, cat="Binary") for key in keys}
-    w = {key: pulp.LpVariable("w_%d_%d_%d" % key, lowBound=0, upBound=1) for key in keys}
-    tsp = [pulp.LpVariable(f"tsp_{k}", lowBound=0) for k in Kr]
-    tsd = [pulp.LpVariable(f"tsd_{k}", lowBound=0) for k in Kr]
-    npk = [pulp.LpVariable(f"np_{k}", lowBound=0) for k in Kr]
-    ndk = [pulp.LpVariable(f"nd_{k}", lowBound=0) for k in Kr]
-    tmax = pulp.LpVariable("tmax", lowBound=0)
+    x = {(i, j): prob.add_variable(f"x_{i}_{j}", cat="Binary") for i in I_ for j in cl[i]}
+    p = {key: prob.add_variable("p_%d_%d_%d" % key, cat="Binary") for key in keys}
+    d = {key: prob.add_variable("d_%d_%d_%d" % key, cat="Binary") for key in keys}
+    w = {key: prob.add_variable("w_%d_%d_%d" % key, lowBound=0, upBound=1) for key in keys}
+    tsp = [prob.add_variable(f"tsp_{k}", lowBound=0) for k in Kr]
+    tsd = [prob.add_variable(f"tsd_{k}", lowBound=0) for k in Kr]
+    npk = [prob.add_variable(f"np_{k}", lowBound=0) for k in Kr]
+    ndk = [prob.add_variable(f"nd_{k}", lowBound=0) for k in Kr]
+    tmax = prob.add_variable("tmax", lowBound=0)
     prob += tmax  # (1)
     for k in Kr:
         prob += tmax >= tsd[k] + ndk[k]  # (2)
@@ -143,7 +143,7 @@ def build(instance: Instance, mode: str = "strengthened", time_model: str | None
     tokens = [pulp.lpSum(Np[i] * p[i, j, k] for i in I_ for j in cl[i]) for k in Kr]
     if time_model == "paper":
         levels = tm.levels()
-        y = {(k, l): pulp.LpVariable(f"y_{k}_{l}", cat="Binary") for k in Kr for l in range(len(levels))}
+        y = {(k, l): prob.add_variable(f"y_{k}_{l}", cat="Binary") for k in Kr for l in range(len(levels))}
         for k in Kr:
             prob += npk[k] >= pulp.lpSum(levels[l][1] * y[k, l] for l in range(len(levels)))  # (5)
             prob += tokens[k] <= pulp.lpSum(levels[l][0] * y[k, l] for l in range(len(levels)))  # (6)
@@ -152,8 +152,8 @@ def build(instance: Instance, mode: str = "strengthened", time_model: str | None
                 prob += ndk[k] >= tm.tau_d * pulp.lpSum(D[i] * w[i, j, k] for i in I_ if (i, j, k) in w)
         used = [1 - y[k, 0] for k in Kr]
     else:
-        used = [pulp.LpVariable(f"u_{k}", cat="Binary") for k in Kr]
-        rounds = [pulp.LpVariable(f"R_{k}", lowBound=0, cat="Integer") for k in Kr]
+        used = [prob.add_variable(f"u_{k}", cat="Binary") for k in Kr]
+        rounds = [prob.add_variable(f"R_{k}", lowBound=0, cat="Integer") for k in Kr]
         for k in Kr:
             prob += tokens[k] <= tm.prefill_cap * used[k]
             prob += npk[k] == tm.alpha_p * used[k] + tm.beta_p * tokens[k]

@@ -343,8 +343,8 @@ def mip_pcmax(p: Sequence[int], m: int, solver: str, time_limit: float, lower: i
     n = len(p)
     order = sorted(range(n), key=lambda i: (-p[i], i))
     prob = pulp.LpProblem("pcmax", pulp.LpMinimize)
-    x = {(i, j): pulp.LpVariable(f"x_{i}_{j}", cat="Binary") for rank, i in enumerate(order) for j in range(min(m, rank + 1))}
-    cmax = pulp.LpVariable("tmax", lowBound=lower)
+    x = {(i, j): prob.add_variable(f"x_{i}_{j}", cat="Binary") for rank, i in enumerate(order) for j in range(min(m, rank + 1))}
+    cmax = prob.add_variable("tmax", lowBound=lower)
     prob += cmax
     for i in range(n):
         prob += pulp.lpSum(x[i, j] for j in range(m) if (i, j) in x) == 1
