@@ -180,8 +180,9 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
         if res.status not in ("optimal", "feasible") or (not improved and res.status == "feasible"):
             f_bound, t_bound = res.bound if math.isfinite(res.bound) else math.inf, t_lb
             relax = getattr(backend, "relaxation_bounds", None)
-            if relax is not None:  # LP bounds, computed after the limit (documented overshoot)
-                f_lp, t_lp = relax(inc.n, inc.batches)
+            if relax is not None:  # LP bounds, computed after the limit (documented overshoot);
+                # the F LP only when the solver has no dual bound (it stopped before its root LP)
+                f_lp, t_lp = relax(inc.n, inc.batches, with_f=not math.isfinite(f_bound))
                 f_bound, t_bound = min(f_bound, f_lp), max(t_lb, t_lp)
                 log.append({"step": "lp-bounds", "F_lp": f_lp, "t_lp": t_lp})
             # any schedule: n - lambda t <= F_bound and t >= t_bound, so G <= lambda + F_bound / t_bound

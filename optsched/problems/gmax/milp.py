@@ -226,17 +226,20 @@ class MilpBackend:
             prob += parts["n"] >= n_min, "n_min"
         return self._run(prob, parts, deadline)
 
-    def relaxation_bounds(self, n_inc: int, batches_inc: list[list[int]]) -> tuple[float, float]:
+    def relaxation_bounds(self, n_inc: int, batches_inc: list[list[int]], with_f: bool = True) -> tuple[float, float]:
         r"""LP-relaxation bounds: (upper bound on :math:`\max n - \lambda t` at the incumbent's
-        :math:`\lambda`, lower bound on :math:`\min t`), used to prove a bound after a time limit."""
+        :math:`\lambda`, or inf when ``with_f`` is False; lower bound on :math:`\min t`), used to
+        prove a bound after a time limit."""
         lam = n_inc / g_core(self.data.problem, batches_inc)[1]
-        out = []
-        for sense in (pulp.LpMaximize, pulp.LpMinimize):
+        out = [float("inf"), 0.0]
+        for k, sense in enumerate((pulp.LpMaximize, pulp.LpMinimize)):
+            if k == 0 and not with_f:
+                continue
             prob, parts = self._build(sense)
             prob += parts["n"] - lam * parts["t"] if sense == pulp.LpMaximize else parts["t"]
             prob.solve(pulp_solver("highs", mip=False, msg=self.log))
-            ok = prob.status == pulp.LpStatusOptimal
-            out.append(float(pulp.value(prob.objective)) if ok else (float("inf") if sense == pulp.LpMaximize else 0.0))
+            if prob.status == pulp.LpStatusOptimal:
+                out[k] = float(pulp.value(prob.objective))
         return out[0], out[1]
 
     def max_n(self, deadline: float | None) -> SubResult:
