@@ -34,6 +34,7 @@ __all__ = [
     "SAResult",
     "chunked",
     "inst_assign",
+    "iterated_local_search",
     "local_search",
     "simulated_annealing",
     "slo_aware_scheduling",
@@ -207,6 +208,25 @@ def local_search(problem: GmaxProblem, batches: list[list[int]]) -> list[list[in
         if top is None:
             return cur
         cur, best = top, top_g
+
+
+def iterated_local_search(
+    problem: GmaxProblem, batches: list[list[int]], rounds: int = 20, kicks: int = 3, seed: int = 0
+) -> list[list[int]]:
+    """:func:`local_search` restarted ``rounds`` times from the best schedule after ``kicks`` random
+    annealing moves; keeps the best (a polishing step for the exact solver's first incumbent)."""
+    rng = random.Random(seed)
+    best = local_search(problem, batches)
+    best_g = g_value(*g_core(problem, best))
+    for _ in range(rounds):
+        cand = best
+        for _ in range(kicks):
+            cand = rng.choice(_MOVES)(problem, cand, rng) or cand
+        cand = local_search(problem, cand)
+        g = g_value(*g_core(problem, cand))
+        if g > best_g:
+            best, best_g = cand, g
+    return best
 
 
 def inst_assign(problem: GmaxProblem, capacities: Sequence[float]) -> list[list[int]]:
