@@ -1,16 +1,22 @@
 """Speed and quality benchmark of static batching (run on demand, not collected by pytest).
 
     python tests/benchmarks/bench_gmax.py [--out results.jsonl] [--parts scls,n30,sa,largest]
+                                          [--seeds 5] [--summary]
 
-Wall and CPU seconds are both recorded (``cpu``: this process's CPU time, HiGHS runs single-threaded
-here), with the 1-minute load average, because the sandbox is shared.
+Wall and CPU seconds are both recorded (``cpu``: this process's CPU time; HiGHS's MIP search is
+single-threaded), with the 1-minute load average, because the sandbox is shared.
 
 Parts (each result is one JSON line, flushed as it is produced):
 - ``scls``: max-min offloading vs the exact makespan (CP-SAT) on DP batchings of random pools;
 - ``n30``: exact G (HiGHS, Dinkelbach) for N = 30 random requests (Table 2 coefficients, both task
-  types, the paper's SLOs, max batch size 4) with a 60 s limit;
-- ``sa``: the paper's annealing (default parameters) vs the exact optimum at N = 10, 20, 30;
-- ``largest``: N = 8, 10, 12, ... with a 600 s limit until one is not proven optimal.
+  types, the paper's SLOs, max batch size 4; ``generate.random_gmax_instance(30, seed)``) with a
+  60 s limit, seeds 0..seeds-1;
+- ``sa``: the paper's annealing (default parameters, seed = instance seed) vs the exact optimum at
+  N = 10, 20, 30 on the same seeds (N = 30: the ``n30`` runs when that part ran in this process,
+  else exact runs with a 60 s limit; N = 10, 20: 600 s limit);
+- ``largest``: N = 18, 20, 22, ... (seed 7) with a 600 s limit until one is not proven optimal.
+
+``--summary`` prints the tables of docs/performance.md from an existing ``--out`` file.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ def exact(p: GmaxProblem, limit: float, solver: str = "highs") -> dict:
             "load": os.getloadavg()[0], "subproblems": res.iterations}
 
 
-def part_scls(out) -> None:
+def part_scls(out, _seeds: int) -> None:  # fixed 20 pools per worker count
     hf = StaticLatencyModel(Phase(1.1e-4, 1.0e-3, 1.0e-5, 0.03), Phase(3.63e-6, 3.0e-4, 1.0e-6, 0.02186))
     rule = MemoryRule("memory", kv_bytes_per_token=819200, available_bytes=53.76 * 2**30, zeta=0.9)
     rng = np.random.default_rng(0)
@@ -68,31 +74,63 @@ def part_scls(out) -> None:
                  gap=h.makespan / ex.makespan - 1)
 
 
-def part_n30(out) -> None:
-    for seed in range(3):
-        p = problem(30, seed)
-        emit(out, part="n30", N=30, seed=seed, **exact(p, 60.0))
+_EXACT: dict[tuple[int, int], dict] = {}
 
 
-def part_sa(out) -> None:
+def exact_cached(n: int, seed: int, limit: float) -> dict:
+    """One exact run per (N, seed) and process (the n30 and sa parts share their N = 30 runs)."""
+    if (n, seed) not in _EXACT:
+        _EXACT[n, seed] = exact(problem(n, seed), limit)
+    return _EXACT[n, seed]
+
+
+def part_n30(out, seeds: int) -> None:
+    for seed in range(seeds):
+        emit(out, part="n30", N=30, seed=seed, **exact_cached(30, seed, 60.0))
+
+
+def part_sa(out, seeds: int) -> None:
     for n in (10, 20, 30):
-        for seed in range(3):
-            p = problem(n, 100 + seed)
+        for seed in range(seeds):
+            p = problem(n, seed)
             start = time.perf_counter()
             sa = simulated_annealing(p, SAParams(seed=seed))
             sa_wall = time.perf_counter() - start
-            ex = exact(p, 120.0)
+            ex = exact_cached(n, seed, 60.0 if n == 30 else 600.0)
             emit(out, part="sa", N=n, seed=seed, sa_G=sa.G, sa_wall=sa_wall, sa_early_exit=sa.early_exit,
                  exact=ex, gap_to_best=1 - sa.G / ex["G"], gap_to_bound=1 - sa.G / ex["bound"])
 
 
-def part_largest(out) -> None:
-    for n in (10, 12, 14, 16, 18, 20, 25, 30):
-        p = problem(n, 7)
-        ex = exact(p, 600.0)
+def part_largest(out, seeds: int) -> None:
+    for n in (18, 20, 22, 24, 26, 28, 30):
+        ex = exact(problem(n, 7), 600.0)
         emit(out, part="largest", N=n, seed=7, **ex)
         if ex["status"] != "optimal":
             break
+
+
+def summary(path: str) -> None:
+    """Markdown tables of the latest row per (part, N, seed) in ``path``."""
+    rows: dict[tuple, dict] = {}
+    with open(path) as fh:
+        for line in fh:
+            row = json.loads(line)
+            if row["part"] in ("n30", "largest", "sa"):
+                rows[row["part"], row["N"], row["seed"]] = row
+    print("| N | seed | status | G found | proven bound | bound / G - 1 | wall s | cpu s | load |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    for (part, n, seed), r in sorted(rows.items()):
+        if part != "sa":
+            print(f"| {n} | {seed} | {r['status']} | {r['G']:.5f} | {r['bound']:.5f} | {r['bound'] / r['G'] - 1:.1%} "
+                  f"| {r['wall']:.1f} | {r['cpu']:.1f} | {r['load']:.1f} |  ({part})")
+    print()
+    print("| N | seed | SA G | exact G | exact status | gap to exact G | gap to bound |")
+    print("|---:|---:|---:|---:|---|---:|---:|")
+    for (part, n, seed), r in sorted(rows.items()):
+        if part == "sa":
+            ex = r["exact"]
+            print(f"| {n} | {seed} | {r['sa_G']:.5f} | {ex['G']:.5f} | {ex['status']} | {r['gap_to_best']:.1%} "
+                  f"| {r['gap_to_bound']:.1%} |")
 
 
 PARTS = {"scls": part_scls, "n30": part_n30, "sa": part_sa, "largest": part_largest}
@@ -101,8 +139,14 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench_gmax.jsonl")
     ap.add_argument("--parts", default="scls,n30,sa,largest")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--summary", action="store_true")
     args = ap.parse_args()
+    if args.summary:
+        summary(args.out)
+        sys.exit(0)
     with open(args.out, "a") as fh:
-        emit(fh, part="start", date=time.strftime("%Y-%m-%d %H:%M:%S"), python=sys.version.split()[0])
+        emit(fh, part="start", date=time.strftime("%Y-%m-%d %H:%M:%S"), python=sys.version.split()[0],
+             load=os.getloadavg()[0])
         for name in args.parts.split(","):
-            PARTS[name](fh)
+            PARTS[name](fh, args.seeds)

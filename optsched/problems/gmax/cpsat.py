@@ -12,6 +12,7 @@ for G). A hint (e.g. the simulated annealing's schedule) may seed the search.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -41,8 +42,10 @@ class CpsatBackend:
     def ticks(self, seconds: float) -> int:
         return int(round(seconds / self.res))
 
-    def _build(self) -> tuple[cp_model.CpModel, dict[str, Any]]:
+    def _build(self, t_max: float | None = None) -> tuple[cp_model.CpModel, dict[str, Any]]:
+        """The model; with ``t_max`` (seconds), starts capped by :meth:`~.slots.SlotData.start_cap`."""
         d, p = self.data, self.data.problem
+        cap = None if t_max is None else d.start_cap(t_max)
         nreq, keys = p.n_requests, d.keys()
         e = [[self.ticks(p.times.exec[i, s - 1]) for s in d.sizes] for i in range(nreq)]
         horizon = self.ticks(float(d.start_ub[-1])) + nreq
@@ -52,7 +55,8 @@ class CpsatBackend:
         z = {(c, s): m.NewBoolVar(f"z_{c}_{s}") for c, s in keys}
         v = {(i, c, s): m.NewBoolVar(f"v_{i}_{c}_{s}") for i in range(nreq) for c, s in keys if d.may_meet(i, c, s)}
         dur = {c: m.NewIntVar(0, horizon, f"D_{c}") for c in range(1, nreq + 1)}
-        start = [m.NewIntVar(0, horizon, f"S_{q}") for q in range(nreq + 1)]
+        top = [horizon if cap is None or q == nreq else min(horizon, int(cap[q] / self.res) + nreq + 1) for q in range(nreq + 1)]
+        start = [m.NewIntVar(0, top[q], f"S_{q}") for q in range(nreq + 1)]
         m.Add(start[0] == 0)
         for c in range(1, nreq + 1):
             m.Add(dur[c] == sum(e[i][s - 1] * lead[i, c, s] for i in range(nreq) for s in d.sizes if s <= c))
@@ -71,6 +75,9 @@ class CpsatBackend:
                 m.Add(sum(p.need[i] * w[i, c, s] for i in range(nreq)) <= int(p.capacity))
         for pos in range(1, nreq + 1):
             m.AddExactlyOne(z[c, s] for c, s in keys if c - s < pos <= c)
+        scale = math.lcm(*d.sizes)
+        for c in range(1, nreq + 1):  # the longest member is at least as long as the mean member
+            m.Add(scale * dur[c] >= sum(scale // s * e[i][s - 1] * w[i, c, s] for i in range(nreq) for s in d.sizes if s <= c))
         for (i, c, s), var in v.items():
             m.AddImplication(var, w[i, c, s])
             slo = d.slo_value(i)
@@ -113,7 +120,8 @@ class CpsatBackend:
         if code == cp_model.INFEASIBLE:
             return SubResult("infeasible", wall=wall)
         if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return SubResult("time_limit", wall=wall, bound=solver.BestObjectiveBound())
+            # UNKNOWN: CP-SAT then reports a best bound of 0, which is no proof; no bound is claimed
+            return SubResult("time_limit", wall=wall)
         ends: dict[int, list[int]] = {}
         for (i, c, _s), var in parts["w"].items():
             if solver.Value(var):
@@ -141,7 +149,11 @@ class CpsatBackend:
         r"""Dinkelbach step at the rational :math:`\lambda = n_{inc} / T_{inc}` (per tick):
         maximise :math:`T_{inc} n - n_{inc} t` exactly in integers."""
         t_inc = self.tick_t(batches_inc)
-        m, parts = self._build()
+        # only schedules with n - lambda t >= 0 matter (the incumbent has exactly 0 in ticks); t in
+        # ticks is within N^2 / 2 ticks of t in seconds, a start within N / 2 (rounded durations)
+        nreq = self.data.problem.n_requests
+        m, parts = self._build(t_max=(self.data.meetable() / n_inc * t_inc + nreq * nreq) * self.res)
+        m.Add(t_inc * parts["n"] - n_inc * parts["t"] >= 0)
         m.Maximize(t_inc * parts["n"] - n_inc * parts["t"])
         res = self._run(m, parts, deadline)
         res.objective, res.bound = res.objective / t_inc, res.bound / t_inc

@@ -15,6 +15,14 @@ G = n / t is a ratio; two exact schemes reduce it to the slot model of :mod:`.sl
   once :math:`n_0 / t^*(0) \\le` the best G (all smaller :math:`n_0` are then dominated), unless the
   whole frontier is asked for.
 
+**Incumbent.** The two annealing starts and a short seeded annealing, each polished by
+:func:`~.sa.local_search` (steepest ascent over single moves), the best of them then by
+:func:`~.sa.iterated_local_search` (random kicks and local search again); the result is Dinkelbach's first
+:math:`\lambda` and the solvers' MIP start / hint, so that often one sub-problem proves it. The
+Dinkelbach sub-problem is restricted to schedules with :math:`n - \lambda t \ge 0` (the incumbent
+has 0; a better schedule has > 0), which bounds t and hence every batch start
+(:meth:`~.slots.SlotData.start_cap`).
+
 Every schedule a sub-solve returns is judged by :func:`~.problem.evaluate_g`; the reported G is the
 evaluated one and the model's own (n, t) must agree with it.
 """
@@ -26,13 +34,18 @@ import time
 from dataclasses import dataclass, field
 
 from .problem import GmaxProblem, g_core, g_value
-from .sa import SAParams, simulated_annealing, start_points
+from .sa import SAParams, iterated_local_search, local_search, simulated_annealing, start_points
 from .slots import SlotBackend, SlotData, SubResult
 
 __all__ = ["ExactResult", "make_backend", "solve_exact"]
 
 #: Relative tolerance on the model's t against the evaluated t (float MILP / tick rounding).
 T_RTOL = 1e-6
+
+#: A schedule replaces the incumbent only if its G is larger by this relative margin: the same
+#: schedule returned with its members in another order can differ in the last bit of t, which must
+#: not start another Dinkelbach step.
+G_RTOL = 1e-12
 
 
 @dataclass
@@ -89,7 +102,7 @@ class _Incumbent:
             return False
         n, t = g_core(self.problem, batches)
         g = g_value(n, t)
-        if g > self.G or (g == self.G and t < self.t):
+        if g > self.G * (1 + G_RTOL):
             self.batches, self.n, self.t, self.G = batches, n, t, g
             return True
         return False
@@ -130,9 +143,10 @@ def solve_exact(
         raise ValueError(f"unknown exact method {method!r} (dinkelbach, fixed-n)")
     deadline = None if time_limit is None else time.perf_counter() + time_limit
     inc = _Incumbent(problem)
-    for start in start_points(problem):
-        inc.offer(start)
-    inc.offer(simulated_annealing(problem, SAParams(iters=warm_iters)).batches)
+    starts = [*start_points(problem), simulated_annealing(problem, SAParams(iters=warm_iters)).batches]
+    for start in starts:
+        inc.offer(local_search(problem, start))
+    inc.offer(iterated_local_search(problem, inc.batches))
     backend.hint = inc.batches
     t_lb = SlotData.build(problem).t_lower_bound()
     log: list[dict] = []
@@ -145,7 +159,8 @@ def solve_exact(
         points, status, bound = _fixed_n(problem, backend, inc, deadline, t_lb, log, prune=not frontier)
     # n <= the requests that can meet their SLO at all, t >= t_LB: a bound that needs no solver
     trivial = int(SlotData.build(problem).can_meet.any(axis=1).sum()) / t_lb if t_lb > 0 else 0.0
-    return ExactResult(status, inc.batches, inc.n, inc.t, inc.G, max(min(bound, trivial), inc.G), points, len(log), log)
+    solves = sum(1 for entry in log if entry["step"] != "lp-bounds")
+    return ExactResult(status, inc.batches, inc.n, inc.t, inc.G, max(min(bound, trivial), inc.G), points, solves, log)
 
 
 def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]:
@@ -173,8 +188,9 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
         if res.status not in ("optimal", "feasible") or (not improved and res.status == "feasible"):
             f_bound, t_bound = res.bound if math.isfinite(res.bound) else math.inf, t_lb
             relax = getattr(backend, "relaxation_bounds", None)
-            if relax is not None:  # LP bounds, computed after the limit (documented overshoot)
-                f_lp, t_lp = relax(inc.n, inc.batches)
+            if relax is not None:  # LP bounds, computed after the limit (documented overshoot);
+                # the F LP only when the solver has no dual bound (it stopped before its root LP)
+                f_lp, t_lp = relax(inc.n, inc.batches, with_f=not math.isfinite(f_bound))
                 f_bound, t_bound = min(f_bound, f_lp), max(t_lb, t_lp)
                 log.append({"step": "lp-bounds", "F_lp": f_lp, "t_lp": t_lp})
             # any schedule: n - lambda t <= F_bound and t >= t_bound, so G <= lambda + F_bound / t_bound

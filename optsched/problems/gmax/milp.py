@@ -21,6 +21,9 @@ __all__ = ["MilpBackend", "MILP_SOLVERS"]
 
 MILP_SOLVERS = ("highs", "cbc", "gurobi")
 
+#: Slack on Dinkelbach's ``n - lambda t >= 0`` restriction (requests), for floating-point round-off.
+EPS = 1e-6
+
 
 class MilpBackend:
     """Slot-model MILP through PuLP (``solver`` in :data:`MILP_SOLVERS`)."""
@@ -34,8 +37,11 @@ class MilpBackend:
 
     # ------------------------------------------------------------------------------ model
 
-    def _build(self, sense: int) -> tuple[pulp.LpProblem, dict[str, Any]]:
+    def _build(self, sense: int, t_max: float | None = None) -> tuple[pulp.LpProblem, dict[str, Any]]:
+        """The model; with ``t_max``, only schedules with :math:`t \le t_{max}` (starts capped by
+        :meth:`~.slots.SlotData.start_cap`, big-M shrunk accordingly)."""
         d, p = self.data, self.data.problem
+        cap = None if t_max is None else d.start_cap(t_max)
         nreq, keys = p.n_requests, self.data.keys()
         e = p.times.exec
         prob = pulp.LpProblem("gmax", sense)
@@ -50,7 +56,10 @@ class MilpBackend:
         lead = {(i, c, s): prob.add_variable(f"l_{i}_{c}_{s}", cat="Binary") for i in range(nreq) for c, s in keys}
         dur = {c: prob.add_variable(f"D_{c}", lowBound=0) for c in range(1, nreq + 1)}
         # start[p]: start of the batch that follows the first p positions
-        start = [prob.add_variable(f"S_{q}", lowBound=0) for q in range(nreq + 1)]
+        start = [
+            prob.add_variable(f"S_{q}", lowBound=0, upBound=None if cap is None or q == nreq else float(cap[q]))
+            for q in range(nreq + 1)
+        ]
         prob += start[0] == 0, "start_0"
         for c in range(1, nreq + 1):
             prob += (
@@ -83,18 +92,25 @@ class MilpBackend:
                 prob += pulp.lpSum(p.need[i] * w[i, c, s] for i in range(nreq)) <= p.capacity * z[c, s], f"mem_{c}_{s}"
         for pos in range(1, nreq + 1):
             prob += pulp.lpSum(z[c, s] for c, s in keys if c - s < pos <= c) == 1, f"tile_{pos}"
+        for c in range(1, nreq + 1):  # the longest member is at least as long as the mean member
+            prob += (
+                dur[c] >= pulp.lpSum(float(e[i, s - 1]) / s * w[i, c, s] for i in range(nreq) for s in d.sizes if s <= c),
+                f"mean_{c}",
+            )
         for (i, c, s), var in v.items():
             prob += var <= w[i, c, s], f"v_{i}_{c}_{s}"
             slo = d.slo_value(i)
             if slo < float("inf"):
                 prob += (
-                    start[c - s] + d.slo_time(i, s) <= slo + d.big_m(i, c, s) * (1 - var),
+                    start[c - s] + d.slo_time(i, s) <= slo + d.big_m(i, c, s, cap) * (1 - var),
                     f"slo_{i}_{c}_{s}",
                 )
         n_expr = pulp.lpSum(v.values())
         t_expr = pulp.lpSum(float(e[i, s - 1]) * var for (i, c, s), var in w.items()) + pulp.lpSum(
             (nreq - c) * dur[c] for c in dur
         )
+        if t_max is not None:
+            prob += t_expr <= t_max, "t_max"
         if self.hint:
             self._set_start(self.hint, w, z, lead, v, dur, start, cumulative)
         return prob, {"w": w, "n": n_expr, "t": t_expr}
@@ -193,9 +209,13 @@ class MilpBackend:
     def parametric(self, n_inc: int, batches_inc: list[list[int]], deadline: float | None) -> SubResult:
         r"""Dinkelbach step at :math:`\lambda = n_{inc} / t_{inc}` (the incumbent's G)."""
         lam = n_inc / g_core(self.data.problem, batches_inc)[1]
-        prob, parts = self._build(pulp.LpMaximize)
+        # only schedules with n - lambda t >= 0 matter (the incumbent has 0); -EPS for float slack
+        prob, parts = self._build(pulp.LpMaximize, t_max=(self.data.meetable() + EPS) / lam)
         prob += parts["n"] - lam * parts["t"]
+        prob += parts["n"] - lam * parts["t"] >= -EPS, "no_worse"
         res = self._run(prob, parts, deadline)
+        if res.status == "infeasible":  # no schedule has n - lambda t >= -EPS: F(lambda) < 0
+            res = SubResult("optimal", objective=-EPS, bound=-EPS, wall=res.wall)
         res.info["lambda"] = lam
         return res
 
@@ -206,17 +226,20 @@ class MilpBackend:
             prob += parts["n"] >= n_min, "n_min"
         return self._run(prob, parts, deadline)
 
-    def relaxation_bounds(self, n_inc: int, batches_inc: list[list[int]]) -> tuple[float, float]:
+    def relaxation_bounds(self, n_inc: int, batches_inc: list[list[int]], with_f: bool = True) -> tuple[float, float]:
         r"""LP-relaxation bounds: (upper bound on :math:`\max n - \lambda t` at the incumbent's
-        :math:`\lambda`, lower bound on :math:`\min t`), used to prove a bound after a time limit."""
+        :math:`\lambda`, or inf when ``with_f`` is False; lower bound on :math:`\min t`), used to
+        prove a bound after a time limit."""
         lam = n_inc / g_core(self.data.problem, batches_inc)[1]
-        out = []
-        for sense in (pulp.LpMaximize, pulp.LpMinimize):
+        out = [float("inf"), 0.0]
+        for k, sense in enumerate((pulp.LpMaximize, pulp.LpMinimize)):
+            if k == 0 and not with_f:
+                continue
             prob, parts = self._build(sense)
             prob += parts["n"] - lam * parts["t"] if sense == pulp.LpMaximize else parts["t"]
             prob.solve(pulp_solver("highs", mip=False, msg=self.log))
-            ok = prob.status == pulp.LpStatusOptimal
-            out.append(float(pulp.value(prob.objective)) if ok else (float("inf") if sense == pulp.LpMaximize else 0.0))
+            if prob.status == pulp.LpStatusOptimal:
+                out[k] = float(pulp.value(prob.objective))
         return out[0], out[1]
 
     def max_n(self, deadline: float | None) -> SubResult:

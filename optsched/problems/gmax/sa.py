@@ -34,6 +34,8 @@ __all__ = [
     "SAResult",
     "chunked",
     "inst_assign",
+    "iterated_local_search",
+    "local_search",
     "simulated_annealing",
     "slo_aware_scheduling",
     "start_points",
@@ -158,6 +160,73 @@ def simulated_annealing(problem: GmaxProblem, params: SAParams = SAParams()) -> 
                     best, n_b, t_b, f_best = cand, n_new, t_new, f_new
         temp *= params.tau
     return SAResult(best, n_b, t_b, f_best, evaluations, False)
+
+
+def _neighbours(problem: GmaxProblem, cur: list[list[int]]):
+    """Every schedule one move away: a request moved into another batch or into a new batch at any
+    place, two requests of different batches exchanged, or one batch moved to another place."""
+    m = len(cur)
+    for a in range(m):
+        for j, r in enumerate(cur[a]):
+            rest = [list(b) for b in cur]
+            del rest[a][j]
+            for b in range(m):
+                if b != a and problem.fits(cur[b] + [r]):
+                    new = [list(x) for x in rest]
+                    new[b].append(r)
+                    yield [x for x in new if x]
+            if len(cur[a]) > 1:
+                for place in range(m + 1):
+                    yield rest[:place] + [[r]] + rest[place:]
+    for a in range(m):
+        for b in range(a + 1, m):
+            for ja, ra in enumerate(cur[a]):
+                for jb, rb in enumerate(cur[b]):
+                    new = [list(x) for x in cur]
+                    new[a][ja], new[b][jb] = rb, ra
+                    if problem.fits(new[a]) and problem.fits(new[b]):
+                        yield new
+    for a in range(m):
+        for place in range(m):
+            if place != a:
+                rest = cur[:a] + cur[a + 1 :]
+                yield rest[:place] + [cur[a]] + rest[place:]
+
+
+def local_search(problem: GmaxProblem, batches: list[list[int]]) -> list[list[int]]:
+    """Steepest-ascent hill climbing of G from ``batches`` over :func:`_neighbours` (a polishing
+    step for the exact solver's first incumbent; not part of the paper's algorithm)."""
+    cur = [list(b) for b in batches]
+    n, t = g_core(problem, cur)
+    best = g_value(n, t)
+    while True:
+        top, top_g = None, best
+        for cand in _neighbours(problem, cur):
+            g = g_value(*g_core(problem, cand))
+            if g > top_g * (1 + 1e-12):
+                top, top_g = cand, g
+        if top is None:
+            return cur
+        cur, best = top, top_g
+
+
+def iterated_local_search(
+    problem: GmaxProblem, batches: list[list[int]], rounds: int = 20, kicks: int = 3, seed: int = 0
+) -> list[list[int]]:
+    """:func:`local_search` restarted ``rounds`` times from the best schedule after ``kicks`` random
+    annealing moves; keeps the best (a polishing step for the exact solver's first incumbent)."""
+    rng = random.Random(seed)
+    best = local_search(problem, batches)
+    best_g = g_value(*g_core(problem, best))
+    for _ in range(rounds):
+        cand = best
+        for _ in range(kicks):
+            cand = rng.choice(_MOVES)(problem, cand, rng) or cand
+        cand = local_search(problem, cand)
+        g = g_value(*g_core(problem, cand))
+        if g > best_g:
+            best, best_g = cand, g
+    return best
 
 
 def inst_assign(problem: GmaxProblem, capacities: Sequence[float]) -> list[list[int]]:
