@@ -91,14 +91,14 @@ class _Mip:
 
     def _int(self, lo: int, hi: int) -> pulp.LpVariable:
         cat = pulp.LpContinuous if self.relax else pulp.LpInteger
-        return pulp.LpVariable(self._name("n"), lo, hi, cat)
+        return self.p.add_variable(self._name("n"), lo, hi, cat)
 
     def _bin(self) -> pulp.LpVariable:
         cat = pulp.LpContinuous if self.relax else pulp.LpInteger
-        return pulp.LpVariable(self._name("b"), 0, 1, cat)
+        return self.p.add_variable(self._name("b"), 0, 1, cat)
 
     def _cont(self, lo: float, hi: float | None) -> pulp.LpVariable:
-        return pulp.LpVariable(self._name("x"), lo, hi, pulp.LpContinuous)
+        return self.p.add_variable(self._name("x"), lo, hi, pulp.LpContinuous)
 
     def _square(self, x: pulp.LpVariable, hi: int) -> Any:
         """An expression equal to x**2 at every integer x in [0, hi] (binary expansion)."""
@@ -285,7 +285,7 @@ def solve_mip(data: ModelData, hint: tuple[list[list[int]], list[list[int]]] | N
     if hint is not None:
         mip.set_warm_start(*hint)
     solver = _solver(data, warm=hint is not None)
-    info: dict[str, Any] = {"variables": len(mip.p.variables()), "constraints": len(mip.p.constraints)}
+    info: dict[str, Any] = {"variables": len(mip.p.variables()), "constraints": len(mip.p.constraints())}
     try:
         with _stdout_to_stderr(data.options.log):
             code = mip.p.solve(solver)
