@@ -38,7 +38,7 @@ class MilpBackend:
     # ------------------------------------------------------------------------------ model
 
     def _build(self, sense: int, t_max: float | None = None) -> tuple[pulp.LpProblem, dict[str, Any]]:
-        """The model; with ``t_max``, only schedules with :math:`t \le t_{max}` (starts capped by
+        r"""The model; with ``t_max``, only schedules with :math:`t \le t_{max}` (starts capped by
         :meth:`~.slots.SlotData.start_cap`, big-M shrunk accordingly)."""
         d, p = self.data, self.data.problem
         cap = None if t_max is None else d.start_cap(t_max)

@@ -149,7 +149,7 @@ class SlotData:
         return float(self.start_lb[max(p - self.problem.max_batch_size + 1, 0)])
 
     def start_cap(self, t_max: float) -> np.ndarray:
-        """``[q]``: the latest :math:`St_q` of any schedule with :math:`t \le` ``t_max`` (the
+        r"""``[q]``: the latest :math:`St_q` of any schedule with :math:`t \le` ``t_max`` (the
         time-budget bound of the module docstring)."""
         nreq = self.problem.n_requests
         base = float(self.problem.times.exec.min(axis=1).sum())
