@@ -122,6 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _naming_the_file(exc: Exception, args: argparse.Namespace) -> str:
+    """The error message, led by the INSTANCE argument when a formulation's check (which knows the
+    instance by its name only) raised it about the instance file."""
+    message, path = str(exc), getattr(args, "instance", None)
+    if isinstance(exc, InstanceError) and isinstance(path, str) and not message.startswith(path):
+        return f"{path}: {message}"
+    return message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``optsched`` console script; returns the exit code."""
     parser = build_parser()
@@ -134,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with guard:
             code = args.func(args)
     except (InstanceError, ScheduleError, CostModelError, BadInput) as exc:
-        print(f"optsched: error: {exc}", file=sys.stderr)
+        print(f"optsched: error: {_naming_the_file(exc, args)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("optsched: interrupted", file=sys.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +51,22 @@ def test_every_policy_on_a_splitwise_slice(capsys, tmp_path, data_dir):
         pytest.skip("splitwise_conv.csv is not present")
     _simulate_and_check(capsys, tmp_path, [trace, "--first", "300", "--cost-model", "llama2-7b-a100",
                                            "--kv-capacity", "100000"])
+
+
+@pytest.mark.parametrize(
+    ("problem", "shipped", "edit", "field"),
+    [
+        ("gmax", "static/fig3-slo-order", lambda d: d.update(max_batch_size=0), "max_batch_size"),
+        ("aladdin", "aladdin-fig3", lambda d: d["placement"].update(slack="bogus"), "placement.slack"),
+    ],
+)
+def test_formulation_input_errors_name_the_file(capsys, tmp_path, problem, shipped, edit, field):
+    """A formulation's own check (it knows the instance by name only) still names the file: exit 2."""
+    data = json.loads((Path(__file__).resolve().parents[1] / "instances" / f"{shipped}.json").read_text())
+    edit(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    code = main(["solve", str(path), "--problem", problem])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.startswith(f"optsched: error: {path}: ") and f"field '{field}'" in err

@@ -405,3 +405,4 @@ def test_module_entry_points_print_json_on_stdout(entry):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["instance"] == "toy-4"
+
