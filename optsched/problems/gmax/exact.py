@@ -150,6 +150,12 @@ def solve_exact(
     backend.hint = inc.batches
     t_lb = SlotData.build(problem).t_lower_bound()
     log: list[dict] = []
+    t_relaxation = getattr(backend, "t_relaxation", None)
+    if deadline is not None and t_relaxation is not None:
+        # a time limit may end without a proof: the LP bound on t, inside the budget, states the bound
+        t_lp = t_relaxation()
+        log.append({"step": "lp-bounds", "t_lp": t_lp})
+        t_lb = max(t_lb, t_lp)
     if method == "dinkelbach":
         status, bound = _dinkelbach(problem, backend, inc, deadline, t_lb, log)
         points: list[tuple[int, float, bool]] = []
@@ -173,10 +179,16 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
             inc.offer(res.batches)
         if inc.G == 0:
             return "time_limit", math.inf
+    # any schedule: n - lambda t <= F_bound and t >= t_lb, so G <= lambda + F_bound / t_lb; the bound
+    # of every step holds for every schedule, so the least one over the steps so far is kept
+    proven = math.inf
     while True:
         res = backend.parametric(inc.n, inc.batches, deadline)
         log.append({"step": "dinkelbach", "lambda": res.info.get("lambda"), "status": res.status,
                     "F": res.objective, "wall": res.wall})
+        lam = res.info.get("lambda", inc.G)
+        if math.isfinite(res.bound):
+            proven = min(proven, lam + max(res.bound, 0.0) / t_lb)
         if res.batches:
             _check_model(problem, res, "dinkelbach")
         improved = inc.offer(res.batches)
@@ -186,15 +198,14 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
             # F(lambda) <= 0 up to rounding, so lambda = G* (within the model's arithmetic).
             return "optimal", inc.G + max(res.objective, 0.0) / t_lb
         if res.status not in ("optimal", "feasible") or (not improved and res.status == "feasible"):
-            f_bound, t_bound = res.bound if math.isfinite(res.bound) else math.inf, t_lb
-            relax = getattr(backend, "relaxation_bounds", None)
-            if relax is not None:  # LP bounds, computed after the limit (documented overshoot);
-                # the F LP only when the solver has no dual bound (it stopped before its root LP)
-                f_lp, t_lp = relax(inc.n, inc.batches, with_f=not math.isfinite(f_bound))
-                f_bound, t_bound = min(f_bound, f_lp), max(t_lb, t_lp)
-                log.append({"step": "lp-bounds", "F_lp": f_lp, "t_lp": t_lp})
-            # any schedule: n - lambda t <= F_bound and t >= t_bound, so G <= lambda + F_bound / t_bound
-            return "time_limit", res.info.get("lambda", inc.G) + max(f_bound, 0.0) / t_bound
+            f_relaxation = getattr(backend, "f_relaxation", None)
+            if not math.isfinite(proven) and f_relaxation is not None:
+                # no step has a dual bound (the solver stopped before its root LP): the F LP, after
+                # the limit (documented overshoot)
+                f_lp = f_relaxation(inc.n, inc.batches)
+                log.append({"step": "lp-bounds", "F_lp": f_lp})
+                proven = lam + max(f_lp, 0.0) / t_lb
+            return "time_limit", proven
 
 
 def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[list, str, float]:

@@ -226,21 +226,21 @@ class MilpBackend:
             prob += parts["n"] >= n_min, "n_min"
         return self._run(prob, parts, deadline)
 
-    def relaxation_bounds(self, n_inc: int, batches_inc: list[list[int]], with_f: bool = True) -> tuple[float, float]:
-        r"""LP-relaxation bounds: (upper bound on :math:`\max n - \lambda t` at the incumbent's
-        :math:`\lambda`, or inf when ``with_f`` is False; lower bound on :math:`\min t`), used to
-        prove a bound after a time limit."""
+    def t_relaxation(self) -> float:
+        r"""LP-relaxation lower bound on :math:`\min t` over every schedule (0 when the LP fails)."""
+        prob, parts = self._build(pulp.LpMinimize)
+        prob += parts["t"]
+        prob.solve(pulp_solver("highs", mip=False, msg=self.log))
+        return float(pulp.value(prob.objective)) if prob.status == pulp.LpStatusOptimal else 0.0
+
+    def f_relaxation(self, n_inc: int, batches_inc: list[list[int]]) -> float:
+        r"""LP-relaxation upper bound on :math:`\max n - \lambda t` at the incumbent's :math:`\lambda`
+        (inf when the LP fails), used to prove a bound when the MIP stopped without a dual bound."""
         lam = n_inc / g_core(self.data.problem, batches_inc)[1]
-        out = [float("inf"), 0.0]
-        for k, sense in enumerate((pulp.LpMaximize, pulp.LpMinimize)):
-            if k == 0 and not with_f:
-                continue
-            prob, parts = self._build(sense)
-            prob += parts["n"] - lam * parts["t"] if sense == pulp.LpMaximize else parts["t"]
-            prob.solve(pulp_solver("highs", mip=False, msg=self.log))
-            if prob.status == pulp.LpStatusOptimal:
-                out[k] = float(pulp.value(prob.objective))
-        return out[0], out[1]
+        prob, parts = self._build(pulp.LpMaximize)
+        prob += parts["n"] - lam * parts["t"]
+        prob.solve(pulp_solver("highs", mip=False, msg=self.log))
+        return float(pulp.value(prob.objective)) if prob.status == pulp.LpStatusOptimal else float("inf")
 
     def max_n(self, deadline: float | None) -> SubResult:
         prob, parts = self._build(pulp.LpMaximize)
