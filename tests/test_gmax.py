@@ -202,6 +202,22 @@ def test_time_limited_runs_claim_no_bound_they_did_not_prove():
             assert res.status == "time_limit" or res.G == pytest.approx(exact.G, rel=1e-9)
 
 
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_bounds_of_interrupted_dinkelbach_runs_hold(seed):
+    """Whatever step a time limit interrupts, the bound kept (least over the steps, with the LP
+    bound on t) is never below the proven optimum."""
+    p = GmaxProblem.from_instance(parse_instance(random_gmax_instance(14, seed)))
+    exact = solve_exact(p, make_backend(p, "highs"), "dinkelbach")
+    assert exact.status == "optimal"
+    statuses = set()
+    for limit in (0.2, 1.0):
+        res = solve_exact(p, make_backend(p, "highs"), "dinkelbach", time_limit=limit)
+        statuses.add(res.status)
+        assert res.bound >= exact.G * (1 - 1e-9), (limit, res.log)
+        assert res.G <= exact.G * (1 + 1e-9)
+    assert "time_limit" in statuses  # the limits did interrupt a step
+
 def test_group_max_start_bound_is_a_lower_bound():
     from optsched.problems.gmax.slots import SlotData, group_max_bound
 
