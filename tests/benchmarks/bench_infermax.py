@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from optsched.instance import InstanceError, parse_instance
+from optsched.generators import infermax_grid
 from optsched.policies import simulator_for
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.problems import solver_for
@@ -49,12 +50,7 @@ def emit(row: dict[str, Any], out: str | None) -> None:
 
 
 def sec45_instance(I: int, O: int = 4, N: int = 4):
-    return parse_instance({
-        "name": f"sec45-I{I}",
-        "cost_model": "llama2-7b-a100",
-        "limits": {"token_budget": 4096, "prefill_budget": 4096, "kv_capacity": max(2 * I, I + O - 1)},
-        "requests": [{"id": f"r{k}", "prompt_tokens": I, "output_tokens": O} for k in range(N)],
-    }, f"sec45-I{I}")
+    return grid_instance(N, I, O, name=f"sec45-I{I}")
 
 
 def run_sec45(args: argparse.Namespace) -> None:
@@ -120,13 +116,9 @@ def run_crosscheck(args: argparse.Namespace) -> None:
             emit(row, args.out)
 
 
-def grid_instance(N: int, I: int, O: int):
-    return parse_instance({
-        "name": f"grid-N{N}-I{I}-O{O}",
-        "cost_model": "llama2-7b-a100",
-        "limits": {"token_budget": 4096, "prefill_budget": 4096, "kv_capacity": max(2 * I, I + O - 1)},
-        "requests": [{"id": f"r{k}", "prompt_tokens": I, "output_tokens": O} for k in range(N)],
-    }, f"grid-N{N}-I{I}-O{O}")
+def grid_instance(N: int, I: int, O: int, name: str | None = None):
+    """N identical requests under the paper's section 4.5 memory rule M = max(2I, I + O - 1)."""
+    return infermax_grid(N, I, O, kv_capacity=max(2 * I, I + O - 1), name=name or f"grid-N{N}-I{I}-O{O}")
 
 
 def run_gaps(args: argparse.Namespace) -> None:
