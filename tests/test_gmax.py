@@ -262,3 +262,29 @@ def test_time_budget_caps_every_start_of_cheaper_schedules():
                     ends[pos] = start
                 s_q = np.maximum.accumulate(ends)
                 assert all(s_q[q] <= cap[q] + 1e-9 for q in range(p.n_requests))
+
+
+def test_every_schedule_satisfies_every_milp_constraint():
+    """The MILP cuts off no schedule: at the values of a schedule (set as the MIP start), every
+    constraint and variable bound holds, cuts included (mean, leader count, time-budget caps with
+    t_max = the schedule's own t), and the model's n and t are the evaluator's."""
+    import pulp
+
+    from optsched.problems.gmax.milp import MilpBackend
+    from optsched.problems.gmax.slots import SlotData
+
+    rng = np.random.default_rng(7)
+    for seed in range(10):
+        p = small_instance(seed)
+        data = SlotData.build(p)
+        schedules = list(ordered_partitions(p))
+        for k in rng.choice(len(schedules), size=min(25, len(schedules)), replace=False):
+            batches = schedules[k]
+            n, t = g_core(p, batches)
+            backend = MilpBackend(data)
+            backend.hint = batches
+            prob, parts = backend._build(pulp.LpMaximize, t_max=t + 1e-6)  # float slack of the caps
+            assert [name for name, con in prob.constraints.items() if not con.valid(1e-7)] == [], batches
+            assert [var.name for var in prob.variables() if not var.valid(1e-7)] == [], batches
+            assert pulp.value(parts["n"]) == n
+            assert pulp.value(parts["t"]) == pytest.approx(t, rel=1e-9)
