@@ -13,8 +13,8 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
 3. derives the horizon J from UB (:func:`.model.horizon`: proven for makespan and completion);
 4. solves, turns the solution into a schedule, replays it and reports the replayed objective after
    :func:`~optsched.result.check_agreement` with the solver's own value;
-5. reports the bound: the solver's proven bound (lowered by any rounding slack) and the work bound
-   of :mod:`.bounds`, whichever is larger. ``optimal`` means the replayed objective is within
+5. reports the bound: the solver's proven bound (lowered by any rounding slack) and the bounds
+   of :mod:`optsched.bounds`, whichever is larger. ``optimal`` means the replayed objective is within
    ``OPTIMAL_RTOL`` of a proven bound and J is proven; otherwise ``feasible`` or ``time_limit``.
 """
 
@@ -27,7 +27,8 @@ from typing import Any, Mapping
 from ...instance import Instance
 from ...result import SolveResult, check_agreement, replayed_objective
 from ...schedule import Schedule
-from .bounds import bounds, lower_bound
+from ...bounds import generic_bounds
+from .bounds import bounds
 from .model import (
     InferMaxInputError,
     InferMaxOptions,
@@ -147,7 +148,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         schedule = cands[best]
         value, rep = replayed_objective(instance, schedule, opts.objective)
         extra["incumbent"] = f"solver found none; schedule of {best!r}"
-    proven = [b.value for b in lower_bound(instance, opts.objective)]
+    proven = [b.value for b in generic_bounds(instance, opts.objective)]
     if data.horizon_proven and backend.bound is not None:
         proven.append(backend.bound)
     elif backend.bound is not None:
