@@ -288,3 +288,37 @@ def test_every_schedule_satisfies_every_milp_constraint():
             assert [var.name for var in prob.variables() if not var.valid(1e-7)] == [], batches
             assert pulp.value(parts["n"]) == n
             assert pulp.value(parts["t"]) == pytest.approx(t, rel=1e-9)
+
+
+def test_no_dinkelbach_step_starts_that_cannot_be_set_up_before_the_limit():
+    """A step whose set-up (model build, loading) alone would pass the limit is not started."""
+    import time
+
+    from optsched.problems.gmax.exact import _dinkelbach, _Incumbent
+    from optsched.problems.gmax.slots import SubResult
+
+    p = small_instance(4)
+    by_g = {g_value(*g_core(p, b)): b for b in ordered_partitions(p)}
+    ranked = [by_g[g] for g in sorted(by_g) if g > 0]  # strictly increasing G
+
+    class SlowSetUp:  # 0.2 s outside the solver per step, then a better schedule, "feasible"
+        hint = None
+
+        def __init__(self):
+            self.calls = 0
+
+        def parametric(self, n_inc, batches_inc, deadline):
+            self.calls += 1
+            time.sleep(0.2)
+            better = ranked[min(self.calls, len(ranked) - 1)]
+            n, t = g_core(p, better)
+            return SubResult("feasible", better, n, t, objective=0.0, wall=0.0, info={"lambda": n_inc / t})
+
+    inc = _Incumbent(p)
+    inc.offer(ranked[0])
+    backend = SlowSetUp()
+    deadline = time.perf_counter() + 1.1
+    status, _ = _dinkelbach(p, backend, inc, deadline, t_lb=1.0, log=[])
+    assert status == "time_limit"
+    assert time.perf_counter() <= deadline  # without the check a fifth step would run past it
+    assert backend.calls >= 2
