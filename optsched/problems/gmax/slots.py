@@ -17,7 +17,7 @@ last member* in the execution order, which makes the waiting cost linear with co
   :math:`l_{ics}` (i is the member of the batch that comes last in the order of :math:`E(s)`; every
   member is no later in that order, and the leader's batch holds s members no later than it), and the valid cut :math:`D_c \ge \sum_s \frac1s \sum_i E_i(s) w_{ics}`
   (a batch's longest member is at least as long as its mean member; at most one batch ends at c);
-- **leader count cut**: with :math:`\succeq r` the requests at rank r or later in the order of
+- **leader count cut**: with :math:`\succeq r` the requests at 0-based rank r or later in the order of
   :math:`E(s)`, :math:`\sum_{j \succeq r} w_{jcs} \le \min(s, N - r) \sum_{j \succeq r} l_{jcs}`.
   Proof: if the batch (c, s) exists and has a member at rank >= r, its leader (the member of
   highest rank) is at rank >= r, so the right-hand sum is 1, and the batch holds at most s members,
