@@ -284,7 +284,7 @@ def test_every_schedule_satisfies_every_milp_constraint():
             backend = MilpBackend(data)
             backend.hint = batches
             prob, parts = backend._build(pulp.LpMaximize, t_max=t + 1e-6)  # float slack of the caps
-            assert [name for name, con in prob.constraints.items() if not con.valid(1e-7)] == [], batches
+            assert [con.name for con in prob.constraints() if not con.valid(1e-7)] == [], batches
             assert [var.name for var in prob.variables() if not var.valid(1e-7)] == [], batches
             assert pulp.value(parts["n"]) == n
             assert pulp.value(parts["t"]) == pytest.approx(t, rel=1e-9)
