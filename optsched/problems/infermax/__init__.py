@@ -11,15 +11,18 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
    main solve gets what is left of ``time_limit`` (at least ``MIN_PHASE_SHARE`` of it), so the
    whole call keeps within the limit up to model building and the replay;
 3. derives the horizon J from UB (:func:`.model.horizon`: proven for makespan and completion);
+   for the makespan with a KV capacity, solves the residency relaxation (:mod:`.relax`) with the
+   option ``relax``'s share of the limit and adds its proven bound to the model as a row;
 4. solves, turns the solution into a schedule, replays it and reports the replayed objective after
    :func:`~optsched.result.check_agreement` with the solver's own value;
-5. reports the bound: the solver's proven bound (lowered by any rounding slack) and the work bound
-   of :mod:`.bounds`, whichever is larger. ``optimal`` means the replayed objective is within
+5. reports the bound: the largest of the solver's proven bound (lowered by any rounding slack),
+   the relaxation's and the work bound of :mod:`.bounds`. ``optimal`` means the replayed objective is within
    ``OPTIMAL_RTOL`` of a proven bound and J is proven; otherwise ``feasible`` or ``time_limit``.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Any, Mapping
@@ -103,7 +106,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         return SolveResult("infermax", opts.solver, "infeasible", wall_time=time.perf_counter() - t0,
                            extra={"reason": str(exc)})
     if not opts.no_evict:  # phase 1: the eviction-free optimum (fast) seeds the full model
-        first = solve(instance, {**options, "no_evict": True, "warm_start": None,
+        first = solve(instance, {**options, "no_evict": True, "warm_start": None, "relax": 0,
                                  "time_limit": None if opts.time_limit is None else opts.time_limit / 4})
         if first.schedule is not None:
             cands["infermax-no-evict"] = first.schedule
@@ -116,10 +119,13 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
             f"(available: {', '.join(sorted(cands))})"
         )
     makespans = {name: replayed_objective(instance, s, "makespan")[0] for name, s in cands.items()}
-    if opts.time_limit is not None:  # the whole solve (candidates, phase 1) keeps within the limit
-        left = opts.time_limit - (time.perf_counter() - t0)
-        opts = replace(opts, time_limit=max(left, MIN_PHASE_SHARE * opts.time_limit))
-    data = build_data(instance, opts, makespans[best], values[best], _nonempty(cands[warm]))
+    limit = opts.time_limit  # the whole solve (candidates, phase 1, relaxation) keeps within it
+    data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
+    relax = _relaxation(data, limit)
+    if relax is not None:
+        if relax.bound == math.inf:
+            raise RuntimeError(f"residency relaxation infeasible although {best!r} gives a schedule within J = {data.J}")
+        data = replace(data, lower=relax.bound, options=_left(opts, limit, t0))
     hint = hint_from_schedule(data, cands[warm])
     backend = _run_backend(data, hint)
     extra: dict[str, Any] = {
@@ -131,6 +137,8 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         "policy_values": values,
         **backend.info,
     }
+    if relax is not None:
+        extra["relaxation"] = {"bound": relax.bound, "value": relax.value, "status": relax.status, "cpu": relax.cpu}
     if backend.status == "unsupported":
         return SolveResult("infermax", opts.solver, "unsupported", wall_time=time.perf_counter() - t0, extra=extra)
     if backend.status == "infeasible":
@@ -150,6 +158,8 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     proven = [b.value for b in lower_bound(instance, opts.objective)]
     if data.horizon_proven and backend.bound is not None:
         proven.append(backend.bound)
+    if relax is not None:
+        proven.append(relax.bound)
     elif backend.bound is not None:
         extra["bound_within_horizon"] = backend.bound
     bound = min(max(proven), value) if proven else None
@@ -163,6 +173,28 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         status = "time_limit" if opts.time_limit is not None else "feasible"
     return SolveResult("infermax", opts.solver, status, value, bound, time.perf_counter() - t0, schedule,
                        extra=extra, replay=rep)
+
+
+def _left(opts: InferMaxOptions, limit: float | None, t0: float) -> InferMaxOptions:
+    """``opts`` with the time left of ``limit`` since ``t0`` (at least ``MIN_PHASE_SHARE`` of it)."""
+    if limit is None:
+        return opts
+    return replace(opts, time_limit=max(limit - (time.perf_counter() - t0), MIN_PHASE_SHARE * limit))
+
+
+def _relaxation(data: ModelData, limit: float | None) -> Any:
+    """The residency relaxation's bound (:mod:`.relax`) when it applies, else None.
+
+    It bounds the makespan over the proven horizon when memory binds; it gets the option
+    ``relax``'s share of ``limit`` (at most the time left; no limit without a time limit).
+    """
+    opts = data.options
+    if not (opts.relax > 0 and opts.objective == "makespan" and data.M is not None and data.horizon_proven):
+        return None
+    from .relax import relaxation_bound
+
+    share = None if limit is None or opts.time_limit is None else min(opts.relax * limit, opts.time_limit)
+    return relaxation_bound(data.instance, data.J, share, opts.threads)
 
 
 def _run_backend(data: ModelData, hint: Any) -> Any:

@@ -219,6 +219,8 @@ class _Builder:
         self.S = self.E = None
         if not data.needs_time:
             mdl.Add(sum(self.T) <= math.ceil(data.upper * self.scale.factor * (1 + 1e-9)) + 1)  # UB cutoff
+            if 0 < data.lower < math.inf:  # a proven bound (residency relaxation): every schedule is above it
+                mdl.Add(sum(self.T) >= math.floor((data.lower - self.scale.slack) * self.scale.factor * (1 - 1e-12)))
             mdl.Minimize(sum(self.T))
             return
         cap = math.ceil(data.time_cap() * self.scale.factor * (1 + 1e-9)) + N + 2

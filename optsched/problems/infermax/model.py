@@ -137,11 +137,27 @@ __all__ = [
 ]
 
 OBJECTIVES = ("makespan", "completion", "ttft")
+
+#: Default share of the time limit given to the residency relaxation (option ``relax``).
+RELAX_SHARE = 0.25
 SOLVER_NAMES = ("cpsat", "highs", "cbc", "gurobi")
 
 
 class InferMaxInputError(InstanceError):
     """An option or instance that the InferMax model cannot take (message names it)."""
+
+
+def _share(value: Any) -> float:
+    """Option ``relax``: a share of the time limit in [0, 1] (``true``/``false`` mean the default/0)."""
+    if isinstance(value, bool):
+        return RELAX_SHARE if value else 0.0
+    try:
+        share = float(value)
+    except (TypeError, ValueError):
+        share = -1.0
+    if not 0.0 <= share <= 1.0:
+        raise InferMaxInputError(f"option 'relax': a share of the time limit in [0, 1], got {value!r}")
+    return share
 
 
 @dataclass(frozen=True)
@@ -163,6 +179,9 @@ class InferMaxOptions:
     horizon
         Number of batches J to use instead of the proven one (then optimality holds only
         relative to J, stated in the result).
+    relax
+        Share of the time limit for the residency relaxation (:mod:`.relax`) that bounds the
+        makespan when memory binds (0 turns it off; default :data:`RELAX_SHARE`).
     """
 
     solver: str = "cpsat"
@@ -175,6 +194,7 @@ class InferMaxOptions:
     log: bool = False
     warm_start: str | None = None
     horizon: int | None = None
+    relax: float = 0.0
 
     @classmethod
     def from_dict(cls, options: Mapping[str, Any]) -> "InferMaxOptions":
@@ -203,6 +223,7 @@ class InferMaxOptions:
             log=bool(options.get("log", False)),
             warm_start=options.get("warm_start"),
             horizon=horizon,
+            relax=_share(options.get("relax", RELAX_SHARE)),
         )
 
 
@@ -294,6 +315,9 @@ class ModelData:
         Objective of the best known schedule (seconds), used for the horizon and time domains.
     online
         True when some request arrives after 0 (start-time variables are needed).
+    lower
+        A proven lower bound on the objective of every schedule within J batches (0 when none);
+        the CP-SAT backend adds it as a row (offline makespan).
     """
 
     instance: Instance
@@ -314,6 +338,7 @@ class ModelData:
     upper_makespan: float
     online: bool
     symmetric_pairs: tuple[tuple[int, int], ...] = field(default=())
+    lower: float = 0.0
     b_min: int = 1
     bp_min: int = 1
 
