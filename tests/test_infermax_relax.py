@@ -23,9 +23,9 @@ from optsched.problems import solver_for
 from optsched.problems.infermax import candidate_schedules
 from optsched.problems.infermax.bounds import lower_bound
 from optsched.problems.infermax.model import InferMaxOptions, build_data
-from optsched.problems.infermax.relax import UNIT, _Relaxation, relaxation_bound
+from optsched.problems.infermax.relax import UNIT, _Relaxation, count_bound, relaxation_bound, residency_bound
 from optsched.result import replayed_objective
-from optsched.schedule import Schedule
+from optsched.schedule import Schedule, replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))
@@ -171,12 +171,44 @@ def test_relaxation_meets_the_optimum_when_memory_binds(seed: int) -> None:
     assert res.extra["relaxation"]["bound"] == pytest.approx(relax.bound, rel=1e-12)
 
 
-def test_relaxation_bound_below_policies_on_larger_instances() -> None:
-    for n, seed in ((5, 0), (6, 1)):
+def batch_numbers(inst, sched: Schedule) -> tuple[int, int]:
+    """(batches with items, batches with prefill tokens) of a schedule, from its replay."""
+    rep = replay(inst, sched)
+    assert rep.feasible
+    return sum(1 for b in sched.batches if b.items), sum(1 for p in rep.prefill_tokens if p > 0)
+
+
+def check_facts(inst, facts, J: int, scheds: dict[str, Schedule]) -> None:
+    for name, sched in scheds.items():
+        B, p = batch_numbers(inst, sched)
+        if B <= J:
+            for q, b in facts:
+                assert not (p <= q and B <= b), (name, B, p, q, b)
+
+
+@pytest.mark.parametrize("seed", range(0, 32, 2))
+def test_count_facts_hold_for_every_legal_schedule(seed: int) -> None:
+    """The count bound's facts (no schedule with at most p prefill batches has at most B batches)
+    hold for the exhaustive optima and every policy; its bound is below the exhaustive optimum."""
+    inst = tiny_instance(seed)
+    J = proven_horizon(inst)
+    if J > MAX_TEST_HORIZON:
+        pytest.skip(f"horizon {J} > {MAX_TEST_HORIZON}")
+    res = count_bound(inst, J, threads=1)
+    scheds = schedules(inst)
+    check_facts(inst, res.facts, J, scheds)
+    assert res.bound <= exhaustive_makespan(inst, evict=True)[0] * (1 + 1e-9)
+
+
+def test_residency_bound_below_policies_on_larger_instances() -> None:
+    for n, seed in ((5, 0), (8, 2)):
         inst = scale_instance(n, seed)
-        res = relaxation_bound(inst, proven_horizon(inst), time_limit=3, threads=2)
+        J = proven_horizon(inst)
+        res = residency_bound(inst, J, time_limit=6, threads=2)
         assert math.isfinite(res.bound)
-        for name, sched in schedules_policies(inst).items():
+        scheds = schedules_policies(inst)
+        check_facts(inst, res.facts, J, scheds)
+        for name, sched in scheds.items():
             assert res.bound <= replayed_objective(inst, sched, "makespan")[0] * (1 + 1e-9), name
 
 

@@ -125,7 +125,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     if relax is not None:
         if relax.bound == math.inf:
             raise RuntimeError(f"residency relaxation infeasible although {best!r} gives a schedule within J = {data.J}")
-        data = replace(data, lower=relax.bound, options=_left(opts, limit, t0))
+        data = replace(data, lower=relax.bound, count_facts=relax.facts, options=_left(opts, limit, t0))
     hint = hint_from_schedule(data, cands[warm])
     backend = _run_backend(data, hint)
     extra: dict[str, Any] = {
@@ -138,7 +138,8 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         **backend.info,
     }
     if relax is not None:
-        extra["relaxation"] = {"bound": relax.bound, "value": relax.value, "status": relax.status, "cpu": relax.cpu}
+        extra["relaxation"] = {"bound": relax.bound, "value": relax.value, "status": relax.status, "cpu": relax.cpu,
+                               "count_facts": [list(f) for f in relax.facts]}
     if backend.status == "unsupported":
         return SolveResult("infermax", opts.solver, "unsupported", wall_time=time.perf_counter() - t0, extra=extra)
     if backend.status == "infeasible":
@@ -191,10 +192,10 @@ def _relaxation(data: ModelData, limit: float | None) -> Any:
     opts = data.options
     if not (opts.relax > 0 and opts.objective == "makespan" and data.M is not None and data.horizon_proven):
         return None
-    from .relax import relaxation_bound
+    from .relax import residency_bound
 
     share = None if limit is None or opts.time_limit is None else min(opts.relax * limit, opts.time_limit)
-    return relaxation_bound(data.instance, data.J, share, opts.threads)
+    return residency_bound(data.instance, data.J, share, opts.threads)
 
 
 def _run_backend(data: ModelData, hint: Any) -> Any:

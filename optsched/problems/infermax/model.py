@@ -317,7 +317,10 @@ class ModelData:
         True when some request arrives after 0 (start-time variables are needed).
     lower
         A proven lower bound on the objective of every schedule within J batches (0 when none);
-        the CP-SAT backend adds it as a row (offline makespan).
+        the CP-SAT backend makes it the objective's lower end (offline makespan).
+    count_facts
+        ``(p, B)``: every schedule within J batches with at most p prefill batches has more than B
+        batches with items (:func:`.relax.count_bound`); the CP-SAT backend adds them as rows.
     """
 
     instance: Instance
@@ -339,6 +342,7 @@ class ModelData:
     online: bool
     symmetric_pairs: tuple[tuple[int, int], ...] = field(default=())
     lower: float = 0.0
+    count_facts: tuple[tuple[int, int], ...] = ()
     b_min: int = 1
     bp_min: int = 1
 
