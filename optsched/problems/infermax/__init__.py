@@ -28,9 +28,10 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from ...instance import Instance
-from ...result import SolveResult, check_agreement, replayed_objective
+from ...result import Bound, SolveResult, check_agreement, replayed_objective
 from ...schedule import Schedule
-from .bounds import bounds, lower_bound
+from .bounds import bounds as work_bounds
+from .bounds import lower_bound
 from .model import (
     InferMaxInputError,
     InferMaxOptions,
@@ -206,3 +207,34 @@ def _run_backend(data: ModelData, hint: Any) -> Any:
     from .mip import solve_mip
 
     return solve_mip(data, hint)
+
+
+#: Default time limit (seconds) of ``optsched bound --method relax``.
+RELAX_BOUND_TIME = 10.0
+
+
+def bounds(instance: Instance, options: Mapping[str, Any]) -> list[Bound]:
+    """Registry entry: the proven bounds of :mod:`.bounds` (``method='lp'`` adds the LP relaxation).
+
+    ``method='relax'`` adds, for the makespan with a KV capacity, the residency bound of
+    :mod:`.relax` over the proven horizon of the best candidate schedule (the serial one and every
+    policy), within ``time_limit`` (default :data:`RELAX_BOUND_TIME` s).
+    """
+    out = work_bounds(instance, options)
+    if options.get("method") != "relax" or (options.get("objective") or "makespan") != "makespan":
+        return out
+    if instance.limits.kv_capacity is None:
+        return out
+    from .relax import residency_bound
+
+    opts = InferMaxOptions.from_dict({**options, "objective": "makespan"})
+    cands = candidate_schedules(instance, opts)
+    values = {name: replayed_objective(instance, s, "makespan")[0] for name, s in cands.items()}
+    best = min(values, key=lambda k: values[k])
+    data = build_data(instance, opts, values[best], values[best], _nonempty(cands[best]))
+    limit = opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
+    res = residency_bound(instance, data.J, limit, opts.threads)
+    note = (f"residency relaxation over J = {data.J} batches ({res.status}; count facts "
+            f"{[list(f) for f in res.facts]}; infermax/relax.py)")
+    out.append(Bound("relaxation", res.bound, data.horizon_proven, note))
+    return out
