@@ -26,6 +26,14 @@ without evictions), so they are valid for every problem whose objective is compu
 (F4) **Per-batch capacity.** After processing, a batch holds <= C tokens, <= P prefill tokens,
      <= M KV slots and <= R_max requests with KV; a request generating its g-th token holds
      I_i + g - 1 slots then (finishing requests included, contract step 4).
+(F5) **Memory as bin packing.** By (F4) every *item* (i, g), g = 1..O_i, of height I_i + g - 1 (the KV
+     request i holds in the batch generating its g-th token) goes into a distinct batch, and the
+     heights in one batch add up to <= M (other KV held is >= 0). So the number of batches is at
+     least the Martello-Toth bound L2 = max_{0 <= alpha <= M/2} |J1| + |J2| + max(0, ceil((sum_{J3} h
+     - (|J2| M - sum_{J2} h)) / M)), J1 = {h > M - alpha}, J2 = {M - alpha >= h > M/2}, J3 = {M/2 >=
+     h >= alpha} (no two items above M/2 share a batch, J1's share none with J3's, J3 fills at most
+     the room J2's batches leave; :func:`packing_bound`). It dominates the area count
+     ceil(sum h / M) and exceeds it when requests must take turns in memory.
 
 Bounds (each returned as a :class:`~optsched.result.Bound` with ``valid=True``):
 
@@ -35,13 +43,24 @@ Bounds (each returned as a :class:`~optsched.result.Bound` with ``valid=True``):
   (F3): ``w_i = L((a+pa+pq) I_i + sum_{g=1}^{O_i-1} min(a + da + dk (I_i+g-1), (a+pa+pq)(I_i+g)))``.
   B (batches touching S) is at least each count of (F3)/(F4) restricted to S: ceil(tokens / C) with
   tokens >= sum (I_i + O_i - 1), max_i ceil(I_i/P) + O_i - 1, ceil(sum O_i / R_max) and
-  ceil(sum_i sum_{g=1}^{O_i} (I_i+g-1) / M); B_pre >= ceil(sum I_i / P). Every such batch has
-  prefill or decode items, so B_pre + B_dec >= B and the overhead is
-  >= pb B_pre^lb + min(pb, db) max(0, B^lb - B_pre^lb) on top of b B^lb. Refinement (for the
-  :data:`REFINED_SUFFIXES` best sets S): with x the actual number of prefill batches, each prompt is
-  prefilled in <= x chunks, so its sum of c^2 is >= max(I_i, I_i^2 / x), and the overhead is
-  >= L(b max(B^lb, x) + pb x + db max(0, B^lb - x)); the least value of this convex function of the
-  integer x >= B_pre^lb replaces the overhead and the linear pq I_i term (:func:`_least_overhead`).
+  ceil(sum_i sum_{g=1}^{O_i} (I_i+g-1) / M); B_pre >= max(ceil(sum I_i / P), max_i ceil(I_i / P)).
+  Every such batch has prefill or decode items, so B_pre + B_dec >= B and the overhead is
+  >= pb B_pre^lb + min(pb, db) max(0, B^lb - B_pre^lb) on top of b B^lb.
+  **Refinement** (for the :data:`REFINED_SUFFIXES` best sets S and the whole set;
+  :func:`least_bias`): B^lb also takes the packing count L2 of (F5) (:func:`batch_counts`), and the
+  overhead is replaced by the least value beta(S) of a count program over D, the number of batches
+  with decode items, and x, the number with prefill tokens. Tokens 2..O_i of request i are each
+  generated in a distinct batch, by a decode item (a batch with decode items) or by the end of a
+  refill (a batch with prefill tokens), so with D decode batches request i refills at least
+  r_i = (O_i - 1 - D)^+ tokens, each costing rho_ig = L((a+pa+pq)(I_i+g) - (a+da+dk(I_i+g-1)))^+
+  more than w_i counts, in r_i prefill batches distinct from the ceil(I_i/P) that generate its
+  first token: at least the sum of its r_i smallest rho_ig, and x >= max(B_pre^lb, max_i
+  (ceil(I_i/P) + r_i)), B >= max(B^lb, D, x), x >= B - D. Each prompt prefilled in <= x chunks has
+  sum c^2 >= max(I_i, I_i^2 / x) (Cauchy-Schwarz), L pq sum_{I_i > x} (I_i^2/x - I_i) more than w_i
+  counts. So beta(S) = min_D min_x L(b max(B^lb, D, x) + pb x + db D) + refills(D) + chunks(x); for
+  fixed D the cost is convex in x, so its least value is at the larger of x's lower bound and the
+  unconstrained minimiser. beta(S) is at least the plain overhead above and exceeds it when the
+  longest request's decodes force batches with both prefill and decode items.
 - ``critical-path`` (makespan): makespan >= max_i (arrival_i + A_i), where A_i is the least time
   request i alone needs: by (F1)-(F3) its batches are disjoint and each costs at least the batch of
   its own item alone. A_i = F(I_i) + sum_{g=1}^{O_i-1} min(D_i(g), R_i(g)) with F(X) the cheapest
@@ -74,6 +93,10 @@ from .result import OBJECTIVES, Bound
 
 __all__ = [
     "RequestBounds",
+    "batch_counts",
+    "least_bias",
+    "packing_bound",
+    "request_work",
     "critical_path_times",
     "generic_bounds",
     "instance_bounds",
@@ -170,32 +193,137 @@ def request_bounds(instance: Instance, request: Request) -> RequestBounds:
     return RequestBounds(ttft=float(first[0]), e2e=float(first[0] + later[0]), tpot=tpot)
 
 
-def _least_overhead(prompts: np.ndarray, b_lb: float, bpre_lb: float, cm: CostModel) -> float:
-    """Least batch overhead plus quadratic prefill work of a request set, over its prefill-batch count x.
+def request_work(instance: Instance) -> np.ndarray:
+    """w_i of the ``work`` bound (module docstring): least item work of each request, request order."""
+    cm = instance.cost_model
+    L, _, a, _, pa, pq, *_ = _coefficients(cm)
+    _, I, O = _arrays(instance)
+    return L * (a + pa + pq) * I + _decode_terms(I, O, cm, instance.limits.prefill_budget, alone=False)
 
-    With x prefill batches (x >= ``bpre_lb``) and B >= max(``b_lb``, x) batches in all, of which the
-    B - x without prefill have decode items, the overhead is >= L(b max(B_lb, x) + pb x + db max(0,
-    B_lb - x)); each prompt I, prefilled in at most x chunks, has sum c^2 >= max(I, I^2 / x). The sum
-    f(x) is convex, so a binary search on f(x + 1) - f(x) finds its least integer value.
+
+def packing_bound(heights: np.ndarray | list[int], capacity: int) -> int:
+    """Martello-Toth L2: least number of bins of ``capacity`` for items of ``heights`` (all <= it).
+
+    Dominates the area count ceil(sum h / capacity) (module docstring, (F5)).
     """
-    L, b, _, pb, _, pq, db, *_ = _coefficients(cm)
-    sq = prompts * prompts
-
-    def f(x: float) -> float:
-        quad = pq * float(np.sum(np.maximum(prompts, sq / x))) if pq else pq * float(prompts.sum())
-        return L * (b * max(b_lb, x) + pb * x + db * max(0.0, b_lb - x) + quad)
-
-    lo, hi = int(bpre_lb), int(max(bpre_lb, b_lb, prompts.max()))
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if f(mid + 1) >= f(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return f(lo) * (1.0 - 1e-12)
+    counts = np.bincount(np.asarray(heights, dtype=np.int64), minlength=capacity + 1)
+    return _packing_from_counts(counts, capacity)
 
 
-#: How many of the best suffix sets the work bound refines with :func:`_least_overhead`.
+def _packing_from_counts(counts: np.ndarray, M: int) -> int:
+    """:func:`packing_bound` from ``counts[h]`` (items of height h, h = 0..M), every alpha at once."""
+    h = np.arange(M + 1, dtype=np.int64)
+    n_le = np.cumsum(counts)  # items of height <= h
+    s_le = np.cumsum(counts * h)  # their total height
+    half = M // 2  # h <= half  <=>  2h <= M
+    alpha = np.arange(half + 1)
+    top = M - alpha  # J2 = (half, M - alpha], J1 = (M - alpha, M]
+    j1 = n_le[M] - n_le[top]
+    j2 = n_le[top] - n_le[half]
+    room = j2 * M - (s_le[top] - s_le[half])
+    j3 = s_le[half] - np.where(alpha > 0, s_le[np.maximum(alpha - 1, 0)], 0)
+    extra = np.maximum(0, -((room - j3) // M))  # ceil((j3 - room) / M), at least 0
+    return int(max(-(-int(s_le[M]) // M), int(np.max(j1 + j2 + extra))))
+
+
+def batch_counts(instance: Instance, members: np.ndarray | None = None) -> tuple[int, int]:
+    """(B, B_pre): least numbers of non-empty batches and of batches with prefill tokens serving the
+    requests ``members`` (indices; default all), by the counts of (F3)-(F5)."""
+    lim = instance.limits
+    _, I, O = _arrays(instance)
+    if members is not None:
+        I, O = I[members], O[members]
+    P, C = lim.prefill_budget, lim.token_budget
+    b_pre = max(-(-int(I.sum()) // P), int(np.max(-(-I // P))))
+    b = max(int(np.max(-(-I // P) + O - 1)), -(-int((I + O - 1).sum()) // C), b_pre)
+    if lim.max_running is not None:
+        b = max(b, -(-int(O.sum()) // lim.max_running))
+    if lim.kv_capacity is not None:  # (F5): items of heights I_i .. I_i + O_i - 1, as a histogram
+        M = lim.kv_capacity
+        runs = np.zeros(M + 2, dtype=np.int64)
+        np.add.at(runs, I, 1)
+        np.add.at(runs, np.minimum(I + O, M + 1), -1)
+        b = max(b, _packing_from_counts(np.cumsum(runs)[: M + 1], M))
+    return b, b_pre
+
+
+def _refill_extra_by_decodes(I: np.ndarray, O: np.ndarray, cm: CostModel, d_max: int) -> np.ndarray:
+    """``[D]`` for D = 0..d_max: the least refill extra sum_i sum_{k <= r_i} rho_(ik), r_i = (O_i - 1 - D)^+.
+
+    rho_ig = L((a+pa+pq)(I_i+g) - (a+da+dk(I_i+g-1)))^+ (g = 1..O_i-1) is the clipped value of a
+    function linear in g with one slope for all requests, so its ascending order is g's order
+    (slope >= 0) or the reverse; the r smallest are a prefix of that order.
+    """
+    L, _, a, _, pa, pq, _, da, dk = _coefficients(cm)
+    n_dec = np.maximum(O - 1, 0)
+    total = int(n_dec.sum())
+    extra = np.zeros(d_max + 1)
+    if total == 0:
+        return extra
+    owner = np.repeat(np.arange(len(I)), n_dec)
+    first = np.cumsum(n_dec) - n_dec
+    rank = np.arange(total) - np.repeat(first, n_dec)  # 0-based rank in the ascending order
+    slope = (a + pa + pq) - dk
+    g = rank + 1.0 if slope >= 0 else np.repeat(n_dec, n_dec) - rank
+    I_rep = np.repeat(I.astype(np.float64), n_dec)
+    rho = L * np.maximum(0.0, (a + pa + pq) * (I_rep + g) - (a + da + dk * (I_rep + g - 1.0)))
+    csum = np.concatenate(([0.0], np.cumsum(rho)))
+    prefix = csum[1:] - np.repeat(csum[first], n_dec)  # sum of the (rank + 1) smallest of request i
+    at_decodes = np.repeat(n_dec, n_dec) - 1 - rank  # r_i = rank + 1 refills happen at D = O_i - 2 - rank
+    keep = at_decodes <= d_max
+    np.add.at(extra, at_decodes[keep], prefix[keep])
+    return extra
+
+
+def _chunk_extra(prompts_sorted: np.ndarray, x: np.ndarray, cm: CostModel) -> np.ndarray:
+    """L pq sum_{I_i > x} (I_i^2 / x - I_i) for each x: the quadratic prefill cost beyond w_i's
+    linear share when every prompt is prefilled in at most x chunks (Cauchy-Schwarz)."""
+    L, _, _, _, _, pq, *_ = _coefficients(cm)
+    if pq == 0.0:
+        return np.zeros(len(x))
+    rev = prompts_sorted[::-1].astype(np.float64)
+    s1 = np.append(np.cumsum(rev)[::-1], 0.0)  # sums over sorted[k:]
+    s2 = np.append(np.cumsum(rev * rev)[::-1], 0.0)
+    at = np.searchsorted(prompts_sorted, x, side="right")
+    return L * pq * np.maximum(0.0, s2[at] / x - s1[at])
+
+
+def least_bias(instance: Instance, members: np.ndarray | None = None) -> float:
+    """beta(S) of the module docstring: the count program's least overhead, refill and chunking
+    extra of the batches serving the requests ``members`` (indices; default all).
+
+    Vectorised over the number D of batches with decode items; for each D the least cost over the
+    number x of prefill batches is that of a convex function of x at max(lo(D), its unconstrained
+    minimiser).
+    """
+    cm, P = instance.cost_model, instance.limits.prefill_budget
+    L, b, _, pb, _, _, db, *_ = _coefficients(cm)
+    _, I, O = _arrays(instance)
+    if members is not None:
+        I, O = I[members], O[members]
+    if len(I) == 0:
+        return 0.0
+    B, B_pre = batch_counts(instance, members)
+    first = -(-I // P)
+    reach = int(np.max(first + O - 1))
+    d_max = max(B, int(O.max()))
+    D = np.arange(d_max + 1)
+    extra = _refill_extra_by_decodes(I, O, cm, d_max)
+    bp0 = np.maximum(max(B_pre, int(first.max())), reach - D)
+    m = np.maximum(B, D)  # batches counted at least, before x
+    lo = np.maximum(bp0, np.maximum(m, bp0) - D)
+    prompts = np.sort(I)
+    xs = np.arange(1, int(prompts[-1]) + 2)  # beyond the longest prompt chunking costs nothing more
+    h = L * pb * xs + _chunk_extra(prompts, xs, cm)
+    a_h = int(xs[np.argmin(h)])
+    a_hk = int(xs[np.argmin(h + L * b * xs)])
+    x_free = np.where(a_h <= m, a_h, np.maximum(m, a_hk))
+    x = np.maximum(lo, x_free)
+    cost = L * (b * np.maximum(m, x) + pb * x + db * D) + extra + _chunk_extra(prompts, x, cm)
+    return float(np.min(cost)) * (1.0 - 1e-12)
+
+
+#: How many of the best suffix sets the work bound refines with :func:`least_bias`.
 REFINED_SUFFIXES = 16
 
 
@@ -208,13 +336,12 @@ def work_bound(instance: Instance) -> tuple[float, float]:
     order = np.argsort(-arrival, kind="stable")  # latest arrival first: prefix = suffix set S
     arr, Is, Os = arrival[order], I[order], O[order]
     Is_f, Os_f = Is.astype(np.float64), Os.astype(np.float64)
-    w = L * (a + pa + pq) * Is_f + _decode_terms(Is, Os, cm, P, alone=False)
+    cum_w = np.cumsum(request_work(instance)[order])
 
     def ceil_div(x: np.ndarray, y: float) -> np.ndarray:
         return np.ceil(x / y - 1e-12)
 
-    cum_w = np.cumsum(w)
-    b_pre = ceil_div(np.cumsum(Is_f), P)
+    b_pre = np.maximum(ceil_div(np.cumsum(Is_f), P), np.maximum.accumulate(ceil_div(Is_f, P)))
     counts = [
         ceil_div(np.cumsum(Is_f + Os_f - 1.0), C),
         np.maximum.accumulate(ceil_div(Is_f, P) + Os_f - 1.0),
@@ -229,13 +356,11 @@ def work_bound(instance: Instance) -> tuple[float, float]:
     # only the last request of each group of equal arrivals closes a suffix set S
     closes = np.append(arr[1:] != arr[:-1], True)
     values = np.where(closes, arr + overhead + cum_w, -np.inf)
-    # refine the most promising suffix sets (and the whole set) with the exact overhead trade-off
+    # refine the most promising suffix sets (and the whole set) with the count program
     best = set(np.argsort(-values, kind="stable")[:REFINED_SUFFIXES].tolist()) | {len(arr) - 1}
-    linear_quad = L * pq * np.cumsum(Is_f)
     for k in best:
         if closes[k]:
-            refined = arr[k] + cum_w[k] - linear_quad[k] + _least_overhead(Is_f[: k + 1], b_all[k], b_pre[k], cm)
-            values[k] = max(values[k], refined)
+            values[k] = max(values[k], arr[k] + cum_w[k] + least_bias(instance, order[: k + 1]))
     k = int(np.argmax(values))
     return float(values[k]), float(arr[k])
 

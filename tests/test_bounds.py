@@ -13,7 +13,15 @@ import random
 import pytest
 from report_support import random_schedule, serial_fcfs
 
-from optsched.bounds import critical_path_times, generic_bounds, instance_bounds, prefill_alone_time, request_bounds
+from optsched.bounds import (
+    batch_counts,
+    critical_path_times,
+    generic_bounds,
+    instance_bounds,
+    least_bias,
+    prefill_alone_time,
+    request_bounds,
+)
 from optsched.costmodel import available_profiles, load_cost_model
 from optsched.instance import Instance, InstanceError, Limits, Request, available_instances, load_instance
 from optsched.policies import POLICIES, simulator_for
@@ -210,3 +218,48 @@ def test_no_policy_beats_the_instance_and_request_bounds(name: str) -> None:
         checked += 1
     assert checked > 0
 
+
+
+def _least_bias_by_enumeration(inst: Instance) -> float:
+    """beta(S) of optsched.bounds by plain enumeration of D and x (the module docstring's program)."""
+    cm, P = inst.cost_model, inst.limits.prefill_budget
+    L, b, a, pb, pa, pq, db, da, dk = (cm.layers, cm.base, cm.per_token, cm.prefill.bias, cm.prefill.per_token,
+                                       cm.prefill.per_token_sq, cm.decode.bias, cm.decode.per_token, cm.decode.per_kv)
+    B, B_pre = batch_counts(inst)
+    reqs = inst.requests
+    rho = [sorted(L * max(0.0, (a + pa + pq) * (r.prompt_tokens + g) - (a + da + dk * (r.prompt_tokens + g - 1)))
+                  for g in range(1, r.output_tokens)) for r in reqs]
+    first = [math.ceil(r.prompt_tokens / P) for r in reqs]
+    best = math.inf
+    for D in range(max(B, max(r.output_tokens for r in reqs)) + 1):
+        refills = [max(0, r.output_tokens - 1 - D) for r in reqs]
+        extra = sum(sum(rho_i[:n]) for rho_i, n in zip(rho, refills))
+        x_lo = max(B_pre, max(f + n for f, n in zip(first, refills)), B - D)
+        for x in range(max(x_lo, 1), x_lo + 3 * max(r.prompt_tokens for r in reqs) + 3):
+            chunks = sum(L * pq * (r.prompt_tokens ** 2 / x - r.prompt_tokens) for r in reqs if r.prompt_tokens > x)
+            best = min(best, L * (b * max(B, D, x) + pb * x + db * D) + extra + chunks)
+    return best
+
+
+#: Cost models where the count program's branches matter: dear decodes (refills pay), a large
+#: quadratic prefill term (chunking pays), prefill bias below decode bias.
+COUNT_PROGRAM_COSTS = [
+    {"base": 1e-4, "prefill": {"per_token": 1e-6}, "decode": {"bias": 5e-2, "per_token": 1e-2, "per_kv": 1e-2}},
+    {"layers": 2, "base": 1e-3, "per_token": 1e-5, "prefill": {"bias": 1e-4, "per_token_sq": 1e-4},
+     "decode": {"bias": 1e-3, "per_kv": 1e-6}},
+    {"base": 2e-3, "prefill": {"bias": 1e-3, "per_token": 1e-5, "per_token_sq": 1e-6},
+     "decode": {"bias": 5e-4, "per_token": 1e-5, "per_kv": 1e-4}},
+]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_least_bias_equals_enumeration_of_its_program(seed: int) -> None:
+    rng = random.Random(seed)
+    cost = load_cost_model(COUNT_PROGRAM_COSTS[seed % len(COUNT_PROGRAM_COSTS)])
+    n = rng.randint(1, 5)
+    reqs = tuple(Request(f"r{i}", 0.0, rng.randint(1, 12), rng.randint(1, 9)) for i in range(n))
+    C = rng.randint(12, 24)
+    limits = Limits(C, rng.randint(1, C), rng.choice([None, rng.randint(24, 60)]), rng.choice([None, 2]))
+    inst = Instance(f"bias-{seed}", cost, limits, reqs)
+    assert least_bias(inst) == pytest.approx(_least_bias_by_enumeration(inst), rel=1e-9, abs=1e-15)
+    assert least_bias(inst) >= 0.0

@@ -289,7 +289,7 @@ def _least_bins(heights: list[int], capacity: int) -> int:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_packing_bound_never_exceeds_exact_bin_packing(seed: int) -> None:
-    from optsched.problems.infermax.bounds import packing_bound
+    from optsched.bounds import packing_bound
 
     rng = random.Random(seed)
     M = rng.randint(4, 20)

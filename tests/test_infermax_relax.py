@@ -21,7 +21,7 @@ from optsched.policies import simulator_for
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.problems import solver_for
 from optsched.problems.infermax import candidate_schedules
-from optsched.problems.infermax.bounds import lower_bound
+from optsched.bounds import generic_bounds
 from optsched.problems.infermax.model import InferMaxOptions, build_data
 from optsched.problems.infermax.relax import UNIT, _Relaxation, count_bound, relaxation_bound, residency_bound
 from optsched.result import replayed_objective
@@ -165,7 +165,7 @@ def test_relaxation_meets_the_optimum_when_memory_binds(seed: int) -> None:
     res = solver_for("infermax")(inst, {"threads": 2, "time_limit": 60})
     assert res.status == "optimal"
     relax = relaxation_bound(inst, proven_horizon(inst), threads=2)
-    work = lower_bound(inst)[0].value
+    work = generic_bounds(inst)[0].value
     assert work < 0.95 * res.objective
     assert res.objective * (1 - 1e-4) <= relax.bound <= res.objective * (1 + 1e-9)
     assert res.extra["relaxation"]["bound"] == pytest.approx(relax.bound, rel=1e-12)

@@ -12,11 +12,11 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
    whole call keeps within the limit up to model building and the replay;
 3. derives the horizon J from UB (:func:`.model.horizon`: proven for makespan and completion);
    for the makespan with a KV capacity, solves the residency relaxation (:mod:`.relax`) with the
-   option ``relax``'s share of the limit and adds its proven bound to the model as a row;
+   option ``relax``'s share of the limit and gives its proven bound and count facts to the model;
 4. solves, turns the solution into a schedule, replays it and reports the replayed objective after
    :func:`~optsched.result.check_agreement` with the solver's own value;
 5. reports the bound: the largest of the solver's proven bound (lowered by any rounding slack),
-   the relaxation's and the work bound of :mod:`.bounds`. ``optimal`` means the replayed objective is within
+   the relaxation's and the bounds of :mod:`optsched.bounds`. ``optimal`` means the replayed objective is within
    ``OPTIMAL_RTOL`` of a proven bound and J is proven; otherwise ``feasible`` or ``time_limit``.
 """
 
@@ -30,8 +30,8 @@ from typing import Any, Mapping
 from ...instance import Instance
 from ...result import Bound, SolveResult, check_agreement, replayed_objective
 from ...schedule import Schedule
+from ...bounds import generic_bounds
 from .bounds import bounds as work_bounds
-from .bounds import lower_bound
 from .model import (
     InferMaxInputError,
     InferMaxOptions,
@@ -157,13 +157,13 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         schedule = cands[best]
         value, rep = replayed_objective(instance, schedule, opts.objective)
         extra["incumbent"] = f"solver found none; schedule of {best!r}"
-    proven = [b.value for b in lower_bound(instance, opts.objective)]
+    proven = [b.value for b in generic_bounds(instance, opts.objective)]
     if data.horizon_proven and backend.bound is not None:
         proven.append(backend.bound)
-    if relax is not None:
-        proven.append(relax.bound)
     elif backend.bound is not None:
         extra["bound_within_horizon"] = backend.bound
+    if relax is not None:  # run only over a proven horizon (see _relaxation)
+        proven.append(relax.bound)
     bound = min(max(proven), value) if proven else None
     optimal = bound is not None and value - bound <= OPTIMAL_RTOL * max(abs(value), 1e-12)
     if optimal:
@@ -214,7 +214,8 @@ RELAX_BOUND_TIME = 10.0
 
 
 def bounds(instance: Instance, options: Mapping[str, Any]) -> list[Bound]:
-    """Registry entry: the proven bounds of :mod:`.bounds` (``method='lp'`` adds the LP relaxation).
+    """Registry entry: the proven bounds of :mod:`optsched.bounds` (``method='lp'`` adds the MIP's LP
+    relaxation, :mod:`.bounds`).
 
     ``method='relax'`` adds, for the makespan with a KV capacity, the residency bound of
     :mod:`.relax` over the proven horizon of the best candidate schedule (the serial one and every

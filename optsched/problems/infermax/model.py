@@ -82,7 +82,7 @@ R1-R8 valid redundant rows (they change no solution, only tighten the LP relaxat
 C5   horizon and empty batches: :math:`cz_{ij} \le y_j`, :math:`y_j \le \sum_i cz_{ij}`,
      :math:`e_{ij} \le y_j` (an eviction can always move to the next batch with items, since it
      happens before that batch's processing), :math:`y_j \ge y_{j+1}` (empty batches last). Valid cuts: :math:`y_j \le hp_j + hd_j`,
-     :math:`\sum_j y_j \ge B`, :math:`\sum_j hp_j \ge B_p` (least batch counts, :mod:`.bounds`). Symmetry breaking for identical
+     :math:`\sum_j y_j \ge B`, :math:`\sum_j hp_j \ge B_p` (least batch counts, :func:`optsched.bounds.batch_counts`). Symmetry breaking for identical
      requests (same I, O, arrival) :math:`i < i'`: :math:`done_{ij} \ge done_{i'j}` (renaming whole
      histories preserves every objective). J: see :func:`horizon`.
 C9   options: no hybrid batching :math:`hp_j + hd_j \le 1`; no chunked prefill
@@ -122,6 +122,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ...bounds import batch_counts, request_work
 from ...costmodel import CostModel
 from ...instance import Instance, InstanceError
 from ...schedule import Batch, Item, Schedule
@@ -454,9 +455,9 @@ def horizon(
 
     J counts batches with items (eviction-only batches are implied, see the note on (4)). Every
     such batch costs at least :math:`\beta = k_b + \min(k_{pb}, k_{db})`, and at least
-    :math:`B_p` of them (:func:`.bounds.batch_counts`) hold prefill tokens and cost
+    :math:`B_p` of them (:func:`optsched.bounds.batch_counts`) hold prefill tokens and cost
     :math:`k_{pb} - \min(k_{pb}, k_{db})` more. The token work is at least :math:`W = \sum_i W_i`
-    (:func:`.bounds.request_work`). Hence any schedule with makespan at most :math:`T^{UB}` has at
+    (:func:`optsched.bounds.request_work`). Hence any schedule with makespan at most :math:`T^{UB}` has at
     most :math:`J = \lfloor (T^{UB} - W - B_p (k_{pb} - \min(k_{pb}, k_{db}))) / \beta \rfloor`
     batches (idle time is >= 0). For ``makespan`` :math:`T^{UB}` is the best known
     makespan; for ``completion`` the best known sum of finish times (makespan <= sum). For ``ttft``
@@ -467,10 +468,8 @@ def horizon(
     -------
     (J, proven, note)
     """
-    from .bounds import batch_counts, request_work  # bounds imports this module
-
-    work = math.fsum(request_work(r, coef) for r in instance.requests)
-    prefill_extra = batch_counts(list(instance.requests), instance)[1] * (coef.k_pb - min(coef.k_pb, coef.k_db))
+    work = math.fsum(request_work(instance))
+    prefill_extra = batch_counts(instance)[1] * (coef.k_pb - min(coef.k_pb, coef.k_db))
     cap = upper_objective if objective == "completion" else upper_makespan
     per_batch = coef.min_batch
     if per_batch <= 0:
@@ -508,11 +507,9 @@ def build_data(
         proven = proven and options.horizon >= J
         note = f"J = {options.horizon} from option 'horizon' (proven bound {J})"
         J = options.horizon
-    from .bounds import batch_counts  # bounds imports this module
-
     lim = instance.limits
     reqs = instance.requests
-    b_min, bp_min = batch_counts(list(reqs), instance)
+    b_min, bp_min = batch_counts(instance)
     return ModelData(
         instance=instance,
         options=options,

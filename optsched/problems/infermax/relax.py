@@ -28,14 +28,14 @@ tokens), :math:`d_j` (has decode items); :math:`z_{ij}` (a refill: :math:`s_{ij}
 - X4 batch kinds: :math:`s_{ij} \Rightarrow p_j`; :math:`x_{ij} \wedge \neg s_{ij} \Rightarrow d_j`;
   :math:`p_j, d_j, r_{ij} \Rightarrow y_j`; :math:`y_j \Rightarrow p_j \vee d_j`;
   :math:`y_j \ge y_{j+1}`; :math:`\sum_j y_j \ge B`, :math:`\sum_j p_j \ge B_p` (the least counts of
-  :func:`.bounds.batch_counts`); identical requests finish in index order.
+  :func:`optsched.bounds.batch_counts`); identical requests finish in index order.
 - X5 refills: :math:`z_{ij} \Leftarrow s_{ij} \wedge G_{i,j-1} \ge 1`,
   :math:`\rho_{ij} \ge z_{ij}\, \rho_i(G_{ij})` with
   :math:`\rho_i(k) = \max(0, (I_i + k - 1) q - (k_t + k_{dt} + k_{dk}(I_i + k - 2)))` (linear in k
   inside the max; :math:`q = k_t + k_{pt} + k_{pq}`).
 
 Objective: :math:`\sum_j (k_b y_j + k_{pb} p_j + k_{db} d_j) + \sum_{ij} \rho_{ij}`; the bound is
-:math:`W + ` (CP-SAT's proven bound on it), :math:`W = \sum_i W_i` of :func:`.bounds.request_work`.
+:math:`W + ` (CP-SAT's proven bound on it), :math:`W = \sum_i W_i` of :func:`optsched.bounds.request_work`.
 
 Proof that it is a lower bound
 ------------------------------
@@ -77,8 +77,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from ...bounds import batch_counts, request_work
 from ...instance import Instance
-from .bounds import batch_counts, request_work
 from .model import Coefficients, _symmetric_pairs
 
 __all__ = ["CountResult", "RelaxationResult", "count_bound", "count_cost", "relaxation_bound", "residency_bound"]
@@ -180,7 +180,7 @@ class _Relaxation:
             mdl.AddBoolOr([self.p[j], self.d[j]]).OnlyEnforceIf(self.y[j])
             if j + 1 < J:
                 mdl.AddImplication(self.y[j + 1], self.y[j])
-        b_min, bp_min = batch_counts(reqs, instance)
+        b_min, bp_min = batch_counts(instance)
         mdl.Add(sum(self.y) >= min(b_min, J))
         mdl.Add(sum(self.p) >= min(bp_min, J))
         for a_, b_ in _symmetric_pairs(instance) if symmetry else ():  # identical requests finish in index order
@@ -195,7 +195,7 @@ class _Relaxation:
             + sum(refills)
         )
         mdl.Minimize(self.objective)
-        self.work = math.fsum(request_work(r, k) for r in reqs)
+        self.work = math.fsum(request_work(instance))
 
 
 #: CP-SAT workers of the relaxation, in order. With lb_tree_search the bound of scale N = 4 seed 0
@@ -283,7 +283,7 @@ def count_bound(
     :math:`k_b B + k_{pb} p + k_{db} (B - p)` (:func:`count_cost`: a batch without prefill tokens has
     decode items) plus the token work W. So the makespan is at least W plus the least
     :func:`count_cost` over the pairs (B, p) that no fact excludes, with :math:`p \ge B_p`,
-    :math:`B \ge \max(B_{min}, p)` (:func:`.bounds.batch_counts`) and :math:`B \le J`.
+    :math:`B \ge \max(B_{min}, p)` (:func:`optsched.bounds.batch_counts`) and :math:`B \le J`.
 
     The checks raise p while "at most p prefill batches" is infeasible, then repeatedly take the p
     where the least cost is and check "at most p prefill batches and at most need(p) batches"; each
@@ -292,8 +292,8 @@ def count_bound(
     """
     cpu, t0 = time.process_time(), time.perf_counter()
     k = Coefficients.from_cost_model(instance.cost_model)
-    b_min, bp_min = batch_counts(list(instance.requests), instance)
-    work = math.fsum(request_work(r, k) for r in instance.requests)
+    b_min, bp_min = batch_counts(instance)
+    work = math.fsum(request_work(instance))
     facts: list[tuple[int, int]] = []
 
     def left() -> float:
