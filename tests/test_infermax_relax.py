@@ -155,6 +155,9 @@ def test_relaxation_bound_below_exhaustive_optimum(seed: int) -> None:
         assert res.status == "OPTIMAL"
         assert res.bound <= best * (1 + 1e-9), cost
         assert res.value == pytest.approx(res.bound, rel=1e-12)
+        rep = replay(inst, res.schedule)  # the point as a schedule: never below the optimum
+        if rep.feasible:
+            assert rep.metrics.makespan >= best * (1 - 1e-9)
 
 
 @pytest.mark.parametrize("seed", [1, 3])
@@ -169,6 +172,8 @@ def test_relaxation_meets_the_optimum_when_memory_binds(seed: int) -> None:
     assert work < 0.95 * res.objective
     assert res.objective * (1 - 1e-4) <= relax.bound <= res.objective * (1 + 1e-9)
     assert res.extra["relaxation"]["bound"] == pytest.approx(relax.bound, rel=1e-12)
+    # its best point, as a schedule, replays and is the optimum itself here
+    assert replayed_objective(inst, relax.schedule, "makespan")[0] == pytest.approx(res.objective, rel=1e-12)
 
 
 def batch_numbers(inst, sched: Schedule) -> tuple[int, int]:

@@ -12,7 +12,8 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
    whole call keeps within the limit up to model building and the replay;
 3. derives the horizon J from UB (:func:`.model.horizon`: proven for makespan and completion);
    for the makespan with a KV capacity, solves the residency relaxation (:mod:`.relax`) with the
-   option ``relax``'s share of the limit and gives its proven bound and count facts to the model;
+   option ``relax``'s share of the limit, gives its proven bound and count facts to the model and
+   its best point, as a schedule, to the candidates (a better one re-derives UB, J and the hint);
 4. solves, turns the solution into a schedule, replays it and reports the replayed objective after
    :func:`~optsched.result.check_agreement` with the solver's own value;
 5. reports the bound: the largest of the solver's proven bound (lowered by any rounding slack),
@@ -29,7 +30,7 @@ from typing import Any, Mapping
 
 from ...instance import Instance
 from ...result import Bound, SolveResult, check_agreement, replayed_objective
-from ...schedule import Schedule
+from ...schedule import Schedule, replay
 from ...bounds import generic_bounds
 from .bounds import bounds as work_bounds
 from .model import (
@@ -126,7 +127,17 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     if relax is not None:
         if relax.bound == math.inf:
             raise RuntimeError(f"residency relaxation infeasible although {best!r} gives a schedule within J = {data.J}")
-        data = replace(data, lower=relax.bound, count_facts=relax.facts, options=_left(opts, limit, t0))
+        point = relax.schedule
+        if point is not None and replay(instance, point).feasible and _respects(point, instance, opts):
+            name = "residency-relaxation"  # the relaxation's best point as a schedule: a candidate
+            cands[name] = point
+            values[name] = replayed_objective(instance, point, opts.objective)[0]
+            makespans[name] = replayed_objective(instance, point, "makespan")[0]
+            if values[name] < values[best]:
+                best = name
+                warm = opts.warm_start or best
+        data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
+        data = replace(data, lower=relax.bound, count_facts=relax.facts)
     hint = hint_from_schedule(data, cands[warm])
     backend = _run_backend(data, hint)
     extra: dict[str, Any] = {

@@ -79,9 +79,13 @@ from ortools.sat.python import cp_model
 
 from ...bounds import batch_counts, request_work
 from ...instance import Instance
+from ...schedule import Batch, Item, Schedule
 from .model import Coefficients, _symmetric_pairs
 
-__all__ = ["CountResult", "RelaxationResult", "count_bound", "count_cost", "relaxation_bound", "residency_bound"]
+__all__ = [
+    "CountResult", "RelaxationResult", "count_bound", "count_cost", "relaxation_bound", "residency_bound",
+    "schedule_from_point",
+]
 
 #: Time unit of the relaxation's integer objective (seconds): picoseconds, coefficients rounded down.
 UNIT = 1e-12
@@ -104,6 +108,9 @@ class RelaxationResult:
         Process CPU seconds spent in the solve.
     facts
         Count facts of :func:`count_bound` when it ran (else empty).
+    schedule
+        The best relaxation point turned into a schedule (:func:`schedule_from_point`), None without
+        a point; it may violate the limits the relaxation drops (P, chunk sizes): replay judges it.
     """
 
     bound: float
@@ -111,6 +118,7 @@ class RelaxationResult:
     status: str
     cpu: float
     facts: tuple[tuple[int, int], ...] = ()
+    schedule: Schedule | None = None
 
 
 def _floor(seconds: float) -> int:
@@ -241,9 +249,48 @@ def relaxation_bound(
         return RelaxationResult(math.inf, None, name, time.process_time() - cpu)
     if code == cp_model.MODEL_INVALID:
         raise RuntimeError(f"residency relaxation: invalid CP-SAT model ({relax.m.Validate()})")
-    value = relax.work + solver.ObjectiveValue() * UNIT if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+    value = sched = None
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        value = relax.work + solver.ObjectiveValue() * UNIT
+        point = [[[solver.Value(v) for v in row] for row in var] for var in (relax.x, relax.s, relax.r)]
+        sched = schedule_from_point(instance, *point)
     bound = relax.work + solver.BestObjectiveBound() * UNIT
-    return RelaxationResult(bound, value, name, time.process_time() - cpu)
+    return RelaxationResult(bound, value, name, time.process_time() - cpu, schedule=sched)
+
+
+def schedule_from_point(
+    instance: Instance, x: list[list[int]], s: list[list[int]], r: list[list[int]]
+) -> Schedule:
+    """A schedule that realises a relaxation point (x, s, r per request and batch).
+
+    A (re)fill is one prefill item of the whole prompt (the prompt plus the tokens generated so
+    far for a refill), a token not from a fill is a decode item, and a request that stops being
+    resident before finishing (or refills while resident) is evicted before the batch (in an
+    eviction-only batch when it is processed there). Its KV then equals the point's :math:`H`, so
+    it keeps M, R_max and the token count; P and C for the prefill tokens are not in the
+    relaxation, so the caller replays it.
+    """
+    reqs = instance.requests
+    batches: list[Batch] = []
+    G = [0] * len(reqs)
+    for j in range(len(x[0]) if x else 0):
+        items, evict, before = [], [], []
+        for i, req in enumerate(reqs):
+            held = j > 0 and r[i][j - 1] and G[i] < req.output_tokens
+            if s[i][j]:
+                if held:
+                    before.append(req.id)
+                items.append(Item(req.id, req.prompt_tokens + G[i]))
+            elif x[i][j]:
+                items.append(Item(req.id, 1))
+            elif held and not r[i][j]:
+                evict.append(req.id)
+            G[i] += x[i][j]
+        if before:
+            batches.append(Batch((), tuple(before)))
+        if items or evict:
+            batches.append(Batch(tuple(items), tuple(evict)))
+    return Schedule(instance.name, tuple(batches), {"policy": "residency-relaxation"})
 
 
 @dataclass(frozen=True)
@@ -354,4 +401,4 @@ def residency_bound(
     left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
     counts = count_bound(instance, J, left, threads)
     return RelaxationResult(max(relax.bound, counts.bound), relax.value, relax.status, relax.cpu + counts.cpu,
-                            counts.facts)
+                            counts.facts, relax.schedule)
