@@ -126,7 +126,9 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     relax = _relaxation(data, limit)
     if relax is not None:
         if relax.bound == math.inf:
-            raise RuntimeError(f"residency relaxation infeasible although {best!r} gives a schedule within J = {data.J}")
+            raise RuntimeError(
+                f"residency relaxation infeasible although {best!r} gives a schedule within J = {data.J}"
+            )
         point = relax.schedule
         if point is not None and replay(instance, point).feasible and _respects(point, instance, opts):
             name = "residency-relaxation"  # the relaxation's best point as a schedule: a candidate

@@ -67,6 +67,10 @@ the optimum.
 
 CP-SAT needs integers: every coefficient is scaled to picoseconds and rounded *down*, so the scaled
 objective never exceeds the true one; the bound is divided back.
+
+Also here: :func:`count_bound` (least batch counts proven by infeasibility of the relaxation with
+count rows, and the bound they give), :func:`residency_bound` (both, as the solve uses them) and
+:func:`schedule_from_point` (a relaxation point as a schedule, a candidate for the solve).
 """
 
 from __future__ import annotations
