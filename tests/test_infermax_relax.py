@@ -19,7 +19,7 @@ from ortools.sat.python import cp_model
 from optsched.instance import InstanceError, parse_instance
 from optsched.policies import simulator_for
 from optsched.policies.config import POLICY_CONFIGS
-from optsched.problems import solver_for
+from optsched.problems import bounder_for, solver_for
 from optsched.problems.infermax import candidate_schedules
 from optsched.bounds import generic_bounds
 from optsched.problems.infermax.model import InferMaxOptions, build_data
@@ -172,6 +172,10 @@ def test_relaxation_meets_the_optimum_when_memory_binds(seed: int) -> None:
     assert work < 0.95 * res.objective
     assert res.objective * (1 - 1e-4) <= relax.bound <= res.objective * (1 + 1e-9)
     assert res.extra["relaxation"]["bound"] == pytest.approx(relax.bound, rel=1e-12)
+    # the registry's bound (optsched bound --method relax) reports it
+    reported = {b.name: b for b in bounder_for("infermax")(inst, {"method": "relax", "time_limit": 20, "threads": 2})}
+    assert reported["relaxation"].valid
+    assert reported["relaxation"].value == pytest.approx(relax.bound, rel=1e-12)
     # its best point, as a schedule, replays and is the optimum itself here
     assert replayed_objective(inst, relax.schedule, "makespan")[0] == pytest.approx(res.objective, rel=1e-12)
 

@@ -195,7 +195,7 @@ class InferMaxOptions:
     log: bool = False
     warm_start: str | None = None
     horizon: int | None = None
-    relax: float = 0.0
+    relax: float = RELAX_SHARE
 
     @classmethod
     def from_dict(cls, options: Mapping[str, Any]) -> "InferMaxOptions":
