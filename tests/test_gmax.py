@@ -262,3 +262,63 @@ def test_time_budget_caps_every_start_of_cheaper_schedules():
                     ends[pos] = start
                 s_q = np.maximum.accumulate(ends)
                 assert all(s_q[q] <= cap[q] + 1e-9 for q in range(p.n_requests))
+
+
+def test_every_schedule_satisfies_every_milp_constraint():
+    """The MILP cuts off no schedule: at the values of a schedule (set as the MIP start), every
+    constraint and variable bound holds, cuts included (mean, leader count, time-budget caps with
+    t_max = the schedule's own t), and the model's n and t are the evaluator's."""
+    import pulp
+
+    from optsched.problems.gmax.milp import MilpBackend
+    from optsched.problems.gmax.slots import SlotData
+
+    rng = np.random.default_rng(7)
+    for seed in range(10):
+        p = small_instance(seed)
+        data = SlotData.build(p)
+        schedules = list(ordered_partitions(p))
+        for k in rng.choice(len(schedules), size=min(25, len(schedules)), replace=False):
+            batches = schedules[k]
+            n, t = g_core(p, batches)
+            backend = MilpBackend(data)
+            backend.hint = batches
+            prob, parts = backend._build(pulp.LpMaximize, t_max=t + 1e-6)  # float slack of the caps
+            assert [name for name, con in prob.constraints.items() if not con.valid(1e-7)] == [], batches
+            assert [var.name for var in prob.variables() if not var.valid(1e-7)] == [], batches
+            assert pulp.value(parts["n"]) == n
+            assert pulp.value(parts["t"]) == pytest.approx(t, rel=1e-9)
+
+
+def test_no_dinkelbach_step_starts_that_cannot_be_set_up_before_the_limit():
+    """A step whose set-up (model build, loading) alone would pass the limit is not started."""
+    import time
+
+    from optsched.problems.gmax.exact import _dinkelbach, _Incumbent
+    from optsched.problems.gmax.slots import SubResult
+
+    p = small_instance(4)
+    by_g = {g_value(*g_core(p, b)): b for b in ordered_partitions(p)}
+    ranked = [by_g[g] for g in sorted(by_g) if g > 0]  # strictly increasing G
+
+    class SlowSetUp:  # 0.2 s outside the solver per step, then a better schedule, "feasible"
+        hint = None
+
+        def __init__(self):
+            self.calls = 0
+
+        def parametric(self, n_inc, batches_inc, deadline):
+            self.calls += 1
+            time.sleep(0.2)
+            better = ranked[min(self.calls, len(ranked) - 1)]
+            n, t = g_core(p, better)
+            return SubResult("feasible", better, n, t, objective=0.0, wall=0.0, info={"lambda": n_inc / t})
+
+    inc = _Incumbent(p)
+    inc.offer(ranked[0])
+    backend = SlowSetUp()
+    deadline = time.perf_counter() + 1.1
+    status, _ = _dinkelbach(p, backend, inc, deadline, t_lb=1.0, log=[])
+    assert status == "time_limit"
+    assert time.perf_counter() <= deadline  # without the check a fifth step would run past it
+    assert backend.calls >= 2

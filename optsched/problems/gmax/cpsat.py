@@ -71,6 +71,8 @@ class CpsatBackend:
                 m.AddImplication(lead[i, c, s], w[i, c, s])
                 # members are no slower than the leader
                 m.AddBoolOr([w[i, c, s].Not()] + [lead[j, c, s] for j in order[rank:]])
+                if rank > 0:  # leader count cut (slots docstring)
+                    m.Add(sum(w[j, c, s] for j in order[rank:]) <= min(s, nreq - rank) * sum(lead[j, c, s] for j in order[rank:]))
             if p.capacity is not None:
                 m.Add(sum(p.need[i] * w[i, c, s] for i in range(nreq)) <= int(p.capacity))
         for pos in range(1, nreq + 1):

@@ -182,8 +182,14 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
     # any schedule: n - lambda t <= F_bound and t >= t_lb, so G <= lambda + F_bound / t_lb; the bound
     # of every step holds for every schedule, so the least one over the steps so far is kept
     proven = math.inf
+    setup = 0.0  # the longest time a step spent outside the solver (model build, loading, checks)
     while True:
+        if deadline is not None and setup > 0 and deadline - time.perf_counter() < 2 * setup:
+            # another step could not even be set up before the limit: stop on time
+            return "time_limit", _time_limit_bound(backend, inc, proven, t_lb, log)
+        begin = time.perf_counter()
         res = backend.parametric(inc.n, inc.batches, deadline)
+        setup = max(setup, time.perf_counter() - begin - res.wall)
         log.append({"step": "dinkelbach", "lambda": res.info.get("lambda"), "status": res.status,
                     "F": res.objective, "wall": res.wall})
         lam = res.info.get("lambda", inc.G)
@@ -198,14 +204,18 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
             # F(lambda) <= 0 up to rounding, so lambda = G* (within the model's arithmetic).
             return "optimal", inc.G + max(res.objective, 0.0) / t_lb
         if res.status not in ("optimal", "feasible") or (not improved and res.status == "feasible"):
-            f_relaxation = getattr(backend, "f_relaxation", None)
-            if not math.isfinite(proven) and f_relaxation is not None:
-                # no step has a dual bound (the solver stopped before its root LP): the F LP, after
-                # the limit (documented overshoot)
-                f_lp = f_relaxation(inc.n, inc.batches)
-                log.append({"step": "lp-bounds", "F_lp": f_lp})
-                proven = lam + max(f_lp, 0.0) / t_lb
-            return "time_limit", proven
+            return "time_limit", _time_limit_bound(backend, inc, proven, t_lb, log)
+
+
+def _time_limit_bound(backend, inc, proven, t_lb, log) -> float:
+    """The least bound over the Dinkelbach steps; when no step has a dual bound (the solver stopped
+    before its root LP), the F LP at the incumbent, solved after the limit (documented overshoot)."""
+    f_relaxation = getattr(backend, "f_relaxation", None)
+    if math.isfinite(proven) or f_relaxation is None:
+        return proven
+    f_lp = f_relaxation(inc.n, inc.batches)
+    log.append({"step": "lp-bounds", "F_lp": f_lp})
+    return inc.G + max(f_lp, 0.0) / t_lb
 
 
 def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[list, str, float]:

@@ -88,6 +88,8 @@ class MilpBackend:
                 # every member is no slower than the leader; the leader's batch holds s such members
                 prob += w[i, c, s] <= above[rank], f"lead_max_{i}_{c}_{s}"
                 prob += below[rank] >= s * lead[i, c, s], f"lead_cover_{i}_{c}_{s}"
+                if rank > 0:  # members no earlier than rank in the order: at most min(s, N - rank)
+                    prob += s * z[c, s] - below[rank - 1] <= min(s, nreq - rank) * above[rank], f"lead_count_{rank}_{c}_{s}"
             if p.capacity is not None:
                 prob += pulp.lpSum(p.need[i] * w[i, c, s] for i in range(nreq)) <= p.capacity * z[c, s], f"mem_{c}_{s}"
         for pos in range(1, nreq + 1):
