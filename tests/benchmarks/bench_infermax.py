@@ -36,6 +36,7 @@ from optsched.generators import infermax_grid
 from optsched.policies import simulator_for
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.problems import solver_for
+from optsched.bounds import generic_bounds
 from optsched.result import replayed_objective
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +95,8 @@ def run_scale(args: argparse.Namespace) -> None:
                   "cpu": round(time.process_time() - cpu, 2), "load_avg": os.getloadavg()[0],
                   "horizon": res.extra["horizon"], "best_policy": res.extra["upper_bound_policy"],
                   "best_policy_value": min(res.extra["policy_values"].values()),
-                  "variables": res.extra.get("variables")}, args.out)
+                  "variables": res.extra.get("variables"),
+                  "work_bound": generic_bounds(inst)[0].value, "relaxation": res.extra.get("relaxation")}, args.out)
 
 
 def run_crosscheck(args: argparse.Namespace) -> None:

@@ -11,24 +11,28 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
    main solve gets what is left of ``time_limit`` (at least ``MIN_PHASE_SHARE`` of it), so the
    whole call keeps within the limit up to model building and the replay;
 3. derives the horizon J from UB (:func:`.model.horizon`: proven for makespan and completion);
+   for the makespan with a KV capacity, solves the residency relaxation (:mod:`.relax`) with the
+   option ``relax``'s share of the limit, gives its proven bound and count facts to the model and
+   its best point, as a schedule, to the candidates (a better one re-derives UB, J and the hint);
 4. solves, turns the solution into a schedule, replays it and reports the replayed objective after
    :func:`~optsched.result.check_agreement` with the solver's own value;
-5. reports the bound: the solver's proven bound (lowered by any rounding slack) and the bounds
-   of :mod:`optsched.bounds`, whichever is larger. ``optimal`` means the replayed objective is within
+5. reports the bound: the largest of the solver's proven bound (lowered by any rounding slack),
+   the relaxation's and the bounds of :mod:`optsched.bounds`. ``optimal`` means the replayed objective is within
    ``OPTIMAL_RTOL`` of a proven bound and J is proven; otherwise ``feasible`` or ``time_limit``.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Any, Mapping
 
 from ...instance import Instance
-from ...result import SolveResult, check_agreement, replayed_objective
-from ...schedule import Schedule
+from ...result import Bound, SolveResult, check_agreement, replayed_objective
+from ...schedule import Schedule, replay
 from ...bounds import generic_bounds
-from .bounds import bounds
+from .bounds import bounds as work_bounds
 from .model import (
     InferMaxInputError,
     InferMaxOptions,
@@ -104,7 +108,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         return SolveResult("infermax", opts.solver, "infeasible", wall_time=time.perf_counter() - t0,
                            extra={"reason": str(exc)})
     if not opts.no_evict:  # phase 1: the eviction-free optimum (fast) seeds the full model
-        first = solve(instance, {**options, "no_evict": True, "warm_start": None,
+        first = solve(instance, {**options, "no_evict": True, "warm_start": None, "relax": 0,
                                  "time_limit": None if opts.time_limit is None else opts.time_limit / 4})
         if first.schedule is not None:
             cands["infermax-no-evict"] = first.schedule
@@ -117,10 +121,25 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
             f"(available: {', '.join(sorted(cands))})"
         )
     makespans = {name: replayed_objective(instance, s, "makespan")[0] for name, s in cands.items()}
-    if opts.time_limit is not None:  # the whole solve (candidates, phase 1) keeps within the limit
-        left = opts.time_limit - (time.perf_counter() - t0)
-        opts = replace(opts, time_limit=max(left, MIN_PHASE_SHARE * opts.time_limit))
-    data = build_data(instance, opts, makespans[best], values[best], _nonempty(cands[warm]))
+    limit = opts.time_limit  # the whole solve (candidates, phase 1, relaxation) keeps within it
+    data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
+    relax = _relaxation(data, limit)
+    if relax is not None:
+        if relax.bound == math.inf:
+            raise RuntimeError(
+                f"residency relaxation infeasible although {best!r} gives a schedule within J = {data.J}"
+            )
+        point = relax.schedule
+        if point is not None and replay(instance, point).feasible and _respects(point, instance, opts):
+            name = "residency-relaxation"  # the relaxation's best point as a schedule: a candidate
+            cands[name] = point
+            values[name] = replayed_objective(instance, point, opts.objective)[0]
+            makespans[name] = replayed_objective(instance, point, "makespan")[0]
+            if values[name] < values[best]:
+                best = name
+                warm = opts.warm_start or best
+        data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
+        data = replace(data, lower=relax.bound, count_facts=relax.facts)
     hint = hint_from_schedule(data, cands[warm])
     backend = _run_backend(data, hint)
     extra: dict[str, Any] = {
@@ -132,6 +151,9 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         "policy_values": values,
         **backend.info,
     }
+    if relax is not None:
+        extra["relaxation"] = {"bound": relax.bound, "value": relax.value, "status": relax.status, "cpu": relax.cpu,
+                               "count_facts": [list(f) for f in relax.facts]}
     if backend.status == "unsupported":
         return SolveResult("infermax", opts.solver, "unsupported", wall_time=time.perf_counter() - t0, extra=extra)
     if backend.status == "infeasible":
@@ -153,6 +175,8 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         proven.append(backend.bound)
     elif backend.bound is not None:
         extra["bound_within_horizon"] = backend.bound
+    if relax is not None:  # run only over a proven horizon (see _relaxation)
+        proven.append(relax.bound)
     bound = min(max(proven), value) if proven else None
     optimal = bound is not None and value - bound <= OPTIMAL_RTOL * max(abs(value), 1e-12)
     if optimal:
@@ -166,6 +190,28 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
                        extra=extra, replay=rep)
 
 
+def _left(opts: InferMaxOptions, limit: float | None, t0: float) -> InferMaxOptions:
+    """``opts`` with the time left of ``limit`` since ``t0`` (at least ``MIN_PHASE_SHARE`` of it)."""
+    if limit is None:
+        return opts
+    return replace(opts, time_limit=max(limit - (time.perf_counter() - t0), MIN_PHASE_SHARE * limit))
+
+
+def _relaxation(data: ModelData, limit: float | None) -> Any:
+    """The residency relaxation's bound (:mod:`.relax`) when it applies, else None.
+
+    It bounds the makespan over the proven horizon when memory binds; it gets the option
+    ``relax``'s share of ``limit`` (at most the time left; no limit without a time limit).
+    """
+    opts = data.options
+    if not (opts.relax > 0 and opts.objective == "makespan" and data.M is not None and data.horizon_proven):
+        return None
+    from .relax import residency_bound
+
+    share = None if limit is None or opts.time_limit is None else min(opts.relax * limit, opts.time_limit)
+    return residency_bound(data.instance, data.J, share, opts.threads)
+
+
 def _run_backend(data: ModelData, hint: Any) -> Any:
     if data.options.solver == "cpsat":
         from .cpsat import solve_cpsat
@@ -174,3 +220,35 @@ def _run_backend(data: ModelData, hint: Any) -> Any:
     from .mip import solve_mip
 
     return solve_mip(data, hint)
+
+
+#: Default time limit (seconds) of ``optsched bound --method relax``.
+RELAX_BOUND_TIME = 10.0
+
+
+def bounds(instance: Instance, options: Mapping[str, Any]) -> list[Bound]:
+    """Registry entry: the proven bounds of :mod:`optsched.bounds` (``method='lp'`` adds the MIP's LP
+    relaxation, :mod:`.bounds`).
+
+    ``method='relax'`` adds, for the makespan with a KV capacity, the residency bound of
+    :mod:`.relax` over the proven horizon of the best candidate schedule (the serial one and every
+    policy), within ``time_limit`` (default :data:`RELAX_BOUND_TIME` s).
+    """
+    out = work_bounds(instance, options)
+    if options.get("method") != "relax" or (options.get("objective") or "makespan") != "makespan":
+        return out
+    if instance.limits.kv_capacity is None:
+        return out
+    from .relax import residency_bound
+
+    opts = InferMaxOptions.from_dict({**options, "objective": "makespan"})
+    cands = candidate_schedules(instance, opts)
+    values = {name: replayed_objective(instance, s, "makespan")[0] for name, s in cands.items()}
+    best = min(values, key=lambda k: values[k])
+    data = build_data(instance, opts, values[best], values[best], _nonempty(cands[best]))
+    limit = opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
+    res = residency_bound(instance, data.J, limit, opts.threads)
+    note = (f"residency relaxation over J = {data.J} batches ({res.status}; count facts "
+            f"{[list(f) for f in res.facts]}; infermax/relax.py)")
+    out.append(Bound("relaxation", res.bound, data.horizon_proven, note))
+    return out

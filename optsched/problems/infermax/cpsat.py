@@ -194,6 +194,11 @@ class _Builder:
                 mdl.Add(sum(self.mz[j][i] for j in range(J)) >= data.output[i])  # R7
         mdl.Add(sum(self.y) >= data.b_min)
         mdl.Add(sum(self.hp) >= data.bp_min)
+        for p, B in data.count_facts:  # at most p prefill batches => more than B batches (relax.count_bound)
+            few = mdl.NewBoolVar(f"few_prefill_{p}")
+            mdl.Add(sum(self.hp) <= p).OnlyEnforceIf(few)
+            mdl.Add(sum(self.hp) >= p + 1).OnlyEnforceIf(few.Not())
+            mdl.Add(sum(self.y) >= B + 1).OnlyEnforceIf(few)
 
     def _symmetry(self) -> None:
         for a, b in self.data.symmetric_pairs:
@@ -218,8 +223,12 @@ class _Builder:
         data, mdl, J, N = self.data, self.m, self.data.J, self.data.N
         self.S = self.E = None
         if not data.needs_time:
-            mdl.Add(sum(self.T) <= math.ceil(data.upper * self.scale.factor * (1 + 1e-9)) + 1)  # UB cutoff
+            top = math.ceil(data.upper * self.scale.factor * (1 + 1e-9)) + 1
+            mdl.Add(sum(self.T) <= top)  # UB cutoff
             mdl.Minimize(sum(self.T))
+            if 0 < data.lower < math.inf:  # a proven bound (residency relaxation) as the objective's domain
+                low = math.floor((data.lower - self.scale.slack) * self.scale.factor * (1 - 1e-12))
+                mdl.Proto().objective.domain.extend([min(low, top), top])
             return
         cap = math.ceil(data.time_cap() * self.scale.factor * (1 + 1e-9)) + N + 2
         self.S = [mdl.NewIntVar(0, cap, f"S_{j}") for j in range(J)]

@@ -138,11 +138,27 @@ __all__ = [
 ]
 
 OBJECTIVES = ("makespan", "completion", "ttft")
+
+#: Default share of the time limit given to the residency relaxation (option ``relax``).
+RELAX_SHARE = 0.25
 SOLVER_NAMES = ("cpsat", "highs", "cbc", "gurobi")
 
 
 class InferMaxInputError(InstanceError):
     """An option or instance that the InferMax model cannot take (message names it)."""
+
+
+def _share(value: Any) -> float:
+    """Option ``relax``: a share of the time limit in [0, 1] (``true``/``false`` mean the default/0)."""
+    if isinstance(value, bool):
+        return RELAX_SHARE if value else 0.0
+    try:
+        share = float(value)
+    except (TypeError, ValueError):
+        share = -1.0
+    if not 0.0 <= share <= 1.0:
+        raise InferMaxInputError(f"option 'relax': a share of the time limit in [0, 1], got {value!r}")
+    return share
 
 
 @dataclass(frozen=True)
@@ -164,6 +180,9 @@ class InferMaxOptions:
     horizon
         Number of batches J to use instead of the proven one (then optimality holds only
         relative to J, stated in the result).
+    relax
+        Share of the time limit for the residency relaxation (:mod:`.relax`) that bounds the
+        makespan when memory binds (0 turns it off; default :data:`RELAX_SHARE`).
     """
 
     solver: str = "cpsat"
@@ -176,6 +195,7 @@ class InferMaxOptions:
     log: bool = False
     warm_start: str | None = None
     horizon: int | None = None
+    relax: float = RELAX_SHARE
 
     @classmethod
     def from_dict(cls, options: Mapping[str, Any]) -> "InferMaxOptions":
@@ -204,6 +224,7 @@ class InferMaxOptions:
             log=bool(options.get("log", False)),
             warm_start=options.get("warm_start"),
             horizon=horizon,
+            relax=_share(options.get("relax", RELAX_SHARE)),
         )
 
 
@@ -295,6 +316,12 @@ class ModelData:
         Objective of the best known schedule (seconds), used for the horizon and time domains.
     online
         True when some request arrives after 0 (start-time variables are needed).
+    lower
+        A proven lower bound on the objective of every schedule within J batches (0 when none);
+        the CP-SAT backend makes it the objective's lower end (offline makespan).
+    count_facts
+        ``(p, B)``: every schedule within J batches with at most p prefill batches has more than B
+        batches with items (:func:`.relax.count_bound`); the CP-SAT backend adds them as rows.
     """
 
     instance: Instance
@@ -315,6 +342,8 @@ class ModelData:
     upper_makespan: float
     online: bool
     symmetric_pairs: tuple[tuple[int, int], ...] = field(default=())
+    lower: float = 0.0
+    count_facts: tuple[tuple[int, int], ...] = ()
     b_min: int = 1
     bp_min: int = 1
 
