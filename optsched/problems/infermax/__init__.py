@@ -32,7 +32,6 @@ from ...instance import Instance
 from ...result import Bound, SolveResult, check_agreement, replayed_objective
 from ...schedule import Schedule, replay
 from ...bounds import generic_bounds
-from .bounds import bounds as work_bounds
 from .model import (
     InferMaxInputError,
     InferMaxOptions,
@@ -227,15 +226,23 @@ RELAX_BOUND_TIME = 10.0
 
 
 def bounds(instance: Instance, options: Mapping[str, Any]) -> list[Bound]:
-    """Registry entry: the proven bounds of :mod:`optsched.bounds` (``method='lp'`` adds the MIP's LP
-    relaxation, :mod:`.bounds`).
+    """Registry entry: proven lower bounds for ``options['objective']`` (default makespan).
 
-    ``method='relax'`` adds, for the makespan with a KV capacity, the residency bound of
-    :mod:`.relax` over the proven horizon of the best candidate schedule (the serial one and every
-    policy), within ``time_limit`` (default :data:`RELAX_BOUND_TIME` s).
+    The model computes its objectives exactly as :func:`optsched.schedule.replay` does, so every
+    bound of :mod:`optsched.bounds` (proven for every schedule that replays cleanly) holds for its
+    optimum. ``method='lp'`` adds the LP relaxation of the MIP (:mod:`.mip`; proven, usually weaker
+    than the work bound on large instances but independent of it). ``method='relax'`` adds, for the
+    makespan with a KV capacity, the residency bound of :mod:`.relax` over the proven horizon of the
+    best candidate schedule (the serial one and every policy), within ``time_limit`` (default
+    :data:`RELAX_BOUND_TIME` s).
     """
-    out = work_bounds(instance, options)
-    if options.get("method") != "relax" or (options.get("objective") or "makespan") != "makespan":
+    objective = options.get("objective") or "makespan"
+    out = generic_bounds(instance, objective)
+    if options.get("method") == "lp":
+        from .mip import lp_relaxation_bound
+
+        out.append(lp_relaxation_bound(instance, dict(options)))
+    if options.get("method") != "relax" or objective != "makespan":
         return out
     if instance.limits.kv_capacity is None:
         return out

@@ -1,6 +1,6 @@
 r"""Residency relaxation of the InferMax model: a proven makespan bound that sees requests take turns.
 
-The work bound of :mod:`.bounds` counts batches token by token (every token's batch holds its
+The work bound of :mod:`optsched.bounds` counts batches token by token (every token's batch holds its
 :math:`I_i + k - 1` KV). What it cannot see is *residency*: a request holds its KV in every batch
 from the one that completes its (re)fill until it finishes or is evicted, also in batches where it
 is idle, and its KV only grows; new requests (and evicted ones) can only enter in a batch with
@@ -54,7 +54,7 @@ processing (model C1), an idle decode-phase resident holds :math:`I_i + G_{ij} -
 contract checks :math:`\sum_i \hat m \le M` and the running count there; each generating item has at least
 one token; R6 holds as in the model. X4: a completing (re)fill is a prefill item with at least one
 prefill token, a token not from a prefill item is a decode item, a batch with items has prefill
-tokens or decode items, and the counts hold for every schedule (:mod:`.bounds`). Identical
+tokens or decode items, and the counts hold for every schedule (:mod:`optsched.bounds`). Identical
 requests can be renamed so that they finish in index order (whole histories swap). X5 and the
 cost: batch times add up to at most the makespan; each batch pays :math:`k_b` and its phase
 biases; request i's tokens cost at least :math:`I_i q` for its first fill (:math:`c^2 \ge c` for
