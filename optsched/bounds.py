@@ -239,9 +239,9 @@ def batch_counts(instance: Instance, members: np.ndarray | None = None) -> tuple
     if lim.max_running is not None:
         b = max(b, -(-int(O.sum()) // lim.max_running))
     if lim.kv_capacity is not None:  # (F5): items of heights I_i .. I_i + O_i - 1, as a histogram
-        M = lim.kv_capacity
+        M = lim.kv_capacity  # (heights above M, of requests that can never run, are left out)
         runs = np.zeros(M + 2, dtype=np.int64)
-        np.add.at(runs, I, 1)
+        np.add.at(runs, np.minimum(I, M + 1), 1)
         np.add.at(runs, np.minimum(I + O, M + 1), -1)
         b = max(b, _packing_from_counts(np.cumsum(runs)[: M + 1], M))
     return b, b_pre

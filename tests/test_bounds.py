@@ -263,3 +263,13 @@ def test_least_bias_equals_enumeration_of_its_program(seed: int) -> None:
     inst = Instance(f"bias-{seed}", cost, limits, reqs)
     assert least_bias(inst) == pytest.approx(_least_bias_by_enumeration(inst), rel=1e-9, abs=1e-15)
     assert least_bias(inst) >= 0.0
+
+
+def test_bounds_of_an_instance_with_a_request_over_memory_are_computed() -> None:
+    """``optsched info`` and CSV traces load instances unchecked; a request whose KV can never fit
+    (I = 30 > M = 10) makes every bound vacuous, but computing them must not fail."""
+    cost = load_cost_model("llama2-7b-a100")
+    inst = Instance("over-M", cost, Limits(64, 64, 10, None), (Request("a", 0.0, 30, 4), Request("b", 0.0, 3, 4)))
+    fits = Instance("fits", cost, Limits(64, 64, 10, None), (Request("b", 0.0, 3, 4),))
+    assert batch_counts(inst)[0] >= batch_counts(fits)[0]
+    assert {b.name for b in generic_bounds(inst)} == {"work", "critical-path"}
