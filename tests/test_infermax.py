@@ -25,7 +25,7 @@ from optsched.policies import simulator_for
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.problems import bounder_for, solver_for
 from optsched.result import replayed_objective
-from optsched.schedule import replay
+from optsched.schedule import Schedule, replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from infermax_bruteforce import exhaustive_makespan  # noqa: E402
@@ -72,13 +72,20 @@ def solve_mip(inst, **opts):
     return res
 
 
-def policy_values(inst, objective: str = "makespan", evictions: bool = True) -> dict[str, float]:
+def policy_schedules(inst) -> dict[str, Schedule]:
+    """Every unified-scheduler policy's schedule of ``inst``, by policy name."""
     out = {}
     for name in sorted(POLICY_CONFIGS):
         try:
-            sched = simulator_for(name)(inst)
+            out[name] = simulator_for(name)(inst)
         except InstanceError:  # a policy of another formulation that refuses this instance
             continue
+    return out
+
+
+def policy_values(inst, objective: str = "makespan", evictions: bool = True) -> dict[str, float]:
+    out = {}
+    for name, sched in policy_schedules(inst).items():
         value, rep = replayed_objective(inst, sched, objective)
         if evictions or rep.metrics.evictions == 0:
             out[name] = value
@@ -254,12 +261,7 @@ def test_every_legal_schedule_is_a_model_solution(seed: int) -> None:
     every policy's schedule are solutions at their replayed makespan."""
     inst = tiny_instance(seed)
     scheds = {f"exhaustive-evict={ev}": exhaustive_makespan(inst, evict=ev)[1] for ev in (True, False)}
-    for name in sorted(POLICY_CONFIGS):
-        try:
-            scheds[name] = simulator_for(name)(inst)
-        except InstanceError:
-            continue
-    for name, sched in scheds.items():
+    for name, sched in {**scheds, **policy_schedules(inst)}.items():
         value = _fixed_model_value(inst, sched)
         assert value is not None, name
         assert value == pytest.approx(replayed_objective(inst, sched, "makespan")[0], rel=1e-9), name

@@ -16,9 +16,7 @@ from pathlib import Path
 import pytest
 from ortools.sat.python import cp_model
 
-from optsched.instance import InstanceError, parse_instance
-from optsched.policies import simulator_for
-from optsched.policies.config import POLICY_CONFIGS
+from optsched.instance import parse_instance
 from optsched.problems import bounder_for, solver_for
 from optsched.problems.infermax import candidate_schedules
 from optsched.bounds import generic_bounds
@@ -31,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))
 from bench_infermax import scale_instance  # noqa: E402
 from infermax_bruteforce import exhaustive_makespan  # noqa: E402
-from test_infermax import ADVERSARIAL_COSTS, tiny_instance  # noqa: E402
+from test_infermax import ADVERSARIAL_COSTS, policy_schedules, tiny_instance  # noqa: E402
 
 
 def proven_horizon(inst) -> int:
@@ -112,13 +110,9 @@ def fixed_relaxation_value(inst, sched: Schedule) -> float | None:
 
 
 def schedules(inst) -> dict[str, Schedule]:
+    """The exhaustive optima (with and without evictions) and every policy's schedule."""
     out = {f"exhaustive-evict={ev}": exhaustive_makespan(inst, evict=ev)[1] for ev in (True, False)}
-    for name in sorted(POLICY_CONFIGS):
-        try:
-            out[name] = simulator_for(name)(inst)
-        except InstanceError:
-            continue
-    return out
+    return {**out, **policy_schedules(inst)}
 
 
 @pytest.mark.parametrize("seed", range(0, 32, 3))
@@ -215,17 +209,11 @@ def test_residency_bound_below_policies_on_larger_instances() -> None:
         J = proven_horizon(inst)
         res = residency_bound(inst, J, time_limit=6, threads=2)
         assert math.isfinite(res.bound)
-        scheds = schedules_policies(inst)
+        scheds = policy_schedules(inst)
         check_facts(inst, res.facts, J, scheds)
         for name, sched in scheds.items():
             assert res.bound <= replayed_objective(inst, sched, "makespan")[0] * (1 + 1e-9), name
-
-
-def schedules_policies(inst) -> dict[str, Schedule]:
-    out = {}
-    for name in sorted(POLICY_CONFIGS):
-        try:
-            out[name] = simulator_for(name)(inst)
-        except InstanceError:
-            continue
-    return out
+def schedules(inst) -> dict[str, Schedule]:
+    """The exhaustive optima (with and without evictions) and every policy's schedule."""
+    out = {f"exhaustive-evict={ev}": exhaustive_makespan(inst, evict=ev)[1] for ev in (True, False)}
+    return {**out, **policy_schedules(inst)}
