@@ -16,6 +16,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from .model import ModelData, Scaling, integer_scaling
+from .relax import add_count_fact
 
 
 @dataclass
@@ -195,10 +196,7 @@ class _Builder:
         mdl.Add(sum(self.y) >= data.b_min)
         mdl.Add(sum(self.hp) >= data.bp_min)
         for p, B in data.count_facts:  # at most p prefill batches => more than B batches (relax.count_bound)
-            few = mdl.NewBoolVar(f"few_prefill_{p}")
-            mdl.Add(sum(self.hp) <= p).OnlyEnforceIf(few)
-            mdl.Add(sum(self.hp) >= p + 1).OnlyEnforceIf(few.Not())
-            mdl.Add(sum(self.y) >= B + 1).OnlyEnforceIf(few)
+            add_count_fact(mdl, self.hp, self.y, p, B)
 
     def _symmetry(self) -> None:
         for a, b in self.data.symmetric_pairs:

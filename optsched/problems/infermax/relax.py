@@ -69,7 +69,9 @@ CP-SAT needs integers: every coefficient is scaled to picoseconds and rounded *d
 objective never exceeds the true one; the bound is divided back.
 
 Also here: :func:`count_bound` (least batch counts proven by infeasibility of the relaxation with
-count rows, and the bound they give), :func:`residency_bound` (both, as the solve uses them) and
+count rows, and the bound they give), :func:`add_count_fact` (such a fact as rows of a CP-SAT
+model: this relaxation's checks and the InferMax model of :mod:`.cpsat`), :func:`residency_bound`
+(both, as the solve uses them) and
 :func:`schedule_from_point` (a relaxation point as a schedule, a candidate for the solve).
 """
 
@@ -87,7 +89,7 @@ from ...schedule import Batch, Item, Schedule
 from .model import Coefficients, _symmetric_pairs
 
 __all__ = [
-    "CountResult", "RelaxationResult", "count_bound", "count_cost", "relaxation_bound", "residency_bound",
+    "CountResult", "RelaxationResult", "add_count_fact", "count_bound", "count_cost", "relaxation_bound", "residency_bound",
     "schedule_from_point",
 ]
 
@@ -317,6 +319,17 @@ class CountResult:
     cpu: float
 
 
+def add_count_fact(
+    model: cp_model.CpModel, prefill: list[cp_model.IntVar], nonempty: list[cp_model.IntVar], p: int, B: int
+) -> None:
+    """Add the fact (p, B) of :func:`count_bound` to ``model``: if at most p of the batch flags
+    ``prefill`` are set, more than B of ``nonempty`` are."""
+    few = model.NewBoolVar(f"few_prefill_{p}")
+    model.Add(sum(prefill) <= p).OnlyEnforceIf(few)
+    model.Add(sum(prefill) >= p + 1).OnlyEnforceIf(few.Not())
+    model.Add(sum(nonempty) >= B + 1).OnlyEnforceIf(few)
+
+
 def count_cost(k: Coefficients, B: int, p: int) -> float:
     """Least bias of B batches with items, p of them with prefill tokens: the other B - p have decode items."""
     return k.k_b * B + k.k_pb * p + k.k_db * (B - p)
@@ -360,10 +373,7 @@ def count_bound(
             if q >= p:
                 relax.m.Add(sum(relax.y) >= b + 1)
             else:
-                few = relax.m.NewBoolVar(f"few_{q}")
-                relax.m.Add(sum(relax.p) <= q).OnlyEnforceIf(few)
-                relax.m.Add(sum(relax.p) >= q + 1).OnlyEnforceIf(few.Not())
-                relax.m.Add(sum(relax.y) >= b + 1).OnlyEnforceIf(few)
+                add_count_fact(relax.m, relax.p, relax.y, q, b)
         relax.m.ClearObjective()
         code = _solver(min(check_limit, left()), threads, False).Solve(relax.m)
         if code == cp_model.INFEASIBLE:
