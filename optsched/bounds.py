@@ -88,7 +88,7 @@ from functools import lru_cache
 import numpy as np
 
 from .costmodel import CostModel
-from .instance import Instance, Request
+from .instance import Instance, Limits, Request
 from .result import OBJECTIVES, Bound
 
 __all__ = [
@@ -193,11 +193,21 @@ def request_bounds(instance: Instance, request: Request) -> RequestBounds:
     return RequestBounds(ttft=float(first[0]), e2e=float(first[0] + later[0]), tpot=tpot)
 
 
+def _member_lengths(instance: Instance, members: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output lengths of the requests ``members`` (indices; None: all)."""
+    _, I, O = _arrays(instance)
+    return (I, O) if members is None else (I[members], O[members])
+
+
 def request_work(instance: Instance) -> np.ndarray:
     """w_i of the ``work`` bound (module docstring): least item work of each request, request order."""
+    return _request_work(*_member_lengths(instance, None), instance)
+
+
+def _request_work(I: np.ndarray, O: np.ndarray, instance: Instance) -> np.ndarray:
+    """:func:`request_work` of the requests of prompt lengths ``I`` and output lengths ``O``."""
     cm = instance.cost_model
     L, _, a, _, pa, pq, *_ = _coefficients(cm)
-    _, I, O = _arrays(instance)
     return L * (a + pa + pq) * I + _decode_terms(I, O, cm, instance.limits.prefill_budget, alone=False)
 
 
@@ -229,10 +239,11 @@ def _packing_from_counts(counts: np.ndarray, M: int) -> int:
 def batch_counts(instance: Instance, members: np.ndarray | None = None) -> tuple[int, int]:
     """(B, B_pre): least numbers of non-empty batches and of batches with prefill tokens serving the
     requests ``members`` (indices; default all), by the counts of (F3)-(F5)."""
-    lim = instance.limits
-    _, I, O = _arrays(instance)
-    if members is not None:
-        I, O = I[members], O[members]
+    return _batch_counts(*_member_lengths(instance, members), instance.limits)
+
+
+def _batch_counts(I: np.ndarray, O: np.ndarray, lim: Limits) -> tuple[int, int]:
+    """:func:`batch_counts` of the requests of prompt lengths ``I`` and output lengths ``O``."""
     P, C = lim.prefill_budget, lim.token_budget
     b_pre = max(-(-int(I.sum()) // P), int(np.max(-(-I // P))))
     b = max(int(np.max(-(-I // P) + O - 1)), -(-int((I + O - 1).sum()) // C), b_pre)
@@ -296,14 +307,16 @@ def least_bias(instance: Instance, members: np.ndarray | None = None) -> float:
     number x of prefill batches is that of a convex function of x at max(lo(D), its unconstrained
     minimiser).
     """
+    return _least_bias(*_member_lengths(instance, members), instance)
+
+
+def _least_bias(I: np.ndarray, O: np.ndarray, instance: Instance) -> float:
+    """:func:`least_bias` of the requests of prompt lengths ``I`` and output lengths ``O``."""
     cm, P = instance.cost_model, instance.limits.prefill_budget
     L, b, _, pb, _, _, db, *_ = _coefficients(cm)
-    _, I, O = _arrays(instance)
-    if members is not None:
-        I, O = I[members], O[members]
     if len(I) == 0:
         return 0.0
-    B, B_pre = batch_counts(instance, members)
+    B, B_pre = _batch_counts(I, O, instance.limits)
     first = -(-I // P)
     reach = int(np.max(first + O - 1))
     d_max = max(B, int(O.max()))
@@ -336,7 +349,7 @@ def work_bound(instance: Instance) -> tuple[float, float]:
     order = np.argsort(-arrival, kind="stable")  # latest arrival first: prefix = suffix set S
     arr, Is, Os = arrival[order], I[order], O[order]
     Is_f, Os_f = Is.astype(np.float64), Os.astype(np.float64)
-    cum_w = np.cumsum(request_work(instance)[order])
+    cum_w = np.cumsum(_request_work(Is, Os, instance))
 
     def ceil_div(x: np.ndarray, y: float) -> np.ndarray:
         return np.ceil(x / y - 1e-12)
@@ -360,7 +373,7 @@ def work_bound(instance: Instance) -> tuple[float, float]:
     best = set(np.argsort(-values, kind="stable")[:REFINED_SUFFIXES].tolist()) | {len(arr) - 1}
     for k in best:
         if closes[k]:
-            values[k] = max(values[k], arr[k] + cum_w[k] + least_bias(instance, order[: k + 1]))
+            values[k] = max(values[k], arr[k] + cum_w[k] + _least_bias(Is[: k + 1], Os[: k + 1], instance))
     k = int(np.argmax(values))
     return float(values[k]), float(arr[k])
 
