@@ -230,19 +230,21 @@ class MilpBackend:
 
     def t_relaxation(self) -> float:
         r"""LP-relaxation lower bound on :math:`\min t` over every schedule (0 when the LP fails)."""
-        prob, parts = self._build(pulp.LpMinimize)
-        prob += parts["t"]
-        prob.solve(pulp_solver("highs", mip=False, msg=self.log))
-        return float(pulp.value(prob.objective)) if prob.status == pulp.LpStatusOptimal else 0.0
+        return self._lp(pulp.LpMinimize, lambda parts: parts["t"], failed=0.0)
 
     def f_relaxation(self, n_inc: int, batches_inc: list[list[int]]) -> float:
         r"""LP-relaxation upper bound on :math:`\max n - \lambda t` at the incumbent's :math:`\lambda`
         (inf when the LP fails), used to prove a bound when the MIP stopped without a dual bound."""
         lam = n_inc / g_core(self.data.problem, batches_inc)[1]
-        prob, parts = self._build(pulp.LpMaximize)
-        prob += parts["n"] - lam * parts["t"]
+        return self._lp(pulp.LpMaximize, lambda parts: parts["n"] - lam * parts["t"], failed=float("inf"))
+
+    def _lp(self, sense: int, objective: Any, failed: float) -> float:
+        """Optimal value of the model's LP relaxation for ``objective(parts)``, ``failed`` when the LP
+        is not solved to optimality (the weakest bound in that direction)."""
+        prob, parts = self._build(sense)
+        prob += objective(parts)
         prob.solve(pulp_solver("highs", mip=False, msg=self.log))
-        return float(pulp.value(prob.objective)) if prob.status == pulp.LpStatusOptimal else float("inf")
+        return float(pulp.value(prob.objective)) if prob.status == pulp.LpStatusOptimal else failed
 
     def max_n(self, deadline: float | None) -> SubResult:
         prob, parts = self._build(pulp.LpMaximize)
