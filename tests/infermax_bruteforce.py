@@ -6,9 +6,20 @@ generated; finished when g == O). From a state, every batch is enumerated: each 
 either idles, is evicted (if it holds KV and evictions are allowed) or processes a legal item
 (a prefill chunk 1..I-m, all of it without chunking, or one decode token); the batch must respect
 C, P (prefill tokens), M and R_max after processing, and hybrid batching when it is off. Batches
-with evictions only are allowed (they cost 0). Edge cost = the cost model's batch time, so the
-shortest path to "all finished" is the least makespan for instances whose requests all arrive at 0.
-The path is returned as a schedule so that tests replay it too.
+with evictions only are allowed (they cost 0). The path is returned as a schedule so that tests
+replay it too.
+
+Each objective is a shortest path with its own edge cost (T = the cost model's batch time):
+
+- ``makespan``: the label is the end time of the last batch; a batch starts at the later of that
+  and the arrivals of the requests it names (waiting is never useful otherwise). The end time is
+  non-decreasing in the start time, so the earliest label of a state dominates (label setting is
+  exact with arrivals too).
+- ``completion`` (sum of finish times, all arrivals at 0): a request's finish time is the sum of T
+  over the batches up to its finishing one, so the sum over requests is the sum over batches of
+  T times the number of requests unfinished before the batch.
+- ``ttft`` (mean first-token time, all arrivals at 0): likewise T times the number of requests
+  without a token before the batch, divided by N; the path still has to finish every request.
 """
 
 from __future__ import annotations
@@ -88,14 +99,19 @@ def _successors(inst: Instance, state: State, evict: bool, chunk: bool, hybrid: 
         yield cost, tuple(new), Batch(tuple(items), tuple(ev))
 
 
-def exhaustive_makespan(
-    inst: Instance, evict: bool = True, chunk: bool = True, hybrid: bool = True
+def exhaustive_optimum(
+    inst: Instance, objective: str = "makespan", evict: bool = True, chunk: bool = True, hybrid: bool = True
 ) -> tuple[float, Schedule] | None:
-    """Least makespan over all schedules (offline instances), with an optimal schedule; None if none."""
-    if any(r.arrival > 0 for r in inst.requests):
-        raise ValueError("exhaustive_makespan handles offline instances only")
-    start: State = tuple((0, r.prompt_tokens, 0) for r in inst.requests)
-    goal_g = tuple(r.output_tokens for r in inst.requests)
+    """Least ``objective`` over all schedules, with an optimal schedule; None if none finishes.
+
+    Arrivals are allowed for ``makespan`` only (the other objectives' edge costs assume time 0).
+    """
+    reqs = inst.requests
+    if objective != "makespan" and any(r.arrival > 0 for r in reqs):
+        raise ValueError(f"exhaustive search of {objective!r} handles offline instances only")
+    start: State = tuple((0, r.prompt_tokens, 0) for r in reqs)
+    goal_g = tuple(r.output_tokens for r in reqs)
+    arrival = {r.id: r.arrival for r in reqs}
     dist = {start: 0.0}
     parent: dict[State, tuple[State, Batch]] = {}
     heap = [(0.0, 0, start)]
@@ -111,9 +127,26 @@ def exhaustive_makespan(
                 batches.append(b)
             return d, Schedule(inst.name, tuple(reversed(batches)), {"solver": "exhaustive"})
         for cost, t, batch in _successors(inst, s, evict, chunk, hybrid):
-            nd = d + cost
+            if objective == "makespan":
+                ready = max([arrival[it.id] for it in batch.items] + [arrival[i] for i in batch.evict])
+                if ready > d:
+                    batch = Batch(batch.items, batch.evict, start=ready)
+                nd = max(d, ready) + cost
+            elif objective == "completion":
+                nd = d + cost * sum(g < o for (_, _, g), o in zip(s, goal_g))
+            elif objective == "ttft":
+                nd = d + cost * sum(g == 0 for _, _, g in s) / len(reqs)
+            else:
+                raise ValueError(f"unknown objective {objective!r}")
             if nd < dist.get(t, float("inf")) - 1e-15:
                 dist[t] = nd
                 parent[t] = (s, batch)
                 heapq.heappush(heap, (nd, next(tick), t))
     return None
+
+
+def exhaustive_makespan(
+    inst: Instance, evict: bool = True, chunk: bool = True, hybrid: bool = True
+) -> tuple[float, Schedule] | None:
+    """Least makespan over all schedules, with an optimal schedule; None if none."""
+    return exhaustive_optimum(inst, "makespan", evict, chunk, hybrid)
