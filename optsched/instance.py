@@ -12,12 +12,13 @@ from :attr:`Instance.extra`, the parsed JSON object less the contract's keys.
 from __future__ import annotations
 
 import csv
+import difflib
 import json
 import math
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -288,7 +289,22 @@ def parse_instance(data: Any, source: str = "<instance>", *, check_capacity: boo
     )
     _check_requests(requests, limits, source, check_capacity)
     extra = {k: v for k, v in data.items() if k not in _InstanceModel.model_fields}
+    _reject_misspelt_keys(extra, _InstanceModel.model_fields, source, "")
+    for r in requests:
+        _reject_misspelt_keys(r.extra, _RequestModel.model_fields, source, f"request {r.id!r}: ")
     return Instance(model.name, cost, limits, requests, extra)
+
+
+def _reject_misspelt_keys(extra: Mapping[str, Any], known: Iterable[str], source: str, who: str) -> None:
+    """Reject an extension key that is a near miss of a contract key (``arival``, ``slos``).
+
+    Keys outside the contract are kept for formulations (``Instance.extra``), so a misspelt
+    optional field would otherwise be silently ignored: the request would arrive at 0 or carry no SLO.
+    """
+    for key in extra:
+        close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
+        if close:
+            raise InstanceError(f"{source}: {who}field {key!r}: unknown field; did you mean {close[0]!r}?")
 
 
 def _check_requests(requests: Sequence[Request], limits: Limits, source: str, check_capacity: bool = True) -> None:

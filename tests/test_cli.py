@@ -134,6 +134,11 @@ def test_check_text_output(capsys, tmp_path):
         ({**TOY, "requests": [TOY["requests"][0], TOY["requests"][0]]}, "duplicate id"),
         ({k: v for k, v in TOY.items() if k != "name"}, "field 'name': missing"),
         ({**TOY, "limits": {"token_budget": 8, "prefill_budget": 16}}, "prefill_budget"),
+        ({**TOY, "requests": [{"id": "a", "arival": 1.0, "prompt_tokens": 5, "output_tokens": 2}]},
+         "request 'a': field 'arival': unknown field; did you mean 'arrival'?"),
+        ({**TOY, "requests": [{"id": "a", "slos": {"ttft": 1}, "prompt_tokens": 5, "output_tokens": 2}]},
+         "request 'a': field 'slos': unknown field; did you mean 'slo'?"),
+        ({**{k: v for k, v in TOY.items() if k != "limits"}, "limit": TOY["limits"]}, "field 'limit': unknown field"),
     ],
 )
 @pytest.mark.parametrize("command", ["simulate", "check", "info", "bound", "solve"])
