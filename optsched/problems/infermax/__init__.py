@@ -8,8 +8,11 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
    registered policy whose schedule replays and respects the options and, when evictions are
    allowed, the eviction-free optimum solved first with a quarter of the time limit) and keeps the
    best as the upper bound UB and the warm start (or the policy named by ``warm_start``); the
-   main solve gets what is left of ``time_limit`` (at least ``MIN_PHASE_SHARE`` of it), so the
-   whole call keeps within the limit up to model building and the replay;
+   main solve gets what is left of ``time_limit`` (at least ``MIN_PHASE_SHARE`` of it). The whole
+   call keeps within the limit up to the final replay and bounds: policies, phase 1, the
+   relaxation and the model build are not started, or are stopped, once the limit has passed, and
+   a model of more than ``max_cells`` request-batch cells is not built (then the best candidate
+   and the proven bounds are the result, ``extra['stopped']`` says why);
 3. derives the horizon J from UB (:func:`.model.horizon`: proven for makespan and completion);
    for the makespan with a KV capacity, solves the residency relaxation (:mod:`.relax`) with the
    option ``relax``'s share of the limit, gives its proven bound and count facts to the model and
@@ -30,7 +33,7 @@ from typing import Any, Mapping
 
 from ...instance import Instance
 from ...result import Bound, SolveResult, check_agreement, replayed_objective
-from ...schedule import Schedule, replay
+from ...schedule import ReplayResult, Schedule, replay
 from ...bounds import generic_bounds
 from .model import (
     InferMaxInputError,
@@ -51,9 +54,8 @@ MIN_PHASE_SHARE = 0.05
 OPTIMAL_RTOL = 1e-9
 
 
-def _respects(schedule: Schedule, instance: Instance, options: InferMaxOptions) -> bool:
+def _respects(rep: ReplayResult, options: InferMaxOptions) -> bool:
     """Whether a replay-feasible schedule respects the options the model imposes."""
-    rep = replayed_objective(instance, schedule, options.objective)[1]
     if options.no_evict and rep.metrics is not None and rep.metrics.evictions:
         return False
     if options.no_hybrid and any(p > 0 and d > 0 for p, d in zip(rep.prefill_tokens, rep.decode_items)):
@@ -61,26 +63,49 @@ def _respects(schedule: Schedule, instance: Instance, options: InferMaxOptions) 
     return True
 
 
+#: A candidate: its schedule, its replayed objective and its replay.
+Candidate = tuple[Schedule, float, ReplayResult]
+
+
 def candidate_schedules(instance: Instance, options: InferMaxOptions) -> dict[str, Schedule]:
-    """Feasible schedules that respect the options: ``serial`` and every registered policy.
+    """Feasible schedules that respect the options: every registered policy and ``serial``
+    (:func:`_candidates` without a deadline)."""
+    return {name: cand[0] for name, cand in _candidates(instance, options, None).items()}
+
+
+def _candidates(instance: Instance, options: InferMaxOptions, deadline: float | None) -> dict[str, Candidate]:
+    """:func:`candidate_schedules` with their replays, by ``deadline`` (a ``time.perf_counter()`` value).
 
     Policies are skipped when chunked prefill is off (their chunking cannot be checked without
     re-implementing the semantics) or when they do not apply to the instance, fail or violate an
-    option.
+    option. After the deadline nothing more is started once there is one candidate, except the
+    ``warm_start`` policy; ``serial`` (one request at a time: hundreds of thousands of batches on
+    a large trace) comes last, and always when no policy gave a candidate.
     """
-    out = {"serial": serial_schedule(instance, no_chunk=options.no_chunk)}
-    if options.no_chunk:
-        return out
-    from ...policies import policy_names, simulator_for
+    out: dict[str, Candidate] = {}
 
-    for name in policy_names():
-        try:
-            sched = simulator_for(name)(instance)
-            if _respects(sched, instance, options):
-                out[name] = sched
-        except Exception:  # noqa: BLE001 - a failing policy is only a missing candidate
-            continue
+    def offer(name: str, schedule: Schedule) -> None:
+        value, rep = replayed_objective(instance, schedule, options.objective)
+        if _respects(rep, options):
+            out[name] = (schedule, value, rep)
+
+    if not options.no_chunk:
+        from ...policies import policy_names, simulator_for
+
+        for name in policy_names():
+            if out and _passed(deadline) and name != options.warm_start:
+                continue
+            try:
+                offer(name, simulator_for(name)(instance))
+            except Exception:  # noqa: BLE001 - a failing policy is only a missing candidate
+                continue
+    if not out or not _passed(deadline):
+        offer("serial", serial_schedule(instance, no_chunk=options.no_chunk))
     return out
+
+
+def _passed(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() > deadline
 
 
 def _nonempty(schedule: Schedule) -> int:
@@ -101,17 +126,20 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     """
     t0 = time.perf_counter()
     opts = InferMaxOptions.from_dict(options)
+    deadline = None if opts.time_limit is None else t0 + opts.time_limit
     try:
-        cands = candidate_schedules(instance, opts)
+        found = _candidates(instance, opts, deadline)
     except InferMaxInputError as exc:
         return SolveResult("infermax", opts.solver, "infeasible", wall_time=time.perf_counter() - t0,
                            extra={"reason": str(exc)})
-    if not opts.no_evict:  # phase 1: the eviction-free optimum (fast) seeds the full model
+    if not opts.no_evict and not _passed(deadline):  # phase 1: the eviction-free optimum seeds the full model
         first = solve(instance, {**options, "no_evict": True, "warm_start": None, "relax": 0,
                                  "time_limit": None if opts.time_limit is None else opts.time_limit / 4})
         if first.schedule is not None:
-            cands["infermax-no-evict"] = first.schedule
-    values = {name: replayed_objective(instance, s, opts.objective)[0] for name, s in cands.items()}
+            found["infermax-no-evict"] = (first.schedule, first.objective, first.replay)
+    cands = {name: schedule for name, (schedule, _, _) in found.items()}
+    values = {name: value for name, (_, value, _) in found.items()}
+    makespans = {name: rep.metrics.makespan for name, (_, _, rep) in found.items()}
     best = min(values, key=lambda k: values[k])
     warm = opts.warm_start or best
     if warm not in cands:
@@ -119,28 +147,28 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
             f"option 'warm_start': policy {warm!r} gives no schedule respecting the options "
             f"(available: {', '.join(sorted(cands))})"
         )
-    makespans = {name: replayed_objective(instance, s, "makespan")[0] for name, s in cands.items()}
     limit = opts.time_limit  # the whole solve (candidates, phase 1, relaxation) keeps within it
     data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
-    relax = _relaxation(data, limit)
+    relax = None if _passed(deadline) else _relaxation(data, limit)
     if relax is not None:
         if relax.bound == math.inf:
             raise RuntimeError(
                 f"residency relaxation infeasible although {best!r} gives a schedule within J = {data.J}"
             )
         point = relax.schedule
-        if point is not None and replay(instance, point).feasible and _respects(point, instance, opts):
+        rep = None if point is None else replay(instance, point)
+        if rep is not None and rep.feasible and _respects(rep, opts):
             name = "residency-relaxation"  # the relaxation's best point as a schedule: a candidate
             cands[name] = point
             values[name] = replayed_objective(instance, point, opts.objective)[0]
-            makespans[name] = replayed_objective(instance, point, "makespan")[0]
+            makespans[name] = rep.metrics.makespan
             if values[name] < values[best]:
                 best = name
                 warm = opts.warm_start or best
         data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
         data = replace(data, lower=relax.bound, count_facts=relax.facts)
-    hint = hint_from_schedule(data, cands[warm])
-    backend = _run_backend(data, hint)
+    hint = hint_from_schedule(data, cands[warm]) if data.N * data.J <= opts.max_cells else None
+    backend = _run_backend(data, hint, deadline)
     extra: dict[str, Any] = {
         "horizon": data.J,
         "horizon_proven": data.horizon_proven,
@@ -205,20 +233,22 @@ def _relaxation(data: ModelData, limit: float | None) -> Any:
     opts = data.options
     if not (opts.relax > 0 and opts.objective == "makespan" and data.M is not None and data.horizon_proven):
         return None
+    if data.N * data.J > opts.max_cells:  # as the model (model.check_size)
+        return None
     from .relax import residency_bound
 
     share = None if limit is None or opts.time_limit is None else min(opts.relax * limit, opts.time_limit)
     return residency_bound(data.instance, data.J, share, opts.threads)
 
 
-def _run_backend(data: ModelData, hint: Any) -> Any:
+def _run_backend(data: ModelData, hint: Any, deadline: float | None) -> Any:
     if data.options.solver == "cpsat":
         from .cpsat import solve_cpsat
 
-        return solve_cpsat(data, hint)
+        return solve_cpsat(data, hint, deadline)
     from .mip import solve_mip
 
-    return solve_mip(data, hint)
+    return solve_mip(data, hint, deadline)
 
 
 #: Default time limit (seconds) of ``optsched bound --method relax``.

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ortools.sat.python import cp_model
 
-from .model import ModelData, Scaling, integer_scaling
+from .model import BuildStopped, ModelData, Scaling, check_deadline, check_size, integer_scaling
 from .relax import add_count_fact
 
 
@@ -51,37 +52,49 @@ class BackendResult:
 class _Builder:
     """Builds the CP-SAT model for one :class:`ModelData` (names follow the model docstring)."""
 
-    def __init__(self, data: ModelData, scale: Scaling) -> None:
+    def __init__(self, data: ModelData, scale: Scaling, deadline: float | None = None) -> None:
+        check_size(data, "CP-SAT model")
         self.data = data
         self.scale = scale
+        self.deadline = deadline
         self.m = cp_model.CpModel()
-        N, J = data.N, data.J
+        J = data.J
         mdl = self.m
-        self.c = [[mdl.NewIntVar(0, min(data.C, data.U(i)), f"c_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.cz = [[mdl.NewBoolVar(f"cz_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.e = [[self._evict_var(i, j) for j in range(J)] for i in range(N)]
-        self.g = [[mdl.NewBoolVar(f"g_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.d = [[mdl.NewBoolVar(f"d_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.dg = [[mdl.NewBoolVar(f"dg_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.mh = [[mdl.NewIntVar(0, data.U(i), f"mh_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.mk = [[mdl.NewIntVar(0, data.U(i) - 1, f"m_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.G = [[mdl.NewIntVar(0, data.output[i], f"G_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.done = [[mdl.NewBoolVar(f"done_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.pc = [[mdl.NewIntVar(0, min(data.P, data.U(i)), f"pc_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.sq = [[mdl.NewIntVar(0, min(data.P, data.U(i)) ** 2, f"sq_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.kv = [[mdl.NewIntVar(0, data.U(i) - 1, f"kv_{i}_{j}") for j in range(J)] for i in range(N)]
+        self.c = self._grid(lambda i, j: mdl.NewIntVar(0, min(data.C, data.U(i)), f"c_{i}_{j}"))
+        self.cz = self._grid(lambda i, j: mdl.NewBoolVar(f"cz_{i}_{j}"))
+        self.e = self._grid(self._evict_var)
+        self.g = self._grid(lambda i, j: mdl.NewBoolVar(f"g_{i}_{j}"))
+        self.d = self._grid(lambda i, j: mdl.NewBoolVar(f"d_{i}_{j}"))
+        self.dg = self._grid(lambda i, j: mdl.NewBoolVar(f"dg_{i}_{j}"))
+        self.mh = self._grid(lambda i, j: mdl.NewIntVar(0, data.U(i), f"mh_{i}_{j}"))
+        self.mk = self._grid(lambda i, j: mdl.NewIntVar(0, data.U(i) - 1, f"m_{i}_{j}"))
+        self.G = self._grid(lambda i, j: mdl.NewIntVar(0, data.output[i], f"G_{i}_{j}"))
+        self.done = self._grid(lambda i, j: mdl.NewBoolVar(f"done_{i}_{j}"))
+        self.pc = self._grid(lambda i, j: mdl.NewIntVar(0, min(data.P, data.U(i)), f"pc_{i}_{j}"))
+        self.sq = self._grid(lambda i, j: mdl.NewIntVar(0, min(data.P, data.U(i)) ** 2, f"sq_{i}_{j}"))
+        self.kv = self._grid(lambda i, j: mdl.NewIntVar(0, data.U(i) - 1, f"kv_{i}_{j}"))
         self.y = [mdl.NewBoolVar(f"y_{j}") for j in range(J)]
         self.hp = [mdl.NewBoolVar(f"hp_{j}") for j in range(J)]
         self.hd = [mdl.NewBoolVar(f"hd_{j}") for j in range(J)]
         self.mz: list[list[cp_model.IntVar]] = []  # per batch, when R_max binds
-        for i in range(N):
+        for i in range(data.N):
+            check_deadline(deadline, "CP-SAT model")
             self._request(i)
         for j in range(J):
+            check_deadline(deadline, "CP-SAT model")
             self._batch(j)
         self._symmetry()
         self._redundant()
         self.T = [self._batch_time(j) for j in range(J)]
         self._objective()
+
+    def _grid(self, make: Callable[[int, int], Any]) -> list[list[Any]]:
+        """``make(i, j)`` for every request i and batch j, checking the deadline per request."""
+        rows = []
+        for i in range(self.data.N):
+            check_deadline(self.deadline, "CP-SAT model")
+            rows.append([make(i, j) for j in range(self.data.J)])
+        return rows
 
     def _evict_var(self, i: int, j: int) -> cp_model.IntVar:
         if self.data.options.no_evict or j == 0:
@@ -289,15 +302,26 @@ def true_objective(data: ModelData, T_sec: list[float], E_sec: list[float] | Non
     return math.fsum(f - a for f, a in zip(F_sec, data.arrival)) / data.N
 
 
-def solve_cpsat(data: ModelData, hint: tuple[list[list[int]], list[list[int]]] | None) -> BackendResult:
-    """Build and solve the model with CP-SAT."""
+def solve_cpsat(
+    data: ModelData, hint: tuple[list[list[int]], list[list[int]]] | None, deadline: float | None = None
+) -> BackendResult:
+    """Build and solve the model with CP-SAT, by ``deadline`` (a ``time.perf_counter()`` value).
+
+    A model larger than option ``max_cells``, or one not built by the deadline, is not solved
+    (status ``unknown``, ``info['stopped']`` says why).
+    """
     scale = integer_scaling(data)
-    b = _Builder(data, scale)
+    try:
+        b = _Builder(data, scale, deadline)
+    except BuildStopped as exc:
+        return BackendResult("unknown", None, None, None, None, None, {"stopped": str(exc)})
     if hint is not None:
         b.add_hint(*hint)
     solver = cp_model.CpSolver()
     opts = data.options
-    if opts.time_limit is not None:
+    if deadline is not None:
+        solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.01)
+    elif opts.time_limit is not None:
         solver.parameters.max_time_in_seconds = opts.time_limit
     solver.parameters.num_workers = opts.threads or 2
     solver.parameters.log_search_progress = opts.log

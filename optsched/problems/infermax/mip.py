@@ -23,7 +23,8 @@ import contextlib
 import math
 import os
 import sys
-from typing import Any, Iterator
+import time
+from typing import Any, Callable, Iterator
 
 import pulp
 
@@ -31,9 +32,13 @@ from ...instance import Instance
 from ...mipsolvers import pulp_solver
 from ...result import Bound
 from .cpsat import BackendResult, true_objective
-from .model import InferMaxOptions, ModelData, build_data, serial_schedule
+from .model import BuildStopped, InferMaxOptions, ModelData, build_data, check_deadline, check_size, serial_schedule
 
 __all__ = ["build_mip", "lp_relaxation_bound", "solve_mip"]
+
+#: A MIP cell (PuLP objects, the binary expansion of the prefill square) costs about ten times a
+#: CP-SAT cell to build (N = 64, J = 349: 150 s against 11.6 s), so option ``max_cells`` counts it ten times.
+MIP_CELL_COST = 10
 
 GAP_REL = 1e-10
 #: The MIP works in microseconds (coefficients from about 1e-3 to 1e4: better conditioned than seconds).
@@ -44,32 +49,36 @@ GAP_ABS = 1e-12 * UNIT
 class _Mip:
     """The PuLP model for one :class:`ModelData` (names follow the model docstring)."""
 
-    def __init__(self, data: ModelData, relax: bool = False) -> None:
+    def __init__(self, data: ModelData, relax: bool = False, deadline: float | None = None) -> None:
+        check_size(data, "MIP model", MIP_CELL_COST)
         self.data = data
         self.relax = relax
+        self.deadline = deadline
         self.p = pulp.LpProblem("infermax", pulp.LpMinimize)
         N, J = data.N, data.J
         self._n = 0
-        self.c = [[self._int(0, min(data.C, data.U(i))) for _ in range(J)] for i in range(N)]
-        self.cz = [[self._bin() for _ in range(J)] for _ in range(N)]
-        self.e = [[0 if data.options.no_evict or j == 0 else self._bin() for j in range(J)] for _ in range(N)]
-        self.g = [[self._bin() for _ in range(J)] for _ in range(N)]
-        self.d = [[0 if j == 0 else self._bin() for j in range(J)] for _ in range(N)]
-        self.dg = [[self._bin() for _ in range(J)] for _ in range(N)]
-        self.mh = [[self._cont(0, data.U(i)) for _ in range(J)] for i in range(N)]
-        self.mk = [[self._cont(0, data.U(i) - 1) for _ in range(J)] for i in range(N)]
-        self.G = [[self._cont(0, data.output[i]) for _ in range(J)] for i in range(N)]
-        self.done = [[self._bin() for _ in range(J)] for _ in range(N)]
-        self.pc = [[self._int(0, min(data.P, data.U(i))) for _ in range(J)] for i in range(N)]
-        self.sq = [[self._square(self.pc[i][j], min(data.P, data.U(i))) for j in range(J)] for i in range(N)]
-        self.kv = [[self._cont(0, data.U(i) - 1) for _ in range(J)] for i in range(N)]
+        self.c = self._grid(lambda i, j: self._int(0, min(data.C, data.U(i))))
+        self.cz = self._grid(lambda i, j: self._bin())
+        self.e = self._grid(lambda i, j: 0 if data.options.no_evict or j == 0 else self._bin())
+        self.g = self._grid(lambda i, j: self._bin())
+        self.d = self._grid(lambda i, j: 0 if j == 0 else self._bin())
+        self.dg = self._grid(lambda i, j: self._bin())
+        self.mh = self._grid(lambda i, j: self._cont(0, data.U(i)))
+        self.mk = self._grid(lambda i, j: self._cont(0, data.U(i) - 1))
+        self.G = self._grid(lambda i, j: self._cont(0, data.output[i]))
+        self.done = self._grid(lambda i, j: self._bin())
+        self.pc = self._grid(lambda i, j: self._int(0, min(data.P, data.U(i))))
+        self.sq = self._grid(lambda i, j: self._square(self.pc[i][j], min(data.P, data.U(i))))
+        self.kv = self._grid(lambda i, j: self._cont(0, data.U(i) - 1))
         self.y = [self._bin() for _ in range(J)]
         self.hp = [self._bin() for _ in range(J)]
         self.hd = [self._bin() for _ in range(J)]
         self.mz: list[list[Any]] = []  # per batch, when R_max binds
         for j in range(J):
+            check_deadline(deadline, "MIP model")
             self._batch(j)
         for i in range(N):
+            check_deadline(deadline, "MIP model")
             self._request(i)
         for a, b in data.symmetric_pairs:
             for j in range(J):
@@ -85,6 +94,14 @@ class _Mip:
         self._objective()
 
     # ------------------------------------------------------------------ variables
+    def _grid(self, make: Callable[[int, int], Any]) -> list[list[Any]]:
+        """``make(i, j)`` for every request i and batch j, checking the deadline per request."""
+        rows = []
+        for i in range(self.data.N):
+            check_deadline(self.deadline, "MIP model")
+            rows.append([make(i, j) for j in range(self.data.J)])
+        return rows
+
     def _name(self, kind: str) -> str:
         self._n += 1
         return f"{kind}{self._n}"
@@ -260,9 +277,10 @@ class _Mip:
                     self.e[i][j].setInitialValue(e[i][j])
 
 
-def _solver(data: ModelData, warm: bool, relax: bool = False) -> pulp.LpSolver:
+def _solver(data: ModelData, warm: bool, relax: bool = False, deadline: float | None = None) -> pulp.LpSolver:
     opts: InferMaxOptions = data.options
-    return pulp_solver("highs" if relax else opts.solver, time_limit=opts.time_limit, threads=opts.threads,
+    time_limit = opts.time_limit if deadline is None else max(deadline - time.perf_counter(), 0.01)
+    return pulp_solver("highs" if relax else opts.solver, time_limit=time_limit, threads=opts.threads,
                        msg=opts.log, gap_rel=GAP_REL, gap_abs=GAP_ABS, mip=not relax, warm_start=warm)
     raise ValueError(f"solver {opts.solver!r} is not a MIP backend")
 
@@ -279,12 +297,19 @@ def _bound(prob: pulp.LpProblem, solver: pulp.LpSolver, optimal: bool) -> float 
     return float(pulp.value(prob.objective)) / UNIT if optimal else None
 
 
-def solve_mip(data: ModelData, hint: tuple[list[list[int]], list[list[int]]] | None) -> BackendResult:
-    """Build and solve the model as a MIP with the backend named by ``data.options.solver``."""
-    mip = _Mip(data)
+def solve_mip(
+    data: ModelData, hint: tuple[list[list[int]], list[list[int]]] | None, deadline: float | None = None
+) -> BackendResult:
+    """Build and solve the model as a MIP with the backend named by ``data.options.solver``, by
+    ``deadline`` (as :func:`.cpsat.solve_cpsat`)."""
+    try:
+        mip = _Mip(data, deadline=deadline)
+        check_deadline(deadline, "MIP model")  # the last loops and the objective are built
+    except BuildStopped as exc:
+        return BackendResult("unknown", None, None, None, None, None, {"stopped": str(exc)})
     if hint is not None:
         mip.set_warm_start(*hint)
-    solver = _solver(data, warm=hint is not None)
+    solver = _solver(data, warm=hint is not None, deadline=deadline)
     info: dict[str, Any] = {"variables": len(mip.p.variables()), "constraints": len(mip.p.constraints())}
     try:
         with _stdout_to_stderr(data.options.log):

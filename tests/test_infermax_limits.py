@@ -1,0 +1,82 @@
+"""InferMax under its limits: the time limit stops set-up work, ``max_cells`` stops huge models.
+
+Whatever stops the solver, the result is the best candidate schedule (replayed) with the proven
+bounds, never a crash, a hang or a wrong ``optimal``.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_infermax import solve, tiny_instance  # noqa: E402
+
+from optsched import load_instance, replay  # noqa: E402
+from optsched.bounds import generic_bounds  # noqa: E402
+from optsched.problems.infermax import _candidates  # noqa: E402
+from optsched.problems.infermax.cpsat import solve_cpsat  # noqa: E402
+from optsched.problems.infermax.mip import solve_mip  # noqa: E402
+from optsched.problems.infermax.model import InferMaxInputError, InferMaxOptions, build_data  # noqa: E402
+
+
+def check_fallback(inst, res, status: str) -> None:
+    """The result of a solve whose model was not built: a replayed candidate and proven bounds."""
+    assert res.status == status, res.extra
+    assert "not built" in res.extra["stopped"]
+    assert replay(inst, res.schedule).feasible
+    assert res.objective == pytest.approx(replay(inst, res.schedule).metrics.makespan, rel=1e-12)
+    assert res.bound == pytest.approx(max(b.value for b in generic_bounds(inst, "makespan")), rel=1e-12)
+    assert res.objective == pytest.approx(min(res.extra["policy_values"].values()), rel=1e-12)
+
+
+def test_model_above_max_cells_is_not_built() -> None:
+    inst = tiny_instance(5)  # the best policy is 22 % above the bound: not optimal
+    res = solve(inst, max_cells=10)
+    check_fallback(inst, res, "feasible")
+    assert "exceeds option 'max_cells' = 10" in res.extra["stopped"]
+    limited = solve(inst, max_cells=10, time_limit=30)
+    check_fallback(inst, limited, "time_limit")
+    assert solve(inst, max_cells=10, solver="highs").extra["stopped"].startswith("MIP model not built")
+
+
+def test_mip_cells_count_ten_times() -> None:
+    inst = tiny_instance(5)
+    cells = build_data(inst, InferMaxOptions.from_dict({}), 0.2, 0.2, 1).J * len(inst.requests)
+    tight = build_data(inst, InferMaxOptions.from_dict({"max_cells": 10 * cells - 1, "solver": "highs"}), 0.2, 0.2, 1)
+    assert "each counted 10 times" in solve_mip(tight, None).info["stopped"]
+    assert "stopped" not in solve_cpsat(tight, None).info
+    enough = build_data(inst, InferMaxOptions.from_dict({"max_cells": 10 * cells, "solver": "highs"}), 0.2, 0.2, 1)
+    assert solve_mip(enough, None).status == "optimal"
+
+
+def test_passed_deadline_stops_the_build_of_both_backends() -> None:
+    inst = tiny_instance(5)
+    data = build_data(inst, InferMaxOptions.from_dict({}), 0.2, 0.2, 1)
+    for backend in (solve_cpsat, solve_mip):
+        res = backend(data, None, time.perf_counter())
+        assert res.status == "unknown" and res.c is None and res.bound is None
+        assert res.info["stopped"].endswith("not built within the time limit")
+
+
+def test_candidates_after_the_deadline() -> None:
+    """Past the deadline only the first policy that gives a candidate (and the warm-start policy)
+    run; without a deadline every policy and ``serial`` do."""
+    inst = load_instance("toy-4")
+    opts = InferMaxOptions.from_dict({})
+    everything = _candidates(inst, opts, None)
+    assert "serial" in everything and len(everything) > 3
+    passed = _candidates(inst, opts, time.perf_counter())
+    assert list(passed) == [next(iter(everything))]
+    warm = list(everything)[-2]
+    assert list(_candidates(inst, InferMaxOptions.from_dict({"warm_start": warm}), time.perf_counter())) == [
+        next(iter(everything)), warm]
+    only_serial = _candidates(inst, InferMaxOptions.from_dict({"no_chunk": True}), time.perf_counter())
+    assert list(only_serial) == ["serial"]
+
+
+def test_bad_max_cells_is_named() -> None:
+    for bad in (0, -5, 2.5, True, "many"):
+        with pytest.raises(InferMaxInputError, match="option 'max_cells'"):
+            InferMaxOptions.from_dict({"max_cells": bad})
