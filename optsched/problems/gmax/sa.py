@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -193,13 +194,18 @@ def _neighbours(problem: GmaxProblem, cur: list[list[int]]):
                 yield rest[:place] + [cur[a]] + rest[place:]
 
 
-def local_search(problem: GmaxProblem, batches: list[list[int]]) -> list[list[int]]:
+def _passed(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() > deadline
+
+
+def local_search(problem: GmaxProblem, batches: list[list[int]], deadline: float | None = None) -> list[list[int]]:
     """Steepest-ascent hill climbing of G from ``batches`` over :func:`_neighbours` (a polishing
-    step for the exact solver's first incumbent; not part of the paper's algorithm)."""
+    step for the exact solver's first incumbent; not part of the paper's algorithm). No new
+    ascent step starts after ``deadline`` (a ``time.perf_counter()`` value)."""
     cur = [list(b) for b in batches]
     n, t = g_core(problem, cur)
     best = g_value(n, t)
-    while True:
+    while not _passed(deadline):
         top, top_g = None, best
         for cand in _neighbours(problem, cur):
             g = g_value(*g_core(problem, cand))
@@ -208,21 +214,30 @@ def local_search(problem: GmaxProblem, batches: list[list[int]]) -> list[list[in
         if top is None:
             return cur
         cur, best = top, top_g
+    return cur
 
 
 def iterated_local_search(
-    problem: GmaxProblem, batches: list[list[int]], rounds: int = 20, kicks: int = 3, seed: int = 0
+    problem: GmaxProblem,
+    batches: list[list[int]],
+    rounds: int = 20,
+    kicks: int = 3,
+    seed: int = 0,
+    deadline: float | None = None,
 ) -> list[list[int]]:
     """:func:`local_search` restarted ``rounds`` times from the best schedule after ``kicks`` random
-    annealing moves; keeps the best (a polishing step for the exact solver's first incumbent)."""
+    annealing moves; keeps the best (a polishing step for the exact solver's first incumbent). No
+    round starts after ``deadline``."""
     rng = random.Random(seed)
-    best = local_search(problem, batches)
+    best = local_search(problem, batches, deadline)
     best_g = g_value(*g_core(problem, best))
     for _ in range(rounds):
+        if _passed(deadline):
+            break
         cand = best
         for _ in range(kicks):
             cand = rng.choice(_MOVES)(problem, cand, rng) or cand
-        cand = local_search(problem, cand)
+        cand = local_search(problem, cand, deadline)
         g = g_value(*g_core(problem, cand))
         if g > best_g:
             best, best_g = cand, g
