@@ -109,3 +109,13 @@ def test_large_faithful_model_is_refused_not_built() -> None:
     inst = tiny_instance(0, 60, clients=20)
     res = solve(inst, {"method": "faithful"})
     assert res.status == "unsupported" and "big-M" in res.extra["message"]
+
+
+def test_large_strengthened_model_is_refused_not_built(capsys) -> None:
+    from optsched.cli import main
+
+    inst = tiny_instance(0, 60, clients=60)  # 60 * 61 / 2 * 60 = 109,800 triples
+    res = solve(inst, {})
+    assert res.status == "unsupported" and "109800 (request, client, stage) triples" in res.extra["message"]
+    assert main(["solve", "gsm8k-like", "--problem", "hybrid"]) == 2
+    assert "hybrid-offline" in capsys.readouterr().err

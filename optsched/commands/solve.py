@@ -112,7 +112,8 @@ def handle(args: argparse.Namespace) -> int:
     if result.status == "infeasible":
         return EXIT_NO
     if result.status == "unsupported":
-        note = result.extra.get("note") or result.extra.get("reason") or "see the formulation's docs"
+        note = (result.extra.get("note") or result.extra.get("reason") or result.extra.get("message")
+                or "see the formulation's docs")
         print(f"optsched: error: {args.instance}: problem {args.problem!r} does not support this instance ({note})",
               file=sys.stderr)
         return EXIT_BAD_INPUT
