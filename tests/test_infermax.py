@@ -61,7 +61,8 @@ def tiny_instance(seed: int, n_max: int = 3, arrivals: bool = False):
 
 
 def solve(inst, **opts):
-    return solver_for("infermax")(inst, {"threads": 1, **opts})
+    """The InferMax solve; the model is always built (no early exit when a policy meets a bound)."""
+    return solver_for("infermax")(inst, {"threads": 1, "early_exit": False, **opts})
 
 
 def solve_mip(inst, **opts):

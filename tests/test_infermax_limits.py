@@ -14,10 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_infermax import solve, tiny_instance  # noqa: E402
 
 from optsched import load_instance, replay  # noqa: E402
+from optsched.problems import solver_for  # noqa: E402
 from optsched.bounds import generic_bounds  # noqa: E402
 from optsched.problems.infermax import _candidates  # noqa: E402
 from optsched.problems.infermax.cpsat import solve_cpsat  # noqa: E402
-from optsched.problems.infermax.mip import solve_mip  # noqa: E402
+from optsched.problems.infermax.mip import lp_relaxation_bound, solve_mip  # noqa: E402
 from optsched.problems.infermax.model import InferMaxInputError, InferMaxOptions, build_data  # noqa: E402
 
 
@@ -80,3 +81,29 @@ def test_bad_max_cells_is_named() -> None:
     for bad in (0, -5, 2.5, True, "many"):
         with pytest.raises(InferMaxInputError, match="option 'max_cells'"):
             InferMaxOptions.from_dict({"max_cells": bad})
+
+
+def test_lp_bound_is_trivial_unless_the_lp_is_solved() -> None:
+    """An LP stopped at its time limit bounds nothing (PuLP reports the stopped HiGHS as "Optimal"
+    with objective 0); a model above ``max_cells`` is not built."""
+    inst = load_instance("toy-4")
+    solved = lp_relaxation_bound(inst, {})
+    assert solved.valid and 0 < solved.value <= solver_for("infermax")(inst, {}).objective
+    stopped = lp_relaxation_bound(inst, {"time_limit": 1e-6})
+    assert stopped.value == 0.0 and "not solved to optimality" in stopped.note
+    too_big = lp_relaxation_bound(inst, {"max_cells": 10})
+    assert too_big.value == 0.0 and "not built" in too_big.note
+
+
+def test_no_model_when_a_candidate_meets_a_proven_bound() -> None:
+    """toy-4: a policy's makespan is the work bound; CP-SAT's own bound does not close the gap
+    within minutes, so without the early exit a solve without a time limit would not return."""
+    inst = load_instance("toy-4")
+    res = solver_for("infermax")(inst, {"threads": 1})
+    assert res.status == "optimal" and "meets a proven bound" in res.extra["stopped"]
+    assert res.objective == pytest.approx(min(res.extra["policy_values"].values()), rel=1e-12)
+    assert res.objective - res.bound <= 1e-9 * res.objective
+    assert res.bound == pytest.approx(max(b.value for b in generic_bounds(inst, "makespan")), rel=1e-12)
+    built = solve(inst, time_limit=2)  # early_exit off: the model runs to the limit
+    assert built.status == "optimal" and "stopped" not in built.extra
+    assert built.objective == pytest.approx(res.objective, rel=1e-9)

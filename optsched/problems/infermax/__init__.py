@@ -104,6 +104,11 @@ def _candidates(instance: Instance, options: InferMaxOptions, deadline: float | 
     return out
 
 
+def _meets(value: float, bound: float) -> bool:
+    """Whether ``value`` is within :data:`OPTIMAL_RTOL` of the proven ``bound`` (then it is optimal)."""
+    return value - bound <= OPTIMAL_RTOL * max(abs(value), 1e-12)
+
+
 def _passed(deadline: float | None) -> bool:
     return deadline is not None and time.perf_counter() > deadline
 
@@ -132,7 +137,9 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     except InferMaxInputError as exc:
         return SolveResult("infermax", opts.solver, "infeasible", wall_time=time.perf_counter() - t0,
                            extra={"reason": str(exc)})
-    if not opts.no_evict and not _passed(deadline):  # phase 1: the eviction-free optimum seeds the full model
+    proven = [b.value for b in generic_bounds(instance, opts.objective)]
+    met = opts.early_exit and _meets(min(value for _, value, _ in found.values()), max(proven))
+    if not (opts.no_evict or met or _passed(deadline)):  # phase 1: the eviction-free optimum seeds the full model
         first = solve(instance, {**options, "no_evict": True, "warm_start": None, "relax": 0,
                                  "time_limit": None if opts.time_limit is None else opts.time_limit / 4})
         if first.schedule is not None:
@@ -149,7 +156,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         )
     limit = opts.time_limit  # the whole solve (candidates, phase 1, relaxation) keeps within it
     data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
-    relax = None if _passed(deadline) else _relaxation(data, limit)
+    relax = None if met or _passed(deadline) else _relaxation(data, limit)
     if relax is not None:
         if relax.bound == math.inf:
             raise RuntimeError(
@@ -167,8 +174,14 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
                 warm = opts.warm_start or best
         data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
         data = replace(data, lower=relax.bound, count_facts=relax.facts)
-    hint = hint_from_schedule(data, cands[warm]) if data.N * data.J <= opts.max_cells else None
-    backend = _run_backend(data, hint, deadline)
+    if met:  # a candidate meets a proven bound: nothing left to prove, no model
+        from .cpsat import BackendResult
+
+        backend = BackendResult("unknown", None, None, None, None, None,
+                                {"stopped": f"model not built: {best!r} meets a proven bound"})
+    else:
+        hint = hint_from_schedule(data, cands[warm]) if data.N * data.J <= opts.max_cells else None
+        backend = _run_backend(data, hint, deadline)
     extra: dict[str, Any] = {
         "horizon": data.J,
         "horizon_proven": data.horizon_proven,
@@ -193,11 +206,10 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
                                           {"solver": opts.solver, "problem": "infermax"})
         value, rep = replayed_objective(instance, schedule, opts.objective)
         check_agreement(backend.objective, value, f"infermax/{opts.solver}")
-    else:  # no incumbent within the limit: report the best candidate
+    else:  # no model, or no incumbent within the limit: report the best candidate
         schedule = cands[best]
         value, rep = replayed_objective(instance, schedule, opts.objective)
         extra["incumbent"] = f"solver found none; schedule of {best!r}"
-    proven = [b.value for b in generic_bounds(instance, opts.objective)]
     if data.horizon_proven and backend.bound is not None:
         proven.append(backend.bound)
     elif backend.bound is not None:
@@ -205,7 +217,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     if relax is not None:  # run only over a proven horizon (see _relaxation)
         proven.append(relax.bound)
     bound = min(max(proven), value) if proven else None
-    optimal = bound is not None and value - bound <= OPTIMAL_RTOL * max(abs(value), 1e-12)
+    optimal = bound is not None and _meets(value, bound)
     if optimal:
         status = "optimal"
     elif backend.status == "optimal":  # optimal only relative to the horizon J

@@ -396,7 +396,11 @@ def _event_times(data: ModelData, mip: _Mip, E_sec: list[float]) -> list[float]:
 
 
 def lp_relaxation_bound(instance: Instance, options: dict[str, Any]) -> Bound:
-    """The LP relaxation of the MIP over the proven horizon of the serial schedule (HiGHS)."""
+    """The LP relaxation of the MIP over the proven horizon of the serial schedule (HiGHS).
+
+    Only an LP solved to optimality bounds the optimum: when it is not built (option
+    ``max_cells``) or stops at the time limit, the bound is the trivial 0, and the note says why.
+    """
     from ...result import replayed_objective
 
     opts = InferMaxOptions.from_dict({k: v for k, v in options.items() if k != "solver"})
@@ -404,9 +408,15 @@ def lp_relaxation_bound(instance: Instance, options: dict[str, Any]) -> Bound:
     mk = replayed_objective(instance, sched, "makespan")[0]
     val = replayed_objective(instance, sched, opts.objective)[0]
     data = build_data(instance, opts, mk, val, 0)
-    mip = _Mip(data, relax=True)
+    try:
+        mip = _Mip(data, relax=True)
+    except BuildStopped as exc:
+        return Bound("lp-relaxation", 0.0, True, f"trivial: the LP relaxation was not built ({exc})")
     solver = _solver(data, warm=False, relax=True)
     mip.p.solve(solver)
+    if mip.p.sol_status != pulp.LpSolutionOptimal:  # PuLP reports a stopped HiGHS as status "Optimal"
+        return Bound("lp-relaxation", 0.0, True,
+                     f"trivial: the LP relaxation over J = {data.J} batches was not solved to optimality")
     value = float(pulp.value(mip.p.objective)) / UNIT
     if opts.objective == "ttft":
         value = (value - math.fsum(data.arrival)) / data.N

@@ -215,6 +215,9 @@ class InferMaxOptions:
     max_cells
         Largest model, in request-batch cells N J, that is built (default :data:`MAX_CELLS`);
         beyond it the solve reports the best candidate schedule and the proven bounds.
+    early_exit
+        Build no model when the best candidate schedule already meets a proven bound of
+        :mod:`optsched.bounds` (default true; the tests that cross-check the backends turn it off).
     """
 
     solver: str = "cpsat"
@@ -229,6 +232,7 @@ class InferMaxOptions:
     horizon: int | None = None
     relax: float = RELAX_SHARE
     max_cells: int = MAX_CELLS
+    early_exit: bool = True
 
     @classmethod
     def from_dict(cls, options: Mapping[str, Any]) -> "InferMaxOptions":
@@ -262,6 +266,7 @@ class InferMaxOptions:
             horizon=horizon,
             relax=_share(options.get("relax", RELAX_SHARE)),
             max_cells=max_cells,
+            early_exit=bool(options.get("early_exit", True)),
         )
 
 
