@@ -232,7 +232,7 @@ def _solver(time_limit: float | None, threads: int | None, log: bool) -> cp_mode
     return solver
 
 
-#: Seconds per count check of :func:`count_bound` when it runs without a time limit.
+#: Seconds per count check of :func:`count_bound` without a time limit, and the least with one.
 CHECK_LIMIT = 10.0
 
 
@@ -378,11 +378,11 @@ def count_bound(
     ``threads`` = n >= 2, n checks run at once, one CP-SAT worker each (one worker proves the hard
     checks with less CPU than a portfolio: docs/performance.md, InferMax): the one where the least
     cost is and the ones where it would be if the running checks were proven (what a sequential
-    search would check next when they are). Each check gets ``check_limit`` seconds (default: the
-    time left, all checks together ``time_limit``; without ``time_limit``, :data:`CHECK_LIMIT`
-    each), with the facts proven when it starts as rows. A check that is not proven infeasible
-    proves nothing and ends the search (no new check starts); a fact proven by any check is valid
-    whatever the order.
+    search would check next when they are). Each check gets ``check_limit`` seconds (default: half
+    the time left of ``time_limit``, at least :data:`CHECK_LIMIT`, so that an undecided check
+    leaves time to the caller; without ``time_limit``, :data:`CHECK_LIMIT`), with the facts proven
+    when it starts as rows. A check that is not proven infeasible proves nothing and ends the
+    search (no new check starts); a fact proven by any check is valid whatever the order.
     """
     cpu, t0 = time.process_time(), time.perf_counter()
     k = Coefficients.from_cost_model(instance.cost_model)
@@ -396,7 +396,10 @@ def count_bound(
 
     def infeasible(p: int, B: int, known: list[tuple[int, int]]) -> bool:
         relax = count_check(instance, J, p, B, known)
-        own = check_limit if check_limit is not None else (CHECK_LIMIT if time_limit is None else math.inf)
+        if check_limit is not None:
+            own = check_limit
+        else:
+            own = CHECK_LIMIT if time_limit is None else max(CHECK_LIMIT, left() / 2)
         return _solver(min(own, left()), 1, False).Solve(relax.m) == cp_model.INFEASIBLE
 
     def need(p: int, known: list[tuple[int, int]]) -> int:
