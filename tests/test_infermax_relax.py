@@ -21,7 +21,9 @@ from optsched.problems import bounder_for, solver_for
 from optsched.problems.infermax import candidate_schedules
 from optsched.bounds import generic_bounds
 from optsched.problems.infermax.model import InferMaxOptions, build_data
-from optsched.problems.infermax.relax import UNIT, _Relaxation, count_bound, relaxation_bound, residency_bound
+from optsched.problems.infermax.relax import (
+    UNIT, _Relaxation, count_bound, count_check, relaxation_bound, residency_bound,
+)
 from optsched.result import replayed_objective
 from optsched.schedule import Schedule, replay
 
@@ -96,17 +98,22 @@ def fixed_relaxation_value(inst, sched: Schedule) -> float | None:
     exclude a schedule that finishes them in the other order (a renaming is in the relaxation).
     """
     x, s, r = relaxation_point(inst, sched)
-    J = len(x[0])
-    relax = _Relaxation(inst, J, symmetry=False)
-    for var, val in ((relax.x, x), (relax.s, s), (relax.r, r)):
-        for i in range(len(val)):
-            for j in range(J):
-                relax.m.Add(var[i][j] == val[i][j])
+    relax = _Relaxation(inst, len(x[0]), symmetry=False)
+    fix_point(relax, (x, s, r))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     if solver.Solve(relax.m) != cp_model.OPTIMAL:
         return None
     return relax.work + solver.ObjectiveValue() * UNIT
+
+
+def fix_point(relax: _Relaxation, point) -> None:
+    """Fix the relaxation's x, s, r to a point (its batches first, then zeros: empty batches)."""
+    for var, val in zip((relax.x, relax.s, relax.r), point):
+        assert len(val[0]) <= len(var[0])
+        for i in range(len(val)):
+            for j in range(len(var[0])):
+                relax.m.Add(var[i][j] == (val[i][j] if j < len(val[0]) else 0))
 
 
 def schedules(inst) -> dict[str, Schedule]:
@@ -197,10 +204,28 @@ def test_count_facts_hold_for_every_legal_schedule(seed: int) -> None:
     J = proven_horizon(inst)
     if J > MAX_TEST_HORIZON:
         pytest.skip(f"horizon {J} > {MAX_TEST_HORIZON}")
-    res = count_bound(inst, J, threads=1)
+    res = count_bound(inst, J)
     scheds = schedules(inst)
     check_facts(inst, res.facts, J, scheds)
     assert res.bound <= exhaustive_makespan(inst, evict=True)[0] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(0, 32, 3))
+def test_every_legal_schedule_passes_its_count_check(seed: int) -> None:
+    """The model of a count check (at most p prefill batches, at most B batches with items, no
+    objective) accepts every legal schedule's point, with B and p the schedule's own counts: a
+    fact (p, B) proven by its infeasibility excludes no schedule with B batches and p prefill batches."""
+    inst = tiny_instance(seed)
+    J = proven_horizon(inst)
+    for name, sched in schedules(inst).items():
+        B, p = batch_numbers(inst, sched)
+        if B > J:
+            continue
+        relax = count_check(inst, J, p, B, [], symmetry=False)  # a renaming is a point with it
+        fix_point(relax, relaxation_point(inst, sched))
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        assert solver.Solve(relax.m) == cp_model.OPTIMAL, name
 
 
 def test_residency_bound_below_policies_on_larger_instances() -> None:

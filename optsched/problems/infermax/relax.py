@@ -69,16 +69,17 @@ CP-SAT needs integers: every coefficient is scaled to picoseconds and rounded *d
 objective never exceeds the true one; the bound is divided back.
 
 Also here: :func:`count_bound` (least batch counts proven by infeasibility of the relaxation with
-count rows, and the bound they give), :func:`add_count_fact` (such a fact as rows of a CP-SAT
-model: this relaxation's checks and the InferMax model of :mod:`.cpsat`), :func:`residency_bound`
-(both, as the solve uses them) and
-:func:`schedule_from_point` (a relaxation point as a schedule, a candidate for the solve).
+count rows, :func:`count_check`, and the bound they give), :func:`add_count_fact` (such a fact as
+rows of a CP-SAT model: this relaxation's checks and the InferMax model of :mod:`.cpsat`),
+:func:`residency_bound` (both, as the solve uses them) and :func:`schedule_from_point` (a
+relaxation point as a schedule, a candidate for the solve).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
@@ -89,8 +90,8 @@ from ...schedule import Batch, Item, Schedule
 from .model import Coefficients, _symmetric_pairs
 
 __all__ = [
-    "CountResult", "RelaxationResult", "add_count_fact", "count_bound", "count_cost", "relaxation_bound", "residency_bound",
-    "schedule_from_point",
+    "CountResult", "RelaxationResult", "add_count_fact", "count_bound", "count_check", "count_cost",
+    "relaxation_bound", "residency_bound", "schedule_from_point",
 ]
 
 #: Time unit of the relaxation's integer objective (seconds): picoseconds, coefficients rounded down.
@@ -231,6 +232,10 @@ def _solver(time_limit: float | None, threads: int | None, log: bool) -> cp_mode
     return solver
 
 
+#: Seconds per count check of :func:`count_bound` without a time limit, and the least with one.
+CHECK_LIMIT = 10.0
+
+
 def relaxation_bound(
     instance: Instance, J: int, time_limit: float | None = None, threads: int | None = None, log: bool = False
 ) -> RelaxationResult:
@@ -335,8 +340,27 @@ def count_cost(k: Coefficients, B: int, p: int) -> float:
     return k.k_b * B + k.k_pb * p + k.k_db * (B - p)
 
 
+def count_check(
+    instance: Instance, J: int, p: int, B: int, facts: list[tuple[int, int]], symmetry: bool = True
+) -> _Relaxation:
+    """The model of the check "at most p prefill batches and at most B batches with items" of
+    :func:`count_bound`: the relaxation without objective, with the facts proven so far as rows
+    (valid rows of the same relaxation); ``symmetry`` as in :class:`_Relaxation`."""
+    relax = _Relaxation(instance, J, symmetry=symmetry)
+    relax.m.Add(sum(relax.p) <= p)
+    relax.m.Add(sum(relax.y) <= B)
+    for q, b in facts:
+        if q >= p:
+            relax.m.Add(sum(relax.y) >= b + 1)
+        else:
+            add_count_fact(relax.m, relax.p, relax.y, q, b)
+    relax.m.ClearObjective()
+    return relax
+
+
 def count_bound(
-    instance: Instance, J: int, time_limit: float | None = None, threads: int | None = None, check_limit: float = 10.0
+    instance: Instance, J: int, time_limit: float | None = None, threads: int | None = None,
+    check_limit: float | None = None
 ) -> CountResult:
     r"""Least batch counts proven by infeasibility of the relaxation, and the makespan bound they give.
 
@@ -350,53 +374,68 @@ def count_bound(
     :math:`B \ge \max(B_{min}, p)` (:func:`optsched.bounds.batch_counts`) and :math:`B \le J`.
 
     The checks raise p while "at most p prefill batches" is infeasible, then repeatedly take the p
-    where the least cost is and check "at most p prefill batches and at most need(p) batches"; each
-    check gets ``check_limit`` seconds, all of them ``time_limit``; the first check that is not
-    proven infeasible ends the search (it proves nothing).
+    where the least cost is and check "at most p prefill batches and at most need(p) batches". With
+    ``threads`` = n >= 2, n checks run at once, one CP-SAT worker each (one worker proves the hard
+    checks with less CPU than a portfolio: docs/performance.md, InferMax): the one where the least
+    cost is and the ones where it would be if the running checks were proven (what a sequential
+    search would check next when they are). Each check gets ``check_limit`` seconds (default: half
+    the time left of ``time_limit``, at least :data:`CHECK_LIMIT`, so that an undecided check
+    leaves time to the caller; without ``time_limit``, :data:`CHECK_LIMIT`), with the facts proven
+    when it starts as rows. A check that is not proven infeasible proves nothing and ends the
+    search (no new check starts); a fact proven by any check is valid whatever the order.
     """
     cpu, t0 = time.process_time(), time.perf_counter()
     k = Coefficients.from_cost_model(instance.cost_model)
     b_min, bp_min = batch_counts(instance)
     work = math.fsum(request_work(instance))
     facts: list[tuple[int, int]] = []
+    workers = max(1, threads or 2)
 
     def left() -> float:
         return math.inf if time_limit is None else time_limit - (time.perf_counter() - t0)
 
-    def infeasible(p: int, B: int) -> bool:
-        if left() <= 0.05:
-            return False
-        relax = _Relaxation(instance, J)
-        relax.m.Add(sum(relax.p) <= p)
-        relax.m.Add(sum(relax.y) <= B)
-        for q, b in facts:  # what is proven already (valid rows of the same relaxation)
-            if q >= p:
-                relax.m.Add(sum(relax.y) >= b + 1)
-            else:
-                add_count_fact(relax.m, relax.p, relax.y, q, b)
-        relax.m.ClearObjective()
-        code = _solver(min(check_limit, left()), threads, False).Solve(relax.m)
-        if code == cp_model.INFEASIBLE:
-            facts.append((p, B))
-            return True
-        return False
+    def infeasible(p: int, B: int, known: list[tuple[int, int]]) -> bool:
+        relax = count_check(instance, J, p, B, known)
+        if check_limit is not None:
+            own = check_limit
+        else:
+            own = CHECK_LIMIT if time_limit is None else max(CHECK_LIMIT, left() / 2)
+        return _solver(min(own, left()), 1, False).Solve(relax.m) == cp_model.INFEASIBLE
 
-    def need(p: int) -> int:
-        """Least B a schedule with p prefill batches can have, given the facts."""
-        return max(b_min, p, 1 + max((b for q, b in facts if q >= p), default=0))
+    def need(p: int, known: list[tuple[int, int]]) -> int:
+        """Least B a schedule with p prefill batches can have, given the facts ``known``."""
+        return max(b_min, p, 1 + max((b for q, b in known if q >= p), default=0))
 
-    def argmin() -> tuple[float, int]:
-        return min(((count_cost(k, need(p), p), p) for p in range(bp_min, J + 1) if need(p) <= J),
+    def argmin(known: list[tuple[int, int]]) -> tuple[float, int]:
+        return min(((count_cost(k, need(p, known), p), p) for p in range(bp_min, J + 1) if need(p, known) <= J),
                    default=(math.inf, J))
 
     p = bp_min
-    while p < J and infeasible(p, J):
+    while p < J and left() > 0.05 and infeasible(p, J, facts):
+        facts.append((p, J))
         p += 1
-    while True:  # raise the least count where the least cost is
-        _, p = argmin()
-        if need(p) >= J or not infeasible(p, need(p)):
-            break
-    return CountResult(work + argmin()[0], tuple(facts), time.process_time() - cpu)
+    with ThreadPoolExecutor(workers) as pool:  # raise the least count where the least cost is
+        running: dict[Future[bool], tuple[int, int]] = {}
+        stop = False
+        while True:
+            assumed = facts + list(running.values())
+            while not stop and len(running) < workers and left() > 0.05:
+                p = argmin(assumed)[1]
+                pair = (p, need(p, assumed))
+                if pair[1] >= J:
+                    break
+                running[pool.submit(infeasible, *pair, list(facts))] = pair
+                assumed.append(pair)
+            if not running:
+                break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                pair = running.pop(future)
+                if future.result():
+                    facts.append(pair)
+                else:
+                    stop = True
+    return CountResult(work + argmin(facts)[0], tuple(facts), time.process_time() - cpu)
 
 
 def residency_bound(
