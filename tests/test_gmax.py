@@ -373,7 +373,7 @@ def test_lagrangian_bound_holds_for_every_schedule_and_prefix(seed):
     for lam, step in ((0.5 * g_ex, 0.7), (g_ex, 0.1), (1.5 * g_ex, 0.005)):
         pi = rng.normal(0.0, 0.5, p.n_requests)
         assert lagrangian_bound_violations(p, lam, pi, step, schedules) == []
-    pi, root, master, _ = lagrangian_multipliers(p, g_ex, best, 0.01, None)
+    pi, root, master, _, _ = lagrangian_multipliers(p, g_ex, best, 0.01, None)
     assert master <= root + 1e-9 and root >= -1e-9  # the optimum has n - G* t = 0
     assert lagrangian_bound_violations(p, g_ex, pi, 0.01, schedules) == []
 

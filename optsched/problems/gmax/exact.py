@@ -36,7 +36,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from .problem import GmaxProblem, g_core, g_value
+from .problem import GmaxProblem, batch_violations, g_core, g_value
 from .lagrange import branch_and_bound
 from .sa import SAParams, iterated_local_search, local_search, simulated_annealing, start_points
 from .slots import SlotBackend, SlotData, SubResult
@@ -165,6 +165,8 @@ def solve_exact(
         if method == "bnb":
             found = branch_and_bound(problem, inc.batches, deadline, t_lb)
             log.append({"step": "bnb", "status": found.status, **found.info})
+            if batch_violations(problem, found.batches):
+                raise RuntimeError(f"bnb returned an invalid schedule: {batch_violations(problem, found.batches)}")
             inc.offer(found.batches)
             status, bound = found.status, found.bound
         else:

@@ -81,11 +81,15 @@ import highspy
 import numpy as np
 
 from .problem import GmaxProblem, g_core, g_value
+from .sa import chunked, local_search
 
 __all__ = ["BnbResult", "SuffixBound", "branch_and_bound", "lagrangian_multipliers", "pseudo_value"]
 
 #: Pruning tolerance on n - lambda t (requests).
 EPS = 1e-9
+
+#: Pseudo-schedules of the master solution repaired into incumbents.
+REPAIRS = 3
 
 #: The grid never has more cells than this (the step grows instead).
 MAX_CELLS = 40_000
@@ -176,28 +180,29 @@ class SuffixBound:
         p = self.problem
         nreq, bmax = p.n_requests, p.max_batch_size
         self.pi = np.asarray(pi, float)
-        batch = [self.best_batches(s) for s in range(1, bmax + 1)]
-        value = np.full((nreq + 1, self.cells), -np.inf)
+        self.batch = [self.best_batches(s) for s in range(1, bmax + 1)]
+        self.value = value = np.full((nreq + 1, self.cells), -np.inf)
         value[nreq] = 0.0
-        self.choice = np.zeros((nreq + 1, self.cells, 2), dtype=int)
-        cols = np.arange(self.cells)
         for q in range(nreq - 1, -1, -1):
             for s in range(1, min(bmax, nreq - q) + 1):
-                total = batch[s - 1] - (self.lam * (nreq - q - s)) * self.dur[s - 1][:, None] + value[q + s][self.shift[s - 1]]
-                row = total.argmax(axis=0)
-                best = total[row, cols]
-                better = best > value[q]
-                value[q][better] = best[better]
-                self.choice[q][better] = np.stack([np.full(better.sum(), s), row[better]], axis=1)
-        self.value = value
+                np.maximum(value[q], self.totals(q, s).max(axis=0), out=value[q])
         return float(self.pi.sum() + value[0, 0])
+
+    def totals(self, q: int, s: int, cell: int | None = None) -> np.ndarray:
+        """``[row, g]`` (or ``[row]`` at one cell): the value of a size-s batch led by that row at
+        position q, plus :math:`V_h` after it."""
+        weight = self.lam * (self.problem.n_requests - q - s) * self.dur[s - 1]
+        if cell is None:
+            return self.batch[s - 1] - weight[:, None] + self.value[q + s][self.shift[s - 1]]
+        return self.batch[s - 1][:, cell] - weight + self.value[q + s][self.shift[s - 1][:, cell]]
 
     def path(self) -> list[list[int]]:
         """The pseudo-schedule attaining :math:`V_h(0, 0)` of the last :meth:`solve`."""
         nreq = self.problem.n_requests
         q, g, out = 0, 0, []
         while q < nreq:
-            s, row = self.choice[q, g]
+            s, row = max(((s, int(self.totals(q, s, g).argmax())) for s in range(1, min(self.problem.max_batch_size, nreq - q) + 1)),
+                         key=lambda sr: self.totals(q, sr[0], g)[sr[1]])
             o = self.order[s - 1]
             vals = self.member_values(s)[:row, g]
             members = [int(o[r]) for r in np.argsort(-vals, kind="stable")[: s - 1]]
@@ -215,9 +220,10 @@ def lagrangian_multipliers(
 
     Returns
     -------
-    (pi, bound, master, iterations)
+    (pi, bound, master, iterations, support)
         The multipliers with the least root bound :math:`\sum \pi + V_h(0, 0)` seen, that bound, the
-        last master LP value (a lower bound on the Lagrangian dual) and the iterations.
+        last master LP value (a lower bound on the Lagrangian dual), the iterations and the
+        pseudo-schedules of the last master solution, heaviest first.
     """
     nreq = problem.n_requests
     suffix = SuffixBound(problem, lam, step)
@@ -226,12 +232,14 @@ def lagrangian_multipliers(
     for _ in range(nreq + 1):
         master.addRow(1.0, 1.0, 0, np.array([], dtype=np.int32), np.array([]))
     seen: set[tuple] = set()
+    columns: list[list[list[int]]] = []
 
     def add(batches: list[list[int]]) -> bool:
         key = tuple(tuple(sorted(b)) for b in batches)
         if key in seen:
             return False
         seen.add(key)
+        columns.append(batches)
         val, counts = pseudo_value(problem, batches, lam)
         rows = np.flatnonzero(counts)
         master.addCol(-val, 0.0, highspy.kHighsInf, len(rows) + 1, np.append(rows, nreq).astype(np.int32),
@@ -255,7 +263,23 @@ def lagrangian_multipliers(
             suffix.solve(lp_pi)
             if not add(suffix.path()):
                 break
-    return best_pi, best, lp, it
+    weights = np.asarray(master.getSolution().col_value)
+    support = [columns[k] for k in np.argsort(-weights) if weights[k] > 1e-6]
+    return best_pi, best, lp, it, support
+
+
+def repair(problem: GmaxProblem, batches: list[list[int]]) -> list[list[int]]:
+    """A real schedule from a pseudo-schedule: later occurrences of a request are dropped (a batch
+    over the memory capacity, which the pricing ignores, is cut by :func:`~.sa.chunked`), missing
+    requests appended in the order of their shortest time, then :func:`~.sa.local_search`."""
+    seen: set[int] = set()
+    out = []
+    for batch in batches:
+        kept = [j for j in batch if j not in seen]
+        seen.update(kept)
+        out.extend(chunked(problem, kept))
+    missing = sorted(set(range(problem.n_requests)) - seen, key=lambda j: problem.times.exec[j].min())
+    return local_search(problem, out + chunked(problem, missing))
 
 
 @dataclass
@@ -407,7 +431,12 @@ def branch_and_bound(
     n0, t0 = g_core(problem, incumbent)
     lam0 = n0 / t0
     cg_deadline = None if deadline is None else begin + cg_share * (deadline - begin)
-    pi, root, master, iters = lagrangian_multipliers(problem, lam0, incumbent, cg_step, cg_deadline)
+    pi, root, master, iters, support = lagrangian_multipliers(problem, lam0, incumbent, cg_step, cg_deadline)
+    for pseudo in support[:REPAIRS]:  # the master's schedules, made real, as incumbents
+        candidate = repair(problem, pseudo)
+        if g_value(*g_core(problem, candidate)) > g_value(*g_core(problem, incumbent)) * (1 + 1e-12):
+            incumbent = candidate
+    lam0 = g_value(*g_core(problem, incumbent))  # any multipliers are valid at any lambda
     cg_wall = time.perf_counter() - begin
     suffix = SuffixBound(problem, lam0, step)
     root = suffix.solve(pi)
