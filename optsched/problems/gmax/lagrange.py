@@ -52,6 +52,9 @@ and at the root (:math:`R` = all, q = 0, S = 0) this is the Lagrangian dual boun
 :math:`\max \sum_\rho \text{value}_\rho y_\rho` s.t. :math:`\sum_\rho a_{j\rho} y_\rho = 1`,
 :math:`\sum_\rho y_\rho = 1`, its duals priced by the programme), with Wentges' smoothing; any
 :math:`\pi` gives a valid bound, the column generation only makes it small.
+The master solution's heaviest pseudo-schedules, repaired into real schedules (:func:`repair`),
+are offered as incumbents before the search (a heuristic; any schedule is judged by
+:func:`~.problem.g_core`).
 
 **Later incumbents.** When the search finds a schedule with a larger G the threshold rises to
 :math:`\lambda > \lambda_0`; the bound is kept (no new programme) and adjusted: for every completion
