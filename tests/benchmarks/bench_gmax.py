@@ -1,14 +1,15 @@
 """Speed and quality benchmark of static batching (run on demand, not collected by pytest).
 
     python tests/benchmarks/bench_gmax.py [--out results.jsonl] [--parts scls,n30,sa,largest]
-                                          [--seeds 5] [--summary]
+                                          [--seeds 5] [--exact-method dinkelbach|bnb] [--summary]
 
 Wall and CPU seconds are both recorded (``cpu``: this process's CPU time; HiGHS's MIP search is
 single-threaded), with the 1-minute load average, because the sandbox is shared.
 
 Parts (each result is one JSON line, flushed as it is produced):
 - ``scls``: max-min offloading vs the exact makespan (CP-SAT) on DP batchings of random pools;
-- ``n30``: exact G (HiGHS, Dinkelbach) for N = 30 random requests (Table 2 coefficients, both task
+- ``n20``: exact G for N = 20 (same generator), 600 s limit, seeds 0..seeds-1;
+- ``n30``: exact G (HiGHS, Dinkelbach, or ``--exact-method``) for N = 30 random requests (Table 2 coefficients, both task
   types, the paper's SLOs, max batch size 4; ``generate.random_gmax_instance(30, seed)``) with a
   60 s limit, seeds 0..seeds-1;
 - ``sa``: the paper's annealing (default parameters, seed = instance seed) vs the exact optimum at
@@ -50,10 +51,14 @@ def problem(n: int, seed: int) -> GmaxProblem:
     return GmaxProblem.from_instance(parse_instance(random_gmax_instance(n, seed, max_batch_size=4)))
 
 
+#: ``solve_exact``'s method for every exact run (``--exact-method``).
+METHOD = ["dinkelbach"]
+
+
 def exact(p: GmaxProblem, limit: float, solver: str = "highs") -> dict:
     start, cpu = time.perf_counter(), time.process_time()
-    res = solve_exact(p, make_backend(p, solver, threads=1), "dinkelbach", time_limit=limit)
-    return {"status": res.status, "G": res.G, "bound": res.bound, "n": res.n, "t": res.t,
+    res = solve_exact(p, make_backend(p, solver, threads=1), METHOD[0], time_limit=limit)
+    return {"method": METHOD[0], "status": res.status, "G": res.G, "bound": res.bound, "n": res.n, "t": res.t,
             "wall": time.perf_counter() - start, "cpu": time.process_time() - cpu,
             "load": os.getloadavg()[0], "subproblems": res.iterations}
 
@@ -82,6 +87,11 @@ def exact_cached(n: int, seed: int, limit: float) -> dict:
     if (n, seed) not in _EXACT:
         _EXACT[n, seed] = exact(problem(n, seed), limit)
     return _EXACT[n, seed]
+
+
+def part_n20(out, seeds: int) -> None:
+    for seed in range(seeds):
+        emit(out, part="n20", N=20, seed=seed, **exact_cached(20, seed, 600.0))
 
 
 def part_n30(out, seeds: int) -> None:
@@ -115,33 +125,36 @@ def summary(path: str) -> None:
     with open(path) as fh:
         for line in fh:
             row = json.loads(line)
-            if row["part"] in ("n30", "largest", "sa"):
-                rows[row["part"], row["N"], row["seed"]] = row
+            if row["part"] in ("n20", "n30", "largest", "sa"):
+                rows[row["part"] + "/" + row.get("method", row.get("exact", {}).get("method", "dinkelbach")),
+                     row["N"], row["seed"]] = row
     print("| N | seed | status | G found | proven bound | bound / G - 1 | wall s | cpu s | load |")
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for (part, n, seed), r in sorted(rows.items()):
-        if part != "sa":
+        if not part.startswith("sa"):
             print(f"| {n} | {seed} | {r['status']} | {r['G']:.5f} | {r['bound']:.5f} | {r['bound'] / r['G'] - 1:.1%} "
                   f"| {r['wall']:.1f} | {r['cpu']:.1f} | {r['load']:.1f} |  ({part})")
     print()
     print("| N | seed | SA G | exact G | exact status | gap to exact G | gap to bound |")
     print("|---:|---:|---:|---:|---|---:|---:|")
     for (part, n, seed), r in sorted(rows.items()):
-        if part == "sa":
+        if part.startswith("sa"):
             ex = r["exact"]
             print(f"| {n} | {seed} | {r['sa_G']:.5f} | {ex['G']:.5f} | {ex['status']} | {r['gap_to_best']:.1%} "
                   f"| {r['gap_to_bound']:.1%} |")
 
 
-PARTS = {"scls": part_scls, "n30": part_n30, "sa": part_sa, "largest": part_largest}
+PARTS = {"scls": part_scls, "n20": part_n20, "n30": part_n30, "sa": part_sa, "largest": part_largest}
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench_gmax.jsonl")
     ap.add_argument("--parts", default="scls,n30,sa,largest")
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--exact-method", default="dinkelbach", choices=("dinkelbach", "bnb"))
     ap.add_argument("--summary", action="store_true")
     args = ap.parse_args()
+    METHOD[0] = args.exact_method
     if args.summary:
         summary(args.out)
         sys.exit(0)

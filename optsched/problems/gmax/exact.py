@@ -14,6 +14,9 @@ G = n / t is a ratio; two exact schemes reduce it to the slot model of :mod:`.sl
   frontier. Solved for :math:`n_0 = \\bar n, \\bar n - 1, \\dots` (:math:`\\bar n` = max n) and stopped
   once :math:`n_0 / t^*(0) \\le` the best G (all smaller :math:`n_0` are then dominated), unless the
   whole frontier is asked for.
+- **Branch-and-bound** (``"bnb"``, :mod:`.lagrange`): a depth-first search over batch sequences at
+  the incumbent's :math:`\lambda`, pruned by a Lagrangian bound (pseudo-schedules priced by a
+  dynamic programme over positions and batch starts) and by dominance; no MILP.
 
 **Incumbent.** The two annealing starts and a short seeded annealing, each polished by
 :func:`~.sa.local_search` (steepest ascent over single moves), the best of them then by
@@ -33,7 +36,8 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from .problem import GmaxProblem, g_core, g_value
+from .problem import GmaxProblem, batch_violations, g_core, g_value
+from .lagrange import branch_and_bound
 from .sa import SAParams, iterated_local_search, local_search, simulated_annealing, start_points
 from .slots import SlotBackend, SlotData, SubResult
 
@@ -130,7 +134,7 @@ def solve_exact(
     Parameters
     ----------
     method
-        ``"dinkelbach"`` or ``"fixed-n"``.
+        ``"dinkelbach"``, ``"fixed-n"`` or ``"bnb"`` (``backend`` unused).
     time_limit
         Wall-clock budget in seconds for all sub-solves (None: none).
     frontier
@@ -139,8 +143,8 @@ def solve_exact(
         Iterations per temperature level of the seeded annealing whose schedule is the first
         incumbent (and the CP-SAT hint).
     """
-    if method not in ("dinkelbach", "fixed-n"):
-        raise ValueError(f"unknown exact method {method!r} (dinkelbach, fixed-n)")
+    if method not in ("dinkelbach", "fixed-n", "bnb"):
+        raise ValueError(f"unknown exact method {method!r} (dinkelbach, fixed-n, bnb)")
     deadline = None if time_limit is None else time.perf_counter() + time_limit
     inc = _Incumbent(problem)
     starts = [*start_points(problem), simulated_annealing(problem, SAParams(iters=warm_iters)).batches]
@@ -151,14 +155,22 @@ def solve_exact(
     t_lb = SlotData.build(problem).t_lower_bound()
     log: list[dict] = []
     t_relaxation = getattr(backend, "t_relaxation", None)
-    if deadline is not None and t_relaxation is not None:
+    if deadline is not None and t_relaxation is not None and method != "bnb":
         # a time limit may end without a proof: the LP bound on t, inside the budget, states the bound
         t_lp = t_relaxation()
         log.append({"step": "lp-bounds", "t_lp": t_lp})
         t_lb = max(t_lb, t_lp)
-    if method == "dinkelbach":
-        status, bound = _dinkelbach(problem, backend, inc, deadline, t_lb, log)
-        points: list[tuple[int, float, bool]] = []
+    points: list[tuple[int, float, bool]] = []
+    if method in ("dinkelbach", "bnb"):
+        if method == "bnb":
+            found = branch_and_bound(problem, inc.batches, deadline, t_lb)
+            log.append({"step": "bnb", "status": found.status, **found.info})
+            if batch_violations(problem, found.batches):
+                raise RuntimeError(f"bnb returned an invalid schedule: {batch_violations(problem, found.batches)}")
+            inc.offer(found.batches)
+            status, bound = found.status, found.bound
+        else:
+            status, bound = _dinkelbach(problem, backend, inc, deadline, t_lb, log)
         if frontier:
             points, _, _ = _fixed_n(problem, backend, inc, deadline, t_lb, log, prune=False)
     else:

@@ -3,9 +3,11 @@
 Options (``optsched solve INSTANCE --problem gmax ...``):
 
 - ``method``: ``"exact"`` (default; :mod:`.exact`) or ``"sa"`` (the paper's annealing, :mod:`.sa`);
-- ``solver``: ``"highs"`` (default), ``"cbc"``, ``"gurobi"`` or ``"cpsat"``;
-- ``exact_method``: ``"dinkelbach"`` (default) or ``"fixed-n"``; ``frontier`` (bool): also return the
-  (n, t) Pareto frontier;
+- ``exact_method``: ``"bnb"`` (default unless a ``solver`` is named: branch-and-bound with a
+  Lagrangian bound, :mod:`.lagrange`, no MILP), ``"dinkelbach"`` (default when a ``solver`` is
+  named) or ``"fixed-n"``; ``frontier`` (bool): also return the (n, t) Pareto frontier;
+- ``solver`` (the slot MILP's backend, for ``dinkelbach`` and ``fixed-n``): ``"highs"`` (default),
+  ``"cbc"``, ``"gurobi"`` or ``"cpsat"``;
 - ``time_limit``, ``threads``, ``log``; ``lengths``: ``"true"`` (default) or ``"predicted"``;
 - ``seed``, ``t0``, ``t_thres``, ``iters``, ``tau``, ``energy_scale`` for the annealing.
 
@@ -47,16 +49,18 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
             backend = make_backend(problem, solver, threads=options.get("threads"), log=bool(options.get("log")))
         except ValueError as exc:
             raise InstanceError(f"option 'solver': {exc}") from None
+        exact_method = options.get("exact_method") or ("dinkelbach" if options.get("solver") else "bnb")
         res = solve_exact(
             problem,
             backend,
-            method=options.get("exact_method") or "dinkelbach",
+            method=exact_method,
             time_limit=options.get("time_limit"),
             frontier=bool(options.get("frontier")),
         )
         batches, own, status, bound = res.batches, g_value(res.n, res.t), res.status, res.bound
+        solver = "bnb" if exact_method == "bnb" else solver
         extra = {
-            "exact_method": options.get("exact_method") or "dinkelbach",
+            "exact_method": exact_method,
             "subproblems": res.iterations,
             "frontier": [{"n": n0, "t": t, "proven": ok} for n0, t, ok in res.frontier],
         }

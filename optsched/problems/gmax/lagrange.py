@@ -1,0 +1,455 @@
+r"""Exact G-maximisation by branch-and-bound over batch sequences with a Lagrangian bound.
+
+This is the ``exact_method="bnb"`` of :func:`~.exact.solve_exact`. At the incumbent's
+:math:`\lambda_0 = G_{inc}` it proves or refutes :math:`\max\, n - \lambda t \le 0` (Dinkelbach's
+sub-problem) by a depth-first search over schedules built batch by batch, pruning with a bound that
+sees batch starts and deadlines exactly where the slot MILP (:mod:`.slots`) only sees them through
+big-M rows.
+
+**Value of a prefix.** Batches :math:`B_1, B_2, \dots` in execution order, :math:`c_k` the number of
+requests in :math:`B_1..B_k`, :math:`D_k = \max_{j \in B_k} E_j(|B_k|)`, start
+:math:`S_k = \sum_{k' < k} D_{k'}`. Every request after position :math:`c_k` waits for :math:`B_k`, so
+
+.. math:: t = \sum_k \Big( \sum_{j \in B_k} E_j(|B_k|) + (N - c_k) D_k \Big),
+   \qquad n - \lambda t = \sum_k \Big( \sum_{j \in B_k} \big(x_j(S_k, |B_k|) - \lambda E_j(|B_k|)\big)
+   - \lambda (N - c_k) D_k \Big)
+
+with :math:`x_j(S, s) = [S \le \sigma_j(s)]`, :math:`\sigma_j(s)` the latest start at which j meets
+its SLO in a batch of size s (:math:`SLO^{e2e}_j - E_j(s)` for an e2e task, :math:`SLO^{ttft}_j -
+F_j(s)` for a chat task whose TPOT at size s meets its SLO, :math:`-\infty` otherwise). Each batch's
+term depends only on its members, its start and :math:`c_k`.
+
+**Lagrangian bound (pseudo-schedules).** A *pseudo-schedule* is a sequence of batches of distinct
+requests whose sizes sum to the number of positions to fill, a request possibly occurring in several
+batches or in none; its value is the sum above and :math:`a_j` counts the occurrences of j. For any
+multipliers :math:`\pi \in \mathbb{R}^N` and any real completion of a prefix (remaining requests R,
+every one exactly once, :math:`a_j = [j \in R]`),
+
+.. math:: \text{value} = \text{value} - \sum_j \pi_j a_j + \sum_{j \in R} \pi_j
+   \le \sum_{j \in R} \pi_j + V(q, S),
+
+:math:`V(q, S)` the largest :math:`\text{value} - \pi \cdot a` of a pseudo-schedule filling the
+positions after q and starting at S. :math:`V` is a dynamic programme over (q, S): a batch of size s
+with *leader* :math:`\ell` (its last member in the order of :math:`(E_j(s), j)`) lasts
+:math:`E_\ell(s)`, and its best other members are the s - 1 largest
+:math:`u_j = x_j(S, s) - \lambda E_j(s) - \pi_j` among the requests before :math:`\ell` in that order.
+
+**Grid.** S is continuous; the programme is computed on the grid :math:`g h` and is an upper bound
+of the continuous one: :math:`V_h(q, g) \ge V(q, S)` for every :math:`S \in [g h, (g + 1) h)`.
+Proof by induction on q (downwards): a batch starting at S starts no earlier than :math:`g h`, so
+every member on time at S is on time at :math:`g h` (the x are non-increasing in S); it ends at
+:math:`S + D \ge (g + \lfloor D / h \rfloor) h`, whose grid cell is no earlier than
+:math:`g + \lfloor D / h \rfloor`, and :math:`V_h` is non-increasing in g by the same argument.
+Cells at or after :math:`g_{max}`, with :math:`g_{max} h` past every finite :math:`\sigma`, all have
+the same value (no x changes there), so the grid stops at :math:`g_{max}`. Hence, for a node
+(prefix value :math:`A`, remaining R, q positions filled, next start S),
+
+.. math:: \max_{\text{completions}}\ n - \lambda_0 t \le UB = A + \sum_{j \in R} \pi_j
+   + V_h(q, \lfloor S / h \rfloor),
+
+and at the root (:math:`R` = all, q = 0, S = 0) this is the Lagrangian dual bound, valid for every
+:math:`\pi`. :math:`\pi` is chosen by column generation on the pseudo-schedules (the master LP
+:math:`\max \sum_\rho \text{value}_\rho y_\rho` s.t. :math:`\sum_\rho a_{j\rho} y_\rho = 1`,
+:math:`\sum_\rho y_\rho = 1`, its duals priced by the programme), with Wentges' smoothing; any
+:math:`\pi` gives a valid bound, the column generation only makes it small.
+The master solution's heaviest pseudo-schedules, repaired into real schedules (:func:`repair`),
+are offered as incumbents before the search (a heuristic; any schedule is judged by
+:func:`~.problem.g_core`).
+
+**Later incumbents.** When the search finds a schedule with a larger G the threshold rises to
+:math:`\lambda > \lambda_0`; the bound is kept (no new programme) and adjusted: for every completion
+:math:`n - \lambda t = (n - \lambda_0 t) - (\lambda - \lambda_0) t \le UB - (\lambda - \lambda_0)
+T_{min}` with :math:`T_{min} = T_A + \sum_{j \in R} \min_b E_j(b)` (:math:`T_A` the prefix's part of t,
+the sum above over its batches). A node is pruned when this is at most ``EPS`` (so an optimum is
+proven up to ``EPS`` requests of :math:`n - \lambda t`, i.e. G up to ``EPS`` / t).
+
+**Dominance.** Two nodes with the same remaining set R, starts :math:`S \le S'`, prefix counts
+:math:`n \ge n'` and prefix times :math:`T \le T'`: every completion of the second is a completion of
+the first at least as good for every :math:`\lambda \ge 0` (the completion's n part only falls with
+a later start, its t part is the same), so the second is pruned.
+
+**Result.** Leaves are judged by :func:`~.problem.g_core`. When the search ends, every schedule
+has :math:`G \le \lambda + EPS / t_{LB}`; when the time limit stops it, every schedule in an open
+node has :math:`G \le \lambda_0 + \max(UB, 0) / T_{min}` and all others :math:`G \le \lambda`, so
+the larger of the two is the proven bound.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import highspy
+import numpy as np
+
+from .problem import GmaxProblem, g_core, g_value
+from .sa import chunked, local_search
+
+__all__ = ["BnbResult", "SuffixBound", "branch_and_bound", "lagrangian_multipliers", "pseudo_value"]
+
+#: Pruning tolerance on n - lambda t (requests).
+EPS = 1e-9
+
+#: Pseudo-schedules of the master solution repaired into incumbents.
+REPAIRS = 3
+
+#: The grid never has more cells than this (the step grows instead).
+MAX_CELLS = 40_000
+
+
+def latest_starts(problem: GmaxProblem) -> np.ndarray:
+    r"""``[j, s-1]``: :math:`\sigma_j(s)`, the latest batch start at which j meets its SLO in a batch of
+    size s (``-inf``: never; ``inf``: always)."""
+    e, f = problem.times.exec, problem.times.prefill
+    out = np.full(e.shape, -np.inf)
+    for j in range(problem.n_requests):
+        for s in range(1, problem.max_batch_size + 1):
+            if problem.e2e_task[j]:
+                out[j, s - 1] = problem.slo_e2e[j] - e[j, s - 1]
+            elif problem.meets_tpot(j, s):
+                out[j, s - 1] = problem.slo_ttft[j] - f[j, s - 1]
+    return out
+
+
+def on_time(problem: GmaxProblem, j: int, start: float, s: int) -> bool:
+    """Whether j meets its SLO in a batch of size s starting at ``start`` (g_core's comparison)."""
+    col = s - 1
+    if problem.e2e_task[j]:
+        return bool(start + problem.times.exec[j, col] <= problem.slo_e2e[j])
+    return bool(start + problem.times.prefill[j, col] <= problem.slo_ttft[j] and problem.meets_tpot(j, s))
+
+
+def pseudo_value(problem: GmaxProblem, batches: list[list[int]], lam: float) -> tuple[float, np.ndarray]:
+    r"""(value :math:`n - \lambda t`, occurrence counts :math:`a`) of a pseudo-schedule."""
+    n, t = g_core(problem, batches)
+    counts = np.zeros(problem.n_requests)
+    for batch in batches:
+        counts[batch] += 1
+    return n - lam * t, counts
+
+
+class SuffixBound:
+    r"""The grid programme :math:`V_h(q, g)` at :math:`\lambda` for multipliers :math:`\pi` (module
+    docstring). Rows of the size-s tables follow the order of :math:`(E_j(s), j)`."""
+
+    def __init__(self, problem: GmaxProblem, lam: float, step: float):
+        self.problem, self.lam = problem, lam
+        nreq, bmax = problem.n_requests, problem.max_batch_size
+        e = problem.times.exec
+        self.sigma = latest_starts(problem)
+        finite = self.sigma[np.isfinite(self.sigma)]
+        top = float(finite.max()) if finite.size else 0.0
+        self.step = max(step, (max(top, 0.0) + 1.0) / MAX_CELLS)
+        self.cells = int(math.floor(max(top, 0.0) / self.step)) + 2  # cell cells-1 lies past every finite sigma
+        grid = np.arange(self.cells) * self.step
+        self.order = [np.array(sorted(range(nreq), key=lambda j, s=s: (e[j, s - 1], j))) for s in range(1, bmax + 1)]
+        self.dur = [e[o, s - 1] for s, o in zip(range(1, bmax + 1), self.order)]
+        self.ontime = [(grid[None, :] <= self.sigma[o, s - 1][:, None]).astype(float) for s, o in zip(range(1, bmax + 1), self.order)]
+        self.shift = [np.minimum(np.arange(self.cells)[None, :] + self.steps(d)[:, None], self.cells - 1) for d in self.dur]
+        self.pi = np.zeros(nreq)
+        self.value = np.zeros((nreq + 1, self.cells))
+
+    def steps(self, durations: np.ndarray) -> np.ndarray:
+        r""":math:`\lfloor D / h \rfloor`, never rounded up."""
+        return np.maximum(np.floor(durations / self.step * (1 - 1e-12)).astype(int), 0)
+
+    def cell(self, start: float) -> int:
+        """The grid cell of a start (never a later one)."""
+        return min(max(int(math.floor(start / self.step * (1 - 1e-12))), 0), self.cells - 1)
+
+    def member_values(self, s: int) -> np.ndarray:
+        r"""``[row, g]``: :math:`u_j = x_j(g h, s) - \lambda E_j(s) - \pi_j`, rows in size-s order."""
+        o = self.order[s - 1]
+        return self.ontime[s - 1] - (self.lam * self.dur[s - 1] + self.pi[o])[:, None]
+
+    def best_batches(self, s: int) -> np.ndarray:
+        """``[row, g]``: the best batch value of size s led by that row (its s - 1 best predecessors)."""
+        vals = self.member_values(s)
+        top = np.full((max(s - 1, 1), self.cells), -np.inf)
+        out = np.empty_like(vals)
+        for row in range(vals.shape[0]):
+            out[row] = vals[row] + (top.sum(axis=0) if s > 1 else 0.0)
+            if s > 1:
+                cur = vals[row].copy()
+                for k in range(s - 1):  # insert into the running top s-1 (descending)
+                    hi = np.maximum(top[k], cur)
+                    cur = np.minimum(top[k], cur)
+                    top[k] = hi
+        return out
+
+    def solve(self, pi: np.ndarray) -> float:
+        r"""Compute :math:`V_h` for :math:`\pi`; returns the root bound :math:`\sum \pi + V_h(0, 0)`."""
+        p = self.problem
+        nreq, bmax = p.n_requests, p.max_batch_size
+        self.pi = np.asarray(pi, float)
+        self.batch = [self.best_batches(s) for s in range(1, bmax + 1)]
+        self.value = value = np.full((nreq + 1, self.cells), -np.inf)
+        value[nreq] = 0.0
+        for q in range(nreq - 1, -1, -1):
+            for s in range(1, min(bmax, nreq - q) + 1):
+                np.maximum(value[q], self.totals(q, s).max(axis=0), out=value[q])
+        return float(self.pi.sum() + value[0, 0])
+
+    def totals(self, q: int, s: int, cell: int | None = None) -> np.ndarray:
+        """``[row, g]`` (or ``[row]`` at one cell): the value of a size-s batch led by that row at
+        position q, plus :math:`V_h` after it."""
+        weight = self.lam * (self.problem.n_requests - q - s) * self.dur[s - 1]
+        if cell is None:
+            return self.batch[s - 1] - weight[:, None] + self.value[q + s][self.shift[s - 1]]
+        return self.batch[s - 1][:, cell] - weight + self.value[q + s][self.shift[s - 1][:, cell]]
+
+    def path(self) -> list[list[int]]:
+        """The pseudo-schedule attaining :math:`V_h(0, 0)` of the last :meth:`solve`."""
+        nreq = self.problem.n_requests
+        q, g, out = 0, 0, []
+        while q < nreq:
+            s, row = max(((s, int(self.totals(q, s, g).argmax())) for s in range(1, min(self.problem.max_batch_size, nreq - q) + 1)),
+                         key=lambda sr: self.totals(q, sr[0], g)[sr[1]])
+            o = self.order[s - 1]
+            vals = self.member_values(s)[:row, g]
+            members = [int(o[r]) for r in np.argsort(-vals, kind="stable")[: s - 1]]
+            out.append([int(o[row])] + members)
+            g = min(g + int(self.steps(self.dur[s - 1][row : row + 1])[0]), self.cells - 1)
+            q += s
+        return out
+
+
+def lagrangian_multipliers(
+    problem: GmaxProblem, lam: float, start: list[list[int]], step: float, deadline: float | None,
+    max_iter: int = 400, smoothing: float = 0.5,
+) -> tuple[np.ndarray, float, float, int]:
+    r"""Multipliers :math:`\pi` by column generation (module docstring).
+
+    Returns
+    -------
+    (pi, bound, master, iterations, support)
+        The multipliers with the least root bound :math:`\sum \pi + V_h(0, 0)` seen, that bound, the
+        last master LP value (a lower bound on the Lagrangian dual), the iterations and the
+        pseudo-schedules of the last master solution, heaviest first.
+    """
+    nreq = problem.n_requests
+    suffix = SuffixBound(problem, lam, step)
+    master = highspy.Highs()
+    master.setOptionValue("output_flag", False)
+    for _ in range(nreq + 1):
+        master.addRow(1.0, 1.0, 0, np.array([], dtype=np.int32), np.array([]))
+    seen: set[tuple] = set()
+    columns: list[list[list[int]]] = []
+
+    def add(batches: list[list[int]]) -> bool:
+        key = tuple(tuple(sorted(b)) for b in batches)
+        if key in seen:
+            return False
+        seen.add(key)
+        columns.append(batches)
+        val, counts = pseudo_value(problem, batches, lam)
+        rows = np.flatnonzero(counts)
+        master.addCol(-val, 0.0, highspy.kHighsInf, len(rows) + 1, np.append(rows, nreq).astype(np.int32),
+                      np.append(counts[rows], 1.0))
+        return True
+
+    add(start)  # a real schedule: the master is feasible from the start
+    best_pi, best, lp, it = np.zeros(nreq), math.inf, -math.inf, 0
+    for it in range(1, max_iter + 1):
+        master.run()
+        lp = -master.getInfo().objective_function_value
+        duals = np.asarray(master.getSolution().row_dual)
+        lp_pi = -duals[:nreq]
+        pi = lp_pi if not math.isfinite(best) else smoothing * best_pi + (1 - smoothing) * lp_pi
+        bound = suffix.solve(pi)
+        if bound < best:
+            best, best_pi = bound, pi.copy()
+        if best - lp <= 1e-6 or (deadline is not None and time.perf_counter() > deadline):
+            break
+        if not add(suffix.path()):
+            suffix.solve(lp_pi)
+            if not add(suffix.path()):
+                break
+    weights = np.asarray(master.getSolution().col_value)
+    support = [columns[k] for k in np.argsort(-weights) if weights[k] > 1e-6]
+    return best_pi, best, lp, it, support
+
+
+def repair(problem: GmaxProblem, batches: list[list[int]]) -> list[list[int]]:
+    """A real schedule from a pseudo-schedule: later occurrences of a request are dropped (a batch
+    over the memory capacity, which the pricing ignores, is cut by :func:`~.sa.chunked`), missing
+    requests appended in the order of their shortest time, then :func:`~.sa.local_search`."""
+    seen: set[int] = set()
+    out = []
+    for batch in batches:
+        kept = [j for j in batch if j not in seen]
+        seen.update(kept)
+        out.extend(chunked(problem, kept))
+    missing = sorted(set(range(problem.n_requests)) - seen, key=lambda j: problem.times.exec[j].min())
+    return local_search(problem, out + chunked(problem, missing))
+
+
+@dataclass
+class BnbResult:
+    """Outcome of :func:`branch_and_bound`: ``optimal`` or ``time_limit``, the best schedule, its
+    G, a proven upper bound on G, and counters."""
+
+    status: str
+    batches: list[list[int]]
+    G: float
+    bound: float
+    nodes: int = 0
+    info: dict = field(default_factory=dict)
+
+
+class _Search:
+    """The depth-first search of :func:`branch_and_bound` (module docstring)."""
+
+    def __init__(self, problem: GmaxProblem, suffix: SuffixBound, batches: list[list[int]], lam_hi: float):
+        self.p, self.v, self.lam_hi = problem, suffix, lam_hi
+        self.lam0 = suffix.lam
+        n, t = g_core(problem, batches)
+        self.best, self.lam = batches, n / t
+        self.emin = problem.times.exec.min(axis=1)
+        self.rank = [np.argsort(o) for o in suffix.order]  # rank[s-1][j]: row of j in size-s order
+        self.memo: dict[int, list[tuple[float, int, float]]] = {}
+        self.nodes = 0
+
+    def dominated(self, rest: int, start: float, n: int, t: float) -> bool:
+        entries = self.memo.setdefault(rest, [])
+        lo, hi = self.lam, self.lam_hi
+        for s2, n2, t2 in entries:
+            if s2 <= start and n2 - n >= lo * (t2 - t) and n2 - n >= hi * (t2 - t):
+                return True
+        entries.append((start, n, t))
+        return False
+
+    def children(self, node: tuple) -> list[tuple]:
+        """The children of a node whose adjusted bound exceeds EPS, as nodes (bound, tmin, ...)."""
+        _, _, rest, q, start, n_acc, t_acc, pisum, emin_sum, sched = node
+        p, v, lam0 = self.p, self.v, self.lam0
+        nreq, e = p.n_requests, p.times.exec
+        delta = self.lam - lam0
+        members = [j for j in range(nreq) if rest >> j & 1]
+        out = []
+        for s in range(1, min(p.max_batch_size, len(members)) + 1):
+            col = s - 1
+            srt = sorted(members, key=lambda j: self.rank[col][j])
+            gain = {j: on_time(p, j, start, s) for j in srt}
+            # member values at lambda_0, less the lambda-adjustment of their own time
+            u = {j: gain[j] - lam0 * e[j, col] - v.pi[j] - delta * (e[j, col] - self.emin[j]) for j in srt}
+            for li in range(s - 1, len(srt)):
+                lead = srt[li]
+                dur = e[lead, col]
+                after = nreq - q - s
+                fixed = (
+                    n_acc - lam0 * t_acc + pisum + u[lead] - lam0 * after * dur
+                    + v.value[q + s, v.cell(start + dur)]
+                    - delta * (t_acc + after * dur + emin_sum)
+                )
+                preds = sorted(srt[:li], key=lambda j: -u[j])
+                for extra in _subsets_above(preds, u, s - 1, EPS - fixed):
+                    batch = [lead, *extra]
+                    if not p.fits(batch):
+                        continue
+                    bt = float(sum(e[j, col] for j in batch)) + after * dur
+                    child_n = n_acc + sum(gain[j] for j in batch)
+                    child_t = t_acc + bt
+                    mask = sum(1 << j for j in batch)
+                    child_emin = emin_sum - float(sum(self.emin[j] for j in batch))
+                    child_pi = pisum - float(sum(v.pi[j] for j in batch))
+                    ub = child_n - lam0 * child_t + child_pi + v.value[q + s, v.cell(start + dur)]
+                    out.append((ub, child_t + child_emin, rest & ~mask, q + s, start + dur, child_n, child_t,
+                                child_pi, child_emin, (batch, sched)))
+        return out
+
+    def adjusted(self, node: tuple) -> float:
+        return node[0] - (self.lam - self.lam0) * node[1]
+
+    def leaf(self, sched) -> None:
+        batches = []
+        while sched is not None:
+            batches.append(sched[0])
+            sched = sched[1]
+        batches.reverse()
+        n, t = g_core(self.p, batches)
+        if g_value(n, t) > self.lam * (1 + 1e-12):
+            self.best, self.lam = batches, n / t
+
+    def run(self, deadline: float | None) -> tuple[str, list[tuple]]:
+        p = self.p
+        full = (1 << p.n_requests) - 1
+        root_ub = float(self.v.pi.sum() + self.v.value[0, 0])
+        stack = [(root_ub, float(self.emin.sum()), full, 0, 0.0, 0, 0.0, float(self.v.pi.sum()), float(self.emin.sum()), None)]
+        while stack:
+            if deadline is not None and self.nodes % 256 == 0 and time.perf_counter() > deadline:
+                return "time_limit", stack
+            node = stack.pop()
+            self.nodes += 1
+            if self.adjusted(node) <= EPS:
+                continue
+            rest = node[2]
+            if rest == 0:
+                self.leaf(node[9])
+                continue
+            if self.dominated(rest, node[4], node[5], node[6]):
+                continue
+            kids = self.children(node)
+            kids.sort(key=lambda k: k[0] - (self.lam - self.lam0) * k[1])
+            stack.extend(kids)
+        return "optimal", []
+
+
+def _subsets_above(items: list[int], u: dict[int, float], k: int, threshold: float):
+    """The k-subsets of ``items`` (sorted by u descending) whose u-sum exceeds ``threshold``."""
+    if k == 0:
+        if threshold < 0:
+            yield ()
+        return
+    for idx in range(len(items) - k + 1):
+        head = u[items[idx]]
+        if head + sum(u[j] for j in items[idx + 1 : idx + k]) <= threshold:
+            return  # later heads and their followers are no larger
+        for tail in _subsets_above(items[idx + 1 :], u, k - 1, threshold - head):
+            yield (items[idx], *tail)
+
+
+def branch_and_bound(
+    problem: GmaxProblem, incumbent: list[list[int]], deadline: float | None, t_lb: float,
+    step: float = 0.005, cg_step: float = 0.01, cg_share: float = 0.3,
+) -> BnbResult:
+    """Maximise G exactly from an incumbent (module docstring).
+
+    Parameters
+    ----------
+    incumbent
+        A schedule with n > 0 (its G is :math:`\\lambda_0`).
+    deadline
+        ``time.perf_counter()`` time by which to stop (None: none).
+    t_lb
+        A lower bound on t of every schedule (> 0), for the bound at the end.
+    step, cg_step
+        Grid step h of the suffix programme of the search and of the column generation, seconds
+        (the multipliers of a coarse grid are as valid as any).
+    cg_share
+        Share of the remaining time the column generation may use.
+    """
+    begin = time.perf_counter()
+    n0, t0 = g_core(problem, incumbent)
+    lam0 = n0 / t0
+    cg_deadline = None if deadline is None else begin + cg_share * (deadline - begin)
+    pi, root, master, iters, support = lagrangian_multipliers(problem, lam0, incumbent, cg_step, cg_deadline)
+    for pseudo in support[:REPAIRS]:  # the master's schedules, made real, as incumbents
+        candidate = repair(problem, pseudo)
+        if g_value(*g_core(problem, candidate)) > g_value(*g_core(problem, incumbent)) * (1 + 1e-12):
+            incumbent = candidate
+    lam0 = g_value(*g_core(problem, incumbent))  # any multipliers are valid at any lambda
+    cg_wall = time.perf_counter() - begin
+    suffix = SuffixBound(problem, lam0, step)
+    root = suffix.solve(pi)
+    search = _Search(problem, suffix, incumbent, lam0 + max(root, 0.0) / t_lb)
+    status, stack = search.run(deadline)
+    info = {"root_bound": root, "master": master, "cg_iterations": iters, "cg_wall": cg_wall,
+            "nodes": search.nodes, "wall": time.perf_counter() - begin}
+    if status == "optimal":
+        bound = search.lam + EPS / t_lb
+    else:
+        open_bound = max((lam0 + max(node[0], 0.0) / max(node[1], t_lb) for node in stack), default=0.0)
+        bound = max(search.lam, open_bound)
+    return BnbResult(status, search.best, search.lam, bound, search.nodes, info)
