@@ -2,6 +2,7 @@
 
 import json
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,15 @@ from optsched.problems import solver_for
 from optsched.problems.gmax.exact import make_backend, solve_exact
 from optsched.problems.gmax.generate import random_gmax_instance
 from optsched.problems.gmax.problem import GmaxProblem, evaluate_g, g_core, g_value
-from optsched.problems.gmax.sa import SAParams, inst_assign, simulated_annealing, slo_aware_scheduling, start_points
+from optsched.problems.gmax.sa import (
+    SAParams,
+    inst_assign,
+    local_search,
+    simulated_annealing,
+    slo_aware_scheduling,
+    start_points,
+)
+from optsched.problems.gmax.slots import SlotData
 
 ROOT = Path(__file__).resolve().parents[1]
 TOYS = {  # digest 000 section 5.3: (instance, optimal batches, optimal G in req/s, start G)
@@ -484,3 +493,18 @@ def dominance_cases_checked(p) -> int:
                         checked += 1
                         assert g_value(*g_core(p, [*a, *tail])) >= g_b * (1 - 1e-12), (a, b, tail)
     return checked
+
+
+@pytest.mark.parametrize("method", ["dinkelbach", "fixed-n"])
+def test_no_model_is_built_after_the_time_limit(method):
+    """With the limit already spent: no sub-solve starts, the local search stops, and the bound is
+    the one that needs no solver (requests able to meet their SLO / least t); never a crash."""
+    p = GmaxProblem.from_instance(parse_instance(random_gmax_instance(30, 3)))
+    res = solve_exact(p, make_backend(p, "highs"), method, time_limit=1e-9)
+    assert res.status == "time_limit" and res.iterations == 0
+    data = SlotData.build(p)
+    assert res.bound == pytest.approx(int(data.can_meet.any(axis=1).sum()) / data.t_lower_bound(), rel=1e-12)
+    assert res.bound >= res.G == evaluate_g(p, res.batches).G
+    start = start_points(p)[0]
+    assert local_search(p, start, deadline=time.perf_counter()) == start
+    assert local_search(p, start) != start

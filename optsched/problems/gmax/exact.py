@@ -149,15 +149,15 @@ def solve_exact(
     inc = _Incumbent(problem)
     starts = [*start_points(problem), simulated_annealing(problem, SAParams(iters=warm_iters)).batches]
     for start in starts:
-        inc.offer(local_search(problem, start))
-    inc.offer(iterated_local_search(problem, inc.batches))
+        inc.offer(local_search(problem, start, deadline))
+    inc.offer(iterated_local_search(problem, inc.batches, deadline=deadline))
     backend.hint = inc.batches
     t_lb = SlotData.build(problem).t_lower_bound()
     log: list[dict] = []
     t_relaxation = getattr(backend, "t_relaxation", None)
     if deadline is not None and t_relaxation is not None and method != "bnb":
         # a time limit may end without a proof: the LP bound on t, inside the budget, states the bound
-        t_lp = t_relaxation()
+        t_lp = t_relaxation(deadline)
         log.append({"step": "lp-bounds", "t_lp": t_lp})
         t_lb = max(t_lb, t_lp)
     points: list[tuple[int, float, bool]] = []
@@ -196,9 +196,9 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
     proven = math.inf
     setup = 0.0  # the longest time a step spent outside the solver (model build, loading, checks)
     while True:
-        if deadline is not None and setup > 0 and deadline - time.perf_counter() < 2 * setup:
+        if _passed(deadline) or (deadline is not None and setup > 0 and deadline - time.perf_counter() < 2 * setup):
             # another step could not even be set up before the limit: stop on time
-            return "time_limit", _time_limit_bound(backend, inc, proven, t_lb, log)
+            return "time_limit", _time_limit_bound(backend, inc, proven, t_lb, log, deadline)
         begin = time.perf_counter()
         res = backend.parametric(inc.n, inc.batches, deadline)
         setup = max(setup, time.perf_counter() - begin - res.wall)
@@ -216,21 +216,30 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
             # F(lambda) <= 0 up to rounding, so lambda = G* (within the model's arithmetic).
             return "optimal", inc.G + max(res.objective, 0.0) / t_lb
         if res.status not in ("optimal", "feasible") or (not improved and res.status == "feasible"):
-            return "time_limit", _time_limit_bound(backend, inc, proven, t_lb, log)
+            return "time_limit", _time_limit_bound(backend, inc, proven, t_lb, log, deadline)
 
 
-def _time_limit_bound(backend, inc, proven, t_lb, log) -> float:
+def _passed(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() > deadline
+
+
+def _time_limit_bound(backend, inc, proven, t_lb, log, deadline) -> float:
     """The least bound over the Dinkelbach steps; when no step has a dual bound (the solver stopped
-    before its root LP), the F LP at the incumbent, solved after the limit (documented overshoot)."""
+    before its root LP), the F LP at the incumbent if it is solved by the deadline (else inf: the
+    caller's bound that needs no solver remains)."""
     f_relaxation = getattr(backend, "f_relaxation", None)
     if math.isfinite(proven) or f_relaxation is None:
         return proven
-    f_lp = f_relaxation(inc.n, inc.batches)
+    f_lp = f_relaxation(inc.n, inc.batches, deadline)
     log.append({"step": "lp-bounds", "F_lp": f_lp})
     return inc.G + max(f_lp, 0.0) / t_lb
 
 
 def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[list, str, float]:
+    """min t at n >= n0 from the largest n0 down. No model is built after the deadline: then every
+    n0 not solved yet is bounded by n0 / t0 (t >= t0 for every schedule)."""
+    if _passed(deadline):
+        return [], "time_limit", math.inf
     complete = True
     base = backend.min_t(0, deadline)
     log.append({"step": "min_t", "n0": 0, "status": base.status, "t": base.t, "wall": base.wall})
@@ -240,7 +249,7 @@ def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[l
     t0 = base.objective if base.status == "optimal" else (base.bound if math.isfinite(base.bound) else t_lb)
     t0 = max(t0, t_lb) if base.status != "optimal" else t0
     complete &= base.status == "optimal"
-    top = backend.max_n(deadline)
+    top = backend.max_n(deadline) if not _passed(deadline) else SubResult("time_limit")
     log.append({"step": "max_n", "status": top.status, "n": top.n, "wall": top.wall})
     if top.batches:
         inc.offer(top.batches)
@@ -253,6 +262,10 @@ def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[l
     bound = inc.G
     for n0 in range(n_bar, 0, -1):
         if prune and n0 / t0 <= inc.G:
+            break
+        if _passed(deadline):
+            complete = False
+            bound = max(bound, n0 / t0)
             break
         res = backend.min_t(n0, deadline)
         log.append({"step": "min_t", "n0": n0, "status": res.status, "t": res.t, "wall": res.wall})

@@ -228,23 +228,29 @@ class MilpBackend:
             prob += parts["n"] >= n_min, "n_min"
         return self._run(prob, parts, deadline)
 
-    def t_relaxation(self) -> float:
-        r"""LP-relaxation lower bound on :math:`\min t` over every schedule (0 when the LP fails)."""
-        return self._lp(pulp.LpMinimize, lambda parts: parts["t"], failed=0.0)
+    def t_relaxation(self, deadline: float | None = None) -> float:
+        r"""LP-relaxation lower bound on :math:`\min t` over every schedule (0 when the LP fails or
+        is not solved by ``deadline``)."""
+        return self._lp(pulp.LpMinimize, lambda parts: parts["t"], 0.0, deadline)
 
-    def f_relaxation(self, n_inc: int, batches_inc: list[list[int]]) -> float:
+    def f_relaxation(self, n_inc: int, batches_inc: list[list[int]], deadline: float | None = None) -> float:
         r"""LP-relaxation upper bound on :math:`\max n - \lambda t` at the incumbent's :math:`\lambda`
-        (inf when the LP fails), used to prove a bound when the MIP stopped without a dual bound."""
+        (inf when the LP fails or is not solved by ``deadline``), used to prove a bound when the MIP
+        stopped without a dual bound."""
         lam = n_inc / g_core(self.data.problem, batches_inc)[1]
-        return self._lp(pulp.LpMaximize, lambda parts: parts["n"] - lam * parts["t"], failed=float("inf"))
+        return self._lp(pulp.LpMaximize, lambda parts: parts["n"] - lam * parts["t"], float("inf"), deadline)
 
-    def _lp(self, sense: int, objective: Any, failed: float) -> float:
+    def _lp(self, sense: int, objective: Any, failed: float, deadline: float | None) -> float:
         """Optimal value of the model's LP relaxation for ``objective(parts)``, ``failed`` when the LP
-        is not solved to optimality (the weakest bound in that direction)."""
+        is not solved to optimality by ``deadline`` (the weakest bound in that direction; PuLP reports
+        a HiGHS stopped by its time limit as status "Optimal", so the solution status decides)."""
+        left = None if deadline is None else deadline - time.perf_counter()
+        if left is not None and left <= 0:
+            return failed
         prob, parts = self._build(sense)
         prob += objective(parts)
-        prob.solve(pulp_solver("highs", mip=False, msg=self.log))
-        return float(pulp.value(prob.objective)) if prob.status == pulp.LpStatusOptimal else failed
+        prob.solve(pulp_solver("highs", mip=False, msg=self.log, time_limit=left))
+        return float(pulp.value(prob.objective)) if prob.sol_status == pulp.LpSolutionOptimal else failed
 
     def max_n(self, deadline: float | None) -> SubResult:
         prob, parts = self._build(pulp.LpMaximize)
