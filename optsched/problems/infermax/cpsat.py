@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ortools.sat.python import cp_model
 
-from .model import BuildStopped, ModelData, Scaling, check_deadline, check_size, integer_scaling
+from .model import BuildStopped, ModelData, Scaling, check_deadline, check_size, integer_scaling, request_batch_grid
 from .relax import add_count_fact
 
 
@@ -89,12 +89,7 @@ class _Builder:
         self._objective()
 
     def _grid(self, make: Callable[[int, int], Any]) -> list[list[Any]]:
-        """``make(i, j)`` for every request i and batch j, checking the deadline per request."""
-        rows = []
-        for i in range(self.data.N):
-            check_deadline(self.deadline, "CP-SAT model")
-            rows.append([make(i, j) for j in range(self.data.J)])
-        return rows
+        return request_batch_grid(self.data, make, self.deadline, "CP-SAT model")
 
     def _evict_var(self, i: int, j: int) -> cp_model.IntVar:
         if self.data.options.no_evict or j == 0:

@@ -32,7 +32,16 @@ from ...instance import Instance
 from ...mipsolvers import pulp_solver
 from ...result import Bound
 from .cpsat import BackendResult, true_objective
-from .model import BuildStopped, InferMaxOptions, ModelData, build_data, check_deadline, check_size, serial_schedule
+from .model import (
+    BuildStopped,
+    InferMaxOptions,
+    ModelData,
+    build_data,
+    check_deadline,
+    check_size,
+    request_batch_grid,
+    serial_schedule,
+)
 
 __all__ = ["build_mip", "lp_relaxation_bound", "solve_mip"]
 
@@ -95,12 +104,7 @@ class _Mip:
 
     # ------------------------------------------------------------------ variables
     def _grid(self, make: Callable[[int, int], Any]) -> list[list[Any]]:
-        """``make(i, j)`` for every request i and batch j, checking the deadline per request."""
-        rows = []
-        for i in range(self.data.N):
-            check_deadline(self.deadline, "MIP model")
-            rows.append([make(i, j) for j in range(self.data.J)])
-        return rows
+        return request_batch_grid(self.data, make, self.deadline, "MIP model")
 
     def _name(self, kind: str) -> str:
         self._n += 1

@@ -121,7 +121,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ...bounds import batch_counts, request_work
 from ...costmodel import CostModel
@@ -163,6 +163,17 @@ def check_deadline(deadline: float | None, what: str) -> None:
     """Raise :class:`BuildStopped` when ``deadline`` (a ``time.perf_counter()`` value) has passed."""
     if deadline is not None and time.perf_counter() > deadline:
         raise BuildStopped(f"{what} not built within the time limit")
+
+
+def request_batch_grid(
+    data: "ModelData", make: Callable[[int, int], Any], deadline: float | None, what: str
+) -> list[list[Any]]:
+    """``make(i, j)`` for every request i and batch j of ``data``, checking ``deadline`` per request."""
+    rows = []
+    for i in range(data.N):
+        check_deadline(deadline, what)
+        rows.append([make(i, j) for j in range(data.J)])
+    return rows
 
 
 def check_size(data: "ModelData", what: str, cell_cost: int = 1) -> None:
