@@ -138,7 +138,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         return SolveResult("infermax", opts.solver, "infeasible", wall_time=time.perf_counter() - t0,
                            extra={"reason": str(exc)})
     proven = [b.value for b in generic_bounds(instance, opts.objective)]
-    met = opts.early_exit and _meets(min(value for _, value, _ in found.values()), max(proven))
+    met = opts.early_exit and bool(proven) and _meets(min(value for _, value, _ in found.values()), max(proven))
     if not (opts.no_evict or met or _passed(deadline)):  # phase 1: the eviction-free optimum seeds the full model
         first = solve(instance, {**options, "no_evict": True, "warm_start": None, "relax": 0,
                                  "time_limit": None if opts.time_limit is None else opts.time_limit / 4})
