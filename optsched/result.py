@@ -109,16 +109,19 @@ def replayed_objective(instance: Instance, schedule: Schedule, objective: str = 
     result = replay(instance, schedule)
     if not result.feasible:
         raise RuntimeError("produced schedule does not replay cleanly: " + "; ".join(result.violations[:5]))
+    return objective_of(result, objective), result
+
+
+def objective_of(result: ReplayResult, objective: str = "makespan") -> float:
+    """The objective value (as :func:`replayed_objective`) of a replay that is feasible."""
     assert result.metrics is not None
     if objective == "makespan":
-        value = result.metrics.makespan
-    elif objective == "completion":
-        value = math.fsum(o.finish for o in result.outcomes.values())  # type: ignore[misc]
-    elif objective == "ttft":
-        value = result.metrics.mean_ttft
-    else:
-        raise ValueError(f"unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
-    return value, result
+        return result.metrics.makespan
+    if objective == "completion":
+        return math.fsum(o.finish for o in result.outcomes.values())  # type: ignore[misc]
+    if objective == "ttft":
+        return result.metrics.mean_ttft
+    raise ValueError(f"unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
 
 
 def check_agreement(solver_value: float, replayed_value: float, what: str, rtol: float = 1e-6) -> None:

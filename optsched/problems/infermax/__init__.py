@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from ...instance import Instance
-from ...result import Bound, SolveResult, check_agreement, replayed_objective
+from ...result import Bound, SolveResult, check_agreement, objective_of, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
 from ...bounds import generic_bounds
 from .model import (
@@ -40,6 +40,7 @@ from .model import (
     InferMaxOptions,
     ModelData,
     build_data,
+    fits,
     hint_from_schedule,
     schedule_from_solution,
     serial_schedule,
@@ -85,9 +86,9 @@ def _candidates(instance: Instance, options: InferMaxOptions, deadline: float | 
     out: dict[str, Candidate] = {}
 
     def offer(name: str, schedule: Schedule) -> None:
-        value, rep = replayed_objective(instance, schedule, options.objective)
-        if _respects(rep, options):
-            out[name] = (schedule, value, rep)
+        cand = _candidate(instance, schedule, options)
+        if cand is not None:
+            out[name] = cand
 
     if not options.no_chunk:
         from ...policies import policy_names, simulator_for
@@ -102,6 +103,14 @@ def _candidates(instance: Instance, options: InferMaxOptions, deadline: float | 
     if not out or not _passed(deadline):
         offer("serial", serial_schedule(instance, no_chunk=options.no_chunk))
     return out
+
+
+def _candidate(instance: Instance, schedule: Schedule, options: InferMaxOptions) -> Candidate | None:
+    """``schedule`` replayed once, when it replays cleanly and respects the options; else None."""
+    rep = replay(instance, schedule)
+    if not (rep.feasible and _respects(rep, options)):
+        return None
+    return schedule, objective_of(rep, options.objective), rep
 
 
 def _meets(value: float, bound: float) -> bool:
@@ -162,12 +171,11 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
             raise RuntimeError(
                 f"residency relaxation infeasible although {best!r} gives a schedule within J = {data.J}"
             )
-        point = relax.schedule
-        rep = None if point is None else replay(instance, point)
-        if rep is not None and rep.feasible and _respects(rep, opts):
+        point = None if relax.schedule is None else _candidate(instance, relax.schedule, opts)
+        if point is not None:
             name = "residency-relaxation"  # the relaxation's best point as a schedule: a candidate
-            cands[name] = point
-            values[name] = replayed_objective(instance, point, opts.objective)[0]
+            found[name] = point
+            cands[name], values[name], rep = point
             makespans[name] = rep.metrics.makespan
             if values[name] < values[best]:
                 best = name
@@ -180,7 +188,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         backend = BackendResult("unknown", None, None, None, None, None,
                                 {"stopped": f"model not built: {best!r} meets a proven bound"})
     else:
-        hint = hint_from_schedule(data, cands[warm]) if data.N * data.J <= opts.max_cells else None
+        hint = hint_from_schedule(data, cands[warm]) if fits(data) else None
         backend = _run_backend(data, hint, deadline)
     extra: dict[str, Any] = {
         "horizon": data.J,
@@ -207,9 +215,8 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         value, rep = replayed_objective(instance, schedule, opts.objective)
         check_agreement(backend.objective, value, f"infermax/{opts.solver}")
     else:  # no model, or no incumbent within the limit: report the best candidate
-        schedule = cands[best]
-        value, rep = replayed_objective(instance, schedule, opts.objective)
-        extra["incumbent"] = f"solver found none; schedule of {best!r}"
+        schedule, value, rep = found[best]
+        extra["incumbent"] = f"no schedule from the solver; schedule of {best!r}"
     if data.horizon_proven and backend.bound is not None:
         proven.append(backend.bound)
     elif backend.bound is not None:
@@ -245,7 +252,7 @@ def _relaxation(data: ModelData, limit: float | None) -> Any:
     opts = data.options
     if not (opts.relax > 0 and opts.objective == "makespan" and data.M is not None and data.horizon_proven):
         return None
-    if data.N * data.J > opts.max_cells:  # as the model (model.check_size)
+    if not fits(data):  # as the model (model.check_size)
         return None
     from .relax import residency_bound
 
@@ -291,10 +298,8 @@ def bounds(instance: Instance, options: Mapping[str, Any]) -> list[Bound]:
     from .relax import residency_bound
 
     opts = InferMaxOptions.from_dict({**options, "objective": "makespan"})
-    cands = candidate_schedules(instance, opts)
-    values = {name: replayed_objective(instance, s, "makespan")[0] for name, s in cands.items()}
-    best = min(values, key=lambda k: values[k])
-    data = build_data(instance, opts, values[best], values[best], _nonempty(cands[best]))
+    schedule, value, _ = min(_candidates(instance, opts, None).values(), key=lambda cand: cand[1])
+    data = build_data(instance, opts, value, value, _nonempty(schedule))
     limit = opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
     res = residency_bound(instance, data.J, limit, opts.threads)
     note = (f"residency relaxation over J = {data.J} batches ({res.status}; count facts "

@@ -176,11 +176,16 @@ def request_batch_grid(
     return rows
 
 
+def fits(data: "ModelData", cell_cost: int = 1) -> bool:
+    """Whether the model of ``data`` has at most option ``max_cells`` request-batch cells, each
+    counted ``cell_cost`` times."""
+    return data.N * data.J * cell_cost <= data.options.max_cells
+
+
 def check_size(data: "ModelData", what: str, cell_cost: int = 1) -> None:
-    """Raise :class:`BuildStopped` when the model of ``data`` has more than ``max_cells`` cells,
-    each counted ``cell_cost`` times."""
+    """Raise :class:`BuildStopped` when the model of ``data`` does not :func:`fit <fits>`."""
     cells = data.N * data.J
-    if cells * cell_cost > data.options.max_cells:
+    if not fits(data, cell_cost):
         weight = "" if cell_cost == 1 else f" (each counted {cell_cost} times)"
         raise BuildStopped(
             f"{what} not built: N x J = {data.N} x {data.J} = {cells} cells{weight} exceeds option "
