@@ -36,6 +36,8 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from ...deadline import passed
+
 from .problem import GmaxProblem, batch_violations, g_core, g_value
 from .lagrange import branch_and_bound
 from .sa import SAParams, iterated_local_search, local_search, simulated_annealing, start_points
@@ -196,8 +198,8 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
     proven = math.inf
     setup = 0.0  # the longest time a step spent outside the solver (model build, loading, checks)
     while True:
-        if _passed(deadline) or (deadline is not None and setup > 0 and deadline - time.perf_counter() < 2 * setup):
-            # another step could not even be set up before the limit: stop on time
+        if deadline is not None and deadline - time.perf_counter() < 2 * setup:
+            # the limit has passed, or another step could not even be set up before it: stop on time
             return "time_limit", _time_limit_bound(backend, inc, proven, t_lb, log, deadline)
         begin = time.perf_counter()
         res = backend.parametric(inc.n, inc.batches, deadline)
@@ -219,10 +221,6 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
             return "time_limit", _time_limit_bound(backend, inc, proven, t_lb, log, deadline)
 
 
-def _passed(deadline: float | None) -> bool:
-    return deadline is not None and time.perf_counter() > deadline
-
-
 def _time_limit_bound(backend, inc, proven, t_lb, log, deadline) -> float:
     """The least bound over the Dinkelbach steps; when no step has a dual bound (the solver stopped
     before its root LP), the F LP at the incumbent if it is solved by the deadline (else inf: the
@@ -238,7 +236,7 @@ def _time_limit_bound(backend, inc, proven, t_lb, log, deadline) -> float:
 def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[list, str, float]:
     """min t at n >= n0 from the largest n0 down. No model is built after the deadline: then every
     n0 not solved yet is bounded by n0 / t0 (t >= t0 for every schedule)."""
-    if _passed(deadline):
+    if passed(deadline):
         return [], "time_limit", math.inf
     complete = True
     base = backend.min_t(0, deadline)
@@ -249,7 +247,7 @@ def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[l
     t0 = base.objective if base.status == "optimal" else (base.bound if math.isfinite(base.bound) else t_lb)
     t0 = max(t0, t_lb) if base.status != "optimal" else t0
     complete &= base.status == "optimal"
-    top = backend.max_n(deadline) if not _passed(deadline) else SubResult("time_limit")
+    top = backend.max_n(deadline) if not passed(deadline) else SubResult("time_limit")
     log.append({"step": "max_n", "status": top.status, "n": top.n, "wall": top.wall})
     if top.batches:
         inc.offer(top.batches)
@@ -263,7 +261,7 @@ def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[l
     for n0 in range(n_bar, 0, -1):
         if prune and n0 / t0 <= inc.G:
             break
-        if _passed(deadline):
+        if passed(deadline):
             complete = False
             bound = max(bound, n0 / t0)
             break

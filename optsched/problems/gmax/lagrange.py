@@ -83,6 +83,8 @@ from dataclasses import dataclass, field
 import highspy
 import numpy as np
 
+from ...deadline import passed
+
 from .problem import GmaxProblem, g_core, g_value
 from .sa import chunked, local_search
 
@@ -260,7 +262,7 @@ def lagrangian_multipliers(
         bound = suffix.solve(pi)
         if bound < best:
             best, best_pi = bound, pi.copy()
-        if best - lp <= 1e-6 or (deadline is not None and time.perf_counter() > deadline):
+        if best - lp <= 1e-6 or passed(deadline):
             break
         if not add(suffix.path()):
             suffix.solve(lp_pi)
@@ -378,7 +380,7 @@ class _Search:
         root_ub = float(self.v.pi.sum() + self.v.value[0, 0])
         stack = [(root_ub, float(self.emin.sum()), full, 0, 0.0, 0, 0.0, float(self.v.pi.sum()), float(self.emin.sum()), None)]
         while stack:
-            if deadline is not None and self.nodes % 256 == 0 and time.perf_counter() > deadline:
+            if self.nodes % 256 == 0 and passed(deadline):
                 return "time_limit", stack
             node = stack.pop()
             self.nodes += 1

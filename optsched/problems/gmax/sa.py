@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from dataclasses import dataclass
 from typing import Sequence
+
+from ...deadline import passed
 
 from .problem import GmaxProblem, g_core, g_value
 
@@ -194,10 +195,6 @@ def _neighbours(problem: GmaxProblem, cur: list[list[int]]):
                 yield rest[:place] + [cur[a]] + rest[place:]
 
 
-def _passed(deadline: float | None) -> bool:
-    return deadline is not None and time.perf_counter() > deadline
-
-
 def local_search(problem: GmaxProblem, batches: list[list[int]], deadline: float | None = None) -> list[list[int]]:
     """Steepest-ascent hill climbing of G from ``batches`` over :func:`_neighbours` (a polishing
     step for the exact solver's first incumbent; not part of the paper's algorithm). No new
@@ -205,7 +202,7 @@ def local_search(problem: GmaxProblem, batches: list[list[int]], deadline: float
     cur = [list(b) for b in batches]
     n, t = g_core(problem, cur)
     best = g_value(n, t)
-    while not _passed(deadline):
+    while not passed(deadline):
         top, top_g = None, best
         for cand in _neighbours(problem, cur):
             g = g_value(*g_core(problem, cand))
@@ -232,7 +229,7 @@ def iterated_local_search(
     best = local_search(problem, batches, deadline)
     best_g = g_value(*g_core(problem, best))
     for _ in range(rounds):
-        if _passed(deadline):
+        if passed(deadline):
             break
         cand = best
         for _ in range(kicks):

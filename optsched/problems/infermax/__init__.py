@@ -35,6 +35,7 @@ from ...instance import Instance
 from ...result import Bound, SolveResult, check_agreement, objective_of, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
 from ...bounds import generic_bounds
+from ...deadline import passed
 from .model import (
     InferMaxInputError,
     InferMaxOptions,
@@ -94,13 +95,13 @@ def _candidates(instance: Instance, options: InferMaxOptions, deadline: float | 
         from ...policies import policy_names, simulator_for
 
         for name in policy_names():
-            if out and _passed(deadline) and name != options.warm_start:
+            if out and passed(deadline) and name != options.warm_start:
                 continue
             try:
                 offer(name, simulator_for(name)(instance))
             except Exception:  # noqa: BLE001 - a failing policy is only a missing candidate
                 continue
-    if not out or not _passed(deadline):
+    if not out or not passed(deadline):
         offer("serial", serial_schedule(instance, no_chunk=options.no_chunk))
     return out
 
@@ -116,10 +117,6 @@ def _candidate(instance: Instance, schedule: Schedule, options: InferMaxOptions)
 def _meets(value: float, bound: float) -> bool:
     """Whether ``value`` is within :data:`OPTIMAL_RTOL` of the proven ``bound`` (then it is optimal)."""
     return value - bound <= OPTIMAL_RTOL * max(abs(value), 1e-12)
-
-
-def _passed(deadline: float | None) -> bool:
-    return deadline is not None and time.perf_counter() > deadline
 
 
 def _nonempty(schedule: Schedule) -> int:
@@ -148,7 +145,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
                            extra={"reason": str(exc)})
     proven = [b.value for b in generic_bounds(instance, opts.objective)]
     met = opts.early_exit and bool(proven) and _meets(min(value for _, value, _ in found.values()), max(proven))
-    if not (opts.no_evict or met or _passed(deadline)):  # phase 1: the eviction-free optimum seeds the full model
+    if not (opts.no_evict or met or passed(deadline)):  # phase 1: the eviction-free optimum seeds the full model
         first = solve(instance, {**options, "no_evict": True, "warm_start": None, "relax": 0,
                                  "time_limit": None if opts.time_limit is None else opts.time_limit / 4})
         if first.schedule is not None:
@@ -165,7 +162,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         )
     limit = opts.time_limit  # the whole solve (candidates, phase 1, relaxation) keeps within it
     data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
-    relax = None if met or _passed(deadline) else _relaxation(data, limit)
+    relax = None if met or passed(deadline) else _relaxation(data, limit)
     if relax is not None:
         if relax.bound == math.inf:
             raise RuntimeError(

@@ -119,12 +119,12 @@ Every schedule is replayed; the reported objective is the replayed one.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from ...bounds import batch_counts, request_work
 from ...costmodel import CostModel
+from ...deadline import passed
 from ...instance import Instance, InstanceError
 from ...schedule import Batch, Item, Schedule
 
@@ -161,7 +161,7 @@ class BuildStopped(Exception):
 
 def check_deadline(deadline: float | None, what: str) -> None:
     """Raise :class:`BuildStopped` when ``deadline`` (a ``time.perf_counter()`` value) has passed."""
-    if deadline is not None and time.perf_counter() > deadline:
+    if passed(deadline):
         raise BuildStopped(f"{what} not built within the time limit")
 
 
