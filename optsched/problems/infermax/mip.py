@@ -43,7 +43,7 @@ from .model import (
     serial_schedule,
 )
 
-__all__ = ["build_mip", "lp_relaxation_bound", "solve_mip"]
+__all__ = ["lp_relaxation_bound", "solve_mip"]
 
 #: A MIP cell (PuLP objects, the binary expansion of the prefill square) costs about ten times a
 #: CP-SAT cell to build (N = 64, J = 349: 150 s against 11.6 s), so option ``max_cells`` counts it ten times.
