@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from optsched import cli
 from optsched.policies import POLICIES, simulator_for
-from optsched.problems import BOUNDERS, SOLVERS, bounder_for, solver_for
+from optsched.problems import BACKENDS, BOUNDERS, SOLVERS, bounder_for, check_backend, solver_for
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
@@ -56,3 +58,47 @@ def test_cli_starts_without_the_heavy_optional_libraries():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_cli_json(capsys, *argv) -> tuple[int, dict]:
+    code, out, _ = run_cli(capsys, *argv, "--json")
+    return code, json.loads(out)
+
+
+@pytest.mark.parametrize("problem", sorted(BACKENDS))
+def test_solver_a_problem_cannot_use_is_bad_input(capsys, tmp_path, problem):
+    """Every registered problem: a backend outside its table is exit 2 naming it, before any work
+    (no schedule written), for solve and bound alike; the table names only registered problems."""
+    assert set(BACKENDS) <= set(SOLVERS)
+    out = tmp_path / "s.json"
+    for name in sorted({"cpsat", "highs", "cbc", "gurobi", "nosuch"} - set(BACKENDS[problem])):
+        code, _, err = run_cli(capsys, "solve", "toy-4", "--problem", problem, "--solver", name, "--out", out)
+        assert code == 2 and f"no backend {name!r}" in err and problem in err and not out.exists()
+        if problem in BOUNDERS:
+            code, _, err = run_cli(capsys, "bound", "toy-4", "--problem", problem, "--solver", name)
+            assert code == 2 and f"no backend {name!r}" in err
+
+
+def test_check_backend_accepts_the_table_and_the_default():
+    for problem, names in BACKENDS.items():
+        check_backend(problem, None)
+        for name in names:
+            check_backend(problem, name)
+    check_backend("fake", "anything")  # a problem without a table decides itself
+    with pytest.raises(ValueError, match="known: highs, cbc, gurobi"):
+        check_backend("hybrid", "cpsat")
+
+
+def test_hybrid_offline_method_and_mip_backend_are_checked(capsys):
+    code, _, err = run_cli(capsys, "solve", "toy-4", "--problem", "hybrid-offline", "--method", "nosuch")
+    assert code == 2 and "option 'method'" in err and "nosuch" in err
+    code, _, err = run_cli(capsys, "solve", "toy-4", "--problem", "hybrid-offline", "--method", "mip", "--solver", "cpsat")
+    assert code == 2 and "needs a MIP backend" in err
+    code, res = run_cli_json(capsys, "solve", "toy-4", "--problem", "hybrid-offline", "--method", "mip", "--solver", "cbc")
+    assert code == 0 and res["status"] == "optimal" and res["solver"] == "mip-cbc"

@@ -12,7 +12,7 @@ import argparse
 from ..cli import EXIT_OK, print_json
 from ..bounds import instance_bounds
 from ._common import add_instance_arguments, add_json_flag, format_table, load_instance_arg
-from .solve import add_problem_options, options_from_args, resolve
+from .solve import add_problem_options, check_solver_option, options_from_args, resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     bounder = resolve("bound", args.problem) if args.problem is not None else None
+    if args.problem is not None:
+        check_solver_option(args.problem, args.solver)
     instance = load_instance_arg(args)
     bounds = bounder(instance, options_from_args(args)) if bounder is not None else instance_bounds(instance)
     rows = [b.to_dict() for b in bounds]

@@ -89,8 +89,17 @@ def resolve(kind: str, name: str) -> Any:
         raise BadInput(f"--problem: {exc.args[0]}") from None
 
 
+def check_solver_option(problem: str, solver: str | None) -> None:
+    """``problems.check_backend``, an unusable ``--solver`` being bad input."""
+    try:
+        problems.check_backend(problem, solver)
+    except ValueError as exc:
+        raise BadInput(f"--solver: {exc}") from None
+
+
 def handle(args: argparse.Namespace) -> int:
     solve = resolve("solve", args.problem)
+    check_solver_option(args.problem, args.solver)
     check_output_path(args.out)
     instance = load_instance_arg(args)
     result: SolveResult = solve(instance, options_from_args(args))

@@ -5,6 +5,10 @@ that the CLI starts fast and one formulation's dependencies never load for anoth
 
 - a *solver* has the signature ``solve(instance, options: dict) -> SolveResult``;
 - a *bounder* has the signature ``bounds(instance, options: dict) -> list[Bound]``.
+
+:data:`BACKENDS` lists the ``solver`` names each formulation accepts; :func:`check_backend` is the
+one test of a name against it (the CLI calls it before any work, so an unusable name is bad input,
+exit 2, not an internal error or a silently ignored option).
 """
 
 from __future__ import annotations
@@ -26,6 +30,29 @@ BOUNDERS: dict[str, str] = {
     "hybrid": "optsched.problems.hybrid.bounds:bounds",
     "infermax": "optsched.problems.infermax:bounds",
 }
+
+#: ``solver`` names each formulation accepts (its default first). ``hybrid-offline`` and
+#: ``scls-batch`` use a MIP backend only for ``method=mip``; ``hybrid-offline``'s exact stage is
+#: CP-SAT otherwise.
+BACKENDS: dict[str, tuple[str, ...]] = {
+    "aladdin": ("cpsat", "highs", "cbc", "gurobi"),
+    "gmax": ("highs", "cbc", "gurobi", "cpsat"),
+    "hybrid": ("highs", "cbc", "gurobi"),
+    "hybrid-offline": ("cpsat", "highs", "cbc", "gurobi"),
+    "infermax": ("cpsat", "highs", "cbc", "gurobi"),
+    "scls-batch": ("highs", "cbc", "gurobi"),
+}
+
+
+def check_backend(problem: str, solver: str | None) -> None:
+    """Raise ``ValueError`` naming the accepted backends when ``solver`` is not one of ``problem``'s.
+
+    ``None`` (the formulation's default) and problems without a :data:`BACKENDS` entry pass.
+    """
+    known = BACKENDS.get(problem)
+    if solver is None or known is None or solver in known:
+        return
+    raise ValueError(f"problem {problem!r} has no backend {solver!r} (known: {', '.join(known)})")
 
 
 def solver_for(name: str) -> Callable[..., Any]:

@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ...instance import Instance
+from ...instance import Instance, InstanceError
 from ...mipsolvers import pulp_solver
 from ...result import SolveResult
 from ...schedule import replay
@@ -362,6 +362,13 @@ def mip_pcmax(p: Sequence[int], m: int, solver: str, time_limit: float, lower: i
     return Assignment(tuple(client), value, bound, "optimal" if value == bound else "time_limit", f"mip-{solver}")
 
 
+#: Methods of :func:`solve_pcmax`.
+PCMAX_METHODS = ("auto", "lpt", "local", "cpsat", "mip")
+
+#: MIP backends of ``method='mip'``.
+MIP_BACKENDS = ("highs", "cbc", "gurobi")
+
+
 def solve_pcmax(
     p: Sequence[int], m: int, method: str = "auto", time_limit: float = 60.0, solver: str = "highs", threads: int | None = None
 ) -> Assignment:
@@ -402,7 +409,7 @@ def solve_pcmax(
     elif method == "mip":
         found = mip_pcmax(p, m, solver, left, lower, threads)
     else:
-        raise ValueError(f"unknown method {method!r} (known: auto, lpt, local, cpsat, mip)")
+        raise ValueError(f"unknown method {method!r} (known: {', '.join(PCMAX_METHODS)})")
     if found.makespan < 0 or found.makespan > value:  # a time-limited search keeps the heuristic's incumbent
         return Assignment(tuple(client), value, found.bound, "optimal" if value == found.bound else found.status, name)
     return found
@@ -418,6 +425,12 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     """
     from .online import simulate_pd
 
+    method = options.get("method") or "auto"
+    solver = options.get("solver") or "highs"
+    if method not in PCMAX_METHODS:
+        raise InstanceError(f"option 'method': unknown {method!r} (known: {', '.join(PCMAX_METHODS)})")
+    if method == "mip" and solver not in MIP_BACKENDS:
+        raise InstanceError(f"option 'solver': method 'mip' needs a MIP backend ({', '.join(MIP_BACKENDS)}), got {solver!r}")
     timing = timing_of(instance)
     lengths = options.get("lengths") or "rounds"
     p = processing_times(instance, lengths)
@@ -425,9 +438,9 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     found = solve_pcmax(
         p,
         timing.clients,
-        method=options.get("method") or "auto",
+        method=method,
         time_limit=float(options.get("time_limit") or 60.0),
-        solver=options.get("solver") or "highs",
+        solver=solver,
         threads=options.get("threads"),
     )
     wall = time.perf_counter() - start
