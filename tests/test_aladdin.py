@@ -13,7 +13,7 @@ from optsched.instance import InstanceError, Limits, load_instance, parse_instan
 from optsched.problems import bounder_for, solver_for
 from optsched.problems.aladdin.cluster import simulate_cluster
 from optsched.problems.aladdin.heuristics import best_fit, jsq, power_of_two, rebalance, round_robin
-from optsched.problems.aladdin.models import AladdinModel, model_from_instance
+from optsched.problems.aladdin.models import MAX_SECONDS, AladdinModel, model_from_instance
 from optsched.problems.aladdin.offline import offline_problem, planned_instance
 from optsched.problems.aladdin.placement import (
     Job,
@@ -74,6 +74,24 @@ def test_model_rejects_quadratic_prefill_and_missing_slo():
     del data["slo"]
     with pytest.raises(InstanceError, match="slo.ttft"):
         model_from_instance(parse_instance(data))
+
+
+def test_model_rejects_times_beyond_the_integer_data():
+    """A coefficient or SLO above MAX_SECONDS is bad input naming the field (it overflowed the
+    nanosecond data: OverflowError, exit 3); MAX_SECONDS itself is accepted."""
+    reqs = [{"id": "a", "prompt_tokens": 3, "output_tokens": 2}]
+    ok = _instance(reqs)
+    assert model_from_instance(ok).c1 == pytest.approx(0.002)
+    at_limit = _instance(reqs, ttft=MAX_SECONDS)
+    assert model_from_instance(at_limit).ttft == MAX_SECONDS
+    with pytest.raises(InstanceError, match=r"slo.ttft.*exceeds"):
+        model_from_instance(_instance(reqs, ttft=MAX_SECONDS * 10))
+    big = parse_instance({"name": "big", "limits": {"kv_capacity": 60}, "slo": {"ttft": 0.02, "atgt": 0.05},
+                          "cost_model": {"layers": 1, "prefill": {"bias": 1e300, "per_token": 0.0005},
+                                         "decode": {"bias": 0.02, "per_kv": 0.0002}},
+                          "requests": reqs})
+    with pytest.raises(InstanceError, match=r"cost_model' \(prefill bias\).*exceeds"):
+        model_from_instance(big)
 
 
 # --------------------------------------------------------------------------- Fig. 3

@@ -103,6 +103,19 @@ class AladdinModel:
         return replace(self, **changes)
 
 
+#: Largest time (seconds) a coefficient or SLO may have: the placement model's integer data are
+#: nanoseconds (:data:`.placement.TIME_SCALE`) summed over many jobs, which must stay in int64.
+MAX_SECONDS = 1e6
+
+
+def _bounded(value: float, where: str) -> float:
+    """``value`` if at most :data:`MAX_SECONDS`, else an :class:`InstanceError` naming ``where``."""
+    if value > MAX_SECONDS:
+        raise InstanceError(f"{where}: {value:g} s exceeds {MAX_SECONDS:g} s, the largest time the "
+                            "placement model's integer nanosecond data can hold")
+    return value
+
+
 def _coefficients(cost: CostModel, source: str) -> tuple[float, float, float, float, float]:
     """(k1, c1, k2, c2, c3) of a contract cost model; error if it is not of Aladdin's form."""
     if cost.prefill.per_token_sq != 0 or cost.prefill.per_kv != 0:
@@ -118,7 +131,10 @@ def _coefficients(cost: CostModel, source: str) -> tuple[float, float, float, fl
     k2 = lay * cost.decode.per_kv
     c2 = lay * (cost.per_token + cost.decode.per_token)
     c3 = lay * (cost.base + cost.decode.bias)
-    return k1, c1, k2, c2, c3
+    where = f"{source}: field 'cost_model'"
+    return (_bounded(k1, f"{where} (prefill time per token)"), _bounded(c1, f"{where} (prefill bias)"),
+            _bounded(k2, f"{where} (decode time per KV token)"), _bounded(c2, f"{where} (decode time per request)"),
+            _bounded(c3, f"{where} (decode bias)"))
 
 
 def _positive(obj: Mapping[str, Any], key: str, where: str, default: float | None = None) -> float | None:
@@ -195,5 +211,5 @@ def _slo(instance: Instance, src: str) -> tuple[float, float]:
             value = min(per_req) if per_req else None
         if value is None or value <= 0:
             raise InstanceError(f"{src}: field 'slo.{key}': missing (needed by the placement constraints)")
-        values[key] = value
+        values[key] = _bounded(value, f"{src}: field 'slo.{key}'")
     return values["ttft"], values["atgt"]
