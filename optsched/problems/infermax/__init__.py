@@ -135,6 +135,11 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         ``no_hybrid``, ``no_chunk``, ``time_limit``, ``threads``, ``log``, ``warm_start`` (policy
         name), ``horizon`` (force J).
     """
+    # Import what a solve may need before the clock starts: importing CP-SAT takes about a second
+    # (ortools loads pandas), which a first import after the deadline would add to the call.
+    from . import cpsat, mip, relax  # noqa: F401
+    from ... import policies  # noqa: F401
+
     t0 = time.perf_counter()
     opts = InferMaxOptions.from_dict(options)
     deadline = None if opts.time_limit is None else t0 + opts.time_limit
