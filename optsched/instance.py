@@ -39,6 +39,11 @@ __all__ = [
 
 DEFAULT_TOKEN_BUDGET = 4096
 
+#: Latest arrival (seconds, about 31.7 years). Batch times are micro- to milliseconds; beyond
+#: this a float time loses the resolution the replay's comparisons need (at 1e300 s every batch
+#: of a millisecond ends where it starts), so a later arrival is bad input, not a time.
+MAX_ARRIVAL = 1e9
+
 
 class InstanceError(ValueError):
     """Bad instance input; the message names the file, the request and the field."""
@@ -189,7 +194,7 @@ class _SLOModel(BaseModel):
 class _RequestModel(BaseModel):
     model_config = ConfigDict(extra="allow")
     id: str = Field(min_length=1)
-    arrival: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    arrival: float = Field(default=0.0, ge=0, le=MAX_ARRIVAL, allow_inf_nan=False)
     prompt_tokens: int = Field(ge=1, strict=True)
     output_tokens: int = Field(ge=1, strict=True)
     predicted_output_tokens: int | None = Field(default=None, ge=1, strict=True)
@@ -430,8 +435,8 @@ def load_trace_csv(
                     raise InstanceError(
                         f"{source}: request {rid!r}: field {col!r}: must be an integer >= 1"
                     )
-            if not math.isfinite(values["arrived_at"]) or values["arrived_at"] < 0:
-                raise InstanceError(f"{source}: request {rid!r}: field 'arrived_at': must be >= 0")
+            if not (math.isfinite(values["arrived_at"]) and 0 <= values["arrived_at"] <= MAX_ARRIVAL):
+                raise InstanceError(f"{source}: request {rid!r}: field 'arrived_at': must be >= 0 and <= {MAX_ARRIVAL:g}")
             requests.append(
                 Request(
                     rid,

@@ -19,7 +19,7 @@ from legal_schedules import random_legal_schedule
 import fake_formulations
 from optsched import policies, problems
 from optsched.cli import main
-from optsched.instance import load_instance
+from optsched.instance import MAX_ARRIVAL, load_instance
 
 TOY = {
     "name": "tiny",
@@ -239,6 +239,7 @@ def test_trace_csv_with_options(capsys, tmp_path):
         ("0,abc,5\n", ["--cost-model", "llama2-7b-a100"], "request 'row0': field 'num_prefill_tokens': not a number"),
         ("0,10,0\n", ["--cost-model", "llama2-7b-a100"], "request 'row0': field 'num_decode_tokens'"),
         ("0,10,5\n-1,10,5\n", ["--cost-model", "llama2-7b-a100"], "request 'row1': field 'arrived_at'"),
+        ("0,10,5\n2e9,10,5\n", ["--cost-model", "llama2-7b-a100"], "request 'row1': field 'arrived_at': must be >= 0 and <= 1e+09"),
         ("0,10,5\n", ["--cost-model", "nope"], "unknown profile 'nope'"),
         ("0,900,200\n", ["--cost-model", "llama2-7b-a100", "--kv-capacity", "1000"], "request 'row0'"),
     ],
@@ -246,6 +247,17 @@ def test_trace_csv_with_options(capsys, tmp_path):
 def test_bad_trace_exit_2(capsys, tmp_path, rows, args, needle):
     code, out, err = run(capsys, "simulate", trace(tmp_path, rows), "--policy", "test-random", *args)
     assert code == 2 and needle in err and out == ""
+
+
+def test_arrival_beyond_max_arrival_exit_2(capsys, tmp_path):
+    """At 1e300 s a millisecond batch ends where it starts: the hybrid MIP's schedule failed the
+    replay (exit 3). Arrivals above MAX_ARRIVAL are bad input naming the request; MAX_ARRIVAL itself loads."""
+    data = json.loads(json.dumps(TOY))
+    data["requests"][1]["arrival"] = MAX_ARRIVAL
+    assert run(capsys, "info", write(tmp_path / "ok.json", data))[0] == 0
+    data["requests"][1]["arrival"] = 1e300
+    code, out, err = run(capsys, "simulate", write(tmp_path / "far.json", data), "--policy", "test-random")
+    assert code == 2 and "request 'b': field 'arrival'" in err and "far.json" in err and out == ""
 
 
 def test_json_instance_overrides(capsys):
