@@ -8,7 +8,7 @@ emits the first token); levels ``(N^cap_l, T^p_l)`` with level 0 = (0, 0) (fix M
 Variables (Table II): ``x_ij, p_ijk, d_ijk, y_kl`` binary, ``w_ijk`` in [0, 1], ``t^{s,p}_k, t^{s,d}_k, n^p_k,
 n^d_k, t^max >= 0``.
 
-Constraints kept in both modes::
+Constraints kept in both modes (A3 is ours: the paper's model is offline)::
 
     (1)  min t^max
     (2)  t^max >= t^{s,d}_k + n^d_k                                  all k
@@ -18,6 +18,9 @@ Constraints kept in both modes::
     (12) sum_i d_ijk <= 1                                             all j, k
     (14) sum_k w_ijk = x_ij ;  (17) sum_k p_ijk = x_ij (fix M5: for all i, j) ;  (18) sum_j x_ij = 1
     (A1) w_ijk <= d_ijk                                               (fix M1)
+    (A3) t^{s,p}_k >= a_i sum_j p_ijk                                 all i with a_i > 0, k
+         (release times: a stage starts after its requests arrive; the schedule's prefill batch
+         waits for them)
 
 ``mode='faithful'`` adds the paper's remaining constraints as printed (with M = K, fix M4): contiguity (10)
 ``M(2 - d_ijk1 - d_ijk2) + sum_{k'=k1..k2} d_ijk' >= k2 - k1 + 1`` for k1 < k2, precedence (11)
@@ -53,7 +56,8 @@ a request then finishes no later than the MIP says, so clients free up in time a
 run). Empty rounds are dropped. The schedule is replayed; the reported objective is the replayed
 makespan. Model space (what "optimal" refers to): PD-Competition schedules without evictions in which
 each prompt is prefilled whole in one stage and at most J requests run. The reported bound is the
-larger of the proven ``strict`` bound (:mod:`.bounds`, valid for all eviction-free schedules) and, for
+largest of the proven ``strict`` bound (:mod:`.bounds`, valid for all eviction-free schedules), the
+generic bounds of :mod:`optsched.bounds` (every schedule; they see arrivals) and, for
 ``time_model='contract'`` with K >= I, the MIP's dual bound (valid on the model space).
 """
 
@@ -67,6 +71,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...bounds import generic_bounds
 from ...instance import Instance
 from ...mipsolvers import pulp_solver
 from ...result import SolveResult, check_agreement, replayed_objective
@@ -119,6 +124,7 @@ def build(instance: Instance, mode: str = "strengthened", time_model: str | None
     I_, Jr, Kr = range(n), range(J), range(K)
     Np = [r.prompt_tokens for r in reqs]
     D = [decode_rounds(r.output_tokens) for r in reqs]
+    arrival = [r.arrival for r in reqs]
     if any(v > tm.prefill_cap for v in Np):
         raise ValueError("a prompt exceeds the prefill stage capacity; the MIP prefills each prompt in one stage")
     if mode == "faithful" and n * J * K * K > FAITHFUL_MAX_ROWS:
@@ -150,6 +156,9 @@ def build(instance: Instance, mode: str = "strengthened", time_model: str | None
         if k >= 1:
             prob += tsp[k] >= tsd[k - 1] + ndk[k - 1]  # (3)
         prob += tsd[k] >= tsp[k] + npk[k]  # (4)
+        for i in I_:
+            if arrival[i] > 0:  # (A3) release times (extension; the paper is offline)
+                prob += tsp[k] >= arrival[i] * pulp.lpSum(p[i, j, k] for j in cl[i])
     tokens = [pulp.lpSum(Np[i] * p[i, j, k] for i in I_ for j in cl[i]) for k in Kr]
     if time_model == "paper":
         levels = tm.levels()
@@ -211,28 +220,45 @@ def build(instance: Instance, mode: str = "strengthened", time_model: str | None
 
 
 def stages_to_schedule(instance: Instance, stages: list[tuple[list[int], int]], meta: dict[str, Any]) -> Schedule:
-    """Bins ``(requests prefilled, decode rounds)`` -> batches: one prefill batch, then eager decode rounds."""
+    """Bins ``(requests prefilled, decode rounds)`` -> batches: one prefill batch, then eager decode rounds.
+
+    A prefill batch whose requests arrive after the previous batch ends carries ``start`` = the
+    latest arrival among them (row A3); the clock follows the contract's batch times.
+    """
     reqs = instance.requests
+    cost = instance.cost_model
     left = [decode_rounds(r.output_tokens) for r in reqs]
+    held = [0] * len(reqs)  # KV slots after the last batch (prompt + tokens generated - 1 once prefilled)
     running: list[int] = []
     batches: list[Batch] = []
+    clock = 0.0
+
+    def decode_round() -> None:
+        nonlocal clock, running
+        batches.append(Batch(tuple(Item(reqs[i].id, 1) for i in running)))
+        clock += cost.batch_time(len(running), 0, 0, len(running), sum(held[i] for i in running))
+        for i in running:
+            left[i] -= 1
+            held[i] += 1
+        running = [i for i in running if left[i] > 0]
+
     for prefilled, rounds in stages:
         if prefilled:
-            batches.append(Batch(tuple(Item(reqs[i].id, reqs[i].prompt_tokens) for i in prefilled)))
+            release = max(reqs[i].arrival for i in prefilled)
+            wait = release if release > clock else None
+            batches.append(Batch(tuple(Item(reqs[i].id, reqs[i].prompt_tokens) for i in prefilled), start=wait))
+            tokens = [reqs[i].prompt_tokens for i in prefilled]
+            clock = max(clock, release) + cost.batch_time(sum(tokens), sum(tokens), sum(t * t for t in tokens), 0, 0)
+            for i in prefilled:
+                held[i] = reqs[i].prompt_tokens
             running += [i for i in prefilled if left[i] > 0]
         for _ in range(rounds):
             if not running:
                 break
-            batches.append(Batch(tuple(Item(reqs[i].id, 1) for i in running)))
-            for i in running:
-                left[i] -= 1
-            running = [i for i in running if left[i] > 0]
+            decode_round()
     tail = 0
     while running:  # only from solver round-off in fractional rounds (paper time model); counted in meta
-        batches.append(Batch(tuple(Item(reqs[i].id, 1) for i in running)))
-        for i in running:
-            left[i] -= 1
-        running = [i for i in running if left[i] > 0]
+        decode_round()
         tail += 1
     return Schedule(instance.name, tuple(batches), {**meta, "tail_rounds": tail})
 
@@ -326,6 +352,7 @@ def warm_start_values(model: HybridMIP, instance: Instance, schedule: Schedule) 
             vals[f"y_{k}_{lvl}"] = 1
             n_p = levels[lvl][1]
             n_d = tm.tau_d * (max(work[k]) if k < nbins else 0)
+        t = max([t] + [reqs[i].arrival for i in first_bin if first_bin[i] == k])  # (A3)
         vals[f"tsp_{k}"], vals[f"np_{k}"] = t, n_p
         vals[f"tsd_{k}"], vals[f"nd_{k}"] = t + n_p, n_d
         t += n_p + n_d
@@ -416,7 +443,7 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     wall = time.perf_counter() - start
     strict = strict_bound(instance)[0]
     exact_time = model.time_model == "contract" and tm.linear
-    bound = strict
+    bound = max([strict] + [b.value for b in generic_bounds(instance)])  # the generic ones see arrivals
     if exact_time and model.bins >= len(instance.requests) and mip_bound is not None:
         bound = max(bound, mip_bound)
     extra: dict[str, Any] = {
