@@ -72,3 +72,52 @@ def test_ttft_is_bracketed_by_exhaustive_optimum(seed: int, evict: bool) -> None
     check_result(inst, res, best if res.status == "optimal" else None, "ttft")
     assert res.objective >= best * (1 - 1e-9)
     assert res.bound <= best * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("objective, arrivals", [("ttft", False), ("makespan", True)])
+def test_solver_starts_later_than_needed_do_not_break_agreement(monkeypatch, objective: str, arrivals: bool) -> None:
+    """C10 bounds a batch's start S_j only from below, so a time-limited CP-SAT solution may start
+    batches later than the replay does. Forcing the first batch to start 0.1 ms late makes the
+    solver's own S slack: the backend must value its solution at the earliest starts (the replay's),
+    not at S (that disagreement was an internal error on a time-limited ttft solve)."""
+    from optsched.problems.infermax import cpsat
+
+    original = cpsat._Builder._objective
+    late = 1e-4
+
+    def late_first_batch(self) -> None:
+        original(self)
+        self.m.Add(self.S[0] >= self.scale.to_int_time(late))
+
+    monkeypatch.setattr(cpsat._Builder, "_objective", late_first_batch)
+    inst = tiny_instance(3, arrivals=arrivals)
+    res = solve(inst, objective=objective)  # raised RuntimeError (solver vs replay) before the fix
+    assert res.schedule is not None and res.replay.feasible
+    assert res.objective == pytest.approx(replayed_objective(inst, res.schedule, objective)[0], rel=1e-12)
+    if not arrivals:  # nothing waits offline: the forced delay is not in the valued schedule
+        assert res.replay.starts[0] == 0.0
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_earliest_starts_are_the_replays_starts(seed: int) -> None:
+    """``earliest_starts`` mirrors the replay: for the exhaustive optimum's batches (online
+    instances), the schedule rebuilt from its items, evictions and waits ends every batch where the
+    replay of the original does."""
+    from optsched.problems.infermax.model import InferMaxOptions, build_data, earliest_starts, hint_from_schedule
+    from optsched.problems.infermax.model import schedule_from_solution
+    from optsched.schedule import replay
+
+    inst = tiny_instance(seed, arrivals=True)
+    found = exhaustive_optimum(inst, "makespan", evict=True)
+    assert found is not None
+    _, path = found
+    rep = replay(inst, path)
+    with_items = [k for k, b in enumerate(path.batches) if b.items]
+    data = build_data(inst, InferMaxOptions(), rep.metrics.makespan, rep.metrics.makespan, len(with_items))
+    c, e = hint_from_schedule(data, path)
+    T = [rep.ends[k] - rep.starts[k] for k in with_items] + [0.0] * (data.J - len(with_items))
+    waits, ends = earliest_starts(data, c, e, T)
+    again = replay(inst, schedule_from_solution(data, c, e, waits, {}))
+    assert again.feasible
+    assert ends[len(with_items) - 1] == pytest.approx(again.metrics.makespan, rel=1e-12)
+    assert again.metrics.makespan <= rep.metrics.makespan * (1 + 1e-12)

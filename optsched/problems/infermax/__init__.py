@@ -212,7 +212,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         extra["reason"] = f"no schedule within the horizon J = {data.J}; a longer horizon is needed"
         return SolveResult("infermax", opts.solver, "infeasible", wall_time=time.perf_counter() - t0, extra=extra)
     if backend.c is not None:
-        schedule = schedule_from_solution(data, backend.c, backend.e, backend.starts,
+        schedule = schedule_from_solution(data, backend.c, backend.e, backend.waits,
                                           {"solver": opts.solver, "problem": "infermax"})
         value, rep = replayed_objective(instance, schedule, opts.objective)
         check_agreement(backend.objective, value, f"infermax/{opts.solver}")

@@ -16,7 +16,9 @@ from typing import Any, Callable
 
 from ortools.sat.python import cp_model
 
-from .model import BuildStopped, ModelData, Scaling, check_deadline, check_size, integer_scaling, request_batch_grid
+from .model import (
+    BuildStopped, ModelData, Scaling, check_deadline, check_size, earliest_starts, integer_scaling, request_batch_grid,
+)
 from .relax import add_count_fact
 
 
@@ -30,8 +32,9 @@ class BackendResult:
         ``optimal``, ``feasible`` (incumbent, limit reached), ``infeasible`` or ``unknown``.
     c, e
         Per (i, j) token counts and evictions of the incumbent (None without one).
-    starts
-        Per batch start times in seconds (None offline).
+    waits
+        Per batch: the arrival it waits for, or None (:func:`.model.earliest_starts`; None when the
+        model has no times).
     objective
         The incumbent's objective in seconds, evaluated with the exact float coefficients.
     bound
@@ -43,7 +46,7 @@ class BackendResult:
     status: str
     c: list[list[int]] | None
     e: list[list[int]] | None
-    starts: list[float] | None
+    waits: list[float | None] | None
     objective: float | None
     bound: float | None
     info: dict[str, Any]
@@ -343,16 +346,13 @@ def solve_cpsat(
     c = [[solver.Value(b.c[i][j]) for j in range(J)] for i in range(N)]
     e = [[solver.Value(b.e[i][j]) for j in range(J)] for i in range(N)]
     T_sec = [_batch_seconds(data, solver, b, j) for j in range(J)]
-    starts = E_sec = F_sec = None
-    if b.S is not None:
-        starts = [solver.Value(b.S[j]) / scale.factor for j in range(J)]
-        E_sec = []
-        for j in range(J):
-            E_sec.append(max(starts[j], E_sec[-1] if E_sec else 0.0) + T_sec[j])
+    waits = E_sec = F_sec = None
+    if b.S is not None:  # the earliest starts, not the solver's S (C10 bounds S from below only)
+        waits, E_sec = earliest_starts(data, c, e, T_sec)
         F_sec = _event_times(data, solver, b, E_sec)
     objective = true_objective(data, T_sec, E_sec, F_sec)
     status = "optimal" if code == cp_model.OPTIMAL else "feasible"
-    return BackendResult(status, c, e, starts, objective, bound, info)
+    return BackendResult(status, c, e, waits, objective, bound, info)
 
 
 def _batch_seconds(data: ModelData, solver: cp_model.CpSolver, b: _Builder, j: int) -> float:

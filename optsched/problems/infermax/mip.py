@@ -39,6 +39,7 @@ from .model import (
     build_data,
     check_deadline,
     check_size,
+    earliest_starts,
     request_batch_grid,
     serial_schedule,
 )
@@ -338,15 +339,12 @@ def solve_mip(
     c = [[round(_val(mip.c[i][j])) for j in range(J)] for i in range(N)]
     e = [[round(_val(mip.e[i][j])) for j in range(J)] for i in range(N)]
     T_sec = [_batch_seconds(data, mip, j) for j in range(J)]
-    starts = E_sec = F_sec = None
-    if mip.S is not None:
-        starts = [_val(mip.S[j]) / UNIT for j in range(J)]
-        E_sec = []
-        for j in range(J):
-            E_sec.append(max(starts[j], E_sec[-1] if E_sec else 0.0) + T_sec[j])
+    waits = E_sec = F_sec = None
+    if mip.S is not None:  # the earliest starts, not the solver's S (C10 bounds S from below only)
+        waits, E_sec = earliest_starts(data, c, e, T_sec)
         F_sec = _event_times(data, mip, E_sec)
     objective = true_objective(data, T_sec, E_sec, F_sec)
-    return BackendResult("optimal" if optimal else "feasible", c, e, starts, objective, bound, info)
+    return BackendResult("optimal" if optimal else "feasible", c, e, waits, objective, bound, info)
 
 
 @contextlib.contextmanager

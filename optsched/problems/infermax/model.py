@@ -134,6 +134,7 @@ __all__ = [
     "ModelData",
     "Scaling",
     "build_data",
+    "earliest_starts",
     "schedule_from_solution",
     "serial_schedule",
 ]
@@ -617,14 +618,41 @@ def integer_scaling(data: ModelData, max_magnitude: float = 2e15) -> Scaling:
     return Scaling(power=power, coef=ints, slack=slack, exact=exact)
 
 
+def earliest_starts(
+    data: ModelData, c: Sequence[Sequence[int]], e: Sequence[Sequence[int]], T_sec: Sequence[float]
+) -> tuple[list[float | None], list[float]]:
+    r"""Waits and ends (seconds) of every model batch for the items ``c`` and evictions ``e``, started
+    as early as possible.
+
+    :math:`S_j = \max(E_{j-1}, a_i` of every request with an item or eviction in j), :math:`E_j = S_j
+    + T_j`. C10 bounds S only from below, so a solution's own :math:`S_j` may be later (a time-limited
+    solve need not push it down); the replay starts every batch of :func:`schedule_from_solution`
+    this early, so times and objectives computed from these ends agree with it.
+
+    Returns
+    -------
+    (waits, ends)
+        ``waits[j]`` is the arrival batch j waits for when one starts it later than :math:`E_{j-1}`
+        (the batch's ``start``), else None.
+    """
+    waits: list[float | None] = []
+    ends: list[float] = []
+    for j in range(data.J):
+        previous = ends[-1] if ends else 0.0
+        latest = max([data.arrival[i] for i in range(data.N) if c[i][j] > 0 or e[i][j]], default=0.0)
+        waits.append(latest if latest > previous else None)
+        ends.append(max(previous, latest) + T_sec[j])
+    return waits, ends
+
+
 def schedule_from_solution(
     data: ModelData,
     c: Sequence[Sequence[int]],
     e: Sequence[Sequence[int]],
-    starts: Sequence[float] | None,
+    waits: Sequence[float | None] | None,
     meta: Mapping[str, Any],
 ) -> Schedule:
-    """Turn solution values ``c[i][j]``, ``e[i][j]`` (and start times) into a schedule.
+    """Turn solution values ``c[i][j]``, ``e[i][j]`` (and the waits of :func:`earliest_starts`) into a schedule.
 
     Empty batches (no item, no eviction) are dropped; they cost nothing and change nothing. When a
     request is evicted and processed in the same model batch, the evictions go into an
@@ -636,7 +664,7 @@ def schedule_from_solution(
         evict = tuple(data.ids[i] for i in range(data.N) if e[i][j])
         if not items and not evict:
             continue
-        start = float(starts[j]) if starts is not None and data.online else None
+        start = waits[j] if waits is not None else None
         if any(e[i][j] and c[i][j] > 0 for i in range(data.N)):
             batches.append(Batch((), evict, start))
             evict = ()
