@@ -111,3 +111,40 @@ def test_registry_scls_batch():
     off = dp.extra["offload"]
     assert off["exact"]["makespan"] <= off["max_min"]["makespan"] and off["gap"] >= 0
     assert dp.extra["next_interval"] == 6.0
+
+
+def _round_instance(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    reqs = [{"id": f"q{i}", "prompt_tokens": int(rng.integers(10, 1500)), "output_tokens": 5} for i in range(n)]
+    return parse_instance({
+        "name": f"round{n}", "cost_model": "llama2-7b-a100", "requests": reqs,
+        "static_latency": {"unit": "s", "prefill": HF.prefill.to_dict(), "decode": HF.decode.to_dict()},
+        "scls": {"slice_length": 128, "workers": 8, "worker_loads": [float(a) for a in rng.uniform(0, 5, 8)]},
+    })
+
+
+def test_mip_time_limit_is_a_status_not_a_crash():
+    """Before: 'P-BATCH MIP found no solution' (exit 3) after 11 s of building for a 0.05 s limit.
+    Now the limit covers the build and the result is status time_limit without batches."""
+    inst = _round_instance(120, 0)
+    res = solver_for("scls-batch")(inst, {"method": "mip", "time_limit": 0.05})
+    assert res.status == "time_limit" and res.objective is None and "dp" in res.extra["message"]
+    assert res.wall_time < 5.0  # the build stops at the limit (generous: a loaded machine)
+    batches, own, status = mip_batches([10, 20], HF, 128, MemoryRule(), "highs", time_limit=None)
+    assert status == "optimal" and sorted(map(sorted, batches)) in ([[0, 1]], [[0], [1]])
+
+
+def test_exact_offload_out_of_time_keeps_its_start():
+    """A CP-SAT search stopped before any assignment returns the start (status time_limit) with a
+    bound no larger than the optimum; without a start that is an error, as before (it was exit 3
+    for every scls-batch round whose offloading ran out of time)."""
+    rng = np.random.default_rng(3)
+    times, loads = list(rng.uniform(1, 10, 60)), list(rng.uniform(0, 5, 7))
+    start = max_min_offload(times, loads)
+    with pytest.raises(RuntimeError, match="no solution"):
+        exact_offload(times, loads, time_limit=1e-9, threads=1)
+    tiny = exact_offload(times, loads, time_limit=1e-9, threads=1, start=start)
+    assert tiny.status == "time_limit" and tiny.assignment == start.assignment and tiny.makespan == start.makespan
+    full = exact_offload(times, loads, time_limit=10.0, threads=1, start=start)
+    assert full.makespan <= start.makespan + 1e-9
+    assert max(loads) <= tiny.bound <= full.makespan + len(times) * 1e-6

@@ -33,11 +33,13 @@ or a fixed cap. Singletons always fit (digest G6).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
 import pulp
 
+from ...deadline import passed
 from ...mipsolvers import pulp_solver
 from ..static_latency import StaticLatencyModel
 
@@ -145,8 +147,14 @@ def mip_batches(
     rule: MemoryRule,
     solver: str = "highs",
     time_limit: float | None = None,
-) -> tuple[list[list[int]], float, str]:
-    """The compact assignment MIP (digest 4.1(b)); returns (batches, objective, status)."""
+) -> tuple[list[list[int]] | None, float | None, str]:
+    """The compact assignment MIP (digest 4.1(b)); returns (batches, objective, status).
+
+    ``time_limit`` covers building (PuLP takes seconds at a hundred requests) and solving; when it
+    passes first, or the solver finds no batching within it, the result is ``(None, None,
+    "time_limit")``.
+    """
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
     n = len(lengths)
     a_s, b_s, c_s, e_s = model.slice_coefficients(slice_len)
     levels = sorted(set(lengths))
@@ -165,6 +173,8 @@ def mip_batches(
     for r in range(n):
         prob += pulp.lpSum(x[r, k] for k in slots) == 1
     for k in slots:
+        if passed(deadline):
+            return None, None, "time_limit"
         prob += size[k] == pulp.lpSum(x[r, k] for r in range(n))
         prob += pulp.lpSum(z[k, v] for v in levels) == y[k]
         prob += size[k] <= pulp.lpSum(caps[v] * z[k, v] for v in levels)
@@ -176,8 +186,11 @@ def mip_batches(
             prob += w[k, v] <= n_bar * z[k, v]
             prob += w[k, v] <= size[k]
             prob += w[k, v] >= size[k] - n_bar * (1 - z[k, v])
-    prob.solve(pulp_solver(solver, time_limit=time_limit, gap_rel=0.0))
+    left = None if deadline is None else max(deadline - time.perf_counter(), 0.01)
+    prob.solve(pulp_solver(solver, time_limit=left, gap_rel=0.0))
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        if deadline is not None and prob.sol_status == pulp.LpSolutionNoSolutionFound:
+            return None, None, "time_limit"
         raise RuntimeError(f"P-BATCH MIP found no solution (status {pulp.LpStatus[prob.status]})")
     batches = [[r for r in range(n) if (x[r, k].varValue or 0) > 0.5] for k in slots]
     batches = [b for b in batches if b]

@@ -58,9 +58,14 @@ def max_min_offload(times: Sequence[float], initial: Sequence[float]) -> Offload
 
 
 def exact_offload(
-    times: Sequence[float], initial: Sequence[float], time_limit: float | None = 10.0, threads: int = 2
+    times: Sequence[float], initial: Sequence[float], time_limit: float | None = 10.0, threads: int = 2,
+    start: Offload | None = None,
 ) -> Offload:
-    """Optimal :math:`P \\mid a_w \\mid C_{max}` by CP-SAT (times rounded to microseconds)."""
+    """Optimal :math:`P \\mid a_w \\mid C_{max}` by CP-SAT (times rounded to microseconds).
+
+    ``start`` (e.g. :func:`max_min_offload`) is the search's hint and, when the time limit passes
+    before CP-SAT finds an assignment, the result (status ``time_limit``, CP-SAT's bound).
+    """
     tick = [int(round(t / RESOLUTION)) for t in times]
     base = [int(round(a / RESOLUTION)) for a in initial]
     workers, batches = range(len(initial)), range(len(times))
@@ -72,13 +77,20 @@ def exact_offload(
     for w in workers:
         m.Add(base[w] + sum(tick[b] * x[b, w] for b in batches) <= cmax)
     m.Minimize(cmax)
+    if start is not None:
+        for b in batches:
+            for w in workers:
+                m.AddHint(x[b, w], int(start.assignment[b] == w))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = threads
     if time_limit is not None:
         solver.parameters.max_time_in_seconds = time_limit
     code = solver.Solve(m)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise RuntimeError("exact offloading found no solution within the time limit")
+        if start is None or code != cp_model.UNKNOWN:
+            raise RuntimeError(f"exact offloading found no solution ({solver.StatusName(code)})")
+        return Offload(start.assignment, start.loads, start.makespan, "time_limit",
+                       max(max(initial), solver.BestObjectiveBound() * RESOLUTION))
     assignment = tuple(next(w for w in workers if solver.Value(x[b, w])) for b in batches)
     final = _loads(times, initial, assignment)
     status = "optimal" if code == cp_model.OPTIMAL else "time_limit"

@@ -7,7 +7,9 @@ and ``"scls"``: ``{"slice_length": S (128), "memory": {"kind": "none" | "fixed" 
 ``"generated"`` tokens from earlier slices (digest G1).
 
 Options: ``method`` ``"dp"`` (Algorithm 1, default) or ``"mip"`` (the compact MIP); ``solver``
-``"highs"``/``"cbc"`` for the MIP; ``time_limit``. The objective is the total estimated serving time
+``"highs"``/``"cbc"`` for the MIP; ``time_limit`` (the whole round: batching, then the exact
+offloading gets what is left, from the max-min assignment; 10 s for the offloading without one).
+A MIP that finds no batching in time gives status ``time_limit`` without batches. The objective is the total estimated serving time
 in seconds (minimised), recomputed by :func:`~.batching.total_serve_time` from the returned batches;
 ``extra`` holds the ``batches`` (request ids), their times, the max-min offloading and the exact
 makespan with the heuristic's gap, and the next interval of Eq. 12.
@@ -99,11 +101,18 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         )
     else:
         raise InstanceError(f"option 'method': must be 'dp' or 'mip', got {method!r}")
+    if batches is None:  # the MIP found no batching within the limit
+        return SolveResult(problem="scls-batch", solver=solver, status="time_limit", objective=None, bound=None,
+                           wall_time=time.perf_counter() - start, schedule=None, sense="min",
+                           extra={"message": "the MIP found no batching within the time limit "
+                                             "(method 'dp' solves the batching exactly in milliseconds)"})
     total = total_serve_time(s["lengths"], batches, s["model"], s["slice_len"], s["rule"])
     check_agreement(own, total, "scls-batch")
     times = [s["model"].serve_time(len(b), max(s["lengths"][i] for i in b), s["slice_len"]) for b in batches]
     heuristic = max_min_offload(times, s["loads"])
-    exact = exact_offload(times, s["loads"], options.get("time_limit") or 10.0, options.get("threads") or 2)
+    limit = options.get("time_limit")
+    left = 10.0 if limit is None else max(float(limit) - (time.perf_counter() - start), 0.01)
+    exact = exact_offload(times, s["loads"], left, options.get("threads") or 2, start=heuristic)
     ids = [r.id for r in instance.requests]
     extra = {
         "batches": [[ids[i] for i in b] for b in batches],
