@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ...deadline import passed
 from ...instance import Instance, InstanceError
 from ...mipsolvers import pulp_solver
 from ...result import SolveResult
@@ -293,20 +294,30 @@ def lns(
 def cpsat_pcmax(
     p: Sequence[int], m: int, hint: Sequence[int] | None, lower: int, time_limit: float, threads: int | None = None
 ) -> Assignment:
-    """P||Cmax (26)-(30) in CP-SAT with symmetry breaking; proves optimality or returns the best found."""
+    """P||Cmax (26)-(30) in CP-SAT with symmetry breaking; proves optimality or returns the best found.
+
+    ``time_limit`` covers building too; a model not built in time is not solved (no assignment,
+    value -1, bound ``lower``), like a search that finds none.
+    """
     from ortools.sat.python import cp_model
 
+    deadline = time.perf_counter() + time_limit
+    stopped = Assignment(tuple(hint or ()), -1, lower, "time_limit", "cpsat")
     n = len(p)
     order = sorted(range(n), key=lambda i: (-p[i], i))
     model = cp_model.CpModel()
     ub = sum(p)
     x = {}
     for rank, i in enumerate(order):
+        if passed(deadline):
+            return stopped
         for j in range(min(m, rank + 1)):  # symmetry breaking: the rank-th longest job on a client <= rank
             x[i, j] = model.NewBoolVar(f"x_{i}_{j}")
         model.AddExactlyOne(x[i, j] for j in range(min(m, rank + 1)))
     cmax = model.NewIntVar(lower, ub, "cmax")
     for j in range(m):
+        if passed(deadline):
+            return stopped
         model.Add(sum(p[i] * x[i, j] for i in range(n) if (i, j) in x) <= cmax)
     model.Minimize(cmax)
     if hint is not None:
@@ -314,12 +325,12 @@ def cpsat_pcmax(
         for (i, j), var in x.items():
             model.AddHint(var, canon[i] == j)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit)
+    solver.parameters.max_time_in_seconds = max(0.01, deadline - time.perf_counter())
     solver.parameters.num_workers = threads or 2
     code = solver.Solve(model)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         bound = max(lower, int(math.ceil(solver.BestObjectiveBound() - 1e-9))) if code != cp_model.UNKNOWN else lower
-        return Assignment(tuple(hint or ()), -1, bound, "time_limit", "cpsat")
+        return Assignment(stopped.client, -1, bound, "time_limit", "cpsat")
     client = [next(j for j in range(m) if (i, j) in x and solver.BooleanValue(x[i, j])) for i in range(n)]
     value = max(loads_of(p, client, m))
     bound = max(lower, int(math.ceil(solver.BestObjectiveBound() - 1e-9)))
@@ -337,25 +348,40 @@ def canonical_labels(client: Sequence[int], order: Sequence[int]) -> list[int]:
 
 
 def mip_pcmax(p: Sequence[int], m: int, solver: str, time_limit: float, lower: int, threads: int | None = None) -> Assignment:
-    """The MIP (26)-(30) through PuLP (``highs``, ``cbc`` or ``gurobi``), with the same symmetry breaking."""
+    """The MIP (26)-(30) through PuLP (``highs``, ``cbc`` or ``gurobi``), with the same symmetry breaking.
+
+    ``time_limit`` covers building too (PuLP needs minutes for 1,319 jobs on 200 clients); a model
+    not built in time, or a search that finds no assignment, returns none (value -1, bound ``lower``).
+    """
     import pulp
 
+    deadline = time.perf_counter() + time_limit
+    stopped = Assignment((), -1, lower, "time_limit", f"mip-{solver}")
     n = len(p)
     order = sorted(range(n), key=lambda i: (-p[i], i))
     prob = pulp.LpProblem("pcmax", pulp.LpMinimize)
-    x = {(i, j): prob.add_variable(f"x_{i}_{j}", cat="Binary") for rank, i in enumerate(order) for j in range(min(m, rank + 1))}
+    x = {}
+    for rank, i in enumerate(order):
+        if passed(deadline):
+            return stopped
+        for j in range(min(m, rank + 1)):
+            x[i, j] = prob.add_variable(f"x_{i}_{j}", cat="Binary")
     cmax = prob.add_variable("tmax", lowBound=lower)
     prob += cmax
     for i in range(n):
+        if passed(deadline):
+            return stopped
         prob += pulp.lpSum(x[i, j] for j in range(m) if (i, j) in x) == 1
     for j in range(m):
+        if passed(deadline):
+            return stopped
         prob += pulp.lpSum(p[i] * x[i, j] for i in range(n) if (i, j) in x) <= cmax
-    prob.solve(pulp_solver(solver, time_limit=time_limit, threads=threads))
+    prob.solve(pulp_solver(solver, time_limit=max(0.01, deadline - time.perf_counter()), threads=threads))
     if any(v.value() is None for v in x.values()) or prob.sol_status not in (
         pulp.LpSolutionOptimal,
         pulp.LpSolutionIntegerFeasible,
     ):
-        raise RuntimeError(f"{solver} found no assignment within {time_limit} s ({pulp.LpStatus[prob.status]})")
+        return stopped
     client = [max((j for j in range(m) if (i, j) in x), key=lambda j: x[i, j].value()) for i in range(n)]
     value = max(loads_of(p, client, m))
     bound = value if prob.sol_status == pulp.LpSolutionOptimal else lower
