@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -282,6 +283,24 @@ def test_heartbeat_with_ongoing_requests(seed):
         assert r.bound == r.workers
     # existing workers with ongoing requests always count
     assert results[0].workers >= sum(1 for o in problem.ongoing if o)
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "highs"])
+def test_time_limit_covers_the_build_and_keeps_best_fit(solver):
+    """A heartbeat whose model takes seconds to build (500 jobs, 60 workers with ongoing requests): with 0.3 s the
+    build stops and the answer is best fit's placement with the proven bound (a 0.5 s solve of such
+    an instance took 13.5 s: the build was outside the limit)."""
+    rng = random.Random(9)
+    m = model_from_instance(_instance(_random_requests(rng, 1), kv=400))
+    problem = _heartbeat(rng, m, 60, 500)
+    cp = compile_problem(problem)
+    t0 = time.perf_counter()
+    r = solve_placement(problem, solver, time_limit=0.3)
+    assert time.perf_counter() - t0 < 5.0  # generous: a loaded machine
+    bf = best_fit(problem)
+    assert r.status in ("time_limit", "optimal") and r.workers <= bf.workers
+    assert check_placement(cp, r.assignment, exempt=r.unplaceable) == []
+    assert sum(1 for o in problem.ongoing if o) <= r.bound <= r.workers
 
 
 def test_prefill_preemption_constraint_d():

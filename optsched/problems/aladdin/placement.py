@@ -44,6 +44,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ...deadline import passed
 from ...mipsolvers import pulp_solver
 from .models import AladdinModel
 
@@ -470,14 +471,30 @@ class _Model:
     fixed_used: list[int]
 
 
-def _build(cp: CompiledProblem, jobs: list[int], n_fresh: int) -> _Model:
-    """Variables allowed and the (e') rows for the jobs ``jobs`` (indices into ``problem.new``)."""
+class _Stopped(Exception):
+    """The deadline passed while a model was being built."""
+
+
+def _check(deadline: float | None) -> None:
+    if passed(deadline):
+        raise _Stopped
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds left for a solver (at least 0.01), None without a deadline."""
+    return None if deadline is None else max(deadline - time.perf_counter(), 0.01)
+
+
+def _build(cp: CompiledProblem, jobs: list[int], n_fresh: int, deadline: float | None = None) -> _Model:
+    """Variables allowed and the (e') rows for the jobs ``jobs`` (indices into ``problem.new``);
+    raises :class:`_Stopped` once ``deadline`` has passed."""
     problem = cp.problem
     n_exist = len(problem.ongoing)
     n_workers = n_exist + n_fresh
     new = problem.new
     allowed: dict[tuple[int, int], bool] = {}
     for i in range(n_workers):
+        _check(deadline)
         load = cp.loads[i] if i < n_exist else cp.empty_load()
         for pos, j in enumerate(jobs):
             if i >= n_exist and pos < i - n_exist:
@@ -486,6 +503,7 @@ def _build(cp: CompiledProblem, jobs: list[int], n_fresh: int) -> _Model:
                 allowed[i, j] = True
     kv_rows = []
     for i in range(n_workers):
+        _check(deadline)
         mine = [j for j in jobs if (i, j) in allowed]
         if not mine:
             continue
@@ -507,7 +525,7 @@ def _build(cp: CompiledProblem, jobs: list[int], n_fresh: int) -> _Model:
     return _Model(n_workers, n_exist, allowed, kv_rows, fixed)
 
 
-def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, time_limit: float | None,
+def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, deadline: float | None,
                  threads: int | None, hint: dict[int, int] | None) -> tuple[str, dict[int, int], float | None]:
     from ortools.sat.python import cp_model
 
@@ -519,6 +537,7 @@ def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, time_limit: f
     for j in jobs:
         mdl.AddExactlyOne(x[i, j] for i in range(md.n_workers) if (i, j) in x)  # (a)
     for i in range(md.n_workers):
+        _check(deadline)
         mine = [j for j in jobs if (i, j) in x]
         if not mine:
             if i in y:
@@ -535,7 +554,9 @@ def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, time_limit: f
             mdl.AddImplication(x[i, j], z[i])
             if i in y:
                 mdl.AddImplication(x[i, j], y[i])  # (f)
-    for i, rhs, coeffs in md.kv_rows:  # (e')
+    for k, (i, rhs, coeffs) in enumerate(md.kv_rows):  # (e')
+        if k % 256 == 0:
+            _check(deadline)
         mdl.Add(sum(c * x[i, j] for j, c in coeffs.items()) <= rhs)
     fresh = [i for i in range(md.n_exist, md.n_workers)]
     for a, b in zip(fresh, fresh[1:]):
@@ -545,8 +566,8 @@ def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, time_limit: f
         for (i, j), var in x.items():
             mdl.AddHint(var, int(hint.get(j) == i))
     solver = cp_model.CpSolver()
-    if time_limit is not None:
-        solver.parameters.max_time_in_seconds = float(time_limit)
+    if deadline is not None:
+        solver.parameters.max_time_in_seconds = _left(deadline)
     solver.parameters.num_workers = threads or 1
     st = solver.Solve(mdl)
     if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -558,7 +579,7 @@ def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, time_limit: f
     return "time_limit", {}, solver.BestObjectiveBound() + len(md.fixed_used)
 
 
-def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, time_limit: float | None,
+def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, deadline: float | None,
                 threads: int | None) -> tuple[str, dict[int, int], float | None]:
     import pulp
 
@@ -570,6 +591,7 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
     for j in jobs:
         prob += pulp.lpSum(x[i, j] for i in range(md.n_workers) if (i, j) in x) == 1  # (a)
     for i in range(md.n_workers):
+        _check(deadline)
         mine = [j for j in jobs if (i, j) in x]
         if not mine:
             if i in y:
@@ -586,12 +608,14 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
             prob += x[i, j] <= z[i]
             if i in y:
                 prob += x[i, j] <= y[i]  # (f)
-    for i, rhs, coeffs in md.kv_rows:  # (e')
+    for k, (i, rhs, coeffs) in enumerate(md.kv_rows):  # (e')
+        if k % 256 == 0:
+            _check(deadline)
         prob += pulp.lpSum(c * x[i, j] for j, c in coeffs.items()) <= rhs
     fresh = [i for i in range(md.n_exist, md.n_workers)]
     for a, b in zip(fresh, fresh[1:]):
         prob += y[a] >= y[b]
-    prob.solve(pulp_solver(backend, time_limit=time_limit, threads=threads))
+    prob.solve(pulp_solver(backend, time_limit=_left(deadline), threads=threads))
     st = pulp.LpStatus[prob.status]
     has_sol = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     if st == "Infeasible":
@@ -652,24 +676,30 @@ def solve_placement(
     n_fresh = len({i for i in warm.assignment.values() if i >= n_exist})
     if problem.max_workers is not None:
         n_fresh = max(problem.max_workers - n_exist - len(alone_bad), 0)
-    md = _build(cp, jobs, n_fresh)
-    lower = len(md.fixed_used) + _fresh_lower_bound(cp, md, jobs)
-    if not jobs or (not warm.unplaceable and warm.workers <= lower):
-        status, assign, bound = "optimal", {j: warm.assignment[core.new[j].id] for j in jobs}, float(lower)
-    elif solver == "cpsat":
-        hint = {j: warm.assignment[core.new[j].id] for j in jobs}
-        status, assign, bound = _solve_cpsat(cp, jobs, md, time_limit, threads, hint)
-    elif solver in ("highs", "cbc", "gurobi"):
-        status, assign, bound = _solve_pulp(cp, jobs, md, solver, time_limit, threads)
-    else:
+    if solver not in ("cpsat", "highs", "cbc", "gurobi"):
         raise ValueError(f"unknown solver {solver!r} (known: cpsat, highs, cbc, gurobi)")
+    deadline = None if time_limit is None else t0 + time_limit
+    n_workers = n_exist + n_fresh
+    lower = sum(1 for jobs_i in problem.ongoing if jobs_i)  # workers already in use
+    try:  # a model not built by the deadline leaves best fit's placement (below) and the bounds
+        md = _build(cp, jobs, n_fresh, deadline)
+        lower = len(md.fixed_used) + _fresh_lower_bound(cp, md, jobs)
+        if not jobs or (not warm.unplaceable and warm.workers <= lower):
+            status, assign, bound = "optimal", {j: warm.assignment[core.new[j].id] for j in jobs}, float(lower)
+        elif solver == "cpsat":
+            hint = {j: warm.assignment[core.new[j].id] for j in jobs}
+            status, assign, bound = _solve_cpsat(cp, jobs, md, deadline, threads, hint)
+        else:
+            status, assign, bound = _solve_pulp(cp, jobs, md, solver, deadline, threads)
+    except _Stopped:
+        status, assign, bound = "time_limit", {}, None
     if status == "infeasible":
         return PlacementResult({}, 0, "infeasible", None, "exact", solver, alone_bad, time.perf_counter() - t0)
     assignment = {core.new[j].id: i for j, i in assign.items()}
     if status == "time_limit" and not assignment and not warm.unplaceable:
         assignment = dict(warm.assignment)
     for k, jid in enumerate(alone_bad):
-        assignment[jid] = md.n_workers + k
+        assignment[jid] = n_workers + k
     bound = max(float(lower), bound or 0.0) + len(alone_bad)
     bound = max(bound, float(max(knapsack_bounds(full).values())))
     workers = used_workers(problem, assignment)
