@@ -44,7 +44,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ...deadline import passed
+from ...deadline import DeadlinePassed, check, seconds_left
 from ...mipsolvers import pulp_solver
 from .models import AladdinModel
 
@@ -471,30 +471,16 @@ class _Model:
     fixed_used: list[int]
 
 
-class _Stopped(Exception):
-    """The deadline passed while a model was being built."""
-
-
-def _check(deadline: float | None) -> None:
-    if passed(deadline):
-        raise _Stopped
-
-
-def _left(deadline: float | None) -> float | None:
-    """Seconds left for a solver (at least 0.01), None without a deadline."""
-    return None if deadline is None else max(deadline - time.perf_counter(), 0.01)
-
-
 def _build(cp: CompiledProblem, jobs: list[int], n_fresh: int, deadline: float | None = None) -> _Model:
     """Variables allowed and the (e') rows for the jobs ``jobs`` (indices into ``problem.new``);
-    raises :class:`_Stopped` once ``deadline`` has passed."""
+    raises :class:`~optsched.deadline.DeadlinePassed` once ``deadline`` has passed."""
     problem = cp.problem
     n_exist = len(problem.ongoing)
     n_workers = n_exist + n_fresh
     new = problem.new
     allowed: dict[tuple[int, int], bool] = {}
     for i in range(n_workers):
-        _check(deadline)
+        check(deadline)
         load = cp.loads[i] if i < n_exist else cp.empty_load()
         for pos, j in enumerate(jobs):
             if i >= n_exist and pos < i - n_exist:
@@ -503,7 +489,7 @@ def _build(cp: CompiledProblem, jobs: list[int], n_fresh: int, deadline: float |
                 allowed[i, j] = True
     kv_rows = []
     for i in range(n_workers):
-        _check(deadline)
+        check(deadline)
         mine = [j for j in jobs if (i, j) in allowed]
         if not mine:
             continue
@@ -537,7 +523,7 @@ def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, deadline: flo
     for j in jobs:
         mdl.AddExactlyOne(x[i, j] for i in range(md.n_workers) if (i, j) in x)  # (a)
     for i in range(md.n_workers):
-        _check(deadline)
+        check(deadline)
         mine = [j for j in jobs if (i, j) in x]
         if not mine:
             if i in y:
@@ -556,7 +542,7 @@ def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, deadline: flo
                 mdl.AddImplication(x[i, j], y[i])  # (f)
     for k, (i, rhs, coeffs) in enumerate(md.kv_rows):  # (e')
         if k % 256 == 0:
-            _check(deadline)
+            check(deadline)
         mdl.Add(sum(c * x[i, j] for j, c in coeffs.items()) <= rhs)
     fresh = [i for i in range(md.n_exist, md.n_workers)]
     for a, b in zip(fresh, fresh[1:]):
@@ -567,7 +553,7 @@ def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, deadline: flo
             mdl.AddHint(var, int(hint.get(j) == i))
     solver = cp_model.CpSolver()
     if deadline is not None:
-        solver.parameters.max_time_in_seconds = _left(deadline)
+        solver.parameters.max_time_in_seconds = seconds_left(deadline)
     solver.parameters.num_workers = threads or 1
     st = solver.Solve(mdl)
     if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -591,7 +577,7 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
     for j in jobs:
         prob += pulp.lpSum(x[i, j] for i in range(md.n_workers) if (i, j) in x) == 1  # (a)
     for i in range(md.n_workers):
-        _check(deadline)
+        check(deadline)
         mine = [j for j in jobs if (i, j) in x]
         if not mine:
             if i in y:
@@ -610,12 +596,12 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
                 prob += x[i, j] <= y[i]  # (f)
     for k, (i, rhs, coeffs) in enumerate(md.kv_rows):  # (e')
         if k % 256 == 0:
-            _check(deadline)
+            check(deadline)
         prob += pulp.lpSum(c * x[i, j] for j, c in coeffs.items()) <= rhs
     fresh = [i for i in range(md.n_exist, md.n_workers)]
     for a, b in zip(fresh, fresh[1:]):
         prob += y[a] >= y[b]
-    prob.solve(pulp_solver(backend, time_limit=_left(deadline), threads=threads))
+    prob.solve(pulp_solver(backend, time_limit=seconds_left(deadline), threads=threads))
     st = pulp.LpStatus[prob.status]
     has_sol = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     if st == "Infeasible":
@@ -691,7 +677,7 @@ def solve_placement(
             status, assign, bound = _solve_cpsat(cp, jobs, md, deadline, threads, hint)
         else:
             status, assign, bound = _solve_pulp(cp, jobs, md, solver, deadline, threads)
-    except _Stopped:
+    except DeadlinePassed:
         status, assign, bound = "time_limit", {}, None
     if status == "infeasible":
         return PlacementResult({}, 0, "infeasible", None, "exact", solver, alone_bad, time.perf_counter() - t0)

@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from ...bounds import generic_bounds
+from ...deadline import DeadlinePassed, check, seconds_left
 from ...instance import Instance
 from ...mipsolvers import pulp_solver
 from ...result import SolveResult, check_agreement, replayed_objective
@@ -81,6 +82,9 @@ from .offline import solve_pcmax
 from .timing import HybridTiming, decode_rounds, timing_of
 
 __all__ = ["HybridMIP", "build", "solve", "stages_to_schedule"]
+
+#: Policy whose schedule is the result when the MIP has none by the time limit (and no warm start is given).
+FALLBACK_POLICY = "hybrid"
 
 #: Largest I * J * K^2 for which the faithful big-M rows (10)-(11) are built.
 FAITHFUL_MAX_ROWS = 3_000_000
@@ -108,8 +112,12 @@ class HybridMIP:
     time_model: str
 
 
-def build(instance: Instance, mode: str = "strengthened", time_model: str | None = None, bins: int | None = None) -> HybridMIP:
-    """Build the MIP (module docstring) for ``instance`` with PuLP."""
+def build(
+    instance: Instance, mode: str = "strengthened", time_model: str | None = None, bins: int | None = None,
+    deadline: float | None = None,
+) -> HybridMIP:
+    """Build the MIP (module docstring) for ``instance`` with PuLP; raises
+    :class:`~optsched.deadline.DeadlinePassed` once ``deadline`` has passed."""
     import pulp
 
     if mode not in MODES:
@@ -143,7 +151,9 @@ def build(instance: Instance, mode: str = "strengthened", time_model: str | None
     prob = pulp.LpProblem("hybrid_full_mip", pulp.LpMinimize)
     x = {(i, j): prob.add_variable(f"x_{i}_{j}", cat="Binary") for i in I_ for j in cl[i]}
     p = {key: prob.add_variable("p_%d_%d_%d" % key, cat="Binary") for key in keys}
+    check(deadline)
     d = {key: prob.add_variable("d_%d_%d_%d" % key, cat="Binary") for key in keys}
+    check(deadline)
     w = {key: prob.add_variable("w_%d_%d_%d" % key, lowBound=0, upBound=1) for key in keys}
     tsp = [prob.add_variable(f"tsp_{k}", lowBound=0) for k in Kr]
     tsd = [prob.add_variable(f"tsd_{k}", lowBound=0) for k in Kr]
@@ -152,6 +162,7 @@ def build(instance: Instance, mode: str = "strengthened", time_model: str | None
     tmax = prob.add_variable("tmax", lowBound=0)
     prob += tmax  # (1)
     for k in Kr:
+        check(deadline)
         prob += tmax >= tsd[k] + ndk[k]  # (2)
         if k >= 1:
             prob += tsp[k] >= tsd[k - 1] + ndk[k - 1]  # (3)
@@ -181,6 +192,7 @@ def build(instance: Instance, mode: str = "strengthened", time_model: str | None
             for j in Jr:  # integer (8'): R_k rounds cover every client's decode work in bin k
                 prob += rounds[k] >= pulp.lpSum(D[i] * w[i, j, k] for i in I_ if (i, j, k) in w)
     for (i, j, k) in keys:
+        check(deadline)
         prob += d[i, j, k] >= p[i, j, k]  # (9)
         prob += w[i, j, k] <= d[i, j, k]  # (A1) fix M1
     for j in Jr:
@@ -193,19 +205,22 @@ def build(instance: Instance, mode: str = "strengthened", time_model: str | None
             prob += pulp.lpSum(p[i, j, k] for k in Kr) == x[i, j]  # (17), fix M5
     if strong:
         for (i, j, k) in keys:
+            check(deadline)
             prob += d[i, j, k] - (d[i, j, k - 1] if k else 0) <= p[i, j, k]  # start indicator (M4)
             prob += d[i, j, k] <= x[i, j]  # (A2)
         for k in range(K - 1):
             prob += used[k] >= used[k + 1]  # used bins first
         if time_model == "contract":  # valid cuts: the strict bound's stage and round counts (bounds.py)
             prob += pulp.lpSum(used) >= math.ceil(sum(Np) / tm.prefill_cap)
-            prob += pulp.lpSum(rounds) >= solve_pcmax(D, J, time_limit=5.0).bound
+            prob += pulp.lpSum(rounds) >= solve_pcmax(D, J, time_limit=min(5.0, seconds_left(deadline) or 5.0)).bound
             for i in I_:  # a request prefilled in bin k still needs D_i rounds from bin k on
+                check(deadline)
                 for k in Kr:
                     prob += pulp.lpSum(rounds[k:]) >= D[i] * pulp.lpSum(p[i, j, k] for j in cl[i])
     else:
         M = K  # fix M4
         for i in I_:
+            check(deadline)
             for j in Jr:
                 for k1 in Kr:
                     for k2 in range(k1 + 1, K):  # (10)
@@ -410,47 +425,53 @@ def cbc_bound(log: str) -> float | None:
 def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     """``SOLVERS["hybrid"]``: the full MIP, its schedule replayed.
 
-    Options: ``solver`` (``highs`` default, ``cbc``, ``gurobi``), ``time_limit`` (default 60 s), ``threads``,
-    ``method`` (= mode: ``strengthened`` default or ``faithful``), ``time_model`` (``contract`` |
-    ``paper``), ``bins`` (K, default I), ``warm_start`` (a hybrid policy whose schedule, converted by
-    :func:`warm_start_values`, starts the solver).
+    Options: ``solver`` (``highs`` default, ``cbc``, ``gurobi``), ``time_limit`` (default 60 s; it
+    covers building the model), ``threads``, ``method`` (= mode: ``strengthened`` default or
+    ``faithful``), ``time_model`` (``contract`` | ``paper``), ``bins`` (K, default I), ``warm_start``
+    (a hybrid policy whose schedule, converted by :func:`warm_start_values`, starts the solver).
+    Without a MIP solution by the limit (model not built in time, or none found) the schedule is the
+    ``warm_start`` policy's, else :data:`FALLBACK_POLICY`'s, with the proven bound.
     """
     solver = options.get("solver") or "highs"
     mode = options.get("method") or "strengthened"
     limit = float(options.get("time_limit") or 60.0)
     tm = timing_of(instance)
     start = time.perf_counter()
+    deadline = start + limit
     problem = "hybrid"
     unsupported = kv_or_budget_issue(instance, tm)
     if unsupported:
         return SolveResult(problem, solver, "unsupported", extra={"message": unsupported})
     try:
-        model = build(instance, mode, options.get("time_model"), options.get("bins"))
+        model: HybridMIP | None = build(instance, mode, options.get("time_model"), options.get("bins"), deadline)
     except ValueError as exc:
         return SolveResult(problem, solver, "unsupported", extra={"message": str(exc)})
+    except DeadlinePassed:
+        model = None
     warm = None
-    if options.get("warm_start"):
+    if model is not None and options.get("warm_start"):
         from .online import simulate_policy
 
         warm = warm_start_values(model, instance, simulate_policy(instance, options["warm_start"]))
     built = time.perf_counter() - start
-    try:
-        status, mip_value, mip_bound = run_backend(model, solver, max(1.0, limit - built), options.get("threads"), warm)
-    except Exception as exc:  # noqa: BLE001 - e.g. the restricted Gurobi licence: report, never crash
-        if solver == "gurobi":
-            return SolveResult(problem, solver, "unsupported", extra={"message": f"gurobi: {exc}"})
-        raise
-    wall = time.perf_counter() - start
-    strict = strict_bound(instance)[0]
-    exact_time = model.time_model == "contract" and tm.linear
+    status, mip_value, mip_bound = "time_limit", None, None
+    if model is not None:
+        try:
+            status, mip_value, mip_bound = run_backend(model, solver, seconds_left(deadline), options.get("threads"), warm)
+        except Exception as exc:  # noqa: BLE001 - e.g. the restricted Gurobi licence: report, never crash
+            if solver == "gurobi":
+                return SolveResult(problem, solver, "unsupported", extra={"message": f"gurobi: {exc}"})
+            raise
+    strict = strict_bound(instance, time_limit=min(10.0, seconds_left(deadline, 1.0)))[0]
+    exact_time = model is not None and model.time_model == "contract" and tm.linear
     bound = max([strict] + [b.value for b in generic_bounds(instance)])  # the generic ones see arrivals
     if exact_time and model.bins >= len(instance.requests) and mip_bound is not None:
         bound = max(bound, mip_bound)
     extra: dict[str, Any] = {
-        "mode": model.mode,
-        "time_model": model.time_model,
-        "bins": model.bins,
-        "mip_status": status,
+        "mode": mode,
+        "time_model": None if model is None else model.time_model,
+        "bins": None if model is None else model.bins,
+        "mip_status": status if model is not None else "not built within the time limit",
         "mip_objective": mip_value,
         "mip_bound": mip_bound,
         "strict_bound": strict,
@@ -458,19 +479,25 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         "warm_start": options.get("warm_start") if warm is not None else None,
     }
     if status == "infeasible":
-        return SolveResult(problem, solver, "infeasible", None, None, wall, extra=extra)
-    if mip_value is None:
-        return SolveResult(problem, solver, "time_limit", None, bound, wall, extra=extra)
-    schedule = stages_to_schedule(instance, extract_stages(model, instance), {"solver": solver, "problem": problem, **extra})
+        return SolveResult(problem, solver, "infeasible", None, None, time.perf_counter() - start, extra=extra)
+    if mip_value is None or model is None:
+        from .online import simulate_policy
+
+        policy = options.get("warm_start") or FALLBACK_POLICY
+        schedule = simulate_policy(instance, policy)
+        extra["incumbent"] = f"no MIP solution within the time limit; schedule of policy {policy!r}"
+    else:
+        schedule = stages_to_schedule(instance, extract_stages(model, instance), {"solver": solver, "problem": problem, **extra})
     value, rep = replayed_objective(instance, schedule, "makespan")
-    if exact_time:  # the contract time model is exact: the replay never exceeds the MIP's t^max ...
+    if exact_time and mip_value is not None:  # the contract time model is exact: the replay never exceeds the MIP's t^max ...
         if value > mip_value * (1 + 1e-6) + 1e-9:
             raise RuntimeError(f"replayed makespan {value} exceeds the MIP's exact t^max {mip_value}")
         if status == "optimal":  # ... and at a proven optimum they agree
             check_agreement(mip_value, value, "hybrid MIP (contract time model)")
     proven = value <= bound * (1 + 1e-6) + 1e-9
     final = "optimal" if proven else ("feasible" if status == "optimal" else "time_limit")
-    return SolveResult(problem, solver, final, value, min(bound, value), wall, schedule, extra=extra, replay=rep)
+    return SolveResult(problem, solver, final, value, min(bound, value), time.perf_counter() - start, schedule,
+                       extra=extra, replay=rep)
 
 
 def kv_or_budget_issue(instance: Instance, tm: HybridTiming) -> str | None:
