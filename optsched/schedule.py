@@ -123,6 +123,8 @@ class Schedule:
             raise ScheduleError(f"{source}: field 'batches': must be a list")
         batches = [_parse_batch(b, j, source) for j, b in enumerate(raw_batches)]
         meta = data.get("meta") or {}
+        if not isinstance(meta, Mapping):
+            raise ScheduleError(f"{source}: field 'meta': must be an object")
         return cls(str(data.get("instance", "")), tuple(batches), meta)
 
 

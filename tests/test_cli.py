@@ -183,12 +183,15 @@ def test_schedule_naming_unknown_request_exit_2(capsys, tmp_path):
         ({"batches": {}}, "field 'batches'"),
         ({"batches": [{"items": [{"id": "r0", "tokens": "x"}]}]}, "batch 0: request 'r0': field 'tokens'"),
         ({"batches": [{"items": [], "when": 3}]}, "batch 0: unknown field"),
+        ({"batches": [], "meta": 7}, "field 'meta': must be an object"),
     ],
 )
 def test_bad_schedule_exit_2(capsys, tmp_path, schedule, needle):
     s = write(tmp_path / "s.json", schedule)
     code, out, err = run(capsys, "check", "toy-4", s)
     assert code == 2 and needle in err and str(s) in err
+    code, out, err = run(capsys, "export", s, "--format", "vllm-replay", "--instance", "toy-4", "--out", tmp_path / "p.json")
+    assert code == 2 and needle in err and not (tmp_path / "p.json").exists()  # a non-object meta was exit 3 here
 
 
 def test_missing_files_exit_2(capsys, tmp_path):
