@@ -111,6 +111,24 @@ def test_evaluator_semantics_chat_and_e2e():
         GmaxProblem.from_instance(parse_instance(bad))
 
 
+def test_model_check_accepts_slack_in_t_but_not_a_shortfall():
+    """A stopped MILP's incumbent may carry slack in its durations and starts (bounded from below
+    only): a model t above the evaluated one is accepted (it was an internal error), one below is not,
+    and a model n above the evaluated one is not."""
+    from optsched.problems.gmax.exact import _check_model
+    from optsched.problems.gmax.slots import SubResult
+
+    p = GmaxProblem.from_instance(parse_instance(random_gmax_instance(6, 1)))
+    batches = [[0, 1], [2, 3, 4], [5]]
+    n, t = g_core(p, batches)
+    _check_model(p, SubResult("feasible", batches, n, t * 1.05), "slack")
+    _check_model(p, SubResult("feasible", batches, max(n - 1, 0), t), "an on-time flag off")
+    with pytest.raises(RuntimeError, match="below the evaluated"):
+        _check_model(p, SubResult("feasible", batches, n, t * 0.95), "shortfall")
+    with pytest.raises(RuntimeError, match="claims n"):
+        _check_model(p, SubResult("feasible", batches, n + 1, t), "n too large")
+
+
 def test_exhaustive_counts_match_digest():
     data = random_gmax_instance(5, 0, max_batch_size=1)
     for bmax, count in [(1, 120), (2, 450), (3, 530)]:
