@@ -150,11 +150,18 @@ def build(
 
     prob = pulp.LpProblem("hybrid_full_mip", pulp.LpMinimize)
     x = {(i, j): prob.add_variable(f"x_{i}_{j}", cat="Binary") for i in I_ for j in cl[i]}
-    p = {key: prob.add_variable("p_%d_%d_%d" % key, cat="Binary") for key in keys}
-    check(deadline)
-    d = {key: prob.add_variable("d_%d_%d_%d" % key, cat="Binary") for key in keys}
-    check(deadline)
-    w = {key: prob.add_variable("w_%d_%d_%d" % key, lowBound=0, upBound=1) for key in keys}
+
+    def per_triple(name: str, **kind: Any) -> dict[tuple[int, int, int], Any]:
+        out = {}
+        for n_made, key in enumerate(keys):
+            if n_made % 4096 == 0:
+                check(deadline)
+            out[key] = prob.add_variable(name + "_%d_%d_%d" % key, **kind)
+        return out
+
+    p = per_triple("p", cat="Binary")
+    d = per_triple("d", cat="Binary")
+    w = per_triple("w", lowBound=0, upBound=1)
     tsp = [prob.add_variable(f"tsp_{k}", lowBound=0) for k in Kr]
     tsd = [prob.add_variable(f"tsd_{k}", lowBound=0) for k in Kr]
     npk = [prob.add_variable(f"np_{k}", lowBound=0) for k in Kr]
