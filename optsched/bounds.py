@@ -271,7 +271,6 @@ def _refill_extra_by_decodes(I: np.ndarray, O: np.ndarray, cm: CostModel, d_max:
     extra = np.zeros(d_max + 1)
     if total == 0:
         return extra
-    owner = np.repeat(np.arange(len(I)), n_dec)
     first = np.cumsum(n_dec) - n_dec
     rank = np.arange(total) - np.repeat(first, n_dec)  # 0-based rank in the ascending order
     slope = (a + pa + pq) - dk

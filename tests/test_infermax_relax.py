@@ -238,7 +238,3 @@ def test_residency_bound_below_policies_on_larger_instances() -> None:
         check_facts(inst, res.facts, J, scheds)
         for name, sched in scheds.items():
             assert res.bound <= replayed_objective(inst, sched, "makespan")[0] * (1 + 1e-9), name
-def schedules(inst) -> dict[str, Schedule]:
-    """The exhaustive optima (with and without evictions) and every policy's schedule."""
-    out = {f"exhaustive-evict={ev}": exhaustive_makespan(inst, evict=ev)[1] for ev in (True, False)}
-    return {**out, **policy_schedules(inst)}

@@ -42,7 +42,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from ..instance import Instance
 from ..jsonio import write_json_atomic

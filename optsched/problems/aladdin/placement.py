@@ -515,7 +515,6 @@ def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, deadline: flo
                  threads: int | None, hint: dict[int, int] | None) -> tuple[str, dict[int, int], float | None]:
     from ortools.sat.python import cp_model
 
-    new = cp.problem.new
     mdl = cp_model.CpModel()
     x = {(i, j): mdl.NewBoolVar(f"x_{i}_{j}") for (i, j) in md.allowed}
     y = {i: mdl.NewBoolVar(f"y_{i}") for i in range(md.n_workers) if i not in md.fixed_used}

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
+from importlib import import_module
 from typing import Any, Mapping
 
 from ...instance import Instance
@@ -123,6 +124,11 @@ def _nonempty(schedule: Schedule) -> int:
     return sum(1 for b in schedule.batches if b.items)
 
 
+#: Modules a solve may need, imported before its clock starts: importing CP-SAT takes about a second
+#: (ortools loads pandas), which a first import after the deadline would add to the call.
+SOLVE_MODULES = (f"{__name__}.cpsat", f"{__name__}.mip", f"{__name__}.relax", "optsched.policies")
+
+
 def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     """Solve the InferMax model for ``instance`` (see the module docstring for the steps).
 
@@ -135,11 +141,8 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         ``no_hybrid``, ``no_chunk``, ``time_limit``, ``threads``, ``log``, ``warm_start`` (policy
         name), ``horizon`` (force J).
     """
-    # Import what a solve may need before the clock starts: importing CP-SAT takes about a second
-    # (ortools loads pandas), which a first import after the deadline would add to the call.
-    from . import cpsat, mip, relax  # noqa: F401
-    from ... import policies  # noqa: F401
-
+    for module in SOLVE_MODULES:  # start-up, before the clock
+        import_module(module)
     t0 = time.perf_counter()
     opts = InferMaxOptions.from_dict(options)
     deadline = None if opts.time_limit is None else t0 + opts.time_limit

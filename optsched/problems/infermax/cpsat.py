@@ -108,7 +108,6 @@ class _Builder:
             mh, m, G, done = self.mh[i][j], self.mk[i][j], self.G[i][j], self.done[i][j]
             m_prev = self.mk[i][j - 1] if j else 0
             G_prev = self.G[i][j - 1] if j else 0
-            done_prev = self.done[i][j - 1] if j else 0
             # cz = [c > 0]
             mdl.Add(c >= 1).OnlyEnforceIf(cz)
             mdl.Add(c == 0).OnlyEnforceIf(cz.Not())
