@@ -73,10 +73,11 @@ has :math:`G \le \lambda + EPS / t_{LB}`; when the time limit stops it, every sc
 node has :math:`G \le \lambda_0 + \max(UB, 0) / T_{min}` and all others :math:`G \le \lambda`, so
 the larger of the two is the proven bound.
 
-**Final bound at a time limit (bisection).** :math:`\lambda_0 + UB / T_{min}` divides by the crude
-:math:`T_{min}`; the Lagrangian bound itself holds at every :math:`\lambda` with the same
-:math:`\pi`: for an open node (prefix counts n, prefix time :math:`T_A`, remaining R, q, S) and every
-completion with counts :math:`n'` and time :math:`t`,
+**Final bound at a time limit (bisection).** :math:`\lambda_0 + UB / T_{min}` divides by a lower
+bound on t (:math:`T_{min}`, at least :math:`t_{LB}`), far below the t of the schedules that attain
+UB; the Lagrangian bound itself holds at every :math:`\lambda` with the same
+:math:`\pi`: for an open node (prefix count n, prefix part :math:`T_A` of t, remaining R, q, S) and every
+schedule that completes it (its count :math:`n'` and time :math:`t`),
 
 .. math:: n' - \mu t \le UB_\mu = n - \mu T_A + \sum_{j \in R} \pi_j + V_h^{\mu}(q, \lfloor S / h \rfloor)
 
