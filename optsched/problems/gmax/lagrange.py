@@ -315,13 +315,18 @@ def refuted_lambda(
 ) -> float:
     r"""The least :math:`\lambda` in (lo, hi] found by bisection at which the Lagrangian bound of every
     node in ``nodes`` (multipliers ``pi``, grid step ``step``) is at most ``EPS`` (module docstring,
-    "Result"); ``hi`` when none is found by the deadline."""
+    "Final bound at a time limit"); ``hi`` when none is found by the deadline. A node's
+    ``pisum`` field must hold the sum of ``pi`` over its remaining requests."""
+    if not nodes:
+        return lo
+    grid = SuffixBound(problem, hi, step)  # the cells do not depend on lambda
+    q, cell, n, t, pisum = (np.array(col) for col in zip(*[(node[3], grid.cell(node[4]), node[5], node[6], node[7])
+                                                            for node in nodes]))
     while hi - lo > BISECT_RTOL * hi and not passed(deadline):
         mid = (lo + hi) / 2
         suffix = SuffixBound(problem, mid, step)
         suffix.solve(pi)
-        if all(n - mid * t + pisum + suffix.value[q, suffix.cell(start)] <= EPS
-               for _, _, _, q, start, n, t, pisum, _, _ in nodes):
+        if np.all(n - mid * t + pisum + suffix.value[q, cell] <= EPS):
             hi = mid
         else:
             lo = mid
