@@ -315,14 +315,17 @@ def refuted_lambda(
 ) -> float:
     r"""The least :math:`\lambda` in (lo, hi] found by bisection at which the Lagrangian bound of every
     node in ``nodes`` (multipliers ``pi``, grid step ``step``) is at most ``EPS`` (module docstring,
-    "Final bound at a time limit"); ``hi`` when none is found by the deadline. A node's
+    "Final bound at a time limit"); ``hi`` when none is found in time (no step starts unless the
+    longest step so far fits before the deadline). A node's
     ``pisum`` field must hold the sum of ``pi`` over its remaining requests."""
     if not nodes:
         return lo
     grid = SuffixBound(problem, hi, step)  # the cells do not depend on lambda
     q, cell, n, t, pisum = (np.array(col) for col in zip(*[(node[3], grid.cell(node[4]), node[5], node[6], node[7])
                                                             for node in nodes]))
-    while hi - lo > BISECT_RTOL * hi and not passed(deadline):
+    last = 0.0  # the longest step so far: no step starts unless that much time is left
+    while hi - lo > BISECT_RTOL * hi and not passed(None if deadline is None else deadline - last):
+        tick = time.perf_counter()
         mid = (lo + hi) / 2
         suffix = SuffixBound(problem, mid, step)
         suffix.solve(pi)
@@ -330,6 +333,7 @@ def refuted_lambda(
             hi = mid
         else:
             lo = mid
+        last = max(last, time.perf_counter() - tick)
     return hi
 
 
