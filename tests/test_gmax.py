@@ -526,3 +526,44 @@ def test_no_model_is_built_after_the_time_limit(method):
     start = start_points(p)[0]
     assert local_search(p, start, deadline=time.perf_counter()) == start
     assert local_search(p, start) != start
+
+
+def search_node(p, prefix, pi):
+    """The search's node tuple of gmax/lagrange.py for a prefix of batches (only the fields the final
+    bound reads are exact: q, start, n, t and the multipliers of the remaining requests)."""
+    from optsched.problems.gmax.lagrange import on_time
+
+    nreq, e = p.n_requests, p.times.exec
+    q, start, n, t, rest = 0, 0.0, 0, 0.0, set(range(nreq))
+    for b in prefix:
+        s, dur = len(b), max(e[j, len(b) - 1] for j in b)
+        n += sum(on_time(p, j, start, s) for j in b)
+        t += sum(e[j, s - 1] for j in b) + (nreq - q - s) * dur
+        q, start, rest = q + s, start + dur, rest - set(b)
+    return (0.0, 0.0, sum(1 << j for j in rest), q, start, n, t, float(sum(pi[j] for j in rest)), 0.0, None)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_refuted_lambda_bounds_every_completion_of_the_open_nodes(seed):
+    """The bisection of the final bound (gmax/lagrange.py, "Final bound at a time limit"): for single
+    open nodes (every prefix of a few schedules, the empty one included) and for the set of all of
+    them, random and column-generation multipliers and coarse and fine grids, the returned lambda
+    plus EPS / t is at least the G of every completion of every node (brute force). The bisection
+    starts at 0 so that a wrong test would let it fall below the best completion."""
+    from optsched.problems.gmax.lagrange import EPS, lagrangian_multipliers, refuted_lambda
+
+    p = small_instance(seed)
+    rng = np.random.default_rng(seed)
+    g_ex, best, _ = exhaustive_g(p)
+    schedules = list(ordered_partitions(p))
+    picks = [best] + [schedules[k] for k in rng.choice(len(schedules), size=min(3, len(schedules)), replace=False)]
+    prefixes = {tuple(map(tuple, s[:k])) for s in picks for k in range(len(s))}
+    pi_cg = lagrangian_multipliers(p, g_ex, best, 0.01, None)[0]
+    for pi, step in ((pi_cg, 0.01), (rng.normal(0.0, 0.5, p.n_requests), 0.7), (rng.normal(0.0, 0.5, p.n_requests), 0.005)):
+        nodes = {prefix: search_node(p, prefix, pi) for prefix in prefixes}
+        for group in [[prefix] for prefix in prefixes] + [list(prefixes)]:
+            mu = refuted_lambda(p, pi, [nodes[prefix] for prefix in group], 0.0, 4.0 * g_ex + 1.0, step, None)
+            for s in schedules:
+                if any(tuple(map(tuple, s[: len(prefix)])) == prefix for prefix in group):
+                    n, t = g_core(p, s)
+                    assert g_value(n, t) <= mu + EPS / t + 1e-12, (group, s, mu)

@@ -72,6 +72,23 @@ a later start, its t part is the same), so the second is pruned.
 has :math:`G \le \lambda + EPS / t_{LB}`; when the time limit stops it, every schedule in an open
 node has :math:`G \le \lambda_0 + \max(UB, 0) / T_{min}` and all others :math:`G \le \lambda`, so
 the larger of the two is the proven bound.
+
+**Final bound at a time limit (bisection).** :math:`\lambda_0 + UB / T_{min}` divides by a lower
+bound on t (:math:`T_{min}`, at least :math:`t_{LB}`), far below the t of the schedules that attain
+UB; the Lagrangian bound itself holds at every :math:`\lambda` with the same
+:math:`\pi`: for an open node (prefix count n, prefix part :math:`T_A` of t, remaining R, q, S) and every
+schedule that completes it (its count :math:`n'` and time :math:`t`),
+
+.. math:: n' - \mu t \le UB_\mu = n - \mu T_A + \sum_{j \in R} \pi_j + V_h^{\mu}(q, \lfloor S / h \rfloor)
+
+(the module's bound with :math:`\lambda = \mu`, :math:`V_h^\mu` the programme at :math:`\mu`). If
+:math:`UB_\mu \le EPS` for every open node, every schedule below an open node has
+:math:`n' - \mu t \le EPS`, i.e. :math:`G \le \mu + EPS / t_{LB}`. So a bisection on
+:math:`\mu` between the search's :math:`\lambda` and the bound above keeps as its upper end a
+:math:`\mu` at which the test held (or the bound above), and the proven bound is
+:math:`\max(\lambda, \min(\text{bound above}, \mu + EPS / t_{LB}))`. The search stops early by
+the time of ``BISECTIONS`` programmes so that the bisection fits in the limit; each step builds the
+programme at :math:`\mu` (:math:`\pi` unchanged, any :math:`\pi` being valid).
 """
 
 from __future__ import annotations
@@ -92,6 +109,11 @@ __all__ = ["BnbResult", "SuffixBound", "branch_and_bound", "lagrangian_multiplie
 
 #: Pruning tolerance on n - lambda t (requests).
 EPS = 1e-9
+
+#: Bisection steps of the final bound at a time limit (the search stops that many programmes early)
+#: and their relative resolution.
+BISECTIONS = 12
+BISECT_RTOL = 1e-4
 
 #: Pseudo-schedules of the master solution repaired into incumbents.
 REPAIRS = 3
@@ -287,6 +309,34 @@ def repair(problem: GmaxProblem, batches: list[list[int]]) -> list[list[int]]:
     return local_search(problem, out + chunked(problem, missing))
 
 
+def refuted_lambda(
+    problem: GmaxProblem, pi: np.ndarray, nodes: list[tuple], lo: float, hi: float, step: float,
+    deadline: float | None,
+) -> float:
+    r"""The least :math:`\lambda` in (lo, hi] found by bisection at which the Lagrangian bound of every
+    node in ``nodes`` (multipliers ``pi``, grid step ``step``) is at most ``EPS`` (module docstring,
+    "Final bound at a time limit"); ``hi`` when none is found in time (no step starts unless the
+    longest step so far fits before the deadline). A node's
+    ``pisum`` field must hold the sum of ``pi`` over its remaining requests."""
+    if not nodes:
+        return lo
+    grid = SuffixBound(problem, hi, step)  # the cells do not depend on lambda
+    q, cell, n, t, pisum = (np.array(col) for col in zip(*[(node[3], grid.cell(node[4]), node[5], node[6], node[7])
+                                                            for node in nodes]))
+    last = 0.0  # the longest step so far: no step starts unless that much time is left
+    while hi - lo > BISECT_RTOL * hi and not passed(None if deadline is None else deadline - last):
+        tick = time.perf_counter()
+        mid = (lo + hi) / 2
+        suffix = SuffixBound(problem, mid, step)
+        suffix.solve(pi)
+        if np.all(n - mid * t + pisum + suffix.value[q, cell] <= EPS):
+            hi = mid
+        else:
+            lo = mid
+        last = max(last, time.perf_counter() - tick)
+    return hi
+
+
 @dataclass
 class BnbResult:
     """Outcome of :func:`branch_and_bound`: ``optimal`` or ``time_limit``, the best schedule, its
@@ -443,15 +493,20 @@ def branch_and_bound(
             incumbent = candidate
     lam0 = g_value(*g_core(problem, incumbent))  # any multipliers are valid at any lambda
     cg_wall = time.perf_counter() - begin
+    tick = time.perf_counter()
     suffix = SuffixBound(problem, lam0, step)
     root = suffix.solve(pi)
+    # time kept for the bisection of the final bound: BISECTIONS programmes like the one just built
+    reserve = BISECTIONS * (time.perf_counter() - tick)
     search = _Search(problem, suffix, incumbent, lam0 + max(root, 0.0) / t_lb)
-    status, stack = search.run(deadline)
+    status, stack = search.run(None if deadline is None else deadline - reserve)
     info = {"root_bound": root, "master": master, "cg_iterations": iters, "cg_wall": cg_wall,
             "nodes": search.nodes, "wall": time.perf_counter() - begin}
     if status == "optimal":
         bound = search.lam + EPS / t_lb
     else:
         open_bound = max((lam0 + max(node[0], 0.0) / max(node[1], t_lb) for node in stack), default=0.0)
-        bound = max(search.lam, open_bound)
+        refuted = refuted_lambda(problem, pi, stack, search.lam, open_bound, step, deadline)
+        info["refuted"] = refuted
+        bound = max(search.lam, min(open_bound, refuted + EPS / t_lb))
     return BnbResult(status, search.best, search.lam, bound, search.nodes, info)
