@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,18 @@ def test_hybrid_offline_method_and_mip_backend_are_checked(capsys):
     assert code == 2 and "needs a MIP backend" in err
     code, res = run_cli_json(capsys, "solve", "toy-4", "--problem", "hybrid-offline", "--method", "mip", "--solver", "cbc")
     assert code == 0 and res["status"] == "optimal" and res["solver"] == "mip-cbc"
+
+
+STATIC_FIG3 = Path(__file__).resolve().parents[1] / "instances" / "static" / "fig3-slo-order.json"
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["toy-4", "--problem", "hybrid", "--warm-start", "nosuch"], "option 'warm_start': unknown hybrid policy 'nosuch'"),
+    (["toy-4", "--problem", "hybrid-offline", "--option", "lengths=nosuch"], "option 'lengths': unknown 'nosuch'"),
+    ([str(STATIC_FIG3), "--problem", "gmax", "--option", "exact_method=nosuch"],
+     "option 'exact_method': unknown 'nosuch'"),
+])
+def test_unknown_option_values_are_bad_input(capsys, argv, needle):
+    """These three were internal errors (exit 3: KeyError / ValueError) until session 5's fuzzing."""
+    code, out, err = run_cli(capsys, "solve", *argv)
+    assert code == 2 and needle in err and out == ""

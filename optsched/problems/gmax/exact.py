@@ -43,7 +43,10 @@ from .lagrange import branch_and_bound
 from .sa import SAParams, iterated_local_search, local_search, simulated_annealing, start_points
 from .slots import SlotBackend, SlotData, SubResult
 
-__all__ = ["ExactResult", "make_backend", "solve_exact"]
+__all__ = ["EXACT_METHODS", "ExactResult", "make_backend", "solve_exact"]
+
+#: Methods of :func:`solve_exact`.
+EXACT_METHODS = ("dinkelbach", "fixed-n", "bnb")
 
 #: Relative tolerance on the model's t against the evaluated t (float MILP / tick rounding).
 T_RTOL = 1e-6
@@ -148,8 +151,8 @@ def solve_exact(
         Iterations per temperature level of the seeded annealing whose schedule is the first
         incumbent (and the CP-SAT hint).
     """
-    if method not in ("dinkelbach", "fixed-n", "bnb"):
-        raise ValueError(f"unknown exact method {method!r} (dinkelbach, fixed-n, bnb)")
+    if method not in EXACT_METHODS:
+        raise ValueError(f"unknown exact method {method!r} ({', '.join(EXACT_METHODS)})")
     deadline = None if time_limit is None else time.perf_counter() + time_limit
     inc = _Incumbent(problem)
     starts = [*start_points(problem), simulated_annealing(problem, SAParams(iters=warm_iters)).batches]

@@ -24,7 +24,7 @@ from typing import Any
 
 from ...instance import Instance, InstanceError
 from ...result import SolveResult, check_agreement
-from .exact import make_backend, solve_exact
+from .exact import EXACT_METHODS, make_backend, solve_exact
 from .problem import GmaxProblem, evaluate_g, g_value
 from .sa import SAParams, simulated_annealing
 
@@ -50,6 +50,8 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         except ValueError as exc:
             raise InstanceError(f"option 'solver': {exc}") from None
         exact_method = options.get("exact_method") or ("dinkelbach" if options.get("solver") else "bnb")
+        if exact_method not in EXACT_METHODS:
+            raise InstanceError(f"option 'exact_method': unknown {exact_method!r} (known: {', '.join(EXACT_METHODS)})")
         res = solve_exact(
             problem,
             backend,

@@ -73,12 +73,13 @@ from typing import Any
 
 from ...bounds import generic_bounds
 from ...deadline import DeadlinePassed, check, seconds_left
-from ...instance import Instance
+from ...instance import Instance, InstanceError
 from ...mipsolvers import pulp_solver
 from ...result import SolveResult, check_agreement, replayed_objective
 from ...schedule import Batch, Item, Schedule
 from .bounds import strict_bound
 from .offline import solve_pcmax
+from .online import POLICY_CONFIGS, simulate_policy
 from .timing import HybridTiming, decode_rounds, timing_of
 
 __all__ = ["HybridMIP", "build", "solve", "stages_to_schedule"]
@@ -446,6 +447,9 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     start = time.perf_counter()
     deadline = start + limit
     problem = "hybrid"
+    policy = options.get("warm_start")
+    if policy is not None and policy not in POLICY_CONFIGS:
+        raise InstanceError(f"option 'warm_start': unknown hybrid policy {policy!r} (known: {', '.join(POLICY_CONFIGS)})")
     unsupported = kv_or_budget_issue(instance, tm)
     if unsupported:
         return SolveResult(problem, solver, "unsupported", extra={"message": unsupported})
@@ -457,8 +461,6 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         model = None
     warm = None
     if model is not None and options.get("warm_start"):
-        from .online import simulate_policy
-
         warm = warm_start_values(model, instance, simulate_policy(instance, options["warm_start"]))
     built = time.perf_counter() - start
     status, mip_value, mip_bound = "time_limit", None, None
@@ -488,8 +490,6 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     if status == "infeasible":
         return SolveResult(problem, solver, "infeasible", None, None, time.perf_counter() - start, extra=extra)
     if mip_value is None or model is None:
-        from .online import simulate_policy
-
         policy = options.get("warm_start") or FALLBACK_POLICY
         schedule = simulate_policy(instance, policy)
         extra["incumbent"] = f"no MIP solution within the time limit; schedule of policy {policy!r}"

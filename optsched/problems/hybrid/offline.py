@@ -459,6 +459,8 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         raise InstanceError(f"option 'solver': method 'mip' needs a MIP backend ({', '.join(MIP_BACKENDS)}), got {solver!r}")
     timing = timing_of(instance)
     lengths = options.get("lengths") or "rounds"
+    if lengths not in LENGTHS:
+        raise InstanceError(f"option 'lengths': unknown {lengths!r} (known: {', '.join(LENGTHS)})")
     p = processing_times(instance, lengths)
     start = time.perf_counter()
     found = solve_pcmax(
