@@ -111,10 +111,19 @@ STATIC_FIG3 = Path(__file__).resolve().parents[1] / "instances" / "static" / "fi
 @pytest.mark.parametrize("argv, needle", [
     (["toy-4", "--problem", "hybrid", "--warm-start", "nosuch"], "option 'warm_start': unknown hybrid policy 'nosuch'"),
     (["toy-4", "--problem", "hybrid-offline", "--option", "lengths=nosuch"], "option 'lengths': unknown 'nosuch'"),
+    (["toy-4", "--problem", "hybrid", "--option", "bins=abc"], "option 'bins': must be an integer >= 1"),
+    ([str(STATIC_FIG3), "--problem", "gmax", "--method", "sa", "--option", "iters=abc"], "option 'iters': must be an integer"),
+    (["toy-4", "--problem", "infermax", "--option", "threads=abc"], "--option threads: not an integer"),
+    (["toy-4", "--problem", "infermax", "--option", "time_limit=-1"], "--option time_limit: must be a finite number > 0"),
     ([str(STATIC_FIG3), "--problem", "gmax", "--option", "exact_method=nosuch"],
      "option 'exact_method': unknown 'nosuch'"),
 ])
 def test_unknown_option_values_are_bad_input(capsys, argv, needle):
-    """These three were internal errors (exit 3: KeyError / ValueError) until session 5's fuzzing."""
+    """These were internal errors (exit 3: KeyError, ValueError, TypeError) until session 5's fuzzing."""
     code, out, err = run_cli(capsys, "solve", *argv)
     assert code == 2 and needle in err and out == ""
+
+
+def test_unknown_hybrid_bound_method_is_bad_input(capsys):
+    code, out, err = run_cli(capsys, "bound", "toy-4", "--problem", "hybrid", "--method", "nosuch")
+    assert code == 2 and "unknown bound method 'nosuch'" in err and out == ""

@@ -48,6 +48,10 @@ def add_problem_options(p: argparse.ArgumentParser) -> None:
                    help="extra formulation option (repeatable; VALUE as JSON when it parses)")
 
 
+#: ``--option`` keys that also have a flag of their own, with that flag's type.
+TYPED_OPTIONS = {"threads": positive_int, "time_limit": positive_float}
+
+
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The ``options`` dict of the solver/bounder protocol."""
     options: dict[str, Any] = {
@@ -64,10 +68,17 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise BadInput(f"--option: expected KEY=VALUE, got {item!r}")
+        key = key.replace("-", "_")
+        if key in TYPED_OPTIONS:  # a key with its own flag is read as that flag reads it
+            try:
+                options[key] = TYPED_OPTIONS[key](value)
+            except argparse.ArgumentTypeError as exc:
+                raise BadInput(f"--option {key}: {exc}") from None
+            continue
         try:
-            options[key.replace("-", "_")] = json.loads(value)
+            options[key] = json.loads(value)
         except json.JSONDecodeError:
-            options[key.replace("-", "_")] = value
+            options[key] = value
     return options
 
 

@@ -19,6 +19,7 @@ ordered list of batches of request ids) and per-request e2e / TTFT / TPOT.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -33,13 +34,23 @@ __all__ = ["solve"]
 _SA_KEYS = ("seed", "t0", "t_thres", "iters", "tau", "energy_scale")
 
 
+def _sa_value(key: str, value: Any) -> int | float:
+    """An annealing option as :class:`SAParams` types it (``seed``, ``iters``: integers; the rest:
+    finite numbers), else bad input naming it."""
+    integer = key in ("seed", "iters")
+    ok = not isinstance(value, bool) and (isinstance(value, int) if integer else isinstance(value, (int, float)))
+    if not ok or not math.isfinite(value):
+        raise InstanceError(f"option {key!r}: must be {'an integer' if integer else 'a finite number'}, got {value!r}")
+    return value
+
+
 def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     """Solve the G-maximisation of a static-batching instance (see the module docstring)."""
     start = time.perf_counter()
     problem = GmaxProblem.from_instance(instance, lengths=options.get("lengths") or "true")
     method = options.get("method") or "exact"
     if method == "sa":
-        params = SAParams(**{k: options[k] for k in _SA_KEYS if options.get(k) is not None})
+        params = SAParams(**{k: _sa_value(k, options[k]) for k in _SA_KEYS if options.get(k) is not None})
         sa = simulated_annealing(problem, params)
         batches, own, status, bound, solver = sa.batches, sa.G, "feasible", None, "sa"
         extra: dict[str, Any] = {"evaluations": sa.evaluations, "early_exit": sa.early_exit}

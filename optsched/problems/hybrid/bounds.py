@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...instance import Instance
+from ...instance import Instance, InstanceError
 from ...result import Bound
 from .offline import processing_times, solve_pcmax
 from .timing import timing_of
@@ -88,5 +88,5 @@ def bounds(instance: Instance, options: dict[str, Any]) -> list[Bound]:
         value, t_p, t_d = strict_bound(instance, limit, preemptive=True)
         out.append(Bound("strict-preemptive", value, True, f"prefill {t_p:.4f} s + decode {t_d:.4f} s; proven with evictions too"))
     if not out:
-        raise ValueError(f"unknown bound method {which!r} (known: paper, strict)")
+        raise InstanceError(f"option 'method': unknown bound method {which!r} (known: paper, strict)")
     return out

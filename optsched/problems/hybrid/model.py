@@ -447,6 +447,9 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     start = time.perf_counter()
     deadline = start + limit
     problem = "hybrid"
+    bins = options.get("bins")
+    if bins is not None and (isinstance(bins, bool) or not isinstance(bins, int) or bins < 1):
+        raise InstanceError(f"option 'bins': must be an integer >= 1, got {bins!r}")
     policy = options.get("warm_start")
     if policy is not None and policy not in POLICY_CONFIGS:
         raise InstanceError(f"option 'warm_start': unknown hybrid policy {policy!r} (known: {', '.join(POLICY_CONFIGS)})")
@@ -454,7 +457,7 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     if unsupported:
         return SolveResult(problem, solver, "unsupported", extra={"message": unsupported})
     try:
-        model: HybridMIP | None = build(instance, mode, options.get("time_model"), options.get("bins"), deadline)
+        model: HybridMIP | None = build(instance, mode, options.get("time_model"), bins, deadline)
     except ValueError as exc:
         return SolveResult(problem, solver, "unsupported", extra={"message": str(exc)})
     except DeadlinePassed:
