@@ -127,3 +127,12 @@ def test_unknown_option_values_are_bad_input(capsys, argv, needle):
 def test_unknown_hybrid_bound_method_is_bad_input(capsys):
     code, out, err = run_cli(capsys, "bound", "toy-4", "--problem", "hybrid", "--method", "nosuch")
     assert code == 2 and "unknown bound method 'nosuch'" in err and out == ""
+
+
+def test_backend_table_names_the_mip_backends_of_mipsolvers():
+    """``BACKENDS`` is written out (importing mipsolvers would load PuLP at CLI start): its MIP
+    names must be exactly the adapter's."""
+    from optsched.mipsolvers import MIP_BACKENDS
+
+    for problem, names in BACKENDS.items():
+        assert set(names) - {"cpsat"} == set(MIP_BACKENDS), problem

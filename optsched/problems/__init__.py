@@ -33,7 +33,8 @@ BOUNDERS: dict[str, str] = {
 
 #: ``solver`` names each formulation accepts (its default first). ``hybrid-offline`` and
 #: ``scls-batch`` use a MIP backend only for ``method=mip``; ``hybrid-offline``'s exact stage is
-#: CP-SAT otherwise.
+#: CP-SAT otherwise. The one table: infermax and aladdin read their lists from it; the MIP
+#: backends are those of :data:`optsched.mipsolvers.MIP_BACKENDS` (not imported here: it loads PuLP).
 BACKENDS: dict[str, tuple[str, ...]] = {
     "aladdin": ("cpsat", "highs", "cbc", "gurobi"),
     "gmax": ("highs", "cbc", "gurobi", "cpsat"),

@@ -30,6 +30,7 @@ from .cluster import place, simulate_cluster
 from .heuristics import best_fit
 from .models import model_from_instance
 from .placement import (
+    EXACT_SOLVERS,
     CompiledProblem,
     Job,
     PlacementProblem,
@@ -42,7 +43,6 @@ from .placement import (
 __all__ = ["solve", "bounds", "offline_problem", "planned_instance"]
 
 OFFLINE_METHODS = ("exact", "bestfit", "bestfit+rebalance", "jsq", "rr", "po2")
-EXACT_SOLVERS = ("cpsat", "highs", "cbc", "gurobi")
 
 
 def offline_problem(instance: Instance, max_workers: int | None = None) -> PlacementProblem:

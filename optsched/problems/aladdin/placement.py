@@ -44,11 +44,13 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import BACKENDS
 from ...deadline import DeadlinePassed, check, seconds_left
 from ...mipsolvers import pulp_solver
 from .models import AladdinModel
 
 __all__ = [
+    "EXACT_SOLVERS",
     "Job",
     "PlacementProblem",
     "PlacementResult",
@@ -59,6 +61,9 @@ __all__ = [
     "solve_placement",
     "check_placement",
 ]
+
+#: Backends of :func:`solve_placement` (the registry's table).
+EXACT_SOLVERS = BACKENDS["aladdin"]
 
 #: Time unit of the integer data: nanoseconds.
 TIME_SCALE = 1e9
@@ -661,8 +666,8 @@ def solve_placement(
     n_fresh = len({i for i in warm.assignment.values() if i >= n_exist})
     if problem.max_workers is not None:
         n_fresh = max(problem.max_workers - n_exist - len(alone_bad), 0)
-    if solver not in ("cpsat", "highs", "cbc", "gurobi"):
-        raise ValueError(f"unknown solver {solver!r} (known: cpsat, highs, cbc, gurobi)")
+    if solver not in EXACT_SOLVERS:
+        raise ValueError(f"unknown solver {solver!r} (known: {', '.join(EXACT_SOLVERS)})")
     deadline = None if time_limit is None else t0 + time_limit
     n_workers = n_exist + n_fresh
     lower = sum(1 for jobs_i in problem.ongoing if jobs_i)  # workers already in use

@@ -18,6 +18,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from ...deadline import seconds_left
 from .slots import SlotData, SubResult
 
 __all__ = ["CpsatBackend"]
@@ -115,7 +116,7 @@ class CpsatBackend:
         solver.parameters.num_workers = self.threads or 2
         solver.parameters.log_search_progress = self.log
         if deadline is not None:
-            solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.01)
+            solver.parameters.max_time_in_seconds = seconds_left(deadline)
         start = time.perf_counter()
         code = solver.Solve(m)
         wall = time.perf_counter() - start

@@ -12,25 +12,24 @@ from typing import Any
 
 import pulp
 
-from ...mipsolvers import pulp_solver
+from ...deadline import passed, seconds_left
+from ...mipsolvers import MIP_BACKENDS, pulp_solver
 from .problem import g_core
 from .slots import SlotData, SubResult
 
-__all__ = ["MilpBackend", "MILP_SOLVERS"]
+__all__ = ["MilpBackend"]
 
-
-MILP_SOLVERS = ("highs", "cbc", "gurobi")
 
 #: Slack on Dinkelbach's ``n - lambda t >= 0`` restriction (requests), for floating-point round-off.
 EPS = 1e-6
 
 
 class MilpBackend:
-    """Slot-model MILP through PuLP (``solver`` in :data:`MILP_SOLVERS`)."""
+    """Slot-model MILP through PuLP (``solver`` in :data:`MIP_BACKENDS`)."""
 
     def __init__(self, data: SlotData, solver: str = "highs", threads: int | None = None, log: bool = False):
-        if solver not in MILP_SOLVERS:
-            raise ValueError(f"unknown MILP solver {solver!r} (known: {', '.join(MILP_SOLVERS)})")
+        if solver not in MIP_BACKENDS:
+            raise ValueError(f"unknown MILP solver {solver!r} (known: {', '.join(MIP_BACKENDS)})")
         self.data, self.solver, self.threads, self.log = data, solver, threads, log
         self.name = f"milp-{solver}"
         self.hint: list[list[int]] | None = None  # MIP start (HiGHS and Gurobi)
@@ -244,12 +243,11 @@ class MilpBackend:
         """Optimal value of the model's LP relaxation for ``objective(parts)``, ``failed`` when the LP
         is not solved to optimality by ``deadline`` (the weakest bound in that direction; PuLP reports
         a HiGHS stopped by its time limit as status "Optimal", so the solution status decides)."""
-        left = None if deadline is None else deadline - time.perf_counter()
-        if left is not None and left <= 0:
+        if passed(deadline):
             return failed
         prob, parts = self._build(sense)
         prob += objective(parts)
-        prob.solve(pulp_solver("highs", mip=False, msg=self.log, time_limit=left))
+        prob.solve(pulp_solver("highs", mip=False, msg=self.log, time_limit=seconds_left(deadline)))
         return float(pulp.value(prob.objective)) if prob.sol_status == pulp.LpSolutionOptimal else failed
 
     def max_n(self, deadline: float | None) -> SubResult:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import fields
 from typing import Any
 
 from ...instance import Instance, InstanceError
@@ -31,13 +32,14 @@ from .sa import SAParams, simulated_annealing
 
 __all__ = ["solve"]
 
-_SA_KEYS = ("seed", "t0", "t_thres", "iters", "tau", "energy_scale")
+#: The annealing options: :class:`SAParams`'s fields, by name and declared type.
+_SA_TYPES = {f.name: f.type for f in fields(SAParams)}
 
 
 def _sa_value(key: str, value: Any) -> int | float:
-    """An annealing option as :class:`SAParams` types it (``seed``, ``iters``: integers; the rest:
+    """An annealing option as :class:`SAParams` types it (``int`` fields: integers; the rest:
     finite numbers), else bad input naming it."""
-    integer = key in ("seed", "iters")
+    integer = _SA_TYPES[key] in (int, "int")
     ok = not isinstance(value, bool) and (isinstance(value, int) if integer else isinstance(value, (int, float)))
     if not ok or not math.isfinite(value):
         raise InstanceError(f"option {key!r}: must be {'an integer' if integer else 'a finite number'}, got {value!r}")
@@ -50,7 +52,7 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     problem = GmaxProblem.from_instance(instance, lengths=options.get("lengths") or "true")
     method = options.get("method") or "exact"
     if method == "sa":
-        params = SAParams(**{k: _sa_value(k, options[k]) for k in _SA_KEYS if options.get(k) is not None})
+        params = SAParams(**{k: _sa_value(k, options[k]) for k in _SA_TYPES if options.get(k) is not None})
         sa = simulated_annealing(problem, params)
         batches, own, status, bound, solver = sa.batches, sa.G, "feasible", None, "sa"
         extra: dict[str, Any] = {"evaluations": sa.evaluations, "early_exit": sa.early_exit}

@@ -39,9 +39,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ...deadline import passed
+from ...deadline import passed, seconds_left
 from ...instance import Instance, InstanceError
-from ...mipsolvers import pulp_solver
+from ...mipsolvers import MIP_BACKENDS, pulp_solver
 from ...result import SolveResult
 from ...schedule import replay
 from .timing import decode_rounds, timing_of
@@ -325,7 +325,7 @@ def cpsat_pcmax(
         for (i, j), var in x.items():
             model.AddHint(var, canon[i] == j)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, deadline - time.perf_counter())
+    solver.parameters.max_time_in_seconds = seconds_left(deadline)
     solver.parameters.num_workers = threads or 2
     code = solver.Solve(model)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -376,7 +376,7 @@ def mip_pcmax(p: Sequence[int], m: int, solver: str, time_limit: float, lower: i
         if passed(deadline):
             return stopped
         prob += pulp.lpSum(p[i] * x[i, j] for i in range(n) if (i, j) in x) <= cmax
-    prob.solve(pulp_solver(solver, time_limit=max(0.01, deadline - time.perf_counter()), threads=threads))
+    prob.solve(pulp_solver(solver, time_limit=seconds_left(deadline), threads=threads))
     if any(v.value() is None for v in x.values()) or prob.sol_status not in (
         pulp.LpSolutionOptimal,
         pulp.LpSolutionIntegerFeasible,
@@ -390,9 +390,6 @@ def mip_pcmax(p: Sequence[int], m: int, solver: str, time_limit: float, lower: i
 
 #: Methods of :func:`solve_pcmax`.
 PCMAX_METHODS = ("auto", "lpt", "local", "cpsat", "mip")
-
-#: MIP backends of ``method='mip'``.
-MIP_BACKENDS = ("highs", "cbc", "gurobi")
 
 
 def solve_pcmax(

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ortools.sat.python import cp_model
 
-from .model import (
-    BuildStopped, ModelData, Scaling, check_deadline, check_size, earliest_starts, integer_scaling, request_batch_grid,
-)
+from ...deadline import BuildStopped, check, seconds_left
+from .model import ModelData, Scaling, check_size, earliest_starts, integer_scaling, request_batch_grid
 from .relax import add_count_fact
 
 
@@ -81,10 +79,10 @@ class _Builder:
         self.hd = [mdl.NewBoolVar(f"hd_{j}") for j in range(J)]
         self.mz: list[list[cp_model.IntVar]] = []  # per batch, when R_max binds
         for i in range(data.N):
-            check_deadline(deadline, "CP-SAT model")
+            check(deadline, "CP-SAT model")
             self._request(i)
         for j in range(J):
-            check_deadline(deadline, "CP-SAT model")
+            check(deadline, "CP-SAT model")
             self._batch(j)
         self._symmetry()
         self._redundant()
@@ -317,7 +315,7 @@ def solve_cpsat(
     solver = cp_model.CpSolver()
     opts = data.options
     if deadline is not None:
-        solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.01)
+        solver.parameters.max_time_in_seconds = seconds_left(deadline)
     elif opts.time_limit is not None:
         solver.parameters.max_time_in_seconds = opts.time_limit
     solver.parameters.num_workers = opts.threads or 2

@@ -23,21 +23,19 @@ import contextlib
 import math
 import os
 import sys
-import time
 from typing import Any, Callable, Iterator
 
 import pulp
 
+from ...deadline import BuildStopped, check, seconds_left
 from ...instance import Instance
 from ...mipsolvers import pulp_solver
 from ...result import Bound
 from .cpsat import BackendResult, true_objective
 from .model import (
-    BuildStopped,
     InferMaxOptions,
     ModelData,
     build_data,
-    check_deadline,
     check_size,
     earliest_starts,
     request_batch_grid,
@@ -85,10 +83,10 @@ class _Mip:
         self.hd = [self._bin() for _ in range(J)]
         self.mz: list[list[Any]] = []  # per batch, when R_max binds
         for j in range(J):
-            check_deadline(deadline, "MIP model")
+            check(deadline, "MIP model")
             self._batch(j)
         for i in range(N):
-            check_deadline(deadline, "MIP model")
+            check(deadline, "MIP model")
             self._request(i)
         for a, b in data.symmetric_pairs:
             for j in range(J):
@@ -284,7 +282,7 @@ class _Mip:
 
 def _solver(data: ModelData, warm: bool, relax: bool = False, deadline: float | None = None) -> pulp.LpSolver:
     opts: InferMaxOptions = data.options
-    time_limit = opts.time_limit if deadline is None else max(deadline - time.perf_counter(), 0.01)
+    time_limit = opts.time_limit if deadline is None else seconds_left(deadline)
     return pulp_solver("highs" if relax else opts.solver, time_limit=time_limit, threads=opts.threads,
                        msg=opts.log, gap_rel=GAP_REL, gap_abs=GAP_ABS, mip=not relax, warm_start=warm)
     raise ValueError(f"solver {opts.solver!r} is not a MIP backend")
@@ -309,7 +307,7 @@ def solve_mip(
     ``deadline`` (as :func:`.cpsat.solve_cpsat`)."""
     try:
         mip = _Mip(data, deadline=deadline)
-        check_deadline(deadline, "MIP model")  # the last loops and the objective are built
+        check(deadline, "MIP model")  # the last loops and the objective are built
     except BuildStopped as exc:
         return BackendResult("unknown", None, None, None, None, None, {"stopped": str(exc)})
     if hint is not None:

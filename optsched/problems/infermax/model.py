@@ -122,9 +122,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from .. import BACKENDS
 from ...bounds import batch_counts, request_work
 from ...costmodel import CostModel
-from ...deadline import passed
+from ...deadline import BuildStopped, check
 from ...instance import Instance, InstanceError
 from ...schedule import Batch, Item, Schedule
 
@@ -143,7 +144,7 @@ OBJECTIVES = ("makespan", "completion", "ttft")
 
 #: Default share of the time limit given to the residency relaxation (option ``relax``).
 RELAX_SHARE = 0.25
-SOLVER_NAMES = ("cpsat", "highs", "cbc", "gurobi")
+SOLVER_NAMES = BACKENDS["infermax"]
 
 
 class InferMaxInputError(InstanceError):
@@ -156,23 +157,14 @@ class InferMaxInputError(InstanceError):
 MAX_CELLS = 200_000
 
 
-class BuildStopped(Exception):
-    """A model was not built: it exceeds ``max_cells`` or its build passed the deadline."""
-
-
-def check_deadline(deadline: float | None, what: str) -> None:
-    """Raise :class:`BuildStopped` when ``deadline`` (a ``time.perf_counter()`` value) has passed."""
-    if passed(deadline):
-        raise BuildStopped(f"{what} not built within the time limit")
-
-
 def request_batch_grid(
     data: "ModelData", make: Callable[[int, int], Any], deadline: float | None, what: str
 ) -> list[list[Any]]:
-    """``make(i, j)`` for every request i and batch j of ``data``, checking ``deadline`` per request."""
+    """``make(i, j)`` for every request i and batch j of ``data``, checking ``deadline`` per request
+    (:class:`~optsched.deadline.DeadlinePassed`, a :class:`~optsched.deadline.BuildStopped`)."""
     rows = []
     for i in range(data.N):
-        check_deadline(deadline, what)
+        check(deadline, what)
         rows.append([make(i, j) for j in range(data.J)])
     return rows
 
@@ -184,7 +176,7 @@ def fits(data: "ModelData", cell_cost: int = 1) -> bool:
 
 
 def check_size(data: "ModelData", what: str, cell_cost: int = 1) -> None:
-    """Raise :class:`BuildStopped` when the model of ``data`` does not :func:`fit <fits>`."""
+    """Raise :class:`~optsched.deadline.BuildStopped` when the model of ``data`` does not :func:`fit <fits>`."""
     cells = data.N * data.J
     if not fits(data, cell_cost):
         weight = "" if cell_cost == 1 else f" (each counted {cell_cost} times)"

@@ -39,7 +39,7 @@ from typing import Sequence
 
 import pulp
 
-from ...deadline import passed
+from ...deadline import passed, seconds_left
 from ...mipsolvers import pulp_solver
 from ..static_latency import StaticLatencyModel
 
@@ -186,8 +186,7 @@ def mip_batches(
             prob += w[k, v] <= n_bar * z[k, v]
             prob += w[k, v] <= size[k]
             prob += w[k, v] >= size[k] - n_bar * (1 - z[k, v])
-    left = None if deadline is None else max(deadline - time.perf_counter(), 0.01)
-    prob.solve(pulp_solver(solver, time_limit=left, gap_rel=0.0))
+    prob.solve(pulp_solver(solver, time_limit=seconds_left(deadline), gap_rel=0.0))
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         if deadline is not None and prob.sol_status == pulp.LpSolutionNoSolutionFound:
             return None, None, "time_limit"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
+from ...deadline import seconds_left
 from ...instance import Instance, InstanceError
 from ...result import SolveResult, check_agreement
 from ..static_latency import static_latency_of
@@ -111,7 +112,7 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     times = [s["model"].serve_time(len(b), max(s["lengths"][i] for i in b), s["slice_len"]) for b in batches]
     heuristic = max_min_offload(times, s["loads"])
     limit = options.get("time_limit")
-    left = 10.0 if limit is None else max(float(limit) - (time.perf_counter() - start), 0.01)
+    left = 10.0 if limit is None else seconds_left(start + float(limit))
     exact = exact_offload(times, s["loads"], left, options.get("threads") or 2, start=heuristic)
     ids = [r.id for r in instance.requests]
     extra = {
