@@ -193,15 +193,23 @@ def request_bounds(instance: Instance, request: Request) -> RequestBounds:
     return RequestBounds(ttft=float(first[0]), e2e=float(first[0] + later[0]), tpot=tpot)
 
 
-def _member_lengths(instance: Instance, members: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Prompt and output lengths of the requests ``members`` (indices; None: all)."""
+def _member_lengths(
+    instance: Instance, members: np.ndarray | None, first_tokens: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output lengths of the requests ``members`` (indices; None: all); with
+    ``first_tokens`` every output length is 1 (only the first token counts)."""
     _, I, O = _arrays(instance)
+    if first_tokens:
+        O = np.ones_like(O)
     return (I, O) if members is None else (I[members], O[members])
 
 
-def request_work(instance: Instance) -> np.ndarray:
-    """w_i of the ``work`` bound (module docstring): least item work of each request, request order."""
-    return _request_work(*_member_lengths(instance, None), instance)
+def request_work(instance: Instance, first_tokens: bool = False) -> np.ndarray:
+    """w_i of the ``work`` bound (module docstring): least item work of each request, request order.
+
+    ``first_tokens``: only the work up to each request's first token (the proof with O_i = 1).
+    """
+    return _request_work(*_member_lengths(instance, None, first_tokens), instance)
 
 
 def _request_work(I: np.ndarray, O: np.ndarray, instance: Instance) -> np.ndarray:
@@ -236,10 +244,17 @@ def _packing_from_counts(counts: np.ndarray, M: int) -> int:
     return int(max(-(-int(s_le[M]) // M), int(np.max(j1 + j2 + extra))))
 
 
-def batch_counts(instance: Instance, members: np.ndarray | None = None) -> tuple[int, int]:
+def batch_counts(
+    instance: Instance, members: np.ndarray | None = None, first_tokens: bool = False
+) -> tuple[int, int]:
     """(B, B_pre): least numbers of non-empty batches and of batches with prefill tokens serving the
-    requests ``members`` (indices; default all), by the counts of (F3)-(F5)."""
-    return _batch_counts(*_member_lengths(instance, members), instance.limits)
+    requests ``members`` (indices; default all), by the counts of (F3)-(F5).
+
+    ``first_tokens``: the least numbers among the batches up to the one generating the last first
+    token (the same counts with O_i = 1: each request's prompt is prefilled and its first token
+    generated there, holding I_i slots).
+    """
+    return _batch_counts(*_member_lengths(instance, members, first_tokens), instance.limits)
 
 
 def _batch_counts(I: np.ndarray, O: np.ndarray, lim: Limits) -> tuple[int, int]:

@@ -255,6 +255,9 @@ class ReplayResult:
     features
         Per batch, the cost model's arguments ``(n_tok, n_pre, s_pre, n_dec, kv_dec)`` (contract
         section 3), e.g. to refit a profile from measured batch times.
+    generated, kv_held
+        Per request (instance order), tokens generated and KV slots held after the last batch (the
+        state an unfinished schedule leaves, e.g. to complete it).
     """
 
     feasible: bool
@@ -268,6 +271,8 @@ class ReplayResult:
     decode_items: list[int]
     metrics: Metrics | None
     features: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    generated: list[int] = field(default_factory=list)
+    kv_held: list[int] = field(default_factory=list)
 
 
 def compute_metrics(outcomes: Iterable[RequestOutcome], makespan: float, evictions: int, batches: int) -> Metrics:
@@ -479,5 +484,5 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
     metrics = compute_metrics(outcomes.values(), prev_end, total_evictions, len(batches)) if feasible else None
     return ReplayResult(
         feasible, violations, outcomes, starts, ends, kv_trace, run_trace, pre_trace, dec_trace, metrics,
-        feat_trace,
+        feat_trace, gen, m,
     )

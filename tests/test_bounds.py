@@ -56,6 +56,17 @@ def assert_bounds_below(inst: Instance, schedule: Schedule) -> None:
         for b in generic_bounds(inst, objective):
             assert b.valid
             assert b.value <= value * (1 + REL), (inst.name, objective, b, value, schedule.meta)
+    assert_first_token_counts_below(inst, schedule)
+
+
+def assert_first_token_counts_below(inst: Instance, schedule: Schedule) -> None:
+    """``batch_counts(first_tokens=True)``: at most the batches with items (and those with prefill
+    tokens) up to the one generating the last first token."""
+    res = replay(inst, schedule)
+    last = max(o.first_token for o in res.outcomes.values())
+    upto = [j for j, b in enumerate(schedule.batches) if b.items and res.ends[j] <= last]
+    B, B_pre = batch_counts(inst, first_tokens=True)
+    assert B <= len(upto) and B_pre <= sum(1 for j in upto if res.prefill_tokens[j] > 0), (inst.name, schedule.meta)
 
 
 def random_instance(rng: random.Random, cost_model, n: int, arrivals: bool) -> Instance:

@@ -16,6 +16,7 @@ from test_infermax import solve, tiny_instance  # noqa: E402
 from optsched import load_instance, replay  # noqa: E402
 from optsched.problems import solver_for  # noqa: E402
 from optsched.bounds import generic_bounds  # noqa: E402
+from optsched.result import replayed_objective  # noqa: E402
 from optsched.problems.infermax import _candidates  # noqa: E402
 from optsched.problems.infermax.cpsat import solve_cpsat  # noqa: E402
 from optsched.problems.infermax.mip import lp_relaxation_bound, solve_mip  # noqa: E402
@@ -107,3 +108,17 @@ def test_no_model_when_a_candidate_meets_a_proven_bound() -> None:
     built = solve(inst, time_limit=2)  # early_exit off: the model runs to the limit
     assert built.status == "optimal" and "stopped" not in built.extra
     assert built.objective == pytest.approx(res.objective, rel=1e-9)
+
+
+@pytest.mark.parametrize("objective", ["ttft", "completion"])
+def test_stopped_solve_never_reports_worse_than_the_best_candidate(objective: str) -> None:
+    """A solver stopped before it reaches its hint (CP-SAT must rebuild the hint's times) may hold a
+    worse incumbent than the best candidate; the result is then the candidate's schedule."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))
+    from bench_infermax import scale_instance
+
+    inst = scale_instance(8, 0)
+    res = solve(inst, objective=objective, time_limit=3)
+    assert res.objective <= min(res.extra["policy_values"].values()) * (1 + 1e-12)
+    assert res.objective == pytest.approx(replayed_objective(inst, res.schedule, objective)[0], rel=1e-12)
+    assert res.bound <= res.objective

@@ -13,12 +13,15 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
    relaxation and the model build are not started, or are stopped, once the limit has passed, and
    a model of more than ``max_cells`` request-batch cells is not built (then the best candidate
    and the proven bounds are the result, ``extra['stopped']`` says why);
-3. derives the horizon J from UB (:func:`.model.horizon`: proven for makespan and completion);
+3. derives the horizon J from UB (:func:`.model.horizon`: proven for makespan and completion, and
+   for ttft when its model is small; ttft with evictions uses the first-token model, whose
+   solution is completed by :func:`.model.serial_completion`);
    for the makespan with a KV capacity, solves the residency relaxation (:mod:`.relax`) with the
    option ``relax``'s share of the limit, gives its proven bound and count facts to the model and
    its best point, as a schedule, to the candidates (a better one re-derives UB, J and the hint);
 4. solves, turns the solution into a schedule, replays it and reports the replayed objective after
-   :func:`~optsched.result.check_agreement` with the solver's own value;
+   :func:`~optsched.result.check_agreement` with the solver's own value (the best candidate
+   instead when it is better: a stopped solver may not have reached its hint);
 5. reports the bound: the largest of the solver's proven bound (lowered by any rounding slack),
    the relaxation's and the bounds of :mod:`optsched.bounds`. ``optimal`` means the replayed objective is within
    ``OPTIMAL_RTOL`` of a proven bound and J is proven; otherwise ``feasible`` or ``time_limit``.
@@ -42,9 +45,11 @@ from .model import (
     InferMaxOptions,
     ModelData,
     build_data,
+    first_token_prefix,
     fits,
     hint_from_schedule,
     schedule_from_solution,
+    serial_completion,
     serial_schedule,
 )
 
@@ -169,7 +174,9 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
             f"(available: {', '.join(sorted(cands))})"
         )
     limit = opts.time_limit  # the whole solve (candidates, phase 1, relaxation) keeps within it
-    data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
+    warm_prefix = first_token_prefix(cands[warm], found[warm][2]) if opts.objective == "ttft" else cands[warm]
+    data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]),
+                      _nonempty(warm_prefix))
     relax = None if met or passed(deadline) else _relaxation(data, limit)
     if relax is not None:
         if relax.bound == math.inf:
@@ -186,19 +193,20 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
                 best = name
                 warm = opts.warm_start or best
         data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
-        data = replace(data, lower=relax.bound, count_facts=relax.facts)
+        data = replace(data, lower=relax.bound, count_facts=relax.facts)  # (makespan only: no first-token model)
     if met:  # a candidate meets a proven bound: nothing left to prove, no model
         from .cpsat import BackendResult
 
         backend = BackendResult("unknown", None, None, None, None, None,
                                 {"stopped": f"model not built: {best!r} meets a proven bound"})
     else:
-        hint = hint_from_schedule(data, cands[warm]) if fits(data) else None
+        hint = hint_from_schedule(data, warm_prefix if data.first_tokens_only else cands[warm]) if fits(data) else None
         backend = _run_backend(data, hint, deadline)
     extra: dict[str, Any] = {
         "horizon": data.J,
         "horizon_proven": data.horizon_proven,
         "horizon_note": data.horizon_note,
+        "first_token_model": data.first_tokens_only,
         "objective_name": opts.objective,
         "upper_bound_policy": best,
         "policy_values": values,
@@ -217,8 +225,13 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     if backend.c is not None:
         schedule = schedule_from_solution(data, backend.c, backend.e, backend.waits,
                                           {"solver": opts.solver, "problem": "infermax"})
+        if data.first_tokens_only:  # the model stops at the first tokens (model docstring)
+            schedule = serial_completion(instance, schedule)
         value, rep = replayed_objective(instance, schedule, opts.objective)
         check_agreement(backend.objective, value, f"infermax/{opts.solver}")
+        if values[best] < value:  # a stopped solver may not have reached its hint: keep the better
+            extra["incumbent"] = f"the solver's schedule ({value:.9g}) is worse than {best!r}'s; schedule of {best!r}"
+            schedule, value, rep = found[best]
     else:  # no model, or no incumbent within the limit: report the best candidate
         schedule, value, rep = found[best]
         extra["incumbent"] = f"no schedule from the solver; schedule of {best!r}"

@@ -158,8 +158,8 @@ class _Builder:
             mdl.AddImplication(cz, self.y[j])
             mdl.AddImplication(e, self.y[j])
             mdl.AddImplication(dg, self.hd[j])
-        # (1) termination
-        mdl.Add(self.done[i][data.J - 1] == 1)
+        # (1) termination: the goal's tokens generated (done when the goal is O_i)
+        mdl.Add(self.G[i][data.J - 1] >= data.goal[i])
 
     # ------------------------------------------------------------------ per batch
     def _batch(self, j: int) -> None:
@@ -198,9 +198,9 @@ class _Builder:
         data, mdl, N, J = self.data, self.m, self.data.N, self.data.J
         for i in range(N):
             mdl.Add(sum(self.mh[i]) >= data.area(i))  # R6
-            mdl.Add(sum(self.c[i]) >= data.U(i))  # R8
+            mdl.Add(sum(self.c[i]) >= data.reach(i))  # R8
             if self.mz:
-                mdl.Add(sum(self.mz[j][i] for j in range(J)) >= data.output[i])  # R7
+                mdl.Add(sum(self.mz[j][i] for j in range(J)) >= data.goal[i])  # R7
         mdl.Add(sum(self.y) >= data.b_min)
         mdl.Add(sum(self.hp) >= data.bp_min)
         for p, B in data.count_facts:  # at most p prefill batches => more than B batches (relax.count_bound)

@@ -93,9 +93,9 @@ class _Mip:
                 self.p += self.done[b][j] <= self.done[a][j]
         for i in range(N):  # R6-R8
             self.p += pulp.lpSum(self.mh[i]) >= data.area(i)
-            self.p += pulp.lpSum(self.c[i]) >= data.U(i)
+            self.p += pulp.lpSum(self.c[i]) >= data.reach(i)
             if self.mz:
-                self.p += pulp.lpSum(self.mz[j][i] for j in range(J)) >= data.output[i]
+                self.p += pulp.lpSum(self.mz[j][i] for j in range(J)) >= data.goal[i]
         self.p += pulp.lpSum(self.y) >= data.b_min
         self.p += pulp.lpSum(self.hp) >= data.bp_min
         self.T = [self._batch_time(j) for j in range(J)]
@@ -196,7 +196,7 @@ class _Mip:
             p += self.y[j] >= e
             p += self.hp[j] >= cz - dg
             p += self.hd[j] >= dg
-        p += self.done[i][data.J - 1] == 1
+        p += self.G[i][data.J - 1] >= data.goal[i]  # (1): the goal's tokens (done when it is O_i)
 
     # ------------------------------------------------------------------ per batch
     def _batch(self, j: int) -> None:

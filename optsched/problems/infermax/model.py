@@ -36,7 +36,8 @@ Variables (per request i and batch j; paper names first)
 
 Constraints (initial state :math:`m_{i0} = G_{i0} = d_{i1} = done_{i0} = 0`)
 --------------------------------------------------------------------------
-(1)  termination: :math:`G_{iJ} = O_i`, with :math:`G_{ij} = G_{i,j-1} + g_{ij}`.
+(1)  termination: :math:`G_{iJ} \ge \Gamma_i`, with :math:`G_{ij} = G_{i,j-1} + g_{ij}` and the *goal*
+     :math:`\Gamma_i = O_i` (so :math:`G_{iJ} = O_i`), except in the first-token model below.
 (2)+(3) memory: :math:`\hat m_{ij} = (1 - e_{ij})\, m_{i,j-1} + c_{ij}`;
      no overrun past the prompt (row 3 of (3), digest C4): :math:`\hat m_{ij} \le I_i + G_{i,j-1}`
      (in decode this is (4)'s :math:`c \le 1`).
@@ -72,17 +73,18 @@ R1-R8 valid redundant rows (they change no solution, only tighten the LP relaxat
      :math:`hp_j`; :math:`dg` implies :math:`hd_j`; an empty batch comes after every non-empty
      one (C5), and after the last non-empty batch every request is done (G is constant over empty
      batches and (1) holds), so it holds no KV. Per request,
-     R6 :math:`\sum_j \hat m_{ij} \ge A_i = \sum_{k=1}^{O_i} (I_i + k - 1)`: by C1 the batch
+     R6 :math:`\sum_j \hat m_{ij} \ge A_i = \sum_{k=1}^{\Gamma_i} (I_i + k - 1)`: by C1 the batch
      that generates the k-th token holds :math:`\hat m = I_i + G_{i,j-1} = I_i + k - 1`, and the
-     O_i generating batches are distinct (evictions only add refill KV elsewhere);
-     R7 :math:`\sum_j mz_{ij} \ge O_i` (those batches hold :math:`\ge I_i \ge 1` KV);
-     R8 :math:`\sum_j c_{ij} \ge U_i` (the batch generating the last token holds
-     :math:`\hat m = U_i`, all of it written by items since the last eviction). With R4 and R6 the
+     :math:`\Gamma_i` generating batches are distinct (evictions only add refill KV elsewhere);
+     R7 :math:`\sum_j mz_{ij} \ge \Gamma_i` (those batches hold :math:`\ge I_i \ge 1` KV);
+     R8 :math:`\sum_j c_{ij} \ge I_i + \Gamma_i - 1` (the batch generating token :math:`\Gamma_i`
+     holds :math:`\hat m = I_i + \Gamma_i - 1`, all of it written by items since the last eviction). With R4 and R6 the
      LP sees :math:`\sum_j y_j \ge \sum_i A_i / M` (memory makes requests take turns).
 C5   horizon and empty batches: :math:`cz_{ij} \le y_j`, :math:`y_j \le \sum_i cz_{ij}`,
      :math:`e_{ij} \le y_j` (an eviction can always move to the next batch with items, since it
      happens before that batch's processing), :math:`y_j \ge y_{j+1}` (empty batches last). Valid cuts: :math:`y_j \le hp_j + hd_j`,
-     :math:`\sum_j y_j \ge B`, :math:`\sum_j hp_j \ge B_p` (least batch counts, :func:`optsched.bounds.batch_counts`). Symmetry breaking for identical
+     :math:`\sum_j y_j \ge B`, :math:`\sum_j hp_j \ge B_p` (least batch counts, :func:`optsched.bounds.batch_counts`,
+     of the goals: with ``first_tokens`` in the first-token model). Symmetry breaking for identical
      requests (same I, O, arrival) :math:`i < i'`: :math:`done_{ij} \ge done_{i'j}` (renaming whole
      histories preserves every objective). J: see :func:`horizon`.
 C9   options: no hybrid batching :math:`hp_j + hd_j \le 1`; no chunked prefill
@@ -91,6 +93,18 @@ C9   options: no hybrid batching :math:`hp_j + hd_j \le 1`; no chunked prefill
 C10  online arrivals: start :math:`S_j \ge E_{j-1}`, :math:`S_j \ge a_i` if request i is in batch j
      (item or eviction), :math:`E_j = S_j + T_j` (a batch may wait through its ``start``, as the
      contract allows).
+
+First-token model (``ttft`` with evictions and chunked prefill allowed)
+----------------------------------------------------------------------
+The mean TTFT depends only on the batches up to the last first token, and with evictions any such
+prefix can be completed: evict every unfinished request that holds KV, then serve the unfinished
+ones one at a time (refill the prompt plus the tokens generated so far in chunks of min(C, P),
+which generates the next token, then decode alone; :func:`serial_completion`), feasible because
+every request fits alone (:func:`serial_schedule`). So the model only asks for the first tokens,
+goal :math:`\Gamma_i = 1` in (1), R6-R8 and the batch counts; every constraint of the batches it
+has is unchanged. The prefix of an optimal schedule is a solution (its batches up to the last first
+token satisfy every row, and there are at most J of them: :func:`horizon`), and every solution
+followed by the serial completion is a schedule with the same first tokens: the optima are equal.
 
 Other fixes of the digest: C3 (the prose "max" form of (2) is not used; (2) itself is, through the
 substitution above); C12 (code names: ``prompt``, ``output``, ``M`` is only the KV capacity, big-M
@@ -123,11 +137,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from .. import BACKENDS
-from ...bounds import batch_counts, request_work
+from ...bounds import batch_counts, prefill_alone_time, request_work
 from ...costmodel import CostModel
 from ...deadline import BuildStopped, check
 from ...instance import Instance, InstanceError
-from ...schedule import Batch, Item, Schedule
+from ...schedule import Batch, Item, ReplayResult, Schedule, replay
 
 __all__ = [
     "Coefficients",
@@ -137,6 +151,8 @@ __all__ = [
     "build_data",
     "earliest_starts",
     "schedule_from_solution",
+    "first_token_prefix",
+    "serial_completion",
     "serial_schedule",
 ]
 
@@ -155,6 +171,11 @@ class InferMaxInputError(InstanceError):
 #: CPU per request-batch cell to build (N = 64, J = 349: 300 MB, 11.6 s); 200,000 cells stay
 #: within about 3 GB and two minutes of building.
 MAX_CELLS = 200_000
+
+#: The proven ttft horizon (:func:`horizon`) is used up to this many request-batch cells N J; it is
+#: several times the makespan's (N times the mean TTFT against the makespan), and beyond this size
+#: no proof is in reach of the solvers anyway, so larger instances keep the makespan's horizon.
+TTFT_PROOF_CELLS = 20_000
 
 
 def request_batch_grid(
@@ -392,6 +413,7 @@ class ModelData:
     upper: float
     upper_makespan: float
     online: bool
+    goal: tuple[int, ...] = ()
     symmetric_pairs: tuple[tuple[int, int], ...] = field(default=())
     lower: float = 0.0
     count_facts: tuple[tuple[int, int], ...] = ()
@@ -406,9 +428,19 @@ class ModelData:
         """Most KV request ``i`` can hold: I + O - 1."""
         return self.prompt[i] + self.output[i] - 1
 
+    @property
+    def first_tokens_only(self) -> bool:
+        """Whether this is the first-token model (every goal is 1 token; ttft, module docstring)."""
+        return any(g < o for g, o in zip(self.goal, self.output))
+
+    def reach(self, i: int) -> int:
+        """KV request ``i`` holds when it generates its last modelled token: :math:`I_i + \\Gamma_i - 1`."""
+        return self.prompt[i] + self.goal[i] - 1
+
     def area(self, i: int) -> int:
-        """:math:`A_i = \\sum_{k=1}^{O_i} (I_i + k - 1)`: KV the batches generating i's tokens hold for it."""
-        I, O = self.prompt[i], self.output[i]
+        """:math:`A_i = \\sum_{k=1}^{\\Gamma_i} (I_i + k - 1)`: KV the batches generating i's modelled
+        tokens hold for it."""
+        I, O = self.prompt[i], self.goal[i]
         return O * I + O * (O - 1) // 2
 
     @property
@@ -491,6 +523,45 @@ def serial_schedule(instance: Instance, no_chunk: bool = False) -> Schedule:
     return Schedule(instance.name, tuple(batches), {"policy": "serial"})
 
 
+def first_token_prefix(schedule: Schedule, rep: ReplayResult) -> Schedule:
+    """The batches of ``schedule`` (replayed as ``rep``) up to the one generating its last first token.
+
+    Batches with items end strictly later one after the other (each costs > 0, :func:`horizon`), so
+    that batch is the first with items ending at the last first-token time.
+    """
+    last = max(o.first_token for o in rep.outcomes.values() if o.first_token is not None)
+    end = next(j for j, b in enumerate(schedule.batches) if b.items and rep.ends[j] >= last)
+    return Schedule(schedule.instance, schedule.batches[: end + 1], dict(schedule.meta))
+
+
+def serial_completion(instance: Instance, prefix: Schedule) -> Schedule:
+    """``prefix`` followed by a serial completion of every request it leaves unfinished (evictions allowed).
+
+    An eviction-only batch drops every unfinished request holding KV; then each unfinished request
+    in instance order refills its prompt plus the g tokens it has generated (I + g tokens, the
+    contract's refill prompt; I when g = 0) in chunks of at most min(C, P), which generates token
+    g + 1, and decodes alone to its last token. The completion waits for the latest arrival among
+    them. Feasible whenever :func:`serial_schedule` is (each request alone: I + O - 1 <= M,
+    R_max >= 1).
+    """
+    state = replay(instance, prefix)
+    lim = instance.limits
+    chunk_cap = min(lim.token_budget, lim.prefill_budget)
+    left = [(r, g) for r, g in zip(instance.requests, state.generated) if g < r.output_tokens]
+    holders = tuple(r.id for r, _ in left if state.kv_held[instance.index(r.id)] > 0)
+    latest = max((r.arrival for r, _ in left), default=0.0)
+    tail: list[Batch] = [Batch((), holders)] if holders else []
+    for r, g in left:
+        refill = r.prompt_tokens + g
+        while refill > 0:
+            tail.append(Batch((Item(r.id, min(refill, chunk_cap)),)))
+            refill -= chunk_cap
+        tail.extend(Batch((Item(r.id, 1),)) for _ in range(r.output_tokens - g - 1))
+    if tail and latest > (state.ends[-1] if state.ends else 0.0):
+        tail[0] = Batch(tail[0].items, tail[0].evict, latest)
+    return Schedule(prefix.instance, prefix.batches + tuple(tail), dict(prefix.meta))
+
+
 def _symmetric_pairs(instance: Instance) -> tuple[tuple[int, int], ...]:
     """Consecutive pairs (i, i') of identical requests (same I, O, arrival), i < i'."""
     groups: dict[tuple[int, int, float], list[int]] = {}
@@ -499,9 +570,42 @@ def _symmetric_pairs(instance: Instance) -> tuple[tuple[int, int], ...]:
     return tuple((g[k], g[k + 1]) for g in groups.values() for k in range(len(g) - 1))
 
 
+@dataclass(frozen=True)
+class Horizon:
+    r"""A number of batches J for the model, and whether it provably admits an optimal schedule.
+
+    Attributes
+    ----------
+    J
+        Batches with items the model has.
+    proven
+        True when some optimal schedule has at most J batches with items (within the model's goal).
+    note
+        How J was obtained.
+    first_tokens_only
+        True for the first-token model of ``ttft`` (every goal :math:`\Gamma_i = 1`).
+    """
+
+    J: int
+    proven: bool
+    note: str
+    first_tokens_only: bool = False
+
+
+def _batches_within(time: float, work: float, prefill_batches: int, coef: Coefficients) -> int:
+    """Most batches with items that end by ``time`` when they do ``work`` item work and at least
+    ``prefill_batches`` of them hold prefill tokens (each batch costs at least ``coef.min_batch``,
+    a prefill batch ``k_pb - min(k_pb, k_db)`` more; idle time is >= 0)."""
+    if coef.min_batch <= 0:
+        raise InferMaxInputError("cost_model: a non-empty batch must cost > 0 for a finite horizon")
+    extra = prefill_batches * (coef.k_pb - min(coef.k_pb, coef.k_db))
+    return max(1, math.floor((time - work - extra) / coef.min_batch * (1 + 1e-9)))
+
+
 def horizon(
-    instance: Instance, coef: Coefficients, upper_makespan: float, upper_objective: float, objective: str
-) -> tuple[int, bool, str]:
+    instance: Instance, coef: Coefficients, upper_makespan: float, upper_objective: float,
+    options: InferMaxOptions,
+) -> Horizon:
     r"""A number of batches J that provably admits an optimal schedule (digest C5).
 
     J counts batches with items (eviction-only batches are implied, see the note on (4)). Every
@@ -511,28 +615,60 @@ def horizon(
     (:func:`optsched.bounds.request_work`). Hence any schedule with makespan at most :math:`T^{UB}` has at
     most :math:`J = \lfloor (T^{UB} - W - B_p (k_{pb} - \min(k_{pb}, k_{db}))) / \beta \rfloor`
     batches (idle time is >= 0). For ``makespan`` :math:`T^{UB}` is the best known
-    makespan; for ``completion`` the best known sum of finish times (makespan <= sum). For ``ttft``
-    no such argument bounds the tail after the last first token, so J is heuristic (the best
-    makespan's bound) and reported as not proven.
+    makespan; for ``completion`` the best known sum of finish times (makespan <= sum).
+
+    For ``ttft`` the objective does not bound the tail after the last first token, but it bounds
+    that token's time: a schedule with mean TTFT at most :math:`UB` has
+    :math:`\sum_i (FT_i - a_i) \le N\, UB` and :math:`FT_i - a_i \ge F(I_i)` (the least time to
+    prefill the prompt alone, :func:`optsched.bounds.prefill_alone_time`), so its last first token
+    (request L) comes at :math:`FT_L \le a_L + N\, UB - \sum_{i \ne L} F(I_i) \le T^{FT} =
+    \max_i a_i + N\, UB - \sum_i F(I_i) + \max_i F(I_i)`. The batches up to it number at most
+    :math:`J^{FT}`, the formula above with :math:`T^{FT}` and the work and counts of the first tokens
+    (``first_tokens=True``: O_i = 1). Then
+
+    - with evictions and chunked prefill allowed, the model is the *first-token model* (goal
+      :math:`\Gamma_i = 1`, see the module docstring) over :math:`J = J^{FT}`;
+    - without evictions, every batch after the last first token holds only decode items (no
+      prompt is left and nothing is evicted), at most :math:`\sum_i (O_i - 1)` of them:
+      :math:`J = J^{FT} + \sum_i (O_i - 1)` for the full model;
+    - with evictions but no chunked prefill no such argument is made (a refill after the last
+      first token may need to wait for memory), and when the proven model would have more than
+      :data:`TTFT_PROOF_CELLS` request-batch cells J is the makespan's: not proven, optimality only
+      relative to J.
 
     Returns
     -------
-    (J, proven, note)
+    Horizon
     """
-    work = math.fsum(request_work(instance))
-    prefill_extra = batch_counts(instance)[1] * (coef.k_pb - min(coef.k_pb, coef.k_db))
-    cap = upper_objective if objective == "completion" else upper_makespan
-    per_batch = coef.min_batch
-    if per_batch <= 0:
-        raise InferMaxInputError("cost_model: a non-empty batch must cost > 0 for a finite horizon")
-    J = max(1, math.floor((cap - work - prefill_extra) / per_batch * (1 + 1e-9)))
-    proven = objective in ("makespan", "completion")
-    note = (
-        f"J = floor((UB {cap:.6g} s - work {work:.6g} s - prefill biases {prefill_extra:.6g} s) "
-        f"/ min batch {per_batch:.6g} s) = {J}"
-        + ("" if proven else " (ttft: heuristic horizon, optimality only relative to J)")
+    makespan_cap = upper_objective if options.objective == "completion" else upper_makespan
+    J_makespan = _batches_within(
+        makespan_cap, math.fsum(request_work(instance)), batch_counts(instance)[1], coef
     )
-    return J, proven, note
+    note = (f"J = floor((UB {makespan_cap:.6g} s - work - prefill biases) / min batch "
+            f"{coef.min_batch:.6g} s) = {J_makespan}")
+    if options.objective != "ttft":
+        return Horizon(J_makespan, True, note)
+    N = len(instance.requests)
+    alone = [prefill_alone_time(instance, r.prompt_tokens) for r in instance.requests]
+    last_first = max(r.arrival for r in instance.requests) + N * upper_objective - math.fsum(alone) + max(alone)
+    J_first = _batches_within(
+        last_first, math.fsum(request_work(instance, first_tokens=True)),
+        batch_counts(instance, first_tokens=True)[1], coef,
+    )
+    first_note = (f"the last first token by {last_first:.6g} s (N x mean TTFT UB - prefill-alone times): "
+                  f"at most {J_first} batches up to it")
+    if options.no_evict:
+        J = J_first + sum(r.output_tokens - 1 for r in instance.requests)
+        proof = Horizon(J, True, f"{first_note}, plus at most sum(O - 1) decode batches after it: J = {J}")
+    elif not options.no_chunk:
+        proof = Horizon(J_first, True, f"{first_note}; first-token model: J = {J_first}", first_tokens_only=True)
+    else:
+        proof = None
+    if proof is not None and N * proof.J <= TTFT_PROOF_CELLS:
+        return proof
+    why = "no proof without chunked prefill" if proof is None else (
+        f"the proven J = {proof.J} exceeds {TTFT_PROOF_CELLS} cells")
+    return Horizon(J_makespan, False, f"{note} (ttft: heuristic horizon, {why}; optimality only relative to J)")
 
 
 def build_data(
@@ -541,6 +677,7 @@ def build_data(
     upper_makespan: float,
     upper_objective: float,
     min_batches: int,
+    prefix_batches: int | None = None,
 ) -> ModelData:
     """Assemble :class:`ModelData`; J from :func:`horizon` (or ``options.horizon``).
 
@@ -550,17 +687,21 @@ def build_data(
         Makespan and objective value of the best known feasible schedule.
     min_batches
         Non-empty batches of the warm-start schedule (J is at least this so that it fits).
+    prefix_batches
+        Non-empty batches of the warm-start schedule up to its last first token
+        (:func:`first_token_prefix`), which J is at least in the first-token model.
     """
     coef = Coefficients.from_cost_model(instance.cost_model)
-    J, proven, note = horizon(instance, coef, upper_makespan, upper_objective, options.objective)
-    J = max(J, min_batches)
+    found = horizon(instance, coef, upper_makespan, upper_objective, options)
+    J, proven, note = found.J, found.proven, found.note
+    J = max(J, prefix_batches if found.first_tokens_only and prefix_batches is not None else min_batches)
     if options.horizon is not None:
         proven = proven and options.horizon >= J
         note = f"J = {options.horizon} from option 'horizon' (proven bound {J})"
         J = options.horizon
     lim = instance.limits
     reqs = instance.requests
-    b_min, bp_min = batch_counts(instance)
+    b_min, bp_min = batch_counts(instance, first_tokens=found.first_tokens_only)
     return ModelData(
         instance=instance,
         options=options,
@@ -579,6 +720,7 @@ def build_data(
         upper=upper_objective,
         upper_makespan=upper_makespan,
         online=any(r.arrival > 0 for r in reqs),
+        goal=tuple(1 if found.first_tokens_only else r.output_tokens for r in reqs),
         symmetric_pairs=_symmetric_pairs(instance),
         b_min=b_min,
         bp_min=bp_min,
