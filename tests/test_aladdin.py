@@ -516,3 +516,25 @@ def test_gurobi_backend_agrees_or_reports_licence():
     rng = random.Random(21)
     problem = offline_problem(_instance(_random_requests(rng, 7)))
     assert solve_placement(problem, "gurobi").workers == solve_placement(problem, "cpsat").workers
+
+
+def test_stopped_mip_worse_than_best_fit_gives_best_fit(monkeypatch):
+    """The PuLP backends get no hint: a stopped MIP's incumbent may use more workers than best fit.
+    Planted here (every request on a fresh worker of its own, status ``time_limit``): the result is
+    best fit's placement, which was ignored whenever the solver had any incumbent."""
+    import optsched.problems.aladdin.placement as placement
+
+    rng = random.Random(2)
+    problem = offline_problem(_instance(_random_requests(rng, 12)))  # best fit 6 workers, optimum 5
+    called = []
+
+    def one_worker_each(cp, jobs, md, solver, deadline, threads):
+        called.append(True)
+        return "time_limit", {j: md.n_exist + k for k, j in enumerate(jobs)}, None
+
+    monkeypatch.setattr(placement, "_solve_pulp", one_worker_each)
+    r = solve_placement(problem, "highs", time_limit=30)
+    bf = best_fit(problem)
+    assert called and bf.workers < len(problem.new)  # the solver ran; its planted incumbent is worse
+    assert r.workers == bf.workers and r.status in ("time_limit", "optimal")
+    assert check_placement(compile_problem(problem), r.assignment, exempt=r.unplaceable) == []

@@ -641,7 +641,8 @@ def solve_placement(
         ``cpsat``, ``highs``, ``cbc`` or ``gurobi`` (size-limited licence: a model beyond it raises
         ``RuntimeError`` naming the licence).
     time_limit
-        Seconds; on expiry the best placement found (or best fit's) is returned with the bound.
+        Seconds; on expiry the better of the best placement found and best fit's is returned with the
+        bound.
     threads
         Solver threads.
 
@@ -686,7 +687,9 @@ def solve_placement(
     if status == "infeasible":
         return PlacementResult({}, 0, "infeasible", None, "exact", solver, alone_bad, time.perf_counter() - t0)
     assignment = {core.new[j].id: i for j, i in assign.items()}
-    if status == "time_limit" and not assignment and not warm.unplaceable:
+    if status == "time_limit" and not warm.unplaceable and (
+        not assignment or used_workers(problem, warm.assignment) < used_workers(problem, assignment)
+    ):  # no incumbent, or a stopped solver's worse than best fit's (the MIP backends get no hint)
         assignment = dict(warm.assignment)
     for k, jid in enumerate(alone_bad):
         assignment[jid] = n_workers + k
