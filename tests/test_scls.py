@@ -148,3 +148,22 @@ def test_exact_offload_out_of_time_keeps_its_start():
     full = exact_offload(times, loads, time_limit=10.0, threads=1, start=start)
     assert full.makespan <= start.makespan + 1e-9
     assert max(loads) <= tiny.bound <= full.makespan + len(times) * 1e-6
+
+
+def test_exact_offload_bound_holds_in_true_times_and_never_loses_to_its_start():
+    """CP-SAT works on times rounded to RESOLUTION: 1.6 us batches round to 2 us, the rounded
+    optimum of three on two workers is 4 us while the true one is 3.2 us; the bound returned was
+    4 us (above a feasible makespan). Now it is lowered by the rounding, and the result is never
+    worse than its start in true times."""
+    times, loads = [1.6e-6] * 3, [0.0, 0.0]
+    ex = exact_offload(times, loads, threads=1)
+    assert ex.bound <= 3.2e-6 <= ex.makespan + 1e-15
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        times = list(rng.uniform(0, 4e-6, int(rng.integers(2, 7))))
+        loads = list(rng.uniform(0, 2e-6, 2))
+        brute = min(max(a + sum(t for t, w in zip(times, assign) if w == k) for k, a in enumerate(loads))
+                    for assign in product(range(2), repeat=len(times)))
+        h = max_min_offload(times, loads)
+        ex = exact_offload(times, loads, threads=1, start=h)
+        assert ex.bound <= brute and ex.makespan <= h.makespan

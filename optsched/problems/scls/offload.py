@@ -63,8 +63,12 @@ def exact_offload(
 ) -> Offload:
     """Optimal :math:`P \\mid a_w \\mid C_{max}` by CP-SAT (times rounded to microseconds).
 
-    ``start`` (e.g. :func:`max_min_offload`) is the search's hint and, when the time limit passes
-    before CP-SAT finds an assignment, the result (status ``time_limit``, CP-SAT's bound).
+    ``start`` (e.g. :func:`max_min_offload`) is the search's hint and the result when the time limit
+    passes before CP-SAT finds an assignment or when it is better in true times (status
+    ``time_limit`` unless CP-SAT proved the rounded optimum). Each rounded time is within
+    ``RESOLUTION / 2`` of the true one, so the true optimum is at least CP-SAT's bound minus
+    ``(len(times) + 1) * RESOLUTION / 2`` (the bound returned), and ``optimal`` means optimal up to
+    that rounding.
     """
     tick = [int(round(t / RESOLUTION)) for t in times]
     base = [int(round(a / RESOLUTION)) for a in initial]
@@ -86,15 +90,17 @@ def exact_offload(
     if time_limit is not None:
         solver.parameters.max_time_in_seconds = time_limit
     code = solver.Solve(m)
+    bound = max(max(initial), (solver.BestObjectiveBound() - (len(tick) + 1) / 2) * RESOLUTION)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if start is None or code != cp_model.UNKNOWN:
             raise RuntimeError(f"exact offloading found no solution ({solver.StatusName(code)})")
-        return Offload(start.assignment, start.loads, start.makespan, "time_limit",
-                       max(max(initial), solver.BestObjectiveBound() * RESOLUTION))
+        return Offload(start.assignment, start.loads, start.makespan, "time_limit", bound)
     assignment = tuple(next(w for w in workers if solver.Value(x[b, w])) for b in batches)
     final = _loads(times, initial, assignment)
     status = "optimal" if code == cp_model.OPTIMAL else "time_limit"
-    return Offload(assignment, final, max(final), status, solver.BestObjectiveBound() * RESOLUTION)
+    if start is not None and start.makespan < max(final):
+        return Offload(start.assignment, start.loads, start.makespan, status, bound)
+    return Offload(assignment, final, max(final), status, min(bound, max(final)))
 
 
 def adaptive_interval(loads: Sequence[float], lam: float = 0.5, gamma: float = 6.0) -> float:
