@@ -177,12 +177,13 @@ def test_time_limit_covers_the_build_and_falls_back_to_a_policy() -> None:
 
 
 def test_solver_not_started_when_handing_the_model_over_would_overrun(monkeypatch) -> None:
-    """The solver gets the time left minus the expected hand-over (TRANSFER_PER_BUILD build times:
+    """The solver gets the time left minus the expected hand-over (HANDOVER_PER_BUILD build times:
     30 GSM8K-like requests at 3 s took 7.2 s, 4.7 s of it in a backend given 0.6 s). When nothing is
     left it is not started and the result is the fallback policy's schedule with the proven bound."""
+    import optsched.mipsolvers as mipsolvers
     import optsched.problems.hybrid.model as hybrid_model
 
-    monkeypatch.setattr(hybrid_model, "TRANSFER_PER_BUILD", 1e9)
+    monkeypatch.setattr(mipsolvers, "HANDOVER_PER_BUILD", 1e9)
     inst = tiny_instance(3, 4)
     res = solve(inst, {"time_limit": 30})
     assert res.extra["mip_status"].startswith("not solved:")

@@ -37,3 +37,35 @@ def test_warm_start_keeps_the_optimum(backend):
 def test_unknown_backend_is_named():
     with pytest.raises(ValueError, match="known: " + ", ".join(MIP_BACKENDS)):
         pulp_solver("cplex")
+
+
+def test_solver_deadline_leaves_the_handover() -> None:
+    from optsched.mipsolvers import HANDOVER_PER_BUILD, solver_deadline
+
+    assert solver_deadline(None, 5.0) is None
+    assert solver_deadline(100.0, 2.0) == pytest.approx(100.0 - 2.0 * HANDOVER_PER_BUILD)
+
+
+def test_no_solver_is_started_without_time_for_the_handover(monkeypatch) -> None:
+    """With no time left for the hand-over every PuLP path keeps its heuristic's answer (a solver
+    started anyway ran 4.7 s past a 0.6 s remainder on a 30-request hybrid MIP)."""
+    import random
+    import sys
+    from pathlib import Path
+
+    import optsched.mipsolvers as mipsolvers
+    from optsched.problems import solver_for
+    from optsched.problems.hybrid.offline import lpt, loads_of, solve_pcmax
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_infermax import tiny_instance
+
+    monkeypatch.setattr(mipsolvers, "HANDOVER_PER_BUILD", 1e9)
+    rng = random.Random(4)
+    p, m = [rng.randint(1, 30) for _ in range(15)], 4
+    pcmax = solve_pcmax(p, m, method="mip", time_limit=30)
+    assert pcmax.makespan == max(loads_of(p, lpt(p, m), m)) and pcmax.bound <= pcmax.makespan
+    inst = tiny_instance(5)  # its best policy is above the bound: the model would be built
+    res = solver_for("infermax")(inst, {"solver": "highs", "time_limit": 30, "early_exit": False})
+    assert res.extra["stopped"].startswith("MIP not solved") and res.replay.feasible
+    assert res.objective == pytest.approx(min(res.extra["policy_values"].values()), rel=1e-12)

@@ -45,8 +45,8 @@ from typing import Sequence
 import numpy as np
 
 from .. import BACKENDS
-from ...deadline import DeadlinePassed, check, seconds_left
-from ...mipsolvers import pulp_solver
+from ...deadline import DeadlinePassed, check, passed, seconds_left
+from ...mipsolvers import pulp_solver, solver_deadline
 from .models import AladdinModel
 
 __all__ = [
@@ -573,6 +573,7 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
                 threads: int | None) -> tuple[str, dict[int, int], float | None]:
     import pulp
 
+    start = time.perf_counter()
     prob = pulp.LpProblem("aladdin_placement", pulp.LpMinimize)
     x = {(i, j): prob.add_variable(f"x_{i}_{j}", cat="Binary") for (i, j) in md.allowed}
     y = {i: prob.add_variable(f"y_{i}", cat="Binary") for i in range(md.n_workers) if i not in md.fixed_used}
@@ -605,7 +606,10 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
     fresh = [i for i in range(md.n_exist, md.n_workers)]
     for a, b in zip(fresh, fresh[1:]):
         prob += y[a] >= y[b]
-    prob.solve(pulp_solver(backend, time_limit=seconds_left(deadline), threads=threads))
+    solve_by = solver_deadline(deadline, time.perf_counter() - start)
+    if passed(solve_by):  # no time left to hand the model over: as a build stopped by the deadline
+        raise DeadlinePassed("placement MIP not handed over to the solver")
+    prob.solve(pulp_solver(backend, time_limit=seconds_left(solve_by), threads=threads))
     st = pulp.LpStatus[prob.status]
     has_sol = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     if st == "Infeasible":

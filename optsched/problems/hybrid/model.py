@@ -72,9 +72,9 @@ from pathlib import Path
 from typing import Any
 
 from ...bounds import generic_bounds
-from ...deadline import DeadlinePassed, check, seconds_left
+from ...deadline import DeadlinePassed, check, passed, seconds_left
 from ...instance import Instance, InstanceError
-from ...mipsolvers import pulp_solver
+from ...mipsolvers import pulp_solver, solver_deadline
 from ...result import SolveResult, check_agreement, replayed_objective
 from ...schedule import Batch, Item, Schedule
 from .bounds import strict_bound
@@ -83,11 +83,6 @@ from .online import POLICY_CONFIGS, simulate_policy
 from .timing import HybridTiming, decode_rounds, timing_of
 
 __all__ = ["HybridMIP", "build", "solve", "stages_to_schedule"]
-
-#: Handing a PuLP model to the solver (PuLP's transfer and the solver's start) takes 1.65 to 1.76 times
-#: its build (HiGHS, 10 to 40 GSM8K-like requests, 2026-11-23, lead): the solver gets the time left
-#: minus this many build times, and is not started when none is left.
-TRANSFER_PER_BUILD = 2.0
 
 #: Policy whose schedule is the result when the MIP has none by the time limit (and no warm start is given).
 FALLBACK_POLICY = "hybrid"
@@ -474,15 +469,15 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     if model is not None and options.get("warm_start"):
         warm = warm_start_values(model, instance, simulate_policy(instance, options["warm_start"]))
     built = time.perf_counter() - start
-    solve_time = seconds_left(deadline) - TRANSFER_PER_BUILD * built
+    solve_by = solver_deadline(deadline, built)
     status, mip_value, mip_bound = "time_limit", None, None
     mip_status = "not built within the time limit"
-    if model is not None and solve_time <= 0:
-        mip_status = f"not solved: {seconds_left(deadline):.3g} s left, handing the model over takes about {TRANSFER_PER_BUILD * built:.3g} s"
+    if model is not None and passed(solve_by):
+        mip_status = f"not solved: {seconds_left(deadline):.3g} s left, handing the model over takes about {deadline - solve_by:.3g} s"
         model = None
     if model is not None:
         try:
-            status, mip_value, mip_bound = run_backend(model, solver, solve_time, options.get("threads"), warm)
+            status, mip_value, mip_bound = run_backend(model, solver, seconds_left(solve_by), options.get("threads"), warm)
             mip_status = status
         except Exception as exc:  # noqa: BLE001 - e.g. the restricted Gurobi licence: report, never crash
             if solver == "gurobi":

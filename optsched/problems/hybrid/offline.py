@@ -41,7 +41,7 @@ from typing import Any, Sequence
 
 from ...deadline import passed, seconds_left
 from ...instance import Instance, InstanceError
-from ...mipsolvers import MIP_BACKENDS, pulp_solver
+from ...mipsolvers import MIP_BACKENDS, pulp_solver, solver_deadline
 from ...result import SolveResult
 from ...schedule import replay
 from .timing import decode_rounds, timing_of
@@ -350,8 +350,9 @@ def canonical_labels(client: Sequence[int], order: Sequence[int]) -> list[int]:
 def mip_pcmax(p: Sequence[int], m: int, solver: str, time_limit: float, lower: int, threads: int | None = None) -> Assignment:
     """The MIP (26)-(30) through PuLP (``highs``, ``cbc`` or ``gurobi``), with the same symmetry breaking.
 
-    ``time_limit`` covers building too (PuLP needs minutes for 1,319 jobs on 200 clients); a model
-    not built in time, or a search that finds no assignment, returns none (value -1, bound ``lower``).
+    ``time_limit`` covers building and the hand-over to the solver too (PuLP needs minutes for 1,319
+    jobs on 200 clients; :func:`optsched.mipsolvers.solver_deadline`); a model not built or not
+    handed over in time, or a search that finds no assignment, returns none (value -1, bound ``lower``).
     """
     import pulp
 
@@ -376,7 +377,10 @@ def mip_pcmax(p: Sequence[int], m: int, solver: str, time_limit: float, lower: i
         if passed(deadline):
             return stopped
         prob += pulp.lpSum(p[i] * x[i, j] for i in range(n) if (i, j) in x) <= cmax
-    prob.solve(pulp_solver(solver, time_limit=seconds_left(deadline), threads=threads))
+    solve_by = solver_deadline(deadline, time_limit - seconds_left(deadline))
+    if passed(solve_by):
+        return stopped
+    prob.solve(pulp_solver(solver, time_limit=seconds_left(solve_by), threads=threads))
     if any(v.value() is None for v in x.values()) or prob.sol_status not in (
         pulp.LpSolutionOptimal,
         pulp.LpSolutionIntegerFeasible,

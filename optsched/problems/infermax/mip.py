@@ -23,13 +23,14 @@ import contextlib
 import math
 import os
 import sys
+import time
 from typing import Any, Callable, Iterator
 
 import pulp
 
-from ...deadline import BuildStopped, check, seconds_left
+from ...deadline import BuildStopped, check, passed, seconds_left
 from ...instance import Instance
-from ...mipsolvers import pulp_solver
+from ...mipsolvers import pulp_solver, solver_deadline
 from ...result import Bound
 from .cpsat import BackendResult, true_objective
 from .model import (
@@ -285,7 +286,6 @@ def _solver(data: ModelData, warm: bool, relax: bool = False, deadline: float | 
     time_limit = opts.time_limit if deadline is None else seconds_left(deadline)
     return pulp_solver("highs" if relax else opts.solver, time_limit=time_limit, threads=opts.threads,
                        msg=opts.log, gap_rel=GAP_REL, gap_abs=GAP_ABS, mip=not relax, warm_start=warm)
-    raise ValueError(f"solver {opts.solver!r} is not a MIP backend")
 
 
 def _val(x: Any) -> float:
@@ -304,15 +304,23 @@ def solve_mip(
     data: ModelData, hint: tuple[list[list[int]], list[list[int]]] | None, deadline: float | None = None
 ) -> BackendResult:
     """Build and solve the model as a MIP with the backend named by ``data.options.solver``, by
-    ``deadline`` (as :func:`.cpsat.solve_cpsat`)."""
+    ``deadline`` (as :func:`.cpsat.solve_cpsat`); the solver is given the time left after the
+    expected hand-over of the model (:func:`optsched.mipsolvers.solver_deadline`) and is not started
+    when none is left."""
+    start = time.perf_counter()
     try:
         mip = _Mip(data, deadline=deadline)
         check(deadline, "MIP model")  # the last loops and the objective are built
     except BuildStopped as exc:
         return BackendResult("unknown", None, None, None, None, None, {"stopped": str(exc)})
+    solve_by = solver_deadline(deadline, time.perf_counter() - start)
+    if passed(solve_by):
+        return BackendResult("unknown", None, None, None, None, None, {
+            "stopped": f"MIP not solved: {seconds_left(deadline):.3g} s left, handing the model over "
+                       f"takes about {deadline - solve_by:.3g} s"})
     if hint is not None:
         mip.set_warm_start(*hint)
-    solver = _solver(data, warm=hint is not None, deadline=deadline)
+    solver = _solver(data, warm=hint is not None, deadline=solve_by)
     info: dict[str, Any] = {"variables": len(mip.p.variables()), "constraints": len(mip.p.constraints())}
     try:
         with _stdout_to_stderr(data.options.log):
