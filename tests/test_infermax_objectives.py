@@ -77,21 +77,41 @@ def test_ttft_reaches_exhaustive_optimum(seed: int, evict: bool) -> None:
         assert best <= value * (1 + 1e-9), name
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_ttft_without_chunked_prefill_reaches_exhaustive_optimum(seed: int) -> None:
+    """Evictions without chunked prefill: the full model over the proven ttft horizon (every item
+    after the last first token generates a token) is optimal; an instance whose prompt exceeds
+    min(C, P) has no schedule and is reported ``infeasible``."""
+    inst = tiny_instance(seed)
+    found = exhaustive_optimum(inst, "ttft", evict=True, chunk=False)
+    res = solve(inst, objective="ttft", no_chunk=True)
+    if found is None:
+        assert res.status == "infeasible" and res.schedule is None
+        return
+    assert res.extra["horizon_proven"] and not res.extra["first_token_model"]
+    check_result(inst, res, found[0], "ttft")
+
+
 @pytest.mark.parametrize("seed", SEEDS + LONG_TTFT + (17,))
-@pytest.mark.parametrize("evict", [True, False])
-def test_ttft_horizon_admits_the_exhaustive_optimum(seed: int, evict: bool) -> None:
+@pytest.mark.parametrize("evict, chunk", [(True, True), (False, True), (True, False)])
+def test_ttft_horizon_admits_the_exhaustive_optimum(seed: int, evict: bool, chunk: bool) -> None:
     """``horizon`` for ttft at UB = the optimum itself (its tightest case): the optimal schedule's
-    batches up to its last first token (with evictions) or all of them (without) fit in J."""
+    batches up to its last first token (first-token model: evictions and chunks) or all of them
+    (without evictions or without chunked prefill) fit in J."""
     from optsched.problems.infermax.model import Coefficients, InferMaxOptions, first_token_prefix, horizon
     from optsched.schedule import replay
 
     inst = tiny_instance(seed)
-    best, path = exhaustive_optimum(inst, "ttft", evict=evict)
+    found = exhaustive_optimum(inst, "ttft", evict=evict, chunk=chunk)
+    if found is None:  # a prompt above min(C, P) cannot be served without chunks
+        assert not chunk
+        return
+    best, path = found
     rep = replay(inst, path)
-    options = InferMaxOptions.from_dict({"objective": "ttft", "no_evict": not evict})
+    options = InferMaxOptions.from_dict({"objective": "ttft", "no_evict": not evict, "no_chunk": not chunk})
     found = horizon(inst, Coefficients.from_cost_model(inst.cost_model), rep.metrics.makespan, best, options)
-    assert found.proven and found.first_tokens_only == evict
-    counted = first_token_prefix(path, rep) if evict else path
+    assert found.proven and found.first_tokens_only == (evict and chunk)
+    counted = first_token_prefix(path, rep) if found.first_tokens_only else path
     assert sum(1 for b in counted.batches if b.items) <= found.J
 
 

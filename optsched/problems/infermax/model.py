@@ -628,13 +628,13 @@ def horizon(
 
     - with evictions and chunked prefill allowed, the model is the *first-token model* (goal
       :math:`\Gamma_i = 1`, see the module docstring) over :math:`J = J^{FT}`;
-    - without evictions, every batch after the last first token holds only decode items (no
-      prompt is left and nothing is evicted), at most :math:`\sum_i (O_i - 1)` of them:
-      :math:`J = J^{FT} + \sum_i (O_i - 1)` for the full model;
-    - with evictions but no chunked prefill no such argument is made (a refill after the last
-      first token may need to wait for memory), and when the proven model would have more than
-      :data:`TTFT_PROOF_CELLS` request-batch cells J is the makespan's: not proven, optimality only
-      relative to J.
+    - without evictions or without chunked prefill, every item after the last first token
+      generates a token (without evictions no prompt is left, so every item is a decode step;
+      without chunked prefill every prefill item completes its prompt, C9), so at most
+      :math:`\sum_i (O_i - 1)` batches with items follow it: :math:`J = J^{FT} + \sum_i (O_i - 1)`
+      for the full model;
+    - when the proven model would have more than :data:`TTFT_PROOF_CELLS` request-batch cells, J
+      is the makespan's: not proven, optimality only relative to J.
 
     Returns
     -------
@@ -657,18 +657,15 @@ def horizon(
     )
     first_note = (f"the last first token by {last_first:.6g} s (N x mean TTFT UB - prefill-alone times): "
                   f"at most {J_first} batches up to it")
-    if options.no_evict:
+    if options.no_evict or options.no_chunk:
         J = J_first + sum(r.output_tokens - 1 for r in instance.requests)
-        proof = Horizon(J, True, f"{first_note}, plus at most sum(O - 1) decode batches after it: J = {J}")
-    elif not options.no_chunk:
-        proof = Horizon(J_first, True, f"{first_note}; first-token model: J = {J_first}", first_tokens_only=True)
+        proof = Horizon(J, True, f"{first_note}, plus at most sum(O - 1) batches after it, each generating: J = {J}")
     else:
-        proof = None
-    if proof is not None and N * proof.J <= TTFT_PROOF_CELLS:
+        proof = Horizon(J_first, True, f"{first_note}; first-token model: J = {J_first}", first_tokens_only=True)
+    if N * proof.J <= TTFT_PROOF_CELLS:
         return proof
-    why = "no proof without chunked prefill" if proof is None else (
-        f"the proven J = {proof.J} exceeds {TTFT_PROOF_CELLS} cells")
-    return Horizon(J_makespan, False, f"{note} (ttft: heuristic horizon, {why}; optimality only relative to J)")
+    return Horizon(J_makespan, False, f"{note} (ttft: heuristic horizon, the proven J = {proof.J} exceeds "
+                                      f"{TTFT_PROOF_CELLS} cells; optimality only relative to J)")
 
 
 def build_data(
