@@ -185,3 +185,16 @@ def test_earliest_starts_are_the_replays_starts(seed: int) -> None:
     assert again.feasible
     assert ends[len(with_items) - 1] == pytest.approx(again.metrics.makespan, rel=1e-12)
     assert again.metrics.makespan <= rep.metrics.makespan * (1 + 1e-12)
+
+
+def test_ttft_horizon_beyond_the_proof_cells_is_the_makespans() -> None:
+    """A proven ttft horizon above TTFT_PROOF_CELLS request-batch cells is not used: J is the
+    makespan's, not proven, and the note says why."""
+    from optsched.problems.infermax.model import TTFT_PROOF_CELLS, Coefficients, InferMaxOptions, horizon
+
+    inst = tiny_instance(0)
+    coef = Coefficients.from_cost_model(inst.cost_model)
+    makespan_only = horizon(inst, coef, 0.05, 0.05, InferMaxOptions.from_dict({}))
+    found = horizon(inst, coef, 0.05, 1e3, InferMaxOptions.from_dict({"objective": "ttft"}))
+    assert not found.proven and not found.first_tokens_only and found.J == makespan_only.J
+    assert f"exceeds {TTFT_PROOF_CELLS} cells" in found.note
