@@ -234,3 +234,19 @@ def test_request_state_times_agree_with_replay(policy):
             assert (st.first_token, st.finish) == pytest.approx((out[r.id].first_token, out[r.id].finish))
     with pytest.raises(KeyError):
         engine.request_state("nope")
+
+
+def test_admission_that_evicts_to_the_front_admits_the_candidate_and_keeps_the_victim():
+    """FCFS R_w with ``evict_for_waiting`` and ``evicted_to_front``: admitting q0 (a refill of 2
+    tokens) evicts q1 to the front of R_w. The engine then popped the front, which was q1, not q0:
+    q1 was lost (unfinished after the last batch) and q0 stayed queued while running (found by
+    Hypothesis in test_policy_properties, session 6)."""
+    cfg = PolicyConfig("custom", ("waiting", "running"), hybrid=True, chunked=False, evict_for_waiting=True,
+                       evicted_to_front=True)
+    reqs = (Request("q0", 0.0, 1, 2), Request("q1", 0.0, 18, 1), Request("q2", 0.0, 1, 1))
+    inst = Instance("front", CostModel(name="unit", base=1.0), Limits(2, 1, 19, None), reqs)
+    schedule = simulate(inst, cfg)
+    result = replay(inst, schedule)
+    assert result.feasible, result.violations
+    assert schedule.batches[1].evict == ("q0",) and schedule.batches[2].evict == ("q1",)
+    assert [b.items[0].id for b in schedule.batches[3:6]] == ["q0", "q1", "q2"]  # the victim before q2

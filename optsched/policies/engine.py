@@ -336,13 +336,20 @@ class Engine:
         return [i for i in self._running if mark[i] != no]
 
     def _fill_fcfs_waiting(self, d: _Draft) -> None:
-        """R_w in FCFS order, stopping at the first candidate that cannot be admitted (B2)."""
+        """R_w in FCFS order, stopping at the first candidate that cannot be admitted (B2).
+
+        The candidate leaves R_w before its admission, which may evict running requests to the
+        front of R_w (``evicted_to_front``); it goes back to the front when it is not admitted.
+        """
         waiting = self._waiting
         while waiting:
             i = waiting[0]
-            if self._mark[i] == d.no or not self._take_prefill(d, i, admit=True):
+            if self._mark[i] == d.no:
                 return
             waiting.popleft()  # type: ignore[union-attr]
+            if not self._take_prefill(d, i, admit=True):
+                waiting.appendleft(i)  # type: ignore[union-attr]
+                return
 
     def _fill_group(self, d: _Draft, running: list[int], merge_waiting: bool) -> None:
         """Walk running candidates (merged with R_w by priority when ``merge_waiting``).
