@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))
 from bench_infermax import scale_instance  # noqa: E402
 from infermax_bruteforce import exhaustive_makespan  # noqa: E402
-from test_infermax import ADVERSARIAL_COSTS, tiny_instance  # noqa: E402
+from test_infermax import ADVERSARIAL_COSTS, policy_schedules, tiny_instance  # noqa: E402
 from test_infermax_relax import MAX_TEST_HORIZON, proven_horizon, relaxation_point, schedules  # noqa: E402
 
 
@@ -102,3 +103,15 @@ def test_search_solves_small_scale_instances(n: int, seed: int) -> None:
     assert res.bound <= value <= res.bound * (1 + 1e-4)
     early = relaxation_search(inst, max_nodes=10)
     assert early.status == "UNKNOWN" and early.bound <= res.bound
+
+
+def test_time_limit_on_a_large_instance() -> None:
+    """N = 32: one node has more edges than a second allows; the search still stops in time with a
+    bound below every policy's makespan."""
+    inst = scale_instance(32, 0)
+    t0 = time.perf_counter()
+    res = relaxation_search(inst, time_limit=1.0)
+    assert time.perf_counter() - t0 < 3.0
+    assert res.status == "UNKNOWN" and res.schedule is None
+    for name, sched in policy_schedules(inst).items():
+        assert res.bound <= replayed_objective(inst, sched, "makespan")[0] * (1 + 1e-9), name

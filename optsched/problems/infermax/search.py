@@ -62,6 +62,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from typing import Callable
 
 from ...bounds import request_work
 from ...instance import Instance
@@ -74,6 +75,10 @@ __all__ = ["MAX_NODES", "relaxation_search"]
 MAX_NODES = 2_000_000
 
 Node = tuple[tuple[int, ...], int]  # (G, residents as a bit set)
+
+
+class _Stopped(Exception):
+    """The search ran out of time or nodes while listing the edges of a node."""
 
 
 class _Graph:
@@ -112,9 +117,11 @@ class _Graph:
         phases = min(self.k_pb * f0 + self.k_db * max(0, r_max - f0), self.k_pb * max(f0, r_max))
         return self.k_b * b + phases
 
-    def edges(self, G: tuple[int, ...], res: int) -> list[tuple[Node, int]]:
+    def edges(self, G: tuple[int, ...], res: int, stop: Callable[[int], bool] = lambda n: False) -> list[tuple[Node, int]]:
         """Every edge leaving (G, res): (next node, cost), by a depth-first walk over the
-        requests' choices that stops as soon as M, R_max or C is exceeded."""
+        requests' choices that stops as soon as M, R_max or C is exceeded. ``stop(n)`` is asked
+        every 1024 edges (n: edges so far) and ends the walk with :class:`_Stopped` when true (a
+        node of a large instance can have more edges than time or memory allow)."""
         N, I, O, M = self.N, self.I, self.O, self.M
         cap = math.inf if M is None else M
         R_max = math.inf if self.R_max is None else self.R_max
@@ -129,6 +136,8 @@ class _Graph:
                     if dec >= 0:  # dec: the decodes' rho sum, -1 without decodes
                         cost += min(self.k_db, (0 if fill else self.k_pb) + dec)
                     out.append(((tuple(after), res2), cost))
+                    if not len(out) % 1024 and stop(len(out)):
+                        raise _Stopped
                 return
             i = todo[t]
             kept = I[i] + G[i]  # KV held after generating a token (G' = G + 1)
@@ -185,6 +194,11 @@ def relaxation_search(
     queue = [(graph.estimate(*start), 0, start)]
     best = 0
     popped = 0
+
+    def stop(edges: int) -> bool:
+        over = time_limit is not None and time.perf_counter() - t0 > time_limit
+        return over or len(cost) + edges > max_nodes
+
     while queue:
         f, g, node = heapq.heappop(queue)
         best = max(best, f)
@@ -198,11 +212,13 @@ def relaxation_search(
         if g > cost[node]:
             continue  # a stale entry: the node was queued again at a lower cost
         popped += 1
-        if len(cost) > max_nodes or (
-            time_limit is not None and popped % 256 == 0 and time.perf_counter() - t0 > time_limit
-        ):
+        try:
+            if (popped % 256 == 0 and stop(0)) or len(cost) > max_nodes:
+                raise _Stopped
+            out = graph.edges(*node, stop)
+        except _Stopped:
             return RelaxationResult(work + best * UNIT, None, "UNKNOWN", time.process_time() - cpu)
-        for nxt, step in graph.edges(*node):
+        for nxt, step in out:
             g2 = g + step
             if g2 < cost.get(nxt, g2 + 1):
                 cost[nxt] = g2
