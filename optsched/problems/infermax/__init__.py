@@ -16,7 +16,8 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
 3. derives the horizon J from UB (:func:`.model.horizon`: proven for makespan and completion, and
    for ttft when its model is small; ttft with evictions uses the first-token model, whose
    solution is completed by :func:`.model.serial_completion`);
-   for the makespan with a KV capacity, solves the residency relaxation (:mod:`.relax`) with the
+   for the makespan with a KV capacity, solves the residency relaxation (:mod:`.relax`, first by the
+   exact search of :mod:`.search`) with the
    option ``relax``'s share of the limit, gives its proven bound and count facts to the model and
    its best point, as a schedule, to the candidates (a better one re-derives UB, J and the hint);
 4. solves, turns the solution into a schedule, replays it and reports the replayed objective after
@@ -131,7 +132,8 @@ def _nonempty(schedule: Schedule) -> int:
 
 #: Modules a solve may need, imported before its clock starts: importing CP-SAT takes about a second
 #: (ortools loads pandas), which a first import after the deadline would add to the call.
-SOLVE_MODULES = (f"{__name__}.cpsat", f"{__name__}.mip", f"{__name__}.relax", "optsched.policies")
+SOLVE_MODULES = (f"{__name__}.cpsat", f"{__name__}.mip", f"{__name__}.relax", f"{__name__}.search",
+                 "optsched.policies")
 
 
 def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:

@@ -71,7 +71,7 @@ objective never exceeds the true one; the bound is divided back.
 Also here: :func:`count_bound` (least batch counts proven by infeasibility of the relaxation with
 count rows, :func:`count_check`, and the bound they give), :func:`add_count_fact` (such a fact as
 rows of a CP-SAT model: this relaxation's checks and the InferMax model of :mod:`.cpsat`),
-:func:`residency_bound` (both, as the solve uses them) and :func:`schedule_from_point` (a
+:func:`residency_bound` (the exact search of :mod:`.search`, then both, as the solve uses them) and :func:`schedule_from_point` (a
 relaxation point as a schedule, a candidate for the solve).
 """
 
@@ -80,7 +80,7 @@ from __future__ import annotations
 import math
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
@@ -91,7 +91,7 @@ from .model import Coefficients, _symmetric_pairs
 
 __all__ = [
     "CountResult", "RelaxationResult", "add_count_fact", "count_bound", "count_check", "count_cost",
-    "relaxation_bound", "residency_bound", "schedule_from_point",
+    "refill_line", "relaxation_bound", "residency_bound", "schedule_from_point",
 ]
 
 #: Time unit of the relaxation's integer objective (seconds): picoseconds, coefficients rounded down.
@@ -132,6 +132,13 @@ def _floor(seconds: float) -> int:
     return math.floor(seconds / UNIT)
 
 
+def refill_line(k: Coefficients, I: int) -> tuple[int, int]:
+    """(a, b) with :math:`\\rho_i(g) = \\max(0, a + b g)` (X5, integer picoseconds rounded down): the
+    refill of token g of a request of prompt I beyond the decode that W counts."""
+    q = k.k_t + k.k_pt + k.k_pq
+    return _floor((I - 1) * q - (k.k_t + k.k_dt + k.k_dk * (I - 2))), _floor(q - k.k_dk)
+
+
 class _Relaxation:
     """The CP-SAT model of the module docstring (names as there); ``symmetry=False`` drops the
     finishing order of identical requests (to check that a given schedule is a point)."""
@@ -150,13 +157,10 @@ class _Relaxation:
         self.y = [mdl.NewBoolVar(f"y_{j}") for j in range(J)]
         self.p = [mdl.NewBoolVar(f"p_{j}") for j in range(J)]
         self.d = [mdl.NewBoolVar(f"d_{j}") for j in range(J)]
-        q = k.k_t + k.k_pt + k.k_pq
         refills: list[cp_model.IntVar] = []
         for i, req in enumerate(reqs):
             I, O = req.prompt_tokens, req.output_tokens
-            # rho_i(k) = max(0, a + b k): refill of token k beyond the decode W_i counts
-            a = _floor((I - 1) * q - (k.k_t + k.k_dt + k.k_dk * (I - 2)))
-            b = _floor(q - k.k_dk)
+            a, b = refill_line(k, I)
             big = max(0, a, a + b * O)  # the largest value of a + b k over k = 0..O
             for j in range(J):
                 x, s, r, G, H = self.x[i][j], self.s[i][j], self.r[i][j], self.G[i][j], self.H[i][j]
@@ -441,17 +445,28 @@ def count_bound(
 def residency_bound(
     instance: Instance, J: int, time_limit: float | None = None, threads: int | None = None
 ) -> RelaxationResult:
-    """The relaxation's bound (:func:`relaxation_bound`, a quarter of ``time_limit``) and, when that
-    is not solved to optimality, the count bound (:func:`count_bound`, the time left): the larger.
+    """The relaxation's optimum by the exact search of :mod:`.search` (a quarter of ``time_limit``);
+    when that stops early, the CP-SAT relaxation's bound (:func:`relaxation_bound`, a quarter of the
+    time left) and, when that is not solved to optimality either, the count bound
+    (:func:`count_bound`, the time left): the largest bound.
 
     The relaxation's optimum dominates the count bound (every pair (B, p) of its optimal point
-    is allowed by every fact), so the counts run only when the relaxation stops early.
+    is allowed by every fact), so the counts run only when neither solves it.
     """
+    from .search import relaxation_search
+
     t0 = time.perf_counter()
-    relax = relaxation_bound(instance, J, None if time_limit is None else time_limit / 4, threads)
+
+    def left(share: float) -> float | None:
+        return None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0)) * share
+
+    exact = relaxation_search(instance, left(1 / 4))
+    if exact.status in ("OPTIMAL", "INFEASIBLE"):
+        return exact
+    relax = relaxation_bound(instance, J, left(1 / 4), threads)
+    relax = replace(relax, bound=max(relax.bound, exact.bound), cpu=relax.cpu + exact.cpu)
     if relax.status in ("OPTIMAL", "INFEASIBLE"):
         return relax
-    left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
-    counts = count_bound(instance, J, left, threads)
+    counts = count_bound(instance, J, left(1), threads)
     return RelaxationResult(max(relax.bound, counts.bound), relax.value, relax.status, relax.cpu + counts.cpu,
                             counts.facts, relax.schedule)
