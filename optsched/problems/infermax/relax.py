@@ -85,6 +85,7 @@ from dataclasses import dataclass, replace
 from ortools.sat.python import cp_model
 
 from ...bounds import batch_counts, request_work
+from ...deadline import DeadlinePassed, check, seconds_left
 from ...instance import Instance
 from ...schedule import Batch, Item, Schedule
 from .model import Coefficients, _symmetric_pairs
@@ -143,7 +144,7 @@ class _Relaxation:
     """The CP-SAT model of the module docstring (names as there); ``symmetry=False`` drops the
     finishing order of identical requests (to check that a given schedule is a point)."""
 
-    def __init__(self, instance: Instance, J: int, symmetry: bool = True) -> None:
+    def __init__(self, instance: Instance, J: int, symmetry: bool = True, deadline: float | None = None) -> None:
         self.k = k = Coefficients.from_cost_model(instance.cost_model)
         reqs = list(instance.requests)
         lim = instance.limits
@@ -159,6 +160,7 @@ class _Relaxation:
         self.d = [mdl.NewBoolVar(f"d_{j}") for j in range(J)]
         refills: list[cp_model.IntVar] = []
         for i, req in enumerate(reqs):
+            check(deadline, "residency relaxation")
             I, O = req.prompt_tokens, req.output_tokens
             a, b = refill_line(k, I)
             big = max(0, a, a + b * O)  # the largest value of a + b k over k = 0..O
@@ -253,11 +255,16 @@ def relaxation_bound(
         Batches with items of the schedules considered: the bound holds for every schedule with at
         most J of them (for the makespan optimum, a proven horizon of :func:`.model.horizon`).
     time_limit, threads, log
-        CP-SAT controls (the bound is valid at any time limit).
+        CP-SAT controls (the bound is valid at any time limit); the limit covers building the
+        model: one not built in time gives the token work W as the bound, status ``STOPPED``.
     """
     cpu = time.process_time()
-    relax = _Relaxation(instance, J)
-    solver = _solver(time_limit, threads, log)
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    try:
+        relax = _Relaxation(instance, J, deadline=deadline)
+    except DeadlinePassed:
+        return RelaxationResult(math.fsum(request_work(instance)), None, "STOPPED", time.process_time() - cpu)
+    solver = _solver(seconds_left(deadline), threads, log)
     code = solver.Solve(relax.m)
     name = solver.StatusName(code)
     if code == cp_model.INFEASIBLE:
@@ -345,12 +352,14 @@ def count_cost(k: Coefficients, B: int, p: int) -> float:
 
 
 def count_check(
-    instance: Instance, J: int, p: int, B: int, facts: list[tuple[int, int]], symmetry: bool = True
+    instance: Instance, J: int, p: int, B: int, facts: list[tuple[int, int]], symmetry: bool = True,
+    deadline: float | None = None,
 ) -> _Relaxation:
     """The model of the check "at most p prefill batches and at most B batches with items" of
     :func:`count_bound`: the relaxation without objective, with the facts proven so far as rows
-    (valid rows of the same relaxation); ``symmetry`` as in :class:`_Relaxation`."""
-    relax = _Relaxation(instance, J, symmetry=symmetry)
+    (valid rows of the same relaxation); ``symmetry`` and ``deadline`` (of the build) as in
+    :class:`_Relaxation`."""
+    relax = _Relaxation(instance, J, symmetry=symmetry, deadline=deadline)
     relax.m.Add(sum(relax.p) <= p)
     relax.m.Add(sum(relax.y) <= B)
     for q, b in facts:
@@ -399,12 +408,17 @@ def count_bound(
         return math.inf if time_limit is None else time_limit - (time.perf_counter() - t0)
 
     def infeasible(p: int, B: int, known: list[tuple[int, int]]) -> bool:
-        relax = count_check(instance, J, p, B, known)
         if check_limit is not None:
             own = check_limit
         else:
             own = CHECK_LIMIT if time_limit is None else max(CHECK_LIMIT, left() / 2)
-        return _solver(min(own, left()), 1, False).Solve(relax.m) == cp_model.INFEASIBLE
+        own = min(own, left())
+        deadline = None if own == math.inf else time.perf_counter() + own
+        try:
+            relax = count_check(instance, J, p, B, known, deadline=deadline)
+        except DeadlinePassed:  # not built in time: undecided
+            return False
+        return _solver(seconds_left(deadline), 1, False).Solve(relax.m) == cp_model.INFEASIBLE
 
     def need(p: int, known: list[tuple[int, int]]) -> int:
         """Least B a schedule with p prefill batches can have, given the facts ``known``."""
