@@ -567,3 +567,36 @@ def test_refuted_lambda_bounds_every_completion_of_the_open_nodes(seed):
                 if any(tuple(map(tuple, s[: len(prefix)])) == prefix for prefix in group):
                     n, t = g_core(p, s)
                     assert g_value(n, t) <= mu + EPS / t + 1e-12, (group, s, mu)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_grid_value_is_the_programmes_value(seed):
+    """A column of the column generation (gmax/lagrange.py) carries its grid value: at least its true
+    n - lambda t for every pseudo-schedule (brute force over batch sequences of small instances, the
+    grid lemma), and for the programme's own path exactly the programme's root value, so that the
+    master prices what the programme optimises."""
+    from itertools import combinations
+
+    from optsched.problems.gmax.lagrange import SuffixBound
+
+    rng = np.random.default_rng(seed)
+    full = small_instance(seed)
+    p = full.subset(list(range(min(4, full.n_requests))))
+    nreq, bmax = p.n_requests, p.max_batch_size
+    batches = [list(b) for s in range(1, bmax + 1) for b in combinations(range(nreq), s)]
+    g_ex = exhaustive_g(p)[0]
+    for step in (0.05, 0.3, 1.1):
+        lam, pi = g_ex * rng.uniform(0.3, 1.5), rng.normal(0.0, 0.3, nreq)
+        suffix = SuffixBound(p, lam, step)
+        root = suffix.solve(pi)
+        path = suffix.path()
+        value, counts = suffix.grid_value(path)
+        assert value - pi @ counts + pi.sum() == pytest.approx(root, abs=1e-9)
+        for _ in range(60):  # random pseudo-schedules: sizes summing to N, repeats allowed
+            seq, q = [], 0
+            while q < nreq:
+                fitting = [b for b in batches if len(b) <= nreq - q]
+                seq.append(fitting[rng.integers(len(fitting))])
+                q += len(seq[-1])
+            n, t = g_core(p, seq)
+            assert suffix.grid_value(seq)[0] >= n - lam * t - 1e-9
