@@ -400,7 +400,7 @@ def test_lagrangian_bound_holds_for_every_schedule_and_prefix(seed):
     for lam, step in ((0.5 * g_ex, 0.7), (g_ex, 0.1), (1.5 * g_ex, 0.005)):
         pi = rng.normal(0.0, 0.5, p.n_requests)
         assert lagrangian_bound_violations(p, lam, pi, step, schedules) == []
-    pi, root, master, _, _ = lagrangian_multipliers(p, g_ex, best, 0.01, None)
+    pi, root, master, _, _ = lagrangian_multipliers(p, g_ex, [best], 0.01, None)
     assert master <= root + 1e-9 and root >= -1e-9  # the optimum has n - G* t = 0
     assert lagrangian_bound_violations(p, g_ex, pi, 0.01, schedules) == []
 
@@ -558,7 +558,7 @@ def test_refuted_lambda_bounds_every_completion_of_the_open_nodes(seed):
     schedules = list(ordered_partitions(p))
     picks = [best] + [schedules[k] for k in rng.choice(len(schedules), size=min(3, len(schedules)), replace=False)]
     prefixes = {tuple(map(tuple, s[:k])) for s in picks for k in range(len(s))}
-    pi_cg = lagrangian_multipliers(p, g_ex, best, 0.01, None)[0]
+    pi_cg = lagrangian_multipliers(p, g_ex, [best], 0.01, None)[0]
     for pi, step in ((pi_cg, 0.01), (rng.normal(0.0, 0.5, p.n_requests), 0.7), (rng.normal(0.0, 0.5, p.n_requests), 0.005)):
         nodes = {prefix: search_node(p, prefix, pi) for prefix in prefixes}
         for group in [[prefix] for prefix in prefixes] + [list(prefixes)]:
@@ -589,8 +589,7 @@ def test_grid_value_is_the_programmes_value(seed):
         lam, pi = g_ex * rng.uniform(0.3, 1.5), rng.normal(0.0, 0.3, nreq)
         suffix = SuffixBound(p, lam, step)
         root = suffix.solve(pi)
-        path = suffix.path()
-        value, counts = suffix.grid_value(path)
+        value, counts = suffix.grid_value(suffix.paths(1)[0])
         assert value - pi @ counts + pi.sum() == pytest.approx(root, abs=1e-9)
         for _ in range(60):  # random pseudo-schedules: sizes summing to N, repeats allowed
             seq, q = [], 0

@@ -57,7 +57,11 @@ reaches, :meth:`SuffixBound.grid_value`; never below its true value), so the mas
 the relaxation the programme prices: the priced path's reduced cost is exactly the programme's
 excess over the master, and the column generation converges to the grid relaxation's Lagrangian
 dual instead of stalling when a priced path's true value falls below its grid value (seed 0 at
-N = 30, lambda 0.0521: root bound 0.899 instead of 1.106).
+N = 30, lambda 0.0521: root bound 0.899 instead of 1.106). Each pricing adds the best paths after
+the ``per_pricing`` best first batches (:meth:`SuffixBound.paths`). When the repaired
+pseudo-schedules below raise :math:`\lambda_0`, the column generation runs again at the new
+:math:`\lambda_0` from the first one's support, and the search takes whichever multipliers give the
+smaller root bound there.
 The master solution's heaviest pseudo-schedules, repaired into real schedules (:func:`repair`),
 are offered as incumbents before the search (a heuristic; any schedule is judged by
 :func:`~.problem.g_core`).
@@ -120,6 +124,9 @@ EPS = 1e-9
 #: and their relative resolution.
 BISECTIONS = 12
 BISECT_RTOL = 1e-4
+
+#: The column generation stops when its bound is within this of the master LP (requests).
+CG_TOL = 1e-4
 
 #: Pseudo-schedules of the master solution repaired into incumbents.
 REPAIRS = 3
@@ -239,27 +246,44 @@ class SuffixBound:
             return self.batch[s - 1] - weight[:, None] + self.value[q + s][self.shift[s - 1]]
         return self.batch[s - 1][:, cell] - weight + self.value[q + s][self.shift[s - 1][:, cell]]
 
-    def path(self) -> list[list[int]]:
-        """The pseudo-schedule attaining :math:`V_h(0, 0)` of the last :meth:`solve`."""
+    def paths(self, k: int) -> list[list[list[int]]]:
+        """Pseudo-schedules of the last :meth:`solve`: for each of the k best first batches at
+        (0, 0) (by their total), that batch and then the programme's best path; the first attains
+        :math:`V_h(0, 0)`."""
+        nreq, bmax = self.problem.n_requests, self.problem.max_batch_size
+        firsts = sorted(((float(total), s, row) for s in range(1, min(bmax, nreq) + 1)
+                         for row, total in enumerate(self.totals(0, s, 0))), reverse=True)[:k]
+        return [self._path(s, row) for _, s, row in firsts]
+
+    def _path(self, s: int, row: int) -> list[list[int]]:
+        """The first batch (size s, leader ``row``) at (0, 0), then the best path after it."""
         nreq = self.problem.n_requests
         q, g, out = 0, 0, []
-        while q < nreq:
-            s, row = max(((s, int(self.totals(q, s, g).argmax())) for s in range(1, min(self.problem.max_batch_size, nreq - q) + 1)),
-                         key=lambda sr: self.totals(q, sr[0], g)[sr[1]])
+        while True:
             o = self.order[s - 1]
             vals = self.member_values(s)[:row, g]
-            members = [int(o[r]) for r in np.argsort(-vals, kind="stable")[: s - 1]]
-            out.append([int(o[row])] + members)
+            out.append([int(o[row])] + [int(o[r]) for r in np.argsort(-vals, kind="stable")[: s - 1]])
             g = min(g + int(self.steps(self.dur[s - 1][row : row + 1])[0]), self.cells - 1)
             q += s
-        return out
+            if q == nreq:
+                return out
+            s, row = max(((s, int(self.totals(q, s, g).argmax())) for s in range(1, min(self.problem.max_batch_size, nreq - q) + 1)),
+                         key=lambda sr: self.totals(q, sr[0], g)[sr[1]])
 
 
 def lagrangian_multipliers(
-    problem: GmaxProblem, lam: float, start: list[list[int]], step: float, deadline: float | None,
-    max_iter: int = 400, smoothing: float = 0.5,
-) -> tuple[np.ndarray, float, float, int]:
+    problem: GmaxProblem, lam: float, start: list[list[list[int]]], step: float, deadline: float | None,
+    max_iter: int = 400, smoothing: float = 0.7, per_pricing: int = 10,
+) -> tuple[np.ndarray, float, float, int, list[list[list[int]]]]:
     r"""Multipliers :math:`\pi` by column generation (module docstring).
+
+    Parameters
+    ----------
+    start
+        The first columns, a real schedule first (so that the master is feasible); e.g. the support
+        of an earlier column generation at another :math:`\lambda` (revalued at this one).
+    per_pricing
+        Columns added per pricing (:meth:`SuffixBound.paths`).
 
     Returns
     -------
@@ -289,7 +313,8 @@ def lagrangian_multipliers(
                       np.append(counts[rows], 1.0))
         return True
 
-    add(start)  # a real schedule: the master is feasible from the start
+    for batches in start:
+        add(batches)
     best_pi, best, lp, it = np.zeros(nreq), math.inf, -math.inf, 0
     for it in range(1, max_iter + 1):
         master.run()
@@ -300,11 +325,11 @@ def lagrangian_multipliers(
         bound = suffix.solve(pi)
         if bound < best:
             best, best_pi = bound, pi.copy()
-        if best - lp <= 1e-6 or passed(deadline):
+        if best - lp <= CG_TOL or passed(deadline):
             break
-        if not add(suffix.path()):
+        if not sum(add(batches) for batches in suffix.paths(per_pricing)):
             suffix.solve(lp_pi)
-            if not add(suffix.path()):
+            if not sum(add(batches) for batches in suffix.paths(per_pricing)):
                 break
     weights = np.asarray(master.getSolution().col_value)
     support = [columns[k] for k in np.argsort(-weights) if weights[k] > 1e-6]
@@ -502,18 +527,25 @@ def branch_and_bound(
     n0, t0 = g_core(problem, incumbent)
     lam0 = n0 / t0
     cg_deadline = None if deadline is None else begin + cg_share * (deadline - begin)
-    pi, root, master, iters, support = lagrangian_multipliers(problem, lam0, incumbent, cg_step, cg_deadline)
+    pi, root, master, iters, support = lagrangian_multipliers(problem, lam0, [incumbent], cg_step, cg_deadline)
     for pseudo in support[:REPAIRS]:  # the master's schedules, made real, as incumbents
         candidate = repair(problem, pseudo)
         if g_value(*g_core(problem, candidate)) > g_value(*g_core(problem, incumbent)) * (1 + 1e-12):
             incumbent = candidate
-    lam0 = g_value(*g_core(problem, incumbent))  # any multipliers are valid at any lambda
+    candidates = [pi]
+    if g_value(*g_core(problem, incumbent)) > lam0:  # multipliers for the new lambda too (any are valid)
+        lam0 = g_value(*g_core(problem, incumbent))
+        again = lagrangian_multipliers(problem, lam0, [incumbent, *support], cg_step, cg_deadline)
+        candidates.append(again[0])
+        master, iters = again[2], iters + again[3]
     cg_wall = time.perf_counter() - begin
     tick = time.perf_counter()
     suffix = SuffixBound(problem, lam0, step)
+    bounds = [suffix.solve(candidate) for candidate in candidates]
+    # time kept for the bisection of the final bound: BISECTIONS programmes like the ones just built
+    reserve = BISECTIONS * (time.perf_counter() - tick) / len(candidates)
+    pi = candidates[int(np.argmin(bounds))]
     root = suffix.solve(pi)
-    # time kept for the bisection of the final bound: BISECTIONS programmes like the one just built
-    reserve = BISECTIONS * (time.perf_counter() - tick)
     search = _Search(problem, suffix, incumbent, lam0 + max(root, 0.0) / t_lb)
     status, stack = search.run(None if deadline is None else deadline - reserve)
     info = {"root_bound": root, "master": master, "cg_iterations": iters, "cg_wall": cg_wall,
