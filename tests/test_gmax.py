@@ -574,7 +574,7 @@ def test_grid_value_is_the_programmes_value(seed):
     """A column of the column generation (gmax/lagrange.py) carries its grid value: at least its true
     n - lambda t for every pseudo-schedule (brute force over batch sequences of small instances, the
     grid lemma), and for the programme's own path exactly the programme's root value, so that the
-    master prices what the programme optimises."""
+    master prices what the programme optimises (the other paths priced with it: never more)."""
     from itertools import combinations
 
     from optsched.problems.gmax.lagrange import SuffixBound
@@ -589,8 +589,13 @@ def test_grid_value_is_the_programmes_value(seed):
         lam, pi = g_ex * rng.uniform(0.3, 1.5), rng.normal(0.0, 0.3, nreq)
         suffix = SuffixBound(p, lam, step)
         root = suffix.solve(pi)
-        value, counts = suffix.grid_value(suffix.paths(1)[0])
+        paths = suffix.paths(5)
+        value, counts = suffix.grid_value(paths[0])
         assert value - pi @ counts + pi.sum() == pytest.approx(root, abs=1e-9)
+        for path in paths:  # the other priced columns: pseudo-schedules, none above the optimum
+            assert sum(map(len, path)) == nreq and all(len(set(b)) == len(b) for b in path)
+            value, counts = suffix.grid_value(path)
+            assert value - pi @ counts + pi.sum() <= root + 1e-9
         for _ in range(60):  # random pseudo-schedules: sizes summing to N, repeats allowed
             seq, q = [], 0
             while q < nreq:
