@@ -604,3 +604,47 @@ def test_grid_value_is_the_programmes_value(seed):
                 q += len(seq[-1])
             n, t = g_core(p, seq)
             assert suffix.grid_value(seq)[0] >= n - lam * t - 1e-9
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_search_on_time_table_is_on_time(seed):
+    """The search's vectorised on-time table (gmax/lagrange.py, _Search.on_time) is on_time of every
+    request and size, at random starts and at starts exactly on a request's deadline."""
+    from optsched.problems.gmax.lagrange import SuffixBound, _Search, latest_starts, on_time
+
+    p = small_instance(seed)
+    rng = np.random.default_rng(seed)
+    search = _Search(p, SuffixBound(p, 0.1, 0.1), [[j] for j in range(p.n_requests)], 1.0)
+    sigma = latest_starts(p)
+    starts = [*rng.uniform(0.0, 15.0, 20), *sigma[np.isfinite(sigma)].ravel()]
+    for start in starts:
+        table = search.on_time(float(start))
+        for j in range(p.n_requests):
+            for s in range(1, p.max_batch_size + 1):
+                assert table[j, s - 1] == on_time(p, j, float(start), s)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_search_from_the_worst_incumbent_finds_the_optimum(seed):
+    """The depth-first search of gmax/lagrange.py alone (no column generation, no repair, random
+    multipliers: any are valid) started from the worst schedule that meets an SLO ends with the
+    exhaustive optimum, so that a child it wrongly skips cannot hide behind an optimal incumbent."""
+    from optsched.problems.gmax.lagrange import SuffixBound, _Search
+
+    p = small_instance(seed)
+    rng = np.random.default_rng(seed)
+    g_ex, _, _ = exhaustive_g(p)
+    scored = [(g_value(*g_core(p, s)), s) for s in ordered_partitions(p)]
+    positive = [(g, s) for g, s in scored if g > 0]
+    if not positive:
+        pytest.skip("no schedule meets an SLO")
+    worst = min(positive, key=lambda gs: gs[0])[1]
+    lam0 = g_value(*g_core(p, worst))
+    for step in (0.005, 0.4):
+        suffix = SuffixBound(p, lam0, step)
+        root = suffix.solve(rng.normal(0.0, 0.5, p.n_requests))
+        t_lb = float(p.times.exec.min(axis=1).sum())
+        search = _Search(p, suffix, worst, lam0 + max(root, 0.0) / t_lb)
+        status, _ = search.run(None)
+        assert status == "optimal"
+        assert search.lam == pytest.approx(g_ex, rel=1e-9)

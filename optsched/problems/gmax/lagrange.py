@@ -105,6 +105,7 @@ from __future__ import annotations
 
 import math
 import time
+from bisect import insort
 from dataclasses import dataclass, field
 
 import highspy
@@ -267,8 +268,9 @@ class SuffixBound:
             q += s
             if q == nreq:
                 return out
-            s, row = max(((s, int(self.totals(q, s, g).argmax())) for s in range(1, min(self.problem.max_batch_size, nreq - q) + 1)),
-                         key=lambda sr: self.totals(q, sr[0], g)[sr[1]])
+            best = [self.totals(q, s, g) for s in range(1, min(self.problem.max_batch_size, nreq - q) + 1)]
+            s = 1 + max(range(len(best)), key=lambda k: best[k].max())
+            row = int(best[s - 1].argmax())
 
 
 def lagrangian_multipliers(
@@ -400,7 +402,8 @@ class _Search:
         n, t = g_core(problem, batches)
         self.best, self.lam = batches, n / t
         self.emin = problem.times.exec.min(axis=1)
-        self.rank = suffix.rank
+        self.order = [o.tolist() for o in suffix.order]
+        self.e2e_task = np.array(problem.e2e_task, dtype=bool)
         self.memo: dict[int, list[tuple[float, int, float]]] = {}
         self.nodes = 0
 
@@ -419,38 +422,54 @@ class _Search:
         p, v, lam0 = self.p, self.v, self.lam0
         nreq, e = p.n_requests, p.times.exec
         delta = self.lam - lam0
-        members = [j for j in range(nreq) if rest >> j & 1]
+        size = bin(rest).count("1")
+        won_all = self.on_time(start)
         out = []
-        for s in range(1, min(p.max_batch_size, len(members)) + 1):
+        for s in range(1, min(p.max_batch_size, size) + 1):
             col = s - 1
-            srt = sorted(members, key=lambda j: self.rank[col][j])
-            gain = {j: on_time(p, j, start, s) for j in srt}
+            srt = [j for j in self.order[col] if rest >> j & 1]
+            idx = np.array(srt)
+            dur = e[idx, col]
+            gain = won_all[idx, col]
             # member values at lambda_0, less the lambda-adjustment of their own time
-            u = {j: gain[j] - lam0 * e[j, col] - v.pi[j] - delta * (e[j, col] - self.emin[j]) for j in srt}
-            for li in range(s - 1, len(srt)):
-                lead = srt[li]
-                dur = e[lead, col]
-                after = nreq - q - s
-                fixed = (
-                    n_acc - lam0 * t_acc + pisum + u[lead] - lam0 * after * dur
-                    + v.value[q + s, v.cell(start + dur)]
-                    - delta * (t_acc + after * dur + emin_sum)
-                )
-                preds = sorted(srt[:li], key=lambda j: -u[j])
-                for extra in _subsets_above(preds, u, s - 1, EPS - fixed):
-                    batch = [lead, *extra]
-                    if not p.fits(batch):
-                        continue
-                    bt = float(sum(e[j, col] for j in batch)) + after * dur
-                    child_n = n_acc + sum(gain[j] for j in batch)
-                    child_t = t_acc + bt
-                    mask = sum(1 << j for j in batch)
-                    child_emin = emin_sum - float(sum(self.emin[j] for j in batch))
-                    child_pi = pisum - float(sum(v.pi[j] for j in batch))
-                    ub = child_n - lam0 * child_t + child_pi + v.value[q + s, v.cell(start + dur)]
-                    out.append((ub, child_t + child_emin, rest & ~mask, q + s, start + dur, child_n, child_t,
-                                child_pi, child_emin, (batch, sched)))
+            u_arr = gain - lam0 * dur - v.pi[idx] - delta * (dur - self.emin[idx])
+            after = nreq - q - s
+            cells = np.minimum(np.maximum(np.floor((start + dur) / v.step * (1 - 1e-12)).astype(int), 0), v.cells - 1)
+            tail = v.value[q + s, cells]
+            fixed = (n_acc - lam0 * t_acc + pisum + u_arr - lam0 * after * dur + tail
+                     - delta * (t_acc + after * dur + emin_sum))
+            u = dict(zip(srt, u_arr.tolist()))
+            won = dict(zip(srt, gain.tolist()))
+            preds: list[tuple[float, int]] = []  # (-u, j) of the rows before the leader, ascending
+            for li, lead in enumerate(srt):
+                threshold = EPS - float(fixed[li])
+                top = [-neg for neg, _ in preds[: s - 1]]
+                # no subset of the predecessors beats the threshold unless the s - 1 best do
+                # (_subsets_above's first test, the same arithmetic)
+                if li >= s - 1 and (top[0] + sum(top[1:]) > threshold if top else threshold < 0):
+                    for extra in _subsets_above([j for _, j in preds], u, s - 1, threshold):
+                        batch = [lead, *extra]
+                        if not p.fits(batch):
+                            continue
+                        bt = float(sum(e[j, col] for j in batch)) + after * dur[li]
+                        child_n = n_acc + sum(won[j] for j in batch)
+                        child_t = t_acc + bt
+                        mask = sum(1 << j for j in batch)
+                        child_emin = emin_sum - float(sum(self.emin[j] for j in batch))
+                        child_pi = pisum - float(sum(v.pi[j] for j in batch))
+                        ub = child_n - lam0 * child_t + child_pi + tail[li]
+                        out.append((ub, child_t + child_emin, rest & ~mask, q + s, start + dur[li], child_n, child_t,
+                                    child_pi, child_emin, (batch, sched)))
+                insort(preds, (-u[lead], lead))
         return out
+
+    def on_time(self, start: float) -> np.ndarray:
+        """``[j, s-1]``: :func:`on_time` of every request at ``start`` in a batch of size s (the same
+        comparisons), as 0/1 floats."""
+        p = self.p
+        e2e = start + p.times.exec <= p.slo_e2e[:, None]
+        chat = (start + p.times.prefill <= p.slo_ttft[:, None]) & (p.times.tpot <= p.slo_tpot[:, None])
+        return np.where(self.e2e_task[:, None], e2e, chat).astype(float)
 
     def adjusted(self, node: tuple) -> float:
         return node[0] - (self.lam - self.lam0) * node[1]
