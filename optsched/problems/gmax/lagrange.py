@@ -184,9 +184,10 @@ class SuffixBound:
         r""":math:`\lfloor D / h \rfloor`, never rounded up."""
         return np.maximum(np.floor(durations / self.step * (1 - 1e-12)).astype(int), 0)
 
-    def cell(self, start: float) -> int:
-        """The grid cell of a start (never a later one)."""
-        return min(max(int(math.floor(start / self.step * (1 - 1e-12))), 0), self.cells - 1)
+    def cell(self, start: float | np.ndarray) -> int | np.ndarray:
+        """The grid cell of a start, or the cells of an array of starts (never a later one)."""
+        cells = np.clip(np.floor(np.asarray(start) / self.step * (1 - 1e-12)).astype(int), 0, self.cells - 1)
+        return cells if cells.ndim else int(cells)
 
     def member_values(self, s: int) -> np.ndarray:
         r"""``[row, g]``: :math:`u_j = x_j(g h, s) - \lambda E_j(s) - \pi_j`, rows in size-s order."""
@@ -434,8 +435,7 @@ class _Search:
             # member values at lambda_0, less the lambda-adjustment of their own time
             u_arr = gain - lam0 * dur - v.pi[idx] - delta * (dur - self.emin[idx])
             after = nreq - q - s
-            cells = np.minimum(np.maximum(np.floor((start + dur) / v.step * (1 - 1e-12)).astype(int), 0), v.cells - 1)
-            tail = v.value[q + s, cells]
+            tail = v.value[q + s, v.cell(start + dur)]
             fixed = (n_acc - lam0 * t_acc + pisum + u_arr - lam0 * after * dur + tail
                      - delta * (t_acc + after * dur + emin_sum))
             u = dict(zip(srt, u_arr.tolist()))
