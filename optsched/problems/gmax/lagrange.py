@@ -186,7 +186,7 @@ class SuffixBound:
 
     def cell(self, start: float | np.ndarray) -> int | np.ndarray:
         """The grid cell of a start, or the cells of an array of starts (never a later one)."""
-        cells = np.clip(np.floor(np.asarray(start) / self.step * (1 - 1e-12)).astype(int), 0, self.cells - 1)
+        cells = np.minimum(np.maximum(np.floor(np.asarray(start) / self.step * (1 - 1e-12)).astype(int), 0), self.cells - 1)
         return cells if cells.ndim else int(cells)
 
     def member_values(self, s: int) -> np.ndarray:
