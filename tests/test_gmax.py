@@ -400,7 +400,7 @@ def test_lagrangian_bound_holds_for_every_schedule_and_prefix(seed):
     for lam, step in ((0.5 * g_ex, 0.7), (g_ex, 0.1), (1.5 * g_ex, 0.005)):
         pi = rng.normal(0.0, 0.5, p.n_requests)
         assert lagrangian_bound_violations(p, lam, pi, step, schedules) == []
-    pi, root, master, _, _ = lagrangian_multipliers(p, g_ex, best, 0.01, None)
+    pi, root, master, _, _ = lagrangian_multipliers(p, g_ex, [best], 0.01, None)
     assert master <= root + 1e-9 and root >= -1e-9  # the optimum has n - G* t = 0
     assert lagrangian_bound_violations(p, g_ex, pi, 0.01, schedules) == []
 
@@ -558,7 +558,7 @@ def test_refuted_lambda_bounds_every_completion_of_the_open_nodes(seed):
     schedules = list(ordered_partitions(p))
     picks = [best] + [schedules[k] for k in rng.choice(len(schedules), size=min(3, len(schedules)), replace=False)]
     prefixes = {tuple(map(tuple, s[:k])) for s in picks for k in range(len(s))}
-    pi_cg = lagrangian_multipliers(p, g_ex, best, 0.01, None)[0]
+    pi_cg = lagrangian_multipliers(p, g_ex, [best], 0.01, None)[0]
     for pi, step in ((pi_cg, 0.01), (rng.normal(0.0, 0.5, p.n_requests), 0.7), (rng.normal(0.0, 0.5, p.n_requests), 0.005)):
         nodes = {prefix: search_node(p, prefix, pi) for prefix in prefixes}
         for group in [[prefix] for prefix in prefixes] + [list(prefixes)]:
@@ -567,3 +567,84 @@ def test_refuted_lambda_bounds_every_completion_of_the_open_nodes(seed):
                 if any(tuple(map(tuple, s[: len(prefix)])) == prefix for prefix in group):
                     n, t = g_core(p, s)
                     assert g_value(n, t) <= mu + EPS / t + 1e-12, (group, s, mu)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_grid_value_is_the_programmes_value(seed):
+    """A column of the column generation (gmax/lagrange.py) carries its grid value: at least its true
+    n - lambda t for every pseudo-schedule (brute force over batch sequences of small instances, the
+    grid lemma), and for the programme's own path exactly the programme's root value, so that the
+    master prices what the programme optimises (the other paths priced with it: never more)."""
+    from itertools import combinations
+
+    from optsched.problems.gmax.lagrange import SuffixBound
+
+    rng = np.random.default_rng(seed)
+    full = small_instance(seed)
+    p = full.subset(list(range(min(4, full.n_requests))))
+    nreq, bmax = p.n_requests, p.max_batch_size
+    batches = [list(b) for s in range(1, bmax + 1) for b in combinations(range(nreq), s)]
+    g_ex = exhaustive_g(p)[0]
+    for step in (0.05, 0.3, 1.1):
+        lam, pi = g_ex * rng.uniform(0.3, 1.5), rng.normal(0.0, 0.3, nreq)
+        suffix = SuffixBound(p, lam, step)
+        root = suffix.solve(pi)
+        paths = suffix.paths(5)
+        value, counts = suffix.grid_value(paths[0])
+        assert value - pi @ counts + pi.sum() == pytest.approx(root, abs=1e-9)
+        for path in paths:  # the other priced columns: pseudo-schedules, none above the optimum
+            assert sum(map(len, path)) == nreq and all(len(set(b)) == len(b) for b in path)
+            value, counts = suffix.grid_value(path)
+            assert value - pi @ counts + pi.sum() <= root + 1e-9
+        for _ in range(60):  # random pseudo-schedules: sizes summing to N, repeats allowed
+            seq, q = [], 0
+            while q < nreq:
+                fitting = [b for b in batches if len(b) <= nreq - q]
+                seq.append(fitting[rng.integers(len(fitting))])
+                q += len(seq[-1])
+            n, t = g_core(p, seq)
+            assert suffix.grid_value(seq)[0] >= n - lam * t - 1e-9
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_search_on_time_table_is_on_time(seed):
+    """The search's vectorised on-time table (gmax/lagrange.py, _Search.on_time) is on_time of every
+    request and size, at random starts and at starts exactly on a request's deadline."""
+    from optsched.problems.gmax.lagrange import SuffixBound, _Search, latest_starts, on_time
+
+    p = small_instance(seed)
+    rng = np.random.default_rng(seed)
+    search = _Search(p, SuffixBound(p, 0.1, 0.1), [[j] for j in range(p.n_requests)], 1.0)
+    sigma = latest_starts(p)
+    starts = [*rng.uniform(0.0, 15.0, 20), *sigma[np.isfinite(sigma)].ravel()]
+    for start in starts:
+        table = search.on_time(float(start))
+        for j in range(p.n_requests):
+            for s in range(1, p.max_batch_size + 1):
+                assert table[j, s - 1] == on_time(p, j, float(start), s)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_search_from_the_worst_incumbent_finds_the_optimum(seed):
+    """The depth-first search of gmax/lagrange.py alone (no column generation, no repair, random
+    multipliers: any are valid) started from the worst schedule that meets an SLO ends with the
+    exhaustive optimum, so that a child it wrongly skips cannot hide behind an optimal incumbent."""
+    from optsched.problems.gmax.lagrange import SuffixBound, _Search
+
+    p = small_instance(seed)
+    rng = np.random.default_rng(seed)
+    g_ex, _, _ = exhaustive_g(p)
+    scored = [(g_value(*g_core(p, s)), s) for s in ordered_partitions(p)]
+    positive = [(g, s) for g, s in scored if g > 0]
+    if not positive:
+        pytest.skip("no schedule meets an SLO")
+    worst = min(positive, key=lambda gs: gs[0])[1]
+    lam0 = g_value(*g_core(p, worst))
+    for step in (0.005, 0.4):
+        suffix = SuffixBound(p, lam0, step)
+        root = suffix.solve(rng.normal(0.0, 0.5, p.n_requests))
+        t_lb = float(p.times.exec.min(axis=1).sum())
+        search = _Search(p, suffix, worst, lam0 + max(root, 0.0) / t_lb)
+        status, _ = search.run(None)
+        assert status == "optimal"
+        assert search.lam == pytest.approx(g_ex, rel=1e-9)

@@ -51,7 +51,17 @@ and at the root (:math:`R` = all, q = 0, S = 0) this is the Lagrangian dual boun
 :math:`\pi`. :math:`\pi` is chosen by column generation on the pseudo-schedules (the master LP
 :math:`\max \sum_\rho \text{value}_\rho y_\rho` s.t. :math:`\sum_\rho a_{j\rho} y_\rho = 1`,
 :math:`\sum_\rho y_\rho = 1`, its duals priced by the programme), with Wentges' smoothing; any
-:math:`\pi` gives a valid bound, the column generation only makes it small.
+:math:`\pi` gives a valid bound, the column generation only makes it small. A column's value is
+its *grid value*, the value the programme gives it (each batch at the grid cell the programme
+reaches, :meth:`SuffixBound.grid_value`; never below its true value), so the master is the LP of
+the relaxation the programme prices: the priced path's reduced cost is exactly the programme's
+excess over the master, and the column generation converges to the grid relaxation's Lagrangian
+dual instead of stalling when a priced path's true value falls below its grid value (seed 0 at
+N = 30, lambda 0.0521: root bound 0.899 instead of 1.106). Each pricing adds the best paths after
+the ``per_pricing`` best first batches (:meth:`SuffixBound.paths`). When the repaired
+pseudo-schedules below raise :math:`\lambda_0`, the column generation runs again at the new
+:math:`\lambda_0` from the first one's support, and the search takes whichever multipliers give the
+smaller root bound there.
 The master solution's heaviest pseudo-schedules, repaired into real schedules (:func:`repair`),
 are offered as incumbents before the search (a heuristic; any schedule is judged by
 :func:`~.problem.g_core`).
@@ -95,6 +105,7 @@ from __future__ import annotations
 
 import math
 import time
+from bisect import insort
 from dataclasses import dataclass, field
 
 import highspy
@@ -105,7 +116,7 @@ from ...deadline import passed
 from .problem import GmaxProblem, g_core, g_value
 from .sa import chunked, local_search
 
-__all__ = ["BnbResult", "SuffixBound", "branch_and_bound", "lagrangian_multipliers", "pseudo_value"]
+__all__ = ["BnbResult", "SuffixBound", "branch_and_bound", "lagrangian_multipliers"]
 
 #: Pruning tolerance on n - lambda t (requests).
 EPS = 1e-9
@@ -114,6 +125,9 @@ EPS = 1e-9
 #: and their relative resolution.
 BISECTIONS = 12
 BISECT_RTOL = 1e-4
+
+#: The column generation stops when its bound is within this of the master LP (requests).
+CG_TOL = 1e-4
 
 #: Pseudo-schedules of the master solution repaired into incumbents.
 REPAIRS = 3
@@ -144,15 +158,6 @@ def on_time(problem: GmaxProblem, j: int, start: float, s: int) -> bool:
     return bool(start + problem.times.prefill[j, col] <= problem.slo_ttft[j] and problem.meets_tpot(j, s))
 
 
-def pseudo_value(problem: GmaxProblem, batches: list[list[int]], lam: float) -> tuple[float, np.ndarray]:
-    r"""(value :math:`n - \lambda t`, occurrence counts :math:`a`) of a pseudo-schedule."""
-    n, t = g_core(problem, batches)
-    counts = np.zeros(problem.n_requests)
-    for batch in batches:
-        counts[batch] += 1
-    return n - lam * t, counts
-
-
 class SuffixBound:
     r"""The grid programme :math:`V_h(q, g)` at :math:`\lambda` for multipliers :math:`\pi` (module
     docstring). Rows of the size-s tables follow the order of :math:`(E_j(s), j)`."""
@@ -168,6 +173,7 @@ class SuffixBound:
         self.cells = int(math.floor(max(top, 0.0) / self.step)) + 2  # cell cells-1 lies past every finite sigma
         grid = np.arange(self.cells) * self.step
         self.order = [np.array(sorted(range(nreq), key=lambda j, s=s: (e[j, s - 1], j))) for s in range(1, bmax + 1)]
+        self.rank = [np.argsort(o) for o in self.order]  # rank[s-1][j]: row of j in size-s order
         self.dur = [e[o, s - 1] for s, o in zip(range(1, bmax + 1), self.order)]
         self.ontime = [(grid[None, :] <= self.sigma[o, s - 1][:, None]).astype(float) for s, o in zip(range(1, bmax + 1), self.order)]
         self.shift = [np.minimum(np.arange(self.cells)[None, :] + self.steps(d)[:, None], self.cells - 1) for d in self.dur]
@@ -178,9 +184,10 @@ class SuffixBound:
         r""":math:`\lfloor D / h \rfloor`, never rounded up."""
         return np.maximum(np.floor(durations / self.step * (1 - 1e-12)).astype(int), 0)
 
-    def cell(self, start: float) -> int:
-        """The grid cell of a start (never a later one)."""
-        return min(max(int(math.floor(start / self.step * (1 - 1e-12))), 0), self.cells - 1)
+    def cell(self, start: float | np.ndarray) -> int | np.ndarray:
+        """The grid cell of a start, or the cells of an array of starts (never a later one)."""
+        cells = np.minimum(np.maximum(np.floor(np.asarray(start) / self.step * (1 - 1e-12)).astype(int), 0), self.cells - 1)
+        return cells if cells.ndim else int(cells)
 
     def member_values(self, s: int) -> np.ndarray:
         r"""``[row, g]``: :math:`u_j = x_j(g h, s) - \lambda E_j(s) - \pi_j`, rows in size-s order."""
@@ -201,6 +208,24 @@ class SuffixBound:
                     cur = np.minimum(top[k], cur)
                     top[k] = hi
         return out
+
+    def grid_value(self, batches: list[list[int]]) -> tuple[float, np.ndarray]:
+        r"""(value, occurrence counts :math:`a`) of a pseudo-schedule as the programme counts it: each
+        batch starts at its grid cell (the previous cell advanced by :math:`\lfloor D / h \rfloor`),
+        members on time at that cell (so never below the true value, by the grid lemma)."""
+        nreq = self.problem.n_requests
+        g, q, val = 0, 0, 0.0
+        counts = np.zeros(nreq)
+        for batch in batches:
+            s = len(batch)
+            rows = self.rank[s - 1][batch]
+            lead = int(rows.max())
+            q += s
+            val += float(self.ontime[s - 1][rows, g].sum() - self.lam * self.dur[s - 1][rows].sum())
+            val -= self.lam * (nreq - q) * self.dur[s - 1][lead]
+            counts[batch] += 1
+            g = min(g + int(self.steps(self.dur[s - 1][lead : lead + 1])[0]), self.cells - 1)
+        return val, counts
 
     def solve(self, pi: np.ndarray) -> float:
         r"""Compute :math:`V_h` for :math:`\pi`; returns the root bound :math:`\sum \pi + V_h(0, 0)`."""
@@ -223,27 +248,45 @@ class SuffixBound:
             return self.batch[s - 1] - weight[:, None] + self.value[q + s][self.shift[s - 1]]
         return self.batch[s - 1][:, cell] - weight + self.value[q + s][self.shift[s - 1][:, cell]]
 
-    def path(self) -> list[list[int]]:
-        """The pseudo-schedule attaining :math:`V_h(0, 0)` of the last :meth:`solve`."""
+    def paths(self, k: int) -> list[list[list[int]]]:
+        """Pseudo-schedules of the last :meth:`solve`: for each of the k best first batches at
+        (0, 0) (by their total), that batch and then the programme's best path; the first attains
+        :math:`V_h(0, 0)`."""
+        nreq, bmax = self.problem.n_requests, self.problem.max_batch_size
+        firsts = sorted(((float(total), s, row) for s in range(1, min(bmax, nreq) + 1)
+                         for row, total in enumerate(self.totals(0, s, 0))), reverse=True)[:k]
+        return [self._path(s, row) for _, s, row in firsts]
+
+    def _path(self, s: int, row: int) -> list[list[int]]:
+        """The first batch (size s, leader ``row``) at (0, 0), then the best path after it."""
         nreq = self.problem.n_requests
         q, g, out = 0, 0, []
-        while q < nreq:
-            s, row = max(((s, int(self.totals(q, s, g).argmax())) for s in range(1, min(self.problem.max_batch_size, nreq - q) + 1)),
-                         key=lambda sr: self.totals(q, sr[0], g)[sr[1]])
+        while True:
             o = self.order[s - 1]
             vals = self.member_values(s)[:row, g]
-            members = [int(o[r]) for r in np.argsort(-vals, kind="stable")[: s - 1]]
-            out.append([int(o[row])] + members)
+            out.append([int(o[row])] + [int(o[r]) for r in np.argsort(-vals, kind="stable")[: s - 1]])
             g = min(g + int(self.steps(self.dur[s - 1][row : row + 1])[0]), self.cells - 1)
             q += s
-        return out
+            if q == nreq:
+                return out
+            best = [self.totals(q, s, g) for s in range(1, min(self.problem.max_batch_size, nreq - q) + 1)]
+            s = 1 + max(range(len(best)), key=lambda k: best[k].max())
+            row = int(best[s - 1].argmax())
 
 
 def lagrangian_multipliers(
-    problem: GmaxProblem, lam: float, start: list[list[int]], step: float, deadline: float | None,
-    max_iter: int = 400, smoothing: float = 0.5,
-) -> tuple[np.ndarray, float, float, int]:
+    problem: GmaxProblem, lam: float, start: list[list[list[int]]], step: float, deadline: float | None,
+    max_iter: int = 400, smoothing: float = 0.7, per_pricing: int = 10,
+) -> tuple[np.ndarray, float, float, int, list[list[list[int]]]]:
     r"""Multipliers :math:`\pi` by column generation (module docstring).
+
+    Parameters
+    ----------
+    start
+        The first columns, a real schedule first (so that the master is feasible); e.g. the support
+        of an earlier column generation at another :math:`\lambda` (revalued at this one).
+    per_pricing
+        Columns added per pricing (:meth:`SuffixBound.paths`).
 
     Returns
     -------
@@ -267,13 +310,14 @@ def lagrangian_multipliers(
             return False
         seen.add(key)
         columns.append(batches)
-        val, counts = pseudo_value(problem, batches, lam)
+        val, counts = suffix.grid_value(batches)
         rows = np.flatnonzero(counts)
         master.addCol(-val, 0.0, highspy.kHighsInf, len(rows) + 1, np.append(rows, nreq).astype(np.int32),
                       np.append(counts[rows], 1.0))
         return True
 
-    add(start)  # a real schedule: the master is feasible from the start
+    for batches in start:
+        add(batches)
     best_pi, best, lp, it = np.zeros(nreq), math.inf, -math.inf, 0
     for it in range(1, max_iter + 1):
         master.run()
@@ -284,11 +328,11 @@ def lagrangian_multipliers(
         bound = suffix.solve(pi)
         if bound < best:
             best, best_pi = bound, pi.copy()
-        if best - lp <= 1e-6 or passed(deadline):
+        if best - lp <= CG_TOL or passed(deadline):
             break
-        if not add(suffix.path()):
+        if not sum(add(batches) for batches in suffix.paths(per_pricing)):
             suffix.solve(lp_pi)
-            if not add(suffix.path()):
+            if not sum(add(batches) for batches in suffix.paths(per_pricing)):
                 break
     weights = np.asarray(master.getSolution().col_value)
     support = [columns[k] for k in np.argsort(-weights) if weights[k] > 1e-6]
@@ -359,7 +403,8 @@ class _Search:
         n, t = g_core(problem, batches)
         self.best, self.lam = batches, n / t
         self.emin = problem.times.exec.min(axis=1)
-        self.rank = [np.argsort(o) for o in suffix.order]  # rank[s-1][j]: row of j in size-s order
+        self.order = [o.tolist() for o in suffix.order]
+        self.e2e_task = np.array(problem.e2e_task, dtype=bool)
         self.memo: dict[int, list[tuple[float, int, float]]] = {}
         self.nodes = 0
 
@@ -378,38 +423,53 @@ class _Search:
         p, v, lam0 = self.p, self.v, self.lam0
         nreq, e = p.n_requests, p.times.exec
         delta = self.lam - lam0
-        members = [j for j in range(nreq) if rest >> j & 1]
+        size = bin(rest).count("1")
+        won_all = self.on_time(start)
         out = []
-        for s in range(1, min(p.max_batch_size, len(members)) + 1):
+        for s in range(1, min(p.max_batch_size, size) + 1):
             col = s - 1
-            srt = sorted(members, key=lambda j: self.rank[col][j])
-            gain = {j: on_time(p, j, start, s) for j in srt}
+            srt = [j for j in self.order[col] if rest >> j & 1]
+            idx = np.array(srt)
+            dur = e[idx, col]
+            gain = won_all[idx, col]
             # member values at lambda_0, less the lambda-adjustment of their own time
-            u = {j: gain[j] - lam0 * e[j, col] - v.pi[j] - delta * (e[j, col] - self.emin[j]) for j in srt}
-            for li in range(s - 1, len(srt)):
-                lead = srt[li]
-                dur = e[lead, col]
-                after = nreq - q - s
-                fixed = (
-                    n_acc - lam0 * t_acc + pisum + u[lead] - lam0 * after * dur
-                    + v.value[q + s, v.cell(start + dur)]
-                    - delta * (t_acc + after * dur + emin_sum)
-                )
-                preds = sorted(srt[:li], key=lambda j: -u[j])
-                for extra in _subsets_above(preds, u, s - 1, EPS - fixed):
-                    batch = [lead, *extra]
-                    if not p.fits(batch):
-                        continue
-                    bt = float(sum(e[j, col] for j in batch)) + after * dur
-                    child_n = n_acc + sum(gain[j] for j in batch)
-                    child_t = t_acc + bt
-                    mask = sum(1 << j for j in batch)
-                    child_emin = emin_sum - float(sum(self.emin[j] for j in batch))
-                    child_pi = pisum - float(sum(v.pi[j] for j in batch))
-                    ub = child_n - lam0 * child_t + child_pi + v.value[q + s, v.cell(start + dur)]
-                    out.append((ub, child_t + child_emin, rest & ~mask, q + s, start + dur, child_n, child_t,
-                                child_pi, child_emin, (batch, sched)))
+            u_arr = gain - lam0 * dur - v.pi[idx] - delta * (dur - self.emin[idx])
+            after = nreq - q - s
+            tail = v.value[q + s, v.cell(start + dur)]
+            fixed = (n_acc - lam0 * t_acc + pisum + u_arr - lam0 * after * dur + tail
+                     - delta * (t_acc + after * dur + emin_sum))
+            u = dict(zip(srt, u_arr.tolist()))
+            won = dict(zip(srt, gain.tolist()))
+            preds: list[tuple[float, int]] = []  # (-u, j) of the rows before the leader, ascending
+            for li, lead in enumerate(srt):
+                threshold = EPS - float(fixed[li])
+                top = [-neg for neg, _ in preds[: s - 1]]
+                # no subset of the predecessors beats the threshold unless the s - 1 best do
+                # (_subsets_above's first test, the same arithmetic)
+                if li >= s - 1 and (top[0] + sum(top[1:]) > threshold if top else threshold < 0):
+                    for extra in _subsets_above([j for _, j in preds], u, s - 1, threshold):
+                        batch = [lead, *extra]
+                        if not p.fits(batch):
+                            continue
+                        bt = float(sum(e[j, col] for j in batch)) + after * dur[li]
+                        child_n = n_acc + sum(won[j] for j in batch)
+                        child_t = t_acc + bt
+                        mask = sum(1 << j for j in batch)
+                        child_emin = emin_sum - float(sum(self.emin[j] for j in batch))
+                        child_pi = pisum - float(sum(v.pi[j] for j in batch))
+                        ub = child_n - lam0 * child_t + child_pi + tail[li]
+                        out.append((ub, child_t + child_emin, rest & ~mask, q + s, start + dur[li], child_n, child_t,
+                                    child_pi, child_emin, (batch, sched)))
+                insort(preds, (-u[lead], lead))
         return out
+
+    def on_time(self, start: float) -> np.ndarray:
+        """``[j, s-1]``: :func:`on_time` of every request at ``start`` in a batch of size s (the same
+        comparisons), as 0/1 floats."""
+        p = self.p
+        e2e = start + p.times.exec <= p.slo_e2e[:, None]
+        chat = (start + p.times.prefill <= p.slo_ttft[:, None]) & (p.times.tpot <= p.slo_tpot[:, None])
+        return np.where(self.e2e_task[:, None], e2e, chat).astype(float)
 
     def adjusted(self, node: tuple) -> float:
         return node[0] - (self.lam - self.lam0) * node[1]
@@ -486,18 +546,25 @@ def branch_and_bound(
     n0, t0 = g_core(problem, incumbent)
     lam0 = n0 / t0
     cg_deadline = None if deadline is None else begin + cg_share * (deadline - begin)
-    pi, root, master, iters, support = lagrangian_multipliers(problem, lam0, incumbent, cg_step, cg_deadline)
+    pi, root, master, iters, support = lagrangian_multipliers(problem, lam0, [incumbent], cg_step, cg_deadline)
     for pseudo in support[:REPAIRS]:  # the master's schedules, made real, as incumbents
         candidate = repair(problem, pseudo)
         if g_value(*g_core(problem, candidate)) > g_value(*g_core(problem, incumbent)) * (1 + 1e-12):
             incumbent = candidate
-    lam0 = g_value(*g_core(problem, incumbent))  # any multipliers are valid at any lambda
+    candidates = [pi]
+    if g_value(*g_core(problem, incumbent)) > lam0:  # multipliers for the new lambda too (any are valid)
+        lam0 = g_value(*g_core(problem, incumbent))
+        again = lagrangian_multipliers(problem, lam0, [incumbent, *support], cg_step, cg_deadline)
+        candidates.append(again[0])
+        master, iters = again[2], iters + again[3]
     cg_wall = time.perf_counter() - begin
     tick = time.perf_counter()
     suffix = SuffixBound(problem, lam0, step)
+    bounds = [suffix.solve(candidate) for candidate in candidates]
+    # time kept for the bisection of the final bound: BISECTIONS programmes like the ones just built
+    reserve = BISECTIONS * (time.perf_counter() - tick) / len(candidates)
+    pi = candidates[int(np.argmin(bounds))]
     root = suffix.solve(pi)
-    # time kept for the bisection of the final bound: BISECTIONS programmes like the one just built
-    reserve = BISECTIONS * (time.perf_counter() - tick)
     search = _Search(problem, suffix, incumbent, lam0 + max(root, 0.0) / t_lb)
     status, stack = search.run(None if deadline is None else deadline - reserve)
     info = {"root_bound": root, "master": master, "cg_iterations": iters, "cg_wall": cg_wall,
