@@ -193,7 +193,6 @@ def relaxation_search(
     parent: dict[Node, Node | None] = {start: None}
     queue = [(graph.estimate(*start), 0, start)]
     best = 0
-    popped = 0
 
     def stop(edges: int) -> bool:
         over = time_limit is not None and time.perf_counter() - t0 > time_limit
@@ -211,19 +210,20 @@ def relaxation_search(
                                     schedule=_schedule(instance, path[::-1]))
         if g > cost[node]:
             continue  # a stale entry: the node was queued again at a lower cost
-        popped += 1
         try:
-            if (popped % 256 == 0 and stop(0)) or len(cost) > max_nodes:
+            if stop(0):
                 raise _Stopped
             out = graph.edges(*node, stop)
+            for k, (nxt, step) in enumerate(out):
+                if not (k + 1) % 1024 and stop(0):  # a node's children each cost an estimate
+                    raise _Stopped
+                g2 = g + step
+                if g2 < cost.get(nxt, g2 + 1):
+                    cost[nxt] = g2
+                    parent[nxt] = node
+                    heapq.heappush(queue, (g2 + graph.estimate(*nxt), g2, nxt))
         except _Stopped:
             return RelaxationResult(work + best * UNIT, None, "UNKNOWN", time.process_time() - cpu)
-        for nxt, step in out:
-            g2 = g + step
-            if g2 < cost.get(nxt, g2 + 1):
-                cost[nxt] = g2
-                parent[nxt] = node
-                heapq.heappush(queue, (g2 + graph.estimate(*nxt), g2, nxt))
     return RelaxationResult(math.inf, None, "INFEASIBLE", time.process_time() - cpu)
 
 
