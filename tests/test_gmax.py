@@ -648,3 +648,37 @@ def test_search_from_the_worst_incumbent_finds_the_optimum(seed):
         status, _ = search.run(None)
         assert status == "optimal"
         assert search.lam == pytest.approx(g_ex, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_search_children_bound_every_completion(seed):
+    """Each child of the search's root (a first batch, gmax/lagrange.py ``_Search.children``) carries
+    a bound at least the best n - lambda_0 t of the schedules that start with that batch, and a first
+    batch it leaves out has none above EPS (brute force over ordered set partitions; coarse and fine
+    grids, random multipliers). The search-only test cannot see a bound that is too small where the
+    optimum is not cut off (a suffix value read one grid cell late)."""
+    from optsched.problems.gmax.lagrange import EPS, SuffixBound, _Search
+
+    p = small_instance(seed)
+    rng = np.random.default_rng(seed)
+    schedules = list(ordered_partitions(p))
+    incumbent = min(schedules, key=lambda s: g_value(*g_core(p, s)))
+    lam0 = max(g_value(*g_core(p, incumbent)), 1e-3)
+    best: dict[frozenset, float] = {}
+    for s in schedules:
+        n, t = g_core(p, s)
+        key = frozenset(s[0])
+        best[key] = max(best.get(key, -math.inf), n - lam0 * t)
+    for step in (0.005, 0.2, 1.0):
+        suffix = SuffixBound(p, lam0, step)
+        suffix.solve(rng.normal(0.0, 0.5, p.n_requests))
+        search = _Search(p, suffix, incumbent, math.inf)
+        search.lam = lam0  # bounds at lambda_0 itself (no adjustment)
+        emin = float(search.emin.sum())
+        root = (0.0, emin, (1 << p.n_requests) - 1, 0, 0.0, 0, 0.0, float(suffix.pi.sum()), emin, None)
+        kids = {frozenset(kid[9][0]): kid[0] for kid in search.children(root)}
+        for first, value in best.items():
+            if first in kids:
+                assert kids[first] >= value - 1e-9, (step, sorted(first))
+            else:
+                assert value <= EPS + 1e-9, (step, sorted(first))
