@@ -453,9 +453,10 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     bins = options.get("bins")
     if bins is not None and (isinstance(bins, bool) or not isinstance(bins, int) or bins < 1):
         raise InstanceError(f"option 'bins': must be an integer >= 1, got {bins!r}")
-    policy = options.get("warm_start")
-    if policy is not None and policy not in POLICY_CONFIGS:
-        raise InstanceError(f"option 'warm_start': unknown hybrid policy {policy!r} (known: {', '.join(POLICY_CONFIGS)})")
+    warm_policy = options.get("warm_start")
+    if warm_policy is not None and warm_policy not in POLICY_CONFIGS:
+        raise InstanceError(f"option 'warm_start': unknown hybrid policy {warm_policy!r} (known: {', '.join(POLICY_CONFIGS)})")
+    policy = warm_policy or FALLBACK_POLICY
     unsupported = kv_or_budget_issue(instance, tm)
     if unsupported:
         return SolveResult(problem, solver, "unsupported", extra={"message": unsupported})
@@ -465,10 +466,9 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         return SolveResult(problem, solver, "unsupported", extra={"message": str(exc)})
     except DeadlinePassed:
         model = None
-    warm = None
-    if model is not None and options.get("warm_start"):
-        warm = warm_start_values(model, instance, simulate_policy(instance, options["warm_start"]))
     built = time.perf_counter() - start
+    fallback = simulate_policy(instance, policy)  # the warm start, and the result when better than the MIP's
+    warm = warm_start_values(model, instance, fallback) if model is not None and warm_policy else None
     solve_by = solver_deadline(deadline, built)
     status, mip_value, mip_bound = "time_limit", None, None
     mip_status = "not built within the time limit"
@@ -497,15 +497,14 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         "mip_bound": mip_bound,
         "strict_bound": strict,
         "build_time": built,
-        "warm_start": options.get("warm_start") if warm is not None else None,
+        "warm_start": warm_policy if warm is not None else None,
     }
-    policy = options.get("warm_start") or FALLBACK_POLICY
+    fallback_value, fallback_rep = replayed_objective(instance, fallback, "makespan")
     if mip_value is None or model is None:
         why = (f"the MIP over K = {model.bins} stages has no solution" if status == "infeasible"
                else "no MIP solution within the time limit")
-        schedule = simulate_policy(instance, policy)
         extra["incumbent"] = f"{why}; schedule of policy {policy!r}"
-        value, rep = replayed_objective(instance, schedule, "makespan")
+        schedule, value, rep = fallback, fallback_value, fallback_rep
     else:
         schedule = stages_to_schedule(instance, extract_stages(model, instance), {"solver": solver, "problem": problem, **extra})
         value, rep = replayed_objective(instance, schedule, "makespan")
@@ -516,11 +515,9 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
                 check_agreement(mip_value, value, "hybrid MIP (contract time model)")
         # a stopped MIP's incumbent, or the optimum of a restricted model (paper time model, K < I
         # bins), may be worse than the policy's schedule: the better one is the result
-        other = simulate_policy(instance, policy)
-        other_value, other_rep = replayed_objective(instance, other, "makespan")
-        if other_value < value:
+        if fallback_value < value:
             extra["incumbent"] = f"the MIP's schedule ({value:.9g} s) is worse than policy {policy!r}'s; schedule of {policy!r}"
-            schedule, value, rep = other, other_value, other_rep
+            schedule, value, rep = fallback, fallback_value, fallback_rep
     proven = value <= bound * (1 + 1e-6) + 1e-9
     final = "optimal" if proven else ("time_limit" if status == "time_limit" else "feasible")
     return SolveResult(problem, solver, final, value, min(bound, value), time.perf_counter() - start, schedule,

@@ -356,7 +356,8 @@ def mip_pcmax(p: Sequence[int], m: int, solver: str, time_limit: float, lower: i
     """
     import pulp
 
-    deadline = time.perf_counter() + time_limit
+    start = time.perf_counter()
+    deadline = start + time_limit
     stopped = Assignment((), -1, lower, "time_limit", f"mip-{solver}")
     n = len(p)
     order = sorted(range(n), key=lambda i: (-p[i], i))
@@ -377,7 +378,7 @@ def mip_pcmax(p: Sequence[int], m: int, solver: str, time_limit: float, lower: i
         if passed(deadline):
             return stopped
         prob += pulp.lpSum(p[i] * x[i, j] for i in range(n) if (i, j) in x) <= cmax
-    solve_by = solver_deadline(deadline, time_limit - seconds_left(deadline))
+    solve_by = solver_deadline(deadline, time.perf_counter() - start)
     if passed(solve_by):
         return stopped
     prob.solve(pulp_solver(solver, time_limit=seconds_left(solve_by), threads=threads))
