@@ -547,11 +547,11 @@ def serial_completion(instance: Instance, prefix: Schedule) -> Schedule:
     state = replay(instance, prefix)
     lim = instance.limits
     chunk_cap = min(lim.token_budget, lim.prefill_budget)
-    left = [(r, g) for r, g in zip(instance.requests, state.generated) if g < r.output_tokens]
-    holders = tuple(r.id for r, _ in left if state.kv_held[instance.index(r.id)] > 0)
-    latest = max((r.arrival for r, _ in left), default=0.0)
+    left = [(r, g, kv) for r, g, kv in zip(instance.requests, state.generated, state.kv_held) if g < r.output_tokens]
+    holders = tuple(r.id for r, _, kv in left if kv > 0)
+    latest = max((r.arrival for r, _, _ in left), default=0.0)
     tail: list[Batch] = [Batch((), holders)] if holders else []
-    for r, g in left:
+    for r, g, _ in left:
         refill = r.prompt_tokens + g
         while refill > 0:
             tail.append(Batch((Item(r.id, min(refill, chunk_cap)),)))
