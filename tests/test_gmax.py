@@ -607,10 +607,11 @@ def test_grid_value_is_the_programmes_value(seed):
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_search_on_time_table_is_on_time(seed):
-    """The search's vectorised on-time table (gmax/lagrange.py, _Search.on_time) is on_time of every
-    request and size, at random starts and at starts exactly on a request's deadline."""
-    from optsched.problems.gmax.lagrange import SuffixBound, _Search, latest_starts, on_time
+def test_search_on_time_is_on_time(seed):
+    """The compiled search's on-time test (gmax/lagrange.py, ``_on_time`` on ``_Search.tables``) is
+    on_time for every request and size, at random starts and at starts exactly on a request's
+    deadline."""
+    from optsched.problems.gmax.lagrange import SuffixBound, _on_time, _Search, latest_starts, on_time
 
     p = small_instance(seed)
     rng = np.random.default_rng(seed)
@@ -618,10 +619,9 @@ def test_search_on_time_table_is_on_time(seed):
     sigma = latest_starts(p)
     starts = [*rng.uniform(0.0, 15.0, 20), *sigma[np.isfinite(sigma)].ravel()]
     for start in starts:
-        table = search.on_time(float(start))
         for j in range(p.n_requests):
             for s in range(1, p.max_batch_size + 1):
-                assert table[j, s - 1] == on_time(p, j, float(start), s)
+                assert _on_time(search.tables, j, float(start), s) == on_time(p, j, float(start), s)
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -675,10 +675,175 @@ def test_search_children_bound_every_completion(seed):
         search = _Search(p, suffix, incumbent, math.inf)
         search.lam = lam0  # bounds at lambda_0 itself (no adjustment)
         emin = float(search.emin.sum())
-        root = (0.0, emin, (1 << p.n_requests) - 1, 0, 0.0, 0, 0.0, float(suffix.pi.sum()), emin, None)
+        root = (0.0, emin, (1 << p.n_requests) - 1, 0, 0.0, 0, 0.0, float(suffix.pi.sum()), emin, None, 0.0)
         kids = {frozenset(kid[9][0]): kid[0] for kid in search.children(root)}
         for first, value in best.items():
             if first in kids:
                 assert kids[first] >= value - 1e-9, (step, sorted(first))
             else:
                 assert value <= EPS + 1e-9, (step, sorted(first))
+
+
+def _prefix_node(p: GmaxProblem, prefix: list[list[int]], pi: np.ndarray, emin: np.ndarray) -> tuple:
+    """The search's node (gmax/lagrange.py, ``_Search``) after the batches of ``prefix``: its
+    on-time count, its part of t, the positions filled, the next start and the last batch's start."""
+    from optsched.problems.gmax.lagrange import on_time
+
+    e, nreq = p.times.exec, p.n_requests
+    n = t = start = last_start = 0.0
+    q, rest = 0, (1 << nreq) - 1
+    for batch in prefix:
+        s = len(batch)
+        dur = max(e[j, s - 1] for j in batch)
+        q += s
+        n += sum(on_time(p, j, start, s) for j in batch)
+        t += sum(e[j, s - 1] for j in batch) + (nreq - q) * dur
+        rest &= ~sum(1 << j for j in batch)
+        last_start, start = start, start + dur
+    left = [j for j in range(nreq) if rest >> j & 1]
+    return (0.0, t + emin[left].sum(), rest, q, start, n, t, float(pi[left].sum()), float(emin[left].sum()),
+            None if not prefix else (prefix[-1], None), last_start)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_search_restricted_bound_bounds_every_completion(seed):
+    """The bound over the remaining requests only (gmax/lagrange.py, ``SuffixBound.restricted``, which
+    the search applies to every node it expands) is at least the best n - lambda t of the schedules
+    that complete the node, for prefixes of one and two batches (brute force over ordered set
+    partitions; three grids, random multipliers)."""
+    from optsched.problems.gmax.lagrange import SuffixBound
+
+    p = small_instance(seed)
+    rng = np.random.default_rng(seed)
+    schedules = list(ordered_partitions(p))
+    lam = max(float(np.median([g_value(*g_core(p, s)) for s in schedules])), 1e-3)
+    emin = p.times.exec.min(axis=1)
+    best: dict[tuple, float] = {}
+    for s in schedules:
+        n, t = g_core(p, s)
+        for k in (1, 2):
+            if len(s) > k:
+                key = tuple(tuple(b) for b in s[:k])
+                best[key] = max(best.get(key, -math.inf), n - lam * t)
+    for step in (0.005, 0.4, 1.0):
+        suffix = SuffixBound(p, lam, step)
+        suffix.pi = rng.normal(0.0, 0.5, p.n_requests)
+        for key, value in best.items():
+            node = _prefix_node(p, [list(b) for b in key], suffix.pi, emin)
+            member = np.array([node[2] >> j & 1 for j in range(p.n_requests)], dtype=np.uint8)
+            bound = node[5] - lam * node[6] + node[7] + suffix.restricted(member, node[3], node[4])
+            assert bound >= value - 1e-9, (step, key)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_search_second_batches_lose_nothing(seed):
+    """After a first batch B1, every second batch B that the search's children (gmax/lagrange.py,
+    ``_Search.children``, with the swap rule) leave out starts no schedule better than EPS or better
+    than the best schedule starting with B and then B1; and every child's bound is at least the
+    best n - lambda t of the schedules below it (brute force over ordered set partitions)."""
+    from optsched.problems.gmax.lagrange import EPS, SuffixBound, _Search
+
+    p = small_instance(seed)
+    rng = np.random.default_rng(seed)
+    schedules = list(ordered_partitions(p))
+    lam = max(float(np.median([g_value(*g_core(p, s)) for s in schedules])), 1e-3)
+    best: dict[tuple, float] = {}
+    for s in schedules:
+        if len(s) > 1:
+            n, t = g_core(p, s)
+            key = (frozenset(s[0]), frozenset(s[1]))
+            best[key] = max(best.get(key, -math.inf), n - lam * t)
+    firsts = {key[0] for key in best}
+    for step in (0.005, 0.4):
+        suffix = SuffixBound(p, lam, step)
+        suffix.solve(rng.normal(0.0, 0.5, p.n_requests))
+        search = _Search(p, suffix, schedules[0], math.inf)
+        search.lam = lam  # bounds at lambda_0 itself (no adjustment)
+        for first in firsts:
+            node = _prefix_node(p, [sorted(first)], suffix.pi, search.emin)
+            kids = {frozenset(kid[9][0]): kid[0] for kid in search.children(node)}
+            for (b1, b2), value in best.items():
+                if b1 != first:
+                    continue
+                if b2 in kids:
+                    assert kids[b2] >= value - 1e-9, (step, sorted(b1), sorted(b2))
+                else:
+                    assert value <= max(EPS, best.get((b2, b1), -math.inf)) + 1e-9, (step, sorted(b1), sorted(b2))
+
+
+def _pseudo_schedule_values(suffix, rest: list[int], q: int, cell: int) -> list[float]:
+    """Brute force: the grid value (gmax/lagrange.py module docstring) of every pseudo-schedule of
+    the requests ``rest`` (batches of distinct requests, a request in any number of batches) filling
+    the positions after q from grid cell ``cell``."""
+    from itertools import combinations
+
+    nreq, bmax = suffix.problem.n_requests, suffix.problem.max_batch_size
+    out = []
+
+    def walk(q: int, g: int, acc: float) -> None:
+        if q == nreq:
+            out.append(acc)
+            return
+        for s in range(1, min(bmax, nreq - q) + 1):
+            for batch in combinations(rest, s):
+                rows = suffix.rank[s - 1][list(batch)]
+                lead = int(rows.max())
+                value = float((suffix.ontime[s - 1][rows, g] - suffix.lam * suffix.dur[s - 1][rows]
+                               - suffix.pi[list(batch)]).sum())
+                value -= suffix.lam * (nreq - q - s) * suffix.dur[s - 1][lead]
+                step = int(suffix.steps(suffix.dur[s - 1][lead : lead + 1])[0])
+                walk(q + s, min(g + step, suffix.cells - 1), acc + value)
+
+    walk(q, cell, 0.0)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_search_restricted_bound_is_the_best_pseudo_schedule(seed):
+    """The bound over the remaining requests (``SuffixBound.restricted``) is exactly the best grid
+    value of the pseudo-schedules of those requests from the node's cell (brute force; nodes with at
+    most four requests left, three grids, random multipliers), so it reads no cell too late."""
+    from optsched.problems.gmax.lagrange import SuffixBound
+
+    p = small_instance(seed)
+    rng = np.random.default_rng(seed)
+    nodes = {tuple(tuple(b) for b in s[:k]) for s in ordered_partitions(p) for k in (1, 2, 3)
+             if k < len(s) and p.n_requests - sum(len(b) for b in s[:k]) <= 4}
+    lam = 0.05 + 0.1 * rng.random()
+    for step in (0.005, 0.4, 1.0):
+        suffix = SuffixBound(p, lam, step)
+        suffix.pi = rng.normal(0.0, 0.5, p.n_requests)
+        for key in sorted(nodes)[:40]:
+            node = _prefix_node(p, [list(b) for b in key], suffix.pi, p.times.exec.min(axis=1))
+            rest = [j for j in range(p.n_requests) if node[2] >> j & 1]
+            member = np.array([node[2] >> j & 1 for j in range(p.n_requests)], dtype=np.uint8)
+            brute = max(_pseudo_schedule_values(suffix, rest, node[3], suffix.cell(node[4])))
+            assert suffix.restricted(member, node[3], node[4]) == pytest.approx(brute, abs=1e-9), (step, key)
+
+
+def test_local_search_stops_inside_an_ascent_step_at_its_deadline(monkeypatch):
+    """One ascent step of ``local_search`` evaluates O(N^2) neighbours (1.7 s at N = 70); once its
+    deadline has passed it evaluates at most ``DEADLINE_EVERY`` more (the exact solver polishes its
+    incumbents with it inside the time limit)."""
+    from optsched.problems.gmax import sa
+
+    p = GmaxProblem.from_instance(parse_instance(random_gmax_instance(40, 0, max_batch_size=4)))
+    start = sa.chunked(p, range(p.n_requests))
+    checks, evaluations = [], []
+    monkeypatch.setattr(sa, "passed", lambda deadline: checks.append(deadline) or len(checks) > 1)
+    monkeypatch.setattr(sa, "g_core", lambda problem, batches: evaluations.append(1) or g_core(problem, batches))
+    out = sa.local_search(p, start, deadline=1.0)
+    assert 1 < len(evaluations) <= 1 + sa.DEADLINE_EVERY
+    assert sorted(j for b in out for j in b) == list(range(p.n_requests))
+
+
+def test_bnb_with_no_time_left_builds_nothing_and_claims_no_bound():
+    """branch_and_bound called after its deadline returns its incumbent, ``time_limit`` and an
+    infinite bound without building a programme (solve_exact then reports its solver-free bound)."""
+    from optsched.problems.gmax.lagrange import branch_and_bound
+
+    p = GmaxProblem.from_instance(parse_instance(random_gmax_instance(12, 0, max_batch_size=4)))
+    incumbent = [[j] for j in range(p.n_requests)]
+    res = branch_and_bound(p, incumbent, time.perf_counter() - 1.0, 1.0)
+    assert (res.status, res.batches, res.bound) == ("time_limit", incumbent, math.inf)
+    assert res.G == g_value(*g_core(p, incumbent)) and "root_bound" not in res.info

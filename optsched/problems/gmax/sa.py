@@ -68,6 +68,9 @@ class SAResult:
     early_exit: bool
 
 
+#: :func:`local_search` checks its deadline every this many neighbours.
+DEADLINE_EVERY = 64
+
 def chunked(problem: GmaxProblem, order: Sequence[int]) -> list[list[int]]:
     """Cut an order into consecutive batches of :math:`B_{max}`, closing a batch early when the
     next request would exceed the memory capacity (digest D8)."""
@@ -197,21 +200,23 @@ def _neighbours(problem: GmaxProblem, cur: list[list[int]]):
 
 def local_search(problem: GmaxProblem, batches: list[list[int]], deadline: float | None = None) -> list[list[int]]:
     """Steepest-ascent hill climbing of G from ``batches`` over :func:`_neighbours` (a polishing
-    step for the exact solver's first incumbent; not part of the paper's algorithm). No new
-    ascent step starts after ``deadline`` (a ``time.perf_counter()`` value)."""
+    step for the exact solver's first incumbent; not part of the paper's algorithm). After
+    ``deadline`` (a ``time.perf_counter()`` value) it stops within ``DEADLINE_EVERY`` neighbours and
+    returns the best schedule seen (one ascent step evaluates O(N^2) neighbours: 1.7 s at N = 70)."""
     cur = [list(b) for b in batches]
     n, t = g_core(problem, cur)
     best = g_value(n, t)
-    while not passed(deadline):
+    while True:
         top, top_g = None, best
-        for cand in _neighbours(problem, cur):
+        for count, cand in enumerate(_neighbours(problem, cur)):
+            if count % DEADLINE_EVERY == 0 and passed(deadline):
+                return cur if top is None else top
             g = g_value(*g_core(problem, cand))
             if g > top_g * (1 + 1e-12):
                 top, top_g = cand, g
         if top is None:
             return cur
         cur, best = top, top_g
-    return cur
 
 
 def iterated_local_search(
