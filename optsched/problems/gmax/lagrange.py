@@ -654,12 +654,14 @@ def _cell(start, step, cells):  # pragma: no cover - compiled
 def _node_children(tables, value, step, member, last, last_start, q, start, n_acc, t_acc, pisum, emin_sum,
                    lam0, delta):  # pragma: no cover - compiled
     """The children of a node (``_Search.children``): per batch size s, the remaining rows in size
-    order, their member values u, and every batch of a leader and s - 1 rows before it (chosen like
-    ``_subsets_above`` among the predecessors sorted by (-u, request)) whose bound exceeds EPS and
-    which fits the capacity; leaders that the swap rule settles are skipped. Returns (members padded
+    order, their member values u, and every batch of a leader and s - 1 rows before it whose bound
+    exceeds EPS and which fits the capacity. The s - 1 rows are enumerated in lexicographic order of
+    the predecessors sorted by (-u, request), a level stopping at the first head whose sum with the
+    next rows cannot beat what is left of the threshold (later heads are no larger); leaders that
+    the swap rule settles are skipped. Returns (members padded
     with -1, sizes, rows of (bound, tmin, start, n, t, pisum, emin_sum)) plus a last row whose first
     field counts the skipped leaders."""
-    order, exec_, _, _, _, _, _, pi, emin, need, capacity = tables
+    order, exec_, prefill, e2e, slo_e2e, slo_ttft, _, pi, emin, need, capacity = tables
     nreq, bmax = exec_.shape
     cells = value.shape[1]
     # swap rule: the node's last batch (size sk, duration dk, start last_start)
@@ -673,10 +675,10 @@ def _node_children(tables, value, step, member, last, last_start, q, start, n_ac
         if j >= 0:
             dk = max(dk, exec_[j, sk - 1])
             if _on_time(tables, j, last_start, sk):
-                if tables[3][j]:
-                    own, slo = exec_[j, sk - 1], tables[4][j]
+                if e2e[j]:
+                    own, slo = exec_[j, sk - 1], slo_e2e[j]
                 else:
-                    own, slo = tables[2][j, sk - 1], tables[5][j]
+                    own, slo = prefill[j, sk - 1], slo_ttft[j]
                 delay = min(delay, (slo - own - last_start) - SWAP_MARGIN)
     left_total = 0
     for j in range(nreq):
