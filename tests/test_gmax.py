@@ -847,3 +847,16 @@ def test_bnb_with_no_time_left_builds_nothing_and_claims_no_bound():
     res = branch_and_bound(p, incumbent, time.perf_counter() - 1.0, 1.0)
     assert (res.status, res.batches, res.bound) == ("time_limit", incumbent, math.inf)
     assert res.G == g_value(*g_core(p, incumbent)) and "root_bound" not in res.info
+
+
+def test_search_kernels_are_compiled_once_at_import():
+    """The compiled kernels of the search (gmax/lagrange.py) are compiled at import with the argument
+    types a solve uses: after an exact solve with a memory capacity and one without, each still has
+    exactly one signature (a second would be compiled inside the solve's time limit)."""
+    from optsched.problems.gmax import lagrange
+
+    for seed in (0, 1):  # small_instance(0) has a memory capacity, small_instance(1) none
+        p = small_instance(seed)
+        solve_exact(p, make_backend(p, "highs"), "bnb", time_limit=30)
+    for kernel in (lagrange._node_children, lagrange._restricted_value):  # the entry points of a solve
+        assert len(kernel.signatures) == 1, kernel

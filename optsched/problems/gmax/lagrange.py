@@ -278,7 +278,8 @@ class SuffixBound:
             self._packed = (np.stack(self.ontime), np.stack(self.dur), np.stack(self.order).astype(np.int64),
                             np.stack(self.shift).astype(np.int64))
         ontime, dur, order, shift = self._packed
-        return float(_restricted_value(ontime, dur, order, shift, self.pi, member, self.lam, q, self.cell(start)))
+        return float(_restricted_value(ontime, dur, order, shift, np.asarray(self.pi, float), member, float(self.lam),
+                                       int(q), int(self.cell(start))))
 
     def totals(self, q: int, s: int, cell: int | None = None) -> np.ndarray:
         """``[row, g]`` (or ``[row]`` at one cell): the value of a size-s batch led by that row at
@@ -473,9 +474,10 @@ class _Search:
         last = np.full(self.p.max_batch_size, -1, dtype=np.int64)
         if sched is not None:
             last[: len(sched[0])] = sched[0]
-        members, sizes, fields = _node_children(
-            self.tables, self.v.value, self.v.step, self.member(rest), last, last_start,
-            q, start, n_acc, t_acc, pisum, emin_sum, self.lam0, self.lam - self.lam0)
+        members, sizes, fields = _node_children(  # scalars cast: one compiled signature
+            self.tables, self.v.value, float(self.v.step), self.member(rest), last, float(last_start), int(q),
+            float(start), float(n_acc), float(t_acc), float(pisum), float(emin_sum), float(self.lam0),
+            float(self.lam - self.lam0))
         self.swapped += int(fields[-1, 0])
         out = []
         for batch, size, (ub, tmin, child_start, child_n, child_t, child_pi, child_emin) in zip(
@@ -795,3 +797,24 @@ def _node_children(tables, value, step, member, last, last_start, q, start, n_ac
             npred += 1
     fields[count, 0] = skipped
     return members[:count], sizes[:count], fields[: count + 1]
+
+
+def _compile_kernels() -> None:
+    """Compile (or load from numba's cache) the search's kernels with the argument types every
+    search uses, by expanding a node of a 3-request problem and bounding its remaining requests.
+    Run at import, so that a solve's time limit never pays the compilation (about 10 s on an empty
+    cache, a fraction of a second from the cache)."""
+    from ...instance import parse_instance
+    from .generate import random_gmax_instance
+
+    problem = GmaxProblem.from_instance(parse_instance(random_gmax_instance(3, 0)))
+    suffix = SuffixBound(problem, 0.01, 0.5)
+    suffix.solve(np.zeros(problem.n_requests))
+    search = _Search(problem, suffix, [[j] for j in range(problem.n_requests)], 1.0)
+    full = (1 << problem.n_requests) - 1
+    for child in search.children((0.0, 0.0, full, 0, 0.0, 0, 0.0, 0.0, 0.0, None, 0.0)):
+        search.children(child)
+        search.remaining_bound.restricted(search.member(child[2]), child[3], child[4])
+
+
+_compile_kernels()
