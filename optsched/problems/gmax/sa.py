@@ -71,6 +71,7 @@ class SAResult:
 #: :func:`local_search` checks its deadline every this many neighbours.
 DEADLINE_EVERY = 64
 
+
 def chunked(problem: GmaxProblem, order: Sequence[int]) -> list[list[int]]:
     """Cut an order into consecutive batches of :math:`B_{max}`, closing a batch early when the
     next request would exceed the memory capacity (digest D8)."""
