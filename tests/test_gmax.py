@@ -858,5 +858,5 @@ def test_search_kernels_are_compiled_once_at_import():
     for seed in (0, 1):  # small_instance(0) has a memory capacity, small_instance(1) none
         p = small_instance(seed)
         solve_exact(p, make_backend(p, "highs"), "bnb", time_limit=30)
-    for kernel in (lagrange._node_children, lagrange._restricted_value):  # the entry points of a solve
+    for kernel in (lagrange._node_children, lagrange._programme):  # the entry points of a solve
         assert len(kernel.signatures) == 1, kernel

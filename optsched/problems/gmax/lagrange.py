@@ -224,21 +224,6 @@ class SuffixBound:
         o = self.order[s - 1]
         return self.ontime[s - 1] - (self.lam * self.dur[s - 1] + self.pi[o])[:, None]
 
-    def best_batches(self, s: int) -> np.ndarray:
-        """``[row, g]``: the best batch value of size s led by that row (its s - 1 best predecessors)."""
-        vals = self.member_values(s)
-        top = np.full((max(s - 1, 1), self.cells), -np.inf)
-        out = np.empty_like(vals)
-        for row in range(vals.shape[0]):
-            out[row] = vals[row] + (top.sum(axis=0) if s > 1 else 0.0)
-            if s > 1:
-                cur = vals[row].copy()
-                for k in range(s - 1):  # insert into the running top s-1 (descending)
-                    hi = np.maximum(top[k], cur)
-                    cur = np.minimum(top[k], cur)
-                    top[k] = hi
-        return out
-
     def grid_value(self, batches: list[list[int]]) -> tuple[float, np.ndarray]:
         r"""(value, occurrence counts :math:`a`) of a pseudo-schedule as the programme counts it: each
         batch starts at its grid cell (the previous cell advanced by :math:`\lfloor D / h \rfloor`),
@@ -259,27 +244,23 @@ class SuffixBound:
 
     def solve(self, pi: np.ndarray) -> float:
         r"""Compute :math:`V_h` for :math:`\pi`; returns the root bound :math:`\sum \pi + V_h(0, 0)`."""
-        p = self.problem
-        nreq, bmax = p.n_requests, p.max_batch_size
         self.pi = np.asarray(pi, float)
-        self.batch = [self.best_batches(s) for s in range(1, bmax + 1)]
-        self.value = value = np.full((nreq + 1, self.cells), -np.inf)
-        value[nreq] = 0.0
-        for q in range(nreq - 1, -1, -1):
-            for s in range(1, min(bmax, nreq - q) + 1):
-                np.maximum(value[q], self.totals(q, s).max(axis=0), out=value[q])
-        return float(self.pi.sum() + value[0, 0])
+        best, self.value = self._programme(np.ones(self.problem.n_requests, dtype=np.uint8), 0, 0)
+        self.batch = list(best)
+        return float(self.pi.sum() + self.value[0, 0])
 
     def restricted(self, member: np.ndarray, q: int, start: float) -> float:
         r""":math:`V_h(q, \lfloor S / h \rfloor)` over pseudo-schedules of the remaining requests only
         (``member``: 0/1 per request): at most the programme's value, and still a bound of every
         completion."""
+        return float(self._programme(member, int(q), int(self.cell(start)))[1][0, 0])
+
+    def _programme(self, member: np.ndarray, q: int, cell: int) -> tuple[np.ndarray, np.ndarray]:
+        r""":func:`_programme` on this grid and :math:`\pi` (the size tables stacked once)."""
         if self._packed is None:
             self._packed = (np.stack(self.ontime), np.stack(self.dur), np.stack(self.order).astype(np.int64),
                             np.stack(self.shift).astype(np.int64))
-        ontime, dur, order, shift = self._packed
-        return float(_restricted_value(ontime, dur, order, shift, np.asarray(self.pi, float), member, float(self.lam),
-                                       int(q), int(self.cell(start))))
+        return _programme(*self._packed, self.pi, member, float(self.lam), q, cell)
 
     def totals(self, q: int, s: int, cell: int | None = None) -> np.ndarray:
         """``[row, g]`` (or ``[row]`` at one cell): the value of a size-s batch led by that row at
@@ -595,7 +576,13 @@ def branch_and_bound(
 
 
 @njit(cache=True)
-def _restricted_value(ontime, dur, order, shift, pi, member, lam, q, cell0):  # pragma: no cover - compiled
+def _programme(ontime, dur, order, shift, pi, member, lam, q, cell0):  # pragma: no cover - compiled
+    """The grid programme :math:`V_h` (module docstring) over pseudo-schedules of the requests with
+    ``member`` 1, for the positions after q and the cells from ``cell0`` on. Returns (``[s-1, row,
+    g]`` the best batch value of size s led by that row, its s - 1 best predecessors among the
+    members; ``[k, g]`` the value after q + k positions), rows and cells counted from the first
+    member and ``cell0``; with every request a member, q = 0 and cell0 = 0 these are the tables of
+    :meth:`SuffixBound.solve`."""
     nsize, nreq, cells = ontime.shape
     width = cells - cell0
     left = nreq - q
@@ -634,7 +621,7 @@ def _restricted_value(ontime, dur, order, shift, pi, member, lam, q, cell0):  # 
                     cand = best[si, r, g] - w + value[k + s, rowshift[si, r, g]]
                     if cand > value[k, g]:
                         value[k, g] = cand
-    return value[0, 0]
+    return best, value
 
 
 @njit(cache=True)
