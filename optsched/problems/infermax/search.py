@@ -35,26 +35,32 @@ the symmetry rows and the horizon J of :mod:`.relax` are dropped, which only low
 
 A* needs an admissible estimate :math:`h` of the cost from a node. With :math:`r_i = O_i - G_i`
 tokens left, every path from :math:`(G, R)` has at least :math:`b` batches, :math:`f` of them with a
-fill and :math:`\max(0, \max_i r_i - f)` with a decode, where
+fill, where
 
 - :math:`b \ge \max_i r_i` (one token per batch per request), :math:`b \ge \lceil \sum_i \sum_{k =
   G_i + 1}^{O_i} (I_i + k - 1) / M \rceil` (the batch generating token k of request i holds its
   :math:`I_i + k - 1` KV, X3), :math:`b \ge \lceil \sum_i r_i / \min(C, R_{max}) \rceil`, :math:`b \ge f`;
 - :math:`f \ge f_0 = \lceil \sum_{i \notin R,\ r_i > 0} (I_i + G_i) / M \rceil`: a non-resident
   generates next by a fill holding :math:`I_i + G_i` KV, within M per batch;
-- request i's :math:`r_i` tokens come in distinct batches, each a fill or a decode.
+- every edge generates a token, so an edge without a fill has decodes and costs at least
+  :math:`k_b + \min(k_{db}, k_{pb})` (:math:`\delta`, with :math:`\rho \ge 0`); an edge with a fill
+  costs at least :math:`k_b + k_{pb}`.
 
-The phase biases :math:`k_{pb} f + k_{db} \max(0, r - f)` (:math:`r = \max_i r_i`) are piecewise linear in
-f, so their least value over :math:`f \ge f_0` is at :math:`f_0` or at :math:`\max(f_0, r)`, and
-:math:`h = k_b b + ` that least value (refills :math:`\ge 0`). A* with an admissible h and
+So a path costs at least :math:`k_b b + k_{pb} f + \min(k_{db}, k_{pb}) (b - f)`, increasing in b
+and f (:math:`k_{pb} \ge \min(k_{db}, k_{pb})`), and :math:`h = k_b b + k_{pb} f_0 + \min(k_{db},
+k_{pb}) (b - f_0)` with b the largest of the counts above (:math:`b \ge f_0`). (Before session 8 the
+phase term was :math:`\min(k_{pb} f_0 + k_{db} \max(0, r - f_0),\ k_{pb} \max(f_0, r))`,
+:math:`r = \max_i r_i`, which this dominates: :math:`b \ge r`.) A* with an admissible h and
 re-opening (a node whose cost improves is queued again) returns the shortest path when it takes
 the goal from the queue; before that, every value it takes from the queue is at most the shortest
 path's cost (the queue always holds a node of a shortest path with its least cost), so the largest
 such value is a proven bound when the search stops early (time or memory).
 
 Costs are integers (picoseconds, rounded down as in :mod:`.relax`): the bound never exceeds the
-true value. The shortest path, as a schedule (:func:`.relax.schedule_from_point`), is a candidate
-that replay judges.
+true value. The search is compiled with numba (:func:`_children`, :func:`_estimate`, :func:`_astar`,
+compiled at import): a node is a 62-bit key (:meth:`_Graph.key`); an instance whose nodes do not fit
+(N (bits of max O + 1) > 62) is not searched and gets the start's estimate as its bound. The shortest path, as a schedule
+(:func:`.relax.schedule_from_point`), is a candidate that replay judges.
 """
 
 from __future__ import annotations
@@ -62,7 +68,10 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from typing import Callable
+
+import numpy as np
+from numba import njit, types
+from numba.typed import Dict, List
 
 from ...bounds import request_work
 from ...instance import Instance
@@ -71,97 +80,217 @@ from .relax import UNIT, RelaxationResult, _floor, refill_line, schedule_from_po
 
 __all__ = ["MAX_NODES", "relaxation_search"]
 
-#: Nodes the search keeps at most (about 600 bytes each with their queue entries and parents).
-MAX_NODES = 2_000_000
+#: Nodes the search keeps at most (about 100 bytes each with their queue entries and parents).
+MAX_NODES = 20_000_000
+
+#: Seconds a call of the compiled loop should last at least (its expansion budget doubles until
+#: it does); the time limit is checked between calls.
+CALL_SECONDS = 0.02
+
+#: Bits of a node's key: N fields of ``bits`` bits (G_i) and N residency bits must fit.
+KEY_BITS = 62
 
 Node = tuple[tuple[int, ...], int]  # (G, residents as a bit set)
 
-
-class _Stopped(Exception):
-    """The search ran out of time or nodes while listing the edges of a node."""
+#: Kernel status codes of :func:`_astar`.
+_RUNNING, _GOAL, _EMPTY, _FULL = 0, 1, 2, 3
 
 
 class _Graph:
-    """The graph of the module docstring for one instance (integer picosecond costs)."""
+    """The graph of the module docstring for one instance: integer picosecond costs and the kernel
+    arguments; ``edges`` and ``estimate`` in tuple form (for tests and the path's schedule)."""
 
     def __init__(self, instance: Instance) -> None:
         k = Coefficients.from_cost_model(instance.cost_model)
         reqs = instance.requests
         lim = instance.limits
         self.N = len(reqs)
-        self.I = [r.prompt_tokens for r in reqs]
-        self.O = [r.output_tokens for r in reqs]
-        self.M = lim.kv_capacity
-        self.per_batch = min(lim.token_budget, lim.max_running or self.N or 1)
-        self.R_max = lim.max_running
-        self.k_b, self.k_pb, self.k_db = _floor(k.k_b), _floor(k.k_pb), _floor(k.k_db)
-        lines = [refill_line(k, I) for I in self.I]
-        self.rho = [[max(0, a + b * g) for g in range(O + 1)] for (a, b), O in zip(lines, self.O)]
+        self.I = np.array([r.prompt_tokens for r in reqs], dtype=np.int64)
+        self.O = np.array([r.output_tokens for r in reqs], dtype=np.int64)
+        self.bits = max(1, int(self.O.max(initial=0)).bit_length())
+        #: Whether a node fits a 62-bit key (else the search is not run).
+        self.encodable = self.N * (self.bits + 1) <= KEY_BITS
+        huge = np.iinfo(np.int64).max // 4
+        self.limits = np.array([huge if lim.kv_capacity is None else lim.kv_capacity,
+                                min(lim.token_budget, lim.max_running or self.N or 1),
+                                huge if lim.max_running is None else lim.max_running], dtype=np.int64)
+        k_b, k_pb, k_db = _floor(k.k_b), _floor(k.k_pb), _floor(k.k_db)
+        self.costs = np.array([k_b, k_pb, k_db, min(k_db, k_pb)], dtype=np.int64)
+        lines = [refill_line(k, int(I)) for I in self.I]
+        width = int(self.O.max(initial=0)) + 1
+        self.rho = np.zeros((self.N, width), dtype=np.int64)
+        for i, ((a, b), O) in enumerate(zip(lines, self.O)):
+            self.rho[i, : O + 1] = [max(0, a + b * g) for g in range(O + 1)]
+        self.goal = self.key(tuple(int(o) for o in self.O), 0)
+
+    def key(self, G: tuple[int, ...], res: int) -> int:
+        """The node's 62-bit key: G_i in bits [bits i, bits (i + 1)), the residents above."""
+        return sum(g << (self.bits * i) for i, g in enumerate(G)) | res << (self.bits * self.N)
+
+    def node(self, key: int) -> Node:
+        """Inverse of :meth:`key`."""
+        mask = (1 << self.bits) - 1
+        return tuple(key >> (self.bits * i) & mask for i in range(self.N)), key >> (self.bits * self.N)
 
     def estimate(self, G: tuple[int, ...], res: int) -> int:
         """Admissible h of the module docstring."""
-        r_max = area = left = entry = 0
-        waiting = False
-        for i in range(self.N):
-            r = self.O[i] - G[i]
-            if r == 0:
+        return int(_estimate(np.int64(self.key(G, res)), self.bits, self.I, self.O, self.limits, self.costs))
+
+    def edges(self, G: tuple[int, ...], res: int) -> list[tuple[Node, int]]:
+        """Every edge leaving (G, res): (next node, cost)."""
+        keys, steps = _new_lists()
+        _children(np.int64(self.key(G, res)), self.bits, self.I, self.O, self.limits, self.costs, self.rho,
+                  keys, steps)
+        return [(self.node(k), int(c)) for k, c in zip(keys, steps)]
+
+
+def _new_lists() -> tuple[List, List]:
+    """Empty typed lists for the children's keys and edge costs."""
+    return List.empty_list(types.int64), List.empty_list(types.int64)
+
+
+@njit(cache=True)
+def _estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray) -> int:
+    """Admissible h of the module docstring at the node ``key`` (:meth:`_Graph.key`).
+
+    ``limits`` = (M, least of C and R_max, R_max), ``costs`` = (k_b, k_pb, k_db, min(k_db, k_pb)).
+    """
+    N = I.shape[0]
+    mask = (1 << bits) - 1
+    res = key >> (bits * N)
+    M, per_batch = limits[0], limits[1]
+    r_max = area = left = entry = 0
+    waiting = False
+    for i in range(N):
+        g = (key >> (bits * i)) & mask
+        r = O[i] - g
+        if r == 0:
+            continue
+        r_max = max(r_max, r)
+        left += r
+        area += r * (I[i] + g) + r * (r - 1) // 2
+        if not (res >> i) & 1:
+            entry += I[i] + g
+            waiting = True
+    f0 = -(-entry // M) if waiting else 0
+    b = max(r_max, f0, -(-left // per_batch), -(-area // M))
+    return costs[0] * b + costs[1] * f0 + costs[3] * (b - f0)
+
+
+@njit(cache=True)
+def _children(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray,
+              rho: np.ndarray, out_keys: List, out_costs: List) -> None:
+    """Every edge leaving the node ``key`` into ``out_keys`` (next node) and ``out_costs`` (its cost),
+    cleared first: a depth-first walk over the unfinished requests' choices (level t decides the
+    t-th; choice 0 holds no KV after the batch: waits, or is evicted when resident; 1 generates a
+    token: decodes when resident, else (re)fills; 2 idles holding its KV, residents only) that
+    leaves a choice as soon as M, R_max or C is exceeded."""
+    out_keys.clear()
+    out_costs.clear()
+    N = I.shape[0]
+    mask = (1 << bits) - 1
+    shift = bits * N
+    res = key >> shift
+    cap, per_batch, R_max = limits[0], limits[1], limits[2]
+    k_b, k_pb, k_db = costs[0], costs[1], costs[2]
+    G = np.empty(N, np.int64)
+    todo = np.empty(N, np.int64)
+    T = 0
+    for i in range(N):
+        G[i] = (key >> (bits * i)) & mask
+        if G[i] < O[i]:
+            todo[T] = i
+            T += 1
+    # Level t holds the batch so far, before deciding todo[t]: KV held, requests holding KV,
+    # tokens generated, a fill (0/1), refill extras, the decodes' rho sum (-1: no decode), next key.
+    kv = np.zeros(T + 1, np.int64)
+    held = np.zeros(T + 1, np.int64)
+    gen = np.zeros(T + 1, np.int64)
+    fill = np.zeros(T + 1, np.int64)
+    refill = np.zeros(T + 1, np.int64)
+    dec = np.full(T + 1, -1, np.int64)
+    nxt = np.zeros(T + 1, np.int64)
+    choice = np.full(T + 1, -1, np.int64)
+    nxt[0] = key & ((1 << shift) - 1)
+    t = 0
+    while t >= 0:
+        if t == T:
+            if gen[T] > 0:
+                cost = k_b + k_pb * fill[T] + refill[T]
+                if dec[T] >= 0:
+                    cost += min(k_db, k_pb * (1 - fill[T]) + dec[T])
+                out_keys.append(nxt[T])
+                out_costs.append(cost)
+            t -= 1
+            continue
+        choice[t] += 1
+        c = choice[t]
+        i = todo[t]
+        resident = (res >> i) & 1
+        if c > 1 + resident:
+            t -= 1
+            continue
+        kept = I[i] + G[i]  # KV held after generating a token (G' = G + 1)
+        kv[t + 1], held[t + 1], gen[t + 1] = kv[t], held[t], gen[t]
+        fill[t + 1], refill[t + 1], dec[t + 1], nxt[t + 1] = fill[t], refill[t], dec[t], nxt[t]
+        if c == 1:
+            if kv[t] + kept > cap or held[t] >= R_max or gen[t] >= per_batch:
                 continue
-            r_max = max(r_max, r)
-            left += r
-            area += r * (self.I[i] + G[i]) + r * (r - 1) // 2
-            if not res >> i & 1:
-                entry += self.I[i] + G[i]
-                waiting = True
-        f0 = (1 if self.M is None else -(-entry // self.M)) if waiting else 0
-        b = max(r_max, f0, -(-left // self.per_batch), 0 if self.M is None else -(-area // self.M))
-        phases = min(self.k_pb * f0 + self.k_db * max(0, r_max - f0), self.k_pb * max(f0, r_max))
-        return self.k_b * b + phases
-
-    def edges(self, G: tuple[int, ...], res: int, stop: Callable[[int], bool] = lambda n: False) -> list[tuple[Node, int]]:
-        """Every edge leaving (G, res): (next node, cost), by a depth-first walk over the
-        requests' choices that stops as soon as M, R_max or C is exceeded. ``stop(n)`` is asked
-        every 1024 edges (n: edges so far) and ends the walk with :class:`_Stopped` when true (a
-        node of a large instance can have more edges than time or memory allow)."""
-        N, I, O, M = self.N, self.I, self.O, self.M
-        cap = math.inf if M is None else M
-        R_max = math.inf if self.R_max is None else self.R_max
-        todo = [i for i in range(N) if G[i] < O[i]]
-        after = list(G)
-        out: list[tuple[Node, int]] = []
-
-        def walk(t: int, kv: int, held: int, gen: int, fill: bool, refill: int, dec: int, res2: int) -> None:
-            if t == len(todo):
-                if gen:
-                    cost = self.k_b + (self.k_pb if fill else 0) + refill
-                    if dec >= 0:  # dec: the decodes' rho sum, -1 without decodes
-                        cost += min(self.k_db, (0 if fill else self.k_pb) + dec)
-                    out.append(((tuple(after), res2), cost))
-                    if not len(out) % 1024 and stop(len(out)):
-                        raise _Stopped
-                return
-            i = todo[t]
-            kept = I[i] + G[i]  # KV held after generating a token (G' = G + 1)
-            if res >> i & 1:
-                if kv + kept <= cap and held < R_max and gen < self.per_batch:  # decode
-                    after[i] += 1
-                    stay = res2 | (1 << i) if after[i] < O[i] else res2
-                    walk(t + 1, kv + kept, held + 1, gen + 1, fill, refill,
-                         max(dec, 0) + self.rho[i][after[i]], stay)
-                    after[i] -= 1
-                if kv + kept - 1 <= cap and held < R_max:  # idle, holding its KV
-                    walk(t + 1, kv + kept - 1, held + 1, gen, fill, refill, dec, res2 | (1 << i))
-                walk(t + 1, kv, held, gen, fill, refill, dec, res2)  # evicted
+            after = G[i] + 1
+            kv[t + 1] += kept
+            held[t + 1] += 1
+            gen[t + 1] += 1
+            nxt[t + 1] += 1 << (bits * i)
+            if after < O[i]:
+                nxt[t + 1] |= 1 << (shift + i)
+            if resident:
+                dec[t + 1] = max(dec[t], 0) + rho[i, after]
             else:
-                walk(t + 1, kv, held, gen, fill, refill, dec, res2)  # waits
-                if kv + kept <= cap and held < R_max and gen < self.per_batch:  # (re)fill
-                    after[i] += 1
-                    stay = res2 | (1 << i) if after[i] < O[i] else res2
-                    extra = self.rho[i][after[i]] if G[i] else 0
-                    walk(t + 1, kv + kept, held + 1, gen + 1, True, refill + extra, dec, stay)
-                    after[i] -= 1
+                fill[t + 1] = 1
+                if G[i] > 0:
+                    refill[t + 1] += rho[i, after]
+        elif c == 2:
+            if kv[t] + kept - 1 > cap or held[t] >= R_max:
+                continue
+            kv[t + 1] += kept - 1
+            held[t + 1] += 1
+            nxt[t + 1] |= 1 << (shift + i)
+        t += 1
+        choice[t] = -1
 
-        walk(0, 0, 0, 0, False, 0, -1, 0)
-        return out
+
+@njit(cache=True)
+def _astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.ndarray, O: np.ndarray,
+           limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, keys: List, steps: List,
+           budget: int, max_nodes: int, best: int) -> tuple[int, int, int]:
+    """A* with re-opening from the queue ``heap`` of (f, -g, key), at most ``budget`` expansions.
+
+    Returns (status, the largest f taken from the queue, the goal's cost when reached): status
+    ``_GOAL``, ``_EMPTY`` (no path), ``_FULL`` (more than ``max_nodes`` nodes known) or ``_RUNNING``
+    (budget spent; call again)."""
+    done = 0
+    while len(heap) > 0:
+        if done >= budget:
+            return _RUNNING, best, 0
+        f, neg_g, key = heapq.heappop(heap)
+        g = -neg_g
+        best = max(best, f)
+        if key == goal:
+            return _GOAL, best, g
+        if g > cost[key]:
+            continue  # a stale entry: the node was queued again at a lower cost
+        _children(key, bits, I, O, limits, costs, rho, keys, steps)
+        for k in range(len(keys)):
+            child, g2 = keys[k], g + steps[k]
+            known = cost.get(child, -1)
+            if known < 0 or g2 < known:
+                cost[child] = g2
+                parent[child] = key
+                heapq.heappush(heap, (g2 + _estimate(child, bits, I, O, limits, costs), -g2, child))
+        done += 1
+        if len(cost) > max_nodes:
+            return _FULL, best, 0
+    return _EMPTY, best, 0
 
 
 def relaxation_search(
@@ -182,49 +311,39 @@ def relaxation_search(
     RelaxationResult
         ``OPTIMAL``: bound = value = W + the shortest path, with the path as a schedule;
         ``INFEASIBLE``: no path (bound ``inf``); ``UNKNOWN``: bound = W + the largest value taken
-        from the queue.
+        from the queue, or W + the start's estimate when a node does not fit a key
+        (:attr:`_Graph.encodable`; the search is not run).
     """
     cpu, t0 = time.process_time(), time.perf_counter()
     graph = _Graph(instance)
     work = math.fsum(request_work(instance))
-    start: Node = (tuple([0] * graph.N), 0)
-    goal = tuple(graph.O)
-    cost: dict[Node, int] = {start: 0}
-    parent: dict[Node, Node | None] = {start: None}
-    queue = [(graph.estimate(*start), 0, start)]
-    best = 0
-
-    def stop(edges: int) -> bool:
-        over = time_limit is not None and time.perf_counter() - t0 > time_limit
-        return over or len(cost) + edges > max_nodes
-
-    while queue:
-        f, g, node = heapq.heappop(queue)
-        best = max(best, f)
-        if node[0] == goal:
-            path = [node]
-            while (prev := parent[path[-1]]) is not None:
+    args = (graph.bits, graph.I, graph.O, graph.limits, graph.costs)
+    if not graph.encodable:  # the start (key 0) has every field 0, whatever their width
+        root = _estimate(np.int64(0), 0, *args[1:])
+        return RelaxationResult(work + root * UNIT, None, "UNKNOWN", time.process_time() - cpu)
+    heap = List.empty_list(types.UniTuple(types.int64, 3))
+    heap.append((np.int64(_estimate(np.int64(0), *args)), np.int64(0), np.int64(0)))
+    cost, parent = Dict.empty(types.int64, types.int64), Dict.empty(types.int64, types.int64)
+    cost[0], parent[0] = 0, -1
+    keys, steps = _new_lists()
+    best, budget = 0, 16
+    while True:
+        tic = time.perf_counter()
+        status, best, g = _astar(heap, cost, parent, np.int64(graph.goal), *args, graph.rho, keys, steps,
+                                 budget, max_nodes, best)
+        if status == _GOAL:
+            path = [graph.goal]
+            while (prev := parent[path[-1]]) >= 0:
                 path.append(prev)
             value = work + g * UNIT
             return RelaxationResult(value, value, "OPTIMAL", time.process_time() - cpu,
-                                    schedule=_schedule(instance, path[::-1]))
-        if g > cost[node]:
-            continue  # a stale entry: the node was queued again at a lower cost
-        try:
-            if stop(0):
-                raise _Stopped
-            out = graph.edges(*node, stop)
-            for k, (nxt, step) in enumerate(out):
-                if not (k + 1) % 1024 and stop(0):  # a node's children each cost an estimate
-                    raise _Stopped
-                g2 = g + step
-                if g2 < cost.get(nxt, g2 + 1):
-                    cost[nxt] = g2
-                    parent[nxt] = node
-                    heapq.heappush(queue, (g2 + graph.estimate(*nxt), g2, nxt))
-        except _Stopped:
+                                    schedule=_schedule(instance, [graph.node(k) for k in path[::-1]]))
+        if status == _EMPTY:
+            return RelaxationResult(math.inf, None, "INFEASIBLE", time.process_time() - cpu)
+        if status == _FULL or (time_limit is not None and time.perf_counter() - t0 > time_limit):
             return RelaxationResult(work + best * UNIT, None, "UNKNOWN", time.process_time() - cpu)
-    return RelaxationResult(math.inf, None, "INFEASIBLE", time.process_time() - cpu)
+        if time.perf_counter() - tic < CALL_SECONDS:
+            budget *= 2
 
 
 def _schedule(instance: Instance, path: list[Node]):
@@ -238,3 +357,17 @@ def _schedule(instance: Instance, path: list[Node]):
             s[i][j] = int(x[i][j] == 1 and not res >> i & 1)
             r[i][j] = int(x[i][j] == 1 or bool(res2 >> i & 1))
     return schedule_from_point(instance, x, s, r)
+
+
+def _compile_kernels() -> None:
+    """Compile (or load from numba's cache) the kernels with the argument types every search uses,
+    by solving a two-request instance. Run at import, so that no time limit pays the compilation."""
+    from ...instance import parse_instance
+
+    relaxation_search(parse_instance({
+        "name": "compile", "cost_model": "llama2-7b-a100", "limits": {"kv_capacity": 6},
+        "requests": [{"id": "a", "prompt_tokens": 2, "output_tokens": 3},
+                     {"id": "b", "prompt_tokens": 3, "output_tokens": 2}]}, "compile"))
+
+
+_compile_kernels()
