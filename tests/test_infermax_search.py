@@ -7,6 +7,8 @@
 - The search's optimum never exceeds the exhaustive optimum nor the CP-SAT relaxation's optimum, and
   its path replays as a schedule no better than the optimum.
 - On scale instances (I, O <= 16) it solves N = 3 and 4 and its path replays within 1e-4 of its bound.
+- Known paths prune soundly: A* below the optimum finds nothing, just above it finds the optimum;
+  beam searches return paths of the graph at their stated cost, never below the optimum.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import pytest
 from optsched.bounds import request_work
 from optsched.instance import parse_instance
 from optsched.problems.infermax.relax import UNIT, relaxation_bound
-from optsched.problems.infermax.search import _Graph, relaxation_search
+from optsched.problems.infermax.search import (
+    _EMPTY, _GOAL, UNBOUNDED, _beam_search, _Graph, _Run, relaxation_search,
+)
 from optsched.result import replayed_objective
 from optsched.schedule import replay
 
@@ -125,7 +129,9 @@ def test_time_limit_on_a_searched_instance() -> None:
     t0 = time.perf_counter()
     res = relaxation_search(inst, time_limit=0.5)
     assert time.perf_counter() - t0 < 1.5  # generous: a loaded machine
-    assert res.status == "UNKNOWN" and res.schedule is None
+    assert res.status == "UNKNOWN"
+    if res.schedule is not None:  # a beam search's path (the first width takes about 0.3 s)
+        assert res.bound <= res.value <= replayed_objective(inst, res.schedule, "makespan")[0] * (1 + 1e-9)
     for name, sched in policy_schedules(inst).items():
         assert res.bound <= replayed_objective(inst, sched, "makespan")[0] * (1 + 1e-9), name
 
@@ -146,3 +152,37 @@ def test_time_limit_when_every_node_has_many_children() -> None:
     assert res.status == "UNKNOWN" and res.schedule is None
     for name, sched in policy_schedules(inst).items():
         assert res.bound <= replayed_objective(inst, sched, "makespan")[0] * (1 + 1e-9), name
+
+
+def _path_cost(graph: _Graph, path: list) -> int:
+    """The cost of ``path`` along the graph's edges (each step must be an edge), start to goal."""
+    assert path[0] == (tuple([0] * graph.N), 0) and path[-1] == (tuple(int(o) for o in graph.O), 0)
+    total = 0
+    for node, nxt in zip(path, path[1:]):
+        costs = [c for child, c in graph.edges(*node) if child == nxt]
+        assert costs, (node, nxt)
+        total += min(costs)
+    return total
+
+
+@pytest.mark.parametrize("seed", range(0, 32, 4))
+def test_pruning_by_a_known_path_and_beam_paths(seed: int) -> None:
+    """With the optimum L known: A* that queues only g + h < L finds no path (an empty queue, which
+    the search reads as "the known path is the shortest"), with L + 1 it finds L; every beam width
+    returns a path of the graph whose edges sum to its stated cost, at least L."""
+    for inst in instances(seed) + ([scale_instance(3, seed % 4)] if seed < 16 else []):
+        graph = _Graph(inst)
+        exact = _Run(graph, UNBOUNDED)
+        assert exact.until(None, 10**7) == _GOAL
+        optimum = exact.value
+        assert _path_cost(graph, exact.path()) == optimum
+        assert _Run(graph, optimum).until(None, 10**7) == _EMPTY
+        below = _Run(graph, optimum + 1)
+        assert below.until(None, 10**7) == _GOAL and below.value == optimum
+        for width in (1, 4, 64):
+            cost, path = _beam_search(graph, width, UNBOUNDED, None)
+            assert path is not None and cost >= optimum
+            assert _path_cost(graph, path) == cost
+            assert _beam_search(graph, width, cost, None) == (cost, None)  # nothing below its own path
+        res = relaxation_search(inst)
+        assert res.status == "OPTIMAL" and res.bound == math.fsum(request_work(inst)) + optimum * UNIT

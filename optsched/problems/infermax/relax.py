@@ -241,6 +241,10 @@ def _solver(time_limit: float | None, threads: int | None, log: bool) -> cp_mode
 #: Seconds per count check of :func:`count_bound` without a time limit, and the least with one.
 CHECK_LIMIT = 10.0
 
+#: Share of :func:`residency_bound`'s time limit given to the exact search (:mod:`.search`; half of
+#: it to its beam searches for paths); the CP-SAT relaxation and the count checks get the rest.
+SEARCH_SHARE = 0.5
+
 
 def relaxation_bound(
     instance: Instance, J: int, time_limit: float | None = None, threads: int | None = None, log: bool = False
@@ -459,10 +463,11 @@ def count_bound(
 def residency_bound(
     instance: Instance, J: int, time_limit: float | None = None, threads: int | None = None
 ) -> RelaxationResult:
-    """The relaxation's optimum by the exact search of :mod:`.search` (a quarter of ``time_limit``);
-    when that stops early, the CP-SAT relaxation's bound (:func:`relaxation_bound`, a quarter of the
-    time left) and, when that is not solved to optimality either, the count bound
-    (:func:`count_bound`, the time left): the largest bound.
+    """The relaxation's optimum by the exact search of :mod:`.search` (:data:`SEARCH_SHARE` of
+    ``time_limit``); when that stops early, the CP-SAT relaxation's bound (:func:`relaxation_bound`,
+    a quarter of the time left) and, when that is not solved to optimality either, the count bound
+    (:func:`count_bound`, the time left): the largest bound, and the best relaxation point found
+    (the search's path or CP-SAT's point, the lower value).
 
     The relaxation's optimum dominates the count bound (every pair (B, p) of its optimal point
     is allowed by every fact), so the counts run only when neither solves it.
@@ -474,10 +479,12 @@ def residency_bound(
     def left(share: float) -> float | None:
         return None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0)) * share
 
-    exact = relaxation_search(instance, left(1 / 4))
+    exact = relaxation_search(instance, left(SEARCH_SHARE))
     if exact.status in ("OPTIMAL", "INFEASIBLE"):
         return exact
     relax = relaxation_bound(instance, J, left(1 / 4), threads)
+    if relax.value is None or (exact.value is not None and exact.value < relax.value):
+        relax = replace(relax, value=exact.value, schedule=exact.schedule)
     relax = replace(relax, bound=max(relax.bound, exact.bound), cpu=relax.cpu + exact.cpu)
     if relax.status in ("OPTIMAL", "INFEASIBLE"):
         return relax

@@ -56,6 +56,13 @@ the goal from the queue; before that, every value it takes from the queue is at 
 path's cost (the queue always holds a node of a shortest path with its least cost), so the largest
 such value is a proven bound when the search stops early (time or memory).
 
+Known paths prune: a run with a path of cost U known queues no child with :math:`g + h \ge U`.
+When the shortest path costs less than U, every node on it has :math:`g + h \le` its cost :math:`< U`
+when reached at its least cost, so the invariant above holds; so an empty queue proves that no path
+costs less than U (the known path is the shortest), and the largest value taken from the queue,
+capped at U, is a proven bound. The paths come from beam searches (the best nodes by g + h of each
+batch only), which prove nothing.
+
 Costs are integers (picoseconds, rounded down as in :mod:`.relax`): the bound never exceeds the
 true value. The search is compiled with numba (:func:`_children`, :func:`_estimate`, :func:`_astar`,
 compiled at import): a node is a 62-bit key (:meth:`_Graph.key`); an instance whose nodes do not fit
@@ -92,6 +99,14 @@ KEY_BITS = 62
 
 Node = tuple[tuple[int, ...], int]  # (G, residents as a bit set)
 
+#: Widths of the beam searches that look for paths before A* (each keeps the nodes of least g + h
+#: per batch; wider finds better paths, slower), and the share of the time limit they get together.
+BEAM_WIDTHS = (64, 256, 1024, 4096)
+BEAM_SHARE = 0.5
+
+#: No known path (the ``upper`` of a first run).
+UNBOUNDED = np.iinfo(np.int64).max // 2
+
 #: Kernel status codes of :func:`_astar`.
 _RUNNING, _GOAL, _EMPTY, _FULL = 0, 1, 2, 3
 
@@ -122,6 +137,8 @@ class _Graph:
         for i, ((a, b), O) in enumerate(zip(lines, self.O)):
             self.rho[i, : O + 1] = [max(0, a + b * g) for g in range(O + 1)]
         self.goal = self.key(tuple(int(o) for o in self.O), 0)
+        #: The arguments every kernel takes after the node.
+        self.args = (self.bits, self.I, self.O, self.limits, self.costs)
 
     def key(self, G: tuple[int, ...], res: int) -> int:
         """The node's 62-bit key: G_i in bits [bits i, bits (i + 1)), the residents above."""
@@ -134,13 +151,12 @@ class _Graph:
 
     def estimate(self, G: tuple[int, ...], res: int) -> int:
         """Admissible h of the module docstring."""
-        return int(_estimate(np.int64(self.key(G, res)), self.bits, self.I, self.O, self.limits, self.costs))
+        return int(_estimate(np.int64(self.key(G, res)), *self.args))
 
     def edges(self, G: tuple[int, ...], res: int) -> list[tuple[Node, int]]:
         """Every edge leaving (G, res): (next node, cost)."""
         keys, steps = _new_lists()
-        _children(np.int64(self.key(G, res)), self.bits, self.I, self.O, self.limits, self.costs, self.rho,
-                  keys, steps)
+        _children(np.int64(self.key(G, res)), *self.args, self.rho, keys, steps)
         return [(self.node(k), int(c)) for k, c in zip(keys, steps)]
 
 
@@ -262,12 +278,13 @@ def _children(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
 @njit(cache=True)
 def _astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.ndarray, O: np.ndarray,
            limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, keys: List, steps: List,
-           budget: int, max_nodes: int, best: int) -> tuple[int, int, int]:
-    """A* with re-opening from the queue ``heap`` of (f, -g, key), at most ``budget`` expansions.
+           upper: int, budget: int, max_nodes: int, best: int) -> tuple[int, int, int]:
+    """A* with re-opening from the queue ``heap`` of (g + h, -g, key), at most ``budget``
+    expansions; a child with g + h >= ``upper`` (the cost of a known path) is not queued.
 
-    Returns (status, the largest f taken from the queue, the goal's cost when reached): status
-    ``_GOAL``, ``_EMPTY`` (no path), ``_FULL`` (more than ``max_nodes`` nodes known) or ``_RUNNING``
-    (budget spent; call again)."""
+    Returns (status, the largest g + h taken from the queue, the goal's cost when reached):
+    status ``_GOAL``, ``_EMPTY`` (no path below ``upper``), ``_FULL`` (more than ``max_nodes``
+    nodes known) or ``_RUNNING`` (budget spent; call again)."""
     done = 0
     while len(heap) > 0:
         if done >= budget:
@@ -283,20 +300,142 @@ def _astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.nda
         for k in range(len(keys)):
             child, g2 = keys[k], g + steps[k]
             known = cost.get(child, -1)
-            if known < 0 or g2 < known:
-                cost[child] = g2
-                parent[child] = key
-                heapq.heappush(heap, (g2 + _estimate(child, bits, I, O, limits, costs), -g2, child))
+            if known >= 0 and g2 >= known:
+                continue
+            h = _estimate(child, bits, I, O, limits, costs)
+            if g2 + h >= upper:
+                continue
+            cost[child] = g2
+            parent[child] = key
+            heapq.heappush(heap, (g2 + h, -g2, child))
         done += 1
         if len(cost) > max_nodes:
             return _FULL, best, 0
     return _EMPTY, best, 0
 
 
+class _Run:
+    """One A* run over a graph (queue, costs, parents), advanced by :meth:`until`."""
+
+    def __init__(self, graph: _Graph, upper: int) -> None:
+        self.graph, self.upper = graph, upper
+        self.heap = List.empty_list(types.UniTuple(types.int64, 3))
+        self.heap.append((np.int64(_estimate(np.int64(0), *graph.args)), np.int64(0), np.int64(0)))
+        self.cost, self.parent = Dict.empty(types.int64, types.int64), Dict.empty(types.int64, types.int64)
+        self.cost[0], self.parent[0] = 0, -1
+        self.keys, self.steps = _new_lists()
+        #: The largest g + h taken from the queue (a proven bound, module docstring).
+        self.best = 0
+        #: The goal's cost when reached.
+        self.value = -1
+
+    def until(self, deadline: float | None, max_nodes: int) -> int:
+        """Advance until the goal, an empty queue, ``max_nodes`` known nodes or ``deadline`` (a
+        ``time.perf_counter()`` value; checked between calls of the compiled loop, each about
+        :data:`CALL_SECONDS` long): the kernel's status (``_RUNNING`` at the deadline)."""
+        budget = 16
+        while True:
+            tic = time.perf_counter()
+            status, self.best, value = _astar(self.heap, self.cost, self.parent, np.int64(self.graph.goal),
+                                              *self.graph.args, self.graph.rho, self.keys, self.steps,
+                                              np.int64(self.upper), budget, max_nodes, self.best)
+            if status == _GOAL:
+                self.value = value
+            if status != _RUNNING or (deadline is not None and time.perf_counter() > deadline):
+                return status
+            if time.perf_counter() - tic < CALL_SECONDS:
+                budget *= 2
+
+    def path(self) -> list[Node]:
+        """The nodes from the start to the goal (after ``_GOAL``)."""
+        keys = [self.graph.goal]
+        while (prev := self.parent[keys[-1]]) >= 0:
+            keys.append(prev)
+        return [self.graph.node(k) for k in keys[::-1]]
+
+
+@njit(cache=True)
+def _beam_layer(layer: np.ndarray, node_keys: List, node_costs: List, node_parents: List, goal: int,
+                bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray,
+                rho: np.ndarray, keys: List, steps: List, width: int, upper: int) -> tuple[np.ndarray, int, int]:
+    """One layer of a beam search: the children of the nodes ``layer`` (indices into the kept
+    nodes' lists) with g + h below ``upper``, each at its least cost; the ``width`` of least g + h
+    that are not the goal are kept (appended to the lists) as the next layer, and so is a goal
+    reached below ``upper``.
+
+    Returns (next layer, the least cost of a path to the goal found or ``upper``, the index of its
+    goal node or -1)."""
+    index = Dict.empty(types.int64, types.int64)
+    child_keys = List.empty_list(types.int64)
+    child_costs = List.empty_list(types.int64)
+    child_parents = List.empty_list(types.int64)
+    priority = List.empty_list(types.int64)
+    reached = -1
+    for a in layer:
+        _children(node_keys[a], bits, I, O, limits, costs, rho, keys, steps)
+        for k in range(len(keys)):
+            child, g2 = keys[k], node_costs[a] + steps[k]
+            h = _estimate(child, bits, I, O, limits, costs)
+            if g2 + h >= upper:
+                continue
+            if child == goal:
+                upper, reached = g2, len(node_keys)
+                node_keys.append(child)
+                node_costs.append(g2)
+                node_parents.append(a)
+            elif child in index:
+                j = index[child]
+                if g2 < child_costs[j]:
+                    child_costs[j], child_parents[j], priority[j] = g2, a, g2 + h
+            else:
+                index[child] = len(child_keys)
+                child_keys.append(child)
+                child_costs.append(g2)
+                child_parents.append(a)
+                priority.append(g2 + h)
+    order = np.argsort(np.asarray(priority), kind="mergesort")
+    nxt = np.empty(min(width, order.shape[0]), np.int64)
+    n = 0
+    for j in order:
+        if n == nxt.shape[0] or priority[j] >= upper:
+            break
+        nxt[n] = len(node_keys)
+        node_keys.append(child_keys[j])
+        node_costs.append(child_costs[j])
+        node_parents.append(child_parents[j])
+        n += 1
+    return nxt[:n], upper, reached
+
+
+def _beam_search(graph: _Graph, width: int, upper: int, deadline: float | None) -> tuple[int, list[Node] | None]:
+    """A beam search of ``width`` nodes per layer (layers = batches), pruned at ``upper``, until its
+    beam empties or ``deadline`` passes: (least path cost found or ``upper``, that path or None)."""
+    node_keys, node_costs, node_parents = (List.empty_list(types.int64) for _ in range(3))
+    node_keys.append(0)
+    node_costs.append(0)
+    node_parents.append(-1)
+    keys, steps = _new_lists()
+    layer, path = np.zeros(1, np.int64), None
+    while layer.shape[0] and (deadline is None or time.perf_counter() < deadline):
+        layer, upper, reached = _beam_layer(layer, node_keys, node_costs, node_parents, np.int64(graph.goal),
+                                            *graph.args, graph.rho, keys, steps, width, np.int64(upper))
+        if reached >= 0:
+            path = [reached]
+            while (prev := node_parents[path[-1]]) >= 0:
+                path.append(prev)
+            path = [graph.node(node_keys[j]) for j in path[::-1]]
+    return upper, path
+
+
 def relaxation_search(
     instance: Instance, time_limit: float | None = None, max_nodes: int = MAX_NODES
 ) -> RelaxationResult:
-    """Shortest path of the module docstring by A*: the residency relaxation's optimum.
+    """Shortest path of the module docstring: the residency relaxation's optimum.
+
+    First beam searches (widths :data:`BEAM_WIDTHS`, together at most :data:`BEAM_SHARE` of
+    ``time_limit``) find paths fast, each keeping only what could beat the best path so far; then
+    A* with the same pruning proves the optimum: when its queue empties, the best path is the
+    shortest.
 
     Parameters
     ----------
@@ -310,40 +449,35 @@ def relaxation_search(
     -------
     RelaxationResult
         ``OPTIMAL``: bound = value = W + the shortest path, with the path as a schedule;
-        ``INFEASIBLE``: no path (bound ``inf``); ``UNKNOWN``: bound = W + the largest value taken
-        from the queue, or W + the start's estimate when a node does not fit a key
+        ``INFEASIBLE``: no path (bound ``inf``); ``UNKNOWN``: bound = W + the largest value A*
+        took from its queue (at most the best path's), and the best path found, if any, as value
+        and schedule; or W + the start's estimate when a node does not fit a key
         (:attr:`_Graph.encodable`; the search is not run).
     """
     cpu, t0 = time.process_time(), time.perf_counter()
     graph = _Graph(instance)
     work = math.fsum(request_work(instance))
-    args = (graph.bits, graph.I, graph.O, graph.limits, graph.costs)
     if not graph.encodable:  # the start (key 0) has every field 0, whatever their width
-        root = _estimate(np.int64(0), 0, *args[1:])
+        root = _estimate(np.int64(0), 0, *graph.args[1:])
         return RelaxationResult(work + root * UNIT, None, "UNKNOWN", time.process_time() - cpu)
-    heap = List.empty_list(types.UniTuple(types.int64, 3))
-    heap.append((np.int64(_estimate(np.int64(0), *args)), np.int64(0), np.int64(0)))
-    cost, parent = Dict.empty(types.int64, types.int64), Dict.empty(types.int64, types.int64)
-    cost[0], parent[0] = 0, -1
-    keys, steps = _new_lists()
-    best, budget = 0, 16
-    while True:
-        tic = time.perf_counter()
-        status, best, g = _astar(heap, cost, parent, np.int64(graph.goal), *args, graph.rho, keys, steps,
-                                 budget, max_nodes, best)
-        if status == _GOAL:
-            path = [graph.goal]
-            while (prev := parent[path[-1]]) >= 0:
-                path.append(prev)
-            value = work + g * UNIT
-            return RelaxationResult(value, value, "OPTIMAL", time.process_time() - cpu,
-                                    schedule=_schedule(instance, [graph.node(k) for k in path[::-1]]))
-        if status == _EMPTY:
-            return RelaxationResult(math.inf, None, "INFEASIBLE", time.process_time() - cpu)
-        if status == _FULL or (time_limit is not None and time.perf_counter() - t0 > time_limit):
-            return RelaxationResult(work + best * UNIT, None, "UNKNOWN", time.process_time() - cpu)
-        if time.perf_counter() - tic < CALL_SECONDS:
-            budget *= 2
+    deadline = None if time_limit is None else t0 + time_limit
+    beam_end = None if time_limit is None else t0 + BEAM_SHARE * time_limit
+    upper, path = UNBOUNDED, None
+    for width in BEAM_WIDTHS:
+        upper, found = _beam_search(graph, width, upper, beam_end)
+        path = found or path
+    run = _Run(graph, upper)
+    status = run.until(deadline, max_nodes)
+    if status == _GOAL:
+        upper, path = run.value, run.path()
+    cpu = time.process_time() - cpu
+    if status in (_GOAL, _EMPTY) and path is None:
+        return RelaxationResult(math.inf, None, "INFEASIBLE", cpu)
+    value = None if path is None else work + upper * UNIT
+    schedule = None if path is None else _schedule(instance, path)
+    if status in (_GOAL, _EMPTY):  # no path below the best one: it is the shortest
+        return RelaxationResult(value, value, "OPTIMAL", cpu, schedule=schedule)
+    return RelaxationResult(work + min(run.best, upper) * UNIT, value, "UNKNOWN", cpu, schedule=schedule)
 
 
 def _schedule(instance: Instance, path: list[Node]):
