@@ -65,9 +65,11 @@ batch only), which prove nothing.
 
 Costs are integers (picoseconds, rounded down as in :mod:`.relax`): the bound never exceeds the
 true value. The search is compiled with numba (:func:`_children`, :func:`_estimate`, :func:`_astar`,
-compiled at import): a node is a 62-bit key (:meth:`_Graph.key`); an instance whose nodes do not fit
-(N (bits of max O + 1) > 62) is not searched and gets the start's estimate as its bound. The shortest path, as a schedule
-(:func:`.relax.schedule_from_point`), is a candidate that replay judges.
+:func:`_beam_layer`, compiled at import): a node is a 62-bit key (:meth:`_Graph.key`); an instance
+whose nodes do not fit (N (bits of max O + 1) > 62), or with more than :data:`MAX_REQUESTS`
+requests (up to :math:`3^N` edges per node, listed without a clock), is not searched and gets the
+start's estimate as its bound. The shortest path, as a schedule (:func:`.relax.schedule_from_point`), is a candidate
+that replay judges.
 """
 
 from __future__ import annotations
@@ -97,6 +99,12 @@ CALL_SECONDS = 0.02
 #: Bits of a node's key: N fields of ``bits`` bits (G_i) and N residency bits must fit.
 KEY_BITS = 62
 
+#: Most requests searched: a node has up to 3^N edges (59,049 at N = 10), listed without a clock.
+MAX_REQUESTS = 10
+
+#: Outputs searched are below 2^MAX_BITS tokens.
+MAX_BITS = 16
+
 Node = tuple[tuple[int, ...], int]  # (G, residents as a bit set)
 
 #: Widths of the beam searches that look for paths before A* (each keeps the nodes of least g + h
@@ -123,19 +131,20 @@ class _Graph:
         self.I = np.array([r.prompt_tokens for r in reqs], dtype=np.int64)
         self.O = np.array([r.output_tokens for r in reqs], dtype=np.int64)
         self.bits = max(1, int(self.O.max(initial=0)).bit_length())
-        #: Whether a node fits a 62-bit key (else the search is not run).
-        self.encodable = self.N * (self.bits + 1) <= KEY_BITS
+        #: Whether the search runs: at most MAX_REQUESTS requests (3^N edges per node), outputs
+        #: below 2^MAX_BITS (the refill table has a row of O_i + 1 entries each) and a 62-bit key.
+        self.searchable = self.N <= MAX_REQUESTS and self.bits <= MAX_BITS and self.N * (self.bits + 1) <= KEY_BITS
         huge = np.iinfo(np.int64).max // 4
         self.limits = np.array([huge if lim.kv_capacity is None else lim.kv_capacity,
                                 min(lim.token_budget, lim.max_running or self.N or 1),
                                 huge if lim.max_running is None else lim.max_running], dtype=np.int64)
         k_b, k_pb, k_db = _floor(k.k_b), _floor(k.k_pb), _floor(k.k_db)
         self.costs = np.array([k_b, k_pb, k_db, min(k_db, k_pb)], dtype=np.int64)
-        lines = [refill_line(k, int(I)) for I in self.I]
-        width = int(self.O.max(initial=0)) + 1
-        self.rho = np.zeros((self.N, width), dtype=np.int64)
-        for i, ((a, b), O) in enumerate(zip(lines, self.O)):
-            self.rho[i, : O + 1] = [max(0, a + b * g) for g in range(O + 1)]
+        width = int(self.O.max(initial=0)) + 1 if self.searchable else 0
+        self.rho = np.zeros((self.N, width), dtype=np.int64)  # rho_i(g), g = 0..O_i
+        for i in range(self.N if self.searchable else 0):
+            a, b = refill_line(k, int(self.I[i]))
+            self.rho[i, : self.O[i] + 1] = np.maximum(0, a + b * np.arange(self.O[i] + 1, dtype=np.int64))
         self.goal = self.key(tuple(int(o) for o in self.O), 0)
         #: The arguments every kernel takes after the node.
         self.args = (self.bits, self.I, self.O, self.limits, self.costs)
@@ -407,24 +416,29 @@ def _beam_layer(layer: np.ndarray, node_keys: List, node_costs: List, node_paren
     return nxt[:n], upper, reached
 
 
-def _beam_search(graph: _Graph, width: int, upper: int, deadline: float | None) -> tuple[int, list[Node] | None]:
+def _beam_search(
+    graph: _Graph, width: int, upper: int, deadline: float | None
+) -> tuple[int, list[Node] | None, float]:
     """A beam search of ``width`` nodes per layer (layers = batches), pruned at ``upper``, until its
-    beam empties or ``deadline`` passes: (least path cost found or ``upper``, that path or None)."""
+    beam empties or ``deadline`` passes (checked between layers): (least path cost found or
+    ``upper``, that path or None, the slowest layer's seconds)."""
     node_keys, node_costs, node_parents = (List.empty_list(types.int64) for _ in range(3))
     node_keys.append(0)
     node_costs.append(0)
     node_parents.append(-1)
     keys, steps = _new_lists()
-    layer, path = np.zeros(1, np.int64), None
+    layer, path, slowest = np.zeros(1, np.int64), None, 0.0
     while layer.shape[0] and (deadline is None or time.perf_counter() < deadline):
+        tic = time.perf_counter()
         layer, upper, reached = _beam_layer(layer, node_keys, node_costs, node_parents, np.int64(graph.goal),
                                             *graph.args, graph.rho, keys, steps, width, np.int64(upper))
+        slowest = max(slowest, time.perf_counter() - tic)
         if reached >= 0:
             path = [reached]
             while (prev := node_parents[path[-1]]) >= 0:
                 path.append(prev)
             path = [graph.node(node_keys[j]) for j in path[::-1]]
-    return upper, path
+    return upper, path, slowest
 
 
 def relaxation_search(
@@ -451,20 +465,23 @@ def relaxation_search(
         ``OPTIMAL``: bound = value = W + the shortest path, with the path as a schedule;
         ``INFEASIBLE``: no path (bound ``inf``); ``UNKNOWN``: bound = W + the largest value A*
         took from its queue (at most the best path's), and the best path found, if any, as value
-        and schedule; or W + the start's estimate when a node does not fit a key
-        (:attr:`_Graph.encodable`; the search is not run).
+        and schedule; or W + the start's estimate when the instance is not searched
+        (:attr:`_Graph.searchable`: too many requests, or nodes that do not fit a key).
     """
     cpu, t0 = time.process_time(), time.perf_counter()
     graph = _Graph(instance)
     work = math.fsum(request_work(instance))
-    if not graph.encodable:  # the start (key 0) has every field 0, whatever their width
+    if not graph.searchable:  # the start (key 0) has every field 0, whatever their width
         root = _estimate(np.int64(0), 0, *graph.args[1:])
         return RelaxationResult(work + root * UNIT, None, "UNKNOWN", time.process_time() - cpu)
     deadline = None if time_limit is None else t0 + time_limit
     beam_end = None if time_limit is None else t0 + BEAM_SHARE * time_limit
-    upper, path = UNBOUNDED, None
-    for width in BEAM_WIDTHS:
-        upper, found = _beam_search(graph, width, upper, beam_end)
+    upper, path, slowest = UNBOUNDED, None, 0.0
+    for narrower, width in zip((0,) + BEAM_WIDTHS, BEAM_WIDTHS):
+        # a layer of this width takes about width / narrower times the narrower one's slowest
+        if beam_end is not None and narrower and slowest * width / narrower > beam_end - time.perf_counter():
+            break
+        upper, found, slowest = _beam_search(graph, width, upper, beam_end)
         path = found or path
     run = _Run(graph, upper)
     status = run.until(deadline, max_nodes)
