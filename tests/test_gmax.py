@@ -676,7 +676,7 @@ def test_search_children_bound_every_completion(seed):
         search.lam = lam0  # bounds at lambda_0 itself (no adjustment)
         emin = float(search.emin.sum())
         root = (0.0, emin, (1 << p.n_requests) - 1, 0, 0.0, 0, 0.0, float(suffix.pi.sum()), emin, None, 0.0)
-        kids = {frozenset(kid[9][0]): kid[0] for kid in search.children(root)}
+        kids = {frozenset(kid[9][0]): kid[0] for kid in search.children(root, search.member(root[2]))}
         for first, value in best.items():
             if first in kids:
                 assert kids[first] >= value - 1e-9, (step, sorted(first))
@@ -761,7 +761,7 @@ def test_search_second_batches_lose_nothing(seed):
         search.lam = lam  # bounds at lambda_0 itself (no adjustment)
         for first in firsts:
             node = _prefix_node(p, [sorted(first)], suffix.pi, search.emin)
-            kids = {frozenset(kid[9][0]): kid[0] for kid in search.children(node)}
+            kids = {frozenset(kid[9][0]): kid[0] for kid in search.children(node, search.member(node[2]))}
             for (b1, b2), value in best.items():
                 if b1 != first:
                     continue

@@ -449,14 +449,15 @@ class _Search:
         entries.append((start, n, t))
         return False
 
-    def children(self, node: tuple) -> list[tuple]:
-        """The children of a node whose adjusted bound exceeds EPS, as nodes (bound, tmin, ...)."""
+    def children(self, node: tuple, member: np.ndarray) -> list[tuple]:
+        """The children of a node whose adjusted bound exceeds EPS, as nodes (bound, tmin, ...);
+        ``member``: :meth:`member` of the node's remaining requests."""
         _, _, rest, q, start, n_acc, t_acc, pisum, emin_sum, sched, last_start = node
         last = np.full(self.p.max_batch_size, -1, dtype=np.int64)
         if sched is not None:
             last[: len(sched[0])] = sched[0]
         members, sizes, fields = _node_children(  # scalars cast: one compiled signature
-            self.tables, self.v.value, float(self.v.step), self.member(rest), last, float(last_start), int(q),
+            self.tables, self.v.value, float(self.v.step), member, last, float(last_start), int(q),
             float(start), float(n_acc), float(t_acc), float(pisum), float(emin_sum), float(self.lam0),
             float(self.lam - self.lam0))
         self.swapped += int(fields[-1, 0])
@@ -505,11 +506,12 @@ class _Search:
                 continue
             if self.dominated(rest, node[4], node[5], node[6]):
                 continue
-            ub = node[5] - self.lam0 * node[6] + node[7] + self.remaining_bound.restricted(self.member(rest), node[3], node[4])
+            member = self.member(rest)
+            ub = node[5] - self.lam0 * node[6] + node[7] + self.remaining_bound.restricted(member, node[3], node[4])
             if ub - (self.lam - self.lam0) * node[1] <= EPS:  # the bound over the remaining requests
                 self.restricted_pruned += 1
                 continue
-            kids = self.children(node)
+            kids = self.children(node, member)
             kids.sort(key=lambda k: k[0] - (self.lam - self.lam0) * k[1])
             stack.extend(kids)
         return "optimal", []
@@ -799,8 +801,8 @@ def _compile_kernels() -> None:
     suffix.solve(np.zeros(problem.n_requests))
     search = _Search(problem, suffix, [[j] for j in range(problem.n_requests)], 1.0)
     full = (1 << problem.n_requests) - 1
-    for child in search.children((0.0, 0.0, full, 0, 0.0, 0, 0.0, 0.0, 0.0, None, 0.0)):
-        search.children(child)
+    for child in search.children((0.0, 0.0, full, 0, 0.0, 0, 0.0, 0.0, 0.0, None, 0.0), search.member(full)):
+        search.children(child, search.member(child[2]))
         search.remaining_bound.restricted(search.member(child[2]), child[3], child[4])
 
 
