@@ -89,7 +89,7 @@ from .relax import UNIT, RelaxationResult, _floor, refill_line, schedule_from_po
 
 __all__ = ["MAX_NODES", "relaxation_search"]
 
-#: Nodes the search keeps at most (about 100 bytes each with their queue entries and parents).
+#: Nodes the search keeps at most (about 150 bytes each with their queue entries and parents: 3 GB).
 MAX_NODES = 20_000_000
 
 #: Seconds a call of the compiled loop should last at least (its expansion budget doubles until
