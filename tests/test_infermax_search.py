@@ -172,7 +172,7 @@ def test_pruning_by_a_known_path_and_beam_paths(seed: int) -> None:
     """With the optimum L known: A* that queues only g + h < L finds no path (an empty queue, which
     the search reads as "the known path is the shortest"), with L + 1 it finds L; every beam width
     returns a path of the graph whose edges sum to its stated cost, at least L."""
-    for inst in instances(seed) + ([scale_instance(3, seed % 4)] if seed < 16 else []):
+    for inst in instances(seed) + ([scale_instance(3, seed // 4)] if seed < 16 else []):
         graph = _Graph(inst)
         exact = _Run(graph, UNBOUNDED)
         assert exact.until(None, 10**7) == _GOAL
