@@ -224,8 +224,18 @@ def packing_bound(heights: np.ndarray | list[int], capacity: int) -> int:
 
     Dominates the area count ceil(sum h / capacity) (module docstring, (F5)).
     """
-    counts = np.bincount(np.asarray(heights, dtype=np.int64), minlength=capacity + 1)
-    return _packing_from_counts(counts, capacity)
+    heights = np.asarray(heights, dtype=np.int64)
+    small = _area_count_of_small_items(int(heights.sum()), int(heights.max(initial=0)), capacity)
+    if small is not None:
+        return small
+    return _packing_from_counts(np.bincount(heights, minlength=capacity + 1), capacity)
+
+
+def _area_count_of_small_items(area: int, largest: int, M: int) -> int | None:
+    """L2 without its histogram (of M + 1 entries) when every item is at most M/2: then it is the
+    area count ceil(area / M), as no item is in J1 or J2 and J3 is at most the area; None otherwise.
+    """
+    return -(-area // M) if 2 * largest <= M else None
 
 
 def _packing_from_counts(counts: np.ndarray, M: int) -> int:
@@ -266,6 +276,10 @@ def _batch_counts(I: np.ndarray, O: np.ndarray, lim: Limits) -> tuple[int, int]:
         b = max(b, -(-int(O.sum()) // lim.max_running))
     if lim.kv_capacity is not None:  # (F5): items of heights I_i .. I_i + O_i - 1, as a histogram
         M = lim.kv_capacity  # (heights above M, of requests that can never run, are left out)
+        area = int((O * I + O * (O - 1) // 2).sum())
+        small = _area_count_of_small_items(area, int(np.max(I + O - 1)), M)
+        if small is not None:  # no histogram of M + 1 entries (M may be 10^12)
+            return max(b, small), b_pre
         runs = np.zeros(M + 2, dtype=np.int64)
         np.add.at(runs, np.minimum(I, M + 1), 1)
         np.add.at(runs, np.minimum(I + O, M + 1), -1)

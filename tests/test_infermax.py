@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from optsched.instance import InstanceError, parse_instance
@@ -299,6 +300,30 @@ def test_packing_bound_never_exceeds_exact_bin_packing(seed: int) -> None:
     heights = sorted((rng.randint(1, M) for _ in range(rng.randint(1, 8))), reverse=True)
     exact = _least_bins(heights, M)
     assert math.ceil(sum(heights) / M) <= packing_bound(heights, M) <= exact
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_packing_bound_of_small_items_is_the_area_count(seed: int) -> None:
+    """Items all at most M/2: the histogram's L2 (every alpha) equals the area count, the shortcut
+    that spares a histogram of M + 1 entries."""
+    from optsched.bounds import _packing_from_counts
+
+    rng = random.Random(seed)
+    M = rng.randint(2, 60)
+    heights = [rng.randint(1, M // 2) for _ in range(rng.randint(1, 30))]
+    counts = np.bincount(heights, minlength=M + 1)
+    assert _packing_from_counts(counts, M) == math.ceil(sum(heights) / M)
+
+
+def test_bounds_with_a_huge_kv_capacity() -> None:
+    """kv_capacity = 10^12 ("unlimited" written as a number): the bounds allocated a histogram of
+    M + 1 entries (7 TiB) and failed; now they are the area count, below a policy's makespan."""
+    from optsched.bounds import generic_bounds
+
+    inst = parse_instance({**tiny_instance(0).to_dict(), "limits": {"kv_capacity": 10**12}}, "huge-M")
+    makespan = replayed_objective(inst, simulator_for("vllm")(inst), "makespan")[0]
+    for bound in generic_bounds(inst):
+        assert bound.value <= makespan * (1 + 1e-9), bound.name
 
 
 #: Inline cost models where the bound's unusual branches matter: a large quadratic prefill term
