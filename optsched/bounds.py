@@ -33,7 +33,9 @@ without evictions), so they are valid for every problem whose objective is compu
      - (|J2| M - sum_{J2} h)) / M)), J1 = {h > M - alpha}, J2 = {M - alpha >= h > M/2}, J3 = {M/2 >=
      h >= alpha} (no two items above M/2 share a batch, J1's share none with J3's, J3 fills at most
      the room J2's batches leave; :func:`packing_bound`). It dominates the area count
-     ceil(sum h / M) and exceeds it when requests must take turns in memory.
+     ceil(sum h / M) and exceeds it when requests must take turns in memory; when every item is at
+     most M/2 (J1 = J2 = {}, J3 at most the area) it is the area count, computed without a
+     histogram of the M + 1 heights (M may be 10^12).
 
 Bounds (each returned as a :class:`~optsched.result.Bound` with ``valid=True``):
 
