@@ -384,6 +384,11 @@ def _beam_layer(layer: np.ndarray, node_keys: List, node_costs: List, node_paren
         _children(node_keys[a], bits, I, O, limits, costs, rho, keys, steps)
         for k in range(len(keys)):
             child, g2 = keys[k], node_costs[a] + steps[k]
+            if child in index:  # its h is known: priority - cost (one at or above upper is not kept)
+                j = index[child]
+                if g2 < child_costs[j]:
+                    child_costs[j], child_parents[j], priority[j] = g2, a, priority[j] - child_costs[j] + g2
+                continue
             h = _estimate(child, bits, I, O, limits, costs)
             if g2 + h >= upper:
                 continue
@@ -392,10 +397,6 @@ def _beam_layer(layer: np.ndarray, node_keys: List, node_costs: List, node_paren
                 node_keys.append(child)
                 node_costs.append(g2)
                 node_parents.append(a)
-            elif child in index:
-                j = index[child]
-                if g2 < child_costs[j]:
-                    child_costs[j], child_parents[j], priority[j] = g2, a, g2 + h
             else:
                 index[child] = len(child_keys)
                 child_keys.append(child)
