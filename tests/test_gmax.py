@@ -624,6 +624,22 @@ def test_search_on_time_is_on_time(seed):
                 assert _on_time(search.tables, j, float(start), s) == on_time(p, j, float(start), s)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_compiled_cell_is_cell(seed):
+    """The compiled grid cell (``_cell``, used by ``_node_children``) is ``SuffixBound.cell`` at
+    random starts, on grid points, just around them, below 0 and past the last cell."""
+    from optsched.problems.gmax.lagrange import SuffixBound, _cell
+
+    p = small_instance(seed)
+    rng = np.random.default_rng(seed)
+    grid = SuffixBound(p, 0.1, float(rng.choice([0.005, 0.05, 0.3])))
+    points = np.arange(grid.cells + 2) * grid.step
+    starts = [*rng.uniform(-1.0, grid.cells * grid.step + 1.0, 200), *points, *np.nextafter(points, np.inf),
+              *np.nextafter(points, -np.inf)]
+    for start in starts:
+        assert _cell(float(start), float(grid.step), grid.cells) == grid.cell(float(start)), start
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_search_from_the_worst_incumbent_finds_the_optimum(seed):
     """The depth-first search of gmax/lagrange.py alone (no column generation, no repair, random
