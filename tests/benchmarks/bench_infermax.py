@@ -3,15 +3,16 @@
 Usage::
 
     python tests/benchmarks/bench_infermax.py sec45 [--time-limit S] [--out FILE]
-    python tests/benchmarks/bench_infermax.py scale --n 8 16 32 64 [--time-limit S] [--out FILE]
+    python tests/benchmarks/bench_infermax.py scale --n 8 16 32 64 [--time-limit S] [--memory-share F] [--out FILE]
     python tests/benchmarks/bench_infermax.py crosscheck [--out FILE]
     python tests/benchmarks/bench_infermax.py gaps [--time-limit S] [--out FILE]
 
 - ``sec45``: the paper's section 4.5 ("are evictions evil?"): N = O = 4, I in 1..1024,
   M = max(2I, I+O-1), C = P = 4096, R_max unlimited, llama2-7b-a100; optimum with and without
   evictions (CP-SAT), vLLM and vLLM-ef.
-- ``scale``: random instances with I, O in 1..16 (N requests, M = 40 % of the total KV need,
-  C = P = 64, llama2-7b-a100), CP-SAT with the given limit; status, objective, bound, gap, time.
+- ``scale``: random instances with I, O in 1..16 (N requests, M = 40 % of the total KV need or
+  ``--memory-share`` of it, C = P = 64, llama2-7b-a100), CP-SAT with the given limit; status,
+  objective, bound, gap, time.
 - ``crosscheck``: the 32 tiny instances of tests/test_infermax.py, CP-SAT vs HiGHS vs exhaustive.
 - ``gaps``: small InferMax-grid instances, every baseline policy's makespan vs the optimum/bound.
 - ``table --inp FILE``: markdown tables (section 4.5; every policy's excess over the proven bound)
@@ -70,16 +71,18 @@ def run_sec45(args: argparse.Namespace) -> None:
         emit(row, args.out)
 
 
-def scale_instance(n: int, seed: int):
+def scale_instance(n: int, seed: int, memory_share: float = 0.4):
+    """N random requests (I, O in 1..16), M = ``memory_share`` of their total KV need (at least
+    the largest request's), C = P = 64, llama2-7b-a100."""
     rng = random.Random(seed)
     reqs = [{"id": f"r{k}", "prompt_tokens": rng.randint(1, 16), "output_tokens": rng.randint(1, 16)}
             for k in range(n)]
     need = sum(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
     big = max(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
     return parse_instance({
-        "name": f"scale-n{n}-s{seed}",
+        "name": f"scale-n{n}-s{seed}" + ("" if memory_share == 0.4 else f"-m{memory_share:g}"),
         "cost_model": "llama2-7b-a100",
-        "limits": {"token_budget": 64, "prefill_budget": 64, "kv_capacity": max(big, int(0.4 * need))},
+        "limits": {"token_budget": 64, "prefill_budget": 64, "kv_capacity": max(big, int(memory_share * need))},
         "requests": reqs,
     }, f"scale-n{n}")
 
@@ -87,10 +90,11 @@ def scale_instance(n: int, seed: int):
 def run_scale(args: argparse.Namespace) -> None:
     for n in args.n:
         for seed in args.seed or range(args.seeds):
-            inst = scale_instance(n, seed)
+            inst = scale_instance(n, seed, args.memory_share)
             cpu = time.process_time()
             res = solver_for("infermax")(inst, {"time_limit": args.time_limit, "threads": args.threads})
-            emit({"bench": "scale", "N": n, "seed": seed, "status": res.status, "objective": res.objective,
+            emit({"bench": "scale", "N": n, "seed": seed, "memory_share": args.memory_share,
+                  "kv_capacity": inst.limits.kv_capacity, "status": res.status, "objective": res.objective,
                   "bound": res.bound, "gap": res.gap, "wall": round(res.wall_time, 2),
                   "cpu": round(time.process_time() - cpu, 2), "load_avg": os.getloadavg()[0],
                   "horizon": res.extra["horizon"], "best_policy": res.extra["upper_bound_policy"],
@@ -189,6 +193,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, nargs="+", default=[8, 16, 32, 64])
     ap.add_argument("--seeds", type=int, default=1, help="seeds 0 .. SEEDS-1")
     ap.add_argument("--seed", type=int, nargs="+", help="these seeds instead of --seeds")
+    ap.add_argument("--memory-share", type=float, default=0.4,
+                    help="scale: M as a share of the requests' total KV need (default 0.4)")
     ap.add_argument("--inputs", type=int, nargs="+",
                     default=[1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 512, 1024])
     args = ap.parse_args()
