@@ -2,8 +2,10 @@
 
 - Every schedule that replays cleanly (exhaustive optima with and without evictions, every policy;
   tiny instances and two adversarial cost models) is a path of the search's graph, batch by batch
-  among the edges the search generates, of cost at most its makespan less W; along it the estimate
+  among the edges the search generates (or a path that keeps more residents, where the search drops
+  evictions of residents able to idle), of cost at most its makespan less W; along it the estimate
   h never exceeds the cost still to come (admissible).
+- A* finds exactly the shortest path of a plain Dijkstra over the same edges.
 - The search's optimum never exceeds the exhaustive optimum nor the CP-SAT relaxation's optimum, and
   its path replays as a schedule no better than the optimum.
 - On scale instances (I, O <= 16) it solves N = 3 and 4 and its path replays within 1e-4 of its bound.
@@ -13,6 +15,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 import sys
@@ -47,7 +50,13 @@ def instances(seed: int) -> list:
 
 def path_of(inst, sched) -> list[tuple[tuple[tuple[int, ...], int], int]]:
     """The schedule's relaxation point (written from the contract in test_infermax_relax) as a path:
-    its batches with a generated token, each as (node after it, its cost among the search's edges)."""
+    its batches with a generated token, each as (node after it, its cost among the search's edges).
+
+    The search drops an edge that evicts a resident able to idle instead (its sibling keeps one more
+    resident at the same cost), so the path may keep more residents than the point: each step goes to
+    the cheapest edge whose node has the point's G and at least its residents (the module
+    docstring's dominance: from a node with more residents every edge has a twin of no greater cost).
+    """
     graph = _Graph(inst)
     x, s, r = relaxation_point(inst, sched)
     N = len(inst.requests)
@@ -58,10 +67,10 @@ def path_of(inst, sched) -> list[tuple[tuple[tuple[int, ...], int], int]]:
             continue
         G = tuple(node[0][i] + x[i][j] for i in range(N))
         res = sum(1 << i for i in range(N) if r[i][j] and G[i] < graph.O[i])
-        costs = [c for nxt, c in graph.edges(*node) if nxt == (G, res)]
-        assert costs, (sched.meta, j, node, (G, res))
-        node = (G, res)
-        out.append((node, min(costs)))
+        steps = [(c, nxt) for nxt, c in graph.edges(*node) if nxt[0] == G and nxt[1] & res == res]
+        assert steps, (sched.meta, j, node, (G, res))
+        cost, node = min(steps)
+        out.append((node, cost))
     assert node[0] == tuple(graph.O)
     return out
 
@@ -95,6 +104,36 @@ def test_search_below_exhaustive_optimum_and_relaxation(seed: int) -> None:
         J = proven_horizon(inst)
         if J <= MAX_TEST_HORIZON:
             assert res.bound <= relaxation_bound(inst, J, threads=1).bound * (1 + 1e-12)
+
+
+def shortest_path(graph: _Graph) -> int | None:
+    """Plain Dijkstra over the graph's edges, start to goal (no estimate, no dominance of nodes)."""
+    start = (tuple([0] * graph.N), 0)
+    goal = (tuple(int(o) for o in graph.O), 0)
+    dist, heap = {start: 0}, [(0, start)]
+    while heap:
+        d, node = heapq.heappop(heap)
+        if node == goal:
+            return d
+        if d > dist[node]:
+            continue
+        for nxt, c in graph.edges(*node):
+            if d + c < dist.get(nxt, UNBOUNDED):
+                dist[nxt] = d + c
+                heapq.heappush(heap, (d + c, nxt))
+    return None
+
+
+@pytest.mark.parametrize("seed", range(0, 32, 2))
+def test_search_equals_plain_shortest_path(seed: int) -> None:
+    """A* (estimate, beam paths, pruning) finds exactly Dijkstra's shortest path over the same edges,
+    on the tiny instances and on scale instances of 3 requests (seeds below 8)."""
+    for inst in instances(seed) + ([scale_instance(3, seed // 2)] if seed < 8 else []):
+        graph = _Graph(inst)
+        res = relaxation_search(inst)
+        assert res.status == "OPTIMAL"
+        work = math.fsum(request_work(inst))
+        assert res.bound == pytest.approx(work + shortest_path(graph) * UNIT, rel=1e-12, abs=0)
 
 
 @pytest.mark.parametrize(("n", "seed"), [(3, 0), (3, 2), (4, 1), (4, 3)])

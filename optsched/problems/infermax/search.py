@@ -56,6 +56,18 @@ the goal from the queue; before that, every value it takes from the queue is at 
 path's cost (the queue always holds a node of a shortest path with its least cost), so the largest
 such value is a proven bound when the search stops early (time or memory).
 
+Residents dominate: a node :math:`(G, R \cup \{i\})` reached at cost g is at least as good as
+:math:`(G, R)` reached at cost :math:`g' \ge g`, because every edge from :math:`(G, R)` has a twin of
+no greater cost from :math:`(G, R \cup \{i\})` into the same node: the same choices, with i
+evicted where the edge has it wait (free) and decoding where the edge refills it (the same KV
+:math:`I_i + G_i`; the cost :math:`k_{pb}[F] + \min(k_{db}, k_{pb}[\neg F] + D + \rho_i)` with F the
+other fills and D the other decodes' :math:`\rho` is at most the refill's :math:`k_{pb} + \rho_i +
+\min(k_{db}, D)`, or :math:`k_{pb} + \rho_i` without other decodes). So the search drops an edge
+that evicts a resident able to idle instead within M and R_max: its sibling that idles it has the
+same G, one more resident and the same cost. Some shortest path survives (follow any shortest path;
+where it evicts a resident that could idle, keep the resident and take the twins from then on,
+whose costs do not grow), so everything below holds for it.
+
 Known paths prune: a run with a path of cost U known queues no child with :math:`g + h \ge U`.
 When the shortest path costs less than U, every node on it has :math:`g + h \le` its cost :math:`< U`
 when reached at its least cost, so the invariant above holds; so an empty queue proves that no path
@@ -240,7 +252,7 @@ def _children(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
     t = 0
     while t >= 0:
         if t == T:
-            if gen[T] > 0:
+            if gen[T] > 0 and not _idling_fits(T, todo, choice, res, I, G, kv[T], held[T], cap, R_max):
                 cost = k_b + k_pb * fill[T] + refill[T]
                 if dec[T] >= 0:
                     cost += min(k_db, k_pb * (1 - fill[T]) + dec[T])
@@ -282,6 +294,18 @@ def _children(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
             nxt[t + 1] |= 1 << (shift + i)
         t += 1
         choice[t] = -1
+
+
+@njit(cache=True)
+def _idling_fits(T: int, todo: np.ndarray, choice: np.ndarray, res: int, I: np.ndarray, G: np.ndarray,
+                 kv: int, held: int, cap: int, R_max: int) -> bool:
+    """Whether a resident the batch evicts (choice 0) could idle holding its KV instead, within M and
+    R_max: then this edge's child is dominated by that sibling (same G and cost, one more resident)."""
+    for t in range(T):
+        i = todo[t]
+        if choice[t] == 0 and (res >> i) & 1 and kv + I[i] + G[i] - 1 <= cap and held < R_max:
+            return True
+    return False
 
 
 @njit(cache=True)
