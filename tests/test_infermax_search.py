@@ -11,6 +11,8 @@
 - On scale instances (I, O <= 16) it solves N = 3 and 4 and its path replays within 1e-4 of its bound.
 - Known paths prune soundly: A* below the optimum finds nothing, just above it finds the optimum;
   beam searches return paths of the graph at their stated cost, never below the optimum.
+- Where every fill fits P and C whole, beam paths hold P and C and their schedules replay, also when
+  the shortest path does not.
 """
 
 from __future__ import annotations
@@ -20,15 +22,16 @@ import math
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from optsched.bounds import request_work
 from optsched.instance import parse_instance
-from optsched.problems.infermax.relax import UNIT, relaxation_bound
+from optsched.problems.infermax.relax import UNIT, _candidate_rank, relaxation_bound
 from optsched.problems.infermax.search import (
-    _EMPTY, _GOAL, UNBOUNDED, _beam_search, _Graph, _Run, relaxation_search,
+    _EMPTY, _GOAL, UNBOUNDED, _beam_search, _Graph, _Run, _schedule, relaxation_search,
 )
 from optsched.result import replayed_objective
 from optsched.schedule import replay
@@ -227,3 +230,44 @@ def test_pruning_by_a_known_path_and_beam_paths(seed: int) -> None:
             assert _beam_search(graph, width, cost, None)[:2] == (cost, None)  # nothing below its own path
         res = relaxation_search(inst)
         assert res.status == "OPTIMAL" and res.bound == math.fsum(request_work(inst)) + optimum * UNIT
+
+
+def test_beam_paths_hold_the_budgets_when_whole_fills_fit() -> None:
+    """Two prompts of 5 tokens under P = C = 8: the relaxation's shortest path fills both in one
+    batch (10 prefill tokens), which its schedule cannot do; the beams search only batches that hold
+    P and C, so the schedule returned replays cleanly, at a value above the bound."""
+    inst = parse_instance({"name": "p", "cost_model": "llama2-7b-a100",
+                           "limits": {"token_budget": 8, "prefill_budget": 8, "kv_capacity": 20},
+                           "requests": [{"id": f"r{k}", "prompt_tokens": 5, "output_tokens": 3} for k in range(2)]},
+                          "p")
+    graph = _Graph(inst)
+    assert graph.whole_fills_fit
+    exact = _Run(graph, UNBOUNDED)
+    assert exact.until(None, 10**6) == _GOAL and not graph.within_budgets(exact.path())
+    res = relaxation_search(inst)
+    assert res.status == "OPTIMAL" and res.bound == math.fsum(request_work(inst)) + exact.value * UNIT
+    assert res.value > res.bound
+    rep = replay(inst, res.schedule)
+    assert rep.feasible, rep.violations
+    assert rep.metrics.makespan >= exhaustive_makespan(inst, evict=True)[0] * (1 - 1e-9) >= res.bound
+    # the residency phase prefers, of two relaxation results, the schedule that replays
+    shortest = replace(res, value=res.bound, schedule=_schedule(inst, exact.path()))
+    assert not replay(inst, shortest.schedule).feasible
+    assert _candidate_rank(inst, res) < _candidate_rank(inst, shortest)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_beam_paths_replay_within_the_budgets(seed: int) -> None:
+    """Scale instances of 6 requests with M = 80 % of the KV need (several prompts fill at once, and
+    P = 64 binds: on seed 1 the beams over the whole graph fill more than P at once): every beam path
+    over the edges that hold P and C holds them, its schedule replays, and so does the search's."""
+    inst = scale_instance(6, seed, memory_share=0.8)
+    graph = _Graph(inst)
+    assert graph.whole_fills_fit
+    for width in (1, 16):
+        _, path, _ = _beam_search(graph, width, UNBOUNDED, None, budgets=True)
+        assert graph.within_budgets(path)
+        rep = replay(inst, _schedule(inst, path))
+        assert rep.feasible, rep.violations
+    res = relaxation_search(inst, 2)
+    assert replay(inst, res.schedule).feasible

@@ -87,7 +87,7 @@ from ortools.sat.python import cp_model
 from ...bounds import batch_counts, request_work
 from ...deadline import DeadlinePassed, check, seconds_left
 from ...instance import Instance
-from ...schedule import Batch, Item, Schedule
+from ...schedule import Batch, Item, Schedule, replay
 from .model import Coefficients, _symmetric_pairs
 
 __all__ = [
@@ -460,14 +460,24 @@ def count_bound(
     return CountResult(work + argmin(facts)[0], tuple(facts), time.process_time() - cpu)
 
 
+def _candidate_rank(instance: Instance, result: RelaxationResult) -> tuple[float, float]:
+    """Order of two results' schedules as candidates: a schedule that replays cleanly first, by its
+    makespan, then the others by their relaxation value (none last)."""
+    if result.schedule is None or result.value is None:
+        return math.inf, math.inf
+    rep = replay(instance, result.schedule)
+    return (rep.metrics.makespan if rep.feasible else math.inf), result.value
+
+
 def residency_bound(
     instance: Instance, J: int, time_limit: float | None = None, threads: int | None = None
 ) -> RelaxationResult:
     """The relaxation's optimum by the exact search of :mod:`.search` (:data:`SEARCH_SHARE` of
     ``time_limit``); when that stops early, the CP-SAT relaxation's bound (:func:`relaxation_bound`,
     a quarter of the time left) and, when that is not solved to optimality either, the count bound
-    (:func:`count_bound`, the time left): the largest bound, and the best relaxation point found
-    (the search's path or CP-SAT's point, the lower value).
+    (:func:`count_bound`, the time left): the largest bound, and the better schedule of the
+    search's path and CP-SAT's point (one that replays cleanly first, by makespan; else the lower
+    relaxation value).
 
     The relaxation's optimum dominates the count bound (every pair (B, p) of its optimal point
     is allowed by every fact), so the counts run only when neither solves it.
@@ -483,7 +493,7 @@ def residency_bound(
     if exact.status in ("OPTIMAL", "INFEASIBLE"):
         return exact
     relax = relaxation_bound(instance, J, left(1 / 4), threads)
-    if relax.value is None or (exact.value is not None and exact.value < relax.value):
+    if _candidate_rank(instance, exact) < _candidate_rank(instance, relax):
         relax = replace(relax, value=exact.value, schedule=exact.schedule)
     relax = replace(relax, bound=max(relax.bound, exact.bound), cpu=relax.cpu + exact.cpu)
     if relax.status in ("OPTIMAL", "INFEASIBLE"):

@@ -73,15 +73,20 @@ When the shortest path costs less than U, every node on it has :math:`g + h \le`
 when reached at its least cost, so the invariant above holds; so an empty queue proves that no path
 costs less than U (the known path is the shortest), and the largest value taken from the queue,
 capped at U, is a proven bound. The paths come from beam searches (the best nodes by g + h of each
-batch only), which prove nothing.
+batch only), which prove nothing. The relaxation ignores the prefill budget P (a (re)fill may be
+chunked over earlier batches), so its shortest path, as a schedule that prefills each (re)fill whole
+in its batch, can exceed P or C. So when every request's largest fill fits P and C whole and the
+best beam path does not hold them, each beam width runs again over the edges that hold P and C that
+way (a subgraph: its paths are paths of the graph at the same cost, and prune A* as well), and the
+best path holding them is the schedule returned unless the shortest path holds them too.
 
 Costs are integers (picoseconds, rounded down as in :mod:`.relax`): the bound never exceeds the
 true value. The search is compiled with numba (:func:`_children`, :func:`_estimate`, :func:`_astar`,
 :func:`_beam_layer`, compiled at import): a node is a 62-bit key (:meth:`_Graph.key`); an instance
 whose nodes do not fit (N (bits of max O + 1) > 62), or with more than :data:`MAX_REQUESTS`
 requests (up to :math:`3^N` edges per node, listed without a clock), is not searched and gets the
-start's estimate as its bound. The shortest path, as a schedule (:func:`.relax.schedule_from_point`), is a candidate
-that replay judges.
+start's estimate as its bound. The path returned, as a schedule (:func:`.relax.schedule_from_point`),
+is a candidate that replay judges.
 """
 
 from __future__ import annotations
@@ -149,7 +154,14 @@ class _Graph:
         huge = np.iinfo(np.int64).max // 4
         self.limits = np.array([huge if lim.kv_capacity is None else lim.kv_capacity,
                                 min(lim.token_budget, lim.max_running or self.N or 1),
-                                huge if lim.max_running is None else lim.max_running], dtype=np.int64)
+                                huge if lim.max_running is None else lim.max_running, huge, huge], dtype=np.int64)
+        #: Every request's largest (re)fill fits P and C whole: beams can then look for paths whose
+        #: batches hold P and C with each (re)fill prefilled whole (:attr:`budget_args`).
+        self.whole_fills_fit = bool(np.all(self.I + self.O - 1 <= min(lim.prefill_budget, lim.token_budget)))
+        #: (P, C).
+        self.budgets = (lim.prefill_budget, lim.token_budget)
+        strict = self.limits.copy()
+        strict[3:] = self.budgets
         k_b, k_pb, k_db = _floor(k.k_b), _floor(k.k_pb), _floor(k.k_db)
         self.costs = np.array([k_b, k_pb, k_db, min(k_db, k_pb)], dtype=np.int64)
         width = int(self.O.max(initial=0)) + 1 if self.searchable else 0
@@ -160,6 +172,9 @@ class _Graph:
         self.goal = self.key(tuple(int(o) for o in self.O), 0)
         #: The arguments every kernel takes after the node.
         self.args = (self.bits, self.I, self.O, self.limits, self.costs)
+        #: The kernels' arguments for the subgraph of the edges whose (re)fills, prefilled whole in
+        #: the batch, and decodes hold P and C.
+        self.budget_args = (self.bits, self.I, self.O, strict, self.costs)
 
     def key(self, G: tuple[int, ...], res: int) -> int:
         """The node's 62-bit key: G_i in bits [bits i, bits (i + 1)), the residents above."""
@@ -169,6 +184,16 @@ class _Graph:
         """Inverse of :meth:`key`."""
         mask = (1 << self.bits) - 1
         return tuple(key >> (self.bits * i) & mask for i in range(self.N)), key >> (self.bits * self.N)
+
+    def within_budgets(self, path: list[Node]) -> bool:
+        """Whether every batch of ``path``, each (re)fill prefilled whole in it, holds P and C."""
+        for (G, res), (G2, _) in zip(path, path[1:]):
+            moved = [i for i in range(self.N) if G2[i] > G[i]]
+            pre = sum(int(self.I[i]) + G[i] for i in moved if not res >> i & 1)
+            decodes = sum(1 for i in moved if res >> i & 1)
+            if pre > self.budgets[0] or pre + decodes > self.budgets[1]:
+                return False
+        return True
 
     def estimate(self, G: tuple[int, ...], res: int) -> int:
         """Admissible h of the module docstring."""
@@ -190,7 +215,8 @@ def _new_lists() -> tuple[List, List]:
 def _estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray) -> int:
     """Admissible h of the module docstring at the node ``key`` (:meth:`_Graph.key`).
 
-    ``limits`` = (M, least of C and R_max, R_max), ``costs`` = (k_b, k_pb, k_db, min(k_db, k_pb)).
+    ``limits`` = (M, least of C and R_max, R_max, prefill cap, token cap), ``costs`` = (k_b, k_pb,
+    k_db, min(k_db, k_pb)).
     """
     N = I.shape[0]
     mask = (1 << bits) - 1
@@ -221,14 +247,16 @@ def _children(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
     cleared first: a depth-first walk over the unfinished requests' choices (level t decides the
     t-th; choice 0 holds no KV after the batch: waits, or is evicted when resident; 1 generates a
     token: decodes when resident, else (re)fills; 2 idles holding its KV, residents only) that
-    leaves a choice as soon as M, R_max or C is exceeded."""
+    leaves a choice as soon as M, R_max or C is exceeded. With finite caps in ``limits`` (those of
+    :attr:`_Graph.budget_args`) only the edges whose (re)fills, prefilled whole, stay within the
+    prefill cap, and whose prefill tokens plus decodes within the token cap."""
     out_keys.clear()
     out_costs.clear()
     N = I.shape[0]
     mask = (1 << bits) - 1
     shift = bits * N
     res = key >> shift
-    cap, per_batch, R_max = limits[0], limits[1], limits[2]
+    cap, per_batch, R_max, pre_cap, tok_cap = limits[0], limits[1], limits[2], limits[3], limits[4]
     k_b, k_pb, k_db = costs[0], costs[1], costs[2]
     G = np.empty(N, np.int64)
     todo = np.empty(N, np.int64)
@@ -248,6 +276,8 @@ def _children(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
     dec = np.full(T + 1, -1, np.int64)
     nxt = np.zeros(T + 1, np.int64)
     choice = np.full(T + 1, -1, np.int64)
+    tok = np.zeros(T + 1, np.int64)  # prefill tokens (fills prefilled whole) plus decodes
+    pre = np.zeros(T + 1, np.int64)  # prefill tokens
     nxt[0] = key & ((1 << shift) - 1)
     t = 0
     while t >= 0:
@@ -270,11 +300,16 @@ def _children(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
         kept = I[i] + G[i]  # KV held after generating a token (G' = G + 1)
         kv[t + 1], held[t + 1], gen[t + 1] = kv[t], held[t], gen[t]
         fill[t + 1], refill[t + 1], dec[t + 1], nxt[t + 1] = fill[t], refill[t], dec[t], nxt[t]
+        tok[t + 1], pre[t + 1] = tok[t], pre[t]
         if c == 1:
             if kv[t] + kept > cap or held[t] >= R_max or gen[t] >= per_batch:
                 continue
+            step = 1 if resident else kept  # tokens this request puts in the batch
+            if tok[t] + step > tok_cap or (not resident and pre[t] + kept > pre_cap):
+                continue
             after = G[i] + 1
             kv[t + 1] += kept
+            tok[t + 1] += step
             held[t + 1] += 1
             gen[t + 1] += 1
             nxt[t + 1] += 1 << (bits * i)
@@ -284,6 +319,7 @@ def _children(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
                 dec[t + 1] = max(dec[t], 0) + rho[i, after]
             else:
                 fill[t + 1] = 1
+                pre[t + 1] += kept
                 if G[i] > 0:
                     refill[t + 1] += rho[i, after]
         elif c == 2:
@@ -442,11 +478,12 @@ def _beam_layer(layer: np.ndarray, node_keys: List, node_costs: List, node_paren
 
 
 def _beam_search(
-    graph: _Graph, width: int, upper: int, deadline: float | None
+    graph: _Graph, width: int, upper: int, deadline: float | None, budgets: bool = False
 ) -> tuple[int, list[Node] | None, float]:
-    """A beam search of ``width`` nodes per layer (layers = batches), pruned at ``upper``, until its
-    beam empties or ``deadline`` passes (checked between layers): (least path cost found or
-    ``upper``, that path or None, the slowest layer's seconds)."""
+    """A beam search of ``width`` nodes per layer (layers = batches), over the subgraph of the
+    edges that hold P and C (:attr:`_Graph.budget_args`) when ``budgets``, pruned at ``upper``,
+    until its beam empties or ``deadline`` passes (checked between layers): (least path cost found
+    or ``upper``, that path or None, the slowest layer's seconds)."""
     node_keys, node_costs, node_parents = (List.empty_list(types.int64) for _ in range(3))
     node_keys.append(0)
     node_costs.append(0)
@@ -456,7 +493,8 @@ def _beam_search(
     while layer.shape[0] and (deadline is None or time.perf_counter() < deadline):
         tic = time.perf_counter()
         layer, upper, reached = _beam_layer(layer, node_keys, node_costs, node_parents, np.int64(graph.goal),
-                                            *graph.args, graph.rho, keys, steps, width, np.int64(upper))
+                                            *(graph.budget_args if budgets else graph.args), graph.rho, keys, steps,
+                                            width, np.int64(upper))
         slowest = max(slowest, time.perf_counter() - tic)
         if reached >= 0:
             path = [reached]
@@ -464,6 +502,35 @@ def _beam_search(
                 path.append(prev)
             path = [graph.node(node_keys[j]) for j in path[::-1]]
     return upper, path, slowest
+
+
+def _beam_paths(
+    graph: _Graph, deadline: float | None
+) -> tuple[int, list[Node] | None, tuple[int, list[Node]] | None]:
+    """Beam searches of widths :data:`BEAM_WIDTHS` in turn until ``deadline`` (a width is not
+    started when its layers, predicted from the narrower one's slowest, would overrun it), each
+    pruned at the best path so far. When the best path does not hold P and C with its (re)fills
+    prefilled whole and they fit whole (:attr:`_Graph.whole_fills_fit`), the width is searched
+    again over the edges that hold them, pruned at the best such path.
+
+    Returns (least path cost or :data:`UNBOUNDED`, that path or None, (cost, path) of the best
+    path holding P and C or None)."""
+    upper, path, held, slowest = UNBOUNDED, None, None, 0.0
+    for narrower, width in zip((0,) + BEAM_WIDTHS, BEAM_WIDTHS):
+        # a layer of this width takes about width / narrower times the narrower one's slowest
+        if deadline is not None and narrower and slowest * width / narrower > deadline - time.perf_counter():
+            break
+        upper, found, slowest = _beam_search(graph, width, upper, deadline)
+        path = found or path
+        if path is not None and graph.within_budgets(path):
+            held = (upper, path)
+        elif graph.whole_fills_fit:
+            cost, found, slow = _beam_search(graph, width, UNBOUNDED if held is None else held[0], deadline, True)
+            slowest = max(slowest, slow)
+            held = held if found is None else (cost, found)
+            if held is not None and held[0] < upper:
+                upper, path = held
+    return upper, path, held
 
 
 def relaxation_search(
@@ -487,11 +554,13 @@ def relaxation_search(
     Returns
     -------
     RelaxationResult
-        ``OPTIMAL``: bound = value = W + the shortest path, with the path as a schedule;
-        ``INFEASIBLE``: no path (bound ``inf``); ``UNKNOWN``: bound = W + the largest value A*
-        took from its queue (at most the best path's), and the best path found, if any, as value
-        and schedule; or W + the start's estimate when the instance is not searched
-        (:attr:`_Graph.searchable`: too many requests, or nodes that do not fit a key).
+        ``OPTIMAL``: bound = W + the shortest path; ``INFEASIBLE``: no path (bound ``inf``);
+        ``UNKNOWN``: bound = W + the largest value A* took from its queue (at most the best
+        path's), or W + the start's estimate when the instance is not searched
+        (:attr:`_Graph.searchable`: too many requests, or nodes that do not fit a key). With a
+        path found, value = W + its cost and schedule = the path as a schedule: the shortest (or
+        best) path found, or, when that one breaks P or C with each (re)fill prefilled whole in its
+        batch, the best path found that holds them, if any (:func:`_beam_paths`).
     """
     cpu, t0 = time.process_time(), time.perf_counter()
     graph = _Graph(instance)
@@ -501,25 +570,21 @@ def relaxation_search(
         return RelaxationResult(work + root * UNIT, None, "UNKNOWN", time.process_time() - cpu)
     deadline = None if time_limit is None else t0 + time_limit
     beam_end = None if time_limit is None else t0 + BEAM_SHARE * time_limit
-    upper, path, slowest = UNBOUNDED, None, 0.0
-    for narrower, width in zip((0,) + BEAM_WIDTHS, BEAM_WIDTHS):
-        # a layer of this width takes about width / narrower times the narrower one's slowest
-        if beam_end is not None and narrower and slowest * width / narrower > beam_end - time.perf_counter():
-            break
-        upper, found, slowest = _beam_search(graph, width, upper, beam_end)
-        path = found or path
+    upper, path, held = _beam_paths(graph, beam_end)
     run = _Run(graph, upper)
     status = run.until(deadline, max_nodes)
+    cpu = time.process_time() - cpu
+    if status == _EMPTY and path is None:
+        return RelaxationResult(math.inf, None, "INFEASIBLE", cpu)
     if status == _GOAL:
         upper, path = run.value, run.path()
-    cpu = time.process_time() - cpu
-    if status in (_GOAL, _EMPTY) and path is None:
-        return RelaxationResult(math.inf, None, "INFEASIBLE", cpu)
+    solved = status in (_GOAL, _EMPTY)  # no path below the best one: it is the shortest
+    bound = work + (upper if solved else min(run.best, upper)) * UNIT
+    if held is not None and not graph.within_budgets(path):
+        upper, path = held  # the best path known to hold P and C: its schedule can replay
     value = None if path is None else work + upper * UNIT
     schedule = None if path is None else _schedule(instance, path)
-    if status in (_GOAL, _EMPTY):  # no path below the best one: it is the shortest
-        return RelaxationResult(value, value, "OPTIMAL", cpu, schedule=schedule)
-    return RelaxationResult(work + min(run.best, upper) * UNIT, value, "UNKNOWN", cpu, schedule=schedule)
+    return RelaxationResult(bound, value, "OPTIMAL" if solved else "UNKNOWN", cpu, schedule=schedule)
 
 
 def _schedule(instance: Instance, path: list[Node]):
