@@ -158,10 +158,8 @@ class _Graph:
         #: Every request's largest (re)fill fits P and C whole: beams can then look for paths whose
         #: batches hold P and C with each (re)fill prefilled whole (:attr:`budget_args`).
         self.whole_fills_fit = bool(np.all(self.I + self.O - 1 <= min(lim.prefill_budget, lim.token_budget)))
-        #: (P, C).
-        self.budgets = (lim.prefill_budget, lim.token_budget)
         strict = self.limits.copy()
-        strict[3:] = self.budgets
+        strict[3:] = lim.prefill_budget, lim.token_budget
         k_b, k_pb, k_db = _floor(k.k_b), _floor(k.k_pb), _floor(k.k_db)
         self.costs = np.array([k_b, k_pb, k_db, min(k_db, k_pb)], dtype=np.int64)
         width = int(self.O.max(initial=0)) + 1 if self.searchable else 0
@@ -186,12 +184,12 @@ class _Graph:
         return tuple(key >> (self.bits * i) & mask for i in range(self.N)), key >> (self.bits * self.N)
 
     def within_budgets(self, path: list[Node]) -> bool:
-        """Whether every batch of ``path``, each (re)fill prefilled whole in it, holds P and C."""
-        for (G, res), (G2, _) in zip(path, path[1:]):
-            moved = [i for i in range(self.N) if G2[i] > G[i]]
-            pre = sum(int(self.I[i]) + G[i] for i in moved if not res >> i & 1)
-            decodes = sum(1 for i in moved if res >> i & 1)
-            if pre > self.budgets[0] or pre + decodes > self.budgets[1]:
+        """Whether every batch of ``path``, each (re)fill prefilled whole in it, holds P and C: each
+        step is an edge of the subgraph of :attr:`budget_args`."""
+        keys, steps = _new_lists()
+        for node, nxt in zip(path, path[1:]):
+            _children(np.int64(self.key(*node)), *self.budget_args, self.rho, keys, steps)
+            if self.key(*nxt) not in set(keys):
                 return False
         return True
 
@@ -199,10 +197,11 @@ class _Graph:
         """Admissible h of the module docstring."""
         return int(_estimate(np.int64(self.key(G, res)), *self.args))
 
-    def edges(self, G: tuple[int, ...], res: int) -> list[tuple[Node, int]]:
-        """Every edge leaving (G, res): (next node, cost)."""
+    def edges(self, G: tuple[int, ...], res: int, budgets: bool = False) -> list[tuple[Node, int]]:
+        """Every edge leaving (G, res): (next node, cost); only those that hold P and C with each
+        (re)fill prefilled whole when ``budgets`` (:attr:`budget_args`)."""
         keys, steps = _new_lists()
-        _children(np.int64(self.key(G, res)), *self.args, self.rho, keys, steps)
+        _children(np.int64(self.key(G, res)), *(self.budget_args if budgets else self.args), self.rho, keys, steps)
         return [(self.node(k), int(c)) for k, c in zip(keys, steps)]
 
 
