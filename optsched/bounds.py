@@ -86,6 +86,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Iterator
 
 import numpy as np
 
@@ -137,6 +138,22 @@ def prefill_alone_time(instance: Instance, prompt_tokens: int) -> float:
     return _prefill_alone(instance.cost_model, int(prompt_tokens), instance.limits.prefill_budget)
 
 
+#: Most per-token entries the per-token sums below hold at once: memory stays bounded however
+#: long the outputs (10^7 output tokens took 0.7 GB in one block).
+TOKEN_BLOCK = 1 << 20
+
+
+def _token_blocks(counts: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Every pair (request i, rank k), k = 0..counts_i - 1, in request then rank order, in blocks of
+    at most :data:`TOKEN_BLOCK` pairs: (owners, ranks), a long request split over several blocks."""
+    ends = np.cumsum(counts)
+    total = int(ends[-1]) if len(ends) else 0
+    for lo in range(0, total, TOKEN_BLOCK):
+        position = np.arange(lo, min(lo + TOKEN_BLOCK, total))
+        owner = np.searchsorted(ends, position, side="right")
+        yield owner, position - (ends[owner] - counts[owner])
+
+
 def _decode_terms(I: np.ndarray, O: np.ndarray, cm: CostModel, P: int, alone: bool) -> np.ndarray:
     """Per request, sum over g = 1..O-1 of the cheaper way to generate token g+1 (F3).
 
@@ -144,18 +161,17 @@ def _decode_terms(I: np.ndarray, O: np.ndarray, cm: CostModel, P: int, alone: bo
     ``alone=True`` gives whole lone-batch times D_i(g), R_i(g) of the critical-path bound.
     """
     L, b, a, pb, pa, pq, db, da, dk = _coefficients(cm)
-    n_dec = np.maximum(O - 1, 0)
-    owner = np.repeat(np.arange(len(I)), n_dec)
-    starts = np.cumsum(n_dec) - n_dec
-    g = np.arange(int(n_dec.sum()), dtype=np.float64) - np.repeat(starts, n_dec) + 1.0
-    held = np.repeat(I.astype(np.float64), n_dec) + g - 1.0  # slots read by the decode of token g+1
-    if alone:
-        decode = b + a + db + da + dk * held
-        refill = np.ceil((held + 1.0) / P) * (b + pb) + (a + pa + pq) * (held + 1.0)
-    else:
-        decode = a + da + dk * held
-        refill = (a + pa + pq) * (held + 1.0)
-    return L * np.bincount(owner, weights=np.minimum(decode, refill), minlength=len(I))
+    total = np.zeros(len(I))
+    for owner, rank in _token_blocks(np.maximum(O - 1, 0)):
+        held = I[owner].astype(np.float64) + rank  # slots read by the decode of token g+1, g = rank + 1
+        if alone:
+            decode = b + a + db + da + dk * held
+            refill = np.ceil((held + 1.0) / P) * (b + pb) + (a + pa + pq) * (held + 1.0)
+        else:
+            decode = a + da + dk * held
+            refill = (a + pa + pq) * (held + 1.0)
+        total += np.bincount(owner, weights=np.minimum(decode, refill), minlength=len(I))
+    return L * total
 
 
 def _arrays(instance: Instance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -298,21 +314,20 @@ def _refill_extra_by_decodes(I: np.ndarray, O: np.ndarray, cm: CostModel, d_max:
     """
     L, _, a, _, pa, pq, _, da, dk = _coefficients(cm)
     n_dec = np.maximum(O - 1, 0)
-    total = int(n_dec.sum())
-    extra = np.zeros(d_max + 1)
-    if total == 0:
-        return extra
-    first = np.cumsum(n_dec) - n_dec
-    rank = np.arange(total) - np.repeat(first, n_dec)  # 0-based rank in the ascending order
     slope = (a + pa + pq) - dk
-    g = rank + 1.0 if slope >= 0 else np.repeat(n_dec, n_dec) - rank
-    I_rep = np.repeat(I.astype(np.float64), n_dec)
-    rho = L * np.maximum(0.0, (a + pa + pq) * (I_rep + g) - (a + da + dk * (I_rep + g - 1.0)))
-    csum = np.concatenate(([0.0], np.cumsum(rho)))
-    prefix = csum[1:] - np.repeat(csum[first], n_dec)  # sum of the (rank + 1) smallest of request i
-    at_decodes = np.repeat(n_dec, n_dec) - 1 - rank  # r_i = rank + 1 refills happen at D = O_i - 2 - rank
-    keep = at_decodes <= d_max
-    np.add.at(extra, at_decodes[keep], prefix[keep])
+    extra = np.zeros(d_max + 1)
+    before = np.zeros(len(I))  # per request, the sum of its rho of ranks in earlier blocks
+    for owner, rank in _token_blocks(n_dec):  # rank: 0-based in the ascending order
+        g = rank + 1.0 if slope >= 0 else n_dec[owner] - rank
+        held = I[owner].astype(np.float64) + g
+        rho = L * np.maximum(0.0, (a + pa + pq) * held - (a + da + dk * (held - 1.0)))
+        csum = np.cumsum(rho)
+        first = np.searchsorted(owner, owner, side="left")  # the owner's first position in the block
+        prefix = before[owner] + csum - np.where(first > 0, csum[first - 1], 0.0)  # its rank + 1 smallest
+        at_decodes = n_dec[owner] - 1 - rank  # r_i = rank + 1 refills happen at D = O_i - 2 - rank
+        keep = at_decodes <= d_max
+        np.add.at(extra, at_decodes[keep], prefix[keep])
+        before += np.bincount(owner, weights=rho, minlength=len(I))
     return extra
 
 

@@ -13,6 +13,7 @@ import random
 import pytest
 from report_support import random_schedule, serial_fcfs
 
+import optsched.bounds as bounds_module
 from optsched.bounds import (
     batch_counts,
     critical_path_times,
@@ -21,6 +22,7 @@ from optsched.bounds import (
     least_bias,
     prefill_alone_time,
     request_bounds,
+    request_work,
 )
 from optsched.costmodel import available_profiles, load_cost_model
 from optsched.instance import Instance, InstanceError, Limits, Request, available_instances, load_instance
@@ -263,8 +265,13 @@ COUNT_PROGRAM_COSTS = [
 ]
 
 
+@pytest.mark.parametrize("block", [None, 5])
 @pytest.mark.parametrize("seed", range(24))
-def test_least_bias_equals_enumeration_of_its_program(seed: int) -> None:
+def test_least_bias_equals_enumeration_of_its_program(seed: int, block: int | None,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also with the per-token sums cut into blocks of 5 tokens (long requests over several)."""
+    if block is not None:
+        monkeypatch.setattr(bounds_module, "TOKEN_BLOCK", block)
     rng = random.Random(seed)
     cost = load_cost_model(COUNT_PROGRAM_COSTS[seed % len(COUNT_PROGRAM_COSTS)])
     n = rng.randint(1, 5)
@@ -274,6 +281,24 @@ def test_least_bias_equals_enumeration_of_its_program(seed: int) -> None:
     inst = Instance(f"bias-{seed}", cost, limits, reqs)
     assert least_bias(inst) == pytest.approx(_least_bias_by_enumeration(inst), rel=1e-9, abs=1e-15)
     assert least_bias(inst) >= 0.0
+
+
+@pytest.mark.parametrize("model", ["llama2-7b-a100", *ADVERSARIAL], ids=["a100", "quadratic", "dear-decode", "per-token"])
+def test_per_token_sums_do_not_depend_on_their_blocks(model: str | dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outputs are summed token by token in blocks of TOKEN_BLOCK tokens (bounded memory); blocks of
+    1, 3 and 7 tokens (requests split over blocks, blocks over requests) give the same bounds."""
+    rng = random.Random(7)
+    reqs = tuple(Request(f"r{i}", 0.0, rng.randint(1, 40), rng.randint(1, 30)) for i in range(9))
+    inst = Instance("blocks", load_cost_model(model), Limits(32, 16, 200, None), reqs)
+
+    def values() -> list[float]:
+        return [*request_work(inst), *critical_path_times(inst), least_bias(inst),
+                *(b.value for b in generic_bounds(inst))]
+
+    whole = values()
+    for block in (1, 3, 7):
+        monkeypatch.setattr(bounds_module, "TOKEN_BLOCK", block)
+        assert values() == pytest.approx(whole, rel=1e-12)
 
 
 def test_bounds_of_an_instance_with_a_request_over_memory_are_computed() -> None:
