@@ -140,7 +140,7 @@ class _Graph:
     """The graph of the module docstring for one instance: integer picosecond costs and the kernel
     arguments; ``edges`` and ``estimate`` in tuple form (for tests and the path's schedule)."""
 
-    def __init__(self, instance: Instance) -> None:
+    def __init__(self, instance: Instance, drop_dominated: bool = True) -> None:
         k = Coefficients.from_cost_model(instance.cost_model)
         reqs = instance.requests
         lim = instance.limits
@@ -154,12 +154,13 @@ class _Graph:
         huge = np.iinfo(np.int64).max // 4
         self.limits = np.array([huge if lim.kv_capacity is None else lim.kv_capacity,
                                 min(lim.token_budget, lim.max_running or self.N or 1),
-                                huge if lim.max_running is None else lim.max_running, huge, huge], dtype=np.int64)
+                                huge if lim.max_running is None else lim.max_running, huge, huge,
+                                int(drop_dominated)], dtype=np.int64)
         #: Every request's largest (re)fill fits P and C whole: beams can then look for paths whose
         #: batches hold P and C with each (re)fill prefilled whole (:attr:`budget_args`).
         self.whole_fills_fit = bool(np.all(self.I + self.O - 1 <= min(lim.prefill_budget, lim.token_budget)))
         strict = self.limits.copy()
-        strict[3:] = lim.prefill_budget, lim.token_budget
+        strict[3:5] = lim.prefill_budget, lim.token_budget
         k_b, k_pb, k_db = _floor(k.k_b), _floor(k.k_pb), _floor(k.k_db)
         self.costs = np.array([k_b, k_pb, k_db, min(k_db, k_pb)], dtype=np.int64)
         width = int(self.O.max(initial=0)) + 1 if self.searchable else 0
@@ -214,7 +215,8 @@ def _new_lists() -> tuple[List, List]:
 def _estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray) -> int:
     """Admissible h of the module docstring at the node ``key`` (:meth:`_Graph.key`).
 
-    ``limits`` = (M, least of C and R_max, R_max, prefill cap, token cap), ``costs`` = (k_b, k_pb,
+    ``limits`` = (M, least of C and R_max, R_max, prefill cap, token cap, 1 to drop dominated
+    evictions else 0), ``costs`` = (k_b, k_pb,
     k_db, min(k_db, k_pb)).
     """
     N = I.shape[0]
@@ -248,14 +250,15 @@ def _children(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
     token: decodes when resident, else (re)fills; 2 idles holding its KV, residents only) that
     leaves a choice as soon as M, R_max or C is exceeded. With finite caps in ``limits`` (those of
     :attr:`_Graph.budget_args`) only the edges whose (re)fills, prefilled whole, stay within the
-    prefill cap, and whose prefill tokens plus decodes within the token cap."""
+    prefill cap, and whose prefill tokens plus decodes within the token cap. Edges that evict a
+    resident able to idle (dominated, module docstring) are left out unless ``limits[5]`` is 0."""
     out_keys.clear()
     out_costs.clear()
     N = I.shape[0]
     mask = (1 << bits) - 1
     shift = bits * N
     res = key >> shift
-    cap, per_batch, R_max, pre_cap, tok_cap = limits[0], limits[1], limits[2], limits[3], limits[4]
+    cap, per_batch, R_max, pre_cap, tok_cap, dominated = limits[0], limits[1], limits[2], limits[3], limits[4], limits[5]
     k_b, k_pb, k_db = costs[0], costs[1], costs[2]
     G = np.empty(N, np.int64)
     todo = np.empty(N, np.int64)
@@ -281,7 +284,7 @@ def _children(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
     t = 0
     while t >= 0:
         if t == T:
-            if gen[T] > 0 and not _idling_fits(T, todo, choice, res, I, G, kv[T], held[T], cap, R_max):
+            if gen[T] > 0 and not (dominated and _idling_fits(T, todo, choice, res, I, G, kv[T], held[T], cap, R_max)):
                 cost = k_b + k_pb * fill[T] + refill[T]
                 if dec[T] >= 0:
                     cost += min(k_db, k_pb * (1 - fill[T]) + dec[T])
