@@ -173,11 +173,12 @@ def test_relaxation_meets_the_optimum_when_memory_binds(seed: int) -> None:
     work = generic_bounds(inst)[0].value
     assert work < 0.95 * res.objective
     assert res.objective * (1 - 1e-4) <= relax.bound <= res.objective * (1 + 1e-9)
-    assert res.extra["relaxation"]["bound"] == pytest.approx(relax.bound, rel=1e-12)
-    # the registry's bound (optsched bound --method relax) reports it
+    # the solve and the registry's bound (optsched bound --method relax) report it, raised by the
+    # quadratic prefill term where the relaxation is solved (infermax/chunks.py)
+    assert relax.bound * (1 - 1e-12) <= res.extra["relaxation"]["bound"] <= res.objective * (1 + 1e-9)
     reported = {b.name: b for b in bounder_for("infermax")(inst, {"method": "relax", "time_limit": 20, "threads": 2})}
     assert reported["relaxation"].valid
-    assert reported["relaxation"].value == pytest.approx(relax.bound, rel=1e-12)
+    assert relax.bound * (1 - 1e-12) <= reported["relaxation"].value <= res.objective * (1 + 1e-9)
     # its best point, as a schedule, replays and is the optimum itself here
     assert replayed_objective(inst, relax.schedule, "makespan")[0] == pytest.approx(res.objective, rel=1e-12)
 

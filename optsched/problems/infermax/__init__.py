@@ -20,6 +20,8 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
    exact search of :mod:`.search`) with the
    option ``relax``'s share of the limit, gives its proven bound and count facts to the model and
    its best point, as a schedule, to the candidates (a better one re-derives UB, J and the hint);
+   when the relaxation is solved within one prefill bias of UB, the bound of :mod:`.chunks` (the
+   quadratic prefill term priced over every relaxation path below UB) raises its bound;
 4. solves, turns the solution into a schedule, replays it and reports the replayed objective after
    :func:`~optsched.result.check_agreement` with the solver's own value (the best candidate
    instead when it is better: a stopped solver may not have reached its hint);
@@ -42,6 +44,7 @@ from ...schedule import ReplayResult, Schedule, replay
 from ...bounds import generic_bounds
 from ...deadline import passed
 from .model import (
+    Coefficients,
     InferMaxInputError,
     InferMaxOptions,
     ModelData,
@@ -58,6 +61,9 @@ __all__ = ["bounds", "solve", "candidate_schedules", "OPTIMAL_RTOL"]
 
 #: The main solve gets what is left of the time limit, but at least this share of it.
 MIN_PHASE_SHARE = 0.05
+
+#: Share of the time left that the bound of :mod:`.chunks` may take.
+CHUNK_SHARE = 0.5
 
 #: A solution counts as optimal when its replayed objective exceeds a proven bound by at most this.
 OPTIMAL_RTOL = 1e-9
@@ -180,6 +186,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]),
                       _nonempty(warm_prefix))
     relax = None if met or passed(deadline) else _relaxation(data, limit)
+    paths = None
     if relax is not None:
         if relax.bound == math.inf:
             raise RuntimeError(
@@ -194,6 +201,9 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
             if values[name] < values[best]:
                 best = name
                 warm = opts.warm_start or best
+        if limit is None or not passed(deadline):
+            relax, paths = _with_chunk_bound(instance, relax, makespans[best],
+                                             None if limit is None else _left(opts, limit, t0).time_limit * CHUNK_SHARE)
         data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
         data = replace(data, lower=relax.bound, count_facts=relax.facts)  # (makespan only: no first-token model)
     if met:  # a candidate meets a proven bound: nothing left to prove, no model
@@ -216,7 +226,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     }
     if relax is not None:
         extra["relaxation"] = {"bound": relax.bound, "value": relax.value, "status": relax.status, "cpu": relax.cpu,
-                               "count_facts": [list(f) for f in relax.facts]}
+                               "count_facts": [list(f) for f in relax.facts], "chunk_paths": paths}
     if backend.status == "unsupported":
         return SolveResult("infermax", opts.solver, "unsupported", wall_time=time.perf_counter() - t0, extra=extra)
     if backend.status == "infeasible":
@@ -280,6 +290,21 @@ def _relaxation(data: ModelData, limit: float | None) -> Any:
     return residency_bound(data.instance, data.J, share, opts.threads)
 
 
+def _with_chunk_bound(instance: Instance, relax: Any, upper: float, time_limit: float | None) -> tuple[Any, int | None]:
+    """The relaxation's result with the bound of :mod:`.chunks` when the relaxation is solved and
+    below ``upper`` (the best candidate's makespan) by less than one prefill bias: the gap is then
+    the quadratic prefill term, which that bound prices path by path. Also the number of paths
+    priced (None when it did not run or could not list them all)."""
+    from .chunks import chunk_bound
+
+    if relax.status != "OPTIMAL" or not 0 < upper - relax.bound < Coefficients.from_cost_model(instance.cost_model).k_pb:
+        return relax, None
+    found = chunk_bound(instance, upper, time_limit)
+    if found.bound is None:
+        return relax, None
+    return replace(relax, bound=max(relax.bound, found.bound)), found.paths
+
+
 def _run_backend(data: ModelData, hint: Any, deadline: float | None) -> Any:
     if data.options.solver == "cpsat":
         from .cpsat import solve_cpsat
@@ -302,8 +327,9 @@ def bounds(instance: Instance, options: Mapping[str, Any]) -> list[Bound]:
     optimum. ``method='lp'`` adds the LP relaxation of the MIP (:mod:`.mip`; proven, usually weaker
     than the work bound on large instances but independent of it). ``method='relax'`` adds, for the
     makespan with a KV capacity, the residency bound of :mod:`.relax` over the proven horizon of the
-    best candidate schedule (the serial one and every policy), within ``time_limit`` (default
-    :data:`RELAX_BOUND_TIME` s).
+    best candidate schedule (the serial one and every policy), raised by the bound of :mod:`.chunks`
+    when it applies (the relaxation solved within one prefill bias of the best schedule known),
+    within ``time_limit`` (default :data:`RELAX_BOUND_TIME` s).
     """
     objective = options.get("objective") or "makespan"
     out = generic_bounds(instance, objective)
@@ -321,8 +347,13 @@ def bounds(instance: Instance, options: Mapping[str, Any]) -> list[Bound]:
     schedule, value, _ = min(_candidates(instance, opts, None).values(), key=lambda cand: cand[1])
     data = build_data(instance, opts, value, value, _nonempty(schedule))
     limit = opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
+    start = time.perf_counter()
     res = residency_bound(instance, data.J, limit, opts.threads)
+    if res.schedule is not None and (point := replay(instance, res.schedule)).feasible:
+        value = min(value, point.metrics.makespan)
+    res, paths = _with_chunk_bound(instance, res, value, max(0.0, limit - (time.perf_counter() - start)))
+    chunked = "" if paths is None else f"; quadratic prefill term over {paths} paths, infermax/chunks.py"
     note = (f"residency relaxation over J = {data.J} batches ({res.status}; count facts "
-            f"{[list(f) for f in res.facts]}; infermax/relax.py)")
+            f"{[list(f) for f in res.facts]}; infermax/relax.py{chunked})")
     out.append(Bound("relaxation", res.bound, data.horizon_proven, note))
     return out
