@@ -138,8 +138,8 @@ def _nonempty(schedule: Schedule) -> int:
 
 #: Modules a solve may need, imported before its clock starts: importing CP-SAT takes about a second
 #: (ortools loads pandas), which a first import after the deadline would add to the call.
-SOLVE_MODULES = (f"{__name__}.cpsat", f"{__name__}.mip", f"{__name__}.relax", f"{__name__}.search",
-                 "optsched.policies")
+SOLVE_MODULES = (f"{__name__}.chunks", f"{__name__}.cpsat", f"{__name__}.mip", f"{__name__}.relax",
+                 f"{__name__}.search", "optsched.policies")
 
 
 def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:

@@ -54,7 +54,7 @@ from ...bounds import request_work
 from ...instance import Instance
 from .model import Coefficients
 from .relax import UNIT, _floor
-from .search import _EMPTY, _GOAL, _RUNNING, Node, _children, _Graph, _new_lists, _Run
+from .search import _EMPTY, _GOAL, _RUNNING, UNBOUNDED, Node, _children, _Graph, _new_lists, _Run
 
 __all__ = ["ChunkBound", "chunk_bound", "near_paths"]
 
@@ -213,3 +213,18 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
         if extra is not None:
             best = min(best, cost + _floor(square * extra))
     return ChunkBound(min(work + best * UNIT, upper), len(paths))  # T rounds U - W up
+
+
+def _compile_kernel() -> None:
+    """Compile (or load from numba's cache) :func:`_cost_to_go` by listing the paths of a
+    two-request instance. Run at import, as :mod:`.search` does, so that no time limit pays it."""
+    from ...instance import parse_instance
+
+    near_paths(_Graph(parse_instance({
+        "name": "compile", "cost_model": "llama2-7b-a100", "limits": {"kv_capacity": 6},
+        "requests": [{"id": "a", "prompt_tokens": 2, "output_tokens": 3},
+                     {"id": "b", "prompt_tokens": 3, "output_tokens": 2}]}, "compile"), drop_dominated=False),
+               UNBOUNDED)
+
+
+_compile_kernel()
