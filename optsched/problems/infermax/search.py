@@ -138,7 +138,9 @@ _RUNNING, _GOAL, _EMPTY, _FULL = 0, 1, 2, 3
 
 class _Graph:
     """The graph of the module docstring for one instance: integer picosecond costs and the kernel
-    arguments; ``edges`` and ``estimate`` in tuple form (for tests and the path's schedule)."""
+    arguments; ``edges`` and ``estimate`` in tuple form (for tests and the path's schedule). With
+    ``drop_dominated=False`` it keeps the edges that evict a resident able to idle (every path of
+    the relaxation, for :mod:`.chunks`)."""
 
     def __init__(self, instance: Instance, drop_dominated: bool = True) -> None:
         k = Coefficients.from_cost_model(instance.cost_model)
@@ -198,11 +200,10 @@ class _Graph:
         """Admissible h of the module docstring."""
         return int(_estimate(np.int64(self.key(G, res)), *self.args))
 
-    def edges(self, G: tuple[int, ...], res: int, budgets: bool = False) -> list[tuple[Node, int]]:
-        """Every edge leaving (G, res): (next node, cost); only those that hold P and C with each
-        (re)fill prefilled whole when ``budgets`` (:attr:`budget_args`)."""
+    def edges(self, G: tuple[int, ...], res: int) -> list[tuple[Node, int]]:
+        """Every edge leaving (G, res): (next node, cost)."""
         keys, steps = _new_lists()
-        _children(np.int64(self.key(G, res)), *(self.budget_args if budgets else self.args), self.rho, keys, steps)
+        _children(np.int64(self.key(G, res)), *self.args, self.rho, keys, steps)
         return [(self.node(k), int(c)) for k, c in zip(keys, steps)]
 
 
@@ -216,8 +217,7 @@ def _estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
     """Admissible h of the module docstring at the node ``key`` (:meth:`_Graph.key`).
 
     ``limits`` = (M, least of C and R_max, R_max, prefill cap, token cap, 1 to drop dominated
-    evictions else 0), ``costs`` = (k_b, k_pb,
-    k_db, min(k_db, k_pb)).
+    evictions else 0), ``costs`` = (k_b, k_pb, k_db, min(k_db, k_pb)).
     """
     N = I.shape[0]
     mask = (1 << bits) - 1
