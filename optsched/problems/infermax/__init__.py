@@ -42,7 +42,7 @@ from ...instance import Instance
 from ...result import Bound, SolveResult, check_agreement, objective_of, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
 from ...bounds import generic_bounds
-from ...deadline import passed
+from ...deadline import passed, seconds_left
 from .model import (
     Coefficients,
     InferMaxInputError,
@@ -201,7 +201,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
             if values[name] < values[best]:
                 best = name
                 warm = opts.warm_start or best
-        if limit is None or not passed(deadline):
+        if not passed(deadline):
             relax, paths = _with_chunk_bound(instance, relax, makespans[best],
                                              None if limit is None else _left(opts, limit, t0).time_limit * CHUNK_SHARE)
         data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
@@ -347,11 +347,11 @@ def bounds(instance: Instance, options: Mapping[str, Any]) -> list[Bound]:
     schedule, value, _ = min(_candidates(instance, opts, None).values(), key=lambda cand: cand[1])
     data = build_data(instance, opts, value, value, _nonempty(schedule))
     limit = opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
-    start = time.perf_counter()
+    deadline = time.perf_counter() + limit
     res = residency_bound(instance, data.J, limit, opts.threads)
     if res.schedule is not None and (point := replay(instance, res.schedule)).feasible:
         value = min(value, point.metrics.makespan)
-    res, paths = _with_chunk_bound(instance, res, value, max(0.0, limit - (time.perf_counter() - start)))
+    res, paths = _with_chunk_bound(instance, res, value, seconds_left(deadline, 0.0))
     chunked = "" if paths is None else f"; quadratic prefill term over {paths} paths, infermax/chunks.py"
     note = (f"residency relaxation over J = {data.J} batches ({res.status}; count facts "
             f"{[list(f) for f in res.facts]}; infermax/relax.py{chunked})")

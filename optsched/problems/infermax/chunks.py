@@ -51,10 +51,13 @@ from numba.typed import Dict, List
 from ortools.sat.python import cp_model
 
 from ...bounds import request_work
+from ...deadline import passed, seconds_left
 from ...instance import Instance
 from .model import Coefficients
 from .relax import UNIT, _floor
-from .search import _EMPTY, _GOAL, _RUNNING, UNBOUNDED, Node, _children, _Graph, _new_lists, _Run
+from .search import (
+    _EMPTY, _GOAL, _RUNNING, UNBOUNDED, Node, _children, _compile_instance, _Graph, _new_lists, _Run,
+)
 
 __all__ = ["ChunkBound", "chunk_bound", "near_paths"]
 
@@ -206,25 +209,18 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
     if paths:
         best = min(best, min(cost for cost, _ in paths) + _floor(k.k_pb))
     for cost, path in paths:
-        left = None if deadline is None else deadline - time.perf_counter()
-        if left is not None and left <= 0:
+        if passed(deadline):
             return ChunkBound(None, len(paths))
-        extra = least_chunk_squares(instance, path, left)
+        extra = least_chunk_squares(instance, path, seconds_left(deadline))
         if extra is not None:
             best = min(best, cost + _floor(square * extra))
     return ChunkBound(min(work + best * UNIT, upper), len(paths))  # T rounds U - W up
 
 
 def _compile_kernel() -> None:
-    """Compile (or load from numba's cache) :func:`_cost_to_go` by listing the paths of a
-    two-request instance. Run at import, as :mod:`.search` does, so that no time limit pays it."""
-    from ...instance import parse_instance
-
-    near_paths(_Graph(parse_instance({
-        "name": "compile", "cost_model": "llama2-7b-a100", "limits": {"kv_capacity": 6},
-        "requests": [{"id": "a", "prompt_tokens": 2, "output_tokens": 3},
-                     {"id": "b", "prompt_tokens": 3, "output_tokens": 2}]}, "compile"), drop_dominated=False),
-               UNBOUNDED)
+    """Compile (or load from numba's cache) :func:`_cost_to_go` by listing the paths of
+    :mod:`.search`'s compile instance. Run at import, as there, so that no time limit pays it."""
+    near_paths(_Graph(_compile_instance(), drop_dominated=False), UNBOUNDED)
 
 
 _compile_kernel()

@@ -602,15 +602,20 @@ def _schedule(instance: Instance, path: list[Node]):
     return schedule_from_point(instance, x, s, r)
 
 
-def _compile_kernels() -> None:
-    """Compile (or load from numba's cache) the kernels with the argument types every search uses,
-    by solving a two-request instance. Run at import, so that no time limit pays the compilation."""
+def _compile_instance() -> Instance:
+    """A two-request instance whose search runs every kernel with the argument types of any search."""
     from ...instance import parse_instance
 
-    relaxation_search(parse_instance({
+    return parse_instance({
         "name": "compile", "cost_model": "llama2-7b-a100", "limits": {"kv_capacity": 6},
         "requests": [{"id": "a", "prompt_tokens": 2, "output_tokens": 3},
-                     {"id": "b", "prompt_tokens": 3, "output_tokens": 2}]}, "compile"))
+                     {"id": "b", "prompt_tokens": 3, "output_tokens": 2}]}, "compile")
+
+
+def _compile_kernels() -> None:
+    """Compile (or load from numba's cache) the kernels by solving :func:`_compile_instance`. Run at
+    import, so that no time limit pays the compilation."""
+    relaxation_search(_compile_instance())
 
 
 _compile_kernels()
