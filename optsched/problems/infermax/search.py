@@ -47,8 +47,13 @@ fill, where
   costs at least :math:`k_b + k_{pb}`.
 
 So a path costs at least :math:`k_b b + k_{pb} f + \min(k_{db}, k_{pb}) (b - f)`, increasing in b
-and f (:math:`k_{pb} \ge \min(k_{db}, k_{pb})`), and :math:`h = k_b b + k_{pb} f_0 + \min(k_{db},
-k_{pb}) (b - f_0)` with b the largest of the counts above (:math:`b \ge f_0`). (Before session 8 the
+and f (:math:`k_{pb} \ge \min(k_{db}, k_{pb})`), plus its refill extras, which an edge pays on top
+of :math:`k_b`, :math:`k_{pb}` and :math:`\delta`. An evicted request (:math:`i \notin R`,
+:math:`1 \le G_i < O_i`) generates its next token by a refill, which pays :math:`\rho_i(g) \ge
+\min(\rho_i(G_i + 1), \rho_i(O_i))` for some :math:`g \in G_i + 1..O_i` (:math:`\rho_i` is
+monotone in g), once per such request. So :math:`h = k_b b + k_{pb} f_0 + \min(k_{db}, k_{pb}) (b -
+f_0) + \sum_{i \notin R,\ 1 \le G_i < O_i} \min(\rho_i(G_i + 1), \rho_i(O_i))` with b the largest
+of the counts above (:math:`b \ge f_0`; the refill term since session 11). (Before session 8 the
 phase term was :math:`\min(k_{pb} f_0 + k_{db} \max(0, r - f_0),\ k_{pb} \max(f_0, r))`,
 :math:`r = \max_i r_i`, which this dominates: :math:`b \ge r`.) A* with an admissible h and
 re-opening (a node whose cost improves is queued again) returns the shortest path when it takes
@@ -198,7 +203,7 @@ class _Graph:
 
     def estimate(self, G: tuple[int, ...], res: int) -> int:
         """Admissible h of the module docstring."""
-        return int(_estimate(np.int64(self.key(G, res)), *self.args))
+        return int(_estimate(np.int64(self.key(G, res)), *self.args, self.rho))
 
     def edges(self, G: tuple[int, ...], res: int) -> list[tuple[Node, int]]:
         """Every edge leaving (G, res): (next node, cost)."""
@@ -213,17 +218,19 @@ def _new_lists() -> tuple[List, List]:
 
 
 @njit(cache=True)
-def _estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray) -> int:
+def _estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray,
+              rho: np.ndarray) -> int:
     """Admissible h of the module docstring at the node ``key`` (:meth:`_Graph.key`).
 
     ``limits`` = (M, least of C and R_max, R_max, prefill cap, token cap, 1 to drop dominated
-    evictions else 0), ``costs`` = (k_b, k_pb, k_db, min(k_db, k_pb)).
+    evictions else 0), ``costs`` = (k_b, k_pb, k_db, min(k_db, k_pb)), ``rho[i, g]`` =
+    :math:`\rho_i(g)`.
     """
     N = I.shape[0]
     mask = (1 << bits) - 1
     res = key >> (bits * N)
     M, per_batch = limits[0], limits[1]
-    r_max = area = left = entry = 0
+    r_max = area = left = entry = refills = 0
     waiting = False
     for i in range(N):
         g = (key >> (bits * i)) & mask
@@ -236,9 +243,11 @@ def _estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
         if not (res >> i) & 1:
             entry += I[i] + g
             waiting = True
+            if g > 0:  # evicted: its next token is a refill (rho is monotone in g)
+                refills += min(rho[i, g + 1], rho[i, O[i]])
     f0 = -(-entry // M) if waiting else 0
     b = max(r_max, f0, -(-left // per_batch), -(-area // M))
-    return costs[0] * b + costs[1] * f0 + costs[3] * (b - f0)
+    return costs[0] * b + costs[1] * f0 + costs[3] * (b - f0) + refills
 
 
 @njit(cache=True)
@@ -373,7 +382,7 @@ def _astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.nda
             known = cost.get(child, -1)
             if known >= 0 and g2 >= known:
                 continue
-            h = _estimate(child, bits, I, O, limits, costs)
+            h = _estimate(child, bits, I, O, limits, costs, rho)
             if g2 + h >= upper:
                 continue
             cost[child] = g2
@@ -391,7 +400,7 @@ class _Run:
     def __init__(self, graph: _Graph, upper: int) -> None:
         self.graph, self.upper = graph, upper
         self.heap = List.empty_list(types.UniTuple(types.int64, 3))
-        self.heap.append((np.int64(_estimate(np.int64(0), *graph.args)), np.int64(0), np.int64(0)))
+        self.heap.append((np.int64(_estimate(np.int64(0), *graph.args, graph.rho)), np.int64(0), np.int64(0)))
         self.cost, self.parent = Dict.empty(types.int64, types.int64), Dict.empty(types.int64, types.int64)
         self.cost[0], self.parent[0] = 0, -1
         self.keys, self.steps = _new_lists()
@@ -451,7 +460,7 @@ def _beam_layer(layer: np.ndarray, node_keys: List, node_costs: List, node_paren
                 if g2 < child_costs[j]:
                     child_costs[j], child_parents[j], priority[j] = g2, a, priority[j] - child_costs[j] + g2
                 continue
-            h = _estimate(child, bits, I, O, limits, costs)
+            h = _estimate(child, bits, I, O, limits, costs, rho)
             if g2 + h >= upper:
                 continue
             if child == goal:
@@ -568,7 +577,7 @@ def relaxation_search(
     graph = _Graph(instance)
     work = math.fsum(request_work(instance))
     if not graph.searchable:  # the start (key 0) has every field 0, whatever their width
-        root = _estimate(np.int64(0), 0, *graph.args[1:])
+        root = _estimate(np.int64(0), 0, *graph.args[1:], graph.rho)
         return RelaxationResult(work + root * UNIT, None, "UNKNOWN", time.process_time() - cpu)
     deadline = None if time_limit is None else t0 + time_limit
     beam_end = None if time_limit is None else t0 + BEAM_SHARE * time_limit
