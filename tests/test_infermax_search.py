@@ -129,8 +129,9 @@ def shortest_path(graph: _Graph) -> int | None:
 
 @pytest.mark.parametrize("seed", range(0, 32, 2))
 def test_search_equals_plain_shortest_path(seed: int) -> None:
-    """A* (estimate, beam paths, pruning) finds exactly Dijkstra's shortest path over the same edges,
-    on the tiny instances and on scale instances of 3 requests (seeds below 8)."""
+    """A* (estimate, beam paths, pruning, dominated nodes dropped) finds exactly Dijkstra's shortest
+    path over the same edges, on the tiny instances and on scale instances of 3 requests (seeds below
+    8)."""
     for inst in instances(seed) + ([scale_instance(3, seed // 2)] if seed < 8 else []):
         graph = _Graph(inst)
         res = relaxation_search(inst)

@@ -73,6 +73,20 @@ same G, one more resident and the same cost. Some shortest path survives (follow
 where it evicts a resident that could idle, keep the resident and take the twins from then on,
 whose costs do not grow), so everything below holds for it.
 
+Dominated nodes are dropped too (since session 12): a node :math:`(G, R)` is not queued, and not
+expanded when taken from the queue, when :math:`(G, R \cup \{i\})` for an evicted i
+(:math:`1 \le G_i < O_i`) is known at a cost at most its own. Proof that what follows still holds:
+the graphs with and without the dropped edges have the same least cost :math:`h^*` to the goal from
+every node (the argument above, from that node), and :math:`h^*(G, R \cup \{i\}) \le h^*(G, R)`
+(the twins). Call a known node x *on track* when :math:`g(x) + h^*(x) = C^*`, the shortest path's
+cost, with g(x) its known cost (the start is). Until the goal is taken, some on-track node waits in
+the queue at its known cost: from the start, step from an on-track node expanded at its known cost
+to the next node of a shortest completion, or to the known node that dominates that one, and from
+an on-track node dropped when taken to the node that dominates it; each is known at a cost no
+greater, so on track; each step lowers :math:`h^*` (edges cost :math:`k_b > 0`) or keeps it and adds
+a resident, so the walk ends, at a node neither expanded nor dropped at its known cost: one in the
+queue. So every value taken from the queue is at most :math:`C^*` (whatever else is dropped).
+
 Known paths prune: a run with a path of cost U known queues no child with :math:`g + h \ge U`.
 When the shortest path costs less than U, every node on it has :math:`g + h \le` its cost :math:`< U`
 when reached at its least cost, so the invariant above holds; so an empty queue proves that no path
@@ -356,6 +370,25 @@ def _idling_fits(T: int, todo: np.ndarray, choice: np.ndarray, res: int, I: np.n
 
 
 @njit(cache=True)
+def _dominated(key: int, g: int, cost: Dict, bits: int, O: np.ndarray) -> bool:
+    """Whether the node ``key`` reached at cost ``g`` is dominated by a known node with one more
+    resident (an evicted request, :math:`1 \le G_i < O_i`, resident instead) known at cost at most
+    ``g`` (``cost``: the known nodes' costs; module docstring)."""
+    N = O.shape[0]
+    mask = (1 << bits) - 1
+    shift = bits * N
+    res = key >> shift
+    for i in range(N):
+        g_i = (key >> (bits * i)) & mask
+        if (res >> i) & 1 or g_i == 0 or g_i == O[i]:
+            continue
+        known = cost.get(key | (1 << (shift + i)), -1)
+        if 0 <= known <= g:
+            return True
+    return False
+
+
+@njit(cache=True)
 def _astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.ndarray, O: np.ndarray,
            limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, keys: List, steps: List,
            upper: int, budget: int, max_nodes: int, best: int) -> tuple[int, int, int]:
@@ -374,8 +407,8 @@ def _astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.nda
         best = max(best, f)
         if key == goal:
             return _GOAL, best, g
-        if g > cost[key]:
-            continue  # a stale entry: the node was queued again at a lower cost
+        if g > cost[key] or (limits[5] and _dominated(key, g, cost, bits, O)):
+            continue  # a stale entry (the node was queued again at a lower cost) or a dominated node
         _children(key, bits, I, O, limits, costs, rho, keys, steps)
         for k in range(len(keys)):
             child, g2 = keys[k], g + steps[k]
@@ -383,7 +416,7 @@ def _astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.nda
             if known >= 0 and g2 >= known:
                 continue
             h = _estimate(child, bits, I, O, limits, costs, rho)
-            if g2 + h >= upper:
+            if g2 + h >= upper or (limits[5] and _dominated(child, g2, cost, bits, O)):
                 continue
             cost[child] = g2
             parent[child] = key
