@@ -6,6 +6,10 @@
 - The lemma: every legal schedule (exhaustive optima with and without evictions, every policy) has
   a path of the graph with every edge, and its makespan is at least W + V(path) + Q(path) or
   W + V* + kappa (module docstring, cases 2 and 1).
+- The bound over states (node, F, E, P): every legal schedule's makespan is at least W + V(path) +
+  Q_F(path) or W + V* + kappa, with Q_F written here from the module docstring (fill batches,
+  windows, least free memory, and the last chunks' squares by enumeration); the compiled shortest
+  path over states equals the least V + Q_F over every path below the threshold.
 - ``chunk_bound`` never exceeds the exhaustive optimum, given the optimum or a 5 % worse upper value.
 - Scale N = 4 seed 0: the relaxation's optimum is 5 µs below the best schedule (the quadratic
   term); the bound closes the gap to a chunked schedule found by CP-SAT, directly and through
@@ -14,19 +18,23 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from optsched.bounds import request_work
 from optsched.instance import parse_instance
 from optsched.problems.infermax import bounds as infermax_bounds
-from optsched.problems.infermax.chunks import chunk_bound, least_chunk_squares, near_paths
+from optsched.problems.infermax.chunks import (
+    _least_with_squares, _near_nodes, chunk_bound, least_chunk_squares, near_paths,
+)
 from optsched.problems.infermax.model import Coefficients
 from optsched.problems.infermax.relax import UNIT, _floor
-from optsched.problems.infermax.search import _Graph, relaxation_search
+from optsched.problems.infermax.search import _Graph, _new_lists, relaxation_search
 from optsched.schedule import Batch, Item, Schedule, replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -108,6 +116,107 @@ def test_every_schedule_costs_at_least_its_path_and_chunks(seed: int) -> None:
             extra = least_chunk_squares(inst, path)
             via_path = math.inf if extra is None else work + (sum(edge_costs) + _floor(k.k_pq * extra)) * UNIT
             assert rep.metrics.makespan >= min(via_path, best + k.k_pb) * (1 - 1e-9) - 1e-12, name
+
+
+def last_chunk_units(sizes: list[int], earlier: list[int], free: int) -> int:
+    """Least sum of c (c - 1), plus a (a - 1) where a fill has one earlier fill batch, over every
+    split X = a + c (c >= 1, a = 0 without an earlier fill batch, sum of a <= free), enumerated."""
+    best = None
+    for moved in itertools.product(*(range(x if e else 1) for x, e in zip(sizes, earlier))):
+        if sum(moved) <= free:
+            units = sum((x - a) * (x - a - 1) + (a * (a - 1) if e == 1 else 0)
+                        for x, a, e in zip(sizes, moved, earlier))
+            best = units if best is None else min(best, units)
+    return best
+
+
+def path_squares(inst, graph: _Graph, path: list) -> int:
+    """Q_F of the module docstring along ``path`` (integer picoseconds, each fill batch rounded
+    down), from the definitions: each fill's window (the fill batches after its last batch holding
+    KV), the least free memory since the last fill batch."""
+    k = Coefficients.from_cost_model(inst.cost_model)
+    M, N = inst.limits.kv_capacity, graph.N
+    I = [r.prompt_tokens for r in inst.requests]
+    held_in: list[set[int]] = []  # requests holding KV in each batch
+    free: list[int] = []
+    fill_batches: list[int] = []
+    total = 0
+    for j, ((G, res), (G2, res2)) in enumerate(zip(path, path[1:])):
+        held = {i for i in range(N) if G2[i] > G[i] or res2 >> i & 1}
+        fills = [i for i in range(N) if G2[i] > G[i] and not res >> i & 1]
+        if fills:
+            last_fill = fill_batches[-1] if fill_batches else None
+            room = 0 if last_fill is None else min(free[last_fill:j])
+            earlier = []
+            for i in fills:
+                last_held = max((u for u in range(j) if i in held_in[u]), default=-1)
+                earlier.append(min(2, sum(1 for t in fill_batches if t > last_held)))
+            units = last_chunk_units([I[i] + G[i] for i in fills], earlier, room)
+            total += int(np.floor(k.k_pq / UNIT * units))
+            fill_batches.append(j)
+        held_in.append(held)
+        free.append(max(0, M - sum(I[i] + G2[i] - 1 for i in held)))
+    return total
+
+
+def path_cost(graph: _Graph, path: list) -> int:
+    return sum(min(c for n, c in graph.edges(*node) if n == nxt) for node, nxt in zip(path, path[1:]))
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_every_schedule_costs_at_least_its_path_and_last_chunks(seed: int) -> None:
+    for inst in instances(seed):
+        if exhaustive_makespan(inst) is None or inst.limits.kv_capacity is None:
+            continue
+        graph = _Graph(inst, drop_dominated=False)
+        k = Coefficients.from_cost_model(inst.cost_model)
+        work = math.fsum(request_work(inst))
+        best = relaxation_search(inst).bound  # W + V*
+        for name, sched in schedules(inst).items():
+            path = exact_path(inst, sched)
+            bound = work + (path_cost(graph, path) + path_squares(inst, graph, path)) * UNIT
+            assert replay(inst, sched).metrics.makespan >= min(bound, best + k.k_pb) * (1 - 1e-9) - 1e-12, name
+
+
+@pytest.mark.parametrize("seed", range(0, 24, 2))
+def test_shortest_path_over_states_is_the_least_path_with_last_chunks(seed: int) -> None:
+    """The compiled shortest path over (node, F, E, P) equals min over every path below the
+    threshold (one batch above V*) of V + Q_F written from the definitions, or the threshold."""
+    for inst in instances(seed):
+        if inst.limits.kv_capacity is None:
+            continue
+        graph = _Graph(inst, drop_dominated=False)
+        shortest = min((c for c, _ in all_paths_below(graph, 2**62)), default=None)
+        if shortest is None:
+            continue
+        threshold = shortest + int(graph.costs[0]) + 1
+        k = Coefficients.from_cost_model(inst.cost_model)
+        order, togo = _near_nodes(graph, threshold)
+        keys, steps = _new_lists()
+        got = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, graph.rho, k.k_pq / UNIT,
+                                  np.int64(threshold), keys, steps)
+        want = min([threshold] + [c + path_squares(inst, graph, list(p)) for c, p in all_paths_below(graph, threshold)])
+        assert got == want, (seed, inst.cost_model)
+
+
+@pytest.mark.parametrize(("n", "seed"), [(3, 1), (3, 2), (3, 3), (3, 4), (3, 5), (4, 1), (4, 3), (4, 5)])
+def test_shortest_path_over_states_on_memory_bound_instances(n: int, seed: int) -> None:
+    """The same on scale instances (M = 40 % of the KV need: evictions, refills, chunks that fit
+    before their fill batch), every path less than a prefill bias above V*: these fail when the
+    windows of requests evicted before a batch, or the square of a single earlier chunk, are left
+    out."""
+    inst = scale_instance(n, seed)
+    graph = _Graph(inst, drop_dominated=False)
+    k = Coefficients.from_cost_model(inst.cost_model)
+    shortest = round((relaxation_search(inst).bound - math.fsum(request_work(inst))) / UNIT)
+    threshold = shortest + _floor(k.k_pb)
+    paths = near_paths(graph, threshold, max_paths=10**5)
+    order, togo = _near_nodes(graph, threshold)
+    keys, steps = _new_lists()
+    got = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, graph.rho, k.k_pq / UNIT,
+                              np.int64(threshold), keys, steps)
+    assert got == min([threshold] + [c + path_squares(inst, graph, p) for c, p in paths])
+    assert shortest < got < threshold
 
 
 def test_chunk_bound_never_exceeds_the_optimum() -> None:

@@ -27,16 +27,34 @@ batches and batches without a generated token dropped). Either
    C. So :math:`Q \ge L k_{pq} (\min \sum c^2 - \sum X) =: Q(\pi)`, the least over these chunkings
    (a small integer program, solved by CP-SAT; infeasible means no schedule has this path).
 
-Every path of cost below :math:`T = U - W` is listed (:func:`near_paths`); a schedule whose path
-costs :math:`T` or more is no better than U. So the optimum is at least
-:math:`W + \min(\min_\pi (V(\pi) + Q(\pi)), V^* + \kappa, T)`. The paths are those of the graph with
-every edge (:class:`.search._Graph` with ``drop_dominated=False``: an eviction the search drops
-as dominated frees memory a chunk can use). Listing them: A* pruned at T, run until its queue is
-empty, knows every node of every such path, at a cost no greater than the path's prefix (by
-induction along the path: the estimate is admissible); the least cost to the goal of each known
-node, over known nodes (:func:`_cost_to_go`, in decreasing order of tokens generated: the graph
-is acyclic), then guides a depth-first walk that follows an edge only while some completion stays
-below T. Costs are integer picoseconds rounded down, as in :mod:`.relax`.
+A schedule whose path costs :math:`T = U - W` or more is no better than U. So the optimum is at
+least :math:`W + \min(\min_\pi (V(\pi) + Q(\pi)), V^* + \kappa, T)` over the paths
+:math:`\pi` below T, and at least the same with any lower bound on each :math:`Q(\pi)`.
+
+Over states, without listing paths (since session 12; the near-optimal paths of N = 6 are a
+million ties): in case 2 a fill completing in fill batch j has chunks before j only in fill
+batches at or before the last one, t*, and they stay in memory through every batch from t* to
+j - 1, so its fills together prefill at most :math:`F_j = \min_{t^* \le u < j} (M - K_u)` tokens
+before j (:math:`K_u` the path's own KV in batch u; :math:`F_j = 0` without an earlier fill batch).
+With :math:`c^2 - c \ge 0` for the earlier chunks, the fills :math:`X_k` of batch j pay at least
+:math:`L k_{pq} \min \{\sum_k c_k (c_k - 1) : c_k = X_k - a_k \ge 1, \sum_k a_k \le F_j\}`
+(:func:`_last_chunk_squares`); the sum of these over the fill batches is :math:`Q_F(\pi) \le
+Q(\pi)`. :math:`F_j` follows the path (reset to :math:`M - K_j` at a fill batch, the least with
+:math:`M - K_u` after a batch without one), so :math:`\min_\pi (V(\pi) + Q_F(\pi))` is a shortest
+path over states (node, F) of the near-optimal nodes (:func:`_least_with_squares`, in increasing
+order of tokens: the graph is acyclic). It ignores the windows of refills, P, C and the other
+fills' partial KV, so when it stays below :math:`\min(T, V^* + \kappa)` the paths are listed
+(:func:`near_paths`, at most :data:`MAX_PATHS`) and priced one by one as above, which gives at least
+as much.
+
+The paths are those of the graph with every edge (:class:`.search._Graph` with
+``drop_dominated=False``: an eviction the search drops as dominated frees memory a chunk can use).
+Their nodes: A* pruned at T, run until its queue is empty, knows every node of every such path, at
+a cost no greater than the path's prefix (by induction along the path: the estimate is
+admissible); the least cost to the goal of each known node, over known nodes (:func:`_cost_to_go`,
+in decreasing order of tokens generated), prunes both the shortest path over states and the
+depth-first walk that lists the paths (it follows an edge only while some completion stays below
+T). Costs are integer picoseconds rounded down, as in :mod:`.relax`.
 """
 
 from __future__ import annotations
@@ -75,10 +93,11 @@ class ChunkBound:
     Attributes
     ----------
     bound
-        Proven lower bound (seconds) on the makespan, at most ``upper``, or None when the paths
-        could not all be listed and priced (too many, or out of time).
+        Proven lower bound (seconds) on the makespan, at most ``upper``, or None when the nodes of
+        the paths below ``upper - W`` could not all be listed (too many, or out of time).
     paths
-        Paths listed (those below ``upper - W``).
+        Paths listed and priced one by one (those below ``upper - W``; 0 when the bound over
+        states (node, F) sufficed or they were too many).
     """
 
     bound: float | None
@@ -106,11 +125,10 @@ def _cost_to_go(order: np.ndarray, goal: int, bits: int, I: np.ndarray, O: np.nd
     return togo
 
 
-def near_paths(graph: _Graph, threshold: int, max_paths: int = MAX_PATHS,
-               deadline: float | None = None) -> list[tuple[int, list[Node]]] | None:
-    """Every path of ``graph`` from the start to the goal costing less than ``threshold``, with its
-    cost (module docstring), or None when there are more than ``max_paths``, more than
-    :data:`MAX_NODES` nodes or ``deadline`` passes."""
+def _near_nodes(graph: _Graph, threshold: int, deadline: float | None = None) -> tuple[np.ndarray, Dict] | None:
+    """The nodes of every path of ``graph`` costing less than ``threshold`` (and maybe more), in
+    increasing order of tokens generated, and the least cost from each to the goal over them
+    (module docstring), or None when there are more than :data:`MAX_NODES` or ``deadline`` passes."""
     run = _Run(graph, threshold)
     while (status := run.until(deadline, MAX_NODES)) != _EMPTY:
         if status not in (_GOAL, _RUNNING) or (deadline is not None and time.perf_counter() > deadline):
@@ -118,9 +136,24 @@ def near_paths(graph: _Graph, threshold: int, max_paths: int = MAX_PATHS,
     known = np.fromiter(run.cost.keys(), dtype=np.int64, count=len(run.cost))
     mask = (1 << graph.bits) - 1
     tokens = sum((known >> (graph.bits * i)) & mask for i in range(graph.N))
+    order = known[np.argsort(tokens, kind="stable")]
     keys, steps = _new_lists()
-    togo = _cost_to_go(known[np.argsort(-tokens, kind="stable")], np.int64(graph.goal), *graph.args,
-                       graph.rho, keys, steps)
+    return order, _cost_to_go(order[::-1].copy(), np.int64(graph.goal), *graph.args, graph.rho, keys, steps)
+
+
+def near_paths(graph: _Graph, threshold: int, max_paths: int = MAX_PATHS,
+               deadline: float | None = None) -> list[tuple[int, list[Node]]] | None:
+    """Every path of ``graph`` from the start to the goal costing less than ``threshold``, with its
+    cost (module docstring), or None when there are more than ``max_paths``, more than
+    :data:`MAX_NODES` nodes or ``deadline`` passes."""
+    near = _near_nodes(graph, threshold, deadline)
+    return None if near is None else _walk(graph, near[1], threshold, max_paths)
+
+
+def _walk(graph: _Graph, togo: Dict, threshold: int, max_paths: int) -> list[tuple[int, list[Node]]] | None:
+    """The paths below ``threshold`` by a depth-first walk guided by ``togo`` (least costs to the
+    goal), or None when there are more than ``max_paths``."""
+    keys, steps = _new_lists()
     found: list[tuple[int, list[int]]] = []
     stack: list[tuple[int, int, list[int]]] = [(0, 0, [0])]
     while stack:
@@ -136,6 +169,118 @@ def near_paths(graph: _Graph, threshold: int, max_paths: int = MAX_PATHS,
             if rest >= 0 and cost + step + rest < threshold:
                 stack.append((int(child), cost + int(step), path + [int(child)]))
     return [(cost, [graph.node(k) for k in path]) for cost, path in found]
+
+
+@njit(cache=True)
+def _fill_squares(sizes: np.ndarray, earlier: np.ndarray, n: int, free: int) -> int:
+    """Least :math:`\\sum_k c_k (c_k - 1) + [\\text{one earlier batch}]\\, a_k (a_k - 1)` over the
+    fills k < ``n`` of sizes :math:`X_k` = ``sizes[k]`` completing in a batch, with last chunks
+    :math:`c_k = X_k - a_k \\ge 1` and :math:`\\sum_k a_k \\le` ``free``, where ``earlier[k]`` is
+    the number of earlier fill batches that may hold fill k's other chunks (0: :math:`a_k = 0`; 1:
+    they are one chunk :math:`a_k`; 2: several, counted as 0; module docstring): a token at a time
+    moved where it lowers the sum most (the terms are convex, so this greedy is optimal)."""
+    moved = np.zeros(n, np.int64)
+    for _ in range(free):
+        pick, gain = -1, 0
+        for k in range(n):
+            last = sizes[k] - moved[k]
+            # moving a token: c (c - 1) falls by 2 (c - 1); a (a - 1) grows by 2 a
+            value = 2 * (last - 1) - (2 * moved[k] if earlier[k] == 1 else 0)
+            if earlier[k] and last > 1 and value > gain:
+                pick, gain = k, value
+        if pick < 0:
+            break
+        moved[pick] += 1
+    total = 0
+    for k in range(n):
+        last = sizes[k] - moved[k]
+        total += last * (last - 1) + (moved[k] * (moved[k] - 1) if earlier[k] == 1 else 0)
+    return total
+
+
+@njit(cache=True)
+def _least_with_squares(order: np.ndarray, togo: Dict, goal: int, bits: int, I: np.ndarray, O: np.ndarray,
+                        limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, square: float, upper: int,
+                        keys: List, steps: List) -> int:
+    """Least :math:`V(\\pi) + Q_F(\\pi)` over the paths through the nodes ``order`` (increasing
+    tokens generated) that cost less than ``upper``, else ``upper``: a shortest path over states
+    (node, F, E, P) of the module docstring, each fill batch charged ``square`` (picoseconds per
+    unit) times :func:`_fill_squares`, rounded down; ``togo`` (the least costs to the goal) prunes."""
+    N = I.shape[0]
+    mask = (1 << bits) - 1
+    shift = bits * N
+    cap = 0  # more free memory than every fill's tokens together changes nothing
+    for i in range(N):
+        cap += I[i] + O[i] - 1
+    cap = min(cap, limits[0])
+    span = (3 * (cap + 1)) << (2 * N)  # codes ((F * 3 + P) << 2N) | E1 << N | E0 of one node
+    index = Dict.empty(types.int64, types.int64)
+    for n in range(order.shape[0]):
+        index[order[n]] = n
+    # states of each node as a linked list: code, cost, next; slot: node * span + code -> state
+    codes, costs_of, nexts = List([0]), List([0]), List([-1])
+    head = np.full(order.shape[0], -1, np.int64)
+    head[index[0]] = 0  # the start: no fill batch yet, nothing evicted
+    slot = Dict.empty(types.int64, types.int64)
+    slot[index[0] * span] = 0
+    sizes, earlier = np.empty(N, np.int64), np.empty(N, np.int64)
+    best = upper
+    for n in range(order.shape[0]):
+        if head[n] < 0:
+            continue
+        key = order[n]
+        res = key >> shift
+        _children(key, bits, I, O, limits, costs, rho, keys, steps)
+        state = head[n]
+        while state >= 0:
+            code, g = codes[state], costs_of[state]
+            E0, E1 = code & ((1 << N) - 1), (code >> N) & ((1 << N) - 1)
+            F, P = (code >> (2 * N)) // 3, (code >> (2 * N)) % 3
+            for k in range(len(keys)):
+                child = keys[k]
+                rest = togo.get(child, -1)
+                if rest < 0 or g + steps[k] + rest >= best:
+                    continue
+                res2 = child >> shift
+                kv = fills = evicted = generated = held = 0  # evicted: after the batch
+                for i in range(N):
+                    G, G2 = (key >> (bits * i)) & mask, (child >> (bits * i)) & mask
+                    if G2 > G:
+                        generated |= 1 << i
+                    if G2 > G or (res2 >> i) & 1:
+                        held |= 1 << i
+                        kv += I[i] + G2 - 1
+                        if not (res2 >> i) & 1 and G2 < O[i]:
+                            evicted |= 1 << i
+                    if G2 > G and not (res >> i) & 1:
+                        sizes[fills] = I[i] + G
+                        earlier[fills] = 0 if (E0 >> i) & 1 else (1 if (E1 >> i) & 1 else P)
+                        fills += 1
+                free = min(max(0, limits[0] - kv), cap)
+                g2 = g + steps[k]
+                before = res & ~held  # evicted before the batch: it is in their windows
+                if fills:
+                    g2 += np.int64(np.floor(square * _fill_squares(sizes, earlier, fills, F)))
+                    code2 = ((free * 3 + min(P + 1, 2)) << (2 * N)) | ((E0 & ~generated) | before) << N | evicted
+                else:
+                    code2 = ((min(F, free) * 3 + P) << (2 * N)) | E1 << N | E0 | before | evicted
+                if g2 + rest >= best:
+                    continue
+                if child == goal:
+                    best = g2
+                    continue
+                where = index[child] * span + code2
+                if where in slot:
+                    known = slot[where]
+                    costs_of[known] = min(costs_of[known], g2)
+                else:
+                    slot[where] = len(codes)
+                    codes.append(code2)
+                    costs_of.append(g2)
+                    nexts.append(head[index[child]])
+                    head[index[child]] = len(codes) - 1
+            state = nexts[state]
+    return best
 
 
 def least_chunk_squares(instance: Instance, path: list[Node], time_limit: float | None = None) -> int | None:
@@ -191,8 +336,10 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
     """The bound of the module docstring given the makespan ``upper`` of a known schedule (seconds).
 
     Meant for the case where the relaxation's optimum is within a few µs of ``upper``: the paths
-    below ``upper - W`` are then few. Returns ``bound=None`` when they cannot all be listed and
-    priced within ``time_limit``."""
+    below ``upper - W`` are then few, or share few nodes. First the bound over states (node, F);
+    when it does not reach the least of T and :math:`V^* + \\kappa`, the paths are listed and priced
+    one by one (a bound at least as high). Returns ``bound=None`` when the nodes cannot all be
+    listed within ``time_limit``."""
     t0 = time.perf_counter()
     deadline = None if time_limit is None else t0 + time_limit
     graph = _Graph(instance, drop_dominated=False)
@@ -200,27 +347,37 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
         return ChunkBound(None, 0)
     work = math.fsum(request_work(instance))
     threshold = math.ceil((upper - work) / UNIT)
-    paths = near_paths(graph, threshold, deadline=deadline)
-    if paths is None:
+    near = _near_nodes(graph, threshold, deadline)
+    if near is None:
         return ChunkBound(None, 0)
+    order, togo = near
     k = Coefficients.from_cost_model(instance.cost_model)
-    square = k.k_pq  # seconds per unit of sum c^2 - sum X
-    best = threshold
+    cap = threshold if 0 not in togo else min(threshold, togo[0] + _floor(k.k_pb))  # T, V* + kappa
+    keys, steps = _new_lists()
+    best = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, graph.rho, k.k_pq / UNIT,
+                               np.int64(cap), keys, steps)
+    paths = None if best == cap or passed(deadline) else _walk(graph, togo, threshold, MAX_PATHS)
     if paths:
-        best = min(best, min(cost for cost, _ in paths) + _floor(k.k_pb))
-    for cost, path in paths:
-        if passed(deadline):
-            return ChunkBound(None, len(paths))
-        extra = least_chunk_squares(instance, path, seconds_left(deadline))
-        if extra is not None:
-            best = min(best, cost + _floor(square * extra))
-    return ChunkBound(min(work + best * UNIT, upper), len(paths))  # T rounds U - W up
+        priced = cap
+        for cost, path in paths:
+            if passed(deadline):
+                break
+            extra = least_chunk_squares(instance, path, seconds_left(deadline))
+            if extra is not None:
+                priced = min(priced, cost + _floor(k.k_pq * extra))
+        else:
+            best = max(best, priced)
+    return ChunkBound(min(work + best * UNIT, upper), 0 if paths is None else len(paths))  # T rounds U - W up
 
 
-def _compile_kernel() -> None:
-    """Compile (or load from numba's cache) :func:`_cost_to_go` by listing the paths of
+def _compile_kernels() -> None:
+    """Compile (or load from numba's cache) :func:`_cost_to_go` and :func:`_least_with_squares` on
     :mod:`.search`'s compile instance. Run at import, as there, so that no time limit pays it."""
-    near_paths(_Graph(_compile_instance(), drop_dominated=False), UNBOUNDED)
+    graph = _Graph(_compile_instance(), drop_dominated=False)
+    order, togo = _near_nodes(graph, UNBOUNDED)
+    keys, steps = _new_lists()
+    _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, graph.rho, 1.0, np.int64(UNBOUNDED),
+                        keys, steps)
 
 
-_compile_kernel()
+_compile_kernels()

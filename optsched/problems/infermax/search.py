@@ -371,7 +371,7 @@ def _idling_fits(T: int, todo: np.ndarray, choice: np.ndarray, res: int, I: np.n
 
 @njit(cache=True)
 def _dominated(key: int, g: int, cost: Dict, bits: int, O: np.ndarray) -> bool:
-    """Whether the node ``key`` reached at cost ``g`` is dominated by a known node with one more
+    r"""Whether the node ``key`` reached at cost ``g`` is dominated by a known node with one more
     resident (an evicted request, :math:`1 \le G_i < O_i`, resident instead) known at cost at most
     ``g`` (``cost``: the known nodes' costs; module docstring)."""
     N = O.shape[0]
