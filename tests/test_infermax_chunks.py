@@ -11,9 +11,11 @@
   windows, least free memory, and the last chunks' squares by enumeration); the compiled shortest
   path over states equals the least V + Q_F over every path below the threshold.
 - ``chunk_bound`` never exceeds the exhaustive optimum, given the optimum or a 5 % worse upper value.
+- The bound's best path, chunked (``ChunkBound.schedule``), replays cleanly and never below the
+  exhaustive optimum or the bound.
 - Scale N = 4 seed 0: the relaxation's optimum is 5 µs below the best schedule (the quadratic
   term); the bound closes the gap to a chunked schedule found by CP-SAT, directly and through
-  ``optsched bound --method relax``.
+  ``optsched bound --method relax``, and its own chunked schedule is as good.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ from optsched.problems.infermax import bounds as infermax_bounds
 from optsched.problems.infermax.chunks import (
     _least_with_squares, _near_nodes, chunk_bound, least_chunk_squares, near_paths,
 )
+from optsched.problems.infermax.chunks import chunked_schedule as chunked_schedule_of
 from optsched.problems.infermax.model import Coefficients
 from optsched.problems.infermax.relax import UNIT, _floor
-from optsched.problems.infermax.search import _Graph, _new_lists, relaxation_search
+from optsched.problems.infermax.search import _Graph, _new_lists, _schedule, relaxation_search
 from optsched.schedule import Batch, Item, Schedule, replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -194,7 +197,7 @@ def test_shortest_path_over_states_is_the_least_path_with_last_chunks(seed: int)
         order, togo = _near_nodes(graph, threshold)
         keys, steps = _new_lists()
         got = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, graph.rho, k.k_pq / UNIT,
-                                  np.int64(threshold), keys, steps)
+                                  np.int64(threshold), keys, steps)[0]
         want = min([threshold] + [c + path_squares(inst, graph, list(p)) for c, p in all_paths_below(graph, threshold)])
         assert got == want, (seed, inst.cost_model)
 
@@ -214,7 +217,7 @@ def test_shortest_path_over_states_on_memory_bound_instances(n: int, seed: int) 
     order, togo = _near_nodes(graph, threshold)
     keys, steps = _new_lists()
     got = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, graph.rho, k.k_pq / UNIT,
-                              np.int64(threshold), keys, steps)
+                              np.int64(threshold), keys, steps)[0]
     assert got == min([threshold] + [c + path_squares(inst, graph, p) for c, p in paths])
     assert shortest < got < threshold
 
@@ -238,6 +241,44 @@ def test_chunk_bound_never_exceeds_the_optimum() -> None:
                 priced += 1
                 assert relaxed * (1 - 1e-9) - 1e-12 <= res.bound <= optimum * (1 + 1e-9) + 1e-12, (seed, upper)
     assert priced > 3 * unpriced
+
+
+def test_chunked_schedule_of_the_best_path_replays_above_the_bound() -> None:
+    """The chunk bound's schedule (its best path over states, chunked by CP-SAT within M, R_max, P
+    and C) replays cleanly, never below the exhaustive optimum or the bound (tiny instances with a
+    KV capacity)."""
+    built = 0
+    for seed in range(24):
+        for inst in instances(seed):
+            found = exhaustive_makespan(inst)
+            if found is None or inst.limits.kv_capacity is None:
+                continue
+            res = chunk_bound(inst, found[0] * 1.05)
+            if res.schedule is None:
+                continue
+            rep = replay(inst, res.schedule)
+            assert rep.feasible, (seed, rep.violations)
+            assert rep.metrics.makespan >= max(found[0], res.bound) * (1 - 1e-9) - 1e-12, seed
+            built += 1
+    assert built >= 10
+
+
+def test_chunked_schedule_evicts_before_an_early_chunk() -> None:
+    """A path that evicts r0 at the start of r1's fill batch and refills r0 (6 tokens) in the next:
+    CP-SAT puts 3 of them in r1's batch, so r0's eviction moves to an eviction-only batch before
+    it (an evicted request takes no item in its batch); the schedule replays cleanly, below the
+    same path with r0's refill whole."""
+    inst = parse_instance({"name": "early", "cost_model": "llama2-7b-a100", "limits": {"kv_capacity": 20},
+                           "requests": [{"id": "r0", "prompt_tokens": 4, "output_tokens": 4},
+                                        {"id": "r1", "prompt_tokens": 2, "output_tokens": 2}]}, "early")
+    path = [((0, 0), 0), ((1, 0), 1), ((2, 0), 1), ((2, 1), 2), ((3, 2), 1), ((4, 2), 0)]
+    sched = chunked_schedule_of(inst, path)
+    rep = replay(inst, sched)
+    assert rep.feasible, rep.violations
+    assert Batch((), ("r0",)) in sched.batches
+    assert any(Item("r0", 3) in b.items and "r1" in {it.id for it in b.items} for b in sched.batches)
+    whole = replay(inst, _schedule(inst, path))
+    assert whole.feasible and rep.metrics.makespan < whole.metrics.makespan
 
 
 def chunked_schedule() -> Schedule:
@@ -266,6 +307,8 @@ def test_scale_n4_seed0_gap_of_the_quadratic_term_is_closed() -> None:
     assert res.bound is not None and res.paths >= 1
     assert relaxed.bound + 5.0e-6 < res.bound <= chunked.metrics.makespan
     assert chunked.metrics.makespan - res.bound < 1e-10
+    own = replay(inst, res.schedule)  # the bound's best path, chunked: as good as CP-SAT's
+    assert own.feasible and abs(own.metrics.makespan - chunked.metrics.makespan) < 1e-10
 
 
 def test_bound_command_prices_the_quadratic_term() -> None:

@@ -21,7 +21,9 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
    option ``relax``'s share of the limit, gives its proven bound and count facts to the model and
    its best point, as a schedule, to the candidates (a better one re-derives UB, J and the hint);
    when the relaxation is solved within one prefill bias of UB, the bound of :mod:`.chunks` (the
-   quadratic prefill term priced over every relaxation path below UB) raises its bound;
+   quadratic prefill term priced over every relaxation path below UB) raises its bound and its
+   best path, chunked, is a candidate too; a candidate that meets the bound ends the solve there
+   (option ``early_exit``, no model);
 4. solves, turns the solution into a schedule, replays it and reports the replayed objective after
    :func:`~optsched.result.check_agreement` with the solver's own value (the best candidate
    instead when it is better: a stopped solver may not have reached its hint);
@@ -192,20 +194,26 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
             raise RuntimeError(
                 f"residency relaxation infeasible although {best!r} gives a schedule within J = {data.J}"
             )
-        point = None if relax.schedule is None else _candidate(instance, relax.schedule, opts)
-        if point is not None:
-            name = "residency-relaxation"  # the relaxation's best point as a schedule: a candidate
-            found[name] = point
-            cands[name], values[name], rep = point
-            makespans[name] = rep.metrics.makespan
-            if values[name] < values[best]:
-                best = name
-                warm = opts.warm_start or best
+
+        def offer(name: str, schedule: Schedule | None) -> None:
+            nonlocal best, warm
+            point = None if schedule is None else _candidate(instance, schedule, opts)
+            if point is not None:
+                found[name] = point
+                cands[name], values[name], rep = point
+                makespans[name] = rep.metrics.makespan
+                if values[name] < values[best]:
+                    best = name
+                    warm = opts.warm_start or best
+
+        offer("residency-relaxation", relax.schedule)  # the relaxation's best point as a schedule
         if not passed(deadline):
-            relax, paths = _with_chunk_bound(instance, relax, makespans[best],
-                                             None if limit is None else _left(opts, limit, t0).time_limit * CHUNK_SHARE)
+            relax, paths, chunked = _with_chunk_bound(
+                instance, relax, makespans[best], None if limit is None else _left(opts, limit, t0).time_limit * CHUNK_SHARE)
+            offer("residency-relaxation-chunked", chunked)  # the chunk bound's best path, chunked
         data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
         data = replace(data, lower=relax.bound, count_facts=relax.facts)  # (makespan only: no first-token model)
+        met = opts.early_exit and _meets(values[best], relax.bound)
     if met:  # a candidate meets a proven bound: nothing left to prove, no model
         from .cpsat import BackendResult
 
@@ -290,19 +298,22 @@ def _relaxation(data: ModelData, limit: float | None) -> Any:
     return residency_bound(data.instance, data.J, share, opts.threads)
 
 
-def _with_chunk_bound(instance: Instance, relax: Any, upper: float, time_limit: float | None) -> tuple[Any, int | None]:
+def _with_chunk_bound(
+    instance: Instance, relax: Any, upper: float, time_limit: float | None
+) -> tuple[Any, int | None, Schedule | None]:
     """The relaxation's result with the bound of :mod:`.chunks` when the relaxation is solved and
     below ``upper`` (the best candidate's makespan) by less than one prefill bias: the gap is then
-    the quadratic prefill term, which that bound prices path by path. Also the number of paths
-    priced (None when it did not run or could not list them all)."""
+    the quadratic prefill term, which that bound prices. Also the number of paths priced one by
+    one (None when it did not run or could not list the nodes) and its chunked schedule (a
+    candidate; None without one)."""
     from .chunks import chunk_bound
 
     if relax.status != "OPTIMAL" or not 0 < upper - relax.bound < Coefficients.from_cost_model(instance.cost_model).k_pb:
-        return relax, None
+        return relax, None, None
     found = chunk_bound(instance, upper, time_limit)
     if found.bound is None:
-        return relax, None
-    return replace(relax, bound=max(relax.bound, found.bound)), found.paths
+        return relax, None, None
+    return replace(relax, bound=max(relax.bound, found.bound)), found.paths, found.schedule
 
 
 def _run_backend(data: ModelData, hint: Any, deadline: float | None) -> Any:
@@ -351,8 +362,8 @@ def bounds(instance: Instance, options: Mapping[str, Any]) -> list[Bound]:
     res = residency_bound(instance, data.J, limit, opts.threads)
     if res.schedule is not None and (point := replay(instance, res.schedule)).feasible:
         value = min(value, point.metrics.makespan)
-    res, paths = _with_chunk_bound(instance, res, value, seconds_left(deadline, 0.0))
-    chunked = "" if paths is None else f"; quadratic prefill term over {paths} paths, infermax/chunks.py"
+    res, paths, _ = _with_chunk_bound(instance, res, value, seconds_left(deadline, 0.0))
+    chunked = "" if paths is None else f"; quadratic prefill term, infermax/chunks.py ({paths} paths priced one by one)"
     note = (f"residency relaxation over J = {data.J} batches ({res.status}; count facts "
             f"{[list(f) for f in res.facts]}; infermax/relax.py{chunked})")
     out.append(Bound("relaxation", res.bound, data.horizon_proven, note))

@@ -23,8 +23,8 @@ batches and batches without a generated token dropped). Either
    :math:`c_j \ge 1`; chunks of a fill that were later lost to an eviction only add cost, so only the
    last, uninterrupted run counts. A run's chunks stay in memory until j: in every batch t of
    :math:`\pi` before j its partial KV :math:`\sum_{t' \le t} c_{t'}` adds to the path's own KV
-   (the residents' :math:`I + G' - 1`), within M; per batch the chunks hold P, and with the decodes
-   C. So :math:`Q \ge L k_{pq} (\min \sum c^2 - \sum X) =: Q(\pi)`, the least over these chunkings
+   (the residents' :math:`I + G' - 1`), within M, and it holds KV, so it counts with the residents
+   against R_max; per batch the chunks hold P, and with the decodes C. So :math:`Q \ge L k_{pq} (\min \sum c^2 - \sum X) =: Q(\pi)`, the least over these chunkings
    (a small integer program, solved by CP-SAT; infeasible means no schedule has this path).
 
 A schedule whose path costs :math:`T = U - W` or more is no better than U. So the optimum is at
@@ -71,6 +71,7 @@ from ortools.sat.python import cp_model
 from ...bounds import request_work
 from ...deadline import passed, seconds_left
 from ...instance import Instance
+from ...schedule import Batch, Item, Schedule
 from .model import Coefficients
 from .relax import UNIT, _floor
 from .search import (
@@ -97,11 +98,15 @@ class ChunkBound:
         the paths below ``upper - W`` could not all be listed (too many, or out of time).
     paths
         Paths listed and priced one by one (those below ``upper - W``; 0 when the bound over
-        states (node, F) sufficed or they were too many).
+        states sufficed or they were too many).
+    schedule
+        The best path over states below ``upper - W`` as a schedule with CP-SAT's chunking
+        (:func:`chunked_schedule`), a candidate; None without one.
     """
 
     bound: float | None
     paths: int
+    schedule: Schedule | None = None
 
 
 @njit(cache=True)
@@ -201,11 +206,12 @@ def _fill_squares(sizes: np.ndarray, earlier: np.ndarray, n: int, free: int) -> 
 @njit(cache=True)
 def _least_with_squares(order: np.ndarray, togo: Dict, goal: int, bits: int, I: np.ndarray, O: np.ndarray,
                         limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, square: float, upper: int,
-                        keys: List, steps: List) -> int:
+                        keys: List, steps: List) -> tuple[int, List]:
     """Least :math:`V(\\pi) + Q_F(\\pi)` over the paths through the nodes ``order`` (increasing
     tokens generated) that cost less than ``upper``, else ``upper``: a shortest path over states
     (node, F, E, P) of the module docstring, each fill batch charged ``square`` (picoseconds per
-    unit) times :func:`_fill_squares`, rounded down; ``togo`` (the least costs to the goal) prunes."""
+    unit) times :func:`_fill_squares`, rounded down; ``togo`` (the least costs to the goal) prunes.
+    Also that path's node keys, goal first (empty when none costs less than ``upper``)."""
     N = I.shape[0]
     mask = (1 << bits) - 1
     shift = bits * N
@@ -217,14 +223,15 @@ def _least_with_squares(order: np.ndarray, togo: Dict, goal: int, bits: int, I: 
     index = Dict.empty(types.int64, types.int64)
     for n in range(order.shape[0]):
         index[order[n]] = n
-    # states of each node as a linked list: code, cost, next; slot: node * span + code -> state
-    codes, costs_of, nexts = List([0]), List([0]), List([-1])
+    # states of each node as a linked list: code, cost, next, node key, parent state;
+    # slot: node * span + code -> state
+    codes, costs_of, nexts, at, parents = List([0]), List([0]), List([-1]), List([0]), List([-1])  # the start
     head = np.full(order.shape[0], -1, np.int64)
     head[index[0]] = 0  # the start: no fill batch yet, nothing evicted
     slot = Dict.empty(types.int64, types.int64)
     slot[index[0] * span] = 0
     sizes, earlier = np.empty(N, np.int64), np.empty(N, np.int64)
-    best = upper
+    best, last = upper, -1
     for n in range(order.shape[0]):
         if head[n] < 0:
             continue
@@ -267,25 +274,35 @@ def _least_with_squares(order: np.ndarray, togo: Dict, goal: int, bits: int, I: 
                 if g2 + rest >= best:
                     continue
                 if child == goal:
-                    best = g2
+                    best, last = g2, state
                     continue
                 where = index[child] * span + code2
                 if where in slot:
                     known = slot[where]
-                    costs_of[known] = min(costs_of[known], g2)
+                    if g2 < costs_of[known]:
+                        costs_of[known], parents[known] = g2, state
                 else:
                     slot[where] = len(codes)
                     codes.append(code2)
                     costs_of.append(g2)
                     nexts.append(head[index[child]])
+                    at.append(child)
+                    parents.append(state)
                     head[index[child]] = len(codes) - 1
             state = nexts[state]
-    return best
+    path = List.empty_list(types.int64)
+    if last >= 0:
+        path.append(goal)
+    while last >= 0:
+        path.append(at[last])
+        last = parents[last]
+    return best, path
 
 
-def least_chunk_squares(instance: Instance, path: list[Node], time_limit: float | None = None) -> int | None:
-    r"""Least :math:`\sum c^2 - \sum X` over the chunkings of case 2 of the module docstring for the
-    path ``path`` (a proven lower bound on it when CP-SAT stops early), or None when none exists."""
+def _chunk_model(instance: Instance, path: list[Node]) -> tuple[cp_model.CpModel, dict[tuple[int, int], dict], int]:
+    r"""The integer program of case 2 of the module docstring for ``path``: the model (minimising
+    :math:`\sum c^2`), each (re)fill's chunk variables ``{(i, j): {t: c_t}}`` (request i, its fill
+    batch j, the fill batches t of its window) and :math:`\sum X`."""
     reqs, lim = instance.requests, instance.limits
     M = math.inf if lim.kv_capacity is None else lim.kv_capacity
     steps = list(zip(path, path[1:]))
@@ -293,7 +310,9 @@ def least_chunk_squares(instance: Instance, path: list[Node], time_limit: float 
                     if any(G2[i] > G[i] and not res >> i & 1 for i in range(len(reqs)))]
     model = cp_model.CpModel()
     held: list[list] = [[] for _ in steps]  # partial KV of runs not yet complete, per batch
+    running: list[list] = [[] for _ in steps]  # whether each of those holds any
     chunks: list[list] = [[] for _ in steps]  # prefill chunks per batch
+    runs: dict[tuple[int, int], dict] = {}
     squares, total = [], 0
     last_resident = [-1] * len(reqs)
     for j, ((G, res), (G2, res2)) in enumerate(steps):
@@ -303,13 +322,18 @@ def least_chunk_squares(instance: Instance, path: list[Node], time_limit: float 
                 window = [t for t in fill_batches if last_resident[i] < t <= j]
                 c = {t: model.NewIntVar(1 if t == j else 0, X, f"c{i}_{t}") for t in window}
                 model.Add(sum(c.values()) == X)
+                runs[i, j] = c
                 for t, var in c.items():
                     sq = model.NewIntVar(0, X * X, f"s{i}_{t}")
                     model.AddMultiplicationEquality(sq, [var, var])
                     squares.append(sq)
                     chunks[t].append(var)
                 for t in range(window[0], j):
-                    held[t].append(sum(var for u, var in c.items() if u <= t))
+                    partial = sum(var for u, var in c.items() if u <= t)
+                    started = model.NewBoolVar(f"p{i}_{j}_{t}")  # holds KV in t (R_max counts it)
+                    model.Add(partial <= X * started)
+                    held[t].append(partial)
+                    running[t].append(started)
                 total += X
             if G2[i] > G[i] or res2 >> i & 1:
                 last_resident[i] = j
@@ -318,18 +342,67 @@ def least_chunk_squares(instance: Instance, path: list[Node], time_limit: float 
         decodes = sum(1 for i in range(len(reqs)) if G2[i] > G[i] and res >> i & 1)
         if held[j] and M < math.inf:
             model.Add(kv + sum(held[j]) <= M)
+        if running[j] and lim.max_running is not None:
+            residents = sum(1 for i in range(len(reqs)) if G2[i] > G[i] or res2 >> i & 1)
+            model.Add(residents + sum(running[j]) <= lim.max_running)
         if chunks[j]:
             model.Add(sum(chunks[j]) <= lim.prefill_budget)
             model.Add(sum(chunks[j]) + decodes <= lim.token_budget)
     model.Minimize(sum(squares))
+    return model, runs, total
+
+
+def _solve(model: cp_model.CpModel, time_limit: float | None) -> tuple[cp_model.CpSolver, int]:
+    """CP-SAT on one worker within ``time_limit``: the solver and its status."""
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     if time_limit is not None:
         solver.parameters.max_time_in_seconds = max(time_limit, 0.01)
-    status = solver.Solve(model)
+    return solver, solver.Solve(model)
+
+
+def least_chunk_squares(instance: Instance, path: list[Node], time_limit: float | None = None) -> int | None:
+    r"""Least :math:`\sum c^2 - \sum X` over the chunkings of case 2 of the module docstring for the
+    path ``path`` (a proven lower bound on it when CP-SAT stops early), or None when none exists."""
+    model, _, total = _chunk_model(instance, path)
+    solver, status = _solve(model, time_limit)
     if status == cp_model.INFEASIBLE:
         return None
     return max(0, math.floor(solver.BestObjectiveBound()) - total)  # proven, also when stopped early; c^2 >= c
+
+
+def chunked_schedule(instance: Instance, path: list[Node], time_limit: float | None = None) -> Schedule | None:
+    """The path as a schedule whose (re)fills are chunked as CP-SAT's best chunking of case 2 (None
+    without one): a candidate, which replay judges.
+
+    Each batch of the path holds its decodes, its (re)fills' last chunks and the earlier chunks
+    of later (re)fills; a resident that holds no KV in a batch is evicted there, or, when it puts a
+    chunk in that batch, in an eviction-only batch just before (an evicted request takes no item
+    in its batch)."""
+    model, runs, _ = _chunk_model(instance, path)
+    solver, status = _solve(model, time_limit)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    reqs = instance.requests
+    chunks: dict[int, dict[int, int]] = {}  # batch -> request -> tokens
+    for (i, _), run in runs.items():
+        for t, var in run.items():
+            if solver.Value(var):
+                chunks.setdefault(t, {})[i] = solver.Value(var)
+    batches: list[Batch] = []
+    for j, ((G, res), (G2, res2)) in enumerate(zip(path, path[1:])):
+        here = chunks.get(j, {})
+        items = [Item(reqs[i].id, tokens) for i, tokens in here.items()]
+        evict, before = [], []
+        for i, req in enumerate(reqs):
+            if G2[i] > G[i] and res >> i & 1:
+                items.append(Item(req.id, 1))
+            elif res >> i & 1 and not res2 >> i & 1 and G2[i] == G[i]:
+                (before if i in here else evict).append(req.id)
+        if before:
+            batches.append(Batch((), tuple(before)))
+        batches.append(Batch(tuple(items), tuple(evict)))
+    return Schedule(instance.name, tuple(batches), {"policy": "residency-relaxation-chunked"})
 
 
 def chunk_bound(instance: Instance, upper: float, time_limit: float | None = None) -> ChunkBound:
@@ -354,8 +427,10 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
     k = Coefficients.from_cost_model(instance.cost_model)
     cap = threshold if 0 not in togo else min(threshold, togo[0] + _floor(k.k_pb))  # T, V* + kappa
     keys, steps = _new_lists()
-    best = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, graph.rho, k.k_pq / UNIT,
-                               np.int64(cap), keys, steps)
+    best, nodes = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, graph.rho, k.k_pq / UNIT,
+                                      np.int64(cap), keys, steps)
+    schedule = None if not len(nodes) else chunked_schedule(
+        instance, [graph.node(key) for key in list(nodes)[::-1]], seconds_left(deadline))
     paths = None if best == cap or passed(deadline) else _walk(graph, togo, threshold, MAX_PATHS)
     if paths:
         priced = cap
@@ -367,7 +442,7 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
                 priced = min(priced, cost + _floor(k.k_pq * extra))
         else:
             best = max(best, priced)
-    return ChunkBound(min(work + best * UNIT, upper), 0 if paths is None else len(paths))  # T rounds U - W up
+    return ChunkBound(min(work + best * UNIT, upper), 0 if paths is None else len(paths), schedule)  # T: U - W up
 
 
 def _compile_kernels() -> None:

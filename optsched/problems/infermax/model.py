@@ -247,7 +247,8 @@ class InferMaxOptions:
         beyond it the solve reports the best candidate schedule and the proven bounds.
     early_exit
         Build no model when the best candidate schedule already meets a proven bound of
-        :mod:`optsched.bounds` (default true; the tests that cross-check the backends turn it off).
+        :mod:`optsched.bounds` or of the residency relaxation (with :mod:`.chunks`) (default true;
+        the tests that cross-check the backends turn it off).
     """
 
     solver: str = "cpsat"
