@@ -24,28 +24,35 @@ batches and batches without a generated token dropped). Either
    last, uninterrupted run counts. A run's chunks stay in memory until j: in every batch t of
    :math:`\pi` before j its partial KV :math:`\sum_{t' \le t} c_{t'}` adds to the path's own KV
    (the residents' :math:`I + G' - 1`), within M, and it holds KV, so it counts with the residents
-   against R_max; per batch the chunks hold P, and with the decodes C. So :math:`Q \ge L k_{pq} (\min \sum c^2 - \sum X) =: Q(\pi)`, the least over these chunkings
-   (a small integer program, solved by CP-SAT; infeasible means no schedule has this path).
+   against R_max; per batch the chunks hold P, and with the decodes C. So
+   :math:`Q \ge L k_{pq} (\min \sum c^2 - \sum X) =: Q(\pi)`, the least over these chunkings (a
+   small integer program, solved by CP-SAT; infeasible means no schedule has this path).
 
 A schedule whose path costs :math:`T = U - W` or more is no better than U. So the optimum is at
 least :math:`W + \min(\min_\pi (V(\pi) + Q(\pi)), V^* + \kappa, T)` over the paths
 :math:`\pi` below T, and at least the same with any lower bound on each :math:`Q(\pi)`.
 
 Over states, without listing paths (since session 12; the near-optimal paths of N = 6 are a
-million ties): in case 2 a fill completing in fill batch j has chunks before j only in fill
-batches at or before the last one, t*, and they stay in memory through every batch from t* to
-j - 1, so its fills together prefill at most :math:`F_j = \min_{t^* \le u < j} (M - K_u)` tokens
-before j (:math:`K_u` the path's own KV in batch u; :math:`F_j = 0` without an earlier fill batch).
-With :math:`c^2 - c \ge 0` for the earlier chunks, the fills :math:`X_k` of batch j pay at least
-:math:`L k_{pq} \min \{\sum_k c_k (c_k - 1) : c_k = X_k - a_k \ge 1, \sum_k a_k \le F_j\}`
-(:func:`_last_chunk_squares`); the sum of these over the fill batches is :math:`Q_F(\pi) \le
-Q(\pi)`. :math:`F_j` follows the path (reset to :math:`M - K_j` at a fill batch, the least with
-:math:`M - K_u` after a batch without one), so :math:`\min_\pi (V(\pi) + Q_F(\pi))` is a shortest
-path over states (node, F) of the near-optimal nodes (:func:`_least_with_squares`, in increasing
-order of tokens: the graph is acyclic). It ignores the windows of refills, P, C and the other
-fills' partial KV, so when it stays below :math:`\min(T, V^* + \kappa)` the paths are listed
-(:func:`near_paths`, at most :data:`MAX_PATHS`) and priced one by one as above, which gives at least
-as much.
+million ties). In case 2 take a fill batch j, the last fill batch before it t* (none: nothing is
+prefilled before j) and the fills :math:`X_k` completing in j. Their chunks before j lie in fill
+batches at or before t* and stay in memory through every batch from t* to j - 1, so together they
+are at most :math:`F_j = \min_{t^* \le u < j} (M - K_u)` tokens (:math:`K_u` the path's own KV in
+batch u). A fill's window may hold no earlier fill batch (a request evicted since t*, at the start
+of a batch or after one), exactly one (evicted between the fill batch before t* and t*, or a
+first fill with one fill batch before j): its earlier tokens :math:`a_k` are then one chunk,
+costing :math:`a_k (a_k - 1)`; or more (counted as 0, :math:`c^2 \ge c`). So batch j pays at least
+:math:`L k_{pq}` times the least :math:`\sum_k c_k (c_k - 1)` (plus :math:`a_k (a_k - 1)` for the
+single-chunk fills) with :math:`c_k = X_k - a_k \ge 1`, :math:`\sum_k a_k \le F_j` and
+:math:`a_k = 0` without an earlier fill batch (:func:`_fill_squares`: convex terms, so a greedy);
+the sum over the fill batches is :math:`Q_F(\pi) \le Q(\pi)`. All of it follows the path batch by
+batch: F (reset to :math:`M - K_j` at a fill batch, else the least with :math:`M - K_u`), the two
+window classes of the evicted requests and the fill batches so far (up to 2). So
+:math:`\min_\pi (V(\pi) + Q_F(\pi))` is a shortest path over states (node, F, classes, count) of the
+near-optimal nodes (:func:`_least_with_squares`, in increasing order of tokens: the graph is
+acyclic). It ignores R_max, P, C, the longer windows' memory and the other fills' partial KV, so
+when it stays below :math:`\min(T, V^* + \kappa)` the paths are listed (:func:`near_paths`, at most
+:data:`MAX_PATHS`) and priced one by one as above, which gives at least as much. Its best path,
+chunked by the per-path program, is a schedule (:func:`chunked_schedule`), which replay judges.
 
 The paths are those of the graph with every edge (:class:`.search._Graph` with
 ``drop_dominated=False``: an eviction the search drops as dominated frees memory a chunk can use).
