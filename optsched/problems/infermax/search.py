@@ -393,7 +393,8 @@ def _astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.nda
            limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, keys: List, steps: List,
            upper: int, budget: int, max_nodes: int, best: int) -> tuple[int, int, int]:
     """A* with re-opening from the queue ``heap`` of (g + h, -g, key), at most ``budget``
-    expansions; a child with g + h >= ``upper`` (the cost of a known path) is not queued.
+    expansions; a child with g + h >= ``upper`` (the cost of a known path) is not queued, and
+    when ``limits[5]`` is set a dominated node (:func:`_dominated`) is neither queued nor expanded.
 
     Returns (status, the largest g + h taken from the queue, the goal's cost when reached):
     status ``_GOAL``, ``_EMPTY`` (no path below ``upper``), ``_FULL`` (more than ``max_nodes``
