@@ -46,6 +46,7 @@ from bench_infermax import scale_instance  # noqa: E402
 from infermax_bruteforce import exhaustive_makespan  # noqa: E402
 from test_infermax import ADVERSARIAL_COSTS, tiny_instance  # noqa: E402
 from test_infermax_relax import relaxation_point, schedules  # noqa: E402
+from test_infermax_search import _path_cost  # noqa: E402
 
 
 def instances(seed: int) -> list:
@@ -98,29 +99,6 @@ def test_near_paths_are_every_path_below_the_threshold(seed: int) -> None:
         assert {(c, tuple(p)) for c, p in listed} == all_paths_below(graph, threshold)
 
 
-@pytest.mark.parametrize("seed", range(24))
-def test_every_schedule_costs_at_least_its_path_and_chunks(seed: int) -> None:
-    for inst in instances(seed):
-        if exhaustive_makespan(inst) is None:
-            continue
-        graph = _Graph(inst, drop_dominated=False)
-        k = Coefficients.from_cost_model(inst.cost_model)
-        work = math.fsum(request_work(inst))
-        best = relaxation_search(inst).bound  # W + V*
-        for name, sched in schedules(inst).items():
-            rep = replay(inst, sched)
-            assert rep.feasible, name
-            path = exact_path(inst, sched)
-            edge_costs = []
-            for node, nxt in zip(path, path[1:]):
-                costs = [c for n, c in graph.edges(*node) if n == nxt]
-                assert costs, (name, node, nxt)
-                edge_costs.append(min(costs))
-            extra = least_chunk_squares(inst, path)
-            via_path = math.inf if extra is None else work + (sum(edge_costs) + _floor(k.k_pq * extra)) * UNIT
-            assert rep.metrics.makespan >= min(via_path, best + k.k_pb) * (1 - 1e-9) - 1e-12, name
-
-
 def last_chunk_units(sizes: list[int], earlier: list[int], free: int) -> int:
     """Least sum of c (c - 1), plus a (a - 1) where a fill has one earlier fill batch, over every
     split X = a + c (c >= 1, a = 0 without an earlier fill batch, sum of a <= free), enumerated."""
@@ -162,23 +140,28 @@ def path_squares(inst, graph: _Graph, path: list) -> int:
     return total
 
 
-def path_cost(graph: _Graph, path: list) -> int:
-    return sum(min(c for n, c in graph.edges(*node) if n == nxt) for node, nxt in zip(path, path[1:]))
-
-
 @pytest.mark.parametrize("seed", range(24))
-def test_every_schedule_costs_at_least_its_path_and_last_chunks(seed: int) -> None:
+def test_every_schedule_costs_at_least_its_path_and_chunks(seed: int) -> None:
+    """Both lemmas on every legal schedule: its makespan is at least W + V(path) + Q(path) (CP-SAT
+    per path) and, with a KV capacity, W + V(path) + Q_F(path), or else W + V* + kappa."""
     for inst in instances(seed):
-        if exhaustive_makespan(inst) is None or inst.limits.kv_capacity is None:
+        if exhaustive_makespan(inst) is None:
             continue
         graph = _Graph(inst, drop_dominated=False)
         k = Coefficients.from_cost_model(inst.cost_model)
         work = math.fsum(request_work(inst))
         best = relaxation_search(inst).bound  # W + V*
         for name, sched in schedules(inst).items():
+            rep = replay(inst, sched)
+            assert rep.feasible, name
             path = exact_path(inst, sched)
-            bound = work + (path_cost(graph, path) + path_squares(inst, graph, path)) * UNIT
-            assert replay(inst, sched).metrics.makespan >= min(bound, best + k.k_pb) * (1 - 1e-9) - 1e-12, name
+            cost = _path_cost(graph, path)  # every step is an edge of the graph with every edge
+            extra = least_chunk_squares(inst, path)
+            via_path = math.inf if extra is None else work + (cost + _floor(k.k_pq * extra)) * UNIT
+            assert rep.metrics.makespan >= min(via_path, best + k.k_pb) * (1 - 1e-9) - 1e-12, name
+            if inst.limits.kv_capacity is not None:
+                via_states = work + (cost + path_squares(inst, graph, path)) * UNIT
+                assert rep.metrics.makespan >= min(via_states, best + k.k_pb) * (1 - 1e-9) - 1e-12, name
 
 
 @pytest.mark.parametrize("seed", range(0, 24, 2))
