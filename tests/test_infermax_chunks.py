@@ -179,7 +179,7 @@ def test_shortest_path_over_states_is_the_least_path_with_last_chunks(seed: int)
         k = Coefficients.from_cost_model(inst.cost_model)
         order, togo = _near_nodes(graph, threshold)
         keys, steps = _new_lists()
-        got = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, graph.rho, k.k_pq / UNIT,
+        got = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT,
                                   np.int64(threshold), keys, steps)[0]
         want = min([threshold] + [c + path_squares(inst, graph, list(p)) for c, p in all_paths_below(graph, threshold)])
         assert got == want, (seed, inst.cost_model)
@@ -199,7 +199,7 @@ def test_shortest_path_over_states_on_memory_bound_instances(n: int, seed: int) 
     paths = near_paths(graph, threshold, max_paths=10**5)
     order, togo = _near_nodes(graph, threshold)
     keys, steps = _new_lists()
-    got = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, graph.rho, k.k_pq / UNIT,
+    got = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT,
                               np.int64(threshold), keys, steps)[0]
     assert got == min([threshold] + [c + path_squares(inst, graph, p) for c, p in paths])
     assert shortest < got < threshold

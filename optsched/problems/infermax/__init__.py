@@ -4,11 +4,10 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
 (PuLP to HiGHS / CBC, gurobipy). :func:`solve`:
 
 1. reads the options (:class:`.model.InferMaxOptions`);
-2. builds the candidate schedules (the serial schedule of :func:`.model.serial_schedule`, every
-   registered policy whose schedule replays and respects the options and, when evictions are
-   allowed, the eviction-free optimum solved first with a quarter of the time limit) and keeps the
-   best as the upper bound UB and the warm start (or the policy named by ``warm_start``); the
-   main solve gets what is left of ``time_limit`` (at least ``MIN_PHASE_SHARE`` of it). The whole
+2. builds the candidate schedules (the serial schedule of :func:`.model.serial_schedule` and every
+   registered policy whose schedule replays and respects the options) and keeps the best as the
+   upper bound UB and the warm start (or the policy named by ``warm_start``); the main solve gets
+   what is left of ``time_limit`` (at least ``MIN_PHASE_SHARE`` of it). The whole
    call keeps within the limit up to the final replay and bounds: policies, phase 1, the
    relaxation and the model build are not started, or are stopped, once the limit has passed, and
    a model of more than ``max_cells`` request-batch cells is not built (then the best candidate
@@ -23,7 +22,10 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
    when the relaxation is solved within one prefill bias of UB, the bound of :mod:`.chunks` (the
    quadratic prefill term priced over every relaxation path below UB) raises its bound and its
    best path, chunked, is a candidate too; a candidate that meets the bound ends the solve there
-   (option ``early_exit``, no model);
+   (option ``early_exit``, no model); otherwise, when evictions are allowed, the eviction-free
+   optimum (solved with a quarter of the time limit, at most half of the time left) is a
+   candidate too (since session 13 after the relaxation, whose search proves most instances
+   before it would have ended);
 4. solves, turns the solution into a schedule, replays it and reports the replayed objective after
    :func:`~optsched.result.check_agreement` with the solver's own value (the best candidate
    instead when it is better: a stopped solver may not have reached its hint);
@@ -168,11 +170,6 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
                            extra={"reason": str(exc)})
     proven = [b.value for b in generic_bounds(instance, opts.objective)]
     met = opts.early_exit and bool(proven) and _meets(min(value for _, value, _ in found.values()), max(proven))
-    if not (opts.no_evict or met or passed(deadline)):  # phase 1: the eviction-free optimum seeds the full model
-        first = solve(instance, {**options, "no_evict": True, "warm_start": None, "relax": 0,
-                                 "time_limit": None if opts.time_limit is None else opts.time_limit / 4})
-        if first.schedule is not None:
-            found["infermax-no-evict"] = (first.schedule, first.objective, first.replay)
     cands = {name: schedule for name, (schedule, _, _) in found.items()}
     values = {name: value for name, (_, value, _) in found.items()}
     makespans = {name: rep.metrics.makespan for name, (_, _, rep) in found.items()}
@@ -183,10 +180,29 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
             f"option 'warm_start': policy {warm!r} gives no schedule respecting the options "
             f"(available: {', '.join(sorted(cands))})"
         )
-    limit = opts.time_limit  # the whole solve (candidates, phase 1, relaxation) keeps within it
-    warm_prefix = first_token_prefix(cands[warm], found[warm][2]) if opts.objective == "ttft" else cands[warm]
-    data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]),
-                      _nonempty(warm_prefix))
+    limit = opts.time_limit  # the whole solve (candidates, relaxation, phase 1) keeps within it
+
+    def model_data() -> tuple[ModelData, Schedule]:
+        """The model's data for the time left, J from the best candidate, and the warm start (its
+        first tokens for ttft)."""
+        prefix = first_token_prefix(cands[warm], found[warm][2]) if opts.objective == "ttft" else cands[warm]
+        return build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]),
+                          _nonempty(prefix)), prefix
+
+    data, warm_prefix = model_data()
+
+    def offer(name: str, schedule: Schedule | None, point: Candidate | None = None) -> None:
+        """Add ``schedule`` (replayed here) or its replayed ``point`` to the candidates."""
+        nonlocal best, warm
+        point = point or (None if schedule is None else _candidate(instance, schedule, opts))
+        if point is not None:
+            found[name] = point
+            cands[name], values[name], rep = point
+            makespans[name] = rep.metrics.makespan
+            if values[name] < values[best]:
+                best = name
+                warm = opts.warm_start or best
+
     relax = None if met or passed(deadline) else _relaxation(data, limit)
     paths = None
     if relax is not None:
@@ -194,26 +210,21 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
             raise RuntimeError(
                 f"residency relaxation infeasible although {best!r} gives a schedule within J = {data.J}"
             )
-
-        def offer(name: str, schedule: Schedule | None) -> None:
-            nonlocal best, warm
-            point = None if schedule is None else _candidate(instance, schedule, opts)
-            if point is not None:
-                found[name] = point
-                cands[name], values[name], rep = point
-                makespans[name] = rep.metrics.makespan
-                if values[name] < values[best]:
-                    best = name
-                    warm = opts.warm_start or best
-
         offer("residency-relaxation", relax.schedule)  # the relaxation's best point as a schedule
         if not passed(deadline):
             relax, paths, chunked = _with_chunk_bound(
                 instance, relax, makespans[best], None if limit is None else _left(opts, limit, t0).time_limit * CHUNK_SHARE)
             offer("residency-relaxation-chunked", chunked)  # the chunk bound's best path, chunked
-        data = build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]))
-        data = replace(data, lower=relax.bound, count_facts=relax.facts)  # (makespan only: no first-token model)
         met = opts.early_exit and _meets(values[best], relax.bound)
+    if not (opts.no_evict or met or passed(deadline)):  # phase 1: the eviction-free optimum seeds the full model
+        first = solve(instance, {**options, "no_evict": True, "warm_start": None, "relax": 0,
+                                 "time_limit": None if limit is None else min(limit / 4, seconds_left(deadline) / 2)})
+        if first.schedule is not None:
+            offer("infermax-no-evict", None, (first.schedule, first.objective, first.replay))
+    if relax is not None or "infermax-no-evict" in found:
+        data, warm_prefix = model_data()
+    if relax is not None:
+        data = replace(data, lower=relax.bound, count_facts=relax.facts)  # (makespan only: no first-token model)
     if met:  # a candidate meets a proven bound: nothing left to prove, no model
         from .cpsat import BackendResult
 

@@ -82,7 +82,7 @@ from ...schedule import Batch, Item, Schedule
 from .model import Coefficients
 from .relax import UNIT, _floor
 from .search import (
-    _EMPTY, _GOAL, _RUNNING, UNBOUNDED, Node, _children, _compile_instance, _Graph, _new_lists, _Run,
+    PATTERN_SHARE, _EMPTY, _GOAL, _RUNNING, UNBOUNDED, Node, _children, _compile_instance, _Graph, _new_lists, _Run,
 )
 
 __all__ = ["ChunkBound", "chunk_bound", "near_paths"]
@@ -150,7 +150,7 @@ def _near_nodes(graph: _Graph, threshold: int, deadline: float | None = None) ->
     tokens = sum((known >> (graph.bits * i)) & mask for i in range(graph.N))
     order = known[np.argsort(tokens, kind="stable")]
     keys, steps = _new_lists()
-    return order, _cost_to_go(order[::-1].copy(), np.int64(graph.goal), *graph.args, graph.rho, keys, steps)
+    return order, _cost_to_go(order[::-1].copy(), np.int64(graph.goal), *graph.args, keys, steps)
 
 
 def near_paths(graph: _Graph, threshold: int, max_paths: int = MAX_PATHS,
@@ -175,7 +175,7 @@ def _walk(graph: _Graph, togo: Dict, threshold: int, max_paths: int) -> list[tup
             if len(found) > max_paths:
                 return None
             continue
-        _children(np.int64(key), *graph.args, graph.rho, keys, steps)
+        _children(np.int64(key), *graph.args, keys, steps)
         for child, step in zip(list(keys), list(steps)):
             rest = togo.get(child, -1)
             if rest >= 0 and cost + step + rest < threshold:
@@ -425,6 +425,8 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
     graph = _Graph(instance, drop_dominated=False)
     if not graph.searchable:
         return ChunkBound(None, 0)
+    share = None if time_limit is None else PATTERN_SHARE * time_limit
+    graph.add_patterns(graph.pattern_choice(share), None if share is None else t0 + share)
     work = math.fsum(request_work(instance))
     threshold = math.ceil((upper - work) / UNIT)
     near = _near_nodes(graph, threshold, deadline)
@@ -434,7 +436,7 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
     k = Coefficients.from_cost_model(instance.cost_model)
     cap = threshold if 0 not in togo else min(threshold, togo[0] + _floor(k.k_pb))  # T, V* + kappa
     keys, steps = _new_lists()
-    best, nodes = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, graph.rho, k.k_pq / UNIT,
+    best, nodes = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT,
                                       np.int64(cap), keys, steps)
     schedule = None if not len(nodes) else chunked_schedule(
         instance, [graph.node(key) for key in list(nodes)[::-1]], seconds_left(deadline))
@@ -458,7 +460,7 @@ def _compile_kernels() -> None:
     graph = _Graph(_compile_instance(), drop_dominated=False)
     order, togo = _near_nodes(graph, UNBOUNDED)
     keys, steps = _new_lists()
-    _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, graph.rho, 1.0, np.int64(UNBOUNDED),
+    _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, 1.0, np.int64(UNBOUNDED),
                         keys, steps)
 
 

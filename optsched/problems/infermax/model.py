@@ -159,7 +159,7 @@ __all__ = [
 OBJECTIVES = ("makespan", "completion", "ttft")
 
 #: Default share of the time limit given to the residency relaxation (option ``relax``).
-RELAX_SHARE = 0.4
+RELAX_SHARE = 0.6
 SOLVER_NAMES = BACKENDS["infermax"]
 
 

@@ -241,9 +241,10 @@ def _solver(time_limit: float | None, threads: int | None, log: bool) -> cp_mode
 #: Seconds per count check of :func:`count_bound` without a time limit, and the least with one.
 CHECK_LIMIT = 10.0
 
-#: Share of :func:`residency_bound`'s time limit given to the exact search (:mod:`.search`; half of
-#: it to its beam searches for paths); the CP-SAT relaxation and the count checks get the rest.
-SEARCH_SHARE = 0.5
+#: Share of :func:`residency_bound`'s time limit given to the exact search (:mod:`.search`, whose
+#: pattern tables and beam searches take parts of it); the CP-SAT relaxation and the count checks
+#: get the rest.
+SEARCH_SHARE = 0.75
 
 
 def relaxation_bound(

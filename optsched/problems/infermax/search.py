@@ -61,6 +61,25 @@ the goal from the queue; before that, every value it takes from the queue is at 
 path's cost (the queue always holds a node of a shortest path with its least cost), so the largest
 such value is a proven bound when the search stops early (time or memory).
 
+Patterns (since session 13) see what the counts above miss, the memory that the heaviest requests
+cannot share over time. For a *pattern* P, some of the requests, let :math:`h^*_P` be the least
+cost to the goal in the graph of the requests of P alone (same M, C, R_max and costs), tabulated
+for every one of its nodes (:func:`_pattern_table`: the nodes by decreasing tokens generated, as
+every edge generates a token). Then :math:`h^*_P(G_P, R \cap P)` at the projection of a node is
+admissible: a path from :math:`(G, R)` projects onto a path of P's graph from the projection at no
+greater cost. Keep the batches that generate a token of P (the others cost :math:`\ge 0`); a
+request of P evicted in a dropped batch is evicted in the next kept one (it holds nothing there),
+and none is refilled in a dropped batch (a refill generates a token). A kept batch holds a subset
+of what it held (within M, R_max and C) and costs :math:`k_b` plus :math:`k_{pb}` when P fills
+(the batch fills too), P's refill extras (some of the batch's) and :math:`\delta_P = \min(k_{db},
+k_{pb} [\text{no fill of P}] + \sum_{\text{decodes of P}} \rho_i)` (0 without decodes of P):
+with a fill of P, :math:`\delta_P \le \delta`; with a fill outside P only, the batch pays
+:math:`k_{pb} + \delta \ge \delta_P`; without fills, :math:`\delta = \min(k_{db}, k_{pb} +
+\sum \rho_i) \ge \delta_P`. So the estimate is the largest of h above and :math:`h^*_P` over the
+patterns tabulated (:meth:`_Graph.pattern_choice`: windows of the requests ranked by :math:`I_i +
+O_i - 1`, the heaviest first; no path in a pattern's graph means none in the whole graph). The
+tables hold the least costs with every edge, which the dropped edges below do not change.
+
 Residents dominate: a node :math:`(G, R \cup \{i\})` reached at cost g is at least as good as
 :math:`(G, R)` reached at cost :math:`g' \ge g`, because every edge from :math:`(G, R)` has a twin of
 no greater cost from :math:`(G, R \cup \{i\})` into the same node: the same choices, with i
@@ -115,10 +134,11 @@ import math
 import time
 
 import numpy as np
-from numba import njit, types
+from numba import njit, prange, types
 from numba.typed import Dict, List
 
 from ...bounds import request_work
+from ...deadline import seconds_left
 from ...instance import Instance
 from .model import Coefficients
 from .relax import UNIT, RelaxationResult, _floor, refill_line, schedule_from_point
@@ -137,6 +157,15 @@ KEY_BITS = 62
 
 #: Most requests searched: a node has up to 3^N edges (59,049 at N = 10), listed without a clock.
 MAX_REQUESTS = 10
+
+#: Most requests in a pattern, and most entries in its table (G states times residents' bit sets,
+#: 8 bytes each), the seconds an entry takes to tabulate at most (measured with 5 requests on the
+#: 2-core sandbox: 2.2 µs on one core, 1.2 µs on both), and the share of the search's time limit
+#: the tables may take together (a pattern is started only when its table should be done by then).
+PATTERN_SIZE = 5
+PATTERN_ENTRIES = 16_000_000
+ENTRY_SECONDS = 1.5e-6
+PATTERN_SHARE = 0.5
 
 #: Outputs searched are below 2^MAX_BITS tokens.
 MAX_BITS = 16
@@ -191,10 +220,67 @@ class _Graph:
             self.rho[i, : self.O[i] + 1] = np.maximum(0, a + b * np.arange(self.O[i] + 1, dtype=np.int64))
         self.goal = self.key(tuple(int(o) for o in self.O), 0)
         #: The arguments every kernel takes after the node.
-        self.args = (self.bits, self.I, self.O, self.limits, self.costs)
+        self.args = (self.bits, self.I, self.O, self.limits, self.costs, self.rho)
         #: The kernels' arguments for the subgraph of the edges whose (re)fills, prefilled whole in
         #: the batch, and decodes hold P and C.
-        self.budget_args = (self.bits, self.I, self.O, strict, self.costs)
+        self.budget_args = (self.bits, self.I, self.O, strict, self.costs, self.rho)
+        #: The pattern tables (:meth:`add_patterns`) the estimate reads: (rows, tables), none yet.
+        self.patterns = (np.zeros((0, 2 * self.N + 1), dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+    def add_patterns(self, patterns: list[tuple[int, ...]], deadline: float | None = None) -> None:
+        """Tabulate the least cost to the goal of every node of each pattern's graph (the requests
+        of the pattern alone, :func:`_pattern_table`) for the estimate, which then also takes the
+        largest entry at the node's projections (module docstring). A pattern is not started when
+        its table should not be done by ``deadline`` (a ``time.perf_counter()`` value,
+        :data:`ENTRY_SECONDS` an entry)."""
+        rows = np.zeros((len(patterns), 2 * self.N + 1), dtype=np.int64)
+        tables = []
+        offset = 0
+        for row, members in zip(rows, patterns):
+            if deadline is not None and time.perf_counter() + self.table_seconds(members) > deadline:
+                rows = rows[: len(tables)]
+                break
+            m = np.array(members, dtype=np.int64)
+            table = _tabulated(self._pattern_args(members))
+            states = len(table) >> len(m)  # tables are indexed G first, then residents
+            row[0] = offset
+            row[1 + m] = np.cumprod(np.concatenate(([1], self.O[m][:-1] + 1)))
+            row[1 + self.N + m] = states << np.arange(len(m))
+            tables.append(table)
+            offset += len(table)
+        self.patterns = (rows, np.concatenate(tables) if tables else np.zeros(0, dtype=np.int64))
+
+    def pattern_choice(self, seconds: float | None = None) -> list[tuple[int, ...]]:
+        """The patterns worth tabulating: the requests ranked by their largest KV need
+        :math:`I_i + O_i - 1` (the ones memory cannot hold together), patterns of the k heaviest,
+        then of each next window of k in that rank, with k the largest size up to
+        :data:`PATTERN_SIZE` and below N whose heaviest pattern's table has at most
+        :data:`PATTERN_ENTRIES` entries and should take at most ``seconds``; none below 3 requests
+        (a pattern of one request adds nothing to the estimate's counts)."""
+        rank = [int(i) for i in np.argsort(-(self.I + self.O), kind="stable")]
+        for k in range(min(PATTERN_SIZE, self.N - 1), 1, -1):
+            heaviest = tuple(sorted(rank[:k]))
+            if self.table_entries(heaviest) <= PATTERN_ENTRIES and (seconds is None or self.table_seconds(heaviest) <= seconds):
+                return [tuple(sorted(rank[j: j + k])) for j in range(self.N - k + 1)]
+        return []
+
+    def table_entries(self, members: tuple[int, ...]) -> int:
+        """Entries of the table of the pattern ``members``: its G states times its bit sets."""
+        return int(np.prod(self.O[list(members)] + 1)) << len(members)
+
+    def table_seconds(self, members: tuple[int, ...]) -> float:
+        """Seconds the table of the pattern ``members`` should take: 0 when it is kept from before
+        (:func:`_tabulated`), else :data:`ENTRY_SECONDS` an entry."""
+        return 0.0 if _table_key(self._pattern_args(members)) in _TABLES else self.table_entries(members) * ENTRY_SECONDS
+
+    def _pattern_args(self, members: tuple[int, ...]) -> tuple:
+        """The arguments of :func:`_pattern_table` for the pattern ``members``: the tables hold the
+        least costs with every edge, the same as with the dominated evictions dropped (module
+        docstring), which is faster."""
+        m = np.array(members, dtype=np.int64)
+        dropping = self.limits.copy()
+        dropping[5] = 1
+        return self.bits, self.I[m], self.O[m], dropping, self.costs, self.rho[m]
 
     def key(self, G: tuple[int, ...], res: int) -> int:
         """The node's 62-bit key: G_i in bits [bits i, bits (i + 1)), the residents above."""
@@ -210,20 +296,45 @@ class _Graph:
         step is an edge of the subgraph of :attr:`budget_args`."""
         keys, steps = _new_lists()
         for node, nxt in zip(path, path[1:]):
-            _children(np.int64(self.key(*node)), *self.budget_args, self.rho, keys, steps)
+            _children(np.int64(self.key(*node)), *self.budget_args, keys, steps)
             if self.key(*nxt) not in set(keys):
                 return False
         return True
 
     def estimate(self, G: tuple[int, ...], res: int) -> int:
         """Admissible h of the module docstring."""
-        return int(_estimate(np.int64(self.key(G, res)), *self.args, self.rho))
+        return int(_estimate(np.int64(self.key(G, res)), *self.args, *self.patterns))
 
     def edges(self, G: tuple[int, ...], res: int) -> list[tuple[Node, int]]:
         """Every edge leaving (G, res): (next node, cost)."""
         keys, steps = _new_lists()
-        _children(np.int64(self.key(G, res)), *self.args, self.rho, keys, steps)
+        _children(np.int64(self.key(G, res)), *self.args, keys, steps)
         return [(self.node(k), int(c)) for k, c in zip(keys, steps)]
+
+
+#: The pattern tables made last (:func:`_tabulated`), by their kernel arguments: the search and
+#: the chunk bound of one solve tabulate the same patterns.
+_TABLES: dict[tuple, np.ndarray] = {}
+
+#: Entries kept in :data:`_TABLES` at most (8 bytes each), besides the table made last.
+KEPT_ENTRIES = 32_000_000
+
+
+def _table_key(args: tuple) -> tuple:
+    """The key of the pattern graph ``args`` (bits, I, O, limits, costs, rho) in :data:`_TABLES`."""
+    return tuple(a if isinstance(a, int) else (a.shape, a.tobytes()) for a in args)
+
+
+def _tabulated(args: tuple) -> np.ndarray:
+    """:func:`_pattern_table` of the pattern graph ``args``, made once while it is among the last
+    tables made (the oldest are dropped beyond :data:`KEPT_ENTRIES`)."""
+    key = _table_key(args)
+    if key not in _TABLES:
+        table = _pattern_table(*args)
+        while _TABLES and sum(map(len, _TABLES.values())) + len(table) > KEPT_ENTRIES:
+            del _TABLES[next(iter(_TABLES))]
+        _TABLES[key] = table
+    return _TABLES[key]
 
 
 def _new_lists() -> tuple[List, List]:
@@ -233,7 +344,7 @@ def _new_lists() -> tuple[List, List]:
 
 @njit(cache=True)
 def _estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray,
-              rho: np.ndarray) -> int:
+              rho: np.ndarray, pat: np.ndarray, table: np.ndarray) -> int:
     """Admissible h of the module docstring at the node ``key`` (:meth:`_Graph.key`).
 
     ``limits`` = (M, least of C and R_max, R_max, prefill cap, token cap, 1 to drop dominated
@@ -261,7 +372,93 @@ def _estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
                 refills += min(rho[i, g + 1], rho[i, O[i]])
     f0 = -(-entry // M) if waiting else 0
     b = max(r_max, f0, -(-left // per_batch), -(-area // M))
-    return costs[0] * b + costs[1] * f0 + costs[3] * (b - f0) + refills
+    return max(costs[0] * b + costs[1] * f0 + costs[3] * (b - f0) + refills, _patterns_at(key, bits, pat, table))
+
+
+@njit(cache=True)
+def _patterns_at(key: int, bits: int, pat: np.ndarray, table: np.ndarray) -> int:
+    """The largest pattern table entry at the node ``key``'s projections (0 without patterns):
+    row p of ``pat`` is (offset of its table, the G stride of each request, its residency stride),
+    strides 0 for the requests outside the pattern (:meth:`_Graph.add_patterns`)."""
+    N = (pat.shape[1] - 1) // 2
+    mask = (1 << bits) - 1
+    res = key >> (bits * N)
+    best = 0
+    for p in range(pat.shape[0]):
+        index = pat[p, 0]
+        for i in range(N):
+            index += ((key >> (bits * i)) & mask) * pat[p, 1 + i] + ((res >> i) & 1) * pat[p, 1 + N + i]
+        best = max(best, table[index])
+    return best
+
+
+@njit(cache=True, parallel=True)
+def _pattern_table(bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray,
+                   rho: np.ndarray) -> np.ndarray:
+    r"""The least cost to the goal from every node of the graph of the requests ``I``, ``O`` with
+    the limits and costs given, at index :math:`\sum_i G_i s_i + S \cdot R` (mixed radix
+    :math:`s_i = \prod_{j < i} (O_j + 1)`, S states of G, R the residents' bit set; entries of
+    bit sets that are not nodes, residents with G = 0 or O or whose KV exceeds M or R_max, stay
+    0; no path: :data:`UNBOUNDED`). Every edge generates a token, so the G states are taken by
+    decreasing tokens generated, those with as many in parallel: their children are done."""
+    N = I.shape[0]
+    stride = np.ones(N, np.int64)
+    for i in range(1, N):
+        stride[i] = stride[i - 1] * (O[i - 1] + 1)
+    states = stride[N - 1] * (O[N - 1] + 1)
+    table = np.zeros(states << N, np.int64)
+    generated = np.zeros(states, np.int64)
+    for s in range(states):
+        for i in range(N):
+            generated[s] += (s // stride[i]) % (O[i] + 1)
+    order = np.argsort(-generated, kind="mergesort")
+    start = 1  # order[0] is the goal: 0
+    while start < states:
+        end = start
+        while end < states and generated[order[end]] == generated[order[start]]:
+            end += 1
+        for k in prange(start, end):
+            _pattern_entries(order[k], stride, states, bits, I, O, limits, costs, rho, table)
+        start = end
+    return table
+
+
+@njit(cache=True)
+def _pattern_entries(s: int, stride: np.ndarray, states: int, bits: int, I: np.ndarray, O: np.ndarray,
+                     limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, table: np.ndarray) -> None:
+    """The entries of :func:`_pattern_table` at the G state ``s``, one per bit set of residents
+    that is a node, from the entries of its children."""
+    N = I.shape[0]
+    shift = bits * N
+    mask = (1 << bits) - 1
+    keys, steps = List.empty_list(types.int64), List.empty_list(types.int64)
+    G = 0
+    partial = 0  # requests that may be resident: 1 <= G_i < O_i
+    for i in range(N):
+        g = (s // stride[i]) % (O[i] + 1)
+        G |= g << (bits * i)
+        if 0 < g < O[i]:
+            partial |= 1 << i
+    res = partial
+    while True:  # every subset of partial whose KV fits M and R_max (the others are no nodes)
+        held = count = 0
+        for i in range(N):
+            if (res >> i) & 1:
+                held += I[i] + (s // stride[i]) % (O[i] + 1) - 1
+                count += 1
+        if held <= limits[0] and count <= limits[2]:
+            _children(G | (res << shift), bits, I, O, limits, costs, rho, keys, steps)
+            least = UNBOUNDED
+            for k in range(len(keys)):
+                child = keys[k]
+                index = states * (child >> shift)
+                for i in range(N):
+                    index += ((child >> (bits * i)) & mask) * stride[i]
+                least = min(least, steps[k] + table[index])
+            table[s + states * res] = least
+        if res == 0:
+            break
+        res = (res - 1) & partial
 
 
 @njit(cache=True)
@@ -390,8 +587,8 @@ def _dominated(key: int, g: int, cost: Dict, bits: int, O: np.ndarray) -> bool:
 
 @njit(cache=True)
 def _astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.ndarray, O: np.ndarray,
-           limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, keys: List, steps: List,
-           upper: int, budget: int, max_nodes: int, best: int) -> tuple[int, int, int]:
+           limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, pat: np.ndarray, table: np.ndarray,
+           keys: List, steps: List, upper: int, budget: int, max_nodes: int, best: int) -> tuple[int, int, int]:
     """A* with re-opening from the queue ``heap`` of (g + h, -g, key), at most ``budget``
     expansions; a child with g + h >= ``upper`` (the cost of a known path) is not queued, and
     when ``limits[5]`` is set a dominated node (:func:`_dominated`) is neither queued nor expanded.
@@ -416,7 +613,7 @@ def _astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.nda
             known = cost.get(child, -1)
             if known >= 0 and g2 >= known:
                 continue
-            h = _estimate(child, bits, I, O, limits, costs, rho)
+            h = _estimate(child, bits, I, O, limits, costs, rho, pat, table)
             if g2 + h >= upper or (limits[5] and _dominated(child, g2, cost, bits, O)):
                 continue
             cost[child] = g2
@@ -434,7 +631,7 @@ class _Run:
     def __init__(self, graph: _Graph, upper: int) -> None:
         self.graph, self.upper = graph, upper
         self.heap = List.empty_list(types.UniTuple(types.int64, 3))
-        self.heap.append((np.int64(_estimate(np.int64(0), *graph.args, graph.rho)), np.int64(0), np.int64(0)))
+        self.heap.append((np.int64(_estimate(np.int64(0), *graph.args, *graph.patterns)), np.int64(0), np.int64(0)))
         self.cost, self.parent = Dict.empty(types.int64, types.int64), Dict.empty(types.int64, types.int64)
         self.cost[0], self.parent[0] = 0, -1
         self.keys, self.steps = _new_lists()
@@ -451,7 +648,7 @@ class _Run:
         while True:
             tic = time.perf_counter()
             status, self.best, value = _astar(self.heap, self.cost, self.parent, np.int64(self.graph.goal),
-                                              *self.graph.args, self.graph.rho, self.keys, self.steps,
+                                              *self.graph.args, *self.graph.patterns, self.keys, self.steps,
                                               np.int64(self.upper), budget, max_nodes, self.best)
             if status == _GOAL:
                 self.value = value
@@ -471,7 +668,8 @@ class _Run:
 @njit(cache=True)
 def _beam_layer(layer: np.ndarray, node_keys: List, node_costs: List, node_parents: List, goal: int,
                 bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray,
-                rho: np.ndarray, keys: List, steps: List, width: int, upper: int) -> tuple[np.ndarray, int, int]:
+                rho: np.ndarray, pat: np.ndarray, table: np.ndarray, keys: List, steps: List, width: int,
+                upper: int) -> tuple[np.ndarray, int, int]:
     """One layer of a beam search: the children of the nodes ``layer`` (indices into the kept
     nodes' lists) with g + h below ``upper``, each at its least cost; the ``width`` of least g + h
     that are not the goal are kept (appended to the lists) as the next layer, and so is a goal
@@ -494,7 +692,7 @@ def _beam_layer(layer: np.ndarray, node_keys: List, node_costs: List, node_paren
                 if g2 < child_costs[j]:
                     child_costs[j], child_parents[j], priority[j] = g2, a, priority[j] - child_costs[j] + g2
                 continue
-            h = _estimate(child, bits, I, O, limits, costs, rho)
+            h = _estimate(child, bits, I, O, limits, costs, rho, pat, table)
             if g2 + h >= upper:
                 continue
             if child == goal:
@@ -538,7 +736,7 @@ def _beam_search(
     while layer.shape[0] and (deadline is None or time.perf_counter() < deadline):
         tic = time.perf_counter()
         layer, upper, reached = _beam_layer(layer, node_keys, node_costs, node_parents, np.int64(graph.goal),
-                                            *(graph.budget_args if budgets else graph.args), graph.rho, keys, steps,
+                                            *(graph.budget_args if budgets else graph.args), *graph.patterns, keys, steps,
                                             width, np.int64(upper))
         slowest = max(slowest, time.perf_counter() - tic)
         if reached >= 0:
@@ -611,10 +809,12 @@ def relaxation_search(
     graph = _Graph(instance)
     work = math.fsum(request_work(instance))
     if not graph.searchable:  # the start (key 0) has every field 0, whatever their width
-        root = _estimate(np.int64(0), 0, *graph.args[1:], graph.rho)
+        root = _estimate(np.int64(0), 0, *graph.args[1:], *graph.patterns)
         return RelaxationResult(work + root * UNIT, None, "UNKNOWN", time.process_time() - cpu)
     deadline = None if time_limit is None else t0 + time_limit
-    beam_end = None if time_limit is None else t0 + BEAM_SHARE * time_limit
+    share = None if time_limit is None else PATTERN_SHARE * time_limit
+    graph.add_patterns(graph.pattern_choice(share), None if share is None else t0 + share)
+    beam_end = None if time_limit is None else time.perf_counter() + BEAM_SHARE * seconds_left(deadline, 0.0)
     upper, path, held = _beam_paths(graph, beam_end)
     run = _Run(graph, upper)
     status = run.until(deadline, max_nodes)
@@ -659,6 +859,7 @@ def _compile_kernels() -> None:
     """Compile (or load from numba's cache) the kernels by solving :func:`_compile_instance`. Run at
     import, so that no time limit pays the compilation."""
     relaxation_search(_compile_instance())
+    _Graph(_compile_instance()).add_patterns([(0,)])
 
 
 _compile_kernels()
