@@ -8,8 +8,8 @@ The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) 
    registered policy whose schedule replays and respects the options) and keeps the best as the
    upper bound UB and the warm start (or the policy named by ``warm_start``); the main solve gets
    what is left of ``time_limit`` (at least ``MIN_PHASE_SHARE`` of it). The whole
-   call keeps within the limit up to the final replay and bounds: policies, phase 1, the
-   relaxation and the model build are not started, or are stopped, once the limit has passed, and
+   call keeps within the limit up to the final replay and bounds: policies, the relaxation,
+   the eviction-free phase and the model build are not started, or are stopped, once the limit has passed, and
    a model of more than ``max_cells`` request-batch cells is not built (then the best candidate
    and the proven bounds are the result, ``extra['stopped']`` says why);
 3. derives the horizon J from UB (:func:`.model.horizon`: proven for makespan and completion, and
@@ -180,7 +180,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
             f"option 'warm_start': policy {warm!r} gives no schedule respecting the options "
             f"(available: {', '.join(sorted(cands))})"
         )
-    limit = opts.time_limit  # the whole solve (candidates, relaxation, phase 1) keeps within it
+    limit = opts.time_limit  # the whole solve (candidates, relaxation, eviction-free phase) keeps within it
 
     def model_data() -> tuple[ModelData, Schedule]:
         """The model's data for the time left, J from the best candidate, and the warm start (its
@@ -216,7 +216,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
                 instance, relax, makespans[best], None if limit is None else _left(opts, limit, t0).time_limit * CHUNK_SHARE)
             offer("residency-relaxation-chunked", chunked)  # the chunk bound's best path, chunked
         met = opts.early_exit and _meets(values[best], relax.bound)
-    if not (opts.no_evict or met or passed(deadline)):  # phase 1: the eviction-free optimum seeds the full model
+    if not (opts.no_evict or met or passed(deadline)):  # the eviction-free optimum seeds the full model
         first = solve(instance, {**options, "no_evict": True, "warm_start": None, "relax": 0,
                                  "time_limit": None if limit is None else min(limit / 4, seconds_left(deadline) / 2)})
         if first.schedule is not None:

@@ -349,7 +349,7 @@ def _estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
 
     ``limits`` = (M, least of C and R_max, R_max, prefill cap, token cap, 1 to drop dominated
     evictions else 0), ``costs`` = (k_b, k_pb, k_db, min(k_db, k_pb)), ``rho[i, g]`` =
-    :math:`\rho_i(g)`.
+    :math:`\rho_i(g)`, ``pat`` and ``table`` the pattern tables (:attr:`_Graph.patterns`).
     """
     N = I.shape[0]
     mask = (1 << bits) - 1
