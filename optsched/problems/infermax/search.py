@@ -75,10 +75,15 @@ of what it held (within M, R_max and C) and costs :math:`k_b` plus :math:`k_{pb}
 k_{pb} [\text{no fill of P}] + \sum_{\text{decodes of P}} \rho_i)` (0 without decodes of P):
 with a fill of P, :math:`\delta_P \le \delta`; with a fill outside P only, the batch pays
 :math:`k_{pb} + \delta \ge \delta_P`; without fills, :math:`\delta = \min(k_{db}, k_{pb} +
-\sum \rho_i) \ge \delta_P`. So the estimate is the largest of h above and :math:`h^*_P` over the
-patterns tabulated (:meth:`_Graph.pattern_choice`: windows of the requests ranked by :math:`I_i +
-O_i - 1`, the heaviest first; no path in a pattern's graph means none in the whole graph). The
-tables hold the least costs with every edge, which the dropped edges below do not change.
+\sum \rho_i) \ge \delta_P`. The batch's refill extras of requests outside P are not in that
+projected cost, so they come on top: an evicted request outside P refills later, in a kept batch
+(the inequalities above hold with them added to both sides) or in a dropped one (which costs at
+least its extras), paying at least :math:`\min(\rho_i(G_i + 1), \rho_i(O_i))` as in h. So the
+estimate is the largest of h above and, over the patterns tabulated, :math:`h^*_P` plus those
+least extras of the evicted requests outside P (:meth:`_Graph.pattern_choice`: windows of the
+requests ranked by :math:`I_i + O_i - 1`, the heaviest first; no path in a pattern's graph means
+none in the whole graph). The tables hold the least costs with every edge, which the dropped
+edges below do not change.
 
 Residents dominate: a node :math:`(G, R \cup \{i\})` reached at cost g is at least as good as
 :math:`(G, R)` reached at cost :math:`g' \ge g`, because every edge from :math:`(G, R)` has a twin of
@@ -372,23 +377,29 @@ def _estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
                 refills += min(rho[i, g + 1], rho[i, O[i]])
     f0 = -(-entry // M) if waiting else 0
     b = max(r_max, f0, -(-left // per_batch), -(-area // M))
-    return max(costs[0] * b + costs[1] * f0 + costs[3] * (b - f0) + refills, _patterns_at(key, bits, pat, table))
+    return max(costs[0] * b + costs[1] * f0 + costs[3] * (b - f0) + refills, _patterns_at(key, bits, O, rho, pat, table))
 
 
 @njit(cache=True)
-def _patterns_at(key: int, bits: int, pat: np.ndarray, table: np.ndarray) -> int:
-    """The largest pattern table entry at the node ``key``'s projections (0 without patterns):
+def _patterns_at(key: int, bits: int, O: np.ndarray, rho: np.ndarray, pat: np.ndarray, table: np.ndarray) -> int:
+    """The largest pattern table entry at the node ``key``'s projections plus the least refill
+    extras of the evicted requests outside the pattern (module docstring; 0 without patterns):
     row p of ``pat`` is (offset of its table, the G stride of each request, its residency stride),
     strides 0 for the requests outside the pattern (:meth:`_Graph.add_patterns`)."""
-    N = (pat.shape[1] - 1) // 2
+    N = O.shape[0]
     mask = (1 << bits) - 1
     res = key >> (bits * N)
     best = 0
     for p in range(pat.shape[0]):
-        index = pat[p, 0]
+        value = pat[p, 0]  # the entry's index, then the entry plus the extras
+        extras = 0
         for i in range(N):
-            index += ((key >> (bits * i)) & mask) * pat[p, 1 + i] + ((res >> i) & 1) * pat[p, 1 + N + i]
-        best = max(best, table[index])
+            g = (key >> (bits * i)) & mask
+            if pat[p, 1 + i]:
+                value += g * pat[p, 1 + i] + ((res >> i) & 1) * pat[p, 1 + N + i]
+            elif not (res >> i) & 1 and 0 < g < O[i]:
+                extras += min(rho[i, g + 1], rho[i, O[i]])
+        best = max(best, table[value] + extras)
     return best
 
 
