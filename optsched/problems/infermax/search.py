@@ -308,7 +308,7 @@ class _Graph:
 
     def estimate(self, G: tuple[int, ...], res: int) -> int:
         """Admissible h of the module docstring."""
-        return int(_estimate(np.int64(self.key(G, res)), *self.args, *self.patterns))
+        return int(_estimate(np.int64(self.key(G, res)), *self.args, *self.patterns, UNBOUNDED))
 
     def edges(self, G: tuple[int, ...], res: int) -> list[tuple[Node, int]]:
         """Every edge leaving (G, res): (next node, cost)."""
@@ -349,8 +349,9 @@ def _new_lists() -> tuple[List, List]:
 
 @njit(cache=True)
 def _estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray,
-              rho: np.ndarray, pat: np.ndarray, table: np.ndarray) -> int:
-    """Admissible h of the module docstring at the node ``key`` (:meth:`_Graph.key`).
+              rho: np.ndarray, pat: np.ndarray, table: np.ndarray, enough: int) -> int:
+    """Admissible h of the module docstring at the node ``key`` (:meth:`_Graph.key`), or, once a
+    part of it reaches ``enough`` (a node pruned at that value), that part.
 
     ``limits`` = (M, least of C and R_max, R_max, prefill cap, token cap, 1 to drop dominated
     evictions else 0), ``costs`` = (k_b, k_pb, k_db, min(k_db, k_pb)), ``rho[i, g]`` =
@@ -377,13 +378,16 @@ def _estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndar
                 refills += min(rho[i, g + 1], rho[i, O[i]])
     f0 = -(-entry // M) if waiting else 0
     b = max(r_max, f0, -(-left // per_batch), -(-area // M))
-    return max(costs[0] * b + costs[1] * f0 + costs[3] * (b - f0) + refills, _patterns_at(key, bits, O, rho, pat, table))
+    counted = costs[0] * b + costs[1] * f0 + costs[3] * (b - f0) + refills
+    return counted if counted >= enough else max(counted, _patterns_at(key, bits, O, rho, pat, table, enough))
 
 
 @njit(cache=True)
-def _patterns_at(key: int, bits: int, O: np.ndarray, rho: np.ndarray, pat: np.ndarray, table: np.ndarray) -> int:
+def _patterns_at(key: int, bits: int, O: np.ndarray, rho: np.ndarray, pat: np.ndarray, table: np.ndarray,
+                 enough: int) -> int:
     """The largest pattern table entry at the node ``key``'s projections plus the least refill
-    extras of the evicted requests outside the pattern (module docstring; 0 without patterns):
+    extras of the evicted requests outside the pattern (module docstring; 0 without patterns), or
+    the first that reaches ``enough``:
     row p of ``pat`` is (offset of its table, the G stride of each request, its residency stride),
     strides 0 for the requests outside the pattern (:meth:`_Graph.add_patterns`)."""
     N = O.shape[0]
@@ -400,6 +404,8 @@ def _patterns_at(key: int, bits: int, O: np.ndarray, rho: np.ndarray, pat: np.nd
             elif not (res >> i) & 1 and 0 < g < O[i]:
                 extras += min(rho[i, g + 1], rho[i, O[i]])
         best = max(best, table[value] + extras)
+        if best >= enough:
+            break
     return best
 
 
@@ -621,11 +627,11 @@ def _astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.nda
         _children(key, bits, I, O, limits, costs, rho, keys, steps)
         for k in range(len(keys)):
             child, g2 = keys[k], g + steps[k]
-            known = cost.get(child, -1)
-            if known >= 0 and g2 >= known:
+            h = _estimate(child, bits, I, O, limits, costs, rho, pat, table, upper - g2)
+            if g2 + h >= upper:  # most children: pruned before their (slower) look-up among the known
                 continue
-            h = _estimate(child, bits, I, O, limits, costs, rho, pat, table)
-            if g2 + h >= upper or (limits[5] and _dominated(child, g2, cost, bits, O)):
+            known = cost.get(child, -1)
+            if (known >= 0 and g2 >= known) or (limits[5] and _dominated(child, g2, cost, bits, O)):
                 continue
             cost[child] = g2
             parent[child] = key
@@ -642,7 +648,7 @@ class _Run:
     def __init__(self, graph: _Graph, upper: int) -> None:
         self.graph, self.upper = graph, upper
         self.heap = List.empty_list(types.UniTuple(types.int64, 3))
-        self.heap.append((np.int64(_estimate(np.int64(0), *graph.args, *graph.patterns)), np.int64(0), np.int64(0)))
+        self.heap.append((np.int64(_estimate(np.int64(0), *graph.args, *graph.patterns, UNBOUNDED)), np.int64(0), np.int64(0)))
         self.cost, self.parent = Dict.empty(types.int64, types.int64), Dict.empty(types.int64, types.int64)
         self.cost[0], self.parent[0] = 0, -1
         self.keys, self.steps = _new_lists()
@@ -703,7 +709,7 @@ def _beam_layer(layer: np.ndarray, node_keys: List, node_costs: List, node_paren
                 if g2 < child_costs[j]:
                     child_costs[j], child_parents[j], priority[j] = g2, a, priority[j] - child_costs[j] + g2
                 continue
-            h = _estimate(child, bits, I, O, limits, costs, rho, pat, table)
+            h = _estimate(child, bits, I, O, limits, costs, rho, pat, table, upper - g2)
             if g2 + h >= upper:
                 continue
             if child == goal:
@@ -820,7 +826,7 @@ def relaxation_search(
     graph = _Graph(instance)
     work = math.fsum(request_work(instance))
     if not graph.searchable:  # the start (key 0) has every field 0, whatever their width
-        root = _estimate(np.int64(0), 0, *graph.args[1:], *graph.patterns)
+        root = _estimate(np.int64(0), 0, *graph.args[1:], *graph.patterns, UNBOUNDED)
         return RelaxationResult(work + root * UNIT, None, "UNKNOWN", time.process_time() - cpu)
     deadline = None if time_limit is None else t0 + time_limit
     share = None if time_limit is None else PATTERN_SHARE * time_limit
