@@ -82,7 +82,7 @@ from ...schedule import Batch, Item, Schedule
 from .model import Coefficients
 from .relax import UNIT, _floor
 from .search import (
-    PATTERN_SHARE, _EMPTY, _GOAL, _RUNNING, UNBOUNDED, Node, _children, _compile_instance, _Graph, _new_lists, _Run,
+    _EMPTY, _GOAL, _RUNNING, UNBOUNDED, Node, _children, _compile_instance, _Graph, _new_lists, _Run,
 )
 
 __all__ = ["ChunkBound", "chunk_bound", "near_paths"]
@@ -425,8 +425,7 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
     graph = _Graph(instance, drop_dominated=False)
     if not graph.searchable:
         return ChunkBound(None, 0)
-    share = None if time_limit is None else PATTERN_SHARE * time_limit
-    graph.add_patterns(graph.pattern_choice(share), None if share is None else t0 + share)
+    graph.add_chosen_patterns(time_limit, t0)
     work = math.fsum(request_work(instance))
     threshold = math.ceil((upper - work) / UNIT)
     near = _near_nodes(graph, threshold, deadline)

@@ -255,6 +255,13 @@ class _Graph:
             offset += len(table)
         self.patterns = (rows, np.concatenate(tables) if tables else np.zeros(0, dtype=np.int64))
 
+    def add_chosen_patterns(self, time_limit: float | None, start: float) -> None:
+        """:meth:`add_patterns` of :meth:`pattern_choice` within :data:`PATTERN_SHARE` of
+        ``time_limit`` (seconds from ``start``, a ``time.perf_counter()`` value; None: every
+        pattern chosen without a clock)."""
+        share = None if time_limit is None else PATTERN_SHARE * time_limit
+        self.add_patterns(self.pattern_choice(share), None if share is None else start + share)
+
     def pattern_choice(self, seconds: float | None = None) -> list[tuple[int, ...]]:
         """The patterns worth tabulating: the requests ranked by their largest KV need
         :math:`I_i + O_i - 1` (the ones memory cannot hold together), patterns of the k heaviest,
@@ -829,8 +836,7 @@ def relaxation_search(
         root = _estimate(np.int64(0), 0, *graph.args[1:], *graph.patterns, UNBOUNDED)
         return RelaxationResult(work + root * UNIT, None, "UNKNOWN", time.process_time() - cpu)
     deadline = None if time_limit is None else t0 + time_limit
-    share = None if time_limit is None else PATTERN_SHARE * time_limit
-    graph.add_patterns(graph.pattern_choice(share), None if share is None else t0 + share)
+    graph.add_chosen_patterns(time_limit, t0)
     beam_end = None if time_limit is None else time.perf_counter() + BEAM_SHARE * seconds_left(deadline, 0.0)
     upper, path, held = _beam_paths(graph, beam_end)
     run = _Run(graph, upper)
