@@ -32,7 +32,8 @@ from optsched.bounds import request_work
 from optsched.instance import parse_instance
 from optsched.problems.infermax.relax import UNIT, _candidate_rank, relaxation_bound
 from optsched.problems.infermax.search import (
-    _EMPTY, _GOAL, UNBOUNDED, Node, _beam_search, _Graph, _Run, _schedule, relaxation_search,
+    _EMPTY, _GOAL, PATTERN_ENTRIES, PATTERN_SIZE, UNBOUNDED, Node, _beam_search, _Graph, _Run, _schedule,
+    relaxation_search,
 )
 from optsched.result import replayed_objective
 from optsched.schedule import replay
@@ -197,6 +198,23 @@ def test_pattern_tables_are_least_costs_to_the_goal(seed: int) -> None:
                     index += sum(row[1 + graph.N + i] for j, i in enumerate(members) if res >> j & 1)
                     assert tables[index] == least.get((G, res), UNBOUNDED), (members, G, res)
         assert graph.estimate(tuple([0] * graph.N), 0) <= shortest_path(graph)
+
+
+@pytest.mark.parametrize("n", [6, 8, 10])
+def test_pattern_choice_keeps_the_tables_within_their_entries(n: int) -> None:
+    """The patterns chosen start with the heaviest requests (by I + O), are all of one size, and
+    their tables hold at most PATTERN_ENTRIES entries together; a tighter time allows no larger
+    tables."""
+    for seed in range(4):
+        graph = _Graph(scale_instance(n, seed))
+        chosen = graph.pattern_choice()
+        k = len(chosen[0])
+        heaviest = sorted(range(n), key=lambda i: -(graph.I[i] + graph.O[i]))[:k]
+        assert chosen[0] == tuple(sorted(heaviest)) and all(len(p) == k for p in chosen)
+        assert 3 <= k <= min(PATTERN_SIZE, n - 1)
+        assert sum(graph.table_entries(p) for p in chosen) <= PATTERN_ENTRIES
+        timed = graph.pattern_choice(0.01)
+        assert not timed or (graph.table_seconds(timed[0]) <= 0.01 and len(timed[0]) <= k)
 
 
 @pytest.mark.parametrize(("n", "seed"), [(3, 0), (3, 2), (4, 1), (4, 3)])

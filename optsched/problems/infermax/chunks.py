@@ -58,10 +58,16 @@ The paths are those of the graph with every edge (:class:`.search._Graph` with
 ``drop_dominated=False``: an eviction the search drops as dominated frees memory a chunk can use).
 Their nodes: A* pruned at T, run until its queue is empty, knows every node of every such path, at
 a cost no greater than the path's prefix (by induction along the path: the estimate is
-admissible); the least cost to the goal of each known node, over known nodes (:func:`_cost_to_go`,
-in decreasing order of tokens generated), prunes both the shortest path over states and the
+admissible). It also keeps the edges it finds below T, :math:`g(u) + c(u, v) + h(v) < T`, at
+each expansion of u; its last expansion of u is at u's final known cost, at most the prefix of
+any such path through u, so every edge of every path below T is kept (the prefix to v plus
+:math:`h(v)` is at most the path's cost). So the least cost to the goal over the kept edges
+(:func:`_cost_to_go`, in decreasing order of tokens generated; since session 15, before over
+every edge between known nodes, which took as long as the A* again) is, at every node of a path
+below T, at most the rest of that path, and at the start it is :math:`V^*` when :math:`V^* < T`
+(the kept edges are edges of the graph). It prunes both the shortest path over states and the
 depth-first walk that lists the paths (it follows an edge only while some completion stays below
-T). Costs are integer picoseconds rounded down, as in :mod:`.relax`.
+T), which loses no path below T. Costs are integer picoseconds rounded down, as in :mod:`.relax`.
 """
 
 from __future__ import annotations
@@ -117,23 +123,23 @@ class ChunkBound:
 
 
 @njit(cache=True)
-def _cost_to_go(order: np.ndarray, goal: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray,
-                costs: np.ndarray, rho: np.ndarray, keys: List, steps: List) -> Dict:
-    """Least cost from each node of ``order`` (known nodes, children before parents) to ``goal``
-    over edges between them; nodes without such a path are left out."""
+def _cost_to_go(edges: List, goal: int, bits: int, N: int) -> Dict:
+    """Least cost from each node to ``goal`` over ``edges`` ((node, child, cost), the edges A* kept:
+    module docstring); nodes without such a path are left out. The edges are taken by decreasing
+    tokens generated at their node: every edge generates a token, so a child's edges come first."""
+    mask = (1 << bits) - 1
+    tokens = np.empty(len(edges), np.int64)
+    for e in range(len(edges)):
+        tokens[e] = 0
+        for i in range(N):
+            tokens[e] -= (edges[e][0] >> (bits * i)) & mask
     togo = Dict.empty(types.int64, types.int64)
     togo[goal] = 0
-    for u in order:
-        if u == goal:
-            continue
-        _children(u, bits, I, O, limits, costs, rho, keys, steps)
-        best = -1
-        for k in range(len(keys)):
-            rest = togo.get(keys[k], -1)
-            if rest >= 0 and (best < 0 or steps[k] + rest < best):
-                best = steps[k] + rest
-        if best >= 0:
-            togo[u] = best
+    for e in np.argsort(tokens, kind="mergesort"):
+        node, child, cost = edges[e]
+        rest = togo.get(child, -1)
+        if rest >= 0 and (togo.get(node, -1) < 0 or cost + rest < togo[node]):
+            togo[node] = cost + rest
     return togo
 
 
@@ -141,7 +147,7 @@ def _near_nodes(graph: _Graph, threshold: int, deadline: float | None = None) ->
     """The nodes of every path of ``graph`` costing less than ``threshold`` (and maybe more), in
     increasing order of tokens generated, and the least cost from each to the goal over them
     (module docstring), or None when there are more than :data:`MAX_NODES` or ``deadline`` passes."""
-    run = _Run(graph, threshold)
+    run = _Run(graph, threshold, record=True)
     while (status := run.until(deadline, MAX_NODES)) != _EMPTY:
         if status not in (_GOAL, _RUNNING) or (deadline is not None and time.perf_counter() > deadline):
             return None
@@ -149,8 +155,7 @@ def _near_nodes(graph: _Graph, threshold: int, deadline: float | None = None) ->
     mask = (1 << graph.bits) - 1
     tokens = sum((known >> (graph.bits * i)) & mask for i in range(graph.N))
     order = known[np.argsort(tokens, kind="stable")]
-    keys, steps = _new_lists()
-    return order, _cost_to_go(order[::-1].copy(), np.int64(graph.goal), *graph.args, keys, steps)
+    return order, _cost_to_go(run.edges, np.int64(graph.goal), graph.bits, graph.N)
 
 
 def near_paths(graph: _Graph, threshold: int, max_paths: int = MAX_PATHS,

@@ -666,10 +666,13 @@ def _dominated(key: int, g: int, cost: Dict, bits: int, O: np.ndarray) -> bool:
 @njit(cache=True)
 def _astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.ndarray, O: np.ndarray,
            limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, pat: np.ndarray, table: np.ndarray,
-           keys: List, steps: List, upper: int, budget: int, max_nodes: int, best: int) -> tuple[int, int, int]:
+           keys: List, steps: List, edges: List, record: bool, upper: int, budget: int, max_nodes: int,
+           best: int) -> tuple[int, int, int]:
     """A* with re-opening from the queue ``heap`` of (g + h, -g, key), at most ``budget``
     expansions; a child with g + h >= ``upper`` (the cost of a known path) is not queued, and
     when ``limits[5]`` is set a dominated node (:func:`_dominated`) is neither queued nor expanded.
+    With ``record``, every edge to a child below ``upper`` is appended to ``edges`` as (node,
+    child, cost), at each expansion of the node.
 
     Returns (status, the largest g + h taken from the queue, the goal's cost when reached):
     status ``_GOAL``, ``_EMPTY`` (no path below ``upper``), ``_FULL`` (more than ``max_nodes``
@@ -691,6 +694,8 @@ def _astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.nda
             h = _estimate(child, bits, I, O, limits, costs, rho, pat, table, upper - g2)
             if g2 + h >= upper:  # most children: pruned before their (slower) look-up among the known
                 continue
+            if record:
+                edges.append((key, child, steps[k]))
             known = cost.get(child, -1)
             if (known >= 0 and g2 >= known) or (limits[5] and _dominated(child, g2, cost, bits, O)):
                 continue
@@ -704,10 +709,12 @@ def _astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.nda
 
 
 class _Run:
-    """One A* run over a graph (queue, costs, parents), advanced by :meth:`until`."""
+    """One A* run over a graph (queue, costs, parents), advanced by :meth:`until`; with ``record``
+    it keeps the edges to the children below ``upper`` in :attr:`edges` (:func:`_astar`)."""
 
-    def __init__(self, graph: _Graph, upper: int) -> None:
-        self.graph, self.upper = graph, upper
+    def __init__(self, graph: _Graph, upper: int, record: bool = False) -> None:
+        self.graph, self.upper, self.record = graph, upper, record
+        self.edges = List.empty_list(types.UniTuple(types.int64, 3))
         self.heap = List.empty_list(types.UniTuple(types.int64, 3))
         self.heap.append((np.int64(_estimate(np.int64(0), *graph.args, *graph.patterns, UNBOUNDED)), np.int64(0), np.int64(0)))
         self.cost, self.parent = Dict.empty(types.int64, types.int64), Dict.empty(types.int64, types.int64)
@@ -727,7 +734,8 @@ class _Run:
             tic = time.perf_counter()
             status, self.best, value = _astar(self.heap, self.cost, self.parent, np.int64(self.graph.goal),
                                               *self.graph.args, *self.graph.patterns, self.keys, self.steps,
-                                              np.int64(self.upper), budget, max_nodes, self.best)
+                                              self.edges, self.record, np.int64(self.upper), budget, max_nodes,
+                                              self.best)
             if status == _GOAL:
                 self.value = value
             if status != _RUNNING or (deadline is not None and time.perf_counter() > deadline):
