@@ -145,8 +145,9 @@ def _cost_to_go(edges: List, goal: int, bits: int, N: int) -> Dict:
 
 def _near_nodes(graph: _Graph, threshold: int, deadline: float | None = None) -> tuple[np.ndarray, Dict] | None:
     """The nodes of every path of ``graph`` costing less than ``threshold`` (and maybe more), in
-    increasing order of tokens generated, and the least cost from each to the goal over them
-    (module docstring), or None when there are more than :data:`MAX_NODES` or ``deadline`` passes."""
+    increasing order of tokens generated, and the least cost to the goal over the edges A* kept
+    (module docstring; only nodes with such a path), or None when there are more than
+    :data:`MAX_NODES` or ``deadline`` passes."""
     run = _Run(graph, threshold, record=True)
     while (status := run.until(deadline, MAX_NODES)) != _EMPTY:
         if status not in (_GOAL, _RUNNING) or (deadline is not None and time.perf_counter() > deadline):

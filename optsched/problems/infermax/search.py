@@ -164,14 +164,16 @@ KEY_BITS = 62
 #: Most requests searched: a node has up to 3^N edges (59,049 at N = 10), listed without a clock.
 MAX_REQUESTS = 10
 
-#: Most requests in a pattern, most entries in the tables of one graph together (G states times
-#: residents' bit sets, 8 bytes each: 1.07 GB), the seconds an entry takes to tabulate at most
-#: (measured on the 2-core sandbox with 5 and 6 requests: 0.05 and 0.07 µs on both cores, 0.12 µs
-#: on one), and the share of the search's time limit the tables may take together (a pattern is
-#: started only when its table should be done by then).
+#: Most requests in a pattern; most entries in the heaviest pattern's table (G states times
+#: residents' bit sets, 8 bytes each: 2.1 GB) and in the tables of one graph together when there
+#: are more (1.07 GB: at N = 8 a second window of 6 costs more time than its nodes save); the
+#: seconds an entry takes to tabulate (measured on the 2-core sandbox with 5 and 6 requests: 0.05
+#: and 0.07-0.075 µs on both cores, 0.12 µs on one); and the share of the search's time limit the
+#: tables may take together (a pattern is started only when its table should be done by then).
 PATTERN_SIZE = 6
+LARGEST_TABLE = 1 << 28
 PATTERN_ENTRIES = 1 << 27
-ENTRY_SECONDS = 1e-7
+ENTRY_SECONDS = 8e-8
 PATTERN_SHARE = 0.5
 
 #: Outputs searched are below 2^MAX_BITS tokens.
@@ -254,7 +256,8 @@ class _Graph:
             row[1 + self.N + m] = 1 << np.arange(len(m))
             tables.append(table)
             offset += len(table)
-        self.patterns = (rows, np.concatenate(tables) if tables else np.zeros(0, dtype=np.int64))
+        whole = tables[0] if len(tables) == 1 else np.concatenate(tables) if tables else np.zeros(0, dtype=np.int64)
+        self.patterns = (rows, whole)  # one table is not copied (it may hold 2 GB)
 
     def add_chosen_patterns(self, time_limit: float | None, start: float) -> None:
         """:meth:`add_patterns` of :meth:`pattern_choice` within :data:`PATTERN_SHARE` of
@@ -268,15 +271,15 @@ class _Graph:
         :math:`I_i + O_i - 1` (the ones memory cannot hold together), the pattern of the k
         heaviest, then of each next window of k in that rank while the tables stay within
         :data:`PATTERN_ENTRIES` entries together, with k the largest size up to
-        :data:`PATTERN_SIZE` and below N whose heaviest pattern's table fits that and should take
-        at most ``seconds``; none below 3 requests (a pattern of one request adds nothing to the
-        estimate's counts)."""
+        :data:`PATTERN_SIZE` and below N whose heaviest pattern's table has at most
+        :data:`LARGEST_TABLE` entries and should take at most ``seconds``; none below 3 requests
+        (a pattern of one request adds nothing to the estimate's counts)."""
         rank = [int(i) for i in np.argsort(-(self.I + self.O), kind="stable")]
         for k in range(min(PATTERN_SIZE, self.N - 1), 1, -1):
             heaviest = tuple(sorted(rank[:k]))
-            if self.table_entries(heaviest) <= PATTERN_ENTRIES and (seconds is None or self.table_seconds(heaviest) <= seconds):
-                chosen, entries = [], 0
-                for window in (tuple(sorted(rank[j: j + k])) for j in range(self.N - k + 1)):
+            if self.table_entries(heaviest) <= LARGEST_TABLE and (seconds is None or self.table_seconds(heaviest) <= seconds):
+                chosen, entries = [heaviest], self.table_entries(heaviest)
+                for window in (tuple(sorted(rank[j: j + k])) for j in range(1, self.N - k + 1)):
                     if entries + self.table_entries(window) <= PATTERN_ENTRIES:
                         chosen.append(window)
                         entries += self.table_entries(window)
@@ -335,7 +338,7 @@ _TABLES: dict[tuple, np.ndarray] = {}
 
 #: Entries kept in :data:`_TABLES` at most (8 bytes each), besides the table made last: the tables
 #: of one graph.
-KEPT_ENTRIES = PATTERN_ENTRIES
+KEPT_ENTRIES = LARGEST_TABLE
 
 
 def _table_key(args: tuple) -> tuple:
