@@ -916,19 +916,28 @@ def relaxation_search(
     if held is not None and not graph.within_budgets(path):
         upper, path = held  # the best path known to hold P and C: its schedule can replay
     value = None if path is None else work + upper * UNIT
-    schedule = None if path is None else _schedule(instance, path)
+    schedule = None if path is None else _schedule(graph, instance, path)
     return RelaxationResult(bound, value, "OPTIMAL" if solved else "UNKNOWN", cpu, schedule=schedule)
 
 
-def _schedule(instance: Instance, path: list[Node]):
-    """The path as the relaxation point x, s, r of :mod:`.relax` (residents decode, others fill),
-    turned into a schedule by :func:`.relax.schedule_from_point`."""
+def _schedule(graph: _Graph, instance: Instance, path: list[Node]):
+    r"""The path as the relaxation point x, s, r of :mod:`.relax`, turned into a schedule by
+    :func:`.relax.schedule_from_point`: non-residents fill; residents decode, or are refilled (evicted
+    just before) in a batch whose edge cost takes the refill branch of :math:`\delta` (module
+    docstring: :math:`k_{pb} [\text{no fill}] + \sum \rho_i < k_{db}`) when its fills and those
+    refills, prefilled whole, hold P and C."""
     N, steps = len(instance.requests), len(path) - 1
+    k_pb, k_db = graph.costs[1], graph.costs[2]
+    cap = min(instance.limits.prefill_budget, instance.limits.token_budget)
     x, s, r = ([[0] * steps for _ in range(N)] for _ in range(3))
     for j, ((G, res), (G2, res2)) in enumerate(zip(path, path[1:])):
+        decodes = [i for i in range(N) if G2[i] > G[i] and res >> i & 1]
+        fills = [i for i in range(N) if G2[i] > G[i] and not res >> i & 1]
+        refill = bool(decodes) and k_pb * (not fills) + sum(graph.rho[i, G2[i]] for i in decodes) < k_db
+        refill = refill and sum(graph.I[i] + G[i] for i in decodes + fills) <= cap
         for i in range(N):
             x[i][j] = G2[i] - G[i]
-            s[i][j] = int(x[i][j] == 1 and not res >> i & 1)
+            s[i][j] = int(i in fills or (refill and i in decodes))
             r[i][j] = int(x[i][j] == 1 or bool(res2 >> i & 1))
     return schedule_from_point(instance, x, s, r)
 
