@@ -264,7 +264,7 @@ def test_chunked_schedule_evicts_before_an_early_chunk() -> None:
     assert rep.feasible, rep.violations
     assert Batch((), ("r0",)) in sched.batches
     assert any(Item("r0", 3) in b.items and "r1" in {it.id for it in b.items} for b in sched.batches)
-    whole = replay(inst, _schedule(inst, path))
+    whole = replay(inst, _schedule(_Graph(inst), inst, path))
     assert whole.feasible and rep.metrics.makespan < whole.metrics.makespan
 
 
