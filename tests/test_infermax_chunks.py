@@ -36,7 +36,7 @@ from optsched.problems.infermax.chunks import (
 )
 from optsched.problems.infermax.chunks import chunked_schedule as chunked_schedule_of
 from optsched.problems.infermax.model import Coefficients
-from optsched.problems.infermax.relax import UNIT, _floor
+from optsched.problems.infermax.relax import UNIT, _floor, schedule_from_point
 from optsched.problems.infermax.search import _Graph, _new_lists, _schedule, relaxation_search
 from optsched.schedule import Batch, Item, Schedule, replay
 
@@ -254,7 +254,8 @@ def test_chunked_schedule_evicts_before_an_early_chunk() -> None:
     """A path that evicts r0 at the start of r1's fill batch and refills r0 (6 tokens) in the next:
     CP-SAT puts 3 of them in r1's batch, so r0's eviction moves to an eviction-only batch before
     it (an evicted request takes no item in its batch); the schedule replays cleanly, below the
-    same path with r0's refill whole."""
+    same path with r0's refill whole and its residents decoding (the search's path schedule, which
+    also refills r0 where the last edge's cost takes the refill branch, is lower still)."""
     inst = parse_instance({"name": "early", "cost_model": "llama2-7b-a100", "limits": {"kv_capacity": 20},
                            "requests": [{"id": "r0", "prompt_tokens": 4, "output_tokens": 4},
                                         {"id": "r1", "prompt_tokens": 2, "output_tokens": 2}]}, "early")
@@ -264,8 +265,14 @@ def test_chunked_schedule_evicts_before_an_early_chunk() -> None:
     assert rep.feasible, rep.violations
     assert Batch((), ("r0",)) in sched.batches
     assert any(Item("r0", 3) in b.items and "r1" in {it.id for it in b.items} for b in sched.batches)
-    whole = replay(inst, _schedule(_Graph(inst), inst, path))
+    steps = list(zip(path, path[1:]))
+    x = [[G2[i] - G[i] for (G, _), (G2, _) in steps] for i in range(2)]
+    s = [[int(G2[i] > G[i] and not res >> i & 1) for (G, res), (G2, _) in steps] for i in range(2)]
+    r = [[int(G2[i] > G[i] or bool(res2 >> i & 1)) for (G, _), (G2, res2) in steps] for i in range(2)]
+    whole = replay(inst, schedule_from_point(inst, x, s, r))
     assert whole.feasible and rep.metrics.makespan < whole.metrics.makespan
+    refilled = replay(inst, _schedule(_Graph(inst), inst, path))
+    assert refilled.feasible and refilled.metrics.makespan < rep.metrics.makespan
 
 
 def chunked_schedule() -> Schedule:
