@@ -31,6 +31,7 @@ import pytest
 from optsched.bounds import request_work
 from optsched.instance import parse_instance
 from optsched.problems.infermax.relax import UNIT, _candidate_rank, relaxation_bound
+from optsched.problems.infermax import search
 from optsched.problems.infermax.search import (
     _EMPTY, _GOAL, LARGEST_TABLE, PATTERN_ENTRIES, PATTERN_SIZE, UNBOUNDED, Node, _beam_search, _Graph, _Run, _schedule,
     relaxation_search,
@@ -216,6 +217,23 @@ def test_pattern_choice_keeps_the_tables_within_their_entries(n: int) -> None:
         assert len(chosen) == 1 or sum(graph.table_entries(p) for p in chosen) <= PATTERN_ENTRIES
         timed = graph.pattern_choice(0.01)
         assert not timed or (graph.table_seconds(timed[0]) <= 0.01 and len(timed[0]) <= k)
+
+
+def test_a_table_not_done_by_its_deadline_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table predicted far too fast (a slow or loaded machine) is started, stopped between its
+    levels once the deadline passes, and dropped with the patterns after it: the estimate is then
+    the counts' alone, and the table is not kept for later."""
+    monkeypatch.setattr(search, "ENTRY_SECONDS", 1e-12)
+    graph = _Graph(scale_instance(8, 1))
+    chosen = graph.pattern_choice()
+    assert graph.table_entries(chosen[0]) > 10**7  # a table of seconds
+    t0 = time.perf_counter()
+    graph.add_patterns(chosen, t0 + 0.05)
+    assert time.perf_counter() - t0 < 2.0  # generous: a loaded machine
+    assert len(graph.patterns[0]) == 0 and len(graph.patterns[1]) == 0
+    assert graph.table_seconds(chosen[0]) > 0  # not kept
+    counts_only = _Graph(scale_instance(8, 1))
+    assert graph.estimate(tuple([0] * 8), 0) == counts_only.estimate(tuple([0] * 8), 0)
 
 
 @pytest.mark.parametrize(("n", "seed"), [(3, 0), (3, 2), (4, 1), (4, 3)])

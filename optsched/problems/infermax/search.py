@@ -241,23 +241,25 @@ class _Graph:
         of the pattern alone, :func:`_pattern_table`) for the estimate, which then also takes the
         largest entry at the node's projections (module docstring). A pattern is not started when
         its table should not be done by ``deadline`` (a ``time.perf_counter()`` value,
-        :data:`ENTRY_SECONDS` an entry)."""
+        :data:`ENTRY_SECONDS` an entry), and dropped, with the patterns after it, when it is not
+        (a slower or loaded machine)."""
         rows = np.zeros((len(patterns), 2 * self.N + 1), dtype=np.int64)
         tables = []
         offset = 0
         for row, members in zip(rows, patterns):
             if deadline is not None and time.perf_counter() + self.table_seconds(members) > deadline:
-                rows = rows[: len(tables)]
+                break
+            table = _tabulated(self._pattern_args(members), deadline)
+            if table is None:
                 break
             m = np.array(members, dtype=np.int64)
-            table = _tabulated(self._pattern_args(members))
             row[0] = offset  # then 2^k times the G state's mixed radix, plus the residents' bits
             row[1 + m] = np.cumprod(np.concatenate(([1], self.O[m][:-1] + 1))) << len(m)
             row[1 + self.N + m] = 1 << np.arange(len(m))
             tables.append(table)
             offset += len(table)
         whole = tables[0] if len(tables) == 1 else np.concatenate(tables) if tables else np.zeros(0, dtype=np.int64)
-        self.patterns = (rows, whole)  # one table is not copied (it may hold 2 GB)
+        self.patterns = (rows[: len(tables)], whole)  # one table is not copied (it may hold 2 GB)
 
     def add_chosen_patterns(self, time_limit: float | None, start: float) -> None:
         """:meth:`add_patterns` of :meth:`pattern_choice` within :data:`PATTERN_SHARE` of
@@ -346,12 +348,15 @@ def _table_key(args: tuple) -> tuple:
     return tuple(a if isinstance(a, int) else (a.shape, a.tobytes()) for a in args)
 
 
-def _tabulated(args: tuple) -> np.ndarray:
+def _tabulated(args: tuple, deadline: float | None = None) -> np.ndarray | None:
     """:func:`_pattern_table` of the pattern graph ``args``, made once while it is among the last
-    tables made (the oldest are dropped beyond :data:`KEPT_ENTRIES`)."""
+    tables made (the oldest are dropped beyond :data:`KEPT_ENTRIES`); None when it is not done by
+    ``deadline`` (a ``time.perf_counter()`` value, checked between its levels)."""
     key = _table_key(args)
     if key not in _TABLES:
-        table = _pattern_table(*args)
+        table = _pattern_table(*args, deadline=deadline)
+        if table is None:
+            return None
         while _TABLES and sum(map(len, _TABLES.values())) + len(table) > KEPT_ENTRIES:
             del _TABLES[next(iter(_TABLES))]
         _TABLES[key] = table
@@ -425,36 +430,55 @@ def _patterns_at(key: int, bits: int, O: np.ndarray, rho: np.ndarray, pat: np.nd
     return best
 
 
-@njit(cache=True, parallel=True)
-def _pattern_table(I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray,
-                   rho: np.ndarray) -> np.ndarray:
+def _pattern_table(I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray, rho: np.ndarray,
+                   deadline: float | None = None) -> np.ndarray | None:
     r"""The least cost to the goal from every node of the graph of the requests ``I``, ``O`` with
     the limits ``limits`` = (M, least of C and R_max, R_max) and the costs given (every edge), at
-    index :math:`2^k \sum_i G_i s_i + R` (k requests,
-    mixed radix :math:`s_i = \prod_{j < i} (O_j + 1)`, R the residents' bit set; entries of bit sets
-    that are not nodes, residents with G = 0 or O or whose KV exceeds M or R_max, stay 0; no
-    path: :data:`UNBOUNDED`). Every edge generates a token, so the G states are taken by
-    decreasing tokens generated, those with as many in parallel: their children are done."""
-    N = I.shape[0]
+    index :math:`2^k \sum_i G_i s_i + R` (k requests, mixed radix :math:`s_i = \prod_{j < i} (O_j +
+    1)`, R the residents' bit set; entries of bit sets that are not nodes, residents with G = 0 or
+    O or whose KV exceeds M or R_max, stay 0; no path: :data:`UNBOUNDED`), or None when it is not
+    done by ``deadline`` (a ``time.perf_counter()`` value). Every edge generates a token, so the G
+    states are taken by decreasing tokens generated (a level), those of a level in parallel: their
+    children are done; the deadline is checked between levels."""
+    stride, order, levels = _pattern_levels(O)
+    table = np.zeros(int(order.shape[0]) << I.shape[0], np.int64)
+    for start, end in zip(levels[1:-1], levels[2:]):  # the first level is the goal alone: entry 0
+        if deadline is not None and time.perf_counter() > deadline:
+            return None
+        _pattern_level(order[start:end], stride, I, O, limits, costs, rho, table)
+    return table
+
+
+@njit(cache=True)
+def _pattern_levels(O: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mixed radix strides of the G states of the outputs ``O``, the states by decreasing
+    tokens generated, and where each level (a number of tokens generated) starts in that order,
+    then the number of states."""
+    N = O.shape[0]
     stride = np.ones(N, np.int64)
     for i in range(1, N):
         stride[i] = stride[i - 1] * (O[i - 1] + 1)
     states = stride[N - 1] * (O[N - 1] + 1)
-    table = np.zeros(states << N, np.int64)
     generated = np.zeros(states, np.int64)
     for s in range(states):
         for i in range(N):
             generated[s] += (s // stride[i]) % (O[i] + 1)
     order = np.argsort(-generated, kind="mergesort")
-    start = 1  # order[0] is the goal: 0
-    while start < states:
-        end = start
-        while end < states and generated[order[end]] == generated[order[start]]:
-            end += 1
-        for k in prange(start, end):
-            _pattern_entries(order[k], stride, I, O, limits, costs, rho, table)
-        start = end
-    return table
+    levels = [0]
+    for k in range(1, states):
+        if generated[order[k]] != generated[order[k - 1]]:
+            levels.append(k)
+    levels.append(states)
+    return stride, order, np.array(levels, np.int64)
+
+
+@njit(cache=True, parallel=True)
+def _pattern_level(level: np.ndarray, stride: np.ndarray, I: np.ndarray, O: np.ndarray, limits: np.ndarray,
+                   costs: np.ndarray, rho: np.ndarray, table: np.ndarray) -> None:
+    """The entries of :func:`_pattern_table` at the G states ``level`` (as many tokens generated
+    each), in parallel."""
+    for k in prange(level.shape[0]):
+        _pattern_entries(level[k], stride, I, O, limits, costs, rho, table)
 
 
 @njit(cache=True)
