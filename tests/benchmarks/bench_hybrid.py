@@ -1,4 +1,4 @@
-"""Speed benchmarks of the Hybrid formulations (docs/performance.md ## Hybrid).
+"""Speed benchmarks of the Hybrid formulations (docs/performance.md, the "Hybrid" sections).
 
 Usage::
 
