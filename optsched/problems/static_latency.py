@@ -8,7 +8,7 @@ the batch, whose size ``b`` is fixed while it runs):
 - one decode step at accumulated length :math:`l_a`, SLO Eq. 15 / SCLS Eq. 4:
   :math:`\\tau_d(b, l_a) = \\alpha_d b l_a + \\beta_d b + \\gamma_d l_a + \\delta_d`;
 - decode of :math:`L` tokens, SLO Eq. 16 / SCLS Eq. 2:
-  :math:`t_d(b, l, L) = \\sum_{k=1}^{L} \\tau_d(b, l + k)`, in closed form (digest 000 section 2.2)
+  :math:`t_d(b, l, L) = \\sum_{k=1}^{L} \\tau_d(b, l + k)`, in closed form (docs/gmax.md, "Latency model")
   :math:`t_d = A(b) (L l + L(L+1)/2) + C(b) L` with :math:`A(b) = \\alpha_d b + \\gamma_d`,
   :math:`C(b) = \\beta_d b + \\delta_d`;
 - execution time (SLO Eq. 17, SCLS Eq. 1 with :math:`L_o = S`): :math:`t_p + t_d`;
@@ -125,7 +125,7 @@ class StaticLatencyModel:
         return self.exec_time(n, l_batch, slice_len)
 
     def slice_coefficients(self, slice_len: int) -> tuple[float, float, float, float]:
-        """SCLS closed form (digest 004 section 2.2): ``T_serve = A N L + B N + C L + E`` in seconds.
+        """SCLS closed form (docs/scls.md, Eq. (2)): ``T_serve = A N L + B N + C L + E`` in seconds.
 
         Returns
         -------
@@ -181,7 +181,7 @@ class StaticTimes:
 
 def decode_features(b: np.ndarray, l_in: np.ndarray, l_out: np.ndarray) -> np.ndarray:
     """Regressors of whole-request decode times for ``(alpha_d, beta_d, gamma_d, delta_d)``:
-    ``[b S, b L, S, L]`` with ``S = L l_in + L (L+1)/2`` (digest 000 section 2.2)."""
+    ``[b S, b L, S, L]`` with ``S = L l_in + L (L+1)/2`` (docs/gmax.md, "Latency model")."""
     b, l_in, l_out = (np.asarray(x, dtype=float) for x in (b, l_in, l_out))
     s_sum = l_out * l_in + l_out * (l_out + 1) / 2
     return np.column_stack([b * s_sum, b * l_out, s_sum, l_out])

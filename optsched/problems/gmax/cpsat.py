@@ -1,4 +1,4 @@
-r"""The batch-end-position model of exact G-maximisation in CP-SAT (digest 000 section 6.3).
+r"""The batch-end-position model of exact G-maximisation in CP-SAT (docs/gmax.md, "The MILP").
 
 Same variables and constraints as :mod:`.slots` (and :mod:`.milp`), on integer times: every time is
 rounded to a tick of ``resolution`` seconds (default 1 microsecond), so the model is exact for data

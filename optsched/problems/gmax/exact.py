@@ -1,4 +1,4 @@
-r"""Exact G-maximisation over the slot model (digest 000 section 6.1): Dinkelbach and fixed-n.
+r"""Exact G-maximisation over the slot model (docs/gmax.md, "Ratio objective"): Dinkelbach and fixed-n.
 
 G = n / t is a ratio; two exact schemes reduce it to the slot model of :mod:`.slots`:
 

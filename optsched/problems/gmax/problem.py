@@ -1,6 +1,6 @@
 """The static-batching G-maximisation instance and its one judge, ``calculateG``.
 
-Problem (SLO-aware paper, Section 3.1, Eqs. 2-13 with the digest's fixes 1.2): all N requests
+Problem (SLO-aware paper, Section 3.1, Eqs. 2-13 with the fixes of docs/gmax.md, items 1-3): all N requests
 arrive at 0 and run in an ordered list of static batches :math:`B_0, \\dots, B_{M-1}`,
 :math:`1 \\le |B_k| \\le B_{max}` and, with a memory capacity (Eq. 20,
 :math:`token\\_num(m) = m \\mu / \\sigma`), :math:`\\sum_{i \\in B_k} (l_{in,i} + l_{out,i}) \\le C`.
@@ -17,7 +17,7 @@ A member ``i`` of a batch of size ``b`` runs for :math:`E_i(b)` (Eq. 17), its fi
 - :math:`n = \\sum_i x_i` (Eq. 6), :math:`t = \\sum_i e2e_i` (Eq. 3), :math:`G = n / t` (Eq. 2),
   in requests per second (G = 0 when t = 0).
 
-:func:`evaluate_g` is that computation (digest 1.3, "calculateG"); every static schedule any
+:func:`evaluate_g` is that computation (docs/gmax.md, "Evaluating a schedule", the paper's "calculateG"); every static schedule any
 solver returns is judged by it.
 
 Instance extension of the contract's JSON (documented in docs/gmax.md):
@@ -313,12 +313,12 @@ def g_core(problem: GmaxProblem, batches: Sequence[Sequence[int]]) -> tuple[int,
 
 
 def g_value(n: int, t: float) -> float:
-    """G = n / t (0 when t == 0, digest table 7 item 34)."""
+    """G = n / t (0 when t == 0, docs/gmax.md, item 34)."""
     return n / t if t > 0 else 0.0
 
 
 def evaluate_g(problem: GmaxProblem, batches: Sequence[Sequence[int | str]]) -> GEvaluation:
-    """calculateG (digest 000 section 1.3): judge an ordered list of static batches.
+    """calculateG (docs/gmax.md, "Evaluating a schedule"): judge an ordered list of static batches.
 
     Parameters
     ----------

@@ -1,5 +1,5 @@
 """Simulated annealing of the SLO-aware paper (Algorithm 1, Section 4.3) and its instance assignment
-(Algorithm 2, Section 4.4), with the digest's corrections (000 section 3.3).
+(Algorithm 2, Section 4.4), with the corrections D1-D8 of docs/gmax.md.
 
 Solution: an ordered list of batches of request indices (D5: the batch boundaries are returned,
 not only a priority). Starting points (D7, D8): requests sorted by predicted e2e at
@@ -74,7 +74,7 @@ DEADLINE_EVERY = 64
 
 def chunked(problem: GmaxProblem, order: Sequence[int]) -> list[list[int]]:
     """Cut an order into consecutive batches of :math:`B_{max}`, closing a batch early when the
-    next request would exceed the memory capacity (digest D8)."""
+    next request would exceed the memory capacity (docs/gmax.md, D8)."""
     batches: list[list[int]] = []
     for i in order:
         if batches and problem.fits(batches[-1] + [i]):
@@ -248,7 +248,7 @@ def iterated_local_search(
 
 
 def inst_assign(problem: GmaxProblem, capacities: Sequence[float]) -> list[list[int]]:
-    """Algorithm 2's instance pre-assignment (Section 4.4, digest 3.4 reference).
+    """Algorithm 2's instance pre-assignment (Section 4.4; docs/gmax.md, Algorithm 2, items 21-22).
 
     Requests, in input order, go to the instance with the largest remaining token capacity
     (Eq. 20; ties to the lowest index); when even that one cannot hold the next request, every

@@ -1,6 +1,6 @@
 r"""Data of the batch-end-position model of exact G-maximisation and its result type.
 
-The digest's slot model (000 section 6.2) charges waiting time through big-M products
+A slot model (docs/gmax.md, "The MILP") charges waiting time through big-M products
 :math:`St_k |B_k|`, whose LP relaxation is empty; this model indexes a batch by the *position of its
 last member* in the execution order, which makes the waiting cost linear with constant weights
 (every request after position c waits for the batch that ends at c):
@@ -60,7 +60,7 @@ to meet their SLO at all): :math:`St_q \le \overline{St}_{t_{max}}(q)` and the b
 from the sum of the longest executions to a few seconds on the benchmark instances.
 
 Big-M: :math:`M_{ics} = \overline{St}(c-s) + T_i(s) - SLO_i` with :math:`\overline{St}(p)` the sum of
-the p largest :math:`\max_b E_j(b)`, or :math:`\overline{St}_{t_{max}}(c-s)` where smaller. Objectives (digest 6.1): Dinkelbach's
+the p largest :math:`\max_b E_j(b)`, or :math:`\overline{St}_{t_{max}}(c-s)` where smaller. Objectives (docs/gmax.md, "Ratio objective"): Dinkelbach's
 :math:`\max\, n - \lambda t` and the epsilon-constraint's :math:`\min t` s.t. :math:`n \ge n_0`.
 """
 
