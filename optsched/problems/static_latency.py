@@ -125,7 +125,7 @@ class StaticLatencyModel:
         return self.exec_time(n, l_batch, slice_len)
 
     def slice_coefficients(self, slice_len: int) -> tuple[float, float, float, float]:
-        """SCLS closed form (docs/scls.md, Eq. (2)): ``T_serve = A N L + B N + C L + E`` in seconds.
+        """SCLS closed form (docs/scls.md, "Closed form"): ``T_serve = A N L + B N + C L + E`` in seconds.
 
         Returns
         -------

@@ -1,7 +1,7 @@
-r"""SCLS serving-time-oriented batching, P-BATCH (Cheng et al., Sec. 4.4; digest 004 section 4.1).
+r"""SCLS serving-time-oriented batching, P-BATCH (Cheng et al., Sec. 4.4; docs/scls.md, "P-BATCH").
 
 Given the pooled requests with current input lengths :math:`\ell_r` (raw input plus tokens generated
-in earlier slices, digest G1) and the slice length S, partition them into batches :math:`B_1..B_K`
+in earlier slices, docs/scls.md, G1) and the slice length S, partition them into batches :math:`B_1..B_K`
 to
 
 .. math::
@@ -12,20 +12,20 @@ to
 with :math:`T_{serve}` the static-batch model (SCLS Eqs. 1-4, :mod:`..static_latency`) and the
 memory rule :math:`N_{cap}` of :class:`MemoryRule`: HF's Eq. 8/9,
 :math:`N_{max} = \lfloor \zeta M_{ava} / (\Delta (L_i + S)) \rfloor`; DeepSpeed's Algorithm 2 table;
-or a fixed cap. Singletons always fit (digest G6).
+or a fixed cap. Singletons always fit (docs/scls.md, G6).
 
 - :func:`dp_batches` is Algorithm 1 / Eq. 10: sort by length, then
   :math:`T[i] = \min_{j} T[j-1] + T_{serve}(i-j+1, \ell_{(i)}, S)` over batches that do not OOM, the
   inner loop stopping at the first OOM (monotone rule). Exact when :math:`T_{serve}` is
-  nondecreasing in L and the rule is monotone (digest's contiguity argument).
-- :func:`mip_batches` is the compact assignment MIP of digest 4.1(b), which does *not* assume
+  nondecreasing in L and the rule is monotone (docs/scls.md, "Contiguity").
+- :func:`mip_batches` is the compact assignment MIP of docs/scls.md, which does *not* assume
   contiguity, used as the cross-check: binaries :math:`x_{rk}` (r in slot k), :math:`y_k` (slot
   used), :math:`z_{kv}` (slot k's max length is level v); integer :math:`N_k = \sum_r x_{rk}`;
   :math:`w_{kv} = N_k z_{kv}` linearised by :math:`w \le \bar N z`, :math:`w \le N_k`,
   :math:`w \ge N_k - \bar N (1 - z)`; :math:`x_{rk} \le \sum_{v \ge \ell_r} z_{kv}`;
   :math:`\sum_v z_{kv} = y_k`; :math:`N_k \le \sum_v \max(1, N_{cap}(v)) z_{kv}`; objective
   :math:`\sum_k A_S \sum_v v w_{kv} + B_S N_k + C_S \sum_v v z_{kv} + E_S y_k` (closed form of
-  digest 2.2); symmetry breaking :math:`y_k \ge y_{k+1}`.
+  docs/scls.md); symmetry breaking :math:`y_k \ge y_{k+1}`.
 - :func:`total_serve_time` is the one judge of a batching: it checks the partition and the memory
   rule and sums :math:`T_{serve}`.
 """
@@ -148,7 +148,7 @@ def mip_batches(
     solver: str = "highs",
     time_limit: float | None = None,
 ) -> tuple[list[list[int]] | None, float | None, str]:
-    """The compact assignment MIP (digest 4.1(b)); returns (batches, objective, status).
+    """The compact assignment MIP (docs/scls.md, "P-BATCH"); returns (batches, objective, status).
 
     ``time_limit`` covers building (PuLP takes seconds at a hundred requests) and solving; when it
     passes first, or the solver finds no batching within it, the result is ``(None, None,

@@ -1,6 +1,6 @@
 r"""SCLS offloading (Sec. 4.5, Eq. 11) against the exact makespan, and the adaptive interval (Eq. 12).
 
-P-OFFLOAD (digest 004 section 4.2) is :math:`P \mid a_w \mid C_{max}`: batches with estimated times
+P-OFFLOAD (docs/scls.md) is :math:`P \mid a_w \mid C_{max}`: batches with estimated times
 :math:`t_b` go to W workers whose queues already hold :math:`a_w = T_{load}(w)`:
 
 .. math::

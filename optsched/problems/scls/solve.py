@@ -4,7 +4,7 @@ Instance extension (docs/scls.md): ``"static_latency"`` (profile name or object,
 and ``"scls"``: ``{"slice_length": S (128), "memory": {"kind": "none" | "fixed" | "memory" |
 "table", ...}, "workers": W (1), "worker_loads": [T_load(w)] (zeros), "lambda": 0.5,
 "gamma": 6.0}``. A request's current input length is ``prompt_tokens`` plus its optional
-``"generated"`` tokens from earlier slices (digest G1).
+``"generated"`` tokens from earlier slices (docs/scls.md, G1).
 
 Options: ``method`` ``"dp"`` (Algorithm 1, default) or ``"mip"`` (the compact MIP); ``solver``
 ``"highs"``/``"cbc"`` for the MIP; ``time_limit`` (the whole round: batching, then the exact
