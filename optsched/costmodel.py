@@ -13,7 +13,8 @@ of squared prefill chunk sizes, :math:`N_{dec}` the decode items and :math:`KV_{
 decode items read (their ``m`` before processing). An empty batch costs 0.
 
 Profiles live in ``models/*.toml`` (shipped as ``optsched.data_models``); each names its source.
-:func:`fit_linear` fits ``base`` and ``per_token`` from measured batch times by least squares.
+:func:`fit_linear` fits ``base`` and ``per_token`` from measured batch times by least squares;
+:func:`fit_terms` fits every term (module docstring of :func:`fit_terms` says how and why).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ __all__ = [
     "PhaseCost",
     "available_profiles",
     "cost_model_from_mapping",
+    "features_of",
+    "FEATURES",
+    "FIT_LOSSES",
     "FIT_TERMS",
     "TermsFit",
     "fit_linear",
@@ -46,6 +50,17 @@ __all__ = [
     "read_measurements_csv",
     "read_vidur_mlp_profile",
 ]
+
+
+#: The arguments of :meth:`CostModel.batch_time`, in order: the per-batch features of every
+#: replay, plan step and measured step.
+FEATURES: tuple[str, ...] = ("n_tok", "n_pre", "s_pre", "n_dec", "kv_dec", "x_pre")
+
+
+def features_of(mapping: Mapping[str, Any]) -> tuple[int, ...]:
+    """The :data:`FEATURES` of a JSON ``features`` object as integers; ``x_pre`` may be absent (0:
+    files written before the prefill-context term); a missing other one is a ``KeyError``."""
+    return tuple(int(mapping.get(k, 0) if k == "x_pre" else mapping[k]) for k in FEATURES)
 
 
 class CostModelError(ValueError):
@@ -60,6 +75,7 @@ class PhaseCost:
     per_token: float = 0.0
     per_token_sq: float = 0.0
     per_kv: float = 0.0
+    per_ctx: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -88,7 +104,7 @@ class CostModel:
     decode: PhaseCost = field(default_factory=PhaseCost)
     source: str = ""
 
-    def batch_time(self, n_tok: int, n_pre: int, s_pre: int, n_dec: int, kv_dec: int) -> float:
+    def batch_time(self, n_tok: int, n_pre: int, s_pre: int, n_dec: int, kv_dec: int, x_pre: int = 0) -> float:
         """Time of one batch in seconds.
 
         Parameters
@@ -103,44 +119,50 @@ class CostModel:
             Number of decode items.
         kv_dec
             Sum over decode items of the KV slots held before processing.
+        x_pre
+            Sum over prefill items of chunk size times the request's KV before the item.
         """
         if n_tok == 0:
             return 0.0
         t = self.base + self.per_token * n_tok
         if n_pre > 0:
             p = self.prefill
-            t += p.bias + p.per_token * n_pre + p.per_token_sq * s_pre
+            t += p.bias + p.per_token * n_pre + p.per_token_sq * s_pre + p.per_ctx * x_pre
         if n_dec > 0:
             d = self.decode
             t += d.bias + d.per_token * n_dec + d.per_kv * kv_dec
         return self.layers * t
 
-    def prefill_time(self, chunk: int) -> float:
-        """Time of a batch holding one prefill chunk of ``chunk`` tokens and nothing else."""
-        return self.batch_time(chunk, chunk, chunk * chunk, 0, 0)
+    def prefill_time(self, chunk: int, cached: int = 0) -> float:
+        """Time of a batch holding one prefill chunk of ``chunk`` tokens, over ``cached`` tokens
+        already in the request's KV, and nothing else."""
+        return self.batch_time(chunk, chunk, chunk * chunk, 0, 0, chunk * cached)
 
     def decode_time(self, n_dec: int, kv_dec: int) -> float:
         """Time of a decode-only batch of ``n_dec`` items reading ``kv_dec`` KV slots."""
         return self.batch_time(n_dec, 0, 0, n_dec, kv_dec)
 
     def to_dict(self) -> dict[str, Any]:
-        """The inline JSON form of the contract (section 3)."""
+        """The inline JSON form of the contract (section 3); ``prefill.per_ctx`` only when > 0."""
         phase = lambda p: {  # noqa: E731 - tiny local projection
             "bias": p.bias,
             "per_token": p.per_token,
             "per_token_sq": p.per_token_sq,
             "per_kv": p.per_kv,
         }
+        prefill = phase(self.prefill) | ({"per_ctx": self.prefill.per_ctx} if self.prefill.per_ctx else {})
         return {
             "layers": self.layers,
             "base": self.base,
             "per_token": self.per_token,
-            "prefill": phase(self.prefill),
+            "prefill": prefill,
             "decode": phase(self.decode),
         }
 
 
-_PHASE_KEYS = {"bias", "per_token", "per_token_sq", "per_kv"}
+_PHASE_KEYS = {"bias", "per_token", "per_token_sq", "per_kv", "per_ctx"}
+#: Phase coefficients that no term of the batch time uses: accepted only as 0.
+_UNUSED = {"prefill": ("per_kv",), "decode": ("per_token_sq", "per_ctx")}
 _TOP_KEYS = {"layers", "base", "per_token", "prefill", "decode", "name", "source"}
 
 
@@ -160,7 +182,11 @@ def _phase(data: Any, where: str) -> PhaseCost:
     unknown = set(data) - _PHASE_KEYS
     if unknown:
         raise CostModelError(f"{where}: unknown field(s) {sorted(unknown)}")
-    return PhaseCost(**{k: _number(v, f"{where}.{k}") for k, v in data.items()})
+    phase = PhaseCost(**{k: _number(v, f"{where}.{k}") for k, v in data.items()})
+    for key in _UNUSED[where.rsplit(".", 1)[-1]]:
+        if getattr(phase, key) != 0:
+            raise CostModelError(f"{where}.{key}: no term of the batch time uses it; must be 0, got {getattr(phase, key)!r}")
+    return phase
 
 
 def cost_model_from_mapping(data: Mapping[str, Any], name: str = "inline") -> CostModel:
@@ -270,12 +296,14 @@ def fit_linear(tokens: np.ndarray, times: np.ndarray) -> LinearFit:
     )
 
 
-#: The contract's terms fitted by :func:`fit_terms`, as (field, feature) pairs. ``decode.per_token``
-#: is left out: ``N_tok = N_pre + N_dec``, so only two of the three token slopes are identifiable.
+#: The contract's terms fitted by :func:`fit_terms`. ``decode.per_token`` is left out: ``N_tok =
+#: N_pre + N_dec``, so only two of the three token slopes are identifiable.
 FIT_TERMS: tuple[str, ...] = (
-    "base", "per_token", "prefill.bias", "prefill.per_token", "prefill.per_token_sq", "decode.bias",
-    "decode.per_kv",
+    "base", "per_token", "prefill.bias", "prefill.per_token", "prefill.per_token_sq", "prefill.per_ctx",
+    "decode.bias", "decode.per_kv",
 )
+#: Losses of :func:`fit_terms`: least absolute relative error, or least squares of relative errors.
+FIT_LOSSES = ("l1", "l2")
 
 
 @dataclass(frozen=True)
@@ -290,49 +318,105 @@ class TermsFit:
 
 
 def _term_columns(features: np.ndarray) -> np.ndarray:
+    """One column per term of :data:`FIT_TERMS` from ``(n, 5)`` or ``(n, 6)`` features (no
+    ``x_pre`` column: 0)."""
     n_tok, n_pre, s_pre, n_dec, kv_dec = (features[:, k].astype(float) for k in range(5))
-    return np.column_stack([np.ones_like(n_tok), n_tok, (n_pre > 0).astype(float), n_pre, s_pre,
+    x_pre = features[:, 5].astype(float) if features.shape[1] > 5 else np.zeros_like(n_tok)
+    return np.column_stack([np.ones_like(n_tok), n_tok, (n_pre > 0).astype(float), n_pre, s_pre, x_pre,
                             (n_dec > 0).astype(float), kv_dec])
 
 
-def fit_terms(features: np.ndarray, times: np.ndarray, name: str = "fitted") -> TermsFit:
-    """Fit the contract's cost-model terms to measured batch times by non-negative least squares.
+def _least_absolute(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``argmin_{x >= 0} sum_i |(a x - b)_i|``: the linear program min sum t, -t <= a x - b <= t, by HiGHS."""
+    import highspy
 
-    Ordinary least squares (``numpy.linalg.lstsq``) over the terms of :data:`FIT_TERMS`; a term
-    whose coefficient comes out negative (the contract's coefficients are >= 0) or whose column is
-    all zero is dropped and the rest refitted, until all are >= 0.
+    n, k = a.shape
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    inf = highspy.kHighsInf
+    h.addVars(k + n, np.zeros(k + n), np.full(k + n, inf))
+    h.changeColsCost(n, np.arange(k, k + n, dtype=np.int32), np.ones(n))
+    for i in range(n):
+        idx = np.append(np.arange(k, dtype=np.int32), np.int32(k + i))
+        h.addRow(-inf, b[i], k + 1, idx, np.append(a[i], -1.0))
+        h.addRow(b[i], inf, k + 1, idx, np.append(a[i], 1.0))
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        raise ValueError(f"fit_terms: the L1 fit was not solved ({h.modelStatusToString(h.getModelStatus())})")
+    return np.maximum(np.array(h.getSolution().col_value[:k]), 0.0)
+
+
+def _least_squares_nonnegative(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``argmin_{x >= 0} ||a x - b||``, exactly: the optimum is the unconstrained least-squares
+    solution on its own support, so the best non-negative solution over every support (2^k - 1 of
+    them, k <= 8) is it."""
+    best, best_x = math.inf, np.zeros(a.shape[1])
+    for mask in range(1, 1 << a.shape[1]):
+        support = [j for j in range(a.shape[1]) if mask >> j & 1]
+        sol, *_ = np.linalg.lstsq(a[:, support], b, rcond=None)
+        if np.any(sol < 0):
+            continue
+        residual = float(np.sum((a[:, support] @ sol - b) ** 2))
+        if residual < best:
+            best, best_x = residual, np.zeros(a.shape[1])
+            best_x[support] = sol
+    return best_x
+
+
+def fit_terms(features: np.ndarray, times: np.ndarray, name: str = "fitted", loss: str = "l1") -> TermsFit:
+    """Fit the contract's cost-model terms to measured batch times: relative error, coefficients >= 0.
+
+    Every row is divided by its measured time, so the fit minimises *relative* errors (step times
+    span two orders of magnitude: an absolute fit would serve the longest steps and leave the many
+    short ones, which dominate decode-heavy schedules, tens of percent off). Coefficients are
+    constrained to be >= 0 (the contract's rule, on which every proven bound relies), as one
+    optimisation problem rather than by dropping negative terms one at a time.
+
+    - ``loss="l1"`` (default): least absolute relative error, i.e. the least mean absolute
+      percentage error (the figure ``validate`` reports), a linear program solved by HiGHS. It is
+      robust to step shapes the linear form cannot represent (a GPU's latency-bound attention of a
+      few long requests; the flat cost of small batches): they stay outliers instead of pulling
+      every coefficient.
+    - ``loss="l2"``: non-negative least squares of relative errors, solved exactly over supports.
+
+    Columns are scaled to unit norm before solving (conditioning; the solution is invariant).
 
     Parameters
     ----------
     features
-        Array ``(n, 5)`` of ``n_tok, n_pre, s_pre, n_dec, kv_dec`` per measured (non-empty) batch.
+        Array ``(n, 6)`` of ``n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre`` per measured (non-empty)
+        batch; ``(n, 5)`` without ``x_pre`` (then ``prefill.per_ctx`` is not fitted).
     times
-        Measured batch times in seconds.
+        Measured batch times in seconds (> 0).
     name
         Name of the fitted profile.
+    loss
+        ``"l1"`` or ``"l2"`` (:data:`FIT_LOSSES`).
     """
     x = np.asarray(features, dtype=float)
     y = np.asarray(times, dtype=float)
-    if x.ndim != 2 or x.shape[1] != 5 or len(x) != len(y) or len(y) < 2:
-        raise ValueError("fit_terms needs an (n, 5) feature array and n >= 2 times")
+    if x.ndim != 2 or x.shape[1] not in (5, 6) or len(x) != len(y) or len(y) < 2:
+        raise ValueError("fit_terms needs an (n, 5) or (n, 6) feature array and n >= 2 times")
+    if loss not in FIT_LOSSES:
+        raise ValueError(f"fit_terms: unknown loss {loss!r} (known: {', '.join(FIT_LOSSES)})")
+    if np.any(~np.isfinite(y)) or np.any(y <= 0):
+        raise ValueError("fit_terms: every measured time must be a finite number > 0")
     cols = _term_columns(x)
     active = [k for k in range(cols.shape[1]) if np.any(cols[:, k] != 0)]
+    scaled = cols[:, active] / y[:, None]
+    norms = np.linalg.norm(scaled, axis=0)
+    solve = _least_absolute if loss == "l1" else _least_squares_nonnegative
     coef = np.zeros(cols.shape[1])
-    while active:
-        sol, *_ = np.linalg.lstsq(cols[:, active], y, rcond=None)
-        if np.all(sol >= 0):
-            coef[active] = sol
-            break
-        active.pop(int(np.argmin(sol)))
+    coef[active] = solve(scaled / norms, np.ones(len(y))) / norms
     values = dict(zip(FIT_TERMS, coef.tolist()))
     model = cost_model_from_mapping({
         "layers": 1, "base": values["base"], "per_token": values["per_token"],
         "prefill": {"bias": values["prefill.bias"], "per_token": values["prefill.per_token"],
-                    "per_token_sq": values["prefill.per_token_sq"]},
+                    "per_token_sq": values["prefill.per_token_sq"], "per_ctx": values["prefill.per_ctx"]},
         "decode": {"bias": values["decode.bias"], "per_kv": values["decode.per_kv"]},
     }, name=name)
     pred = cols @ coef
-    rel = np.abs(pred - y) / np.abs(y)
+    rel = np.abs(pred - y) / y
     ss_res = float(np.sum((y - pred) ** 2))
     ss_tot = float(np.sum((y - y.mean()) ** 2))
     return TermsFit(model, float(100 * rel.mean()), float(100 * rel.max()),
@@ -435,11 +519,11 @@ def profile_toml(
     """A profile TOML with fitted ``base``/``per_token``; layers and phase terms from ``template``."""
     t = template or CostModel()
 
-    def phase(title: str, p: PhaseCost) -> str:
-        return (f"\n[{title}]\nbias = {p.bias!r}\nper_token = {p.per_token!r}\n"
-                f"per_token_sq = {p.per_token_sq!r}\nper_kv = {p.per_kv!r}\n")
+    def phase(title: str, p: PhaseCost, terms: tuple[str, ...]) -> str:
+        return f"\n[{title}]\n" + "".join(f"{t} = {getattr(p, t)!r}\n" for t in terms)
 
-    head = (f"# Written by `optsched fit`: {source}\n"
+    head = (f"# Written by optsched: {source}\n"
             f"name = {json.dumps(name)}\nsource = {json.dumps(source)}\nlayers = {t.layers!r}\n"
             f"base = {base!r}\nper_token = {per_token!r}\n")
-    return head + phase("prefill", t.prefill) + phase("decode", t.decode)
+    return (head + phase("prefill", t.prefill, ("bias", "per_token", "per_token_sq", "per_ctx"))
+            + phase("decode", t.decode, ("bias", "per_token", "per_kv")))

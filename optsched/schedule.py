@@ -11,7 +11,7 @@ generated). In batch ``j``: (1) start = max(end of previous batch, the batch's `
 (2) evictions: a decode-phase request's prompt becomes ``I := m + 1``, then ``m := 0``;
 (3) items: prefill ``1 <= c <= I - m`` (completing the prompt generates a token), decode ``c = 1``
 (generates a token); (4) limits C, P, M, R_max after processing; (5) finished requests release KV;
-(6) end = start + T(batch).
+(6) end = start + T(batch), T with the prefill-context term over ``c * m`` (``m`` before the item).
 """
 
 from __future__ import annotations
@@ -253,8 +253,8 @@ class ReplayResult:
     metrics
         The schedule's :class:`Metrics` (None when infeasible).
     features
-        Per batch, the cost model's arguments ``(n_tok, n_pre, s_pre, n_dec, kv_dec)`` (contract
-        section 3), e.g. to refit a profile from measured batch times.
+        Per batch, the cost model's arguments ``(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)``
+        (contract section 3), e.g. to refit a profile from measured batch times.
     generated, kv_held
         Per request (instance order), tokens generated and KV slots held after the last batch (the
         state an unfinished schedule leaves, e.g. to complete it).
@@ -270,7 +270,7 @@ class ReplayResult:
     prefill_tokens: list[int]
     decode_items: list[int]
     metrics: Metrics | None
-    features: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    features: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
     generated: list[int] = field(default_factory=list)
     kv_held: list[int] = field(default_factory=list)
 
@@ -356,7 +356,7 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
     run_trace: list[int] = []
     pre_trace: list[int] = []
     dec_trace: list[int] = []
-    feat_trace: list[tuple[int, int, int, int, int]] = []
+    feat_trace: list[tuple[int, int, int, int, int, int]] = []
     prev_end = 0.0
     total_evictions = 0
 
@@ -392,7 +392,7 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
         evicted_now = set(batch.evict)
 
         # 3. process
-        n_tok = n_pre = s_pre = n_dec = kv_dec = 0
+        n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = 0
         seen: set[int] = set()
         generated: list[int] = []
         for it in batch.items:
@@ -423,6 +423,7 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
                     continue
                 if m[i] == 0:
                     running += 1
+                x_pre += c * m[i]
                 m[i] += c
                 kv_total += c
                 n_pre += c
@@ -455,10 +456,10 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
         run_trace.append(running)
         pre_trace.append(n_pre)
         dec_trace.append(n_dec)
-        feat_trace.append((n_tok, n_pre, s_pre, n_dec, kv_dec))
+        feat_trace.append((n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre))
 
         # 6. time; 5. finish
-        end = start + cost.batch_time(n_tok, n_pre, s_pre, n_dec, kv_dec)
+        end = start + cost.batch_time(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)
         for i in generated:
             gen[i] += 1
             if first_token[i] is None:

@@ -44,14 +44,14 @@ class LegalSchedule:
     evictions: int = 0
 
 
-def _batch_time(inst: Instance, n_tok: int, n_pre: int, s_pre: int, n_dec: int, kv_dec: int) -> float:
+def _batch_time(inst: Instance, n_tok: int, n_pre: int, s_pre: int, n_dec: int, kv_dec: int, x_pre: int) -> float:
     """The contract's section 3 formula, written out again here."""
     cm = inst.cost_model
     if n_tok == 0:
         return 0.0
     t = cm.base + cm.per_token * n_tok
     if n_pre:
-        t += cm.prefill.bias + cm.prefill.per_token * n_pre + cm.prefill.per_token_sq * s_pre
+        t += cm.prefill.bias + cm.prefill.per_token * n_pre + cm.prefill.per_token_sq * s_pre + cm.prefill.per_ctx * x_pre
     if n_dec:
         t += cm.decode.bias + cm.decode.per_token * n_dec + cm.decode.per_kv * kv_dec
     return cm.layers * t
@@ -105,7 +105,7 @@ def random_legal_schedule(inst: Instance, rng: random.Random, p_evict: float = 0
         kv = sum(m[i] for i in pending)
         running = sum(1 for i in pending if m[i] > 0)
         items: list[Item] = []
-        n_tok = n_pre = s_pre = n_dec = kv_dec = 0
+        n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = 0  # x_pre: sum of chunk * KV before it
         gen: list[str] = []
         for i in order:
             if not serial and rng.random() < 0.2:
@@ -121,6 +121,7 @@ def random_legal_schedule(inst: Instance, rng: random.Random, p_evict: float = 0
                 res.items.append(ItemRecord(j, i, "prefill", room))
                 if m[i] == 0:
                     running += 1
+                x_pre += c * m[i]
                 m[i] += c
                 n_pre += c
                 s_pre += c * c
@@ -140,7 +141,7 @@ def random_legal_schedule(inst: Instance, rng: random.Random, p_evict: float = 0
             items.append(Item(i, c))
         if not items and not evict and not serial and j > 0:
             serial = any(m[i] > 0 for i in pending)  # stalled: fall back to one request at a time
-        end = start + _batch_time(inst, n_tok, n_pre, s_pre, n_dec, kv_dec)
+        end = start + _batch_time(inst, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)
         res.n_tok.append(n_tok)
         res.n_pre.append(n_pre)
         res.kv_after.append(kv)

@@ -10,6 +10,8 @@ from optsched.costmodel import (
     available_profiles,
     cost_model_from_mapping,
     fit_linear,
+    fit_terms,
+    profile_toml,
     linear_errors,
     load_cost_model,
     read_vidur_mlp_profile,
@@ -59,6 +61,78 @@ def test_inline_model_validation():
                        ({"decode": {"slope": 1}}, "unknown"), ({"layers": 0}, "layers")]:
         with pytest.raises(CostModelError, match=field):
             cost_model_from_mapping(bad)
+
+
+def test_prefill_context_term_loads_prices_and_round_trips():
+    model = cost_model_from_mapping({"layers": 2, "base": 1.0, "prefill": {"bias": 1.0, "per_ctx": 0.25}})
+    # one chunk of 4 tokens over 8 cached keys: X_pre = 32; T = 2 (1 + 1 + 0.25 * 32)
+    assert model.prefill_time(4, cached=8) == 2 * (1 + 1 + 0.25 * 32)
+    assert model.batch_time(4, 4, 16, 0, 0, 32) == model.prefill_time(4, cached=8)
+    assert model.decode_time(3, 100) == 2 * 1.0  # no prefill item: the term is not charged
+    assert cost_model_from_mapping(model.to_dict()) == model.__class__(**{**model.__dict__, "name": "inline"})
+    assert "per_ctx" not in load_cost_model("llama2-7b-a100").to_dict()["prefill"]  # default 0: output unchanged
+    with pytest.raises(CostModelError, match="prefill.per_ctx"):
+        cost_model_from_mapping({"prefill": {"per_ctx": -1e-9}})
+
+
+@pytest.mark.parametrize("field", ["prefill.per_kv", "decode.per_token_sq", "decode.per_ctx"])
+def test_a_coefficient_no_term_uses_is_rejected(field):
+    phase, key = field.split(".")
+    with pytest.raises(CostModelError, match=field):
+        cost_model_from_mapping({phase: {key: 1e-6}})
+    assert cost_model_from_mapping({phase: {key: 0.0}}).batch_time(1, 1, 1, 0, 0) == 0.0
+
+
+def _features(rng: np.random.Generator, n: int) -> np.ndarray:
+    rows = []
+    for _ in range(n):
+        chunks = rng.integers(1, 300, size=rng.integers(0, 3))
+        cached = rng.integers(0, 2000, size=len(chunks))
+        n_dec = int(rng.integers(0 if len(chunks) else 1, 16))
+        kv = int(n_dec * rng.integers(16, 800))
+        rows.append((int(chunks.sum()) + n_dec, int(chunks.sum()), int((chunks ** 2).sum()), n_dec, kv,
+                     int((chunks * cached).sum())))
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("loss", ["l1", "l2"])
+def test_fit_terms_recovers_a_profile_with_the_context_term(loss, tmp_path):
+    truth = cost_model_from_mapping({"base": 4e-3, "per_token": 2e-5, "prefill": {"bias": 1e-4, "per_token_sq": 2e-9,
+                                     "per_ctx": 1.5e-9}, "decode": {"bias": 7e-4, "per_kv": 2e-7}})
+    feats = _features(np.random.default_rng(5), 80)
+    times = np.array([truth.batch_time(*f) for f in feats])
+    fit = fit_terms(feats, times, loss=loss)
+    assert fit.mean_abs_pct_error < 1e-6 and fit.max_abs_pct_error < 1e-5
+    assert fit.model.prefill.per_ctx == pytest.approx(1.5e-9, rel=1e-5)
+    path = tmp_path / "fitted.toml"
+    path.write_text(profile_toml("fitted", "test", fit.model.base, fit.model.per_token, template=fit.model))
+    again = load_cost_model(str(path))
+    assert again.prefill.per_ctx == fit.model.prefill.per_ctx
+    assert all(again.batch_time(*f) == pytest.approx(truth.batch_time(*f), rel=1e-6) for f in feats[:10])
+
+
+def test_fit_terms_losses_are_optimal_and_non_negative():
+    """Noisy times from a profile the form cannot represent: both fits keep every coefficient >= 0;
+    the L1 fit has the least mean relative error (what it minimises), the L2 fit the least squared
+    one; the L2 solution satisfies the optimality (KKT) conditions of non-negative least squares."""
+    rng = np.random.default_rng(11)
+    feats = _features(rng, 120)
+    times = 5e-3 + 2e-5 * np.sqrt(feats[:, 0]) * 30 + 1e-7 * feats[:, 4] ** 0.9
+    times *= rng.lognormal(0, 0.05, len(times))
+    l1, l2 = fit_terms(feats, times, loss="l1"), fit_terms(feats, times, loss="l2")
+    n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre = feats.T.astype(float)
+    cols = np.column_stack([np.ones_like(n_tok), n_tok, n_pre > 0, n_pre, s_pre, x_pre, n_dec > 0, kv_dec]) / times[:, None]
+    for fit in (l1, l2):
+        d = fit.model.to_dict()
+        assert min([d["base"], d["per_token"], *d["prefill"].values(), *d["decode"].values()]) >= 0
+    coef = lambda m: np.array([m.base, m.per_token, m.prefill.bias, m.prefill.per_token,  # noqa: E731
+                               m.prefill.per_token_sq, m.prefill.per_ctx, m.decode.bias, m.decode.per_kv])
+    r1, r2 = cols @ coef(l1.model) - 1, cols @ coef(l2.model) - 1
+    assert np.mean(np.abs(r1)) <= np.mean(np.abs(r2)) + 1e-9
+    assert np.sum(r2 ** 2) <= np.sum(r1 ** 2) + 1e-12
+    grad = cols.T @ r2 / np.linalg.norm(cols, axis=0)  # scaled gradient of the squared loss / 2
+    c2 = coef(l2.model)
+    assert np.all(grad[c2 > 0] == pytest.approx(0.0, abs=1e-6)) and np.all(grad[c2 == 0] >= -1e-6)
 
 
 def test_fit_linear_recovers_exact_coefficients():

@@ -7,15 +7,19 @@ random limits (C, P <= C, M down to the largest request's I + O - 1, R_max) and 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optsched import Instance, Limits, Request, load_cost_model, replay
-from optsched.costmodel import CostModel
+from optsched.costmodel import CostModel, PhaseCost
 from optsched.policies.config import POLICY_CONFIGS, PolicyConfig
 from optsched.policies.engine import Engine, simulate
 
-COSTS = [CostModel(name="unit", base=1.0), load_cost_model("llama2-7b-a100")]
+#: The last has the prefill-context term (per_ctx > 0): chunks over cached keys cost more.
+COSTS = [CostModel(name="unit", base=1.0), load_cost_model("llama2-7b-a100"),
+         replace(load_cost_model("llama2-7b-a100"), prefill=PhaseCost(bias=9.26e-05, per_token_sq=1.6773e-10, per_ctx=3e-10))]
 GROUPINGS = [
     ("all",),
     ("waiting", "running"),
@@ -95,3 +99,15 @@ def test_advance_in_steps_equals_one_run(instance, name, stops):
     engine.advance()
     assert engine.done()
     assert engine.schedule().batches == simulate(instance, name).batches
+
+
+@settings(max_examples=80, deadline=None)
+@given(instances(), st.sampled_from(sorted(POLICY_CONFIGS)))
+def test_engine_clock_is_the_replayed_time(instance, name):
+    """The simulator's own clock (batch times it computes, prefill-context term included) ends
+    where the replay of its schedule ends."""
+    engine = Engine.from_instance(instance, name)
+    engine.advance()
+    result = replay(instance, engine.schedule())
+    assert result.feasible, result.violations[:5]
+    assert engine.now == result.ends[-1]

@@ -164,7 +164,7 @@ def instances(draw) -> Instance:
     cm = cost_model_from_mapping({
         "layers": draw(st.sampled_from([1, 2, 32])),
         "base": draw(coef), "per_token": draw(coef),
-        "prefill": {"bias": draw(coef), "per_token": draw(coef), "per_token_sq": draw(coef)},
+        "prefill": {"bias": draw(coef), "per_token": draw(coef), "per_token_sq": draw(coef), "per_ctx": draw(coef)},
         "decode": {"bias": draw(coef), "per_token": draw(coef), "per_kv": draw(coef)},
     })
     return Instance("prop", cm, Limits(C, P, M, R), tuple(reqs))
@@ -320,3 +320,39 @@ def test_hand_worked_example_of_the_docs():
     m = res.metrics
     assert (m.makespan, m.mean_latency, m.mean_ttft, m.mean_tpot, m.evictions, m.batches) == (31.0, 24.0, 14.5, 6.0, 1, 5)
     assert m.throughput == 5 / 31 and m.G == 2 / 48
+
+
+def test_hand_prefill_context_term():
+    # The worked example with prefill.per_ctx = 0.125: X_pre = sum over prefill items of c * m
+    # (m the request's KV before the item). Only batch 1 has a chunk over cached keys: r0:2 at
+    # m = 4 gives X_pre = 8 (r1:2 starts at m = 0), so T_1 = 7 + 0.125 * 8 = 8; the recompute of
+    # r1 in batch 4 starts from m = 0 again (X_pre = 0). Ends 10, 18, 23, 23, 32.
+    model = {**DYADIC, "prefill": {**DYADIC["prefill"], "per_ctx": 0.125}}
+    reqs = [
+        {"id": "r0", "prompt_tokens": 6, "output_tokens": 2},
+        {"id": "r1", "arrival": 5.0, "prompt_tokens": 2, "output_tokens": 3},
+    ]
+    inst = parse_instance({"name": "hand", "cost_model": model, "limits": {"token_budget": 4, "kv_capacity": 10},
+                           "requests": reqs})
+    schedule = sched(B(("r0", 4), start=1.0), B(("r0", 2), ("r1", 2)), B(("r0", 1), ("r1", 1)),
+                     B(evict=("r1",)), B(("r1", 4)))
+    res = replay(inst, schedule)
+    assert res.feasible, res.violations
+    assert res.ends == [10.0, 18.0, 23.0, 23.0, 32.0]
+    assert [f[5] for f in res.features] == [0, 8, 0, 0, 0]
+    assert res.features[1] == (4, 4, 8, 0, 0, 8)
+    assert res.metrics.makespan == 32.0 and res.outcomes["r0"].first_token == 18.0
+
+
+def test_hand_prefill_context_after_an_eviction_in_prefill():
+    # r0: I = 6, O = 1, per_ctx = 0.5 (other terms as DYADIC). Chunks 3 (m 0), evict (m 3 -> 0, prefill:
+    # I stays 6), 4 (m 0), 2 (m 4): X_pre = 0, -, 0, 8.
+    # T = 1 + 0.5 c + 2 + 0.25 c^2 + 0.5 X: 3 -> 1 + 1.5 + 2 + 2.25 = 6.75; 4 -> 1 + 2 + 2 + 4 = 9;
+    # 2 -> 1 + 1 + 2 + 1 + 4 = 9. Ends 6.75, 6.75, 15.75, 24.75.
+    model = {**DYADIC, "prefill": {**DYADIC["prefill"], "per_ctx": 0.5}}
+    inst = parse_instance({"name": "hand", "cost_model": model, "limits": {},
+                           "requests": [{"id": "r0", "prompt_tokens": 6, "output_tokens": 1}]})
+    res = replay(inst, sched(B(("r0", 3)), B(evict=("r0",)), B(("r0", 4)), B(("r0", 2))))
+    assert res.feasible, res.violations
+    assert res.ends == [6.75, 6.75, 15.75, 24.75]
+    assert [f[5] for f in res.features] == [0, 0, 0, 8]

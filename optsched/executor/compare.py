@@ -19,11 +19,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..costmodel import fit_linear, fit_terms, profile_toml
+from ..costmodel import features_of, fit_linear, fit_terms, profile_toml
 
-__all__ = ["FEATURES", "compare", "plot"]
-
-FEATURES = ("n_tok", "n_pre", "s_pre", "n_dec", "kv_dec")
+__all__ = ["compare", "plot"]
 
 
 def _rows(result: Mapping[str, Any], timing: str) -> list[dict[str, Any]]:
@@ -37,7 +35,7 @@ def _rows(result: Mapping[str, Any], timing: str) -> list[dict[str, Any]]:
             continue
         pred = float(s["predicted_time"])
         rows.append({"step": s["step"], "batch": s["batch"], "predicted": pred, "measured": float(meas),
-                     "ape": 100 * abs(pred - meas) / meas, "features": [int(feats[f]) for f in FEATURES]})
+                     "ape": 100 * abs(pred - meas) / meas, "features": list(features_of(feats))})
     return rows
 
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..costmodel import FEATURES, features_of
 from ..instance import Instance
 from ..jsonio import write_json_atomic
 from ..schedule import Schedule, replay
@@ -100,7 +101,7 @@ class PlanStep:
     predicted_time
         The cost model's batch time, seconds.
     features
-        The cost model's arguments ``n_tok, n_pre, s_pre, n_dec, kv_dec`` (contract section 3).
+        The cost model's arguments (:data:`optsched.costmodel.FEATURES`, contract section 3).
     kv_blocks
         KV blocks held after the step's processing (before finished requests release theirs).
     """
@@ -109,17 +110,16 @@ class PlanStep:
     preempt: tuple[str, ...]
     tokens: Mapping[str, int]
     predicted_time: float
-    features: tuple[int, int, int, int, int]
+    features: tuple[int, ...]
     kv_blocks: int
 
     def to_dict(self) -> dict[str, Any]:
-        n_tok, n_pre, s_pre, n_dec, kv_dec = self.features
         return {
             "batch": self.batch,
             "preempt": list(self.preempt),
             "tokens": dict(self.tokens),
             "predicted_time": self.predicted_time,
-            "features": {"n_tok": n_tok, "n_pre": n_pre, "s_pre": s_pre, "n_dec": n_dec, "kv_dec": kv_dec},
+            "features": dict(zip(FEATURES, self.features)),
             "kv_blocks": self.kv_blocks,
         }
 
@@ -177,7 +177,7 @@ class ReplayPlan:
                     tuple(str(x) for x in s.get("preempt", [])),
                     {str(k): int(v) for k, v in s["tokens"].items()},
                     float(s["predicted_time"]),
-                    tuple(int(s["features"][k]) for k in ("n_tok", "n_pre", "s_pre", "n_dec", "kv_dec")),
+                    features_of(s["features"]),
                     int(s.get("kv_blocks", 0)),
                 )
                 for s in data["steps"]

@@ -139,6 +139,7 @@ class _Draft:
     s_pre: int = 0
     n_dec: int = 0
     kv_dec: int = 0
+    x_pre: int = 0
     phase: int = _NONE
 
 
@@ -321,7 +322,7 @@ class Engine:
                 f"policy {self.config.name!r}: empty batch at t={start} with {len(self._waiting)} waiting and"
                 f" {len(self._running)} running requests (engine bug)"
             )
-        end = start + self.cost_model.batch_time(d.n_tok, d.n_pre, d.s_pre, d.n_dec, d.kv_dec)
+        end = start + self.cost_model.batch_time(d.n_tok, d.n_pre, d.s_pre, d.n_dec, d.kv_dec, d.x_pre)
         self._batches.append(Batch(tuple(d.items), tuple(d.evict), start if explicit else None))
         self._now = end
         self._finish(d)
@@ -453,6 +454,7 @@ class Engine:
             if self._ef:
                 self._fixed[i] = need
             insort(self._running, i, key=self._prio.__getitem__)
+        d.x_pre += c * self._m[i]
         self._m[i] += c
         self._mark[i] = d.no
         d.items.append(Item(self._reqs[i].id, c))
