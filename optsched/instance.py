@@ -32,6 +32,7 @@ __all__ = [
     "Limits",
     "Request",
     "available_instances",
+    "check_requests",
     "load_instance",
     "load_trace_csv",
     "parse_instance",
@@ -292,7 +293,7 @@ def parse_instance(data: Any, source: str = "<instance>", *, check_capacity: boo
         )
         for r in model.requests
     )
-    _check_requests(requests, limits, source, check_capacity)
+    check_requests(requests, limits, source, check_capacity)
     extra = {k: v for k, v in data.items() if k not in _InstanceModel.model_fields}
     _reject_misspelt_keys(extra, _InstanceModel.model_fields, source, "")
     for r in requests:
@@ -312,7 +313,14 @@ def _reject_misspelt_keys(extra: Mapping[str, Any], known: Iterable[str], source
             raise InstanceError(f"{source}: {who}field {key!r}: unknown field; did you mean {close[0]!r}?")
 
 
-def _check_requests(requests: Sequence[Request], limits: Limits, source: str, check_capacity: bool = True) -> None:
+def check_requests(requests: Sequence[Request], limits: Limits, source: str, check_capacity: bool = True) -> None:
+    """Unique ids and, with ``check_capacity``, every request able to fit in ``kv_capacity``.
+
+    Raises
+    ------
+    InstanceError
+        Naming the file, the request and the field.
+    """
     seen: set[str] = set()
     for r in requests:
         if r.id in seen:
@@ -452,6 +460,6 @@ def load_trace_csv(
     except CostModelError as exc:
         raise InstanceError(f"{source}: {exc}") from None
     limits = limits or Limits()
-    _check_requests(requests, limits, source, check_capacity)
+    check_requests(requests, limits, source, check_capacity)
     stem = Path(source).stem
     return Instance(name or (f"{stem}-{first}" if first else stem), cost, limits, tuple(requests))

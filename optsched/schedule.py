@@ -3,7 +3,8 @@
 A :class:`Schedule` is a sequence of :class:`Batch` es (engine iterations); contract section 2
 fixes what each batch does. :func:`replay` walks a schedule over an :class:`~optsched.instance.Instance`,
 applies exactly those rules, and returns a :class:`ReplayResult`: every violation (naming batch and
-request), per-request times and the schedule's :class:`Metrics`. Every schedule produced anywhere in
+request), per-request times and the schedule's :class:`~optsched.metrics.Metrics` (computed in
+:mod:`optsched.metrics`). Every schedule produced anywhere in
 optsched (policies, formulations, exporters) is judged here.
 
 Per request the state is ``m`` (KV slots held), ``I`` (current prompt length) and ``g`` (tokens
@@ -20,10 +21,11 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from .instance import Instance, Request
+from .instance import Instance
 from .jsonio import dumps_rows, gc_paused, write_text_atomic
+from .metrics import TIME_RTOL, Metrics, RequestOutcome, compute_metrics
 
 __all__ = [
     "Batch",
@@ -33,12 +35,12 @@ __all__ = [
     "RequestOutcome",
     "Schedule",
     "ScheduleError",
+    "TIME_RTOL",
+    "compute_metrics",
     "load_schedule",
     "replay",
 ]
 
-#: Relative tolerance for time comparisons (batch starts, arrivals, SLOs).
-TIME_RTOL = 1e-9
 #: Most violations listed by :func:`replay` (the rest are counted).
 MAX_VIOLATIONS = 200
 
@@ -175,63 +177,6 @@ def load_schedule(path: str | Path) -> Schedule:
 # --------------------------------------------------------------------------- results
 
 
-@dataclass(frozen=True)
-class RequestOutcome:
-    """What happened to one request under a schedule (times in seconds, absolute)."""
-
-    request: Request
-    first_token: float | None
-    finish: float | None
-    evictions: int
-
-    @property
-    def ttft(self) -> float | None:
-        return None if self.first_token is None else self.first_token - self.request.arrival
-
-    @property
-    def latency(self) -> float | None:
-        return None if self.finish is None else self.finish - self.request.arrival
-
-    @property
-    def tpot(self) -> float | None:
-        """(finish - first token) / (O - 1); None for one output token or unfinished."""
-        if self.finish is None or self.first_token is None or self.request.output_tokens < 2:
-            return None
-        return (self.finish - self.first_token) / (self.request.output_tokens - 1)
-
-    @property
-    def meets_slo(self) -> bool:
-        """Whether the request finished and met every SLO it carries (``atgt`` is read as TPOT)."""
-        if self.finish is None:
-            return False
-        slo = self.request.slo
-        if slo is None:
-            return True
-        checks = ((slo.ttft, self.ttft), (slo.e2e, self.latency), (slo.tpot, self.tpot), (slo.atgt, self.tpot))
-        return all(
-            target is None or value is None or value <= target * (1 + TIME_RTOL) for target, value in checks
-        )
-
-
-@dataclass(frozen=True)
-class Metrics:
-    """Schedule metrics of contract section 2 (times in seconds)."""
-
-    makespan: float
-    mean_latency: float
-    mean_ttft: float
-    mean_tpot: float | None
-    throughput: float
-    evictions: int
-    slo_attainment: float
-    G: float
-    batches: int
-    total_latency: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
 @dataclass
 class ReplayResult:
     """Outcome of :func:`replay`.
@@ -275,31 +220,201 @@ class ReplayResult:
     kv_held: list[int] = field(default_factory=list)
 
 
-def compute_metrics(outcomes: Iterable[RequestOutcome], makespan: float, evictions: int, batches: int) -> Metrics:
-    """Metrics of a complete schedule from its per-request outcomes."""
-    outs = list(outcomes)
-    n = len(outs)
-    latencies = [o.latency for o in outs]
-    ttfts = [o.ttft for o in outs]
-    tpots = [o.tpot for o in outs if o.tpot is not None]
-    total_latency = math.fsum(latencies)  # type: ignore[arg-type]
-    met = sum(o.meets_slo for o in outs)
-    tokens = sum(o.request.output_tokens for o in outs)
-    return Metrics(
-        makespan=makespan,
-        mean_latency=total_latency / n,
-        mean_ttft=math.fsum(ttfts) / n,  # type: ignore[arg-type]
-        mean_tpot=math.fsum(tpots) / len(tpots) if tpots else None,
-        throughput=tokens / makespan if makespan > 0 else math.inf,
-        evictions=evictions,
-        slo_attainment=met / n,
-        G=met / total_latency if total_latency > 0 else math.inf,
-        batches=batches,
-        total_latency=total_latency,
-    )
-
-
 # --------------------------------------------------------------------------- replay
+
+
+@dataclass(slots=True)
+class _ReplayState:
+    """Per-request state of a replay (lists in instance order) and its running totals."""
+
+    index: dict[str, int]
+    arrival: list[float]
+    out_len: list[int]
+    prompt: list[int]
+    m: list[int]
+    gen: list[int]
+    finished: list[bool]
+    first_token: list[float | None]
+    finish: list[float | None]
+    first_scheduled: list[float | None]
+    evicted: list[int]
+    kv_total: int = 0
+    running: int = 0
+    total_evictions: int = 0
+    violations: list[str] = field(default_factory=list)
+    dropped: int = 0
+
+    @classmethod
+    def of(cls, instance: Instance) -> "_ReplayState":
+        reqs = instance.requests
+        n = len(reqs)
+        return cls(
+            index={r.id: i for i, r in enumerate(reqs)},
+            arrival=[r.arrival for r in reqs],
+            out_len=[r.output_tokens for r in reqs],
+            prompt=[r.prompt_tokens for r in reqs],
+            m=[0] * n,
+            gen=[0] * n,
+            finished=[False] * n,
+            first_token=[None] * n,
+            finish=[None] * n,
+            first_scheduled=[None] * n,
+            evicted=[0] * n,
+        )
+
+    def flag(self, msg: str) -> None:
+        """Record a violation (the first :data:`MAX_VIOLATIONS`, then a count)."""
+        if len(self.violations) < MAX_VIOLATIONS:
+            self.violations.append(msg)
+        else:
+            self.dropped += 1
+
+
+@dataclass(slots=True)
+class _BatchWork:
+    """What one batch processed: the cost model's arguments and the requests involved."""
+
+    n_tok: int = 0
+    n_pre: int = 0
+    s_pre: int = 0
+    n_dec: int = 0
+    kv_dec: int = 0
+    x_pre: int = 0
+    seen: set[int] = field(default_factory=set)
+    generated: list[int] = field(default_factory=list)
+
+    def features(self) -> tuple[int, int, int, int, int, int]:
+        """The cost model's arguments ``(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)`` (contract section 3)."""
+        return (self.n_tok, self.n_pre, self.s_pre, self.n_dec, self.kv_dec, self.x_pre)
+
+
+def _batch_start(st: _ReplayState, j: int, batch: Batch, prev_end: float) -> float:
+    """Rule 1: the batch starts at max(previous end, its ``start``); an earlier ``start`` is flagged."""
+    if batch.start is None:
+        return prev_end
+    if batch.start < prev_end - TIME_RTOL * max(1.0, abs(prev_end)):
+        st.flag(f"batch {j}: start {batch.start!r} is earlier than the previous batch's end {prev_end!r}")
+    return max(prev_end, batch.start)
+
+
+def _apply_evictions(st: _ReplayState, j: int, batch: Batch, start: float, arrival_limit: float) -> None:
+    """Rule 2: an evicted decode-phase request's prompt becomes ``m + 1``; its KV is dropped."""
+    m, prompt = st.m, st.prompt
+    for rid in batch.evict:
+        i = st.index.get(rid)
+        if i is None:
+            st.flag(f"batch {j}: request {rid!r}: unknown request in evict")
+            continue
+        if st.arrival[i] > arrival_limit:
+            st.flag(f"batch {j}: request {rid!r}: evicted before its arrival {st.arrival[i]!r} (batch starts {start!r})")
+        if st.finished[i]:
+            st.flag(f"batch {j}: request {rid!r}: evicted after it finished")
+            continue
+        if m[i] == 0:
+            st.flag(f"batch {j}: request {rid!r}: evicted without holding KV")
+            continue
+        if m[i] >= prompt[i]:
+            prompt[i] = m[i] + 1
+        st.kv_total -= m[i]
+        st.running -= 1
+        m[i] = 0
+        st.evicted[i] += 1
+        st.total_evictions += 1
+
+
+def _process_items(st: _ReplayState, j: int, batch: Batch, start: float, arrival_limit: float) -> _BatchWork:
+    """Rule 3: each item is a prefill chunk ``1 <= c <= I - m`` or a decode step ``c = 1``.
+
+    A broken rule skips the item (flagged), so that every violation is listed at once.
+    """
+    m, prompt, index, arrival = st.m, st.prompt, st.index, st.arrival
+    first_scheduled = st.first_scheduled
+    work = _BatchWork()
+    seen, generated = work.seen, work.generated
+    evicted_now = set(batch.evict)
+    for it in batch.items:
+        i = index.get(it.id)
+        if i is None:
+            st.flag(f"batch {j}: request {it.id!r}: unknown request")
+            continue
+        if i in seen:
+            st.flag(f"batch {j}: request {it.id!r}: more than one item in the batch")
+            continue
+        seen.add(i)
+        if it.id in evicted_now:
+            st.flag(f"batch {j}: request {it.id!r}: evicted and processed in the same batch")
+            continue
+        if st.finished[i]:
+            st.flag(f"batch {j}: request {it.id!r}: processed after it finished")
+            continue
+        if arrival[i] > arrival_limit:
+            st.flag(f"batch {j}: request {it.id!r}: processed before its arrival {arrival[i]!r} (batch starts {start!r})")
+        c = it.tokens
+        if c < 1:
+            st.flag(f"batch {j}: request {it.id!r}: tokens = {c} < 1")
+            continue
+        if m[i] < prompt[i]:  # prefill
+            room = prompt[i] - m[i]
+            if c > room:
+                st.flag(f"batch {j}: request {it.id!r}: prefill chunk {c} exceeds the remaining prompt {room}")
+                continue
+            if m[i] == 0:
+                st.running += 1
+            work.x_pre += c * m[i]
+            m[i] += c
+            work.n_pre += c
+            work.s_pre += c * c
+            if m[i] == prompt[i]:
+                generated.append(i)
+        else:  # decode
+            if c != 1:
+                st.flag(f"batch {j}: request {it.id!r}: decode item with tokens = {c} (must be 1)")
+                continue
+            work.kv_dec += m[i]
+            work.n_dec += 1
+            m[i] += 1
+            generated.append(i)
+        st.kv_total += c
+        work.n_tok += c
+        if first_scheduled[i] is None:
+            first_scheduled[i] = start
+    return work
+
+
+def _check_limits(st: _ReplayState, j: int, work: _BatchWork, instance: Instance) -> None:
+    """Rule 4: C, P, M and R_max after processing (finishing requests still hold their KV here)."""
+    lim = instance.limits
+    cap_m = lim.kv_capacity if lim.kv_capacity is not None else math.inf
+    cap_r = lim.max_running if lim.max_running is not None else math.inf
+    over = [
+        (work.n_tok > lim.token_budget, f"token budget exceeded: {work.n_tok} > C = {lim.token_budget}"),
+        (work.n_pre > lim.prefill_budget, f"prefill budget exceeded: {work.n_pre} > P = {lim.prefill_budget}"),
+        (st.kv_total > cap_m, f"KV capacity exceeded: {st.kv_total} > M = {cap_m}"),
+        (st.running > cap_r, f"max running exceeded: {st.running} > R_max = {cap_r}"),
+    ]
+    if not any(broken for broken, _ in over):
+        return
+    reqs = instance.requests
+    ids = ", ".join(repr(reqs[i].id) for i in sorted(work.seen)[:5])
+    who = f" (requests {ids}{'...' if len(work.seen) > 5 else ''})"
+    for broken, what in over:
+        if broken:
+            st.flag(f"batch {j}: {what}{who}")
+
+
+def _generate_tokens(st: _ReplayState, generated: list[int], end: float) -> None:
+    """Rule 5: each generating request gains a token at the batch end; finished ones free their KV."""
+    gen, first_token, m = st.gen, st.first_token, st.m
+    for i in generated:
+        gen[i] += 1
+        if first_token[i] is None:
+            first_token[i] = end
+        if gen[i] == st.out_len[i]:
+            st.finished[i] = True
+            st.finish[i] = end
+            st.kv_total -= m[i]
+            st.running -= 1
+            m[i] = 0
 
 
 def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayResult:
@@ -319,171 +434,44 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
         feasible, the metrics.
     """
     batches = schedule.batches if isinstance(schedule, Schedule) else tuple(schedule)
-    reqs = instance.requests
-    n = len(reqs)
-    index = {r.id: i for i, r in enumerate(reqs)}
-    lim = instance.limits
-    cap_c, cap_p = lim.token_budget, lim.prefill_budget
-    cap_m = lim.kv_capacity if lim.kv_capacity is not None else math.inf
-    cap_r = lim.max_running if lim.max_running is not None else math.inf
+    st = _ReplayState.of(instance)
     cost = instance.cost_model
-
-    m = [0] * n
-    prompt = [r.prompt_tokens for r in reqs]
-    gen = [0] * n
-    out_len = [r.output_tokens for r in reqs]
-    arrival = [r.arrival for r in reqs]
-    finished = [False] * n
-    first_token: list[float | None] = [None] * n
-    finish: list[float | None] = [None] * n
-    evicted = [0] * n
-    kv_total = 0
-    running = 0
-
-    violations: list[str] = []
-    dropped = 0
-
-    def flag(msg: str) -> None:
-        nonlocal dropped
-        if len(violations) < MAX_VIOLATIONS:
-            violations.append(msg)
-        else:
-            dropped += 1
-
-    starts: list[float] = []
-    ends: list[float] = []
-    kv_trace: list[int] = []
-    run_trace: list[int] = []
-    pre_trace: list[int] = []
-    dec_trace: list[int] = []
-    feat_trace: list[tuple[int, int, int, int, int, int]] = []
+    result = ReplayResult(False, st.violations, {}, [], [], [], [], [], [], None)
     prev_end = 0.0
-    total_evictions = 0
-
     for j, batch in enumerate(batches):
-        start = prev_end
-        if batch.start is not None:
-            if batch.start < prev_end - TIME_RTOL * max(1.0, abs(prev_end)):
-                flag(f"batch {j}: start {batch.start!r} is earlier than the previous batch's end {prev_end!r}")
-            start = max(prev_end, batch.start)
+        start = _batch_start(st, j, batch, prev_end)
         arrival_limit = start + TIME_RTOL * max(1.0, abs(start))
-
-        # 2. evictions
-        for rid in batch.evict:
-            i = index.get(rid)
-            if i is None:
-                flag(f"batch {j}: request {rid!r}: unknown request in evict")
-                continue
-            if arrival[i] > arrival_limit:
-                flag(f"batch {j}: request {rid!r}: evicted before its arrival {arrival[i]!r} (batch starts {start!r})")
-            if finished[i]:
-                flag(f"batch {j}: request {rid!r}: evicted after it finished")
-                continue
-            if m[i] == 0:
-                flag(f"batch {j}: request {rid!r}: evicted without holding KV")
-                continue
-            if m[i] >= prompt[i]:
-                prompt[i] = m[i] + 1
-            kv_total -= m[i]
-            running -= 1
-            m[i] = 0
-            evicted[i] += 1
-            total_evictions += 1
-        evicted_now = set(batch.evict)
-
-        # 3. process
-        n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = 0
-        seen: set[int] = set()
-        generated: list[int] = []
-        for it in batch.items:
-            i = index.get(it.id)
-            if i is None:
-                flag(f"batch {j}: request {it.id!r}: unknown request")
-                continue
-            if i in seen:
-                flag(f"batch {j}: request {it.id!r}: more than one item in the batch")
-                continue
-            seen.add(i)
-            if it.id in evicted_now:
-                flag(f"batch {j}: request {it.id!r}: evicted and processed in the same batch")
-                continue
-            if finished[i]:
-                flag(f"batch {j}: request {it.id!r}: processed after it finished")
-                continue
-            if arrival[i] > arrival_limit:
-                flag(f"batch {j}: request {it.id!r}: processed before its arrival {arrival[i]!r} (batch starts {start!r})")
-            c = it.tokens
-            if c < 1:
-                flag(f"batch {j}: request {it.id!r}: tokens = {c} < 1")
-                continue
-            if m[i] < prompt[i]:  # prefill
-                room = prompt[i] - m[i]
-                if c > room:
-                    flag(f"batch {j}: request {it.id!r}: prefill chunk {c} exceeds the remaining prompt {room}")
-                    continue
-                if m[i] == 0:
-                    running += 1
-                x_pre += c * m[i]
-                m[i] += c
-                kv_total += c
-                n_pre += c
-                s_pre += c * c
-                if m[i] == prompt[i]:
-                    generated.append(i)
-            else:  # decode
-                if c != 1:
-                    flag(f"batch {j}: request {it.id!r}: decode item with tokens = {c} (must be 1)")
-                    continue
-                kv_dec += m[i]
-                n_dec += 1
-                m[i] += 1
-                kv_total += 1
-                generated.append(i)
-            n_tok += c
-
-        # 4. limits after processing (finishing requests still hold their KV here)
-        if n_tok > cap_c or n_pre > cap_p or kv_total > cap_m or running > cap_r:
-            who = f" (requests {', '.join(repr(reqs[i].id) for i in sorted(seen)[:5])}{'...' if len(seen) > 5 else ''})"
-            if n_tok > cap_c:
-                flag(f"batch {j}: token budget exceeded: {n_tok} > C = {cap_c}{who}")
-            if n_pre > cap_p:
-                flag(f"batch {j}: prefill budget exceeded: {n_pre} > P = {cap_p}{who}")
-            if kv_total > cap_m:
-                flag(f"batch {j}: KV capacity exceeded: {kv_total} > M = {cap_m}{who}")
-            if running > cap_r:
-                flag(f"batch {j}: max running exceeded: {running} > R_max = {cap_r}{who}")
-        kv_trace.append(kv_total)
-        run_trace.append(running)
-        pre_trace.append(n_pre)
-        dec_trace.append(n_dec)
-        feat_trace.append((n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre))
-
-        # 6. time; 5. finish
-        end = start + cost.batch_time(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)
-        for i in generated:
-            gen[i] += 1
-            if first_token[i] is None:
-                first_token[i] = end
-            if gen[i] == out_len[i]:
-                finished[i] = True
-                finish[i] = end
-                kv_total -= m[i]
-                running -= 1
-                m[i] = 0
-        starts.append(start)
-        ends.append(end)
+        _apply_evictions(st, j, batch, start, arrival_limit)
+        work = _process_items(st, j, batch, start, arrival_limit)
+        _check_limits(st, j, work, instance)
+        features = work.features()
+        end = start + cost.batch_time(*features)
+        result.kv_used.append(st.kv_total)
+        result.running.append(st.running)
+        result.prefill_tokens.append(work.n_pre)
+        result.decode_items.append(work.n_dec)
+        result.features.append(features)
+        _generate_tokens(st, work.generated, end)
+        result.starts.append(start)
+        result.ends.append(end)
         prev_end = end
+    return _conclude(instance, st, result, prev_end, len(batches))
 
-    for i, r in enumerate(reqs):
-        if not finished[i]:
-            flag(f"request {r.id!r}: unfinished after the last batch ({gen[i]} of {out_len[i]} tokens generated)")
-    if dropped:
-        violations.append(f"... and {dropped} more violations")
 
-    outcomes = {r.id: RequestOutcome(r, first_token[i], finish[i], evicted[i]) for i, r in enumerate(reqs)}
-    feasible = not violations
-    metrics = compute_metrics(outcomes.values(), prev_end, total_evictions, len(batches)) if feasible else None
-    return ReplayResult(
-        feasible, violations, outcomes, starts, ends, kv_trace, run_trace, pre_trace, dec_trace, metrics,
-        feat_trace, gen, m,
-    )
+def _conclude(instance: Instance, st: _ReplayState, result: ReplayResult, makespan: float, batches: int) -> ReplayResult:
+    """Flag unfinished requests, build the outcomes and, when feasible, the metrics."""
+    for i, r in enumerate(instance.requests):
+        if not st.finished[i]:
+            st.flag(f"request {r.id!r}: unfinished after the last batch ({st.gen[i]} of {st.out_len[i]} tokens generated)")
+    if st.dropped:
+        st.violations.append(f"... and {st.dropped} more violations")
+    result.outcomes = {
+        r.id: RequestOutcome(r, st.first_token[i], st.finish[i], st.evicted[i], st.first_scheduled[i])
+        for i, r in enumerate(instance.requests)
+    }
+    result.feasible = not st.violations
+    if result.feasible:
+        result.metrics = compute_metrics(result.outcomes.values(), makespan, st.total_evictions, batches)
+    result.generated = st.gen
+    result.kv_held = st.m
+    return result

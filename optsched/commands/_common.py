@@ -6,13 +6,15 @@ import argparse
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence, TypeVar
 
 from ..cli import BadInput
-from ..costmodel import available_profiles
-from ..instance import Instance, load_instance, load_trace_csv, parse_instance
+from ..costmodel import CostModelError, available_profiles, load_cost_model
+from ..instance import Instance, Limits, check_requests, load_instance, load_trace_csv
 from ..schedule import Schedule
+from ..workload import WorkloadError, WorkloadTransforms, apply_transforms, parse_window
 
 T = TypeVar("T")
 
@@ -46,7 +48,7 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def add_instance_arguments(parser: argparse.ArgumentParser) -> None:
-    """INSTANCE plus the options that build or override an instance (needed for trace CSVs)."""
+    """INSTANCE, the options that build or override an instance, and the workload transforms."""
     parser.add_argument(
         "instance",
         metavar="INSTANCE",
@@ -62,44 +64,104 @@ def add_instance_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--prefill-budget", type=positive_int, metavar="P", help="prefill tokens per batch (default C)")
     group.add_argument("--kv-capacity", type=positive_int, metavar="M", help="KV-cache slots in tokens")
     group.add_argument("--max-running", type=positive_int, metavar="R", help="requests holding KV at once")
+    add_transform_arguments(parser)
+
+
+def add_transform_arguments(parser: argparse.ArgumentParser) -> None:
+    """The workload transforms (:mod:`optsched.workload.transforms`), applied in its order."""
+    group = parser.add_argument_group(
+        "workload transforms",
+        "applied in this order: --first, --window, --sample, --rate-scale, --clip-prompt/--clip-output, "
+        "--offline, --slo-ttft/--slo-tpot (docs/instances.md)",
+    )
     group.add_argument("--first", type=positive_int, metavar="N", help="keep only the first N requests")
+    group.add_argument("--window", type=_window, metavar="START:END",
+                       help="keep requests arriving in [START, END) seconds, shifted to start at 0")
+    group.add_argument("--sample", type=_fraction, metavar="FRACTION",
+                       help="keep this fraction of the requests, drawn at random (with --seed)")
+    group.add_argument("--seed", type=int, metavar="S", help="seed of --sample (default 0)")
+    group.add_argument("--rate-scale", type=positive_float, metavar="X",
+                       help="divide arrival times by X (2 = twice the traffic)")
+    group.add_argument("--clip-prompt", type=positive_int, metavar="N", help="prompt lengths above N become N")
+    group.add_argument("--clip-output", type=positive_int, metavar="N", help="output lengths above N become N")
     group.add_argument("--offline", action="store_true", help="ignore arrival times (all arrive at 0)")
+    group.add_argument("--slo-ttft", type=positive_float, metavar="SECONDS",
+                       help="TTFT SLO of every request that has none")
+    group.add_argument("--slo-tpot", type=positive_float, metavar="SECONDS",
+                       help="TPOT SLO of every request that has none")
+
+
+def _window(text: str) -> tuple[float, float]:
+    try:
+        return parse_window(text)
+    except WorkloadError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--window: ")) from None
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {text}")
+    return value
+
+
+def transforms_from_args(args: argparse.Namespace) -> WorkloadTransforms:
+    """The :class:`WorkloadTransforms` of the command line (``--seed`` without ``--sample`` is bad input)."""
+    if args.seed is not None and args.sample is None:
+        raise BadInput("--seed: only applies with --sample")
+    return WorkloadTransforms(
+        first=args.first, window=args.window, sample=args.sample, seed=args.seed, rate_scale=args.rate_scale,
+        clip_prompt=args.clip_prompt, clip_output=args.clip_output, offline=args.offline,
+        slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
+    )
+
+
+def _limits_from_args(args: argparse.Namespace, base: Limits) -> Limits:
+    """``base`` with the limit options applied; lowering C alone lowers P to at most C."""
+    given = {k: getattr(args, k) for k in _LIMIT_OPTIONS if getattr(args, k) is not None}
+    if "token_budget" in given and "prefill_budget" not in given:
+        given["prefill_budget"] = min(base.prefill_budget, given["token_budget"])
+    limits = replace(base, **given)
+    if limits.prefill_budget > limits.token_budget:
+        raise BadInput(
+            f"--prefill-budget: {limits.prefill_budget} exceeds the token budget {limits.token_budget} (P <= C)"
+        )
+    return limits
 
 
 def load_instance_arg(args: argparse.Namespace, *, check_capacity: bool = True) -> Instance:
-    """The instance named by ``args.instance`` with the instance options applied.
+    """The instance named by ``args.instance`` with the instance options and transforms applied.
 
     A ``.csv`` is read as a trace (``--cost-model`` required; limits from the options, contract
-    defaults otherwise). Options given with a JSON instance override its values; the result is
-    validated again like a loaded instance.
+    defaults otherwise). Options given with a JSON instance override its values. The workload
+    transforms apply after loading; the result is checked like a loaded instance (unique ids,
+    every request able to fit in M).
     """
     path = args.instance
+    transforms = transforms_from_args(args)
+    overrides = [args.cost_model, *(getattr(args, k) for k in _LIMIT_OPTIONS)]
     if path.endswith(".csv"):
         if args.cost_model is None:
             raise BadInput(f"{path}: a trace CSV needs --cost-model (profiles: {', '.join(available_profiles())})")
-        base = load_trace_csv(path, args.cost_model, first=args.first, offline=args.offline, check_capacity=False)
-        data = base.to_dict()
-        data["limits"] = {}
+        base = load_trace_csv(path, args.cost_model, check_capacity=False)
+        base = replace(base, limits=Limits())
     else:
-        base = load_instance(path, check_capacity=check_capacity)
-        overrides = [args.cost_model, args.first, *(getattr(args, k) for k in _LIMIT_OPTIONS)]
-        if all(v is None for v in overrides) and not args.offline:
-            return base
-        data = base.to_dict()
-        if args.first is not None:
-            data["requests"] = data["requests"][: args.first]
-            data["name"] = f"{data['name']}-{args.first}"
-        if args.offline:
-            data["requests"] = [{**r, "arrival": 0.0} for r in data["requests"]]
+        if all(v is None for v in overrides) and transforms.is_identity:
+            return load_instance(path, check_capacity=check_capacity)
+        base = load_instance(path, check_capacity=False)
+    instance = apply_transforms(base, transforms, source=path)
+    cost = base.cost_model
     if args.cost_model is not None:
-        data["cost_model"] = args.cost_model
-    limits = dict(data["limits"])
-    given = {k: getattr(args, k) for k in _LIMIT_OPTIONS if getattr(args, k) is not None}
-    if "token_budget" in given and "prefill_budget" not in given:
-        limits["prefill_budget"] = min(limits.get("prefill_budget") or given["token_budget"], given["token_budget"])
-    limits.update(given)
-    data["limits"] = limits
-    return parse_instance(data, source=path, check_capacity=check_capacity)
+        try:
+            cost = load_cost_model(args.cost_model)
+        except CostModelError as exc:
+            raise BadInput(f"--cost-model: {exc}") from None
+    instance = replace(instance, cost_model=cost, limits=_limits_from_args(args, base.limits))
+    check_requests(instance.requests, instance.limits, path, check_capacity)
+    return instance
 
 
 def check_schedule_ids(instance: Instance, schedule: Schedule, source: str) -> None:
@@ -175,6 +237,7 @@ def check_output_path(path: str | None) -> None:
 
 __all__ = [
     "add_instance_arguments",
+    "add_transform_arguments",
     "add_json_flag",
     "check_output_path",
     "check_schedule_ids",
@@ -184,4 +247,5 @@ __all__ = [
     "positive_float",
     "positive_int",
     "progress",
+    "transforms_from_args",
 ]

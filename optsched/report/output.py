@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..metrics import TAIL_KEYS
 from ..result import relative_gap
 from .gather import Report
 
@@ -23,7 +24,7 @@ def _metrics(replay: Any) -> dict[str, Any] | None:
     if replay is None or replay.metrics is None:
         return None
     m = replay.metrics.to_dict()
-    return {k: m[k] for k in (*METRIC_KEYS, "batches")}
+    return {k: m[k] for k in (*METRIC_KEYS, "batches", "goodput", *TAIL_KEYS)}
 
 
 def report_rows(report: Report) -> list[dict[str, Any]]:

@@ -1,0 +1,190 @@
+"""Per-request outcomes and schedule metrics (contract section 2, tail metrics and goodput).
+
+:func:`~optsched.schedule.replay` records, per request, the start of the first batch that serves it,
+its first-token time, its finish time and its evictions (:class:`RequestOutcome`); from those,
+:func:`compute_metrics` derives the schedule's :class:`Metrics`:
+
+- per request: TTFT = first token - arrival, TPOT = (finish - first token) / (O - 1) (undefined for
+  O = 1), latency = finish - arrival, queue = start of the first batch that serves it - arrival;
+- means (contract section 2), and for each of ``ttft``, ``tpot``, ``latency`` and ``queue`` the
+  P50, P90, P95, P99 (:func:`numpy.percentile`, its default linear interpolation) and max over the
+  requests where the value is defined (None when it is defined for none);
+- ``goodput``: requests that meet every SLO they carry, per second of makespan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .instance import Request
+
+__all__ = [
+    "PERCENTILES",
+    "TAIL_KEYS",
+    "TAIL_QUANTITIES",
+    "TIME_RTOL",
+    "Metrics",
+    "RequestOutcome",
+    "compute_metrics",
+    "tail_summary",
+]
+
+#: Relative tolerance for time comparisons (batch starts, arrivals, SLOs).
+TIME_RTOL = 1e-9
+
+#: Percentiles reported for every per-request quantity (plus the max).
+PERCENTILES = (50, 90, 95, 99)
+#: The per-request quantities summarised by percentiles (:class:`RequestOutcome` properties).
+TAIL_QUANTITIES = ("ttft", "tpot", "latency", "queue")
+#: Keys of the tail metrics in :class:`Metrics`: ``ttft_p50 ... ttft_max``, then ``tpot_``, ...
+TAIL_KEYS = tuple(
+    f"{q}_{s}" for q in TAIL_QUANTITIES for s in (*(f"p{p}" for p in PERCENTILES), "max")
+)
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    """What happened to one request under a schedule (times in seconds, absolute).
+
+    Attributes
+    ----------
+    request
+        The request.
+    first_token
+        End of the batch of its first generated token ever (None: never generated one).
+    finish
+        End of the batch of its last token (None: unfinished).
+    evictions
+        How many times its KV was evicted.
+    first_scheduled
+        Start of the first batch with an item of it (None: never served).
+    """
+
+    request: Request
+    first_token: float | None
+    finish: float | None
+    evictions: int
+    first_scheduled: float | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token is None else self.first_token - self.request.arrival
+
+    @property
+    def latency(self) -> float | None:
+        return None if self.finish is None else self.finish - self.request.arrival
+
+    @property
+    def queue(self) -> float | None:
+        """Queueing delay: start of the first batch that serves the request minus its arrival."""
+        return None if self.first_scheduled is None else self.first_scheduled - self.request.arrival
+
+    @property
+    def tpot(self) -> float | None:
+        """(finish - first token) / (O - 1); None for one output token or unfinished."""
+        if self.finish is None or self.first_token is None or self.request.output_tokens < 2:
+            return None
+        return (self.finish - self.first_token) / (self.request.output_tokens - 1)
+
+    @property
+    def meets_slo(self) -> bool:
+        """Whether the request finished and met every SLO it carries (``atgt`` is read as TPOT)."""
+        if self.finish is None:
+            return False
+        slo = self.request.slo
+        if slo is None:
+            return True
+        checks = ((slo.ttft, self.ttft), (slo.e2e, self.latency), (slo.tpot, self.tpot), (slo.atgt, self.tpot))
+        return all(
+            target is None or value is None or value <= target * (1 + TIME_RTOL) for target, value in checks
+        )
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Schedule metrics (times in seconds): contract section 2, tail percentiles and goodput.
+
+    Every ``<q>_p<k>`` is the k-th percentile of the per-request quantity q (numpy's linear
+    interpolation) over the requests where q is defined, ``<q>_max`` its maximum; None when q is
+    defined for no request (``tpot`` when every request has one output token). ``goodput`` is the
+    number of requests meeting every SLO they carry divided by the makespan.
+    """
+
+    makespan: float
+    mean_latency: float
+    mean_ttft: float
+    mean_tpot: float | None
+    throughput: float
+    evictions: int
+    slo_attainment: float
+    G: float
+    batches: int
+    total_latency: float
+    goodput: float
+    ttft_p50: float | None
+    ttft_p90: float | None
+    ttft_p95: float | None
+    ttft_p99: float | None
+    ttft_max: float | None
+    tpot_p50: float | None
+    tpot_p90: float | None
+    tpot_p95: float | None
+    tpot_p99: float | None
+    tpot_max: float | None
+    latency_p50: float | None
+    latency_p90: float | None
+    latency_p95: float | None
+    latency_p99: float | None
+    latency_max: float | None
+    queue_p50: float | None
+    queue_p90: float | None
+    queue_p95: float | None
+    queue_p99: float | None
+    queue_max: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def tail_summary(name: str, values: Sequence[float | None]) -> dict[str, float | None]:
+    """``{name_p50, name_p90, name_p95, name_p99, name_max}`` over the defined (non-None) values."""
+    defined = np.array([v for v in values if v is not None], dtype=float)
+    keys = [f"{name}_p{p}" for p in PERCENTILES] + [f"{name}_max"]
+    if defined.size == 0:
+        return dict.fromkeys(keys)
+    stats = [float(v) for v in np.percentile(defined, PERCENTILES)] + [float(defined.max())]
+    return dict(zip(keys, stats))
+
+
+def compute_metrics(outcomes: Iterable[RequestOutcome], makespan: float, evictions: int, batches: int) -> Metrics:
+    """Metrics of a complete schedule from its per-request outcomes."""
+    outs = list(outcomes)
+    n = len(outs)
+    latencies = [o.latency for o in outs]
+    ttfts = [o.ttft for o in outs]
+    tpots = [o.tpot for o in outs]
+    defined_tpots = [t for t in tpots if t is not None]
+    total_latency = math.fsum(latencies)  # type: ignore[arg-type]
+    met = sum(o.meets_slo for o in outs)
+    tokens = sum(o.request.output_tokens for o in outs)
+    tails: dict[str, float | None] = {}
+    for name, values in (("ttft", ttfts), ("tpot", tpots), ("latency", latencies), ("queue", [o.queue for o in outs])):
+        tails.update(tail_summary(name, values))
+    return Metrics(
+        makespan=makespan,
+        mean_latency=total_latency / n,
+        mean_ttft=math.fsum(ttfts) / n,  # type: ignore[arg-type]
+        mean_tpot=math.fsum(defined_tpots) / len(defined_tpots) if defined_tpots else None,
+        throughput=tokens / makespan if makespan > 0 else math.inf,
+        evictions=evictions,
+        slo_attainment=met / n,
+        G=met / total_latency if total_latency > 0 else math.inf,
+        batches=batches,
+        total_latency=total_latency,
+        goodput=met / makespan if makespan > 0 else math.inf,
+        **tails,
+    )
