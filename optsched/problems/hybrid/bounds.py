@@ -1,15 +1,15 @@
 """Lower bounds on the makespan of the Hybrid problem: Eqs. (31)-(32) (``paper``) and a proven ``strict`` one.
 
-``paper`` (digest 4.4, O3): ``T^LB = t^p* + t^d*`` with::
+``paper`` (docs/hybrid.md, Eqs. (31)-(32), O3): ``T^LB = t^p* + t^d*`` with::
 
     (31)  t^p* = T^p_L * floor( sum_i N^p_i / N^cap_L )        (N^cap_L = stage capacity, T^p_L its time)
     (32)  t^d* = tau_d * C*(N^d),  C*(N^d) = optimal P||Cmax (26)-(30) on T_i = N^d_i rounds, J clients
 
 It is reported with ``valid = False``: it charges every decode round the full-batch time ``tau_d`` (rounds
-with fewer active clients are cheaper, digest O5), counts N^d_i rounds per request although the prefill
+with fewer active clients are cheaper, docs/hybrid.md, O5), counts N^d_i rounds per request although the prefill
 emits the first token (A7), and floors the prefill count.
 
-``strict`` (digest O3-O5, proven for every schedule the replay accepts that has no evictions; when the
+``strict`` (docs/hybrid.md, O3-O5, proven for every schedule the replay accepts that has no evictions; when the
 profile has a per-batch ``base`` cost it also assumes pure batches, i.e. PD Competition). Prefill and decode
 batches never overlap, so the makespan is at least the sum of their times:
 
@@ -42,7 +42,7 @@ __all__ = ["bounds", "paper_bound", "strict_bound"]
 
 
 def paper_bound(instance: Instance, time_limit: float = 10.0) -> tuple[float, float, float]:
-    """``(T^LB, t^p*, t^d*)`` of Eqs. (31)-(32) as printed (digest O3 ``paper`` mode)."""
+    """``(T^LB, t^p*, t^d*)`` of Eqs. (31)-(32) as printed (docs/hybrid.md, O3, ``paper`` mode)."""
     tm = timing_of(instance)
     total = sum(r.prompt_tokens for r in instance.requests)
     cap = tm.prefill_cap
@@ -78,7 +78,7 @@ def bounds(instance: Instance, options: dict[str, Any]) -> list[Bound]:
     if which in (None, "paper"):
         value, t_p, t_d = paper_bound(instance, limit)
         out.append(
-            Bound("paper", value, False, f"Eqs. (31)-(32): t^p* = {t_p:.4f} s (floor), t^d* = tau_d x C*(N^d) = {t_d:.4f} s; not proven (digest O5)")
+            Bound("paper", value, False, f"Eqs. (31)-(32): t^p* = {t_p:.4f} s (floor), t^d* = tau_d x C*(N^d) = {t_d:.4f} s; not proven (docs/hybrid.md, O5)")
         )
     if which in (None, "strict"):
         value, t_p, t_d = strict_bound(instance, limit)

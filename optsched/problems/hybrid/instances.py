@@ -1,9 +1,9 @@
-"""Seeded GSM8K-like instances for the Hybrid paper's experiments (seed003 Sec. V, digest U6).
+"""Seeded GSM8K-like instances for the Hybrid paper's experiments (seed003 Sec. V; docs/hybrid.md, U6).
 
 The lengths come from :func:`optsched.generators.gsm8k_like` (Table III's moments: inputs mean 68.43 /
 sd 25.04, outputs mean 344.83 / sd 187.99, Normal draws rounded and clipped to [1, 512]; all requests
 arrive at 0); this module adds the paper's limits: J = ``clients`` (``max_running``), prefill stages of at
-most 2048 tokens (the digest's largest level N^cap_L, which reproduces t^p* ~ 13 s) and a KV capacity of
+most 2048 tokens (the largest level N^cap_L of docs/hybrid.md, O3, which reproduces t^p* ~ 13 s) and a KV capacity of
 1024 blocks x 128 tokens = 131072 (Sec. V-A).
 
 The paper gives only moments, and its output mean 344.83 / sd 187.99 are those of outputs capped at 512;

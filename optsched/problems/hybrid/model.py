@@ -1,4 +1,4 @@
-r"""The full MIP (1)-(25) of the Hybrid paper with the digest's fixes, solved and replayed.
+r"""The full MIP (1)-(25) of the Hybrid paper with the fixes of docs/hybrid.md, solved and replayed.
 
 Sets: requests ``i`` (I), clients ``j`` (J = ``limits.max_running``), bins ``k = 1..K`` (one prefill stage then
 one decode stage each; default K = I, which never cuts off an optimum, fix M3), prefill levels ``l``.

@@ -1,6 +1,6 @@
 """Offline request-to-client assignment of the Hybrid paper, Eqs. (26)-(30), as P||Cmax.
 
-Model (paper Sec. IV-B; digest O1-O2). Requests ``i`` with processing times ``T_i`` go to ``J`` identical
+Model (paper Sec. IV-B; docs/hybrid.md, O1-O2). Requests ``i`` with processing times ``T_i`` go to ``J`` identical
 clients::
 
     (26)  min  t^max
@@ -9,11 +9,11 @@ clients::
     (29)  x_ij in {0, 1};  (30) t_j, t^max >= 0
 
 This is identical-machine makespan minimisation (P||Cmax), which the paper calls "bin packing". Times are
-integers here: ``T_i = tau_d * p_i`` with ``p_i`` decode rounds (digest O1, fix M2), so the problem is
+integers here: ``T_i = tau_d * p_i`` with ``p_i`` decode rounds (docs/hybrid.md, O1 and M2), so the problem is
 solved on ``p_i`` and the objective reported in seconds is ``tau_d * C*``. ``p_i`` is ``N^d_i - 1``
 (``lengths='rounds'``, the contract's semantics: the prefill emits the first token), ``N^d_i``
 (``lengths='paper'``, the paper's T_i) or the predicted output length minus one (``'predicted'``,
-digest M11; falls back to the true length where no prediction is given).
+docs/hybrid.md, M11; falls back to the true length where no prediction is given).
 
 Methods:
 

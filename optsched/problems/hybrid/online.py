@@ -12,24 +12,24 @@ policies' schedules lie in the full MIP's model space. Every caller replays the 
 Three decisions, each with the paper's options:
 
 1. *Assignment* of requests to client queues ``I_j``: round robin in arrival (FCFS) order (the baseline,
-   digest 5.3), the offline P||Cmax optimum (:mod:`.offline`, Eqs. 26-30), or one shared FCFS queue that
-   every idle client serves next (``hybrid-baseline-global``, vLLM's single waiting queue; a variant the
-   paper does not describe, reported beside the digest's baseline).
-2. *Online request scheduling* (Algorithm 1, digest 5.1 with fixes A1-A2): each ``I_j`` sorted longest-first
+   docs/hybrid.md, "Online methods"), the offline P||Cmax optimum (:mod:`.offline`, Eqs. 26-30), or one
+   shared FCFS queue that every idle client serves next (``hybrid-baseline-global``, vLLM's single waiting queue; a variant the
+   paper does not describe, reported beside that baseline).
+2. *Online request scheduling* (Algorithm 1 with fixes A1-A2 of docs/hybrid.md): each ``I_j`` sorted longest-first
    by ``N^p_i + N^d_i``; ``remain_token(j) = sum_{I_j} (N^p + N^d)``; an idle client with an empty queue
    steals the head (longest) request of ``j* = argmax remain_token`` (lowest index on ties) and the donor's
    counter drops. Without it, a client serves its own queue in order (FCFS).
 3. *Online iteration scheduling*: ``prefill-first`` (baseline: a prefill stage whenever a request waits) or
-   the marginal-cost rule of Eqs. (41)-(43) (digest 5.2, fix A4): ``C_p`` = time of the prefill stage that
+   the marginal-cost rule of Eqs. (41)-(43) (docs/hybrid.md, fix A4): ``C_p`` = time of the prefill stage that
    would run now, ``C_d`` = "waited decode time" since the last prefill stage; decode while
    ``C_p >= C_d``, else prefill. Reading A (default): ``C_d = T^d * tokens decoded in the current decode
    stage``; reading B: ``C_d = T^d * sum over waiting requests of decode rounds waited``. ``cd_overhead``
    adds the per-round bias ``alpha_d`` to ``C_d`` (off by default, as in the paper).
 
-Output lengths are the true ones (oracle, digest M11/A3) unless ``lengths='predicted'``, where sorting and
+Output lengths are the true ones (oracle, docs/hybrid.md, M11 and A3) unless ``lengths='predicted'``, where sorting and
 ``remain_token`` use ``predicted_output_tokens`` (the simulation itself always plays out the true lengths).
 
-Utilisation (digest U1): client ``j`` is busy from the start of the prefill stage that first processes its
+Utilisation (docs/hybrid.md, U1): client ``j`` is busy from the start of the prefill stage that first processes its
 request to the end of that request's last decode round, stalls behind other requests' prefill stages
 included; ``U = sum busy / (J * makespan)``. ``U_decode = sum_i D_i * tau_d / (J * makespan)`` is also
 reported (see docs/hybrid.md).
@@ -57,7 +57,8 @@ RULES = ("prefill-first", "marginal")
 
 
 def round_robin(instance: Instance) -> list[int]:
-    """Client of every request: the k-th request in FCFS order goes to client ``k mod J`` (digest 5.3)."""
+    """Client of every request: the k-th request in FCFS order goes to client ``k mod J``
+    (docs/hybrid.md, "Online methods")."""
     J = timing_of(instance).clients
     order = sorted(range(len(instance.requests)), key=lambda i: (instance.requests[i].arrival, i))
     client = [0] * len(order)
@@ -292,7 +293,7 @@ def simulate_policy(instance: Instance, name: str, **overrides: Any) -> Schedule
 
 
 def simulate_baseline(instance: Instance) -> Schedule:
-    """``hybrid-baseline``: round robin, FCFS, prefill-first (digest 5.3)."""
+    """``hybrid-baseline``: round robin, FCFS, prefill-first (docs/hybrid.md, "Online methods")."""
     return simulate_policy(instance, "hybrid-baseline")
 
 
@@ -322,7 +323,7 @@ def simulate_hybrid_b(instance: Instance) -> Schedule:
 
 
 def client_metrics(instance: Instance, schedule: Schedule, rep: ReplayResult) -> dict[str, float]:
-    """Makespan, utilisation ``U`` (digest U1), ``U_decode`` and tokens/s of a replayed schedule.
+    """Makespan, utilisation ``U`` (docs/hybrid.md, U1), ``U_decode`` and tokens/s of a replayed schedule.
 
     ``U`` counts, for every request, the time from the start of the first batch that processes it to its
     finish; with at most J requests holding KV (one per client) this is the clients' busy time.

@@ -10,11 +10,11 @@ With the contract's fields, ``alpha_p = layers * (base + prefill.bias)``, ``beta
 of the paper's laws; when a profile has them, :attr:`HybridTiming.linear` is False and every time model
 built on these coefficients is an approximation of the replayed time (and is reported as such).
 
-Digest fixes used here: M2 (``tau_d = alpha_d + beta_d * J``, the time of one full decode round, replaces
-the per-token ``T^d`` of Eq. (8)); A7 (a request's prefill emits its first output token, as in the
-contract's semantics, so request ``i`` needs ``D_i = N^d_i - 1`` decode rounds); digest Sec. 6 levels
-``N^cap_l`` in {0, 256, 512, 1024, 2048} capped by the prefill budget, ``T^p_l = alpha_p + beta_p N^cap_l``
-and ``T^p_0 = 0`` (fix M3).
+Fixes of docs/hybrid.md used here: M2 (``tau_d = alpha_d + beta_d * J``, the time of one full decode
+round, replaces the per-token ``T^d`` of Eq. (8)); A7 (a request's prefill emits its first output token,
+as in the contract's semantics, so request ``i`` needs ``D_i = N^d_i - 1`` decode rounds); the levels of
+docs/hybrid.md, "Time model", ``N^cap_l`` in {0, 256, 512, 1024, 2048} capped by the prefill budget,
+``T^p_l = alpha_p + beta_p N^cap_l`` and ``T^p_0 = 0`` (fix M3).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ...instance import Instance
 
 __all__ = ["HybridTiming", "DEFAULT_LEVEL_CAPS", "timing_of"]
 
-#: Prefill level capacities of the digest (Sec. 6), before capping by the prefill budget.
+#: Prefill level capacities (docs/hybrid.md, "Time model"), before capping by the prefill budget.
 DEFAULT_LEVEL_CAPS = (256, 512, 1024, 2048)
 
 
@@ -57,7 +57,7 @@ class HybridTiming:
 
     @property
     def tau_d(self) -> float:
-        """Time of a full decode round (J active clients), digest fix M2."""
+        """Time of a full decode round (J active clients), docs/hybrid.md, fix M2."""
         return self.alpha_d + self.beta_d * self.clients
 
     def prefill_time(self, tokens: int) -> float:
