@@ -137,7 +137,7 @@ def min_workers_scaling(
     """Aladdin's own scaling: placement opens workers as needed (Alg. 1), for each margin theta.
 
     For ``exact`` and ``bestfit*`` only. Each theta gives the workers opened and the simulated
-    attainment (digest A16); the result is the fewest workers among the thetas reaching ``target``.
+    attainment (docs/aladdin.md, A16); the result is the fewest workers among the thetas reaching ``target``.
     """
     if method not in ("exact", "bestfit", "bestfit+rebalance"):
         raise ValueError(f"method {method!r} does not open workers; use min_workers")

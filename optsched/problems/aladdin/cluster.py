@@ -17,7 +17,7 @@ running at ``g >= L_j``. The engines run on the true lengths.
 
 Results are judged by replay only: each worker's batches are replayed on the worker's sub-instance
 (``instance.with_requests``); TTFT (arrival to first token, so including the wait for the heartbeat
-and any queueing, digest A19) and ATGT (= TPOT of the contract) come from those replays, and SLO
+and any queueing, docs/aladdin.md, A19) and ATGT (= TPOT of the contract) come from those replays, and SLO
 attainment is the share of requests meeting both (requests without their own SLO get the instance's
 top-level ``slo``). A worker schedule that does not replay cleanly raises.
 """
@@ -202,7 +202,7 @@ def simulate_cluster(
     assignment
         For method ``given``: the worker of every request.
     ttft_margin
-        Seconds taken off ``T_pre`` in the placement's (c') (digest A19: the heartbeat wait and the
+        Seconds taken off ``T_pre`` in the placement's (c') (docs/aladdin.md, A19: the heartbeat wait and the
         in-flight iteration also count in the measured TTFT); 0 is the paper's constraint.
     record
         When given, each heartbeat's placement problem is appended to it (benchmarks replay them).
@@ -258,7 +258,7 @@ def simulate_cluster(
                 if st.generated >= planned[rid]:
                     planned[rid] = predictor.repredict(prompt, st.generated) if predictor else st.generated + 1
                 if planned[rid] > original[rid]:
-                    l_err += planned[rid]  # Alg. 2, literal underestimate increment (digest A9)
+                    l_err += planned[rid]  # Alg. 2, literal underestimate increment (docs/aladdin.md, A9)
                     b_err += 1
                 # decode time until a new prefill can start: the end of the in-flight batch (the
                 # engine has counted its tokens in st.generated already), not the heartbeat

@@ -3,15 +3,15 @@
 - :func:`best_fit` (Algorithm 1): for each new request in arrival order, try the workers in
   descending ``capacity_norm = sqrt(b_i^2 + (sum_j (l_j + gamma L_j))^2)`` and take the first on which
   (b')-(e') still hold (aggregates are updated after each placement, so requests of one heartbeat
-  see each other; digest Sec. 5.1 [REC]). If none fits, open a new worker; when the worker count
+  see each other). If none fits, open a new worker; when the worker count
   is fixed (``max_workers``) and full, fall back to the worker with the least capacity_norm and
-  report the request as an overflow (digest A12).
-- :func:`rebalance` (Algorithm 2, digest Sec. 5.2 concrete version): per worker an error point
+  report the request as an overflow (docs/aladdin.md, A12).
+- :func:`rebalance` (Algorithm 2, concrete version of docs/aladdin.md, A10): per worker an error point
   ``(l_e, b_e)`` from under-/over-estimated output lengths; the error of a worker is the distance
   ``|k2 l_e + c2 b_e| / sqrt(k2^2 + c2^2)`` of its "equivalent error line" from the origin. Greedy
   single moves of new requests (``x -> y``: ``l_e`` and ``b_e`` move by ``L_j`` and 1) that most
   reduce the sum, each move keeping (b')-(e') on the target, until none improves.
-- Baselines (digest Sec. 8): :func:`jsq` (fewest outstanding requests, ties to the lowest index),
+- Baselines (docs/aladdin.md, section 4): :func:`jsq` (fewest outstanding requests, ties to the lowest index),
   :func:`round_robin` and :func:`power_of_two` (two workers drawn uniformly, the one with fewer
   predicted remaining decode tokens). They check no constraint.
 
@@ -54,7 +54,7 @@ def best_fit(
     compiled
         Its integer data, if already built.
     normalise
-        Scale the two capacity_norm components by their (b') capacities (digest A11); default is the
+        Scale the two capacity_norm components by their (b') capacities (docs/aladdin.md, A11); default is the
         paper's literal norm.
 
     Returns

@@ -1,10 +1,10 @@
-"""Aladdin's performance models (seed002, Sec. 3; digest Sec. 1) and SLO parameters.
+"""Aladdin's performance models (seed002, Sec. 3; docs/aladdin.md, "The paper's model") and SLO parameters.
 
-- KV footprint (Eq. 1, typo ``r`` read as the current length, digest A1):
+- KV footprint (Eq. 1, typo ``r`` read as the current length, docs/aladdin.md, A1):
   ``kv(t) = h * t + j`` for a context of ``t`` tokens.
 - Prefill iteration (Eq. 2): ``t_pre(l) = k1 * l + c1`` for ``l`` prompt tokens in the batch.
 - Decode iteration (Eq. 3, total-context form): ``t_d(b, L) = k2 * L + c2 * b + c3`` for ``b``
-  requests holding ``L`` context tokens in total (used for every ``b >= 1``, digest A4).
+  requests holding ``L`` context tokens in total (used for every ``b >= 1``, docs/aladdin.md, A4).
 - Context limit (Eq. 4): ``l_d(b) = (T_dec - c3 - c2 * b) / k2``, the largest total context a
   decode batch of ``b`` requests may hold so that one iteration meets the ATGT SLO ``T_dec``.
 
@@ -52,7 +52,7 @@ class AladdinModel:
     theta
         Prediction-error margin of (b) and (d), in (0, 1].
     slack
-        Decode slack of (d), see :meth:`decode_slack`: ``"paper"`` (literal, digest A6) or ``"atgt"``.
+        Decode slack of (d), see :meth:`decode_slack`: ``"paper"`` (literal, docs/aladdin.md, A6) or ``"atgt"``.
     """
 
     k1: float
@@ -90,7 +90,7 @@ class AladdinModel:
     def decode_slack(self, generated: int, decode_time: float) -> float:
         """Time an ongoing request has saved against its ATGT budget, the right-hand side of (d).
 
-        ``"paper"``: ``T_dec * g - t_dec`` (the paper's formula, digest A6). ``"atgt"``:
+        ``"paper"``: ``T_dec * g - t_dec`` (the paper's formula, docs/aladdin.md, A6). ``"atgt"``:
         ``T_dec * (g - 1) - t_dec``, the budget of the ``g - 1`` decode intervals that ATGT
         (``(finish - first token) / (O - 1)``) counts; the paper's form credits one interval that
         ATGT does not, so a prefill it admits can push a request that is about to finish over T_dec.
@@ -188,7 +188,7 @@ def model_from_instance(instance: Instance, source: str | None = None) -> Aladdi
     if atgt <= c3 + c2:
         raise InstanceError(
             f"{src}: field 'slo.atgt': {atgt} s is not above one unbatched decode iteration "
-            f"c3 + c2 = {c3 + c2:.6g} s (digest A4)"
+            f"c3 + c2 = {c3 + c2:.6g} s (docs/aladdin.md, A4)"
         )
     return AladdinModel(k1, c1, k2, c2, c3, h, jkv, cap, ttft, atgt, gamma, theta, slack)  # type: ignore[arg-type]
 

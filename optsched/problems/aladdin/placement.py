@@ -1,19 +1,19 @@
-"""Aladdin's request-placement problem (seed002 Sec. 4.2; digest Sec. 4) and its exact solution.
+"""Aladdin's request-placement problem (seed002 Sec. 4.2; docs/aladdin.md, "The paper's model") and its exact solution.
 
 At a scheduling heartbeat the new requests ``J_new`` are placed onto workers, some of which already
 run ongoing requests ``J_old`` (no migration). Each request ``j`` has prompt ``l_j``, a planned
-output length ``L_j`` (predicted, or re-predicted once exceeded, digest A3), ``g_j`` tokens generated
+output length ``L_j`` (predicted, or re-predicted once exceeded, docs/aladdin.md, A3), ``g_j`` tokens generated
 so far and ``t_j`` seconds of decoding so far (both 0 for new requests). Variables: ``x_ij`` (request
 ``j`` on worker ``i``), ``y_i`` (worker ``i`` used), ``z_i`` (worker ``i`` gets a new request, the
-digest's Sec. 4.5 indicator). Minimise ``sum_i y_i`` subject to
+indicator of docs/aladdin.md, A5). Minimise ``sum_i y_i`` subject to
 
 - (a) ``sum_i x_ij = 1`` for every new ``j`` (ongoing ``x_ij`` are constants);
 - (b') ATGT (Eqs. 3, 4 linearised): ``sum_j x_ij (k2 (l_j + gamma L_j) + theta c2) <= theta (T_dec - c3) y_i``;
 - (c') TTFT (Eq. 2): ``k1 sum_{j new} x_ij l_j + c1 z_i <= T_pre``;
 - (d') prefill preemption: ``k1 sum_{j new} x_ij l_j + c1 z_i <= theta S_i`` with the worker's
-  decode slack ``S_i = min_{j ongoing in decode} (T_dec g_j - t_j)`` (literal form, digest A6), or
+  decode slack ``S_i = min_{j ongoing in decode} (T_dec g_j - t_j)`` (literal form, docs/aladdin.md, A6), or
   with ``slack = "atgt"`` ``T_dec (g_j - 1) - t_j`` (the decode intervals ATGT counts); workers
-  without ongoing decode requests have no (d'). The digest's big-M is not needed: with
+  without ongoing decode requests have no (d'). A big-M row is not needed: with
   ``z_i = 0`` the row reads ``0 <= theta S_i``, and when ``S_i < 0`` no new request may go to ``i``,
   which is imposed by fixing its ``x_ij`` to 0;
 - ``z_i >= x_ij`` for new ``j``;

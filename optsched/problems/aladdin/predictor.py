@@ -1,11 +1,11 @@
-"""Output-length prediction by prompt-length bins (seed002 Sec. 4.3; digest Sec. 3).
+"""Output-length prediction by prompt-length bins (seed002 Sec. 4.3; docs/aladdin.md, section 5).
 
 Aladdin predicts a request's output length as the mean output length of historical requests with
 a similar prompt: prompts are binned (equal-count bins over the history's prompt lengths) and the
 prediction is the bin's conditional mean ``E[l_out | l_in in bin]`` (rounded up to an integer).
 When a request is still running after its prediction, it is re-predicted as
-``E[l_out | l_in in bin, l_out > g]`` for its current generated count ``g`` (digest [REC]: condition
-on the current count, and iterate when exceeded again); with no such history the re-prediction
+``E[l_out | l_in in bin, l_out > g]`` for its current generated count ``g`` (conditioned
+on the current count, and iterated when exceeded again); with no such history the re-prediction
 is ``g + 1``.
 """
 

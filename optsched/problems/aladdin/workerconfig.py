@@ -4,9 +4,9 @@ For a worker of ``N`` GPUs (tensor-parallel degree) the coefficients of Eqs. 2 a
 a compute part, an attention (KV read) part, an all-reduce part and a TP-invariant overhead ``c4``
 (Eq. 5). Two variants of the compute and KV parts exist; the rest is shared.
 
-**Datasheet roofline** (``measured=None``; digest Sec. 1.4, "scale a reference fit with Eq. 5 +
-comm"): weights ``W`` bytes read once per iteration at the datasheet bandwidth ``BW``, per-token
-compute ``2 P / (N F mfu)`` at fp16 throughput ``F`` and utilisation ``mfu``:
+**Datasheet roofline** (``measured=None``; a reference fit scaled with Eq. 5 plus communication,
+docs/aladdin.md, A13): weights ``W`` bytes read once per iteration at the datasheet bandwidth ``BW``,
+per-token compute ``2 P / (N F mfu)`` at fp16 throughput ``F`` and utilisation ``mfu``:
 ``c3 = c1 = W / (N BW)``, ``c2 = k1 = 2 P / (N F mfu)``, ``k2 = kv_b / (N BW)``.
 
 **Measured** (``measured=`` :func:`measured_layers`): Vidur's per-layer non-attention operator
@@ -28,7 +28,7 @@ textbook ring cost ``2 (N-1) alpha + 2 (N-1)/N * bytes / bw_link`` (Thakur, Rabe
 to ``c2`` and ``k1``. ``c4`` is calibrated once per (model, GPU, variant) by the paper's SLO rule:
 the unbatched per-token latency ``c3 + c2 + k2 * lbar`` at the smallest worker that holds the model
 equals ``T_dec / 1.3``; it is added to ``c3`` and ``c1`` for every ``N``.
-KV capacity ``M(N) = N * m_gpu * util - W`` (bytes). Eq. 6 with the digest's computable recipe:
+KV capacity ``M(N) = N * m_gpu * util - W`` (bytes). Eq. 6 with the computable recipe of docs/aladdin.md, A13:
 ``lbar = E[l_in] + E[l_out] / 2``, ``m_r = kv(lbar)``, ``b_kv = M / m_r``,
 ``t_kv = t_d(b_kv, b_kv lbar)``, ``B = (T_dec - c3) / (k2 lbar + c2)`` and
 ``T_max(N) = min(b_kv / (N t_kv), B / (N T_dec))``; ``N_g^opt = argmax T_max`` over the powers of two
