@@ -3,7 +3,7 @@
 One engine runs every policy of :mod:`optsched.policies.config` (vLLM, Sarathi and their variants,
 the ranking schedulers, each with its eviction-free twin); the policies differ only in data.
 
-Algorithm (digest 001 section 3.1, recommendations B1-B11)
+Algorithm (docs/policies.md, Algorithm 1 and decisions B1-B11)
 ----------------------------------------------------------
 The engine keeps R_w (waiting: arrived requests holding no KV) and R_r (running: requests holding
 KV). Each iteration starts at the end of the previous one, or at the next arrival when both queues
