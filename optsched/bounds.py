@@ -2,8 +2,8 @@
 
 These bounds hold for *every* complete schedule of an instance (any policy, any formulation, with or
 without evictions), so they are valid for every problem whose objective is computed by
-:func:`optsched.schedule.replay`. Each is a relaxation of the contract (section 2) and its cost model
-(section 3); the proofs below rely only on these facts:
+:func:`optsched.schedule.replay`. Each is a relaxation of the contract's semantics (docs/schedule.md)
+and its cost model (docs/costmodel.md); the proofs below rely only on these facts:
 
 (F1) **Batches are sequential.** start_j >= end_{j-1} and end_j = start_j + T_j, so batches occupy
      disjoint time intervals ending by the makespan; a batch holding an item of request i starts at or

@@ -1,4 +1,4 @@
-"""The ``optsched`` command line (contract section 4).
+"""The ``optsched`` command line (the contract's command line: docs/cli.md).
 
 Each subcommand lives in its own module under :mod:`optsched.commands` and exposes
 ``register(subparsers) -> None``; the parser it adds sets ``func`` to a handler

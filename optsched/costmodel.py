@@ -1,4 +1,4 @@
-"""The iteration cost model of the contract (section 3) and its profiles.
+"""The iteration cost model of the contract (docs/costmodel.md) and its profiles.
 
 The time of a non-empty batch, in seconds, is
 
@@ -143,7 +143,7 @@ class CostModel:
         return self.batch_time(n_dec, 0, 0, n_dec, kv_dec)
 
     def to_dict(self) -> dict[str, Any]:
-        """The inline JSON form of the contract (section 3); ``prefill.per_ctx`` only when > 0."""
+        """The inline JSON form of the contract (docs/costmodel.md); ``prefill.per_ctx`` only when > 0."""
         phase = lambda p: {  # noqa: E731 - tiny local projection
             "bias": p.bias,
             "per_token": p.per_token,
@@ -229,7 +229,7 @@ def load_cost_model(spec: str | Mapping[str, Any] | CostModel) -> CostModel:
     ----------
     spec
         A profile name shipped in ``models/`` (e.g. ``"llama2-7b-a100"``), a path to a TOML file,
-        an inline mapping of the contract's section 3, or a :class:`CostModel`.
+        an inline mapping as in docs/costmodel.md, or a :class:`CostModel`.
     """
     if isinstance(spec, CostModel):
         return spec

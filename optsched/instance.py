@@ -1,4 +1,4 @@
-"""Instances: requests, limits and cost model (contract section 1).
+"""Instances: requests, limits and cost model (the contract's instance: docs/instances.md).
 
 An :class:`Instance` is immutable. It is read from the contract's JSON (:func:`load_instance`,
 :func:`parse_instance`) or from a Vidur/Splitwise trace CSV (:func:`load_trace_csv`). Validation
@@ -260,7 +260,7 @@ def parse_instance(data: Any, source: str = "<instance>", *, check_capacity: boo
     Raises
     ------
     InstanceError
-        On any violation of the contract's section 1, naming the file, request and field.
+        On any violation of docs/instances.md, naming the file, request and field.
     """
     if not isinstance(data, Mapping):
         raise InstanceError(f"{source}: the instance must be a JSON object")

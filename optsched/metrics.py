@@ -1,4 +1,4 @@
-"""Per-request outcomes and schedule metrics (contract section 2, tail metrics and goodput).
+"""Per-request outcomes and schedule metrics (docs/schedule.md, tail metrics and goodput).
 
 :func:`~optsched.schedule.replay` records, per request, the start of the first batch that serves it,
 its first-token time, its finish time and its evictions (:class:`RequestOutcome`); from those,
@@ -6,7 +6,7 @@ its first-token time, its finish time and its evictions (:class:`RequestOutcome`
 
 - per request: TTFT = first token - arrival, TPOT = (finish - first token) / (O - 1) (undefined for
   O = 1), latency = finish - arrival, queue = start of the first batch that serves it - arrival;
-- means (contract section 2), and for each of ``ttft``, ``tpot``, ``latency`` and ``queue`` the
+- means (docs/schedule.md), and for each of ``ttft``, ``tpot``, ``latency`` and ``queue`` the
   P50, P90, P95, P99 (:func:`numpy.percentile`, its default linear interpolation) and max over the
   requests where the value is defined (None when it is defined for none);
 - ``goodput``: requests that meet every SLO they carry, per second of makespan.
@@ -106,7 +106,7 @@ class RequestOutcome:
 
 @dataclass(frozen=True)
 class Metrics:
-    """Schedule metrics (times in seconds): contract section 2, tail percentiles and goodput.
+    """Schedule metrics (times in seconds): docs/schedule.md, tail percentiles and goodput.
 
     Every ``<q>_p<k>`` is the k-th percentile of the per-request quantity q (numpy's linear
     interpolation) over the requests where q is defined, ``<q>_max`` its maximum; None when q is

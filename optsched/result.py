@@ -47,7 +47,7 @@ class Bound:
 
 @dataclass
 class SolveResult:
-    """What ``optsched solve`` reports (contract section 4)."""
+    """What ``optsched solve`` reports (docs/cli.md)."""
 
     problem: str
     solver: str

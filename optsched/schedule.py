@@ -1,6 +1,6 @@
 """Iteration-level schedules and :func:`replay`, the one implementation of their semantics.
 
-A :class:`Schedule` is a sequence of :class:`Batch` es (engine iterations); contract section 2
+A :class:`Schedule` is a sequence of :class:`Batch` es (engine iterations); docs/schedule.md
 fixes what each batch does. :func:`replay` walks a schedule over an :class:`~optsched.instance.Instance`,
 applies exactly those rules, and returns a :class:`ReplayResult`: every violation (naming batch and
 request), per-request times and the schedule's :class:`~optsched.metrics.Metrics` (computed in
@@ -199,7 +199,7 @@ class ReplayResult:
         The schedule's :class:`Metrics` (None when infeasible).
     features
         Per batch, the cost model's arguments ``(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)``
-        (contract section 3), e.g. to refit a profile from measured batch times.
+        (docs/costmodel.md), e.g. to refit a profile from measured batch times.
     generated, kv_held
         Per request (instance order), tokens generated and KV slots held after the last batch (the
         state an unfinished schedule leaves, e.g. to complete it).
@@ -284,7 +284,7 @@ class _BatchWork:
     generated: list[int] = field(default_factory=list)
 
     def features(self) -> tuple[int, int, int, int, int, int]:
-        """The cost model's arguments ``(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)`` (contract section 3)."""
+        """The cost model's arguments ``(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)`` (docs/costmodel.md)."""
         return (self.n_tok, self.n_pre, self.s_pre, self.n_dec, self.kv_dec, self.x_pre)
 
 

@@ -1,6 +1,6 @@
 """Independent exhaustive search for the InferMax optimum (tests only; NOT the model).
 
-Shortest path (Dijkstra) over joint request states, written from the contract (section 2) without
+Shortest path (Dijkstra) over joint request states, written from the contract (docs/schedule.md) without
 any of the model's variables: a request's state is ``(m, I, g)`` (KV held, current prompt, tokens
 generated; finished when g == O). From a state, every batch is enumerated: each unfinished request
 either idles, is evicted (if it holds KV and evictions are allowed) or processes a legal item

@@ -1,4 +1,4 @@
-"""An independent generator of random LEGAL schedules, written from the contract (section 2) only.
+"""An independent generator of random LEGAL schedules, written from the contract (docs/schedule.md) only.
 
 It keeps its own request state (m, I, g) and its own clock, so that tests can compare
 :func:`optsched.schedule.replay` with an implementation that shares no code with it: the batch
@@ -45,7 +45,7 @@ class LegalSchedule:
 
 
 def _batch_time(inst: Instance, n_tok: int, n_pre: int, s_pre: int, n_dec: int, kv_dec: int, x_pre: int) -> float:
-    """The contract's section 3 formula, written out again here."""
+    """The cost model of docs/costmodel.md, written out again here."""
     cm = inst.cost_model
     if n_tok == 0:
         return 0.0

@@ -1,4 +1,4 @@
-"""Tests of the command line (contract section 4): exit codes, JSON keys, messages for bad input.
+"""Tests of the command line (docs/cli.md): exit codes, JSON keys, messages for bad input.
 
 The commands run in-process through ``optsched.cli.main``; one test runs the real executable via
 ``python -m optsched``. Policies and formulations are test-only ones registered by monkeypatching

@@ -1,4 +1,4 @@
-"""Every baseline policy produces schedules that replay cleanly (contract section 2).
+"""Every baseline policy produces schedules that replay cleanly (docs/schedule.md).
 
 Instances: an offline 64-request InferMax grid (I, O in {1, 64/32, 128/4, 1024}), the same grid
 under a small KV capacity that forces evictions, a seeded random online instance under tight

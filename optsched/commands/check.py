@@ -1,6 +1,6 @@
 """``optsched check INSTANCE SCHEDULE [--json]``.
 
-Replays the schedule (contract section 2) and reports whether it is feasible, every violation
+Replays the schedule (docs/schedule.md) and reports whether it is feasible, every violation
 (each naming batch and request) and, when feasible, the metrics. Exit 0 when feasible, 1 when not.
 A schedule that names a request the instance does not have is bad input (exit 2): it was made for
 another instance.

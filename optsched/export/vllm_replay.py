@@ -7,7 +7,7 @@ the engine limits the engine must be started with and carries the cost model's p
 times and the cost model's per-step arguments, so that a measured run can be compared with the
 prediction and the profile refitted (``optsched validate``).
 
-Mapping from the contract's schedule (section 2) to engine steps
+Mapping from the contract's schedule (docs/schedule.md) to engine steps
 -----------------------------------------------------------------
 - The schedule is replayed first (:func:`optsched.schedule.replay`); a schedule with violations is
   refused with the replay's messages (each names the batch and the request).
@@ -101,7 +101,7 @@ class PlanStep:
     predicted_time
         The cost model's batch time, seconds.
     features
-        The cost model's arguments (:data:`optsched.costmodel.FEATURES`, contract section 3).
+        The cost model's arguments (:data:`optsched.costmodel.FEATURES`, docs/costmodel.md).
     kv_blocks
         KV blocks held after the step's processing (before finished requests release theirs).
     """

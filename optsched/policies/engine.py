@@ -30,7 +30,7 @@ GetNextBatch walks the policy's candidate groups in order; for each candidate:
    itself (vLLM recompute). A waiting
    candidate evicts only when the policy says so (ranking schedulers). Evicted requests take no
    item in that batch and go to the front of R_w (B1); a decode-phase victim's prompt becomes
-   m + 1 (contract section 2). Eviction-free policies never evict.
+   m + 1 (docs/schedule.md, rule 2). Eviction-free policies never evict.
 
 After the batch, requests whose prompt completed or that decoded generate a token; those that
 reached their output length finish and release their reservation (B10). Every schedule produced

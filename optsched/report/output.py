@@ -16,7 +16,7 @@ from .gather import Report
 
 __all__ = ["METRIC_KEYS", "grouped_messages", "report_rows", "report_to_dict", "report_table"]
 
-#: Schedule metrics shown for every schedule (contract section 2).
+#: Schedule metrics shown for every schedule (docs/schedule.md).
 METRIC_KEYS = ("makespan", "mean_latency", "mean_ttft", "mean_tpot", "throughput", "evictions", "slo_attainment", "G")
 
 
