@@ -2,7 +2,7 @@
 
 Enumerates every ordered list of batches (each of size <= B_max and within the memory capacity)
 and judges it with :func:`optsched.problems.gmax.problem.g_core`, the evaluator's arithmetic.
-Within-batch order is irrelevant, so each schedule is visited once (digest 000 section 6.4: 120,
+Within-batch order is irrelevant, so each schedule is visited once (docs/gmax.md, "Exhaustive reference": 120,
 450 and 530 schedules for N = 5 and B_max = 1, 2, 3).
 """
 

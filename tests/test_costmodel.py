@@ -32,7 +32,7 @@ S_D_MS = 0.00074
 @pytest.mark.parametrize(
     "batch, ms",
     [
-        # sanity values of the InferMax 7B set (digest seed001, appendix X1; quoted to 3 digits)
+        # sanity values of the InferMax 7B set (docs/costmodel.md, A1; quoted to 3 digits)
         ((1024, 1024, 1024**2, 0, 0), 73.3),
         ((4096, 4096, 4 * 1024**2, 0, 0), 278),
         ((4096, 4096, 4096**2, 0, 0), 345),
@@ -41,8 +41,8 @@ S_D_MS = 0.00074
         ((49, 0, 0, 49, 49 * 2047), 34.2),
     ],
 )
-def test_llama2_7b_a100_matches_the_digest(batch, ms):
-    # The digest's decode values include the code's s_d * n_dec term per layer, which the shipped
+def test_llama2_7b_a100_matches_the_sanity_values(batch, ms):
+    # The sanity decode values include the code's s_d * n_dec term per layer, which the shipped
     # profile (the paper's simpler form) leaves out; add it back to compare.
     n_dec = batch[3]
     got = load_cost_model("llama2-7b-a100").batch_time(*batch) * 1e3 + 32 * S_D_MS * n_dec

@@ -2,7 +2,7 @@
 
 Every batch costs exactly 1 s here (cost model ``base = 1``), so batch j of a back-to-back schedule
 runs over [j, j + 1]. Each expected schedule is derived by hand in the comments from the rules in
-the engine's docstring (digest 001, B1-B11).
+the engine's docstring (docs/policies.md, B1-B11).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from optsched.problems.gmax.sa import (
 from optsched.problems.gmax.slots import SlotData
 
 ROOT = Path(__file__).resolve().parents[1]
-TOYS = {  # digest 000 section 5.3: (instance, optimal batches, optimal G in req/s, start G)
+TOYS = {  # docs/gmax.md, toy examples: (instance, optimal batches, optimal G in req/s, start G)
     "fig3-slo-order": ([["J2"], ["J1"], ["J3"]], 3 / 2.9, 2 / 2.7),
     "fig4-batch-size": ([["J1", "J2"], ["J3"]], 3 / 1.8, 1 / 2.4),
     "fig5-defer-strict": ([["J2"], ["J1"], ["J3"]], 2 / 2.9, 1 / 2.7),
@@ -129,7 +129,7 @@ def test_model_check_accepts_slack_in_t_but_not_a_shortfall():
         _check_model(p, SubResult("feasible", batches, n + 1, t), "n too large")
 
 
-def test_exhaustive_counts_match_digest():
+def test_exhaustive_counts_match_the_ordered_partitions():
     data = random_gmax_instance(5, 0, max_batch_size=1)
     for bmax, count in [(1, 120), (2, 450), (3, 530)]:
         p = GmaxProblem.from_instance(parse_instance(dict(data, max_batch_size=bmax)))

@@ -3,7 +3,7 @@
 ``tests/test_infermax.py`` checks the makespan of offline instances against exhaustive search and
 the other objectives only backend against backend. Here the exhaustive search
 (``infermax_bruteforce.exhaustive_optimum``) is the reference for the sum of completion times and
-the mean TTFT (offline) and for the makespan with online arrivals (digest C10, C11).
+the mean TTFT (offline) and for the makespan with online arrivals (docs/infermax.md, fixes C10, C11).
 """
 
 import sys

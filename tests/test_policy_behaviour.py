@@ -1,4 +1,4 @@
-"""The InferMax paper's reported baseline behaviour holds in simulation (digest 001, section 4).
+"""The InferMax paper's reported baseline behaviour holds in simulation (docs/policies.md).
 
 Setting of the paper (section 4.1): Llama-2-7B on an A100 (profile ``llama2-7b-a100``), C = P = 4096,
 M = 100,000, offline requests with fixed input and output sizes I and O, B requests.

@@ -11,7 +11,7 @@ from optsched.problems.scls.batching import DS_TABLE, MemoryRule, dp_batches, mi
 from optsched.problems.scls.offload import adaptive_interval, exact_offload, max_min_offload
 from optsched.problems.static_latency import Phase, StaticLatencyModel
 
-# digest 004 section 2.4: synthetic HF LLaMA2-13B profile (seconds) reproducing Fig. 11
+# docs/scls.md: synthetic HF LLaMA2-13B profile (seconds) reproducing Fig. 11
 HF = StaticLatencyModel(Phase(1.1e-4, 1.0e-3, 1.0e-5, 0.03), Phase(3.63e-6, 3.0e-4, 1.0e-6, 0.02186))
 
 

@@ -13,7 +13,7 @@ from optsched.problems.static_latency import (
     load_static_latency,
 )
 
-# digest 000 section 2.2 (Table 2 coefficients, ms): (b, l_in, l_out, t_p, t_d, t_exec, TPOT)
+# docs/gmax.md, "Latency model" (Table 2 coefficients, ms): (b, l_in, l_out, t_p, t_d, t_exec, TPOT)
 CHECK = [
     (1, 500, 200, 104.37, 3354.708, 3459.078, 16.7735),
     (2, 500, 200, 160.07, 3433.728, 3593.798, 17.1686),
@@ -25,7 +25,7 @@ CHECK = [
 
 
 @pytest.mark.parametrize("b,li,lo,tp,td,te,tpot", CHECK)
-def test_table2_profile_reproduces_digest_values(b, li, lo, tp, td, te, tpot):
+def test_table2_profile_reproduces_the_check_values(b, li, lo, tp, td, te, tpot):
     m = load_static_latency("qwen2.5-7b-2xv100")
     assert m.unit == "ms" and "Table 2" in m.source
     assert m.prefill_time(b, li) * 1e3 == pytest.approx(tp, abs=1e-6)
@@ -42,7 +42,7 @@ def test_closed_form_equals_explicit_sum_of_decode_steps():
 
 
 def test_scls_slice_coefficients_match_serve_time_and_fig11():
-    # digest 004 section 2.4 synthetic HF profile (seconds) reproduces Fig. 11: 13.5 s vs 7.6 s
+    # docs/scls.md, synthetic HF profile (seconds) reproduces Fig. 11: 13.5 s vs 7.6 s
     m = StaticLatencyModel(Phase(1.1e-4, 1.0e-3, 1.0e-5, 0.03), Phase(3.63e-6, 3.0e-4, 1.0e-6, 0.02186))
     assert m.serve_time(16, 1024, 128) == pytest.approx(13.502, abs=1e-3)
     assert m.serve_time(15, 10, 128) + m.serve_time(1, 1024, 128) == pytest.approx(7.600, abs=1e-3)

@@ -1,7 +1,7 @@
 """GPU-savings study (issue 5): minimum GPUs for P100 SLO attainment per placement method.
 
 Workload: the Splitwise conversation trace (``<repo>/../shared/data/traces/splitwise_conv.csv``),
-requests with ``prompt <= 2048`` and ``prompt + output <= 4096`` (digest A20), a slice of
+requests with ``prompt <= 2048`` and ``prompt + output <= 4096`` (docs/aladdin.md, A20), a slice of
 ``--requests`` consecutive rows starting at ``--offset``; arrival times are scaled so that the slice's
 mean rate is each of ``--rates`` requests/s. Llama-2-7b on A100 with the Table 2 SLOs (TTFT 0.4 s,
 ATGT 15 ms); worker coefficients from :mod:`optsched.problems.aladdin.workerconfig`, measured
@@ -53,7 +53,7 @@ LABELS = {
     "jsq-2gpu": "JSQ, 2 GPUs/worker",
     "jsq-4gpu": "JSQ, 4 GPUs/worker (default vLLM)",
 }
-#: Prediction-error margin of (b) and (d) (digest A8 recommends 0.9; the paper gives no value).
+#: Prediction-error margin of (b) and (d) (docs/aladdin.md, A8: 0.9; the paper gives no value).
 THETA = 0.9
 
 
