@@ -26,9 +26,9 @@ __all__ = ["HANDOVER_PER_BUILD", "MIP_BACKENDS", "HighsWithStart", "pulp_solver"
 
 MIP_BACKENDS = ("highs", "cbc", "gurobi")
 
-#: Handing a PuLP model to the solver (PuLP's transfer and the solver's start) took 0.9 to 1.8
+#: Handing a PuLP model to the solver (PuLP's transfer and the solver's start) takes 0.9 to 1.8
 #: times its build (HiGHS; the hybrid MIP on 10 to 40 GSM8K-like requests 1.65-1.76, the InferMax
-#: MIP at N = 4 to 16 0.94-1.56; 2026-11-23, lead).
+#: MIP at N = 4 to 16 0.94-1.56).
 HANDOVER_PER_BUILD = 2.0
 
 

@@ -13,9 +13,8 @@ every command, and the contract's exit codes.
 
 A run is bad when the exit code is not 0, 1 or 2 (3 is an internal error), when exit 2 comes without
 an error message, or when a command overruns its time limit by more than ``--slack`` seconds. Each bad
-run is printed with the command and the file, kept under ``--dir``. The defects it found (session 5,
-2026-11-22: internal errors on arrivals in the hybrid MIP, on time-limited InferMax solves, on huge
-numbers, on a non-object schedule ``meta``) each have a unit test of their own.
+run is printed with the command and the file, kept under ``--dir``. Every defect it finds gets a
+unit test of its own.
 """
 
 from __future__ import annotations

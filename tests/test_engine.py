@@ -238,9 +238,9 @@ def test_request_state_times_agree_with_replay(policy):
 
 def test_admission_that_evicts_to_the_front_admits_the_candidate_and_keeps_the_victim():
     """FCFS R_w with ``evict_for_waiting`` and ``evicted_to_front``: admitting q0 (a refill of 2
-    tokens) evicts q1 to the front of R_w. The engine then popped the front, which was q1, not q0:
-    q1 was lost (unfinished after the last batch) and q0 stayed queued while running (found by
-    Hypothesis in test_policy_properties, session 6)."""
+    tokens) evicts q1 to the front of R_w. Popping the front would take q1, not q0: q1 would be lost
+    (unfinished after the last batch) and q0 would stay queued while running (a case found by
+    Hypothesis in test_policy_properties)."""
     cfg = PolicyConfig("custom", ("waiting", "running"), hybrid=True, chunked=False, evict_for_waiting=True,
                        evicted_to_front=True)
     reqs = (Request("q0", 0.0, 1, 2), Request("q1", 0.0, 18, 1), Request("q2", 0.0, 1, 1))

@@ -170,7 +170,7 @@ def test_time_limit_covers_the_build_and_falls_back_to_a_policy() -> None:
     inst = full.with_requests(full.requests[:50], name="gsm8k-50")
     t0 = time.perf_counter()
     res = solve(inst, {"time_limit": 0.5})
-    assert time.perf_counter() - t0 < 20.0  # generous: a loaded machine; it was 41 s at a 2 s limit
+    assert time.perf_counter() - t0 < 20.0  # generous: a loaded machine
     assert res.extra["mip_status"] == "not built within the time limit"
     assert FALLBACK_POLICY in res.extra["incumbent"] and res.schedule is not None and res.replay.feasible
     assert res.status in ("optimal", "time_limit") and res.bound <= res.objective * (1 + 1e-9)

@@ -276,7 +276,7 @@ def test_chunked_schedule_evicts_before_an_early_chunk() -> None:
 
 
 def chunked_schedule() -> Schedule:
-    """CP-SAT's best schedule of scale N = 4 seed 0 (a 120 s solve, session 10): like the
+    """CP-SAT's best schedule of scale N = 4 seed 0 (a 120 s solve): like the
     relaxation's path, but r0's prompt is prefilled as 1 + 12 tokens, r1's as 1 + 1."""
     runs = [  # (items, evictions, repeated)
         ({"r0": 1, "r2": 16, "r3": 10}, (), 1), ({"r2": 1, "r3": 1}, (), 4), ({"r2": 1}, ("r3",), 1),

@@ -155,7 +155,7 @@ def test_solver_starts_later_than_needed_do_not_break_agreement(monkeypatch, obj
 
     monkeypatch.setattr(cpsat._Builder, "_objective", late_first_batch)
     inst = tiny_instance(3, arrivals=arrivals)
-    res = solve(inst, objective=objective)  # raised RuntimeError (solver vs replay) before the fix
+    res = solve(inst, objective=objective)  # the solver's value and the replay's must agree
     assert res.schedule is not None and res.replay.feasible
     assert res.objective == pytest.approx(replayed_objective(inst, res.schedule, objective)[0], rel=1e-12)
     if not arrivals:  # nothing waits offline: the forced delay is not in the valued schedule

@@ -119,7 +119,7 @@ STATIC_FIG3 = Path(__file__).resolve().parents[1] / "instances" / "static" / "fi
      "option 'exact_method': unknown 'nosuch'"),
 ])
 def test_unknown_option_values_are_bad_input(capsys, argv, needle):
-    """These were internal errors (exit 3: KeyError, ValueError, TypeError) until session 5's fuzzing."""
+    """Unknown option values are bad input (exit 2 naming the option), not internal errors (exit 3)."""
     code, out, err = run_cli(capsys, "solve", *argv)
     assert code == 2 and needle in err and out == ""
 
