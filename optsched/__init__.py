@@ -4,9 +4,10 @@ Data flows one way: instance -> formulation -> solver backend -> schedule -> rep
 """
 
 from .costmodel import CostModel, load_cost_model
-from .instance import Instance, InstanceError, Limits, Request, load_instance, load_trace_csv
+from .instance import Instance, InstanceError, Limits, Request, load_instance
 from .result import Bound, SolveResult
 from .schedule import Batch, Item, Schedule, load_schedule, replay
+from .workload import load_trace, load_trace_csv
 
 __all__ = [
     "Batch",
@@ -22,6 +23,7 @@ __all__ = [
     "load_cost_model",
     "load_instance",
     "load_schedule",
+    "load_trace",
     "load_trace_csv",
     "replay",
 ]

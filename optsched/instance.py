@@ -1,7 +1,7 @@
 """Instances: requests, limits and cost model (the contract's instance: docs/instances.md).
 
 An :class:`Instance` is immutable. It is read from the contract's JSON (:func:`load_instance`,
-:func:`parse_instance`) or from a Vidur/Splitwise trace CSV (:func:`load_trace_csv`). Validation
+:func:`parse_instance`); trace files load through :mod:`optsched.workload`. Validation
 is done by pydantic; every error becomes an :class:`InstanceError` whose message names the file,
 the request (by id) and the field.
 
@@ -11,10 +11,8 @@ from :attr:`Instance.extra`, the parsed JSON object less the contract's keys.
 
 from __future__ import annotations
 
-import csv
 import difflib
 import json
-import math
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -34,7 +32,6 @@ __all__ = [
     "available_instances",
     "check_requests",
     "load_instance",
-    "load_trace_csv",
     "parse_instance",
 ]
 
@@ -369,97 +366,3 @@ def available_instances() -> list[str]:
     """Names of the instances shipped in ``instances/``."""
     root = resources.files("optsched.data_instances")
     return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
-
-
-TRACE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
-
-
-def load_trace_csv(
-    path: str | Path,
-    cost_model: str | Mapping[str, Any] | CostModel,
-    limits: Limits | None = None,
-    *,
-    name: str | None = None,
-    first: int | None = None,
-    offline: bool = False,
-    check_capacity: bool = True,
-) -> Instance:
-    """Read a Vidur/Splitwise trace CSV (``arrived_at,num_prefill_tokens,num_decode_tokens``).
-
-    Parameters
-    ----------
-    path
-        The CSV file. Files without ``arrived_at`` (e.g. the arxiv length set) load with all
-        arrivals at 0.
-    cost_model
-        Profile name, inline mapping or :class:`CostModel`.
-    limits
-        Engine limits (default: the contract's defaults).
-    name
-        Instance name (default: the file stem, with ``-<first>`` when sliced).
-    first
-        Keep only the first ``first`` rows.
-    offline
-        Ignore arrival times (every request arrives at 0).
-    check_capacity
-        As in :func:`parse_instance`.
-
-    Raises
-    ------
-    InstanceError
-        Naming the file, the row (request id ``row<k>``) and the column.
-    """
-    source = str(path)
-    try:
-        fh = open(path, newline="")
-    except OSError as exc:
-        raise InstanceError(f"{source}: cannot read file ({exc.strerror})") from None
-    requests: list[Request] = []
-    with fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        for col in TRACE_COLUMNS[1:]:
-            if col not in header:
-                raise InstanceError(f"{source}: missing column {col!r}")
-        has_arrival = "arrived_at" in header and not offline
-        for k, row in enumerate(reader):
-            if first is not None and k >= first:
-                break
-            rid = f"row{k}"
-            values = {}
-            for col in TRACE_COLUMNS:
-                if col == "arrived_at" and not has_arrival:
-                    values[col] = 0.0
-                    continue
-                try:
-                    values[col] = float(row[col])
-                except (TypeError, ValueError):
-                    raise InstanceError(
-                        f"{source}: request {rid!r}: field {col!r}: not a number ({row[col]!r})"
-                    ) from None
-            for col in TRACE_COLUMNS[1:]:
-                v = values[col]
-                if not math.isfinite(v) or v < 1 or v != int(v):
-                    raise InstanceError(
-                        f"{source}: request {rid!r}: field {col!r}: must be an integer >= 1"
-                    )
-            if not (math.isfinite(values["arrived_at"]) and 0 <= values["arrived_at"] <= MAX_ARRIVAL):
-                raise InstanceError(f"{source}: request {rid!r}: field 'arrived_at': must be >= 0 and <= {MAX_ARRIVAL:g}")
-            requests.append(
-                Request(
-                    rid,
-                    values["arrived_at"],
-                    int(values["num_prefill_tokens"]),
-                    int(values["num_decode_tokens"]),
-                )
-            )
-    if not requests:
-        raise InstanceError(f"{source}: no requests")
-    try:
-        cost = load_cost_model(cost_model)
-    except CostModelError as exc:
-        raise InstanceError(f"{source}: {exc}") from None
-    limits = limits or Limits()
-    check_requests(requests, limits, source, check_capacity)
-    stem = Path(source).stem
-    return Instance(name or (f"{stem}-{first}" if first else stem), cost, limits, tuple(requests))

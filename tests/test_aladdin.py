@@ -441,7 +441,7 @@ def test_cluster_simulation_replays_cleanly(method, workers):
 
 
 def test_trace_slice_runs(data_dir):
-    from optsched.instance import load_trace_csv
+    from optsched.workload import load_trace_csv
 
     path = data_dir / "traces" / "splitwise_conv.csv"
 

@@ -12,9 +12,17 @@ from typing import Any, Iterable, Iterator, Sequence, TypeVar
 
 from ..cli import BadInput
 from ..costmodel import CostModelError, available_profiles, load_cost_model
-from ..instance import Instance, Limits, check_requests, load_instance, load_trace_csv
+from ..instance import Instance, Limits, check_requests, load_instance
 from ..schedule import Schedule
-from ..workload import WorkloadError, WorkloadTransforms, apply_transforms, parse_window
+from ..workload import (
+    FORMATS,
+    WorkloadError,
+    WorkloadTransforms,
+    apply_transforms,
+    is_trace_path,
+    load_trace,
+    parse_window,
+)
 
 T = TypeVar("T")
 
@@ -52,13 +60,17 @@ def add_instance_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "instance",
         metavar="INSTANCE",
-        help="instance JSON file, name of a shipped instance (e.g. toy-4), or a trace CSV "
-        "(arrived_at,num_prefill_tokens,num_decode_tokens)",
+        help="instance JSON file, name of a shipped instance (e.g. toy-4), or a trace file "
+        "(.csv or .jsonl, also .gz; formats in docs/instances.md)",
     )
     group = parser.add_argument_group(
         "instance options",
-        "required for a trace CSV (--cost-model) and overriding a JSON instance's values otherwise",
+        "required for a trace (--cost-model) and overriding a JSON instance's values otherwise",
     )
+    group.add_argument("--format", dest="trace_format", choices=list(FORMATS), metavar="FORMAT",
+                       help=f"trace format ({', '.join(FORMATS)}; default: detected from the header)")
+    group.add_argument("--model", dest="trace_model", metavar="NAME",
+                       help="keep only this model's rows of a trace with a model column (burstgpt)")
     group.add_argument("--cost-model", metavar="PROFILE", help=f"profile name ({', '.join(available_profiles())}) or .toml file")
     group.add_argument("--token-budget", type=positive_int, metavar="C", help="tokens per batch")
     group.add_argument("--prefill-budget", type=positive_int, metavar="P", help="prefill tokens per batch (default C)")
@@ -135,20 +147,20 @@ def _limits_from_args(args: argparse.Namespace, base: Limits) -> Limits:
 def load_instance_arg(args: argparse.Namespace, *, check_capacity: bool = True) -> Instance:
     """The instance named by ``args.instance`` with the instance options and transforms applied.
 
-    A ``.csv`` is read as a trace (``--cost-model`` required; limits from the options, contract
-    defaults otherwise). Options given with a JSON instance override its values. The workload
-    transforms apply after loading; the result is checked like a loaded instance (unique ids,
-    every request able to fit in M).
+    A trace file (``.csv``, ``.jsonl``, also ``.gz``) is read by :func:`~optsched.workload.load_trace`
+    (``--cost-model`` required; limits from the options, contract defaults otherwise; its notes go
+    to stderr). Options given with a JSON instance override its values. The workload transforms
+    apply after loading; the result is checked like a loaded instance (unique ids, every request
+    able to fit in M).
     """
     path = args.instance
     transforms = transforms_from_args(args)
     overrides = [args.cost_model, *(getattr(args, k) for k in _LIMIT_OPTIONS)]
-    if path.endswith(".csv"):
-        if args.cost_model is None:
-            raise BadInput(f"{path}: a trace CSV needs --cost-model (profiles: {', '.join(available_profiles())})")
-        base = load_trace_csv(path, args.cost_model, check_capacity=False)
-        base = replace(base, limits=Limits())
+    if is_trace_path(path) or args.trace_format is not None:
+        base = _load_trace_arg(args, transforms)
     else:
+        if args.trace_model is not None:
+            raise BadInput("--model: applies only to a trace file")
         if all(v is None for v in overrides) and transforms.is_identity:
             return load_instance(path, check_capacity=check_capacity)
         base = load_instance(path, check_capacity=False)
@@ -162,6 +174,19 @@ def load_instance_arg(args: argparse.Namespace, *, check_capacity: bool = True) 
     instance = replace(instance, cost_model=cost, limits=_limits_from_args(args, base.limits))
     check_requests(instance.requests, instance.limits, path, check_capacity)
     return instance
+
+
+def _load_trace_arg(args: argparse.Namespace, transforms: WorkloadTransforms) -> Instance:
+    """The trace file of ``args.instance`` (only its first rows with ``--first``), notes on stderr."""
+    path = args.instance
+    if args.cost_model is None:
+        raise BadInput(f"{path}: a trace file needs --cost-model (profiles: {', '.join(available_profiles())})")
+    options = {} if args.trace_model is None else {"model": args.trace_model}
+    base = load_trace(path, args.cost_model, format=args.trace_format, max_rows=transforms.first,
+                      check_capacity=False, **options)
+    for note in base.extra.get("notes", ()):
+        print(f"optsched: note: {note}", file=sys.stderr)
+    return base
 
 
 def check_schedule_ids(instance: Instance, schedule: Schedule, source: str) -> None:

@@ -14,7 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from optsched.instance import Limits, load_trace_csv
+from optsched.instance import Limits
+from optsched.workload import load_trace_csv
 from optsched.policies import simulator_for
 from optsched.schedule import load_schedule, replay
 

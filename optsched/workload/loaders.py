@@ -1,0 +1,326 @@
+"""Load a trace file in any format of :mod:`optsched.workload.formats` as an :class:`Instance`.
+
+:func:`load_trace` reads the file (gzip transparently, UTF-8 with or without BOM, any line ends,
+quoted fields, extra columns), picks the format from ``format=`` or the header (JSON Lines:
+Mooncake), and returns the contract's instance: request ``row<k>`` for the k-th data row (0-based,
+counting dropped rows, so ids point back into the file), arrivals in seconds after the earliest
+loaded request (which arrives at 0), the lengths as given. A bad value is a
+:class:`~optsched.workload.errors.WorkloadError` naming the file, the line and the column.
+What a format ignores or drops is said in the instance's ``notes`` (``Instance.extra``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..costmodel import CostModel, CostModelError, load_cost_model
+from ..instance import MAX_ARRIVAL, Instance, Limits, Request, check_requests
+from ..jsonio import gc_paused
+from .errors import WorkloadError
+from .formats import FORMATS, TraceFormat, detect_format, format_named
+from .readers import (
+    TICKS_PER_SECOND,
+    BadValue,
+    datetime_ticks,
+    file_name,
+    iter_lines,
+    open_text,
+    parse_count,
+    parse_number,
+    read_head,
+    utf8_error,
+)
+
+__all__ = ["is_trace_path", "load_trace", "load_trace_csv", "trace_format_of"]
+
+#: Extensions read as traces by the command line (also with ``.gz``).
+TRACE_EXTENSIONS = (".csv", ".jsonl")
+
+
+def is_trace_path(path: str) -> bool:
+    """Whether the command line reads ``path`` as a trace (``.csv``, ``.jsonl``, with or without ``.gz``)."""
+    return path.removesuffix(".gz").endswith(TRACE_EXTENSIONS)
+
+
+@dataclass
+class _Rows:
+    """What a reader collected: per kept row its index, raw time, lengths; and what it left out."""
+
+    index: list[int] = field(default_factory=list)
+    times: list[Any] = field(default_factory=list)
+    prompts: list[int] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    failed: int = 0
+    other_models: dict[str, int] = field(default_factory=dict)
+
+
+def _time_parser(fmt: TraceFormat) -> Callable[[str], Any]:
+    return datetime_ticks if fmt.time_unit == "datetime" else parse_number
+
+
+def _keep(rows: _Rows, fmt: TraceFormat, k: int, t: Any, prompt: int, output: int, where: str) -> None:
+    """Validate one row's lengths and keep it (or count it as a failed request)."""
+    if output == 0 and fmt.failed_if_no_output:
+        rows.failed += 1
+        return
+    for column, value in ((fmt.prompt, prompt), (fmt.output, output)):
+        if value < 1:
+            raise WorkloadError(f"{where}, column {column!r}: must be an integer >= 1, got {value}")
+    rows.index.append(k)
+    rows.times.append(t)
+    rows.prompts.append(prompt)
+    rows.outputs.append(output)
+
+
+def _read_csv(path: str, fmt: TraceFormat | None, model: str | None, max_rows: int | None) -> tuple[TraceFormat, _Rows]:
+    try:
+        with open_text(path) as fh:
+            reader = csv.reader(fh)
+            header = [h.strip() for h in next(reader, [])]
+            if not header:
+                raise WorkloadError(f"{path}: empty file (no header line)")
+            fmt = fmt or detect_format(header, path)
+            return fmt, _csv_rows(path, reader, header, fmt, model, max_rows)
+    except UnicodeDecodeError:
+        raise utf8_error(path) from None
+    except csv.Error as exc:
+        raise WorkloadError(f"{path}: line {reader.line_num}: malformed CSV: {exc}") from None
+
+
+def _csv_rows(path: str, reader: Any, header: list[str], fmt: TraceFormat, model: str | None,
+              max_rows: int | None) -> _Rows:
+    """The data rows: a blank line is skipped, a short row or a bad value is an error naming it."""
+    position = {name: k for k, name in reversed(list(enumerate(header)))}
+    needed = [*fmt.needed, *([fmt.model_column] if model is not None and fmt.model_column else [])]
+    missing = [c for c in needed if c not in position]
+    if missing:
+        raise WorkloadError(f"{path}: line 1: missing column {missing[0]!r} (format {fmt.name!r} needs {needed})")
+    at = position[fmt.arrival] if fmt.arrival else None
+    ip, io_ = position[fmt.prompt], position[fmt.output]
+    im = position[fmt.model_column] if model is not None and fmt.model_column else None
+    width = max(position[c] for c in needed) + 1
+    parse_time = _time_parser(fmt)
+    rows = _Rows()
+    k = -1
+    for row in reader:
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue  # blank line
+        k += 1
+        if len(row) < width:
+            raise WorkloadError(f"{path}: line {reader.line_num}: {len(row)} fields, the header has {len(header)}")
+        if im is not None and row[im].strip() != model:
+            name = row[im].strip()
+            rows.other_models[name] = rows.other_models.get(name, 0) + 1
+            continue
+        column = fmt.arrival
+        try:
+            t = parse_time(row[at]) if at is not None else 0
+            column = fmt.prompt
+            prompt = parse_count(row[ip])
+            column = fmt.output
+            output = parse_count(row[io_])
+        except BadValue as exc:
+            raise WorkloadError(f"{path}: line {reader.line_num}, column {column!r}: {exc}") from None
+        _keep(rows, fmt, k, t, prompt, output, f"{path}: line {reader.line_num}")
+        if max_rows is not None and len(rows.index) >= max_rows:
+            break
+    return rows
+
+
+def _read_jsonl(path: str, fmt: TraceFormat, max_rows: int | None) -> _Rows:
+    rows = _Rows()
+    k = -1
+    try:
+        for line, text in iter_lines(path):
+            if not text.strip():
+                continue
+            k += 1
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise WorkloadError(f"{path}: line {line}, column {exc.colno}: malformed JSON: {exc.msg}") from None
+            if not isinstance(obj, dict):
+                raise WorkloadError(f"{path}: line {line}: not a JSON object")
+            values = {key: _json_number(obj, key, f"{path}: line {line}, field {key!r}") for key in fmt.needed}
+            t = values[fmt.arrival] if fmt.arrival else 0
+            prompt, output = (_json_count(values[c], f"{path}: line {line}, field {c!r}") for c in (fmt.prompt, fmt.output))
+            _keep(rows, fmt, k, t, prompt, output, f"{path}: line {line}")
+            if max_rows is not None and len(rows.index) >= max_rows:
+                break
+    except UnicodeDecodeError:
+        raise utf8_error(path) from None
+    return rows
+
+
+def _json_number(obj: Mapping[str, Any], key: str, where: str) -> float:
+    value = obj.get(key)
+    if value is None:
+        raise WorkloadError(f"{where}: missing")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (
+            float("inf"), float("-inf")):
+        raise WorkloadError(f"{where}: not a finite number ({value!r})")
+    return value
+
+
+def _json_count(value: float, where: str) -> int:
+    if value != int(value):
+        raise WorkloadError(f"{where}: not an integer ({value!r})")
+    return int(value)
+
+
+def _relative_arrivals(path: str, fmt: TraceFormat, rows: _Rows) -> list[float]:
+    """Seconds after the earliest time (exact for integer ticks and milliseconds)."""
+    if fmt.arrival is None or not rows.times:
+        return [0.0] * len(rows.times)
+    t0 = min(rows.times)
+    if fmt.time_unit == "datetime":
+        arrivals = [(t - t0) / TICKS_PER_SECOND for t in rows.times]
+    elif fmt.time_unit == "ms":
+        arrivals = [(t - t0) / 1000 for t in rows.times]
+    else:
+        arrivals = [t - t0 for t in rows.times]
+    late = max(range(len(arrivals)), key=arrivals.__getitem__)
+    if arrivals[late] > MAX_ARRIVAL:
+        raise WorkloadError(
+            f"{path}: line {_line_of_row(path, fmt, rows.index[late])}, column {fmt.arrival!r}: arrives "
+            f"{arrivals[late]:g} s after the first request (more than {MAX_ARRIVAL:g} s)"
+        )
+    return arrivals
+
+
+def _line_of_row(path: str, fmt: TraceFormat, k: int) -> int:
+    """The line of the k-th data row (0-based; blank lines are not rows), found by reading again."""
+    with open_text(path) as fh:
+        if fmt.jsonl:
+            lines = (n for n, text in enumerate(fh, start=1) if text.strip())
+            return next(n for j, n in enumerate(lines) if j == k)
+        reader = csv.reader(fh)
+        next(reader)
+        j = -1
+        for row in reader:
+            if row and not (len(row) == 1 and not row[0].strip()):
+                j += 1
+                if j == k:
+                    return reader.line_num
+    return 0
+
+
+def _notes(path: str, fmt: TraceFormat, rows: _Rows, model: str | None) -> list[str]:
+    notes = [f"{path}: {note}" for note in fmt.notes]
+    if rows.failed:
+        notes.append(f"{path}: {rows.failed} rows with 0 {fmt.output} (failed requests) dropped")
+    if model is not None and rows.other_models:
+        count = sum(rows.other_models.values())
+        notes.append(f"{path}: {count} rows of other models than {model!r} left out")
+    return notes
+
+
+def trace_format_of(path: str | Path, format: str | None = None) -> TraceFormat:
+    """The format ``path`` is read in: ``format`` by name, else detected from its first bytes."""
+    if format is not None:
+        return format_named(format)
+    source = str(path)
+    head = read_head(source)
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
+        return FORMATS["mooncake"]
+    try:
+        first_line = head.decode("utf-8-sig", errors="replace").splitlines()[0] if head else ""
+    except IndexError:
+        first_line = ""
+    header = [h.strip() for h in next(csv.reader([first_line]), [])]
+    if not header:
+        raise WorkloadError(f"{source}: empty file (no header line)")
+    return detect_format(header, source)
+
+
+def load_trace(
+    path: str | Path,
+    cost_model: str | Mapping[str, Any] | CostModel,
+    limits: Limits | None = None,
+    *,
+    format: str | None = None,
+    name: str | None = None,
+    max_rows: int | None = None,
+    check_capacity: bool = True,
+    **format_options: Any,
+) -> Instance:
+    """Read a trace file as an instance.
+
+    Parameters
+    ----------
+    path
+        The trace (``.gz`` or not; the name does not matter, the content does).
+    cost_model
+        Profile name, inline mapping or :class:`CostModel`.
+    limits
+        Engine limits (default: the contract's defaults).
+    format
+        A name of :data:`~optsched.workload.formats.FORMATS`; None detects it from the header.
+    name
+        Instance name (default: the file name without its extensions).
+    max_rows
+        Stop after this many requests (what ``--first`` reads of a large file).
+    check_capacity
+        As in :func:`~optsched.instance.parse_instance`.
+    format_options
+        ``model=NAME``: keep only this model's rows (formats with a model column: ``burstgpt``).
+
+    Raises
+    ------
+    WorkloadError
+        Naming the file, the line and the column.
+    """
+    source = str(path)
+    fmt = trace_format_of(source, format)
+    model = format_options.pop("model", None)
+    if format_options:
+        raise WorkloadError(f"{source}: unknown trace option(s) {sorted(format_options)}")
+    if model is not None and fmt.model_column is None:
+        raise WorkloadError(f"--model: applies only to a trace with a model column (format {fmt.name!r} has none)")
+    with gc_paused():
+        if fmt.jsonl:
+            rows = _read_jsonl(source, fmt, max_rows)
+        else:
+            fmt, rows = _read_csv(source, fmt, model, max_rows)
+        if not rows.index:
+            seen = f" (models in the file: {', '.join(sorted(rows.other_models))})" if rows.other_models else ""
+            raise WorkloadError(f"{source}: no requests{seen}")
+        arrivals = _relative_arrivals(source, fmt, rows)
+        requests = tuple(map(Request, [f"row{k}" for k in rows.index], arrivals, rows.prompts, rows.outputs))
+    try:
+        cost = load_cost_model(cost_model)
+    except CostModelError as exc:
+        raise WorkloadError(f"{source}: {exc}") from None
+    limits = limits or Limits()
+    check_requests(requests, limits, source, check_capacity)
+    extra: dict[str, Any] = {"source": f"{fmt.name} trace {Path(source).name}"}
+    notes = _notes(source, fmt, rows, model)
+    if notes:
+        extra["notes"] = notes
+    return Instance(name or file_name(source), cost, limits, requests, extra)
+
+
+def load_trace_csv(
+    path: str | Path,
+    cost_model: str | Mapping[str, Any] | CostModel,
+    limits: Limits | None = None,
+    *,
+    name: str | None = None,
+    first: int | None = None,
+    offline: bool = False,
+    check_capacity: bool = True,
+) -> Instance:
+    """A trace in any format (:func:`load_trace`), its first ``first`` requests, offline on request.
+
+    The name is the file's with ``-<first>`` when sliced.
+    """
+    inst = load_trace(path, cost_model, limits, name=name, max_rows=first, check_capacity=check_capacity)
+    if offline:
+        inst = inst.with_requests([Request(r.id, 0.0, r.prompt_tokens, r.output_tokens) for r in inst.requests])
+    if first is not None and name is None:
+        inst = inst.with_requests(inst.requests, name=f"{inst.name}-{first}")
+    return inst

@@ -1,0 +1,166 @@
+"""Reading trace files: transparent gzip, strict UTF-8 with the bad byte located, value parsers.
+
+Every error is a :class:`~optsched.workload.errors.WorkloadError` naming the file, the line and,
+for a value, the column.
+"""
+
+from __future__ import annotations
+
+import codecs
+import datetime
+import gzip
+import io
+import math
+import re
+from pathlib import Path
+from typing import IO, Iterator
+
+from .errors import WorkloadError
+
+__all__ = [
+    "GZIP_MAGIC",
+    "TICKS_PER_SECOND",
+    "BadValue",
+    "datetime_ticks",
+    "open_text",
+    "parse_count",
+    "parse_number",
+    "file_name",
+    "iter_lines",
+    "read_head",
+    "utf8_error",
+]
+
+GZIP_MAGIC = b"\x1f\x8b"
+#: Date-time ticks per second (100 ns: the 7 fractional digits of the Azure traces).
+TICKS_PER_SECOND = 10**7
+
+
+def _open_binary(path: str) -> IO[bytes]:
+    """The file's bytes, gunzipped when it starts with the gzip magic number (whatever its name)."""
+    try:
+        raw = open(path, "rb")
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read file ({exc.strerror})") from None
+    if raw.peek(2)[:2] == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw
+
+
+def open_text(path: str) -> IO[str]:
+    """The file as UTF-8 text (a leading BOM dropped, line ends left to the csv module).
+
+    Decoding errors surface as :class:`UnicodeDecodeError` while reading; :func:`utf8_error` turns
+    one into the file's line and column.
+    """
+    return io.TextIOWrapper(_open_binary(path), encoding="utf-8-sig", errors="strict", newline="")
+
+
+def read_head(path: str, size: int = 65536) -> bytes:
+    """The first ``size`` bytes of the (gunzipped) file, for format detection."""
+    try:
+        with _open_binary(path) as fh:
+            return fh.read(size)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise WorkloadError(f"{path}: cannot read file ({exc})") from None
+
+
+def utf8_error(path: str) -> WorkloadError:
+    """Locate the first byte that is not UTF-8: an error naming the line and the column (1-based)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
+    offset = 0  # bytes fed to the decoder before this chunk
+    with _open_binary(path) as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            pending = len(decoder.getstate()[0])
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:
+                bad = offset - pending + exc.start
+                head = _prefix(path, bad)
+                line = head.count(b"\n") + 1
+                line_start = head.rfind(b"\n") + 1
+                column = len(head[line_start:].decode("utf-8", errors="replace")) + 1
+                return WorkloadError(
+                    f"{path}: line {line}, column {column}: not UTF-8 "
+                    f"(byte 0x{exc.object[exc.start]:02x}); save the file as UTF-8"
+                )
+            offset += len(chunk)
+    return WorkloadError(f"{path}: not UTF-8 (a multi-byte character cut at the end)")
+
+
+def _prefix(path: str, size: int) -> bytes:
+    with _open_binary(path) as fh:
+        return fh.read(size)
+
+
+class BadValue(ValueError):
+    """A value that does not parse; the caller adds the file, line and column."""
+
+
+def parse_count(text: str) -> int:
+    """A token count: an integer, also written as a float with no fraction (``44.0``)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadValue(f"not an integer ({text!r})") from None
+    if not math.isfinite(value) or value != int(value):
+        raise BadValue(f"not an integer ({text!r})")
+    return int(value)
+
+
+def parse_number(text: str) -> float:
+    """A finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadValue(f"not a number ({text!r})") from None
+    if not math.isfinite(value):
+        raise BadValue(f"not a finite number ({text!r})")
+    return value
+
+
+_DATETIME = re.compile(
+    r"\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,7}))?\s*(Z|[+-]\d{2}(?::?\d{2})?)?\s*$"
+)
+
+
+def datetime_ticks(text: str) -> int:
+    """A date-time ``YYYY-MM-DD hh:mm:ss[.fffffff][Z|+hh:mm]`` as 100 ns ticks (UTC when offset given).
+
+    Exact: up to 7 fractional digits are kept (``datetime`` would truncate the 7th).
+    """
+    match = _DATETIME.match(text)
+    if match is None:
+        raise BadValue(f"not a date-time YYYY-MM-DD hh:mm:ss[.fffffff][+hh:mm] ({text!r})")
+    y, mo, d, h, mi, s, frac, tz = match.groups()
+    try:
+        day = datetime.date(int(y), int(mo), int(d)).toordinal()
+    except ValueError as exc:
+        raise BadValue(f"{exc} ({text!r})") from None
+    hours, minutes, seconds = int(h), int(mi), int(s)
+    if hours > 23 or minutes > 59 or seconds > 60:
+        raise BadValue(f"time of day out of range ({text!r})")
+    whole = day * 86400 + hours * 3600 + minutes * 60 + seconds
+    if tz and tz != "Z":
+        sign = -1 if tz[0] == "-" else 1
+        digits = tz[1:].replace(":", "")
+        whole -= sign * (int(digits[:2]) * 3600 + int(digits[2:4] or 0) * 60)
+    return whole * TICKS_PER_SECOND + (int(frac.ljust(7, "0")) if frac else 0)
+
+
+def iter_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a text file (for JSON Lines)."""
+    with open_text(path) as fh:
+        yield from enumerate(fh, start=1)
+
+
+def file_name(path: str | Path) -> str:
+    """The file's name without ``.gz`` and its format extension (the default instance name)."""
+    name = Path(path).name
+    for suffix in (".gz", ".csv", ".jsonl", ".json", ".txt"):
+        name = name.removesuffix(suffix)
+    return name
