@@ -14,100 +14,47 @@ With ``--json`` a command prints exactly one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
-import io
-import json
-import math
 import os
 import sys
-from contextlib import contextmanager, nullcontext
-from importlib import import_module
-from typing import Any, Iterator, Sequence, TextIO
+from contextlib import nullcontext
+from types import ModuleType
+from typing import Sequence
 
+from .commands import (
+    bound,
+    check,
+    execute,
+    export,
+    fit,
+    generate,
+    info,
+    plan,
+    report,
+    simulate,
+    solve,
+    validate,
+)
+from .commands._common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, BadInput, stdout_reserved_for_json
 from .costmodel import CostModelError
 from .instance import InstanceError
 from .schedule import ScheduleError
 
-#: Modules that each add one subcommand (``register(subparsers)``).
-COMMAND_MODULES: list[str] = [
-    "optsched.commands.simulate",
-    "optsched.commands.check",
-    "optsched.commands.info",
-    "optsched.commands.solve",
-    "optsched.commands.bound",
-    "optsched.commands.fit",
-    "optsched.commands.plan",
-    "optsched.commands.export",
-    "optsched.commands.execute",
-    "optsched.commands.validate",
-    "optsched.commands.generate",
-    "optsched.commands.report",
-]
-
-EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-
-
-class BadInput(ValueError):
-    """Raised by handlers for bad command-line input (exit code 2)."""
-
-
-def _jsonable(value: Any) -> Any:
-    """Replace non-finite floats by None so that the output is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-#: Where :func:`print_json` writes while :func:`_stdout_reserved_for_json` is active.
-_json_stream: TextIO | None = None
-
-
-def print_json(obj: Any) -> None:
-    """Print one JSON object on stdout (the only thing ``--json`` prints there)."""
-    stream = _json_stream or sys.stdout
-    stream.write(json.dumps(_jsonable(obj), indent=1) + "\n")
-    stream.flush()
-
-
-def _fileno(stream: TextIO) -> int | None:
-    try:
-        return stream.fileno()
-    except (AttributeError, OSError, io.UnsupportedOperation):
-        return None
-
-
-@contextmanager
-def _stdout_reserved_for_json() -> Iterator[None]:
-    """Send everything but :func:`print_json` to stderr while a ``--json`` command runs.
-
-    Solver libraries print banners on their own (Gurobi's licence line, from C code, straight to
-    file descriptor 1); with ``--json`` stdout must hold the one JSON object and nothing else.
-    """
-    global _json_stream
-    real = sys.stdout
-    real.flush()
-    out_fd, err_fd = _fileno(real), _fileno(sys.stderr)
-    saved_fd = None
-    if out_fd is not None and err_fd is not None:
-        saved_fd = os.dup(out_fd)
-        os.dup2(err_fd, out_fd)
-        _json_stream = os.fdopen(os.dup(saved_fd), "w")
-    else:
-        _json_stream = real
-    sys.stdout = sys.stderr
-    try:
-        yield
-    finally:
-        sys.stdout = real
-        _json_stream.flush()
-        if saved_fd is not None:
-            _json_stream.close()
-            os.dup2(saved_fd, out_fd)  # type: ignore[arg-type]
-            os.close(saved_fd)
-        _json_stream = None
+#: The subcommands, in the order ``optsched --help`` lists them; each adds its parser with
+#: ``register(subparsers)``.
+COMMANDS: tuple[ModuleType, ...] = (
+    simulate,
+    check,
+    info,
+    solve,
+    bound,
+    fit,
+    plan,
+    export,
+    execute,
+    validate,
+    generate,
+    report,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Provably optimal and provably bounded schedules for LLM inference serving.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMAND_MODULES:
-        import_module(module).register(sub)
+    for command in COMMANDS:
+        command.register(sub)
     return parser
 
 
@@ -138,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: usage errors are bad input
         return EXIT_BAD_INPUT if exc.code not in (0, None) else EXIT_OK
-    guard = _stdout_reserved_for_json() if getattr(args, "json", False) else nullcontext()
+    guard = stdout_reserved_for_json() if getattr(args, "json", False) else nullcontext()
     try:
         with guard:
             code = args.func(args)
@@ -158,8 +105,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    # Run the package's module, not this ``__main__`` copy: handlers import ``optsched.cli`` and
-    # print_json must see the state that main() sets up there.
-    from optsched.cli import main as package_main
-
-    sys.exit(package_main())
+    sys.exit(main())

@@ -30,7 +30,7 @@ def test_bounder_resolves(name):
 def test_every_command_registers():
     parser = cli.build_parser()
     commands = parser._subparsers._group_actions[0].choices  # argparse keeps them here
-    assert len(commands) == len(cli.COMMAND_MODULES)
+    assert len(commands) == len(cli.COMMANDS)
 
 
 def test_unknown_names_are_refused():

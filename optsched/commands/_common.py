@@ -1,16 +1,25 @@
-"""Helpers shared by the subcommands: reading INSTANCE arguments, tables, progress, output."""
+"""Helpers shared by the subcommands: exit codes, bad input, JSON output, INSTANCE arguments, tables.
+
+Exit codes (contract section 4): :data:`EXIT_OK` success, :data:`EXIT_NO` the answer is "no"
+(infeasible), :data:`EXIT_BAD_INPUT` bad input (one line on stderr naming the file and field),
+:data:`EXIT_INTERNAL` internal error. With ``--json`` a command prints exactly one JSON object on
+stdout, through :func:`print_json`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import math
+import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Iterable, Iterator, Sequence, TextIO, TypeVar
 
-from ..cli import BadInput
 from ..costmodel import CostModelError, available_profiles, load_cost_model
 from ..instance import Instance, Limits, check_requests, load_instance
 from ..schedule import Schedule
@@ -25,6 +34,72 @@ from ..workload import (
 )
 
 T = TypeVar("T")
+
+EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class BadInput(ValueError):
+    """Raised by handlers for bad command-line input (exit code 2)."""
+
+
+def _jsonable(value: Any) -> Any:
+    """Replace non-finite floats by None so that the output is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+#: Where :func:`print_json` writes while :func:`stdout_reserved_for_json` is active.
+_json_stream: TextIO | None = None
+
+
+def print_json(obj: Any) -> None:
+    """Print one JSON object on stdout (the only thing ``--json`` prints there)."""
+    stream = _json_stream or sys.stdout
+    stream.write(json.dumps(_jsonable(obj), indent=1) + "\n")
+    stream.flush()
+
+
+def _fileno(stream: TextIO) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return None
+
+
+@contextmanager
+def stdout_reserved_for_json() -> Iterator[None]:
+    """Send everything but :func:`print_json` to stderr while a ``--json`` command runs.
+
+    Solver libraries print banners on their own (Gurobi's licence line, from C code, straight to
+    file descriptor 1); with ``--json`` stdout must hold the one JSON object and nothing else.
+    """
+    global _json_stream
+    real = sys.stdout
+    real.flush()
+    out_fd, err_fd = _fileno(real), _fileno(sys.stderr)
+    saved_fd = None
+    if out_fd is not None and err_fd is not None:
+        saved_fd = os.dup(out_fd)
+        os.dup2(err_fd, out_fd)
+        _json_stream = os.fdopen(os.dup(saved_fd), "w")
+    else:
+        _json_stream = real
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = real
+        _json_stream.flush()
+        if saved_fd is not None:
+            _json_stream.close()
+            os.dup2(saved_fd, out_fd)  # type: ignore[arg-type]
+            os.close(saved_fd)
+        _json_stream = None
 
 _LIMIT_OPTIONS = ("token_budget", "prefill_budget", "kv_capacity", "max_running")
 
@@ -261,6 +336,11 @@ def check_output_path(path: str | None) -> None:
 
 
 __all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_INTERNAL",
+    "EXIT_NO",
+    "EXIT_OK",
+    "BadInput",
     "add_instance_arguments",
     "add_transform_arguments",
     "add_json_flag",
@@ -271,6 +351,8 @@ __all__ = [
     "load_instance_arg",
     "positive_float",
     "positive_int",
+    "print_json",
     "progress",
+    "stdout_reserved_for_json",
     "transforms_from_args",
 ]

@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import EXIT_OK, print_json
 from ..bounds import instance_bounds
-from ._common import add_instance_arguments, add_json_flag, format_table, load_instance_arg
+from ._common import (
+    EXIT_OK,
+    add_instance_arguments,
+    add_json_flag,
+    format_table,
+    load_instance_arg,
+    print_json,
+)
 from .solve import add_problem_options, check_solver_option, options_from_args, resolve
 
 

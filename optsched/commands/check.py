@@ -11,9 +11,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..cli import EXIT_NO, EXIT_OK, print_json
 from ..schedule import load_schedule, replay
-from ._common import add_instance_arguments, add_json_flag, check_schedule_ids, format_mapping, load_instance_arg
+from ._common import (
+    EXIT_NO,
+    EXIT_OK,
+    add_instance_arguments,
+    add_json_flag,
+    check_schedule_ids,
+    format_mapping,
+    load_instance_arg,
+    print_json,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

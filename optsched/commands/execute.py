@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..cli import EXIT_INTERNAL, EXIT_NO, BadInput, print_json
+from ._common import EXIT_INTERNAL, EXIT_NO, BadInput, print_json
 from ..export.vllm_replay import PlanError, load_plan
 from ..jsonio import write_json_atomic
 

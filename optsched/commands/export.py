@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..cli import EXIT_NO, BadInput, print_json
+from ._common import EXIT_NO, BadInput, print_json
 from ..export import EXPORTERS, exporter_for
 from ..export.vllm_replay import PlanError
 from ..instance import InstanceError, load_instance

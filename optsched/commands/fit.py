@@ -18,7 +18,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..cli import EXIT_OK, print_json
 from ..costmodel import (
     TIME_UNITS,
     fit_linear,
@@ -30,7 +29,7 @@ from ..costmodel import (
     read_vidur_mlp_profile,
 )
 from ..jsonio import write_text_atomic
-from ._common import add_json_flag, check_output_path, format_mapping, positive_int
+from ._common import EXIT_OK, add_json_flag, check_output_path, format_mapping, positive_int, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -10,10 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..cli import EXIT_OK, BadInput, print_json
 from ..generators import generate, parse_arrivals, parse_length
 from ..jsonio import dumps_instance
-from ._common import add_json_flag, check_output_path, positive_int
+from ._common import EXIT_OK, BadInput, add_json_flag, check_output_path, positive_int, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:

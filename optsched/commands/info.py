@@ -13,11 +13,19 @@ from typing import Any
 
 import numpy as np
 
-from ..cli import EXIT_NO, EXIT_OK, print_json
 from ..instance import Instance
 from ..bounds import instance_bounds, request_bounds
 from ..schedule import TIME_RTOL
-from ._common import add_instance_arguments, add_json_flag, format_mapping, format_table, load_instance_arg
+from ._common import (
+    EXIT_NO,
+    EXIT_OK,
+    add_instance_arguments,
+    add_json_flag,
+    format_mapping,
+    format_table,
+    load_instance_arg,
+    print_json,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

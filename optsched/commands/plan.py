@@ -11,8 +11,17 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import EXIT_NO, EXIT_OK, BadInput, print_json
-from ._common import add_instance_arguments, add_json_flag, load_instance_arg, positive_float, positive_int
+from ._common import (
+    EXIT_NO,
+    EXIT_OK,
+    BadInput,
+    add_instance_arguments,
+    add_json_flag,
+    load_instance_arg,
+    positive_float,
+    positive_int,
+    print_json,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -13,12 +13,18 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..cli import BadInput, print_json
 from ..policies import POLICIES
 from ..report import Progress, build_report, report_table, report_to_dict
 from ..report.gather import SOLVE_MAX_REQUESTS
 from ..result import OBJECTIVES
-from ._common import add_instance_arguments, check_output_path, load_instance_arg, positive_float
+from ._common import (
+    BadInput,
+    add_instance_arguments,
+    check_output_path,
+    load_instance_arg,
+    positive_float,
+    print_json,
+)
 
 #: Seconds of the time limit kept for drawing the HTML page, per request (at least 5 s, at most 30 s).
 HTML_RESERVE_PER_REQUEST = 0.02

@@ -11,16 +11,18 @@ import argparse
 from typing import Any
 
 from .. import policies
-from ..cli import EXIT_OK, BadInput, print_json
 from ..instance import Instance, InstanceError
 from ..schedule import ReplayResult, Schedule, replay
 from ._common import (
+    EXIT_OK,
+    BadInput,
     add_instance_arguments,
     add_json_flag,
     check_output_path,
     format_mapping,
     format_table,
     load_instance_arg,
+    print_json,
     progress,
 )
 

@@ -19,10 +19,14 @@ import sys
 from typing import Any
 
 from .. import problems
-from ..cli import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_NO, EXIT_OK, BadInput, print_json
 from ..result import SolveResult
 from ..schedule import replay
 from ._common import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    EXIT_NO,
+    EXIT_OK,
+    BadInput,
     add_instance_arguments,
     add_json_flag,
     check_output_path,
@@ -30,6 +34,7 @@ from ._common import (
     load_instance_arg,
     positive_float,
     positive_int,
+    print_json,
 )
 
 

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..cli import EXIT_NO, BadInput, print_json
+from ._common import EXIT_NO, BadInput, print_json
 
 
 def register(subparsers: Any) -> None:

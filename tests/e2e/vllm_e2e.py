@@ -63,7 +63,7 @@ def features(plan: dict) -> tuple[int, int]:
 
 def has_command(py: str, name: str) -> bool:
     """Whether ``optsched NAME`` is registered in the optsched that ``py`` imports."""
-    return has_entry(py, "optsched.cli", "COMMAND_MODULES", f"optsched.commands.{name}")
+    return subprocess.run([py, "-m", "optsched", name, "--help"], capture_output=True).returncode == 0
 
 
 def has_entry(py: str, module: str, table: str, name: str) -> bool:
