@@ -16,13 +16,8 @@ from optsched.problems.aladdin.cluster import simulate_cluster
 from optsched.problems.aladdin.heuristics import best_fit, jsq, power_of_two, rebalance, round_robin
 from optsched.problems.aladdin.models import MAX_SECONDS, AladdinModel, model_from_instance
 from optsched.problems.aladdin.offline import offline_problem, planned_instance
-from optsched.problems.aladdin.placement import (
-    Job,
-    PlacementProblem,
-    check_placement,
-    compile_problem,
-    solve_placement,
-)
+from optsched.problems.aladdin.exact import solve_placement
+from optsched.problems.aladdin.placement import Job, PlacementProblem, check_placement, compile_problem
 from optsched.problems.aladdin.predictor import BinPredictor
 from optsched.problems.aladdin.workerconfig import (
     feasible_worker_sizes,
@@ -522,7 +517,7 @@ def test_stopped_mip_worse_than_best_fit_gives_best_fit(monkeypatch):
     """The PuLP backends get no hint: a stopped MIP's incumbent may use more workers than best fit.
     Planted here (every request on a fresh worker of its own, status ``time_limit``): the result is
     best fit's placement, which was ignored whenever the solver had any incumbent."""
-    import optsched.problems.aladdin.placement as placement
+    import optsched.problems.aladdin.exact as exact
 
     rng = random.Random(2)
     problem = offline_problem(_instance(_random_requests(rng, 12)))  # best fit 6 workers, optimum 5
@@ -532,7 +527,7 @@ def test_stopped_mip_worse_than_best_fit_gives_best_fit(monkeypatch):
         called.append(True)
         return "time_limit", {j: md.n_exist + k for k, j in enumerate(jobs)}, None
 
-    monkeypatch.setattr(placement, "_solve_pulp", one_worker_each)
+    monkeypatch.setattr(exact, "_solve_pulp", one_worker_each)
     r = solve_placement(problem, "highs", time_limit=30)
     bf = best_fit(problem)
     assert called and bf.workers < len(problem.new)  # the solver ran; its planted incumbent is worse

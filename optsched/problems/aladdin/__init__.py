@@ -1,10 +1,10 @@
 """Aladdin (seed002): SLO-aware request placement as bin packing, minimum GPUs, multi-worker simulation.
 
 Modules: :mod:`.models` (Eqs. 1-4), :mod:`.workerconfig` (Eqs. 5, 6), :mod:`.placement` (the MIP
-(a)-(h) with CP-SAT and PuLP backends), :mod:`.heuristics` (Algs. 1, 2 and baselines),
-:mod:`.predictor` (output-length prediction), :mod:`.worker` and :mod:`.cluster` (multi-worker
-simulator), :mod:`.capacity` (minimum GPUs), :mod:`.offline` (the ``SOLVERS["aladdin"]`` and
-``BOUNDERS["aladdin"]`` entry points).
+(a)-(h): its data and checks), :mod:`.exact` (its CP-SAT and PuLP backends), :mod:`.heuristics`
+(Algs. 1, 2 and baselines), :mod:`.predictor` (output-length prediction), :mod:`.worker` and
+:mod:`.cluster` (multi-worker simulator), :mod:`.capacity` (minimum GPUs), :mod:`.offline` (the
+``SOLVERS["aladdin"]`` and ``BOUNDERS["aladdin"]`` entry points).
 """
 
 from .offline import bounds, solve

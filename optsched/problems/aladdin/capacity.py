@@ -24,7 +24,8 @@ from typing import Any
 from ...instance import Instance
 from .cluster import ClusterResult, simulate_cluster
 from .models import AladdinModel, model_from_instance
-from .placement import Job, PlacementProblem, solve_placement
+from .exact import solve_placement
+from .placement import Job, PlacementProblem
 from .predictor import BinPredictor
 
 __all__ = ["CapacityResult", "min_workers", "min_workers_scaling", "heartbeat_lower_bound"]

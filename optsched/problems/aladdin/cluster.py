@@ -34,9 +34,10 @@ import numpy as np
 from ...instance import SLO, Instance, Limits, Request
 from ...policies.engine import Engine
 from ...schedule import ReplayResult, Schedule, replay
+from .exact import solve_placement
 from .heuristics import best_fit, jsq, power_of_two, rebalance, round_robin
 from .models import AladdinModel, model_from_instance
-from .placement import Job, PlacementProblem, PlacementResult, compile_problem, solve_placement
+from .placement import Job, PlacementProblem, PlacementResult, compile_problem
 from .predictor import BinPredictor
 
 __all__ = ["ClusterResult", "METHODS", "simulate_cluster", "with_top_level_slo", "place"]

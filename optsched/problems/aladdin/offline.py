@@ -29,16 +29,8 @@ from ...result import Bound, SolveResult
 from .cluster import place, simulate_cluster
 from .heuristics import best_fit
 from .models import model_from_instance
-from .placement import (
-    EXACT_SOLVERS,
-    CompiledProblem,
-    Job,
-    PlacementProblem,
-    check_placement,
-    compile_problem,
-    knapsack_bounds,
-    solve_placement,
-)
+from .exact import EXACT_SOLVERS, solve_placement
+from .placement import CompiledProblem, Job, PlacementProblem, check_placement, compile_problem, knapsack_bounds
 
 __all__ = ["solve", "bounds", "offline_problem", "planned_instance"]
 

@@ -1,0 +1,294 @@
+"""Exact solution of Aladdin's placement problem (:mod:`.placement`'s model (a)-(h)) with CP-SAT or a MIP.
+
+Both backends build the same model from :func:`~.placement.compile_problem`'s integer data: the
+variables ``x_ij`` allowed by the single-worker checks (symmetry of the empty workers broken as the
+:mod:`.placement` docstring says), the (e') rows that can bind, and (a)-(h). Best fit
+(:mod:`.heuristics`) gives the number of fresh workers to model, CP-SAT's hint, and the placement
+kept when the solver stops without a better one. Requests that cannot be placed even alone get a
+worker of their own outside the model (``unplaceable``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .. import BACKENDS
+from ...deadline import DeadlinePassed, check, passed, seconds_left
+from ...mipsolvers import pulp_solver, solver_deadline
+from .heuristics import best_fit
+from .placement import (
+    CompiledProblem,
+    PlacementProblem,
+    PlacementResult,
+    compile_problem,
+    knapsack_bounds,
+    kv_units,
+    used_workers,
+)
+
+__all__ = ["EXACT_SOLVERS", "solve_placement"]
+
+#: Backends of :func:`solve_placement` (the registry's table).
+EXACT_SOLVERS = BACKENDS["aladdin"]
+
+
+@dataclass
+class _Model:
+    """Index sets of the MIP shared by both backends."""
+
+    n_workers: int
+    n_exist: int
+    allowed: dict[tuple[int, int], bool]
+    kv_rows: list[tuple[int, int, dict[int, int]]]  # (worker, rhs, {job: coefficient})
+    fixed_used: list[int]
+
+
+def _build(cp: CompiledProblem, jobs: list[int], n_fresh: int, deadline: float | None = None) -> _Model:
+    """Variables allowed and the (e') rows for the jobs ``jobs`` (indices into ``problem.new``);
+    raises :class:`~optsched.deadline.DeadlinePassed` once ``deadline`` has passed."""
+    problem = cp.problem
+    n_exist = len(problem.ongoing)
+    n_workers = n_exist + n_fresh
+    new = problem.new
+    allowed: dict[tuple[int, int], bool] = {}
+    for i in range(n_workers):
+        check(deadline)
+        load = cp.loads[i] if i < n_exist else cp.empty_load()
+        for pos, j in enumerate(jobs):
+            if i >= n_exist and pos < i - n_exist:
+                continue  # symmetry breaking of fresh workers
+            if load.fits(new[j], int(cp.wb_new[j]), int(cp.wp_new[j])):
+                allowed[i, j] = True
+    kv_rows = []
+    for i in range(n_workers):
+        check(deadline)
+        mine = [j for j in jobs if (i, j) in allowed]
+        if not mine:
+            continue
+        load = cp.loads[i] if i < n_exist else None
+        own_ends = set(load.ends.tolist()) if load is not None else set()
+        points = np.array(sorted(own_ends | {new[j].end for j in mine}), dtype=np.int64)
+        if load is not None and len(load.ends):
+            w = kv_units(cp.model, cp.kv_scale, load.bases[None, :] + points[:, None])
+            base = np.sum(np.where(load.ends[None, :] >= points[:, None], w, 0), axis=1)
+        else:
+            base = np.zeros(len(points), dtype=np.int64)
+        profiles = {j: cp.kv_profile(new[j], points) for j in mine}
+        for r, k in enumerate(points):
+            coeffs = {j: int(p[r]) for j, p in profiles.items() if p[r] > 0}
+            rhs = cp.kv_cap - int(base[r])
+            if sum(coeffs.values()) > rhs:
+                kv_rows.append((i, rhs, coeffs))
+    fixed = [i for i, jobs_i in enumerate(problem.ongoing) if jobs_i]
+    return _Model(n_workers, n_exist, allowed, kv_rows, fixed)
+
+
+def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, deadline: float | None,
+                 threads: int | None, hint: dict[int, int] | None) -> tuple[str, dict[int, int], float | None]:
+    from ortools.sat.python import cp_model
+
+    mdl = cp_model.CpModel()
+    x = {(i, j): mdl.NewBoolVar(f"x_{i}_{j}") for (i, j) in md.allowed}
+    y = {i: mdl.NewBoolVar(f"y_{i}") for i in range(md.n_workers) if i not in md.fixed_used}
+    z = {i: mdl.NewBoolVar(f"z_{i}") for i in range(md.n_workers)}
+    for j in jobs:
+        mdl.AddExactlyOne(x[i, j] for i in range(md.n_workers) if (i, j) in x)  # (a)
+    for i in range(md.n_workers):
+        check(deadline)
+        mine = [j for j in jobs if (i, j) in x]
+        if not mine:
+            if i in y:
+                mdl.Add(y[i] == 0)
+            continue
+        base_b = cp.loads[i].sum_b if i < md.n_exist else 0
+        used = y.get(i, 1)
+        mdl.Add(sum(int(cp.wb_new[j]) * x[i, j] for j in mine) <= (cp.cap_b - base_b) * used)  # (b')
+        pre = sum(int(cp.wp_new[j]) * x[i, j] for j in mine) + cp.c1 * z[i]
+        mdl.Add(pre <= cp.cap_c)  # (c')
+        if i < md.n_exist and cp.cap_d[i] is not None:
+            mdl.Add(pre <= cp.cap_d[i])  # (d')
+        for j in mine:
+            mdl.AddImplication(x[i, j], z[i])
+            if i in y:
+                mdl.AddImplication(x[i, j], y[i])  # (f)
+    for k, (i, rhs, coeffs) in enumerate(md.kv_rows):  # (e')
+        if k % 256 == 0:
+            check(deadline)
+        mdl.Add(sum(c * x[i, j] for j, c in coeffs.items()) <= rhs)
+    fresh = [i for i in range(md.n_exist, md.n_workers)]
+    for a, b in zip(fresh, fresh[1:]):
+        mdl.Add(y[a] >= y[b])
+    mdl.Minimize(sum(y.values()))
+    if hint:
+        for (i, j), var in x.items():
+            mdl.AddHint(var, int(hint.get(j) == i))
+    solver = cp_model.CpSolver()
+    if deadline is not None:
+        solver.parameters.max_time_in_seconds = seconds_left(deadline)
+    solver.parameters.num_workers = threads or 1
+    st = solver.Solve(mdl)
+    if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        assign = {j: i for (i, j), var in x.items() if solver.Value(var)}
+        status = "optimal" if st == cp_model.OPTIMAL else "time_limit"
+        return status, assign, solver.BestObjectiveBound() + len(md.fixed_used)
+    if st == cp_model.INFEASIBLE:
+        return "infeasible", {}, None
+    return "time_limit", {}, solver.BestObjectiveBound() + len(md.fixed_used)
+
+
+def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, deadline: float | None,
+                threads: int | None) -> tuple[str, dict[int, int], float | None]:
+    import pulp
+
+    start = time.perf_counter()
+    prob = pulp.LpProblem("aladdin_placement", pulp.LpMinimize)
+    x = {(i, j): prob.add_variable(f"x_{i}_{j}", cat="Binary") for (i, j) in md.allowed}
+    y = {i: prob.add_variable(f"y_{i}", cat="Binary") for i in range(md.n_workers) if i not in md.fixed_used}
+    z = {i: prob.add_variable(f"z_{i}", cat="Binary") for i in range(md.n_workers)}
+    prob += pulp.lpSum(y.values())
+    for j in jobs:
+        prob += pulp.lpSum(x[i, j] for i in range(md.n_workers) if (i, j) in x) == 1  # (a)
+    for i in range(md.n_workers):
+        check(deadline)
+        mine = [j for j in jobs if (i, j) in x]
+        if not mine:
+            if i in y:
+                prob += y[i] == 0
+            continue
+        base_b = cp.loads[i].sum_b if i < md.n_exist else 0
+        used = y.get(i, 1)
+        prob += pulp.lpSum(int(cp.wb_new[j]) * x[i, j] for j in mine) <= (cp.cap_b - base_b) * used  # (b')
+        pre = pulp.lpSum(int(cp.wp_new[j]) * x[i, j] for j in mine) + cp.c1 * z[i]
+        prob += pre <= cp.cap_c  # (c')
+        if i < md.n_exist and cp.cap_d[i] is not None:
+            prob += pre <= cp.cap_d[i]  # (d')
+        for j in mine:
+            prob += x[i, j] <= z[i]
+            if i in y:
+                prob += x[i, j] <= y[i]  # (f)
+    for k, (i, rhs, coeffs) in enumerate(md.kv_rows):  # (e')
+        if k % 256 == 0:
+            check(deadline)
+        prob += pulp.lpSum(c * x[i, j] for j, c in coeffs.items()) <= rhs
+    fresh = [i for i in range(md.n_exist, md.n_workers)]
+    for a, b in zip(fresh, fresh[1:]):
+        prob += y[a] >= y[b]
+    solve_by = solver_deadline(deadline, time.perf_counter() - start)
+    if passed(solve_by):  # no time left to hand the model over: as a build stopped by the deadline
+        raise DeadlinePassed("placement MIP not handed over to the solver")
+    prob.solve(pulp_solver(backend, time_limit=seconds_left(solve_by), threads=threads))
+    st = pulp.LpStatus[prob.status]
+    has_sol = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+    if st == "Infeasible":
+        return "infeasible", {}, None
+    if not has_sol:
+        return "time_limit", {}, None
+    assign = {j: i for (i, j), var in x.items() if (var.value() or 0) > 0.5}
+    optimal = prob.sol_status == pulp.LpSolutionOptimal
+    bound: float | None = None
+    if backend == "highs":
+        info = prob.solverModel.getInfo()
+        bound = math.ceil(info.mip_dual_bound - 1e-6) + len(md.fixed_used)
+    elif backend == "gurobi":
+        bound = math.ceil(prob.solverModel.ObjBound - 1e-6) + len(md.fixed_used)
+    if optimal:
+        bound = sum(1 for v in y.values() if (v.value() or 0) > 0.5) + len(md.fixed_used)
+    return ("optimal" if optimal else "time_limit"), assign, bound
+
+
+def solve_placement(
+    problem: PlacementProblem,
+    solver: str = "cpsat",
+    time_limit: float | None = None,
+    threads: int | None = None,
+) -> PlacementResult:
+    """Solve a heartbeat (or offline) placement exactly.
+
+    Parameters
+    ----------
+    problem
+        The heartbeat.
+    solver
+        ``cpsat``, ``highs``, ``cbc`` or ``gurobi`` (size-limited licence: a model beyond it raises
+        ``RuntimeError`` naming the licence).
+    time_limit
+        Seconds; on expiry the better of the best placement found and best fit's is returned with the
+        bound.
+    threads
+        Solver threads.
+
+    Returns
+    -------
+    PlacementResult
+        Status ``optimal`` (proven), ``time_limit`` (best found, bound given) or ``infeasible``
+        (``max_workers`` too small).
+    """
+    t0 = time.perf_counter()
+    full = compile_problem(problem)
+    n_exist = len(problem.ongoing)
+    empty = full.empty_load()
+    alone_bad = [job.id for j, job in enumerate(problem.new)
+                 if not empty.fits(job, int(full.wb_new[j]), int(full.wp_new[j]))]
+    core = replace(problem, new=tuple(job for job in problem.new if job.id not in set(alone_bad)))
+    cp = compile_problem(core) if alone_bad else full
+    jobs = list(range(len(core.new)))
+    warm = best_fit(core, compiled=cp)
+    n_fresh = len({i for i in warm.assignment.values() if i >= n_exist})
+    if problem.max_workers is not None:
+        n_fresh = max(problem.max_workers - n_exist - len(alone_bad), 0)
+    if solver not in EXACT_SOLVERS:
+        raise ValueError(f"unknown solver {solver!r} (known: {', '.join(EXACT_SOLVERS)})")
+    deadline = None if time_limit is None else t0 + time_limit
+    n_workers = n_exist + n_fresh
+    lower = sum(1 for jobs_i in problem.ongoing if jobs_i)  # workers already in use
+    try:  # a model not built by the deadline leaves best fit's placement (below) and the bounds
+        md = _build(cp, jobs, n_fresh, deadline)
+        lower = len(md.fixed_used) + _fresh_lower_bound(cp, md, jobs)
+        if not jobs or (not warm.unplaceable and warm.workers <= lower):
+            status, assign, bound = "optimal", {j: warm.assignment[core.new[j].id] for j in jobs}, float(lower)
+        elif solver == "cpsat":
+            hint = {j: warm.assignment[core.new[j].id] for j in jobs}
+            status, assign, bound = _solve_cpsat(cp, jobs, md, deadline, threads, hint)
+        else:
+            status, assign, bound = _solve_pulp(cp, jobs, md, solver, deadline, threads)
+    except DeadlinePassed:
+        status, assign, bound = "time_limit", {}, None
+    if status == "infeasible":
+        return PlacementResult({}, 0, "infeasible", None, "exact", solver, alone_bad, time.perf_counter() - t0)
+    assignment = {core.new[j].id: i for j, i in assign.items()}
+    if status == "time_limit" and not warm.unplaceable and (
+        not assignment or used_workers(problem, warm.assignment) < used_workers(problem, assignment)
+    ):  # no incumbent, or a stopped solver's worse than best fit's (the MIP backends get no hint)
+        assignment = dict(warm.assignment)
+    for k, jid in enumerate(alone_bad):
+        assignment[jid] = n_workers + k
+    bound = max(float(lower), bound or 0.0) + len(alone_bad)
+    bound = max(bound, float(max(knapsack_bounds(full).values())))
+    workers = used_workers(problem, assignment)
+    if bound >= workers:
+        status = "optimal"
+    return PlacementResult(assignment, workers, status, bound, "exact", solver, alone_bad, time.perf_counter() - t0)
+
+
+def _fresh_lower_bound(cp: CompiledProblem, md: _Model, jobs: list[int]) -> int:
+    """Workers beyond those with ongoing requests that any placement needs.
+
+    Jobs that fit no worker with ongoing requests must go elsewhere; the knapsack bounds of that set
+    (on (b'), (c') and the first-iteration KV) bound the extra workers.
+    """
+    fixed = set(md.fixed_used)
+    rest = [j for j in jobs if not any((i, j) in md.allowed for i in fixed)]
+    if not rest:
+        return 0
+    job = cp.problem.new
+    one = np.array([1], dtype=np.int64)
+    sum_b = sum(int(cp.wb_new[j]) for j in rest)
+    sum_p = sum(int(cp.wp_new[j]) for j in rest)
+    sum_kv = sum(int(cp.kv_profile(job[j], one)[0]) for j in rest)
+    room_c = cp.cap_c - cp.c1
+    return max(1, math.ceil(sum_b / max(cp.cap_b, 1)), math.ceil(sum_p / max(room_c, 1)),
+               math.ceil(sum_kv / max(cp.kv_cap, 1)))
