@@ -19,10 +19,10 @@ from optsched.problems.hybrid.offline import (
     pcmax_lower_bound,
     processing_times,
     repack_pairs,
-    solve,
     solve_pcmax,
     subset_below,
 )
+from optsched.problems.hybrid.offline_solve import solve
 from optsched.problems.hybrid.timing import timing_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3.x announces its 4.0 API

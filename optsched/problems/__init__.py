@@ -21,7 +21,7 @@ SOLVERS: dict[str, str] = {
     "aladdin": "optsched.problems.aladdin:solve",
     "gmax": "optsched.problems.gmax.solve:solve",
     "hybrid": "optsched.problems.hybrid.model:solve",
-    "hybrid-offline": "optsched.problems.hybrid.offline:solve",
+    "hybrid-offline": "optsched.problems.hybrid.offline_solve:solve",
     "infermax": "optsched.problems.infermax:solve",
     "scls-batch": "optsched.problems.scls.solve:solve",
 }

@@ -43,6 +43,7 @@ from typing import Any, Sequence
 
 from ...instance import Instance
 from ...schedule import Batch, Item, ReplayResult, Schedule
+from .offline import processing_times, solve_pcmax
 from .timing import decode_rounds, timing_of
 
 __all__ = [
@@ -258,8 +259,6 @@ POLICY_CONFIGS: dict[str, dict[str, Any]] = {
 
 def offline_assignment(instance: Instance, lengths: str = "oracle", time_limit: float = 10.0) -> list[int]:
     """Clients of the offline P||Cmax solution (Eqs. 26-30) on decode rounds (true or predicted lengths)."""
-    from .offline import processing_times, solve_pcmax
-
     p = processing_times(instance, "predicted" if lengths == "predicted" else "rounds")
     return list(solve_pcmax(p, timing_of(instance).clients, method="auto", time_limit=time_limit).client)
 
