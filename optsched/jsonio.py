@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["dumps_instance", "dumps_rows", "gc_paused", "write_json_atomic", "write_text_atomic"]
+__all__ = ["atomic_output", "dumps_instance", "dumps_rows", "gc_paused", "write_json_atomic", "write_text_atomic"]
 
 
 @contextmanager
@@ -38,18 +38,29 @@ def _file_mode() -> int:
     return 0o666 & ~umask
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
+@contextmanager
+def atomic_output(path: str | Path) -> Iterator[Path]:
+    """A temporary path in ``path``'s folder, renamed over ``path`` when the block completes.
+
+    For writers that take a file name (Parquet, plots); on any failure the temporary file is
+    removed and ``path`` is left as it was.
+    """
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        yield Path(tmp)
         os.chmod(tmp, _file_mode())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    with atomic_output(path) as tmp:
+        tmp.write_text(text)
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Iterator, Sequence, TextIO, TypeVar
 
 from ..costmodel import CostModelError, available_profiles, load_cost_model
 from ..instance import Instance, Limits, check_requests, load_instance
+from ..request_table import TableError, check_table_path
 from ..schedule import Schedule
 from ..workload import (
     FORMATS,
@@ -326,6 +327,22 @@ def progress(items: Sequence[T], label: str) -> Iterator[T]:
         sys.stderr.flush()
 
 
+def add_requests_out_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--requests-out", metavar="FILE",
+                        help=f"write one row per request of {what} (CSV, or Parquet for .parquet; docs/schedule.md)")
+
+
+def check_requests_out(path: str | None) -> None:
+    """Fail early (bad input) when ``--requests-out`` cannot be written."""
+    if path is None:
+        return
+    check_output_path(path)
+    try:
+        check_table_path(path)
+    except TableError as exc:
+        raise BadInput(f"--requests-out: {exc}") from None
+
+
 def check_output_path(path: str | None) -> None:
     """Fail early (bad input) when ``--out`` cannot be written, before any long computation."""
     if path is None:
@@ -344,6 +361,8 @@ __all__ = [
     "add_instance_arguments",
     "add_transform_arguments",
     "add_json_flag",
+    "add_requests_out_flag",
+    "check_requests_out",
     "check_output_path",
     "check_schedule_ids",
     "format_mapping",

@@ -11,12 +11,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..request_table import write_request_table
 from ..schedule import load_schedule, replay
 from ._common import (
     EXIT_NO,
     EXIT_OK,
     add_instance_arguments,
     add_json_flag,
+    add_requests_out_flag,
+    check_requests_out,
     check_schedule_ids,
     format_mapping,
     load_instance_arg,
@@ -28,11 +31,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="replay a schedule and list its violations (exit 1 if infeasible)")
     add_instance_arguments(p)
     p.add_argument("schedule", metavar="SCHEDULE", help="schedule JSON file")
+    add_requests_out_flag(p, "the replayed schedule (also when infeasible)")
     add_json_flag(p)
     p.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    check_requests_out(args.requests_out)
     instance = load_instance_arg(args)
     schedule = load_schedule(args.schedule)
     check_schedule_ids(instance, schedule, args.schedule)
@@ -40,6 +45,8 @@ def handle(args: argparse.Namespace) -> int:
         print(f"optsched: warning: {args.schedule} was made for instance {schedule.instance!r}, "
               f"checking it against {instance.name!r}", file=sys.stderr)
     result = replay(instance, schedule)
+    if args.requests_out is not None:
+        write_request_table(args.requests_out, result)
     metrics = result.metrics.to_dict() if result.metrics is not None else None
     if args.json:
         print_json({"instance": instance.name, "feasible": result.feasible,

@@ -11,16 +11,20 @@ page. Progress goes to stderr. Ctrl-C or the time limit yield the partial report
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from ..policies import POLICIES
-from ..report import Progress, build_report, report_table, report_to_dict
+from ..report import Progress, Report, build_report, report_table, report_to_dict
 from ..report.gather import SOLVE_MAX_REQUESTS
 from ..result import OBJECTIVES
+from ..request_table import write_request_table
 from ._common import (
     BadInput,
     add_instance_arguments,
+    add_requests_out_flag,
     check_output_path,
+    check_requests_out,
     load_instance_arg,
     positive_float,
     print_json,
@@ -40,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--time-limit", type=positive_float, default=60.0, metavar="S",
                    help="overall time limit in seconds, HTML included (default 60)")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report here")
+    add_requests_out_flag(p, "the best schedule")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--objective", choices=OBJECTIVES, default="makespan", help="objective compared (default makespan)")
     p.add_argument("--policies", metavar="LIST", help="comma-separated policies (default: all registered)")
@@ -48,6 +53,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"run the solver only on instances of at most N requests (default {SOLVE_MAX_REQUESTS}; 0 = never)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=handler)
+
+
+def _write_best_requests(report: Report, path: str, progress: Progress) -> None:
+    """The best schedule's per-request table (a note on stderr when there is no schedule)."""
+    best = report.best
+    if best is None:
+        print(f"optsched: note: no schedule replayed cleanly: {path} not written", file=sys.stderr)
+        return
+    progress(f"writing {path} ({best[0]})")
+    write_request_table(path, best[3])
 
 
 def handler(args: argparse.Namespace) -> int:
@@ -59,6 +74,7 @@ def handler(args: argparse.Namespace) -> int:
         if unknown:
             raise BadInput(f"--policies: unknown policy {unknown[0]!r} (known: {', '.join(sorted(POLICIES))})")
     check_output_path(args.html)
+    check_requests_out(args.requests_out)
     instance = load_instance_arg(args)
     reserve = 0.0
     if args.html:
@@ -76,6 +92,8 @@ def handler(args: argparse.Namespace) -> int:
         progress=progress,
     )
     report.time_limit = args.time_limit
+    if args.requests_out is not None:
+        _write_best_requests(report, args.requests_out, progress)
     if args.html:
         progress(f"writing {args.html}")
         from ..report.html import write_html  # matplotlib loads only when a page is drawn

@@ -12,13 +12,16 @@ from typing import Any
 
 from .. import policies
 from ..instance import Instance, InstanceError
+from ..request_table import write_request_table
 from ..schedule import ReplayResult, Schedule, replay
 from ._common import (
     EXIT_OK,
     BadInput,
     add_instance_arguments,
     add_json_flag,
+    add_requests_out_flag,
     check_output_path,
+    check_requests_out,
     format_mapping,
     format_table,
     load_instance_arg,
@@ -34,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_instance_arguments(p)
     p.add_argument("--policy", required=True, metavar="NAME", help="policy name, or 'all' to compare every policy")
     p.add_argument("--out", metavar="SCHEDULE", help="write the schedule JSON here (single policy only)")
+    add_requests_out_flag(p, "the replayed schedule (single policy only)")
     add_json_flag(p)
     p.set_defaults(func=handle)
 
@@ -64,9 +68,11 @@ def _policy_names(arg: str) -> list[str]:
 
 def handle(args: argparse.Namespace) -> int:
     names = _policy_names(args.policy)
-    if args.out is not None and len(names) > 1:
-        raise BadInput("--out: needs a single --policy, not 'all'")
+    for flag, value in (("--out", args.out), ("--requests-out", args.requests_out)):
+        if value is not None and len(names) > 1:
+            raise BadInput(f"{flag}: needs a single --policy, not 'all'")
     check_output_path(args.out)
+    check_requests_out(args.requests_out)
     instance = load_instance_arg(args)
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
@@ -81,6 +87,8 @@ def handle(args: argparse.Namespace) -> int:
         assert result.metrics is not None
         if args.out is not None:
             schedule.save(args.out)
+        if args.requests_out is not None:
+            write_request_table(args.requests_out, result)
         rows.append({"policy": name, "metrics": result.metrics.to_dict(), "schedule": args.out})
     single = args.policy != "all"
     if args.json:

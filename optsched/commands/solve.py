@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from .. import problems
+from ..request_table import write_request_table
 from ..result import SolveResult
 from ..schedule import replay
 from ._common import (
@@ -29,7 +30,9 @@ from ._common import (
     BadInput,
     add_instance_arguments,
     add_json_flag,
+    add_requests_out_flag,
     check_output_path,
+    check_requests_out,
     format_mapping,
     load_instance_arg,
     positive_float,
@@ -93,6 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--problem", required=True, metavar="NAME", help="formulation (see optsched.problems.SOLVERS)")
     add_problem_options(p)
     p.add_argument("--out", metavar="FILE", help="write the schedule JSON here (after it replays cleanly)")
+    add_requests_out_flag(p, "the returned schedule")
     add_json_flag(p)
     p.set_defaults(func=handle)
 
@@ -117,6 +121,7 @@ def handle(args: argparse.Namespace) -> int:
     solve = resolve("solve", args.problem)
     check_solver_option(args.problem, args.solver)
     check_output_path(args.out)
+    check_requests_out(args.requests_out)
     instance = load_instance_arg(args)
     result: SolveResult = solve(instance, options_from_args(args))
     if result.schedule is not None:
@@ -127,6 +132,10 @@ def handle(args: argparse.Namespace) -> int:
         result.replay = replayed
         if args.out is not None:
             result.schedule.save(args.out)
+        if args.requests_out is not None:
+            write_request_table(args.requests_out, replayed)
+    elif args.requests_out is not None:
+        print(f"optsched: note: no schedule returned ({result.status}): {args.requests_out} not written", file=sys.stderr)
     out = result.to_dict(args.out if result.schedule is not None else None)
     out["instance"] = instance.name
     if args.json:
