@@ -37,6 +37,7 @@ __all__ = [
     "ScheduleError",
     "TIME_RTOL",
     "compute_metrics",
+    "item_phases",
     "load_schedule",
     "replay",
 ]
@@ -475,3 +476,34 @@ def _conclude(instance: Instance, st: _ReplayState, result: ReplayResult, makesp
     result.generated = st.gen
     result.kv_held = st.m
     return result
+
+
+def item_phases(instance: Instance, schedule: Schedule) -> list[list[bool]]:
+    """Per batch, per item: True when the item is a prefill chunk, False when it is a decode step.
+
+    Follows the rules 2-3 of :func:`replay` for the state (m, I) only: a request is in prefill
+    while m < I; an eviction of a decode-phase request sets I := m + 1, then m := 0. The schedule
+    must replay cleanly (``tests/test_report.py`` checks the phases against replay's per-batch
+    ``prefill_tokens`` and ``decode_items``).
+    """
+    m = {r.id: 0 for r in instance.requests}
+    prompt = {r.id: r.prompt_tokens for r in instance.requests}
+    out_len = {r.id: r.output_tokens for r in instance.requests}
+    gen = dict.fromkeys(m, 0)
+    phases: list[list[bool]] = []
+    for batch in schedule.batches:
+        for rid in batch.evict:
+            if m[rid] >= prompt[rid]:
+                prompt[rid] = m[rid] + 1
+            m[rid] = 0
+        row = []
+        for it in batch.items:
+            pre = m[it.id] < prompt[it.id]
+            row.append(pre)
+            m[it.id] += it.tokens
+            if not pre or m[it.id] == prompt[it.id]:
+                gen[it.id] += 1
+                if gen[it.id] == out_len[it.id]:
+                    m[it.id] = 0
+        phases.append(row)
+    return phases

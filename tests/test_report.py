@@ -16,7 +16,7 @@ from optsched.instance import available_instances, load_instance
 from optsched.policies import POLICIES
 from optsched.problems import BOUNDERS, SOLVERS
 from optsched.report import build_report, gather_bounds, report_html, report_table, report_to_dict
-from optsched.report.plots import item_phases
+from optsched.schedule import item_phases
 from optsched.result import SolveResult
 from optsched.schedule import replay
 

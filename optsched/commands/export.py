@@ -23,7 +23,7 @@ from ..schedule import load_schedule
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "export",
-        help="export a replay-checked schedule for an engine (vllm-replay plan)",
+        help="export a replay-checked schedule (vllm-replay plan, chrome-trace for Chrome/Perfetto)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -55,6 +55,11 @@ def handler(args: argparse.Namespace) -> int:
     if args.kv_blocks is not None and args.kv_blocks < 1:
         raise BadInput(f"--kv-blocks: must be >= 1, got {args.kv_blocks}")
     options = {"block_size": args.block_size, "kv_blocks": args.kv_blocks}
+    if args.format != "vllm-replay":
+        given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v is not None]
+        if given:
+            raise BadInput(f"{given[0]}: applies only to --format vllm-replay")
+        options = {}
     try:
         data = exporter_for(args.format)(instance, schedule, options)
     except PlanError as exc:
@@ -63,17 +68,17 @@ def handler(args: argparse.Namespace) -> int:
             print_json({"format": args.format, "exported": False, "reason": str(exc), "out": None})
         return EXIT_NO
     write_json_atomic(args.out, data)
-    summary = {
-        "format": args.format,
-        "exported": True,
-        "out": args.out,
-        "instance": instance.name,
-        "steps": len(data.get("steps", [])),
-        "predicted_total": data.get("predicted_total"),
-        "engine": data.get("engine"),
-    }
+    summary = {"format": args.format, "exported": True, "out": args.out, "instance": instance.name}
+    if "traceEvents" in data:
+        summary["events"] = len(data["traceEvents"])
+        summary["makespan"] = data["otherData"]["makespan"]
+        line = f"{summary['events']} trace events, makespan {summary['makespan']:.6g} s"
+    else:
+        summary.update(steps=len(data.get("steps", [])), predicted_total=data.get("predicted_total"),
+                       engine=data.get("engine"))
+        line = f"{summary['steps']} steps, predicted {summary['predicted_total']:.6g} s"
     if args.json:
         print_json(summary)
     else:
-        print(f"wrote {args.out}: {summary['steps']} steps, predicted {summary['predicted_total']:.6g} s")
+        print(f"wrote {args.out}: {line}")
     return 0

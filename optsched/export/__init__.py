@@ -1,4 +1,5 @@
-"""Exporters: turn a replay-checked schedule into what an external engine executes.
+"""Exporters: turn a replay-checked schedule into what an external engine executes (``vllm-replay``)
+or a viewer shows (``chrome-trace``: Chrome / Perfetto trace events).
 
 ``EXPORTERS[name]`` maps a ``--format`` name to ``"module:function"``; the function has the signature
 ``export(instance, schedule, options: dict) -> dict`` (the JSON object written to ``--out``).
@@ -11,6 +12,7 @@ from typing import Any, Callable
 from ..registry import resolve
 
 EXPORTERS: dict[str, str] = {
+    "chrome-trace": "optsched.export.chrome_trace:export",
     "vllm-replay": "optsched.export.vllm_replay:export",
 }
 

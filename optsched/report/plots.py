@@ -7,9 +7,7 @@
 - :func:`plot_latency_distributions`: per-request TTFT and TPOT per schedule (box plots).
 
 Times and KV come from :func:`optsched.schedule.replay` (``starts``, ``ends``, ``kv_used``,
-``running``, ``outcomes``). Only the phase of each item (prefill or decode), which replay does not
-list, is derived here by :func:`item_phases`; the tests check it against replay's per-batch
-``prefill_tokens`` and ``decode_items``.
+``running``, ``outcomes``) and the phase of each item from :func:`optsched.schedule.item_phases`.
 """
 
 from __future__ import annotations
@@ -27,11 +25,10 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from ..instance import Instance  # noqa: E402
-from ..schedule import ReplayResult, Schedule  # noqa: E402
+from ..schedule import ReplayResult, Schedule, item_phases  # noqa: E402
 from .gather import Report  # noqa: E402
 
 __all__ = [
-    "item_phases",
     "plot_bounds_bars",
     "plot_latency_distributions",
     "plot_memory",
@@ -43,36 +40,6 @@ PREFILL, DECODE, EVICT, BOUND, BEST = "#4C72B0", "#DD8452", "#C44E52", "#55A868"
 MERGE_ABOVE = 300
 #: Above this many drawn shapes a collection is rasterized inside the SVG (keeps files small).
 RASTER_ABOVE = 4000
-
-
-def item_phases(instance: Instance, schedule: Schedule) -> list[list[bool]]:
-    """Per batch, per item: True when the item is a prefill chunk, False when it is a decode step.
-
-    Follows the contract's steps 2-3 for the state (m, I) only: a request is in prefill while
-    m < I; an eviction of a decode-phase request sets I := m + 1, then m := 0. The schedule must
-    replay cleanly.
-    """
-    m = {r.id: 0 for r in instance.requests}
-    prompt = {r.id: r.prompt_tokens for r in instance.requests}
-    out_len = {r.id: r.output_tokens for r in instance.requests}
-    gen = dict.fromkeys(m, 0)
-    phases: list[list[bool]] = []
-    for batch in schedule.batches:
-        for rid in batch.evict:
-            if m[rid] >= prompt[rid]:
-                prompt[rid] = m[rid] + 1
-            m[rid] = 0
-        row = []
-        for it in batch.items:
-            pre = m[it.id] < prompt[it.id]
-            row.append(pre)
-            m[it.id] += it.tokens
-            if not pre or m[it.id] == prompt[it.id]:
-                gen[it.id] += 1
-                if gen[it.id] == out_len[it.id]:
-                    m[it.id] = 0
-        phases.append(row)
-    return phases
 
 
 def _segments(instance: Instance, schedule: Schedule, result: ReplayResult, merge: bool) -> tuple[dict, dict, list]:
