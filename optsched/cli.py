@@ -32,6 +32,8 @@ from .commands import (
     report,
     simulate,
     solve,
+    sweep,
+    sweep_report,
     validate,
 )
 from .commands._common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, BadInput, stdout_reserved_for_json
@@ -54,6 +56,8 @@ COMMANDS: tuple[ModuleType, ...] = (
     validate,
     generate,
     report,
+    sweep,
+    sweep_report,
 )
 
 

@@ -9,6 +9,7 @@ import re
 import time
 
 import pytest
+from chromium_support import run_chromium
 from report_support import random_schedule, serial_fcfs
 
 from optsched.cli import main
@@ -213,45 +214,25 @@ def test_html_is_self_contained(fcfs: str, tmp_path) -> None:
     assert text.count("<svg") == 4
 
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run",
-                  "--enable-logging=stderr", "--v=0"]
-
-
-def _chromium(page, tmp_path, *extra: str):
-    """Run headless Chromium on a page with a fresh profile; (returncode, stdout, console lines)."""
-    import shutil
-    import subprocess
-
-    exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    if exe is None:
-        pytest.skip("headless Chromium is not installed (apt-get install -y chromium)")
-    profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
-    proc = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra, page.as_uri()],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line or "net::ERR" in line]
-    return proc.returncode, proc.stdout, console
-
-
 def test_html_renders_in_headless_chromium(tmp_path) -> None:
     from optsched.report import write_html
 
     # the console check must see errors when there are some
     control = tmp_path / "control.html"
     control.write_text("<html><body><script>console.error('boom')</script></body></html>")
-    _, _, console = _chromium(control, tmp_path, "--dump-dom")
+    _, _, console = run_chromium(control, tmp_path, "--dump-dom")
     assert any("boom" in line for line in console), console
 
     page = tmp_path / "report.html"
     report = build_report(load_instance("toy-4"), time_limit=None, solve_max_requests=0)
     write_html(report, page)
-    rc, dom, console = _chromium(page, tmp_path, "--dump-dom")
+    rc, dom, console = run_chromium(page, tmp_path, "--dump-dom")
     assert rc == 0 and console == []
     # bars, best and worst timelines, memory, TTFT/TPOT (one timeline when only one schedule)
     assert dom.count("<svg") == (5 if len(report.candidates()) > 1 else 4)
     assert "<table>" in dom and all(f"policy:{p.policy}" in dom for p in report.policies)
     shot = tmp_path / "shot.png"
-    rc, _, console = _chromium(page, tmp_path, f"--screenshot={shot}", "--window-size=1200,3000")
+    rc, _, console = run_chromium(page, tmp_path, f"--screenshot={shot}", "--window-size=1200,3000")
     assert rc == 0 and console == [] and shot.stat().st_size > 20_000
 
 

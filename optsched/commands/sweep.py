@@ -1,0 +1,137 @@
+"""``optsched sweep SPEC --out DIR [--workers N] [--ray [--address ADDR]] [--resume]``.
+
+Runs a grid of workloads x cost models x limits x rate scales (the spec, docs/sweep.md), every
+cell on a local process pool (default: all cores) or as Ray tasks, and writes one Parquet row per
+schedule or bound under DIR as cells finish. ``--capacity`` searches, per configuration and
+policy, the largest ``rate_scale`` meeting a P99 TTFT/TPOT target; ``--replicas`` the fewest
+engines carrying the workload under each router.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from ..sweep.spec import SpecError, load_spec
+from ..sweep.store import MissingDependency, SweepStore, require_pyarrow
+from ._common import EXIT_OK, BadInput, add_json_flag, format_mapping, positive_float, positive_int, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="run a grid of workloads, limits and policies (local cores or Ray)")
+    p.add_argument("spec", metavar="SPEC", help="sweep specification (.yaml, .yml or .json)")
+    p.add_argument("--out", required=True, metavar="DIR", help="results folder (a Parquet dataset, created if missing)")
+    p.add_argument("--workers", type=positive_int, metavar="N",
+                   help="local worker processes, or the CPUs of the local Ray cluster (default: all cores)")
+    p.add_argument("--ray", action="store_true", help="run the cells as Ray tasks (needs optsched[ray])")
+    p.add_argument("--address", metavar="ADDR", help="Ray cluster to join (with --ray; default: start a local one)")
+    p.add_argument("--resume", action="store_true", help="complete the sweep in DIR: skip the cells already stored")
+    g = p.add_argument_group("capacity search")
+    g.add_argument("--capacity", action="store_true", help="largest rate_scale meeting the SLO target, per policy")
+    g.add_argument("--replicas", action="store_true", help="fewest engines carrying each cell, per router")
+    g.add_argument("--slo-ttft-p99", type=positive_float, metavar="S", help="TTFT limit (seconds) of the target quantile")
+    g.add_argument("--slo-tpot-p99", type=positive_float, metavar="S", help="TPOT limit (seconds) of the target quantile")
+    g.add_argument("--attainment", type=positive_float, metavar="A",
+                   help="quantile the limits apply to, in (0, 1] (default 0.99: the P99)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_json_flag(p)
+    p.set_defaults(func=handle)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.address is not None and not args.ray:
+        raise BadInput("--address: only applies with --ray")
+    if args.address is not None and args.workers is not None:
+        raise BadInput("--workers: a cluster given by --address has its own CPUs; drop --workers")
+    if args.capacity and args.replicas:
+        raise BadInput("--capacity and --replicas: run one search at a time")
+    searching = args.capacity or args.replicas
+    slo_given = args.slo_ttft_p99 is not None or args.slo_tpot_p99 is not None or args.attainment is not None
+    if slo_given and not searching:
+        raise BadInput("--slo-ttft-p99/--slo-tpot-p99/--attainment: only apply with --capacity or --replicas")
+    if searching and args.slo_ttft_p99 is None and args.slo_tpot_p99 is None:
+        raise BadInput(f"--{'capacity' if args.capacity else 'replicas'}: needs --slo-ttft-p99 and/or --slo-tpot-p99")
+    if args.attainment is not None and args.attainment > 1:
+        raise BadInput(f"--attainment: must lie in (0, 1], got {args.attainment}")
+    parent = Path(args.out).resolve().parent
+    if not parent.is_dir():
+        raise BadInput(f"{args.out}: output folder {str(parent)!r} does not exist")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise BadInput(f"{args.out}: exists and is not a folder")
+
+
+def make_executor(args: argparse.Namespace, retries: int) -> Any:
+    """The local pool, or Ray when ``--ray`` (MissingDependency without Ray)."""
+    from ..sweep.executors import LocalPool, RayExecutor
+
+    workers = args.workers or len(os.sched_getaffinity(0))
+    if args.ray:
+        return RayExecutor(args.address, workers, retries)
+    return LocalPool(workers, retries)
+
+
+def handle(args: argparse.Namespace) -> int:
+    _check_args(args)
+    try:
+        require_pyarrow()
+        spec = load_spec(args.spec)
+        from ..sweep.runner import load_workloads
+
+        workloads = load_workloads(spec)
+    except (SpecError, MissingDependency) as exc:
+        raise BadInput(str(exc)) from None
+    store = SweepStore(args.out)
+    stored = store.done_keys()
+    if stored and not args.resume:
+        raise BadInput(f"{args.out}: already holds {len(stored)} stored cells: "
+                       "add --resume to complete that sweep, or choose another --out")
+    Path(args.out).mkdir(exist_ok=True)
+    try:
+        executor = make_executor(args, spec.retries)
+    except MissingDependency as exc:
+        raise BadInput(str(exc)) from None
+    mode = "capacity" if args.capacity else "replicas" if args.replicas else "grid"
+    store.write_meta({"spec": spec.model_dump(mode="json"), "spec_file": str(args.spec), "mode": mode,
+                      "slo_ttft_p99": args.slo_ttft_p99, "slo_tpot_p99": args.slo_tpot_p99,
+                      "attainment": args.attainment})
+    progress = False if args.no_progress else None
+    try:
+        out = _run(mode, spec, args, executor, store, workloads, progress)
+    finally:
+        executor.close()
+    out = {"sweep": spec.name, "out": str(args.out), "executor": "ray" if args.ray else "local", **out}
+    if args.json:
+        print_json(out)
+    else:
+        print(format_mapping([(k, v) for k, v in out.items() if not isinstance(v, list)]))
+    return EXIT_OK
+
+
+def _run(mode: str, spec: Any, args: argparse.Namespace, executor: Any, store: SweepStore, workloads: Any,
+         progress: bool | None) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from ..sweep.cells import SloTarget
+    from ..sweep.runner import run_sweep
+
+    if mode == "grid":
+        if not spec.run.simulate and not spec.run.solve and not spec.run.bounds:
+            raise BadInput(f"{args.spec}: run: nothing to run (give simulate, solve or bound)")
+        return asdict(run_sweep(spec, args.out, executor, workloads=workloads, show_progress=progress))
+    target = SloTarget(args.slo_ttft_p99, args.slo_tpot_p99, args.attainment or 0.99)
+    if mode == "capacity":
+        from ..sweep.capacity import capacity_search
+
+        try:
+            return capacity_search(spec, workloads, executor, store, target, slots=executor.slots,
+                                   show_progress=progress)
+        except SpecError as exc:
+            raise BadInput(str(exc)) from None
+    from ..sweep.replicas import replicas_search
+
+    try:
+        return replicas_search(spec, workloads, executor, store, target, show_progress=progress)
+    except SpecError as exc:
+        raise BadInput(str(exc)) from None

@@ -1,0 +1,156 @@
+"""Capacity search: per configuration and policy, the largest ``rate_scale`` meeting an SLO target.
+
+The rates searched form a geometric grid from ``capacity.low`` to ``capacity.high`` with ratio
+``1 + capacity.tolerance`` (:func:`rate_grid`), so the answer is exact on that grid: the stated
+tolerance is relative. A probe at grid point k is a cell running one policy at ``rate_grid[k]``
+whose schedule (replayed) meets the target when the ``attainment`` quantile of TTFT and of TPOT
+are within their limits (:class:`~optsched.sweep.cells.SloTarget`).
+
+Every search first probes both ends (``below_range`` when the low end fails, ``above_range``
+when the high end meets), then narrows ``good < bad`` (a meeting and a failing point) by
+multisection: each round probes up to ``slots // searches`` evenly spaced points inside every
+open interval, all searches' probes running at once on the executor, until ``bad = good + 1``.
+Like Vidur's search, it assumes that a policy meeting the target at a rate meets it at every lower
+rate; every probe is a stored row, so the assumption can be checked. Probes are cells: stored
+as they finish, reused on ``--resume`` and by other searches that need the same point.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cells import Cell, SloTarget, expand_cells
+from .runner import Executor, Progress, Workloads, run_cells
+from .spec import RunSpec, SpecError, SweepSpec
+from .store import SweepStore
+
+__all__ = ["capacity_search", "rate_grid"]
+
+
+def rate_grid(low: float, high: float, tolerance: float) -> list[float]:
+    """``low * (1 + tolerance)^k`` for k = 0, 1, ... below ``high``, then ``high``."""
+    steps = math.ceil(math.log(high / low) / math.log1p(tolerance) - 1e-9)
+    return [low * (1 + tolerance) ** k for k in range(steps)] + [high]
+
+
+@dataclass
+class _Search:
+    """One configuration and policy: ``probes`` maps grid index -> met."""
+
+    cells: list[Cell]
+    key: str
+    good: int = -1
+    bad: int = -1
+    probes: dict[int, bool] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        ends = 0 in self.probes and len(self.cells) - 1 in self.probes
+        return ends and (not self.probes[0] or self.probes[len(self.cells) - 1] or self.bad == self.good + 1)
+
+    def next_points(self, count: int) -> list[int]:
+        last = len(self.cells) - 1
+        if 0 not in self.probes or last not in self.probes:
+            return [k for k in (0, last) if k not in self.probes]
+        span = self.bad - self.good
+        return sorted({self.good + max(1, round(j * span / (count + 1))) for j in range(1, count + 1)} - {self.bad})
+
+    def record(self, k: int, met: bool) -> None:
+        self.probes[k] = met
+        last = len(self.cells) - 1
+        if 0 in self.probes and last in self.probes:
+            self.bad = min([j for j, m in self.probes.items() if not m], default=last + 1)
+            self.good = max([j for j, m in self.probes.items() if m and j < self.bad], default=-1)
+
+
+def _check(spec: SweepSpec) -> None:
+    if not spec.run.simulate:
+        raise SpecError(f"{spec.source}: run.simulate: --capacity searches the rate of each policy; list some")
+    if spec.run.solve or spec.run.bounds:
+        raise SpecError(f"{spec.source}: run: --capacity runs policies only; remove run.solve and run.bound "
+                        "(run them in a plain sweep)")
+    if spec.rate_scale != [1.0]:
+        raise SpecError(f"{spec.source}: rate_scale: --capacity chooses the rate itself; "
+                        "give its range as capacity: {low, high, tolerance}")
+
+
+def _search_key(first: Cell, spec: SweepSpec, target: SloTarget) -> str:
+    payload = {"probe": first.key, "capacity": spec.capacity.model_dump(), "target": dataclasses.asdict(target)}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _searches(spec: SweepSpec, workloads: Workloads, target: SloTarget) -> list[_Search]:
+    grid = rate_grid(spec.capacity.low, spec.capacity.high, spec.capacity.tolerance)
+    out = []
+    for policy in spec.run.simulate:
+        run = RunSpec(simulate=[policy], objective=spec.run.objective)
+        cells = expand_cells(spec, workloads.digests, run, grid, target)
+        for start in range(0, len(cells), len(grid)):  # the grid is the innermost axis
+            chunk = cells[start:start + len(grid)]
+            out.append(_Search(chunk, _search_key(chunk[0], spec, target)))
+    return out
+
+
+def _result_row(search: _Search, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    last = len(search.cells) - 1
+    status = "below_range" if not search.probes[0] else "above_range" if search.probes[last] else "ok"
+    at = search.cells[search.good] if search.good >= 0 else search.cells[0]
+    probe = rows[at.key][0]
+    row = {**probe, "kind": "capacity", "cell": search.key, "status": status,
+           "wall_time": sum(rows[search.cells[k].key][0]["wall_time"] or 0.0 for k in search.probes)}
+    if search.good < 0:  # nothing meets the target: no metrics to report
+        row.update({k: None for k in probe if k in ("objective", "error") or k in _metric_keys(probe)},
+                   rate_scale=None, slo_met=False)
+    return row
+
+
+def _metric_keys(row: dict[str, Any]) -> set[str]:
+    from .cells import METRIC_COLUMNS
+
+    return set(METRIC_COLUMNS) & set(row)
+
+
+def capacity_search(spec: SweepSpec, workloads: Workloads, executor: Executor, store: SweepStore,
+                    target: SloTarget, *, slots: int = 1, show_progress: bool | None = None) -> dict[str, Any]:
+    """Run every capacity search of the spec (see the module docstring); a summary for the CLI.
+
+    Each search's result is stored as a ``kind = capacity`` row: the policy, ``rate_scale`` = the
+    capacity (null when even the low end fails), ``status`` (``ok``, ``below_range``,
+    ``above_range``) and the metrics of the probe at the capacity.
+    """
+    t0 = time.perf_counter()
+    _check(spec)
+    searches = _searches(spec, workloads, target)
+    stored = store.done_keys()
+    active = [s for s in searches if s.key not in stored]
+    workloads.handles = [executor.share(i) for i in workloads.instances]
+    progress = Progress(0, "probes", show_progress)
+    seen: dict[str, list[dict[str, Any]]] = {}
+    try:
+        while active:
+            per = max(1, slots // len(active))
+            wanted = {s.key: s.next_points(per) for s in active}
+            cells = [s.cells[k] for s in active for k in wanted[s.key]]
+            progress.add_total(len(cells))
+            seen.update(run_cells(cells, workloads, executor, store, progress))
+            for s in active:
+                for k in wanted[s.key]:
+                    row = seen[s.cells[k].key][0]
+                    s.record(k, row["status"] == "ok" and bool(row["slo_met"]))
+                if s.done:
+                    store.write(s.key, [_result_row(s, seen)])
+            active = [s for s in active if not s.done]
+    finally:
+        progress.close()
+    results = [store.rows_of(s.key)[0] for s in searches]
+    return {"searches": len(searches), "already_stored": sum(1 for s in searches if s.key in stored),
+            "probes": len(seen), "wall_time": time.perf_counter() - t0,
+            "capacity": [{k: r[k] for k in ("workload", "cost_model", "kv_capacity", "token_budget",
+                                            "prefill_budget", "max_running", "policy", "rate_scale", "status")}
+                         for r in results]}

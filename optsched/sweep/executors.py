@@ -1,0 +1,244 @@
+"""Where cells run: a local process pool (default) or Ray tasks (``--ray``).
+
+Both executors take jobs ``submit(key, fn, *args)`` (``fn`` a module-level function, so that it
+pickles by reference) and hand back ``(key, result, error)`` as jobs finish (:meth:`next_done`).
+Large inputs shared by many jobs (the workloads' base instances) are sent once with
+:meth:`share`, whose handle is passed as an argument.
+
+Worker deaths are retried, then reported, never lost:
+
+- :class:`LocalPool` (``concurrent.futures.ProcessPoolExecutor``, spawn context, SIGINT ignored in
+  the workers): when a worker process dies the pool breaks; the jobs that were in flight are
+  submitted again to a new pool, each at most ``retries`` times, after which the job's error is
+  ``worker process died``. At most ``workers`` jobs are in flight at once, so a break charges a
+  retry only to jobs that were running.
+- :class:`RayExecutor`: each job is a Ray task with ``num_cpus=1`` (Ray's scheduler places it)
+  and ``max_retries=retries`` (Ray re-runs a task whose worker or node died); an error that Ray
+  reports after its retries becomes the job's error. Without an address a local cluster is started
+  for the run, bound to 127.0.0.1 only, and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .store import MissingDependency
+
+__all__ = ["LocalPool", "RayExecutor", "SharedRef", "require_ray"]
+
+Done = tuple[str, Any, "str | None"]
+
+
+@dataclass(frozen=True)
+class SharedRef:
+    """Handle of an object sent once to every pool worker."""
+
+    index: int
+
+
+#: In a pool worker: the shared objects (set by the initializer).
+_worker_shared: list[Any] = []
+
+
+def _init_worker(shared: list[Any], pids: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    _worker_shared[:] = shared
+    pids.put(os.getpid())
+
+
+def _call_in_worker(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    return fn(*(_worker_shared[a.index] if isinstance(a, SharedRef) else a for a in args))
+
+
+@dataclass
+class _Job:
+    key: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    attempts: int = 0
+
+
+class LocalPool:
+    """Jobs on ``workers`` local processes (see the module docstring)."""
+
+    def __init__(self, workers: int, retries: int = 2, log: Callable[[str], None] | None = None) -> None:
+        self.workers, self.retries = workers, retries
+        #: Jobs that run at once: the capacity search's probes per round.
+        self.slots = workers
+        self._log = log or (lambda msg: print(msg, file=sys.stderr))
+        self._ctx = multiprocessing.get_context("spawn")
+        self._pids = self._ctx.SimpleQueue()
+        self._known_pids: set[int] = set()
+        self._shared: list[Any] = []
+        self._waiting: deque[_Job] = deque()
+        self._running: dict[Future, _Job] = {}
+        self._finished: deque[Done] = deque()
+        self._pool: ProcessPoolExecutor | None = None
+
+    def share(self, obj: Any) -> SharedRef:
+        if self._pool is not None:
+            raise RuntimeError("share() must come before the first submit()")
+        self._shared.append(obj)
+        return SharedRef(len(self._shared) - 1)
+
+    def submit(self, key: str, fn: Callable[..., Any], *args: Any) -> None:
+        self._waiting.append(_Job(key, fn, args))
+        self._fill()
+
+    @property
+    def pending(self) -> int:
+        return len(self._waiting) + len(self._running) + len(self._finished)
+
+    def _fill(self) -> None:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=self._ctx, initializer=_init_worker,
+                                             initargs=(self._shared, self._pids))
+        while self._waiting and len(self._running) < self.workers:
+            job = self._waiting.popleft()
+            self._running[self._pool.submit(_call_in_worker, job.fn, job.args)] = job
+
+    def _retry(self, job: _Job) -> None:
+        job.attempts += 1
+        if job.attempts > self.retries:
+            self._finished.append((job.key, None, f"worker process died ({job.attempts} attempts)"))
+        else:
+            self._waiting.appendleft(job)
+
+    def _collect(self, futures: set[Future]) -> None:
+        broken = False
+        for fut in futures:
+            job = self._running.pop(fut)
+            try:
+                self._finished.append((job.key, fut.result(), None))
+            except BrokenProcessPool:
+                broken = True
+                self._retry(job)
+            except Exception as exc:  # noqa: BLE001 - the job's own failure, reported with its key
+                self._finished.append((job.key, None, f"{type(exc).__name__}: {exc}"))
+        if broken:
+            lost = list(self._running.values())
+            self._running.clear()
+            for job in lost:
+                self._retry(job)
+            self._log(f"sweep: a worker process died; re-running the {len(lost) + 1} cells in flight")
+            self._drop_pool()
+
+    def next_done(self) -> Done:
+        """The next finished job (blocks); RuntimeError when nothing is pending."""
+        while not self._finished:
+            if not self._running and not self._waiting:
+                raise RuntimeError("no job pending")
+            self._fill()
+            done, _ = wait(self._running, return_when=FIRST_COMPLETED)
+            self._collect(done)
+        return self._finished.popleft()
+
+    def _drop_pool(self) -> None:
+        """Stop the pool and end its worker processes (by the ids they reported)."""
+        if self._pool is None:
+            return
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = None
+        while not self._pids.empty():
+            self._known_pids.add(self._pids.get())
+        for pid in self._known_pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        self._known_pids.clear()
+
+    def close(self) -> None:
+        """End every worker (jobs still running are abandoned)."""
+        self._waiting.clear()
+        self._running.clear()
+        self._drop_pool()
+
+
+def require_ray() -> Any:
+    """The ray module, or :class:`MissingDependency` saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise MissingDependency("--ray needs Ray: pip install 'optsched[ray]'") from None
+    return ray
+
+
+def _call_task(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
+
+
+class RayExecutor:
+    """Jobs as Ray tasks (see the module docstring).
+
+    Parameters
+    ----------
+    address
+        A running cluster (``ray start --head`` prints it); None starts a local one with
+        ``workers`` CPUs on 127.0.0.1 for the run.
+    retries
+        ``max_retries`` of every task.
+    """
+
+    def __init__(self, address: str | None, workers: int, retries: int = 2) -> None:
+        if address is None or address.split(":")[0] in ("127.0.0.1", "localhost"):
+            # Single-machine mode (read when Ray is imported): Ray listens on the loopback address only.
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        ray = self._ray = require_ray()
+        self._owned = not ray.is_initialized()  # else: a driver already connected (the Python API)
+        if self._owned and address is None:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        elif self._owned:
+            ray.init(address=address, log_to_driver=False)
+        #: Tasks that run at once (the cluster's CPUs): the capacity search's probes per round.
+        self.slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._task = ray.remote(num_cpus=1, max_retries=retries, retry_exceptions=False)(_call_task)
+        self._refs: dict[Any, str] = {}
+        self._finished: deque[Done] = deque()
+
+    def share(self, obj: Any) -> Any:
+        return self._ray.put(obj)
+
+    def submit(self, key: str, fn: Callable[..., Any], *args: Any) -> None:
+        self._refs[self._task.remote(fn, *args)] = key
+
+    @property
+    def pending(self) -> int:
+        return len(self._refs) + len(self._finished)
+
+    def next_done(self) -> Done:
+        """The next finished task (blocks); RuntimeError when nothing is pending."""
+        ray = self._ray
+        if not self._finished:
+            if not self._refs:
+                raise RuntimeError("no job pending")
+            refs = list(self._refs)
+            ready, _ = ray.wait(refs, num_returns=1)
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if len(refs) > 1 else (ready, None)
+            for ref in ready:
+                key = self._refs.pop(ref)
+                try:
+                    self._finished.append((key, ray.get(ref), None))
+                except ray.exceptions.RayError as exc:
+                    cause = str(exc).strip().splitlines()
+                    self._finished.append((key, None, f"{type(exc).__name__}: {cause[-1] if cause else ''}"))
+        return self._finished.popleft()
+
+    def close(self) -> None:
+        """Cancel the tasks still pending; disconnect (and stop a cluster started for the run)."""
+        for ref in list(self._refs):
+            try:
+                self._ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - a task that already finished cannot be cancelled
+                pass
+        self._refs.clear()
+        if self._owned:
+            self._ray.shutdown()

@@ -1,0 +1,123 @@
+"""Running a sweep: load the workloads, expand the grid, run the cells not yet stored, store rows.
+
+:func:`run_sweep` is what ``optsched sweep`` calls. Rows are written as cells finish (one file
+per cell, :class:`~optsched.sweep.store.SweepStore`); with ``resume`` the cells whose key is
+already stored are skipped, so an interrupted sweep (Ctrl-C, a killed worker, node or driver)
+loses at most the cells in flight and never writes a row twice.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from .cells import Cell, cell_error_rows, expand_cells, run_cell, workload_digest
+from .spec import SweepSpec
+from .store import SweepStore
+from .workloads import load_workload
+
+__all__ = ["Executor", "Progress", "SweepResult", "Workloads", "load_workloads", "run_cells", "run_sweep"]
+
+
+class Executor(Protocol):
+    """What :class:`~optsched.sweep.executors.LocalPool` and ``RayExecutor`` provide."""
+
+    def share(self, obj: Any) -> Any: ...
+    def submit(self, key: str, fn: Callable[..., Any], *args: Any) -> None: ...
+    def next_done(self) -> tuple[str, Any, str | None]: ...
+    def close(self) -> None: ...
+
+
+class Progress:
+    """A progress bar on stderr (cells done, rate, time left): tqdm, shown on a terminal only."""
+
+    def __init__(self, total: int, label: str, enabled: bool | None = None) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total, desc=label, unit="cell", file=sys.stderr, dynamic_ncols=True,
+                         disable=None if enabled is None else not enabled)
+
+    def add_total(self, n: int) -> None:
+        self._bar.total = (self._bar.total or 0) + n
+        self._bar.refresh()
+
+    def update(self, n: int = 1) -> None:
+        self._bar.update(n)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+@dataclass
+class Workloads:
+    """The spec's base instances (in the driver), their digests and the executor's handles."""
+
+    instances: list[Any]
+    digests: list[str]
+    handles: list[Any] = field(default_factory=list)
+
+
+def load_workloads(spec: SweepSpec) -> Workloads:
+    """Load every workload of the spec once (bad input raises SpecError before any work)."""
+    instances = [load_workload(spec, k) for k in range(len(spec.workloads))]
+    return Workloads(instances, [workload_digest(i) for i in instances])
+
+
+@dataclass
+class SweepResult:
+    """What a sweep did: cells in the grid, already stored, run now, failed as a whole."""
+
+    cells: int
+    skipped: int
+    ran: int
+    failed: int
+    wall_time: float
+
+
+def run_cells(cells: list[Cell], workloads: Workloads, executor: Executor, store: SweepStore,
+              progress: Progress | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Run cells (those not stored yet), store each one's rows as it finishes; every cell's rows.
+
+    A cell whose job failed as a whole (its worker died more often than the retries allow) is
+    stored as ``error`` rows naming the failure.
+    """
+    done = store.done_keys()
+    by_key: dict[str, Cell] = {}
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for cell in cells:
+        if cell.key in done:
+            rows[cell.key] = store.rows_of(cell.key)
+        elif cell.key not in by_key:
+            by_key[cell.key] = cell
+            executor.submit(cell.key, run_cell, cell, workloads.handles[cell.workload_index])
+    for _ in range(len(by_key)):
+        key, result, error = executor.next_done()
+        rows[key] = result if error is None else cell_error_rows(by_key[key], error)
+        store.write(key, rows[key])
+        if progress is not None:
+            progress.update()
+    return rows
+
+
+def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor, *, workloads: Workloads | None = None,
+              show_progress: bool | None = None, log: Callable[[str], None] | None = None) -> SweepResult:
+    """Run every cell of ``spec`` not yet stored under ``out``; see the module docstring."""
+    t0 = time.perf_counter()
+    say = log or (lambda msg: print(msg, file=sys.stderr))
+    workloads = workloads or load_workloads(spec)
+    store = SweepStore(out)
+    cells = expand_cells(spec, workloads.digests)
+    done = store.done_keys()
+    todo = sum(1 for c in {c.key: c for c in cells}.values() if c.key not in done)
+    say(f"sweep {spec.name}: {len(cells)} cells, {len(cells) - todo} already stored, {todo} to run")
+    workloads.handles = [executor.share(i) for i in workloads.instances]
+    progress = Progress(todo, "cells", show_progress)
+    try:
+        rows = run_cells(cells, workloads, executor, store, progress)
+    finally:
+        progress.close()
+    failed = sum(1 for r in rows.values() if r and all(x["status"] == "error" for x in r))
+    return SweepResult(len(cells), len(cells) - todo, todo, failed, time.perf_counter() - t0)

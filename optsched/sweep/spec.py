@@ -1,0 +1,305 @@
+"""The sweep specification: a YAML or JSON file, validated with pydantic.
+
+A spec names the workloads, the axes of the grid and what to run in every cell (docs/sweep.md)::
+
+    name: conv-policies
+    workloads:                       # each: {instance: NAME|PATH} or {trace: PATH, <transforms>, cost_model: P}
+      - {trace: ../shared/data/traces/splitwise_conv.csv, first: 300, cost_model: llama2-7b-a100}
+      - {instance: toy-4}
+    cost_model: [llama2-7b-a100]     # optional axis overriding the workloads' profiles
+    limits: {kv_capacity: [20000, 100000], token_budget: [2048, 4096]}
+    rate_scale: [1, 2, 4]            # axis: arrival times divided by the scale
+    run:
+      simulate: [vllm, sarathi, vllm-ef]
+      solve: [{problem: infermax, time_limit: 30}]
+      bound: true
+
+Relative paths (traces, instance files, ``.toml`` profiles) are read relative to the spec file's
+folder. Every name (policy, problem, backend, profile) is checked here, before any work, so that a
+typo is one error line (exit 2) and never a sweep of failed cells.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .. import policies, problems
+from ..costmodel import CostModelError, load_cost_model
+
+__all__ = [
+    "LIMIT_AXES",
+    "BoundSpec",
+    "CapacitySpec",
+    "ReplicasSpec",
+    "RunSpec",
+    "SolveSpec",
+    "SpecError",
+    "SweepSpec",
+    "WorkloadSpec",
+    "load_spec",
+    "parse_spec",
+]
+
+#: The engine limits that may be axes, in column order.
+LIMIT_AXES = ("kv_capacity", "token_budget", "prefill_budget", "max_running")
+
+LimitName = Literal["kv_capacity", "token_budget", "prefill_budget", "max_running"]
+
+
+class SpecError(ValueError):
+    """A bad sweep specification; the message names the file and the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkloadSpec(BaseModel):
+    """One workload: a shipped or JSON instance, or a trace with its transforms.
+
+    The keys beyond ``instance``/``trace``, ``name``, ``cost_model``, ``format`` (a trace layout of
+    :mod:`optsched.workload`, detected when absent), ``model`` (BurstGPT's model filter) and
+    ``limits`` are workload transforms (``first``, ``window``, ``sample``, ``seed``,
+    ``rate_scale``, ``clip_prompt``, ``clip_output``, ``offline``, ``slo_ttft``, ``slo_tpot``:
+    :class:`optsched.workload.WorkloadTransforms`).
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    instance: str | None = None
+    trace: str | None = None
+    name: str | None = None
+    cost_model: str | None = None
+    format: str | None = None
+    model: str | None = None
+    limits: dict[LimitName, int | None] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "WorkloadSpec":
+        if (self.instance is None) == (self.trace is None):
+            raise ValueError("give exactly one of 'instance' and 'trace'")
+        return self
+
+    @field_validator("limits")
+    @classmethod
+    def _positive_limits(cls, value: dict[str, int | None]) -> dict[str, int | None]:
+        for key, v in value.items():
+            if v is not None and v < 1:
+                raise ValueError(f"{key}: must be an integer >= 1 or null, got {v}")
+        return value
+
+    @property
+    def transforms(self) -> dict[str, Any]:
+        """The transform keys as given."""
+        return dict(self.model_extra or {})
+
+    @property
+    def label(self) -> str:
+        """The ``workload`` column: ``name``, else the instance name or the trace's file stem."""
+        if self.name:
+            return self.name
+        name = Path(str(self.instance if self.instance is not None else self.trace)).name.removesuffix(".gz")
+        for extension in (".json", ".jsonl", ".csv"):
+            name = name.removesuffix(extension)
+        return name
+
+
+class SolveSpec(BaseModel):
+    """A solve in every cell: ``problem``, its ``time_limit`` and formulation options."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    problem: str
+    time_limit: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    solver: str | None = None
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The ``options`` dict of the solver protocol."""
+        return {"time_limit": self.time_limit, "solver": self.solver, **(self.model_extra or {})}
+
+
+class BoundSpec(_Strict):
+    """Bounds in every cell: the generic ones, plus each listed problem's bounder."""
+
+    problems: list[str] = Field(default_factory=list)
+    time_limit: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+
+
+class RunSpec(_Strict):
+    """What every cell runs."""
+
+    simulate: list[str] = Field(default_factory=list)
+    solve: list[SolveSpec] = Field(default_factory=list)
+    bound: bool | BoundSpec = False
+    objective: Literal["makespan", "completion", "ttft"] = "makespan"
+
+    @field_validator("simulate", mode="before")
+    @classmethod
+    def _all_policies(cls, value: Any) -> Any:
+        return policies.policy_names() if value == "all" else value
+
+    @property
+    def bounds(self) -> BoundSpec | None:
+        """The bound settings (None when no bound is asked for)."""
+        if self.bound is True:
+            return BoundSpec()
+        return self.bound or None
+
+
+class CapacitySpec(_Strict):
+    """Range and relative tolerance of the capacity search over ``rate_scale``."""
+
+    low: float = Field(default=0.25, gt=0, allow_inf_nan=False)
+    high: float = Field(default=16.0, gt=0, allow_inf_nan=False)
+    tolerance: float = Field(default=0.02, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "CapacitySpec":
+        if self.high <= self.low:
+            raise ValueError(f"high ({self.high}) must exceed low ({self.low})")
+        return self
+
+
+class ReplicasSpec(_Strict):
+    """Routers and range of the fewest-engines search (``--replicas``)."""
+
+    routers: list[str] = Field(default_factory=lambda: ["bestfit", "jsq", "rr"])
+    max_replicas: int = Field(default=64, gt=0)
+    heartbeat: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+
+
+class SweepSpec(_Strict):
+    """A whole sweep specification (see the module docstring)."""
+
+    name: str = Field(min_length=1)
+    workloads: list[WorkloadSpec] = Field(min_length=1)
+    cost_model: list[str] | None = None
+    limits: dict[LimitName, list[int | None]] = Field(default_factory=dict)
+    rate_scale: list[float] = Field(default_factory=lambda: [1.0])
+    run: RunSpec = Field(default_factory=RunSpec)
+    capacity: CapacitySpec = Field(default_factory=CapacitySpec)
+    replicas: ReplicasSpec = Field(default_factory=ReplicasSpec)
+    retries: int = Field(default=2, ge=0, description="re-runs of a cell whose worker process died")
+    base_dir: Path = Field(default=Path("."), exclude=True)
+    source: str = Field(default="<spec>", exclude=True)
+
+    @field_validator("cost_model", "rate_scale", mode="before")
+    @classmethod
+    def _as_list(cls, value: Any) -> Any:
+        return value if value is None or isinstance(value, list) else [value]
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _limit_lists(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: v if isinstance(v, list) else [v] for k, v in value.items()}
+        return value
+
+    @field_validator("limits")
+    @classmethod
+    def _limit_values(cls, value: dict[str, list[int | None]]) -> dict[str, list[int | None]]:
+        for key, values in value.items():
+            if not values:
+                raise ValueError(f"{key}: an axis needs at least one value")
+            for v in values:
+                if v is not None and v < 1:
+                    raise ValueError(f"{key}: must be integers >= 1 or null, got {v}")
+        return value
+
+    @field_validator("rate_scale")
+    @classmethod
+    def _positive_scales(cls, value: list[float]) -> list[float]:
+        if not value or any(not (v > 0 and v < float("inf")) for v in value):
+            raise ValueError(f"must be finite numbers > 0, got {value}")
+        return value
+
+    def resolve_path(self, path: str) -> str:
+        """A path of the spec, relative to the spec file's folder."""
+        p = Path(path).expanduser()
+        return str(p if p.is_absolute() else self.base_dir / p)
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _check_names(spec: SweepSpec, source: str) -> None:
+    """Every policy, problem, backend and profile the spec names exists."""
+    known = policies.policy_names()
+    for k, name in enumerate(spec.run.simulate):
+        if name not in known:
+            raise SpecError(f"{source}: run.simulate[{k}]: unknown policy {name!r} (known: {', '.join(known)})")
+    for k, entry in enumerate(spec.run.solve):
+        if entry.problem not in problems.SOLVERS:
+            raise SpecError(f"{source}: run.solve[{k}].problem: unknown problem {entry.problem!r} "
+                            f"(known: {', '.join(sorted(problems.SOLVERS))})")
+        try:
+            problems.check_backend(entry.problem, entry.solver)
+        except ValueError as exc:
+            raise SpecError(f"{source}: run.solve[{k}].solver: {exc}") from None
+    bounds = spec.run.bounds
+    for k, name in enumerate(bounds.problems if bounds else []):
+        if name not in problems.BOUNDERS:
+            raise SpecError(f"{source}: run.bound.problems[{k}]: unknown problem {name!r} "
+                            f"(known: {', '.join(sorted(problems.BOUNDERS))})")
+    profiles = [("cost_model", p) for p in spec.cost_model or []]
+    profiles += [(f"workloads[{k}].cost_model", w.cost_model) for k, w in enumerate(spec.workloads) if w.cost_model]
+    for where, name in profiles:
+        try:
+            load_cost_model(spec.resolve_path(name) if name.endswith(".toml") else name)
+        except CostModelError as exc:
+            raise SpecError(f"{source}: {where}: {exc}") from None
+
+
+def parse_spec(data: Any, source: str = "<spec>", base_dir: str | Path = ".") -> SweepSpec:
+    """Validate a parsed spec object.
+
+    Raises
+    ------
+    SpecError
+        Naming ``source`` and the key (``workloads[1].first: ...``).
+    """
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: the spec must be a mapping of keys (name, workloads, run, ...)")
+    try:
+        spec = SweepSpec.model_validate({**data, "base_dir": Path(base_dir), "source": source})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        message = err["msg"].removeprefix("Value error, ")
+        raise SpecError(f"{source}: {_location(err['loc'])}: {message}") from None
+    _check_names(spec, source)
+    return spec
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read a YAML (``.yaml``/``.yml``) or JSON spec file; relative paths in it are read from its folder."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise SpecError(f"{source}: cannot read file ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{source}: not a UTF-8 text file") from None
+    if source.endswith(".json"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{source}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    else:
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise SpecError(f"{source}: malformed YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    return parse_spec(data, source, Path(path).resolve().parent)

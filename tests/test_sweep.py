@@ -1,0 +1,306 @@
+"""``optsched sweep`` on the local process pool: spec checks, rows, gaps, resume, faults, capacity.
+
+The Ray executor has its own module (tests/test_sweep_ray.py); the HTML of ``sweep-report`` is
+opened in headless Chromium in tests/test_sweep_report.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyarrow", reason="the sweep store is Parquet (pyarrow)")
+
+from optsched.cli import main  # noqa: E402
+from optsched.commands.simulate import run_policy  # noqa: E402
+from optsched.instance import load_instance, parse_instance  # noqa: E402
+from optsched.schedule import Metrics  # noqa: E402
+from optsched.sweep.capacity import rate_grid  # noqa: E402
+from optsched.sweep.cells import COLUMNS, expand_cells  # noqa: E402
+from optsched.sweep.runner import load_workloads  # noqa: E402
+from optsched.sweep.spec import parse_spec  # noqa: E402
+from sweep_support import (  # noqa: E402
+    SMALL_SPEC,
+    assert_same_rows,
+    descendants,
+    part_files,
+    read_rows,
+    run_cli,
+    start_cli,
+    wait_for_parts,
+    write_spec,
+)
+
+
+def _sweep(tmp_path, spec: dict, *extra: str, out: str = "out") -> int:
+    return main(["sweep", str(write_spec(tmp_path, spec)), "--out", str(tmp_path / out), "--no-progress", *extra])
+
+
+def _expected_keys(tmp_path, spec: dict) -> set[str]:
+    parsed = parse_spec(spec, "spec.json", tmp_path)
+    return {c.key for c in expand_cells(parsed, load_workloads(parsed).digests)}
+
+
+# --------------------------------------------------------------------------- the spec
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"workloads": []}, "workloads: List should have at least 1 item"),
+    ({"workloads": [{"instance": "toy-4", "trace": "x.csv"}]}, "workloads[0]: give exactly one of"),
+    ({"run": {"simulate": ["vllm", "nope"]}}, "run.simulate[1]: unknown policy 'nope'"),
+    ({"run": {"solve": [{"problem": "nope"}]}}, "run.solve[0].problem: unknown problem 'nope'"),
+    ({"run": {"solve": [{"problem": "infermax", "solver": "glpk"}]}}, "run.solve[0].solver: problem 'infermax' has no backend"),
+    ({"run": {"solve": [{"problem": "infermax", "time_limit": -1}]}}, "run.solve[0].time_limit: Input should be greater than 0"),
+    ({"limits": {"kv_capacity": [0]}}, "limits: kv_capacity: must be integers >= 1 or null, got 0"),
+    ({"limits": {"kv_cap": [10]}}, "limits.kv_cap.[key]"),
+    ({"rate_scale": [0]}, "rate_scale: must be finite numbers > 0"),
+    ({"cost_model": ["nope"]}, "cost_model: cost_model: unknown profile 'nope'"),
+    ({"typo": 1}, "typo: Extra inputs are not permitted"),
+])
+def test_bad_specs_are_one_line_errors(tmp_path, capsys, change, message) -> None:
+    code = _sweep(tmp_path, {**SMALL_SPEC, **change})
+    err = capsys.readouterr().err
+    assert code == 2 and "spec.json: " in err and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_workloads_and_options(tmp_path, capsys) -> None:
+    spec = {**SMALL_SPEC, "workloads": [{"trace": "missing.csv", "cost_model": "llama2-7b-a100"}]}
+    assert _sweep(tmp_path, spec) == 2 and "workloads[0]: " in capsys.readouterr().err
+    spec = {**SMALL_SPEC, "workloads": [{"trace": "t.csv"}]}
+    assert _sweep(tmp_path, spec) == 2 and "a trace needs cost_model" in capsys.readouterr().err
+    spec = {**SMALL_SPEC, "workloads": [{"instance": "toy-4", "firstt": 3}]}
+    assert _sweep(tmp_path, spec) == 2 and "unknown key 'firstt'" in capsys.readouterr().err
+    assert _sweep(tmp_path, SMALL_SPEC, "--address", "127.0.0.1:1") == 2
+    assert "--address: only applies with --ray" in capsys.readouterr().err
+    assert _sweep(tmp_path, SMALL_SPEC, "--slo-ttft-p99", "1") == 2
+    assert "only apply with --capacity" in capsys.readouterr().err
+    assert _sweep(tmp_path, SMALL_SPEC, "--capacity") == 2 and "needs --slo-ttft-p99" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nworkloads: [\n")
+    assert main(["sweep", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "bad.yaml: malformed YAML at line" in capsys.readouterr().err
+
+
+def test_yaml_spec_and_relative_paths(tmp_path) -> None:
+    (tmp_path / "sub").mkdir()
+    load_instance("toy-4").save(tmp_path / "sub" / "mine.json")
+    spec = tmp_path / "sub" / "s.yaml"
+    spec.write_text("name: y\nworkloads:\n  - {instance: mine.json, name: mine}\nrun: {simulate: [vllm]}\n")
+    parsed = parse_spec({"name": "y", "workloads": [{"instance": "mine.json"}]}, "s", tmp_path / "sub")
+    assert load_workloads(parsed).instances[0].name == "toy-4"
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--workers", "1", "--no-progress"]) == 0
+    rows = read_rows(tmp_path / "o")
+    assert [(r["workload"], r["policy"], r["status"]) for r in rows] == [("mine", "vllm", "ok")]
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def test_rows_workers_1_and_2_are_equal_and_complete(tmp_path) -> None:
+    assert _sweep(tmp_path, SMALL_SPEC, "--workers", "1", out="w1") == 0
+    assert _sweep(tmp_path, SMALL_SPEC, "--workers", "2", out="w2") == 0
+    one, two = read_rows(tmp_path / "w1"), read_rows(tmp_path / "w2")
+    assert_same_rows(one, two)
+    # 8 cells, each: 2 generic bounds + 3 policies; every cell stored once under its key
+    assert {r["cell"] for r in one} == _expected_keys(tmp_path, SMALL_SPEC)
+    assert len(part_files(tmp_path / "w1")) == 8 and len(one) == 8 * 5
+    assert all(r["status"] in ("ok", "proven") for r in one)
+    # every metric of the replay is a column, and the rows carry them
+    assert set(Metrics.__dataclass_fields__) <= set(COLUMNS)
+    sim = [r for r in one if r["kind"] == "simulate"]
+    assert all(r[k] is not None for r in sim for k in ("makespan", "mean_ttft", "throughput", "objective"))
+
+
+def test_rows_match_a_direct_replay(tmp_path) -> None:
+    """A row's metrics are the replay's of the policy on the cell's instance (independently built)."""
+    spec = {"name": "direct", "workloads": [{"instance": "poisson-mixed-100", "first": 12}],
+            "limits": {"kv_capacity": [5000], "token_budget": [1024]}, "rate_scale": [3],
+            "run": {"simulate": ["sarathi"], "bound": True}}
+    assert _sweep(tmp_path, spec, "--workers", "1") == 0
+    rows = read_rows(tmp_path / "out")
+    sim = next(r for r in rows if r["kind"] == "simulate")
+    data = load_instance("poisson-mixed-100").to_dict()
+    data["requests"] = [{**r, "arrival": r["arrival"] / 3} for r in data["requests"][:12]]
+    data["limits"].update(kv_capacity=5000, token_budget=1024, prefill_budget=512)
+    _, result = run_policy(parse_instance(data), "sarathi")
+    for key, value in result.metrics.to_dict().items():
+        assert sim[key] == pytest.approx(value, rel=1e-12, abs=0), key
+    assert (sim["kv_capacity"], sim["token_budget"], sim["prefill_budget"], sim["rate_scale"]) == (5000, 1024, 512, 3.0)
+    best = max(r["bound"] for r in rows if r["kind"] == "bound")
+    assert sim["bound"] == best and sim["gap"] == pytest.approx((sim["makespan"] - best) / sim["makespan"], abs=1e-15)
+    assert sim["makespan"] >= best * (1 - 1e-12)
+
+
+def test_failures_are_rows_and_never_stop_the_sweep(tmp_path) -> None:
+    spec = {"name": "fail", "workloads": [{"instance": "poisson-mixed-100", "first": 12}],
+            "limits": {"kv_capacity": [500, 20000]},  # 500: a request can never fit
+            "run": {"simulate": ["vllm", "sarathi"], "bound": True}}
+    assert _sweep(tmp_path, spec) == 0
+    rows = read_rows(tmp_path / "out")
+    bad = [r for r in rows if r["kv_capacity"] == 500]
+    assert len(bad) == 3 and all(r["status"] == "error" and "can never finish" in r["error"] for r in bad)
+    assert {r["policy"]: r["status"] for r in rows if r["kv_capacity"] == 20000} == {
+        "generic:work": "proven", "generic:critical-path": "proven", "vllm": "ok", "sarathi": "ok"}
+
+
+def test_solve_rows_are_replayed_with_their_bound(tmp_path) -> None:
+    spec = {"name": "solve", "workloads": [{"instance": "toy-4"}],
+            "run": {"simulate": ["vllm"], "solve": [{"problem": "infermax", "time_limit": 30}], "bound": True}}
+    assert _sweep(tmp_path, spec, "--workers", "1") == 0
+    rows = {r["policy"]: r for r in read_rows(tmp_path / "out")}
+    solve = rows["solver:infermax"]
+    assert solve["kind"] == "solve" and solve["time_limit"] == 30 and solve["status"] in ("optimal", "time_limit")
+    assert solve["makespan"] == solve["objective"] and solve["bound"] <= solve["objective"] * (1 + 1e-9)
+    # the policy's gap is to the best proven bound of the cell, the solver's included
+    best = max(r["bound"] for r in rows.values() if r["kind"] == "bound" or r["policy"] == "solver:infermax")
+    assert rows["vllm"]["bound"] == best
+
+
+# --------------------------------------------------------------------------- resume and faults
+
+
+def test_resume_skips_stored_cells_and_refuses_a_silent_mix(tmp_path, capsys) -> None:
+    assert _sweep(tmp_path, SMALL_SPEC, "--workers", "1") == 0
+    first = read_rows(tmp_path / "out")
+    assert _sweep(tmp_path, SMALL_SPEC) == 2 and "add --resume" in capsys.readouterr().err
+    part_files(tmp_path / "out")[0].unlink()  # as if that cell had been in flight when it stopped
+    assert _sweep(tmp_path, SMALL_SPEC, "--resume", "--workers", "1", "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["cells"], out["skipped"], out["ran"]) == (8, 7, 1)
+    assert_same_rows(read_rows(tmp_path / "out"), first)
+
+
+def _slow_spec() -> dict:
+    """12 cells of about a second each on this machine: long enough to interrupt."""
+    return {"name": "slow", "workloads": [{"instance": "poisson-mixed-100"}],
+            "limits": {"kv_capacity": [20000, 40000, 80000]}, "rate_scale": [1, 2, 3, 4],
+            "run": {"simulate": ["vllm", "sarathi"]}}
+
+
+def _check_exactly_once(tmp_path, spec: dict, out) -> None:
+    rows = read_rows(out)
+    keys = [r["cell"] for r in rows]
+    assert set(keys) == _expected_keys(tmp_path, spec)
+    assert len(part_files(out)) == len(set(keys))
+    assert sorted((r["cell"], r["policy"]) for r in rows) == sorted({(r["cell"], r["policy"]) for r in rows})
+    assert all(r["status"] == "ok" for r in rows)
+
+
+def test_a_killed_pool_worker_loses_no_cell(tmp_path) -> None:
+    spec = _slow_spec()
+    out = tmp_path / "out"
+    proc = start_cli("sweep", str(write_spec(tmp_path, spec)), "--out", str(out), "--workers", "2")
+    wait_for_parts(out, 1, proc)
+    workers = [pid for pid, cmd in descendants(proc.pid) if "spawn_main" in cmd]
+    assert workers, descendants(proc.pid)
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert "a worker process died" in err
+    _check_exactly_once(tmp_path, spec, out)
+
+
+def test_sigint_then_resume_completes_without_duplicates(tmp_path) -> None:
+    spec = _slow_spec()
+    out = tmp_path / "out"
+    path = write_spec(tmp_path, spec)
+    proc = start_cli("sweep", str(path), "--out", str(out), "--workers", "2")
+    wait_for_parts(out, 2, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    stored = len(part_files(out))
+    assert 2 <= stored < 12
+    assert not [p for p, cmd in descendants(proc.pid)], "worker processes outlived the interrupted sweep"
+    assert not list(out.glob(".tmp-*")), "a half-written file was left behind"
+    done = run_cli("sweep", str(path), "--out", str(out), "--workers", "2", "--resume", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["skipped"] == stored
+    _check_exactly_once(tmp_path, spec, out)
+
+
+# --------------------------------------------------------------------------- capacity
+
+
+def _meets(instance, policy: str, ttft: float, tpot: float, quantile: float) -> bool:
+    """Brute force, independent of the sweep's code: simulate, replay, numpy quantiles."""
+    _, result = run_policy(instance, policy)
+    outs = result.outcomes.values()
+    t = [o.ttft for o in outs]
+    p = [o.tpot for o in outs if o.tpot is not None]
+    return bool(np.quantile(t, quantile) <= ttft and (not p or np.quantile(p, quantile) <= tpot))
+
+
+def test_capacity_search_equals_a_brute_force_scan(tmp_path, capsys) -> None:
+    spec = {"name": "cap", "workloads": [{"instance": "poisson-mixed-100", "first": 30}],
+            "limits": {"kv_capacity": [4000, 20000]}, "run": {"simulate": ["vllm", "sarathi"]},
+            "capacity": {"low": 0.5, "high": 24, "tolerance": 0.1}}
+    slo = {"ttft": 0.4, "tpot": 0.03, "quantile": 0.9}
+    assert _sweep(tmp_path, spec, "--capacity", "--workers", "2", "--slo-ttft-p99", str(slo["ttft"]),
+                  "--slo-tpot-p99", str(slo["tpot"]), "--attainment", str(slo["quantile"]), "--json") == 0
+    summary = json.loads(capsys.readouterr().out)
+    found = {(r["kv_capacity"], r["policy"]): r for r in summary["capacity"]}
+    grid = rate_grid(0.5, 24, 0.1)
+    base = load_instance("poisson-mixed-100").to_dict()
+    statuses = set()
+    for (kv, policy), row in found.items():
+        meeting = []
+        for scale in grid:
+            data = {**base, "requests": [{**r, "arrival": r["arrival"] / scale} for r in base["requests"][:30]]}
+            data["limits"] = {**base["limits"], "kv_capacity": kv}
+            if _meets(parse_instance(data), policy, slo["ttft"], slo["tpot"], slo["quantile"]):
+                meeting.append(scale)
+        expected = max(meeting) if meeting else None
+        assert row["rate_scale"] == expected, (kv, policy, row, meeting)
+        statuses.add(row["status"])
+    assert "ok" in statuses, "the target should cut the range for some configuration"
+    # the stored rows: one capacity row per search, every probe a simulate row with its verdict
+    rows = read_rows(tmp_path / "out")
+    assert len([r for r in rows if r["kind"] == "capacity"]) == 4
+    probes = [r for r in rows if r["kind"] == "simulate"]
+    assert probes and all(r["slo_met"] is not None and r["attainment"] == slo["quantile"] for r in probes)
+    assert len(probes) < 4 * len(grid), "the search should not probe every grid point"
+    # --resume: nothing to run again
+    assert _sweep(tmp_path, spec, "--capacity", "--resume", "--slo-ttft-p99", str(slo["ttft"]), "--slo-tpot-p99",
+                  str(slo["tpot"]), "--attainment", str(slo["quantile"]), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["already_stored"] == 4
+
+
+def test_capacity_rejects_what_it_would_ignore(tmp_path, capsys) -> None:
+    spec = {**SMALL_SPEC, "rate_scale": [1]}
+    assert _sweep(tmp_path, spec, "--capacity", "--slo-ttft-p99", "1") == 2
+    assert "--capacity runs policies only" in capsys.readouterr().err
+    spec = {**SMALL_SPEC, "run": {"simulate": ["vllm"]}}
+    assert _sweep(tmp_path, spec, "--capacity", "--slo-ttft-p99", "1") == 2
+    assert "rate_scale: --capacity chooses the rate itself" in capsys.readouterr().err
+
+
+def test_replicas_rows_equal_the_direct_search(tmp_path, capsys) -> None:
+    from optsched.problems.aladdin.capacity import min_workers
+
+    spec = {"name": "rep", "workloads": [{"instance": "aladdin-fig3"}],
+            "replicas": {"routers": ["bestfit", "jsq", "rr"], "max_replicas": 8}}
+    slo = {"ttft": 0.02, "atgt": 0.0105}  # one worker serves 3 of the 4 requests within it
+    assert _sweep(tmp_path, spec, "--replicas", "--slo-ttft-p99", str(slo["ttft"]), "--slo-tpot-p99",
+                  str(slo["atgt"]), "--attainment", "1", "--json") == 0
+    found = json.loads(capsys.readouterr().out)["replicas"]
+    assert len(found) == 3
+    for row in found:
+        data = {**load_instance("aladdin-fig3").to_dict(), "slo": slo}
+        direct = min_workers(parse_instance(data), row["policy"], 1.0, hi=8)
+        assert row["replicas"] == direct.workers == 2, row
+        assert row["status"] == ("ok" if direct.workers is not None else "above_range")
+
+
+def test_cells_and_keys_are_stable() -> None:
+    spec = parse_spec(SMALL_SPEC, "s")
+    digests = load_workloads(spec).digests
+    a, b = expand_cells(spec, digests), expand_cells(spec, digests)
+    assert [c.key for c in a] == [c.key for c in b] and len({c.key for c in a}) == 8
+    other = parse_spec({**SMALL_SPEC, "run": {"simulate": ["vllm"]}}, "s")
+    assert not {c.key for c in expand_cells(other, digests)} & {c.key for c in a}
