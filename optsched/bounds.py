@@ -5,11 +5,28 @@ without evictions), so they are valid for every problem whose objective is compu
 :func:`optsched.schedule.replay`. Each is a relaxation of the contract's semantics (docs/schedule.md)
 and its cost model (docs/costmodel.md); the proofs below rely only on these facts:
 
+(F0) **The prefill-context term only adds time.** Let a profile have ``prefill.per_ctx = pc > 0``
+     and let the same profile with ``pc = 0`` be its *context-free* twin. Take any schedule S that
+     replays cleanly under the profile, with batch starts s_j and ends e_j, and let S' be S with every
+     batch's ``start`` set to s_j. Under the twin, by induction on j, S' starts batch j at
+     max(e'_{j-1}, s_j) = s_j (as e'_{j-1} <= e_{j-1} <= s_j) and ends it at
+     e'_j = s_j + T'_j <= s_j + T_j = e_j (T' drops the term pc * X_pre >= 0, nothing else changes).
+     Arrivals hold at the same starts, every start is at least the previous end, and C, P, M, R_max
+     and the request states do not depend on time: S' replays cleanly under the twin, with the same
+     batches and every first token, finish and end time no later. So the twin's optimum of every
+     objective that is non-decreasing in those times (makespan, sum of finish times, mean TTFT,
+     latencies) is at most the profile's, over any class of schedules closed under this change
+     (evictions or not, hybrid batches or not, at most J batches), and the twin's least batch
+     counts among schedules ending by a time T hold for the profile's. Every bound below, and every
+     bound of a formulation that reads the cost model without ``per_ctx`` (InferMax's relaxation,
+     search and chunk bound, its horizon; Hybrid's strict bound), is proven for the twin and so
+     holds under the profile; an upper bound on G or the throughput likewise (they only fall when
+     times grow).
 (F1) **Batches are sequential.** start_j >= end_{j-1} and end_j = start_j + T_j, so batches occupy
      disjoint time intervals ending by the makespan; a batch holding an item of request i starts at or
      after arrival_i.
 (F2) **T is monotone and splits.** All coefficients are >= 0 (the loader rejects negatives). With
-     L = layers, one batch costs
+     L = layers, one batch costs (leaving out the prefill-context term, by (F0))
      ``T = L (b + a N_tok + [N_pre>0](pb + pa N_pre + pq S_pre) + [N_dec>0](db + da N_dec + dk KV_dec))``.
      Dropping items never increases T, and T is the per-batch *overhead* L(b + [pre] pb + [dec] db)
      plus a sum of per-item terms: L(a + pa) c + L pq c^2 for a prefill chunk c, L(a + da + dk m)

@@ -57,7 +57,7 @@ def _successors(inst: Instance, state: State, evict: bool, chunk: bool, hybrid: 
     for combo in itertools.product(*per):
         if all(a == "idle" for a, _ in combo):
             continue
-        n_tok = n_pre = s_pre = n_dec = kv_dec = 0
+        n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = 0
         kv = running = 0
         new: list[tuple[int, int, int]] = []
         items: list[Item] = []
@@ -68,6 +68,7 @@ def _successors(inst: Instance, state: State, evict: bool, chunk: bool, hybrid: 
                 m = 0
                 ev.append(r.id)
             elif a == "pre":
+                x_pre += c * m  # the chunk attends to the m keys cached before it
                 m += c
                 n_tok += c
                 n_pre += c
@@ -95,7 +96,7 @@ def _successors(inst: Instance, state: State, evict: bool, chunk: bool, hybrid: 
             continue
         if not hybrid and n_pre > 0 and n_dec > 0:
             continue
-        cost = inst.cost_model.batch_time(n_tok, n_pre, s_pre, n_dec, kv_dec)
+        cost = inst.cost_model.batch_time(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)
         yield cost, tuple(new), Batch(tuple(items), tuple(ev))
 
 

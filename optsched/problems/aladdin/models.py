@@ -12,7 +12,8 @@ The batch times are the contract's cost model (``layers = 1``): prefill ``per_to
 ``bias = c1``; decode ``per_kv = k2``, ``per_token = c2``, ``bias = c3``. A profile written with
 ``layers``, ``base`` and the top-level ``per_token`` maps exactly as well (those terms are charged
 in both phases), so :meth:`AladdinModel.from_instance` reads any contract cost model without a
-quadratic prefill term. The KV function, the capacity ``M`` and the knobs gamma, theta, slack come from
+quadratic or prefill-context term (``per_token_sq``, ``per_ctx``): a profile with one is refused,
+naming the field, since Eq. 2 would under-price its prefills and every placement built on it. The KV function, the capacity ``M`` and the knobs gamma, theta, slack come from
 the instance's ``placement`` object, the SLOs from its top-level ``slo`` object (docs/aladdin.md).
 """
 
@@ -118,11 +119,12 @@ def _bounded(value: float, where: str) -> float:
 
 def _coefficients(cost: CostModel, source: str) -> tuple[float, float, float, float, float]:
     """(k1, c1, k2, c2, c3) of a contract cost model; error if it is not of Aladdin's form."""
-    if cost.prefill.per_token_sq != 0 or cost.prefill.per_kv != 0:
-        raise InstanceError(
-            f"{source}: field 'cost_model.prefill': Aladdin's prefill model (Eq. 2) is linear in the "
-            "prompt tokens; per_token_sq and per_kv must be 0"
-        )
+    for term in ("per_token_sq", "per_kv", "per_ctx"):
+        if getattr(cost.prefill, term) != 0:
+            raise InstanceError(
+                f"{source}: field 'cost_model.prefill.{term}': Aladdin's prefill model (Eq. 2) is linear in "
+                f"the prompt tokens; per_token_sq, per_kv and per_ctx must be 0"
+            )
     if cost.decode.per_token_sq != 0:
         raise InstanceError(f"{source}: field 'cost_model.decode.per_token_sq': must be 0 for Aladdin (Eq. 3)")
     lay = cost.layers

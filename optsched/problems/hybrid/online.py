@@ -198,11 +198,12 @@ def simulate_pd(
             run_prefill = bool(items)
         start = now if now > end_last else None
         if run_prefill:
-            tokens = 0
+            tokens = context = 0
             for it in items:
                 i = instance.index(it.id)
                 if filled[i] == 0:
                     reserved += reqs[i].max_kv
+                context += it.tokens * filled[i]  # a split prompt's later chunk attends to the earlier ones
                 filled[i] += it.tokens
                 tokens += it.tokens
                 if filled[i] == reqs[i].prompt_tokens:
@@ -213,7 +214,7 @@ def simulate_pd(
                         done += 1
                     else:
                         decoding.append(client_now[i])
-            duration = cost.batch_time(tokens, tokens, sum(it.tokens**2 for it in items), 0, 0)
+            duration = cost.batch_time(tokens, tokens, sum(it.tokens**2 for it in items), 0, 0, context)
             batches.append(Batch(tuple(items), start=start))
             c_d = 0.0
         else:

@@ -9,6 +9,9 @@ With the contract's fields, ``alpha_p = layers * (base + prefill.bias)``, ``beta
 (per_token + prefill.per_token)`` and likewise for decode. ``per_token_sq`` and ``per_kv`` are not part
 of the paper's laws; when a profile has them, :attr:`HybridTiming.linear` is False and every time model
 built on these coefficients is an approximation of the replayed time (and is reported as such).
+``prefill.per_ctx`` prices a chunk's tokens times the request's KV before it: a prompt prefilled whole
+from an empty KV (the MIP's model space) has none, so the term leaves these laws exact there; the
+online policies, which split prompts longer than a stage, price it in their clocks.
 
 Fixes of docs/hybrid.md used here: M2 (``tau_d = alpha_d + beta_d * J``, the time of one full decode
 round, replaces the per-token ``T^d`` of Eq. (8)); A7 (a request's prefill emits its first output token,

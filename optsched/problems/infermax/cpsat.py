@@ -1,7 +1,7 @@
 """CP-SAT backend of the InferMax model (:mod:`.model`): native reified constraints, integer times.
 
-Every conditional row of the model is an ``OnlyEnforceIf`` constraint, the quadratic prefill term is
-``AddMultiplicationEquality`` and times are integers in units of ``10**-power`` seconds
+Every conditional row of the model is an ``OnlyEnforceIf`` constraint, the quadratic prefill term and
+the prefill-context term are ``AddMultiplicationEquality`` and times are integers in units of ``10**-power`` seconds
 (:func:`.model.integer_scaling`). The proven bound is CP-SAT's objective bound divided by the scale,
 lowered by the rounding slack (0 for the shipped profiles, whose coefficients scale exactly).
 """
@@ -74,6 +74,7 @@ class _Builder:
         self.pc = self._grid(lambda i, j: mdl.NewIntVar(0, min(data.P, data.U(i)), f"pc_{i}_{j}"))
         self.sq = self._grid(lambda i, j: mdl.NewIntVar(0, min(data.P, data.U(i)) ** 2, f"sq_{i}_{j}"))
         self.kv = self._grid(lambda i, j: mdl.NewIntVar(0, data.U(i) - 1, f"kv_{i}_{j}"))
+        self.x = self._grid(self._context_var) if scale.coef["k_pc"] else None
         self.y = [mdl.NewBoolVar(f"y_{j}") for j in range(J)]
         self.hp = [mdl.NewBoolVar(f"hp_{j}") for j in range(J)]
         self.hd = [mdl.NewBoolVar(f"hd_{j}") for j in range(J)]
@@ -91,6 +92,11 @@ class _Builder:
 
     def _grid(self, make: Callable[[int, int], Any]) -> list[list[Any]]:
         return request_batch_grid(self.data, make, self.deadline, "CP-SAT model")
+
+    def _context_var(self, i: int, j: int) -> cp_model.IntVar:
+        """x = pc * (mh - c): prefill tokens times the KV before the item (model docstring)."""
+        top = min(self.data.P, self.data.U(i)) * (self.data.U(i) - 1)
+        return self.m.NewIntVar(0, top, f"x_{i}_{j}")
 
     def _evict_var(self, i: int, j: int) -> cp_model.IntVar:
         if self.data.options.no_evict or j == 0:
@@ -149,6 +155,8 @@ class _Builder:
             mdl.AddBoolOr([d.Not(), cz.Not(), e, dg])
             mdl.Add(self.pc[i][j] == c - dg)
             mdl.AddMultiplicationEquality(self.sq[i][j], [self.pc[i][j], self.pc[i][j]])
+            if self.x is not None:
+                mdl.AddMultiplicationEquality(self.x[i][j], [self.pc[i][j], mh - c])
             mdl.Add(self.kv[i][j] == m_prev).OnlyEnforceIf(dg)
             mdl.Add(self.kv[i][j] == 0).OnlyEnforceIf(dg.Not())
             # C9 no chunked prefill: a prefill item completes its prompt
@@ -223,6 +231,7 @@ class _Builder:
             + k["k_db"] * self.hd[j]
             + k["k_dt"] * sum(self.dg[i][j] for i in range(N))
             + k["k_dk"] * sum(self.kv[i][j] for i in range(N))
+            + (k["k_pc"] * sum(self.x[i][j] for i in range(N)) if self.x is not None else 0)
         )
 
     def _objective(self) -> None:
@@ -363,6 +372,7 @@ def _batch_seconds(data: ModelData, solver: cp_model.CpSolver, b: _Builder, j: i
         + k.k_db * v(b.hd[j])
         + k.k_dt * sum(v(b.dg[i][j]) for i in range(N))
         + k.k_dk * sum(v(b.kv[i][j]) for i in range(N))
+        + (k.k_pc * sum(v(b.x[i][j]) for i in range(N)) if b.x is not None else 0.0)
     )
 
 

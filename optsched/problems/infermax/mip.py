@@ -8,6 +8,9 @@ products are exact McCormick rows of a binary and a bounded integer:
   :math:`kv \ge m_{i,j-1} - (U_i - 1)(1 - dg)`;
 - :math:`sq_{ij} = pc_{ij}^2` through the binary expansion :math:`pc = \sum_b 2^b z_b`,
   :math:`sq = \sum_b 2^b w_b`, :math:`w_b = z_b \cdot pc` (McCormick), exact at every integer;
+- :math:`x_{ij} = pc_{ij} (\hat m_{ij} - c_{ij})` (when :math:`k_{pc} > 0`) over the same bits:
+  :math:`x = \sum_b 2^b v_b`, :math:`v_b = z_b \cdot (\hat m - c)` (McCormick, :math:`0 \le \hat m - c
+  \le U_i - 1`), exact at every integer;
 - :math:`m_{ij} = \hat m_{ij} (1 - done_{ij})`, :math:`\hat m_{ij} = (1 - e_{ij})(m_{i,j-1} + c_{ij})`.
 
 The objective is in microseconds (better conditioned than seconds) with the float coefficients;
@@ -77,7 +80,8 @@ class _Mip:
         self.G = self._grid(lambda i, j: self._cont(0, data.output[i]))
         self.done = self._grid(lambda i, j: self._bin())
         self.pc = self._grid(lambda i, j: self._int(0, min(data.P, data.U(i))))
-        self.sq = self._grid(lambda i, j: self._square(self.pc[i][j], min(data.P, data.U(i))))
+        self.bits: dict[tuple[int, int], list[Any]] = {}  # binary expansion of pc, per (i, j)
+        self.sq = self._grid(lambda i, j: self._square(self.pc[i][j], min(data.P, data.U(i)), (i, j)))
         self.kv = self._grid(lambda i, j: self._cont(0, data.U(i) - 1))
         self.y = [self._bin() for _ in range(J)]
         self.hp = [self._bin() for _ in range(J)]
@@ -99,6 +103,9 @@ class _Mip:
                 self.p += pulp.lpSum(self.mz[j][i] for j in range(J)) >= data.goal[i]
         self.p += pulp.lpSum(self.y) >= data.b_min
         self.p += pulp.lpSum(self.hp) >= data.bp_min
+        self.x = None
+        if data.coef.k_pc:  # x = pc * (mh - c) over pc's bits (module docstring)
+            self.x = self._grid(lambda i, j: self._times_bits(self.bits[i, j], self.mh[i][j] - self.c[i][j], data.U(i) - 1))
         self.T = [self._batch_time(j) for j in range(J)]
         self._objective()
 
@@ -121,19 +128,25 @@ class _Mip:
     def _cont(self, lo: float, hi: float | None) -> pulp.LpVariable:
         return self.p.add_variable(self._name("x"), lo, hi, pulp.LpContinuous)
 
-    def _square(self, x: pulp.LpVariable, hi: int) -> Any:
-        """An expression equal to x**2 at every integer x in [0, hi] (binary expansion)."""
+    def _square(self, x: pulp.LpVariable, hi: int, cell: tuple[int, int]) -> Any:
+        """An expression equal to x**2 at every integer x in [0, hi] (binary expansion, kept in
+        ``self.bits[cell]`` for :meth:`_times_bits`)."""
         if hi <= 1:
+            self.bits[cell] = [x]
             return x
-        bits = hi.bit_length()
-        z = [self._bin() for _ in range(bits)]
-        w = [self._cont(0, hi) for _ in range(bits)]
-        self.p += x == pulp.lpSum((1 << b) * z[b] for b in range(bits))
-        for b in range(bits):
-            self.p += w[b] <= hi * z[b]
-            self.p += w[b] <= x
-            self.p += w[b] >= x - hi * (1 - z[b])
-        return pulp.lpSum((1 << b) * w[b] for b in range(bits))
+        z = [self._bin() for _ in range(hi.bit_length())]
+        self.p += x == pulp.lpSum((1 << b) * z[b] for b in range(len(z)))
+        self.bits[cell] = z
+        return self._times_bits(z, x, hi)
+
+    def _times_bits(self, z: list[Any], y: Any, hi: float) -> Any:
+        """An expression equal to (sum_b 2^b z_b) * y for binaries z and 0 <= y <= hi (McCormick)."""
+        w = [self._cont(0, hi) for _ in z]
+        for b, zb in enumerate(z):
+            self.p += w[b] <= hi * zb
+            self.p += w[b] <= y
+            self.p += w[b] >= y - hi * (1 - zb)
+        return pulp.lpSum((1 << b) * w[b] for b in range(len(z)))
 
     # ------------------------------------------------------------------ per request
     def _request(self, i: int) -> None:
@@ -234,6 +247,7 @@ class _Mip:
             + k.k_db * self.hd[j]
             + k.k_dt * pulp.lpSum(self.dg[i][j] for i in range(N))
             + k.k_dk * pulp.lpSum(self.kv[i][j] for i in range(N))
+            + (k.k_pc * pulp.lpSum(self.x[i][j] for i in range(N)) if self.x is not None else 0)
         )
 
     def _objective(self) -> None:
@@ -383,14 +397,17 @@ def _batch_seconds(data: ModelData, mip: _Mip, j: int) -> float:
     k, N = data.coef, data.N
     c = [round(_val(mip.c[i][j])) for i in range(N)]
     dg = [round(_val(mip.dg[i][j])) for i in range(N)]
+    e = [round(_val(mip.e[i][j])) for i in range(N)]
     m_prev = [round(_val(mip.mk[i][j - 1])) if j else 0 for i in range(N)]
     pc = [c[i] - dg[i] for i in range(N)]
+    cached = [0 if e[i] else m_prev[i] for i in range(N)]  # the KV a prefill item's chunk attends to
     if not any(c):
         return 0.0
     return (
         k.k_b + k.k_t * sum(c)
         + (k.k_pb if any(pc) else 0.0) + k.k_pt * sum(pc) + k.k_pq * sum(x * x for x in pc)
         + (k.k_db if any(dg) else 0.0) + k.k_dt * sum(dg) + k.k_dk * sum(dg[i] * m_prev[i] for i in range(N))
+        + k.k_pc * sum(pc[i] * cached[i] for i in range(N))
     )
 
 

@@ -13,7 +13,8 @@ Data
 :math:`a_i` arrival; limits C (tokens per batch), P (prefill tokens per batch), M (KV slots),
 :math:`R_{max}` (requests holding KV); coefficients of contract section 3 multiplied by ``layers``:
 :math:`k_b` (base), :math:`k_t` (per token), :math:`k_{pb}, k_{pt}, k_{pq}` (prefill bias, per token,
-per squared chunk token), :math:`k_{db}, k_{dt}, k_{dk}` (decode bias, per item, per KV read).
+per squared chunk token), :math:`k_{pc}` (``prefill.per_ctx``: per chunk token and cached key),
+:math:`k_{db}, k_{dt}, k_{dk}` (decode bias, per item, per KV read).
 
 Variables (per request i and batch j; paper names first)
 --------------------------------------------------------
@@ -26,6 +27,9 @@ Variables (per request i and batch j; paper names first)
   :math:`done_{ij} = [G_{ij} = O_i]`; :math:`\hat m_{ij}` KV held after processing batch j and before
   the release of finished requests (the contract checks M and R_max there); :math:`pc_{ij}`
   prefill tokens, :math:`sq_{ij} = pc_{ij}^2`, :math:`kv_{ij} = dg_{ij} m_{i,j-1}` KV read by a decode;
+  :math:`x_{ij} = pc_{ij} (\hat m_{ij} - c_{ij})` a prefill item's tokens times the KV before it
+  (:math:`\hat m - c = (1 - e) m_{i,j-1}`; 0 for a decode item, whose :math:`pc` is 0; built only
+  when :math:`k_{pc} > 0`);
   per batch :math:`y_j` (non-empty), :math:`hp_j` (has prefill), :math:`hd_j` (has decode).
 - The paper's :math:`I_{ij}` is not a separate variable. Its rule (2) (I := m + 1 when a decode-phase
   request is evicted, unchanged otherwise) gives, by induction, :math:`I_{i,j} = I_i + G_{i,j}`
@@ -115,9 +119,15 @@ reproduced both ways: evictions free and forbidden, each against vLLM and vLLM-e
 Objective (digest C7, C8, C11)
 ------------------------------
 :math:`T_j = k_b y_j + k_t \sum_i c_{ij} + k_{pb} hp_j + k_{pt} \sum_i pc_{ij} + k_{pq} \sum_i sq_{ij}
-+ k_{db} hd_j + k_{dt} \sum_i dg_{ij} + k_{dk} \sum_i kv_{ij}`, the contract's batch time
-(the quadratic prefill term :math:`sq = pc^2` and the KV-read term :math:`kv = dg \cdot m_{i,j-1}`
-exact). ``makespan`` (default; the paper's total latency): :math:`\sum_j T_j` offline, :math:`E_J`
++ k_{pc} \sum_i x_{ij} + k_{db} hd_j + k_{dt} \sum_i dg_{ij} + k_{dk} \sum_i kv_{ij}`, the contract's
+batch time (the quadratic prefill term :math:`sq = pc^2`, the prefill-context term
+:math:`x = pc (\hat m - c)` and the KV-read term :math:`kv = dg \cdot m_{i,j-1}` exact).
+
+Every bound the solve uses besides the backends' own (:mod:`optsched.bounds`, the residency
+relaxation of :mod:`.relax` with the search of :mod:`.search`, the chunk bound of :mod:`.chunks`)
+and the horizon J leave :math:`k_{pc}` out; they stay proven under a profile with
+:math:`k_{pc} > 0` by (F0) of :mod:`optsched.bounds` (the same batches at the same starts cost
+no more without the term, so every value and batch count they bound is attained without it). ``makespan`` (default; the paper's total latency): :math:`\sum_j T_j` offline, :math:`E_J`
 with arrivals. ``completion``: :math:`\sum_i F_i`, :math:`F_i \ge E_j` where i finishes in j.
 ``ttft``: :math:`\frac1N \sum_i (FT_i - a_i)`, :math:`FT_i \ge E_j` where i generates its first token.
 
@@ -126,7 +136,8 @@ smallest k making every coefficient an integer, e.g. :math:`k = 14` for the ship
 when no such k fits in 64-bit arithmetic, coefficients are rounded and the proven bound is lowered
 by the largest possible rounding error (:attr:`Scaling.slack`). The MIP linearises
 :math:`pc^2` exactly at integers through the binary expansion :math:`pc = \sum_b 2^b z_b`,
-:math:`pc^2 = \sum_b 2^b (z_b \cdot pc)` with exact McCormick products of a binary and an integer.
+:math:`pc^2 = \sum_b 2^b (z_b \cdot pc)` with exact McCormick products of a binary and an integer,
+and :math:`x = \sum_b 2^b (z_b \cdot (\hat m - c))` likewise.
 Every schedule is replayed; the reported objective is the replayed one.
 """
 
@@ -313,6 +324,7 @@ class Coefficients:
     k_db: float
     k_dt: float
     k_dk: float
+    k_pc: float = 0.0
 
     @classmethod
     def from_cost_model(cls, cm: CostModel) -> "Coefficients":
@@ -326,6 +338,7 @@ class Coefficients:
             k_db=L * cm.decode.bias,
             k_dt=L * cm.decode.per_token,
             k_dk=L * cm.decode.per_kv,
+            k_pc=L * cm.prefill.per_ctx,
         )
 
     def as_dict(self) -> dict[str, float]:
@@ -457,8 +470,13 @@ class ModelData:
         kv = sum(self.U(i) for i in range(self.N))
         return (
             k.k_b + k.k_t * self.C + k.k_pb + k.k_pt * chunk_cap + k.k_pq * sq
-            + k.k_db + k.k_dt * self.N + k.k_dk * kv
+            + k.k_db + k.k_dt * self.N + k.k_dk * kv + k.k_pc * self.max_context_product()
         )
+
+    def max_context_product(self) -> int:
+        r"""An upper bound on one batch's :math:`\sum_i x_{ij}`: chunks add up to at most min(P, C),
+        each over at most :math:`U_i - 1` cached keys."""
+        return min(self.P, self.C) * max((self.U(i) - 1 for i in range(self.N)), default=0)
 
     def time_cap(self) -> float:
         """An upper bound on every batch end time in the schedules the model must consider."""
@@ -479,7 +497,7 @@ class ModelData:
         J = self.J
         return {
             "k_b": J, "k_t": J * self.C, "k_pb": J, "k_pt": J * chunk_cap, "k_pq": J * sq,
-            "k_db": J, "k_dt": J * self.N, "k_dk": J * kv,
+            "k_db": J, "k_dt": J * self.N, "k_dk": J * kv, "k_pc": J * self.max_context_product(),
         }
 
 
@@ -516,7 +534,7 @@ def serial_schedule(instance: Instance, no_chunk: bool = False) -> Schedule:
             c = min(left, chunk_cap)
             batches.append(Batch((Item(r.id, c),), start=wait))
             wait = None
-            clock += cost.prefill_time(c)
+            clock += cost.prefill_time(c, cached=r.prompt_tokens - left)
             left -= c
         for k in range(r.output_tokens - 1):
             batches.append(Batch((Item(r.id, 1),)))
