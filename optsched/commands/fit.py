@@ -1,7 +1,11 @@
-"""``optsched fit MEASUREMENTS.csv [--compare PROFILE] [--out PROFILE.toml] [--json]``.
+"""``optsched fit MEASUREMENTS [--compare PROFILE] [--out PROFILE.toml] [--json]``.
 
-Fits the cost model's non-attention terms ``base`` + ``per_token`` * tokens (seconds, per layer) by
-least squares (:func:`optsched.costmodel.fit_linear`). Two inputs are understood:
+A step-measurement JSON file (:mod:`optsched.measured`: measured engine steps with their items) is
+fitted on every term of the contract (:func:`optsched.costmodel.fit_terms`, ``--loss l1|l2``,
+``--timing gpu|wall``): a whole-model profile, with the error per step kind.
+
+Otherwise the cost model's non-attention terms ``base`` + ``per_token`` * tokens (seconds, per layer) are
+fitted by least squares (:func:`optsched.costmodel.fit_linear`). Two CSV inputs are understood:
 
 - a Vidur operator profile (``mlp_<gpu>_<model>.csv``): per token count, the sum of the per-operator
   mean times for ``--tp`` tensor-parallel workers (milliseconds, converted);
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..costmodel import (
+    FIT_LOSSES,
     TIME_UNITS,
     fit_linear,
     is_vidur_profile,
@@ -29,7 +34,7 @@ from ..costmodel import (
     read_vidur_mlp_profile,
 )
 from ..jsonio import write_text_atomic
-from ._common import EXIT_OK, add_json_flag, check_output_path, format_mapping, positive_int, print_json
+from ._common import EXIT_OK, BadInput, add_json_flag, check_output_path, format_mapping, positive_int, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,12 +47,55 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", metavar="PROFILE", help="compare with this profile's base/per_token")
     p.add_argument("--out", metavar="PROFILE.toml", help="write the fitted profile here")
     p.add_argument("--name", help="name of the written profile (default: the output file's stem)")
+    p.add_argument("--loss", choices=FIT_LOSSES, default="l1",
+                   help="step-measurement files: least absolute (l1, default) or squared (l2) relative error")
+    p.add_argument("--timing", choices=("gpu", "wall"), default="gpu",
+                   help="step-measurement files: which measured time to fit (default gpu)")
     add_json_flag(p)
     p.set_defaults(func=handle)
 
 
+def _fit_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
+    """Every term of the contract, fitted to a step-measurement file's grid."""
+    from ..measured import MeasuredError, fit_grid, grid_errors
+
+    name = args.name or (args.out.rsplit("/", 1)[-1].removesuffix(".toml") if args.out else "fitted")
+    try:
+        fit = fit_grid(data, name, args.timing, args.loss)
+        errors = grid_errors(data, fit.model, args.timing)
+    except MeasuredError as exc:
+        raise BadInput(f"{args.measurements}: {exc}") from None
+    where = ", ".join(str(data[k]) for k in ("device", "model", "torch", "date") if k in data)
+    source = (f"fitted by optsched fit to the {errors['all']['steps']} grid steps of {Path(args.measurements).name} "
+              f"({where}; {args.timing} time, {args.loss} loss on relative error, coefficients >= 0)")
+    model = fit.model
+    out: dict[str, Any] = {"input": args.measurements, "kind": "step-measurements", "loss": args.loss,
+                           "timing": args.timing, "profile": model.to_dict(), "errors": errors,
+                           "dropped_terms": list(fit.dropped)}
+    if args.out is not None:
+        write_text_atomic(args.out, profile_toml(name, source, model.base, model.per_token, template=model))
+        out["written"] = args.out
+    if args.json:
+        print_json(out)
+    else:
+        print(source)
+        print(format_mapping([(k, v) for k, v in model.to_dict().items()]))
+        for kind, e in errors.items():
+            print(f"  {kind:<12} {e['steps']:4d} steps: mean error {e['mean_pct']:5.1f} %, max {e['max_pct']:5.1f} %")
+        if args.out is not None:
+            print(f"profile written: {args.out}")
+    return EXIT_OK
+
+
 def handle(args: argparse.Namespace) -> int:
     check_output_path(args.out)
+    if args.measurements.endswith(".json"):
+        from ..measured import MeasuredError, load_step_measurements
+
+        try:
+            return _fit_steps(args, load_step_measurements(args.measurements))
+        except MeasuredError as exc:
+            raise BadInput(str(exc)) from None
     template = load_cost_model(args.compare) if args.compare is not None else None
     path = args.measurements
     vidur = Path(path).is_file() and is_vidur_profile(path)

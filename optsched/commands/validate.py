@@ -1,4 +1,11 @@
-"""``optsched validate RESULT [--plot PNG] [--profile-out TOML] [--timing wall|model] [--json]``.
+"""``optsched validate RESULT [--plot PNG] [--profile-out TOML] [--timing wall|model] [--json]``
+or ``optsched validate STEPS.json --profile PROFILE [--instances DIR] [--timing gpu|wall] [--json]``.
+
+A step-measurement file (:mod:`optsched.measured`: executed schedules measured step by step, e.g.
+``../shared/data/gpu/h200-llama2-7b-steps.json``) is checked against ``--profile``: every run is
+rebuilt as a schedule of its instance (``--instances``, default the file's ``instances/`` folder),
+replayed under the profile and compared with its measured steps and makespan; per instance, whether
+the measured ranking of its schedules is kept; and the grid's error per step kind. Exit 0.
 
 Compares the cost model's predicted step times in an ``optsched execute`` result with the measured
 ones: per step, in total, the mean absolute percentage error (MAPE) and the worst steps; draws a plot;
@@ -25,9 +32,13 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("result", help="result JSON of 'optsched execute'")
-    p.add_argument("--timing", choices=("wall", "model"), default="wall",
-                   help="measured time: engine step wall time (default) or model time")
+    p.add_argument("result", help="result JSON of 'optsched execute', or a step-measurement file")
+    p.add_argument("--timing", choices=("wall", "model", "gpu"), default=None,
+                   help="measured time: engine step wall time (default) or model time; step-measurement "
+                        "files: gpu (default) or wall")
+    p.add_argument("--profile", help="step-measurement files: the profile to predict with (name or TOML)")
+    p.add_argument("--instances", help="step-measurement files: folder of the runs' instances "
+                                        "(default: instances/ beside the file)")
     p.add_argument("--worst", type=int, default=5, help="worst steps to list (default 5)")
     p.add_argument("--plot", help="write a PNG plot here")
     p.add_argument("--profile-out", help="write the refitted cost-model profile (TOML) here")
@@ -45,10 +56,19 @@ def handler(args: argparse.Namespace) -> int:
         raise BadInput(f"{args.result}: cannot read file ({exc.strerror})") from None
     except json.JSONDecodeError as exc:
         raise BadInput(f"{args.result}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    from ..measured import is_step_measurements
+
+    if is_step_measurements(result):
+        return _validate_steps(args, result)
+    if args.profile is not None or args.instances is not None:
+        raise BadInput("--profile and --instances apply to step-measurement files only")
     if not isinstance(result, dict) or result.get("format") != "optsched-vllm-result":
         raise BadInput(f"{args.result}: field 'format': not an optsched-vllm-result file")
+    timing = args.timing or "wall"
+    if timing == "gpu":
+        raise BadInput("--timing gpu applies to step-measurement files only (results: wall or model)")
     try:
-        report = compare(result, timing=args.timing, worst=args.worst, profile_name=args.profile_name)
+        report = compare(result, timing=timing, worst=args.worst, profile_name=args.profile_name)
     except (KeyError, TypeError, ValueError) as exc:
         raise BadInput(f"{args.result}: {exc}") from None
     if args.plot:
@@ -70,3 +90,38 @@ def handler(args: argparse.Namespace) -> int:
             print(f"refit (all terms): MAPE {report['fit_terms']['mape']:.1f} %; "
                   f"linear base + per_token: MAPE {report['fit_linear']['mape']:.1f} %")
     return 0 if result.get("ok") else EXIT_NO
+
+
+def _validate_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
+    """Replay a step-measurement file's runs under ``--profile`` and compare (module docstring)."""
+    from ..costmodel import load_cost_model
+    from ..measured import MeasuredError, compare_runs, grid_errors
+
+    if args.profile is None:
+        raise BadInput(f"{args.result}: a step-measurement file needs --profile (the profile to check)")
+    if args.plot or args.profile_out:
+        raise BadInput("--plot and --profile-out apply to execute results (fit a step-measurement file with 'optsched fit')")
+    timing = args.timing or "gpu"
+    if timing not in ("gpu", "wall"):
+        raise BadInput(f"--timing {timing}: step-measurement files have gpu or wall times")
+    model = load_cost_model(args.profile)
+    folder = args.instances or str(Path(args.result).resolve().parent / "instances")
+    try:
+        report = compare_runs(data, model, folder, timing) if data.get("runs") else {"runs": {}}
+        report["grid"] = grid_errors(data, model, timing) if data.get("grid") else None
+    except MeasuredError as exc:
+        raise BadInput(f"{args.result}: {exc}") from None
+    if args.json:
+        print_json(report)
+        return 0
+    for name, r in report["runs"].items():
+        print(f"{name:<24} predicted {1e3 * r['predicted']:9.3f} ms, measured {1e3 * r['measured']:9.3f} ms "
+              f"({r['error_pct']:+6.2f} %), worst step {r['worst_step_pct']:.1f} %")
+    if report["runs"]:
+        print(f"worst run: {report['worst_run']} ({report['worst_error_pct']:+.2f} %); step MAPE {report['step_mape']:.1f} %")
+        for inst, r in report["instances"].items():
+            kept = "kept" if r["ranking_kept"] else "NOT kept (" + "; ".join(r["swapped"]) + ")"
+            print(f"{inst}: measured ranking {kept}")
+    for kind, e in (report["grid"] or {}).items():
+        print(f"grid {kind:<12} {e['steps']:4d} steps: mean error {e['mean_pct']:5.1f} %, max {e['max_pct']:5.1f} %")
+    return 0

@@ -2,13 +2,13 @@
 
 Usage::
 
-    python tests/benchmarks/bench_infermax.py sec45 [--time-limit S] [--out FILE]
+    python tests/benchmarks/bench_infermax.py sec45 [--time-limit S] [--profile NAME] [--out FILE]
     python tests/benchmarks/bench_infermax.py scale --n 8 16 32 64 [--time-limit S] [--memory-share F] [--out FILE]
     python tests/benchmarks/bench_infermax.py crosscheck [--out FILE]
     python tests/benchmarks/bench_infermax.py gaps [--time-limit S] [--out FILE]
 
 - ``sec45``: the paper's section 4.5 ("are evictions evil?"): N = O = 4, I in 1..1024,
-  M = max(2I, I+O-1), C = P = 4096, R_max unlimited, llama2-7b-a100; optimum with and without
+  M = max(2I, I+O-1), C = P = 4096, R_max unlimited, llama2-7b-a100 (or --profile); optimum with and without
   evictions (CP-SAT), vLLM and vLLM-ef.
 - ``scale``: random instances with I, O in 1..16 (N requests, M = 40 % of the total KV need or
   ``--memory-share`` of it, C = P = 64, llama2-7b-a100), CP-SAT with the given limit; status,
@@ -24,6 +24,7 @@ Each result is one JSON line appended to ``--out`` (default: stdout only).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -38,6 +39,7 @@ from optsched.policies import simulator_for
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.problems import solver_for
 from optsched.bounds import generic_bounds
+from optsched.costmodel import load_cost_model
 from optsched.result import replayed_objective
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,14 +53,16 @@ def emit(row: dict[str, Any], out: str | None) -> None:
             fh.write(line + "\n")
 
 
-def sec45_instance(I: int, O: int = 4, N: int = 4):
-    return grid_instance(N, I, O, name=f"sec45-I{I}")
+def sec45_instance(I: int, O: int = 4, N: int = 4, profile: str | None = None):
+    """The section 4.5 instance of prompt length I, under ``profile`` (default: the generator's)."""
+    inst = grid_instance(N, I, O, name=f"sec45-I{I}")
+    return inst if profile is None else dataclasses.replace(inst, cost_model=load_cost_model(profile))
 
 
 def run_sec45(args: argparse.Namespace) -> None:
     for I in args.inputs:
-        inst = sec45_instance(I)
-        row: dict[str, Any] = {"bench": "sec45", "I": I}
+        inst = sec45_instance(I, profile=args.profile)
+        row: dict[str, Any] = {"bench": "sec45", "I": I, "profile": inst.cost_model.name}
         for label, no_evict in (("opt", False), ("opt_ef", True)):
             res = solver_for("infermax")(inst, {"no_evict": no_evict, "time_limit": args.time_limit,
                                                 "threads": args.threads})
@@ -167,7 +171,7 @@ def run_table(args: argparse.Namespace) -> None:
     print("| I | proven bound (ms) | best known (ms) | proven optimal | " + " | ".join(names) + " |")
     print("|---|---|---|---|" + "---|" * len(names))
     for r in rows:
-        inst = sec45_instance(r["I"])
+        inst = sec45_instance(r["I"], profile=r.get("profile"))
         o, f = r["opt"], r["opt_ef"]
         best = min(o["objective"], f["objective"])
         bound = o["bound"]
@@ -190,6 +194,7 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=600.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out")
+    ap.add_argument("--profile", help="sec45: cost model profile (name or TOML) instead of the instances' own")
     ap.add_argument("--n", type=int, nargs="+", default=[8, 16, 32, 64])
     ap.add_argument("--seeds", type=int, default=1, help="seeds 0 .. SEEDS-1")
     ap.add_argument("--seed", type=int, nargs="+", help="these seeds instead of --seeds")

@@ -1,0 +1,315 @@
+"""Step times measured on a GPU: read them, fit a profile to them, and replay executed schedules.
+
+The format (``../shared/data/gpu/h200-llama2-7b-steps.json`` is one such file) holds
+
+- ``grid``: profiling steps, each ``{"kind", "reqs", "features", "gpu_ms", "wall_ms"}``, ``reqs``
+  run-length encoded as ``[[q, k, s], count]``;
+- ``runs``: executed schedules by name, each ``{"instance", "schedule_meta", "steps"}`` with steps
+  ``{"reqs", "features", "gpu_ms", "wall_ms"}`` and ``reqs`` a plain list of ``[q, k, s]``.
+
+An item ``[q, k, s]`` is ``q`` new tokens of one request whose keys end at ``k`` (so ``k - q`` were
+cached before the step), ``s = 1`` when the step samples a token for it; ``time_unit`` is ``ms``.
+
+:func:`grid_features` turns a grid step into the cost model's features
+(:data:`optsched.costmodel.FEATURES`; a ``q = 1`` item over cached keys is a decode unless the
+file's ``n_dec`` / ``kv_dec`` say otherwise). :func:`schedule_of_run` rebuilds an executed run as a
+contract schedule of its instance: each item goes to a request whose KV is exactly ``k - q``
+(identical requests are interchangeable); an item with ``k = q`` for a request that holds KV is its
+refill after an eviction, which is put right after the request's previous item (an idle request
+costs nothing, and freeing its KV early never breaks a limit that the later eviction met).
+:func:`compare_runs` replays every run under a profile (:func:`optsched.schedule.replay`, the one
+implementation of the semantics: the features it computes must equal the file's) and compares each
+step and each makespan with the measured times, and each instance's ranking of its schedules.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .costmodel import CostModel, features_of, fit_terms
+from .instance import Instance, load_instance
+from .schedule import Batch, Item, Schedule, replay
+
+__all__ = [
+    "MeasuredError",
+    "RANKING_MARGIN",
+    "TIMINGS",
+    "compare_runs",
+    "fit_grid",
+    "grid_errors",
+    "grid_features",
+    "is_step_measurements",
+    "load_step_measurements",
+    "schedule_of_run",
+]
+
+#: Measured times a file may carry per step (``gpu_ms``: CUDA events; ``wall_ms``: host time).
+TIMINGS = ("gpu", "wall")
+#: Two schedules' measured makespans must differ by more than this share for their order to count.
+RANKING_MARGIN = 0.02
+
+
+class MeasuredError(ValueError):
+    """A step-measurement file is malformed or a run cannot be rebuilt (the message names where)."""
+
+
+def is_step_measurements(data: Any) -> bool:
+    """Whether a parsed JSON object is a step-measurement file (``grid`` and/or ``runs``)."""
+    return isinstance(data, Mapping) and ("grid" in data or "runs" in data) and "format" not in data
+
+
+def load_step_measurements(path: str | Path) -> dict[str, Any]:
+    """Read a step-measurement file (:class:`MeasuredError` names the file)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise MeasuredError(f"{path}: cannot read file ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise MeasuredError(f"{path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    if not is_step_measurements(data):
+        raise MeasuredError(f"{path}: not a step-measurement file (no 'grid' or 'runs')")
+    if data.get("time_unit", "ms") != "ms":
+        raise MeasuredError(f"{path}: field 'time_unit': only 'ms' is read, got {data.get('time_unit')!r}")
+    return data
+
+
+def _seconds(step: Mapping[str, Any], timing: str, where: str) -> float:
+    key = f"{timing}_ms"
+    value = step.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise MeasuredError(f"{where}: field {key!r}: must be a number > 0, got {value!r}")
+    return float(value) * 1e-3
+
+
+def _items(reqs: Any, encoded: bool, where: str) -> list[tuple[int, int, int]]:
+    try:
+        pairs = reqs if encoded else [[r, 1] for r in reqs]
+        out = [(int(q), int(k), int(s)) for (q, k, s), n in pairs for _ in range(int(n))]
+    except (TypeError, ValueError) as exc:
+        raise MeasuredError(f"{where}: field 'reqs': malformed ({exc})") from None
+    if not out or any(q < 1 or k < q for q, k, _ in out):
+        raise MeasuredError(f"{where}: field 'reqs': every item needs 1 <= q <= k")
+    return out
+
+
+def grid_features(step: Mapping[str, Any], where: str = "grid step") -> tuple[int, ...]:
+    """The cost model's features of one grid step (module docstring), checked against the file's."""
+    items = _items(step.get("reqs"), True, where)
+    given = step.get("features")
+    single = [j for j, (q, k, _) in enumerate(items) if q == 1 and k > 1]
+    decodes: Sequence[int] = single
+    if isinstance(given, Mapping) and "n_dec" in given and len(single) != int(given["n_dec"]):
+        choices = itertools.combinations(single, int(given["n_dec"]))
+        decodes = next((c for c in choices if sum(items[j][1] - 1 for j in c) == int(given["kv_dec"])), None)
+        if decodes is None:
+            raise MeasuredError(f"{where}: no split of its items into prefill and decode matches its features")
+    dec = set(decodes)
+    pre = [(q, k) for j, (q, k, _) in enumerate(items) if j not in dec]
+    feats = (sum(q for q, _, _ in items), sum(q for q, _ in pre), sum(q * q for q, _ in pre), len(dec),
+             sum(items[j][1] - 1 for j in dec), sum(q * (k - q) for q, k in pre))
+    if isinstance(given, Mapping):
+        try:
+            stated = features_of(given)
+        except (KeyError, TypeError, ValueError):
+            raise MeasuredError(f"{where}: field 'features': malformed") from None
+        if stated[:5] != feats[:5] or ("x_pre" in given and stated[5] != feats[5]):
+            raise MeasuredError(f"{where}: field 'features' {dict(given)} disagrees with its items {feats}")
+    return feats
+
+
+def fit_grid(data: Mapping[str, Any], name: str, timing: str = "gpu", loss: str = "l1") -> Any:
+    """:func:`optsched.costmodel.fit_terms` over a file's grid (whole-model profile, seconds)."""
+    grid = data.get("grid") or []
+    if len(grid) < 2:
+        raise MeasuredError("field 'grid': at least two steps are needed to fit")
+    feats = np.array([grid_features(g, f"grid step {j}") for j, g in enumerate(grid)])
+    times = np.array([_seconds(g, timing, f"grid step {j}") for j, g in enumerate(grid)])
+    return fit_terms(feats, times, name=name, loss=loss)
+
+
+def grid_errors(data: Mapping[str, Any], model: CostModel, timing: str = "gpu") -> dict[str, dict[str, float]]:
+    """Per step kind (and ``all``): number of steps, mean and max absolute relative error in %."""
+    by_kind: dict[str, list[float]] = {}
+    for j, g in enumerate(data.get("grid") or []):
+        where = f"grid step {j}"
+        measured = _seconds(g, timing, where)
+        error = 100 * abs(model.batch_time(*grid_features(g, where)) - measured) / measured
+        by_kind.setdefault(str(g.get("kind", "?")), []).append(error)
+        by_kind.setdefault("all", []).append(error)
+    order = sorted(by_kind, key=lambda k: (k == "all", k))  # kinds by name, ``all`` last
+    return {k: {"steps": len(by_kind[k]), "mean_pct": float(np.mean(by_kind[k])), "max_pct": float(np.max(by_kind[k]))}
+            for k in order}
+
+
+@dataclass
+class _State:
+    m: int
+    prompt: int
+    g: int
+    out: int
+    last: int = -1  # index of the batch of its last item
+
+    @property
+    def done(self) -> bool:
+        return self.g >= self.out
+
+
+def _pick(states: list[_State], used: set[int], q: int, k: int, s: int) -> tuple[int, bool]:
+    """The request an item ``[q, k, s]`` goes to and whether it is a refill of a request holding KV.
+
+    Candidates hold exactly ``k - q`` slots with at least ``q`` prompt tokens left (a decode:
+    ``q = 1``, in decode phase), or (``k = q``)
+    hold KV and refill after an eviction (in decode the prompt becomes ``m + 1``, contract rule 2).
+    Preferred: the item completes the prompt exactly when it samples (``s``), then no eviction,
+    then the lowest index (identical requests are interchangeable).
+    """
+    options = []
+    for i, st in enumerate(states):
+        if i in used or st.done:
+            continue
+        decode = st.m >= st.prompt
+        if st.m == k - q and (q == 1 if decode else st.prompt - st.m >= q):
+            options.append((decode or st.prompt - st.m == q, False, i))
+        elif k == q and st.m > 0:
+            prompt = st.m + 1 if st.m >= st.prompt else st.prompt
+            if prompt >= q:
+                options.append((prompt == q, True, i))
+    if not options:
+        raise LookupError(f"no request holds exactly {k - q} KV slots with {q} prompt tokens left")
+    completes, refill, i = min(options, key=lambda o: (o[0] != bool(s), o[1], o[2]))
+    return i, refill
+
+
+def schedule_of_run(instance: Instance, steps: Sequence[Mapping[str, Any]], name: str = "run") -> tuple[Schedule, list[int]]:
+    """An executed run as a contract schedule of ``instance`` (module docstring).
+
+    Returns
+    -------
+    schedule, step_batches
+        The schedule and, per measured step, the index of its batch (eviction-only batches cost 0
+        and belong to no step).
+    """
+    states = [_State(0, r.prompt_tokens, 0, r.output_tokens) for r in instance.requests]
+    items_of: list[list[Item]] = []
+    evict_after: dict[int, list[str]] = {}  # batch index -> requests evicted right after it
+    for j, step in enumerate(steps):
+        used: set[int] = set()
+        batch: list[Item] = []
+        for q, k, s in _items(step.get("reqs"), False, f"{name}: step {j}"):
+            try:
+                i, refill = _pick(states, used, q, k, s)
+            except LookupError as exc:
+                raise MeasuredError(f"{name}: step {j}: item {[q, k, s]}: {exc}") from None
+            st = states[i]
+            if refill:
+                evict_after.setdefault(st.last, []).append(instance.requests[i].id)
+                st.prompt = st.m + 1 if st.m >= st.prompt else st.prompt
+                st.m = 0
+            used.add(i)
+            st.m += q
+            st.last = j
+            if st.m >= st.prompt:
+                st.g += 1
+                if st.done:
+                    st.m = 0
+            batch.append(Item(instance.requests[i].id, q))
+        items_of.append(batch)
+    batches: list[Batch] = []
+    step_batch: list[int] = []
+    pending = evict_after.get(-1, [])
+    for j, batch in enumerate(items_of):
+        touched = {it.id for it in batch}
+        if pending and touched & set(pending):
+            batches.append(Batch((), tuple(pending)))
+            pending = []
+        step_batch.append(len(batches))
+        batches.append(Batch(tuple(batch), tuple(pending)))
+        pending = evict_after.get(j, [])
+    if pending:
+        raise MeasuredError(f"{name}: requests {pending} are evicted after the last step")
+    return Schedule(instance.name, tuple(batches), {"source": name}), step_batch
+
+
+def _ranking_kept(measured: Mapping[str, float], predicted: Mapping[str, float]) -> tuple[bool, list[str]]:
+    """Whether every pair whose measured makespans differ by more than :data:`RANKING_MARGIN` is
+    predicted in the same order; the pairs that are not."""
+    swapped = []
+    for a, b in itertools.combinations(sorted(measured), 2):
+        if abs(measured[a] - measured[b]) > RANKING_MARGIN * min(measured[a], measured[b]):
+            if (measured[a] < measured[b]) != (predicted[a] < predicted[b]):
+                swapped.append(f"{a} vs {b}")
+    return not swapped, swapped
+
+
+def compare_runs(data: Mapping[str, Any], model: CostModel, instances_dir: str | Path,
+                 timing: str = "gpu") -> dict[str, Any]:
+    """Replay every run of a step-measurement file under ``model`` and compare with its measurements.
+
+    Parameters
+    ----------
+    data
+        The parsed file (:func:`load_step_measurements`).
+    model
+        The profile to predict with (it replaces each instance's own cost model).
+    instances_dir
+        Where ``<instance>.json`` of each run is.
+    timing
+        ``gpu`` or ``wall`` (:data:`TIMINGS`).
+
+    Returns
+    -------
+    dict
+        ``runs`` (per run: predicted and measured makespan in s, signed error %, worst step error %),
+        ``worst_run`` and its ``worst_error_pct``, ``step_mape`` over all steps, and ``instances``
+        (per instance: whether the measured ranking of its runs is kept, and the swapped pairs).
+    """
+    runs: dict[str, dict[str, Any]] = {}
+    step_errors: list[float] = []
+    by_instance: dict[str, dict[str, tuple[float, float]]] = {}
+    for name, run in (data.get("runs") or {}).items():
+        inst_name = str(run.get("instance", ""))
+        path = Path(instances_dir) / f"{inst_name}.json"
+        try:
+            base = load_instance(path)
+        except Exception as exc:  # noqa: BLE001 - any unreadable instance is named with its run
+            raise MeasuredError(f"run {name!r}: instance {inst_name!r}: {exc}") from None
+        instance = Instance(base.name, model, base.limits, base.requests, base.extra)
+        steps = run.get("steps") or []
+        schedule, step_batch = schedule_of_run(instance, steps, f"run {name!r}")
+        rep = replay(instance, schedule)
+        if not rep.feasible:
+            raise MeasuredError(f"run {name!r}: the rebuilt schedule does not replay: {rep.violations[0]}")
+        errors = []
+        for j, (step, b) in enumerate(zip(steps, step_batch)):
+            stated = step.get("features")
+            if isinstance(stated, Mapping) and features_of(stated)[:5] != rep.features[b][:5]:
+                raise MeasuredError(f"run {name!r}: step {j}: replayed features {rep.features[b]} differ "
+                                    f"from the file's {dict(stated)}")
+            measured = _seconds(step, timing, f"run {name!r}: step {j}")
+            errors.append(100 * abs(rep.ends[b] - rep.starts[b] - measured) / measured)
+        predicted = rep.metrics.makespan
+        measured_total = math.fsum(_seconds(s, timing, f"run {name!r}") for s in steps)
+        runs[name] = {"instance": inst_name, "predicted": predicted, "measured": measured_total,
+                      "error_pct": 100 * (predicted - measured_total) / measured_total,
+                      "worst_step_pct": max(errors), "steps": len(steps)}
+        step_errors += errors
+        by_instance.setdefault(inst_name, {})[name] = (measured_total, predicted)
+    if not runs:
+        raise MeasuredError("field 'runs': no executed schedule to compare")
+    instances = {}
+    for inst_name, members in by_instance.items():
+        kept, swapped = _ranking_kept({k: v[0] for k, v in members.items()}, {k: v[1] for k, v in members.items()})
+        instances[inst_name] = {"ranking_kept": kept, "swapped": swapped,
+                                "measured_order": sorted(members, key=lambda k: members[k][0]),
+                                "predicted_order": sorted(members, key=lambda k: members[k][1])}
+    worst = max(runs, key=lambda k: abs(runs[k]["error_pct"]))
+    return {"profile": model.name, "timing": timing, "runs": runs, "worst_run": worst,
+            "worst_error_pct": runs[worst]["error_pct"], "step_mape": float(np.mean(step_errors)),
+            "instances": instances}
