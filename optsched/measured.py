@@ -148,47 +148,98 @@ def grid_errors(data: Mapping[str, Any], model: CostModel, timing: str = "gpu") 
             for k in order}
 
 
-@dataclass
+@dataclass(frozen=True)
 class _State:
+    """A request while a run is rebuilt: KV held, current prompt, tokens generated, output length,
+    and the step of its last item."""
+
     m: int
     prompt: int
     g: int
     out: int
-    last: int = -1  # index of the batch of its last item
+    last: int = -1
 
     @property
     def done(self) -> bool:
         return self.g >= self.out
 
 
-def _pick(states: list[_State], used: set[int], q: int, k: int, s: int) -> tuple[int, bool]:
-    """The request an item ``[q, k, s]`` goes to and whether it is a refill of a request holding KV.
+#: Most partial assignments :func:`schedule_of_run` tries before it gives up.
+SEARCH_BUDGET = 200_000
 
-    Candidates hold exactly ``k - q`` slots with at least ``q`` prompt tokens left (a decode:
-    ``q = 1``, in decode phase), or (``k = q``)
-    hold KV and refill after an eviction (in decode the prompt becomes ``m + 1``, contract rule 2).
-    Preferred: the item completes the prompt exactly when it samples (``s``), then no eviction,
-    then the lowest index (identical requests are interchangeable).
+#: One item's assignment: request index, tokens, whether it refills after an eviction, and the step
+#: of the request's previous item (where its eviction goes).
+_Assigned = tuple[int, int, bool, int]
+
+
+def _options(states: Sequence[_State], used: set[int], q: int, k: int, s: int) -> list[tuple[int, bool]]:
+    """Requests an item ``[q, k, s]`` may go to, best first, one per class of identical states.
+
+    A request holding exactly ``k - q`` slots with at least ``q`` prompt tokens left (a decode:
+    ``q = 1`` in decode phase), or (``k = q``) holding KV and refilling after an eviction (in decode
+    the prompt becomes ``m + 1``, contract rule 2). Preferred: the item completes the prompt
+    exactly when it samples (``s``), then no eviction, then the lowest index.
     """
-    options = []
+    found = []
     for i, st in enumerate(states):
         if i in used or st.done:
             continue
         decode = st.m >= st.prompt
         if st.m == k - q and (q == 1 if decode else st.prompt - st.m >= q):
-            options.append((decode or st.prompt - st.m == q, False, i))
+            found.append((not (decode or st.prompt - st.m == q) == bool(s), False, i))
         elif k == q and st.m > 0:
-            prompt = st.m + 1 if st.m >= st.prompt else st.prompt
+            prompt = st.m + 1 if decode else st.prompt
             if prompt >= q:
-                options.append((prompt == q, True, i))
-    if not options:
-        raise LookupError(f"no request holds exactly {k - q} KV slots with {q} prompt tokens left")
-    completes, refill, i = min(options, key=lambda o: (o[0] != bool(s), o[1], o[2]))
-    return i, refill
+                found.append(((prompt == q) != bool(s), True, i))
+    seen, out = set(), []
+    for _, refill, i in sorted(found):
+        st = states[i]
+        key = (st.m, st.prompt, st.g, st.out, refill)
+        if key not in seen:  # identical requests in identical states are interchangeable
+            seen.add(key)
+            out.append((i, refill))
+    return out
+
+
+def _apply(states: list[_State], j: int, plan: Sequence[_Assigned]) -> tuple[list[_State], tuple[int, ...]]:
+    """States after step ``j`` with its items assigned as ``plan``, and the step's first five features."""
+    new = list(states)
+    n_pre = s_pre = n_dec = kv_dec = 0
+    for i, q, refill, _ in plan:
+        st = new[i]
+        if refill:
+            st = _State(0, st.m + 1 if st.m >= st.prompt else st.prompt, st.g, st.out, st.last)
+        if st.m >= st.prompt:
+            n_dec, kv_dec = n_dec + 1, kv_dec + st.m
+        else:
+            n_pre, s_pre = n_pre + q, s_pre + q * q
+        m, g = st.m + q, st.g + (st.m + q >= st.prompt)
+        new[i] = _State(0 if g >= st.out else m, st.prompt, g, st.out, j)
+    return new, (n_pre + n_dec, n_pre, s_pre, n_dec, kv_dec)
+
+
+def _step_plans(states: list[_State], items: Sequence[tuple[int, int, int]], j: int,
+                stated: tuple[int, ...] | None):
+    """Every assignment of step ``j``'s items (best first) whose features match ``stated``, with the
+    states after it."""
+    def extend(k: int, used: set[int], plan: list[_Assigned]):
+        if k == len(items):
+            new, feats = _apply(states, j, plan)
+            if stated is None or feats == stated[:5]:
+                yield tuple(plan), new
+            return
+        q, kk, s = items[k]
+        for i, refill in _options(states, used, q, kk, s):
+            yield from extend(k + 1, used | {i}, [*plan, (i, q, refill, states[i].last)])
+
+    return extend(0, set(), [])
 
 
 def schedule_of_run(instance: Instance, steps: Sequence[Mapping[str, Any]], name: str = "run") -> tuple[Schedule, list[int]]:
     """An executed run as a contract schedule of ``instance`` (module docstring).
+
+    A depth-first search over the items' possible requests (identical states tried once, the
+    file's features pruning), until every request has finished after the last step.
 
     Returns
     -------
@@ -196,44 +247,61 @@ def schedule_of_run(instance: Instance, steps: Sequence[Mapping[str, Any]], name
         The schedule and, per measured step, the index of its batch (eviction-only batches cost 0
         and belong to no step).
     """
-    states = [_State(0, r.prompt_tokens, 0, r.output_tokens) for r in instance.requests]
-    items_of: list[list[Item]] = []
-    evict_after: dict[int, list[str]] = {}  # batch index -> requests evicted right after it
+    items = [_items(step.get("reqs"), False, f"{name}: step {j}") for j, step in enumerate(steps)]
+    stated = []
     for j, step in enumerate(steps):
-        used: set[int] = set()
-        batch: list[Item] = []
-        for q, k, s in _items(step.get("reqs"), False, f"{name}: step {j}"):
-            try:
-                i, refill = _pick(states, used, q, k, s)
-            except LookupError as exc:
-                raise MeasuredError(f"{name}: step {j}: item {[q, k, s]}: {exc}") from None
-            st = states[i]
+        given = step.get("features")
+        try:
+            stated.append(features_of(given) if isinstance(given, Mapping) else None)
+        except (KeyError, TypeError, ValueError):
+            raise MeasuredError(f"{name}: step {j}: field 'features': malformed") from None
+    start = [_State(0, r.prompt_tokens, 0, r.output_tokens) for r in instance.requests]
+    path: list[tuple[_Assigned, ...]] = []
+    stack = [_step_plans(start, items[0], 0, stated[0])] if steps else []
+    budget, deepest = SEARCH_BUDGET, 0
+    while stack:
+        try:
+            plan, new = next(stack[-1])
+        except StopIteration:
+            stack.pop()
+            if path:
+                path.pop()
+            continue
+        budget -= 1
+        if budget < 0:
+            raise MeasuredError(f"{name}: no assignment of its items to requests found within {SEARCH_BUDGET} tries")
+        path.append(plan)
+        deepest = max(deepest, len(path))
+        if len(path) < len(steps):
+            stack.append(_step_plans(new, items[len(path)], len(path), stated[len(path)]))
+        elif all(st.done for st in new):
+            return _batches(instance, path, name)
+        else:
+            path.pop()
+    where = f"step {deepest}: item(s) {[list(x) for x in items[min(deepest, len(items) - 1)]]}" if steps else "no steps"
+    raise MeasuredError(f"{name}: {where}: no request of instance {instance.name!r} can take them "
+                        f"(KV held, prompt left and the file's features must match)")
+
+
+def _batches(instance: Instance, path: Sequence[Sequence[_Assigned]], name: str) -> tuple[Schedule, list[int]]:
+    """The schedule of an assignment: a refilled request is evicted right after its previous item."""
+    ids = [r.id for r in instance.requests]
+    evict_after: dict[int, list[str]] = {}
+    for plan in path:
+        for i, _, refill, last in plan:
             if refill:
-                evict_after.setdefault(st.last, []).append(instance.requests[i].id)
-                st.prompt = st.m + 1 if st.m >= st.prompt else st.prompt
-                st.m = 0
-            used.add(i)
-            st.m += q
-            st.last = j
-            if st.m >= st.prompt:
-                st.g += 1
-                if st.done:
-                    st.m = 0
-            batch.append(Item(instance.requests[i].id, q))
-        items_of.append(batch)
+                evict_after.setdefault(last, []).append(ids[i])
     batches: list[Batch] = []
     step_batch: list[int] = []
     pending = evict_after.get(-1, [])
-    for j, batch in enumerate(items_of):
-        touched = {it.id for it in batch}
-        if pending and touched & set(pending):
+    for j, plan in enumerate(path):
+        items = tuple(Item(ids[i], q) for i, q, _, _ in plan)
+        if pending and {it.id for it in items} & set(pending):
             batches.append(Batch((), tuple(pending)))
             pending = []
         step_batch.append(len(batches))
-        batches.append(Batch(tuple(batch), tuple(pending)))
+        batches.append(Batch(items, tuple(pending)))
         pending = evict_after.get(j, [])
-    if pending:
-        raise MeasuredError(f"{name}: requests {pending} are evicted after the last step")
     return Schedule(instance.name, tuple(batches), {"source": name}), step_batch
 
 

@@ -1,0 +1,173 @@
+"""Step-measurement files (optsched.measured): rebuilding executed runs, replaying them under a
+profile, fitting a profile to a grid; and the shipped llama2-7b-h200 profile on the real H200 data
+(../shared/data/gpu, skipped when absent).
+
+The synthetic files are made here by an independent walk over schedules (per request: KV held,
+current prompt, tokens generated), with "measured" times from a known profile, so that every error
+must come out 0 and the fit must recover the profile.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from optsched.cli import main
+from optsched.costmodel import load_cost_model
+from optsched.instance import parse_instance
+from optsched.measured import MeasuredError, compare_runs, fit_grid, grid_errors, load_step_measurements
+from optsched.policies import simulator_for
+from optsched.problems.infermax.model import serial_completion
+from optsched.schedule import Batch, Item, Schedule, replay
+
+TRUTH = {"layers": 1, "base": 4e-3, "per_token": 2e-5,
+         "prefill": {"per_token_sq": 2e-9, "per_ctx": 1.5e-9}, "decode": {"bias": 7e-4, "per_kv": 2e-7}}
+REQS = [{"id": f"r{i}", "prompt_tokens": p, "output_tokens": o} for i, (p, o) in enumerate([(40, 4), (40, 4), (25, 6)])]
+LIMITS = {"token_budget": 32, "prefill_budget": 32, "kv_capacity": 90}
+
+
+def _instance(model=TRUTH):
+    return parse_instance({"name": "syn", "cost_model": model, "limits": LIMITS, "requests": REQS})
+
+
+def _steps(instance, schedule: Schedule) -> list[dict]:
+    """The schedule as measured steps: items [q, k, s] (independent walk), features and times."""
+    state = {r.id: [0, r.prompt_tokens, 0, r.output_tokens] for r in instance.requests}  # m, I, g, O
+    rep = replay(instance, schedule)
+    steps = []
+    for j, batch in enumerate(schedule.batches):
+        for rid in batch.evict:
+            m, prompt, g, o = state[rid]
+            state[rid] = [0, m + 1 if m >= prompt else prompt, g, o]
+        reqs = []
+        for it in batch.items:
+            m, prompt, g, o = state[rid := it.id]
+            sample = int(m + it.tokens >= prompt)
+            reqs.append([it.tokens, m + it.tokens, sample])
+            g += sample
+            state[rid] = [0 if g == o else m + it.tokens, prompt, g, o]
+        if reqs:
+            f = rep.features[j]
+            steps.append({"reqs": reqs, "features": dict(zip(("n_tok", "n_pre", "s_pre", "n_dec", "kv_dec"), f[:5])),
+                          "gpu_ms": 1e3 * (rep.ends[j] - rep.starts[j])})
+    return steps
+
+
+def _file(tmp_path: Path) -> Path:
+    inst = _instance()
+    hand = Schedule("syn", (Batch((Item("r0", 30),)), Batch((Item("r0", 10), Item("r2", 20))),
+                            Batch((), ("r0",)), Batch((Item("r2", 5), Item("r1", 27))), Batch((Item("r1", 13),))))
+    runs = {"syn.hand": serial_completion(inst, hand)}  # the hand prefix, finished one request at a time
+    for name in ("vllm", "vllm-ef", "sarathi", "rank-i"):
+        runs[f"syn.{name}"] = simulator_for(name)(inst)
+    folder = tmp_path / "instances"
+    folder.mkdir()
+    (folder / "syn.json").write_text(json.dumps({"name": "syn", "cost_model": "llama2-7b-a100", "limits": LIMITS,
+                                                 "requests": REQS}))
+    rng = np.random.default_rng(2)
+    grid = []
+    for _ in range(40):
+        q, cached, n_dec, ctx = int(rng.integers(1, 600)), int(rng.integers(0, 3000)), int(rng.integers(0, 40)), int(rng.integers(16, 2000))
+        if len(grid) % 3 == 0:  # decode-only and prefill-only rows: the phase biases are identifiable
+            q, n_dec = 0, n_dec + 1
+        elif len(grid) % 3 == 1:
+            n_dec = 0
+        reqs = ([[[q, q + cached, int(cached == 0)], 1]] if q else []) + ([[[1, ctx, 1], n_dec]] if n_dec else [])
+        feats = (q + n_dec, q, q * q, n_dec, n_dec * (ctx - 1), q * cached)
+        grid.append({"kind": "syn", "reqs": reqs, "gpu_ms": 1e3 * inst.cost_model.batch_time(*feats)})
+    data = {"device": "synthetic", "time_unit": "ms", "grid": grid,
+            "runs": {n: {"instance": "syn", "schedule_meta": {}, "steps": _steps(inst, s)} for n, s in runs.items()}}
+    path = tmp_path / "steps.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_runs_rebuild_and_replay_at_their_measured_times(tmp_path):
+    data = load_step_measurements(_file(tmp_path))
+    assert any(max(q for q, _, _ in s["reqs"]) < s["features"]["n_pre"] or any(k > q > 1 for q, k, _ in s["reqs"])
+               for s in data["runs"]["syn.hand"]["steps"])  # chunks over cached keys are exercised
+    report = compare_runs(data, load_cost_model(TRUTH), tmp_path / "instances")
+    assert len(report["runs"]) == 5
+    for run in report["runs"].values():
+        assert run["error_pct"] == pytest.approx(0.0, abs=1e-9) and run["worst_step_pct"] < 1e-9
+    assert all(r["ranking_kept"] for r in report["instances"].values())
+    other = compare_runs(data, load_cost_model("llama2-7b-a100"), tmp_path / "instances")
+    assert abs(other["worst_error_pct"]) > 10  # another profile is seen to be off
+
+
+def test_fit_grid_recovers_the_profile(tmp_path):
+    data = load_step_measurements(_file(tmp_path))
+    fit = fit_grid(data, "syn")
+    assert fit.model.prefill.per_ctx == pytest.approx(1.5e-9, rel=1e-6)
+    assert grid_errors(data, fit.model)["all"]["max_pct"] < 1e-6
+
+
+def test_bad_runs_are_named(tmp_path, capsys):
+    path = _file(tmp_path)
+    data = json.loads(path.read_text())
+    data["runs"]["syn.vllm"]["steps"][1]["reqs"][0] = [3, 17, 1]  # no request holds 14 KV slots then
+    with pytest.raises(MeasuredError, match=r"run 'syn.vllm': step 1: item\(s\) \[\[3, 17, 1\]"):
+        compare_runs(data, load_cost_model(TRUTH), tmp_path / "instances")
+    path.write_text(json.dumps(data))
+    assert main(["validate", str(path)]) == 2 and "--profile" in capsys.readouterr().err
+    assert main(["validate", str(path), "--profile", "llama2-7b-a100"]) == 2
+    assert "syn.vllm" in capsys.readouterr().err
+
+
+def test_cli_fit_and_validate_round_trip(tmp_path, capsys):
+    path = _file(tmp_path)
+    toml = tmp_path / "fitted.toml"
+    assert main(["fit", str(path), "--out", str(toml), "--name", "syn-gpu", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["errors"]["all"]["max_pct"] < 1e-6 and load_cost_model(str(toml)).name == "syn-gpu"
+    assert main(["validate", str(path), "--profile", str(toml), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert abs(rep["worst_error_pct"]) < 1e-6 and rep["grid"]["all"]["steps"] == 40
+
+
+# --------------------------------------------------------------------------- the real H200 data
+
+
+@pytest.fixture
+def h200(data_dir: Path) -> Path:
+    path = data_dir / "gpu" / "h200-llama2-7b-steps.json"
+    if not path.is_file():
+        pytest.skip("../shared/data/gpu/h200-llama2-7b-steps.json is not present")
+    return path
+
+
+def test_shipped_h200_profile_is_the_grid_fit(h200):
+    """models/llama2-7b-h200.toml is the L1 fit of the grid, rounded to 4 significant digits."""
+    fit = fit_grid(load_step_measurements(h200), "x").model
+    shipped = load_cost_model("llama2-7b-h200")
+    for a, b in [(shipped.base, fit.base), (shipped.per_token, fit.per_token),
+                 (shipped.prefill.per_token_sq, fit.prefill.per_token_sq), (shipped.prefill.per_ctx, fit.prefill.per_ctx),
+                 (shipped.decode.bias, fit.decode.bias), (shipped.decode.per_kv, fit.decode.per_kv)]:
+        assert a == pytest.approx(b, rel=5e-4)
+    assert shipped.prefill.bias == fit.prefill.bias == 0.0
+
+
+def _h200_report(h200: Path) -> dict:
+    return compare_runs(load_step_measurements(h200), load_cost_model("llama2-7b-h200"), h200.parent / "instances")
+
+
+def test_h200_runs_rebuild_with_the_files_features(h200):
+    """All 30 executed schedules rebuild as schedules of their instances whose replayed features equal
+    the file's (compare_runs checks every step); the profile keeps the measured ranking of five of
+    the six instances (docs/costmodel.md: s45-i512 is the exception)."""
+    report = _h200_report(h200)
+    assert len(report["runs"]) == 30 and sum(r["steps"] for r in report["runs"].values()) > 400
+    kept = {name for name, r in report["instances"].items() if r["ranking_kept"]}
+    assert kept >= {"s45-i1", "s45-i8", "s45-i32", "s45-i128", "s45-i1024"}
+
+
+@pytest.mark.xfail(strict=True, reason="issue 27's 5 % target is not met: the worst run is s45-i1024.optef at "
+                   "-6.4 %; the contract's linear form cannot follow FlashAttention-2's latency-bound "
+                   "attention of one long request (docs/costmodel.md)")
+def test_h200_profile_predicts_every_run_within_5_percent_and_keeps_every_ranking(h200):
+    report = _h200_report(h200)
+    assert all(abs(r["error_pct"]) <= 5.0 for r in report["runs"].values())
+    assert all(r["ranking_kept"] for r in report["instances"].values())
