@@ -1,4 +1,7 @@
-"""``optsched execute PLAN --model DIR|CONFIG [--dtype D] [--out RESULT] [--json]``.
+"""``optsched execute PLAN --model DIR|CONFIG [--engine vllm|torch] [--dtype D] [--out RESULT] [--json]``.
+
+``--engine torch`` runs the plan on optsched's PyTorch engine instead (:mod:`optsched.torchengine`:
+a CUDA graph per step on a GPU, eager with SDPA attention on a CPU), writing the same result format.
 
 Runs a vLLM replay plan (``optsched export --format vllm-replay``) on a real vLLM V1 engine in this
 process and writes a result JSON: per step the planned and scheduled token counts, the predicted
@@ -41,14 +44,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cuda-graphs", action="store_true",
                    help="allow CUDA graphs (default: enforce_eager, one measured kernel launch per step)")
     p.add_argument("--seed", type=int, default=0, help="seed for the prompt token ids and the engine")
+    p.add_argument("--engine", choices=("vllm", "torch"), default="vllm",
+                   help="vllm (default) or torch: optsched's PyTorch engine (docs/torchengine.md), for GPUs "
+                        "without vLLM; --model is then a built-in name or a config.json")
+    g = p.add_argument_group("--engine torch only")
+    g.add_argument("--device", help="cuda or cpu (default: cuda when PyTorch sees one)")
+    g.add_argument("--threads", type=int, help="CPU threads PyTorch may use")
+    g.add_argument("--no-cuda-graphs", action="store_true", help="run GPU steps eagerly (default: a CUDA graph per step)")
     p.add_argument("--json", action="store_true", help="print one JSON object (the summary)")
     p.set_defaults(func=handler)
 
 
 def handler(args: argparse.Namespace) -> int:
-    from ..executor.models import ModelError, resolve_model
-    from ..executor.run import ExecutionError, execute_plan, summary
-
     try:
         plan = load_plan(args.plan)
     except PlanError as exc:
@@ -56,6 +63,14 @@ def handler(args: argparse.Namespace) -> int:
     if args.repeats < 1 or args.warmup < 0:
         raise BadInput("--repeats must be >= 1 and --warmup >= 0")
     out = args.out or str(Path(args.plan).with_suffix("")) + ".result.json"
+    if args.engine == "torch":
+        return _finish(args, out, _run_torch(args, plan))
+    for flag, value in (("--device", args.device), ("--threads", args.threads), ("--no-cuda-graphs", args.no_cuda_graphs)):
+        if value:
+            raise BadInput(f"{flag} applies to --engine torch only")
+    from ..executor.models import ModelError, resolve_model
+    from ..executor.run import ExecutionError, execute_plan
+
     with tempfile.TemporaryDirectory(prefix="optsched-model-") as work:
         try:
             model = resolve_model(args.model, work)
@@ -69,6 +84,43 @@ def handler(args: argparse.Namespace) -> int:
         except ExecutionError as exc:
             print(f"optsched: error: {exc}", file=sys.stderr)
             return EXIT_INTERNAL
+    return _finish(args, out, result)
+
+
+def _run_torch(args: argparse.Namespace, plan: Any) -> dict[str, Any] | None:
+    """The plan on optsched's PyTorch engine (None when PyTorch or the device is unusable: reported)."""
+    from ..torchengine.engine import PAGE_SIZE, EngineError, TorchEngine, import_torch
+    from ..torchengine.execute import execute_plan, plan_kv_tokens
+    from ..torchengine.shapes import ShapeError, load_shape
+
+    if args.kv_cache_bytes is not None or args.cuda_graphs:
+        raise BadInput("--kv-cache-bytes and --cuda-graphs apply to --engine vllm only")
+    try:
+        shape = load_shape(args.model)
+    except ShapeError as exc:
+        raise BadInput(str(exc)) from None
+    if int(plan.engine["max_model_len"]) > shape.max_positions:
+        raise BadInput(f"--model {args.model!r}: the plan needs {plan.engine['max_model_len']} positions, the "
+                       f"model's max_position_embeddings is {shape.max_positions}")
+    try:
+        torch = import_torch()
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = None if args.dtype == "auto" else args.dtype
+        page = PAGE_SIZE["cuda" if device.startswith("cuda") else "cpu"]
+        engine = TorchEngine(shape, device, dtype, plan_kv_tokens(plan, page), args.seed, args.threads)
+        return execute_plan(plan, engine, args.model, repeats=args.repeats, warmup=args.warmup, seed=args.seed,
+                            cuda_graphs=not args.no_cuda_graphs)
+    except EngineError as exc:
+        print(f"optsched: error: {exc}", file=sys.stderr)
+        return None
+
+
+def _finish(args: argparse.Namespace, out: str, result: dict[str, Any] | None) -> int:
+    """Write the result and report it (exit 0 exact replay, 1 mismatch, 3 engine unusable)."""
+    from ..executor.run import summary
+
+    if result is None:
+        return EXIT_INTERNAL
     write_json_atomic(out, result)
     for line in [*result["mismatches"], *result["length_errors"]]:
         print(f"optsched: plan mismatch: {line}", file=sys.stderr)
