@@ -150,9 +150,13 @@ def test_failures_are_rows_and_never_stop_the_sweep(tmp_path) -> None:
 
 def test_solve_rows_are_replayed_with_their_bound(tmp_path) -> None:
     spec = {"name": "solve", "workloads": [{"instance": "toy-4"}],
-            "run": {"simulate": ["vllm"], "solve": [{"problem": "infermax", "time_limit": 30}], "bound": True}}
+            "run": {"simulate": ["vllm"], "solve": [{"problem": "infermax", "time_limit": 30}],
+                    "bound": {"problems": ["infermax"], "time_limit": 5}}}
     assert _sweep(tmp_path, spec, "--workers", "1") == 0
     rows = {r["policy"]: r for r in read_rows(tmp_path / "out")}
+    bounder = [r for p, r in rows.items() if p.startswith("infermax:")]
+    assert bounder and all(r["kind"] == "bound" and r["time_limit"] == 5 and r["status"] in ("proven", "estimate")
+                           for r in bounder)
     solve = rows["solver:infermax"]
     assert solve["kind"] == "solve" and solve["time_limit"] == 30 and solve["status"] in ("optimal", "time_limit")
     assert solve["makespan"] == solve["objective"] and solve["bound"] <= solve["objective"] * (1 + 1e-9)

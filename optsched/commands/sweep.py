@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,10 @@ def handle(args: argparse.Namespace) -> int:
     progress = False if args.no_progress else None
     try:
         out = _run(mode, spec, args, executor, store, workloads, progress)
+    except KeyboardInterrupt:
+        print(f"sweep: interrupted; {len(store.done_keys())} cells stored in {args.out}: "
+              "run it again with --resume to complete it", file=sys.stderr)
+        raise
     finally:
         executor.close()
     out = {"sweep": spec.name, "out": str(args.out), "executor": "ray" if args.ray else "local", **out}
