@@ -12,6 +12,11 @@ handled once:
 - ``gurobi`` (gurobipy, possibly under the size-limited restricted licence): the absolute gap is
   Gurobi's ``MIPGapAbs`` and the thread count its ``Threads`` parameter.
 
+HiGHS's MIP presolve can return a point that violates a row of the original model and then call a
+feasible model infeasible (HiGHS 1.14 on an InferMax model with ``max_running`` 1; the class of
+fault of ERGO-Code/HiGHS issues 2204 and 3296). :func:`solve_model` solves again without presolve
+when a model with a known solution (a warm start, or one true by construction) is called infeasible.
+
 Handing a built model over to the solver is not free: PuLP passes it row by row (HiGHS) or writes
 a file (CBC) before the solver's own clock starts. :func:`solver_deadline` leaves time for it.
 """
@@ -22,7 +27,9 @@ from typing import Any
 
 import pulp
 
-__all__ = ["HANDOVER_PER_BUILD", "MIP_BACKENDS", "HighsWithStart", "pulp_solver", "solver_deadline"]
+from .deadline import seconds_left
+
+__all__ = ["HANDOVER_PER_BUILD", "MIP_BACKENDS", "HighsWithStart", "pulp_solver", "solve_model", "solver_deadline"]
 
 MIP_BACKENDS = ("highs", "cbc", "gurobi")
 
@@ -110,3 +117,39 @@ def pulp_solver(
             options["MIPGapAbs"] = gap_abs
         return pulp.GUROBI(**common, warmStart=warm_start, **options)
     raise ValueError(f"unknown MIP backend {backend!r} (known: {', '.join(MIP_BACKENDS)})")
+
+
+#: The note :func:`solve_model` returns when it solved again without presolve.
+PRESOLVE_OFF_NOTE = "HiGHS called a model with a known solution infeasible; solved again without presolve"
+
+
+def solve_model(
+    prob: pulp.LpProblem, solver: pulp.LpSolver, *, known_feasible: bool, deadline: float | None = None
+) -> tuple[int, str | None]:
+    """``prob.solve(solver)``, solved again with HiGHS's presolve off when HiGHS calls the model
+    infeasible although ``known_feasible`` (see the module docstring).
+
+    Parameters
+    ----------
+    known_feasible
+        The model has a solution (a warm start that is a point of it, or one by construction): an
+        "infeasible" answer is then the solver's fault.
+    deadline
+        ``time.perf_counter()`` by which the second solve must end (its time limit; None: the first
+        solve's limit).
+
+    Returns
+    -------
+    (status, note)
+        PuLP's status code of the last solve; ``note`` is :data:`PRESOLVE_OFF_NOTE` when the model
+        was solved again, else None.
+    """
+    code = prob.solve(solver)
+    if not (known_feasible and code == pulp.LpStatusInfeasible and isinstance(solver, pulp.HiGHS)):
+        return code, None
+    if solver.optionsDict.get("presolve") == "off":
+        return code, None
+    solver.optionsDict["presolve"] = "off"
+    if deadline is not None:
+        solver.timeLimit = seconds_left(deadline)
+    return prob.solve(solver), PRESOLVE_OFF_NOTE

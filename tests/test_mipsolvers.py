@@ -69,3 +69,31 @@ def test_no_solver_is_started_without_time_for_the_handover(monkeypatch) -> None
     res = solver_for("infermax")(inst, {"solver": "highs", "time_limit": 30, "early_exit": False})
     assert res.extra["stopped"].startswith("MIP not solved") and res.replay.feasible
     assert res.objective == pytest.approx(min(res.extra["policy_values"].values()), rel=1e-12)
+
+
+@pytest.mark.parametrize("known_feasible", [True, False])
+def test_solve_model_solves_again_without_presolve(monkeypatch: pytest.MonkeyPatch, known_feasible: bool) -> None:
+    """A planted HiGHS presolve fault (the first solve says infeasible): with a known solution the
+    model is solved again with presolve off; without one the answer stands."""
+    from optsched.mipsolvers import PRESOLVE_OFF_NOTE, solve_model
+
+    prob = pulp.LpProblem("tiny", pulp.LpMinimize)
+    x = prob.add_variable("x", 0, 10, cat="Integer")
+    prob += x
+    prob += x >= 3
+    real, seen = pulp.LpProblem.solve, []
+
+    def faulty(self, solver=None, **kwargs):
+        seen.append(dict(solver.optionsDict))
+        real(self, solver, **kwargs)
+        if len(seen) == 1:
+            self.status = pulp.LpStatusInfeasible
+        return self.status
+
+    monkeypatch.setattr(pulp.LpProblem, "solve", faulty)
+    code, note = solve_model(prob, pulp_solver("highs"), known_feasible=known_feasible)
+    if known_feasible:
+        assert (code, note, pulp.value(prob.objective)) == (pulp.LpStatusOptimal, PRESOLVE_OFF_NOTE, 3.0)
+        assert seen == [{}, {"presolve": "off"}]
+    else:
+        assert (code, note, len(seen)) == (pulp.LpStatusInfeasible, None, 1)

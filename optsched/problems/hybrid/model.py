@@ -74,7 +74,7 @@ from typing import Any
 from ...bounds import generic_bounds
 from ...deadline import DeadlinePassed, check, passed, seconds_left
 from ...instance import Instance, InstanceError
-from ...mipsolvers import pulp_solver, solver_deadline
+from ...mipsolvers import pulp_solver, solve_model, solver_deadline
 from ...result import SolveResult, check_agreement, replayed_objective
 from ...schedule import Batch, Item, Schedule
 from .bounds import strict_bound
@@ -393,8 +393,10 @@ def run_backend(
         for var in model.prob.variables():
             var.setInitialValue(warm.get(var.name, 0.0))
     solver_options = {"time_limit": time_limit, "threads": threads or 2, "warm_start": warm is not None}
-    if solver == "highs":
-        model.prob.solve(pulp_solver("highs", **solver_options))
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    if solver == "highs":  # the warm start is a point of the model: "infeasible" is a presolve fault
+        solve_model(model.prob, pulp_solver("highs", **solver_options), known_feasible=warm is not None,
+                    deadline=deadline)
         info = model.prob.solverModel.getInfo()
         bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
     elif solver == "cbc":

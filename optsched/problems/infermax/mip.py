@@ -11,13 +11,21 @@ products are exact McCormick rows of a binary and a bounded integer:
 - :math:`x_{ij} = pc_{ij} (\hat m_{ij} - c_{ij})` (when :math:`k_{pc} > 0`) over the same bits:
   :math:`x = \sum_b 2^b v_b`, :math:`v_b = z_b \cdot (\hat m - c)` (McCormick, :math:`0 \le \hat m - c
   \le U_i - 1`), exact at every integer;
-- :math:`m_{ij} = \hat m_{ij} (1 - done_{ij})`, :math:`\hat m_{ij} = (1 - e_{ij})(m_{i,j-1} + c_{ij})`.
+- :math:`m_{ij} = \hat m_{ij} (1 - done_{ij})`, :math:`\hat m_{ij} = (1 - e_{ij})(m_{i,j-1} + c_{ij})`;
+- :math:`mz_{ij} = [\hat m_{ij} > 0]` both ways, as in CP-SAT: :math:`U_i mz \ge \hat m`,
+  :math:`mz \le \hat m` (:math:`\hat m` is integral at every integer point). With the first direction
+  alone the model is still exact, but HiGHS 1.14's presolve returned a point violating R5
+  (:math:`\sum_i mz_{ij} \le R_{max} y_j`) and declared a feasible :math:`R_{max} = 1` model
+  infeasible (tests/test_infermax_mip.py, ``test_bias_dominated_max_running_1``).
 
 The objective is in microseconds (better conditioned than seconds) with the float coefficients;
 gaps are set to 1e-10 (relative) and 1e-12 s (absolute), so "optimal" is optimal up to the solver's floating-point tolerances. The
 proven bound is HiGHS's ``mip_dual_bound`` / Gurobi's ``ObjBound``; CBC reports none short of
 optimality. Warm start: CBC and Gurobi take the warm-start schedule's token counts and evictions
-(``warmStart``); PuLP's HiGHS interface has no MIP start.
+(``warmStart``); PuLP's HiGHS interface has no MIP start. A warm-start schedule is a point of the
+model (up to renaming identical requests), so "infeasible" from HiGHS with one is a presolve fault:
+the model is solved again with presolve off (:func:`optsched.mipsolvers.solve_model`,
+``info['presolve_off']``).
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import pulp
 
 from ...deadline import BuildStopped, check, passed, seconds_left
 from ...instance import Instance
-from ...mipsolvers import pulp_solver, solver_deadline
+from ...mipsolvers import pulp_solver, solve_model, solver_deadline
 from ...result import Bound
 from .cpsat import BackendResult, true_objective
 from .model import (
@@ -223,8 +231,9 @@ class _Mip:
             p += pulp.lpSum(self.mh[i][j] for i in range(N)) <= data.M * self.y[j]
         if data.R is not None and data.R < N:
             mz = [self._bin() for _ in range(N)]
-            for i in range(N):
+            for i in range(N):  # mz = [mh > 0] exactly, as in CP-SAT (mh is integral)
                 p += data.U(i) * mz[i] >= self.mh[i][j]
+                p += mz[i] <= self.mh[i][j]
             p += pulp.lpSum(mz) <= data.R * self.y[j]
             self.mz.append(mz)
         p += self.y[j] <= pulp.lpSum(self.cz[i][j] for i in range(N))
@@ -338,7 +347,8 @@ def solve_mip(
     info: dict[str, Any] = {"variables": len(mip.p.variables()), "constraints": len(mip.p.constraints())}
     try:
         with _stdout_to_stderr(data.options.log):
-            code = mip.p.solve(solver)
+            # The hint's schedule (or its renaming of identical requests) is a point of the model.
+            code, note = solve_model(mip.p, solver, known_feasible=hint is not None, deadline=solve_by)
     except pulp.PulpSolverError as exc:
         return _unsupported(exc, info)
     except Exception as exc:  # gurobipy raises its own GurobiError
@@ -347,6 +357,8 @@ def solve_mip(
         raise
     status = pulp.LpStatus[code]
     info["mip_status"] = status
+    if note is not None:
+        info["presolve_off"] = note
     sol = mip.p.sol_status
     has_solution = sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     if status == "Infeasible":

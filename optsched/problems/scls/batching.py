@@ -40,7 +40,7 @@ from typing import Sequence
 import pulp
 
 from ...deadline import passed, seconds_left
-from ...mipsolvers import pulp_solver
+from ...mipsolvers import pulp_solver, solve_model
 from ..static_latency import StaticLatencyModel
 
 __all__ = ["DS_TABLE", "MemoryRule", "dp_batches", "mip_batches", "total_serve_time"]
@@ -186,7 +186,9 @@ def mip_batches(
             prob += w[k, v] <= n_bar * z[k, v]
             prob += w[k, v] <= size[k]
             prob += w[k, v] >= size[k] - n_bar * (1 - z[k, v])
-    prob.solve(pulp_solver(solver, time_limit=seconds_left(deadline), gap_rel=0.0))
+    # every request alone in its own slot is a solution: "infeasible" is a solver fault
+    solve_model(prob, pulp_solver(solver, time_limit=seconds_left(deadline), gap_rel=0.0), known_feasible=True,
+                deadline=deadline)
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         if deadline is not None and prob.sol_status == pulp.LpSolutionNoSolutionFound:
             return None, None, "time_limit"
