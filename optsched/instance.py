@@ -14,9 +14,10 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -24,6 +25,7 @@ from .costmodel import CostModel, CostModelError, load_cost_model
 from .jsonio import dumps_instance, write_text_atomic
 
 __all__ = [
+    "NO_EXTRA",
     "SLO",
     "Instance",
     "InstanceError",
@@ -60,7 +62,36 @@ class SLO:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
-@dataclass(frozen=True)
+class _NoExtra(Mapping[str, Any]):
+    """The read-only empty ``extra`` shared by every request without extension keys (a dict per
+    request would cost 64 bytes each: 320 MB for a 5-million-request trace)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: str) -> Any:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "{}"
+
+    def __reduce__(self) -> str:
+        return "NO_EXTRA"  # pickled by reference to the module's one instance
+
+
+NO_EXTRA: Mapping[str, Any] = _NoExtra()
+
+
+def _no_extra() -> Mapping[str, Any]:
+    return NO_EXTRA
+
+
+@dataclass(frozen=True, slots=True)
 class Request:
     """One inference request.
 
@@ -87,7 +118,7 @@ class Request:
     output_tokens: int
     predicted_output_tokens: int | None = None
     slo: SLO | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    extra: Mapping[str, Any] = field(default_factory=_no_extra, compare=False)
 
     @property
     def max_kv(self) -> int:
@@ -146,15 +177,17 @@ class Instance:
     requests: tuple[Request, ...]
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_index", {r.id: i for i, r in enumerate(self.requests)})
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        """Request id -> position, built on first use (a large trace may never need it)."""
+        return {r.id: i for i, r in enumerate(self.requests)}
 
     def index(self, request_id: str) -> int:
         """Position of a request id in :attr:`requests` (KeyError if unknown)."""
-        return self._index[request_id]  # type: ignore[attr-defined]
+        return self._index[request_id]
 
     def __contains__(self, request_id: object) -> bool:
-        return request_id in self._index  # type: ignore[attr-defined]
+        return request_id in self._index
 
     def with_requests(self, requests: Sequence[Request], name: str | None = None) -> "Instance":
         """A copy with other requests (e.g. a slice of a trace)."""
@@ -286,7 +319,7 @@ def parse_instance(data: Any, source: str = "<instance>", *, check_capacity: boo
             output_tokens=r.output_tokens,
             predicted_output_tokens=r.predicted_output_tokens,
             slo=SLO(**r.slo.model_dump()) if r.slo is not None else None,
-            extra=dict(r.model_extra or {}),
+            extra=dict(r.model_extra) if r.model_extra else NO_EXTRA,
         )
         for r in model.requests
     )
@@ -310,19 +343,25 @@ def _reject_misspelt_keys(extra: Mapping[str, Any], known: Iterable[str], source
             raise InstanceError(f"{source}: {who}field {key!r}: unknown field; did you mean {close[0]!r}?")
 
 
-def check_requests(requests: Sequence[Request], limits: Limits, source: str, check_capacity: bool = True) -> None:
-    """Unique ids and, with ``check_capacity``, every request able to fit in ``kv_capacity``.
+def check_requests(
+    requests: Sequence[Request], limits: Limits, source: str, check_capacity: bool = True, *, check_ids: bool = True
+) -> None:
+    """Unique ids (unless ``check_ids`` is False: the caller made them unique) and, with
+    ``check_capacity``, every request able to fit in ``kv_capacity``.
 
     Raises
     ------
     InstanceError
         Naming the file, the request and the field.
     """
+    if not check_ids and (not check_capacity or limits.kv_capacity is None):
+        return
     seen: set[str] = set()
     for r in requests:
-        if r.id in seen:
-            raise InstanceError(f"{source}: request {r.id!r}: field 'id': duplicate id")
-        seen.add(r.id)
+        if check_ids:
+            if r.id in seen:
+                raise InstanceError(f"{source}: request {r.id!r}: field 'id': duplicate id")
+            seen.add(r.id)
         if check_capacity and limits.kv_capacity is not None and r.max_kv > limits.kv_capacity:
             raise InstanceError(
                 f"{source}: request {r.id!r}: field 'prompt_tokens': prompt_tokens + output_tokens - 1"

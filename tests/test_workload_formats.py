@@ -10,7 +10,23 @@ from pathlib import Path
 import pytest
 
 from optsched.cli import main
-from optsched.workload import FORMATS, WorkloadError, load_trace, trace_format_of
+from optsched.workload import FORMATS, WorkloadError, load_trace, loaders, trace_format_of
+from optsched.workload.arrow import arrow_available
+
+
+@pytest.fixture(params=["arrow", "stdlib"])
+def reader(request, monkeypatch):
+    """Run a test with the pyarrow fast path (when installed) and with the standard-library reader."""
+    if request.param == "arrow":
+        if not arrow_available():
+            pytest.skip("pyarrow is not installed (the fast path of optsched[parquet])")
+        calls = []
+        real = loaders.read_csv_columns
+        monkeypatch.setattr(loaders, "read_csv_columns", lambda *a: calls.append(1) or real(*a))
+        yield calls
+    else:
+        monkeypatch.setattr(loaders, "arrow_available", lambda: False)
+        yield None
 
 #: Per format: header, data rows (as written), expected (arrival, prompt, output) per kept request.
 CASES = {
@@ -94,7 +110,7 @@ def _check(inst, expected) -> None:
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("fmt", list(CASES))
-def test_csv_formats_load_exactly(tmp_path, fmt, variant):
+def test_csv_formats_load_exactly(tmp_path, fmt, variant, reader):
     header, rows, expected = CASES[fmt]
     opts = dict(VARIANTS[variant])
     bom, gz = opts.pop("bom", False), opts.pop("gz", False)
@@ -104,9 +120,23 @@ def test_csv_formats_load_exactly(tmp_path, fmt, variant):
     _check(inst, expected)
     assert inst.name == "trace" and [r.id for r in inst.requests][0] == "row0"
     _check(load_trace(path, "llama2-7b-a100", format=fmt), expected)
+    if reader is not None and FORMATS[fmt].time_unit != "datetime":
+        assert reader  # the fast path read it
 
 
-def test_burstgpt_drops_failed_requests_with_a_note_and_filters_a_model(tmp_path, capsys):
+def test_fast_path_equals_stdlib_on_real_traces(data_dir, monkeypatch):
+    if not arrow_available():
+        pytest.skip("pyarrow is not installed (the fast path of optsched[parquet])")
+    for name in ("splitwise_conv.csv", "splitwise_code.csv", "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"):
+        path = data_dir / "traces" / name
+        fast = load_trace(path, "llama2-7b-a100")
+        with monkeypatch.context() as m:
+            m.setattr(loaders, "arrow_available", lambda: False)
+            slow = load_trace(path, "llama2-7b-a100")
+        assert fast.requests == slow.requests and len(fast.requests) > 1000
+
+
+def test_burstgpt_drops_failed_requests_with_a_note_and_filters_a_model(tmp_path, capsys, reader):
     header, rows, _ = CASES["burstgpt"]
     path = _write(tmp_path / "b.csv", _csv_text(header, rows))
     inst = load_trace(path, "llama2-7b-a100")
@@ -152,7 +182,7 @@ def _cli(capsys, path, *args):
     ("splitwise-sim", 0, 6, "1.5", "line 2, column 'token_size': not an integer ('1.5')"),
     ("vidur-lengths", 0, 0, "0", "line 2, column 'num_prefill_tokens': must be an integer >= 1, got 0"),
 ])
-def test_malformed_rows_exit_2_naming_line_and_column(tmp_path, capsys, fmt, row_index, column, value, needle):
+def test_malformed_rows_exit_2_naming_line_and_column(tmp_path, capsys, fmt, row_index, column, value, needle, reader):
     header, rows, _ = CASES[fmt]
     rows = [list(r) for r in rows]
     rows[row_index][column] = value
@@ -161,7 +191,7 @@ def test_malformed_rows_exit_2_naming_line_and_column(tmp_path, capsys, fmt, row
     assert code == 2 and f"bad.csv: {needle}" in err, err
 
 
-def test_short_row_missing_column_and_unknown_header(tmp_path, capsys):
+def test_short_row_missing_column_and_unknown_header(tmp_path, capsys, reader):
     path = _write(tmp_path / "short.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,5\n")
     code, err = _cli(capsys, path)
     assert code == 2 and "short.csv: line 3: 2 fields, the header has 3" in err
@@ -182,7 +212,7 @@ def test_mooncake_bad_lines(tmp_path, capsys):
     assert code == 2 and "m2.jsonl: line 3, column 2: malformed JSON" in err
 
 
-def test_not_utf8_names_line_and_column(tmp_path, capsys):
+def test_not_utf8_names_line_and_column(tmp_path, capsys, reader):
     raw = "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,5,5\n".encode() + b"2,\xe9t\xe9,5\n"
     path = tmp_path / "latin1.csv"
     path.write_bytes(raw)

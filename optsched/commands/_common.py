@@ -248,7 +248,7 @@ def load_instance_arg(args: argparse.Namespace, *, check_capacity: bool = True) 
         except CostModelError as exc:
             raise BadInput(f"--cost-model: {exc}") from None
     instance = replace(instance, cost_model=cost, limits=_limits_from_args(args, base.limits))
-    check_requests(instance.requests, instance.limits, path, check_capacity)
+    check_requests(instance.requests, instance.limits, path, check_capacity, check_ids=False)  # checked at load
     return instance
 
 

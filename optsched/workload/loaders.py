@@ -4,7 +4,9 @@
 quoted fields, extra columns), picks the format from ``format=`` or the header (JSON Lines:
 Mooncake), and returns the contract's instance: request ``row<k>`` for the k-th data row (0-based,
 counting dropped rows, so ids point back into the file), arrivals in seconds after the earliest
-loaded request (which arrives at 0), the lengths as given. A bad value is a
+loaded request (which arrives at 0), the lengths as given. With pyarrow installed, a whole CSV file
+with numeric times is parsed by :mod:`optsched.workload.arrow` (the same rows, several times
+faster); the standard-library reader reads the rest and names every error. A bad value is a
 :class:`~optsched.workload.errors.WorkloadError` naming the file, the line and the column.
 What a format ignores or drops is said in the instance's ``notes`` (``Instance.extra``).
 """
@@ -17,9 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 from ..costmodel import CostModel, CostModelError, load_cost_model
 from ..instance import MAX_ARRIVAL, Instance, Limits, Request, check_requests
 from ..jsonio import gc_paused
+from .arrow import arrow_available, read_csv_columns
 from .errors import WorkloadError
 from .formats import FORMATS, TraceFormat, detect_format, format_named
 from .readers import (
@@ -48,12 +53,13 @@ def is_trace_path(path: str) -> bool:
 
 @dataclass
 class _Rows:
-    """What a reader collected: per kept row its index, raw time, lengths; and what it left out."""
+    """What a reader collected: per kept row its index, raw time, lengths (lists, or numpy arrays
+    from the fast path); and what it left out."""
 
-    index: list[int] = field(default_factory=list)
-    times: list[Any] = field(default_factory=list)
-    prompts: list[int] = field(default_factory=list)
-    outputs: list[int] = field(default_factory=list)
+    index: Any = field(default_factory=list)
+    times: Any = field(default_factory=list)
+    prompts: Any = field(default_factory=list)
+    outputs: Any = field(default_factory=list)
     failed: int = 0
     other_models: dict[str, int] = field(default_factory=dict)
 
@@ -84,6 +90,10 @@ def _read_csv(path: str, fmt: TraceFormat | None, model: str | None, max_rows: i
             if not header:
                 raise WorkloadError(f"{path}: empty file (no header line)")
             fmt = fmt or detect_format(header, path)
+            if max_rows is None and fmt.time_unit != "datetime" and arrow_available():
+                columns = read_csv_columns(path, header, fmt, model)
+                if columns is not None:
+                    return fmt, _Rows(**columns)
             return fmt, _csv_rows(path, reader, header, fmt, model, max_rows)
     except UnicodeDecodeError:
         raise utf8_error(path) from None
@@ -172,21 +182,23 @@ def _json_count(value: float, where: str) -> int:
     return int(value)
 
 
-def _relative_arrivals(path: str, fmt: TraceFormat, rows: _Rows) -> list[float]:
-    """Seconds after the earliest time (exact for integer ticks and milliseconds)."""
-    if fmt.arrival is None or not rows.times:
-        return [0.0] * len(rows.times)
-    t0 = min(rows.times)
+def _relative_arrivals(path: str, fmt: TraceFormat, rows: _Rows) -> np.ndarray:
+    """Seconds after the earliest time; exact differences of integer ticks and milliseconds,
+    correctly rounded divisions (the same numbers as Python's arithmetic on each row)."""
+    if fmt.arrival is None:
+        return np.zeros(len(rows.index))
+    times = np.asarray(rows.times, dtype=np.int64 if fmt.time_unit == "datetime" else np.float64)
+    relative = times - times.min()
     if fmt.time_unit == "datetime":
-        arrivals = [(t - t0) / TICKS_PER_SECOND for t in rows.times]
+        arrivals = relative / TICKS_PER_SECOND
     elif fmt.time_unit == "ms":
-        arrivals = [(t - t0) / 1000 for t in rows.times]
+        arrivals = relative / 1000
     else:
-        arrivals = [t - t0 for t in rows.times]
-    late = max(range(len(arrivals)), key=arrivals.__getitem__)
+        arrivals = relative
+    late = int(np.argmax(arrivals))
     if arrivals[late] > MAX_ARRIVAL:
         raise WorkloadError(
-            f"{path}: line {_line_of_row(path, fmt, rows.index[late])}, column {fmt.arrival!r}: arrives "
+            f"{path}: line {_line_of_row(path, fmt, int(rows.index[late]))}, column {fmt.arrival!r}: arrives "
             f"{arrivals[late]:g} s after the first request (more than {MAX_ARRIVAL:g} s)"
         )
     return arrivals
@@ -286,17 +298,20 @@ def load_trace(
             rows = _read_jsonl(source, fmt, max_rows)
         else:
             fmt, rows = _read_csv(source, fmt, model, max_rows)
-        if not rows.index:
+        if not len(rows.index):
             seen = f" (models in the file: {', '.join(sorted(rows.other_models))})" if rows.other_models else ""
             raise WorkloadError(f"{source}: no requests{seen}")
-        arrivals = _relative_arrivals(source, fmt, rows)
-        requests = tuple(map(Request, [f"row{k}" for k in rows.index], arrivals, rows.prompts, rows.outputs))
+        arrivals = _relative_arrivals(source, fmt, rows).tolist()
+        index = np.asarray(rows.index)
+        contiguous = len(index) == 0 or int(index[-1]) == len(index) - 1  # no row dropped
+        ids = [f"row{k}" for k in (range(len(index)) if contiguous else index.tolist())]
+        requests = tuple(map(Request, ids, arrivals, np.asarray(rows.prompts).tolist(), np.asarray(rows.outputs).tolist()))
     try:
         cost = load_cost_model(cost_model)
     except CostModelError as exc:
         raise WorkloadError(f"{source}: {exc}") from None
     limits = limits or Limits()
-    check_requests(requests, limits, source, check_capacity)
+    check_requests(requests, limits, source, check_capacity, check_ids=False)  # row<k> ids are unique
     extra: dict[str, Any] = {"source": f"{fmt.name} trace {Path(source).name}"}
     notes = _notes(source, fmt, rows, model)
     if notes:

@@ -27,6 +27,7 @@ __all__ = [
     "parse_number",
     "file_name",
     "iter_lines",
+    "open_binary",
     "read_head",
     "utf8_error",
 ]
@@ -36,7 +37,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 TICKS_PER_SECOND = 10**7
 
 
-def _open_binary(path: str) -> IO[bytes]:
+def open_binary(path: str) -> IO[bytes]:
     """The file's bytes, gunzipped when it starts with the gzip magic number (whatever its name)."""
     try:
         raw = open(path, "rb")
@@ -53,13 +54,13 @@ def open_text(path: str) -> IO[str]:
     Decoding errors surface as :class:`UnicodeDecodeError` while reading; :func:`utf8_error` turns
     one into the file's line and column.
     """
-    return io.TextIOWrapper(_open_binary(path), encoding="utf-8-sig", errors="strict", newline="")
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8-sig", errors="strict", newline="")
 
 
 def read_head(path: str, size: int = 65536) -> bytes:
     """The first ``size`` bytes of the (gunzipped) file, for format detection."""
     try:
-        with _open_binary(path) as fh:
+        with open_binary(path) as fh:
             return fh.read(size)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise WorkloadError(f"{path}: cannot read file ({exc})") from None
@@ -69,7 +70,7 @@ def utf8_error(path: str) -> WorkloadError:
     """Locate the first byte that is not UTF-8: an error naming the line and the column (1-based)."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
     offset = 0  # bytes fed to the decoder before this chunk
-    with _open_binary(path) as fh:
+    with open_binary(path) as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             pending = len(decoder.getstate()[0])
             try:
@@ -89,7 +90,7 @@ def utf8_error(path: str) -> WorkloadError:
 
 
 def _prefix(path: str, size: int) -> bytes:
-    with _open_binary(path) as fh:
+    with open_binary(path) as fh:
         return fh.read(size)
 
 
