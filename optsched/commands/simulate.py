@@ -29,7 +29,8 @@ from ._common import (
     progress,
 )
 
-METRIC_COLUMNS = ("makespan", "mean_latency", "mean_ttft", "mean_tpot", "throughput", "evictions", "slo_attainment", "G")
+METRIC_COLUMNS = ("makespan", "mean_latency", "latency_p99", "mean_ttft", "ttft_p99", "mean_tpot", "tpot_p99",
+                  "throughput", "goodput", "evictions", "slo_attainment", "G")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -14,10 +14,13 @@ from ..metrics import TAIL_KEYS
 from ..result import relative_gap
 from .gather import Report
 
-__all__ = ["METRIC_KEYS", "grouped_messages", "report_rows", "report_to_dict", "report_table"]
+__all__ = ["METRIC_KEYS", "TABLE_KEYS", "grouped_messages", "report_rows", "report_to_dict", "report_table"]
 
 #: Schedule metrics shown for every schedule (docs/schedule.md).
 METRIC_KEYS = ("makespan", "mean_latency", "mean_ttft", "mean_tpot", "throughput", "evictions", "slo_attainment", "G")
+#: The metrics shown in the terminal and HTML tables: means, P99s, goodput.
+TABLE_KEYS = ("makespan", "mean_latency", "latency_p99", "mean_ttft", "ttft_p99", "mean_tpot", "tpot_p99",
+              "queue_p99", "throughput", "goodput", "evictions", "slo_attainment")
 
 
 def _metrics(replay: Any) -> dict[str, Any] | None:
@@ -167,7 +170,7 @@ def report_table(report: Report) -> str:
         out.append(f"best proven bound: {best_bound.value:.6g} ({best_bound.source}/{best_bound.name})")
     out += ["", "Schedules (every one replayed; gap = (value - best bound) / value)"]
     rows = report_rows(report)
-    columns = [k for k in METRIC_KEYS if k != report.objective]
+    columns = [k for k in TABLE_KEYS if k != report.objective]
     body = []
     for r in rows:
         m = r["metrics"] or {}

@@ -4,7 +4,7 @@
 - :func:`plot_timeline`: a Gantt chart of one schedule (requests x time, prefill vs decode, arrivals
   and evictions marked);
 - :func:`plot_memory`: KV slots in use and running requests after each batch, against M and R_max;
-- :func:`plot_latency_distributions`: per-request TTFT and TPOT per schedule (box plots).
+- :func:`plot_latency_cdfs`: per-request TTFT and TPOT per schedule (empirical CDFs).
 
 Times and KV come from :func:`optsched.schedule.replay` (``starts``, ``ends``, ``kv_used``,
 ``running``, ``outcomes``) and the phase of each item from :func:`optsched.schedule.item_phases`.
@@ -23,6 +23,7 @@ from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..instance import Instance  # noqa: E402
 from ..schedule import ReplayResult, Schedule, item_phases  # noqa: E402
@@ -30,7 +31,7 @@ from .gather import Report  # noqa: E402
 
 __all__ = [
     "plot_bounds_bars",
-    "plot_latency_distributions",
+    "plot_latency_cdfs",
     "plot_memory",
     "plot_timeline",
 ]
@@ -160,22 +161,40 @@ def plot_bounds_bars(report: Report) -> Figure:
     return fig
 
 
-def plot_latency_distributions(schedules: Sequence[tuple[str, ReplayResult]]) -> Figure:
-    """Per-request TTFT and TPOT of each schedule (box plots, whiskers 5-95 %, log scale)."""
-    labels = [label for label, _ in schedules]
-    ttft = [[o.ttft for o in res.outcomes.values() if o.ttft is not None] for _, res in schedules]
-    tpot = [[o.tpot for o in res.outcomes.values() if o.tpot is not None] for _, res in schedules]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 1.5 + 0.3 * len(labels)), sharey=True, layout="constrained")
-    for ax, data, name in ((axes[0], ttft, "TTFT (s)"), (axes[1], tpot, "TPOT (s)")):
-        keep = [d if d else [math.nan] for d in data]
-        ax.boxplot(keep, orientation="horizontal", whis=(5, 95), showfliers=False, widths=0.6,
-                   medianprops={"color": EVICT})
-        positive = [x for d in data for x in d if x > 0]
+def _cdf(values: Sequence[float]) -> tuple[list[float], list[float]]:
+    """Step points of the empirical CDF (share of values <= x)."""
+    xs = sorted(values)
+    n = len(xs)
+    return xs, [(k + 1) / n for k in range(n)]
+
+
+def plot_latency_cdfs(schedules: Sequence[tuple[str, ReplayResult]]) -> Figure:
+    """Empirical CDFs of per-request TTFT and TPOT, one line per schedule (the first, the best, in black)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, layout="constrained")
+    colors = plt.get_cmap("tab20").colors
+    for ax, quantity in ((axes[0], "ttft"), (axes[1], "tpot")):
+        positive: list[float] = []
+        for k, (label, res) in enumerate(schedules):
+            values = [v for o in res.outcomes.values() if (v := getattr(o, quantity)) is not None]
+            if not values:
+                continue
+            positive += [v for v in values if v > 0]
+            xs, ys = _cdf(values)
+            best = k == 0
+            ax.step(xs, ys, where="post", label=label, color=BEST if best else colors[k % len(colors)],
+                    linewidth=2.0 if best else 0.9, zorder=3 if best else 2)
+        for level in (0.5, 0.99):
+            ax.axhline(level, color="#888888", linestyle=":", linewidth=0.8)
         if positive and max(positive) / min(positive) > 50:
             ax.set_xscale("log")
-        ax.set_xlabel(name)
-        ax.grid(axis="x", alpha=0.3)
-    axes[0].set_yticks(range(1, len(labels) + 1), labels, fontsize=8)
-    axes[0].invert_yaxis()
-    fig.suptitle("Per-request TTFT and TPOT per schedule (box 25-75 %, whiskers 5-95 %, red = median)")
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
+        ax.set_xlabel(f"{quantity.upper()} (s)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("share of requests")
+    axes[0].set_ylim(0, 1.01)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside right center", fontsize=7, frameon=False)
+    fig.suptitle("Per-request TTFT and TPOT per schedule (empirical CDF)")
     return fig
