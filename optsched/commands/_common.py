@@ -17,11 +17,11 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence, TextIO, TypeVar
 
 from ..costmodel import CostModelError, available_profiles, load_cost_model
 from ..instance import Instance, Limits, check_requests, load_instance
+from ..jsonio import output_target
 from ..request_table import TableError, check_table_path
 from ..schedule import Schedule
 from ..workload import (
@@ -343,13 +343,18 @@ def check_requests_out(path: str | None) -> None:
         raise BadInput(f"--requests-out: {exc}") from None
 
 
-def check_output_path(path: str | None) -> None:
-    """Fail early (bad input) when ``--out`` cannot be written, before any long computation."""
-    if path is None:
-        return
-    parent = Path(path).resolve().parent
-    if not parent.is_dir():
-        raise BadInput(f"{path}: output folder {str(parent)!r} does not exist")
+def check_output_path(*paths: str | None) -> None:
+    """Fail early, before any work, when an output file cannot be written
+    (:func:`~optsched.jsonio.output_target`: an :class:`~optsched.jsonio.OutputError`, exit 2) or
+    two outputs name the same file; None stands for an output not asked for."""
+    seen: dict[str, str] = {}
+    for path in paths:
+        if path is None:
+            continue
+        target = os.path.realpath(output_target(path))
+        if target in seen:
+            raise BadInput(f"{path}: the same file as {seen[target]}; give each output its own file")
+        seen[target] = path
 
 
 __all__ = [

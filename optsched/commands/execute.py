@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ._common import EXIT_INTERNAL, EXIT_NO, BadInput, print_json
+from ._common import EXIT_INTERNAL, EXIT_NO, BadInput, check_output_path, print_json
 from ..export.vllm_replay import PlanError, load_plan
 from ..jsonio import write_json_atomic
 
@@ -63,6 +63,7 @@ def handler(args: argparse.Namespace) -> int:
     if args.repeats < 1 or args.warmup < 0:
         raise BadInput("--repeats must be >= 1 and --warmup >= 0")
     out = args.out or str(Path(args.plan).with_suffix("")) + ".result.json"
+    check_output_path(out)
     if args.engine == "torch":
         return _finish(args, out, _run_torch(args, plan))
     for flag, value in (("--device", args.device), ("--threads", args.threads), ("--no-cuda-graphs", args.no_cuda_graphs)):

@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from ._common import EXIT_NO, BadInput, print_json
+from ._common import EXIT_NO, BadInput, check_output_path, print_json
 from ..export import EXPORTERS, exporter_for
 from ..export.vllm_replay import PlanError
 from ..instance import InstanceError, load_instance
@@ -40,6 +40,7 @@ def register(subparsers: Any) -> None:
 
 
 def handler(args: argparse.Namespace) -> int:
+    check_output_path(args.out)
     schedule = load_schedule(args.schedule)
     source = args.instance or schedule.instance
     if not source:

@@ -49,8 +49,7 @@ def handle(args: argparse.Namespace) -> int:
     from ..torchengine.profile import grid_rows, measure_grid
     from ..torchengine.shapes import ShapeError, load_shape
 
-    check_output_path(args.out)
-    check_output_path(args.steps_out)
+    check_output_path(args.out, args.steps_out)
     if args.warmup < 0:
         raise BadInput("--warmup must be >= 0")
     try:

@@ -73,8 +73,8 @@ def handler(args: argparse.Namespace) -> int:
         unknown = [p for p in policies if p not in POLICIES]
         if unknown:
             raise BadInput(f"--policies: unknown policy {unknown[0]!r} (known: {', '.join(sorted(POLICIES))})")
-    check_output_path(args.html)
     check_requests_out(args.requests_out)
+    check_output_path(args.html, args.requests_out)
     instance = load_instance_arg(args)
     reserve = 0.0
     if args.html:

@@ -72,8 +72,8 @@ def handle(args: argparse.Namespace) -> int:
     for flag, value in (("--out", args.out), ("--requests-out", args.requests_out)):
         if value is not None and len(names) > 1:
             raise BadInput(f"{flag}: needs a single --policy, not 'all'")
-    check_output_path(args.out)
     check_requests_out(args.requests_out)
+    check_output_path(args.out, args.requests_out)
     instance = load_instance_arg(args)
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []

@@ -120,8 +120,8 @@ def check_solver_option(problem: str, solver: str | None) -> None:
 def handle(args: argparse.Namespace) -> int:
     solve = resolve("solve", args.problem)
     check_solver_option(args.problem, args.solver)
-    check_output_path(args.out)
     check_requests_out(args.requests_out)
+    check_output_path(args.out, args.requests_out)
     instance = load_instance_arg(args)
     result: SolveResult = solve(instance, options_from_args(args))
     if result.schedule is not None:

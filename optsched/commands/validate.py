@@ -22,7 +22,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ._common import EXIT_NO, BadInput, print_json
+from ..jsonio import write_text_atomic
+from ._common import EXIT_NO, BadInput, check_output_path, print_json
 
 
 def register(subparsers: Any) -> None:
@@ -50,6 +51,7 @@ def register(subparsers: Any) -> None:
 def handler(args: argparse.Namespace) -> int:
     from ..executor.compare import compare, plot
 
+    check_output_path(args.plot, args.profile_out)
     try:
         result = json.loads(Path(args.result).read_text())
     except OSError as exc:
@@ -74,7 +76,7 @@ def handler(args: argparse.Namespace) -> int:
     if args.plot:
         plot(report, args.plot, title=f"{result['plan'].get('instance')} on {result.get('run', {}).get('model')}")
     if args.profile_out and report["fit_terms"]:
-        Path(args.profile_out).write_text(report["fit_terms"]["profile_toml"])
+        write_text_atomic(args.profile_out, report["fit_terms"]["profile_toml"])
     report |= {"ok": result.get("ok"), "mismatches": result.get("mismatches", []),
                "plot": args.plot, "profile_out": args.profile_out if report["fit_terms"] else None}
     if args.json:

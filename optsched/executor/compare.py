@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..costmodel import features_of, fit_linear, fit_terms, profile_toml
+from ..jsonio import atomic_output
 
 __all__ = ["compare", "plot"]
 
@@ -126,5 +127,8 @@ def plot(report: Mapping[str, Any], path: str, title: str = "") -> None:
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_output(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+    finally:
+        plt.close(fig)

@@ -14,6 +14,7 @@ from pathlib import Path
 import matplotlib
 import matplotlib.pyplot as plt
 
+from ..jsonio import write_text_atomic
 from ..schedule import ReplayResult
 from .gather import Report
 from .output import TABLE_KEYS, grouped_messages, report_rows
@@ -136,8 +137,5 @@ def report_html(report: Report) -> str:
 
 
 def write_html(report: Report, path: str | Path) -> None:
-    """Write the report page atomically (a temporary file, then a rename)."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(report_html(report), encoding="utf-8")
-    tmp.replace(target)
+    """Write the report page atomically (:func:`optsched.jsonio.write_text_atomic`)."""
+    write_text_atomic(path, report_html(report))
