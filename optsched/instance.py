@@ -34,6 +34,7 @@ __all__ = [
     "available_instances",
     "check_requests",
     "load_instance",
+    "requests_from_columns",
     "parse_instance",
 ]
 
@@ -138,6 +139,37 @@ class Request:
             out["slo"] = self.slo.to_dict()
         out.update(self.extra)
         return out
+
+
+class _RequestBuilder:
+    """The slot layout of :class:`Request` without its frozen ``__setattr__``: a request is written
+    with plain attribute stores, then becomes a :class:`Request` by ``__class__`` assignment (which
+    CPython allows between classes of identical slots). See :func:`requests_from_columns`."""
+
+    __slots__ = Request.__slots__
+
+    def __init__(self, id: str, arrival: float, prompt_tokens: int, output_tokens: int) -> None:
+        self.id = id
+        self.arrival = arrival
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.predicted_output_tokens = None
+        self.slo = None
+        self.extra = NO_EXTRA
+        self.__class__ = Request  # type: ignore[assignment]
+
+
+def requests_from_columns(
+    ids: Iterable[str], arrivals: Iterable[float], prompts: Iterable[int], outputs: Iterable[int]
+) -> tuple[Request, ...]:
+    """Requests without SLO or predicted length from parallel columns (a trace's rows).
+
+    The same objects as ``Request(id, arrival, prompt, output)`` (tested), built about three times
+    faster: a frozen dataclass sets each of its 7 slots through ``object.__setattr__``, which
+    dominates loading a 5-million-row trace (docs/performance.md). The values are not validated:
+    the caller has checked them.
+    """
+    return tuple(map(_RequestBuilder, ids, arrivals, prompts, outputs))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

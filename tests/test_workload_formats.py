@@ -231,3 +231,19 @@ def test_first_reads_only_the_first_rows(tmp_path):
     _check(load_trace(path, "llama2-7b-a100", max_rows=3), expected)
     with pytest.raises(WorkloadError, match="line 5, column 'arrived_at'"):
         load_trace(path, "llama2-7b-a100")
+
+
+def test_requests_from_columns_are_plain_frozen_requests():
+    import dataclasses
+    import pickle
+
+    from optsched.instance import NO_EXTRA, Request, requests_from_columns
+
+    fast = requests_from_columns(["a", "b"], [0.0, 1.5], [10, 20], [3, 1])
+    plain = (Request("a", 0.0, 10, 3), Request("b", 1.5, 20, 1))
+    assert fast == plain and [type(r) for r in fast] == [Request, Request]
+    assert [hash(r) for r in fast] == [hash(r) for r in plain] and fast[0].extra is NO_EXTRA
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast[0].arrival = 3.0  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(fast)) == plain
+    assert dataclasses.replace(fast[1], arrival=2.0) == Request("b", 2.0, 20, 1)

@@ -41,6 +41,10 @@ from ._common import (
 )
 
 
+#: Replayed metrics shown under the solve's summary when it returned a schedule.
+SUMMARY_METRICS = ("makespan", "mean_latency", "ttft_p99", "tpot_p99", "latency_p99", "goodput")
+
+
 def add_problem_options(p: argparse.ArgumentParser) -> None:
     """The options passed to solvers and bounders in their ``options`` dict."""
     g = p.add_argument_group("solver options (passed to the formulation)")
@@ -141,8 +145,10 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
     else:
+        metrics = out.get("metrics") or {}
         print(format_mapping([(k, out[k]) for k in
-                              ("instance", "problem", "solver", "status", "objective", "bound", "gap", "wall_time", "schedule")]))
+                              ("instance", "problem", "solver", "status", "objective", "bound", "gap", "wall_time", "schedule")]
+                             + [(k, metrics[k]) for k in SUMMARY_METRICS if k in metrics]))
     if result.status == "infeasible":
         return EXIT_NO
     if result.status == "unsupported":

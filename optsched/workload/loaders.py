@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..costmodel import CostModel, CostModelError, load_cost_model
-from ..instance import MAX_ARRIVAL, Instance, Limits, Request, check_requests
+from ..instance import MAX_ARRIVAL, Instance, Limits, Request, check_requests, requests_from_columns
 from ..jsonio import gc_paused
 from .arrow import arrow_available, read_csv_columns
 from .errors import WorkloadError
@@ -305,7 +305,8 @@ def load_trace(
         index = np.asarray(rows.index)
         contiguous = len(index) == 0 or int(index[-1]) == len(index) - 1  # no row dropped
         ids = [f"row{k}" for k in (range(len(index)) if contiguous else index.tolist())]
-        requests = tuple(map(Request, ids, arrivals, np.asarray(rows.prompts).tolist(), np.asarray(rows.outputs).tolist()))
+        requests = requests_from_columns(ids, arrivals, np.asarray(rows.prompts).tolist(),
+                                         np.asarray(rows.outputs).tolist())
     try:
         cost = load_cost_model(cost_model)
     except CostModelError as exc:

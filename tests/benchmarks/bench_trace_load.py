@@ -4,8 +4,9 @@
 
 Writes a seeded BurstGPT-layout CSV (``Timestamp,Model,Request tokens,Response tokens,Total
 tokens,Log Type``; about 2 % failed rows with 0 response tokens) unless ``--file`` names one, then
-runs every method in a fresh Python process and prints its wall time and peak resident memory
-(``ru_maxrss`` of the child), with the machine's load average before and after:
+runs every method in a fresh Python process and prints its wall time, its CPU time (user + system,
+imports included) and peak resident memory (``ru_maxrss`` of the child), with the machine's load
+average before and after:
 
 - ``optsched``: ``optsched.workload.load_trace`` as shipped (pyarrow fast path when installed),
   down to the :class:`~optsched.instance.Instance` of 5 M requests;
@@ -69,7 +70,8 @@ PATH = sys.argv[1]
 t0 = time.perf_counter()
 {code}
 wall = time.perf_counter() - t0
-print(n, wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(n, wall, use.ru_maxrss / 1024, use.ru_utime + use.ru_stime)
 """
 
 
@@ -93,13 +95,13 @@ def write_trace(path: Path, rows: int, seed: int = 0) -> None:
             )
 
 
-def run(method: str, path: Path) -> tuple[int, float, float] | str:
+def run(method: str, path: Path) -> tuple[int, float, float, float] | str:
     proc = subprocess.run([sys.executable, "-c", RUNNER.format(code=METHODS[method]), str(path)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         return proc.stderr.strip().splitlines()[-1]
-    n, wall, rss = proc.stdout.split()
-    return int(n), float(wall), float(rss)
+    n, wall, rss, cpu = proc.stdout.split()
+    return int(n), float(wall), float(rss), float(cpu)
 
 
 def main() -> None:
@@ -121,8 +123,8 @@ def main() -> None:
             if isinstance(out, str):
                 print(f"{method:16s} not run: {out}")
             else:
-                n, wall, rss = out
-                print(f"{method:16s} {n:>10,} rows  {wall:7.2f} s  peak {rss:7.0f} MiB")
+                n, wall, rss, cpu = out
+                print(f"{method:16s} {n:>10,} rows  {wall:7.2f} s wall  {cpu:7.2f} s CPU (with imports)  peak {rss:7.0f} MiB")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
