@@ -1,15 +1,33 @@
-"""Backend-neutral results shared by every formulation: :class:`SolveResult` and :class:`Bound`.
+"""Backend-neutral results shared by every formulation: :class:`Status`, :class:`SolveResult`, :class:`Bound`.
 
 A formulation's ``solve`` returns a :class:`SolveResult`. When it produces an iteration-level
 schedule, :func:`replayed_objective` recomputes its objective with :func:`optsched.schedule.replay`;
 the reported objective is that replayed value, and :func:`check_agreement` rejects a solver whose own
 value disagrees with it (a modelling bug, never silently reported).
+
+Every result that has a status spells it with :class:`Status`. The other result classes of the
+package are steps inside a formulation, not answers to a problem, so they are not
+:class:`SolveResult`: each carries what its step produces for the next one, in that step's own
+terms (no replayed schedule, often no objective of the problem):
+
+- a backend's raw solution before it becomes a schedule (``infermax.cpsat.BackendResult``: token
+  counts per request and batch), or a sub-model's (``gmax.slots.SubResult``, one slot MILP solve;
+  ``gmax.lagrange.BnbResult``, ``gmax.exact.ExactResult`` and ``gmax.sa.SAResult``: batches with
+  their own n and t, judged afterwards by ``evaluate_g``);
+- a bound with its certificate (``infermax.relax.RelaxationResult``, ``CountResult``,
+  ``infermax.chunks.ChunkBound``);
+- a decision for one heartbeat or one stage (``aladdin.placement.PlacementResult``: request ->
+  worker; ``hybrid.offline.Assignment``: request -> client; ``scls.offload.Offload``: batch ->
+  worker);
+- a simulation or a capacity search (``aladdin.cluster.ClusterResult``, ``aladdin.capacity.
+  CapacityResult``), and the judge itself (``schedule.ReplayResult``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
 from .instance import Instance
@@ -17,7 +35,25 @@ from .schedule import ReplayResult, Schedule, replay
 
 __all__ = ["Bound", "SolveResult", "Status", "check_agreement", "relative_gap", "replayed_objective"]
 
-Status = Literal["optimal", "feasible", "infeasible", "time_limit", "unsupported", "error"]
+
+class Status(StrEnum):
+    """How a solve, or one step of it, ended (the value is the JSON spelling).
+
+    ``OPTIMAL``: proven optimal; ``FEASIBLE``: a solution without proof of optimality;
+    ``INFEASIBLE``: proven to have no solution (the answer is "no"); ``TIME_LIMIT``: stopped by the
+    time limit, with the best solution found (if any) and the proven bound; ``UNSUPPORTED``: the
+    formulation does not accept this instance; ``ERROR``: it failed; ``UNKNOWN``: a step (a backend,
+    a sub-model) ended with neither a solution nor a proof, e.g. a model not built; never the
+    status of a :class:`SolveResult`.
+    """
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    TIME_LIMIT = "time_limit"
+    UNSUPPORTED = "unsupported"
+    ERROR = "error"
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)
@@ -45,9 +81,38 @@ class Bound:
         return {"name": self.name, "value": self.value, "valid": self.valid, "note": self.note}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SolveResult:
-    """What ``optsched solve`` reports (docs/cli.md)."""
+    """What a formulation's ``solve`` returns and ``optsched solve`` reports (docs/cli.md).
+
+    Attributes
+    ----------
+    problem, solver
+        The formulation and the backend or method that produced the answer.
+    status
+        How the solve ended.
+    objective
+        The answer's objective (replayed when there is a schedule); None without an answer.
+    bound
+        The best proven bound, in the objective's sense (a lower bound for ``sense="min"``).
+    wall_time
+        Seconds spent.
+    schedule, replay
+        The iteration-level schedule, when the formulation produces one, and its replay.
+    sense
+        ``"min"`` or ``"max"``.
+    message
+        Why the solve gave no answer, or what limits it (status ``unsupported``, ``infeasible``, or
+        no answer in time); None when there is nothing to say.
+    incumbent
+        Where the reported schedule comes from when it is not the solver's own (a policy's or a
+        heuristic's that was better, or the solver found none).
+    batches
+        The answer as static batches of request ids, for formulations without an iteration-level
+        schedule (``gmax``, ``scls-batch``).
+    extra
+        The formulation's own details (docs of each problem), reported after the fields above.
+    """
 
     problem: str
     solver: str
@@ -57,8 +122,14 @@ class SolveResult:
     wall_time: float = 0.0
     schedule: Schedule | None = None
     sense: Literal["min", "max"] = "min"
+    message: str | None = None
+    incumbent: str | None = None
+    batches: list[list[str]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     replay: ReplayResult | None = None
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)
 
     @property
     def gap(self) -> float | None:
@@ -66,10 +137,11 @@ class SolveResult:
         return relative_gap(self.objective, self.bound)
 
     def to_dict(self, schedule_path: str | None = None) -> dict[str, Any]:
+        """The JSON object of ``optsched solve`` (``schedule_path``: where the schedule was written)."""
         out = {
             "problem": self.problem,
             "solver": self.solver,
-            "status": self.status,
+            "status": self.status.value,
             "objective": self.objective,
             "bound": self.bound,
             "gap": self.gap,
@@ -78,6 +150,9 @@ class SolveResult:
         }
         if self.replay is not None and self.replay.metrics is not None:
             out["metrics"] = self.replay.metrics.to_dict()
+        for key in ("message", "incumbent", "batches"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         out.update(self.extra)
         return out
 

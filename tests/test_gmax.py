@@ -23,6 +23,7 @@ from optsched.problems.gmax.sa import (
     start_points,
 )
 from optsched.problems.gmax.slots import SlotData
+from optsched.result import Status
 
 ROOT = Path(__file__).resolve().parents[1]
 TOYS = {  # docs/gmax.md, toy examples: (instance, optimal batches, optimal G in req/s, start G)
@@ -74,7 +75,7 @@ def test_registry_solve_reports_evaluated_g_and_batches():
         res = solver_for("gmax")(inst, opts)
         assert res.sense == "max" and res.schedule is None
         assert res.objective == pytest.approx(3 / 1.8)
-        assert [sorted(b) for b in res.extra["batches"]] == [["J1", "J2"], ["J3"]]
+        assert [sorted(b) for b in res.batches] == [["J1", "J2"], ["J3"]]
         assert res.extra["n"] == 3 and res.extra["t"] == pytest.approx(1.8)
         out = res.to_dict()
         assert json.dumps(out) and out["requests"]["J3"]["e2e"] == pytest.approx(0.84)
@@ -121,12 +122,12 @@ def test_model_check_accepts_slack_in_t_but_not_a_shortfall():
     p = GmaxProblem.from_instance(parse_instance(random_gmax_instance(6, 1)))
     batches = [[0, 1], [2, 3, 4], [5]]
     n, t = g_core(p, batches)
-    _check_model(p, SubResult("feasible", batches, n, t * 1.05), "slack")
-    _check_model(p, SubResult("feasible", batches, max(n - 1, 0), t), "an on-time flag off")
+    _check_model(p, SubResult(status=Status.FEASIBLE, batches=batches, n=n, t=t * 1.05), "slack")
+    _check_model(p, SubResult(status=Status.FEASIBLE, batches=batches, n=max(n - 1, 0), t=t), "an on-time flag off")
     with pytest.raises(RuntimeError, match="below the evaluated"):
-        _check_model(p, SubResult("feasible", batches, n, t * 0.95), "shortfall")
+        _check_model(p, SubResult(status=Status.FEASIBLE, batches=batches, n=n, t=t * 0.95), "shortfall")
     with pytest.raises(RuntimeError, match="claims n"):
-        _check_model(p, SubResult("feasible", batches, n + 1, t), "n too large")
+        _check_model(p, SubResult(status=Status.FEASIBLE, batches=batches, n=n + 1, t=t), "n too large")
 
 
 def test_exhaustive_counts_match_the_ordered_partitions():
@@ -339,7 +340,8 @@ def test_no_dinkelbach_step_starts_that_cannot_be_set_up_before_the_limit():
             time.sleep(0.2)
             better = ranked[min(self.calls, len(ranked) - 1)]
             n, t = g_core(p, better)
-            return SubResult("feasible", better, n, t, objective=0.0, wall=0.0, info={"lambda": n_inc / t})
+            return SubResult(status=Status.FEASIBLE, batches=better, n=n, t=t, objective=0.0, wall=0.0,
+                             info={"lambda": n_inc / t})
 
     inc = _Incumbent(p)
     inc.offer(ranked[0])

@@ -146,7 +146,7 @@ def test_backends_agree_and_faithful_mode_is_never_better() -> None:
 def test_large_faithful_model_is_refused_not_built() -> None:
     inst = tiny_instance(0, 60, clients=20)
     res = solve(inst, {"method": "faithful"})
-    assert res.status == "unsupported" and "big-M" in res.extra["message"]
+    assert res.status == "unsupported" and "big-M" in res.message
 
 
 def test_large_strengthened_model_is_refused_not_built(capsys) -> None:
@@ -154,7 +154,7 @@ def test_large_strengthened_model_is_refused_not_built(capsys) -> None:
 
     inst = tiny_instance(0, 60, clients=60)  # 60 * 61 / 2 * 60 = 109,800 triples
     res = solve(inst, {})
-    assert res.status == "unsupported" and "109800 (request, client, stage) triples" in res.extra["message"]
+    assert res.status == "unsupported" and "109800 (request, client, stage) triples" in res.message
     assert main(["solve", "gsm8k-like", "--problem", "hybrid"]) == 2
     assert "hybrid-offline" in capsys.readouterr().err
 
@@ -172,7 +172,7 @@ def test_time_limit_covers_the_build_and_falls_back_to_a_policy() -> None:
     res = solve(inst, {"time_limit": 0.5})
     assert time.perf_counter() - t0 < 20.0  # generous: a loaded machine
     assert res.extra["mip_status"] == "not built within the time limit"
-    assert FALLBACK_POLICY in res.extra["incumbent"] and res.schedule is not None and res.replay.feasible
+    assert FALLBACK_POLICY in res.incumbent and res.schedule is not None and res.replay.feasible
     assert res.status in ("optimal", "time_limit") and res.bound <= res.objective * (1 + 1e-9)
 
 
@@ -187,7 +187,7 @@ def test_solver_not_started_when_handing_the_model_over_would_overrun(monkeypatc
     inst = tiny_instance(3, 4)
     res = solve(inst, {"time_limit": 30})
     assert res.extra["mip_status"].startswith("not solved:")
-    assert hybrid_model.FALLBACK_POLICY in res.extra["incumbent"] and res.replay.feasible
+    assert hybrid_model.FALLBACK_POLICY in res.incumbent and res.replay.feasible
     assert res.bound <= res.objective * (1 + 1e-9)
 
 
@@ -201,7 +201,7 @@ def test_restricted_model_without_solution_gives_the_policy_schedule() -> None:
     res = solve(inst, {"time_limit": 30, "bins": 1})
     assert res.extra["mip_status"] == "infeasible"
     assert res.status in ("feasible", "optimal") and res.replay.feasible
-    assert "has no solution" in res.extra["incumbent"] and FALLBACK_POLICY in res.extra["incumbent"]
+    assert "has no solution" in res.incumbent and FALLBACK_POLICY in res.incumbent
     assert res.bound <= res.objective * (1 + 1e-9)
 
 

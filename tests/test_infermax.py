@@ -191,13 +191,13 @@ def test_impossible_prefill_is_infeasible() -> None:
                            "limits": {"token_budget": 4, "prefill_budget": 2},
                            "requests": [{"id": "a", "prompt_tokens": 3, "output_tokens": 2}]}, "x")
     res = solve(inst, no_chunk=True)
-    assert res.status == "infeasible" and "'a'" in res.extra["reason"]
+    assert res.status == "infeasible" and "'a'" in res.message
 
 
 def test_short_horizon_is_never_optimal() -> None:
     inst = tiny_instance(5)
     res = solve(inst, horizon=1)
-    assert res.status == "infeasible" and "horizon" in res.extra["reason"]
+    assert res.status == "infeasible" and "horizon" in res.message
     full = solve(inst)
     res = solve(inst, horizon=full.extra["horizon"] + 2)
     assert res.status == "optimal"  # a longer forced horizon keeps the proof

@@ -136,7 +136,8 @@ def _fake_solver(objective_shift: float):
         assert options["objective"] == "makespan" and options["time_limit"] is not None
         schedule = serial_fcfs(instance)
         value = replay(instance, schedule).metrics.makespan
-        return SolveResult("fake", "test", "feasible", value + objective_shift, bound=0.5 * value, schedule=schedule)
+        return SolveResult(problem="fake", solver="test", status="feasible", objective=value + objective_shift,
+                           bound=0.5 * value, schedule=schedule)
 
     return solve
 

@@ -107,7 +107,7 @@ def test_registry_scls_batch():
     dp = solver_for("scls-batch")(inst, {})
     mip = solver_for("scls-batch")(inst, {"method": "mip"})
     assert dp.objective == pytest.approx(7.6, abs=1e-3) and mip.objective == pytest.approx(dp.objective)
-    assert sorted(map(len, dp.extra["batches"])) == [1, 15]
+    assert sorted(map(len, dp.batches)) == [1, 15]
     off = dp.extra["offload"]
     assert off["exact"]["makespan"] <= off["max_min"]["makespan"] and off["gap"] >= 0
     assert dp.extra["next_interval"] == 6.0
@@ -128,7 +128,7 @@ def test_mip_time_limit_is_a_status_not_a_crash():
     Now the limit covers the build and the result is status time_limit without batches."""
     inst = _round_instance(120, 0)
     res = solver_for("scls-batch")(inst, {"method": "mip", "time_limit": 0.05})
-    assert res.status == "time_limit" and res.objective is None and "dp" in res.extra["message"]
+    assert res.status == "time_limit" and res.objective is None and "dp" in res.message
     assert res.wall_time < 5.0  # the build stops at the limit (generous: a loaded machine)
     batches, own, status = mip_batches([10, 20], HF, 128, MemoryRule(), "highs", time_limit=None)
     assert status == "optimal" and sorted(map(sorted, batches)) in ([[0, 1]], [[0], [1]])

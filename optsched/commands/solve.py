@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import problems
 from ..request_table import write_request_table
-from ..result import SolveResult
+from ..result import SolveResult, Status
 from ..schedule import replay
 from ._common import (
     EXIT_BAD_INPUT,
@@ -149,14 +149,13 @@ def handle(args: argparse.Namespace) -> int:
         print(format_mapping([(k, out[k]) for k in
                               ("instance", "problem", "solver", "status", "objective", "bound", "gap", "wall_time", "schedule")]
                              + [(k, metrics[k]) for k in SUMMARY_METRICS if k in metrics]))
-    if result.status == "infeasible":
+    if result.status == Status.INFEASIBLE:
         return EXIT_NO
-    if result.status == "unsupported":
-        note = (result.extra.get("note") or result.extra.get("reason") or result.extra.get("message")
-                or "see the formulation's docs")
+    if result.status == Status.UNSUPPORTED:
+        note = result.message or "see the formulation's docs"
         print(f"optsched: error: {args.instance}: problem {args.problem!r} does not support this instance ({note})",
               file=sys.stderr)
         return EXIT_BAD_INPUT
-    if result.status == "error":
+    if result.status == Status.ERROR:
         return EXIT_INTERNAL
     return EXIT_OK

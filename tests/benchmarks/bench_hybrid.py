@@ -54,9 +54,9 @@ def mip(instance, solver: str, limit: float, warm: str | None) -> dict:
         "instance": instance.name, "solver": solver, "status": res.status, "objective": res.objective,
         "bound": res.bound, "gap": res.gap, "wall_s": round(time.perf_counter() - t0, 2),
     }
-    out.update({k: v for k, v in res.extra.items() if k != "message"})
-    if "message" in res.extra:
-        out["message"] = res.extra["message"]
+    out.update(res.extra)
+    if res.message is not None:
+        out["message"] = res.message
     return out
 
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from ...instance import SLO, Instance, Limits, Request
 from ...policies.engine import Engine
+from ...result import Status
 from ...schedule import ReplayResult, Schedule, replay
 from .exact import solve_placement
 from .heuristics import best_fit, jsq, power_of_two, rebalance, round_robin
@@ -135,10 +136,10 @@ def place(
         if given is None or any(job.id not in given for job in problem.new):
             raise ValueError("method 'given' needs a worker for every request")
         assignment = {job.id: given[job.id] for job in problem.new}
-        return PlacementResult(assignment, 0, "heuristic", None, "given")
+        return PlacementResult(assignment=assignment, workers=0, status=Status.UNKNOWN, bound=None, method="given")
     if method == "exact":
         result = solve_placement(problem, solver=solver, time_limit=time_limit)
-        if result.status == "infeasible":  # fixed W too small: fall back to best fit's overflow rule
+        if result.status == Status.INFEASIBLE:  # fixed W too small: fall back to best fit's overflow rule
             result = best_fit(problem)
         return result
     if method == "bestfit":
@@ -215,80 +216,113 @@ def simulate_cluster(
     model = model or model_from_instance(instance)
     if ttft_margin:
         model = model.with_knobs(ttft=model.ttft - ttft_margin)
-    inst = with_top_level_slo(instance)
-    limits = _engine_limits(inst, model)
-    engines: list[Engine] = [_worker(inst, limits, i) for i in range(workers or 0)]
-    # per worker, in delivery order: requests still unfinished or inside their planned lifetime
-    assigned: list[list[str]] = [[] for _ in engines]
+    cluster = _Cluster(with_top_level_slo(instance), model, workers or 0, predictor)
     rng = np.random.default_rng(seed)
-    planned: dict[str, int] = {}
-    original: dict[str, int] = {}
-    for r in inst.requests:
-        if predictor is not None:
-            planned[r.id] = predictor.predict(r.prompt_tokens)
-        else:
-            planned[r.id] = r.predicted_output_tokens or r.output_tokens
-        original[r.id] = planned[r.id]
-    by_id = {r.id: r for r in inst.requests}
-    slots: dict[int, list[Request]] = {}
-    for r in inst.requests:
-        slots.setdefault(int(math.ceil(r.arrival / heartbeat - 1e-12)), []).append(r)
-    placement: dict[str, int] = {}
-    decision_times: list[float] = []
-    peak = 0
-    overflows = 0
     rr_pointer = 0
-    for slot in sorted(slots):
+    for slot, arrivals in _heartbeat_slots(cluster.inst, heartbeat):
         now = slot * heartbeat
-        for eng in engines:
-            eng.advance(now)
-        ongoing, errors = [], []
-        for i, eng in enumerate(engines):
-            jobs, l_err, b_err, keep = [], 0.0, 0.0, []
-            for rid in assigned[i]:
-                st = eng.request_state(rid)
-                if st.finish is not None:  # overestimates still inside their planned lifetime
-                    planned_end = st.finish + (original[rid] - st.generated) * model.atgt
-                    if st.generated < original[rid] and now < planned_end:
-                        l_err += st.generated - original[rid]
-                        b_err -= 1
-                        keep.append(rid)
-                    continue
-                keep.append(rid)
-                prompt = by_id[rid].prompt_tokens
-                if st.generated >= planned[rid]:
-                    planned[rid] = predictor.repredict(prompt, st.generated) if predictor else st.generated + 1
-                if planned[rid] > original[rid]:
-                    l_err += planned[rid]  # Alg. 2, literal underestimate increment (docs/aladdin.md, A9)
-                    b_err += 1
-                # decode time until a new prefill can start: the end of the in-flight batch (the
-                # engine has counted its tokens in st.generated already), not the heartbeat
-                dec = max(now, eng.now) - st.first_token if st.first_token is not None else 0.0
-                jobs.append(Job(rid, prompt, planned[rid], st.generated, max(dec, 0.0)))
-            assigned[i] = keep
-            ongoing.append(tuple(jobs))
-            errors.append((l_err, b_err))
-        new = tuple(Job(r.id, r.prompt_tokens, planned[r.id]) for r in slots[slot])
-        problem = PlacementProblem(model, tuple(ongoing), new, workers)
+        ongoing, errors = cluster.ongoing_jobs(now)
+        new = tuple(Job(r.id, r.prompt_tokens, cluster.planned[r.id]) for r in arrivals)
+        problem = PlacementProblem(model, ongoing, new, workers)
         if record is not None:
             record.append(problem)
         t0 = time.perf_counter()
         result = place(method, problem, solver=solver, time_limit=time_limit, errors=errors,
                        rng=rng, rr_start=rr_pointer, given=assignment)
-        decision_times.append(time.perf_counter() - t0)
+        cluster.decision_times.append(time.perf_counter() - t0)
         rr_pointer += len(new)
-        overflows += len(result.unplaceable)
-        for rid, i in result.assignment.items():
-            while i >= len(engines):
-                engines.append(_worker(inst, limits, len(engines)))
-                assigned.append([])
-            engines[i].add_request(replace(by_id[rid], arrival=now))
-            assigned[i].append(rid)
-            placement[rid] = i
-        peak = max(peak, sum(1 for eng in engines if not eng.done()))
-    for eng in engines:
+        cluster.deliver(result, now)
+    for eng in cluster.engines:
         eng.advance()
-    return _judge(inst, method, engines, placement, peak, decision_times, overflows, limits)
+    return _judge(cluster.inst, method, cluster.engines, cluster.placement, cluster.peak, cluster.decision_times,
+                  cluster.overflows, cluster.limits)
+
+
+def _heartbeat_slots(inst: Instance, heartbeat: float) -> list[tuple[int, list[Request]]]:
+    """The requests by heartbeat: slot ``k`` (at ``k * heartbeat``) takes those arrived since slot ``k - 1``."""
+    slots: dict[int, list[Request]] = {}
+    for r in inst.requests:
+        slots.setdefault(int(math.ceil(r.arrival / heartbeat - 1e-12)), []).append(r)
+    return sorted(slots.items())
+
+
+class _Cluster:
+    """The workers of :func:`simulate_cluster` and what the router knows of their requests.
+
+    ``planned`` is each request's planned output length (predicted, re-predicted once exceeded),
+    ``original`` its first prediction; ``assigned`` lists, per worker in delivery order, the requests
+    still unfinished or inside their planned lifetime.
+    """
+
+    def __init__(self, inst: Instance, model: AladdinModel, workers: int, predictor: BinPredictor | None) -> None:
+        self.inst = inst
+        self.model = model
+        self.predictor = predictor
+        self.limits = _engine_limits(inst, model)
+        self.engines: list[Engine] = [_worker(inst, self.limits, i) for i in range(workers)]
+        self.assigned: list[list[str]] = [[] for _ in self.engines]
+        self.by_id = {r.id: r for r in inst.requests}
+        self.planned: dict[str, int] = {}
+        for r in inst.requests:
+            if predictor is not None:
+                self.planned[r.id] = predictor.predict(r.prompt_tokens)
+            else:
+                self.planned[r.id] = r.predicted_output_tokens or r.output_tokens
+        self.original = dict(self.planned)
+        self.placement: dict[str, int] = {}
+        self.decision_times: list[float] = []
+        self.peak = 0
+        self.overflows = 0
+
+    def ongoing_jobs(self, now: float) -> tuple[tuple[tuple[Job, ...], ...], list[tuple[float, float]]]:
+        """Advance every worker to ``now``; per worker its ongoing jobs and its error point (Alg. 2)."""
+        ongoing, errors = [], []
+        for i, eng in enumerate(self.engines):
+            eng.advance(now)
+            jobs, error, self.assigned[i] = self._worker_jobs(eng, self.assigned[i], now)
+            ongoing.append(jobs)
+            errors.append(error)
+        return tuple(ongoing), errors
+
+    def _worker_jobs(
+        self, eng: Engine, rids: list[str], now: float
+    ) -> tuple[tuple[Job, ...], tuple[float, float], list[str]]:
+        """One worker's ongoing jobs, its error point ``(l_e, b_e)`` and the requests it keeps."""
+        planned, original, model = self.planned, self.original, self.model
+        jobs, l_err, b_err, keep = [], 0.0, 0.0, []
+        for rid in rids:
+            st = eng.request_state(rid)
+            if st.finish is not None:  # overestimates still inside their planned lifetime
+                planned_end = st.finish + (original[rid] - st.generated) * model.atgt
+                if st.generated < original[rid] and now < planned_end:
+                    l_err += st.generated - original[rid]
+                    b_err -= 1
+                    keep.append(rid)
+                continue
+            keep.append(rid)
+            prompt = self.by_id[rid].prompt_tokens
+            if st.generated >= planned[rid]:
+                planned[rid] = self.predictor.repredict(prompt, st.generated) if self.predictor else st.generated + 1
+            if planned[rid] > original[rid]:
+                l_err += planned[rid]  # Alg. 2, literal underestimate increment (docs/aladdin.md, A9)
+                b_err += 1
+            # decode time until a new prefill can start: the end of the in-flight batch (the
+            # engine has counted its tokens in st.generated already), not the heartbeat
+            dec = max(now, eng.now) - st.first_token if st.first_token is not None else 0.0
+            jobs.append(Job(rid, prompt, planned[rid], st.generated, max(dec, 0.0)))
+        return tuple(jobs), (l_err, b_err), keep
+
+    def deliver(self, result: PlacementResult, now: float) -> None:
+        """Hand the heartbeat's new requests to their workers (opening workers as needed)."""
+        self.overflows += len(result.unplaceable)
+        for rid, i in result.assignment.items():
+            while i >= len(self.engines):
+                self.engines.append(_worker(self.inst, self.limits, len(self.engines)))
+                self.assigned.append([])
+            self.engines[i].add_request(replace(self.by_id[rid], arrival=now))
+            self.assigned[i].append(rid)
+            self.placement[rid] = i
+        self.peak = max(self.peak, sum(1 for eng in self.engines if not eng.done()))
 
 
 def _worker(inst: Instance, limits: Limits, index: int) -> Engine:

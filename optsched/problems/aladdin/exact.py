@@ -19,6 +19,7 @@ import numpy as np
 from .. import BACKENDS
 from ...deadline import DeadlinePassed, check, passed, seconds_left
 from ...mipsolvers import pulp_solver, solver_deadline
+from ...result import Status
 from .heuristics import best_fit
 from .placement import (
     CompiledProblem,
@@ -88,7 +89,7 @@ def _build(cp: CompiledProblem, jobs: list[int], n_fresh: int, deadline: float |
 
 
 def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, deadline: float | None,
-                 threads: int | None, hint: dict[int, int] | None) -> tuple[str, dict[int, int], float | None]:
+                 threads: int | None, hint: dict[int, int] | None) -> tuple[Status, dict[int, int], float | None]:
     from ortools.sat.python import cp_model
 
     mdl = cp_model.CpModel()
@@ -133,15 +134,15 @@ def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, deadline: flo
     st = solver.Solve(mdl)
     if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         assign = {j: i for (i, j), var in x.items() if solver.Value(var)}
-        status = "optimal" if st == cp_model.OPTIMAL else "time_limit"
+        status = Status.OPTIMAL if st == cp_model.OPTIMAL else Status.TIME_LIMIT
         return status, assign, solver.BestObjectiveBound() + len(md.fixed_used)
     if st == cp_model.INFEASIBLE:
-        return "infeasible", {}, None
-    return "time_limit", {}, solver.BestObjectiveBound() + len(md.fixed_used)
+        return Status.INFEASIBLE, {}, None
+    return Status.TIME_LIMIT, {}, solver.BestObjectiveBound() + len(md.fixed_used)
 
 
 def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, deadline: float | None,
-                threads: int | None) -> tuple[str, dict[int, int], float | None]:
+                threads: int | None) -> tuple[Status, dict[int, int], float | None]:
     import pulp
 
     start = time.perf_counter()
@@ -184,9 +185,9 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
     st = pulp.LpStatus[prob.status]
     has_sol = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     if st == "Infeasible":
-        return "infeasible", {}, None
+        return Status.INFEASIBLE, {}, None
     if not has_sol:
-        return "time_limit", {}, None
+        return Status.TIME_LIMIT, {}, None
     assign = {j: i for (i, j), var in x.items() if (var.value() or 0) > 0.5}
     optimal = prob.sol_status == pulp.LpSolutionOptimal
     bound: float | None = None
@@ -197,7 +198,7 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
         bound = math.ceil(prob.solverModel.ObjBound - 1e-6) + len(md.fixed_used)
     if optimal:
         bound = sum(1 for v in y.values() if (v.value() or 0) > 0.5) + len(md.fixed_used)
-    return ("optimal" if optimal else "time_limit"), assign, bound
+    return (Status.OPTIMAL if optimal else Status.TIME_LIMIT), assign, bound
 
 
 def solve_placement(
@@ -249,18 +250,19 @@ def solve_placement(
         md = _build(cp, jobs, n_fresh, deadline)
         lower = len(md.fixed_used) + _fresh_lower_bound(cp, md, jobs)
         if not jobs or (not warm.unplaceable and warm.workers <= lower):
-            status, assign, bound = "optimal", {j: warm.assignment[core.new[j].id] for j in jobs}, float(lower)
+            status, assign, bound = Status.OPTIMAL, {j: warm.assignment[core.new[j].id] for j in jobs}, float(lower)
         elif solver == "cpsat":
             hint = {j: warm.assignment[core.new[j].id] for j in jobs}
             status, assign, bound = _solve_cpsat(cp, jobs, md, deadline, threads, hint)
         else:
             status, assign, bound = _solve_pulp(cp, jobs, md, solver, deadline, threads)
     except DeadlinePassed:
-        status, assign, bound = "time_limit", {}, None
-    if status == "infeasible":
-        return PlacementResult({}, 0, "infeasible", None, "exact", solver, alone_bad, time.perf_counter() - t0)
+        status, assign, bound = Status.TIME_LIMIT, {}, None
+    if status == Status.INFEASIBLE:
+        return PlacementResult(assignment={}, workers=0, status=Status.INFEASIBLE, bound=None, method="exact",
+                               solver=solver, unplaceable=alone_bad, wall_time=time.perf_counter() - t0)
     assignment = {core.new[j].id: i for j, i in assign.items()}
-    if status == "time_limit" and not warm.unplaceable and (
+    if status == Status.TIME_LIMIT and not warm.unplaceable and (
         not assignment or used_workers(problem, warm.assignment) < used_workers(problem, assignment)
     ):  # no incumbent, or a stopped solver's worse than best fit's (the MIP backends get no hint)
         assignment = dict(warm.assignment)
@@ -270,8 +272,9 @@ def solve_placement(
     bound = max(bound, float(max(knapsack_bounds(full).values())))
     workers = used_workers(problem, assignment)
     if bound >= workers:
-        status = "optimal"
-    return PlacementResult(assignment, workers, status, bound, "exact", solver, alone_bad, time.perf_counter() - t0)
+        status = Status.OPTIMAL
+    return PlacementResult(assignment=assignment, workers=workers, status=status, bound=bound, method="exact",
+                           solver=solver, unplaceable=alone_bad, wall_time=time.perf_counter() - t0)
 
 
 def _fresh_lower_bound(cp: CompiledProblem, md: _Model, jobs: list[int]) -> int:

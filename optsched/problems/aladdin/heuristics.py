@@ -13,7 +13,7 @@
   reduce the sum, each move keeping (b')-(e') on the target, until none improves.
 - Baselines (docs/aladdin.md, section 4): :func:`jsq` (fewest outstanding requests, ties to the lowest index),
   :func:`round_robin` and :func:`power_of_two` (two workers drawn uniformly, the one with fewer
-  predicted remaining decode tokens). They check no constraint.
+  predicted remaining decode tokens). They check no constraint (status ``UNKNOWN``).
 
 All work on the integer data of :func:`~.placement.compile_problem`, so "exact never uses more workers
 than best fit" holds by construction of the comparison, not by tolerance.
@@ -27,6 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ...result import Status
 from .placement import (
     CompiledProblem,
     Job,
@@ -60,16 +61,16 @@ def best_fit(
     Returns
     -------
     PlacementResult
-        Status ``heuristic``; overflows (no feasible worker and no worker left to open) are listed in
-        ``unplaceable``.
+        Status ``FEASIBLE`` ((b')-(e') hold on every worker but those of the overflows: requests
+        with no feasible worker and no worker left to open, listed in ``unplaceable``).
     """
     t0 = time.perf_counter()
     cp = compiled or compile_problem(problem)
     loads = [load.copy() for load in cp.loads]
     assignment, overflow = _best_fit_into(cp, loads, range(len(problem.new)), normalise)
     return PlacementResult(
-        assignment, used_workers(problem, assignment), "heuristic", None, "bestfit",
-        unplaceable=overflow, wall_time=time.perf_counter() - t0,
+        assignment=assignment, workers=used_workers(problem, assignment), status=Status.FEASIBLE, bound=None,
+        method="bestfit", unplaceable=overflow, wall_time=time.perf_counter() - t0,
     )
 
 
@@ -183,8 +184,9 @@ def rebalance(
         be[y] += 1
         assignment[jid] = y
     return PlacementResult(
-        assignment, used_workers(problem, assignment), "heuristic", None, "bestfit+rebalance",
-        unplaceable=list(placement.unplaceable), wall_time=placement.wall_time + time.perf_counter() - t0,
+        assignment=assignment, workers=used_workers(problem, assignment), status=Status.FEASIBLE, bound=None,
+        method="bestfit+rebalance", unplaceable=list(placement.unplaceable),
+        wall_time=placement.wall_time + time.perf_counter() - t0,
     )
 
 
@@ -208,8 +210,7 @@ def jsq(problem: PlacementProblem, **_: object) -> PlacementResult:
         i = min(range(n), key=lambda k: (counts[k], k))
         assignment[job.id] = i
         counts[i] += 1
-    return PlacementResult(assignment, used_workers(problem, assignment), "heuristic", None, "jsq",
-                           wall_time=time.perf_counter() - t0)
+    return _baseline_result(problem, assignment, "jsq", t0)
 
 
 def round_robin(problem: PlacementProblem, start: int = 0, **_: object) -> PlacementResult:
@@ -217,8 +218,7 @@ def round_robin(problem: PlacementProblem, start: int = 0, **_: object) -> Place
     t0 = time.perf_counter()
     n = _fixed_count(problem)
     assignment = {job.id: (start + k) % n for k, job in enumerate(problem.new)}
-    return PlacementResult(assignment, used_workers(problem, assignment), "heuristic", None, "rr",
-                           wall_time=time.perf_counter() - t0)
+    return _baseline_result(problem, assignment, "rr", t0)
 
 
 def power_of_two(problem: PlacementProblem, rng: np.random.Generator | None = None, **_: object) -> PlacementResult:
@@ -233,8 +233,13 @@ def power_of_two(problem: PlacementProblem, rng: np.random.Generator | None = No
         i = min((a, b), key=lambda k: (load[k], k))
         assignment[job.id] = i
         load[i] += job.length
-    return PlacementResult(assignment, used_workers(problem, assignment), "heuristic", None, "po2",
-                           wall_time=time.perf_counter() - t0)
+    return _baseline_result(problem, assignment, "po2", t0)
+
+
+def _baseline_result(problem: PlacementProblem, assignment: dict[str, int], method: str, t0: float) -> PlacementResult:
+    """A baseline's placement: nothing checked, so status ``UNKNOWN``."""
+    return PlacementResult(assignment=assignment, workers=used_workers(problem, assignment), status=Status.UNKNOWN,
+                           bound=None, method=method, wall_time=time.perf_counter() - t0)
 
 
 #: Heuristics by name (best fit variants need no worker count; the others do).

@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...instance import Instance
-from ...result import Bound, SolveResult
+from ...result import Bound, SolveResult, Status
 from .cluster import place, simulate_cluster
 from .heuristics import best_fit
 from .models import model_from_instance
@@ -60,7 +60,7 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     if method not in OFFLINE_METHODS or (method == "exact" and solver not in EXACT_SOLVERS):
         note = (f"unknown method {method!r} (known: {', '.join(OFFLINE_METHODS)})" if method not in OFFLINE_METHODS
                 else f"unknown solver {solver!r} (known: {', '.join(EXACT_SOLVERS)})")
-        return SolveResult("aladdin", solver, "unsupported", extra={"message": note})
+        return SolveResult(problem="aladdin", solver=solver, status=Status.UNSUPPORTED, message=note)
     t0 = time.perf_counter()
     problem = offline_problem(instance)
     if method in ("jsq", "rr", "po2") and problem.max_workers is None:
@@ -71,14 +71,14 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         except Exception as exc:  # noqa: BLE001 - gurobipy raises its own GurobiError
             if "licen" not in str(exc).lower():
                 raise
-            return SolveResult("aladdin", solver, "unsupported",
-                               extra={"message": f"gurobi: the restricted licence does not cover this size ({exc})"})
+            return SolveResult(problem="aladdin", solver=solver, status=Status.UNSUPPORTED,
+                               message=f"gurobi: the restricted licence does not cover this size ({exc})")
     else:
         result = place(method, problem)
     wall = time.perf_counter() - t0
     label = solver if method == "exact" else method
-    if result.status == "infeasible":
-        return SolveResult("aladdin", label, "infeasible", None, None, wall,
+    if result.status == Status.INFEASIBLE:
+        return SolveResult(problem="aladdin", solver=label, status=Status.INFEASIBLE, wall_time=wall,
                            extra={"method": method, "max_workers": problem.max_workers})
     cp = compile_problem(problem)
     violations = check_placement(cp, result.assignment, exempt=result.unplaceable)
@@ -88,11 +88,11 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     model_peaks = _model_peaks(cp, result.assignment)
     evictions = sum(rep.metrics.evictions for rep in sim.replays if rep.metrics is not None)
     if violations:
-        status = "infeasible"
+        status = Status.INFEASIBLE
     elif method == "exact":
-        status = result.status if result.status in ("optimal", "time_limit") else "feasible"
+        status = result.status if result.status in (Status.OPTIMAL, Status.TIME_LIMIT) else Status.FEASIBLE
     else:
-        status = "feasible"
+        status = Status.FEASIBLE
     extra = {
         "method": method,
         "placement": dict(sorted(result.assignment.items())),
@@ -108,7 +108,8 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         },
     }
     bound = result.bound if method == "exact" else None
-    return SolveResult("aladdin", label, status, float(result.workers), bound, wall, extra=extra)
+    return SolveResult(problem="aladdin", solver=label, status=status, objective=float(result.workers), bound=bound,
+                       wall_time=wall, extra=extra)
 
 
 def _model_peaks(cp: CompiledProblem, assignment: dict[str, int]) -> list[float]:

@@ -45,6 +45,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ...result import Status
 from .models import AladdinModel
 
 __all__ = [
@@ -372,7 +373,7 @@ class WorkerLoad:
         self._changed()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PlacementResult:
     """A placement of the new jobs.
 
@@ -383,7 +384,9 @@ class PlacementResult:
     workers
         Workers used (``sum_i y_i``): existing workers with ongoing requests plus those that get one.
     status
-        ``optimal``, ``feasible``, ``time_limit``, ``infeasible`` or ``heuristic``.
+        ``OPTIMAL``, ``TIME_LIMIT`` (the exact solve stopped), ``INFEASIBLE`` (``max_workers`` too
+        small), ``FEASIBLE`` (best fit's placement) or ``UNKNOWN`` (a baseline's or a given
+        placement: nothing checked).
     bound
         Proven lower bound on the workers (None when unknown).
     method, solver
@@ -396,7 +399,7 @@ class PlacementResult:
 
     assignment: dict[str, int]
     workers: int
-    status: str
+    status: Status
     bound: float | None
     method: str
     solver: str = ""

@@ -19,6 +19,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from ...deadline import seconds_left
+from ...result import Status
 from .slots import SlotData, SubResult
 
 __all__ = ["CpsatBackend"]
@@ -121,10 +122,10 @@ class CpsatBackend:
         code = solver.Solve(m)
         wall = time.perf_counter() - start
         if code == cp_model.INFEASIBLE:
-            return SubResult("infeasible", wall=wall)
+            return SubResult(status=Status.INFEASIBLE, wall=wall)
         if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             # UNKNOWN: CP-SAT then reports a best bound of 0, which is no proof; no bound is claimed
-            return SubResult("time_limit", wall=wall)
+            return SubResult(status=Status.TIME_LIMIT, wall=wall)
         ends: dict[int, list[int]] = {}
         for (i, c, _s), var in parts["w"].items():
             if solver.Value(var):
@@ -132,8 +133,9 @@ class CpsatBackend:
         batches = [sorted(ends[c]) for c in sorted(ends)]
         n = int(solver.Value(parts["n"]))
         t = solver.Value(parts["t"]) * self.res
-        status = "optimal" if code == cp_model.OPTIMAL else "feasible"
-        return SubResult(status, batches, n, t, solver.ObjectiveValue(), solver.BestObjectiveBound(), wall)
+        status = Status.OPTIMAL if code == cp_model.OPTIMAL else Status.FEASIBLE
+        return SubResult(status=status, batches=batches, n=n, t=t, objective=solver.ObjectiveValue(),
+                         bound=solver.BestObjectiveBound(), wall=wall)
 
     # ------------------------------------------------------------------------------ objectives
     # Objective values and bounds are returned in the common units (requests and seconds).

@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass, field
 
 from ...deadline import passed
+from ...result import Status
 
 from .problem import GmaxProblem, batch_violations, g_core, g_value
 from .lagrange import branch_and_bound
@@ -57,14 +58,14 @@ T_RTOL = 1e-6
 G_RTOL = 1e-12
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ExactResult:
     """Outcome of an exact run.
 
     Attributes
     ----------
     status
-        ``optimal`` (G proven), ``time_limit`` (best found and a proven upper bound).
+        ``OPTIMAL`` (G proven), ``TIME_LIMIT`` (best found and a proven upper bound).
     batches
         Best ordered batches (request indices).
     n, t, G
@@ -77,7 +78,7 @@ class ExactResult:
         Sub-problems solved.
     """
 
-    status: str
+    status: Status
     batches: list[list[int]]
     n: int
     t: float
@@ -186,19 +187,20 @@ def solve_exact(
     # n <= the requests that can meet their SLO at all, t >= t_LB: a bound that needs no solver
     trivial = int(SlotData.build(problem).can_meet.any(axis=1).sum()) / t_lb if t_lb > 0 else 0.0
     solves = sum(1 for entry in log if entry["step"] != "lp-bounds")
-    return ExactResult(status, inc.batches, inc.n, inc.t, inc.G, max(min(bound, trivial), inc.G), points, solves, log)
+    return ExactResult(status=status, batches=inc.batches, n=inc.n, t=inc.t, G=inc.G,
+                       bound=max(min(bound, trivial), inc.G), frontier=points, iterations=solves, log=log)
 
 
-def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]:
+def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[Status, float]:
     if inc.G == 0:
         res = backend.max_n(deadline)
         log.append({"step": "max_n", "status": res.status, "wall": res.wall})
-        if res.status == "optimal" and res.n == 0:
-            return "optimal", 0.0
+        if res.status == Status.OPTIMAL and res.n == 0:
+            return Status.OPTIMAL, 0.0
         if res.batches:
             inc.offer(res.batches)
         if inc.G == 0:
-            return "time_limit", math.inf
+            return Status.TIME_LIMIT, math.inf
     # any schedule: n - lambda t <= F_bound and t >= t_lb, so G <= lambda + F_bound / t_lb; the bound
     # of every step holds for every schedule, so the least one over the steps so far is kept
     proven = math.inf
@@ -206,7 +208,7 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
     while True:
         if deadline is not None and deadline - time.perf_counter() < 2 * setup:
             # the limit has passed, or another step could not even be set up before it: stop on time
-            return "time_limit", _time_limit_bound(backend, inc, proven, t_lb, log, deadline)
+            return Status.TIME_LIMIT, _time_limit_bound(backend, inc, proven, t_lb, log, deadline)
         begin = time.perf_counter()
         res = backend.parametric(inc.n, inc.batches, deadline)
         setup = max(setup, time.perf_counter() - begin - res.wall)
@@ -219,12 +221,12 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[str, float]
             _check_model(problem, res, "dinkelbach")
         improved = inc.offer(res.batches)
         backend.hint = inc.batches
-        if res.status == "optimal" and not improved:
+        if res.status == Status.OPTIMAL and not improved:
             # F(lambda) = max n - lambda t is attained by a schedule no better than the incumbent:
             # F(lambda) <= 0 up to rounding, so lambda = G* (within the model's arithmetic).
-            return "optimal", inc.G + max(res.objective, 0.0) / t_lb
-        if res.status not in ("optimal", "feasible") or (not improved and res.status == "feasible"):
-            return "time_limit", _time_limit_bound(backend, inc, proven, t_lb, log, deadline)
+            return Status.OPTIMAL, inc.G + max(res.objective, 0.0) / t_lb
+        if res.status not in (Status.OPTIMAL, Status.FEASIBLE) or (not improved and res.status == Status.FEASIBLE):
+            return Status.TIME_LIMIT, _time_limit_bound(backend, inc, proven, t_lb, log, deadline)
 
 
 def _time_limit_bound(backend, inc, proven, t_lb, log, deadline) -> float:
@@ -239,25 +241,25 @@ def _time_limit_bound(backend, inc, proven, t_lb, log, deadline) -> float:
     return inc.G + max(f_lp, 0.0) / t_lb
 
 
-def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[list, str, float]:
+def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[list, Status, float]:
     """min t at n >= n0 from the largest n0 down. No model is built after the deadline: then every
     n0 not solved yet is bounded by n0 / t0 (t >= t0 for every schedule)."""
     if passed(deadline):
-        return [], "time_limit", math.inf
+        return [], Status.TIME_LIMIT, math.inf
     complete = True
     base = backend.min_t(0, deadline)
     log.append({"step": "min_t", "n0": 0, "status": base.status, "t": base.t, "wall": base.wall})
     if base.batches:
         _check_model(problem, base, "min t")
         inc.offer(base.batches)
-    t0 = base.objective if base.status == "optimal" else (base.bound if math.isfinite(base.bound) else t_lb)
-    t0 = max(t0, t_lb) if base.status != "optimal" else t0
-    complete &= base.status == "optimal"
-    top = backend.max_n(deadline) if not passed(deadline) else SubResult("time_limit")
+    t0 = base.objective if base.status == Status.OPTIMAL else (base.bound if math.isfinite(base.bound) else t_lb)
+    t0 = max(t0, t_lb) if base.status != Status.OPTIMAL else t0
+    complete &= base.status == Status.OPTIMAL
+    top = backend.max_n(deadline) if not passed(deadline) else SubResult(status=Status.TIME_LIMIT)
     log.append({"step": "max_n", "status": top.status, "n": top.n, "wall": top.wall})
     if top.batches:
         inc.offer(top.batches)
-    if top.status == "optimal":
+    if top.status == Status.OPTIMAL:
         n_bar = top.n
     else:
         complete = False
@@ -273,12 +275,12 @@ def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[l
             break
         res = backend.min_t(n0, deadline)
         log.append({"step": "min_t", "n0": n0, "status": res.status, "t": res.t, "wall": res.wall})
-        if res.status == "infeasible":
+        if res.status == Status.INFEASIBLE:
             continue
         if res.batches:
             _check_model(problem, res, f"min t at n >= {n0}")
             inc.offer(res.batches)
-        if res.status == "optimal":
+        if res.status == Status.OPTIMAL:
             points.append((n0, res.objective, True))
             bound = max(bound, n0 / res.objective)
         else:
@@ -287,4 +289,4 @@ def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[l
             bound = max(bound, n0 / max(lb, t_lb))
             if res.batches:
                 points.append((n0, res.t, False))
-    return sorted(points), ("optimal" if complete else "time_limit"), bound
+    return sorted(points), (Status.OPTIMAL if complete else Status.TIME_LIMIT), bound

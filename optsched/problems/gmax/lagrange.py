@@ -134,6 +134,7 @@ import numpy as np
 from numba import njit
 
 from ...deadline import passed
+from ...result import Status
 
 from .problem import GmaxProblem, g_core, g_value
 from .sa import chunked, local_search
@@ -404,13 +405,13 @@ def refuted_lambda(
     return hi
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BnbResult:
-    """Outcome of :func:`branch_and_bound`: ``optimal`` or ``time_limit``, the best schedule, its
+    """Outcome of :func:`branch_and_bound`: ``OPTIMAL`` or ``TIME_LIMIT``, the best schedule, its
     G, a proven upper bound on G (``inf`` when the deadline had passed before the first programme),
     and counters."""
 
-    status: str
+    status: Status
     batches: list[list[int]]
     G: float
     bound: float
@@ -488,14 +489,14 @@ class _Search:
         if g_value(n, t) > self.lam * (1 + 1e-12):
             self.best, self.lam = batches, n / t
 
-    def run(self, deadline: float | None) -> tuple[str, list[tuple]]:
+    def run(self, deadline: float | None) -> tuple[Status, list[tuple]]:
         p = self.p
         full = (1 << p.n_requests) - 1
         root_ub = float(self.v.pi.sum() + self.v.value[0, 0])
         stack = [(root_ub, float(self.emin.sum()), full, 0, 0.0, 0, 0.0, float(self.v.pi.sum()), float(self.emin.sum()), None, 0.0)]
         while stack:
             if self.nodes % 256 == 0 and passed(deadline):
-                return "time_limit", stack
+                return Status.TIME_LIMIT, stack
             node = stack.pop()
             self.nodes += 1
             if self.adjusted(node) <= EPS:
@@ -514,7 +515,7 @@ class _Search:
             kids = self.children(node, member)
             kids.sort(key=lambda k: k[0] - (self.lam - self.lam0) * k[1])
             stack.extend(kids)
-        return "optimal", []
+        return Status.OPTIMAL, []
 
 
 def branch_and_bound(
@@ -541,7 +542,7 @@ def branch_and_bound(
     n0, t0 = g_core(problem, incumbent)
     lam0 = n0 / t0
     if passed(deadline):  # not even one programme (0.7 s at N = 70) fits: no bound from here
-        return BnbResult("time_limit", incumbent, lam0, math.inf, info={"wall": 0.0})
+        return BnbResult(status=Status.TIME_LIMIT, batches=incumbent, G=lam0, bound=math.inf, info={"wall": 0.0})
     cg_deadline = None if deadline is None else begin + cg_share * (deadline - begin)
     pi, root, master, iters, support = lagrangian_multipliers(problem, lam0, [incumbent], cg_step, cg_deadline)
     for pseudo in support[:REPAIRS]:  # the master's schedules, made real, as incumbents
@@ -567,14 +568,14 @@ def branch_and_bound(
     info = {"root_bound": root, "master": master, "cg_iterations": iters, "cg_wall": cg_wall,
             "nodes": search.nodes, "swapped_leaders": search.swapped, "remaining_pruned": search.restricted_pruned,
             "wall": time.perf_counter() - begin}
-    if status == "optimal":
+    if status == Status.OPTIMAL:
         bound = search.lam + EPS / t_lb
     else:
         open_bound = max((lam0 + max(node[0], 0.0) / max(node[1], t_lb) for node in stack), default=0.0)
         refuted = refuted_lambda(problem, pi, stack, search.lam, open_bound, step, deadline)
         info["refuted"] = refuted
         bound = max(search.lam, min(open_bound, refuted + EPS / t_lb))
-    return BnbResult(status, search.best, search.lam, bound, search.nodes, info)
+    return BnbResult(status=status, batches=search.best, G=search.lam, bound=bound, nodes=search.nodes, info=info)
 
 
 @njit(cache=True)

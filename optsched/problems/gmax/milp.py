@@ -14,6 +14,7 @@ import pulp
 
 from ...deadline import passed, seconds_left
 from ...mipsolvers import MIP_BACKENDS, pulp_solver
+from ...result import Status
 from .problem import g_core
 from .slots import SlotData, SubResult
 
@@ -177,16 +178,16 @@ class MilpBackend:
         wall = time.perf_counter() - start
         has_solution = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
         if prob.status == pulp.LpStatusInfeasible:
-            return SubResult("infeasible", wall=wall)
+            return SubResult(status=Status.INFEASIBLE, wall=wall)
         if not has_solution:
-            return SubResult("time_limit", wall=wall, bound=self._bound(prob))
+            return SubResult(status=Status.TIME_LIMIT, wall=wall, bound=self._bound(prob))
         batches = self._batches(parts["w"])
         n = int(round(pulp.value(parts["n"])))
         t = float(pulp.value(parts["t"]))
         obj = float(pulp.value(prob.objective))
-        status = "optimal" if prob.sol_status == pulp.LpSolutionOptimal else "feasible"
-        bound = obj if status == "optimal" else self._bound(prob)
-        return SubResult(status, batches, n, t, obj, bound, wall)
+        status = Status.OPTIMAL if prob.sol_status == pulp.LpSolutionOptimal else Status.FEASIBLE
+        bound = obj if status == Status.OPTIMAL else self._bound(prob)
+        return SubResult(status=status, batches=batches, n=n, t=t, objective=obj, bound=bound, wall=wall)
 
     def _bound(self, prob: pulp.LpProblem) -> float:
         """The solver's proven dual bound in the problem's own sense (nan when unavailable)."""
@@ -215,8 +216,8 @@ class MilpBackend:
         prob += parts["n"] - lam * parts["t"]
         prob += parts["n"] - lam * parts["t"] >= -EPS, "no_worse"
         res = self._run(prob, parts, deadline)
-        if res.status == "infeasible":  # no schedule has n - lambda t >= -EPS: F(lambda) < 0
-            res = SubResult("optimal", objective=-EPS, bound=-EPS, wall=res.wall)
+        if res.status == Status.INFEASIBLE:  # no schedule has n - lambda t >= -EPS: F(lambda) < 0
+            res = SubResult(status=Status.OPTIMAL, objective=-EPS, bound=-EPS, wall=res.wall)
         res.info["lambda"] = lam
         return res
 

@@ -56,7 +56,7 @@ class SAParams:
     seed: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SAResult:
     """Best schedule found, its (n, t, G), the evaluations spent and whether the early exit fired."""
 
@@ -142,7 +142,7 @@ def simulated_annealing(problem: GmaxProblem, params: SAParams = SAParams()) -> 
     sorted_start, input_start = start_points(problem)
     n_s, t_s = g_core(problem, sorted_start)
     if n_s == problem.n_requests:
-        return SAResult(sorted_start, n_s, t_s, g_value(n_s, t_s), 1, True)
+        return SAResult(batches=sorted_start, n=n_s, t=t_s, G=g_value(n_s, t_s), evaluations=1, early_exit=True)
     n_i, t_i = g_core(problem, input_start)
     cur, (n_c, t_c) = (sorted_start, (n_s, t_s))
     if g_value(n_i, t_i) > g_value(n_s, t_s):
@@ -165,7 +165,7 @@ def simulated_annealing(problem: GmaxProblem, params: SAParams = SAParams()) -> 
                 if f_new > f_best:
                     best, n_b, t_b, f_best = cand, n_new, t_new, f_new
         temp *= params.tau
-    return SAResult(best, n_b, t_b, f_best, evaluations, False)
+    return SAResult(batches=best, n=n_b, t=t_b, G=f_best, evaluations=evaluations, early_exit=False)
 
 
 def _neighbours(problem: GmaxProblem, cur: list[list[int]]):

@@ -72,6 +72,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ...result import Status
 from .problem import GmaxProblem
 
 __all__ = ["SlotData", "SubResult", "SlotBackend", "group_max_bound"]
@@ -193,15 +194,15 @@ class SlotData:
         return float(self.problem.times.exec.min(axis=1).sum()) + waits
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SubResult:
     """One solve of the slot model.
 
     Attributes
     ----------
     status
-        ``optimal``, ``feasible`` (stopped by the time limit with a solution), ``infeasible`` or
-        ``time_limit`` (no solution).
+        ``OPTIMAL``, ``FEASIBLE`` (stopped by the time limit with a solution), ``INFEASIBLE`` or
+        ``TIME_LIMIT`` (no solution).
     batches
         Ordered batches of request indices, or None.
     n, t
@@ -211,7 +212,7 @@ class SubResult:
         Dinkelbach, min t for fixed-n), in seconds / requests.
     """
 
-    status: str
+    status: Status
     batches: list[list[int]] | None = None
     n: int = 0
     t: float = math.nan

@@ -25,7 +25,7 @@ from dataclasses import fields
 from typing import Any
 
 from ...instance import Instance, InstanceError
-from ...result import SolveResult, check_agreement
+from ...result import SolveResult, Status, check_agreement
 from .exact import EXACT_METHODS, make_backend, solve_exact
 from .problem import GmaxProblem, evaluate_g, g_value
 from .sa import SAParams, simulated_annealing
@@ -54,7 +54,7 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     if method == "sa":
         params = SAParams(**{k: _sa_value(k, options[k]) for k in _SA_TYPES if options.get(k) is not None})
         sa = simulated_annealing(problem, params)
-        batches, own, status, bound, solver = sa.batches, sa.G, "feasible", None, "sa"
+        batches, own, status, bound, solver = sa.batches, sa.G, Status.FEASIBLE, None, "sa"
         extra: dict[str, Any] = {"evaluations": sa.evaluations, "early_exit": sa.early_exit}
     elif method == "exact":
         solver = options.get("solver") or "highs"
@@ -83,17 +83,18 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         raise InstanceError(f"option 'method': must be 'exact' or 'sa', got {method!r}")
     judged = evaluate_g(problem, batches)
     check_agreement(own, judged.G, "gmax")
-    extra.update(judged.to_dict())
+    extra.update({k: v for k, v in judged.to_dict().items() if k != "batches"})
     if options.get("lengths") == "predicted":
         extra["G_true"] = evaluate_g(GmaxProblem.from_instance(instance, "true"), batches).G
     return SolveResult(
         problem="gmax",
         solver=solver,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         objective=judged.G,
         bound=bound,
         wall_time=time.perf_counter() - start,
         schedule=None,
         sense="max",
+        batches=[list(b) for b in judged.batches],
         extra=extra,
     )

@@ -75,7 +75,7 @@ from ...bounds import generic_bounds
 from ...deadline import DeadlinePassed, check, passed, seconds_left
 from ...instance import Instance, InstanceError
 from ...mipsolvers import pulp_solver, solve_model, solver_deadline
-from ...result import SolveResult, check_agreement, replayed_objective
+from ...result import SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import Batch, Item, Schedule
 from .bounds import strict_bound
 from .offline import solve_pcmax
@@ -119,127 +119,187 @@ def build(
 ) -> HybridMIP:
     """Build the MIP (module docstring) for ``instance`` with PuLP; raises
     :class:`~optsched.deadline.DeadlinePassed` once ``deadline`` has passed."""
-    import pulp
-
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
     time_model = time_model or ("paper" if mode == "faithful" else "contract")
     if time_model not in TIME_MODELS:
         raise ValueError(f"unknown time model {time_model!r} (known: {', '.join(TIME_MODELS)})")
-    tm = timing_of(instance)
-    reqs = instance.requests
-    n, J = len(reqs), tm.clients
-    K = bins or n
-    I_, Jr, Kr = range(n), range(J), range(K)
-    Np = [r.prompt_tokens for r in reqs]
-    D = [decode_rounds(r.output_tokens) for r in reqs]
-    arrival = [r.arrival for r in reqs]
-    if any(v > tm.prefill_cap for v in Np):
-        raise ValueError("a prompt exceeds the prefill stage capacity; the MIP prefills each prompt in one stage")
-    if mode == "faithful" and n * J * K * K > FAITHFUL_MAX_ROWS:
-        raise ValueError(f"faithful mode has O(I J K^2) = {n * J * K * K} big-M rows (> {FAITHFUL_MAX_ROWS}); use mode='strengthened'")
-    strong = mode == "strengthened"
-    cl = {i: [j for j in Jr if not strong or j <= i] for i in I_}  # symmetry breaking x_ij = 0 for j > i
-    triples = sum(len(c) for c in cl.values()) * K
-    if triples > MAX_STAGE_TRIPLES:
-        raise ValueError(
-            f"the MIP has {triples} (request, client, stage) triples (> {MAX_STAGE_TRIPLES}: I = {n}, J = {J}, "
-            f"K = {K}); use problem 'hybrid-offline', fewer requests (--first N), clients (limits.max_running) "
-            "or stages (option bins)"
-        )
-    keys = [(i, j, k) for i in I_ for j in cl[i] for k in Kr]
+    b = _Builder(instance, mode, bins, deadline)
+    b.stage_timeline()  # (1)-(4), (A3)
+    used, rounds = b.stage_times_paper() if time_model == "paper" else b.stage_times_contract()  # (5)-(8')
+    b.assignment_rows()  # (9), (12), (14), (17), (18), (A1)
+    if mode == "strengthened":
+        b.strengthening(used, rounds if time_model == "contract" else None)
+    else:
+        b.faithful_big_m_rows()  # (10), (11), (13), (15), (16)
+    return HybridMIP(b.prob, b.x, b.p, b.w, b.tmax, b.K, b.J, mode, time_model)
 
-    prob = pulp.LpProblem("hybrid_full_mip", pulp.LpMinimize)
-    x = {(i, j): prob.add_variable(f"x_{i}_{j}", cat="Binary") for i in I_ for j in cl[i]}
 
-    def per_triple(name: str, **kind: Any) -> dict[tuple[int, int, int], Any]:
+class _Builder:
+    """The MIP's index sets and variables (``x``, ``p``, ``d``, ``w``, stage times), and one method per
+    group of rows; ``deadline`` is checked while building."""
+
+    def __init__(self, instance: Instance, mode: str, bins: int | None, deadline: float | None) -> None:
+        import pulp
+
+        self.deadline = deadline
+        self.tm = tm = timing_of(instance)
+        reqs = instance.requests
+        self.n, self.J = n, J = len(reqs), tm.clients
+        self.K = K = bins or n
+        self.Np = [r.prompt_tokens for r in reqs]
+        self.D = [decode_rounds(r.output_tokens) for r in reqs]
+        self.arrival = [r.arrival for r in reqs]
+        if any(v > tm.prefill_cap for v in self.Np):
+            raise ValueError("a prompt exceeds the prefill stage capacity; the MIP prefills each prompt in one stage")
+        if mode == "faithful" and n * J * K * K > FAITHFUL_MAX_ROWS:
+            raise ValueError(f"faithful mode has O(I J K^2) = {n * J * K * K} big-M rows (> {FAITHFUL_MAX_ROWS}); "
+                             "use mode='strengthened'")
+        strong = mode == "strengthened"
+        self.cl = {i: [j for j in range(J) if not strong or j <= i] for i in range(n)}  # x_ij = 0 for j > i
+        triples = sum(len(c) for c in self.cl.values()) * K
+        if triples > MAX_STAGE_TRIPLES:
+            raise ValueError(
+                f"the MIP has {triples} (request, client, stage) triples (> {MAX_STAGE_TRIPLES}: I = {n}, J = {J}, "
+                f"K = {K}); use problem 'hybrid-offline', fewer requests (--first N), clients (limits.max_running) "
+                "or stages (option bins)"
+            )
+        self.keys = [(i, j, k) for i in range(n) for j in self.cl[i] for k in range(K)]
+        self.prob = prob = pulp.LpProblem("hybrid_full_mip", pulp.LpMinimize)
+        self.x = {(i, j): prob.add_variable(f"x_{i}_{j}", cat="Binary") for i in range(n) for j in self.cl[i]}
+        self.p = self._per_triple("p", cat="Binary")
+        self.d = self._per_triple("d", cat="Binary")
+        self.w = self._per_triple("w", lowBound=0, upBound=1)
+        self.tsp = [prob.add_variable(f"tsp_{k}", lowBound=0) for k in range(K)]
+        self.tsd = [prob.add_variable(f"tsd_{k}", lowBound=0) for k in range(K)]
+        self.npk = [prob.add_variable(f"np_{k}", lowBound=0) for k in range(K)]
+        self.ndk = [prob.add_variable(f"nd_{k}", lowBound=0) for k in range(K)]
+        self.tmax = prob.add_variable("tmax", lowBound=0)
+        self.tokens = [pulp.lpSum(self.Np[i] * self.p[i, j, k] for i in range(n) for j in self.cl[i])
+                       for k in range(K)]
+
+    def _per_triple(self, name: str, **kind: Any) -> dict[tuple[int, int, int], Any]:
         out = {}
-        for n_made, key in enumerate(keys):
+        for n_made, key in enumerate(self.keys):
             if n_made % 4096 == 0:
-                check(deadline)
-            out[key] = prob.add_variable(name + "_%d_%d_%d" % key, **kind)
+                check(self.deadline)
+            out[key] = self.prob.add_variable(name + "_%d_%d_%d" % key, **kind)
         return out
 
-    p = per_triple("p", cat="Binary")
-    d = per_triple("d", cat="Binary")
-    w = per_triple("w", lowBound=0, upBound=1)
-    tsp = [prob.add_variable(f"tsp_{k}", lowBound=0) for k in Kr]
-    tsd = [prob.add_variable(f"tsd_{k}", lowBound=0) for k in Kr]
-    npk = [prob.add_variable(f"np_{k}", lowBound=0) for k in Kr]
-    ndk = [prob.add_variable(f"nd_{k}", lowBound=0) for k in Kr]
-    tmax = prob.add_variable("tmax", lowBound=0)
-    prob += tmax  # (1)
-    for k in Kr:
-        check(deadline)
-        prob += tmax >= tsd[k] + ndk[k]  # (2)
-        if k >= 1:
-            prob += tsp[k] >= tsd[k - 1] + ndk[k - 1]  # (3)
-        prob += tsd[k] >= tsp[k] + npk[k]  # (4)
-        for i in I_:
-            if arrival[i] > 0:  # (A3) release times (extension; the paper is offline)
-                prob += tsp[k] >= arrival[i] * pulp.lpSum(p[i, j, k] for j in cl[i])
-    tokens = [pulp.lpSum(Np[i] * p[i, j, k] for i in I_ for j in cl[i]) for k in Kr]
-    if time_model == "paper":
+    def stage_timeline(self) -> None:
+        """(1) the objective, (2)-(4) the stages in sequence, (A3) release times."""
+        import pulp
+
+        prob, tsp, tsd, npk, ndk, tmax = self.prob, self.tsp, self.tsd, self.npk, self.ndk, self.tmax
+        prob += tmax  # (1)
+        for k in range(self.K):
+            check(self.deadline)
+            prob += tmax >= tsd[k] + ndk[k]  # (2)
+            if k >= 1:
+                prob += tsp[k] >= tsd[k - 1] + ndk[k - 1]  # (3)
+            prob += tsd[k] >= tsp[k] + npk[k]  # (4)
+            for i in range(self.n):
+                if self.arrival[i] > 0:  # (A3) release times (extension; the paper is offline)
+                    prob += tsp[k] >= self.arrival[i] * pulp.lpSum(self.p[i, j, k] for j in self.cl[i])
+
+    def _client_work(self, j: int, k: int) -> Any:
+        """Decode rounds of client ``j``'s requests in bin ``k``: ``sum_i D_i w_ijk``."""
+        import pulp
+
+        return pulp.lpSum(self.D[i] * self.w[i, j, k] for i in range(self.n) if (i, j, k) in self.w)
+
+    def stage_times_paper(self) -> tuple[list[Any], None]:
+        """(5)-(7) the prefill time by levels, (8') the decode time with ``tau_d`` (fix M2); the bins used."""
+        import pulp
+
+        prob, tm = self.prob, self.tm
         levels = tm.levels()
-        y = {(k, l): prob.add_variable(f"y_{k}_{l}", cat="Binary") for k in Kr for l in range(len(levels))}
-        for k in Kr:
-            prob += npk[k] >= pulp.lpSum(levels[l][1] * y[k, l] for l in range(len(levels)))  # (5)
-            prob += tokens[k] <= pulp.lpSum(levels[l][0] * y[k, l] for l in range(len(levels)))  # (6)
-            prob += pulp.lpSum(y[k, l] for l in range(len(levels))) == 1  # (7)
-            for j in Jr:  # (8') with tau_d (fix M2)
-                prob += ndk[k] >= tm.tau_d * pulp.lpSum(D[i] * w[i, j, k] for i in I_ if (i, j, k) in w)
-        used = [1 - y[k, 0] for k in Kr]
-    else:
-        used = [prob.add_variable(f"u_{k}", cat="Binary") for k in Kr]
-        rounds = [prob.add_variable(f"R_{k}", lowBound=0, cat="Integer") for k in Kr]
-        for k in Kr:
-            prob += tokens[k] <= tm.prefill_cap * used[k]
-            prob += npk[k] == tm.alpha_p * used[k] + tm.beta_p * tokens[k]
-            work = pulp.lpSum(D[i] * w[i, j, k] for i in I_ for j in cl[i])
-            prob += ndk[k] == tm.alpha_d * rounds[k] + tm.beta_d * work
-            for j in Jr:  # integer (8'): R_k rounds cover every client's decode work in bin k
-                prob += rounds[k] >= pulp.lpSum(D[i] * w[i, j, k] for i in I_ if (i, j, k) in w)
-    for (i, j, k) in keys:
-        check(deadline)
-        prob += d[i, j, k] >= p[i, j, k]  # (9)
-        prob += w[i, j, k] <= d[i, j, k]  # (A1) fix M1
-    for j in Jr:
-        for k in Kr:
-            prob += pulp.lpSum(d[i, j, k] for i in I_ if (i, j, k) in d) <= 1  # (12)
-    for i in I_:
-        prob += pulp.lpSum(x[i, j] for j in cl[i]) == 1  # (18)
-        for j in cl[i]:
-            prob += pulp.lpSum(w[i, j, k] for k in Kr) == x[i, j]  # (14)
-            prob += pulp.lpSum(p[i, j, k] for k in Kr) == x[i, j]  # (17), fix M5
-    if strong:
-        for (i, j, k) in keys:
-            check(deadline)
+        L = range(len(levels))
+        y = {(k, l): prob.add_variable(f"y_{k}_{l}", cat="Binary") for k in range(self.K) for l in L}
+        for k in range(self.K):
+            prob += self.npk[k] >= pulp.lpSum(levels[l][1] * y[k, l] for l in L)  # (5)
+            prob += self.tokens[k] <= pulp.lpSum(levels[l][0] * y[k, l] for l in L)  # (6)
+            prob += pulp.lpSum(y[k, l] for l in L) == 1  # (7)
+            for j in range(self.J):  # (8') with tau_d (fix M2)
+                prob += self.ndk[k] >= tm.tau_d * self._client_work(j, k)
+        return [1 - y[k, 0] for k in range(self.K)], None
+
+    def stage_times_contract(self) -> tuple[list[Any], list[Any]]:
+        """The contract's affine stage times: bins used ``u_k`` and integer rounds ``R_k``."""
+        import pulp
+
+        prob, tm = self.prob, self.tm
+        used = [prob.add_variable(f"u_{k}", cat="Binary") for k in range(self.K)]
+        rounds = [prob.add_variable(f"R_{k}", lowBound=0, cat="Integer") for k in range(self.K)]
+        for k in range(self.K):
+            prob += self.tokens[k] <= tm.prefill_cap * used[k]
+            prob += self.npk[k] == tm.alpha_p * used[k] + tm.beta_p * self.tokens[k]
+            work = pulp.lpSum(self.D[i] * self.w[i, j, k] for i in range(self.n) for j in self.cl[i])
+            prob += self.ndk[k] == tm.alpha_d * rounds[k] + tm.beta_d * work
+            for j in range(self.J):  # integer (8'): R_k rounds cover every client's decode work in bin k
+                prob += rounds[k] >= self._client_work(j, k)
+        return used, rounds
+
+    def assignment_rows(self) -> None:
+        """(9), (A1) fix M1, (12), (18), (14) and (17) (fix M5)."""
+        import pulp
+
+        prob, x, p, d, w = self.prob, self.x, self.p, self.d, self.w
+        for (i, j, k) in self.keys:
+            check(self.deadline)
+            prob += d[i, j, k] >= p[i, j, k]  # (9)
+            prob += w[i, j, k] <= d[i, j, k]  # (A1) fix M1
+        for j in range(self.J):
+            for k in range(self.K):
+                prob += pulp.lpSum(d[i, j, k] for i in range(self.n) if (i, j, k) in d) <= 1  # (12)
+        for i in range(self.n):
+            prob += pulp.lpSum(x[i, j] for j in self.cl[i]) == 1  # (18)
+            for j in self.cl[i]:
+                prob += pulp.lpSum(w[i, j, k] for k in range(self.K)) == x[i, j]  # (14)
+                prob += pulp.lpSum(p[i, j, k] for k in range(self.K)) == x[i, j]  # (17), fix M5
+
+    def strengthening(self, used: list[Any], rounds: list[Any] | None) -> None:
+        """The strengthened mode's rows: start indicators (M4), (A2), used bins first, and with the
+        contract's time model (``rounds`` given) the strict bound's stage and round counts as cuts."""
+        import pulp
+
+        prob, p, d, x = self.prob, self.p, self.d, self.x
+        for (i, j, k) in self.keys:
+            check(self.deadline)
             prob += d[i, j, k] - (d[i, j, k - 1] if k else 0) <= p[i, j, k]  # start indicator (M4)
             prob += d[i, j, k] <= x[i, j]  # (A2)
-        for k in range(K - 1):
+        for k in range(self.K - 1):
             prob += used[k] >= used[k + 1]  # used bins first
-        if time_model == "contract":  # valid cuts: the strict bound's stage and round counts (bounds.py)
-            prob += pulp.lpSum(used) >= math.ceil(sum(Np) / tm.prefill_cap)
-            prob += pulp.lpSum(rounds) >= solve_pcmax(D, J, time_limit=min(5.0, seconds_left(deadline) or 5.0)).bound
-            for i in I_:  # a request prefilled in bin k still needs D_i rounds from bin k on
-                check(deadline)
-                for k in Kr:
-                    prob += pulp.lpSum(rounds[k:]) >= D[i] * pulp.lpSum(p[i, j, k] for j in cl[i])
-    else:
+        if rounds is None:
+            return
+        # valid cuts: the strict bound's stage and round counts (bounds.py)
+        prob += pulp.lpSum(used) >= math.ceil(sum(self.Np) / self.tm.prefill_cap)
+        limit = min(5.0, seconds_left(self.deadline) or 5.0)
+        prob += pulp.lpSum(rounds) >= solve_pcmax(self.D, self.J, time_limit=limit).bound
+        for i in range(self.n):  # a request prefilled in bin k still needs D_i rounds from bin k on
+            check(self.deadline)
+            for k in range(self.K):
+                prob += pulp.lpSum(rounds[k:]) >= self.D[i] * pulp.lpSum(p[i, j, k] for j in self.cl[i])
+
+    def faithful_big_m_rows(self) -> None:
+        """The paper's big-M rows (10), (11) with M = K (fix M4), (13), (15) and (16)."""
+        import pulp
+
+        prob, p, d, w, K = self.prob, self.p, self.d, self.w, self.K
         M = K  # fix M4
-        for i in I_:
-            check(deadline)
-            for j in Jr:
-                for k1 in Kr:
+        for i in range(self.n):
+            check(self.deadline)
+            for j in range(self.J):
+                for k1 in range(K):
                     for k2 in range(k1 + 1, K):  # (10)
-                        prob += M * (2 - d[i, j, k1] - d[i, j, k2]) + pulp.lpSum(d[i, j, kk] for kk in range(k1, k2 + 1)) >= k2 - k1 + 1
+                        prob += (M * (2 - d[i, j, k1] - d[i, j, k2])
+                                 + pulp.lpSum(d[i, j, kk] for kk in range(k1, k2 + 1)) >= k2 - k1 + 1)
                         prob += M * (p[i, j, k2] - 1) + d[i, j, k1] <= 0  # (11) with k1' = k2 > k2' = k1
-                prob += pulp.lpSum(d[i, j, k] for k in Kr) <= K  # (13)
-            prob += pulp.lpSum(w[i, j, k] for j in Jr for k in Kr) == 1  # (15)
-        for j in Jr:
-            for k in Kr:
-                prob += pulp.lpSum(p[i, j, k] for i in I_) <= 1  # (16)
-    return HybridMIP(prob, x, p, w, tmax, K, J, mode, time_model)
+                prob += pulp.lpSum(d[i, j, k] for k in range(K)) <= K  # (13)
+            prob += pulp.lpSum(w[i, j, k] for j in range(self.J) for k in range(K)) == 1  # (15)
+        for j in range(self.J):
+            for k in range(K):
+                prob += pulp.lpSum(p[i, j, k] for i in range(self.n)) <= 1  # (16)
 
 
 def stages_to_schedule(instance: Instance, stages: list[tuple[list[int], int]], meta: dict[str, Any]) -> Schedule:
@@ -385,8 +445,8 @@ def warm_start_values(model: HybridMIP, instance: Instance, schedule: Schedule) 
 
 def run_backend(
     model: HybridMIP, solver: str, time_limit: float, threads: int | None, warm: dict[str, float] | None = None
-) -> tuple[str, float | None, float | None]:
-    """Solve with ``highs``, ``cbc`` or ``gurobi`` (from ``warm`` values if given); (status, objective, bound)."""
+) -> tuple[Status, float | None, float | None]:
+    """Solve with ``highs, ``cbc`` or ``gurobi`` (from ``warm`` values if given); (status, objective, bound)."""
     import pulp
 
     if warm is not None:
@@ -413,12 +473,12 @@ def run_backend(
     sol = model.prob.sol_status
     if sol == pulp.LpSolutionOptimal:
         value = model.tmax.value()
-        return "optimal", value, value
+        return Status.OPTIMAL, value, value
     if sol == pulp.LpSolutionIntegerFeasible:
-        return "time_limit", model.tmax.value(), bound
+        return Status.TIME_LIMIT, model.tmax.value(), bound
     if model.prob.status == pulp.LpStatusInfeasible:
-        return "infeasible", None, None
-    return "time_limit", None, bound
+        return Status.INFEASIBLE, None, None
+    return Status.TIME_LIMIT, None, bound
 
 
 
@@ -461,18 +521,18 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     policy = warm_policy or FALLBACK_POLICY
     unsupported = kv_or_budget_issue(instance, tm)
     if unsupported:
-        return SolveResult(problem, solver, "unsupported", extra={"message": unsupported})
+        return SolveResult(problem=problem, solver=solver, status=Status.UNSUPPORTED, message=unsupported)
     try:
         model: HybridMIP | None = build(instance, mode, options.get("time_model"), bins, deadline)
     except ValueError as exc:
-        return SolveResult(problem, solver, "unsupported", extra={"message": str(exc)})
+        return SolveResult(problem=problem, solver=solver, status=Status.UNSUPPORTED, message=str(exc))
     except DeadlinePassed:
         model = None
     built = time.perf_counter() - start
     fallback = simulate_policy(instance, policy)  # the warm start, and the result when better than the MIP's
     warm = warm_start_values(model, instance, fallback) if model is not None and warm_policy else None
     solve_by = solver_deadline(deadline, built)
-    status, mip_value, mip_bound = "time_limit", None, None
+    status, mip_value, mip_bound = Status.TIME_LIMIT, None, None
     mip_status = "not built within the time limit"
     if model is not None and passed(solve_by):
         mip_status = f"not solved: {seconds_left(deadline):.3g} s left, handing the model over takes about {deadline - solve_by:.3g} s"
@@ -483,7 +543,7 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
             mip_status = status
         except Exception as exc:  # noqa: BLE001 - e.g. the restricted Gurobi licence: report, never crash
             if solver == "gurobi":
-                return SolveResult(problem, solver, "unsupported", extra={"message": f"gurobi: {exc}"})
+                return SolveResult(problem=problem, solver=solver, status=Status.UNSUPPORTED, message=f"gurobi: {exc}")
             raise
     strict = strict_bound(instance, time_limit=min(10.0, seconds_left(deadline, 1.0)))[0]
     exact_time = model is not None and model.time_model == "contract" and tm.linear
@@ -502,10 +562,11 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         "warm_start": warm_policy if warm is not None else None,
     }
     fallback_value, fallback_rep = replayed_objective(instance, fallback, "makespan")
+    incumbent = None
     if mip_value is None or model is None:
-        why = (f"the MIP over K = {model.bins} stages has no solution" if status == "infeasible"
+        why = (f"the MIP over K = {model.bins} stages has no solution" if status == Status.INFEASIBLE
                else "no MIP solution within the time limit")
-        extra["incumbent"] = f"{why}; schedule of policy {policy!r}"
+        incumbent = f"{why}; schedule of policy {policy!r}"
         schedule, value, rep = fallback, fallback_value, fallback_rep
     else:
         schedule = stages_to_schedule(instance, extract_stages(model, instance), {"solver": solver, "problem": problem, **extra})
@@ -513,17 +574,18 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         if exact_time:  # the contract time model is exact: the replay never exceeds the MIP's t^max ...
             if value > mip_value * (1 + 1e-6) + 1e-9:
                 raise RuntimeError(f"replayed makespan {value} exceeds the MIP's exact t^max {mip_value}")
-            if status == "optimal":  # ... and at a proven optimum they agree
+            if status == Status.OPTIMAL:  # ... and at a proven optimum they agree
                 check_agreement(mip_value, value, "hybrid MIP (contract time model)")
         # a stopped MIP's incumbent, or the optimum of a restricted model (paper time model, K < I
         # bins), may be worse than the policy's schedule: the better one is the result
         if fallback_value < value:
-            extra["incumbent"] = f"the MIP's schedule ({value:.9g} s) is worse than policy {policy!r}'s; schedule of {policy!r}"
+            incumbent = f"the MIP's schedule ({value:.9g} s) is worse than policy {policy!r}'s; schedule of {policy!r}"
             schedule, value, rep = fallback, fallback_value, fallback_rep
     proven = value <= bound * (1 + 1e-6) + 1e-9
-    final = "optimal" if proven else ("time_limit" if status == "time_limit" else "feasible")
-    return SolveResult(problem, solver, final, value, min(bound, value), time.perf_counter() - start, schedule,
-                       extra=extra, replay=rep)
+    final = Status.OPTIMAL if proven else (Status.TIME_LIMIT if status == Status.TIME_LIMIT else Status.FEASIBLE)
+    return SolveResult(problem=problem, solver=solver, status=final, objective=value, bound=min(bound, value),
+                       wall_time=time.perf_counter() - start, schedule=schedule, incumbent=incumbent, extra=extra,
+                       replay=rep)
 
 
 def kv_or_budget_issue(instance: Instance, tm: HybridTiming) -> str | None:

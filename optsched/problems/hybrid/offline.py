@@ -42,6 +42,7 @@ from typing import Any, Sequence
 from ...deadline import passed, seconds_left
 from ...instance import Instance
 from ...mipsolvers import pulp_solver, solver_deadline
+from ...result import Status
 from .timing import decode_rounds
 
 __all__ = [
@@ -60,7 +61,7 @@ LENGTHS = ("rounds", "paper", "predicted")
 CPSAT_FULL_MAX = 50_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Assignment:
     """A P||Cmax solution: ``client[i]`` for every job, the makespan and how it was proven.
 
@@ -73,7 +74,7 @@ class Assignment:
     bound
         Best proven lower bound on the optimum.
     status
-        ``optimal`` when ``makespan == bound``, else ``feasible`` / ``time_limit``.
+        ``OPTIMAL`` when ``makespan == bound``, else ``FEASIBLE`` / ``TIME_LIMIT``.
     method
         What produced the assignment.
     """
@@ -81,7 +82,7 @@ class Assignment:
     client: tuple[int, ...]
     makespan: int
     bound: int
-    status: str
+    status: Status
     method: str
 
 
@@ -299,7 +300,7 @@ def cpsat_pcmax(
     from ortools.sat.python import cp_model
 
     deadline = time.perf_counter() + time_limit
-    stopped = Assignment(tuple(hint or ()), -1, lower, "time_limit", "cpsat")
+    stopped = Assignment(client=tuple(hint or ()), makespan=-1, bound=lower, status=Status.TIME_LIMIT, method="cpsat")
     n = len(p)
     order = sorted(range(n), key=lambda i: (-p[i], i))
     model = cp_model.CpModel()
@@ -327,12 +328,12 @@ def cpsat_pcmax(
     code = solver.Solve(model)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         bound = max(lower, int(math.ceil(solver.BestObjectiveBound() - 1e-9))) if code != cp_model.UNKNOWN else lower
-        return Assignment(stopped.client, -1, bound, "time_limit", "cpsat")
+        return Assignment(client=stopped.client, makespan=-1, bound=bound, status=Status.TIME_LIMIT, method="cpsat")
     client = [next(j for j in range(m) if (i, j) in x and solver.BooleanValue(x[i, j])) for i in range(n)]
     value = max(loads_of(p, client, m))
     bound = max(lower, int(math.ceil(solver.BestObjectiveBound() - 1e-9)))
-    status = "optimal" if code == cp_model.OPTIMAL or value == bound else "time_limit"
-    return Assignment(tuple(client), value, min(bound, value), status, "cpsat")
+    status = Status.OPTIMAL if code == cp_model.OPTIMAL or value == bound else Status.TIME_LIMIT
+    return Assignment(client=tuple(client), makespan=value, bound=min(bound, value), status=status, method="cpsat")
 
 
 def canonical_labels(client: Sequence[int], order: Sequence[int]) -> list[int]:
@@ -355,7 +356,7 @@ def mip_pcmax(p: Sequence[int], m: int, solver: str, time_limit: float, lower: i
 
     start = time.perf_counter()
     deadline = start + time_limit
-    stopped = Assignment((), -1, lower, "time_limit", f"mip-{solver}")
+    stopped = Assignment(client=(), makespan=-1, bound=lower, status=Status.TIME_LIMIT, method=f"mip-{solver}")
     n = len(p)
     order = sorted(range(n), key=lambda i: (-p[i], i))
     prob = pulp.LpProblem("pcmax", pulp.LpMinimize)
@@ -387,7 +388,8 @@ def mip_pcmax(p: Sequence[int], m: int, solver: str, time_limit: float, lower: i
     client = [max((j for j in range(m) if (i, j) in x), key=lambda j: x[i, j].value()) for i in range(n)]
     value = max(loads_of(p, client, m))
     bound = value if prob.sol_status == pulp.LpSolutionOptimal else lower
-    return Assignment(tuple(client), value, bound, "optimal" if value == bound else "time_limit", f"mip-{solver}")
+    status = Status.OPTIMAL if value == bound else Status.TIME_LIMIT
+    return Assignment(client=tuple(client), makespan=value, bound=bound, status=status, method=f"mip-{solver}")
 
 
 #: Methods of :func:`solve_pcmax`.
@@ -411,7 +413,7 @@ def solve_pcmax(
         raise ValueError("P||Cmax needs at least one client")
     lower = pcmax_lower_bound(p, m)
     if not p:
-        return Assignment((), 0, 0, "optimal", method)
+        return Assignment(client=(), makespan=0, bound=0, status=Status.OPTIMAL, method=method)
     start = time.perf_counter()
     client = lpt(p, m)
     name = "lpt"
@@ -427,7 +429,8 @@ def solve_pcmax(
         name = "lpt+local+repack+lns"
     value = max(loads_of(p, client, m))
     if method in ("lpt", "local") or (method == "auto" and (value == lower or large)):
-        return Assignment(tuple(client), value, lower, "optimal" if value == lower else "feasible", name)
+        status = Status.OPTIMAL if value == lower else Status.FEASIBLE
+        return Assignment(client=tuple(client), makespan=value, bound=lower, status=status, method=name)
     left = max(0.01, time_limit - (time.perf_counter() - start))
     if method in ("auto", "cpsat"):
         found = cpsat_pcmax(p, m, client, lower, left, threads)
@@ -436,5 +439,6 @@ def solve_pcmax(
     else:
         raise ValueError(f"unknown method {method!r} (known: {', '.join(PCMAX_METHODS)})")
     if found.makespan < 0 or found.makespan > value:  # a time-limited search keeps the heuristic's incumbent
-        return Assignment(tuple(client), value, found.bound, "optimal" if value == found.bound else found.status, name)
+        status = Status.OPTIMAL if value == found.bound else found.status
+        return Assignment(client=tuple(client), makespan=value, bound=found.bound, status=status, method=name)
     return found

@@ -58,7 +58,7 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     return SolveResult(
         problem="hybrid-offline",
         solver=found.method,
-        status=found.status,  # type: ignore[arg-type]
+        status=found.status,
         objective=timing.tau_d * found.makespan,
         bound=timing.tau_d * found.bound,
         wall_time=wall,

@@ -43,7 +43,7 @@ from importlib import import_module
 from typing import Any, Mapping
 
 from ...instance import Instance
-from ...result import Bound, SolveResult, check_agreement, objective_of, replayed_objective
+from ...result import Bound, SolveResult, Status, check_agreement, objective_of, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
 from ...bounds import generic_bounds
 from ...deadline import passed, seconds_left
@@ -168,8 +168,8 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     try:
         found = _candidates(instance, opts, deadline)
     except InferMaxInputError as exc:
-        return SolveResult("infermax", opts.solver, "infeasible", wall_time=time.perf_counter() - t0,
-                           extra={"reason": str(exc)})
+        return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE,
+                           wall_time=time.perf_counter() - t0, message=str(exc))
     proven = [b.value for b in generic_bounds(instance, opts.objective)]
     met = opts.early_exit and bool(proven) and _meets(min(value for _, value, _ in found.values()), max(proven))
     cands = {name: schedule for name, (schedule, _, _) in found.items()}
@@ -230,8 +230,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     if met:  # a candidate meets a proven bound: nothing left to prove, no model
         from .cpsat import BackendResult
 
-        backend = BackendResult("unknown", None, None, None, None, None,
-                                {"stopped": f"model not built: {best!r} meets a proven bound"})
+        backend = BackendResult(status=Status.UNKNOWN, info={"stopped": f"model not built: {best!r} meets a proven bound"})
     else:
         hint = hint_from_schedule(data, warm_prefix if data.first_tokens_only else cands[warm]) if fits(data) else None
         backend = _run_backend(data, hint, deadline)
@@ -248,13 +247,17 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     if relax is not None:
         extra["relaxation"] = {"bound": relax.bound, "value": relax.value, "status": relax.status, "cpu": relax.cpu,
                                "count_facts": [list(f) for f in relax.facts], "chunk_paths": paths}
-    if backend.status == "unsupported":
-        return SolveResult("infermax", opts.solver, "unsupported", wall_time=time.perf_counter() - t0, extra=extra)
-    if backend.status == "infeasible":
+    if backend.status == Status.UNSUPPORTED:
+        return SolveResult(problem="infermax", solver=opts.solver, status=Status.UNSUPPORTED,
+                           wall_time=time.perf_counter() - t0, message=backend.message, extra=extra)
+    if backend.status == Status.INFEASIBLE:
         if data.horizon_proven:
             raise RuntimeError(f"InferMax model infeasible although {best!r} gives a schedule within J = {data.J}")
-        extra["reason"] = f"no schedule within the horizon J = {data.J}; a longer horizon is needed"
-        return SolveResult("infermax", opts.solver, "infeasible", wall_time=time.perf_counter() - t0, extra=extra)
+        return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE,
+                           wall_time=time.perf_counter() - t0,
+                           message=f"no schedule within the horizon J = {data.J}; a longer horizon is needed",
+                           extra=extra)
+    incumbent = None
     if backend.c is not None:
         schedule = schedule_from_solution(data, backend.c, backend.e, backend.waits,
                                           {"solver": opts.solver, "problem": "infermax"})
@@ -263,11 +266,11 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         value, rep = replayed_objective(instance, schedule, opts.objective)
         check_agreement(backend.objective, value, f"infermax/{opts.solver}")
         if values[best] < value:  # a stopped solver may not have reached its hint: keep the better
-            extra["incumbent"] = f"the solver's schedule ({value:.9g}) is worse than {best!r}'s; schedule of {best!r}"
+            incumbent = f"the solver's schedule ({value:.9g}) is worse than {best!r}'s; schedule of {best!r}"
             schedule, value, rep = found[best]
     else:  # no model, or no incumbent within the limit: report the best candidate
         schedule, value, rep = found[best]
-        extra["incumbent"] = f"no schedule from the solver; schedule of {best!r}"
+        incumbent = f"no schedule from the solver; schedule of {best!r}"
     if data.horizon_proven and backend.bound is not None:
         proven.append(backend.bound)
     elif backend.bound is not None:
@@ -277,14 +280,15 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     bound = min(max(proven), value) if proven else None
     optimal = bound is not None and _meets(value, bound)
     if optimal:
-        status = "optimal"
-    elif backend.status == "optimal":  # optimal only relative to the horizon J
-        status = "feasible"
+        status = Status.OPTIMAL
+    elif backend.status == Status.OPTIMAL:  # optimal only relative to the horizon J
+        status = Status.FEASIBLE
         extra["optimal_within_horizon"] = True
     else:
-        status = "time_limit" if opts.time_limit is not None else "feasible"
-    return SolveResult("infermax", opts.solver, status, value, bound, time.perf_counter() - t0, schedule,
-                       extra=extra, replay=rep)
+        status = Status.TIME_LIMIT if opts.time_limit is not None else Status.FEASIBLE
+    return SolveResult(problem="infermax", solver=opts.solver, status=status, objective=value, bound=bound,
+                       wall_time=time.perf_counter() - t0, schedule=schedule, incumbent=incumbent, extra=extra,
+                       replay=rep)
 
 
 def _left(opts: InferMaxOptions, limit: float | None, t0: float) -> InferMaxOptions:

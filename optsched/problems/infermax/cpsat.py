@@ -10,24 +10,26 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ortools.sat.python import cp_model
 
 from ...deadline import BuildStopped, check, seconds_left
+from ...result import Status
 from .model import ModelData, Scaling, check_size, earliest_starts, integer_scaling, request_batch_grid
 from .relax import add_count_fact
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BackendResult:
     """What a backend returns to :func:`optsched.problems.infermax.solve`.
 
     Attributes
     ----------
     status
-        ``optimal``, ``feasible`` (incumbent, limit reached), ``infeasible`` or ``unknown``.
+        ``OPTIMAL``, ``FEASIBLE`` (incumbent, limit reached), ``INFEASIBLE``, ``UNSUPPORTED`` (a
+        backend that cannot take this model) or ``UNKNOWN`` (neither a solution nor a proof).
     c, e
         Per (i, j) token counts and evictions of the incumbent (None without one).
     waits
@@ -37,17 +39,20 @@ class BackendResult:
         The incumbent's objective in seconds, evaluated with the exact float coefficients.
     bound
         Proven lower bound in seconds (None when unknown).
+    message
+        Why the backend cannot take the model (status ``UNSUPPORTED``).
     info
         Backend statistics for ``extra``.
     """
 
-    status: str
-    c: list[list[int]] | None
-    e: list[list[int]] | None
-    waits: list[float | None] | None
-    objective: float | None
-    bound: float | None
-    info: dict[str, Any]
+    status: Status
+    c: list[list[int]] | None = None
+    e: list[list[int]] | None = None
+    waits: list[float | None] | None = None
+    objective: float | None = None
+    bound: float | None = None
+    message: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 class _Builder:
@@ -312,13 +317,13 @@ def solve_cpsat(
     """Build and solve the model with CP-SAT, by ``deadline`` (a ``time.perf_counter()`` value).
 
     A model larger than option ``max_cells``, or one not built by the deadline, is not solved
-    (status ``unknown``, ``info['stopped']`` says why).
+    (status ``UNKNOWN``, ``info['stopped']`` says why).
     """
     scale = integer_scaling(data)
     try:
         b = _Builder(data, scale, deadline)
     except BuildStopped as exc:
-        return BackendResult("unknown", None, None, None, None, None, {"stopped": str(exc)})
+        return BackendResult(status=Status.UNKNOWN, info={"stopped": str(exc)})
     if hint is not None:
         b.add_hint(*hint)
     solver = cp_model.CpSolver()
@@ -344,10 +349,10 @@ def solve_cpsat(
         "branches": solver.NumBranches(),
     }
     if code == cp_model.INFEASIBLE:
-        return BackendResult("infeasible", None, None, None, None, None, info)
+        return BackendResult(status=Status.INFEASIBLE, info=info)
     bound = solver.BestObjectiveBound() / scale.factor - scale.slack
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return BackendResult("unknown", None, None, None, None, bound if code != cp_model.MODEL_INVALID else None, info)
+        return BackendResult(status=Status.UNKNOWN, bound=bound if code != cp_model.MODEL_INVALID else None, info=info)
     N, J = data.N, data.J
     c = [[solver.Value(b.c[i][j]) for j in range(J)] for i in range(N)]
     e = [[solver.Value(b.e[i][j]) for j in range(J)] for i in range(N)]
@@ -357,8 +362,8 @@ def solve_cpsat(
         waits, E_sec = earliest_starts(data, c, e, T_sec)
         F_sec = _event_times(data, solver, b, E_sec)
     objective = true_objective(data, T_sec, E_sec, F_sec)
-    status = "optimal" if code == cp_model.OPTIMAL else "feasible"
-    return BackendResult(status, c, e, waits, objective, bound, info)
+    status = Status.OPTIMAL if code == cp_model.OPTIMAL else Status.FEASIBLE
+    return BackendResult(status=status, c=c, e=e, waits=waits, objective=objective, bound=bound, info=info)
 
 
 def _batch_seconds(data: ModelData, solver: cp_model.CpSolver, b: _Builder, j: int) -> float:

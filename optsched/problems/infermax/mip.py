@@ -42,7 +42,7 @@ import pulp
 from ...deadline import BuildStopped, check, passed, seconds_left
 from ...instance import Instance
 from ...mipsolvers import pulp_solver, solve_model, solver_deadline
-from ...result import Bound
+from ...result import Bound, Status
 from .cpsat import BackendResult, true_objective
 from .model import (
     InferMaxOptions,
@@ -335,10 +335,10 @@ def solve_mip(
         mip = _Mip(data, deadline=deadline)
         check(deadline, "MIP model")  # the last loops and the objective are built
     except BuildStopped as exc:
-        return BackendResult("unknown", None, None, None, None, None, {"stopped": str(exc)})
+        return BackendResult(status=Status.UNKNOWN, info={"stopped": str(exc)})
     solve_by = solver_deadline(deadline, time.perf_counter() - start)
     if passed(solve_by):
-        return BackendResult("unknown", None, None, None, None, None, {
+        return BackendResult(status=Status.UNKNOWN, info={
             "stopped": f"MIP not solved: {seconds_left(deadline):.3g} s left, handing the model over "
                        f"takes about {deadline - solve_by:.3g} s"})
     if hint is not None:
@@ -362,11 +362,11 @@ def solve_mip(
     sol = mip.p.sol_status
     has_solution = sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     if status == "Infeasible":
-        return BackendResult("infeasible", None, None, None, None, None, info)
+        return BackendResult(status=Status.INFEASIBLE, info=info)
     optimal = status == "Optimal" and sol == pulp.LpSolutionOptimal
     bound = _bound(mip.p, solver, optimal)
     if not has_solution:
-        return BackendResult("unknown", None, None, None, None, bound, info)
+        return BackendResult(status=Status.UNKNOWN, bound=bound, info=info)
     N, J = data.N, data.J
     c = [[round(_val(mip.c[i][j])) for j in range(J)] for i in range(N)]
     e = [[round(_val(mip.e[i][j])) for j in range(J)] for i in range(N)]
@@ -376,7 +376,8 @@ def solve_mip(
         waits, E_sec = earliest_starts(data, c, e, T_sec)
         F_sec = _event_times(data, mip, E_sec)
     objective = true_objective(data, T_sec, E_sec, F_sec)
-    return BackendResult("optimal" if optimal else "feasible", c, e, waits, objective, bound, info)
+    return BackendResult(status=Status.OPTIMAL if optimal else Status.FEASIBLE, c=c, e=e, waits=waits,
+                         objective=objective, bound=bound, info=info)
 
 
 @contextlib.contextmanager
@@ -396,12 +397,12 @@ def _stdout_to_stderr(active: bool) -> Iterator[None]:
 
 
 def _unsupported(exc: Exception, info: dict[str, Any]) -> BackendResult:
-    info["reason"] = (
+    message = (
         f"the MIP solver refused the model ({exc}); with gurobipy's restricted licence the size limit "
         f"is 2000 variables and 2000 constraints (this model: {info['variables']} variables, "
         f"{info['constraints']} constraints). Use --solver cpsat or highs."
     )
-    return BackendResult("unsupported", None, None, None, None, None, info)
+    return BackendResult(status=Status.UNSUPPORTED, message=message, info=info)
 
 
 def _batch_seconds(data: ModelData, mip: _Mip, j: int) -> float:

@@ -41,6 +41,7 @@ import pulp
 
 from ...deadline import passed, seconds_left
 from ...mipsolvers import pulp_solver, solve_model
+from ...result import Status
 from ..static_latency import StaticLatencyModel
 
 __all__ = ["DS_TABLE", "MemoryRule", "dp_batches", "mip_batches", "total_serve_time"]
@@ -147,7 +148,7 @@ def mip_batches(
     rule: MemoryRule,
     solver: str = "highs",
     time_limit: float | None = None,
-) -> tuple[list[list[int]] | None, float | None, str]:
+) -> tuple[list[list[int]] | None, float | None, Status]:
     """The compact assignment MIP (docs/scls.md, "P-BATCH"); returns (batches, objective, status).
 
     ``time_limit`` covers building (PuLP takes seconds at a hundred requests) and solving; when it
@@ -174,7 +175,7 @@ def mip_batches(
         prob += pulp.lpSum(x[r, k] for k in slots) == 1
     for k in slots:
         if passed(deadline):
-            return None, None, "time_limit"
+            return None, None, Status.TIME_LIMIT
         prob += size[k] == pulp.lpSum(x[r, k] for r in range(n))
         prob += pulp.lpSum(z[k, v] for v in levels) == y[k]
         prob += size[k] <= pulp.lpSum(caps[v] * z[k, v] for v in levels)
@@ -191,9 +192,9 @@ def mip_batches(
                 deadline=deadline)
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         if deadline is not None and prob.sol_status == pulp.LpSolutionNoSolutionFound:
-            return None, None, "time_limit"
+            return None, None, Status.TIME_LIMIT
         raise RuntimeError(f"P-BATCH MIP found no solution (status {pulp.LpStatus[prob.status]})")
     batches = [[r for r in range(n) if (x[r, k].varValue or 0) > 0.5] for k in slots]
     batches = [b for b in batches if b]
-    status = "optimal" if prob.sol_status == pulp.LpSolutionOptimal else "feasible"
+    status = Status.OPTIMAL if prob.sol_status == pulp.LpSolutionOptimal else Status.FEASIBLE
     return batches, float(pulp.value(prob.objective)), status

@@ -22,19 +22,21 @@ from typing import Sequence
 
 from ortools.sat.python import cp_model
 
+from ...result import Status
+
 __all__ = ["Offload", "adaptive_interval", "exact_offload", "max_min_offload"]
 
 RESOLUTION = 1e-6
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Offload:
     """Worker of each batch, final loads, makespan (s), status and proven lower bound (s)."""
 
     assignment: tuple[int, ...]
     loads: tuple[float, ...]
     makespan: float
-    status: str = "feasible"
+    status: Status = Status.FEASIBLE
     bound: float | None = None
 
 
@@ -54,7 +56,7 @@ def max_min_offload(times: Sequence[float], initial: Sequence[float]) -> Offload
         assignment[b] = w
         loads[w] += times[b]
     final = _loads(times, initial, assignment)
-    return Offload(tuple(assignment), final, max(final))
+    return Offload(assignment=tuple(assignment), loads=final, makespan=max(final))
 
 
 def exact_offload(
@@ -94,13 +96,15 @@ def exact_offload(
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if start is None or code != cp_model.UNKNOWN:
             raise RuntimeError(f"exact offloading found no solution ({solver.StatusName(code)})")
-        return Offload(start.assignment, start.loads, start.makespan, "time_limit", bound)
+        return Offload(assignment=start.assignment, loads=start.loads, makespan=start.makespan,
+                       status=Status.TIME_LIMIT, bound=bound)
     assignment = tuple(next(w for w in workers if solver.Value(x[b, w])) for b in batches)
     final = _loads(times, initial, assignment)
-    status = "optimal" if code == cp_model.OPTIMAL else "time_limit"
+    status = Status.OPTIMAL if code == cp_model.OPTIMAL else Status.TIME_LIMIT
     if start is not None and start.makespan < max(final):
-        return Offload(start.assignment, start.loads, start.makespan, status, bound)
-    return Offload(assignment, final, max(final), status, min(bound, max(final)))
+        return Offload(assignment=start.assignment, loads=start.loads, makespan=start.makespan, status=status,
+                       bound=bound)
+    return Offload(assignment=assignment, loads=final, makespan=max(final), status=status, bound=min(bound, max(final)))
 
 
 def adaptive_interval(loads: Sequence[float], lam: float = 0.5, gamma: float = 6.0) -> float:

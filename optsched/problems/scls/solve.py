@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 from ...deadline import seconds_left
 from ...instance import Instance, InstanceError
-from ...result import SolveResult, check_agreement
+from ...result import SolveResult, Status, check_agreement
 from ..static_latency import static_latency_of
 from .batching import DS_TABLE, MemoryRule, dp_batches, mip_batches, total_serve_time
 from .offload import adaptive_interval, exact_offload, max_min_offload
@@ -94,7 +94,7 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     method = options.get("method") or "dp"
     if method == "dp":
         batches, own = dp_batches(s["lengths"], s["model"], s["slice_len"], s["rule"])
-        status, solver = "optimal", "dp"
+        status, solver = Status.OPTIMAL, "dp"
     elif method == "mip":
         solver = options.get("solver") or "highs"
         batches, own, status = mip_batches(
@@ -103,10 +103,10 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     else:
         raise InstanceError(f"option 'method': must be 'dp' or 'mip', got {method!r}")
     if batches is None:  # the MIP found no batching within the limit
-        return SolveResult(problem="scls-batch", solver=solver, status="time_limit", objective=None, bound=None,
-                           wall_time=time.perf_counter() - start, schedule=None, sense="min",
-                           extra={"message": "the MIP found no batching within the time limit "
-                                             "(method 'dp' solves the batching exactly in milliseconds)"})
+        return SolveResult(problem="scls-batch", solver=solver, status=Status.TIME_LIMIT,
+                           wall_time=time.perf_counter() - start,
+                           message="the MIP found no batching within the time limit "
+                                   "(method 'dp' solves the batching exactly in milliseconds)")
     total = total_serve_time(s["lengths"], batches, s["model"], s["slice_len"], s["rule"])
     check_agreement(own, total, "scls-batch")
     times = [s["model"].serve_time(len(b), max(s["lengths"][i] for i in b), s["slice_len"]) for b in batches]
@@ -116,7 +116,6 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     exact = exact_offload(times, s["loads"], left, options.get("threads") or 2, start=heuristic)
     ids = [r.id for r in instance.requests]
     extra = {
-        "batches": [[ids[i] for i in b] for b in batches],
         "batch_times": times,
         "offload": {
             "max_min": {"assignment": list(heuristic.assignment), "makespan": heuristic.makespan},
@@ -127,7 +126,7 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         "next_interval": adaptive_interval(heuristic.loads, s["lam"], s["gamma"]),
     }
     return SolveResult(
-        problem="scls-batch", solver=solver, status=status, objective=total,  # type: ignore[arg-type]
-        bound=total if status == "optimal" else None, wall_time=time.perf_counter() - start,
-        schedule=None, sense="min", extra=extra,
+        problem="scls-batch", solver=solver, status=status, objective=total,
+        bound=total if status == Status.OPTIMAL else None, wall_time=time.perf_counter() - start,
+        batches=[[ids[i] for i in b] for b in batches], extra=extra,
     )
