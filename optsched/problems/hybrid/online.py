@@ -104,77 +104,114 @@ def simulate_pd(
         raise ValueError(f"unknown iteration rule {rule!r} (known: {', '.join(RULES)})")
     if cd_mode not in ("A", "B"):
         raise ValueError(f"unknown C_d reading {cd_mode!r} (known: A, B)")
-    tm = timing_of(instance)
-    J = tm.clients
-    reqs = instance.requests
-    n = len(reqs)
-    if len(client_of) != n or any(not 0 <= c < J for c in client_of):
+    J = timing_of(instance).clients
+    if len(client_of) != len(instance.requests) or any(not 0 <= c < J for c in client_of):
         raise ValueError("client_of must give a client in [0, J) for every request")
-    kv_cap = instance.limits.kv_capacity if instance.limits.kv_capacity is not None else math.inf
-    dec_cap = instance.limits.token_budget
+    sim = _PDSimulator(instance, client_of, sort_queues=sort_queues, steal=steal, lengths=lengths,
+                       whole_prompts=whole_prompts)
+    while sim.done < len(instance.requests):
+        sim.dispatch()
+        items = sim.prefill_items() if sim.waiting else []
+        if not items and not sim.decoding:
+            sim.idle_until_next_arrival()
+            continue
+        if items and sim.decoding and rule == "marginal":
+            run_prefill = sim.tm.prefill_time(sum(it.tokens for it in items)) < sim.c_d
+        else:
+            run_prefill = bool(items)
+        if run_prefill:
+            sim.prefill_stage(items)
+        else:
+            sim.decode_round(cd_mode, cd_overhead)
+    return Schedule(instance.name, tuple(sim.batches), {"policy": name})
 
-    def est(i: int) -> int:
-        r = reqs[i]
-        out = r.predicted_output_tokens if lengths == "predicted" and r.predicted_output_tokens else r.output_tokens
+
+class _PDSimulator:
+    """The state of :func:`simulate_pd`: client queues, the requests each client holds, the batches.
+
+    :meth:`dispatch` hands each idle client its next request (stealing when enabled);
+    :meth:`prefill_items` forms the prefill stage that would run now; :meth:`prefill_stage` and
+    :meth:`decode_round` run one iteration and advance the clock ``now``.
+    """
+
+    def __init__(self, instance: Instance, client_of: Sequence[int], *, sort_queues: bool, steal: bool,
+                 lengths: str, whole_prompts: bool) -> None:
+        self.instance = instance
+        self.reqs = reqs = instance.requests
+        self.tm = timing_of(instance)
+        self.J = J = self.tm.clients
+        self.steal = steal
+        self.lengths = lengths
+        self.whole_prompts = whole_prompts
+        n = len(reqs)
+        self.kv_cap = instance.limits.kv_capacity if instance.limits.kv_capacity is not None else math.inf
+        self.dec_cap = instance.limits.token_budget
+        queues: list[deque[int]] = [deque() for _ in range(J)]
+        for i in sorted(range(n), key=lambda i: (reqs[i].arrival, i)):
+            queues[client_of[i]].append(i)
+        if sort_queues:
+            queues = [deque(sorted(q, key=lambda i: (-self.estimate(i), i))) for q in queues]
+        self.queues = queues
+        self.remain = [sum(self.estimate(i) for i in q) for q in queues]
+        self.queued = n  # requests still in some queue
+        self.holder: list[int | None] = [None] * J  # request held by each client
+        self.waiting: list[int] = []  # requests dispatched, prompt not yet complete (dispatch order)
+        self.filled = [0] * n  # prompt tokens prefilled
+        self.left = [decode_rounds(r.output_tokens) for r in reqs]  # decode rounds still to run
+        self.decoding: list[int] = []  # clients whose request is in decode
+        self.client_now = [-1] * n
+        self.reserved = 0  # KV reserved by requests holding or about to hold KV (their max_kv)
+        self.batches: list[Batch] = []
+        self.now = 0.0  # current time: end of the last batch, or a later arrival when the engine idled
+        self.end_last = 0.0
+        self.c_d = 0.0
+        self.done = 0
+
+    def estimate(self, i: int) -> int:
+        """``N^p_i + N^d_i`` with the lengths used for sorting and ``remain_token``."""
+        r = self.reqs[i]
+        out = r.predicted_output_tokens if self.lengths == "predicted" and r.predicted_output_tokens else r.output_tokens
         return r.prompt_tokens + out
 
-    queues: list[deque[int]] = [deque() for _ in range(J)]
-    fcfs = sorted(range(n), key=lambda i: (reqs[i].arrival, i))
-    for i in fcfs:
-        queues[client_of[i]].append(i)
-    if sort_queues:
-        queues = [deque(sorted(q, key=lambda i: (-est(i), i))) for q in queues]
-    remain = [sum(est(i) for i in q) for q in queues]
-    queued = [n]  # requests still in some queue (boxed for the closure)
-
-    holder: list[int | None] = [None] * J  # request held by each client
-    waiting: list[int] = []  # requests dispatched, prompt not yet complete (dispatch order)
-    filled = [0] * n  # prompt tokens prefilled
-    left = [decode_rounds(r.output_tokens) for r in reqs]  # decode rounds still to run
-    decoding: list[int] = []  # clients whose request is in decode
-    client_now = [-1] * n
-    reserved = 0  # KV reserved by requests holding or about to hold KV (their max_kv)
-    batches: list[Batch] = []
-    cost = instance.cost_model
-    now = 0.0  # current time: end of the last batch, or a later arrival when the engine idled
-    end_last = 0.0
-    c_d = 0.0
-    done = 0
-
-    def dispatch() -> None:
+    def dispatch(self) -> None:
+        """Give every idle client the head of its queue, or (stealing) of the richest queue."""
+        reqs, queues, remain = self.reqs, self.queues, self.remain
         richest: int | None = None  # client with most remaining tokens; valid until a queue is popped
-        for j in range(J):
-            if holder[j] is not None:
+        for j in range(self.J):
+            if self.holder[j] is not None:
                 continue
             donor = j
-            if not (queues[j] and reqs[queues[j][0]].arrival <= now):
-                if not steal or queued[0] == 0:
+            if not (queues[j] and reqs[queues[j][0]].arrival <= self.now):
+                if not self.steal or self.queued == 0:
                     continue
                 if richest is None:
-                    richest = max(range(J), key=lambda k: (remain[k], -k))
+                    richest = max(range(self.J), key=lambda k: (remain[k], -k))
                 donor = richest
-                if remain[donor] <= 0 or not queues[donor] or reqs[queues[donor][0]].arrival > now:
+                if remain[donor] <= 0 or not queues[donor] or reqs[queues[donor][0]].arrival > self.now:
                     continue
             i = queues[donor].popleft()
             richest = None
-            queued[0] -= 1
-            remain[donor] -= est(i)
-            holder[j] = i
-            client_now[i] = j
-            waiting.append(i)
+            self.queued -= 1
+            remain[donor] -= self.estimate(i)
+            self.holder[j] = i
+            self.client_now[i] = j
+            self.waiting.append(i)
 
-    def prefill_batch() -> list[Item]:
-        room = tm.prefill_cap
-        kv = reserved
+    def prefill_items(self) -> list[Item]:
+        """The prefill stage that would run now: waiting prompts by first fit within the stage's room
+        and the KV capacity."""
+        reqs = self.reqs
+        room = self.tm.prefill_cap
+        kv = self.reserved
         items = []
-        for i in waiting:
+        for i in self.waiting:
             if room == 0:
                 break
-            need = reqs[i].prompt_tokens - filled[i]
-            if whole_prompts and room < need <= tm.prefill_cap:
+            need = reqs[i].prompt_tokens - self.filled[i]
+            if self.whole_prompts and room < need <= self.tm.prefill_cap:
                 continue  # waits for the next stage (first fit); only prompts above the capacity are split
-            if filled[i] == 0:
-                if kv + reqs[i].max_kv > kv_cap:
+            if self.filled[i] == 0:
+                if kv + reqs[i].max_kv > self.kv_cap:
                     continue
                 kv += reqs[i].max_kv
             c = min(need, room)
@@ -182,69 +219,75 @@ def simulate_pd(
             room -= c
         return items
 
-    while done < n:
-        dispatch()
-        items = prefill_batch() if waiting else []
-        if not items and not decoding:
-            pending = [reqs[q[0]].arrival for q in queues if q]
-            if not pending:
-                raise RuntimeError("hybrid simulator stalled with requests left (a request cannot fit the KV capacity)")
-            now = max(now, min(pending))
-            continue
-        if items and decoding and rule == "marginal":
-            c_p = tm.prefill_time(sum(it.tokens for it in items))
-            run_prefill = c_p < c_d
-        else:
-            run_prefill = bool(items)
-        start = now if now > end_last else None
-        if run_prefill:
-            tokens = context = 0
-            for it in items:
-                i = instance.index(it.id)
-                if filled[i] == 0:
-                    reserved += reqs[i].max_kv
-                context += it.tokens * filled[i]  # a split prompt's later chunk attends to the earlier ones
-                filled[i] += it.tokens
-                tokens += it.tokens
-                if filled[i] == reqs[i].prompt_tokens:
-                    waiting.remove(i)
-                    if left[i] == 0:
-                        holder[client_now[i]] = None
-                        reserved -= reqs[i].max_kv
-                        done += 1
-                    else:
-                        decoding.append(client_now[i])
-            duration = cost.batch_time(tokens, tokens, sum(it.tokens**2 for it in items), 0, 0, context)
-            batches.append(Batch(tuple(items), start=start))
-            c_d = 0.0
-        else:
-            active = sorted(decoding)[:dec_cap]
-            batch_items = tuple(Item(reqs[holder[j]].id, 1) for j in active)  # type: ignore[index]
-            kv_dec = 0
-            for j in active:
-                i = holder[j]
-                assert i is not None
-                kv_dec += reqs[i].prompt_tokens + decode_rounds(reqs[i].output_tokens) - left[i]
-            for j in active:
-                i = holder[j]
-                assert i is not None
-                left[i] -= 1
-                if left[i] == 0:
-                    decoding.remove(j)
-                    holder[j] = None
-                    reserved -= reqs[i].max_kv
-                    done += 1
-            duration = cost.batch_time(len(active), 0, 0, len(active), kv_dec)
-            batches.append(Batch(batch_items, start=start))
-            if cd_mode == "A":
-                c_d += tm.beta_d * len(active)
-            else:
-                c_d += tm.beta_d * len(waiting)
-            if cd_overhead:
-                c_d += tm.alpha_d
-        now += duration
-        end_last = now
-    return Schedule(instance.name, tuple(batches), {"policy": name})
+    def idle_until_next_arrival(self) -> None:
+        """Nothing can run: move the clock to the next arrival at the head of a queue."""
+        pending = [self.reqs[q[0]].arrival for q in self.queues if q]
+        if not pending:
+            raise RuntimeError("hybrid simulator stalled with requests left (a request cannot fit the KV capacity)")
+        self.now = max(self.now, min(pending))
+
+    def _start(self) -> float | None:
+        """The batch's ``start``: the clock when the engine idled since the last batch, else None."""
+        return self.now if self.now > self.end_last else None
+
+    def _advance(self, duration: float) -> None:
+        self.now += duration
+        self.end_last = self.now
+
+    def _finish(self, i: int) -> None:
+        """Request ``i`` is done: its client is free and its KV reservation released."""
+        self.holder[self.client_now[i]] = None
+        self.reserved -= self.reqs[i].max_kv
+        self.done += 1
+
+    def prefill_stage(self, items: list[Item]) -> None:
+        """Run a prefill stage of ``items``; requests whose prompt completes start decoding."""
+        reqs = self.reqs
+        start = self._start()
+        tokens = context = 0
+        for it in items:
+            i = self.instance.index(it.id)
+            if self.filled[i] == 0:
+                self.reserved += reqs[i].max_kv
+            context += it.tokens * self.filled[i]  # a split prompt's later chunk attends to the earlier ones
+            self.filled[i] += it.tokens
+            tokens += it.tokens
+            if self.filled[i] == reqs[i].prompt_tokens:
+                self.waiting.remove(i)
+                if self.left[i] == 0:
+                    self._finish(i)
+                else:
+                    self.decoding.append(self.client_now[i])
+        self.batches.append(Batch(tuple(items), start=start))
+        self.c_d = 0.0
+        squares = sum(it.tokens**2 for it in items)
+        self._advance(self.instance.cost_model.batch_time(tokens, tokens, squares, 0, 0, context))
+
+    def decode_round(self, cd_mode: str, cd_overhead: bool) -> None:
+        """Run one decode round of the decoding clients (at most the token budget, lowest first) and
+        add its share to ``C_d`` (reading ``cd_mode``)."""
+        reqs = self.reqs
+        start = self._start()
+        active = sorted(self.decoding)[: self.dec_cap]
+        batch_items = tuple(Item(reqs[self.holder[j]].id, 1) for j in active)  # type: ignore[index]
+        kv_dec = 0
+        for j in active:
+            i = self.holder[j]
+            assert i is not None
+            kv_dec += reqs[i].prompt_tokens + decode_rounds(reqs[i].output_tokens) - self.left[i]
+        for j in active:
+            i = self.holder[j]
+            assert i is not None
+            self.left[i] -= 1
+            if self.left[i] == 0:
+                self.decoding.remove(j)
+                self._finish(i)
+        duration = self.instance.cost_model.batch_time(len(active), 0, 0, len(active), kv_dec)
+        self.batches.append(Batch(batch_items, start=start))
+        self.c_d += self.tm.beta_d * (len(active) if cd_mode == "A" else len(self.waiting))
+        if cd_overhead:
+            self.c_d += self.tm.alpha_d
+        self._advance(duration)
 
 
 #: The registered policies: (assignment, Algorithm 1 on/off, iteration rule, C_d reading).
