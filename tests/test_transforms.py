@@ -103,3 +103,16 @@ def test_cli_transforms_and_their_errors(capsys):
     assert main(["info", "toy-4", "--seed", "3"]) == 2
     assert "--seed: only applies with --sample" in capsys.readouterr().err
     assert main(["info", "toy-4", "--sample", "0"]) == 2
+
+
+def test_info_out_saves_the_transformed_instance(capsys, tmp_path):
+    out = tmp_path / "slice.json"
+    assert main(["info", "poisson-mixed-100", "--first", "10", "--rate-scale", "2", "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["path"] == str(out)
+    from optsched.instance import load_instance
+
+    saved = load_instance(str(out))
+    expect = apply_transforms(load_instance("poisson-mixed-100"), WorkloadTransforms(first=10, rate_scale=2.0))
+    assert saved.name == "poisson-mixed-100-10-rate2" and saved.requests == expect.requests
+    assert main(["info", "toy-4", "--kv-capacity", "50", "--out", str(tmp_path / "no.json")]) == 1
+    assert "not written" in capsys.readouterr().err and not (tmp_path / "no.json").exists()

@@ -9,6 +9,7 @@ Exit 1 when some request can never finish, 0 otherwise.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from ._common import (
     EXIT_OK,
     add_instance_arguments,
     add_json_flag,
+    check_output_path,
     format_mapping,
     format_table,
     load_instance_arg,
@@ -31,6 +33,9 @@ from ._common import (
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("info", help="describe an instance: contents, infeasible requests, trivial bounds")
     add_instance_arguments(p)
+    p.add_argument("--out", metavar="FILE",
+                   help="write the instance (options and transforms applied) as JSON, e.g. a trace's slice "
+                        "for export --instance; not written when a request can never finish")
     add_json_flag(p)
     p.set_defaults(func=handle)
 
@@ -84,8 +89,15 @@ def describe(instance: Instance) -> dict[str, Any]:
 
 
 def handle(args: argparse.Namespace) -> int:
+    check_output_path(args.out)
     instance = load_instance_arg(args, check_capacity=False)
     info = describe(instance)
+    if args.out is not None:
+        if info["infeasible_requests"]:
+            print(f"optsched: note: {args.out} not written: some request can never finish", file=sys.stderr)
+        else:
+            instance.save(args.out)
+    info["path"] = args.out if args.out is not None and not info["infeasible_requests"] else None
     if args.json:
         print_json(info)
     else:
