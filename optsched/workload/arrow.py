@@ -1,6 +1,6 @@
 """The fast path of the CSV loader: pyarrow parses the columns, numpy checks them.
 
-Used when pyarrow is installed, for formats whose time is a number (seconds, milliseconds or
+Used (pyarrow importing) for formats whose time is a number (seconds, milliseconds or
 none) and a whole file is read. It returns exactly the rows of the standard-library reader (the
 tests compare both on every format), or None whenever anything is off (a parse or conversion
 error, a value out of range): the standard-library reader then reads the file and names the line
