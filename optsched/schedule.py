@@ -275,14 +275,14 @@ class _ReplayState:
 class _BatchWork:
     """What one batch processed: the cost model's arguments and the requests involved."""
 
-    n_tok: int = 0
-    n_pre: int = 0
-    s_pre: int = 0
-    n_dec: int = 0
-    kv_dec: int = 0
-    x_pre: int = 0
-    seen: set[int] = field(default_factory=set)
-    generated: list[int] = field(default_factory=list)
+    n_tok: int
+    n_pre: int
+    s_pre: int
+    n_dec: int
+    kv_dec: int
+    x_pre: int
+    seen: set[int]
+    generated: list[int]
 
     def features(self) -> tuple[int, int, int, int, int, int]:
         """The cost model's arguments ``(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)`` (docs/costmodel.md)."""
@@ -328,58 +328,60 @@ def _process_items(st: _ReplayState, j: int, batch: Batch, start: float, arrival
 
     A broken rule skips the item (flagged), so that every violation is listed at once.
     """
-    m, prompt, index, arrival = st.m, st.prompt, st.index, st.arrival
-    first_scheduled = st.first_scheduled
-    work = _BatchWork()
-    seen, generated = work.seen, work.generated
+    m, prompt, index, arrival, finished = st.m, st.prompt, st.index, st.arrival, st.finished
+    first_scheduled, flag = st.first_scheduled, st.flag
+    n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = newly_holding = 0
+    seen: set[int] = set()
+    generated: list[int] = []
     evicted_now = set(batch.evict)
     for it in batch.items:
         i = index.get(it.id)
         if i is None:
-            st.flag(f"batch {j}: request {it.id!r}: unknown request")
+            flag(f"batch {j}: request {it.id!r}: unknown request")
             continue
         if i in seen:
-            st.flag(f"batch {j}: request {it.id!r}: more than one item in the batch")
+            flag(f"batch {j}: request {it.id!r}: more than one item in the batch")
             continue
         seen.add(i)
         if it.id in evicted_now:
-            st.flag(f"batch {j}: request {it.id!r}: evicted and processed in the same batch")
+            flag(f"batch {j}: request {it.id!r}: evicted and processed in the same batch")
             continue
-        if st.finished[i]:
-            st.flag(f"batch {j}: request {it.id!r}: processed after it finished")
+        if finished[i]:
+            flag(f"batch {j}: request {it.id!r}: processed after it finished")
             continue
         if arrival[i] > arrival_limit:
-            st.flag(f"batch {j}: request {it.id!r}: processed before its arrival {arrival[i]!r} (batch starts {start!r})")
+            flag(f"batch {j}: request {it.id!r}: processed before its arrival {arrival[i]!r} (batch starts {start!r})")
         c = it.tokens
         if c < 1:
-            st.flag(f"batch {j}: request {it.id!r}: tokens = {c} < 1")
+            flag(f"batch {j}: request {it.id!r}: tokens = {c} < 1")
             continue
-        if m[i] < prompt[i]:  # prefill
-            room = prompt[i] - m[i]
+        held = m[i]
+        if held < prompt[i]:  # prefill
+            room = prompt[i] - held
             if c > room:
-                st.flag(f"batch {j}: request {it.id!r}: prefill chunk {c} exceeds the remaining prompt {room}")
+                flag(f"batch {j}: request {it.id!r}: prefill chunk {c} exceeds the remaining prompt {room}")
                 continue
-            if m[i] == 0:
-                st.running += 1
-            work.x_pre += c * m[i]
-            m[i] += c
-            work.n_pre += c
-            work.s_pre += c * c
-            if m[i] == prompt[i]:
+            if held == 0:
+                newly_holding += 1
+            x_pre += c * held
+            n_pre += c
+            s_pre += c * c
+            if c == room:
                 generated.append(i)
         else:  # decode
             if c != 1:
-                st.flag(f"batch {j}: request {it.id!r}: decode item with tokens = {c} (must be 1)")
+                flag(f"batch {j}: request {it.id!r}: decode item with tokens = {c} (must be 1)")
                 continue
-            work.kv_dec += m[i]
-            work.n_dec += 1
-            m[i] += 1
+            kv_dec += held
+            n_dec += 1
             generated.append(i)
-        st.kv_total += c
-        work.n_tok += c
+        m[i] = held + c
+        n_tok += c
         if first_scheduled[i] is None:
             first_scheduled[i] = start
-    return work
+    st.running += newly_holding
+    st.kv_total += n_tok
+    return _BatchWork(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, seen, generated)
 
 
 def _check_limits(st: _ReplayState, j: int, work: _BatchWork, instance: Instance) -> None:
@@ -387,14 +389,15 @@ def _check_limits(st: _ReplayState, j: int, work: _BatchWork, instance: Instance
     lim = instance.limits
     cap_m = lim.kv_capacity if lim.kv_capacity is not None else math.inf
     cap_r = lim.max_running if lim.max_running is not None else math.inf
+    if work.n_tok <= lim.token_budget and work.n_pre <= lim.prefill_budget and st.kv_total <= cap_m \
+            and st.running <= cap_r:
+        return
     over = [
         (work.n_tok > lim.token_budget, f"token budget exceeded: {work.n_tok} > C = {lim.token_budget}"),
         (work.n_pre > lim.prefill_budget, f"prefill budget exceeded: {work.n_pre} > P = {lim.prefill_budget}"),
         (st.kv_total > cap_m, f"KV capacity exceeded: {st.kv_total} > M = {cap_m}"),
         (st.running > cap_r, f"max running exceeded: {st.running} > R_max = {cap_r}"),
     ]
-    if not any(broken for broken, _ in over):
-        return
     reqs = instance.requests
     ids = ", ".join(repr(reqs[i].id) for i in sorted(work.seen)[:5])
     who = f" (requests {ids}{'...' if len(work.seen) > 5 else ''})"
