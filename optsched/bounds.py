@@ -361,29 +361,36 @@ def _chunk_extra(prompts_sorted: np.ndarray, x: np.ndarray, cm: CostModel) -> np
     return L * pq * np.maximum(0.0, s2[at] / x - s1[at])
 
 
-def least_bias(instance: Instance, members: np.ndarray | None = None) -> float:
+def least_bias(
+    instance: Instance, members: np.ndarray | None = None, *, batch_floor: int = 0, refills: bool = True
+) -> float:
     """beta(S) of the module docstring: the count program's least overhead, refill and chunking
     extra of the batches serving the requests ``members`` (indices; default all).
 
     Vectorised over the number D of batches with decode items; for each D the least cost over the
     number x of prefill batches is that of a convex function of x at max(lo(D), its unconstrained
-    minimiser).
+    minimiser). ``batch_floor``: a proven least number of batches from elsewhere (the program's B
+    is at least it); ``refills=False`` leaves the refill extras out (for a caller that bounds them
+    another way and must not count them twice).
     """
-    return _least_bias(*_member_lengths(instance, members), instance)
+    return _least_bias(*_member_lengths(instance, members), instance, batch_floor, refills)
 
 
-def _least_bias(I: np.ndarray, O: np.ndarray, instance: Instance) -> float:
+def _least_bias(
+    I: np.ndarray, O: np.ndarray, instance: Instance, batch_floor: int = 0, refills: bool = True
+) -> float:
     """:func:`least_bias` of the requests of prompt lengths ``I`` and output lengths ``O``."""
     cm, P = instance.cost_model, instance.limits.prefill_budget
     L, b, _, pb, _, _, db, *_ = _coefficients(cm)
     if len(I) == 0:
         return 0.0
     B, B_pre = _batch_counts(I, O, instance.limits)
+    B = max(B, batch_floor)
     first = -(-I // P)
     reach = int(np.max(first + O - 1))
     d_max = max(B, int(O.max()))
     D = np.arange(d_max + 1)
-    extra = _refill_extra_by_decodes(I, O, cm, d_max)
+    extra = _refill_extra_by_decodes(I, O, cm, d_max) if refills else np.zeros(d_max + 1)
     bp0 = np.maximum(max(B_pre, int(first.max())), reach - D)
     m = np.maximum(B, D)  # batches counted at least, before x
     lo = np.maximum(bp0, np.maximum(m, bp0) - D)

@@ -1,0 +1,348 @@
+r"""Plans: schedules built by serial schedule generation over resource profiles (any instance size).
+
+A *plan* lists *segments* in a placement order. A segment :math:`(i, g_0, g_1)` of request i
+generates its tokens :math:`g_0 + 1 .. g_1`: a (re)fill of :math:`X = I_i + g_0` tokens (the
+original prompt when :math:`g_0 = 0`, else the prompt plus every token generated, contract section
+2) in chunks of at most q tokens over :math:`\lceil X / q \rceil` consecutive batches, the last one
+generating token :math:`g_0 + 1`, then :math:`g_1 - g_0 - 1` decode steps in the batches right
+after, one per batch. A request's segments cover its tokens in order; between two of them it is
+evicted (it holds no KV until its refill starts), so a request with one segment is never evicted.
+
+Placing a segment at batch t fixes, for every batch :math:`t + k` it spans, what it adds to that
+batch: KV held after processing (:math:`\min(X, q (k+1))` while filling, :math:`X + j` after its
+j-th decode step), prefill tokens (its chunk), tokens (its chunk, or 1 for a decode) and one running
+request. *Serial schedule generation* (the scheme of project scheduling) places the segments one by
+one in the plan's order, each at the earliest batch t (from its release: 0, or one batch after the
+end of the request's previous segment; a multiple of the plan's ``grid``) where every batch it
+spans stays within M, P, C and :math:`R_{max}` with what is already placed. Placed segments never
+move, so the profiles are exact: the batch at index t holds exactly the items placed there, and its
+KV after processing is exactly the profile (each request's KV follows the contract's rules: a chunk
+adds its tokens, a decode one slot, a finishing request releases after the check, an evicted one
+holds nothing).
+
+:func:`plan_schedule` writes the batches in index order, with the evictions of the requests whose
+segment ended at batch t - 1 (and are not finished) in an eviction-only batch just before batch t
+(cost 0; the contract forbids an item for a request evicted in the same batch), and skips empty
+batches. The objective of a plan (:func:`plan_cost`) is computed from the profiles with the cost
+model of contract section 3 (the prefill-context term included); every schedule a caller keeps is
+still replayed (:func:`optsched.schedule.replay`) before a number is reported.
+
+Plans need an offline instance (every request arrives at the same time): batch indices carry no
+clock. :func:`plannable` says whether an instance and the options admit plans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from ...instance import Instance
+from ...schedule import Batch, Item, Schedule
+
+__all__ = ["Plan", "PlanData", "plan_cost", "plan_data", "plan_schedule", "plannable", "OBJECTIVE_CODES"]
+
+#: Objectives a plan's cost can be: makespan, sum of finish times, mean time to first token.
+OBJECTIVE_CODES = {"makespan": 0, "completion": 1, "ttft": 2}
+
+#: An unlimited KV capacity or running count, as an integer the kernels can compare.
+UNLIMITED = 1 << 60
+
+
+@dataclass(frozen=True)
+class PlanData:
+    """An instance as arrays for the kernels.
+
+    Attributes
+    ----------
+    prompt, output
+        I_i and O_i per request (instance order).
+    M, P, C, R
+        Limits (``UNLIMITED`` for no KV capacity or running limit).
+    coef
+        (layers, base, per_token, prefill bias, per_token, per_token_sq, per_ctx, decode bias,
+        per_token, per_kv): the cost model's coefficients.
+    start
+        The common arrival time (the first batch starts there).
+    """
+
+    prompt: np.ndarray
+    output: np.ndarray
+    M: int
+    P: int
+    C: int
+    R: int
+    coef: np.ndarray
+    start: float
+
+
+def plannable(instance: Instance, no_hybrid: bool = False, no_chunk: bool = False) -> str | None:
+    """None when plans apply to ``instance`` under the options; else the reason they do not."""
+    if len({r.arrival for r in instance.requests}) > 1:
+        return "requests arrive at different times (plans carry no clock)"
+    if no_hybrid:
+        return "plans mix prefill and decode items in a batch (no_hybrid)"
+    P = instance.limits.prefill_budget
+    if no_chunk and any(r.prompt_tokens > P for r in instance.requests):
+        return "a prompt exceeds P and chunked prefill is off"
+    return None
+
+
+def plan_data(instance: Instance) -> PlanData:
+    """The arrays of ``instance`` for :func:`plan_cost`."""
+    lim, cm = instance.limits, instance.cost_model
+    p, d = cm.prefill, cm.decode
+    coef = np.array([cm.layers, cm.base, cm.per_token, p.bias, p.per_token, p.per_token_sq, p.per_ctx,
+                     d.bias, d.per_token, d.per_kv], dtype=np.float64)
+    return PlanData(
+        prompt=np.array([r.prompt_tokens for r in instance.requests], dtype=np.int64),
+        output=np.array([r.output_tokens for r in instance.requests], dtype=np.int64),
+        M=UNLIMITED if lim.kv_capacity is None else int(lim.kv_capacity),
+        P=int(lim.prefill_budget),
+        C=int(lim.token_budget),
+        R=UNLIMITED if lim.max_running is None else int(lim.max_running),
+        coef=coef,
+        start=float(instance.requests[0].arrival) if instance.requests else 0.0,
+    )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Segments in placement order: request, first and last token generated (``g0`` exclusive),
+    chunk size; and the start grid (segments start at multiples of ``grid``)."""
+
+    request: np.ndarray
+    g0: np.ndarray
+    g1: np.ndarray
+    chunk: np.ndarray
+    grid: int = 1
+
+    @classmethod
+    def whole(cls, order: np.ndarray, output: np.ndarray, chunk: np.ndarray, grid: int = 1) -> "Plan":
+        """One segment per request (no eviction), in ``order``, with per-request ``chunk`` sizes."""
+        order = np.asarray(order, dtype=np.int64)
+        return cls(order, np.zeros(len(order), np.int64), np.asarray(output, np.int64)[order],
+                   np.asarray(chunk, np.int64)[order], grid)
+
+
+@njit(cache=True)
+def _segment_at(X: int, q: int, k: int) -> tuple[int, int, int]:
+    """(KV after processing, prefill tokens, KV before a prefill chunk) of a segment of fill X and
+    chunk q at its k-th batch (a decode step has 0 prefill tokens)."""
+    n_fill = (X + q - 1) // q
+    if k < n_fill:
+        c = q if k < n_fill - 1 else X - q * (n_fill - 1)
+        return min(X, q * (k + 1)), c, q * k
+    return X + k - n_fill + 1, 0, 0
+
+
+@njit(cache=True)
+def _grow(a: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros(size, a.dtype)
+    out[: len(a)] = a
+    return out
+
+
+@njit(cache=True)
+def _fill_fits(kv, pre, tok, run, t, X, q, n_fill, M, P, C, R):  # noqa: ANN001, ANN202
+    """Whether the fill batches of a segment started at t fit with what is placed."""
+    for k in range(n_fill):
+        m, c, _ = _segment_at(X, q, k)
+        u = t + k
+        if kv[u] + m > M or pre[u] + c > P or tok[u] + c > C or run[u] >= R:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _earliest(kv, pre, tok, run, t0, X, q, n_fill, length, grid, M, P, C, R):  # noqa: ANN001, ANN202
+    """The earliest start t >= t0 (a multiple of ``grid``) where a segment fits (arrays long
+    enough for every start tried: the caller sizes them).
+
+    A decode step k (k >= n_fill) at batch u = t + k adds X + u - t - n_fill + 1 KV, so it fits iff
+    H[u] = M - kv[u] - u >= X - n_fill + 1 - t, one token and one running request iff u is not
+    blocked (tok[u] >= C or run[u] >= R). The least H over the decode window [t + n_fill, t +
+    length) is kept by a monotone deque as t grows, blocked batches by prefix counts: linear time.
+    """
+    T = len(kv)
+    blocked = np.zeros(T + 1, np.int64)
+    for u in range(T):
+        blocked[u + 1] = blocked[u] + (1 if tok[u] >= C or run[u] >= R else 0)
+    dq = np.empty(T, np.int64)
+    head = 0
+    tail = 0
+    pushed = t0 + n_fill  # next index to push into the window
+    t = t0
+    while True:
+        lo, hi = t + n_fill, t + length  # decode window [lo, hi)
+        while pushed < hi:
+            h = M - kv[pushed] - pushed
+            while tail > head and M - kv[dq[tail - 1]] - dq[tail - 1] >= h:
+                tail -= 1
+            dq[tail] = pushed
+            tail += 1
+            pushed += 1
+        while tail > head and dq[head] < lo:
+            head += 1
+        ok = True
+        if hi > lo:
+            if blocked[hi] - blocked[lo] > 0:
+                ok = False
+            elif M - kv[dq[head]] - dq[head] < X - n_fill + 1 - t:
+                ok = False
+        if ok and _fill_fits(kv, pre, tok, run, t, X, q, n_fill, M, P, C, R):
+            return t
+        t += grid
+        if t + length > T:
+            return -1
+
+
+@njit(cache=True)
+def _place(prompt, req, g0, g1, chunk, grid, M, P, C, R):  # noqa: ANN001, ANN202 - numba kernel
+    """Serial schedule generation: the start batch of every segment and the horizon (module
+    docstring), placing each at the earliest batch where it fits."""
+    n = len(req)
+    T = 256
+    kv = np.zeros(T, np.int64)
+    pre = np.zeros(T, np.int64)
+    tok = np.zeros(T, np.int64)
+    run = np.zeros(T, np.int64)
+    start = np.empty(n, np.int64)
+    end_of = np.full(len(prompt), -1, np.int64)  # last batch of each request's latest placed segment
+    horizon = 0
+    for s in range(n):
+        i = req[s]
+        X = prompt[i] + g0[s]
+        q = chunk[s]
+        n_fill = (X + q - 1) // q
+        length = n_fill + g1[s] - g0[s] - 1
+        t0 = 0 if g0[s] == 0 else end_of[i] + 1
+        if t0 % grid:
+            t0 += grid - t0 % grid
+        # past the horizon every batch is empty, so a start there fits (each segment fits alone)
+        need = max(horizon, t0) + grid + length + 1
+        if need > T:
+            T = max(2 * T, need)
+            kv = _grow(kv, T)
+            pre = _grow(pre, T)
+            tok = _grow(tok, T)
+            run = _grow(run, T)
+        t = _earliest(kv, pre, tok, run, t0, X, q, n_fill, length, grid, M, P, C, R)
+        for k in range(length):
+            m, c, _ = _segment_at(X, q, k)
+            u = t + k
+            kv[u] += m
+            pre[u] += c
+            tok[u] += c if c > 0 else 1
+            run[u] += 1
+        start[s] = t
+        end_of[i] = t + length - 1
+        horizon = max(horizon, t + length)
+    return start, horizon
+
+
+@njit(cache=True)
+def _batch_times(prompt, req, g0, g1, chunk, start, horizon, coef):  # noqa: ANN001, ANN202
+    """Time of every batch index (0 for an empty one) from the placed segments."""
+    L, b, a, pb, pa, pq, pc, db, da, dk = (coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6],
+                                           coef[7], coef[8], coef[9])
+    tok = np.zeros(horizon, np.int64)
+    pre = np.zeros(horizon, np.int64)
+    sq = np.zeros(horizon, np.float64)
+    ctx = np.zeros(horizon, np.float64)
+    ndec = np.zeros(horizon, np.int64)
+    kvdec = np.zeros(horizon, np.float64)
+    for s in range(len(req)):
+        X = prompt[req[s]] + g0[s]
+        q = chunk[s]
+        length = (X + q - 1) // q + g1[s] - g0[s] - 1
+        for k in range(length):
+            m, c, before = _segment_at(X, q, k)
+            u = start[s] + k
+            if c > 0:
+                tok[u] += c
+                pre[u] += c
+                sq[u] += c * c
+                ctx[u] += c * before
+            else:
+                tok[u] += 1
+                ndec[u] += 1
+                kvdec[u] += m - 1
+    times = np.zeros(horizon, np.float64)
+    for u in range(horizon):
+        if tok[u] == 0:
+            continue
+        x = b + a * tok[u]
+        if pre[u] > 0:
+            x += pb + pa * pre[u] + pq * sq[u] + pc * ctx[u]
+        if ndec[u] > 0:
+            x += db + da * ndec[u] + dk * kvdec[u]
+        times[u] = L * x
+    return times
+
+
+@njit(cache=True)
+def _objective(prompt, output, req, g0, g1, chunk, start, times, objective):  # noqa: ANN001, ANN202
+    """The plan's objective from its batch times (arrival 0): makespan, sum of finish times or
+    mean time to first token."""
+    ends = np.cumsum(times)
+    if objective == 0:
+        return ends[-1] if len(ends) else 0.0
+    total = 0.0
+    for s in range(len(req)):
+        X = prompt[req[s]] + g0[s]
+        q = chunk[s]
+        n_fill = (X + q - 1) // q
+        if objective == 1 and g1[s] == output[req[s]]:  # the request's last token
+            total += ends[start[s] + n_fill + g1[s] - g0[s] - 2]
+        elif objective == 2 and g0[s] == 0:  # its first token
+            total += ends[start[s] + n_fill - 1]
+    return total if objective == 1 else total / len(prompt)
+
+
+def plan_cost(data: PlanData, plan: Plan, objective: str = "makespan") -> float:
+    """The objective of ``plan`` (computed from its profiles, arrival time included)."""
+    start, horizon = _place(data.prompt, plan.request, plan.g0, plan.g1, plan.chunk, plan.grid,
+                            data.M, data.P, data.C, data.R)
+    times = _batch_times(data.prompt, plan.request, plan.g0, plan.g1, plan.chunk, start, horizon, data.coef)
+    value = _objective(data.prompt, data.output, plan.request, plan.g0, plan.g1, plan.chunk, start, times,
+                       OBJECTIVE_CODES[objective])
+    if objective == "makespan":
+        return data.start + value
+    if objective == "completion":
+        return value + len(data.prompt) * data.start
+    return value
+
+
+def plan_schedule(instance: Instance, data: PlanData, plan: Plan, meta: dict | None = None) -> Schedule:
+    """The schedule of ``plan`` (module docstring): batches in index order, evictions in an
+    eviction-only batch before the batch after a segment's last, empty batches skipped."""
+    start, horizon = _place(data.prompt, plan.request, plan.g0, plan.g1, plan.chunk, plan.grid,
+                            data.M, data.P, data.C, data.R)
+    ids = [r.id for r in instance.requests]
+    items: list[list[Item]] = [[] for _ in range(horizon)]
+    evict: list[list[str]] = [[] for _ in range(horizon + 1)]
+    for s in range(len(plan.request)):
+        i = int(plan.request[s])
+        X = int(data.prompt[i] + plan.g0[s])
+        q = int(plan.chunk[s])
+        n_fill = -(-X // q)
+        t = int(start[s])
+        for k in range(n_fill):
+            items[t + k].append(Item(ids[i], q if k < n_fill - 1 else X - q * (n_fill - 1)))
+        n_dec = int(plan.g1[s] - plan.g0[s] - 1)
+        for k in range(n_dec):
+            items[t + n_fill + k].append(Item(ids[i], 1))
+        if plan.g1[s] < data.output[i]:
+            evict[t + n_fill + n_dec].append(ids[i])
+    batches: list[Batch] = []
+    first = True
+    for t in range(horizon):
+        if evict[t]:
+            batches.append(Batch((), tuple(evict[t])))
+        if items[t]:
+            batch = Batch(tuple(items[t]), start=data.start if first and data.start > 0 else None)
+            batches.append(batch)
+            first = False
+    return Schedule(instance.name, tuple(batches), meta or {})

@@ -1,0 +1,304 @@
+"""InferMax at scale: plans and their search, the KV-time count, the trajectory bound.
+
+- Plans (optsched/problems/infermax/plans.py): random plans (orders, chunk sizes, evictions, start
+  grids) on tiny and 20-request instances replay cleanly and their computed objective equals the
+  replay's (makespan, completion, ttft); the search never returns worse than its start.
+- KV-time count (kvtime.py): equals its definition written out as a loop; no schedule (exhaustive
+  optima, every policy, random legal schedules with evictions, plans) has fewer non-empty batches;
+  the bound never exceeds the exhaustive optimum.
+- Trajectory bound (colgen.py): the pricing is the least over every trajectory (enumerated); every
+  legal schedule's trajectories are points of the relaxation (KV, running and generating counts at
+  most the replay's, legal transitions) and its makespan is at least W plus its overheads plus its
+  trajectories' extras; the bound never exceeds the exhaustive optimum nor any schedule found on
+  larger instances; the Lagrangian values never exceed the master's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from optsched.bounds import batch_counts, least_bias, request_work
+from optsched.instance import parse_instance
+from optsched.policies import policy_names, simulator_for
+from optsched.problems.infermax import colgen
+from optsched.problems.infermax.kvtime import kv_area, kv_time_count
+from optsched.problems.infermax.lns import improve_plans, starting_plans
+from optsched.problems.infermax.plans import Plan, plan_cost, plan_data, plan_schedule, plannable
+from optsched.problems.infermax.scale import kv_time_bound
+from optsched.result import replayed_objective
+from optsched.schedule import replay
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from infermax_bruteforce import exhaustive_makespan  # noqa: E402
+from legal_schedules import random_legal_schedule  # noqa: E402
+from test_infermax import tiny_instance  # noqa: E402
+
+REL = 1e-9
+TINY = range(32)
+
+
+def small_instance(seed: int, n: int = 20, share: float = 0.4, profile: str = "llama2-7b-a100"):
+    """n requests with I, O in 1..24, M = ``share`` of the KV need (at least the largest request's)."""
+    rng = random.Random(seed)
+    reqs = [{"id": f"r{k}", "prompt_tokens": rng.randint(1, 24), "output_tokens": rng.randint(1, 24)}
+            for k in range(n)]
+    need = [r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs]
+    C = rng.choice([32, 64, 4096])
+    return parse_instance({
+        "name": f"small-{seed}", "cost_model": profile,
+        "limits": {"token_budget": C, "prefill_budget": rng.choice([p for p in (16, 32, 64) if p <= C]),
+                   "kv_capacity": max(max(need), int(share * sum(need))), "max_running": rng.choice([None, 6])},
+        "requests": reqs,
+    }, f"small-{seed}")
+
+
+def random_plan(data, rng: random.Random, evictions: bool = True) -> Plan:
+    """A random plan: random order, chunk sizes, splits and grid."""
+    n = len(data.prompt)
+    segs = []
+    for i in range(n):
+        cuts = sorted(rng.sample(range(1, int(data.output[i])), k=min(rng.choice([0, 0, 1, 2]), int(data.output[i]) - 1))) \
+            if evictions and data.output[i] > 1 else []
+        bounds_ = [0] + cuts + [int(data.output[i])]
+        q = rng.choice([1, 2, 3, 8, 1 << 30])
+        segs.append([(i, a, b, max(1, min(q, data.P, data.C, int(data.prompt[i]) + a))) for a, b in zip(bounds_, bounds_[1:])])
+    order = []
+    pending = [list(s) for s in segs]
+    while any(pending):
+        i = rng.choice([k for k in range(n) if pending[k]])
+        order.append(pending[i].pop(0))
+    arr = np.array(order, dtype=np.int64)
+    return Plan(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], rng.choice([1, 1, 2, 3]))
+
+
+# ----------------------------------------------------------------------------------------- plans
+
+
+@pytest.mark.parametrize("seed", list(TINY) + [100, 101, 102])
+def test_random_plans_replay_with_their_cost(seed):
+    inst = tiny_instance(seed) if seed < 100 else small_instance(seed)
+    data = plan_data(inst)
+    rng = random.Random(seed)
+    for _ in range(4):
+        plan = random_plan(data, rng)
+        schedule = plan_schedule(inst, data, plan)
+        rep = replay(inst, schedule)
+        assert rep.feasible, rep.violations[:3]
+        for objective in ("makespan", "completion", "ttft"):
+            value, _ = replayed_objective(inst, schedule, objective)
+            assert plan_cost(data, plan, objective) == pytest.approx(value, rel=REL)
+
+
+def test_plans_need_common_arrivals_and_the_options():
+    inst = tiny_instance(3, arrivals=True)
+    if len({r.arrival for r in inst.requests}) > 1:
+        assert "arrive" in plannable(inst)
+    inst = small_instance(1)
+    assert plannable(inst) is None
+    assert "no_hybrid" in plannable(inst, no_hybrid=True)
+
+
+def test_search_improves_on_its_start_and_replays():
+    inst = small_instance(7, n=24)
+    data = plan_data(inst)
+    start = starting_plans(data, "makespan", None)
+    steps = list(improve_plans(data, "makespan", time.perf_counter() + 2.0, start=start))
+    assert steps[0].cost == start[0][0]
+    costs = [s.cost for s in steps]
+    assert costs == sorted(costs, reverse=True)
+    value, _ = replayed_objective(inst, plan_schedule(inst, data, steps[-1].plan), "makespan")
+    assert value == pytest.approx(steps[-1].cost, rel=REL)
+
+
+# -------------------------------------------------------------------------------------- kv-time
+
+
+def _kv_time_loop(inst) -> int:
+    """The KV-time count written out from its definition (kvtime.py's docstring)."""
+    I = np.array([r.prompt_tokens for r in inst.requests])
+    O = np.array([r.output_tokens for r in inst.requests])
+    P, C, M = inst.limits.prefill_budget, inst.limits.token_budget, inst.limits.kv_capacity
+    first = -(-I // P)
+    area, held, t = kv_area(I, O), 0, 0
+    while held < area:
+        t += 1
+        h = np.where(t >= first, I + np.minimum(O, t - first + 1) - 1, 0)
+        held += min(M, t * C, int(h.sum()))
+    return t
+
+
+def _schedules(inst, rng: random.Random, legal: int = 3):
+    """Exhaustive optimum (tiny only), every policy, random legal schedules, random plans."""
+    out = []
+    for name in policy_names():
+        try:
+            out.append(simulator_for(name)(inst))
+        except Exception:  # noqa: BLE001 - a policy that does not apply
+            continue
+    out += [random_legal_schedule(inst, rng).schedule for _ in range(legal)]
+    if plannable(inst) is None:
+        data = plan_data(inst)
+        out += [plan_schedule(inst, data, random_plan(data, rng)) for _ in range(2)]
+    return [s for s in out if replay(inst, s).feasible]
+
+
+@pytest.mark.parametrize("seed", [s for s in TINY if tiny_instance(s).limits.kv_capacity is not None] + [100, 101, 103])
+def test_kv_time_count_is_its_definition_and_below_every_schedule(seed):
+    inst = tiny_instance(seed) if seed < 100 else small_instance(seed, share=0.3)
+    assert kv_time_count(inst) == _kv_time_loop(inst)
+    schedules = _schedules(inst, random.Random(seed))
+    if seed < 100:
+        schedules.append(exhaustive_makespan(inst)[1])
+    for schedule in schedules:
+        assert kv_time_count(inst) <= sum(1 for b in schedule.batches if b.items)
+
+
+@pytest.mark.parametrize("seed", TINY)
+def test_kv_time_bound_below_the_exhaustive_optimum(seed):
+    inst = tiny_instance(seed)
+    best = exhaustive_makespan(inst)[0]
+    assert kv_time_bound(inst)[0] <= best * (1 + REL)
+
+
+def test_kv_time_count_sees_few_requests_filling_a_large_memory():
+    inst = parse_instance({"name": "m", "cost_model": "llama2-7b-a100",
+                           "limits": {"token_budget": 4096, "prefill_budget": 4096, "kv_capacity": 10000},
+                           "requests": [{"id": f"r{k}", "prompt_tokens": 64, "output_tokens": 1024} for k in range(32)]},
+                          "m")
+    assert batch_counts(inst)[0] == 1886
+    assert kv_time_count(inst) == 1985
+
+
+# ------------------------------------------------------------------------------ trajectory bound
+
+
+def _brute_least(I, O, T, mu, rv, iv, rho, dex):
+    """Least reduced cost over every trajectory of a request finishing within T batches, by
+    enumerating action sequences (docstring of colgen.py)."""
+    best = np.inf
+    for acts in itertools.product(range(4), repeat=T):
+        g, resident, cost, done = 0, False, 0.0, False
+        ok = True
+        for t, a in enumerate(acts):
+            if done:
+                if a != colgen.NONE:
+                    ok = False
+                    break
+                continue
+            if a == colgen.FILL:
+                cost += (rho[g + 1] if g >= 1 else 0.0) + mu[t] * (I + g) + rv[t] + iv[t]
+                g, resident = g + 1, True
+            elif a == colgen.DECODE:
+                if not resident or g < 1:
+                    ok = False
+                    break
+                cost += dex[g + 1] + mu[t] * (I + g) + rv[t] + iv[t]
+                g += 1
+            elif a == colgen.IDLE:
+                if not resident:
+                    ok = False
+                    break
+                cost += mu[t] * (I + g - 1) + rv[t]
+            else:
+                resident = False
+            if g == O:
+                done = True
+        if ok and done:
+            best = min(best, cost)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_pricing_is_the_least_over_every_trajectory(seed):
+    rng = np.random.default_rng(seed)
+    I, O, T = int(rng.integers(1, 4)), int(rng.integers(1, 4)), int(rng.integers(3, 7))
+    if O > T:
+        O = T
+    spikes = np.where(rng.random(T) < 0.3, 50.0, 1.0)  # batches where generating costs much: idling pays
+    mu, rv, iv = rng.random(T) * 0.1, rng.random(T) * 0.01, rng.random(T) * 0.1 * spikes
+    scale = 1.0 if seed % 2 else 0.01  # refills dear (idling pays) or cheap (evicting pays)
+    rho, dex = np.concatenate([[0, 0], scale * (1 + rng.random(O - 1))]), np.concatenate([[0, 0], rng.random(O - 1) * 0.05])
+    fin, ch_u, ch_r, ch_f = colgen._price(I, O, T, mu, rv, iv, rho, dex)
+    assert fin.min() == pytest.approx(_brute_least(I, O, T, mu, rv, iv, rho, dex), rel=1e-12, abs=1e-15)
+    end = int(np.argmin(fin))
+    act, gen = colgen._path(O, T, ch_u, ch_r, ch_f, end)
+    kv, run, gen_items = colgen._usage(I, act, gen)
+    cost = rho[gen[(act == colgen.FILL) & (gen >= 2)]].sum() + dex[gen[act == colgen.DECODE]].sum()
+    assert cost + mu @ kv + rv @ run + iv @ gen_items == pytest.approx(fin[end], rel=1e-12, abs=1e-15)
+
+
+def _check_point(inst, schedule, lp):
+    """The schedule's trajectories are points of LP(B) with extras within its makespan (module
+    docstring of colgen.py). Returns (B, the extras of its trajectories)."""
+    rep = replay(inst, schedule)
+    nonempty = [j for j, b in enumerate(schedule.batches) if b.items]
+    B = len(nonempty)
+    trajectories = colgen.schedule_trajectories(inst, schedule, lp)
+    kv = np.zeros(B)
+    run = np.zeros(B)
+    gen_items = np.zeros(B)
+    extras = 0.0
+    for ci, act in trajectories:
+        c = lp.classes[ci]
+        gen = colgen._gen_of(act, c.output)
+        assert gen[-1] == c.output
+        resident = False
+        for t, a in enumerate(act):  # legal transitions
+            if a in (colgen.DECODE, colgen.IDLE):
+                assert resident and gen[t] >= 1
+            resident = a != colgen.NONE and gen[t] < c.output
+        k, r, g = colgen._usage(c.prompt, act, gen)
+        kv += k
+        run += r
+        gen_items += g
+        extras += colgen._cost(c, act, gen)
+    assert np.all(kv <= np.array(rep.kv_used)[nonempty])
+    assert np.all(run <= np.array(rep.running)[nonempty])
+    assert np.all(gen_items <= inst.limits.token_budget)
+    cm = inst.cost_model
+    x = sum(1 for j in nonempty if rep.prefill_tokens[j] > 0)
+    D = sum(1 for j in nonempty if rep.decode_items[j] > 0)
+    overhead = cm.layers * (cm.base * B + cm.prefill.bias * x + cm.decode.bias * D)
+    start = min(r.arrival for r in inst.requests)
+    assert start + request_work(inst).sum() + overhead + extras <= rep.metrics.makespan * (1 + REL)
+    return B, extras
+
+
+@pytest.mark.parametrize("seed", [s for s in TINY if tiny_instance(s).limits.kv_capacity is not None] + [100, 102])
+def test_every_schedule_is_a_point_of_the_trajectory_relaxation(seed):
+    inst = tiny_instance(seed) if seed < 100 else small_instance(seed, n=12, share=0.3)
+    lp = colgen.TrajectoryLP(inst)
+    rng = random.Random(seed)
+    schedules = _schedules(inst, rng, legal=6)
+    if seed < 100:
+        schedules.append(exhaustive_makespan(inst)[1])
+    for schedule in schedules:
+        B, extras = _check_point(inst, schedule, lp)
+        point = lp.solve(B, None)  # E(B) is at most the schedule's extras
+        assert point.bound <= extras + 1e-9
+        assert point.bound <= point.master + 1e-9
+
+
+@pytest.mark.parametrize("seed", [s for s in TINY if tiny_instance(s).limits.kv_capacity is not None])
+def test_trajectory_bound_below_the_exhaustive_optimum(seed):
+    inst = tiny_instance(seed)
+    best, schedule = exhaustive_makespan(inst)
+    tb = colgen.trajectory_bound(inst, best * 1.05, None, seed=[schedule])
+    assert tb.value <= best * (1 + REL)
+
+
+@pytest.mark.parametrize("seed", [100, 101, 104])
+def test_trajectory_bound_below_every_schedule_found(seed):
+    inst = small_instance(seed, n=16, share=0.25)
+    schedules = _schedules(inst, random.Random(seed))
+    values = [replay(inst, s).metrics.makespan for s in schedules]
+    tb = colgen.trajectory_bound(inst, min(values), time.perf_counter() + 20.0, seed=schedules[:3])
+    assert tb.value <= min(values) * (1 + REL)
+    assert tb.value >= request_work(inst).sum() + least_bias(inst, batch_floor=kv_time_count(inst)) - 1e-12
