@@ -20,6 +20,7 @@ Profiles live in ``models/*.toml`` (shipped as ``optsched.data_models``); each n
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import tomllib
@@ -29,12 +30,16 @@ from typing import Any, Mapping, TextIO
 
 import numpy as np
 
+from .jsonio import read_text, read_toml
+
 __all__ = [
+    "MAX_MEASURED_SECONDS",
     "CostModel",
     "CostModelError",
     "LinearFit",
     "PhaseCost",
     "available_profiles",
+    "check_profile_toml",
     "cost_model_from_mapping",
     "features_of",
     "FEATURES",
@@ -65,6 +70,11 @@ def features_of(mapping: Mapping[str, Any]) -> tuple[int, ...]:
 
 class CostModelError(ValueError):
     """A cost model could not be found or is malformed."""
+
+
+#: Longest measured batch or step time accepted, in seconds (about 11.6 days): a larger number is
+#: not a measurement (10^308 overflowed the fits into a negative per_token).
+MAX_MEASURED_SECONDS = 1e6
 
 
 @dataclass(frozen=True)
@@ -166,11 +176,20 @@ _UNUSED = {"prefill": ("per_kv",), "decode": ("per_token_sq", "per_ctx")}
 _TOP_KEYS = {"layers", "base", "per_token", "prefill", "decode", "name", "source"}
 
 
-def _number(value: Any, where: str) -> float:
+#: Largest coefficient (seconds per layer and unit) and layer count a profile may have: real ones
+#: are below 10^-2 and 200; these caps keep every batch time of every instance finite (10^300
+#: made times infinite and the policies' schedules unreplayable).
+MAX_COEFFICIENT = 1e3
+MAX_LAYERS = 1e4
+
+
+def _number(value: Any, where: str, positive: bool = False, most: float = MAX_COEFFICIENT) -> float:
+    """``value`` as a finite number in [0, ``most``] (> 0 when ``positive``), else a CostModelError
+    naming ``where``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise CostModelError(f"{where}: must be a finite number, got {value!r}")
-    if value < 0:
-        raise CostModelError(f"{where}: must be >= 0, got {value!r}")
+    if value < 0 or (positive and value == 0) or value > most:
+        raise CostModelError(f"{where}: must be {'> 0' if positive else '>= 0'} and at most {most:g}, got {value!r}")
     return float(value)
 
 
@@ -202,9 +221,7 @@ def cost_model_from_mapping(data: Mapping[str, Any], name: str = "inline") -> Co
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise CostModelError(f"cost_model: unknown field(s) {sorted(unknown)}")
-    layers = _number(data.get("layers", 1), "cost_model.layers")
-    if layers <= 0:
-        raise CostModelError("cost_model.layers: must be > 0")
+    layers = _number(data.get("layers", 1), "cost_model.layers", positive=True, most=MAX_LAYERS)
     return CostModel(
         name=str(data.get("name", name)),
         layers=layers,
@@ -238,11 +255,11 @@ def load_cost_model(spec: str | Mapping[str, Any] | CostModel) -> CostModel:
     if not isinstance(spec, str):
         raise CostModelError("cost_model: must be a profile name or an object")
     if spec.endswith(".toml"):
+        data = read_toml(spec, CostModelError)
         try:
-            with open(spec, "rb") as fh:
-                return cost_model_from_mapping(tomllib.load(fh), name=spec)
-        except OSError as exc:
-            raise CostModelError(f"cost_model: cannot read {spec}: {exc.strerror}") from exc
+            return cost_model_from_mapping(data, name=spec)
+        except CostModelError as exc:
+            raise CostModelError(f"{spec}: {exc}") from None
     resource = resources.files("optsched.data_models").joinpath(f"{spec}.toml")
     if not resource.is_file():
         raise CostModelError(
@@ -461,28 +478,46 @@ def read_measurements_csv(
                 x, y = float(row[tokens_column]), float(row[time_column])
             except (TypeError, ValueError):
                 raise CostModelError(f"{path}: line {k}: not a number in {tokens_column!r} or {time_column!r}") from None
-            if not (math.isfinite(x) and math.isfinite(y)) or x < 0 or y <= 0:
-                raise CostModelError(f"{path}: line {k}: tokens must be >= 0 and time > 0")
+            seconds = y * TIME_UNITS[unit]
+            if not (math.isfinite(x) and math.isfinite(y)) or x < 0 or x != int(x) or not 0 < seconds <= MAX_MEASURED_SECONDS:
+                raise CostModelError(f"{path}: line {k}: tokens must be an integer >= 0 and time in "
+                                     f"(0, {MAX_MEASURED_SECONDS:g}] s, got {row[tokens_column]!r}, {row[time_column]!r}")
             tokens.append(x)
-            times.append(y * TIME_UNITS[unit])
+            times.append(seconds)
     if len(tokens) < 2:
         raise CostModelError(f"{path}: at least two measurements are needed, found {len(tokens)}")
+    if len(set(tokens)) < 2:
+        raise CostModelError(f"{path}: every measurement has {tokens[0]:g} tokens: per_token cannot be fitted; "
+                             "measure at least two token counts")
     return np.array(tokens), np.array(times)
 
 
 def _open_csv(path: str) -> TextIO:
-    """Open a measurement CSV; an unreadable file is a :class:`CostModelError` naming it."""
-    try:
-        return open(path, newline="")
-    except OSError as exc:
-        raise CostModelError(f"{path}: cannot read file ({exc.strerror})") from None
+    """A measurement CSV's UTF-8 text; an unreadable or non-UTF-8 file is a :class:`CostModelError`
+    naming it."""
+    return io.StringIO(read_text(path, CostModelError), newline="")
 
 
 def is_vidur_profile(path: str) -> bool:
     """Whether a CSV is a Vidur operator profile (``time_stats.<op>.mean`` columns)."""
-    with open(path, newline="") as fh:
+    with _open_csv(path) as fh:
         header = next(csv.reader(fh), [])
     return any(h.startswith("time_stats.") and h.endswith(".mean") for h in header)
+
+
+def _vidur_row(path: str, line: int, row: Mapping[str, str], ops: list[str]) -> tuple[int, float, float]:
+    """(tensor-parallel workers, tokens, sum of the operators' mean milliseconds) of one profile row."""
+    try:
+        tp = int(row.get("num_tensor_parallel_workers") or 1)
+        tokens = float(row["num_tokens"])
+        ms = math.fsum(float(row[op]) for op in ops)
+    except (TypeError, ValueError):
+        raise CostModelError(f"{path}: line {line}: not a number in num_tokens, num_tensor_parallel_workers "
+                             "or a time_stats column") from None
+    if not (math.isfinite(tokens) and tokens >= 0 and math.isfinite(ms) and 0 < ms * TIME_UNITS["ms"] <= MAX_MEASURED_SECONDS):
+        raise CostModelError(f"{path}: line {line}: tokens must be >= 0 and the operators' time in "
+                             f"(0, {MAX_MEASURED_SECONDS:g}] s")
+    return tp, tokens, ms
 
 
 def read_vidur_mlp_profile(path: str, tensor_parallel: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -503,14 +538,23 @@ def read_vidur_mlp_profile(path: str, tensor_parallel: int = 1) -> tuple[np.ndar
         ops = [h for h in header if h.startswith("time_stats.") and h.endswith(".mean")]
         if not ops or "num_tokens" not in header:
             raise CostModelError(f"{path}: not a Vidur operator profile (no time_stats.*.mean / num_tokens columns)")
-        rows = [r for r in reader if int(r.get("num_tensor_parallel_workers") or 1) == tensor_parallel]
+        parsed = [_vidur_row(path, k, r, ops) for k, r in enumerate(reader, start=2)]
+    rows = [(tokens, ms) for tp, tokens, ms in parsed if tp == tensor_parallel]
     if len(rows) < 2:
         raise CostModelError(f"{path}: fewer than two rows with num_tensor_parallel_workers = {tensor_parallel}")
-    raw_tokens = np.array([float(r["num_tokens"]) for r in rows])
-    raw_times = np.array([math.fsum(float(r[op]) for op in ops) for r in rows]) * TIME_UNITS["ms"]
+    raw_tokens = np.array([tokens for tokens, _ in rows])
+    raw_times = np.array([ms for _, ms in rows]) * TIME_UNITS["ms"]
     tokens, where = np.unique(raw_tokens, return_inverse=True)  # sorted; repeated runs are averaged
+    if len(tokens) < 2:
+        raise CostModelError(f"{path}: every row has {tokens[0]:g} tokens: per_token cannot be fitted")
     times = np.bincount(where, weights=raw_times) / np.bincount(where)
     return tokens, times
+
+
+def check_profile_toml(text: str) -> CostModel:
+    """The cost model a profile TOML text (:func:`profile_toml`) describes; a CostModelError when it
+    is not one (a fitted coefficient negative or beyond :data:`MAX_COEFFICIENT`)."""
+    return cost_model_from_mapping(tomllib.loads(text))
 
 
 def profile_toml(

@@ -22,6 +22,7 @@ Arrival processes
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
@@ -106,8 +107,10 @@ class ClippedNormal:
     high: int | None = None
 
     def __post_init__(self) -> None:
-        if self.sd < 0 or self.low < 1 or (self.high is not None and self.high < self.low):
-            raise ValueError(f"bad clipped normal {self}")
+        if not (math.isfinite(self.mean) and math.isfinite(self.sd)) or self.sd < 0 or self.low < 1 or (
+            self.high is not None and self.high < self.low
+        ):
+            raise ValueError(f"bad clipped normal {self} (finite mean, sd >= 0, 1 <= LOW <= HIGH)")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         raw = np.rint(rng.normal(self.mean, self.sd, size=n))

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .costmodel import CostModel, CostModelError, load_cost_model
-from .jsonio import dumps_instance, write_text_atomic
+from .jsonio import dumps_instance, read_json, write_text_atomic
 
 __all__ = [
     "NO_EXTRA",
@@ -30,6 +30,7 @@ __all__ = [
     "Instance",
     "InstanceError",
     "Limits",
+    "MAX_TOKENS",
     "Request",
     "available_instances",
     "check_requests",
@@ -44,6 +45,11 @@ DEFAULT_TOKEN_BUDGET = 4096
 #: this a float time loses the resolution the replay's comparisons need (at 1e300 s every batch
 #: of a millisecond ends where it starts), so a later arrival is bad input, not a time.
 MAX_ARRIVAL = 1e9
+
+#: Most tokens a request's prompt or output may have (ten million: the longest context windows).
+#: The bounds and the simulators hold per-token arrays and loops; 10^7 tokens take seconds and
+#: about a gigabyte, 10^9 exhausted the memory, so a larger count is bad input.
+MAX_TOKENS = 10**7
 
 
 class InstanceError(ValueError):
@@ -375,21 +381,29 @@ def _reject_misspelt_keys(extra: Mapping[str, Any], known: Iterable[str], source
             raise InstanceError(f"{source}: {who}field {key!r}: unknown field; did you mean {close[0]!r}?")
 
 
+def _too_many_tokens(r: Request, source: str) -> None:
+    for field_name in ("prompt_tokens", "output_tokens", "predicted_output_tokens"):
+        value = getattr(r, field_name)
+        if value is not None and value > MAX_TOKENS:
+            raise InstanceError(f"{source}: request {r.id!r}: field {field_name!r}: {value} exceeds "
+                                f"{MAX_TOKENS:,} tokens, the most a request may have")
+
+
 def check_requests(
     requests: Sequence[Request], limits: Limits, source: str, check_capacity: bool = True, *, check_ids: bool = True
 ) -> None:
-    """Unique ids (unless ``check_ids`` is False: the caller made them unique) and, with
-    ``check_capacity``, every request able to fit in ``kv_capacity``.
+    """Token counts of at most :data:`MAX_TOKENS`, unique ids (unless ``check_ids`` is False: the
+    caller made them unique) and, with ``check_capacity``, every request able to fit in ``kv_capacity``.
 
     Raises
     ------
     InstanceError
         Naming the file, the request and the field.
     """
-    if not check_ids and (not check_capacity or limits.kv_capacity is None):
-        return
     seen: set[str] = set()
     for r in requests:
+        if max(r.prompt_tokens, r.output_tokens, r.predicted_output_tokens or 0) > MAX_TOKENS:
+            _too_many_tokens(r, source)
         if check_ids:
             if r.id in seen:
                 raise InstanceError(f"{source}: request {r.id!r}: field 'id': duplicate id")
@@ -409,7 +423,8 @@ def load_instance(path: str | Path, *, check_capacity: bool = True) -> Instance:
     Raises
     ------
     InstanceError
-        When the file is missing, is not JSON, or violates the contract.
+        When the file is missing, is not UTF-8 JSON (:func:`optsched.jsonio.read_json`), or violates
+        the contract.
     """
     path_str = str(path)
     p = Path(path_str)
@@ -422,15 +437,7 @@ def load_instance(path: str | Path, *, check_capacity: bool = True) -> Instance:
             f"{path_str}: no such file and no shipped instance of that name"
             f" (shipped: {', '.join(available_instances())})"
         )
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise InstanceError(f"{path_str}: cannot read file ({exc.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InstanceError(f"{path_str}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
-    return parse_instance(data, path_str, check_capacity=check_capacity)
+    return parse_instance(read_json(p, InstanceError), path_str, check_capacity=check_capacity)
 
 
 def available_instances() -> list[str]:

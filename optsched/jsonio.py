@@ -1,4 +1,11 @@
-"""Files in and out: atomic output, nothing half-written on failure.
+"""Files in and out: strict reading of JSON and TOML inputs, atomic output.
+
+Inputs (:func:`read_json`, :func:`loads_json`, :func:`read_toml`, :func:`read_text`): UTF-8 text
+(a leading byte-order mark is allowed; another encoding is refused naming the line and column of the
+first bad byte), standard JSON only (no ``NaN``/``Infinity``, no number beyond a float's range), no key twice in one object (JSON
+itself lets the last win silently; here it is an error naming the key), and nesting within the
+JSON decoder's recursion limit (about a thousand levels). Each refusal raises the caller's error class with a one-line message that
+names the file, so a loader raises its own error type (exit code 2 on the command line).
 
 Every file optsched writes (schedules, instances, profiles, plans, plots, reports, request tables)
 goes through :func:`atomic_output` (or :func:`write_text_atomic`, built on it): the content is
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import stat
 import tempfile
@@ -31,7 +39,11 @@ __all__ = [
     "dumps_instance",
     "dumps_rows",
     "gc_paused",
+    "loads_json",
     "output_target",
+    "read_json",
+    "read_text",
+    "read_toml",
     "write_json_atomic",
     "write_text_atomic",
 ]
@@ -39,6 +51,79 @@ __all__ = [
 
 class OutputError(ValueError):
     """An output file that cannot be written; the message names it."""
+
+
+def read_text(path: str | Path, error: type[Exception]) -> str:
+    """The UTF-8 text of ``path`` (a byte-order mark dropped); ``error`` names the file when it
+    cannot be read or is not UTF-8 (with the line and column of the first bad byte)."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise error(f"{path}: cannot read file ({exc.strerror})") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise error(f"{path}: not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line}, column {column}") from None
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        owner = obj.get("id") if isinstance(obj.get("id"), str) else None
+        raise _DuplicateKey(f"key {key!r} given twice in one object" + (f" (the one with id {owner!r})" if owner else ""))
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range of a number")
+    return value
+
+
+def loads_json(text: str, source: str, error: type[Exception]) -> Any:
+    """Parse JSON ``text`` strictly (module docstring); ``error`` names ``source`` and the line."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite)
+    except json.JSONDecodeError as exc:
+        raise error(f"{source}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    except _DuplicateKey as exc:
+        raise error(f"{source}: malformed JSON: {exc}") from None
+    except ValueError as exc:  # parse_constant, parse_float
+        raise error(f"{source}: malformed JSON: {exc}") from None
+    except RecursionError:  # the decoder's own limit (about a thousand levels)
+        raise error(f"{source}: malformed JSON: arrays or objects nested too deeply") from None
+
+
+def read_json(path: str | Path, error: type[Exception]) -> Any:
+    """The JSON file ``path`` parsed strictly (module docstring); ``error`` names the file."""
+    return loads_json(read_text(path, error), str(path), error)
+
+
+def read_toml(path: str | Path, error: type[Exception]) -> dict[str, Any]:
+    """The TOML file ``path`` parsed (UTF-8, as TOML requires); ``error`` names the file and the
+    place of a syntax error."""
+    import tomllib
+
+    text = read_text(path, error)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{path}: malformed TOML: {exc}") from None
+    except RecursionError:
+        raise error(f"{path}: malformed TOML: arrays or tables nested too deeply") from None
 
 
 @contextmanager

@@ -25,7 +25,6 @@ step and each makespan with the measured times, and each instance's ranking of i
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .costmodel import CostModel, features_of, fit_terms
+from .jsonio import read_json
 from .instance import Instance, load_instance
 from .schedule import Batch, Item, Schedule, replay
 
@@ -67,12 +67,7 @@ def is_step_measurements(data: Any) -> bool:
 
 def load_step_measurements(path: str | Path) -> dict[str, Any]:
     """Read a step-measurement file (:class:`MeasuredError` names the file)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise MeasuredError(f"{path}: cannot read file ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise MeasuredError(f"{path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    data = read_json(path, MeasuredError)
     if not is_step_measurements(data):
         raise MeasuredError(f"{path}: not a step-measurement file (no 'grid' or 'runs')")
     if data.get("time_unit", "ms") != "ms":

@@ -17,14 +17,13 @@ generated). In batch ``j``: (1) start = max(end of previous batch, the batch's `
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .instance import Instance
-from .jsonio import dumps_rows, gc_paused, write_text_atomic
+from .instance import MAX_ARRIVAL, Instance
+from .jsonio import dumps_rows, gc_paused, loads_json, read_text, write_text_atomic
 from .metrics import TIME_RTOL, Metrics, RequestOutcome, compute_metrics
 
 __all__ = [
@@ -158,21 +157,16 @@ def _parse_batch(raw: Any, j: int, source: str) -> Batch:
         isinstance(start, bool) or not isinstance(start, (int, float)) or not math.isfinite(start)
     ):
         raise ScheduleError(f"{where}: field 'start': must be a number")
+    if start is not None and abs(start) > MAX_ARRIVAL:
+        raise ScheduleError(f"{where}: field 'start': must lie within +-{MAX_ARRIVAL:g} s (as arrivals), got {start!r}")
     return Batch(tuple(items), tuple(evict), None if start is None else float(start))
 
 
 def load_schedule(path: str | Path) -> Schedule:
     """Read a schedule JSON file (:class:`ScheduleError` names the file and the field)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ScheduleError(f"{path}: cannot read file ({exc.strerror})") from None
+    text = read_text(path, ScheduleError)
     with gc_paused():
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ScheduleError(f"{path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
-        return Schedule.from_dict(data, source=str(path))
+        return Schedule.from_dict(loads_json(text, str(path), ScheduleError), source=str(path))
 
 
 # --------------------------------------------------------------------------- results

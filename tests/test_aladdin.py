@@ -83,9 +83,9 @@ def test_model_rejects_times_beyond_the_integer_data():
     with pytest.raises(InstanceError, match=r"slo.ttft.*exceeds"):
         model_from_instance(_instance(reqs, ttft=MAX_SECONDS * 10))
     big = parse_instance({"name": "big", "limits": {"kv_capacity": 60}, "slo": {"ttft": 0.02, "atgt": 0.05},
-                          "cost_model": {"layers": 1, "prefill": {"bias": 1e300, "per_token": 0.0005},
+                          "cost_model": {"layers": 10000, "prefill": {"bias": 1000, "per_token": 0.0005},
                                          "decode": {"bias": 0.02, "per_kv": 0.0002}},
-                          "requests": reqs})
+                          "requests": reqs})  # within the cost model's caps (docs/costmodel.md), 10^7 s a prefill
     with pytest.raises(InstanceError, match=r"cost_model' \(prefill bias\).*exceeds"):
         model_from_instance(big)
 

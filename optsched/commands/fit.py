@@ -19,12 +19,15 @@ fitted by least squares (:func:`optsched.costmodel.fit_linear`). Two CSV inputs 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from ..costmodel import (
     FIT_LOSSES,
     TIME_UNITS,
+    CostModelError,
+    check_profile_toml,
     fit_linear,
     is_vidur_profile,
     linear_errors,
@@ -35,6 +38,16 @@ from ..costmodel import (
 )
 from ..jsonio import write_text_atomic
 from ._common import EXIT_OK, BadInput, add_json_flag, check_output_path, format_mapping, positive_int, print_json
+
+
+def write_profile(out: str, text: str, source: str) -> None:
+    """Write a fitted profile's TOML ``text`` to ``out`` only when it is a cost model
+    (:func:`~optsched.costmodel.check_profile_toml`); else bad input naming the measurements ``source``."""
+    try:
+        check_profile_toml(text)
+    except CostModelError as exc:
+        raise BadInput(f"{source}: the fitted profile is not a cost model ({exc}); {out} not written") from None
+    write_text_atomic(out, text)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -73,7 +86,7 @@ def _fit_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
                            "timing": args.timing, "profile": model.to_dict(), "errors": errors,
                            "dropped_terms": list(fit.dropped)}
     if args.out is not None:
-        write_text_atomic(args.out, profile_toml(name, source, model.base, model.per_token, template=model))
+        write_profile(args.out, profile_toml(name, source, model.base, model.per_token, template=model), args.measurements)
         out["written"] = args.out
     if args.json:
         print_json(out)
@@ -127,9 +140,15 @@ def handle(args: argparse.Namespace) -> int:
             "mean_abs_pct_error": mean_err,
             "max_abs_pct_error": max_err,
         }
+    name = args.name or (args.out.rsplit("/", 1)[-1].removesuffix(".toml") if args.out else "fitted")
+    text = profile_toml(name, f"fitted from {what}", fit.base, fit.per_token, template)
+    if args.out is None:  # least squares without bounds: a negative slope is not a cost model
+        try:
+            check_profile_toml(text)
+        except CostModelError as exc:
+            print(f"optsched: warning: {path}: the fitted profile is not a cost model ({exc})", file=sys.stderr)
     if args.out is not None:
-        name = args.name or args.out.rsplit("/", 1)[-1].removesuffix(".toml")
-        write_text_atomic(args.out, profile_toml(name, f"fitted from {what}", fit.base, fit.per_token, template))
+        write_profile(args.out, text, path)
         out["profile"] = args.out
     if args.json:
         print_json(out)

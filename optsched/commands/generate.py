@@ -15,16 +15,37 @@ from ..jsonio import dumps_instance
 from ._common import EXIT_OK, BadInput, add_json_flag, check_output_path, positive_int, print_json
 
 
+#: Most requests ``--n`` may ask for (a million requests take about 1.2 GB while generated).
+MAX_GENERATED = 10**7
+
+
+def _request_count(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_GENERATED:
+        raise argparse.ArgumentTypeError(f"at most {MAX_GENERATED:,} requests, got {value:,}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="draw a seeded synthetic instance (fixed grids, clipped normals, Poisson)")
     p.add_argument("--name", required=True, help="instance name")
-    p.add_argument("--n", type=positive_int, required=True, help="number of requests")
+    p.add_argument("--n", type=_request_count, required=True, help=f"number of requests (at most {MAX_GENERATED:,})")
     p.add_argument("--prompt", metavar="SPEC", help="prompt length spec (one request type)")
     p.add_argument("--output", metavar="SPEC", help="output length spec (one request type)")
     p.add_argument("--type", nargs=2, action="append", default=[], metavar=("PROMPT", "OUTPUT"),
                    help="a request type (repeatable; requests split in equal shares, shuffled)")
     p.add_argument("--arrivals", default="zero", help="zero (default) or poisson:RATE (requests/s)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random generator (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the random generator, an integer >= 0 (default 0)")
     p.add_argument("--cost-model", default="llama2-7b-a100", metavar="PROFILE", help="default llama2-7b-a100")
     p.add_argument("--token-budget", type=positive_int, metavar="C")
     p.add_argument("--prefill-budget", type=positive_int, metavar="P")
@@ -53,8 +74,11 @@ def handle(args: argparse.Namespace) -> int:
               if getattr(args, k) is not None}
     inst = generate(args.n, types, name=args.name, cost_model=args.cost_model, limits=limits,
                     arrivals=arrivals, seed=args.seed, source="optsched generate")
-    if args.out is None:
-        sys.stdout.write(dumps_instance(inst.to_dict()))
+    if args.out is None:  # the instance itself is the one JSON object (also under --json)
+        if args.json:
+            print_json(inst.to_dict())
+        else:
+            sys.stdout.write(dumps_instance(inst.to_dict()))
         return EXIT_OK
     inst.save(args.out)
     if args.json:

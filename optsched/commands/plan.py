@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--heartbeat", type=positive_float, default=1.0, help="seconds between placements (default 1)")
     p.add_argument("--gpus-per-worker", type=positive_int, default=1, help="GPUs of one worker (default 1)")
     p.add_argument("--max-workers", type=positive_int, default=256, help="largest W searched (default 256)")
-    p.add_argument("--solver", default="cpsat", help="backend of the exact placement (cpsat, highs, cbc)")
+    p.add_argument("--solver", default="cpsat", help="backend of the exact placements and of the lower bound "
+                   "(cpsat, highs, cbc, gurobi; default cpsat)")
     p.add_argument("--time-limit", type=positive_float, help="seconds per exact placement")
     p.add_argument("--predict-bins", type=positive_int,
                    help="predict output lengths by this many prompt-length bins fitted on the instance "
@@ -45,12 +46,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from ..problems.aladdin.capacity import heartbeat_lower_bound, min_workers
     from ..problems.aladdin.cluster import METHODS
+    from ..problems.aladdin.exact import EXACT_SOLVERS
     from ..problems.aladdin.predictor import BinPredictor
 
     if args.method not in METHODS or args.method == "given":
         raise BadInput(f"--method: unknown placement {args.method!r} (known: {', '.join(m for m in METHODS if m != 'given')})")
     if args.target > 1:
         raise BadInput(f"--target: must lie in (0, 1], got {args.target}")
+    if args.solver not in EXACT_SOLVERS:  # the exact placements and the lower bound's
+        raise BadInput(f"--solver: unknown backend {args.solver!r} (known: {', '.join(EXACT_SOLVERS)})")
     instance = load_instance_arg(args)
     predictor = None
     if args.predict_bins:
@@ -67,6 +71,6 @@ def handle(args: argparse.Namespace) -> int:
     else:
         found = "none up to --max-workers" if res.workers is None else f"{res.workers} workers = {res.gpus} GPUs"
         print(f"{instance.name}: {args.method} reaches attainment {args.target:g} with {found}")
-        print(f"  placement-model lower bound: {bound} workers; evaluated: "
-              + ", ".join(f"{k}: {a:.3f}" for k, a in res.evaluated.items()))
+        evaluated = ", ".join(f"{k}: {a:.3f}" for k, a in res.evaluated.items()) or "none (the bound exceeds --max-workers)"
+        print(f"  placement-model lower bound: {bound} workers; evaluated: {evaluated}")
     return EXIT_OK if res.workers is not None else EXIT_NO

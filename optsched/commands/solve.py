@@ -146,7 +146,8 @@ def handle(args: argparse.Namespace) -> int:
         print_json(out)
     else:
         metrics = out.get("metrics") or {}
-        print(format_mapping([(k, out[k]) for k in
+        named = {"objective": f"objective ({out['objective_name']})"} if out.get("objective_name") else {}
+        print(format_mapping([(named.get(k, k), out[k]) for k in
                               ("instance", "problem", "solver", "status", "objective", "bound", "gap", "wall_time", "schedule")]
                              + [(k, metrics[k]) for k in SUMMARY_METRICS if k in metrics]))
     if result.status == Status.INFEASIBLE:

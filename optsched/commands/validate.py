@@ -18,12 +18,12 @@ hardware and the instance re-solved. Exit 1 when the result records a plan misma
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from ..jsonio import write_text_atomic
+from ..jsonio import read_json
 from ._common import EXIT_NO, BadInput, check_output_path, print_json
+from .fit import write_profile
 
 
 def register(subparsers: Any) -> None:
@@ -52,12 +52,7 @@ def handler(args: argparse.Namespace) -> int:
     from ..executor.compare import compare, plot
 
     check_output_path(args.plot, args.profile_out)
-    try:
-        result = json.loads(Path(args.result).read_text())
-    except OSError as exc:
-        raise BadInput(f"{args.result}: cannot read file ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{args.result}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    result = read_json(args.result, BadInput)
     from ..measured import is_step_measurements
 
     if is_step_measurements(result):
@@ -71,12 +66,17 @@ def handler(args: argparse.Namespace) -> int:
         raise BadInput("--timing gpu applies to step-measurement files only (results: wall or model)")
     try:
         report = compare(result, timing=timing, worst=args.worst, profile_name=args.profile_name)
-    except (KeyError, TypeError, ValueError) as exc:
+    except KeyError as exc:
+        raise BadInput(f"{args.result}: field {exc.args[0]!r}: missing") from None
+    except (TypeError, ValueError, IndexError, AttributeError) as exc:
         raise BadInput(f"{args.result}: {exc}") from None
+    if args.profile_out and not report["fit_terms"]:
+        raise BadInput(f"--profile-out: {args.result} has {report['compared_steps']} measured step(s) with tokens; "
+                       "a refit needs at least two (no profile written)")
     if args.plot:
         plot(report, args.plot, title=f"{result['plan'].get('instance')} on {result.get('run', {}).get('model')}")
     if args.profile_out and report["fit_terms"]:
-        write_text_atomic(args.profile_out, report["fit_terms"]["profile_toml"])
+        write_profile(args.profile_out, report["fit_terms"]["profile_toml"], args.result)
     report |= {"ok": result.get("ok"), "mismatches": result.get("mismatches", []),
                "plot": args.plot, "profile_out": args.profile_out if report["fit_terms"] else None}
     if args.json:

@@ -19,23 +19,41 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..costmodel import features_of, fit_linear, fit_terms, profile_toml
+from ..costmodel import MAX_MEASURED_SECONDS, features_of, fit_linear, fit_terms, profile_toml
 from ..jsonio import atomic_output
+from .run import RESULT_VERSION
 
 __all__ = ["compare", "plot"]
 
 
+def _seconds(value: Any, where: str, zero: bool) -> float:
+    """``value`` as a time in seconds in (0, :data:`MAX_MEASURED_SECONDS`] (or [0, ...] when
+    ``zero``), else a ValueError naming ``where``."""
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+          and (value >= 0 if zero else value > 0) and value <= MAX_MEASURED_SECONDS)
+    if not ok:
+        raise ValueError(f"{where}: must be a time in {'[' if zero else '('}0, {MAX_MEASURED_SECONDS:g}] s, got {value!r}")
+    return float(value)
+
+
 def _rows(result: Mapping[str, Any], timing: str) -> list[dict[str, Any]]:
     key = {"wall": "measured_time", "model": "model_time"}[timing]
+    if result.get("version") != RESULT_VERSION:
+        raise ValueError(f"field 'version': {result.get('version')!r} is not a result version this optsched reads "
+                         f"({RESULT_VERSION})")
     plan_steps = result["plan"]["steps"]
     rows = []
     for s in result["steps"]:
-        feats = plan_steps[s["step"]]["features"]
+        k = s["step"]
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(plan_steps):
+            raise ValueError(f"field 'steps': step {k!r}: not a step of the plan (0..{len(plan_steps) - 1})")
+        feats = plan_steps[k]["features"]
         meas = s.get(key)
         if feats["n_tok"] == 0 or meas is None:
             continue
-        pred = float(s["predicted_time"])
-        rows.append({"step": s["step"], "batch": s["batch"], "predicted": pred, "measured": float(meas),
+        meas = _seconds(meas, f"step {k}: field {key!r}", zero=False)
+        pred = _seconds(s["predicted_time"], f"step {k}: field 'predicted_time'", zero=True)
+        rows.append({"step": k, "batch": s["batch"], "predicted": pred, "measured": meas,
                      "ape": 100 * abs(pred - meas) / meas, "features": list(features_of(feats))})
     return rows
 

@@ -38,7 +38,6 @@ largest prompt + output length, prefix caching off, chunked prefill on.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +45,7 @@ from typing import Any, Mapping
 
 from ..costmodel import FEATURES, features_of
 from ..instance import Instance
-from ..jsonio import write_json_atomic
+from ..jsonio import read_json, write_json_atomic
 from ..schedule import Schedule, replay
 
 __all__ = [
@@ -198,13 +197,7 @@ class ReplayPlan:
 
 def load_plan(path: str | Path) -> ReplayPlan:
     """Read a plan file (:class:`PlanError` names the file and the field)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise PlanError(f"{path}: cannot read file ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"{path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
-    return ReplayPlan.from_dict(data, source=str(path))
+    return ReplayPlan.from_dict(read_json(path, PlanError), source=str(path))
 
 
 def _kv_held(schedule: Schedule, n_batches: int) -> list[dict[str, int]]:

@@ -105,6 +105,8 @@ def min_workers(
             out.evaluated[f"W={w}"] = runs[w].attainment
         return runs[w].attainment >= target - 1e-12
 
+    if max(lo, 1) > hi:  # no count up to hi is at least the lower end lo (a proven bound): none reaches the target
+        return out
     fail, w = lo - 1, max(lo, 1)
     while not ok(w):
         fail = w

@@ -24,7 +24,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from ...instance import Instance
+from ...instance import Instance, InstanceError
 from ...result import Bound, SolveResult, Status
 from .cluster import place, simulate_cluster
 from .heuristics import best_fit
@@ -43,6 +43,8 @@ def offline_problem(instance: Instance, max_workers: int | None = None) -> Place
     jobs = tuple(Job(r.id, r.prompt_tokens, r.predicted_output_tokens or r.output_tokens) for r in instance.requests)
     placement = instance.extra.get("placement") or {}
     cap = max_workers if max_workers is not None else placement.get("max_workers")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise InstanceError(f"{instance.name}: field 'placement.max_workers': must be an integer >= 1, got {cap!r}")
     return PlacementProblem(model, (), jobs, cap)
 
 

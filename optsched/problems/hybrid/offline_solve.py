@@ -64,6 +64,7 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         wall_time=wall,
         schedule=schedule,
         extra={
+            "objective_name": "max_client_load",  # not the replayed schedule's makespan
             "tau_d": timing.tau_d,
             "lengths": lengths,
             "max_load_rounds": found.makespan,
