@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 
 import numpy as np
 import pytest
@@ -84,6 +85,16 @@ def test_bad_workloads_and_options(tmp_path, capsys) -> None:
     bad.write_text("name: x\nworkloads: [\n")
     assert main(["sweep", str(bad), "--out", str(tmp_path / "o")]) == 2
     assert "bad.yaml: malformed YAML at line" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module, extra, message", [
+    ("ray", ["--ray"], "--ray needs Ray: pip install 'optsched[ray]'"),
+    ("pyarrow", [], "needs pyarrow: pip install 'optsched[parquet]'"),
+])
+def test_a_missing_optional_package_is_a_clear_error(tmp_path, capsys, monkeypatch, module, extra, message) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # import fails as if it were not installed
+    assert _sweep(tmp_path, SMALL_SPEC, *extra) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_yaml_spec_and_relative_paths(tmp_path) -> None:

@@ -236,7 +236,8 @@ def _solve_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
         t0 = time.perf_counter()
         base = {"kind": "solve", "policy": f"solver:{entry.problem}", "time_limit": entry.time_limit}
         try:
-            result = problems.solver_for(entry.problem)(instance, {**entry.options, "objective": cell.run.objective})
+            options = {"objective": cell.run.objective, **entry.options}  # the entry's own options win
+            result = problems.solver_for(entry.problem)(instance, options)
             values: dict[str, Any] = {"solver": result.solver, "status": result.status, "bound": result.bound}
             if result.schedule is not None:
                 replayed = replay(instance, result.schedule)
