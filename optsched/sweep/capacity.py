@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cells import Cell, SloTarget, expand_cells
+from .cells import METRIC_COLUMNS, Cell, SloTarget, expand_cells
 from .runner import Executor, Progress, Workloads, run_cells
 from .spec import RunSpec, SpecError, SweepSpec
 from .store import SweepStore
@@ -104,16 +104,9 @@ def _result_row(search: _Search, rows: dict[str, list[dict[str, Any]]]) -> dict[
     probe = rows[at.key][0]
     row = {**probe, "kind": "capacity", "cell": search.key, "status": status,
            "wall_time": sum(rows[search.cells[k].key][0]["wall_time"] or 0.0 for k in search.probes)}
-    if search.good < 0:  # nothing meets the target: no metrics to report
-        row.update({k: None for k in probe if k in ("objective", "error") or k in _metric_keys(probe)},
-                   rate_scale=None, slo_met=False)
+    if search.good < 0:  # nothing meets the target: no capacity, no metrics to report
+        row.update(dict.fromkeys([*METRIC_COLUMNS, "objective", "error"]), rate_scale=None, slo_met=False)
     return row
-
-
-def _metric_keys(row: dict[str, Any]) -> set[str]:
-    from .cells import METRIC_COLUMNS
-
-    return set(METRIC_COLUMNS) & set(row)
 
 
 def capacity_search(spec: SweepSpec, workloads: Workloads, executor: Executor, store: SweepStore,

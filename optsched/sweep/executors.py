@@ -93,10 +93,6 @@ class LocalPool:
         self._waiting.append(_Job(key, fn, args))
         self._fill()
 
-    @property
-    def pending(self) -> int:
-        return len(self._waiting) + len(self._running) + len(self._finished)
-
     def _fill(self) -> None:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(self.workers, mp_context=self._ctx, initializer=_init_worker,
@@ -209,10 +205,6 @@ class RayExecutor:
 
     def submit(self, key: str, fn: Callable[..., Any], *args: Any) -> None:
         self._refs[self._task.remote(fn, *args)] = key
-
-    @property
-    def pending(self) -> int:
-        return len(self._refs) + len(self._finished)
 
     def next_done(self) -> Done:
         """The next finished task (blocks); RuntimeError when nothing is pending."""
