@@ -89,7 +89,7 @@ def test_bad_workloads_and_options(tmp_path, capsys) -> None:
 
 @pytest.mark.parametrize("module, extra, message", [
     ("ray", ["--ray"], "--ray needs Ray: pip install 'optsched[ray]'"),
-    ("pyarrow", [], "needs pyarrow: pip install 'optsched[parquet]'"),
+    ("pyarrow", [], "needs pyarrow, a dependency of optsched that is missing here: pip install pyarrow"),
 ])
 def test_a_missing_optional_package_is_a_clear_error(tmp_path, capsys, monkeypatch, module, extra, message) -> None:
     monkeypatch.setitem(sys.modules, module, None)  # import fails as if it were not installed

@@ -8,8 +8,8 @@ when the name exists: a row is never written twice, a crash never leaves half a 
 whose names start with ``_`` or ``.`` are not part of the dataset for pyarrow and pandas; duckdb
 reads ``DIR/part-*.parquet``).
 
-pyarrow comes with the ``parquet`` and ``ray`` extras; :func:`require_pyarrow` turns its absence
-into a one-line message.
+pyarrow is a dependency of optsched; :func:`require_pyarrow` turns its absence (an install that
+skipped dependencies) into a one-line message.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def require_pyarrow() -> Any:
         import pyarrow
         import pyarrow.parquet  # noqa: F401 - the Parquet writer
     except ImportError:
-        raise MissingDependency("optsched sweep stores its rows as Parquet and needs pyarrow: "
-                                "pip install 'optsched[parquet]' (or 'optsched[ray]')") from None
+        raise MissingDependency("optsched sweep stores its rows as Parquet and needs pyarrow, a dependency "
+                                "of optsched that is missing here: pip install pyarrow") from None
     return pyarrow
 
 
