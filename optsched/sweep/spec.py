@@ -21,7 +21,6 @@ typo is one error line (exit 2) and never a sweep of failed cells.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .. import policies, problems
 from ..costmodel import CostModelError, load_cost_model
+from ..jsonio import loads_json, read_text
 
 __all__ = [
     "LIMIT_AXES",
@@ -282,17 +282,9 @@ def parse_spec(data: Any, source: str = "<spec>", base_dir: str | Path = ".") ->
 def load_spec(path: str | Path) -> SweepSpec:
     """Read a YAML (``.yaml``/``.yml``) or JSON spec file; relative paths in it are read from its folder."""
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise SpecError(f"{source}: cannot read file ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise SpecError(f"{source}: not a UTF-8 text file") from None
+    text = read_text(path, SpecError)  # UTF-8; a bad byte is named by line and column
     if source.endswith(".json"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{source}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+        data = loads_json(text, source, SpecError)
     else:
         import yaml
 
