@@ -28,7 +28,7 @@ import numpy as np
 from .. import policies, problems
 from ..bounds import generic_bounds
 from ..instance import Instance, InstanceError
-from ..result import objective_of, relative_gap
+from ..result import Status, objective_of, relative_gap
 from ..schedule import Metrics, ReplayResult, replay
 from .spec import LIMIT_AXES, RunSpec, SweepSpec
 
@@ -238,7 +238,7 @@ def _solve_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
         try:
             options = {"objective": cell.run.objective, **entry.options}  # the entry's own options win
             result = problems.solver_for(entry.problem)(instance, options)
-            values: dict[str, Any] = {"solver": result.solver, "status": result.status, "bound": result.bound}
+            values: dict[str, Any] = {"solver": result.solver, "status": str(result.status), "bound": result.bound}
             if result.schedule is not None:
                 replayed = replay(instance, result.schedule)
                 if not replayed.feasible:
@@ -273,7 +273,7 @@ def _with_gaps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each schedule's gap to its cell's best proven bound (bound rows: gap to the best schedule)."""
     proven = [r["bound"] for r in rows if r["kind"] == "bound" and r["status"] == "proven"]
     proven += [r["bound"] for r in rows if r["kind"] == "solve" and r["bound"] is not None
-               and r["status"] in ("optimal", "feasible", "time_limit")]
+               and r["status"] in (Status.OPTIMAL, Status.FEASIBLE, Status.TIME_LIMIT)]
     finite = [b for b in proven if b is not None and math.isfinite(b)]
     best_bound = max(finite) if finite else None
     values = [r["objective"] for r in rows if r["kind"] != "bound" and r["objective"] is not None]
