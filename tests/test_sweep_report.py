@@ -44,7 +44,7 @@ def test_summary_json(sweep_dir, capsys) -> None:
     info = json.loads(capsys.readouterr().out)
     assert info["by_kind_status"]["simulate/ok"] >= 12 and len(info["capacity"]) == 2
     front = info["pareto"]["toy-4"]
-    key = info["latency_metric"]
+    key = "ttft_p99"
     assert front and all(p["policy"] for p in front)
     xs = [p[key] for p in sorted(front, key=lambda p: p[key])]
     ys = [p["throughput"] for p in sorted(front, key=lambda p: p[key])]

@@ -145,6 +145,7 @@ def cell_key(cell: Cell) -> str:
     """Content hash of a cell's inputs: base instance, overrides, run entries and target."""
     payload = {
         "version": ROW_VERSION,
+        "columns": list(COLUMNS),  # rows of another schema (e.g. other replay metrics) are not reused
         "sweep": cell.sweep,
         "workload": [cell.workload, cell.base_digest],
         "cost_model": cell.cost_model,

@@ -5,7 +5,7 @@ The page (no JavaScript, no external resource; plots are inline SVG as in ``opts
 - a summary (cells, rows by kind and status) and the rows that failed, with their errors;
 - throughput against P99 TTFT per policy, one plot per workload, every replayed schedule of the
   grid a point, the Pareto front (no other point has both a lower P99 TTFT and a higher
-  throughput) ringed and joined; the mean TTFT stands in while the replay has no ``ttft_p99``;
+  throughput) ringed and joined;
 - capacity per configuration and policy (``--capacity`` rows) and fewest replicas per router
   (``--replicas`` rows), as tables and a bar chart;
 - the gap to the cell's best proven bound, per cell and policy, as a table and a heat map.
@@ -55,8 +55,8 @@ def _cell_label(row: dict[str, Any]) -> str:
     return f"{row['workload']} | {config_label(row)} | rate x{rate:g}" if rate is not None else f"{row['workload']} | {config_label(row)}"
 
 
-def _latency_key(rows: list[dict[str, Any]]) -> str:
-    return "ttft_p99" if any(r.get("ttft_p99") is not None for r in rows) else "mean_ttft"
+#: The latency axis of the Pareto plots.
+LATENCY = "ttft_p99"
 
 
 def pareto_front(points: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -119,7 +119,7 @@ def _plot_gaps(cells: list[str], policies: list[str], gaps: dict[tuple[str, str]
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts, the Pareto front per workload, capacities, replicas and gaps (the JSON output)."""
-    key = _latency_key(rows)
+    key = LATENCY
     fronts = {}
     for workload in sorted({r["workload"] for r in rows}):
         scheds = _schedules([r for r in rows if r["workload"] == workload], key)
@@ -131,7 +131,6 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "cells": len({r["cell"] for r in rows if r["kind"] not in ("capacity", "replicas")}),
         "rows": len(rows),
         "by_kind_status": {f"{k}/{s}": n for (k, s), n in sorted(Counter((r["kind"], r["status"]) for r in rows).items())},
-        "latency_metric": key,
         "pareto": fronts,
         "capacity": [_pick(r, "policy", "rate_scale", "status") for r in rows if r["kind"] == "capacity"],
         "replicas": [_pick(r, "policy", "rate_scale", "replicas", "status") for r in rows if r["kind"] == "replicas"],
@@ -164,10 +163,10 @@ def _figure(fig: Any, caption: str) -> str:
 
 
 def _pareto_section(rows: list[dict[str, Any]]) -> list[str]:
-    key = _latency_key(rows)
+    key = LATENCY
+    if not _schedules(rows, key):
+        return []
     parts = [f"<h2>Throughput against {key} per policy</h2>"]
-    if key != "ttft_p99":
-        parts.append("<p class='note'>The replay's metrics have no P99 TTFT here: the mean TTFT stands in.</p>")
     for workload in sorted({r["workload"] for r in rows}):
         scheds = _schedules([r for r in rows if r["workload"] == workload], key)
         if scheds:
