@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -226,12 +227,17 @@ def test_sigint_then_resume_completes_without_duplicates(tmp_path) -> None:
     path = write_spec(tmp_path, spec)
     proc = start_cli("sweep", str(path), "--out", str(out), "--workers", "2")
     wait_for_parts(out, 2, proc)
+    workers = [pid for pid, cmd in descendants(proc.pid) if "spawn_main" in cmd]
+    assert workers
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
+    assert "--resume" in err
     stored = len(part_files(out))
     assert 2 <= stored < 12
-    assert not [p for p, cmd in descendants(proc.pid)], "worker processes outlived the interrupted sweep"
+    time.sleep(1)
+    assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}") and
+                "spawn_main" in open(f"/proc/{pid}/cmdline").read()], "a worker outlived the interrupted sweep"
     assert not list(out.glob(".tmp-*")), "a half-written file was left behind"
     done = run_cli("sweep", str(path), "--out", str(out), "--workers", "2", "--resume", "--json")
     assert done.returncode == 0, done.stderr
