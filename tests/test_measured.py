@@ -171,3 +171,17 @@ def test_h200_profile_predicts_every_run_within_5_percent_and_keeps_every_rankin
     report = _h200_report(h200)
     assert all(abs(r["error_pct"]) <= 5.0 for r in report["runs"].values())
     assert all(r["ranking_kept"] for r in report["instances"].values())
+
+
+def test_runs_of_instances_with_arrivals_compare_their_step_times(tmp_path):
+    """Executed steps run back to back (the data holds no waits): a run of an instance with late
+    arrivals is replayed with arrivals at 0 and its summed step times compared."""
+    reqs = [{**r, "arrival": 0.05 * i} for i, r in enumerate(REQS)]
+    inst = parse_instance({"name": "late", "cost_model": TRUTH, "limits": LIMITS, "requests": reqs})
+    steps = _steps(inst, simulator_for("sarathi")(inst))
+    (tmp_path / "late.json").write_text(json.dumps({"name": "late", "cost_model": "llama2-7b-a100", "limits": LIMITS,
+                                                    "requests": reqs}))
+    data = {"time_unit": "ms", "runs": {"late.sarathi": {"instance": "late", "steps": steps}}}
+    run = compare_runs(data, load_cost_model(TRUTH), tmp_path)["runs"]["late.sarathi"]
+    assert run["error_pct"] == pytest.approx(0.0, abs=1e-9)
+    assert run["measured"] == pytest.approx(sum(s["gpu_ms"] for s in steps) * 1e-3)
