@@ -7,8 +7,10 @@ package docstring and returns the sampled ids with the step's times.
 
 Attention has two backends with one interface (the rest of the step is the same code everywhere):
 
-- CUDA: ``torch.nn.attention.varlen.varlen_attn`` over the paged pool (``block_table``,
-  ``seqused_k``), causal aligned to the end of each request's keys (``window_size=(-1, 0)``);
+- CUDA: ``torch.nn.attention.varlen.varlen_attn`` over the paged pool (``block_table`` with pages
+  of 256 tokens, which FlashAttention-2's paged kernel requires; ``seqused_k`` and the logical
+  ``cu_seq_k`` both given), causal aligned to the end of each request's keys
+  (``window_size=(-1, 0)``);
 - CPU: per request ``scaled_dot_product_attention`` over its keys gathered from its pages, with the
   same end-aligned causal mask.
 
@@ -124,6 +126,7 @@ class _Batch:
     slot_page: Any
     slot_offset: Any
     cu_seq_q: Any
+    cu_seq_k: Any
     seqused_k: Any
     block_table: Any
     sample_rows: Any
@@ -189,7 +192,7 @@ class TorchEngine:
     def _batch(self, items: Sequence[StepItem]) -> _Batch:
         """The device inputs of a step; each owner's pages are grown to hold its ``k`` keys."""
         torch, dev = self.torch, self.device
-        ids, pages, offsets, cu, used, rows, spans, tables = [], [], [], [0], [], [], [], []
+        ids, pages, offsets, cu, cu_k, used, rows, spans, tables = [], [], [], [0], [0], [], [], [], []
         for it in items:
             table = self.pool.ensure(it.owner, it.k)
             start = len(ids)
@@ -198,6 +201,7 @@ class TorchEngine:
                 pages.append(table[pos // self.page_size])
                 offsets.append(pos % self.page_size)
             cu.append(len(ids))
+            cu_k.append(cu_k[-1] + it.k)
             used.append(it.k)
             if it.sample:
                 rows.append(len(ids) - 1)
@@ -208,7 +212,7 @@ class TorchEngine:
         i64, i32 = torch.int64, torch.int32
         return _Batch(torch.tensor(ids, dtype=i64, device=dev), torch.tensor(pages, dtype=i64, device=dev),
                       torch.tensor(offsets, dtype=i64, device=dev), torch.tensor(cu, dtype=i32, device=dev),
-                      torch.tensor(used, dtype=i32, device=dev), torch.tensor(padded, dtype=i32, device=dev),
+                      torch.tensor(cu_k, dtype=i32, device=dev), torch.tensor(used, dtype=i32, device=dev), torch.tensor(padded, dtype=i32, device=dev),
                       torch.tensor(rows, dtype=i64, device=dev), max(it.q for it in items),
                       max(it.k for it in items), spans)
 
@@ -220,7 +224,7 @@ class TorchEngine:
         if self.on_cuda:  # GPU only: FlashAttention's variable-length kernel over the paged pool
             from torch.nn.attention.varlen import varlen_attn
 
-            return varlen_attn(q, k_pool, v_pool, b.cu_seq_q, None, b.max_q, b.max_k, seqused_k=b.seqused_k,
+            return varlen_attn(q, k_pool, v_pool, b.cu_seq_q, b.cu_seq_k, b.max_q, b.max_k, seqused_k=b.seqused_k,
                                block_table=b.block_table, window_size=(-1, 0), enable_gqa=s.heads != s.kv_heads)
         out = []
         for (start, n, k), table in zip(b.spans, b.block_table):
