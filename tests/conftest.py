@@ -24,3 +24,21 @@ def data_dir() -> Path:
     if found is None:
         pytest.skip("../shared/data (real traces and GPU profiles) is not present")
     return found
+
+
+@pytest.fixture(scope="session")
+def infermax_kernels() -> None:
+    """The InferMax search's and chunk bound's numba kernels compiled (or loaded from numba's disk
+    cache) before a test that times a search: they compile lazily, at their first call, and a
+    cold cache's compilation (tens of seconds) is not what such a test measures."""
+    from optsched.instance import parse_instance
+    from optsched.problems.infermax.chunks import chunk_bound
+    from optsched.problems.infermax.search import relaxation_search
+
+    inst = parse_instance({
+        "name": "kernels", "cost_model": "llama2-7b-a100", "limits": {"kv_capacity": 6},
+        "requests": [{"id": "a", "prompt_tokens": 2, "output_tokens": 3},
+                     {"id": "b", "prompt_tokens": 3, "output_tokens": 2},
+                     {"id": "c", "prompt_tokens": 1, "output_tokens": 2}]}, "kernels")
+    found = relaxation_search(inst)
+    chunk_bound(inst, found.value * 1.01)

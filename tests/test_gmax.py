@@ -867,10 +867,11 @@ def test_bnb_with_no_time_left_builds_nothing_and_claims_no_bound():
     assert res.G == g_value(*g_core(p, incumbent)) and "root_bound" not in res.info
 
 
-def test_search_kernels_are_compiled_once_at_import():
-    """The compiled kernels of the search (gmax/lagrange.py) are compiled at import with the argument
-    types a solve uses: after an exact solve with a memory capacity and one without, each still has
-    exactly one signature (a second would be compiled inside the solve's time limit)."""
+def test_search_kernels_have_one_signature():
+    """The compiled kernels of the search (gmax/lagrange.py) are called with the same argument types
+    by every solve: after an exact solve with a memory capacity and one without, each has exactly
+    one signature (one compilation, cached on disk; a second would be compiled inside a solve's time
+    limit)."""
     from optsched.problems.gmax import lagrange
 
     for seed in (0, 1):  # small_instance(0) has a memory capacity, small_instance(1) none

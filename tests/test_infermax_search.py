@@ -219,6 +219,7 @@ def test_pattern_choice_keeps_the_tables_within_their_entries(n: int) -> None:
         assert not timed or (graph.table_seconds(timed[0]) <= 0.01 and len(timed[0]) <= k)
 
 
+@pytest.mark.usefixtures("infermax_kernels")
 def test_a_table_not_done_by_its_deadline_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     """A table predicted far too fast (a slow or loaded machine) is started, stopped between its
     levels once the deadline passes, and dropped with the patterns after it: the estimate is then
@@ -249,6 +250,7 @@ def test_search_solves_small_scale_instances(n: int, seed: int) -> None:
     assert early.bound <= res.bound and (early.status == "UNKNOWN" or early.bound == res.bound)
 
 
+@pytest.mark.usefixtures("infermax_kernels")
 def test_time_limit_on_a_large_instance() -> None:
     """N = 32: one node has more edges than a second allows; the search still stops in time with a
     bound below every policy's makespan."""
@@ -261,6 +263,7 @@ def test_time_limit_on_a_large_instance() -> None:
         assert res.bound <= replayed_objective(inst, sched, "makespan")[0] * (1 + 1e-9), name
 
 
+@pytest.mark.usefixtures("infermax_kernels")
 @pytest.mark.parametrize("n", [8, 10])
 def test_time_limit_on_a_searched_instance(n: int) -> None:
     """N = 8 and 10 (searched; not solved in a second; at N = 10 a node has up to 3^10 edges and a
@@ -277,6 +280,7 @@ def test_time_limit_on_a_searched_instance(n: int) -> None:
         assert res.bound <= replayed_objective(inst, sched, "makespan")[0] * (1 + 1e-9), name
 
 
+@pytest.mark.usefixtures("infermax_kernels")
 def test_time_limit_when_every_node_has_many_children() -> None:
     """51 requests, C = 8, R_max = 2, M = the largest request's KV (a fuzz instance's limits): each
     node has thousands of edges. It has more than MAX_REQUESTS requests, so it gets the start's

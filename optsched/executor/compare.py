@@ -119,16 +119,14 @@ def compare(result: Mapping[str, Any], *, timing: str = "wall", worst: int = 5,
 
 def plot(report: Mapping[str, Any], path: str, title: str = "") -> None:
     """Two panels: predicted and measured per step, and measured against predicted (log-log)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     rows = report["steps"]
     steps = [r["step"] for r in rows]
     pred = np.array([r["predicted"] for r in rows]) * 1e3
     meas = np.array([r["measured"] for r in rows]) * 1e3
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig = Figure(figsize=(11, 4))
+    ax1, ax2 = fig.subplots(1, 2)
     ax1.plot(steps, pred, "o-", label="predicted (cost model)")
     ax1.plot(steps, meas, "s-", label=f"measured ({report['timing']})")
     ax1.set_xlabel("engine step")
@@ -145,8 +143,5 @@ def plot(report: Mapping[str, Any], path: str, title: str = "") -> None:
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    try:
-        with atomic_output(path) as tmp:
-            fig.savefig(tmp, dpi=110, format="png")
-    finally:
-        plt.close(fig)
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")

@@ -12,7 +12,7 @@ import io
 from pathlib import Path
 
 import matplotlib
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from ..jsonio import write_text_atomic
 from ..schedule import ReplayResult
@@ -35,12 +35,11 @@ figure{margin:12px 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;hei
 """
 
 
-def figure_svg(fig: matplotlib.figure.Figure) -> str:
-    """A figure as inline SVG text (deterministic ids and no date), then closed."""
+def figure_svg(fig: Figure) -> str:
+    """A figure as inline SVG text (deterministic ids and no date)."""
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.hashsalt": "optsched", "svg.fonttype": "none"}):
         fig.savefig(buf, format="svg", metadata={"Date": None})
-    plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg"):]
 

@@ -17,17 +17,15 @@ from typing import Sequence
 
 import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.collections import PolyCollection  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
-from ..instance import Instance  # noqa: E402
-from ..schedule import ReplayResult, Schedule, item_phases  # noqa: E402
-from .gather import Report  # noqa: E402
+from ..instance import Instance
+from ..schedule import ReplayResult, Schedule, item_phases
+from .gather import Report
 
 __all__ = [
     "plot_bounds_bars",
@@ -69,7 +67,8 @@ def plot_timeline(instance: Instance, schedule: Schedule, result: ReplayResult, 
     merge = len(schedule.batches) > MERGE_ABOVE
     row, runs, evictions = _segments(instance, schedule, result, merge)
     n = len(row)
-    fig, ax = plt.subplots(figsize=(11, min(9.0, 2.2 + 0.12 * n)), layout="constrained")
+    fig = Figure(figsize=(11, min(9.0, 2.2 + 0.12 * n)), layout="constrained")
+    ax = fig.subplots()
     h = 0.8
     shapes = 0
     for pre, color in ((True, PREFILL), (False, DECODE)):
@@ -115,8 +114,9 @@ def _steps(result: ReplayResult, values: Sequence[int]) -> tuple[list[float], li
 def plot_memory(report: Report, schedules: Sequence[tuple[str, ReplayResult]]) -> Figure:
     """KV slots used and running requests after each batch, per schedule, against M and R_max."""
     lim = report.instance.limits
-    fig, (ax_kv, ax_run) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True, layout="constrained")
-    cmap = plt.get_cmap("tab20")
+    fig = Figure(figsize=(11, 6.5), layout="constrained")
+    ax_kv, ax_run = fig.subplots(2, 1, sharex=True)
+    cmap = matplotlib.colormaps["tab20"]
     for k, (label, res) in enumerate(schedules):
         style = {"color": BEST, "lw": 1.6, "zorder": 3} if k == 0 else {"color": cmap(k % 20), "lw": 0.8, "alpha": 0.85}
         ax_kv.plot(*_steps(res, res.kv_used), label=label, **style)
@@ -145,7 +145,8 @@ def plot_bounds_bars(report: Report) -> Figure:
     for label, value, _, _ in sorted(report.candidates(), key=lambda c: c[1]):
         color = BEST if best is not None and label == best[0] else (PREFILL if label.startswith("solver") else DECODE)
         rows.append((label, value, color))
-    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.28 * max(len(rows), 1)), layout="constrained")
+    fig = Figure(figsize=(11, 1.2 + 0.28 * max(len(rows), 1)), layout="constrained")
+    ax = fig.subplots()
     ax.barh(range(len(rows)), [v for _, v, _ in rows], color=[c for *_, c in rows])
     ax.set_yticks(range(len(rows)), [label for label, *_ in rows], fontsize=8)
     ax.invert_yaxis()
@@ -170,8 +171,9 @@ def _cdf(values: Sequence[float]) -> tuple[list[float], list[float]]:
 
 def plot_latency_cdfs(schedules: Sequence[tuple[str, ReplayResult]]) -> Figure:
     """Empirical CDFs of per-request TTFT and TPOT, one line per schedule (the first, the best, in black)."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, layout="constrained")
-    colors = plt.get_cmap("tab20").colors
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    colors = matplotlib.colormaps["tab20"].colors
     for ax, quantity in ((axes[0], "ttft"), (axes[1], "tpot")):
         positive: list[float] = []
         for k, (label, res) in enumerate(schedules):

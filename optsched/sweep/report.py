@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from ..jsonio import write_text_atomic
 from ..report.html import CSS, figure_svg
@@ -74,7 +74,8 @@ def _schedules(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 
 
 def _plot_pareto(rows: list[dict[str, Any]], workload: str, key: str) -> Any:
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig = Figure(figsize=(7.5, 4.2))
+    ax = fig.subplots()
     by_policy: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for r in rows:
         by_policy[r["policy"]].append((r[key], r["throughput"]))
@@ -93,7 +94,8 @@ def _plot_pareto(rows: list[dict[str, Any]], workload: str, key: str) -> Any:
 
 
 def _plot_bars(labels: list[str], values: list[float], xlabel: str) -> Any:
-    fig, ax = plt.subplots(figsize=(7.5, 0.3 * len(labels) + 1.2))
+    fig = Figure(figsize=(7.5, 0.3 * len(labels) + 1.2))
+    ax = fig.subplots()
     ax.barh(range(len(labels)), values, color="#4c72b0")
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.invert_yaxis()
@@ -108,7 +110,8 @@ def _plot_gaps(cells: list[str], policies: list[str], gaps: dict[tuple[str, str]
     grid = np.full((len(cells), len(policies)), np.nan)
     for (c, p), g in gaps.items():
         grid[cells.index(c), policies.index(p)] = 100 * g
-    fig, ax = plt.subplots(figsize=(1.2 * len(policies) + 5, 0.28 * len(cells) + 1.6))
+    fig = Figure(figsize=(1.2 * len(policies) + 5, 0.28 * len(cells) + 1.6))
+    ax = fig.subplots()
     image = ax.imshow(grid, aspect="auto", cmap="viridis_r", interpolation="nearest")
     ax.set_xticks(range(len(policies)), policies, rotation=30, ha="right", fontsize=8)
     ax.set_yticks(range(len(cells)), cells, fontsize=7)

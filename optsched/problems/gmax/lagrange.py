@@ -787,24 +787,3 @@ def _node_children(tables, value, step, member, last, last_start, q, start, n_ac
             npred += 1
     fields[count, 0] = skipped
     return members[:count], sizes[:count], fields[: count + 1]
-
-
-def _compile_kernels() -> None:
-    """Compile (or load from numba's cache) the search's kernels with the argument types every
-    search uses, by expanding a node of a 3-request problem and bounding its remaining requests.
-    Run at import, so that a solve's time limit never pays the compilation (about 10 s on an empty
-    cache, a fraction of a second from the cache)."""
-    from ...instance import parse_instance
-    from .generate import random_gmax_instance
-
-    problem = GmaxProblem.from_instance(parse_instance(random_gmax_instance(3, 0)))
-    suffix = SuffixBound(problem, 0.01, 0.5)
-    suffix.solve(np.zeros(problem.n_requests))
-    search = _Search(problem, suffix, [[j] for j in range(problem.n_requests)], 1.0)
-    full = (1 << problem.n_requests) - 1
-    for child in search.children((0.0, 0.0, full, 0, 0.0, 0, 0.0, 0.0, 0.0, None, 0.0), search.member(full)):
-        search.children(child, search.member(child[2]))
-        search.remaining_bound.restricted(search.member(child[2]), child[3], child[4])
-
-
-_compile_kernels()

@@ -88,7 +88,7 @@ from ...schedule import Batch, Item, Schedule
 from .model import Coefficients
 from .relax import UNIT, _floor
 from .search import (
-    _EMPTY, _GOAL, _RUNNING, UNBOUNDED, Node, _children, _compile_instance, _Graph, _new_lists, _Run,
+    _EMPTY, _GOAL, _RUNNING, Node, _as_array, _children, _edge_arrays, _Graph, _new_lists, _Run,
 )
 
 __all__ = ["ChunkBound", "chunk_bound", "near_paths"]
@@ -152,7 +152,7 @@ def _near_nodes(graph: _Graph, threshold: int, deadline: float | None = None) ->
     while (status := run.until(deadline, MAX_NODES)) != _EMPTY:
         if status not in (_GOAL, _RUNNING) or (deadline is not None and time.perf_counter() > deadline):
             return None
-    known = np.fromiter(run.cost.keys(), dtype=np.int64, count=len(run.cost))
+    known = run.known()
     mask = (1 << graph.bits) - 1
     tokens = sum((known >> (graph.bits * i)) & mask for i in range(graph.N))
     order = known[np.argsort(tokens, kind="stable")]
@@ -171,7 +171,6 @@ def near_paths(graph: _Graph, threshold: int, max_paths: int = MAX_PATHS,
 def _walk(graph: _Graph, togo: Dict, threshold: int, max_paths: int) -> list[tuple[int, list[Node]]] | None:
     """The paths below ``threshold`` by a depth-first walk guided by ``togo`` (least costs to the
     goal), or None when there are more than ``max_paths``."""
-    keys, steps = _new_lists()
     found: list[tuple[int, list[int]]] = []
     stack: list[tuple[int, int, list[int]]] = [(0, 0, [0])]
     while stack:
@@ -181,12 +180,20 @@ def _walk(graph: _Graph, togo: Dict, threshold: int, max_paths: int) -> list[tup
             if len(found) > max_paths:
                 return None
             continue
-        _children(np.int64(key), *graph.args, keys, steps)
-        for child, step in zip(list(keys), list(steps)):
-            rest = togo.get(child, -1)
+        children, costs = _edge_arrays(np.int64(key), *graph.args)
+        for child, step, rest in zip(children.tolist(), costs.tolist(), _lookup(togo, children).tolist()):
             if rest >= 0 and cost + step + rest < threshold:
-                stack.append((int(child), cost + int(step), path + [int(child)]))
+                stack.append((child, cost + step, path + [child]))
     return [(cost, [graph.node(k) for k in path]) for cost, path in found]
+
+
+@njit(cache=True)
+def _lookup(togo: Dict, keys: np.ndarray) -> np.ndarray:
+    """The least costs to the goal ``togo`` at the nodes ``keys``, -1 where it has none."""
+    out = np.empty(keys.shape[0], np.int64)
+    for n in range(keys.shape[0]):
+        out[n] = togo.get(keys[n], -1)
+    return out
 
 
 @njit(cache=True)
@@ -219,7 +226,7 @@ def _fill_squares(sizes: np.ndarray, earlier: np.ndarray, n: int, free: int) -> 
 @njit(cache=True)
 def _least_with_squares(order: np.ndarray, togo: Dict, goal: int, bits: int, I: np.ndarray, O: np.ndarray,
                         limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, square: float, upper: int,
-                        keys: List, steps: List) -> tuple[int, List]:
+                        keys: List, steps: List) -> tuple[int, np.ndarray]:
     """Least :math:`V(\\pi) + Q_F(\\pi)` over the paths through the nodes ``order`` (increasing
     tokens generated) that cost less than ``upper``, else ``upper``: a shortest path over states
     (node, F, E, P) of the module docstring, each fill batch charged ``square`` (picoseconds per
@@ -309,7 +316,7 @@ def _least_with_squares(order: np.ndarray, togo: Dict, goal: int, bits: int, I: 
     while last >= 0:
         path.append(at[last])
         last = parents[last]
-    return best, path
+    return best, _as_array(path)
 
 
 def _chunk_model(instance: Instance, path: list[Node]) -> tuple[cp_model.CpModel, dict[tuple[int, int], dict], int]:
@@ -439,12 +446,13 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
         return ChunkBound(None, 0)
     order, togo = near
     k = Coefficients.from_cost_model(instance.cost_model)
-    cap = threshold if 0 not in togo else min(threshold, togo[0] + _floor(k.k_pb))  # T, V* + kappa
+    optimum = int(_lookup(togo, np.zeros(1, np.int64))[0])  # V* when below T, else -1
+    cap = threshold if optimum < 0 else min(threshold, optimum + _floor(k.k_pb))  # T, V* + kappa
     keys, steps = _new_lists()
     best, nodes = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT,
                                       np.int64(cap), keys, steps)
     schedule = None if not len(nodes) else chunked_schedule(
-        instance, [graph.node(key) for key in list(nodes)[::-1]], seconds_left(deadline))
+        instance, [graph.node(key) for key in nodes.tolist()[::-1]], seconds_left(deadline))
     paths = None if best == cap or passed(deadline) else _walk(graph, togo, threshold, MAX_PATHS)
     if paths:
         priced = cap
@@ -457,16 +465,3 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
         else:
             best = max(best, priced)
     return ChunkBound(min(work + best * UNIT, upper), 0 if paths is None else len(paths), schedule)  # T: U - W up
-
-
-def _compile_kernels() -> None:
-    """Compile (or load from numba's cache) :func:`_cost_to_go` and :func:`_least_with_squares` on
-    :mod:`.search`'s compile instance. Run at import, as there, so that no time limit pays it."""
-    graph = _Graph(_compile_instance(), drop_dominated=False)
-    order, togo = _near_nodes(graph, UNBOUNDED)
-    keys, steps = _new_lists()
-    _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, 1.0, np.int64(UNBOUNDED),
-                        keys, steps)
-
-
-_compile_kernels()

@@ -126,7 +126,7 @@ best path holding them is the schedule returned unless the shortest path holds t
 
 Costs are integers (picoseconds, rounded down as in :mod:`.relax`): the bound never exceeds the
 true value. The search is compiled with numba (:func:`_children`, :func:`_estimate`, :func:`_astar`,
-:func:`_beam_layer`, compiled at import): a node is a 62-bit key (:meth:`_Graph.key`); an instance
+:func:`_beam_layer`; compiled at their first call and cached on disk): a node is a 62-bit key (:meth:`_Graph.key`); an instance
 whose nodes do not fit (N (bits of max O + 1) > 62), or with more than :data:`MAX_REQUESTS`
 requests (up to :math:`3^N` edges per node, listed without a clock), is not searched and gets the
 start's estimate as its bound. The path returned, as a schedule (:func:`.relax.schedule_from_point`),
@@ -188,6 +188,9 @@ BEAM_SHARE = 0.5
 
 #: No known path (the ``upper`` of a first run).
 UNBOUNDED = np.iinfo(np.int64).max // 2
+
+#: The type of a queue entry (g + h, -g, key) and of a recorded edge (node, child, cost).
+TRIPLE = types.UniTuple(types.int64, 3)
 
 #: Kernel status codes of :func:`_astar`.
 _RUNNING, _GOAL, _EMPTY, _FULL = 0, 1, 2, 3
@@ -316,10 +319,9 @@ class _Graph:
     def within_budgets(self, path: list[Node]) -> bool:
         """Whether every batch of ``path``, each (re)fill prefilled whole in it, holds P and C: each
         step is an edge of the subgraph of :attr:`budget_args`."""
-        keys, steps = _new_lists()
         for node, nxt in zip(path, path[1:]):
-            _children(np.int64(self.key(*node)), *self.budget_args, keys, steps)
-            if self.key(*nxt) not in set(keys):
+            keys, _ = _edge_arrays(np.int64(self.key(*node)), *self.budget_args)
+            if self.key(*nxt) not in set(keys.tolist()):
                 return False
         return True
 
@@ -329,9 +331,8 @@ class _Graph:
 
     def edges(self, G: tuple[int, ...], res: int) -> list[tuple[Node, int]]:
         """Every edge leaving (G, res): (next node, cost)."""
-        keys, steps = _new_lists()
-        _children(np.int64(self.key(G, res)), *self.args, keys, steps)
-        return [(self.node(k), int(c)) for k, c in zip(keys, steps)]
+        keys, steps = _edge_arrays(np.int64(self.key(G, res)), *self.args)
+        return [(self.node(k), c) for k, c in zip(keys.tolist(), steps.tolist())]
 
 
 #: The pattern tables made last (:func:`_tabulated`), by their kernel arguments: the search and
@@ -363,9 +364,21 @@ def _tabulated(args: tuple, deadline: float | None = None) -> np.ndarray | None:
     return _TABLES[key]
 
 
+@njit(cache=True)
 def _new_lists() -> tuple[List, List]:
-    """Empty typed lists for the children's keys and edge costs."""
+    """Empty typed lists for the children's keys and edge costs. Typed containers are made, read
+    and changed only inside compiled (cached) functions: their methods called from Python compile
+    anew in every process."""
     return List.empty_list(types.int64), List.empty_list(types.int64)
+
+
+@njit(cache=True)
+def _edge_arrays(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray,
+                 rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The edges leaving the node ``key`` (:func:`_children`) as arrays: (next nodes, costs)."""
+    keys, steps = List.empty_list(types.int64), List.empty_list(types.int64)
+    _children(key, bits, I, O, limits, costs, rho, keys, steps)
+    return _as_array(keys), _as_array(steps)
 
 
 @njit(cache=True)
@@ -741,11 +754,8 @@ class _Run:
 
     def __init__(self, graph: _Graph, upper: int, record: bool = False) -> None:
         self.graph, self.upper, self.record = graph, upper, record
-        self.edges = List.empty_list(types.UniTuple(types.int64, 3))
-        self.heap = List.empty_list(types.UniTuple(types.int64, 3))
-        self.heap.append((np.int64(_estimate(np.int64(0), *graph.args, *graph.patterns, UNBOUNDED)), np.int64(0), np.int64(0)))
-        self.cost, self.parent = Dict.empty(types.int64, types.int64), Dict.empty(types.int64, types.int64)
-        self.cost[0], self.parent[0] = 0, -1
+        root = _estimate(np.int64(0), *graph.args, *graph.patterns, UNBOUNDED)
+        self.heap, self.cost, self.parent, self.edges = _run_start(np.int64(root))
         self.keys, self.steps = _new_lists()
         #: The largest g + h taken from the queue (a proven bound, module docstring).
         self.best = 0
@@ -772,10 +782,52 @@ class _Run:
 
     def path(self) -> list[Node]:
         """The nodes from the start to the goal (after ``_GOAL``)."""
-        keys = [self.graph.goal]
-        while (prev := self.parent[keys[-1]]) >= 0:
-            keys.append(prev)
-        return [self.graph.node(k) for k in keys[::-1]]
+        return [self.graph.node(k) for k in _trace(self.parent, np.int64(self.graph.goal)).tolist()[::-1]]
+
+    def known(self) -> np.ndarray:
+        """The keys of the nodes known (reached at some cost)."""
+        return _dict_keys(self.cost)
+
+
+@njit(cache=True)
+def _run_start(root: int) -> tuple[List, Dict, Dict, List]:
+    """A* at its start: the queue with the start node (priority ``root``, its estimate), the known
+    costs and parents with the start's, and an empty list of recorded edges."""
+    heap = List.empty_list(TRIPLE)
+    heap.append((root, np.int64(0), np.int64(0)))
+    cost, parent = Dict.empty(types.int64, types.int64), Dict.empty(types.int64, types.int64)
+    cost[0], parent[0] = 0, -1
+    return heap, cost, parent, List.empty_list(TRIPLE)
+
+
+@njit(cache=True)
+def _trace(parent: Dict, last: int) -> np.ndarray:
+    """The keys from ``last`` back to the node without a parent (-1), by ``parent``."""
+    keys = List.empty_list(types.int64)
+    keys.append(last)
+    while parent[keys[-1]] >= 0:
+        keys.append(parent[keys[-1]])
+    return _as_array(keys)
+
+
+@njit(cache=True)
+def _dict_keys(table: Dict) -> np.ndarray:
+    """The keys of a typed int64 dict as an array."""
+    out = np.empty(len(table), np.int64)
+    n = 0
+    for key in table.keys():
+        out[n] = key
+        n += 1
+    return out
+
+
+@njit(cache=True)
+def _as_array(values: List) -> np.ndarray:
+    """A typed int64 list as an array."""
+    out = np.empty(len(values), np.int64)
+    for n in range(len(values)):
+        out[n] = values[n]
+    return out
 
 
 @njit(cache=True)
@@ -840,10 +892,7 @@ def _beam_search(
     edges that hold P and C (:attr:`_Graph.budget_args`) when ``budgets``, pruned at ``upper``,
     until its beam empties or ``deadline`` passes (checked between layers): (least path cost found
     or ``upper``, that path or None, the slowest layer's seconds)."""
-    node_keys, node_costs, node_parents = (List.empty_list(types.int64) for _ in range(3))
-    node_keys.append(0)
-    node_costs.append(0)
-    node_parents.append(-1)
+    node_keys, node_costs, node_parents = _beam_start()
     keys, steps = _new_lists()
     layer, path, slowest = np.zeros(1, np.int64), None, 0.0
     while layer.shape[0] and (deadline is None or time.perf_counter() < deadline):
@@ -853,11 +902,30 @@ def _beam_search(
                                             width, np.int64(upper))
         slowest = max(slowest, time.perf_counter() - tic)
         if reached >= 0:
-            path = [reached]
-            while (prev := node_parents[path[-1]]) >= 0:
-                path.append(prev)
-            path = [graph.node(node_keys[j]) for j in path[::-1]]
+            path = [graph.node(k) for k in _beam_trace(node_keys, node_parents, np.int64(reached)).tolist()[::-1]]
     return upper, path, slowest
+
+
+@njit(cache=True)
+def _beam_start() -> tuple[List, List, List]:
+    """The kept nodes' lists of a beam search (keys, costs, parents' indices): the start alone."""
+    node_keys = List.empty_list(types.int64)
+    node_costs = List.empty_list(types.int64)
+    node_parents = List.empty_list(types.int64)
+    node_keys.append(0)
+    node_costs.append(0)
+    node_parents.append(-1)
+    return node_keys, node_costs, node_parents
+
+
+@njit(cache=True)
+def _beam_trace(node_keys: List, node_parents: List, last: int) -> np.ndarray:
+    """The keys of the kept nodes from index ``last`` back to the start, by their parents' indices."""
+    keys = List.empty_list(types.int64)
+    while last >= 0:
+        keys.append(node_keys[last])
+        last = node_parents[last]
+    return _as_array(keys)
 
 
 def _beam_paths(
@@ -964,23 +1032,3 @@ def _schedule(graph: _Graph, instance: Instance, path: list[Node]):
             s[i][j] = int(i in fills or (refill and i in decodes))
             r[i][j] = int(x[i][j] == 1 or bool(res2 >> i & 1))
     return schedule_from_point(instance, x, s, r)
-
-
-def _compile_instance() -> Instance:
-    """A two-request instance whose search runs every kernel with the argument types of any search."""
-    from ...instance import parse_instance
-
-    return parse_instance({
-        "name": "compile", "cost_model": "llama2-7b-a100", "limits": {"kv_capacity": 6},
-        "requests": [{"id": "a", "prompt_tokens": 2, "output_tokens": 3},
-                     {"id": "b", "prompt_tokens": 3, "output_tokens": 2}]}, "compile")
-
-
-def _compile_kernels() -> None:
-    """Compile (or load from numba's cache) the kernels by solving :func:`_compile_instance`. Run at
-    import, so that no time limit pays the compilation."""
-    relaxation_search(_compile_instance())
-    _Graph(_compile_instance()).add_patterns([(0,)])
-
-
-_compile_kernels()
