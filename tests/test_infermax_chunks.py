@@ -32,12 +32,13 @@ from optsched.bounds import request_work
 from optsched.instance import parse_instance
 from optsched.problems.infermax import bounds as infermax_bounds
 from optsched.problems.infermax.chunks import (
-    _least_with_squares, _near_nodes, chunk_bound, least_chunk_squares, near_paths,
+    chunk_bound, least_chunk_squares, least_with_squares, near_nodes, near_paths,
 )
 from optsched.problems.infermax.chunks import chunked_schedule as chunked_schedule_of
+from optsched.problems.infermax.graph import Graph, new_lists
 from optsched.problems.infermax.model import Coefficients
-from optsched.problems.infermax.relax import UNIT, _floor, schedule_from_point
-from optsched.problems.infermax.search import _Graph, _new_lists, _schedule, relaxation_search
+from optsched.problems.infermax.relax import UNIT, floor_units, schedule_from_point
+from optsched.problems.infermax.search import path_schedule, relaxation_search
 from optsched.schedule import Batch, Item, Schedule, replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,7 +56,7 @@ def instances(seed: int) -> list:
     return [base] + [parse_instance({**base.to_dict(), "cost_model": c}, f"adv-{seed}") for c in ADVERSARIAL_COSTS]
 
 
-def all_paths_below(graph: _Graph, threshold: int) -> set[tuple[int, tuple]]:
+def all_paths_below(graph: Graph, threshold: int) -> set[tuple[int, tuple]]:
     """Every path from the start to the goal of cost below ``threshold``, by a plain walk."""
     found = set()
 
@@ -91,7 +92,7 @@ def test_near_paths_are_every_path_below_the_threshold(seed: int) -> None:
     """Also with the search's pattern tables in the estimate (every pair of requests, on odd
     instances), as the chunk bound lists them."""
     for k, inst in enumerate(instances(seed)):
-        graph = _Graph(inst, drop_dominated=False)
+        graph = Graph(inst, drop_dominated=False)
         if k % 2:
             graph.add_patterns(list(itertools.combinations(range(graph.N), 2)))
         shortest = min((c for c, _ in all_paths_below(graph, 2**62)), default=None)
@@ -115,7 +116,7 @@ def last_chunk_units(sizes: list[int], earlier: list[int], free: int) -> int:
     return best
 
 
-def path_squares(inst, graph: _Graph, path: list) -> int:
+def path_squares(inst, graph: Graph, path: list) -> int:
     """Q_F of the module docstring along ``path`` (integer picoseconds, each fill batch rounded
     down), from the definitions: each fill's window (the fill batches after its last batch holding
     KV), the least free memory since the last fill batch."""
@@ -151,7 +152,7 @@ def test_every_schedule_costs_at_least_its_path_and_chunks(seed: int) -> None:
     for inst in instances(seed):
         if exhaustive_makespan(inst) is None:
             continue
-        graph = _Graph(inst, drop_dominated=False)
+        graph = Graph(inst, drop_dominated=False)
         k = Coefficients.from_cost_model(inst.cost_model)
         work = math.fsum(request_work(inst))
         best = relaxation_search(inst).bound  # W + V*
@@ -161,7 +162,7 @@ def test_every_schedule_costs_at_least_its_path_and_chunks(seed: int) -> None:
             path = exact_path(inst, sched)
             cost = _path_cost(graph, path)  # every step is an edge of the graph with every edge
             extra = least_chunk_squares(inst, path)
-            via_path = math.inf if extra is None else work + (cost + _floor(k.k_pq * extra)) * UNIT
+            via_path = math.inf if extra is None else work + (cost + floor_units(k.k_pq * extra)) * UNIT
             assert rep.metrics.makespan >= min(via_path, best + k.k_pb) * (1 - 1e-9) - 1e-12, name
             if inst.limits.kv_capacity is not None:
                 via_states = work + (cost + path_squares(inst, graph, path)) * UNIT
@@ -175,15 +176,15 @@ def test_shortest_path_over_states_is_the_least_path_with_last_chunks(seed: int)
     for inst in instances(seed):
         if inst.limits.kv_capacity is None:
             continue
-        graph = _Graph(inst, drop_dominated=False)
+        graph = Graph(inst, drop_dominated=False)
         shortest = min((c for c, _ in all_paths_below(graph, 2**62)), default=None)
         if shortest is None:
             continue
         threshold = shortest + int(graph.costs[0]) + 1
         k = Coefficients.from_cost_model(inst.cost_model)
-        order, togo = _near_nodes(graph, threshold)
-        keys, steps = _new_lists()
-        got = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT,
+        order, togo = near_nodes(graph, threshold)
+        keys, steps = new_lists()
+        got = least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT,
                                   np.int64(threshold), keys, steps)[0]
         want = min([threshold] + [c + path_squares(inst, graph, list(p)) for c, p in all_paths_below(graph, threshold)])
         assert got == want, (seed, inst.cost_model)
@@ -196,14 +197,14 @@ def test_shortest_path_over_states_on_memory_bound_instances(n: int, seed: int) 
     windows of requests evicted before a batch, or the square of a single earlier chunk, are left
     out."""
     inst = scale_instance(n, seed)
-    graph = _Graph(inst, drop_dominated=False)
+    graph = Graph(inst, drop_dominated=False)
     k = Coefficients.from_cost_model(inst.cost_model)
     shortest = round((relaxation_search(inst).bound - math.fsum(request_work(inst))) / UNIT)
-    threshold = shortest + _floor(k.k_pb)
+    threshold = shortest + floor_units(k.k_pb)
     paths = near_paths(graph, threshold, max_paths=10**5)
-    order, togo = _near_nodes(graph, threshold)
-    keys, steps = _new_lists()
-    got = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT,
+    order, togo = near_nodes(graph, threshold)
+    keys, steps = new_lists()
+    got = least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT,
                               np.int64(threshold), keys, steps)[0]
     assert got == min([threshold] + [c + path_squares(inst, graph, p) for c, p in paths])
     assert shortest < got < threshold
@@ -271,7 +272,7 @@ def test_chunked_schedule_evicts_before_an_early_chunk() -> None:
     r = [[int(G2[i] > G[i] or bool(res2 >> i & 1)) for (G, _), (G2, res2) in steps] for i in range(2)]
     whole = replay(inst, schedule_from_point(inst, x, s, r))
     assert whole.feasible and rep.metrics.makespan < whole.metrics.makespan
-    refilled = replay(inst, _schedule(_Graph(inst), inst, path))
+    refilled = replay(inst, path_schedule(Graph(inst), inst, path))
     assert refilled.feasible and refilled.metrics.makespan < rep.metrics.makespan
 
 

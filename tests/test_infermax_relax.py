@@ -22,9 +22,8 @@ from optsched.problems import bounder_for, solver_for
 from optsched.problems.infermax import candidate_schedules
 from optsched.bounds import generic_bounds
 from optsched.problems.infermax.model import InferMaxOptions, build_data
-from optsched.problems.infermax.relax import (
-    UNIT, _Relaxation, count_bound, count_check, relaxation_bound, residency_bound,
-)
+from optsched.problems.infermax.relax import UNIT, _Relaxation, count_bound, count_check, relaxation_bound
+from optsched.problems.infermax.residency import residency_bound
 from optsched.result import replayed_objective
 from optsched.schedule import Schedule, replay
 

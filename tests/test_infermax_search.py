@@ -30,12 +30,13 @@ import pytest
 
 from optsched.bounds import request_work
 from optsched.instance import parse_instance
-from optsched.problems.infermax.relax import UNIT, _candidate_rank, relaxation_bound
-from optsched.problems.infermax import search
-from optsched.problems.infermax.search import (
-    _EMPTY, _GOAL, LARGEST_TABLE, PATTERN_ENTRIES, PATTERN_SIZE, UNBOUNDED, Node, _beam_search, _Graph, _Run, _schedule,
-    relaxation_search,
-)
+from optsched.problems.infermax import tables
+from optsched.problems.infermax.astar import EMPTY, GOAL, Run
+from optsched.problems.infermax.graph import PATTERN_ENTRIES, PATTERN_SIZE, Graph, Node
+from optsched.problems.infermax.relax import UNBOUNDED, UNIT, relaxation_bound
+from optsched.problems.infermax.residency import candidate_rank
+from optsched.problems.infermax.search import beam_search, path_schedule, relaxation_search
+from optsched.problems.infermax.tables import LARGEST_TABLE
 from optsched.result import replayed_objective
 from optsched.schedule import replay
 
@@ -63,7 +64,7 @@ def path_of(inst, sched) -> list[tuple[tuple[tuple[int, ...], int], int]]:
     the cheapest edge whose node has the point's G and at least its residents (the module
     docstring's dominance: from a node with more residents every edge has a twin of no greater cost).
     """
-    graph = _Graph(inst)
+    graph = Graph(inst)
     x, s, r = relaxation_point(inst, sched)
     N = len(inst.requests)
     node = (tuple([0] * N), 0)
@@ -90,7 +91,7 @@ def proper_subsets(n: int) -> list[tuple[int, ...]]:
 def test_every_legal_schedule_is_a_path_with_admissible_estimates(seed: int) -> None:
     """Also with every pattern of some of the requests tabulated (the estimate's largest term)."""
     for inst in instances(seed):
-        graph = _Graph(inst)
+        graph = Graph(inst)
         graph.add_patterns(proper_subsets(graph.N))
         work = math.fsum(request_work(inst))
         for name, sched in schedules(inst).items():
@@ -119,7 +120,7 @@ def test_search_below_exhaustive_optimum_and_relaxation(seed: int) -> None:
             assert res.bound <= relaxation_bound(inst, J, threads=1).bound * (1 + 1e-12)
 
 
-def shortest_path(graph: _Graph) -> int | None:
+def shortest_path(graph: Graph) -> int | None:
     """Plain Dijkstra over the graph's edges, start to goal (no estimate, no dominance of nodes)."""
     start = (tuple([0] * graph.N), 0)
     goal = (tuple(int(o) for o in graph.O), 0)
@@ -143,7 +144,7 @@ def test_search_equals_plain_shortest_path(seed: int) -> None:
     path over the same edges, on the tiny instances and on scale instances of 3 requests (seeds below
     8)."""
     for inst in instances(seed) + ([scale_instance(3, seed // 2)] if seed < 8 else []):
-        graph = _Graph(inst)
+        graph = Graph(inst)
         res = relaxation_search(inst)
         assert res.status == "OPTIMAL"
         work = math.fsum(request_work(inst))
@@ -156,7 +157,7 @@ def pattern_instance(inst, members: tuple[int, ...]):
     return parse_instance({**data, "requests": [data["requests"][i] for i in members]}, "pattern")
 
 
-def least_costs_to_the_goal(graph: _Graph) -> dict[Node, int]:
+def least_costs_to_the_goal(graph: Graph) -> dict[Node, int]:
     """The least cost from every node to the goal over the graph's edges, by relaxing every edge
     until nothing changes (Bellman-Ford, toward the goal); a node without a path is left out."""
     nodes = [(G, res) for G in itertools.product(*(range(int(o) + 1) for o in graph.O))
@@ -182,12 +183,12 @@ def test_pattern_tables_are_least_costs_to_the_goal(seed: int) -> None:
     tables never exceeds the full graph's least cost from the start (tiny instances with every
     pattern, and scale N = 4 with its patterns of two and three requests)."""
     for inst in instances(seed)[:2] + [scale_instance(4, seed // 4)]:
-        graph = _Graph(inst)
+        graph = Graph(inst)
         patterns = proper_subsets(graph.N) if graph.N < 4 else [(0, 2), (1, 3), (0, 1, 3)]
         graph.add_patterns(patterns)
         rows, tables = graph.patterns
         for row, members in zip(rows, patterns):
-            least = least_costs_to_the_goal(_Graph(pattern_instance(inst, members), drop_dominated=False))
+            least = least_costs_to_the_goal(Graph(pattern_instance(inst, members), drop_dominated=False))
             for G in itertools.product(*(range(int(graph.O[i]) + 1) for i in members)):
                 partial = [j for j, g in enumerate(G) if 0 < g < graph.O[members[j]]]
                 for bits in itertools.product((0, 1), repeat=len(partial)):
@@ -207,7 +208,7 @@ def test_pattern_choice_keeps_the_tables_within_their_entries(n: int) -> None:
     heaviest's table holds at most LARGEST_TABLE entries and, with more patterns, their tables at
     most PATTERN_ENTRIES together; a tighter time allows no larger tables."""
     for seed in range(4):
-        graph = _Graph(scale_instance(n, seed))
+        graph = Graph(scale_instance(n, seed))
         chosen = graph.pattern_choice()
         k = len(chosen[0])
         heaviest = sorted(range(n), key=lambda i: -(graph.I[i] + graph.O[i]))[:k]
@@ -224,8 +225,8 @@ def test_a_table_not_done_by_its_deadline_is_dropped(monkeypatch: pytest.MonkeyP
     """A table predicted far too fast (a slow or loaded machine) is started, stopped between its
     levels once the deadline passes, and dropped with the patterns after it: the estimate is then
     the counts' alone, and the table is not kept for later."""
-    monkeypatch.setattr(search, "ENTRY_SECONDS", 1e-12)
-    graph = _Graph(scale_instance(8, 1))
+    monkeypatch.setattr(tables, "ENTRY_SECONDS", 1e-12)
+    graph = Graph(scale_instance(8, 1))
     chosen = graph.pattern_choice()
     assert graph.table_entries(chosen[0]) > 10**7  # a table of seconds
     t0 = time.perf_counter()
@@ -233,7 +234,7 @@ def test_a_table_not_done_by_its_deadline_is_dropped(monkeypatch: pytest.MonkeyP
     assert time.perf_counter() - t0 < 2.0  # generous: a loaded machine
     assert len(graph.patterns[0]) == 0 and len(graph.patterns[1]) == 0
     assert graph.table_seconds(chosen[0]) > 0  # not kept
-    counts_only = _Graph(scale_instance(8, 1))
+    counts_only = Graph(scale_instance(8, 1))
     assert graph.estimate(tuple([0] * 8), 0) == counts_only.estimate(tuple([0] * 8), 0)
 
 
@@ -299,7 +300,7 @@ def test_time_limit_when_every_node_has_many_children() -> None:
         assert res.bound <= replayed_objective(inst, sched, "makespan")[0] * (1 + 1e-9), name
 
 
-def _path_cost(graph: _Graph, path: list) -> int:
+def _path_cost(graph: Graph, path: list) -> int:
     """The cost of ``path`` along the graph's edges (each step must be an edge), start to goal."""
     assert path[0] == (tuple([0] * graph.N), 0) and path[-1] == (tuple(int(o) for o in graph.O), 0)
     total = 0
@@ -316,19 +317,19 @@ def test_pruning_by_a_known_path_and_beam_paths(seed: int) -> None:
     the search reads as "the known path is the shortest"), with L + 1 it finds L; every beam width
     returns a path of the graph whose edges sum to its stated cost, at least L."""
     for inst in instances(seed) + ([scale_instance(3, seed // 4)] if seed < 16 else []):
-        graph = _Graph(inst)
-        exact = _Run(graph, UNBOUNDED)
-        assert exact.until(None, 10**7) == _GOAL
+        graph = Graph(inst)
+        exact = Run(graph, UNBOUNDED)
+        assert exact.until(None, 10**7) == GOAL
         optimum = exact.value
         assert _path_cost(graph, exact.path()) == optimum
-        assert _Run(graph, optimum).until(None, 10**7) == _EMPTY
-        below = _Run(graph, optimum + 1)
-        assert below.until(None, 10**7) == _GOAL and below.value == optimum
+        assert Run(graph, optimum).until(None, 10**7) == EMPTY
+        below = Run(graph, optimum + 1)
+        assert below.until(None, 10**7) == GOAL and below.value == optimum
         for width in (1, 4, 64):
-            cost, path, _ = _beam_search(graph, width, UNBOUNDED, None)
+            cost, path, _ = beam_search(graph, width, UNBOUNDED, None)
             assert path is not None and cost >= optimum
             assert _path_cost(graph, path) == cost
-            assert _beam_search(graph, width, cost, None)[:2] == (cost, None)  # nothing below its own path
+            assert beam_search(graph, width, cost, None)[:2] == (cost, None)  # nothing below its own path
         res = relaxation_search(inst)
         assert res.status == "OPTIMAL" and res.bound == math.fsum(request_work(inst)) + optimum * UNIT
 
@@ -341,10 +342,10 @@ def test_beam_paths_hold_the_budgets_when_whole_fills_fit() -> None:
                            "limits": {"token_budget": 8, "prefill_budget": 8, "kv_capacity": 20},
                            "requests": [{"id": f"r{k}", "prompt_tokens": 5, "output_tokens": 3} for k in range(2)]},
                           "p")
-    graph = _Graph(inst)
+    graph = Graph(inst)
     assert graph.whole_fills_fit
-    exact = _Run(graph, UNBOUNDED)
-    assert exact.until(None, 10**6) == _GOAL and not graph.within_budgets(exact.path())
+    exact = Run(graph, UNBOUNDED)
+    assert exact.until(None, 10**6) == GOAL and not graph.within_budgets(exact.path())
     res = relaxation_search(inst)
     assert res.status == "OPTIMAL" and res.bound == math.fsum(request_work(inst)) + exact.value * UNIT
     assert res.value > res.bound
@@ -352,9 +353,9 @@ def test_beam_paths_hold_the_budgets_when_whole_fills_fit() -> None:
     assert rep.feasible, rep.violations
     assert rep.metrics.makespan >= exhaustive_makespan(inst, evict=True)[0] * (1 - 1e-9) >= res.bound
     # the residency phase prefers, of two relaxation results, the schedule that replays
-    shortest = replace(res, value=res.bound, schedule=_schedule(_Graph(inst), inst, exact.path()))
+    shortest = replace(res, value=res.bound, schedule=path_schedule(Graph(inst), inst, exact.path()))
     assert not replay(inst, shortest.schedule).feasible
-    assert _candidate_rank(inst, res) < _candidate_rank(inst, shortest)
+    assert candidate_rank(inst, res) < candidate_rank(inst, shortest)
 
 
 def test_path_schedule_refills_where_the_edge_does() -> None:
@@ -377,12 +378,12 @@ def test_beam_paths_replay_within_the_budgets(seed: int) -> None:
     P = 64 binds: on seed 1 the beams over the whole graph fill more than P at once): every beam path
     over the edges that hold P and C holds them, its schedule replays, and so does the search's."""
     inst = scale_instance(6, seed, memory_share=0.8)
-    graph = _Graph(inst)
+    graph = Graph(inst)
     assert graph.whole_fills_fit
     for width in (1, 16):
-        _, path, _ = _beam_search(graph, width, UNBOUNDED, None, budgets=True)
+        _, path, _ = beam_search(graph, width, UNBOUNDED, None, budgets=True)
         assert graph.within_budgets(path)
-        rep = replay(inst, _schedule(graph, inst, path))
+        rep = replay(inst, path_schedule(graph, inst, path))
         assert rep.feasible, rep.violations
     res = relaxation_search(inst, 2)
     assert replay(inst, res.schedule).feasible

@@ -18,6 +18,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: Modules holding numba kernels.
 KERNEL_MODULES = (
+    "optsched.problems.infermax.graph",
+    "optsched.problems.infermax.tables",
+    "optsched.problems.infermax.astar",
     "optsched.problems.infermax.search",
     "optsched.problems.infermax.chunks",
     "optsched.problems.gmax.lagrange",
@@ -86,6 +89,6 @@ def test_a_second_process_loads_every_kernel_from_the_cache() -> None:
     assert second["typed"] == []
     assert {name: n for name, n in second["misses"].items() if n} == {}
     used = {name for name, n in second["hits"].items() if n}
-    for kernel in ("search._astar", "search._beam_layer", "search._pattern_level", "chunks._least_with_squares",
-                   "chunks._cost_to_go", "lagrange._node_children", "lagrange._programme"):
+    for kernel in ("astar.astar", "search._beam_layer", "tables.pattern_level", "graph.edge_arrays",
+                   "chunks.least_with_squares", "chunks._cost_to_go", "lagrange._node_children", "lagrange._programme"):
         assert any(name.endswith(kernel) for name in used), kernel

@@ -144,8 +144,8 @@ def _nonempty(schedule: Schedule) -> int:
 
 #: Modules a solve may need, imported before its clock starts: importing CP-SAT takes about a second
 #: (ortools loads pandas), which a first import after the deadline would add to the call.
-SOLVE_MODULES = (f"{__name__}.chunks", f"{__name__}.cpsat", f"{__name__}.mip", f"{__name__}.relax",
-                 f"{__name__}.search", "optsched.policies")
+SOLVE_MODULES = (f"{__name__}.chunks", f"{__name__}.cpsat", f"{__name__}.mip", f"{__name__}.residency",
+                 "optsched.policies")
 
 
 def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
@@ -309,7 +309,7 @@ def _relaxation(data: ModelData, limit: float | None) -> Any:
         return None
     if not fits(data):  # as the model (model.check_size)
         return None
-    from .relax import residency_bound
+    from .residency import residency_bound
 
     share = None if limit is None or opts.time_limit is None else min(opts.relax * limit, opts.time_limit)
     return residency_bound(data.instance, data.J, share, opts.threads)
@@ -369,7 +369,7 @@ def bounds(instance: Instance, options: Mapping[str, Any]) -> list[Bound]:
         return out
     if instance.limits.kv_capacity is None:
         return out
-    from .relax import residency_bound
+    from .residency import residency_bound
 
     opts = InferMaxOptions.from_dict({**options, "objective": "makespan"})
     schedule, value, _ = min(_candidates(instance, opts, None).values(), key=lambda cand: cand[1])

@@ -48,7 +48,7 @@ the sum over the fill batches is :math:`Q_F(\pi) \le Q(\pi)`. All of it follows 
 batch: F (reset to :math:`M - K_j` at a fill batch, else the least with :math:`M - K_u`), the two
 window classes of the evicted requests and the fill batches so far (up to 2). So
 :math:`\min_\pi (V(\pi) + Q_F(\pi))` is a shortest path over states (node, F, classes, count) of the
-near-optimal nodes (:func:`_least_with_squares`, in increasing order of tokens: the graph is
+near-optimal nodes (:func:`least_with_squares`, in increasing order of tokens: the graph is
 acyclic). It ignores R_max, P, C, the longer windows' memory and the other fills' partial KV, so
 when it stays below :math:`\min(T, V^* + \kappa)` the paths are listed (:func:`near_paths`, at most
 :data:`MAX_PATHS`) and priced one by one as above, which gives at least as much. Its best path,
@@ -86,12 +86,12 @@ from ...deadline import passed, seconds_left
 from ...instance import Instance
 from ...schedule import Batch, Item, Schedule
 from .model import Coefficients
-from .relax import UNIT, _floor
-from .search import (
-    _EMPTY, _GOAL, _RUNNING, Node, _as_array, _children, _edge_arrays, _Graph, _new_lists, _Run,
-)
+from .astar import EMPTY, GOAL, RUNNING, Run
+from .graph import Graph, Node, as_array, children, edge_arrays, new_lists
+from .relax import UNIT, floor_units
 
-__all__ = ["ChunkBound", "chunk_bound", "near_paths"]
+__all__ = ["ChunkBound", "chunk_bound", "chunked_schedule", "least_chunk_squares", "least_with_squares", "near_nodes",
+           "near_paths"]
 
 #: Most near-optimal paths priced; with more, no bound is given.
 MAX_PATHS = 2_000
@@ -143,14 +143,14 @@ def _cost_to_go(edges: List, goal: int, bits: int, N: int) -> Dict:
     return togo
 
 
-def _near_nodes(graph: _Graph, threshold: int, deadline: float | None = None) -> tuple[np.ndarray, Dict] | None:
+def near_nodes(graph: Graph, threshold: int, deadline: float | None = None) -> tuple[np.ndarray, Dict] | None:
     """The nodes of every path of ``graph`` costing less than ``threshold`` (and maybe more), in
     increasing order of tokens generated, and the least cost to the goal over the edges A* kept
     (module docstring; only nodes with such a path), or None when there are more than
     :data:`MAX_NODES` or ``deadline`` passes."""
-    run = _Run(graph, threshold, record=True)
-    while (status := run.until(deadline, MAX_NODES)) != _EMPTY:
-        if status not in (_GOAL, _RUNNING) or (deadline is not None and time.perf_counter() > deadline):
+    run = Run(graph, threshold, record=True)
+    while (status := run.until(deadline, MAX_NODES)) != EMPTY:
+        if status not in (GOAL, RUNNING) or (deadline is not None and time.perf_counter() > deadline):
             return None
     known = run.known()
     mask = (1 << graph.bits) - 1
@@ -159,16 +159,16 @@ def _near_nodes(graph: _Graph, threshold: int, deadline: float | None = None) ->
     return order, _cost_to_go(run.edges, np.int64(graph.goal), graph.bits, graph.N)
 
 
-def near_paths(graph: _Graph, threshold: int, max_paths: int = MAX_PATHS,
+def near_paths(graph: Graph, threshold: int, max_paths: int = MAX_PATHS,
                deadline: float | None = None) -> list[tuple[int, list[Node]]] | None:
     """Every path of ``graph`` from the start to the goal costing less than ``threshold``, with its
     cost (module docstring), or None when there are more than ``max_paths``, more than
     :data:`MAX_NODES` nodes or ``deadline`` passes."""
-    near = _near_nodes(graph, threshold, deadline)
+    near = near_nodes(graph, threshold, deadline)
     return None if near is None else _walk(graph, near[1], threshold, max_paths)
 
 
-def _walk(graph: _Graph, togo: Dict, threshold: int, max_paths: int) -> list[tuple[int, list[Node]]] | None:
+def _walk(graph: Graph, togo: Dict, threshold: int, max_paths: int) -> list[tuple[int, list[Node]]] | None:
     """The paths below ``threshold`` by a depth-first walk guided by ``togo`` (least costs to the
     goal), or None when there are more than ``max_paths``."""
     found: list[tuple[int, list[int]]] = []
@@ -180,8 +180,8 @@ def _walk(graph: _Graph, togo: Dict, threshold: int, max_paths: int) -> list[tup
             if len(found) > max_paths:
                 return None
             continue
-        children, costs = _edge_arrays(np.int64(key), *graph.args)
-        for child, step, rest in zip(children.tolist(), costs.tolist(), _lookup(togo, children).tolist()):
+        kids, costs = edge_arrays(np.int64(key), *graph.args)
+        for child, step, rest in zip(kids.tolist(), costs.tolist(), _lookup(togo, kids).tolist()):
             if rest >= 0 and cost + step + rest < threshold:
                 stack.append((child, cost + step, path + [child]))
     return [(cost, [graph.node(k) for k in path]) for cost, path in found]
@@ -224,9 +224,9 @@ def _fill_squares(sizes: np.ndarray, earlier: np.ndarray, n: int, free: int) -> 
 
 
 @njit(cache=True)
-def _least_with_squares(order: np.ndarray, togo: Dict, goal: int, bits: int, I: np.ndarray, O: np.ndarray,
-                        limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, square: float, upper: int,
-                        keys: List, steps: List) -> tuple[int, np.ndarray]:
+def least_with_squares(order: np.ndarray, togo: Dict, goal: int, bits: int, I: np.ndarray, O: np.ndarray,
+                       limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, square: float, upper: int,
+                       keys: List, steps: List) -> tuple[int, np.ndarray]:
     """Least :math:`V(\\pi) + Q_F(\\pi)` over the paths through the nodes ``order`` (increasing
     tokens generated) that cost less than ``upper``, else ``upper``: a shortest path over states
     (node, F, E, P) of the module docstring, each fill batch charged ``square`` (picoseconds per
@@ -257,7 +257,7 @@ def _least_with_squares(order: np.ndarray, togo: Dict, goal: int, bits: int, I: 
             continue
         key = order[n]
         res = key >> shift
-        _children(key, bits, I, O, limits, costs, rho, keys, steps)
+        children(key, bits, I, O, limits, costs, rho, keys, steps)
         state = head[n]
         while state >= 0:
             code, g = codes[state], costs_of[state]
@@ -316,7 +316,7 @@ def _least_with_squares(order: np.ndarray, togo: Dict, goal: int, bits: int, I: 
     while last >= 0:
         path.append(at[last])
         last = parents[last]
-    return best, _as_array(path)
+    return best, as_array(path)
 
 
 def _chunk_model(instance: Instance, path: list[Node]) -> tuple[cp_model.CpModel, dict[tuple[int, int], dict], int]:
@@ -435,21 +435,21 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
     listed within ``time_limit``."""
     t0 = time.perf_counter()
     deadline = None if time_limit is None else t0 + time_limit
-    graph = _Graph(instance, drop_dominated=False)
+    graph = Graph(instance, drop_dominated=False)
     if not graph.searchable:
         return ChunkBound(None, 0)
     graph.add_chosen_patterns(time_limit, t0)
     work = math.fsum(request_work(instance))
     threshold = math.ceil((upper - work) / UNIT)
-    near = _near_nodes(graph, threshold, deadline)
+    near = near_nodes(graph, threshold, deadline)
     if near is None:
         return ChunkBound(None, 0)
     order, togo = near
     k = Coefficients.from_cost_model(instance.cost_model)
     optimum = int(_lookup(togo, np.zeros(1, np.int64))[0])  # V* when below T, else -1
-    cap = threshold if optimum < 0 else min(threshold, optimum + _floor(k.k_pb))  # T, V* + kappa
-    keys, steps = _new_lists()
-    best, nodes = _least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT,
+    cap = threshold if optimum < 0 else min(threshold, optimum + floor_units(k.k_pb))  # T, V* + kappa
+    keys, steps = new_lists()
+    best, nodes = least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT,
                                       np.int64(cap), keys, steps)
     schedule = None if not len(nodes) else chunked_schedule(
         instance, [graph.node(key) for key in nodes.tolist()[::-1]], seconds_left(deadline))
@@ -461,7 +461,7 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
                 break
             extra = least_chunk_squares(instance, path, seconds_left(deadline))
             if extra is not None:
-                priced = min(priced, cost + _floor(k.k_pq * extra))
+                priced = min(priced, cost + floor_units(k.k_pq * extra))
         else:
             best = max(best, priced)
     return ChunkBound(min(work + best * UNIT, upper), 0 if paths is None else len(paths), schedule)  # T: U - W up

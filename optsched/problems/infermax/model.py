@@ -165,6 +165,7 @@ __all__ = [
     "first_token_prefix",
     "serial_completion",
     "serial_schedule",
+    "symmetric_pairs",
 ]
 
 OBJECTIVES = ("makespan", "completion", "ttft")
@@ -581,7 +582,7 @@ def serial_completion(instance: Instance, prefix: Schedule) -> Schedule:
     return Schedule(prefix.instance, prefix.batches + tuple(tail), dict(prefix.meta))
 
 
-def _symmetric_pairs(instance: Instance) -> tuple[tuple[int, int], ...]:
+def symmetric_pairs(instance: Instance) -> tuple[tuple[int, int], ...]:
     """Consecutive pairs (i, i') of identical requests (same I, O, arrival), i < i'."""
     groups: dict[tuple[int, int, float], list[int]] = {}
     for i, r in enumerate(instance.requests):
@@ -737,7 +738,7 @@ def build_data(
         upper_makespan=upper_makespan,
         online=any(r.arrival > 0 for r in reqs),
         goal=tuple(1 if found.first_tokens_only else r.output_tokens for r in reqs),
-        symmetric_pairs=_symmetric_pairs(instance),
+        symmetric_pairs=symmetric_pairs(instance),
         b_min=b_min,
         bp_min=bp_min,
     )

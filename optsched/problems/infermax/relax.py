@@ -71,8 +71,8 @@ objective never exceeds the true one; the bound is divided back.
 Also here: :func:`count_bound` (least batch counts proven by infeasibility of the relaxation with
 count rows, :func:`count_check`, and the bound they give), :func:`add_count_fact` (such a fact as
 rows of a CP-SAT model: this relaxation's checks and the InferMax model of :mod:`.cpsat`),
-:func:`residency_bound` (the exact search of :mod:`.search`, then both, as the solve uses them) and :func:`schedule_from_point` (a
-relaxation point as a schedule, a candidate for the solve).
+and :func:`schedule_from_point` (a relaxation point as a schedule, a candidate for the solve).
+:mod:`.residency` combines them with the exact search of :mod:`.search`, as the solve uses them.
 """
 
 from __future__ import annotations
@@ -80,23 +80,26 @@ from __future__ import annotations
 import math
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
 from ...bounds import batch_counts, request_work
 from ...deadline import DeadlinePassed, check, seconds_left
 from ...instance import Instance
-from ...schedule import Batch, Item, Schedule, replay
-from .model import Coefficients, _symmetric_pairs
+from ...schedule import Batch, Item, Schedule
+from .model import Coefficients, symmetric_pairs
 
 __all__ = [
     "CountResult", "RelaxationResult", "add_count_fact", "count_bound", "count_check", "count_cost",
-    "refill_line", "relaxation_bound", "residency_bound", "schedule_from_point",
+    "UNBOUNDED", "UNIT", "floor_units", "refill_line", "relaxation_bound", "schedule_from_point",
 ]
 
 #: Time unit of the relaxation's integer objective (seconds): picoseconds, coefficients rounded down.
 UNIT = 1e-12
+
+#: An integer cost above every path's (in :data:`UNIT` s): no path, or none known.
+UNBOUNDED = (1 << 62) - 1
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,8 @@ class RelaxationResult:
     schedule: Schedule | None = None
 
 
-def _floor(seconds: float) -> int:
+def floor_units(seconds: float) -> int:
+    """``seconds`` in :data:`UNIT` s, rounded down (so an objective in these units never exceeds the true one)."""
     return math.floor(seconds / UNIT)
 
 
@@ -137,7 +141,7 @@ def refill_line(k: Coefficients, I: int) -> tuple[int, int]:
     """(a, b) with :math:`\\rho_i(g) = \\max(0, a + b g)` (X5, integer picoseconds rounded down): the
     refill of token g of a request of prompt I beyond the decode that W counts."""
     q = k.k_t + k.k_pt + k.k_pq
-    return _floor((I - 1) * q - (k.k_t + k.k_dt + k.k_dk * (I - 2))), _floor(q - k.k_dk)
+    return floor_units((I - 1) * q - (k.k_t + k.k_dt + k.k_dk * (I - 2))), floor_units(q - k.k_dk)
 
 
 class _Relaxation:
@@ -204,7 +208,7 @@ class _Relaxation:
         b_min, bp_min = batch_counts(instance)
         mdl.Add(sum(self.y) >= min(b_min, J))
         mdl.Add(sum(self.p) >= min(bp_min, J))
-        for a_, b_ in _symmetric_pairs(instance) if symmetry else ():  # identical requests finish in index order
+        for a_, b_ in symmetric_pairs(instance) if symmetry else ():  # identical requests finish in index order
             O = reqs[a_].output_tokens
             for j in range(J):
                 done_a = mdl.NewBoolVar(f"done_{a_}_{j}")
@@ -212,7 +216,7 @@ class _Relaxation:
                 mdl.Add(self.G[a_][j] <= O - 1).OnlyEnforceIf(done_a.Not())
                 mdl.Add(self.G[b_][j] <= O - 1).OnlyEnforceIf(done_a.Not())
         self.objective = (
-            sum(_floor(k.k_b) * self.y[j] + _floor(k.k_pb) * self.p[j] + _floor(k.k_db) * self.d[j] for j in range(J))
+            sum(floor_units(k.k_b) * self.y[j] + floor_units(k.k_pb) * self.p[j] + floor_units(k.k_db) * self.d[j] for j in range(J))
             + sum(refills)
         )
         mdl.Minimize(self.objective)
@@ -240,11 +244,6 @@ def _solver(time_limit: float | None, threads: int | None, log: bool) -> cp_mode
 
 #: Seconds per count check of :func:`count_bound` without a time limit, and the least with one.
 CHECK_LIMIT = 10.0
-
-#: Share of :func:`residency_bound`'s time limit given to the exact search (:mod:`.search`, whose
-#: pattern tables and beam searches take parts of it); the CP-SAT relaxation and the count checks
-#: get the rest.
-SEARCH_SHARE = 0.75
 
 
 def relaxation_bound(
@@ -459,46 +458,3 @@ def count_bound(
                 else:
                     stop = True
     return CountResult(work + argmin(facts)[0], tuple(facts), time.process_time() - cpu)
-
-
-def _candidate_rank(instance: Instance, result: RelaxationResult) -> tuple[float, float]:
-    """Order of two results' schedules as candidates: a schedule that replays cleanly first, by its
-    makespan, then the others by their relaxation value (none last)."""
-    if result.schedule is None or result.value is None:
-        return math.inf, math.inf
-    rep = replay(instance, result.schedule)
-    return (rep.metrics.makespan if rep.feasible else math.inf), result.value
-
-
-def residency_bound(
-    instance: Instance, J: int, time_limit: float | None = None, threads: int | None = None
-) -> RelaxationResult:
-    """The relaxation's optimum by the exact search of :mod:`.search` (:data:`SEARCH_SHARE` of
-    ``time_limit``); when that stops early, the CP-SAT relaxation's bound (:func:`relaxation_bound`,
-    a quarter of the time left) and, when that is not solved to optimality either, the count bound
-    (:func:`count_bound`, the time left): the largest bound, and the better schedule of the
-    search's path and CP-SAT's point (one that replays cleanly first, by makespan; else the lower
-    relaxation value).
-
-    The relaxation's optimum dominates the count bound (every pair (B, p) of its optimal point
-    is allowed by every fact), so the counts run only when neither solves it.
-    """
-    from .search import relaxation_search
-
-    t0 = time.perf_counter()
-
-    def left(share: float) -> float | None:
-        return None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0)) * share
-
-    exact = relaxation_search(instance, left(SEARCH_SHARE))
-    if exact.status in ("OPTIMAL", "INFEASIBLE"):
-        return exact
-    relax = relaxation_bound(instance, J, left(1 / 4), threads)
-    if _candidate_rank(instance, exact) < _candidate_rank(instance, relax):
-        relax = replace(relax, value=exact.value, schedule=exact.schedule)
-    relax = replace(relax, bound=max(relax.bound, exact.bound), cpu=relax.cpu + exact.cpu)
-    if relax.status in ("OPTIMAL", "INFEASIBLE"):
-        return relax
-    counts = count_bound(instance, J, left(1), threads)
-    return RelaxationResult(max(relax.bound, counts.bound), relax.value, relax.status, relax.cpu + counts.cpu,
-                            counts.facts, relax.schedule)
