@@ -17,7 +17,7 @@ from optsched import load_instance, replay  # noqa: E402
 from optsched.problems import solver_for  # noqa: E402
 from optsched.bounds import generic_bounds  # noqa: E402
 from optsched.result import replayed_objective  # noqa: E402
-from optsched.problems.infermax import _candidates  # noqa: E402
+from optsched.problems.infermax.candidates import initial_candidates  # noqa: E402
 from optsched.problems.infermax.cpsat import solve_cpsat  # noqa: E402
 from optsched.problems.infermax.mip import lp_relaxation_bound, solve_mip  # noqa: E402
 from optsched.problems.infermax.model import InferMaxInputError, InferMaxOptions, build_data  # noqa: E402
@@ -67,14 +67,14 @@ def test_candidates_after_the_deadline() -> None:
     run; without a deadline every policy and ``serial`` do."""
     inst = load_instance("toy-4")
     opts = InferMaxOptions.from_dict({})
-    everything = _candidates(inst, opts, None)
+    everything = initial_candidates(inst, opts, None).found
     assert "serial" in everything and len(everything) > 3
-    passed = _candidates(inst, opts, time.perf_counter())
+    passed = initial_candidates(inst, opts, time.perf_counter()).found
     assert list(passed) == [next(iter(everything))]
     warm = list(everything)[-2]
-    assert list(_candidates(inst, InferMaxOptions.from_dict({"warm_start": warm}), time.perf_counter())) == [
+    assert list(initial_candidates(inst, InferMaxOptions.from_dict({"warm_start": warm}), time.perf_counter()).found) == [
         next(iter(everything)), warm]
-    only_serial = _candidates(inst, InferMaxOptions.from_dict({"no_chunk": True}), time.perf_counter())
+    only_serial = initial_candidates(inst, InferMaxOptions.from_dict({"no_chunk": True}), time.perf_counter()).found
     assert list(only_serial) == ["serial"]
 
 

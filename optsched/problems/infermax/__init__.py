@@ -1,37 +1,41 @@
 """InferMax optimal scheduler (seed001 section 3.3): ``solve`` and ``bounds`` for the registries.
 
 The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) and :mod:`.mip`
-(PuLP to HiGHS / CBC, gurobipy). :func:`solve`:
+(PuLP to HiGHS / CBC, gurobipy). Every schedule a phase finds goes into the solve's
+:class:`.candidates.CandidatePool` (replayed; the best is the upper bound UB and the warm start),
+every proven bound into its list of bounds. :func:`solve` runs these phases, each a function:
 
-1. reads the options (:class:`.model.InferMaxOptions`);
-2. builds the candidate schedules (the serial schedule of :func:`.model.serial_schedule` and every
-   registered policy whose schedule replays and respects the options) and keeps the best as the
-   upper bound UB and the warm start (or the policy named by ``warm_start``); the main solve gets
-   what is left of ``time_limit`` (at least ``MIN_PHASE_SHARE`` of it). The whole
-   call keeps within the limit up to the final replay and bounds: policies, the relaxation,
-   the eviction-free phase and the model build are not started, or are stopped, once the limit has passed, and
-   a model of more than ``max_cells`` request-batch cells is not built (then the best candidate
-   and the proven bounds are the result, ``extra['stopped']`` says why);
-3. derives the horizon J from UB (:func:`.model.horizon`: proven for makespan and completion, and
-   for ttft when its model is small; ttft with evictions uses the first-token model, whose
-   solution is completed by :func:`.model.serial_completion`);
-   for the makespan with a KV capacity, solves the residency relaxation (:mod:`.relax`, first by the
-   exact search of :mod:`.search`) with the
-   option ``relax``'s share of the limit, gives its proven bound and count facts to the model and
-   its best point, as a schedule, to the candidates (a better one re-derives UB, J and the hint);
-   when the relaxation is solved within one prefill bias of UB, the bound of :mod:`.chunks` (the
-   quadratic prefill term priced over every relaxation path below UB) raises its bound and its
-   best path, chunked, is a candidate too; a candidate that meets the bound ends the solve there
-   (option ``early_exit``, no model); otherwise, when evictions are allowed, the eviction-free
-   optimum (solved with a quarter of the time limit, at most half of the time left) is a
-   candidate too (since session 13 after the relaxation, whose search proves most instances
-   before it would have ended);
-4. solves, turns the solution into a schedule, replays it and reports the replayed objective after
-   :func:`~optsched.result.check_agreement` with the solver's own value (the best candidate
-   instead when it is better: a stopped solver may not have reached its hint);
-5. reports the bound: the largest of the solver's proven bound (lowered by any rounding slack),
-   the relaxation's and the bounds of :mod:`optsched.bounds`. ``optimal`` means the replayed objective is within
-   ``OPTIMAL_RTOL`` of a proven bound and J is proven; otherwise ``feasible`` or ``time_limit``.
+1. the options (:class:`.model.InferMaxOptions`) and the first candidates
+   (:func:`.candidates.initial_candidates`: every registered policy whose schedule replays and
+   respects the options, and the serial schedule of :func:`.model.serial_schedule`), the bounds of
+   :mod:`optsched.bounds`;
+2. the model's data (:func:`_model_data`): the horizon J from UB (:func:`.model.horizon`: proven
+   for makespan and completion, and for ttft when its model is small; ttft with evictions uses the
+   first-token model, whose solution is completed by :func:`.model.serial_completion`) and the
+   time left (at least ``MIN_PHASE_SHARE`` of the limit);
+3. for the makespan with a KV capacity, the residency relaxation (:func:`_relaxation_phase`:
+   :mod:`.residency`, the exact search of :mod:`.search` first) with the option ``relax``'s share of
+   the limit: its proven bound and count facts go to the model, its best point, as a schedule, to
+   the candidates; when it is solved within one prefill bias of UB, the bound of :mod:`.chunks`
+   (the quadratic prefill term priced over every relaxation path below UB) raises its bound and
+   its best path, chunked, is a candidate too;
+4. when evictions are allowed, the eviction-free optimum (:func:`_eviction_free_phase`, a quarter
+   of the time limit, at most half of the time left) as a candidate; with a better candidate, the
+   model's data again (UB, J and the warm start);
+5. the model (:func:`_run_backend`), unless a candidate meets a proven bound (option
+   ``early_exit``; :func:`_skipped`) or the model has more than ``max_cells`` request-batch cells
+   (``extra['stopped']`` says why);
+6. the result (:func:`_result`): the solution as a schedule, replayed, its objective after
+   :func:`~optsched.result.check_agreement` with the solver's own value, or the best candidate when
+   it is better (a stopped solver may not have reached its hint) or the solver has none
+   (:func:`_incumbent`); the bound is the largest of the solver's proven bound (lowered by any
+   rounding slack), the relaxation's and those of :mod:`optsched.bounds`. ``optimal`` means the
+   replayed objective is within ``OPTIMAL_RTOL`` of a proven bound and J is proven; otherwise
+   ``feasible`` or ``time_limit``.
+
+The whole call keeps within the time limit up to the final replay and bounds: policies, the
+relaxation, the eviction-free phase and the model build are not started, or are stopped, once the
+limit has passed.
 """
 
 from __future__ import annotations
@@ -40,13 +44,14 @@ import math
 import time
 from dataclasses import replace
 from importlib import import_module
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from ...instance import Instance
-from ...result import Bound, SolveResult, Status, check_agreement, objective_of, replayed_objective
-from ...schedule import ReplayResult, Schedule, replay
 from ...bounds import generic_bounds
 from ...deadline import passed, seconds_left
+from ...instance import Instance
+from ...result import Bound, SolveResult, Status, check_agreement, replayed_objective
+from ...schedule import ReplayResult, Schedule, replay
+from .candidates import Candidate, CandidatePool, candidate_schedules, initial_candidates
 from .model import (
     Coefficients,
     InferMaxInputError,
@@ -58,79 +63,23 @@ from .model import (
     hint_from_schedule,
     schedule_from_solution,
     serial_completion,
-    serial_schedule,
 )
 
-__all__ = ["bounds", "solve", "candidate_schedules", "OPTIMAL_RTOL"]
+if TYPE_CHECKING:  # relax.py loads CP-SAT, which the solve imports before its clock (SOLVE_MODULES)
+    from .relax import RelaxationResult
+
+__all__ = ["OPTIMAL_RTOL", "Candidate", "CandidatePool", "bounds", "candidate_schedules", "solve"]
 
 #: The main solve gets what is left of the time limit, but at least this share of it.
 MIN_PHASE_SHARE = 0.05
 
 #: Share of the time left that the bound of :mod:`.chunks` may take: it runs when the best
 #: candidate is within one prefill bias of the relaxation's optimum, a gap that the model's bound
-#: does not close at N >= 5, so most of the time left is its (0.5 before session 15).
+#: does not close at N >= 5, so most of the time left is its.
 CHUNK_SHARE = 0.8
 
 #: A solution counts as optimal when its replayed objective exceeds a proven bound by at most this.
 OPTIMAL_RTOL = 1e-9
-
-
-def _respects(rep: ReplayResult, options: InferMaxOptions) -> bool:
-    """Whether a replay-feasible schedule respects the options the model imposes."""
-    if options.no_evict and rep.metrics is not None and rep.metrics.evictions:
-        return False
-    if options.no_hybrid and any(p > 0 and d > 0 for p, d in zip(rep.prefill_tokens, rep.decode_items)):
-        return False
-    return True
-
-
-#: A candidate: its schedule, its replayed objective and its replay.
-Candidate = tuple[Schedule, float, ReplayResult]
-
-
-def candidate_schedules(instance: Instance, options: InferMaxOptions) -> dict[str, Schedule]:
-    """Feasible schedules that respect the options: every registered policy and ``serial``
-    (:func:`_candidates` without a deadline)."""
-    return {name: cand[0] for name, cand in _candidates(instance, options, None).items()}
-
-
-def _candidates(instance: Instance, options: InferMaxOptions, deadline: float | None) -> dict[str, Candidate]:
-    """:func:`candidate_schedules` with their replays, by ``deadline`` (a ``time.perf_counter()`` value).
-
-    Policies are skipped when chunked prefill is off (their chunking cannot be checked without
-    re-implementing the semantics) or when they do not apply to the instance, fail or violate an
-    option. After the deadline nothing more is started once there is one candidate, except the
-    ``warm_start`` policy; ``serial`` (one request at a time: hundreds of thousands of batches on
-    a large trace) comes last, and always when no policy gave a candidate.
-    """
-    out: dict[str, Candidate] = {}
-
-    def offer(name: str, schedule: Schedule) -> None:
-        cand = _candidate(instance, schedule, options)
-        if cand is not None:
-            out[name] = cand
-
-    if not options.no_chunk:
-        from ...policies import policy_names, simulator_for
-
-        for name in policy_names():
-            if out and passed(deadline) and name != options.warm_start:
-                continue
-            try:
-                offer(name, simulator_for(name)(instance))
-            except Exception:  # noqa: BLE001 - a failing policy is only a missing candidate
-                continue
-    if not out or not passed(deadline):
-        offer("serial", serial_schedule(instance, no_chunk=options.no_chunk))
-    return out
-
-
-def _candidate(instance: Instance, schedule: Schedule, options: InferMaxOptions) -> Candidate | None:
-    """``schedule`` replayed once, when it replays cleanly and respects the options; else None."""
-    rep = replay(instance, schedule)
-    if not (rep.feasible and _respects(rep, options)):
-        return None
-    return schedule, objective_of(rep, options.objective), rep
 
 
 def _meets(value: float, bound: float) -> bool:
@@ -166,87 +115,105 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     opts = InferMaxOptions.from_dict(options)
     deadline = None if opts.time_limit is None else t0 + opts.time_limit
     try:
-        found = _candidates(instance, opts, deadline)
+        pool = initial_candidates(instance, opts, deadline)
     except InferMaxInputError as exc:
         return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE,
                            wall_time=time.perf_counter() - t0, message=str(exc))
     proven = [b.value for b in generic_bounds(instance, opts.objective)]
-    met = opts.early_exit and bool(proven) and _meets(min(value for _, value, _ in found.values()), max(proven))
-    cands = {name: schedule for name, (schedule, _, _) in found.items()}
-    values = {name: value for name, (_, value, _) in found.items()}
-    makespans = {name: rep.metrics.makespan for name, (_, _, rep) in found.items()}
-    best = min(values, key=lambda k: values[k])
-    warm = opts.warm_start or best
-    if warm not in cands:
+    met = opts.early_exit and bool(proven) and _meets(pool.best.value, max(proven))
+    if pool.warm_name not in pool:
         raise InferMaxInputError(
-            f"option 'warm_start': policy {warm!r} gives no schedule respecting the options "
-            f"(available: {', '.join(sorted(cands))})"
+            f"option 'warm_start': policy {pool.warm_name!r} gives no schedule respecting the options "
+            f"(available: {', '.join(sorted(pool.found))})"
         )
-    limit = opts.time_limit  # the whole solve (candidates, relaxation, eviction-free phase) keeps within it
-
-    def model_data() -> tuple[ModelData, Schedule]:
-        """The model's data for the time left, J from the best candidate, and the warm start (its
-        first tokens for ttft)."""
-        prefix = first_token_prefix(cands[warm], found[warm][2]) if opts.objective == "ttft" else cands[warm]
-        return build_data(instance, _left(opts, limit, t0), makespans[best], values[best], _nonempty(cands[warm]),
-                          _nonempty(prefix)), prefix
-
-    data, warm_prefix = model_data()
-
-    def offer(name: str, schedule: Schedule | None, point: Candidate | None = None) -> None:
-        """Add ``schedule`` (replayed here) or its replayed ``point`` to the candidates."""
-        nonlocal best, warm
-        point = point or (None if schedule is None else _candidate(instance, schedule, opts))
-        if point is not None:
-            found[name] = point
-            cands[name], values[name], rep = point
-            makespans[name] = rep.metrics.makespan
-            if values[name] < values[best]:
-                best = name
-                warm = opts.warm_start or best
-
-    relax = None if met or passed(deadline) else _relaxation(data, limit)
-    paths = None
-    if relax is not None:
-        if relax.bound == math.inf:
-            raise RuntimeError(
-                f"residency relaxation infeasible although {best!r} gives a schedule within J = {data.J}"
-            )
-        offer("residency-relaxation", relax.schedule)  # the relaxation's best point as a schedule
-        if not passed(deadline):
-            relax, paths, chunked = _with_chunk_bound(
-                instance, relax, makespans[best], None if limit is None else _left(opts, limit, t0).time_limit * CHUNK_SHARE)
-            offer("residency-relaxation-chunked", chunked)  # the chunk bound's best path, chunked
-        met = opts.early_exit and _meets(values[best], relax.bound)
-    if not (opts.no_evict or met or passed(deadline)):  # the eviction-free optimum seeds the full model
-        first = solve(instance, {**options, "no_evict": True, "warm_start": None, "relax": 0,
-                                 "time_limit": None if limit is None else min(limit / 4, seconds_left(deadline) / 2)})
-        if first.schedule is not None:
-            offer("infermax-no-evict", None, (first.schedule, first.objective, first.replay))
-    if relax is not None or "infermax-no-evict" in found:
-        data, warm_prefix = model_data()
+    data = _model_data(pool, t0)
+    relax = paths = None
+    if not (met or passed(deadline)):
+        relax, paths = _relaxation_phase(pool, data, t0, deadline)
+        met = relax is not None and opts.early_exit and _meets(pool.best.value, relax.bound)
+    if not (opts.no_evict or met or passed(deadline)):
+        _eviction_free_phase(pool, options, deadline)
+    if relax is not None or NO_EVICT in pool:  # a better candidate: J and the warm start again
+        data = _model_data(pool, t0)
     if relax is not None:
         data = replace(data, lower=relax.bound, count_facts=relax.facts)  # (makespan only: no first-token model)
-    if met:  # a candidate meets a proven bound: nothing left to prove, no model
-        from .cpsat import BackendResult
+    backend = _skipped(pool) if met else _run_backend(data, _hint(pool, data), deadline)
+    return _result(pool, data, backend, relax, paths, proven, t0)
 
-        backend = BackendResult(status=Status.UNKNOWN, info={"stopped": f"model not built: {best!r} meets a proven bound"})
-    else:
-        hint = hint_from_schedule(data, warm_prefix if data.first_tokens_only else cands[warm]) if fits(data) else None
-        backend = _run_backend(data, hint, deadline)
-    extra: dict[str, Any] = {
-        "horizon": data.J,
-        "horizon_proven": data.horizon_proven,
-        "horizon_note": data.horizon_note,
-        "first_token_model": data.first_tokens_only,
-        "objective_name": opts.objective,
-        "upper_bound_policy": best,
-        "policy_values": values,
-        **backend.info,
-    }
-    if relax is not None:
-        extra["relaxation"] = {"bound": relax.bound, "value": relax.value, "status": relax.status, "cpu": relax.cpu,
-                               "count_facts": [list(f) for f in relax.facts], "chunk_paths": paths}
+
+#: Names of the candidates the solve's phases add: the relaxation's best path, that path chunked
+#: by the chunk bound, and the eviction-free optimum.
+RELAXATION, CHUNKED, NO_EVICT = "residency-relaxation", "residency-relaxation-chunked", "infermax-no-evict"
+
+
+def _model_data(pool: CandidatePool, t0: float) -> ModelData:
+    """The model's data for the time left: J from the best candidate, at least the warm start's
+    batches (up to its last first token in the first-token model)."""
+    opts, warm = pool.options, pool.found[pool.warm_name]
+    prefix = _nonempty(first_token_prefix(warm.schedule, warm.replay)) if opts.objective == "ttft" else None
+    best = pool.best
+    return build_data(pool.instance, _left(opts, t0), best.makespan, best.value, _nonempty(warm.schedule),
+                      prefix if prefix is not None else _nonempty(warm.schedule))
+
+
+def _relaxation_phase(
+    pool: CandidatePool, data: ModelData, t0: float, deadline: float | None
+) -> tuple[RelaxationResult | None, int | None]:
+    """The residency bound (:func:`_relaxation`) when it applies, its best path as a candidate, and,
+    time left, the chunk bound (:func:`_with_chunk_bound`) with its chunked path as a candidate.
+
+    Returns the relaxation's result (None when it does not apply) and the number of paths the chunk
+    bound priced one by one (None when it did not run)."""
+    relax = _relaxation(data, pool.options.time_limit)
+    if relax is None:
+        return None, None
+    if relax.bound == math.inf:
+        raise RuntimeError(
+            f"residency relaxation infeasible although {pool.best_name!r} gives a schedule within J = {data.J}"
+        )
+    pool.offer(RELAXATION, relax.schedule)
+    paths = None
+    if not passed(deadline):
+        share = None if pool.options.time_limit is None else _left(pool.options, t0).time_limit * CHUNK_SHARE
+        relax, paths, chunked = _with_chunk_bound(pool.instance, relax, pool.best.makespan, share)
+        pool.offer(CHUNKED, chunked)
+    return relax, paths
+
+
+def _eviction_free_phase(pool: CandidatePool, options: Mapping[str, Any], deadline: float | None) -> None:
+    """The eviction-free optimum (a quarter of the time limit, at most half of the time left) as a
+    candidate: it seeds the full model."""
+    limit = pool.options.time_limit
+    first = solve(pool.instance, {**options, "no_evict": True, "warm_start": None, "relax": 0,
+                                  "time_limit": None if limit is None else min(limit / 4, seconds_left(deadline) / 2)})
+    if first.schedule is not None:
+        pool.add(NO_EVICT, Candidate(first.schedule, first.objective, first.replay))
+
+
+def _hint(pool: CandidatePool, data: ModelData) -> Any:
+    """The warm start as the model's values (its first tokens in the first-token model), or None
+    when the model is too large to build."""
+    if not fits(data):
+        return None
+    warm = pool.found[pool.warm_name]
+    schedule = first_token_prefix(warm.schedule, warm.replay) if data.first_tokens_only else warm.schedule
+    return hint_from_schedule(data, schedule)
+
+
+def _skipped(pool: CandidatePool) -> Any:
+    """The backend's result when a candidate meets a proven bound: no model is built."""
+    from .cpsat import BackendResult
+
+    return BackendResult(status=Status.UNKNOWN,
+                         info={"stopped": f"model not built: {pool.best_name!r} meets a proven bound"})
+
+
+def _result(pool: CandidatePool, data: ModelData, backend: Any, relax: RelaxationResult | None,
+            paths: int | None, proven: list[float], t0: float) -> SolveResult:
+    """The solve's result: the solver's schedule, replayed, or the best candidate when it is better
+    or the solver has none; the largest proven bound; the status (module docstring, steps 4 and 5)."""
+    opts, best = pool.options, pool.best_name
+    extra = _extra(pool, data, backend, relax, paths)
     if backend.status == Status.UNSUPPORTED:
         return SolveResult(problem="infermax", solver=opts.solver, status=Status.UNSUPPORTED,
                            wall_time=time.perf_counter() - t0, message=backend.message, extra=extra)
@@ -257,20 +224,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
                            wall_time=time.perf_counter() - t0,
                            message=f"no schedule within the horizon J = {data.J}; a longer horizon is needed",
                            extra=extra)
-    incumbent = None
-    if backend.c is not None:
-        schedule = schedule_from_solution(data, backend.c, backend.e, backend.waits,
-                                          {"solver": opts.solver, "problem": "infermax"})
-        if data.first_tokens_only:  # the model stops at the first tokens (model docstring)
-            schedule = serial_completion(instance, schedule)
-        value, rep = replayed_objective(instance, schedule, opts.objective)
-        check_agreement(backend.objective, value, f"infermax/{opts.solver}")
-        if values[best] < value:  # a stopped solver may not have reached its hint: keep the better
-            incumbent = f"the solver's schedule ({value:.9g}) is worse than {best!r}'s; schedule of {best!r}"
-            schedule, value, rep = found[best]
-    else:  # no model, or no incumbent within the limit: report the best candidate
-        schedule, value, rep = found[best]
-        incumbent = f"no schedule from the solver; schedule of {best!r}"
+    schedule, value, rep, incumbent = _incumbent(pool, data, backend)
     if data.horizon_proven and backend.bound is not None:
         proven.append(backend.bound)
     elif backend.bound is not None:
@@ -278,8 +232,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     if relax is not None:  # run only over a proven horizon (see _relaxation)
         proven.append(relax.bound)
     bound = min(max(proven), value) if proven else None
-    optimal = bound is not None and _meets(value, bound)
-    if optimal:
+    if bound is not None and _meets(value, bound):
         status = Status.OPTIMAL
     elif backend.status == Status.OPTIMAL:  # optimal only relative to the horizon J
         status = Status.FEASIBLE
@@ -291,14 +244,56 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
                        replay=rep)
 
 
-def _left(opts: InferMaxOptions, limit: float | None, t0: float) -> InferMaxOptions:
-    """``opts`` with the time left of ``limit`` since ``t0`` (at least ``MIN_PHASE_SHARE`` of it)."""
-    if limit is None:
+def _extra(pool: CandidatePool, data: ModelData, backend: Any, relax: RelaxationResult | None,
+           paths: int | None) -> dict[str, Any]:
+    """The result's ``extra``: the horizon, the candidates' values, the backend's and the
+    relaxation's information."""
+    extra: dict[str, Any] = {
+        "horizon": data.J,
+        "horizon_proven": data.horizon_proven,
+        "horizon_note": data.horizon_note,
+        "first_token_model": data.first_tokens_only,
+        "objective_name": pool.options.objective,
+        "upper_bound_policy": pool.best_name,
+        "policy_values": pool.values(),
+        **backend.info,
+    }
+    if relax is not None:
+        extra["relaxation"] = {"bound": relax.bound, "value": relax.value, "status": relax.status, "cpu": relax.cpu,
+                               "count_facts": [list(f) for f in relax.facts], "chunk_paths": paths}
+    return extra
+
+
+def _incumbent(
+    pool: CandidatePool, data: ModelData, backend: Any
+) -> tuple[Schedule, float, ReplayResult, str | None]:
+    """The solver's solution as a schedule, replayed and checked against the solver's own value,
+    unless the best candidate is better (a stopped solver may not have reached its hint) or the
+    solver has none; then also why the result is that candidate's (the result's ``incumbent``)."""
+    opts, best = pool.options, pool.best
+    if backend.c is None:  # no model, or no incumbent within the limit: report the best candidate
+        return best.schedule, best.value, best.replay, f"no schedule from the solver; schedule of {pool.best_name!r}"
+    schedule = schedule_from_solution(data, backend.c, backend.e, backend.waits,
+                                      {"solver": opts.solver, "problem": "infermax"})
+    if data.first_tokens_only:  # the model stops at the first tokens (model docstring)
+        schedule = serial_completion(pool.instance, schedule)
+    value, rep = replayed_objective(pool.instance, schedule, opts.objective)
+    check_agreement(backend.objective, value, f"infermax/{opts.solver}")
+    if best.value < value:
+        return best.schedule, best.value, best.replay, (f"the solver's schedule ({value:.9g}) is worse than "
+                                                        f"{pool.best_name!r}'s; schedule of {pool.best_name!r}")
+    return schedule, value, rep, None
+
+
+def _left(opts: InferMaxOptions, t0: float) -> InferMaxOptions:
+    """``opts`` with the time left of its time limit since ``t0`` (at least ``MIN_PHASE_SHARE`` of it)."""
+    if opts.time_limit is None:
         return opts
+    limit = opts.time_limit
     return replace(opts, time_limit=max(limit - (time.perf_counter() - t0), MIN_PHASE_SHARE * limit))
 
 
-def _relaxation(data: ModelData, limit: float | None) -> Any:
+def _relaxation(data: ModelData, limit: float | None) -> RelaxationResult | None:
     """The residency relaxation's bound (:mod:`.relax`) when it applies, else None.
 
     It bounds the makespan over the proven horizon when memory binds; it gets the option
@@ -316,8 +311,8 @@ def _relaxation(data: ModelData, limit: float | None) -> Any:
 
 
 def _with_chunk_bound(
-    instance: Instance, relax: Any, upper: float, time_limit: float | None
-) -> tuple[Any, int | None, Schedule | None]:
+    instance: Instance, relax: RelaxationResult, upper: float, time_limit: float | None
+) -> tuple[RelaxationResult, int | None, Schedule | None]:
     """The relaxation's result with the bound of :mod:`.chunks` when the relaxation is solved and
     below ``upper`` (the best candidate's makespan) by less than one prefill bias: the gap is then
     the quadratic prefill term, which that bound prices. Also the number of paths priced one by
@@ -372,8 +367,9 @@ def bounds(instance: Instance, options: Mapping[str, Any]) -> list[Bound]:
     from .residency import residency_bound
 
     opts = InferMaxOptions.from_dict({**options, "objective": "makespan"})
-    schedule, value, _ = min(_candidates(instance, opts, None).values(), key=lambda cand: cand[1])
-    data = build_data(instance, opts, value, value, _nonempty(schedule))
+    best = initial_candidates(instance, opts, None).best
+    value = best.value
+    data = build_data(instance, opts, value, value, _nonempty(best.schedule))
     limit = opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
     deadline = time.perf_counter() + limit
     res = residency_bound(instance, data.J, limit, opts.threads)

@@ -1,0 +1,154 @@
+"""The candidate schedules of an InferMax solve: every schedule any phase finds, judged by replay.
+
+A *candidate* is a schedule that replays cleanly (:func:`optsched.schedule.replay`) and respects the
+options the model imposes (``no_evict``, ``no_hybrid``), with its replayed objective. The
+:class:`CandidatePool` of a solve keeps them by name (a policy, ``serial``, the relaxation's path,
+the eviction-free optimum, ...) and knows the best: the least objective, the first offered among
+equals. The best candidate is the solve's upper bound UB, from which the horizon J follows
+(:func:`.model.horizon`), and the warm start of the model (or the candidate named by the option
+``warm_start``); it is the result when no model runs or the solver returns nothing better.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...deadline import passed
+from ...instance import Instance
+from ...result import objective_of
+from ...schedule import ReplayResult, Schedule, replay
+from .model import InferMaxOptions, serial_schedule
+
+__all__ = ["Candidate", "CandidatePool", "candidate_schedules", "initial_candidates"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A schedule that replays cleanly and respects the options.
+
+    Attributes
+    ----------
+    schedule
+        The schedule.
+    value
+        Its replayed objective (the option ``objective``).
+    replay
+        Its replay.
+    """
+
+    schedule: Schedule
+    value: float
+    replay: ReplayResult
+
+    @property
+    def makespan(self) -> float:
+        """The replayed makespan (the horizon J is derived from it)."""
+        return self.replay.metrics.makespan
+
+
+def _respects(rep: ReplayResult, options: InferMaxOptions) -> bool:
+    """Whether a replay-feasible schedule respects the options the model imposes."""
+    if options.no_evict and rep.metrics is not None and rep.metrics.evictions:
+        return False
+    if options.no_hybrid and any(p > 0 and d > 0 for p, d in zip(rep.prefill_tokens, rep.decode_items)):
+        return False
+    return True
+
+
+class CandidatePool:
+    """The candidates of one solve by name, in the order offered, and the best of them.
+
+    Parameters
+    ----------
+    instance
+        The instance every schedule is replayed on.
+    options
+        The solve's options: the objective, and the options a candidate must respect.
+    """
+
+    def __init__(self, instance: Instance, options: InferMaxOptions) -> None:
+        self.instance, self.options = instance, options
+        self.found: dict[str, Candidate] = {}
+        self.best_name: str | None = None
+
+    def offer(self, name: str, schedule: Schedule | None) -> Candidate | None:
+        """Replay ``schedule`` and keep it as ``name`` when it replays cleanly and respects the
+        options; the candidate, else None (also for no schedule)."""
+        if schedule is None:
+            return None
+        rep = replay(self.instance, schedule)
+        if not (rep.feasible and _respects(rep, self.options)):
+            return None
+        candidate = Candidate(schedule, objective_of(rep, self.options.objective), rep)
+        self.add(name, candidate)
+        return candidate
+
+    def add(self, name: str, candidate: Candidate) -> None:
+        """Keep a candidate already replayed (by a solve under the same options) as ``name``."""
+        self.found[name] = candidate
+        if self.best_name is None or candidate.value < self.found[self.best_name].value:
+            self.best_name = name
+
+    @property
+    def best(self) -> Candidate:
+        """The candidate of least objective (the first offered among equals)."""
+        if self.best_name is None:
+            raise LookupError("no candidate schedule")
+        return self.found[self.best_name]
+
+    @property
+    def warm_name(self) -> str | None:
+        """The candidate that seeds the model: the option ``warm_start``, else the best."""
+        return self.options.warm_start or self.best_name
+
+    def values(self) -> dict[str, float]:
+        """Each candidate's objective, by name."""
+        return {name: cand.value for name, cand in self.found.items()}
+
+    def schedules(self) -> dict[str, Schedule]:
+        """Each candidate's schedule, by name."""
+        return {name: cand.schedule for name, cand in self.found.items()}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.found
+
+    def __len__(self) -> int:
+        return len(self.found)
+
+
+def initial_candidates(instance: Instance, options: InferMaxOptions, deadline: float | None) -> CandidatePool:
+    """The pool with every registered policy's schedule and ``serial``'s (:func:`.model.serial_schedule`),
+    by ``deadline`` (a ``time.perf_counter()`` value).
+
+    Policies are skipped when chunked prefill is off (their chunking cannot be checked without
+    re-implementing the semantics) or when they do not apply to the instance, fail or violate an
+    option. After the deadline nothing more is started once there is one candidate, except the
+    ``warm_start`` policy; ``serial`` (one request at a time: hundreds of thousands of batches on
+    a large trace) comes last, and always when no policy gave a candidate.
+
+    Raises
+    ------
+    InferMaxInputError
+        When a request can never be served (from :func:`.model.serial_schedule`).
+    """
+    pool = CandidatePool(instance, options)
+    if not options.no_chunk:
+        from ...policies import policy_names, simulator_for
+
+        for name in policy_names():
+            if len(pool) and passed(deadline) and name != options.warm_start:
+                continue
+            try:
+                pool.offer(name, simulator_for(name)(instance))
+            except Exception:  # noqa: BLE001 - a failing policy is only a missing candidate
+                continue
+    if not len(pool) or not passed(deadline):
+        pool.offer("serial", serial_schedule(instance, no_chunk=options.no_chunk))
+    return pool
+
+
+def candidate_schedules(instance: Instance, options: InferMaxOptions) -> dict[str, Schedule]:
+    """Feasible schedules that respect the options: every registered policy and ``serial``
+    (:func:`initial_candidates` without a deadline)."""
+    return initial_candidates(instance, options, None).schedules()
+
