@@ -355,8 +355,8 @@ def test_no_dinkelbach_step_starts_that_cannot_be_set_up_before_the_limit():
 
 def prefix_values(p, batches, lam):
     """(q, start, n - lam t of the prefix, remaining set) after each prefix of ``batches``
-    (the decomposition of t in the docstring of gmax/lagrange.py)."""
-    from optsched.problems.gmax.lagrange import on_time
+    (the decomposition of t in the docstring of gmax/suffix.py)."""
+    from optsched.problems.gmax.suffix import on_time
 
     nreq, e = p.n_requests, p.times.exec
     q, start, acc, rest = 0, 0.0, 0.0, set(range(nreq))
@@ -371,7 +371,7 @@ def prefix_values(p, batches, lam):
 
 def lagrangian_bound_violations(p, lam, pi, step, schedules):
     """Prefixes of ``schedules`` of p whose completion beats the Lagrangian node bound."""
-    from optsched.problems.gmax.lagrange import SuffixBound
+    from optsched.problems.gmax.suffix import SuffixBound
 
     suffix = SuffixBound(p, lam, step)
     suffix.solve(pi)
@@ -388,7 +388,7 @@ def lagrangian_bound_violations(p, lam, pi, step, schedules):
 @pytest.mark.parametrize("seed", range(12))
 def test_lagrangian_bound_holds_for_every_schedule_and_prefix(seed):
     """For random multipliers, lambdas and grid steps (coarse ones stress the rounding), the node
-    bound of gmax/lagrange.py is at least n - lambda t of every completion of every prefix of every
+    bound of gmax/suffix.py is at least n - lambda t of every completion of every prefix of every
     schedule (a random 400 where an instance has more); the multipliers of the column generation
     give a root bound no smaller than the optimum's 0."""
     from optsched.problems.gmax.lagrange import lagrangian_multipliers
@@ -434,7 +434,7 @@ def best_pseudo_suffix(p, lam, pi, q, start):
     from ``start`` (batches of distinct requests, a request in any number of batches)."""
     from itertools import combinations
 
-    from optsched.problems.gmax.lagrange import on_time
+    from optsched.problems.gmax.suffix import on_time
 
     nreq, e = p.n_requests, p.times.exec
     if q == nreq:
@@ -451,8 +451,8 @@ def best_pseudo_suffix(p, lam, pi, q, start):
 @pytest.mark.parametrize("seed", range(8))
 def test_grid_programme_bounds_the_continuous_one(seed):
     """V_h(q, cell(S)) >= the best pseudo-suffix from (q, S), by brute force on 4 requests, at
-    random starts, multipliers, lambdas and grid steps (the grid lemma of gmax/lagrange.py)."""
-    from optsched.problems.gmax.lagrange import SuffixBound
+    random starts, multipliers, lambdas and grid steps (the grid lemma of gmax/suffix.py)."""
+    from optsched.problems.gmax.suffix import SuffixBound
 
     rng = np.random.default_rng(seed)
     full = small_instance(seed)
@@ -481,7 +481,8 @@ def dominance_cases_checked(p) -> int:
     """(pruned prefix, completion) pairs of p checked by the dominance test."""
     from collections import defaultdict
 
-    from optsched.problems.gmax.lagrange import SuffixBound, _Search, on_time
+    from optsched.problems.gmax.bnb import Search
+    from optsched.problems.gmax.suffix import SuffixBound, on_time
 
     nreq, e = p.n_requests, p.times.exec
     g_ex, best, _ = exhaustive_g(p)
@@ -496,7 +497,7 @@ def dominance_cases_checked(p) -> int:
             q, start, rest = q + s, start + dur, rest & ~sum(1 << j for j in b)
             prefixes[rest][tuple(map(tuple, batches[: k + 1]))] = (start, n, t)
             tails[rest].add(tuple(map(tuple, batches[k + 1 :])))
-    search = _Search(p, SuffixBound(p, lo, 0.1), best, hi)
+    search = Search(p, SuffixBound(p, lo, 0.1), best, hi)
     search.lam = lo
     checked = 0
     for rest, heads in prefixes.items():
@@ -531,9 +532,9 @@ def test_no_model_is_built_after_the_time_limit(method):
 
 
 def search_node(p, prefix, pi):
-    """The search's node tuple of gmax/lagrange.py for a prefix of batches (only the fields the final
+    """The search's node tuple of gmax/bnb.py for a prefix of batches (only the fields the final
     bound reads are exact: q, start, n, t and the multipliers of the remaining requests)."""
-    from optsched.problems.gmax.lagrange import on_time
+    from optsched.problems.gmax.suffix import on_time
 
     nreq, e = p.n_requests, p.times.exec
     q, start, n, t, rest = 0, 0.0, 0, 0.0, set(range(nreq))
@@ -552,7 +553,8 @@ def test_refuted_lambda_bounds_every_completion_of_the_open_nodes(seed):
     them, random and column-generation multipliers and coarse and fine grids, the returned lambda
     plus EPS / t is at least the G of every completion of every node (brute force). The bisection
     starts at 0 so that a wrong test would let it fall below the best completion."""
-    from optsched.problems.gmax.lagrange import EPS, lagrangian_multipliers, refuted_lambda
+    from optsched.problems.gmax.bnb import EPS
+    from optsched.problems.gmax.lagrange import lagrangian_multipliers, refuted_lambda
 
     p = small_instance(seed)
     rng = np.random.default_rng(seed)
@@ -579,7 +581,7 @@ def test_grid_value_is_the_programmes_value(seed):
     master prices what the programme optimises (the other paths priced with it: never more)."""
     from itertools import combinations
 
-    from optsched.problems.gmax.lagrange import SuffixBound
+    from optsched.problems.gmax.suffix import SuffixBound
 
     rng = np.random.default_rng(seed)
     full = small_instance(seed)
@@ -610,27 +612,29 @@ def test_grid_value_is_the_programmes_value(seed):
 
 @pytest.mark.parametrize("seed", range(10))
 def test_search_on_time_is_on_time(seed):
-    """The compiled search's on-time test (gmax/lagrange.py, ``_on_time`` on ``_Search.tables``) is
+    """The compiled search's on-time test (gmax/bnb.py, ``on_time_at`` on ``Search.tables``) is
     on_time for every request and size, at random starts and at starts exactly on a request's
     deadline."""
-    from optsched.problems.gmax.lagrange import SuffixBound, _on_time, _Search, latest_starts, on_time
+    from optsched.problems.gmax.bnb import Search, on_time_at
+    from optsched.problems.gmax.suffix import SuffixBound, latest_starts, on_time
 
     p = small_instance(seed)
     rng = np.random.default_rng(seed)
-    search = _Search(p, SuffixBound(p, 0.1, 0.1), [[j] for j in range(p.n_requests)], 1.0)
+    search = Search(p, SuffixBound(p, 0.1, 0.1), [[j] for j in range(p.n_requests)], 1.0)
     sigma = latest_starts(p)
     starts = [*rng.uniform(0.0, 15.0, 20), *sigma[np.isfinite(sigma)].ravel()]
     for start in starts:
         for j in range(p.n_requests):
             for s in range(1, p.max_batch_size + 1):
-                assert _on_time(search.tables, j, float(start), s) == on_time(p, j, float(start), s)
+                assert on_time_at(search.tables, j, float(start), s) == on_time(p, j, float(start), s)
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_compiled_cell_is_cell(seed):
-    """The compiled grid cell (``_cell``, used by ``_node_children``) is ``SuffixBound.cell`` at
+    """The compiled grid cell (``grid_cell``, used by ``node_children``) is ``SuffixBound.cell`` at
     random starts, on grid points, just around them, below 0 and past the last cell."""
-    from optsched.problems.gmax.lagrange import SuffixBound, _cell
+    from optsched.problems.gmax.bnb import grid_cell
+    from optsched.problems.gmax.suffix import SuffixBound
 
     p = small_instance(seed)
     rng = np.random.default_rng(seed)
@@ -639,15 +643,16 @@ def test_compiled_cell_is_cell(seed):
     starts = [*rng.uniform(-1.0, grid.cells * grid.step + 1.0, 200), *points, *np.nextafter(points, np.inf),
               *np.nextafter(points, -np.inf)]
     for start in starts:
-        assert _cell(float(start), float(grid.step), grid.cells) == grid.cell(float(start)), start
+        assert grid_cell(float(start), float(grid.step), grid.cells) == grid.cell(float(start)), start
 
 
 @pytest.mark.parametrize("seed", range(30))
 def test_search_from_the_worst_incumbent_finds_the_optimum(seed):
-    """The depth-first search of gmax/lagrange.py alone (no column generation, no repair, random
+    """The depth-first search of gmax/bnb.py alone (no column generation, no repair, random
     multipliers: any are valid) started from the worst schedule that meets an SLO ends with the
     exhaustive optimum, so that a child it wrongly skips cannot hide behind an optimal incumbent."""
-    from optsched.problems.gmax.lagrange import SuffixBound, _Search
+    from optsched.problems.gmax.bnb import Search
+    from optsched.problems.gmax.suffix import SuffixBound
 
     p = small_instance(seed)
     rng = np.random.default_rng(seed)
@@ -662,7 +667,7 @@ def test_search_from_the_worst_incumbent_finds_the_optimum(seed):
         suffix = SuffixBound(p, lam0, step)
         root = suffix.solve(rng.normal(0.0, 0.5, p.n_requests))
         t_lb = float(p.times.exec.min(axis=1).sum())
-        search = _Search(p, suffix, worst, lam0 + max(root, 0.0) / t_lb)
+        search = Search(p, suffix, worst, lam0 + max(root, 0.0) / t_lb)
         status, _ = search.run(None)
         assert status == "optimal"
         assert search.lam == pytest.approx(g_ex, rel=1e-9)
@@ -670,12 +675,13 @@ def test_search_from_the_worst_incumbent_finds_the_optimum(seed):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_search_children_bound_every_completion(seed):
-    """Each child of the search's root (a first batch, gmax/lagrange.py ``_Search.children``) carries
+    """Each child of the search's root (a first batch, gmax/bnb.py ``Search.children``) carries
     a bound at least the best n - lambda_0 t of the schedules that start with that batch, and a first
     batch it leaves out has none above EPS (brute force over ordered set partitions; coarse and fine
     grids, random multipliers). The search-only test cannot see a bound that is too small where the
     optimum is not cut off (a suffix value read one grid cell late)."""
-    from optsched.problems.gmax.lagrange import EPS, SuffixBound, _Search
+    from optsched.problems.gmax.bnb import EPS, Search
+    from optsched.problems.gmax.suffix import SuffixBound
 
     p = small_instance(seed)
     rng = np.random.default_rng(seed)
@@ -690,7 +696,7 @@ def test_search_children_bound_every_completion(seed):
     for step in (0.005, 0.2, 1.0):
         suffix = SuffixBound(p, lam0, step)
         suffix.solve(rng.normal(0.0, 0.5, p.n_requests))
-        search = _Search(p, suffix, incumbent, math.inf)
+        search = Search(p, suffix, incumbent, math.inf)
         search.lam = lam0  # bounds at lambda_0 itself (no adjustment)
         emin = float(search.emin.sum())
         root = (0.0, emin, (1 << p.n_requests) - 1, 0, 0.0, 0, 0.0, float(suffix.pi.sum()), emin, None, 0.0)
@@ -703,9 +709,9 @@ def test_search_children_bound_every_completion(seed):
 
 
 def _prefix_node(p: GmaxProblem, prefix: list[list[int]], pi: np.ndarray, emin: np.ndarray) -> tuple:
-    """The search's node (gmax/lagrange.py, ``_Search``) after the batches of ``prefix``: its
+    """The search's node (gmax/bnb.py, ``Search``) after the batches of ``prefix``: its
     on-time count, its part of t, the positions filled, the next start and the last batch's start."""
-    from optsched.problems.gmax.lagrange import on_time
+    from optsched.problems.gmax.suffix import on_time
 
     e, nreq = p.times.exec, p.n_requests
     n = t = start = last_start = 0.0
@@ -725,11 +731,11 @@ def _prefix_node(p: GmaxProblem, prefix: list[list[int]], pi: np.ndarray, emin: 
 
 @pytest.mark.parametrize("seed", range(12))
 def test_search_restricted_bound_bounds_every_completion(seed):
-    """The bound over the remaining requests only (gmax/lagrange.py, ``SuffixBound.restricted``, which
+    """The bound over the remaining requests only (gmax/suffix.py, ``SuffixBound.restricted``, which
     the search applies to every node it expands) is at least the best n - lambda t of the schedules
     that complete the node, for prefixes of one and two batches (brute force over ordered set
     partitions; three grids, random multipliers)."""
-    from optsched.problems.gmax.lagrange import SuffixBound
+    from optsched.problems.gmax.suffix import SuffixBound
 
     p = small_instance(seed)
     rng = np.random.default_rng(seed)
@@ -755,11 +761,12 @@ def test_search_restricted_bound_bounds_every_completion(seed):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_search_second_batches_lose_nothing(seed):
-    """After a first batch B1, every second batch B that the search's children (gmax/lagrange.py,
-    ``_Search.children``, with the swap rule) leave out starts no schedule better than EPS or better
+    """After a first batch B1, every second batch B that the search's children (gmax/bnb.py,
+    ``Search.children``, with the swap rule) leave out starts no schedule better than EPS or better
     than the best schedule starting with B and then B1; and every child's bound is at least the
     best n - lambda t of the schedules below it (brute force over ordered set partitions)."""
-    from optsched.problems.gmax.lagrange import EPS, SuffixBound, _Search
+    from optsched.problems.gmax.bnb import EPS, Search
+    from optsched.problems.gmax.suffix import SuffixBound
 
     p = small_instance(seed)
     rng = np.random.default_rng(seed)
@@ -775,7 +782,7 @@ def test_search_second_batches_lose_nothing(seed):
     for step in (0.005, 0.4):
         suffix = SuffixBound(p, lam, step)
         suffix.solve(rng.normal(0.0, 0.5, p.n_requests))
-        search = _Search(p, suffix, schedules[0], math.inf)
+        search = Search(p, suffix, schedules[0], math.inf)
         search.lam = lam  # bounds at lambda_0 itself (no adjustment)
         for first in firsts:
             node = _prefix_node(p, [sorted(first)], suffix.pi, search.emin)
@@ -790,7 +797,7 @@ def test_search_second_batches_lose_nothing(seed):
 
 
 def _pseudo_schedule_values(suffix, rest: list[int], q: int, cell: int) -> list[float]:
-    """Brute force: the grid value (gmax/lagrange.py module docstring) of every pseudo-schedule of
+    """Brute force: the grid value (gmax/lagrange.py module docstring, SuffixBound.grid_value) of every pseudo-schedule of
     the requests ``rest`` (batches of distinct requests, a request in any number of batches) filling
     the positions after q from grid cell ``cell``."""
     from itertools import combinations
@@ -821,7 +828,7 @@ def test_search_restricted_bound_is_the_best_pseudo_schedule(seed):
     """The bound over the remaining requests (``SuffixBound.restricted``) is exactly the best grid
     value of the pseudo-schedules of those requests from the node's cell (brute force; nodes with at
     most four requests left, three grids, random multipliers), so it reads no cell too late."""
-    from optsched.problems.gmax.lagrange import SuffixBound
+    from optsched.problems.gmax.suffix import SuffixBound
 
     p = small_instance(seed)
     rng = np.random.default_rng(seed)
@@ -868,14 +875,14 @@ def test_bnb_with_no_time_left_builds_nothing_and_claims_no_bound():
 
 
 def test_search_kernels_have_one_signature():
-    """The compiled kernels of the search (gmax/lagrange.py) are called with the same argument types
+    """The compiled kernels of the search (gmax/bnb.py, gmax/suffix.py) are called with the same argument types
     by every solve: after an exact solve with a memory capacity and one without, each has exactly
     one signature (one compilation, cached on disk; a second would be compiled inside a solve's time
     limit)."""
-    from optsched.problems.gmax import lagrange
+    from optsched.problems.gmax import bnb, suffix
 
     for seed in (0, 1):  # small_instance(0) has a memory capacity, small_instance(1) none
         p = small_instance(seed)
         solve_exact(p, make_backend(p, "highs"), "bnb", time_limit=30)
-    for kernel in (lagrange._node_children, lagrange._programme):  # the entry points of a solve
+    for kernel in (bnb.node_children, suffix.grid_programme):  # the entry points of a solve
         assert len(kernel.signatures) == 1, kernel

@@ -23,7 +23,8 @@ KERNEL_MODULES = (
     "optsched.problems.infermax.astar",
     "optsched.problems.infermax.search",
     "optsched.problems.infermax.chunks",
-    "optsched.problems.gmax.lagrange",
+    "optsched.problems.gmax.suffix",
+    "optsched.problems.gmax.bnb",
 )
 
 #: Run in a fresh process: solve with every kernel module, then report per dispatcher the
@@ -90,5 +91,5 @@ def test_a_second_process_loads_every_kernel_from_the_cache() -> None:
     assert {name: n for name, n in second["misses"].items() if n} == {}
     used = {name for name, n in second["hits"].items() if n}
     for kernel in ("astar.astar", "search._beam_layer", "tables.pattern_level", "graph.edge_arrays",
-                   "chunks.least_with_squares", "chunks._cost_to_go", "lagrange._node_children", "lagrange._programme"):
+                   "chunks.least_with_squares", "chunks._cost_to_go", "bnb.node_children", "suffix.grid_programme"):
         assert any(name.endswith(kernel) for name in used), kernel
