@@ -168,7 +168,7 @@ class Search:
 
 @njit(cache=True)
 def on_time_at(tables, j, start, s):  # pragma: no cover - compiled
-    """:func:`on_time` (the same comparisons) from the search's tables."""
+    """:func:`.suffix.on_time` (the same comparisons) from the search's tables."""
     _, exec_, prefill, e2e, slo_e2e, slo_ttft, tpot_ok, _, _, _, _ = tables
     if e2e[j]:
         return start + exec_[j, s - 1] <= slo_e2e[j]

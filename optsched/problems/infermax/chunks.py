@@ -32,8 +32,7 @@ A schedule whose path costs :math:`T = U - W` or more is no better than U. So th
 least :math:`W + \min(\min_\pi (V(\pi) + Q(\pi)), V^* + \kappa, T)` over the paths
 :math:`\pi` below T, and at least the same with any lower bound on each :math:`Q(\pi)`.
 
-Over states, without listing paths (since session 12; the near-optimal paths of N = 6 are a
-million ties). In case 2 take a fill batch j, the last fill batch before it t* (none: nothing is
+Over states, without listing paths (the near-optimal paths of N = 6 are a million ties). In case 2 take a fill batch j, the last fill batch before it t* (none: nothing is
 prefilled before j) and the fills :math:`X_k` completing in j. Their chunks before j lie in fill
 batches at or before t* and stay in memory through every batch from t* to j - 1, so together they
 are at most :math:`F_j = \min_{t^* \le u < j} (M - K_u)` tokens (:math:`K_u` the path's own KV in
@@ -54,7 +53,7 @@ when it stays below :math:`\min(T, V^* + \kappa)` the paths are listed (:func:`n
 :data:`MAX_PATHS`) and priced one by one as above, which gives at least as much. Its best path,
 chunked by the per-path program, is a schedule (:func:`chunked_schedule`), which replay judges.
 
-The paths are those of the graph with every edge (:class:`.search._Graph` with
+The paths are those of the graph with every edge (:class:`.graph.Graph` with
 ``drop_dominated=False``: an eviction the search drops as dominated frees memory a chunk can use).
 Their nodes: A* pruned at T, run until its queue is empty, knows every node of every such path, at
 a cost no greater than the path's prefix (by induction along the path: the estimate is
@@ -62,8 +61,7 @@ admissible). It also keeps the edges it finds below T, :math:`g(u) + c(u, v) + h
 each expansion of u; its last expansion of u is at u's final known cost, at most the prefix of
 any such path through u, so every edge of every path below T is kept (the prefix to v plus
 :math:`h(v)` is at most the path's cost). So the least cost to the goal over the kept edges
-(:func:`_cost_to_go`, in decreasing order of tokens generated; since session 15, before over
-every edge between known nodes, which took as long as the A* again) is, at every node of a path
+(:func:`_cost_to_go`, in decreasing order of tokens generated) is, at every node of a path
 below T, at most the rest of that path, and at the start it is :math:`V^*` when :math:`V^* < T`
 (the kept edges are edges of the graph). It prunes both the shortest path over states and the
 depth-first walk that lists the paths (it follows an edge only while some completion stays below

@@ -94,12 +94,12 @@ keep the resident and take the twins from then on, whose costs do not grow).
 never exceeds the true value. A node is a 62-bit key (:meth:`Graph.key`); an instance whose nodes
 do not fit (N (bits of max O + 1) > 62), or with more than :data:`MAX_REQUESTS` requests (up to
 :math:`3^N` edges per node, listed without a clock), is not searched (:attr:`Graph.searchable`).
-The kernels (:func:`children`, :func:`node_estimate`, :func:`patterns_at`) are compiled by numba at
-their first call and cached on disk. Typed containers are made, read and changed only inside
-compiled functions (:func:`new_lists`, :func:`edge_arrays`, :func:`as_array`): their methods,
-called from Python, would compile anew in every process. numba's cache does not notice a change
-to a kernel defined in another module that a cached kernel calls, nor to a module-level constant:
-after editing one, delete the numba files (``*.nbi``, ``*.nbc``) under the package's
+The kernels (:func:`children`, :func:`node_estimate`, :func:`.tables.patterns_at`) are compiled by
+numba at their first call and cached on disk. Typed containers are made, read and changed only
+inside compiled functions (:func:`new_lists`, :func:`edge_arrays`, :func:`as_array`): their
+methods, called from Python, would compile anew in every process. numba's cache does not notice a
+change to a kernel defined in another module that a cached kernel calls, nor to a module-level
+constant: after editing one, delete the numba files (``*.nbi``, ``*.nbc``) under the package's
 ``__pycache__`` folders.
 """
 

@@ -2,16 +2,17 @@ r"""InferMax: the optimal iteration-level schedule with preemption (seed001 sect
 
 The paper states the optimal scheduler as a CSP over requests :math:`i = 1..N` and batches
 :math:`j = 1..J` (:math:`j = 0` is the initial state) and solves it with Gurobi for N = 4; it
-publishes neither the solver nor a complete model (digest ``seed001-infermax.md``, sections 2 and
-5.C). This module fixes the model exactly in the semantics of the contract (section 2; replay in
-:mod:`optsched.schedule` is the judge) and the cost model of contract section 3. Both backends
+publishes neither the solver nor a complete model (the paper's model and its fixes C1-C17:
+docs/infermax.md). This module fixes the model exactly in the schedule semantics of
+docs/schedule.md (replay in :mod:`optsched.schedule` is the judge) and the cost model of
+docs/costmodel.md. Both backends
 (:mod:`.cpsat`, :mod:`.mip`) build exactly this model; the code mirrors the numbering below.
 
 Data
 ----
 :math:`I_i` prompt, :math:`O_i` output tokens, :math:`U_i = I_i + O_i - 1` (most KV a request holds),
 :math:`a_i` arrival; limits C (tokens per batch), P (prefill tokens per batch), M (KV slots),
-:math:`R_{max}` (requests holding KV); coefficients of contract section 3 multiplied by ``layers``:
+:math:`R_{max}` (requests holding KV); coefficients of docs/costmodel.md multiplied by ``layers``:
 :math:`k_b` (base), :math:`k_t` (per token), :math:`k_{pb}, k_{pt}, k_{pq}` (prefill bias, per token,
 per squared chunk token), :math:`k_{pc}` (``prefill.per_ctx``: per chunk token and cached key),
 :math:`k_{db}, k_{dt}, k_{dk}` (decode bias, per item, per KV read).
@@ -23,7 +24,7 @@ Variables (per request i and batch j; paper names first)
   before batch j (paper: :math:`[m_{i,j-1} \ge I_{i,j-1}]`); :math:`dg_{ij} = d_{ij} \wedge \neg e_{ij} \wedge cz_{ij}`
   (a decode item; the paper's :math:`d \wedge g`, equal because a scheduled decode generates);
   :math:`m_{ij}` KV held after batch j; :math:`mz_{ij}` holds KV in batch j (for :math:`R_{max}`).
-- Added (digest C2, C7): :math:`G_{ij} = \sum_{j' \le j} g_{ij'}` tokens generated;
+- Added (fixes C2, C7): :math:`G_{ij} = \sum_{j' \le j} g_{ij'}` tokens generated;
   :math:`done_{ij} = [G_{ij} = O_i]`; :math:`\hat m_{ij}` KV held after processing batch j and before
   the release of finished requests (the contract checks M and R_max there); :math:`pc_{ij}`
   prefill tokens, :math:`sq_{ij} = pc_{ij}^2`, :math:`kv_{ij} = dg_{ij} m_{i,j-1}` KV read by a decode;
@@ -43,7 +44,7 @@ Constraints (initial state :math:`m_{i0} = G_{i0} = d_{i1} = done_{i0} = 0`)
 (1)  termination: :math:`G_{iJ} \ge \Gamma_i`, with :math:`G_{ij} = G_{i,j-1} + g_{ij}` and the *goal*
      :math:`\Gamma_i = O_i` (so :math:`G_{iJ} = O_i`), except in the first-token model below.
 (2)+(3) memory: :math:`\hat m_{ij} = (1 - e_{ij})\, m_{i,j-1} + c_{ij}`;
-     no overrun past the prompt (row 3 of (3), digest C4): :math:`\hat m_{ij} \le I_i + G_{i,j-1}`
+     no overrun past the prompt (row 3 of (3), fix C4): :math:`\hat m_{ij} \le I_i + G_{i,j-1}`
      (in decode this is (4)'s :math:`c \le 1`).
 (4)  decode :math:`c \le 1` (implied above). The paper's :math:`e_{ij} \Rightarrow c_{ij} = 0` is
      replaced: an eviction in model batch j happens *before* its processing, and an evicted
@@ -65,7 +66,7 @@ C13  an eviction needs KV: :math:`e_{ij} \Rightarrow m_{i,j-1} \ge 1` (the contr
      Phase transition (definition of d): :math:`d_{i,j+1} = ((d_{ij} \wedge \neg e_{ij}) \vee g_{ij})
      \wedge \neg done_{ij}`; in decode :math:`m_{i,j-1} = I_i + G_{i,j-1} - 1`.
 (5)  per batch: :math:`\sum_i c_{ij} \le C`; :math:`\sum_i pc_{ij} \le P` with
-     :math:`pc = c - dg` (prefill tokens only, digest C6, as the contract);
+     :math:`pc = c - dg` (prefill tokens only, fix C6, as docs/schedule.md);
      :math:`\sum_i \hat m_{ij} \le M`; :math:`\sum_i mz_{ij} \le R_{max}`,
      :math:`mz_{ij} = [\hat m_{ij} > 0]`.
 R1-R8 valid redundant rows (they change no solution, only tighten the LP relaxation that
@@ -110,13 +111,13 @@ has is unchanged. The prefix of an optimal schedule is a solution (its batches u
 token satisfy every row, and there are at most J of them: :func:`horizon`), and every solution
 followed by the serial completion is a schedule with the same first tokens: the optima are equal.
 
-Other fixes of the digest: C3 (the prose "max" form of (2) is not used; (2) itself is, through the
+Other fixes: C3 (the prose "max" form of (2) is not used; (2) itself is, through the
 substitution above); C12 (code names: ``prompt``, ``output``, ``M`` is only the KV capacity, big-M
 constants are per request and named ``big``/``U`` in :mod:`.mip`); C14 (eviction drops all KV, no
 partial eviction); C15 (the solve times measured are in docs/performance.md); C16 (section 4.5 is
 reproduced both ways: evictions free and forbidden, each against vLLM and vLLM-ef, docs/infermax.md).
 
-Objective (digest C7, C8, C11)
+Objective (fixes C7, C8, C11)
 ------------------------------
 :math:`T_j = k_b y_j + k_t \sum_i c_{ij} + k_{pb} hp_j + k_{pt} \sum_i pc_{ij} + k_{pq} \sum_i sq_{ij}
 + k_{pc} \sum_i x_{ij} + k_{db} hd_j + k_{dt} \sum_i dg_{ij} + k_{dk} \sum_i kv_{ij}`, the contract's
@@ -243,7 +244,7 @@ class InferMaxOptions:
     objective
         ``makespan`` (default), ``completion`` or ``ttft``.
     no_evict, no_hybrid, no_chunk
-        Forbid evictions, hybrid (prefill + decode) batches, chunked prefill (digest C9).
+        Forbid evictions, hybrid (prefill + decode) batches, chunked prefill (fix C9).
     time_limit, threads, log
         Solver controls.
     warm_start
@@ -626,7 +627,7 @@ def horizon(
     instance: Instance, coef: Coefficients, upper_makespan: float, upper_objective: float,
     options: InferMaxOptions,
 ) -> Horizon:
-    r"""A number of batches J that provably admits an optimal schedule (digest C5).
+    r"""A number of batches J that provably admits an optimal schedule (fix C5).
 
     J counts batches with items (eviction-only batches are implied, see the note on (4)). Every
     such batch costs at least :math:`\beta = k_b + \min(k_{pb}, k_{db})`, and at least

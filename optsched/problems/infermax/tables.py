@@ -139,7 +139,7 @@ def pattern_entries(s: int, stride: np.ndarray, I: np.ndarray, O: np.ndarray, li
     :math:`I_i + G_i` each) and idles a set D of residents outside S (:math:`I_i + G_i - 1` each),
     within M and R_max together; it leads to (G + S, (S less those it finishes) + D). Its cost
     depends on R only through the fills :math:`S \setminus R` and the decodes :math:`S \cap R` (the
-    edge cost of :func:`children`). So for each S, the least entry over the sets D within
+    edge cost of :func:`.graph.children`). So for each S, the least entry over the sets D within
     each set X of residents that may idle (a subset-minimum, by increasing X) gives every R at
     once: entry(G, R) = least over S of cost(S, R) + that minimum at :math:`R \setminus S`."""
     N = I.shape[0]
@@ -221,7 +221,7 @@ def patterns_at(key: int, bits: int, O: np.ndarray, rho: np.ndarray, pat: np.nda
     extras of the evicted requests outside the pattern (module docstring; 0 without patterns), or
     the first that reaches ``enough``:
     row p of ``pat`` is (offset of its table, the G stride of each request, its residency stride),
-    strides 0 for the requests outside the pattern (:meth:`Graph.add_patterns`)."""
+    strides 0 for the requests outside the pattern (:meth:`.graph.Graph.add_patterns`)."""
     N = O.shape[0]
     mask = (1 << bits) - 1
     res = key >> (bits * N)
