@@ -237,6 +237,7 @@ def test_html_renders_in_headless_chromium(tmp_path) -> None:
     assert rc == 0 and console == [] and shot.stat().st_size > 20_000
 
 
+@pytest.mark.usefixtures("infermax_kernels")  # a cold numba cache would compile inside its 20 s
 def test_chain_with_the_exact_solver() -> None:
     """The registered infermax solver on a small shipped instance: its schedule and bound join the chain."""
     if "infermax" not in SOLVERS or "aladdin-fig3" not in available_instances():
