@@ -2,8 +2,8 @@ r"""Plans: schedules built by serial schedule generation over resource profiles 
 
 A *plan* lists *segments* in a placement order. A segment :math:`(i, g_0, g_1)` of request i
 generates its tokens :math:`g_0 + 1 .. g_1`: a (re)fill of :math:`X = I_i + g_0` tokens (the
-original prompt when :math:`g_0 = 0`, else the prompt plus every token generated, contract section
-2) in chunks of at most q tokens over :math:`\lceil X / q \rceil` consecutive batches, the last one
+original prompt when :math:`g_0 = 0`, else the prompt plus every token generated, docs/schedule.md,
+rule 2) in chunks of at most q tokens over :math:`\lceil X / q \rceil` consecutive batches, the last one
 generating token :math:`g_0 + 1`, then :math:`g_1 - g_0 - 1` decode steps in the batches right
 after, one per batch. A request's segments cover its tokens in order; between two of them it is
 evicted (it holds no KV until its refill starts), so a request with one segment is never evicted.
@@ -24,7 +24,7 @@ holds nothing).
 segment ended at batch t - 1 (and are not finished) in an eviction-only batch just before batch t
 (cost 0; the contract forbids an item for a request evicted in the same batch), and skips empty
 batches. The objective of a plan (:func:`plan_cost`) is computed from the profiles with the cost
-model of contract section 3 (the prefill-context term included); every schedule a caller keeps is
+model of docs/costmodel.md (the prefill-context term included); every schedule a caller keeps is
 still replayed (:func:`optsched.schedule.replay`) before a number is reported.
 
 Plans need an offline instance (every request arrives at the same time): batch indices carry no

@@ -393,7 +393,7 @@ def count_bound(
     The checks raise p while "at most p prefill batches" is infeasible, then repeatedly take the p
     where the least cost is and check "at most p prefill batches and at most need(p) batches". With
     ``threads`` = n >= 2, n checks run at once, one CP-SAT worker each (one worker proves the hard
-    checks with less CPU than a portfolio: docs/performance.md, InferMax): the one where the least
+    checks with less CPU than a two-worker portfolio): the one where the least
     cost is and the ones where it would be if the running checks were proven (what a sequential
     search would check next when they are). Each check gets ``check_limit`` seconds (default: half
     the time left of ``time_limit``, at least :data:`CHECK_LIMIT`, so that an undecided check
