@@ -1,6 +1,6 @@
 """Helpers shared by the subcommands: exit codes, bad input, JSON output, INSTANCE arguments, tables.
 
-Exit codes (contract section 4): :data:`EXIT_OK` success, :data:`EXIT_NO` the answer is "no"
+Exit codes (docs/cli.md): :data:`EXIT_OK` success, :data:`EXIT_NO` the answer is "no"
 (infeasible), :data:`EXIT_BAD_INPUT` bad input (one line on stderr naming the file and field),
 :data:`EXIT_INTERNAL` internal error. With ``--json`` a command prints exactly one JSON object on
 stdout, through :func:`print_json`.
