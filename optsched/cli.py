@@ -41,6 +41,7 @@ from .commands._common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, BadInput, 
 from .costmodel import CostModelError
 from .instance import InstanceError
 from .jsonio import OutputError
+from .options import OptionError
 from .schedule import ScheduleError
 
 #: The subcommands, in the order ``optsched --help`` lists them; each adds its parser with
@@ -96,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with guard:
             code = args.func(args)
-    except (InstanceError, ScheduleError, CostModelError, OutputError, BadInput) as exc:
+    except (InstanceError, ScheduleError, CostModelError, OutputError, OptionError, BadInput) as exc:
         print(f"optsched: error: {_naming_the_file(exc, args)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

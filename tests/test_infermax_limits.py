@@ -20,7 +20,8 @@ from optsched.result import replayed_objective  # noqa: E402
 from optsched.problems.infermax.candidates import initial_candidates  # noqa: E402
 from optsched.problems.infermax.cpsat import solve_cpsat  # noqa: E402
 from optsched.problems.infermax.mip import lp_relaxation_bound, solve_mip  # noqa: E402
-from optsched.problems.infermax.model import InferMaxInputError, InferMaxOptions, build_data  # noqa: E402
+from optsched.problems.infermax.model import InferMaxOptions, build_data  # noqa: E402
+from optsched.options import OptionError  # noqa: E402
 
 
 def check_fallback(inst, res, status: str) -> None:
@@ -45,17 +46,17 @@ def test_model_above_max_cells_is_not_built() -> None:
 
 def test_mip_cells_count_ten_times() -> None:
     inst = tiny_instance(5)
-    cells = build_data(inst, InferMaxOptions.from_dict({}), 0.2, 0.2, 1).J * len(inst.requests)
-    tight = build_data(inst, InferMaxOptions.from_dict({"max_cells": 10 * cells - 1, "solver": "highs"}), 0.2, 0.2, 1)
+    cells = build_data(inst, InferMaxOptions.parse({}), 0.2, 0.2, 1).J * len(inst.requests)
+    tight = build_data(inst, InferMaxOptions.parse({"max_cells": 10 * cells - 1, "solver": "highs"}), 0.2, 0.2, 1)
     assert "each counted 10 times" in solve_mip(tight, None).info["stopped"]
     assert "stopped" not in solve_cpsat(tight, None).info
-    enough = build_data(inst, InferMaxOptions.from_dict({"max_cells": 10 * cells, "solver": "highs"}), 0.2, 0.2, 1)
+    enough = build_data(inst, InferMaxOptions.parse({"max_cells": 10 * cells, "solver": "highs"}), 0.2, 0.2, 1)
     assert solve_mip(enough, None).status == "optimal"
 
 
 def test_passed_deadline_stops_the_build_of_both_backends() -> None:
     inst = tiny_instance(5)
-    data = build_data(inst, InferMaxOptions.from_dict({}), 0.2, 0.2, 1)
+    data = build_data(inst, InferMaxOptions.parse({}), 0.2, 0.2, 1)
     for backend in (solve_cpsat, solve_mip):
         res = backend(data, None, time.perf_counter())
         assert res.status == "unknown" and res.c is None and res.bound is None
@@ -66,22 +67,22 @@ def test_candidates_after_the_deadline() -> None:
     """Past the deadline only the first policy that gives a candidate (and the warm-start policy)
     run; without a deadline every policy and ``serial`` do."""
     inst = load_instance("toy-4")
-    opts = InferMaxOptions.from_dict({})
+    opts = InferMaxOptions.parse({})
     everything = initial_candidates(inst, opts, None).found
     assert "serial" in everything and len(everything) > 3
     passed = initial_candidates(inst, opts, time.perf_counter()).found
     assert list(passed) == [next(iter(everything))]
     warm = list(everything)[-2]
-    assert list(initial_candidates(inst, InferMaxOptions.from_dict({"warm_start": warm}), time.perf_counter()).found) == [
+    assert list(initial_candidates(inst, InferMaxOptions.parse({"warm_start": warm}), time.perf_counter()).found) == [
         next(iter(everything)), warm]
-    only_serial = initial_candidates(inst, InferMaxOptions.from_dict({"no_chunk": True}), time.perf_counter()).found
+    only_serial = initial_candidates(inst, InferMaxOptions.parse({"no_chunk": True}), time.perf_counter()).found
     assert list(only_serial) == ["serial"]
 
 
 def test_bad_max_cells_is_named() -> None:
     for bad in (0, -5, 2.5, True, "many"):
-        with pytest.raises(InferMaxInputError, match="option 'max_cells'"):
-            InferMaxOptions.from_dict({"max_cells": bad})
+        with pytest.raises(OptionError, match="option 'max_cells'"):
+            InferMaxOptions.parse({"max_cells": bad})
 
 
 def test_lp_bound_is_trivial_unless_the_lp_is_solved() -> None:

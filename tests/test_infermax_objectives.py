@@ -108,7 +108,7 @@ def test_ttft_horizon_admits_the_exhaustive_optimum(seed: int, evict: bool, chun
         return
     best, path = found
     rep = replay(inst, path)
-    options = InferMaxOptions.from_dict({"objective": "ttft", "no_evict": not evict, "no_chunk": not chunk})
+    options = InferMaxOptions.parse({"objective": "ttft", "no_evict": not evict, "no_chunk": not chunk})
     found = horizon(inst, Coefficients.from_cost_model(inst.cost_model), rep.metrics.makespan, best, options)
     assert found.proven and found.first_tokens_only == (evict and chunk)
     counted = first_token_prefix(path, rep) if found.first_tokens_only else path
@@ -194,7 +194,7 @@ def test_ttft_horizon_beyond_the_proof_cells_is_the_makespans() -> None:
 
     inst = tiny_instance(0)
     coef = Coefficients.from_cost_model(inst.cost_model)
-    makespan_only = horizon(inst, coef, 0.05, 0.05, InferMaxOptions.from_dict({}))
-    found = horizon(inst, coef, 0.05, 1e3, InferMaxOptions.from_dict({"objective": "ttft"}))
+    makespan_only = horizon(inst, coef, 0.05, 0.05, InferMaxOptions.parse({}))
+    found = horizon(inst, coef, 0.05, 1e3, InferMaxOptions.parse({"objective": "ttft"}))
     assert not found.proven and not found.first_tokens_only and found.J == makespan_only.J
     assert f"exceeds {TTFT_PROOF_CELLS} cells" in found.note

@@ -126,7 +126,7 @@ def test_unknown_option_values_are_bad_input(capsys, argv, needle):
 
 def test_unknown_hybrid_bound_method_is_bad_input(capsys):
     code, out, err = run_cli(capsys, "bound", "toy-4", "--problem", "hybrid", "--method", "nosuch")
-    assert code == 2 and "unknown bound method 'nosuch'" in err and out == ""
+    assert code == 2 and "option 'method': unknown 'nosuch'" in err and out == ""
 
 
 def test_backend_table_names_the_mip_backends_of_mipsolvers():

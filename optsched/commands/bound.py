@@ -1,8 +1,9 @@
 """``optsched bound INSTANCE [--problem NAME] [options] [--json]``.
 
 Without ``--problem``: the instance's trivial bounds (:mod:`optsched.bounds`), proven under the
-contract's model. With ``--problem``: the bounds of that formulation
-(:data:`optsched.problems.BOUNDERS`), called with the same ``options`` dict as ``solve``.
+contract's model; they take no options (any solver option is bad input). With ``--problem``: the
+bounds of that formulation (:data:`optsched.problems.BOUNDERS`), with its bound options
+(:data:`optsched.problems.BOUND_OPTIONS`) read from the same flags as ``solve``'s.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import argparse
 from ..bounds import instance_bounds
 from ._common import (
     EXIT_OK,
+    BadInput,
     add_instance_arguments,
     add_json_flag,
     format_table,
     load_instance_arg,
     print_json,
 )
-from .solve import add_problem_options, check_solver_option, options_from_args, resolve
+from .solve import add_problem_options, check_solver_option, options_from_args, problem_options, resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,11 +33,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    bounder = resolve("bound", args.problem) if args.problem is not None else None
-    if args.problem is not None:
+    if args.problem is None:
+        given = options_from_args(args)
+        if given:
+            raise BadInput(f"option {next(iter(given))!r}: the trivial bounds take no options (give --problem NAME)")
+        instance = load_instance_arg(args)
+        bounds = instance_bounds(instance)
+    else:
+        bounder = resolve("bound", args.problem)
         check_solver_option(args.problem, args.solver)
-    instance = load_instance_arg(args)
-    bounds = bounder(instance, options_from_args(args)) if bounder is not None else instance_bounds(instance)
+        options = problem_options(args.problem, "bound", args)
+        instance = load_instance_arg(args)
+        bounds = bounder(instance, options)
     rows = [b.to_dict() for b in bounds]
     if args.json:
         print_json({"instance": instance.name, "problem": args.problem, "bounds": rows})

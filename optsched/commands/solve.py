@@ -1,10 +1,13 @@
 """``optsched solve INSTANCE --problem NAME [options] [--out SCHEDULE] [--json]``.
 
-Dispatches to the formulation registered for NAME in :data:`optsched.problems.SOLVERS` with an
-``options`` dict built from the command line: ``solver``, ``time_limit``, ``threads``,
-``objective``, ``no_evict``, ``method``, ``log``, ``warm_start`` and every ``--option KEY=VALUE``
-(VALUE parsed as JSON when it parses, else kept as a string). A schedule the solver returns is
-replayed here again (it must be feasible: otherwise exit 3) and written to ``--out`` only then.
+Dispatches to the formulation registered for NAME in :data:`optsched.problems.SOLVERS` with the
+options given on the command line: ``--solver``, ``--time-limit``, ``--threads``, ``--objective``,
+``--no-evict``, ``--method``, ``--log``, ``--warm-start`` and every ``--option KEY=VALUE`` (VALUE
+parsed as JSON when it parses, else kept as a string), read by the formulation's options dataclass
+before any work: an option it does not have, a wrong value or an option without effect is bad
+input (exit 2). A schedule the solver returns is replayed here again (it must be feasible:
+otherwise exit 3) and written to ``--out`` only then; ``--out`` and ``--requests-out`` with a
+problem that returns no schedule (:data:`optsched.problems.NO_SCHEDULE`) are bad input.
 
 Exit codes: 0 for ``optimal``, ``feasible`` and ``time_limit``; 1 for ``infeasible``; 2 for an
 unknown problem and for ``unsupported`` (the formulation does not accept this instance); 3 for an
@@ -19,6 +22,7 @@ import sys
 from typing import Any
 
 from .. import problems
+from ..options import OptionError
 from ..request_table import write_request_table
 from ..result import SolveResult, Status
 from ..schedule import replay
@@ -64,17 +68,14 @@ def add_problem_options(p: argparse.ArgumentParser) -> None:
 TYPED_OPTIONS = {"threads": positive_int, "time_limit": positive_float}
 
 
+#: The flags of :func:`add_problem_options`, by option name.
+FLAG_OPTIONS = ("solver", "time_limit", "threads", "objective", "no_evict", "method", "log", "warm_start")
+
+
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``options`` dict of the solver/bounder protocol."""
+    """The options given on the command line (flags left out are not in it)."""
     options: dict[str, Any] = {
-        "solver": args.solver,
-        "time_limit": args.time_limit,
-        "threads": args.threads,
-        "objective": args.objective,
-        "no_evict": args.no_evict,
-        "method": args.method,
-        "log": args.log,
-        "warm_start": args.warm_start,
+        key: getattr(args, key) for key in FLAG_OPTIONS if getattr(args, key) not in (None, False)
     }
     for item in args.option:
         key, sep, value = item.partition("=")
@@ -121,13 +122,38 @@ def check_solver_option(problem: str, solver: str | None) -> None:
         raise BadInput(f"--solver: {exc}") from None
 
 
+def problem_options(problem: str, kind: str, args: argparse.Namespace) -> Any:
+    """The command line's options read by the problem's options dataclass (``kind``: ``"solve"`` or
+    ``"bound"``); a wrong one is bad input, before any work."""
+    options = options_from_args(args)
+    cls = problems.options_for(problem, kind)
+    if cls is None:  # a formulation registered without a dataclass reads its options itself
+        return options
+    try:
+        return cls.parse(options)
+    except OptionError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def check_schedule_outputs(problem: str, args: argparse.Namespace) -> None:
+    """``--out`` and ``--requests-out`` need a schedule: bad input for a problem that returns none."""
+    if problem not in problems.NO_SCHEDULE:
+        return
+    for flag, value in (("--out", args.out), ("--requests-out", args.requests_out)):
+        if value is not None:
+            raise BadInput(f"{flag}: problem {problem!r} returns no schedule (its answer is in the JSON "
+                           "output, --json)")
+
+
 def handle(args: argparse.Namespace) -> int:
     solve = resolve("solve", args.problem)
     check_solver_option(args.problem, args.solver)
+    options = problem_options(args.problem, "solve", args)
+    check_schedule_outputs(args.problem, args)
     check_requests_out(args.requests_out)
     check_output_path(args.out, args.requests_out)
     instance = load_instance_arg(args)
-    result: SolveResult = solve(instance, options_from_args(args))
+    result: SolveResult = solve(instance, options)
     if result.schedule is not None:
         replayed = result.replay if result.replay is not None else replay(instance, result.schedule)
         if not replayed.feasible:

@@ -3,8 +3,13 @@
 Each entry maps a problem name to ``"module:function"``; the module is imported only when used, so
 that the CLI starts fast and one formulation's dependencies never load for another.
 
-- a *solver* has the signature ``solve(instance, options: dict) -> SolveResult``;
-- a *bounder* has the signature ``bounds(instance, options: dict) -> list[Bound]``.
+- a *solver* has the signature ``solve(instance, options) -> SolveResult``;
+- a *bounder* has the signature ``bounds(instance, options) -> list[Bound]``;
+
+``options`` being a mapping or an instance of the formulation's options dataclass
+(:data:`SOLVE_OPTIONS`, :data:`BOUND_OPTIONS`: an :class:`optsched.options.Options` each), which
+rejects an unknown option, a value of the wrong type and an option without effect
+(:class:`optsched.options.OptionError`).
 
 :data:`BACKENDS` lists the ``solver`` names each formulation accepts; :func:`check_backend` is the
 one test of a name against it (the CLI calls it before any work, so an unusable name is bad input,
@@ -13,7 +18,7 @@ exit 2, not an internal error or a silently ignored option).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..registry import resolve
 
@@ -30,6 +35,24 @@ BOUNDERS: dict[str, str] = {
     "hybrid": "optsched.problems.hybrid.bounds:bounds",
     "infermax": "optsched.problems.infermax:bounds",
 }
+#: The options dataclass of each solver.
+SOLVE_OPTIONS: dict[str, str] = {
+    "aladdin": "optsched.problems.aladdin.offline:AladdinOptions",
+    "gmax": "optsched.problems.gmax.solve:GmaxOptions",
+    "hybrid": "optsched.problems.hybrid.model:HybridOptions",
+    "hybrid-offline": "optsched.problems.hybrid.offline_solve:HybridOfflineOptions",
+    "infermax": "optsched.problems.infermax.model:InferMaxOptions",
+    "scls-batch": "optsched.problems.scls.solve:SclsOptions",
+}
+#: The options dataclass of each bounder.
+BOUND_OPTIONS: dict[str, str] = {
+    "aladdin": "optsched.problems.aladdin.offline:AladdinBoundOptions",
+    "hybrid": "optsched.problems.hybrid.bounds:HybridBoundOptions",
+    "infermax": "optsched.problems.infermax.model:InferMaxBoundOptions",
+}
+#: Problems whose answer is not an iteration-level schedule: a placement (``aladdin``) or static
+#: batches (``gmax``, ``scls-batch``), reported in the result's JSON.
+NO_SCHEDULE: frozenset[str] = frozenset({"aladdin", "gmax", "scls-batch"})
 
 #: ``solver`` names each formulation accepts (its default first). ``hybrid-offline`` and
 #: ``scls-batch`` use a MIP backend only for ``method=mip``; ``hybrid-offline``'s exact stage is
@@ -64,3 +87,23 @@ def solver_for(name: str) -> Callable[..., Any]:
 def bounder_for(name: str) -> Callable[..., Any]:
     """The bounds function registered for problem ``name``."""
     return resolve(BOUNDERS, name, "problem")
+
+
+def options_for(name: str, kind: str = "solve") -> Any:
+    """The options dataclass of problem ``name``'s solver (``kind="solve"``) or bounder (``"bound"``);
+    None for a problem registered without one (it reads its options itself)."""
+    table = SOLVE_OPTIONS if kind == "solve" else BOUND_OPTIONS
+    return resolve(table, name, "problem") if name in table else None
+
+
+def accepted(name: str, kind: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``options`` that problem ``name``'s solver or bounder has.
+
+    For callers that run several formulations with shared settings (``report``, ``sweep``: the
+    objective, the time limit), where a formulation without such an option simply does not take it.
+    """
+    cls = options_for(name, kind)
+    if cls is None:
+        return dict(options)
+    names = cls.names()
+    return {k: v for k, v in options.items() if k in names}

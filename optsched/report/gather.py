@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Sequence, TextIO
 from ..bounds import generic_bounds
 from ..instance import Instance, InstanceError
 from ..policies import POLICIES, simulator_for
-from ..problems import BOUNDERS, SOLVERS, bounder_for, solver_for
+from ..problems import BOUNDERS, SOLVERS, accepted, bounder_for, solver_for
 from ..result import OBJECTIVES, SolveResult, check_agreement, relative_gap, replayed_objective
 from ..schedule import ReplayResult, Schedule, replay
 
@@ -266,10 +266,10 @@ def gather_bounds(
 def _run_bounder(
     instance: Instance, name: str, objective: str, options: dict[str, Any], notes: list[str] | None
 ) -> list[BoundEntry]:
-    """One bounder's bounds; a bounder that raises is noted, not fatal (it may not apply)."""
-    options["objective"] = objective
+    """One bounder's bounds; a bounder that raises is noted, not fatal (it may not apply). It gets
+    ``objective`` and ``options`` where it has such options."""
     try:
-        bounds = bounder_for(name)(instance, options)
+        bounds = bounder_for(name)(instance, accepted(name, "bound", {**options, "objective": objective}))
     except (TimeUp, KeyboardInterrupt):
         raise
     except Exception as exc:  # noqa: BLE001 - a bounder that does not apply must not sink the report
@@ -302,17 +302,11 @@ def _run_policy(instance: Instance, name: str, objective: str) -> PolicyRun:
 def _run_solver(
     instance: Instance, problem: str, objective: str, time_limit: float | None, warm_start: str | None
 ) -> SolverRun:
-    """Run the exact solver; its schedule is replayed and its objective checked before use."""
-    options: dict[str, Any] = {
-        "solver": None,
-        "time_limit": time_limit,
-        "threads": None,
-        "objective": objective,
-        "no_evict": False,
-        "method": None,
-        "log": False,
-        "warm_start": warm_start,
-    }
+    """Run the exact solver; its schedule is replayed and its objective checked before use.
+
+    The solver gets the time limit, the objective and the warm start where it has such options.
+    """
+    options = accepted(problem, "solve", {"time_limit": time_limit, "objective": objective, "warm_start": warm_start})
     t0 = time.perf_counter()
     result: SolveResult = solver_for(problem)(instance, options)
     wall = time.perf_counter() - t0

@@ -220,8 +220,8 @@ def _bound_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
     for name in settings.problems:
         t0 = time.perf_counter()
         try:
-            found = problems.bounder_for(name)(instance, {"objective": cell.run.objective,
-                                                          "time_limit": settings.time_limit})
+            shared = {"objective": cell.run.objective, "time_limit": settings.time_limit}
+            found = problems.bounder_for(name)(instance, problems.accepted(name, "bound", shared))
         except Exception as exc:  # noqa: BLE001 - a bounder that fails is a row, never a lost cell
             yield make_row(cell, instance, kind="bound", policy=f"{name}:", status="error", error=_error(exc),
                        time_limit=settings.time_limit, wall_time=time.perf_counter() - t0)
@@ -237,7 +237,8 @@ def _solve_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
         t0 = time.perf_counter()
         base = {"kind": "solve", "policy": f"solver:{entry.problem}", "time_limit": entry.time_limit}
         try:
-            options = {"objective": cell.run.objective, **entry.options}  # the entry's own options win
+            shared = problems.accepted(entry.problem, "solve", {"objective": cell.run.objective})
+            options = {**shared, **entry.options}  # the entry's own options win
             result = problems.solver_for(entry.problem)(instance, options)
             values: dict[str, Any] = {"solver": result.solver, "status": str(result.status), "bound": result.bound}
             if result.schedule is not None:

@@ -2,17 +2,13 @@
 
 Offline means every request of the instance is new and placed at once (no ongoing requests, the
 setting of Fig. 3); a request's planned length ``L_j`` is its ``predicted_output_tokens`` when given,
-else its ``output_tokens`` (issue item 6). Options:
-
-- ``method``: ``exact`` (default), ``bestfit``, ``bestfit+rebalance`` (no ongoing errors offline, so
-  equal to best fit), ``jsq``, ``rr``, ``po2``;
-- ``solver``: ``cpsat`` (default), ``highs``, ``cbc``, ``gurobi`` (exact only; a model beyond the
-  restricted Gurobi licence gives status ``unsupported`` with the licence message); ``time_limit``;
-  ``threads``.
+else its ``output_tokens``. Options: :class:`AladdinOptions` (solve), :class:`AladdinBoundOptions`
+(bounds).
 
 The objective is the number of workers used; ``extra["placement"]`` maps request id -> worker.
-The baselines need a worker count: ``placement.max_workers`` when given, else the number best fit
-uses. A placement that violates (a)-(h) gets status ``infeasible`` with its violations listed.
+The baselines need a worker count: option ``max_workers``, else ``placement.max_workers`` when
+given, else the number best fit uses. A placement that violates (a)-(h) gets status ``infeasible``
+with its violations listed.
 Every placement is then run in the multi-worker simulator with the planned lengths as true lengths
 (``extra["simulation"]``: per-worker replays all clean, peak KV per worker, TTFT/ATGT attainment);
 ``extra["peak_kv_model"]`` gives each worker's peak of the paper's KV vectors (Eq. 1 units).
@@ -21,10 +17,11 @@ Every placement is then run in the multi-worker simulator with the planned lengt
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Mapping
 
 from ...instance import Instance, InstanceError
+from ...options import Options, PositiveFloat, PositiveInt
 from ...result import Bound, SolveResult, Status
 from .cluster import place, simulate_cluster
 from .heuristics import best_fit
@@ -32,9 +29,50 @@ from .models import model_from_instance
 from .exact import EXACT_SOLVERS, solve_placement
 from .placement import CompiledProblem, Job, PlacementProblem, check_placement, compile_problem, knapsack_bounds
 
-__all__ = ["solve", "bounds", "offline_problem", "planned_instance"]
+__all__ = ["AladdinBoundOptions", "AladdinOptions", "solve", "bounds", "offline_problem", "planned_instance"]
 
 OFFLINE_METHODS = ("exact", "bestfit", "bestfit+rebalance", "jsq", "rr", "po2")
+
+
+@dataclass(frozen=True)
+class AladdinOptions(Options):
+    """Options of the aladdin ``solve``.
+
+    Attributes
+    ----------
+    method
+        ``exact`` (the placement MIP), ``bestfit`` (Alg. 1), ``bestfit+rebalance`` (Alg. 2; no
+        ongoing errors offline, so equal to best fit), ``jsq``, ``rr`` or ``po2`` (baselines).
+    solver, time_limit, threads
+        The exact method's backend (``cpsat``, ``highs``, ``cbc``, ``gurobi``; a model beyond the
+        restricted Gurobi licence gives status ``unsupported``), its limit and threads.
+    max_workers
+        Most workers (overrides the instance's ``placement.max_workers``): the exact method's cap
+        (status ``infeasible`` when too few) and the baselines' worker count.
+    """
+
+    problem = "aladdin"
+    method: Literal[OFFLINE_METHODS] = "exact"
+    solver: Literal[EXACT_SOLVERS] = "cpsat"
+    time_limit: PositiveFloat | None = None
+    threads: PositiveInt | None = None
+    max_workers: PositiveInt | None = None
+
+    def check(self) -> None:
+        exact = self.method == "exact"
+        for option in ("solver", "threads"):
+            self.only_with(option, exact, "method is 'exact'")
+
+
+@dataclass(frozen=True)
+class AladdinBoundOptions(Options):
+    """Options of the aladdin ``bounds``: the exact placement's backend, limit and threads."""
+
+    problem = "aladdin"
+    what = "bound"
+    solver: Literal[EXACT_SOLVERS] = "cpsat"
+    time_limit: PositiveFloat | None = None
+    threads: PositiveInt | None = None
 
 
 def offline_problem(instance: Instance, max_workers: int | None = None) -> PlacementProblem:
@@ -54,22 +92,17 @@ def planned_instance(instance: Instance) -> Instance:
     return instance.with_requests(reqs, name=f"{instance.name}/planned")
 
 
-def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
-    """Solve (or run a heuristic on) the offline placement problem of ``instance``."""
-    method = options.get("method") or "exact"
-    solver = options.get("solver") or "cpsat"
-    time_limit = options.get("time_limit")
-    if method not in OFFLINE_METHODS or (method == "exact" and solver not in EXACT_SOLVERS):
-        note = (f"unknown method {method!r} (known: {', '.join(OFFLINE_METHODS)})" if method not in OFFLINE_METHODS
-                else f"unknown solver {solver!r} (known: {', '.join(EXACT_SOLVERS)})")
-        return SolveResult(problem="aladdin", solver=solver, status=Status.UNSUPPORTED, message=note)
+def solve(instance: Instance, options: Mapping[str, Any] | AladdinOptions | None = None) -> SolveResult:
+    """Solve (or run a heuristic on) the offline placement problem of ``instance`` (:class:`AladdinOptions`)."""
+    opts = AladdinOptions.parse(options)
+    method, solver, time_limit = opts.method, opts.solver, opts.time_limit
     t0 = time.perf_counter()
-    problem = offline_problem(instance)
+    problem = offline_problem(instance, opts.max_workers)
     if method in ("jsq", "rr", "po2") and problem.max_workers is None:
         problem = replace(problem, max_workers=best_fit(problem).workers)
     if method == "exact":
         try:
-            result = solve_placement(problem, solver=solver, time_limit=time_limit, threads=options.get("threads"))
+            result = solve_placement(problem, solver=solver, time_limit=time_limit, threads=opts.threads)
         except Exception as exc:  # noqa: BLE001 - gurobipy raises its own GurobiError
             if "licen" not in str(exc).lower():
                 raise
@@ -123,13 +156,14 @@ def _model_peaks(cp: CompiledProblem, assignment: dict[str, int]) -> list[float]
     return [load.peak_kv() / cp.kv_scale for load in loads]
 
 
-def bounds(instance: Instance, options: dict[str, Any]) -> list[Bound]:
-    """Lower bounds on the workers of the offline placement problem.
+def bounds(instance: Instance, options: Mapping[str, Any] | AladdinBoundOptions | None = None) -> list[Bound]:
+    """Lower bounds on the workers of the offline placement problem (:class:`AladdinBoundOptions`).
 
     ``ceil(sum (b') weights / capacity)``, ``ceil(sum prefill / (T_pre - c1))`` and
     ``ceil(sum w_j[1] / M)`` (every new request holds ``kv(l_j)`` at the first iteration) are valid
     for every feasible placement; ``exact`` is the optimum (or the solver's proven bound).
     """
+    opts = AladdinBoundOptions.parse(options)
     problem = offline_problem(instance)
     kb = knapsack_bounds(compile_problem(problem))
     out = [
@@ -137,7 +171,7 @@ def bounds(instance: Instance, options: dict[str, Any]) -> list[Bound]:
         Bound("ttft-knapsack", float(kb["ttft"]), True, "sum of prefill times over T_pre - c1"),
         Bound("kv-first-iteration", float(kb["kv"]), True, "every request holds kv(l_in) at the first iteration"),
     ]
-    exact = solve_placement(problem, solver=options.get("solver") or "cpsat", time_limit=options.get("time_limit"))
+    exact = solve_placement(problem, solver=opts.solver, time_limit=opts.time_limit, threads=opts.threads)
     if exact.bound is not None:
         out.append(Bound("exact", float(exact.bound), True,
                          f"{exact.status}: proven bound of the placement MIP"))

@@ -1,15 +1,6 @@
 """``SOLVERS["gmax"]``: maximise G = n / t over static batch schedules (SLO-aware paper, seed 000).
 
-Options (``optsched solve INSTANCE --problem gmax ...``):
-
-- ``method``: ``"exact"`` (default; :mod:`.exact`) or ``"sa"`` (the paper's annealing, :mod:`.sa`);
-- ``exact_method``: ``"bnb"`` (default unless a ``solver`` is named: branch-and-bound with a
-  Lagrangian bound, :mod:`.lagrange`, no MILP), ``"dinkelbach"`` (default when a ``solver`` is
-  named) or ``"fixed-n"``; ``frontier`` (bool): also return the (n, t) Pareto frontier;
-- ``solver`` (the slot MILP's backend, for ``dinkelbach`` and ``fixed-n``): ``"highs"`` (default),
-  ``"cbc"``, ``"gurobi"`` or ``"cpsat"``;
-- ``time_limit``, ``threads``, ``log``; ``lengths``: ``"true"`` (default) or ``"predicted"``;
-- ``seed``, ``t0``, ``t_thres``, ``iters``, ``tau``, ``energy_scale`` for the annealing.
+Options: :class:`GmaxOptions`.
 
 The objective is the G of the returned batches as judged by :func:`~.problem.evaluate_g`, in
 requests per second; the solver's own value must agree with it (:func:`check_agreement`). There is
@@ -19,59 +10,103 @@ ordered list of batches of request ids) and per-request e2e / TTFT / TPOT.
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
 
-from ...instance import Instance, InstanceError
+from .. import BACKENDS
+from ...instance import Instance
+from ...options import AnyInt, FiniteFloat, Flag, Name, OptionError, Options, PositiveFloat, PositiveInt
 from ...result import SolveResult, Status, check_agreement
 from .exact import EXACT_METHODS, make_backend, solve_exact
 from .problem import GmaxProblem, evaluate_g, g_value
 from .sa import SAParams, simulated_annealing
 
-__all__ = ["solve"]
+__all__ = ["GmaxOptions", "solve"]
 
-#: The annealing options: :class:`SAParams`'s fields, by name and declared type.
-_SA_TYPES = {f.name: f.type for f in fields(SAParams)}
-
-
-def _sa_value(key: str, value: Any) -> int | float:
-    """An annealing option as :class:`SAParams` types it (``int`` fields: integers; the rest:
-    finite numbers), else bad input naming it."""
-    integer = _SA_TYPES[key] in (int, "int")
-    ok = not isinstance(value, bool) and (isinstance(value, int) if integer else isinstance(value, (int, float)))
-    if not ok or not math.isfinite(value):
-        raise InstanceError(f"option {key!r}: must be {'an integer' if integer else 'a finite number'}, got {value!r}")
-    return value
+#: The annealing's options: the fields of :class:`.sa.SAParams`.
+SA_OPTIONS = ("t0", "t_thres", "iters", "tau", "energy_scale", "seed")
+#: The exact methods' options.
+EXACT_OPTIONS = ("exact_method", "frontier", "solver", "threads", "log", "time_limit")
 
 
-def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
+@dataclass(frozen=True)
+class GmaxOptions(Options):
+    """Options of the gmax ``solve``.
+
+    Attributes
+    ----------
+    method
+        ``exact`` (:mod:`.exact`) or ``sa`` (the paper's annealing, :mod:`.sa`).
+    exact_method
+        ``bnb`` (branch and bound with a Lagrangian bound, :mod:`.lagrange`, no MILP; the default
+        unless a ``solver`` is named), ``dinkelbach`` (the default when a ``solver`` is named) or
+        ``fixed-n``.
+    frontier
+        Also return the (n, t) Pareto frontier.
+    solver
+        The slot model's backend (``dinkelbach``, ``fixed-n``, and the frontier): ``highs``,
+        ``cbc``, ``gurobi`` or ``cpsat``.
+    time_limit, threads, log
+        The exact methods' limit, the backend's threads and log.
+    lengths
+        ``true`` or ``predicted`` output lengths.
+    t0, t_thres, iters, tau, energy_scale, seed
+        The annealing's parameters (:class:`.sa.SAParams`).
+    """
+
+    problem = "gmax"
+    method: Literal["exact", "sa"] = "exact"
+    exact_method: Literal[EXACT_METHODS] | None = None
+    frontier: Flag = False
+    solver: Name | None = None
+    time_limit: PositiveFloat | None = None
+    threads: PositiveInt | None = None
+    log: Flag = False
+    lengths: Literal["true", "predicted"] = "true"
+    t0: FiniteFloat | None = None
+    t_thres: FiniteFloat | None = None
+    iters: AnyInt | None = None
+    tau: FiniteFloat | None = None
+    energy_scale: FiniteFloat | None = None
+    seed: AnyInt | None = None
+
+    def check(self) -> None:
+        if self.solver is not None and self.solver not in BACKENDS["gmax"]:
+            raise OptionError(f"option 'solver': problem 'gmax' has no backend {self.solver!r} "
+                              f"(known: {', '.join(BACKENDS['gmax'])})")
+        for option in SA_OPTIONS:
+            self.only_with(option, self.method == "sa", "method is 'sa'")
+        for option in EXACT_OPTIONS:
+            self.only_with(option, self.method == "exact", "method is 'exact'")
+        slot_model = self.resolved_exact_method() != "bnb" or self.frontier
+        for option in ("solver", "threads", "log"):
+            self.only_with(option, self.method == "sa" or slot_model,
+                           "the slot model runs (exact_method 'dinkelbach' or 'fixed-n', or frontier)")
+
+    def resolved_exact_method(self) -> str:
+        """``exact_method``, or its default: ``dinkelbach`` when a solver is named, else ``bnb``."""
+        return self.exact_method or ("dinkelbach" if self.solver is not None else "bnb")
+
+    def sa_params(self) -> SAParams:
+        """The annealing's parameters, the paper's defaults where not given."""
+        return SAParams(**{k: getattr(self, k) for k in SA_OPTIONS if getattr(self, k) is not None})
+
+
+def solve(instance: Instance, options: Mapping[str, Any] | GmaxOptions | None = None) -> SolveResult:
     """Solve the G-maximisation of a static-batching instance (see the module docstring)."""
+    opts = GmaxOptions.parse(options)
     start = time.perf_counter()
-    problem = GmaxProblem.from_instance(instance, lengths=options.get("lengths") or "true")
-    method = options.get("method") or "exact"
-    if method == "sa":
-        params = SAParams(**{k: _sa_value(k, options[k]) for k in _SA_TYPES if options.get(k) is not None})
-        sa = simulated_annealing(problem, params)
+    problem = GmaxProblem.from_instance(instance, lengths=opts.lengths)
+    if opts.method == "sa":
+        sa = simulated_annealing(problem, opts.sa_params())
         batches, own, status, bound, solver = sa.batches, sa.G, Status.FEASIBLE, None, "sa"
         extra: dict[str, Any] = {"evaluations": sa.evaluations, "early_exit": sa.early_exit}
-    elif method == "exact":
-        solver = options.get("solver") or "highs"
-        try:
-            backend = make_backend(problem, solver, threads=options.get("threads"), log=bool(options.get("log")))
-        except ValueError as exc:
-            raise InstanceError(f"option 'solver': {exc}") from None
-        exact_method = options.get("exact_method") or ("dinkelbach" if options.get("solver") else "bnb")
-        if exact_method not in EXACT_METHODS:
-            raise InstanceError(f"option 'exact_method': unknown {exact_method!r} (known: {', '.join(EXACT_METHODS)})")
-        res = solve_exact(
-            problem,
-            backend,
-            method=exact_method,
-            time_limit=options.get("time_limit"),
-            frontier=bool(options.get("frontier")),
-        )
+    else:
+        solver = opts.solver or "highs"
+        backend = make_backend(problem, solver, threads=opts.threads, log=opts.log)
+        exact_method = opts.resolved_exact_method()
+        res = solve_exact(problem, backend, method=exact_method, time_limit=opts.time_limit, frontier=opts.frontier)
         batches, own, status, bound = res.batches, g_value(res.n, res.t), res.status, res.bound
         solver = "bnb" if exact_method == "bnb" else solver
         extra = {
@@ -79,12 +114,10 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
             "subproblems": res.iterations,
             "frontier": [{"n": n0, "t": t, "proven": ok} for n0, t, ok in res.frontier],
         }
-    else:
-        raise InstanceError(f"option 'method': must be 'exact' or 'sa', got {method!r}")
     judged = evaluate_g(problem, batches)
     check_agreement(own, judged.G, "gmax")
     extra.update({k: v for k, v in judged.to_dict().items() if k != "batches"})
-    if options.get("lengths") == "predicted":
+    if opts.lengths == "predicted":
         extra["G_true"] = evaluate_g(GmaxProblem.from_instance(instance, "true"), batches).G
     return SolveResult(
         problem="gmax",

@@ -32,14 +32,16 @@ evictions (recomputation only adds prefill tokens).
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
 
-from ...instance import Instance, InstanceError
+from ...instance import Instance
+from ...options import Options, PositiveFloat
 from ...result import Bound
 from .offline import processing_times, solve_pcmax
 from .timing import timing_of
 
-__all__ = ["bounds", "paper_bound", "strict_bound"]
+__all__ = ["HybridBoundOptions", "bounds", "paper_bound", "strict_bound"]
 
 
 def paper_bound(instance: Instance, time_limit: float = 10.0) -> tuple[float, float, float]:
@@ -67,14 +69,29 @@ def strict_bound(instance: Instance, time_limit: float = 10.0, preemptive: bool 
     return t_p + t_d, t_p, t_d
 
 
-def bounds(instance: Instance, options: dict[str, Any]) -> list[Bound]:
-    """``BOUNDERS["hybrid"]``: the ``paper`` (not proven) and ``strict`` (proven) makespan bounds.
+@dataclass(frozen=True)
+class HybridBoundOptions(Options):
+    """Options of the hybrid ``bounds``.
 
-    Options: ``time_limit`` for the P||Cmax solve (default 10 s); ``method`` = ``paper`` or ``strict`` to
-    report only one of them.
+    Attributes
+    ----------
+    method
+        ``paper`` or ``strict`` to report only that bound (default: both).
+    time_limit
+        Seconds for each P||Cmax solve (default 10).
     """
-    limit = float(options.get("time_limit") or 10.0)
-    which = options.get("method")
+
+    problem = "hybrid"
+    what = "bound"
+    method: Literal["paper", "strict"] | None = None
+    time_limit: PositiveFloat = 10.0
+
+
+def bounds(instance: Instance, options: Mapping[str, Any] | HybridBoundOptions | None = None) -> list[Bound]:
+    """``BOUNDERS["hybrid"]``: the ``paper`` (not proven) and ``strict`` (proven) makespan bounds
+    (options: :class:`HybridBoundOptions`)."""
+    opts = HybridBoundOptions.parse(options)
+    limit, which = opts.time_limit, opts.method
     out = []
     if which in (None, "paper"):
         value, t_p, t_d = paper_bound(instance, limit)
@@ -88,6 +105,4 @@ def bounds(instance: Instance, options: dict[str, Any]) -> list[Bound]:
         )
         value, t_p, t_d = strict_bound(instance, limit, preemptive=True)
         out.append(Bound("strict-preemptive", value, True, f"prefill {t_p:.4f} s + decode {t_d:.4f} s; proven with evictions too"))
-    if not out:
-        raise InstanceError(f"option 'method': unknown bound method {which!r} (known: paper, strict)")
     return out

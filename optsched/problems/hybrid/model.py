@@ -69,12 +69,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Mapping
 
 from ...bounds import generic_bounds
 from ...deadline import DeadlinePassed, check, passed, seconds_left
-from ...instance import Instance, InstanceError
+from ...instance import Instance
 from ...mipsolvers import pulp_solver, solve_model, solver_deadline
+from ...options import Name, OptionError, Options, PositiveFloat, PositiveInt
 from ...result import SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import Batch, Item, Schedule
 from .bounds import strict_bound
@@ -82,7 +83,7 @@ from .offline import solve_pcmax
 from .online import POLICY_CONFIGS, simulate_policy
 from .timing import HybridTiming, decode_rounds, timing_of
 
-__all__ = ["HybridMIP", "build", "solve", "stages_to_schedule"]
+__all__ = ["HybridMIP", "HybridOptions", "build", "solve", "stages_to_schedule"]
 
 #: Policy whose schedule is the result when the MIP has none by the time limit (and no warm start is given).
 FALLBACK_POLICY = "hybrid"
@@ -492,38 +493,66 @@ def cbc_bound(log: str) -> float | None:
     return float(found[-1]) if found and "Optimal solution found" in log else None
 
 
-def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
-    """``SOLVERS["hybrid"]``: the full MIP, its schedule replayed.
+@dataclass(frozen=True)
+class HybridOptions(Options):
+    """Options of the hybrid ``solve``.
 
-    Options: ``solver`` (``highs`` default, ``cbc``, ``gurobi``), ``time_limit`` (default 60 s; it
-    covers building the model), ``threads``, ``method`` (= mode: ``strengthened`` default or
-    ``faithful``), ``time_model`` (``contract`` | ``paper``), ``bins`` (K, default I), ``warm_start``
-    (a hybrid policy whose schedule, converted by :func:`warm_start_values`, starts the solver).
+    Attributes
+    ----------
+    solver
+        ``highs``, ``cbc`` or ``gurobi``.
+    time_limit
+        Seconds for the whole solve, building the model included (default 60).
+    threads
+        Solver threads (default 2).
+    method
+        The mode: ``strengthened`` or ``faithful`` (module docstring).
+    time_model
+        ``contract`` (the default in the strengthened mode) or ``paper`` (the default in the
+        faithful mode).
+    bins
+        K, the number of stages (default I).
+    warm_start
+        A hybrid policy (:data:`.online.POLICY_CONFIGS`) whose schedule, converted by
+        :func:`warm_start_values`, starts the solver.
+    """
+
+    problem = "hybrid"
+    solver: Literal["highs", "cbc", "gurobi"] = "highs"
+    time_limit: PositiveFloat = 60.0
+    threads: PositiveInt | None = None
+    method: Literal[MODES] = "strengthened"
+    time_model: Literal[TIME_MODELS] | None = None
+    bins: PositiveInt | None = None
+    warm_start: Name | None = None
+
+    def check(self) -> None:
+        if self.warm_start is not None and self.warm_start not in POLICY_CONFIGS:
+            raise OptionError(f"option 'warm_start': unknown hybrid policy {self.warm_start!r} "
+                              f"(known: {', '.join(POLICY_CONFIGS)})")
+
+
+def solve(instance: Instance, options: Mapping[str, Any] | HybridOptions | None = None) -> SolveResult:
+    """``SOLVERS["hybrid"]``: the full MIP, its schedule replayed (options: :class:`HybridOptions`).
+
     Without a MIP solution (model not built in time, none found by the limit, or none at all: the
     model restricted to ``bins`` stages may have none) the schedule is the ``warm_start`` policy's,
     else :data:`FALLBACK_POLICY`'s, with the proven bound; that policy's schedule is also the result
     when it is better than the MIP's (a stopped MIP's incumbent, or the optimum of a restricted
     model: the paper's time model, fewer bins than requests).
     """
-    solver = options.get("solver") or "highs"
-    mode = options.get("method") or "strengthened"
-    limit = float(options.get("time_limit") or 60.0)
+    opts = HybridOptions.parse(options)
+    solver, mode, bins, warm_policy = opts.solver, opts.method, opts.bins, opts.warm_start
     tm = timing_of(instance)
     start = time.perf_counter()
-    deadline = start + limit
+    deadline = start + opts.time_limit
     problem = "hybrid"
-    bins = options.get("bins")
-    if bins is not None and (isinstance(bins, bool) or not isinstance(bins, int) or bins < 1):
-        raise InstanceError(f"option 'bins': must be an integer >= 1, got {bins!r}")
-    warm_policy = options.get("warm_start")
-    if warm_policy is not None and warm_policy not in POLICY_CONFIGS:
-        raise InstanceError(f"option 'warm_start': unknown hybrid policy {warm_policy!r} (known: {', '.join(POLICY_CONFIGS)})")
     policy = warm_policy or FALLBACK_POLICY
     unsupported = kv_or_budget_issue(instance, tm)
     if unsupported:
         return SolveResult(problem=problem, solver=solver, status=Status.UNSUPPORTED, message=unsupported)
     try:
-        model: HybridMIP | None = build(instance, mode, options.get("time_model"), bins, deadline)
+        model: HybridMIP | None = build(instance, mode, opts.time_model, bins, deadline)
     except ValueError as exc:
         return SolveResult(problem=problem, solver=solver, status=Status.UNSUPPORTED, message=str(exc))
     except DeadlinePassed:
@@ -539,7 +568,7 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
         model = None
     if model is not None:
         try:
-            status, mip_value, mip_bound = run_backend(model, solver, seconds_left(solve_by), options.get("threads"), warm)
+            status, mip_value, mip_bound = run_backend(model, solver, seconds_left(solve_by), opts.threads, warm)
             mip_status = status
         except Exception as exc:  # noqa: BLE001 - e.g. the restricted Gurobi licence: report, never crash
             if solver == "gurobi":

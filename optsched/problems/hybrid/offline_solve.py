@@ -9,46 +9,77 @@ queue sorting or stealing), replayed by :func:`optsched.schedule.replay`.
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
 
-from ...instance import Instance, InstanceError
+from ...instance import Instance
 from ...mipsolvers import MIP_BACKENDS
+from ...options import Name, OptionError, Options, PositiveFloat, PositiveInt
 from ...result import SolveResult
 from ...schedule import replay
 from .offline import LENGTHS, PCMAX_METHODS, loads_of, processing_times, solve_pcmax
 from .online import simulate_pd
 from .timing import timing_of
 
-__all__ = ["solve"]
+__all__ = ["HybridOfflineOptions", "solve"]
 
 
-def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
-    """``SOLVERS["hybrid-offline"]``: the optimal max client load in seconds, ``tau_d * C*``.
+@dataclass(frozen=True)
+class HybridOfflineOptions(Options):
+    """Options of the hybrid-offline ``solve``.
 
-    Options: ``method`` (see :func:`solve_pcmax`), ``solver`` (MIP backend), ``time_limit``, ``threads``,
-    ``lengths`` (``rounds`` | ``paper`` | ``predicted``). The assignment (request id -> client) and the
-    loads are in ``extra``; the schedule is the ``hybrid-offline`` policy run on that assignment (replayed;
-    its makespan is ``extra["replayed_makespan"]``, which is not the objective of this model).
+    Attributes
+    ----------
+    method
+        ``auto``, ``lpt``, ``local``, ``cpsat`` or ``mip`` (:func:`.offline.solve_pcmax`).
+    solver
+        The MIP backend of method ``mip`` (``highs`` by default, ``cbc``, ``gurobi``); methods
+        ``auto`` and ``cpsat`` use CP-SAT (``cpsat`` may be named).
+    time_limit, threads
+        The whole solve's limit (default 60 s) and the exact stage's threads (not for ``lpt`` and
+        ``local``).
+    lengths
+        ``rounds``, ``paper`` or ``predicted`` (:func:`.offline.processing_times`).
     """
-    method = options.get("method") or "auto"
-    solver = options.get("solver") or "highs"
-    if method not in PCMAX_METHODS:
-        raise InstanceError(f"option 'method': unknown {method!r} (known: {', '.join(PCMAX_METHODS)})")
-    if method == "mip" and solver not in MIP_BACKENDS:
-        raise InstanceError(f"option 'solver': method 'mip' needs a MIP backend ({', '.join(MIP_BACKENDS)}), got {solver!r}")
+
+    problem = "hybrid-offline"
+    method: Literal[PCMAX_METHODS] = "auto"
+    solver: Name | None = None
+    time_limit: PositiveFloat = 60.0
+    threads: PositiveInt | None = None
+    lengths: Literal[LENGTHS] = "rounds"
+
+    def check(self) -> None:
+        if self.method == "mip" and self.solver not in (None, *MIP_BACKENDS):
+            raise OptionError(f"option 'solver': method 'mip' needs a MIP backend ({', '.join(MIP_BACKENDS)}), "
+                              f"got {self.solver!r}")
+        if self.method in ("auto", "cpsat") and self.solver not in (None, "cpsat"):
+            raise OptionError(f"option 'solver': method {self.method!r} uses CP-SAT; a MIP backend needs method 'mip'")
+        heuristic = self.method in ("lpt", "local")
+        for option in ("solver", "threads"):
+            self.only_with(option, not heuristic, "method is 'auto', 'cpsat' or 'mip'")
+
+
+def solve(instance: Instance, options: Mapping[str, Any] | HybridOfflineOptions | None = None) -> SolveResult:
+    """``SOLVERS["hybrid-offline"]``: the optimal max client load in seconds, ``tau_d * C*``
+    (options: :class:`HybridOfflineOptions`).
+
+    The assignment (request id -> client) and the loads are in ``extra``; the schedule is the
+    ``hybrid-offline`` policy run on that assignment (replayed; its makespan is
+    ``extra["replayed_makespan"]``, which is not the objective of this model).
+    """
+    opts = HybridOfflineOptions.parse(options)
+    method, lengths = opts.method, opts.lengths
     timing = timing_of(instance)
-    lengths = options.get("lengths") or "rounds"
-    if lengths not in LENGTHS:
-        raise InstanceError(f"option 'lengths': unknown {lengths!r} (known: {', '.join(LENGTHS)})")
     p = processing_times(instance, lengths)
     start = time.perf_counter()
     found = solve_pcmax(
         p,
         timing.clients,
         method=method,
-        time_limit=float(options.get("time_limit") or 60.0),
-        solver=solver,
-        threads=options.get("threads"),
+        time_limit=opts.time_limit,
+        solver=opts.solver or "highs",
+        threads=opts.threads,
     )
     wall = time.perf_counter() - start
     schedule = simulate_pd(instance, list(found.client), sort_queues=False, steal=False, rule="prefill-first")

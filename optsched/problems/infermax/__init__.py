@@ -49,11 +49,13 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ...bounds import generic_bounds
 from ...deadline import passed, seconds_left
 from ...instance import Instance
+from ...options import OptionError
 from ...result import Bound, SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
 from .candidates import Candidate, CandidatePool, candidate_schedules, initial_candidates
 from .model import (
     Coefficients,
+    InferMaxBoundOptions,
     InferMaxInputError,
     InferMaxOptions,
     ModelData,
@@ -97,7 +99,7 @@ SOLVE_MODULES = (f"{__name__}.chunks", f"{__name__}.cpsat", f"{__name__}.mip", f
                  "optsched.policies")
 
 
-def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
+def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | None = None) -> SolveResult:
     """Solve the InferMax model for ``instance`` (see the module docstring for the steps).
 
     Parameters
@@ -112,7 +114,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     for module in SOLVE_MODULES:  # start-up, before the clock
         import_module(module)
     t0 = time.perf_counter()
-    opts = InferMaxOptions.from_dict(options)
+    opts = InferMaxOptions.parse(options)
     deadline = None if opts.time_limit is None else t0 + opts.time_limit
     try:
         pool = initial_candidates(instance, opts, deadline)
@@ -122,7 +124,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
     proven = [b.value for b in generic_bounds(instance, opts.objective)]
     met = opts.early_exit and bool(proven) and _meets(pool.best.value, max(proven))
     if pool.warm_name not in pool:
-        raise InferMaxInputError(
+        raise OptionError(
             f"option 'warm_start': policy {pool.warm_name!r} gives no schedule respecting the options "
             f"(available: {', '.join(sorted(pool.found))})"
         )
@@ -132,7 +134,7 @@ def solve(instance: Instance, options: Mapping[str, Any]) -> SolveResult:
         relax, paths = _relaxation_phase(pool, data, t0, deadline)
         met = relax is not None and opts.early_exit and _meets(pool.best.value, relax.bound)
     if not (opts.no_evict or met or passed(deadline)):
-        _eviction_free_phase(pool, options, deadline)
+        _eviction_free_phase(pool, deadline)
     if relax is not None or NO_EVICT in pool:  # a better candidate: J and the warm start again
         data = _model_data(pool, t0)
     if relax is not None:
@@ -180,12 +182,12 @@ def _relaxation_phase(
     return relax, paths
 
 
-def _eviction_free_phase(pool: CandidatePool, options: Mapping[str, Any], deadline: float | None) -> None:
+def _eviction_free_phase(pool: CandidatePool, deadline: float | None) -> None:
     """The eviction-free optimum (a quarter of the time limit, at most half of the time left) as a
     candidate: it seeds the full model."""
     limit = pool.options.time_limit
-    first = solve(pool.instance, {**options, "no_evict": True, "warm_start": None, "relax": 0,
-                                  "time_limit": None if limit is None else min(limit / 4, seconds_left(deadline) / 2)})
+    first = solve(pool.instance, replace(pool.options, no_evict=True, warm_start=None, relax=0.0,
+                                         time_limit=None if limit is None else min(limit / 4, seconds_left(deadline) / 2)))
     if first.schedule is not None:
         pool.add(NO_EVICT, Candidate(first.schedule, first.objective, first.replay))
 
@@ -342,8 +344,8 @@ def _run_backend(data: ModelData, hint: Any, deadline: float | None) -> Any:
 RELAX_BOUND_TIME = 10.0
 
 
-def bounds(instance: Instance, options: Mapping[str, Any]) -> list[Bound]:
-    """Registry entry: proven lower bounds for ``options['objective']`` (default makespan).
+def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions | None = None) -> list[Bound]:
+    """Registry entry: proven lower bounds for option ``objective`` (:class:`.model.InferMaxBoundOptions`).
 
     The model computes its objectives exactly as :func:`optsched.schedule.replay` does, so every
     bound of :mod:`optsched.bounds` (proven for every schedule that replays cleanly) holds for its
@@ -354,19 +356,20 @@ def bounds(instance: Instance, options: Mapping[str, Any]) -> list[Bound]:
     when it applies (the relaxation solved within one prefill bias of the best schedule known),
     within ``time_limit`` (default :data:`RELAX_BOUND_TIME` s).
     """
-    objective = options.get("objective") or "makespan"
+    bound_opts = InferMaxBoundOptions.parse(options)
+    objective = bound_opts.objective
     out = generic_bounds(instance, objective)
-    if options.get("method") == "lp":
+    if bound_opts.method == "lp":
         from .mip import lp_relaxation_bound
 
-        out.append(lp_relaxation_bound(instance, dict(options)))
-    if options.get("method") != "relax" or objective != "makespan":
+        out.append(lp_relaxation_bound(instance, bound_opts.solve_options()))
+    if bound_opts.method != "relax" or objective != "makespan":
         return out
     if instance.limits.kv_capacity is None:
         return out
     from .residency import residency_bound
 
-    opts = InferMaxOptions.from_dict({**options, "objective": "makespan"})
+    opts = bound_opts.solve_options()
     best = initial_candidates(instance, opts, None).best
     value = best.value
     data = build_data(instance, opts, value, value, _nonempty(best.schedule))

@@ -35,7 +35,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import pulp
 
@@ -433,7 +433,7 @@ def _event_times(data: ModelData, mip: _Mip, E_sec: list[float]) -> list[float]:
     return out
 
 
-def lp_relaxation_bound(instance: Instance, options: dict[str, Any]) -> Bound:
+def lp_relaxation_bound(instance: Instance, options: Mapping[str, Any] | InferMaxOptions) -> Bound:
     """The LP relaxation of the MIP over the proven horizon of the serial schedule (HiGHS).
 
     Only an LP solved to optimality bounds the optimum: when it is not built (option
@@ -441,7 +441,7 @@ def lp_relaxation_bound(instance: Instance, options: dict[str, Any]) -> Bound:
     """
     from ...result import replayed_objective
 
-    opts = InferMaxOptions.from_dict({k: v for k, v in options.items() if k != "solver"})
+    opts = InferMaxOptions.parse(options)
     sched = serial_schedule(instance, no_chunk=opts.no_chunk)
     mk = replayed_objective(instance, sched, "makespan")[0]
     val = replayed_objective(instance, sched, opts.objective)[0]

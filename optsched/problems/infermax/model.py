@@ -146,17 +146,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from .. import BACKENDS
 from ...bounds import batch_counts, prefill_alone_time, request_work
 from ...costmodel import CostModel
 from ...deadline import BuildStopped, check
 from ...instance import Instance, InstanceError
+from ...options import Flag, Name, Options, PositiveFloat, PositiveInt, Share
 from ...schedule import Batch, Item, ReplayResult, Schedule, replay
 
 __all__ = [
     "Coefficients",
+    "InferMaxBoundOptions",
     "InferMaxOptions",
     "ModelData",
     "Scaling",
@@ -177,7 +179,7 @@ SOLVER_NAMES = BACKENDS["infermax"]
 
 
 class InferMaxInputError(InstanceError):
-    """An option or instance that the InferMax model cannot take (message names it)."""
+    """An instance that the InferMax model cannot take (message names it)."""
 
 
 #: Default of option ``max_cells``. A CP-SAT model costs about 13 KB of memory and 0.5 ms of
@@ -220,22 +222,9 @@ def check_size(data: "ModelData", what: str, cell_cost: int = 1) -> None:
         )
 
 
-def _share(value: Any) -> float:
-    """Option ``relax``: a share of the time limit in [0, 1] (``true``/``false`` mean the default/0)."""
-    if isinstance(value, bool):
-        return RELAX_SHARE if value else 0.0
-    try:
-        share = float(value)
-    except (TypeError, ValueError):
-        share = -1.0
-    if not 0.0 <= share <= 1.0:
-        raise InferMaxInputError(f"option 'relax': a share of the time limit in [0, 1], got {value!r}")
-    return share
-
-
 @dataclass(frozen=True)
-class InferMaxOptions:
-    """Options of the InferMax solve (keys of the ``options`` dict of the registry).
+class InferMaxOptions(Options):
+    """Options of the InferMax solve (keys of the ``options`` mapping of the registry).
 
     Attributes
     ----------
@@ -254,7 +243,8 @@ class InferMaxOptions:
         relative to J, stated in the result).
     relax
         Share of the time limit for the residency relaxation (:mod:`.relax`) that bounds the
-        makespan when memory binds (0 turns it off; default :data:`RELAX_SHARE`).
+        makespan when memory binds (0 turns it off; ``true``/``false`` mean the default
+        :data:`RELAX_SHARE` and 0).
     max_cells
         Largest model, in request-batch cells N J, that is built (default :data:`MAX_CELLS`);
         beyond it the solve reports the best candidate schedule and the proven bounds.
@@ -264,54 +254,65 @@ class InferMaxOptions:
         the tests that cross-check the backends turn it off).
     """
 
-    solver: str = "cpsat"
-    objective: str = "makespan"
-    no_evict: bool = False
-    no_hybrid: bool = False
-    no_chunk: bool = False
-    time_limit: float | None = None
-    threads: int | None = None
-    log: bool = False
-    warm_start: str | None = None
-    horizon: int | None = None
-    relax: float = RELAX_SHARE
-    max_cells: int = MAX_CELLS
-    early_exit: bool = True
+    problem = "infermax"
+    solver: Literal[SOLVER_NAMES] = "cpsat"
+    objective: Literal[OBJECTIVES] = "makespan"
+    no_evict: Flag = False
+    no_hybrid: Flag = False
+    no_chunk: Flag = False
+    time_limit: PositiveFloat | None = None
+    threads: PositiveInt | None = None
+    log: Flag = False
+    warm_start: Name | None = None
+    horizon: PositiveInt | None = None
+    relax: Share | Flag = RELAX_SHARE
+    max_cells: PositiveInt = MAX_CELLS
+    early_exit: Flag = True
 
-    @classmethod
-    def from_dict(cls, options: Mapping[str, Any]) -> "InferMaxOptions":
-        """Read the registry's options dict (unknown keys are ignored: they belong to others)."""
-        solver = options.get("solver") or "cpsat"
-        objective = options.get("objective") or "makespan"
-        if solver not in SOLVER_NAMES:
-            raise InferMaxInputError(f"option 'solver': unknown {solver!r} (known: {', '.join(SOLVER_NAMES)})")
-        if objective not in OBJECTIVES:
-            raise InferMaxInputError(
-                f"option 'objective': unknown {objective!r} (known: {', '.join(OBJECTIVES)})"
-            )
-        horizon = options.get("horizon")
-        if horizon is not None and (not isinstance(horizon, int) or horizon < 1):
-            raise InferMaxInputError(f"option 'horizon': must be a positive integer, got {horizon!r}")
-        time_limit = options.get("time_limit")
-        threads = options.get("threads")
-        max_cells = options.get("max_cells", MAX_CELLS)
-        if isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1:
-            raise InferMaxInputError(f"option 'max_cells': must be a positive integer, got {max_cells!r}")
-        return cls(
-            solver=solver,
-            objective=objective,
-            no_evict=bool(options.get("no_evict", False)),
-            no_hybrid=bool(options.get("no_hybrid", False)),
-            no_chunk=bool(options.get("no_chunk", False)),
-            time_limit=None if time_limit is None else float(time_limit),
-            threads=None if threads is None else int(threads),
-            log=bool(options.get("log", False)),
-            warm_start=options.get("warm_start"),
-            horizon=horizon,
-            relax=_share(options.get("relax", RELAX_SHARE)),
-            max_cells=max_cells,
-            early_exit=bool(options.get("early_exit", True)),
-        )
+    def __post_init__(self) -> None:
+        if isinstance(self.relax, bool):
+            object.__setattr__(self, "relax", RELAX_SHARE if self.relax else 0.0)
+
+
+@dataclass(frozen=True)
+class InferMaxBoundOptions(Options):
+    """Options of the InferMax ``bounds``.
+
+    Attributes
+    ----------
+    objective
+        ``makespan`` (default), ``completion`` or ``ttft``.
+    method
+        None (the bounds of :mod:`optsched.bounds`), ``lp`` (also the LP relaxation of the MIP) or
+        ``relax`` (also the residency relaxation, makespan with a KV capacity).
+    time_limit, threads
+        The ``lp`` or ``relax`` bound's limit and threads.
+    max_cells
+        Largest LP relaxation built (``lp``), as :class:`InferMaxOptions`.
+    no_evict, no_hybrid, no_chunk
+        The model's restrictions, as :class:`InferMaxOptions` (``lp`` and ``relax``).
+    """
+
+    problem = "infermax"
+    what = "bound"
+    objective: Literal[OBJECTIVES] = "makespan"
+    method: Literal["lp", "relax"] | None = None
+    time_limit: PositiveFloat | None = None
+    threads: PositiveInt | None = None
+    max_cells: PositiveInt = MAX_CELLS
+    no_evict: Flag = False
+    no_hybrid: Flag = False
+    no_chunk: Flag = False
+
+    def check(self) -> None:
+        for option in ("threads", "no_evict", "no_hybrid", "no_chunk"):
+            self.only_with(option, self.method is not None, "method is 'lp' or 'relax'")
+        self.only_with("max_cells", self.method == "lp", "method is 'lp'")
+
+    def solve_options(self) -> InferMaxOptions:
+        """The same settings as the solve's options (the bounds build the solve's model data)."""
+        shared = ("objective", "time_limit", "threads", "max_cells", "no_evict", "no_hybrid", "no_chunk")
+        return InferMaxOptions(**{name: getattr(self, name) for name in shared})
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,7 @@ and ``"scls"``: ``{"slice_length": S (128), "memory": {"kind": "none" | "fixed" 
 "gamma": 6.0}``. A request's current input length is ``prompt_tokens`` plus its optional
 ``"generated"`` tokens from earlier slices (docs/scls.md, G1).
 
-Options: ``method`` ``"dp"`` (Algorithm 1, default) or ``"mip"`` (the compact MIP); ``solver``
-``"highs"``/``"cbc"`` for the MIP; ``time_limit`` (the whole round: batching, then the exact
-offloading gets what is left, from the max-min assignment; 10 s for the offloading without one).
+Options: :class:`SclsOptions`.
 A MIP that finds no batching in time gives status ``time_limit`` without batches. The objective is the total estimated serving time
 in seconds (minimised), recomputed by :func:`~.batching.total_serve_time` from the returned batches;
 ``extra`` holds the ``batches`` (request ids), their times, the max-min offloading and the exact
@@ -18,16 +16,19 @@ makespan with the heuristic's gap, and the next interval of Eq. 12.
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
 
+from .. import BACKENDS
 from ...deadline import seconds_left
 from ...instance import Instance, InstanceError
+from ...options import Options, PositiveFloat, PositiveInt
 from ...result import SolveResult, Status, check_agreement
 from ..static_latency import static_latency_of
 from .batching import DS_TABLE, MemoryRule, dp_batches, mip_batches, total_serve_time
 from .offload import adaptive_interval, exact_offload, max_min_offload
 
-__all__ = ["solve", "scls_settings"]
+__all__ = ["SclsOptions", "solve", "scls_settings"]
 
 
 def _rule(spec: Any, where: str) -> MemoryRule:
@@ -87,21 +88,45 @@ def scls_settings(instance: Instance) -> dict[str, Any]:
     }
 
 
-def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
-    """One SCLS round (see the module docstring)."""
+@dataclass(frozen=True)
+class SclsOptions(Options):
+    """Options of the scls-batch ``solve``.
+
+    Attributes
+    ----------
+    method
+        ``dp`` (Algorithm 1) or ``mip`` (the compact MIP).
+    solver
+        The MIP's backend: ``highs`` (default), ``cbc`` or ``gurobi`` (method ``mip`` only).
+    time_limit
+        Seconds for the whole round: batching, then the exact offloading gets what is left, from
+        the max-min assignment (10 s for the offloading without a limit).
+    threads
+        CP-SAT workers of the exact offloading (default 2).
+    """
+
+    problem = "scls-batch"
+    method: Literal["dp", "mip"] = "dp"
+    solver: Literal[BACKENDS["scls-batch"]] | None = None
+    time_limit: PositiveFloat | None = None
+    threads: PositiveInt | None = None
+
+    def check(self) -> None:
+        self.only_with("solver", self.method == "mip", "method is 'mip'")
+
+
+def solve(instance: Instance, options: Mapping[str, Any] | SclsOptions | None = None) -> SolveResult:
+    """One SCLS round (see the module docstring; options: :class:`SclsOptions`)."""
+    opts = SclsOptions.parse(options)
     start = time.perf_counter()
     s = scls_settings(instance)
-    method = options.get("method") or "dp"
+    method = opts.method
     if method == "dp":
         batches, own = dp_batches(s["lengths"], s["model"], s["slice_len"], s["rule"])
         status, solver = Status.OPTIMAL, "dp"
     elif method == "mip":
-        solver = options.get("solver") or "highs"
-        batches, own, status = mip_batches(
-            s["lengths"], s["model"], s["slice_len"], s["rule"], solver, options.get("time_limit")
-        )
-    else:
-        raise InstanceError(f"option 'method': must be 'dp' or 'mip', got {method!r}")
+        solver = opts.solver or "highs"
+        batches, own, status = mip_batches(s["lengths"], s["model"], s["slice_len"], s["rule"], solver, opts.time_limit)
     if batches is None:  # the MIP found no batching within the limit
         return SolveResult(problem="scls-batch", solver=solver, status=Status.TIME_LIMIT,
                            wall_time=time.perf_counter() - start,
@@ -111,9 +136,8 @@ def solve(instance: Instance, options: dict[str, Any]) -> SolveResult:
     check_agreement(own, total, "scls-batch")
     times = [s["model"].serve_time(len(b), max(s["lengths"][i] for i in b), s["slice_len"]) for b in batches]
     heuristic = max_min_offload(times, s["loads"])
-    limit = options.get("time_limit")
-    left = 10.0 if limit is None else seconds_left(start + float(limit))
-    exact = exact_offload(times, s["loads"], left, options.get("threads") or 2, start=heuristic)
+    left = 10.0 if opts.time_limit is None else seconds_left(start + opts.time_limit)
+    exact = exact_offload(times, s["loads"], left, opts.threads or 2, start=heuristic)
     ids = [r.id for r in instance.requests]
     extra = {
         "batch_times": times,

@@ -1,0 +1,164 @@
+"""Typed options of every formulation and their rejection of options that do nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from optsched.cli import main
+from optsched.options import OptionError
+from optsched.problems import BOUND_OPTIONS, BOUNDERS, NO_SCHEDULE, SOLVE_OPTIONS, SOLVERS, accepted, options_for
+from optsched.result import SolveResult, Status
+
+ROOT = Path(__file__).resolve().parents[1]
+GMAX_FIG3 = str(ROOT / "instances" / "static" / "fig3-slo-order.json")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# --------------------------------------------------------------------------- the registry's shape
+
+
+def test_every_solver_and_bounder_has_an_options_dataclass():
+    assert set(SOLVE_OPTIONS) == set(SOLVERS) and set(BOUND_OPTIONS) == set(BOUNDERS)
+    for name in SOLVERS:
+        for kind in ("solve", "bound") if name in BOUNDERS else ("solve",):
+            cls = options_for(name, kind)
+            assert dataclasses.is_dataclass(cls) and cls.problem == name and cls.what == kind
+            assert cls.parse({}) == cls.parse(None) == cls()  # the defaults are valid
+
+
+@pytest.mark.parametrize("name, kind", [(n, "solve") for n in sorted(SOLVE_OPTIONS)]
+                         + [(n, "bound") for n in sorted(BOUND_OPTIONS)])
+def test_an_unknown_option_is_rejected_naming_it(name, kind):
+    with pytest.raises(OptionError, match=rf"problem '{name}' has no {kind} option 'foo' \(known: "):
+        options_for(name, kind).parse({"foo": 1})
+
+
+def test_values_are_strictly_typed():
+    cls = options_for("infermax")
+    assert cls.parse({"time_limit": 3, "threads": 2, "no_evict": True}).time_limit == 3.0
+    for bad, needle in [({"time_limit": "3"}, "option 'time_limit': must be a finite number > 0, got '3'"),
+                        ({"time_limit": float("nan")}, "option 'time_limit'"),
+                        ({"threads": 2.0}, "option 'threads': must be an integer >= 1, got 2.0"),
+                        ({"threads": True}, "option 'threads'"),
+                        ({"no_evict": 1}, "option 'no_evict': must be true or false, got 1"),
+                        ({"objective": "speed"}, "option 'objective': unknown 'speed' (known: makespan, completion, ttft)"),
+                        ({"relax": 1.5}, "option 'relax'"),
+                        ({"warm_start": 3}, "option 'warm_start': must be a string, got 3")]:
+        with pytest.raises(OptionError) as exc:
+            cls.parse(bad)
+        assert needle in str(exc.value)
+    assert cls.parse({"relax": True}).relax == cls().relax and cls.parse({"relax": False}).relax == 0.0
+    assert cls.parse({"solver": None}).solver == "cpsat"  # None means the default
+
+
+@pytest.mark.parametrize("name, kind, options, needle", [
+    ("gmax", "solve", {"iters": 5}, "option 'iters': has no effect unless method is 'sa'"),
+    ("gmax", "solve", {"method": "sa", "solver": "highs"}, "option 'solver': has no effect unless method is 'exact'"),
+    ("gmax", "solve", {"exact_method": "bnb", "solver": "highs"}, "option 'solver': has no effect"),
+    ("aladdin", "solve", {"method": "jsq", "solver": "highs"}, "option 'solver': has no effect unless method is 'exact'"),
+    ("hybrid-offline", "solve", {"method": "lpt", "threads": 2}, "option 'threads': has no effect"),
+    ("hybrid-offline", "solve", {"method": "auto", "solver": "highs"}, "uses CP-SAT; a MIP backend needs method 'mip'"),
+    ("hybrid-offline", "solve", {"method": "mip", "solver": "cpsat"}, "needs a MIP backend"),
+    ("scls-batch", "solve", {"solver": "cbc"}, "option 'solver': has no effect unless method is 'mip'"),
+    ("infermax", "bound", {"threads": 2}, "option 'threads': has no effect unless method is 'lp' or 'relax'"),
+    ("infermax", "bound", {"method": "relax", "max_cells": 10}, "option 'max_cells': has no effect unless method is 'lp'"),
+    ("hybrid", "solve", {"warm_start": "vllm"}, "option 'warm_start': unknown hybrid policy 'vllm'"),
+])
+def test_an_option_without_effect_is_rejected(name, kind, options, needle):
+    with pytest.raises(OptionError, match=re.escape(needle)):
+        options_for(name, kind).parse(options)
+
+
+def test_a_time_limit_always_applies():
+    """A call that needs no time honours any limit: never "without effect"."""
+    options_for("aladdin").parse({"method": "jsq", "time_limit": 1})
+    options_for("hybrid-offline").parse({"method": "lpt", "time_limit": 1})
+    options_for("infermax", "bound").parse({"time_limit": 1})
+
+
+def test_accepted_keeps_the_options_a_formulation_has():
+    shared = {"objective": "makespan", "time_limit": 5.0}
+    assert accepted("infermax", "solve", shared) == shared
+    assert accepted("hybrid", "solve", shared) == {"time_limit": 5.0}
+    assert accepted("aladdin", "bound", shared) == {"time_limit": 5.0}
+
+
+def test_the_cli_docs_list_every_option():
+    """docs/cli.md's table of options names exactly each dataclass's fields."""
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    for name in SOLVERS:
+        row = re.search(rf"^\| `{re.escape(name)}` \|(.*)\|(.*)\|$", text, re.M)
+        assert row is not None, f"docs/cli.md has no options row for {name}"
+        for cell, kind in zip(row.groups(), ("solve", "bound")):
+            cls = options_for(name, kind)
+            documented = set(re.findall(r"`(\w+)`", cell))
+            assert documented == (set(cls.names()) if cls else set()), (name, kind)
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["solve", "toy-4", "--problem", "infermax", "--method", "magic"], "problem 'infermax' has no solve option 'method'"),
+    (["solve", "toy-4", "--problem", "infermax", "--option", "foo=1"], "problem 'infermax' has no solve option 'foo'"),
+    (["solve", "aladdin-fig3", "--problem", "aladdin", "--option", "max_workers=abc"],
+     "option 'max_workers': must be an integer >= 1, got 'abc'"),
+    (["bound", "toy-4", "--problem", "infermax", "--method", "magic"], "option 'method': unknown 'magic' (known: lp, relax)"),
+    (["bound", "toy-4", "--method", "magic"], "option 'method': the trivial bounds take no options"),
+    (["bound", "toy-4", "--problem", "hybrid", "--solver", "highs"], "problem 'hybrid' has no bound option 'solver'"),
+    (["solve", GMAX_FIG3, "--problem", "gmax", "--no-evict"], "problem 'gmax' has no solve option 'no_evict'"),
+    (["solve", "toy-4", "--problem", "hybrid", "--objective", "ttft"], "problem 'hybrid' has no solve option 'objective'"),
+])
+def test_options_that_do_nothing_are_bad_input(capsys, argv, needle):
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 2 and needle in err and out == ""
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("problem", sorted(NO_SCHEDULE))
+@pytest.mark.parametrize("flag", ["--out", "--requests-out"])
+def test_out_without_a_schedule_is_bad_input_and_writes_nothing(capsys, tmp_path, problem, flag):
+    target = tmp_path / ("answer.json" if flag == "--out" else "requests.csv")
+    code, out, err = run(capsys, "solve", "toy-4", "--problem", problem, flag, str(target))
+    assert code == 2 and f"{flag}: problem {problem!r} returns no schedule" in err and out == ""
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_flag_not_given_is_not_passed(capsys):
+    """``--method`` and friends reach the formulation only when given: gmax runs with its defaults."""
+    code, out, err = run(capsys, "solve", GMAX_FIG3, "--problem", "gmax", "--time-limit", "20", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["status"] == "optimal" and res["batches"] == [["J2"], ["J1"], ["J3"]]
+
+
+def test_aladdin_max_workers_caps_the_placement(capsys):
+    code, out, _ = run(capsys, "solve", "aladdin-fig3", "--problem", "aladdin", "--json")
+    assert code == 0 and json.loads(out)["workers"] == 2
+    code, out, _ = run(capsys, "solve", "aladdin-fig3", "--problem", "aladdin", "--option", "max_workers=1", "--json")
+    assert code == 1 and json.loads(out)["status"] == "infeasible" and json.loads(out)["max_workers"] == 1
+
+
+# --------------------------------------------------------------------------- results
+
+
+def test_results_are_built_with_keywords_and_spell_their_status_once():
+    with pytest.raises(TypeError):
+        SolveResult("p", "s", Status.OPTIMAL)  # type: ignore[misc]
+    res = SolveResult(problem="p", solver="s", status="time_limit", message="no answer in time", batches=[["a"]])
+    assert res.status is Status.TIME_LIMIT
+    out = res.to_dict()
+    assert type(out["status"]) is str and out["status"] == "time_limit"
+    assert out["message"] == "no answer in time" and out["batches"] == [["a"]] and "incumbent" not in out
+    with pytest.raises(ValueError):
+        SolveResult(problem="p", solver="s", status="TIME_LIMIT")
