@@ -1,14 +1,18 @@
-"""Typed options of every formulation and their rejection of options that do nothing."""
+"""Typed options of every formulation, their rejection of options that do nothing, and the public
+Python entry points (``optsched.solve``, ``bound``, ``simulate``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import optsched
 from optsched.cli import main
 from optsched.options import OptionError
 from optsched.problems import BOUND_OPTIONS, BOUNDERS, NO_SCHEDULE, SOLVE_OPTIONS, SOLVERS, accepted, options_for
@@ -162,3 +166,34 @@ def test_results_are_built_with_keywords_and_spell_their_status_once():
     assert out["message"] == "no answer in time" and out["batches"] == [["a"]] and "incumbent" not in out
     with pytest.raises(ValueError):
         SolveResult(problem="p", solver="s", status="TIME_LIMIT")
+
+
+# --------------------------------------------------------------------------- the Python entry points
+
+
+def test_import_optsched_is_cheap_and_solve_is_public():
+    code = ("import sys, optsched; loaded = sorted(m for m in sys.modules if m.startswith('optsched.'));"
+            "assert not loaded, loaded; optsched.solve; optsched.bound; optsched.simulate; optsched.Status")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert {"solve", "bound", "simulate", "load_instance", "Status", "OptionError"} <= set(dir(optsched))
+    with pytest.raises(AttributeError):
+        optsched.no_such_name  # noqa: B018
+
+
+def test_solve_bound_and_simulate_from_python():
+    res = optsched.solve("toy-4", time_limit=20)
+    assert isinstance(res, SolveResult) and res.problem == "infermax" and res.status is Status.OPTIMAL
+    assert res.replay is not None and res.replay.feasible and res.objective == pytest.approx(res.replay.metrics.makespan)
+    inst = optsched.load_instance("toy-4")
+    schedule, replayed = optsched.simulate(inst, "vllm")
+    assert replayed.feasible and replayed.metrics.makespan >= res.objective * (1 - 1e-9)
+    trivial = optsched.bound(inst)
+    assert max(b.value for b in trivial if b.name == "makespan") <= res.objective * (1 + 1e-9)
+    assert [b.name for b in optsched.bound(inst, "hybrid", method="strict")] == ["strict", "strict-preemptive"]
+    with pytest.raises(OptionError, match="has no solve option 'method'"):
+        optsched.solve(inst, method="magic")
+    with pytest.raises(OptionError, match="trivial bounds take no options"):
+        optsched.bound(inst, method="lp")
+    with pytest.raises(KeyError, match="known"):
+        optsched.solve(inst, problem="no-such-problem")
