@@ -11,8 +11,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 import optsched
 
 PACKAGE_ROOT = Path(optsched.__file__).resolve().parent
@@ -98,18 +96,6 @@ def test_the_walker_finds_a_planted_cycle(tmp_path):
     assert find_cycle(import_graph(module_files(pkg))) is None
 
 
-#: The one cycle left while InferMax's search graph moves out of ``search.py`` (issue 29 item 2).
-INFERMAX_SEARCH_EDGE = ("optsched.problems.infermax.relax", "optsched.problems.infermax.search")
-
-
-@pytest.mark.xfail(reason="infermax relax <-> search: the search graph moves to its own module (issue 29 item 2)")
 def test_no_import_cycle_in_the_package():
     cycle = find_cycle(import_graph(module_files()))
-    assert cycle is None, "import cycle: " + " -> ".join(cycle)
-
-
-def test_no_import_cycle_but_the_infermax_search_one():
-    graph = import_graph(module_files())
-    graph[INFERMAX_SEARCH_EDGE[0]].discard(INFERMAX_SEARCH_EDGE[1])
-    cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
