@@ -302,3 +302,49 @@ def test_trajectory_bound_below_every_schedule_found(seed):
     tb = colgen.trajectory_bound(inst, min(values), time.perf_counter() + 20.0, seed=schedules[:3])
     assert tb.value <= min(values) * (1 + REL)
     assert tb.value >= request_work(inst).sum() + least_bias(inst, batch_floor=kv_time_count(inst)) - 1e-12
+
+
+# --------------------------------------------------------------------------------------- wiring
+
+
+def test_solve_at_scale_uses_the_time_limit_and_reports_a_proven_bound():
+    from optsched.problems import solver_for
+    from optsched.bounds import generic_bounds
+
+    inst = small_instance(11, n=16, share=0.3)
+    res = solver_for("infermax")(inst, {"time_limit": 8.0})
+    assert "solved at scale" in res.extra["stopped"] and "scale" in res.extra
+    value, rep = replayed_objective(inst, res.schedule, "makespan")
+    assert rep.feasible and value == pytest.approx(res.objective, rel=REL)
+    assert res.objective <= min(res.extra["policy_values"].values()) * (1 + REL)
+    assert max(b.value for b in generic_bounds(inst)) <= res.bound <= res.objective * (1 + REL)
+    assert res.bound >= kv_time_bound(inst)[0] * (1 - REL)
+    assert res.wall_time < 8.0 + 5.0
+
+
+def test_bound_command_bounds_of_infermax():
+    from optsched.problems import bounder_for
+
+    inst = small_instance(12, n=14, share=0.25)
+    found = {b.name: b for b in bounder_for("infermax")(inst, {"method": "trajectory", "time_limit": 5.0})}
+    assert found["kv-time"].valid and found["trajectory"].valid
+    assert found["trajectory"].value >= found["kv-time"].value * (1 - REL)
+    best = min(replay(inst, s).metrics.makespan for s in _schedules(inst, random.Random(0), legal=0))
+    assert found["trajectory"].value <= best * (1 + REL)
+
+
+def test_report_runs_the_solver_at_any_size():
+    from importlib import import_module
+
+    from optsched.problems.infermax import SOLVE_MODULES
+    from optsched.report.gather import build_report
+
+    for module in SOLVE_MODULES:  # the solve's start-up (numba kernels compiled at import) is not the point here
+        import_module(module)
+    inst = small_instance(13, n=24, share=0.3)
+    report = build_report(inst, time_limit=25.0)
+    assert report.solver is not None and report.solver.result is not None
+    assert report.best[0] == "solver:infermax"
+    assert report.best_bound.value >= kv_time_bound(inst)[0] * (1 - REL)
+    capped = build_report(inst, time_limit=10.0, solve_max_requests=10)
+    assert capped.solver.result is None and "not run" in capped.solver.message

@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--policies", metavar="LIST", help="comma-separated policies (default: all registered)")
     p.add_argument("--problem", default="infermax", help="problem whose solver seeks the best schedule (default infermax)")
     p.add_argument("--solve-max-requests", type=int, default=SOLVE_MAX_REQUESTS, metavar="N",
-                   help=f"run the solver only on instances of at most N requests (default {SOLVE_MAX_REQUESTS}; 0 = never)")
+                   help="run the solver only on instances of at most N requests (default: any size; 0 = never)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=handler)
 

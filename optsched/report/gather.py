@@ -7,7 +7,8 @@
 3. every registered bounder (:data:`optsched.problems.BOUNDERS`), with the objective and a share of
    the remaining time in ``options``;
 4. the solver of ``solve_problem`` (default ``infermax``) when it is registered, the instance has
-   at most ``solve_max_requests`` requests and no policy is already proven optimal by a bound, with
+   at most ``solve_max_requests`` requests (default: any number) and no policy is already proven
+   optimal by a bound, with
    :data:`SOLVER_SHARE` of the remaining time (less 1 s) as its limit and the best policy as its
    warm start. Its schedule is replayed and its objective checked against the replay
    (:func:`optsched.result.check_agreement`) before it is used; its proven bound joins the bounds.
@@ -59,8 +60,9 @@ OPTIMAL_RTOL = 1e-9
 #: Share of the time left that the solver gets as its own time limit (it also builds its model).
 SOLVER_SHARE = 0.8
 
-#: Default largest instance (in requests) handed to the exact solver.
-SOLVE_MAX_REQUESTS = 16
+#: Default largest instance (in requests) handed to the solver: None, every size (the InferMax
+#: solve works at any size, :mod:`optsched.problems.infermax.scale`); a number is an opt-out.
+SOLVE_MAX_REQUESTS: int | None = None
 
 
 class TimeUp(Exception):
@@ -328,7 +330,7 @@ def build_report(
     time_limit: float | None = 60.0,
     policies: Sequence[str] | None = None,
     solve_problem: str = "infermax",
-    solve_max_requests: int = SOLVE_MAX_REQUESTS,
+    solve_max_requests: int | None = SOLVE_MAX_REQUESTS,
     reserve: float = 0.0,
     progress: Callable[[str], None] | None = None,
 ) -> Report:
@@ -348,7 +350,7 @@ def build_report(
     solve_problem
         Problem whose solver looks for the best schedule.
     solve_max_requests
-        Largest instance handed to the solver (0 disables it).
+        Largest instance handed to the solver (None: every size; 0 disables it).
     progress
         Called with one line per step (e.g. a :class:`Progress`).
 
@@ -414,7 +416,7 @@ def build_report(
 def _solver_phase(
     report: Report,
     problem: str,
-    max_requests: int,
+    max_requests: int | None,
     remaining: Callable[[], float | None],
     deadline: float | None,
     say: Callable[[str], None],
@@ -424,7 +426,7 @@ def _solver_phase(
         report.notes.append(f"no solver registered for problem {problem!r}: best schedule from the policies")
         return None
     n = len(instance.requests)
-    if n > max_requests:
+    if max_requests is not None and n > max_requests:
         report.notes.append(f"solver {problem} not run: {n} requests > {max_requests} (--solve-max-requests)")
         return SolverRun(problem, message=f"not run: {n} requests > {max_requests}")
     ok = [p for p in report.policies if p.status == "ok"]

@@ -9,6 +9,11 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
    (:func:`.candidates.initial_candidates`: every registered policy whose schedule replays and
    respects the options, and the serial schedule of :func:`.model.serial_schedule`), the bounds of
    :mod:`optsched.bounds`;
+   for the makespan with a KV capacity also the KV-time bound of :mod:`.kvtime` (via :mod:`.scale`);
+   with :data:`.scale.SCALE_MIN_REQUESTS` requests or more, the scale phase (:func:`_scale_phase`:
+   the plan search and the trajectory bound of :mod:`.scale`) takes the whole time limit (60 s
+   without one), its best plan becomes a candidate, its bounds join the proven ones, and phases 3
+   to 5 are skipped (no model is built; ``extra['scale']`` holds what it found);
 2. the model's data (:func:`_model_data`): the horizon J from UB (:func:`.model.horizon`: proven
    for makespan and completion, and for ttft when its model is small; ttft with evictions uses the
    first-token model, whose solution is completed by :func:`.model.serial_completion`) and the
@@ -53,6 +58,7 @@ from ...options import OptionError
 from ...result import Bound, SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
 from .candidates import Candidate, CandidatePool, candidate_schedules, initial_candidates
+from .scale import SCALE_MIN_REQUESTS, kv_time_bound
 from .model import (
     Coefficients,
     InferMaxBoundOptions,
@@ -95,7 +101,7 @@ def _nonempty(schedule: Schedule) -> int:
 
 #: Modules a solve may need, imported before its clock starts: importing CP-SAT takes about a second
 #: (ortools loads pandas), which a first import after the deadline would add to the call.
-SOLVE_MODULES = (f"{__name__}.chunks", f"{__name__}.cpsat", f"{__name__}.mip", f"{__name__}.residency",
+SOLVE_MODULES = (f"{__name__}.colgen", f"{__name__}.lns", f"{__name__}.chunks", f"{__name__}.cpsat", f"{__name__}.mip", f"{__name__}.residency",
                  "optsched.policies")
 
 
@@ -122,25 +128,32 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
         return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE,
                            wall_time=time.perf_counter() - t0, message=str(exc))
     proven = [b.value for b in generic_bounds(instance, opts.objective)]
+    if opts.objective == "makespan" and instance.limits.kv_capacity is not None:
+        proven.append(kv_time_bound(instance)[0])
     met = opts.early_exit and bool(proven) and _meets(pool.best.value, max(proven))
     if pool.warm_name not in pool:
         raise OptionError(
             f"option 'warm_start': policy {pool.warm_name!r} gives no schedule respecting the options "
             f"(available: {', '.join(sorted(pool.found))})"
         )
+    scaled = len(instance.requests) >= SCALE_MIN_REQUESTS and not met  # beyond the exact phases' reach
+    scale_info = _scale_phase(pool, proven, deadline) if scaled else None
     data = _model_data(pool, t0)
     relax = paths = None
-    if not (met or passed(deadline)):
+    if not (met or scaled or passed(deadline)):
         relax, paths = _relaxation_phase(pool, data, t0, deadline)
         met = relax is not None and opts.early_exit and _meets(pool.best.value, relax.bound)
-    if not (opts.no_evict or met or passed(deadline)):
+    if not (opts.no_evict or met or scaled or passed(deadline)):
         _eviction_free_phase(pool, deadline)
     if relax is not None or NO_EVICT in pool:  # a better candidate: J and the warm start again
         data = _model_data(pool, t0)
     if relax is not None:
         data = replace(data, lower=relax.bound, count_facts=relax.facts)  # (makespan only: no first-token model)
-    backend = _skipped(pool) if met else _run_backend(data, _hint(pool, data), deadline)
-    return _result(pool, data, backend, relax, paths, proven, t0)
+    backend = _skipped(pool, scaled) if met or scaled else _run_backend(data, _hint(pool, data), deadline)
+    result = _result(pool, data, backend, relax, paths, proven, t0)
+    if scale_info is not None:
+        result.extra["scale"] = scale_info
+    return result
 
 
 #: Names of the candidates the solve's phases add: the relaxation's best path, that path chunked
@@ -202,12 +215,32 @@ def _hint(pool: CandidatePool, data: ModelData) -> Any:
     return hint_from_schedule(data, schedule)
 
 
-def _skipped(pool: CandidatePool) -> Any:
-    """The backend's result when a candidate meets a proven bound: no model is built."""
+def _skipped(pool: CandidatePool, scaled: bool = False) -> Any:
+    """The backend's result when a candidate meets a proven bound, or the instance was solved at
+    scale: no model is built."""
     from .cpsat import BackendResult
 
-    return BackendResult(status=Status.UNKNOWN,
-                         info={"stopped": f"model not built: {pool.best_name!r} meets a proven bound"})
+    why = (f"{len(pool.instance.requests)} requests: solved at scale (infermax/scale.py)" if scaled
+           else f"{pool.best_name!r} meets a proven bound")
+    return BackendResult(status=Status.UNKNOWN, info={"stopped": f"model not built: {why}"})
+
+
+def _scale_phase(pool: CandidatePool, proven: list[float], deadline: float | None) -> dict[str, Any]:
+    """The scale phase (:func:`.scale.scale_phase`) until ``deadline`` (``SCALE_DEFAULT_TIME`` s
+    without one): its schedules become candidates, its proven makespan bounds join ``proven``;
+    returns what it found, for the result's ``extra['scale']``."""
+    from .scale import SCALE_DEFAULT_TIME, scale_phase
+
+    opts = pool.options
+    until = deadline if deadline is not None else time.perf_counter() + SCALE_DEFAULT_TIME
+    ranked = sorted(pool.found.values(), key=lambda cand: cand.value)
+    phase = scale_phase(pool.instance, opts.objective, until, pool.best.makespan,
+                        [cand.schedule for cand in ranked[:2]], opts.no_evict, opts.no_hybrid, opts.no_chunk)
+    for name, schedule in phase.schedules.items():
+        pool.offer(name, schedule)
+    proven.extend(value for value, _ in phase.bounds.values())
+    return {"bounds": {name: {"value": value, "note": note} for name, (value, note) in phase.bounds.items()},
+            **phase.info}
 
 
 def _result(pool: CandidatePool, data: ModelData, backend: Any, relax: RelaxationResult | None,
@@ -340,6 +373,20 @@ def _run_backend(data: ModelData, hint: Any, deadline: float | None) -> Any:
     return solve_mip(data, hint, deadline)
 
 
+def _trajectory(instance: Instance, opts: InferMaxOptions) -> Bound:
+    """The trajectory bound of :mod:`.colgen` within ``time_limit`` (default
+    :data:`RELAX_BOUND_TIME` s), over the batch counts that the best candidate leaves open."""
+    from .colgen import trajectory_bound
+
+    limit = opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
+    deadline = time.perf_counter() + limit
+    ranked = sorted(initial_candidates(instance, opts, deadline).found.values(), key=lambda cand: cand.value)
+    tb = trajectory_bound(instance, ranked[0].value, deadline, seed=[cand.schedule for cand in ranked[:2]])
+    return Bound(name="trajectory", value=tb.value, valid=True,
+                 note=f"trajectory LP over B = {tb.batch_floor}..{tb.batch_ceiling} batches, {len(tb.points)} grid "
+                      "points (infermax/colgen.py)")
+
+
 #: Default time limit (seconds) of ``optsched bound --method relax``.
 RELAX_BOUND_TIME = 10.0
 
@@ -354,11 +401,19 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
     makespan with a KV capacity, the residency bound of :mod:`.relax` over the proven horizon of the
     best candidate schedule (the serial one and every policy), raised by the bound of :mod:`.chunks`
     when it applies (the relaxation solved within one prefill bias of the best schedule known),
-    within ``time_limit`` (default :data:`RELAX_BOUND_TIME` s).
+    within ``time_limit`` (default :data:`RELAX_BOUND_TIME` s). For the makespan with a KV
+    capacity the KV-time bound of :mod:`.kvtime` is always added, and ``method='trajectory'`` adds
+    the trajectory bound of :mod:`.colgen` within ``time_limit`` (default the same).
     """
     bound_opts = InferMaxBoundOptions.parse(options)
     objective = bound_opts.objective
     out = generic_bounds(instance, objective)
+    if objective == "makespan" and instance.limits.kv_capacity is not None:
+        value, count = kv_time_bound(instance)
+        out.append(Bound(name="kv-time", value=value, valid=True,
+                         note=f"work bound with at least {count} batches (KV-time count, infermax/kvtime.py)"))
+        if bound_opts.method == "trajectory":
+            out.append(_trajectory(instance, bound_opts.solve_options()))
     if bound_opts.method == "lp":
         from .mip import lp_relaxation_bound
 

@@ -79,7 +79,7 @@ import highspy
 import numpy as np
 from numba import njit
 
-from ...bounds import least_bias, request_work
+from ...bounds import batch_counts, least_bias, request_work
 from ...instance import Instance
 from ...schedule import Schedule
 from .kvtime import kv_time_count
@@ -95,8 +95,10 @@ COLUMNS_PER_CLASS = 4
 SMOOTHING = 0.5
 #: Share of the time left that one LP(B) may take (later grid points need time too).
 LP_SHARE = 0.3
-#: Share of the time that LP(B) at the least batch count may take (it decides whether to go on).
+#: Share of the time that LP(B) at the least batch count may take (it decides whether to go on)...
 FLOOR_SHARE = 0.1
+#: ... when the KV-time count is at most this multiple of the other counts (memory barely binds).
+FLOOR_CHECK = 1.01
 #: Relative safety margin taken off every Lagrangian value (floating-point error of the sums).
 SAFETY = 1e-9
 
@@ -254,7 +256,12 @@ class TrajectoryLP:
         for r in instance.requests:
             groups[(r.prompt_tokens, r.output_tokens)] = groups.get((r.prompt_tokens, r.output_tokens), 0) + 1
         self.classes = [_Class(I, O, n, *extras(instance, I, O)) for (I, O), n in sorted(groups.items())]
+        cm = instance.cost_model
+        #: Least overhead of a batch, L (b + min(pb, db)).
+        self.cost_per_batch = cm.layers * (cm.base + min(cm.prefill.bias, cm.decode.bias))
         self.points: dict[int, GridPoint] = {}
+        #: Per B solved, the master's last solution: (class, actions, weight) of its columns in use.
+        self.solutions: dict[int, list[tuple[int, np.ndarray, float]]] = {}
 
     def _rows(self) -> list[tuple[str, float]]:
         """The bucket row kinds that can bind: (name, capacity per batch)."""
@@ -289,6 +296,7 @@ class TrajectoryLP:
         for c in self.classes:
             h.addRow(c.count, c.count, 0, np.array([], dtype=np.int32), np.array([]))
         seen: set[bytes] = set()
+        columns: list[tuple[int, np.ndarray]] = []  # (class, actions) of each master column, in order
 
         def usage(c: _Class, act: np.ndarray, gen: np.ndarray) -> np.ndarray:
             kv, run, gen_items = _usage(c.prompt, act, gen)
@@ -304,6 +312,7 @@ class TrajectoryLP:
             idx = np.concatenate([nz, [nrow + ci]]).astype(np.int32)
             val = np.concatenate([-use[nz], [1.0]])
             h.addCol(_cost(self.classes[ci], act, gen), 0.0, inf, len(idx), idx, val)
+            columns.append((ci, act))
             return True
 
         for ci, c in enumerate(self.classes):  # seed: trajectories found before that fit in T
@@ -345,8 +354,13 @@ class TrajectoryLP:
                 break
             if deadline is not None and time.perf_counter() > deadline:
                 break
-        gp = GridPoint(batches, max(0.0, best - SAFETY * max(1.0, abs(best))), master, solved)
+        bound = max(0.0, best - SAFETY * max(1.0, abs(best)))
+        if batches in self.points:  # solved again with more time: keep the better bound
+            bound = max(bound, self.points[batches].bound)
+        gp = GridPoint(batches, bound, master, solved)
         self.points[batches] = gp
+        weights = np.array(h.getSolution().col_value)[nrow:]
+        self.solutions[batches] = [(ci, act, float(w)) for (ci, act), w in zip(columns, weights) if w > 1e-9]
         return gp
 
     def _price_all(self, T, bucket, nb, rows, u, caps):  # noqa: ANN001, ANN202
@@ -396,9 +410,10 @@ def _combined(instance: Instance, W: float, points: dict[int, GridPoint], floor:
 
 
 def _next_batches(instance: Instance, lp: TrajectoryLP, floor: int, ceiling: int) -> int | None:
-    """The middle of the range [B_k, B_k+1) of least value (module docstring), None when every
-    range of least value is a single B."""
-    grid = sorted(b for b in lp.points if floor <= b <= ceiling)
+    """The next B to solve LP(B) at: the middle of the range [B_k, B_k+1) of least value (module
+    docstring); when that range is a single B, its end again if LP(B_k+1) is not solved yet (its
+    columns carry over), else None (no range can be refined)."""
+    grid = sorted(b for b in lp.points if floor < b <= ceiling)
     starts = [floor] + grid
     best_k, best_v = None, math.inf
     for k, hi in enumerate(grid):
@@ -407,9 +422,12 @@ def _next_batches(instance: Instance, lp: TrajectoryLP, floor: int, ceiling: int
                 least_bias(instance, batch_floor=lo, refills=False) + lp.points[hi].bound)
         if v < best_v:
             best_k, best_v = k, v
-    if best_k is None or grid[best_k] - starts[best_k] < 2:
+    if best_k is None:
         return None
-    return (starts[best_k] + grid[best_k]) // 2
+    lo, hi = starts[best_k], grid[best_k]
+    if hi - lo >= 2:
+        return (lo + hi) // 2
+    return hi if not lp.points[hi].solved else None
 
 
 def trajectory_bound(
@@ -425,8 +443,6 @@ def trajectory_bound(
     W = float(request_work(instance).sum())
     cm = instance.cost_model
     kappa = cm.layers * (cm.base + min(cm.prefill.bias, cm.decode.bias))
-    from ...bounds import batch_counts
-
     kv = kv_time_count(instance)
     floor = max(batch_counts(instance)[0], kv)
     ceiling = max(floor, int((upper - W) / kappa) if kappa > 0 else floor)
@@ -435,19 +451,17 @@ def trajectory_bound(
             lp.classes[ci].pool.append(act)
     if instance.limits.kv_capacity is None:
         return TrajectoryBound(W + least_bias(instance, batch_floor=floor), (), floor, ceiling, kv)
-    if deadline is not None:  # at the least count first, briefly: E = 0 there means E = 0 for every B
-        lp.solve(floor, time.perf_counter() + FLOOR_SHARE * max(0.0, deadline - time.perf_counter()))
-    else:
-        lp.solve(floor, None)
-    if lp.points[floor].solved and lp.points[floor].bound <= 0.0:
-        return TrajectoryBound(W + least_bias(instance, batch_floor=floor), (lp.points[floor],), floor, ceiling, kv)
-    B = ceiling
+    if kv <= FLOOR_CHECK * batch_counts(instance)[0]:  # memory barely binds: is E already 0 at the floor?
+        point = lp.solve(floor, None if deadline is None else
+                         time.perf_counter() + FLOOR_SHARE * max(0.0, deadline - time.perf_counter()))
+        if point.solved and point.bound <= 0.0:  # then E = 0 for every B
+            return TrajectoryBound(W + least_bias(instance, batch_floor=floor), (point,), floor, ceiling, kv)
+    B: int | None = ceiling
     while B is not None:
-        if B not in lp.points:
-            left = None if deadline is None else deadline - time.perf_counter()
-            if left is not None and left <= 0:
-                break
-            lp.solve(B, None if left is None else time.perf_counter() + max(LP_SHARE * left, 1.0))
+        left = None if deadline is None else deadline - time.perf_counter()
+        if left is not None and left <= 0:
+            break
+        lp.solve(B, None if left is None else min(deadline, time.perf_counter() + max(LP_SHARE * left, 1.0)))
         B = _next_batches(instance, lp, floor, ceiling)
     value = _combined(instance, W, lp.points, floor, ceiling)
     return TrajectoryBound(value, tuple(lp.points[b] for b in sorted(lp.points)), floor, ceiling, kv)

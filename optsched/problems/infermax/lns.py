@@ -190,3 +190,35 @@ def improve_plans(
             stale += 1
             if stale >= RESTART_EVERY:
                 cur, cur_cost, stale = best, best_cost, 0
+
+
+def plan_from_trajectories(data: PlanData, classes: list[tuple[int, int]], solution: list[tuple[int, np.ndarray, float]]) -> Plan:
+    """A plan that follows a solution of the trajectory relaxation (:mod:`.colgen`): each class's
+    requests take its trajectories in proportion to their weights (largest remainders), each
+    trajectory's fills start segments, and the segments are placed in the order of their first
+    batch in the relaxation. ``classes``: (prompt, output) of each class index."""
+    members: dict[tuple[int, int], list[int]] = {}
+    for i, (I, O) in enumerate(zip(data.prompt.tolist(), data.output.tolist())):
+        members.setdefault((I, O), []).append(i)
+    segments: list[tuple[int, int, int, int]] = []  # (first batch, request, g0, g1)
+    for ci, (I, O) in enumerate(classes):
+        reqs = members.get((I, O), [])
+        cols = sorted(((act, w) for c, act, w in solution if c == ci), key=lambda x: -x[1])
+        if not reqs or not cols:
+            continue
+        weights = np.array([w for _, w in cols]) * len(reqs) / sum(w for _, w in cols)
+        counts = np.floor(weights).astype(int)
+        for k in np.argsort(-(weights - counts), kind="stable")[: len(reqs) - counts.sum()]:
+            counts[k] += 1
+        assigned = [act for (act, _), n in zip(cols, counts) for _ in range(n)]
+        for i, act in zip(reqs, assigned):
+            gen = np.cumsum((act == 1) | (act == 2))
+            starts = np.nonzero(act == 1)[0]
+            g0s = [int(gen[t]) - 1 for t in starts]
+            for t, g0, g1 in zip(starts, g0s, g0s[1:] + [O]):
+                segments.append((int(t), i, g0, g1))
+    segments.sort()
+    arr = np.array([(i, g0, g1) for _, i, g0, g1 in segments], dtype=np.int64).reshape(-1, 3)
+    cap = min(data.P, data.C)
+    chunk = np.minimum(cap, data.prompt[arr[:, 0]] + arr[:, 1])
+    return Plan(arr[:, 0], arr[:, 1], arr[:, 2], chunk, 1)

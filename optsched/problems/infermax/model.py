@@ -283,10 +283,11 @@ class InferMaxBoundOptions(Options):
     objective
         ``makespan`` (default), ``completion`` or ``ttft``.
     method
-        None (the bounds of :mod:`optsched.bounds`), ``lp`` (also the LP relaxation of the MIP) or
-        ``relax`` (also the residency relaxation, makespan with a KV capacity).
+        None (the bounds of :mod:`optsched.bounds` and the KV-time bound), ``lp`` (also the LP
+        relaxation of the MIP), ``relax`` (also the residency relaxation, makespan with a KV
+        capacity) or ``trajectory`` (also the trajectory bound of :mod:`.colgen`, the same).
     time_limit, threads
-        The ``lp`` or ``relax`` bound's limit and threads.
+        The ``lp``, ``relax`` or ``trajectory`` bound's limit; the first two's threads.
     max_cells
         Largest LP relaxation built (``lp``), as :class:`InferMaxOptions`.
     no_evict, no_hybrid, no_chunk
@@ -296,7 +297,7 @@ class InferMaxBoundOptions(Options):
     problem = "infermax"
     what = "bound"
     objective: Literal[OBJECTIVES] = "makespan"
-    method: Literal["lp", "relax"] | None = None
+    method: Literal["lp", "relax", "trajectory"] | None = None
     time_limit: PositiveFloat | None = None
     threads: PositiveInt | None = None
     max_cells: PositiveInt = MAX_CELLS
@@ -306,7 +307,7 @@ class InferMaxBoundOptions(Options):
 
     def check(self) -> None:
         for option in ("threads", "no_evict", "no_hybrid", "no_chunk"):
-            self.only_with(option, self.method is not None, "method is 'lp' or 'relax'")
+            self.only_with(option, self.method in ("lp", "relax"), "method is 'lp' or 'relax'")
         self.only_with("max_cells", self.method == "lp", "method is 'lp'")
 
     def solve_options(self) -> InferMaxOptions:

@@ -3,20 +3,24 @@
 Beyond the exact methods' reach (:data:`SCALE_MIN_REQUESTS` requests and more) the solve spends
 its time limit here (:func:`scale_phase`):
 
-1. **Schedules.** The plan search of :mod:`.lns` (serial schedule generation, :mod:`.plans`, and
+1. **Bounds, instant.** For the makespan, the KV-time count of :mod:`.kvtime` raises the least
+   batch count of the count program of :mod:`optsched.bounds`.
+2. **Schedules.** The plan search of :mod:`.lns` (serial schedule generation, :mod:`.plans`, and
    simulated annealing over placement orders, chunk sizes and evictions), when plans apply
-   (:func:`.plans.plannable`), for :data:`SEARCH_SHARE` of the time; the best plan's schedule is
-   replayed and offered with the other candidates (the policies').
-2. **Bounds.** The KV-time count of :mod:`.kvtime` raises the least batch count of the count
-   program of :mod:`optsched.bounds` (instant). For the makespan with a KV capacity, when memory
-   decides the batch count (the KV-time count is at least :data:`MEMORY_BINDS` of the other
-   counts), the trajectory bound of :mod:`.colgen` (a linear relaxation over request
-   trajectories by column generation) with the time left but what the search keeps for its end,
-   its column pools seeded with the trajectories of the best schedules.
-3. **Schedules again.** The search continues from its best plan until the deadline.
+   (:func:`.plans.plannable`): :data:`SEARCH_SHARE` of the time when the trajectory bound runs,
+   else all of it.
+3. **The trajectory bound.** For the makespan with a KV capacity, when memory decides the batch
+   count (the KV-time count is at least :data:`MEMORY_BINDS` of the other counts), the bound of
+   :mod:`.colgen` (a linear relaxation over request trajectories by column generation) with the
+   time left but the :data:`FINAL_SEARCH_SHARE` the search keeps for its end, its column pools
+   seeded with the trajectories of the best schedules.
+4. **Schedules again.** The search goes on, first (half of the time left) from the plans that
+   follow the relaxation's solutions at the :data:`GUIDED_POINTS` batch counts of least
+   overhead plus extras (:func:`.lns.plan_from_trajectories`: on ``infermax-i64-o1024-n32-m10k``
+   they lead to schedules the search does not find from its own start), then from its best plan.
 
-Every value reported is a replayed schedule's or a proven bound; the bound is capped at the best
-schedule's value (a bound above it would prove that schedule optimal, and the two can only meet).
+The best plan's schedule is returned for the caller to replay and offer with its other candidates
+(the policies'); every value reported is a replayed schedule's or a proven bound.
 """
 
 from __future__ import annotations
@@ -29,18 +33,23 @@ from ...bounds import batch_counts, least_bias, request_work
 from ...instance import Instance
 from ...schedule import Schedule
 from .kvtime import kv_time_count
-from .lns import improve_plans, starting_plans
-from .plans import Plan, plan_cost, plan_data, plan_schedule, plannable
+from .lns import improve_plans, plan_from_trajectories, starting_plans
+from .plans import Plan, PlanData, plan_cost, plan_data, plan_schedule, plannable
 
-__all__ = ["SCALE_MIN_REQUESTS", "ScalePhase", "kv_time_bound", "scale_phase"]
+__all__ = ["SCALE_DEFAULT_TIME", "SCALE_MIN_REQUESTS", "ScalePhase", "kv_time_bound", "scale_phase"]
 
 #: Instances with at least this many requests are solved at scale (the exact search of the
 #: residency relaxation handles up to about 10 requests; the CP-SAT model is too large beyond).
 SCALE_MIN_REQUESTS = 12
-#: Share of the time limit the plan search gets before the trajectory bound.
-SEARCH_SHARE = 0.5
+#: Time (seconds) of the scale phase in a solve without a time limit (it is anytime).
+SCALE_DEFAULT_TIME = 60.0
+#: Share of the time limit the plan search gets before the trajectory bound (all of it when the
+#: bound does not run).
+SEARCH_SHARE = 0.3
 #: Share of the time limit the plan search keeps for after the trajectory bound.
-FINAL_SEARCH_SHARE = 0.1
+FINAL_SEARCH_SHARE = 0.3
+#: Solutions of the relaxation (at as many batch counts) that start the final search.
+GUIDED_POINTS = 2
 #: The trajectory bound runs when the KV-time count is at least this share of the other counts.
 MEMORY_BINDS = 0.9
 
@@ -75,7 +84,7 @@ def scale_phase(
 ) -> ScalePhase:
     """Search plans and bound the makespan until ``deadline`` (module docstring).
 
-    ``upper``: the best candidate's objective so far; ``start``: schedules whose trajectories seed
+    ``upper``: the best candidate's makespan so far; ``start``: schedules whose trajectories seed
     the trajectory bound (the best candidates).
     """
     out = ScalePhase()
@@ -84,37 +93,56 @@ def scale_phase(
     why_not = plannable(instance, no_hybrid, no_chunk)
     data = plan_data(instance) if why_not is None else None
     history: list[tuple[float, float]] = []
-    best: tuple[float, Plan] | None = None
+    best: list[tuple[float, Plan]] = []
 
     def search(until: float, begin: list[tuple[float, Plan]] | None) -> None:
-        nonlocal best
         for step in improve_plans(data, objective, until, evictions=not no_evict, start=begin):
-            best = (step.cost, step.plan)
-            history.append((round(time.perf_counter() - t0, 3), step.cost))
+            if not best or step.cost < best[0][0]:
+                best[:] = [(step.cost, step.plan)]
+                history.append((round(time.perf_counter() - t0, 3), step.cost))
 
-    if data is not None:
-        search(t0 + SEARCH_SHARE * span, starting_plans(data, objective, t0 + SEARCH_SHARE * span))
-        out.schedules["plan-search"] = plan_schedule(instance, data, best[1], {"problem": "infermax", "method": "plan-search"})
-    else:
-        out.info["plan_search"] = f"not run: {why_not}"
+    trajectories = False
     if objective == "makespan":
         value, count = kv_time_bound(instance)
         out.bounds["kv-time"] = (value, f"work bound with at least {count} batches (KV-time count, infermax/kvtime.py)")
-        if instance.limits.kv_capacity is not None and count >= MEMORY_BINDS * batch_counts(instance)[0]:
-            from .colgen import trajectory_bound
-
-            if best is not None:
-                upper = min(upper, best[0])
-            seeds = list(start) + list(out.schedules.values())
-            until = deadline - (FINAL_SEARCH_SHARE * span if data is not None else 0.0)
-            tb = trajectory_bound(instance, upper, until, seed=seeds)
-            out.bounds["trajectory"] = (tb.value, f"trajectory LP over B = {tb.batch_floor}..{tb.batch_ceiling} batches, "
-                                                  f"{len(tb.points)} grid points (infermax/colgen.py)")
-            out.info["trajectory_points"] = [(p.batches, p.bound, p.solved) for p in tb.points]
-    if data is not None and time.perf_counter() < deadline:
-        search(deadline, [best])
-        out.schedules["plan-search"] = plan_schedule(instance, data, best[1], {"problem": "infermax", "method": "plan-search"})
-    out.info["plan_search_history"] = history
+        trajectories = instance.limits.kv_capacity is not None and count >= MEMORY_BINDS * batch_counts(instance)[0]
+    first = SEARCH_SHARE if trajectories else 1.0
     if data is not None:
-        out.info["plan_search_value"] = plan_cost(data, best[1], objective)
+        search(t0 + first * span, starting_plans(data, objective, t0 + first * span))
+    else:
+        out.info["plan_search"] = f"not run: {why_not}"
+    guided: list[tuple[float, Plan]] = []
+    if trajectories:
+        from .colgen import TrajectoryLP, trajectory_bound
+
+        lp = TrajectoryLP(instance)
+        if best:
+            upper = min(upper, best[0][0])
+            start = start + [plan_schedule(instance, data, best[0][1])]
+        until = deadline - (FINAL_SEARCH_SHARE * span if data is not None else 0.0)
+        tb = trajectory_bound(instance, upper, until, lp, seed=start)
+        out.bounds["trajectory"] = (tb.value, f"trajectory LP over B = {tb.batch_floor}..{tb.batch_ceiling} batches, "
+                                              f"{len(tb.points)} grid points (infermax/colgen.py)")
+        out.info["trajectory_points"] = [(p.batches, p.bound, p.solved) for p in tb.points]
+        if data is not None:
+            guided = _guided_plans(data, lp)
+    if data is not None and time.perf_counter() < deadline:
+        if guided:  # half of what is left from the relaxation's plans, then from the best plan
+            search(time.perf_counter() + (deadline - time.perf_counter()) / 2, guided)
+        search(deadline, best[:1])
+    if data is not None and best:
+        out.schedules["plan-search"] = plan_schedule(instance, data, best[0][1],
+                                                     {"problem": "infermax", "method": "plan-search"})
+        out.info["plan_search_value"] = best[0][0]
+    out.info["plan_search_history"] = history
     return out
+
+
+def _guided_plans(data: PlanData, lp: Any) -> list[tuple[float, Plan]]:
+    """Plans following the relaxation's solutions (:func:`.lns.plan_from_trajectories`) at the
+    :data:`GUIDED_POINTS` batch counts of least overhead plus extras (its master values), by cost."""
+    cm = lp.cost_per_batch
+    ranked = sorted(lp.solutions, key=lambda b: cm * b + lp.points[b].master)[:GUIDED_POINTS]
+    classes = [(c.prompt, c.output) for c in lp.classes]
+    plans = [plan_from_trajectories(data, classes, lp.solutions[b]) for b in ranked]
+    return sorted(((plan_cost(data, p, "makespan"), p) for p in plans), key=lambda x: x[0])
