@@ -7,10 +7,12 @@ reporting it. It runs until its deadline.
 1. **Starting plans.** One segment per request (no eviction), the requests sorted by each of
    several keys (output length, prompt length, their sum, both directions, instance order), chunk
    sizes from P down to 64 tokens, start grids of 1 to 16 batches: the best few plans found.
-2. **Annealing** from the best starting plan with moves on the placement order (swap two segments,
-   move one), on a request's chunk size (halve, double, back to P), and, when evictions are allowed,
-   on its segments (split a segment at a token: the request is evicted there and refilled later;
-   merge two consecutive segments; move a split point). A move that puts a request's segments out
+2. **Annealing** from the best starting plan with moves (:data:`MOVES`) on the placement order
+   (swap two segments, move one), on a request's chunk size (halve, double, back to P), on the start
+   grid, and, when evictions are allowed, on its segments (split a segment at a token: the request
+   is evicted there and refilled later; merge two consecutive segments; move a split point). Each
+   move is drawn with a probability that follows its share of tries that improved the current
+   plan (plus :data:`ADAPT_FLOOR`), so the moves that pay on an instance are tried most. A move that puts a request's segments out
    of token order is repaired by reordering that request's segments over the positions they hold.
    Moves are accepted by the Metropolis rule at a temperature that falls linearly to zero at the
    deadline, starting at ``START_TEMPERATURE`` of the starting plan's cost; the search returns to the
@@ -42,6 +44,8 @@ START_GRIDS = (1, 2, 4, 8, 16)
 START_TEMPERATURE = 0.002
 #: Non-improving moves after which the search goes back to the best plan.
 RESTART_EVERY = 2000
+#: Least weight of a move in the adaptive choice (added to its share of improving tries).
+ADAPT_FLOOR = 0.02
 
 
 @dataclass(frozen=True)
@@ -95,10 +99,19 @@ def _repair(plan: Plan, positions: np.ndarray) -> Plan:
     return Plan(req, g0, g1, chunk, plan.grid)
 
 
-def _move(plan: Plan, data: PlanData, rng: np.random.Generator, evictions: bool) -> Plan | None:
-    """One random neighbour of ``plan`` (module docstring), or None when the move does not apply."""
+#: The moves: on the order, the chunk sizes, the grid, and (with evictions) the segments.
+MOVES = ("swap", "move", "chunk", "grid", "split", "merge", "shift")
+#: Start grids a ``grid`` move picks from.
+GRIDS = (1, 2, 3, 4, 6, 8, 12, 16)
+
+
+def _move(plan: Plan, data: PlanData, rng: np.random.Generator, kind: int) -> Plan | None:
+    """A random neighbour of ``plan`` by the move ``MOVES[kind]`` (module docstring), or None when
+    the move does not apply."""
     n = len(plan.request)
-    kind = rng.integers(6 if evictions else 3)
+    if kind == 3:  # another start grid
+        grid = int(rng.choice([g for g in GRIDS if g != plan.grid]))
+        return replace(plan, grid=grid)
     if kind == 0:  # swap two segments
         a, b = rng.integers(n, size=2)
         pos = np.arange(n)
@@ -118,7 +131,7 @@ def _move(plan: Plan, data: PlanData, rng: np.random.Generator, evictions: bool)
         chunk = plan.chunk.copy()
         chunk[at] = np.minimum(q, data.prompt[i] + plan.g0[at])
         return replace(plan, chunk=chunk)
-    if kind == 3:  # split a segment: evict at a token, refill later
+    if kind == 4:  # split a segment: evict at a token, refill later
         s = rng.integers(n)
         g0, g1 = int(plan.g0[s]), int(plan.g1[s])
         if g1 - g0 < 2:
@@ -137,7 +150,7 @@ def _move(plan: Plan, data: PlanData, rng: np.random.Generator, evictions: bool)
     at = np.nonzero(plan.request == i)[0]
     k = int(rng.integers(len(at) - 1))
     a, b = at[k], at[k + 1]  # consecutive segments of request i, in token order
-    if kind == 4:  # merge them
+    if kind == 5:  # merge them
         g1 = plan.g1.copy()
         g1[a] = plan.g1[b]
         keep = np.arange(n) != b
@@ -174,12 +187,19 @@ def improve_plans(
     span = max(deadline - clock(), 1e-9)
     temp0 = START_TEMPERATURE * best_cost
     stale = 0
+    kinds = len(MOVES) if evictions else 4
+    tried, gained = np.ones(kinds), np.ones(kinds)  # adaptive choice: moves that improve are tried more
     while clock() < deadline:
-        cand = _move(cur, data, rng, evictions)
+        weight = gained / tried + ADAPT_FLOOR
+        kind = int(rng.choice(kinds, p=weight / weight.sum()))
+        cand = _move(cur, data, rng, kind)
         if cand is None:
             continue
         cost = plan_cost(data, cand, objective)
         evaluations += 1
+        tried[kind] += 1
+        if cost < cur_cost:
+            gained[kind] += 1
         temp = temp0 * max(0.0, (deadline - clock()) / span)
         if cost <= cur_cost or (temp > 0 and rng.random() < math.exp(-(cost - cur_cost) / temp)):
             cur, cur_cost = cand, cost
