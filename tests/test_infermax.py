@@ -236,7 +236,9 @@ def _fixed_model_value(inst, schedule) -> float | None:
     import dataclasses
 
     from optsched.problems.infermax.cpsat import _Builder
-    from optsched.problems.infermax.model import InferMaxOptions, build_data, hint_from_schedule, integer_scaling
+    from optsched.problems.infermax.data import build_data, integer_scaling
+    from optsched.problems.infermax.model import InferMaxOptions
+    from optsched.problems.infermax.schedules import hint_from_schedule
     from ortools.sat.python import cp_model
 
     value = replayed_objective(inst, schedule, "makespan")[0]

@@ -20,7 +20,8 @@ from optsched.result import replayed_objective  # noqa: E402
 from optsched.problems.infermax.candidates import initial_candidates  # noqa: E402
 from optsched.problems.infermax.cpsat import solve_cpsat  # noqa: E402
 from optsched.problems.infermax.mip import lp_relaxation_bound, solve_mip  # noqa: E402
-from optsched.problems.infermax.model import InferMaxOptions, build_data  # noqa: E402
+from optsched.problems.infermax.data import build_data  # noqa: E402
+from optsched.problems.infermax.model import InferMaxOptions  # noqa: E402
 from optsched.options import OptionError  # noqa: E402
 
 

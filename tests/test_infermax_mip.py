@@ -24,7 +24,9 @@ from optsched.cli import main
 from optsched.instance import Instance, parse_instance
 from optsched.problems import solver_for
 from optsched.problems.infermax import mip
-from optsched.problems.infermax.model import InferMaxOptions, build_data, hint_from_schedule
+from optsched.problems.infermax.data import build_data
+from optsched.problems.infermax.model import InferMaxOptions
+from optsched.problems.infermax.schedules import hint_from_schedule
 from optsched.result import replayed_objective
 from optsched.schedule import replay
 

@@ -98,7 +98,9 @@ def test_ttft_horizon_admits_the_exhaustive_optimum(seed: int, evict: bool, chun
     """``horizon`` for ttft at UB = the optimum itself (its tightest case): the optimal schedule's
     batches up to its last first token (first-token model: evictions and chunks) or all of them
     (without evictions or without chunked prefill) fit in J."""
-    from optsched.problems.infermax.model import Coefficients, InferMaxOptions, first_token_prefix, horizon
+    from optsched.problems.infermax.data import horizon
+    from optsched.problems.infermax.model import Coefficients, InferMaxOptions
+    from optsched.problems.infermax.schedules import first_token_prefix
     from optsched.schedule import replay
 
     inst = tiny_instance(seed)
@@ -122,7 +124,7 @@ def test_serial_completion_keeps_the_first_tokens(seed: int) -> None:
     import random
 
     from legal_schedules import random_legal_schedule
-    from optsched.problems.infermax.model import serial_completion
+    from optsched.problems.infermax.schedules import serial_completion
     from optsched.schedule import Schedule, replay
 
     inst = tiny_instance(seed, arrivals=seed % 2 == 1)
@@ -167,8 +169,10 @@ def test_earliest_starts_are_the_replays_starts(seed: int) -> None:
     """``earliest_starts`` mirrors the replay: for the exhaustive optimum's batches (online
     instances), the schedule rebuilt from its items, evictions and waits ends every batch where the
     replay of the original does."""
-    from optsched.problems.infermax.model import InferMaxOptions, build_data, earliest_starts, hint_from_schedule
-    from optsched.problems.infermax.model import schedule_from_solution
+    from optsched.problems.infermax.data import build_data
+    from optsched.problems.infermax.model import InferMaxOptions
+    from optsched.problems.infermax.schedules import earliest_starts, hint_from_schedule
+    from optsched.problems.infermax.schedules import schedule_from_solution
     from optsched.schedule import replay
 
     inst = tiny_instance(seed, arrivals=True)
@@ -190,7 +194,8 @@ def test_earliest_starts_are_the_replays_starts(seed: int) -> None:
 def test_ttft_horizon_beyond_the_proof_cells_is_the_makespans() -> None:
     """A proven ttft horizon above TTFT_PROOF_CELLS request-batch cells is not used: J is the
     makespan's, not proven, and the note says why."""
-    from optsched.problems.infermax.model import TTFT_PROOF_CELLS, Coefficients, InferMaxOptions, horizon
+    from optsched.problems.infermax.data import TTFT_PROOF_CELLS, horizon
+    from optsched.problems.infermax.model import Coefficients, InferMaxOptions
 
     inst = tiny_instance(0)
     coef = Coefficients.from_cost_model(inst.cost_model)

@@ -21,7 +21,8 @@ from optsched.instance import parse_instance
 from optsched.problems import bounder_for, solver_for
 from optsched.problems.infermax import candidate_schedules
 from optsched.bounds import generic_bounds
-from optsched.problems.infermax.model import InferMaxOptions, build_data
+from optsched.problems.infermax.data import build_data
+from optsched.problems.infermax.model import InferMaxOptions
 from optsched.problems.infermax.relax import UNIT, _Relaxation, count_bound, count_check, relaxation_bound
 from optsched.problems.infermax.residency import residency_bound
 from optsched.result import replayed_objective

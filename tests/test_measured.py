@@ -20,7 +20,7 @@ from optsched.costmodel import load_cost_model
 from optsched.instance import parse_instance
 from optsched.measured import MeasuredError, compare_runs, fit_grid, grid_errors, load_step_measurements
 from optsched.policies import simulator_for
-from optsched.problems.infermax.model import serial_completion
+from optsched.problems.infermax.schedules import serial_completion
 from optsched.schedule import Batch, Item, Schedule, replay
 
 TRUTH = {"layers": 1, "base": 4e-3, "per_token": 2e-5,

@@ -7,16 +7,16 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
 
 1. the options (:class:`.model.InferMaxOptions`) and the first candidates
    (:func:`.candidates.initial_candidates`: every registered policy whose schedule replays and
-   respects the options, and the serial schedule of :func:`.model.serial_schedule`), the bounds of
+   respects the options, and the serial schedule of :func:`.schedules.serial_schedule`), the bounds of
    :mod:`optsched.bounds`;
    for the makespan with a KV capacity also the KV-time bound of :mod:`.kvtime` (via :mod:`.scale`);
    with :data:`.scale.SCALE_MIN_REQUESTS` requests or more, the scale phase (:func:`_scale_phase`:
    the plan search and the trajectory bound of :mod:`.scale`) takes the whole time limit (60 s
    without one), its best plan becomes a candidate, its bounds join the proven ones, and phases 3
    to 5 are skipped (no model is built; ``extra['scale']`` holds what it found);
-2. the model's data (:func:`_model_data`): the horizon J from UB (:func:`.model.horizon`: proven
+2. the model's data (:func:`_model_data`): the horizon J from UB (:func:`.data.horizon`: proven
    for makespan and completion, and for ttft when its model is small; ttft with evictions uses the
-   first-token model, whose solution is completed by :func:`.model.serial_completion`) and the
+   first-token model, whose solution is completed by :func:`.schedules.serial_completion`) and the
    time left (at least ``MIN_PHASE_SHARE`` of the limit);
 3. for the makespan with a KV capacity, the residency relaxation (:func:`_relaxation_phase`:
    :mod:`.residency`, the exact search of :mod:`.search` first) with the option ``relax``'s share of
@@ -58,20 +58,10 @@ from ...options import OptionError
 from ...result import Bound, SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
 from .candidates import Candidate, CandidatePool, candidate_schedules, initial_candidates
+from .data import ModelData, build_data, fits
+from .model import Coefficients, InferMaxBoundOptions, InferMaxInputError, InferMaxOptions
 from .scale import SCALE_MIN_REQUESTS, kv_time_bound
-from .model import (
-    Coefficients,
-    InferMaxBoundOptions,
-    InferMaxInputError,
-    InferMaxOptions,
-    ModelData,
-    build_data,
-    first_token_prefix,
-    fits,
-    hint_from_schedule,
-    schedule_from_solution,
-    serial_completion,
-)
+from .schedules import first_token_prefix, hint_from_schedule, schedule_from_solution, serial_completion
 
 if TYPE_CHECKING:  # relax.py loads CP-SAT, which the solve imports before its clock (SOLVE_MODULES)
     from .relax import RelaxationResult
@@ -337,7 +327,7 @@ def _relaxation(data: ModelData, limit: float | None) -> RelaxationResult | None
     opts = data.options
     if not (opts.relax > 0 and opts.objective == "makespan" and data.M is not None and data.horizon_proven):
         return None
-    if not fits(data):  # as the model (model.check_size)
+    if not fits(data):  # as the model (data.check_size)
         return None
     from .residency import residency_bound
 

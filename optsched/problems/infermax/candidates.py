@@ -5,7 +5,7 @@ options the model imposes (``no_evict``, ``no_hybrid``), with its replayed objec
 :class:`CandidatePool` of a solve keeps them by name (a policy, ``serial``, the relaxation's path,
 the eviction-free optimum, ...) and knows the best: the least objective, the first offered among
 equals. The best candidate is the solve's upper bound UB, from which the horizon J follows
-(:func:`.model.horizon`), and the warm start of the model (or the candidate named by the option
+(:func:`.data.horizon`), and the warm start of the model (or the candidate named by the option
 ``warm_start``); it is the result when no model runs or the solver returns nothing better.
 """
 
@@ -17,7 +17,8 @@ from ...deadline import passed
 from ...instance import Instance
 from ...result import objective_of
 from ...schedule import ReplayResult, Schedule, replay
-from .model import InferMaxOptions, serial_schedule
+from .model import InferMaxOptions
+from .schedules import serial_schedule
 
 __all__ = ["Candidate", "CandidatePool", "candidate_schedules", "initial_candidates"]
 
@@ -117,7 +118,7 @@ class CandidatePool:
 
 
 def initial_candidates(instance: Instance, options: InferMaxOptions, deadline: float | None) -> CandidatePool:
-    """The pool with every registered policy's schedule and ``serial``'s (:func:`.model.serial_schedule`),
+    """The pool with every registered policy's schedule and ``serial``'s (:func:`.schedules.serial_schedule`),
     by ``deadline`` (a ``time.perf_counter()`` value).
 
     Policies are skipped when chunked prefill is off (their chunking cannot be checked without
@@ -129,7 +130,7 @@ def initial_candidates(instance: Instance, options: InferMaxOptions, deadline: f
     Raises
     ------
     InferMaxInputError
-        When a request can never be served (from :func:`.model.serial_schedule`).
+        When a request can never be served (from :func:`.schedules.serial_schedule`).
     """
     pool = CandidatePool(instance, options)
     if not options.no_chunk:

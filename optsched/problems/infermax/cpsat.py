@@ -2,7 +2,7 @@
 
 Every conditional row of the model is an ``OnlyEnforceIf`` constraint, the quadratic prefill term and
 the prefill-context term are ``AddMultiplicationEquality`` and times are integers in units of ``10**-power`` seconds
-(:func:`.model.integer_scaling`). The proven bound is CP-SAT's objective bound divided by the scale,
+(:func:`.data.integer_scaling`). The proven bound is CP-SAT's objective bound divided by the scale,
 lowered by the rounding slack (0 for the shipped profiles, whose coefficients scale exactly).
 """
 
@@ -17,7 +17,9 @@ from ortools.sat.python import cp_model
 
 from ...deadline import BuildStopped, check, seconds_left
 from ...result import Status
-from .model import ModelData, Scaling, check_size, earliest_starts, integer_scaling, request_batch_grid
+from .data import ModelData, check_size, integer_scaling, request_batch_grid
+from .model import Scaling
+from .schedules import earliest_starts
 from .relax import add_count_fact
 
 
@@ -33,7 +35,7 @@ class BackendResult:
     c, e
         Per (i, j) token counts and evictions of the incumbent (None without one).
     waits
-        Per batch: the arrival it waits for, or None (:func:`.model.earliest_starts`; None when the
+        Per batch: the arrival it waits for, or None (:func:`.schedules.earliest_starts`; None when the
         model has no times).
     objective
         The incumbent's objective in seconds, evaluated with the exact float coefficients.

@@ -44,15 +44,9 @@ from ...instance import Instance
 from ...mipsolvers import pulp_solver, solve_model, solver_deadline
 from ...result import Bound, Status
 from .cpsat import BackendResult, true_objective
-from .model import (
-    InferMaxOptions,
-    ModelData,
-    build_data,
-    check_size,
-    earliest_starts,
-    request_batch_grid,
-    serial_schedule,
-)
+from .data import ModelData, build_data, check_size, request_batch_grid
+from .model import InferMaxOptions
+from .schedules import earliest_starts, serial_schedule
 
 __all__ = ["lp_relaxation_bound", "solve_mip"]
 

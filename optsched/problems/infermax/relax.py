@@ -40,7 +40,7 @@ Objective: :math:`\sum_j (k_b y_j + k_{pb} p_j + k_{db} d_j) + \sum_{ij} \rho_{i
 Proof that it is a lower bound
 ------------------------------
 Take any schedule that replays cleanly with at most J batches with items (for the makespan
-objective the proven horizon J of :func:`.model.horizon` admits an optimal schedule). Drop its
+objective the proven horizon J of :func:`.data.horizon` admits an optimal schedule). Drop its
 eviction-only batches and number the others :math:`j = 1..J'`, :math:`J' \le J` (pad with empty
 batches). Set :math:`x_{ij}` = i generates a token in j, :math:`s_{ij}` = that token comes from a
 prefill item, :math:`r_{ij}` = i generates in j or enters j in decode phase holding KV and not
@@ -257,7 +257,7 @@ def relaxation_bound(
         The instance (arrivals are ignored: they only add waiting time).
     J
         Batches with items of the schedules considered: the bound holds for every schedule with at
-        most J of them (for the makespan optimum, a proven horizon of :func:`.model.horizon`).
+        most J of them (for the makespan optimum, a proven horizon of :func:`.data.horizon`).
     time_limit, threads, log
         CP-SAT controls (the bound is valid at any time limit); the limit covers building the
         model: one not built in time gives the token work W as the bound, status ``STOPPED``.
