@@ -392,6 +392,8 @@ class TrajectoryBound:
     batch_floor: int
     batch_ceiling: int
     kv_time: int
+    #: (seconds since the start, the bound then) after each LP(B) solved.
+    history: tuple[tuple[float, float], ...] = ()
 
 
 def _combined(instance: Instance, W: float, points: dict[int, GridPoint], floor: int, ceiling: int) -> float:
@@ -439,6 +441,7 @@ def trajectory_bound(
     ``upper``: the best known makespan (schedules with more batches than it allows are not
     searched: their bound is above it). ``seed``: schedules whose trajectories start the column pools.
     """
+    t0 = time.perf_counter()
     lp = lp or TrajectoryLP(instance)
     W = float(request_work(instance).sum())
     cm = instance.cost_model
@@ -457,14 +460,16 @@ def trajectory_bound(
         if point.solved and point.bound <= 0.0:  # then E = 0 for every B
             return TrajectoryBound(W + least_bias(instance, batch_floor=floor), (point,), floor, ceiling, kv)
     B: int | None = ceiling
+    history: list[tuple[float, float]] = []
     while B is not None:
         left = None if deadline is None else deadline - time.perf_counter()
         if left is not None and left <= 0:
             break
         lp.solve(B, None if left is None else min(deadline, time.perf_counter() + max(LP_SHARE * left, 1.0)))
+        history.append((round(time.perf_counter() - t0, 3), _combined(instance, W, lp.points, floor, ceiling)))
         B = _next_batches(instance, lp, floor, ceiling)
     value = _combined(instance, W, lp.points, floor, ceiling)
-    return TrajectoryBound(value, tuple(lp.points[b] for b in sorted(lp.points)), floor, ceiling, kv)
+    return TrajectoryBound(value, tuple(lp.points[b] for b in sorted(lp.points)), floor, ceiling, kv, tuple(history))
 
 
 def schedule_trajectories(instance: Instance, schedule: Schedule, lp: TrajectoryLP) -> list[tuple[int, np.ndarray]]:

@@ -120,10 +120,12 @@ def scale_phase(
             upper = min(upper, best[0][0])
             start = start + [plan_schedule(instance, data, best[0][1])]
         until = deadline - (FINAL_SEARCH_SHARE * span if data is not None else 0.0)
+        began = time.perf_counter() - t0
         tb = trajectory_bound(instance, upper, until, lp, seed=start)
         out.bounds["trajectory"] = (tb.value, f"trajectory LP over B = {tb.batch_floor}..{tb.batch_ceiling} batches, "
                                               f"{len(tb.points)} grid points (infermax/colgen.py)")
         out.info["trajectory_points"] = [(p.batches, p.bound, p.solved) for p in tb.points]
+        out.info["trajectory_history"] = [(round(began + t, 3), value) for t, value in tb.history]
         if data is not None:
             guided = _guided_plans(data, lp)
     if data is not None and time.perf_counter() < deadline:
