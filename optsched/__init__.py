@@ -10,8 +10,7 @@ only when it runs.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the names, for type checkers and editors
     from .api import bound, simulate, solve
@@ -22,44 +21,35 @@ if TYPE_CHECKING:  # the names, for type checkers and editors
     from .schedule import Batch, Item, Schedule, load_schedule, replay
     from .workload import load_trace, load_trace_csv
 
+from .registry import lazy_exports
+
 #: Each public name and the module that defines it.
 _EXPORTS: dict[str, str] = {
-    "solve": "api",
-    "bound": "api",
-    "simulate": "api",
-    "CostModel": "costmodel",
-    "load_cost_model": "costmodel",
-    "Instance": "instance",
-    "InstanceError": "instance",
-    "Limits": "instance",
-    "Request": "instance",
-    "load_instance": "instance",
-    "OptionError": "options",
-    "Bound": "result",
-    "SolveResult": "result",
-    "Status": "result",
-    "Batch": "schedule",
-    "Item": "schedule",
-    "Schedule": "schedule",
-    "load_schedule": "schedule",
-    "replay": "schedule",
-    "load_trace": "workload",
-    "load_trace_csv": "workload",
+    "solve": ".api",
+    "bound": ".api",
+    "simulate": ".api",
+    "CostModel": ".costmodel",
+    "load_cost_model": ".costmodel",
+    "Instance": ".instance",
+    "InstanceError": ".instance",
+    "Limits": ".instance",
+    "Request": ".instance",
+    "load_instance": ".instance",
+    "OptionError": ".options",
+    "Bound": ".result",
+    "SolveResult": ".result",
+    "Status": ".result",
+    "Batch": ".schedule",
+    "Item": ".schedule",
+    "Schedule": ".schedule",
+    "load_schedule": ".schedule",
+    "replay": ".schedule",
+    "load_trace": ".workload",
+    "load_trace_csv": ".workload",
 }
 
 __all__ = sorted(_EXPORTS)
 
 __version__ = "0.1.0"
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'optsched' has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -153,6 +153,42 @@ def test_aladdin_max_workers_caps_the_placement(capsys):
     assert code == 1 and json.loads(out)["status"] == "infeasible" and json.loads(out)["max_workers"] == 1
 
 
+def _scls_round():
+    """A 16-request SCLS round (the synthetic HF profile of docs/scls.md, Fig. 11)."""
+    from optsched.instance import parse_instance
+    from optsched.problems.static_latency import Phase, StaticLatencyModel
+
+    hf = StaticLatencyModel(Phase(1.1e-4, 1.0e-3, 1.0e-5, 0.03), Phase(3.63e-6, 3.0e-4, 1.0e-6, 0.02186))
+    reqs = [{"id": f"q{i}", "prompt_tokens": 10 + 97 * i, "output_tokens": 5} for i in range(16)]
+    return parse_instance({
+        "name": "round16", "cost_model": "llama2-7b-a100", "requests": reqs,
+        "static_latency": {"unit": "s", "prefill": hf.prefill.to_dict(), "decode": hf.decode.to_dict()},
+        "scls": {"slice_length": 128, "workers": 2, "worker_loads": [0.0, 1.0]},
+    })
+
+
+@pytest.mark.parametrize("problem, instance, options", [
+    ("infermax", "toy-4", {"time_limit": 20}),
+    ("hybrid", "toy-4", {"time_limit": 20}),
+    ("hybrid-offline", "toy-4", {}),
+    ("aladdin", "aladdin-fig3", {}),
+    ("gmax", GMAX_FIG3, {"time_limit": 20}),
+    ("scls-batch", "scls", {}),
+])
+def test_every_problem_bounds_its_solve(problem, instance, options):
+    """Each formulation has both entry points, and its proven bounds hold for its solve's answer."""
+    inst = _scls_round() if instance == "scls" else optsched.load_instance(instance)
+    res = optsched.solve(inst, problem, **options)
+    assert res.objective is not None and res.status in (Status.OPTIMAL, Status.FEASIBLE, Status.TIME_LIMIT)
+    proven = [b.value for b in optsched.bound(inst, problem) if b.valid]
+    assert proven, problem
+    tol = 1e-9 * max(1.0, abs(res.objective))
+    if res.sense == "max":
+        assert all(res.objective <= b + tol for b in proven)
+    else:
+        assert all(b <= res.objective + tol for b in proven)
+
+
 # --------------------------------------------------------------------------- results
 
 
@@ -173,7 +209,8 @@ def test_results_are_built_with_keywords_and_spell_their_status_once():
 
 def test_import_optsched_is_cheap_and_solve_is_public():
     code = ("import sys, optsched; loaded = sorted(m for m in sys.modules if m.startswith('optsched.'));"
-            "assert not loaded, loaded; optsched.solve; optsched.bound; optsched.simulate; optsched.Status")
+            "assert loaded == ['optsched.registry'], loaded; optsched.solve; optsched.bound; optsched.simulate;"
+            "optsched.Status")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert {"solve", "bound", "simulate", "load_instance", "Status", "OptionError"} <= set(dir(optsched))

@@ -1,7 +1,9 @@
 """Registry of the formulations ``optsched solve`` and ``optsched bound`` dispatch to.
 
 Each entry maps a problem name to ``"module:function"``; the module is imported only when used, so
-that the CLI starts fast and one formulation's dependencies never load for another.
+that the CLI starts fast and one formulation's dependencies never load for another. Every problem
+has the same shape: a ``solve``, a ``bounds`` and their options dataclasses (the tables below name
+the modules).
 
 - a *solver* has the signature ``solve(instance, options) -> SolveResult``;
 - a *bounder* has the signature ``bounds(instance, options) -> list[Bound]``;
@@ -32,8 +34,11 @@ SOLVERS: dict[str, str] = {
 }
 BOUNDERS: dict[str, str] = {
     "aladdin": "optsched.problems.aladdin:bounds",
+    "gmax": "optsched.problems.gmax.solve:bounds",
     "hybrid": "optsched.problems.hybrid.bounds:bounds",
+    "hybrid-offline": "optsched.problems.hybrid.offline_solve:bounds",
     "infermax": "optsched.problems.infermax:bounds",
+    "scls-batch": "optsched.problems.scls.solve:bounds",
 }
 #: The options dataclass of each solver.
 SOLVE_OPTIONS: dict[str, str] = {
@@ -47,8 +52,11 @@ SOLVE_OPTIONS: dict[str, str] = {
 #: The options dataclass of each bounder.
 BOUND_OPTIONS: dict[str, str] = {
     "aladdin": "optsched.problems.aladdin.offline:AladdinBoundOptions",
+    "gmax": "optsched.problems.gmax.solve:GmaxBoundOptions",
     "hybrid": "optsched.problems.hybrid.bounds:HybridBoundOptions",
+    "hybrid-offline": "optsched.problems.hybrid.offline_solve:HybridOfflineBoundOptions",
     "infermax": "optsched.problems.infermax.model:InferMaxBoundOptions",
+    "scls-batch": "optsched.problems.scls.solve:SclsBoundOptions",
 }
 #: Problems whose answer is not an iteration-level schedule: a placement (``aladdin``) or static
 #: batches (``gmax``, ``scls-batch``), reported in the result's JSON.

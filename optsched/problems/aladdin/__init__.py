@@ -7,6 +7,6 @@ Modules: :mod:`.models` (Eqs. 1-4), :mod:`.workerconfig` (Eqs. 5, 6), :mod:`.pla
 ``SOLVERS["aladdin"]`` and ``BOUNDERS["aladdin"]`` entry points).
 """
 
-from .offline import bounds, solve
+from .offline import AladdinBoundOptions, AladdinOptions, bounds, solve
 
-__all__ = ["bounds", "solve"]
+__all__ = ["AladdinBoundOptions", "AladdinOptions", "bounds", "solve"]

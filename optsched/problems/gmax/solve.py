@@ -17,12 +17,13 @@ from typing import Any, Literal, Mapping
 from .. import BACKENDS
 from ...instance import Instance
 from ...options import AnyInt, FiniteFloat, Flag, Name, OptionError, Options, PositiveFloat, PositiveInt
-from ...result import SolveResult, Status, check_agreement
+from ...result import Bound, SolveResult, Status, check_agreement
 from .exact import EXACT_METHODS, make_backend, solve_exact
 from .problem import GmaxProblem, evaluate_g, g_value
 from .sa import SAParams, simulated_annealing
+from .slots import SlotData
 
-__all__ = ["GmaxOptions", "solve"]
+__all__ = ["GmaxBoundOptions", "GmaxOptions", "bounds", "solve"]
 
 #: The annealing's options: the fields of :class:`.sa.SAParams`.
 SA_OPTIONS = ("t0", "t_thres", "iters", "tau", "energy_scale", "seed")
@@ -131,3 +132,29 @@ def solve(instance: Instance, options: Mapping[str, Any] | GmaxOptions | None = 
         batches=[list(b) for b in judged.batches],
         extra=extra,
     )
+
+
+@dataclass(frozen=True)
+class GmaxBoundOptions(Options):
+    """Options of the gmax ``bounds``: ``lengths``, ``true`` or ``predicted`` output lengths."""
+
+    problem = "gmax"
+    what = "bound"
+    lengths: Literal["true", "predicted"] = "true"
+
+
+def bounds(instance: Instance, options: Mapping[str, Any] | GmaxBoundOptions | None = None) -> list[Bound]:
+    """``BOUNDERS["gmax"]``: an upper bound on G (G is maximised), proven without a solver.
+
+    ``n`` is at most the number of requests that can meet their SLO in some batch, and ``t`` at least
+    :meth:`.slots.SlotData.t_lower_bound` (every request's shortest execution plus the earliest
+    start of each execution position), so ``G = n / t <= n_max / t_LB`` (the same bound caps the
+    exact methods' reported bound).
+    """
+    opts = GmaxBoundOptions.parse(options)
+    data = SlotData.build(GmaxProblem.from_instance(instance, lengths=opts.lengths))
+    n_max = int(data.can_meet.any(axis=1).sum())
+    t_lb = data.t_lower_bound()
+    value = n_max / t_lb if t_lb > 0 else float("inf")
+    return [Bound("slo-requests-over-least-time", value, True,
+                  f"G <= {n_max} requests that can meet their SLO / t >= {t_lb:.6g} s (upper bound)")]

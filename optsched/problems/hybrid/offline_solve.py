@@ -15,13 +15,13 @@ from typing import Any, Literal, Mapping
 from ...instance import Instance
 from ...mipsolvers import MIP_BACKENDS
 from ...options import Name, OptionError, Options, PositiveFloat, PositiveInt
-from ...result import SolveResult
+from ...result import Bound, SolveResult
 from ...schedule import replay
-from .offline import LENGTHS, PCMAX_METHODS, loads_of, processing_times, solve_pcmax
+from .offline import LENGTHS, PCMAX_METHODS, loads_of, pcmax_lower_bound, processing_times, solve_pcmax
 from .online import simulate_pd
 from .timing import timing_of
 
-__all__ = ["HybridOfflineOptions", "solve"]
+__all__ = ["HybridOfflineBoundOptions", "HybridOfflineOptions", "bounds", "solve"]
 
 
 @dataclass(frozen=True)
@@ -106,3 +106,23 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOfflineOptions 
         },
         replay=rep,
     )
+
+
+@dataclass(frozen=True)
+class HybridOfflineBoundOptions(Options):
+    """Options of the hybrid-offline ``bounds``: ``lengths`` (as :class:`HybridOfflineOptions`)."""
+
+    problem = "hybrid-offline"
+    what = "bound"
+    lengths: Literal[LENGTHS] = "rounds"
+
+
+def bounds(instance: Instance, options: Mapping[str, Any] | HybridOfflineBoundOptions | None = None) -> list[Bound]:
+    """``BOUNDERS["hybrid-offline"]``: a lower bound on the largest client load, ``tau_d`` times
+    :func:`.offline.pcmax_lower_bound` (``ceil(sum p / J)``, ``max p`` and the k+1 smallest of the
+    kJ + 1 largest jobs), proven for every assignment."""
+    opts = HybridOfflineBoundOptions.parse(options)
+    timing = timing_of(instance)
+    rounds = pcmax_lower_bound(processing_times(instance, opts.lengths), timing.clients)
+    return [Bound("pcmax-lower", timing.tau_d * rounds, True,
+                  f"tau_d x {rounds} rounds: the P||Cmax lower bound on J = {timing.clients} clients")]

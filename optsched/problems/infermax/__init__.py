@@ -66,7 +66,16 @@ from .schedules import first_token_prefix, hint_from_schedule, schedule_from_sol
 if TYPE_CHECKING:  # relax.py loads CP-SAT, which the solve imports before its clock (SOLVE_MODULES)
     from .relax import RelaxationResult
 
-__all__ = ["OPTIMAL_RTOL", "Candidate", "CandidatePool", "bounds", "candidate_schedules", "solve"]
+__all__ = [
+    "OPTIMAL_RTOL",
+    "Candidate",
+    "CandidatePool",
+    "InferMaxBoundOptions",
+    "InferMaxOptions",
+    "bounds",
+    "candidate_schedules",
+    "solve",
+]
 
 #: The main solve gets what is left of the time limit, but at least this share of it.
 MIN_PHASE_SHARE = 0.05

@@ -23,12 +23,12 @@ from .. import BACKENDS
 from ...deadline import seconds_left
 from ...instance import Instance, InstanceError
 from ...options import Options, PositiveFloat, PositiveInt
-from ...result import SolveResult, Status, check_agreement
+from ...result import Bound, SolveResult, Status, check_agreement
 from ..static_latency import static_latency_of
 from .batching import DS_TABLE, MemoryRule, dp_batches, mip_batches, total_serve_time
 from .offload import adaptive_interval, exact_offload, max_min_offload
 
-__all__ = ["SclsOptions", "solve", "scls_settings"]
+__all__ = ["SclsBoundOptions", "SclsOptions", "bounds", "solve", "scls_settings"]
 
 
 def _rule(spec: Any, where: str) -> MemoryRule:
@@ -154,3 +154,24 @@ def solve(instance: Instance, options: Mapping[str, Any] | SclsOptions | None = 
         bound=total if status == Status.OPTIMAL else None, wall_time=time.perf_counter() - start,
         batches=[[ids[i] for i in b] for b in batches], extra=extra,
     )
+
+
+@dataclass(frozen=True)
+class SclsBoundOptions(Options):
+    """Options of the scls-batch ``bounds``: none (the bound is exact and takes milliseconds)."""
+
+    problem = "scls-batch"
+    what = "bound"
+
+
+def bounds(instance: Instance, options: Mapping[str, Any] | SclsBoundOptions | None = None) -> list[Bound]:
+    """``BOUNDERS["scls-batch"]``: the least total serving time of the round's batching.
+
+    Algorithm 1's dynamic programme is exact when ``T_serve`` is nondecreasing in L and the memory
+    rule is monotone (docs/scls.md, "Contiguity"; the built-in rules are), so its optimum bounds
+    every batching from below (:func:`solve` reports it as ``optimal`` too).
+    """
+    SclsBoundOptions.parse(options)
+    s = scls_settings(instance)
+    _, total = dp_batches(s["lengths"], s["model"], s["slice_len"], s["rule"])
+    return [Bound("dp-optimum", total, True, "Algorithm 1's DP over the length-sorted requests (docs/scls.md)")]
