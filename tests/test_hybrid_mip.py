@@ -21,7 +21,8 @@ import pytest
 from optsched.costmodel import load_cost_model
 from optsched.instance import Instance, Limits, Request
 from optsched.problems.hybrid.bounds import strict_bound
-from optsched.problems.hybrid.model import solve, stages_to_schedule
+from optsched.problems.hybrid.model import stages_to_schedule
+from optsched.problems.hybrid.solve import solve
 from optsched.problems.hybrid.timing import decode_rounds, timing_of
 from optsched.schedule import replay
 
@@ -164,7 +165,7 @@ def test_time_limit_covers_the_build_and_falls_back_to_a_policy() -> None:
     the solver's minimum second, then PuLP) and returned no schedule at all. Now the build stops at
     the limit and the schedule is the fallback policy's, replayed, with the proven bound."""
     from optsched.instance import load_instance
-    from optsched.problems.hybrid.model import FALLBACK_POLICY
+    from optsched.problems.hybrid.solve import FALLBACK_POLICY
 
     full = load_instance("gsm8k-like")
     inst = full.with_requests(full.requests[:50], name="gsm8k-50")
@@ -181,13 +182,13 @@ def test_solver_not_started_when_handing_the_model_over_would_overrun(monkeypatc
     30 GSM8K-like requests at 3 s took 7.2 s, 4.7 s of it in a backend given 0.6 s). When nothing is
     left it is not started and the result is the fallback policy's schedule with the proven bound."""
     import optsched.mipsolvers as mipsolvers
-    import optsched.problems.hybrid.model as hybrid_model
+    import optsched.problems.hybrid.solve as hybrid_solve
 
     monkeypatch.setattr(mipsolvers, "HANDOVER_PER_BUILD", 1e9)
     inst = tiny_instance(3, 4)
     res = solve(inst, {"time_limit": 30})
     assert res.extra["mip_status"].startswith("not solved:")
-    assert hybrid_model.FALLBACK_POLICY in res.incumbent and res.replay.feasible
+    assert hybrid_solve.FALLBACK_POLICY in res.incumbent and res.replay.feasible
     assert res.bound <= res.objective * (1 + 1e-9)
 
 
@@ -195,7 +196,7 @@ def test_restricted_model_without_solution_gives_the_policy_schedule() -> None:
     """One stage (``bins=1``) cannot hold four requests: the restricted MIP has no solution, but
     the instance has schedules, so the result is the fallback policy's (it was status
     ``infeasible`` with no schedule)."""
-    from optsched.problems.hybrid.model import FALLBACK_POLICY
+    from optsched.problems.hybrid.solve import FALLBACK_POLICY
 
     inst = tiny_instance(0, 4)
     res = solve(inst, {"time_limit": 30, "bins": 1})
@@ -210,7 +211,7 @@ def test_result_is_never_worse_than_the_fallback_policy(seed: int) -> None:
     """Under the paper's time model the MIP optimises another makespan than the replay's; whatever
     it returns, the result is at least as good as the fallback policy's schedule (on seeds 12, 18
     and 24 the MIP's optimum replays 0.025 s above it)."""
-    from optsched.problems.hybrid.model import FALLBACK_POLICY
+    from optsched.problems.hybrid.solve import FALLBACK_POLICY
     from optsched.problems.hybrid.online import simulate_policy
 
     inst = tiny_instance(seed, 4)

@@ -27,7 +27,7 @@ from ..registry import resolve
 SOLVERS: dict[str, str] = {
     "aladdin": "optsched.problems.aladdin:solve",
     "gmax": "optsched.problems.gmax.solve:solve",
-    "hybrid": "optsched.problems.hybrid.model:solve",
+    "hybrid": "optsched.problems.hybrid.solve:solve",
     "hybrid-offline": "optsched.problems.hybrid.offline_solve:solve",
     "infermax": "optsched.problems.infermax:solve",
     "scls-batch": "optsched.problems.scls.solve:solve",
@@ -44,7 +44,7 @@ BOUNDERS: dict[str, str] = {
 SOLVE_OPTIONS: dict[str, str] = {
     "aladdin": "optsched.problems.aladdin.offline:AladdinOptions",
     "gmax": "optsched.problems.gmax.solve:GmaxOptions",
-    "hybrid": "optsched.problems.hybrid.model:HybridOptions",
+    "hybrid": "optsched.problems.hybrid.solve:HybridOptions",
     "hybrid-offline": "optsched.problems.hybrid.offline_solve:HybridOfflineOptions",
     "infermax": "optsched.problems.infermax.model:InferMaxOptions",
     "scls-batch": "optsched.problems.scls.solve:SclsOptions",

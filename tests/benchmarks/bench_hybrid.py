@@ -46,7 +46,7 @@ def offline(seeds: int, moments: str) -> None:
 
 
 def mip(instance, solver: str, limit: float, warm: str | None) -> dict:
-    from optsched.problems.hybrid.model import solve
+    from optsched.problems.hybrid.solve import solve
 
     t0 = time.perf_counter()
     res = solve(instance, {"solver": solver, "time_limit": limit, "threads": 1, "warm_start": warm})
