@@ -25,7 +25,7 @@ from optsched.problems.infermax.data import build_data
 from optsched.problems.infermax.model import InferMaxOptions
 from optsched.problems.infermax.relax import UNIT, _Relaxation, count_bound, count_check, relaxation_bound
 from optsched.problems.infermax.residency import residency_bound
-from optsched.result import replayed_objective
+from optsched.result import Status, replayed_objective
 from optsched.schedule import Schedule, replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -154,7 +154,7 @@ def test_relaxation_bound_below_exhaustive_optimum(seed: int) -> None:
             continue
         best = exhaustive_makespan(inst, evict=True)[0]
         res = relaxation_bound(inst, J, threads=1)
-        assert res.status == "OPTIMAL"
+        assert res.status == Status.OPTIMAL
         assert res.bound <= best * (1 + 1e-9), cost
         assert res.value == pytest.approx(res.bound, rel=1e-12)
         rep = replay(inst, res.schedule)  # the point as a schedule: never below the optimum
@@ -245,7 +245,7 @@ def test_residency_bound_below_policies_on_larger_instances() -> None:
 def test_time_limit_covers_building_the_relaxation_and_its_checks() -> None:
     """The relaxation's CP-SAT model of a 31-request fuzz instance took 3.4 s to build under a 0.5 s
     share (a 2 s solve ran 3.9 s); now the build stops at the limit: the bound is the token work W,
-    status STOPPED, and a count check not built in time is undecided (no fact)."""
+    status TIME_LIMIT, and a count check not built in time is undecided (no fact)."""
     from optsched.bounds import request_work
 
     inst = scale_instance(32, 0)
@@ -253,7 +253,7 @@ def test_time_limit_covers_building_the_relaxation_and_its_checks() -> None:
     t0 = time.perf_counter()
     res = relaxation_bound(inst, J, time_limit=0.05, threads=1)
     assert time.perf_counter() - t0 < 2.0  # generous: a loaded machine; the build alone takes seconds
-    assert res.status == "STOPPED" and res.bound == pytest.approx(math.fsum(request_work(inst)))
+    assert res.status == Status.TIME_LIMIT and res.bound == pytest.approx(math.fsum(request_work(inst)))
     assert res.schedule is None
     counts = count_bound(inst, J, time_limit=0.05, threads=1, check_limit=0.05)
     assert counts.facts == ()

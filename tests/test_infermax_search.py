@@ -37,7 +37,7 @@ from optsched.problems.infermax.relax import UNBOUNDED, UNIT, relaxation_bound
 from optsched.problems.infermax.residency import candidate_rank
 from optsched.problems.infermax.search import beam_search, path_schedule, relaxation_search
 from optsched.problems.infermax.tables import LARGEST_TABLE
-from optsched.result import replayed_objective
+from optsched.result import Status, replayed_objective
 from optsched.schedule import replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -110,7 +110,7 @@ def test_search_below_exhaustive_optimum_and_relaxation(seed: int) -> None:
     for inst in instances(seed):
         best = exhaustive_makespan(inst, evict=True)[0]
         res = relaxation_search(inst)
-        assert res.status == "OPTIMAL"
+        assert res.status == Status.OPTIMAL
         assert res.bound <= best * (1 + 1e-9)
         rep = replay(inst, res.schedule)  # the path as a schedule: never below the optimum
         if rep.feasible:
@@ -146,7 +146,7 @@ def test_search_equals_plain_shortest_path(seed: int) -> None:
     for inst in instances(seed) + ([scale_instance(3, seed // 2)] if seed < 8 else []):
         graph = Graph(inst)
         res = relaxation_search(inst)
-        assert res.status == "OPTIMAL"
+        assert res.status == Status.OPTIMAL
         work = math.fsum(request_work(inst))
         assert res.bound == pytest.approx(work + shortest_path(graph) * UNIT, rel=1e-12, abs=0)
 
@@ -244,11 +244,11 @@ def test_search_solves_small_scale_instances(n: int, seed: int) -> None:
     (only the quadratic prefill term is missing); a node cap gives a valid bound at once."""
     inst = scale_instance(n, seed)
     res = relaxation_search(inst, time_limit=30)
-    assert res.status == "OPTIMAL"
+    assert res.status == Status.OPTIMAL
     value = replayed_objective(inst, res.schedule, "makespan")[0]
     assert res.bound <= value <= res.bound * (1 + 1e-4)
     early = relaxation_search(inst, max_nodes=10)  # stopped, or solved within 10 nodes
-    assert early.bound <= res.bound and (early.status == "UNKNOWN" or early.bound == res.bound)
+    assert early.bound <= res.bound and (early.status == Status.UNKNOWN or early.bound == res.bound)
 
 
 @pytest.mark.usefixtures("infermax_kernels")
@@ -259,7 +259,7 @@ def test_time_limit_on_a_large_instance() -> None:
     t0 = time.perf_counter()
     res = relaxation_search(inst, time_limit=1.0)
     assert time.perf_counter() - t0 < 3.0
-    assert res.status == "UNKNOWN" and res.schedule is None
+    assert res.status == Status.UNKNOWN and res.schedule is None
     for name, sched in policy_schedules(inst).items():
         assert res.bound <= replayed_objective(inst, sched, "makespan")[0] * (1 + 1e-9), name
 
@@ -274,7 +274,7 @@ def test_time_limit_on_a_searched_instance(n: int) -> None:
     t0 = time.perf_counter()
     res = relaxation_search(inst, time_limit=0.5)
     assert time.perf_counter() - t0 < 1.5  # generous: a loaded machine
-    assert res.status == "UNKNOWN"
+    assert res.status == Status.UNKNOWN
     if res.schedule is not None:  # a beam search's path (the first width takes about 0.3 s)
         assert res.bound <= res.value <= replayed_objective(inst, res.schedule, "makespan")[0] * (1 + 1e-9)
     for name, sched in policy_schedules(inst).items():
@@ -295,7 +295,7 @@ def test_time_limit_when_every_node_has_many_children() -> None:
     t0 = time.perf_counter()
     res = relaxation_search(inst, time_limit=0.5)
     assert time.perf_counter() - t0 < 2.0  # generous: a loaded machine
-    assert res.status == "UNKNOWN" and res.schedule is None
+    assert res.status == Status.UNKNOWN and res.schedule is None
     for name, sched in policy_schedules(inst).items():
         assert res.bound <= replayed_objective(inst, sched, "makespan")[0] * (1 + 1e-9), name
 
@@ -331,7 +331,7 @@ def test_pruning_by_a_known_path_and_beam_paths(seed: int) -> None:
             assert _path_cost(graph, path) == cost
             assert beam_search(graph, width, cost, None)[:2] == (cost, None)  # nothing below its own path
         res = relaxation_search(inst)
-        assert res.status == "OPTIMAL" and res.bound == math.fsum(request_work(inst)) + optimum * UNIT
+        assert res.status == Status.OPTIMAL and res.bound == math.fsum(request_work(inst)) + optimum * UNIT
 
 
 def test_beam_paths_hold_the_budgets_when_whole_fills_fit() -> None:
@@ -347,7 +347,7 @@ def test_beam_paths_hold_the_budgets_when_whole_fills_fit() -> None:
     exact = Run(graph, UNBOUNDED)
     assert exact.until(None, 10**6) == GOAL and not graph.within_budgets(exact.path())
     res = relaxation_search(inst)
-    assert res.status == "OPTIMAL" and res.bound == math.fsum(request_work(inst)) + exact.value * UNIT
+    assert res.status == Status.OPTIMAL and res.bound == math.fsum(request_work(inst)) + exact.value * UNIT
     assert res.value > res.bound
     rep = replay(inst, res.schedule)
     assert rep.feasible, rep.violations
@@ -365,7 +365,7 @@ def test_path_schedule_refills_where_the_edge_does() -> None:
     52.002 ms against 51.377)."""
     inst = scale_instance(8, 7)
     res = relaxation_search(inst, 30)
-    assert res.status == "OPTIMAL"
+    assert res.status == Status.OPTIMAL
     rep = replay(inst, res.schedule)
     assert rep.feasible, rep.violations
     assert res.bound <= rep.metrics.makespan <= res.bound * (1 + 1e-4)

@@ -354,7 +354,7 @@ def _with_chunk_bound(
     candidate; None without one)."""
     from .chunks import chunk_bound
 
-    if relax.status != "OPTIMAL" or not 0 < upper - relax.bound < Coefficients.from_cost_model(instance.cost_model).k_pb:
+    if relax.status != Status.OPTIMAL or not 0 < upper - relax.bound < Coefficients.from_cost_model(instance.cost_model).k_pb:
         return relax, None, None
     found = chunk_bound(instance, upper, time_limit)
     if found.bound is None:

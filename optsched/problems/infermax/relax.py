@@ -87,6 +87,7 @@ from ortools.sat.python import cp_model
 from ...bounds import batch_counts, request_work
 from ...deadline import DeadlinePassed, check, seconds_left
 from ...instance import Instance
+from ...result import Status
 from ...schedule import Batch, Item, Schedule
 from .model import Coefficients, symmetric_pairs
 
@@ -102,7 +103,7 @@ UNIT = 1e-12
 UNBOUNDED = (1 << 62) - 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RelaxationResult:
     """Outcome of :func:`relaxation_bound`.
 
@@ -114,7 +115,9 @@ class RelaxationResult:
     value
         Value (seconds, ``W`` included) of the best relaxation solution found, None without one.
     status
-        CP-SAT's status name.
+        ``OPTIMAL`` (the relaxation solved), ``FEASIBLE`` (a point, the bound not closed),
+        ``INFEASIBLE`` (no schedule within J batches), ``UNKNOWN`` (neither) or ``TIME_LIMIT`` (the
+        model not built in time: the bound is the token work W).
     cpu
         Process CPU seconds spent in the solve.
     facts
@@ -126,7 +129,7 @@ class RelaxationResult:
 
     bound: float
     value: float | None
-    status: str
+    status: Status
     cpu: float
     facts: tuple[tuple[int, int], ...] = ()
     schedule: Schedule | None = None
@@ -260,19 +263,19 @@ def relaxation_bound(
         most J of them (for the makespan optimum, a proven horizon of :func:`.data.horizon`).
     time_limit, threads, log
         CP-SAT controls (the bound is valid at any time limit); the limit covers building the
-        model: one not built in time gives the token work W as the bound, status ``STOPPED``.
+        model: one not built in time gives the token work W as the bound, status ``TIME_LIMIT``.
     """
     cpu = time.process_time()
     deadline = None if time_limit is None else time.perf_counter() + time_limit
     try:
         relax = _Relaxation(instance, J, deadline=deadline)
     except DeadlinePassed:
-        return RelaxationResult(math.fsum(request_work(instance)), None, "STOPPED", time.process_time() - cpu)
+        return RelaxationResult(bound=math.fsum(request_work(instance)), value=None, status=Status.TIME_LIMIT,
+                                cpu=time.process_time() - cpu)
     solver = _solver(seconds_left(deadline), threads, log)
     code = solver.Solve(relax.m)
-    name = solver.StatusName(code)
     if code == cp_model.INFEASIBLE:
-        return RelaxationResult(math.inf, None, name, time.process_time() - cpu)
+        return RelaxationResult(bound=math.inf, value=None, status=Status.INFEASIBLE, cpu=time.process_time() - cpu)
     if code == cp_model.MODEL_INVALID:
         raise RuntimeError(f"residency relaxation: invalid CP-SAT model ({relax.m.Validate()})")
     value = sched = None
@@ -281,7 +284,8 @@ def relaxation_bound(
         point = [[[solver.Value(v) for v in row] for row in var] for var in (relax.x, relax.s, relax.r)]
         sched = schedule_from_point(instance, *point)
     bound = relax.work + solver.BestObjectiveBound() * UNIT
-    return RelaxationResult(bound, value, name, time.process_time() - cpu, schedule=sched)
+    status = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE}.get(code, Status.UNKNOWN)
+    return RelaxationResult(bound=bound, value=value, status=status, cpu=time.process_time() - cpu, schedule=sched)
 
 
 def schedule_from_point(

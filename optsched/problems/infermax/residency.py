@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 
 from ...instance import Instance
+from ...result import Status
 from ...schedule import replay
 from .relax import RelaxationResult, count_bound, relaxation_bound
 from .search import relaxation_search
@@ -54,14 +55,14 @@ def residency_bound(
         return None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0)) * share
 
     exact = relaxation_search(instance, left(SEARCH_SHARE))
-    if exact.status in ("OPTIMAL", "INFEASIBLE"):
+    if exact.status in (Status.OPTIMAL, Status.INFEASIBLE):
         return exact
     relax = relaxation_bound(instance, J, left(1 / 4), threads)
     if candidate_rank(instance, exact) < candidate_rank(instance, relax):
         relax = replace(relax, value=exact.value, schedule=exact.schedule)
     relax = replace(relax, bound=max(relax.bound, exact.bound), cpu=relax.cpu + exact.cpu)
-    if relax.status in ("OPTIMAL", "INFEASIBLE"):
+    if relax.status in (Status.OPTIMAL, Status.INFEASIBLE):
         return relax
     counts = count_bound(instance, J, left(1), threads)
-    return RelaxationResult(max(relax.bound, counts.bound), relax.value, relax.status, relax.cpu + counts.cpu,
-                            counts.facts, relax.schedule)
+    return RelaxationResult(bound=max(relax.bound, counts.bound), value=relax.value, status=relax.status,
+                            cpu=relax.cpu + counts.cpu, facts=counts.facts, schedule=relax.schedule)

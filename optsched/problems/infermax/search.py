@@ -30,6 +30,7 @@ from numba.typed import Dict, List
 from ...bounds import request_work
 from ...deadline import seconds_left
 from ...instance import Instance
+from ...result import Status
 from .astar import EMPTY, GOAL, Run
 from .graph import Graph, Node, as_array, children, new_lists, node_estimate
 from .relax import UNBOUNDED, UNIT, RelaxationResult, schedule_from_point
@@ -206,7 +207,8 @@ def relaxation_search(
     work = math.fsum(request_work(instance))
     if not graph.searchable:  # the start (key 0) has every field 0, whatever their width
         root = node_estimate(np.int64(0), 0, *graph.args[1:], *graph.patterns, UNBOUNDED)
-        return RelaxationResult(work + root * UNIT, None, "UNKNOWN", time.process_time() - cpu)
+        return RelaxationResult(bound=work + root * UNIT, value=None, status=Status.UNKNOWN,
+                                cpu=time.process_time() - cpu)
     deadline = None if time_limit is None else t0 + time_limit
     graph.add_chosen_patterns(time_limit, t0)
     beam_end = None if time_limit is None else time.perf_counter() + BEAM_SHARE * seconds_left(deadline, 0.0)
@@ -215,7 +217,7 @@ def relaxation_search(
     status = run.until(deadline, max_nodes)
     cpu = time.process_time() - cpu
     if status == EMPTY and path is None:
-        return RelaxationResult(math.inf, None, "INFEASIBLE", cpu)
+        return RelaxationResult(bound=math.inf, value=None, status=Status.INFEASIBLE, cpu=cpu)
     if status == GOAL:
         upper, path = run.value, run.path()
     solved = status in (GOAL, EMPTY)  # no path below the best one: it is the shortest
@@ -224,7 +226,8 @@ def relaxation_search(
         upper, path = held  # the best path known to hold P and C: its schedule can replay
     value = None if path is None else work + upper * UNIT
     schedule = None if path is None else path_schedule(graph, instance, path)
-    return RelaxationResult(bound, value, "OPTIMAL" if solved else "UNKNOWN", cpu, schedule=schedule)
+    return RelaxationResult(bound=bound, value=value, status=Status.OPTIMAL if solved else Status.UNKNOWN, cpu=cpu,
+                            schedule=schedule)
 
 
 def path_schedule(graph: Graph, instance: Instance, path: list[Node]):
