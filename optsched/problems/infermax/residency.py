@@ -17,7 +17,7 @@ from ...instance import Instance
 from ...result import Status
 from ...schedule import replay
 from .relax import RelaxationResult, count_bound, relaxation_bound
-from .search import relaxation_search
+from .search import load_kernels, relaxation_search
 
 __all__ = ["SEARCH_SHARE", "candidate_rank", "residency_bound"]
 
@@ -47,8 +47,10 @@ def residency_bound(
     relaxation value).
 
     The relaxation's optimum dominates the count bound (every pair (B, p) of its optimal point
-    is allowed by every fact), so the counts run only when neither solves it.
+    is allowed by every fact), so the counts run only when neither solves it. The search's kernels
+    are loaded (:func:`.search.load_kernels`) before ``time_limit`` starts.
     """
+    load_kernels()  # start-up, before the clock
     t0 = time.perf_counter()
 
     def left(share: float) -> float | None:
