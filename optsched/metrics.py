@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -30,6 +30,7 @@ __all__ = [
     "Metrics",
     "RequestOutcome",
     "compute_metrics",
+    "tail_summaries",
     "tail_summary",
 ]
 
@@ -40,10 +41,11 @@ TIME_RTOL = 1e-9
 PERCENTILES = (50, 90, 95, 99)
 #: The per-request quantities summarised by percentiles (:class:`RequestOutcome` properties).
 TAIL_QUANTITIES = ("ttft", "tpot", "latency", "queue")
+#: The statistics of each quantity (key suffixes) and the percentiles that compute them (100: the max).
+_STATS = (*(f"p{p}" for p in PERCENTILES), "max")
+_QS = (*PERCENTILES, 100)
 #: Keys of the tail metrics in :class:`Metrics`: ``ttft_p50 ... ttft_max``, then ``tpot_``, ...
-TAIL_KEYS = tuple(
-    f"{q}_{s}" for q in TAIL_QUANTITIES for s in (*(f"p{p}" for p in PERCENTILES), "max")
-)
+TAIL_KEYS = tuple(f"{q}_{s}" for q in TAIL_QUANTITIES for s in _STATS)
 
 
 @dataclass(frozen=True)
@@ -152,12 +154,26 @@ class Metrics:
 
 def tail_summary(name: str, values: Sequence[float | None]) -> dict[str, float | None]:
     """``{name_p50, name_p90, name_p95, name_p99, name_max}`` over the defined (non-None) values."""
-    defined = np.array([v for v in values if v is not None], dtype=float)
-    keys = [f"{name}_p{p}" for p in PERCENTILES] + [f"{name}_max"]
-    if defined.size == 0:
-        return dict.fromkeys(keys)
-    stats = [float(v) for v in np.percentile(defined, PERCENTILES)] + [float(defined.max())]
-    return dict(zip(keys, stats))
+    return tail_summaries({name: values})
+
+
+def tail_summaries(columns: Mapping[str, Sequence[float | None]]) -> dict[str, float | None]:
+    """:func:`tail_summary` of each named quantity, in one :func:`numpy.percentile` call per count of
+    defined values (one call when every quantity is defined for the same requests).
+
+    The maximum is the 100th percentile (linear interpolation at the last order statistic is the
+    value itself); each row of the call is computed as a call on that row alone would compute it.
+    """
+    defined = {name: [v for v in values if v is not None] for name, values in columns.items()}
+    by_count: dict[int, list[str]] = {}
+    for name, vals in defined.items():
+        by_count.setdefault(len(vals), []).append(name)
+    stats: dict[str, list[float | None]] = {name: [None] * (len(PERCENTILES) + 1) for name in by_count.get(0, ())}
+    for count, names in by_count.items():
+        if count:
+            table = np.percentile(np.array([defined[name] for name in names], dtype=float), _QS, axis=1)
+            stats.update((name, table[:, k].tolist()) for k, name in enumerate(names))
+    return {f"{name}_{s}": v for name in columns for s, v in zip(_STATS, stats[name])}
 
 
 def compute_metrics(outcomes: Iterable[RequestOutcome], makespan: float, evictions: int, batches: int) -> Metrics:
@@ -171,9 +187,7 @@ def compute_metrics(outcomes: Iterable[RequestOutcome], makespan: float, evictio
     total_latency = math.fsum(latencies)  # type: ignore[arg-type]
     met = sum(o.meets_slo for o in outs)
     tokens = sum(o.request.output_tokens for o in outs)
-    tails: dict[str, float | None] = {}
-    for name, values in (("ttft", ttfts), ("tpot", tpots), ("latency", latencies), ("queue", [o.queue for o in outs])):
-        tails.update(tail_summary(name, values))
+    tails = tail_summaries({"ttft": ttfts, "tpot": tpots, "latency": latencies, "queue": [o.queue for o in outs]})
     return Metrics(
         makespan=makespan,
         mean_latency=total_latency / n,

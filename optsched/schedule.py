@@ -265,24 +265,6 @@ class _ReplayState:
             self.dropped += 1
 
 
-@dataclass(slots=True)
-class _BatchWork:
-    """What one batch processed: the cost model's arguments and the requests involved."""
-
-    n_tok: int
-    n_pre: int
-    s_pre: int
-    n_dec: int
-    kv_dec: int
-    x_pre: int
-    seen: set[int]
-    generated: list[int]
-
-    def features(self) -> tuple[int, int, int, int, int, int]:
-        """The cost model's arguments ``(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)`` (docs/costmodel.md)."""
-        return (self.n_tok, self.n_pre, self.s_pre, self.n_dec, self.kv_dec, self.x_pre)
-
-
 def _batch_start(st: _ReplayState, j: int, batch: Batch, prev_end: float) -> float:
     """Rule 1: the batch starts at max(previous end, its ``start``); an earlier ``start`` is flagged."""
     if batch.start is None:
@@ -317,102 +299,63 @@ def _apply_evictions(st: _ReplayState, j: int, batch: Batch, start: float, arriv
         st.total_evictions += 1
 
 
-def _process_items(st: _ReplayState, j: int, batch: Batch, start: float, arrival_limit: float) -> _BatchWork:
-    """Rule 3: each item is a prefill chunk ``1 <= c <= I - m`` or a decode step ``c = 1``.
+def _item_is_skipped(
+    st: _ReplayState, j: int, it: Item, i: int | None, seen: set[int], evict: tuple[str, ...], start: float,
+    arrival_limit: float,
+) -> bool:
+    """Rule 3's checks before an item's phase: flag each broken one; True when the item is skipped.
 
-    A broken rule skips the item (flagged), so that every violation is listed at once.
+    An item of a request not yet arrived is flagged but processed, so that every violation is
+    listed at once.
     """
-    m, prompt, index, arrival, finished = st.m, st.prompt, st.index, st.arrival, st.finished
-    first_scheduled, flag = st.first_scheduled, st.flag
-    n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = newly_holding = 0
-    seen: set[int] = set()
-    generated: list[int] = []
-    evicted_now = set(batch.evict)
-    for it in batch.items:
-        i = index.get(it.id)
-        if i is None:
-            flag(f"batch {j}: request {it.id!r}: unknown request")
-            continue
-        if i in seen:
-            flag(f"batch {j}: request {it.id!r}: more than one item in the batch")
-            continue
-        seen.add(i)
-        if it.id in evicted_now:
-            flag(f"batch {j}: request {it.id!r}: evicted and processed in the same batch")
-            continue
-        if finished[i]:
-            flag(f"batch {j}: request {it.id!r}: processed after it finished")
-            continue
-        if arrival[i] > arrival_limit:
-            flag(f"batch {j}: request {it.id!r}: processed before its arrival {arrival[i]!r} (batch starts {start!r})")
-        c = it.tokens
-        if c < 1:
-            flag(f"batch {j}: request {it.id!r}: tokens = {c} < 1")
-            continue
-        held = m[i]
-        if held < prompt[i]:  # prefill
-            room = prompt[i] - held
-            if c > room:
-                flag(f"batch {j}: request {it.id!r}: prefill chunk {c} exceeds the remaining prompt {room}")
-                continue
-            if held == 0:
-                newly_holding += 1
-            x_pre += c * held
-            n_pre += c
-            s_pre += c * c
-            if c == room:
-                generated.append(i)
-        else:  # decode
-            if c != 1:
-                flag(f"batch {j}: request {it.id!r}: decode item with tokens = {c} (must be 1)")
-                continue
-            kv_dec += held
-            n_dec += 1
-            generated.append(i)
-        m[i] = held + c
-        n_tok += c
-        if first_scheduled[i] is None:
-            first_scheduled[i] = start
-    st.running += newly_holding
-    st.kv_total += n_tok
-    return _BatchWork(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, seen, generated)
+    if i is None:
+        st.flag(f"batch {j}: request {it.id!r}: unknown request")
+        return True
+    if i in seen:
+        st.flag(f"batch {j}: request {it.id!r}: more than one item in the batch")
+        return True
+    seen.add(i)
+    if it.id in evict:
+        st.flag(f"batch {j}: request {it.id!r}: evicted and processed in the same batch")
+        return True
+    if st.finished[i]:
+        st.flag(f"batch {j}: request {it.id!r}: processed after it finished")
+        return True
+    if st.arrival[i] > arrival_limit:
+        st.flag(f"batch {j}: request {it.id!r}: processed before its arrival {st.arrival[i]!r}"
+                f" (batch starts {start!r})")
+    if it.tokens < 1:
+        st.flag(f"batch {j}: request {it.id!r}: tokens = {it.tokens} < 1")
+        return True
+    return False
 
 
-def _check_limits(st: _ReplayState, j: int, work: _BatchWork, instance: Instance) -> None:
-    """Rule 4: C, P, M and R_max after processing (finishing requests still hold their KV here)."""
+def _limit_caps(instance: Instance) -> tuple[int, int, float, float]:
+    """The limits ``(C, P, M, R_max)`` of rule 4 (an absent M or R_max is infinite)."""
     lim = instance.limits
-    cap_m = lim.kv_capacity if lim.kv_capacity is not None else math.inf
-    cap_r = lim.max_running if lim.max_running is not None else math.inf
-    if work.n_tok <= lim.token_budget and work.n_pre <= lim.prefill_budget and st.kv_total <= cap_m \
-            and st.running <= cap_r:
-        return
+    return (
+        lim.token_budget,
+        lim.prefill_budget,
+        lim.kv_capacity if lim.kv_capacity is not None else math.inf,
+        lim.max_running if lim.max_running is not None else math.inf,
+    )
+
+
+def _flag_limits(st: _ReplayState, j: int, n_tok: int, n_pre: int, seen: set[int], instance: Instance) -> None:
+    """Rule 4, when broken: flag each of C, P, M and R_max exceeded after processing."""
+    cap_c, cap_p, cap_m, cap_r = _limit_caps(instance)
     over = [
-        (work.n_tok > lim.token_budget, f"token budget exceeded: {work.n_tok} > C = {lim.token_budget}"),
-        (work.n_pre > lim.prefill_budget, f"prefill budget exceeded: {work.n_pre} > P = {lim.prefill_budget}"),
+        (n_tok > cap_c, f"token budget exceeded: {n_tok} > C = {cap_c}"),
+        (n_pre > cap_p, f"prefill budget exceeded: {n_pre} > P = {cap_p}"),
         (st.kv_total > cap_m, f"KV capacity exceeded: {st.kv_total} > M = {cap_m}"),
         (st.running > cap_r, f"max running exceeded: {st.running} > R_max = {cap_r}"),
     ]
     reqs = instance.requests
-    ids = ", ".join(repr(reqs[i].id) for i in sorted(work.seen)[:5])
-    who = f" (requests {ids}{'...' if len(work.seen) > 5 else ''})"
+    ids = ", ".join(repr(reqs[i].id) for i in sorted(seen)[:5])
+    who = f" (requests {ids}{'...' if len(seen) > 5 else ''})"
     for broken, what in over:
         if broken:
             st.flag(f"batch {j}: {what}{who}")
-
-
-def _generate_tokens(st: _ReplayState, generated: list[int], end: float) -> None:
-    """Rule 5: each generating request gains a token at the batch end; finished ones free their KV."""
-    gen, first_token, m = st.gen, st.first_token, st.m
-    for i in generated:
-        gen[i] += 1
-        if first_token[i] is None:
-            first_token[i] = end
-        if gen[i] == st.out_len[i]:
-            st.finished[i] = True
-            st.finish[i] = end
-            st.kv_total -= m[i]
-            st.running -= 1
-            m[i] = 0
 
 
 def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayResult:
@@ -433,27 +376,95 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
     """
     batches = schedule.batches if isinstance(schedule, Schedule) else tuple(schedule)
     st = _ReplayState.of(instance)
-    cost = instance.cost_model
     result = ReplayResult(False, st.violations, {}, [], [], [], [], [], [], None)
+    makespan = _run_batches(instance, st, batches, result)
+    return _conclude(instance, st, result, makespan, len(batches))
+
+
+def _run_batches(instance: Instance, st: _ReplayState, batches: Sequence[Batch], result: ReplayResult) -> float:
+    """Rules 1-6 over every batch, appending the per-batch trace to ``result``; returns the last end.
+
+    This loop runs once per engine iteration, so a legal batch costs no call but the cost model's:
+    the rules' checks are inline and only a broken rule (:func:`_item_is_skipped`,
+    :func:`_flag_limits`), an explicit start (:func:`_batch_start`) or an eviction
+    (:func:`_apply_evictions`) calls out. Rule 3 processes an item as a prefill chunk
+    ``1 <= c <= I - m`` (completing the prompt generates a token) or a decode step ``c = 1``.
+    """
+    cap_c, cap_p, cap_m, cap_r = _limit_caps(instance)
+    batch_time = instance.cost_model.batch_time
+    index, arrival, prompt, m, flag = st.index, st.arrival, st.prompt, st.m, st.flag
+    gen, out_len, finished, first_token, finish, first_scheduled = (st.gen, st.out_len, st.finished, st.first_token,
+                                                                    st.finish, st.first_scheduled)
+    kv_used, running, prefill_tokens = result.kv_used.append, result.running.append, result.prefill_tokens.append
+    decode_items, features_of, starts, ends = (result.decode_items.append, result.features.append,
+                                               result.starts.append, result.ends.append)
     prev_end = 0.0
     for j, batch in enumerate(batches):
-        start = _batch_start(st, j, batch, prev_end)
+        start = prev_end if batch.start is None else _batch_start(st, j, batch, prev_end)
         arrival_limit = start + TIME_RTOL * max(1.0, abs(start))
-        _apply_evictions(st, j, batch, start, arrival_limit)
-        work = _process_items(st, j, batch, start, arrival_limit)
-        _check_limits(st, j, work, instance)
-        features = work.features()
-        end = start + cost.batch_time(*features)
-        result.kv_used.append(st.kv_total)
-        result.running.append(st.running)
-        result.prefill_tokens.append(work.n_pre)
-        result.decode_items.append(work.n_dec)
-        result.features.append(features)
-        _generate_tokens(st, work.generated, end)
-        result.starts.append(start)
-        result.ends.append(end)
+        evict = batch.evict
+        if evict:
+            _apply_evictions(st, j, batch, start, arrival_limit)
+        n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = 0
+        seen: set[int] = set()
+        generated: list[int] = []
+        for it in batch.items:
+            i = index.get(it.id)
+            c = it.tokens
+            if (i is None or i in seen or finished[i] or arrival[i] > arrival_limit or c < 1
+                    or (evict and it.id in evict)):
+                if _item_is_skipped(st, j, it, i, seen, evict, start, arrival_limit):
+                    continue
+            else:
+                seen.add(i)
+            held = m[i]
+            if held < prompt[i]:  # prefill
+                room = prompt[i] - held
+                if c > room:
+                    flag(f"batch {j}: request {it.id!r}: prefill chunk {c} exceeds the remaining prompt {room}")
+                    continue
+                if held == 0:
+                    st.running += 1
+                x_pre += c * held
+                n_pre += c
+                s_pre += c * c
+                if c == room:
+                    generated.append(i)
+            else:  # decode
+                if c != 1:
+                    flag(f"batch {j}: request {it.id!r}: decode item with tokens = {c} (must be 1)")
+                    continue
+                kv_dec += held
+                n_dec += 1
+                generated.append(i)
+            m[i] = held + c
+            n_tok += c
+            if first_scheduled[i] is None:
+                first_scheduled[i] = start
+        st.kv_total += n_tok
+        if n_tok > cap_c or n_pre > cap_p or st.kv_total > cap_m or st.running > cap_r:  # rule 4
+            _flag_limits(st, j, n_tok, n_pre, seen, instance)
+        features = (n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)
+        end = start + batch_time(*features)  # rule 6
+        kv_used(st.kv_total)
+        running(st.running)
+        prefill_tokens(n_pre)
+        decode_items(n_dec)
+        features_of(features)
+        for i in generated:  # rule 5: a token at the batch end; finished requests free their KV
+            gen[i] += 1
+            if first_token[i] is None:
+                first_token[i] = end
+            if gen[i] == out_len[i]:
+                finished[i] = True
+                finish[i] = end
+                st.kv_total -= m[i]
+                st.running -= 1
+                m[i] = 0
+        starts(start)
+        ends(end)
         prev_end = end
-    return _conclude(instance, st, result, prev_end, len(batches))
+    return prev_end
 
 
 def _conclude(instance: Instance, st: _ReplayState, result: ReplayResult, makespan: float, batches: int) -> ReplayResult:
