@@ -533,3 +533,69 @@ def test_stopped_mip_worse_than_best_fit_gives_best_fit(monkeypatch):
     assert called and bf.workers < len(problem.new)  # the solver ran; its planted incumbent is worse
     assert r.workers == bf.workers and r.status in ("time_limit", "optimal")
     assert check_placement(compile_problem(problem), r.assignment, exempt=r.unplaceable) == []
+
+
+def _overflowing_heartbeat() -> PlacementProblem:
+    """aladdin-fig3's requests on one worker: best fit overflows, the exact model is infeasible."""
+    problem = replace(offline_problem(load_instance("aladdin-fig3")), max_workers=1)
+    assert best_fit(problem).unplaceable  # a fixed W too small: best fit's overflow rule (A12)
+    return problem
+
+
+@pytest.mark.parametrize("stop", ["solver", "build"])
+def test_solve_stopped_without_a_placement_places_every_request(monkeypatch, stop):
+    """A solve stopped before any placement was found (CP-SAT stopped with no solution, planted; or
+    the build stopped by a zero time limit) at a fixed W that best fit overflows: the answer is best
+    fit's placement with its overflows, status time_limit. It was no placement at all, reported
+    optimal (workers 0 <= bound), and the cluster simulator dropped those requests."""
+    import optsched.problems.aladdin.exact as exact
+
+    problem = _overflowing_heartbeat()
+    if stop == "solver":
+        monkeypatch.setattr(exact, "_solve_cpsat", lambda *args: ("time_limit", {}, None))
+    r = solve_placement(problem, "cpsat", time_limit=None if stop == "solver" else 0.0)
+    assert set(r.assignment) == {job.id for job in problem.new}
+    assert r.status == "time_limit"
+    assert set(best_fit(problem).unplaceable) <= set(r.unplaceable)
+    assert r.workers == 1
+
+
+def test_cluster_attainment_counts_every_request_when_exact_stops_early():
+    """Exact placement at a fixed W with a zero per-heartbeat limit (every solve stops before a
+    placement): every request is placed and judged, so attainment is a multiple of 1/n."""
+    rng = random.Random(11)
+    inst = _instance(_random_requests(rng, 30, arrival=True), ttft=0.5, atgt=0.06)
+    res = simulate_cluster(inst, "exact", 1, heartbeat=0.5, time_limit=0.0)
+    assert set(res.placement) == set(res.met) == {r.id for r in inst.requests}
+    assert res.overflows > 0  # the heartbeats did overflow one worker
+    assert res.attainment * 30 == pytest.approx(round(res.attainment * 30), abs=1e-9)
+
+
+def test_cluster_refuses_a_placement_that_leaves_a_request_out(monkeypatch):
+    import optsched.problems.aladdin.cluster as cluster
+
+    def drops_the_last(problem):
+        result = jsq(problem)
+        result.assignment.pop(problem.new[-1].id, None)
+        return result
+
+    monkeypatch.setattr(cluster, "jsq", drops_the_last)
+    rng = random.Random(11)
+    inst = _instance(_random_requests(rng, 6, arrival=True), ttft=0.5, atgt=0.06)
+    with pytest.raises(RuntimeError, match="left request"):
+        simulate_cluster(inst, "jsq", 2, heartbeat=0.5)
+
+
+def test_cluster_loads_the_solver_before_the_first_heartbeat(monkeypatch):
+    """CP-SAT's import takes seconds; inside the first heartbeat's 1-s limit it left the solver no
+    time (the GPU study's exact placement at W = 1 and 2 requests/s)."""
+    import optsched.problems.aladdin.cluster as cluster
+
+    calls = []
+    monkeypatch.setattr(cluster, "load_backend", lambda solver: calls.append(("load", solver)))
+    real = cluster.solve_placement
+    monkeypatch.setattr(cluster, "solve_placement", lambda *a, **k: calls.append(("solve", k["solver"])) or real(*a, **k))
+    rng = random.Random(11)
+    inst = _instance(_random_requests(rng, 6, arrival=True), ttft=0.5, atgt=0.06)
+    simulate_cluster(inst, "exact", None, heartbeat=0.5, solver="highs")
+    assert calls[0] == ("load", "highs") and ("solve", "highs") in calls[1:]

@@ -19,7 +19,9 @@ Results are judged by replay only: each worker's batches are replayed on the wor
 (``instance.with_requests``); TTFT (arrival to first token, so including the wait for the heartbeat
 and any queueing, docs/aladdin.md, A19) and ATGT (= TPOT of the contract) come from those replays, and SLO
 attainment is the share of requests meeting both (requests without their own SLO get the instance's
-top-level ``slo``). A worker schedule that does not replay cleanly raises.
+top-level ``slo``). A worker schedule that does not replay cleanly raises, and so does a placement
+that leaves a request out. With method ``exact``, the solver's library is loaded before the first
+heartbeat, so that each heartbeat's time limit is spent on its placement.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from ...instance import SLO, Instance, Limits, Request
 from ...policies.engine import Engine
 from ...result import Status
 from ...schedule import ReplayResult, Schedule, replay
-from .exact import solve_placement
+from .exact import load_backend, solve_placement
 from .heuristics import best_fit, jsq, power_of_two, rebalance, round_robin
 from .models import AladdinModel, model_from_instance
 from .placement import Job, PlacementProblem, PlacementResult, compile_problem
@@ -217,6 +219,8 @@ def simulate_cluster(
     if ttft_margin:
         model = model.with_knobs(ttft=model.ttft - ttft_margin)
     cluster = _Cluster(with_top_level_slo(instance), model, workers or 0, predictor)
+    if method == "exact":
+        load_backend(solver)
     rng = np.random.default_rng(seed)
     rr_pointer = 0
     for slot, arrivals in _heartbeat_slots(cluster.inst, heartbeat):
@@ -231,7 +235,7 @@ def simulate_cluster(
                        rng=rng, rr_start=rr_pointer, given=assignment)
         cluster.decision_times.append(time.perf_counter() - t0)
         rr_pointer += len(new)
-        cluster.deliver(result, now)
+        cluster.deliver(result, new, now)
     for eng in cluster.engines:
         eng.advance()
     return _judge(cluster.inst, method, cluster.engines, cluster.placement, cluster.peak, cluster.decision_times,
@@ -312,8 +316,14 @@ class _Cluster:
             jobs.append(Job(rid, prompt, planned[rid], st.generated, max(dec, 0.0)))
         return tuple(jobs), (l_err, b_err), keep
 
-    def deliver(self, result: PlacementResult, now: float) -> None:
-        """Hand the heartbeat's new requests to their workers (opening workers as needed)."""
+    def deliver(self, result: PlacementResult, new: tuple[Job, ...], now: float) -> None:
+        """Hand the heartbeat's new requests to their workers (opening workers as needed).
+
+        Raises ``RuntimeError`` when the placement leaves one out: attainment is over every request.
+        """
+        missing = [job.id for job in new if job.id not in result.assignment]
+        if missing:
+            raise RuntimeError(f"placement {result.method!r} left request(s) {', '.join(missing[:5])} unplaced")
         self.overflows += len(result.unplaceable)
         for rid, i in result.assignment.items():
             while i >= len(self.engines):

@@ -31,7 +31,7 @@ from .placement import (
     used_workers,
 )
 
-__all__ = ["EXACT_SOLVERS", "solve_placement"]
+__all__ = ["EXACT_SOLVERS", "load_backend", "solve_placement"]
 
 #: Backends of :func:`solve_placement` (the registry's table).
 EXACT_SOLVERS = BACKENDS["aladdin"]
@@ -218,7 +218,9 @@ def solve_placement(
         ``RuntimeError`` naming the licence).
     time_limit
         Seconds; on expiry the better of the best placement found and best fit's is returned with the
-        bound.
+        bound. Without a placement found, best fit's is returned even when ``max_workers`` makes it
+        overflow (its overflows are listed in ``unplaceable``, and the status stays ``time_limit``):
+        every new job is placed.
     threads
         Solver threads.
 
@@ -262,19 +264,31 @@ def solve_placement(
         return PlacementResult(assignment={}, workers=0, status=Status.INFEASIBLE, bound=None, method="exact",
                                solver=solver, unplaceable=alone_bad, wall_time=time.perf_counter() - t0)
     assignment = {core.new[j].id: i for j, i in assign.items()}
-    if status == Status.TIME_LIMIT and not warm.unplaceable and (
-        not assignment or used_workers(problem, warm.assignment) < used_workers(problem, assignment)
-    ):  # no incumbent, or a stopped solver's worse than best fit's (the MIP backends get no hint)
-        assignment = dict(warm.assignment)
+    overflows: list[str] = []
+    if status == Status.TIME_LIMIT and (not assignment or not warm.unplaceable and (
+        used_workers(problem, warm.assignment) < used_workers(problem, assignment)
+    )):  # no incumbent (best fit's placement, overflows included), or one worse than best fit's
+        assignment = dict(warm.assignment)  # (the MIP backends get no hint)
+        overflows = list(warm.unplaceable)
     for k, jid in enumerate(alone_bad):
         assignment[jid] = n_workers + k
     bound = max(float(lower), bound or 0.0) + len(alone_bad)
     bound = max(bound, float(max(knapsack_bounds(full).values())))
     workers = used_workers(problem, assignment)
-    if bound >= workers:
+    if bound >= workers and not overflows:
         status = Status.OPTIMAL
     return PlacementResult(assignment=assignment, workers=workers, status=status, bound=bound, method="exact",
-                           solver=solver, unplaceable=alone_bad, wall_time=time.perf_counter() - t0)
+                           solver=solver, unplaceable=alone_bad + overflows, wall_time=time.perf_counter() - t0)
+
+
+def load_backend(solver: str) -> None:
+    """Import ``solver``'s library now rather than inside the first timed solve.
+
+    CP-SAT's import (OR-Tools with pandas) takes 1-3 s of CPU, which a per-heartbeat time limit of
+    :func:`solve_placement` would otherwise spend before the first model is solved.
+    """
+    if solver == "cpsat":
+        import ortools.sat.python.cp_model  # noqa: F401
 
 
 def _fresh_lower_bound(cp: CompiledProblem, md: _Model, jobs: list[int]) -> int:
