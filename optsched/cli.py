@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from contextlib import nullcontext
 from types import ModuleType
 from typing import Sequence
@@ -39,6 +40,8 @@ from .commands import (
 )
 from .commands._common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, BadInput, stdout_reserved_for_json
 from .costmodel import CostModelError
+from .deadline import process_started
+from .interrupt import EXIT_INTERRUPTED, sigint_seen
 from .instance import InstanceError
 from .jsonio import OutputError
 from .options import OptionError
@@ -93,6 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: usage errors are bad input
         return EXIT_BAD_INPUT if exc.code not in (0, None) else EXIT_OK
+    # A command's --time-limit counts from the start of the program (interpreter and imports
+    # included), or from this call when main() is called in-process with explicit arguments.
+    args.started = process_started() if argv is None else time.perf_counter()
     guard = stdout_reserved_for_json() if getattr(args, "json", False) else nullcontext()
     try:
         with guard:
@@ -102,11 +108,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("optsched: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader closed stdout (e.g. `| head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - the contract maps anything else to exit 3
+        if sigint_seen():  # Ctrl-C inside a C extension's import surfaces as its ImportError
+            print("optsched: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
         print(f"optsched: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_INTERNAL
     return int(code or 0)

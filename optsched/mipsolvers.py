@@ -28,6 +28,7 @@ from typing import Any
 import pulp
 
 from .deadline import seconds_left
+from .interrupt import stoppable
 
 __all__ = ["HANDOVER_PER_BUILD", "MIP_BACKENDS", "HighsWithStart", "pulp_solver", "solve_model", "solver_deadline"]
 
@@ -47,21 +48,30 @@ def solver_deadline(deadline: float | None, build_seconds: float) -> float | Non
 
 
 class HighsWithStart(pulp.HiGHS):
-    """PuLP's HiGHS plus a MIP start: the variables' initial values, when every one is set.
+    """PuLP's HiGHS plus a MIP start (the variables' initial values, when ``warm_start`` and every
+    one is set) and a stop on a command's Ctrl-C (:mod:`optsched.interrupt`: HiGHS's own
+    ``cancelSolve``, then it returns its best solution so far).
 
     PuLP adds HiGHS columns in ``lp.variables()`` order, so the values are passed in that order.
     """
 
+    def __init__(self, *args: Any, warm_start: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.warm_start = warm_start
+
     def callSolver(self, lp: pulp.LpProblem) -> None:
         values = [var.varValue for var in lp.variables()]
-        if values and all(v is not None for v in values):
+        if self.warm_start and values and all(v is not None for v in values):
             import highspy
 
             start = highspy.HighsSolution()
             start.col_value = [float(v) for v in values]
             start.value_valid = True
             lp.solverModel.setSolution(start)
-        lp.solverModel.run()
+        with stoppable(lp.solverModel.cancelSolve) as active:
+            if active:  # HiGHS checks for the stop in its interrupt callbacks, only when asked to
+                lp.solverModel.HandleUserInterrupt = True
+            lp.solverModel.run()
 
 
 def pulp_solver(
@@ -105,8 +115,7 @@ def pulp_solver(
     """
     common: dict[str, Any] = {"msg": msg, "timeLimit": time_limit, "mip": mip, "gapRel": gap_rel}
     if backend == "highs":
-        highs = HighsWithStart if warm_start else pulp.HiGHS
-        return highs(**common, gapAbs=gap_abs, **options)
+        return HighsWithStart(**common, gapAbs=gap_abs, warm_start=warm_start, **options)
     if backend == "cbc":
         return pulp.PULP_CBC_CMD(**common, gapAbs=gap_abs, threads=threads, warmStart=warm_start,
                                  timeMode="elapsed", **options)

@@ -167,3 +167,21 @@ def test_exact_offload_bound_holds_in_true_times_and_never_loses_to_its_start():
         h = max_min_offload(times, loads)
         ex = exact_offload(times, loads, threads=1, start=h)
         assert ex.bound <= brute and ex.makespan <= h.makespan
+
+
+def test_a_stopped_mip_reports_its_batching_with_the_evaluated_time(monkeypatch):
+    """A MIP stopped at its limit with a batching: its own value over-estimates the batches' time
+    (a level indicator above a batch's longest request); that was exit 3 ('solver objective
+    disagrees'). The result is the batching, its evaluated time and status time_limit."""
+    from optsched.problems.scls import solve as scls_solve
+    from optsched.problems.scls.batching import dp_batches
+
+    inst = _round_instance(12, 1)
+    s = scls_solve.scls_settings(inst)
+    batches, best = dp_batches(s["lengths"], s["model"], s["slice_len"], s["rule"])
+    monkeypatch.setattr(scls_solve, "mip_batches", lambda *a, **k: (batches, best * 1.5, "feasible"))
+    res = solver_for("scls-batch")(inst, {"method": "mip", "time_limit": 1.0})
+    assert res.status == "time_limit" and res.objective == pytest.approx(best) and res.batches
+    monkeypatch.setattr(scls_solve, "mip_batches", lambda *a, **k: (batches, best * 0.5, "feasible"))
+    with pytest.raises(RuntimeError, match="below its batches' time"):  # a value below the truth is a bug
+        solver_for("scls-batch")(inst, {"method": "mip", "time_limit": 1.0})

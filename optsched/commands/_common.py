@@ -343,6 +343,20 @@ def check_requests_out(path: str | None) -> None:
         raise BadInput(f"--requests-out: {exc}") from None
 
 
+def time_left(args: argparse.Namespace, limit: float | None) -> float | None:
+    """What is left of a command's time limit ``limit`` (seconds from ``args.started``, the start
+    of the program: the interpreter's start-up and the imports count), at least
+    :data:`LEAST_TIME_LEFT`; None without a limit."""
+    if limit is None:
+        return None
+    return max(LEAST_TIME_LEFT, limit - (time.perf_counter() - getattr(args, "started", time.perf_counter())))
+
+
+#: The time a solver still gets when the start-up used the whole limit: enough to return the
+#: best schedule it has at once (a policy's), not a crash.
+LEAST_TIME_LEFT = 0.05
+
+
 def check_output_path(*paths: str | None) -> None:
     """Fail early, before any work, when an output file cannot be written
     (:func:`~optsched.jsonio.output_target`: an :class:`~optsched.jsonio.OutputError`, exit 2) or
@@ -378,5 +392,6 @@ __all__ = [
     "print_json",
     "progress",
     "stdout_reserved_for_json",
+    "time_left",
     "transforms_from_args",
 ]

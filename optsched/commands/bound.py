@@ -20,7 +20,7 @@ from ._common import (
     load_instance_arg,
     print_json,
 )
-from .solve import add_problem_options, check_solver_option, options_from_args, problem_options, resolve
+from .solve import add_problem_options, check_solver_option, options_from_args, problem_options, resolve, with_time_left
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,11 +40,11 @@ def handle(args: argparse.Namespace) -> int:
         instance = load_instance_arg(args)
         bounds = instance_bounds(instance)
     else:
-        bounder = resolve("bound", args.problem)
+        bounder = resolve("bound", args.problem, args.solver)
         check_solver_option(args.problem, args.solver)
         options = problem_options(args.problem, "bound", args)
         instance = load_instance_arg(args)
-        bounds = bounder(instance, options)
+        bounds = bounder(instance, with_time_left(options, args))
     rows = [b.to_dict() for b in bounds]
     if args.json:
         print_json({"instance": instance.name, "problem": args.problem, "bounds": rows})

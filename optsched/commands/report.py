@@ -15,6 +15,7 @@ import sys
 import time
 
 from ..policies import POLICIES
+from ..problems import SOLVERS
 from ..report import Progress, Report, build_report, report_table, report_to_dict
 from ..report.gather import SOLVE_MAX_REQUESTS
 from ..result import OBJECTIVES
@@ -28,7 +29,9 @@ from ._common import (
     load_instance_arg,
     positive_float,
     print_json,
+    time_left,
 )
+from .solve import resolve
 
 #: Seconds of the time limit kept for drawing the HTML page, per request (at least 5 s, at most 30 s).
 HTML_RESERVE_PER_REQUEST = 0.02
@@ -66,7 +69,7 @@ def _write_best_requests(report: Report, path: str, progress: Progress) -> None:
 
 
 def handler(args: argparse.Namespace) -> int:
-    t0 = time.perf_counter()
+    t0 = getattr(args, "started", time.perf_counter())  # the limit counts from the program's start
     policies = None
     if args.policies:
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -76,15 +79,16 @@ def handler(args: argparse.Namespace) -> int:
     check_requests_out(args.requests_out)
     check_output_path(args.html, args.requests_out)
     instance = load_instance_arg(args)
+    if args.problem in SOLVERS and len(instance.requests) <= args.solve_max_requests:
+        resolve("solve", args.problem)  # its modules now: the time limit counts them
     reserve = 0.0
     if args.html:
         reserve = min(30.0, max(5.0, HTML_RESERVE_PER_REQUEST * len(instance.requests)), args.time_limit / 3)
     progress = Progress(not args.quiet)
-    elapsed = time.perf_counter() - t0
     report = build_report(
         instance,
         objective=args.objective,
-        time_limit=args.time_limit - elapsed,
+        time_limit=time_left(args, args.time_limit),
         policies=policies,
         solve_problem=args.problem,
         solve_max_requests=args.solve_max_requests,

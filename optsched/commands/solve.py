@@ -17,11 +17,14 @@ internal error (including status ``error``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+from importlib import import_module
 from typing import Any
 
 from .. import problems
+from ..interrupt import interruptible
 from ..options import OptionError
 from ..request_table import write_request_table
 from ..result import SolveResult, Status
@@ -42,6 +45,7 @@ from ._common import (
     positive_float,
     positive_int,
     print_json,
+    time_left,
 )
 
 
@@ -106,12 +110,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=handle)
 
 
-def resolve(kind: str, name: str) -> Any:
-    """``problems.solver_for`` / ``bounder_for``, an unknown name being bad input."""
+#: The library each ``--solver`` loads (CP-SAT's import takes about a second: it loads pandas).
+BACKEND_MODULES = {"cpsat": "ortools.sat.python.cp_model", "highs": "pulp", "cbc": "pulp", "gurobi": "pulp"}
+
+
+def resolve(kind: str, name: str, solver: str | None = None) -> Any:
+    """``problems.solver_for`` / ``bounder_for``, an unknown name being bad input. The modules the
+    formulation declares it needs (``SOLVE_MODULES``: compiled kernels, its solver libraries) and
+    the ``solver``'s library are imported here, before the formulation's clock starts, so that
+    the command's time limit (which counts from the program's start) covers them."""
     try:
-        return problems.solver_for(name) if kind == "solve" else problems.bounder_for(name)
+        found = problems.solver_for(name) if kind == "solve" else problems.bounder_for(name)
     except KeyError as exc:
         raise BadInput(f"--problem: {exc.args[0]}") from None
+    modules = [*getattr(sys.modules.get(found.__module__), "SOLVE_MODULES", ()), BACKEND_MODULES.get(solver or "")]
+    for module in filter(None, modules):
+        import_module(module)
+    return found
+
+
+def with_time_left(options: Any, args: argparse.Namespace) -> Any:
+    """``options`` (a dict or an options dataclass) with its ``time_limit`` replaced by what is left
+    of it since the program's start (:func:`~._common.time_left`)."""
+    limit = options.get("time_limit") if isinstance(options, dict) else getattr(options, "time_limit", None)
+    if limit is None:
+        return options
+    left = time_left(args, limit)
+    return {**options, "time_limit": left} if isinstance(options, dict) else dataclasses.replace(options, time_limit=left)
 
 
 def check_solver_option(problem: str, solver: str | None) -> None:
@@ -146,14 +171,18 @@ def check_schedule_outputs(problem: str, args: argparse.Namespace) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    solve = resolve("solve", args.problem)
+    solve = resolve("solve", args.problem, args.solver)
     check_solver_option(args.problem, args.solver)
     options = problem_options(args.problem, "solve", args)
     check_schedule_outputs(args.problem, args)
     check_requests_out(args.requests_out)
     check_output_path(args.out, args.requests_out)
     instance = load_instance_arg(args)
-    result: SolveResult = solve(instance, options)
+    options = with_time_left(options, args)
+    with interruptible() as ctrl_c:  # Ctrl-C: the best schedule and bound so far, as at the time limit
+        result: SolveResult = solve(instance, options)
+    if ctrl_c.happened:
+        print("optsched: interrupted: reporting the best schedule and bound found so far", file=sys.stderr)
     if result.schedule is not None:
         replayed = result.replay if result.replay is not None else replay(instance, result.schedule)
         if not replayed.feasible:
@@ -168,6 +197,8 @@ def handle(args: argparse.Namespace) -> int:
         print(f"optsched: note: no schedule returned ({result.status}): {args.requests_out} not written", file=sys.stderr)
     out = result.to_dict(args.out if result.schedule is not None else None)
     out["instance"] = instance.name
+    if ctrl_c.happened:
+        out["interrupted"] = True
     if args.json:
         print_json(out)
     else:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ...interrupt import run_cpsat
 from .. import BACKENDS
 from ...deadline import DeadlinePassed, check, passed, seconds_left
 from ...mipsolvers import pulp_solver, solver_deadline
@@ -131,7 +132,7 @@ def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, deadline: flo
     if deadline is not None:
         solver.parameters.max_time_in_seconds = seconds_left(deadline)
     solver.parameters.num_workers = threads or 1
-    st = solver.Solve(mdl)
+    st = run_cpsat(solver, mdl)
     if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         assign = {j: i for (i, j), var in x.items() if solver.Value(var)}
         status = Status.OPTIMAL if st == cp_model.OPTIMAL else Status.TIME_LIMIT

@@ -18,6 +18,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from ...interrupt import run_cpsat
 from ...deadline import seconds_left
 from ...result import Status
 from .slots import SlotData, SubResult
@@ -119,7 +120,7 @@ class CpsatBackend:
         if deadline is not None:
             solver.parameters.max_time_in_seconds = seconds_left(deadline)
         start = time.perf_counter()
-        code = solver.Solve(m)
+        code = run_cpsat(solver, m)
         wall = time.perf_counter() - start
         if code == cp_model.INFEASIBLE:
             return SubResult(status=Status.INFEASIBLE, wall=wall)

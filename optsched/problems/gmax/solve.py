@@ -23,6 +23,10 @@ from .problem import GmaxProblem, evaluate_g, g_value
 from .sa import SAParams, simulated_annealing
 from .slots import SlotData
 
+#: Imported by the command line before a solve's clock starts (its time limit counts them): the
+#: exact methods' default slot backend (PuLP, HiGHS).
+SOLVE_MODULES = ("optsched.problems.gmax.milp",)
+
 __all__ = ["GmaxBoundOptions", "GmaxOptions", "bounds", "solve"]
 
 #: The annealing's options: the fields of :class:`.sa.SAParams`.

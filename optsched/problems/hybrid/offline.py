@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ...interrupt import run_cpsat
 from ...deadline import passed, seconds_left
 from ...instance import Instance
 from ...mipsolvers import pulp_solver, solver_deadline
@@ -280,7 +281,7 @@ def lns(
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.01, min(0.2, deadline - time.perf_counter()))
         solver.parameters.num_workers = 1
-        if solver.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if run_cpsat(solver, model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             continue
         for i in jobs:
             k = next(k for k in range(len(group)) if solver.BooleanValue(x[i, k]))
@@ -325,7 +326,7 @@ def cpsat_pcmax(
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = seconds_left(deadline)
     solver.parameters.num_workers = threads or 2
-    code = solver.Solve(model)
+    code = run_cpsat(solver, model)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         bound = max(lower, int(math.ceil(solver.BestObjectiveBound() - 1e-9))) if code != cp_model.UNKNOWN else lower
         return Assignment(client=stopped.client, makespan=-1, bound=bound, status=Status.TIME_LIMIT, method="cpsat")

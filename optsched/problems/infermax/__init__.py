@@ -400,7 +400,7 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
     makespan with a KV capacity, the residency bound of :mod:`.relax` over the proven horizon of the
     best candidate schedule (the serial one and every policy), raised by the bound of :mod:`.chunks`
     when it applies (the relaxation solved within one prefill bias of the best schedule known),
-    within ``time_limit`` (default :data:`RELAX_BOUND_TIME` s). For the makespan with a KV
+    within ``time_limit`` (default :data:`RELAX_BOUND_TIME` s, the candidates included). For the makespan with a KV
     capacity the KV-time bound of :mod:`.kvtime` is always added, and ``method='trajectory'`` adds
     the trajectory bound of :mod:`.colgen` within ``time_limit`` (default the same).
     """
@@ -424,12 +424,12 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
     from .residency import residency_bound
 
     opts = bound_opts.solve_options()
-    best = initial_candidates(instance, opts, None).best
+    limit = opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
+    deadline = time.perf_counter() + limit  # the candidates (the horizon's schedule) count too
+    best = initial_candidates(instance, opts, deadline).best
     value = best.value
     data = build_data(instance, opts, value, value, _nonempty(best.schedule))
-    limit = opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
-    deadline = time.perf_counter() + limit
-    res = residency_bound(instance, data.J, limit, opts.threads)
+    res = residency_bound(instance, data.J, seconds_left(deadline), opts.threads)
     if res.schedule is not None and (point := replay(instance, res.schedule)).feasible:
         value = min(value, point.metrics.makespan)
     res, paths, _ = _with_chunk_bound(instance, res, value, seconds_left(deadline, 0.0))

@@ -79,6 +79,7 @@ from numba import njit, types
 from numba.typed import Dict, List
 from ortools.sat.python import cp_model
 
+from ...interrupt import run_cpsat
 from ...bounds import request_work
 from ...deadline import passed, seconds_left
 from ...instance import Instance
@@ -376,7 +377,7 @@ def _solve(model: cp_model.CpModel, time_limit: float | None) -> tuple[cp_model.
     solver.parameters.num_workers = 1
     if time_limit is not None:
         solver.parameters.max_time_in_seconds = max(time_limit, 0.01)
-    return solver, solver.Solve(model)
+    return solver, run_cpsat(solver, model)
 
 
 def least_chunk_squares(instance: Instance, path: list[Node], time_limit: float | None = None) -> int | None:

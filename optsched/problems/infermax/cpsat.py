@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from ortools.sat.python import cp_model
 
+from ...interrupt import run_cpsat
 from ...deadline import BuildStopped, check, seconds_left
 from ...result import Status
 from .data import ModelData, check_size, integer_scaling, request_batch_grid
@@ -339,7 +340,7 @@ def solve_cpsat(
     if opts.log:  # keep stdout for the CLI's JSON
         solver.parameters.log_to_stdout = False
         solver.log_callback = lambda line: print(line, file=sys.stderr)
-    code = solver.Solve(b.m)
+    code = run_cpsat(solver, b.m)
     name = solver.StatusName(code)
     info = {
         "cpsat_status": name,

@@ -84,6 +84,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from ...interrupt import run_cpsat
 from ...bounds import batch_counts, request_work
 from ...deadline import DeadlinePassed, check, seconds_left
 from ...instance import Instance
@@ -273,7 +274,7 @@ def relaxation_bound(
         return RelaxationResult(bound=math.fsum(request_work(instance)), value=None, status=Status.TIME_LIMIT,
                                 cpu=time.process_time() - cpu)
     solver = _solver(seconds_left(deadline), threads, log)
-    code = solver.Solve(relax.m)
+    code = run_cpsat(solver, relax.m)
     if code == cp_model.INFEASIBLE:
         return RelaxationResult(bound=math.inf, value=None, status=Status.INFEASIBLE, cpu=time.process_time() - cpu)
     if code == cp_model.MODEL_INVALID:
@@ -426,7 +427,7 @@ def count_bound(
             relax = count_check(instance, J, p, B, known, deadline=deadline)
         except DeadlinePassed:  # not built in time: undecided
             return False
-        return _solver(seconds_left(deadline), 1, False).Solve(relax.m) == cp_model.INFEASIBLE
+        return run_cpsat(_solver(seconds_left(deadline), 1, False), relax.m) == cp_model.INFEASIBLE
 
     def need(p: int, known: list[tuple[int, int]]) -> int:
         """Least B a schedule with p prefill batches can have, given the facts ``known``."""

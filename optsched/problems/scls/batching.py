@@ -40,7 +40,7 @@ from typing import Sequence
 import pulp
 
 from ...deadline import passed, seconds_left
-from ...mipsolvers import pulp_solver, solve_model
+from ...mipsolvers import pulp_solver, solve_model, solver_deadline
 from ...result import Status
 from ..static_latency import StaticLatencyModel
 
@@ -155,7 +155,8 @@ def mip_batches(
     passes first, or the solver finds no batching within it, the result is ``(None, None,
     "time_limit")``.
     """
-    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    start = time.perf_counter()
+    deadline = None if time_limit is None else start + time_limit
     n = len(lengths)
     a_s, b_s, c_s, e_s = model.slice_coefficients(slice_len)
     levels = sorted(set(lengths))
@@ -187,9 +188,12 @@ def mip_batches(
             prob += w[k, v] <= n_bar * z[k, v]
             prob += w[k, v] <= size[k]
             prob += w[k, v] >= size[k] - n_bar * (1 - z[k, v])
+    solve_by = solver_deadline(deadline, time.perf_counter() - start)  # PuLP's hand-over of the model
+    if passed(solve_by):
+        return None, None, Status.TIME_LIMIT
     # every request alone in its own slot is a solution: "infeasible" is a solver fault
-    solve_model(prob, pulp_solver(solver, time_limit=seconds_left(deadline), gap_rel=0.0), known_feasible=True,
-                deadline=deadline)
+    solve_model(prob, pulp_solver(solver, time_limit=seconds_left(solve_by), gap_rel=0.0), known_feasible=True,
+                deadline=solve_by)
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         if deadline is not None and prob.sol_status == pulp.LpSolutionNoSolutionFound:
             return None, None, Status.TIME_LIMIT

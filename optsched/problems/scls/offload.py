@@ -22,6 +22,7 @@ from typing import Sequence
 
 from ortools.sat.python import cp_model
 
+from ...interrupt import run_cpsat
 from ...result import Status
 
 __all__ = ["Offload", "adaptive_interval", "exact_offload", "max_min_offload"]
@@ -91,7 +92,7 @@ def exact_offload(
     solver.parameters.num_workers = threads
     if time_limit is not None:
         solver.parameters.max_time_in_seconds = time_limit
-    code = solver.Solve(m)
+    code = run_cpsat(solver, m)
     bound = max(max(initial), (solver.BestObjectiveBound() - (len(tick) + 1) / 2) * RESOLUTION)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if start is None or code != cp_model.UNKNOWN:

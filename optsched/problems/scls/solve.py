@@ -7,8 +7,10 @@ and ``"scls"``: ``{"slice_length": S (128), "memory": {"kind": "none" | "fixed" 
 ``"generated"`` tokens from earlier slices (docs/scls.md, G1).
 
 Options: :class:`SclsOptions`.
-A MIP that finds no batching in time gives status ``time_limit`` without batches. The objective is the total estimated serving time
-in seconds (minimised), recomputed by :func:`~.batching.total_serve_time` from the returned batches;
+A MIP that finds no batching in time gives status ``time_limit`` without batches; one stopped with a
+batching gives status ``time_limit`` and that batching. The objective is the total estimated serving time
+in seconds (minimised), recomputed by :func:`~.batching.total_serve_time` from the returned batches
+(a stopped MIP's own value only bounds it from above: its level indicators may overshoot a batch's longest request);
 ``extra`` holds the ``batches`` (request ids), their times, the max-min offloading and the exact
 makespan with the heuristic's gap, and the next interval of Eq. 12.
 """
@@ -133,7 +135,12 @@ def solve(instance: Instance, options: Mapping[str, Any] | SclsOptions | None = 
                            message="the MIP found no batching within the time limit "
                                    "(method 'dp' solves the batching exactly in milliseconds)")
     total = total_serve_time(s["lengths"], batches, s["model"], s["slice_len"], s["rule"])
-    check_agreement(own, total, "scls-batch")
+    if status == Status.OPTIMAL:
+        check_agreement(own, total, "scls-batch")
+    elif total > own * (1 + 1e-9) + 1e-9:  # a stopped MIP's value bounds its batches' time from above
+        raise RuntimeError(f"scls-batch: the MIP's value {own!r} is below its batches' time {total!r}")
+    if status == Status.FEASIBLE and opts.time_limit is not None:
+        status = Status.TIME_LIMIT
     times = [s["model"].serve_time(len(b), max(s["lengths"][i] for i in b), s["slice_len"]) for b in batches]
     heuristic = max_min_offload(times, s["loads"])
     left = 10.0 if opts.time_limit is None else seconds_left(start + opts.time_limit)

@@ -1,0 +1,32 @@
+"""The ``optsched`` program (the console script and ``python -m optsched``).
+
+The command line is imported here, inside the handling of Ctrl-C: importing the solvers takes a
+second or more, and an interrupt then ends the program with one line and exit code 130, not a
+traceback (also when a C extension's import turned the ``KeyboardInterrupt`` into an ``ImportError``:
+:func:`optsched.interrupt.sigint_seen`). (The package's ``__init__`` loads nothing until a name is used, so the import starts
+here.)
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["main"]
+
+
+def main() -> int:
+    """Run the command line on ``sys.argv``; returns the exit code."""
+    from .interrupt import EXIT_INTERRUPTED, raise_on_sigint, sigint_seen
+
+    raise_on_sigint()
+    try:
+        from .cli import main as cli_main
+
+        return cli_main()
+    except KeyboardInterrupt:
+        pass
+    except Exception:
+        if not sigint_seen():  # an ImportError of our own, say: a bug, with its traceback
+            raise
+    print("optsched: interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED

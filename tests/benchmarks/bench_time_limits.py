@@ -1,0 +1,112 @@
+"""Benchmark: ``--time-limit`` bounds the whole command (goal: wall time <= limit + 1 s).
+
+Run on demand (not collected by pytest), on an idle machine with a warm cache (the numba kernels
+compiled and cached once before; the script runs every case once untimed first unless ``--cold``):
+
+    python tests/benchmarks/bench_time_limits.py [--limit 5] [--repeat 3] [--cases infermax,report]
+
+Every case runs the real command line in a fresh process (``python -m optsched ...``, start-up
+included) and records the wall time from the process start to its exit, the status it reports and
+``wall - limit``. The cases cover every problem of ``optsched.problems.SOLVERS`` on a shipped
+instance each accepts (with the method that works longest); gmax and scls-batch need the
+static-batching fields no large shipped instance has, so they run on ``gsm8k-like``'s first 40
+requests with those fields added (written to a temporary folder); then ``bound --method relax``
+and ``report``; ``start-up`` is ``optsched --help``.
+Prints one row per case and the machine's load average before and after, and exits 1 when a case
+overran ``limit + slack``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def static_instance(folder: Path, n: int = 40) -> Path:
+    """``gsm8k-like``'s first ``n`` requests with the static-batching fields (docs/gmax.md,
+    docs/scls.md): a latency profile, a batch-size cap, an e2e SLO each, an SCLS memory rule."""
+    data = json.loads((REPO / "instances" / "gsm8k-like.json").read_text())
+    data.update(name=f"gsm8k-like-static-{n}", max_batch_size=4, static_latency="qwen2.5-7b-2xv100",
+                scls={"memory": {"kind": "fixed", "max_batch_size": 8}})
+    data["requests"] = [{**r, "task": "e2e", "slo": {"e2e": 5.0 + 0.25 * k}} for k, r in enumerate(data["requests"][:n])]
+    path = folder / f"{data['name']}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+#: (name, command line after ``optsched``); ``{L}`` is the time limit.
+CASES: list[tuple[str, list[str]]] = [
+    ("start-up", ["--help"]),
+    ("infermax", ["solve", "infermax-i1024-o32-n64", "--problem", "infermax", "--time-limit", "{L}"]),
+    ("infermax-online", ["solve", "poisson-mixed-100", "--problem", "infermax", "--time-limit", "{L}"]),
+    ("infermax-mip", ["solve", "infermax-lilo-silo-64", "--problem", "infermax", "--solver", "highs", "--time-limit", "{L}"]),
+    ("hybrid", ["solve", "splitwise-conv-100", "--problem", "hybrid", "--max-running", "8", "--time-limit", "{L}"]),
+    ("hybrid-offline", ["solve", "gsm8k-like", "--problem", "hybrid-offline", "--method", "mip", "--time-limit", "{L}"]),
+    ("aladdin", ["solve", "aladdin-fig3", "--problem", "aladdin", "--time-limit", "{L}"]),
+    ("gmax", ["solve", "{STATIC40}", "--problem", "gmax", "--time-limit", "{L}"]),
+    ("gmax-cpsat", ["solve", "{STATIC40}", "--problem", "gmax", "--solver", "cpsat", "--time-limit", "{L}"]),
+    ("scls-batch", ["solve", "{STATIC40}", "--problem", "scls-batch", "--method", "mip", "--time-limit", "{L}"]),
+    ("bound-relax", ["bound", "infermax-i64-o1024-n32-m10k", "--problem", "infermax", "--method", "relax",
+                     "--time-limit", "{L}"]),
+    ("report", ["report", "infermax-i1024-o32-n64", "--time-limit", "{L}", "--quiet"]),
+    ("report-trace", ["report", "splitwise-conv-100", "--time-limit", "{L}", "--quiet"]),
+]
+
+
+def run_case(argv: list[str]) -> tuple[float, int, str]:
+    """Wall seconds from the process start to its exit, the exit code and the reported status."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "optsched", *argv, *(["--json"] if argv[0] != "--help" else [])],
+                          capture_output=True, text=True, cwd=REPO)
+    wall = time.perf_counter() - start
+    status = "-"
+    if proc.stdout.strip().startswith("{"):
+        out = json.loads(proc.stdout)
+        status = str(out.get("status") or (out.get("solver") or {}).get("status") or ("partial" if out.get("partial") else "ok"))
+    elif proc.returncode not in (0, 1):
+        status = proc.stderr.strip().splitlines()[-1][:80] if proc.stderr.strip() else f"exit {proc.returncode}"
+    return wall, proc.returncode, status
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--limit", type=float, default=5.0, help="--time-limit of every case (seconds)")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per case; the largest wall is reported")
+    ap.add_argument("--slack", type=float, default=1.0, help="allowed overrun (seconds)")
+    ap.add_argument("--cases", help="comma-separated case names (default: all)")
+    ap.add_argument("--cold", action="store_true", help="no untimed warm-up run per case")
+    args = ap.parse_args()
+    chosen = [c for c in CASES if args.cases is None or c[0] in args.cases.split(",")]
+    folder = Path(tempfile.mkdtemp(prefix="bench-time-limits-"))
+    static = str(static_instance(folder))
+    print(f"load average before: {os.getloadavg()}; python {sys.version.split()[0]}; {os.cpu_count()} CPUs")
+    print(f"{'case':<16} {'limit':>6} {'wall max':>9} {'over':>7} {'exit':>4}  status")
+    bad = 0
+    for name, template in chosen:
+        argv = [a.replace("{L}", f"{args.limit:g}").replace("{STATIC40}", static) for a in template]
+        if not args.cold:
+            run_case(argv)
+        walls, code, status = [], 0, "-"
+        for _ in range(args.repeat):
+            wall, code, status = run_case(argv)
+            walls.append(wall)
+        limited = "--time-limit" in argv  # start-up is reported, not judged
+        limit = args.limit if limited else 0.0
+        over = max(walls) - limit
+        bad += (limited and over > args.slack) or code not in (0, 1)
+        print(f"{name:<16} {limit:6.1f} {max(walls):9.2f} {over:+7.2f} {code:4d}  {status}"
+              f"  (walls {', '.join(f'{w:.2f}' for w in walls)})", flush=True)
+    print(f"load average after: {os.getloadavg()}")
+    print(f"{bad} case(s) beyond limit + {args.slack:g} s" if bad else f"every case within limit + {args.slack:g} s")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""Ctrl-C (optsched.interrupt, optsched.launch; docs/cli.md): ``solve`` interrupted reports the best
+schedule and bound so far (its one JSON object under --json); a second Ctrl-C aborts with exit 130;
+an interrupt during start-up ends with one line and exit 130, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from optsched import deadline, interrupt, launch
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="POSIX signals")
+
+
+def gmax_instance(path: Path, n: int = 40) -> Path:
+    """A static-batching instance whose CP-SAT G-maximisation runs to any time limit of a minute."""
+    rng = random.Random(0)
+    reqs = [{"id": f"r{i}", "prompt_tokens": rng.randint(16, 512), "output_tokens": rng.randint(8, 256),
+             "task": "e2e", "slo": {"e2e": round(rng.uniform(2, 20), 3)}} for i in range(n)]
+    path.write_text(json.dumps({"name": "gmax40", "cost_model": "llama2-7b-a100", "max_batch_size": 4,
+                                "static_latency": "qwen2.5-7b-2xv100", "requests": reqs}))
+    return path
+
+
+def start(*argv: str) -> subprocess.Popen:
+    """``python -m optsched ARGV`` with SIGINT at its default (a test runner may ignore it)."""
+    return subprocess.Popen([sys.executable, "-m", "optsched", *argv], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def wait_for_solver(proc: subprocess.Popen) -> list[str]:
+    """Read stderr until CP-SAT's log (``--log``) shows the search running; the lines read."""
+    lines = []
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("#") or "Starting CP-SAT" in line:
+            return lines
+    raise AssertionError("the solver never started: " + "".join(lines[-5:]))
+
+
+def test_ctrl_c_mid_solve_reports_the_best_schedule_and_bound(tmp_path: Path) -> None:
+    proc = start("solve", str(gmax_instance(tmp_path / "g.json")), "--problem", "gmax", "--solver", "cpsat",
+                 "--time-limit", "300", "--json", "--log")
+    wait_for_solver(proc)
+    time.sleep(1.0)
+    sent = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    after = time.perf_counter() - sent
+    assert proc.returncode == 0, err[-2000:]
+    result = json.loads(out)  # the one JSON object
+    assert result["interrupted"] is True and result["status"] in ("time_limit", "feasible")
+    assert result["batches"] and result["objective"] is not None and result["bound"] >= result["objective"]
+    assert "optsched: interrupted: reporting the best schedule" in err and "Traceback" not in err
+    assert after < 60, after  # CP-SAT stopped at once, not at its 300 s limit
+
+
+def test_a_second_ctrl_c_aborts(tmp_path: Path) -> None:
+    proc = start("solve", str(gmax_instance(tmp_path / "g.json")), "--problem", "gmax", "--solver", "cpsat",
+                 "--time-limit", "300", "--json", "--log")
+    wait_for_solver(proc)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err
+    if proc.returncode == 130:  # the second signal came before the solve returned
+        assert out == "" and err.rstrip().splitlines()[-1] == "optsched: interrupted"
+    else:  # the first one had already ended the solve: its result
+        assert proc.returncode == 0 and json.loads(out)["interrupted"] is True
+
+
+@pytest.fixture(scope="module")
+def interpreter_start() -> float:
+    """Seconds the interpreter takes to reach optsched's first line (twice the time of one that
+    does nothing else): before that, Ctrl-C is Python's own (its site import prints a traceback)."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import optsched.launch"], cwd=REPO, check=True)
+    return 2 * (time.perf_counter() - t0)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.2, 0.5, 1.0, 2.0])
+def test_ctrl_c_during_start_up_prints_no_traceback(tmp_path: Path, interpreter_start: float, delay: float) -> None:
+    """Wherever the signal lands after the interpreter's own start (imports, the instance, the
+    solve): never a traceback; exit 130 with one line, or the interrupted solve's result."""
+    proc = start("solve", str(gmax_instance(tmp_path / "g.json")), "--problem", "gmax", "--solver", "cpsat",
+                 "--time-limit", "300", "--json")
+    time.sleep(interpreter_start + delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err and "internal error" not in err, err[-2000:]
+    if proc.returncode == 130:
+        assert err == "optsched: interrupted\n" and out == ""
+    elif proc.returncode == -signal.SIGINT:  # the interpreter's own start, or its exit: killed by the signal
+        assert out == "" and err in ("", "optsched: interrupted\n")
+    else:
+        assert proc.returncode == 0 and json.loads(out)["interrupted"] is True
+
+
+def test_an_import_error_from_an_interrupt_is_the_interrupt(monkeypatch, capsys) -> None:
+    """numpy turns a KeyboardInterrupt inside its C extension's import into an ImportError."""
+    import optsched.cli
+
+    def broken_import(after_sigint: bool):
+        def main() -> int:
+            monkeypatch.setattr(interrupt, "_seen", after_sigint)
+            raise ImportError("PyCapsule_Import could not import module 'datetime'")
+        return main
+
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # keep the test runner's handler
+    monkeypatch.setattr(optsched.cli, "main", broken_import(True))
+    assert launch.main() == interrupt.EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "optsched: interrupted\n"
+    monkeypatch.setattr(optsched.cli, "main", broken_import(False))
+    with pytest.raises(ImportError):  # without an interrupt it is a bug, with its traceback
+        launch.main()
+
+
+def test_interruptible_passes_every_deadline_and_stops_the_solvers() -> None:
+    stopped = []
+    far = time.perf_counter() + 3600
+    before = signal.getsignal(signal.SIGINT)
+    with interrupt.interruptible() as ctrl_c:
+        with interrupt.stoppable(lambda: stopped.append(True)):
+            assert not deadline.passed(far) and deadline.seconds_left(far) > 3000
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(200):  # the watcher thread or the handler
+                if stopped:
+                    break
+                time.sleep(0.01)
+            assert stopped == [True] and interrupt.requested()
+            assert deadline.passed(far) and deadline.seconds_left(far) == 0.01
+            assert not deadline.passed(None)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert ctrl_c.happened and not interrupt.requested() and not deadline.passed(far)
