@@ -95,6 +95,14 @@ def test_cli_json_and_table(fcfs: str, capsys: pytest.CaptureFixture[str]) -> No
     assert "generic bounds" in captured.err  # progress on stderr
 
 
+def test_cli_default_options_run_the_solver(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's form (no --solve-max-requests): the solver runs at any size."""
+    assert main(["report", "poisson-mixed-100", "--first", "3", "--json", "--quiet", "--time-limit", "10"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["solver"]["problem"] == "infermax" and data["solver"]["status"] in ("optimal", "time_limit")
+    assert data["best_bound"]["value"] <= data["best"]["objective"] + 1e-9
+
+
 def test_cli_bad_input(fcfs: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "no-such-instance"]) == 2
     assert main(["report", "toy-4", "--policies", "nope"]) == 2

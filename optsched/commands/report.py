@@ -79,7 +79,8 @@ def handler(args: argparse.Namespace) -> int:
     check_requests_out(args.requests_out)
     check_output_path(args.html, args.requests_out)
     instance = load_instance_arg(args)
-    if args.problem in SOLVERS and len(instance.requests) <= args.solve_max_requests:
+    cap = args.solve_max_requests
+    if args.problem in SOLVERS and (cap is None or len(instance.requests) <= cap):
         resolve("solve", args.problem)  # its modules now: the time limit counts them
     reserve = 0.0
     if args.html:
