@@ -96,6 +96,43 @@ def test_random_plans_replay_with_their_cost(seed):
             assert plan_cost(data, plan, objective) == pytest.approx(value, rel=REL)
 
 
+@pytest.mark.parametrize("seed", range(300))
+def test_earliest_start_is_the_first_that_fits(seed):
+    """The placement's skips (plans.py, _earliest) against a scan of every start; seeds from 200
+    on are a single wall (a batch nearly full, or blocked) that a skip one batch too far misses."""
+    from optsched.problems.infermax import plans
+
+    rng = np.random.default_rng(seed)
+    T, M, P, C, R = 120, 60, 8, 10, int(rng.integers(3, 8))
+    kv = rng.integers(0, 45, T)
+    kv[rng.random(T) < 0.2] = 0
+    pre, tok, run = rng.integers(0, 6, T), rng.integers(0, 10, T), rng.integers(0, R + 1, T)
+    X, q, n_dec, grid = int(rng.integers(1, 12)), int(rng.integers(1, 8)), int(rng.integers(0, 30)), int(rng.integers(1, 4))
+    n_fill = -(-X // q)
+    if seed >= 200:
+        grid, n_dec = 1, max(n_dec, 2)
+        kv, pre, tok, run = (np.zeros(T, np.int64) for _ in range(4))
+        wall = int(rng.integers(20, 60))
+        if seed % 2:
+            kv[wall] = M - (X + 1)  # fits only under the segment's first decode step
+        else:
+            tok[wall] = C  # blocked
+    length = n_fill + n_dec
+    t0 = int(rng.integers(0, 20)) * grid
+    plans_kv = np.concatenate([kv, np.zeros(length + 2 * grid, np.int64)])
+    pad = lambda a: np.concatenate([a, np.zeros(length + 2 * grid, np.int64)])  # noqa: E731
+    got = plans._earliest(plans_kv, pad(pre), pad(tok), pad(run), t0, X, q, n_fill, length, grid, M, P, C, R)
+    want = -1
+    for t in range(t0, len(plans_kv) - length + 1, grid):
+        if all(plans_kv[t + k] + plans._segment_at(X, q, k)[0] <= M
+               and pad(pre)[t + k] + plans._segment_at(X, q, k)[1] <= P
+               and pad(tok)[t + k] + max(1, plans._segment_at(X, q, k)[1]) <= C and pad(run)[t + k] < R
+               for k in range(length)):
+            want = t
+            break
+    assert got == want
+
+
 def test_plans_need_common_arrivals_and_the_options():
     inst = tiny_instance(3, arrivals=True)
     if len({r.arrival for r in inst.requests}) > 1:

@@ -163,37 +163,50 @@ def _earliest(kv, pre, tok, run, t0, X, q, n_fill, length, grid, M, P, C, R):  #
     A decode step k (k >= n_fill) at batch u = t + k adds X + u - t - n_fill + 1 KV, so it fits iff
     H[u] = M - kv[u] - u >= X - n_fill + 1 - t, one token and one running request iff u is not
     blocked (tok[u] >= C or run[u] >= R). The least H over the decode window [t + n_fill, t +
-    length) is kept by a monotone deque as t grows, blocked batches by prefix counts: linear time.
+    length) is kept by a monotone deque as t grows, and the last blocked batch pushed: linear time.
+    A start that fails skips the starts that fail for the same reason: while the batch d of least H
+    stays in the window, every start below X - n_fill + 1 - H[d] fails; while a blocked batch b
+    does, every start up to b (a blocked batch fits no fill batch either).
     """
     T = len(kv)
-    blocked = np.zeros(T + 1, np.int64)
-    for u in range(T):
-        blocked[u + 1] = blocked[u] + (1 if tok[u] >= C or run[u] >= R else 0)
     dq = np.empty(T, np.int64)
     head = 0
     tail = 0
+    last_blocked = -1
     pushed = t0 + n_fill  # next index to push into the window
     t = t0
     while True:
         lo, hi = t + n_fill, t + length  # decode window [lo, hi)
+        if pushed < lo:
+            pushed = lo
+            head = tail
         while pushed < hi:
             h = M - kv[pushed] - pushed
             while tail > head and M - kv[dq[tail - 1]] - dq[tail - 1] >= h:
                 tail -= 1
             dq[tail] = pushed
             tail += 1
+            if tok[pushed] >= C or run[pushed] >= R:
+                last_blocked = pushed
             pushed += 1
         while tail > head and dq[head] < lo:
             head += 1
-        ok = True
+        nxt = t + grid
+        fits = True
         if hi > lo:
-            if blocked[hi] - blocked[lo] > 0:
-                ok = False
-            elif M - kv[dq[head]] - dq[head] < X - n_fill + 1 - t:
-                ok = False
-        if ok and _fill_fits(kv, pre, tok, run, t, X, q, n_fill, M, P, C, R):
+            if last_blocked >= lo:
+                fits = False
+                nxt = max(nxt, last_blocked + 1)  # b blocks a fill batch too
+            d = dq[head]
+            need = X - n_fill + 1 - (M - kv[d] - d)  # least start at which batch d fits
+            if need > t:
+                fits = False
+                nxt = max(nxt, min(d - n_fill + 1, need))
+        if fits and _fill_fits(kv, pre, tok, run, t, X, q, n_fill, M, P, C, R):
             return t
-        t += grid
+        if nxt % grid:
+            nxt += grid - nxt % grid
+        t = nxt
         if t + length > T:
             return -1
 
