@@ -6,7 +6,7 @@ Usage::
     python tests/benchmarks/bench_scale.py grid [--time-limit 600] [--out FILE]
     python tests/benchmarks/bench_scale.py slice [--time-limit 600] [--out FILE]
     python tests/benchmarks/bench_scale.py curve [--time-limit 300] [--only NAME] [--out FILE]
-    python tests/benchmarks/bench_scale.py table --inp FILE
+    python tests/benchmarks/bench_scale.py table --inp FILE [--curve NAME]
 
 - ``acceptance``: the instances of issue 28, each solved with the time limit (the same call as
   ``optsched solve INSTANCE --problem infermax --time-limit S``): ``n64-s0`` .. ``n64-s3`` (64
@@ -16,7 +16,7 @@ Usage::
   ``code300`` (the first 300 requests of ``splitwise_code.csv``, offline, C = P = 4096, M = 10 % of
   their KV need sum(I + O - 1)) and ``infermax-i64-o1024-n32-m10k`` (shipped).
 - ``grid``: the InferMax grid (``optsched.generators.infermax_grid``: C = P = 4096, M = 100,000),
-  N in {64, 128}, I and O in {32, 256, 1024}.
+  N in {64, 128}, I and O in {64, 1024} (``--sizes`` for others; 600 s a cell).
 - ``slice``: the first 1,000 requests of ``splitwise_code.csv``, offline, M = 10 % of their KV need.
 - ``curve``: one solve (default ``infermax-i64-o1024-n32-m10k``) and its gap over time: the best
   schedule (best policy from the start, then the plan search's improvements) against the best
@@ -92,7 +92,6 @@ def run_one(name: str, inst: Instance, time_limit: float) -> dict[str, Any]:
         "wall": round(time.perf_counter() - t, 1), "cpu": round(time.process_time() - cpu, 1),
         "load_avg": round(os.getloadavg()[0], 2), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "plan_search_history": scale.get("plan_search_history"), "trajectory_history": scale.get("trajectory_history"),
-        "initial_bound": max(v["value"] for v in scale.get("bounds", {}).values()) if scale.get("bounds") else None,
     }
 
 
@@ -104,8 +103,8 @@ def run_acceptance(args: argparse.Namespace) -> None:
 
 def run_grid(args: argparse.Namespace) -> None:
     for N in (64, 128):
-        for I in (32, 256, 1024):
-            for O in (32, 256, 1024):
+        for I in args.sizes:
+            for O in args.sizes:
                 emit(run_one(f"grid-N{N}-I{I}-O{O}", infermax_grid(N, I, O), args.time_limit), args.out)
 
 
@@ -120,15 +119,23 @@ def run_curve(args: argparse.Namespace) -> None:
     emit(row, args.out)
 
 
+#: Times (seconds on the scale phase's clock) at which ``table`` prints the gap over time.
+CURVE_TIMES = (0, 5, 10, 20, 30, 45, 60, 90, 120, 150, 180, 210, 240, 270, 300, 400, 500, 600)
+
+
 def _curve(row: dict[str, Any]) -> list[tuple[float, float, float, float]]:
-    """(time, schedule, bound, gap) at every improvement of either side (the scale phase's clock)."""
+    """(time, schedule, bound, gap) at the times of CURVE_TIMES within the limit (the scale phase's
+    clock, which starts after the policies)."""
     events = [(0.0, "s", row["best_policy"])]
     events += [(t, "s", v) for t, v in row["plan_search_history"] or []]
     events += [(t, "b", v) for t, v in row["trajectory_history"] or []]
     sched, bound, out = row["best_policy"], row["bounds"].get("kv-time", 0.0), []
-    for t, kind, v in sorted(events):
-        sched, bound = (min(sched, v), bound) if kind == "s" else (sched, max(bound, v))
-        out.append((t, sched, bound, (sched - bound) / sched))
+    events.sort()
+    for at in [t for t in CURVE_TIMES if t <= row["time_limit"]]:
+        while events and events[0][0] <= at:
+            _, kind, v = events.pop(0)
+            sched, bound = (min(sched, v), bound) if kind == "s" else (sched, max(bound, v))
+        out.append((at, sched, bound, (sched - bound) / sched))
     return out
 
 
@@ -144,7 +151,7 @@ def run_table(args: argparse.Namespace) -> None:
               f"{r['objective']:.4f} | {r['schedule_from']} | {r['bound']:.4f} | {100 * r['gap']:.2f} % | "
               f"{100 * policy_gap:.1f} % | {r['wall']} | {r['cpu']} | {r['load_avg']} |")
     for r in rows:
-        if r["bench"] == "curve":
+        if r["bench"] == "curve" or r["instance"] == args.curve:
             print(f"\nGap over time, {r['instance']} ({r['time_limit']:g} s, load {r['load_avg']}):\n")
             print("| time (s) | schedule (s) | bound (s) | gap |")
             print("|---|---|---|---|")
@@ -157,6 +164,8 @@ def main() -> None:
     ap.add_argument("what", choices=["acceptance", "grid", "slice", "curve", "table"])
     ap.add_argument("--time-limit", type=float, default=None)
     ap.add_argument("--only", nargs="*", help="acceptance/curve: instance names")
+    ap.add_argument("--sizes", type=int, nargs="*", default=[64, 1024], help="grid: prompt and output lengths")
+    ap.add_argument("--curve", help="table: print the gap over time of this instance's row too")
     ap.add_argument("--out")
     ap.add_argument("--inp")
     args = ap.parse_args()
