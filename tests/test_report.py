@@ -165,6 +165,25 @@ def test_solver_is_replayed_and_checked(shift: float, ok: bool, fcfs: str, monke
     check_chain(report)
 
 
+@pytest.mark.parametrize("time_limit", [10.0, 600.0])
+def test_solver_gets_the_time_left_but_the_room(time_limit: float, fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short limit keeps a fifth for after the solver; a long one only 11 s (not a fifth of 600 s)."""
+    limits: list[float] = []
+    solve = _fake_solver(0.0)
+
+    def recording(instance, options):
+        limits.append(options["time_limit"])
+        return solve(instance, options)
+
+    monkeypatch.setattr("report_support.recording_solve", recording, raising=False)
+    monkeypatch.setitem(SOLVERS, "fake", "report_support:recording_solve")
+    t0 = time.perf_counter()
+    build_report(load_instance("toy-4"), time_limit=time_limit, policies=[fcfs], solve_problem="fake")
+    used = time.perf_counter() - t0  # the phases before the solver took less than this
+    room = 0.2 * time_limit + 1.0 if time_limit < 50.0 else 11.0
+    assert time_limit - room - used <= limits[0] <= time_limit - room
+
+
 def test_solver_size_limit(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(SOLVERS, "fake", "report_support:never_called")
     report = build_report(load_instance("toy-4"), time_limit=10, solve_problem="fake", solve_max_requests=2)

@@ -9,8 +9,8 @@
 4. the solver of ``solve_problem`` (default ``infermax``) when it is registered, the instance has
    at most ``solve_max_requests`` requests (default: any number) and no policy is already proven
    optimal by a bound, with
-   :data:`SOLVER_SHARE` of the remaining time (less 1 s) as its limit and the best policy as its
-   warm start. Its schedule is replayed and its objective checked against the replay
+   the remaining time less :func:`solver_room` as its limit and the best policy as its warm
+   start. Its schedule is replayed and its objective checked against the replay
    (:func:`optsched.result.check_agreement`) before it is used; its proven bound joins the bounds.
 
 The best schedule is the one with the least replayed objective among the solver's and the
@@ -57,8 +57,11 @@ SCHEDULE_PROBLEMS: tuple[str, ...] = ("infermax",)
 #: A schedule whose objective is within this relative distance of a proven bound is optimal.
 OPTIMAL_RTOL = 1e-9
 
-#: Share of the time left that the solver gets as its own time limit (it also builds its model).
-SOLVER_SHARE = 0.8
+#: Room kept after the solver (its set-up, the replay of its schedule, the report itself): this
+#: share of the time left, at most :data:`SOLVER_ROOM_CAP` seconds, plus 1 s.
+SOLVER_ROOM_SHARE = 0.2
+#: Most seconds of :data:`SOLVER_ROOM_SHARE`: a long limit goes to the solver, less 11 s.
+SOLVER_ROOM_CAP = 10.0
 
 #: Default largest instance (in requests) handed to the solver: None, every size (the InferMax
 #: solve works at any size, :mod:`optsched.problems.infermax.scale`); a number is an opt-out.
@@ -435,8 +438,8 @@ def _solver_phase(
         report.notes.append(f"solver {problem} not run: the best policy meets a proven bound (optimal)")
         return SolverRun(problem, message="not run: the best policy is proven optimal by a bound")
     left = remaining()
-    if left is not None:  # keep room for the solver's own set-up and for replaying its schedule
-        left = max(0.5, SOLVER_SHARE * left - 1.0)
+    if left is not None:
+        left = max(0.5, left - solver_room(left))
     say(f"solver {problem}: time limit {'none' if left is None else f'{left:.1f}s'}, warm start {warm}")
     grace = None if deadline is None else deadline + 1.0
     with _timed(report, "solver"), _deadline(grace):
@@ -454,6 +457,12 @@ def _solver_phase(
                                             f"best proven bound of the {res.solver} solve ({res.status})",
                                             report.objective, problem in SCHEDULE_PROBLEMS))
     return run
+
+
+def solver_room(left: float) -> float:
+    """Seconds of ``left`` kept after the solver: :data:`SOLVER_ROOM_SHARE` of it, at most
+    :data:`SOLVER_ROOM_CAP`, plus 1 s."""
+    return min(SOLVER_ROOM_SHARE * left, SOLVER_ROOM_CAP) + 1.0
 
 
 @contextmanager
