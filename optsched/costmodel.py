@@ -380,7 +380,8 @@ def _least_squares_nonnegative(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return best_x
 
 
-def fit_terms(features: np.ndarray, times: np.ndarray, name: str = "fitted", loss: str = "l1") -> TermsFit:
+def fit_terms(features: np.ndarray, times: np.ndarray, name: str = "fitted", loss: str = "l1",
+              weights: np.ndarray | None = None) -> TermsFit:
     """Fit the contract's cost-model terms to measured batch times: relative error, coefficients >= 0.
 
     Every row is divided by its measured time, so the fit minimises *relative* errors (step times
@@ -409,6 +410,10 @@ def fit_terms(features: np.ndarray, times: np.ndarray, name: str = "fitted", los
         Name of the fitted profile.
     loss
         ``"l1"`` or ``"l2"`` (:data:`FIT_LOSSES`).
+    weights
+        Optional weight >= 0 per row, multiplying its term of the loss (its absolute relative error
+        for ``l1``, its square for ``l2``): an integer weight counts the row that many times. The
+        reported errors stay unweighted. Default: all 1.
     """
     x = np.asarray(features, dtype=float)
     y = np.asarray(times, dtype=float)
@@ -418,13 +423,17 @@ def fit_terms(features: np.ndarray, times: np.ndarray, name: str = "fitted", los
         raise ValueError(f"fit_terms: unknown loss {loss!r} (known: {', '.join(FIT_LOSSES)})")
     if np.any(~np.isfinite(y)) or np.any(y <= 0):
         raise ValueError("fit_terms: every measured time must be a finite number > 0")
+    w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=float)
+    if w.shape != y.shape or np.any(~np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+        raise ValueError("fit_terms: weights must be one finite number >= 0 per row, not all 0")
     cols = _term_columns(x)
-    active = [k for k in range(cols.shape[1]) if np.any(cols[:, k] != 0)]
-    scaled = cols[:, active] / y[:, None]
+    active = [k for k in range(cols.shape[1]) if np.any(cols[w > 0, k] != 0)]
+    factor = w if loss == "l1" else np.sqrt(w)  # w |r| for l1, w r^2 for l2
+    scaled = cols[:, active] / y[:, None] * factor[:, None]
     norms = np.linalg.norm(scaled, axis=0)
     solve = _least_absolute if loss == "l1" else _least_squares_nonnegative
     coef = np.zeros(cols.shape[1])
-    coef[active] = solve(scaled / norms, np.ones(len(y))) / norms
+    coef[active] = solve(scaled / norms, factor) / norms
     values = dict(zip(FIT_TERMS, coef.tolist()))
     model = cost_model_from_mapping({
         "layers": 1, "base": values["base"], "per_token": values["per_token"],

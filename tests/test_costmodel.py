@@ -135,6 +135,30 @@ def test_fit_terms_losses_are_optimal_and_non_negative():
     assert np.all(grad[c2 > 0] == pytest.approx(0.0, abs=1e-6)) and np.all(grad[c2 == 0] >= -1e-6)
 
 
+@pytest.mark.parametrize("loss", ["l1", "l2"])
+def test_fit_terms_weights_count_rows(loss):
+    """An integer weight is the row repeated that many times; a zero weight drops the row; bad
+    weights are refused."""
+    rng = np.random.default_rng(3)
+    feats = _features(rng, 40)
+    times = (5e-3 + 3e-5 * feats[:, 0] ** 0.8 + 2e-7 * feats[:, 4]) * rng.lognormal(0, 0.05, 40)
+    w = rng.integers(0, 4, 40)
+    w[:3] = (0, 1, 3)
+    power = 1 if loss == "l1" else 2
+
+    def weighted_loss(fit):  # the loss the weights define: sum of w |relative error| ** power
+        rel = np.array([fit.model.batch_time(*f) for f in feats]) / times - 1
+        return float(np.sum(w * np.abs(rel) ** power))
+
+    weighted = weighted_loss(fit_terms(feats, times, loss=loss, weights=w))
+    repeated = weighted_loss(fit_terms(np.repeat(feats, w, axis=0), np.repeat(times, w), loss=loss))
+    unweighted = weighted_loss(fit_terms(feats, times, loss=loss))
+    assert weighted == pytest.approx(repeated, rel=1e-6) and weighted < unweighted * (1 - 1e-3)
+    for bad in (np.ones(39), -np.ones(40), np.zeros(40), np.full(40, np.nan)):
+        with pytest.raises(ValueError, match="weights"):
+            fit_terms(feats, times, loss=loss, weights=bad)
+
+
 def test_fit_linear_recovers_exact_coefficients():
     x = np.array([1, 2, 8, 100, 4096])
     fit = fit_linear(x, 3e-4 + 2e-6 * x)
