@@ -88,6 +88,20 @@ def test_bad_workloads_and_options(tmp_path, capsys) -> None:
     assert "bad.yaml: malformed YAML at line" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("text, message", [
+    ("name: a\nname: b\nworkloads: [{instance: toy-4}]\nrun: {simulate: [vllm]}\n", "duplicate key 'name' at line 2"),
+    ("{deep: " + "[" * 900 + "]" * 900 + ", name: x}\n", "malformed YAML: lists or mappings nested too deeply"),
+    ("? [a]\n: 1\n", "malformed YAML at line 1: found unhashable key"),
+])
+def test_a_yaml_spec_with_a_duplicate_key_or_deep_nesting_is_a_one_line_error(tmp_path, capsys, text, message) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text)
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"spec.yaml: {message}" in err and "Traceback" not in err and err.count("\n") == 1, err
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("module, extra, message", [
     ("ray", ["--ray"], "--ray needs Ray: pip install 'optsched[ray]'"),
     ("pyarrow", [], "needs pyarrow, a dependency of optsched that is missing here: pip install pyarrow"),

@@ -21,6 +21,7 @@ typo is one error line (exit 2) and never a sweep of failed cells.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -286,12 +287,35 @@ def load_spec(path: str | Path) -> SweepSpec:
     if source.endswith(".json"):
         data = loads_json(text, source, SpecError)
     else:
-        import yaml
+        data = _loads_yaml(text, source)
+    try:
+        return parse_spec(data, source, Path(path).resolve().parent)
+    except RecursionError:  # pydantic's walk of a deeply nested value
+        raise SpecError(f"{source}: lists or mappings nested too deeply") from None
 
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark is not None else ""
-            raise SpecError(f"{source}: malformed YAML{where}: {getattr(exc, 'problem', exc)}") from None
-    return parse_spec(data, source, Path(path).resolve().parent)
+
+def _loads_yaml(text: str, source: str) -> Any:
+    """YAML ``text`` parsed safely; a duplicate key (the last would win silently), a syntax error or
+    deep nesting is a :class:`SpecError` naming ``source`` and the line."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, Hashable):
+                    continue  # SafeLoader refuses it with its own message
+                if key in seen:
+                    raise SpecError(f"{source}: duplicate key {key!r} at line {key_node.start_mark.line + 1}")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise SpecError(f"{source}: malformed YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    except RecursionError:  # the parser's recursion over nested flow collections
+        raise SpecError(f"{source}: malformed YAML: lists or mappings nested too deeply") from None
