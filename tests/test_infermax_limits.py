@@ -98,18 +98,38 @@ def test_lp_bound_is_trivial_unless_the_lp_is_solved() -> None:
     assert too_big.value == 0.0 and "not built" in too_big.note
 
 
-def test_no_model_when_a_candidate_meets_a_proven_bound() -> None:
+def test_no_model_when_a_candidate_meets_a_proven_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     """toy-4: a policy's makespan is the work bound; CP-SAT's own bound does not close the gap
-    within minutes, so without the early exit a solve without a time limit would not return."""
+    within minutes, so without the early exit a solve without a time limit would not return.
+
+    Whether the model is built is read from the solve's call to its backend (a spy that records the
+    call and returns no solution), not from a clock: the same solve with ``early_exit`` off reaches
+    the eviction-free model, then the full model with the policy's schedule as its warm start, and still
+    returns that schedule as optimal."""
+    import optsched.problems.infermax as infermax
+    from optsched.problems.infermax.cpsat import BackendResult
+    from optsched.result import Status
+
+    calls = []
+
+    def backend(data, hint, deadline):
+        calls.append((data, hint, deadline))
+        return BackendResult(status=Status.UNKNOWN, info={"stopped": "test: the backend was called"})
+
+    monkeypatch.setattr(infermax, "_run_backend", backend)
     inst = load_instance("toy-4")
-    res = solver_for("infermax")(inst, {"threads": 1})
+    res = solver_for("infermax")(inst, {"threads": 1})  # no time limit: returns only because no model runs
+    assert calls == []
     assert res.status == "optimal" and "meets a proven bound" in res.extra["stopped"]
     assert res.objective == pytest.approx(min(res.extra["policy_values"].values()), rel=1e-12)
     assert res.objective - res.bound <= 1e-9 * res.objective
     assert res.bound == pytest.approx(max(b.value for b in generic_bounds(inst, "makespan")), rel=1e-12)
-    built = solve(inst, time_limit=2)  # early_exit off: the model runs to the limit
-    assert built.status == "optimal" and "stopped" not in built.extra
-    assert built.objective == pytest.approx(res.objective, rel=1e-9)
+    built = solve(inst)  # early_exit off: the solve goes on to the model
+    assert [data.options.no_evict for data, _, _ in calls] == [True, False]  # the eviction-free phase, the model
+    data, hint, deadline = calls[-1]
+    assert hint is not None and deadline is None and data.horizon_proven
+    assert built.extra["stopped"] == "test: the backend was called"
+    assert built.status == "optimal" and built.objective == pytest.approx(res.objective, rel=1e-12)
 
 
 @pytest.mark.parametrize("objective", ["ttft", "completion"])
