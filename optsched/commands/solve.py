@@ -117,15 +117,19 @@ BACKEND_MODULES = {"cpsat": "ortools.sat.python.cp_model", "highs": "pulp", "cbc
 def resolve(kind: str, name: str, solver: str | None = None) -> Any:
     """``problems.solver_for`` / ``bounder_for``, an unknown name being bad input. The modules the
     formulation declares it needs (``SOLVE_MODULES``: compiled kernels, its solver libraries) and
-    the ``solver``'s library are imported here, before the formulation's clock starts, so that
-    the command's time limit (which counts from the program's start) covers them."""
+    the ``solver``'s library are imported here, and a solve's start-up work done (the formulation
+    module's ``prepare()``, where it has one), before the formulation's clock starts, so that the
+    command's time limit (which counts from the program's start) covers them."""
     try:
         found = problems.solver_for(name) if kind == "solve" else problems.bounder_for(name)
     except KeyError as exc:
         raise BadInput(f"--problem: {exc.args[0]}") from None
-    modules = [*getattr(sys.modules.get(found.__module__), "SOLVE_MODULES", ()), BACKEND_MODULES.get(solver or "")]
+    formulation = sys.modules.get(found.__module__)
+    modules = [*getattr(formulation, "SOLVE_MODULES", ()), BACKEND_MODULES.get(solver or "")]
     for module in filter(None, modules):
         import_module(module)
+    if kind == "solve" and callable(prepare := getattr(formulation, "prepare", None)):
+        prepare()
     return found
 
 

@@ -104,6 +104,18 @@ SOLVE_MODULES = (f"{__name__}.colgen", f"{__name__}.lns", f"{__name__}.chunks", 
                  "optsched.policies")
 
 
+def prepare() -> None:
+    """A solve's start-up work: import :data:`SOLVE_MODULES` and load the search's compiled kernels
+    (:func:`.search.load_kernels`, about a second from numba's disk cache). :func:`solve` calls it
+    before its clock starts; ``optsched solve`` calls it before it reads the time left, so that the
+    command's time limit covers it."""
+    for module in SOLVE_MODULES:
+        import_module(module)
+    from .search import load_kernels
+
+    load_kernels()
+
+
 def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | None = None) -> SolveResult:
     """Solve the InferMax model for ``instance`` (see the module docstring for the steps).
 
@@ -116,8 +128,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
         ``no_hybrid``, ``no_chunk``, ``time_limit``, ``threads``, ``log``, ``warm_start`` (policy
         name), ``horizon`` (force J).
     """
-    for module in SOLVE_MODULES:  # start-up, before the clock
-        import_module(module)
+    prepare()  # start-up, before the clock
     t0 = time.perf_counter()
     opts = InferMaxOptions.parse(options)
     deadline = None if opts.time_limit is None else t0 + opts.time_limit

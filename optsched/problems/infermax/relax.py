@@ -158,11 +158,14 @@ class _Relaxation:
         lim = instance.limits
         N = len(reqs)
         self.m = mdl = cp_model.CpModel()
-        self.x = [[mdl.NewBoolVar(f"x_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.s = [[mdl.NewBoolVar(f"s_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.r = [[mdl.NewBoolVar(f"r_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.G = [[mdl.NewIntVar(0, reqs[i].output_tokens, f"G_{i}_{j}") for j in range(J)] for i in range(N)]
-        self.H = [[mdl.NewIntVar(0, reqs[i].max_kv, f"H_{i}_{j}") for j in range(J)] for i in range(N)]
+        self.x, self.s, self.r, self.G, self.H = [], [], [], [], []
+        for i, req in enumerate(reqs):  # one request's row at a time: the deadline is checked between them
+            check(deadline, "residency relaxation")
+            self.x.append([mdl.NewBoolVar(f"x_{i}_{j}") for j in range(J)])
+            self.s.append([mdl.NewBoolVar(f"s_{i}_{j}") for j in range(J)])
+            self.r.append([mdl.NewBoolVar(f"r_{i}_{j}") for j in range(J)])
+            self.G.append([mdl.NewIntVar(0, req.output_tokens, f"G_{i}_{j}") for j in range(J)])
+            self.H.append([mdl.NewIntVar(0, req.max_kv, f"H_{i}_{j}") for j in range(J)])
         self.y = [mdl.NewBoolVar(f"y_{j}") for j in range(J)]
         self.p = [mdl.NewBoolVar(f"p_{j}") for j in range(J)]
         self.d = [mdl.NewBoolVar(f"d_{j}") for j in range(J)]
@@ -199,6 +202,8 @@ class _Relaxation:
             mdl.Add(self.G[i][J - 1] == O)
             mdl.Add(sum(self.H[i]) >= O * I + O * (O - 1) // 2)  # R6
         for j in range(J):
+            if j % 256 == 0:
+                check(deadline, "residency relaxation")
             mdl.Add(sum(self.x[i][j] for i in range(N)) <= lim.token_budget)
             if lim.kv_capacity is not None:
                 mdl.Add(sum(self.H[i][j] for i in range(N)) <= lim.kv_capacity)

@@ -47,11 +47,12 @@ def residency_bound(
     relaxation value).
 
     The relaxation's optimum dominates the count bound (every pair (B, p) of its optimal point
-    is allowed by every fact), so the counts run only when neither solves it. The search's kernels
-    are loaded (:func:`.search.load_kernels`) before ``time_limit`` starts.
+    is allowed by every fact), so the counts run only when neither solves it. Loading the search's
+    kernels (:func:`.search.load_kernels`) counts in ``time_limit``: :func:`optsched.problems.infermax.prepare`
+    loads them before a solve's clock.
     """
-    load_kernels()  # start-up, before the clock
     t0 = time.perf_counter()
+    load_kernels()  # inside the limit (a no-op after the solve's prepare())
 
     def left(share: float) -> float | None:
         return None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0)) * share
