@@ -169,8 +169,10 @@ class _Builder:
         self.npk = [prob.add_variable(f"np_{k}", lowBound=0) for k in range(K)]
         self.ndk = [prob.add_variable(f"nd_{k}", lowBound=0) for k in range(K)]
         self.tmax = prob.add_variable("tmax", lowBound=0)
-        self.tokens = [pulp.lpSum(self.Np[i] * self.p[i, j, k] for i in range(n) for j in self.cl[i])
-                       for k in range(K)]
+        self.tokens = []
+        for k in range(K):
+            check(deadline)
+            self.tokens.append(pulp.lpSum(self.Np[i] * self.p[i, j, k] for i in range(n) for j in self.cl[i]))
 
     def _per_triple(self, name: str, **kind: Any) -> dict[tuple[int, int, int], Any]:
         out = {}
@@ -211,6 +213,7 @@ class _Builder:
         L = range(len(levels))
         y = {(k, l): prob.add_variable(f"y_{k}_{l}", cat="Binary") for k in range(self.K) for l in L}
         for k in range(self.K):
+            check(self.deadline)
             prob += self.npk[k] >= pulp.lpSum(levels[l][1] * y[k, l] for l in L)  # (5)
             prob += self.tokens[k] <= pulp.lpSum(levels[l][0] * y[k, l] for l in L)  # (6)
             prob += pulp.lpSum(y[k, l] for l in L) == 1  # (7)
@@ -226,6 +229,7 @@ class _Builder:
         used = [prob.add_variable(f"u_{k}", cat="Binary") for k in range(self.K)]
         rounds = [prob.add_variable(f"R_{k}", lowBound=0, cat="Integer") for k in range(self.K)]
         for k in range(self.K):
+            check(self.deadline)
             prob += self.tokens[k] <= tm.prefill_cap * used[k]
             prob += self.npk[k] == tm.alpha_p * used[k] + tm.beta_p * self.tokens[k]
             work = pulp.lpSum(self.D[i] * self.w[i, j, k] for i in range(self.n) for j in self.cl[i])
@@ -244,9 +248,11 @@ class _Builder:
             prob += d[i, j, k] >= p[i, j, k]  # (9)
             prob += w[i, j, k] <= d[i, j, k]  # (A1) fix M1
         for j in range(self.J):
+            check(self.deadline)
             for k in range(self.K):
                 prob += pulp.lpSum(d[i, j, k] for i in range(self.n) if (i, j, k) in d) <= 1  # (12)
         for i in range(self.n):
+            check(self.deadline)
             prob += pulp.lpSum(x[i, j] for j in self.cl[i]) == 1  # (18)
             for j in self.cl[i]:
                 prob += pulp.lpSum(w[i, j, k] for k in range(self.K)) == x[i, j]  # (14)

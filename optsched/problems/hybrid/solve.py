@@ -79,6 +79,11 @@ class HybridOptions(Options):
                               f"(known: {', '.join(POLICY_CONFIGS)})")
 
 
+#: Seconds the strict bound's P||Cmax solve gets when the time limit has passed (a valid, weaker
+#: bound at any limit).
+STRICT_BOUND_LEAST = 0.1
+
+
 def solve(instance: Instance, options: Mapping[str, Any] | HybridOptions | None = None) -> SolveResult:
     """The full MIP, its schedule replayed (module docstring; options: :class:`HybridOptions`)."""
     opts = HybridOptions.parse(options)
@@ -114,7 +119,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOptions | None 
             if solver == "gurobi":
                 return SolveResult(problem=problem, solver=solver, status=Status.UNSUPPORTED, message=f"gurobi: {exc}")
             raise
-    strict = strict_bound(instance, time_limit=min(10.0, seconds_left(deadline, 1.0)))[0]
+    strict = strict_bound(instance, time_limit=min(10.0, seconds_left(deadline, STRICT_BOUND_LEAST)))[0]
     exact_time = model is not None and model.time_model == "contract" and tm.linear
     bound = max([strict] + [b.value for b in generic_bounds(instance)])  # the generic ones see arrivals
     if exact_time and model.bins >= len(instance.requests) and mip_bound is not None:
