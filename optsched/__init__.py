@@ -48,7 +48,30 @@ _EXPORTS: dict[str, str] = {
     "load_trace_csv": ".workload",
 }
 
-__all__ = sorted(_EXPORTS)
+#: The public names (the keys of _EXPORTS; a test checks that they agree).
+__all__ = [
+    "Batch",
+    "Bound",
+    "CostModel",
+    "Instance",
+    "InstanceError",
+    "Item",
+    "Limits",
+    "OptionError",
+    "Request",
+    "Schedule",
+    "SolveResult",
+    "Status",
+    "bound",
+    "load_cost_model",
+    "load_instance",
+    "load_schedule",
+    "load_trace",
+    "load_trace_csv",
+    "replay",
+    "simulate",
+    "solve",
+]
 
 __version__ = "0.1.0"
 

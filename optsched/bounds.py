@@ -101,9 +101,9 @@ makespan lower bound): the default report of ``optsched bound``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterator
 
 import numpy as np
 

@@ -17,9 +17,9 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext
 from types import ModuleType
-from typing import Sequence
 
 from .commands import (
     bound,
@@ -41,8 +41,8 @@ from .commands import (
 from .commands._common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, BadInput, stdout_reserved_for_json
 from .costmodel import CostModelError
 from .deadline import process_started
-from .interrupt import EXIT_INTERRUPTED, sigint_seen
 from .instance import InstanceError
+from .interrupt import EXIT_INTERRUPTED, sigint_seen
 from .jsonio import OutputError
 from .options import OptionError
 from .schedule import ScheduleError

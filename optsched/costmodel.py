@@ -24,9 +24,10 @@ import io
 import json
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Mapping, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 

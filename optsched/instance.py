@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -227,7 +228,7 @@ class Instance:
     def __contains__(self, request_id: object) -> bool:
         return request_id in self._index
 
-    def with_requests(self, requests: Sequence[Request], name: str | None = None) -> "Instance":
+    def with_requests(self, requests: Sequence[Request], name: str | None = None) -> Instance:
         """A copy with other requests (e.g. a slice of a trace)."""
         return replace(self, requests=tuple(requests), name=name or self.name)
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import signal
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 __all__ = ["EXIT_INTERRUPTED", "Interruption", "interruptible", "raise_on_sigint", "requested", "run_cpsat", "sigint_seen", "stoppable"]
 

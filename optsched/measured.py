@@ -27,15 +27,16 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from .costmodel import CostModel, features_of, fit_terms
-from .jsonio import read_json
 from .instance import Instance, load_instance
+from .jsonio import read_json
 from .schedule import Batch, Item, Schedule, replay
 
 __all__ = [

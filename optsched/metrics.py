@@ -15,8 +15,9 @@ its first-token time, its finish time and its evictions (:class:`RequestOutcome`
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

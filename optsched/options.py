@@ -17,8 +17,9 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Mapping
 from functools import cache
-from typing import Annotated, Any, ClassVar, Literal, Mapping, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import ConfigDict, Field, Strict, TypeAdapter, ValidationError
 

@@ -9,8 +9,9 @@ names (``optsched.solve``, ``optsched.load_instance``).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Mapping
 from importlib import import_module
-from typing import Any, Callable, Mapping
+from typing import Any
 
 
 def resolve(table: Mapping[str, str], name: str, what: str) -> Callable[..., Any]:

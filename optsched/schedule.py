@@ -18,9 +18,10 @@ generated). In batch ``j``: (1) start = max(end of previous batch, the batch's `
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .instance import MAX_ARRIVAL, Instance
 from .jsonio import dumps_rows, gc_paused, loads_json, read_text, write_text_atomic
@@ -116,7 +117,7 @@ class Schedule:
         write_text_atomic(path, text)
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "<schedule>") -> "Schedule":
+    def from_dict(cls, data: Any, source: str = "<schedule>") -> Schedule:
         """Parse the contract's schedule JSON; structural errors raise :class:`ScheduleError`."""
         if not isinstance(data, Mapping):
             raise ScheduleError(f"{source}: the schedule must be a JSON object")
@@ -240,7 +241,7 @@ class _ReplayState:
     dropped: int = 0
 
     @classmethod
-    def of(cls, instance: Instance) -> "_ReplayState":
+    def of(cls, instance: Instance) -> _ReplayState:
         reqs = instance.requests
         n = len(reqs)
         return cls(

@@ -15,9 +15,10 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Iterable, Iterator, Sequence, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from ..costmodel import CostModelError, available_profiles, load_cost_model
 from ..instance import Instance, Limits, check_requests, load_instance

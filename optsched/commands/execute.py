@@ -19,9 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ._common import EXIT_INTERNAL, EXIT_NO, BadInput, check_output_path, print_json
 from ..export.vllm_replay import PlanError, load_plan
 from ..jsonio import write_json_atomic
+from ._common import EXIT_INTERNAL, EXIT_NO, BadInput, check_output_path, print_json
 
 
 def register(subparsers: Any) -> None:

@@ -12,12 +12,12 @@ import argparse
 import sys
 from typing import Any
 
-from ._common import EXIT_NO, BadInput, check_output_path, print_json
 from ..export import EXPORTERS, exporter_for
 from ..export.vllm_replay import PlanError
 from ..instance import InstanceError, load_instance
 from ..jsonio import write_json_atomic
 from ..schedule import load_schedule
+from ._common import EXIT_NO, BadInput, check_output_path, print_json
 
 
 def register(subparsers: Any) -> None:

@@ -14,7 +14,6 @@ from ..generators import generate, parse_arrivals, parse_length
 from ..jsonio import dumps_instance
 from ._common import EXIT_OK, BadInput, add_json_flag, check_output_path, positive_int, print_json
 
-
 #: Most requests ``--n`` may ask for (a million requests take about 1.2 GB while generated).
 MAX_GENERATED = 10**7
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..instance import Instance
 from ..bounds import instance_bounds, request_bounds
+from ..instance import Instance
 from ..schedule import TIME_RTOL
 from ._common import (
     EXIT_NO,

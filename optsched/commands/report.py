@@ -18,8 +18,8 @@ from ..policies import POLICIES
 from ..problems import SOLVERS
 from ..report import Progress, Report, build_report, report_table, report_to_dict
 from ..report.gather import SOLVE_MAX_REQUESTS
-from ..result import OBJECTIVES
 from ..request_table import write_request_table
+from ..result import OBJECTIVES
 from ._common import (
     BadInput,
     add_instance_arguments,

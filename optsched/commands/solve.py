@@ -48,7 +48,6 @@ from ._common import (
     time_left,
 )
 
-
 #: Replayed metrics shown under the solve's summary when it returned a schedule.
 SUMMARY_METRICS = ("makespan", "mean_latency", "ttft_p99", "tpot_p99", "latency_p99", "goodput")
 

@@ -15,7 +15,8 @@ Works on the result JSON of ``optsched execute`` alone (no vLLM needed). Steps w
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

@@ -22,8 +22,9 @@ Outside an active plan (warm-up, after the last step) the scheduler is vLLM's de
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 __all__ = ["ReplayTracker", "StepRecord", "make_replay_scheduler"]
 

@@ -18,7 +18,8 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -139,7 +140,7 @@ def execute_plan(plan: ReplayPlan, model: ModelSpec, *, dtype: str = "auto", eag
     t_init = time.perf_counter()
     try:
         llm = LLM(scheduler_cls=make_replay_scheduler(tracker), **kwargs)
-    except Exception as exc:  # noqa: BLE001 - report the engine's own reason
+    except Exception as exc:  # report the engine's own reason
         raise ExecutionError(f"vLLM engine did not start: {type(exc).__name__}: {exc}") from exc
     init_time = time.perf_counter() - t_init
     engine = llm.llm_engine
@@ -197,7 +198,7 @@ def execute_plan(plan: ReplayPlan, model: ModelSpec, *, dtype: str = "auto", eag
             "model": model.name, "model_path": model.path, "load_format": model.load_format,
             "dtype": dtype, "eager": eager, "warmup": warmup, "repeats": repeats,
             "passes_run": len(passes), "engine_init_time": init_time,
-            "engine_kwargs": {k: v for k, v in kwargs.items()},
+            "engine_kwargs": dict(kwargs),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
         "plan": plan.to_dict(),

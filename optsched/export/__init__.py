@@ -7,7 +7,8 @@ or a viewer shows (``chrome-trace``: Chrome / Perfetto trace events).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..registry import resolve
 

@@ -17,7 +17,8 @@ Only a schedule that replays cleanly is exported.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..instance import Instance
 from ..schedule import ReplayResult, Schedule, item_phases, replay

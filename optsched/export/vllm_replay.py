@@ -39,9 +39,10 @@ largest prompt + output length, prefix caching off, chunked prefill on.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..costmodel import FEATURES, features_of
 from ..instance import Instance
@@ -156,7 +157,7 @@ class ReplayPlan:
         write_json_atomic(path, self.to_dict())
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "<plan>") -> "ReplayPlan":
+    def from_dict(cls, data: Any, source: str = "<plan>") -> ReplayPlan:
         """Parse a plan; :class:`PlanError` names the file and the field."""
         if not isinstance(data, Mapping):
             raise PlanError(f"{source}: a plan must be a JSON object")

@@ -6,7 +6,7 @@ Each entry maps a policy name to ``"module:function"`` where the function has th
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..instance import Instance
 from ..registry import resolve

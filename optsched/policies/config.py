@@ -102,7 +102,7 @@ class PolicyConfig:
         if self.order != "arrival" and "waiting" in self.groups:
             raise ValueError(f"policy {self.name!r}: the FCFS 'waiting' group needs order 'arrival'")
 
-    def eviction_free_variant(self) -> "PolicyConfig":
+    def eviction_free_variant(self) -> PolicyConfig:
         """The ``-ef`` twin: same policy, full reservation at admission, no evictions."""
         return replace(self, name=f"{self.name}-ef", eviction_free=True)
 
@@ -132,7 +132,7 @@ POLICY_CONFIGS: dict[str, PolicyConfig] = {
 }
 
 
-def policy_config(policy: "str | PolicyConfig") -> PolicyConfig:
+def policy_config(policy: str | PolicyConfig) -> PolicyConfig:
     """The :class:`PolicyConfig` named ``policy`` (or ``policy`` itself)."""
     if isinstance(policy, PolicyConfig):
         return policy

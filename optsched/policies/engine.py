@@ -68,8 +68,8 @@ import heapq
 import math
 from bisect import insort
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..costmodel import CostModel
 from ..instance import Instance, Limits, Request
@@ -194,7 +194,7 @@ class Engine:
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    def from_instance(cls, instance: Instance, policy: str | PolicyConfig) -> "Engine":
+    def from_instance(cls, instance: Instance, policy: str | PolicyConfig) -> Engine:
         """An engine with the instance's limits and cost model, holding all its requests."""
         engine = cls(instance.limits, instance.cost_model, policy, name=instance.name)
         for r in instance.requests:

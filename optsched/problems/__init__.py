@@ -20,7 +20,8 @@ exit 2, not an internal error or a silently ignored option).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..registry import resolve
 

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -165,7 +166,7 @@ class StaticTimes:
     @classmethod
     def from_model(
         cls, model: StaticLatencyModel, l_in: Sequence[int], l_out: Sequence[int], max_batch_size: int
-    ) -> "StaticTimes":
+    ) -> StaticTimes:
         """Tabulate the predictor for each request and each batch size ``1..max_batch_size``."""
         sizes = range(1, max_batch_size + 1)
         rows = [

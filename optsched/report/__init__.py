@@ -6,10 +6,13 @@ policy, with their gaps; as a terminal table, JSON and a self-contained HTML pag
 - :func:`report_to_dict`, :func:`report_table`, :func:`write_html` present it.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .gather import SCHEDULE_PROBLEMS, BoundEntry, PolicyRun, Progress, Report, SolverRun, build_report, gather_bounds
 from .output import report_rows, report_table, report_to_dict
+
+if TYPE_CHECKING:  # loaded on first use (below)
+    from .html import report_html, write_html
 
 __all__ = [
     "SCHEDULE_PROBLEMS",

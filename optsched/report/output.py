@@ -107,7 +107,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "metrics": _metrics(best[3]),
         },
         "solver": solver,
-        "schedules": [{k: v for k, v in row.items()} for row in rows],
+        "schedules": [dict(row) for row in rows],
         "partial": report.partial,
         "notes": list(report.notes),
         "run": {

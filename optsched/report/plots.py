@@ -13,10 +13,9 @@ Times and KV come from :func:`optsched.schedule.replay` (``starts``, ``ends``, `
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib
-
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D

@@ -20,8 +20,9 @@ import json
 import math
 import time
 import typing
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +66,7 @@ COLUMNS: dict[str, str] = {
     "sweep": "string",
     "workload": "string",
     "cost_model": "string",
-    **{k: "int64" for k in LIMIT_AXES},
+    **dict.fromkeys(LIMIT_AXES, "int64"),
     "rate_scale": "float64",
     "requests": "int64",
     "kind": "string",

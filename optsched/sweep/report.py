@@ -16,8 +16,9 @@ from __future__ import annotations
 import html
 import math
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from matplotlib.figure import Figure
 

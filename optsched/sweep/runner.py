@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from .cells import Cell, cell_error_rows, expand_cells, run_cell, workload_digest
 from .spec import SweepSpec

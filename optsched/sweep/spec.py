@@ -80,7 +80,7 @@ class WorkloadSpec(BaseModel):
     limits: dict[LimitName, int | None] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _one_source(self) -> "WorkloadSpec":
+    def _one_source(self) -> WorkloadSpec:
         if (self.instance is None) == (self.trace is None):
             raise ValueError("give exactly one of 'instance' and 'trace'")
         return self
@@ -160,7 +160,7 @@ class CapacitySpec(_Strict):
     tolerance: float = Field(default=0.02, gt=0, lt=1)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "CapacitySpec":
+    def _ordered(self) -> CapacitySpec:
         if self.high <= self.low:
             raise ValueError(f"high ({self.high}) must exceed low ({self.low})")
         return self

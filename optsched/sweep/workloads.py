@@ -10,8 +10,9 @@ validated like any loaded instance.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..costmodel import load_cost_model
 from ..instance import Instance, InstanceError, load_instance, parse_instance

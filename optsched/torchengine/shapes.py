@@ -7,10 +7,11 @@ Built-in names are the configs shipped with the vLLM executor (``optsched/execut
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["ModelShape", "ShapeError", "builtin_shapes", "load_shape"]
 

@@ -8,8 +8,9 @@ traces. docs/instances.md lists every format with its columns and notes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 from .errors import WorkloadError
 

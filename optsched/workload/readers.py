@@ -12,8 +12,9 @@ import gzip
 import io
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 from .errors import WorkloadError
 

@@ -21,8 +21,8 @@ schedule of a transformed instance does not pass for one of the original.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Callable, Sequence
 
 import numpy as np
 

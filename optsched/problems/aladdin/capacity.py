@@ -23,8 +23,8 @@ from typing import Any
 
 from ...instance import Instance
 from .cluster import ClusterResult, simulate_cluster
-from .models import AladdinModel, model_from_instance
 from .exact import solve_placement
+from .models import AladdinModel, model_from_instance
 from .placement import Job, PlacementProblem
 from .predictor import BinPredictor
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...interrupt import run_cpsat
-from .. import BACKENDS
 from ...deadline import DeadlinePassed, check, passed, seconds_left
+from ...interrupt import run_cpsat
 from ...mipsolvers import pulp_solver, solver_deadline
 from ...result import Status
+from .. import BACKENDS
 from .heuristics import best_fit
 from .placement import (
     CompiledProblem,
@@ -80,7 +80,7 @@ def _build(cp: CompiledProblem, jobs: list[int], n_fresh: int, deadline: float |
         else:
             base = np.zeros(len(points), dtype=np.int64)
         profiles = {j: cp.kv_profile(new[j], points) for j in mine}
-        for r, k in enumerate(points):
+        for r in range(len(points)):
             coeffs = {j: int(p[r]) for j, p in profiles.items() if p[r] > 0}
             rhs = cp.kv_cap - int(base[r])
             if sum(coeffs.values()) > rhs:
@@ -121,7 +121,7 @@ def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, deadline: flo
         if k % 256 == 0:
             check(deadline)
         mdl.Add(sum(c * x[i, j] for j, c in coeffs.items()) <= rhs)
-    fresh = [i for i in range(md.n_exist, md.n_workers)]
+    fresh = list(range(md.n_exist, md.n_workers))
     for a, b in zip(fresh, fresh[1:]):
         mdl.Add(y[a] >= y[b])
     mdl.Minimize(sum(y.values()))
@@ -176,7 +176,7 @@ def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, 
         if k % 256 == 0:
             check(deadline)
         prob += pulp.lpSum(c * x[i, j] for j, c in coeffs.items()) <= rhs
-    fresh = [i for i in range(md.n_exist, md.n_workers)]
+    fresh = list(range(md.n_exist, md.n_workers))
     for a, b in zip(fresh, fresh[1:]):
         prob += y[a] >= y[b]
     solve_by = solver_deadline(deadline, time.perf_counter() - start)

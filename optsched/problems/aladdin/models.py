@@ -20,8 +20,9 @@ the instance's ``placement`` object, the SLOs from its top-level ``slo`` object 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from ...costmodel import CostModel
 from ...instance import Instance, InstanceError
@@ -99,7 +100,7 @@ class AladdinModel:
         intervals = generated if self.slack == "paper" else generated - 1
         return self.atgt * intervals - decode_time
 
-    def with_knobs(self, **changes: Any) -> "AladdinModel":
+    def with_knobs(self, **changes: Any) -> AladdinModel:
         """A copy with some fields changed (e.g. ``gamma``, ``theta``, ``kv_capacity``)."""
         return replace(self, **changes)
 

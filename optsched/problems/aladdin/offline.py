@@ -17,16 +17,17 @@ Every placement is then run in the multi-worker simulator with the planned lengt
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from ...instance import Instance, InstanceError
 from ...options import Options, PositiveFloat, PositiveInt
 from ...result import Bound, SolveResult, Status
 from .cluster import place, simulate_cluster
+from .exact import EXACT_SOLVERS, solve_placement
 from .heuristics import best_fit
 from .models import model_from_instance
-from .exact import EXACT_SOLVERS, solve_placement
 from .placement import CompiledProblem, Job, PlacementProblem, check_placement, compile_problem, knapsack_bounds
 
 __all__ = ["AladdinBoundOptions", "AladdinOptions", "solve", "bounds", "offline_problem", "planned_instance"]
@@ -103,7 +104,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | AladdinOptions | None
     if method == "exact":
         try:
             result = solve_placement(problem, solver=solver, time_limit=time_limit, threads=opts.threads)
-        except Exception as exc:  # noqa: BLE001 - gurobipy raises its own GurobiError
+        except Exception as exc:  # gurobipy raises its own GurobiError
             if "licen" not in str(exc).lower():
                 raise
             return SolveResult(problem="aladdin", solver=solver, status=Status.UNSUPPORTED,

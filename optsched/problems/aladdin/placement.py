@@ -40,8 +40,8 @@ The offline problem (all requests known, the Fig. 3 setting) is the case with no
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -147,7 +147,7 @@ class CompiledProblem:
     wb_new: np.ndarray
     wp_new: np.ndarray
     cap_d: list[int | None]
-    loads: list["WorkerLoad"]
+    loads: list[WorkerLoad]
 
     @property
     def model(self) -> AladdinModel:
@@ -173,7 +173,7 @@ class CompiledProblem:
         w = kv_units(self.model, self.kv_scale, job.base + points)
         return np.where(points <= job.end, w, 0)
 
-    def empty_load(self) -> "WorkerLoad":
+    def empty_load(self) -> WorkerLoad:
         """A load for a fresh (empty) worker."""
         return WorkerLoad(self, (), None)
 
@@ -226,7 +226,7 @@ class WorkerLoad:
         self._load: np.ndarray | None = None
         self._peak = 0
 
-    def copy(self) -> "WorkerLoad":
+    def copy(self) -> WorkerLoad:
         """An independent copy (heuristics place tentatively on copies)."""
         other = object.__new__(WorkerLoad)
         other.__dict__.update(self.__dict__)

@@ -12,8 +12,8 @@ is ``g + 1``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -36,7 +36,7 @@ class BinPredictor:
     outputs: tuple[np.ndarray, ...]
 
     @classmethod
-    def fit(cls, prompts: Sequence[int], outputs: Sequence[int], bins: int = 10) -> "BinPredictor":
+    def fit(cls, prompts: Sequence[int], outputs: Sequence[int], bins: int = 10) -> BinPredictor:
         """Fit on a history of ``(prompt, output)`` lengths with ``bins`` equal-count bins."""
         p = np.asarray(prompts, dtype=float)
         o = np.asarray(outputs, dtype=float)

@@ -18,8 +18,8 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from ...interrupt import run_cpsat
 from ...deadline import seconds_left
+from ...interrupt import run_cpsat
 from ...result import Status
 from .slots import SlotData, SubResult
 

@@ -38,9 +38,8 @@ from dataclasses import dataclass, field
 
 from ...deadline import passed
 from ...result import Status
-
-from .problem import GmaxProblem, batch_violations, g_core, g_value
 from .lagrange import branch_and_bound
+from .problem import GmaxProblem, batch_violations, g_core, g_value
 from .sa import SAParams, iterated_local_search, local_search, simulated_annealing, start_points
 from .slots import SlotBackend, SlotData, SubResult
 

@@ -129,7 +129,7 @@ def lagrangian_multipliers(
     for batches in start:
         add(batches)
     best_pi, best, lp, it = np.zeros(nreq), math.inf, -math.inf, 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 - the count of iterations run is returned
         master.run()
         lp = -master.getInfo().objective_function_value
         duals = np.asarray(master.getSolution().row_dual)

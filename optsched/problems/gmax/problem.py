@@ -31,8 +31,9 @@ overrides the predictor for that request (the paper's Fig. 4 is not affine in b)
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -90,7 +91,7 @@ class GmaxProblem:
             return False
         return self.capacity is None or sum(self.need[i] for i in members) <= self.capacity
 
-    def subset(self, indices: Sequence[int], name: str | None = None) -> "GmaxProblem":
+    def subset(self, indices: Sequence[int], name: str | None = None) -> GmaxProblem:
         """The problem restricted to the requests ``indices`` (in that order)."""
         idx = list(indices)
         return GmaxProblem(
@@ -110,7 +111,7 @@ class GmaxProblem:
         return self.e2e_task[i] or self.times.tpot[i, b - 1] <= self.slo_tpot[i]
 
     @classmethod
-    def from_instance(cls, instance: Instance, lengths: str = "true") -> "GmaxProblem":
+    def from_instance(cls, instance: Instance, lengths: str = "true") -> GmaxProblem:
         """Read the static-batching extension of an instance (see the module docstring).
 
         Parameters

@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ...deadline import passed
-
 from .problem import GmaxProblem, g_core, g_value
 
 __all__ = [

@@ -112,7 +112,7 @@ class SlotData:
     start_lb_excl: np.ndarray
 
     @classmethod
-    def build(cls, problem: GmaxProblem) -> "SlotData":
+    def build(cls, problem: GmaxProblem) -> SlotData:
         e = problem.times.exec
         longest = np.sort(e.max(axis=1))[::-1]
         start_ub = np.concatenate([[0.0], np.cumsum(longest)])

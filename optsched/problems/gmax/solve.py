@@ -11,13 +11,14 @@ ordered list of batches of request ids) and per-request e2e / TTFT / TPOT.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
-from .. import BACKENDS
 from ...instance import Instance
 from ...options import AnyInt, FiniteFloat, Flag, Name, OptionError, Options, PositiveFloat, PositiveInt
 from ...result import Bound, SolveResult, Status, check_agreement
+from .. import BACKENDS
 from .exact import EXACT_METHODS, make_backend, solve_exact
 from .problem import GmaxProblem, evaluate_g, g_value
 from .sa import SAParams, simulated_annealing

@@ -32,8 +32,9 @@ evictions (recomputation only adds prefill tokens).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from ...instance import Instance
 from ...options import Options, PositiveFloat

@@ -179,7 +179,7 @@ class _Builder:
         for n_made, key in enumerate(self.keys):
             if n_made % 4096 == 0:
                 check(self.deadline)
-            out[key] = self.prob.add_variable(name + "_%d_%d_%d" % key, **kind)
+            out[key] = self.prob.add_variable(f"{name}_{key[0]}_{key[1]}_{key[2]}", **kind)
         return out
 
     def stage_timeline(self) -> None:

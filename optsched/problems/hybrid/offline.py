@@ -36,12 +36,12 @@ import heapq
 import math
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
 
-from ...interrupt import run_cpsat
 from ...deadline import passed, seconds_left
 from ...instance import Instance
+from ...interrupt import run_cpsat
 from ...mipsolvers import pulp_solver, solver_deadline
 from ...result import Status
 from .timing import decode_rounds

@@ -14,8 +14,9 @@ the LPT one with the search's bound (status ``time_limit``).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from ...instance import Instance
 from ...mipsolvers import MIP_BACKENDS

@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ...instance import Instance
 from ...schedule import Batch, Item, ReplayResult, Schedule

@@ -11,8 +11,9 @@ paper's time model, fewer bins than requests). What the reported objective and b
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from ...bounds import generic_bounds
 from ...deadline import DeadlinePassed, passed, seconds_left
@@ -115,7 +116,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOptions | None 
         try:
             status, mip_value, mip_bound = run_backend(model, solver, seconds_left(solve_by), opts.threads, warm)
             mip_status = status
-        except Exception as exc:  # noqa: BLE001 - e.g. the restricted Gurobi licence: report, never crash
+        except Exception as exc:  # e.g. the restricted Gurobi licence: report, never crash
             if solver == "gurobi":
                 return SolveResult(problem=problem, solver=solver, status=Status.UNSUPPORTED, message=f"gurobi: {exc}")
             raise

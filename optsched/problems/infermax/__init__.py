@@ -47,9 +47,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ...bounds import generic_bounds
 from ...deadline import passed, seconds_left

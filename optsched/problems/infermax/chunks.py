@@ -79,14 +79,14 @@ from numba import njit, types
 from numba.typed import Dict, List
 from ortools.sat.python import cp_model
 
-from ...interrupt import run_cpsat
 from ...bounds import request_work
 from ...deadline import passed, seconds_left
 from ...instance import Instance
+from ...interrupt import run_cpsat
 from ...schedule import Batch, Item, Schedule
-from .model import Coefficients
 from .astar import EMPTY, GOAL, RUNNING, Run
 from .graph import Graph, Node, as_array, children, edge_arrays, new_lists
+from .model import Coefficients
 from .relax import UNIT, floor_units
 
 __all__ = ["ChunkBound", "chunk_bound", "chunked_schedule", "least_chunk_squares", "least_with_squares", "near_nodes",

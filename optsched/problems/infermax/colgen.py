@@ -336,7 +336,7 @@ class TrajectoryLP:
             sigma = duals[nrow:]
             point = u if center is None else SMOOTHING * center + (1 - SMOOTHING) * u
             added = 0
-            for attempt in range(2):
+            for _attempt in range(2):
                 lb, found = self._price_all(T, bucket, nb, rows, point, caps)
                 if lb > best:
                     best, center = lb, point

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ortools.sat.python import cp_model
 
-from ...interrupt import run_cpsat
 from ...deadline import BuildStopped, check, seconds_left
+from ...interrupt import run_cpsat
 from ...result import Status
 from .data import ModelData, check_size, integer_scaling, request_batch_grid
 from .model import Scaling
-from .schedules import earliest_starts
 from .relax import add_count_fact
+from .schedules import earliest_starts
 
 
 @dataclass(kw_only=True)

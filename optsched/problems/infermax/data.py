@@ -9,8 +9,9 @@ and :func:`check_size` the option ``max_cells``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ...bounds import batch_counts, prefill_alone_time, request_work
 from ...deadline import BuildStopped, check
@@ -146,7 +147,7 @@ class ModelData:
 
 
 def request_batch_grid(
-    data: "ModelData", make: Callable[[int, int], Any], deadline: float | None, what: str
+    data: ModelData, make: Callable[[int, int], Any], deadline: float | None, what: str
 ) -> list[list[Any]]:
     """``make(i, j)`` for every request i and batch j of ``data``, checking ``deadline`` per request
     (:class:`~optsched.deadline.DeadlinePassed`, a :class:`~optsched.deadline.BuildStopped`)."""
@@ -157,13 +158,13 @@ def request_batch_grid(
     return rows
 
 
-def fits(data: "ModelData", cell_cost: int = 1) -> bool:
+def fits(data: ModelData, cell_cost: int = 1) -> bool:
     """Whether the model of ``data`` has at most option ``max_cells`` request-batch cells, each
     counted ``cell_cost`` times."""
     return data.N * data.J * cell_cost <= data.options.max_cells
 
 
-def check_size(data: "ModelData", what: str, cell_cost: int = 1) -> None:
+def check_size(data: ModelData, what: str, cell_cost: int = 1) -> None:
     """Raise :class:`~optsched.deadline.BuildStopped` when the model of ``data`` does not :func:`fit <fits>`."""
     cells = data.N * data.J
     if not fits(data, cell_cost):
@@ -339,7 +340,7 @@ def integer_scaling(data: ModelData, max_magnitude: float = 2e15) -> Scaling:
     top = max(data.time_cap(), 1e-12)
     limit = max(0, math.floor(math.log10(max_magnitude / top)))
     power = limit
-    for p in range(0, limit + 1):
+    for p in range(limit + 1):
         if all(abs(v * 10**p - round(v * 10**p)) <= 1e-6 for v in coefs.values()):
             power = p
             break

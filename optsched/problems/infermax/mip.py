@@ -35,7 +35,8 @@ import math
 import os
 import sys
 import time
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import pulp
 

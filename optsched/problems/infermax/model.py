@@ -148,10 +148,10 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from .. import BACKENDS
 from ...costmodel import CostModel
 from ...instance import Instance, InstanceError
 from ...options import Flag, Name, Options, PositiveFloat, PositiveInt, Share
+from .. import BACKENDS
 
 __all__ = ["MAX_CELLS", "OBJECTIVES", "RELAX_SHARE", "Coefficients", "InferMaxBoundOptions", "InferMaxInputError",
            "InferMaxOptions", "Scaling", "symmetric_pairs"]
@@ -282,7 +282,7 @@ class Coefficients:
     k_pc: float = 0.0
 
     @classmethod
-    def from_cost_model(cls, cm: CostModel) -> "Coefficients":
+    def from_cost_model(cls, cm: CostModel) -> Coefficients:
         L = cm.layers
         return cls(
             k_b=L * cm.base,

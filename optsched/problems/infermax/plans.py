@@ -119,7 +119,7 @@ class Plan:
     grid: int = 1
 
     @classmethod
-    def whole(cls, order: np.ndarray, output: np.ndarray, chunk: np.ndarray, grid: int = 1) -> "Plan":
+    def whole(cls, order: np.ndarray, output: np.ndarray, chunk: np.ndarray, grid: int = 1) -> Plan:
         """One segment per request (no eviction), in ``order``, with per-request ``chunk`` sizes."""
         order = np.asarray(order, dtype=np.int64)
         return cls(order, np.zeros(len(order), np.int64), np.asarray(output, np.int64)[order],

@@ -84,10 +84,10 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from ...interrupt import run_cpsat
 from ...bounds import batch_counts, request_work
 from ...deadline import DeadlinePassed, check, seconds_left
 from ...instance import Instance
+from ...interrupt import run_cpsat
 from ...result import Status
 from ...schedule import Batch, Item, Schedule
 from .model import Coefficients, symmetric_pairs

@@ -9,7 +9,8 @@ schedule and a schedule into their values.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ...instance import Instance
 from ...schedule import Batch, Item, ReplayResult, Schedule, replay

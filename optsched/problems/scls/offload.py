@@ -17,8 +17,8 @@ P-OFFLOAD (docs/scls.md) is :math:`P \mid a_w \mid C_{max}`: batches with estima
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ortools.sat.python import cp_model
 

@@ -18,14 +18,15 @@ makespan with the heuristic's gap, and the next interval of Eq. 12.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
-from .. import BACKENDS
 from ...deadline import seconds_left
 from ...instance import Instance, InstanceError
 from ...options import Options, PositiveFloat, PositiveInt
 from ...result import Bound, SolveResult, Status, check_agreement
+from .. import BACKENDS
 from ..static_latency import static_latency_of
 from .batching import DS_TABLE, MemoryRule, dp_batches, mip_batches, total_serve_time
 from .offload import adaptive_interval, exact_offload, max_min_offload
