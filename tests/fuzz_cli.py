@@ -26,8 +26,9 @@ import io
 import json
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from optsched.cli import main
 from optsched.policies import POLICIES

@@ -13,10 +13,10 @@ import pytest
 from optsched.instance import InstanceError, Limits, load_instance, parse_instance
 from optsched.problems import bounder_for, solver_for
 from optsched.problems.aladdin.cluster import simulate_cluster
+from optsched.problems.aladdin.exact import solve_placement
 from optsched.problems.aladdin.heuristics import best_fit, jsq, power_of_two, rebalance, round_robin
 from optsched.problems.aladdin.models import MAX_SECONDS, AladdinModel, model_from_instance
 from optsched.problems.aladdin.offline import offline_problem, planned_instance
-from optsched.problems.aladdin.exact import solve_placement
 from optsched.problems.aladdin.placement import Job, PlacementProblem, check_placement, compile_problem
 from optsched.problems.aladdin.predictor import BinPredictor
 from optsched.problems.aladdin.workerconfig import (
@@ -371,7 +371,7 @@ def test_rebalance_moves_new_requests_towards_overestimated_workers():
 
     def total(assign):
         le, be = [e[0] for e in errors], [e[1] for e in errors]
-        for jid, i in assign.items():
+        for i in assign.values():
             le[i] += 10
             be[i] += 1
         return sum(abs(m.k2 * l + m.c2 * b) for l, b in zip(le, be))

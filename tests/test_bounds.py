@@ -11,7 +11,6 @@ import math
 import random
 
 import pytest
-from report_support import random_schedule, serial_fcfs
 
 import optsched.bounds as bounds_module
 from optsched.bounds import (
@@ -28,6 +27,7 @@ from optsched.costmodel import available_profiles, load_cost_model
 from optsched.instance import Instance, InstanceError, Limits, Request, available_instances, load_instance
 from optsched.policies import POLICIES, simulator_for
 from optsched.schedule import Batch, Item, Schedule, replay
+from tests.support.report import random_schedule, serial_fcfs
 
 REL = 1e-9
 
@@ -105,7 +105,7 @@ def test_shipped_instances(name: str) -> None:
 def test_random_instances_and_schedules(model_index: int, arrivals: bool) -> None:
     rng = random.Random(1000 * model_index + arrivals)
     model = cost_models()[model_index]
-    for trial in range(12):
+    for _ in range(12):
         inst = random_instance(rng, model, rng.randint(1, 6), arrivals)
         assert_bounds_below(inst, serial_fcfs(inst))
         for _ in range(4):

@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from legal_schedules import random_legal_schedule
 
-import fake_formulations
 from optsched import policies, problems
 from optsched.cli import main
 from optsched.instance import MAX_ARRIVAL, load_instance
+from tests.support import fake_formulations
+from tests.support.legal_schedules import random_legal_schedule
 
 TOY = {
     "name": "tiny",
@@ -35,11 +35,11 @@ TOY = {
 @pytest.fixture(autouse=True)
 def test_registries(monkeypatch):
     monkeypatch.setattr(policies, "POLICIES", {
-        "test-random": "legal_schedules:policy_random",
-        "test-broken": "legal_schedules:policy_broken",
+        "test-random": "tests.support.legal_schedules:policy_random",
+        "test-broken": "tests.support.legal_schedules:policy_broken",
     })
-    monkeypatch.setattr(problems, "SOLVERS", {"fake": "fake_formulations:solve"})
-    monkeypatch.setattr(problems, "BOUNDERS", {"fake": "fake_formulations:bounds"})
+    monkeypatch.setattr(problems, "SOLVERS", {"fake": "tests.support.fake_formulations:solve"})
+    monkeypatch.setattr(problems, "BOUNDERS", {"fake": "tests.support.fake_formulations:bounds"})
 
 
 def write(path: Path, obj) -> str:
@@ -79,8 +79,8 @@ def test_simulate_then_check_agree(capsys, tmp_path):
 
 def test_simulate_all_prints_a_table(capsys, monkeypatch):
     monkeypatch.setattr(policies, "POLICIES", {
-        "test-random": "legal_schedules:policy_random",
-        "test-random-2": "legal_schedules:policy_random",
+        "test-random": "tests.support.legal_schedules:policy_random",
+        "test-random-2": "tests.support.legal_schedules:policy_random",
     })
     code, out, err = run(capsys, "simulate", "toy-4", "--policy", "all")
     assert code == 0
@@ -361,7 +361,7 @@ def test_generate_writes_a_reproducible_instance(capsys, tmp_path):
     inst = load_instance(str(out))
     assert inst.limits.kv_capacity == 4000 and "seed 5" in inst.extra["source"]
     assert sum(r.output_tokens == 32 for r in inst.requests) == 20
-    code, stdout, _ = run(capsys, *[a for a in args[:-2]])  # no --out: the JSON on stdout
+    code, stdout, _ = run(capsys, *args[:-2])  # no --out: the JSON on stdout
     assert code == 0 and json.loads(stdout) == json.loads(out.read_text())
 
 
@@ -382,8 +382,8 @@ def test_generate_bad_input(capsys, tmp_path, args, needle):
 
 def test_simulate_all_skips_policies_not_applicable(capsys, monkeypatch):
     monkeypatch.setattr(policies, "POLICIES", {
-        "test-random": "legal_schedules:policy_random",
-        "test-needs-r": "legal_schedules:policy_needs_max_running",
+        "test-random": "tests.support.legal_schedules:policy_random",
+        "test-needs-r": "tests.support.legal_schedules:policy_needs_max_running",
     })
     code, res = run_json(capsys, "simulate", "toy-4", "--policy", "all")
     assert code == 0 and [r["policy"] for r in res["results"]] == ["test-random"]

@@ -11,9 +11,9 @@ from optsched.costmodel import (
     cost_model_from_mapping,
     fit_linear,
     fit_terms,
-    profile_toml,
     linear_errors,
     load_cost_model,
+    profile_toml,
     read_vidur_mlp_profile,
 )
 

@@ -18,8 +18,7 @@ from optsched.executor.run import engine_kwargs
 from optsched.export.vllm_replay import build_plan
 from optsched.instance import parse_instance
 from optsched.schedule import Schedule
-
-from test_export_vllm import BATCHES, INSTANCE
+from tests.support.export import BATCHES, INSTANCE
 
 
 @pytest.fixture()

@@ -10,34 +10,8 @@ import pytest
 from optsched.cli import main
 from optsched.export.vllm_replay import FORMAT, VERSION, PlanError, ReplayPlan, build_plan, load_plan
 from optsched.instance import parse_instance
-from optsched.schedule import Batch, Item, Schedule, replay
-
-INSTANCE = {
-    "name": "e2e-tiny",
-    "cost_model": "llama2-7b-a100",
-    "limits": {"token_budget": 64, "prefill_budget": 64, "kv_capacity": 128, "max_running": None},
-    "requests": [
-        {"id": "a", "arrival": 0.0, "prompt_tokens": 40, "output_tokens": 4},
-        {"id": "b", "arrival": 0.0, "prompt_tokens": 30, "output_tokens": 6},
-        {"id": "c", "arrival": 0.0, "prompt_tokens": 20, "output_tokens": 3},
-    ],
-}
-
-
-def _b(*items: tuple[str, int], evict: tuple[str, ...] = (), start: float | None = None) -> Batch:
-    return Batch(tuple(Item(i, c) for i, c in items), evict, start)
-
-
-#: Chunked prefill of 'a' (32 + 8), preemption of 'b' in decode and its recompute of 30 + 3 tokens.
-BATCHES = (
-    _b(("a", 32), ("b", 30)),
-    _b(("a", 8), ("b", 1)),
-    _b(("a", 1), ("b", 1)),
-    _b(("a", 1), ("c", 20), evict=("b",)),
-    _b(("a", 1), ("c", 1), ("b", 33)),
-    _b(("c", 1), ("b", 1)),
-    _b(("b", 1)),
-)
+from optsched.schedule import Schedule, replay
+from tests.support.export import BATCHES, INSTANCE, batch_of
 
 
 @pytest.fixture()
@@ -77,7 +51,7 @@ def test_engine_limits_and_block_rule(instance, schedule):
     assert eng["num_gpu_blocks"] == eng["kv_blocks"] + 1  # vLLM's null block
     # step 4 holds a: 43, c: 21, b: 33 slots -> 3 + 2 + 3 blocks of 16
     assert plan.steps[4].kv_blocks == 8
-    for step, batch in zip(plan.steps, BATCHES):
+    for step in plan.steps:
         assert step.kv_blocks <= eng["kv_blocks"]
 
 
@@ -99,7 +73,7 @@ def test_unlimited_kv_gets_the_peak_need(instance, schedule):
 
 
 def test_refuses_infeasible_schedule_naming_batch_and_request(instance):
-    bad = Schedule("e2e-tiny", BATCHES[:3] + (_b(("a", 1), ("b", 2)),) + BATCHES[4:])
+    bad = Schedule("e2e-tiny", BATCHES[:3] + (batch_of(("a", 1), ("b", 2)),) + BATCHES[4:])
     with pytest.raises(PlanError, match=r"batch 3: request 'b'"):
         build_plan(instance, bad)
 
@@ -110,11 +84,11 @@ def test_empty_batches_dropped_and_arrival_steps(instance):
         {"id": "b", "arrival": 5.0, "prompt_tokens": 4, "output_tokens": 2},
     ]})
     sched = Schedule("x", (
-        _b(("a", 8)),
-        _b(("a", 1)),
-        _b(),
-        _b(("b", 4), start=5.0),
-        _b(("b", 1)),
+        batch_of(("a", 8)),
+        batch_of(("a", 1)),
+        batch_of(),
+        batch_of(("b", 4), start=5.0),
+        batch_of(("b", 1)),
     ))
     plan = build_plan(inst, sched, block_size=16)
     assert [s.batch for s in plan.steps] == [0, 1, 3, 4]

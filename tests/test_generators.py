@@ -23,7 +23,6 @@ from optsched.generators import (
 from optsched.instance import InstanceError, available_instances, load_instance
 
 
-
 def test_infermax_grid_is_homogeneous_and_offline():
     inst = infermax_grid(32, 1024, 1024)
     assert len(inst.requests) == 32 and inst.name == "infermax-i1024-o1024-n32"

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from static_exhaustive import exhaustive_g, ordered_partitions
 
 from optsched.instance import InstanceError, load_instance, parse_instance
 from optsched.problems import solver_for
@@ -24,6 +23,7 @@ from optsched.problems.gmax.sa import (
 )
 from optsched.problems.gmax.slots import SlotData
 from optsched.result import Status
+from tests.support.static_exhaustive import exhaustive_g, ordered_partitions
 
 ROOT = Path(__file__).resolve().parents[1]
 TOYS = {  # docs/gmax.md, toy examples: (instance, optimal batches, optimal G in req/s, start G)
@@ -64,7 +64,7 @@ def test_toy_values_match_the_paper():
     assert evaluate_g(toy("fig5-defer-strict"), [["J1"], ["J2"], ["J3"]]).G == pytest.approx(0.3704, abs=1e-4)
     ev = evaluate_g(toy("fig4-batch-size"), [["J1", "J2", "J3"]])
     assert (ev.n, ev.t) == (1, pytest.approx(2.4))
-    for name, (_, g_star, start) in TOYS.items():
+    for name, (_, g_star, _start) in TOYS.items():
         sa = simulated_annealing(toy(name), SAParams(seed=1))
         assert sa.G == pytest.approx(g_star) and not sa.early_exit
 

@@ -211,8 +211,8 @@ def test_result_is_never_worse_than_the_fallback_policy(seed: int) -> None:
     """Under the paper's time model the MIP optimises another makespan than the replay's; whatever
     it returns, the result is at least as good as the fallback policy's schedule (on seeds 12, 18
     and 24 the MIP's optimum replays 0.025 s above it)."""
-    from optsched.problems.hybrid.solve import FALLBACK_POLICY
     from optsched.problems.hybrid.online import simulate_policy
+    from optsched.problems.hybrid.solve import FALLBACK_POLICY
 
     inst = tiny_instance(seed, 4)
     res = solve(inst, {"time_limit": 30, "time_model": "paper"})

@@ -12,8 +12,8 @@ from optsched.problems.hybrid.bounds import bounds, paper_bound, strict_bound
 from optsched.problems.hybrid.instances import clipped_moments, gsm8k_like, matched_normal
 from optsched.problems.hybrid.offline import (
     cpsat_pcmax,
-    local_search,
     loads_of,
+    local_search,
     lpt,
     mip_pcmax,
     pcmax_lower_bound,

@@ -1,6 +1,6 @@
 """InferMax model: both backends against an independent exhaustive search, bounds, options, policies.
 
-The exhaustive search (tests/infermax_bruteforce.py) is a shortest path over per-request states
+The exhaustive search (tests/support/infermax_bruteforce.py) is a shortest path over per-request states
 written from the contract alone. On 32 random tiny instances (N <= 3, I, O <= 4, varied C, P, M,
 R_max, both cost profiles) CP-SAT and (on the smaller models) a MIP backend (Gurobi under its restricted licence when the
 model fits, else HiGHS) must reach the exhaustive optimum with and without evictions; the bound
@@ -21,89 +21,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from optsched.instance import InstanceError, parse_instance
+from optsched.instance import parse_instance
 from optsched.policies import simulator_for
-from optsched.policies.config import POLICY_CONFIGS
-from optsched.problems import bounder_for, solver_for
+from optsched.problems import bounder_for
 from optsched.result import replayed_objective
-from optsched.schedule import Schedule, replay
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from infermax_bruteforce import exhaustive_makespan  # noqa: E402
-
-REL = 1e-6
-PROFILES = ("llama2-7b-a100", "llama2-70b-a100")
-
-
-def tiny_instance(seed: int, n_max: int = 3, arrivals: bool = False):
-    """A random tiny instance: N <= n_max, I, O in 1..4, varied C, P, M, R_max and profile."""
-    rng = random.Random(seed)
-    n = rng.randint(1, n_max)
-    reqs = []
-    for i in range(n):
-        reqs.append({
-            "id": f"r{i}",
-            "prompt_tokens": rng.randint(1, 4),
-            "output_tokens": rng.randint(1, 4),
-            "arrival": round(rng.choice([0.0, 0.0, 0.003, 0.011]), 3) if arrivals else 0.0,
-        })
-    need = max(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
-    total = sum(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
-    C = rng.choice([3, 4, 6, 4096])
-    P = rng.choice([p for p in (2, 3, 4, 4096) if p <= C])
-    M = rng.choice([need, need + 1, max(need, total - 2), None])
-    R = rng.choice([1, 2, None])
-    return parse_instance({
-        "name": f"tiny-{seed}",
-        "cost_model": PROFILES[seed % 2],
-        "limits": {"token_budget": C, "prefill_budget": P, "kv_capacity": M, "max_running": R},
-        "requests": reqs,
-    }, f"tiny-{seed}")
-
-
-def solve(inst, **opts):
-    """The InferMax solve; the model is always built (no early exit when a policy meets a bound)."""
-    return solver_for("infermax")(inst, {"threads": 1, "early_exit": False, **opts})
-
-
-def solve_mip(inst, **opts):
-    """Gurobi when its (restricted) licence takes the model, else HiGHS."""
-    res = solve(inst, solver="gurobi", **opts)
-    if res.status == "unsupported":
-        res = solve(inst, solver="highs", **opts)
-    return res
-
-
-def policy_schedules(inst) -> dict[str, Schedule]:
-    """Every unified-scheduler policy's schedule of ``inst``, by policy name."""
-    out = {}
-    for name in sorted(POLICY_CONFIGS):
-        try:
-            out[name] = simulator_for(name)(inst)
-        except InstanceError:  # a policy of another formulation that refuses this instance
-            continue
-    return out
-
-
-def policy_values(inst, objective: str = "makespan", evictions: bool = True) -> dict[str, float]:
-    out = {}
-    for name, sched in policy_schedules(inst).items():
-        value, rep = replayed_objective(inst, sched, objective)
-        if evictions or rep.metrics.evictions == 0:
-            out[name] = value
-    return out
-
-
-def check_result(inst, res, expected: float | None, objective: str = "makespan") -> None:
-    assert res.schedule is not None
-    rep = replay(inst, res.schedule)
-    assert rep.feasible, rep.violations
-    assert res.objective == pytest.approx(replayed_objective(inst, res.schedule, objective)[0], rel=1e-12)
-    if expected is not None:
-        assert res.status == "optimal", res.extra
-        assert res.objective == pytest.approx(expected, rel=REL)
-    assert res.bound is not None and res.bound <= res.objective * (1 + 1e-9)
-
+from optsched.schedule import replay
+from tests.support.infermax import (
+    ADVERSARIAL_COSTS,
+    REL,
+    check_result,
+    policy_schedules,
+    policy_values,
+    solve,
+    solve_mip,
+    tiny_instance,
+)
+from tests.support.infermax_bruteforce import exhaustive_makespan
 
 #: The MIP (big-M, time-indexed) is far slower than CP-SAT; in the unit tests it runs where the
 #: model is small (N * J <= MIP_CELLS); tests/benchmarks/bench_infermax.py crosscheck runs all 32.
@@ -235,11 +168,12 @@ def _fixed_model_value(inst, schedule) -> float | None:
     """
     import dataclasses
 
+    from ortools.sat.python import cp_model
+
     from optsched.problems.infermax.cpsat import _Builder
     from optsched.problems.infermax.data import build_data, integer_scaling
     from optsched.problems.infermax.model import InferMaxOptions
     from optsched.problems.infermax.schedules import hint_from_schedule
-    from ortools.sat.python import cp_model
 
     value = replayed_objective(inst, schedule, "makespan")[0]
     n_batches = sum(1 for b in schedule.batches if b.items)
@@ -326,15 +260,6 @@ def test_bounds_with_a_huge_kv_capacity() -> None:
     makespan = replayed_objective(inst, simulator_for("vllm")(inst), "makespan")[0]
     for bound in generic_bounds(inst):
         assert bound.value <= makespan * (1 + 1e-9), bound.name
-
-
-#: Inline cost models where the bound's unusual branches matter: a large quadratic prefill term
-#: (chunking pays), decode dearer than a refill, prefill bias below decode bias.
-ADVERSARIAL_COSTS = [
-    {"layers": 2, "base": 1e-3, "per_token": 1e-5, "prefill": {"bias": 1e-4, "per_token_sq": 1e-4},
-     "decode": {"bias": 1e-3, "per_kv": 1e-6}},
-    {"base": 1e-4, "prefill": {"per_token": 1e-6}, "decode": {"bias": 5e-2, "per_token": 1e-2, "per_kv": 1e-2}},
-]
 
 
 @pytest.mark.parametrize("seed", range(12))

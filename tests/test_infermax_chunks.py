@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,7 +30,11 @@ from optsched.bounds import request_work
 from optsched.instance import parse_instance
 from optsched.problems.infermax import bounds as infermax_bounds
 from optsched.problems.infermax.chunks import (
-    chunk_bound, least_chunk_squares, least_with_squares, near_nodes, near_paths,
+    chunk_bound,
+    least_chunk_squares,
+    least_with_squares,
+    near_nodes,
+    near_paths,
 )
 from optsched.problems.infermax.chunks import chunked_schedule as chunked_schedule_of
 from optsched.problems.infermax.graph import Graph, new_lists
@@ -40,14 +42,15 @@ from optsched.problems.infermax.model import Coefficients
 from optsched.problems.infermax.relax import UNIT, floor_units, schedule_from_point
 from optsched.problems.infermax.search import path_schedule, relaxation_search
 from optsched.schedule import Batch, Item, Schedule, replay
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))
-from bench_infermax import scale_instance  # noqa: E402
-from infermax_bruteforce import exhaustive_makespan  # noqa: E402
-from test_infermax import ADVERSARIAL_COSTS, tiny_instance  # noqa: E402
-from test_infermax_relax import relaxation_point, schedules  # noqa: E402
-from test_infermax_search import _path_cost  # noqa: E402
+from tests.support.infermax import (
+    ADVERSARIAL_COSTS,
+    path_cost,
+    relaxation_point,
+    scale_instance,
+    schedules,
+    tiny_instance,
+)
+from tests.support.infermax_bruteforce import exhaustive_makespan
 
 
 def instances(seed: int) -> list:
@@ -160,7 +163,7 @@ def test_every_schedule_costs_at_least_its_path_and_chunks(seed: int) -> None:
             rep = replay(inst, sched)
             assert rep.feasible, name
             path = exact_path(inst, sched)
-            cost = _path_cost(graph, path)  # every step is an edge of the graph with every edge
+            cost = path_cost(graph, path)  # every step is an edge of the graph with every edge
             extra = least_chunk_squares(inst, path)
             via_path = math.inf if extra is None else work + (cost + floor_units(k.k_pq * extra)) * UNIT
             assert rep.metrics.makespan >= min(via_path, best + k.k_pb) * (1 - 1e-9) - 1e-12, name

@@ -4,25 +4,21 @@ Whatever stops the solver, the result is the best candidate schedule (replayed) 
 bounds, never a crash, a hang or a wrong ``optimal``.
 """
 
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_infermax import solve, tiny_instance  # noqa: E402
-
-from optsched import load_instance, replay  # noqa: E402
-from optsched.problems import solver_for  # noqa: E402
-from optsched.bounds import generic_bounds  # noqa: E402
-from optsched.result import replayed_objective  # noqa: E402
-from optsched.problems.infermax.candidates import initial_candidates  # noqa: E402
-from optsched.problems.infermax.cpsat import solve_cpsat  # noqa: E402
-from optsched.problems.infermax.mip import lp_relaxation_bound, solve_mip  # noqa: E402
-from optsched.problems.infermax.data import build_data  # noqa: E402
-from optsched.problems.infermax.model import InferMaxOptions  # noqa: E402
-from optsched.options import OptionError  # noqa: E402
+from optsched import load_instance, replay
+from optsched.bounds import generic_bounds
+from optsched.options import OptionError
+from optsched.problems import solver_for
+from optsched.problems.infermax.candidates import initial_candidates
+from optsched.problems.infermax.cpsat import solve_cpsat
+from optsched.problems.infermax.data import build_data
+from optsched.problems.infermax.mip import lp_relaxation_bound, solve_mip
+from optsched.problems.infermax.model import InferMaxOptions
+from optsched.result import replayed_objective
+from tests.support.infermax import solve, tiny_instance
 
 
 def check_fallback(inst, res, status: str) -> None:
@@ -136,8 +132,7 @@ def test_no_model_when_a_candidate_meets_a_proven_bound(monkeypatch: pytest.Monk
 def test_stopped_solve_never_reports_worse_than_the_best_candidate(objective: str) -> None:
     """A solver stopped before it reaches its hint (CP-SAT must rebuild the hint's times) may hold a
     worse incumbent than the best candidate; the result is then the candidate's schedule."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))
-    from bench_infermax import scale_instance
+    from tests.support.infermax import scale_instance
 
     inst = scale_instance(8, 0)
     res = solve(inst, objective=objective, time_limit=3)

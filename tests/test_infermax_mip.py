@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import sys
 from pathlib import Path
 
 import pulp
@@ -29,9 +28,7 @@ from optsched.problems.infermax.model import InferMaxOptions
 from optsched.problems.infermax.schedules import hint_from_schedule
 from optsched.result import replayed_objective
 from optsched.schedule import replay
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from infermax_bruteforce import exhaustive_makespan  # noqa: E402
+from tests.support.infermax_bruteforce import exhaustive_makespan
 
 #: The audit's profile: prefill bias 25 ms + 0.13 ms/token, decode bias 29 ms + 0.21 ms/token.
 BIAS_DOMINATED = {"layers": 1, "prefill": {"bias": 0.025, "per_token": 1.3e-4},

@@ -6,16 +6,12 @@ the other objectives only backend against backend. Here the exhaustive search
 the mean TTFT (offline) and for the makespan with online arrivals (docs/infermax.md, fixes C10, C11).
 """
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from infermax_bruteforce import exhaustive_optimum  # noqa: E402
-from test_infermax import check_result, policy_values, solve, solve_mip, tiny_instance  # noqa: E402
-
-from optsched.result import replayed_objective  # noqa: E402
+from optsched.result import replayed_objective
+from tests.support.infermax import check_result, policy_values, solve, solve_mip, tiny_instance
+from tests.support.infermax_bruteforce import exhaustive_optimum
 
 REL = 1e-6
 #: Seeds whose instances have 2 or 3 requests (1-request instances prove nothing about order).
@@ -123,9 +119,9 @@ def test_serial_completion_keeps_the_first_tokens(seed: int) -> None:
     ``serial_completion`` replays cleanly, with the prefix's first tokens unchanged."""
     import random
 
-    from legal_schedules import random_legal_schedule
     from optsched.problems.infermax.schedules import serial_completion
     from optsched.schedule import Schedule, replay
+    from tests.support.legal_schedules import random_legal_schedule
 
     inst = tiny_instance(seed, arrivals=seed % 2 == 1)
     legal = random_legal_schedule(inst, random.Random(seed), p_evict=0.3).schedule
@@ -171,8 +167,7 @@ def test_earliest_starts_are_the_replays_starts(seed: int) -> None:
     replay of the original does."""
     from optsched.problems.infermax.data import build_data
     from optsched.problems.infermax.model import InferMaxOptions
-    from optsched.problems.infermax.schedules import earliest_starts, hint_from_schedule
-    from optsched.problems.infermax.schedules import schedule_from_solution
+    from optsched.problems.infermax.schedules import earliest_starts, hint_from_schedule, schedule_from_solution
     from optsched.schedule import replay
 
     inst = tiny_instance(seed, arrivals=True)

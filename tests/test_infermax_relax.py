@@ -10,86 +10,29 @@
 from __future__ import annotations
 
 import math
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from ortools.sat.python import cp_model
 
+from optsched.bounds import generic_bounds
 from optsched.instance import parse_instance
 from optsched.problems import bounder_for, solver_for
-from optsched.problems.infermax import candidate_schedules
-from optsched.bounds import generic_bounds
-from optsched.problems.infermax.data import build_data
-from optsched.problems.infermax.model import InferMaxOptions
 from optsched.problems.infermax.relax import UNIT, _Relaxation, count_bound, count_check, relaxation_bound
 from optsched.problems.infermax.residency import residency_bound
 from optsched.result import Status, replayed_objective
 from optsched.schedule import Schedule, replay
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))
-from bench_infermax import scale_instance  # noqa: E402
-from infermax_bruteforce import exhaustive_makespan  # noqa: E402
-from test_infermax import ADVERSARIAL_COSTS, policy_schedules, tiny_instance  # noqa: E402
-
-
-def proven_horizon(inst) -> int:
-    """The proven J of the makespan model for the best candidate schedule (as the solve derives it)."""
-    opts = InferMaxOptions()
-    cands = candidate_schedules(inst, opts)
-    best = min(replayed_objective(inst, s, "makespan")[0] for s in cands.values())
-    data = build_data(inst, opts, best, best, 1)
-    assert data.horizon_proven
-    return data.J
-
-
-def relaxation_point(inst, sched: Schedule) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
-    """x, s, r of the module docstring's proof for a schedule, per request and batch with items.
-
-    Written from the contract (state m, current prompt I, as in replay): an item of a request with
-    m < I is a prefill chunk and generates when m reaches I; otherwise it is a decode step; an
-    eviction of a decode-phase request sets I := m + 1, then m := 0; a request is released after
-    its last token. Residents: requests generating in the batch and idle decode-phase holders.
-    """
-    reqs = {r.id: r for r in inst.requests}
-    m = {rid: 0 for rid in reqs}
-    prompt = {rid: r.prompt_tokens for rid, r in reqs.items()}
-    gen = {rid: 0 for rid in reqs}
-    index = {rid: i for i, rid in enumerate(reqs)}
-    cols: list[tuple[dict[str, int], dict[str, int], dict[str, int]]] = []
-    for batch in sched.batches:
-        for rid in batch.evict:
-            if m[rid] >= prompt[rid]:
-                prompt[rid] = m[rid] + 1
-            m[rid] = 0
-        if not batch.items:
-            continue
-        x, s, r = {}, {}, {}
-        tokens = {it.id: it.tokens for it in batch.items}
-        for rid, req in reqs.items():
-            if rid in tokens:
-                if m[rid] < prompt[rid]:  # prefill chunk
-                    m[rid] += tokens[rid]
-                    if m[rid] == prompt[rid]:
-                        x[rid] = s[rid] = r[rid] = 1
-                else:  # decode step
-                    m[rid] += 1
-                    x[rid] = r[rid] = 1
-                gen[rid] += x.get(rid, 0)
-            elif 0 < m[rid] and m[rid] >= prompt[rid] and gen[rid] < req.output_tokens:
-                r[rid] = 1  # idle decode-phase resident
-            if gen[rid] == req.output_tokens:
-                m[rid] = 0
-        cols.append((x, s, r))
-    n = len(reqs)
-    out = tuple([[0] * len(cols) for _ in range(n)] for _ in range(3))
-    for j, col in enumerate(cols):
-        for k, values in enumerate(col):
-            for rid, v in values.items():
-                out[k][index[rid]][j] = v
-    return out  # type: ignore[return-value]
+from tests.support.infermax import (
+    ADVERSARIAL_COSTS,
+    MAX_TEST_HORIZON,
+    policy_schedules,
+    proven_horizon,
+    relaxation_point,
+    scale_instance,
+    schedules,
+    tiny_instance,
+)
+from tests.support.infermax_bruteforce import exhaustive_makespan
 
 
 def fixed_relaxation_value(inst, sched: Schedule) -> float | None:
@@ -117,12 +60,6 @@ def fix_point(relax: _Relaxation, point) -> None:
                 relax.m.Add(var[i][j] == (val[i][j] if j < len(val[0]) else 0))
 
 
-def schedules(inst) -> dict[str, Schedule]:
-    """The exhaustive optima (with and without evictions) and every policy's schedule."""
-    out = {f"exhaustive-evict={ev}": exhaustive_makespan(inst, evict=ev)[1] for ev in (True, False)}
-    return {**out, **policy_schedules(inst)}
-
-
 @pytest.mark.parametrize("seed", range(0, 32, 3))
 def test_every_legal_schedule_is_a_relaxation_point(seed: int) -> None:
     insts = [tiny_instance(seed)] + [
@@ -134,11 +71,6 @@ def test_every_legal_schedule_is_a_relaxation_point(seed: int) -> None:
             value = fixed_relaxation_value(inst, sched)
             assert value is not None, name
             assert value <= replayed_objective(inst, sched, "makespan")[0] * (1 + 1e-9), name
-
-
-#: Horizons above this are skipped (the second adversarial model's near-free batches prove only
-#: J ~ 1700, a model too large to solve exactly in a unit test; the point test above covers it).
-MAX_TEST_HORIZON = 60
 
 
 @pytest.mark.parametrize("seed", range(32))

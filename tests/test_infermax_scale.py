@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import itertools
 import random
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,11 +32,9 @@ from optsched.problems.infermax.plans import Plan, plan_cost, plan_data, plan_sc
 from optsched.problems.infermax.scale import kv_time_bound
 from optsched.result import replayed_objective
 from optsched.schedule import replay
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from infermax_bruteforce import exhaustive_makespan  # noqa: E402
-from legal_schedules import random_legal_schedule  # noqa: E402
-from test_infermax import tiny_instance  # noqa: E402
+from tests.support.infermax import tiny_instance
+from tests.support.infermax_bruteforce import exhaustive_makespan
+from tests.support.legal_schedules import random_legal_schedule
 
 REL = 1e-9
 TINY = range(32)
@@ -345,8 +341,8 @@ def test_trajectory_bound_below_every_schedule_found(seed):
 
 
 def test_solve_at_scale_uses_the_time_limit_and_reports_a_proven_bound():
-    from optsched.problems import solver_for
     from optsched.bounds import generic_bounds
+    from optsched.problems import solver_for
 
     inst = small_instance(11, n=16, share=0.3)
     res = solver_for("infermax")(inst, {"time_limit": 8.0})

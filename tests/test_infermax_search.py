@@ -21,10 +21,8 @@ import heapq
 import itertools
 import math
 import random
-import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -39,13 +37,18 @@ from optsched.problems.infermax.search import beam_search, path_schedule, relaxa
 from optsched.problems.infermax.tables import LARGEST_TABLE
 from optsched.result import Status, replayed_objective
 from optsched.schedule import replay
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))
-from bench_infermax import scale_instance  # noqa: E402
-from infermax_bruteforce import exhaustive_makespan  # noqa: E402
-from test_infermax import ADVERSARIAL_COSTS, policy_schedules, tiny_instance  # noqa: E402
-from test_infermax_relax import MAX_TEST_HORIZON, proven_horizon, relaxation_point, schedules  # noqa: E402
+from tests.support.infermax import (
+    ADVERSARIAL_COSTS,
+    MAX_TEST_HORIZON,
+    path_cost,
+    policy_schedules,
+    proven_horizon,
+    relaxation_point,
+    scale_instance,
+    schedules,
+    tiny_instance,
+)
+from tests.support.infermax_bruteforce import exhaustive_makespan
 
 
 def instances(seed: int) -> list:
@@ -300,17 +303,6 @@ def test_time_limit_when_every_node_has_many_children() -> None:
         assert res.bound <= replayed_objective(inst, sched, "makespan")[0] * (1 + 1e-9), name
 
 
-def _path_cost(graph: Graph, path: list) -> int:
-    """The cost of ``path`` along the graph's edges (each step must be an edge), start to goal."""
-    assert path[0] == (tuple([0] * graph.N), 0) and path[-1] == (tuple(int(o) for o in graph.O), 0)
-    total = 0
-    for node, nxt in zip(path, path[1:]):
-        costs = [c for child, c in graph.edges(*node) if child == nxt]
-        assert costs, (node, nxt)
-        total += min(costs)
-    return total
-
-
 @pytest.mark.parametrize("seed", range(0, 32, 4))
 def test_pruning_by_a_known_path_and_beam_paths(seed: int) -> None:
     """With the optimum L known: A* that queues only g + h < L finds no path (an empty queue, which
@@ -321,14 +313,14 @@ def test_pruning_by_a_known_path_and_beam_paths(seed: int) -> None:
         exact = Run(graph, UNBOUNDED)
         assert exact.until(None, 10**7) == GOAL
         optimum = exact.value
-        assert _path_cost(graph, exact.path()) == optimum
+        assert path_cost(graph, exact.path()) == optimum
         assert Run(graph, optimum).until(None, 10**7) == EMPTY
         below = Run(graph, optimum + 1)
         assert below.until(None, 10**7) == GOAL and below.value == optimum
         for width in (1, 4, 64):
             cost, path, _ = beam_search(graph, width, UNBOUNDED, None)
             assert path is not None and cost >= optimum
-            assert _path_cost(graph, path) == cost
+            assert path_cost(graph, path) == cost
             assert beam_search(graph, width, cost, None)[:2] == (cost, None)  # nothing below its own path
         res = relaxation_search(inst)
         assert res.status == Status.OPTIMAL and res.bound == math.fsum(request_work(inst)) + optimum * UNIT

@@ -50,15 +50,11 @@ def test_no_solver_is_started_without_time_for_the_handover(monkeypatch) -> None
     """With no time left for the hand-over every PuLP path keeps its heuristic's answer (a solver
     started anyway ran 4.7 s past a 0.6 s remainder on a 30-request hybrid MIP)."""
     import random
-    import sys
-    from pathlib import Path
 
     import optsched.mipsolvers as mipsolvers
     from optsched.problems import solver_for
-    from optsched.problems.hybrid.offline import lpt, loads_of, solve_pcmax
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_infermax import tiny_instance
+    from optsched.problems.hybrid.offline import loads_of, lpt, solve_pcmax
+    from tests.support.infermax import tiny_instance
 
     monkeypatch.setattr(mipsolvers, "HANDOVER_PER_BUILD", 1e9)
     rng = random.Random(4)

@@ -1,7 +1,7 @@
 """Every formulation under a profile with the prefill-context term (``prefill.per_ctx > 0``).
 
 - InferMax: both backends (CP-SAT, and the MIP through HiGHS where small) reach the optimum of the
-  independent exhaustive search (tests/infermax_bruteforce.py, whose batch cost prices ``c * m``),
+  independent exhaustive search (tests/support/infermax_bruteforce.py, whose batch cost prices ``c * m``),
   and that optimum differs from the one without the term on some instances (so the term is seen);
 - the simulator and the Hybrid policies and MIP give schedules whose times are the replayed ones;
 - Aladdin (its Eq. 2 prefill law has no such term) refuses with exit 2 naming the field;
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,10 +26,8 @@ from optsched.instance import parse_instance
 from optsched.problems import bounder_for, solver_for
 from optsched.result import objective_of
 from optsched.schedule import replay
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from infermax_bruteforce import exhaustive_makespan  # noqa: E402
-from legal_schedules import random_legal_schedule  # noqa: E402
+from tests.support.infermax_bruteforce import exhaustive_makespan
+from tests.support.legal_schedules import random_legal_schedule
 
 #: llama2-7b-a100 with a prefill-context term large enough to change optima on tiny instances.
 CTX = {"layers": 32, "base": 6.486e-05, "per_token": 1.91e-06,

@@ -4,7 +4,7 @@
   dyadic cost model (every coefficient a power of two or a sum of them), so float arithmetic is
   exact and the asserts use ``==``.
 - Property tests (hypothesis): random instances and random legal schedules from an independent
-  generator (tests/legal_schedules.py) replay cleanly, with the same times the generator computed;
+  generator (tests/support/legal_schedules.py) replay cleanly, with the same times the generator computed;
   each kind of violation is detected and reported naming the batch and the request.
 """
 
@@ -17,12 +17,12 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from legal_schedules import random_legal_schedule
 
+from optsched.bounds import instance_bounds, request_bounds
 from optsched.costmodel import cost_model_from_mapping
 from optsched.instance import Instance, Limits, Request, parse_instance
-from optsched.bounds import instance_bounds, request_bounds
 from optsched.schedule import Batch, Item, Schedule, load_schedule, replay
+from tests.support.legal_schedules import random_legal_schedule
 
 # T = 1 * (base 1 + 0.5 N_tok + [N_pre>0](2 + 0.25 S_pre) + [N_dec>0](1 + 0.5 N_dec + 0.125 KV_dec))
 DYADIC = {

@@ -9,17 +9,16 @@ import re
 import time
 
 import pytest
-from chromium_support import run_chromium
-from report_support import random_schedule, serial_fcfs
 
 from optsched.cli import main
 from optsched.instance import available_instances, load_instance
 from optsched.policies import POLICIES
 from optsched.problems import BOUNDERS, SOLVERS
 from optsched.report import build_report, gather_bounds, report_html, report_table, report_to_dict
-from optsched.schedule import item_phases
 from optsched.result import SolveResult
-from optsched.schedule import replay
+from optsched.schedule import item_phases, replay
+from tests.support.chromium import run_chromium
+from tests.support.report import random_schedule, serial_fcfs
 
 REL = 1e-9
 #: Instances above this many requests run with the registered policies' first few only (test time).
@@ -31,7 +30,7 @@ BIG_INSTANCE_POLICIES = ("vllm", "sarathi", "rank-i")
 @pytest.fixture
 def fcfs(monkeypatch: pytest.MonkeyPatch) -> str:
     """Register the test-only serial FCFS policy (so that the report has a policy before the simulator lands)."""
-    monkeypatch.setitem(POLICIES, "serial-fcfs", "report_support:serial_fcfs")
+    monkeypatch.setitem(POLICIES, "serial-fcfs", "tests.support.report:serial_fcfs")
     return "serial-fcfs"
 
 
@@ -116,8 +115,8 @@ def test_ctrl_c_gives_partial_report(fcfs: str, monkeypatch: pytest.MonkeyPatch)
     def interrupted(instance):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("report_support.interrupted", interrupted, raising=False)
-    monkeypatch.setitem(POLICIES, "zz-interrupt", "report_support:interrupted")
+    monkeypatch.setattr("tests.support.report.interrupted", interrupted, raising=False)
+    monkeypatch.setitem(POLICIES, "zz-interrupt", "tests.support.report:interrupted")
     report = build_report(load_instance("toy-4"), time_limit=None, policies=[fcfs, "zz-interrupt"])
     assert report.partial and "interrupted during policies" in report.notes[-1]
     assert [p.status for p in report.policies] == ["ok", "skipped"]
@@ -130,8 +129,8 @@ def test_deadline_gives_partial_report(fcfs: str, monkeypatch: pytest.MonkeyPatc
     def slow(instance):
         time.sleep(30)
 
-    monkeypatch.setattr("report_support.slow", slow, raising=False)
-    monkeypatch.setitem(POLICIES, "zz-slow", "report_support:slow")
+    monkeypatch.setattr("tests.support.report.slow", slow, raising=False)
+    monkeypatch.setitem(POLICIES, "zz-slow", "tests.support.report:slow")
     t0 = time.perf_counter()
     report = build_report(load_instance("toy-4"), time_limit=1.0, policies=[fcfs, "zz-slow"])
     assert time.perf_counter() - t0 < 2.0
@@ -152,8 +151,8 @@ def _fake_solver(objective_shift: float):
 
 @pytest.mark.parametrize("shift, ok", [(0.0, True), (1.0, False)])
 def test_solver_is_replayed_and_checked(shift: float, ok: bool, fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("report_support.fake_solve", _fake_solver(shift), raising=False)
-    monkeypatch.setitem(SOLVERS, "fake", "report_support:fake_solve")
+    monkeypatch.setattr("tests.support.report.fake_solve", _fake_solver(shift), raising=False)
+    monkeypatch.setitem(SOLVERS, "fake", "tests.support.report:fake_solve")
     report = build_report(load_instance("toy-4"), time_limit=10, policies=[fcfs], solve_problem="fake")
     assert report.solver is not None
     if ok:
@@ -175,8 +174,8 @@ def test_solver_gets_the_time_left_but_the_room(time_limit: float, fcfs: str, mo
         limits.append(options["time_limit"])
         return solve(instance, options)
 
-    monkeypatch.setattr("report_support.recording_solve", recording, raising=False)
-    monkeypatch.setitem(SOLVERS, "fake", "report_support:recording_solve")
+    monkeypatch.setattr("tests.support.report.recording_solve", recording, raising=False)
+    monkeypatch.setitem(SOLVERS, "fake", "tests.support.report:recording_solve")
     t0 = time.perf_counter()
     build_report(load_instance("toy-4"), time_limit=time_limit, policies=[fcfs], solve_problem="fake")
     used = time.perf_counter() - t0  # the phases before the solver took less than this
@@ -185,7 +184,7 @@ def test_solver_gets_the_time_left_but_the_room(time_limit: float, fcfs: str, mo
 
 
 def test_solver_size_limit(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(SOLVERS, "fake", "report_support:never_called")
+    monkeypatch.setitem(SOLVERS, "fake", "tests.support.report:never_called")
     report = build_report(load_instance("toy-4"), time_limit=10, solve_problem="fake", solve_max_requests=2)
     assert report.solver is not None and report.solver.result is None and "4 requests > 2" in report.solver.message
 
@@ -199,10 +198,10 @@ def test_gather_bounds_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     def bad(instance, options):
         raise ValueError("does not apply")
 
-    monkeypatch.setattr("report_support.good_bounds", good, raising=False)
-    monkeypatch.setattr("report_support.bad_bounds", bad, raising=False)
-    monkeypatch.setitem(BOUNDERS, "zz-good", "report_support:good_bounds")
-    monkeypatch.setitem(BOUNDERS, "zz-bad", "report_support:bad_bounds")
+    monkeypatch.setattr("tests.support.report.good_bounds", good, raising=False)
+    monkeypatch.setattr("tests.support.report.bad_bounds", bad, raising=False)
+    monkeypatch.setitem(BOUNDERS, "zz-good", "tests.support.report:good_bounds")
+    monkeypatch.setitem(BOUNDERS, "zz-bad", "tests.support.report:bad_bounds")
     notes: list[str] = []
     inst = load_instance("toy-4")
     bounds = gather_bounds(inst, notes=notes)

@@ -17,21 +17,24 @@ import pytest
 
 pytest.importorskip("pyarrow", reason="the sweep store is Parquet (pyarrow)")
 
-from optsched.cli import main  # noqa: E402
-from optsched.commands.simulate import run_policy  # noqa: E402
-from optsched.instance import load_instance, parse_instance  # noqa: E402
-from optsched.schedule import Metrics  # noqa: E402
-from optsched.sweep.capacity import rate_grid  # noqa: E402
-from optsched.sweep.cells import COLUMNS, expand_cells  # noqa: E402
-from optsched.sweep.runner import load_workloads  # noqa: E402
-from optsched.sweep.spec import parse_spec  # noqa: E402
-from sweep_support import (  # noqa: E402
+from optsched.cli import main
+from optsched.commands.simulate import run_policy
+from optsched.instance import load_instance, parse_instance
+from optsched.schedule import Metrics
+from optsched.sweep.capacity import rate_grid
+from optsched.sweep.cells import COLUMNS, expand_cells
+from optsched.sweep.runner import load_workloads
+from optsched.sweep.spec import parse_spec
+from tests.support.sweep import (
     SMALL_SPEC,
     assert_same_rows,
+    check_exactly_once,
     descendants,
+    expected_keys,
     part_files,
     read_rows,
     run_cli,
+    slow_spec,
     start_cli,
     wait_for_parts,
     write_spec,
@@ -40,11 +43,6 @@ from sweep_support import (  # noqa: E402
 
 def _sweep(tmp_path, spec: dict, *extra: str, out: str = "out") -> int:
     return main(["sweep", str(write_spec(tmp_path, spec)), "--out", str(tmp_path / out), "--no-progress", *extra])
-
-
-def _expected_keys(tmp_path, spec: dict) -> set[str]:
-    parsed = parse_spec(spec, "spec.json", tmp_path)
-    return {c.key for c in expand_cells(parsed, load_workloads(parsed).digests)}
 
 
 # --------------------------------------------------------------------------- the spec
@@ -133,7 +131,7 @@ def test_rows_workers_1_and_2_are_equal_and_complete(tmp_path) -> None:
     one, two = read_rows(tmp_path / "w1"), read_rows(tmp_path / "w2")
     assert_same_rows(one, two)
     # 8 cells, each: 2 generic bounds + 3 policies; every cell stored once under its key
-    assert {r["cell"] for r in one} == _expected_keys(tmp_path, SMALL_SPEC)
+    assert {r["cell"] for r in one} == expected_keys(tmp_path, SMALL_SPEC)
     assert len(part_files(tmp_path / "w1")) == 8 and len(one) == 8 * 5
     assert all(r["status"] in ("ok", "proven") for r in one)
     # every metric of the replay is a column, and the rows carry them
@@ -205,24 +203,8 @@ def test_resume_skips_stored_cells_and_refuses_a_silent_mix(tmp_path, capsys) ->
     assert_same_rows(read_rows(tmp_path / "out"), first)
 
 
-def _slow_spec() -> dict:
-    """12 cells of about a second each on this machine: long enough to interrupt."""
-    return {"name": "slow", "workloads": [{"instance": "poisson-mixed-100"}],
-            "limits": {"kv_capacity": [20000, 40000, 80000]}, "rate_scale": [1, 2, 3, 4],
-            "run": {"simulate": ["vllm", "sarathi"]}}
-
-
-def _check_exactly_once(tmp_path, spec: dict, out) -> None:
-    rows = read_rows(out)
-    keys = [r["cell"] for r in rows]
-    assert set(keys) == _expected_keys(tmp_path, spec)
-    assert len(part_files(out)) == len(set(keys))
-    assert sorted((r["cell"], r["policy"]) for r in rows) == sorted({(r["cell"], r["policy"]) for r in rows})
-    assert all(r["status"] == "ok" for r in rows)
-
-
 def test_a_killed_pool_worker_loses_no_cell(tmp_path) -> None:
-    spec = _slow_spec()
+    spec = slow_spec()
     out = tmp_path / "out"
     proc = start_cli("sweep", str(write_spec(tmp_path, spec)), "--out", str(out), "--workers", "2")
     wait_for_parts(out, 1, proc)
@@ -232,11 +214,11 @@ def test_a_killed_pool_worker_loses_no_cell(tmp_path) -> None:
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert "a worker process died" in err
-    _check_exactly_once(tmp_path, spec, out)
+    check_exactly_once(tmp_path, spec, out)
 
 
 def test_sigint_then_resume_completes_without_duplicates(tmp_path) -> None:
-    spec = _slow_spec()
+    spec = slow_spec()
     out = tmp_path / "out"
     path = write_spec(tmp_path, spec)
     proc = start_cli("sweep", str(path), "--out", str(out), "--workers", "2")
@@ -256,7 +238,7 @@ def test_sigint_then_resume_completes_without_duplicates(tmp_path) -> None:
     done = run_cli("sweep", str(path), "--out", str(out), "--workers", "2", "--resume", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["skipped"] == stored
-    _check_exactly_once(tmp_path, spec, out)
+    check_exactly_once(tmp_path, spec, out)
 
 
 # --------------------------------------------------------------------------- capacity

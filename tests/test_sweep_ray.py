@@ -20,18 +20,19 @@ ray = pytest.importorskip("ray", reason="Ray is the optional extra optsched[ray]
 pytest.importorskip("pyarrow", reason="the sweep store is Parquet (pyarrow)")
 
 from optsched.cli import main  # noqa: E402
-from sweep_support import (  # noqa: E402
+from tests.support.sweep import (  # noqa: E402
     SMALL_SPEC,
     assert_same_rows,
+    check_exactly_once,
     descendants,
     part_files,
     read_rows,
     run_cli,
+    slow_spec,
     start_cli,
     wait_for_parts,
     write_spec,
 )
-from test_sweep import _check_exactly_once, _slow_spec  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def test_same_rows_under_workers_1_2_and_ray(cluster, tmp_path) -> None:
 
 
 def test_a_killed_ray_worker_loses_no_cell(cluster, tmp_path) -> None:
-    spec = _slow_spec()
+    spec = slow_spec()
     out = tmp_path / "out"
     proc = start_cli("sweep", str(write_spec(tmp_path, spec)), "--out", str(out), "--ray", "--address", cluster,
                      env=LOOPBACK)
@@ -76,4 +77,4 @@ def test_a_killed_ray_worker_loses_no_cell(cluster, tmp_path) -> None:
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert len(part_files(out)) == 12
-    _check_exactly_once(tmp_path, spec, out)
+    check_exactly_once(tmp_path, spec, out)

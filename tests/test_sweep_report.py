@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("pyarrow", reason="the sweep store is Parquet (pyarrow)")
 
-from chromium_support import run_chromium  # noqa: E402
-from optsched.cli import main  # noqa: E402
-from optsched.sweep.report import pareto_front  # noqa: E402
-from sweep_support import SMALL_SPEC, write_spec  # noqa: E402
+from optsched.cli import main
+from optsched.sweep.report import pareto_front
+from tests.support.chromium import run_chromium
+from tests.support.sweep import SMALL_SPEC, write_spec
 
 
 def test_pareto_front_is_the_set_of_undominated_points() -> None:

@@ -12,18 +12,18 @@ from dataclasses import replace
 
 import pytest
 
-import fake_formulations
 from optsched import cli, problems
 from optsched.instance import load_instance
 from optsched.problems.hybrid import offline_solve
 from optsched.result import Status
 from optsched.schedule import replay
+from tests.support import fake_formulations
 
 
 @pytest.fixture
 def fake_problem(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(problems, "SOLVERS", {"fake": "fake_formulations:solve"})
-    monkeypatch.setattr(problems, "BOUNDERS", {"fake": "fake_formulations:bounds"})
+    monkeypatch.setattr(problems, "SOLVERS", {"fake": "tests.support.fake_formulations:solve"})
+    monkeypatch.setattr(problems, "BOUNDERS", {"fake": "tests.support.fake_formulations:bounds"})
 
 
 @pytest.mark.parametrize("command", ["solve", "bound"])

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from optsched.cli import main
-from optsched.instance import SLO, Instance, Limits, Request
 from optsched.costmodel import load_cost_model
+from optsched.instance import SLO, Instance, Limits, Request
 from optsched.workload import WorkloadError, WorkloadTransforms, apply_transforms, parse_window
 
 

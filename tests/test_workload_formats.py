@@ -213,7 +213,7 @@ def test_mooncake_bad_lines(tmp_path, capsys):
 
 
 def test_not_utf8_names_line_and_column(tmp_path, capsys, reader):
-    raw = "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,5,5\n".encode() + b"2,\xe9t\xe9,5\n"
+    raw = b"arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,5,5\n" + b"2,\xe9t\xe9,5\n"
     path = tmp_path / "latin1.csv"
     path.write_bytes(raw)
     code, err = _cli(capsys, path)

@@ -10,7 +10,7 @@ Timing inside the simulator would also time Python's garbage collector walking t
 millions of batch objects. Goals: best fit < 5 ms per decision, exact < 200 ms median (the paper's
 heuristic: < 50 ms at ~25 requests/s, Fig. 13).
 
-    python tests/benchmarks/bench_aladdin.py [--seconds 60] [--time-limit 1.0]
+    python -m tests.benchmarks.bench_aladdin [--seconds 60] [--time-limit 1.0]
 """
 
 from __future__ import annotations
@@ -20,14 +20,10 @@ import gc
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from study_aladdin_gpus import DATA, build, read_trace  # noqa: E402
-
-from optsched.problems.aladdin.cluster import place, simulate_cluster  # noqa: E402
-from optsched.problems.aladdin.predictor import BinPredictor  # noqa: E402
+from optsched.problems.aladdin.cluster import place, simulate_cluster
+from optsched.problems.aladdin.predictor import BinPredictor
+from tests.benchmarks.study_aladdin_gpus import DATA, build, read_trace
 
 
 def main() -> int:

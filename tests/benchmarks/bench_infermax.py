@@ -2,10 +2,10 @@
 
 Usage::
 
-    python tests/benchmarks/bench_infermax.py sec45 [--time-limit S] [--profile NAME] [--out FILE]
-    python tests/benchmarks/bench_infermax.py scale --n 8 16 32 64 [--time-limit S] [--memory-share F] [--out FILE]
-    python tests/benchmarks/bench_infermax.py crosscheck [--out FILE]
-    python tests/benchmarks/bench_infermax.py gaps [--time-limit S] [--out FILE]
+    python -m tests.benchmarks.bench_infermax sec45 [--time-limit S] [--profile NAME] [--out FILE]
+    python -m tests.benchmarks.bench_infermax scale --n 8 16 32 64 [--time-limit S] [--memory-share F] [--out FILE]
+    python -m tests.benchmarks.bench_infermax crosscheck [--out FILE]
+    python -m tests.benchmarks.bench_infermax gaps [--time-limit S] [--out FILE]
 
 - ``sec45``: the paper's section 4.5 ("are evictions evil?"): N = O = 4, I in 1..1024,
   M = max(2I, I+O-1), C = P = 4096, R_max unlimited, llama2-7b-a100 (or --profile); optimum with and without
@@ -27,22 +27,19 @@ import argparse
 import dataclasses
 import json
 import os
-import random
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from optsched.instance import InstanceError, parse_instance
+from optsched.bounds import generic_bounds
+from optsched.costmodel import load_cost_model
 from optsched.generators import infermax_grid
+from optsched.instance import InstanceError
 from optsched.policies import simulator_for
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.problems import solver_for
-from optsched.bounds import generic_bounds
-from optsched.costmodel import load_cost_model
 from optsched.result import replayed_objective
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.infermax import scale_instance, tiny_instance
+from tests.support.infermax_bruteforce import exhaustive_makespan
 
 
 def emit(row: dict[str, Any], out: str | None) -> None:
@@ -75,22 +72,6 @@ def run_sec45(args: argparse.Namespace) -> None:
         emit(row, args.out)
 
 
-def scale_instance(n: int, seed: int, memory_share: float = 0.4):
-    """N random requests (I, O in 1..16), M = ``memory_share`` of their total KV need (at least
-    the largest request's), C = P = 64, llama2-7b-a100."""
-    rng = random.Random(seed)
-    reqs = [{"id": f"r{k}", "prompt_tokens": rng.randint(1, 16), "output_tokens": rng.randint(1, 16)}
-            for k in range(n)]
-    need = sum(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
-    big = max(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
-    return parse_instance({
-        "name": f"scale-n{n}-s{seed}" + ("" if memory_share == 0.4 else f"-m{memory_share:g}"),
-        "cost_model": "llama2-7b-a100",
-        "limits": {"token_budget": 64, "prefill_budget": 64, "kv_capacity": max(big, int(memory_share * need))},
-        "requests": reqs,
-    }, f"scale-n{n}")
-
-
 def run_scale(args: argparse.Namespace) -> None:
     for n in args.n:
         for seed in args.seed or range(args.seeds):
@@ -108,10 +89,6 @@ def run_scale(args: argparse.Namespace) -> None:
 
 
 def run_crosscheck(args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(ROOT / "tests"))
-    from infermax_bruteforce import exhaustive_makespan
-    from test_infermax import tiny_instance
-
     for seed in range(32):
         inst = tiny_instance(seed)
         for no_evict in (False, True):

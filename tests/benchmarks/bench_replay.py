@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from optsched.instance import Limits
-from optsched.workload import load_trace_csv
 from optsched.policies import simulator_for
 from optsched.schedule import load_schedule, replay
+from optsched.workload import load_trace_csv
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -34,8 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 DATA = next((p for p in (REPO.parent / "shared" / "data", REPO.parent.parent / "shared" / "data") if p.is_dir()),
             REPO.parent / "shared" / "data")
 
-from optsched.instance import Instance, InstanceError, Limits, Request  # noqa: E402
 from optsched.costmodel import load_cost_model  # noqa: E402
+from optsched.instance import Instance, InstanceError, Limits, Request  # noqa: E402
 from optsched.problems.aladdin.capacity import heartbeat_lower_bound, min_workers, min_workers_scaling  # noqa: E402
 from optsched.problems.aladdin.predictor import BinPredictor  # noqa: E402
 from optsched.problems.aladdin.workerconfig import measured_layers, worker_coefficients  # noqa: E402

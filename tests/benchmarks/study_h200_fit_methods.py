@@ -35,8 +35,8 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -232,7 +232,7 @@ def main() -> None:
     for held in study.instance_names:
         train = every - {held}
 
-        def score(name: str) -> tuple[int, float]:
+        def score(name: str, train: set = train) -> tuple[int, float]:
             c = study.check(profile(methods[name](train), name), train)
             return len(c["swapped"]), abs(c["worst_pct"])
 

@@ -11,6 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from optsched.sweep.cells import expand_cells
+from optsched.sweep.runner import load_workloads
+from optsched.sweep.spec import parse_spec
+
 #: A small grid: 2 workloads x 2 kv capacities x 2 rate scales = 8 cells; bounds and three
 #: policies (deterministic: the rows of two runs are equal).
 SMALL_SPEC: dict[str, Any] = {
@@ -96,3 +100,24 @@ def descendants(pid: int) -> list[tuple[int, str]]:
             out.append((child, cmd.strip()))
             todo.append(child)
     return out
+
+
+def expected_keys(tmp_path, spec: dict) -> set[str]:
+    parsed = parse_spec(spec, "spec.json", tmp_path)
+    return {c.key for c in expand_cells(parsed, load_workloads(parsed).digests)}
+
+
+def slow_spec() -> dict:
+    """12 cells of about a second each on this machine: long enough to interrupt."""
+    return {"name": "slow", "workloads": [{"instance": "poisson-mixed-100"}],
+            "limits": {"kv_capacity": [20000, 40000, 80000]}, "rate_scale": [1, 2, 3, 4],
+            "run": {"simulate": ["vllm", "sarathi"]}}
+
+
+def check_exactly_once(tmp_path, spec: dict, out) -> None:
+    rows = read_rows(out)
+    keys = [r["cell"] for r in rows]
+    assert set(keys) == expected_keys(tmp_path, spec)
+    assert len(part_files(out)) == len(set(keys))
+    assert sorted((r["cell"], r["policy"]) for r in rows) == sorted({(r["cell"], r["policy"]) for r in rows})
+    assert all(r["status"] == "ok" for r in rows)

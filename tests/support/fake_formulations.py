@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import random
 
-from legal_schedules import random_legal_schedule
-
 from optsched.instance import Instance
 from optsched.result import Bound, SolveResult, replayed_objective
 from optsched.schedule import Schedule
+from tests.support.legal_schedules import random_legal_schedule
 
 #: The options dict of the last call (the tests inspect it).
 LAST_OPTIONS: dict = {}

@@ -8,8 +8,8 @@ Within-batch order is irrelevant, so each schedule is visited once (docs/gmax.md
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from itertools import combinations
-from typing import Iterator
 
 from optsched.problems.gmax.problem import GmaxProblem, g_core, g_value
 

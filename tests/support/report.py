@@ -41,9 +41,9 @@ def random_schedule(instance: Instance, rng: random.Random, evict_prob: float = 
     M = lim.kv_capacity if lim.kv_capacity is not None else float("inf")
     R = lim.max_running if lim.max_running is not None else float("inf")
     reqs = {r.id: r for r in instance.requests}
-    m = {rid: 0 for rid in reqs}
+    m = dict.fromkeys(reqs, 0)
     prompt = {rid: r.prompt_tokens for rid, r in reqs.items()}
-    gen = {rid: 0 for rid in reqs}
+    gen = dict.fromkeys(reqs, 0)
     done: set[str] = set()
     order = sorted(reqs, key=lambda rid: (reqs[rid].arrival, rid))
     now = 0.0

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Iterator
+from collections.abc import Iterator
 
 from optsched.instance import Instance
 from optsched.schedule import Batch, Item, Schedule

@@ -1,0 +1,1 @@
+"""The tests of optsched; their layout mirrors the package (docs/development.md)."""

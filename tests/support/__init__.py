@@ -1,0 +1,16 @@
+"""Helpers shared by the tests and the benchmarks (imported as ``tests.support.<module>``).
+
+- :mod:`~tests.support.infermax`: tiny and scale InferMax instances, the tests' solve, every
+  policy's schedule, relaxation points and search-path costs;
+- :mod:`~tests.support.infermax_bruteforce`: the exhaustive InferMax optimum (shortest path over
+  request states, written from the contract);
+- :mod:`~tests.support.legal_schedules`: random legal schedules from an independent walker;
+- :mod:`~tests.support.static_exhaustive`: the exhaustive static G-maximisation optimum;
+- :mod:`~tests.support.report`: a serial FCFS policy and random schedules for the bound and
+  report tests;
+- :mod:`~tests.support.export`: a tiny instance and a schedule with chunking and preemption for
+  the export and executor tests;
+- :mod:`~tests.support.sweep`: sweep specs, running ``optsched sweep``, reading rows;
+- :mod:`~tests.support.fake_formulations`: a test-only formulation for every status path of the CLI;
+- :mod:`~tests.support.chromium`: headless Chromium for the HTML pages.
+"""
