@@ -1,0 +1,37 @@
+"""Aladdin's registry entry and commands (aladdin/solve.py): Fig. 3's JSQ and exact peaks, plan and solve."""
+
+from __future__ import annotations
+
+from optsched.instance import load_instance
+from optsched.problems import solver_for
+from tests.support.aladdin import SOLVERS
+
+
+def test_fig3_jsq_peaks_10_exact_peaks_7():
+    inst = load_instance("aladdin-fig3")
+    solve = solver_for("aladdin")
+    j = solve(inst, {"method": "jsq"})
+    assert j.extra["peak_kv_model"] == [10, 10]
+    assert j.status == "infeasible" and any("(e)" in v for v in j.extra["violations"])
+    for s in SOLVERS:
+        r = solve(inst, {"method": "exact", "solver": s})
+        assert r.status == "optimal" and r.objective == 2 and r.bound == 2
+        assert max(r.extra["peak_kv_model"]) == 7, s
+        assert r.extra["simulation"]["evictions"] == 0
+    b = solve(inst, {"method": "bestfit"})
+    assert b.status == "feasible" and max(b.extra["peak_kv_model"]) <= 9
+
+
+def test_cli_plan_and_solve(capsys):
+    import json
+
+    from optsched.cli import main
+
+    assert main(["plan", "aladdin-fig3", "--method", "exact", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["workers"] == 2 and out["lower_bound_workers"] == 2 and out["evaluated"]["W=2"] == 1.0
+    assert main(["solve", "aladdin-fig3", "--problem", "aladdin", "--method", "jsq", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "infeasible" and out["peak_kv_model"] == [10.0, 10.0]
+    assert main(["plan", "aladdin-fig3", "--method", "nope"]) == 2
+    assert main(["plan", "toy-4", "--method", "jsq"]) == 2  # quadratic prefill: not Aladdin's model
