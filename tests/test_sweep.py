@@ -297,6 +297,19 @@ def test_capacity_rejects_what_it_would_ignore(tmp_path, capsys) -> None:
     assert "rate_scale: --capacity chooses the rate itself" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("change, extra, message", [
+    ({"run": {}}, [], "run: nothing to run (give simulate, solve or bound)"),
+    ({"rate_scale": [1]}, ["--capacity", "--slo-ttft-p99", "1"], "--capacity runs policies only"),
+    ({"workloads": [{"instance": "aladdin-fig3"}], "replicas": {"routers": ["nope"]}}, ["--replicas", "--slo-ttft-p99", "1"],
+     "replicas.routers: unknown router 'nope'"),
+])
+def test_a_sweep_with_nothing_to_do_writes_no_store(tmp_path, capsys, change, extra, message) -> None:
+    """The mode's own checks run before the store's folder and _sweep.json are written."""
+    assert _sweep(tmp_path, {**SMALL_SPEC, **change}, *extra) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_replicas_rows_equal_the_direct_search(tmp_path, capsys) -> None:
     from optsched.problems.aladdin.capacity import min_workers
 

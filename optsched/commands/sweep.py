@@ -81,6 +81,8 @@ def handle(args: argparse.Namespace) -> int:
         from ..sweep.runner import load_workloads
 
         workloads = load_workloads(spec)
+        mode = "capacity" if args.capacity else "replicas" if args.replicas else "grid"
+        _check_mode(mode, spec, args.spec)
     except (SpecError, MissingDependency) as exc:
         raise BadInput(str(exc)) from None
     store = SweepStore(args.out)
@@ -93,7 +95,6 @@ def handle(args: argparse.Namespace) -> int:
         executor = make_executor(args, spec.retries)
     except MissingDependency as exc:
         raise BadInput(str(exc)) from None
-    mode = "capacity" if args.capacity else "replicas" if args.replicas else "grid"
     store.write_meta({"spec": spec.model_dump(mode="json"), "spec_file": str(args.spec), "mode": mode,
                       "slo_ttft_p99": args.slo_ttft_p99, "slo_tpot_p99": args.slo_tpot_p99,
                       "attainment": args.attainment})
@@ -122,21 +123,27 @@ def _run(mode: str, spec: Any, args: argparse.Namespace, executor: Any, store: S
     from ..sweep.runner import run_sweep
 
     if mode == "grid":
-        if not spec.run.simulate and not spec.run.solve and not spec.run.bounds:
-            raise BadInput(f"{args.spec}: run: nothing to run (give simulate, solve or bound)")
         return asdict(run_sweep(spec, args.out, executor, workloads=workloads, show_progress=progress))
     target = SloTarget(args.slo_ttft_p99, args.slo_tpot_p99, args.attainment or 0.99)
     if mode == "capacity":
         from ..sweep.capacity import capacity_search
 
-        try:
-            return capacity_search(spec, workloads, executor, store, target, slots=executor.slots,
-                                   show_progress=progress)
-        except SpecError as exc:
-            raise BadInput(str(exc)) from None
+        return capacity_search(spec, workloads, executor, store, target, slots=executor.slots, show_progress=progress)
     from ..sweep.replicas import replicas_search
 
-    try:
-        return replicas_search(spec, workloads, executor, store, target, show_progress=progress)
-    except SpecError as exc:
-        raise BadInput(str(exc)) from None
+    return replicas_search(spec, workloads, executor, store, target, show_progress=progress)
+
+
+def _check_mode(mode: str, spec: Any, source: str) -> None:
+    """Raise :class:`SpecError` when the spec gives the sweep's mode nothing to do, before any file
+    is written."""
+    if mode == "grid" and not spec.run.simulate and not spec.run.solve and not spec.run.bounds:
+        raise SpecError(f"{source}: run: nothing to run (give simulate, solve or bound)")
+    if mode == "capacity":
+        from ..sweep.capacity import check_capacity_spec
+
+        check_capacity_spec(spec)
+    if mode == "replicas":
+        from ..sweep.replicas import check_replicas_spec
+
+        check_replicas_spec(spec)

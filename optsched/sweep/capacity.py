@@ -30,7 +30,7 @@ from .runner import Executor, Progress, Workloads, run_cells
 from .spec import RunSpec, SpecError, SweepSpec
 from .store import SweepStore
 
-__all__ = ["capacity_search", "rate_grid"]
+__all__ = ["capacity_search", "check_capacity_spec", "rate_grid"]
 
 
 def rate_grid(low: float, high: float, tolerance: float) -> list[float]:
@@ -69,7 +69,8 @@ class _Search:
             self.good = max([j for j, m in self.probes.items() if m and j < self.bad], default=-1)
 
 
-def _check(spec: SweepSpec) -> None:
+def check_capacity_spec(spec: SweepSpec) -> None:
+    """Raise :class:`SpecError` when ``spec`` cannot drive a capacity search (before any work)."""
     if not spec.run.simulate:
         raise SpecError(f"{spec.source}: run.simulate: --capacity searches the rate of each policy; list some")
     if spec.run.solve or spec.run.bounds:
@@ -118,7 +119,7 @@ def capacity_search(spec: SweepSpec, workloads: Workloads, executor: Executor, s
     ``above_range``) and the metrics of the probe at the capacity.
     """
     t0 = time.perf_counter()
-    _check(spec)
+    check_capacity_spec(spec)
     searches = _searches(spec, workloads, target)
     stored = store.done_keys()
     active = [s for s in searches if s.key not in stored]

@@ -25,7 +25,7 @@ from .runner import Executor, Progress, Workloads
 from .spec import ReplicasSpec, RunSpec, SpecError, SweepSpec
 from .store import SweepStore
 
-__all__ = ["replicas_search", "run_replicas"]
+__all__ = ["check_replicas_spec", "replicas_search", "run_replicas"]
 
 
 def _job_key(cell: Cell, router: str, settings: ReplicasSpec) -> str:
@@ -65,15 +65,20 @@ def run_replicas(cell: Cell, base: Instance, router: str, settings: ReplicasSpec
     return [make_row(cell, instance, kind="replicas", policy=router, **values, wall_time=time.perf_counter() - t0)]
 
 
-def replicas_search(spec: SweepSpec, workloads: Workloads, executor: Executor, store: SweepStore,
-                    target: SloTarget, *, show_progress: bool | None = None) -> dict[str, Any]:
-    """Run the fewest-engines search of every cell and router; a summary for the CLI."""
+def check_replicas_spec(spec: SweepSpec) -> None:
+    """Raise :class:`SpecError` when ``spec`` names a router the search does not know (before any work)."""
     from ..problems.aladdin.cluster import METHODS
 
     unknown = [r for r in spec.replicas.routers if r not in METHODS or r == "given"]
     if unknown:
         raise SpecError(f"{spec.source}: replicas.routers: unknown router {unknown[0]!r} "
                         f"(known: {', '.join(m for m in METHODS if m != 'given')})")
+
+
+def replicas_search(spec: SweepSpec, workloads: Workloads, executor: Executor, store: SweepStore,
+                    target: SloTarget, *, show_progress: bool | None = None) -> dict[str, Any]:
+    """Run the fewest-engines search of every cell and router; a summary for the CLI."""
+    check_replicas_spec(spec)
     t0 = time.perf_counter()
     cells = expand_cells(spec, workloads.digests, RunSpec(), slo=target)
     jobs = {_job_key(c, r, spec.replicas): (c, r) for c in cells for r in spec.replicas.routers}
