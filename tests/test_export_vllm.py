@@ -116,6 +116,15 @@ def test_round_trip_and_malformed_plans(instance, schedule, tmp_path):
         ReplayPlan.from_dict(broken, "p.json")
 
 
+@pytest.mark.parametrize("key", ["cost_model", "source"])
+@pytest.mark.parametrize("value", [None, True, "x", 1e308])
+def test_a_plan_whose_object_field_is_not_an_object(instance, schedule, key, value):
+    """Read outside the checks, these were a TypeError (exit 3) in ``optsched execute``."""
+    data = build_plan(instance, schedule).to_dict() | {key: value}
+    with pytest.raises(PlanError, match=f"^p.json: field '{key}': must be an object, got "):
+        ReplayPlan.from_dict(data, "p.json")
+
+
 def test_cli_export(instance, schedule, tmp_path, capsys):
     inst = tmp_path / "inst.json"
     inst.write_text(json.dumps(INSTANCE))

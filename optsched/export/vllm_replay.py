@@ -192,8 +192,16 @@ class ReplayPlan:
             unknown = (set(step.tokens) | set(step.preempt)) - ids
             if unknown:
                 raise PlanError(f"{source}: step {j}: unknown request(s) {sorted(unknown)}")
-        return cls(str(data.get("instance", "")), dict(data.get("cost_model", {})), engine,
-                   requests, steps, dict(data.get("source", {})))
+        cost_model, plan_source = (_object_field(data, key, source) for key in ("cost_model", "source"))
+        return cls(str(data.get("instance", "")), cost_model, engine, requests, steps, plan_source)
+
+
+def _object_field(data: Mapping[str, Any], key: str, source: str) -> dict[str, Any]:
+    """The plan's optional object field ``key`` (empty when absent)."""
+    value = data.get(key, {})
+    if not isinstance(value, Mapping):
+        raise PlanError(f"{source}: field {key!r}: must be an object, got {type(value).__name__}")
+    return dict(value)
 
 
 def load_plan(path: str | Path) -> ReplayPlan:
