@@ -145,3 +145,25 @@ def test_interruptible_passes_every_deadline_and_stops_the_solvers() -> None:
             assert not deadline.passed(None)
     assert signal.getsignal(signal.SIGINT) is before
     assert ctrl_c.happened and not interrupt.requested() and not deadline.passed(far)
+
+
+def test_ctrl_c_stops_the_infermax_scale_phase() -> None:
+    """The scale phase (plan search, trajectory bound) stops at Ctrl-C as at its deadline: its loops
+    compared the clock with the deadline and ran on to the time limit (an hour here)."""
+    from optsched import load_instance, replay, solve
+
+    instance = load_instance("infermax-i1024-o32-n64")  # 64 requests: solved at scale
+    with interrupt.interruptible() as ctrl_c:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(200):
+            if interrupt.requested():
+                break
+            time.sleep(0.01)
+        began = time.perf_counter()
+        result = solve(instance, "infermax", time_limit=3600)
+        took = time.perf_counter() - began
+    assert ctrl_c.happened and took < 300, took  # not the hour of its time limit
+    assert "solved at scale" in result.extra["stopped"] and "scale" in result.extra
+    assert result.status == "time_limit" and replay(instance, result.schedule).feasible
+    assert result.bound <= result.objective <= min(result.extra["policy_values"].values())
+

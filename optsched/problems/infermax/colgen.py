@@ -80,6 +80,7 @@ import numpy as np
 from numba import njit
 
 from ...bounds import batch_counts, least_bias, request_work
+from ...deadline import passed
 from ...instance import Instance
 from ...schedule import Schedule
 from .kvtime import kv_time_count
@@ -352,7 +353,7 @@ class TrajectoryLP:
             if not added and point is u:
                 solved = True
                 break
-            if deadline is not None and time.perf_counter() > deadline:
+            if passed(deadline):
                 break
         bound = max(0.0, best - SAFETY * max(1.0, abs(best)))
         if batches in self.points:  # solved again with more time: keep the better bound
@@ -463,7 +464,7 @@ def trajectory_bound(
     history: list[tuple[float, float]] = []
     while B is not None:
         left = None if deadline is None else deadline - time.perf_counter()
-        if left is not None and left <= 0:
+        if left is not None and (left <= 0 or passed(deadline)):
             break
         lp.solve(B, None if left is None else min(deadline, time.perf_counter() + max(LP_SHARE * left, 1.0)))
         history.append((round(time.perf_counter() - t0, 3), _combined(instance, W, lp.points, floor, ceiling)))

@@ -32,6 +32,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ...deadline import passed
+from ...interrupt import requested
 from .plans import Plan, PlanData, plan_cost
 
 __all__ = ["SearchStep", "improve_plans", "starting_plans"]
@@ -81,7 +83,7 @@ def starting_plans(data: PlanData, objective: str, deadline: float | None) -> li
             for grid in START_GRIDS:
                 plan = Plan.whole(order, data.output, q, grid)
                 out.append((plan_cost(data, plan, objective), plan))
-                if deadline is not None and time.perf_counter() > deadline:
+                if passed(deadline):
                     return sorted(out, key=lambda x: x[0])
     return sorted(out, key=lambda x: x[0])
 
@@ -189,7 +191,7 @@ def improve_plans(
     stale = 0
     kinds = len(MOVES) if evictions else 4
     tried, gained = np.ones(kinds), np.ones(kinds)  # adaptive choice: moves that improve are tried more
-    while clock() < deadline:
+    while clock() < deadline and not requested():  # Ctrl-C passes the deadline (optsched.interrupt)
         weight = gained / tried + ADAPT_FLOOR
         kind = int(rng.choice(kinds, p=weight / weight.sum()))
         cand = _move(cur, data, rng, kind)

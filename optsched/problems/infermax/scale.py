@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...bounds import batch_counts, least_bias, request_work
+from ...deadline import passed
 from ...instance import Instance
 from ...schedule import Schedule
 from .kvtime import kv_time_count
@@ -128,7 +129,7 @@ def scale_phase(
         out.info["trajectory_history"] = [(round(began + t, 3), value) for t, value in tb.history]
         if data is not None:
             guided = _guided_plans(data, lp)
-    if data is not None and time.perf_counter() < deadline:
+    if data is not None and not passed(deadline):
         if guided:  # half of what is left from the relaxation's plans, then from the best plan
             search(time.perf_counter() + (deadline - time.perf_counter()) / 2, guided)
         search(deadline, best[:1])
