@@ -35,6 +35,7 @@ _stops: list[Callable[[], Any]] = []
 _signals = 0
 _active = False
 _seen = False
+_UNSET = object()
 
 
 def sigint_seen() -> bool:
@@ -115,21 +116,27 @@ def interruptible() -> Iterator[Interruption]:
         return
     reader, writer = socket.socketpair()
     writer.setblocking(False)
-    _requested.clear()
-    _signals = 0
-    previous_handler = signal.signal(signal.SIGINT, _handler)
-    previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    previous_handler: Any = _UNSET
+    previous_fd: int | None = None
     watcher = threading.Thread(target=_watch, args=(reader,), name="optsched-interrupt", daemon=True)
-    watcher.start()
-    _active = True
     try:
+        with _lock:  # active before the handler: a SIGINT from the handler's first instant counts
+            _requested.clear()
+            _signals = 0
+            _active = True
+        previous_handler = signal.signal(signal.SIGINT, _handler)
+        previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        watcher.start()
         yield state
     finally:
-        signal.set_wakeup_fd(previous_fd)
-        signal.signal(signal.SIGINT, previous_handler)
+        if previous_fd is not None:
+            signal.set_wakeup_fd(previous_fd)
+        if previous_handler is not _UNSET:
+            signal.signal(signal.SIGINT, previous_handler)
         writer.close()
         reader.shutdown(socket.SHUT_RDWR)
-        watcher.join(timeout=1.0)
+        if watcher.is_alive():
+            watcher.join(timeout=1.0)
         reader.close()
         with _lock:
             _active = False

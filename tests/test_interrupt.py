@@ -78,6 +78,8 @@ def test_a_second_ctrl_c_aborts(tmp_path: Path) -> None:
     assert "Traceback" not in err
     if proc.returncode == 130:  # the second signal came before the solve returned
         assert out == "" and err.rstrip().splitlines()[-1] == "optsched: interrupted"
+    elif proc.returncode == -signal.SIGINT:  # the first one had ended the solve; the second killed the exiting interpreter
+        assert json.loads(out)["interrupted"] is True
     else:  # the first one had already ended the solve: its result
         assert proc.returncode == 0 and json.loads(out)["interrupted"] is True
 
@@ -167,3 +169,22 @@ def test_ctrl_c_stops_the_infermax_scale_phase() -> None:
     assert result.status == "time_limit" and replay(instance, result.schedule).feasible
     assert result.bound <= result.objective <= min(result.extra["policy_values"].values())
 
+
+def test_a_ctrl_c_while_interruptible_starts_is_not_lost(monkeypatch) -> None:
+    """A SIGINT that lands after the handler is installed but before the watcher runs counts: it was
+    dropped (the block was not yet marked active), and the solve ran on to its time limit."""
+    import threading
+
+    start = threading.Thread.start
+
+    def start_after_a_signal(thread: threading.Thread) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs between these bytecodes
+        start(thread)
+        time.sleep(0.2)  # the watcher reads the signal's byte
+
+    monkeypatch.setattr(threading.Thread, "start", start_after_a_signal)
+    with interrupt.interruptible() as ctrl_c:
+        monkeypatch.setattr(threading.Thread, "start", start)
+        assert interrupt.requested()
+    assert ctrl_c.happened and not interrupt.requested()
