@@ -263,7 +263,7 @@ def packing_bound(heights: np.ndarray | list[int], capacity: int) -> int:
     small = _area_count_of_small_items(int(heights.sum()), int(heights.max(initial=0)), capacity)
     if small is not None:
         return small
-    return _packing_from_counts(np.bincount(heights, minlength=capacity + 1), capacity)
+    return packing_from_counts(np.bincount(heights, minlength=capacity + 1), capacity)
 
 
 def _area_count_of_small_items(area: int, largest: int, M: int) -> int | None:
@@ -273,7 +273,7 @@ def _area_count_of_small_items(area: int, largest: int, M: int) -> int | None:
     return -(-area // M) if 2 * largest <= M else None
 
 
-def _packing_from_counts(counts: np.ndarray, M: int) -> int:
+def packing_from_counts(counts: np.ndarray, M: int) -> int:
     """:func:`packing_bound` from ``counts[h]`` (items of height h, h = 0..M), every alpha at once."""
     h = np.arange(M + 1, dtype=np.int64)
     n_le = np.cumsum(counts)  # items of height <= h
@@ -318,7 +318,7 @@ def _batch_counts(I: np.ndarray, O: np.ndarray, lim: Limits) -> tuple[int, int]:
         runs = np.zeros(M + 2, dtype=np.int64)
         np.add.at(runs, np.minimum(I, M + 1), 1)
         np.add.at(runs, np.minimum(I + O, M + 1), -1)
-        b = max(b, _packing_from_counts(np.cumsum(runs)[: M + 1], M))
+        b = max(b, packing_from_counts(np.cumsum(runs)[: M + 1], M))
     return b, b_pre
 
 

@@ -24,8 +24,8 @@ def test_incremental_kv_profile_matches_recomputation():
             expected = load.peak_kv(job)
             load.add(job)
             fresh = cp.loads[0].copy()
-            fresh._changed()
+            fresh.forget_profile()
             for j in load.new:
                 fresh.add(j)
             assert load.peak_kv() == expected == fresh.peak_kv()
-            assert np.array_equal(load._profile()[1], fresh._profile()[1])
+            assert np.array_equal(load.load_profile()[1], fresh.load_profile()[1])

@@ -39,18 +39,18 @@ def test_model_check_accepts_slack_in_t_but_not_a_shortfall():
     """A stopped MILP's incumbent may carry slack in its durations and starts (bounded from below
     only): a model t above the evaluated one is accepted (it was an internal error), one below is not,
     and a model n above the evaluated one is not."""
-    from optsched.problems.gmax.exact import _check_model
+    from optsched.problems.gmax.exact import check_model
     from optsched.problems.gmax.slots import SubResult
 
     p = GmaxProblem.from_instance(parse_instance(random_gmax_instance(6, 1)))
     batches = [[0, 1], [2, 3, 4], [5]]
     n, t = g_core(p, batches)
-    _check_model(p, SubResult(status=Status.FEASIBLE, batches=batches, n=n, t=t * 1.05), "slack")
-    _check_model(p, SubResult(status=Status.FEASIBLE, batches=batches, n=max(n - 1, 0), t=t), "an on-time flag off")
+    check_model(p, SubResult(status=Status.FEASIBLE, batches=batches, n=n, t=t * 1.05), "slack")
+    check_model(p, SubResult(status=Status.FEASIBLE, batches=batches, n=max(n - 1, 0), t=t), "an on-time flag off")
     with pytest.raises(RuntimeError, match="below the evaluated"):
-        _check_model(p, SubResult(status=Status.FEASIBLE, batches=batches, n=n, t=t * 0.95), "shortfall")
+        check_model(p, SubResult(status=Status.FEASIBLE, batches=batches, n=n, t=t * 0.95), "shortfall")
     with pytest.raises(RuntimeError, match="claims n"):
-        _check_model(p, SubResult(status=Status.FEASIBLE, batches=batches, n=n + 1, t=t), "n too large")
+        check_model(p, SubResult(status=Status.FEASIBLE, batches=batches, n=n + 1, t=t), "n too large")
 
 
 @pytest.mark.parametrize("seed", range(50))
@@ -116,7 +116,7 @@ def test_no_dinkelbach_step_starts_that_cannot_be_set_up_before_the_limit():
     """A step whose set-up (model build, loading) alone would pass the limit is not started."""
     import time
 
-    from optsched.problems.gmax.exact import _dinkelbach, _Incumbent
+    from optsched.problems.gmax.exact import BestSchedule, run_dinkelbach
     from optsched.problems.gmax.slots import SubResult
 
     p = small_instance(4)
@@ -137,11 +137,11 @@ def test_no_dinkelbach_step_starts_that_cannot_be_set_up_before_the_limit():
             return SubResult(status=Status.FEASIBLE, batches=better, n=n, t=t, objective=0.0, wall=0.0,
                              info={"lambda": n_inc / t})
 
-    inc = _Incumbent(p)
+    inc = BestSchedule(p)
     inc.offer(ranked[0])
     backend = SlowSetUp()
     deadline = time.perf_counter() + 1.1
-    status, _ = _dinkelbach(p, backend, inc, deadline, t_lb=1.0, log=[])
+    status, _ = run_dinkelbach(p, backend, inc, deadline, t_lb=1.0, log=[])
     assert status == "time_limit"
     assert time.perf_counter() <= deadline  # without the check a fifth step would run past it
     assert backend.calls >= 2

@@ -28,7 +28,7 @@ def test_every_schedule_satisfies_every_milp_constraint():
             n, t = g_core(p, batches)
             backend = MilpBackend(data)
             backend.hint = batches
-            prob, parts = backend._build(pulp.LpMaximize, t_max=t + 1e-6)  # float slack of the caps
+            prob, parts = backend.build_model(pulp.LpMaximize, t_max=t + 1e-6)  # float slack of the caps
             assert [con.name for con in prob.constraints() if not con.valid(1e-7)] == [], batches
             assert [var.name for var in prob.variables() if not var.valid(1e-7)] == [], batches
             assert pulp.value(parts["n"]) == n

@@ -170,7 +170,7 @@ def _fixed_model_value(inst, schedule) -> float | None:
 
     from ortools.sat.python import cp_model
 
-    from optsched.problems.infermax.cpsat import _Builder
+    from optsched.problems.infermax.cpsat import ModelBuilder
     from optsched.problems.infermax.data import build_data, integer_scaling
     from optsched.problems.infermax.model import InferMaxOptions
     from optsched.problems.infermax.schedules import hint_from_schedule
@@ -180,7 +180,7 @@ def _fixed_model_value(inst, schedule) -> float | None:
     data = build_data(inst, InferMaxOptions(), value, value, n_batches)
     data = dataclasses.replace(data, symmetric_pairs=())
     c, e = hint_from_schedule(data, schedule)
-    b = _Builder(data, integer_scaling(data))
+    b = ModelBuilder(data, integer_scaling(data))
     for i in range(data.N):
         for j in range(data.J):
             b.m.Add(b.c[i][j] == c[i][j])
@@ -242,13 +242,13 @@ def test_packing_bound_never_exceeds_exact_bin_packing(seed: int) -> None:
 def test_packing_bound_of_small_items_is_the_area_count(seed: int) -> None:
     """Items all at most M/2: the histogram's L2 (every alpha) equals the area count, the shortcut
     that spares a histogram of M + 1 entries."""
-    from optsched.bounds import _packing_from_counts
+    from optsched.bounds import packing_from_counts
 
     rng = random.Random(seed)
     M = rng.randint(2, 60)
     heights = [rng.randint(1, M // 2) for _ in range(rng.randint(1, 30))]
     counts = np.bincount(heights, minlength=M + 1)
-    assert _packing_from_counts(counts, M) == math.ceil(sum(heights) / M)
+    assert packing_from_counts(counts, M) == math.ceil(sum(heights) / M)
 
 
 def test_bounds_with_a_huge_kv_capacity() -> None:

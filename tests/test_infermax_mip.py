@@ -115,7 +115,7 @@ def _fixed_mip_value(inst: Instance, schedule) -> float | None:
     n_batches = sum(1 for b in schedule.batches if b.items)
     data = dataclasses.replace(build_data(inst, InferMaxOptions(), value, value, n_batches), symmetric_pairs=())
     c, e = hint_from_schedule(data, schedule)
-    model = mip._Mip(data)
+    model = mip.MipModel(data)
     for i in range(data.N):
         for j in range(data.J):
             model.c[i][j].lowBound = model.c[i][j].upBound = c[i][j]

@@ -144,14 +144,14 @@ def test_solver_starts_later_than_needed_do_not_break_agreement(monkeypatch, obj
     not at S (that disagreement was an internal error on a time-limited ttft solve)."""
     from optsched.problems.infermax import cpsat
 
-    original = cpsat._Builder._objective
+    original = cpsat.ModelBuilder.add_objective
     late = 1e-4
 
     def late_first_batch(self) -> None:
         original(self)
         self.m.Add(self.S[0] >= self.scale.to_int_time(late))
 
-    monkeypatch.setattr(cpsat._Builder, "_objective", late_first_batch)
+    monkeypatch.setattr(cpsat.ModelBuilder, "add_objective", late_first_batch)
     inst = tiny_instance(3, arrivals=arrivals)
     res = solve(inst, objective=objective)  # the solver's value and the replay's must agree
     assert res.schedule is not None and res.replay.feasible

@@ -18,7 +18,7 @@ from ortools.sat.python import cp_model
 from optsched.bounds import generic_bounds
 from optsched.instance import parse_instance
 from optsched.problems import bounder_for, solver_for
-from optsched.problems.infermax.relax import UNIT, _Relaxation, count_bound, count_check, relaxation_bound
+from optsched.problems.infermax.relax import UNIT, RelaxationModel, count_bound, count_check, relaxation_bound
 from optsched.problems.infermax.residency import residency_bound
 from optsched.result import Status, replayed_objective
 from optsched.schedule import Schedule, replay
@@ -42,7 +42,7 @@ def fixed_relaxation_value(inst, sched: Schedule) -> float | None:
     exclude a schedule that finishes them in the other order (a renaming is in the relaxation).
     """
     x, s, r = relaxation_point(inst, sched)
-    relax = _Relaxation(inst, len(x[0]), symmetry=False)
+    relax = RelaxationModel(inst, len(x[0]), symmetry=False)
     fix_point(relax, (x, s, r))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
@@ -51,7 +51,7 @@ def fixed_relaxation_value(inst, sched: Schedule) -> float | None:
     return relax.work + solver.ObjectiveValue() * UNIT
 
 
-def fix_point(relax: _Relaxation, point) -> None:
+def fix_point(relax: RelaxationModel, point) -> None:
     """Fix the relaxation's x, s, r to a point (its batches first, then zeros: empty batches)."""
     for var, val in zip((relax.x, relax.s, relax.r), point):
         assert len(val[0]) <= len(var[0])

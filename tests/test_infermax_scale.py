@@ -94,7 +94,7 @@ def test_random_plans_replay_with_their_cost(seed):
 
 @pytest.mark.parametrize("seed", range(300))
 def test_earliest_start_is_the_first_that_fits(seed):
-    """The placement's skips (plans.py, _earliest) against a scan of every start; seeds from 200
+    """The placement's skips (plans.py, earliest_start) against a scan of every start; seeds from 200
     on are a single wall (a batch nearly full, or blocked) that a skip one batch too far misses."""
     from optsched.problems.infermax import plans
 
@@ -117,12 +117,12 @@ def test_earliest_start_is_the_first_that_fits(seed):
     t0 = int(rng.integers(0, 20)) * grid
     plans_kv = np.concatenate([kv, np.zeros(length + 2 * grid, np.int64)])
     pad = lambda a: np.concatenate([a, np.zeros(length + 2 * grid, np.int64)])  # noqa: E731
-    got = plans._earliest(plans_kv, pad(pre), pad(tok), pad(run), t0, X, q, n_fill, length, grid, M, P, C, R)
+    got = plans.earliest_start(plans_kv, pad(pre), pad(tok), pad(run), t0, X, q, n_fill, length, grid, M, P, C, R)
     want = -1
     for t in range(t0, len(plans_kv) - length + 1, grid):
-        if all(plans_kv[t + k] + plans._segment_at(X, q, k)[0] <= M
-               and pad(pre)[t + k] + plans._segment_at(X, q, k)[1] <= P
-               and pad(tok)[t + k] + max(1, plans._segment_at(X, q, k)[1]) <= C and pad(run)[t + k] < R
+        if all(plans_kv[t + k] + plans.segment_at(X, q, k)[0] <= M
+               and pad(pre)[t + k] + plans.segment_at(X, q, k)[1] <= P
+               and pad(tok)[t + k] + max(1, plans.segment_at(X, q, k)[1]) <= C and pad(run)[t + k] < R
                for k in range(length)):
             want = t
             break
@@ -258,11 +258,11 @@ def test_pricing_is_the_least_over_every_trajectory(seed):
     mu, rv, iv = rng.random(T) * 0.1, rng.random(T) * 0.01, rng.random(T) * 0.1 * spikes
     scale = 1.0 if seed % 2 else 0.01  # refills dear (idling pays) or cheap (evicting pays)
     rho, dex = np.concatenate([[0, 0], scale * (1 + rng.random(O - 1))]), np.concatenate([[0, 0], rng.random(O - 1) * 0.05])
-    fin, ch_u, ch_r, ch_f = colgen._price(I, O, T, mu, rv, iv, rho, dex)
+    fin, ch_u, ch_r, ch_f = colgen.least_trajectory_cost(I, O, T, mu, rv, iv, rho, dex)
     assert fin.min() == pytest.approx(_brute_least(I, O, T, mu, rv, iv, rho, dex), rel=1e-12, abs=1e-15)
     end = int(np.argmin(fin))
-    act, gen = colgen._path(O, T, ch_u, ch_r, ch_f, end)
-    kv, run, gen_items = colgen._usage(I, act, gen)
+    act, gen = colgen.trajectory_of(O, T, ch_u, ch_r, ch_f, end)
+    kv, run, gen_items = colgen.trajectory_usage(I, act, gen)
     cost = rho[gen[(act == colgen.FILL) & (gen >= 2)]].sum() + dex[gen[act == colgen.DECODE]].sum()
     assert cost + mu @ kv + rv @ run + iv @ gen_items == pytest.approx(fin[end], rel=1e-12, abs=1e-15)
 
@@ -280,18 +280,18 @@ def _check_point(inst, schedule, lp):
     extras = 0.0
     for ci, act in trajectories:
         c = lp.classes[ci]
-        gen = colgen._gen_of(act, c.output)
+        gen = colgen.generated_after(act, c.output)
         assert gen[-1] == c.output
         resident = False
         for t, a in enumerate(act):  # legal transitions
             if a in (colgen.DECODE, colgen.IDLE):
                 assert resident and gen[t] >= 1
             resident = a != colgen.NONE and gen[t] < c.output
-        k, r, g = colgen._usage(c.prompt, act, gen)
+        k, r, g = colgen.trajectory_usage(c.prompt, act, gen)
         kv += k
         run += r
         gen_items += g
-        extras += colgen._cost(c, act, gen)
+        extras += colgen.trajectory_extras(c, act, gen)
     assert np.all(kv <= np.array(rep.kv_used)[nonempty])
     assert np.all(run <= np.array(rep.running)[nonempty])
     assert np.all(gen_items <= inst.limits.token_budget)

@@ -29,7 +29,8 @@ def test_bounder_resolves(name):
 
 def test_every_command_registers():
     parser = cli.build_parser()
-    commands = parser._subparsers._group_actions[0].choices  # argparse keeps them here
+    # argparse lists a parser's subcommands only in its private _subparsers
+    commands = parser._subparsers._group_actions[0].choices  # noqa: SLF001
     assert len(commands) == len(cli.COMMANDS)
 
 

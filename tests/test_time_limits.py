@@ -49,7 +49,7 @@ def test_hybrid_offline_keeps_the_schedule_inside_its_limit(monkeypatch) -> None
     """A search that returns a better assignment after the limit: its schedule is not built past the
     limit; the LPT assignment's schedule is reported with the search's bound (status time_limit)."""
     instance = load_instance("gsm8k-like").with_requests(load_instance("gsm8k-like").requests[:200], "gsm-200")
-    real, real_schedule = offline_solve.solve_pcmax, offline_solve._schedule
+    real, real_schedule = offline_solve.solve_pcmax, offline_solve.client_schedule
     limit = 0.5
     builds = []
 
@@ -61,7 +61,7 @@ def test_hybrid_offline_keeps_the_schedule_inside_its_limit(monkeypatch) -> None
         return replace(first, client=tuple(reversed(first.client)), bound=first.makespan - 2, method="slow")
 
     monkeypatch.setattr(offline_solve, "solve_pcmax", slow_search)
-    monkeypatch.setattr(offline_solve, "_schedule", lambda *a: builds.append(a) or real_schedule(*a))
+    monkeypatch.setattr(offline_solve, "client_schedule", lambda *a: builds.append(a) or real_schedule(*a))
     res = offline_solve.solve(instance, {"time_limit": limit, "method": "mip"})
     assert len(builds) == 1  # the LPT schedule only: none built after the limit
     lpt = real(offline_solve.processing_times(instance, "rounds"), offline_solve.timing_of(instance).clients, method="lpt")

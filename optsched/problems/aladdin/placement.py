@@ -265,7 +265,7 @@ class WorkerLoad:
         w = kv_units(self.cp.model, self.cp.kv_scale, self.bases[None, :] + points[:, None])
         return np.sum(np.where(self.ends[None, :] >= points[:, None], w, 0), axis=1)
 
-    def _profile(self) -> tuple[np.ndarray, np.ndarray]:
+    def load_profile(self) -> tuple[np.ndarray, np.ndarray]:
         if self._points is None:
             self._points = np.unique(self.ends)
             self._load = self._profile_at(self._points)
@@ -274,7 +274,7 @@ class WorkerLoad:
 
     def peak_kv(self, extra: Job | None = None) -> int:
         """Largest planned KV (integer units) over the end points, optionally with one more job."""
-        points, load = self._profile()
+        points, load = self.load_profile()
         if extra is None:
             return self._peak
         e = extra.end
@@ -293,7 +293,7 @@ class WorkerLoad:
         cap = self.cp.kv_cap
         if self.sum_peak + peak <= cap:
             return True
-        self._profile()
+        self.load_profile()
         if self._peak + peak <= cap:
             return True
         return self.peak_kv(job) <= cap
@@ -337,7 +337,7 @@ class WorkerLoad:
             return False
         return self._kv_fits(job, cp.own_peak(job) if peak is None else peak)
 
-    def _changed(self) -> None:
+    def forget_profile(self) -> None:
         self._points = self._load = self._arrays = None
 
     def add(self, job: Job, wb: int | None = None, wp: int | None = None) -> None:
@@ -370,7 +370,7 @@ class WorkerLoad:
         self.sum_p -= cp.weight_p(job)
         self.sum_peak -= cp.own_peak(job)
         self.weighted_context -= job.prompt + cp.model.gamma * job.length
-        self._changed()
+        self.forget_profile()
 
 
 @dataclass(kw_only=True)

@@ -100,7 +100,9 @@ def make_backend(problem: GmaxProblem, solver: str = "highs", threads: int | Non
     return MilpBackend(data, solver=solver, threads=threads, log=log)
 
 
-class _Incumbent:
+class BestSchedule:
+    """The best schedule offered so far (its batches, n, t and G); ``offer`` keeps a better one."""
+
     def __init__(self, problem: GmaxProblem):
         self.problem = problem
         self.batches: list[list[int]] = []
@@ -117,7 +119,7 @@ class _Incumbent:
         return False
 
 
-def _check_model(problem: GmaxProblem, res: SubResult, what: str) -> None:
+def check_model(problem: GmaxProblem, res: SubResult, what: str) -> None:
     """The model's (n, t) must agree with the evaluator on the schedule it returned: its t may
     exceed the evaluated one (batch durations and starts are bounded from below only, so an
     incumbent of a stopped search can carry slack) but never fall short of it, and its n may be
@@ -154,7 +156,7 @@ def solve_exact(
     if method not in EXACT_METHODS:
         raise ValueError(f"unknown exact method {method!r} ({', '.join(EXACT_METHODS)})")
     deadline = None if time_limit is None else time.perf_counter() + time_limit
-    inc = _Incumbent(problem)
+    inc = BestSchedule(problem)
     starts = [*start_points(problem), simulated_annealing(problem, SAParams(iters=warm_iters)).batches]
     for start in starts:
         inc.offer(local_search(problem, start, deadline))
@@ -178,7 +180,7 @@ def solve_exact(
             inc.offer(found.batches)
             status, bound = found.status, found.bound
         else:
-            status, bound = _dinkelbach(problem, backend, inc, deadline, t_lb, log)
+            status, bound = run_dinkelbach(problem, backend, inc, deadline, t_lb, log)
         if frontier:
             points, _, _ = _fixed_n(problem, backend, inc, deadline, t_lb, log, prune=False)
     else:
@@ -190,7 +192,7 @@ def solve_exact(
                        bound=max(min(bound, trivial), inc.G), frontier=points, iterations=solves, log=log)
 
 
-def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[Status, float]:
+def run_dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[Status, float]:
     if inc.G == 0:
         res = backend.max_n(deadline)
         log.append({"step": "max_n", "status": res.status, "wall": res.wall})
@@ -217,7 +219,7 @@ def _dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[Status, flo
         if math.isfinite(res.bound):
             proven = min(proven, lam + max(res.bound, 0.0) / t_lb)
         if res.batches:
-            _check_model(problem, res, "dinkelbach")
+            check_model(problem, res, "dinkelbach")
         improved = inc.offer(res.batches)
         backend.hint = inc.batches
         if res.status == Status.OPTIMAL and not improved:
@@ -249,7 +251,7 @@ def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[l
     base = backend.min_t(0, deadline)
     log.append({"step": "min_t", "n0": 0, "status": base.status, "t": base.t, "wall": base.wall})
     if base.batches:
-        _check_model(problem, base, "min t")
+        check_model(problem, base, "min t")
         inc.offer(base.batches)
     t0 = base.objective if base.status == Status.OPTIMAL else (base.bound if math.isfinite(base.bound) else t_lb)
     t0 = max(t0, t_lb) if base.status != Status.OPTIMAL else t0
@@ -277,7 +279,7 @@ def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[l
         if res.status == Status.INFEASIBLE:
             continue
         if res.batches:
-            _check_model(problem, res, f"min t at n >= {n0}")
+            check_model(problem, res, f"min t at n >= {n0}")
             inc.offer(res.batches)
         if res.status == Status.OPTIMAL:
             points.append((n0, res.objective, True))

@@ -37,7 +37,7 @@ class MilpBackend:
 
     # ------------------------------------------------------------------------------ model
 
-    def _build(self, sense: int, t_max: float | None = None) -> tuple[pulp.LpProblem, dict[str, Any]]:
+    def build_model(self, sense: int, t_max: float | None = None) -> tuple[pulp.LpProblem, dict[str, Any]]:
         r"""The model; with ``t_max``, only schedules with :math:`t \le t_{max}` (starts capped by
         :meth:`~.slots.SlotData.start_cap`, big-M shrunk accordingly)."""
         d, p = self.data, self.data.problem
@@ -212,7 +212,7 @@ class MilpBackend:
         r"""Dinkelbach step at :math:`\lambda = n_{inc} / t_{inc}` (the incumbent's G)."""
         lam = n_inc / g_core(self.data.problem, batches_inc)[1]
         # only schedules with n - lambda t >= 0 matter (the incumbent has 0); -EPS for float slack
-        prob, parts = self._build(pulp.LpMaximize, t_max=(self.data.meetable() + EPS) / lam)
+        prob, parts = self.build_model(pulp.LpMaximize, t_max=(self.data.meetable() + EPS) / lam)
         prob += parts["n"] - lam * parts["t"]
         prob += parts["n"] - lam * parts["t"] >= -EPS, "no_worse"
         res = self._run(prob, parts, deadline)
@@ -222,7 +222,7 @@ class MilpBackend:
         return res
 
     def min_t(self, n_min: int, deadline: float | None) -> SubResult:
-        prob, parts = self._build(pulp.LpMinimize)
+        prob, parts = self.build_model(pulp.LpMinimize)
         prob += parts["t"]
         if n_min > 0:
             prob += parts["n"] >= n_min, "n_min"
@@ -246,12 +246,12 @@ class MilpBackend:
         a HiGHS stopped by its time limit as status "Optimal", so the solution status decides)."""
         if passed(deadline):
             return failed
-        prob, parts = self._build(sense)
+        prob, parts = self.build_model(sense)
         prob += objective(parts)
         prob.solve(pulp_solver("highs", mip=False, msg=self.log, time_limit=seconds_left(deadline)))
         return float(pulp.value(prob.objective)) if prob.sol_status == pulp.LpSolutionOptimal else failed
 
     def max_n(self, deadline: float | None) -> SubResult:
-        prob, parts = self._build(pulp.LpMaximize)
+        prob, parts = self.build_model(pulp.LpMaximize)
         prob += parts["n"]
         return self._run(prob, parts, deadline)

@@ -66,7 +66,7 @@ class HybridOfflineOptions(Options):
             self.only_with(option, not heuristic, "method is 'auto', 'cpsat' or 'mip'")
 
 
-def _schedule(instance: Instance, client: tuple[int, ...]) -> tuple[Schedule, ReplayResult]:
+def client_schedule(instance: Instance, client: tuple[int, ...]) -> tuple[Schedule, ReplayResult]:
     """The ``hybrid-offline`` policy's schedule of an assignment, replayed (it must be feasible)."""
     schedule = simulate_pd(instance, list(client), sort_queues=False, steal=False, rule="prefill-first")
     rep = replay(instance, schedule)
@@ -89,14 +89,14 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOfflineOptions 
     p = processing_times(instance, lengths)
     start = time.perf_counter()
     first = solve_pcmax(p, timing.clients, method="lpt")
-    schedule, rep = _schedule(instance, first.client)  # the fallback, and what building a schedule costs
+    schedule, rep = client_schedule(instance, first.client)  # the fallback, and what building a schedule costs
     building = time.perf_counter() - start
     found = first if method == "auto" and first.status == Status.OPTIMAL else solve_pcmax(
         p, timing.clients, method=method, time_limit=max(0.01, opts.time_limit - 2 * building),
         solver=opts.solver or "highs", threads=opts.threads)
     if found.client != first.client:
         if time.perf_counter() - start + building <= opts.time_limit:
-            schedule, rep = _schedule(instance, found.client)
+            schedule, rep = client_schedule(instance, found.client)
         else:  # no time left to build the better assignment's schedule: the first one, with the bound found
             bound = max(first.bound, found.bound)
             found = replace(first, bound=bound, status=Status.OPTIMAL if first.makespan == bound else Status.TIME_LIMIT,

@@ -24,7 +24,7 @@ left out). Request i's *trajectory* is its action in each batch t, with :math:`g
 
 A request starts in *none* with g = 0, a decode needs the request in decode phase after the
 previous non-empty batch (after a fill, decode or idle, and not evicted since), idle too, and it
-has generated its :math:`O_i` tokens by batch B. These are the shortest paths of :func:`_price`.
+has generated its :math:`O_i` tokens by batch B. These are the shortest paths of :func:`least_trajectory_cost`.
 By the contract's semantics (pages docs/schedule.md, docs/costmodel.md; F3, F4 of
 :mod:`optsched.bounds`) every schedule gives each request such a trajectory, with the KV counted at
 most the KV it holds after processing (exactly, except a partial prefill counted as 0), a running
@@ -48,7 +48,7 @@ E(B); E is non-increasing in B (a point of LP(B) is one of LP(B + 1)).
 
 **Lagrangian bound.** For any multipliers :math:`u \ge 0` of the bucket rows,
 :math:`L(u) = \sum_c n_c \min_{p \in c} (cost_p + u \cdot usage_p) - \sum_k u_k\, cap_k \le E(B)`
-(weak duality): :func:`_price` computes each class's minimum exactly over all its trajectories, so
+(weak duality): :func:`least_trajectory_cost` computes each class's minimum exactly over all its trajectories, so
 every value reported is a proven bound, at any iteration. Column generation (:class:`TrajectoryLP`)
 solves the restricted master LP with HiGHS (artificial slack keeps it feasible), takes its duals,
 prices them (smoothed towards the best multipliers found, Wentges' stabilisation), adds the
@@ -123,13 +123,13 @@ def extras(instance: Instance, prompt: int, output: int) -> tuple[np.ndarray, np
 
 
 @njit(cache=True)
-def _price(I, O, T, mu, rv, iv, rho, dex):  # noqa: ANN001, ANN202 - numba kernel
+def least_trajectory_cost(I, O, T, mu, rv, iv, rho, dex):  # noqa: ANN001, ANN202 - numba kernel
     """Least reduced cost of a trajectory of a request (I, O) over T batches finishing in each batch.
 
     ``mu``, ``rv``, ``iv``: per batch, the multipliers of KV, running and generating requests;
     ``rho``, ``dex``: the extras. States between batches: ``U[g]`` (none, g tokens) and ``R[g]``
     (in decode phase holding its KV, g >= 1). Returns ``fin[t]`` (least cost finishing in batch t)
-    and the choices to rebuild each path (:func:`_path`).
+    and the choices to rebuild each path (:func:`trajectory_of`).
     """
     U = np.full(O, _INF)
     R = np.full(O, _INF)
@@ -179,7 +179,7 @@ def _price(I, O, T, mu, rv, iv, rho, dex):  # noqa: ANN001, ANN202 - numba kerne
 
 
 @njit(cache=True)
-def _path(O, T, ch_u, ch_r, ch_f, end):  # noqa: ANN001, ANN202
+def trajectory_of(O, T, ch_u, ch_r, ch_f, end):  # noqa: ANN001, ANN202
     """The trajectory finishing in batch ``end``: action and tokens generated after each batch."""
     act = np.zeros(T, np.int8)
     gen = np.full(T, O, np.int64)
@@ -215,19 +215,19 @@ class _Class:
     pool: list[np.ndarray] = field(default_factory=list)  # actions of trajectories found (any length)
 
 
-def _usage(prompt: int, act: np.ndarray, gen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def trajectory_usage(prompt: int, act: np.ndarray, gen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per batch: KV, running and generating requests of a trajectory."""
     held = (act != NONE) * (prompt + gen - 1)
     return held.astype(np.float64), (act != NONE).astype(np.float64), ((act == FILL) | (act == DECODE)).astype(np.float64)
 
 
-def _cost(cls: _Class, act: np.ndarray, gen: np.ndarray) -> float:
+def trajectory_extras(cls: _Class, act: np.ndarray, gen: np.ndarray) -> float:
     """The extras of a trajectory."""
     refill = (act == FILL) & (gen >= 2)
     return float(cls.rho[gen[refill]].sum() + cls.dex[gen[act == DECODE]].sum())
 
 
-def _gen_of(act: np.ndarray, output: int) -> np.ndarray:
+def generated_after(act: np.ndarray, output: int) -> np.ndarray:
     """Tokens generated after each batch of a trajectory given by its actions."""
     return np.minimum(np.cumsum((act == FILL) | (act == DECODE)), output).astype(np.int64)
 
@@ -300,7 +300,7 @@ class TrajectoryLP:
         columns: list[tuple[int, np.ndarray]] = []  # (class, actions) of each master column, in order
 
         def usage(c: _Class, act: np.ndarray, gen: np.ndarray) -> np.ndarray:
-            kv, run, gen_items = _usage(c.prompt, act, gen)
+            kv, run, gen_items = trajectory_usage(c.prompt, act, gen)
             parts = {"kv": kv, "run": run, "gen": gen_items}
             return np.concatenate([np.bincount(bucket, weights=parts[name], minlength=nb) for name, _ in rows])
 
@@ -312,7 +312,7 @@ class TrajectoryLP:
             nz = np.nonzero(use)[0]
             idx = np.concatenate([nz, [nrow + ci]]).astype(np.int32)
             val = np.concatenate([-use[nz], [1.0]])
-            h.addCol(_cost(self.classes[ci], act, gen), 0.0, inf, len(idx), idx, val)
+            h.addCol(trajectory_extras(self.classes[ci], act, gen), 0.0, inf, len(idx), idx, val)
             columns.append((ci, act))
             return True
 
@@ -321,7 +321,7 @@ class TrajectoryLP:
                 if len(act) <= T:
                     full_act = np.zeros(T, np.int8)
                     full_act[: len(act)] = act
-                    gen = _gen_of(full_act, c.output)
+                    gen = generated_after(full_act, c.output)
                     add(ci, full_act, gen, usage(c, full_act, gen))
         best, center, master = -math.inf, None, math.inf
         zero = np.zeros(nrow)
@@ -343,7 +343,7 @@ class TrajectoryLP:
                     best, center = lb, point
                 for ci, act, gen in found:
                     use = usage(self.classes[ci], act, gen)
-                    red = _cost(self.classes[ci], act, gen) + float(u @ use) - sigma[ci]
+                    red = trajectory_extras(self.classes[ci], act, gen) + float(u @ use) - sigma[ci]
                     if red < -1e-12 * max(1.0, abs(master)) and add(ci, act, gen, use):
                         added += 1
                         self.classes[ci].pool.append(act[: int(np.max(np.nonzero(act)[0])) + 1].copy())
@@ -372,14 +372,14 @@ class TrajectoryLP:
         total = -float(u @ caps)
         found = []
         for ci, c in enumerate(self.classes):
-            fin, ch_u, ch_r, ch_f = _price(c.prompt, c.output, T, mu, rv, iv, c.rho, c.dex)
+            fin, ch_u, ch_r, ch_f = least_trajectory_cost(c.prompt, c.output, T, mu, rv, iv, c.rho, c.dex)
             if not np.isfinite(fin).any() or fin.min() >= _INF:
                 return -math.inf, []  # the class cannot finish within T batches: LP(B) infeasible
             total += c.count * float(fin.min())
             for end in np.argsort(fin, kind="stable")[: max(COLUMNS_PER_CLASS, 40 // len(self.classes))]:
                 if fin[end] >= _INF:
                     break
-                act, gen = _path(c.output, T, ch_u, ch_r, ch_f, int(end))
+                act, gen = trajectory_of(c.output, T, ch_u, ch_r, ch_f, int(end))
                 found.append((ci, act, gen))
         return total, found
 

@@ -59,7 +59,7 @@ class BackendResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-class _Builder:
+class ModelBuilder:
     """Builds the CP-SAT model for one :class:`ModelData` (names follow the model docstring)."""
 
     def __init__(self, data: ModelData, scale: Scaling, deadline: float | None = None) -> None:
@@ -97,7 +97,7 @@ class _Builder:
         self._symmetry()
         self._redundant()
         self.T = [self._batch_time(j) for j in range(J)]
-        self._objective()
+        self.add_objective()
 
     def _grid(self, make: Callable[[int, int], Any]) -> list[list[Any]]:
         return request_batch_grid(self.data, make, self.deadline, "CP-SAT model")
@@ -243,7 +243,7 @@ class _Builder:
             + (k["k_pc"] * sum(self.x[i][j] for i in range(N)) if self.x is not None else 0)
         )
 
-    def _objective(self) -> None:
+    def add_objective(self) -> None:
         data, mdl, J, N = self.data, self.m, self.data.J, self.data.N
         self.S = self.E = None
         if not data.needs_time:
@@ -325,7 +325,7 @@ def solve_cpsat(
     """
     scale = integer_scaling(data)
     try:
-        b = _Builder(data, scale, deadline)
+        b = ModelBuilder(data, scale, deadline)
     except BuildStopped as exc:
         return BackendResult(status=Status.UNKNOWN, info={"stopped": str(exc)})
     if hint is not None:
@@ -370,7 +370,7 @@ def solve_cpsat(
     return BackendResult(status=status, c=c, e=e, waits=waits, objective=objective, bound=bound, info=info)
 
 
-def _batch_seconds(data: ModelData, solver: cp_model.CpSolver, b: _Builder, j: int) -> float:
+def _batch_seconds(data: ModelData, solver: cp_model.CpSolver, b: ModelBuilder, j: int) -> float:
     k, N, v = data.coef, data.N, solver.Value
     return (
         k.k_b * v(b.y[j])
@@ -385,7 +385,7 @@ def _batch_seconds(data: ModelData, solver: cp_model.CpSolver, b: _Builder, j: i
     )
 
 
-def _event_times(data: ModelData, solver: cp_model.CpSolver, b: _Builder, E_sec: list[float]) -> list[float]:
+def _event_times(data: ModelData, solver: cp_model.CpSolver, b: ModelBuilder, E_sec: list[float]) -> list[float]:
     """Finish (completion) or first-token (ttft) time of every request from the solution."""
     out = []
     for i in range(data.N):

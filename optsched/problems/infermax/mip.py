@@ -61,7 +61,7 @@ UNIT = 1e6
 GAP_ABS = 1e-12 * UNIT
 
 
-class _Mip:
+class MipModel:
     """The PuLP model for one :class:`ModelData` (names follow the model docstring)."""
 
     def __init__(self, data: ModelData, relax: bool = False, deadline: float | None = None) -> None:
@@ -327,7 +327,7 @@ def solve_mip(
     when none is left."""
     start = time.perf_counter()
     try:
-        mip = _Mip(data, deadline=deadline)
+        mip = MipModel(data, deadline=deadline)
         check(deadline, "MIP model")  # the last loops and the objective are built
     except BuildStopped as exc:
         return BackendResult(status=Status.UNKNOWN, info={"stopped": str(exc)})
@@ -400,7 +400,7 @@ def _unsupported(exc: Exception, info: dict[str, Any]) -> BackendResult:
     return BackendResult(status=Status.UNSUPPORTED, message=message, info=info)
 
 
-def _batch_seconds(data: ModelData, mip: _Mip, j: int) -> float:
+def _batch_seconds(data: ModelData, mip: MipModel, j: int) -> float:
     """Batch time from the rounded solution (integers, so the squares are exact)."""
     k, N = data.coef, data.N
     c = [round(_val(mip.c[i][j])) for i in range(N)]
@@ -419,7 +419,7 @@ def _batch_seconds(data: ModelData, mip: _Mip, j: int) -> float:
     )
 
 
-def _event_times(data: ModelData, mip: _Mip, E_sec: list[float]) -> list[float]:
+def _event_times(data: ModelData, mip: MipModel, E_sec: list[float]) -> list[float]:
     out = []
     for i in range(data.N):
         G = [round(_val(mip.G[i][j])) for j in range(data.J)]
@@ -442,7 +442,7 @@ def lp_relaxation_bound(instance: Instance, options: Mapping[str, Any] | InferMa
     val = replayed_objective(instance, sched, opts.objective)[0]
     data = build_data(instance, opts, mk, val, 0)
     try:
-        mip = _Mip(data, relax=True)
+        mip = MipModel(data, relax=True)
     except BuildStopped as exc:
         return Bound("lp-relaxation", 0.0, True, f"trivial: the LP relaxation was not built ({exc})")
     solver = _solver(data, warm=False, relax=True)

@@ -127,7 +127,7 @@ class Plan:
 
 
 @njit(cache=True)
-def _segment_at(X: int, q: int, k: int) -> tuple[int, int, int]:
+def segment_at(X: int, q: int, k: int) -> tuple[int, int, int]:
     """(KV after processing, prefill tokens, KV before a prefill chunk) of a segment of fill X and
     chunk q at its k-th batch (a decode step has 0 prefill tokens)."""
     n_fill = (X + q - 1) // q
@@ -148,7 +148,7 @@ def _grow(a: np.ndarray, size: int) -> np.ndarray:
 def _fill_fits(kv, pre, tok, run, t, X, q, n_fill, M, P, C, R):  # noqa: ANN001, ANN202
     """Whether the fill batches of a segment started at t fit with what is placed."""
     for k in range(n_fill):
-        m, c, _ = _segment_at(X, q, k)
+        m, c, _ = segment_at(X, q, k)
         u = t + k
         if kv[u] + m > M or pre[u] + c > P or tok[u] + c > C or run[u] >= R:
             return False
@@ -156,7 +156,7 @@ def _fill_fits(kv, pre, tok, run, t, X, q, n_fill, M, P, C, R):  # noqa: ANN001,
 
 
 @njit(cache=True)
-def _earliest(kv, pre, tok, run, t0, X, q, n_fill, length, grid, M, P, C, R):  # noqa: ANN001, ANN202
+def earliest_start(kv, pre, tok, run, t0, X, q, n_fill, length, grid, M, P, C, R):  # noqa: ANN001, ANN202
     """The earliest start t >= t0 (a multiple of ``grid``) where a segment fits (arrays long
     enough for every start tried: the caller sizes them).
 
@@ -241,9 +241,9 @@ def _place(prompt, req, g0, g1, chunk, grid, M, P, C, R):  # noqa: ANN001, ANN20
             pre = _grow(pre, T)
             tok = _grow(tok, T)
             run = _grow(run, T)
-        t = _earliest(kv, pre, tok, run, t0, X, q, n_fill, length, grid, M, P, C, R)
+        t = earliest_start(kv, pre, tok, run, t0, X, q, n_fill, length, grid, M, P, C, R)
         for k in range(length):
-            m, c, _ = _segment_at(X, q, k)
+            m, c, _ = segment_at(X, q, k)
             u = t + k
             kv[u] += m
             pre[u] += c
@@ -271,7 +271,7 @@ def _batch_times(prompt, req, g0, g1, chunk, start, horizon, coef):  # noqa: ANN
         q = chunk[s]
         length = (X + q - 1) // q + g1[s] - g0[s] - 1
         for k in range(length):
-            m, c, before = _segment_at(X, q, k)
+            m, c, before = segment_at(X, q, k)
             u = start[s] + k
             if c > 0:
                 tok[u] += c

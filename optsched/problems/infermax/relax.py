@@ -148,7 +148,7 @@ def refill_line(k: Coefficients, I: int) -> tuple[int, int]:
     return floor_units((I - 1) * q - (k.k_t + k.k_dt + k.k_dk * (I - 2))), floor_units(q - k.k_dk)
 
 
-class _Relaxation:
+class RelaxationModel:
     """The CP-SAT model of the module docstring (names as there); ``symmetry=False`` drops the
     finishing order of identical requests (to check that a given schedule is a point)."""
 
@@ -274,7 +274,7 @@ def relaxation_bound(
     cpu = time.process_time()
     deadline = None if time_limit is None else time.perf_counter() + time_limit
     try:
-        relax = _Relaxation(instance, J, deadline=deadline)
+        relax = RelaxationModel(instance, J, deadline=deadline)
     except DeadlinePassed:
         return RelaxationResult(bound=math.fsum(request_work(instance)), value=None, status=Status.TIME_LIMIT,
                                 cpu=time.process_time() - cpu)
@@ -368,12 +368,12 @@ def count_cost(k: Coefficients, B: int, p: int) -> float:
 def count_check(
     instance: Instance, J: int, p: int, B: int, facts: list[tuple[int, int]], symmetry: bool = True,
     deadline: float | None = None,
-) -> _Relaxation:
+) -> RelaxationModel:
     """The model of the check "at most p prefill batches and at most B batches with items" of
     :func:`count_bound`: the relaxation without objective, with the facts proven so far as rows
     (valid rows of the same relaxation); ``symmetry`` and ``deadline`` (of the build) as in
-    :class:`_Relaxation`."""
-    relax = _Relaxation(instance, J, symmetry=symmetry, deadline=deadline)
+    :class:`RelaxationModel`."""
+    relax = RelaxationModel(instance, J, symmetry=symmetry, deadline=deadline)
     relax.m.Add(sum(relax.p) <= p)
     relax.m.Add(sum(relax.y) <= B)
     for q, b in facts:
