@@ -534,8 +534,9 @@ def read_vidur_mlp_profile(path: str, tensor_parallel: int = 1) -> tuple[np.ndar
     """Non-attention time per layer from a Vidur ``mlp_<gpu>_<model>.csv`` profile.
 
     For each token count measured with ``num_tensor_parallel_workers == tensor_parallel``, the sum of
-    the per-operator mean times (averaged over repeated rows of the same token count) (every ``time_stats.<op>.mean`` column: embedding, layer norms,
-    QKV/output projections, rotary, MLP up/act/down, residual add). Vidur records milliseconds.
+    the per-operator mean times (averaged over repeated rows of the same token count) (every ``time_stats.<op>.mean``
+    column: embedding, layer norms, QKV/output projections, rotary, MLP up/act/down, residual add). Vidur records
+    milliseconds.
 
     Returns
     -------

@@ -2,10 +2,10 @@
 
 Inputs (:func:`read_json`, :func:`loads_json`, :func:`read_toml`, :func:`read_text`): UTF-8 text
 (a leading byte-order mark is allowed; another encoding is refused naming the line and column of the
-first bad byte), standard JSON only (no ``NaN``/``Infinity``, no number beyond a float's range), no key twice in one object (JSON
-itself lets the last win silently; here it is an error naming the key), and nesting within the
-JSON decoder's recursion limit (about a thousand levels). Each refusal raises the caller's error class with a one-line message that
-names the file, so a loader raises its own error type (exit code 2 on the command line).
+first bad byte), standard JSON only (no ``NaN``/``Infinity``, no number beyond a float's range), no key twice in one
+object (JSON itself lets the last win silently; here it is an error naming the key), and nesting within the
+JSON decoder's recursion limit (about a thousand levels). Each refusal raises the caller's error class with a one-line
+message that names the file, so a loader raises its own error type (exit code 2 on the command line).
 
 Every file optsched writes (schedules, instances, profiles, plans, plots, reports, request tables)
 goes through :func:`atomic_output` (or :func:`write_text_atomic`, built on it): the content is

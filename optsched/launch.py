@@ -3,8 +3,8 @@
 The command line is imported here, inside the handling of Ctrl-C: importing the solvers takes a
 second or more, and an interrupt then ends the program with one line and exit code 130, not a
 traceback (also when a C extension's import turned the ``KeyboardInterrupt`` into an ``ImportError``:
-:func:`optsched.interrupt.sigint_seen`). (The package's ``__init__`` loads nothing until a name is used, so the import starts
-here.)
+:func:`optsched.interrupt.sigint_seen`). (The package's ``__init__`` loads nothing until a name is used, so the import
+starts here.)
 """
 
 from __future__ import annotations

@@ -125,8 +125,11 @@ def test_fit_terms_losses_are_optimal_and_non_negative():
     for fit in (l1, l2):
         d = fit.model.to_dict()
         assert min([d["base"], d["per_token"], *d["prefill"].values(), *d["decode"].values()]) >= 0
-    coef = lambda m: np.array([m.base, m.per_token, m.prefill.bias, m.prefill.per_token,  # noqa: E731
-                               m.prefill.per_token_sq, m.prefill.per_ctx, m.decode.bias, m.decode.per_kv])
+
+    def coef(m):
+        return np.array([m.base, m.per_token, m.prefill.bias, m.prefill.per_token,
+                         m.prefill.per_token_sq, m.prefill.per_ctx, m.decode.bias, m.decode.per_kv])
+
     r1, r2 = cols @ coef(l1.model) - 1, cols @ coef(l2.model) - 1
     assert np.mean(np.abs(r1)) <= np.mean(np.abs(r2)) + 1e-9
     assert np.sum(r2 ** 2) <= np.sum(r1 ** 2) + 1e-12

@@ -2,8 +2,8 @@
 
 The exhaustive search (tests/support/infermax_bruteforce.py) is a shortest path over per-request states
 written from the contract alone. On 32 random tiny instances (N <= 3, I, O <= 4, varied C, P, M,
-R_max, both cost profiles) CP-SAT and (on the smaller models) a MIP backend (Gurobi under its restricted licence when the
-model fits, else HiGHS) must reach the exhaustive optimum with and without evictions; the bound
+R_max, both cost profiles) CP-SAT and (on the smaller models) a MIP backend (Gurobi under its restricted licence when
+the model fits, else HiGHS) must reach the exhaustive optimum with and without evictions; the bound
 must not exceed it; no policy may beat it. HiGHS and CBC are cross-checked on a smaller set here and
 on all 32 instances in tests/benchmarks/bench_infermax.py (``crosscheck``), which is slower; the
 MIP runs in the unit tests where the model is small (MIP_CELLS).

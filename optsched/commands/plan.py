@@ -1,8 +1,8 @@
 """``optsched plan INSTANCE --method bestfit|jsq|exact|... [--target 1.0] [--json]``: minimum GPUs.
 
 For an Aladdin instance with arrivals (a JSON instance with the cost model of one worker and the
-``placement`` and ``slo`` objects of docs/aladdin.md), search the smallest number of workers W whose multi-worker simulation reaches the
-target SLO attainment (P100 = 1.0 by default) with the placement method, and report
+``placement`` and ``slo`` objects of docs/aladdin.md), search the smallest number of workers W whose multi-worker
+simulation reaches the target SLO attainment (P100 = 1.0 by default) with the placement method, and report
 W x ``--gpus-per-worker`` GPUs, every evaluated W, and the exact per-heartbeat lower bound of the
 placement model. Exit 0 when a W up to ``--max-workers`` reaches the target, 1 when none does.
 """

@@ -98,8 +98,8 @@ def cell_instance(
 ) -> Instance:
     """``base`` with a cell's overrides: profile, limits (a ``token_budget`` without a
     ``prefill_budget`` caps P at the new C, as on the command line) and arrivals divided by
-    ``rate_scale`` (the workload transform). Raises :class:`InstanceError` when the result is not a valid instance (e.g. a
-    request that can never fit in the cell's ``kv_capacity``)."""
+    ``rate_scale`` (the workload transform). Raises :class:`InstanceError` when the result is not a valid instance
+    (e.g. a request that can never fit in the cell's ``kv_capacity``)."""
     data = base.to_dict()
     if cost_model is not None:
         data["cost_model"] = dict(cost_model) if isinstance(cost_model, Mapping) else cost_model

@@ -9,8 +9,8 @@ single-threaded), with the 1-minute load average, because the sandbox is shared.
 Parts (each result is one JSON line, flushed as it is produced):
 - ``scls``: max-min offloading vs the exact makespan (CP-SAT) on DP batchings of random pools;
 - ``n20``: exact G for N = 20 (same generator), 600 s limit, seeds 0..seeds-1;
-- ``n30``: exact G (HiGHS, Dinkelbach, or ``--exact-method``) for N = 30 random requests (Table 2 coefficients, both task
-  types, the paper's SLOs, max batch size 4; ``generate.random_gmax_instance(30, seed)``) with a
+- ``n30``: exact G (HiGHS, Dinkelbach, or ``--exact-method``) for N = 30 random requests (Table 2 coefficients, both
+  task types, the paper's SLOs, max batch size 4; ``generate.random_gmax_instance(30, seed)``) with a
   60 s limit, seeds 0..seeds-1;
 - ``sa``: the paper's annealing (default parameters, seed = instance seed) vs the exact optimum at
   N = 10, 20, 30 on the same seeds (N = 30: the ``n30`` runs when that part ran in this process,

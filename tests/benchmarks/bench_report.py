@@ -2,7 +2,7 @@
 
 Run on demand (not collected by pytest):
 
-    python tests/benchmarks/bench_report.py [--requests 300] [--time-limit 290] [--screenshot docs/img/report-splitwise-300.png]
+    python tests/benchmarks/bench_report.py [--requests 300] [--time-limit 290] [--screenshot PNG]
 
 Runs the real command line in a subprocess (every registered policy, generic bounds, bounders; the
 exact solver is skipped by its size limit), writes the HTML next to the screenshot in a temporary

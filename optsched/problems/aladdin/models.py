@@ -13,8 +13,9 @@ The batch times are the contract's cost model (``layers = 1``): prefill ``per_to
 ``layers``, ``base`` and the top-level ``per_token`` maps exactly as well (those terms are charged
 in both phases), so :meth:`AladdinModel.from_instance` reads any contract cost model without a
 quadratic or prefill-context term (``per_token_sq``, ``per_ctx``): a profile with one is refused,
-naming the field, since Eq. 2 would under-price its prefills and every placement built on it. The KV function, the capacity ``M`` and the knobs gamma, theta, slack come from
-the instance's ``placement`` object, the SLOs from its top-level ``slo`` object (docs/aladdin.md).
+naming the field, since Eq. 2 would under-price its prefills and every placement built on it. The KV function, the
+capacity ``M`` and the knobs gamma, theta, slack come from the instance's ``placement`` object, the SLOs from its
+top-level ``slo`` object (docs/aladdin.md).
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ sub-problem) by a depth-first search over schedules built batch by batch, prunin
 sees batch starts and deadlines exactly where the slot MILP (:mod:`.slots`) only sees them through
 big-M rows.
 
-**Multipliers.** The Lagrangian bound of :mod:`.suffix` holds for every :math:`\pi`, which is chosen by column generation on the pseudo-schedules (the master LP
-:math:`\max \sum_\rho \text{value}_\rho y_\rho` s.t. :math:`\sum_\rho a_{j\rho} y_\rho = 1`,
-:math:`\sum_\rho y_\rho = 1`, its duals priced by the programme), with Wentges' smoothing; any
-:math:`\pi` gives a valid bound, the column generation only makes it small. A column's value is
+**Multipliers.** The Lagrangian bound of :mod:`.suffix` holds for every :math:`\pi`, which is chosen by column
+generation on the pseudo-schedules (the master LP :math:`\max \sum_\rho \text{value}_\rho y_\rho` s.t.
+:math:`\sum_\rho a_{j\rho} y_\rho = 1`, :math:`\sum_\rho y_\rho = 1`, its duals priced by the programme), with
+Wentges' smoothing; any :math:`\pi` gives a valid bound, the column generation only makes it small. A column's value is
 its *grid value*, the value the programme gives it (each batch at the grid cell the programme
 reaches, :meth:`SuffixBound.grid_value`; never below its true value), so the master is the LP of
 the relaxation the programme prices: the priced path's reduced cost is exactly the programme's

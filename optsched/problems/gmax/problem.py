@@ -17,8 +17,8 @@ A member ``i`` of a batch of size ``b`` runs for :math:`E_i(b)` (Eq. 17), its fi
 - :math:`n = \\sum_i x_i` (Eq. 6), :math:`t = \\sum_i e2e_i` (Eq. 3), :math:`G = n / t` (Eq. 2),
   in requests per second (G = 0 when t = 0).
 
-:func:`evaluate_g` is that computation (docs/gmax.md, "Evaluating a schedule", the paper's "calculateG"); every static schedule any
-solver returns is judged by it.
+:func:`evaluate_g` is that computation (docs/gmax.md, "Evaluating a schedule", the paper's "calculateG"); every static
+schedule any solver returns is judged by it.
 
 Instance extension of the contract's JSON (documented in docs/gmax.md):
 ``"static_latency"`` (profile name or ``{"unit", "prefill", "decode"}``), ``"max_batch_size"``,

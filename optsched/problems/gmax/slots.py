@@ -15,8 +15,9 @@ last member* in the execution order, which makes the waiting cost linear with co
 - memory (Eq. 20): :math:`\sum_i r_i w_{ics} \le C z_{cs}`;
 - slowest member (Eq. 11 fixed): :math:`D_c = \sum_{i,s} E_i(s) l_{ics}` with the leader binaries
   :math:`l_{ics}` (i is the member of the batch that comes last in the order of :math:`E(s)`; every
-  member is no later in that order, and the leader's batch holds s members no later than it), and the valid cut :math:`D_c \ge \sum_s \frac1s \sum_i E_i(s) w_{ics}`
-  (a batch's longest member is at least as long as its mean member; at most one batch ends at c);
+  member is no later in that order, and the leader's batch holds s members no later than it), and the valid cut
+  :math:`D_c \ge \sum_s \frac1s \sum_i E_i(s) w_{ics}` (a batch's longest member is at least as long as its mean
+  member; at most one batch ends at c);
 - **leader count cut**: with :math:`\succeq r` the requests at 0-based rank r or later in the order of
   :math:`E(s)`, :math:`\sum_{j \succeq r} w_{jcs} \le \min(s, N - r) \sum_{j \succeq r} l_{jcs}`.
   Proof: if the batch (c, s) exists and has a member at rank >= r, its leader (the member of
@@ -60,8 +61,9 @@ to meet their SLO at all): :math:`St_q \le \overline{St}_{t_{max}}(q)` and the b
 from the sum of the longest executions to a few seconds on the benchmark instances.
 
 Big-M: :math:`M_{ics} = \overline{St}(c-s) + T_i(s) - SLO_i` with :math:`\overline{St}(p)` the sum of
-the p largest :math:`\max_b E_j(b)`, or :math:`\overline{St}_{t_{max}}(c-s)` where smaller. Objectives (docs/gmax.md, "Ratio objective"): Dinkelbach's
-:math:`\max\, n - \lambda t` and the epsilon-constraint's :math:`\min t` s.t. :math:`n \ge n_0`.
+the p largest :math:`\max_b E_j(b)`, or :math:`\overline{St}_{t_{max}}(c-s)` where smaller. Objectives (docs/gmax.md,
+"Ratio objective"): Dinkelbach's :math:`\max\, n - \lambda t` and the epsilon-constraint's :math:`\min t` s.t.
+:math:`n \ge n_0`.
 """
 
 from __future__ import annotations

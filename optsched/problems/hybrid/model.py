@@ -51,9 +51,9 @@ Time models (``time_model``):
 
 Schedule (both modes): bin k becomes one prefill batch (the requests with ``p_ijk = 1``) followed by
 ``ceil(max_j sum_i D_i w_ijk - 1e-3)`` decode rounds (the tolerance absorbs solver round-off; rounds
-still owed after the last bin are appended and counted in ``meta.tail_rounds``) in which every prefilled, unfinished request decodes (eager;
-a request then finishes no later than the MIP says, so clients free up in time and at most J requests
-run). Empty rounds are dropped. The schedule is replayed; the reported objective is the replayed
+still owed after the last bin are appended and counted in ``meta.tail_rounds``) in which every prefilled, unfinished
+request decodes (eager; a request then finishes no later than the MIP says, so clients free up in time and at most J
+requests run). Empty rounds are dropped. The schedule is replayed; the reported objective is the replayed
 makespan. Model space (what "optimal" refers to): PD-Competition schedules without evictions in which
 each prompt is prefilled whole in one stage and at most J requests run. The reported bound is the
 largest of the proven ``strict`` bound (:mod:`.bounds`, valid for all eviction-free schedules), the

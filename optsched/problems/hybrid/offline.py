@@ -248,8 +248,8 @@ def lns(
 
     Each step takes a random client at the current maximum and ``size - 1`` random clients below
     ``target`` (any others when too few are below), and asks CP-SAT to re-assign all their jobs with every
-    load below the current maximum (then as balanced as possible). Every accepted step removes a client from the maximum; stops at ``target``
-    or after ``time_limit`` seconds.
+    load below the current maximum (then as balanced as possible). Every accepted step removes a client from the
+    maximum; stops at ``target`` or after ``time_limit`` seconds.
     """
     from ortools.sat.python import cp_model
 
@@ -406,7 +406,8 @@ def solve_pcmax(
     ----------
     method
         ``auto`` (LPT + local search + re-packing + LNS; proven optimal when they meet the lower bound, else
-        CP-SAT from that hint when the model has at most :data:`CPSAT_FULL_MAX` variables), ``lpt``, ``local`` (heuristics only, with the lower bound), ``cpsat`` or ``mip``.
+        CP-SAT from that hint when the model has at most :data:`CPSAT_FULL_MAX` variables), ``lpt``, ``local``
+        (heuristics only, with the lower bound), ``cpsat`` or ``mip``.
     solver
         MIP backend for ``method='mip'``.
     """

@@ -13,8 +13,8 @@ Three decisions, each with the paper's options:
 
 1. *Assignment* of requests to client queues ``I_j``: round robin in arrival (FCFS) order (the baseline,
    docs/hybrid.md, "Online methods"), the offline P||Cmax optimum (:mod:`.offline`, Eqs. 26-30), or one
-   shared FCFS queue that every idle client serves next (``hybrid-baseline-global``, vLLM's single waiting queue; a variant the
-   paper does not describe, reported beside that baseline).
+   shared FCFS queue that every idle client serves next (``hybrid-baseline-global``, vLLM's single waiting queue; a
+   variant the paper does not describe, reported beside that baseline).
 2. *Online request scheduling* (Algorithm 1 with fixes A1-A2 of docs/hybrid.md): each ``I_j`` sorted longest-first
    by ``N^p_i + N^d_i``; ``remain_token(j) = sum_{I_j} (N^p + N^d)``; an idle client with an empty queue
    steals the head (longest) request of ``j* = argmax remain_token`` (lowest index on ties) and the donor's

@@ -32,10 +32,10 @@ A schedule whose path costs :math:`T = U - W` or more is no better than U. So th
 least :math:`W + \min(\min_\pi (V(\pi) + Q(\pi)), V^* + \kappa, T)` over the paths
 :math:`\pi` below T, and at least the same with any lower bound on each :math:`Q(\pi)`.
 
-Over states, without listing paths (the near-optimal paths of N = 6 are a million ties). In case 2 take a fill batch j, the last fill batch before it t* (none: nothing is
-prefilled before j) and the fills :math:`X_k` completing in j. Their chunks before j lie in fill
-batches at or before t* and stay in memory through every batch from t* to j - 1, so together they
-are at most :math:`F_j = \min_{t^* \le u < j} (M - K_u)` tokens (:math:`K_u` the path's own KV in
+Over states, without listing paths (the near-optimal paths of N = 6 are a million ties). In case 2 take a fill batch
+j, the last fill batch before it t* (none: nothing is prefilled before j) and the fills :math:`X_k` completing in j.
+Their chunks before j lie in fill batches at or before t* and stay in memory through every batch from t* to j - 1, so
+together they are at most :math:`F_j = \min_{t^* \le u < j} (M - K_u)` tokens (:math:`K_u` the path's own KV in
 batch u). A fill's window may hold no earlier fill batch (a request evicted since t*, at the start
 of a batch or after one), exactly one (evicted between the fill batch before t* and t*, or a
 first fill with one fill batch before j): its earlier tokens :math:`a_k` are then one chunk,

@@ -12,8 +12,8 @@ reporting it. It runs until its deadline.
    grid, and, when evictions are allowed, on its segments (split a segment at a token: the request
    is evicted there and refilled later; merge two consecutive segments; move a split point). Each
    move is drawn with a probability that follows its share of tries that improved the current
-   plan (plus :data:`ADAPT_FLOOR`), so the moves that pay on an instance are tried most. A move that puts a request's segments out
-   of token order is repaired by reordering that request's segments over the positions they hold.
+   plan (plus :data:`ADAPT_FLOOR`), so the moves that pay on an instance are tried most. A move that puts a request's
+   segments out of token order is repaired by reordering that request's segments over the positions they hold.
    Moves are accepted by the Metropolis rule at a temperature that falls linearly to zero at the
    deadline, starting at ``START_TEMPERATURE`` of the starting plan's cost; the search returns to the
    best plan every ``RESTART_EVERY`` non-improving moves.

@@ -19,8 +19,8 @@ products are exact McCormick rows of a binary and a bounded integer:
   infeasible (tests/test_infermax_mip.py, ``test_bias_dominated_max_running_1``).
 
 The objective is in microseconds (better conditioned than seconds) with the float coefficients;
-gaps are set to 1e-10 (relative) and 1e-12 s (absolute), so "optimal" is optimal up to the solver's floating-point tolerances. The
-proven bound is HiGHS's ``mip_dual_bound`` / Gurobi's ``ObjBound``; CBC reports none short of
+gaps are set to 1e-10 (relative) and 1e-12 s (absolute), so "optimal" is optimal up to the solver's floating-point
+tolerances. The proven bound is HiGHS's ``mip_dual_bound`` / Gurobi's ``ObjBound``; CBC reports none short of
 optimality. Warm start: CBC and Gurobi take the warm-start schedule's token counts and evictions
 (``warmStart``); PuLP's HiGHS interface has no MIP start. A warm-start schedule is a point of the
 model (up to renaming identical requests), so "infeasible" from HiGHS with one is a presolve fault:

@@ -87,11 +87,11 @@ R1-R8 valid redundant rows (they change no solution, only tighten the LP relaxat
      LP sees :math:`\sum_j y_j \ge \sum_i A_i / M` (memory makes requests take turns).
 C5   horizon and empty batches: :math:`cz_{ij} \le y_j`, :math:`y_j \le \sum_i cz_{ij}`,
      :math:`e_{ij} \le y_j` (an eviction can always move to the next batch with items, since it
-     happens before that batch's processing), :math:`y_j \ge y_{j+1}` (empty batches last). Valid cuts: :math:`y_j \le hp_j + hd_j`,
-     :math:`\sum_j y_j \ge B`, :math:`\sum_j hp_j \ge B_p` (least batch counts, :func:`optsched.bounds.batch_counts`,
-     of the goals: with ``first_tokens`` in the first-token model). Symmetry breaking for identical
-     requests (same I, O, arrival) :math:`i < i'`: :math:`done_{ij} \ge done_{i'j}` (renaming whole
-     histories preserves every objective). J: see :func:`.data.horizon`.
+     happens before that batch's processing), :math:`y_j \ge y_{j+1}` (empty batches last). Valid cuts:
+     :math:`y_j \le hp_j + hd_j`, :math:`\sum_j y_j \ge B`, :math:`\sum_j hp_j \ge B_p` (least batch counts,
+     :func:`optsched.bounds.batch_counts`, of the goals: with ``first_tokens`` in the first-token model). Symmetry
+     breaking for identical requests (same I, O, arrival) :math:`i < i'`: :math:`done_{ij} \ge done_{i'j}` (renaming
+     whole histories preserves every objective). J: see :func:`.data.horizon`.
 C9   options: no hybrid batching :math:`hp_j + hd_j \le 1`; no chunked prefill
      :math:`(cz_{ij} \wedge \neg d_{ij}) \Rightarrow g_{ij}` (a prefill or refill completes its prompt in
      one batch); ``no_evict``: :math:`e \equiv 0`.
@@ -128,9 +128,10 @@ Every bound the solve uses besides the backends' own (:mod:`optsched.bounds`, th
 relaxation of :mod:`.relax` with the search of :mod:`.search`, the chunk bound of :mod:`.chunks`)
 and the horizon J leave :math:`k_{pc}` out; they stay proven under a profile with
 :math:`k_{pc} > 0` by (F0) of :mod:`optsched.bounds` (the same batches at the same starts cost
-no more without the term, so every value and batch count they bound is attained without it). ``makespan`` (default; the paper's total latency): :math:`\sum_j T_j` offline, :math:`E_J`
-with arrivals. ``completion``: :math:`\sum_i F_i`, :math:`F_i \ge E_j` where i finishes in j.
-``ttft``: :math:`\frac1N \sum_i (FT_i - a_i)`, :math:`FT_i \ge E_j` where i generates its first token.
+no more without the term, so every value and batch count they bound is attained without it). ``makespan`` (default;
+the paper's total latency): :math:`\sum_j T_j` offline, :math:`E_J` with arrivals. ``completion``: :math:`\sum_i F_i`,
+:math:`F_i \ge E_j` where i finishes in j. ``ttft``: :math:`\frac1N \sum_i (FT_i - a_i)`, :math:`FT_i \ge E_j` where i
+generates its first token.
 
 Exactness of the backends: CP-SAT works on integers, so times are scaled by :math:`10^k` (the
 smallest k making every coefficient an integer, e.g. :math:`k = 14` for the shipped profiles);
