@@ -1,4 +1,4 @@
-"""Shared test helpers: where the real data of ../shared/data lives (skip when absent)."""
+"""Fixtures shared by the test files: the shared data folder (skip when absent), the compiled InferMax kernels."""
 
 from __future__ import annotations
 
@@ -6,16 +6,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def shared_data() -> Path | None:
-    """``<repo>/../shared/data`` (or the same under any ancestor of the repo, e.g. for worktrees)."""
-    for base in REPO.parents:
-        candidate = base / "shared" / "data"
-        if candidate.is_dir():
-            return candidate
-    return None
+from tests.support.paths import shared_data
 
 
 @pytest.fixture

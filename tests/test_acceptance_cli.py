@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
 from optsched.cli import main
 from optsched.policies import policy_names
+from tests.support.paths import INSTANCES
 
 
 def _json(capsys, *argv) -> tuple[int, dict]:
@@ -62,7 +62,7 @@ def test_every_policy_on_a_splitwise_slice(capsys, tmp_path, data_dir):
 )
 def test_formulation_input_errors_name_the_file(capsys, tmp_path, problem, shipped, edit, field):
     """A formulation's own check (it knows the instance by name only) still names the file: exit 2."""
-    data = json.loads((Path(__file__).resolve().parents[1] / "instances" / f"{shipped}.json").read_text())
+    data = json.loads((INSTANCES / f"{shipped}.json").read_text())
     edit(data)
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(data))

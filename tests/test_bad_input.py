@@ -14,8 +14,9 @@ from optsched.cli import main
 from optsched.export.vllm_replay import build_plan
 from optsched.instance import load_instance
 from optsched.policies import simulator_for
+from tests.support.paths import INSTANCES, REPO
 
-SHIPPED = Path(__file__).resolve().parents[1] / "instances"
+SHIPPED = INSTANCES
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:
@@ -190,7 +191,7 @@ def test_hybrid_policy_without_max_running_runs(capsys: pytest.CaptureFixture[st
     assert load_instance("toy-4").limits.max_running is None
     code, out, _ = run(capsys, "simulate", "toy-4", "--policy", "hybrid", "--json")
     assert code == 0 and json.loads(out)["policy"] == "hybrid"
-    cli_doc = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    cli_doc = (REPO / "docs" / "cli.md").read_text()
     assert "`simulate toy-4 --policy hybrid` runs" in cli_doc
 
 

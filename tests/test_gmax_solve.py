@@ -7,11 +7,11 @@ import pytest
 
 from optsched.instance import load_instance
 from optsched.problems import solver_for
-from tests.support.gmax import ROOT
+from tests.support.paths import INSTANCES
 
 
 def test_registry_solve_reports_evaluated_g_and_batches():
-    inst = load_instance(ROOT / "instances" / "static" / "fig4-batch-size.json")
+    inst = load_instance(INSTANCES / "static" / "fig4-batch-size.json")
     for opts in ({}, {"method": "sa", "seed": 3}, {"solver": "cpsat", "exact_method": "fixed-n", "frontier": True}):
         res = solver_for("gmax")(inst, opts)
         assert res.sense == "max" and res.schedule is None
@@ -27,7 +27,7 @@ def test_registry_solve_reports_evaluated_g_and_batches():
 def test_cli_solve_gmax_and_bad_input(capsys):
     from optsched.cli import main
 
-    assert main(["solve", str(ROOT / "instances" / "static" / "fig5-defer-strict.json"), "--problem", "gmax", "--json"]) == 0
+    assert main(["solve", str(INSTANCES / "static" / "fig5-defer-strict.json"), "--problem", "gmax", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["objective"] == pytest.approx(2 / 2.9) and out["batches"] == [["J2"], ["J1"], ["J3"]]
     assert main(["solve", "toy-4", "--problem", "gmax", "--json"]) == 2

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from optsched import deadline, interrupt, launch
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="POSIX signals")
 
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
 
 #: Modules holding numba kernels.
 KERNEL_MODULES = (

@@ -8,7 +8,6 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -17,9 +16,9 @@ from optsched.cli import main
 from optsched.options import OptionError
 from optsched.problems import BOUND_OPTIONS, BOUNDERS, NO_SCHEDULE, SOLVE_OPTIONS, SOLVERS, accepted, options_for
 from optsched.result import SolveResult, Status
+from tests.support.paths import INSTANCES, REPO
 
-ROOT = Path(__file__).resolve().parents[1]
-GMAX_FIG3 = str(ROOT / "instances" / "static" / "fig3-slo-order.json")
+GMAX_FIG3 = str(INSTANCES / "static" / "fig3-slo-order.json")
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -99,7 +98,7 @@ def test_accepted_keeps_the_options_a_formulation_has():
 
 def test_the_cli_docs_list_every_option():
     """docs/cli.md's table of options names exactly each dataclass's fields."""
-    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
     for name in SOLVERS:
         row = re.search(rf"^\| `{re.escape(name)}` \|(.*)\|(.*)\|$", text, re.M)
         assert row is not None, f"docs/cli.md has no options row for {name}"

@@ -16,12 +16,9 @@ from optsched import Instance, Limits, Request, load_cost_model, load_trace_csv,
 from optsched.policies import POLICIES, policy_names, simulator_for
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.policies.engine import simulate
+from tests.support.paths import shared_data
 
-REPO = Path(__file__).resolve().parents[1]
-# <repo>/../shared/data (a checkout beside shared/), or two levels up (a git worktree in wt/).
-DATA = next((p for p in (REPO.parent / "shared" / "data", REPO.parent.parent / "shared" / "data") if p.is_dir()),
-            REPO.parent / "shared" / "data")
-CONV = DATA / "traces" / "splitwise_conv.csv"
+CONV = (shared_data() or Path("../shared/data")) / "traces" / "splitwise_conv.csv"
 COST = load_cost_model("llama2-7b-a100")
 ALL = sorted(POLICY_CONFIGS)  # the unified scheduler's policies (other modules register more)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,6 +27,7 @@ from optsched.result import objective_of
 from optsched.schedule import replay
 from tests.support.infermax_bruteforce import exhaustive_makespan
 from tests.support.legal_schedules import random_legal_schedule
+from tests.support.paths import INSTANCES
 
 #: llama2-7b-a100 with a prefill-context term large enough to change optima on tiny instances.
 CTX = {"layers": 32, "base": 6.486e-05, "per_token": 1.91e-06,
@@ -125,7 +125,7 @@ def test_hybrid_mip_is_exact_with_the_context_term():
 
 
 def test_aladdin_refuses_the_context_term_naming_the_field(tmp_path, capsys):
-    data = json.loads((Path(__file__).resolve().parents[1] / "instances" / "aladdin-fig3.json").read_text())
+    data = json.loads((INSTANCES / "aladdin-fig3.json").read_text())
     model = data["cost_model"] if isinstance(data["cost_model"], dict) else None
     if model is None:
         pytest.skip("aladdin-fig3 names a profile; the inline form is needed to add the term")
@@ -141,7 +141,7 @@ def test_aladdin_refuses_the_context_term_naming_the_field(tmp_path, capsys):
 
 def _static_instances():
     """The gmax Fig. 3 instance and an scls-batch instance (both carry ``static_latency``)."""
-    root = Path(__file__).resolve().parents[1] / "instances" / "static"
+    root = INSTANCES / "static"
     gmax = json.loads((root / "fig3-slo-order.json").read_text())
     reqs = [{"id": f"q{i}", "prompt_tokens": 10 + 90 * (i % 3), "output_tokens": 5} for i in range(8)]
     static = {"unit": "ms", "prefill": {"alpha": 0.001, "beta": 0.5, "gamma": 0.01, "delta": 20.0},

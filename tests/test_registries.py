@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from optsched import cli
 from optsched.policies import POLICIES, simulator_for
 from optsched.problems import BACKENDS, BOUNDERS, SOLVERS, bounder_for, check_backend, solver_for
+from tests.support.paths import INSTANCES
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
@@ -106,7 +106,7 @@ def test_hybrid_offline_method_and_mip_backend_are_checked(capsys):
     assert code == 0 and res["status"] == "optimal" and res["solver"] == "mip-cbc"
 
 
-STATIC_FIG3 = Path(__file__).resolve().parents[1] / "instances" / "static" / "fig3-slo-order.json"
+STATIC_FIG3 = INSTANCES / "static" / "fig3-slo-order.json"
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -12,5 +12,8 @@
   the export and executor tests;
 - :mod:`~tests.support.sweep`: sweep specs, running ``optsched sweep``, reading rows;
 - :mod:`~tests.support.fake_formulations`: a test-only formulation for every status path of the CLI;
-- :mod:`~tests.support.chromium`: headless Chromium for the HTML pages.
+- :mod:`~tests.support.chromium`: headless Chromium for the HTML pages;
+- :mod:`~tests.support.paths`: the repository and the shared data folder (``$OPTSCHED_SHARED/data``,
+  else ``../shared/data``);
+- :mod:`~tests.support.gmax`, :mod:`~tests.support.aladdin`: those formulations' toy and random instances.
 """

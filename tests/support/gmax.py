@@ -1,16 +1,13 @@
 """G-maximisation test helpers: the paper's toy instances (Figs. 3-5) with their optima, small random
 instances, a schedule's canonical form and the search's node after a prefix."""
 
-from pathlib import Path
 
 import numpy as np
 
 from optsched.instance import load_instance, parse_instance
 from optsched.problems.gmax.generate import random_gmax_instance
 from optsched.problems.gmax.problem import GmaxProblem
-
-#: The repository (its instances/ folder).
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import INSTANCES
 
 TOYS = {  # docs/gmax.md, toy examples: (instance, optimal batches, optimal G in req/s, start G)
     "fig3-slo-order": ([["J2"], ["J1"], ["J3"]], 3 / 2.9, 2 / 2.7),
@@ -20,7 +17,7 @@ TOYS = {  # docs/gmax.md, toy examples: (instance, optimal batches, optimal G in
 
 
 def toy(name: str) -> GmaxProblem:
-    return GmaxProblem.from_instance(load_instance(ROOT / "instances" / "static" / f"{name}.json"))
+    return GmaxProblem.from_instance(load_instance(INSTANCES / "static" / f"{name}.json"))
 
 
 def canonical(problem, batches):
