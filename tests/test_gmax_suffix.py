@@ -117,9 +117,9 @@ def test_search_restricted_bound_bounds_every_completion(seed):
 
 
 def _pseudo_schedule_values(suffix, rest: list[int], q: int, cell: int) -> list[float]:
-    """Brute force: the grid value (gmax/lagrange.py module docstring, SuffixBound.grid_value) of every pseudo-schedule of
-    the requests ``rest`` (batches of distinct requests, a request in any number of batches) filling
-    the positions after q from grid cell ``cell``."""
+    """Brute force: the grid value (gmax/lagrange.py module docstring, SuffixBound.grid_value) of every
+    pseudo-schedule of the requests ``rest`` (batches of distinct requests, a request in any number of
+    batches) filling the positions after q from grid cell ``cell``."""
     from itertools import combinations
 
     nreq, bmax = suffix.problem.n_requests, suffix.problem.max_batch_size

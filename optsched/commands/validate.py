@@ -120,7 +120,8 @@ def _validate_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
         print(f"{name:<24} predicted {1e3 * r['predicted']:9.3f} ms, measured {1e3 * r['measured']:9.3f} ms "
               f"({r['error_pct']:+6.2f} %), worst step {r['worst_step_pct']:.1f} %")
     if report["runs"]:
-        print(f"worst run: {report['worst_run']} ({report['worst_error_pct']:+.2f} %); step MAPE {report['step_mape']:.1f} %")
+        print(f"worst run: {report['worst_run']} ({report['worst_error_pct']:+.2f} %); "
+              f"step MAPE {report['step_mape']:.1f} %")
         for inst, r in report["instances"].items():
             kept = "kept" if r["ranking_kept"] else "NOT kept (" + "; ".join(r["swapped"]) + ")"
             print(f"{inst}: measured ranking {kept}")

@@ -54,10 +54,12 @@ def table(seed: int, moments: str) -> None:
         ref = PAPER.get(row["policy"])
         ref_s = f"{ref[0]:.2f} s / {ref[1]:.2f} %" if ref else "-"
         print(
-            f"| {row['policy']} | {row['makespan']:.2f} | {100 * row['utilisation']:.2f} | {100 * row['u_decode']:.2f} | "
+            f"| {row['policy']} | {row['makespan']:.2f} | {100 * row['utilisation']:.2f} | "
+            f"{100 * row['u_decode']:.2f} | "
             f"{row['tokens_per_s']:.1f} | {row['prefill_stages']} | {row['decode_rounds']} | {ref_s} |"
         )
-    print(f"| lower bound, paper (31)-(32) | {lb_paper:.2f} (t^p* {tp:.2f} + t^d* {td:.2f}) | | | | | | 180 s (13 + 167) |")
+    print(f"| lower bound, paper (31)-(32) | {lb_paper:.2f} (t^p* {tp:.2f} + t^d* {td:.2f}) "
+          "| | | | | | 180 s (13 + 167) |")
     print(f"| lower bound, strict (proven) | {lb_strict:.2f} ({sp:.2f} + {sd:.2f}) | | | | | | - |")
 
 

@@ -141,7 +141,8 @@ def _curve(row: dict[str, Any]) -> list[tuple[float, float, float, float]]:
 
 def run_table(args: argparse.Namespace) -> None:
     rows = [json.loads(line) for line in open(args.inp) if line.strip()]
-    print("| instance | N | M | limit (s) | best policy (s) | schedule (s) | from | bound (s) | gap | best policy's gap | wall (s) | CPU (s) | load |")
+    print("| instance | N | M | limit (s) | best policy (s) | schedule (s) | from | bound (s) | gap "
+          "| best policy's gap | wall (s) | CPU (s) | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["bench"] != "scale":

@@ -46,7 +46,8 @@ def main() -> None:
         raise SystemExit(f"trace not found: {TRACE}")
 
     print(f"trace {TRACE.name}, M = {args.kv}, C = P = {args.budget}" + (f", prompts clipped to I+O <= {args.clip}" if args.clip else ""))
-    print("| policy | R_max | requests | batches | sim wall s | sim CPU s | batches/s (wall) | replay wall s | replay CPU s"
+    print("| policy | R_max | requests | batches | sim wall s | sim CPU s | batches/s (wall) "
+          "| replay wall s | replay CPU s"
           " | total wall s | total CPU s | makespan s | evictions |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for rmax in args.rmax:
@@ -65,7 +66,8 @@ def main() -> None:
                 raise SystemExit(f"{policy}: schedule does not replay: {result.violations[:3]}")
             n = len(schedule.batches)
             print(
-                f"| {policy} | {rmax} | {len(inst.requests)} | {n} | {w1 - w0:.2f} | {c1 - c0:.2f} | {n / (w1 - w0):,.0f}"
+                f"| {policy} | {rmax} | {len(inst.requests)} | {n} | {w1 - w0:.2f} | {c1 - c0:.2f} "
+                f"| {n / (w1 - w0):,.0f}"
                 f" | {w2 - w1:.2f} | {c2 - c1:.2f} | {w2 - w0:.2f} | {c2 - c0:.2f} | {result.metrics.makespan:.1f}"
                 f" | {result.metrics.evictions} |",
                 flush=True,

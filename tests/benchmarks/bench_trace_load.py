@@ -124,7 +124,8 @@ def main() -> None:
                 print(f"{method:16s} not run: {out}")
             else:
                 n, wall, rss, cpu = out
-                print(f"{method:16s} {n:>10,} rows  {wall:7.2f} s wall  {cpu:7.2f} s CPU (with imports)  peak {rss:7.0f} MiB")
+                print(f"{method:16s} {n:>10,} rows  {wall:7.2f} s wall  {cpu:7.2f} s CPU (with imports)  "
+                      f"peak {rss:7.0f} MiB")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -83,7 +83,8 @@ def main() -> int:
           f"0 mismatches")
     print(f"profile llama2-7b-a100: predicted {rep['predicted_total'] * 1e3:.1f} ms, measured "
           f"{rep['measured_total'] * 1e3:.1f} ms (total error {rep['total_error_pct']:+.1f} %), MAPE {rep['mape']:.1f} %")
-    print(f"refit (all terms, in-sample): MAPE {rep['fit_terms']['mape']:.1f} %; linear: MAPE {rep['fit_linear']['mape']:.1f} %; "
+    print(f"refit (all terms, in-sample): MAPE {rep['fit_terms']['mape']:.1f} %; "
+          f"linear: MAPE {rep['fit_linear']['mape']:.1f} %; "
           f"refit on even steps, checked on odd steps: MAPE {oos:.1f} %")
     print("refitted profile:", json.dumps(rep["fit_terms"]["profile"]))
     return 0

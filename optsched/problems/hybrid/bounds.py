@@ -97,7 +97,8 @@ def bounds(instance: Instance, options: Mapping[str, Any] | HybridBoundOptions |
     if which in (None, "paper"):
         value, t_p, t_d = paper_bound(instance, limit)
         out.append(
-            Bound("paper", value, False, f"Eqs. (31)-(32): t^p* = {t_p:.4f} s (floor), t^d* = tau_d x C*(N^d) = {t_d:.4f} s; not proven (docs/hybrid.md, O5)")
+            Bound("paper", value, False, f"Eqs. (31)-(32): t^p* = {t_p:.4f} s (floor), t^d* = tau_d x C*(N^d) = {t_d:.4f} s; "
+                  "not proven (docs/hybrid.md, O5)")
         )
     if which in (None, "strict"):
         value, t_p, t_d = strict_bound(instance, limit)

@@ -110,7 +110,8 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOptions | None 
     status, mip_value, mip_bound = Status.TIME_LIMIT, None, None
     mip_status = "not built within the time limit"
     if model is not None and passed(solve_by):
-        mip_status = f"not solved: {seconds_left(deadline):.3g} s left, handing the model over takes about {deadline - solve_by:.3g} s"
+        mip_status = (f"not solved: {seconds_left(deadline):.3g} s left, "
+                      f"handing the model over takes about {deadline - solve_by:.3g} s")
         model = None
     if model is not None:
         try:
