@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from types import ModuleType
+from typing import NoReturn
 
 from .commands import (
     bound,
@@ -68,9 +69,19 @@ COMMANDS: tuple[ModuleType, ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line on stderr, like every bad input (exit 2,
+    docs/cli.md), pointing to the command's ``--help`` instead of printing its usage."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("optsched").strip()
+        where = f"{command}: " if command else ""
+        self.exit(EXIT_BAD_INPUT, f"optsched: error: {where}{message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, with every registered subcommand."""
-    parser = argparse.ArgumentParser(
+    """The full argument parser, with every registered subcommand (one-line usage errors)."""
+    parser = _Parser(
         prog="optsched",
         description="Provably optimal and provably bounded schedules for LLM inference serving.",
     )

@@ -210,6 +210,20 @@ def test_usage_errors_exit_2(capsys):
     assert run(capsys, "--help")[0] == 0
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["generate", "--name", "g", "--n", "2", "--seed", "-1"], "optsched: error: generate: argument --seed: "),
+    (["generate", "--name", "g", "--n", "1e11"], "optsched: error: generate: argument --n: "),
+    (["simulate", "toy-4"], "optsched: error: simulate: the following arguments are required: --policy "),
+    (["frobnicate"], "optsched: error: argument COMMAND: invalid choice: 'frobnicate'"),
+    (["solve", "toy-4", "--problem", "infermax", "--time-limit", "abc"], "optsched: error: solve: argument --time-limit: "),
+])
+def test_usage_errors_are_one_line(capsys, argv, message):
+    """argparse printed its usage (up to 15 lines) before the error: one line, like any bad input."""
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and err.startswith(message) and err.count("\n") == 1, err
+    assert err.rstrip().endswith("--help)")
+
+
 def test_out_folder_must_exist_and_nothing_is_written(capsys, tmp_path):
     out = tmp_path / "missing" / "s.json"
     code, _, err = run(capsys, "simulate", "toy-4", "--policy", "test-random", "--out", out)

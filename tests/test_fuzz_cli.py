@@ -5,8 +5,7 @@ of examples, and checks the contract on each run:
 
 - the exit code is 0, 1 or 2 (never 3: an internal error), and stderr holds no traceback;
   ``execute`` and ``profile`` may end with 3 only to say which missing extra to install;
-- exit 2 comes with one error line (``optsched: error: ...``; argparse's usage lines may precede
-  its own ``optsched CMD: error: ...`` line);
+- exit 2 comes with one error line, ``optsched: error: ...`` (usage errors too);
 - a command given ``--time-limit T`` returns within T + :data:`TIME_SLACK` seconds (a limit that
   holds, not a speed goal: those are in tests/benchmarks/bench_time_limits.py);
 - under ``--json``, stdout is one JSON object (nothing on a bad-input exit, or one object);
@@ -29,7 +28,6 @@ import io
 import json
 import math
 import os
-import re
 import signal
 import string
 import tempfile
@@ -155,10 +153,8 @@ def run(argv: list[str], folder: Path) -> tuple[int, str, str]:
 
 
 def one_error_line(stderr: str) -> bool:
-    """One ``optsched: error: ...`` line, or argparse's usage lines then its one error line."""
+    """One ``optsched: error: ...`` line (usage errors included)."""
     lines = stderr.rstrip("\n").split("\n")
-    if lines[0].startswith("usage: optsched"):
-        return re.match(r"optsched( [\w-]+)?: error: \S", lines[-1]) is not None
     return len(lines) == 1 and lines[0].startswith("optsched: error: ")
 
 
