@@ -74,6 +74,17 @@ def load_step_measurements(path: str | Path) -> dict[str, Any]:
         raise MeasuredError(f"{path}: not a step-measurement file (no 'grid' or 'runs')")
     if data.get("time_unit", "ms") != "ms":
         raise MeasuredError(f"{path}: field 'time_unit': only 'ms' is read, got {data.get('time_unit')!r}")
+    grid, runs = data.get("grid", []), data.get("runs", {})
+    if not isinstance(grid, list):
+        raise MeasuredError(f"{path}: field 'grid': must be a list of steps, got {type(grid).__name__}")
+    for j, step in enumerate(grid):
+        if not isinstance(step, Mapping):
+            raise MeasuredError(f"{path}: grid step {j}: must be an object, got {type(step).__name__}")
+    if not isinstance(runs, Mapping):
+        raise MeasuredError(f"{path}: field 'runs': must be an object of runs by name, got {type(runs).__name__}")
+    for name, run in runs.items():
+        if not isinstance(run, Mapping):
+            raise MeasuredError(f"{path}: run {name!r}: must be an object, got {type(run).__name__}")
     return data
 
 

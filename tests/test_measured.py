@@ -10,6 +10,7 @@ must come out 0 and the fit must recover the profile.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,22 @@ def test_bad_runs_are_named(tmp_path, capsys):
     assert main(["validate", str(path)]) == 2 and "--profile" in capsys.readouterr().err
     assert main(["validate", str(path), "--profile", "llama2-7b-a100"]) == 2
     assert "syn.vllm" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"grid": 1}, "field 'grid': must be a list of steps, got int"),
+    ({"grid": [{"reqs": [[[8, 8, 0], 1]]}, True]}, "grid step 1: must be an object, got bool"),
+    ({"runs": []}, "field 'runs': must be an object of runs by name, got list"),
+    ({"runs": {"r": None}}, "run 'r': must be an object, got NoneType"),
+])
+def test_a_file_of_the_wrong_shape_is_named(tmp_path, capsys, change, message):
+    """Read without a shape check, these were a TypeError or AttributeError (exit 3) in optsched fit."""
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"time_unit": "ms", "grid": [], "runs": {}} | change))
+    with pytest.raises(MeasuredError, match=f"^{re.escape(str(path))}: {re.escape(message)}$"):
+        load_step_measurements(path)
+    assert main(["fit", str(path)]) == 2
+    assert capsys.readouterr().err == f"optsched: error: {path}: {message}\n"
 
 
 def test_cli_fit_and_validate_round_trip(tmp_path, capsys):
