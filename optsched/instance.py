@@ -31,6 +31,8 @@ __all__ = [
     "Instance",
     "InstanceError",
     "Limits",
+    "MAX_LIMIT",
+    "MAX_RUNNING",
     "MAX_TOKENS",
     "Request",
     "available_instances",
@@ -51,6 +53,17 @@ MAX_ARRIVAL = 1e9
 #: The bounds and the simulators hold per-token arrays and loops; 10^7 tokens take seconds and
 #: about a gigabyte, 10^9 exhausted the memory, so a larger count is bad input.
 MAX_TOKENS = 10**7
+
+#: Largest value of a limit (token budgets, KV capacity, running requests): 10^11, far beyond any
+#: engine (an H200 holds about 10^6 KV tokens of a 7B model), and small enough that a limit times
+#: a request's tokens stays within the 64-bit integers of the kernels and of stored results
+#: (10^30 made the InferMax solve fail with an OverflowError).
+MAX_LIMIT = 10**11
+
+#: Most requests that may hold KV at once (``max_running``): a million, beyond any engine (vLLM's
+#: ``max_num_seqs`` is in the hundreds). The hybrid policies keep per-client state for J =
+#: ``max_running`` clients (1.6 GB and 17 s for toy-4 at 10^6; 10^11 exhausted the memory).
+MAX_RUNNING = 10**6
 
 
 class InstanceError(ValueError):
@@ -280,10 +293,10 @@ class _RequestModel(BaseModel):
 
 class _LimitsModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    token_budget: int = Field(default=DEFAULT_TOKEN_BUDGET, ge=1, strict=True)
-    prefill_budget: int | None = Field(default=None, ge=1, strict=True)
-    kv_capacity: int | None = Field(default=None, ge=1, strict=True)
-    max_running: int | None = Field(default=None, ge=1, strict=True)
+    token_budget: int = Field(default=DEFAULT_TOKEN_BUDGET, ge=1, le=MAX_LIMIT, strict=True)
+    prefill_budget: int | None = Field(default=None, ge=1, le=MAX_LIMIT, strict=True)
+    kv_capacity: int | None = Field(default=None, ge=1, le=MAX_LIMIT, strict=True)
+    max_running: int | None = Field(default=None, ge=1, le=MAX_RUNNING, strict=True)
 
 
 class _InstanceModel(BaseModel):

@@ -132,6 +132,26 @@ def test_huge_token_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str], c
     assert_bad_input(code, err, str(path), "request 'r0'", "'prompt_tokens'", "10,000,000")
 
 
+@pytest.mark.parametrize("limit, value", [("token_budget", 10**30), ("kv_capacity", 2**63), ("max_running", 10**7)])
+def test_limits_beyond_any_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str], limit: str, value: int) -> None:
+    """token_budget 10^30 failed the InferMax solve with an OverflowError (exit 3); max_running
+    10^11 made the hybrid policies allocate per-client state until the memory ran out."""
+    data = toy()
+    data["limits"][limit] = value
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(data))
+    for argv in (["solve", path, "--problem", "infermax", "--time-limit", "1"], ["simulate", path, "--policy", "hybrid"]):
+        code, _, err = run(capsys, *argv)
+        assert_bad_input(code, err, str(path), f"'limits.{limit}'", "less than or equal to")
+
+
+@pytest.mark.parametrize("flag, value, most", [("--token-budget", "9" * 30, "1e+11"), ("--kv-capacity", "9" * 30, "1e+11"),
+                                               ("--max-running", "10000000", "1e+06")])
+def test_limit_options_beyond_any_engine(capsys: pytest.CaptureFixture[str], flag: str, value: str, most: str) -> None:
+    code, _, err = run(capsys, "solve", "toy-4", "--problem", "infermax", "--time-limit", "1", flag, value)
+    assert_bad_input(code, err, f"argument {flag}: must be at most {most}, got {value}")
+
+
 @pytest.mark.parametrize("value", [0, "two", True, 1.5])
 def test_aladdin_max_workers(tmp_path: Path, capsys: pytest.CaptureFixture[str], value: Any) -> None:
     data = json.loads((SHIPPED / "aladdin-fig3.json").read_text())

@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any, TextIO, TypeVar
 
 from ..costmodel import CostModelError, available_profiles, load_cost_model
-from ..instance import Instance, Limits, check_requests, load_instance
+from ..instance import MAX_LIMIT, MAX_RUNNING, Instance, Limits, check_requests, load_instance
 from ..jsonio import output_target
 from ..request_table import TableError, check_table_path
 from ..schedule import Schedule
@@ -117,6 +117,22 @@ def positive_int(text: str) -> int:
     return value
 
 
+def limit_int(text: str) -> int:
+    """argparse type: a token limit, an integer from 1 to :data:`optsched.instance.MAX_LIMIT`."""
+    value = positive_int(text)
+    if value > MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_LIMIT:.0e}, got {text}")
+    return value
+
+
+def running_int(text: str) -> int:
+    """argparse type: ``max_running``, an integer from 1 to :data:`optsched.instance.MAX_RUNNING`."""
+    value = positive_int(text)
+    if value > MAX_RUNNING:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_RUNNING:.0e}, got {text}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
     try:
@@ -149,10 +165,10 @@ def add_instance_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model", dest="trace_model", metavar="NAME",
                        help="keep only this model's rows of a trace with a model column (burstgpt)")
     group.add_argument("--cost-model", metavar="PROFILE", help=f"profile name ({', '.join(available_profiles())}) or .toml file")
-    group.add_argument("--token-budget", type=positive_int, metavar="C", help="tokens per batch")
-    group.add_argument("--prefill-budget", type=positive_int, metavar="P", help="prefill tokens per batch (default C)")
-    group.add_argument("--kv-capacity", type=positive_int, metavar="M", help="KV-cache slots in tokens")
-    group.add_argument("--max-running", type=positive_int, metavar="R", help="requests holding KV at once")
+    group.add_argument("--token-budget", type=limit_int, metavar="C", help="tokens per batch")
+    group.add_argument("--prefill-budget", type=limit_int, metavar="P", help="prefill tokens per batch (default C)")
+    group.add_argument("--kv-capacity", type=limit_int, metavar="M", help="KV-cache slots in tokens")
+    group.add_argument("--max-running", type=running_int, metavar="R", help="requests holding KV at once")
     add_transform_arguments(parser)
 
 

@@ -12,7 +12,16 @@ import sys
 
 from ..generators import generate, parse_arrivals, parse_length
 from ..jsonio import dumps_instance
-from ._common import EXIT_OK, BadInput, add_json_flag, check_output_path, positive_int, print_json
+from ._common import (
+    EXIT_OK,
+    BadInput,
+    add_json_flag,
+    check_output_path,
+    limit_int,
+    positive_int,
+    print_json,
+    running_int,
+)
 
 #: Most requests ``--n`` may ask for (a million requests take about 1.2 GB while generated).
 MAX_GENERATED = 10**7
@@ -46,10 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--arrivals", default="zero", help="zero (default) or poisson:RATE (requests/s)")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the random generator, an integer >= 0 (default 0)")
     p.add_argument("--cost-model", default="llama2-7b-a100", metavar="PROFILE", help="default llama2-7b-a100")
-    p.add_argument("--token-budget", type=positive_int, metavar="C")
-    p.add_argument("--prefill-budget", type=positive_int, metavar="P")
-    p.add_argument("--kv-capacity", type=positive_int, metavar="M")
-    p.add_argument("--max-running", type=positive_int, metavar="R")
+    p.add_argument("--token-budget", type=limit_int, metavar="C")
+    p.add_argument("--prefill-budget", type=limit_int, metavar="P")
+    p.add_argument("--kv-capacity", type=limit_int, metavar="M")
+    p.add_argument("--max-running", type=running_int, metavar="R")
     p.add_argument("--out", metavar="FILE", help="write the instance JSON here (default: stdout)")
     add_json_flag(p)
     p.set_defaults(func=handle)

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .. import policies, problems
 from ..costmodel import CostModelError, load_cost_model
+from ..instance import MAX_LIMIT, MAX_RUNNING
 from ..jsonio import loads_json, read_text
 
 __all__ = [
@@ -89,8 +90,8 @@ class WorkloadSpec(BaseModel):
     @classmethod
     def _positive_limits(cls, value: dict[str, int | None]) -> dict[str, int | None]:
         for key, v in value.items():
-            if v is not None and v < 1:
-                raise ValueError(f"{key}: must be an integer >= 1 or null, got {v}")
+            if v is not None and not 1 <= v <= _most(key):
+                raise ValueError(f"{key}: must be an integer from 1 to {_most(key):.0e} or null, got {v}")
         return value
 
     @property
@@ -208,8 +209,8 @@ class SweepSpec(_Strict):
             if not values:
                 raise ValueError(f"{key}: an axis needs at least one value")
             for v in values:
-                if v is not None and v < 1:
-                    raise ValueError(f"{key}: must be integers >= 1 or null, got {v}")
+                if v is not None and not 1 <= v <= _most(key):
+                    raise ValueError(f"{key}: must be integers from 1 to {_most(key):.0e} or null, got {v}")
         return value
 
     @field_validator("rate_scale")
@@ -223,6 +224,11 @@ class SweepSpec(_Strict):
         """A path of the spec, relative to the spec file's folder."""
         p = Path(path).expanduser()
         return str(p if p.is_absolute() else self.base_dir / p)
+
+
+def _most(limit: str) -> int:
+    """The largest value of a limit (:data:`optsched.instance.MAX_RUNNING` or ``MAX_LIMIT``)."""
+    return MAX_RUNNING if limit == "max_running" else MAX_LIMIT
 
 
 def _location(loc: tuple[Any, ...]) -> str:
