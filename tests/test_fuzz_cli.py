@@ -37,24 +37,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from optsched.cli import main
 from optsched.policies import POLICIES
 from optsched.problems import SOLVERS
+from tests.support.paths import INSTANCES, REPO
 
-REPO = Path(__file__).resolve().parents[1]
-TOY = json.loads((REPO / "instances" / "toy-4.json").read_text())
+TOY = json.loads((INSTANCES / "toy-4.json").read_text())
 SCALE = float(os.environ.get("OPTSCHED_FUZZ_EXAMPLES", "1"))
 FIXED_SEED = os.environ.get("OPTSCHED_FUZZ_RANDOM", "") in ("", "0")
 LOG = os.environ.get("OPTSCHED_FUZZ_LOG")
 
 
 def fuzz(examples: int) -> settings:
-    """Fixed seed, a fixed number of examples, no deadline per example (the alarm bounds it)."""
+    """Fixed seed, a fixed number of examples, no deadline per example (the alarm bounds it), no
+    explain phase (its line tracing makes a deeply nested input run for minutes)."""
     return settings(max_examples=max(1, round(examples * SCALE)), deadline=None, derandomize=FIXED_SEED, database=None,
-                    suppress_health_check=list(HealthCheck), print_blob=True)
+                    suppress_health_check=list(HealthCheck), print_blob=True,
+                    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink])
 
 
 # --------------------------------------------------------------------------- running one command
