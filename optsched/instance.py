@@ -54,11 +54,11 @@ MAX_ARRIVAL = 1e9
 #: about a gigabyte, 10^9 exhausted the memory, so a larger count is bad input.
 MAX_TOKENS = 10**7
 
-#: Largest value of a limit (token budgets, KV capacity, running requests): 10^11, far beyond any
-#: engine (an H200 holds about 10^6 KV tokens of a 7B model), and small enough that a limit times
-#: a request's tokens stays within the 64-bit integers of the kernels and of stored results
-#: (10^30 made the InferMax solve fail with an OverflowError).
-MAX_LIMIT = 10**11
+#: Largest value of a token limit (token budgets, KV capacity): 10^15, far beyond any engine (an
+#: H200 holds about 10^6 KV tokens of a 7B model; 10^12 is a common way to write "unlimited"), and
+#: within the 64-bit integers of the kernels and of the sweep store (10^30 made the InferMax solve
+#: fail with an OverflowError).
+MAX_LIMIT = 10**15
 
 #: Most requests that may hold KV at once (``max_running``): a million, beyond any engine (vLLM's
 #: ``max_num_seqs`` is in the hundreds). The hybrid policies keep per-client state for J =

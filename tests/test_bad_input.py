@@ -145,7 +145,7 @@ def test_limits_beyond_any_engine(tmp_path: Path, capsys: pytest.CaptureFixture[
         assert_bad_input(code, err, str(path), f"'limits.{limit}'", "less than or equal to")
 
 
-@pytest.mark.parametrize("flag, value, most", [("--token-budget", "9" * 30, "1e+11"), ("--kv-capacity", "9" * 30, "1e+11"),
+@pytest.mark.parametrize("flag, value, most", [("--token-budget", "9" * 30, "1e+15"), ("--kv-capacity", "9" * 30, "1e+15"),
                                                ("--max-running", "10000000", "1e+06")])
 def test_limit_options_beyond_any_engine(capsys: pytest.CaptureFixture[str], flag: str, value: str, most: str) -> None:
     code, _, err = run(capsys, "solve", "toy-4", "--problem", "infermax", "--time-limit", "1", flag, value)
