@@ -20,7 +20,7 @@ KV sums to at least A, and :math:`\sum_{t \le B} cap_t \ge A`. Empty batches (ev
 generate nothing and are not counted. The count is at least the area count
 :math:`\lceil A / M \rceil` and exceeds it when few requests must fill a large M: with 32 requests
 of I = 64 tokens and M = 10,000 (``infermax-i64-o1024-n32-m10k``) the first 250 batches hold less
-than M, and the count is 1,987 batches instead of 1,886.
+than M, and the count is 1,985 batches instead of 1,886.
 
 :func:`kv_time_count` computes :math:`B_{kv}` without building :math:`cap_t` past the batch where
 every :math:`h_i` reaches its largest value (from there on :math:`cap_t` only grows with tC, capped
