@@ -11,8 +11,8 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
    :mod:`optsched.bounds`;
    for the makespan with a KV capacity also the KV-time bound of :mod:`.kvtime` (via :mod:`.scale`);
    with :data:`.scale.SCALE_MIN_REQUESTS` requests or more, the scale phase (:func:`_scale_phase`:
-   the plan search and the trajectory bound of :mod:`.scale`) takes the whole time limit (60 s
-   without one), its best plan becomes a candidate, its bounds join the proven ones, and phases 3
+   the plan search and the trajectory bound of :mod:`.scale`) takes the rest of the time limit
+   (60 s without one; no policy is started after :data:`CANDIDATE_SHARE` of the limit), its best plan becomes a candidate, its bounds join the proven ones, and phases 3
    to 5 are skipped (no model is built; ``extra['scale']`` holds what it found);
 2. the model's data (:func:`_model_data`): the horizon J from UB (:func:`.data.horizon`: proven
    for makespan and completion, and for ttft when its model is small; ttft with evictions uses the
@@ -105,6 +105,11 @@ SOLVE_MODULES = (f"{__name__}.colgen", f"{__name__}.lns", f"{__name__}.chunks", 
                  "optsched.policies")
 
 
+#: At scale, the share of the time limit after which no more policies are started for the
+#: candidate pool (one is always there): the scale phase's plan search and bounds get the rest.
+CANDIDATE_SHARE = 0.5
+
+
 def prepare() -> None:
     """A solve's start-up work: import :data:`SOLVE_MODULES` and load the search's compiled kernels
     (:func:`.search.load_kernels`, about a second from numba's disk cache). :func:`solve` calls it
@@ -133,8 +138,11 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
     t0 = time.perf_counter()
     opts = InferMaxOptions.parse(options)
     deadline = None if opts.time_limit is None else t0 + opts.time_limit
+    candidates_by = deadline
+    if deadline is not None and len(instance.requests) >= SCALE_MIN_REQUESTS:  # the scale phase keeps the rest
+        candidates_by = t0 + CANDIDATE_SHARE * opts.time_limit
     try:
-        pool = initial_candidates(instance, opts, deadline)
+        pool = initial_candidates(instance, opts, candidates_by)
     except InferMaxInputError as exc:
         return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE,
                            wall_time=time.perf_counter() - t0, message=str(exc))

@@ -19,6 +19,9 @@ its time limit here (:func:`scale_phase`):
    overhead plus extras (:func:`.lns.plan_from_trajectories`: on ``infermax-i64-o1024-n32-m10k``
    they lead to schedules the search does not find from its own start), then from its best plan.
 
+When ``deadline`` has already passed on entry (the candidates took the whole limit), only the
+instant bounds of step 1 are given.
+
 The best plan's schedule is returned for the caller to replay and offer with its other candidates
 (the policies'); every value reported is a replayed schedule's or a proven bound.
 """
@@ -91,7 +94,7 @@ def scale_phase(
     out = ScalePhase()
     t0 = time.perf_counter()
     span = max(0.0, deadline - t0)
-    why_not = plannable(instance, no_hybrid, no_chunk)
+    why_not = "the time limit passed before the scale phase" if passed(deadline) else plannable(instance, no_hybrid, no_chunk)
     data = plan_data(instance) if why_not is None else None
     history: list[tuple[float, float]] = []
     best: list[tuple[float, Plan]] = []
@@ -106,7 +109,8 @@ def scale_phase(
     if objective == "makespan":
         value, count = kv_time_bound(instance)
         out.bounds["kv-time"] = (value, f"work bound with at least {count} batches (KV-time count, infermax/kvtime.py)")
-        trajectories = instance.limits.kv_capacity is not None and count >= MEMORY_BINDS * batch_counts(instance)[0]
+        trajectories = (instance.limits.kv_capacity is not None and count >= MEMORY_BINDS * batch_counts(instance)[0]
+                        and not passed(deadline))
     first = SEARCH_SHARE if trajectories else 1.0
     if data is not None:
         search(t0 + first * span, starting_plans(data, objective, t0 + first * span))
