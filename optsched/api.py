@@ -135,6 +135,7 @@ def simulate(instance: Instance | str | os.PathLike[str], policy: str = "vllm") 
     schedule = simulator_for(policy)(inst)
     replayed = replay(inst, schedule)
     if not replayed.feasible:
-        raise RuntimeError(f"policy {policy!r} produced a schedule that does not replay cleanly: "
-                           + "; ".join(replayed.violations[:3]))
+        raise RuntimeError(
+            f"policy {policy!r} produced a schedule that does not replay cleanly: " + "; ".join(replayed.violations[:3])
+        )
     return schedule, replayed

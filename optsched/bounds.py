@@ -289,9 +289,7 @@ def packing_from_counts(counts: np.ndarray, M: int) -> int:
     return int(max(-(-int(s_le[M]) // M), int(np.max(j1 + j2 + extra))))
 
 
-def batch_counts(
-    instance: Instance, members: np.ndarray | None = None, first_tokens: bool = False
-) -> tuple[int, int]:
+def batch_counts(instance: Instance, members: np.ndarray | None = None, first_tokens: bool = False) -> tuple[int, int]:
     """(B, B_pre): least numbers of non-empty batches and of batches with prefill tokens serving the
     requests ``members`` (indices; default all), by the counts of (F3)-(F5).
 
@@ -376,9 +374,7 @@ def least_bias(
     return _least_bias(*_member_lengths(instance, members), instance, batch_floor, refills)
 
 
-def _least_bias(
-    I: np.ndarray, O: np.ndarray, instance: Instance, batch_floor: int = 0, refills: bool = True
-) -> float:
+def _least_bias(I: np.ndarray, O: np.ndarray, instance: Instance, batch_floor: int = 0, refills: bool = True) -> float:
     """:func:`least_bias` of the requests of prompt lengths ``I`` and output lengths ``O``."""
     cm, P = instance.cost_model, instance.limits.prefill_budget
     L, b, _, pb, _, _, db, *_ = _coefficients(cm)
@@ -457,19 +453,39 @@ def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Boun
     arrival, I, _ = _arrays(instance)
     if objective == "ttft":
         first = [prefill_alone_time(instance, int(x)) for x in I]
-        return [Bound("prefill-alone", math.fsum(first) / len(first), True,
-                      "mean over requests of the least time to prefill its prompt alone")]
+        return [
+            Bound(
+                "prefill-alone",
+                math.fsum(first) / len(first),
+                True,
+                "mean over requests of the least time to prefill its prompt alone",
+            )
+        ]
     alone = critical_path_times(instance)
     if objective == "completion":
-        return [Bound("critical-path", math.fsum(arrival + alone), True,
-                      "sum over requests of arrival + least time to run it alone")]
+        return [
+            Bound(
+                "critical-path",
+                math.fsum(arrival + alone),
+                True,
+                "sum over requests of arrival + least time to run it alone",
+            )
+        ]
     value, at = work_bound(instance)
     k = int(np.argmax(arrival + alone))
     return [
-        Bound("work", value, True,
-              f"sequential batches: least overhead + item work of the requests arriving at or after t = {at:g} s"),
-        Bound("critical-path", float(arrival[k] + alone[k]), True,
-              f"request {instance.requests[k].id!r}: arrival + least time to run it alone"),
+        Bound(
+            "work",
+            value,
+            True,
+            f"sequential batches: least overhead + item work of the requests arriving at or after t = {at:g} s",
+        ),
+        Bound(
+            "critical-path",
+            float(arrival[k] + alone[k]),
+            True,
+            f"request {instance.requests[k].id!r}: arrival + least time to run it alone",
+        ),
     ]
 
 
@@ -488,6 +504,10 @@ def instance_bounds(instance: Instance) -> list[Bound]:
         Bound("makespan", makespan, True, "max of the two makespan bounds"),
         Bound("mean-latency", math.fsum(first + later) / len(I), True, "mean of per-request least times alone"),
         Bound("mean-ttft", math.fsum(first) / len(I), True, "mean of per-request least prefill times alone"),
-        Bound("throughput-upper", tokens / makespan if makespan > 0 else math.inf, True,
-              "total output tokens / makespan lower bound (an upper bound)"),
+        Bound(
+            "throughput-upper",
+            tokens / makespan if makespan > 0 else math.inf,
+            True,
+            "total output tokens / makespan lower bound (an upper bound)",
+        ),
     ]

@@ -108,8 +108,11 @@ class ClippedNormal:
     high: int | None = None
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.mean) and math.isfinite(self.sd)) or self.sd < 0 or self.low < 1 or (
-            self.high is not None and self.high < self.low
+        if (
+            not (math.isfinite(self.mean) and math.isfinite(self.sd))
+            or self.sd < 0
+            or self.low < 1
+            or (self.high is not None and self.high < self.low)
         ):
             raise ValueError(f"bad clipped normal {self} (finite mean, sd >= 0, 1 <= LOW <= HIGH)")
 
@@ -295,9 +298,7 @@ def parse_length(spec: str) -> LengthDist:
         return Fixed(values[0]) if len(values) == 1 else Choice(values)
     except ValueError as exc:
         detail = f": {exc}" if str(exc) else ""
-        raise ValueError(
-            f"bad length spec {spec!r} (use 128, 8,16 or normal:MEAN,SD[,LOW[,HIGH]]){detail}"
-        ) from None
+        raise ValueError(f"bad length spec {spec!r} (use 128, 8,16 or normal:MEAN,SD[,LOW[,HIGH]]){detail}") from None
 
 
 def parse_arrivals(spec: str) -> ArrivalProcess:

@@ -399,8 +399,10 @@ def _too_many_tokens(r: Request, source: str) -> None:
     for field_name in ("prompt_tokens", "output_tokens", "predicted_output_tokens"):
         value = getattr(r, field_name)
         if value is not None and value > MAX_TOKENS:
-            raise InstanceError(f"{source}: request {r.id!r}: field {field_name!r}: {value} exceeds "
-                                f"{MAX_TOKENS:,} tokens, the most a request may have")
+            raise InstanceError(
+                f"{source}: request {r.id!r}: field {field_name!r}: {value} exceeds "
+                f"{MAX_TOKENS:,} tokens, the most a request may have"
+            )
 
 
 def check_requests(

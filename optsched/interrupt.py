@@ -24,7 +24,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["EXIT_INTERRUPTED", "Interruption", "interruptible", "raise_on_sigint", "requested", "run_cpsat", "sigint_seen", "stoppable"]
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "Interruption",
+    "interruptible",
+    "raise_on_sigint",
+    "requested",
+    "run_cpsat",
+    "sigint_seen",
+    "stoppable",
+]
 
 #: Exit code of a command stopped by Ctrl-C with nothing to report (128 + SIGINT, the shells' convention).
 EXIT_INTERRUPTED = 130

@@ -79,7 +79,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
         owner = obj.get("id") if isinstance(obj.get("id"), str) else None
-        raise _DuplicateKey(f"key {key!r} given twice in one object" + (f" (the one with id {owner!r})" if owner else ""))
+        raise _DuplicateKey(
+            f"key {key!r} given twice in one object" + (f" (the one with id {owner!r})" if owner else "")
+        )
     return obj
 
 
@@ -225,7 +227,7 @@ def dumps_rows(data: dict[str, Any], key: str) -> str:
     head = {k: v for k, v in data.items() if k != key}
     fields = [f" {json.dumps(k)}: {json.dumps(v)}" for k, v in head.items()]
     rows = ",\n  ".join(json.dumps(r) for r in data.get(key, []))
-    fields.append(f' {json.dumps(key)}: [\n  {rows}\n ]' if rows else f" {json.dumps(key)}: []")
+    fields.append(f" {json.dumps(key)}: [\n  {rows}\n ]" if rows else f" {json.dumps(key)}: []")
     return "{\n" + ",\n".join(fields) + "\n}\n"
 
 

@@ -120,8 +120,14 @@ def grid_features(step: Mapping[str, Any], where: str = "grid step") -> tuple[in
             raise MeasuredError(f"{where}: no split of its items into prefill and decode matches its features")
     dec = set(decodes)
     pre = [(q, k) for j, (q, k, _) in enumerate(items) if j not in dec]
-    feats = (sum(q for q, _, _ in items), sum(q for q, _ in pre), sum(q * q for q, _ in pre), len(dec),
-             sum(items[j][1] - 1 for j in dec), sum(q * (k - q) for q, k in pre))
+    feats = (
+        sum(q for q, _, _ in items),
+        sum(q for q, _ in pre),
+        sum(q * q for q, _ in pre),
+        len(dec),
+        sum(items[j][1] - 1 for j in dec),
+        sum(q * (k - q) for q, k in pre),
+    )
     if isinstance(given, Mapping):
         try:
             stated = features_of(given)
@@ -152,8 +158,10 @@ def grid_errors(data: Mapping[str, Any], model: CostModel, timing: str = "gpu") 
         by_kind.setdefault(str(g.get("kind", "?")), []).append(error)
         by_kind.setdefault("all", []).append(error)
     order = sorted(by_kind, key=lambda k: (k == "all", k))  # kinds by name, ``all`` last
-    return {k: {"steps": len(by_kind[k]), "mean_pct": float(np.mean(by_kind[k])), "max_pct": float(np.max(by_kind[k]))}
-            for k in order}
+    return {
+        k: {"steps": len(by_kind[k]), "mean_pct": float(np.mean(by_kind[k])), "max_pct": float(np.max(by_kind[k]))}
+        for k in order
+    }
 
 
 @dataclass(frozen=True)
@@ -226,10 +234,10 @@ def _apply(states: list[_State], j: int, plan: Sequence[_Assigned]) -> tuple[lis
     return new, (n_pre + n_dec, n_pre, s_pre, n_dec, kv_dec)
 
 
-def _step_plans(states: list[_State], items: Sequence[tuple[int, int, int]], j: int,
-                stated: tuple[int, ...] | None):
+def _step_plans(states: list[_State], items: Sequence[tuple[int, int, int]], j: int, stated: tuple[int, ...] | None):
     """Every assignment of step ``j``'s items (best first) whose features match ``stated``, with the
     states after it."""
+
     def extend(k: int, used: set[int], plan: list[_Assigned]):
         if k == len(items):
             new, feats = _apply(states, j, plan)
@@ -243,7 +251,9 @@ def _step_plans(states: list[_State], items: Sequence[tuple[int, int, int]], j: 
     return extend(0, set(), [])
 
 
-def schedule_of_run(instance: Instance, steps: Sequence[Mapping[str, Any]], name: str = "run") -> tuple[Schedule, list[int]]:
+def schedule_of_run(
+    instance: Instance, steps: Sequence[Mapping[str, Any]], name: str = "run"
+) -> tuple[Schedule, list[int]]:
     """An executed run as a contract schedule of ``instance`` (module docstring).
 
     A depth-first search over the items' possible requests (identical states tried once, the
@@ -287,8 +297,10 @@ def schedule_of_run(instance: Instance, steps: Sequence[Mapping[str, Any]], name
         else:
             path.pop()
     where = f"step {deepest}: item(s) {[list(x) for x in items[min(deepest, len(items) - 1)]]}" if steps else "no steps"
-    raise MeasuredError(f"{name}: {where}: no request of instance {instance.name!r} can take them "
-                        f"(KV held, prompt left and the file's features must match)")
+    raise MeasuredError(
+        f"{name}: {where}: no request of instance {instance.name!r} can take them "
+        f"(KV held, prompt left and the file's features must match)"
+    )
 
 
 def _batches(instance: Instance, path: Sequence[Sequence[_Assigned]], name: str) -> tuple[Schedule, list[int]]:
@@ -324,8 +336,9 @@ def _ranking_kept(measured: Mapping[str, float], predicted: Mapping[str, float])
     return not swapped, swapped
 
 
-def compare_runs(data: Mapping[str, Any], model: CostModel, instances_dir: str | Path,
-                 timing: str = "gpu") -> dict[str, Any]:
+def compare_runs(
+    data: Mapping[str, Any], model: CostModel, instances_dir: str | Path, timing: str = "gpu"
+) -> dict[str, Any]:
     """Replay every run of a step-measurement file under ``model`` and compare with its measurements.
 
     Parameters
@@ -371,15 +384,21 @@ def compare_runs(data: Mapping[str, Any], model: CostModel, instances_dir: str |
         for j, (step, b) in enumerate(zip(steps, step_batch)):
             stated = step.get("features")
             if isinstance(stated, Mapping) and features_of(stated)[:5] != rep.features[b][:5]:
-                raise MeasuredError(f"run {name!r}: step {j}: replayed features {rep.features[b]} differ "
-                                    f"from the file's {dict(stated)}")
+                raise MeasuredError(
+                    f"run {name!r}: step {j}: replayed features {rep.features[b]} differ from the file's {dict(stated)}"
+                )
             measured = _seconds(step, timing, f"run {name!r}: step {j}")
             errors.append(100 * abs(rep.ends[b] - rep.starts[b] - measured) / measured)
         predicted = rep.metrics.makespan
         measured_total = math.fsum(_seconds(s, timing, f"run {name!r}") for s in steps)
-        runs[name] = {"instance": inst_name, "predicted": predicted, "measured": measured_total,
-                      "error_pct": 100 * (predicted - measured_total) / measured_total,
-                      "worst_step_pct": max(errors), "steps": len(steps)}
+        runs[name] = {
+            "instance": inst_name,
+            "predicted": predicted,
+            "measured": measured_total,
+            "error_pct": 100 * (predicted - measured_total) / measured_total,
+            "worst_step_pct": max(errors),
+            "steps": len(steps),
+        }
         step_errors += errors
         by_instance.setdefault(inst_name, {})[name] = (measured_total, predicted)
     if not runs:
@@ -387,10 +406,19 @@ def compare_runs(data: Mapping[str, Any], model: CostModel, instances_dir: str |
     instances = {}
     for inst_name, members in by_instance.items():
         kept, swapped = _ranking_kept({k: v[0] for k, v in members.items()}, {k: v[1] for k, v in members.items()})
-        instances[inst_name] = {"ranking_kept": kept, "swapped": swapped,
-                                "measured_order": sorted(members, key=lambda k: members[k][0]),
-                                "predicted_order": sorted(members, key=lambda k: members[k][1])}
+        instances[inst_name] = {
+            "ranking_kept": kept,
+            "swapped": swapped,
+            "measured_order": sorted(members, key=lambda k: members[k][0]),
+            "predicted_order": sorted(members, key=lambda k: members[k][1]),
+        }
     worst = max(runs, key=lambda k: abs(runs[k]["error_pct"]))
-    return {"profile": model.name, "timing": timing, "runs": runs, "worst_run": worst,
-            "worst_error_pct": runs[worst]["error_pct"], "step_mape": float(np.mean(step_errors)),
-            "instances": instances}
+    return {
+        "profile": model.name,
+        "timing": timing,
+        "runs": runs,
+        "worst_run": worst,
+        "worst_error_pct": runs[worst]["error_pct"],
+        "step_mape": float(np.mean(step_errors)),
+        "instances": instances,
+    }

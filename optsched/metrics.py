@@ -102,9 +102,7 @@ class RequestOutcome:
         if slo is None:
             return True
         checks = ((slo.ttft, self.ttft), (slo.e2e, self.latency), (slo.tpot, self.tpot), (slo.atgt, self.tpot))
-        return all(
-            target is None or value is None or value <= target * (1 + TIME_RTOL) for target, value in checks
-        )
+        return all(target is None or value is None or value <= target * (1 + TIME_RTOL) for target, value in checks)
 
 
 @dataclass(frozen=True)

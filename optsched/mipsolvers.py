@@ -117,8 +117,9 @@ def pulp_solver(
     if backend == "highs":
         return HighsWithStart(**common, gapAbs=gap_abs, warm_start=warm_start, **options)
     if backend == "cbc":
-        return pulp.PULP_CBC_CMD(**common, gapAbs=gap_abs, threads=threads, warmStart=warm_start,
-                                 timeMode="elapsed", **options)
+        return pulp.PULP_CBC_CMD(
+            **common, gapAbs=gap_abs, threads=threads, warmStart=warm_start, timeMode="elapsed", **options
+        )
     if backend == "gurobi":
         if threads:
             options["Threads"] = threads

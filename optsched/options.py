@@ -80,8 +80,9 @@ class Options:
         names = cls.names()
         for key in given:
             if key not in names:
-                raise OptionError(f"problem {cls.problem!r} has no {cls.what} option {key!r} "
-                                  f"(known: {', '.join(names)})")
+                raise OptionError(
+                    f"problem {cls.problem!r} has no {cls.what} option {key!r} (known: {', '.join(names)})"
+                )
         values = {k: v for k, v in given.items() if v is not None}
         try:
             parsed = _adapter(cls).validate_python(values)
@@ -101,8 +102,11 @@ class Options:
 
     def given(self) -> dict[str, Any]:
         """The options that differ from their defaults (for a caller that passes them on)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)  # type: ignore[arg-type]
-                if getattr(self, f.name) != f.default}
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if getattr(self, f.name) != f.default
+        }
 
     def only_with(self, option: str, condition: bool, when: str) -> None:
         """:class:`OptionError` when ``option`` was given although it has effect only ``when``."""

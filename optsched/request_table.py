@@ -61,10 +61,19 @@ def request_rows(result: ReplayResult) -> list[dict[str, Any]]:
     for rid, o in result.outcomes.items():
         r = o.request
         rows.append({
-            "id": rid, "arrival": r.arrival, "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
-            "first_scheduled": o.first_scheduled, "first_token": o.first_token, "finish": o.finish,
-            "ttft": o.ttft, "tpot": o.tpot, "latency": o.latency, "queue": o.queue,
-            "evictions": o.evictions, "slo_met": o.meets_slo,
+            "id": rid,
+            "arrival": r.arrival,
+            "prompt_tokens": r.prompt_tokens,
+            "output_tokens": r.output_tokens,
+            "first_scheduled": o.first_scheduled,
+            "first_token": o.first_token,
+            "finish": o.finish,
+            "ttft": o.ttft,
+            "tpot": o.tpot,
+            "latency": o.latency,
+            "queue": o.queue,
+            "evictions": o.evictions,
+            "slo_met": o.meets_slo,
         })
     return rows
 

@@ -167,7 +167,9 @@ def relative_gap(objective: float | None, bound: float | None) -> float | None:
 OBJECTIVES = ("makespan", "completion", "ttft")
 
 
-def replayed_objective(instance: Instance, schedule: Schedule, objective: str = "makespan") -> tuple[float, ReplayResult]:
+def replayed_objective(
+    instance: Instance, schedule: Schedule, objective: str = "makespan"
+) -> tuple[float, ReplayResult]:
     """Replay a schedule and return its objective value and the replay.
 
     Parameters
@@ -202,6 +204,4 @@ def objective_of(result: ReplayResult, objective: str = "makespan") -> float:
 def check_agreement(solver_value: float, replayed_value: float, what: str, rtol: float = 1e-6) -> None:
     """Raise when a solver's own objective and the replayed one differ beyond ``rtol``."""
     if abs(solver_value - replayed_value) > rtol * max(1.0, abs(replayed_value)):
-        raise RuntimeError(
-            f"{what}: solver objective {solver_value!r} disagrees with the replayed {replayed_value!r}"
-        )
+        raise RuntimeError(f"{what}: solver objective {solver_value!r} disagrees with the replayed {replayed_value!r}")

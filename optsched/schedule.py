@@ -284,7 +284,9 @@ def _apply_evictions(st: _ReplayState, j: int, batch: Batch, start: float, arriv
             st.flag(f"batch {j}: request {rid!r}: unknown request in evict")
             continue
         if st.arrival[i] > arrival_limit:
-            st.flag(f"batch {j}: request {rid!r}: evicted before its arrival {st.arrival[i]!r} (batch starts {start!r})")
+            st.flag(
+                f"batch {j}: request {rid!r}: evicted before its arrival {st.arrival[i]!r} (batch starts {start!r})"
+            )
         if st.finished[i]:
             st.flag(f"batch {j}: request {rid!r}: evicted after it finished")
             continue
@@ -301,7 +303,13 @@ def _apply_evictions(st: _ReplayState, j: int, batch: Batch, start: float, arriv
 
 
 def _item_is_skipped(
-    st: _ReplayState, j: int, it: Item, i: int | None, seen: set[int], evict: tuple[str, ...], start: float,
+    st: _ReplayState,
+    j: int,
+    it: Item,
+    i: int | None,
+    seen: set[int],
+    evict: tuple[str, ...],
+    start: float,
     arrival_limit: float,
 ) -> bool:
     """Rule 3's checks before an item's phase: flag each broken one; True when the item is skipped.
@@ -323,8 +331,9 @@ def _item_is_skipped(
         st.flag(f"batch {j}: request {it.id!r}: processed after it finished")
         return True
     if st.arrival[i] > arrival_limit:
-        st.flag(f"batch {j}: request {it.id!r}: processed before its arrival {st.arrival[i]!r}"
-                f" (batch starts {start!r})")
+        st.flag(
+            f"batch {j}: request {it.id!r}: processed before its arrival {st.arrival[i]!r} (batch starts {start!r})"
+        )
     if it.tokens < 1:
         st.flag(f"batch {j}: request {it.id!r}: tokens = {it.tokens} < 1")
         return True
@@ -394,11 +403,21 @@ def _run_batches(instance: Instance, st: _ReplayState, batches: Sequence[Batch],
     cap_c, cap_p, cap_m, cap_r = _limit_caps(instance)
     batch_time = instance.cost_model.batch_time
     index, arrival, prompt, m, flag = st.index, st.arrival, st.prompt, st.m, st.flag
-    gen, out_len, finished, first_token, finish, first_scheduled = (st.gen, st.out_len, st.finished, st.first_token,
-                                                                    st.finish, st.first_scheduled)
+    gen, out_len, finished, first_token, finish, first_scheduled = (
+        st.gen,
+        st.out_len,
+        st.finished,
+        st.first_token,
+        st.finish,
+        st.first_scheduled,
+    )
     kv_used, running, prefill_tokens = result.kv_used.append, result.running.append, result.prefill_tokens.append
-    decode_items, features_of, starts, ends = (result.decode_items.append, result.features.append,
-                                               result.starts.append, result.ends.append)
+    decode_items, features_of, starts, ends = (
+        result.decode_items.append,
+        result.features.append,
+        result.starts.append,
+        result.ends.append,
+    )
     prev_end = 0.0
     for j, batch in enumerate(batches):
         start = prev_end if batch.start is None else _batch_start(st, j, batch, prev_end)
@@ -412,8 +431,14 @@ def _run_batches(instance: Instance, st: _ReplayState, batches: Sequence[Batch],
         for it in batch.items:
             i = index.get(it.id)
             c = it.tokens
-            if (i is None or i in seen or finished[i] or arrival[i] > arrival_limit or c < 1
-                    or (evict and it.id in evict)):
+            if (
+                i is None
+                or i in seen
+                or finished[i]
+                or arrival[i] > arrival_limit
+                or c < 1
+                or (evict and it.id in evict)
+            ):
                 if _item_is_skipped(st, j, it, i, seen, evict, start, arrival_limit):
                     continue
             else:
@@ -468,11 +493,15 @@ def _run_batches(instance: Instance, st: _ReplayState, batches: Sequence[Batch],
     return prev_end
 
 
-def _conclude(instance: Instance, st: _ReplayState, result: ReplayResult, makespan: float, batches: int) -> ReplayResult:
+def _conclude(
+    instance: Instance, st: _ReplayState, result: ReplayResult, makespan: float, batches: int
+) -> ReplayResult:
     """Flag unfinished requests, build the outcomes and, when feasible, the metrics."""
     for i, r in enumerate(instance.requests):
         if not st.finished[i]:
-            st.flag(f"request {r.id!r}: unfinished after the last batch ({st.gen[i]} of {st.out_len[i]} tokens generated)")
+            st.flag(
+                f"request {r.id!r}: unfinished after the last batch ({st.gen[i]} of {st.out_len[i]} tokens generated)"
+            )
     if st.dropped:
         st.violations.append(f"... and {st.dropped} more violations")
     result.outcomes = {

@@ -26,10 +26,18 @@ def infermax_kernels() -> None:
     from optsched.problems.infermax.chunks import chunk_bound
     from optsched.problems.infermax.search import relaxation_search
 
-    inst = parse_instance({
-        "name": "kernels", "cost_model": "llama2-7b-a100", "limits": {"kv_capacity": 6},
-        "requests": [{"id": "a", "prompt_tokens": 2, "output_tokens": 3},
-                     {"id": "b", "prompt_tokens": 3, "output_tokens": 2},
-                     {"id": "c", "prompt_tokens": 1, "output_tokens": 2}]}, "kernels")
+    inst = parse_instance(
+        {
+            "name": "kernels",
+            "cost_model": "llama2-7b-a100",
+            "limits": {"kv_capacity": 6},
+            "requests": [
+                {"id": "a", "prompt_tokens": 2, "output_tokens": 3},
+                {"id": "b", "prompt_tokens": 3, "output_tokens": 2},
+                {"id": "c", "prompt_tokens": 1, "output_tokens": 2},
+            ],
+        },
+        "kernels",
+    )
     found = relaxation_search(inst)
     chunk_bound(inst, found.value * 1.01)

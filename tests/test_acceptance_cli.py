@@ -49,8 +49,9 @@ def test_every_policy_on_a_splitwise_slice(capsys, tmp_path, data_dir):
     trace = data_dir / "traces" / "splitwise_conv.csv"
     if not trace.exists():
         pytest.skip("splitwise_conv.csv is not present")
-    _simulate_and_check(capsys, tmp_path, [trace, "--first", "300", "--cost-model", "llama2-7b-a100",
-                                           "--kv-capacity", "100000"])
+    _simulate_and_check(
+        capsys, tmp_path, [trace, "--first", "300", "--cost-model", "llama2-7b-a100", "--kv-capacity", "100000"]
+    )
 
 
 @pytest.mark.parametrize(

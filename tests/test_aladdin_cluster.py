@@ -23,8 +23,15 @@ def _atgt_misses(slack: str, method: str, seed: int) -> int:
     rng = random.Random(seed)
     misses = 0
     for _ in range(12):
-        reqs = [{"id": f"r{k}", "arrival": round(rng.uniform(0, 2), 3), "prompt_tokens": rng.randint(1, 100),
-                 "output_tokens": rng.randint(2, 10)} for k in range(rng.randint(4, 16))]
+        reqs = [
+            {
+                "id": f"r{k}",
+                "arrival": round(rng.uniform(0, 2), 3),
+                "prompt_tokens": rng.randint(1, 100),
+                "output_tokens": rng.randint(2, 10),
+            }
+            for k in range(rng.randint(4, 16))
+        ]
         inst = aladdin_instance(reqs, kv=10000, ttft=1.0, gamma=1.0, slack=slack)
         res = simulate_cluster(inst, method, None, heartbeat=0.1)
         misses += sum(a > 0.05 + 1e-9 for a in res.atgt.values() if a is not None)
@@ -41,8 +48,18 @@ def test_atgt_guaranteed_with_exact_lengths_and_the_atgt_slack(method):
     assert sum(_atgt_misses("paper", method, seed) for seed in (0, 2, 3)) > 0
 
 
-@pytest.mark.parametrize("method,workers", [("bestfit", None), ("exact", None), ("bestfit+rebalance", None),
-                                            ("jsq", 3), ("rr", 3), ("po2", 3), ("bestfit", 2)])
+@pytest.mark.parametrize(
+    "method,workers",
+    [
+        ("bestfit", None),
+        ("exact", None),
+        ("bestfit+rebalance", None),
+        ("jsq", 3),
+        ("rr", 3),
+        ("po2", 3),
+        ("bestfit", 2),
+    ],
+)
 def test_cluster_simulation_replays_cleanly(method, workers):
     rng = random.Random(11)
     inst = aladdin_instance(random_requests(rng, 30, arrival=True), ttft=0.5, atgt=0.06)
@@ -82,7 +99,9 @@ def test_router_workers_are_the_core_vllm_engine_with_delivery_times():
         for w, sub in enumerate(res.sub_instances):
             delivered = [replace(r, arrival=math.ceil(r.arrival / h - 1e-12) * h) for r in sub.requests]
             offline = simulate(sub.with_requests(delivered), "vllm")
-            assert [(b.items, b.evict) for b in res.schedules[w].batches] == [(b.items, b.evict) for b in offline.batches]
+            assert [(b.items, b.evict) for b in res.schedules[w].batches] == [
+                (b.items, b.evict) for b in offline.batches
+            ]
             assert res.replays[w].feasible or not sub.requests
 
 
@@ -120,7 +139,9 @@ def test_cluster_loads_the_solver_before_the_first_heartbeat(monkeypatch):
     calls = []
     monkeypatch.setattr(cluster, "load_backend", lambda solver: calls.append(("load", solver)))
     real = cluster.solve_placement
-    monkeypatch.setattr(cluster, "solve_placement", lambda *a, **k: calls.append(("solve", k["solver"])) or real(*a, **k))
+    monkeypatch.setattr(
+        cluster, "solve_placement", lambda *a, **k: calls.append(("solve", k["solver"])) or real(*a, **k)
+    )
     rng = random.Random(11)
     inst = aladdin_instance(random_requests(rng, 6, arrival=True), ttft=0.5, atgt=0.06)
     simulate_cluster(inst, "exact", None, heartbeat=0.5, solver="highs")

@@ -39,7 +39,7 @@ def _brute_force(problem: PlacementProblem) -> int:
         first, rest = items[0], items[1:]
         for part in partitions(rest):
             for k in range(len(part)):
-                yield part[:k] + [[first] + part[k]] + part[k + 1:]
+                yield part[:k] + [[first] + part[k]] + part[k + 1 :]
             yield [[first]] + part
 
     for part in partitions(jobs):
@@ -123,8 +123,18 @@ def test_time_limit_covers_the_build_and_keeps_best_fit(solver):
 
 
 def test_prefill_preemption_constraint_d():
-    m = AladdinModel(k1=0.001, c1=0.001, k2=1e-5, c2=1e-3, c3=0.01, kv_per_token=1, kv_per_request=0,
-                     kv_capacity=1000, ttft=1.0, atgt=0.05)
+    m = AladdinModel(
+        k1=0.001,
+        c1=0.001,
+        k2=1e-5,
+        c2=1e-3,
+        c3=0.01,
+        kv_per_token=1,
+        kv_per_request=0,
+        kv_capacity=1000,
+        ttft=1.0,
+        atgt=0.05,
+    )
     # slack of the ongoing request: 0.05 * 2 - 0.095 = 0.005 s; a 10-token prefill takes 0.011 s
     ongoing = ((Job("old", 5, 10, 2, 0.095),),)
     problem = PlacementProblem(m, ongoing, (Job("new", 10, 5),))
@@ -136,8 +146,18 @@ def test_prefill_preemption_constraint_d():
 
 def test_decode_slack_paper_and_atgt_readings():
     """(d) with the paper's slack ``T_dec g - t`` admits a prefill that ATGT's ``g - 1`` intervals cannot absorb."""
-    m = AladdinModel(k1=0.001, c1=0.001, k2=1e-5, c2=1e-3, c3=0.01, kv_per_token=1, kv_per_request=0,
-                     kv_capacity=1000, ttft=1.0, atgt=0.05)
+    m = AladdinModel(
+        k1=0.001,
+        c1=0.001,
+        k2=1e-5,
+        c2=1e-3,
+        c3=0.01,
+        kv_per_token=1,
+        kv_per_request=0,
+        kv_capacity=1000,
+        ttft=1.0,
+        atgt=0.05,
+    )
     # g = 3 tokens (2 decode intervals) after 0.085 s: paper slack 0.065 s, ATGT slack 0.015 s
     ongoing = ((Job("old", 5, 10, 3, 0.085),),)
     new = (Job("new", 30, 5),)  # prefill 0.031 s

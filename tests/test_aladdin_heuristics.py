@@ -23,12 +23,24 @@ def test_baselines():
     r = jsq(problem)
     for job in problem.new:
         counts[r.assignment[job.id]] += 1
-    assert max(counts) - min(counts) <= max(1, max(len(o) for o in problem.ongoing) - min(len(o) for o in problem.ongoing))
+    assert max(counts) - min(counts) <= max(
+        1, max(len(o) for o in problem.ongoing) - min(len(o) for o in problem.ongoing)
+    )
 
 
 def test_rebalance_moves_new_requests_towards_overestimated_workers():
-    m = AladdinModel(k1=1e-5, c1=1e-4, k2=1e-6, c2=1e-4, c3=0.01, kv_per_token=1, kv_per_request=0,
-                     kv_capacity=10_000, ttft=1.0, atgt=0.05)
+    m = AladdinModel(
+        k1=1e-5,
+        c1=1e-4,
+        k2=1e-6,
+        c2=1e-4,
+        c3=0.01,
+        kv_per_token=1,
+        kv_per_request=0,
+        kv_capacity=10_000,
+        ttft=1.0,
+        atgt=0.05,
+    )
     ongoing = ((Job("a", 50, 20, 5, 0.1), Job("b", 50, 20, 5, 0.1)), (Job("c", 10, 5, 2, 0.05),))
     problem = PlacementProblem(m, ongoing, tuple(Job(f"n{k}", 20, 10) for k in range(4)))
     bf = best_fit(problem)

@@ -22,8 +22,13 @@ def test_cost_model_mapping_and_eq4():
 
 def test_model_rejects_quadratic_prefill_and_missing_slo():
 
-    data = {"name": "x", "cost_model": "llama2-7b-a100", "limits": {"kv_capacity": 100},
-            "slo": {"ttft": 1, "atgt": 0.05}, "requests": [{"id": "a", "prompt_tokens": 3, "output_tokens": 2}]}
+    data = {
+        "name": "x",
+        "cost_model": "llama2-7b-a100",
+        "limits": {"kv_capacity": 100},
+        "slo": {"ttft": 1, "atgt": 0.05},
+        "requests": [{"id": "a", "prompt_tokens": 3, "output_tokens": 2}],
+    }
     with pytest.raises(InstanceError, match="per_token_sq"):
         model_from_instance(parse_instance(data))
     data["cost_model"] = {"prefill": {"per_token": 1e-4}, "decode": {"bias": 0.01}}
@@ -42,9 +47,16 @@ def test_model_rejects_times_beyond_the_integer_data():
     assert model_from_instance(at_limit).ttft == MAX_SECONDS
     with pytest.raises(InstanceError, match=r"slo.ttft.*exceeds"):
         model_from_instance(aladdin_instance(reqs, ttft=MAX_SECONDS * 10))
-    big = parse_instance({"name": "big", "limits": {"kv_capacity": 60}, "slo": {"ttft": 0.02, "atgt": 0.05},
-                          "cost_model": {"layers": 10000, "prefill": {"bias": 1000, "per_token": 0.0005},
-                                         "decode": {"bias": 0.02, "per_kv": 0.0002}},
-                          "requests": reqs})  # within the cost model's caps (docs/costmodel.md), 10^7 s a prefill
+    big = parse_instance({
+        "name": "big",
+        "limits": {"kv_capacity": 60},
+        "slo": {"ttft": 0.02, "atgt": 0.05},
+        "cost_model": {
+            "layers": 10000,
+            "prefill": {"bias": 1000, "per_token": 0.0005},
+            "decode": {"bias": 0.02, "per_kv": 0.0002},
+        },
+        "requests": reqs,
+    })  # within the cost model's caps (docs/costmodel.md), 10^7 s a prefill
     with pytest.raises(InstanceError, match=r"cost_model' \(prefill bias\).*exceeds"):
         model_from_instance(big)

@@ -13,8 +13,18 @@ from tests.support.aladdin import random_heartbeat
 
 def test_incremental_kv_profile_matches_recomputation():
     rng = random.Random(9)
-    m = AladdinModel(k1=1e-5, c1=1e-4, k2=1e-6, c2=1e-4, c3=0.01, kv_per_token=1.5, kv_per_request=2.5,
-                     kv_capacity=10_000, ttft=1.0, atgt=0.05)
+    m = AladdinModel(
+        k1=1e-5,
+        c1=1e-4,
+        k2=1e-6,
+        c2=1e-4,
+        c3=0.01,
+        kv_per_token=1.5,
+        kv_per_request=2.5,
+        kv_capacity=10_000,
+        ttft=1.0,
+        atgt=0.05,
+    )
     for _ in range(20):
         problem = random_heartbeat(rng, m, 1, 6)
         cp = compile_problem(problem)

@@ -18,8 +18,10 @@ REPRODUCED = [("llama2-70b", "a100", 2), ("llama2-7b", "a100", 1)]
 
 
 NOT_REPRODUCED = pytest.mark.xfail(
-    strict=True, reason="the ring all-reduce model (PCIe 25 us, NVLink 6 us per step) makes TP pay off: "
-    "13b/A100 -> 2, 13b/V100 -> 4, 7b/V100 -> 4 under both coefficient variants (docs/aladdin.md 8.2)")
+    strict=True,
+    reason="the ring all-reduce model (PCIe 25 us, NVLink 6 us per step) makes TP pay off: "
+    "13b/A100 -> 2, 13b/V100 -> 4, 7b/V100 -> 4 under both coefficient variants (docs/aladdin.md 8.2)",
+)
 
 
 DIFFERENT = [("llama2-13b", "a100", 1), ("llama2-13b", "v100", 2), ("llama2-7b", "v100", 1)]

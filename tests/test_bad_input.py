@@ -42,10 +42,17 @@ def toy(**changes: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- encodings and syntax
 
 
-@pytest.mark.parametrize("command", [
-    ["info", "{f}"], ["check", "toy-4", "{f}"], ["export", "{f}", "--format", "vllm-replay", "--out", "{d}/p.json"],
-    ["validate", "{f}"], ["fit", "{f}"], ["execute", "{f}", "--model", "tiny-llama"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["info", "{f}"],
+        ["check", "toy-4", "{f}"],
+        ["export", "{f}", "--format", "vllm-replay", "--out", "{d}/p.json"],
+        ["validate", "{f}"],
+        ["fit", "{f}"],
+        ["execute", "{f}", "--model", "tiny-llama"],
+    ],
+)
 def test_a_file_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
     bad = tmp_path / "latin1.json"
     bad.write_bytes('{"name": "caf\xe9"}'.encode("latin-1"))
@@ -60,14 +67,17 @@ def test_a_measurement_csv_that_is_not_utf8(tmp_path: Path, capsys: pytest.Captu
     assert_bad_input(code, err, str(bad), "not UTF-8", "line 3, column 1")
 
 
-@pytest.mark.parametrize("content, needle", [
-    (b"base = [\n", "malformed TOML"),
-    (b"base = 1\n\xff = 2\n", "not UTF-8"),
-    (b"layers = 0\n", "'cost_model.layers': must be > 0") ,
-    (b"layers = -32\n", "must be > 0"),
-    (b"base = 1e300\n", "at most 1000"),
-    (b"base = 1\nbase = 2\n", "malformed TOML"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b"base = [\n", "malformed TOML"),
+        (b"base = 1\n\xff = 2\n", "not UTF-8"),
+        (b"layers = 0\n", "'cost_model.layers': must be > 0"),
+        (b"layers = -32\n", "must be > 0"),
+        (b"base = 1e300\n", "at most 1000"),
+        (b"base = 1\nbase = 2\n", "malformed TOML"),
+    ],
+)
 def test_a_bad_toml_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, needle: str) -> None:
     profile = tmp_path / "t.toml"
     profile.write_bytes(content)
@@ -87,19 +97,30 @@ def test_the_layers_messages_agree(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_duplicate_keys_name_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     inst = tmp_path / "dup.json"
-    inst.write_text('{"name": "d", "cost_model": "llama2-7b-a100", "requests": '
-                    '[{"id": "a", "prompt_tokens": 4, "output_tokens": 2, "prompt_tokens": 8}]}')
+    inst.write_text(
+        '{"name": "d", "cost_model": "llama2-7b-a100", "requests": '
+        '[{"id": "a", "prompt_tokens": 4, "output_tokens": 2, "prompt_tokens": 8}]}'
+    )
     code, _, err = run(capsys, "info", inst)
     assert_bad_input(code, err, str(inst), "'prompt_tokens' given twice", "'a'")
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-    ('{"name": "x", "cost_model": "llama2-7b-a100", "requests": [{"id": "a", "prompt_tokens": 4, '
-     '"output_tokens": 2, "arrival": NaN}]}', "NaN is not a JSON number"),
-    ('{"name": "x", "cost_model": "llama2-7b-a100", "requests": [{"id": "a", "prompt_tokens": 4, '
-     '"output_tokens": 2, "arrival": 1e999}]}', "1e999 is out of range"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        (
+            '{"name": "x", "cost_model": "llama2-7b-a100", "requests": [{"id": "a", "prompt_tokens": 4, '
+            '"output_tokens": 2, "arrival": NaN}]}',
+            "NaN is not a JSON number",
+        ),
+        (
+            '{"name": "x", "cost_model": "llama2-7b-a100", "requests": [{"id": "a", "prompt_tokens": 4, '
+            '"output_tokens": 2, "arrival": 1e999}]}',
+            "1e999 is out of range",
+        ),
+    ],
+)
 def test_json_beyond_the_standard(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, needle: str) -> None:
     path = tmp_path / "x.json"
     path.write_text(text)
@@ -120,7 +141,9 @@ def test_a_huge_schedule_start(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert_bad_input(code, err, str(path), "batch 0", "'start'")
 
 
-@pytest.mark.parametrize("command", [["info"], ["bound"], ["bound", "--problem", "infermax"], ["simulate", "--policy", "vllm"]])
+@pytest.mark.parametrize(
+    "command", [["info"], ["bound"], ["bound", "--problem", "infermax"], ["simulate", "--policy", "vllm"]]
+)
 def test_huge_token_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
     """prompt_tokens = 10^18 with kv_capacity null allocated exabytes (MemoryError, exit 3)."""
     data = toy()
@@ -140,13 +163,22 @@ def test_limits_beyond_any_engine(tmp_path: Path, capsys: pytest.CaptureFixture[
     data["limits"][limit] = value
     path = tmp_path / "big.json"
     path.write_text(json.dumps(data))
-    for argv in (["solve", path, "--problem", "infermax", "--time-limit", "1"], ["simulate", path, "--policy", "hybrid"]):
+    for argv in (
+        ["solve", path, "--problem", "infermax", "--time-limit", "1"],
+        ["simulate", path, "--policy", "hybrid"],
+    ):
         code, _, err = run(capsys, *argv)
         assert_bad_input(code, err, str(path), f"'limits.{limit}'", "less than or equal to")
 
 
-@pytest.mark.parametrize("flag, value, most", [("--token-budget", "9" * 30, "1e+15"), ("--kv-capacity", "9" * 30, "1e+15"),
-                                               ("--max-running", "10000000", "1e+06")])
+@pytest.mark.parametrize(
+    "flag, value, most",
+    [
+        ("--token-budget", "9" * 30, "1e+15"),
+        ("--kv-capacity", "9" * 30, "1e+15"),
+        ("--max-running", "10000000", "1e+06"),
+    ],
+)
 def test_limit_options_beyond_any_engine(capsys: pytest.CaptureFixture[str], flag: str, value: str, most: str) -> None:
     code, _, err = run(capsys, "solve", "toy-4", "--problem", "infermax", "--time-limit", "1", flag, value)
     assert_bad_input(code, err, f"argument {flag}: must be at most {most}, got {value}")
@@ -168,10 +200,15 @@ def test_plan_with_an_unknown_solver(capsys: pytest.CaptureFixture[str]) -> None
     assert_bad_input(code, err, "--solver", "'cplex'", "cpsat")
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--seed", "-1"], "--seed"), (["--n", "100000000000"], "--n"), (["--n", "1e11"], "--n"),
-    (["--prompt", "normal:nan,1"], "finite mean"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--seed", "-1"], "--seed"),
+        (["--n", "100000000000"], "--n"),
+        (["--n", "1e11"], "--n"),
+        (["--prompt", "normal:nan,1"], "finite mean"),
+    ],
+)
 def test_generate_arguments(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
     base = {"--name": "g", "--n": "2", "--prompt": "8", "--output": "4"}
     base.update(dict(zip(argv[::2], argv[1::2])))
@@ -228,12 +265,30 @@ def result_file(tmp_path: Path):
         steps = []
         for k, s in enumerate(plan.steps):
             t = times * s.predicted_time if isinstance(times, float) else times
-            steps.append({"step": k, "batch": s.batch, "planned": dict(s.tokens), "scheduled": dict(s.tokens),
-                          "preempted": list(s.preempt), "predicted_time": s.predicted_time, "measured_time": t,
-                          "model_time": t, "schedule_time": 1e-4, "wall_times": [t]})
-        result = {"format": "optsched-vllm-result", "version": 1, "ok": True, "mismatches": [], "length_errors": [],
-                  "outputs": {r.id: r.output_tokens for r in plan.requests}, "steps": steps,
-                  "run": {"model": "tiny-llama", "device": "cpu"}, "plan": plan.to_dict(), **changes}
+            steps.append({
+                "step": k,
+                "batch": s.batch,
+                "planned": dict(s.tokens),
+                "scheduled": dict(s.tokens),
+                "preempted": list(s.preempt),
+                "predicted_time": s.predicted_time,
+                "measured_time": t,
+                "model_time": t,
+                "schedule_time": 1e-4,
+                "wall_times": [t],
+            })
+        result = {
+            "format": "optsched-vllm-result",
+            "version": 1,
+            "ok": True,
+            "mismatches": [],
+            "length_errors": [],
+            "outputs": {r.id: r.output_tokens for r in plan.requests},
+            "steps": steps,
+            "run": {"model": "tiny-llama", "device": "cpu"},
+            "plan": plan.to_dict(),
+            **changes,
+        }
         path = tmp_path / "r.json"
         path.write_text(json.dumps(result))
         return path
@@ -241,12 +296,19 @@ def result_file(tmp_path: Path):
     return write
 
 
-@pytest.mark.parametrize("times, changes, needle", [
-    (0, {}, "'measured_time'"), (-0.01, {}, "'measured_time'"), (1e308, {}, "'measured_time'"),
-    ("fast", {}, "'measured_time'"), (1.1, {"version": 99}, "'version'"),
-])
-def test_validate_refuses_meaningless_numbers(result_file, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                             times: Any, changes: dict, needle: str) -> None:
+@pytest.mark.parametrize(
+    "times, changes, needle",
+    [
+        (0, {}, "'measured_time'"),
+        (-0.01, {}, "'measured_time'"),
+        (1e308, {}, "'measured_time'"),
+        ("fast", {}, "'measured_time'"),
+        (1.1, {"version": 99}, "'version'"),
+    ],
+)
+def test_validate_refuses_meaningless_numbers(
+    result_file, tmp_path: Path, capsys: pytest.CaptureFixture[str], times: Any, changes: dict, needle: str
+) -> None:
     path = result_file(times, **changes)
     out = tmp_path / "p.toml"
     code, _, err = run(capsys, "validate", path, "--profile-out", out)
@@ -260,19 +322,25 @@ def test_validate_nan_is_malformed_json(result_file, capsys: pytest.CaptureFixtu
     assert_bad_input(code, err, str(path), "NaN")
 
 
-def test_validate_profile_out_into_a_missing_folder(result_file, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_profile_out_into_a_missing_folder(
+    result_file, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = run(capsys, "validate", result_file(), "--profile-out", tmp_path / "nodir" / "p.toml")
     assert_bad_input(code, err, "nodir", "does not exist")
 
 
-@pytest.mark.parametrize("rows, needle", [
-    ("8,1\n8,2\n8,3\n", "every measurement has 8 tokens"),
-    ("8,1e308\n16,1\n", "line 2"),
-    ("8,nan\n16,1\n", "line 2"),
-    ("8,3\n16,1\n", "not a cost model"),
-])
-def test_fit_refuses_a_profile_that_is_not_a_cost_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                        rows: str, needle: str) -> None:
+@pytest.mark.parametrize(
+    "rows, needle",
+    [
+        ("8,1\n8,2\n8,3\n", "every measurement has 8 tokens"),
+        ("8,1e308\n16,1\n", "line 2"),
+        ("8,nan\n16,1\n", "line 2"),
+        ("8,3\n16,1\n", "not a cost model"),
+    ],
+)
+def test_fit_refuses_a_profile_that_is_not_a_cost_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: str, needle: str
+) -> None:
     csv = tmp_path / "m.csv"
     csv.write_text("tokens,time\n" + rows)
     out = tmp_path / "p.toml"

@@ -34,8 +34,13 @@ REL = 1e-9
 #: Inline models where the unusual branches of the bounds matter: a large quadratic prefill term
 #: (many chunks are cheapest), decode dearer than re-prefill, and a per-token-only model.
 ADVERSARIAL = [
-    {"layers": 2, "base": 1e-3, "per_token": 1e-5, "prefill": {"bias": 1e-4, "per_token_sq": 1e-4},
-     "decode": {"bias": 1e-3, "per_kv": 1e-6}},
+    {
+        "layers": 2,
+        "base": 1e-3,
+        "per_token": 1e-5,
+        "prefill": {"bias": 1e-4, "per_token_sq": 1e-4},
+        "decode": {"bias": 1e-3, "per_kv": 1e-6},
+    },
     {"base": 1e-4, "prefill": {"per_token": 1e-6}, "decode": {"bias": 5e-2, "per_token": 1e-2, "per_kv": 1e-2}},
     {"per_token": 1e-3},
 ]
@@ -74,8 +79,9 @@ def assert_first_token_counts_below(inst: Instance, schedule: Schedule) -> None:
 def random_instance(rng: random.Random, cost_model, n: int, arrivals: bool) -> Instance:
     reqs = []
     for i in range(n):
-        reqs.append(Request(f"q{i}", round(rng.random() * 0.05, 4) if arrivals else 0.0,
-                            rng.randint(1, 40), rng.randint(1, 12)))
+        reqs.append(
+            Request(f"q{i}", round(rng.random() * 0.05, 4) if arrivals else 0.0, rng.randint(1, 40), rng.randint(1, 12))
+        )
     cap = max(r.max_kv for r in reqs) + rng.choice([0, 10, 200])
     C = rng.choice([8, 16, 64, 4096])
     limits = Limits(C, rng.choice([C, max(1, C // 2)]), rng.choice([cap, None]), rng.choice([None, 1, 2, 5]))
@@ -133,8 +139,7 @@ def test_policies_respect_bounds(policy: str) -> None:
 def test_single_request_critical_path_is_tight() -> None:
     """Alone, one request's critical path is exactly the best serial schedule (no chunking gain)."""
     for model in available_profiles():
-        inst = Instance("one", load_cost_model(model), Limits(4096, 4096, None, None),
-                        (Request("a", 0.25, 300, 20),))
+        inst = Instance("one", load_cost_model(model), Limits(4096, 4096, None, None), (Request("a", 0.25, 300, 20),))
         serial = objective_values(inst, serial_fcfs(inst))
         (cp,) = [b for b in generic_bounds(inst, "makespan") if b.name == "critical-path"]
         assert cp.value == pytest.approx(serial["makespan"], rel=1e-12)
@@ -201,8 +206,10 @@ def test_prefill_alone_equals_exhaustive_chunkings(model_index: int) -> None:
     for P in (1, 3, 5, 16):
         inst = Instance("f", cm, Limits(16, P, None, None), (Request("a", 0.0, 1, 1),))
         for X in range(1, 11):
-            brute = min(L * sum(cm.base + p.bias + (cm.per_token + p.per_token) * c + p.per_token_sq * c * c for c in split)
-                        for split in _compositions(X, P))
+            brute = min(
+                L * sum(cm.base + p.bias + (cm.per_token + p.per_token) * c + p.per_token_sq * c * c for c in split)
+                for split in _compositions(X, P)
+            )
             assert prefill_alone_time(inst, X) == pytest.approx(brute, rel=1e-12), (P, X)
 
 
@@ -232,16 +239,29 @@ def test_no_policy_beats_the_instance_and_request_bounds(name: str) -> None:
     assert checked > 0
 
 
-
 def _least_bias_by_enumeration(inst: Instance) -> float:
     """beta(S) of optsched.bounds by plain enumeration of D and x (the module docstring's program)."""
     cm, P = inst.cost_model, inst.limits.prefill_budget
-    L, b, a, pb, pa, pq, db, da, dk = (cm.layers, cm.base, cm.per_token, cm.prefill.bias, cm.prefill.per_token,
-                                       cm.prefill.per_token_sq, cm.decode.bias, cm.decode.per_token, cm.decode.per_kv)
+    L, b, a, pb, pa, pq, db, da, dk = (
+        cm.layers,
+        cm.base,
+        cm.per_token,
+        cm.prefill.bias,
+        cm.prefill.per_token,
+        cm.prefill.per_token_sq,
+        cm.decode.bias,
+        cm.decode.per_token,
+        cm.decode.per_kv,
+    )
     B, B_pre = batch_counts(inst)
     reqs = inst.requests
-    rho = [sorted(L * max(0.0, (a + pa + pq) * (r.prompt_tokens + g) - (a + da + dk * (r.prompt_tokens + g - 1)))
-                  for g in range(1, r.output_tokens)) for r in reqs]
+    rho = [
+        sorted(
+            L * max(0.0, (a + pa + pq) * (r.prompt_tokens + g) - (a + da + dk * (r.prompt_tokens + g - 1)))
+            for g in range(1, r.output_tokens)
+        )
+        for r in reqs
+    ]
     first = [math.ceil(r.prompt_tokens / P) for r in reqs]
     best = math.inf
     for D in range(max(B, max(r.output_tokens for r in reqs)) + 1):
@@ -249,7 +269,7 @@ def _least_bias_by_enumeration(inst: Instance) -> float:
         extra = sum(sum(rho_i[:n]) for rho_i, n in zip(rho, refills))
         x_lo = max(B_pre, max(f + n for f, n in zip(first, refills)), B - D)
         for x in range(max(x_lo, 1), x_lo + 3 * max(r.prompt_tokens for r in reqs) + 3):
-            chunks = sum(L * pq * (r.prompt_tokens ** 2 / x - r.prompt_tokens) for r in reqs if r.prompt_tokens > x)
+            chunks = sum(L * pq * (r.prompt_tokens**2 / x - r.prompt_tokens) for r in reqs if r.prompt_tokens > x)
             best = min(best, L * (b * max(B, D, x) + pb * x + db * D) + extra + chunks)
     return best
 
@@ -258,17 +278,26 @@ def _least_bias_by_enumeration(inst: Instance) -> float:
 #: quadratic prefill term (chunking pays), prefill bias below decode bias.
 COUNT_PROGRAM_COSTS = [
     {"base": 1e-4, "prefill": {"per_token": 1e-6}, "decode": {"bias": 5e-2, "per_token": 1e-2, "per_kv": 1e-2}},
-    {"layers": 2, "base": 1e-3, "per_token": 1e-5, "prefill": {"bias": 1e-4, "per_token_sq": 1e-4},
-     "decode": {"bias": 1e-3, "per_kv": 1e-6}},
-    {"base": 2e-3, "prefill": {"bias": 1e-3, "per_token": 1e-5, "per_token_sq": 1e-6},
-     "decode": {"bias": 5e-4, "per_token": 1e-5, "per_kv": 1e-4}},
+    {
+        "layers": 2,
+        "base": 1e-3,
+        "per_token": 1e-5,
+        "prefill": {"bias": 1e-4, "per_token_sq": 1e-4},
+        "decode": {"bias": 1e-3, "per_kv": 1e-6},
+    },
+    {
+        "base": 2e-3,
+        "prefill": {"bias": 1e-3, "per_token": 1e-5, "per_token_sq": 1e-6},
+        "decode": {"bias": 5e-4, "per_token": 1e-5, "per_kv": 1e-4},
+    },
 ]
 
 
 @pytest.mark.parametrize("block", [None, 5])
 @pytest.mark.parametrize("seed", range(24))
-def test_least_bias_equals_enumeration_of_its_program(seed: int, block: int | None,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_least_bias_equals_enumeration_of_its_program(
+    seed: int, block: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Also with the per-token sums cut into blocks of 5 tokens (long requests over several)."""
     if block is not None:
         monkeypatch.setattr(bounds_module, "TOKEN_BLOCK", block)
@@ -283,7 +312,9 @@ def test_least_bias_equals_enumeration_of_its_program(seed: int, block: int | No
     assert least_bias(inst) >= 0.0
 
 
-@pytest.mark.parametrize("model", ["llama2-7b-a100", *ADVERSARIAL], ids=["a100", "quadratic", "dear-decode", "per-token"])
+@pytest.mark.parametrize(
+    "model", ["llama2-7b-a100", *ADVERSARIAL], ids=["a100", "quadratic", "dear-decode", "per-token"]
+)
 def test_per_token_sums_do_not_depend_on_their_blocks(model: str | dict, monkeypatch: pytest.MonkeyPatch) -> None:
     """Outputs are summed token by token in blocks of TOKEN_BLOCK tokens (bounded memory); blocks of
     1, 3 and 7 tokens (requests split over blocks, blocks over requests) give the same bounds."""
@@ -292,8 +323,12 @@ def test_per_token_sums_do_not_depend_on_their_blocks(model: str | dict, monkeyp
     inst = Instance("blocks", load_cost_model(model), Limits(32, 16, 200, None), reqs)
 
     def values() -> list[float]:
-        return [*request_work(inst), *critical_path_times(inst), least_bias(inst),
-                *(b.value for b in generic_bounds(inst))]
+        return [
+            *request_work(inst),
+            *critical_path_times(inst),
+            least_bias(inst),
+            *(b.value for b in generic_bounds(inst)),
+        ]
 
     whole = values()
     for block in (1, 3, 7):

@@ -12,12 +12,17 @@ from optsched.instance import load_instance
 from optsched.policies import simulator_for
 from optsched.schedule import load_schedule, replay
 
-REQUIRED = {"X": ("name", "ph", "ts", "dur", "pid", "tid"), "i": ("name", "ph", "ts", "pid", "tid", "s"),
-            "C": ("name", "ph", "ts", "pid", "args"), "M": ("name", "ph", "pid", "args")}
+REQUIRED = {
+    "X": ("name", "ph", "ts", "dur", "pid", "tid"),
+    "i": ("name", "ph", "ts", "pid", "tid", "s"),
+    "C": ("name", "ph", "ts", "pid", "args"),
+    "M": ("name", "ph", "pid", "args"),
+}
 
 
-@pytest.mark.parametrize("instance, policy", [("toy-4", "vllm"), ("infermax-i64-o1024-n32-m10k", "sarathi"),
-                                              ("poisson-mixed-100", "rank-i")])
+@pytest.mark.parametrize(
+    "instance, policy", [("toy-4", "vllm"), ("infermax-i64-o1024-n32-m10k", "sarathi"), ("poisson-mixed-100", "rank-i")]
+)
 def test_chrome_trace_events_and_batch_track(tmp_path, capsys, instance, policy):
     sched, out = tmp_path / "s.json", tmp_path / "trace.json"
     assert main(["simulate", instance, "--policy", policy, "--out", str(sched)]) == 0
@@ -47,8 +52,11 @@ def test_chrome_trace_events_and_batch_track(tmp_path, capsys, instance, policy)
         assert ev["args"]["prefill_tokens"] == res.prefill_tokens[j]
         assert ev["args"]["decode_items"] == res.decode_items[j]
     # Every request has a track; its runs cover exactly the tokens of its items.
-    names = {ev["tid"]: ev["args"]["name"] for ev in events if ev["ph"] == "M" and ev["name"] == "thread_name"
-             and ev["pid"] == 2}
+    names = {
+        ev["tid"]: ev["args"]["name"]
+        for ev in events
+        if ev["ph"] == "M" and ev["name"] == "thread_name" and ev["pid"] == 2
+    }
     assert sorted(names.values()) == sorted(r.id for r in inst.requests)
     tokens: dict[str, int] = {}
     for ev in events:
@@ -68,6 +76,17 @@ def test_chrome_trace_refuses_infeasible_and_foreign_options(tmp_path, capsys):
     sched = tmp_path / "s.json"
     inst = load_instance("toy-4")
     simulator_for("vllm")(inst).save(sched)
-    assert main(["export", str(sched), "--format", "chrome-trace", "--out", str(tmp_path / "t.json"),
-                 "--block-size", "16"]) == 2
+    assert (
+        main([
+            "export",
+            str(sched),
+            "--format",
+            "chrome-trace",
+            "--out",
+            str(tmp_path / "t.json"),
+            "--block-size",
+            "16",
+        ])
+        == 2
+    )
     assert "--block-size: applies only to --format vllm-replay" in capsys.readouterr().err

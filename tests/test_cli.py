@@ -34,10 +34,14 @@ TOY = {
 
 @pytest.fixture(autouse=True)
 def test_registries(monkeypatch):
-    monkeypatch.setattr(policies, "POLICIES", {
-        "test-random": "tests.support.legal_schedules:policy_random",
-        "test-broken": "tests.support.legal_schedules:policy_broken",
-    })
+    monkeypatch.setattr(
+        policies,
+        "POLICIES",
+        {
+            "test-random": "tests.support.legal_schedules:policy_random",
+            "test-broken": "tests.support.legal_schedules:policy_broken",
+        },
+    )
     monkeypatch.setattr(problems, "SOLVERS", {"fake": "tests.support.fake_formulations:solve"})
     monkeypatch.setattr(problems, "BOUNDERS", {"fake": "tests.support.fake_formulations:bounds"})
 
@@ -78,10 +82,14 @@ def test_simulate_then_check_agree(capsys, tmp_path):
 
 
 def test_simulate_all_prints_a_table(capsys, monkeypatch):
-    monkeypatch.setattr(policies, "POLICIES", {
-        "test-random": "tests.support.legal_schedules:policy_random",
-        "test-random-2": "tests.support.legal_schedules:policy_random",
-    })
+    monkeypatch.setattr(
+        policies,
+        "POLICIES",
+        {
+            "test-random": "tests.support.legal_schedules:policy_random",
+            "test-random-2": "tests.support.legal_schedules:policy_random",
+        },
+    )
     code, out, err = run(capsys, "simulate", "toy-4", "--policy", "all")
     assert code == 0
     lines = out.splitlines()
@@ -125,19 +133,32 @@ def test_check_text_output(capsys, tmp_path):
     [
         ('{"name": "x", "requests": [', "malformed JSON"),
         ({**TOY, "requests": [{"id": "a", "output_tokens": 3}]}, "request 'a': field 'prompt_tokens': missing"),
-        ({**TOY, "requests": [{"id": "a", "prompt_tokens": 0, "output_tokens": 3}]}, "request 'a': field 'prompt_tokens'"),
-        ({**TOY, "requests": [{"id": "a", "prompt_tokens": 5, "output_tokens": -2}]}, "request 'a': field 'output_tokens'"),
-        ({**TOY, "requests": [{"id": "a", "arrival": -1, "prompt_tokens": 5, "output_tokens": 2}]}, "request 'a': field 'arrival'"),
+        (
+            {**TOY, "requests": [{"id": "a", "prompt_tokens": 0, "output_tokens": 3}]},
+            "request 'a': field 'prompt_tokens'",
+        ),
+        (
+            {**TOY, "requests": [{"id": "a", "prompt_tokens": 5, "output_tokens": -2}]},
+            "request 'a': field 'output_tokens'",
+        ),
+        (
+            {**TOY, "requests": [{"id": "a", "arrival": -1, "prompt_tokens": 5, "output_tokens": 2}]},
+            "request 'a': field 'arrival'",
+        ),
         ({**TOY, "cost_model": "gpt-9-tpu"}, "unknown profile 'gpt-9-tpu'"),
         ({**TOY, "cost_model": {"base": -1}}, "cost_model.base"),
         ({**TOY, "requests": [{"id": "big", "prompt_tokens": 190, "output_tokens": 20}]}, "request 'big'"),
         ({**TOY, "requests": [TOY["requests"][0], TOY["requests"][0]]}, "duplicate id"),
         ({k: v for k, v in TOY.items() if k != "name"}, "field 'name': missing"),
         ({**TOY, "limits": {"token_budget": 8, "prefill_budget": 16}}, "prefill_budget"),
-        ({**TOY, "requests": [{"id": "a", "arival": 1.0, "prompt_tokens": 5, "output_tokens": 2}]},
-         "request 'a': field 'arival': unknown field; did you mean 'arrival'?"),
-        ({**TOY, "requests": [{"id": "a", "slos": {"ttft": 1}, "prompt_tokens": 5, "output_tokens": 2}]},
-         "request 'a': field 'slos': unknown field; did you mean 'slo'?"),
+        (
+            {**TOY, "requests": [{"id": "a", "arival": 1.0, "prompt_tokens": 5, "output_tokens": 2}]},
+            "request 'a': field 'arival': unknown field; did you mean 'arrival'?",
+        ),
+        (
+            {**TOY, "requests": [{"id": "a", "slos": {"ttft": 1}, "prompt_tokens": 5, "output_tokens": 2}]},
+            "request 'a': field 'slos': unknown field; did you mean 'slo'?",
+        ),
         ({**{k: v for k, v in TOY.items() if k != "limits"}, "limit": TOY["limits"]}, "field 'limit': unknown field"),
     ],
 )
@@ -170,7 +191,9 @@ def test_unknown_policy_exit_2(capsys):
 
 
 def test_schedule_naming_unknown_request_exit_2(capsys, tmp_path):
-    s = write(tmp_path / "s.json", {"batches": [{"items": [{"id": "r0", "tokens": 64}]}, {"evict": ["ghost"], "items": []}]})
+    s = write(
+        tmp_path / "s.json", {"batches": [{"items": [{"id": "r0", "tokens": 64}]}, {"evict": ["ghost"], "items": []}]}
+    )
     code, out, err = run(capsys, "check", "toy-4", s, "--json")
     assert code == 2 and out == ""
     assert "batch 1: request 'ghost': unknown request" in err and str(s) in err
@@ -190,7 +213,9 @@ def test_bad_schedule_exit_2(capsys, tmp_path, schedule, needle):
     s = write(tmp_path / "s.json", schedule)
     code, out, err = run(capsys, "check", "toy-4", s)
     assert code == 2 and needle in err and str(s) in err
-    code, out, err = run(capsys, "export", s, "--format", "vllm-replay", "--instance", "toy-4", "--out", tmp_path / "p.json")
+    code, out, err = run(
+        capsys, "export", s, "--format", "vllm-replay", "--instance", "toy-4", "--out", tmp_path / "p.json"
+    )
     assert code == 2 and needle in err and not (tmp_path / "p.json").exists()  # a non-object meta was exit 3 here
 
 
@@ -210,13 +235,19 @@ def test_usage_errors_exit_2(capsys):
     assert run(capsys, "--help")[0] == 0
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["generate", "--name", "g", "--n", "2", "--seed", "-1"], "optsched: error: generate: argument --seed: "),
-    (["generate", "--name", "g", "--n", "1e11"], "optsched: error: generate: argument --n: "),
-    (["simulate", "toy-4"], "optsched: error: simulate: the following arguments are required: --policy "),
-    (["frobnicate"], "optsched: error: argument COMMAND: invalid choice: 'frobnicate'"),
-    (["solve", "toy-4", "--problem", "infermax", "--time-limit", "abc"], "optsched: error: solve: argument --time-limit: "),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["generate", "--name", "g", "--n", "2", "--seed", "-1"], "optsched: error: generate: argument --seed: "),
+        (["generate", "--name", "g", "--n", "1e11"], "optsched: error: generate: argument --n: "),
+        (["simulate", "toy-4"], "optsched: error: simulate: the following arguments are required: --policy "),
+        (["frobnicate"], "optsched: error: argument COMMAND: invalid choice: 'frobnicate'"),
+        (
+            ["solve", "toy-4", "--problem", "infermax", "--time-limit", "abc"],
+            "optsched: error: solve: argument --time-limit: ",
+        ),
+    ],
+)
 def test_usage_errors_are_one_line(capsys, argv, message):
     """argparse printed its usage (up to 15 lines) before the error: one line, like any bad input."""
     code, out, err = run(capsys, *argv)
@@ -240,12 +271,32 @@ def trace(tmp_path: Path, rows: str = "0.0,100,5\n0.5,20,3\n1.0,300,2\n") -> str
 
 
 def test_trace_csv_with_options(capsys, tmp_path):
-    code, info = run_json(capsys, "info", trace(tmp_path), "--cost-model", "llama2-7b-a100",
-                          "--token-budget", "256", "--kv-capacity", "1000", "--first", "2")
+    code, info = run_json(
+        capsys,
+        "info",
+        trace(tmp_path),
+        "--cost-model",
+        "llama2-7b-a100",
+        "--token-budget",
+        "256",
+        "--kv-capacity",
+        "1000",
+        "--first",
+        "2",
+    )
     assert code == 0 and info["requests"] == 2 and info["instance"] == "t-2"
     assert info["limits"] == {"token_budget": 256, "prefill_budget": 256, "kv_capacity": 1000, "max_running": None}
-    code, sim = run_json(capsys, "simulate", trace(tmp_path), "--cost-model", "llama2-7b-a100",
-                         "--policy", "test-random", "--max-running", "1")
+    code, sim = run_json(
+        capsys,
+        "simulate",
+        trace(tmp_path),
+        "--cost-model",
+        "llama2-7b-a100",
+        "--policy",
+        "test-random",
+        "--max-running",
+        "1",
+    )
     assert code == 0 and sim["metrics"]["makespan"] > 1.0
 
 
@@ -253,10 +304,22 @@ def test_trace_csv_with_options(capsys, tmp_path):
     "rows, args, needle",
     [
         ("0,100,5\n", [], "needs --cost-model"),
-        ("0,abc,5\n", ["--cost-model", "llama2-7b-a100"], "t.csv: line 2, column 'num_prefill_tokens': not an integer ('abc')"),
-        ("0,10,0\n", ["--cost-model", "llama2-7b-a100"], "t.csv: line 2, column 'num_decode_tokens': must be an integer >= 1"),
+        (
+            "0,abc,5\n",
+            ["--cost-model", "llama2-7b-a100"],
+            "t.csv: line 2, column 'num_prefill_tokens': not an integer ('abc')",
+        ),
+        (
+            "0,10,0\n",
+            ["--cost-model", "llama2-7b-a100"],
+            "t.csv: line 2, column 'num_decode_tokens': must be an integer >= 1",
+        ),
         ("0,10,5\nx,10,5\n", ["--cost-model", "llama2-7b-a100"], "t.csv: line 3, column 'arrived_at': not a number"),
-        ("0,10,5\n\n2e9,10,5\n", ["--cost-model", "llama2-7b-a100"], "t.csv: line 4, column 'arrived_at': arrives 2e+09 s"),
+        (
+            "0,10,5\n\n2e9,10,5\n",
+            ["--cost-model", "llama2-7b-a100"],
+            "t.csv: line 4, column 'arrived_at': arrives 2e+09 s",
+        ),
         ("0,10,5\n", ["--cost-model", "nope"], "unknown profile 'nope'"),
         ("0,900,200\n", ["--cost-model", "llama2-7b-a100", "--kv-capacity", "1000"], "request 'row0'"),
     ],
@@ -289,14 +352,27 @@ def test_json_instance_overrides(capsys):
 def test_info_json_keys(capsys):
     code, info = run_json(capsys, "info", "toy-4")
     assert code == 0
-    assert {"instance", "requests", "cost_model", "limits", "prompt_tokens", "output_tokens", "arrival",
-            "infeasible_requests", "slo_unattainable", "bounds"} <= set(info)
+    assert {
+        "instance",
+        "requests",
+        "cost_model",
+        "limits",
+        "prompt_tokens",
+        "output_tokens",
+        "arrival",
+        "infeasible_requests",
+        "slo_unattainable",
+        "bounds",
+    } <= set(info)
     assert info["requests"] == 4 and info["prompt_tokens"]["sum"] == 240
     assert {b["name"] for b in info["bounds"]} >= {"makespan", "mean-latency"}
 
 
 def test_info_lists_unattainable_slos(capsys, tmp_path):
-    path = write(tmp_path / "i.json", {**TOY, "requests": [{"id": "a", "prompt_tokens": 40, "output_tokens": 3, "slo": {"ttft": 1e-6}}]})
+    path = write(
+        tmp_path / "i.json",
+        {**TOY, "requests": [{"id": "a", "prompt_tokens": 40, "output_tokens": 3, "slo": {"ttft": 1e-6}}]},
+    )
     code, info = run_json(capsys, "info", path)
     assert code == 0 and info["slo_unattainable"][0]["id"] == "a" and info["slo_unattainable"][0]["slo"] == "ttft"
 
@@ -315,21 +391,49 @@ def test_bound_trivial_and_problem(capsys):
 
 def test_solve_statuses_and_options(capsys, tmp_path):
     out = tmp_path / "s.json"
-    code, res = run_json(capsys, "solve", "toy-4", "--problem", "fake", "--method", "optimal", "--solver", "highs",
-                         "--time-limit", "2.5", "--threads", "2", "--objective", "makespan", "--no-evict",
-                         "--option", "horizon=40", "--option", "mode=fast", "--out", out)
+    code, res = run_json(
+        capsys,
+        "solve",
+        "toy-4",
+        "--problem",
+        "fake",
+        "--method",
+        "optimal",
+        "--solver",
+        "highs",
+        "--time-limit",
+        "2.5",
+        "--threads",
+        "2",
+        "--objective",
+        "makespan",
+        "--no-evict",
+        "--option",
+        "horizon=40",
+        "--option",
+        "mode=fast",
+        "--out",
+        out,
+    )
     assert code == 0
     assert {"problem", "solver", "status", "objective", "bound", "gap", "wall_time", "schedule"} <= set(res)
     assert res["status"] == "optimal" and res["schedule"] == str(out) and res["gap"] == pytest.approx(0.5)
     opts = fake_formulations.LAST_OPTIONS
     assert opts["solver"] == "highs" and 1.5 < opts["time_limit"] < 2.5 and opts["threads"] == 2  # 2.5 s less the start
-    assert opts["no_evict"] is True and opts["objective"] == "makespan" and opts["horizon"] == 40 and opts["mode"] == "fast"
+    assert (
+        opts["no_evict"] is True
+        and opts["objective"] == "makespan"
+        and opts["horizon"] == 40
+        and opts["mode"] == "fast"
+    )
     assert run(capsys, "check", "toy-4", out)[0] == 0
     code, res = run_json(capsys, "solve", "toy-4", "--problem", "fake", "--method", "infeasible")
     assert code == 1 and res["status"] == "infeasible" and res["schedule"] is None
     code, out_, err = run(capsys, "solve", "toy-4", "--problem", "fake", "--method", "unsupported")
     assert code == 2 and "fake cannot do this" in err
-    code, _, err = run(capsys, "solve", "toy-4", "--problem", "fake", "--method", "bad-schedule", "--out", tmp_path / "b.json")
+    code, _, err = run(
+        capsys, "solve", "toy-4", "--problem", "fake", "--method", "bad-schedule", "--out", tmp_path / "b.json"
+    )
     assert code == 3 and "does not replay cleanly" in err and not (tmp_path / "b.json").exists()
     code, _, err = run(capsys, "solve", "toy-4", "--problem", "zzz")
     assert code == 2 and "unknown problem 'zzz'" in err
@@ -340,8 +444,19 @@ def test_solve_statuses_and_options(capsys, tmp_path):
 def test_fit_recovers_known_coefficients(capsys, tmp_path):
     rows = "".join(f"{n},{0.25 + 0.002 * n}\n" for n in (1, 8, 64, 512, 4096))
     path = write(tmp_path / "m.csv", "tokens,ms\n" + rows)
-    code, res = run_json(capsys, "fit", path, "--time-column", "ms", "--unit", "ms",
-                         "--compare", "llama2-7b-a100", "--out", tmp_path / "p.toml")
+    code, res = run_json(
+        capsys,
+        "fit",
+        path,
+        "--time-column",
+        "ms",
+        "--unit",
+        "ms",
+        "--compare",
+        "llama2-7b-a100",
+        "--out",
+        tmp_path / "p.toml",
+    )
     assert code == 0
     assert res["base"] == pytest.approx(0.25e-3, rel=1e-9) and res["per_token"] == pytest.approx(2e-6, rel=1e-9)
     assert res["max_abs_pct_error"] < 1e-6 and res["compare"]["profile"] == "llama2-7b-a100"
@@ -368,8 +483,27 @@ def test_subprocess_exit_codes(tmp_path):
 
 def test_generate_writes_a_reproducible_instance(capsys, tmp_path):
     out = tmp_path / "g.json"
-    args = ["generate", "--name", "g", "--n", "40", "--type", "8,16", "512,1024", "--type", "normal:100,10,1,200", "32",
-            "--arrivals", "poisson:2", "--seed", "5", "--kv-capacity", "4000", "--out", out]
+    args = [
+        "generate",
+        "--name",
+        "g",
+        "--n",
+        "40",
+        "--type",
+        "8,16",
+        "512,1024",
+        "--type",
+        "normal:100,10,1,200",
+        "32",
+        "--arrivals",
+        "poisson:2",
+        "--seed",
+        "5",
+        "--kv-capacity",
+        "4000",
+        "--out",
+        out,
+    ]
     code, res = run_json(capsys, *args)
     assert code == 0 and res["requests"] == 40 and res["path"] == str(out)
     inst = load_instance(str(out))
@@ -395,10 +529,14 @@ def test_generate_bad_input(capsys, tmp_path, args, needle):
 
 
 def test_simulate_all_skips_policies_not_applicable(capsys, monkeypatch):
-    monkeypatch.setattr(policies, "POLICIES", {
-        "test-random": "tests.support.legal_schedules:policy_random",
-        "test-needs-r": "tests.support.legal_schedules:policy_needs_max_running",
-    })
+    monkeypatch.setattr(
+        policies,
+        "POLICIES",
+        {
+            "test-random": "tests.support.legal_schedules:policy_random",
+            "test-needs-r": "tests.support.legal_schedules:policy_needs_max_running",
+        },
+    )
     code, res = run_json(capsys, "simulate", "toy-4", "--policy", "all")
     assert code == 0 and [r["policy"] for r in res["results"]] == ["test-random"]
     assert res["skipped"][0]["policy"] == "test-needs-r" and "max_running" in res["skipped"][0]["reason"]
@@ -436,8 +574,8 @@ def test_json_stdout_holds_only_the_json_object_even_when_libraries_print(tmp_pa
 def test_module_entry_points_print_json_on_stdout(entry):
     """``python -m optsched.cli`` runs cli.py as ``__main__`` (a second module object); the JSON
     must still reach stdout."""
-    proc = subprocess.run([sys.executable, *entry, "info", "toy-4", "--json"], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, *entry, "info", "toy-4", "--json"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["instance"] == "toy-4"
-

@@ -57,8 +57,12 @@ def test_ascend_profile_is_the_hybrid_papers_laws():
 
 def test_inline_model_validation():
     assert cost_model_from_mapping({"base": 1}).batch_time(0, 0, 0, 0, 0) == 0.0
-    for bad, field in [({"base": -1}, "base"), ({"prefill": {"bias": "x"}}, "prefill.bias"),
-                       ({"decode": {"slope": 1}}, "unknown"), ({"layers": 0}, "layers")]:
+    for bad, field in [
+        ({"base": -1}, "base"),
+        ({"prefill": {"bias": "x"}}, "prefill.bias"),
+        ({"decode": {"slope": 1}}, "unknown"),
+        ({"layers": 0}, "layers"),
+    ]:
         with pytest.raises(CostModelError, match=field):
             cost_model_from_mapping(bad)
 
@@ -90,15 +94,25 @@ def _features(rng: np.random.Generator, n: int) -> np.ndarray:
         cached = rng.integers(0, 2000, size=len(chunks))
         n_dec = int(rng.integers(0 if len(chunks) else 1, 16))
         kv = int(n_dec * rng.integers(16, 800))
-        rows.append((int(chunks.sum()) + n_dec, int(chunks.sum()), int((chunks ** 2).sum()), n_dec, kv,
-                     int((chunks * cached).sum())))
+        rows.append((
+            int(chunks.sum()) + n_dec,
+            int(chunks.sum()),
+            int((chunks**2).sum()),
+            n_dec,
+            kv,
+            int((chunks * cached).sum()),
+        ))
     return np.array(rows)
 
 
 @pytest.mark.parametrize("loss", ["l1", "l2"])
 def test_fit_terms_recovers_a_profile_with_the_context_term(loss, tmp_path):
-    truth = cost_model_from_mapping({"base": 4e-3, "per_token": 2e-5, "prefill": {"bias": 1e-4, "per_token_sq": 2e-9,
-                                     "per_ctx": 1.5e-9}, "decode": {"bias": 7e-4, "per_kv": 2e-7}})
+    truth = cost_model_from_mapping({
+        "base": 4e-3,
+        "per_token": 2e-5,
+        "prefill": {"bias": 1e-4, "per_token_sq": 2e-9, "per_ctx": 1.5e-9},
+        "decode": {"bias": 7e-4, "per_kv": 2e-7},
+    })
     feats = _features(np.random.default_rng(5), 80)
     times = np.array([truth.batch_time(*f) for f in feats])
     fit = fit_terms(feats, times, loss=loss)
@@ -121,18 +135,29 @@ def test_fit_terms_losses_are_optimal_and_non_negative():
     times *= rng.lognormal(0, 0.05, len(times))
     l1, l2 = fit_terms(feats, times, loss="l1"), fit_terms(feats, times, loss="l2")
     n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre = feats.T.astype(float)
-    cols = np.column_stack([np.ones_like(n_tok), n_tok, n_pre > 0, n_pre, s_pre, x_pre, n_dec > 0, kv_dec]) / times[:, None]
+    cols = (
+        np.column_stack([np.ones_like(n_tok), n_tok, n_pre > 0, n_pre, s_pre, x_pre, n_dec > 0, kv_dec])
+        / times[:, None]
+    )
     for fit in (l1, l2):
         d = fit.model.to_dict()
         assert min([d["base"], d["per_token"], *d["prefill"].values(), *d["decode"].values()]) >= 0
 
     def coef(m):
-        return np.array([m.base, m.per_token, m.prefill.bias, m.prefill.per_token,
-                         m.prefill.per_token_sq, m.prefill.per_ctx, m.decode.bias, m.decode.per_kv])
+        return np.array([
+            m.base,
+            m.per_token,
+            m.prefill.bias,
+            m.prefill.per_token,
+            m.prefill.per_token_sq,
+            m.prefill.per_ctx,
+            m.decode.bias,
+            m.decode.per_kv,
+        ])
 
     r1, r2 = cols @ coef(l1.model) - 1, cols @ coef(l2.model) - 1
     assert np.mean(np.abs(r1)) <= np.mean(np.abs(r2)) + 1e-9
-    assert np.sum(r2 ** 2) <= np.sum(r1 ** 2) + 1e-12
+    assert np.sum(r2**2) <= np.sum(r1**2) + 1e-12
     grad = cols.T @ r2 / np.linalg.norm(cols, axis=0)  # scaled gradient of the squared loss / 2
     c2 = coef(l2.model)
     assert np.all(grad[c2 > 0] == pytest.approx(0.0, abs=1e-6)) and np.all(grad[c2 == 0] >= -1e-6)

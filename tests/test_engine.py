@@ -100,8 +100,9 @@ def test_evicted_to_tail_option():
     # Batch 2: front: r1 needs 5 > 4 free, stop, r0 decodes; tail: r5 needs 3 <= 4, admitted.
     inst = make([("r0", 0.0, 4, 3), ("r1", 0.0, 4, 3), ("r5", 0.5, 3, 1)], M=9)
     front = compositions(inst, "vllm")
-    tail = compositions(inst, PolicyConfig("vllm-tail", ("waiting", "running"), hybrid=False, chunked=False,
-                                          evicted_to_front=False))
+    tail = compositions(
+        inst, PolicyConfig("vllm-tail", ("waiting", "running"), hybrid=False, chunked=False, evicted_to_front=False)
+    )
     assert front[:2] == tail[:2] == [([], [("r0", 4), ("r1", 4)], None), (["r1"], [("r0", 1)], None)]
     assert front[2] == ([], [("r0", 1)], None)
     assert tail[2] == ([], [("r5", 3)], None)
@@ -118,8 +119,9 @@ def test_sarathi_decode_first_and_prefill_budget_counts_decodes():
         ([], [("r0", 1), ("r1", 5)], None),
     ]
     # Without B4 (P counts prefill tokens only) r1 takes 6 then 4.
-    plain = PolicyConfig("sarathi-p", ("running_decode", "running_prefill", "waiting"), chunk=512,
-                         prefill_counts_decodes=False)
+    plain = PolicyConfig(
+        "sarathi-p", ("running_decode", "running_prefill", "waiting"), chunk=512, prefill_counts_decodes=False
+    )
     assert compositions(inst, plain)[1:] == [([], [("r0", 1), ("r1", 6)], None), ([], [("r0", 1), ("r1", 4)], None)]
 
 
@@ -128,7 +130,10 @@ def test_vllm_chunks_a_prompt_that_can_never_fit_whole():
     # 8 + 8 + 4 (token 1 with the last chunk), then one decode.
     inst = make([("r0", 0, 20, 2)])
     assert [items for _, items, _ in compositions(inst, "vllm")] == [
-        [("r0", 8)], [("r0", 8)], [("r0", 4)], [("r0", 1)],
+        [("r0", 8)],
+        [("r0", 8)],
+        [("r0", 4)],
+        [("r0", 1)],
     ]
 
 
@@ -220,7 +225,10 @@ def test_request_state_times_agree_with_replay(policy):
 
     rng = random.Random(3)
     for _ in range(20):
-        reqs = [(f"r{k}", round(rng.uniform(0, 5), 2), rng.randint(1, 9), rng.randint(1, 8)) for k in range(rng.randint(2, 12))]
+        reqs = [
+            (f"r{k}", round(rng.uniform(0, 5), 2), rng.randint(1, 9), rng.randint(1, 8))
+            for k in range(rng.randint(2, 12))
+        ]
         inst = make(reqs, C=rng.choice([4, 8, 16]), M=rng.choice([18, 40, 200]))
         engine = Engine.from_instance(inst, policy)
         engine.advance(2.0)
@@ -241,8 +249,9 @@ def test_admission_that_evicts_to_the_front_admits_the_candidate_and_keeps_the_v
     tokens) evicts q1 to the front of R_w. Popping the front would take q1, not q0: q1 would be lost
     (unfinished after the last batch) and q0 would stay queued while running (a case found by
     Hypothesis in test_policy_properties)."""
-    cfg = PolicyConfig("custom", ("waiting", "running"), hybrid=True, chunked=False, evict_for_waiting=True,
-                       evicted_to_front=True)
+    cfg = PolicyConfig(
+        "custom", ("waiting", "running"), hybrid=True, chunked=False, evict_for_waiting=True, evicted_to_front=True
+    )
     reqs = (Request("q0", 0.0, 1, 2), Request("q1", 0.0, 18, 1), Request("q2", 0.0, 1, 1))
     inst = Instance("front", CostModel(name="unit", base=1.0), Limits(2, 1, 19, None), reqs)
     schedule = simulate(inst, cfg)

@@ -76,8 +76,9 @@ def test_llama2_7b_config_matches_its_profile(tmp_path):
 
 
 def test_engine_kwargs_follow_the_plan(plan, tmp_path):
-    kw = engine_kwargs(plan, resolve_model("tiny-llama", tmp_path), dtype="float32", eager=True,
-                       kv_cache_bytes=None, seed=0)
+    kw = engine_kwargs(
+        plan, resolve_model("tiny-llama", tmp_path), dtype="float32", eager=True, kv_cache_bytes=None, seed=0
+    )
     assert kw["num_gpu_blocks_override"] == plan.engine["kv_blocks"] + 1
     assert kw["block_size"] == 16 and kw["max_num_seqs"] == 3 and kw["max_num_batched_tokens"] == 64
     assert kw["enable_prefix_caching"] is False and kw["skip_tokenizer_init"] is True
@@ -87,12 +88,27 @@ def test_engine_kwargs_follow_the_plan(plan, tmp_path):
 def _fake_result(plan, times):
     """A result object as ``optsched execute`` writes it, with given measured step times."""
     return {
-        "format": "optsched-vllm-result", "version": 1, "ok": True, "mismatches": [], "length_errors": [],
+        "format": "optsched-vllm-result",
+        "version": 1,
+        "ok": True,
+        "mismatches": [],
+        "length_errors": [],
         "outputs": {r.id: r.output_tokens for r in plan.requests},
-        "steps": [{"step": k, "batch": s.batch, "planned": dict(s.tokens), "scheduled": dict(s.tokens),
-                   "preempted": list(s.preempt), "predicted_time": s.predicted_time,
-                   "measured_time": t, "model_time": t * 0.9, "schedule_time": 1e-4, "wall_times": [t]}
-                  for k, (s, t) in enumerate(zip(plan.steps, times))],
+        "steps": [
+            {
+                "step": k,
+                "batch": s.batch,
+                "planned": dict(s.tokens),
+                "scheduled": dict(s.tokens),
+                "preempted": list(s.preempt),
+                "predicted_time": s.predicted_time,
+                "measured_time": t,
+                "model_time": t * 0.9,
+                "schedule_time": 1e-4,
+                "wall_times": [t],
+            }
+            for k, (s, t) in enumerate(zip(plan.steps, times))
+        ],
         "run": {"model": "tiny-llama", "device": "cpu", "vllm": "0.32.0", "date": "2026-11-22"},
         "plan": plan.to_dict(),
     }
@@ -126,7 +142,7 @@ def test_fit_terms_recovers_a_profile_and_toml_round_trips(tmp_path):
         chunks = rng.integers(1, 300, size=rng.integers(0, 3))
         n_dec = int(rng.integers(0 if len(chunks) else 1, 16))
         kv = int(n_dec * rng.integers(16, 800))
-        feats.append((int(chunks.sum()) + n_dec, int(chunks.sum()), int((chunks ** 2).sum()), n_dec, kv))
+        feats.append((int(chunks.sum()) + n_dec, int(chunks.sum()), int((chunks**2).sum()), n_dec, kv))
     feats = np.array(feats)
     times = np.array([model.batch_time(*f) for f in feats])
     fit = fit_terms(feats, times)
@@ -166,12 +182,21 @@ def test_execute_on_vllm_cpu(tmp_path):  # pragma: no cover - runs only where vL
     path = tmp_path / "plan.json"
     p.save(path)
     out = tmp_path / "r.json"
-    code = main(["execute", str(path), "--model", "tiny-llama", "--dtype", "float32", "--repeats", "1",
-                 "--out", str(out)])
+    code = main([
+        "execute",
+        str(path),
+        "--model",
+        "tiny-llama",
+        "--dtype",
+        "float32",
+        "--repeats",
+        "1",
+        "--out",
+        str(out),
+    ])
     res = json.loads(out.read_text())
     assert code == 0, res["mismatches"]
     assert res["mismatches"] == [] and res["outputs"] == {r["id"]: r["output_tokens"] for r in INSTANCE["requests"]}
-
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="checks the message given when vLLM is absent")

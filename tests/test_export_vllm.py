@@ -79,17 +79,25 @@ def test_refuses_infeasible_schedule_naming_batch_and_request(instance):
 
 
 def test_empty_batches_dropped_and_arrival_steps(instance):
-    inst = parse_instance(INSTANCE | {"requests": [
-        {"id": "a", "arrival": 0.0, "prompt_tokens": 8, "output_tokens": 2},
-        {"id": "b", "arrival": 5.0, "prompt_tokens": 4, "output_tokens": 2},
-    ]})
-    sched = Schedule("x", (
-        batch_of(("a", 8)),
-        batch_of(("a", 1)),
-        batch_of(),
-        batch_of(("b", 4), start=5.0),
-        batch_of(("b", 1)),
-    ))
+    inst = parse_instance(
+        INSTANCE
+        | {
+            "requests": [
+                {"id": "a", "arrival": 0.0, "prompt_tokens": 8, "output_tokens": 2},
+                {"id": "b", "arrival": 5.0, "prompt_tokens": 4, "output_tokens": 2},
+            ]
+        }
+    )
+    sched = Schedule(
+        "x",
+        (
+            batch_of(("a", 8)),
+            batch_of(("a", 1)),
+            batch_of(),
+            batch_of(("b", 4), start=5.0),
+            batch_of(("b", 1)),
+        ),
+    )
     plan = build_plan(inst, sched, block_size=16)
     assert [s.batch for s in plan.steps] == [0, 1, 3, 4]
     assert {r.id: r.arrival_step for r in plan.requests} == {"a": 0, "b": 2}
@@ -131,16 +139,25 @@ def test_cli_export(instance, schedule, tmp_path, capsys):
     sched = tmp_path / "s.json"
     schedule.save(sched)
     out = tmp_path / "plan.json"
-    code = main(["export", str(sched), "--instance", str(inst), "--format", "vllm-replay", "--out", str(out),
-                 "--json"])
+    code = main(["export", str(sched), "--instance", str(inst), "--format", "vllm-replay", "--out", str(out), "--json"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["exported"] and summary["steps"] == len(BATCHES)
     assert math.isclose(summary["predicted_total"], load_plan(out).predicted_total)
     # refusal: exit 1, reason names the step/batch; nothing written
     out2 = tmp_path / "plan2.json"
-    code = main(["export", str(sched), "--instance", str(inst), "--format", "vllm-replay", "--out", str(out2),
-                 "--kv-blocks", "7"])
+    code = main([
+        "export",
+        str(sched),
+        "--instance",
+        str(inst),
+        "--format",
+        "vllm-replay",
+        "--out",
+        str(out2),
+        "--kv-blocks",
+        "7",
+    ])
     assert code == 1 and not out2.exists()
     assert "step 4 (batch 4)" in capsys.readouterr().err
     # infeasible schedule: exit 1 naming batch and request

@@ -54,9 +54,15 @@ LOG = os.environ.get("OPTSCHED_FUZZ_LOG")
 def fuzz(examples: int) -> settings:
     """Fixed seed, a fixed number of examples, no deadline per example (the alarm bounds it), no
     explain phase (its line tracing makes a deeply nested input run for minutes)."""
-    return settings(max_examples=max(1, round(examples * SCALE)), deadline=None, derandomize=FIXED_SEED, database=None,
-                    suppress_health_check=list(HealthCheck), print_blob=True,
-                    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink])
+    return settings(
+        max_examples=max(1, round(examples * SCALE)),
+        deadline=None,
+        derandomize=FIXED_SEED,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+    )
 
 
 # --------------------------------------------------------------------------- running one command
@@ -182,8 +188,27 @@ def workdir(base: Path) -> Path:
 # --------------------------------------------------------------------------- values and mutations
 
 ODD_VALUES = [None, -1, 0, 1, 1.5, -0.5, 1e-300, 1e18, 1e308, 2**63, 10**12, "x", "", [], {}, True, False]
-ODD_TEXT = ["-1", "0", "1", "2", "0.5", "1e308", "1e-300", "nan", "inf", "-inf", "abc", "", "1,2", "10000000000",
-            "-0", "0x10", " 3", "1e11", "9" * 30]
+ODD_TEXT = [
+    "-1",
+    "0",
+    "1",
+    "2",
+    "0.5",
+    "1e308",
+    "1e-300",
+    "nan",
+    "inf",
+    "-inf",
+    "abc",
+    "",
+    "1,2",
+    "10000000000",
+    "-0",
+    "0x10",
+    " 3",
+    "1e11",
+    "9" * 30,
+]
 
 
 def leaves(obj: Any, path: tuple = ()) -> list[tuple]:
@@ -204,8 +229,9 @@ def mutated_json(draw: st.DrawFn, data: Any) -> str:
     """``data`` as JSON text with one change: a field replaced, deleted or doubled, the text cut or
     made invalid UTF-8, NaN, deep nesting."""
     obj = json.loads(json.dumps(data))
-    kind = draw(st.sampled_from(["replace", "replace", "replace", "delete", "duplicate", "truncate", "bytes",
-                                 "nan", "nest"]))
+    kind = draw(
+        st.sampled_from(["replace", "replace", "replace", "delete", "duplicate", "truncate", "bytes", "nan", "nest"])
+    )
     paths = leaves(obj)
     if kind in ("replace", "delete") and paths:
         path = draw(st.sampled_from(paths))
@@ -219,8 +245,11 @@ def mutated_json(draw: st.DrawFn, data: Any) -> str:
         return json.dumps(obj)
     text = json.dumps(obj)
     if kind == "duplicate":
-        return text.replace('"prompt_tokens"', '"prompt_tokens": 3, "prompt_tokens"', 1) if '"prompt_tokens"' in text \
+        return (
+            text.replace('"prompt_tokens"', '"prompt_tokens": 3, "prompt_tokens"', 1)
+            if '"prompt_tokens"' in text
             else text.replace("{", '{"k": 1, "k": 2, ', 1)
+        )
     if kind == "truncate":
         return text[: draw(st.integers(0, max(0, len(text) - 1)))]
     if kind == "nan":
@@ -234,7 +263,7 @@ def mutated_json(draw: st.DrawFn, data: Any) -> str:
 def write_text(path: Path, text: str, corrupt: bool = False) -> Path:
     raw = text.encode()
     if corrupt:
-        raw = raw[: len(raw) // 2] + b"\xff\xfe" + raw[len(raw) // 2:]
+        raw = raw[: len(raw) // 2] + b"\xff\xfe" + raw[len(raw) // 2 :]
     path.write_bytes(raw)
     return path
 
@@ -247,8 +276,11 @@ def valid_instance(draw: st.DrawFn, max_requests: int = 5) -> dict[str, Any]:
     n = draw(st.integers(1, max_requests))
     reqs = []
     for i in range(n):
-        r: dict[str, Any] = {"id": f"r{i}", "prompt_tokens": draw(st.integers(1, 64)),
-                             "output_tokens": draw(st.integers(1, 12))}
+        r: dict[str, Any] = {
+            "id": f"r{i}",
+            "prompt_tokens": draw(st.integers(1, 64)),
+            "output_tokens": draw(st.integers(1, 12)),
+        }
         if draw(st.booleans()):
             r["arrival"] = draw(st.sampled_from([0.0, 0.003, 0.05, 0.2]))
         if draw(st.booleans()):
@@ -257,13 +289,19 @@ def valid_instance(draw: st.DrawFn, max_requests: int = 5) -> dict[str, Any]:
             r["task"] = draw(st.sampled_from(["chat", "e2e"]))
         reqs.append(r)
     need = max(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
-    limits = {"token_budget": draw(st.sampled_from([8, 64, 4096])),
-              "kv_capacity": draw(st.sampled_from([None, need, need + 20, 10000])),
-              "max_running": draw(st.sampled_from([None, 1, 2, 4]))}
+    limits = {
+        "token_budget": draw(st.sampled_from([8, 64, 4096])),
+        "kv_capacity": draw(st.sampled_from([None, need, need + 20, 10000])),
+        "max_running": draw(st.sampled_from([None, 1, 2, 4])),
+    }
     if draw(st.booleans()):
         limits["prefill_budget"] = draw(st.sampled_from([4, limits["token_budget"]]))
-    data: dict[str, Any] = {"name": "fuzz", "cost_model": draw(st.sampled_from(PROFILES)),
-                            "limits": limits, "requests": reqs}
+    data: dict[str, Any] = {
+        "name": "fuzz",
+        "cost_model": draw(st.sampled_from(PROFILES)),
+        "limits": limits,
+        "requests": reqs,
+    }
     if draw(st.booleans()):
         data.update(max_batch_size=draw(st.integers(1, 4)), static_latency="qwen2.5-7b-2xv100")
     return data
@@ -288,14 +326,22 @@ SMALL_LIMIT = ["--time-limit", "0.5"]
 
 
 INSTANCE_COMMANDS = [
-    ["info"], ["info", "--out", "{d}/info.json"], ["simulate", "--policy", "vllm"], ["simulate", "--policy", "all"],
+    ["info"],
+    ["info", "--out", "{d}/info.json"],
+    ["simulate", "--policy", "vllm"],
+    ["simulate", "--policy", "all"],
     ["simulate", "--policy", "sarathi", "--out", "{d}/s.json", "--requests-out", "{d}/r.csv"],
-    ["bound"], ["bound", "--problem", "infermax", *SMALL_LIMIT], ["bound", "--problem", "hybrid"],
+    ["bound"],
+    ["bound", "--problem", "infermax", *SMALL_LIMIT],
+    ["bound", "--problem", "hybrid"],
     ["solve", "--problem", "infermax", *SMALL_LIMIT, "--out", "{d}/s.json"],
-    ["solve", "--problem", "hybrid-offline", *SMALL_LIMIT], ["solve", "--problem", "gmax", *SMALL_LIMIT],
-    ["solve", "--problem", "scls-batch", *SMALL_LIMIT], ["solve", "--problem", "aladdin", *SMALL_LIMIT],
+    ["solve", "--problem", "hybrid-offline", *SMALL_LIMIT],
+    ["solve", "--problem", "gmax", *SMALL_LIMIT],
+    ["solve", "--problem", "scls-batch", *SMALL_LIMIT],
+    ["solve", "--problem", "aladdin", *SMALL_LIMIT],
     ["solve", "--problem", "hybrid", *SMALL_LIMIT],
-    ["report", "--time-limit", "1", "--quiet", "--html", "{d}/r.html"], ["plan", "--max-workers", "4"],
+    ["report", "--time-limit", "1", "--quiet", "--html", "{d}/r.html"],
+    ["plan", "--max-workers", "4"],
 ]
 
 
@@ -317,17 +363,25 @@ def every_formulation_objective_and_policy() -> list[list[str]]:
     """Command lines (without the instance) that run every formulation's solve, InferMax's
     objectives and ``--no-evict``, the bounds, ``info`` and every policy."""
     cmds = [["solve", "--problem", problem, *SMALL_LIMIT] for problem in sorted(SOLVERS)]
-    cmds += [["solve", "--problem", "infermax", *SMALL_LIMIT, "--objective", objective] for objective in ("ttft", "completion")]
-    cmds += [["solve", "--problem", "infermax", *SMALL_LIMIT, "--no-evict"], ["bound", "--problem", "infermax"],
-             ["bound", "--problem", "hybrid"], ["info"]]
+    cmds += [
+        ["solve", "--problem", "infermax", *SMALL_LIMIT, "--objective", objective]
+        for objective in ("ttft", "completion")
+    ]
+    cmds += [
+        ["solve", "--problem", "infermax", *SMALL_LIMIT, "--no-evict"],
+        ["bound", "--problem", "infermax"],
+        ["bound", "--problem", "hybrid"],
+        ["info"],
+    ]
     return cmds + [["simulate", "--policy", policy] for policy in sorted(POLICIES)]
 
 
 @pytest.mark.parametrize("command", every_formulation_objective_and_policy(), ids=command_id)
 @fuzz(4)
 @given(data=st.data())
-def test_valid_instances_through_every_formulation_objective_and_policy(base: Path, command: list[str],
-                                                                        data: st.DataObject) -> None:
+def test_valid_instances_through_every_formulation_objective_and_policy(
+    base: Path, command: list[str], data: st.DataObject
+) -> None:
     """A valid instance is never an internal error: a formulation that does not apply says so (exit 2)."""
     folder = workdir(base)
     inst = write_text(folder / "inst.json", json.dumps(data.draw(valid_instance(max_requests=6))))
@@ -376,10 +430,14 @@ _SECONDS = st.sampled_from(["0", "0.25", "1.5", "3"])
 TRACE_FORMATS = [
     ("arrived_at,num_prefill_tokens,num_decode_tokens", [_SECONDS, _TOKENS, _TOKENS]),
     ("num_prefill_tokens,num_decode_tokens", [_TOKENS, _TOKENS]),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens",
-     [st.sampled_from(["2023-11-16 18:15:46.6805900", "2023-11-16 18:15:47.1000000"]), _TOKENS, _TOKENS]),
-    ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
-     [_SECONDS, st.sampled_from(["GPT-4", "ChatGPT"]), _TOKENS, _TOKENS, _TOKENS, st.just("Conversation log")]),
+    (
+        "TIMESTAMP,ContextTokens,GeneratedTokens",
+        [st.sampled_from(["2023-11-16 18:15:46.6805900", "2023-11-16 18:15:47.1000000"]), _TOKENS, _TOKENS],
+    ),
+    (
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
+        [_SECONDS, st.sampled_from(["GPT-4", "ChatGPT"]), _TOKENS, _TOKENS, _TOKENS, st.just("Conversation log")],
+    ),
     ("a,b,c", [_TOKENS, _TOKENS, _TOKENS]),
 ]
 
@@ -406,23 +464,39 @@ def trace_text(draw: st.DrawFn) -> str:
     return "\n".join([header, *(",".join(r) for r in rows)]) + "\n"
 
 
-@pytest.mark.parametrize("command", [["info"], ["simulate", "--policy", "vllm"], ["bound"],
-                                     ["solve", "--problem", "infermax", *SMALL_LIMIT]], ids=command_id)
+@pytest.mark.parametrize(
+    "command",
+    [["info"], ["simulate", "--policy", "vllm"], ["bound"], ["solve", "--problem", "infermax", *SMALL_LIMIT]],
+    ids=command_id,
+)
 @fuzz(15)
 @given(data=st.data())
 def test_trace_files(base: Path, command: list[str], data: st.DataObject) -> None:
     folder = workdir(base)
     name = data.draw(st.sampled_from(["t.csv", "t.csv", "t.jsonl"]))
     if name.endswith(".jsonl"):
-        lines = data.draw(st.lists(st.fixed_dictionaries({
-            "timestamp": st.sampled_from([0, 10, -5, "x", 1e308]), "input_length": st.sampled_from([1, 100, 0, "a", None]),
-            "output_length": st.sampled_from([1, 5, -1, 2.5])}), max_size=5))
+        lines = data.draw(
+            st.lists(
+                st.fixed_dictionaries({
+                    "timestamp": st.sampled_from([0, 10, -5, "x", 1e308]),
+                    "input_length": st.sampled_from([1, 100, 0, "a", None]),
+                    "output_length": st.sampled_from([1, 5, -1, 2.5]),
+                }),
+                max_size=5,
+            )
+        )
         text = "\n".join(json.dumps(x) for x in lines) + data.draw(st.sampled_from(["", "\n{broken"]))
     else:
         text = data.draw(trace_text())
     trace = write_text(folder / name, text, corrupt=data.draw(st.integers(0, 7)) == 0)
-    extra = data.draw(st.sampled_from([["--cost-model", "llama2-7b-a100"], [], ["--cost-model", "llama2-7b-a100",
-                                       "--first", "2"], ["--cost-model", "llama2-7b-a100", "--format", "azure"]]))
+    extra = data.draw(
+        st.sampled_from([
+            ["--cost-model", "llama2-7b-a100"],
+            [],
+            ["--cost-model", "llama2-7b-a100", "--first", "2"],
+            ["--cost-model", "llama2-7b-a100", "--format", "azure"],
+        ])
+    )
     run([command[0], str(trace), *command[1:], *extra, "--json"], folder)
 
 
@@ -456,19 +530,31 @@ def toml_text(draw: st.DrawFn) -> str:
     if draw(st.booleans()):
         lines = draw(shipped_profile_changed())
     else:
-        lines = [f"{key} = {draw(number)}" for key in draw(st.lists(st.sampled_from(["layers", "base", "per_token", "name"]),
-                                                                     max_size=4, unique=True))]
+        lines = [
+            f"{key} = {draw(number)}"
+            for key in draw(st.lists(st.sampled_from(["layers", "base", "per_token", "name"]), max_size=4, unique=True))
+        ]
         for section in draw(st.lists(st.sampled_from(["prefill", "decode", "extra"]), max_size=2, unique=True)):
             lines.append(f"[{section}]")
-            lines += [f"{key} = {draw(number)}" for key in draw(st.lists(st.sampled_from(TOML_KEYS), max_size=3, unique=True))]
+            lines += [
+                f"{key} = {draw(number)}" for key in draw(st.lists(st.sampled_from(TOML_KEYS), max_size=3, unique=True))
+            ]
     text = "\n".join(lines) + "\n"
     if draw(st.integers(0, 4)) == 0:
         text += draw(st.sampled_from(["base = [\n", "[prefill\n", "x = 'unterminated\n", "layers = 1\nlayers = 2\n"]))
     return text
 
 
-@pytest.mark.parametrize("command", [["simulate", "toy-4", "--policy", "vllm"], ["info", "toy-4"], ["bound", "toy-4"],
-                                     ["solve", "toy-4", "--problem", "infermax", *SMALL_LIMIT]], ids=command_id)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["simulate", "toy-4", "--policy", "vllm"],
+        ["info", "toy-4"],
+        ["bound", "toy-4"],
+        ["solve", "toy-4", "--problem", "infermax", *SMALL_LIMIT],
+    ],
+    ids=command_id,
+)
 @fuzz(15)
 @given(data=st.data())
 def test_toml_profiles(base: Path, command: list[str], data: st.DataObject) -> None:
@@ -484,17 +570,40 @@ def test_toml_profiles(base: Path, command: list[str], data: st.DataObject) -> N
 @given(data=st.data())
 def test_measurement_files_for_fit(base: Path, data: st.DataObject) -> None:
     folder = workdir(base)
-    header = data.draw(st.sampled_from(["tokens,time", "tokens,ms", "x,y", "num_tokens,time_stats.mlp.mean",
-                                        "num_tokens,num_tensor_parallel_workers,time_stats.mlp.mean"]))
+    header = data.draw(
+        st.sampled_from([
+            "tokens,time",
+            "tokens,ms",
+            "x,y",
+            "num_tokens,time_stats.mlp.mean",
+            "num_tokens,num_tensor_parallel_workers,time_stats.mlp.mean",
+        ])
+    )
     columns = header.count(",") + 1
-    rows = data.draw(st.lists(st.lists(st.one_of(st.sampled_from(ODD_TEXT), st.integers(1, 4096).map(str)),
-                                       min_size=columns, max_size=columns), max_size=6))
-    csv = write_text(folder / "m.csv", "\n".join([header, *(",".join(r) for r in rows)]) + "\n",
-                     corrupt=data.draw(st.integers(0, 9)) == 0)
+    rows = data.draw(
+        st.lists(
+            st.lists(
+                st.one_of(st.sampled_from(ODD_TEXT), st.integers(1, 4096).map(str)), min_size=columns, max_size=columns
+            ),
+            max_size=6,
+        )
+    )
+    csv = write_text(
+        folder / "m.csv",
+        "\n".join([header, *(",".join(r) for r in rows)]) + "\n",
+        corrupt=data.draw(st.integers(0, 9)) == 0,
+    )
     existing = folder / "p.toml"
     existing.write_text("# an existing profile\n")
-    extra = data.draw(st.sampled_from([[], ["--out", str(existing)], ["--time-column", "ms", "--unit", "ms"],
-                                       ["--compare", "llama2-7b-a100"], ["--tp", "2"]]))
+    extra = data.draw(
+        st.sampled_from([
+            [],
+            ["--out", str(existing)],
+            ["--time-column", "ms", "--unit", "ms"],
+            ["--compare", "llama2-7b-a100"],
+            ["--tp", "2"],
+        ])
+    )
     code, _, _ = run(["fit", str(csv), *extra, "--json"], folder)
     if code != 0:
         assert existing.read_text() == "# an existing profile\n"
@@ -509,13 +618,32 @@ def toy_result() -> dict[str, Any]:
 
     instance = load_instance("toy-4")
     plan = build_plan(instance, simulator_for("vllm")(instance), block_size=16)
-    steps = [{"step": k, "batch": s.batch, "planned": dict(s.tokens), "scheduled": dict(s.tokens),
-              "preempted": list(s.preempt), "predicted_time": s.predicted_time, "measured_time": 1.1 * s.predicted_time,
-              "model_time": s.predicted_time, "schedule_time": 1e-4, "wall_times": [1.1 * s.predicted_time]}
-             for k, s in enumerate(plan.steps)]
-    return {"format": "optsched-vllm-result", "version": 1, "ok": True, "mismatches": [], "length_errors": [],
-            "outputs": {r.id: r.output_tokens for r in plan.requests}, "steps": steps,
-            "run": {"model": "tiny-llama", "device": "cpu"}, "plan": plan.to_dict()}
+    steps = [
+        {
+            "step": k,
+            "batch": s.batch,
+            "planned": dict(s.tokens),
+            "scheduled": dict(s.tokens),
+            "preempted": list(s.preempt),
+            "predicted_time": s.predicted_time,
+            "measured_time": 1.1 * s.predicted_time,
+            "model_time": s.predicted_time,
+            "schedule_time": 1e-4,
+            "wall_times": [1.1 * s.predicted_time],
+        }
+        for k, s in enumerate(plan.steps)
+    ]
+    return {
+        "format": "optsched-vllm-result",
+        "version": 1,
+        "ok": True,
+        "mismatches": [],
+        "length_errors": [],
+        "outputs": {r.id: r.output_tokens for r in plan.requests},
+        "steps": steps,
+        "run": {"model": "tiny-llama", "device": "cpu"},
+        "plan": plan.to_dict(),
+    }
 
 
 @pytest.mark.parametrize("kind", ["result", "plan", "steps"])
@@ -523,77 +651,222 @@ def toy_result() -> dict[str, Any]:
 @given(data=st.data())
 def test_results_plans_and_step_files(base: Path, toy_result: dict[str, Any], kind: str, data: st.DataObject) -> None:
     folder = workdir(base)
-    source = {"result": toy_result, "plan": toy_result["plan"],
-              "steps": {"grid": [{"tokens": 8, "time": 1.0}], "runs": {}, "time_unit": "ms"}}[kind]
+    source = {
+        "result": toy_result,
+        "plan": toy_result["plan"],
+        "steps": {"grid": [{"tokens": 8, "time": 1.0}], "runs": {}, "time_unit": "ms"},
+    }[kind]
     path = write_text(folder / "f.json", data.draw(mutated_json(source)), corrupt=data.draw(st.integers(0, 9)) == 0)
     if kind == "plan":
         argv = ["execute", str(path), "--model", "tiny-llama", "--out", str(folder / "res.json"), "--json"]
     elif kind == "steps":
         argv = ["fit", str(path), "--json"]
     else:
-        argv = ["validate", str(path), *data.draw(st.sampled_from([[], ["--profile-out", str(folder / "p.toml")],
-                                                                     ["--plot", str(folder / "p.png")], ["--timing", "model"]])),
-                "--json"]
+        argv = [
+            "validate",
+            str(path),
+            *data.draw(
+                st.sampled_from([
+                    [],
+                    ["--profile-out", str(folder / "p.toml")],
+                    ["--plot", str(folder / "p.png")],
+                    ["--timing", "model"],
+                ])
+            ),
+            "--json",
+        ]
     run(argv, folder)
 
 
 # --------------------------------------------------------------------------- command lines of every command
 
 FLAGS: dict[str, list[str]] = {
-    "simulate": ["--policy", "--out", "--requests-out", "--cost-model", "--token-budget", "--prefill-budget", "--kv-capacity",
-                 "--max-running", "--first", "--window", "--sample", "--seed", "--rate-scale", "--clip-prompt",
-                 "--offline", "--slo-ttft", "--format", "--model"],
+    "simulate": [
+        "--policy",
+        "--out",
+        "--requests-out",
+        "--cost-model",
+        "--token-budget",
+        "--prefill-budget",
+        "--kv-capacity",
+        "--max-running",
+        "--first",
+        "--window",
+        "--sample",
+        "--seed",
+        "--rate-scale",
+        "--clip-prompt",
+        "--offline",
+        "--slo-ttft",
+        "--format",
+        "--model",
+    ],
     "check": ["--requests-out", "--cost-model", "--first", "--kv-capacity"],
     "info": ["--out", "--cost-model", "--first", "--window", "--sample", "--seed", "--max-running"],
-    "solve": ["--problem", "--solver", "--time-limit", "--threads", "--objective", "--no-evict", "--method", "--warm-start",
-              "--log", "--option", "--out", "--requests-out", "--first"],
+    "solve": [
+        "--problem",
+        "--solver",
+        "--time-limit",
+        "--threads",
+        "--objective",
+        "--no-evict",
+        "--method",
+        "--warm-start",
+        "--log",
+        "--option",
+        "--out",
+        "--requests-out",
+        "--first",
+    ],
     "bound": ["--problem", "--solver", "--time-limit", "--objective", "--method", "--option", "--first"],
     "fit": ["--tp", "--tokens-column", "--time-column", "--unit", "--compare", "--out", "--name", "--loss", "--timing"],
-    "profile": ["--model", "--device", "--dtype", "--out", "--steps-out", "--tokens", "--repeats", "--warmup", "--threads"],
-    "plan": ["--method", "--target", "--heartbeat", "--gpus-per-worker", "--max-workers", "--solver", "--time-limit",
-             "--predict-bins", "--first"],
+    "profile": [
+        "--model",
+        "--device",
+        "--dtype",
+        "--out",
+        "--steps-out",
+        "--tokens",
+        "--repeats",
+        "--warmup",
+        "--threads",
+    ],
+    "plan": [
+        "--method",
+        "--target",
+        "--heartbeat",
+        "--gpus-per-worker",
+        "--max-workers",
+        "--solver",
+        "--time-limit",
+        "--predict-bins",
+        "--first",
+    ],
     "export": ["--format", "--out", "--instance", "--block-size", "--kv-blocks"],
     "execute": ["--model", "--dtype", "--out", "--repeats", "--warmup", "--kv-cache-bytes", "--seed", "--engine"],
     "validate": ["--timing", "--worst", "--plot", "--profile-out", "--profile-name", "--profile", "--instances"],
-    "generate": ["--name", "--n", "--prompt", "--output", "--type", "--arrivals", "--seed", "--cost-model", "--token-budget",
-                 "--kv-capacity", "--out"],
-    "report": ["--time-limit", "--html", "--objective", "--policies", "--problem", "--solve-max-requests", "--quiet",
-               "--requests-out", "--first"],
-    "sweep": ["--out", "--workers", "--resume", "--capacity", "--replicas", "--slo-ttft-p99", "--attainment", "--no-progress"],
+    "generate": [
+        "--name",
+        "--n",
+        "--prompt",
+        "--output",
+        "--type",
+        "--arrivals",
+        "--seed",
+        "--cost-model",
+        "--token-budget",
+        "--kv-capacity",
+        "--out",
+    ],
+    "report": [
+        "--time-limit",
+        "--html",
+        "--objective",
+        "--policies",
+        "--problem",
+        "--solve-max-requests",
+        "--quiet",
+        "--requests-out",
+        "--first",
+    ],
+    "sweep": [
+        "--out",
+        "--workers",
+        "--resume",
+        "--capacity",
+        "--replicas",
+        "--slo-ttft-p99",
+        "--attainment",
+        "--no-progress",
+    ],
     "sweep-report": ["--html"],
 }
 #: Flags without a value.
 SWITCHES = {"--offline", "--no-evict", "--log", "--quiet", "--resume", "--capacity", "--replicas", "--no-progress"}
 #: Values that make sense for some flags (the others get :data:`ODD_TEXT` and these).
-GOOD_VALUES = ["toy-4", "vllm", "sarathi", "all", "infermax", "hybrid", "gmax", "aladdin", "scls-batch", "hybrid-offline",
-               "cpsat", "highs", "cbc", "makespan", "ttft", "exact", "bestfit", "jsq", "llama2-7b-a100", "tiny-llama",
-               "vllm-replay", "chrome-trace", "8", "8,16", "normal:8,2", "poisson:5", "0:1", "0.5", "KEY=VALUE",
-               "relax=0", "max_cells=10", "horizon=3", "foo=1", "method=magic", "wall", "model", "gpu", "ms", "l1"]
+GOOD_VALUES = [
+    "toy-4",
+    "vllm",
+    "sarathi",
+    "all",
+    "infermax",
+    "hybrid",
+    "gmax",
+    "aladdin",
+    "scls-batch",
+    "hybrid-offline",
+    "cpsat",
+    "highs",
+    "cbc",
+    "makespan",
+    "ttft",
+    "exact",
+    "bestfit",
+    "jsq",
+    "llama2-7b-a100",
+    "tiny-llama",
+    "vllm-replay",
+    "chrome-trace",
+    "8",
+    "8,16",
+    "normal:8,2",
+    "poisson:5",
+    "0:1",
+    "0.5",
+    "KEY=VALUE",
+    "relax=0",
+    "max_cells=10",
+    "horizon=3",
+    "foo=1",
+    "method=magic",
+    "wall",
+    "model",
+    "gpu",
+    "ms",
+    "l1",
+]
 #: Positional arguments per command (drawn from these).
 POSITIONAL: dict[str, list[list[str]]] = {
-    "simulate": [["toy-4"], ["{inst}"]], "check": [["toy-4", "{sched}"], ["{inst}", "{sched}"]],
-    "info": [["toy-4"], ["{inst}"]], "solve": [["toy-4"], ["{inst}"]], "bound": [["toy-4"], ["{inst}"]],
-    "fit": [["{csv}"], ["{sched}"]], "profile": [[]], "plan": [["aladdin-fig3"], ["{inst}"]],
-    "export": [["{sched}"]], "execute": [["{plan}"]], "validate": [["{result}"], ["{sched}"]], "generate": [[]],
-    "report": [["toy-4"], ["{inst}"]], "sweep": [["{spec}"]], "sweep-report": [["{folder}"], ["{sched}"]],
+    "simulate": [["toy-4"], ["{inst}"]],
+    "check": [["toy-4", "{sched}"], ["{inst}", "{sched}"]],
+    "info": [["toy-4"], ["{inst}"]],
+    "solve": [["toy-4"], ["{inst}"]],
+    "bound": [["toy-4"], ["{inst}"]],
+    "fit": [["{csv}"], ["{sched}"]],
+    "profile": [[]],
+    "plan": [["aladdin-fig3"], ["{inst}"]],
+    "export": [["{sched}"]],
+    "execute": [["{plan}"]],
+    "validate": [["{result}"], ["{sched}"]],
+    "generate": [[]],
+    "report": [["toy-4"], ["{inst}"]],
+    "sweep": [["{spec}"]],
+    "sweep-report": [["{folder}"], ["{sched}"]],
 }
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory, toy_schedule: dict[str, Any], toy_result: dict[str, Any]) -> dict[str, str]:
+def files(
+    tmp_path_factory: pytest.TempPathFactory, toy_schedule: dict[str, Any], toy_result: dict[str, Any]
+) -> dict[str, str]:
     """Valid inputs the command lines name (read-only: each run writes into its own folder)."""
     folder = tmp_path_factory.mktemp("fuzz-inputs")
     paths = {
-        "inst": folder / "i.json", "sched": folder / "s.json", "csv": folder / "m.csv", "plan": folder / "plan.json",
-        "result": folder / "r.json", "spec": folder / "spec.json",
+        "inst": folder / "i.json",
+        "sched": folder / "s.json",
+        "csv": folder / "m.csv",
+        "plan": folder / "plan.json",
+        "result": folder / "r.json",
+        "spec": folder / "spec.json",
     }
     paths["inst"].write_text(json.dumps({**TOY, "name": "toy-4"}))
     paths["sched"].write_text(json.dumps(toy_schedule))
     paths["csv"].write_text("tokens,time\n1,0.25\n8,0.3\n64,0.5\n")
     paths["plan"].write_text(json.dumps(toy_result["plan"]))
     paths["result"].write_text(json.dumps(toy_result))
-    paths["spec"].write_text(json.dumps({"name": "fz", "workloads": [{"instance": "toy-4"}],
-                                         "run": {"simulate": ["vllm"], "bound": True}}))
+    paths["spec"].write_text(
+        json.dumps({"name": "fz", "workloads": [{"instance": "toy-4"}], "run": {"simulate": ["vllm"], "bound": True}})
+    )
     return {k: str(v) for k, v in paths.items()}
 
 
@@ -606,8 +879,19 @@ def command_line(draw: st.DrawFn, command: str, files: dict[str, str], folder: P
         if flag in SWITCHES:
             continue
         if flag in OUTPUT_FLAGS or flag == "--out":
-            argv.append(draw(st.sampled_from([str(folder / "o.json"), str(folder / "o.csv"), str(folder / "o.html"),
-                                              str(folder), str(folder / "nodir" / "o.json"), os.devnull, files["sched"]])))
+            argv.append(
+                draw(
+                    st.sampled_from([
+                        str(folder / "o.json"),
+                        str(folder / "o.csv"),
+                        str(folder / "o.html"),
+                        str(folder),
+                        str(folder / "nodir" / "o.json"),
+                        os.devnull,
+                        files["sched"],
+                    ])
+                )
+            )
         elif flag == "--time-limit":
             argv.append(draw(st.sampled_from(["0.3", "1", "0", "-1", "nan", "abc", "1e-300"])))
         else:
@@ -641,8 +925,15 @@ def test_command_lines_of_every_command(base: Path, files: dict[str, str], comma
 @given(data=st.data())
 def test_sweep_specs(base: Path, data: st.DataObject) -> None:
     folder = workdir(base)
-    spec = {"name": "fz", "workloads": [{"instance": "toy-4"}], "limits": {"kv_capacity": [600]},
-            "run": {"simulate": ["vllm"], "bound": True}}
-    path = write_text(folder / data.draw(st.sampled_from(["spec.json", "spec.yaml"])), data.draw(mutated_json(spec)),
-                      corrupt=data.draw(st.integers(0, 9)) == 0)
+    spec = {
+        "name": "fz",
+        "workloads": [{"instance": "toy-4"}],
+        "limits": {"kv_capacity": [600]},
+        "run": {"simulate": ["vllm"], "bound": True},
+    }
+    path = write_text(
+        folder / data.draw(st.sampled_from(["spec.json", "spec.yaml"])),
+        data.draw(mutated_json(spec)),
+        corrupt=data.draw(st.integers(0, 9)) == 0,
+    )
     run(["sweep", str(path), "--out", str(folder / "store"), "--workers", "1", "--no-progress", "--json"], folder)

@@ -55,8 +55,7 @@ def test_same_seed_same_instance_other_seed_differs():
 
 
 def test_types_split_in_equal_shares_and_poisson_arrivals():
-    inst = generate(101, [(Fixed(8), Fixed(512)), (Fixed(1024), Fixed(16))], name="mix",
-                    arrivals=Poisson(10.0), seed=3)
+    inst = generate(101, [(Fixed(8), Fixed(512)), (Fixed(1024), Fixed(16))], name="mix", arrivals=Poisson(10.0), seed=3)
     kinds = [r.prompt_tokens for r in inst.requests]
     assert kinds.count(8) == 51 and kinds.count(1024) == 50
     arr = np.array([r.arrival for r in inst.requests])

@@ -91,8 +91,12 @@ def test_compiled_cell_is_cell(seed):
     rng = np.random.default_rng(seed)
     grid = SuffixBound(p, 0.1, float(rng.choice([0.005, 0.05, 0.3])))
     points = np.arange(grid.cells + 2) * grid.step
-    starts = [*rng.uniform(-1.0, grid.cells * grid.step + 1.0, 200), *points, *np.nextafter(points, np.inf),
-              *np.nextafter(points, -np.inf)]
+    starts = [
+        *rng.uniform(-1.0, grid.cells * grid.step + 1.0, 200),
+        *points,
+        *np.nextafter(points, np.inf),
+        *np.nextafter(points, -np.inf),
+    ]
     for start in starts:
         assert grid_cell(float(start), float(grid.step), grid.cells) == grid.cell(float(start)), start
 

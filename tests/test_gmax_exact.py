@@ -57,7 +57,9 @@ def test_model_check_accepts_slack_in_t_but_not_a_shortfall():
 def test_exact_equals_exhaustive_and_beats_sa(seed):
     p = small_instance(seed)
     g_ex, _, _ = exhaustive_g(p)
-    solver, method = [("highs", "dinkelbach"), ("cpsat", "fixed-n"), ("highs", "fixed-n"), ("cpsat", "dinkelbach")][seed % 4]
+    solver, method = [("highs", "dinkelbach"), ("cpsat", "fixed-n"), ("highs", "fixed-n"), ("cpsat", "dinkelbach")][
+        seed % 4
+    ]
     res = solve_exact(p, make_backend(p, solver), method)
     assert res.status == "optimal"
     assert res.G == pytest.approx(g_ex, rel=1e-9)
@@ -134,8 +136,9 @@ def test_no_dinkelbach_step_starts_that_cannot_be_set_up_before_the_limit():
             time.sleep(0.2)
             better = ranked[min(self.calls, len(ranked) - 1)]
             n, t = g_core(p, better)
-            return SubResult(status=Status.FEASIBLE, batches=better, n=n, t=t, objective=0.0, wall=0.0,
-                             info={"lambda": n_inc / t})
+            return SubResult(
+                status=Status.FEASIBLE, batches=better, n=n, t=t, objective=0.0, wall=0.0, info={"lambda": n_inc / t}
+            )
 
     inc = BestSchedule(p)
     inc.offer(ranked[0])

@@ -100,7 +100,11 @@ def test_refuted_lambda_bounds_every_completion_of_the_open_nodes(seed):
     picks = [best] + [schedules[k] for k in rng.choice(len(schedules), size=min(3, len(schedules)), replace=False)]
     prefixes = {tuple(map(tuple, s[:k])) for s in picks for k in range(len(s))}
     pi_cg = lagrangian_multipliers(p, g_ex, [best], 0.01, None)[0]
-    for pi, step in ((pi_cg, 0.01), (rng.normal(0.0, 0.5, p.n_requests), 0.7), (rng.normal(0.0, 0.5, p.n_requests), 0.005)):
+    for pi, step in (
+        (pi_cg, 0.01),
+        (rng.normal(0.0, 0.5, p.n_requests), 0.7),
+        (rng.normal(0.0, 0.5, p.n_requests), 0.005),
+    ):
         nodes = {prefix: search_node(p, prefix, pi) for prefix in prefixes}
         for group in [[prefix] for prefix in prefixes] + [list(prefixes)]:
             mu = refuted_lambda(p, pi, [nodes[prefix] for prefix in group], 0.0, 4.0 * g_ex + 1.0, step, None)

@@ -1,6 +1,5 @@
 """G-maximisation's slot MILP (gmax/milp.py): every schedule is a point of the model."""
 
-
 import numpy as np
 import pytest
 

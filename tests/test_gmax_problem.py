@@ -32,12 +32,25 @@ def test_toy_values_match_the_paper():
 
 def test_evaluator_semantics_chat_and_e2e():
     data = {
-        "name": "sem", "cost_model": "llama2-7b-a100", "max_batch_size": 2,
+        "name": "sem",
+        "cost_model": "llama2-7b-a100",
+        "max_batch_size": 2,
         "requests": [
-            {"id": "a", "prompt_tokens": 1, "output_tokens": 10, "task": "chat", "slo": {"ttft": 0.35, "tpot": 0.02},
-             "static_times": {"unit": "ms", "exec": [200, 300], "prefill": [50, 80], "tpot": [15, 25]}},
-            {"id": "b", "prompt_tokens": 1, "output_tokens": 10, "slo": {"e2e": 0.5},
-             "static_times": {"exec": [0.3, 0.4]}},
+            {
+                "id": "a",
+                "prompt_tokens": 1,
+                "output_tokens": 10,
+                "task": "chat",
+                "slo": {"ttft": 0.35, "tpot": 0.02},
+                "static_times": {"unit": "ms", "exec": [200, 300], "prefill": [50, 80], "tpot": [15, 25]},
+            },
+            {
+                "id": "b",
+                "prompt_tokens": 1,
+                "output_tokens": 10,
+                "slo": {"e2e": 0.5},
+                "static_times": {"exec": [0.3, 0.4]},
+            },
         ],
     }
     p = GmaxProblem.from_instance(parse_instance(data))

@@ -1,6 +1,5 @@
 """G-maximisation's heuristics (gmax/sa.py): instance assignment, Algorithm 2, the local search's deadline."""
 
-
 import pytest
 
 from optsched.instance import parse_instance
@@ -29,8 +28,11 @@ def test_algorithm2_schedules_each_instance_and_sums_g():
     schedules, n, t = slo_aware_scheduling(p, [cap, cap, cap], SAParams(iters=10))
     assert sorted(i for sched in schedules for b in sched for i in b) == list(range(9))
     parts = inst_assign(p, [cap, cap, cap])
-    judged = [evaluate_g(p.subset(part), [[part.index(i) for i in b] for b in sched])
-              for part, sched in zip(parts, schedules) if part]
+    judged = [
+        evaluate_g(p.subset(part), [[part.index(i) for i in b] for b in sched])
+        for part, sched in zip(parts, schedules)
+        if part
+    ]
     assert n == sum(j.n for j in judged) and t == pytest.approx(sum(j.t for j in judged))
 
 

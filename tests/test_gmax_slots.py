@@ -1,6 +1,5 @@
 """G-maximisation's slot data (gmax/slots.py): the group start bound and the time budget."""
 
-
 import numpy as np
 
 from optsched.problems.gmax.problem import g_core

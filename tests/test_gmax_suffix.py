@@ -133,8 +133,11 @@ def _pseudo_schedule_values(suffix, rest: list[int], q: int, cell: int) -> list[
             for batch in combinations(rest, s):
                 rows = suffix.rank[s - 1][list(batch)]
                 lead = int(rows.max())
-                value = float((suffix.ontime[s - 1][rows, g] - suffix.lam * suffix.dur[s - 1][rows]
-                               - suffix.pi[list(batch)]).sum())
+                value = float(
+                    (
+                        suffix.ontime[s - 1][rows, g] - suffix.lam * suffix.dur[s - 1][rows] - suffix.pi[list(batch)]
+                    ).sum()
+                )
                 value -= suffix.lam * (nreq - q - s) * suffix.dur[s - 1][lead]
                 step = int(suffix.steps(suffix.dur[s - 1][lead : lead + 1])[0])
                 walk(q + s, min(g + step, suffix.cells - 1), acc + value)
@@ -152,8 +155,12 @@ def test_search_restricted_bound_is_the_best_pseudo_schedule(seed):
 
     p = small_instance(seed)
     rng = np.random.default_rng(seed)
-    nodes = {tuple(tuple(b) for b in s[:k]) for s in ordered_partitions(p) for k in (1, 2, 3)
-             if k < len(s) and p.n_requests - sum(len(b) for b in s[:k]) <= 4}
+    nodes = {
+        tuple(tuple(b) for b in s[:k])
+        for s in ordered_partitions(p)
+        for k in (1, 2, 3)
+        if k < len(s) and p.n_requests - sum(len(b) for b in s[:k]) <= 4
+    }
     lam = 0.05 + 0.1 * rng.random()
     for step in (0.005, 0.4, 1.0):
         suffix = SuffixBound(p, lam, step)

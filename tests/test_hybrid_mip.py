@@ -119,8 +119,10 @@ def test_mip_with_arrivals_equals_exhaustive_and_waits(seed: int) -> None:
     before its request's arrival: that replay failure was exit 3), and the bound is at most it."""
     rng = random.Random(100 + seed)
     base = tiny_instance(seed, 3 + seed % 2)
-    reqs = tuple(Request(r.id, rng.choice([0.0, rng.uniform(0.0, 0.4)]), r.prompt_tokens, min(r.output_tokens, 4))
-                 for r in base.requests)
+    reqs = tuple(
+        Request(r.id, rng.choice([0.0, rng.uniform(0.0, 0.4)]), r.prompt_tokens, min(r.output_tokens, 4))
+        for r in base.requests
+    )
     inst = Instance(base.name, base.cost_model, base.limits, reqs)
     res = solve(inst, {"solver": "highs", "time_limit": 120})
     assert res.replay is not None and res.replay.feasible

@@ -60,7 +60,11 @@ def test_heuristics_never_beat_optimum_and_bound_never_exceeds_it() -> None:
     for p, m in random_cases(40, seed=3):
         opt = brute_pcmax(p, m)
         assert pcmax_lower_bound(p, m) <= opt
-        for client in (lpt(p, m), local_search(p, m, lpt(p, m)), repack_pairs(p, m, lpt(p, m), pcmax_lower_bound(p, m))):
+        for client in (
+            lpt(p, m),
+            local_search(p, m, lpt(p, m)),
+            repack_pairs(p, m, lpt(p, m), pcmax_lower_bound(p, m)),
+        ):
             assert max(loads_of(p, client, m), default=0) >= opt
 
 

@@ -20,11 +20,13 @@ PAPER_METHODS = ["hybrid-baseline", "hybrid-offline", "hybrid-online", "hybrid"]
 
 
 def tiny(reqs: list[tuple[int, int]], clients: int, arrivals: list[float] | None = None, **limits: int) -> Instance:
-    requests = tuple(
-        Request(f"r{i}", (arrivals or [0.0] * len(reqs))[i], p, o) for i, (p, o) in enumerate(reqs)
+    requests = tuple(Request(f"r{i}", (arrivals or [0.0] * len(reqs))[i], p, o) for i, (p, o) in enumerate(reqs))
+    lim = Limits(
+        token_budget=limits.get("cap", 2048),
+        prefill_budget=limits.get("cap", 2048),
+        kv_capacity=limits.get("kv"),
+        max_running=clients,
     )
-    lim = Limits(token_budget=limits.get("cap", 2048), prefill_budget=limits.get("cap", 2048),
-                 kv_capacity=limits.get("kv"), max_running=clients)
     return Instance("tiny", load_cost_model("llama-65b-ascend8"), lim, requests)
 
 

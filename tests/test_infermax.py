@@ -75,8 +75,12 @@ def test_highs_and_cbc_agree_with_cpsat(seed: int) -> None:
 def test_no_hybrid_and_no_chunk_match_exhaustive(seed: int) -> None:
     inst = tiny_instance(seed)
     for flags in ({"no_hybrid": True}, {"no_chunk": True}, {"no_hybrid": True, "no_evict": True}):
-        found = exhaustive_makespan(inst, evict=not flags.get("no_evict", False),
-                                    chunk=not flags.get("no_chunk", False), hybrid=not flags.get("no_hybrid", False))
+        found = exhaustive_makespan(
+            inst,
+            evict=not flags.get("no_evict", False),
+            chunk=not flags.get("no_chunk", False),
+            hybrid=not flags.get("no_hybrid", False),
+        )
         res = solve(inst, **flags)
         if found is None:
             assert res.status == "infeasible" and res.schedule is None
@@ -120,9 +124,15 @@ def test_online_arrivals(seed: int) -> None:
 
 
 def test_impossible_prefill_is_infeasible() -> None:
-    inst = parse_instance({"name": "x", "cost_model": "llama2-7b-a100",
-                           "limits": {"token_budget": 4, "prefill_budget": 2},
-                           "requests": [{"id": "a", "prompt_tokens": 3, "output_tokens": 2}]}, "x")
+    inst = parse_instance(
+        {
+            "name": "x",
+            "cost_model": "llama2-7b-a100",
+            "limits": {"token_budget": 4, "prefill_budget": 2},
+            "requests": [{"id": "a", "prompt_tokens": 3, "output_tokens": 2}],
+        },
+        "x",
+    )
     res = solve(inst, no_chunk=True)
     assert res.status == "infeasible" and "'a'" in res.message
 
@@ -150,9 +160,23 @@ def test_cli_solve_json(tmp_path: Path) -> None:
     path.write_text(json.dumps(inst.to_dict()))
     out = tmp_path / "sched.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "optsched", "solve", str(path), "--problem", "infermax", "--json",
-         "--threads", "1", "--out", str(out)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "optsched",
+            "solve",
+            str(path),
+            "--problem",
+            "infermax",
+            "--json",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
@@ -189,7 +213,7 @@ def _fixed_model_value(inst, schedule) -> float | None:
     solver.parameters.num_workers = 1
     if solver.Solve(b.m) != cp_model.OPTIMAL:
         return None
-    return solver.ObjectiveValue() / 10**integer_scaling(data).power
+    return solver.ObjectiveValue() / 10 ** integer_scaling(data).power
 
 
 @pytest.mark.parametrize("seed", range(0, 32, 3))

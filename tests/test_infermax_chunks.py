@@ -113,8 +113,9 @@ def last_chunk_units(sizes: list[int], earlier: list[int], free: int) -> int:
     best = None
     for moved in itertools.product(*(range(x if e else 1) for x, e in zip(sizes, earlier))):
         if sum(moved) <= free:
-            units = sum((x - a) * (x - a - 1) + (a * (a - 1) if e == 1 else 0)
-                        for x, a, e in zip(sizes, moved, earlier))
+            units = sum(
+                (x - a) * (x - a - 1) + (a * (a - 1) if e == 1 else 0) for x, a, e in zip(sizes, moved, earlier)
+            )
             best = units if best is None else min(best, units)
     return best
 
@@ -187,8 +188,9 @@ def test_shortest_path_over_states_is_the_least_path_with_last_chunks(seed: int)
         k = Coefficients.from_cost_model(inst.cost_model)
         order, togo = near_nodes(graph, threshold)
         keys, steps = new_lists()
-        got = least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT,
-                                  np.int64(threshold), keys, steps)[0]
+        got = least_with_squares(
+            order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT, np.int64(threshold), keys, steps
+        )[0]
         want = min([threshold] + [c + path_squares(inst, graph, list(p)) for c, p in all_paths_below(graph, threshold)])
         assert got == want, (seed, inst.cost_model)
 
@@ -207,8 +209,9 @@ def test_shortest_path_over_states_on_memory_bound_instances(n: int, seed: int) 
     paths = near_paths(graph, threshold, max_paths=10**5)
     order, togo = near_nodes(graph, threshold)
     keys, steps = new_lists()
-    got = least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT,
-                              np.int64(threshold), keys, steps)[0]
+    got = least_with_squares(
+        order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT, np.int64(threshold), keys, steps
+    )[0]
     assert got == min([threshold] + [c + path_squares(inst, graph, p) for c, p in paths])
     assert shortest < got < threshold
 
@@ -260,9 +263,18 @@ def test_chunked_schedule_evicts_before_an_early_chunk() -> None:
     it (an evicted request takes no item in its batch); the schedule replays cleanly, below the
     same path with r0's refill whole and its residents decoding (the search's path schedule, which
     also refills r0 where the last edge's cost takes the refill branch, is lower still)."""
-    inst = parse_instance({"name": "early", "cost_model": "llama2-7b-a100", "limits": {"kv_capacity": 20},
-                           "requests": [{"id": "r0", "prompt_tokens": 4, "output_tokens": 4},
-                                        {"id": "r1", "prompt_tokens": 2, "output_tokens": 2}]}, "early")
+    inst = parse_instance(
+        {
+            "name": "early",
+            "cost_model": "llama2-7b-a100",
+            "limits": {"kv_capacity": 20},
+            "requests": [
+                {"id": "r0", "prompt_tokens": 4, "output_tokens": 4},
+                {"id": "r1", "prompt_tokens": 2, "output_tokens": 2},
+            ],
+        },
+        "early",
+    )
     path = [((0, 0), 0), ((1, 0), 1), ((2, 0), 1), ((2, 1), 2), ((3, 2), 1), ((4, 2), 0)]
     sched = chunked_schedule_of(inst, path)
     rep = replay(inst, sched)
@@ -283,13 +295,26 @@ def chunked_schedule() -> Schedule:
     """CP-SAT's best schedule of scale N = 4 seed 0 (a 120 s solve): like the
     relaxation's path, but r0's prompt is prefilled as 1 + 12 tokens, r1's as 1 + 1."""
     runs = [  # (items, evictions, repeated)
-        ({"r0": 1, "r2": 16, "r3": 10}, (), 1), ({"r2": 1, "r3": 1}, (), 4), ({"r2": 1}, ("r3",), 1),
-        ({"r2": 1}, (), 7), ({"r0": 12, "r1": 1, "r3": 15}, (), 1), ({"r0": 1, "r3": 1}, (), 3),
-        ({"r3": 1}, ("r0",), 1), ({"r3": 1}, (), 6), ({"r0": 17, "r1": 1}, (), 1),
-        ({"r0": 1, "r1": 1}, (), 8), ({"r0": 1}, (), 1),
+        ({"r0": 1, "r2": 16, "r3": 10}, (), 1),
+        ({"r2": 1, "r3": 1}, (), 4),
+        ({"r2": 1}, ("r3",), 1),
+        ({"r2": 1}, (), 7),
+        ({"r0": 12, "r1": 1, "r3": 15}, (), 1),
+        ({"r0": 1, "r3": 1}, (), 3),
+        ({"r3": 1}, ("r0",), 1),
+        ({"r3": 1}, (), 6),
+        ({"r0": 17, "r1": 1}, (), 1),
+        ({"r0": 1, "r1": 1}, (), 8),
+        ({"r0": 1}, (), 1),
     ]
-    return Schedule("scale-n4-s0", tuple(Batch(tuple(Item(rid, n) for rid, n in items.items()), evict)
-                          for items, evict, times in runs for _ in range(times)))
+    return Schedule(
+        "scale-n4-s0",
+        tuple(
+            Batch(tuple(Item(rid, n) for rid, n in items.items()), evict)
+            for items, evict, times in runs
+            for _ in range(times)
+        ),
+    )
 
 
 def test_scale_n4_seed0_gap_of_the_quadratic_term_is_closed() -> None:

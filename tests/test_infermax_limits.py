@@ -71,7 +71,9 @@ def test_candidates_after_the_deadline() -> None:
     assert list(passed) == [next(iter(everything))]
     warm = list(everything)[-2]
     assert list(initial_candidates(inst, InferMaxOptions.parse({"warm_start": warm}), time.perf_counter()).found) == [
-        next(iter(everything)), warm]
+        next(iter(everything)),
+        warm,
+    ]
     only_serial = initial_candidates(inst, InferMaxOptions.parse({"no_chunk": True}), time.perf_counter()).found
     assert list(only_serial) == ["serial"]
 

@@ -31,23 +31,36 @@ from optsched.schedule import replay
 from tests.support.infermax_bruteforce import exhaustive_makespan
 
 #: The audit's profile: prefill bias 25 ms + 0.13 ms/token, decode bias 29 ms + 0.21 ms/token.
-BIAS_DOMINATED = {"layers": 1, "prefill": {"bias": 0.025, "per_token": 1.3e-4},
-                  "decode": {"bias": 0.029, "per_token": 2.1e-4}}
+BIAS_DOMINATED = {
+    "layers": 1,
+    "prefill": {"bias": 0.025, "per_token": 1.3e-4},
+    "decode": {"bias": 0.029, "per_token": 2.1e-4},
+}
 #: Biases again dominate, with a quadratic prefill term and KV reads (both phases' terms matter).
-BIAS_QUADRATIC = {"layers": 2, "base": 1e-3, "prefill": {"bias": 0.01, "per_token": 2e-4, "per_token_sq": 1e-5},
-                  "decode": {"bias": 0.02, "per_token": 1e-4, "per_kv": 1e-5}}
+BIAS_QUADRATIC = {
+    "layers": 2,
+    "base": 1e-3,
+    "prefill": {"bias": 0.01, "per_token": 2e-4, "per_token_sq": 1e-5},
+    "decode": {"bias": 0.02, "per_token": 1e-4, "per_kv": 1e-5},
+}
 PROFILES = (BIAS_DOMINATED, BIAS_QUADRATIC, "llama2-7b-a100")
 
 
 def audit_instance() -> Instance:
     """I = 3, O = 2, 2, 3; C = P = 4096, M unlimited, max_running 1, the bias-dominated profile."""
-    return parse_instance({
-        "name": "bias3", "cost_model": BIAS_DOMINATED,
-        "limits": {"token_budget": 4096, "prefill_budget": 4096, "kv_capacity": None, "max_running": 1},
-        "requests": [{"id": "a", "prompt_tokens": 3, "output_tokens": 2},
-                     {"id": "b", "prompt_tokens": 3, "output_tokens": 2},
-                     {"id": "c", "prompt_tokens": 3, "output_tokens": 3}],
-    }, "bias3")
+    return parse_instance(
+        {
+            "name": "bias3",
+            "cost_model": BIAS_DOMINATED,
+            "limits": {"token_budget": 4096, "prefill_budget": 4096, "kv_capacity": None, "max_running": 1},
+            "requests": [
+                {"id": "a", "prompt_tokens": 3, "output_tokens": 2},
+                {"id": "b", "prompt_tokens": 3, "output_tokens": 2},
+                {"id": "c", "prompt_tokens": 3, "output_tokens": 3},
+            ],
+        },
+        "bias3",
+    )
 
 
 def running_instance(seed: int) -> Instance:
@@ -55,16 +68,26 @@ def running_instance(seed: int) -> Instance:
     :data:`PROFILES`."""
     rng = random.Random(seed)
     running = 1 + seed % 2
-    reqs = [{"id": f"r{i}", "prompt_tokens": rng.randint(1, 3), "output_tokens": rng.randint(1, 3)}
-            for i in range(rng.randint(running + 1, 3))]
+    reqs = [
+        {"id": f"r{i}", "prompt_tokens": rng.randint(1, 3), "output_tokens": rng.randint(1, 3)}
+        for i in range(rng.randint(running + 1, 3))
+    ]
     need = max(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
     C = rng.choice([3, 4, 4096])
-    return parse_instance({
-        "name": f"running-{seed}", "cost_model": PROFILES[seed % len(PROFILES)],
-        "limits": {"token_budget": C, "prefill_budget": rng.choice([p for p in (2, 3, 4096) if p <= C]),
-                   "kv_capacity": rng.choice([None, need, need + 2]), "max_running": running},
-        "requests": reqs,
-    }, f"running-{seed}")
+    return parse_instance(
+        {
+            "name": f"running-{seed}",
+            "cost_model": PROFILES[seed % len(PROFILES)],
+            "limits": {
+                "token_budget": C,
+                "prefill_budget": rng.choice([p for p in (2, 3, 4096) if p <= C]),
+                "kv_capacity": rng.choice([None, need, need + 2]),
+                "max_running": running,
+            },
+            "requests": reqs,
+        },
+        f"running-{seed}",
+    )
 
 
 def solve(inst: Instance, **options):

@@ -6,7 +6,6 @@ the other objectives only backend against backend. Here the exhaustive search
 the mean TTFT (offline) and for the makespan with online arrivals (docs/infermax.md, fixes C10, C11).
 """
 
-
 import pytest
 
 from optsched.result import replayed_objective
@@ -50,7 +49,9 @@ def test_online_makespan_reaches_exhaustive_optimum(seed: int, evict: bool) -> N
 @pytest.mark.parametrize("seed", [0, 7, 9])
 def test_mip_reaches_exhaustive_completion_and_online_optima(seed: int) -> None:
     offline, online = tiny_instance(seed), tiny_instance(seed, arrivals=True)
-    check_result(offline, solve_mip(offline, objective="completion"), reference(offline, "completion", True), "completion")
+    check_result(
+        offline, solve_mip(offline, objective="completion"), reference(offline, "completion", True), "completion"
+    )
     check_result(online, solve_mip(online), reference(online, "makespan", True))
 
 

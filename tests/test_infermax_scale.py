@@ -43,16 +43,23 @@ TINY = range(32)
 def small_instance(seed: int, n: int = 20, share: float = 0.4, profile: str = "llama2-7b-a100"):
     """n requests with I, O in 1..24, M = ``share`` of the KV need (at least the largest request's)."""
     rng = random.Random(seed)
-    reqs = [{"id": f"r{k}", "prompt_tokens": rng.randint(1, 24), "output_tokens": rng.randint(1, 24)}
-            for k in range(n)]
+    reqs = [{"id": f"r{k}", "prompt_tokens": rng.randint(1, 24), "output_tokens": rng.randint(1, 24)} for k in range(n)]
     need = [r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs]
     C = rng.choice([32, 64, 4096])
-    return parse_instance({
-        "name": f"small-{seed}", "cost_model": profile,
-        "limits": {"token_budget": C, "prefill_budget": rng.choice([p for p in (16, 32, 64) if p <= C]),
-                   "kv_capacity": max(max(need), int(share * sum(need))), "max_running": rng.choice([None, 6])},
-        "requests": reqs,
-    }, f"small-{seed}")
+    return parse_instance(
+        {
+            "name": f"small-{seed}",
+            "cost_model": profile,
+            "limits": {
+                "token_budget": C,
+                "prefill_budget": rng.choice([p for p in (16, 32, 64) if p <= C]),
+                "kv_capacity": max(max(need), int(share * sum(need))),
+                "max_running": rng.choice([None, 6]),
+            },
+            "requests": reqs,
+        },
+        f"small-{seed}",
+    )
 
 
 def random_plan(data, rng: random.Random, evictions: bool = True) -> Plan:
@@ -60,11 +67,16 @@ def random_plan(data, rng: random.Random, evictions: bool = True) -> Plan:
     n = len(data.prompt)
     segs = []
     for i in range(n):
-        cuts = sorted(rng.sample(range(1, int(data.output[i])), k=min(rng.choice([0, 0, 1, 2]), int(data.output[i]) - 1))) \
-            if evictions and data.output[i] > 1 else []
+        cuts = (
+            sorted(rng.sample(range(1, int(data.output[i])), k=min(rng.choice([0, 0, 1, 2]), int(data.output[i]) - 1)))
+            if evictions and data.output[i] > 1
+            else []
+        )
         bounds_ = [0] + cuts + [int(data.output[i])]
         q = rng.choice([1, 2, 3, 8, 1 << 30])
-        segs.append([(i, a, b, max(1, min(q, data.P, data.C, int(data.prompt[i]) + a))) for a, b in zip(bounds_, bounds_[1:])])
+        segs.append([
+            (i, a, b, max(1, min(q, data.P, data.C, int(data.prompt[i]) + a))) for a, b in zip(bounds_, bounds_[1:])
+        ])
     order = []
     pending = [list(s) for s in segs]
     while any(pending):
@@ -103,7 +115,12 @@ def test_earliest_start_is_the_first_that_fits(seed):
     kv = rng.integers(0, 45, T)
     kv[rng.random(T) < 0.2] = 0
     pre, tok, run = rng.integers(0, 6, T), rng.integers(0, 10, T), rng.integers(0, R + 1, T)
-    X, q, n_dec, grid = int(rng.integers(1, 12)), int(rng.integers(1, 8)), int(rng.integers(0, 30)), int(rng.integers(1, 4))
+    X, q, n_dec, grid = (
+        int(rng.integers(1, 12)),
+        int(rng.integers(1, 8)),
+        int(rng.integers(0, 30)),
+        int(rng.integers(1, 4)),
+    )
     n_fill = -(-X // q)
     if seed >= 200:
         grid, n_dec = 1, max(n_dec, 2)
@@ -120,10 +137,13 @@ def test_earliest_start_is_the_first_that_fits(seed):
     got = plans.earliest_start(plans_kv, pad(pre), pad(tok), pad(run), t0, X, q, n_fill, length, grid, M, P, C, R)
     want = -1
     for t in range(t0, len(plans_kv) - length + 1, grid):
-        if all(plans_kv[t + k] + plans.segment_at(X, q, k)[0] <= M
-               and pad(pre)[t + k] + plans.segment_at(X, q, k)[1] <= P
-               and pad(tok)[t + k] + max(1, plans.segment_at(X, q, k)[1]) <= C and pad(run)[t + k] < R
-               for k in range(length)):
+        if all(
+            plans_kv[t + k] + plans.segment_at(X, q, k)[0] <= M
+            and pad(pre)[t + k] + plans.segment_at(X, q, k)[1] <= P
+            and pad(tok)[t + k] + max(1, plans.segment_at(X, q, k)[1]) <= C
+            and pad(run)[t + k] < R
+            for k in range(length)
+        ):
             want = t
             break
     assert got == want
@@ -201,10 +221,15 @@ def test_kv_time_bound_below_the_exhaustive_optimum(seed):
 
 
 def test_kv_time_count_sees_few_requests_filling_a_large_memory():
-    inst = parse_instance({"name": "m", "cost_model": "llama2-7b-a100",
-                           "limits": {"token_budget": 4096, "prefill_budget": 4096, "kv_capacity": 10000},
-                           "requests": [{"id": f"r{k}", "prompt_tokens": 64, "output_tokens": 1024} for k in range(32)]},
-                          "m")
+    inst = parse_instance(
+        {
+            "name": "m",
+            "cost_model": "llama2-7b-a100",
+            "limits": {"token_budget": 4096, "prefill_budget": 4096, "kv_capacity": 10000},
+            "requests": [{"id": f"r{k}", "prompt_tokens": 64, "output_tokens": 1024} for k in range(32)],
+        },
+        "m",
+    )
     assert batch_counts(inst)[0] == 1886
     assert kv_time_count(inst) == 1985
 
@@ -257,7 +282,10 @@ def test_pricing_is_the_least_over_every_trajectory(seed):
     spikes = np.where(rng.random(T) < 0.3, 50.0, 1.0)  # batches where generating costs much: idling pays
     mu, rv, iv = rng.random(T) * 0.1, rng.random(T) * 0.01, rng.random(T) * 0.1 * spikes
     scale = 1.0 if seed % 2 else 0.01  # refills dear (idling pays) or cheap (evicting pays)
-    rho, dex = np.concatenate([[0, 0], scale * (1 + rng.random(O - 1))]), np.concatenate([[0, 0], rng.random(O - 1) * 0.05])
+    rho, dex = (
+        np.concatenate([[0, 0], scale * (1 + rng.random(O - 1))]),
+        np.concatenate([[0, 0], rng.random(O - 1) * 0.05]),
+    )
     fin, ch_u, ch_r, ch_f = colgen.least_trajectory_cost(I, O, T, mu, rv, iv, rho, dex)
     assert fin.min() == pytest.approx(_brute_least(I, O, T, mu, rv, iv, rho, dex), rel=1e-12, abs=1e-15)
     end = int(np.argmin(fin))

@@ -163,9 +163,12 @@ def pattern_instance(inst, members: tuple[int, ...]):
 def least_costs_to_the_goal(graph: Graph) -> dict[Node, int]:
     """The least cost from every node to the goal over the graph's edges, by relaxing every edge
     until nothing changes (Bellman-Ford, toward the goal); a node without a path is left out."""
-    nodes = [(G, res) for G in itertools.product(*(range(int(o) + 1) for o in graph.O))
-             for res in range(1 << graph.N)
-             if all(0 < G[i] < graph.O[i] for i in range(graph.N) if res >> i & 1)]
+    nodes = [
+        (G, res)
+        for G in itertools.product(*(range(int(o) + 1) for o in graph.O))
+        for res in range(1 << graph.N)
+        if all(0 < G[i] < graph.O[i] for i in range(graph.N) if res >> i & 1)
+    ]
     edges = {node: graph.edges(*node) for node in nodes}
     least = {(tuple(int(o) for o in graph.O), 0): 0}
     changed = True
@@ -290,11 +293,16 @@ def test_time_limit_when_every_node_has_many_children() -> None:
     node has thousands of edges. It has more than MAX_REQUESTS requests, so it gets the start's
     estimate, and the time limit holds."""
     rng = random.Random(0)
-    reqs = [{"id": f"r{k}", "prompt_tokens": rng.randint(1, 64), "output_tokens": rng.randint(1, 12)}
-            for k in range(51)]
+    reqs = [
+        {"id": f"r{k}", "prompt_tokens": rng.randint(1, 64), "output_tokens": rng.randint(1, 12)} for k in range(51)
+    ]
     M = max(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
-    inst = parse_instance({"name": "many-children", "cost_model": "llama-65b-ascend8",
-                           "limits": {"token_budget": 8, "kv_capacity": M, "max_running": 2}, "requests": reqs})
+    inst = parse_instance({
+        "name": "many-children",
+        "cost_model": "llama-65b-ascend8",
+        "limits": {"token_budget": 8, "kv_capacity": M, "max_running": 2},
+        "requests": reqs,
+    })
     t0 = time.perf_counter()
     res = relaxation_search(inst, time_limit=0.5)
     assert time.perf_counter() - t0 < 2.0  # generous: a loaded machine
@@ -330,10 +338,15 @@ def test_beam_paths_hold_the_budgets_when_whole_fills_fit() -> None:
     """Two prompts of 5 tokens under P = C = 8: the relaxation's shortest path fills both in one
     batch (10 prefill tokens), which its schedule cannot do; the beams search only batches that hold
     P and C, so the schedule returned replays cleanly, at a value above the bound."""
-    inst = parse_instance({"name": "p", "cost_model": "llama2-7b-a100",
-                           "limits": {"token_budget": 8, "prefill_budget": 8, "kv_capacity": 20},
-                           "requests": [{"id": f"r{k}", "prompt_tokens": 5, "output_tokens": 3} for k in range(2)]},
-                          "p")
+    inst = parse_instance(
+        {
+            "name": "p",
+            "cost_model": "llama2-7b-a100",
+            "limits": {"token_budget": 8, "prefill_budget": 8, "kv_capacity": 20},
+            "requests": [{"id": f"r{k}", "prompt_tokens": 5, "output_tokens": 3} for k in range(2)],
+        },
+        "p",
+    )
     graph = Graph(inst)
     assert graph.whole_fills_fit
     exact = Run(graph, UNBOUNDED)

@@ -25,18 +25,38 @@ pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "pos
 def gmax_instance(path: Path, n: int = 40) -> Path:
     """A static-batching instance whose CP-SAT G-maximisation runs to any time limit of a minute."""
     rng = random.Random(0)
-    reqs = [{"id": f"r{i}", "prompt_tokens": rng.randint(16, 512), "output_tokens": rng.randint(8, 256),
-             "task": "e2e", "slo": {"e2e": round(rng.uniform(2, 20), 3)}} for i in range(n)]
-    path.write_text(json.dumps({"name": "gmax40", "cost_model": "llama2-7b-a100", "max_batch_size": 4,
-                                "static_latency": "qwen2.5-7b-2xv100", "requests": reqs}))
+    reqs = [
+        {
+            "id": f"r{i}",
+            "prompt_tokens": rng.randint(16, 512),
+            "output_tokens": rng.randint(8, 256),
+            "task": "e2e",
+            "slo": {"e2e": round(rng.uniform(2, 20), 3)},
+        }
+        for i in range(n)
+    ]
+    path.write_text(
+        json.dumps({
+            "name": "gmax40",
+            "cost_model": "llama2-7b-a100",
+            "max_batch_size": 4,
+            "static_latency": "qwen2.5-7b-2xv100",
+            "requests": reqs,
+        })
+    )
     return path
 
 
 def start(*argv: str) -> subprocess.Popen:
     """``python -m optsched ARGV`` with SIGINT at its default (a test runner may ignore it)."""
-    return subprocess.Popen([sys.executable, "-m", "optsched", *argv], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        [sys.executable, "-m", "optsched", *argv],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def wait_for_solver(proc: subprocess.Popen) -> list[str]:
@@ -51,8 +71,18 @@ def wait_for_solver(proc: subprocess.Popen) -> list[str]:
 
 
 def test_ctrl_c_mid_solve_reports_the_best_schedule_and_bound(tmp_path: Path) -> None:
-    proc = start("solve", str(gmax_instance(tmp_path / "g.json")), "--problem", "gmax", "--solver", "cpsat",
-                 "--time-limit", "300", "--json", "--log")
+    proc = start(
+        "solve",
+        str(gmax_instance(tmp_path / "g.json")),
+        "--problem",
+        "gmax",
+        "--solver",
+        "cpsat",
+        "--time-limit",
+        "300",
+        "--json",
+        "--log",
+    )
     wait_for_solver(proc)
     time.sleep(1.0)
     sent = time.perf_counter()
@@ -68,8 +98,18 @@ def test_ctrl_c_mid_solve_reports_the_best_schedule_and_bound(tmp_path: Path) ->
 
 
 def test_a_second_ctrl_c_aborts(tmp_path: Path) -> None:
-    proc = start("solve", str(gmax_instance(tmp_path / "g.json")), "--problem", "gmax", "--solver", "cpsat",
-                 "--time-limit", "300", "--json", "--log")
+    proc = start(
+        "solve",
+        str(gmax_instance(tmp_path / "g.json")),
+        "--problem",
+        "gmax",
+        "--solver",
+        "cpsat",
+        "--time-limit",
+        "300",
+        "--json",
+        "--log",
+    )
     wait_for_solver(proc)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.2)
@@ -78,7 +118,9 @@ def test_a_second_ctrl_c_aborts(tmp_path: Path) -> None:
     assert "Traceback" not in err
     if proc.returncode == 130:  # the second signal came before the solve returned
         assert out == "" and err.rstrip().splitlines()[-1] == "optsched: interrupted"
-    elif proc.returncode == -signal.SIGINT:  # the first one had ended the solve; the second killed the exiting interpreter
+    elif (
+        proc.returncode == -signal.SIGINT
+    ):  # the first one had ended the solve; the second killed the exiting interpreter
         assert json.loads(out)["interrupted"] is True
     else:  # the first one had already ended the solve: its result
         assert proc.returncode == 0 and json.loads(out)["interrupted"] is True
@@ -97,8 +139,17 @@ def interpreter_start() -> float:
 def test_ctrl_c_during_start_up_prints_no_traceback(tmp_path: Path, interpreter_start: float, delay: float) -> None:
     """Wherever the signal lands after the interpreter's own start (imports, the instance, the
     solve): never a traceback; exit 130 with one line, or the interrupted solve's result."""
-    proc = start("solve", str(gmax_instance(tmp_path / "g.json")), "--problem", "gmax", "--solver", "cpsat",
-                 "--time-limit", "300", "--json")
+    proc = start(
+        "solve",
+        str(gmax_instance(tmp_path / "g.json")),
+        "--problem",
+        "gmax",
+        "--solver",
+        "cpsat",
+        "--time-limit",
+        "300",
+        "--json",
+    )
     time.sleep(interpreter_start + delay)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
@@ -119,6 +170,7 @@ def test_an_import_error_from_an_interrupt_is_the_interrupt(monkeypatch, capsys)
         def main() -> int:
             monkeypatch.setattr(interrupt, "_seen", after_sigint)
             raise ImportError("PyCapsule_Import could not import module 'datetime'")
+
         return main
 
     monkeypatch.setattr(signal, "signal", lambda *args: None)  # keep the test runner's handler

@@ -63,8 +63,14 @@ print(json.dumps({"hits": hits, "misses": misses, "typed": typed}))
 
 
 def _run(code: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", f"MODULES = {KERNEL_MODULES!r}\n{code}"], cwd=REPO,
-                         capture_output=True, text=True, timeout=900, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", f"MODULES = {KERNEL_MODULES!r}\n{code}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -89,6 +95,14 @@ def test_a_second_process_loads_every_kernel_from_the_cache() -> None:
     assert second["typed"] == []
     assert {name: n for name, n in second["misses"].items() if n} == {}
     used = {name for name, n in second["hits"].items() if n}
-    for kernel in ("astar.astar", "search._beam_layer", "tables.pattern_level", "graph.edge_arrays",
-                   "chunks.least_with_squares", "chunks._cost_to_go", "bnb.node_children", "suffix.grid_programme"):
+    for kernel in (
+        "astar.astar",
+        "search._beam_layer",
+        "tables.pattern_level",
+        "graph.edge_arrays",
+        "chunks.least_with_squares",
+        "chunks._cost_to_go",
+        "bnb.node_children",
+        "suffix.grid_programme",
+    ):
         assert any(name.endswith(kernel) for name in used), kernel

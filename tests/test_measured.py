@@ -24,8 +24,13 @@ from optsched.policies import simulator_for
 from optsched.problems.infermax.schedules import serial_completion
 from optsched.schedule import Batch, Item, Schedule, replay
 
-TRUTH = {"layers": 1, "base": 4e-3, "per_token": 2e-5,
-         "prefill": {"per_token_sq": 2e-9, "per_ctx": 1.5e-9}, "decode": {"bias": 7e-4, "per_kv": 2e-7}}
+TRUTH = {
+    "layers": 1,
+    "base": 4e-3,
+    "per_token": 2e-5,
+    "prefill": {"per_token_sq": 2e-9, "per_ctx": 1.5e-9},
+    "decode": {"bias": 7e-4, "per_kv": 2e-7},
+}
 REQS = [{"id": f"r{i}", "prompt_tokens": p, "output_tokens": o} for i, (p, o) in enumerate([(40, 4), (40, 4), (25, 6)])]
 LIMITS = {"token_budget": 32, "prefill_budget": 32, "kv_capacity": 90}
 
@@ -52,26 +57,43 @@ def _steps(instance, schedule: Schedule) -> list[dict]:
             state[rid] = [0 if g == o else m + it.tokens, prompt, g, o]
         if reqs:
             f = rep.features[j]
-            steps.append({"reqs": reqs, "features": dict(zip(("n_tok", "n_pre", "s_pre", "n_dec", "kv_dec"), f[:5])),
-                          "gpu_ms": 1e3 * (rep.ends[j] - rep.starts[j])})
+            steps.append({
+                "reqs": reqs,
+                "features": dict(zip(("n_tok", "n_pre", "s_pre", "n_dec", "kv_dec"), f[:5])),
+                "gpu_ms": 1e3 * (rep.ends[j] - rep.starts[j]),
+            })
     return steps
 
 
 def _file(tmp_path: Path) -> Path:
     inst = _instance()
-    hand = Schedule("syn", (Batch((Item("r0", 30),)), Batch((Item("r0", 10), Item("r2", 20))),
-                            Batch((), ("r0",)), Batch((Item("r2", 5), Item("r1", 27))), Batch((Item("r1", 13),))))
+    hand = Schedule(
+        "syn",
+        (
+            Batch((Item("r0", 30),)),
+            Batch((Item("r0", 10), Item("r2", 20))),
+            Batch((), ("r0",)),
+            Batch((Item("r2", 5), Item("r1", 27))),
+            Batch((Item("r1", 13),)),
+        ),
+    )
     runs = {"syn.hand": serial_completion(inst, hand)}  # the hand prefix, finished one request at a time
     for name in ("vllm", "vllm-ef", "sarathi", "rank-i"):
         runs[f"syn.{name}"] = simulator_for(name)(inst)
     folder = tmp_path / "instances"
     folder.mkdir()
-    (folder / "syn.json").write_text(json.dumps({"name": "syn", "cost_model": "llama2-7b-a100", "limits": LIMITS,
-                                                 "requests": REQS}))
+    (folder / "syn.json").write_text(
+        json.dumps({"name": "syn", "cost_model": "llama2-7b-a100", "limits": LIMITS, "requests": REQS})
+    )
     rng = np.random.default_rng(2)
     grid = []
     for _ in range(40):
-        q, cached, n_dec, ctx = int(rng.integers(1, 600)), int(rng.integers(0, 3000)), int(rng.integers(0, 40)), int(rng.integers(16, 2000))
+        q, cached, n_dec, ctx = (
+            int(rng.integers(1, 600)),
+            int(rng.integers(0, 3000)),
+            int(rng.integers(0, 40)),
+            int(rng.integers(16, 2000)),
+        )
         if len(grid) % 3 == 0:  # decode-only and prefill-only rows: the phase biases are identifiable
             q, n_dec = 0, n_dec + 1
         elif len(grid) % 3 == 1:
@@ -79,8 +101,12 @@ def _file(tmp_path: Path) -> Path:
         reqs = ([[[q, q + cached, int(cached == 0)], 1]] if q else []) + ([[[1, ctx, 1], n_dec]] if n_dec else [])
         feats = (q + n_dec, q, q * q, n_dec, n_dec * (ctx - 1), q * cached)
         grid.append({"kind": "syn", "reqs": reqs, "gpu_ms": 1e3 * inst.cost_model.batch_time(*feats)})
-    data = {"device": "synthetic", "time_unit": "ms", "grid": grid,
-            "runs": {n: {"instance": "syn", "schedule_meta": {}, "steps": _steps(inst, s)} for n, s in runs.items()}}
+    data = {
+        "device": "synthetic",
+        "time_unit": "ms",
+        "grid": grid,
+        "runs": {n: {"instance": "syn", "schedule_meta": {}, "steps": _steps(inst, s)} for n, s in runs.items()},
+    }
     path = tmp_path / "steps.json"
     path.write_text(json.dumps(data))
     return path
@@ -88,8 +114,10 @@ def _file(tmp_path: Path) -> Path:
 
 def test_runs_rebuild_and_replay_at_their_measured_times(tmp_path):
     data = load_step_measurements(_file(tmp_path))
-    assert any(max(q for q, _, _ in s["reqs"]) < s["features"]["n_pre"] or any(k > q > 1 for q, k, _ in s["reqs"])
-               for s in data["runs"]["syn.hand"]["steps"])  # chunks over cached keys are exercised
+    assert any(
+        max(q for q, _, _ in s["reqs"]) < s["features"]["n_pre"] or any(k > q > 1 for q, k, _ in s["reqs"])
+        for s in data["runs"]["syn.hand"]["steps"]
+    )  # chunks over cached keys are exercised
     report = compare_runs(data, load_cost_model(TRUTH), tmp_path / "instances")
     assert len(report["runs"]) == 5
     for run in report["runs"].values():
@@ -118,12 +146,15 @@ def test_bad_runs_are_named(tmp_path, capsys):
     assert "syn.vllm" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"grid": 1}, "field 'grid': must be a list of steps, got int"),
-    ({"grid": [{"reqs": [[[8, 8, 0], 1]]}, True]}, "grid step 1: must be an object, got bool"),
-    ({"runs": []}, "field 'runs': must be an object of runs by name, got list"),
-    ({"runs": {"r": None}}, "run 'r': must be an object, got NoneType"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"grid": 1}, "field 'grid': must be a list of steps, got int"),
+        ({"grid": [{"reqs": [[[8, 8, 0], 1]]}, True]}, "grid step 1: must be an object, got bool"),
+        ({"runs": []}, "field 'runs': must be an object of runs by name, got list"),
+        ({"runs": {"r": None}}, "run 'r': must be an object, got NoneType"),
+    ],
+)
 def test_a_file_of_the_wrong_shape_is_named(tmp_path, capsys, change, message):
     """Read without a shape check, these were a TypeError or AttributeError (exit 3) in optsched fit."""
     path = tmp_path / "m.json"
@@ -160,9 +191,14 @@ def test_shipped_h200_profile_is_the_grid_fit(h200):
     """models/llama2-7b-h200.toml is the L1 fit of the grid, rounded to 4 significant digits."""
     fit = fit_grid(load_step_measurements(h200), "x").model
     shipped = load_cost_model("llama2-7b-h200")
-    for a, b in [(shipped.base, fit.base), (shipped.per_token, fit.per_token),
-                 (shipped.prefill.per_token_sq, fit.prefill.per_token_sq), (shipped.prefill.per_ctx, fit.prefill.per_ctx),
-                 (shipped.decode.bias, fit.decode.bias), (shipped.decode.per_kv, fit.decode.per_kv)]:
+    for a, b in [
+        (shipped.base, fit.base),
+        (shipped.per_token, fit.per_token),
+        (shipped.prefill.per_token_sq, fit.prefill.per_token_sq),
+        (shipped.prefill.per_ctx, fit.prefill.per_ctx),
+        (shipped.decode.bias, fit.decode.bias),
+        (shipped.decode.per_kv, fit.decode.per_kv),
+    ]:
         assert a == pytest.approx(b, rel=5e-4)
     assert shipped.prefill.bias == fit.prefill.bias == 0.0
 
@@ -181,9 +217,12 @@ def test_h200_runs_rebuild_with_the_files_features(h200):
     assert kept >= {"s45-i1", "s45-i8", "s45-i32", "s45-i128", "s45-i1024"}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 27's 5 % target is not met: the worst run is s45-i1024.optef at "
-                   "-6.4 %; the contract's linear form cannot follow FlashAttention-2's latency-bound "
-                   "attention of one long request (docs/costmodel.md)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 27's 5 % target is not met: the worst run is s45-i1024.optef at "
+    "-6.4 %; the contract's linear form cannot follow FlashAttention-2's latency-bound "
+    "attention of one long request (docs/costmodel.md)",
+)
 def test_h200_profile_predicts_every_run_within_5_percent_and_keeps_every_ranking(h200):
     report = _h200_report(h200)
     assert all(abs(r["error_pct"]) <= 5.0 for r in report["runs"].values())
@@ -196,8 +235,9 @@ def test_runs_of_instances_with_arrivals_compare_their_step_times(tmp_path):
     reqs = [{**r, "arrival": 0.05 * i} for i, r in enumerate(REQS)]
     inst = parse_instance({"name": "late", "cost_model": TRUTH, "limits": LIMITS, "requests": reqs})
     steps = _steps(inst, simulator_for("sarathi")(inst))
-    (tmp_path / "late.json").write_text(json.dumps({"name": "late", "cost_model": "llama2-7b-a100", "limits": LIMITS,
-                                                    "requests": reqs}))
+    (tmp_path / "late.json").write_text(
+        json.dumps({"name": "late", "cost_model": "llama2-7b-a100", "limits": LIMITS, "requests": reqs})
+    )
     data = {"time_unit": "ms", "runs": {"late.sarathi": {"instance": "late", "steps": steps}}}
     run = compare_runs(data, load_cost_model(TRUTH), tmp_path)["runs"]["late.sarathi"]
     assert run["error_pct"] == pytest.approx(0.0, abs=1e-9)

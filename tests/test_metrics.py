@@ -13,7 +13,9 @@ from optsched.schedule import Batch, Item, Schedule, replay
 from optsched.workload import WorkloadTransforms, apply_transforms
 
 DYADIC = {
-    "layers": 1, "base": 1.0, "per_token": 0.5,
+    "layers": 1,
+    "base": 1.0,
+    "per_token": 0.5,
     "prefill": {"bias": 2.0, "per_token": 0.0, "per_token_sq": 0.25},
     "decode": {"bias": 1.0, "per_token": 0.5, "per_kv": 0.125},
 }
@@ -25,11 +27,17 @@ def _worked_example(slo: dict | None = None) -> tuple[Instance, Schedule]:
         {"id": "r0", "prompt_tokens": 6, "output_tokens": 2, **({"slo": slo} if slo else {})},
         {"id": "r1", "arrival": 5.0, "prompt_tokens": 2, "output_tokens": 3},
     ]
-    inst = parse_instance({"name": "hand", "cost_model": DYADIC, "limits": {"token_budget": 4, "kv_capacity": 10},
-                           "requests": reqs})
+    inst = parse_instance({
+        "name": "hand",
+        "cost_model": DYADIC,
+        "limits": {"token_budget": 4, "kv_capacity": 10},
+        "requests": reqs,
+    })
     B = lambda *items, evict=(), start=None: Batch(tuple(Item(i, c) for i, c in items), tuple(evict), start)  # noqa: E731
-    sched = Schedule("hand", (B(("r0", 4), start=1.0), B(("r0", 2), ("r1", 2)), B(("r0", 1), ("r1", 1)),
-                              B(evict=("r1",)), B(("r1", 4))))
+    sched = Schedule(
+        "hand",
+        (B(("r0", 4), start=1.0), B(("r0", 2), ("r1", 2)), B(("r0", 1), ("r1", 1)), B(evict=("r1",)), B(("r1", 4))),
+    )
     return inst, sched
 
 
@@ -73,8 +81,9 @@ def test_every_tail_key_in_the_metrics_dict():
 
 def test_tails_equal_numpy_over_defined_values():
     inst = load_instance("poisson-mixed-100")
-    inst = inst.with_requests([r if k % 7 else Request(r.id, r.arrival, r.prompt_tokens, 1)
-                               for k, r in enumerate(inst.requests)])  # some O = 1: TPOT undefined
+    inst = inst.with_requests([
+        r if k % 7 else Request(r.id, r.arrival, r.prompt_tokens, 1) for k, r in enumerate(inst.requests)
+    ])  # some O = 1: TPOT undefined
     res = replay(inst, simulator_for("sarathi")(inst))
     m = res.metrics.to_dict()
     for q in TAIL_QUANTITIES:
@@ -86,5 +95,10 @@ def test_tails_equal_numpy_over_defined_values():
 
 
 def test_tail_summary_of_nothing_is_none():
-    assert tail_summary("tpot", [None, None]) == dict.fromkeys(
-        ["tpot_p50", "tpot_p90", "tpot_p95", "tpot_p99", "tpot_max"])
+    assert tail_summary("tpot", [None, None]) == dict.fromkeys([
+        "tpot_p50",
+        "tpot_p90",
+        "tpot_p95",
+        "tpot_p99",
+        "tpot_max",
+    ])

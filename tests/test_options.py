@@ -39,8 +39,9 @@ def test_every_solver_and_bounder_has_an_options_dataclass():
             assert cls.parse({}) == cls.parse(None) == cls()  # the defaults are valid
 
 
-@pytest.mark.parametrize("name, kind", [(n, "solve") for n in sorted(SOLVE_OPTIONS)]
-                         + [(n, "bound") for n in sorted(BOUND_OPTIONS)])
+@pytest.mark.parametrize(
+    "name, kind", [(n, "solve") for n in sorted(SOLVE_OPTIONS)] + [(n, "bound") for n in sorted(BOUND_OPTIONS)]
+)
 def test_an_unknown_option_is_rejected_naming_it(name, kind):
     with pytest.raises(OptionError, match=rf"problem '{name}' has no {kind} option 'foo' \(known: "):
         options_for(name, kind).parse({"foo": 1})
@@ -49,14 +50,16 @@ def test_an_unknown_option_is_rejected_naming_it(name, kind):
 def test_values_are_strictly_typed():
     cls = options_for("infermax")
     assert cls.parse({"time_limit": 3, "threads": 2, "no_evict": True}).time_limit == 3.0
-    for bad, needle in [({"time_limit": "3"}, "option 'time_limit': must be a finite number > 0, got '3'"),
-                        ({"time_limit": float("nan")}, "option 'time_limit'"),
-                        ({"threads": 2.0}, "option 'threads': must be an integer >= 1, got 2.0"),
-                        ({"threads": True}, "option 'threads'"),
-                        ({"no_evict": 1}, "option 'no_evict': must be true or false, got 1"),
-                        ({"objective": "speed"}, "option 'objective': unknown 'speed' (known: makespan, completion, ttft)"),
-                        ({"relax": 1.5}, "option 'relax'"),
-                        ({"warm_start": 3}, "option 'warm_start': must be a string, got 3")]:
+    for bad, needle in [
+        ({"time_limit": "3"}, "option 'time_limit': must be a finite number > 0, got '3'"),
+        ({"time_limit": float("nan")}, "option 'time_limit'"),
+        ({"threads": 2.0}, "option 'threads': must be an integer >= 1, got 2.0"),
+        ({"threads": True}, "option 'threads'"),
+        ({"no_evict": 1}, "option 'no_evict': must be true or false, got 1"),
+        ({"objective": "speed"}, "option 'objective': unknown 'speed' (known: makespan, completion, ttft)"),
+        ({"relax": 1.5}, "option 'relax'"),
+        ({"warm_start": 3}, "option 'warm_start': must be a string, got 3"),
+    ]:
         with pytest.raises(OptionError) as exc:
             cls.parse(bad)
         assert needle in str(exc.value)
@@ -64,19 +67,42 @@ def test_values_are_strictly_typed():
     assert cls.parse({"solver": None}).solver == "cpsat"  # None means the default
 
 
-@pytest.mark.parametrize("name, kind, options, needle", [
-    ("gmax", "solve", {"iters": 5}, "option 'iters': has no effect unless method is 'sa'"),
-    ("gmax", "solve", {"method": "sa", "solver": "highs"}, "option 'solver': has no effect unless method is 'exact'"),
-    ("gmax", "solve", {"exact_method": "bnb", "solver": "highs"}, "option 'solver': has no effect"),
-    ("aladdin", "solve", {"method": "jsq", "solver": "highs"}, "option 'solver': has no effect unless method is 'exact'"),
-    ("hybrid-offline", "solve", {"method": "lpt", "threads": 2}, "option 'threads': has no effect"),
-    ("hybrid-offline", "solve", {"method": "auto", "solver": "highs"}, "uses CP-SAT; a MIP backend needs method 'mip'"),
-    ("hybrid-offline", "solve", {"method": "mip", "solver": "cpsat"}, "needs a MIP backend"),
-    ("scls-batch", "solve", {"solver": "cbc"}, "option 'solver': has no effect unless method is 'mip'"),
-    ("infermax", "bound", {"threads": 2}, "option 'threads': has no effect unless method is 'lp' or 'relax'"),
-    ("infermax", "bound", {"method": "relax", "max_cells": 10}, "option 'max_cells': has no effect unless method is 'lp'"),
-    ("hybrid", "solve", {"warm_start": "vllm"}, "option 'warm_start': unknown hybrid policy 'vllm'"),
-])
+@pytest.mark.parametrize(
+    "name, kind, options, needle",
+    [
+        ("gmax", "solve", {"iters": 5}, "option 'iters': has no effect unless method is 'sa'"),
+        (
+            "gmax",
+            "solve",
+            {"method": "sa", "solver": "highs"},
+            "option 'solver': has no effect unless method is 'exact'",
+        ),
+        ("gmax", "solve", {"exact_method": "bnb", "solver": "highs"}, "option 'solver': has no effect"),
+        (
+            "aladdin",
+            "solve",
+            {"method": "jsq", "solver": "highs"},
+            "option 'solver': has no effect unless method is 'exact'",
+        ),
+        ("hybrid-offline", "solve", {"method": "lpt", "threads": 2}, "option 'threads': has no effect"),
+        (
+            "hybrid-offline",
+            "solve",
+            {"method": "auto", "solver": "highs"},
+            "uses CP-SAT; a MIP backend needs method 'mip'",
+        ),
+        ("hybrid-offline", "solve", {"method": "mip", "solver": "cpsat"}, "needs a MIP backend"),
+        ("scls-batch", "solve", {"solver": "cbc"}, "option 'solver': has no effect unless method is 'mip'"),
+        ("infermax", "bound", {"threads": 2}, "option 'threads': has no effect unless method is 'lp' or 'relax'"),
+        (
+            "infermax",
+            "bound",
+            {"method": "relax", "max_cells": 10},
+            "option 'max_cells': has no effect unless method is 'lp'",
+        ),
+        ("hybrid", "solve", {"warm_start": "vllm"}, "option 'warm_start': unknown hybrid policy 'vllm'"),
+    ],
+)
 def test_an_option_without_effect_is_rejected(name, kind, options, needle):
     with pytest.raises(OptionError, match=re.escape(needle)):
         options_for(name, kind).parse(options)
@@ -111,17 +137,37 @@ def test_the_cli_docs_list_every_option():
 # --------------------------------------------------------------------------- the command line
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["solve", "toy-4", "--problem", "infermax", "--method", "magic"], "problem 'infermax' has no solve option 'method'"),
-    (["solve", "toy-4", "--problem", "infermax", "--option", "foo=1"], "problem 'infermax' has no solve option 'foo'"),
-    (["solve", "aladdin-fig3", "--problem", "aladdin", "--option", "max_workers=abc"],
-     "option 'max_workers': must be an integer >= 1, got 'abc'"),
-    (["bound", "toy-4", "--problem", "infermax", "--method", "magic"], "option 'method': unknown 'magic' (known: lp, relax"),
-    (["bound", "toy-4", "--method", "magic"], "option 'method': the trivial bounds take no options"),
-    (["bound", "toy-4", "--problem", "hybrid", "--solver", "highs"], "problem 'hybrid' has no bound option 'solver'"),
-    (["solve", GMAX_FIG3, "--problem", "gmax", "--no-evict"], "problem 'gmax' has no solve option 'no_evict'"),
-    (["solve", "toy-4", "--problem", "hybrid", "--objective", "ttft"], "problem 'hybrid' has no solve option 'objective'"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (
+            ["solve", "toy-4", "--problem", "infermax", "--method", "magic"],
+            "problem 'infermax' has no solve option 'method'",
+        ),
+        (
+            ["solve", "toy-4", "--problem", "infermax", "--option", "foo=1"],
+            "problem 'infermax' has no solve option 'foo'",
+        ),
+        (
+            ["solve", "aladdin-fig3", "--problem", "aladdin", "--option", "max_workers=abc"],
+            "option 'max_workers': must be an integer >= 1, got 'abc'",
+        ),
+        (
+            ["bound", "toy-4", "--problem", "infermax", "--method", "magic"],
+            "option 'method': unknown 'magic' (known: lp, relax",
+        ),
+        (["bound", "toy-4", "--method", "magic"], "option 'method': the trivial bounds take no options"),
+        (
+            ["bound", "toy-4", "--problem", "hybrid", "--solver", "highs"],
+            "problem 'hybrid' has no bound option 'solver'",
+        ),
+        (["solve", GMAX_FIG3, "--problem", "gmax", "--no-evict"], "problem 'gmax' has no solve option 'no_evict'"),
+        (
+            ["solve", "toy-4", "--problem", "hybrid", "--objective", "ttft"],
+            "problem 'hybrid' has no solve option 'objective'",
+        ),
+    ],
+)
 def test_options_that_do_nothing_are_bad_input(capsys, argv, needle):
     code, out, err = run(capsys, *argv, "--json")
     assert code == 2 and needle in err and out == ""
@@ -160,20 +206,25 @@ def _scls_round():
     hf = StaticLatencyModel(Phase(1.1e-4, 1.0e-3, 1.0e-5, 0.03), Phase(3.63e-6, 3.0e-4, 1.0e-6, 0.02186))
     reqs = [{"id": f"q{i}", "prompt_tokens": 10 + 97 * i, "output_tokens": 5} for i in range(16)]
     return parse_instance({
-        "name": "round16", "cost_model": "llama2-7b-a100", "requests": reqs,
+        "name": "round16",
+        "cost_model": "llama2-7b-a100",
+        "requests": reqs,
         "static_latency": {"unit": "s", "prefill": hf.prefill.to_dict(), "decode": hf.decode.to_dict()},
         "scls": {"slice_length": 128, "workers": 2, "worker_loads": [0.0, 1.0]},
     })
 
 
-@pytest.mark.parametrize("problem, instance, options", [
-    ("infermax", "toy-4", {"time_limit": 20}),
-    ("hybrid", "toy-4", {"time_limit": 20}),
-    ("hybrid-offline", "toy-4", {}),
-    ("aladdin", "aladdin-fig3", {}),
-    ("gmax", GMAX_FIG3, {"time_limit": 20}),
-    ("scls-batch", "scls", {}),
-])
+@pytest.mark.parametrize(
+    "problem, instance, options",
+    [
+        ("infermax", "toy-4", {"time_limit": 20}),
+        ("hybrid", "toy-4", {"time_limit": 20}),
+        ("hybrid-offline", "toy-4", {}),
+        ("aladdin", "aladdin-fig3", {}),
+        ("gmax", GMAX_FIG3, {"time_limit": 20}),
+        ("scls-batch", "scls", {}),
+    ],
+)
 def test_every_problem_bounds_its_solve(problem, instance, options):
     """Each formulation has both entry points, and its proven bounds hold for its solve's answer."""
     inst = _scls_round() if instance == "scls" else optsched.load_instance(instance)
@@ -207,9 +258,11 @@ def test_results_are_built_with_keywords_and_spell_their_status_once():
 
 
 def test_import_optsched_is_cheap_and_solve_is_public():
-    code = ("import sys, optsched; loaded = sorted(m for m in sys.modules if m.startswith('optsched.'));"
-            "assert loaded == ['optsched.registry'], loaded; optsched.solve; optsched.bound; optsched.simulate;"
-            "optsched.Status")
+    code = (
+        "import sys, optsched; loaded = sorted(m for m in sys.modules if m.startswith('optsched.'));"
+        "assert loaded == ['optsched.registry'], loaded; optsched.solve; optsched.bound; optsched.simulate;"
+        "optsched.Status"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert {"solve", "bound", "simulate", "load_instance", "Status", "OptionError"} <= set(dir(optsched))
@@ -220,7 +273,9 @@ def test_import_optsched_is_cheap_and_solve_is_public():
 def test_solve_bound_and_simulate_from_python():
     res = optsched.solve("toy-4", time_limit=20)
     assert isinstance(res, SolveResult) and res.problem == "infermax" and res.status is Status.OPTIMAL
-    assert res.replay is not None and res.replay.feasible and res.objective == pytest.approx(res.replay.metrics.makespan)
+    assert (
+        res.replay is not None and res.replay.feasible and res.objective == pytest.approx(res.replay.metrics.makespan)
+    )
     inst = optsched.load_instance("toy-4")
     schedule, replayed = optsched.simulate(inst, "vllm")
     assert replayed.feasible and replayed.metrics.makespan >= res.objective * (1 - 1e-9)

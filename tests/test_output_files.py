@@ -104,20 +104,39 @@ def inputs(tmp_path: Path) -> dict[str, Path]:
     schedule.save(folder / "s.json")
     plan = build_plan(instance, schedule, block_size=16)
     result = {
-        "format": "optsched-vllm-result", "version": 1, "ok": True, "mismatches": [], "length_errors": [],
+        "format": "optsched-vllm-result",
+        "version": 1,
+        "ok": True,
+        "mismatches": [],
+        "length_errors": [],
         "outputs": {r.id: r.output_tokens for r in plan.requests},
-        "steps": [{"step": k, "batch": s.batch, "planned": dict(s.tokens), "scheduled": dict(s.tokens),
-                   "preempted": list(s.preempt), "predicted_time": s.predicted_time,
-                   "measured_time": 1.2 * s.predicted_time, "model_time": s.predicted_time,
-                   "schedule_time": 1e-4, "wall_times": [1.2 * s.predicted_time]} for k, s in enumerate(plan.steps)],
+        "steps": [
+            {
+                "step": k,
+                "batch": s.batch,
+                "planned": dict(s.tokens),
+                "scheduled": dict(s.tokens),
+                "preempted": list(s.preempt),
+                "predicted_time": s.predicted_time,
+                "measured_time": 1.2 * s.predicted_time,
+                "model_time": s.predicted_time,
+                "schedule_time": 1e-4,
+                "wall_times": [1.2 * s.predicted_time],
+            }
+            for k, s in enumerate(plan.steps)
+        ],
         "run": {"model": "tiny-llama", "device": "cpu"},
         "plan": plan.to_dict(),
     }
     (folder / "r.json").write_text(json.dumps(result))
     (folder / "plan.json").write_text(json.dumps(plan.to_dict()))
     (folder / "m.csv").write_text("tokens,time\n" + "".join(f"{n},{0.25 + 0.002 * n}\n" for n in (1, 8, 64, 512)))
-    return {"schedule": folder / "s.json", "result": folder / "r.json", "plan": folder / "plan.json",
-            "csv": folder / "m.csv"}
+    return {
+        "schedule": folder / "s.json",
+        "result": folder / "r.json",
+        "plan": folder / "plan.json",
+        "csv": folder / "m.csv",
+    }
 
 
 def writing_commands(i: dict[str, Path], out: str) -> list[list[str]]:

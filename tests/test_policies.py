@@ -26,10 +26,7 @@ ALL = sorted(POLICY_CONFIGS)  # the unified scheduler's policies (other modules 
 def grid_instance(kv_capacity: int = 100_000, max_running: int | None = None) -> Instance:
     """64 offline requests: 4 copies of the 4 x 4 grid I in {1,64,128,1024} x O in {1,4,32,1024}."""
     reqs = [
-        Request(f"I{i}-O{o}-{k}", 0.0, i, o)
-        for k in range(4)
-        for i in (1, 64, 128, 1024)
-        for o in (1, 4, 32, 1024)
+        Request(f"I{i}-O{o}-{k}", 0.0, i, o) for k in range(4) for i in (1, 64, 128, 1024) for o in (1, 4, 32, 1024)
     ]
     return Instance("grid64", COST, Limits(4096, 4096, kv_capacity, max_running), tuple(reqs))
 

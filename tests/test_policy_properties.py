@@ -18,8 +18,13 @@ from optsched.policies.config import POLICY_CONFIGS, PolicyConfig
 from optsched.policies.engine import Engine, simulate
 
 #: The last has the prefill-context term (per_ctx > 0): chunks over cached keys cost more.
-COSTS = [CostModel(name="unit", base=1.0), load_cost_model("llama2-7b-a100"),
-         replace(load_cost_model("llama2-7b-a100"), prefill=PhaseCost(bias=9.26e-05, per_token_sq=1.6773e-10, per_ctx=3e-10))]
+COSTS = [
+    CostModel(name="unit", base=1.0),
+    load_cost_model("llama2-7b-a100"),
+    replace(
+        load_cost_model("llama2-7b-a100"), prefill=PhaseCost(bias=9.26e-05, per_token_sq=1.6773e-10, per_ctx=3e-10)
+    ),
+]
 GROUPINGS = [
     ("all",),
     ("waiting", "running"),

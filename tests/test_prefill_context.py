@@ -30,20 +30,30 @@ from tests.support.legal_schedules import random_legal_schedule
 from tests.support.paths import INSTANCES
 
 #: llama2-7b-a100 with a prefill-context term large enough to change optima on tiny instances.
-CTX = {"layers": 32, "base": 6.486e-05, "per_token": 1.91e-06,
-       "prefill": {"bias": 9.26e-05, "per_token_sq": 1.6773e-10, "per_ctx": 2e-06},
-       "decode": {"bias": 1.921e-05, "per_kv": 8.513e-09}}
+CTX = {
+    "layers": 32,
+    "base": 6.486e-05,
+    "per_token": 1.91e-06,
+    "prefill": {"bias": 9.26e-05, "per_token_sq": 1.6773e-10, "per_ctx": 2e-06},
+    "decode": {"bias": 1.921e-05, "per_kv": 8.513e-09},
+}
 NO_CTX = {**CTX, "prefill": {k: v for k, v in CTX["prefill"].items() if k != "per_ctx"}}
 
 
 def tiny(seed: int, model: dict = CTX, n_max: int = 3):
     rng = random.Random(seed)
-    reqs = [{"id": f"r{i}", "prompt_tokens": rng.randint(2, 5), "output_tokens": rng.randint(1, 3)}
-            for i in range(rng.randint(1, n_max))]
+    reqs = [
+        {"id": f"r{i}", "prompt_tokens": rng.randint(2, 5), "output_tokens": rng.randint(1, 3)}
+        for i in range(rng.randint(1, n_max))
+    ]
     need = max(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
     C = rng.choice([2, 3, 4, 8])
-    limits = {"token_budget": C, "prefill_budget": rng.choice([p for p in (2, 3, 8) if p <= C]),
-              "kv_capacity": rng.choice([need, need + 2, None]), "max_running": rng.choice([1, 2, None])}
+    limits = {
+        "token_budget": C,
+        "prefill_budget": rng.choice([p for p in (2, 3, 8) if p <= C]),
+        "kv_capacity": rng.choice([need, need + 2, None]),
+        "max_running": rng.choice([1, 2, None]),
+    }
     return parse_instance({"name": f"ctx-{seed}", "cost_model": model, "limits": limits, "requests": reqs})
 
 
@@ -82,8 +92,12 @@ def test_the_context_term_moves_infermax_optima():
 def test_infermax_mip_prices_the_context_term_like_the_replay():
     """A chunked prompt under the MIP (HiGHS): its objective is the replayed makespan, which includes
     the chunks' context cost (C = 2 forces chunks of a 5-token prompt)."""
-    inst = parse_instance({"name": "chunks", "cost_model": CTX, "limits": {"token_budget": 2},
-                           "requests": [{"id": "a", "prompt_tokens": 5, "output_tokens": 1}]})
+    inst = parse_instance({
+        "name": "chunks",
+        "cost_model": CTX,
+        "limits": {"token_budget": 2},
+        "requests": [{"id": "a", "prompt_tokens": 5, "output_tokens": 1}],
+    })
     res = solve(inst, solver="highs")
     rep = replay(inst, res.schedule)
     assert res.status == "optimal" and res.objective == pytest.approx(rep.metrics.makespan, rel=1e-9)
@@ -99,8 +113,12 @@ def test_hybrid_policies_split_long_prompts_at_the_replayed_times(policy):
     from optsched.problems.hybrid.online import simulate_policy
 
     def instance(reqs):
-        return parse_instance({"name": "split", "cost_model": CTX, "limits": {"token_budget": 4, "max_running": 2},
-                               "requests": reqs})
+        return parse_instance({
+            "name": "split",
+            "cost_model": CTX,
+            "limits": {"token_budget": 4, "max_running": 2},
+            "requests": reqs,
+        })
 
     a = {"id": "a", "prompt_tokens": 9, "output_tokens": 2}
     alone = replay(instance([a]), simulate_policy(instance([a]), policy))
@@ -114,9 +132,15 @@ def test_hybrid_policies_split_long_prompts_at_the_replayed_times(policy):
 def test_hybrid_mip_is_exact_with_the_context_term():
     """The Hybrid model prefills whole prompts from m = 0: X_pre = 0 in its whole model space, so its
     contract time model stays exact; its answer replays and is at most the policies'."""
-    reqs = [{"id": f"q{k}", "prompt_tokens": p, "output_tokens": o} for k, (p, o) in enumerate([(6, 3), (3, 4), (4, 2)])]
-    inst = parse_instance({"name": "hyb", "cost_model": CTX, "limits": {"token_budget": 16, "max_running": 2},
-                           "requests": reqs})
+    reqs = [
+        {"id": f"q{k}", "prompt_tokens": p, "output_tokens": o} for k, (p, o) in enumerate([(6, 3), (3, 4), (4, 2)])
+    ]
+    inst = parse_instance({
+        "name": "hyb",
+        "cost_model": CTX,
+        "limits": {"token_budget": 16, "max_running": 2},
+        "requests": reqs,
+    })
     res = solver_for("hybrid")(inst, {"time_limit": 20})
     rep = replay(inst, res.schedule)
     assert rep.feasible and res.objective == pytest.approx(rep.metrics.makespan, rel=1e-9)
@@ -132,8 +156,10 @@ def test_aladdin_refuses_the_context_term_naming_the_field(tmp_path, capsys):
     data["cost_model"] = {**model, "prefill": {**model.get("prefill", {}), "per_ctx": 1e-9}}
     path = tmp_path / "aladdin-ctx.json"
     path.write_text(json.dumps(data))
-    for command in (["solve", str(path), "--problem", "aladdin", "--time-limit", "5"],
-                    ["bound", str(path), "--problem", "aladdin"]):
+    for command in (
+        ["solve", str(path), "--problem", "aladdin", "--time-limit", "5"],
+        ["bound", str(path), "--problem", "aladdin"],
+    ):
         assert main(command) == 2
         err = capsys.readouterr().err
         assert "prefill.per_ctx" in err and str(path) in err
@@ -144,10 +170,17 @@ def _static_instances():
     root = INSTANCES / "static"
     gmax = json.loads((root / "fig3-slo-order.json").read_text())
     reqs = [{"id": f"q{i}", "prompt_tokens": 10 + 90 * (i % 3), "output_tokens": 5} for i in range(8)]
-    static = {"unit": "ms", "prefill": {"alpha": 0.001, "beta": 0.5, "gamma": 0.01, "delta": 20.0},
-              "decode": {"alpha": 0.0001, "beta": 0.05, "gamma": 0.001, "delta": 15.0}}
-    scls = {"name": "scls-ctx", "requests": reqs, "static_latency": static,
-            "scls": {"slice_length": 128, "workers": 2, "worker_loads": [0.0, 1.0]}}
+    static = {
+        "unit": "ms",
+        "prefill": {"alpha": 0.001, "beta": 0.5, "gamma": 0.01, "delta": 20.0},
+        "decode": {"alpha": 0.0001, "beta": 0.05, "gamma": 0.001, "delta": 15.0},
+    }
+    scls = {
+        "name": "scls-ctx",
+        "requests": reqs,
+        "static_latency": static,
+        "scls": {"slice_length": 128, "workers": 2, "worker_loads": [0.0, 1.0]},
+    }
     return [("gmax", gmax), ("scls-batch", scls)]
 
 
@@ -168,15 +201,29 @@ def test_static_latency_formulations_do_not_read_the_cost_model(problem, data):
 @st.composite
 def ctx_instances(draw):
     n = draw(st.integers(1, 3))
-    reqs = [{"id": f"q{k}", "prompt_tokens": draw(st.integers(1, 6)), "output_tokens": draw(st.integers(1, 3)),
-             "arrival": draw(st.sampled_from([0.0, 0.0, 0.002]))} for k in range(n)]
+    reqs = [
+        {
+            "id": f"q{k}",
+            "prompt_tokens": draw(st.integers(1, 6)),
+            "output_tokens": draw(st.integers(1, 3)),
+            "arrival": draw(st.sampled_from([0.0, 0.0, 0.002])),
+        }
+        for k in range(n)
+    ]
     need = max(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
     C = draw(st.integers(2, 8))
     model = {**CTX, "prefill": {**CTX["prefill"], "per_ctx": draw(st.sampled_from([1e-7, 2e-6, 1e-4]))}}
-    return parse_instance({"name": "prop", "cost_model": model, "limits": {
-        "token_budget": C, "prefill_budget": draw(st.integers(1, C)),
-        "kv_capacity": draw(st.one_of(st.none(), st.integers(need, need + 6))),
-        "max_running": draw(st.one_of(st.none(), st.integers(1, 3)))}, "requests": reqs})
+    return parse_instance({
+        "name": "prop",
+        "cost_model": model,
+        "limits": {
+            "token_budget": C,
+            "prefill_budget": draw(st.integers(1, C)),
+            "kv_capacity": draw(st.one_of(st.none(), st.integers(need, need + 6))),
+            "max_running": draw(st.one_of(st.none(), st.integers(1, 3))),
+        },
+        "requests": reqs,
+    })
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -100,25 +100,43 @@ def test_check_backend_accepts_the_table_and_the_default():
 def test_hybrid_offline_method_and_mip_backend_are_checked(capsys):
     code, _, err = run_cli(capsys, "solve", "toy-4", "--problem", "hybrid-offline", "--method", "nosuch")
     assert code == 2 and "option 'method'" in err and "nosuch" in err
-    code, _, err = run_cli(capsys, "solve", "toy-4", "--problem", "hybrid-offline", "--method", "mip", "--solver", "cpsat")
+    code, _, err = run_cli(
+        capsys, "solve", "toy-4", "--problem", "hybrid-offline", "--method", "mip", "--solver", "cpsat"
+    )
     assert code == 2 and "needs a MIP backend" in err
-    code, res = run_cli_json(capsys, "solve", "toy-4", "--problem", "hybrid-offline", "--method", "mip", "--solver", "cbc")
+    code, res = run_cli_json(
+        capsys, "solve", "toy-4", "--problem", "hybrid-offline", "--method", "mip", "--solver", "cbc"
+    )
     assert code == 0 and res["status"] == "optimal" and res["solver"] == "mip-cbc"
 
 
 STATIC_FIG3 = INSTANCES / "static" / "fig3-slo-order.json"
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["toy-4", "--problem", "hybrid", "--warm-start", "nosuch"], "option 'warm_start': unknown hybrid policy 'nosuch'"),
-    (["toy-4", "--problem", "hybrid-offline", "--option", "lengths=nosuch"], "option 'lengths': unknown 'nosuch'"),
-    (["toy-4", "--problem", "hybrid", "--option", "bins=abc"], "option 'bins': must be an integer >= 1"),
-    ([str(STATIC_FIG3), "--problem", "gmax", "--method", "sa", "--option", "iters=abc"], "option 'iters': must be an integer"),
-    (["toy-4", "--problem", "infermax", "--option", "threads=abc"], "--option threads: not an integer"),
-    (["toy-4", "--problem", "infermax", "--option", "time_limit=-1"], "--option time_limit: must be a finite number > 0"),
-    ([str(STATIC_FIG3), "--problem", "gmax", "--option", "exact_method=nosuch"],
-     "option 'exact_method': unknown 'nosuch'"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (
+            ["toy-4", "--problem", "hybrid", "--warm-start", "nosuch"],
+            "option 'warm_start': unknown hybrid policy 'nosuch'",
+        ),
+        (["toy-4", "--problem", "hybrid-offline", "--option", "lengths=nosuch"], "option 'lengths': unknown 'nosuch'"),
+        (["toy-4", "--problem", "hybrid", "--option", "bins=abc"], "option 'bins': must be an integer >= 1"),
+        (
+            [str(STATIC_FIG3), "--problem", "gmax", "--method", "sa", "--option", "iters=abc"],
+            "option 'iters': must be an integer",
+        ),
+        (["toy-4", "--problem", "infermax", "--option", "threads=abc"], "--option threads: not an integer"),
+        (
+            ["toy-4", "--problem", "infermax", "--option", "time_limit=-1"],
+            "--option time_limit: must be a finite number > 0",
+        ),
+        (
+            [str(STATIC_FIG3), "--problem", "gmax", "--option", "exact_method=nosuch"],
+            "option 'exact_method': unknown 'nosuch'",
+        ),
+    ],
+)
 def test_unknown_option_values_are_bad_input(capsys, argv, needle):
     """Unknown option values are bad input (exit 2 naming the option), not internal errors (exit 3)."""
     code, out, err = run_cli(capsys, "solve", *argv)

@@ -163,7 +163,8 @@ def instances(draw) -> Instance:
     coef = st.sampled_from([0.0, 1e-3, 0.25, 1.0])
     cm = cost_model_from_mapping({
         "layers": draw(st.sampled_from([1, 2, 32])),
-        "base": draw(coef), "per_token": draw(coef),
+        "base": draw(coef),
+        "per_token": draw(coef),
         "prefill": {"bias": draw(coef), "per_token": draw(coef), "per_token_sq": draw(coef), "per_ctx": draw(coef)},
         "decode": {"bias": draw(coef), "per_token": draw(coef), "per_kv": draw(coef)},
     })
@@ -251,11 +252,16 @@ def test_item_violations_are_reported_with_batch_and_request(inst, seed, pick):
 
     prefills = [r for r in legal.items if r.phase == "prefill"]
     p = prefills[pick % len(prefills)]
-    assert f"batch {p.batch}: request {p.id!r}: prefill chunk {p.room + 1} exceeds the remaining prompt {p.room}" in mutated(p.batch, p.id, p.room + 1)
+    assert (
+        f"batch {p.batch}: request {p.id!r}: prefill chunk {p.room + 1} exceeds the remaining prompt {p.room}"
+        in mutated(p.batch, p.id, p.room + 1)
+    )
     decodes = [r for r in legal.items if r.phase == "decode"]
     if decodes:
         d = decodes[pick % len(decodes)]
-        assert f"batch {d.batch}: request {d.id!r}: decode item with tokens = 2 (must be 1)" in mutated(d.batch, d.id, 2)
+        assert f"batch {d.batch}: request {d.id!r}: decode item with tokens = 2 (must be 1)" in mutated(
+            d.batch, d.id, 2
+        )
     # unfinished: drop the last batch that generates the last token of some request
     res = replay(inst, batches[:-1])
     assert not res.feasible and any("unfinished after the last batch" in v for v in res.violations)
@@ -273,7 +279,10 @@ def test_item_violations_are_reported_with_batch_and_request(inst, seed, pick):
 
 
 def test_other_structural_violations():
-    inst = make([{"id": "a", "prompt_tokens": 2, "output_tokens": 1}, {"id": "b", "prompt_tokens": 2, "output_tokens": 1}])
+    inst = make([
+        {"id": "a", "prompt_tokens": 2, "output_tokens": 1},
+        {"id": "b", "prompt_tokens": 2, "output_tokens": 1},
+    ])
     v = replay(inst, sched(B(("a", 2), ("a", 1)), B(("b", 2)))).violations
     assert v == ["batch 0: request 'a': more than one item in the batch"]
     v = replay(inst, sched(B(("a", 2)), B(("a", 1), ("b", 2)))).violations
@@ -308,8 +317,9 @@ def test_hand_worked_example_of_the_docs():
         {"id": "r0", "prompt_tokens": 6, "output_tokens": 2},
         {"id": "r1", "arrival": 5.0, "prompt_tokens": 2, "output_tokens": 3},
     ]
-    schedule = sched(B(("r0", 4), start=1.0), B(("r0", 2), ("r1", 2)), B(("r0", 1), ("r1", 1)),
-                     B(evict=("r1",)), B(("r1", 4)))
+    schedule = sched(
+        B(("r0", 4), start=1.0), B(("r0", 2), ("r1", 2)), B(("r0", 1), ("r1", 1)), B(evict=("r1",)), B(("r1", 4))
+    )
     res = replay(make(reqs, token_budget=4, kv_capacity=10), schedule)
     assert res.feasible, res.violations
     assert res.starts == [1.0, 10.0, 17.0, 22.0, 22.0] and res.ends == [10.0, 17.0, 22.0, 22.0, 31.0]
@@ -318,7 +328,14 @@ def test_hand_worked_example_of_the_docs():
     assert (o0.first_token, o0.finish, o0.ttft, o0.latency, o0.tpot) == (17.0, 22.0, 17.0, 22.0, 5.0)
     assert (o1.first_token, o1.finish, o1.ttft, o1.latency, o1.tpot, o1.evictions) == (17.0, 31.0, 12.0, 26.0, 7.0, 1)
     m = res.metrics
-    assert (m.makespan, m.mean_latency, m.mean_ttft, m.mean_tpot, m.evictions, m.batches) == (31.0, 24.0, 14.5, 6.0, 1, 5)
+    assert (m.makespan, m.mean_latency, m.mean_ttft, m.mean_tpot, m.evictions, m.batches) == (
+        31.0,
+        24.0,
+        14.5,
+        6.0,
+        1,
+        5,
+    )
     assert m.throughput == 5 / 31 and m.G == 2 / 48
 
 
@@ -332,10 +349,15 @@ def test_hand_prefill_context_term():
         {"id": "r0", "prompt_tokens": 6, "output_tokens": 2},
         {"id": "r1", "arrival": 5.0, "prompt_tokens": 2, "output_tokens": 3},
     ]
-    inst = parse_instance({"name": "hand", "cost_model": model, "limits": {"token_budget": 4, "kv_capacity": 10},
-                           "requests": reqs})
-    schedule = sched(B(("r0", 4), start=1.0), B(("r0", 2), ("r1", 2)), B(("r0", 1), ("r1", 1)),
-                     B(evict=("r1",)), B(("r1", 4)))
+    inst = parse_instance({
+        "name": "hand",
+        "cost_model": model,
+        "limits": {"token_budget": 4, "kv_capacity": 10},
+        "requests": reqs,
+    })
+    schedule = sched(
+        B(("r0", 4), start=1.0), B(("r0", 2), ("r1", 2)), B(("r0", 1), ("r1", 1)), B(evict=("r1",)), B(("r1", 4))
+    )
     res = replay(inst, schedule)
     assert res.feasible, res.violations
     assert res.ends == [10.0, 18.0, 23.0, 23.0, 32.0]
@@ -350,8 +372,12 @@ def test_hand_prefill_context_after_an_eviction_in_prefill():
     # T = 1 + 0.5 c + 2 + 0.25 c^2 + 0.5 X: 3 -> 1 + 1.5 + 2 + 2.25 = 6.75; 4 -> 1 + 2 + 2 + 4 = 9;
     # 2 -> 1 + 1 + 2 + 1 + 4 = 9. Ends 6.75, 6.75, 15.75, 24.75.
     model = {**DYADIC, "prefill": {**DYADIC["prefill"], "per_ctx": 0.5}}
-    inst = parse_instance({"name": "hand", "cost_model": model, "limits": {},
-                           "requests": [{"id": "r0", "prompt_tokens": 6, "output_tokens": 1}]})
+    inst = parse_instance({
+        "name": "hand",
+        "cost_model": model,
+        "limits": {},
+        "requests": [{"id": "r0", "prompt_tokens": 6, "output_tokens": 1}],
+    })
     res = replay(inst, sched(B(("r0", 3)), B(evict=("r0",)), B(("r0", 4)), B(("r0", 2))))
     assert res.feasible, res.violations
     assert res.ends == [6.75, 6.75, 15.75, 24.75]

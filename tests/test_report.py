@@ -76,8 +76,20 @@ def test_json_is_stable_and_documented(fcfs: str) -> None:
     a.pop("run")
     b.pop("run")
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-    assert set(a) == {"instance", "requests", "cost_model", "limits", "objective", "bounds", "best_bound",
-                      "best", "solver", "schedules", "partial", "notes"}
+    assert set(a) == {
+        "instance",
+        "requests",
+        "cost_model",
+        "limits",
+        "objective",
+        "bounds",
+        "best_bound",
+        "best",
+        "solver",
+        "schedules",
+        "partial",
+        "notes",
+    }
     assert set(a["schedules"][0]) == {"kind", "name", "status", "objective", "gap", "metrics", "message"}
 
 
@@ -86,8 +98,14 @@ def test_cli_json_and_table(fcfs: str, capsys: pytest.CaptureFixture[str]) -> No
     data = json.loads(capsys.readouterr().out)
     assert data["instance"] == "toy-4" and data["best"]["source"].startswith("policy:")
     assert data["best_bound"]["value"] <= data["best"]["objective"]
-    assert set(data["run"]) == {"time_limit", "wall_time", "phase_times", "policy_wall_times", "bounder_wall_times",
-                               "solver_wall_time"}
+    assert set(data["run"]) == {
+        "time_limit",
+        "wall_time",
+        "phase_times",
+        "policy_wall_times",
+        "bounder_wall_times",
+        "solver_wall_time",
+    }
     assert main(["report", "toy-4", "--solve-max-requests", "0"]) == 0
     captured = capsys.readouterr()
     assert "Lower bounds" in captured.out and "policy:serial-fcfs" in captured.out
@@ -143,8 +161,14 @@ def _fake_solver(objective_shift: float):
         assert options["objective"] == "makespan" and options["time_limit"] is not None
         schedule = serial_fcfs(instance)
         value = replay(instance, schedule).metrics.makespan
-        return SolveResult(problem="fake", solver="test", status="feasible", objective=value + objective_shift,
-                           bound=0.5 * value, schedule=schedule)
+        return SolveResult(
+            problem="fake",
+            solver="test",
+            status="feasible",
+            objective=value + objective_shift,
+            bound=0.5 * value,
+            schedule=schedule,
+        )
 
     return solve
 

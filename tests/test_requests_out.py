@@ -42,8 +42,9 @@ def _check_against_file(metrics: dict, table: dict[str, list[str]]) -> None:
         assert metrics[f"{q}_max"] == values.max()
     ttft, tpot = table["ttft"], table["tpot"]
     # SLOs from --slo-ttft / --slo-tpot, judged again here from the file's columns.
-    met = [float(a) <= SLO_TTFT * (1 + 1e-9) and (b == "" or float(b) <= SLO_TPOT * (1 + 1e-9))
-           for a, b in zip(ttft, tpot)]
+    met = [
+        float(a) <= SLO_TTFT * (1 + 1e-9) and (b == "" or float(b) <= SLO_TPOT * (1 + 1e-9)) for a, b in zip(ttft, tpot)
+    ]
     assert [c == "true" for c in table["slo_met"]] == met
     assert metrics["goodput"] == sum(met) / metrics["makespan"]
     assert max(_floats(table["finish"])) == metrics["makespan"]
@@ -52,10 +53,27 @@ def _check_against_file(metrics: dict, table: dict[str, list[str]]) -> None:
 @pytest.mark.parametrize("policy", policy_names())
 def test_every_policy_on_splitwise_300_matches_numpy(capsys, tmp_path, data_dir, policy):
     out = tmp_path / "requests.csv"
-    code, res = _run(capsys, "simulate", str(data_dir / "traces" / "splitwise_conv.csv"), "--first", "300",
-                     "--cost-model", "llama2-7b-a100", "--kv-capacity", "100000", "--max-running", "128",
-                     "--slo-ttft", str(SLO_TTFT), "--slo-tpot", str(SLO_TPOT),
-                     "--policy", policy, "--requests-out", str(out))
+    code, res = _run(
+        capsys,
+        "simulate",
+        str(data_dir / "traces" / "splitwise_conv.csv"),
+        "--first",
+        "300",
+        "--cost-model",
+        "llama2-7b-a100",
+        "--kv-capacity",
+        "100000",
+        "--max-running",
+        "128",
+        "--slo-ttft",
+        str(SLO_TTFT),
+        "--slo-tpot",
+        str(SLO_TPOT),
+        "--policy",
+        policy,
+        "--requests-out",
+        str(out),
+    )
     assert code == 0
     table = _read_csv(out)
     assert len(table["id"]) == 300 and table["id"][:2] == ["row0", "row1"]
@@ -66,8 +84,21 @@ def test_parquet_equals_csv(capsys, tmp_path):
     pq = pytest.importorskip("pyarrow.parquet", reason="Parquet output needs pyarrow (optsched[parquet])")
     csv_path, pq_path = tmp_path / "r.csv", tmp_path / "r.parquet"
     for path in (csv_path, pq_path):
-        assert main(["simulate", "toy-4", "--policy", "sarathi", "--requests-out", str(path),
-                     "--clip-output", "1", "--slo-ttft", "0.01"]) == 0
+        assert (
+            main([
+                "simulate",
+                "toy-4",
+                "--policy",
+                "sarathi",
+                "--requests-out",
+                str(path),
+                "--clip-output",
+                "1",
+                "--slo-ttft",
+                "0.01",
+            ])
+            == 0
+        )
     capsys.readouterr()
     table = pq.read_table(pq_path)
     assert table.column_names == [name for name, _ in COLUMNS]
@@ -91,13 +122,32 @@ def test_check_solve_report_write_the_table(capsys, tmp_path):
     capsys.readouterr()
     code, res = _run(capsys, "check", "toy-4", str(sched), "--requests-out", str(tmp_path / "c.csv"))
     assert code == 0 and len(_read_csv(tmp_path / "c.csv")["id"]) == 4
-    code, res = _run(capsys, "solve", "toy-4", "--problem", "infermax", "--time-limit", "20",
-                     "--requests-out", str(tmp_path / "s.csv"))
+    code, res = _run(
+        capsys,
+        "solve",
+        "toy-4",
+        "--problem",
+        "infermax",
+        "--time-limit",
+        "20",
+        "--requests-out",
+        str(tmp_path / "s.csv"),
+    )
     assert code == 0
     table = _read_csv(tmp_path / "s.csv")
     assert max(_floats(table["finish"])) == res["metrics"]["makespan"]
-    code, res = _run(capsys, "report", "toy-4", "--time-limit", "30", "--quiet", "--solve-max-requests", "0",
-                     "--requests-out", str(tmp_path / "r.csv"))
+    code, res = _run(
+        capsys,
+        "report",
+        "toy-4",
+        "--time-limit",
+        "30",
+        "--quiet",
+        "--solve-max-requests",
+        "0",
+        "--requests-out",
+        str(tmp_path / "r.csv"),
+    )
     assert code == 0
     table = _read_csv(tmp_path / "r.csv")
     assert max(_floats(table["finish"])) == res["best"]["metrics"]["makespan"]

@@ -84,10 +84,14 @@ def test_offloading_heuristic_never_beats_exact_and_gap_is_bounded():
         assert ex.makespan <= h.makespan + 1e-9
         # LPT with availability times is within 3/2 of optimal (Lee 1991)
         assert h.makespan <= 1.5 * ex.makespan + 1e-9
-        brute = min(
-            max(a + sum(t for t, w in zip(times, assign) if w == k) for k, a in enumerate(loads))
-            for assign in product(range(len(loads)), repeat=len(times))
-        ) if len(loads) ** len(times) <= 20000 else ex.makespan
+        brute = (
+            min(
+                max(a + sum(t for t, w in zip(times, assign) if w == k) for k, a in enumerate(loads))
+                for assign in product(range(len(loads)), repeat=len(times))
+            )
+            if len(loads) ** len(times) <= 20000
+            else ex.makespan
+        )
         assert ex.makespan == pytest.approx(brute, abs=len(times) * 1e-6)
 
 
@@ -100,7 +104,9 @@ def test_registry_scls_batch():
     reqs = [{"id": f"q{i}", "prompt_tokens": 10, "output_tokens": 5} for i in range(15)]
     reqs.append({"id": "long", "prompt_tokens": 900, "output_tokens": 5, "generated": 124})
     inst = parse_instance({
-        "name": "fig11", "cost_model": "llama2-7b-a100", "requests": reqs,
+        "name": "fig11",
+        "cost_model": "llama2-7b-a100",
+        "requests": reqs,
         "static_latency": {"unit": "s", "prefill": HF.prefill.to_dict(), "decode": HF.decode.to_dict()},
         "scls": {"slice_length": 128, "workers": 2, "worker_loads": [0.0, 1.0]},
     })
@@ -117,7 +123,9 @@ def _round_instance(n: int, seed: int):
     rng = np.random.default_rng(seed)
     reqs = [{"id": f"q{i}", "prompt_tokens": int(rng.integers(10, 1500)), "output_tokens": 5} for i in range(n)]
     return parse_instance({
-        "name": f"round{n}", "cost_model": "llama2-7b-a100", "requests": reqs,
+        "name": f"round{n}",
+        "cost_model": "llama2-7b-a100",
+        "requests": reqs,
         "static_latency": {"unit": "s", "prefill": HF.prefill.to_dict(), "decode": HF.decode.to_dict()},
         "scls": {"slice_length": 128, "workers": 8, "worker_loads": [float(a) for a in rng.uniform(0, 5, 8)]},
     })
@@ -162,8 +170,10 @@ def test_exact_offload_bound_holds_in_true_times_and_never_loses_to_its_start():
     for _ in range(20):
         times = list(rng.uniform(0, 4e-6, int(rng.integers(2, 7))))
         loads = list(rng.uniform(0, 2e-6, 2))
-        brute = min(max(a + sum(t for t, w in zip(times, assign) if w == k) for k, a in enumerate(loads))
-                    for assign in product(range(2), repeat=len(times)))
+        brute = min(
+            max(a + sum(t for t, w in zip(times, assign) if w == k) for k, a in enumerate(loads))
+            for assign in product(range(2), repeat=len(times))
+        )
         h = max_min_offload(times, loads)
         ex = exact_offload(times, loads, threads=1, start=h)
         assert ex.bound <= brute and ex.makespan <= h.makespan

@@ -48,21 +48,36 @@ def _sweep(tmp_path, spec: dict, *extra: str, out: str = "out") -> int:
 # --------------------------------------------------------------------------- the spec
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"workloads": []}, "workloads: List should have at least 1 item"),
-    ({"workloads": [{"instance": "toy-4", "trace": "x.csv"}]}, "workloads[0]: give exactly one of"),
-    ({"run": {"simulate": ["vllm", "nope"]}}, "run.simulate[1]: unknown policy 'nope'"),
-    ({"run": {"solve": [{"problem": "nope"}]}}, "run.solve[0].problem: unknown problem 'nope'"),
-    ({"run": {"solve": [{"problem": "infermax", "solver": "glpk"}]}}, "run.solve[0].solver: problem 'infermax' has no backend"),
-    ({"run": {"solve": [{"problem": "infermax", "time_limit": -1}]}}, "run.solve[0].time_limit: Input should be greater than 0"),
-    ({"limits": {"kv_capacity": [0]}}, "limits: kv_capacity: must be integers from 1 to 1e+15 or null, got 0"),
-    ({"limits": {"kv_capacity": [2**63]}}, "limits: kv_capacity: must be integers from 1 to 1e+15 or null, got 9223372036854775808"),
-    ({"limits": {"max_running": [10**7]}}, "limits: max_running: must be integers from 1 to 1e+06 or null, got 10000000"),
-    ({"limits": {"kv_cap": [10]}}, "limits.kv_cap.[key]"),
-    ({"rate_scale": [0]}, "rate_scale: must be finite numbers > 0"),
-    ({"cost_model": ["nope"]}, "cost_model: cost_model: unknown profile 'nope'"),
-    ({"typo": 1}, "typo: Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"workloads": []}, "workloads: List should have at least 1 item"),
+        ({"workloads": [{"instance": "toy-4", "trace": "x.csv"}]}, "workloads[0]: give exactly one of"),
+        ({"run": {"simulate": ["vllm", "nope"]}}, "run.simulate[1]: unknown policy 'nope'"),
+        ({"run": {"solve": [{"problem": "nope"}]}}, "run.solve[0].problem: unknown problem 'nope'"),
+        (
+            {"run": {"solve": [{"problem": "infermax", "solver": "glpk"}]}},
+            "run.solve[0].solver: problem 'infermax' has no backend",
+        ),
+        (
+            {"run": {"solve": [{"problem": "infermax", "time_limit": -1}]}},
+            "run.solve[0].time_limit: Input should be greater than 0",
+        ),
+        ({"limits": {"kv_capacity": [0]}}, "limits: kv_capacity: must be integers from 1 to 1e+15 or null, got 0"),
+        (
+            {"limits": {"kv_capacity": [2**63]}},
+            "limits: kv_capacity: must be integers from 1 to 1e+15 or null, got 9223372036854775808",
+        ),
+        (
+            {"limits": {"max_running": [10**7]}},
+            "limits: max_running: must be integers from 1 to 1e+06 or null, got 10000000",
+        ),
+        ({"limits": {"kv_cap": [10]}}, "limits.kv_cap.[key]"),
+        ({"rate_scale": [0]}, "rate_scale: must be finite numbers > 0"),
+        ({"cost_model": ["nope"]}, "cost_model: cost_model: unknown profile 'nope'"),
+        ({"typo": 1}, "typo: Extra inputs are not permitted"),
+    ],
+)
 def test_bad_specs_are_one_line_errors(tmp_path, capsys, change, message) -> None:
     code = _sweep(tmp_path, {**SMALL_SPEC, **change})
     err = capsys.readouterr().err
@@ -88,11 +103,17 @@ def test_bad_workloads_and_options(tmp_path, capsys) -> None:
     assert "bad.yaml: malformed YAML at line" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("text, message", [
-    ("name: a\nname: b\nworkloads: [{instance: toy-4}]\nrun: {simulate: [vllm]}\n", "duplicate key 'name' at line 2"),
-    ("{deep: " + "[" * 900 + "]" * 900 + ", name: x}\n", "malformed YAML: lists or mappings nested too deeply"),
-    ("? [a]\n: 1\n", "malformed YAML at line 1: found unhashable key"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "name: a\nname: b\nworkloads: [{instance: toy-4}]\nrun: {simulate: [vllm]}\n",
+            "duplicate key 'name' at line 2",
+        ),
+        ("{deep: " + "[" * 900 + "]" * 900 + ", name: x}\n", "malformed YAML: lists or mappings nested too deeply"),
+        ("? [a]\n: 1\n", "malformed YAML at line 1: found unhashable key"),
+    ],
+)
 def test_a_yaml_spec_with_a_duplicate_key_or_deep_nesting_is_a_one_line_error(tmp_path, capsys, text, message) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(text)
@@ -102,10 +123,13 @@ def test_a_yaml_spec_with_a_duplicate_key_or_deep_nesting_is_a_one_line_error(tm
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("module, extra, message", [
-    ("ray", ["--ray"], "--ray needs Ray: pip install 'optsched[ray]'"),
-    ("pyarrow", [], "needs pyarrow, a dependency of optsched that is missing here: pip install pyarrow"),
-])
+@pytest.mark.parametrize(
+    "module, extra, message",
+    [
+        ("ray", ["--ray"], "--ray needs Ray: pip install 'optsched[ray]'"),
+        ("pyarrow", [], "needs pyarrow, a dependency of optsched that is missing here: pip install pyarrow"),
+    ],
+)
 def test_a_missing_optional_package_is_a_clear_error(tmp_path, capsys, monkeypatch, module, extra, message) -> None:
     monkeypatch.setitem(sys.modules, module, None)  # import fails as if it were not installed
     assert _sweep(tmp_path, SMALL_SPEC, *extra) == 2
@@ -144,9 +168,13 @@ def test_rows_workers_1_and_2_are_equal_and_complete(tmp_path) -> None:
 
 def test_rows_match_a_direct_replay(tmp_path) -> None:
     """A row's metrics are the replay's of the policy on the cell's instance (independently built)."""
-    spec = {"name": "direct", "workloads": [{"instance": "poisson-mixed-100", "first": 12}],
-            "limits": {"kv_capacity": [5000], "token_budget": [1024]}, "rate_scale": [3],
-            "run": {"simulate": ["sarathi"], "bound": True}}
+    spec = {
+        "name": "direct",
+        "workloads": [{"instance": "poisson-mixed-100", "first": 12}],
+        "limits": {"kv_capacity": [5000], "token_budget": [1024]},
+        "rate_scale": [3],
+        "run": {"simulate": ["sarathi"], "bound": True},
+    }
     assert _sweep(tmp_path, spec, "--workers", "1") == 0
     rows = read_rows(tmp_path / "out")
     sim = next(r for r in rows if r["kind"] == "simulate")
@@ -163,26 +191,40 @@ def test_rows_match_a_direct_replay(tmp_path) -> None:
 
 
 def test_failures_are_rows_and_never_stop_the_sweep(tmp_path) -> None:
-    spec = {"name": "fail", "workloads": [{"instance": "poisson-mixed-100", "first": 12}],
-            "limits": {"kv_capacity": [500, 20000]},  # 500: a request can never fit
-            "run": {"simulate": ["vllm", "sarathi"], "bound": True}}
+    spec = {
+        "name": "fail",
+        "workloads": [{"instance": "poisson-mixed-100", "first": 12}],
+        "limits": {"kv_capacity": [500, 20000]},  # 500: a request can never fit
+        "run": {"simulate": ["vllm", "sarathi"], "bound": True},
+    }
     assert _sweep(tmp_path, spec) == 0
     rows = read_rows(tmp_path / "out")
     bad = [r for r in rows if r["kv_capacity"] == 500]
     assert len(bad) == 3 and all(r["status"] == "error" and "can never finish" in r["error"] for r in bad)
     assert {r["policy"]: r["status"] for r in rows if r["kv_capacity"] == 20000} == {
-        "generic:work": "proven", "generic:critical-path": "proven", "vllm": "ok", "sarathi": "ok"}
+        "generic:work": "proven",
+        "generic:critical-path": "proven",
+        "vllm": "ok",
+        "sarathi": "ok",
+    }
 
 
 def test_solve_rows_are_replayed_with_their_bound(tmp_path) -> None:
-    spec = {"name": "solve", "workloads": [{"instance": "toy-4"}],
-            "run": {"simulate": ["vllm"], "solve": [{"problem": "infermax", "time_limit": 30}],
-                    "bound": {"problems": ["infermax"], "time_limit": 5}}}
+    spec = {
+        "name": "solve",
+        "workloads": [{"instance": "toy-4"}],
+        "run": {
+            "simulate": ["vllm"],
+            "solve": [{"problem": "infermax", "time_limit": 30}],
+            "bound": {"problems": ["infermax"], "time_limit": 5},
+        },
+    }
     assert _sweep(tmp_path, spec, "--workers", "1") == 0
     rows = {r["policy"]: r for r in read_rows(tmp_path / "out")}
     bounder = [r for p, r in rows.items() if p.startswith("infermax:")]
-    assert bounder and all(r["kind"] == "bound" and r["time_limit"] == 5 and r["status"] in ("proven", "estimate")
-                           for r in bounder)
+    assert bounder and all(
+        r["kind"] == "bound" and r["time_limit"] == 5 and r["status"] in ("proven", "estimate") for r in bounder
+    )
     solve = rows["solver:infermax"]
     assert solve["kind"] == "solve" and solve["time_limit"] == 30 and solve["status"] in ("optimal", "time_limit")
     assert solve["makespan"] == solve["objective"] and solve["bound"] <= solve["objective"] * (1 + 1e-9)
@@ -234,8 +276,9 @@ def test_sigint_then_resume_completes_without_duplicates(tmp_path) -> None:
     stored = len(part_files(out))
     assert 2 <= stored < 12
     time.sleep(1)
-    assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}") and
-                "spawn_main" in open(f"/proc/{pid}/cmdline").read()], "a worker outlived the interrupted sweep"
+    assert not [
+        pid for pid in workers if os.path.exists(f"/proc/{pid}") and "spawn_main" in open(f"/proc/{pid}/cmdline").read()
+    ], "a worker outlived the interrupted sweep"
     assert not list(out.glob(".tmp-*")), "a half-written file was left behind"
     done = run_cli("sweep", str(path), "--out", str(out), "--workers", "2", "--resume", "--json")
     assert done.returncode == 0, done.stderr
@@ -256,12 +299,31 @@ def _meets(instance, policy: str, ttft: float, tpot: float, quantile: float) -> 
 
 
 def test_capacity_search_equals_a_brute_force_scan(tmp_path, capsys) -> None:
-    spec = {"name": "cap", "workloads": [{"instance": "poisson-mixed-100", "first": 30}],
-            "limits": {"kv_capacity": [4000, 20000]}, "run": {"simulate": ["vllm", "sarathi"]},
-            "capacity": {"low": 0.5, "high": 24, "tolerance": 0.1}}
+    spec = {
+        "name": "cap",
+        "workloads": [{"instance": "poisson-mixed-100", "first": 30}],
+        "limits": {"kv_capacity": [4000, 20000]},
+        "run": {"simulate": ["vllm", "sarathi"]},
+        "capacity": {"low": 0.5, "high": 24, "tolerance": 0.1},
+    }
     slo = {"ttft": 0.4, "tpot": 0.03, "quantile": 0.9}
-    assert _sweep(tmp_path, spec, "--capacity", "--workers", "2", "--slo-ttft-p99", str(slo["ttft"]),
-                  "--slo-tpot-p99", str(slo["tpot"]), "--attainment", str(slo["quantile"]), "--json") == 0
+    assert (
+        _sweep(
+            tmp_path,
+            spec,
+            "--capacity",
+            "--workers",
+            "2",
+            "--slo-ttft-p99",
+            str(slo["ttft"]),
+            "--slo-tpot-p99",
+            str(slo["tpot"]),
+            "--attainment",
+            str(slo["quantile"]),
+            "--json",
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     found = {(r["kv_capacity"], r["policy"]): r for r in summary["capacity"]}
     grid = rate_grid(0.5, 24, 0.1)
@@ -285,8 +347,22 @@ def test_capacity_search_equals_a_brute_force_scan(tmp_path, capsys) -> None:
     assert probes and all(r["slo_met"] is not None and r["attainment"] == slo["quantile"] for r in probes)
     assert len(probes) < 4 * len(grid), "the search should not probe every grid point"
     # --resume: nothing to run again
-    assert _sweep(tmp_path, spec, "--capacity", "--resume", "--slo-ttft-p99", str(slo["ttft"]), "--slo-tpot-p99",
-                  str(slo["tpot"]), "--attainment", str(slo["quantile"]), "--json") == 0
+    assert (
+        _sweep(
+            tmp_path,
+            spec,
+            "--capacity",
+            "--resume",
+            "--slo-ttft-p99",
+            str(slo["ttft"]),
+            "--slo-tpot-p99",
+            str(slo["tpot"]),
+            "--attainment",
+            str(slo["quantile"]),
+            "--json",
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["already_stored"] == 4
 
 
@@ -299,12 +375,18 @@ def test_capacity_rejects_what_it_would_ignore(tmp_path, capsys) -> None:
     assert "rate_scale: --capacity chooses the rate itself" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("change, extra, message", [
-    ({"run": {}}, [], "run: nothing to run (give simulate, solve or bound)"),
-    ({"rate_scale": [1]}, ["--capacity", "--slo-ttft-p99", "1"], "--capacity runs policies only"),
-    ({"workloads": [{"instance": "aladdin-fig3"}], "replicas": {"routers": ["nope"]}}, ["--replicas", "--slo-ttft-p99", "1"],
-     "replicas.routers: unknown router 'nope'"),
-])
+@pytest.mark.parametrize(
+    "change, extra, message",
+    [
+        ({"run": {}}, [], "run: nothing to run (give simulate, solve or bound)"),
+        ({"rate_scale": [1]}, ["--capacity", "--slo-ttft-p99", "1"], "--capacity runs policies only"),
+        (
+            {"workloads": [{"instance": "aladdin-fig3"}], "replicas": {"routers": ["nope"]}},
+            ["--replicas", "--slo-ttft-p99", "1"],
+            "replicas.routers: unknown router 'nope'",
+        ),
+    ],
+)
 def test_a_sweep_with_nothing_to_do_writes_no_store(tmp_path, capsys, change, extra, message) -> None:
     """The mode's own checks run before the store's folder and _sweep.json are written."""
     assert _sweep(tmp_path, {**SMALL_SPEC, **change}, *extra) == 2
@@ -315,11 +397,27 @@ def test_a_sweep_with_nothing_to_do_writes_no_store(tmp_path, capsys, change, ex
 def test_replicas_rows_equal_the_direct_search(tmp_path, capsys) -> None:
     from optsched.problems.aladdin.capacity import min_workers
 
-    spec = {"name": "rep", "workloads": [{"instance": "aladdin-fig3"}],
-            "replicas": {"routers": ["bestfit", "jsq", "rr"], "max_replicas": 8}}
+    spec = {
+        "name": "rep",
+        "workloads": [{"instance": "aladdin-fig3"}],
+        "replicas": {"routers": ["bestfit", "jsq", "rr"], "max_replicas": 8},
+    }
     slo = {"ttft": 0.02, "atgt": 0.0105}  # one worker serves 3 of the 4 requests within it
-    assert _sweep(tmp_path, spec, "--replicas", "--slo-ttft-p99", str(slo["ttft"]), "--slo-tpot-p99",
-                  str(slo["atgt"]), "--attainment", "1", "--json") == 0
+    assert (
+        _sweep(
+            tmp_path,
+            spec,
+            "--replicas",
+            "--slo-ttft-p99",
+            str(slo["ttft"]),
+            "--slo-tpot-p99",
+            str(slo["atgt"]),
+            "--attainment",
+            "1",
+            "--json",
+        )
+        == 0
+    )
     found = json.loads(capsys.readouterr().out)["replicas"]
     assert len(found) == 3
     for row in found:

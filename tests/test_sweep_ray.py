@@ -62,8 +62,9 @@ def test_same_rows_under_workers_1_2_and_ray(cluster, tmp_path) -> None:
 def test_a_killed_ray_worker_loses_no_cell(cluster, tmp_path) -> None:
     spec = slow_spec()
     out = tmp_path / "out"
-    proc = start_cli("sweep", str(write_spec(tmp_path, spec)), "--out", str(out), "--ray", "--address", cluster,
-                     env=LOOPBACK)
+    proc = start_cli(
+        "sweep", str(write_spec(tmp_path, spec)), "--out", str(out), "--ray", "--address", cluster, env=LOOPBACK
+    )
     wait_for_parts(out, 1, proc)
     killed = None
     end = time.monotonic() + 60

@@ -20,8 +20,7 @@ def test_pareto_front_is_the_set_of_undominated_points() -> None:
     rng = random.Random(3)
     for _ in range(200):
         points = [(rng.randint(0, 6) / 2, rng.randint(0, 6) / 3) for _ in range(rng.randint(1, 9))]
-        dominated = {p for p, q in itertools.product(points, points)
-                     if q != p and q[0] <= p[0] and q[1] >= p[1]}
+        dominated = {p for p, q in itertools.product(points, points) if q != p and q[0] <= p[0] and q[1] >= p[1]}
         assert sorted(set(pareto_front(points))) == sorted(set(points) - dominated), points
 
 
@@ -29,13 +28,32 @@ def test_pareto_front_is_the_set_of_undominated_points() -> None:
 def sweep_dir(tmp_path_factory):
     """A small grid plus a capacity search in one folder."""
     root = tmp_path_factory.mktemp("sweep")
-    spec = {**SMALL_SPEC, "run": {**SMALL_SPEC["run"], "solve": [{"problem": "infermax", "time_limit": 5}]},
-            "workloads": [{"instance": "toy-4"}]}
+    spec = {
+        **SMALL_SPEC,
+        "run": {**SMALL_SPEC["run"], "solve": [{"problem": "infermax", "time_limit": 5}]},
+        "workloads": [{"instance": "toy-4"}],
+    }
     assert main(["sweep", str(write_spec(root, spec)), "--out", str(root / "out"), "--no-progress"]) == 0
-    cap = {"name": "cap", "workloads": [{"instance": "poisson-mixed-100", "first": 20}],
-           "run": {"simulate": ["vllm", "sarathi"]}, "capacity": {"low": 0.5, "high": 8, "tolerance": 0.2}}
-    assert main(["sweep", str(write_spec(root, cap, "cap.json")), "--out", str(root / "out"), "--resume",
-                 "--capacity", "--slo-ttft-p99", "0.4", "--no-progress"]) == 0
+    cap = {
+        "name": "cap",
+        "workloads": [{"instance": "poisson-mixed-100", "first": 20}],
+        "run": {"simulate": ["vllm", "sarathi"]},
+        "capacity": {"low": 0.5, "high": 8, "tolerance": 0.2},
+    }
+    assert (
+        main([
+            "sweep",
+            str(write_spec(root, cap, "cap.json")),
+            "--out",
+            str(root / "out"),
+            "--resume",
+            "--capacity",
+            "--slo-ttft-p99",
+            "0.4",
+            "--no-progress",
+        ])
+        == 0
+    )
     return root / "out"
 
 

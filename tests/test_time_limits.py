@@ -64,7 +64,9 @@ def test_hybrid_offline_keeps_the_schedule_inside_its_limit(monkeypatch) -> None
     monkeypatch.setattr(offline_solve, "client_schedule", lambda *a: builds.append(a) or real_schedule(*a))
     res = offline_solve.solve(instance, {"time_limit": limit, "method": "mip"})
     assert len(builds) == 1  # the LPT schedule only: none built after the limit
-    lpt = real(offline_solve.processing_times(instance, "rounds"), offline_solve.timing_of(instance).clients, method="lpt")
+    lpt = real(
+        offline_solve.processing_times(instance, "rounds"), offline_solve.timing_of(instance).clients, method="lpt"
+    )
     assert "not built in time" in res.solver and res.status == Status.TIME_LIMIT
     assert res.extra["assignment"] == {r.id: c for r, c in zip(instance.requests, lpt.client)}
     assert replay(instance, res.schedule).feasible and res.bound <= res.objective

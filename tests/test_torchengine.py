@@ -24,8 +24,16 @@ from optsched.torchengine.engine import EngineError, PagePool, StepItem, TorchEn
 from optsched.torchengine.shapes import ShapeError, load_shape, shape_from_config  # noqa: E402
 
 E2E = Path(__file__).resolve().parent / "e2e"
-TINY = {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
-        "num_hidden_layers": 2, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 1024}
+TINY = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_attention_heads": 4,
+    "num_hidden_layers": 2,
+    "num_key_value_heads": 2,
+    "vocab_size": 512,
+    "max_position_embeddings": 1024,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +56,9 @@ def test_a_chunked_prefill_samples_what_the_whole_prefill_does(config):
     assert chunked.run_step([StepItem(0, prompt[:3], 3, False), other])[0] == []
     assert chunked.run_step([StepItem(0, prompt[3:], 7, True)])[0] == ids
     # a decode after it equals the decode after the whole prefill
-    assert chunked.run_step([StepItem(0, (ids[0],), 8, True)])[0] == whole.run_step([StepItem(0, (ids[0],), 8, True)])[0]
+    assert (
+        chunked.run_step([StepItem(0, (ids[0],), 8, True)])[0] == whole.run_step([StepItem(0, (ids[0],), 8, True)])[0]
+    )
 
 
 def test_page_pool_grows_frees_and_refuses_when_full():
@@ -73,9 +83,28 @@ def test_shapes_name_what_is_wrong(tmp_path):
 
 def test_profile_on_cpu_writes_a_profile_and_steps(tmp_path, capsys):
     toml, steps = tmp_path / "tiny-cpu.toml", tmp_path / "steps.json"
-    code = main(["profile", "--model", "tiny-llama", "--device", "cpu", "--tokens", "16", "--max-context", "64",
-                 "--repeats", "1", "--warmup", "0", "--threads", "1", "--out", str(toml), "--steps-out", str(steps),
-                 "--json"])
+    code = main([
+        "profile",
+        "--model",
+        "tiny-llama",
+        "--device",
+        "cpu",
+        "--tokens",
+        "16",
+        "--max-context",
+        "64",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--threads",
+        "1",
+        "--out",
+        str(toml),
+        "--steps-out",
+        str(steps),
+        "--json",
+    ])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     model = load_cost_model(str(toml))
@@ -102,8 +131,28 @@ def _plan(tmp_path: Path) -> Path:
 def test_execute_with_the_torch_engine_and_validate(tmp_path, capsys):
     plan = _plan(tmp_path)
     out = tmp_path / "result.json"
-    assert main(["execute", str(plan), "--engine", "torch", "--model", "tiny-llama", "--device", "cpu",
-                 "--repeats", "2", "--warmup", "0", "--threads", "1", "--out", str(out), "--json"]) == 0
+    assert (
+        main([
+            "execute",
+            str(plan),
+            "--engine",
+            "torch",
+            "--model",
+            "tiny-llama",
+            "--device",
+            "cpu",
+            "--repeats",
+            "2",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+            "--json",
+        ])
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     result = json.loads(out.read_text())
     assert summary["ok"] and result["format"] == "optsched-vllm-result" and result["version"] == 1
@@ -123,8 +172,25 @@ def test_a_plan_the_engine_cannot_follow_is_a_mismatch(tmp_path, capsys):
     data["steps"][1]["tokens"]["a"] = 9  # 'a' has 8 prompt tokens left after its first chunk of 32
     plan.write_text(json.dumps(data))
     out = tmp_path / "bad.json"
-    assert main(["execute", str(plan), "--engine", "torch", "--model", "tiny-llama", "--device", "cpu",
-                 "--repeats", "1", "--warmup", "0", "--out", str(out)]) == 1
+    assert (
+        main([
+            "execute",
+            str(plan),
+            "--engine",
+            "torch",
+            "--model",
+            "tiny-llama",
+            "--device",
+            "cpu",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--out",
+            str(out),
+        ])
+        == 1
+    )
     assert "step 1: request 'a': 9 tokens planned, 8 left" in capsys.readouterr().err
     assert json.loads(out.read_text())["ok"] is False
 

@@ -54,31 +54,47 @@ def test_order_first_before_window_before_rate_scale():
 
 def test_clip_offline_and_default_slos():
     inst = _instance(4).with_requests([
-        *_instance(3).requests, Request("s", 3.0, 5, 5, slo=SLO(ttft=1.0)),
+        *_instance(3).requests,
+        Request("s", 3.0, 5, 5, slo=SLO(ttft=1.0)),
     ])
-    out = apply_transforms(inst, WorkloadTransforms(clip_prompt=15, clip_output=2, offline=True,
-                                                    slo_ttft=0.5, slo_tpot=0.1))
+    out = apply_transforms(
+        inst, WorkloadTransforms(clip_prompt=15, clip_output=2, offline=True, slo_ttft=0.5, slo_tpot=0.1)
+    )
     assert [(r.prompt_tokens, r.output_tokens, r.predicted_output_tokens) for r in out.requests] == [
-        (10, 1, 2), (15, 2, 2), (15, 2, 2), (5, 2, None)]
+        (10, 1, 2),
+        (15, 2, 2),
+        (15, 2, 2),
+        (5, 2, None),
+    ]
     assert all(r.arrival == 0.0 for r in out.requests)
     assert [r.slo for r in out.requests] == [SLO(ttft=0.5, tpot=0.1)] * 3 + [SLO(ttft=1.0, tpot=0.1)]
 
 
-@pytest.mark.parametrize("t", [
-    WorkloadTransforms(window=(100.0, 200.0)),
-    WorkloadTransforms(first=2, window=(5.0, 9.0)),
-    WorkloadTransforms(sample=0.01),
-])
+@pytest.mark.parametrize(
+    "t",
+    [
+        WorkloadTransforms(window=(100.0, 200.0)),
+        WorkloadTransforms(first=2, window=(5.0, 9.0)),
+        WorkloadTransforms(sample=0.01),
+    ],
+)
 def test_a_transform_that_leaves_nothing_is_an_error(t):
     with pytest.raises(WorkloadError, match="leaves no request"):
         apply_transforms(_instance(), t, source="f.csv")
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"first": 0}, "first"), ({"sample": 1.5}, "sample"), ({"seed": 3}, "seed"),
-    ({"rate_scale": 0.0}, "rate_scale"), ({"clip_output": -1}, "clip_output"),
-    ({"window": (5.0, 5.0)}, "window"), ({"slo_ttft": math.inf}, "slo_ttft"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"first": 0}, "first"),
+        ({"sample": 1.5}, "sample"),
+        ({"seed": 3}, "seed"),
+        ({"rate_scale": 0.0}, "rate_scale"),
+        ({"clip_output": -1}, "clip_output"),
+        ({"window": (5.0, 5.0)}, "window"),
+        ({"slo_ttft": math.inf}, "slo_ttft"),
+    ],
+)
 def test_bad_values_name_the_transform(kwargs, field):
     with pytest.raises(WorkloadError, match=field):
         WorkloadTransforms(**kwargs)

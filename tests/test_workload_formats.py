@@ -28,6 +28,7 @@ def reader(request, monkeypatch):
         monkeypatch.setattr(loaders, "arrow_available", lambda: False)
         yield None
 
+
 #: Per format: header, data rows (as written), expected (arrival, prompt, output) per kept request.
 CASES = {
     "vidur": (
@@ -42,10 +43,16 @@ CASES = {
     ),
     "azure": (
         ["TIMESTAMP", "ContextTokens", "GeneratedTokens"],
-        [["2023-11-16 18:15:46.6805900", "374", "44"], ["2023-11-16 18:15:50.0000001", "396", "109"],
-         ["2023-11-17 00:00:00", "12", "3"]],
-        [(0.0, 374, 44), ((50_0000001 - 46_6805900) / 10**7, 396, 109),
-         ((86400 * 10**7 - (18 * 3600 + 15 * 60 + 46) * 10**7 - 6805900) / 10**7, 12, 3)],
+        [
+            ["2023-11-16 18:15:46.6805900", "374", "44"],
+            ["2023-11-16 18:15:50.0000001", "396", "109"],
+            ["2023-11-17 00:00:00", "12", "3"],
+        ],
+        [
+            (0.0, 374, 44),
+            ((50_0000001 - 46_6805900) / 10**7, 396, 109),
+            ((86400 * 10**7 - (18 * 3600 + 15 * 60 + 46) * 10**7 - 6805900) / 10**7, 12, 3),
+        ],
     ),
     "azure-multimodal": (
         ["TIMESTAMP", "NumImages", "ContextTokens", "GeneratedTokens"],
@@ -54,16 +61,33 @@ CASES = {
         [(1.25, 1000, 20), (0.0, 30, 2)],
     ),
     "burstgpt": (
-        ["Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type",
-         "Session ID", "Elapsed time"],
-        [["5", "ChatGPT", "472", "18", "490", "Conversation log", "s1", "0.5"],
-         ["7.25", "GPT-4", "1087", "0", "1087", "Conversation log", "s2", "0.1"],
-         ["9", "GPT-4", "100", "300", "400", "API log", "s3", "2"]],
+        [
+            "Timestamp",
+            "Model",
+            "Request tokens",
+            "Response tokens",
+            "Total tokens",
+            "Log Type",
+            "Session ID",
+            "Elapsed time",
+        ],
+        [
+            ["5", "ChatGPT", "472", "18", "490", "Conversation log", "s1", "0.5"],
+            ["7.25", "GPT-4", "1087", "0", "1087", "Conversation log", "s2", "0.1"],
+            ["9", "GPT-4", "100", "300", "400", "API log", "s3", "2"],
+        ],
         [(0.0, 472, 18), (4.0, 100, 300)],
     ),
     "splitwise-sim": (
-        ["request_id", "request_type", "application_id", "arrival_timestamp", "batch_size", "prompt_size",
-         "token_size"],
+        [
+            "request_id",
+            "request_type",
+            "application_id",
+            "arrival_timestamp",
+            "batch_size",
+            "prompt_size",
+            "token_size",
+        ],
         [["0", "2", "0", "0.125", "1", "1020", "129"], ["1", "2", "0", "0.5", "1", "83", "19"]],
         [(0.0, 1020, 129), (0.375, 83, 19)],
     ),
@@ -79,6 +103,7 @@ MOONCAKE = [
 def _csv_text(header: list[str], rows: list[list[str]], *, quote: bool = False, eol: str = "\n") -> str:
     def field(v: str) -> str:
         return '"' + v.replace('"', '""') + '"' if quote or "," in v else v
+
     return "".join(",".join(field(v) for v in line) + eol for line in [header, *rows])
 
 
@@ -127,7 +152,11 @@ def test_csv_formats_load_exactly(tmp_path, fmt, variant, reader):
 def test_fast_path_equals_stdlib_on_real_traces(data_dir, monkeypatch):
     if not arrow_available():
         pytest.skip("pyarrow is not installed (the fast path of optsched[parquet])")
-    for name in ("splitwise_conv.csv", "splitwise_code.csv", "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"):
+    for name in (
+        "splitwise_conv.csv",
+        "splitwise_code.csv",
+        "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+    ):
         path = data_dir / "traces" / name
         fast = load_trace(path, "llama2-7b-a100")
         with monkeypatch.context() as m:
@@ -173,15 +202,18 @@ def _cli(capsys, path, *args):
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("fmt, row_index, column, value, needle", [
-    ("vidur", 1, 1, "12x", "line 3, column 'num_prefill_tokens': not an integer ('12x')"),
-    ("azure", 0, 0, "2023-13-01 00:00:00", "line 2, column 'TIMESTAMP': month must be in 1..12"),
-    ("azure", 2, 0, "yesterday", "line 4, column 'TIMESTAMP': not a date-time"),
-    ("azure-multimodal", 1, 3, "-4", "line 3, column 'GeneratedTokens': must be an integer >= 1, got -4"),
-    ("burstgpt", 2, 0, "nan", "line 4, column 'Timestamp': not a finite number"),
-    ("splitwise-sim", 0, 6, "1.5", "line 2, column 'token_size': not an integer ('1.5')"),
-    ("vidur-lengths", 0, 0, "0", "line 2, column 'num_prefill_tokens': must be an integer >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "fmt, row_index, column, value, needle",
+    [
+        ("vidur", 1, 1, "12x", "line 3, column 'num_prefill_tokens': not an integer ('12x')"),
+        ("azure", 0, 0, "2023-13-01 00:00:00", "line 2, column 'TIMESTAMP': month must be in 1..12"),
+        ("azure", 2, 0, "yesterday", "line 4, column 'TIMESTAMP': not a date-time"),
+        ("azure-multimodal", 1, 3, "-4", "line 3, column 'GeneratedTokens': must be an integer >= 1, got -4"),
+        ("burstgpt", 2, 0, "nan", "line 4, column 'Timestamp': not a finite number"),
+        ("splitwise-sim", 0, 6, "1.5", "line 2, column 'token_size': not an integer ('1.5')"),
+        ("vidur-lengths", 0, 0, "0", "line 2, column 'num_prefill_tokens': must be an integer >= 1, got 0"),
+    ],
+)
 def test_malformed_rows_exit_2_naming_line_and_column(tmp_path, capsys, fmt, row_index, column, value, needle, reader):
     header, rows, _ = CASES[fmt]
     rows = [list(r) for r in rows]

@@ -103,6 +103,7 @@ def stdout_reserved_for_json() -> Iterator[None]:
             os.close(saved_fd)
         _json_stream = None
 
+
 _LIMIT_OPTIONS = ("token_budget", "prefill_budget", "kv_capacity", "max_running")
 
 
@@ -160,11 +161,22 @@ def add_instance_arguments(parser: argparse.ArgumentParser) -> None:
         "instance options",
         "required for a trace (--cost-model) and overriding a JSON instance's values otherwise",
     )
-    group.add_argument("--format", dest="trace_format", choices=list(FORMATS), metavar="FORMAT",
-                       help=f"trace format ({', '.join(FORMATS)}; default: detected from the header)")
-    group.add_argument("--model", dest="trace_model", metavar="NAME",
-                       help="keep only this model's rows of a trace with a model column (burstgpt)")
-    group.add_argument("--cost-model", metavar="PROFILE", help=f"profile name ({', '.join(available_profiles())}) or .toml file")
+    group.add_argument(
+        "--format",
+        dest="trace_format",
+        choices=list(FORMATS),
+        metavar="FORMAT",
+        help=f"trace format ({', '.join(FORMATS)}; default: detected from the header)",
+    )
+    group.add_argument(
+        "--model",
+        dest="trace_model",
+        metavar="NAME",
+        help="keep only this model's rows of a trace with a model column (burstgpt)",
+    )
+    group.add_argument(
+        "--cost-model", metavar="PROFILE", help=f"profile name ({', '.join(available_profiles())}) or .toml file"
+    )
     group.add_argument("--token-budget", type=limit_int, metavar="C", help="tokens per batch")
     group.add_argument("--prefill-budget", type=limit_int, metavar="P", help="prefill tokens per batch (default C)")
     group.add_argument("--kv-capacity", type=limit_int, metavar="M", help="KV-cache slots in tokens")
@@ -180,20 +192,31 @@ def add_transform_arguments(parser: argparse.ArgumentParser) -> None:
         "--offline, --slo-ttft/--slo-tpot (docs/instances.md)",
     )
     group.add_argument("--first", type=positive_int, metavar="N", help="keep only the first N requests")
-    group.add_argument("--window", type=_window, metavar="START:END",
-                       help="keep requests arriving in [START, END) seconds, shifted to start at 0")
-    group.add_argument("--sample", type=_fraction, metavar="FRACTION",
-                       help="keep this fraction of the requests, drawn at random (with --seed)")
+    group.add_argument(
+        "--window",
+        type=_window,
+        metavar="START:END",
+        help="keep requests arriving in [START, END) seconds, shifted to start at 0",
+    )
+    group.add_argument(
+        "--sample",
+        type=_fraction,
+        metavar="FRACTION",
+        help="keep this fraction of the requests, drawn at random (with --seed)",
+    )
     group.add_argument("--seed", type=int, metavar="S", help="seed of --sample (default 0)")
-    group.add_argument("--rate-scale", type=positive_float, metavar="X",
-                       help="divide arrival times by X (2 = twice the traffic)")
+    group.add_argument(
+        "--rate-scale", type=positive_float, metavar="X", help="divide arrival times by X (2 = twice the traffic)"
+    )
     group.add_argument("--clip-prompt", type=positive_int, metavar="N", help="prompt lengths above N become N")
     group.add_argument("--clip-output", type=positive_int, metavar="N", help="output lengths above N become N")
     group.add_argument("--offline", action="store_true", help="ignore arrival times (all arrive at 0)")
-    group.add_argument("--slo-ttft", type=positive_float, metavar="SECONDS",
-                       help="TTFT SLO of every request that has none")
-    group.add_argument("--slo-tpot", type=positive_float, metavar="SECONDS",
-                       help="TPOT SLO of every request that has none")
+    group.add_argument(
+        "--slo-ttft", type=positive_float, metavar="SECONDS", help="TTFT SLO of every request that has none"
+    )
+    group.add_argument(
+        "--slo-tpot", type=positive_float, metavar="SECONDS", help="TPOT SLO of every request that has none"
+    )
 
 
 def _window(text: str) -> tuple[float, float]:
@@ -218,9 +241,16 @@ def transforms_from_args(args: argparse.Namespace) -> WorkloadTransforms:
     if args.seed is not None and args.sample is None:
         raise BadInput("--seed: only applies with --sample")
     return WorkloadTransforms(
-        first=args.first, window=args.window, sample=args.sample, seed=args.seed, rate_scale=args.rate_scale,
-        clip_prompt=args.clip_prompt, clip_output=args.clip_output, offline=args.offline,
-        slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
+        first=args.first,
+        window=args.window,
+        sample=args.sample,
+        seed=args.seed,
+        rate_scale=args.rate_scale,
+        clip_prompt=args.clip_prompt,
+        clip_output=args.clip_output,
+        offline=args.offline,
+        slo_ttft=args.slo_ttft,
+        slo_tpot=args.slo_tpot,
     )
 
 
@@ -275,8 +305,9 @@ def _load_trace_arg(args: argparse.Namespace, transforms: WorkloadTransforms) ->
     if args.cost_model is None:
         raise BadInput(f"{path}: a trace file needs --cost-model (profiles: {', '.join(available_profiles())})")
     options = {} if args.trace_model is None else {"model": args.trace_model}
-    base = load_trace(path, args.cost_model, format=args.trace_format, max_rows=transforms.first,
-                      check_capacity=False, **options)
+    base = load_trace(
+        path, args.cost_model, format=args.trace_format, max_rows=transforms.first, check_capacity=False, **options
+    )
     for note in base.extra.get("notes", ()):
         print(f"optsched: note: {note}", file=sys.stderr)
     return base
@@ -345,8 +376,11 @@ def progress(items: Sequence[T], label: str) -> Iterator[T]:
 
 
 def add_requests_out_flag(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--requests-out", metavar="FILE",
-                        help=f"write one row per request of {what} (CSV, or Parquet for .parquet; docs/schedule.md)")
+    parser.add_argument(
+        "--requests-out",
+        metavar="FILE",
+        help=f"write one row per request of {what} (CSV, or Parquet for .parquet; docs/schedule.md)",
+    )
 
 
 def check_requests_out(path: str | None) -> None:

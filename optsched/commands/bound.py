@@ -50,6 +50,10 @@ def handle(args: argparse.Namespace) -> int:
         print_json({"instance": instance.name, "problem": args.problem, "bounds": rows})
     else:
         print(f"instance {instance.name}, {'problem ' + args.problem if args.problem else 'trivial bounds'}")
-        print(format_table(("bound", "value", "proven", "note"),
-                           [(b["name"], b["value"], "yes" if b["valid"] else "no", b["note"]) for b in rows]))
+        print(
+            format_table(
+                ("bound", "value", "proven", "note"),
+                [(b["name"], b["value"], "yes" if b["valid"] else "no", b["note"]) for b in rows],
+            )
+        )
     return EXIT_OK

@@ -42,15 +42,22 @@ def handle(args: argparse.Namespace) -> int:
     schedule = load_schedule(args.schedule)
     check_schedule_ids(instance, schedule, args.schedule)
     if schedule.instance and schedule.instance != instance.name:
-        print(f"optsched: warning: {args.schedule} was made for instance {schedule.instance!r}, "
-              f"checking it against {instance.name!r}", file=sys.stderr)
+        print(
+            f"optsched: warning: {args.schedule} was made for instance {schedule.instance!r}, "
+            f"checking it against {instance.name!r}",
+            file=sys.stderr,
+        )
     result = replay(instance, schedule)
     if args.requests_out is not None:
         write_request_table(args.requests_out, result)
     metrics = result.metrics.to_dict() if result.metrics is not None else None
     if args.json:
-        print_json({"instance": instance.name, "feasible": result.feasible,
-                    "violations": result.violations, "metrics": metrics})
+        print_json({
+            "instance": instance.name,
+            "feasible": result.feasible,
+            "violations": result.violations,
+            "metrics": metrics,
+        })
     else:
         if result.feasible:
             print(f"feasible: {len(schedule.batches)} batches, {len(instance.requests)} requests finished")

@@ -32,25 +32,41 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("plan", help="plan JSON from 'optsched export --format vllm-replay'")
-    p.add_argument("--model", required=True,
-                   help="model directory, a Hugging Face config.json, or a shipped config name "
-                        "(tiny-llama, llama2-7b, llama2-70b, llama-65b): configs run with dummy weights")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="model directory, a Hugging Face config.json, or a shipped config name "
+        "(tiny-llama, llama2-7b, llama2-70b, llama-65b): configs run with dummy weights",
+    )
     p.add_argument("--dtype", default="auto", help="vLLM dtype (auto, float32, bfloat16, float16)")
     p.add_argument("--out", help="result JSON (default: PLAN with suffix .result.json)")
     p.add_argument("--repeats", type=int, default=3, help="measured passes; per-step median (default 3)")
     p.add_argument("--warmup", type=int, default=1, help="discarded passes before measuring (default 1)")
-    p.add_argument("--kv-cache-bytes", type=int, default=None,
-                   help="KV cache memory for vLLM (default on CPU 256 MiB; the block count comes from the plan)")
-    p.add_argument("--cuda-graphs", action="store_true",
-                   help="allow CUDA graphs (default: enforce_eager, one measured kernel launch per step)")
+    p.add_argument(
+        "--kv-cache-bytes",
+        type=int,
+        default=None,
+        help="KV cache memory for vLLM (default on CPU 256 MiB; the block count comes from the plan)",
+    )
+    p.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="allow CUDA graphs (default: enforce_eager, one measured kernel launch per step)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for the prompt token ids and the engine")
-    p.add_argument("--engine", choices=("vllm", "torch"), default="vllm",
-                   help="vllm (default) or torch: optsched's PyTorch engine (docs/torchengine.md), for GPUs "
-                        "without vLLM; --model is then a built-in name or a config.json")
+    p.add_argument(
+        "--engine",
+        choices=("vllm", "torch"),
+        default="vllm",
+        help="vllm (default) or torch: optsched's PyTorch engine (docs/torchengine.md), for GPUs "
+        "without vLLM; --model is then a built-in name or a config.json",
+    )
     g = p.add_argument_group("--engine torch only")
     g.add_argument("--device", help="cuda or cpu (default: cuda when PyTorch sees one)")
     g.add_argument("--threads", type=int, help="CPU threads PyTorch may use")
-    g.add_argument("--no-cuda-graphs", action="store_true", help="run GPU steps eagerly (default: a CUDA graph per step)")
+    g.add_argument(
+        "--no-cuda-graphs", action="store_true", help="run GPU steps eagerly (default: a CUDA graph per step)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (the summary)")
     p.set_defaults(func=handler)
 
@@ -66,7 +82,11 @@ def handler(args: argparse.Namespace) -> int:
     check_output_path(out)
     if args.engine == "torch":
         return _finish(args, out, _run_torch(args, plan))
-    for flag, value in (("--device", args.device), ("--threads", args.threads), ("--no-cuda-graphs", args.no_cuda_graphs)):
+    for flag, value in (
+        ("--device", args.device),
+        ("--threads", args.threads),
+        ("--no-cuda-graphs", args.no_cuda_graphs),
+    ):
         if value:
             raise BadInput(f"{flag} applies to --engine torch only")
     from ..executor.models import ModelError, resolve_model
@@ -79,9 +99,17 @@ def handler(args: argparse.Namespace) -> int:
         except ModelError as exc:
             raise BadInput(str(exc)) from None
         try:
-            result = execute_plan(plan, model, dtype=args.dtype, eager=not args.cuda_graphs,
-                                  kv_cache_bytes=args.kv_cache_bytes, repeats=args.repeats,
-                                  warmup=args.warmup, seed=args.seed, log=not args.json)
+            result = execute_plan(
+                plan,
+                model,
+                dtype=args.dtype,
+                eager=not args.cuda_graphs,
+                kv_cache_bytes=args.kv_cache_bytes,
+                repeats=args.repeats,
+                warmup=args.warmup,
+                seed=args.seed,
+                log=not args.json,
+            )
         except ExecutionError as exc:
             print(f"optsched: error: {exc}", file=sys.stderr)
             return EXIT_INTERNAL
@@ -101,16 +129,25 @@ def _run_torch(args: argparse.Namespace, plan: Any) -> dict[str, Any] | None:
     except ShapeError as exc:
         raise BadInput(str(exc)) from None
     if int(plan.engine["max_model_len"]) > shape.max_positions:
-        raise BadInput(f"--model {args.model!r}: the plan needs {plan.engine['max_model_len']} positions, the "
-                       f"model's max_position_embeddings is {shape.max_positions}")
+        raise BadInput(
+            f"--model {args.model!r}: the plan needs {plan.engine['max_model_len']} positions, the "
+            f"model's max_position_embeddings is {shape.max_positions}"
+        )
     try:
         torch = import_torch()
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = None if args.dtype == "auto" else args.dtype
         page = PAGE_SIZE["cuda" if device.startswith("cuda") else "cpu"]
         engine = TorchEngine(shape, device, dtype, plan_kv_tokens(plan, page), args.seed, args.threads)
-        return execute_plan(plan, engine, args.model, repeats=args.repeats, warmup=args.warmup, seed=args.seed,
-                            cuda_graphs=not args.no_cuda_graphs)
+        return execute_plan(
+            plan,
+            engine,
+            args.model,
+            repeats=args.repeats,
+            warmup=args.warmup,
+            seed=args.seed,
+            cuda_graphs=not args.no_cuda_graphs,
+        )
     except EngineError as exc:
         print(f"optsched: error: {exc}", file=sys.stderr)
         return None
@@ -126,9 +163,13 @@ def _finish(args: argparse.Namespace, out: str, result: dict[str, Any] | None) -
     for line in [*result["mismatches"], *result["length_errors"]]:
         print(f"optsched: plan mismatch: {line}", file=sys.stderr)
     if args.json:
-        print_json({k: result[k] for k in ("ok", "mismatches", "length_errors", "outputs", "predicted_total",
-                                            "measured_total")} | {"result": out, "steps": len(result["steps"]),
-                                                                  "run": result["run"]})
+        print_json(
+            {
+                k: result[k]
+                for k in ("ok", "mismatches", "length_errors", "outputs", "predicted_total", "measured_total")
+            }
+            | {"result": out, "steps": len(result["steps"]), "run": result["run"]}
+        )
     else:
         print(f"{summary(result)}; wrote {out}")
     return 0 if result["ok"] else EXIT_NO

@@ -31,10 +31,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--format", required=True, choices=sorted(EXPORTERS), help="export format")
     p.add_argument("--out", required=True, help="file to write")
     p.add_argument("--instance", help="instance JSON or shipped name (default: the schedule's 'instance')")
-    p.add_argument("--block-size", type=int, default=None,
-                   help="vllm-replay: KV block size in tokens (default 16)")
-    p.add_argument("--kv-blocks", type=int, default=None,
-                   help="vllm-replay: usable KV blocks for the engine (default floor(M / block size))")
+    p.add_argument("--block-size", type=int, default=None, help="vllm-replay: KV block size in tokens (default 16)")
+    p.add_argument(
+        "--kv-blocks",
+        type=int,
+        default=None,
+        help="vllm-replay: usable KV blocks for the engine (default floor(M / block size))",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=handler)
 
@@ -75,8 +78,9 @@ def handler(args: argparse.Namespace) -> int:
         summary["makespan"] = data["otherData"]["makespan"]
         line = f"{summary['events']} trace events, makespan {summary['makespan']:.6g} s"
     else:
-        summary.update(steps=len(data.get("steps", [])), predicted_total=data.get("predicted_total"),
-                       engine=data.get("engine"))
+        summary.update(
+            steps=len(data.get("steps", [])), predicted_total=data.get("predicted_total"), engine=data.get("engine")
+        )
         line = f"{summary['steps']} steps, predicted {summary['predicted_total']:.6g} s"
     if args.json:
         print_json(summary)

@@ -60,10 +60,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", metavar="PROFILE", help="compare with this profile's base/per_token")
     p.add_argument("--out", metavar="PROFILE.toml", help="write the fitted profile here")
     p.add_argument("--name", help="name of the written profile (default: the output file's stem)")
-    p.add_argument("--loss", choices=FIT_LOSSES, default="l1",
-                   help="step-measurement files: least absolute (l1, default) or squared (l2) relative error")
-    p.add_argument("--timing", choices=("gpu", "wall"), default="gpu",
-                   help="step-measurement files: which measured time to fit (default gpu)")
+    p.add_argument(
+        "--loss",
+        choices=FIT_LOSSES,
+        default="l1",
+        help="step-measurement files: least absolute (l1, default) or squared (l2) relative error",
+    )
+    p.add_argument(
+        "--timing",
+        choices=("gpu", "wall"),
+        default="gpu",
+        help="step-measurement files: which measured time to fit (default gpu)",
+    )
     add_json_flag(p)
     p.set_defaults(func=handle)
 
@@ -79,14 +87,24 @@ def _fit_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
     except MeasuredError as exc:
         raise BadInput(f"{args.measurements}: {exc}") from None
     where = ", ".join(str(data[k]) for k in ("device", "model", "torch", "date") if k in data)
-    source = (f"fitted by optsched fit to the {errors['all']['steps']} grid steps of {Path(args.measurements).name} "
-              f"({where}; {args.timing} time, {args.loss} loss on relative error, coefficients >= 0)")
+    source = (
+        f"fitted by optsched fit to the {errors['all']['steps']} grid steps of {Path(args.measurements).name} "
+        f"({where}; {args.timing} time, {args.loss} loss on relative error, coefficients >= 0)"
+    )
     model = fit.model
-    out: dict[str, Any] = {"input": args.measurements, "kind": "step-measurements", "loss": args.loss,
-                           "timing": args.timing, "profile": model.to_dict(), "errors": errors,
-                           "dropped_terms": list(fit.dropped)}
+    out: dict[str, Any] = {
+        "input": args.measurements,
+        "kind": "step-measurements",
+        "loss": args.loss,
+        "timing": args.timing,
+        "profile": model.to_dict(),
+        "errors": errors,
+        "dropped_terms": list(fit.dropped),
+    }
     if args.out is not None:
-        write_profile(args.out, profile_toml(name, source, model.base, model.per_token, template=model), args.measurements)
+        write_profile(
+            args.out, profile_toml(name, source, model.base, model.per_token, template=model), args.measurements
+        )
         out["written"] = args.out
     if args.json:
         print_json(out)
@@ -154,12 +172,15 @@ def handle(args: argparse.Namespace) -> int:
         print_json(out)
     else:
         print(what)
-        rows = [(k, out[k]) for k in ("points", "base", "per_token", "mean_abs_pct_error", "max_abs_pct_error", "r_squared")]
+        rows = [
+            (k, out[k]) for k in ("points", "base", "per_token", "mean_abs_pct_error", "max_abs_pct_error", "r_squared")
+        ]
         if "compare" in out:
             c = out["compare"]
-            rows += [(f"{c['profile']} {k}", c[k]) for k in ("base", "per_token", "mean_abs_pct_error", "max_abs_pct_error")]
+            rows += [
+                (f"{c['profile']} {k}", c[k]) for k in ("base", "per_token", "mean_abs_pct_error", "max_abs_pct_error")
+            ]
         if args.out is not None:
             rows.append(("profile written", args.out))
         print(format_mapping(rows))
     return EXIT_OK
-

@@ -50,8 +50,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=_request_count, required=True, help=f"number of requests (at most {MAX_GENERATED:,})")
     p.add_argument("--prompt", metavar="SPEC", help="prompt length spec (one request type)")
     p.add_argument("--output", metavar="SPEC", help="output length spec (one request type)")
-    p.add_argument("--type", nargs=2, action="append", default=[], metavar=("PROMPT", "OUTPUT"),
-                   help="a request type (repeatable; requests split in equal shares, shuffled)")
+    p.add_argument(
+        "--type",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("PROMPT", "OUTPUT"),
+        help="a request type (repeatable; requests split in equal shares, shuffled)",
+    )
     p.add_argument("--arrivals", default="zero", help="zero (default) or poisson:RATE (requests/s)")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the random generator, an integer >= 0 (default 0)")
     p.add_argument("--cost-model", default="llama2-7b-a100", metavar="PROFILE", help="default llama2-7b-a100")
@@ -78,10 +84,21 @@ def handle(args: argparse.Namespace) -> int:
         arrivals = parse_arrivals(args.arrivals)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    limits = {k: getattr(args, k) for k in ("token_budget", "prefill_budget", "kv_capacity", "max_running")
-              if getattr(args, k) is not None}
-    inst = generate(args.n, types, name=args.name, cost_model=args.cost_model, limits=limits,
-                    arrivals=arrivals, seed=args.seed, source="optsched generate")
+    limits = {
+        k: getattr(args, k)
+        for k in ("token_budget", "prefill_budget", "kv_capacity", "max_running")
+        if getattr(args, k) is not None
+    }
+    inst = generate(
+        args.n,
+        types,
+        name=args.name,
+        cost_model=args.cost_model,
+        limits=limits,
+        arrivals=arrivals,
+        seed=args.seed,
+        source="optsched generate",
+    )
     if args.out is None:  # the instance itself is the one JSON object (also under --json)
         if args.json:
             print_json(inst.to_dict())
@@ -90,8 +107,12 @@ def handle(args: argparse.Namespace) -> int:
         return EXIT_OK
     inst.save(args.out)
     if args.json:
-        print_json({"instance": inst.name, "requests": len(inst.requests), "path": args.out,
-                    "source": inst.extra["source"]})
+        print_json({
+            "instance": inst.name,
+            "requests": len(inst.requests),
+            "path": args.out,
+            "source": inst.extra["source"],
+        })
     else:
         print(f"wrote {args.out}: {len(inst.requests)} requests ({inst.extra['source']})")
     return EXIT_OK

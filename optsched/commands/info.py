@@ -33,16 +33,23 @@ from ._common import (
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("info", help="describe an instance: contents, infeasible requests, trivial bounds")
     add_instance_arguments(p)
-    p.add_argument("--out", metavar="FILE",
-                   help="write the instance (options and transforms applied) as JSON, e.g. a trace's slice "
-                        "for export --instance; not written when a request can never finish")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write the instance (options and transforms applied) as JSON, e.g. a trace's slice "
+        "for export --instance; not written when a request can never finish",
+    )
     add_json_flag(p)
     p.set_defaults(func=handle)
 
 
 def _stats(values: np.ndarray) -> dict[str, float]:
-    return {"min": float(values.min()), "mean": float(values.mean()), "max": float(values.max()),
-            "sum": float(values.sum())}
+    return {
+        "min": float(values.min()),
+        "mean": float(values.mean()),
+        "max": float(values.max()),
+        "sum": float(values.sum()),
+    }
 
 
 def describe(instance: Instance) -> dict[str, Any]:
@@ -62,23 +69,32 @@ def describe(instance: Instance) -> dict[str, Any]:
         if r.slo is None or (lim.kv_capacity is not None and r.max_kv > lim.kv_capacity):
             continue
         lb = request_bounds(instance, r)
-        for what, target, bound in (("ttft", r.slo.ttft, lb.ttft), ("e2e", r.slo.e2e, lb.e2e),
-                                    ("tpot", r.slo.tpot, lb.tpot), ("atgt", r.slo.atgt, lb.tpot)):
+        for what, target, bound in (
+            ("ttft", r.slo.ttft, lb.ttft),
+            ("e2e", r.slo.e2e, lb.e2e),
+            ("tpot", r.slo.tpot, lb.tpot),
+            ("atgt", r.slo.atgt, lb.tpot),
+        ):
             if target is not None and bound is not None and bound > target * (1 + TIME_RTOL):
                 slo_unattainable.append({"id": r.id, "slo": what, "target": target, "lower_bound": bound})
-    feasible_part = instance if not cannot_fit else instance.with_requests(
-        [r for r in reqs if lim.kv_capacity is None or r.max_kv <= lim.kv_capacity])
+    feasible_part = (
+        instance
+        if not cannot_fit
+        else instance.with_requests([r for r in reqs if lim.kv_capacity is None or r.max_kv <= lim.kv_capacity])
+    )
     bounds = [b.to_dict() for b in instance_bounds(feasible_part)] if feasible_part.requests else []
     return {
         "instance": instance.name,
         "requests": len(reqs),
-        "cost_model": {"name": instance.cost_model.name, "source": instance.cost_model.source,
-                       **instance.cost_model.to_dict()},
+        "cost_model": {
+            "name": instance.cost_model.name,
+            "source": instance.cost_model.source,
+            **instance.cost_model.to_dict(),
+        },
         "limits": lim.to_dict(),
         "prompt_tokens": _stats(prompt),
         "output_tokens": _stats(output),
-        "arrival": {"first": float(arrival.min()), "last": float(arrival.max()),
-                    "offline": bool((arrival == 0).all())},
+        "arrival": {"first": float(arrival.min()), "last": float(arrival.max()), "offline": bool((arrival == 0).all())},
         "with_slo": sum(r.slo is not None for r in reqs),
         "with_predicted_output": sum(r.predicted_output_tokens is not None for r in reqs),
         "extra_keys": sorted(instance.extra),
@@ -103,17 +119,25 @@ def handle(args: argparse.Namespace) -> int:
     else:
         lim = info["limits"]
         p, o, a = info["prompt_tokens"], info["output_tokens"], info["arrival"]
-        print(format_mapping([
-            ("instance", info["instance"]),
-            ("requests", info["requests"]),
-            ("cost model", f"{info['cost_model']['name']} ({info['cost_model']['source'] or 'inline'})"),
-            ("limits", ", ".join(f"{k}={v}" for k, v in lim.items())),
-            ("prompt tokens", f"min {p['min']:.0f}, mean {p['mean']:.2f}, max {p['max']:.0f}, total {p['sum']:.0f}"),
-            ("output tokens", f"min {o['min']:.0f}, mean {o['mean']:.2f}, max {o['max']:.0f}, total {o['sum']:.0f}"),
-            ("arrivals", "all at 0 (offline)" if a["offline"] else f"{a['first']:.6g} .. {a['last']:.6g} s"),
-            ("with SLO", info["with_slo"]),
-            ("extra keys", ", ".join(info["extra_keys"]) or "-"),
-        ]))
+        print(
+            format_mapping([
+                ("instance", info["instance"]),
+                ("requests", info["requests"]),
+                ("cost model", f"{info['cost_model']['name']} ({info['cost_model']['source'] or 'inline'})"),
+                ("limits", ", ".join(f"{k}={v}" for k, v in lim.items())),
+                (
+                    "prompt tokens",
+                    f"min {p['min']:.0f}, mean {p['mean']:.2f}, max {p['max']:.0f}, total {p['sum']:.0f}",
+                ),
+                (
+                    "output tokens",
+                    f"min {o['min']:.0f}, mean {o['mean']:.2f}, max {o['max']:.0f}, total {o['sum']:.0f}",
+                ),
+                ("arrivals", "all at 0 (offline)" if a["offline"] else f"{a['first']:.6g} .. {a['last']:.6g} s"),
+                ("with SLO", info["with_slo"]),
+                ("extra keys", ", ".join(info["extra_keys"]) or "-"),
+            ])
+        )
         if info["infeasible_requests"]:
             print(f"\n{len(info['infeasible_requests'])} request(s) can never finish (I + O - 1 > kv_capacity):")
             for r in info["infeasible_requests"]:
@@ -125,6 +149,10 @@ def handle(args: argparse.Namespace) -> int:
         if info["bounds"]:
             note = " (of the requests that can finish)" if info["infeasible_requests"] else ""
             print(f"\ntrivial bounds{note}:")
-            print(format_table(("bound", "value", "proven", "note"),
-                               [(b["name"], b["value"], "yes" if b["valid"] else "no", b["note"]) for b in info["bounds"]]))
+            print(
+                format_table(
+                    ("bound", "value", "proven", "note"),
+                    [(b["name"], b["value"], "yes" if b["valid"] else "no", b["note"]) for b in info["bounds"]],
+                )
+            )
     return EXIT_NO if info["infeasible_requests"] else EXIT_OK

@@ -27,18 +27,27 @@ from ._common import (
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="minimum GPUs reaching an SLO attainment target (Aladdin placement)")
     add_instance_arguments(p)
-    p.add_argument("--method", default="bestfit",
-                   help="placement: exact, bestfit, bestfit+rebalance, jsq, rr, po2 (default bestfit)")
+    p.add_argument(
+        "--method",
+        default="bestfit",
+        help="placement: exact, bestfit, bestfit+rebalance, jsq, rr, po2 (default bestfit)",
+    )
     p.add_argument("--target", type=positive_float, default=1.0, help="SLO attainment to reach (default 1.0 = P100)")
     p.add_argument("--heartbeat", type=positive_float, default=1.0, help="seconds between placements (default 1)")
     p.add_argument("--gpus-per-worker", type=positive_int, default=1, help="GPUs of one worker (default 1)")
     p.add_argument("--max-workers", type=positive_int, default=256, help="largest W searched (default 256)")
-    p.add_argument("--solver", default="cpsat", help="backend of the exact placements and of the lower bound "
-                   "(cpsat, highs, cbc, gurobi; default cpsat)")
+    p.add_argument(
+        "--solver",
+        default="cpsat",
+        help="backend of the exact placements and of the lower bound (cpsat, highs, cbc, gurobi; default cpsat)",
+    )
     p.add_argument("--time-limit", type=positive_float, help="seconds per exact placement")
-    p.add_argument("--predict-bins", type=positive_int,
-                   help="predict output lengths by this many prompt-length bins fitted on the instance "
-                   "(default: the requests' predicted_output_tokens, else the true lengths)")
+    p.add_argument(
+        "--predict-bins",
+        type=positive_int,
+        help="predict output lengths by this many prompt-length bins fitted on the instance "
+        "(default: the requests' predicted_output_tokens, else the true lengths)",
+    )
     add_json_flag(p)
     p.set_defaults(func=handle)
 
@@ -50,7 +59,9 @@ def handle(args: argparse.Namespace) -> int:
     from ..problems.aladdin.predictor import BinPredictor
 
     if args.method not in METHODS or args.method == "given":
-        raise BadInput(f"--method: unknown placement {args.method!r} (known: {', '.join(m for m in METHODS if m != 'given')})")
+        raise BadInput(
+            f"--method: unknown placement {args.method!r} (known: {', '.join(m for m in METHODS if m != 'given')})"
+        )
     if args.target > 1:
         raise BadInput(f"--target: must lie in (0, 1], got {args.target}")
     if args.solver not in EXACT_SOLVERS:  # the exact placements and the lower bound's
@@ -58,19 +69,32 @@ def handle(args: argparse.Namespace) -> int:
     instance = load_instance_arg(args)
     predictor = None
     if args.predict_bins:
-        predictor = BinPredictor.fit([r.prompt_tokens for r in instance.requests],
-                                     [r.output_tokens for r in instance.requests], bins=args.predict_bins)
+        predictor = BinPredictor.fit(
+            [r.prompt_tokens for r in instance.requests],
+            [r.output_tokens for r in instance.requests],
+            bins=args.predict_bins,
+        )
     bound = heartbeat_lower_bound(instance, heartbeat=args.heartbeat, predictor=predictor, solver=args.solver)
-    res = min_workers(instance, args.method, args.target, gpus_per_worker=args.gpus_per_worker,
-                      lo=max(bound, 1), hi=args.max_workers, heartbeat=args.heartbeat, predictor=predictor,
-                      solver=args.solver, time_limit=args.time_limit)
-    out = {"instance": instance.name, **res.to_dict(), "lower_bound_workers": bound,
-           "heartbeat": args.heartbeat}
+    res = min_workers(
+        instance,
+        args.method,
+        args.target,
+        gpus_per_worker=args.gpus_per_worker,
+        lo=max(bound, 1),
+        hi=args.max_workers,
+        heartbeat=args.heartbeat,
+        predictor=predictor,
+        solver=args.solver,
+        time_limit=args.time_limit,
+    )
+    out = {"instance": instance.name, **res.to_dict(), "lower_bound_workers": bound, "heartbeat": args.heartbeat}
     if args.json:
         print_json(out)
     else:
         found = "none up to --max-workers" if res.workers is None else f"{res.workers} workers = {res.gpus} GPUs"
         print(f"{instance.name}: {args.method} reaches attainment {args.target:g} with {found}")
-        evaluated = ", ".join(f"{k}: {a:.3f}" for k, a in res.evaluated.items()) or "none (the bound exceeds --max-workers)"
+        evaluated = (
+            ", ".join(f"{k}: {a:.3f}" for k, a in res.evaluated.items()) or "none (the bound exceeds --max-workers)"
+        )
         print(f"  placement-model lower bound: {bound} workers; evaluated: {evaluated}")
     return EXIT_OK if res.workers is not None else EXIT_NO

@@ -21,18 +21,28 @@ from ._common import EXIT_INTERNAL, EXIT_OK, BadInput, add_json_flag, check_outp
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("profile", help="measure a cost-model profile on this machine's GPU with PyTorch",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="a built-in shape (llama2-7b, llama2-13b, llama3-8b, ...) or a "
-                                                  "Hugging Face config.json (or its folder)")
+    p = sub.add_parser(
+        "profile",
+        help="measure a cost-model profile on this machine's GPU with PyTorch",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a built-in shape (llama2-7b, llama2-13b, llama3-8b, ...) or a Hugging Face config.json (or its folder)",
+    )
     p.add_argument("--device", help="cuda or cpu (default: cuda when PyTorch sees one)")
     p.add_argument("--dtype", help="bfloat16 (GPU default), float16 or float32 (CPU default)")
     p.add_argument("--out", metavar="FILE.toml", help="write the fitted profile here")
     p.add_argument("--name", help="profile name (default: the --out file's stem, else MODEL-DEVICE)")
     p.add_argument("--steps-out", metavar="FILE.json", help="write the measured steps here")
     p.add_argument("--tokens", type=positive_int, help="largest step in tokens (default 4096 on a GPU, 64 on a CPU)")
-    p.add_argument("--max-context", type=positive_int,
-                   help="longest context in the grid (default: min(8192, the model's positions) on a GPU, 256 on a CPU)")
+    p.add_argument(
+        "--max-context",
+        type=positive_int,
+        help="longest context in the grid (default: min(8192, the model's positions) on a GPU, 256 on a CPU)",
+    )
     p.add_argument("--repeats", type=positive_int, default=7, help="timed runs per step; median (default 7)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs per step before timing (default 1)")
     p.add_argument("--loss", choices=FIT_LOSSES, default="l1", help="fit loss on relative error (default l1)")
@@ -63,30 +73,43 @@ def handle(args: argparse.Namespace) -> int:
         tokens = args.tokens or (4096 if gpu else 64)
         context = min(args.max_context or (8192 if gpu else 256), shape.max_positions)
         if context < 16 or tokens > context:
-            raise BadInput(f"--tokens {tokens} and --max-context {context}: need 16 <= tokens <= context <= the "
-                           f"model's {shape.max_positions} positions")
+            raise BadInput(
+                f"--tokens {tokens} and --max-context {context}: need 16 <= tokens <= context <= the "
+                f"model's {shape.max_positions} positions"
+            )
         rows = grid_rows(tokens, context, args.seed)
         kv = kv_tokens_within(shape, device, args.dtype, 64 * context + tokens)
         engine = TorchEngine(shape, device, args.dtype, kv, args.seed, args.threads)
         log = None if args.json else (lambda line: print(line, file=sys.stderr))
-        data = measure_grid(engine, rows, repeats=args.repeats, warmup=args.warmup,
-                            cuda_graphs=not args.no_cuda_graphs, log=log)
+        data = measure_grid(
+            engine, rows, repeats=args.repeats, warmup=args.warmup, cuda_graphs=not args.no_cuda_graphs, log=log
+        )
     except EngineError as exc:
         print(f"optsched: error: {exc}", file=sys.stderr)
         return EXIT_INTERNAL
     name = args.name or (args.out.rsplit("/", 1)[-1].removesuffix(".toml") if args.out else f"{shape.name}-{device}")
     fit = fit_grid(data, name, "gpu", args.loss)
     errors = grid_errors(data, fit.model, "gpu")
-    source = (f"measured by optsched profile: {shape.name} (random weights, {data['model_shape']['layers']} layers), "
-              f"{data['device']}, torch {data['torch']}, {'CUDA graphs' if data['cuda_graphs'] else 'eager'}, "
-              f"{len(rows)} steps, {data['date']}; {args.loss} fit on relative error, coefficients >= 0")
+    source = (
+        f"measured by optsched profile: {shape.name} (random weights, {data['model_shape']['layers']} layers), "
+        f"{data['device']}, torch {data['torch']}, {'CUDA graphs' if data['cuda_graphs'] else 'eager'}, "
+        f"{len(rows)} steps, {data['date']}; {args.loss} fit on relative error, coefficients >= 0"
+    )
     if args.steps_out:
         write_json_atomic(args.steps_out, data)
     if args.out:
         m = fit.model
         write_text_atomic(args.out, profile_toml(name, source, m.base, m.per_token, template=m))
-    out: dict[str, Any] = {"model": shape.name, "device": data["device"], "steps": len(rows), "profile": fit.model.to_dict(),
-                           "errors": errors, "written": args.out, "steps_out": args.steps_out, "source": source}
+    out: dict[str, Any] = {
+        "model": shape.name,
+        "device": data["device"],
+        "steps": len(rows),
+        "profile": fit.model.to_dict(),
+        "errors": errors,
+        "written": args.out,
+        "steps_out": args.steps_out,
+        "source": source,
+    }
     if args.json:
         print_json(out)
     else:

@@ -44,16 +44,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n")[1],
     )
     add_instance_arguments(p)
-    p.add_argument("--time-limit", type=positive_float, default=60.0, metavar="S",
-                   help="overall time limit in seconds, HTML included (default 60)")
+    p.add_argument(
+        "--time-limit",
+        type=positive_float,
+        default=60.0,
+        metavar="S",
+        help="overall time limit in seconds, HTML included (default 60)",
+    )
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report here")
     add_requests_out_flag(p, "the best schedule")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--objective", choices=OBJECTIVES, default="makespan", help="objective compared (default makespan)")
     p.add_argument("--policies", metavar="LIST", help="comma-separated policies (default: all registered)")
-    p.add_argument("--problem", default="infermax", help="problem whose solver seeks the best schedule (default infermax)")
-    p.add_argument("--solve-max-requests", type=int, default=SOLVE_MAX_REQUESTS, metavar="N",
-                   help="run the solver only on instances of at most N requests (default: any size; 0 = never)")
+    p.add_argument(
+        "--problem", default="infermax", help="problem whose solver seeks the best schedule (default infermax)"
+    )
+    p.add_argument(
+        "--solve-max-requests",
+        type=int,
+        default=SOLVE_MAX_REQUESTS,
+        metavar="N",
+        help="run the solver only on instances of at most N requests (default: any size; 0 = never)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=handler)
 

@@ -29,8 +29,20 @@ from ._common import (
     progress,
 )
 
-METRIC_COLUMNS = ("makespan", "mean_latency", "latency_p99", "mean_ttft", "ttft_p99", "mean_tpot", "tpot_p99",
-                  "throughput", "goodput", "evictions", "slo_attainment", "G")
+METRIC_COLUMNS = (
+    "makespan",
+    "mean_latency",
+    "latency_p99",
+    "mean_ttft",
+    "ttft_p99",
+    "mean_tpot",
+    "tpot_p99",
+    "throughput",
+    "goodput",
+    "evictions",
+    "slo_attainment",
+    "G",
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -103,8 +115,12 @@ def handle(args: argparse.Namespace) -> int:
         print(format_mapping([*row["metrics"].items(), ("schedule", row["schedule"])]))
     else:
         print(f"instance {instance.name}: {len(instance.requests)} requests, cost model {instance.cost_model.name}")
-        print(format_table(("policy", *METRIC_COLUMNS, "batches"),
-                           [(r["policy"], *(r["metrics"][c] for c in METRIC_COLUMNS), r["metrics"]["batches"]) for r in rows]))
+        print(
+            format_table(
+                ("policy", *METRIC_COLUMNS, "batches"),
+                [(r["policy"], *(r["metrics"][c] for c in METRIC_COLUMNS), r["metrics"]["batches"]) for r in rows],
+            )
+        )
         for row in skipped:
             print(f"skipped {row['policy']}: {row['reason']}")
     return EXIT_OK

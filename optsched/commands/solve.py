@@ -63,8 +63,13 @@ def add_problem_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--method", metavar="NAME", help="method variant (formulation-specific)")
     g.add_argument("--warm-start", metavar="POLICY", help="start from this policy's schedule")
     g.add_argument("--log", action="store_true", help="show the solver's log on stderr")
-    g.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra formulation option (repeatable; VALUE as JSON when it parses)")
+    g.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra formulation option (repeatable; VALUE as JSON when it parses)",
+    )
 
 
 #: ``--option`` keys that also have a flag of their own, with that flag's type.
@@ -139,7 +144,9 @@ def with_time_left(options: Any, args: argparse.Namespace) -> Any:
     if limit is None:
         return options
     left = time_left(args, limit)
-    return {**options, "time_limit": left} if isinstance(options, dict) else dataclasses.replace(options, time_limit=left)
+    return (
+        {**options, "time_limit": left} if isinstance(options, dict) else dataclasses.replace(options, time_limit=left)
+    )
 
 
 def check_solver_option(problem: str, solver: str | None) -> None:
@@ -169,8 +176,9 @@ def check_schedule_outputs(problem: str, args: argparse.Namespace) -> None:
         return
     for flag, value in (("--out", args.out), ("--requests-out", args.requests_out)):
         if value is not None:
-            raise BadInput(f"{flag}: problem {problem!r} returns no schedule (its answer is in the JSON "
-                           "output, --json)")
+            raise BadInput(
+                f"{flag}: problem {problem!r} returns no schedule (its answer is in the JSON output, --json)"
+            )
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -189,15 +197,19 @@ def handle(args: argparse.Namespace) -> int:
     if result.schedule is not None:
         replayed = result.replay if result.replay is not None else replay(instance, result.schedule)
         if not replayed.feasible:
-            raise RuntimeError(f"{args.problem}/{result.solver} returned a schedule that does not replay cleanly: "
-                               + "; ".join(replayed.violations[:3]))
+            raise RuntimeError(
+                f"{args.problem}/{result.solver} returned a schedule that does not replay cleanly: "
+                + "; ".join(replayed.violations[:3])
+            )
         result.replay = replayed
         if args.out is not None:
             result.schedule.save(args.out)
         if args.requests_out is not None:
             write_request_table(args.requests_out, replayed)
     elif args.requests_out is not None:
-        print(f"optsched: note: no schedule returned ({result.status}): {args.requests_out} not written", file=sys.stderr)
+        print(
+            f"optsched: note: no schedule returned ({result.status}): {args.requests_out} not written", file=sys.stderr
+        )
     out = result.to_dict(args.out if result.schedule is not None else None)
     out["instance"] = instance.name
     if ctrl_c.happened:
@@ -207,15 +219,33 @@ def handle(args: argparse.Namespace) -> int:
     else:
         metrics = out.get("metrics") or {}
         named = {"objective": f"objective ({out['objective_name']})"} if out.get("objective_name") else {}
-        print(format_mapping([(named.get(k, k), out[k]) for k in
-                              ("instance", "problem", "solver", "status", "objective", "bound", "gap", "wall_time", "schedule")]
-                             + [(k, metrics[k]) for k in SUMMARY_METRICS if k in metrics]))
+        print(
+            format_mapping(
+                [
+                    (named.get(k, k), out[k])
+                    for k in (
+                        "instance",
+                        "problem",
+                        "solver",
+                        "status",
+                        "objective",
+                        "bound",
+                        "gap",
+                        "wall_time",
+                        "schedule",
+                    )
+                ]
+                + [(k, metrics[k]) for k in SUMMARY_METRICS if k in metrics]
+            )
+        )
     if result.status == Status.INFEASIBLE:
         return EXIT_NO
     if result.status == Status.UNSUPPORTED:
         note = result.message or "see the formulation's docs"
-        print(f"optsched: error: {args.instance}: problem {args.problem!r} does not support this instance ({note})",
-              file=sys.stderr)
+        print(
+            f"optsched: error: {args.instance}: problem {args.problem!r} does not support this instance ({note})",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     if result.status == Status.ERROR:
         return EXIT_INTERNAL

@@ -24,18 +24,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="run a grid of workloads, limits and policies (local cores or Ray)")
     p.add_argument("spec", metavar="SPEC", help="sweep specification (.yaml, .yml or .json)")
     p.add_argument("--out", required=True, metavar="DIR", help="results folder (a Parquet dataset, created if missing)")
-    p.add_argument("--workers", type=positive_int, metavar="N",
-                   help="local worker processes, or the CPUs of the local Ray cluster (default: all cores)")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        metavar="N",
+        help="local worker processes, or the CPUs of the local Ray cluster (default: all cores)",
+    )
     p.add_argument("--ray", action="store_true", help="run the cells as Ray tasks (needs optsched[ray])")
     p.add_argument("--address", metavar="ADDR", help="Ray cluster to join (with --ray; default: start a local one)")
     p.add_argument("--resume", action="store_true", help="complete the sweep in DIR: skip the cells already stored")
     g = p.add_argument_group("capacity search")
     g.add_argument("--capacity", action="store_true", help="largest rate_scale meeting the SLO target, per policy")
     g.add_argument("--replicas", action="store_true", help="fewest engines carrying each cell, per router")
-    g.add_argument("--slo-ttft-p99", type=positive_float, metavar="S", help="TTFT limit (seconds) of the target quantile")
-    g.add_argument("--slo-tpot-p99", type=positive_float, metavar="S", help="TPOT limit (seconds) of the target quantile")
-    g.add_argument("--attainment", type=positive_float, metavar="A",
-                   help="quantile the limits apply to, in (0, 1] (default 0.99: the P99)")
+    g.add_argument(
+        "--slo-ttft-p99", type=positive_float, metavar="S", help="TTFT limit (seconds) of the target quantile"
+    )
+    g.add_argument(
+        "--slo-tpot-p99", type=positive_float, metavar="S", help="TPOT limit (seconds) of the target quantile"
+    )
+    g.add_argument(
+        "--attainment",
+        type=positive_float,
+        metavar="A",
+        help="quantile the limits apply to, in (0, 1] (default 0.99: the P99)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_json_flag(p)
     p.set_defaults(func=handle)
@@ -88,22 +100,32 @@ def handle(args: argparse.Namespace) -> int:
     store = SweepStore(args.out)
     stored = store.done_keys()
     if stored and not args.resume:
-        raise BadInput(f"{args.out}: already holds {len(stored)} stored cells: "
-                       "add --resume to complete that sweep, or choose another --out")
+        raise BadInput(
+            f"{args.out}: already holds {len(stored)} stored cells: "
+            "add --resume to complete that sweep, or choose another --out"
+        )
     Path(args.out).mkdir(exist_ok=True)
     try:
         executor = make_executor(args, spec.retries)
     except MissingDependency as exc:
         raise BadInput(str(exc)) from None
-    store.write_meta({"spec": spec.model_dump(mode="json"), "spec_file": str(args.spec), "mode": mode,
-                      "slo_ttft_p99": args.slo_ttft_p99, "slo_tpot_p99": args.slo_tpot_p99,
-                      "attainment": args.attainment})
+    store.write_meta({
+        "spec": spec.model_dump(mode="json"),
+        "spec_file": str(args.spec),
+        "mode": mode,
+        "slo_ttft_p99": args.slo_ttft_p99,
+        "slo_tpot_p99": args.slo_tpot_p99,
+        "attainment": args.attainment,
+    })
     progress = False if args.no_progress else None
     try:
         out = _run(mode, spec, args, executor, store, workloads, progress)
     except KeyboardInterrupt:
-        print(f"sweep: interrupted; {len(store.done_keys())} cells stored in {args.out}: "
-              "run it again with --resume to complete it", file=sys.stderr)
+        print(
+            f"sweep: interrupted; {len(store.done_keys())} cells stored in {args.out}: "
+            "run it again with --resume to complete it",
+            file=sys.stderr,
+        )
         raise
     finally:
         executor.close()
@@ -115,8 +137,15 @@ def handle(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run(mode: str, spec: Any, args: argparse.Namespace, executor: Any, store: SweepStore, workloads: Any,
-         progress: bool | None) -> dict[str, Any]:
+def _run(
+    mode: str,
+    spec: Any,
+    args: argparse.Namespace,
+    executor: Any,
+    store: SweepStore,
+    workloads: Any,
+    progress: bool | None,
+) -> dict[str, Any]:
     from dataclasses import asdict
 
     from ..sweep.cells import SloTarget

@@ -34,12 +34,18 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("result", help="result JSON of 'optsched execute', or a step-measurement file")
-    p.add_argument("--timing", choices=("wall", "model", "gpu"), default=None,
-                   help="measured time: engine step wall time (default) or model time; step-measurement "
-                        "files: gpu (default) or wall")
+    p.add_argument(
+        "--timing",
+        choices=("wall", "model", "gpu"),
+        default=None,
+        help="measured time: engine step wall time (default) or model time; step-measurement "
+        "files: gpu (default) or wall",
+    )
     p.add_argument("--profile", help="step-measurement files: the profile to predict with (name or TOML)")
-    p.add_argument("--instances", help="step-measurement files: folder of the runs' instances "
-                                        "(default: instances/ beside the file)")
+    p.add_argument(
+        "--instances",
+        help="step-measurement files: folder of the runs' instances (default: instances/ beside the file)",
+    )
     p.add_argument("--worst", type=int, default=5, help="worst steps to list (default 5)")
     p.add_argument("--plot", help="write a PNG plot here")
     p.add_argument("--profile-out", help="write the refitted cost-model profile (TOML) here")
@@ -71,26 +77,38 @@ def handler(args: argparse.Namespace) -> int:
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
         raise BadInput(f"{args.result}: {exc}") from None
     if args.profile_out and not report["fit_terms"]:
-        raise BadInput(f"--profile-out: {args.result} has {report['compared_steps']} measured step(s) with tokens; "
-                       "a refit needs at least two (no profile written)")
+        raise BadInput(
+            f"--profile-out: {args.result} has {report['compared_steps']} measured step(s) with tokens; "
+            "a refit needs at least two (no profile written)"
+        )
     if args.plot:
         plot(report, args.plot, title=f"{result['plan'].get('instance')} on {result.get('run', {}).get('model')}")
     if args.profile_out and report["fit_terms"]:
         write_profile(args.profile_out, report["fit_terms"]["profile_toml"], args.result)
-    report |= {"ok": result.get("ok"), "mismatches": result.get("mismatches", []),
-               "plot": args.plot, "profile_out": args.profile_out if report["fit_terms"] else None}
+    report |= {
+        "ok": result.get("ok"),
+        "mismatches": result.get("mismatches", []),
+        "plot": args.plot,
+        "profile_out": args.profile_out if report["fit_terms"] else None,
+    }
     if args.json:
         print_json(report)
     else:
-        print(f"{report['compared_steps']} steps: predicted {report['predicted_total']:.6g} s, "
-              f"measured {report['measured_total']:.6g} s ({report['total_error_pct']:+.1f} %), "
-              f"MAPE {report['mape']:.1f} %")
+        print(
+            f"{report['compared_steps']} steps: predicted {report['predicted_total']:.6g} s, "
+            f"measured {report['measured_total']:.6g} s ({report['total_error_pct']:+.1f} %), "
+            f"MAPE {report['mape']:.1f} %"
+        )
         for r in report["worst_steps"]:
-            print(f"  step {r['step']} (batch {r['batch']}): predicted {r['predicted']:.4g} s, "
-                  f"measured {r['measured']:.4g} s, error {r['ape']:.1f} %")
+            print(
+                f"  step {r['step']} (batch {r['batch']}): predicted {r['predicted']:.4g} s, "
+                f"measured {r['measured']:.4g} s, error {r['ape']:.1f} %"
+            )
         if report["fit_terms"]:
-            print(f"refit (all terms): MAPE {report['fit_terms']['mape']:.1f} %; "
-                  f"linear base + per_token: MAPE {report['fit_linear']['mape']:.1f} %")
+            print(
+                f"refit (all terms): MAPE {report['fit_terms']['mape']:.1f} %; "
+                f"linear base + per_token: MAPE {report['fit_linear']['mape']:.1f} %"
+            )
     return 0 if result.get("ok") else EXIT_NO
 
 
@@ -102,7 +120,9 @@ def _validate_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
     if args.profile is None:
         raise BadInput(f"{args.result}: a step-measurement file needs --profile (the profile to check)")
     if args.plot or args.profile_out:
-        raise BadInput("--plot and --profile-out apply to execute results (fit a step-measurement file with 'optsched fit')")
+        raise BadInput(
+            "--plot and --profile-out apply to execute results (fit a step-measurement file with 'optsched fit')"
+        )
     timing = args.timing or "gpu"
     if timing not in ("gpu", "wall"):
         raise BadInput(f"--timing {timing}: step-measurement files have gpu or wall times")
@@ -117,11 +137,15 @@ def _validate_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
         print_json(report)
         return 0
     for name, r in report["runs"].items():
-        print(f"{name:<24} predicted {1e3 * r['predicted']:9.3f} ms, measured {1e3 * r['measured']:9.3f} ms "
-              f"({r['error_pct']:+6.2f} %), worst step {r['worst_step_pct']:.1f} %")
+        print(
+            f"{name:<24} predicted {1e3 * r['predicted']:9.3f} ms, measured {1e3 * r['measured']:9.3f} ms "
+            f"({r['error_pct']:+6.2f} %), worst step {r['worst_step_pct']:.1f} %"
+        )
     if report["runs"]:
-        print(f"worst run: {report['worst_run']} ({report['worst_error_pct']:+.2f} %); "
-              f"step MAPE {report['step_mape']:.1f} %")
+        print(
+            f"worst run: {report['worst_run']} ({report['worst_error_pct']:+.2f} %); "
+            f"step MAPE {report['step_mape']:.1f} %"
+        )
         for inst, r in report["instances"].items():
             kept = "kept" if r["ranking_kept"] else "NOT kept (" + "; ".join(r["swapped"]) + ")"
             print(f"{inst}: measured ranking {kept}")

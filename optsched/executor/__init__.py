@@ -7,5 +7,4 @@ functions that drive the engine; this package imports without it. See docs/execu
 from .models import ModelError, ModelSpec, available_configs, resolve_model
 from .replay_scheduler import ReplayTracker, make_replay_scheduler
 
-__all__ = ["ModelError", "ModelSpec", "ReplayTracker", "available_configs", "make_replay_scheduler",
-           "resolve_model"]
+__all__ = ["ModelError", "ModelSpec", "ReplayTracker", "available_configs", "make_replay_scheduler", "resolve_model"]

@@ -30,18 +30,26 @@ __all__ = ["compare", "plot"]
 def _seconds(value: Any, where: str, zero: bool) -> float:
     """``value`` as a time in seconds in (0, :data:`MAX_MEASURED_SECONDS`] (or [0, ...] when
     ``zero``), else a ValueError naming ``where``."""
-    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-          and (value >= 0 if zero else value > 0) and value <= MAX_MEASURED_SECONDS)
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and (value >= 0 if zero else value > 0)
+        and value <= MAX_MEASURED_SECONDS
+    )
     if not ok:
-        raise ValueError(f"{where}: must be a time in {'[' if zero else '('}0, {MAX_MEASURED_SECONDS:g}] s, got {value!r}")
+        raise ValueError(
+            f"{where}: must be a time in {'[' if zero else '('}0, {MAX_MEASURED_SECONDS:g}] s, got {value!r}"
+        )
     return float(value)
 
 
 def _rows(result: Mapping[str, Any], timing: str) -> list[dict[str, Any]]:
     key = {"wall": "measured_time", "model": "model_time"}[timing]
     if result.get("version") != RESULT_VERSION:
-        raise ValueError(f"field 'version': {result.get('version')!r} is not a result version this optsched reads "
-                         f"({RESULT_VERSION})")
+        raise ValueError(
+            f"field 'version': {result.get('version')!r} is not a result version this optsched reads ({RESULT_VERSION})"
+        )
     plan_steps = result["plan"]["steps"]
     rows = []
     for s in result["steps"]:
@@ -54,13 +62,20 @@ def _rows(result: Mapping[str, Any], timing: str) -> list[dict[str, Any]]:
             continue
         meas = _seconds(meas, f"step {k}: field {key!r}", zero=False)
         pred = _seconds(s["predicted_time"], f"step {k}: field 'predicted_time'", zero=True)
-        rows.append({"step": k, "batch": s["batch"], "predicted": pred, "measured": meas,
-                     "ape": 100 * abs(pred - meas) / meas, "features": list(features_of(feats))})
+        rows.append({
+            "step": k,
+            "batch": s["batch"],
+            "predicted": pred,
+            "measured": meas,
+            "ape": 100 * abs(pred - meas) / meas,
+            "features": list(features_of(feats)),
+        })
     return rows
 
 
-def compare(result: Mapping[str, Any], *, timing: str = "wall", worst: int = 5,
-            profile_name: str = "fitted") -> dict[str, Any]:
+def compare(
+    result: Mapping[str, Any], *, timing: str = "wall", worst: int = 5, profile_name: str = "fitted"
+) -> dict[str, Any]:
     """Compare predicted with measured step times and refit the cost model.
 
     Parameters
@@ -102,18 +117,30 @@ def compare(result: Mapping[str, Any], *, timing: str = "wall", worst: int = 5,
     }
     if len(rows) >= 2:
         lin = fit_linear(feats[:, 0], meas)
-        out["fit_linear"] = {"base": lin.base, "per_token": lin.per_token, "mape": lin.mean_abs_pct_error,
-                             "max_ape": lin.max_abs_pct_error, "r_squared": lin.r_squared}
+        out["fit_linear"] = {
+            "base": lin.base,
+            "per_token": lin.per_token,
+            "mape": lin.mean_abs_pct_error,
+            "max_ape": lin.max_abs_pct_error,
+            "r_squared": lin.r_squared,
+        }
         terms = fit_terms(feats, meas, name=profile_name)
         run = result.get("run", {})
-        source = (f"refit by optsched validate from {len(rows)} measured steps ({timing} time) of plan "
-                  f"{result['plan'].get('instance')!r}: model {run.get('model')!r}, device {run.get('device')!r}, "
-                  f"vllm {run.get('vllm')}, {run.get('date')}")
-        out["fit_terms"] = {"profile": terms.model.to_dict(), "mape": terms.mean_abs_pct_error,
-                            "max_ape": terms.max_abs_pct_error, "r_squared": terms.r_squared,
-                            "dropped_terms": list(terms.dropped),
-                            "profile_toml": profile_toml(profile_name, source, terms.model.base,
-                                                            terms.model.per_token, template=terms.model)}
+        source = (
+            f"refit by optsched validate from {len(rows)} measured steps ({timing} time) of plan "
+            f"{result['plan'].get('instance')!r}: model {run.get('model')!r}, device {run.get('device')!r}, "
+            f"vllm {run.get('vllm')}, {run.get('date')}"
+        )
+        out["fit_terms"] = {
+            "profile": terms.model.to_dict(),
+            "mape": terms.mean_abs_pct_error,
+            "max_ape": terms.max_abs_pct_error,
+            "r_squared": terms.r_squared,
+            "dropped_terms": list(terms.dropped),
+            "profile_toml": profile_toml(
+                profile_name, source, terms.model.base, terms.model.per_token, template=terms.model
+            ),
+        }
         out["refit_mape"] = terms.mean_abs_pct_error
     return out
 

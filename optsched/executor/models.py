@@ -44,8 +44,10 @@ class ModelSpec:
     def check_fits(self, max_model_len: int) -> None:
         """Raise :class:`ModelError` when a plan's longest request exceeds the model's context."""
         if self.max_positions is not None and max_model_len > self.max_positions:
-            raise ModelError(f"model {self.name!r}: the plan needs max_model_len {max_model_len}, but the model's "
-                             f"max_position_embeddings is {self.max_positions}")
+            raise ModelError(
+                f"model {self.name!r}: the plan needs max_model_len {max_model_len}, but the model's "
+                f"max_position_embeddings is {self.max_positions}"
+            )
 
 
 def available_configs() -> list[str]:
@@ -93,8 +95,9 @@ def resolve_model(spec: str, workdir: str | Path) -> ModelSpec:
     if path.is_dir():
         config = _read_config(path / "config.json", f"{spec}/config.json")
         has_weights = any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
-        return ModelSpec(str(path), "auto" if has_weights else "dummy", int(config["vocab_size"]), path.name,
-                         _positions(config))
+        return ModelSpec(
+            str(path), "auto" if has_weights else "dummy", int(config["vocab_size"]), path.name, _positions(config)
+        )
     if path.is_file():
         return _materialise(_read_config(path, spec), path.stem, workdir)
     shipped = resources.files("optsched.executor").joinpath("configs", f"{spec}.json")

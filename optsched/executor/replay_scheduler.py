@@ -79,15 +79,21 @@ class ReplayTracker:
         tokens, preempt = self.steps[k]
         return k, tokens, preempt
 
-    def check(self, k: int, got: dict[str, int], preempted: Sequence[str],
-              planned: Mapping[str, int], preempt: Sequence[str]) -> None:
+    def check(
+        self, k: int, got: dict[str, int], preempted: Sequence[str], planned: Mapping[str, int], preempt: Sequence[str]
+    ) -> None:
         """Record a mismatch naming step ``k`` when vLLM's step differs from the plan's."""
         problems = []
         if dict(planned) != got:
-            diff = {rid: (planned.get(rid, 0), got.get(rid, 0))
-                    for rid in sorted(set(planned) | set(got)) if planned.get(rid, 0) != got.get(rid, 0)}
-            problems.append("num_scheduled_tokens differ (request: plan, vLLM): "
-                            + ", ".join(f"{rid!r}: {p}, {g}" for rid, (p, g) in diff.items()))
+            diff = {
+                rid: (planned.get(rid, 0), got.get(rid, 0))
+                for rid in sorted(set(planned) | set(got))
+                if planned.get(rid, 0) != got.get(rid, 0)
+            }
+            problems.append(
+                "num_scheduled_tokens differ (request: plan, vLLM): "
+                + ", ".join(f"{rid!r}: {p}, {g}" for rid, (p, g) in diff.items())
+            )
         if set(preempt) != set(preempted):
             problems.append(f"preemptions differ: plan {sorted(preempt)}, vLLM {sorted(preempted)}")
         if problems:

@@ -43,16 +43,40 @@ def _batch_events(schedule: Schedule, result: ReplayResult) -> list[dict[str, An
         start, end = result.starts[j], result.ends[j]
         n_pre, n_dec = result.prefill_tokens[j], result.decode_items[j]
         events.append({
-            "name": f"batch {j}: {n_pre} prefill + {n_dec} decode", "cat": "batch", "ph": "X",
-            "ts": start * US, "dur": (end - start) * US, "pid": BATCH_PID, "tid": 0,
-            "args": {"batch": j, "start": start, "end": end, "tokens": n_pre + n_dec, "prefill_tokens": n_pre,
-                     "decode_items": n_dec, "items": len(batch.items), "evicted": list(batch.evict),
-                     "kv_used": result.kv_used[j], "running": result.running[j]},
+            "name": f"batch {j}: {n_pre} prefill + {n_dec} decode",
+            "cat": "batch",
+            "ph": "X",
+            "ts": start * US,
+            "dur": (end - start) * US,
+            "pid": BATCH_PID,
+            "tid": 0,
+            "args": {
+                "batch": j,
+                "start": start,
+                "end": end,
+                "tokens": n_pre + n_dec,
+                "prefill_tokens": n_pre,
+                "decode_items": n_dec,
+                "items": len(batch.items),
+                "evicted": list(batch.evict),
+                "kv_used": result.kv_used[j],
+                "running": result.running[j],
+            },
         })
-        events.append({"name": "KV slots", "ph": "C", "ts": start * US, "pid": BATCH_PID,
-                       "args": {"kv_used": result.kv_used[j]}})
-        events.append({"name": "running", "ph": "C", "ts": start * US, "pid": BATCH_PID,
-                       "args": {"running": result.running[j]}})
+        events.append({
+            "name": "KV slots",
+            "ph": "C",
+            "ts": start * US,
+            "pid": BATCH_PID,
+            "args": {"kv_used": result.kv_used[j]},
+        })
+        events.append({
+            "name": "running",
+            "ph": "C",
+            "ts": start * US,
+            "pid": BATCH_PID,
+            "args": {"running": result.running[j]},
+        })
     return events
 
 
@@ -64,8 +88,16 @@ def _request_events(instance: Instance, schedule: Schedule, result: ReplayResult
     for j, (batch, phases) in enumerate(zip(schedule.batches, item_phases(instance, schedule))):
         start, end = result.starts[j], result.ends[j]
         for rid in batch.evict:
-            events.append({"name": "evicted", "cat": "request", "ph": "i", "s": "t", "ts": start * US,
-                           "pid": REQUEST_PID, "tid": tid[rid], "args": {"batch": j}})
+            events.append({
+                "name": "evicted",
+                "cat": "request",
+                "ph": "i",
+                "s": "t",
+                "ts": start * US,
+                "pid": REQUEST_PID,
+                "tid": tid[rid],
+                "args": {"batch": j},
+            })
         for item, prefill in zip(batch.items, phases):
             mine = runs[item.id]
             if last.get(item.id) == (j - 1, prefill):
@@ -74,19 +106,41 @@ def _request_events(instance: Instance, schedule: Schedule, result: ReplayResult
                 run["args"]["batches"] += 1
                 run["args"]["tokens"] += item.tokens
             else:
-                mine.append({"name": "prefill" if prefill else "decode", "cat": "request", "ph": "X",
-                             "ts": start * US, "dur": (end - start) * US, "pid": REQUEST_PID, "tid": tid[item.id],
-                             "args": {"batches": 1, "tokens": item.tokens, "first_batch": j}})
+                mine.append({
+                    "name": "prefill" if prefill else "decode",
+                    "cat": "request",
+                    "ph": "X",
+                    "ts": start * US,
+                    "dur": (end - start) * US,
+                    "pid": REQUEST_PID,
+                    "tid": tid[item.id],
+                    "args": {"batches": 1, "tokens": item.tokens, "first_batch": j},
+                })
             last[item.id] = (j, prefill)
     for r in instance.requests:
         o = result.outcomes[r.id]
         if o.first_scheduled is not None and o.first_scheduled > r.arrival:
-            events.append({"name": "queued", "cat": "request", "ph": "X", "ts": r.arrival * US,
-                           "dur": (o.first_scheduled - r.arrival) * US, "pid": REQUEST_PID, "tid": tid[r.id],
-                           "args": {"arrival": r.arrival, "queue": o.queue}})
+            events.append({
+                "name": "queued",
+                "cat": "request",
+                "ph": "X",
+                "ts": r.arrival * US,
+                "dur": (o.first_scheduled - r.arrival) * US,
+                "pid": REQUEST_PID,
+                "tid": tid[r.id],
+                "args": {"arrival": r.arrival, "queue": o.queue},
+            })
         if o.first_token is not None:
-            events.append({"name": "first token", "cat": "request", "ph": "i", "s": "t", "ts": o.first_token * US,
-                           "pid": REQUEST_PID, "tid": tid[r.id], "args": {"ttft": o.ttft}})
+            events.append({
+                "name": "first token",
+                "cat": "request",
+                "ph": "i",
+                "s": "t",
+                "ts": o.first_token * US,
+                "pid": REQUEST_PID,
+                "tid": tid[r.id],
+                "args": {"ttft": o.ttft},
+            })
         events.extend(runs[r.id])
     return events
 
@@ -100,8 +154,13 @@ def trace_events(instance: Instance, schedule: Schedule, result: ReplayResult) -
     ]
     for k, r in enumerate(instance.requests):
         events.append(_meta(REQUEST_PID, k + 1, "thread_name", r.id))
-        events.append({"name": "thread_sort_index", "ph": "M", "pid": REQUEST_PID, "tid": k + 1,
-                       "args": {"sort_index": k + 1}})
+        events.append({
+            "name": "thread_sort_index",
+            "ph": "M",
+            "pid": REQUEST_PID,
+            "tid": k + 1,
+            "args": {"sort_index": k + 1},
+        })
     events += _batch_events(schedule, result)
     events += _request_events(instance, schedule, result)
     return events
@@ -119,7 +178,11 @@ def export(instance: Instance, schedule: Schedule, options: Mapping[str, Any]) -
     return {
         "traceEvents": trace_events(instance, schedule, result),
         "displayTimeUnit": "ms",
-        "otherData": {"instance": instance.name, "requests": len(instance.requests),
-                      "batches": len(schedule.batches), "makespan": result.metrics.makespan,
-                      "meta": dict(schedule.meta)},
+        "otherData": {
+            "instance": instance.name,
+            "requests": len(instance.requests),
+            "batches": len(schedule.batches),
+            "makespan": result.metrics.makespan,
+            "meta": dict(schedule.meta),
+        },
     }

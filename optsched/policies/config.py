@@ -127,9 +127,7 @@ _BASE = (
 )
 
 #: Every named policy and its eviction-free twin, by name.
-POLICY_CONFIGS: dict[str, PolicyConfig] = {
-    p.name: p for base in _BASE for p in (base, base.eviction_free_variant())
-}
+POLICY_CONFIGS: dict[str, PolicyConfig] = {p.name: p for base in _BASE for p in (base, base.eviction_free_variant())}
 
 
 def policy_config(policy: str | PolicyConfig) -> PolicyConfig:

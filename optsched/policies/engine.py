@@ -259,8 +259,17 @@ class Engine:
 
     def _state(self, i: int, running: bool) -> RequestState:
         r = self._reqs[i]
-        return RequestState(r.id, r.arrival, r.output_tokens, self._prompt[i], self._m[i], self._gen[i],
-                            self._held(i) if running else 0, self._first[i], self._end[i])
+        return RequestState(
+            r.id,
+            r.arrival,
+            r.output_tokens,
+            self._prompt[i],
+            self._m[i],
+            self._gen[i],
+            self._held(i) if running else 0,
+            self._first[i],
+            self._end[i],
+        )
 
     def snapshot(self) -> EngineSnapshot:
         """The state between batches: time, KV and per-request states of R_r, R_w and the pending."""

@@ -276,9 +276,7 @@ def load_static_latency(spec: str | Mapping[str, Any], where: str = "static_late
     if isinstance(spec, str):
         resource = resources.files(_PROFILE_PACKAGE).joinpath(f"{spec}.toml")
         if not resource.is_file():
-            raise InstanceError(
-                f"{where}: unknown profile {spec!r} (known: {', '.join(available_static_profiles())})"
-            )
+            raise InstanceError(f"{where}: unknown profile {spec!r} (known: {', '.join(available_static_profiles())})")
         with resource.open("rb") as fh:
             data: Mapping[str, Any] = tomllib.load(fh)
         name, source = spec, str(data.get("source", ""))

@@ -200,11 +200,7 @@ class Progress:
 @contextmanager
 def _deadline(at: float | None) -> Iterator[None]:
     """Raise :class:`TimeUp` in the block when ``time.perf_counter()`` passes ``at`` (SIGALRM)."""
-    usable = (
-        at is not None
-        and hasattr(signal, "setitimer")
-        and threading.current_thread() is threading.main_thread()
-    )
+    usable = at is not None and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     if not usable:
         yield
         return
@@ -299,8 +295,15 @@ def _run_policy(instance: Instance, name: str, objective: str) -> PolicyRun:
     result = replay(instance, schedule)
     wall = time.perf_counter() - t0
     if not result.feasible:
-        return PolicyRun(name, "invalid", None, schedule, result,
-                         f"{len(result.violations)} violation(s): {result.violations[0]}", wall)
+        return PolicyRun(
+            name,
+            "invalid",
+            None,
+            schedule,
+            result,
+            f"{len(result.violations)} violation(s): {result.violations[0]}",
+            wall,
+        )
     value, _ = replayed_objective(instance, schedule, objective)
     return PolicyRun(name, "ok", value, schedule, result, wall_time=wall)
 
@@ -412,7 +415,9 @@ def build_report(
         say(f"interrupted during {phase}")
     if report.partial:
         done = {p.policy for p in report.policies}
-        report.policies += [PolicyRun(p, "skipped", message="not run (report cut short)") for p in names if p not in done]
+        report.policies += [
+            PolicyRun(p, "skipped", message="not run (report cut short)") for p in names if p not in done
+        ]
     report.wall_time = time.perf_counter() - t0
     return report
 
@@ -454,9 +459,17 @@ def _solver_phase(
     if res is not None:
         say(f"solver {problem}: {res.status}, objective {res.objective}, bound {res.bound} ({run.wall_time:.1f}s)")
         if res.bound is not None and math.isfinite(res.bound) and res.status in ("optimal", "feasible", "time_limit"):
-            report.bounds.append(BoundEntry(problem, f"{problem}-solver", float(res.bound), True,
-                                            f"best proven bound of the {res.solver} solve ({res.status})",
-                                            report.objective, problem in SCHEDULE_PROBLEMS))
+            report.bounds.append(
+                BoundEntry(
+                    problem,
+                    f"{problem}-solver",
+                    float(res.bound),
+                    True,
+                    f"best proven bound of the {res.solver} solve ({res.status})",
+                    report.objective,
+                    problem in SCHEDULE_PROBLEMS,
+                )
+            )
     return run
 
 

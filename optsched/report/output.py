@@ -19,8 +19,20 @@ __all__ = ["METRIC_KEYS", "TABLE_KEYS", "grouped_messages", "report_rows", "repo
 #: Schedule metrics shown for every schedule (docs/schedule.md).
 METRIC_KEYS = ("makespan", "mean_latency", "mean_ttft", "mean_tpot", "throughput", "evictions", "slo_attainment", "G")
 #: The metrics shown in the terminal and HTML tables: means, P99s, goodput.
-TABLE_KEYS = ("makespan", "mean_latency", "latency_p99", "mean_ttft", "ttft_p99", "mean_tpot", "tpot_p99",
-              "queue_p99", "throughput", "goodput", "evictions", "slo_attainment")
+TABLE_KEYS = (
+    "makespan",
+    "mean_latency",
+    "latency_p99",
+    "mean_ttft",
+    "ttft_p99",
+    "mean_tpot",
+    "tpot_p99",
+    "queue_p99",
+    "throughput",
+    "goodput",
+    "evictions",
+    "slo_attainment",
+)
 
 
 def _metrics(replay: Any) -> dict[str, Any] | None:
@@ -57,8 +69,14 @@ def report_rows(report: Report) -> list[dict[str, Any]]:
         })
     for row in rows:
         row["gap"] = report.gap(row["objective"])
-    rows.sort(key=lambda r: (r["objective"] is None, r["objective"] if r["objective"] is not None else 0.0,
-                             r["kind"] != "solver", r["name"]))
+    rows.sort(
+        key=lambda r: (
+            r["objective"] is None,
+            r["objective"] if r["objective"] is not None else 0.0,
+            r["kind"] != "solver",
+            r["name"],
+        )
+    )
     return rows
 
 
@@ -97,9 +115,12 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "limits": inst.limits.to_dict(),
         "objective": report.objective,
         "bounds": [b.to_dict() for b in report.bounds],
-        "best_bound": None if best_bound is None else {
-            "source": best_bound.source, "name": best_bound.name, "value": best_bound.value},
-        "best": None if best is None else {
+        "best_bound": None
+        if best_bound is None
+        else {"source": best_bound.source, "name": best_bound.name, "value": best_bound.value},
+        "best": None
+        if best is None
+        else {
             "source": best[0],
             "objective": best[1],
             "gap": report.gap(best[1]),
@@ -144,7 +165,9 @@ def _grid(header: list[str], rows: list[list[str]], left: tuple[int, ...] = (0,)
     widths = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h) for k, h in enumerate(header)]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if k in left else c.rjust(w) for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(
+            c.ljust(w) if k in left else c.rjust(w) for k, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
@@ -161,11 +184,13 @@ def report_table(report: Report) -> str:
         "Lower bounds",
     ]
     best_bound = report.best_bound
-    out.append(_grid(
-        ["source", "bound", "value", "proven", "compared", "note"],
-        [[b.source, b.name, _fmt(b.value, 6), _fmt(b.valid), _fmt(b.comparable), b.note] for b in report.bounds],
-        left=(0, 1, 5),
-    ))
+    out.append(
+        _grid(
+            ["source", "bound", "value", "proven", "compared", "note"],
+            [[b.source, b.name, _fmt(b.value, 6), _fmt(b.valid), _fmt(b.comparable), b.note] for b in report.bounds],
+            left=(0, 1, 5),
+        )
+    )
     if best_bound is not None:
         out.append(f"best proven bound: {best_bound.value:.6g} ({best_bound.source}/{best_bound.name})")
     out += ["", "Schedules (every one replayed; gap = (value - best bound) / value)"]
@@ -175,14 +200,19 @@ def report_table(report: Report) -> str:
     for r in rows:
         m = r["metrics"] or {}
         body.append([
-            f"{r['kind']}:{r['name']}", r["status"], _fmt(r["objective"], 6), _pct(r["gap"]),
+            f"{r['kind']}:{r['name']}",
+            r["status"],
+            _fmt(r["objective"], 6),
+            _pct(r["gap"]),
             *(_fmt(m.get(k)) for k in columns),
         ])
     out.append(_grid(["schedule", "status", report.objective, "gap", *columns], body, left=(0, 1)))
     best = report.best
     if best is not None:
         gap = relative_gap(best[1], best_bound.value if best_bound else None)
-        proof = f", proven optimal by {best_bound.source}/{best_bound.name}" if report.proven_optimal and best_bound else ""
+        proof = (
+            f", proven optimal by {best_bound.source}/{best_bound.name}" if report.proven_optimal and best_bound else ""
+        )
         out.append(f"best schedule: {best[0]} with {report.objective} {best[1]:.6g} (gap {_pct(gap)}{proof})")
     for message, names in grouped_messages(rows):
         out.append(f"  {', '.join(names)}: {message}")

@@ -81,11 +81,27 @@ def plot_timeline(instance: Instance, schedule: Schedule, result: ReplayResult, 
         coll.set_rasterized(len(verts) > RASTER_ABOVE)
         ax.add_collection(coll)
     arrivals = sorted(instance.requests, key=lambda r: (r.arrival, r.id))
-    ax.scatter([r.arrival for r in arrivals], range(n), marker="|", s=20, color="#888888", linewidths=0.8,
-               rasterized=n > RASTER_ABOVE)
+    ax.scatter(
+        [r.arrival for r in arrivals],
+        range(n),
+        marker="|",
+        s=20,
+        color="#888888",
+        linewidths=0.8,
+        rasterized=n > RASTER_ABOVE,
+    )
     if evictions:
-        ax.scatter([t for t, _ in evictions], [k for _, k in evictions], marker="X", s=60, color=EVICT,
-                   edgecolors="white", linewidths=0.6, zorder=3, rasterized=len(evictions) > RASTER_ABOVE)
+        ax.scatter(
+            [t for t, _ in evictions],
+            [k for _, k in evictions],
+            marker="X",
+            s=60,
+            color=EVICT,
+            edgecolors="white",
+            linewidths=0.6,
+            zorder=3,
+            rasterized=len(evictions) > RASTER_ABOVE,
+        )
     makespan = result.ends[-1] if result.ends else 1.0
     ax.set_xlim(0, makespan * 1.01 if makespan > 0 else 1)
     ax.set_ylim(n - 0.5, -0.5)
@@ -94,10 +110,19 @@ def plot_timeline(instance: Instance, schedule: Schedule, result: ReplayResult, 
     if n <= 40:
         ax.set_yticks(range(n), [r.id for r in arrivals], fontsize=7)
     ax.set_title(title, loc="left")
-    ax.legend(handles=[Patch(color=PREFILL, label="prefill"), Patch(color=DECODE, label="decode"),
-                       Line2D([], [], marker="|", ls="", color="#888888", label="arrival"),
-                       Line2D([], [], marker="X", ls="", color=EVICT, label=f"eviction ({len(evictions)})")],
-              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=4, fontsize=8, frameon=False)
+    ax.legend(
+        handles=[
+            Patch(color=PREFILL, label="prefill"),
+            Patch(color=DECODE, label="decode"),
+            Line2D([], [], marker="|", ls="", color="#888888", label="arrival"),
+            Line2D([], [], marker="X", ls="", color=EVICT, label=f"eviction ({len(evictions)})"),
+        ],
+        loc="lower right",
+        bbox_to_anchor=(1.0, 1.0),
+        ncols=4,
+        fontsize=8,
+        frameon=False,
+    )
     return fig
 
 
@@ -138,8 +163,11 @@ def plot_bounds_bars(report: Report) -> Figure:
     rows: list[tuple[str, float, str]] = []
     for b in report.bounds:
         if b.comparable and math.isfinite(b.value):
-            rows.append((f"bound {b.source}/{b.name}" + ("" if b.valid else " (unproven)"), b.value,
-                         BOUND if b.valid else "#BBBBBB"))
+            rows.append((
+                f"bound {b.source}/{b.name}" + ("" if b.valid else " (unproven)"),
+                b.value,
+                BOUND if b.valid else "#BBBBBB",
+            ))
     best = report.best
     for label, value, _, _ in sorted(report.candidates(), key=lambda c: c[1]):
         color = BEST if best is not None and label == best[0] else (PREFILL if label.startswith("solver") else DECODE)
@@ -182,8 +210,15 @@ def plot_latency_cdfs(schedules: Sequence[tuple[str, ReplayResult]]) -> Figure:
             positive += [v for v in values if v > 0]
             xs, ys = _cdf(values)
             best = k == 0
-            ax.step(xs, ys, where="post", label=label, color=BEST if best else colors[k % len(colors)],
-                    linewidth=2.0 if best else 0.9, zorder=3 if best else 2)
+            ax.step(
+                xs,
+                ys,
+                where="post",
+                label=label,
+                color=BEST if best else colors[k % len(colors)],
+                linewidth=2.0 if best else 0.9,
+                zorder=3 if best else 2,
+            )
         for level in (0.5, 0.99):
             ax.axhline(level, color="#888888", linestyle=":", linewidth=0.8)
         if positive and max(positive) / min(positive) > 50:

@@ -74,11 +74,15 @@ def check_capacity_spec(spec: SweepSpec) -> None:
     if not spec.run.simulate:
         raise SpecError(f"{spec.source}: run.simulate: --capacity searches the rate of each policy; list some")
     if spec.run.solve or spec.run.bounds:
-        raise SpecError(f"{spec.source}: run: --capacity runs policies only; remove run.solve and run.bound "
-                        "(run them in a plain sweep)")
+        raise SpecError(
+            f"{spec.source}: run: --capacity runs policies only; remove run.solve and run.bound "
+            "(run them in a plain sweep)"
+        )
     if spec.rate_scale != [1.0]:
-        raise SpecError(f"{spec.source}: rate_scale: --capacity chooses the rate itself; "
-                        "give its range as capacity: {low, high, tolerance}")
+        raise SpecError(
+            f"{spec.source}: rate_scale: --capacity chooses the rate itself; "
+            "give its range as capacity: {low, high, tolerance}"
+        )
 
 
 def _search_key(first: Cell, spec: SweepSpec, target: SloTarget) -> str:
@@ -93,7 +97,7 @@ def _searches(spec: SweepSpec, workloads: Workloads, target: SloTarget) -> list[
         run = RunSpec(simulate=[policy], objective=spec.run.objective)
         cells = expand_cells(spec, workloads.digests, run, grid, target)
         for start in range(0, len(cells), len(grid)):  # the grid is the innermost axis
-            chunk = cells[start:start + len(grid)]
+            chunk = cells[start : start + len(grid)]
             out.append(_Search(chunk, _search_key(chunk[0], spec, target)))
     return out
 
@@ -103,15 +107,28 @@ def _result_row(search: _Search, rows: dict[str, list[dict[str, Any]]]) -> dict[
     status = "below_range" if not search.probes[0] else "above_range" if search.probes[last] else "ok"
     at = search.cells[search.good] if search.good >= 0 else search.cells[0]
     probe = rows[at.key][0]
-    row = {**probe, "kind": "capacity", "cell": search.key, "status": status,
-           "wall_time": sum(rows[search.cells[k].key][0]["wall_time"] or 0.0 for k in search.probes)}
+    row = {
+        **probe,
+        "kind": "capacity",
+        "cell": search.key,
+        "status": status,
+        "wall_time": sum(rows[search.cells[k].key][0]["wall_time"] or 0.0 for k in search.probes),
+    }
     if search.good < 0:  # nothing meets the target: no capacity, no metrics to report
         row.update(dict.fromkeys([*METRIC_COLUMNS, "objective", "error"]), rate_scale=None, slo_met=False)
     return row
 
 
-def capacity_search(spec: SweepSpec, workloads: Workloads, executor: Executor, store: SweepStore,
-                    target: SloTarget, *, slots: int = 1, show_progress: bool | None = None) -> dict[str, Any]:
+def capacity_search(
+    spec: SweepSpec,
+    workloads: Workloads,
+    executor: Executor,
+    store: SweepStore,
+    target: SloTarget,
+    *,
+    slots: int = 1,
+    show_progress: bool | None = None,
+) -> dict[str, Any]:
     """Run every capacity search of the spec (see the module docstring); a summary for the CLI.
 
     Each search's result is stored as a ``kind = capacity`` row: the policy, ``rate_scale`` = the
@@ -143,8 +160,26 @@ def capacity_search(spec: SweepSpec, workloads: Workloads, executor: Executor, s
     finally:
         progress.close()
     results = [store.rows_of(s.key)[0] for s in searches]
-    return {"searches": len(searches), "already_stored": sum(1 for s in searches if s.key in stored),
-            "probes": len(seen), "wall_time": time.perf_counter() - t0,
-            "capacity": [{k: r[k] for k in ("workload", "cost_model", "kv_capacity", "token_budget",
-                                            "prefill_budget", "max_running", "policy", "rate_scale", "status")}
-                         for r in results]}
+    return {
+        "searches": len(searches),
+        "already_stored": sum(1 for s in searches if s.key in stored),
+        "probes": len(seen),
+        "wall_time": time.perf_counter() - t0,
+        "capacity": [
+            {
+                k: r[k]
+                for k in (
+                    "workload",
+                    "cost_model",
+                    "kv_capacity",
+                    "token_budget",
+                    "prefill_budget",
+                    "max_running",
+                    "policy",
+                    "rate_scale",
+                    "status",
+                )
+            }
+            for r in results
+        ],
+    }

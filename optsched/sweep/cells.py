@@ -158,8 +158,13 @@ def cell_key(cell: Cell) -> str:
     return hashlib.sha256(_canonical(payload).encode()).hexdigest()[:32]
 
 
-def expand_cells(spec: SweepSpec, digests: list[str], run: RunSpec | None = None,
-                 rate_scales: list[float] | None = None, slo: SloTarget | None = None) -> list[Cell]:
+def expand_cells(
+    spec: SweepSpec,
+    digests: list[str],
+    run: RunSpec | None = None,
+    rate_scales: list[float] | None = None,
+    slo: SloTarget | None = None,
+) -> list[Cell]:
     """The grid's cells, in spec order (workload, cost model, limit axes, rate scale)."""
     from .workloads import cost_model_ref
 
@@ -173,8 +178,7 @@ def expand_cells(spec: SweepSpec, digests: list[str], run: RunSpec | None = None
         for model in models:
             for limits in combos:
                 for scale in rate_scales or spec.rate_scale:
-                    cell = Cell(spec.name, entry.label, w, digest, model, limits, float(scale),
-                                run or spec.run, slo)
+                    cell = Cell(spec.name, entry.label, w, digest, model, limits, float(scale), run or spec.run, slo)
                     cells.append(dataclasses.replace(cell, key=cell_key(cell)))
     return cells
 
@@ -188,8 +192,11 @@ def make_row(cell: Cell, instance: Instance | None, **values: Any) -> dict[str, 
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row.update(sweep=cell.sweep, workload=cell.workload, rate_scale=cell.rate_scale, cell=cell.key)
     if instance is not None:
-        row.update(cost_model=instance.cost_model.name, requests=len(instance.requests),
-                   **{k: getattr(instance.limits, k) for k in LIMIT_AXES})
+        row.update(
+            cost_model=instance.cost_model.name,
+            requests=len(instance.requests),
+            **{k: getattr(instance.limits, k) for k in LIMIT_AXES},
+        )
     else:
         model = cell.cost_model
         row["cost_model"] = model.get("name") if isinstance(model, Mapping) else model
@@ -215,22 +222,43 @@ def _bound_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
         return
     t0 = time.perf_counter()
     for b in generic_bounds(instance, cell.run.objective):
-        yield make_row(cell, instance, kind="bound", policy=f"generic:{b.name}",
-                   status="proven" if b.valid else "estimate", bound=b.value,
-                   wall_time=time.perf_counter() - t0)
+        yield make_row(
+            cell,
+            instance,
+            kind="bound",
+            policy=f"generic:{b.name}",
+            status="proven" if b.valid else "estimate",
+            bound=b.value,
+            wall_time=time.perf_counter() - t0,
+        )
     for name in settings.problems:
         t0 = time.perf_counter()
         try:
             shared = {"objective": cell.run.objective, "time_limit": settings.time_limit}
             found = problems.bounder_for(name)(instance, problems.accepted(name, "bound", shared))
         except Exception as exc:  # noqa: BLE001 - a bounder that fails is a row, never a lost cell
-            yield make_row(cell, instance, kind="bound", policy=f"{name}:", status="error", error=_error(exc),
-                       time_limit=settings.time_limit, wall_time=time.perf_counter() - t0)
+            yield make_row(
+                cell,
+                instance,
+                kind="bound",
+                policy=f"{name}:",
+                status="error",
+                error=_error(exc),
+                time_limit=settings.time_limit,
+                wall_time=time.perf_counter() - t0,
+            )
             continue
         for b in found:
-            yield make_row(cell, instance, kind="bound", policy=f"{name}:{b.name}",
-                       status="proven" if b.valid else "estimate", bound=float(b.value),
-                       time_limit=settings.time_limit, wall_time=time.perf_counter() - t0)
+            yield make_row(
+                cell,
+                instance,
+                kind="bound",
+                policy=f"{name}:{b.name}",
+                status="proven" if b.valid else "estimate",
+                bound=float(b.value),
+                time_limit=settings.time_limit,
+                wall_time=time.perf_counter() - t0,
+            )
 
 
 def _solve_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
@@ -275,8 +303,13 @@ def _simulate_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
 def _with_gaps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each schedule's gap to its cell's best proven bound (bound rows: gap to the best schedule)."""
     proven = [r["bound"] for r in rows if r["kind"] == "bound" and r["status"] == "proven"]
-    proven += [r["bound"] for r in rows if r["kind"] == "solve" and r["bound"] is not None
-               and r["status"] in (Status.OPTIMAL, Status.FEASIBLE, Status.TIME_LIMIT)]
+    proven += [
+        r["bound"]
+        for r in rows
+        if r["kind"] == "solve"
+        and r["bound"] is not None
+        and r["status"] in (Status.OPTIMAL, Status.FEASIBLE, Status.TIME_LIMIT)
+    ]
     finite = [b for b in proven if b is not None and math.isfinite(b)]
     best_bound = max(finite) if finite else None
     values = [r["objective"] for r in rows if r["kind"] != "bound" and r["objective"] is not None]

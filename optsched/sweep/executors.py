@@ -96,8 +96,9 @@ class LocalPool:
 
     def _fill(self) -> None:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=self._ctx, initializer=_init_worker,
-                                             initargs=(self._shared, self._pids))
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=self._ctx, initializer=_init_worker, initargs=(self._shared, self._pids)
+            )
         while self._waiting and len(self._running) < self.workers:
             job = self._waiting.popleft()
             self._running[self._pool.submit(_call_in_worker, job.fn, job.args)] = job

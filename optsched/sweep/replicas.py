@@ -53,8 +53,9 @@ def run_replicas(cell: Cell, base: Instance, router: str, settings: ReplicasSpec
         return [make_row(cell, None, kind="replicas", policy=router, status="error", error=str(exc))]
     values: dict[str, Any]
     try:
-        found = min_workers(instance, router, cell.slo.attainment, hi=settings.max_replicas,
-                            heartbeat=settings.heartbeat)
+        found = min_workers(
+            instance, router, cell.slo.attainment, hi=settings.max_replicas, heartbeat=settings.heartbeat
+        )
         values = {"status": "ok" if found.workers is not None else "above_range", "replicas": found.workers}
         if found.best is not None:
             values["slo_met"] = True
@@ -71,12 +72,21 @@ def check_replicas_spec(spec: SweepSpec) -> None:
 
     unknown = [r for r in spec.replicas.routers if r not in METHODS or r == "given"]
     if unknown:
-        raise SpecError(f"{spec.source}: replicas.routers: unknown router {unknown[0]!r} "
-                        f"(known: {', '.join(m for m in METHODS if m != 'given')})")
+        raise SpecError(
+            f"{spec.source}: replicas.routers: unknown router {unknown[0]!r} "
+            f"(known: {', '.join(m for m in METHODS if m != 'given')})"
+        )
 
 
-def replicas_search(spec: SweepSpec, workloads: Workloads, executor: Executor, store: SweepStore,
-                    target: SloTarget, *, show_progress: bool | None = None) -> dict[str, Any]:
+def replicas_search(
+    spec: SweepSpec,
+    workloads: Workloads,
+    executor: Executor,
+    store: SweepStore,
+    target: SloTarget,
+    *,
+    show_progress: bool | None = None,
+) -> dict[str, Any]:
     """Run the fewest-engines search of every cell and router; a summary for the CLI."""
     check_replicas_spec(spec)
     t0 = time.perf_counter()
@@ -93,13 +103,27 @@ def replicas_search(spec: SweepSpec, workloads: Workloads, executor: Executor, s
             key, rows, error = executor.next_done()
             if error is not None:
                 cell, router = todo[key]
-                rows = [make_row(dataclasses.replace(cell, key=key), None, kind="replicas", policy=router,
-                                 status="error", error=error)]
+                rows = [
+                    make_row(
+                        dataclasses.replace(cell, key=key),
+                        None,
+                        kind="replicas",
+                        policy=router,
+                        status="error",
+                        error=error,
+                    )
+                ]
             store.write(key, rows)
             progress.update()
     finally:
         progress.close()
     results = [store.rows_of(k)[0] for k in jobs]
-    return {"jobs": len(jobs), "already_stored": len(jobs) - len(todo), "wall_time": time.perf_counter() - t0,
-            "replicas": [{k: r[k] for k in ("workload", "cost_model", "kv_capacity", "rate_scale", "policy",
-                                            "replicas", "status")} for r in results]}
+    return {
+        "jobs": len(jobs),
+        "already_stored": len(jobs) - len(todo),
+        "wall_time": time.perf_counter() - t0,
+        "replicas": [
+            {k: r[k] for k in ("workload", "cost_model", "kv_capacity", "rate_scale", "policy", "replicas", "status")}
+            for r in results
+        ],
+    }

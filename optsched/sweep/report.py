@@ -37,8 +37,16 @@ _MAX_TABLE_ROWS = 300
 def load_rows(folder: str | Path) -> list[dict[str, Any]]:
     """Every stored row of the sweep in ``folder``, in a stable order."""
     rows = SweepStore(folder).read().to_pylist()
-    return sorted(rows, key=lambda r: (r["workload"] or "", config_label(r), r["rate_scale"] or 0.0,
-                                       r["kind"] or "", r["policy"] or ""))
+    return sorted(
+        rows,
+        key=lambda r: (
+            r["workload"] or "",
+            config_label(r),
+            r["rate_scale"] or 0.0,
+            r["kind"] or "",
+            r["policy"] or "",
+        ),
+    )
 
 
 #: The contract's letters for the limits: M, C, P, R_max.
@@ -53,7 +61,11 @@ def config_label(row: dict[str, Any]) -> str:
 
 def _cell_label(row: dict[str, Any]) -> str:
     rate = row["rate_scale"]
-    return f"{row['workload']} | {config_label(row)} | rate x{rate:g}" if rate is not None else f"{row['workload']} | {config_label(row)}"
+    return (
+        f"{row['workload']} | {config_label(row)} | rate x{rate:g}"
+        if rate is not None
+        else f"{row['workload']} | {config_label(row)}"
+    )
 
 
 #: The latency axis of the Pareto plots.
@@ -70,8 +82,15 @@ def pareto_front(points: Iterable[tuple[float, float]]) -> list[tuple[float, flo
 
 
 def _schedules(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
-    return [r for r in rows if r["kind"] in SCHEDULE_KINDS and r["status"] not in ("error", "invalid", "n/a")
-            and r.get(key) is not None and r.get("throughput") is not None and math.isfinite(r["throughput"])]
+    return [
+        r
+        for r in rows
+        if r["kind"] in SCHEDULE_KINDS
+        and r["status"] not in ("error", "invalid", "n/a")
+        and r.get(key) is not None
+        and r.get("throughput") is not None
+        and math.isfinite(r["throughput"])
+    ]
 
 
 def _plot_pareto(rows: list[dict[str, Any]], workload: str, key: str) -> Any:
@@ -84,8 +103,9 @@ def _plot_pareto(rows: list[dict[str, Any]], workload: str, key: str) -> Any:
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=22, label=policy, alpha=0.8)
     front = pareto_front(p for pts in by_policy.values() for p in pts)
     ax.plot([p[0] for p in front], [p[1] for p in front], color="black", lw=1, drawstyle="steps-post")
-    ax.scatter([p[0] for p in front], [p[1] for p in front], s=70, facecolors="none", edgecolors="black",
-               label="Pareto front")
+    ax.scatter(
+        [p[0] for p in front], [p[1] for p in front], s=70, facecolors="none", edgecolors="black", label="Pareto front"
+    )
     ax.set_xlabel(f"{key} (s)")
     ax.set_ylabel("throughput (tokens/s)")
     ax.set_title(workload)
@@ -128,13 +148,18 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for workload in sorted({r["workload"] for r in rows}):
         scheds = _schedules([r for r in rows if r["workload"] == workload], key)
         front = set(pareto_front((r[key], r["throughput"]) for r in scheds))
-        fronts[workload] = [{"policy": r["policy"], "cell": r["cell"], key: r[key], "throughput": r["throughput"]}
-                            for r in scheds if (r[key], r["throughput"]) in front]
+        fronts[workload] = [
+            {"policy": r["policy"], "cell": r["cell"], key: r[key], "throughput": r["throughput"]}
+            for r in scheds
+            if (r[key], r["throughput"]) in front
+        ]
     gaps = [r["gap"] for r in rows if r["kind"] in SCHEDULE_KINDS and r["gap"] is not None]
     return {
         "cells": len({r["cell"] for r in rows if r["kind"] not in ("capacity", "replicas")}),
         "rows": len(rows),
-        "by_kind_status": {f"{k}/{s}": n for (k, s), n in sorted(Counter((r["kind"], r["status"]) for r in rows).items())},
+        "by_kind_status": {
+            f"{k}/{s}": n for (k, s), n in sorted(Counter((r["kind"], r["status"]) for r in rows).items())
+        },
         "pareto": fronts,
         "capacity": [_pick(r, "policy", "rate_scale", "status") for r in rows if r["kind"] == "capacity"],
         "replicas": [_pick(r, "policy", "rate_scale", "replicas", "status") for r in rows if r["kind"] == "replicas"],
@@ -174,8 +199,12 @@ def _pareto_section(rows: list[dict[str, Any]]) -> list[str]:
     for workload in sorted({r["workload"] for r in rows}):
         scheds = _schedules([r for r in rows if r["workload"] == workload], key)
         if scheds:
-            parts.append(_figure(_plot_pareto(scheds, workload, key),
-                                 f"{workload}: every replayed schedule of the grid; ringed and joined: the Pareto front."))
+            parts.append(
+                _figure(
+                    _plot_pareto(scheds, workload, key),
+                    f"{workload}: every replayed schedule of the grid; ringed and joined: the Pareto front.",
+                )
+            )
     return parts
 
 
@@ -183,23 +212,71 @@ def _capacity_section(rows: list[dict[str, Any]]) -> list[str]:
     parts = []
     caps = [r for r in rows if r["kind"] == "capacity"]
     if caps:
-        parts.append("<h2>Capacity per configuration</h2><p class='note'>Largest rate_scale whose replayed schedule "
-                     "meets the target quantile of TTFT and TPOT.</p>")
-        parts.append(_table(["workload", "configuration", "policy", "capacity (rate_scale)", "status",
-                             "slo_ttft", "slo_tpot", "quantile", "throughput"],
-                            [[r["workload"], config_label(r), r["policy"], r["rate_scale"], r["status"], r["slo_ttft"],
-                              r["slo_tpot"], r["attainment"], r["throughput"]] for r in caps]))
+        parts.append(
+            "<h2>Capacity per configuration</h2><p class='note'>Largest rate_scale whose replayed schedule "
+            "meets the target quantile of TTFT and TPOT.</p>"
+        )
+        parts.append(
+            _table(
+                [
+                    "workload",
+                    "configuration",
+                    "policy",
+                    "capacity (rate_scale)",
+                    "status",
+                    "slo_ttft",
+                    "slo_tpot",
+                    "quantile",
+                    "throughput",
+                ],
+                [
+                    [
+                        r["workload"],
+                        config_label(r),
+                        r["policy"],
+                        r["rate_scale"],
+                        r["status"],
+                        r["slo_ttft"],
+                        r["slo_tpot"],
+                        r["attainment"],
+                        r["throughput"],
+                    ]
+                    for r in caps
+                ],
+            )
+        )
         found = [r for r in caps if r["rate_scale"] is not None]
         if found:
-            parts.append(_figure(_plot_bars([f"{r['workload']} | {config_label(r)} | {r['policy']}" for r in found],
-                                            [r["rate_scale"] for r in found], "capacity (rate_scale)"),
-                                 "Capacity per configuration and policy."))
+            parts.append(
+                _figure(
+                    _plot_bars(
+                        [f"{r['workload']} | {config_label(r)} | {r['policy']}" for r in found],
+                        [r["rate_scale"] for r in found],
+                        "capacity (rate_scale)",
+                    ),
+                    "Capacity per configuration and policy.",
+                )
+            )
     reps = [r for r in rows if r["kind"] == "replicas"]
     if reps:
         parts.append("<h2>Fewest replicas per router</h2>")
-        parts.append(_table(["workload", "configuration", "rate_scale", "router", "replicas", "status", "attainment"],
-                            [[r["workload"], config_label(r), r["rate_scale"], r["policy"], r["replicas"], r["status"],
-                              r["attainment"]] for r in reps]))
+        parts.append(
+            _table(
+                ["workload", "configuration", "rate_scale", "router", "replicas", "status", "attainment"],
+                [
+                    [
+                        r["workload"],
+                        config_label(r),
+                        r["rate_scale"],
+                        r["policy"],
+                        r["replicas"],
+                        r["status"],
+                        r["attainment"],
+                    ]
+                    for r in reps
+                ],
+            )
+        )
     return parts
 
 
@@ -211,11 +288,19 @@ def _gap_section(rows: list[dict[str, Any]]) -> list[str]:
     policies = sorted({r["policy"] for r in scheds})
     gaps = {(_cell_label(r), r["policy"]): r["gap"] for r in scheds}
     bounds = {_cell_label(r): r["bound"] for r in scheds}
-    parts = ["<h2>Gap to the proven bound per cell</h2><p class='note'>gap = (objective &minus; best proven "
-             "bound of the cell) / objective.</p>"]
-    parts.append(_table(["cell", "best bound", *policies],
-                        [[c, bounds[c], *(f"{100 * gaps[(c, p)]:.2f}%" if (c, p) in gaps else None for p in policies)]
-                         for c in cells]))
+    parts = [
+        "<h2>Gap to the proven bound per cell</h2><p class='note'>gap = (objective &minus; best proven "
+        "bound of the cell) / objective.</p>"
+    ]
+    parts.append(
+        _table(
+            ["cell", "best bound", *policies],
+            [
+                [c, bounds[c], *(f"{100 * gaps[(c, p)]:.2f}%" if (c, p) in gaps else None for p in policies)]
+                for c in cells
+            ],
+        )
+    )
     if len(cells) <= 120:
         parts.append(_figure(_plot_gaps(cells, policies, gaps), "Gap per cell and policy (blank: not run or failed)."))
     return parts
@@ -225,19 +310,27 @@ def sweep_html(rows: list[dict[str, Any]], title: str) -> str:
     """The page as an HTML string."""
     e = html.escape
     info = summary(rows)
-    parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-             f"<title>optsched sweep: {e(title)}</title><style>{CSS}</style></head><body>",
-             f"<h1>optsched sweep: {e(title)}</h1>",
-             f"<p>{info['cells']} cells, {info['rows']} rows. Every schedule was replayed under the contract's "
-             "semantics before its metrics were stored.</p>",
-             _table(["kind/status", "rows"], [[k, n] for k, n in info["by_kind_status"].items()])]
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>optsched sweep: {e(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>optsched sweep: {e(title)}</h1>",
+        f"<p>{info['cells']} cells, {info['rows']} rows. Every schedule was replayed under the contract's "
+        "semantics before its metrics were stored.</p>",
+        _table(["kind/status", "rows"], [[k, n] for k, n in info["by_kind_status"].items()]),
+    ]
     parts += _pareto_section(rows) + _capacity_section(rows) + _gap_section(rows)
     failed = [r for r in rows if r["status"] in ("error", "invalid")]
     if failed:
         parts.append("<h2>Failed rows</h2>")
-        parts.append(_table(["cell", "kind", "policy", "status", "error"],
-                            [[_cell_label(r), r["kind"], r["policy"], r["status"], r["error"]] for r in failed]))
-    parts.append("<p class='note'>Generated by optsched sweep-report. No scripts, no external resources.</p></body></html>")
+        parts.append(
+            _table(
+                ["cell", "kind", "policy", "status", "error"],
+                [[_cell_label(r), r["kind"], r["policy"], r["status"], r["error"]] for r in failed],
+            )
+        )
+    parts.append(
+        "<p class='note'>Generated by optsched sweep-report. No scripts, no external resources.</p></body></html>"
+    )
     return "\n".join(parts)
 
 

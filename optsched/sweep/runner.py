@@ -38,8 +38,14 @@ class Progress:
     def __init__(self, total: int, label: str, enabled: bool | None = None) -> None:
         from tqdm import tqdm
 
-        self._bar = tqdm(total=total, desc=label, unit="cell", file=sys.stderr, dynamic_ncols=True,
-                         disable=None if enabled is None else not enabled)
+        self._bar = tqdm(
+            total=total,
+            desc=label,
+            unit="cell",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            disable=None if enabled is None else not enabled,
+        )
 
     def add_total(self, n: int) -> None:
         self._bar.total = (self._bar.total or 0) + n
@@ -78,8 +84,9 @@ class SweepResult:
     wall_time: float
 
 
-def run_cells(cells: list[Cell], workloads: Workloads, executor: Executor, store: SweepStore,
-              progress: Progress | None = None) -> dict[str, list[dict[str, Any]]]:
+def run_cells(
+    cells: list[Cell], workloads: Workloads, executor: Executor, store: SweepStore, progress: Progress | None = None
+) -> dict[str, list[dict[str, Any]]]:
     """Run cells (those not stored yet), store each one's rows as it finishes; every cell's rows.
 
     A cell whose job failed as a whole (its worker died more often than the retries allow) is
@@ -103,8 +110,15 @@ def run_cells(cells: list[Cell], workloads: Workloads, executor: Executor, store
     return rows
 
 
-def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor, *, workloads: Workloads | None = None,
-              show_progress: bool | None = None, log: Callable[[str], None] | None = None) -> SweepResult:
+def run_sweep(
+    spec: SweepSpec,
+    out: str | Path,
+    executor: Executor,
+    *,
+    workloads: Workloads | None = None,
+    show_progress: bool | None = None,
+    log: Callable[[str], None] | None = None,
+) -> SweepResult:
     """Run every cell of ``spec`` not yet stored under ``out``; see the module docstring."""
     t0 = time.perf_counter()
     say = log or (lambda msg: print(msg, file=sys.stderr))

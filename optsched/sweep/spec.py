@@ -246,8 +246,10 @@ def _check_names(spec: SweepSpec, source: str) -> None:
             raise SpecError(f"{source}: run.simulate[{k}]: unknown policy {name!r} (known: {', '.join(known)})")
     for k, entry in enumerate(spec.run.solve):
         if entry.problem not in problems.SOLVERS:
-            raise SpecError(f"{source}: run.solve[{k}].problem: unknown problem {entry.problem!r} "
-                            f"(known: {', '.join(sorted(problems.SOLVERS))})")
+            raise SpecError(
+                f"{source}: run.solve[{k}].problem: unknown problem {entry.problem!r} "
+                f"(known: {', '.join(sorted(problems.SOLVERS))})"
+            )
         try:
             problems.check_backend(entry.problem, entry.solver)
         except ValueError as exc:
@@ -255,8 +257,10 @@ def _check_names(spec: SweepSpec, source: str) -> None:
     bounds = spec.run.bounds
     for k, name in enumerate(bounds.problems if bounds else []):
         if name not in problems.BOUNDERS:
-            raise SpecError(f"{source}: run.bound.problems[{k}]: unknown problem {name!r} "
-                            f"(known: {', '.join(sorted(problems.BOUNDERS))})")
+            raise SpecError(
+                f"{source}: run.bound.problems[{k}]: unknown problem {name!r} "
+                f"(known: {', '.join(sorted(problems.BOUNDERS))})"
+            )
     profiles = [("cost_model", p) for p in spec.cost_model or []]
     profiles += [(f"workloads[{k}].cost_model", w.cost_model) for k, w in enumerate(spec.workloads) if w.cost_model]
     for where, name in profiles:

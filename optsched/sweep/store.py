@@ -37,8 +37,10 @@ def require_pyarrow() -> Any:
         import pyarrow
         import pyarrow.parquet  # noqa: F401 - the Parquet writer
     except ImportError:
-        raise MissingDependency("optsched sweep stores its rows as Parquet and needs pyarrow, a dependency "
-                                "of optsched that is missing here: pip install pyarrow") from None
+        raise MissingDependency(
+            "optsched sweep stores its rows as Parquet and needs pyarrow, a dependency "
+            "of optsched that is missing here: pip install pyarrow"
+        ) from None
     return pyarrow
 
 
@@ -63,7 +65,7 @@ class SweepStore:
         """Keys of the cells whose rows are in the store."""
         if not self.root.is_dir():
             return set()
-        return {p.name[len(PREFIX):-len(SUFFIX)] for p in self.root.glob(f"{PREFIX}*{SUFFIX}")}
+        return {p.name[len(PREFIX) : -len(SUFFIX)] for p in self.root.glob(f"{PREFIX}*{SUFFIX}")}
 
     def write(self, key: str, rows: Iterable[dict[str, Any]]) -> bool:
         """Write one cell's rows; False (and nothing written) when the key is already stored."""

@@ -72,8 +72,14 @@ def load_workload(spec: SweepSpec, index: int) -> Instance:
             if entry.format is not None and entry.format not in FORMATS:
                 raise SpecError(f"{where}.format: unknown trace format {entry.format!r} (known: {', '.join(FORMATS)})")
             options = {"model": entry.model} if entry.model is not None else {}
-            base = load_trace(spec.resolve_path(entry.trace), cost_model_ref(spec, profile), format=entry.format,
-                              max_rows=transforms.first, check_capacity=False, **options)
+            base = load_trace(
+                spec.resolve_path(entry.trace),
+                cost_model_ref(spec, profile),
+                format=entry.format,
+                max_rows=transforms.first,
+                check_capacity=False,
+                **options,
+            )
         else:
             if entry.format is not None or entry.model is not None:
                 raise SpecError(f"{where}: 'format' and 'model' only apply to a trace")
@@ -107,8 +113,9 @@ def cell_instance(
         data["cost_model"] = {**base.cost_model.to_dict(), "name": base.cost_model.name}
     new_limits = dict(data["limits"])
     if "token_budget" in limits and "prefill_budget" not in limits and limits["token_budget"] is not None:
-        new_limits["prefill_budget"] = min(new_limits.get("prefill_budget") or limits["token_budget"],
-                                           limits["token_budget"])
+        new_limits["prefill_budget"] = min(
+            new_limits.get("prefill_budget") or limits["token_budget"], limits["token_budget"]
+        )
     new_limits.update(limits)
     data["limits"] = new_limits
     instance = parse_instance(data, base.name, check_capacity=check_capacity)

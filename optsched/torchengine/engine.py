@@ -48,8 +48,10 @@ def import_torch() -> Any:
     try:
         import torch
     except ImportError:
-        raise EngineError("PyTorch is not installed: pip install 'optsched[torch]' (on a CPU-only machine "
-                          "first pip install torch==2.13.0, the CPU build; docs/torchengine.md)") from None
+        raise EngineError(
+            "PyTorch is not installed: pip install 'optsched[torch]' (on a CPU-only machine "
+            "first pip install torch==2.13.0, the CPU build; docs/torchengine.md)"
+        ) from None
     return torch
 
 
@@ -89,8 +91,10 @@ class PagePool:
         table = self.tables.setdefault(owner, [])
         need = -(-tokens // self.page_size) - len(table)
         if need > len(self.free):
-            raise EngineError(f"KV pool exhausted: {need} more pages of {self.page_size} tokens needed, "
-                              f"{len(self.free)} free (give the engine more KV memory)")
+            raise EngineError(
+                f"KV pool exhausted: {need} more pages of {self.page_size} tokens needed, "
+                f"{len(self.free)} free (give the engine more KV memory)"
+            )
         table.extend(self.free.pop() for _ in range(max(0, need)))
         return table
 
@@ -107,8 +111,15 @@ def kv_tokens_within(shape: ModelShape, device: str, dtype: str | None, wanted: 
     torch = import_torch()
     size = 4 if dtype == "float32" else 2
     s = shape
-    weights = size * (2 * s.vocab * s.hidden + s.layers * (s.hidden * (s.heads + 2 * s.kv_heads) * s.head_dim
-                                                            + s.heads * s.head_dim * s.hidden + 3 * s.hidden * s.intermediate))
+    weights = size * (
+        2 * s.vocab * s.hidden
+        + s.layers
+        * (
+            s.hidden * (s.heads + 2 * s.kv_heads) * s.head_dim
+            + s.heads * s.head_dim * s.hidden
+            + 3 * s.hidden * s.intermediate
+        )
+    )
     per_token = size * 2 * s.layers * s.kv_heads * s.head_dim
     free = torch.cuda.mem_get_info(torch.device(device))[0]
     return max(PAGE_SIZE["cuda"], min(wanted, int(share * (free - weights) / per_token)))
@@ -155,8 +166,15 @@ class TorchEngine:
         CPU threads PyTorch may use (``torch.set_num_threads``; None: its default).
     """
 
-    def __init__(self, shape: ModelShape, device: str = "cpu", dtype: str | None = None, kv_tokens: int = 4096,
-                 seed: int = 0, threads: int | None = None):
+    def __init__(
+        self,
+        shape: ModelShape,
+        device: str = "cpu",
+        dtype: str | None = None,
+        kv_tokens: int = 4096,
+        seed: int = 0,
+        threads: int | None = None,
+    ):
         torch = self.torch = import_torch()
         if threads is not None:
             torch.set_num_threads(threads)
@@ -179,11 +197,17 @@ class TorchEngine:
             return torch.empty(*size, device=self.device, dtype=self.dtype).normal_(0.0, 0.02, generator=gen)
 
         self.embed = weight(s.vocab, s.hidden)
-        self.layers = [{"ln1": torch.ones(s.hidden, device=self.device, dtype=self.dtype), "wqkv": weight(s.hidden, qkv),
-                        "wo": weight(s.heads * s.head_dim, s.hidden),
-                        "ln2": torch.ones(s.hidden, device=self.device, dtype=self.dtype),
-                        "wgu": weight(s.hidden, 2 * s.intermediate), "wdown": weight(s.intermediate, s.hidden)}
-                       for _ in range(L)]
+        self.layers = [
+            {
+                "ln1": torch.ones(s.hidden, device=self.device, dtype=self.dtype),
+                "wqkv": weight(s.hidden, qkv),
+                "wo": weight(s.heads * s.head_dim, s.hidden),
+                "ln2": torch.ones(s.hidden, device=self.device, dtype=self.dtype),
+                "wgu": weight(s.hidden, 2 * s.intermediate),
+                "wdown": weight(s.intermediate, s.hidden),
+            }
+            for _ in range(L)
+        ]
         self.norm = torch.ones(s.hidden, device=self.device, dtype=self.dtype)
         self.lm_head = weight(s.hidden, s.vocab)
         pages = len(self.pool.free)
@@ -211,11 +235,19 @@ class TorchEngine:
         width = max(len(t) for t in tables)
         padded = [t + [0] * (width - len(t)) for t in tables]
         i64, i32 = torch.int64, torch.int32
-        return _Batch(torch.tensor(ids, dtype=i64, device=dev), torch.tensor(pages, dtype=i64, device=dev),
-                      torch.tensor(offsets, dtype=i64, device=dev), torch.tensor(cu, dtype=i32, device=dev),
-                      torch.tensor(cu_k, dtype=i32, device=dev), torch.tensor(used, dtype=i32, device=dev), torch.tensor(padded, dtype=i32, device=dev),
-                      torch.tensor(rows, dtype=i64, device=dev), max(it.q for it in items),
-                      max(it.k for it in items), spans)
+        return _Batch(
+            torch.tensor(ids, dtype=i64, device=dev),
+            torch.tensor(pages, dtype=i64, device=dev),
+            torch.tensor(offsets, dtype=i64, device=dev),
+            torch.tensor(cu, dtype=i32, device=dev),
+            torch.tensor(cu_k, dtype=i32, device=dev),
+            torch.tensor(used, dtype=i32, device=dev),
+            torch.tensor(padded, dtype=i32, device=dev),
+            torch.tensor(rows, dtype=i64, device=dev),
+            max(it.q for it in items),
+            max(it.k for it in items),
+            spans,
+        )
 
     # ------------------------------------------------------------------ forward
     def _attention(self, layer: int, q: Any, b: _Batch) -> Any:
@@ -225,17 +257,29 @@ class TorchEngine:
         if self.on_cuda:  # GPU only: FlashAttention's variable-length kernel over the paged pool
             from torch.nn.attention.varlen import varlen_attn
 
-            return varlen_attn(q, k_pool, v_pool, b.cu_seq_q, b.cu_seq_k, b.max_q, b.max_k, seqused_k=b.seqused_k,
-                               block_table=b.block_table, window_size=(-1, 0), enable_gqa=s.heads != s.kv_heads)
+            return varlen_attn(
+                q,
+                k_pool,
+                v_pool,
+                b.cu_seq_q,
+                b.cu_seq_k,
+                b.max_q,
+                b.max_k,
+                seqused_k=b.seqused_k,
+                block_table=b.block_table,
+                window_size=(-1, 0),
+                enable_gqa=s.heads != s.kv_heads,
+            )
         out = []
         for (start, n, k), table in zip(b.spans, b.block_table):
             pages = table[: -(-k // self.page_size)].long()
             keys = k_pool[pages].reshape(-1, s.kv_heads, s.head_dim)[:k].transpose(0, 1).unsqueeze(0)
             values = v_pool[pages].reshape(-1, s.kv_heads, s.head_dim)[:k].transpose(0, 1).unsqueeze(0)
             mask = torch.arange(k, device=self.device)[None, :] <= torch.arange(k - n, k, device=self.device)[:, None]
-            query = q[start:start + n].transpose(0, 1).unsqueeze(0)
+            query = q[start : start + n].transpose(0, 1).unsqueeze(0)
             att = torch.nn.functional.scaled_dot_product_attention(
-                query, keys, values, attn_mask=mask, enable_gqa=s.heads != s.kv_heads)
+                query, keys, values, attn_mask=mask, enable_gqa=s.heads != s.kv_heads
+            )
             out.append(att.squeeze(0).transpose(0, 1))
         return torch.cat(out)
 
@@ -257,7 +301,9 @@ class TorchEngine:
         return (last @ self.lm_head).argmax(dim=-1)
 
     # ------------------------------------------------------------------ timed step
-    def run_step(self, items: Sequence[StepItem], repeats: int = 1, cuda_graphs: bool = True) -> tuple[list[int], StepTimes]:
+    def run_step(
+        self, items: Sequence[StepItem], repeats: int = 1, cuda_graphs: bool = True
+    ) -> tuple[list[int], StepTimes]:
         """Run one step ``repeats`` times (idempotent) and return the sampled ids (one per sampling
         item, in order) and the median times."""
         if not items:
@@ -317,8 +363,18 @@ class TorchEngine:
         """What a result records about the engine."""
         torch = self.torch
         device = torch.cuda.get_device_name(self.device) if self.on_cuda else "cpu"
-        attention = ("torch.nn.attention.varlen.varlen_attn (paged KV)" if self.on_cuda
-                     else "torch scaled_dot_product_attention per request (CPU)")
-        return {"engine": "torch", "torch": torch.__version__, "cuda": torch.version.cuda if self.on_cuda else None,
-                "device": device, "dtype": str(self.dtype).removeprefix("torch."), "attention": attention,
-                "page_size": self.page_size, "model_shape": self.shape.to_dict()}
+        attention = (
+            "torch.nn.attention.varlen.varlen_attn (paged KV)"
+            if self.on_cuda
+            else "torch scaled_dot_product_attention per request (CPU)"
+        )
+        return {
+            "engine": "torch",
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda if self.on_cuda else None,
+            "device": device,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "attention": attention,
+            "page_size": self.page_size,
+            "model_shape": self.shape.to_dict(),
+        }

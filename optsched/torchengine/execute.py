@@ -54,7 +54,9 @@ def plan_kv_tokens(plan: ReplayPlan, page_size: int) -> int:
     return max(peak, int(eng["kv_blocks"]) * int(eng["block_size"])) + int(eng["max_num_seqs"]) * page_size
 
 
-def _items(plan: ReplayPlan, j: int, reqs: dict[str, _Request], index: dict[str, int]) -> tuple[list[StepItem], list[str], str | None]:
+def _items(
+    plan: ReplayPlan, j: int, reqs: dict[str, _Request], index: dict[str, int]
+) -> tuple[list[StepItem], list[str], str | None]:
     """Step ``j``'s engine items and the ids that sample, or the mismatch that stops the run."""
     step = plan.steps[j]
     for rid in step.preempt:
@@ -73,19 +75,31 @@ def _items(plan: ReplayPlan, j: int, reqs: dict[str, _Request], index: dict[str,
         if not 1 <= n <= left:
             return [], [], f"step {j}: request {rid!r}: {n} tokens planned, {left} left to process"
         k = r.cached + n
-        items.append(StepItem(index[rid], tuple(r.seq[r.cached:k]), k, k == len(r.seq)))
+        items.append(StepItem(index[rid], tuple(r.seq[r.cached : k]), k, k == len(r.seq)))
         if k == len(r.seq):
             sampling.append(rid)
     return items, sampling, None
 
 
-def execute_plan(plan: ReplayPlan, engine: TorchEngine, model: str, *, repeats: int = 3, warmup: int = 1,
-                 seed: int = 0, cuda_graphs: bool = True) -> dict[str, Any]:
+def execute_plan(
+    plan: ReplayPlan,
+    engine: TorchEngine,
+    model: str,
+    *,
+    repeats: int = 3,
+    warmup: int = 1,
+    seed: int = 0,
+    cuda_graphs: bool = True,
+) -> dict[str, Any]:
     """Execute ``plan`` on ``engine`` and return the result object (module docstring)."""
     rng = np.random.default_rng(seed)
     vocab = engine.shape.vocab
-    reqs = {r.id: _Request(rng.integers(min(3, vocab - 1), vocab, size=r.prompt_tokens).tolist(), r.output_tokens,
-                           r.arrival_step) for r in plan.requests}
+    reqs = {
+        r.id: _Request(
+            rng.integers(min(3, vocab - 1), vocab, size=r.prompt_tokens).tolist(), r.output_tokens, r.arrival_step
+        )
+        for r in plan.requests
+    }
     index = {rid: i for i, rid in enumerate(reqs)}
     steps_out: list[dict[str, Any]] = []
     mismatches: list[str] = []
@@ -111,14 +125,27 @@ def execute_plan(plan: ReplayPlan, engine: TorchEngine, model: str, *, repeats: 
             if r.done:
                 engine.release(index[rid])
         steps_out.append({
-            "step": j, "batch": step.batch, "planned": dict(step.tokens), "scheduled": dict(step.tokens),
-            "preempted": list(step.preempt), "predicted_time": step.predicted_time,
-            "measured_time": times.wall if items else 0.0, "model_time": times.device if items else 0.0,
-            "schedule_time": prepared, "wall_times": list(times.walls),
+            "step": j,
+            "batch": step.batch,
+            "planned": dict(step.tokens),
+            "scheduled": dict(step.tokens),
+            "preempted": list(step.preempt),
+            "predicted_time": step.predicted_time,
+            "measured_time": times.wall if items else 0.0,
+            "model_time": times.device if items else 0.0,
+            "schedule_time": prepared,
+            "wall_times": list(times.walls),
         })
     outputs = {rid: r.generated for rid, r in reqs.items() if r.done}
-    length_errors = [] if mismatches else [f"request {rid!r}: produced {r.generated} tokens, expected {r.output}"
-                                           for rid, r in reqs.items() if not r.done]
+    length_errors = (
+        []
+        if mismatches
+        else [
+            f"request {rid!r}: produced {r.generated} tokens, expected {r.output}"
+            for rid, r in reqs.items()
+            if not r.done
+        ]
+    )
     done = [s["measured_time"] for s in steps_out]
     return {
         "format": RESULT_FORMAT,
@@ -130,8 +157,15 @@ def execute_plan(plan: ReplayPlan, engine: TorchEngine, model: str, *, repeats: 
         "predicted_total": plan.predicted_total,
         "measured_total": sum(done) if len(done) == len(plan.steps) else None,
         "steps": steps_out,
-        "run": {**engine.describe(), "vllm": None, "model": model, "cuda_graphs": cuda_graphs and engine.on_cuda,
-                "warmup": warmup, "repeats": repeats, "seed": seed,
-                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        "run": {
+            **engine.describe(),
+            "vllm": None,
+            "model": model,
+            "cuda_graphs": cuda_graphs and engine.on_cuda,
+            "warmup": warmup,
+            "repeats": repeats,
+            "seed": seed,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
         "plan": plan.to_dict(),
     }

@@ -84,8 +84,15 @@ def _step(reqs: list[list[Any]], pool_tokens: int, page_size: int) -> list[StepI
     return items
 
 
-def measure_grid(engine: TorchEngine, rows: list[tuple[str, list[list[Any]]]], *, repeats: int = 7,
-                 warmup: int = 1, cuda_graphs: bool = True, log: Any = None) -> dict[str, Any]:
+def measure_grid(
+    engine: TorchEngine,
+    rows: list[tuple[str, list[list[Any]]]],
+    *,
+    repeats: int = 7,
+    warmup: int = 1,
+    cuda_graphs: bool = True,
+    log: Any = None,
+) -> dict[str, Any]:
     """Time every row on ``engine``; a step-measurement object (``grid`` only) with the run's facts."""
     grid = []
     pool_tokens = len(engine.pool.free) * engine.page_size
@@ -107,7 +114,15 @@ def measure_grid(engine: TorchEngine, rows: list[tuple[str, list[list[Any]]]], *
             shown = ", ".join(f"{k}={v}" for k, v in row["features"].items())
             log(f"profile: step {n + 1}/{len(rows)} {kind} ({shown}): {row['gpu_ms']:.3f} ms")
     facts = engine.describe()
-    return {"device": facts["device"], "torch": facts["torch"], "cuda": facts["cuda"],
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "model": engine.shape.name, "model_shape": facts["model_shape"],
-            "attention": facts["attention"], "cuda_graphs": cuda_graphs and engine.on_cuda, "time_unit": "ms",
-            "grid": grid}
+    return {
+        "device": facts["device"],
+        "torch": facts["torch"],
+        "cuda": facts["cuda"],
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "model": engine.shape.name,
+        "model_shape": facts["model_shape"],
+        "attention": facts["attention"],
+        "cuda_graphs": cuda_graphs and engine.on_cuda,
+        "time_unit": "ms",
+        "grid": grid,
+    }

@@ -42,8 +42,13 @@ class ModelShape:
         return asdict(self)
 
 
-_KEYS = {"hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
-         "intermediate": "intermediate_size", "vocab": "vocab_size"}
+_KEYS = {
+    "hidden": "hidden_size",
+    "layers": "num_hidden_layers",
+    "heads": "num_attention_heads",
+    "intermediate": "intermediate_size",
+    "vocab": "vocab_size",
+}
 
 
 def _positive(config: Mapping[str, Any], key: str, where: str) -> int:
@@ -60,8 +65,9 @@ def shape_from_config(config: Mapping[str, Any], name: str, where: str) -> Model
     sizes = {ours: _positive(config, theirs, where) for ours, theirs in _KEYS.items()}
     kv_heads = _positive(config, "num_key_value_heads", where) if "num_key_value_heads" in config else sizes["heads"]
     if sizes["hidden"] % sizes["heads"] or sizes["heads"] % kv_heads:
-        raise ShapeError(f"{where}: field 'num_attention_heads': must divide hidden_size and be a multiple "
-                         f"of num_key_value_heads")
+        raise ShapeError(
+            f"{where}: field 'num_attention_heads': must divide hidden_size and be a multiple of num_key_value_heads"
+        )
     positions = config.get("max_position_embeddings", 4096)
     eps = config.get("rms_norm_eps", 1e-5)
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
@@ -88,6 +94,8 @@ def load_shape(spec: str) -> ModelShape:
         return shape_from_config(config, path.parent.name if path.name == "config.json" else path.stem, str(path))
     shipped = resources.files("optsched.executor").joinpath("configs", f"{spec}.json")
     if not shipped.is_file():
-        raise ShapeError(f"--model {spec!r}: not a config file or folder, nor a built-in name "
-                         f"(built-in: {', '.join(builtin_shapes())})")
+        raise ShapeError(
+            f"--model {spec!r}: not a config file or folder, nor a built-in name "
+            f"(built-in: {', '.join(builtin_shapes())})"
+        )
     return shape_from_config(json.loads(shipped.read_text()), spec, f"built-in config {spec!r}")

@@ -65,8 +65,12 @@ def read_csv_columns(path: str, header: list[str], fmt: TraceFormat, model: str 
             table = pacsv.read_csv(
                 fh,
                 read_options=pacsv.ReadOptions(column_names=header, skip_rows=1, block_size=_CHUNK),
-                convert_options=pacsv.ConvertOptions(include_columns=needed, column_types=types,
-                                                     strings_can_be_null=False, quoted_strings_can_be_null=False),
+                convert_options=pacsv.ConvertOptions(
+                    include_columns=needed,
+                    column_types=types,
+                    strings_can_be_null=False,
+                    quoted_strings_can_be_null=False,
+                ),
             )
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
@@ -93,8 +97,14 @@ def read_csv_columns(path: str, header: list[str], fmt: TraceFormat, model: str 
     times = np.zeros(len(index))
     if fmt.arrival is not None:
         times = table.column(fmt.arrival).to_numpy()[index]
-    columns = {"index": index, "times": times, "prompts": prompts[index], "outputs": outputs[index],
-               "failed": failed, "other_models": other_models}  # copies: the table can go
+    columns = {
+        "index": index,
+        "times": times,
+        "prompts": prompts[index],
+        "outputs": outputs[index],
+        "failed": failed,
+        "other_models": other_models,
+    }  # copies: the table can go
     del table, prompts, outputs
     pa.default_memory_pool().release_unused()
     return columns if np.isfinite(times).all() else None

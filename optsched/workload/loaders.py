@@ -102,8 +102,9 @@ def _read_csv(path: str, fmt: TraceFormat | None, model: str | None, max_rows: i
         raise WorkloadError(f"{path}: line {reader.line_num}: malformed CSV: {exc}") from None
 
 
-def _csv_rows(path: str, reader: Any, header: list[str], fmt: TraceFormat, model: str | None,
-              max_rows: int | None) -> _Rows:
+def _csv_rows(
+    path: str, reader: Any, header: list[str], fmt: TraceFormat, model: str | None, max_rows: int | None
+) -> _Rows:
     """The data rows: a blank line is skipped, a short row or a bad value is an error naming it."""
     position = {name: k for k, name in reversed(list(enumerate(header)))}
     needed = [*fmt.needed, *([fmt.model_column] if model is not None and fmt.model_column else [])]
@@ -158,7 +159,9 @@ def _read_jsonl(path: str, fmt: TraceFormat, max_rows: int | None) -> _Rows:
                 raise WorkloadError(f"{path}: line {line}: not a JSON object")
             values = {key: _json_number(obj, key, f"{path}: line {line}, field {key!r}") for key in fmt.needed}
             t = values[fmt.arrival] if fmt.arrival else 0
-            prompt, output = (_json_count(values[c], f"{path}: line {line}, field {c!r}") for c in (fmt.prompt, fmt.output))
+            prompt, output = (
+                _json_count(values[c], f"{path}: line {line}, field {c!r}") for c in (fmt.prompt, fmt.output)
+            )
             _keep(rows, fmt, k, t, prompt, output, f"{path}: line {line}")
             if max_rows is not None and len(rows.index) >= max_rows:
                 break
@@ -171,8 +174,12 @@ def _json_number(obj: Mapping[str, Any], key: str, where: str) -> float:
     value = obj.get(key)
     if value is None:
         raise WorkloadError(f"{where}: missing")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (
-            float("inf"), float("-inf")):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value != value
+        or value in (float("inf"), float("-inf"))
+    ):
         raise WorkloadError(f"{where}: not a finite number ({value!r})")
     return value
 
@@ -306,8 +313,9 @@ def load_trace(
         index = np.asarray(rows.index)
         contiguous = len(index) == 0 or int(index[-1]) == len(index) - 1  # no row dropped
         ids = [f"row{k}" for k in (range(len(index)) if contiguous else index.tolist())]
-        requests = requests_from_columns(ids, arrivals, np.asarray(rows.prompts).tolist(),
-                                         np.asarray(rows.outputs).tolist())
+        requests = requests_from_columns(
+            ids, arrivals, np.asarray(rows.prompts).tolist(), np.asarray(rows.outputs).tolist()
+        )
     try:
         cost = load_cost_model(cost_model)
     except CostModelError as exc:

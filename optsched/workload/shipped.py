@@ -30,7 +30,10 @@ class TraceSlice:
 
 TRACE_SLICES: dict[str, TraceSlice] = {
     "splitwise-conv-100": TraceSlice(
-        "traces/splitwise_conv.csv", 100, "llama2-7b-h200", Limits(4096, 4096, 200_000, 256),
+        "traces/splitwise_conv.csv",
+        100,
+        "llama2-7b-h200",
+        Limits(4096, 4096, 200_000, 256),
         "the first 100 requests (42.7 s of traffic) of the Splitwise conversation trace, as published in "
         "Vidur's repository (MIT licence; derived from the Azure LLM inference trace 2023), on Llama-2-7B "
         "measured on an NVIDIA H200 (models/llama2-7b-h200.toml); M = 200,000 KV slots (about 100 GB "

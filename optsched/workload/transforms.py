@@ -158,8 +158,11 @@ def _clip_lengths(reqs: Sequence[Request], t: WorkloadTransforms) -> Sequence[Re
     for r in reqs:
         lengths = (r.prompt_tokens, r.output_tokens, r.predicted_output_tokens)
         clipped = (_clip(t.clip_prompt, lengths[0]), _clip(t.clip_output, lengths[1]), _clip(t.clip_output, lengths[2]))
-        out.append(r if clipped == lengths else replace(
-            r, prompt_tokens=clipped[0], output_tokens=clipped[1], predicted_output_tokens=clipped[2]))
+        out.append(
+            r
+            if clipped == lengths
+            else replace(r, prompt_tokens=clipped[0], output_tokens=clipped[1], predicted_output_tokens=clipped[2])
+        )
     return out
 
 
@@ -186,8 +189,14 @@ _STEPS: tuple[tuple[tuple[str, ...], Step, bool, Callable[[WorkloadTransforms], 
     (("window",), _window, True, lambda t: f"-window{_number(t.window[0])}-{_number(t.window[1])}"),  # type: ignore[index]
     (("sample",), _sample, True, lambda t: f"-sample{_number(t.sample)}-seed{t.seed or 0}"),  # type: ignore[arg-type]
     (("rate_scale",), _rate_scale, False, lambda t: f"-rate{_number(t.rate_scale)}"),  # type: ignore[arg-type]
-    (("clip_prompt", "clip_output"), _clip_lengths, False,
-     lambda t: (f"-clipP{t.clip_prompt}" if t.clip_prompt else "") + (f"-clipO{t.clip_output}" if t.clip_output else "")),
+    (
+        ("clip_prompt", "clip_output"),
+        _clip_lengths,
+        False,
+        lambda t: (
+            (f"-clipP{t.clip_prompt}" if t.clip_prompt else "") + (f"-clipO{t.clip_output}" if t.clip_output else "")
+        ),
+    ),
     (("offline",), _offline, False, None),
     (("slo_ttft", "slo_tpot"), _default_slos, False, None),
 )

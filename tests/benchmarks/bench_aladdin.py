@@ -43,13 +43,14 @@ def main() -> int:
     pred = BinPredictor.fit([p for _, p, _ in history], [o for _, _, o in history], bins=10)
     inst = build(rows[:n], args.rate, 1, f"conv-{args.rate:g}rps")
     print(f"{n} requests over {inst.requests[-1].arrival:.1f} s, heartbeat 1 s")
-    print("| method | heartbeats | new requests / heartbeat (mean, max) | workers (max) | ongoing requests (max) "
-          "| median ms | p90 ms | max ms | optimal (exact) |")
+    print(
+        "| method | heartbeats | new requests / heartbeat (mean, max) | workers (max) | ongoing requests (max) "
+        "| median ms | p90 ms | max ms | optimal (exact) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for method in ("bestfit", "bestfit+rebalance", "exact"):
         problems: list = []
-        simulate_cluster(inst, method, None, heartbeat=1.0, predictor=pred, time_limit=args.time_limit,
-                         record=problems)
+        simulate_cluster(inst, method, None, heartbeat=1.0, predictor=pred, time_limit=args.time_limit, record=problems)
         gc.collect()
         times, optimal = [], 0
         for problem in problems:
@@ -65,9 +66,11 @@ def main() -> int:
         ongoing = max(sum(len(o) for o in p.ongoing) for p in problems)
         workers = max(len(p.ongoing) for p in problems)
         opt = f"{optimal}/{len(problems)}" if method == "exact" else "-"
-        print(f"| {method} | {len(problems)} | {statistics.fmean(news):.1f}, {max(news)} | {workers} | {ongoing} | "
-              f"{statistics.median(times):.2f} | {times[int(0.9 * (len(times) - 1))]:.2f} | {times[-1]:.2f} | {opt} |",
-              flush=True)
+        print(
+            f"| {method} | {len(problems)} | {statistics.fmean(news):.1f}, {max(news)} | {workers} | {ongoing} | "
+            f"{statistics.median(times):.2f} | {times[int(0.9 * (len(times) - 1))]:.2f} | {times[-1]:.2f} | {opt} |",
+            flush=True,
+        )
     return 0
 
 

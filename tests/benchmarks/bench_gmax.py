@@ -58,9 +58,18 @@ METHOD = ["dinkelbach"]
 def exact(p: GmaxProblem, limit: float, solver: str = "highs") -> dict:
     start, cpu = time.perf_counter(), time.process_time()
     res = solve_exact(p, make_backend(p, solver, threads=1), METHOD[0], time_limit=limit)
-    return {"method": METHOD[0], "status": res.status, "G": res.G, "bound": res.bound, "n": res.n, "t": res.t,
-            "wall": time.perf_counter() - start, "cpu": time.process_time() - cpu,
-            "load": os.getloadavg()[0], "subproblems": res.iterations}
+    return {
+        "method": METHOD[0],
+        "status": res.status,
+        "G": res.G,
+        "bound": res.bound,
+        "n": res.n,
+        "t": res.t,
+        "wall": time.perf_counter() - start,
+        "cpu": time.process_time() - cpu,
+        "load": os.getloadavg()[0],
+        "subproblems": res.iterations,
+    }
 
 
 def part_scls(out, _seeds: int) -> None:  # fixed 20 pools per worker count
@@ -74,9 +83,19 @@ def part_scls(out, _seeds: int) -> None:  # fixed 20 pools per worker count
             times = [hf.serve_time(len(b), max(lengths[i] for i in b), 128) for b in batches]
             loads = list(rng.uniform(0, 20, workers))
             h, ex = max_min_offload(times, loads), exact_offload(times, loads, time_limit=20, threads=1)
-            emit(out, part="scls", workers=workers, seed=seed, requests=len(lengths), batches=len(batches),
-                 maxmin=h.makespan, exact=ex.makespan, exact_status=ex.status, bound=ex.bound,
-                 gap=h.makespan / ex.makespan - 1)
+            emit(
+                out,
+                part="scls",
+                workers=workers,
+                seed=seed,
+                requests=len(lengths),
+                batches=len(batches),
+                maxmin=h.makespan,
+                exact=ex.makespan,
+                exact_status=ex.status,
+                bound=ex.bound,
+                gap=h.makespan / ex.makespan - 1,
+            )
 
 
 _EXACT: dict[tuple[int, int], dict] = {}
@@ -107,8 +126,18 @@ def part_sa(out, seeds: int) -> None:
             sa = simulated_annealing(p, SAParams(seed=seed))
             sa_wall = time.perf_counter() - start
             ex = exact_cached(n, seed, 60.0 if n == 30 else 600.0)
-            emit(out, part="sa", N=n, seed=seed, sa_G=sa.G, sa_wall=sa_wall, sa_early_exit=sa.early_exit,
-                 exact=ex, gap_to_best=1 - sa.G / ex["G"], gap_to_bound=1 - sa.G / ex["bound"])
+            emit(
+                out,
+                part="sa",
+                N=n,
+                seed=seed,
+                sa_G=sa.G,
+                sa_wall=sa_wall,
+                sa_early_exit=sa.early_exit,
+                exact=ex,
+                gap_to_best=1 - sa.G / ex["G"],
+                gap_to_bound=1 - sa.G / ex["bound"],
+            )
 
 
 def part_largest(out, seeds: int) -> None:
@@ -126,22 +155,29 @@ def summary(path: str) -> None:
         for line in fh:
             row = json.loads(line)
             if row["part"] in ("n20", "n30", "largest", "sa"):
-                rows[row["part"] + "/" + row.get("method", row.get("exact", {}).get("method", "dinkelbach")),
-                     row["N"], row["seed"]] = row
+                rows[
+                    row["part"] + "/" + row.get("method", row.get("exact", {}).get("method", "dinkelbach")),
+                    row["N"],
+                    row["seed"],
+                ] = row
     print("| N | seed | status | G found | proven bound | bound / G - 1 | wall s | cpu s | load |")
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for (part, n, seed), r in sorted(rows.items()):
         if not part.startswith("sa"):
-            print(f"| {n} | {seed} | {r['status']} | {r['G']:.5f} | {r['bound']:.5f} | {r['bound'] / r['G'] - 1:.1%} "
-                  f"| {r['wall']:.1f} | {r['cpu']:.1f} | {r['load']:.1f} |  ({part})")
+            print(
+                f"| {n} | {seed} | {r['status']} | {r['G']:.5f} | {r['bound']:.5f} | {r['bound'] / r['G'] - 1:.1%} "
+                f"| {r['wall']:.1f} | {r['cpu']:.1f} | {r['load']:.1f} |  ({part})"
+            )
     print()
     print("| N | seed | SA G | exact G | exact status | gap to exact G | gap to bound |")
     print("|---:|---:|---:|---:|---|---:|---:|")
     for (part, n, seed), r in sorted(rows.items()):
         if part.startswith("sa"):
             ex = r["exact"]
-            print(f"| {n} | {seed} | {r['sa_G']:.5f} | {ex['G']:.5f} | {ex['status']} | {r['gap_to_best']:.1%} "
-                  f"| {r['gap_to_bound']:.1%} |")
+            print(
+                f"| {n} | {seed} | {r['sa_G']:.5f} | {ex['G']:.5f} | {ex['status']} | {r['gap_to_best']:.1%} "
+                f"| {r['gap_to_bound']:.1%} |"
+            )
 
 
 PARTS = {"scls": part_scls, "n20": part_n20, "n30": part_n30, "sa": part_sa, "largest": part_largest}
@@ -159,7 +195,12 @@ if __name__ == "__main__":
         summary(args.out)
         sys.exit(0)
     with open(args.out, "a") as fh:
-        emit(fh, part="start", date=time.strftime("%Y-%m-%d %H:%M:%S"), python=sys.version.split()[0],
-             load=os.getloadavg()[0])
+        emit(
+            fh,
+            part="start",
+            date=time.strftime("%Y-%m-%d %H:%M:%S"),
+            python=sys.version.split()[0],
+            load=os.getloadavg()[0],
+        )
         for name in args.parts.split(","):
             PARTS[name](fh, args.seeds)

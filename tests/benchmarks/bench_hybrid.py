@@ -37,12 +37,22 @@ def offline(seeds: int, moments: str) -> None:
         t0 = time.perf_counter()
         lpt_value = max(loads_of(p, lpt(p, 200), 200))
         lpt_wall = time.perf_counter() - t0
-        print(json.dumps({
-            "seed": seed, "moments": moments, "status": found.status, "max_load": found.makespan, "bound": found.bound,
-            "gap_pct": 100 * (found.makespan - found.bound) / found.makespan, "wall_s": round(wall, 3),
-            "method": found.method, "lpt": lpt_value, "lpt_gap_pct": 100 * (lpt_value - found.bound) / lpt_value,
-            "lpt_wall_s": round(lpt_wall, 3),
-        }), flush=True)
+        print(
+            json.dumps({
+                "seed": seed,
+                "moments": moments,
+                "status": found.status,
+                "max_load": found.makespan,
+                "bound": found.bound,
+                "gap_pct": 100 * (found.makespan - found.bound) / found.makespan,
+                "wall_s": round(wall, 3),
+                "method": found.method,
+                "lpt": lpt_value,
+                "lpt_gap_pct": 100 * (lpt_value - found.bound) / lpt_value,
+                "lpt_wall_s": round(lpt_wall, 3),
+            }),
+            flush=True,
+        )
 
 
 def mip(instance, solver: str, limit: float, warm: str | None) -> dict:
@@ -51,8 +61,13 @@ def mip(instance, solver: str, limit: float, warm: str | None) -> dict:
     t0 = time.perf_counter()
     res = solve(instance, {"solver": solver, "time_limit": limit, "threads": 1, "warm_start": warm})
     out = {
-        "instance": instance.name, "solver": solver, "status": res.status, "objective": res.objective,
-        "bound": res.bound, "gap": res.gap, "wall_s": round(time.perf_counter() - t0, 2),
+        "instance": instance.name,
+        "solver": solver,
+        "status": res.status,
+        "objective": res.objective,
+        "bound": res.bound,
+        "gap": res.gap,
+        "wall_s": round(time.perf_counter() - t0, 2),
     }
     out.update(res.extra)
     if res.message is not None:
@@ -71,7 +86,9 @@ def main() -> None:
     if args.what == "offline":
         offline(args.seeds, args.moments)
     elif args.what == "mip-toy":
-        print(json.dumps(mip(gsm8k_like(0, requests=100, clients=20), args.solver, args.time_limit, "hybrid")), flush=True)
+        print(
+            json.dumps(mip(gsm8k_like(0, requests=100, clients=20), args.solver, args.time_limit, "hybrid")), flush=True
+        )
     else:
         for n in (4, 6, 8, 10, 12, 15, 20):
             row = mip(gsm8k_like(0, requests=n, clients=max(2, n // 5)), args.solver, args.time_limit, None)

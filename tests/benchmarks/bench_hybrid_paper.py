@@ -25,7 +25,12 @@ from optsched.problems.hybrid.online import client_metrics
 from optsched.schedule import replay
 
 POLICIES = ["hybrid-baseline", "hybrid-baseline-global", "hybrid-offline", "hybrid-online", "hybrid", "hybrid-b"]
-PAPER = {"hybrid-baseline": (201.00, 80.2), "hybrid-offline": (197.08, 85.5), "hybrid-online": (193.33, 86.19), "hybrid": (190.58, 89.06)}
+PAPER = {
+    "hybrid-baseline": (201.00, 80.2),
+    "hybrid-offline": (197.08, 85.5),
+    "hybrid-online": (193.33, 86.19),
+    "hybrid": (190.58, 89.06),
+}
 
 
 def run(inst, name: str) -> dict:
@@ -48,7 +53,9 @@ def table(seed: int, moments: str) -> None:
     lb_strict, sp, sd = strict_bound(inst)
     for row in rows:
         print(json.dumps(row))
-    print("| method | makespan (s) | U (%) | U_decode (%) | tok/s | prefill stages | decode rounds | paper makespan / U |")
+    print(
+        "| method | makespan (s) | U (%) | U_decode (%) | tok/s | prefill stages | decode rounds | paper makespan / U |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         ref = PAPER.get(row["policy"])
@@ -58,8 +65,10 @@ def table(seed: int, moments: str) -> None:
             f"{100 * row['u_decode']:.2f} | "
             f"{row['tokens_per_s']:.1f} | {row['prefill_stages']} | {row['decode_rounds']} | {ref_s} |"
         )
-    print(f"| lower bound, paper (31)-(32) | {lb_paper:.2f} (t^p* {tp:.2f} + t^d* {td:.2f}) "
-          "| | | | | | 180 s (13 + 167) |")
+    print(
+        f"| lower bound, paper (31)-(32) | {lb_paper:.2f} (t^p* {tp:.2f} + t^d* {td:.2f}) "
+        "| | | | | | 180 s (13 + 167) |"
+    )
     print(f"| lower bound, strict (proven) | {lb_strict:.2f} ({sp:.2f} + {sd:.2f}) | | | | | | - |")
 
 
@@ -78,8 +87,10 @@ def cases(count: int, moments: str, baseline: str) -> None:
         spans.append(100 * (1 - hyb["makespan"] / base["makespan"]))
         print(json.dumps({"seed": seed, "lb": lb, "baseline": base, "hybrid": hyb, "ordered": ok}), flush=True)
     print(f"cases: {count} ({moments}, baseline {baseline}); lower bound <= hybrid <= baseline on {ordered}/{count}")
-    print(f"mean utilisation gain: {statistics.mean(gains_upp):.2f} pp ({statistics.mean(gains_u):.2f} % relative), "
-          f"min {min(gains_upp):.2f} pp")
+    print(
+        f"mean utilisation gain: {statistics.mean(gains_upp):.2f} pp ({statistics.mean(gains_u):.2f} % relative), "
+        f"min {min(gains_upp):.2f} pp"
+    )
     print(f"mean tokens/s gain: {statistics.mean(gains_tok):.2f} tok/s (min {min(gains_tok):.2f})")
     print(f"mean makespan reduction: {statistics.mean(spans):.2f} % (min {min(spans):.2f} %)")
 

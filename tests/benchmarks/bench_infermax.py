@@ -61,11 +61,18 @@ def run_sec45(args: argparse.Namespace) -> None:
         inst = sec45_instance(I, profile=args.profile)
         row: dict[str, Any] = {"bench": "sec45", "I": I, "profile": inst.cost_model.name}
         for label, no_evict in (("opt", False), ("opt_ef", True)):
-            res = solver_for("infermax")(inst, {"no_evict": no_evict, "time_limit": args.time_limit,
-                                                "threads": args.threads})
-            row[label] = {"status": res.status, "objective": res.objective, "bound": res.bound,
-                          "evictions": res.replay.metrics.evictions, "batches": res.replay.metrics.batches,
-                          "wall": round(res.wall_time, 2), "horizon": res.extra["horizon"]}
+            res = solver_for("infermax")(
+                inst, {"no_evict": no_evict, "time_limit": args.time_limit, "threads": args.threads}
+            )
+            row[label] = {
+                "status": res.status,
+                "objective": res.objective,
+                "bound": res.bound,
+                "evictions": res.replay.metrics.evictions,
+                "batches": res.replay.metrics.batches,
+                "wall": round(res.wall_time, 2),
+                "horizon": res.extra["horizon"],
+            }
         for pol in ("vllm", "vllm-ef"):
             value, rep = replayed_objective(inst, simulator_for(pol)(inst), "makespan")
             row[pol] = {"objective": value, "evictions": rep.metrics.evictions}
@@ -78,14 +85,29 @@ def run_scale(args: argparse.Namespace) -> None:
             inst = scale_instance(n, seed, args.memory_share)
             cpu = time.process_time()
             res = solver_for("infermax")(inst, {"time_limit": args.time_limit, "threads": args.threads})
-            emit({"bench": "scale", "N": n, "seed": seed, "memory_share": args.memory_share,
-                  "kv_capacity": inst.limits.kv_capacity, "status": res.status, "objective": res.objective,
-                  "bound": res.bound, "gap": res.gap, "wall": round(res.wall_time, 2),
-                  "cpu": round(time.process_time() - cpu, 2), "load_avg": os.getloadavg()[0],
-                  "horizon": res.extra["horizon"], "best_policy": res.extra["upper_bound_policy"],
-                  "best_policy_value": min(res.extra["policy_values"].values()),
-                  "variables": res.extra.get("variables"),
-                  "work_bound": generic_bounds(inst)[0].value, "relaxation": res.extra.get("relaxation")}, args.out)
+            emit(
+                {
+                    "bench": "scale",
+                    "N": n,
+                    "seed": seed,
+                    "memory_share": args.memory_share,
+                    "kv_capacity": inst.limits.kv_capacity,
+                    "status": res.status,
+                    "objective": res.objective,
+                    "bound": res.bound,
+                    "gap": res.gap,
+                    "wall": round(res.wall_time, 2),
+                    "cpu": round(time.process_time() - cpu, 2),
+                    "load_avg": os.getloadavg()[0],
+                    "horizon": res.extra["horizon"],
+                    "best_policy": res.extra["upper_bound_policy"],
+                    "best_policy_value": min(res.extra["policy_values"].values()),
+                    "variables": res.extra.get("variables"),
+                    "work_bound": generic_bounds(inst)[0].value,
+                    "relaxation": res.extra.get("relaxation"),
+                },
+                args.out,
+            )
 
 
 def run_crosscheck(args: argparse.Namespace) -> None:
@@ -97,9 +119,12 @@ def run_crosscheck(args: argparse.Namespace) -> None:
             for solver in ("cpsat", "highs"):
                 t = time.perf_counter()
                 res = solver_for("infermax")(inst, {"solver": solver, "no_evict": no_evict, "threads": 1})
-                row[solver] = {"status": res.status, "objective": res.objective,
-                               "wall": round(time.perf_counter() - t, 2),
-                               "match": abs(res.objective - best) <= 1e-6 * best}
+                row[solver] = {
+                    "status": res.status,
+                    "objective": res.objective,
+                    "wall": round(time.perf_counter() - t, 2),
+                    "match": abs(res.objective - best) <= 1e-6 * best,
+                }
             emit(row, args.out)
 
 
@@ -120,8 +145,20 @@ def run_gaps(args: argparse.Namespace) -> None:
                         pols[name] = replayed_objective(inst, simulator_for(name)(inst), "makespan")[0]
                     except InstanceError:
                         continue
-                emit({"bench": "gaps", "N": N, "I": I, "O": O, "status": res.status, "objective": res.objective,
-                      "bound": res.bound, "wall": round(res.wall_time, 2), "policies": pols}, args.out)
+                emit(
+                    {
+                        "bench": "gaps",
+                        "N": N,
+                        "I": I,
+                        "O": O,
+                        "status": res.status,
+                        "objective": res.objective,
+                        "bound": res.bound,
+                        "wall": round(res.wall_time, 2),
+                        "policies": pols,
+                    },
+                    args.out,
+                )
 
 
 def _pct(a: float, b: float) -> str:
@@ -131,18 +168,22 @@ def _pct(a: float, b: float) -> str:
 def run_table(args: argparse.Namespace) -> None:
     """Markdown tables (section 4.5 and policy gaps) from the JSON lines of ``sec45``."""
     rows = [json.loads(line) for line in open(args.inp) if '"sec45"' in line]
-    print("| I | M | optimum with evictions (ms) | evictions | optimum without (ms) | vLLM (ms) | evictions "
-          "| vLLM-ef (ms) | evicting saves | not evicting saves |")
+    print(
+        "| I | M | optimum with evictions (ms) | evictions | optimum without (ms) | vLLM (ms) | evictions "
+        "| vLLM-ef (ms) | evicting saves | not evicting saves |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         o, f = r["opt"], r["opt_ef"]
         best = min(o["objective"], f["objective"])
         ev = o["objective"] if o["objective"] <= f["objective"] else f["objective"]
         mark = lambda x: "" if x["status"] == "optimal" else f" (bound {1e3 * x['bound']:.3f})"  # noqa: E731
-        print(f"| {r['I']} | {max(2 * r['I'], r['I'] + 3)} | {1e3 * ev:.3f}{mark(o)} | {o['evictions']} "
-              f"| {1e3 * f['objective']:.3f}{mark(f)} | {1e3 * r['vllm']['objective']:.3f} | {r['vllm']['evictions']} "
-              f"| {1e3 * r['vllm-ef']['objective']:.3f} | {_pct(f['objective'], best)} "
-              f"| {_pct(r['vllm']['objective'], f['objective'])} |")
+        print(
+            f"| {r['I']} | {max(2 * r['I'], r['I'] + 3)} | {1e3 * ev:.3f}{mark(o)} | {o['evictions']} "
+            f"| {1e3 * f['objective']:.3f}{mark(f)} | {1e3 * r['vllm']['objective']:.3f} | {r['vllm']['evictions']} "
+            f"| {1e3 * r['vllm-ef']['objective']:.3f} | {_pct(f['objective'], best)} "
+            f"| {_pct(r['vllm']['objective'], f['objective'])} |"
+        )
     print()
     names = sorted(POLICY_CONFIGS)
     print("| I | proven bound (ms) | best known (ms) | proven optimal | " + " | ".join(names) + " |")
@@ -175,13 +216,17 @@ def main() -> None:
     ap.add_argument("--n", type=int, nargs="+", default=[8, 16, 32, 64])
     ap.add_argument("--seeds", type=int, default=1, help="seeds 0 .. SEEDS-1")
     ap.add_argument("--seed", type=int, nargs="+", help="these seeds instead of --seeds")
-    ap.add_argument("--memory-share", type=float, default=0.4,
-                    help="scale: M as a share of the requests' total KV need (default 0.4)")
-    ap.add_argument("--inputs", type=int, nargs="+",
-                    default=[1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 512, 1024])
+    ap.add_argument(
+        "--memory-share",
+        type=float,
+        default=0.4,
+        help="scale: M as a share of the requests' total KV need (default 0.4)",
+    )
+    ap.add_argument("--inputs", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 512, 1024])
     args = ap.parse_args()
-    {"sec45": run_sec45, "scale": run_scale, "crosscheck": run_crosscheck, "gaps": run_gaps,
-     "table": run_table}[args.what](args)
+    {"sec45": run_sec45, "scale": run_scale, "crosscheck": run_crosscheck, "gaps": run_gaps, "table": run_table}[
+        args.what
+    ](args)
 
 
 if __name__ == "__main__":

@@ -24,8 +24,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1024)
     args = parser.parse_args()
     cost = load_cost_model("llama2-7b-a100")
-    print("| I | policy | TPS | mean TTFT s | mean TPOT ms | evictions "
-          "| ef TPS gain | ef TTFT ratio | ef TPOT reduction |")
+    print(
+        "| I | policy | TPS | mean TTFT s | mean TPOT ms | evictions "
+        "| ef TPS gain | ef TTFT ratio | ef TPOT reduction |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for prompt in args.prompts:
         reqs = tuple(Request(f"r{k}", 0.0, prompt, args.output) for k in range(args.requests))

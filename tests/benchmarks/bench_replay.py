@@ -33,8 +33,14 @@ def best_of(n: int, fn) -> tuple[float, object]:
 
 def main() -> None:
     policy = sys.argv[1] if len(sys.argv) > 1 else "vllm"
-    trace = next((p / "shared/data/traces/splitwise_conv.csv" for p in REPO.parents
-                  if (p / "shared/data/traces/splitwise_conv.csv").exists()), None)
+    trace = next(
+        (
+            p / "shared/data/traces/splitwise_conv.csv"
+            for p in REPO.parents
+            if (p / "shared/data/traces/splitwise_conv.csv").exists()
+        ),
+        None,
+    )
     if trace is None:
         sys.exit("splitwise_conv.csv not found under ../shared/data")
     t_load, inst = best_of(1, lambda: load_trace_csv(trace, "llama2-7b-a100", Limits(4096, 4096, 100_000, None)))

@@ -23,10 +23,23 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 #: ``<repo>/../shared/data`` or the same under any ancestor of the repo (worktrees).
-TRACE = next((base / "shared" / "data" / "traces" / "splitwise_conv.csv" for base in REPO.parents
-              if (base / "shared" / "data").is_dir()), REPO.parent / "shared" / "data" / "traces" / "splitwise_conv.csv")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+TRACE = next(
+    (
+        base / "shared" / "data" / "traces" / "splitwise_conv.csv"
+        for base in REPO.parents
+        if (base / "shared" / "data").is_dir()
+    ),
+    REPO.parent / "shared" / "data" / "traces" / "splitwise_conv.csv",
+)
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def screenshot(page: Path, png: Path, height: int) -> None:
@@ -36,8 +49,19 @@ def screenshot(page: Path, png: Path, height: int) -> None:
         print("chromium not installed: no screenshot (apt-get install -y chromium)")
         return
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size=1200,{height}",
-                        f"--screenshot={png.resolve()}", page.as_uri()], check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [
+                exe,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                f"--window-size=1200,{height}",
+                f"--screenshot={png.resolve()}",
+                page.as_uri(),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
     trim_bottom(png)
     print(f"screenshot: {png}")
 
@@ -65,18 +89,40 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         page = Path(tmp) / "report.html"
-        cmd = [sys.executable, "-m", "optsched.cli", "report", str(TRACE), "--first", str(args.requests),
-               "--cost-model", "llama2-7b-a100", "--kv-capacity", "100000", "--token-budget", "4096", "--time-limit", str(args.time_limit),
-               "--html", str(page), "--json", "--quiet"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "optsched.cli",
+            "report",
+            str(TRACE),
+            "--first",
+            str(args.requests),
+            "--cost-model",
+            "llama2-7b-a100",
+            "--kv-capacity",
+            "100000",
+            "--token-budget",
+            "4096",
+            "--time-limit",
+            str(args.time_limit),
+            "--html",
+            str(page),
+            "--json",
+            "--quiet",
+        ]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
         wall = time.perf_counter() - t0
         data = json.loads(proc.stdout)
-        print(f"optsched report splitwise_conv first {args.requests}: {wall:.1f} s wall "
-              f"(phases {', '.join(f'{k} {v:.1f} s' for k, v in data['run']['phase_times'].items())}), "
-              f"partial={data['partial']}, html {page.stat().st_size / 1e6:.2f} MB")
-        print(f"best bound {data['best_bound']}, best {data['best']['source']} {data['best']['objective']:.4f} "
-              f"(gap {100 * data['best']['gap']:.1f}%)")
+        print(
+            f"optsched report splitwise_conv first {args.requests}: {wall:.1f} s wall "
+            f"(phases {', '.join(f'{k} {v:.1f} s' for k, v in data['run']['phase_times'].items())}), "
+            f"partial={data['partial']}, html {page.stat().st_size / 1e6:.2f} MB"
+        )
+        print(
+            f"best bound {data['best_bound']}, best {data['best']['source']} {data['best']['objective']:.4f} "
+            f"(gap {100 * data['best']['gap']:.1f}%)"
+        )
         for row in data["schedules"]:
             gap = "-" if row["gap"] is None else f"{100 * row['gap']:.1f}%"
             print(f"  {row['kind']}:{row['name']:14s} {row['status']:8s} {row['objective']!s:>22s} gap {gap}")

@@ -48,8 +48,13 @@ CODE = SHARED / "data" / "traces" / "splitwise_code.csv"
 
 def n64(seed: int) -> Instance:
     """The issue's 64-request instance (module docstring), seed ``seed``."""
-    return generate(64, [(ClippedNormal(256, 128, 16, 1024), ClippedNormal(128, 64, 8, 512))], name=f"n64-s{seed}",
-                    limits={"token_budget": 2048, "prefill_budget": 2048, "kv_capacity": 6000}, seed=seed)
+    return generate(
+        64,
+        [(ClippedNormal(256, 128, 16, 1024), ClippedNormal(128, 64, 8, 512))],
+        name=f"n64-s{seed}",
+        limits={"token_budget": 2048, "prefill_budget": 2048, "kv_capacity": 6000},
+        seed=seed,
+    )
 
 
 def code_slice(n: int, share: float = 0.1) -> Instance:
@@ -85,13 +90,24 @@ def run_one(name: str, inst: Instance, time_limit: float) -> dict[str, Any]:
     scale = res.extra.get("scale", {})
     policies = {k: v for k, v in res.extra["policy_values"].items() if k not in ("plan-search", "serial")}
     return {
-        "bench": "scale", "instance": name, "N": len(inst.requests), "M": inst.limits.kv_capacity,
-        "time_limit": time_limit, "status": str(res.status), "objective": res.objective, "bound": res.bound,
-        "gap": res.gap, "best_policy": min(policies.values()), "schedule_from": res.extra["upper_bound_policy"],
+        "bench": "scale",
+        "instance": name,
+        "N": len(inst.requests),
+        "M": inst.limits.kv_capacity,
+        "time_limit": time_limit,
+        "status": str(res.status),
+        "objective": res.objective,
+        "bound": res.bound,
+        "gap": res.gap,
+        "best_policy": min(policies.values()),
+        "schedule_from": res.extra["upper_bound_policy"],
         "bounds": {k: v["value"] for k, v in scale.get("bounds", {}).items()},
-        "wall": round(time.perf_counter() - t, 1), "cpu": round(time.process_time() - cpu, 1),
-        "load_avg": round(os.getloadavg()[0], 2), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "plan_search_history": scale.get("plan_search_history"), "trajectory_history": scale.get("trajectory_history"),
+        "wall": round(time.perf_counter() - t, 1),
+        "cpu": round(time.process_time() - cpu, 1),
+        "load_avg": round(os.getloadavg()[0], 2),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "plan_search_history": scale.get("plan_search_history"),
+        "trajectory_history": scale.get("trajectory_history"),
     }
 
 
@@ -141,16 +157,20 @@ def _curve(row: dict[str, Any]) -> list[tuple[float, float, float, float]]:
 
 def run_table(args: argparse.Namespace) -> None:
     rows = [json.loads(line) for line in open(args.inp) if line.strip()]
-    print("| instance | N | M | limit (s) | best policy (s) | schedule (s) | from | bound (s) | gap "
-          "| best policy's gap | wall (s) | CPU (s) | load |")
+    print(
+        "| instance | N | M | limit (s) | best policy (s) | schedule (s) | from | bound (s) | gap "
+        "| best policy's gap | wall (s) | CPU (s) | load |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["bench"] != "scale":
             continue
         policy_gap = (r["best_policy"] - r["bound"]) / r["best_policy"]
-        print(f"| {r['instance']} | {r['N']} | {r['M']} | {r['time_limit']:g} | {r['best_policy']:.4f} | "
-              f"{r['objective']:.4f} | {r['schedule_from']} | {r['bound']:.4f} | {100 * r['gap']:.2f} % | "
-              f"{100 * policy_gap:.1f} % | {r['wall']} | {r['cpu']} | {r['load_avg']} |")
+        print(
+            f"| {r['instance']} | {r['N']} | {r['M']} | {r['time_limit']:g} | {r['best_policy']:.4f} | "
+            f"{r['objective']:.4f} | {r['schedule_from']} | {r['bound']:.4f} | {100 * r['gap']:.2f} % | "
+            f"{100 * policy_gap:.1f} % | {r['wall']} | {r['cpu']} | {r['load_avg']} |"
+        )
     for r in rows:
         if r["bench"] == "curve" or r["instance"] == args.curve:
             print(f"\nGap over time, {r['instance']} ({r['time_limit']:g} s, load {r['load_avg']}):\n")
@@ -172,8 +192,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.time_limit is None:
         args.time_limit = 600.0 if args.what in ("grid", "slice") else 300.0
-    {"acceptance": run_acceptance, "grid": run_grid, "slice": run_slice, "curve": run_curve,
-     "table": run_table}[args.what](args)
+    {"acceptance": run_acceptance, "grid": run_grid, "slice": run_slice, "curve": run_curve, "table": run_table}[
+        args.what
+    ](args)
 
 
 if __name__ == "__main__":

@@ -38,23 +38,33 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=4096)
     parser.add_argument("--first", type=int, default=None, help="only the first N requests")
     parser.add_argument(
-        "--clip", type=int, default=None,
+        "--clip",
+        type=int,
+        default=None,
         help="clip prompts so that I + O <= CLIP, as Vidur's trace generator does with max_tokens",
     )
     args = parser.parse_args()
     if not TRACE.exists():
         raise SystemExit(f"trace not found: {TRACE}")
 
-    print(f"trace {TRACE.name}, M = {args.kv}, C = P = {args.budget}" + (f", prompts clipped to I+O <= {args.clip}" if args.clip else ""))
-    print("| policy | R_max | requests | batches | sim wall s | sim CPU s | batches/s (wall) "
-          "| replay wall s | replay CPU s"
-          " | total wall s | total CPU s | makespan s | evictions |")
+    print(
+        f"trace {TRACE.name}, M = {args.kv}, C = P = {args.budget}"
+        + (f", prompts clipped to I+O <= {args.clip}" if args.clip else "")
+    )
+    print(
+        "| policy | R_max | requests | batches | sim wall s | sim CPU s | batches/s (wall) "
+        "| replay wall s | replay CPU s"
+        " | total wall s | total CPU s | makespan s | evictions |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for rmax in args.rmax:
         limits = Limits(args.budget, args.budget, args.kv, None if rmax == "none" else int(rmax))
         inst = load_trace_csv(TRACE, "llama2-7b-a100", limits, first=args.first)
         if args.clip:
-            clipped = [replace(r, prompt_tokens=max(1, min(r.prompt_tokens, args.clip - r.output_tokens))) for r in inst.requests]
+            clipped = [
+                replace(r, prompt_tokens=max(1, min(r.prompt_tokens, args.clip - r.output_tokens)))
+                for r in inst.requests
+            ]
             inst = inst.with_requests(clipped, f"{inst.name}-clip{args.clip}")
         for policy in args.policies:
             w0, c0 = time.perf_counter(), time.process_time()

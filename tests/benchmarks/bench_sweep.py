@@ -33,16 +33,34 @@ LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 def spec(cells: int) -> dict:
     rates = [1, 2, 4, 8] if cells == 48 else [1]
-    return {"name": f"bench-{cells}", "workloads": [{"instance": "poisson-mixed-100"}],
-            "limits": {"kv_capacity": [10000, 20000, 40000, 80000], "token_budget": [1024, 2048, 4096]},
-            "rate_scale": rates, "run": {"simulate": ["vllm", "sarathi"], "bound": True}}
+    return {
+        "name": f"bench-{cells}",
+        "workloads": [{"instance": "poisson-mixed-100"}],
+        "limits": {"kv_capacity": [10000, 20000, 40000, 80000], "token_budget": [1024, 2048, 4096]},
+        "rate_scale": rates,
+        "run": {"simulate": ["vllm", "sarathi"], "bound": True},
+    }
 
 
 def run(spec_path: Path, out: Path, *extra: str) -> dict:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "optsched", "sweep", str(spec_path), "--out", str(out),
-                           "--no-progress", "--json", *extra], capture_output=True, text=True,
-                          env={**os.environ, **LOOPBACK})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "optsched",
+            "sweep",
+            str(spec_path),
+            "--out",
+            str(out),
+            "--no-progress",
+            "--json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **LOOPBACK},
+    )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"sweep failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -50,16 +68,23 @@ def run(spec_path: Path, out: Path, *extra: str) -> dict:
     import pyarrow.parquet as pq
 
     cell_times = pq.read_table(out).column("wall_time").to_pylist()
-    return {"command_s": wall, "sweep_s": result["wall_time"], "cells": result["ran"],
-            "cell_time_sum_s": sum(cell_times)}
+    return {
+        "command_s": wall,
+        "sweep_s": result["wall_time"],
+        "cells": result["ran"],
+        "cell_time_sum_s": sum(cell_times),
+    }
 
 
 def report(name: str, workers: int, r: dict) -> dict:
     per_cell = (workers * r["sweep_s"] - r["cell_time_sum_s"]) / r["cells"]
     row = {"executor": name, **r, "cells_per_s": r["cells"] / r["sweep_s"], "overhead_per_cell_s": per_cell}
-    print(f"{name:10s} command {r['command_s']:7.2f} s  sweep {r['sweep_s']:7.2f} s  "
-          f"{row['cells_per_s']:6.3f} cells/s  cells' own time {r['cell_time_sum_s']:7.2f} s  "
-          f"overhead/cell {per_cell * 1000:7.1f} ms", flush=True)
+    print(
+        f"{name:10s} command {r['command_s']:7.2f} s  sweep {r['sweep_s']:7.2f} s  "
+        f"{row['cells_per_s']:6.3f} cells/s  cells' own time {r['cell_time_sum_s']:7.2f} s  "
+        f"overhead/cell {per_cell * 1000:7.1f} ms",
+        flush=True,
+    )
     return row
 
 
@@ -74,7 +99,11 @@ def main() -> None:
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec(args.cells)))
         for workers in (1, 2):
-            rows.append(report(f"local-{workers}", workers, run(spec_path, Path(tmp) / f"w{workers}", "--workers", str(workers))))
+            rows.append(
+                report(
+                    f"local-{workers}", workers, run(spec_path, Path(tmp) / f"w{workers}", "--workers", str(workers))
+                )
+            )
         if not args.skip_ray:
             os.environ.update(LOOPBACK)
             import ray
@@ -83,14 +112,19 @@ def main() -> None:
             context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
             print(f"ray cluster start-up: {time.perf_counter() - t0:.2f} s", flush=True)
             try:
-                ray_row = report("ray-2", 2, run(spec_path, Path(tmp) / "ray", "--ray", "--address",
-                                                 context.address_info["gcs_address"]))
+                ray_row = report(
+                    "ray-2",
+                    2,
+                    run(spec_path, Path(tmp) / "ray", "--ray", "--address", context.address_info["gcs_address"]),
+                )
             finally:
                 ray.shutdown()
             pool = rows[-1]
             ray_row["ray_overhead_vs_pool_per_cell_s"] = (ray_row["sweep_s"] - pool["sweep_s"]) * 2 / ray_row["cells"]
-            print(f"Ray against the 2-worker pool: {ray_row['ray_overhead_vs_pool_per_cell_s'] * 1000:.1f} ms per cell",
-                  flush=True)
+            print(
+                f"Ray against the 2-worker pool: {ray_row['ray_overhead_vs_pool_per_cell_s'] * 1000:.1f} ms per cell",
+                flush=True,
+            )
             rows.append(ray_row)
     print(f"load average after: {os.getloadavg()}")
     print(json.dumps(rows))

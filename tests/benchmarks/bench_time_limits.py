@@ -34,27 +34,42 @@ def static_instance(folder: Path, n: int = 40) -> Path:
     """``gsm8k-like``'s first ``n`` requests with the static-batching fields (docs/gmax.md,
     docs/scls.md): a latency profile, a batch-size cap, an e2e SLO each, an SCLS memory rule."""
     data = json.loads((REPO / "instances" / "gsm8k-like.json").read_text())
-    data.update(name=f"gsm8k-like-static-{n}", max_batch_size=4, static_latency="qwen2.5-7b-2xv100",
-                scls={"memory": {"kind": "fixed", "max_batch_size": 8}})
-    data["requests"] = [{**r, "task": "e2e", "slo": {"e2e": 5.0 + 0.25 * k}} for k, r in enumerate(data["requests"][:n])]
+    data.update(
+        name=f"gsm8k-like-static-{n}",
+        max_batch_size=4,
+        static_latency="qwen2.5-7b-2xv100",
+        scls={"memory": {"kind": "fixed", "max_batch_size": 8}},
+    )
+    data["requests"] = [
+        {**r, "task": "e2e", "slo": {"e2e": 5.0 + 0.25 * k}} for k, r in enumerate(data["requests"][:n])
+    ]
     path = folder / f"{data['name']}.json"
     path.write_text(json.dumps(data))
     return path
+
 
 #: (name, command line after ``optsched``); ``{L}`` is the time limit.
 CASES: list[tuple[str, list[str]]] = [
     ("start-up", ["--help"]),
     ("infermax", ["solve", "infermax-i1024-o32-n64", "--problem", "infermax", "--time-limit", "{L}"]),
     ("infermax-online", ["solve", "poisson-mixed-100", "--problem", "infermax", "--time-limit", "{L}"]),
-    ("infermax-mip", ["solve", "infermax-lilo-silo-64", "--problem", "infermax", "--solver", "highs", "--time-limit", "{L}"]),
+    (
+        "infermax-mip",
+        ["solve", "infermax-lilo-silo-64", "--problem", "infermax", "--solver", "highs", "--time-limit", "{L}"],
+    ),
     ("hybrid", ["solve", "splitwise-conv-100", "--problem", "hybrid", "--max-running", "8", "--time-limit", "{L}"]),
-    ("hybrid-offline", ["solve", "gsm8k-like", "--problem", "hybrid-offline", "--method", "mip", "--time-limit", "{L}"]),
+    (
+        "hybrid-offline",
+        ["solve", "gsm8k-like", "--problem", "hybrid-offline", "--method", "mip", "--time-limit", "{L}"],
+    ),
     ("aladdin", ["solve", "aladdin-fig3", "--problem", "aladdin", "--time-limit", "{L}"]),
     ("gmax", ["solve", "{STATIC40}", "--problem", "gmax", "--time-limit", "{L}"]),
     ("gmax-cpsat", ["solve", "{STATIC40}", "--problem", "gmax", "--solver", "cpsat", "--time-limit", "{L}"]),
     ("scls-batch", ["solve", "{STATIC40}", "--problem", "scls-batch", "--method", "mip", "--time-limit", "{L}"]),
-    ("bound-relax", ["bound", "infermax-i64-o1024-n32-m10k", "--problem", "infermax", "--method", "relax",
-                     "--time-limit", "{L}"]),
+    (
+        "bound-relax",
+        ["bound", "infermax-i64-o1024-n32-m10k", "--problem", "infermax", "--method", "relax", "--time-limit", "{L}"],
+    ),
     ("report", ["report", "infermax-i1024-o32-n64", "--time-limit", "{L}", "--quiet"]),
     ("report-trace", ["report", "splitwise-conv-100", "--time-limit", "{L}", "--quiet"]),
 ]
@@ -63,13 +78,19 @@ CASES: list[tuple[str, list[str]]] = [
 def run_case(argv: list[str]) -> tuple[float, int, str]:
     """Wall seconds from the process start to its exit, the exit code and the reported status."""
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "optsched", *argv, *(["--json"] if argv[0] != "--help" else [])],
-                          capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "optsched", *argv, *(["--json"] if argv[0] != "--help" else [])],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     wall = time.perf_counter() - start
     status = "-"
     if proc.stdout.strip().startswith("{"):
         out = json.loads(proc.stdout)
-        status = str(out.get("status") or (out.get("solver") or {}).get("status") or ("partial" if out.get("partial") else "ok"))
+        status = str(
+            out.get("status") or (out.get("solver") or {}).get("status") or ("partial" if out.get("partial") else "ok")
+        )
     elif proc.returncode not in (0, 1):
         status = proc.stderr.strip().splitlines()[-1][:80] if proc.stderr.strip() else f"exit {proc.returncode}"
     return wall, proc.returncode, status
@@ -101,8 +122,11 @@ def main() -> int:
         limit = args.limit if limited else 0.0
         over = max(walls) - limit
         bad += (limited and over > args.slack) or code not in (0, 1)
-        print(f"{name:<16} {limit:6.1f} {max(walls):9.2f} {over:+7.2f} {code:4d}  {status}"
-              f"  (walls {', '.join(f'{w:.2f}' for w in walls)})", flush=True)
+        print(
+            f"{name:<16} {limit:6.1f} {max(walls):9.2f} {over:+7.2f} {code:4d}  {status}"
+            f"  (walls {', '.join(f'{w:.2f}' for w in walls)})",
+            flush=True,
+        )
     print(f"load average after: {os.getloadavg()}")
     print(f"{bad} case(s) beyond limit + {args.slack:g} s" if bad else f"every case within limit + {args.slack:g} s")
     return 1 if bad else 0

@@ -96,8 +96,9 @@ def write_trace(path: Path, rows: int, seed: int = 0) -> None:
 
 
 def run(method: str, path: Path) -> tuple[int, float, float, float] | str:
-    proc = subprocess.run([sys.executable, "-c", RUNNER.format(code=METHODS[method]), str(path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER.format(code=METHODS[method]), str(path)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         return proc.stderr.strip().splitlines()[-1]
     n, wall, rss, cpu = proc.stdout.split()
@@ -117,15 +118,19 @@ def main() -> None:
             path = Path(tmp) / "burstgpt.csv"
             t0 = time.perf_counter()
             write_trace(path, args.rows)
-            print(f"wrote {args.rows:,} rows ({path.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.1f} s")
+            print(
+                f"wrote {args.rows:,} rows ({path.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.1f} s"
+            )
         for method in args.methods:
             out = run(method, path)
             if isinstance(out, str):
                 print(f"{method:16s} not run: {out}")
             else:
                 n, wall, rss, cpu = out
-                print(f"{method:16s} {n:>10,} rows  {wall:7.2f} s wall  {cpu:7.2f} s CPU (with imports)  "
-                      f"peak {rss:7.0f} MiB")
+                print(
+                    f"{method:16s} {n:>10,} rows  {wall:7.2f} s wall  {cpu:7.2f} s CPU (with imports)  "
+                    f"peak {rss:7.0f} MiB"
+                )
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

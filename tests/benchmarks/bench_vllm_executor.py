@@ -32,11 +32,18 @@ def instance(n: int, seed: int) -> dict:
     t = 0.0
     for i in range(n):
         t += float(rng.exponential(0.01))
-        reqs.append({"id": f"r{i}", "arrival": round(t, 6), "prompt_tokens": int(rng.integers(16, 200)),
-                     "output_tokens": int(rng.integers(2, 40))})
-    return {"name": f"bench-vllm-{n}", "cost_model": "llama2-7b-a100",
-            "limits": {"token_budget": 256, "prefill_budget": 256, "kv_capacity": 1024, "max_running": 16},
-            "requests": reqs}
+        reqs.append({
+            "id": f"r{i}",
+            "arrival": round(t, 6),
+            "prompt_tokens": int(rng.integers(16, 200)),
+            "output_tokens": int(rng.integers(2, 40)),
+        })
+    return {
+        "name": f"bench-vllm-{n}",
+        "cost_model": "llama2-7b-a100",
+        "limits": {"token_budget": 256, "prefill_budget": 256, "kv_capacity": 1024, "max_running": 16},
+        "requests": reqs,
+    }
 
 
 def main() -> int:
@@ -55,15 +62,47 @@ def main() -> int:
     inst.write_text(json.dumps(instance(args.requests, 7), indent=1))
     opt = [sys.executable, "-m", "optsched.cli"]
     sched, plan, result = out / "schedule.json", out / "plan.json", out / "result.json"
-    subprocess.run(opt + ["simulate", str(inst), "--policy", args.policy, "--out", str(sched)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        opt + ["simulate", str(inst), "--policy", args.policy, "--out", str(sched)], check=True, capture_output=True
+    )
     m = json.loads(inst.read_text())["limits"]["kv_capacity"]
-    subprocess.run(opt + ["export", str(sched), "--instance", str(inst), "--format", "vllm-replay",
-                          "--block-size", "32", "--kv-blocks", str(-(-m // 32) + args.requests), "--out", str(plan)],
-                   check=True)
-    proc = subprocess.run([args.vllm_python, "-m", "optsched.cli", "execute", str(plan), "--model", args.model,
-                           "--dtype", args.dtype, "--repeats", str(args.repeats), "--out", str(result)],
-                          capture_output=True, text=True)
+    subprocess.run(
+        opt
+        + [
+            "export",
+            str(sched),
+            "--instance",
+            str(inst),
+            "--format",
+            "vllm-replay",
+            "--block-size",
+            "32",
+            "--kv-blocks",
+            str(-(-m // 32) + args.requests),
+            "--out",
+            str(plan),
+        ],
+        check=True,
+    )
+    proc = subprocess.run(
+        [
+            args.vllm_python,
+            "-m",
+            "optsched.cli",
+            "execute",
+            str(plan),
+            "--model",
+            args.model,
+            "--dtype",
+            args.dtype,
+            "--repeats",
+            str(args.repeats),
+            "--out",
+            str(result),
+        ],
+        capture_output=True,
+        text=True,
+    )
     res = json.loads(result.read_text())
     if not res["ok"]:
         print("FAILED:", res["mismatches"], res["length_errors"], proc.stderr[-2000:])
@@ -78,14 +117,20 @@ def main() -> int:
     fit = fit_terms(feats[train], meas[train])
     pred_test = np.array([fit.model.batch_time(*f) for f in feats[test]])
     oos = float(100 * np.mean(np.abs(pred_test - meas[test]) / meas[test]))
-    print(f"device {res['run']['device']}, vllm {res['run']['vllm']}, model {args.model}, {args.dtype}, "
-          f"policy {args.policy}, {args.requests} requests, {len(res['steps'])} steps, {pre} preemptions, "
-          f"0 mismatches")
-    print(f"profile llama2-7b-a100: predicted {rep['predicted_total'] * 1e3:.1f} ms, measured "
-          f"{rep['measured_total'] * 1e3:.1f} ms (total error {rep['total_error_pct']:+.1f} %), MAPE {rep['mape']:.1f} %")
-    print(f"refit (all terms, in-sample): MAPE {rep['fit_terms']['mape']:.1f} %; "
-          f"linear: MAPE {rep['fit_linear']['mape']:.1f} %; "
-          f"refit on even steps, checked on odd steps: MAPE {oos:.1f} %")
+    print(
+        f"device {res['run']['device']}, vllm {res['run']['vllm']}, model {args.model}, {args.dtype}, "
+        f"policy {args.policy}, {args.requests} requests, {len(res['steps'])} steps, {pre} preemptions, "
+        f"0 mismatches"
+    )
+    print(
+        f"profile llama2-7b-a100: predicted {rep['predicted_total'] * 1e3:.1f} ms, measured "
+        f"{rep['measured_total'] * 1e3:.1f} ms (total error {rep['total_error_pct']:+.1f} %), MAPE {rep['mape']:.1f} %"
+    )
+    print(
+        f"refit (all terms, in-sample): MAPE {rep['fit_terms']['mape']:.1f} %; "
+        f"linear: MAPE {rep['fit_linear']['mape']:.1f} %; "
+        f"refit on even steps, checked on odd steps: MAPE {oos:.1f} %"
+    )
     print("refitted profile:", json.dumps(rep["fit_terms"]["profile"]))
     return 0
 

@@ -31,8 +31,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = next((p for p in (REPO.parent / "shared" / "data", REPO.parent.parent / "shared" / "data") if p.is_dir()),
-            REPO.parent / "shared" / "data")
+DATA = next(
+    (p for p in (REPO.parent / "shared" / "data", REPO.parent.parent / "shared" / "data") if p.is_dir()),
+    REPO.parent / "shared" / "data",
+)
 
 from optsched.costmodel import load_cost_model  # noqa: E402
 from optsched.instance import Instance, InstanceError, Limits, Request  # noqa: E402
@@ -59,8 +61,10 @@ THETA = 0.9
 
 def read_trace(path: Path) -> list[tuple[float, int, int]]:
     with open(path, newline="") as fh:
-        rows = [(float(r["arrived_at"]), int(r["num_prefill_tokens"]), int(r["num_decode_tokens"]))
-                for r in csv.DictReader(fh)]
+        rows = [
+            (float(r["arrived_at"]), int(r["num_prefill_tokens"]), int(r["num_decode_tokens"]))
+            for r in csv.DictReader(fh)
+        ]
     return [r for r in rows if r[1] <= 2048 and r[1] + r[2] <= 4096]
 
 
@@ -71,8 +75,10 @@ def build(rows, rate: float, gpus: int, name: str, layers=None, slack: str = "pa
     scale = (len(rows) - 1) / span / rate if span > 0 else 1.0
     reqs = tuple(Request(f"r{k}", (a - t0) * scale, p, o) for k, (a, p, o) in enumerate(rows))
     limits = Limits(token_budget=4096, prefill_budget=4096, kv_capacity=w.kv_tokens)
-    extra = {"slo": {"ttft": w.ttft, "atgt": w.atgt},
-             "placement": {"kv_capacity": w.kv_tokens, "theta": THETA, "slack": slack}}
+    extra = {
+        "slo": {"ttft": w.ttft, "atgt": w.atgt},
+        "placement": {"kv_capacity": w.kv_tokens, "theta": THETA, "slack": slack},
+    }
     return Instance(name, load_cost_model(w.cost_model()), limits, reqs, extra)
 
 
@@ -86,8 +92,12 @@ def main() -> int:
     ap.add_argument("--out", default=str(REPO / "docs" / "img" / "aladdin_gpus"))
     ap.add_argument("--coefficients", choices=["measured", "datasheet"], default="measured")
     ap.add_argument("--slack", choices=["paper", "atgt"], default="atgt")
-    ap.add_argument("--methods", nargs="+", default=None,
-                    help="keys to run (e.g. exact bestfit jsq-2gpu exact-scaling); default: all")
+    ap.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        help="keys to run (e.g. exact bestfit jsq-2gpu exact-scaling); default: all",
+    )
     args = ap.parse_args()
     cpu0 = time.process_time()
     path = DATA / "traces" / "splitwise_conv.csv"
@@ -101,8 +111,8 @@ def main() -> int:
             return 0
         layers = measured_layers(str(DATA))
     rows = read_trace(path)
-    sl = rows[args.offset: args.offset + args.requests]
-    history = rows[: args.offset] + rows[args.offset + args.requests:]
+    sl = rows[args.offset : args.offset + args.requests]
+    history = rows[: args.offset] + rows[args.offset + args.requests :]
     pred = BinPredictor.fit([p for _, p, _ in history], [o for _, _, o in history], bins=10)
     margin = args.heartbeat + worker_coefficients("llama2-7b", "a100", 1, layers).atgt
     wanted = lambda key: args.methods is None or key in args.methods  # noqa: E731
@@ -118,33 +128,68 @@ def main() -> int:
             inst = inst1 if gpus == 1 else build(sl, rate, gpus, f"conv-{rate:g}rps-{gpus}gpu", layers, args.slack)
             t = time.perf_counter()
             try:
-                res = min_workers(inst, method, 1.0, gpus_per_worker=gpus, lo=max(lb // gpus, 1), hi=128,
-                                  heartbeat=args.heartbeat, predictor=pred, time_limit=args.time_limit,
-                                  ttft_margin=margin)
+                res = min_workers(
+                    inst,
+                    method,
+                    1.0,
+                    gpus_per_worker=gpus,
+                    lo=max(lb // gpus, 1),
+                    hi=128,
+                    heartbeat=args.heartbeat,
+                    predictor=pred,
+                    time_limit=args.time_limit,
+                    ttft_margin=margin,
+                )
             except InstanceError as exc:  # the worker cannot meet the SLO even unbatched
                 row["methods"][key] = {"workers": None, "gpus": None, "reason": str(exc)}
                 print(f"rate {rate:g}: {key}: {exc}", file=sys.stderr, flush=True)
                 continue
             row["methods"][key] = {**res.to_dict(), "seconds": time.perf_counter() - t}
-            print(f"rate {rate:g}: {key}: workers {res.workers} gpus {res.gpus} evaluated {res.evaluated}"
-                  f" ({time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
+            print(
+                f"rate {rate:g}: {key}: workers {res.workers} gpus {res.gpus} evaluated {res.evaluated}"
+                f" ({time.perf_counter() - t:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
         for method in SCALING:
             if not wanted(f"{method}-scaling"):
                 continue
             t = time.perf_counter()
-            res = min_workers_scaling(inst1, method, 1.0, heartbeat=args.heartbeat, predictor=pred,
-                                      time_limit=args.time_limit, ttft_margin=margin)
+            res = min_workers_scaling(
+                inst1,
+                method,
+                1.0,
+                heartbeat=args.heartbeat,
+                predictor=pred,
+                time_limit=args.time_limit,
+                ttft_margin=margin,
+            )
             row["methods"][f"{method}-scaling"] = {**res.to_dict(), "seconds": time.perf_counter() - t}
-            print(f"rate {rate:g}: {method}-scaling: workers {res.workers} evaluated {res.evaluated}"
-                  f" ({time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
+            print(
+                f"rate {rate:g}: {method}-scaling: workers {res.workers} evaluated {res.evaluated}"
+                f" ({time.perf_counter() - t:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
         results.append(row)
         Path(args.out + ".json").write_text(json.dumps({"results": results}, indent=1) + "\n")
-    meta = {"trace": "splitwise_conv.csv", "filter": "prompt <= 2048 and prompt + output <= 4096",
-            "requests": len(sl), "offset": args.offset, "heartbeat": args.heartbeat, "ttft_margin": margin,
-            "model": "llama2-7b", "gpu": "a100", "slo": {"ttft": 0.4, "atgt": 0.015}, "theta": THETA,
-            "coefficients": args.coefficients, "slack": args.slack,
-            "worker_1gpu": worker_coefficients("llama2-7b", "a100", 1, layers).cost_model(),
-            "cpu_seconds": time.process_time() - cpu0, "load_average": os.getloadavg()}
+    meta = {
+        "trace": "splitwise_conv.csv",
+        "filter": "prompt <= 2048 and prompt + output <= 4096",
+        "requests": len(sl),
+        "offset": args.offset,
+        "heartbeat": args.heartbeat,
+        "ttft_margin": margin,
+        "model": "llama2-7b",
+        "gpu": "a100",
+        "slo": {"ttft": 0.4, "atgt": 0.015},
+        "theta": THETA,
+        "coefficients": args.coefficients,
+        "slack": args.slack,
+        "worker_1gpu": worker_coefficients("llama2-7b", "a100", 1, layers).cost_model(),
+        "cpu_seconds": time.process_time() - cpu0,
+        "load_average": os.getloadavg(),
+    }
     Path(args.out + ".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
     plot(results, args.out + ".svg", meta)
     table(results)
@@ -168,8 +213,11 @@ def plot(results, out: str, meta: dict) -> None:
     ax.plot(rates, [r["lower_bound_workers"] for r in results], "k:", label="placement-model lower bound")
     ax.set_xlabel("arrival rate (requests/s)")
     ax.set_ylabel("GPUs for P100 SLO attainment")
-    ax.set_title("Llama-2-7b / A100, Splitwise conversation trace, TTFT 0.4 s, ATGT 15 ms\n"
-                 f"{meta['coefficients']} coefficients, (d) slack '{meta['slack']}'", fontsize=9)
+    ax.set_title(
+        "Llama-2-7b / A100, Splitwise conversation trace, TTFT 0.4 s, ATGT 15 ms\n"
+        f"{meta['coefficients']} coefficients, (d) slack '{meta['slack']}'",
+        fontsize=9,
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -181,8 +229,12 @@ def table(results) -> None:
     print("| rate (req/s) | LB | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 2) + "|")
     for r in results:
-        cells = [str(r["methods"][k]["gpus"]) if r["methods"][k]["gpus"] is not None
-                 else ("unreachable" if "reason" in r["methods"][k] else "none <= 128 workers") for k in keys]
+        cells = [
+            str(r["methods"][k]["gpus"])
+            if r["methods"][k]["gpus"] is not None
+            else ("unreachable" if "reason" in r["methods"][k] else "none <= 128 workers")
+            for k in keys
+        ]
         print(f"| {r['rate']:g} | {r['lower_bound_workers']} | " + " | ".join(cells) + " |")
 
 

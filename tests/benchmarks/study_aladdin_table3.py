@@ -21,8 +21,10 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = next((p for p in (REPO.parent / "shared" / "data", REPO.parent.parent / "shared" / "data") if p.is_dir()),
-            REPO.parent / "shared" / "data")
+DATA = next(
+    (p for p in (REPO.parent / "shared" / "data", REPO.parent.parent / "shared" / "data") if p.is_dir()),
+    REPO.parent / "shared" / "data",
+)
 
 from optsched.costmodel import read_vidur_mlp_profile  # noqa: E402
 from optsched.problems.aladdin.workerconfig import (  # noqa: E402
@@ -33,16 +35,25 @@ from optsched.problems.aladdin.workerconfig import (  # noqa: E402
     throughput_table,
 )
 
-TABLE3 = [("llama2-70b", "a100", 2), ("llama2-13b", "a100", 1), ("llama2-13b", "v100", 2),
-          ("llama2-7b", "a100", 1), ("llama2-7b", "v100", 1)]
+TABLE3 = [
+    ("llama2-70b", "a100", 2),
+    ("llama2-13b", "a100", 1),
+    ("llama2-13b", "v100", 2),
+    ("llama2-7b", "a100", 1),
+    ("llama2-7b", "v100", 1),
+]
 #: Held-out check of the layer-size interpolation: Meta-Llama-3-8B (hidden 4096, 8 KV heads, MLP 14336).
-HELD_OUT = ("mlp_a100_meta-llama_Meta-Llama-3-8B.csv",
-            {"hidden": 4096, "kv_heads": 8, "head_dim": 128, "intermediate": 14336})
+HELD_OUT = (
+    "mlp_a100_meta-llama_Meta-Llama-3-8B.csv",
+    {"hidden": 4096, "kv_heads": 8, "head_dim": 128, "intermediate": 14336},
+)
 
 
 def terms(model: str, gpu: str, measured) -> str:
-    return "; ".join(f"N={r['gpus']}: c3 {1e3 * r['c3']:.1f} ms, B {r['B']:.1f}, b_kv {r['b_kv']:.0f}, "
-                     f"T_max {r['T_max']:.0f}" for r in throughput_table(model, gpu, measured))
+    return "; ".join(
+        f"N={r['gpus']}: c3 {1e3 * r['c3']:.1f} ms, B {r['B']:.1f}, b_kv {r['b_kv']:.0f}, T_max {r['T_max']:.0f}"
+        for r in throughput_table(model, gpu, measured)
+    )
 
 
 def alpha_range(model: str, gpu: str, paper: int, measured, max_alpha: float) -> str:
@@ -88,14 +99,18 @@ def main() -> int:
         return 0
     measured = measured_layers(str(DATA))
     hw = hardware_data()
-    print("| model | GPU | paper | datasheet | measured | alpha assumed | paper's N for alpha in (datasheet) "
-          "| (measured) |")
+    print(
+        "| model | GPU | paper | datasheet | measured | alpha assumed | paper's N for alpha in (datasheet) "
+        "| (measured) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for model, gpu, paper in TABLE3:
         ds, ms = optimal_worker_size(model, gpu), optimal_worker_size(model, gpu, measured)
-        print(f"| {model} | {gpu} | {paper} | {ds} | {ms} | {hw['gpu'][gpu]['allreduce_step_latency_us']:g} us "
-              f"| {alpha_range(model, gpu, paper, None, args.max_alpha)} "
-              f"| {alpha_range(model, gpu, paper, measured, args.max_alpha)} |")
+        print(
+            f"| {model} | {gpu} | {paper} | {ds} | {ms} | {hw['gpu'][gpu]['allreduce_step_latency_us']:g} us "
+            f"| {alpha_range(model, gpu, paper, None, args.max_alpha)} "
+            f"| {alpha_range(model, gpu, paper, measured, args.max_alpha)} |"
+        )
     print()
     for model, gpu, _ in TABLE3:
         print(f"- {model}/{gpu} datasheet: {terms(model, gpu, None)}")

@@ -47,23 +47,43 @@ from optsched.schedule import replay
 
 REPO = Path(__file__).resolve().parents[2]
 #: ``<repo>/../shared/data/gpu/...``, or the same under any ancestor of the repo (worktrees).
-DEFAULT = next((p for p in (b / "shared" / "data" / "gpu" / "h200-llama2-7b-steps.json" for b in REPO.parents)
-                if p.is_file()), REPO.parent / "shared" / "data" / "gpu" / "h200-llama2-7b-steps.json")
+DEFAULT = next(
+    (p for p in (b / "shared" / "data" / "gpu" / "h200-llama2-7b-steps.json" for b in REPO.parents) if p.is_file()),
+    REPO.parent / "shared" / "data" / "gpu" / "h200-llama2-7b-steps.json",
+)
 
 
 def profile(coef: np.ndarray, name: str) -> CostModel:
     """A whole-model profile from coefficients in :data:`FIT_TERMS` order, 4 significant digits."""
     v = {t: float(f"{c:.4g}") for t, c in zip(FIT_TERMS, coef)}
-    return cost_model_from_mapping({
-        "layers": 1, "base": v["base"], "per_token": v["per_token"],
-        "prefill": {"bias": v["prefill.bias"], "per_token": v["prefill.per_token"],
-                    "per_token_sq": v["prefill.per_token_sq"], "per_ctx": v["prefill.per_ctx"]},
-        "decode": {"bias": v["decode.bias"], "per_kv": v["decode.per_kv"]}}, name=name)
+    return cost_model_from_mapping(
+        {
+            "layers": 1,
+            "base": v["base"],
+            "per_token": v["per_token"],
+            "prefill": {
+                "bias": v["prefill.bias"],
+                "per_token": v["prefill.per_token"],
+                "per_token_sq": v["prefill.per_token_sq"],
+                "per_ctx": v["prefill.per_ctx"],
+            },
+            "decode": {"bias": v["decode.bias"], "per_kv": v["decode.per_kv"]},
+        },
+        name=name,
+    )
 
 
 def coefficients(model: CostModel) -> np.ndarray:
-    return np.array([model.base, model.per_token, model.prefill.bias, model.prefill.per_token,
-                     model.prefill.per_token_sq, model.prefill.per_ctx, model.decode.bias, model.decode.per_kv])
+    return np.array([
+        model.base,
+        model.per_token,
+        model.prefill.bias,
+        model.prefill.per_token,
+        model.prefill.per_token_sq,
+        model.prefill.per_ctx,
+        model.decode.bias,
+        model.decode.per_kv,
+    ])
 
 
 def step_kind(f: tuple[int, ...]) -> str:
@@ -81,8 +101,13 @@ def run_features(data: dict, instances: Path) -> dict[str, tuple[str, list[tuple
     out = {}
     for name, run in data["runs"].items():
         base = load_instance(instances / f"{run['instance']}.json")
-        inst = Instance(base.name, base.cost_model, base.limits,
-                        tuple(dataclasses.replace(r, arrival=0.0) for r in base.requests), base.extra)
+        inst = Instance(
+            base.name,
+            base.cost_model,
+            base.limits,
+            tuple(dataclasses.replace(r, arrival=0.0) for r in base.requests),
+            base.extra,
+        )
         schedule, step_batch = schedule_of_run(inst, run["steps"], name)
         rep = replay(inst, schedule)
         out[name] = (run["instance"], [tuple(rep.features[b]) for b in step_batch])
@@ -140,7 +165,7 @@ class Study:
             "l1 kind-balanced": lambda _: self.fit("l1", balanced),
             "l2 kind-balanced": lambda _: self.fit("l2", balanced),
             "l1 absolute": lambda _: self.fit("l1", absolute),
-            "l2 absolute": lambda _: self.fit("l2", absolute ** 2),
+            "l2 absolute": lambda _: self.fit("l2", absolute**2),
             "l1 schedule kinds": lambda _: self.fit("l1", in_schedules),
             "l1 kind-frequency": lambda i: self.fit("l1", self.kind_frequency(i)),
             "l2 kind-frequency": lambda i: self.fit("l2", self.kind_frequency(i)),
@@ -159,9 +184,15 @@ class Study:
         report = compare_runs(self.data, model, self.instances_dir)
         runs = {n: r for n, r in report["runs"].items() if r["instance"] in instances}
         worst = max(runs, key=lambda n: abs(runs[n]["error_pct"]))
-        return {"worst": worst, "worst_pct": runs[worst]["error_pct"],
-                "within": sum(abs(r["error_pct"]) <= 5.0 for r in runs.values()), "runs": len(runs),
-                "swapped": [i for i in self.instance_names if i in instances and not report["instances"][i]["ranking_kept"]]}
+        return {
+            "worst": worst,
+            "worst_pct": runs[worst]["error_pct"],
+            "within": sum(abs(r["error_pct"]) <= 5.0 for r in runs.values()),
+            "runs": len(runs),
+            "swapped": [
+                i for i in self.instance_names if i in instances and not report["instances"][i]["ranking_kept"]
+            ],
+        }
 
     def reference(self, instances: set[str], grid_cap: float | None) -> np.ndarray:
         """Coefficients fitted to the runs of ``instances`` (not to the grid): the least worst
@@ -189,8 +220,12 @@ class Study:
         for a, m in zip(cols, makespan):
             row(a / m, {nv - 1: -1.0}, -inf, 1.0)
             row(a / m, {nv - 1: 1.0}, 1.0, inf)
-        for i, j in ((i, j) for i in range(len(names)) for j in range(len(names))
-                     if self.runs[names[i]][0] == self.runs[names[j]][0] and makespan[j] - makespan[i] > 0.02 * makespan[i]):
+        for i, j in (
+            (i, j)
+            for i in range(len(names))
+            for j in range(len(names))
+            if self.runs[names[i]][0] == self.runs[names[j]][0] and makespan[j] - makespan[i] > 0.02 * makespan[i]
+        ):
             row((cols[i] - cols[j]) / makespan[j], {}, -inf, -1e-4)  # measured faster stays predicted faster
         if grid_cap is not None:
             for r in range(g):
@@ -216,18 +251,24 @@ def main() -> None:
     every = set(study.instance_names)
     print("| method | grid mean / max | worst run | runs within 5 % | ranking not kept |\n|---|---|---|---|---|")
     rows = [(n, m(every)) for n, m in study.methods().items()]
-    rows += [("reference: fitted to the runs", study.reference(every, None)),
-             ("reference: fitted to the runs, grid mean <= 7 %", study.reference(every, 0.07))]
+    rows += [
+        ("reference: fitted to the runs", study.reference(every, None)),
+        ("reference: fitted to the runs, grid mean <= 7 %", study.reference(every, 0.07)),
+    ]
     for name, coef in rows:
         model = profile(coef, name)
         mean, worst = study.grid_error(model)
         c = study.check(model, every)
-        print(f"| {name} | {mean:.1f} % / {worst:.0f} % | {c['worst']} {c['worst_pct']:+.2f} % | "
-              f"{c['within']}/{c['runs']} | {', '.join(c['swapped']) or '-'} |")
+        print(
+            f"| {name} | {mean:.1f} % / {worst:.0f} % | {c['worst']} {c['worst_pct']:+.2f} % | "
+            f"{c['within']}/{c['runs']} | {', '.join(c['swapped']) or '-'} |"
+        )
     if not args.loio:
         return
-    print("\n| held-out instance | method chosen on the other five | held-out worst | held-out ranking "
-          "| reference (grid mean <= 7 %) on the other five: held-out worst, ranking |\n|---|---|---|---|---|")
+    print(
+        "\n| held-out instance | method chosen on the other five | held-out worst | held-out ranking "
+        "| reference (grid mean <= 7 %) on the other five: held-out worst, ranking |\n|---|---|---|---|---|"
+    )
     methods = study.methods()
     for held in study.instance_names:
         train = every - {held}
@@ -239,8 +280,10 @@ def main() -> None:
         best = min(methods, key=score)
         c = study.check(profile(methods[best](train), best), {held})
         r = study.check(profile(study.reference(train, 0.07), "reference"), {held})
-        print(f"| {held} | {best} | {c['worst']} {c['worst_pct']:+.2f} % | {'not kept' if c['swapped'] else 'kept'} "
-              f"| {r['worst']} {r['worst_pct']:+.2f} %, {'not kept' if r['swapped'] else 'kept'} |")
+        print(
+            f"| {held} | {best} | {c['worst']} {c['worst_pct']:+.2f} % | {'not kept' if c['swapped'] else 'kept'} "
+            f"| {r['worst']} {r['worst_pct']:+.2f} %, {'not kept' if r['swapped'] else 'kept'} |"
+        )
 
 
 if __name__ == "__main__":

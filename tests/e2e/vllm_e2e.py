@@ -84,8 +84,9 @@ def slack_blocks(instance: Path) -> list[str]:
     return ["--kv-blocks", str(-(-m // BLOCK_SIZE) + len(data["requests"]))]
 
 
-def case(name: str, py: str, vpy: str, out: Path, instance: Path, make: list[str] | None,
-         schedule: Path | None, totals: dict) -> bool:
+def case(
+    name: str, py: str, vpy: str, out: Path, instance: Path, make: list[str] | None, schedule: Path | None, totals: dict
+) -> bool:
     """One schedule source through export -> execute -> validate; True when it passed."""
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
@@ -99,22 +100,58 @@ def case(name: str, py: str, vpy: str, out: Path, instance: Path, make: list[str
             return False
         try:
             info = json.loads(proc.stdout)
-            print(f"[{name}] schedule: {info.get('status', info.get('policy'))}, objective "
-                  f"{info.get('objective', info.get('metrics', {}).get('makespan'))}")
+            print(
+                f"[{name}] schedule: {info.get('status', info.get('policy'))}, objective "
+                f"{info.get('objective', info.get('metrics', {}).get('makespan'))}"
+            )
         except json.JSONDecodeError:
             pass
     plan = d / "plan.json"
-    proc = run(opt + ["export", str(schedule), "--instance", str(instance), "--format", "vllm-replay",
-                      "--block-size", str(BLOCK_SIZE), "--out", str(plan), "--json",
-                      *(slack_blocks(instance) if make is not None else [])], d / "export.log")
+    proc = run(
+        opt
+        + [
+            "export",
+            str(schedule),
+            "--instance",
+            str(instance),
+            "--format",
+            "vllm-replay",
+            "--block-size",
+            str(BLOCK_SIZE),
+            "--out",
+            str(plan),
+            "--json",
+            *(slack_blocks(instance) if make is not None else []),
+        ],
+        d / "export.log",
+    )
     if proc.returncode != 0:
         print(f"[{name}] FAILED: export refused the schedule: {proc.stderr.strip()}")
         return False
     plan_data = json.loads(plan.read_text())
     pre, chunks = features(plan_data)
     result = d / "result.json"
-    proc = run([vpy, "-m", "optsched.cli", "execute", str(plan), "--model", "tiny-llama", "--dtype", "float32",
-                "--repeats", "5", "--warmup", "1", "--out", str(result), "--json"], d / "execute.log")
+    proc = run(
+        [
+            vpy,
+            "-m",
+            "optsched.cli",
+            "execute",
+            str(plan),
+            "--model",
+            "tiny-llama",
+            "--dtype",
+            "float32",
+            "--repeats",
+            "5",
+            "--warmup",
+            "1",
+            "--out",
+            str(result),
+            "--json",
+        ],
+        d / "execute.log",
+    )
     if not result.exists():
         print(f"[{name}] FAILED: execute wrote no result (rc {proc.returncode}); see {d / 'execute.log'}")
         return False
@@ -128,15 +165,28 @@ def case(name: str, py: str, vpy: str, out: Path, instance: Path, make: list[str
     if problems:
         print(f"[{name}] FAILED: " + "; ".join(problems))
         return False
-    proc = run(opt + ["validate", str(result), "--plot", str(d / "validate.png"),
-                      "--profile-out", str(d / "refit.toml"), "--json"], d / "validate.log")
+    proc = run(
+        opt
+        + [
+            "validate",
+            str(result),
+            "--plot",
+            str(d / "validate.png"),
+            "--profile-out",
+            str(d / "refit.toml"),
+            "--json",
+        ],
+        d / "validate.log",
+    )
     rep = json.loads(proc.stdout) if proc.returncode == 0 else {}
     totals["preemptions"] += pre
     totals["chunked"] += chunks
-    print(f"[{name}] passed: {len(res['steps'])} steps, 0 mismatches, outputs {res['outputs']}, "
-          f"{pre} preemption(s), {chunks} chunked prefill(s); predicted {res['predicted_total'] * 1e3:.2f} ms, "
-          f"measured {res['measured_total'] * 1e3:.2f} ms (CPU smoke test), MAPE {rep.get('mape', float('nan')):.1f} %, "
-          f"refit MAPE {rep.get('refit_mape', float('nan')):.1f} % ({time.perf_counter() - t0:.0f} s)")
+    print(
+        f"[{name}] passed: {len(res['steps'])} steps, 0 mismatches, outputs {res['outputs']}, "
+        f"{pre} preemption(s), {chunks} chunked prefill(s); predicted {res['predicted_total'] * 1e3:.2f} ms, "
+        f"measured {res['measured_total'] * 1e3:.2f} ms (CPU smoke test), MAPE {rep.get('mape', float('nan')):.1f} %, "
+        f"refit MAPE {rep.get('refit_mape', float('nan')):.1f} % ({time.perf_counter() - t0:.0f} s)"
+    )
     return True
 
 
@@ -145,8 +195,11 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable, help="Python with optsched and its dependencies")
     ap.add_argument("--vllm-python", required=True, help="Python of the vLLM venv (optsched installed there)")
     ap.add_argument("--out", required=True, help="working folder for schedules, plans and results")
-    ap.add_argument("--solve-time-limit", default="600",
-                    help="seconds for the InferMax solve (about 75 s on a loaded 2-core machine)")
+    ap.add_argument(
+        "--solve-time-limit",
+        default="600",
+        help="seconds for the InferMax solve (about 75 s on a loaded 2-core machine)",
+    )
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -158,9 +211,21 @@ def main() -> int:
     ]
     if has_command(py, "solve") and has_entry(py, "optsched.problems", "SOLVERS", "infermax"):
         opt_instance = HERE / "e2e-optimal.json"
-        cases.append(("optimal", opt_instance, ["solve", str(opt_instance), "--problem", "infermax",
-                                                "--objective", "makespan", "--time-limit", args.solve_time_limit],
-                      None))
+        cases.append((
+            "optimal",
+            opt_instance,
+            [
+                "solve",
+                str(opt_instance),
+                "--problem",
+                "infermax",
+                "--objective",
+                "makespan",
+                "--time-limit",
+                args.solve_time_limit,
+            ],
+            None,
+        ))
     else:
         print("[optimal] skipped: 'optsched solve --problem infermax' is not available in this checkout")
     if has_command(py, "simulate") and has_entry(py, "optsched.policies", "POLICIES", "sarathi"):
@@ -176,8 +241,10 @@ def main() -> int:
         else:
             failed += 1
     if totals["preemptions"] == 0 or totals["chunked"] == 0:
-        print(f"FAILED: the passing cases executed {totals['preemptions']} preemption(s) and "
-              f"{totals['chunked']} chunked prefill(s); at least one of each is required")
+        print(
+            f"FAILED: the passing cases executed {totals['preemptions']} preemption(s) and "
+            f"{totals['chunked']} chunked prefill(s); at least one of each is required"
+        )
         failed += 1
     print(f"vllm-e2e: {passed} passed, {failed} failed")
     return 1 if failed else 0

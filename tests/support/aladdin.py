@@ -12,15 +12,19 @@ from optsched.problems.aladdin.placement import Job, PlacementProblem
 SOLVERS = ("cpsat", "highs", "cbc")
 
 
-def aladdin_instance(requests, *, kv=60, ttft=0.02, atgt=0.05, gamma=0.5, theta=1.0, max_workers=None, budget=100000,
-                     slack="paper"):
+def aladdin_instance(
+    requests, *, kv=60, ttft=0.02, atgt=0.05, gamma=0.5, theta=1.0, max_workers=None, budget=100000, slack="paper"
+):
     placement = {"kv_capacity": kv, "gamma": gamma, "theta": theta, "slack": slack}
     if max_workers is not None:
         placement["max_workers"] = max_workers
     return parse_instance({
         "name": "rand",
-        "cost_model": {"layers": 1, "prefill": {"bias": 0.002, "per_token": 0.0005},
-                       "decode": {"bias": 0.02, "per_token": 0.002, "per_kv": 0.0002}},
+        "cost_model": {
+            "layers": 1,
+            "prefill": {"bias": 0.002, "per_token": 0.0005},
+            "decode": {"bias": 0.02, "per_token": 0.002, "per_kv": 0.0002},
+        },
         "limits": {"token_budget": budget, "kv_capacity": kv},
         "slo": {"ttft": ttft, "atgt": atgt},
         "placement": placement,
@@ -30,8 +34,12 @@ def aladdin_instance(requests, *, kv=60, ttft=0.02, atgt=0.05, gamma=0.5, theta=
 
 def random_requests(rng: random.Random, n: int, arrival: bool = False):
     return [
-        {"id": f"r{k}", "arrival": round(rng.uniform(0, 3), 3) if arrival else 0.0,
-         "prompt_tokens": rng.randint(1, 20), "output_tokens": rng.randint(1, 25)}
+        {
+            "id": f"r{k}",
+            "arrival": round(rng.uniform(0, 3), 3) if arrival else 0.0,
+            "prompt_tokens": rng.randint(1, 20),
+            "output_tokens": rng.randint(1, 25),
+        }
         for k in range(n)
     ]
 

@@ -23,11 +23,26 @@ def solve(instance: Instance, options: dict) -> SolveResult:
     if method in ("feasible", "optimal"):
         schedule = random_legal_schedule(instance, random.Random(0)).schedule
         value, rep = replayed_objective(instance, schedule, "makespan")
-        return SolveResult(problem="fake", solver="none", status=method, objective=value, bound=value * 0.5,
-                           wall_time=0.01, schedule=schedule, replay=rep)
+        return SolveResult(
+            problem="fake",
+            solver="none",
+            status=method,
+            objective=value,
+            bound=value * 0.5,
+            wall_time=0.01,
+            schedule=schedule,
+            replay=rep,
+        )
     if method == "bad-schedule":
-        return SolveResult(problem="fake", solver="none", status="feasible", objective=1.0, bound=0.5, wall_time=0.01,
-                           schedule=Schedule(instance.name, ()))
+        return SolveResult(
+            problem="fake",
+            solver="none",
+            status="feasible",
+            objective=1.0,
+            bound=0.5,
+            wall_time=0.01,
+            schedule=Schedule(instance.name, ()),
+        )
     if method == "unsupported":
         return SolveResult(problem="fake", solver="none", status="unsupported", message="fake cannot do this")
     return SolveResult(problem="fake", solver="none", status=method)

@@ -1,7 +1,6 @@
 """G-maximisation test helpers: the paper's toy instances (Figs. 3-5) with their optima, small random
 instances, a schedule's canonical form and the search's node after a prefix."""
 
-
 import numpy as np
 
 from optsched.instance import load_instance, parse_instance
@@ -60,5 +59,16 @@ def prefix_node(p: GmaxProblem, prefix: list[list[int]], pi: np.ndarray, emin: n
         rest &= ~sum(1 << j for j in batch)
         last_start, start = start, start + dur
     left = [j for j in range(nreq) if rest >> j & 1]
-    return (0.0, t + emin[left].sum(), rest, q, start, n, t, float(pi[left].sum()), float(emin[left].sum()),
-            None if not prefix else (prefix[-1], None), last_start)
+    return (
+        0.0,
+        t + emin[left].sum(),
+        rest,
+        q,
+        start,
+        n,
+        t,
+        float(pi[left].sum()),
+        float(emin[left].sum()),
+        None if not prefix else (prefix[-1], None),
+        last_start,
+    )

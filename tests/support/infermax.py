@@ -29,6 +29,7 @@ REL = 1e-6
 
 PROFILES = ("llama2-7b-a100", "llama2-70b-a100")
 
+
 def tiny_instance(seed: int, n_max: int = 3, arrivals: bool = False):
     """A random tiny instance: N <= n_max, I, O in 1..4, varied C, P, M, R_max and profile."""
     rng = random.Random(seed)
@@ -47,16 +48,21 @@ def tiny_instance(seed: int, n_max: int = 3, arrivals: bool = False):
     P = rng.choice([p for p in (2, 3, 4, 4096) if p <= C])
     M = rng.choice([need, need + 1, max(need, total - 2), None])
     R = rng.choice([1, 2, None])
-    return parse_instance({
-        "name": f"tiny-{seed}",
-        "cost_model": PROFILES[seed % 2],
-        "limits": {"token_budget": C, "prefill_budget": P, "kv_capacity": M, "max_running": R},
-        "requests": reqs,
-    }, f"tiny-{seed}")
+    return parse_instance(
+        {
+            "name": f"tiny-{seed}",
+            "cost_model": PROFILES[seed % 2],
+            "limits": {"token_budget": C, "prefill_budget": P, "kv_capacity": M, "max_running": R},
+            "requests": reqs,
+        },
+        f"tiny-{seed}",
+    )
+
 
 def solve(inst, **opts):
     """The InferMax solve; the model is always built (no early exit when a policy meets a bound)."""
     return solver_for("infermax")(inst, {"threads": 1, "early_exit": False, **opts})
+
 
 def solve_mip(inst, **opts):
     """Gurobi when its (restricted) licence takes the model, else HiGHS."""
@@ -64,6 +70,7 @@ def solve_mip(inst, **opts):
     if res.status == "unsupported":
         res = solve(inst, solver="highs", **opts)
     return res
+
 
 def policy_schedules(inst) -> dict[str, Schedule]:
     """Every unified-scheduler policy's schedule of ``inst``, by policy name."""
@@ -75,6 +82,7 @@ def policy_schedules(inst) -> dict[str, Schedule]:
             continue
     return out
 
+
 def policy_values(inst, objective: str = "makespan", evictions: bool = True) -> dict[str, float]:
     out = {}
     for name, sched in policy_schedules(inst).items():
@@ -82,6 +90,7 @@ def policy_values(inst, objective: str = "makespan", evictions: bool = True) -> 
         if evictions or rep.metrics.evictions == 0:
             out[name] = value
     return out
+
 
 def check_result(inst, res, expected: float | None, objective: str = "makespan") -> None:
     assert res.schedule is not None
@@ -93,11 +102,17 @@ def check_result(inst, res, expected: float | None, objective: str = "makespan")
         assert res.objective == pytest.approx(expected, rel=REL)
     assert res.bound is not None and res.bound <= res.objective * (1 + 1e-9)
 
+
 #: Inline cost models where the bound's unusual branches matter: a large quadratic prefill term
 #: (chunking pays), decode dearer than a refill, prefill bias below decode bias.
 ADVERSARIAL_COSTS = [
-    {"layers": 2, "base": 1e-3, "per_token": 1e-5, "prefill": {"bias": 1e-4, "per_token_sq": 1e-4},
-     "decode": {"bias": 1e-3, "per_kv": 1e-6}},
+    {
+        "layers": 2,
+        "base": 1e-3,
+        "per_token": 1e-5,
+        "prefill": {"bias": 1e-4, "per_token_sq": 1e-4},
+        "decode": {"bias": 1e-3, "per_kv": 1e-6},
+    },
     {"base": 1e-4, "prefill": {"per_token": 1e-6}, "decode": {"bias": 5e-2, "per_token": 1e-2, "per_kv": 1e-2}},
 ]
 
@@ -106,16 +121,18 @@ def scale_instance(n: int, seed: int, memory_share: float = 0.4):
     """N random requests (I, O in 1..16), M = ``memory_share`` of their total KV need (at least
     the largest request's), C = P = 64, llama2-7b-a100."""
     rng = random.Random(seed)
-    reqs = [{"id": f"r{k}", "prompt_tokens": rng.randint(1, 16), "output_tokens": rng.randint(1, 16)}
-            for k in range(n)]
+    reqs = [{"id": f"r{k}", "prompt_tokens": rng.randint(1, 16), "output_tokens": rng.randint(1, 16)} for k in range(n)]
     need = sum(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
     big = max(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
-    return parse_instance({
-        "name": f"scale-n{n}-s{seed}" + ("" if memory_share == 0.4 else f"-m{memory_share:g}"),
-        "cost_model": "llama2-7b-a100",
-        "limits": {"token_budget": 64, "prefill_budget": 64, "kv_capacity": max(big, int(memory_share * need))},
-        "requests": reqs,
-    }, f"scale-n{n}")
+    return parse_instance(
+        {
+            "name": f"scale-n{n}-s{seed}" + ("" if memory_share == 0.4 else f"-m{memory_share:g}"),
+            "cost_model": "llama2-7b-a100",
+            "limits": {"token_budget": 64, "prefill_budget": 64, "kv_capacity": max(big, int(memory_share * need))},
+            "requests": reqs,
+        },
+        f"scale-n{n}",
+    )
 
 
 def proven_horizon(inst) -> int:
@@ -126,6 +143,7 @@ def proven_horizon(inst) -> int:
     data = build_data(inst, opts, best, best, 1)
     assert data.horizon_proven
     return data.J
+
 
 def relaxation_point(inst, sched: Schedule) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
     """x, s, r of the module docstring's proof for a schedule, per request and batch with items.
@@ -173,10 +191,12 @@ def relaxation_point(inst, sched: Schedule) -> tuple[list[list[int]], list[list[
                 out[k][index[rid]][j] = v
     return out  # type: ignore[return-value]
 
+
 def schedules(inst) -> dict[str, Schedule]:
     """The exhaustive optima (with and without evictions) and every policy's schedule."""
     out = {f"exhaustive-evict={ev}": exhaustive_makespan(inst, evict=ev)[1] for ev in (True, False)}
     return {**out, **policy_schedules(inst)}
+
 
 #: Horizons above this are skipped (the second adversarial model's near-free batches prove only
 #: J ~ 1700, a model too large to solve exactly in a unit test; the relaxation's point test,

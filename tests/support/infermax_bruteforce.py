@@ -50,7 +50,9 @@ def _actions(state: tuple[int, int, int], out: int, evict: bool, chunk: bool) ->
     return acts
 
 
-def _successors(inst: Instance, state: State, evict: bool, chunk: bool, hybrid: bool) -> Iterator[tuple[float, State, Batch]]:
+def _successors(
+    inst: Instance, state: State, evict: bool, chunk: bool, hybrid: bool
+) -> Iterator[tuple[float, State, Batch]]:
     lim = inst.limits
     reqs = inst.requests
     per = [_actions(s, r.output_tokens, evict, chunk) for s, r in zip(state, reqs)]

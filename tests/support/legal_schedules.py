@@ -51,13 +51,20 @@ def _batch_time(inst: Instance, n_tok: int, n_pre: int, s_pre: int, n_dec: int, 
         return 0.0
     t = cm.base + cm.per_token * n_tok
     if n_pre:
-        t += cm.prefill.bias + cm.prefill.per_token * n_pre + cm.prefill.per_token_sq * s_pre + cm.prefill.per_ctx * x_pre
+        t += (
+            cm.prefill.bias
+            + cm.prefill.per_token * n_pre
+            + cm.prefill.per_token_sq * s_pre
+            + cm.prefill.per_ctx * x_pre
+        )
     if n_dec:
         t += cm.decode.bias + cm.decode.per_token * n_dec + cm.decode.per_kv * kv_dec
     return cm.layers * t
 
 
-def random_legal_schedule(inst: Instance, rng: random.Random, p_evict: float = 0.1, max_batches: int = 400) -> LegalSchedule:
+def random_legal_schedule(
+    inst: Instance, rng: random.Random, p_evict: float = 0.1, max_batches: int = 400
+) -> LegalSchedule:
     reqs = inst.requests
     lim = inst.limits
     C, P = lim.token_budget, lim.prefill_budget

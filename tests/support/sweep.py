@@ -37,13 +37,23 @@ def write_spec(folder: Path, spec: dict[str, Any], name: str = "spec.json") -> P
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """``python -m optsched ARGS`` in a subprocess (text output captured)."""
-    return subprocess.run([sys.executable, "-m", "optsched", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "optsched", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def start_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "optsched", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "optsched", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def read_rows(folder: Path) -> list[dict[str, Any]]:
@@ -109,9 +119,13 @@ def expected_keys(tmp_path, spec: dict) -> set[str]:
 
 def slow_spec() -> dict:
     """12 cells of about a second each on this machine: long enough to interrupt."""
-    return {"name": "slow", "workloads": [{"instance": "poisson-mixed-100"}],
-            "limits": {"kv_capacity": [20000, 40000, 80000]}, "rate_scale": [1, 2, 3, 4],
-            "run": {"simulate": ["vllm", "sarathi"]}}
+    return {
+        "name": "slow",
+        "workloads": [{"instance": "poisson-mixed-100"}],
+        "limits": {"kv_capacity": [20000, 40000, 80000]},
+        "rate_scale": [1, 2, 3, 4],
+        "run": {"simulate": ["vllm", "sarathi"]},
+    }
 
 
 def check_exactly_once(tmp_path, spec: dict, out) -> None:

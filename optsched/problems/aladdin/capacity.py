@@ -99,9 +99,18 @@ def min_workers(
 
     def ok(w: int) -> bool:
         if w not in runs:
-            runs[w] = simulate_cluster(instance, method, w, heartbeat=heartbeat, predictor=predictor,
-                                       solver=solver, time_limit=time_limit, model=model, seed=seed,
-                                       ttft_margin=ttft_margin)
+            runs[w] = simulate_cluster(
+                instance,
+                method,
+                w,
+                heartbeat=heartbeat,
+                predictor=predictor,
+                solver=solver,
+                time_limit=time_limit,
+                model=model,
+                seed=seed,
+                ttft_margin=ttft_margin,
+            )
             out.evaluated[f"W={w}"] = runs[w].attainment
         return runs[w].attainment >= target - 1e-12
 
@@ -147,8 +156,17 @@ def min_workers_scaling(
     base = model_from_instance(instance)
     out = CapacityResult(f"{method} (scaling)", None, gpus_per_worker, target)
     for theta in thetas:
-        res = simulate_cluster(instance, method, None, heartbeat=heartbeat, predictor=predictor, solver=solver,
-                               time_limit=time_limit, model=base.with_knobs(theta=theta), ttft_margin=ttft_margin)
+        res = simulate_cluster(
+            instance,
+            method,
+            None,
+            heartbeat=heartbeat,
+            predictor=predictor,
+            solver=solver,
+            time_limit=time_limit,
+            model=base.with_knobs(theta=theta),
+            ttft_margin=ttft_margin,
+        )
         out.evaluated[f"theta={theta:g},W={res.workers}"] = res.attainment
         if res.attainment >= target - 1e-12 and (out.workers is None or res.workers < out.workers):
             out.workers, out.best = res.workers, res

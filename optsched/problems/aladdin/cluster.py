@@ -231,15 +231,31 @@ def simulate_cluster(
         if record is not None:
             record.append(problem)
         t0 = time.perf_counter()
-        result = place(method, problem, solver=solver, time_limit=time_limit, errors=errors,
-                       rng=rng, rr_start=rr_pointer, given=assignment)
+        result = place(
+            method,
+            problem,
+            solver=solver,
+            time_limit=time_limit,
+            errors=errors,
+            rng=rng,
+            rr_start=rr_pointer,
+            given=assignment,
+        )
         cluster.decision_times.append(time.perf_counter() - t0)
         rr_pointer += len(new)
         cluster.deliver(result, new, now)
     for eng in cluster.engines:
         eng.advance()
-    return _judge(cluster.inst, method, cluster.engines, cluster.placement, cluster.peak, cluster.decision_times,
-                  cluster.overflows, cluster.limits)
+    return _judge(
+        cluster.inst,
+        method,
+        cluster.engines,
+        cluster.placement,
+        cluster.peak,
+        cluster.decision_times,
+        cluster.overflows,
+        cluster.limits,
+    )
 
 
 def _heartbeat_slots(inst: Instance, heartbeat: float) -> list[tuple[int, list[Request]]]:
@@ -340,8 +356,16 @@ def _worker(inst: Instance, limits: Limits, index: int) -> Engine:
     return Engine(limits, inst.cost_model, "vllm", name=f"{inst.name}/worker{index}")
 
 
-def _judge(inst: Instance, method: str, engines: list[Engine], placement: dict[str, int], peak: int,
-           decision_times: list[float], overflows: int, limits: Limits) -> ClusterResult:
+def _judge(
+    inst: Instance,
+    method: str,
+    engines: list[Engine],
+    placement: dict[str, int],
+    peak: int,
+    decision_times: list[float],
+    overflows: int,
+    limits: Limits,
+) -> ClusterResult:
     replays, schedules, subs = [], [], []
     ttft: dict[str, float] = {}
     atgt: dict[str, float | None] = {}
@@ -365,5 +389,6 @@ def _judge(inst: Instance, method: str, engines: list[Engine], placement: dict[s
         subs.append(sub)
         schedules.append(sched)
         replays.append(rep)
-    return ClusterResult(method, len(engines), peak, placement, replays, schedules, subs, ttft, atgt, met,
-                         decision_times, overflows)
+    return ClusterResult(
+        method, len(engines), peak, placement, replays, schedules, subs, ttft, atgt, met, decision_times, overflows
+    )

@@ -89,8 +89,14 @@ def _build(cp: CompiledProblem, jobs: list[int], n_fresh: int, deadline: float |
     return _Model(n_workers, n_exist, allowed, kv_rows, fixed)
 
 
-def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, deadline: float | None,
-                 threads: int | None, hint: dict[int, int] | None) -> tuple[Status, dict[int, int], float | None]:
+def _solve_cpsat(
+    cp: CompiledProblem,
+    jobs: list[int],
+    md: _Model,
+    deadline: float | None,
+    threads: int | None,
+    hint: dict[int, int] | None,
+) -> tuple[Status, dict[int, int], float | None]:
     from ortools.sat.python import cp_model
 
     mdl = cp_model.CpModel()
@@ -142,8 +148,9 @@ def _solve_cpsat(cp: CompiledProblem, jobs: list[int], md: _Model, deadline: flo
     return Status.TIME_LIMIT, {}, solver.BestObjectiveBound() + len(md.fixed_used)
 
 
-def _solve_pulp(cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, deadline: float | None,
-                threads: int | None) -> tuple[Status, dict[int, int], float | None]:
+def _solve_pulp(
+    cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, deadline: float | None, threads: int | None
+) -> tuple[Status, dict[int, int], float | None]:
     import pulp
 
     start = time.perf_counter()
@@ -235,8 +242,9 @@ def solve_placement(
     full = compile_problem(problem)
     n_exist = len(problem.ongoing)
     empty = full.empty_load()
-    alone_bad = [job.id for j, job in enumerate(problem.new)
-                 if not empty.fits(job, int(full.wb_new[j]), int(full.wp_new[j]))]
+    alone_bad = [
+        job.id for j, job in enumerate(problem.new) if not empty.fits(job, int(full.wb_new[j]), int(full.wp_new[j]))
+    ]
     core = replace(problem, new=tuple(job for job in problem.new if job.id not in set(alone_bad)))
     cp = compile_problem(core) if alone_bad else full
     jobs = list(range(len(core.new)))
@@ -262,13 +270,23 @@ def solve_placement(
     except DeadlinePassed:
         status, assign, bound = Status.TIME_LIMIT, {}, None
     if status == Status.INFEASIBLE:
-        return PlacementResult(assignment={}, workers=0, status=Status.INFEASIBLE, bound=None, method="exact",
-                               solver=solver, unplaceable=alone_bad, wall_time=time.perf_counter() - t0)
+        return PlacementResult(
+            assignment={},
+            workers=0,
+            status=Status.INFEASIBLE,
+            bound=None,
+            method="exact",
+            solver=solver,
+            unplaceable=alone_bad,
+            wall_time=time.perf_counter() - t0,
+        )
     assignment = {core.new[j].id: i for j, i in assign.items()}
     overflows: list[str] = []
-    if status == Status.TIME_LIMIT and (not assignment or not warm.unplaceable and (
-        used_workers(problem, warm.assignment) < used_workers(problem, assignment)
-    )):  # no incumbent (best fit's placement, overflows included), or one worse than best fit's
+    if status == Status.TIME_LIMIT and (
+        not assignment
+        or not warm.unplaceable
+        and (used_workers(problem, warm.assignment) < used_workers(problem, assignment))
+    ):  # no incumbent (best fit's placement, overflows included), or one worse than best fit's
         assignment = dict(warm.assignment)  # (the MIP backends get no hint)
         overflows = list(warm.unplaceable)
     for k, jid in enumerate(alone_bad):
@@ -278,8 +296,16 @@ def solve_placement(
     workers = used_workers(problem, assignment)
     if bound >= workers and not overflows:
         status = Status.OPTIMAL
-    return PlacementResult(assignment=assignment, workers=workers, status=status, bound=bound, method="exact",
-                           solver=solver, unplaceable=alone_bad + overflows, wall_time=time.perf_counter() - t0)
+    return PlacementResult(
+        assignment=assignment,
+        workers=workers,
+        status=status,
+        bound=bound,
+        method="exact",
+        solver=solver,
+        unplaceable=alone_bad + overflows,
+        wall_time=time.perf_counter() - t0,
+    )
 
 
 def load_backend(solver: str) -> None:
@@ -308,5 +334,6 @@ def _fresh_lower_bound(cp: CompiledProblem, md: _Model, jobs: list[int]) -> int:
     sum_p = sum(int(cp.wp_new[j]) for j in rest)
     sum_kv = sum(int(cp.kv_profile(job[j], one)[0]) for j in rest)
     room_c = cp.cap_c - cp.c1
-    return max(1, math.ceil(sum_b / max(cp.cap_b, 1)), math.ceil(sum_p / max(room_c, 1)),
-               math.ceil(sum_kv / max(cp.kv_cap, 1)))
+    return max(
+        1, math.ceil(sum_b / max(cp.cap_b, 1)), math.ceil(sum_p / max(room_c, 1)), math.ceil(sum_kv / max(cp.kv_cap, 1))
+    )

@@ -69,8 +69,13 @@ def best_fit(
     loads = [load.copy() for load in cp.loads]
     assignment, overflow = _best_fit_into(cp, loads, range(len(problem.new)), normalise)
     return PlacementResult(
-        assignment=assignment, workers=used_workers(problem, assignment), status=Status.FEASIBLE, bound=None,
-        method="bestfit", unplaceable=overflow, wall_time=time.perf_counter() - t0,
+        assignment=assignment,
+        workers=used_workers(problem, assignment),
+        status=Status.FEASIBLE,
+        bound=None,
+        method="bestfit",
+        unplaceable=overflow,
+        wall_time=time.perf_counter() - t0,
     )
 
 
@@ -184,8 +189,12 @@ def rebalance(
         be[y] += 1
         assignment[jid] = y
     return PlacementResult(
-        assignment=assignment, workers=used_workers(problem, assignment), status=Status.FEASIBLE, bound=None,
-        method="bestfit+rebalance", unplaceable=list(placement.unplaceable),
+        assignment=assignment,
+        workers=used_workers(problem, assignment),
+        status=Status.FEASIBLE,
+        bound=None,
+        method="bestfit+rebalance",
+        unplaceable=list(placement.unplaceable),
         wall_time=placement.wall_time + time.perf_counter() - t0,
     )
 
@@ -238,8 +247,14 @@ def power_of_two(problem: PlacementProblem, rng: np.random.Generator | None = No
 
 def _baseline_result(problem: PlacementProblem, assignment: dict[str, int], method: str, t0: float) -> PlacementResult:
     """A baseline's placement: nothing checked, so status ``UNKNOWN``."""
-    return PlacementResult(assignment=assignment, workers=used_workers(problem, assignment), status=Status.UNKNOWN,
-                           bound=None, method=method, wall_time=time.perf_counter() - t0)
+    return PlacementResult(
+        assignment=assignment,
+        workers=used_workers(problem, assignment),
+        status=Status.UNKNOWN,
+        bound=None,
+        method=method,
+        wall_time=time.perf_counter() - t0,
+    )
 
 
 #: Heuristics by name (best fit variants need no worker count; the others do).

@@ -114,8 +114,10 @@ MAX_SECONDS = 1e6
 def _bounded(value: float, where: str) -> float:
     """``value`` if at most :data:`MAX_SECONDS`, else an :class:`InstanceError` naming ``where``."""
     if value > MAX_SECONDS:
-        raise InstanceError(f"{where}: {value:g} s exceeds {MAX_SECONDS:g} s, the largest time the "
-                            "placement model's integer nanosecond data can hold")
+        raise InstanceError(
+            f"{where}: {value:g} s exceeds {MAX_SECONDS:g} s, the largest time the "
+            "placement model's integer nanosecond data can hold"
+        )
     return value
 
 
@@ -136,9 +138,13 @@ def _coefficients(cost: CostModel, source: str) -> tuple[float, float, float, fl
     c2 = lay * (cost.per_token + cost.decode.per_token)
     c3 = lay * (cost.base + cost.decode.bias)
     where = f"{source}: field 'cost_model'"
-    return (_bounded(k1, f"{where} (prefill time per token)"), _bounded(c1, f"{where} (prefill bias)"),
-            _bounded(k2, f"{where} (decode time per KV token)"), _bounded(c2, f"{where} (decode time per request)"),
-            _bounded(c3, f"{where} (decode bias)"))
+    return (
+        _bounded(k1, f"{where} (prefill time per token)"),
+        _bounded(c1, f"{where} (prefill bias)"),
+        _bounded(k2, f"{where} (decode time per KV token)"),
+        _bounded(c2, f"{where} (decode time per request)"),
+        _bounded(c3, f"{where} (decode bias)"),
+    )
 
 
 def _positive(obj: Mapping[str, Any], key: str, where: str, default: float | None = None) -> float | None:

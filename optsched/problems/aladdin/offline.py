@@ -107,19 +107,34 @@ def solve(instance: Instance, options: Mapping[str, Any] | AladdinOptions | None
         except Exception as exc:  # gurobipy raises its own GurobiError
             if "licen" not in str(exc).lower():
                 raise
-            return SolveResult(problem="aladdin", solver=solver, status=Status.UNSUPPORTED,
-                               message=f"gurobi: the restricted licence does not cover this size ({exc})")
+            return SolveResult(
+                problem="aladdin",
+                solver=solver,
+                status=Status.UNSUPPORTED,
+                message=f"gurobi: the restricted licence does not cover this size ({exc})",
+            )
     else:
         result = place(method, problem)
     wall = time.perf_counter() - t0
     label = solver if method == "exact" else method
     if result.status == Status.INFEASIBLE:
-        return SolveResult(problem="aladdin", solver=label, status=Status.INFEASIBLE, wall_time=wall,
-                           extra={"method": method, "max_workers": problem.max_workers})
+        return SolveResult(
+            problem="aladdin",
+            solver=label,
+            status=Status.INFEASIBLE,
+            wall_time=wall,
+            extra={"method": method, "max_workers": problem.max_workers},
+        )
     cp = compile_problem(problem)
     violations = check_placement(cp, result.assignment, exempt=result.unplaceable)
-    sim = simulate_cluster(planned_instance(instance), "given", workers=None, heartbeat=1.0,
-                           model=problem.model, assignment=result.assignment)
+    sim = simulate_cluster(
+        planned_instance(instance),
+        "given",
+        workers=None,
+        heartbeat=1.0,
+        model=problem.model,
+        assignment=result.assignment,
+    )
     peak_kv = [max(rep.kv_used, default=0) for rep in sim.replays]
     model_peaks = _model_peaks(cp, result.assignment)
     evictions = sum(rep.metrics.evictions for rep in sim.replays if rep.metrics is not None)
@@ -144,8 +159,15 @@ def solve(instance: Instance, options: Mapping[str, Any] | AladdinOptions | None
         },
     }
     bound = result.bound if method == "exact" else None
-    return SolveResult(problem="aladdin", solver=label, status=status, objective=float(result.workers), bound=bound,
-                       wall_time=wall, extra=extra)
+    return SolveResult(
+        problem="aladdin",
+        solver=label,
+        status=status,
+        objective=float(result.workers),
+        bound=bound,
+        wall_time=wall,
+        extra=extra,
+    )
 
 
 def _model_peaks(cp: CompiledProblem, assignment: dict[str, int]) -> list[float]:
@@ -174,7 +196,5 @@ def bounds(instance: Instance, options: Mapping[str, Any] | AladdinBoundOptions 
     ]
     exact = solve_placement(problem, solver=opts.solver, time_limit=opts.time_limit, threads=opts.threads)
     if exact.bound is not None:
-        out.append(Bound("exact", float(exact.bound), True,
-                         f"{exact.status}: proven bound of the placement MIP"))
+        out.append(Bound("exact", float(exact.bound), True, f"{exact.status}: proven bound of the placement MIP"))
     return out
-

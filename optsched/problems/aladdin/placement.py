@@ -245,8 +245,10 @@ class WorkerLoad:
 
     def _job_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         if self._arrays is None:
-            self._arrays = (np.fromiter((j.end for j in self.jobs), np.int64, len(self.jobs)),
-                            np.fromiter((j.base for j in self.jobs), np.int64, len(self.jobs)))
+            self._arrays = (
+                np.fromiter((j.end for j in self.jobs), np.int64, len(self.jobs)),
+                np.fromiter((j.base for j in self.jobs), np.int64, len(self.jobs)),
+            )
         return self._arrays
 
     @property
@@ -298,8 +300,9 @@ class WorkerLoad:
             return True
         return self.peak_kv(job) <= cap
 
-    def violations(self, extra: Job | None = None, wb: int | None = None, wp: int | None = None,
-                   first_only: bool = False) -> list[str]:
+    def violations(
+        self, extra: Job | None = None, wb: int | None = None, wp: int | None = None, first_only: bool = False
+    ) -> list[str]:
         """Which of (b'), (c'), (d'), (e') fail (with ``extra`` added as a new job)."""
         cp = self.cp
         out = []

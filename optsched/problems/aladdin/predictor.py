@@ -59,7 +59,7 @@ class BinPredictor:
     def repredict(self, prompt: int, generated: int) -> int:
         """``ceil(E[l_out | bin(prompt), l_out > generated])``, or ``generated + 1`` without history."""
         values = self._bin(prompt)
-        tail = values[np.searchsorted(values, generated, side="right"):]
+        tail = values[np.searchsorted(values, generated, side="right") :]
         if len(tail) == 0:
             return generated + 1
         return max(generated + 1, math.ceil(float(tail.mean()) - 1e-9))

@@ -168,8 +168,9 @@ def _hardware(model: str, gpu: str, hardware: Mapping[str, Any]) -> tuple[dict, 
         raise ValueError(f"unknown model or GPU {exc.args[0]!r} (see hardware.toml)") from None
 
 
-def _compute(g: dict, m: dict, a: dict, n: int, measured: MeasuredLayers | None,
-             hardware: Mapping[str, Any]) -> tuple[float, float, float, float, float]:
+def _compute(
+    g: dict, m: dict, a: dict, n: int, measured: MeasuredLayers | None, hardware: Mapping[str, Any]
+) -> tuple[float, float, float, float, float]:
     """Compute and KV-read parts ``(k1, c1, k2, c2, c3)`` of one worker of ``n`` GPUs."""
     bpv = a["bytes_per_value"]
     bw = g["bandwidth_gbs"] * 1e9
@@ -186,8 +187,13 @@ def _compute(g: dict, m: dict, a: dict, n: int, measured: MeasuredLayers | None,
     prefill = fit_linear(x, measured.layer_time(n, size, g["tflops_fp16"] / ref["tflops_fp16"]))
     eff = bpv / (measured.per_param[1][0] * ref["bandwidth_gbs"] * 1e9)
     layers = m["layers"]
-    return (layers * prefill.per_token, layers * prefill.base, float(kv_b / (n * bw * eff)),
-            layers * decode.per_token, layers * decode.base)
+    return (
+        layers * prefill.per_token,
+        layers * prefill.base,
+        float(kv_b / (n * bw * eff)),
+        layers * decode.per_token,
+        layers * decode.base,
+    )
 
 
 def _raw(model: str, gpu: str, n: int, measured: MeasuredLayers | None, hardware: Mapping[str, Any]) -> _Raw:
@@ -220,8 +226,9 @@ def _slo(model: str, gpu: str, hardware: Mapping[str, Any]) -> tuple[float, floa
     return float(slo[0]), float(slo[1])
 
 
-def worker_coefficients(model: str, gpu: str, gpus: int, measured: MeasuredLayers | None = None,
-                        hardware: Mapping[str, Any] | None = None) -> WorkerCoefficients:
+def worker_coefficients(
+    model: str, gpu: str, gpus: int, measured: MeasuredLayers | None = None, hardware: Mapping[str, Any] | None = None
+) -> WorkerCoefficients:
     """Coefficients of a worker of ``gpus`` GPUs for ``model`` on ``gpu`` (see the module docstring).
 
     Parameters
@@ -244,12 +251,25 @@ def worker_coefficients(model: str, gpu: str, gpus: int, measured: MeasuredLayer
         raise ValueError(f"{model} on {gpu}: the modelled unbatched latency already exceeds T_dec / 1.3")
     r = _raw(model, gpu, gpus, measured, hw)
     kv_b = 2 * m["layers"] * m["kv_heads"] * m["head_dim"] * a["bytes_per_value"]
-    return WorkerCoefficients(model, gpu, gpus, r.k1, r.c1 + c4, r.k2, r.c2, r.c3 + c4, int(r.mem // kv_b),
-                              ttft, atgt, "datasheet" if measured is None else "measured")
+    return WorkerCoefficients(
+        model,
+        gpu,
+        gpus,
+        r.k1,
+        r.c1 + c4,
+        r.k2,
+        r.c2,
+        r.c3 + c4,
+        int(r.mem // kv_b),
+        ttft,
+        atgt,
+        "datasheet" if measured is None else "measured",
+    )
 
 
-def throughput_table(model: str, gpu: str, measured: MeasuredLayers | None = None,
-                     hardware: Mapping[str, Any] | None = None) -> list[dict[str, float]]:
+def throughput_table(
+    model: str, gpu: str, measured: MeasuredLayers | None = None, hardware: Mapping[str, Any] | None = None
+) -> list[dict[str, float]]:
     """Eq. 6 terms for every feasible worker size: ``b_kv``, ``B``, the two throughputs, ``T_max``."""
     hw = hardware or hardware_data()
     _, _, a = _hardware(model, gpu, hw)
@@ -262,14 +282,24 @@ def throughput_table(model: str, gpu: str, measured: MeasuredLayers | None = Non
         big_b = (w.atgt - w.c3) / (w.k2 * lbar + w.c2)
         kv_term = b_kv / (n * t_kv)
         slo_term = max(big_b, 0.0) / (n * w.atgt)
-        rows.append({"gpus": n, "b_kv": b_kv, "B": big_b, "kv_term": kv_term, "slo_term": slo_term,
-                     "T_max": min(kv_term, slo_term), "kv_tokens": w.kv_tokens, "c3": w.c3, "c2": w.c2,
-                     "k2": w.k2})
+        rows.append({
+            "gpus": n,
+            "b_kv": b_kv,
+            "B": big_b,
+            "kv_term": kv_term,
+            "slo_term": slo_term,
+            "T_max": min(kv_term, slo_term),
+            "kv_tokens": w.kv_tokens,
+            "c3": w.c3,
+            "c2": w.c2,
+            "k2": w.k2,
+        })
     return rows
 
 
-def optimal_worker_size(model: str, gpu: str, measured: MeasuredLayers | None = None,
-                        hardware: Mapping[str, Any] | None = None) -> int:
+def optimal_worker_size(
+    model: str, gpu: str, measured: MeasuredLayers | None = None, hardware: Mapping[str, Any] | None = None
+) -> int:
     """``N_g^opt = argmax_N T_max(N)`` (Eq. 6); ties go to the smaller worker."""
     rows = throughput_table(model, gpu, measured, hardware)
     best = max(rows, key=lambda r: (r["T_max"], -r["gpus"]))

@@ -84,10 +84,19 @@ class Search:
         self.remaining_bound = SuffixBound(problem, suffix.lam, RESTRICTED_STEP)
         self.remaining_bound.pi = suffix.pi
         t = problem.times
-        self.tables = (np.stack(suffix.order).astype(np.int64), t.exec, t.prefill, self.e2e_task, problem.slo_e2e,
-                       problem.slo_ttft, t.tpot <= problem.slo_tpot[:, None], suffix.pi, self.emin,
-                       np.asarray(problem.need, dtype=float),
-                       math.inf if problem.capacity is None else float(problem.capacity))
+        self.tables = (
+            np.stack(suffix.order).astype(np.int64),
+            t.exec,
+            t.prefill,
+            self.e2e_task,
+            problem.slo_e2e,
+            problem.slo_ttft,
+            t.tpot <= problem.slo_tpot[:, None],
+            suffix.pi,
+            self.emin,
+            np.asarray(problem.need, dtype=float),
+            math.inf if problem.capacity is None else float(problem.capacity),
+        )
 
     def dominated(self, rest: int, start: float, n: int, t: float) -> bool:
         entries = self.memo.setdefault(rest, [])
@@ -106,17 +115,41 @@ class Search:
         if sched is not None:
             last[: len(sched[0])] = sched[0]
         members, sizes, fields = node_children(  # scalars cast: one compiled signature
-            self.tables, self.v.value, float(self.v.step), member, last, float(last_start), int(q),
-            float(start), float(n_acc), float(t_acc), float(pisum), float(emin_sum), float(self.lam0),
-            float(self.lam - self.lam0))
+            self.tables,
+            self.v.value,
+            float(self.v.step),
+            member,
+            last,
+            float(last_start),
+            int(q),
+            float(start),
+            float(n_acc),
+            float(t_acc),
+            float(pisum),
+            float(emin_sum),
+            float(self.lam0),
+            float(self.lam - self.lam0),
+        )
         self.swapped += int(fields[-1, 0])
         out = []
         for batch, size, (ub, tmin, child_start, child_n, child_t, child_pi, child_emin) in zip(
-                members.tolist(), sizes.tolist(), fields[:-1].tolist()):
+            members.tolist(), sizes.tolist(), fields[:-1].tolist()
+        ):
             batch = batch[:size]
             mask = sum(1 << j for j in batch)
-            out.append((ub, tmin, rest & ~mask, q + size, child_start, child_n, child_t, child_pi, child_emin,
-                        (batch, sched), start))
+            out.append((
+                ub,
+                tmin,
+                rest & ~mask,
+                q + size,
+                child_start,
+                child_n,
+                child_t,
+                child_pi,
+                child_emin,
+                (batch, sched),
+                start,
+            ))
         return out
 
     def member(self, rest: int) -> np.ndarray:
@@ -141,7 +174,21 @@ class Search:
         p = self.p
         full = (1 << p.n_requests) - 1
         root_ub = float(self.v.pi.sum() + self.v.value[0, 0])
-        stack = [(root_ub, float(self.emin.sum()), full, 0, 0.0, 0, 0.0, float(self.v.pi.sum()), float(self.emin.sum()), None, 0.0)]
+        stack = [
+            (
+                root_ub,
+                float(self.emin.sum()),
+                full,
+                0,
+                0.0,
+                0,
+                0.0,
+                float(self.v.pi.sum()),
+                float(self.emin.sum()),
+                None,
+                0.0,
+            )
+        ]
         while stack:
             if self.nodes % 256 == 0 and passed(deadline):
                 return Status.TIME_LIMIT, stack
@@ -182,8 +229,9 @@ def grid_cell(start, step, cells):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def node_children(tables, value, step, member, last, last_start, q, start, n_acc, t_acc, pisum, emin_sum,
-                  lam0, delta):  # pragma: no cover - compiled
+def node_children(
+    tables, value, step, member, last, last_start, q, start, n_acc, t_acc, pisum, emin_sum, lam0, delta
+):  # pragma: no cover - compiled
     """The children of a node (``Search.children``): per batch size s, the remaining rows in size
     order, their member values u, and every batch of a leader and s - 1 rows before it whose bound
     exceeds EPS and which fits the capacity. The s - 1 rows are enumerated in lexicographic order of
@@ -247,7 +295,8 @@ def node_children(tables, value, step, member, last, last_start, q, start, n_acc
                         continue
                     if need_left <= 1:  # a batch: the leader and the rows chosen so far (and this head)
                         members, sizes, fields, count = _add_child(
-                            tables, node, s, li, pos, preds, idx, gain, dur, tail, members, sizes, fields, count)
+                            tables, node, s, li, pos, preds, idx, gain, dur, tail, members, sizes, fields, count
+                        )
                         if need_left == 0:
                             depth = -1  # the size-1 batch is the only one
                         else:
@@ -312,15 +361,23 @@ def _size_rows(tables, value, step, member, node, s, idx, dur, gain, u, tail, fi
             gain[m] = 1.0 if on_time_at(tables, j, start, s) else 0.0
             u[m] = gain[m] - lam0 * dur[m] - pi[j] - delta * (dur[m] - emin[j])
             tail[m] = value[q + s, grid_cell(start + dur[m], step, cells)]
-            fixed[m] = (n_acc - lam0 * t_acc + pisum + u[m] - lam0 * after * dur[m] + tail[m]
-                        - delta * (t_acc + after * dur[m] + emin_sum))
+            fixed[m] = (
+                n_acc
+                - lam0 * t_acc
+                + pisum
+                + u[m]
+                - lam0 * after * dur[m]
+                + tail[m]
+                - delta * (t_acc + after * dur[m] + emin_sum)
+            )
             m += 1
     return m
 
 
 @njit(cache=True)
-def _add_child(tables, node, s, li, pos, preds, idx, gain, dur, tail, members, sizes, fields,
-               count):  # pragma: no cover - compiled
+def _add_child(
+    tables, node, s, li, pos, preds, idx, gain, dur, tail, members, sizes, fields, count
+):  # pragma: no cover - compiled
     """The batch of the leader row ``li`` and the rows ``preds[pos[:s - 1]]`` as the child at
     ``count`` when it fits the capacity (the arrays doubled when full): the arrays and the count."""
     _, exec_, _, _, _, _, _, pi, emin, need, capacity = tables

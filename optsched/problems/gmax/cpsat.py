@@ -58,7 +58,10 @@ class CpsatBackend:
         z = {(c, s): m.NewBoolVar(f"z_{c}_{s}") for c, s in keys}
         v = {(i, c, s): m.NewBoolVar(f"v_{i}_{c}_{s}") for i in range(nreq) for c, s in keys if d.may_meet(i, c, s)}
         dur = {c: m.NewIntVar(0, horizon, f"D_{c}") for c in range(1, nreq + 1)}
-        top = [horizon if cap is None or q == nreq else min(horizon, int(cap[q] / self.res) + nreq + 1) for q in range(nreq + 1)]
+        top = [
+            horizon if cap is None or q == nreq else min(horizon, int(cap[q] / self.res) + nreq + 1)
+            for q in range(nreq + 1)
+        ]
         start = [m.NewIntVar(0, top[q], f"S_{q}") for q in range(nreq + 1)]
         m.Add(start[0] == 0)
         for c in range(1, nreq + 1):
@@ -75,22 +78,26 @@ class CpsatBackend:
                 # members are no slower than the leader
                 m.AddBoolOr([w[i, c, s].Not()] + [lead[j, c, s] for j in order[rank:]])
                 if rank > 0:  # leader count cut (slots docstring)
-                    m.Add(sum(w[j, c, s] for j in order[rank:]) <= min(s, nreq - rank) * sum(lead[j, c, s] for j in order[rank:]))
+                    m.Add(
+                        sum(w[j, c, s] for j in order[rank:])
+                        <= min(s, nreq - rank) * sum(lead[j, c, s] for j in order[rank:])
+                    )
             if p.capacity is not None:
                 m.Add(sum(p.need[i] * w[i, c, s] for i in range(nreq)) <= int(p.capacity))
         for pos in range(1, nreq + 1):
             m.AddExactlyOne(z[c, s] for c, s in keys if c - s < pos <= c)
         scale = math.lcm(*d.sizes)
         for c in range(1, nreq + 1):  # the longest member is at least as long as the mean member
-            m.Add(scale * dur[c] >= sum(scale // s * e[i][s - 1] * w[i, c, s] for i in range(nreq) for s in d.sizes if s <= c))
+            m.Add(
+                scale * dur[c]
+                >= sum(scale // s * e[i][s - 1] * w[i, c, s] for i in range(nreq) for s in d.sizes if s <= c)
+            )
         for (i, c, s), var in v.items():
             m.AddImplication(var, w[i, c, s])
             slo = d.slo_value(i)
             if slo < float("inf"):
                 m.Add(start[c - s] + self.ticks(d.slo_time(i, s)) <= self.ticks(slo)).OnlyEnforceIf(var)
-        t_expr = sum(e[i][s - 1] * var for (i, c, s), var in w.items()) + sum(
-            (nreq - c) * dur[c] for c in dur
-        )
+        t_expr = sum(e[i][s - 1] * var for (i, c, s), var in w.items()) + sum((nreq - c) * dur[c] for c in dur)
         if self.hint:
             self._add_hint(m, w, lead, z)
         return m, {"w": w, "n": sum(v.values()), "t": t_expr}
@@ -135,8 +142,15 @@ class CpsatBackend:
         n = int(solver.Value(parts["n"]))
         t = solver.Value(parts["t"]) * self.res
         status = Status.OPTIMAL if code == cp_model.OPTIMAL else Status.FEASIBLE
-        return SubResult(status=status, batches=batches, n=n, t=t, objective=solver.ObjectiveValue(),
-                         bound=solver.BestObjectiveBound(), wall=wall)
+        return SubResult(
+            status=status,
+            batches=batches,
+            n=n,
+            t=t,
+            objective=solver.ObjectiveValue(),
+            bound=solver.BestObjectiveBound(),
+            wall=wall,
+        )
 
     # ------------------------------------------------------------------------------ objectives
     # Objective values and bounds are returned in the common units (requests and seconds).

@@ -88,7 +88,9 @@ class ExactResult:
     log: list[dict] = field(default_factory=list)
 
 
-def make_backend(problem: GmaxProblem, solver: str = "highs", threads: int | None = None, log: bool = False, **kw) -> SlotBackend:
+def make_backend(
+    problem: GmaxProblem, solver: str = "highs", threads: int | None = None, log: bool = False, **kw
+) -> SlotBackend:
     """A slot-model backend: ``cpsat`` or a MILP solver (``highs``, ``cbc``, ``gurobi``)."""
     data = SlotData.build(problem)
     if solver == "cpsat":
@@ -188,8 +190,17 @@ def solve_exact(
     # n <= the requests that can meet their SLO at all, t >= t_LB: a bound that needs no solver
     trivial = int(SlotData.build(problem).can_meet.any(axis=1).sum()) / t_lb if t_lb > 0 else 0.0
     solves = sum(1 for entry in log if entry["step"] != "lp-bounds")
-    return ExactResult(status=status, batches=inc.batches, n=inc.n, t=inc.t, G=inc.G,
-                       bound=max(min(bound, trivial), inc.G), frontier=points, iterations=solves, log=log)
+    return ExactResult(
+        status=status,
+        batches=inc.batches,
+        n=inc.n,
+        t=inc.t,
+        G=inc.G,
+        bound=max(min(bound, trivial), inc.G),
+        frontier=points,
+        iterations=solves,
+        log=log,
+    )
 
 
 def run_dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[Status, float]:
@@ -213,8 +224,13 @@ def run_dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[Status, 
         begin = time.perf_counter()
         res = backend.parametric(inc.n, inc.batches, deadline)
         setup = max(setup, time.perf_counter() - begin - res.wall)
-        log.append({"step": "dinkelbach", "lambda": res.info.get("lambda"), "status": res.status,
-                    "F": res.objective, "wall": res.wall})
+        log.append({
+            "step": "dinkelbach",
+            "lambda": res.info.get("lambda"),
+            "status": res.status,
+            "F": res.objective,
+            "wall": res.wall,
+        })
         lam = res.info.get("lambda", inc.G)
         if math.isfinite(res.bound):
             proven = min(proven, lam + max(res.bound, 0.0) / t_lb)

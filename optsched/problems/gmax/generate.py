@@ -46,9 +46,14 @@ def random_gmax_instance(
             prompt = int(rng.integers(100, 501))
             output = int(np.clip(rng.normal(175, 60), 20, MAX_TOTAL - prompt))
             slo = {"e2e": slo_e2e}
-        requests.append(
-            {"id": f"r{j}", "arrival": 0.0, "prompt_tokens": prompt, "output_tokens": output, "task": task, "slo": slo}
-        )
+        requests.append({
+            "id": f"r{j}",
+            "arrival": 0.0,
+            "prompt_tokens": prompt,
+            "output_tokens": output,
+            "task": task,
+            "slo": slo,
+        })
     return {
         "name": f"gmax-rand-n{n}-b{max_batch_size}-s{seed}",
         "cost_model": "llama2-7b-a100",

@@ -85,8 +85,14 @@ REPAIRS = 3
 
 
 def lagrangian_multipliers(
-    problem: GmaxProblem, lam: float, start: list[list[list[int]]], step: float, deadline: float | None,
-    max_iter: int = 400, smoothing: float = 0.7, per_pricing: int = 10,
+    problem: GmaxProblem,
+    lam: float,
+    start: list[list[list[int]]],
+    step: float,
+    deadline: float | None,
+    max_iter: int = 400,
+    smoothing: float = 0.7,
+    per_pricing: int = 10,
 ) -> tuple[np.ndarray, float, float, int, list[list[list[int]]]]:
     r"""Multipliers :math:`\pi` by column generation (module docstring).
 
@@ -122,8 +128,14 @@ def lagrangian_multipliers(
         columns.append(batches)
         val, counts = suffix.grid_value(batches)
         rows = np.flatnonzero(counts)
-        master.addCol(-val, 0.0, highspy.kHighsInf, len(rows) + 1, np.append(rows, nreq).astype(np.int32),
-                      np.append(counts[rows], 1.0))
+        master.addCol(
+            -val,
+            0.0,
+            highspy.kHighsInf,
+            len(rows) + 1,
+            np.append(rows, nreq).astype(np.int32),
+            np.append(counts[rows], 1.0),
+        )
         return True
 
     for batches in start:
@@ -165,7 +177,12 @@ def repair(problem: GmaxProblem, batches: list[list[int]], deadline: float | Non
 
 
 def refuted_lambda(
-    problem: GmaxProblem, pi: np.ndarray, nodes: list[tuple], lo: float, hi: float, step: float,
+    problem: GmaxProblem,
+    pi: np.ndarray,
+    nodes: list[tuple],
+    lo: float,
+    hi: float,
+    step: float,
     deadline: float | None,
 ) -> float:
     r"""The least :math:`\lambda` in (lo, hi] found by bisection at which the Lagrangian bound of every
@@ -176,8 +193,9 @@ def refuted_lambda(
     if not nodes:
         return lo
     grid = SuffixBound(problem, hi, step)  # the cells do not depend on lambda
-    q, cell, n, t, pisum = (np.array(col) for col in zip(*[(node[3], grid.cell(node[4]), node[5], node[6], node[7])
-                                                            for node in nodes]))
+    q, cell, n, t, pisum = (
+        np.array(col) for col in zip(*[(node[3], grid.cell(node[4]), node[5], node[6], node[7]) for node in nodes])
+    )
     last = 0.0  # the longest step so far: no step starts unless that much time is left
     while hi - lo > BISECT_RTOL * hi and not passed(None if deadline is None else deadline - last):
         tick = time.perf_counter()
@@ -207,8 +225,13 @@ class BnbResult:
 
 
 def branch_and_bound(
-    problem: GmaxProblem, incumbent: list[list[int]], deadline: float | None, t_lb: float,
-    step: float = 0.005, cg_step: float = 0.01, cg_share: float = 0.3,
+    problem: GmaxProblem,
+    incumbent: list[list[int]],
+    deadline: float | None,
+    t_lb: float,
+    step: float = 0.005,
+    cg_step: float = 0.01,
+    cg_share: float = 0.3,
 ) -> BnbResult:
     """Maximise G exactly from an incumbent (module docstring).
 
@@ -253,9 +276,16 @@ def branch_and_bound(
     root = suffix.solve(pi)
     search = Search(problem, suffix, incumbent, lam0 + max(root, 0.0) / t_lb)
     status, stack = search.run(None if deadline is None else deadline - reserve)
-    info = {"root_bound": root, "master": master, "cg_iterations": iters, "cg_wall": cg_wall,
-            "nodes": search.nodes, "swapped_leaders": search.swapped, "remaining_pruned": search.restricted_pruned,
-            "wall": time.perf_counter() - begin}
+    info = {
+        "root_bound": root,
+        "master": master,
+        "cg_iterations": iters,
+        "cg_wall": cg_wall,
+        "nodes": search.nodes,
+        "swapped_leaders": search.swapped,
+        "remaining_pruned": search.restricted_pruned,
+        "wall": time.perf_counter() - begin,
+    }
     if status == Status.OPTIMAL:
         bound = search.lam + EPS / t_lb
     else:

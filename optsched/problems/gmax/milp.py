@@ -63,7 +63,8 @@ class MilpBackend:
         prob += start[0] == 0, "start_0"
         for c in range(1, nreq + 1):
             prob += (
-                dur[c] == pulp.lpSum(float(e[i, s - 1]) * lead[i, c, s] for i in range(nreq) for s in d.sizes if s <= c),
+                dur[c]
+                == pulp.lpSum(float(e[i, s - 1]) * lead[i, c, s] for i in range(nreq) for s in d.sizes if s <= c),
                 f"dur_{c}",
             )
             prob += start[c] == start[c - 1] + dur[c], f"start_{c}"
@@ -89,14 +90,18 @@ class MilpBackend:
                 prob += w[i, c, s] <= above[rank], f"lead_max_{i}_{c}_{s}"
                 prob += below[rank] >= s * lead[i, c, s], f"lead_cover_{i}_{c}_{s}"
                 if rank > 0:  # members no earlier than rank in the order: at most min(s, N - rank)
-                    prob += s * z[c, s] - below[rank - 1] <= min(s, nreq - rank) * above[rank], f"lead_count_{rank}_{c}_{s}"
+                    prob += (
+                        s * z[c, s] - below[rank - 1] <= min(s, nreq - rank) * above[rank],
+                        f"lead_count_{rank}_{c}_{s}",
+                    )
             if p.capacity is not None:
                 prob += pulp.lpSum(p.need[i] * w[i, c, s] for i in range(nreq)) <= p.capacity * z[c, s], f"mem_{c}_{s}"
         for pos in range(1, nreq + 1):
             prob += pulp.lpSum(z[c, s] for c, s in keys if c - s < pos <= c) == 1, f"tile_{pos}"
         for c in range(1, nreq + 1):  # the longest member is at least as long as the mean member
             prob += (
-                dur[c] >= pulp.lpSum(float(e[i, s - 1]) / s * w[i, c, s] for i in range(nreq) for s in d.sizes if s <= c),
+                dur[c]
+                >= pulp.lpSum(float(e[i, s - 1]) / s * w[i, c, s] for i in range(nreq) for s in d.sizes if s <= c),
                 f"mean_{c}",
             )
         for (i, c, s), var in v.items():
@@ -159,9 +164,15 @@ class MilpBackend:
 
     def _command(self, time_limit: float | None) -> pulp.LpSolver:
         tolerance = {"highs": {"mip_feasibility_tolerance": 1e-9}, "gurobi": {"IntFeasTol": 1e-9}}
-        return pulp_solver(self.solver, time_limit=time_limit, threads=self.threads, msg=self.log, gap_rel=0.0,
-                           warm_start=self.hint is not None,
-                           **tolerance.get(self.solver, {}))
+        return pulp_solver(
+            self.solver,
+            time_limit=time_limit,
+            threads=self.threads,
+            msg=self.log,
+            gap_rel=0.0,
+            warm_start=self.hint is not None,
+            **tolerance.get(self.solver, {}),
+        )
 
     def _run(self, prob: pulp.LpProblem, parts: dict[str, Any], deadline: float | None) -> SubResult:
         start = time.perf_counter()

@@ -124,9 +124,7 @@ class SlotData:
                 if problem.e2e_task[i]:
                     can[i, s - 1] = e[i, s - 1] <= problem.slo_e2e[i]
                 else:
-                    can[i, s - 1] = (
-                        problem.times.prefill[i, s - 1] <= problem.slo_ttft[i] and problem.meets_tpot(i, s)
-                    )
+                    can[i, s - 1] = problem.times.prefill[i, s - 1] <= problem.slo_ttft[i] and problem.meets_tpot(i, s)
         shortest = e.min(axis=1)
         bmax = problem.max_batch_size
         start_lb = group_max_bound(shortest, bmax)
@@ -167,7 +165,12 @@ class SlotData:
         base = float(self.problem.times.exec.min(axis=1).sum())
         cap = np.full(nreq + 1, np.inf)
         for q in range(nreq):
-            rest = t_max - base - sum(self.wait_floor(p) for p in range(q)) - sum(self.wait_floor(p - q) for p in range(q, nreq))
+            rest = (
+                t_max
+                - base
+                - sum(self.wait_floor(p) for p in range(q))
+                - sum(self.wait_floor(p - q) for p in range(q, nreq))
+            )
             cap[q] = max(rest, 0.0) / (nreq - q)
         return cap
 

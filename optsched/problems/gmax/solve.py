@@ -79,16 +79,20 @@ class GmaxOptions(Options):
 
     def check(self) -> None:
         if self.solver is not None and self.solver not in BACKENDS["gmax"]:
-            raise OptionError(f"option 'solver': problem 'gmax' has no backend {self.solver!r} "
-                              f"(known: {', '.join(BACKENDS['gmax'])})")
+            raise OptionError(
+                f"option 'solver': problem 'gmax' has no backend {self.solver!r} (known: {', '.join(BACKENDS['gmax'])})"
+            )
         for option in SA_OPTIONS:
             self.only_with(option, self.method == "sa", "method is 'sa'")
         for option in EXACT_OPTIONS:
             self.only_with(option, self.method == "exact", "method is 'exact'")
         slot_model = self.resolved_exact_method() != "bnb" or self.frontier
         for option in ("solver", "threads", "log"):
-            self.only_with(option, self.method == "sa" or slot_model,
-                           "the slot model runs (exact_method 'dinkelbach' or 'fixed-n', or frontier)")
+            self.only_with(
+                option,
+                self.method == "sa" or slot_model,
+                "the slot model runs (exact_method 'dinkelbach' or 'fixed-n', or frontier)",
+            )
 
     def resolved_exact_method(self) -> str:
         """``exact_method``, or its default: ``dinkelbach`` when a solver is named, else ``bnb``."""
@@ -161,5 +165,11 @@ def bounds(instance: Instance, options: Mapping[str, Any] | GmaxBoundOptions | N
     n_max = int(data.can_meet.any(axis=1).sum())
     t_lb = data.t_lower_bound()
     value = n_max / t_lb if t_lb > 0 else float("inf")
-    return [Bound("slo-requests-over-least-time", value, True,
-                  f"G <= {n_max} requests that can meet their SLO / t >= {t_lb:.6g} s (upper bound)")]
+    return [
+        Bound(
+            "slo-requests-over-least-time",
+            value,
+            True,
+            f"G <= {n_max} requests that can meet their SLO / t >= {t_lb:.6g} s (upper bound)",
+        )
+    ]

@@ -101,8 +101,13 @@ class SuffixBound:
         self.order = [np.array(sorted(range(nreq), key=lambda j, s=s: (e[j, s - 1], j))) for s in range(1, bmax + 1)]
         self.rank = [np.argsort(o) for o in self.order]  # rank[s-1][j]: row of j in size-s order
         self.dur = [e[o, s - 1] for s, o in zip(range(1, bmax + 1), self.order)]
-        self.ontime = [(grid[None, :] <= self.sigma[o, s - 1][:, None]).astype(float) for s, o in zip(range(1, bmax + 1), self.order)]
-        self.shift = [np.minimum(np.arange(self.cells)[None, :] + self.steps(d)[:, None], self.cells - 1) for d in self.dur]
+        self.ontime = [
+            (grid[None, :] <= self.sigma[o, s - 1][:, None]).astype(float)
+            for s, o in zip(range(1, bmax + 1), self.order)
+        ]
+        self.shift = [
+            np.minimum(np.arange(self.cells)[None, :] + self.steps(d)[:, None], self.cells - 1) for d in self.dur
+        ]
         self.pi = np.zeros(nreq)
         self.value = np.zeros((nreq + 1, self.cells))
         self._packed = None
@@ -113,7 +118,9 @@ class SuffixBound:
 
     def cell(self, start: float | np.ndarray) -> int | np.ndarray:
         """The grid cell of a start, or the cells of an array of starts (never a later one)."""
-        cells = np.minimum(np.maximum(np.floor(np.asarray(start) / self.step * (1 - 1e-12)).astype(int), 0), self.cells - 1)
+        cells = np.minimum(
+            np.maximum(np.floor(np.asarray(start) / self.step * (1 - 1e-12)).astype(int), 0), self.cells - 1
+        )
         return cells if cells.ndim else int(cells)
 
     def member_values(self, s: int) -> np.ndarray:
@@ -155,8 +162,12 @@ class SuffixBound:
     def _programme(self, member: np.ndarray, q: int, cell: int) -> tuple[np.ndarray, np.ndarray]:
         r""":func:`grid_programme` on this grid and :math:`\pi` (the size tables stacked once)."""
         if self._packed is None:
-            self._packed = (np.stack(self.ontime), np.stack(self.dur), np.stack(self.order).astype(np.int64),
-                            np.stack(self.shift).astype(np.int64))
+            self._packed = (
+                np.stack(self.ontime),
+                np.stack(self.dur),
+                np.stack(self.order).astype(np.int64),
+                np.stack(self.shift).astype(np.int64),
+            )
         return grid_programme(*self._packed, self.pi, member, float(self.lam), q, cell)
 
     def totals(self, q: int, s: int, cell: int | None = None) -> np.ndarray:
@@ -172,8 +183,14 @@ class SuffixBound:
         (0, 0) (by their total), that batch and then the programme's best path; the first attains
         :math:`V_h(0, 0)`."""
         nreq, bmax = self.problem.n_requests, self.problem.max_batch_size
-        firsts = sorted(((float(total), s, row) for s in range(1, min(bmax, nreq) + 1)
-                         for row, total in enumerate(self.totals(0, s, 0))), reverse=True)[:k]
+        firsts = sorted(
+            (
+                (float(total), s, row)
+                for s in range(1, min(bmax, nreq) + 1)
+                for row, total in enumerate(self.totals(0, s, 0))
+            ),
+            reverse=True,
+        )[:k]
         return [self._path(s, row) for _, s, row in firsts]
 
     def _path(self, s: int, row: int) -> list[list[int]]:

@@ -97,14 +97,28 @@ def bounds(instance: Instance, options: Mapping[str, Any] | HybridBoundOptions |
     if which in (None, "paper"):
         value, t_p, t_d = paper_bound(instance, limit)
         out.append(
-            Bound("paper", value, False, f"Eqs. (31)-(32): t^p* = {t_p:.4f} s (floor), t^d* = tau_d x C*(N^d) = {t_d:.4f} s; "
-                  "not proven (docs/hybrid.md, O5)")
+            Bound(
+                "paper",
+                value,
+                False,
+                f"Eqs. (31)-(32): t^p* = {t_p:.4f} s (floor), t^d* = tau_d x C*(N^d) = {t_d:.4f} s; "
+                "not proven (docs/hybrid.md, O5)",
+            )
         )
     if which in (None, "strict"):
         value, t_p, t_d = strict_bound(instance, limit)
         out.append(
-            Bound("strict", value, True, f"prefill {t_p:.4f} s + decode {t_d:.4f} s; proven without evictions (pure batches if base > 0)")
+            Bound(
+                "strict",
+                value,
+                True,
+                f"prefill {t_p:.4f} s + decode {t_d:.4f} s; proven without evictions (pure batches if base > 0)",
+            )
         )
         value, t_p, t_d = strict_bound(instance, limit, preemptive=True)
-        out.append(Bound("strict-preemptive", value, True, f"prefill {t_p:.4f} s + decode {t_d:.4f} s; proven with evictions too"))
+        out.append(
+            Bound(
+                "strict-preemptive", value, True, f"prefill {t_p:.4f} s + decode {t_d:.4f} s; proven with evictions too"
+            )
+        )
     return out

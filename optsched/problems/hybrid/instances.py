@@ -65,14 +65,26 @@ def gsm8k_like(
     """
     if moments not in ("literal", "matched"):
         raise ValueError(f"unknown moments {moments!r} (known: literal, matched)")
-    limits = {"token_budget": stage_tokens, "prefill_budget": stage_tokens, "kv_capacity": 1024 * 128, "max_running": clients}
+    limits = {
+        "token_budget": stage_tokens,
+        "prefill_budget": stage_tokens,
+        "kv_capacity": 1024 * 128,
+        "max_running": clients,
+    }
     if moments == "literal":
         return core_gsm8k_like(seed, n=requests, limits=limits)
-    types = [(
-        ClippedNormal(*matched_normal(PROMPT_MEAN, PROMPT_SD, 1, PROMPT_MAX), 1, PROMPT_MAX),
-        ClippedNormal(*matched_normal(OUTPUT_MEAN, OUTPUT_SD, 1, OUTPUT_MAX), 1, OUTPUT_MAX),
-    )]
+    types = [
+        (
+            ClippedNormal(*matched_normal(PROMPT_MEAN, PROMPT_SD, 1, PROMPT_MAX), 1, PROMPT_MAX),
+            ClippedNormal(*matched_normal(OUTPUT_MEAN, OUTPUT_SD, 1, OUTPUT_MAX), 1, OUTPUT_MAX),
+        )
+    ]
     return generate(
-        requests, types, name=f"gsm8k-like-matched-{requests}", cost_model="llama-65b-ascend8", limits=limits,
-        seed=seed, source="Hybrid paper (seed003) GSM8K moments matched after clipping; lengths synthetic",
+        requests,
+        types,
+        name=f"gsm8k-like-matched-{requests}",
+        cost_model="llama-65b-ascend8",
+        limits=limits,
+        seed=seed,
+        source="Hybrid paper (seed003) GSM8K moments matched after clipping; lengths synthetic",
     )

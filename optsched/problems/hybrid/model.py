@@ -108,7 +108,10 @@ class HybridMIP:
 
 
 def build(
-    instance: Instance, mode: str = "strengthened", time_model: str | None = None, bins: int | None = None,
+    instance: Instance,
+    mode: str = "strengthened",
+    time_model: str | None = None,
+    bins: int | None = None,
     deadline: float | None = None,
 ) -> HybridMIP:
     """Build the MIP (module docstring) for ``instance`` with PuLP; raises
@@ -147,8 +150,10 @@ class _Builder:
         if any(v > tm.prefill_cap for v in self.Np):
             raise ValueError("a prompt exceeds the prefill stage capacity; the MIP prefills each prompt in one stage")
         if mode == "faithful" and n * J * K * K > FAITHFUL_MAX_ROWS:
-            raise ValueError(f"faithful mode has O(I J K^2) = {n * J * K * K} big-M rows (> {FAITHFUL_MAX_ROWS}); "
-                             "use mode='strengthened'")
+            raise ValueError(
+                f"faithful mode has O(I J K^2) = {n * J * K * K} big-M rows (> {FAITHFUL_MAX_ROWS}); "
+                "use mode='strengthened'"
+            )
         strong = mode == "strengthened"
         self.cl = {i: [j for j in range(J) if not strong or j <= i] for i in range(n)}  # x_ij = 0 for j > i
         triples = sum(len(c) for c in self.cl.values()) * K
@@ -243,7 +248,7 @@ class _Builder:
         import pulp
 
         prob, x, p, d, w = self.prob, self.x, self.p, self.d, self.w
-        for (i, j, k) in self.keys:
+        for i, j, k in self.keys:
             check(self.deadline)
             prob += d[i, j, k] >= p[i, j, k]  # (9)
             prob += w[i, j, k] <= d[i, j, k]  # (A1) fix M1
@@ -264,7 +269,7 @@ class _Builder:
         import pulp
 
         prob, p, d, x = self.prob, self.p, self.d, self.x
-        for (i, j, k) in self.keys:
+        for i, j, k in self.keys:
             check(self.deadline)
             prob += d[i, j, k] - (d[i, j, k - 1] if k else 0) <= p[i, j, k]  # start indicator (M4)
             prob += d[i, j, k] <= x[i, j]  # (A2)
@@ -292,8 +297,10 @@ class _Builder:
             for j in range(self.J):
                 for k1 in range(K):
                     for k2 in range(k1 + 1, K):  # (10)
-                        prob += (M * (2 - d[i, j, k1] - d[i, j, k2])
-                                 + pulp.lpSum(d[i, j, kk] for kk in range(k1, k2 + 1)) >= k2 - k1 + 1)
+                        prob += (
+                            M * (2 - d[i, j, k1] - d[i, j, k2]) + pulp.lpSum(d[i, j, kk] for kk in range(k1, k2 + 1))
+                            >= k2 - k1 + 1
+                        )
                         prob += M * (p[i, j, k2] - 1) + d[i, j, k1] <= 0  # (11) with k1' = k2 > k2' = k1
                 prob += pulp.lpSum(d[i, j, k] for k in range(K)) <= K  # (13)
             prob += pulp.lpSum(w[i, j, k] for j in range(self.J) for k in range(K)) == 1  # (15)
@@ -455,8 +462,9 @@ def run_backend(
     solver_options = {"time_limit": time_limit, "threads": threads or 2, "warm_start": warm is not None}
     deadline = None if time_limit is None else time.perf_counter() + time_limit
     if solver == "highs":  # the warm start is a point of the model: "infeasible" is a presolve fault
-        solve_model(model.prob, pulp_solver("highs", **solver_options), known_feasible=warm is not None,
-                    deadline=deadline)
+        solve_model(
+            model.prob, pulp_solver("highs", **solver_options), known_feasible=warm is not None, deadline=deadline
+        )
         info = model.prob.solverModel.getInfo()
         bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
     elif solver == "cbc":
@@ -479,8 +487,6 @@ def run_backend(
     if model.prob.status == pulp.LpStatusInfeasible:
         return Status.INFEASIBLE, None, None
     return Status.TIME_LIMIT, None, bound
-
-
 
 
 def cbc_bound(log: str) -> float | None:

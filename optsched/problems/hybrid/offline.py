@@ -119,7 +119,7 @@ def pcmax_lower_bound(p: Sequence[int], m: int) -> int:
     k = 1
     while k * m < len(srt):
         top = srt[: k * m + 1]
-        best = max(best, sum(top[-(k + 1):]))
+        best = max(best, sum(top[-(k + 1) :]))
         k += 1
     return best
 
@@ -135,7 +135,9 @@ def lpt(p: Sequence[int], m: int) -> list[int]:
     return client
 
 
-def local_search(p: Sequence[int], m: int, client: Sequence[int], target: int = 0, max_iter: int = 100_000) -> list[int]:
+def local_search(
+    p: Sequence[int], m: int, client: Sequence[int], target: int = 0, max_iter: int = 100_000
+) -> list[int]:
     """Lower the most loaded client's load by single moves or pairwise swaps until none helps.
 
     A move (job ``i`` of the most loaded client ``a`` to client ``b``) or swap (``i`` of ``a`` with ``k``
@@ -346,7 +348,9 @@ def canonical_labels(client: Sequence[int], order: Sequence[int]) -> list[int]:
     return out
 
 
-def mip_pcmax(p: Sequence[int], m: int, solver: str, time_limit: float, lower: int, threads: int | None = None) -> Assignment:
+def mip_pcmax(
+    p: Sequence[int], m: int, solver: str, time_limit: float, lower: int, threads: int | None = None
+) -> Assignment:
     """The MIP (26)-(30) through PuLP (``highs``, ``cbc`` or ``gurobi``), with the same symmetry breaking.
 
     ``time_limit`` covers building and the hand-over to the solver too (PuLP needs minutes for 1,319
@@ -398,7 +402,12 @@ PCMAX_METHODS = ("auto", "lpt", "local", "cpsat", "mip")
 
 
 def solve_pcmax(
-    p: Sequence[int], m: int, method: str = "auto", time_limit: float = 60.0, solver: str = "highs", threads: int | None = None
+    p: Sequence[int],
+    m: int,
+    method: str = "auto",
+    time_limit: float = 60.0,
+    solver: str = "highs",
+    threads: int | None = None,
 ) -> Assignment:
     """Solve P||Cmax on integer times ``p`` with ``m`` clients.
 

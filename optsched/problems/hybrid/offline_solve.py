@@ -57,8 +57,9 @@ class HybridOfflineOptions(Options):
 
     def check(self) -> None:
         if self.method == "mip" and self.solver not in (None, *MIP_BACKENDS):
-            raise OptionError(f"option 'solver': method 'mip' needs a MIP backend ({', '.join(MIP_BACKENDS)}), "
-                              f"got {self.solver!r}")
+            raise OptionError(
+                f"option 'solver': method 'mip' needs a MIP backend ({', '.join(MIP_BACKENDS)}), got {self.solver!r}"
+            )
         if self.method in ("auto", "cpsat") and self.solver not in (None, "cpsat"):
             raise OptionError(f"option 'solver': method {self.method!r} uses CP-SAT; a MIP backend needs method 'mip'")
         heuristic = self.method in ("lpt", "local")
@@ -91,16 +92,29 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOfflineOptions 
     first = solve_pcmax(p, timing.clients, method="lpt")
     schedule, rep = client_schedule(instance, first.client)  # the fallback, and what building a schedule costs
     building = time.perf_counter() - start
-    found = first if method == "auto" and first.status == Status.OPTIMAL else solve_pcmax(
-        p, timing.clients, method=method, time_limit=max(0.01, opts.time_limit - 2 * building),
-        solver=opts.solver or "highs", threads=opts.threads)
+    found = (
+        first
+        if method == "auto" and first.status == Status.OPTIMAL
+        else solve_pcmax(
+            p,
+            timing.clients,
+            method=method,
+            time_limit=max(0.01, opts.time_limit - 2 * building),
+            solver=opts.solver or "highs",
+            threads=opts.threads,
+        )
+    )
     if found.client != first.client:
         if time.perf_counter() - start + building <= opts.time_limit:
             schedule, rep = client_schedule(instance, found.client)
         else:  # no time left to build the better assignment's schedule: the first one, with the bound found
             bound = max(first.bound, found.bound)
-            found = replace(first, bound=bound, status=Status.OPTIMAL if first.makespan == bound else Status.TIME_LIMIT,
-                            method=f"{first.method} (the {found.method} assignment's schedule not built in time)")
+            found = replace(
+                first,
+                bound=bound,
+                status=Status.OPTIMAL if first.makespan == bound else Status.TIME_LIMIT,
+                method=f"{first.method} (the {found.method} assignment's schedule not built in time)",
+            )
     wall = time.perf_counter() - start
     return SolveResult(
         problem="hybrid-offline",
@@ -140,5 +154,11 @@ def bounds(instance: Instance, options: Mapping[str, Any] | HybridOfflineBoundOp
     opts = HybridOfflineBoundOptions.parse(options)
     timing = timing_of(instance)
     rounds = pcmax_lower_bound(processing_times(instance, opts.lengths), timing.clients)
-    return [Bound("pcmax-lower", timing.tau_d * rounds, True,
-                  f"tau_d x {rounds} rounds: the P||Cmax lower bound on J = {timing.clients} clients")]
+    return [
+        Bound(
+            "pcmax-lower",
+            timing.tau_d * rounds,
+            True,
+            f"tau_d x {rounds} rounds: the P||Cmax lower bound on J = {timing.clients} clients",
+        )
+    ]

@@ -108,8 +108,9 @@ def simulate_pd(
     J = timing_of(instance).clients
     if len(client_of) != len(instance.requests) or any(not 0 <= c < J for c in client_of):
         raise ValueError("client_of must give a client in [0, J) for every request")
-    sim = _PDSimulator(instance, client_of, sort_queues=sort_queues, steal=steal, lengths=lengths,
-                       whole_prompts=whole_prompts)
+    sim = _PDSimulator(
+        instance, client_of, sort_queues=sort_queues, steal=steal, lengths=lengths, whole_prompts=whole_prompts
+    )
     while sim.done < len(instance.requests):
         sim.dispatch()
         items = sim.prefill_items() if sim.waiting else []
@@ -135,8 +136,16 @@ class _PDSimulator:
     :meth:`decode_round` run one iteration and advance the clock ``now``.
     """
 
-    def __init__(self, instance: Instance, client_of: Sequence[int], *, sort_queues: bool, steal: bool,
-                 lengths: str, whole_prompts: bool) -> None:
+    def __init__(
+        self,
+        instance: Instance,
+        client_of: Sequence[int],
+        *,
+        sort_queues: bool,
+        steal: bool,
+        lengths: str,
+        whole_prompts: bool,
+    ) -> None:
         self.instance = instance
         self.reqs = reqs = instance.requests
         self.tm = timing_of(instance)
@@ -171,7 +180,9 @@ class _PDSimulator:
     def estimate(self, i: int) -> int:
         """``N^p_i + N^d_i`` with the lengths used for sorting and ``remain_token``."""
         r = self.reqs[i]
-        out = r.predicted_output_tokens if self.lengths == "predicted" and r.predicted_output_tokens else r.output_tokens
+        out = (
+            r.predicted_output_tokens if self.lengths == "predicted" and r.predicted_output_tokens else r.output_tokens
+        )
         return r.prompt_tokens + out
 
     def dispatch(self) -> None:

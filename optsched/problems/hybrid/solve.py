@@ -76,8 +76,9 @@ class HybridOptions(Options):
 
     def check(self) -> None:
         if self.warm_start is not None and self.warm_start not in POLICY_CONFIGS:
-            raise OptionError(f"option 'warm_start': unknown hybrid policy {self.warm_start!r} "
-                              f"(known: {', '.join(POLICY_CONFIGS)})")
+            raise OptionError(
+                f"option 'warm_start': unknown hybrid policy {self.warm_start!r} (known: {', '.join(POLICY_CONFIGS)})"
+            )
 
 
 #: Seconds the strict bound's P||Cmax solve gets when the time limit has passed (a valid, weaker
@@ -110,8 +111,10 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOptions | None 
     status, mip_value, mip_bound = Status.TIME_LIMIT, None, None
     mip_status = "not built within the time limit"
     if model is not None and passed(solve_by):
-        mip_status = (f"not solved: {seconds_left(deadline):.3g} s left, "
-                      f"handing the model over takes about {deadline - solve_by:.3g} s")
+        mip_status = (
+            f"not solved: {seconds_left(deadline):.3g} s left, "
+            f"handing the model over takes about {deadline - solve_by:.3g} s"
+        )
         model = None
     if model is not None:
         try:
@@ -140,12 +143,17 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOptions | None 
     fallback_value, fallback_rep = replayed_objective(instance, fallback, "makespan")
     incumbent = None
     if mip_value is None or model is None:
-        why = (f"the MIP over K = {model.bins} stages has no solution" if status == Status.INFEASIBLE
-               else "no MIP solution within the time limit")
+        why = (
+            f"the MIP over K = {model.bins} stages has no solution"
+            if status == Status.INFEASIBLE
+            else "no MIP solution within the time limit"
+        )
         incumbent = f"{why}; schedule of policy {policy!r}"
         schedule, value, rep = fallback, fallback_value, fallback_rep
     else:
-        schedule = stages_to_schedule(instance, extract_stages(model, instance), {"solver": solver, "problem": problem, **extra})
+        schedule = stages_to_schedule(
+            instance, extract_stages(model, instance), {"solver": solver, "problem": problem, **extra}
+        )
         value, rep = replayed_objective(instance, schedule, "makespan")
         if exact_time:  # the contract time model is exact: the replay never exceeds the MIP's t^max ...
             if value > mip_value * (1 + 1e-6) + 1e-9:
@@ -159,9 +167,18 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOptions | None 
             schedule, value, rep = fallback, fallback_value, fallback_rep
     proven = value <= bound * (1 + 1e-6) + 1e-9
     final = Status.OPTIMAL if proven else (Status.TIME_LIMIT if status == Status.TIME_LIMIT else Status.FEASIBLE)
-    return SolveResult(problem=problem, solver=solver, status=final, objective=value, bound=min(bound, value),
-                       wall_time=time.perf_counter() - start, schedule=schedule, incumbent=incumbent, extra=extra,
-                       replay=rep)
+    return SolveResult(
+        problem=problem,
+        solver=solver,
+        status=final,
+        objective=value,
+        bound=min(bound, value),
+        wall_time=time.perf_counter() - start,
+        schedule=schedule,
+        incumbent=incumbent,
+        extra=extra,
+        replay=rep,
+    )
 
 
 def kv_or_budget_issue(instance: Instance, tm: HybridTiming) -> str | None:

@@ -91,7 +91,12 @@ def timing_of(instance: Instance) -> HybridTiming:
     lim = instance.limits
     clients = lim.max_running if lim.max_running is not None else max(1, len(instance.requests))
     cm = instance.cost_model
-    linear = cm.prefill.per_token_sq == 0 and cm.prefill.per_kv == 0 and cm.decode.per_token_sq == 0 and cm.decode.per_kv == 0
+    linear = (
+        cm.prefill.per_token_sq == 0
+        and cm.prefill.per_kv == 0
+        and cm.decode.per_token_sq == 0
+        and cm.decode.per_kv == 0
+    )
     return HybridTiming(
         clients=clients,
         prefill_cap=min(lim.prefill_budget, lim.token_budget),

@@ -12,8 +12,9 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
    for the makespan with a KV capacity also the KV-time bound of :mod:`.kvtime` (via :mod:`.scale`);
    with :data:`.scale.SCALE_MIN_REQUESTS` requests or more, the scale phase (:func:`_scale_phase`:
    the plan search and the trajectory bound of :mod:`.scale`) takes the rest of the time limit
-   (60 s without one; no policy is started after :data:`CANDIDATE_SHARE` of the limit), its best plan becomes a candidate, its bounds join the proven ones, and phases 3
-   to 5 are skipped (no model is built; ``extra['scale']`` holds what it found);
+   (60 s without one; no policy is started after :data:`CANDIDATE_SHARE` of the limit), its best
+   plan becomes a candidate, its bounds join the proven ones, and phases 3 to 5 are skipped (no
+   model is built; ``extra['scale']`` holds what it found);
 2. the model's data (:func:`_model_data`): the horizon J from UB (:func:`.data.horizon`: proven
    for makespan and completion, and for ttft when its model is small; ttft with evictions uses the
    first-token model, whose solution is completed by :func:`.schedules.serial_completion`) and the
@@ -101,8 +102,15 @@ def _nonempty(schedule: Schedule) -> int:
 
 #: Modules a solve may need, imported before its clock starts: importing CP-SAT takes about a second
 #: (ortools loads pandas), which a first import after the deadline would add to the call.
-SOLVE_MODULES = (f"{__name__}.colgen", f"{__name__}.lns", f"{__name__}.chunks", f"{__name__}.cpsat", f"{__name__}.mip", f"{__name__}.residency",
-                 "optsched.policies")
+SOLVE_MODULES = (
+    f"{__name__}.colgen",
+    f"{__name__}.lns",
+    f"{__name__}.chunks",
+    f"{__name__}.cpsat",
+    f"{__name__}.mip",
+    f"{__name__}.residency",
+    "optsched.policies",
+)
 
 
 #: At scale, the share of the time limit after which no more policies are started for the
@@ -144,8 +152,13 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
     try:
         pool = initial_candidates(instance, opts, candidates_by)
     except InferMaxInputError as exc:
-        return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE,
-                           wall_time=time.perf_counter() - t0, message=str(exc))
+        return SolveResult(
+            problem="infermax",
+            solver=opts.solver,
+            status=Status.INFEASIBLE,
+            wall_time=time.perf_counter() - t0,
+            message=str(exc),
+        )
     proven = [b.value for b in generic_bounds(instance, opts.objective)]
     if opts.objective == "makespan" and instance.limits.kv_capacity is not None:
         proven.append(kv_time_bound(instance)[0])
@@ -186,8 +199,14 @@ def _model_data(pool: CandidatePool, t0: float) -> ModelData:
     opts, warm = pool.options, pool.found[pool.warm_name]
     prefix = _nonempty(first_token_prefix(warm.schedule, warm.replay)) if opts.objective == "ttft" else None
     best = pool.best
-    return build_data(pool.instance, _left(opts, t0), best.makespan, best.value, _nonempty(warm.schedule),
-                      prefix if prefix is not None else _nonempty(warm.schedule))
+    return build_data(
+        pool.instance,
+        _left(opts, t0),
+        best.makespan,
+        best.value,
+        _nonempty(warm.schedule),
+        prefix if prefix is not None else _nonempty(warm.schedule),
+    )
 
 
 def _relaxation_phase(
@@ -218,8 +237,16 @@ def _eviction_free_phase(pool: CandidatePool, deadline: float | None) -> None:
     """The eviction-free optimum (a quarter of the time limit, at most half of the time left) as a
     candidate: it seeds the full model."""
     limit = pool.options.time_limit
-    first = solve(pool.instance, replace(pool.options, no_evict=True, warm_start=None, relax=0.0,
-                                         time_limit=None if limit is None else min(limit / 4, seconds_left(deadline) / 2)))
+    first = solve(
+        pool.instance,
+        replace(
+            pool.options,
+            no_evict=True,
+            warm_start=None,
+            relax=0.0,
+            time_limit=None if limit is None else min(limit / 4, seconds_left(deadline) / 2),
+        ),
+    )
     if first.schedule is not None:
         pool.add(NO_EVICT, Candidate(first.schedule, first.objective, first.replay))
 
@@ -239,8 +266,11 @@ def _skipped(pool: CandidatePool, scaled: bool = False) -> Any:
     scale: no model is built."""
     from .cpsat import BackendResult
 
-    why = (f"{len(pool.instance.requests)} requests: solved at scale (infermax/scale.py)" if scaled
-           else f"{pool.best_name!r} meets a proven bound")
+    why = (
+        f"{len(pool.instance.requests)} requests: solved at scale (infermax/scale.py)"
+        if scaled
+        else f"{pool.best_name!r} meets a proven bound"
+    )
     return BackendResult(status=Status.UNKNOWN, info={"stopped": f"model not built: {why}"})
 
 
@@ -253,31 +283,58 @@ def _scale_phase(pool: CandidatePool, proven: list[float], deadline: float | Non
     opts = pool.options
     until = deadline if deadline is not None else time.perf_counter() + SCALE_DEFAULT_TIME
     ranked = sorted(pool.found.values(), key=lambda cand: cand.value)
-    phase = scale_phase(pool.instance, opts.objective, until, pool.best.makespan,
-                        [cand.schedule for cand in ranked[:2]], opts.no_evict, opts.no_hybrid, opts.no_chunk)
+    phase = scale_phase(
+        pool.instance,
+        opts.objective,
+        until,
+        pool.best.makespan,
+        [cand.schedule for cand in ranked[:2]],
+        opts.no_evict,
+        opts.no_hybrid,
+        opts.no_chunk,
+    )
     for name, schedule in phase.schedules.items():
         pool.offer(name, schedule)
     proven.extend(value for value, _ in phase.bounds.values())
-    return {"bounds": {name: {"value": value, "note": note} for name, (value, note) in phase.bounds.items()},
-            **phase.info}
+    return {
+        "bounds": {name: {"value": value, "note": note} for name, (value, note) in phase.bounds.items()},
+        **phase.info,
+    }
 
 
-def _result(pool: CandidatePool, data: ModelData, backend: Any, relax: RelaxationResult | None,
-            paths: int | None, proven: list[float], t0: float) -> SolveResult:
+def _result(
+    pool: CandidatePool,
+    data: ModelData,
+    backend: Any,
+    relax: RelaxationResult | None,
+    paths: int | None,
+    proven: list[float],
+    t0: float,
+) -> SolveResult:
     """The solve's result: the solver's schedule, replayed, or the best candidate when it is better
     or the solver has none; the largest proven bound; the status (module docstring, steps 4 and 5)."""
     opts, best = pool.options, pool.best_name
     extra = _extra(pool, data, backend, relax, paths)
     if backend.status == Status.UNSUPPORTED:
-        return SolveResult(problem="infermax", solver=opts.solver, status=Status.UNSUPPORTED,
-                           wall_time=time.perf_counter() - t0, message=backend.message, extra=extra)
+        return SolveResult(
+            problem="infermax",
+            solver=opts.solver,
+            status=Status.UNSUPPORTED,
+            wall_time=time.perf_counter() - t0,
+            message=backend.message,
+            extra=extra,
+        )
     if backend.status == Status.INFEASIBLE:
         if data.horizon_proven:
             raise RuntimeError(f"InferMax model infeasible although {best!r} gives a schedule within J = {data.J}")
-        return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE,
-                           wall_time=time.perf_counter() - t0,
-                           message=f"no schedule within the horizon J = {data.J}; a longer horizon is needed",
-                           extra=extra)
+        return SolveResult(
+            problem="infermax",
+            solver=opts.solver,
+            status=Status.INFEASIBLE,
+            wall_time=time.perf_counter() - t0,
+            message=f"no schedule within the horizon J = {data.J}; a longer horizon is needed",
+            extra=extra,
+        )
     schedule, value, rep, incumbent = _incumbent(pool, data, backend)
     if data.horizon_proven and backend.bound is not None:
         proven.append(backend.bound)
@@ -293,13 +350,23 @@ def _result(pool: CandidatePool, data: ModelData, backend: Any, relax: Relaxatio
         extra["optimal_within_horizon"] = True
     else:
         status = Status.TIME_LIMIT if opts.time_limit is not None else Status.FEASIBLE
-    return SolveResult(problem="infermax", solver=opts.solver, status=status, objective=value, bound=bound,
-                       wall_time=time.perf_counter() - t0, schedule=schedule, incumbent=incumbent, extra=extra,
-                       replay=rep)
+    return SolveResult(
+        problem="infermax",
+        solver=opts.solver,
+        status=status,
+        objective=value,
+        bound=bound,
+        wall_time=time.perf_counter() - t0,
+        schedule=schedule,
+        incumbent=incumbent,
+        extra=extra,
+        replay=rep,
+    )
 
 
-def _extra(pool: CandidatePool, data: ModelData, backend: Any, relax: RelaxationResult | None,
-           paths: int | None) -> dict[str, Any]:
+def _extra(
+    pool: CandidatePool, data: ModelData, backend: Any, relax: RelaxationResult | None, paths: int | None
+) -> dict[str, Any]:
     """The result's ``extra``: the horizon, the candidates' values, the backend's and the
     relaxation's information."""
     extra: dict[str, Any] = {
@@ -313,29 +380,38 @@ def _extra(pool: CandidatePool, data: ModelData, backend: Any, relax: Relaxation
         **backend.info,
     }
     if relax is not None:
-        extra["relaxation"] = {"bound": relax.bound, "value": relax.value, "status": relax.status, "cpu": relax.cpu,
-                               "count_facts": [list(f) for f in relax.facts], "chunk_paths": paths}
+        extra["relaxation"] = {
+            "bound": relax.bound,
+            "value": relax.value,
+            "status": relax.status,
+            "cpu": relax.cpu,
+            "count_facts": [list(f) for f in relax.facts],
+            "chunk_paths": paths,
+        }
     return extra
 
 
-def _incumbent(
-    pool: CandidatePool, data: ModelData, backend: Any
-) -> tuple[Schedule, float, ReplayResult, str | None]:
+def _incumbent(pool: CandidatePool, data: ModelData, backend: Any) -> tuple[Schedule, float, ReplayResult, str | None]:
     """The solver's solution as a schedule, replayed and checked against the solver's own value,
     unless the best candidate is better (a stopped solver may not have reached its hint) or the
     solver has none; then also why the result is that candidate's (the result's ``incumbent``)."""
     opts, best = pool.options, pool.best
     if backend.c is None:  # no model, or no incumbent within the limit: report the best candidate
         return best.schedule, best.value, best.replay, f"no schedule from the solver; schedule of {pool.best_name!r}"
-    schedule = schedule_from_solution(data, backend.c, backend.e, backend.waits,
-                                      {"solver": opts.solver, "problem": "infermax"})
+    schedule = schedule_from_solution(
+        data, backend.c, backend.e, backend.waits, {"solver": opts.solver, "problem": "infermax"}
+    )
     if data.first_tokens_only:  # the model stops at the first tokens (model docstring)
         schedule = serial_completion(pool.instance, schedule)
     value, rep = replayed_objective(pool.instance, schedule, opts.objective)
     check_agreement(backend.objective, value, f"infermax/{opts.solver}")
     if best.value < value:
-        return best.schedule, best.value, best.replay, (f"the solver's schedule ({value:.9g}) is worse than "
-                                                        f"{pool.best_name!r}'s; schedule of {pool.best_name!r}")
+        return (
+            best.schedule,
+            best.value,
+            best.replay,
+            (f"the solver's schedule ({value:.9g}) is worse than {pool.best_name!r}'s; schedule of {pool.best_name!r}"),
+        )
     return schedule, value, rep, None
 
 
@@ -374,7 +450,10 @@ def _with_chunk_bound(
     candidate; None without one)."""
     from .chunks import chunk_bound
 
-    if relax.status != Status.OPTIMAL or not 0 < upper - relax.bound < Coefficients.from_cost_model(instance.cost_model).k_pb:
+    if (
+        relax.status != Status.OPTIMAL
+        or not 0 < upper - relax.bound < Coefficients.from_cost_model(instance.cost_model).k_pb
+    ):
         return relax, None, None
     found = chunk_bound(instance, upper, time_limit)
     if found.bound is None:
@@ -401,9 +480,13 @@ def _trajectory(instance: Instance, opts: InferMaxOptions) -> Bound:
     deadline = time.perf_counter() + limit
     ranked = sorted(initial_candidates(instance, opts, deadline).found.values(), key=lambda cand: cand.value)
     tb = trajectory_bound(instance, ranked[0].value, deadline, seed=[cand.schedule for cand in ranked[:2]])
-    return Bound(name="trajectory", value=tb.value, valid=True,
-                 note=f"trajectory LP over B = {tb.batch_floor}..{tb.batch_ceiling} batches, {len(tb.points)} grid "
-                      "points (infermax/colgen.py)")
+    return Bound(
+        name="trajectory",
+        value=tb.value,
+        valid=True,
+        note=f"trajectory LP over B = {tb.batch_floor}..{tb.batch_ceiling} batches, {len(tb.points)} grid "
+        "points (infermax/colgen.py)",
+    )
 
 
 #: Default time limit (seconds) of ``optsched bound --method relax``.
@@ -429,8 +512,14 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
     out = generic_bounds(instance, objective)
     if objective == "makespan" and instance.limits.kv_capacity is not None:
         value, count = kv_time_bound(instance)
-        out.append(Bound(name="kv-time", value=value, valid=True,
-                         note=f"work bound with at least {count} batches (KV-time count, infermax/kvtime.py)"))
+        out.append(
+            Bound(
+                name="kv-time",
+                value=value,
+                valid=True,
+                note=f"work bound with at least {count} batches (KV-time count, infermax/kvtime.py)",
+            )
+        )
         if bound_opts.method == "trajectory":
             out.append(_trajectory(instance, bound_opts.solve_options()))
     if bound_opts.method == "lp":
@@ -454,7 +543,9 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
         value = min(value, point.metrics.makespan)
     res, paths, _ = _with_chunk_bound(instance, res, value, seconds_left(deadline, 0.0))
     chunked = "" if paths is None else f"; quadratic prefill term, infermax/chunks.py ({paths} paths priced one by one)"
-    note = (f"residency relaxation over J = {data.J} batches ({res.status}; count facts "
-            f"{[list(f) for f in res.facts]}; infermax/relax.py{chunked})")
+    note = (
+        f"residency relaxation over J = {data.J} batches ({res.status}; count facts "
+        f"{[list(f) for f in res.facts]}; infermax/relax.py{chunked})"
+    )
     out.append(Bound("relaxation", res.bound, data.horizon_proven, note))
     return out

@@ -75,10 +75,28 @@ def dominated(key: int, g: int, cost: Dict, bits: int, O: np.ndarray) -> bool:
 
 
 @njit(cache=True)
-def astar(heap: List, cost: Dict, parent: Dict, goal: int, bits: int, I: np.ndarray, O: np.ndarray,
-          limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, pat: np.ndarray, table: np.ndarray,
-          keys: List, steps: List, edges: List, record: bool, upper: int, budget: int, max_nodes: int,
-          best: int) -> tuple[int, int, int]:
+def astar(
+    heap: List,
+    cost: Dict,
+    parent: Dict,
+    goal: int,
+    bits: int,
+    I: np.ndarray,
+    O: np.ndarray,
+    limits: np.ndarray,
+    costs: np.ndarray,
+    rho: np.ndarray,
+    pat: np.ndarray,
+    table: np.ndarray,
+    keys: List,
+    steps: List,
+    edges: List,
+    record: bool,
+    upper: int,
+    budget: int,
+    max_nodes: int,
+    best: int,
+) -> tuple[int, int, int]:
     """A* with re-opening from the queue ``heap`` of (g + h, -g, key), at most ``budget``
     expansions; a child with g + h >= ``upper`` (the cost of a known path) is not queued, and
     when ``limits[5]`` is set a dominated node (:func:`dominated`) is neither queued nor expanded.
@@ -140,10 +158,22 @@ class Run:
         budget = 16
         while True:
             tic = time.perf_counter()
-            status, self.best, value = astar(self.heap, self.cost, self.parent, np.int64(self.graph.goal),
-                                              *self.graph.args, *self.graph.patterns, self.keys, self.steps,
-                                              self.edges, self.record, np.int64(self.upper), budget, max_nodes,
-                                              self.best)
+            status, self.best, value = astar(
+                self.heap,
+                self.cost,
+                self.parent,
+                np.int64(self.graph.goal),
+                *self.graph.args,
+                *self.graph.patterns,
+                self.keys,
+                self.steps,
+                self.edges,
+                self.record,
+                np.int64(self.upper),
+                budget,
+                max_nodes,
+                self.best,
+            )
             if status == GOAL:
                 self.value = value
             if status != RUNNING or (deadline is not None and time.perf_counter() > deadline):

@@ -152,4 +152,3 @@ def candidate_schedules(instance: Instance, options: InferMaxOptions) -> dict[st
     """Feasible schedules that respect the options: every registered policy and ``serial``
     (:func:`initial_candidates` without a deadline)."""
     return initial_candidates(instance, options, None).schedules()
-

@@ -218,7 +218,11 @@ class _Class:
 def trajectory_usage(prompt: int, act: np.ndarray, gen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per batch: KV, running and generating requests of a trajectory."""
     held = (act != NONE) * (prompt + gen - 1)
-    return held.astype(np.float64), (act != NONE).astype(np.float64), ((act == FILL) | (act == DECODE)).astype(np.float64)
+    return (
+        held.astype(np.float64),
+        (act != NONE).astype(np.float64),
+        ((act == FILL) | (act == DECODE)).astype(np.float64),
+    )
 
 
 def trajectory_extras(cls: _Class, act: np.ndarray, gen: np.ndarray) -> float:
@@ -366,7 +370,7 @@ class TrajectoryLP:
 
     def _price_all(self, T, bucket, nb, rows, u, caps):  # noqa: ANN001, ANN202
         """L(u) and, per class, the trajectories of least reduced cost (up to COLUMNS_PER_CLASS)."""
-        dual = {name: u[k * nb:(k + 1) * nb][bucket] for k, (name, _) in enumerate(rows)}
+        dual = {name: u[k * nb : (k + 1) * nb][bucket] for k, (name, _) in enumerate(rows)}
         zero = np.zeros(T)
         mu, rv, iv = dual.get("kv", zero), dual.get("run", zero), dual.get("gen", zero)
         total = -float(u @ caps)
@@ -421,8 +425,10 @@ def _next_batches(instance: Instance, lp: TrajectoryLP, floor: int, ceiling: int
     best_k, best_v = None, math.inf
     for k, hi in enumerate(grid):
         lo = starts[k]
-        v = max(least_bias(instance, batch_floor=lo),
-                least_bias(instance, batch_floor=lo, refills=False) + lp.points[hi].bound)
+        v = max(
+            least_bias(instance, batch_floor=lo),
+            least_bias(instance, batch_floor=lo, refills=False) + lp.points[hi].bound,
+        )
         if v < best_v:
             best_k, best_v = k, v
     if best_k is None:
@@ -434,7 +440,10 @@ def _next_batches(instance: Instance, lp: TrajectoryLP, floor: int, ceiling: int
 
 
 def trajectory_bound(
-    instance: Instance, upper: float, deadline: float | None, lp: TrajectoryLP | None = None,
+    instance: Instance,
+    upper: float,
+    deadline: float | None,
+    lp: TrajectoryLP | None = None,
     seed: list[Schedule] | None = None,
 ) -> TrajectoryBound:
     """The makespan bound of the module docstring, refined until ``deadline``.
@@ -456,8 +465,10 @@ def trajectory_bound(
     if instance.limits.kv_capacity is None:
         return TrajectoryBound(W + least_bias(instance, batch_floor=floor), (), floor, ceiling, kv)
     if kv <= FLOOR_CHECK * batch_counts(instance)[0]:  # memory barely binds: is E already 0 at the floor?
-        point = lp.solve(floor, None if deadline is None else
-                         time.perf_counter() + FLOOR_SHARE * max(0.0, deadline - time.perf_counter()))
+        point = lp.solve(
+            floor,
+            None if deadline is None else time.perf_counter() + FLOOR_SHARE * max(0.0, deadline - time.perf_counter()),
+        )
         if point.solved and point.bound <= 0.0:  # then E = 0 for every B
             return TrajectoryBound(W + least_bias(instance, batch_floor=floor), (point,), floor, ceiling, kv)
     B: int | None = ceiling

@@ -18,8 +18,17 @@ from ...deadline import BuildStopped, check
 from ...instance import Instance
 from .model import Coefficients, InferMaxInputError, InferMaxOptions, Scaling, symmetric_pairs
 
-__all__ = ["TTFT_PROOF_CELLS", "Horizon", "ModelData", "build_data", "check_size", "fits", "horizon",
-           "integer_scaling", "request_batch_grid"]
+__all__ = [
+    "TTFT_PROOF_CELLS",
+    "Horizon",
+    "ModelData",
+    "build_data",
+    "check_size",
+    "fits",
+    "horizon",
+    "integer_scaling",
+    "request_batch_grid",
+]
 
 #: The proven ttft horizon (:func:`horizon`) is used up to this many request-batch cells N J; it is
 #: several times the makespan's (N times the mean TTFT against the makespan), and beyond this size
@@ -114,8 +123,15 @@ class ModelData:
         sq = min(chunk_cap * chunk_cap, sum(min(self.U(i), chunk_cap) ** 2 for i in range(self.N)))
         kv = sum(self.U(i) for i in range(self.N))
         return (
-            k.k_b + k.k_t * self.C + k.k_pb + k.k_pt * chunk_cap + k.k_pq * sq
-            + k.k_db + k.k_dt * self.N + k.k_dk * kv + k.k_pc * self.max_context_product()
+            k.k_b
+            + k.k_t * self.C
+            + k.k_pb
+            + k.k_pt * chunk_cap
+            + k.k_pq * sq
+            + k.k_db
+            + k.k_dt * self.N
+            + k.k_dk * kv
+            + k.k_pc * self.max_context_product()
         )
 
     def max_context_product(self) -> int:
@@ -141,8 +157,15 @@ class ModelData:
         kv = sum(self.U(i) for i in range(self.N))
         J = self.J
         return {
-            "k_b": J, "k_t": J * self.C, "k_pb": J, "k_pt": J * chunk_cap, "k_pq": J * sq,
-            "k_db": J, "k_dt": J * self.N, "k_dk": J * kv, "k_pc": J * self.max_context_product(),
+            "k_b": J,
+            "k_t": J * self.C,
+            "k_pb": J,
+            "k_pt": J * chunk_cap,
+            "k_pq": J * sq,
+            "k_db": J,
+            "k_dt": J * self.N,
+            "k_dk": J * kv,
+            "k_pc": J * self.max_context_product(),
         }
 
 
@@ -208,7 +231,10 @@ def _batches_within(time: float, work: float, prefill_batches: int, coef: Coeffi
 
 
 def horizon(
-    instance: Instance, coef: Coefficients, upper_makespan: float, upper_objective: float,
+    instance: Instance,
+    coef: Coefficients,
+    upper_makespan: float,
+    upper_objective: float,
     options: InferMaxOptions,
 ) -> Horizon:
     r"""A number of batches J that provably admits an optimal schedule (fix C5).
@@ -246,22 +272,26 @@ def horizon(
     Horizon
     """
     makespan_cap = upper_objective if options.objective == "completion" else upper_makespan
-    J_makespan = _batches_within(
-        makespan_cap, math.fsum(request_work(instance)), batch_counts(instance)[1], coef
+    J_makespan = _batches_within(makespan_cap, math.fsum(request_work(instance)), batch_counts(instance)[1], coef)
+    note = (
+        f"J = floor((UB {makespan_cap:.6g} s - work - prefill biases) / min batch "
+        f"{coef.min_batch:.6g} s) = {J_makespan}"
     )
-    note = (f"J = floor((UB {makespan_cap:.6g} s - work - prefill biases) / min batch "
-            f"{coef.min_batch:.6g} s) = {J_makespan}")
     if options.objective != "ttft":
         return Horizon(J_makespan, True, note)
     N = len(instance.requests)
     alone = [prefill_alone_time(instance, r.prompt_tokens) for r in instance.requests]
     last_first = max(r.arrival for r in instance.requests) + N * upper_objective - math.fsum(alone) + max(alone)
     J_first = _batches_within(
-        last_first, math.fsum(request_work(instance, first_tokens=True)),
-        batch_counts(instance, first_tokens=True)[1], coef,
+        last_first,
+        math.fsum(request_work(instance, first_tokens=True)),
+        batch_counts(instance, first_tokens=True)[1],
+        coef,
     )
-    first_note = (f"the last first token by {last_first:.6g} s (N x mean TTFT UB - prefill-alone times): "
-                  f"at most {J_first} batches up to it")
+    first_note = (
+        f"the last first token by {last_first:.6g} s (N x mean TTFT UB - prefill-alone times): "
+        f"at most {J_first} batches up to it"
+    )
     if options.no_evict or options.no_chunk:
         J = J_first + sum(r.output_tokens - 1 for r in instance.requests)
         proof = Horizon(J, True, f"{first_note}, plus at most sum(O - 1) batches after it, each generating: J = {J}")
@@ -269,8 +299,12 @@ def horizon(
         proof = Horizon(J_first, True, f"{first_note}; first-token model: J = {J_first}", first_tokens_only=True)
     if N * proof.J <= TTFT_PROOF_CELLS:
         return proof
-    return Horizon(J_makespan, False, f"{note} (ttft: heuristic horizon, the proven J = {proof.J} exceeds "
-                                      f"{TTFT_PROOF_CELLS} cells; optimality only relative to J)")
+    return Horizon(
+        J_makespan,
+        False,
+        f"{note} (ttft: heuristic horizon, the proven J = {proof.J} exceeds "
+        f"{TTFT_PROOF_CELLS} cells; optimality only relative to J)",
+    )
 
 
 def build_data(

@@ -83,5 +83,5 @@ def kv_time_count(instance: Instance) -> int:
     while left > 0 and (t + 1) * lim.token_budget < top:
         t += 1
         count += 1
-        left -= (t * lim.token_budget)
+        left -= t * lim.token_budget
     return full + count + max(0, math.ceil(left / top - 1e-12))

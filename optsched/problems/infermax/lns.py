@@ -142,8 +142,13 @@ def _move(plan: Plan, data: PlanData, rng: np.random.Generator, kind: int) -> Pl
         at = int(rng.integers(s + 1, n + 1))
         cap = min(data.P, data.C)
         q = min(cap, int(plan.chunk[s]), int(data.prompt[plan.request[s]]) + g)
-        split = Plan(np.insert(plan.request, at, plan.request[s]), np.insert(plan.g0, at, g),
-                     np.insert(np.where(np.arange(n) == s, g, plan.g1), at, g1), np.insert(plan.chunk, at, q), plan.grid)
+        split = Plan(
+            np.insert(plan.request, at, plan.request[s]),
+            np.insert(plan.g0, at, g),
+            np.insert(np.where(np.arange(n) == s, g, plan.g1), at, g1),
+            np.insert(plan.chunk, at, q),
+            plan.grid,
+        )
         return _repair(split, np.arange(n + 1))
     multi = [i for i in np.unique(plan.request) if np.count_nonzero(plan.request == i) > 1]
     if not multi:
@@ -214,7 +219,9 @@ def improve_plans(
                 cur, cur_cost, stale = best, best_cost, 0
 
 
-def plan_from_trajectories(data: PlanData, classes: list[tuple[int, int]], solution: list[tuple[int, np.ndarray, float]]) -> Plan:
+def plan_from_trajectories(
+    data: PlanData, classes: list[tuple[int, int]], solution: list[tuple[int, np.ndarray, float]]
+) -> Plan:
     """A plan that follows a solution of the trajectory relaxation (:mod:`.colgen`): each class's
     requests take its trajectories in proportion to their weights (largest remainders), each
     trajectory's fills start segments, and the segments are placed in the order of their first

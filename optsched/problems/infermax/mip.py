@@ -108,7 +108,9 @@ class MipModel:
         self.p += pulp.lpSum(self.hp) >= data.bp_min
         self.x = None
         if data.coef.k_pc:  # x = pc * (mh - c) over pc's bits (module docstring)
-            self.x = self._grid(lambda i, j: self._times_bits(self.bits[i, j], self.mh[i][j] - self.c[i][j], data.U(i) - 1))
+            self.x = self._grid(
+                lambda i, j: self._times_bits(self.bits[i, j], self.mh[i][j] - self.c[i][j], data.U(i) - 1)
+            )
         self.T = [self._batch_time(j) for j in range(J)]
         self._objective()
 
@@ -302,8 +304,16 @@ class MipModel:
 def _solver(data: ModelData, warm: bool, relax: bool = False, deadline: float | None = None) -> pulp.LpSolver:
     opts: InferMaxOptions = data.options
     time_limit = opts.time_limit if deadline is None else seconds_left(deadline)
-    return pulp_solver("highs" if relax else opts.solver, time_limit=time_limit, threads=opts.threads,
-                       msg=opts.log, gap_rel=GAP_REL, gap_abs=GAP_ABS, mip=not relax, warm_start=warm)
+    return pulp_solver(
+        "highs" if relax else opts.solver,
+        time_limit=time_limit,
+        threads=opts.threads,
+        msg=opts.log,
+        gap_rel=GAP_REL,
+        gap_abs=GAP_ABS,
+        mip=not relax,
+        warm_start=warm,
+    )
 
 
 def _val(x: Any) -> float:
@@ -333,9 +343,13 @@ def solve_mip(
         return BackendResult(status=Status.UNKNOWN, info={"stopped": str(exc)})
     solve_by = solver_deadline(deadline, time.perf_counter() - start)
     if passed(solve_by):
-        return BackendResult(status=Status.UNKNOWN, info={
-            "stopped": f"MIP not solved: {seconds_left(deadline):.3g} s left, handing the model over "
-                       f"takes about {deadline - solve_by:.3g} s"})
+        return BackendResult(
+            status=Status.UNKNOWN,
+            info={
+                "stopped": f"MIP not solved: {seconds_left(deadline):.3g} s left, handing the model over "
+                f"takes about {deadline - solve_by:.3g} s"
+            },
+        )
     if hint is not None:
         mip.set_warm_start(*hint)
     solver = _solver(data, warm=hint is not None, deadline=solve_by)
@@ -371,8 +385,15 @@ def solve_mip(
         waits, E_sec = earliest_starts(data, c, e, T_sec)
         F_sec = _event_times(data, mip, E_sec)
     objective = true_objective(data, T_sec, E_sec, F_sec)
-    return BackendResult(status=Status.OPTIMAL if optimal else Status.FEASIBLE, c=c, e=e, waits=waits,
-                         objective=objective, bound=bound, info=info)
+    return BackendResult(
+        status=Status.OPTIMAL if optimal else Status.FEASIBLE,
+        c=c,
+        e=e,
+        waits=waits,
+        objective=objective,
+        bound=bound,
+        info=info,
+    )
 
 
 @contextlib.contextmanager
@@ -412,9 +433,14 @@ def _batch_seconds(data: ModelData, mip: MipModel, j: int) -> float:
     if not any(c):
         return 0.0
     return (
-        k.k_b + k.k_t * sum(c)
-        + (k.k_pb if any(pc) else 0.0) + k.k_pt * sum(pc) + k.k_pq * sum(x * x for x in pc)
-        + (k.k_db if any(dg) else 0.0) + k.k_dt * sum(dg) + k.k_dk * sum(dg[i] * m_prev[i] for i in range(N))
+        k.k_b
+        + k.k_t * sum(c)
+        + (k.k_pb if any(pc) else 0.0)
+        + k.k_pt * sum(pc)
+        + k.k_pq * sum(x * x for x in pc)
+        + (k.k_db if any(dg) else 0.0)
+        + k.k_dt * sum(dg)
+        + k.k_dk * sum(dg[i] * m_prev[i] for i in range(N))
         + k.k_pc * sum(pc[i] * cached[i] for i in range(N))
     )
 
@@ -448,10 +474,18 @@ def lp_relaxation_bound(instance: Instance, options: Mapping[str, Any] | InferMa
     solver = _solver(data, warm=False, relax=True)
     mip.p.solve(solver)
     if mip.p.sol_status != pulp.LpSolutionOptimal:  # PuLP reports a stopped HiGHS as status "Optimal"
-        return Bound("lp-relaxation", 0.0, True,
-                     f"trivial: the LP relaxation over J = {data.J} batches was not solved to optimality")
+        return Bound(
+            "lp-relaxation",
+            0.0,
+            True,
+            f"trivial: the LP relaxation over J = {data.J} batches was not solved to optimality",
+        )
     value = float(pulp.value(mip.p.objective)) / UNIT
     if opts.objective == "ttft":
         value = (value - math.fsum(data.arrival)) / data.N
-    return Bound("lp-relaxation", value, data.horizon_proven,
-                 f"LP relaxation of the MIP over J = {data.J} batches ({data.horizon_note})")
+    return Bound(
+        "lp-relaxation",
+        value,
+        data.horizon_proven,
+        f"LP relaxation of the MIP over J = {data.J} batches ({data.horizon_note})",
+    )

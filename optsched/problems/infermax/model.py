@@ -154,8 +154,17 @@ from ...instance import Instance, InstanceError
 from ...options import Flag, Name, Options, PositiveFloat, PositiveInt, Share
 from .. import BACKENDS
 
-__all__ = ["MAX_CELLS", "OBJECTIVES", "RELAX_SHARE", "Coefficients", "InferMaxBoundOptions", "InferMaxInputError",
-           "InferMaxOptions", "Scaling", "symmetric_pairs"]
+__all__ = [
+    "MAX_CELLS",
+    "OBJECTIVES",
+    "RELAX_SHARE",
+    "Coefficients",
+    "InferMaxBoundOptions",
+    "InferMaxInputError",
+    "InferMaxOptions",
+    "Scaling",
+    "symmetric_pairs",
+]
 
 OBJECTIVES = ("makespan", "completion", "ttft")
 

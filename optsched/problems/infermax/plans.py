@@ -93,8 +93,21 @@ def plan_data(instance: Instance) -> PlanData:
     """The arrays of ``instance`` for :func:`plan_cost`."""
     lim, cm = instance.limits, instance.cost_model
     p, d = cm.prefill, cm.decode
-    coef = np.array([cm.layers, cm.base, cm.per_token, p.bias, p.per_token, p.per_token_sq, p.per_ctx,
-                     d.bias, d.per_token, d.per_kv], dtype=np.float64)
+    coef = np.array(
+        [
+            cm.layers,
+            cm.base,
+            cm.per_token,
+            p.bias,
+            p.per_token,
+            p.per_token_sq,
+            p.per_ctx,
+            d.bias,
+            d.per_token,
+            d.per_kv,
+        ],
+        dtype=np.float64,
+    )
     return PlanData(
         prompt=np.array([r.prompt_tokens for r in instance.requests], dtype=np.int64),
         output=np.array([r.output_tokens for r in instance.requests], dtype=np.int64),
@@ -122,8 +135,13 @@ class Plan:
     def whole(cls, order: np.ndarray, output: np.ndarray, chunk: np.ndarray, grid: int = 1) -> Plan:
         """One segment per request (no eviction), in ``order``, with per-request ``chunk`` sizes."""
         order = np.asarray(order, dtype=np.int64)
-        return cls(order, np.zeros(len(order), np.int64), np.asarray(output, np.int64)[order],
-                   np.asarray(chunk, np.int64)[order], grid)
+        return cls(
+            order,
+            np.zeros(len(order), np.int64),
+            np.asarray(output, np.int64)[order],
+            np.asarray(chunk, np.int64)[order],
+            grid,
+        )
 
 
 @njit(cache=True)
@@ -258,8 +276,18 @@ def _place(prompt, req, g0, g1, chunk, grid, M, P, C, R):  # noqa: ANN001, ANN20
 @njit(cache=True)
 def _batch_times(prompt, req, g0, g1, chunk, start, horizon, coef):  # noqa: ANN001, ANN202
     """Time of every batch index (0 for an empty one) from the placed segments."""
-    L, b, a, pb, pa, pq, pc, db, da, dk = (coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6],
-                                           coef[7], coef[8], coef[9])
+    L, b, a, pb, pa, pq, pc, db, da, dk = (
+        coef[0],
+        coef[1],
+        coef[2],
+        coef[3],
+        coef[4],
+        coef[5],
+        coef[6],
+        coef[7],
+        coef[8],
+        coef[9],
+    )
     tok = np.zeros(horizon, np.int64)
     pre = np.zeros(horizon, np.int64)
     sq = np.zeros(horizon, np.float64)
@@ -316,11 +344,13 @@ def _objective(prompt, output, req, g0, g1, chunk, start, times, objective):  # 
 
 def plan_cost(data: PlanData, plan: Plan, objective: str = "makespan") -> float:
     """The objective of ``plan`` (computed from its profiles, arrival time included)."""
-    start, horizon = _place(data.prompt, plan.request, plan.g0, plan.g1, plan.chunk, plan.grid,
-                            data.M, data.P, data.C, data.R)
+    start, horizon = _place(
+        data.prompt, plan.request, plan.g0, plan.g1, plan.chunk, plan.grid, data.M, data.P, data.C, data.R
+    )
     times = _batch_times(data.prompt, plan.request, plan.g0, plan.g1, plan.chunk, start, horizon, data.coef)
-    value = _objective(data.prompt, data.output, plan.request, plan.g0, plan.g1, plan.chunk, start, times,
-                       OBJECTIVE_CODES[objective])
+    value = _objective(
+        data.prompt, data.output, plan.request, plan.g0, plan.g1, plan.chunk, start, times, OBJECTIVE_CODES[objective]
+    )
     if objective == "makespan":
         return data.start + value
     if objective == "completion":
@@ -331,8 +361,9 @@ def plan_cost(data: PlanData, plan: Plan, objective: str = "makespan") -> float:
 def plan_schedule(instance: Instance, data: PlanData, plan: Plan, meta: dict | None = None) -> Schedule:
     """The schedule of ``plan`` (module docstring): batches in index order, evictions in an
     eviction-only batch before the batch after a segment's last, empty batches skipped."""
-    start, horizon = _place(data.prompt, plan.request, plan.g0, plan.g1, plan.chunk, plan.grid,
-                            data.M, data.P, data.C, data.R)
+    start, horizon = _place(
+        data.prompt, plan.request, plan.g0, plan.g1, plan.chunk, plan.grid, data.M, data.P, data.C, data.R
+    )
     ids = [r.id for r in instance.requests]
     items: list[list[Item]] = [[] for _ in range(horizon)]
     evict: list[list[str]] = [[] for _ in range(horizon + 1)]

@@ -93,8 +93,18 @@ from ...schedule import Batch, Item, Schedule
 from .model import Coefficients, symmetric_pairs
 
 __all__ = [
-    "CountResult", "RelaxationResult", "add_count_fact", "count_bound", "count_check", "count_cost",
-    "UNBOUNDED", "UNIT", "floor_units", "refill_line", "relaxation_bound", "schedule_from_point",
+    "CountResult",
+    "RelaxationResult",
+    "add_count_fact",
+    "count_bound",
+    "count_check",
+    "count_cost",
+    "UNBOUNDED",
+    "UNIT",
+    "floor_units",
+    "refill_line",
+    "relaxation_bound",
+    "schedule_from_point",
 ]
 
 #: Time unit of the relaxation's integer objective (seconds): picoseconds, coefficients rounded down.
@@ -224,10 +234,10 @@ class RelaxationModel:
                 mdl.Add(self.G[a_][j] >= O).OnlyEnforceIf(done_a)
                 mdl.Add(self.G[a_][j] <= O - 1).OnlyEnforceIf(done_a.Not())
                 mdl.Add(self.G[b_][j] <= O - 1).OnlyEnforceIf(done_a.Not())
-        self.objective = (
-            sum(floor_units(k.k_b) * self.y[j] + floor_units(k.k_pb) * self.p[j] + floor_units(k.k_db) * self.d[j] for j in range(J))
-            + sum(refills)
-        )
+        self.objective = sum(
+            floor_units(k.k_b) * self.y[j] + floor_units(k.k_pb) * self.p[j] + floor_units(k.k_db) * self.d[j]
+            for j in range(J)
+        ) + sum(refills)
         mdl.Minimize(self.objective)
         self.work = math.fsum(request_work(instance))
 
@@ -276,8 +286,9 @@ def relaxation_bound(
     try:
         relax = RelaxationModel(instance, J, deadline=deadline)
     except DeadlinePassed:
-        return RelaxationResult(bound=math.fsum(request_work(instance)), value=None, status=Status.TIME_LIMIT,
-                                cpu=time.process_time() - cpu)
+        return RelaxationResult(
+            bound=math.fsum(request_work(instance)), value=None, status=Status.TIME_LIMIT, cpu=time.process_time() - cpu
+        )
     solver = _solver(seconds_left(deadline), threads, log)
     code = run_cpsat(solver, relax.m)
     if code == cp_model.INFEASIBLE:
@@ -294,9 +305,7 @@ def relaxation_bound(
     return RelaxationResult(bound=bound, value=value, status=status, cpu=time.process_time() - cpu, schedule=sched)
 
 
-def schedule_from_point(
-    instance: Instance, x: list[list[int]], s: list[list[int]], r: list[list[int]]
-) -> Schedule:
+def schedule_from_point(instance: Instance, x: list[list[int]], s: list[list[int]], r: list[list[int]]) -> Schedule:
     """A schedule that realises a relaxation point (x, s, r per request and batch).
 
     A (re)fill is one prefill item of the whole prompt (the prompt plus the tokens generated so
@@ -366,7 +375,12 @@ def count_cost(k: Coefficients, B: int, p: int) -> float:
 
 
 def count_check(
-    instance: Instance, J: int, p: int, B: int, facts: list[tuple[int, int]], symmetry: bool = True,
+    instance: Instance,
+    J: int,
+    p: int,
+    B: int,
+    facts: list[tuple[int, int]],
+    symmetry: bool = True,
     deadline: float | None = None,
 ) -> RelaxationModel:
     """The model of the check "at most p prefill batches and at most B batches with items" of
@@ -386,8 +400,11 @@ def count_check(
 
 
 def count_bound(
-    instance: Instance, J: int, time_limit: float | None = None, threads: int | None = None,
-    check_limit: float | None = None
+    instance: Instance,
+    J: int,
+    time_limit: float | None = None,
+    threads: int | None = None,
+    check_limit: float | None = None,
 ) -> CountResult:
     r"""Least batch counts proven by infeasibility of the relaxation, and the makespan bound they give.
 
@@ -439,8 +456,10 @@ def count_bound(
         return max(b_min, p, 1 + max((b for q, b in known if q >= p), default=0))
 
     def argmin(known: list[tuple[int, int]]) -> tuple[float, int]:
-        return min(((count_cost(k, need(p, known), p), p) for p in range(bp_min, J + 1) if need(p, known) <= J),
-                   default=(math.inf, J))
+        return min(
+            ((count_cost(k, need(p, known), p), p) for p in range(bp_min, J + 1) if need(p, known) <= J),
+            default=(math.inf, J),
+        )
 
     p = bp_min
     while p < J and left() > 0.05 and infeasible(p, J, facts):

@@ -67,5 +67,11 @@ def residency_bound(
     if relax.status in (Status.OPTIMAL, Status.INFEASIBLE):
         return relax
     counts = count_bound(instance, J, left(1), threads)
-    return RelaxationResult(bound=max(relax.bound, counts.bound), value=relax.value, status=relax.status,
-                            cpu=relax.cpu + counts.cpu, facts=counts.facts, schedule=relax.schedule)
+    return RelaxationResult(
+        bound=max(relax.bound, counts.bound),
+        value=relax.value,
+        status=relax.status,
+        cpu=relax.cpu + counts.cpu,
+        facts=counts.facts,
+        schedule=relax.schedule,
+    )

@@ -94,7 +94,9 @@ def scale_phase(
     out = ScalePhase()
     t0 = time.perf_counter()
     span = max(0.0, deadline - t0)
-    why_not = "the time limit passed before the scale phase" if passed(deadline) else plannable(instance, no_hybrid, no_chunk)
+    why_not = (
+        "the time limit passed before the scale phase" if passed(deadline) else plannable(instance, no_hybrid, no_chunk)
+    )
     data = plan_data(instance) if why_not is None else None
     history: list[tuple[float, float]] = []
     best: list[tuple[float, Plan]] = []
@@ -109,8 +111,11 @@ def scale_phase(
     if objective == "makespan":
         value, count = kv_time_bound(instance)
         out.bounds["kv-time"] = (value, f"work bound with at least {count} batches (KV-time count, infermax/kvtime.py)")
-        trajectories = (instance.limits.kv_capacity is not None and count >= MEMORY_BINDS * batch_counts(instance)[0]
-                        and not passed(deadline))
+        trajectories = (
+            instance.limits.kv_capacity is not None
+            and count >= MEMORY_BINDS * batch_counts(instance)[0]
+            and not passed(deadline)
+        )
     first = SEARCH_SHARE if trajectories else 1.0
     if data is not None:
         search(t0 + first * span, starting_plans(data, objective, t0 + first * span))
@@ -127,8 +132,11 @@ def scale_phase(
         until = deadline - (FINAL_SEARCH_SHARE * span if data is not None else 0.0)
         began = time.perf_counter() - t0
         tb = trajectory_bound(instance, upper, until, lp, seed=start)
-        out.bounds["trajectory"] = (tb.value, f"trajectory LP over B = {tb.batch_floor}..{tb.batch_ceiling} batches, "
-                                              f"{len(tb.points)} grid points (infermax/colgen.py)")
+        out.bounds["trajectory"] = (
+            tb.value,
+            f"trajectory LP over B = {tb.batch_floor}..{tb.batch_ceiling} batches, "
+            f"{len(tb.points)} grid points (infermax/colgen.py)",
+        )
         out.info["trajectory_points"] = [(p.batches, p.bound, p.solved) for p in tb.points]
         out.info["trajectory_history"] = [(round(began + t, 3), value) for t, value in tb.history]
         if data is not None:
@@ -138,8 +146,9 @@ def scale_phase(
             search(time.perf_counter() + (deadline - time.perf_counter()) / 2, guided)
         search(deadline, best[:1])
     if data is not None and best:
-        out.schedules["plan-search"] = plan_schedule(instance, data, best[0][1],
-                                                     {"problem": "infermax", "method": "plan-search"})
+        out.schedules["plan-search"] = plan_schedule(
+            instance, data, best[0][1], {"problem": "infermax", "method": "plan-search"}
+        )
         out.info["plan_search_value"] = best[0][0]
     out.info["plan_search_history"] = history
     return out

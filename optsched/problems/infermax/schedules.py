@@ -17,8 +17,14 @@ from ...schedule import Batch, Item, ReplayResult, Schedule, replay
 from .data import ModelData
 from .model import InferMaxInputError
 
-__all__ = ["earliest_starts", "first_token_prefix", "hint_from_schedule", "schedule_from_solution",
-           "serial_completion", "serial_schedule"]
+__all__ = [
+    "earliest_starts",
+    "first_token_prefix",
+    "hint_from_schedule",
+    "schedule_from_solution",
+    "serial_completion",
+    "serial_schedule",
+]
 
 
 def serial_schedule(instance: Instance, no_chunk: bool = False) -> Schedule:

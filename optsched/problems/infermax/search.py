@@ -35,8 +35,15 @@ from .astar import EMPTY, GOAL, Run
 from .graph import Graph, Node, as_array, children, new_lists, node_estimate
 from .relax import UNBOUNDED, UNIT, RelaxationResult, schedule_from_point
 
-__all__ = ["BEAM_SHARE", "BEAM_WIDTHS", "MAX_NODES", "beam_search", "load_kernels", "path_schedule",
-           "relaxation_search"]
+__all__ = [
+    "BEAM_SHARE",
+    "BEAM_WIDTHS",
+    "MAX_NODES",
+    "beam_search",
+    "load_kernels",
+    "path_schedule",
+    "relaxation_search",
+]
 
 #: Nodes the search keeps at most (about 150 bytes each with their queue entries and parents: 3 GB).
 MAX_NODES = 20_000_000
@@ -48,10 +55,25 @@ BEAM_SHARE = 0.5
 
 
 @njit(cache=True)
-def _beam_layer(layer: np.ndarray, node_keys: List, node_costs: List, node_parents: List, goal: int,
-                bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray,
-                rho: np.ndarray, pat: np.ndarray, table: np.ndarray, keys: List, steps: List, width: int,
-                upper: int) -> tuple[np.ndarray, int, int]:
+def _beam_layer(
+    layer: np.ndarray,
+    node_keys: List,
+    node_costs: List,
+    node_parents: List,
+    goal: int,
+    bits: int,
+    I: np.ndarray,
+    O: np.ndarray,
+    limits: np.ndarray,
+    costs: np.ndarray,
+    rho: np.ndarray,
+    pat: np.ndarray,
+    table: np.ndarray,
+    keys: List,
+    steps: List,
+    width: int,
+    upper: int,
+) -> tuple[np.ndarray, int, int]:
     """One layer of a beam search: the children of the nodes ``layer`` (indices into the kept
     nodes' lists) with g + h below ``upper``, each at its least cost; the ``width`` of least g + h
     that are not the goal are kept (appended to the lists) as the next layer, and so is a goal
@@ -114,9 +136,19 @@ def beam_search(
     layer, path, slowest = np.zeros(1, np.int64), None, 0.0
     while layer.shape[0] and (deadline is None or time.perf_counter() < deadline):
         tic = time.perf_counter()
-        layer, upper, reached = _beam_layer(layer, node_keys, node_costs, node_parents, np.int64(graph.goal),
-                                            *(graph.budget_args if budgets else graph.args), *graph.patterns, keys, steps,
-                                            width, np.int64(upper))
+        layer, upper, reached = _beam_layer(
+            layer,
+            node_keys,
+            node_costs,
+            node_parents,
+            np.int64(graph.goal),
+            *(graph.budget_args if budgets else graph.args),
+            *graph.patterns,
+            keys,
+            steps,
+            width,
+            np.int64(upper),
+        )
         slowest = max(slowest, time.perf_counter() - tic)
         if reached >= 0:
             path = [graph.node(k) for k in _beam_trace(node_keys, node_parents, np.int64(reached)).tolist()[::-1]]
@@ -145,9 +177,7 @@ def _beam_trace(node_keys: List, node_parents: List, last: int) -> np.ndarray:
     return as_array(keys)
 
 
-def _beam_paths(
-    graph: Graph, deadline: float | None
-) -> tuple[int, list[Node] | None, tuple[int, list[Node]] | None]:
+def _beam_paths(graph: Graph, deadline: float | None) -> tuple[int, list[Node] | None, tuple[int, list[Node]] | None]:
     """Beam searches of widths :data:`BEAM_WIDTHS` in turn until ``deadline`` (a width is not
     started when its layers, predicted from the narrower one's slowest, would overrun it), each
     pruned at the best path so far. When the best path does not hold P and C with its (re)fills
@@ -208,8 +238,9 @@ def relaxation_search(
     work = math.fsum(request_work(instance))
     if not graph.searchable:  # the start (key 0) has every field 0, whatever their width
         root = node_estimate(np.int64(0), 0, *graph.args[1:], *graph.patterns, UNBOUNDED)
-        return RelaxationResult(bound=work + root * UNIT, value=None, status=Status.UNKNOWN,
-                                cpu=time.process_time() - cpu)
+        return RelaxationResult(
+            bound=work + root * UNIT, value=None, status=Status.UNKNOWN, cpu=time.process_time() - cpu
+        )
     deadline = None if time_limit is None else t0 + time_limit
     graph.add_chosen_patterns(time_limit, t0)
     beam_end = None if time_limit is None else time.perf_counter() + BEAM_SHARE * seconds_left(deadline, 0.0)
@@ -227,8 +258,9 @@ def relaxation_search(
         upper, path = held  # the best path known to hold P and C: its schedule can replay
     value = None if path is None else work + upper * UNIT
     schedule = None if path is None else path_schedule(graph, instance, path)
-    return RelaxationResult(bound=bound, value=value, status=Status.OPTIMAL if solved else Status.UNKNOWN, cpu=cpu,
-                            schedule=schedule)
+    return RelaxationResult(
+        bound=bound, value=value, status=Status.OPTIMAL if solved else Status.UNKNOWN, cpu=cpu, schedule=schedule
+    )
 
 
 def path_schedule(graph: Graph, instance: Instance, path: list[Node]):
@@ -266,8 +298,19 @@ def load_kernels() -> None:
         return
     from ...instance import parse_instance
 
-    relaxation_search(parse_instance({
-        "name": "kernels", "cost_model": "llama2-7b-a100", "limits": {"kv_capacity": 6},
-        "requests": [{"id": "a", "prompt_tokens": 2, "output_tokens": 3}, {"id": "b", "prompt_tokens": 3, "output_tokens": 2},
-                     {"id": "c", "prompt_tokens": 1, "output_tokens": 2}]}, "kernels"))
+    relaxation_search(
+        parse_instance(
+            {
+                "name": "kernels",
+                "cost_model": "llama2-7b-a100",
+                "limits": {"kv_capacity": 6},
+                "requests": [
+                    {"id": "a", "prompt_tokens": 2, "output_tokens": 3},
+                    {"id": "b", "prompt_tokens": 3, "output_tokens": 2},
+                    {"id": "c", "prompt_tokens": 1, "output_tokens": 2},
+                ],
+            },
+            "kernels",
+        )
+    )
     _LOADED.append(True)

@@ -28,8 +28,15 @@ from numba import njit, prange
 
 from .relax import UNBOUNDED
 
-__all__ = ["ENTRY_SECONDS", "LARGEST_TABLE", "pattern_table", "patterns_at", "table_entries", "table_seconds",
-           "tabulated"]
+__all__ = [
+    "ENTRY_SECONDS",
+    "LARGEST_TABLE",
+    "pattern_table",
+    "patterns_at",
+    "table_entries",
+    "table_seconds",
+    "tabulated",
+]
 
 #: Most entries in the heaviest pattern's table (G states times residents' bit sets, 8 bytes each:
 #: 2.1 GB), and the seconds an entry takes to tabulate (measured on the 2-core sandbox with 5 and 6
@@ -78,8 +85,9 @@ def tabulated(args: tuple, deadline: float | None = None) -> np.ndarray | None:
     return _TABLES[key]
 
 
-def pattern_table(I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray, rho: np.ndarray,
-                  deadline: float | None = None) -> np.ndarray | None:
+def pattern_table(
+    I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, deadline: float | None = None
+) -> np.ndarray | None:
     r"""The least cost to the goal from every node of the graph of the requests ``I``, ``O`` with
     the limits ``limits`` = (M, least of C and R_max, R_max) and the costs given (every edge), at
     index :math:`2^k \sum_i G_i s_i + R` (k requests, mixed radix :math:`s_i = \prod_{j < i} (O_j +
@@ -121,8 +129,16 @@ def pattern_levels(O: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 @njit(cache=True, parallel=True)
-def pattern_level(level: np.ndarray, stride: np.ndarray, I: np.ndarray, O: np.ndarray, limits: np.ndarray,
-                  costs: np.ndarray, rho: np.ndarray, table: np.ndarray) -> None:
+def pattern_level(
+    level: np.ndarray,
+    stride: np.ndarray,
+    I: np.ndarray,
+    O: np.ndarray,
+    limits: np.ndarray,
+    costs: np.ndarray,
+    rho: np.ndarray,
+    table: np.ndarray,
+) -> None:
     """The entries of :func:`pattern_table` at the G states ``level`` (as many tokens generated
     each), in parallel."""
     for k in prange(level.shape[0]):
@@ -130,8 +146,16 @@ def pattern_level(level: np.ndarray, stride: np.ndarray, I: np.ndarray, O: np.nd
 
 
 @njit(cache=True)
-def pattern_entries(s: int, stride: np.ndarray, I: np.ndarray, O: np.ndarray, limits: np.ndarray,
-                    costs: np.ndarray, rho: np.ndarray, table: np.ndarray) -> None:
+def pattern_entries(
+    s: int,
+    stride: np.ndarray,
+    I: np.ndarray,
+    O: np.ndarray,
+    limits: np.ndarray,
+    costs: np.ndarray,
+    rho: np.ndarray,
+    table: np.ndarray,
+) -> None:
     r"""The entries of :func:`pattern_table` at the G state ``s``, one per bit set R of residents
     that is a node, from the entries of its children, over bit sets rather than edge by edge.
 
@@ -215,8 +239,9 @@ def pattern_entries(s: int, stride: np.ndarray, I: np.ndarray, O: np.ndarray, li
 
 
 @njit(cache=True)
-def patterns_at(key: int, bits: int, O: np.ndarray, rho: np.ndarray, pat: np.ndarray, table: np.ndarray,
-                enough: int) -> int:
+def patterns_at(
+    key: int, bits: int, O: np.ndarray, rho: np.ndarray, pat: np.ndarray, table: np.ndarray, enough: int
+) -> int:
     """The largest pattern table entry at the node ``key``'s projections plus the least refill
     extras of the evicted requests outside the pattern (module docstring; 0 without patterns), or
     the first that reaches ``enough``:

@@ -169,9 +169,9 @@ def mip_batches(
     z = {(k, v): prob.add_variable(f"z_{k}_{v}", cat="Binary") for k in slots for v in levels}
     size = [prob.add_variable(f"N_{k}", lowBound=0, upBound=n_bar, cat="Integer") for k in slots]
     w = {(k, v): prob.add_variable(f"w_{k}_{v}", lowBound=0) for k in slots for v in levels}
-    prob += pulp.lpSum(
-        a_s * v * w[k, v] + c_s * v * z[k, v] for k in slots for v in levels
-    ) + pulp.lpSum(b_s * size[k] + e_s * y[k] for k in slots)
+    prob += pulp.lpSum(a_s * v * w[k, v] + c_s * v * z[k, v] for k in slots for v in levels) + pulp.lpSum(
+        b_s * size[k] + e_s * y[k] for k in slots
+    )
     for r in range(n):
         prob += pulp.lpSum(x[r, k] for k in slots) == 1
     for k in slots:
@@ -192,8 +192,12 @@ def mip_batches(
     if passed(solve_by):
         return None, None, Status.TIME_LIMIT
     # every request alone in its own slot is a solution: "infeasible" is a solver fault
-    solve_model(prob, pulp_solver(solver, time_limit=seconds_left(solve_by), gap_rel=0.0), known_feasible=True,
-                deadline=solve_by)
+    solve_model(
+        prob,
+        pulp_solver(solver, time_limit=seconds_left(solve_by), gap_rel=0.0),
+        known_feasible=True,
+        deadline=solve_by,
+    )
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         if deadline is not None and prob.sol_status == pulp.LpSolutionNoSolutionFound:
             return None, None, Status.TIME_LIMIT

@@ -61,7 +61,10 @@ def max_min_offload(times: Sequence[float], initial: Sequence[float]) -> Offload
 
 
 def exact_offload(
-    times: Sequence[float], initial: Sequence[float], time_limit: float | None = 10.0, threads: int = 2,
+    times: Sequence[float],
+    initial: Sequence[float],
+    time_limit: float | None = 10.0,
+    threads: int = 2,
     start: Offload | None = None,
 ) -> Offload:
     """Optimal :math:`P \\mid a_w \\mid C_{max}` by CP-SAT (times rounded to microseconds).
@@ -97,14 +100,20 @@ def exact_offload(
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if start is None or code != cp_model.UNKNOWN:
             raise RuntimeError(f"exact offloading found no solution ({solver.StatusName(code)})")
-        return Offload(assignment=start.assignment, loads=start.loads, makespan=start.makespan,
-                       status=Status.TIME_LIMIT, bound=bound)
+        return Offload(
+            assignment=start.assignment,
+            loads=start.loads,
+            makespan=start.makespan,
+            status=Status.TIME_LIMIT,
+            bound=bound,
+        )
     assignment = tuple(next(w for w in workers if solver.Value(x[b, w])) for b in batches)
     final = _loads(times, initial, assignment)
     status = Status.OPTIMAL if code == cp_model.OPTIMAL else Status.TIME_LIMIT
     if start is not None and start.makespan < max(final):
-        return Offload(assignment=start.assignment, loads=start.loads, makespan=start.makespan, status=status,
-                       bound=bound)
+        return Offload(
+            assignment=start.assignment, loads=start.loads, makespan=start.makespan, status=status, bound=bound
+        )
     return Offload(assignment=assignment, loads=final, makespan=max(final), status=status, bound=min(bound, max(final)))
 
 

@@ -131,10 +131,14 @@ def solve(instance: Instance, options: Mapping[str, Any] | SclsOptions | None = 
         solver = opts.solver or "highs"
         batches, own, status = mip_batches(s["lengths"], s["model"], s["slice_len"], s["rule"], solver, opts.time_limit)
     if batches is None:  # the MIP found no batching within the limit
-        return SolveResult(problem="scls-batch", solver=solver, status=Status.TIME_LIMIT,
-                           wall_time=time.perf_counter() - start,
-                           message="the MIP found no batching within the time limit "
-                                   "(method 'dp' solves the batching exactly in milliseconds)")
+        return SolveResult(
+            problem="scls-batch",
+            solver=solver,
+            status=Status.TIME_LIMIT,
+            wall_time=time.perf_counter() - start,
+            message="the MIP found no batching within the time limit "
+            "(method 'dp' solves the batching exactly in milliseconds)",
+        )
     total = total_serve_time(s["lengths"], batches, s["model"], s["slice_len"], s["rule"])
     if status == Status.OPTIMAL:
         check_agreement(own, total, "scls-batch")
@@ -151,16 +155,25 @@ def solve(instance: Instance, options: Mapping[str, Any] | SclsOptions | None = 
         "batch_times": times,
         "offload": {
             "max_min": {"assignment": list(heuristic.assignment), "makespan": heuristic.makespan},
-            "exact": {"assignment": list(exact.assignment), "makespan": exact.makespan,
-                      "status": exact.status, "bound": exact.bound},
+            "exact": {
+                "assignment": list(exact.assignment),
+                "makespan": exact.makespan,
+                "status": exact.status,
+                "bound": exact.bound,
+            },
             "gap": heuristic.makespan / exact.makespan - 1 if exact.makespan > 0 else 0.0,
         },
         "next_interval": adaptive_interval(heuristic.loads, s["lam"], s["gamma"]),
     }
     return SolveResult(
-        problem="scls-batch", solver=solver, status=status, objective=total,
-        bound=total if status == Status.OPTIMAL else None, wall_time=time.perf_counter() - start,
-        batches=[[ids[i] for i in b] for b in batches], extra=extra,
+        problem="scls-batch",
+        solver=solver,
+        status=status,
+        objective=total,
+        bound=total if status == Status.OPTIMAL else None,
+        wall_time=time.perf_counter() - start,
+        batches=[[ids[i] for i in b] for b in batches],
+        extra=extra,
     )
 
 
