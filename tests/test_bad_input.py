@@ -14,6 +14,7 @@ from optsched.cli import main
 from optsched.export.vllm_replay import build_plan
 from optsched.instance import load_instance
 from optsched.policies import simulator_for
+from tests.support.export import execute_result
 from tests.support.paths import INSTANCES, REPO
 
 SHIPPED = INSTANCES
@@ -262,33 +263,8 @@ def result_file(tmp_path: Path):
     plan = build_plan(instance, simulator_for("vllm")(instance), block_size=16)
 
     def write(times: Any = 1.1, **changes: Any) -> Path:
-        steps = []
-        for k, s in enumerate(plan.steps):
-            t = times * s.predicted_time if isinstance(times, float) else times
-            steps.append({
-                "step": k,
-                "batch": s.batch,
-                "planned": dict(s.tokens),
-                "scheduled": dict(s.tokens),
-                "preempted": list(s.preempt),
-                "predicted_time": s.predicted_time,
-                "measured_time": t,
-                "model_time": t,
-                "schedule_time": 1e-4,
-                "wall_times": [t],
-            })
-        result = {
-            "format": "optsched-vllm-result",
-            "version": 1,
-            "ok": True,
-            "mismatches": [],
-            "length_errors": [],
-            "outputs": {r.id: r.output_tokens for r in plan.requests},
-            "steps": steps,
-            "run": {"model": "tiny-llama", "device": "cpu"},
-            "plan": plan.to_dict(),
-            **changes,
-        }
+        measured = [times * s.predicted_time if isinstance(times, float) else times for s in plan.steps]
+        result = {**execute_result(plan, measured), **changes}
         path = tmp_path / "r.json"
         path.write_text(json.dumps(result))
         return path

@@ -18,7 +18,7 @@ from optsched.executor.run import engine_kwargs
 from optsched.export.vllm_replay import build_plan
 from optsched.instance import parse_instance
 from optsched.schedule import Schedule
-from tests.support.export import BATCHES, INSTANCE
+from tests.support.export import BATCHES, INSTANCE, execute_result
 
 
 @pytest.fixture()
@@ -87,31 +87,8 @@ def test_engine_kwargs_follow_the_plan(plan, tmp_path):
 
 def _fake_result(plan, times):
     """A result object as ``optsched execute`` writes it, with given measured step times."""
-    return {
-        "format": "optsched-vllm-result",
-        "version": 1,
-        "ok": True,
-        "mismatches": [],
-        "length_errors": [],
-        "outputs": {r.id: r.output_tokens for r in plan.requests},
-        "steps": [
-            {
-                "step": k,
-                "batch": s.batch,
-                "planned": dict(s.tokens),
-                "scheduled": dict(s.tokens),
-                "preempted": list(s.preempt),
-                "predicted_time": s.predicted_time,
-                "measured_time": t,
-                "model_time": t * 0.9,
-                "schedule_time": 1e-4,
-                "wall_times": [t],
-            }
-            for k, (s, t) in enumerate(zip(plan.steps, times))
-        ],
-        "run": {"model": "tiny-llama", "device": "cpu", "vllm": "0.32.0", "date": "2026-11-22"},
-        "plan": plan.to_dict(),
-    }
+    run = {"model": "tiny-llama", "device": "cpu", "vllm": "0.32.0", "date": "2026-11-22"}
+    return execute_result(plan, times, [t * 0.9 for t in times], run)
 
 
 def test_compare_exact_when_measured_equals_predicted(plan):

@@ -43,6 +43,7 @@ from hypothesis import strategies as st
 from optsched.cli import main
 from optsched.policies import POLICIES
 from optsched.problems import SOLVERS
+from tests.support.export import execute_result
 from tests.support.paths import INSTANCES, REPO
 
 TOY = json.loads((INSTANCES / "toy-4.json").read_text())
@@ -618,32 +619,8 @@ def toy_result() -> dict[str, Any]:
 
     instance = load_instance("toy-4")
     plan = build_plan(instance, simulator_for("vllm")(instance), block_size=16)
-    steps = [
-        {
-            "step": k,
-            "batch": s.batch,
-            "planned": dict(s.tokens),
-            "scheduled": dict(s.tokens),
-            "preempted": list(s.preempt),
-            "predicted_time": s.predicted_time,
-            "measured_time": 1.1 * s.predicted_time,
-            "model_time": s.predicted_time,
-            "schedule_time": 1e-4,
-            "wall_times": [1.1 * s.predicted_time],
-        }
-        for k, s in enumerate(plan.steps)
-    ]
-    return {
-        "format": "optsched-vllm-result",
-        "version": 1,
-        "ok": True,
-        "mismatches": [],
-        "length_errors": [],
-        "outputs": {r.id: r.output_tokens for r in plan.requests},
-        "steps": steps,
-        "run": {"model": "tiny-llama", "device": "cpu"},
-        "plan": plan.to_dict(),
-    }
+    predicted = [s.predicted_time for s in plan.steps]
+    return execute_result(plan, [1.1 * p for p in predicted], predicted)
 
 
 @pytest.mark.parametrize("kind", ["result", "plan", "steps"])

@@ -17,6 +17,7 @@ from optsched.export.vllm_replay import build_plan
 from optsched.instance import load_instance
 from optsched.jsonio import OutputError, atomic_output, output_target, write_text_atomic
 from optsched.policies import simulator_for
+from tests.support.export import execute_result
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:
@@ -103,31 +104,8 @@ def inputs(tmp_path: Path) -> dict[str, Path]:
     schedule = simulator_for("vllm")(instance)
     schedule.save(folder / "s.json")
     plan = build_plan(instance, schedule, block_size=16)
-    result = {
-        "format": "optsched-vllm-result",
-        "version": 1,
-        "ok": True,
-        "mismatches": [],
-        "length_errors": [],
-        "outputs": {r.id: r.output_tokens for r in plan.requests},
-        "steps": [
-            {
-                "step": k,
-                "batch": s.batch,
-                "planned": dict(s.tokens),
-                "scheduled": dict(s.tokens),
-                "preempted": list(s.preempt),
-                "predicted_time": s.predicted_time,
-                "measured_time": 1.2 * s.predicted_time,
-                "model_time": s.predicted_time,
-                "schedule_time": 1e-4,
-                "wall_times": [1.2 * s.predicted_time],
-            }
-            for k, s in enumerate(plan.steps)
-        ],
-        "run": {"model": "tiny-llama", "device": "cpu"},
-        "plan": plan.to_dict(),
-    }
+    predicted = [s.predicted_time for s in plan.steps]
+    result = execute_result(plan, [1.2 * p for p in predicted], predicted)
     (folder / "r.json").write_text(json.dumps(result))
     (folder / "plan.json").write_text(json.dumps(plan.to_dict()))
     (folder / "m.csv").write_text("tokens,time\n" + "".join(f"{n},{0.25 + 0.002 * n}\n" for n in (1, 8, 64, 512)))
