@@ -59,6 +59,12 @@ def start(*argv: str) -> subprocess.Popen:
     )
 
 
+def start_gmax_solve(tmp_path: Path, *extra: str) -> subprocess.Popen:
+    """``optsched solve`` of a gmax instance with CP-SAT, a 300 s limit and ``--json`` (and ``extra``)."""
+    instance = str(gmax_instance(tmp_path / "g.json"))
+    return start("solve", instance, "--problem", "gmax", "--solver", "cpsat", "--time-limit", "300", "--json", *extra)
+
+
 def wait_for_solver(proc: subprocess.Popen) -> list[str]:
     """Read stderr until CP-SAT's log (``--log``) shows the search running; the lines read."""
     lines = []
@@ -71,18 +77,7 @@ def wait_for_solver(proc: subprocess.Popen) -> list[str]:
 
 
 def test_ctrl_c_mid_solve_reports_the_best_schedule_and_bound(tmp_path: Path) -> None:
-    proc = start(
-        "solve",
-        str(gmax_instance(tmp_path / "g.json")),
-        "--problem",
-        "gmax",
-        "--solver",
-        "cpsat",
-        "--time-limit",
-        "300",
-        "--json",
-        "--log",
-    )
+    proc = start_gmax_solve(tmp_path, "--log")
     wait_for_solver(proc)
     time.sleep(1.0)
     sent = time.perf_counter()
@@ -98,18 +93,7 @@ def test_ctrl_c_mid_solve_reports_the_best_schedule_and_bound(tmp_path: Path) ->
 
 
 def test_a_second_ctrl_c_aborts(tmp_path: Path) -> None:
-    proc = start(
-        "solve",
-        str(gmax_instance(tmp_path / "g.json")),
-        "--problem",
-        "gmax",
-        "--solver",
-        "cpsat",
-        "--time-limit",
-        "300",
-        "--json",
-        "--log",
-    )
+    proc = start_gmax_solve(tmp_path, "--log")
     wait_for_solver(proc)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.2)
@@ -139,17 +123,7 @@ def interpreter_start() -> float:
 def test_ctrl_c_during_start_up_prints_no_traceback(tmp_path: Path, interpreter_start: float, delay: float) -> None:
     """Wherever the signal lands after the interpreter's own start (imports, the instance, the
     solve): never a traceback; exit 130 with one line, or the interrupted solve's result."""
-    proc = start(
-        "solve",
-        str(gmax_instance(tmp_path / "g.json")),
-        "--problem",
-        "gmax",
-        "--solver",
-        "cpsat",
-        "--time-limit",
-        "300",
-        "--json",
-    )
+    proc = start_gmax_solve(tmp_path)
     time.sleep(interpreter_start + delay)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
