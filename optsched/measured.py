@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from .costmodel import CostModel, features_of, fit_terms
+from .costfit import best_tile_fit, fit_terms
+from .costmodel import FEATURES, OPTIONAL_FEATURES, CostModel, features_of
 from .instance import Instance, load_instance
 from .jsonio import read_json
 from .schedule import Batch, Item, Schedule, replay
@@ -127,25 +128,34 @@ def grid_features(step: Mapping[str, Any], where: str = "grid step") -> tuple[in
         len(dec),
         sum(items[j][1] - 1 for j in dec),
         sum(q * (k - q) for q, k in pre),
+        max((items[j][1] - 1 for j in dec), default=0),
     )
     if isinstance(given, Mapping):
         try:
             stated = features_of(given)
         except (KeyError, TypeError, ValueError):
             raise MeasuredError(f"{where}: field 'features': malformed") from None
-        if stated[:5] != feats[:5] or ("x_pre" in given and stated[5] != feats[5]):
+        optional = [k for k, name in enumerate(FEATURES) if name in OPTIONAL_FEATURES and name in given]
+        if stated[:5] != feats[:5] or any(stated[k] != feats[k] for k in optional):
             raise MeasuredError(f"{where}: field 'features' {dict(given)} disagrees with its items {feats}")
     return feats
 
 
-def fit_grid(data: Mapping[str, Any], name: str, timing: str = "gpu", loss: str = "l1") -> Any:
-    """:func:`optsched.costmodel.fit_terms` over a file's grid (whole-model profile, seconds)."""
+def fit_grid(
+    data: Mapping[str, Any], name: str, timing: str = "gpu", loss: str = "l1", token_tile: int | str | None = "auto"
+) -> Any:
+    """:func:`optsched.costfit.fit_terms` over a file's grid (whole-model profile, seconds).
+
+    ``token_tile``: ``"auto"`` (:func:`optsched.costfit.best_tile_fit`: no tile term or the tile
+    of least loss), None (no tile term) or a tile in tokens."""
     grid = data.get("grid") or []
     if len(grid) < 2:
         raise MeasuredError("field 'grid': at least two steps are needed to fit")
     feats = np.array([grid_features(g, f"grid step {j}") for j, g in enumerate(grid)])
     times = np.array([_seconds(g, timing, f"grid step {j}") for j, g in enumerate(grid)])
-    return fit_terms(feats, times, name=name, loss=loss)
+    if token_tile == "auto":
+        return best_tile_fit(feats, times, name=name, loss=loss)
+    return fit_terms(feats, times, name=name, loss=loss, token_tile=token_tile)
 
 
 def grid_errors(data: Mapping[str, Any], model: CostModel, timing: str = "gpu") -> dict[str, dict[str, float]]:

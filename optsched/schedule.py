@@ -194,7 +194,7 @@ class ReplayResult:
     metrics
         The schedule's :class:`Metrics` (None when infeasible).
     features
-        Per batch, the cost model's arguments ``(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)``
+        Per batch, the cost model's arguments ``(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max)``
         (docs/costmodel.md), e.g. to refit a profile from measured batch times.
     generated, kv_held
         Per request (instance order), tokens generated and KV slots held after the last batch (the
@@ -425,7 +425,7 @@ def _run_batches(instance: Instance, st: _ReplayState, batches: Sequence[Batch],
         evict = batch.evict
         if evict:
             _apply_evictions(st, j, batch, start, arrival_limit)
-        n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = 0
+        n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = kv_max = 0
         seen: set[int] = set()
         generated: list[int] = []
         for it in batch.items:
@@ -461,6 +461,7 @@ def _run_batches(instance: Instance, st: _ReplayState, batches: Sequence[Batch],
                     flag(f"batch {j}: request {it.id!r}: decode item with tokens = {c} (must be 1)")
                     continue
                 kv_dec += held
+                kv_max = max(kv_max, held)
                 n_dec += 1
                 generated.append(i)
             m[i] = held + c
@@ -470,7 +471,7 @@ def _run_batches(instance: Instance, st: _ReplayState, batches: Sequence[Batch],
         st.kv_total += n_tok
         if n_tok > cap_c or n_pre > cap_p or st.kv_total > cap_m or st.running > cap_r:  # rule 4
             _flag_limits(st, j, n_tok, n_pre, seen, instance)
-        features = (n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)
+        features = (n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max)
         end = start + batch_time(*features)  # rule 6
         kv_used(st.kv_total)
         running(st.running)

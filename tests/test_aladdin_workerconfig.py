@@ -67,7 +67,7 @@ def test_layer_params_add_up_to_the_model_cards():
 
 def test_measured_layers_predict_a_held_out_model(data_dir):
     """The 7b/70b interpolation in layer size predicts Llama-3-8B's measured A100 layer times."""
-    from optsched.costmodel import read_vidur_mlp_profile
+    from optsched.costfit import read_vidur_mlp_profile
     from optsched.problems.aladdin.workerconfig import layer_params
 
     ml = measured_layers(str(data_dir))

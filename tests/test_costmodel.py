@@ -5,17 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optsched.costmodel import (
-    CostModelError,
-    available_profiles,
-    cost_model_from_mapping,
-    fit_linear,
-    fit_terms,
-    linear_errors,
-    load_cost_model,
-    profile_toml,
-    read_vidur_mlp_profile,
-)
+from optsched.costfit import fit_linear, fit_terms, linear_errors, profile_toml, read_vidur_mlp_profile
+from optsched.costmodel import CostModelError, available_profiles, cost_model_from_mapping, load_cost_model
 
 
 def test_shipped_profiles_load_with_sources():
@@ -135,20 +126,21 @@ def test_fit_terms_losses_are_optimal_and_non_negative():
     times *= rng.lognormal(0, 0.05, len(times))
     l1, l2 = fit_terms(feats, times, loss="l1"), fit_terms(feats, times, loss="l2")
     n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre = feats.T.astype(float)
-    cols = (
-        np.column_stack([np.ones_like(n_tok), n_tok, n_pre > 0, n_pre, s_pre, x_pre, n_dec > 0, kv_dec])
+    cols = (  # the fit's parameters: a prefill token's and a decode item's slope in place of the three
+        np.column_stack([np.ones_like(n_tok), n_pre, n_dec, n_pre > 0, s_pre, x_pre, n_dec > 0, kv_dec])
         / times[:, None]
     )
     for fit in (l1, l2):
         d = fit.model.to_dict()
         assert min([d["base"], d["per_token"], *d["prefill"].values(), *d["decode"].values()]) >= 0
+        assert min(fit.model.prefill.per_token, fit.model.decode.per_token) == 0  # per_token is the shared slope
 
     def coef(m):
         return np.array([
             m.base,
-            m.per_token,
+            m.per_token + m.prefill.per_token,
+            m.per_token + m.decode.per_token,
             m.prefill.bias,
-            m.prefill.per_token,
             m.prefill.per_token_sq,
             m.prefill.per_ctx,
             m.decode.bias,

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from optsched.cli import main
-from optsched.costmodel import fit_terms, load_cost_model, profile_toml
+from optsched.costfit import fit_terms, profile_toml
+from optsched.costmodel import load_cost_model
 from optsched.executor.compare import compare
 from optsched.executor.models import ModelError, available_configs, resolve_model
 from optsched.executor.replay_scheduler import ReplayTracker

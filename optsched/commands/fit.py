@@ -1,11 +1,11 @@
 """``optsched fit MEASUREMENTS [--compare PROFILE] [--out PROFILE.toml] [--json]``.
 
 A step-measurement JSON file (:mod:`optsched.measured`: measured engine steps with their items) is
-fitted on every term of the contract (:func:`optsched.costmodel.fit_terms`, ``--loss l1|l2``,
+fitted on every term of the contract (:func:`optsched.costfit.fit_terms`, ``--loss l1|l2``,
 ``--timing gpu|wall``): a whole-model profile, with the error per step kind.
 
 Otherwise the cost model's non-attention terms ``base`` + ``per_token`` * tokens (seconds, per layer) are
-fitted by least squares (:func:`optsched.costmodel.fit_linear`). Two CSV inputs are understood:
+fitted by least squares (:func:`optsched.costfit.fit_linear`). Two CSV inputs are understood:
 
 - a Vidur operator profile (``mlp_<gpu>_<model>.csv``): per token count, the sum of the per-operator
   mean times for ``--tp`` tensor-parallel workers (milliseconds, converted);
@@ -23,26 +23,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..costmodel import (
+from ..costfit import (
     FIT_LOSSES,
+    TILE_CHOICES,
     TIME_UNITS,
-    CostModelError,
     check_profile_toml,
     fit_linear,
     is_vidur_profile,
     linear_errors,
-    load_cost_model,
     profile_toml,
     read_measurements_csv,
     read_vidur_mlp_profile,
 )
+from ..costmodel import MAX_TOKEN_TILE, CostModelError, load_cost_model
 from ..jsonio import write_text_atomic
 from ._common import EXIT_OK, BadInput, add_json_flag, check_output_path, format_mapping, positive_int, print_json
 
 
 def write_profile(out: str, text: str, source: str) -> None:
     """Write a fitted profile's TOML ``text`` to ``out`` only when it is a cost model
-    (:func:`~optsched.costmodel.check_profile_toml`); else bad input naming the measurements ``source``."""
+    (:func:`~optsched.costfit.check_profile_toml`); else bad input naming the measurements ``source``."""
     try:
         check_profile_toml(text)
     except CostModelError as exc:
@@ -63,26 +63,48 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--loss",
         choices=FIT_LOSSES,
-        default="l1",
         help="step-measurement files: least absolute (l1, default) or squared (l2) relative error",
     )
     p.add_argument(
         "--timing",
         choices=("gpu", "wall"),
-        default="gpu",
         help="step-measurement files: which measured time to fit (default gpu)",
+    )
+    p.add_argument(
+        "--token-tile",
+        type=_token_tile,
+        metavar="auto|none|N",
+        help="step-measurement files: the tile term's tile in tokens, none, or auto (default: the"
+        f" fit of least loss without a tile or with one of {', '.join(map(str, TILE_CHOICES))})",
     )
     add_json_flag(p)
     p.set_defaults(func=handle)
+
+
+def _token_tile(text: str) -> int | str:
+    """``--token-tile``: ``auto``, ``none`` or a tile of 1 to MAX_TOKEN_TILE tokens."""
+    if text in ("auto", "none"):
+        return text
+    tile = positive_int(text)
+    if tile > MAX_TOKEN_TILE:
+        raise argparse.ArgumentTypeError(f"at most {MAX_TOKEN_TILE}, got {tile}")
+    return tile
+
+
+#: The options of step-measurement files, with their defaults.
+_STEP_OPTIONS = {"loss": "l1", "timing": "gpu", "token_tile": "auto"}
 
 
 def _fit_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
     """Every term of the contract, fitted to a step-measurement file's grid."""
     from ..measured import MeasuredError, fit_grid, grid_errors
 
+    for key, default in _STEP_OPTIONS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, default)
     name = args.name or (args.out.rsplit("/", 1)[-1].removesuffix(".toml") if args.out else "fitted")
     try:
-        fit = fit_grid(data, name, args.timing, args.loss)
+        fit = fit_grid(data, name, args.timing, args.loss, None if args.token_tile == "none" else args.token_tile)
         errors = grid_errors(data, fit.model, args.timing)
     except MeasuredError as exc:
         raise BadInput(f"{args.measurements}: {exc}") from None
@@ -127,6 +149,10 @@ def handle(args: argparse.Namespace) -> int:
             return _fit_steps(args, load_step_measurements(args.measurements))
         except MeasuredError as exc:
             raise BadInput(str(exc)) from None
+    for key in _STEP_OPTIONS:
+        if getattr(args, key) is not None:
+            flag = "--" + key.replace("_", "-")
+            raise BadInput(f"{args.measurements}: {flag} applies to step-measurement files (.json) only")
     template = load_cost_model(args.compare) if args.compare is not None else None
     path = args.measurements
     vidur = Path(path).is_file() and is_vidur_profile(path)

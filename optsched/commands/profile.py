@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..costmodel import FIT_LOSSES, profile_toml
+from ..costfit import FIT_LOSSES, profile_toml
 from ..jsonio import write_json_atomic, write_text_atomic
 from ._common import EXIT_INTERNAL, EXIT_OK, BadInput, add_json_flag, check_output_path, positive_int, print_json
 

@@ -7,8 +7,8 @@ Works on the result JSON of ``optsched execute`` alone (no vLLM needed). Steps w
   time with ``timing="model"``), absolute percentage error ``|pred - meas| / meas``;
 - in total: the sums and their relative error; the mean absolute percentage error (MAPE) over steps;
   the worst steps;
-- refits from the measured steps: :func:`optsched.costmodel.fit_linear` (``base + per_token *
-  N_tok``) and :func:`optsched.costmodel.fit_terms` (all the contract's terms, non-negative), the
+- refits from the measured steps: :func:`optsched.costfit.fit_linear` (``base + per_token *
+  N_tok``) and :func:`optsched.costfit.fit_terms` (all the contract's terms, non-negative), the
   latter written as a profile TOML that ``load_cost_model`` reads, so a user can re-solve with it.
 """
 
@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..costmodel import MAX_MEASURED_SECONDS, features_of, fit_linear, fit_terms, profile_toml
+from ..costfit import fit_linear, fit_terms, profile_toml
+from ..costmodel import MAX_MEASURED_SECONDS, features_of
 from ..jsonio import atomic_output
 from .run import RESULT_VERSION
 

@@ -140,6 +140,7 @@ class _Draft:
     n_dec: int = 0
     kv_dec: int = 0
     x_pre: int = 0
+    kv_max: int = 0
     phase: int = _NONE
 
 
@@ -331,7 +332,7 @@ class Engine:
                 f"policy {self.config.name!r}: empty batch at t={start} with {len(self._waiting)} waiting and"
                 f" {len(self._running)} running requests (engine bug)"
             )
-        end = start + self.cost_model.batch_time(d.n_tok, d.n_pre, d.s_pre, d.n_dec, d.kv_dec, d.x_pre)
+        end = start + self.cost_model.batch_time(d.n_tok, d.n_pre, d.s_pre, d.n_dec, d.kv_dec, d.x_pre, d.kv_max)
         self._batches.append(Batch(tuple(d.items), tuple(d.evict), start if explicit else None))
         self._now = end
         self._finish(d)
@@ -430,6 +431,7 @@ class Engine:
     def _add_decodes(self, d: _Draft, chosen: list[int]) -> None:
         m, mark, no = self._m, self._mark, d.no
         d.kv_dec += sum(map(m.__getitem__, chosen))
+        d.kv_max = max(d.kv_max, max(map(m.__getitem__, chosen), default=0))
         for i in chosen:
             m[i] += 1
             mark[i] = no

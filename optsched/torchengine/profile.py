@@ -21,6 +21,7 @@ import random
 import time
 from typing import Any
 
+from ..costmodel import FEATURES
 from ..measured import grid_features
 from .engine import EngineError, StepItem, TorchEngine
 
@@ -108,7 +109,7 @@ def measure_grid(
             for owner in {it.owner for it in items}:
                 engine.release(owner)
         row = {"kind": kind, "reqs": reqs, "gpu_ms": 1e3 * times.device, "wall_ms": 1e3 * times.wall}
-        row["features"] = dict(zip(("n_tok", "n_pre", "s_pre", "n_dec", "kv_dec", "x_pre"), grid_features(row)))
+        row["features"] = dict(zip(FEATURES, grid_features(row)))
         grid.append(row)
         if log is not None:
             shown = ", ".join(f"{k}={v}" for k, v in row["features"].items())

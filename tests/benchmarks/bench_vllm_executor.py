@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optsched.costmodel import fit_terms
+from optsched.costfit import fit_terms
 from optsched.executor.compare import compare
 
 

@@ -26,7 +26,7 @@ DATA = next(
     REPO.parent / "shared" / "data",
 )
 
-from optsched.costmodel import read_vidur_mlp_profile  # noqa: E402
+from optsched.costfit import read_vidur_mlp_profile  # noqa: E402
 from optsched.problems.aladdin.workerconfig import (  # noqa: E402
     hardware_data,
     layer_params,

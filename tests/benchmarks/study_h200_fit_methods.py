@@ -40,7 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from optsched.costmodel import FIT_TERMS, CostModel, cost_model_from_mapping, fit_terms
+from optsched.costfit import FIT_TERMS, fit_terms
+from optsched.costmodel import CostModel, cost_model_from_mapping
 from optsched.instance import Instance, load_instance
 from optsched.measured import compare_runs, grid_features, load_step_measurements, schedule_of_run
 from optsched.schedule import replay

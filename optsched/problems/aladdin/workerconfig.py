@@ -18,7 +18,7 @@ independent of the layer's size). A model's layer time on the profiled GPU is re
 datasheet bandwidth ratio for decode (memory bound) and by the fp16 throughput ratio for prefill
 (compute bound), the fixed part is kept. Then, with ``L`` layers,
 ``(c3, c2) = L * fit_linear`` over decode batches ``x <= decode_max_tokens`` and
-``(c1, k1) = L * fit_linear`` over every ``x`` (:func:`optsched.costmodel.fit_linear`). Attention is
+``(c1, k1) = L * fit_linear`` over every ``x`` (:func:`optsched.costfit.fit_linear`). Attention is
 not in the profile: decode reads the KV cache at the bandwidth share that the measured weight reads
 reach (``eff = 2 bytes / (per_param(1, 1) * BW_ref)``), ``k2 = kv_b / (N BW eff)``.
 
@@ -47,7 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from optsched.costmodel import CostModelError, fit_linear, read_vidur_mlp_profile
+from optsched.costfit import fit_linear, read_vidur_mlp_profile
+from optsched.costmodel import CostModelError
 
 __all__ = [
     "MeasuredLayers",
@@ -97,7 +98,7 @@ class MeasuredLayers:
 def measured_layers(data_dir: str | Path) -> MeasuredLayers:
     """Read the Vidur profiles named in ``hardware.toml`` ``[measured]`` from ``<data_dir>/vidur_profiling``.
 
-    For each TP degree and token count, :func:`~optsched.costmodel.fit_linear` through the profiled
+    For each TP degree and token count, :func:`~optsched.costfit.fit_linear` through the profiled
     models' (layer parameters, time) points gives ``fixed`` (intercept) and ``per_param`` (slope).
 
     Raises

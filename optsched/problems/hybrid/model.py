@@ -326,7 +326,8 @@ def stages_to_schedule(instance: Instance, stages: list[tuple[list[int], int]], 
     def decode_round() -> None:
         nonlocal clock, running
         batches.append(Batch(tuple(Item(reqs[i].id, 1) for i in running)))
-        clock += cost.batch_time(len(running), 0, 0, len(running), sum(held[i] for i in running))
+        kv = [held[i] for i in running]
+        clock += cost.batch_time(len(running), 0, 0, len(running), sum(kv), 0, max(kv, default=0))
         for i in running:
             left[i] -= 1
             held[i] += 1

@@ -282,11 +282,13 @@ class _PDSimulator:
         start = self._start()
         active = sorted(self.decoding)[: self.dec_cap]
         batch_items = tuple(Item(reqs[self.holder[j]].id, 1) for j in active)  # type: ignore[index]
-        kv_dec = 0
+        kv_dec = kv_max = 0
         for j in active:
             i = self.holder[j]
             assert i is not None
-            kv_dec += reqs[i].prompt_tokens + decode_rounds(reqs[i].output_tokens) - self.left[i]
+            held = reqs[i].prompt_tokens + decode_rounds(reqs[i].output_tokens) - self.left[i]
+            kv_dec += held
+            kv_max = max(kv_max, held)
         for j in active:
             i = self.holder[j]
             assert i is not None
@@ -294,7 +296,7 @@ class _PDSimulator:
             if self.left[i] == 0:
                 self.decoding.remove(j)
                 self._finish(i)
-        duration = self.instance.cost_model.batch_time(len(active), 0, 0, len(active), kv_dec)
+        duration = self.instance.cost_model.batch_time(len(active), 0, 0, len(active), kv_dec, 0, kv_max)
         self.batches.append(Batch(batch_items, start=start))
         self.c_d += self.tm.beta_d * (len(active) if cd_mode == "A" else len(self.waiting))
         if cd_overhead:

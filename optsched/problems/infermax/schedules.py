@@ -64,7 +64,7 @@ def serial_schedule(instance: Instance, no_chunk: bool = False) -> Schedule:
             left -= c
         for k in range(r.output_tokens - 1):
             batches.append(Batch((Item(r.id, 1),)))
-            clock += cost.decode_time(1, r.prompt_tokens + k)
+            clock += cost.decode_time(1, r.prompt_tokens + k, r.prompt_tokens + k)
     return Schedule(instance.name, tuple(batches), {"policy": "serial"})
 
 
