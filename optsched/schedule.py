@@ -461,7 +461,8 @@ def _run_batches(instance: Instance, st: _ReplayState, batches: Sequence[Batch],
                     flag(f"batch {j}: request {it.id!r}: decode item with tokens = {c} (must be 1)")
                     continue
                 kv_dec += held
-                kv_max = max(kv_max, held)
+                if held > kv_max:
+                    kv_max = held
                 n_dec += 1
                 generated.append(i)
             m[i] = held + c
