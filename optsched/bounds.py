@@ -5,33 +5,41 @@ without evictions), so they are valid for every problem whose objective is compu
 :func:`optsched.schedule.replay`. Each is a relaxation of the contract's semantics (docs/schedule.md)
 and its cost model (docs/costmodel.md); the proofs below rely only on these facts:
 
-(F0) **The prefill-context term only adds time.** Let a profile have ``prefill.per_ctx = pc > 0``
-     and let the same profile with ``pc = 0`` be its *context-free* twin. Take any schedule S that
-     replays cleanly under the profile, with batch starts s_j and ends e_j, and let S' be S with every
-     batch's ``start`` set to s_j. Under the twin, by induction on j, S' starts batch j at
-     max(e'_{j-1}, s_j) = s_j (as e'_{j-1} <= e_{j-1} <= s_j) and ends it at
-     e'_j = s_j + T'_j <= s_j + T_j = e_j (T' drops the term pc * X_pre >= 0, nothing else changes).
-     Arrivals hold at the same starts, every start is at least the previous end, and C, P, M, R_max
-     and the request states do not depend on time: S' replays cleanly under the twin, with the same
-     batches and every first token, finish and end time no later. So the twin's optimum of every
-     objective that is non-decreasing in those times (makespan, sum of finish times, mean TTFT,
-     latencies) is at most the profile's, over any class of schedules closed under this change
-     (evictions or not, hybrid batches or not, at most J batches), and the twin's least batch
-     counts among schedules ending by a time T hold for the profile's. Every bound below, and every
-     bound of a formulation that reads the cost model without ``per_ctx`` (InferMax's relaxation,
-     search and chunk bound, its horizon; Hybrid's strict bound), is proven for the twin and so
-     holds under the profile; an upper bound on G or the throughput likewise (they only fall when
-     times grow).
+(F0) **A cheaper cost model gives lower optima.** Let T' be a cost at or below the profile's
+     batch time T on every batch: the *context-free* twin (``prefill.per_ctx`` set to 0, T' = T -
+     L pc X_pre) and the *linear twin* :meth:`~optsched.costmodel.CostModel.linear_twin` (T' = T -
+     L(tc (ceil(N_tok / t) - N_tok / t) + dx KV_max) <= T, as ceil(N / t) >= N / t and dx KV_max >=
+     0), or both at once. Take any schedule S that replays cleanly under the profile, with batch
+     starts s_j and ends e_j, and let S' be S with every batch's ``start`` set to s_j. Under T', by
+     induction on j, S' starts batch j at max(e'_{j-1}, s_j) = s_j (as e'_{j-1} <= e_{j-1} <= s_j)
+     and ends it at e'_j = s_j + T'_j <= s_j + T_j = e_j. Arrivals hold at the same starts, every
+     start is at least the previous end, and C, P, M, R_max and the request states do not depend on
+     time: S' replays cleanly under T', with the same batches and every first token, finish and end
+     time no later. So T''s optimum of every objective that is non-decreasing in those times
+     (makespan, sum of finish times, mean TTFT, latencies) is at most the profile's, over any class
+     of schedules closed under this change (evictions or not, hybrid batches or not, at most J
+     batches), and T''s least batch counts among schedules ending by a time T hold for the
+     profile's. The bounds below read the linear twin's coefficients (:func:`_coefficients`: the
+     tile cost stays in them as ``tc / t`` per token) and leave ``per_ctx`` out, but for the lone
+     batches of the critical path, priced exactly ((F2)); every bound of a formulation that reads
+     the cost model without ``per_ctx`` or through the linear twin (InferMax's relaxation, search
+     and chunk bound, its horizon; Hybrid's strict bound) is proven for a twin and so holds under
+     the profile; an upper bound on G or the throughput likewise (they only fall when times grow).
 (F1) **Batches are sequential.** start_j >= end_{j-1} and end_j = start_j + T_j, so batches occupy
      disjoint time intervals ending by the makespan; a batch holding an item of request i starts at or
      after arrival_i.
-(F2) **T is monotone and splits.** All coefficients are >= 0 (the loader rejects negatives). With
-     L = layers, one batch costs (leaving out the prefill-context term, by (F0))
-     ``T = L (b + a N_tok + [N_pre>0](pb + pa N_pre + pq S_pre) + [N_dec>0](db + da N_dec + dk KV_dec))``.
-     Dropping items never increases T, and T is the per-batch *overhead* L(b + [pre] pb + [dec] db)
+(F2) **T is monotone and splits.** All coefficients are >= 0 (the loader rejects negatives), and
+     dropping items never increases T: N_tok, N_pre, S_pre, N_dec, KV_dec and X_pre only shrink,
+     ceil(N_tok / t) is non-decreasing in N_tok and the largest KV of fewer decode items is no
+     larger. With L = layers, the linear twin of (F0) costs a batch (prefill-context term left out)
+     ``T' = L (b + a N_tok + [N_pre>0](pb + pa N_pre + pq S_pre) + [N_dec>0](db + da N_dec + dk KV_dec))``
+     with ``a`` the profile's per_token plus tc / t: the per-batch *overhead* L(b + [pre] pb + [dec] db)
      plus a sum of per-item terms: L(a + pa) c + L pq c^2 for a prefill chunk c, L(a + da + dk m)
      for a decode item reading m slots. Since c^2 >= c, a prefill chunk's item term is
-     >= L (a + pa + pq) c.
+     >= L (a + pa + pq) c. A batch of one request alone is priced exactly: a lone decode item
+     reading m slots costs L(b + a + tc + db + da + dk m + dx m) (one tile, KV_max = m), and k
+     chunks of X tokens in all hold >= max(k, ceil(X / t)) tiles (each chunk at least one, and
+     sum ceil(c / t) >= ceil(X / t)).
 (F3) **Per-request work.** Request i (prompt I_i, output O_i) generates O_i tokens, at most one per
      batch. The first needs its prompt prefilled: >= I_i prefill tokens, in chunks <= P (P <= C), so
      >= ceil(I_i / P) batches. In decode with g tokens generated a request holds m = I_i + g - 1
@@ -83,9 +91,12 @@ Bounds (each returned as a :class:`~optsched.result.Bound` with ``valid=True``):
 - ``critical-path`` (makespan): makespan >= max_i (arrival_i + A_i), where A_i is the least time
   request i alone needs: by (F1)-(F3) its batches are disjoint and each costs at least the batch of
   its own item alone. A_i = F(I_i) + sum_{g=1}^{O_i-1} min(D_i(g), R_i(g)) with F(X) the cheapest
-  prefill of X tokens in k >= ceil(X/P) chunks (k L(b + pb) + L(a+pa) X + L pq minsq(X, k), minsq the
-  least sum of squares of k positive parts of X: equal parts), D_i(g) = L(b + a + db + da +
-  dk(I_i+g-1)) a lone decode and R_i(g) = L(ceil((I_i+g)/P)(b + pb) + (a+pa+pq)(I_i+g)) a re-prefill.
+  prefill of X tokens in k >= ceil(X/P) chunks (k L(b + pb) + L(a+pa) X + L pq minsq(X, k) + L tc
+  tiles(X, k), minsq the least sum of squares of k positive parts of X: equal parts, tiles(X, k) =
+  max(k, ceil(X/t)) (F2)), D_i(g) = L(b + a + tc + db + da + (dk + dx)(I_i+g-1)) a lone decode and
+  R_i(g) = L(k (b + pb) + tc tiles(I_i+g, k) + (a+pa+pq)(I_i+g)), k = ceil((I_i+g)/P), a re-prefill;
+  here a is the profile's own per_token and every batch is priced exactly ((F2)), so a request
+  alone on an empty engine meets A_i when serial chunks of P are its best.
 - ``critical-path`` (completion, sum of finish times): sum_i (arrival_i + A_i), since finish_i >=
   arrival_i + A_i.
 - ``prefill-alone`` (ttft, mean TTFT): mean_i F(I_i), since request i's first token needs a prefill
@@ -126,10 +137,20 @@ __all__ = [
 ]
 
 
-def _coefficients(cm: CostModel) -> tuple[float, ...]:
-    """(L, b, a, pb, pa, pq, db, da, dk) of a cost model."""
+def _coefficients(cm: CostModel, exact: bool = False) -> tuple[float, ...]:
+    """(L, b, a, pb, pa, pq, db, da, dk) of a cost model's linear twin ((F0): the tile cost spread
+    over the tokens); ``exact``: of the profile itself, whose step-shape terms the caller prices."""
+    cm = cm if exact else cm.linear_twin()
     p, d = cm.prefill, cm.decode
     return (cm.layers, cm.base, cm.per_token, p.bias, p.per_token, p.per_token_sq, d.bias, d.per_token, d.per_kv)
+
+
+def _tiles(tokens: np.ndarray, chunks: np.ndarray, cm: CostModel) -> np.ndarray:
+    """Least number of started tiles of ``tokens`` tokens split into ``chunks`` chunks, each alone
+    in its batch: max(chunks, ceil(tokens / t)) ((F2)); 0 without a tile term."""
+    if not cm.per_tile:
+        return np.zeros(np.broadcast(tokens, chunks).shape)
+    return np.maximum(chunks, np.ceil(tokens / cm.token_tile))
 
 
 @lru_cache(maxsize=65536)
@@ -139,15 +160,16 @@ def _prefill_alone(cm: CostModel, tokens: int, chunk_cap: int) -> float:
     Scans every chunk count k >= ceil(X / cap) (the quadratic term favours more chunks, the batch
     overhead fewer); the least sum of squares of k positive parts of X is attained by equal parts.
     """
-    L, b, a, pb, pa, pq, *_ = _coefficients(cm)
+    L, b, a, pb, pa, pq, *_ = _coefficients(cm, exact=True)
     k_min = -(-tokens // chunk_cap)
     k = np.arange(k_min, tokens + 1, dtype=np.float64)
-    if pq == 0.0:  # more chunks only add overhead
+    if pq == 0.0:  # more chunks only add overhead (and tiles)
         k = k[:1]
     q = np.floor(tokens / k)
     r = tokens - q * k
     minsq = q * q * (k - r) + (q + 1) ** 2 * r
-    return float(L * np.min(k * (b + pb) + (a + pa) * tokens + pq * minsq))
+    tiles = cm.per_tile * _tiles(np.float64(tokens), k, cm)
+    return float(L * np.min(k * (b + pb) + (a + pa) * tokens + pq * minsq + tiles))
 
 
 def prefill_alone_time(instance: Instance, prompt_tokens: int) -> float:
@@ -177,13 +199,15 @@ def _decode_terms(I: np.ndarray, O: np.ndarray, cm: CostModel, P: int, alone: bo
     ``alone=False`` gives item terms only (overhead is counted per batch by the work bound);
     ``alone=True`` gives whole lone-batch times D_i(g), R_i(g) of the critical-path bound.
     """
-    L, b, a, pb, pa, pq, db, da, dk = _coefficients(cm)
+    L, b, a, pb, pa, pq, db, da, dk = _coefficients(cm, exact=alone)
+    tc, dx = cm.per_tile, cm.decode.per_max_kv
     total = np.zeros(len(I))
     for owner, rank in _token_blocks(np.maximum(O - 1, 0)):
         held = I[owner].astype(np.float64) + rank  # slots read by the decode of token g+1, g = rank + 1
-        if alone:
-            decode = b + a + db + da + dk * held
-            refill = np.ceil((held + 1.0) / P) * (b + pb) + (a + pa + pq) * (held + 1.0)
+        if alone:  # lone batches, priced exactly (F2)
+            decode = b + a + tc + db + da + (dk + dx) * held
+            chunks = np.ceil((held + 1.0) / P)
+            refill = chunks * (b + pb) + tc * _tiles(held + 1.0, chunks, cm) + (a + pa + pq) * (held + 1.0)
         else:
             decode = a + da + dk * held
             refill = (a + pa + pq) * (held + 1.0)

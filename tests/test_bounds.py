@@ -32,7 +32,7 @@ from tests.support.report import random_schedule, serial_fcfs
 REL = 1e-9
 
 #: Inline models where the unusual branches of the bounds matter: a large quadratic prefill term
-#: (many chunks are cheapest), decode dearer than re-prefill, and a per-token-only model.
+#: (many chunks are cheapest), decode dearer than re-prefill, a per-token-only model, and step-shape terms.
 ADVERSARIAL = [
     {
         "layers": 2,
@@ -43,6 +43,15 @@ ADVERSARIAL = [
     },
     {"base": 1e-4, "prefill": {"per_token": 1e-6}, "decode": {"bias": 5e-2, "per_token": 1e-2, "per_kv": 1e-2}},
     {"per_token": 1e-3},
+    {  # step-shape terms: a small tile (many started tiles) and a dear longest decode context
+        "layers": 2,
+        "base": 1e-4,
+        "per_token": 1e-5,
+        "token_tile": 3,
+        "per_tile": 1e-3,
+        "prefill": {"per_token_sq": 1e-5, "per_ctx": 1e-6},
+        "decode": {"bias": 1e-4, "per_kv": 1e-6, "per_max_kv": 1e-5},
+    },
 ]
 
 
@@ -200,17 +209,18 @@ def _compositions(total: int, cap: int):
 
 @pytest.mark.parametrize("model_index", range(len(cost_models())))
 def test_prefill_alone_equals_exhaustive_chunkings(model_index: int) -> None:
-    """F(X) is the least cost of every chunking of X tokens into lone prefill batches (chunks <= P)."""
+    """F(X) is the least cost of every chunking of X tokens into lone prefill batches (chunks <= P,
+    the context term left out), and at most it with a tile term: it counts max(k, ceil(X / t)) tiles
+    for k chunks, exact when X <= t (each chunk one tile)."""
     cm = load_cost_model(cost_models()[model_index])
-    L, p = cm.layers, cm.prefill
     for P in (1, 3, 5, 16):
         inst = Instance("f", cm, Limits(16, P, None, None), (Request("a", 0.0, 1, 1),))
         for X in range(1, 11):
-            brute = min(
-                L * sum(cm.base + p.bias + (cm.per_token + p.per_token) * c + p.per_token_sq * c * c for c in split)
-                for split in _compositions(X, P)
-            )
-            assert prefill_alone_time(inst, X) == pytest.approx(brute, rel=1e-12), (P, X)
+            brute = min(math.fsum(cm.prefill_time(c) for c in split) for split in _compositions(X, P))
+            if cm.token_tile and X > cm.token_tile:
+                assert prefill_alone_time(inst, X) <= brute * (1 + 1e-12), (P, X)
+            else:
+                assert prefill_alone_time(inst, X) == pytest.approx(brute, rel=1e-12), (P, X)
 
 
 @pytest.mark.parametrize("name", ["toy-4", "infermax-i1024-o32-n64", "infermax-lilo-silo-64"])
@@ -313,7 +323,7 @@ def test_least_bias_equals_enumeration_of_its_program(
 
 
 @pytest.mark.parametrize(
-    "model", ["llama2-7b-a100", *ADVERSARIAL], ids=["a100", "quadratic", "dear-decode", "per-token"]
+    "model", ["llama2-7b-a100", *ADVERSARIAL], ids=["a100", "quadratic", "dear-decode", "per-token", "step-shape"]
 )
 def test_per_token_sums_do_not_depend_on_their_blocks(model: str | dict, monkeypatch: pytest.MonkeyPatch) -> None:
     """Outputs are summed token by token in blocks of TOKEN_BLOCK tokens (bounded memory); blocks of

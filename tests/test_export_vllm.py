@@ -36,7 +36,7 @@ def test_plan_mirrors_the_replayed_schedule(instance, schedule):
         assert step.features == feats
     assert plan.predicted_total == pytest.approx(res.metrics.makespan)
     # step 4: 'b' recomputes 30 + 3 tokens (prefill); 'a' (m = 42) and 'c' (m = 20) decode
-    assert plan.steps[4].features == (35, 33, 33 * 33, 2, 42 + 20, 0)  # the refill starts from m = 0
+    assert plan.steps[4].features == (35, 33, 33 * 33, 2, 42 + 20, 0, 42)  # the refill starts from m = 0; KV_max 42
     assert plan.steps[3].preempt == ("b",)
     assert [r.arrival_step for r in plan.requests] == [0, 0, 0]
 

@@ -362,7 +362,7 @@ def test_hand_prefill_context_term():
     assert res.feasible, res.violations
     assert res.ends == [10.0, 18.0, 23.0, 23.0, 32.0]
     assert [f[5] for f in res.features] == [0, 8, 0, 0, 0]
-    assert res.features[1] == (4, 4, 8, 0, 0, 8)
+    assert res.features[1] == (4, 4, 8, 0, 0, 8, 0)
     assert res.metrics.makespan == 32.0 and res.outcomes["r0"].first_token == 18.0
 
 

@@ -13,6 +13,7 @@ always legal because every request fits in M on its own.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -44,12 +45,16 @@ class LegalSchedule:
     evictions: int = 0
 
 
-def _batch_time(inst: Instance, n_tok: int, n_pre: int, s_pre: int, n_dec: int, kv_dec: int, x_pre: int) -> float:
+def _batch_time(
+    inst: Instance, n_tok: int, n_pre: int, s_pre: int, n_dec: int, kv_dec: int, x_pre: int, kv_max: int
+) -> float:
     """The cost model of docs/costmodel.md, written out again here."""
     cm = inst.cost_model
     if n_tok == 0:
         return 0.0
     t = cm.base + cm.per_token * n_tok
+    if cm.token_tile:
+        t += cm.per_tile * math.ceil(n_tok / cm.token_tile)
     if n_pre:
         t += (
             cm.prefill.bias
@@ -58,7 +63,7 @@ def _batch_time(inst: Instance, n_tok: int, n_pre: int, s_pre: int, n_dec: int, 
             + cm.prefill.per_ctx * x_pre
         )
     if n_dec:
-        t += cm.decode.bias + cm.decode.per_token * n_dec + cm.decode.per_kv * kv_dec
+        t += cm.decode.bias + cm.decode.per_token * n_dec + cm.decode.per_kv * kv_dec + cm.decode.per_max_kv * kv_max
     return cm.layers * t
 
 
@@ -112,7 +117,7 @@ def random_legal_schedule(
         kv = sum(m[i] for i in pending)
         running = sum(1 for i in pending if m[i] > 0)
         items: list[Item] = []
-        n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = 0  # x_pre: sum of chunk * KV before it
+        n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = kv_max = 0  # x_pre: sum of chunk * KV before it
         gen: list[str] = []
         for i in order:
             if not serial and rng.random() < 0.2:
@@ -140,6 +145,7 @@ def random_legal_schedule(
                 c = 1
                 res.items.append(ItemRecord(j, i, "decode", 0))
                 kv_dec += m[i]
+                kv_max = max(kv_max, m[i])
                 n_dec += 1
                 m[i] += 1
                 gen.append(i)
@@ -148,7 +154,7 @@ def random_legal_schedule(
             items.append(Item(i, c))
         if not items and not evict and not serial and j > 0:
             serial = any(m[i] > 0 for i in pending)  # stalled: fall back to one request at a time
-        end = start + _batch_time(inst, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)
+        end = start + _batch_time(inst, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max)
         res.n_tok.append(n_tok)
         res.n_pre.append(n_pre)
         res.kv_after.append(kv)

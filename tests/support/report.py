@@ -97,10 +97,11 @@ def random_schedule(instance: Instance, rng: random.Random, evict_prob: float = 
             c = 1 if m[anchor] >= prompt[anchor] else min(prompt[anchor] - m[anchor], P)
             items = [Item(anchor, c)]
         # apply the items (same rules as the contract) to track the state
-        n_tok = n_pre = s_pre = n_dec = kv_dec = 0
+        n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = kv_max = 0
         for it in items:
             rid, c = it.id, it.tokens
             if m[rid] < prompt[rid]:
+                x_pre += c * m[rid]
                 m[rid] += c
                 n_pre += c
                 s_pre += c * c
@@ -108,6 +109,7 @@ def random_schedule(instance: Instance, rng: random.Random, evict_prob: float = 
                     gen[rid] += 1
             else:
                 kv_dec += m[rid]
+                kv_max = max(kv_max, m[rid])
                 n_dec += 1
                 m[rid] += 1
                 gen[rid] += 1
@@ -117,5 +119,5 @@ def random_schedule(instance: Instance, rng: random.Random, evict_prob: float = 
                 done.add(it.id)
                 m[it.id] = 0
         batches.append(Batch(tuple(items), tuple(evict), start if start > now else None))
-        now = start + cost.batch_time(n_tok, n_pre, s_pre, n_dec, kv_dec)
+        now = start + cost.batch_time(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max)
     return Schedule(instance.name, tuple(batches), {"policy": "random"})
