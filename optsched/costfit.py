@@ -280,10 +280,11 @@ def fit_terms(
 
 def _fitted_model(values: dict[str, float], name: str, token_tile: int | None, active: list[int]) -> CostModel:
     """The profile of fitted column values: the two token slopes split into ``per_token`` (the
-    smaller of the informed ones) and what each phase adds to it."""
+    smaller of the informed ones) and what each phase adds to it; no tile term when its fitted
+    ``per_tile`` is 0 (a tile that costs nothing does nothing)."""
     slopes = [values[c] for c in ("prefill token", "decode token") if _COLUMNS.index(c) in active]
     shared = min(slopes, default=0.0)
-    tile = {"token_tile": token_tile, "per_tile": values["per_tile"]} if token_tile else {}
+    tile = {"token_tile": token_tile, "per_tile": values["per_tile"]} if token_tile and values["per_tile"] > 0 else {}
     return cost_model_from_mapping(
         {
             "layers": 1,
