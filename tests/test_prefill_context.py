@@ -19,15 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optsched.bounds import generic_bounds, instance_bounds
 from optsched.cli import main
 from optsched.instance import parse_instance
 from optsched.problems import bounder_for, solver_for
-from optsched.result import objective_of
 from optsched.schedule import replay
 from tests.support.infermax_bruteforce import exhaustive_makespan
 from tests.support.legal_schedules import random_legal_schedule
 from tests.support.paths import INSTANCES
+from tests.support.profiles import assert_proven_bounds_below, small_instances, static_instances
 
 #: llama2-7b-a100 with a prefill-context term large enough to change optima on tiny instances.
 CTX = {
@@ -165,26 +164,7 @@ def test_aladdin_refuses_the_context_term_naming_the_field(tmp_path, capsys):
         assert "prefill.per_ctx" in err and str(path) in err
 
 
-def _static_instances():
-    """The gmax Fig. 3 instance and an scls-batch instance (both carry ``static_latency``)."""
-    root = INSTANCES / "static"
-    gmax = json.loads((root / "fig3-slo-order.json").read_text())
-    reqs = [{"id": f"q{i}", "prompt_tokens": 10 + 90 * (i % 3), "output_tokens": 5} for i in range(8)]
-    static = {
-        "unit": "ms",
-        "prefill": {"alpha": 0.001, "beta": 0.5, "gamma": 0.01, "delta": 20.0},
-        "decode": {"alpha": 0.0001, "beta": 0.05, "gamma": 0.001, "delta": 15.0},
-    }
-    scls = {
-        "name": "scls-ctx",
-        "requests": reqs,
-        "static_latency": static,
-        "scls": {"slice_length": 128, "workers": 2, "worker_loads": [0.0, 1.0]},
-    }
-    return [("gmax", gmax), ("scls-batch", scls)]
-
-
-@pytest.mark.parametrize("problem, data", _static_instances(), ids=["gmax", "scls-batch"])
+@pytest.mark.parametrize("problem, data", static_instances(), ids=["gmax", "scls-batch"])
 def test_static_latency_formulations_do_not_read_the_cost_model(problem, data):
     """gmax and scls-batch use their papers' static-batch model (``static_latency``); the contract's
     cost model, with or without the term, changes nothing."""
@@ -198,59 +178,14 @@ def test_static_latency_formulations_do_not_read_the_cost_model(problem, data):
 # --------------------------------------------------------------------------- property
 
 
-@st.composite
-def ctx_instances(draw):
-    n = draw(st.integers(1, 3))
-    reqs = [
-        {
-            "id": f"q{k}",
-            "prompt_tokens": draw(st.integers(1, 6)),
-            "output_tokens": draw(st.integers(1, 3)),
-            "arrival": draw(st.sampled_from([0.0, 0.0, 0.002])),
-        }
-        for k in range(n)
-    ]
-    need = max(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
-    C = draw(st.integers(2, 8))
-    model = {**CTX, "prefill": {**CTX["prefill"], "per_ctx": draw(st.sampled_from([1e-7, 2e-6, 1e-4]))}}
-    return parse_instance({
-        "name": "prop",
-        "cost_model": model,
-        "limits": {
-            "token_budget": C,
-            "prefill_budget": draw(st.integers(1, C)),
-            "kv_capacity": draw(st.one_of(st.none(), st.integers(need, need + 6))),
-            "max_running": draw(st.one_of(st.none(), st.integers(1, 3))),
-        },
-        "requests": reqs,
-    })
+#: Profiles of the property: CTX with a prefill-context term of three sizes.
+CTX_MODELS = st.sampled_from([1e-7, 2e-6, 1e-4]).map(lambda pc: {**CTX, "prefill": {**CTX["prefill"], "per_ctx": pc}})
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(inst=ctx_instances(), seed=st.integers(0, 2**31), p_evict=st.sampled_from([0.0, 0.2]))
+@given(inst=small_instances(CTX_MODELS), seed=st.integers(0, 2**31), p_evict=st.sampled_from([0.0, 0.2]))
 def test_no_bound_exceeds_a_feasible_schedule_under_the_context_term(inst, seed, p_evict):
     legal = random_legal_schedule(inst, random.Random(seed), p_evict)
     rep = replay(inst, legal.schedule)
     assert rep.feasible, rep.violations
-    for objective in ("makespan", "completion", "ttft"):
-        value = objective_of(rep, objective)
-        for b in generic_bounds(inst, objective):
-            assert b.value <= value * (1 + 1e-9) + 1e-15, (objective, b)
-    makespan = rep.metrics.makespan
-    for b in instance_bounds(inst):
-        if b.name == "throughput-upper":
-            assert b.value >= rep.metrics.throughput * (1 - 1e-9)
-        elif b.name.startswith("makespan"):
-            assert b.value <= makespan * (1 + 1e-9) + 1e-15, b
-    relax = {"method": "relax", "time_limit": 5} if inst.limits.kv_capacity is not None else {}
-    for b in bounder_for("infermax")(inst, relax):
-        if b.valid:
-            assert b.value <= makespan * (1 + 1e-9) + 1e-15, b
-    pure = all(p == 0 or d == 0 for p, d in zip(rep.prefill_tokens, rep.decode_items))
-    if rep.metrics.evictions == 0 and pure:  # the strict bound's model space (PD competition)
-        hybrid = {**json.loads(json.dumps(inst.to_dict())), "limits": {**inst.to_dict()["limits"], "max_running": 2}}
-        hyb = parse_instance(hybrid)
-        if replay(hyb, legal.schedule).feasible:
-            for b in bounder_for("hybrid")(hyb, {"time_limit": 5}):
-                if b.valid:
-                    assert b.value <= makespan * (1 + 1e-9) + 1e-15, b
+    assert_proven_bounds_below(inst, legal.schedule, rep)

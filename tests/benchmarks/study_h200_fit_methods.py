@@ -119,9 +119,7 @@ def run_features(data: dict, instances: Path) -> dict[str, tuple[str, list[tuple
 
 
 def log_features(x: np.ndarray) -> np.ndarray:
-    return np.log1p(
-        np.column_stack([x[:, 0], x[:, 1], np.sqrt(x[:, 2]), x[:, 3], x[:, 4], np.sqrt(x[:, 5]), x[:, 6]])
-    )
+    return np.log1p(np.column_stack([x[:, 0], x[:, 1], np.sqrt(x[:, 2]), x[:, 3], x[:, 4], np.sqrt(x[:, 5]), x[:, 6]]))
 
 
 class Study:

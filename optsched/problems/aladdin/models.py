@@ -12,8 +12,9 @@ The batch times are the contract's cost model (``layers = 1``): prefill ``per_to
 ``bias = c1``; decode ``per_kv = k2``, ``per_token = c2``, ``bias = c3``. A profile written with
 ``layers``, ``base`` and the top-level ``per_token`` maps exactly as well (those terms are charged
 in both phases), so :meth:`AladdinModel.from_instance` reads any contract cost model without a
-quadratic or prefill-context term (``per_token_sq``, ``per_ctx``): a profile with one is refused,
-naming the field, since Eq. 2 would under-price its prefills and every placement built on it. The KV function, the
+quadratic, prefill-context or step-shape term (``per_token_sq``, ``per_ctx``, ``per_tile``,
+``decode.per_max_kv``): a profile with one is refused, naming the field, since Eqs. 2-3 would
+under-price its batches and every placement built on them. The KV function, the
 capacity ``M`` and the knobs gamma, theta, slack come from the instance's ``placement`` object, the SLOs from its
 top-level ``slo`` object (docs/aladdin.md).
 """
@@ -131,6 +132,12 @@ def _coefficients(cost: CostModel, source: str) -> tuple[float, float, float, fl
             )
     if cost.decode.per_token_sq != 0:
         raise InstanceError(f"{source}: field 'cost_model.decode.per_token_sq': must be 0 for Aladdin (Eq. 3)")
+    shape = cost.shape_term_field()
+    if shape is not None:
+        raise InstanceError(
+            f"{source}: field '{shape}': Aladdin's batch times (Eqs. 2-3) are linear in the tokens and the "
+            "context; the step-shape terms per_tile and decode.per_max_kv must be 0"
+        )
     lay = cost.layers
     k1 = lay * (cost.per_token + cost.prefill.per_token)
     c1 = lay * (cost.base + cost.prefill.bias)

@@ -22,7 +22,9 @@ batches never overlap, so the makespan is at least the sum of their times:
   overlap, and intervals of an interval graph with clique size J split into J chains: clients); rounds
   cost ``alpha_d + beta_d * n``, so the decode time is at least ``alpha_d * C* + beta_d * D``;
 - ``per_token_sq`` and ``per_kv`` terms are >= 0 and dropped; so is ``prefill.per_ctx`` (it only adds
-  time: (F0) of :mod:`optsched.bounds`).
+  time: (F0) of :mod:`optsched.bounds`); the laws are the profile's linear twin (:mod:`.timing`): a
+  tile term counts ``per_tile / token_tile`` per token (``ceil(n / t) >= n / t``) and
+  ``decode.per_max_kv`` (>= 0) is dropped, at or below every batch time, so the bound holds by (F0).
 
 If the P||Cmax solve is not proven optimal, its proven lower bound is used instead of ``C*``. The
 ``strict-preemptive`` entry replaces ``C*`` by ``max(ceil(D / J), max_i p_i)`` and stays valid with

@@ -5,6 +5,9 @@ rounds; the objective is the largest client load in seconds, ``tau_d * C*``. The
 with it is the ``hybrid-offline`` policy of :mod:`.online` run on that assignment (prefill-first, no
 queue sorting or stealing), replayed by :func:`optsched.schedule.replay`.
 
+A profile with a step-shape term is refused (:func:`.timing.shape_term_refusal`): ``tau_d`` is the
+affine law's full round, which has no such term.
+
 The time limit covers the schedule too: the LPT assignment's schedule is built and replayed first
 (the fallback, and the measure of what building one costs); the P||Cmax search gets the limit less
 two such builds, and a better assignment whose schedule no longer fits in the limit is reported as
@@ -18,14 +21,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ...instance import Instance
+from ...instance import Instance, InstanceError
 from ...mipsolvers import MIP_BACKENDS
 from ...options import Name, OptionError, Options, PositiveFloat, PositiveInt
 from ...result import Bound, SolveResult, Status
 from ...schedule import ReplayResult, Schedule, replay
 from .offline import LENGTHS, PCMAX_METHODS, loads_of, pcmax_lower_bound, processing_times, solve_pcmax
 from .online import simulate_pd
-from .timing import timing_of
+from .timing import shape_term_refusal, timing_of
 
 __all__ = ["HybridOfflineBoundOptions", "HybridOfflineOptions", "bounds", "solve"]
 
@@ -86,6 +89,9 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOfflineOptions 
     """
     opts = HybridOfflineOptions.parse(options)
     method, lengths = opts.method, opts.lengths
+    refused = shape_term_refusal(instance, "the hybrid-offline load (tau_d x rounds)")
+    if refused:
+        return SolveResult(problem="hybrid-offline", solver=method, status=Status.UNSUPPORTED, message=refused)
     timing = timing_of(instance)
     p = processing_times(instance, lengths)
     start = time.perf_counter()
@@ -152,6 +158,9 @@ def bounds(instance: Instance, options: Mapping[str, Any] | HybridOfflineBoundOp
     :func:`.offline.pcmax_lower_bound` (``ceil(sum p / J)``, ``max p`` and the k+1 smallest of the
     kJ + 1 largest jobs), proven for every assignment."""
     opts = HybridOfflineBoundOptions.parse(options)
+    refused = shape_term_refusal(instance, "the hybrid-offline load (tau_d x rounds)")
+    if refused:
+        raise InstanceError(refused)
     timing = timing_of(instance)
     rounds = pcmax_lower_bound(processing_times(instance, opts.lengths), timing.clients)
     return [

@@ -33,7 +33,7 @@ from .model import (
     warm_start_values,
 )
 from .online import POLICY_CONFIGS, simulate_policy
-from .timing import HybridTiming, timing_of
+from .timing import HybridTiming, shape_term_refusal, timing_of
 
 __all__ = ["FALLBACK_POLICY", "HybridOptions", "solve"]
 
@@ -95,7 +95,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOptions | None 
     deadline = start + opts.time_limit
     problem = "hybrid"
     policy = warm_policy or FALLBACK_POLICY
-    unsupported = kv_or_budget_issue(instance, tm)
+    unsupported = shape_term_refusal(instance, "the Hybrid MIP") or kv_or_budget_issue(instance, tm)
     if unsupported:
         return SolveResult(problem=problem, solver=solver, status=Status.UNSUPPORTED, message=unsupported)
     try:

@@ -13,6 +13,14 @@ built on these coefficients is an approximation of the replayed time (and is rep
 from an empty KV (the MIP's model space) has none, so the term leaves these laws exact there; the
 online policies, which split prompts longer than a stage, price it in their clocks.
 
+The step-shape terms (``per_tile`` per started tile of ``token_tile`` tokens, ``decode.per_max_kv``
+on the longest decode context) are not affine in the tokens and clients: the laws are read from the
+profile's :meth:`~optsched.costmodel.CostModel.linear_twin` (the tile cost spread over the tokens,
+``per_max_kv`` left out), at or below every batch time, so the strict bound of :mod:`.bounds` stays
+proven ((F0) of :mod:`optsched.bounds`); the formulations whose objective is priced by these laws
+(the MIP of :mod:`.model`, the assignment of :mod:`.offline_solve`) refuse such a profile
+(:func:`shape_term_refusal`); the policies' clocks price the terms exactly.
+
 Fixes of docs/hybrid.md used here: M2 (``tau_d = alpha_d + beta_d * J``, the time of one full decode
 round, replaces the per-token ``T^d`` of Eq. (8)); A7 (a request's prefill emits its first output token,
 as in the contract's semantics, so request ``i`` needs ``D_i = N^d_i - 1`` decode rounds); the levels of
@@ -26,7 +34,7 @@ from dataclasses import dataclass
 
 from ...instance import Instance
 
-__all__ = ["HybridTiming", "DEFAULT_LEVEL_CAPS", "timing_of"]
+__all__ = ["HybridTiming", "DEFAULT_LEVEL_CAPS", "shape_term_refusal", "timing_of"]
 
 #: Prefill level capacities (docs/hybrid.md, "Time model"), before capping by the prefill budget.
 DEFAULT_LEVEL_CAPS = (256, 512, 1024, 2048)
@@ -96,7 +104,9 @@ def timing_of(instance: Instance) -> HybridTiming:
         and cm.prefill.per_kv == 0
         and cm.decode.per_token_sq == 0
         and cm.decode.per_kv == 0
+        and not cm.has_shape_terms
     )
+    cm = cm.linear_twin()  # module docstring: the laws of a profile with step-shape terms
     return HybridTiming(
         clients=clients,
         prefill_cap=min(lim.prefill_budget, lim.token_budget),
@@ -105,4 +115,17 @@ def timing_of(instance: Instance) -> HybridTiming:
         alpha_d=cm.layers * (cm.base + cm.decode.bias),
         beta_d=cm.layers * (cm.per_token + cm.decode.per_token),
         linear=linear,
+    )
+
+
+def shape_term_refusal(instance: Instance, formulation: str) -> str | None:
+    """Why ``formulation``, priced by the affine laws, refuses ``instance``: a one-line message naming
+    the step-shape field its profile sets (module docstring), or None when it sets none."""
+    field = instance.cost_model.shape_term_field()
+    if field is None:
+        return None
+    return (
+        f"field '{field}': {formulation} prices its stages with the paper's affine laws, which have no "
+        "step-shape term (cost_model.per_tile, cost_model.decode.per_max_kv must be 0); the hybrid "
+        "policies and the hybrid problem's bounds accept it"
     )
