@@ -7,10 +7,12 @@ package docstring and returns the sampled ids with the step's times.
 
 Attention has two backends with one interface (the rest of the step is the same code everywhere):
 
-- CUDA: ``torch.nn.attention.varlen.varlen_attn`` over the paged pool (``block_table`` with pages
-  of 256 tokens, which FlashAttention-2's paged kernel requires; ``seqused_k`` and the logical
-  ``cu_seq_k`` both given), causal aligned to the end of each request's keys
-  (``window_size=(-1, 0)``);
+- CUDA: ``torch.nn.attention.varlen.varlen_attn``, causal aligned to the end of each request's keys
+  (``window_size=(-1, 0)``). With PyTorch >= 2.12 it reads the paged pool (``block_table`` with
+  pages of 256 tokens, which FlashAttention-2's paged kernel requires; ``seqused_k`` and the
+  logical ``cu_seq_k`` both given); an older ``varlen_attn`` has no paged form, so the step first
+  gathers each item's keys and values from its pages into packed tensors (one ``index_select``
+  per layer, part of the step's graph and of its time);
 - CPU: per request ``scaled_dot_product_attention`` over its keys gathered from its pages, with the
   same end-aligned causal mask.
 
@@ -130,6 +132,18 @@ def _rmsnorm(torch: Any, x: Any, weight: Any, eps: float) -> Any:
     return (x.float() * torch.rsqrt(variance + eps)).to(x.dtype) * weight
 
 
+def _varlen_form() -> tuple[bool, dict[str, Any]]:
+    """What this PyTorch's ``varlen_attn`` takes: whether it reads paged KV (``block_table``,
+    PyTorch >= 2.12), and the keyword that makes it causal aligned to the end of the keys."""
+    import inspect
+
+    from torch.nn.attention.varlen import varlen_attn
+
+    params = inspect.signature(varlen_attn).parameters
+    causal: dict[str, Any] = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+    return "block_table" in params, causal
+
+
 @dataclass
 class _Batch:
     """A step's device inputs (the static inputs of its CUDA graph)."""
@@ -141,6 +155,7 @@ class _Batch:
     cu_seq_k: Any
     seqused_k: Any
     block_table: Any
+    key_slots: Any
     sample_rows: Any
     max_q: int
     max_k: int
@@ -212,14 +227,18 @@ class TorchEngine:
         self.lm_head = weight(s.hidden, s.vocab)
         pages = len(self.pool.free)
         self.kv = torch.zeros(L, 2, pages, self.page_size, s.kv_heads, s.head_dim, device=self.device, dtype=self.dtype)
+        self.paged_attention, self.causal_keyword = _varlen_form() if self.on_cuda else (False, {})
 
     # ------------------------------------------------------------------ inputs
     def _batch(self, items: Sequence[StepItem]) -> _Batch:
         """The device inputs of a step; each owner's pages are grown to hold its ``k`` keys."""
         torch, dev = self.torch, self.device
         ids, pages, offsets, cu, cu_k, used, rows, spans, tables = [], [], [], [0], [0], [], [], [], []
+        slots: list[int] = []
+        size = self.page_size
         for it in items:
             table = self.pool.ensure(it.owner, it.k)
+            slots.extend(table[pos // size] * size + pos % size for pos in range(it.k))
             start = len(ids)
             ids.extend(it.tokens)
             for pos in range(it.k - it.q, it.k):
@@ -243,6 +262,7 @@ class TorchEngine:
             torch.tensor(cu_k, dtype=i32, device=dev),
             torch.tensor(used, dtype=i32, device=dev),
             torch.tensor(padded, dtype=i32, device=dev),
+            torch.tensor(slots, dtype=i64, device=dev),
             torch.tensor(rows, dtype=i64, device=dev),
             max(it.q for it in items),
             max(it.k for it in items),
@@ -254,7 +274,8 @@ class TorchEngine:
         """Each item's ``q`` rows over its ``k`` keys (causal, aligned to the end): ``[T, H, D]``."""
         torch, s = self.torch, self.shape
         k_pool, v_pool = self.kv[layer, 0], self.kv[layer, 1]
-        if self.on_cuda:  # GPU only: FlashAttention's variable-length kernel over the paged pool
+        gqa = s.heads != s.kv_heads
+        if self.on_cuda and self.paged_attention:  # FlashAttention's variable-length kernel, paged
             from torch.nn.attention.varlen import varlen_attn
 
             return varlen_attn(
@@ -268,19 +289,30 @@ class TorchEngine:
                 seqused_k=b.seqused_k,
                 block_table=b.block_table,
                 window_size=(-1, 0),
-                enable_gqa=s.heads != s.kv_heads,
+                enable_gqa=gqa,
             )
-        out = []
-        for (start, n, k), table in zip(b.spans, b.block_table):
-            pages = table[: -(-k // self.page_size)].long()
-            keys = k_pool[pages].reshape(-1, s.kv_heads, s.head_dim)[:k].transpose(0, 1).unsqueeze(0)
-            values = v_pool[pages].reshape(-1, s.kv_heads, s.head_dim)[:k].transpose(0, 1).unsqueeze(0)
+        keys = k_pool.reshape(-1, s.kv_heads, s.head_dim).index_select(0, b.key_slots)
+        values = v_pool.reshape(-1, s.kv_heads, s.head_dim).index_select(0, b.key_slots)
+        if self.on_cuda:  # the same kernel over the packed keys (a varlen_attn without paged KV)
+            from torch.nn.attention.varlen import varlen_attn
+
+            if gqa:
+                keys = keys.repeat_interleave(s.heads // s.kv_heads, dim=1)
+                values = values.repeat_interleave(s.heads // s.kv_heads, dim=1)
+            return varlen_attn(q, keys, values, b.cu_seq_q, b.cu_seq_k, b.max_q, b.max_k, **self.causal_keyword)
+        out, first = [], 0
+        for start, n, k in b.spans:
             mask = torch.arange(k, device=self.device)[None, :] <= torch.arange(k - n, k, device=self.device)[:, None]
             query = q[start : start + n].transpose(0, 1).unsqueeze(0)
             att = torch.nn.functional.scaled_dot_product_attention(
-                query, keys, values, attn_mask=mask, enable_gqa=s.heads != s.kv_heads
+                query,
+                keys[first : first + k].transpose(0, 1).unsqueeze(0),
+                values[first : first + k].transpose(0, 1).unsqueeze(0),
+                attn_mask=mask,
+                enable_gqa=gqa,
             )
             out.append(att.squeeze(0).transpose(0, 1))
+            first += k
         return torch.cat(out)
 
     def _forward(self, b: _Batch) -> Any:
@@ -363,11 +395,10 @@ class TorchEngine:
         """What a result records about the engine."""
         torch = self.torch
         device = torch.cuda.get_device_name(self.device) if self.on_cuda else "cpu"
-        attention = (
-            "torch.nn.attention.varlen.varlen_attn (paged KV)"
-            if self.on_cuda
-            else "torch scaled_dot_product_attention per request (CPU)"
-        )
+        attention = "torch scaled_dot_product_attention per request (CPU)"
+        if self.on_cuda:
+            kv = "paged KV" if self.paged_attention else "keys gathered per step"
+            attention = f"torch.nn.attention.varlen.varlen_attn ({kv})"
         return {
             "engine": "torch",
             "torch": torch.__version__,
