@@ -403,14 +403,8 @@ def _run_batches(instance: Instance, st: _ReplayState, batches: Sequence[Batch],
     cap_c, cap_p, cap_m, cap_r = _limit_caps(instance)
     batch_time = instance.cost_model.batch_time
     index, arrival, prompt, m, flag = st.index, st.arrival, st.prompt, st.m, st.flag
-    gen, out_len, finished, first_token, finish, first_scheduled = (
-        st.gen,
-        st.out_len,
-        st.finished,
-        st.first_token,
-        st.finish,
-        st.first_scheduled,
-    )
+    gen, out_len, finished = st.gen, st.out_len, st.finished
+    first_token, finish, first_scheduled = st.first_token, st.finish, st.first_scheduled
     kv_used, running, prefill_tokens = result.kv_used.append, result.running.append, result.prefill_tokens.append
     decode_items, features_of, starts, ends = (
         result.decode_items.append,
