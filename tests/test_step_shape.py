@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from optsched.bounds import instance_bounds
 from optsched.cli import main
+from optsched.costfit import check_profile_toml, profile_toml
 from optsched.costmodel import MAX_TOKEN_TILE, CostModelError, cost_model_from_mapping
 from optsched.executor.compare import compare
 from optsched.export.vllm_replay import ReplayPlan, build_plan
@@ -278,6 +279,17 @@ def test_a_profile_round_trips_with_its_shape_terms():
     plain = cost_model_from_mapping(NO_SHAPE)
     assert not plain.has_shape_terms and plain.linear_twin() is plain
     assert "token_tile" not in plain.to_dict() and "per_max_kv" not in plain.to_dict()["decode"]
+
+
+@pytest.mark.parametrize("model", [SHAPE, NO_SHAPE], ids=["shape", "plain"])
+def test_a_written_profile_reads_back_with_exactly_its_terms(model):
+    """profile_toml writes the optional terms only when set (a missing one reads 0, as in to_dict):
+    the TOML reads back as the same profile either way."""
+    template = cost_model_from_mapping(model)
+    text = profile_toml("p", "test", template.base, template.per_token, template=template)
+    assert ("token_tile" in text, "per_max_kv" in text) == (template.per_tile > 0, template.decode.per_max_kv > 0)
+    back = check_profile_toml(text)
+    assert back.to_dict() == template.to_dict()
 
 
 # --------------------------------------------------------------------------- export, executor, fit
