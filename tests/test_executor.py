@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -148,6 +149,25 @@ def test_validate_cli(plan, tmp_path, capsys):
     assert main(["validate", str(path)]) == 1
     path.write_text("{}")
     assert main(["validate", str(path)]) == 2
+
+
+def test_validate_result_under_another_profile(plan, tmp_path, capsys):
+    """``--profile`` re-predicts every step of a result from the plan's features: under the plan's own
+    profile the plan's predictions; under a profile twice as slow twice them; its errors name the
+    profile."""
+    res = _fake_result(plan, [s.predicted_time for s in plan.steps])
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(res))
+    assert main(["validate", str(path), "--profile", "llama2-7b-a100", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mape"] == pytest.approx(0, abs=1e-9)
+    a100 = load_cost_model("llama2-7b-a100")
+    slow = tmp_path / "slow.toml"
+    slow.write_text(profile_toml("slow", "test", a100.base, a100.per_token, template=replace(a100, layers=64)))
+    assert main(["validate", str(path), "--profile", str(slow), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["predicted_total"] == pytest.approx(2 * out["measured_total"])
+    assert main(["validate", str(path), "--profile", str(tmp_path / "missing.toml")]) == 2
+    assert "missing.toml" in capsys.readouterr().err
 
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None

@@ -41,7 +41,11 @@ def register(subparsers: Any) -> None:
         help="measured time: engine step wall time (default) or model time; step-measurement "
         "files: gpu (default) or wall",
     )
-    p.add_argument("--profile", help="step-measurement files: the profile to predict with (name or TOML)")
+    p.add_argument(
+        "--profile",
+        help="the profile to predict with (name or TOML); results: re-predicts every step from the plan's"
+        " features (default: the plan's own predictions)",
+    )
     p.add_argument(
         "--instances",
         help="step-measurement files: folder of the runs' instances (default: instances/ beside the file)",
@@ -55,6 +59,7 @@ def register(subparsers: Any) -> None:
 
 
 def handler(args: argparse.Namespace) -> int:
+    from ..costmodel import load_cost_model
     from ..executor.compare import compare, plot
 
     check_output_path(args.plot, args.profile_out)
@@ -63,15 +68,16 @@ def handler(args: argparse.Namespace) -> int:
 
     if is_step_measurements(result):
         return _validate_steps(args, result)
-    if args.profile is not None or args.instances is not None:
-        raise BadInput("--profile and --instances apply to step-measurement files only")
+    if args.instances is not None:
+        raise BadInput("--instances applies to step-measurement files only")
     if not isinstance(result, dict) or result.get("format") != "optsched-vllm-result":
         raise BadInput(f"{args.result}: field 'format': not an optsched-vllm-result file")
     timing = args.timing or "wall"
     if timing == "gpu":
         raise BadInput("--timing gpu applies to step-measurement files only (results: wall or model)")
+    model = None if args.profile is None else load_cost_model(args.profile)
     try:
-        report = compare(result, timing=timing, worst=args.worst, profile_name=args.profile_name)
+        report = compare(result, timing=timing, worst=args.worst, profile_name=args.profile_name, model=model)
     except KeyError as exc:
         raise BadInput(f"{args.result}: field {exc.args[0]!r}: missing") from None
     except (TypeError, ValueError, IndexError, AttributeError) as exc:

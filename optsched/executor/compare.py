@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..costfit import fit_linear, fit_terms, profile_toml
-from ..costmodel import MAX_MEASURED_SECONDS, features_of
+from ..costmodel import MAX_MEASURED_SECONDS, CostModel, features_of
 from ..jsonio import atomic_output
 from .run import RESULT_VERSION
 
@@ -45,7 +45,7 @@ def _seconds(value: Any, where: str, zero: bool) -> float:
     return float(value)
 
 
-def _rows(result: Mapping[str, Any], timing: str) -> list[dict[str, Any]]:
+def _rows(result: Mapping[str, Any], timing: str, model: CostModel | None) -> list[dict[str, Any]]:
     key = {"wall": "measured_time", "model": "model_time"}[timing]
     if result.get("version") != RESULT_VERSION:
         raise ValueError(
@@ -62,7 +62,10 @@ def _rows(result: Mapping[str, Any], timing: str) -> list[dict[str, Any]]:
         if feats["n_tok"] == 0 or meas is None:
             continue
         meas = _seconds(meas, f"step {k}: field {key!r}", zero=False)
-        pred = _seconds(s["predicted_time"], f"step {k}: field 'predicted_time'", zero=True)
+        if model is None:
+            pred = _seconds(s["predicted_time"], f"step {k}: field 'predicted_time'", zero=True)
+        else:
+            pred = model.batch_time(*features_of(feats))
         rows.append({
             "step": k,
             "batch": s["batch"],
@@ -75,7 +78,12 @@ def _rows(result: Mapping[str, Any], timing: str) -> list[dict[str, Any]]:
 
 
 def compare(
-    result: Mapping[str, Any], *, timing: str = "wall", worst: int = 5, profile_name: str = "fitted"
+    result: Mapping[str, Any],
+    *,
+    timing: str = "wall",
+    worst: int = 5,
+    profile_name: str = "fitted",
+    model: CostModel | None = None,
 ) -> dict[str, Any]:
     """Compare predicted with measured step times and refit the cost model.
 
@@ -89,6 +97,9 @@ def compare(
         How many worst steps (largest absolute percentage error) to list.
     profile_name
         Name given to the refitted profile.
+    model
+        Predict each step under this profile, from the plan's features (e.g. a profile measured on
+        the GPU that ran the plan); None: the plan's own predictions.
 
     Returns
     -------
@@ -97,7 +108,7 @@ def compare(
         ``worst_steps``, ``fit_linear``, ``fit_terms`` (with ``profile`` and ``profile_toml``) and
         ``refit_mape``; fits are None with fewer than 2 measured steps.
     """
-    rows = _rows(result, timing)
+    rows = _rows(result, timing, model)
     if not rows:
         raise ValueError("the result has no measured step with tokens")
     pred = np.array([r["predicted"] for r in rows])
