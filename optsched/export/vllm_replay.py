@@ -47,7 +47,7 @@ from typing import Any
 from ..costmodel import FEATURES, features_of
 from ..instance import Instance
 from ..jsonio import read_json, write_json_atomic
-from ..schedule import Schedule, replay
+from ..schedule import ReplayResult, Schedule, replay
 
 __all__ = [
     "FORMAT",
@@ -164,11 +164,18 @@ class ReplayPlan:
         if data.get("format") != FORMAT:
             raise PlanError(f"{source}: field 'format': expected {FORMAT!r}, got {data.get('format')!r}")
         if data.get("version") != VERSION:
-            raise PlanError(f"{source}: field 'version': this optsched reads version {VERSION}, got {data.get('version')!r}")
+            raise PlanError(
+                f"{source}: field 'version': this optsched reads version {VERSION}, got {data.get('version')!r}"
+            )
         try:
             requests = tuple(
-                PlanRequest(str(r["id"]), int(r["prompt_tokens"]), int(r["output_tokens"]),
-                            float(r["arrival"]), int(r["arrival_step"]))
+                PlanRequest(
+                    str(r["id"]),
+                    int(r["prompt_tokens"]),
+                    int(r["output_tokens"]),
+                    float(r["arrival"]),
+                    int(r["arrival_step"]),
+                )
                 for r in data["requests"]
             )
             steps = tuple(
@@ -275,41 +282,13 @@ def build_plan(
         kv_blocks = cap_m // block_size if cap_m is not None else max(need, default=1)
     kv_blocks = max(kv_blocks, 1)
 
-    steps: list[PlanStep] = []
-    first_step: dict[str, int] = {}
-    step_start: list[float] = []
-    for j, batch in enumerate(schedule.batches):
-        if not batch.items and not batch.evict:
-            continue
-        if need[j] > kv_blocks:
-            top = sorted(held[j].items(), key=lambda kv: -kv[1])[:5]
-            who = ", ".join(f"{rid!r}: {m} slots = {math.ceil(m / block_size)} blocks" for rid, m in top)
-            why = (f"M = {cap_m} tokens is {kv_blocks} blocks of {block_size}" if cap_m is not None
-                   else f"the engine has {kv_blocks} blocks of {block_size}")
-            raise PlanError(
-                f"step {len(steps)} (batch {j}): vLLM cannot execute this schedule as written: it holds "
-                f"{res.kv_used[j]} KV slots, which in whole blocks of {block_size} tokens per request is "
-                f"{need[j]} blocks, but {why} ({who}); use a smaller --block-size or give the engine more "
-                f"memory than M with --kv-blocks"
-            )
-        for rid in [*batch.evict, *(it.id for it in batch.items)]:
-            first_step.setdefault(rid, len(steps))
-        step_start.append(res.starts[j])
-        steps.append(PlanStep(
-            batch=j,
-            preempt=tuple(batch.evict),
-            tokens={it.id: it.tokens for it in batch.items},
-            predicted_time=res.ends[j] - res.starts[j],
-            features=res.features[j],
-            kv_blocks=need[j],
-        ))
-
+    steps, first_step, step_start = _plan_steps(schedule, res, held, need, kv_blocks, block_size, cap_m)
     requests = []
     for r in instance.requests:
-        ready = next((k for k, t in enumerate(step_start) if t >= r.arrival - 1e-9 * max(1.0, r.arrival)),
-                     len(steps))
-        requests.append(PlanRequest(r.id, r.prompt_tokens, r.output_tokens, r.arrival,
-                                    min(ready, first_step.get(r.id, len(steps)))))
+        ready = next((k for k, t in enumerate(step_start) if t >= r.arrival - 1e-9 * max(1.0, r.arrival)), len(steps))
+        requests.append(
+            PlanRequest(r.id, r.prompt_tokens, r.output_tokens, r.arrival, min(ready, first_step.get(r.id, len(steps))))
+        )
     engine = {
         "max_num_batched_tokens": max(instance.limits.token_budget, max((s.features[0] for s in steps), default=1)),
         "max_num_seqs": max(max(res.running, default=1), 1),
@@ -321,10 +300,67 @@ def build_plan(
         "enable_prefix_caching": False,
         "enable_chunked_prefill": True,
     }
-    source = {"schedule_meta": dict(schedule.meta), "batches": len(schedule.batches),
-              "makespan": res.metrics.makespan if res.metrics else None}
-    return ReplayPlan(instance.name, instance.cost_model.to_dict() | {"name": instance.cost_model.name},
-                      engine, tuple(requests), tuple(steps), source)
+    source = {
+        "schedule_meta": dict(schedule.meta),
+        "batches": len(schedule.batches),
+        "makespan": res.metrics.makespan if res.metrics else None,
+    }
+    return ReplayPlan(
+        instance.name,
+        instance.cost_model.to_dict() | {"name": instance.cost_model.name},
+        engine,
+        tuple(requests),
+        tuple(steps),
+        source,
+    )
+
+
+def _plan_steps(
+    schedule: Schedule,
+    res: ReplayResult,
+    held: list[dict[str, int]],
+    need: list[int],
+    kv_blocks: int,
+    block_size: int,
+    cap_m: int | None,
+) -> tuple[list[PlanStep], dict[str, int], list[float]]:
+    """One plan step per non-empty batch (with its replayed time and features), each request's first
+    step and each step's start; a PlanError naming the step when its KV in whole blocks exceeds the
+    engine's blocks."""
+    steps: list[PlanStep] = []
+    first_step: dict[str, int] = {}
+    step_start: list[float] = []
+    for j, batch in enumerate(schedule.batches):
+        if not batch.items and not batch.evict:
+            continue
+        if need[j] > kv_blocks:
+            top = sorted(held[j].items(), key=lambda kv: -kv[1])[:5]
+            who = ", ".join(f"{rid!r}: {m} slots = {math.ceil(m / block_size)} blocks" for rid, m in top)
+            why = (
+                f"M = {cap_m} tokens is {kv_blocks} blocks of {block_size}"
+                if cap_m is not None
+                else f"the engine has {kv_blocks} blocks of {block_size}"
+            )
+            raise PlanError(
+                f"step {len(steps)} (batch {j}): vLLM cannot execute this schedule as written: it holds "
+                f"{res.kv_used[j]} KV slots, which in whole blocks of {block_size} tokens per request is "
+                f"{need[j]} blocks, but {why} ({who}); use a smaller --block-size or give the engine more "
+                f"memory than M with --kv-blocks"
+            )
+        for rid in [*batch.evict, *(it.id for it in batch.items)]:
+            first_step.setdefault(rid, len(steps))
+        step_start.append(res.starts[j])
+        steps.append(
+            PlanStep(
+                batch=j,
+                preempt=tuple(batch.evict),
+                tokens={it.id: it.tokens for it in batch.items},
+                predicted_time=res.ends[j] - res.starts[j],
+                features=res.features[j],
+                kv_blocks=need[j],
+            )
+        )
+    return steps, first_step, step_start
 
 
 def export(instance: Instance, schedule: Schedule, options: Mapping[str, Any]) -> dict[str, Any]:
