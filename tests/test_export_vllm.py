@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -130,6 +131,25 @@ def test_a_plan_whose_object_field_is_not_an_object(instance, schedule, key, val
     """Read outside the checks, these were a TypeError (exit 3) in ``optsched execute``."""
     data = build_plan(instance, schedule).to_dict() | {key: value}
     with pytest.raises(PlanError, match=f"^p.json: field '{key}': must be an object, got "):
+        ReplayPlan.from_dict(data, "p.json")
+
+
+@pytest.mark.parametrize("value", [True, 1.5, 4.0, "4", None])
+@pytest.mark.parametrize(
+    ("where", "edit"),
+    [
+        ("request 1: field 'prompt_tokens'", lambda d, v: d["requests"][1].update(prompt_tokens=v)),
+        ("step 2: field 'tokens': 'a'", lambda d, v: d["steps"][2]["tokens"].update(a=v)),
+        ("step 0: field 'batch'", lambda d, v: d["steps"][0].update(batch=v)),
+        ("field 'engine': 'block_size'", lambda d, v: d["engine"].update(block_size=v)),
+    ],
+)
+def test_a_plan_integer_field_is_a_json_integer(instance, schedule, where, edit, value):
+    """A boolean, a fraction, a whole float or a string where the plan has a token count or an index
+    is refused naming the field (``int()`` turned True into 1 and 1.5 into 1)."""
+    data = json.loads(json.dumps(build_plan(instance, schedule).to_dict()))
+    edit(data, value)
+    with pytest.raises(PlanError, match=f"^p.json: {re.escape(where)}: must be an integer, got "):
         ReplayPlan.from_dict(data, "p.json")
 
 

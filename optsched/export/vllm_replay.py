@@ -171,27 +171,29 @@ class ReplayPlan:
             requests = tuple(
                 PlanRequest(
                     str(r["id"]),
-                    int(r["prompt_tokens"]),
-                    int(r["output_tokens"]),
+                    _integer(r["prompt_tokens"], f"request {k}: field 'prompt_tokens'"),
+                    _integer(r["output_tokens"], f"request {k}: field 'output_tokens'"),
                     float(r["arrival"]),
-                    int(r["arrival_step"]),
+                    _integer(r["arrival_step"], f"request {k}: field 'arrival_step'"),
                 )
-                for r in data["requests"]
+                for k, r in enumerate(data["requests"])
             )
             steps = tuple(
                 PlanStep(
-                    int(s["batch"]),
+                    _integer(s["batch"], f"step {j}: field 'batch'"),
                     tuple(str(x) for x in s.get("preempt", [])),
-                    {str(k): int(v) for k, v in s["tokens"].items()},
+                    {str(k): _integer(v, f"step {j}: field 'tokens': {k!r}") for k, v in s["tokens"].items()},
                     float(s["predicted_time"]),
                     features_of(s["features"]),
-                    int(s.get("kv_blocks", 0)),
+                    _integer(s.get("kv_blocks", 0), f"step {j}: field 'kv_blocks'"),
                 )
-                for s in data["steps"]
+                for j, s in enumerate(data["steps"])
             )
             engine = dict(data["engine"])
             for key in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "block_size", "kv_blocks"):
-                int(engine[key])
+                _integer(engine[key], f"field 'engine': {key!r}")
+        except PlanError as exc:
+            raise PlanError(f"{source}: {exc}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise PlanError(f"{source}: malformed plan ({type(exc).__name__}: {exc})") from None
         ids = {r.id for r in requests}
@@ -201,6 +203,14 @@ class ReplayPlan:
                 raise PlanError(f"{source}: step {j}: unknown request(s) {sorted(unknown)}")
         cost_model, plan_source = (_object_field(data, key, source) for key in ("cost_model", "source"))
         return cls(str(data.get("instance", "")), cost_model, engine, requests, steps, plan_source)
+
+
+def _integer(value: Any, where: str) -> int:
+    """A plan's integer field (a JSON integer: not a boolean, a fraction or a string), else a
+    PlanError naming ``where``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PlanError(f"{where}: must be an integer, got {value!r}")
+    return value
 
 
 def _object_field(data: Mapping[str, Any], key: str, source: str) -> dict[str, Any]:
