@@ -88,6 +88,13 @@ Bounds (each returned as a :class:`~optsched.result.Bound` with ``valid=True``):
   fixed D the cost is convex in x, so its least value is at the larger of x's lower bound and the
   unconstrained minimiser. beta(S) is at least the plain overhead above and exceeds it when the
   longest request's decodes force batches with both prefill and decode items.
+  **Tile floor** (a profile with ``per_tile = tc > 0``, tile t): a batch of n tokens holds
+  ceil(n / t) >= max(1, n / t) started tiles, so the batches touching S cost at least their linear
+  form without the step-shape terms (a = the profile's per_token) plus L tc max(B^lb, N_S / t),
+  N_S = sum_{i in S} (I_i + O_i - 1) tokens at least. The value of that linear form (its w_i and,
+  for the refined sets, its beta(S)) plus this floor is a second bound on each set, and the larger
+  of the two is taken (:func:`_tile_free`); it exceeds the linear twin's when batches are many and
+  small (decode rounds), each paying a whole tile.
 - ``critical-path`` (makespan): makespan >= max_i (arrival_i + A_i), where A_i is the least time
   request i alone needs: by (F1)-(F3) its batches are disjoint and each costs at least the batch of
   its own item alone. A_i = F(I_i) + sum_{g=1}^{O_i-1} min(D_i(g), R_i(g)) with F(X) the cheapest
@@ -113,7 +120,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -425,6 +432,16 @@ def _least_bias(I: np.ndarray, O: np.ndarray, instance: Instance, batch_floor: i
     return float(np.min(cost)) * (1.0 - 1e-12)
 
 
+def _tile_free(instance: Instance) -> Instance | None:
+    """``instance`` under its profile without the step-shape terms (the linear part of the work
+    bound's tile floor, module docstring), or None when the profile has no tile term."""
+    cm = instance.cost_model
+    if not cm.per_tile:
+        return None
+    plain = replace(cm, token_tile=0, per_tile=0.0, decode=replace(cm.decode, per_max_kv=0.0))
+    return replace(instance, cost_model=plain)
+
+
 #: How many of the best suffix sets the work bound refines with :func:`least_bias`.
 REFINED_SUFFIXES = 16
 
@@ -458,11 +475,18 @@ def work_bound(instance: Instance) -> tuple[float, float]:
     # only the last request of each group of equal arrivals closes a suffix set S
     closes = np.append(arr[1:] != arr[:-1], True)
     values = np.where(closes, arr + overhead + cum_w, -np.inf)
+    plain = _tile_free(instance)
+    if plain is not None:  # the tile floor (module docstring)
+        floor = L * cm.per_tile * np.maximum(b_all, np.cumsum(Is_f + Os_f - 1.0) / cm.token_tile)
+        cum_plain = np.cumsum(_request_work(Is, Os, plain)) + floor
+        values = np.maximum(values, np.where(closes, arr + overhead + cum_plain, -np.inf))
     # refine the most promising suffix sets (and the whole set) with the count program
     best = set(np.argsort(-values, kind="stable")[:REFINED_SUFFIXES].tolist()) | {len(arr) - 1}
     for k in best:
         if closes[k]:
             values[k] = max(values[k], arr[k] + cum_w[k] + _least_bias(Is[: k + 1], Os[: k + 1], instance))
+            if plain is not None:
+                values[k] = max(values[k], arr[k] + cum_plain[k] + _least_bias(Is[: k + 1], Os[: k + 1], plain))
     k = int(np.argmax(values))
     return float(values[k]), float(arr[k])
 

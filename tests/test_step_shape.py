@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optsched.bounds import instance_bounds
+from optsched.bounds import generic_bounds, instance_bounds
 from optsched.cli import main
 from optsched.costfit import check_profile_toml, profile_toml
 from optsched.costmodel import MAX_TOKEN_TILE, CostModelError, cost_model_from_mapping
@@ -36,6 +36,7 @@ from tests.support.export import BATCHES, INSTANCE, execute_result
 from tests.support.legal_schedules import random_legal_schedule
 from tests.support.paths import INSTANCES
 from tests.support.profiles import assert_proven_bounds_below, small_instances, static_instances
+from tests.support.report import serial_fcfs
 
 #: llama2-7b-a100 with both step-shape terms, large enough to change times on tiny instances.
 SHAPE = {
@@ -239,6 +240,19 @@ def test_the_generic_bounds_keep_the_tile_cost():
     without = {b.name: b.value for b in instance_bounds(instance_of(NO_SHAPE, reqs, token_budget=64))}
     for name in ("makespan-work", "makespan-critical-path", "mean-ttft"):
         assert with_terms[name] > without[name] * (1 + 1e-6), name
+
+
+def test_the_work_bound_tile_floor_is_tight_on_one_decoding_request():
+    """One request of 1 prompt token and 9 outputs alone: 9 batches of one token each, a whole tile
+    each (the linear twin counts 9 / 4 tiles). Without per_max_kv the work bound with its tile floor
+    is the serial schedule's makespan exactly."""
+    inst = instance_of(ONLY_TILE, [{"id": "a", "prompt_tokens": 1, "output_tokens": 9}], token_budget=64)
+    serial = replay(inst, serial_fcfs(inst)).metrics.makespan
+    (work,) = [b for b in generic_bounds(inst, "makespan") if b.name == "work"]
+    assert work.value == pytest.approx(serial, rel=1e-9)
+    twin = [b for b in generic_bounds(twin_of(inst), "makespan") if b.name == "work"][0]
+    tiles = inst.cost_model.layers * inst.cost_model.per_tile * (9 - 9 / 4)
+    assert work.value == pytest.approx(twin.value + tiles, rel=1e-9)
 
 
 # --------------------------------------------------------------------------- the profile loader
