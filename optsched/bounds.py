@@ -21,7 +21,8 @@ and its cost model (docs/costmodel.md); the proofs below rely only on these fact
      batches), and T''s least batch counts among schedules ending by a time T hold for the
      profile's. The bounds below read the linear twin's coefficients (:func:`_coefficients`: the
      tile cost stays in them as ``tc / t`` per token) and leave ``per_ctx`` out, but for the lone
-     batches of the critical path, priced exactly ((F2)); every bound of a formulation that reads
+     batches of the critical path, priced exactly ((F2)), and the work bound's tile floor (whole
+     tiles per batch); every bound of a formulation that reads
      the cost model without ``per_ctx`` or through the linear twin (InferMax's relaxation, search
      and chunk bound, its horizon; Hybrid's strict bound) is proven for a twin and so holds under
      the profile; an upper bound on G or the throughput likewise (they only fall when times grow).
