@@ -321,7 +321,7 @@ def _run_solver(
     wall = time.perf_counter() - t0
     run = SolverRun(problem, result, wall_time=wall)
     if result.schedule is None or result.objective is None:
-        run.message = f"status {result.status}: no schedule"
+        run.message = f"status {result.status}: no schedule" + (f" ({result.message})" if result.message else "")
         return run
     value, replayed = replayed_objective(instance, result.schedule, objective)
     check_agreement(result.objective, value, f"{problem} solver")
