@@ -96,7 +96,7 @@ def test_ttft_horizon_admits_the_exhaustive_optimum(seed: int, evict: bool, chun
     batches up to its last first token (first-token model: evictions and chunks) or all of them
     (without evictions or without chunked prefill) fit in J."""
     from optsched.problems.infermax.data import horizon
-    from optsched.problems.infermax.model import Coefficients, InferMaxOptions
+    from optsched.problems.infermax.model import InferMaxOptions
     from optsched.problems.infermax.schedules import first_token_prefix
     from optsched.schedule import replay
 
@@ -108,7 +108,7 @@ def test_ttft_horizon_admits_the_exhaustive_optimum(seed: int, evict: bool, chun
     best, path = found
     rep = replay(inst, path)
     options = InferMaxOptions.parse({"objective": "ttft", "no_evict": not evict, "no_chunk": not chunk})
-    found = horizon(inst, Coefficients.from_cost_model(inst.cost_model), rep.metrics.makespan, best, options)
+    found = horizon(inst, rep.metrics.makespan, best, options)
     assert found.proven and found.first_tokens_only == (evict and chunk)
     counted = first_token_prefix(path, rep) if found.first_tokens_only else path
     assert sum(1 for b in counted.batches if b.items) <= found.J
@@ -191,11 +191,10 @@ def test_ttft_horizon_beyond_the_proof_cells_is_the_makespans() -> None:
     """A proven ttft horizon above TTFT_PROOF_CELLS request-batch cells is not used: J is the
     makespan's, not proven, and the note says why."""
     from optsched.problems.infermax.data import TTFT_PROOF_CELLS, horizon
-    from optsched.problems.infermax.model import Coefficients, InferMaxOptions
+    from optsched.problems.infermax.model import InferMaxOptions
 
     inst = tiny_instance(0)
-    coef = Coefficients.from_cost_model(inst.cost_model)
-    makespan_only = horizon(inst, coef, 0.05, 0.05, InferMaxOptions.parse({}))
-    found = horizon(inst, coef, 0.05, 1e3, InferMaxOptions.parse({"objective": "ttft"}))
+    makespan_only = horizon(inst, 0.05, 0.05, InferMaxOptions.parse({}))
+    found = horizon(inst, 0.05, 1e3, InferMaxOptions.parse({"objective": "ttft"}))
     assert not found.proven and not found.first_tokens_only and found.J == makespan_only.J
     assert f"exceeds {TTFT_PROOF_CELLS} cells" in found.note

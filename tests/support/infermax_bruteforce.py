@@ -9,7 +9,8 @@ C, P (prefill tokens), M and R_max after processing, and hybrid batching when it
 with evictions only are allowed (they cost 0). The path is returned as a schedule so that tests
 replay it too.
 
-Each objective is a shortest path with its own edge cost (T = the cost model's batch time):
+Each objective is a shortest path with its own edge cost (T = the cost model's batch time, every
+term priced, the step-shape terms included):
 
 - ``makespan``: the label is the end time of the last batch; a batch starts at the later of that
   and the arrivals of the requests it names (waiting is never useful otherwise). The end time is
@@ -59,7 +60,7 @@ def _successors(
     for combo in itertools.product(*per):
         if all(a == "idle" for a, _ in combo):
             continue
-        n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = 0
+        n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = kv_max = 0
         kv = running = 0
         new: list[tuple[int, int, int]] = []
         items: list[Item] = []
@@ -80,6 +81,7 @@ def _successors(
                 items.append(Item(r.id, c))
             elif a == "dec":
                 kv_dec += m
+                kv_max = max(kv_max, m)  # the longest decode context (step-shape term)
                 m += 1
                 n_tok += 1
                 n_dec += 1
@@ -98,7 +100,7 @@ def _successors(
             continue
         if not hybrid and n_pre > 0 and n_dec > 0:
             continue
-        cost = inst.cost_model.batch_time(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre)
+        cost = inst.cost_model.batch_time(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max)
         yield cost, tuple(new), Batch(tuple(items), tuple(ev))
 
 

@@ -61,7 +61,7 @@ from ...result import Bound, SolveResult, Status, check_agreement, replayed_obje
 from ...schedule import ReplayResult, Schedule, replay
 from .candidates import Candidate, CandidatePool, candidate_schedules, initial_candidates
 from .data import ModelData, build_data, fits
-from .model import Coefficients, InferMaxBoundOptions, InferMaxInputError, InferMaxOptions
+from .model import Coefficients, InferMaxBoundOptions, InferMaxInputError, InferMaxOptions, linear_instance
 from .scale import SCALE_MIN_REQUESTS, kv_time_bound
 from .schedules import first_token_prefix, hint_from_schedule, schedule_from_solution, serial_completion
 
@@ -94,6 +94,17 @@ OPTIMAL_RTOL = 1e-9
 def _meets(value: float, bound: float) -> bool:
     """Whether ``value`` is within :data:`OPTIMAL_RTOL` of the proven ``bound`` (then it is optimal)."""
     return value - bound <= OPTIMAL_RTOL * max(abs(value), 1e-12)
+
+
+def _generic_bounds(instance: Instance, objective: str) -> list[Bound]:
+    """The bounds of :mod:`optsched.bounds`, each the larger of its value under the profile and under
+    the linear form of :func:`.model.linear_instance` (both proven, by (F0) of :mod:`optsched.bounds`)."""
+    out = generic_bounds(instance, objective)
+    linear = linear_instance(instance)
+    if linear is instance:
+        return out
+    other = {b.name: b for b in generic_bounds(linear, objective)}
+    return [max(b, other.get(b.name, b), key=lambda bound: bound.value) for b in out]
 
 
 def _nonempty(schedule: Schedule) -> int:
@@ -159,7 +170,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
             wall_time=time.perf_counter() - t0,
             message=str(exc),
         )
-    proven = [b.value for b in generic_bounds(instance, opts.objective)]
+    proven = [b.value for b in _generic_bounds(instance, opts.objective)]
     if opts.objective == "makespan" and instance.limits.kv_capacity is not None:
         proven.append(kv_time_bound(instance)[0])
     met = opts.early_exit and bool(proven) and _meets(pool.best.value, max(proven))
@@ -509,7 +520,7 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
     """
     bound_opts = InferMaxBoundOptions.parse(options)
     objective = bound_opts.objective
-    out = generic_bounds(instance, objective)
+    out = _generic_bounds(instance, objective)
     if objective == "makespan" and instance.limits.kv_capacity is not None:
         value, count = kv_time_bound(instance)
         out.append(

@@ -86,7 +86,7 @@ from ...interrupt import run_cpsat
 from ...schedule import Batch, Item, Schedule
 from .astar import EMPTY, GOAL, RUNNING, Run
 from .graph import Graph, Node, as_array, children, edge_arrays, new_lists
-from .model import Coefficients
+from .model import Coefficients, linear_instance
 from .relax import UNIT, floor_units
 
 __all__ = ["ChunkBound", "chunk_bound", "chunked_schedule", "least_chunk_squares", "least_with_squares", "near_nodes",
@@ -433,6 +433,7 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
     one by one (a bound at least as high). Returns ``bound=None`` when the nodes cannot all be
     listed within ``time_limit``."""
     t0 = time.perf_counter()
+    instance = linear_instance(instance)  # the costs every bound reads (model docstring)
     deadline = None if time_limit is None else t0 + time_limit
     graph = Graph(instance, drop_dominated=False)
     if not graph.searchable:

@@ -84,6 +84,7 @@ from ...deadline import passed
 from ...instance import Instance
 from ...schedule import Schedule
 from .kvtime import kv_time_count
+from .model import linear_instance
 
 __all__ = ["GridPoint", "TrajectoryBound", "TrajectoryLP", "extras", "schedule_trajectories", "trajectory_bound"]
 
@@ -253,6 +254,7 @@ class TrajectoryLP:
     """
 
     def __init__(self, instance: Instance) -> None:
+        instance = linear_instance(instance)  # the costs every bound reads (.model docstring)
         lim = instance.limits
         self.M = float(lim.kv_capacity) if lim.kv_capacity is not None else math.inf
         self.R = float(lim.max_running) if lim.max_running is not None else math.inf
@@ -452,6 +454,7 @@ def trajectory_bound(
     searched: their bound is above it). ``seed``: schedules whose trajectories start the column pools.
     """
     t0 = time.perf_counter()
+    instance = linear_instance(instance)
     lp = lp or TrajectoryLP(instance)
     W = float(request_work(instance).sum())
     cm = instance.cost_model

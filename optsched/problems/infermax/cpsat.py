@@ -1,7 +1,9 @@
 """CP-SAT backend of the InferMax model (:mod:`.model`): native reified constraints, integer times.
 
 Every conditional row of the model is an ``OnlyEnforceIf`` constraint, the quadratic prefill term and
-the prefill-context term are ``AddMultiplicationEquality`` and times are integers in units of ``10**-power`` seconds
+the prefill-context term are ``AddMultiplicationEquality``, the longest decode context of a batch
+(step-shape term ``decode.per_max_kv``) is ``AddMaxEquality`` over its ``kv_ij``, its started tiles
+(``per_tile``) an integer pinned to the ceiling by two rows, and times are integers in units of ``10**-power`` seconds
 (:func:`.data.integer_scaling`). The proven bound is CP-SAT's objective bound divided by the scale,
 lowered by the rounding slack (0 for the shipped profiles, whose coefficients scale exactly).
 """
@@ -87,6 +89,8 @@ class ModelBuilder:
         self.y = [mdl.NewBoolVar(f"y_{j}") for j in range(J)]
         self.hp = [mdl.NewBoolVar(f"hp_{j}") for j in range(J)]
         self.hd = [mdl.NewBoolVar(f"hd_{j}") for j in range(J)]
+        self.tl = [self._tiles(j) for j in range(J)] if data.coef.k_tl else None
+        self.kvm = [self._longest_context(j) for j in range(J)] if data.coef.k_mk else None
         self.mz: list[list[cp_model.IntVar]] = []  # per batch, when R_max binds
         for i in range(data.N):
             check(deadline, "CP-SAT model")
@@ -106,6 +110,20 @@ class ModelBuilder:
         """x = pc * (mh - c): prefill tokens times the KV before the item (model docstring)."""
         top = min(self.data.P, self.data.U(i)) * (self.data.U(i) - 1)
         return self.m.NewIntVar(0, top, f"x_{i}_{j}")
+
+    def _tiles(self, j: int) -> cp_model.IntVar:
+        """tl_j = ceil(sum_i c_ij / t): t tl >= sum c and t tl <= sum c + t - 1 (model docstring)."""
+        t, tokens = self.data.coef.tile, sum(self.c[i][j] for i in range(self.data.N))
+        tl = self.m.NewIntVar(0, self.data.coef.tiles(self.data.C), f"tl_{j}")
+        self.m.Add(t * tl >= tokens)
+        self.m.Add(t * tl <= tokens + t - 1)
+        return tl
+
+    def _longest_context(self, j: int) -> cp_model.IntVar:
+        """kvm_j = max_i kv_ij: the longest decode context of batch j (0 without decode items)."""
+        kvm = self.m.NewIntVar(0, self.data.max_context(), f"kvm_{j}")
+        self.m.AddMaxEquality(kvm, [self.kv[i][j] for i in range(self.data.N)])
+        return kvm
 
     def _evict_var(self, i: int, j: int) -> cp_model.IntVar:
         if self.data.options.no_evict or j == 0:
@@ -241,6 +259,8 @@ class ModelBuilder:
             + k["k_dt"] * sum(self.dg[i][j] for i in range(N))
             + k["k_dk"] * sum(self.kv[i][j] for i in range(N))
             + (k["k_pc"] * sum(self.x[i][j] for i in range(N)) if self.x is not None else 0)
+            + (k["k_tl"] * self.tl[j] if self.tl is not None else 0)
+            + (k["k_mk"] * self.kvm[j] if self.kvm is not None else 0)
         )
 
     def add_objective(self) -> None:
@@ -382,6 +402,8 @@ def _batch_seconds(data: ModelData, solver: cp_model.CpSolver, b: ModelBuilder, 
         + k.k_dt * sum(v(b.dg[i][j]) for i in range(N))
         + k.k_dk * sum(v(b.kv[i][j]) for i in range(N))
         + (k.k_pc * sum(v(b.x[i][j]) for i in range(N)) if b.x is not None else 0.0)
+        + (k.k_tl * v(b.tl[j]) if b.tl is not None else 0.0)
+        + (k.k_mk * v(b.kvm[j]) if b.kvm is not None else 0.0)
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from ...bounds import batch_counts, prefill_alone_time, request_work
 from ...deadline import BuildStopped, check
 from ...instance import Instance
-from .model import Coefficients, InferMaxInputError, InferMaxOptions, Scaling, symmetric_pairs
+from .model import Coefficients, InferMaxInputError, InferMaxOptions, Scaling, linear_instance, symmetric_pairs
 
 __all__ = [
     "TTFT_PROOF_CELLS",
@@ -132,12 +132,18 @@ class ModelData:
             + k.k_dt * self.N
             + k.k_dk * kv
             + k.k_pc * self.max_context_product()
+            + k.k_tl * k.tiles(self.C)
+            + k.k_mk * self.max_context()
         )
+
+    def max_context(self) -> int:
+        r"""The longest decode context any batch can have: :math:`\max_i (U_i - 1)`."""
+        return max((self.U(i) - 1 for i in range(self.N)), default=0)
 
     def max_context_product(self) -> int:
         r"""An upper bound on one batch's :math:`\sum_i x_{ij}`: chunks add up to at most min(P, C),
         each over at most :math:`U_i - 1` cached keys."""
-        return min(self.P, self.C) * max((self.U(i) - 1 for i in range(self.N)), default=0)
+        return min(self.P, self.C) * self.max_context()
 
     def time_cap(self) -> float:
         """An upper bound on every batch end time in the schedules the model must consider."""
@@ -166,6 +172,8 @@ class ModelData:
             "k_dt": J * self.N,
             "k_dk": J * kv,
             "k_pc": J * self.max_context_product(),
+            "k_tl": J * self.coef.tiles(self.C),
+            "k_mk": J * self.max_context(),
         }
 
 
@@ -232,7 +240,6 @@ def _batches_within(time: float, work: float, prefill_batches: int, coef: Coeffi
 
 def horizon(
     instance: Instance,
-    coef: Coefficients,
     upper_makespan: float,
     upper_objective: float,
     options: InferMaxOptions,
@@ -267,10 +274,16 @@ def horizon(
     - when the proven model would have more than :data:`TTFT_PROOF_CELLS` request-batch cells, J
       is the makespan's: not proven, optimality only relative to J.
 
+    Every cost here is that of the linear form of :func:`.model.linear_instance`: every batch costs
+    no more under it, so a schedule within a time under the profile is within it under that form
+    ((F0) of :mod:`optsched.bounds`).
+
     Returns
     -------
     Horizon
     """
+    instance = linear_instance(instance)
+    coef = Coefficients.from_cost_model(instance.cost_model)
     makespan_cap = upper_objective if options.objective == "completion" else upper_makespan
     J_makespan = _batches_within(makespan_cap, math.fsum(request_work(instance)), batch_counts(instance)[1], coef)
     note = (
@@ -328,7 +341,7 @@ def build_data(
         (:func:`.schedules.first_token_prefix`), which J is at least in the first-token model.
     """
     coef = Coefficients.from_cost_model(instance.cost_model)
-    found = horizon(instance, coef, upper_makespan, upper_objective, options)
+    found = horizon(instance, upper_makespan, upper_objective, options)
     J, proven, note = found.J, found.proven, found.note
     J = max(J, prefix_batches if found.first_tokens_only and prefix_batches is not None else min_batches)
     if options.horizon is not None:

@@ -146,7 +146,7 @@ class Graph:
     the relaxation, for :mod:`.chunks`)."""
 
     def __init__(self, instance: Instance, drop_dominated: bool = True) -> None:
-        k = Coefficients.from_cost_model(instance.cost_model)
+        k = Coefficients.from_cost_model(instance.cost_model.linear_twin())  # model docstring
         reqs = instance.requests
         lim = instance.limits
         self.N = len(reqs)

@@ -11,6 +11,11 @@ products are exact McCormick rows of a binary and a bounded integer:
 - :math:`x_{ij} = pc_{ij} (\hat m_{ij} - c_{ij})` (when :math:`k_{pc} > 0`) over the same bits:
   :math:`x = \sum_b 2^b v_b`, :math:`v_b = z_b \cdot (\hat m - c)` (McCormick, :math:`0 \le \hat m - c
   \le U_i - 1`), exact at every integer;
+- the step-shape terms (when their coefficient is > 0): the started tiles :math:`tl_j`, an
+  integer with :math:`t\, tl_j \ge \sum_i c_{ij}` and :math:`t\, tl_j \le \sum_i c_{ij} + t - 1`
+  (exact); the longest decode context :math:`kvm_j \ge kv_{ij}` for every i, exact at the optimum
+  (every objective is non-decreasing in the batch times, :math:`k_{mk} > 0`: the module docstring
+  of :mod:`.model`); the batch times of a solution take :math:`\max_i kv_{ij}` itself;
 - :math:`m_{ij} = \hat m_{ij} (1 - done_{ij})`, :math:`\hat m_{ij} = (1 - e_{ij})(m_{i,j-1} + c_{ij})`;
 - :math:`mz_{ij} = [\hat m_{ij} > 0]` both ways, as in CP-SAT: :math:`U_i mz \ge \hat m`,
   :math:`mz \le \hat m` (:math:`\hat m` is integral at every integer point). With the first direction
@@ -111,6 +116,8 @@ class MipModel:
             self.x = self._grid(
                 lambda i, j: self._times_bits(self.bits[i, j], self.mh[i][j] - self.c[i][j], data.U(i) - 1)
             )
+        self.tl = [self._tiles(j) for j in range(J)] if data.coef.k_tl else None
+        self.kvm = [self._longest_context(j) for j in range(J)] if data.coef.k_mk else None
         self.T = [self._batch_time(j) for j in range(J)]
         self._objective()
 
@@ -152,6 +159,21 @@ class MipModel:
             self.p += w[b] <= y
             self.p += w[b] >= y - hi * (1 - zb)
         return pulp.lpSum((1 << b) * w[b] for b in range(len(z)))
+
+    def _tiles(self, j: int) -> pulp.LpVariable:
+        """tl_j = ceil(sum_i c_ij / t) (module docstring)."""
+        t, tokens = self.data.coef.tile, pulp.lpSum(self.c[i][j] for i in range(self.data.N))
+        tl = self._int(0, self.data.coef.tiles(self.data.C))
+        self.p += t * tl >= tokens
+        self.p += t * tl <= tokens + t - 1
+        return tl
+
+    def _longest_context(self, j: int) -> pulp.LpVariable:
+        """kvm_j >= kv_ij for every i (exact at the optimum, module docstring)."""
+        kvm = self._cont(0, self.data.max_context())
+        for i in range(self.data.N):
+            self.p += kvm >= self.kv[i][j]
+        return kvm
 
     # ------------------------------------------------------------------ per request
     def _request(self, i: int) -> None:
@@ -254,6 +276,8 @@ class MipModel:
             + k.k_dt * pulp.lpSum(self.dg[i][j] for i in range(N))
             + k.k_dk * pulp.lpSum(self.kv[i][j] for i in range(N))
             + (k.k_pc * pulp.lpSum(self.x[i][j] for i in range(N)) if self.x is not None else 0)
+            + (k.k_tl * self.tl[j] if self.tl is not None else 0)
+            + (k.k_mk * self.kvm[j] if self.kvm is not None else 0)
         )
 
     def _objective(self) -> None:
@@ -442,6 +466,8 @@ def _batch_seconds(data: ModelData, mip: MipModel, j: int) -> float:
         + k.k_dt * sum(dg)
         + k.k_dk * sum(dg[i] * m_prev[i] for i in range(N))
         + k.k_pc * sum(pc[i] * cached[i] for i in range(N))
+        + k.k_tl * k.tiles(sum(c))
+        + k.k_mk * max(dg[i] * m_prev[i] for i in range(N))
     )
 
 

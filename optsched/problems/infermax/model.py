@@ -15,7 +15,9 @@ Data
 :math:`R_{max}` (requests holding KV); coefficients of docs/costmodel.md multiplied by ``layers``:
 :math:`k_b` (base), :math:`k_t` (per token), :math:`k_{pb}, k_{pt}, k_{pq}` (prefill bias, per token,
 per squared chunk token), :math:`k_{pc}` (``prefill.per_ctx``: per chunk token and cached key),
-:math:`k_{db}, k_{dt}, k_{dk}` (decode bias, per item, per KV read).
+:math:`k_{db}, k_{dt}, k_{dk}` (decode bias, per item, per KV read), and the step-shape terms:
+:math:`k_{tl}` (``per_tile``, per started tile of :math:`t` = ``token_tile`` tokens) and
+:math:`k_{mk}` (``decode.per_max_kv``, per KV slot of the longest decode context).
 
 Variables (per request i and batch j; paper names first)
 --------------------------------------------------------
@@ -31,7 +33,12 @@ Variables (per request i and batch j; paper names first)
   :math:`x_{ij} = pc_{ij} (\hat m_{ij} - c_{ij})` a prefill item's tokens times the KV before it
   (:math:`\hat m - c = (1 - e) m_{i,j-1}`; 0 for a decode item, whose :math:`pc` is 0; built only
   when :math:`k_{pc} > 0`);
-  per batch :math:`y_j` (non-empty), :math:`hp_j` (has prefill), :math:`hd_j` (has decode).
+  per batch :math:`y_j` (non-empty), :math:`hp_j` (has prefill), :math:`hd_j` (has decode);
+  built only when their coefficient is > 0: :math:`tl_j \in [0, \lceil C / t \rceil]` the started
+  tiles, :math:`t\, tl_j \ge \sum_i c_{ij}` and :math:`t\, tl_j \le \sum_i c_{ij} + t - 1` (so
+  :math:`tl_j = \lceil \sum_i c_{ij} / t \rceil` exactly, 0 for an empty batch), and
+  :math:`kvm_j = \max_i kv_{ij}` the longest decode context (0 without decode items, as the
+  contract's :math:`[N_{dec} > 0] KV^{max}_{dec}`).
 - The paper's :math:`I_{ij}` is not a separate variable. Its rule (2) (I := m + 1 when a decode-phase
   request is evicted, unchanged otherwise) gives, by induction, :math:`I_{i,j} = I_i + G_{i,j}`
   whenever the request is in prefill (a refill prompt is the original prompt plus every token
@@ -120,23 +127,39 @@ reproduced both ways: evictions free and forbidden, each against vLLM and vLLM-e
 Objective (fixes C7, C8, C11)
 ------------------------------
 :math:`T_j = k_b y_j + k_t \sum_i c_{ij} + k_{pb} hp_j + k_{pt} \sum_i pc_{ij} + k_{pq} \sum_i sq_{ij}
-+ k_{pc} \sum_i x_{ij} + k_{db} hd_j + k_{dt} \sum_i dg_{ij} + k_{dk} \sum_i kv_{ij}`, the contract's
-batch time (the quadratic prefill term :math:`sq = pc^2`, the prefill-context term
-:math:`x = pc (\hat m - c)` and the KV-read term :math:`kv = dg \cdot m_{i,j-1}` exact).
++ k_{pc} \sum_i x_{ij} + k_{db} hd_j + k_{dt} \sum_i dg_{ij} + k_{dk} \sum_i kv_{ij} + k_{tl} tl_j
++ k_{mk} kvm_j`, the contract's batch time (the quadratic prefill term :math:`sq = pc^2`, the
+prefill-context term :math:`x = pc (\hat m - c)`, the KV-read term :math:`kv = dg \cdot m_{i,j-1}`
+and the step-shape terms exact).
 
-Every bound the solve uses besides the backends' own (:mod:`optsched.bounds`, the residency
-relaxation of :mod:`.relax` with the search of :mod:`.search`, the chunk bound of :mod:`.chunks`)
-and the horizon J leave :math:`k_{pc}` out; they stay proven under a profile with
-:math:`k_{pc} > 0` by (F0) of :mod:`optsched.bounds` (the same batches at the same starts cost
-no more without the term, so every value and batch count they bound is attained without it). ``makespan`` (default;
-the paper's total latency): :math:`\sum_j T_j` offline, :math:`E_J` with arrivals. ``completion``: :math:`\sum_i F_i`,
+Every bound the solve uses besides the backends' own (those of :mod:`optsched.bounds`, the residency
+relaxation of :mod:`.relax` with the search of :mod:`.search`, the chunk bound of :mod:`.chunks`,
+the KV-time bound of :mod:`.kvtime`, the trajectory bound of :mod:`.colgen`) and the horizon J
+leave :math:`k_{pc}` out and read a *linear form* of the step-shape terms (:func:`linear_instance`):
+the tile term as one tile per batch (:math:`k_{tl} \lceil n / t \rceil \ge k_{tl}`, added to
+:math:`k_b`) or spread over the tokens (:math:`\ge (k_{tl} / t)\, n`, added to :math:`k_t`: the
+profile's :meth:`~optsched.costmodel.CostModel.linear_twin`), the longest-context term as the mean
+decode context (:math:`k_{mk} KV^{max} \ge (k_{mk} / D) KV_{dec}` with D the most decode items a
+batch can have, added to :math:`k_{dk}`). Every batch of the instance costs no more under it, so
+they stay proven by (F0) of :mod:`optsched.bounds` (the same batches at the same starts end no
+later under it, so every value and batch count they bound is attained under it). The plan search
+of :mod:`.plans` prices the true batch times; every schedule any phase finds is replayed under the
+profile itself.
+
+``makespan`` (default; the paper's total latency): :math:`\sum_j T_j` offline, :math:`E_J` with
+arrivals. ``completion``: :math:`\sum_i F_i`,
 :math:`F_i \ge E_j` where i finishes in j. ``ttft``: :math:`\frac1N \sum_i (FT_i - a_i)`, :math:`FT_i \ge E_j` where i
 generates its first token.
 
-Exactness of the backends: CP-SAT works on integers, so times are scaled by :math:`10^k` (the
-smallest k making every coefficient an integer, e.g. :math:`k = 14` for the shipped profiles);
-when no such k fits in 64-bit arithmetic, coefficients are rounded and the proven bound is lowered
-by the largest possible rounding error (:attr:`Scaling.slack`). The MIP linearises
+Exactness of the backends: the tile count and the longest decode context are exact in both. CP-SAT
+states :math:`kvm_j` with ``AddMaxEquality``; the MIP with :math:`kvm_j \ge kv_{ij}` for every i
+only, which is exact at the optimum: every objective is non-decreasing in the batch times and
+:math:`k_{mk} > 0`, so lowering :math:`kvm_j` to :math:`\max_i kv_{ij}` never makes a point worse
+(the MIP's optimum and bound are those of the exact model; the extracted batch times take the max of
+the solution, and the schedule is replayed anyway). CP-SAT works on integers, so times are scaled by
+:math:`10^k` (the smallest k making every coefficient an integer, e.g. :math:`k = 14` for the
+shipped profiles); when no such k fits in 64-bit arithmetic, coefficients are rounded and the proven
+bound is lowered by the largest possible rounding error (:attr:`Scaling.slack`). The MIP linearises
 :math:`pc^2` exactly at integers through the binary expansion :math:`pc = \sum_b 2^b z_b`,
 :math:`pc^2 = \sum_b 2^b (z_b \cdot pc)` with exact McCormick products of a binary and an integer,
 and :math:`x = \sum_b 2^b (z_b \cdot (\hat m - c))` likewise.
@@ -146,9 +169,10 @@ Every schedule is replayed; the reported objective is the replayed one.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from ...bounds import batch_counts
 from ...costmodel import CostModel
 from ...instance import Instance, InstanceError
 from ...options import Flag, Name, Options, PositiveFloat, PositiveInt, Share
@@ -163,6 +187,7 @@ __all__ = [
     "InferMaxInputError",
     "InferMaxOptions",
     "Scaling",
+    "linear_instance",
     "symmetric_pairs",
 ]
 
@@ -279,7 +304,8 @@ class InferMaxBoundOptions(Options):
 
 @dataclass(frozen=True)
 class Coefficients:
-    """Cost coefficients in seconds, ``layers`` folded in (names as in the module docstring)."""
+    """Cost coefficients in seconds, ``layers`` folded in (names as in the module docstring); ``tile``
+    is the tile size t in tokens (0 without a tile term)."""
 
     k_b: float
     k_t: float
@@ -290,6 +316,9 @@ class Coefficients:
     k_dt: float
     k_dk: float
     k_pc: float = 0.0
+    k_tl: float = 0.0
+    k_mk: float = 0.0
+    tile: int = 0
 
     @classmethod
     def from_cost_model(cls, cm: CostModel) -> Coefficients:
@@ -304,10 +333,18 @@ class Coefficients:
             k_dt=L * cm.decode.per_token,
             k_dk=L * cm.decode.per_kv,
             k_pc=L * cm.prefill.per_ctx,
+            k_tl=L * cm.per_tile,
+            k_mk=L * cm.decode.per_max_kv,
+            tile=cm.token_tile if cm.per_tile else 0,
         )
 
     def as_dict(self) -> dict[str, float]:
-        return dict(self.__dict__)
+        """The coefficients (seconds) by name, the tile size left out."""
+        return {k: v for k, v in self.__dict__.items() if k != "tile"}
+
+    def tiles(self, tokens: int) -> int:
+        """Started tiles of a batch of ``tokens`` tokens (0 without a tile term)."""
+        return -(-tokens // self.tile) if self.k_tl else 0
 
     @property
     def min_batch(self) -> float:
@@ -345,6 +382,35 @@ class Scaling:
     def to_int_time(self, seconds: float) -> int:
         """A time in seconds rounded UP to the integer grid (used for arrivals)."""
         return math.ceil(seconds * self.factor - 1e-9)
+
+
+def linear_instance(instance: Instance) -> Instance:
+    r"""``instance`` under a linear form of its profile at or below every batch time of its
+    schedules (module docstring: what every bound and relaxation reads); ``instance`` itself when the
+    profile has no step-shape term.
+
+    The tile term of a non-empty batch of n tokens, :math:`k_{tl} \lceil n / t \rceil`, is at least
+    :math:`k_{tl}` (one tile) and at least :math:`(k_{tl} / t)\, n`. It becomes a per-batch cost
+    (added to ``base``) when t times the least batch count B of :func:`optsched.bounds.batch_counts`
+    covers the least token count :math:`\sum_i (I_i + O_i - 1)` (small batches), else a per-token one
+    (as :meth:`~optsched.costmodel.CostModel.linear_twin`). The longest decode context is at least
+    the mean one, and a batch has at most :math:`D = \min(N, C, R_{max})` decode items (one per
+    request, each a token, each holding KV), so :math:`k_{mk} KV^{max} \ge (k_{mk} / D) KV_{dec}`
+    (added to ``decode.per_kv``).
+    """
+    cm = instance.cost_model
+    if not cm.has_shape_terms:
+        return instance
+    reqs, lim = instance.requests, instance.limits
+    decodes = max(1, min(len(reqs), lim.token_budget, lim.max_running or len(reqs)))
+    linear = replace(
+        cm.linear_twin(),
+        decode=replace(cm.decode, per_kv=cm.decode.per_kv + cm.decode.per_max_kv / decodes, per_max_kv=0.0),
+    )
+    tokens = sum(r.prompt_tokens + r.output_tokens - 1 for r in reqs)
+    if cm.per_tile and cm.token_tile * batch_counts(instance)[0] >= tokens:
+        linear = replace(linear, base=cm.base + cm.per_tile, per_token=cm.per_token)
+    return replace(instance, cost_model=linear)
 
 
 def symmetric_pairs(instance: Instance) -> tuple[tuple[int, int], ...]:

@@ -24,7 +24,7 @@ holds nothing).
 segment ended at batch t - 1 (and are not finished) in an eviction-only batch just before batch t
 (cost 0; the contract forbids an item for a request evicted in the same batch), and skips empty
 batches. The objective of a plan (:func:`plan_cost`) is computed from the profiles with the cost
-model of docs/costmodel.md (the prefill-context term included); every schedule a caller keeps is
+model of docs/costmodel.md (the prefill-context and step-shape terms included); every schedule a caller keeps is
 still replayed (:func:`optsched.schedule.replay`) before a number is reported.
 
 Plans need an offline instance (every request arrives at the same time): batch indices carry no
@@ -62,7 +62,7 @@ class PlanData:
         Limits (``UNLIMITED`` for no KV capacity or running limit).
     coef
         (layers, base, per_token, prefill bias, per_token, per_token_sq, per_ctx, decode bias,
-        per_token, per_kv): the cost model's coefficients.
+        per_token, per_kv, per_tile, token_tile, per_max_kv): the cost model's coefficients.
     start
         The common arrival time (the first batch starts there).
     """
@@ -105,6 +105,9 @@ def plan_data(instance: Instance) -> PlanData:
             d.bias,
             d.per_token,
             d.per_kv,
+            cm.per_tile,
+            max(cm.token_tile, 1),
+            d.per_max_kv,
         ],
         dtype=np.float64,
     )
@@ -276,24 +279,15 @@ def _place(prompt, req, g0, g1, chunk, grid, M, P, C, R):  # noqa: ANN001, ANN20
 @njit(cache=True)
 def _batch_times(prompt, req, g0, g1, chunk, start, horizon, coef):  # noqa: ANN001, ANN202
     """Time of every batch index (0 for an empty one) from the placed segments."""
-    L, b, a, pb, pa, pq, pc, db, da, dk = (
-        coef[0],
-        coef[1],
-        coef[2],
-        coef[3],
-        coef[4],
-        coef[5],
-        coef[6],
-        coef[7],
-        coef[8],
-        coef[9],
-    )
+    L, b, a, pb, pa, pq, pc = coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6]
+    db, da, dk, tc, tile, dx = coef[7], coef[8], coef[9], coef[10], np.int64(coef[11]), coef[12]
     tok = np.zeros(horizon, np.int64)
     pre = np.zeros(horizon, np.int64)
     sq = np.zeros(horizon, np.float64)
     ctx = np.zeros(horizon, np.float64)
     ndec = np.zeros(horizon, np.int64)
     kvdec = np.zeros(horizon, np.float64)
+    kvmax = np.zeros(horizon, np.float64)
     for s in range(len(req)):
         X = prompt[req[s]] + g0[s]
         q = chunk[s]
@@ -310,15 +304,16 @@ def _batch_times(prompt, req, g0, g1, chunk, start, horizon, coef):  # noqa: ANN
                 tok[u] += 1
                 ndec[u] += 1
                 kvdec[u] += m - 1
+                kvmax[u] = max(kvmax[u], m - 1)
     times = np.zeros(horizon, np.float64)
     for u in range(horizon):
         if tok[u] == 0:
             continue
-        x = b + a * tok[u]
+        x = b + a * tok[u] + tc * ((tok[u] + tile - 1) // tile)
         if pre[u] > 0:
             x += pb + pa * pre[u] + pq * sq[u] + pc * ctx[u]
         if ndec[u] > 0:
-            x += db + da * ndec[u] + dk * kvdec[u]
+            x += db + da * ndec[u] + dk * kvdec[u] + dx * kvmax[u]
         times[u] = L * x
     return times
 

@@ -90,7 +90,7 @@ from ...instance import Instance
 from ...interrupt import run_cpsat
 from ...result import Status
 from ...schedule import Batch, Item, Schedule
-from .model import Coefficients, symmetric_pairs
+from .model import Coefficients, linear_instance, symmetric_pairs
 
 __all__ = [
     "CountResult",
@@ -163,6 +163,7 @@ class RelaxationModel:
     finishing order of identical requests (to check that a given schedule is a point)."""
 
     def __init__(self, instance: Instance, J: int, symmetry: bool = True, deadline: float | None = None) -> None:
+        instance = linear_instance(instance)  # the costs every bound reads (model docstring)
         self.k = k = Coefficients.from_cost_model(instance.cost_model)
         reqs = list(instance.requests)
         lim = instance.limits
@@ -282,6 +283,7 @@ def relaxation_bound(
         model: one not built in time gives the token work W as the bound, status ``TIME_LIMIT``.
     """
     cpu = time.process_time()
+    instance = linear_instance(instance)
     deadline = None if time_limit is None else time.perf_counter() + time_limit
     try:
         relax = RelaxationModel(instance, J, deadline=deadline)
@@ -429,6 +431,7 @@ def count_bound(
     search (no new check starts); a fact proven by any check is valid whatever the order.
     """
     cpu, t0 = time.process_time(), time.perf_counter()
+    instance = linear_instance(instance)
     k = Coefficients.from_cost_model(instance.cost_model)
     b_min, bp_min = batch_counts(instance)
     work = math.fsum(request_work(instance))

@@ -38,6 +38,7 @@ from ...instance import Instance
 from ...schedule import Schedule
 from .kvtime import kv_time_count
 from .lns import improve_plans, plan_from_trajectories, starting_plans
+from .model import linear_instance
 from .plans import Plan, PlanData, plan_cost, plan_data, plan_schedule, plannable
 
 __all__ = ["SCALE_DEFAULT_TIME", "SCALE_MIN_REQUESTS", "ScalePhase", "kv_time_bound", "scale_phase"]
@@ -71,6 +72,7 @@ class ScalePhase:
 def kv_time_bound(instance: Instance) -> tuple[float, int]:
     """The work bound with the KV-time count as its least batch count (offline: the whole set of
     requests after the earliest arrival), and that count."""
+    instance = linear_instance(instance)  # the costs every bound reads (.model docstring)
     count = kv_time_count(instance)
     start = min((r.arrival for r in instance.requests), default=0.0)
     return start + float(request_work(instance).sum()) + least_bias(instance, batch_floor=count), count

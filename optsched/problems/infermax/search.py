@@ -33,6 +33,7 @@ from ...instance import Instance
 from ...result import Status
 from .astar import EMPTY, GOAL, Run
 from .graph import Graph, Node, as_array, children, new_lists, node_estimate
+from .model import linear_instance
 from .relax import UNBOUNDED, UNIT, RelaxationResult, schedule_from_point
 
 __all__ = [
@@ -234,6 +235,7 @@ def relaxation_search(
         batch, the best path found that holds them, if any (:func:`_beam_paths`).
     """
     cpu, t0 = time.process_time(), time.perf_counter()
+    instance = linear_instance(instance)  # the costs every bound reads (model docstring)
     graph = Graph(instance)
     work = math.fsum(request_work(instance))
     if not graph.searchable:  # the start (key 0) has every field 0, whatever their width
