@@ -6,26 +6,27 @@ without evictions), so they are valid for every problem whose objective is compu
 and its cost model (docs/costmodel.md); the proofs below rely only on these facts:
 
 (F0) **A cheaper cost model gives lower optima.** Let T' be a cost at or below the profile's
-     batch time T on every batch: the *context-free* twin (``prefill.per_ctx`` set to 0, T' = T -
-     L pc X_pre) and the *linear twin* :meth:`~optsched.costmodel.CostModel.linear_twin` (T' = T -
-     L(tc (ceil(N_tok / t) - N_tok / t) + dx KV_max) <= T, as ceil(N / t) >= N / t and dx KV_max >=
-     0), or both at once. Take any schedule S that replays cleanly under the profile, with batch
-     starts s_j and ends e_j, and let S' be S with every batch's ``start`` set to s_j. Under T', by
-     induction on j, S' starts batch j at max(e'_{j-1}, s_j) = s_j (as e'_{j-1} <= e_{j-1} <= s_j)
-     and ends it at e'_j = s_j + T'_j <= s_j + T_j = e_j. Arrivals hold at the same starts, every
-     start is at least the previous end, and C, P, M, R_max and the request states do not depend on
-     time: S' replays cleanly under T', with the same batches and every first token, finish and end
-     time no later. So T''s optimum of every objective that is non-decreasing in those times
-     (makespan, sum of finish times, mean TTFT, latencies) is at most the profile's, over any class
-     of schedules closed under this change (evictions or not, hybrid batches or not, at most J
-     batches), and T''s least batch counts among schedules ending by a time T hold for the
-     profile's. The bounds below read the linear twin's coefficients (:func:`_coefficients`: the
-     tile cost stays in them as ``tc / t`` per token) and leave ``per_ctx`` out, but for the lone
-     batches of the critical path, priced exactly ((F2)), and the work bound's tile floor (whole
-     tiles per batch); every bound of a formulation that reads
-     the cost model without ``per_ctx`` or through the linear twin (InferMax's relaxation, search
-     and chunk bound, its horizon; Hybrid's strict bound) is proven for a twin and so holds under
-     the profile; an upper bound on G or the throughput likewise (they only fall when times grow).
+     batch time T on every batch of the instance's schedules: the *context-free* twin
+     (``prefill.per_ctx`` set to 0, T' = T - L pc X_pre) and the *linear twin*
+     :meth:`~optsched.costmodel.CostModel.linear_twin` (T' = T - L(tc (ceil(N_tok / t) - N_tok / t)
+     + dx KV_max) <= T, as ceil(N / t) >= N / t and dx KV_max >= 0), or both at once. Take any
+     schedule S that replays cleanly under the profile, with batch starts s_j and ends e_j, and let
+     S' be S with every batch's ``start`` set to s_j. Under T', by induction on j, S' starts batch j
+     at max(e'_{j-1}, s_j) = s_j (as e'_{j-1} <= e_{j-1} <= s_j) and ends it at e'_j = s_j + T'_j <=
+     s_j + T_j = e_j. Arrivals hold at the same starts, every start is at least the previous end,
+     and C, P, M, R_max and the request states do not depend on time: S' replays cleanly under T',
+     with the same batches and every first token, finish and end time no later. So T''s optimum of
+     every objective that is non-decreasing in those times (makespan, sum of finish times, mean
+     TTFT, latencies) is at most the profile's, over any class of schedules closed under this change
+     (evictions or not, hybrid batches or not, at most J batches), and T''s least batch counts
+     among schedules ending by a time T hold for the profile's. The bounds below read the linear
+     twin's coefficients (:func:`_coefficients`: the tile cost stays in them as ``tc / t`` per
+     token) and leave ``per_ctx`` out, but for the lone batches of the critical path, priced exactly
+     ((F2)), and the work bound's tile floor (whole tiles per batch); every bound of a formulation
+     that reads the cost model without ``per_ctx``, through the linear twin or through another such
+     cost (InferMax's ``linear_instance``: its relaxation, search and chunk bound, its horizon;
+     Hybrid's strict bound) is proven for that cost and so holds under the profile; an upper bound
+     on G or the throughput likewise (they only fall when times grow).
 (F1) **Batches are sequential.** start_j >= end_{j-1} and end_j = start_j + T_j, so batches occupy
      disjoint time intervals ending by the makespan; a batch holding an item of request i starts at or
      after arrival_i.
