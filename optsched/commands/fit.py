@@ -2,7 +2,9 @@
 
 A step-measurement JSON file (:mod:`optsched.measured`: measured engine steps with their items) is
 fitted on every term of the contract (:func:`optsched.costfit.fit_terms`, ``--loss l1|l2``,
-``--timing gpu|wall``): a whole-model profile, with the error per step kind.
+``--timing gpu|wall``, ``--token-tile auto|none|N``: by default the tile of least loss,
+:func:`optsched.costfit.best_tile_fit`): a whole-model profile, with the error per step kind. These
+three options are refused for the CSV inputs below.
 
 Otherwise the cost model's non-attention terms ``base`` + ``per_token`` * tokens (seconds, per layer) are
 fitted by least squares (:func:`optsched.costfit.fit_linear`). Two CSV inputs are understood:
