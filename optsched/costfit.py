@@ -125,7 +125,8 @@ class TermsFit:
     """Result of :func:`fit_terms`: a whole-model profile (``layers = 1``) and its fit quality.
 
     ``loss`` is the fitted loss (mean absolute relative error for ``l1``, mean squared relative
-    error for ``l2``, both unweighted); ``dropped`` the terms no row informs (all-zero columns)."""
+    error for ``l2``, weighted as the fit); the error percentages are unweighted; ``dropped`` the
+    terms no row informs (all-zero columns)."""
 
     model: CostModel
     mean_abs_pct_error: float
@@ -274,7 +275,7 @@ def fit_terms(
         float(100 * np.abs(rel).max()),
         1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
         tuple(dropped),
-        float(np.abs(rel).mean() if loss == "l1" else np.mean(rel**2)),
+        float(np.average(np.abs(rel) if loss == "l1" else rel**2, weights=w)),
     )
 
 
