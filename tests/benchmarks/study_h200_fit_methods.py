@@ -1,13 +1,15 @@
 """Fitting methods for ``llama2-7b-h200`` against the 30 executed schedules (issue 27's criterion).
 
-Every method fits the contract's cost-model form to the 125-step grid of
+Every method fits the contract's linear form (no step-shape term) to the 125-step grid of
 ``<repo>/../shared/data/gpu/h200-llama2-7b-steps.json`` only (coefficients >= 0, rounded to 4
 significant digits as the shipped profile is); the 30 executed schedules are held out and checked
 with :func:`optsched.measured.compare_runs` (rebuilt, replayed, makespan = sum of the measured
 steps): worst makespan error, runs within 5 %, and the instances whose measured ranking (pairs more
 than 2 % apart) is not kept. The methods:
 
-- ``l1``, ``l2``: least absolute / least squares relative error (the shipped profile is ``l1``);
+- ``l1``, ``l2``: least absolute / least squares relative error;
+- ``+ step-shape terms``: the same with the tile and longest-decode terms, the tile of least loss
+  (the shipped profile is ``l1 + step-shape terms``);
 - ``kind-balanced``: every grid step kind (``prefill1``, ``chunkctx``, ``decode``, ...) weighs the same in total;
 - ``absolute``: absolute instead of relative errors (a makespan is a sum of absolute step times);
 - ``schedule kinds``: only the grid kinds that the executed schedules contain (no mixed, no heterogeneous);
