@@ -431,10 +431,14 @@ class Engine:
     def _add_decodes(self, d: _Draft, chosen: list[int]) -> None:
         m, mark, no = self._m, self._mark, d.no
         d.kv_dec += sum(map(m.__getitem__, chosen))
-        d.kv_max = max(d.kv_max, max(map(m.__getitem__, chosen), default=0))
+        top = d.kv_max
         for i in chosen:
-            m[i] += 1
+            held = m[i]
+            if held > top:
+                top = held
+            m[i] = held + 1
             mark[i] = no
+        d.kv_max = top
         d.items.extend(map(self._dec_item.__getitem__, chosen))
         d.generated.extend(chosen)
         d.n_tok += len(chosen)
