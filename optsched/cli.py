@@ -39,7 +39,14 @@ from .commands import (
     sweep_report,
     validate,
 )
-from .commands._common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, BadInput, stdout_reserved_for_json
+from .commands._common import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    BadInput,
+    check_outputs_are_not_inputs,
+    stdout_reserved_for_json,
+)
 from .costmodel import CostModelError
 from .deadline import process_started
 from .instance import InstanceError
@@ -112,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.started = process_started() if argv is None else time.perf_counter()
     guard = stdout_reserved_for_json() if getattr(args, "json", False) else nullcontext()
     try:
+        check_outputs_are_not_inputs(args)
         with guard:
             code = args.func(args)
     except (InstanceError, ScheduleError, CostModelError, OutputError, OptionError, BadInput) as exc:

@@ -38,6 +38,7 @@ __all__ = [
     "OutputError",
     "atomic_output",
     "dumps_instance",
+    "default_file_mode",
     "dumps_rows",
     "gc_paused",
     "loads_json",
@@ -142,7 +143,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _file_mode() -> int:
+def default_file_mode() -> int:
     """The mode a plainly created file would get (mkstemp creates 0o600)."""
     umask = os.umask(0o022)
     os.umask(umask)
@@ -190,7 +191,7 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     """
     target = output_target(path)
     try:
-        keep = stat.S_IMODE(os.stat(target).st_mode) if target.exists() else _file_mode()
+        keep = stat.S_IMODE(os.stat(target).st_mode) if target.exists() else default_file_mode()
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:
         raise OutputError(f"{path}: cannot write: {exc.strerror}") from None

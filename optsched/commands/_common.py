@@ -429,6 +429,65 @@ def check_output_path(*paths: str | None) -> None:
         seen[target] = path
 
 
+#: Attributes of a parsed command line that name files or folders the command reads.
+INPUT_ARGS = (
+    "instance",
+    "schedule",
+    "plan",
+    "result",
+    "measurements",
+    "spec",
+    "dir",
+    "cost_model",
+    "compare",
+    "profile",
+    "model",
+    "instances",
+)
+
+#: Attributes of a parsed command line that name files the command writes (``sweep``'s ``out``
+#: is its results folder).
+OUTPUT_ARGS = ("out", "requests_out", "html", "plot", "profile_out", "steps_out")
+
+
+def _inside_store(path: str, folder: str) -> bool:
+    """Whether ``path`` names one of the sweep files (``_sweep.json``, ``part-*.parquet``) of ``folder``."""
+    from ..sweep.store import is_store_name
+
+    parent = os.path.dirname(os.path.abspath(path))
+    return os.path.isdir(folder) and os.path.samefile(parent, folder) and is_store_name(os.path.basename(path))
+
+
+def _same(output: str, source: str) -> bool:
+    """Whether writing ``output`` would replace ``source`` (the same file after links are resolved,
+    a hard link included) or one of the sweep files inside the folder ``source``."""
+    if os.path.isdir(source):
+        return os.path.isdir(os.path.dirname(os.path.abspath(output))) and _inside_store(output, source)
+    return os.path.exists(output) and os.path.samefile(output, source)
+
+
+def check_outputs_are_not_inputs(args: argparse.Namespace) -> None:
+    """Bad input (exit 2), before any work, when an output of the command line
+    (:data:`OUTPUT_ARGS`) would replace one of its inputs (:data:`INPUT_ARGS`): the same file, or a
+    sweep folder's own files; ``sweep``'s results folder must not hold its spec as such a file."""
+    inputs = [v for a in INPUT_ARGS if isinstance(v := getattr(args, a, None), str) and os.path.exists(v)]
+    sweep_folder = getattr(args, "command", None) == "sweep"
+    for name in OUTPUT_ARGS:
+        output = getattr(args, name, None)
+        if not isinstance(output, str):
+            continue
+        for source in inputs:
+            if sweep_folder and name == "out":
+                clash = os.path.isdir(output) and _inside_store(source, output)
+            else:
+                clash = _same(output, source)
+            if clash:
+                option = "--" + name.replace("_", "-")
+                raise BadInput(
+                    f"{output}: {option} would replace the input {source}; write the output to another file"
+                )
+
+
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_INTERNAL",
@@ -441,6 +500,7 @@ __all__ = [
     "add_requests_out_flag",
     "check_requests_out",
     "check_output_path",
+    "check_outputs_are_not_inputs",
     "check_schedule_ids",
     "format_mapping",
     "format_table",

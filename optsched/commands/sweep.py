@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..sweep.spec import SpecError, load_spec
-from ..sweep.store import MissingDependency, SweepStore, require_pyarrow
+from ..sweep.store import MissingDependency, StoreError, SweepStore, require_pyarrow
 from ._common import EXIT_OK, BadInput, add_json_flag, format_mapping, positive_float, positive_int, print_json
 
 
@@ -71,8 +71,8 @@ def _check_args(args: argparse.Namespace) -> None:
     parent = Path(args.out).resolve().parent
     if not parent.is_dir():
         raise BadInput(f"{args.out}: output folder {str(parent)!r} does not exist")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise BadInput(f"{args.out}: exists and is not a folder")
+    if os.path.lexists(args.out) and not Path(args.out).is_dir():
+        raise BadInput(f"{args.out}: exists and is not a folder" + (" (a dangling symbolic link)" if Path(args.out).is_symlink() else ""))
 
 
 def make_executor(args: argparse.Namespace, retries: int) -> Any:
@@ -98,28 +98,24 @@ def handle(args: argparse.Namespace) -> int:
     except (SpecError, MissingDependency) as exc:
         raise BadInput(str(exc)) from None
     store = SweepStore(args.out)
-    stored = store.done_keys()
-    if stored and not args.resume:
-        raise BadInput(
-            f"{args.out}: already holds {len(stored)} stored cells: "
-            "add --resume to complete that sweep, or choose another --out"
-        )
-    Path(args.out).mkdir(exist_ok=True)
-    try:
-        executor = make_executor(args, spec.retries)
-    except MissingDependency as exc:
-        raise BadInput(str(exc)) from None
-    store.write_meta({
+    meta = {
         "spec": spec.model_dump(mode="json"),
         "spec_file": str(args.spec),
         "mode": mode,
         "slo_ttft_p99": args.slo_ttft_p99,
         "slo_tpot_p99": args.slo_tpot_p99,
         "attainment": args.attainment,
-    })
+    }
+    try:
+        executor = make_executor(args, spec.retries)
+    except MissingDependency as exc:
+        raise BadInput(str(exc)) from None
     progress = False if args.no_progress else None
     try:
-        out = _run(mode, spec, args, executor, store, workloads, progress)
+        with store.claim(meta, resume=args.resume):
+            out = _run(mode, spec, args, executor, store, workloads, progress)
+    except StoreError as exc:
+        raise BadInput(str(exc)) from None
     except KeyboardInterrupt:
         print(
             f"sweep: interrupted; {len(store.done_keys())} cells stored in {args.out}: "

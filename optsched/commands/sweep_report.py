@@ -23,18 +23,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from ..sweep.report import load_rows, summary, write_sweep_html
-    from ..sweep.store import MissingDependency, SweepStore
+    from ..sweep.store import MissingDependency, StoreError, SweepStore
 
     check_output_path(args.html)
     if not Path(args.dir).is_dir():
         raise BadInput(f"{args.dir}: no such folder")
     try:
         rows = load_rows(args.dir)
-    except MissingDependency as exc:
+        meta = SweepStore(args.dir).read_meta() or {}
+    except (MissingDependency, StoreError) as exc:
         raise BadInput(str(exc)) from None
     if not rows:
         raise BadInput(f"{args.dir}: holds no sweep rows (part-*.parquet)")
-    meta = SweepStore(args.dir).read_meta() or {}
     title = str(meta.get("spec", {}).get("name") or rows[0]["sweep"])
     if args.html is not None:
         write_sweep_html(rows, title, args.html)

@@ -2,11 +2,19 @@
 
 ``DIR/part-<key>.parquet`` holds the rows of the cell (or capacity search) whose content hash is
 ``<key>``, all with the one schema of :data:`optsched.sweep.cells.COLUMNS`. A file is written to
-a hidden temporary name and hard-linked to its final name only when complete, and the link fails
-when the name exists: a row is never written twice, a crash never leaves half a file, and
-``--resume`` skips exactly the keys that have a file. ``DIR/_sweep.json`` records the spec (files
-whose names start with ``_`` or ``.`` are not part of the dataset for pyarrow and pandas; duckdb
-reads ``DIR/part-*.parquet``).
+a temporary file created exclusively in DIR (``tempfile.mkstemp``: a new file, never a link that
+is followed) and hard-linked to its final name only when complete; the link fails when the name
+exists, a symbolic link included: a row is never written twice, a crash never leaves half a file,
+and ``--resume`` skips exactly the keys that have a file. ``DIR/_sweep.json`` records the spec
+(files whose names start with ``_`` or ``.`` are not part of the dataset for pyarrow and pandas;
+duckdb reads ``DIR/part-*.parquet``).
+
+A sweep writes its folder only inside :meth:`SweepStore.claim`: it holds an exclusive lock on
+the folder (``flock`` on the folder itself, so a second sweep into it is refused at once, and
+the lock ends with the process, however it ends) and refuses a folder that holds another spec's
+sweep or files that are not a sweep's. A damaged folder (a part file that is not a regular file,
+not Parquet, or of another schema; a ``_sweep.json`` that is not a JSON object) is a
+:class:`StoreError` naming the file.
 
 pyarrow is a dependency of optsched; :func:`require_pyarrow` turns its absence (an install that
 skipped dependencies) into a one-line message.
@@ -14,21 +22,35 @@ skipped dependencies) into a one-line message.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
-from collections.abc import Iterable
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from .cells import COLUMNS
 
-__all__ = ["MissingDependency", "SweepStore", "require_pyarrow"]
+__all__ = ["META", "MissingDependency", "StoreError", "SweepStore", "is_store_name", "require_pyarrow"]
 
 PREFIX, SUFFIX = "part-", ".parquet"
+
+#: The file that records a sweep's spec and mode.
+META = "_sweep.json"
+
+#: Prefix of the temporary files of a part file being written.
+TMP_PREFIX = ".tmp-"
 
 
 class MissingDependency(RuntimeError):
     """An optional package the asked-for feature needs is not installed."""
+
+
+class StoreError(ValueError):
+    """A sweep folder that cannot be read or written as asked; the message names the file."""
 
 
 def require_pyarrow() -> Any:
@@ -51,6 +73,27 @@ def arrow_schema() -> Any:
     return pa.schema([(name, types[kind]) for name, kind in COLUMNS.items()])
 
 
+def is_store_name(name: str) -> bool:
+    """Whether a file name inside a sweep folder is one of the sweep's own files (its spec record,
+    a part file, or the temporary file of either)."""
+    return (
+        name == META
+        or name.startswith(TMP_PREFIX)
+        or name.startswith(f".{META}.")
+        or (name.startswith(PREFIX) and name.endswith(SUFFIX))
+    )
+
+
+def _is_temporary(name: str) -> bool:
+    return name.startswith(TMP_PREFIX) or name.startswith(f".{META}.")
+
+
+def _comparable(meta: dict[str, Any]) -> Any:
+    """``meta`` as it reads back from ``_sweep.json``, less the spec file's name (a sweep resumed
+    from a moved or renamed spec file is the same sweep)."""
+    return json.loads(json.dumps({k: v for k, v in meta.items() if k != "spec_file"}, sort_keys=True, default=str))
+
+
 class SweepStore:
     """The folder of a sweep's results (see the module docstring)."""
 
@@ -61,28 +104,40 @@ class SweepStore:
     def path_of(self, key: str) -> Path:
         return self.root / f"{PREFIX}{key}{SUFFIX}"
 
+    def _parts(self) -> list[Path]:
+        """The part files, each checked to be a regular file (not a link, folder or device)."""
+        if not self.root.is_dir():
+            return []
+        files = sorted(self.root.glob(f"{PREFIX}*{SUFFIX}"))
+        for path in files:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                raise StoreError(f"{path}: not a regular file (a symbolic link, folder or device) in the sweep folder")
+        return files
+
     def done_keys(self) -> set[str]:
         """Keys of the cells whose rows are in the store."""
-        if not self.root.is_dir():
-            return set()
-        return {p.name[len(PREFIX) : -len(SUFFIX)] for p in self.root.glob(f"{PREFIX}*{SUFFIX}")}
+        return {p.name[len(PREFIX) : -len(SUFFIX)] for p in self._parts()}
 
     def write(self, key: str, rows: Iterable[dict[str, Any]]) -> bool:
         """Write one cell's rows; False (and nothing written) when the key is already stored."""
         import pyarrow.parquet as pq
 
+        from ..jsonio import default_file_mode
+
         final = self.path_of(key)
-        if final.exists():
+        if os.path.lexists(final):
             return False
         table = self._table(list(rows))
-        tmp = self.root / f".tmp-{key}-{os.getpid()}{SUFFIX}"
-        pq.write_table(table, tmp)
+        fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{key}-", suffix=SUFFIX, dir=self.root)
         try:
-            os.link(tmp, final)  # fails when the name exists: never two files for one key
+            with os.fdopen(fd, "wb") as fh:
+                os.fchmod(fh.fileno(), default_file_mode())
+                pq.write_table(table, fh)
+            os.link(tmp, final)  # fails when the name exists (a link too): never two files for one key
         except FileExistsError:
             return False
         finally:
-            tmp.unlink(missing_ok=True)
+            os.unlink(tmp)
         return True
 
     def _table(self, rows: list[dict[str, Any]]) -> Any:
@@ -92,28 +147,119 @@ class SweepStore:
             raise ValueError(f"row columns outside the schema: {sorted(unknown)}")
         return pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for r in rows], schema=self._schema)
 
-    def read(self) -> Any:
-        """Every stored row as one pyarrow Table (empty with the schema when none)."""
+    def _read_part(self, path: Path) -> Any:
+        """One part file's table; :class:`StoreError` naming it when it is not a part file."""
+        import pyarrow.parquet as pq
+
+        return self._checked(path, lambda: pq.read_table(path, schema=self._schema))
+
+    def _checked(self, path: Path, read: Any = None) -> Any:
+        """``read()`` once ``path`` is known to be a regular Parquet file of the row schema (its
+        footer read); :class:`StoreError` naming it otherwise."""
         import pyarrow.parquet as pq
 
         pa = require_pyarrow()
-        files = sorted(self.root.glob(f"{PREFIX}*{SUFFIX}")) if self.root.is_dir() else []
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            raise StoreError(f"{path}: not a regular file (a symbolic link, folder or device) in the sweep folder")
+        try:
+            found = pq.read_schema(path)
+            if not found.remove_metadata().equals(self._schema):
+                raise StoreError(f"{path}: a Parquet file of another schema, not a part file of an optsched sweep")
+            return None if read is None else read()
+        except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
+            if isinstance(exc, StoreError):
+                raise
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise StoreError(f"{path}: not a readable part file of an optsched sweep ({reason})") from None
+
+    def read(self) -> Any:
+        """Every stored row as one pyarrow Table (empty with the schema when none)."""
+        pa = require_pyarrow()
+        files = self._parts()
         if not files:
             return self._schema.empty_table()
-        return pa.concat_tables([pq.read_table(f, schema=self._schema) for f in files])
+        return pa.concat_tables([self._read_part(f) for f in files])
 
     def rows_of(self, key: str) -> list[dict[str, Any]]:
         """The stored rows of one key."""
-        import pyarrow.parquet as pq
-
-        return pq.read_table(self.path_of(key), schema=self._schema).to_pylist()
+        return self._read_part(self.path_of(key)).to_pylist()
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         """``_sweep.json``: the spec and how the sweep was run (replaced atomically)."""
         from ..jsonio import write_text_atomic
 
-        write_text_atomic(self.root / "_sweep.json", json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
+        write_text_atomic(self.root / META, json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
 
     def read_meta(self) -> dict[str, Any] | None:
-        path = self.root / "_sweep.json"
-        return json.loads(path.read_text()) if path.is_file() else None
+        """The content of ``_sweep.json`` (None when there is none); :class:`StoreError` naming it
+        when it is not a regular file holding a JSON object with the sweep's ``spec``."""
+        from ..jsonio import read_json
+
+        path = self.root / META
+        if not os.path.lexists(path):
+            return None
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            raise StoreError(f"{path}: not a regular file (a symbolic link, folder or device) in the sweep folder")
+        meta = read_json(path, StoreError)
+        if not isinstance(meta, dict) or not isinstance(meta.get("spec"), dict):
+            raise StoreError(f"{path}: not the record of an optsched sweep (a JSON object with its 'spec')")
+        return meta
+
+    @contextmanager
+    def claim(self, meta: dict[str, Any], resume: bool) -> Iterator[None]:
+        """Create the folder if needed, lock it for this process and record ``meta`` in it; the
+        block writes the cells (see the module docstring).
+
+        Raises
+        ------
+        StoreError
+            When another sweep holds the lock, the folder holds another spec's sweep (or files that
+            are not a sweep's), or it holds stored cells and ``resume`` is false.
+        """
+        try:
+            self.root.mkdir(exist_ok=True)
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        except FileExistsError:
+            raise StoreError(f"{self.root}: exists and is not a folder (a dangling symbolic link?)") from None
+        except OSError as exc:
+            raise StoreError(f"{self.root}: cannot create or open the folder ({exc.strerror})") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreError(
+                    f"{self.root}: another optsched sweep is writing this folder; wait for it or choose another --out"
+                ) from None
+            self._check_owner(meta, resume)
+            for name in os.listdir(self.root):  # left by a killed sweep; nobody else writes here
+                if _is_temporary(name):
+                    (self.root / name).unlink(missing_ok=True)
+            self.write_meta(meta)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _check_owner(self, meta: dict[str, Any], resume: bool) -> None:
+        old = self.read_meta()
+        if old is None:
+            foreign = sorted(n for n in os.listdir(self.root) if not _is_temporary(n))
+            if foreign:
+                shown = ", ".join(repr(n) for n in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+                raise StoreError(
+                    f"{self.root}: holds files that are not an optsched sweep's ({shown}); "
+                    "choose an empty or new folder for --out"
+                )
+            return
+        if _comparable(old) != _comparable(meta):
+            name = old["spec"].get("name")
+            raise StoreError(
+                f"{self.root}: holds the sweep {name!r} of another spec or mode ({META}); choose another --out"
+            )
+        stored = self._parts()
+        if stored and not resume:
+            raise StoreError(
+                f"{self.root}: already holds {len(stored)} stored cells: "
+                "add --resume to complete that sweep, or choose another --out"
+            )
+        for path in stored:
+            self._checked(path)
