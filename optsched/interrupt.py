@@ -1,5 +1,5 @@
 """Ctrl-C as a deadline: the commands that report the best answer found so far (``solve``) run inside
-:func:`interruptible`.
+:func:`interruptible`. SIGTERM (``kill``, a batch system's stop) is handled as SIGINT throughout.
 
 The first SIGINT there sets :func:`requested`: every deadline of :mod:`optsched.deadline` passes
 at once (the solvers' own checks between phases, policies, model rows and search levels stop
@@ -26,6 +26,7 @@ from typing import Any
 
 __all__ = [
     "EXIT_INTERRUPTED",
+    "SIGNALS",
     "Interruption",
     "interruptible",
     "raise_on_sigint",
@@ -44,7 +45,6 @@ _stops: list[Callable[[], Any]] = []
 _signals = 0
 _active = False
 _seen = False
-_UNSET = object()
 
 
 def sigint_seen() -> bool:
@@ -60,11 +60,17 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+#: The signals handled as Ctrl-C.
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def raise_on_sigint() -> None:
-    """Python's default SIGINT behaviour (``KeyboardInterrupt``), remembered by :func:`sigint_seen`;
-    nothing when SIGINT is ignored (a background job)."""
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, _raise_interrupt)
+    """Python's default SIGINT behaviour (``KeyboardInterrupt``), remembered by :func:`sigint_seen`,
+    for SIGINT and SIGTERM alike (so that a terminated command unwinds: its temporary files are
+    removed and its worker processes ended); nothing for a signal that is ignored (a background job)."""
+    for signum in SIGNALS:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _raise_interrupt)
 
 
 def requested() -> bool:
@@ -102,7 +108,7 @@ def _watch(sock: socket.socket) -> None:
             return
         if not data:
             return
-        for _ in range(data.count(signal.SIGINT.value)):
+        for _ in range(sum(data.count(signum.value) for signum in SIGNALS)):
             _request()
 
 
@@ -125,7 +131,7 @@ def interruptible() -> Iterator[Interruption]:
         return
     reader, writer = socket.socketpair()
     writer.setblocking(False)
-    previous_handler: Any = _UNSET
+    previous_handlers: dict[int, Any] = {}
     previous_fd: int | None = None
     watcher = threading.Thread(target=_watch, args=(reader,), name="optsched-interrupt", daemon=True)
     try:
@@ -133,15 +139,16 @@ def interruptible() -> Iterator[Interruption]:
             _requested.clear()
             _signals = 0
             _active = True
-        previous_handler = signal.signal(signal.SIGINT, _handler)
+        for signum in SIGNALS:
+            previous_handlers[signum] = signal.signal(signum, _handler)
         previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
         watcher.start()
         yield state
     finally:
         if previous_fd is not None:
             signal.set_wakeup_fd(previous_fd)
-        if previous_handler is not _UNSET:
-            signal.signal(signal.SIGINT, previous_handler)
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)
         writer.close()
         reader.shutdown(socket.SHUT_RDWR)
         if watcher.is_alive():

@@ -8,7 +8,7 @@ Large inputs shared by many jobs (the workloads' base instances) are sent once w
 Worker deaths are retried, then reported, never lost:
 
 - :class:`LocalPool` (``concurrent.futures.ProcessPoolExecutor``, spawn context, SIGINT ignored in
-  the workers): when a worker process dies the pool breaks; the jobs that were in flight are
+  the workers, which end with their driver however it ends: :func:`die_with_parent`): when a worker process dies the pool breaks; the jobs that were in flight are
   submitted again to a new pool, each at most ``retries`` times, after which the job's error is
   ``worker process died``. At most ``workers`` jobs are in flight at once, so a break charges a
   retry only to jobs that were running.
@@ -33,7 +33,7 @@ from typing import Any
 
 from .store import MissingDependency
 
-__all__ = ["LocalPool", "RayExecutor", "SharedRef", "require_ray"]
+__all__ = ["LocalPool", "RayExecutor", "SharedRef", "die_with_parent", "require_ray"]
 
 Done = tuple[str, Any, "str | None"]
 
@@ -49,7 +49,38 @@ class SharedRef:
 _worker_shared: list[Any] = []
 
 
-def _init_worker(shared: list[Any], pids: Any) -> None:
+def die_with_parent(parent: int) -> None:
+    """End this process (SIGKILL) when its parent process ``parent`` ends, even by ``kill -9``:
+    Linux's parent-death signal (``prctl(PR_SET_PDEATHSIG)``), else a daemon thread that polls
+    :func:`os.getppid` twice a second. A parent already gone ends this process at once."""
+    import ctypes
+    import threading
+    import time
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        armed = False
+    if os.getppid() != parent:
+        os._exit(1)
+    if armed:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="optsched-parent-watch", daemon=True).start()
+
+
+#: ``prctl`` option of Linux's parent-death signal (linux/prctl.h).
+_PR_SET_PDEATHSIG = 1
+
+
+def _init_worker(shared: list[Any], pids: Any, parent: int) -> None:
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     _worker_shared[:] = shared
     pids.put(os.getpid())
@@ -97,7 +128,7 @@ class LocalPool:
     def _fill(self) -> None:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                self.workers, mp_context=self._ctx, initializer=_init_worker, initargs=(self._shared, self._pids)
+                self.workers, mp_context=self._ctx, initializer=_init_worker, initargs=(self._shared, self._pids, os.getpid())
             )
         while self._waiting and len(self._running) < self.workers:
             job = self._waiting.popleft()
