@@ -25,6 +25,7 @@ from ..instance import MAX_LIMIT, MAX_RUNNING, Instance, Limits, check_requests,
 from ..jsonio import output_target
 from ..request_table import TableError, check_table_path
 from ..schedule import Schedule
+from ..workload.transforms import MAX_SEED
 from ..workload import (
     FORMATS,
     WorkloadError,
@@ -118,6 +119,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def seed_int(text: str) -> int:
+    """argparse type: a random seed, an integer from 0 to :data:`~optsched.workload.transforms.MAX_SEED`."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2**63 - 1, got {value}")
+    return value
+
+
 def limit_int(text: str) -> int:
     """argparse type: a token limit, an integer from 1 to :data:`optsched.instance.MAX_LIMIT`."""
     value = positive_int(text)
@@ -204,7 +216,7 @@ def add_transform_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FRACTION",
         help="keep this fraction of the requests, drawn at random (with --seed)",
     )
-    group.add_argument("--seed", type=int, metavar="S", help="seed of --sample (default 0)")
+    group.add_argument("--seed", type=seed_int, metavar="S", help="seed of --sample, an integer >= 0 (default 0)")
     group.add_argument(
         "--rate-scale", type=positive_float, metavar="X", help="divide arrival times by X (2 = twice the traffic)"
     )
@@ -483,9 +495,7 @@ def check_outputs_are_not_inputs(args: argparse.Namespace) -> None:
                 clash = _same(output, source)
             if clash:
                 option = "--" + name.replace("_", "-")
-                raise BadInput(
-                    f"{output}: {option} would replace the input {source}; write the output to another file"
-                )
+                raise BadInput(f"{output}: {option} would replace the input {source}; write the output to another file")
 
 
 __all__ = [
@@ -509,6 +519,7 @@ __all__ = [
     "positive_int",
     "print_json",
     "progress",
+    "seed_int",
     "stdout_reserved_for_json",
     "time_left",
     "transforms_from_args",

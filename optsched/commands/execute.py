@@ -21,7 +21,7 @@ from typing import Any
 
 from ..export.vllm_replay import PlanError, load_plan
 from ..jsonio import write_json_atomic
-from ._common import EXIT_INTERNAL, EXIT_NO, BadInput, check_output_path, print_json
+from ._common import EXIT_INTERNAL, EXIT_NO, BadInput, check_output_path, print_json, seed_int
 
 
 def register(subparsers: Any) -> None:
@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="allow CUDA graphs (default: enforce_eager, one measured kernel launch per step)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed for the prompt token ids and the engine")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed for the prompt token ids and the engine")
     p.add_argument(
         "--engine",
         choices=("vllm", "torch"),

@@ -21,6 +21,7 @@ from ._common import (
     positive_int,
     print_json,
     running_int,
+    seed_int,
 )
 
 #: Most requests ``--n`` may ask for (a million requests take about 1.2 GB while generated).
@@ -31,16 +32,6 @@ def _request_count(text: str) -> int:
     value = positive_int(text)
     if value > MAX_GENERATED:
         raise argparse.ArgumentTypeError(f"at most {MAX_GENERATED:,} requests, got {value:,}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
@@ -59,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a request type (repeatable; requests split in equal shares, shuffled)",
     )
     p.add_argument("--arrivals", default="zero", help="zero (default) or poisson:RATE (requests/s)")
-    p.add_argument("--seed", type=_seed, default=0, help="seed of the random generator, an integer >= 0 (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the random generator, an integer >= 0 (default 0)")
     p.add_argument("--cost-model", default="llama2-7b-a100", metavar="PROFILE", help="default llama2-7b-a100")
     p.add_argument("--token-budget", type=limit_int, metavar="C")
     p.add_argument("--prefill-budget", type=limit_int, metavar="P")

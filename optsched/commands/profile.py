@@ -17,7 +17,16 @@ from typing import Any
 
 from ..costfit import FIT_LOSSES, profile_toml
 from ..jsonio import write_json_atomic, write_text_atomic
-from ._common import EXIT_INTERNAL, EXIT_OK, BadInput, add_json_flag, check_output_path, positive_int, print_json
+from ._common import (
+    EXIT_INTERNAL,
+    EXIT_OK,
+    BadInput,
+    add_json_flag,
+    check_output_path,
+    positive_int,
+    print_json,
+    seed_int,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--loss", choices=FIT_LOSSES, default="l1", help="fit loss on relative error (default l1)")
     p.add_argument("--threads", type=positive_int, help="CPU threads PyTorch may use")
     p.add_argument("--no-cuda-graphs", action="store_true", help="time GPU steps eagerly")
-    p.add_argument("--seed", type=int, default=0, help="seed of the weights and the heterogeneous rows")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the weights and the heterogeneous rows")
     add_json_flag(p)
     p.set_defaults(func=handle)
 

@@ -72,7 +72,10 @@ def _check_args(args: argparse.Namespace) -> None:
     if not parent.is_dir():
         raise BadInput(f"{args.out}: output folder {str(parent)!r} does not exist")
     if os.path.lexists(args.out) and not Path(args.out).is_dir():
-        raise BadInput(f"{args.out}: exists and is not a folder" + (" (a dangling symbolic link)" if Path(args.out).is_symlink() else ""))
+        raise BadInput(
+            f"{args.out}: exists and is not a folder"
+            + (" (a dangling symbolic link)" if Path(args.out).is_symlink() else "")
+        )
 
 
 def make_executor(args: argparse.Namespace, retries: int) -> Any:

@@ -128,7 +128,10 @@ class LocalPool:
     def _fill(self) -> None:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                self.workers, mp_context=self._ctx, initializer=_init_worker, initargs=(self._shared, self._pids, os.getpid())
+                self.workers,
+                mp_context=self._ctx,
+                initializer=_init_worker,
+                initargs=(self._shared, self._pids, os.getpid()),
             )
         while self._waiting and len(self._running) < self.workers:
             job = self._waiting.popleft()

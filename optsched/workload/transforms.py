@@ -29,7 +29,10 @@ import numpy as np
 from ..instance import MAX_ARRIVAL, SLO, Instance, Request
 from .errors import WorkloadError
 
-__all__ = ["WorkloadTransforms", "apply_transforms", "parse_window"]
+__all__ = ["MAX_SEED", "WorkloadTransforms", "apply_transforms", "parse_window"]
+
+#: The largest seed (of ``sample`` and of the command line's ``--seed``): a signed 64-bit integer.
+MAX_SEED = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,10 @@ class WorkloadTransforms:
                 raise WorkloadError(f"transform {name!r}: must be a finite number > 0, got {value!r}")
         if self.sample is not None and not (_is_number(self.sample) and 0 < self.sample <= 1):
             raise WorkloadError(f"transform 'sample': must be a fraction in (0, 1], got {self.sample!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise WorkloadError(f"transform 'seed': must be an integer from 0 to 2**63 - 1, got {self.seed!r}")
+        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
+            raise WorkloadError(f"transform 'seed': must be an integer from 0 to 2**63 - 1, got {self.seed!r}")
         if self.seed is not None and self.sample is None:
             raise WorkloadError("transform 'seed': only applies with 'sample'")
         if self.window is not None:
