@@ -25,7 +25,6 @@ from ..instance import MAX_LIMIT, MAX_RUNNING, Instance, Limits, check_requests,
 from ..jsonio import output_target
 from ..request_table import TableError, check_table_path
 from ..schedule import Schedule
-from ..workload.transforms import MAX_SEED
 from ..workload import (
     FORMATS,
     WorkloadError,
@@ -35,6 +34,7 @@ from ..workload import (
     load_trace,
     parse_window,
 )
+from ..workload.transforms import MAX_SEED
 
 T = TypeVar("T")
 

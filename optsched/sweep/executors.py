@@ -8,7 +8,8 @@ Large inputs shared by many jobs (the workloads' base instances) are sent once w
 Worker deaths are retried, then reported, never lost:
 
 - :class:`LocalPool` (``concurrent.futures.ProcessPoolExecutor``, spawn context, SIGINT ignored in
-  the workers, which end with their driver however it ends: :func:`die_with_parent`): when a worker process dies the pool breaks; the jobs that were in flight are
+  the workers, which end with their driver however it ends: :func:`die_with_parent`): when a
+  worker process dies the pool breaks; the jobs that were in flight are
   submitted again to a new pool, each at most ``retries`` times, after which the job's error is
   ``worker process died``. At most ``workers`` jobs are in flight at once, so a break charges a
   retry only to jobs that were running.

@@ -76,16 +76,11 @@ def arrow_schema() -> Any:
 def is_store_name(name: str) -> bool:
     """Whether a file name inside a sweep folder is one of the sweep's own files (its spec record,
     a part file, or the temporary file of either)."""
-    return (
-        name == META
-        or name.startswith(TMP_PREFIX)
-        or name.startswith(f".{META}.")
-        or (name.startswith(PREFIX) and name.endswith(SUFFIX))
-    )
+    return name == META or _is_temporary(name) or (name.startswith(PREFIX) and name.endswith(SUFFIX))
 
 
 def _is_temporary(name: str) -> bool:
-    return name.startswith(TMP_PREFIX) or name.startswith(f".{META}.")
+    return name.startswith((TMP_PREFIX, f".{META}."))
 
 
 def _comparable(meta: dict[str, Any]) -> Any:
