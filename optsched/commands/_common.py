@@ -130,6 +130,14 @@ def seed_int(text: str) -> int:
     return value
 
 
+def torch_device(text: str) -> str:
+    """argparse type of a PyTorch ``--device``: ``cpu``, ``cuda`` or ``cuda:N``."""
+    kind, sep, index = text.partition(":")
+    if text == "cpu" or kind == "cuda" and (not sep or index.isascii() and index.isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
+
+
 def limit_int(text: str) -> int:
     """argparse type: a token limit, an integer from 1 to :data:`optsched.instance.MAX_LIMIT`."""
     value = positive_int(text)
@@ -522,5 +530,6 @@ __all__ = [
     "seed_int",
     "stdout_reserved_for_json",
     "time_left",
+    "torch_device",
     "transforms_from_args",
 ]

@@ -21,7 +21,16 @@ from typing import Any
 
 from ..export.vllm_replay import PlanError, load_plan
 from ..jsonio import write_json_atomic
-from ._common import EXIT_INTERNAL, EXIT_NO, BadInput, check_output_path, print_json, seed_int
+from ._common import (
+    EXIT_INTERNAL,
+    EXIT_NO,
+    BadInput,
+    check_output_path,
+    positive_int,
+    print_json,
+    seed_int,
+    torch_device,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -38,7 +47,12 @@ def register(subparsers: Any) -> None:
         help="model directory, a Hugging Face config.json, or a shipped config name "
         "(tiny-llama, llama2-7b, llama2-70b, llama-65b): configs run with dummy weights",
     )
-    p.add_argument("--dtype", default="auto", help="vLLM dtype (auto, float32, bfloat16, float16)")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="dtype (auto, float32, bfloat16, float16; default auto)",
+    )
     p.add_argument("--out", help="result JSON (default: PLAN with suffix .result.json)")
     p.add_argument("--repeats", type=int, default=3, help="measured passes; per-step median (default 3)")
     p.add_argument("--warmup", type=int, default=1, help="discarded passes before measuring (default 1)")
@@ -62,8 +76,8 @@ def register(subparsers: Any) -> None:
         "without vLLM; --model is then a built-in name or a config.json",
     )
     g = p.add_argument_group("--engine torch only")
-    g.add_argument("--device", help="cuda or cpu (default: cuda when PyTorch sees one)")
-    g.add_argument("--threads", type=int, help="CPU threads PyTorch may use")
+    g.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default: cuda when PyTorch sees one)")
+    g.add_argument("--threads", type=positive_int, help="CPU threads PyTorch may use")
     g.add_argument(
         "--no-cuda-graphs", action="store_true", help="run GPU steps eagerly (default: a CUDA graph per step)"
     )

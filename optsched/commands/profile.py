@@ -26,6 +26,7 @@ from ._common import (
     positive_int,
     print_json,
     seed_int,
+    torch_device,
 )
 
 
@@ -41,8 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         required=True,
         help="a built-in shape (llama2-7b, llama2-13b, llama3-8b, ...) or a Hugging Face config.json (or its folder)",
     )
-    p.add_argument("--device", help="cuda or cpu (default: cuda when PyTorch sees one)")
-    p.add_argument("--dtype", help="bfloat16 (GPU default), float16 or float32 (CPU default)")
+    p.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default: cuda when PyTorch sees one)")
+    p.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float16", "float32"),
+        help="bfloat16 (GPU default), float16 or float32 (CPU default)",
+    )
     p.add_argument("--out", metavar="FILE.toml", help="write the fitted profile here")
     p.add_argument("--name", help="profile name (default: the --out file's stem, else MODEL-DEVICE)")
     p.add_argument("--steps-out", metavar="FILE.json", help="write the measured steps here")

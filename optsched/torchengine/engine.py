@@ -198,6 +198,8 @@ class TorchEngine:
         self.on_cuda = self.device.type == "cuda"
         if self.on_cuda and not torch.cuda.is_available():
             raise EngineError("--device cuda: no CUDA device is available to PyTorch")
+        if self.on_cuda and (self.device.index or 0) >= torch.cuda.device_count():
+            raise EngineError(f"--device {device}: PyTorch sees {torch.cuda.device_count()} CUDA devices")
         name = dtype or ("bfloat16" if self.on_cuda else "float32")
         if name not in ("bfloat16", "float16", "float32"):
             raise EngineError(f"--dtype {name!r}: bfloat16, float16 or float32")
