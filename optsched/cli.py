@@ -49,6 +49,7 @@ from .commands._common import (
 )
 from .costmodel import CostModelError
 from .deadline import process_started
+from .exiting import exit_now
 from .instance import InstanceError
 from .interrupt import EXIT_INTERRUPTED, sigint_seen
 from .jsonio import OutputError
@@ -108,7 +109,11 @@ def _naming_the_file(exc: Exception, args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``optsched`` console script; returns the exit code."""
+    """Entry point of the ``optsched`` console script; returns the exit code.
+
+    A command given a ``--time-limit`` on the program's own command line (``argv`` None) ends the
+    process as soon as its outputs are out (:func:`optsched.exiting.exit_now`): the limit bounds
+    the whole process, and the interpreter's teardown would come after it."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -117,6 +122,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A command's --time-limit counts from the start of the program (interpreter and imports
     # included), or from this call when main() is called in-process with explicit arguments.
     args.started = process_started() if argv is None else time.perf_counter()
+    code = _run(args)
+    if argv is None and getattr(args, "time_limit", None) is not None:
+        exit_now(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; its exit code (failures mapped to the contract's codes)."""
     guard = stdout_reserved_for_json() if getattr(args, "json", False) else nullcontext()
     try:
         check_outputs_are_not_inputs(args)

@@ -108,16 +108,24 @@ def test_a_folder_of_foreign_files_is_refused(tmp_path: Path, capsys: pytest.Cap
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
-def test_another_specs_sweep_is_refused_even_with_resume(
+def test_another_specs_sweep_is_refused_without_resume(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], stored: tuple[Path, Path]
 ) -> None:
+    """Also when the folder holds no cell yet (a sweep stopped before its first): without
+    ``--resume`` a folder is never shared; with it the other spec's cells are added (docs/sweep.md)."""
     _, out = stored
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     other = write_spec(tmp_path, {**TINY, "name": "other"}, "other.json")
-    for extra in ((), ("--resume",)):
-        code, _, err = sweep(capsys, other, out, *extra)
-        assert_bad_input(code, err, str(out), "another spec")
+    code, _, err = sweep(capsys, other, out)
+    assert_bad_input(code, err, str(out), "another spec", "--resume")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    for part in part_files(out):
+        part.unlink()
+    code, _, err = sweep(capsys, other, out)
+    assert_bad_input(code, err, str(out), "another spec")
+    code, _, err = sweep(capsys, other, out, "--resume")
+    assert code == 0, err
+    assert {r["sweep"] for r in SweepStore(out).read().to_pylist()} == {"other"}
 
 
 def test_the_same_spec_resumes_from_a_moved_spec_file(

@@ -11,10 +11,10 @@ duckdb reads ``DIR/part-*.parquet``).
 
 A sweep writes its folder only inside :meth:`SweepStore.claim`: it holds an exclusive lock on
 the folder (``flock`` on the folder itself, so a second sweep into it is refused at once, and
-the lock ends with the process, however it ends) and refuses a folder that holds another spec's
-sweep or files that are not a sweep's. A damaged folder (a part file that is not a regular file,
-not Parquet, or of another schema; a ``_sweep.json`` that is not a JSON object) is a
-:class:`StoreError` naming the file.
+the lock ends with the process, however it ends) and refuses a folder that holds files that are
+not a sweep's, or another spec's sweep unless asked to resume (add to) it. A damaged folder (a
+part file that is not a regular file, not Parquet, or of another schema; a ``_sweep.json`` that is
+not a JSON object) is a :class:`StoreError` naming the file.
 
 pyarrow is a dependency of optsched; :func:`require_pyarrow` turns its absence (an install that
 skipped dependencies) into a one-line message.
@@ -208,8 +208,8 @@ class SweepStore:
         Raises
         ------
         StoreError
-            When another sweep holds the lock, the folder holds another spec's sweep (or files that
-            are not a sweep's), or it holds stored cells and ``resume`` is false.
+            When another sweep holds the lock, the folder holds files that are not a sweep's, or
+            ``resume`` is false and it holds another spec's sweep or stored cells.
         """
         try:
             self.root.mkdir(exist_ok=True)
@@ -245,12 +245,13 @@ class SweepStore:
                     "choose an empty or new folder for --out"
                 )
             return
-        if _comparable(old) != _comparable(meta):
+        stored = self._parts()
+        if _comparable(old) != _comparable(meta) and not resume:
             name = old["spec"].get("name")
             raise StoreError(
-                f"{self.root}: holds the sweep {name!r} of another spec or mode ({META}); choose another --out"
+                f"{self.root}: holds the sweep {name!r} of another spec or mode ({META}): add --resume to add "
+                "this sweep's cells to it, or choose another --out"
             )
-        stored = self._parts()
         if stored and not resume:
             raise StoreError(
                 f"{self.root}: already holds {len(stored)} stored cells: "
