@@ -38,6 +38,7 @@ from .commands import (
     sweep,
     sweep_report,
     validate,
+    warmup,
 )
 from .commands._common import (
     EXIT_BAD_INPUT,
@@ -74,6 +75,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     report,
     sweep,
     sweep_report,
+    warmup,
 )
 
 

@@ -1,0 +1,135 @@
+"""Compiling the solvers' kernels ahead of their first timed use (``optsched warmup``).
+
+InferMax's search, scale phase and relaxation bounds and G-MAX's branch and bound run numba
+kernels, compiled at their first call and cached on disk (numba's cache: ``__pycache__`` beside
+the modules, or ``NUMBA_CACHE_DIR``). Compiling them takes one to several minutes on a 2-core
+machine; loading them from the cache about a second. A command's ``--time-limit`` bounds the
+whole process, and a compile inside it would overrun the limit, so the kernels are compiled once
+ahead: after installing (the README's install command runs ``optsched warmup``), and again after
+an upgrade of numba or of optsched, which invalidates the cache.
+
+:func:`warm_up` runs :data:`CASES` (every solver path that calls kernels, on small shipped
+instances, each schedule replayed) until a pass compiles nothing, and reports how many kernels it
+compiled and how many it loaded from the cache; :func:`kernels` lists the kernels of the loaded
+modules.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import problems
+from .instance import Instance, load_instance, parse_instance
+
+__all__ = ["CASES", "Case", "WarmupReport", "kernels", "warm_up"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One warm-up run: ``kind`` ``"solve"`` or ``"bound"`` of ``problem`` on ``instance`` (a
+    shipped name, or ``"static"``: :func:`static_instance`) with ``options``."""
+
+    kind: str
+    problem: str
+    instance: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+#: The runs that reach every kernel with the argument types the commands pass: the exact search
+#: (few requests), the scale phase offline, online and on a mixed long/short workload (its plan
+#: search, chunk bounds and relaxation bounds), G-MAX's branch and bound.
+CASES: tuple[Case, ...] = (
+    Case("solve", "infermax", "toy-4", {"time_limit": 5}),
+    Case("solve", "infermax", "infermax-i1024-o32-n64", {"time_limit": 3}),
+    Case("solve", "infermax", "poisson-mixed-100", {"time_limit": 3}),
+    Case("solve", "infermax", "infermax-lilo-silo-64", {"time_limit": 3}),
+    Case("solve", "infermax", "splitwise-conv-100", {"time_limit": 3}),
+    Case("solve", "gmax", "static", {"time_limit": 3}),
+)
+
+#: Most passes over :data:`CASES`: a pass on a cold cache may spend a case's time limit compiling
+#: and skip the phases after it, so passes repeat until one compiles nothing.
+MAX_PASSES = 6
+
+
+@dataclass
+class WarmupReport:
+    """What :func:`warm_up` did: kernels compiled now and loaded from the cache, the wall time."""
+
+    #: Kernels compiled for at least one signature in this process (from the cache or now).
+    kernels: int
+    compiled: int
+    loaded: int
+    seconds: float
+    cases: list[str]
+
+
+def static_instance(n: int = 40) -> Instance:
+    """The first ``n`` requests of ``gsm8k-like`` with the static-batching fields G-MAX needs (a
+    latency profile, a batch-size cap, an end-to-end SLO each)."""
+    data = load_instance("gsm8k-like").to_dict()
+    data.update(name=f"gsm8k-like-static-{n}", max_batch_size=4, static_latency="qwen2.5-7b-2xv100")
+    data["requests"] = [
+        {**r, "task": "e2e", "slo": {"e2e": 5.0 + 0.25 * k}} for k, r in enumerate(data["requests"][:n])
+    ]
+    return parse_instance(data, data["name"])
+
+
+def kernels() -> dict[str, Any]:
+    """Every numba kernel (dispatcher) defined in a loaded optsched module, by qualified name."""
+    import sys
+
+    from numba.core.registry import CPUDispatcher
+
+    found = {}
+    for name, module in list(sys.modules.items()):
+        if name.startswith("optsched.") and module is not None:
+            for attr, value in vars(module).items():
+                if isinstance(value, CPUDispatcher) and value.__module__ == name:
+                    found[f"{name}.{attr}"] = value
+    return found
+
+
+def _run(case: Case) -> None:
+    instance = static_instance() if case.instance == "static" else load_instance(case.instance)
+    if case.kind == "solve":
+        result = problems.solver_for(case.problem)(instance, case.options)
+        if result.schedule is not None:
+            from .schedule import replay
+
+            if not replay(instance, result.schedule).feasible:
+                raise RuntimeError(f"warm-up: {case.problem} on {instance.name}: a schedule that does not replay")
+    else:
+        problems.bounder_for(case.problem)(instance, case.options)
+
+
+def _compiled(found: dict[str, Any]) -> int:
+    return sum(sum(k.stats.cache_misses.values()) for k in found.values())
+
+
+def warm_up(say: Callable[[str], None] | None = None) -> WarmupReport:
+    """Run :data:`CASES` until a pass compiles nothing (at most :data:`MAX_PASSES`), compiling
+    every kernel they reach or loading it from the cache; ``say`` is told each case as it starts."""
+    t0 = time.perf_counter()
+    names: list[str] = []
+    for _ in range(MAX_PASSES):
+        before = _compiled(kernels())
+        for case in CASES:
+            label = f"{case.kind} {case.problem} {case.instance}"
+            if say is not None:
+                say(label)
+            _run(case)
+            names.append(label)
+        if _compiled(kernels()) == before:
+            break
+    found = kernels()
+    return WarmupReport(
+        kernels=sum(1 for k in found.values() if k.signatures),
+        compiled=_compiled(found),
+        loaded=sum(sum(k.stats.cache_hits.values()) for k in found.values()),
+        seconds=time.perf_counter() - t0,
+        cases=names,
+    )
