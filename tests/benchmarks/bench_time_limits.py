@@ -63,7 +63,10 @@ CASES: list[tuple[str, list[str]]] = [
         "infermax-mip",
         ["solve", "infermax-lilo-silo-64", "--problem", "infermax", "--solver", "highs", "--time-limit", "{L}"],
     ),
-    ("hybrid", ["solve", "splitwise-conv-100", "--problem", "hybrid", "--max-running", "8", "--time-limit", "{L}"]),
+    (
+        "hybrid",
+        ["solve", "infermax-i1024-o32-n64", "--problem", "hybrid", "--max-running", "8", "--time-limit", "{L}"],
+    ),
     (
         "hybrid-offline",
         ["solve", "gsm8k-like", "--problem", "hybrid-offline", "--method", "mip", "--time-limit", "{L}"],
