@@ -503,7 +503,10 @@ def check_outputs_are_not_inputs(args: argparse.Namespace) -> None:
                 clash = _same(output, source)
             if clash:
                 option = "--" + name.replace("_", "-")
-                raise BadInput(f"{output}: {option} would replace the input {source}; write the output to another file")
+                what = f"a file of the sweep folder {source}" if os.path.isdir(source) else f"the input {source}"
+                if sweep_folder and name == "out":
+                    what = f"the sweep file {source} that is an input"
+                raise BadInput(f"{output}: {option} would replace {what}; write the output elsewhere")
 
 
 __all__ = [
