@@ -110,12 +110,13 @@ def _naming_the_file(exc: Exception, args: argparse.Namespace) -> str:
     return message
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, quick_exit: bool = False) -> int:
     """Entry point of the ``optsched`` console script; returns the exit code.
 
-    A command given a ``--time-limit`` on the program's own command line (``argv`` None) ends the
-    process as soon as its outputs are out (:func:`optsched.exiting.exit_now`): the limit bounds
-    the whole process, and the interpreter's teardown would come after it."""
+    With ``quick_exit`` (the program itself, :func:`optsched.launch.main`), a command given a
+    ``--time-limit`` ends the process as soon as its outputs are out
+    (:func:`optsched.exiting.exit_now`): the limit bounds the whole process, and the interpreter's
+    teardown would come after it."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -125,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # included), or from this call when main() is called in-process with explicit arguments.
     args.started = process_started() if argv is None else time.perf_counter()
     code = _run(args)
-    if argv is None and getattr(args, "time_limit", None) is not None:
+    if quick_exit and getattr(args, "time_limit", None) is not None:
         exit_now(code)
     return code
 

@@ -22,7 +22,7 @@ def main() -> int:
     try:
         from .cli import main as cli_main
 
-        return cli_main()
+        return cli_main(quick_exit=True)
     except KeyboardInterrupt:
         pass
     except Exception:

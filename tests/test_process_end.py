@@ -14,21 +14,19 @@ import pytest
 from optsched.cli import main
 from tests.support.paths import REPO
 
-#: Runs the command line as the console script does (``main()`` reading ``sys.argv``), with an
-#: ``atexit`` handler that marks the interpreter's teardown on stderr.
+#: Runs the command line as the console script does (:func:`optsched.launch.main` reading
+#: ``sys.argv``), with an ``atexit`` handler that marks the interpreter's teardown on stderr.
 PROGRAM = """
 import atexit, sys
 atexit.register(lambda: print("TEARDOWN", file=sys.stderr))
-from optsched.cli import main
+from optsched.launch import main
 sys.argv = ["optsched", *sys.argv[1:]]
 sys.exit(main())
 """
 
 
 def run_program(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", PROGRAM, *argv], capture_output=True, text=True, cwd=REPO, timeout=300
-    )
+    return subprocess.run([sys.executable, "-c", PROGRAM, *argv], capture_output=True, text=True, cwd=REPO, timeout=300)
 
 
 @pytest.mark.parametrize(
@@ -61,9 +59,14 @@ def test_a_command_without_a_limit_ends_normally() -> None:
     assert "TEARDOWN" in proc.stderr
 
 
-def test_main_called_in_process_returns(capsys) -> None:
-    """The quick exit is the program's only: a caller of ``main(argv)`` gets the exit code back."""
-    assert main(["solve", "toy-4", "--problem", "infermax", "--time-limit", "5", "--json"]) == 0
+@pytest.mark.parametrize("from_argv", [False, True])
+def test_main_called_in_process_returns(monkeypatch, capsys, from_argv: bool) -> None:
+    """The quick exit is the program's only: a caller of ``main()``, with arguments or reading
+    ``sys.argv``, gets the exit code back (else this test process would end here, silently)."""
+    argv = ["solve", "toy-4", "--problem", "infermax", "--time-limit", "5", "--json"]
+    if from_argv:
+        monkeypatch.setattr(sys, "argv", ["optsched", *argv])
+    assert (main() if from_argv else main(argv)) == 0
     assert json.loads(capsys.readouterr().out)["instance"] == "toy-4"
 
 
