@@ -141,7 +141,7 @@ def test_an_import_error_from_an_interrupt_is_the_interrupt(monkeypatch, capsys)
     import optsched.cli
 
     def broken_import(after_sigint: bool):
-        def main() -> int:
+        def main(**options: object) -> int:
             monkeypatch.setattr(interrupt, "_seen", after_sigint)
             raise ImportError("PyCapsule_Import could not import module 'datetime'")
 
