@@ -142,7 +142,8 @@ def test_two_sweeps_into_one_folder_at_once(tmp_path: Path) -> None:
     """The issue's reproduction: two different sweeps into one empty --out at once; the second is
     refused (exit 2) while the first holds the folder, which then holds the first sweep's cells only."""
     out = tmp_path / "out"
-    first = start_cli("sweep", str(write_spec(tmp_path, slow_spec())), "--out", str(out), "--workers", "1")
+    longer = {**slow_spec(), "rate_scale": [1, 2, 3, 4, 5, 6, 7, 8]}  # 24 cells on one worker
+    first = start_cli("sweep", str(write_spec(tmp_path, longer)), "--out", str(out), "--workers", "1")
     try:
         deadline = time.monotonic() + 120
         while not (out / "_sweep.json").exists():
