@@ -293,3 +293,16 @@ def test_sigterm_is_an_interrupt_and_leaves_no_temporary_file(tmp_path: Path) ->
     while _alive(children) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(children)
+
+
+def test_the_spec_record_replaces_a_link_and_never_writes_through(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.json"
+    victim.write_text("precious")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "_sweep.json").symlink_to(victim)
+    SweepStore(folder).write_meta({"spec": {"name": "x"}})
+    assert victim.read_text() == "precious"
+    assert not (folder / "_sweep.json").is_symlink()
+    assert json.loads((folder / "_sweep.json").read_text()) == {"spec": {"name": "x"}}
+    assert sorted(p.name for p in folder.iterdir()) == ["_sweep.json"]

@@ -180,10 +180,19 @@ class SweepStore:
         return self._read_part(self.path_of(key)).to_pylist()
 
     def write_meta(self, meta: dict[str, Any]) -> None:
-        """``_sweep.json``: the spec and how the sweep was run (replaced atomically)."""
-        from ..jsonio import write_text_atomic
+        """``_sweep.json``: the spec and how the sweep was run, written to a temporary file created
+        exclusively and renamed over the name (a link there is replaced, never written through)."""
+        from ..jsonio import default_file_mode
 
-        write_text_atomic(self.root / META, json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
+        fd, tmp = tempfile.mkstemp(prefix=f".{META}.", suffix=".tmp", dir=self.root)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                os.fchmod(fh.fileno(), default_file_mode())
+                fh.write(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
+            os.replace(tmp, self.root / META)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
     def read_meta(self) -> dict[str, Any] | None:
         """The content of ``_sweep.json`` (None when there is none); :class:`StoreError` naming it
