@@ -10,16 +10,21 @@ import codecs
 import datetime
 import gzip
 import io
-import math
+import os
 import re
+import stat
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from ..integers import NumberSyntaxError, parse_decimal, parse_whole
 from .errors import WorkloadError
 
 __all__ = [
     "GZIP_MAGIC",
+    "MAX_TRACE_BYTES",
+    "MAX_TRACE_ROWS",
     "TICKS_PER_SECOND",
     "BadValue",
     "datetime_ticks",
@@ -29,6 +34,7 @@ __all__ = [
     "file_name",
     "iter_lines",
     "open_binary",
+    "read_bytes",
     "read_head",
     "utf8_error",
 ]
@@ -36,6 +42,18 @@ __all__ = [
 GZIP_MAGIC = b"\x1f\x8b"
 #: Date-time ticks per second (100 ns: the 7 fractional digits of the Azure traces).
 TICKS_PER_SECOND = 10**7
+
+#: Most bytes of a trace, after gunzipping (1 GiB: about 15 million rows of the widest format).
+#: Counted while reading, so a small gzip of a huge file, a device such as ``/dev/zero`` or a pipe
+#: is refused before its content is held.
+MAX_TRACE_BYTES = 1 << 30
+
+#: Most lines of a trace (header and blank lines included): ten million requests take about 4 GB
+#: once loaded as request objects.
+MAX_TRACE_ROWS = 10**7
+
+_READ_CHUNK = 1 << 22
+_DECOMPRESS_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
 def open_binary(path: str) -> IO[bytes]:
@@ -63,8 +81,46 @@ def read_head(path: str, size: int = 65536) -> bytes:
     try:
         with open_binary(path) as fh:
             return fh.read(size)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except _DECOMPRESS_ERRORS as exc:
+        raise WorkloadError(f"{path}: damaged or truncated gzip data ({exc})") from None
+    except OSError as exc:
         raise WorkloadError(f"{path}: cannot read file ({exc})") from None
+
+
+def read_bytes(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> bytes:
+    """The whole (gunzipped) file, at most :data:`MAX_TRACE_BYTES` bytes and ``max_lines`` lines.
+
+    Both limits are checked chunk by chunk while reading, before the content grows past them; a
+    truncated or damaged gzip stream is named as such.
+
+    Raises
+    ------
+    WorkloadError
+        Naming the file and the limit (docs/instances.md, "Limits").
+    """
+    data = bytearray()
+    lines = 0
+    try:
+        with open_binary(path) as fh:
+            regular = stat.S_ISREG(os.fstat(fh.fileno()).st_mode) if hasattr(fh, "fileno") else True
+            for chunk in iter(lambda: fh.read(_READ_CHUNK), b""):
+                data += chunk
+                lines += chunk.count(b"\n")
+                if len(data) > MAX_TRACE_BYTES:
+                    kind = "" if regular else " (not a regular file)"
+                    raise WorkloadError(
+                        f"{path}: more than {MAX_TRACE_BYTES:,} bytes{kind}, the most a trace may have "
+                        "(docs/instances.md, Limits)"
+                    )
+                if max_lines is not None and lines > max_lines:
+                    raise WorkloadError(
+                        f"{path}: more than {max_lines:,} lines, the most a trace may have (docs/instances.md, Limits)"
+                    )
+    except _DECOMPRESS_ERRORS as exc:
+        raise WorkloadError(f"{path}: damaged or truncated gzip data ({exc or type(exc).__name__})") from None
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read file ({exc.strerror or exc})") from None
+    return bytes(data)
 
 
 def utf8_error(path: str) -> WorkloadError:
@@ -100,33 +156,24 @@ class BadValue(ValueError):
 
 
 def parse_count(text: str) -> int:
-    """A token count: an integer, also written as a float with no fraction (``44.0``)."""
+    """A token count: ASCII digits, also with a zero fraction (``44.0``): :func:`optsched.integers.parse_whole`."""
     try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
-        raise BadValue(f"not an integer ({text!r})") from None
-    if not math.isfinite(value) or value != int(value):
-        raise BadValue(f"not an integer ({text!r})")
-    return int(value)
+        return parse_whole(text)
+    except NumberSyntaxError as exc:
+        raise BadValue(str(exc)) from None
 
 
 def parse_number(text: str) -> float:
-    """A finite number."""
+    """A finite decimal number: :func:`optsched.integers.parse_decimal`."""
     try:
-        value = float(text)
-    except ValueError:
-        raise BadValue(f"not a number ({text!r})") from None
-    if not math.isfinite(value):
-        raise BadValue(f"not a finite number ({text!r})")
-    return value
+        return parse_decimal(text)
+    except NumberSyntaxError as exc:
+        raise BadValue(str(exc)) from None
 
 
 _DATETIME = re.compile(
-    r"\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,7}))?\s*(Z|[+-]\d{2}(?::?\d{2})?)?\s*$"
+    r"\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,7}))?\s*(Z|[+-]\d{2}(?::?\d{2})?)?\s*$",
+    re.ASCII,
 )
 
 
@@ -150,6 +197,8 @@ def datetime_ticks(text: str) -> int:
     if tz and tz != "Z":
         sign = -1 if tz[0] == "-" else 1
         digits = tz[1:].replace(":", "")
+        if int(digits[:2]) > 23 or int(digits[2:4] or 0) > 59:
+            raise BadValue(f"zone offset out of range, at most +-23:59 ({text!r})")
         whole -= sign * (int(digits[:2]) * 3600 + int(digits[2:4] or 0) * 60)
     return whole * TICKS_PER_SECOND + (int(frac.ljust(7, "0")) if frac else 0)
 
