@@ -22,6 +22,7 @@ from typing import Any, TextIO, TypeVar
 
 from ..costmodel import CostModelError, available_profiles, load_cost_model
 from ..instance import MAX_LIMIT, MAX_RUNNING, Instance, Limits, check_requests, load_instance
+from ..integers import NumberSyntaxError, parse_int
 from ..jsonio import output_target
 from ..request_table import TableError, check_table_path
 from ..schedule import Schedule
@@ -110,9 +111,9 @@ _LIMIT_OPTIONS = ("token_budget", "prefill_budget", "kv_capacity", "max_running"
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        value = parse_int(text, signed=True)
+    except NumberSyntaxError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value

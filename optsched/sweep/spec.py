@@ -57,7 +57,10 @@ class SpecError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Unknown keys refused; every value of its declared type (strict: no ``"false"`` for a
+    boolean, no ``true`` or ``"100"`` for an integer)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class WorkloadSpec(BaseModel):
@@ -70,7 +73,7 @@ class WorkloadSpec(BaseModel):
     :class:`optsched.workload.WorkloadTransforms`).
     """
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
     instance: str | None = None
     trace: str | None = None
@@ -113,7 +116,7 @@ class WorkloadSpec(BaseModel):
 class SolveSpec(BaseModel):
     """A solve in every cell: ``problem``, its ``time_limit`` and formulation options."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
     problem: str
     time_limit: float = Field(default=30.0, gt=0, allow_inf_nan=False)
