@@ -3,7 +3,8 @@
 An integer is ASCII digits with an optional sign where the caller allows one (``-`` only for
 signed values), surrounded by optional blanks (spaces, tabs): no ``0x`` prefix, no ``_``
 separators, no Arabic-Indic or full-width digits, no exponent. At most 18 digits, so every value
-fits a 64-bit integer. A decimal number is an integer part and/or a fraction with an optional
+fits a 64-bit integer where the value is stored as one (:func:`parse_whole`); options, whose
+callers check a range, take up to :data:`MAX_OPTION_DIGITS` digits. A decimal number is an integer part and/or a fraction with an optional
 decimal exponent (``12``, ``-0.5``, ``.25``, ``1e-3``), finite. Every parser of a number the user
 wrote goes through here; JSON and YAML values are typed by their parsers and checked strictly
 (a boolean is never an integer).
@@ -14,10 +15,13 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["MAX_DIGITS", "NumberSyntaxError", "parse_decimal", "parse_int", "parse_whole"]
+__all__ = ["MAX_DIGITS", "MAX_OPTION_DIGITS", "NumberSyntaxError", "parse_decimal", "parse_int", "parse_whole"]
 
-#: Most digits of an integer: every 18-digit integer fits a signed 64-bit integer.
+#: Most digits of a stored integer: every 18-digit integer fits a signed 64-bit integer.
 MAX_DIGITS = 18
+
+#: Most digits of an option's integer (its range is the caller's; Python refuses beyond 4300).
+MAX_OPTION_DIGITS = 4000
 
 _INT = re.compile(r"[ \t]*([+-]?)([0-9]+)[ \t]*", re.ASCII)
 _WHOLE = re.compile(r"[ \t]*([+-]?)([0-9]+)(?:\.0*)?[ \t]*", re.ASCII)
@@ -29,7 +33,7 @@ class NumberSyntaxError(ValueError):
 
 
 def parse_int(text: str, *, signed: bool = False) -> int:
-    """An integer: ASCII digits, a leading ``-`` only when ``signed``, at most :data:`MAX_DIGITS` digits.
+    """An integer: ASCII digits, a sign only when ``signed``, at most :data:`MAX_OPTION_DIGITS` digits.
 
     Raises
     ------
@@ -40,8 +44,8 @@ def parse_int(text: str, *, signed: bool = False) -> int:
     if match is None or (match.group(1) and not signed):
         kind = "an integer" if signed else "a non-negative integer"
         raise NumberSyntaxError(f"not {kind} of ASCII digits ({text!r})")
-    if len(match.group(2).lstrip("0")) > MAX_DIGITS:
-        raise NumberSyntaxError(f"more than {MAX_DIGITS} digits ({text[:40]!r})")
+    if len(match.group(2).lstrip("0")) > MAX_OPTION_DIGITS:
+        raise NumberSyntaxError(f"more than {MAX_OPTION_DIGITS} digits ({text[:40]!r})")
     value = int(match.group(2))
     return -value if match.group(1) == "-" else value
 
