@@ -17,7 +17,7 @@ from ..export.vllm_replay import PlanError
 from ..instance import InstanceError, load_instance
 from ..jsonio import write_json_atomic
 from ..schedule import load_schedule
-from ._common import EXIT_NO, BadInput, check_output_path, print_json
+from ._common import EXIT_NO, BadInput, check_output_path, check_schedule_ids, print_json
 
 
 def register(subparsers: Any) -> None:
@@ -54,6 +54,7 @@ def handler(args: argparse.Namespace) -> int:
         if args.instance:
             raise
         raise BadInput(f"{args.schedule}: field 'instance': cannot load {source!r} ({exc}); pass --instance") from None
+    check_schedule_ids(instance, schedule, args.schedule)  # an unknown request is bad input, as in check
     if args.block_size is not None and args.block_size < 1:
         raise BadInput(f"--block-size: must be >= 1, got {args.block_size}")
     if args.kv_blocks is not None and args.kv_blocks < 1:
