@@ -1,13 +1,13 @@
 """The one grammar of integers and decimal numbers written as text (trace cells, command-line options).
 
-An integer is ASCII digits with an optional sign where the caller allows one (``-`` only for
-signed values), surrounded by optional blanks (spaces, tabs): no ``0x`` prefix, no ``_``
-separators, no Arabic-Indic or full-width digits, no exponent. At most 18 digits, so every value
-fits a 64-bit integer where the value is stored as one (:func:`parse_whole`); options, whose
-callers check a range, take up to :data:`MAX_OPTION_DIGITS` digits. A decimal number is an integer part and/or a fraction with an optional
-decimal exponent (``12``, ``-0.5``, ``.25``, ``1e-3``), finite. Every parser of a number the user
-wrote goes through here; JSON and YAML values are typed by their parsers and checked strictly
-(a boolean is never an integer).
+An integer is ASCII digits with an optional sign where the caller allows one (``-`` only for signed
+values), surrounded by optional blanks (spaces, tabs): no ``0x`` prefix, no ``_`` separators, no
+Arabic-Indic or full-width digits, no exponent. At most 18 digits, so every value fits a 64-bit
+integer where the value is stored as one (:func:`parse_whole`); options, whose callers check a
+range, take up to :data:`MAX_OPTION_DIGITS` digits. A decimal number is an integer part and/or a
+fraction with an optional decimal exponent (``12``, ``-0.5``, ``.25``, ``1e-3``), finite. Every
+parser of a number the user wrote goes through here; JSON and YAML values are typed by their parsers
+and checked strictly (a boolean is never an integer).
 """
 
 from __future__ import annotations

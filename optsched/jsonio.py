@@ -36,6 +36,7 @@ from typing import Any
 
 __all__ = [
     "MAX_INPUT_BYTES",
+    "MAX_STREAM_BYTES",
     "OutputError",
     "atomic_output",
     "dumps_instance",
@@ -56,12 +57,18 @@ class OutputError(ValueError):
 
 
 #: Most bytes of a JSON, TOML or YAML input (1 GiB: a schedule of tens of millions of items). A
-#: regular file's size is checked before reading; a device or a pipe is read up to the limit.
+#: regular file's size is checked before reading.
 MAX_INPUT_BYTES = 1 << 30
+
+#: Most bytes read from an input that is not a regular file (a device such as ``/dev/zero``, a
+#: pipe, a process substitution): read in chunks and refused once past it, so that an endless
+#: stream costs at most this much memory.
+MAX_STREAM_BYTES = 1 << 28
 
 
 def read_bytes_limited(path: str | Path, error: type[Exception], limit: int = MAX_INPUT_BYTES) -> bytes:
-    """The bytes of ``path``, at most ``limit`` (``error`` names the file and the limit beyond it)."""
+    """The bytes of ``path``, at most ``limit`` for a regular file and :data:`MAX_STREAM_BYTES`
+    for anything else (``error`` names the file and the limit beyond it)."""
     try:
         with open(path, "rb") as fh:
             regular = stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
@@ -70,6 +77,7 @@ def read_bytes_limited(path: str | Path, error: type[Exception], limit: int = MA
             if regular:
                 raw = fh.read()
             else:
+                limit = min(limit, MAX_STREAM_BYTES)
                 buffer = bytearray()
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
                     buffer += chunk

@@ -47,7 +47,7 @@ def arrow_available() -> bool:
     return True
 
 
-def _is_utf8(data: bytes) -> bool:
+def _is_utf8(data: bytes | bytearray) -> bool:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
     view = memoryview(data)
     try:
@@ -59,7 +59,7 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
-def _line_count(data: bytes) -> int:
+def _line_count(data: bytes | bytearray) -> int:
     """Lines of the file, a last line without its line end included."""
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
@@ -120,7 +120,9 @@ def _checked(
     return {"index": index, "times": kept_times, "prompts": prompts[index], "outputs": outputs[index], "failed": failed}
 
 
-def read_csv_columns(data: bytes, header: list[str], fmt: TraceFormat, model: str | None) -> dict[str, Any] | None:
+def read_csv_columns(
+    data: bytes | bytearray, header: list[str], fmt: TraceFormat, model: str | None
+) -> dict[str, Any] | None:
     """The kept rows as numpy columns (``index``, ``times``, ``prompts``, ``outputs``) with the
     ``failed`` and ``other_models`` counts, or None to let the standard-library reader decide."""
     import pyarrow as pa
@@ -168,7 +170,7 @@ def read_csv_columns(data: bytes, header: list[str], fmt: TraceFormat, model: st
     return None if columns is None else {**columns, "other_models": other_models}
 
 
-def read_jsonl_columns(data: bytes, fmt: TraceFormat) -> dict[str, Any] | None:
+def read_jsonl_columns(data: bytes | bytearray, fmt: TraceFormat) -> dict[str, Any] | None:
     """A JSON Lines trace's rows as numpy columns (as :func:`read_csv_columns`), or None."""
     import pyarrow as pa
     import pyarrow.json as pajson

@@ -92,13 +92,13 @@ def _keep(rows: _Rows, fmt: TraceFormat, k: int, t: Any, prompt: int, output: in
     rows.outputs.append(output)
 
 
-def _text(data: bytes) -> io.TextIOWrapper:
+def _text(data: bytes | bytearray) -> io.TextIOWrapper:
     """The file's bytes as UTF-8 text (a leading BOM dropped, line ends left to the csv module)."""
     return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig", errors="strict", newline="")
 
 
 def _read_csv(
-    path: str, data: bytes, fmt: TraceFormat | None, model: str | None, max_rows: int | None
+    path: str, data: bytes | bytearray, fmt: TraceFormat | None, model: str | None, max_rows: int | None
 ) -> tuple[TraceFormat, _Rows]:
     reader = csv.reader(_text(data))
     try:
@@ -174,7 +174,7 @@ def _quoted_line_end(path: str, line: int, header: list[str], row: list[str]) ->
     )
 
 
-def _read_jsonl(path: str, data: bytes, fmt: TraceFormat, max_rows: int | None) -> _Rows:
+def _read_jsonl(path: str, data: bytes | bytearray, fmt: TraceFormat, max_rows: int | None) -> _Rows:
     if arrow_available():
         columns = read_jsonl_columns(data, fmt)
         if columns is not None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from ..integers import NumberSyntaxError, parse_decimal, parse_whole
+from ..jsonio import MAX_STREAM_BYTES
 from .errors import WorkloadError
 
 __all__ = [
@@ -44,8 +45,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 TICKS_PER_SECOND = 10**7
 
 #: Most bytes of a trace, after gunzipping (1 GiB: about 15 million rows of the widest format).
-#: Counted while reading, so a small gzip of a huge file, a device such as ``/dev/zero`` or a pipe
-#: is refused before its content is held.
+#: Counted while reading, so a small gzip of a huge file is refused before its content is held; a
+#: device such as ``/dev/zero`` or a pipe is read up to :data:`optsched.jsonio.MAX_STREAM_BYTES`.
 MAX_TRACE_BYTES = 1 << 30
 
 #: Most lines of a trace (header and blank lines included): ten million requests take about 4 GB
@@ -87,8 +88,9 @@ def read_head(path: str, size: int = 65536) -> bytes:
         raise WorkloadError(f"{path}: cannot read file ({exc})") from None
 
 
-def read_bytes(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> bytes:
-    """The whole (gunzipped) file, at most :data:`MAX_TRACE_BYTES` bytes and ``max_lines`` lines.
+def read_bytes(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> bytearray:
+    """The whole (gunzipped) file, at most :data:`MAX_TRACE_BYTES` bytes (a file that is not a
+    regular file: :data:`~optsched.jsonio.MAX_STREAM_BYTES`) and ``max_lines`` lines.
 
     Both limits are checked chunk by chunk while reading, before the content grows past them; a
     truncated or damaged gzip stream is named as such.
@@ -102,14 +104,15 @@ def read_bytes(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> bytes:
     lines = 0
     try:
         with open_binary(path) as fh:
-            regular = stat.S_ISREG(os.fstat(fh.fileno()).st_mode) if hasattr(fh, "fileno") else True
+            regular = stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
+            limit = MAX_TRACE_BYTES if regular else MAX_STREAM_BYTES
             for chunk in iter(lambda: fh.read(_READ_CHUNK), b""):
                 data += chunk
                 lines += chunk.count(b"\n")
-                if len(data) > MAX_TRACE_BYTES:
+                if len(data) > limit:
                     kind = "" if regular else " (not a regular file)"
                     raise WorkloadError(
-                        f"{path}: more than {MAX_TRACE_BYTES:,} bytes{kind}, the most a trace may have "
+                        f"{path}: more than {limit:,} bytes{kind}, the most a trace may have "
                         "(docs/instances.md, Limits)"
                     )
                 if max_lines is not None and lines > max_lines:
@@ -120,7 +123,7 @@ def read_bytes(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> bytes:
         raise WorkloadError(f"{path}: damaged or truncated gzip data ({exc or type(exc).__name__})") from None
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read file ({exc.strerror or exc})") from None
-    return bytes(data)
+    return data
 
 
 def utf8_error(path: str) -> WorkloadError:
