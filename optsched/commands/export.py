@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from ..export import EXPORTERS, exporter_for
-from ..export.vllm_replay import PlanError
+from ..export.vllm_replay import MAX_PLAN_BLOCKS, PlanError
 from ..instance import InstanceError, load_instance
 from ..jsonio import write_json_atomic
 from ..schedule import load_schedule
@@ -57,8 +57,8 @@ def handler(args: argparse.Namespace) -> int:
     check_schedule_ids(instance, schedule, args.schedule)  # an unknown request is bad input, as in check
     if args.block_size is not None and args.block_size < 1:
         raise BadInput(f"--block-size: must be >= 1, got {args.block_size}")
-    if args.kv_blocks is not None and args.kv_blocks < 1:
-        raise BadInput(f"--kv-blocks: must be >= 1, got {args.kv_blocks}")
+    if args.kv_blocks is not None and not 1 <= args.kv_blocks <= MAX_PLAN_BLOCKS:
+        raise BadInput(f"--kv-blocks: must be from 1 to {MAX_PLAN_BLOCKS:,}, got {args.kv_blocks}")
     options = {"block_size": args.block_size, "kv_blocks": args.kv_blocks}
     if args.format != "vllm-replay":
         given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v is not None]

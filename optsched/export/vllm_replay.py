@@ -51,6 +51,7 @@ from ..schedule import ReplayResult, Schedule, replay
 
 __all__ = [
     "FORMAT",
+    "MAX_PLAN_BLOCKS",
     "VERSION",
     "PlanError",
     "PlanRequest",
