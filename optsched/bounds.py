@@ -121,7 +121,7 @@ makespan lower bound): the default report of ``optsched bound``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -130,6 +130,7 @@ import numpy as np
 from .costmodel import CostModel
 from .instance import Instance, Limits, Request
 from .result import OBJECTIVES, Bound
+from .tokensums import add_by_owner, token_blocks
 
 __all__ = [
     "RequestBounds",
@@ -191,33 +192,6 @@ def prefill_alone_time(instance: Instance, prompt_tokens: int) -> float:
 TOKEN_BLOCK = 1 << 20
 
 
-def _token_blocks(counts: np.ndarray) -> Iterator[tuple[slice, np.ndarray, np.ndarray, np.ndarray]]:
-    """Every pair (request i, rank k), k = 0..counts_i - 1, in request then rank order, in blocks of
-    at most :data:`TOKEN_BLOCK` pairs, a long request split over several blocks.
-
-    Per block: the slice of the requests it touches, and per pair its owner (request index), its
-    rank and the position in the block of its owner's first pair there. Linear in the pairs and the
-    requests (no search per pair).
-    """
-    ends = np.cumsum(counts)
-    starts = ends - counts
-    total = int(ends[-1]) if len(ends) else 0
-    for lo in range(0, total, TOKEN_BLOCK):
-        hi = min(lo + TOKEN_BLOCK, total)
-        first_owner = int(np.searchsorted(ends, lo, side="right"))
-        last_owner = int(np.searchsorted(ends, hi - 1, side="right"))
-        owners = slice(first_owner, last_owner + 1)
-        here = np.minimum(ends[owners], hi) - np.maximum(starts[owners], lo)
-        owner = np.repeat(np.arange(first_owner, last_owner + 1), here)
-        begin = starts[owner]
-        yield owners, owner, np.arange(lo, hi) - begin, np.maximum(begin, lo) - lo
-
-
-def _add_by_owner(total: np.ndarray, owners: slice, owner: np.ndarray, weights: np.ndarray) -> None:
-    """``total[i] += sum of weights of owner i``, over the requests of one block only."""
-    total[owners] += np.bincount(owner - owners.start, weights=weights, minlength=owners.stop - owners.start)
-
-
 def _decode_terms(I: np.ndarray, O: np.ndarray, cm: CostModel, P: int, alone: bool) -> np.ndarray:
     """Per request, sum over g = 1..O-1 of the cheaper way to generate token g+1 (F3).
 
@@ -227,7 +201,7 @@ def _decode_terms(I: np.ndarray, O: np.ndarray, cm: CostModel, P: int, alone: bo
     L, b, a, pb, pa, pq, db, da, dk = _coefficients(cm, exact=alone)
     tc, dx = cm.per_tile, cm.decode.per_max_kv
     total = np.zeros(len(I))
-    for owners, owner, rank, _ in _token_blocks(np.maximum(O - 1, 0)):
+    for owners, owner, rank, _ in token_blocks(np.maximum(O - 1, 0), TOKEN_BLOCK):
         held = I[owner].astype(np.float64) + rank  # slots read by the decode of token g+1, g = rank + 1
         if alone:  # lone batches, priced exactly (F2)
             decode = b + a + tc + db + da + (dk + dx) * held
@@ -236,7 +210,7 @@ def _decode_terms(I: np.ndarray, O: np.ndarray, cm: CostModel, P: int, alone: bo
         else:
             decode = a + da + dk * held
             refill = (a + pa + pq) * (held + 1.0)
-        _add_by_owner(total, owners, owner, np.minimum(decode, refill))
+        add_by_owner(total, owners, owner, np.minimum(decode, refill))
     return L * total
 
 
@@ -393,7 +367,7 @@ def _refill_extra_of_prefixes(
     width = d_max + 1
     extra = np.zeros(len(cuts) * width)  # per segment [cuts[s-1], cuts[s]), per D
     before = np.zeros(len(I))  # per request, the sum of its rho of ranks in earlier blocks
-    for owners, owner, rank, first in _token_blocks(n_dec):  # rank: 0-based in the ascending order
+    for owners, owner, rank, first in token_blocks(n_dec, TOKEN_BLOCK):  # rank: 0-based in the ascending order
         g = rank + 1.0 if slope >= 0 else n_dec[owner] - rank
         held = I[owner].astype(np.float64) + g
         rho = L * np.maximum(0.0, (a + pa + pq) * held - (a + da + dk * (held - 1.0)))
@@ -403,7 +377,7 @@ def _refill_extra_of_prefixes(
         keep = at_decodes <= d_max
         segment = np.searchsorted(cuts, owner[keep], side="right")
         extra += np.bincount(segment * width + at_decodes[keep], weights=prefix[keep], minlength=len(extra))
-        _add_by_owner(before, owners, owner, rho)
+        add_by_owner(before, owners, owner, rho)
     by_prefix = np.cumsum(extra.reshape(len(cuts), width), axis=0)
     return [by_prefix[int(np.searchsorted(cuts, n))] for n in lengths]
 
