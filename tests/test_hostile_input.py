@@ -416,3 +416,12 @@ def test_refill_extras_of_prefixes_in_one_pass(seed, monkeypatch):
     for length, extra in zip(lengths, _refill_extra_of_prefixes(I, O, cm, d_max, lengths)):
         expected = _refill_extra_brute_force(I[:length], O[:length], cm, d_max)
         assert np.allclose(extra, expected, rtol=1e-9, atol=1e-15), (length, extra - expected)
+
+
+@pytest.mark.parametrize("value", ["1_6", "\uff11\uff16", "0x10"])
+def test_integer_options_take_the_grammar(tmp_path, capsys, value):
+    assert main(["simulate", "toy-4", "--policy", "vllm", "--out", str(tmp_path / "s.json")]) == 0
+    capsys.readouterr()
+    argv = ["export", str(tmp_path / "s.json"), "--format", "vllm-replay", "--block-size", value]
+    code = main([*argv, "--out", str(tmp_path / "p.json")])
+    assert_one_line(code, capsys.readouterr().err, "--block-size")

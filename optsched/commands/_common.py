@@ -108,12 +108,17 @@ def stdout_reserved_for_json() -> Iterator[None]:
 _LIMIT_OPTIONS = ("token_budget", "prefill_budget", "kv_capacity", "max_running")
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
+def strict_int(text: str) -> int:
+    """argparse type: an integer of :mod:`optsched.integers`' grammar (ASCII digits, a sign)."""
     try:
-        value = parse_int(text, signed=True)
+        return parse_int(text, signed=True)
     except NumberSyntaxError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = strict_int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..export.vllm_replay import PlanError, load_plan
 from ..jsonio import write_json_atomic
-from ._common import EXIT_INTERNAL, EXIT_NO, BadInput, check_output_path, print_json
+from ._common import EXIT_INTERNAL, EXIT_NO, BadInput, check_output_path, print_json, strict_int
 
 
 def register(subparsers: Any) -> None:
@@ -40,11 +40,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--dtype", default="auto", help="vLLM dtype (auto, float32, bfloat16, float16)")
     p.add_argument("--out", help="result JSON (default: PLAN with suffix .result.json)")
-    p.add_argument("--repeats", type=int, default=3, help="measured passes; per-step median (default 3)")
-    p.add_argument("--warmup", type=int, default=1, help="discarded passes before measuring (default 1)")
+    p.add_argument("--repeats", type=strict_int, default=3, help="measured passes; per-step median (default 3)")
+    p.add_argument("--warmup", type=strict_int, default=1, help="discarded passes before measuring (default 1)")
     p.add_argument(
         "--kv-cache-bytes",
-        type=int,
+        type=strict_int,
         default=None,
         help="KV cache memory for vLLM (default on CPU 256 MiB; the block count comes from the plan)",
     )
@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
     )
     g = p.add_argument_group("--engine torch only")
     g.add_argument("--device", help="cuda or cpu (default: cuda when PyTorch sees one)")
-    g.add_argument("--threads", type=int, help="CPU threads PyTorch may use")
+    g.add_argument("--threads", type=strict_int, help="CPU threads PyTorch may use")
     g.add_argument(
         "--no-cuda-graphs", action="store_true", help="run GPU steps eagerly (default: a CUDA graph per step)"
     )

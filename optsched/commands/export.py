@@ -17,7 +17,7 @@ from ..export.vllm_replay import MAX_PLAN_BLOCKS, PlanError
 from ..instance import InstanceError, load_instance
 from ..jsonio import write_json_atomic
 from ..schedule import load_schedule
-from ._common import EXIT_NO, BadInput, check_output_path, check_schedule_ids, print_json
+from ._common import EXIT_NO, BadInput, check_output_path, check_schedule_ids, print_json, strict_int
 
 
 def register(subparsers: Any) -> None:
@@ -31,10 +31,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--format", required=True, choices=sorted(EXPORTERS), help="export format")
     p.add_argument("--out", required=True, help="file to write")
     p.add_argument("--instance", help="instance JSON or shipped name (default: the schedule's 'instance')")
-    p.add_argument("--block-size", type=int, default=None, help="vllm-replay: KV block size in tokens (default 16)")
+    p.add_argument(
+        "--block-size", type=strict_int, default=None, help="vllm-replay: KV block size in tokens (default 16)"
+    )
     p.add_argument(
         "--kv-blocks",
-        type=int,
+        type=strict_int,
         default=None,
         help="vllm-replay: usable KV blocks for the engine (default floor(M / block size))",
     )

@@ -17,7 +17,16 @@ from typing import Any
 
 from ..costfit import FIT_LOSSES, profile_toml
 from ..jsonio import write_json_atomic, write_text_atomic
-from ._common import EXIT_INTERNAL, EXIT_OK, BadInput, add_json_flag, check_output_path, positive_int, print_json
+from ._common import (
+    EXIT_INTERNAL,
+    EXIT_OK,
+    BadInput,
+    add_json_flag,
+    check_output_path,
+    positive_int,
+    print_json,
+    strict_int,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="longest context in the grid (default: min(8192, the model's positions) on a GPU, 256 on a CPU)",
     )
     p.add_argument("--repeats", type=positive_int, default=7, help="timed runs per step; median (default 7)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed runs per step before timing (default 1)")
+    p.add_argument("--warmup", type=strict_int, default=1, help="untimed runs per step before timing (default 1)")
     p.add_argument("--loss", choices=FIT_LOSSES, default="l1", help="fit loss on relative error (default l1)")
     p.add_argument("--threads", type=positive_int, help="CPU threads PyTorch may use")
     p.add_argument("--no-cuda-graphs", action="store_true", help="time GPU steps eagerly")
