@@ -249,7 +249,7 @@ _UNION_TAGS = frozenset({"bool", "int", "float", "str", "none", "list", "dict"})
 
 
 def _is_union_tag(part: Any) -> bool:
-    return isinstance(part, str) and (part in _UNION_TAGS or part[:1].isupper() or "[" in part)
+    return isinstance(part, str) and (part in _UNION_TAGS or part[:1].isupper() or "[" in part[1:])
 
 
 def _location(loc: tuple[Any, ...]) -> str:
