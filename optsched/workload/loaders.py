@@ -248,9 +248,14 @@ def _relative_arrivals(path: str, fmt: TraceFormat, rows: _Rows) -> np.ndarray:
             arrivals = relative
     late = int(np.argmax(np.nan_to_num(arrivals, nan=np.inf)))
     if not arrivals[late] <= MAX_ARRIVAL:
+        finite = bool(np.isfinite(arrivals[late]))
         raise WorkloadError(
             f"{path}: line {_line_of_row(path, fmt, int(rows.index[late]))}, column {fmt.arrival!r}: arrives "
-            f"more than {MAX_ARRIVAL:g} s after the first request"
+            + (
+                f"{arrivals[late]:g} s after the first request (more than {MAX_ARRIVAL:g} s)"
+                if finite
+                else f"more than {MAX_ARRIVAL:g} s after the first request"
+            )
         )
     return arrivals
 
