@@ -425,3 +425,20 @@ def test_integer_options_take_the_grammar(tmp_path, capsys, value):
     argv = ["export", str(tmp_path / "s.json"), "--format", "vllm-replay", "--block-size", value]
     code = main([*argv, "--out", str(tmp_path / "p.json")])
     assert_one_line(code, capsys.readouterr().err, "--block-size")
+
+
+@pytest.mark.parametrize(
+    "field, value, needle",
+    [
+        ("arrival", True, "field 'arrival'"),
+        ("arrival", "5", "field 'arrival'"),
+        ("prompt_tokens", True, "field 'prompt_tokens'"),
+        ("slo", {"ttft": True}, "field 'slo.ttft'"),
+    ],
+)
+def test_instance_numbers_are_never_booleans_or_strings(tmp_path, capsys, field, value, needle):
+    data = json.loads((REPO / "instances" / "toy-4.json").read_text())
+    data["requests"][0][field] = value
+    (tmp_path / "i.json").write_text(json.dumps(data))
+    code, _, err = info(capsys, tmp_path / "i.json")
+    assert_one_line(code, err, "i.json: request 'r0'", needle)
