@@ -14,7 +14,6 @@ import os
 import re
 import stat
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -33,7 +32,6 @@ __all__ = [
     "parse_count",
     "parse_number",
     "file_name",
-    "iter_lines",
     "open_binary",
     "read_bytes",
     "read_head",
@@ -204,12 +202,6 @@ def datetime_ticks(text: str) -> int:
             raise BadValue(f"zone offset out of range, at most +-23:59 ({text!r})")
         whole -= sign * (int(digits[:2]) * 3600 + int(digits[2:4] or 0) * 60)
     return whole * TICKS_PER_SECOND + (int(frac.ljust(7, "0")) if frac else 0)
-
-
-def iter_lines(path: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a text file (for JSON Lines)."""
-    with open_text(path) as fh:
-        yield from enumerate(fh, start=1)
 
 
 def file_name(path: str | Path) -> str:
