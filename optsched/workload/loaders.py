@@ -4,9 +4,11 @@
 quoted fields, extra columns), picks the format from ``format=`` or the header (JSON Lines:
 Mooncake), and returns the contract's instance: request ``row<k>`` for the k-th data row (0-based,
 counting dropped rows, so ids point back into the file), arrivals in seconds after the earliest
-loaded request (which arrives at 0), the lengths as given. A whole CSV file with numeric times is
-parsed by pyarrow (:mod:`optsched.workload.arrow`: the same rows, three times less CPU); the
-standard-library reader reads the rest and names every error. A bad value is a
+loaded request (which arrives at 0), the lengths as given. The file's bytes are read once, within
+the limits of :func:`~optsched.workload.readers.read_bytes`; every layout is parsed by pyarrow
+(:mod:`optsched.workload.arrow`: the same rows, four to five times less CPU), and whatever it does
+not vouch for (a value outside :mod:`optsched.integers`' grammar, a quoted line end, a blank line)
+is read by the standard-library reader, which names every error. A bad value is a
 :class:`~optsched.workload.errors.WorkloadError` naming the file, the line and the column.
 What a format ignores or drops is said in the instance's ``notes`` (``Instance.extra``).
 """
