@@ -222,10 +222,17 @@ def _arrays(instance: Instance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return arrival, I, O
 
 
+def _prefill_alone_times(instance: Instance, I: np.ndarray) -> np.ndarray:
+    """F(I_i) per request, computed once per distinct prompt length."""
+    lengths, where = np.unique(I, return_inverse=True)
+    times = np.array([prefill_alone_time(instance, int(x)) for x in lengths], dtype=np.float64)
+    return times[where.reshape(-1)]
+
+
 def _alone_parts(instance: Instance, I: np.ndarray, O: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per request: F(I_i) (first token alone) and the least time of its O_i - 1 later tokens alone."""
-    first = np.array([prefill_alone_time(instance, int(x)) for x in I], dtype=np.float64)
-    return first, _decode_terms(I, O, instance.cost_model, instance.limits.prefill_budget, alone=True)
+    later = _decode_terms(I, O, instance.cost_model, instance.limits.prefill_budget, alone=True)
+    return _prefill_alone_times(instance, I), later
 
 
 def critical_path_times(instance: Instance) -> np.ndarray:
@@ -521,7 +528,7 @@ def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Boun
         raise ValueError(f"unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
     arrival, I, _ = _arrays(instance)
     if objective == "ttft":
-        first = [prefill_alone_time(instance, int(x)) for x in I]
+        first = _prefill_alone_times(instance, I)
         return [
             Bound(
                 "prefill-alone",
