@@ -121,7 +121,7 @@ makespan lower bound): the default report of ``optsched bound``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -130,6 +130,7 @@ import numpy as np
 from .costmodel import CostModel
 from .instance import Instance, Limits, Request
 from .result import OBJECTIVES, Bound
+from .tokensums import add_by_owner, token_blocks
 
 __all__ = [
     "RequestBounds",
@@ -191,17 +192,6 @@ def prefill_alone_time(instance: Instance, prompt_tokens: int) -> float:
 TOKEN_BLOCK = 1 << 20
 
 
-def _token_blocks(counts: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Every pair (request i, rank k), k = 0..counts_i - 1, in request then rank order, in blocks of
-    at most :data:`TOKEN_BLOCK` pairs: (owners, ranks), a long request split over several blocks."""
-    ends = np.cumsum(counts)
-    total = int(ends[-1]) if len(ends) else 0
-    for lo in range(0, total, TOKEN_BLOCK):
-        position = np.arange(lo, min(lo + TOKEN_BLOCK, total))
-        owner = np.searchsorted(ends, position, side="right")
-        yield owner, position - (ends[owner] - counts[owner])
-
-
 def _decode_terms(I: np.ndarray, O: np.ndarray, cm: CostModel, P: int, alone: bool) -> np.ndarray:
     """Per request, sum over g = 1..O-1 of the cheaper way to generate token g+1 (F3).
 
@@ -211,7 +201,7 @@ def _decode_terms(I: np.ndarray, O: np.ndarray, cm: CostModel, P: int, alone: bo
     L, b, a, pb, pa, pq, db, da, dk = _coefficients(cm, exact=alone)
     tc, dx = cm.per_tile, cm.decode.per_max_kv
     total = np.zeros(len(I))
-    for owner, rank in _token_blocks(np.maximum(O - 1, 0)):
+    for owners, owner, rank, _ in token_blocks(np.maximum(O - 1, 0), TOKEN_BLOCK):
         held = I[owner].astype(np.float64) + rank  # slots read by the decode of token g+1, g = rank + 1
         if alone:  # lone batches, priced exactly (F2)
             decode = b + a + tc + db + da + (dk + dx) * held
@@ -220,7 +210,7 @@ def _decode_terms(I: np.ndarray, O: np.ndarray, cm: CostModel, P: int, alone: bo
         else:
             decode = a + da + dk * held
             refill = (a + pa + pq) * (held + 1.0)
-        total += np.bincount(owner, weights=np.minimum(decode, refill), minlength=len(I))
+        add_by_owner(total, owners, owner, np.minimum(decode, refill))
     return L * total
 
 
@@ -232,10 +222,17 @@ def _arrays(instance: Instance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return arrival, I, O
 
 
+def _prefill_alone_times(instance: Instance, I: np.ndarray) -> np.ndarray:
+    """F(I_i) per request, computed once per distinct prompt length."""
+    lengths, where = np.unique(I, return_inverse=True)
+    times = np.array([prefill_alone_time(instance, int(x)) for x in lengths], dtype=np.float64)
+    return times[where.reshape(-1)]
+
+
 def _alone_parts(instance: Instance, I: np.ndarray, O: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per request: F(I_i) (first token alone) and the least time of its O_i - 1 later tokens alone."""
-    first = np.array([prefill_alone_time(instance, int(x)) for x in I], dtype=np.float64)
-    return first, _decode_terms(I, O, instance.cost_model, instance.limits.prefill_budget, alone=True)
+    later = _decode_terms(I, O, instance.cost_model, instance.limits.prefill_budget, alone=True)
+    return _prefill_alone_times(instance, I), later
 
 
 def critical_path_times(instance: Instance) -> np.ndarray:
@@ -360,23 +357,36 @@ def _refill_extra_by_decodes(I: np.ndarray, O: np.ndarray, cm: CostModel, d_max:
     function linear in g with one slope for all requests, so its ascending order is g's order
     (slope >= 0) or the reverse; the r smallest are a prefix of that order.
     """
+    return _refill_extra_of_prefixes(I, O, cm, d_max, [len(I)])[0]
+
+
+def _refill_extra_of_prefixes(
+    I: np.ndarray, O: np.ndarray, cm: CostModel, d_max: int, lengths: Sequence[int]
+) -> list[np.ndarray]:
+    """:func:`_refill_extra_by_decodes` of the first n requests for each n of ``lengths``, in one
+    pass over the tokens (the extra is a sum over requests: each prefix's is a running sum of the
+    per-segment sums between the lengths)."""
     L, _, a, _, pa, pq, _, da, dk = _coefficients(cm)
+    cuts = np.unique(np.asarray(lengths, dtype=np.int64))
+    I, O = I[: int(cuts[-1])], O[: int(cuts[-1])]
     n_dec = np.maximum(O - 1, 0)
     slope = (a + pa + pq) - dk
-    extra = np.zeros(d_max + 1)
+    width = d_max + 1
+    extra = np.zeros(len(cuts) * width)  # per segment [cuts[s-1], cuts[s]), per D
     before = np.zeros(len(I))  # per request, the sum of its rho of ranks in earlier blocks
-    for owner, rank in _token_blocks(n_dec):  # rank: 0-based in the ascending order
+    for owners, owner, rank, first in token_blocks(n_dec, TOKEN_BLOCK):  # rank: 0-based in the ascending order
         g = rank + 1.0 if slope >= 0 else n_dec[owner] - rank
         held = I[owner].astype(np.float64) + g
         rho = L * np.maximum(0.0, (a + pa + pq) * held - (a + da + dk * (held - 1.0)))
         csum = np.cumsum(rho)
-        first = np.searchsorted(owner, owner, side="left")  # the owner's first position in the block
         prefix = before[owner] + csum - np.where(first > 0, csum[first - 1], 0.0)  # its rank + 1 smallest
         at_decodes = n_dec[owner] - 1 - rank  # r_i = rank + 1 refills happen at D = O_i - 2 - rank
         keep = at_decodes <= d_max
-        np.add.at(extra, at_decodes[keep], prefix[keep])
-        before += np.bincount(owner, weights=rho, minlength=len(I))
-    return extra
+        segment = np.searchsorted(cuts, owner[keep], side="right")
+        extra += np.bincount(segment * width + at_decodes[keep], weights=prefix[keep], minlength=len(extra))
+        add_by_owner(before, owners, owner, rho)
+    by_prefix = np.cumsum(extra.reshape(len(cuts), width), axis=0)
+    return [by_prefix[int(np.searchsorted(cuts, n))] for n in lengths]
 
 
 def _chunk_extra(prompts_sorted: np.ndarray, x: np.ndarray, cm: CostModel) -> np.ndarray:
@@ -407,8 +417,16 @@ def least_bias(
     return _least_bias(*_member_lengths(instance, members), instance, batch_floor, refills)
 
 
-def _least_bias(I: np.ndarray, O: np.ndarray, instance: Instance, batch_floor: int = 0, refills: bool = True) -> float:
-    """:func:`least_bias` of the requests of prompt lengths ``I`` and output lengths ``O``."""
+def _least_bias(
+    I: np.ndarray,
+    O: np.ndarray,
+    instance: Instance,
+    batch_floor: int = 0,
+    refills: bool = True,
+    extra_of: np.ndarray | None = None,
+) -> float:
+    """:func:`least_bias` of the requests of prompt lengths ``I`` and output lengths ``O``;
+    ``extra_of``: their :func:`_refill_extra_by_decodes` when computed already (up to any d_max)."""
     cm, P = instance.cost_model, instance.limits.prefill_budget
     L, b, _, pb, _, _, db, *_ = _coefficients(cm)
     if len(I) == 0:
@@ -419,7 +437,12 @@ def _least_bias(I: np.ndarray, O: np.ndarray, instance: Instance, batch_floor: i
     reach = int(np.max(first + O - 1))
     d_max = max(B, int(O.max()))
     D = np.arange(d_max + 1)
-    extra = _refill_extra_by_decodes(I, O, cm, d_max) if refills else np.zeros(d_max + 1)
+    if not refills:
+        extra = np.zeros(d_max + 1)
+    elif extra_of is not None and len(extra_of) > d_max:
+        extra = extra_of[: d_max + 1]
+    else:
+        extra = _refill_extra_by_decodes(I, O, cm, d_max)
     bp0 = np.maximum(max(B_pre, int(first.max())), reach - D)
     m = np.maximum(B, D)  # batches counted at least, before x
     lo = np.maximum(bp0, np.maximum(m, bp0) - D)
@@ -484,11 +507,14 @@ def work_bound(instance: Instance) -> tuple[float, float]:
         values = np.maximum(values, np.where(closes, arr + overhead + cum_plain, -np.inf))
     # refine the most promising suffix sets (and the whole set) with the count program
     best = set(np.argsort(-values, kind="stable")[:REFINED_SUFFIXES].tolist()) | {len(arr) - 1}
-    for k in best:
-        if closes[k]:
-            values[k] = max(values[k], arr[k] + cum_w[k] + _least_bias(Is[: k + 1], Os[: k + 1], instance))
-            if plain is not None:
-                values[k] = max(values[k], arr[k] + cum_plain[k] + _least_bias(Is[: k + 1], Os[: k + 1], plain))
+    refined = sorted(k for k in best if closes[k])
+    d_max = max(_batch_counts(Is, Os, lim)[0], int(Os.max()))  # the whole set's: at least every prefix's
+    twins = [(instance, cum_w)] + ([(plain, cum_plain)] if plain is not None else [])
+    for inst, cum in twins:
+        extras = _refill_extra_of_prefixes(Is, Os, inst.cost_model, d_max, [k + 1 for k in refined])
+        for k, extra in zip(refined, extras):
+            bias = _least_bias(Is[: k + 1], Os[: k + 1], inst, extra_of=extra)
+            values[k] = max(values[k], arr[k] + cum[k] + bias)
     k = int(np.argmax(values))
     return float(values[k]), float(arr[k])
 
@@ -502,7 +528,7 @@ def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Boun
         raise ValueError(f"unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
     arrival, I, _ = _arrays(instance)
     if objective == "ttft":
-        first = [prefill_alone_time(instance, int(x)) for x in I]
+        first = _prefill_alone_times(instance, I)
         return [
             Bound(
                 "prefill-alone",

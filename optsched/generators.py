@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .instance import Instance, InstanceError, parse_instance
+from .integers import parse_decimal, parse_int
 
 __all__ = [
     "AllAtZero",
@@ -288,13 +289,13 @@ def parse_length(spec: str) -> LengthDist:
     ``normal:MEAN,SD[,LOW[,HIGH]]`` (rounded, clipped normal)."""
     try:
         if spec.startswith("normal:"):
-            parts = [float(x) for x in spec[len("normal:") :].split(",")]
+            parts = [parse_decimal(x) for x in spec[len("normal:") :].split(",")]
             if not 2 <= len(parts) <= 4:
                 raise ValueError
             low = int(parts[2]) if len(parts) > 2 else 1
             high = int(parts[3]) if len(parts) > 3 else None
             return ClippedNormal(parts[0], parts[1], low, high)
-        values = tuple(int(x) for x in spec.split(","))
+        values = tuple(parse_int(x, signed=True) for x in spec.split(","))
         return Fixed(values[0]) if len(values) == 1 else Choice(values)
     except ValueError as exc:
         detail = f": {exc}" if str(exc) else ""
@@ -307,7 +308,7 @@ def parse_arrivals(spec: str) -> ArrivalProcess:
         return AllAtZero()
     if spec.startswith("poisson:"):
         try:
-            return Poisson(float(spec[len("poisson:") :]))
+            return Poisson(parse_decimal(spec[len("poisson:") :]))
         except ValueError as exc:
             raise ValueError(f"bad arrival spec {spec!r}: {exc}") from None
     raise ValueError(f"bad arrival spec {spec!r} (use zero or poisson:RATE)")

@@ -267,7 +267,7 @@ class Instance:
 
 
 class _SLOModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a number, never a boolean or a string
     ttft: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     tpot: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     e2e: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -277,7 +277,7 @@ class _SLOModel(BaseModel):
 class _RequestModel(BaseModel):
     model_config = ConfigDict(extra="allow")
     id: str = Field(min_length=1)
-    arrival: float = Field(default=0.0, ge=0, le=MAX_ARRIVAL, allow_inf_nan=False)
+    arrival: float = Field(default=0.0, ge=0, le=MAX_ARRIVAL, allow_inf_nan=False, strict=True)
     prompt_tokens: int = Field(ge=1, strict=True)
     output_tokens: int = Field(ge=1, strict=True)
     predicted_output_tokens: int | None = Field(default=None, ge=1, strict=True)

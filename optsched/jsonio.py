@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "MAX_INPUT_BYTES",
+    "MAX_STREAM_BYTES",
     "OutputError",
     "atomic_output",
     "dumps_instance",
@@ -55,13 +57,46 @@ class OutputError(ValueError):
     """An output file that cannot be written; the message names it."""
 
 
-def read_text(path: str | Path, error: type[Exception]) -> str:
-    """The UTF-8 text of ``path`` (a byte-order mark dropped); ``error`` names the file when it
-    cannot be read or is not UTF-8 (with the line and column of the first bad byte)."""
+#: Most bytes of a JSON, TOML or YAML input (1 GiB: a schedule of tens of millions of items). A
+#: regular file's size is checked before reading.
+MAX_INPUT_BYTES = 1 << 30
+
+#: Most bytes read from an input that is not a regular file (a device such as ``/dev/zero``, a
+#: pipe, a process substitution): read in chunks and refused once past it, so that an endless
+#: stream costs at most this much memory.
+MAX_STREAM_BYTES = 1 << 28
+
+
+def read_bytes_limited(path: str | Path, error: type[Exception], limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of ``path``, at most ``limit`` for a regular file and :data:`MAX_STREAM_BYTES`
+    for anything else (``error`` names the file and the limit beyond it)."""
     try:
-        raw = Path(path).read_bytes()
+        with open(path, "rb") as fh:
+            regular = stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
+            if regular and os.fstat(fh.fileno()).st_size > limit:
+                raise error(f"{path}: larger than {limit:,} bytes, the most an input file may have")
+            if regular:
+                raw = fh.read()
+            else:
+                limit = min(limit, MAX_STREAM_BYTES)
+                buffer = bytearray()
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    buffer += chunk
+                    if len(buffer) > limit:
+                        break
+                raw = bytes(buffer)
     except OSError as exc:
         raise error(f"{path}: cannot read file ({exc.strerror})") from None
+    if len(raw) > limit:
+        raise error(f"{path}: more than {limit:,} bytes (not a regular file), the most an input file may have")
+    return raw
+
+
+def read_text(path: str | Path, error: type[Exception]) -> str:
+    """The UTF-8 text of ``path`` (a byte-order mark dropped), at most :data:`MAX_INPUT_BYTES`;
+    ``error`` names the file when it cannot be read, is too large or is not UTF-8 (with the line
+    and column of the first bad byte)."""
+    raw = read_bytes_limited(path, error)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -36,7 +36,7 @@ import numpy as np
 
 from .costfit import best_tile_fit, fit_terms
 from .costmodel import FEATURES, OPTIONAL_FEATURES, CostModel, features_of
-from .instance import Instance, load_instance
+from .instance import MAX_RUNNING, Instance, load_instance
 from .jsonio import read_json
 from .schedule import Batch, Item, Schedule, replay
 
@@ -89,18 +89,45 @@ def load_step_measurements(path: str | Path) -> dict[str, Any]:
     return data
 
 
+#: Range of a measured step time (milliseconds: a nanosecond to about 11.6 days); beyond it a time
+#: is bad input that would overflow or underflow the fit's arithmetic.
+MIN_STEP_MS, MAX_STEP_MS = 1e-6, 1e9
+
+
 def _seconds(step: Mapping[str, Any], timing: str, where: str) -> float:
     key = f"{timing}_ms"
     value = step.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise MeasuredError(f"{where}: field {key!r}: must be a number > 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not MIN_STEP_MS <= value <= MAX_STEP_MS:
+        raise MeasuredError(
+            f"{where}: field {key!r}: must be a number of ms from {MIN_STEP_MS:g} to {MAX_STEP_MS:g}, got {value!r}"
+        )
     return float(value) * 1e-3
+
+
+#: Most items (requests) of one measured step, counted before the run-length encoding is expanded
+#: (as many as :data:`optsched.instance.MAX_RUNNING` requests held at once).
+MAX_STEP_ITEMS = MAX_RUNNING
+
+
+def _whole(value: Any) -> int:
+    """A JSON integer of a step file (not a boolean, a fraction or a string)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"not an integer: {str(value)[:40]!r}")
+    return value
 
 
 def _items(reqs: Any, encoded: bool, where: str) -> list[tuple[int, int, int]]:
     try:
-        pairs = reqs if encoded else [[r, 1] for r in reqs]
-        out = [(int(q), int(k), int(s)) for (q, k, s), n in pairs for _ in range(int(n))]
+        pairs = [(item, _whole(n)) for item, n in reqs] if encoded else [(r, 1) for r in reqs]
+    except (TypeError, ValueError) as exc:
+        raise MeasuredError(f"{where}: field 'reqs': malformed ({exc})") from None
+    total = sum(n for _, n in pairs)
+    if total > MAX_STEP_ITEMS or any(n < 0 for _, n in pairs):
+        raise MeasuredError(
+            f"{where}: field 'reqs': item counts must be >= 0 and total at most {MAX_STEP_ITEMS:,}, got {total:,}"
+        )
+    try:
+        out = [(_whole(q), _whole(k), _whole(s)) for (q, k, s), n in pairs for _ in range(n)]
     except (TypeError, ValueError) as exc:
         raise MeasuredError(f"{where}: field 'reqs': malformed ({exc})") from None
     if not out or any(q < 1 or k < q for q, k, _ in out):

@@ -207,7 +207,7 @@ def test_plan_with_an_unknown_solver(capsys: pytest.CaptureFixture[str]) -> None
         (["--seed", "-1"], "--seed"),
         (["--n", "100000000000"], "--n"),
         (["--n", "1e11"], "--n"),
-        (["--prompt", "normal:nan,1"], "finite mean"),
+        (["--prompt", "normal:nan,1"], "not a finite number ('nan')"),
     ],
 )
 def test_generate_arguments(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:

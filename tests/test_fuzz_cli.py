@@ -23,6 +23,7 @@ see what the examples cover.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import io
 import json
@@ -499,6 +500,99 @@ def test_trace_files(base: Path, command: list[str], data: st.DataObject) -> Non
         ])
     )
     run([command[0], str(trace), *command[1:], *extra, "--json"], folder)
+
+
+#: Cells that a CSV writer quotes, or a hand-edited file gets wrong: quotes, delimiters, line ends.
+CSV_ODD_CELLS = ['"x', 'x"', '"a,b"', '"a""b"', '"', '""', "a,b", '"a\nb"', '"\n', "a\rb", "\t5", " 5 "]
+
+#: Header variants: a renamed or unknown time column, BOMs, a blank first line, case, blanks.
+HEADER_VARIANTS = {
+    "as is": lambda h: h,
+    "time renamed": lambda h: h.replace("arrived_at", "arrival_time"),
+    "time unknown": lambda h: "ts," + h.split(",", 1)[1],
+    "double bom": lambda h: "\ufeff\ufeff" + h,
+    "bom": lambda h: "\ufeff" + h,
+    "blank line first": lambda h: "\n" + h,
+    "upper case": lambda h: h.upper(),
+    "blanks": lambda h: h.replace(",", " , "),
+    "duplicate column": lambda h: h + "," + h.split(",")[-1],
+}
+
+
+@st.composite
+def hostile_csv(draw: st.DrawFn) -> tuple[str, int | None]:
+    """A vidur CSV trace with a header variant and odd cells in an extra ``note`` column or in a
+    read column; with the number of data rows when every row is plain (None otherwise)."""
+    header = draw(st.sampled_from(sorted(HEADER_VARIANTS)))
+    rows = [[str(k), str(draw(st.integers(1, 300))), str(draw(st.integers(1, 30))), "ok"] for k in range(8)]
+    odd = draw(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 3), st.sampled_from(CSV_ODD_CELLS)), max_size=3))
+    for row, col, cell in odd:
+        rows[row][col] = cell
+    text = HEADER_VARIANTS[header]("arrived_at,num_prefill_tokens,num_decode_tokens,note")
+    text += "\n" + "\n".join(",".join(r) for r in rows) + "\n"
+    return text, (len(rows) if header in ("as is", "bom", "blanks") and not odd else None)
+
+
+@fuzz(40)
+@given(data=st.data())
+def test_hostile_csv_traces(base: Path, data: st.DataObject) -> None:
+    """Quotes, delimiters and line ends in fields, header variants, gzip truncation: exit 0 with
+    every row loaded, or exit 2 with one line (never a row dropped silently)."""
+    folder = workdir(base)
+    text, rows = data.draw(hostile_csv())
+    raw = text.encode()
+    name = "t.csv"
+    if data.draw(st.booleans()):
+        name, raw = "t.csv.gz", gzip.compress(raw)
+        if data.draw(st.booleans()):
+            raw, rows = raw[: data.draw(st.integers(0, len(raw) - 1))], None  # truncated
+    (folder / name).write_bytes(raw)
+    code, out, _ = run(["info", str(folder / name), "--cost-model", "llama2-7b-a100", "--json"], folder)
+    if code == 0:
+        lines = [line for line in text.lstrip("\ufeff").splitlines()[1:] if line.strip()]
+        assert json.loads(out)["requests"] == len(lines), (text, out)
+    if rows is not None:
+        assert code == 0 and json.loads(out)["requests"] == rows, text
+
+
+#: JSON values that overflow, nest deeply or are not numbers, for a field read or ignored.
+HUGE_OR_DEEP = [
+    "9" * 400,
+    "-" + "9" * 400,
+    "1e308",
+    "-1e308",
+    "1e16",
+    "NaN",
+    "Infinity",
+    "[" * 3000 + "]" * 3000,
+    "[" * 100_000 + "]" * 100_000,
+    '{"a": ' * 2000 + "1" + "}" * 2000,
+    "true",
+    '"12"',
+    "12.5",
+    "null",
+]
+
+
+@fuzz(30)
+@given(data=st.data())
+def test_huge_and_deep_json_values(base: Path, data: st.DataObject) -> None:
+    """A Mooncake trace with one huge, deep or odd value in a read or an ignored field."""
+    folder = workdir(base)
+    lines = [{"timestamp": 10 * k, "input_length": 5 + k, "output_length": 2, "hash_ids": [k]} for k in range(4)]
+    texts = [json.dumps(x) for x in lines]
+    row = data.draw(st.integers(0, 3))
+    field = data.draw(st.sampled_from(["timestamp", "input_length", "output_length", "hash_ids", "extra"]))
+    value = data.draw(st.sampled_from(HUGE_OR_DEEP))
+    texts[row] = (
+        texts[row][:-1] + f', "{field}": {value}}}'
+        if field == "extra"
+        else texts[row].replace(f'"{field}": {json.dumps(lines[row][field])}', f'"{field}": {value}')
+    )
+    (folder / "t.jsonl").write_text("\n".join(texts) + "\n")
+    code, out, _ = run(["info", str(folder / "t.jsonl"), "--cost-model", "llama2-7b-a100", "--json"], folder)
+    if code == 0:
+        assert json.loads(out)["requests"] == 4
 
 
 # --------------------------------------------------------------------------- TOML profiles

@@ -22,6 +22,7 @@ from typing import Any, TextIO, TypeVar
 
 from ..costmodel import CostModelError, available_profiles, load_cost_model
 from ..instance import MAX_LIMIT, MAX_RUNNING, Instance, Limits, check_requests, load_instance
+from ..integers import NumberSyntaxError, parse_int
 from ..jsonio import output_target
 from ..request_table import TableError, check_table_path
 from ..schedule import Schedule
@@ -108,12 +109,17 @@ def stdout_reserved_for_json() -> Iterator[None]:
 _LIMIT_OPTIONS = ("token_budget", "prefill_budget", "kv_capacity", "max_running")
 
 
+def strict_int(text: str) -> int:
+    """argparse type: an integer of :mod:`optsched.integers`' grammar (ASCII digits, a sign)."""
+    try:
+        return parse_int(text, signed=True)
+    except NumberSyntaxError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    value = strict_int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
@@ -121,10 +127,7 @@ def positive_int(text: str) -> int:
 
 def seed_int(text: str) -> int:
     """argparse type: a random seed, an integer from 0 to :data:`~optsched.workload.transforms.MAX_SEED`."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    value = strict_int(text)
     if not 0 <= value <= MAX_SEED:
         raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2**63 - 1, got {value}")
     return value

@@ -29,6 +29,7 @@ from ._common import (
     positive_int,
     print_json,
     seed_int,
+    strict_int,
     torch_device,
 )
 
@@ -54,11 +55,11 @@ def register(subparsers: Any) -> None:
         help="dtype (auto, float32, bfloat16, float16; default auto)",
     )
     p.add_argument("--out", help="result JSON (default: PLAN with suffix .result.json)")
-    p.add_argument("--repeats", type=int, default=3, help="measured passes; per-step median (default 3)")
-    p.add_argument("--warmup", type=int, default=1, help="discarded passes before measuring (default 1)")
+    p.add_argument("--repeats", type=strict_int, default=3, help="measured passes; per-step median (default 3)")
+    p.add_argument("--warmup", type=strict_int, default=1, help="discarded passes before measuring (default 1)")
     p.add_argument(
         "--kv-cache-bytes",
-        type=int,
+        type=strict_int,
         default=None,
         help="KV cache memory for vLLM (default on CPU 256 MiB; the block count comes from the plan)",
     )

@@ -13,11 +13,11 @@ import sys
 from typing import Any
 
 from ..export import EXPORTERS, exporter_for
-from ..export.vllm_replay import PlanError
+from ..export.vllm_replay import MAX_PLAN_BLOCKS, PlanError
 from ..instance import InstanceError, load_instance
 from ..jsonio import write_json_atomic
 from ..schedule import load_schedule
-from ._common import EXIT_NO, BadInput, check_output_path, print_json
+from ._common import EXIT_NO, BadInput, check_output_path, check_schedule_ids, print_json, strict_int
 
 
 def register(subparsers: Any) -> None:
@@ -31,10 +31,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--format", required=True, choices=sorted(EXPORTERS), help="export format")
     p.add_argument("--out", required=True, help="file to write")
     p.add_argument("--instance", help="instance JSON or shipped name (default: the schedule's 'instance')")
-    p.add_argument("--block-size", type=int, default=None, help="vllm-replay: KV block size in tokens (default 16)")
+    p.add_argument(
+        "--block-size", type=strict_int, default=None, help="vllm-replay: KV block size in tokens (default 16)"
+    )
     p.add_argument(
         "--kv-blocks",
-        type=int,
+        type=strict_int,
         default=None,
         help="vllm-replay: usable KV blocks for the engine (default floor(M / block size))",
     )
@@ -54,10 +56,11 @@ def handler(args: argparse.Namespace) -> int:
         if args.instance:
             raise
         raise BadInput(f"{args.schedule}: field 'instance': cannot load {source!r} ({exc}); pass --instance") from None
+    check_schedule_ids(instance, schedule, args.schedule)  # an unknown request is bad input, as in check
     if args.block_size is not None and args.block_size < 1:
         raise BadInput(f"--block-size: must be >= 1, got {args.block_size}")
-    if args.kv_blocks is not None and args.kv_blocks < 1:
-        raise BadInput(f"--kv-blocks: must be >= 1, got {args.kv_blocks}")
+    if args.kv_blocks is not None and not 1 <= args.kv_blocks <= MAX_PLAN_BLOCKS:
+        raise BadInput(f"--kv-blocks: must be from 1 to {MAX_PLAN_BLOCKS:,}, got {args.kv_blocks}")
     options = {"block_size": args.block_size, "kv_blocks": args.kv_blocks}
     if args.format != "vllm-replay":
         given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v is not None]

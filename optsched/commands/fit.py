@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..costfit import (
     FIT_LOSSES,
     TILE_CHOICES,
@@ -106,9 +108,10 @@ def _fit_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
             setattr(args, key, default)
     name = args.name or (args.out.rsplit("/", 1)[-1].removesuffix(".toml") if args.out else "fitted")
     try:
-        fit = fit_grid(data, name, args.timing, args.loss, None if args.token_tile == "none" else args.token_tile)
-        errors = grid_errors(data, fit.model, args.timing)
-    except MeasuredError as exc:
+        with np.errstate(all="ignore"):  # a fit that overflows ends in the CostModelError below
+            fit = fit_grid(data, name, args.timing, args.loss, None if args.token_tile == "none" else args.token_tile)
+            errors = grid_errors(data, fit.model, args.timing)
+    except (MeasuredError, CostModelError) as exc:
         raise BadInput(f"{args.measurements}: {exc}") from None
     where = ", ".join(str(data[k]) for k in ("device", "model", "torch", "date") if k in data)
     source = (

@@ -26,6 +26,7 @@ from ._common import (
     positive_int,
     print_json,
     seed_int,
+    strict_int,
     torch_device,
 )
 
@@ -58,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="longest context in the grid (default: min(8192, the model's positions) on a GPU, 256 on a CPU)",
     )
     p.add_argument("--repeats", type=positive_int, default=7, help="timed runs per step; median (default 7)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed runs per step before timing (default 1)")
+    p.add_argument("--warmup", type=strict_int, default=1, help="untimed runs per step before timing (default 1)")
     p.add_argument("--loss", choices=FIT_LOSSES, default="l1", help="fit loss on relative error (default l1)")
     p.add_argument("--threads", type=positive_int, help="CPU threads PyTorch may use")
     p.add_argument("--no-cuda-graphs", action="store_true", help="time GPU steps eagerly")

@@ -45,12 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from ..costmodel import FEATURES, features_of
-from ..instance import Instance
+from ..instance import MAX_LIMIT, MAX_RUNNING, MAX_TOKENS, Instance
 from ..jsonio import read_json, write_json_atomic
 from ..schedule import ReplayResult, Schedule, replay
 
 __all__ = [
     "FORMAT",
+    "MAX_PLAN_BLOCKS",
     "VERSION",
     "PlanError",
     "PlanRequest",
@@ -66,6 +67,10 @@ VERSION = 1
 DEFAULT_BLOCK_SIZE = 16
 #: Extra blocks vLLM's block pool reserves (its null block).
 NULL_BLOCKS = 1
+#: Most KV blocks a plan may give the engine or hold in a step (10^8: a hundred times an H200's
+#: 7B-model cache in blocks of 16 tokens); the engine allocates per block, so a larger count is
+#: refused before anything is allocated.
+MAX_PLAN_BLOCKS = 10**8
 
 
 class PlanError(ValueError):
@@ -171,32 +176,38 @@ class ReplayPlan:
             requests = tuple(
                 PlanRequest(
                     str(r["id"]),
-                    _integer(r["prompt_tokens"], f"request {k}: field 'prompt_tokens'"),
-                    _integer(r["output_tokens"], f"request {k}: field 'output_tokens'"),
+                    _integer(r["prompt_tokens"], f"request {k}: field 'prompt_tokens'", 1, MAX_TOKENS),
+                    _integer(r["output_tokens"], f"request {k}: field 'output_tokens'", 1, MAX_TOKENS),
                     float(r["arrival"]),
-                    _integer(r["arrival_step"], f"request {k}: field 'arrival_step'"),
+                    _integer(r["arrival_step"], f"request {k}: field 'arrival_step'", 0, MAX_PLAN_STEPS),
                 )
                 for k, r in enumerate(data["requests"])
             )
             steps = tuple(
                 PlanStep(
-                    _integer(s["batch"], f"step {j}: field 'batch'"),
+                    _integer(s["batch"], f"step {j}: field 'batch'", 0, MAX_PLAN_STEPS),
                     tuple(str(x) for x in s.get("preempt", [])),
-                    {str(k): _integer(v, f"step {j}: field 'tokens': {k!r}") for k, v in s["tokens"].items()},
+                    {
+                        str(k): _integer(v, f"step {j}: field 'tokens': {k!r}", 1, MAX_TOKENS)
+                        for k, v in s["tokens"].items()
+                    },
                     float(s["predicted_time"]),
                     features_of(s["features"]),
-                    _integer(s.get("kv_blocks", 0), f"step {j}: field 'kv_blocks'"),
+                    _integer(s.get("kv_blocks", 0), f"step {j}: field 'kv_blocks'", 0, MAX_PLAN_BLOCKS),
                 )
                 for j, s in enumerate(data["steps"])
             )
             engine = dict(data["engine"])
-            for key in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "block_size", "kv_blocks"):
-                _integer(engine[key], f"field 'engine': {key!r}")
+            for key, most in _ENGINE_RANGES.items():
+                _integer(engine[key], f"field 'engine': {key!r}", 1, most)
         except PlanError as exc:
             raise PlanError(f"{source}: {exc}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise PlanError(f"{source}: malformed plan ({type(exc).__name__}: {exc})") from None
         ids = {r.id for r in requests}
+        if len(ids) != len(requests):
+            twice = next(r.id for k, r in enumerate(requests) if any(q.id == r.id for q in requests[:k]))
+            raise PlanError(f"{source}: field 'requests': duplicate request {twice!r}")
         for j, step in enumerate(steps):
             unknown = (set(step.tokens) | set(step.preempt)) - ids
             if unknown:
@@ -205,11 +216,26 @@ class ReplayPlan:
         return cls(str(data.get("instance", "")), cost_model, engine, requests, steps, plan_source)
 
 
-def _integer(value: Any, where: str) -> int:
-    """A plan's integer field (a JSON integer: not a boolean, a fraction or a string), else a
-    PlanError naming ``where``."""
+#: Most steps of a plan (a step index beyond it cannot index a plan that fits in memory).
+MAX_PLAN_STEPS = 10**9
+
+#: The engine fields of a plan and their largest values (docs/executor.md).
+_ENGINE_RANGES = {
+    "max_num_batched_tokens": MAX_LIMIT,
+    "max_num_seqs": MAX_RUNNING,
+    "max_model_len": 2 * MAX_TOKENS,
+    "block_size": 1 << 16,
+    "kv_blocks": MAX_PLAN_BLOCKS,
+}
+
+
+def _integer(value: Any, where: str, low: int, high: int) -> int:
+    """A plan's integer field (a JSON integer, not a boolean, a fraction or a string, from ``low``
+    to ``high``), else a PlanError naming ``where``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise PlanError(f"{where}: must be an integer, got {value!r}")
+        raise PlanError(f"{where}: must be an integer, got {str(value)[:40]!r}")
+    if not low <= value <= high:
+        raise PlanError(f"{where}: must be from {low} to {high:,}, got {value:,}")
     return value
 
 
@@ -291,6 +317,11 @@ def build_plan(
     if kv_blocks is None:
         kv_blocks = cap_m // block_size if cap_m is not None else max(need, default=1)
     kv_blocks = max(kv_blocks, 1)
+    if kv_blocks > MAX_PLAN_BLOCKS:
+        raise PlanError(
+            f"kv_blocks: {kv_blocks:,} blocks of {block_size} tokens exceed {MAX_PLAN_BLOCKS:,}, the most a plan "
+            "may give the engine; pass a smaller kv_blocks or a larger block_size"
+        )
 
     steps, first_step, step_start = _plan_steps(schedule, res, held, need, kv_blocks, block_size, cap_m)
     requests = []

@@ -34,6 +34,8 @@ from ..jsonio import loads_json, read_text
 
 __all__ = [
     "LIMIT_AXES",
+    "MAX_CELLS",
+    "MAX_SPEC_VALUES",
     "BoundSpec",
     "CapacitySpec",
     "ReplicasSpec",
@@ -49,6 +51,14 @@ __all__ = [
 #: The engine limits that may be axes, in column order.
 LIMIT_AXES = ("kv_capacity", "token_budget", "prefill_budget", "max_running")
 
+#: Most cells of a grid (workloads x cost models x limit values x rate scales): a sweep of this
+#: many cells runs for days; a larger grid is refused before any work.
+MAX_CELLS = 100_000
+
+#: Most values (scalars, lists and mappings) a spec may hold once its YAML aliases are expanded:
+#: ``&a [*b, *b, ...]`` chains double the size per line, and validation walks the expanded tree.
+MAX_SPEC_VALUES = 1_000_000
+
 LimitName = Literal["kv_capacity", "token_budget", "prefill_budget", "max_running"]
 
 
@@ -57,7 +67,10 @@ class SpecError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Unknown keys refused; every value of its declared type (strict: no ``"false"`` for a
+    boolean, no ``true`` or ``"100"`` for an integer)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class WorkloadSpec(BaseModel):
@@ -70,7 +83,7 @@ class WorkloadSpec(BaseModel):
     :class:`optsched.workload.WorkloadTransforms`).
     """
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
     instance: str | None = None
     trace: str | None = None
@@ -113,7 +126,7 @@ class WorkloadSpec(BaseModel):
 class SolveSpec(BaseModel):
     """A solve in every cell: ``problem``, its ``time_limit`` and formulation options."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
     problem: str
     time_limit: float = Field(default=30.0, gt=0, allow_inf_nan=False)
@@ -231,9 +244,17 @@ def _most(limit: str) -> int:
     return MAX_RUNNING if limit == "max_running" else MAX_LIMIT
 
 
+#: Spellings pydantic gives the members of a union in an error's location (``run.bound.bool``).
+_UNION_TAGS = frozenset({"bool", "int", "float", "str", "none", "list", "dict"})
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and (part in _UNION_TAGS or part[:1].isupper() or "[" in part[1:])
+
+
 def _location(loc: tuple[Any, ...]) -> str:
     out = ""
-    for part in loc:
+    for part in (p for p in loc if not _is_union_tag(p)):
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "(top level)"
 
@@ -283,9 +304,14 @@ def parse_spec(data: Any, source: str = "<spec>", base_dir: str | Path = ".") ->
     try:
         spec = SweepSpec.model_validate({**data, "base_dir": Path(base_dir), "source": source})
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = max(exc.errors(), key=lambda e: len(e["loc"]))  # the most specific: a union's matching member
         message = err["msg"].removeprefix("Value error, ")
         raise SpecError(f"{source}: {_location(err['loc'])}: {message}") from None
+    cells = len(spec.workloads) * len(spec.cost_model or [None]) * len(spec.rate_scale)
+    for values in spec.limits.values():
+        cells *= len(values)
+    if cells > MAX_CELLS:
+        raise SpecError(f"{source}: the grid has {cells:,} cells, more than {MAX_CELLS:,} (docs/sweep.md, Limits)")
     _check_names(spec, source)
     return spec
 
@@ -302,6 +328,20 @@ def load_spec(path: str | Path) -> SweepSpec:
         return parse_spec(data, source, Path(path).resolve().parent)
     except RecursionError:  # pydantic's walk of a deeply nested value
         raise SpecError(f"{source}: lists or mappings nested too deeply") from None
+
+
+def _expanded_values(data: Any) -> int:
+    """How many values ``data`` holds once shared (aliased) lists and mappings are expanded."""
+    memo: dict[int, int] = {}
+
+    def size(value: Any) -> int:
+        if not isinstance(value, (list, dict)):
+            return 1
+        if id(value) not in memo:
+            memo[id(value)] = 1 + sum(size(v) for v in (value.values() if isinstance(value, dict) else value))
+        return memo[id(value)]
+
+    return size(data)
 
 
 def _loads_yaml(text: str, source: str) -> Any:
@@ -322,10 +362,20 @@ def _loads_yaml(text: str, source: str) -> Any:
             return super().construct_mapping(node, deep=deep)
 
     try:
-        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        if _expanded_values(data) > MAX_SPEC_VALUES:
+            raise SpecError(
+                f"{source}: more than {MAX_SPEC_VALUES:,} values once its aliases are expanded (docs/sweep.md, Limits)"
+            )
+        return data
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (a NUL byte, a control character)
+        line = text.count("\n", 0, exc.position) + 1
+        bad = f"character U+{exc.character:04X}" if isinstance(exc.character, int) else "a character"
+        raise SpecError(f"{source}: malformed YAML at line {line}: {bad} is not allowed") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise SpecError(f"{source}: malformed YAML{where}: {getattr(exc, 'problem', exc)}") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line
+        raise SpecError(f"{source}: malformed YAML{where}: {problem}") from None
     except RecursionError:  # the parser's recursion over nested flow collections
         raise SpecError(f"{source}: malformed YAML: lists or mappings nested too deeply") from None

@@ -8,13 +8,14 @@ traces. docs/instances.md lists every format with its columns and notes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from .errors import WorkloadError
 
-__all__ = ["FORMATS", "TraceFormat", "detect_format", "format_named"]
+__all__ = ["FORMATS", "TraceFormat", "check_header", "detect_format", "format_named"]
 
 
 @dataclass(frozen=True)
@@ -153,11 +154,41 @@ def format_named(name: str) -> TraceFormat:
         raise WorkloadError(f"--format: unknown trace format {name!r} (known: {', '.join(FORMATS)})") from None
 
 
+#: Header names that look like an arrival time (a column a lengths-only read would silently drop).
+_TIME_LIKE = re.compile(r"time|arriv|date|clock|epoch|(^|_)ts($|_)|_at$", re.IGNORECASE)
+
+
+def check_header(header: Sequence[str], source: str) -> None:
+    """Header names are printable text: a character such as a second byte-order mark makes a
+    column unrecognisable, so it is an error naming the column rather than a column left unread."""
+    for k, name in enumerate(header, start=1):
+        if not name.isprintable():
+            bad = next(c for c in name if not c.isprintable())
+            raise WorkloadError(
+                f"{source}: line 1, column {k}: header name {name!r} holds the invisible character "
+                f"U+{ord(bad):04X}{' (a second byte-order mark)' if bad == chr(0xFEFF) else ''}; remove it"
+            )
+
+
 def detect_format(header: Sequence[str], source: str) -> TraceFormat:
-    """The CSV format whose published columns ``header`` holds, the one with most columns first."""
+    """The CSV format whose published columns ``header`` holds, the one with most columns first.
+
+    A header detected as a format without a time (every request at 0) but holding a column whose
+    name looks like a time is an error: that column would be dropped silently; ``--format`` reads
+    such a file as the format named.
+    """
+    check_header(header, source)
     have = set(header)
     for fmt in sorted((f for f in FORMATS.values() if not f.jsonl), key=lambda f: -len(f.columns)):
         if have.issuperset(fmt.columns):
+            timelike = [h for h in header if fmt.arrival is None and _TIME_LIKE.search(h)]
+            if timelike:
+                timed = [f"{f.name}: {f.arrival!r}" for f in FORMATS.values() if f.arrival and not f.jsonl]
+                raise WorkloadError(
+                    f"{source}: line 1: column {timelike[0]!r} looks like an arrival time, but the header "
+                    f"matches format {fmt.name!r}, which reads no time (every request would arrive at 0); "
+                    f"rename it to a format's time column ({', '.join(timed)}) or pass --format {fmt.name}"
+                )
             return fmt
     raise WorkloadError(
         f"{source}: line 1: header {list(header)!r} matches no trace format; pass --format "

@@ -4,9 +4,11 @@
 quoted fields, extra columns), picks the format from ``format=`` or the header (JSON Lines:
 Mooncake), and returns the contract's instance: request ``row<k>`` for the k-th data row (0-based,
 counting dropped rows, so ids point back into the file), arrivals in seconds after the earliest
-loaded request (which arrives at 0), the lengths as given. A whole CSV file with numeric times is
-parsed by pyarrow (:mod:`optsched.workload.arrow`: the same rows, three times less CPU); the
-standard-library reader reads the rest and names every error. A bad value is a
+loaded request (which arrives at 0), the lengths as given. The file's bytes are read once, within
+the limits of :func:`~optsched.workload.readers.read_bytes`; every layout is parsed by pyarrow
+(:mod:`optsched.workload.arrow`: the same rows, four to five times less CPU), and whatever it does
+not vouch for (a value outside :mod:`optsched.integers`' grammar, a quoted line end, a blank line)
+is read by the standard-library reader, which names every error. A bad value is a
 :class:`~optsched.workload.errors.WorkloadError` naming the file, the line and the column.
 What a format ignores or drops is said in the instance's ``notes`` (``Instance.extra``).
 """
@@ -14,6 +16,7 @@ What a format ignores or drops is said in the instance's ``notes`` (``Instance.e
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,20 +26,20 @@ from typing import Any
 import numpy as np
 
 from ..costmodel import CostModel, CostModelError, load_cost_model
-from ..instance import MAX_ARRIVAL, Instance, Limits, Request, check_requests, requests_from_columns
+from ..instance import MAX_ARRIVAL, MAX_TOKENS, Instance, Limits, Request, check_requests, requests_from_columns
 from ..jsonio import gc_paused
-from .arrow import arrow_available, read_csv_columns
+from .arrow import arrow_available, read_csv_columns, read_jsonl_columns
 from .errors import WorkloadError
-from .formats import FORMATS, TraceFormat, detect_format, format_named
+from .formats import FORMATS, TraceFormat, check_header, detect_format, format_named
 from .readers import (
     TICKS_PER_SECOND,
     BadValue,
     datetime_ticks,
     file_name,
-    iter_lines,
     open_text,
     parse_count,
     parse_number,
+    read_bytes,
     read_head,
     utf8_error,
 )
@@ -64,6 +67,14 @@ class _Rows:
     failed: int = 0
     other_models: dict[str, int] = field(default_factory=dict)
 
+    def first(self, max_rows: int | None) -> _Rows:
+        """The first ``max_rows`` kept rows (the counts of left-out rows are the whole file's)."""
+        if max_rows is None or len(self.index) <= max_rows:
+            return self
+        cut = slice(0, max_rows)
+        columns = (self.index[cut], self.times[cut], self.prompts[cut], self.outputs[cut])
+        return _Rows(*columns, self.failed, self.other_models)
+
 
 def _time_parser(fmt: TraceFormat) -> Callable[[str], Any]:
     return datetime_ticks if fmt.time_unit == "datetime" else parse_number
@@ -83,23 +94,30 @@ def _keep(rows: _Rows, fmt: TraceFormat, k: int, t: Any, prompt: int, output: in
     rows.outputs.append(output)
 
 
-def _read_csv(path: str, fmt: TraceFormat | None, model: str | None, max_rows: int | None) -> tuple[TraceFormat, _Rows]:
+def _text(data: bytes | bytearray) -> io.TextIOWrapper:
+    """The file's bytes as UTF-8 text (a leading BOM dropped, line ends left to the csv module)."""
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig", errors="strict", newline="")
+
+
+def _read_csv(
+    path: str, data: bytes | bytearray, fmt: TraceFormat | None, model: str | None, max_rows: int | None
+) -> tuple[TraceFormat, _Rows]:
+    reader = csv.reader(_text(data))
     try:
-        with open_text(path) as fh:
-            reader = csv.reader(fh)
-            header = [h.strip() for h in next(reader, [])]
-            if not header:
-                raise WorkloadError(f"{path}: empty file (no header line)")
-            fmt = fmt or detect_format(header, path)
-            if max_rows is None and fmt.time_unit != "datetime" and arrow_available():
-                columns = read_csv_columns(path, header, fmt, model)
-                if columns is not None:
-                    return fmt, _Rows(**columns)
-            return fmt, _csv_rows(path, reader, header, fmt, model, max_rows)
+        header = [h.strip() for h in next(reader, [])]
+        if not header:
+            raise WorkloadError(f"{path}: empty file (no header line)")
+        check_header(header, path)
+        fmt = fmt or detect_format(header, path)
+        if arrow_available():
+            columns = read_csv_columns(data, header, fmt, model)
+            if columns is not None:
+                return fmt, _Rows(**columns).first(max_rows)
+        return fmt, _csv_rows(path, reader, header, fmt, model, max_rows)
     except UnicodeDecodeError:
         raise utf8_error(path) from None
     except csv.Error as exc:
-        raise WorkloadError(f"{path}: line {reader.line_num}: malformed CSV: {exc}") from None
+        raise WorkloadError(f"{path}: line {reader.line_num + 1}: malformed CSV: {exc}") from None
 
 
 def _csv_rows(
@@ -118,7 +136,11 @@ def _csv_rows(
     parse_time = _time_parser(fmt)
     rows = _Rows()
     k = -1
+    line = reader.line_num
     for row in reader:
+        if reader.line_num > line + 1:
+            _quoted_line_end(path, line + 1, header, row)
+        line = reader.line_num
         if not row or (len(row) == 1 and not row[0].strip()):
             continue  # blank line
         k += 1
@@ -143,11 +165,26 @@ def _csv_rows(
     return rows
 
 
-def _read_jsonl(path: str, fmt: TraceFormat, max_rows: int | None) -> _Rows:
+def _quoted_line_end(path: str, line: int, header: list[str], row: list[str]) -> None:
+    """A row read over several lines: a quoted field holds a line end (a stray quote swallows the
+    rows after it), an error naming the line where the row starts and the field."""
+    column = next((k for k, value in enumerate(row) if "\n" in value or "\r" in value), len(row) - 1)
+    name = f" {header[column]!r}" if column < len(header) else ""
+    raise WorkloadError(
+        f"{path}: line {line}, column {column + 1}{name}: a quoted field runs over the line end "
+        "(a stray quote?); trace fields never hold line ends"
+    )
+
+
+def _read_jsonl(path: str, data: bytes | bytearray, fmt: TraceFormat, max_rows: int | None) -> _Rows:
+    if arrow_available():
+        columns = read_jsonl_columns(data, fmt)
+        if columns is not None:
+            return _Rows(**columns).first(max_rows)
     rows = _Rows()
     k = -1
     try:
-        for line, text in iter_lines(path):
+        for line, text in enumerate(_text(data), start=1):
             if not text.strip():
                 continue
             k += 1
@@ -155,6 +192,8 @@ def _read_jsonl(path: str, fmt: TraceFormat, max_rows: int | None) -> _Rows:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise WorkloadError(f"{path}: line {line}, column {exc.colno}: malformed JSON: {exc.msg}") from None
+            except RecursionError:
+                raise WorkloadError(f"{path}: line {line}: JSON nested too deeply") from None
             if not isinstance(obj, dict):
                 raise WorkloadError(f"{path}: line {line}: not a JSON object")
             values = {key: _json_number(obj, key, f"{path}: line {line}, field {key!r}") for key in fmt.needed}
@@ -170,17 +209,22 @@ def _read_jsonl(path: str, fmt: TraceFormat, max_rows: int | None) -> _Rows:
     return rows
 
 
+#: Largest magnitude of a JSON number read as a time or count (beyond 64-bit integers and any
+#: millisecond clock; a larger value would overflow the arithmetic of the arrival times).
+_MAX_JSON_NUMBER = 1e15
+
+
 def _json_number(obj: Mapping[str, Any], key: str, where: str) -> float:
     value = obj.get(key)
     if value is None:
         raise WorkloadError(f"{where}: missing")
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or value != value
-        or value in (float("inf"), float("-inf"))
-    ):
-        raise WorkloadError(f"{where}: not a finite number ({value!r})")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise WorkloadError(f"{where}: not a finite number ({str(value)[:40]!r})")
+    if isinstance(value, int) and value.bit_length() > 64:
+        digits = len(str(abs(value)))
+        raise WorkloadError(f"{where}: out of range ({digits}-digit integer; at most {_MAX_JSON_NUMBER:g})")
+    if not abs(value) <= _MAX_JSON_NUMBER:
+        raise WorkloadError(f"{where}: not a finite number of magnitude at most {_MAX_JSON_NUMBER:g} ({value!r})")
     return value
 
 
@@ -196,18 +240,24 @@ def _relative_arrivals(path: str, fmt: TraceFormat, rows: _Rows) -> np.ndarray:
     if fmt.arrival is None:
         return np.zeros(len(rows.index))
     times = np.asarray(rows.times, dtype=np.int64 if fmt.time_unit == "datetime" else np.float64)
-    relative = times - times.min()
-    if fmt.time_unit == "datetime":
-        arrivals = relative / TICKS_PER_SECOND
-    elif fmt.time_unit == "ms":
-        arrivals = relative / 1000
-    else:
-        arrivals = relative
-    late = int(np.argmax(arrivals))
-    if arrivals[late] > MAX_ARRIVAL:
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is the out-of-range error below
+        relative = times - times.min()
+        if fmt.time_unit == "datetime":
+            arrivals = relative / TICKS_PER_SECOND
+        elif fmt.time_unit == "ms":
+            arrivals = relative / 1000
+        else:
+            arrivals = relative
+    late = int(np.argmax(np.nan_to_num(arrivals, nan=np.inf)))
+    if not arrivals[late] <= MAX_ARRIVAL:
+        finite = bool(np.isfinite(arrivals[late]))
         raise WorkloadError(
             f"{path}: line {_line_of_row(path, fmt, int(rows.index[late]))}, column {fmt.arrival!r}: arrives "
-            f"{arrivals[late]:g} s after the first request (more than {MAX_ARRIVAL:g} s)"
+            + (
+                f"{arrivals[late]:g} s after the first request (more than {MAX_ARRIVAL:g} s)"
+                if finite
+                else f"more than {MAX_ARRIVAL:g} s after the first request"
+            )
         )
     return arrivals
 
@@ -239,6 +289,10 @@ def _notes(path: str, fmt: TraceFormat, rows: _Rows, model: str | None) -> list[
     return notes
 
 
+#: Bytes read to detect a format (the header line must end within them).
+_HEAD_BYTES = 65536
+
+
 def trace_format_of(path: str | Path, format: str | None = None) -> TraceFormat:
     """The format ``path`` is read in: ``format`` by name, else detected from its first bytes."""
     if format is not None:
@@ -247,13 +301,15 @@ def trace_format_of(path: str | Path, format: str | None = None) -> TraceFormat:
     head = read_head(source)
     if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
         return FORMATS["mooncake"]
-    try:
-        first_line = head.decode("utf-8-sig", errors="replace").splitlines()[0] if head else ""
-    except IndexError:
-        first_line = ""
-    header = [h.strip() for h in next(csv.reader([first_line]), [])]
-    if not header:
+    text = head.decode("utf-8-sig", errors="replace")
+    if not text.strip():
         raise WorkloadError(f"{source}: empty file (no header line)")
+    lines = text.splitlines()
+    if len(lines) == 1 and len(head) == _HEAD_BYTES:
+        raise WorkloadError(f"{source}: line 1: no line end in the first {_HEAD_BYTES:,} bytes (not a trace's header)")
+    header = [h.strip() for h in next(csv.reader([lines[0]]), [])]
+    if not any(header):
+        raise WorkloadError(f"{source}: line 1: blank; the header must be the first line")
     return detect_format(header, source)
 
 
@@ -301,11 +357,13 @@ def load_trace(
         raise WorkloadError(f"{source}: unknown trace option(s) {sorted(format_options)}")
     if model is not None and fmt.model_column is None:
         raise WorkloadError(f"--model: applies only to a trace with a model column (format {fmt.name!r} has none)")
+    data = read_bytes(source)
     with gc_paused():
         if fmt.jsonl:
-            rows = _read_jsonl(source, fmt, max_rows)
+            rows = _read_jsonl(source, data, fmt, max_rows)
         else:
-            fmt, rows = _read_csv(source, fmt, model, max_rows)
+            fmt, rows = _read_csv(source, data, fmt, model, max_rows)
+        del data
         if not len(rows.index):
             seen = f" (models in the file: {', '.join(sorted(rows.other_models))})" if rows.other_models else ""
             raise WorkloadError(f"{source}: no requests{seen}")
@@ -313,15 +371,18 @@ def load_trace(
         index = np.asarray(rows.index)
         contiguous = len(index) == 0 or int(index[-1]) == len(index) - 1  # no row dropped
         ids = [f"row{k}" for k in (range(len(index)) if contiguous else index.tolist())]
-        requests = requests_from_columns(
-            ids, arrivals, np.asarray(rows.prompts).tolist(), np.asarray(rows.outputs).tolist()
-        )
+        prompts, outputs = np.asarray(rows.prompts, dtype=np.int64), np.asarray(rows.outputs, dtype=np.int64)
+        requests = requests_from_columns(ids, arrivals, prompts.tolist(), outputs.tolist())
     try:
         cost = load_cost_model(cost_model)
     except CostModelError as exc:
         raise WorkloadError(f"{source}: {exc}") from None
     limits = limits or Limits()
-    check_requests(requests, limits, source, check_capacity, check_ids=False)  # row<k> ids are unique
+    bad = (prompts > MAX_TOKENS) | (outputs > MAX_TOKENS)
+    if check_capacity and limits.kv_capacity is not None:
+        bad |= prompts + outputs - 1 > limits.kv_capacity
+    if bad.any():  # the first bad request's error, as the instance's check words it
+        check_requests([requests[int(np.argmax(bad))]], limits, source, check_capacity, check_ids=False)
     extra: dict[str, Any] = {"source": f"{fmt.name} trace {Path(source).name}"}
     notes = _notes(source, fmt, rows, model)
     if notes:

@@ -10,16 +10,21 @@ import codecs
 import datetime
 import gzip
 import io
-import math
+import os
 import re
-from collections.abc import Iterator
+import stat
+import zlib
 from pathlib import Path
 from typing import IO
 
+from ..integers import NumberSyntaxError, parse_decimal, parse_whole
+from ..jsonio import MAX_STREAM_BYTES
 from .errors import WorkloadError
 
 __all__ = [
     "GZIP_MAGIC",
+    "MAX_TRACE_BYTES",
+    "MAX_TRACE_ROWS",
     "TICKS_PER_SECOND",
     "BadValue",
     "datetime_ticks",
@@ -27,8 +32,8 @@ __all__ = [
     "parse_count",
     "parse_number",
     "file_name",
-    "iter_lines",
     "open_binary",
+    "read_bytes",
     "read_head",
     "utf8_error",
 ]
@@ -36,6 +41,18 @@ __all__ = [
 GZIP_MAGIC = b"\x1f\x8b"
 #: Date-time ticks per second (100 ns: the 7 fractional digits of the Azure traces).
 TICKS_PER_SECOND = 10**7
+
+#: Most bytes of a trace, after gunzipping (1 GiB: about 15 million rows of the widest format).
+#: Counted while reading, so a small gzip of a huge file is refused before its content is held; a
+#: device such as ``/dev/zero`` or a pipe is read up to :data:`optsched.jsonio.MAX_STREAM_BYTES`.
+MAX_TRACE_BYTES = 1 << 30
+
+#: Most lines of a trace (header and blank lines included): ten million requests take about 4 GB
+#: once loaded as request objects.
+MAX_TRACE_ROWS = 10**7
+
+_READ_CHUNK = 1 << 22
+_DECOMPRESS_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
 def open_binary(path: str) -> IO[bytes]:
@@ -63,8 +80,48 @@ def read_head(path: str, size: int = 65536) -> bytes:
     try:
         with open_binary(path) as fh:
             return fh.read(size)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except _DECOMPRESS_ERRORS as exc:
+        raise WorkloadError(f"{path}: damaged or truncated gzip data ({exc})") from None
+    except OSError as exc:
         raise WorkloadError(f"{path}: cannot read file ({exc})") from None
+
+
+def read_bytes(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> bytearray:
+    """The whole (gunzipped) file, at most :data:`MAX_TRACE_BYTES` bytes (a file that is not a
+    regular file: :data:`~optsched.jsonio.MAX_STREAM_BYTES`) and ``max_lines`` lines.
+
+    Both limits are checked chunk by chunk while reading, before the content grows past them; a
+    truncated or damaged gzip stream is named as such.
+
+    Raises
+    ------
+    WorkloadError
+        Naming the file and the limit (docs/instances.md, "Limits").
+    """
+    data = bytearray()
+    lines = 0
+    try:
+        with open_binary(path) as fh:
+            regular = stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
+            limit = MAX_TRACE_BYTES if regular else MAX_STREAM_BYTES
+            for chunk in iter(lambda: fh.read(_READ_CHUNK), b""):
+                data += chunk
+                lines += chunk.count(b"\n")
+                if len(data) > limit:
+                    kind = "" if regular else " (not a regular file)"
+                    raise WorkloadError(
+                        f"{path}: more than {limit:,} bytes{kind}, the most a trace may have "
+                        "(docs/instances.md, Limits)"
+                    )
+                if max_lines is not None and lines > max_lines:
+                    raise WorkloadError(
+                        f"{path}: more than {max_lines:,} lines, the most a trace may have (docs/instances.md, Limits)"
+                    )
+    except _DECOMPRESS_ERRORS as exc:
+        raise WorkloadError(f"{path}: damaged or truncated gzip data ({exc or type(exc).__name__})") from None
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read file ({exc.strerror or exc})") from None
+    return data
 
 
 def utf8_error(path: str) -> WorkloadError:
@@ -100,33 +157,24 @@ class BadValue(ValueError):
 
 
 def parse_count(text: str) -> int:
-    """A token count: an integer, also written as a float with no fraction (``44.0``)."""
+    """A token count: ASCII digits, also with a zero fraction (``44.0``): :func:`optsched.integers.parse_whole`."""
     try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
-        raise BadValue(f"not an integer ({text!r})") from None
-    if not math.isfinite(value) or value != int(value):
-        raise BadValue(f"not an integer ({text!r})")
-    return int(value)
+        return parse_whole(text)
+    except NumberSyntaxError as exc:
+        raise BadValue(str(exc)) from None
 
 
 def parse_number(text: str) -> float:
-    """A finite number."""
+    """A finite decimal number: :func:`optsched.integers.parse_decimal`."""
     try:
-        value = float(text)
-    except ValueError:
-        raise BadValue(f"not a number ({text!r})") from None
-    if not math.isfinite(value):
-        raise BadValue(f"not a finite number ({text!r})")
-    return value
+        return parse_decimal(text)
+    except NumberSyntaxError as exc:
+        raise BadValue(str(exc)) from None
 
 
 _DATETIME = re.compile(
-    r"\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,7}))?\s*(Z|[+-]\d{2}(?::?\d{2})?)?\s*$"
+    r"\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,7}))?\s*(Z|[+-]\d{2}(?::?\d{2})?)?\s*$",
+    re.ASCII,
 )
 
 
@@ -150,14 +198,10 @@ def datetime_ticks(text: str) -> int:
     if tz and tz != "Z":
         sign = -1 if tz[0] == "-" else 1
         digits = tz[1:].replace(":", "")
+        if int(digits[:2]) > 23 or int(digits[2:4] or 0) > 59:
+            raise BadValue(f"zone offset out of range, at most +-23:59 ({text!r})")
         whole -= sign * (int(digits[:2]) * 3600 + int(digits[2:4] or 0) * 60)
     return whole * TICKS_PER_SECOND + (int(frac.ljust(7, "0")) if frac else 0)
-
-
-def iter_lines(path: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a text file (for JSON Lines)."""
-    with open_text(path) as fh:
-        yield from enumerate(fh, start=1)
 
 
 def file_name(path: str | Path) -> str:

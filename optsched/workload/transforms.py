@@ -81,10 +81,12 @@ class WorkloadTransforms:
                 raise WorkloadError(f"transform {name!r}: must be a finite number > 0, got {value!r}")
         if self.sample is not None and not (_is_number(self.sample) and 0 < self.sample <= 1):
             raise WorkloadError(f"transform 'sample': must be a fraction in (0, 1], got {self.sample!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED
+        ):
             raise WorkloadError(f"transform 'seed': must be an integer from 0 to 2**63 - 1, got {self.seed!r}")
-        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
-            raise WorkloadError(f"transform 'seed': must be an integer from 0 to 2**63 - 1, got {self.seed!r}")
+        if not isinstance(self.offline, bool):
+            raise WorkloadError(f"transform 'offline': must be true or false, got {self.offline!r}")
         if self.seed is not None and self.sample is None:
             raise WorkloadError("transform 'seed': only applies with 'sample'")
         if self.window is not None:

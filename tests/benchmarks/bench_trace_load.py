@@ -1,18 +1,23 @@
-"""Benchmark: loading a large BurstGPT-layout trace (run on demand; goal: 5 M rows in < 10 s, < 2 GB).
+"""Benchmark: loading a large trace (run on demand; goals: 5 M BurstGPT rows in < 10 s, < 2 GB; a
+1 M-row trace of every layout in at most ``pandas.read_csv``'s time of the same file).
 
     nice -n 10 python tests/benchmarks/bench_trace_load.py [--rows 5000000] [--file PATH] [--methods ...]
+    python tests/benchmarks/bench_trace_load.py --rows 1000000 --layout all --methods optsched pandas --repeat 3
 
-Writes a seeded BurstGPT-layout CSV (``Timestamp,Model,Request tokens,Response tokens,Total
-tokens,Log Type``; about 2 % failed rows with 0 response tokens) unless ``--file`` names one, then
-runs every method in a fresh Python process and prints its wall time, its CPU time (user + system,
-imports included) and peak resident memory (``ru_maxrss`` of the child), with the machine's load
-average before and after:
+Writes a seeded trace of ``--layout`` (default ``burstgpt``: ``Timestamp,Model,Request tokens,
+Response tokens,Total tokens,Log Type``, about 2 % failed rows with 0 response tokens; ``vidur``,
+``azure`` with date-times, ``mooncake`` JSON Lines; ``all``: each in turn) unless ``--file`` names
+one, then runs every method in a fresh Python process, ``--repeat`` times alternating the methods,
+and prints each run's wall time, its CPU time (user + system, imports included) and peak resident
+memory (``ru_maxrss`` of the child), with the machine's load average before and after:
 
 - ``optsched``: ``optsched.workload.load_trace`` as shipped (pyarrow fast path when installed),
   down to the :class:`~optsched.instance.Instance` of 5 M requests;
 - ``optsched-stdlib``: the same with the pyarrow path turned off (the standard-library reader);
-- ``parse-stdlib``, ``parse-pyarrow``, ``parse-pandas``: parsing the three columns only (no
-  requests built), to compare the parsers themselves.
+- ``pandas``: ``pandas.read_csv`` of the whole file (``read_json(lines=True)`` for JSON Lines),
+  imports included, as ``optsched``'s are (pandas is not a dependency: install it to compare);
+- ``parse-stdlib``, ``parse-pyarrow``, ``parse-pandas``: parsing the three BurstGPT columns only
+  (no requests built), to compare the parsers themselves.
 
 Results go into docs/performance.md, section "Loading traces".
 """
@@ -40,6 +45,11 @@ from optsched.workload import load_trace, loaders
 loaders.arrow_available = lambda: False
 inst = load_trace(PATH, "llama2-7b-a100")
 n = len(inst.requests)
+""",
+    "pandas": """
+import pandas as pd
+frame = pd.read_json(PATH, lines=True) if PATH.endswith(".jsonl") else pd.read_csv(PATH)
+n = len(frame)
 """,
     "parse-stdlib": """
 import csv
@@ -75,24 +85,48 @@ print(n, wall, use.ru_maxrss / 1024, use.ru_utime + use.ru_stime)
 """
 
 
-def write_trace(path: Path, rows: int, seed: int = 0) -> None:
-    """A BurstGPT-layout CSV: Poisson arrivals (mean gap 0.05 s), two models, ~2 % failed rows."""
+def _rows(rng: np.random.Generator, n: int, t: float, layout: str) -> list[str]:
+    """n rows of ``layout`` from time t: Poisson arrivals (mean gap 0.05 s)."""
+    times = t + np.cumsum(rng.exponential(0.05, n))
+    req = rng.integers(1, 4000, n).tolist()
+    if layout == "burstgpt":  # two models, ~2 % failed rows
+        resp = np.where(rng.random(n) < 0.02, 0, rng.integers(1, 1000, n)).tolist()
+        model = np.where(rng.random(n) < 0.7, "ChatGPT", "GPT-4").tolist()
+        return [
+            f"{a:.3f},{m},{p},{o},{p + o},Conversation log\n" for a, m, p, o in zip(times.tolist(), model, req, resp)
+        ]
+    resp = rng.integers(1, 1000, n).tolist()
+    if layout == "vidur":
+        return [f"{a:.6f},{p},{o}\n" for a, p, o in zip(times.tolist(), req, resp)]
+    if layout == "azure":  # 7 fractional digits, as the Azure traces
+        stamps = (np.datetime64("2023-11-16T18:00:00", "ns") + (times * 1e9).astype("timedelta64[ns]")).astype(str)
+        return [f"{d.replace('T', ' ')[:27]},{p},{o}\n" for d, p, o in zip(stamps.tolist(), req, resp)]
+    return [  # mooncake
+        f'{{"timestamp": {int(a * 1000)}, "input_length": {p}, "output_length": {o}, "hash_ids": [{p}, {o}]}}\n'
+        for a, p, o in zip(times.tolist(), req, resp)
+    ]
+
+
+HEADERS = {
+    "burstgpt": "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n",
+    "vidur": "arrived_at,num_prefill_tokens,num_decode_tokens\n",
+    "azure": "TIMESTAMP,ContextTokens,GeneratedTokens\n",
+    "mooncake": "",
+}
+
+
+def write_trace(path: Path, rows: int, seed: int = 0, layout: str = "burstgpt") -> None:
+    """A seeded trace of ``layout`` (:data:`HEADERS`)."""
     rng = np.random.default_rng(seed)
     chunk = 500_000
     t = 0.0
     with open(path, "w") as fh:
-        fh.write("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n")
+        fh.write(HEADERS[layout])
         for start in range(0, rows, chunk):
             n = min(chunk, rows - start)
-            times = t + np.cumsum(rng.exponential(0.05, n))
-            t = float(times[-1])
-            req = rng.integers(1, 4000, n)
-            resp = np.where(rng.random(n) < 0.02, 0, rng.integers(1, 1000, n))
-            model = np.where(rng.random(n) < 0.7, "ChatGPT", "GPT-4")
-            fh.writelines(
-                f"{a:.3f},{m},{p},{o},{p + o},Conversation log\n"
-                for a, m, p, o in zip(times.tolist(), model.tolist(), req.tolist(), resp.tolist())
-            )
+            lines = _rows(rng, n, t, layout)
+            t += 0.05 * n
+            fh.writelines(lines)
 
 
 def run(method: str, path: Path) -> tuple[int, float, float, float] | str:
@@ -105,32 +139,45 @@ def run(method: str, path: Path) -> tuple[int, float, float, float] | str:
     return int(n), float(wall), float(rss), float(cpu)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, default=5_000_000)
-    ap.add_argument("--file", type=Path, help="an existing BurstGPT-layout CSV (default: write one)")
-    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    args = ap.parse_args()
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; cpus: {os.cpu_count()}")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = args.file
-        if path is None:
-            path = Path(tmp) / "burstgpt.csv"
-            t0 = time.perf_counter()
-            write_trace(path, args.rows)
-            print(
-                f"wrote {args.rows:,} rows ({path.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.1f} s"
-            )
-        for method in args.methods:
+def bench(path: Path, methods: list[str], repeat: int) -> None:
+    """Every method ``repeat`` times, alternating; each run's line and each method's median wall."""
+    walls: dict[str, list[float]] = {m: [] for m in methods}
+    for _ in range(repeat):
+        for method in methods:
             out = run(method, path)
             if isinstance(out, str):
                 print(f"{method:16s} not run: {out}")
-            else:
-                n, wall, rss, cpu = out
-                print(
-                    f"{method:16s} {n:>10,} rows  {wall:7.2f} s wall  {cpu:7.2f} s CPU (with imports)  "
-                    f"peak {rss:7.0f} MiB"
-                )
+                continue
+            n, wall, rss, cpu = out
+            walls[method].append(wall)
+            print(
+                f"{method:16s} {n:>10,} rows  {wall:7.2f} s wall  {cpu:7.2f} s CPU (with imports)  peak {rss:7.0f} MiB"
+            )
+    for method, values in walls.items():
+        if values:
+            print(f"{method:16s} median {float(np.median(values)):.2f} s wall over {len(values)} run(s)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=5_000_000)
+    ap.add_argument("--file", type=Path, help="an existing trace (default: write one of --layout)")
+    ap.add_argument("--layout", default="burstgpt", choices=[*HEADERS, "all"])
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each method, alternating")
+    args = ap.parse_args()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; cpus: {os.cpu_count()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.file is not None:
+            bench(args.file, args.methods, args.repeat)
+        for layout in [] if args.file is not None else list(HEADERS) if args.layout == "all" else [args.layout]:
+            path = Path(tmp) / f"{layout}.{'jsonl' if layout == 'mooncake' else 'csv'}"
+            t0 = time.perf_counter()
+            write_trace(path, args.rows, layout=layout)
+            size = path.stat().st_size / 2**20
+            print(f"{layout}: wrote {args.rows:,} rows ({size:.0f} MiB) in {time.perf_counter() - t0:.1f} s")
+            bench(path, args.methods, args.repeat)
+            path.unlink()
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
