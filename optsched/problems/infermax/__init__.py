@@ -53,9 +53,9 @@ from dataclasses import replace
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from ...bounds import generic_bounds
 from ...deadline import passed, seconds_left
 from ...instance import Instance
+from ...load_bounds import proven_bounds
 from ...options import OptionError
 from ...result import Bound, SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
@@ -99,11 +99,11 @@ def _meets(value: float, bound: float) -> bool:
 def _generic_bounds(instance: Instance, objective: str) -> list[Bound]:
     """The bounds of :mod:`optsched.bounds`, each the larger of its value under the profile and under
     the linear form of :func:`.model.linear_instance` (both proven, by (F0) of :mod:`optsched.bounds`)."""
-    out = generic_bounds(instance, objective)
+    out = proven_bounds(instance, objective)
     linear = linear_instance(instance)
     if linear is instance:
         return out
-    other = {b.name: b for b in generic_bounds(linear, objective)}
+    other = {b.name: b for b in proven_bounds(linear, objective)}
     return [max(b, other.get(b.name, b), key=lambda bound: bound.value) for b in out]
 
 

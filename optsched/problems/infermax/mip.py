@@ -36,7 +36,6 @@ the model is solved again with presolve off (:func:`optsched.mipsolvers.solve_mo
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 import time
@@ -49,7 +48,7 @@ from ...deadline import BuildStopped, check, passed, seconds_left
 from ...instance import Instance
 from ...mipsolvers import pulp_solver, solve_model, solver_deadline
 from ...result import Bound, Status
-from .cpsat import BackendResult, true_objective
+from .cpsat import BackendResult, objective_units, true_objective
 from .data import ModelData, build_data, check_size, request_batch_grid
 from .model import InferMaxOptions
 from .schedules import earliest_starts, serial_schedule
@@ -398,6 +397,7 @@ def solve_mip(
         return BackendResult(status=Status.INFEASIBLE, info=info)
     optimal = status == "Optimal" and sol == pulp.LpSolutionOptimal
     bound = _bound(mip.p, solver, optimal)
+    bound = None if bound is None else objective_units(data, bound)
     if not has_solution:
         return BackendResult(status=Status.UNKNOWN, bound=bound, info=info)
     N, J = data.N, data.J
@@ -475,7 +475,7 @@ def _event_times(data: ModelData, mip: MipModel, E_sec: list[float]) -> list[flo
     out = []
     for i in range(data.N):
         G = [round(_val(mip.G[i][j])) for j in range(data.J)]
-        target = data.output[i] if data.options.objective == "completion" else 1
+        target = data.output[i] if data.options.objective == "latency" else 1
         out.append(E_sec[next(j for j in range(data.J) if G[j] >= target)])
     return out
 
@@ -506,9 +506,7 @@ def lp_relaxation_bound(instance: Instance, options: Mapping[str, Any] | InferMa
             True,
             f"trivial: the LP relaxation over J = {data.J} batches was not solved to optimality",
         )
-    value = float(pulp.value(mip.p.objective)) / UNIT
-    if opts.objective == "ttft":
-        value = (value - math.fsum(data.arrival)) / data.N
+    value = objective_units(data, float(pulp.value(mip.p.objective)) / UNIT)
     return Bound(
         "lp-relaxation",
         value,
