@@ -509,8 +509,9 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
 
     The model computes its objectives exactly as :func:`optsched.schedule.replay` does, so every
     bound of :mod:`optsched.bounds` (proven for every schedule that replays cleanly) holds for its
-    optimum. ``method='lp'`` adds the LP relaxation of the MIP (:mod:`.mip`; proven, usually weaker
-    than the work bound on large instances but independent of it). ``method='relax'`` adds, for the
+    optimum; for ``latency`` and ``ttft`` so does every load-aware bound of :mod:`optsched.load_bounds`.
+    ``method='lp'`` adds the LP relaxation of the MIP (:mod:`.mip`; proven, usually weaker than the
+    work bound on large instances but independent of it) when it is solved to a positive value. ``method='relax'`` adds, for the
     makespan with a KV capacity, the residency bound of :mod:`.relax` over the proven horizon of the
     best candidate schedule (the serial one and every policy), raised by the bound of :mod:`.chunks`
     when it applies (the relaxation solved within one prefill bias of the best schedule known),
@@ -536,7 +537,8 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
     if bound_opts.method == "lp":
         from .mip import lp_relaxation_bound
 
-        out.append(lp_relaxation_bound(instance, bound_opts.solve_options()))
+        lp = lp_relaxation_bound(instance, bound_opts.solve_options())
+        out.extend([lp] if lp is not None else [])
     if bound_opts.method != "relax" or objective != "makespan":
         return out
     if instance.limits.kv_capacity is None:

@@ -480,11 +480,13 @@ def _event_times(data: ModelData, mip: MipModel, E_sec: list[float]) -> list[flo
     return out
 
 
-def lp_relaxation_bound(instance: Instance, options: Mapping[str, Any] | InferMaxOptions) -> Bound:
+def lp_relaxation_bound(instance: Instance, options: Mapping[str, Any] | InferMaxOptions) -> Bound | None:
     """The LP relaxation of the MIP over the proven horizon of the serial schedule (HiGHS).
 
     Only an LP solved to optimality bounds the optimum: when it is not built (option
-    ``max_cells``) or stops at the time limit, the bound is the trivial 0, and the note says why.
+    ``max_cells``), stops at the time limit or gives no positive value (the big-M links of the
+    per-request objectives let a fractional point finish every request at time 0), there is no
+    bound and None is returned.
     """
     from ...result import replayed_objective
 
@@ -495,18 +497,15 @@ def lp_relaxation_bound(instance: Instance, options: Mapping[str, Any] | InferMa
     data = build_data(instance, opts, mk, val, 0)
     try:
         mip = MipModel(data, relax=True)
-    except BuildStopped as exc:
-        return Bound("lp-relaxation", 0.0, True, f"trivial: the LP relaxation was not built ({exc})")
+    except BuildStopped:
+        return None
     solver = _solver(data, warm=False, relax=True)
     mip.p.solve(solver)
     if mip.p.sol_status != pulp.LpSolutionOptimal:  # PuLP reports a stopped HiGHS as status "Optimal"
-        return Bound(
-            "lp-relaxation",
-            0.0,
-            True,
-            f"trivial: the LP relaxation over J = {data.J} batches was not solved to optimality",
-        )
+        return None
     value = objective_units(data, float(pulp.value(mip.p.objective)) / UNIT)
+    if value <= 0.0:
+        return None
     return Bound(
         "lp-relaxation",
         value,
