@@ -513,10 +513,11 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
     ``method='lp'`` adds the LP relaxation of the MIP (:mod:`.mip`; proven, usually weaker than the
     work bound on large instances but independent of it) when it is solved to a positive value.
     ``method='relax'`` adds, for the makespan with a KV capacity, the residency bound of
-    :mod:`.relax` over the proven horizon of the best candidate schedule (the serial one and every policy), raised by the bound of :mod:`.chunks`
-    when it applies (the relaxation solved within one prefill bias of the best schedule known),
-    within ``time_limit`` (default :data:`RELAX_BOUND_TIME` s, the candidates included). For the makespan with a KV
-    capacity the KV-time bound of :mod:`.kvtime` is always added, and ``method='trajectory'`` adds
+    :mod:`.relax` over the proven horizon of the best candidate schedule (the serial one and every
+    policy), raised by the bound of :mod:`.chunks` when it applies (the relaxation solved within one
+    prefill bias of the best schedule known), within ``time_limit`` (default
+    :data:`RELAX_BOUND_TIME` s, the candidates included). For the makespan with a KV capacity the
+    KV-time bound of :mod:`.kvtime` is always added, and ``method='trajectory'`` adds
     the trajectory bound of :mod:`.colgen` within ``time_limit`` (default the same).
     """
     bound_opts = InferMaxBoundOptions.parse(options)
