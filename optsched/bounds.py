@@ -140,6 +140,7 @@ __all__ = [
     "critical_path_times",
     "generic_bounds",
     "instance_bounds",
+    "linear_coefficients",
     "prefill_alone_time",
     "request_bounds",
     "work_bound",
@@ -152,6 +153,11 @@ def _coefficients(cm: CostModel, exact: bool = False) -> tuple[float, ...]:
     cm = cm if exact else cm.linear_twin()
     p, d = cm.prefill, cm.decode
     return (cm.layers, cm.base, cm.per_token, p.bias, p.per_token, p.per_token_sq, d.bias, d.per_token, d.per_kv)
+
+
+def linear_coefficients(cm: CostModel) -> tuple[float, ...]:
+    """(L, b, a, pb, pa, pq, db, da, dk) of a cost model's linear twin ((F0), (F2))."""
+    return _coefficients(cm)
 
 
 def _tiles(tokens: np.ndarray, chunks: np.ndarray, cm: CostModel) -> np.ndarray:

@@ -60,7 +60,28 @@ item work at least :math:`L(a+p_a+p_q) I_i` (:func:`~optsched.bounds.request_wor
 time. The same argument with :math:`e_i = r_i + F(I_i)` (the least prefill alone,
 :func:`optsched.bounds.prefill_alone_time`) bounds :math:`\frac1N(\sum_i FT_i - \sum_i r_i)`.
 
-Both are proven under the profile's linear twin, hence under the profile (F0); a caller may also
+**Busy-time LP** (``busy-time-lp``, both objectives). SRPT lets a request finish as soon as its own
+small work is done; it ignores that each batch's overhead is time *every* member waits through. Split
+each batch's interval into its items' terms, one after the other (*exclusive* time of their
+requests), and the rest, at least :math:`\beta` (*shared* time: credit each of the at most K members
+with its first :math:`\beta`). Request i gets at least :math:`w_i` exclusive time and, over its at
+least :math:`n_i` batches, :math:`\beta n_i` shared credit, all after :math:`r_i` and before
+:math:`F_i` (keep exactly those amounts, the earliest). On a grid :math:`0 = \tau_0 < \dots <
+\tau_T` with a last interval :math:`[\tau_T, \infty)` and each :math:`r_i` rounded down to the
+grid (both only relax), let :math:`x_{it}, y_{it}` be i's exclusive time and shared credit in
+interval t and :math:`z_t` its shared time. The real schedule satisfies
+:math:`\sum_i x_{it} + z_t \le \Delta_t` (disjoint segments), :math:`y_{it} \le z_t`,
+:math:`\sum_i y_{it} \le K z_t`, :math:`\sum_t x_{it} = w_i`, :math:`\sum_t y_{it} = \beta n_i`,
+and, since a set of measure p inside :math:`(-\infty, F_i]` has mean at most :math:`F_i - p/2` and
+every point of interval t is at least :math:`\tau_t`: :math:`F_i \ge \sum_t \tau_t x_{it} / w_i +
+w_i / 2`, :math:`F_i \ge \sum_t \tau_t y_{it} / (\beta n_i) + \beta n_i / 2`, and
+:math:`F_i \ge e_i`. So the least :math:`\sum_i F_i` of this linear programme, less
+:math:`\sum_i r_i`, over N, bounds the mean latency (TTFT: the first-token work and counts, as
+above). HiGHS solves it; only an optimal solve counts, and its value is lowered by
+:data:`LP_MARGIN` (relative) for the solver's tolerances. It grows with load through the overheads:
+a request that shares batches with many others still waits through every overhead.
+
+All are proven under the profile's linear twin, hence under the profile (F0); a caller may also
 evaluate them under another cost at or below the profile (InferMax's linear form).
 """
 
@@ -71,13 +92,14 @@ import math
 
 import numpy as np
 
-from .bounds import critical_path_times, generic_bounds, prefill_alone_time, request_work
+from .bounds import critical_path_times, generic_bounds, linear_coefficients, prefill_alone_time, request_work
 from .costmodel import CostModel
 from .instance import Instance
 from .result import Bound, objective_named
 
 __all__ = [
     "SHARE_WEIGHTS",
+    "busy_time_lp",
     "load_bounds",
     "most_items",
     "proven_bounds",
@@ -174,6 +196,114 @@ def srpt_mean_bound(release: np.ndarray, work: np.ndarray, alone: np.ndarray) ->
     return max(0.0, (total - SAFETY * scale) / len(release))
 
 
+#: Relative margin taken off the busy-time LP's optimum (HiGHS' feasibility and optimality tolerances).
+LP_MARGIN = 1e-6
+
+#: Most request-interval cells of the busy-time LP; the grid has at most this many cells / N points.
+LP_CELLS = 6_000
+
+#: Fewest and most grid points of the busy-time LP.
+LP_GRID = (8, 60)
+
+#: Time limit (seconds) of the busy-time LP's solve; a solve stopped by it gives no bound.
+LP_TIME = 5.0
+
+
+def busy_time_lp(
+    release: np.ndarray,
+    work: np.ndarray,
+    shared: np.ndarray,
+    biggest: np.ndarray,
+    earliest: np.ndarray,
+    K: int,
+    beta: float,
+) -> float | None:
+    """The busy-time LP of the module docstring: the least sum of F_i, less the sum of releases,
+    over N, less :data:`LP_MARGIN`; None when the grid would be too coarse (fewer than
+    ``LP_GRID[0]`` points within :data:`LP_CELLS`) or HiGHS does not solve it to optimality.
+
+    ``work``: w_i, ``shared``: beta n_i, ``biggest``: c_i (the most exclusive time of i in one
+    batch), ``earliest``: e_i (a proven least F_i), ``beta``: the least overhead of a batch.
+    """
+    import highspy
+
+    N = len(release)
+    G = min(LP_GRID[1], LP_CELLS // max(N, 1))
+    if G < LP_GRID[0] or beta <= 0.0:
+        return None
+    horizon = float(release.max() + work.sum() + shared.max())
+    tau = np.linspace(0.0, horizon, G + 1)  # intervals [tau_t, tau_t+1), t < G, and the last [tau_G, inf)
+    first = np.searchsorted(tau, release, side="right") - 1  # each release rounded down to the grid
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", LP_TIME)
+    inf = highspy.kHighsInf
+    # columns: z_t (t < G), then per request its x_it, y_it and u_it (t = first_i .. G), then F_i
+    n_cells = G + 1 - first
+    x0 = G + np.concatenate([[0], np.cumsum(3 * n_cells)[:-1]]).astype(np.int64)
+    f0 = G + int(3 * n_cells.sum())
+    h.addVars(f0 + N, np.zeros(f0 + N), np.full(f0 + N, inf))
+    fcols = np.arange(f0, f0 + N, dtype=np.int32)
+    h.changeColsBounds(N, fcols, earliest, np.full(N, inf))
+    h.changeColsCost(N, fcols, np.ones(N))
+    rows = _RowBuilder()
+    by_interval: list[tuple[list[int], list[int]]] = [([], []) for _ in range(G)]
+    for i in range(N):
+        ts = np.arange(first[i], G + 1)
+        xs = x0[i] + np.arange(len(ts))
+        ys, us = xs + len(ts), xs + 2 * len(ts)
+        ones = np.ones(len(ts))
+        rows.add(work[i], work[i], xs, ones)  # sum_t x_it = w_i
+        rows.add(shared[i], shared[i], us, ones)  # sum_t u_it = beta n_i (the earliest credit)
+        if work[i] > 0:  # F_i >= sum_t tau_t x_it / w_i + w_i / 2
+            rows.add(-inf, -work[i] / 2, np.append(xs, f0 + i), np.append(tau[ts] / work[i], -1.0))
+        both = work[i] + shared[i]
+        if both > 0:  # the same for the disjoint union of i's exclusive time and earliest credit
+            cols = np.concatenate([xs, us, [f0 + i]])
+            rows.add(-inf, -both / 2, cols, np.concatenate([tau[ts] / both, tau[ts] / both, [-1.0]]))
+        for k, t in enumerate(ts.tolist()):
+            rows.add(-inf, 0.0, np.array([us[k], ys[k]]), np.array([1.0, -1.0]))  # u_it <= y_it
+            if t < G:
+                by_interval[t][0].append(int(xs[k]))
+                by_interval[t][1].append(int(ys[k]))
+                rows.add(-inf, 0.0, np.array([ys[k], t]), np.array([1.0, -1.0]))  # y_it <= z_t
+                coupling = np.array([1.0, -biggest[i] / beta])  # x_it <= (c_i / beta) y_it + 2 c_i
+                rows.add(-inf, 2.0 * biggest[i], np.array([xs[k], ys[k]]), coupling)
+    delta = np.diff(tau)
+    for t, (xs_t, ys_t) in enumerate(by_interval):
+        rows.add(-inf, float(delta[t]), np.array([*xs_t, t]), np.ones(len(xs_t) + 1))  # x's + z_t <= Delta_t
+        rows.add(-inf, 0.0, np.array([*ys_t, t]), np.append(np.ones(len(ys_t)), -float(K)))  # <= K members
+    rows.pass_to(h)
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    total = h.getInfo().objective_function_value
+    total -= LP_MARGIN * abs(total)
+    return max(0.0, (total - math.fsum(release)) / N)
+
+
+class _RowBuilder:
+    """Rows (lower, upper, columns, coefficients) gathered for one ``addRows`` call."""
+
+    def __init__(self) -> None:
+        self.lower: list[float] = []
+        self.upper: list[float] = []
+        self.cols: list[np.ndarray] = []
+        self.vals: list[np.ndarray] = []
+
+    def add(self, lower: float, upper: float, cols: np.ndarray, vals: np.ndarray) -> None:
+        self.lower.append(float(lower))
+        self.upper.append(float(upper))
+        self.cols.append(np.asarray(cols, dtype=np.int32))
+        self.vals.append(np.asarray(vals, dtype=np.float64))
+
+    def pass_to(self, h: object) -> None:
+        lengths = np.array([len(c) for c in self.cols])
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
+        index, value = np.concatenate(self.cols), np.concatenate(self.vals)
+        h.addRows(len(self.lower), np.array(self.lower), np.array(self.upper), len(index), starts, index, value)
+
+
 def _best_over_weights(instance: Instance, first_tokens: bool, alone: np.ndarray) -> tuple[float, tuple[float, ...]]:
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     weights = [w for w in SHARE_WEIGHTS if instance.limits.kv_capacity is not None or not w[2]]
@@ -201,7 +331,44 @@ def load_bounds(instance: Instance, objective: str) -> list[Bound]:
         f"one machine, SRPT over {what} (K = {K} items a batch, share weights count/tokens/memory "
         f"{w[0]:.2g}/{w[1]:.2g}/{w[2]:.2g}), sorted against arrival + least time alone (optsched/load_bounds.py)"
     )
-    return [Bound(bound, value, True, note)]
+    out = [Bound(bound, value, True, note)]
+    lp = _busy_time(instance, name == "ttft", K)
+    if lp is not None:
+        out.append(lp)
+    return out
+
+
+def _biggest_item(instance: Instance, I: np.ndarray, O: np.ndarray) -> np.ndarray:
+    """c_i: the most exclusive time request i gets in one batch in the busy-time LP's construction:
+    a prefill chunk's linear term L(a+pa+pq) c with c <= min(I_i + O_i - 1, P) (a re-prefill's exclusive
+    time is spread over its chunks in proportion to these terms), or the least term of the token
+    the batch generates, at most the decode term L(a+da+dk(I_i+O_i-2)) of its last token."""
+    L, _, a, _, pa, pq, _, da, dk = linear_coefficients(instance.cost_model)
+    chunk = np.minimum(I + O - 1.0, instance.limits.prefill_budget)
+    return L * np.maximum((a + pa + pq) * chunk, a + da + dk * np.maximum(I + O - 2.0, 0.0))
+
+
+def _busy_time(instance: Instance, first_tokens: bool, K: int) -> Bound | None:
+    """The ``busy-time-lp`` bound of the module docstring, or None (too many requests, not solved)."""
+    lim = instance.limits
+    release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
+    I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)
+    O = np.ones_like(I) if first_tokens else np.array([r.output_tokens for r in instance.requests], dtype=np.float64)
+    if first_tokens:
+        earliest = release + np.array([prefill_alone_time(instance, int(x)) for x in I])
+    else:
+        earliest = release + critical_path_times(instance)
+    work = request_work(instance, first_tokens=first_tokens)
+    beta = _overhead(instance.cost_model)
+    shared = beta * (np.ceil(I / lim.prefill_budget) + O - 1.0)
+    value = busy_time_lp(release, work, shared, _biggest_item(instance, I, O), earliest, K, beta)
+    if value is None:
+        return None
+    note = (
+        "LP over a time grid: each request's exclusive item work and its share of the batch overheads, "
+        f"mean-busy-time completions, K = {K} members a batch (optsched/load_bounds.py)"
+    )
+    return Bound("busy-time-lp", value, True, note)
 
 
 def proven_bounds(instance: Instance, objective: str) -> list[Bound]:
