@@ -60,7 +60,7 @@ item work at least :math:`L(a+p_a+p_q) I_i` (:func:`~optsched.bounds.request_wor
 time. The same argument with :math:`e_i = r_i + F(I_i)` (the least prefill alone,
 :func:`optsched.bounds.prefill_alone_time`) bounds :math:`\frac1N(\sum_i FT_i - \sum_i r_i)`.
 
-**Busy-time LP** (``busy-time-lp``, both objectives). SRPT lets a request finish as soon as its own
+**Busy-time LP** (``busy-time-work`` for latency, ``busy-time-prefill`` for TTFT). SRPT lets a request finish as soon as its own
 small work is done; it ignores that each batch's overhead is time that every member waits through,
 and that a request's work only advances inside its own batches. Split each batch's interval into
 *exclusive* segments, one per item, of the item's least term as counted in :math:`w_i` (for the
@@ -355,7 +355,7 @@ def _biggest_item(instance: Instance, I: np.ndarray, O: np.ndarray) -> np.ndarra
 
 
 def _busy_time(instance: Instance, first_tokens: bool, K: int) -> Bound | None:
-    """The ``busy-time-lp`` bound of the module docstring, or None (too many requests, not solved)."""
+    """The busy-time LP bound of the module docstring, or None (too many requests, not solved)."""
     lim = instance.limits
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)
@@ -374,7 +374,7 @@ def _busy_time(instance: Instance, first_tokens: bool, K: int) -> Bound | None:
         "LP over a time grid: each request's exclusive item work and its share of the batch overheads, "
         f"mean-busy-time completions, K = {K} members a batch (optsched/load_bounds.py)"
     )
-    return Bound("busy-time-lp", value, True, note)
+    return Bound("busy-time-prefill" if first_tokens else "busy-time-work", value, True, note)
 
 
 def proven_bounds(instance: Instance, objective: str) -> list[Bound]:

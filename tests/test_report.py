@@ -64,8 +64,11 @@ def test_chain_on_shipped_instances(name: str) -> None:
     assert not report.partial, report.notes
     check_chain(report)
     assert report.objective == ("latency" if len({r.arrival for r in inst.requests}) > 1 else "makespan")
-    expected = {"work", "critical-path"} if report.objective == "makespan" else {"critical-path", "srpt-work"}
-    assert {b.name for b in report.bounds if b.source == "generic"} == expected
+    names = {b.name for b in report.bounds if b.source == "generic"}
+    if report.objective == "makespan":
+        assert names == {"work", "critical-path"}
+    else:  # the busy-time LP where it is solved within its limits
+        assert {"critical-path", "srpt-work"} <= names <= {"critical-path", "srpt-work", "busy-time-work"}
     ok = [p for p in report.policies if p.status == "ok"]
     assert ok and len(report.candidates()) == len(ok)
 
