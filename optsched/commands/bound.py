@@ -3,8 +3,9 @@
 Without ``--problem``: the instance's generic bounds (:mod:`optsched.bounds`, and the load-aware
 ``srpt-work``, ``busy-time-work`` on the mean latency and ``srpt-prefill``, ``busy-time-prefill`` on
 the mean TTFT of :mod:`optsched.load_bounds`), proven under the contract's model; they take no
-options (any solver option is bad input). With ``--problem``: the bounds of that formulation (:data:`optsched.problems.BOUNDERS`), with its bound options
-(:data:`optsched.problems.BOUND_OPTIONS`) read from the same flags as ``solve``'s.
+options (any solver option is bad input). With ``--problem``: the bounds of that formulation
+(:data:`optsched.problems.BOUNDERS`), with its bound options (:data:`optsched.problems.BOUND_OPTIONS`)
+read from the same flags as ``solve``'s.
 """
 
 from __future__ import annotations
