@@ -62,8 +62,8 @@ time. The same argument with :math:`e_i = r_i + F(I_i)` (the least prefill alone
 
 **Busy-time LP** (``busy-time-work`` for latency, ``busy-time-prefill`` for TTFT). SRPT lets a
 request finish as soon as its own small work is done; it ignores that each batch's overhead is time
-that every member waits through, and that a request's work only advances inside its own batches. Split each batch's interval into
-*exclusive* segments, one per item, of the item's least term as counted in :math:`w_i` (for the
+that every member waits through, and that a request's work only advances inside its own batches.
+Split each batch's interval into *exclusive* segments, one per item, of the item's least term as counted in :math:`w_i` (for the
 token it generates, or its prefill chunk's linear part; a re-prefill's share spread over its
 chunks), and the rest, at least :math:`\beta` (*shared*: credit each of its at most K members with
 its first :math:`\beta`). Request i then gets exactly :math:`w_i` exclusive time, at most
