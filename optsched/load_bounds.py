@@ -63,29 +63,29 @@ time. The same argument with :math:`e_i = r_i + F(I_i)` (the least prefill alone
 **Busy-time LP** (``busy-time-work`` for latency, ``busy-time-prefill`` for TTFT). SRPT lets a
 request finish as soon as its own small work is done; it ignores that each batch's overhead is time
 that every member waits through, and that a request's work only advances inside its own batches.
-Split each batch's interval into *exclusive* segments, one per item, of the item's least term as counted in :math:`w_i` (for the
-token it generates, or its prefill chunk's linear part; a re-prefill's share spread over its
-chunks), and the rest, at least :math:`\beta` (*shared*: credit each of its at most K members with
-its first :math:`\beta`). Request i then gets exactly :math:`w_i` exclusive time, at most
-:math:`c_i` in one batch (:func:`_biggest_item`), and :math:`\beta` credit in each of its at least
-:math:`n_i` batches, all within :math:`[r_i, F_i]`, its exclusive time and credit disjoint. On a grid
-:math:`0 = \tau_0 < \dots < \tau_G` with a last interval :math:`[\tau_G, \infty)` and each
-:math:`r_i` rounded down to the grid (both only relax), let :math:`x_{it}` be i's exclusive time in
-interval t, :math:`y_{it}` its credit, :math:`u_{it} \le y_{it}` its earliest :math:`\beta n_i` of
-credit and :math:`z_t` the shared time in t. Every schedule gives a point with
-:math:`\sum_i x_{it} + z_t \le \Delta_t` (disjoint segments), :math:`y_{it} \le z_t`,
-:math:`\sum_i y_{it} \le K z_t`, :math:`x_{it} \le (c_i / \beta) y_{it} + 2 c_i` (the batches of i
-inside t bring :math:`\beta` credit each with at most :math:`c_i` exclusive time; at most two straddle
-t's ends), :math:`\sum_t x_{it} = w_i`, :math:`\sum_t u_{it} = \beta n_i`, and, since a set of
-measure p inside :math:`(-\infty, F_i]` has mean at most :math:`F_i - p/2` and every point of
-interval t is at least :math:`\tau_t`: :math:`F_i \ge \sum_t \tau_t x_{it} / w_i + w_i / 2` and
-:math:`F_i \ge \sum_t \tau_t (x_{it} + u_{it}) / p_i + p_i / 2` with :math:`p_i = w_i + \beta n_i`,
-and :math:`F_i \ge e_i`. So the least :math:`\sum_i F_i` of this linear programme, less
-:math:`\sum_i r_i`, over N, bounds the mean latency (TTFT: the first-token work and counts, as
-above). HiGHS solves it within :data:`LP_TIME` seconds on at most :data:`LP_CELLS` request-interval
-cells; only an optimal solve counts, lowered by :data:`LP_MARGIN` (relative) for the solver's
-tolerances. A request that progresses alone pays a whole overhead per item of work, and requests that
-progress together interleave their work: the programme prices that trade-off, which SRPT does not.
+Split each batch's interval into *exclusive* segments, one per item, of the item's least term as
+counted in :math:`w_i` (for the token it generates, or its prefill chunk's linear part; a
+re-prefill's share spread over its chunks), and the rest, at least :math:`\beta` (*shared*: credit
+each of its at most K members with its first :math:`\beta`). Request i then gets exactly :math:`w_i`
+exclusive time, at most :math:`c_i` in one batch (:func:`_biggest_item`), and :math:`\beta` credit
+in each of its at least :math:`n_i` batches, all within :math:`[r_i, F_i]`, its exclusive time and
+credit disjoint. On a grid :math:`0 = \tau_0 < \dots < \tau_G` with a last interval :math:`[\tau_G,
+\infty)` and each :math:`r_i` rounded down to the grid (both only relax), let :math:`x_{it}` be i's
+exclusive time in interval t, :math:`y_{it}` its credit, :math:`u_{it} \le y_{it}` its earliest
+:math:`\beta n_i` of credit and :math:`z_t` the shared time in t. Every schedule gives a point with
+:math:`\sum_i x_{it} + z_t \le \Delta_t` (disjoint segments), :math:`y_{it} \le z_t`, :math:`\sum_i
+y_{it} \le K z_t`, :math:`x_{it} \le (c_i / \beta) y_{it} + 2 c_i` (the batches of i inside t bring
+:math:`\beta` credit each with at most :math:`c_i` exclusive time; at most two straddle t's ends),
+:math:`\sum_t x_{it} = w_i`, :math:`\sum_t u_{it} = \beta n_i`, and, since a set of measure p inside
+:math:`(-\infty, F_i]` has mean at most :math:`F_i - p/2` and every point of interval t is at least
+:math:`\tau_t`: :math:`F_i \ge \sum_t \tau_t x_{it} / w_i + w_i / 2` and :math:`F_i \ge \sum_t
+\tau_t (x_{it} + u_{it}) / p_i + p_i / 2` with :math:`p_i = w_i + \beta n_i`, and :math:`F_i \ge
+e_i`. So the least :math:`\sum_i F_i` of this linear programme, less :math:`\sum_i r_i`, over N,
+bounds the mean latency (TTFT: the first-token work and counts, as above). HiGHS solves it within
+:data:`LP_TIME` seconds on at most :data:`LP_CELLS` request-interval cells; only an optimal solve
+counts, lowered by :data:`LP_MARGIN` (relative) for the solver's tolerances. A request that
+progresses alone pays a whole overhead per item of work, and requests that progress together
+interleave their work: the programme prices that trade-off, which SRPT does not.
 
 All are proven under the profile's linear twin, hence under the profile (F0); a caller may also
 evaluate them under another cost at or below the profile (InferMax's linear form).
