@@ -98,7 +98,14 @@ import math
 
 import numpy as np
 
-from .bounds import critical_path_times, generic_bounds, linear_coefficients, prefill_alone_time, request_work
+from .bounds import (
+    critical_path_times,
+    generic_bounds,
+    instance_bounds,
+    linear_coefficients,
+    prefill_alone_time,
+    request_work,
+)
 from .costmodel import CostModel
 from .instance import Instance
 from .result import Bound, objective_named
@@ -106,6 +113,7 @@ from .result import Bound, objective_named
 __all__ = [
     "SHARE_WEIGHTS",
     "busy_time_lp",
+    "default_bounds",
     "load_bounds",
     "most_items",
     "proven_bounds",
@@ -381,3 +389,10 @@ def proven_bounds(instance: Instance, objective: str) -> list[Bound]:
     """Every generic proven bound on ``objective``: those of :func:`optsched.bounds.generic_bounds`
     and the load-aware ones of :func:`load_bounds`, each in the objective's unit."""
     return generic_bounds(instance, objective) + load_bounds(instance, objective)
+
+
+def default_bounds(instance: Instance) -> list[Bound]:
+    """The bounds of an instance without a formulation (``optsched bound`` without ``--problem``):
+    :func:`optsched.bounds.instance_bounds` and the load-aware bounds of both mean latency and mean
+    TTFT."""
+    return instance_bounds(instance) + load_bounds(instance, "latency") + load_bounds(instance, "ttft")

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..bounds import instance_bounds
-from ..load_bounds import load_bounds
+from ..load_bounds import default_bounds
 from ._common import (
     EXIT_OK,
     BadInput,
@@ -41,7 +40,7 @@ def handle(args: argparse.Namespace) -> int:
         if given:
             raise BadInput(f"option {next(iter(given))!r}: the trivial bounds take no options (give --problem NAME)")
         instance = load_instance_arg(args)
-        bounds = instance_bounds(instance) + load_bounds(instance, "latency") + load_bounds(instance, "ttft")
+        bounds = default_bounds(instance)
     else:
         bounder = resolve("bound", args.problem, args.solver)
         check_solver_option(args.problem, args.solver)
