@@ -85,8 +85,8 @@ def bound(instance: Instance | str | os.PathLike[str], problem: str | None = Non
         As for :func:`solve`.
     problem
         None for the bounds of :mod:`optsched.bounds` and the load-aware ones of
-        :mod:`optsched.load_bounds` (every schedule of the instance; they take no options), else a name of :data:`optsched.problems.BOUNDERS` (``infermax``, ``hybrid``,
-        ``aladdin``) with its options (:data:`optsched.problems.BOUND_OPTIONS`).
+        :mod:`optsched.load_bounds` (every schedule of the instance; they take no options), else a
+        name of :data:`optsched.problems.BOUNDERS` (``infermax``, ``hybrid``, ``aladdin``) with its options (:data:`optsched.problems.BOUND_OPTIONS`).
 
     Returns
     -------
