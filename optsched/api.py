@@ -86,7 +86,8 @@ def bound(instance: Instance | str | os.PathLike[str], problem: str | None = Non
     problem
         None for the bounds of :mod:`optsched.bounds` and the load-aware ones of
         :mod:`optsched.load_bounds` (every schedule of the instance; they take no options), else a
-        name of :data:`optsched.problems.BOUNDERS` (``infermax``, ``hybrid``, ``aladdin``) with its options (:data:`optsched.problems.BOUND_OPTIONS`).
+        name of :data:`optsched.problems.BOUNDERS` (``infermax``, ``hybrid``, ``aladdin``) with its
+        options (:data:`optsched.problems.BOUND_OPTIONS`).
 
     Returns
     -------
