@@ -10,8 +10,9 @@ absent is skipped): the first 300 requests of splitwise_code and of splitwise_co
 arrival rate, and 200 arxiv-summarisation length pairs with Poisson arrivals (2 requests/s, seed 0)
 written to a temporary instance. Every slice runs under the llama2-7b-h200 profile and the limits
 of ``splitwise-conv-100`` (C = P = 4096, M = 200,000, R_max = 256). Prints one row per slice and
-objective: the best schedule, where it came from, the best proven bound, which bound, and the gap
-(value - bound) / value, all in seconds.
+objective: the best schedule, where it came from, the best proven bound, which bound, the gap
+(value - bound) / value, all in seconds, and whether the time limit cut the report short (``partial``:
+some policies were not run).
 """
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=30.0, help="report --time-limit (default 30)")
     parser.add_argument("--only", nargs="*", help="run only the slices whose name contains one of these")
     opts = parser.parse_args()
-    print("| slice | objective | best (s) | from | best bound (s) | bound | gap | wall (s) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| slice | objective | best (s) | from | best bound (s) | bound | gap | partial | wall (s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name, args in slices(Path(tmp)):
             if opts.only and not any(word in name for word in opts.only):
@@ -104,7 +105,7 @@ def main() -> None:
                 gap = "-" if best["gap"] is None else f"{100 * best['gap']:.1f} %"
                 print(
                     f"| {name} | {objective} | {best['objective']:.4g} | {best['source']} | "
-                    f"{bound['value']:.4g} | {bound['name']} | {gap} | {wall:.0f} |",
+                    f"{bound['value']:.4g} | {bound['name']} | {gap} | {'yes' if out['partial'] else 'no'} | {wall:.0f} |",
                     flush=True,
                 )
 
