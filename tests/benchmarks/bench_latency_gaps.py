@@ -103,9 +103,10 @@ def main() -> None:
                 best = out["best"] or {"objective": float("nan"), "source": "none (partial)", "gap": None}
                 bound = out["best_bound"] or {"value": float("nan"), "name": "-"}
                 gap = "-" if best["gap"] is None else f"{100 * best['gap']:.1f} %"
+                partial = "yes" if out["partial"] else "no"
                 print(
                     f"| {name} | {objective} | {best['objective']:.4g} | {best['source']} | "
-                    f"{bound['value']:.4g} | {bound['name']} | {gap} | {'yes' if out['partial'] else 'no'} | {wall:.0f} |",
+                    f"{bound['value']:.4g} | {bound['name']} | {gap} | {partial} | {wall:.0f} |",
                     flush=True,
                 )
 
