@@ -195,3 +195,17 @@ def test_completion_is_an_alias_of_latency() -> None:
     assert res.extra["objective_name"] == "latency"
     assert res.objective == pytest.approx(res.replay.metrics.mean_latency, rel=1e-12)
     assert [b.value for b in proven_bounds(inst, "completion")] == [b.value for b in proven_bounds(inst, "latency")]
+
+
+@pytest.mark.parametrize(
+    "objective, names", [("latency", {"critical-path", "srpt-work"}), ("ttft", {"prefill-alone", "srpt-prefill"})]
+)
+def test_bound_command_lists_every_bound_of_the_objective(capsys, objective: str, names: set[str]) -> None:
+    import json
+
+    from optsched.cli import main
+
+    assert main(["bound", "toy-4", "--problem", "infermax", "--objective", objective, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["bounds"]
+    assert names <= {b["name"] for b in listed}
+    assert all(b["valid"] and b["note"] and b["value"] > 0 for b in listed)
