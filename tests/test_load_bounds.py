@@ -209,3 +209,14 @@ def test_bound_command_lists_every_bound_of_the_objective(capsys, objective: str
     listed = json.loads(capsys.readouterr().out)["bounds"]
     assert names <= {b["name"] for b in listed}
     assert all(b["valid"] and b["note"] and b["value"] > 0 for b in listed)
+
+
+def test_sweep_spec_reads_the_objective_names() -> None:
+    from pydantic import ValidationError
+
+    from optsched.sweep.spec import RunSpec
+
+    assert RunSpec(objective="latency").objective == "latency"
+    assert RunSpec(objective="completion").objective == "latency"
+    with pytest.raises(ValidationError, match="unknown objective 'speed'"):
+        RunSpec(objective="speed")
