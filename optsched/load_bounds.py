@@ -82,8 +82,9 @@ y_{it} \le K z_t`, :math:`x_{it} \le (c_i / \beta) y_{it} + 2 c_i` (the batches 
 \tau_t (x_{it} + u_{it}) / p_i + p_i / 2` with :math:`p_i = w_i + \beta n_i`, and :math:`F_i \ge
 e_i`. So the least :math:`\sum_i F_i` of this linear programme, less :math:`\sum_i r_i`, over N,
 bounds the mean latency (TTFT: the first-token work and counts, as above). HiGHS solves it within
-:data:`LP_TIME` seconds on at most :data:`LP_CELLS` request-interval cells; only an optimal solve
-counts, lowered by :data:`LP_MARGIN` (relative) for the solver's tolerances. A request that
+:data:`LP_TIME` seconds on at most :data:`LP_CELLS` request-interval cells (``optsched bound``
+lists it; a solve, a report and a sweep read only the SRPT bounds, which need no solver); only an
+optimal solve counts, lowered by :data:`LP_MARGIN` (relative) for the solver's tolerances. A request that
 progresses alone pays a whole overhead per item of work, and requests that progress together
 interleave their work: the programme prices that trade-off, which SRPT does not.
 
@@ -231,13 +232,15 @@ def busy_time_lp(
     earliest: np.ndarray,
     K: int,
     beta: float,
+    seconds: float = LP_TIME,
 ) -> float | None:
     """The busy-time LP of the module docstring: the least sum of F_i, less the sum of releases,
     over N, less :data:`LP_MARGIN`; None when the grid would be too coarse (fewer than
     ``LP_GRID[0]`` points within :data:`LP_CELLS`) or HiGHS does not solve it to optimality.
 
     ``work``: w_i, ``shared``: beta n_i, ``biggest``: c_i (the most exclusive time of i in one
-    batch), ``earliest``: e_i (a proven least F_i), ``beta``: the least overhead of a batch.
+    batch), ``earliest``: e_i (a proven least F_i), ``beta``: the least overhead of a batch,
+    ``seconds``: HiGHS' time limit.
     """
     import highspy
 
@@ -250,7 +253,7 @@ def busy_time_lp(
     first = np.searchsorted(tau, release, side="right") - 1  # each release rounded down to the grid
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", LP_TIME)
+    h.setOptionValue("time_limit", float(seconds))
     inf = highspy.kHighsInf
     # columns: z_t (t < G), then per request its x_it, y_it and u_it (t = first_i .. G), then F_i
     n_cells = G + 1 - first
@@ -325,9 +328,11 @@ def _best_over_weights(instance: Instance, first_tokens: bool, alone: np.ndarray
     return max(found, key=lambda f: f[0])
 
 
-def load_bounds(instance: Instance, objective: str) -> list[Bound]:
+def load_bounds(instance: Instance, objective: str, lp_time: float | None = None) -> list[Bound]:
     """The load-aware bounds of ``objective`` (module docstring): ``srpt-work`` for ``latency``,
-    ``srpt-prefill`` for ``ttft`` (seconds, mean over requests); none for other objectives."""
+    ``srpt-prefill`` for ``ttft`` (seconds, mean over requests); none for other objectives. With
+    ``lp_time`` (seconds, at most :data:`LP_TIME` used) also the busy-time LP's bound where HiGHS
+    solves it within that time."""
     name = objective_named(objective).name
     if name not in ("latency", "ttft") or not instance.requests:
         return []
@@ -346,7 +351,7 @@ def load_bounds(instance: Instance, objective: str) -> list[Bound]:
         f"{w[0]:.2g}/{w[1]:.2g}/{w[2]:.2g}), sorted against arrival + least time alone (optsched/load_bounds.py)"
     )
     out = [Bound(bound, value, True, note)]
-    lp = _busy_time(instance, name == "ttft", K)
+    lp = None if not lp_time or lp_time <= 0 else _busy_time(instance, name == "ttft", K, min(lp_time, LP_TIME))
     if lp is not None:
         out.append(lp)
     return out
@@ -362,7 +367,7 @@ def _biggest_item(instance: Instance, I: np.ndarray, O: np.ndarray) -> np.ndarra
     return L * np.maximum((a + pa + pq) * chunk, a + da + dk * np.maximum(I + O - 2.0, 0.0))
 
 
-def _busy_time(instance: Instance, first_tokens: bool, K: int) -> Bound | None:
+def _busy_time(instance: Instance, first_tokens: bool, K: int, seconds: float) -> Bound | None:
     """The busy-time LP bound of the module docstring, or None (too many requests, not solved)."""
     lim = instance.limits
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
@@ -375,7 +380,7 @@ def _busy_time(instance: Instance, first_tokens: bool, K: int) -> Bound | None:
     work = request_work(instance, first_tokens=first_tokens)
     beta = _overhead(instance.cost_model)
     shared = beta * (np.ceil(I / lim.prefill_budget) + O - 1.0)
-    value = busy_time_lp(release, work, shared, _biggest_item(instance, I, O), earliest, K, beta)
+    value = busy_time_lp(release, work, shared, _biggest_item(instance, I, O), earliest, K, beta, seconds)
     if value is None:
         return None
     note = (
@@ -386,8 +391,10 @@ def _busy_time(instance: Instance, first_tokens: bool, K: int) -> Bound | None:
 
 
 def proven_bounds(instance: Instance, objective: str) -> list[Bound]:
-    """Every generic proven bound on ``objective``: those of :func:`optsched.bounds.generic_bounds`
-    and the load-aware ones of :func:`load_bounds`, each in the objective's unit."""
+    """Every generic proven bound on ``objective`` that takes no solver: those of
+    :func:`optsched.bounds.generic_bounds` and the SRPT bounds of :func:`load_bounds`, each in the
+    objective's unit (a solve, a report and a sweep cell read these at every size; the busy-time LP
+    is listed by ``optsched bound``)."""
     return generic_bounds(instance, objective) + load_bounds(instance, objective)
 
 
@@ -395,4 +402,6 @@ def default_bounds(instance: Instance) -> list[Bound]:
     """The bounds of an instance without a formulation (``optsched bound`` without ``--problem``):
     :func:`optsched.bounds.instance_bounds` and the load-aware bounds of both mean latency and mean
     TTFT."""
-    return instance_bounds(instance) + load_bounds(instance, "latency") + load_bounds(instance, "ttft")
+    return (
+        instance_bounds(instance) + load_bounds(instance, "latency", LP_TIME) + load_bounds(instance, "ttft", LP_TIME)
+    )

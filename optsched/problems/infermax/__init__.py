@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...deadline import passed, seconds_left
 from ...instance import Instance
-from ...load_bounds import proven_bounds
+from ...load_bounds import LP_TIME, load_bounds, proven_bounds
 from ...options import OptionError
 from ...result import Bound, SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
@@ -509,7 +509,8 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
 
     The model computes its objectives exactly as :func:`optsched.schedule.replay` does, so every
     bound of :mod:`optsched.bounds` (proven for every schedule that replays cleanly) holds for its
-    optimum; for ``latency`` and ``ttft`` so does every load-aware bound of :mod:`optsched.load_bounds`.
+    optimum; for ``latency`` and ``ttft`` so does every load-aware bound of :mod:`optsched.load_bounds`
+    (the busy-time LP within ``time_limit``, at most :data:`~optsched.load_bounds.LP_TIME` s).
     ``method='lp'`` adds the LP relaxation of the MIP (:mod:`.mip`; proven, usually weaker than the
     work bound on large instances but independent of it) when it is solved to a positive value.
     ``method='relax'`` adds, for the makespan with a KV capacity, the residency bound of
@@ -523,6 +524,8 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
     bound_opts = InferMaxBoundOptions.parse(options)
     objective = bound_opts.objective
     out = _generic_bounds(instance, objective)
+    lp_time = bound_opts.time_limit if bound_opts.time_limit is not None else LP_TIME
+    out += [b for b in load_bounds(instance, objective, lp_time) if b.name.startswith("busy-time")]
     if objective == "makespan" and instance.limits.kv_capacity is not None:
         value, count = kv_time_bound(instance)
         out.append(
