@@ -97,8 +97,9 @@ def _meets(value: float, bound: float) -> bool:
 
 
 def _generic_bounds(instance: Instance, objective: str) -> list[Bound]:
-    """The bounds of :mod:`optsched.bounds`, each the larger of its value under the profile and under
-    the linear form of :func:`.model.linear_instance` (both proven, by (F0) of :mod:`optsched.bounds`)."""
+    """The bounds of :func:`optsched.load_bounds.proven_bounds` (those of :mod:`optsched.bounds` and the
+    SRPT bounds), each the larger of its value under the profile and under the linear form of
+    :func:`.model.linear_instance` (both proven, by (F0) of :mod:`optsched.bounds`)."""
     out = proven_bounds(instance, objective)
     linear = linear_instance(instance)
     if linear is instance:
