@@ -501,7 +501,8 @@ def work_bound(instance: Instance) -> tuple[float, float]:
 
 def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Bound]:
     """The generic proven lower bounds of this module on ``objective`` (a name of
-    :data:`optsched.result.OBJECTIVE_TABLE` or an alias), in its unit.
+    :data:`optsched.result.OBJECTIVE_TABLE` or an alias), in its unit; none for an objective other
+    than ``makespan``, ``latency`` and ``ttft``.
 
     See the module docstring for the statement and proof of each.
     """
@@ -527,6 +528,8 @@ def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Boun
                 "mean over requests of the least time to run it alone",
             )
         ]
+    if objective != "makespan":  # an objective this module has no bound for
+        return []
     value, at = work_bound(instance)
     k = int(np.argmax(arrival + alone))
     return [
