@@ -84,9 +84,10 @@ def bound(instance: Instance | str | os.PathLike[str], problem: str | None = Non
     instance
         As for :func:`solve`.
     problem
-        None for the bounds of :mod:`optsched.bounds` (every schedule of the instance; they take no
-        options), else a name of :data:`optsched.problems.BOUNDERS` (``infermax``, ``hybrid``,
-        ``aladdin``) with its options (:data:`optsched.problems.BOUND_OPTIONS`).
+        None for the bounds of :mod:`optsched.bounds` and the load-aware ones of
+        :mod:`optsched.load_bounds` (every schedule of the instance; they take no options), else a
+        name of :data:`optsched.problems.BOUNDERS` (``infermax``, ``hybrid``, ``aladdin``) with its
+        options (:data:`optsched.problems.BOUND_OPTIONS`).
 
     Returns
     -------
@@ -99,9 +100,9 @@ def bound(instance: Instance | str | os.PathLike[str], problem: str | None = Non
             from .options import OptionError
 
             raise OptionError(f"option {next(iter(options))!r}: the trivial bounds take no options (give problem=...)")
-        from .bounds import instance_bounds
+        from .load_bounds import default_bounds
 
-        return instance_bounds(inst)
+        return default_bounds(inst)
     from .problems import bounder_for
 
     return bounder_for(problem)(inst, options)

@@ -106,8 +106,8 @@ Bounds (each returned as a :class:`~optsched.result.Bound` with ``valid=True``):
   R_i(g) = L(k (b + pb) + tc tiles(I_i+g, k) + (a+pa+pq)(I_i+g)), k = ceil((I_i+g)/P), a re-prefill;
   here a is the profile's own per_token and every batch is priced exactly ((F2)), so a request
   alone on an empty engine meets A_i when serial chunks of P are its best.
-- ``critical-path`` (completion, sum of finish times): sum_i (arrival_i + A_i), since finish_i >=
-  arrival_i + A_i.
+- ``critical-path`` (latency, mean end-to-end latency): mean_i A_i, since finish_i >= arrival_i + A_i.
+  The load-aware bounds of these objectives are in :mod:`optsched.load_bounds`.
 - ``prefill-alone`` (ttft, mean TTFT): mean_i F(I_i), since request i's first token needs a prefill
   of >= I_i tokens in batches starting after its arrival.
 
@@ -129,7 +129,7 @@ import numpy as np
 
 from .costmodel import CostModel
 from .instance import Instance, Limits, Request
-from .result import OBJECTIVES, Bound
+from .result import Bound, objective_named
 from .tokensums import add_by_owner, token_blocks
 
 __all__ = [
@@ -141,6 +141,7 @@ __all__ = [
     "critical_path_times",
     "generic_bounds",
     "instance_bounds",
+    "linear_coefficients",
     "prefill_alone_time",
     "request_bounds",
     "work_bound",
@@ -153,6 +154,11 @@ def _coefficients(cm: CostModel, exact: bool = False) -> tuple[float, ...]:
     cm = cm if exact else cm.linear_twin()
     p, d = cm.prefill, cm.decode
     return (cm.layers, cm.base, cm.per_token, p.bias, p.per_token, p.per_token_sq, d.bias, d.per_token, d.per_kv)
+
+
+def linear_coefficients(cm: CostModel) -> tuple[float, ...]:
+    """(L, b, a, pb, pa, pq, db, da, dk) of a cost model's linear twin ((F0), (F2))."""
+    return _coefficients(cm)
 
 
 def _tiles(tokens: np.ndarray, chunks: np.ndarray, cm: CostModel) -> np.ndarray:
@@ -520,12 +526,13 @@ def work_bound(instance: Instance) -> tuple[float, float]:
 
 
 def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Bound]:
-    """All generic proven lower bounds on ``objective`` (``makespan``, ``completion``, ``ttft``).
+    """The generic proven lower bounds of this module on ``objective`` (a name of
+    :data:`optsched.result.OBJECTIVE_TABLE` or an alias), in its unit; none for an objective other
+    than ``makespan``, ``latency`` and ``ttft``.
 
     See the module docstring for the statement and proof of each.
     """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
+    objective = objective_named(objective).name
     arrival, I, _ = _arrays(instance)
     if objective == "ttft":
         first = _prefill_alone_times(instance, I)
@@ -538,15 +545,17 @@ def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Boun
             )
         ]
     alone = critical_path_times(instance)
-    if objective == "completion":
+    if objective == "latency":
         return [
             Bound(
                 "critical-path",
-                math.fsum(arrival + alone),
+                math.fsum(alone) / len(alone),
                 True,
-                "sum over requests of arrival + least time to run it alone",
+                "mean over requests of the least time to run it alone",
             )
         ]
+    if objective != "makespan":  # an objective this module has no bound for
+        return []
     value, at = work_bound(instance)
     k = int(np.argmax(arrival + alone))
     return [

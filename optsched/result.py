@@ -33,7 +33,22 @@ from typing import Any, Literal
 from .instance import Instance
 from .schedule import ReplayResult, Schedule, replay
 
-__all__ = ["Bound", "SolveResult", "Status", "check_agreement", "relative_gap", "replayed_objective"]
+__all__ = [
+    "OBJECTIVES",
+    "OBJECTIVE_ALIASES",
+    "OBJECTIVE_NAMES",
+    "OBJECTIVE_TABLE",
+    "Bound",
+    "Objective",
+    "SolveResult",
+    "Status",
+    "check_agreement",
+    "default_objective",
+    "objective_named",
+    "objective_of",
+    "relative_gap",
+    "replayed_objective",
+]
 
 
 class Status(StrEnum):
@@ -164,7 +179,76 @@ def relative_gap(objective: float | None, bound: float | None) -> float | None:
     return abs(objective - bound) / max(abs(objective), 1e-12)
 
 
-OBJECTIVES = ("makespan", "completion", "ttft")
+@dataclass(frozen=True)
+class Objective:
+    """One objective a user can ask for: its name, unit, sense and value from a replay.
+
+    Attributes
+    ----------
+    name
+        The name on the command line and in the API (``--objective NAME``).
+    unit
+        The unit of its value, of every bound on it and of the numerator of every gap.
+    sense
+        ``min`` (every objective here is minimised).
+    what
+        One line saying what it is.
+    metric
+        The field of :class:`optsched.metrics.Metrics` that holds its value (the replay's value).
+    """
+
+    name: str
+    unit: str
+    sense: Literal["min"]
+    what: str
+    metric: str
+
+    def value(self, result: ReplayResult) -> float:
+        """Its value on a feasible replay: the replay's metric (the one definition)."""
+        assert result.metrics is not None
+        return float(getattr(result.metrics, self.metric))
+
+
+#: The objectives, by name: one row each (a new objective is one more row).
+OBJECTIVE_TABLE: dict[str, Objective] = {
+    o.name: o
+    for o in (
+        Objective("makespan", "s", "min", "end of the last batch", "makespan"),
+        Objective("latency", "s", "min", "mean end-to-end latency, sum_i (finish_i - arrival_i) / N", "mean_latency"),
+        Objective("ttft", "s", "min", "mean time to first token, sum_i (first_token_i - arrival_i) / N", "mean_ttft"),
+    )
+}
+
+#: Other names accepted for an objective: ``completion`` (the sum of finish times minus the constant
+#: sum of arrivals, over N, is the mean latency: the same optimisation) is read as ``latency``.
+OBJECTIVE_ALIASES = {"completion": "latency"}
+
+#: The objectives' names.
+OBJECTIVES = tuple(OBJECTIVE_TABLE)
+
+#: Every name accepted where an objective is asked for (the objectives and their aliases).
+OBJECTIVE_NAMES = (*OBJECTIVES, *OBJECTIVE_ALIASES)
+
+
+def objective_named(name: str) -> Objective:
+    """The objective called ``name`` (an alias gives its objective).
+
+    Raises
+    ------
+    ValueError
+        When no objective has that name.
+    """
+    found = OBJECTIVE_TABLE.get(OBJECTIVE_ALIASES.get(name, name))
+    if found is None:
+        raise ValueError(f"unknown objective {name!r} (known: {', '.join(OBJECTIVE_NAMES)})")
+    return found
+
+
+def default_objective(instance: Instance) -> str:
+    """The objective a report compares when none is asked for: ``latency`` when the requests arrive
+    at different times (the makespan is then set by the last arrival), else ``makespan`` (the
+    InferMax paper's total latency of an offline batch)."""
+    return "latency" if len({r.arrival for r in instance.requests}) > 1 else "makespan"
 
 
 def replayed_objective(
@@ -175,8 +259,7 @@ def replayed_objective(
     Parameters
     ----------
     objective
-        ``makespan`` (end of last batch), ``completion`` (sum of finish times) or ``ttft``
-        (mean time to first token).
+        A name of :data:`OBJECTIVE_TABLE` (``makespan``, ``latency``, ``ttft``) or an alias.
 
     Raises
     ------
@@ -191,14 +274,7 @@ def replayed_objective(
 
 def objective_of(result: ReplayResult, objective: str = "makespan") -> float:
     """The objective value (as :func:`replayed_objective`) of a replay that is feasible."""
-    assert result.metrics is not None
-    if objective == "makespan":
-        return result.metrics.makespan
-    if objective == "completion":
-        return math.fsum(o.finish for o in result.outcomes.values())  # type: ignore[misc]
-    if objective == "ttft":
-        return result.metrics.mean_ttft
-    raise ValueError(f"unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
+    return objective_named(objective).value(result)
 
 
 def check_agreement(solver_value: float, replayed_value: float, what: str, rtol: float = 1e-6) -> None:

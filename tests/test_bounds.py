@@ -61,7 +61,7 @@ def objective_values(inst: Instance, schedule: Schedule) -> dict[str, float]:
     assert res.metrics is not None
     return {
         "makespan": res.metrics.makespan,
-        "completion": math.fsum(o.finish for o in res.outcomes.values()),
+        "latency": res.metrics.mean_latency,
         "ttft": res.metrics.mean_ttft,
     }
 

@@ -366,8 +366,7 @@ def every_formulation_objective_and_policy() -> list[list[str]]:
     objectives and ``--no-evict``, the bounds, ``info`` and every policy."""
     cmds = [["solve", "--problem", problem, *SMALL_LIMIT] for problem in sorted(SOLVERS)]
     cmds += [
-        ["solve", "--problem", "infermax", *SMALL_LIMIT, "--objective", objective]
-        for objective in ("ttft", "completion")
+        ["solve", "--problem", "infermax", *SMALL_LIMIT, "--objective", objective] for objective in ("ttft", "latency")
     ]
     cmds += [
         ["solve", "--problem", "infermax", *SMALL_LIMIT, "--no-evict"],

@@ -91,7 +91,7 @@ def test_no_hybrid_and_no_chunk_match_exhaustive(seed: int) -> None:
             assert all(p == 0 or d == 0 for p, d in zip(rep.prefill_tokens, rep.decode_items))
 
 
-@pytest.mark.parametrize("objective", ["completion", "ttft"])
+@pytest.mark.parametrize("objective", ["latency", "ttft"])
 @pytest.mark.parametrize("seed", [2, 11])
 def test_other_objectives_backends_agree(objective: str, seed: int) -> None:
     inst = tiny_instance(seed)
@@ -99,7 +99,7 @@ def test_other_objectives_backends_agree(objective: str, seed: int) -> None:
     b = solve_mip(inst, objective=objective)
     check_result(inst, a, None, objective)
     check_result(inst, b, None, objective)
-    if objective == "completion":
+    if objective == "latency":
         assert a.status == b.status == "optimal"
         assert a.objective == pytest.approx(b.objective, rel=REL)
     else:  # ttft: optimal only relative to the horizon unless the work bound closes the gap

@@ -11,7 +11,7 @@ import pytest
 from optsched import load_instance, replay
 from optsched.bounds import generic_bounds
 from optsched.options import OptionError
-from optsched.problems import solver_for
+from optsched.problems import bounder_for, solver_for
 from optsched.problems.infermax.candidates import initial_candidates
 from optsched.problems.infermax.cpsat import solve_cpsat
 from optsched.problems.infermax.data import build_data
@@ -84,16 +84,18 @@ def test_bad_max_cells_is_named() -> None:
             InferMaxOptions.parse({"max_cells": bad})
 
 
-def test_lp_bound_is_trivial_unless_the_lp_is_solved() -> None:
+def test_lp_bound_is_listed_only_when_the_lp_is_solved_to_a_positive_value() -> None:
     """An LP stopped at its time limit bounds nothing (PuLP reports the stopped HiGHS as "Optimal"
-    with objective 0); a model above ``max_cells`` is not built."""
+    with objective 0); a model above ``max_cells`` is not built; the mean latency's LP (big-M event
+    links) is 0: none of them is a bound, and ``bound --method lp`` lists none."""
     inst = load_instance("toy-4")
     solved = lp_relaxation_bound(inst, {})
     assert solved.valid and 0 < solved.value <= solver_for("infermax")(inst, {}).objective
-    stopped = lp_relaxation_bound(inst, {"time_limit": 1e-6})
-    assert stopped.value == 0.0 and "not solved to optimality" in stopped.note
-    too_big = lp_relaxation_bound(inst, {"max_cells": 10})
-    assert too_big.value == 0.0 and "not built" in too_big.note
+    assert lp_relaxation_bound(inst, {"time_limit": 1e-6}) is None
+    assert lp_relaxation_bound(inst, {"max_cells": 10}) is None
+    assert lp_relaxation_bound(inst, {"objective": "latency"}) is None
+    listed = bounder_for("infermax")(inst, {"objective": "latency", "method": "lp"})
+    assert "lp-relaxation" not in {b.name for b in listed} and all(b.value > 0 for b in listed)
 
 
 def test_no_model_when_a_candidate_meets_a_proven_bound(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,7 +132,7 @@ def test_no_model_when_a_candidate_meets_a_proven_bound(monkeypatch: pytest.Monk
     assert built.status == "optimal" and built.objective == pytest.approx(res.objective, rel=1e-12)
 
 
-@pytest.mark.parametrize("objective", ["ttft", "completion"])
+@pytest.mark.parametrize("objective", ["ttft", "latency"])
 def test_stopped_solve_never_reports_worse_than_the_best_candidate(objective: str) -> None:
     """A solver stopped before it reaches its hint (CP-SAT must rebuild the hint's times) may hold a
     worse incumbent than the best candidate; the result is then the candidate's schedule."""

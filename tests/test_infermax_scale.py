@@ -2,7 +2,7 @@
 
 - Plans (optsched/problems/infermax/plans.py): random plans (orders, chunk sizes, evictions, start
   grids) on tiny and 20-request instances replay cleanly and their computed objective equals the
-  replay's (makespan, completion, ttft); the search never returns worse than its start.
+  replay's (makespan, latency, ttft); the search never returns worse than its start.
 - KV-time count (kvtime.py): equals its definition written out as a loop; no schedule (exhaustive
   optima, every policy, random legal schedules with evictions, plans) has fewer non-empty batches;
   the bound never exceeds the exhaustive optimum.
@@ -99,7 +99,7 @@ def test_random_plans_replay_with_their_cost(seed):
         schedule = plan_schedule(inst, data, plan)
         rep = replay(inst, schedule)
         assert rep.feasible, rep.violations[:3]
-        for objective in ("makespan", "completion", "ttft"):
+        for objective in ("makespan", "latency", "ttft"):
             value, _ = replayed_objective(inst, schedule, objective)
             assert plan_cost(data, plan, objective) == pytest.approx(value, rel=REL)
 

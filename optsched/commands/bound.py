@@ -1,16 +1,18 @@
 """``optsched bound INSTANCE [--problem NAME] [options] [--json]``.
 
-Without ``--problem``: the instance's trivial bounds (:mod:`optsched.bounds`), proven under the
-contract's model; they take no options (any solver option is bad input). With ``--problem``: the
-bounds of that formulation (:data:`optsched.problems.BOUNDERS`), with its bound options
-(:data:`optsched.problems.BOUND_OPTIONS`) read from the same flags as ``solve``'s.
+Without ``--problem``: the instance's generic bounds (:mod:`optsched.bounds`, and the load-aware
+``srpt-work``, ``busy-time-work`` on the mean latency and ``srpt-prefill``, ``busy-time-prefill`` on
+the mean TTFT of :mod:`optsched.load_bounds`), proven under the contract's model; they take no
+options (any solver option is bad input). With ``--problem``: the bounds of that formulation
+(:data:`optsched.problems.BOUNDERS`), with its bound options (:data:`optsched.problems.BOUND_OPTIONS`)
+read from the same flags as ``solve``'s.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from ..bounds import instance_bounds
+from ..load_bounds import default_bounds
 from ._common import (
     EXIT_OK,
     BadInput,
@@ -38,7 +40,7 @@ def handle(args: argparse.Namespace) -> int:
         if given:
             raise BadInput(f"option {next(iter(given))!r}: the trivial bounds take no options (give --problem NAME)")
         instance = load_instance_arg(args)
-        bounds = instance_bounds(instance)
+        bounds = default_bounds(instance)
     else:
         bounder = resolve("bound", args.problem, args.solver)
         check_solver_option(args.problem, args.solver)

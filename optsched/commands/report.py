@@ -19,7 +19,7 @@ from ..problems import SOLVERS
 from ..report import Progress, Report, build_report, report_table, report_to_dict
 from ..report.gather import SOLVE_MAX_REQUESTS
 from ..request_table import write_request_table
-from ..result import OBJECTIVES
+from ..result import OBJECTIVE_NAMES, default_objective
 from ._common import (
     BadInput,
     add_instance_arguments,
@@ -54,7 +54,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report here")
     add_requests_out_flag(p, "the best schedule")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--objective", choices=OBJECTIVES, default="makespan", help="objective compared (default makespan)")
+    p.add_argument(
+        "--objective",
+        choices=OBJECTIVE_NAMES,
+        help="objective compared (default: latency when requests arrive at different times, else makespan; "
+        "completion is an alias of latency)",
+    )
     p.add_argument("--policies", metavar="LIST", help="comma-separated policies (default: all registered)")
     p.add_argument(
         "--problem", default="infermax", help="problem whose solver seeks the best schedule (default infermax)"
@@ -100,7 +105,7 @@ def handler(args: argparse.Namespace) -> int:
     progress = Progress(not args.quiet)
     report = build_report(
         instance,
-        objective=args.objective,
+        objective=args.objective or default_objective(instance),
         time_limit=time_left(args, args.time_limit),
         policies=policies,
         solve_problem=args.problem,

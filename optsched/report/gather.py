@@ -33,11 +33,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from ..bounds import generic_bounds
 from ..instance import Instance, InstanceError
+from ..load_bounds import proven_bounds
 from ..policies import POLICIES, simulator_for
 from ..problems import BOUNDERS, SOLVERS, accepted, bounder_for, solver_for
-from ..result import OBJECTIVES, SolveResult, check_agreement, relative_gap, replayed_objective
+from ..result import (
+    SolveResult,
+    check_agreement,
+    default_objective,
+    objective_named,
+    relative_gap,
+    replayed_objective,
+)
 from ..schedule import ReplayResult, Schedule, replay
 
 __all__ = [
@@ -238,7 +245,8 @@ def gather_bounds(
         Only this problem's bounder (plus the generic bounds when it is in
         :data:`SCHEDULE_PROBLEMS`); None = generic bounds and every registered bounder.
     objective
-        ``makespan``, ``completion`` or ``ttft`` (see :data:`optsched.result.OBJECTIVES`).
+        A name of :data:`optsched.result.OBJECTIVE_TABLE` (``makespan``, ``latency``, ``ttft``) or
+        an alias (``completion``: ``latency``).
     options
         Passed to each bounder (``objective`` is set from the argument).
     notes
@@ -249,15 +257,14 @@ def gather_bounds(
     list of BoundEntry
         Generic bounds first, then each bounder's, in problem-name order.
     """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
+    objective = objective_named(objective).name
     if problem is not None and problem not in BOUNDERS and problem not in SCHEDULE_PROBLEMS:
         raise KeyError(f"unknown problem {problem!r} for bound (known: {', '.join(sorted(BOUNDERS))})")
     out: list[BoundEntry] = []
     if problem is None or problem in SCHEDULE_PROBLEMS:
         out += [
             BoundEntry("generic", b.name, b.value, b.valid, b.note, objective, True)
-            for b in generic_bounds(instance, objective)
+            for b in proven_bounds(instance, objective)
         ]
     names = sorted(BOUNDERS) if problem is None else [problem] if problem in BOUNDERS else []
     for name in names:
@@ -333,7 +340,7 @@ def _run_solver(
 def build_report(
     instance: Instance,
     *,
-    objective: str = "makespan",
+    objective: str | None = None,
     time_limit: float | None = 60.0,
     policies: Sequence[str] | None = None,
     solve_problem: str = "infermax",
@@ -348,7 +355,10 @@ def build_report(
     instance
         The instance.
     objective
-        What to compare: ``makespan`` (default), ``completion`` (sum of finish times) or ``ttft``.
+        What to compare: ``makespan``, ``latency`` (mean end-to-end latency; ``completion`` is its
+        alias) or ``ttft`` (mean time to first token), all in seconds. Default
+        (:func:`optsched.result.default_objective`): ``latency`` when requests arrive at different
+        times, else ``makespan``.
     time_limit
         Overall limit in seconds (None = no limit); ``reserve`` seconds of it are kept for the
         caller (e.g. to draw the HTML).
@@ -369,6 +379,7 @@ def build_report(
     say = progress or (lambda message: None)
     t0 = time.perf_counter()
     deadline = None if time_limit is None else t0 + max(0.0, time_limit - reserve)
+    objective = objective_named(objective).name if objective is not None else default_objective(instance)
     report = Report(instance, objective, time_limit=time_limit)
     names = sorted(POLICIES) if policies is None else list(policies)
     unknown = [p for p in names if p not in POLICIES]
@@ -383,7 +394,7 @@ def build_report(
         with _timed(report, "bounds"):
             report.bounds = [
                 BoundEntry("generic", b.name, b.value, b.valid, b.note, objective, True)
-                for b in generic_bounds(instance, objective)
+                for b in proven_bounds(instance, objective)
             ]
         say(f"generic bounds: {', '.join(f'{b.name} {b.value:.6g}' for b in report.bounds)}")
         phase = "policies"

@@ -23,6 +23,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from ..instance import Instance
+from ..result import objective_named
 from ..schedule import ReplayResult, Schedule, item_phases
 from .gather import Report
 
@@ -183,7 +184,7 @@ def plot_bounds_bars(report: Report) -> Figure:
         for k, (_, v, _) in enumerate(rows):
             if bound.value > 0:
                 ax.text(v, k, f" {v / bound.value:.3f}x", va="center", fontsize=7)
-    ax.set_xlabel(f"{report.objective} (s)" if report.objective != "completion" else "sum of finish times (s)")
+    ax.set_xlabel(f"{report.objective} ({objective_named(report.objective).unit})")
     ax.set_title("Lower bounds, best schedule (black) and policies; labels: ratio to the best bound")
     ax.margins(x=0.12)
     return fig

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from .. import policies, problems
-from ..bounds import generic_bounds
 from ..instance import Instance, InstanceError
+from ..load_bounds import proven_bounds
 from ..result import Status, objective_of, relative_gap
 from ..schedule import Metrics, ReplayResult, replay
 from .spec import LIMIT_AXES, RunSpec, SweepSpec
@@ -221,7 +221,7 @@ def _bound_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
     if settings is None:
         return
     t0 = time.perf_counter()
-    for b in generic_bounds(instance, cell.run.objective):
+    for b in proven_bounds(instance, cell.run.objective):
         yield make_row(
             cell,
             instance,

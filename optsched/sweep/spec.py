@@ -31,6 +31,7 @@ from .. import policies, problems
 from ..costmodel import CostModelError, load_cost_model
 from ..instance import MAX_LIMIT, MAX_RUNNING
 from ..jsonio import loads_json, read_text
+from ..result import objective_named
 
 __all__ = [
     "LIMIT_AXES",
@@ -151,7 +152,12 @@ class RunSpec(_Strict):
     simulate: list[str] = Field(default_factory=list)
     solve: list[SolveSpec] = Field(default_factory=list)
     bound: bool | BoundSpec = False
-    objective: Literal["makespan", "completion", "ttft"] = "makespan"
+    objective: str = "makespan"
+
+    @field_validator("objective")
+    @classmethod
+    def _objective(cls, value: str) -> str:
+        return objective_named(value).name  # an alias gives its objective
 
     @field_validator("simulate", mode="before")
     @classmethod

@@ -53,9 +53,9 @@ from dataclasses import replace
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from ...bounds import generic_bounds
 from ...deadline import passed, seconds_left
 from ...instance import Instance
+from ...load_bounds import LP_TIME, load_bounds, proven_bounds
 from ...options import OptionError
 from ...result import Bound, SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
@@ -97,13 +97,14 @@ def _meets(value: float, bound: float) -> bool:
 
 
 def _generic_bounds(instance: Instance, objective: str) -> list[Bound]:
-    """The bounds of :mod:`optsched.bounds`, each the larger of its value under the profile and under
-    the linear form of :func:`.model.linear_instance` (both proven, by (F0) of :mod:`optsched.bounds`)."""
-    out = generic_bounds(instance, objective)
+    """The bounds of :func:`optsched.load_bounds.proven_bounds` (those of :mod:`optsched.bounds` and the
+    SRPT bounds), each the larger of its value under the profile and under the linear form of
+    :func:`.model.linear_instance` (both proven, by (F0) of :mod:`optsched.bounds`)."""
+    out = proven_bounds(instance, objective)
     linear = linear_instance(instance)
     if linear is instance:
         return out
-    other = {b.name: b for b in generic_bounds(linear, objective)}
+    other = {b.name: b for b in proven_bounds(linear, objective)}
     return [max(b, other.get(b.name, b), key=lambda bound: bound.value) for b in out]
 
 
@@ -509,18 +510,23 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
 
     The model computes its objectives exactly as :func:`optsched.schedule.replay` does, so every
     bound of :mod:`optsched.bounds` (proven for every schedule that replays cleanly) holds for its
-    optimum. ``method='lp'`` adds the LP relaxation of the MIP (:mod:`.mip`; proven, usually weaker
-    than the work bound on large instances but independent of it). ``method='relax'`` adds, for the
-    makespan with a KV capacity, the residency bound of :mod:`.relax` over the proven horizon of the
-    best candidate schedule (the serial one and every policy), raised by the bound of :mod:`.chunks`
-    when it applies (the relaxation solved within one prefill bias of the best schedule known),
-    within ``time_limit`` (default :data:`RELAX_BOUND_TIME` s, the candidates included). For the makespan with a KV
-    capacity the KV-time bound of :mod:`.kvtime` is always added, and ``method='trajectory'`` adds
+    optimum; for ``latency`` and ``ttft`` so does every load-aware bound of :mod:`optsched.load_bounds`
+    (the busy-time LP within ``time_limit``, at most :data:`~optsched.load_bounds.LP_TIME` s).
+    ``method='lp'`` adds the LP relaxation of the MIP (:mod:`.mip`; proven, usually weaker than the
+    work bound on large instances but independent of it) when it is solved to a positive value.
+    ``method='relax'`` adds, for the makespan with a KV capacity, the residency bound of
+    :mod:`.relax` over the proven horizon of the best candidate schedule (the serial one and every
+    policy), raised by the bound of :mod:`.chunks` when it applies (the relaxation solved within one
+    prefill bias of the best schedule known), within ``time_limit`` (default
+    :data:`RELAX_BOUND_TIME` s, the candidates included). For the makespan with a KV capacity the
+    KV-time bound of :mod:`.kvtime` is always added, and ``method='trajectory'`` adds
     the trajectory bound of :mod:`.colgen` within ``time_limit`` (default the same).
     """
     bound_opts = InferMaxBoundOptions.parse(options)
     objective = bound_opts.objective
     out = _generic_bounds(instance, objective)
+    lp_time = bound_opts.time_limit if bound_opts.time_limit is not None else LP_TIME
+    out += [b for b in load_bounds(instance, objective, lp_time) if b.name.startswith("busy-time")]
     if objective == "makespan" and instance.limits.kv_capacity is not None:
         value, count = kv_time_bound(instance)
         out.append(
@@ -536,7 +542,8 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
     if bound_opts.method == "lp":
         from .mip import lp_relaxation_bound
 
-        out.append(lp_relaxation_bound(instance, bound_opts.solve_options()))
+        lp = lp_relaxation_bound(instance, bound_opts.solve_options())
+        out.extend([lp] if lp is not None else [])
     if bound_opts.method != "relax" or objective != "makespan":
         return out
     if instance.limits.kv_capacity is None:

@@ -293,7 +293,7 @@ class ModelBuilder:
         F = [mdl.NewIntVar(0, cap, f"F_{i}") for i in range(N)]
         for i in range(N):
             for j in range(J):
-                if obj == "completion":
+                if obj == "latency":
                     event = self.done[i][j] if j == 0 else self._and(self.done[i][j], self.done[i][j - 1].Not())
                 else:  # ttft: first token in batch j
                     event = self.g[i][j] if j == 0 else self._and(self.g[i][j], self._zero(self.G[i][j - 1]))
@@ -330,9 +330,16 @@ def true_objective(data: ModelData, T_sec: list[float], E_sec: list[float] | Non
         assert E_sec is not None
         return E_sec[-1]
     assert F_sec is not None
-    if obj == "completion":
-        return math.fsum(F_sec)
-    return math.fsum(f - a for f, a in zip(F_sec, data.arrival)) / data.N
+    return objective_units(data, math.fsum(F_sec))
+
+
+def objective_units(data: ModelData, value: float) -> float:
+    """A value of the model's objective function in the objective's unit: for ``latency`` and
+    ``ttft`` the model minimises the sum of the event times, and the objective is that sum less the
+    constant sum of arrivals, over N (a bound maps the same way: the map is increasing)."""
+    if data.options.objective == "makespan" or not data.needs_time:
+        return value
+    return (value - math.fsum(data.arrival)) / data.N
 
 
 def solve_cpsat(
@@ -374,7 +381,7 @@ def solve_cpsat(
     }
     if code == cp_model.INFEASIBLE:
         return BackendResult(status=Status.INFEASIBLE, info=info)
-    bound = solver.BestObjectiveBound() / scale.factor - scale.slack
+    bound = objective_units(data, solver.BestObjectiveBound() / scale.factor - scale.slack)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return BackendResult(status=Status.UNKNOWN, bound=bound if code != cp_model.MODEL_INVALID else None, info=info)
     N, J = data.N, data.J
@@ -408,10 +415,10 @@ def _batch_seconds(data: ModelData, solver: cp_model.CpSolver, b: ModelBuilder, 
 
 
 def _event_times(data: ModelData, solver: cp_model.CpSolver, b: ModelBuilder, E_sec: list[float]) -> list[float]:
-    """Finish (completion) or first-token (ttft) time of every request from the solution."""
+    """Finish (latency) or first-token (ttft) time of every request from the solution."""
     out = []
     for i in range(data.N):
         G = [solver.Value(b.G[i][j]) for j in range(data.J)]
-        target = data.output[i] if data.options.objective == "completion" else 1
+        target = data.output[i] if data.options.objective == "latency" else 1
         out.append(E_sec[next(j for j in range(data.J) if G[j] >= target)])
     return out

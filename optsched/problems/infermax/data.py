@@ -9,7 +9,7 @@ and :func:`check_size` the option ``max_cells``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ __all__ = [
     "fits",
     "horizon",
     "integer_scaling",
+    "makespan_cap",
     "request_batch_grid",
 ]
 
@@ -147,14 +148,14 @@ class ModelData:
 
     def time_cap(self) -> float:
         """An upper bound on every batch end time in the schedules the model must consider."""
-        if self.options.objective in ("makespan", "completion") and self.horizon_proven:
-            # makespan <= objective for both (finish times are >= 0)
+        if self.options.objective in ("makespan", "latency") and self.horizon_proven:
             return self.upper_makespan_cap
         return max(self.arrival) + self.J * self.max_batch_time()
 
     @property
     def upper_makespan_cap(self) -> float:
-        return self.upper if self.options.objective == "completion" else self.upper_makespan
+        """The makespan of every schedule no worse than the best known (:func:`makespan_cap`)."""
+        return makespan_cap(self.options.objective, self.upper_makespan, self.upper, self.arrival)
 
     def activity_bounds(self) -> dict[str, float]:
         """Upper bounds on the total activity of each cost term over the horizon (for the slack)."""
@@ -238,6 +239,18 @@ def _batches_within(time: float, work: float, prefill_batches: int, coef: Coeffi
     return max(1, math.floor((time - work - extra) / coef.min_batch * (1 + 1e-9)))
 
 
+def makespan_cap(objective: str, upper_makespan: float, upper_objective: float, arrival: Sequence[float]) -> float:
+    r"""The largest makespan of a schedule whose objective is at most ``upper_objective``.
+
+    For ``latency``: every latency is >= 0, so the last request L to finish has
+    :math:`F_L - a_L \le \sum_i (F_i - a_i) \le N\, UB` and the makespan :math:`F_L \le
+    \max_i a_i + N\, UB`; for the other objectives the best known makespan.
+    """
+    if objective == "latency":
+        return max(arrival) + len(arrival) * upper_objective
+    return upper_makespan
+
+
 def horizon(
     instance: Instance,
     upper_makespan: float,
@@ -253,7 +266,7 @@ def horizon(
     (:func:`optsched.bounds.request_work`). Hence any schedule with makespan at most :math:`T^{UB}` has at
     most :math:`J = \lfloor (T^{UB} - W - B_p (k_{pb} - \min(k_{pb}, k_{db}))) / \beta \rfloor`
     batches (idle time is >= 0). For ``makespan`` :math:`T^{UB}` is the best known
-    makespan; for ``completion`` the best known sum of finish times (makespan <= sum).
+    makespan; for ``latency`` :func:`makespan_cap` of the best known mean latency.
 
     For ``ttft`` the objective does not bound the tail after the last first token, but it bounds
     that token's time: a schedule with mean TTFT at most :math:`UB` has
@@ -284,12 +297,9 @@ def horizon(
     """
     instance = linear_instance(instance)
     coef = Coefficients.from_cost_model(instance.cost_model)
-    makespan_cap = upper_objective if options.objective == "completion" else upper_makespan
-    J_makespan = _batches_within(makespan_cap, math.fsum(request_work(instance)), batch_counts(instance)[1], coef)
-    note = (
-        f"J = floor((UB {makespan_cap:.6g} s - work - prefill biases) / min batch "
-        f"{coef.min_batch:.6g} s) = {J_makespan}"
-    )
+    cap = makespan_cap(options.objective, upper_makespan, upper_objective, [r.arrival for r in instance.requests])
+    J_makespan = _batches_within(cap, math.fsum(request_work(instance)), batch_counts(instance)[1], coef)
+    note = f"J = floor((UB {cap:.6g} s - work - prefill biases) / min batch {coef.min_batch:.6g} s) = {J_makespan}"
     if options.objective != "ttft":
         return Horizon(J_makespan, True, note)
     N = len(instance.requests)

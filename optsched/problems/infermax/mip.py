@@ -36,7 +36,6 @@ the model is solved again with presolve off (:func:`optsched.mipsolvers.solve_mo
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 import time
@@ -49,7 +48,7 @@ from ...deadline import BuildStopped, check, passed, seconds_left
 from ...instance import Instance
 from ...mipsolvers import pulp_solver, solve_model, solver_deadline
 from ...result import Bound, Status
-from .cpsat import BackendResult, true_objective
+from .cpsat import BackendResult, objective_units, true_objective
 from .data import ModelData, build_data, check_size, request_batch_grid
 from .model import InferMaxOptions
 from .schedules import earliest_starts, serial_schedule
@@ -398,6 +397,7 @@ def solve_mip(
         return BackendResult(status=Status.INFEASIBLE, info=info)
     optimal = status == "Optimal" and sol == pulp.LpSolutionOptimal
     bound = _bound(mip.p, solver, optimal)
+    bound = None if bound is None else objective_units(data, bound)
     if not has_solution:
         return BackendResult(status=Status.UNKNOWN, bound=bound, info=info)
     N, J = data.N, data.J
@@ -475,16 +475,18 @@ def _event_times(data: ModelData, mip: MipModel, E_sec: list[float]) -> list[flo
     out = []
     for i in range(data.N):
         G = [round(_val(mip.G[i][j])) for j in range(data.J)]
-        target = data.output[i] if data.options.objective == "completion" else 1
+        target = data.output[i] if data.options.objective == "latency" else 1
         out.append(E_sec[next(j for j in range(data.J) if G[j] >= target)])
     return out
 
 
-def lp_relaxation_bound(instance: Instance, options: Mapping[str, Any] | InferMaxOptions) -> Bound:
+def lp_relaxation_bound(instance: Instance, options: Mapping[str, Any] | InferMaxOptions) -> Bound | None:
     """The LP relaxation of the MIP over the proven horizon of the serial schedule (HiGHS).
 
     Only an LP solved to optimality bounds the optimum: when it is not built (option
-    ``max_cells``) or stops at the time limit, the bound is the trivial 0, and the note says why.
+    ``max_cells``), stops at the time limit or gives no positive value (the big-M links of the
+    per-request objectives let a fractional point finish every request at time 0), there is no
+    bound and None is returned.
     """
     from ...result import replayed_objective
 
@@ -495,20 +497,15 @@ def lp_relaxation_bound(instance: Instance, options: Mapping[str, Any] | InferMa
     data = build_data(instance, opts, mk, val, 0)
     try:
         mip = MipModel(data, relax=True)
-    except BuildStopped as exc:
-        return Bound("lp-relaxation", 0.0, True, f"trivial: the LP relaxation was not built ({exc})")
+    except BuildStopped:
+        return None
     solver = _solver(data, warm=False, relax=True)
     mip.p.solve(solver)
     if mip.p.sol_status != pulp.LpSolutionOptimal:  # PuLP reports a stopped HiGHS as status "Optimal"
-        return Bound(
-            "lp-relaxation",
-            0.0,
-            True,
-            f"trivial: the LP relaxation over J = {data.J} batches was not solved to optimality",
-        )
-    value = float(pulp.value(mip.p.objective)) / UNIT
-    if opts.objective == "ttft":
-        value = (value - math.fsum(data.arrival)) / data.N
+        return None
+    value = objective_units(data, float(pulp.value(mip.p.objective)) / UNIT)
+    if value <= 0.0:
+        return None
     return Bound(
         "lp-relaxation",
         value,

@@ -147,9 +147,10 @@ of :mod:`.plans` prices the true batch times; every schedule any phase finds is 
 profile itself.
 
 ``makespan`` (default; the paper's total latency): :math:`\sum_j T_j` offline, :math:`E_J` with
-arrivals. ``completion``: :math:`\sum_i F_i`,
-:math:`F_i \ge E_j` where i finishes in j. ``ttft``: :math:`\frac1N \sum_i (FT_i - a_i)`, :math:`FT_i \ge E_j` where i
-generates its first token.
+arrivals. ``latency``: :math:`\frac1N \sum_i (F_i - a_i)`, :math:`F_i \ge E_j` where i finishes in j
+(the backends minimise :math:`\sum_i F_i`, the same optimisation: the arrivals are constants).
+``ttft``: :math:`\frac1N \sum_i (FT_i - a_i)`, :math:`FT_i \ge E_j` where i generates its first token.
+Every backend reports its objective and bound in these units (:func:`.cpsat.objective_units`).
 
 Exactness of the backends: the tile count and the longest decode context are exact in both. CP-SAT
 states :math:`kvm_j` with ``AddMaxEquality``; the MIP with :math:`kvm_j \ge kv_{ij}` for every i
@@ -176,6 +177,7 @@ from ...bounds import batch_counts
 from ...costmodel import CostModel
 from ...instance import Instance, InstanceError
 from ...options import Flag, Name, Options, PositiveFloat, PositiveInt, Share
+from ...result import objective_named
 from .. import BACKENDS
 
 __all__ = [
@@ -191,7 +193,10 @@ __all__ = [
     "symmetric_pairs",
 ]
 
-OBJECTIVES = ("makespan", "completion", "ttft")
+#: The objectives the model solves (:data:`optsched.result.OBJECTIVE_TABLE`) and ``completion``, read
+#: as ``latency`` (its alias): the model minimises the sum of finish (latency) or first-token (ttft)
+#: times, and the objective is that sum less the constant sum of arrivals, over N.
+OBJECTIVES = ("makespan", "latency", "ttft", "completion")
 
 #: Default share of the time limit given to the residency relaxation (option ``relax``).
 RELAX_SHARE = 0.6
@@ -217,7 +222,8 @@ class InferMaxOptions(Options):
     solver
         ``cpsat`` (default), ``highs``, ``cbc`` or ``gurobi``.
     objective
-        ``makespan`` (default), ``completion`` or ``ttft``.
+        ``makespan`` (default), ``latency`` (mean end-to-end latency; ``completion`` is its alias)
+        or ``ttft`` (mean time to first token), seconds.
     no_evict, no_hybrid, no_chunk
         Forbid evictions, hybrid (prefill + decode) batches, chunked prefill (fix C9).
     time_limit, threads, log
@@ -256,6 +262,7 @@ class InferMaxOptions(Options):
     early_exit: Flag = True
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "objective", objective_named(self.objective).name)
         if isinstance(self.relax, bool):
             object.__setattr__(self, "relax", RELAX_SHARE if self.relax else 0.0)
 
@@ -267,7 +274,7 @@ class InferMaxBoundOptions(Options):
     Attributes
     ----------
     objective
-        ``makespan`` (default), ``completion`` or ``ttft``.
+        ``makespan`` (default), ``latency`` (alias ``completion``) or ``ttft``.
     method
         None (the bounds of :mod:`optsched.bounds` and the KV-time bound), ``lp`` (also the LP
         relaxation of the MIP), ``relax`` (also the residency relaxation, makespan with a KV
@@ -290,6 +297,9 @@ class InferMaxBoundOptions(Options):
     no_evict: Flag = False
     no_hybrid: Flag = False
     no_chunk: Flag = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "objective", objective_named(self.objective).name)
 
     def check(self) -> None:
         for option in ("threads", "no_evict", "no_hybrid", "no_chunk"):

@@ -44,7 +44,7 @@ from ...schedule import Batch, Item, Schedule
 __all__ = ["Plan", "PlanData", "plan_cost", "plan_data", "plan_schedule", "plannable", "OBJECTIVE_CODES"]
 
 #: Objectives a plan's cost can be: makespan, sum of finish times, mean time to first token.
-OBJECTIVE_CODES = {"makespan": 0, "completion": 1, "ttft": 2}
+OBJECTIVE_CODES = {"makespan": 0, "latency": 1, "ttft": 2}
 
 #: An unlimited KV capacity or running count, as an integer the kernels can compare.
 UNLIMITED = 1 << 60
@@ -320,8 +320,8 @@ def _batch_times(prompt, req, g0, g1, chunk, start, horizon, coef):  # noqa: ANN
 
 @njit(cache=True)
 def _objective(prompt, output, req, g0, g1, chunk, start, times, objective):  # noqa: ANN001, ANN202
-    """The plan's objective from its batch times (arrival 0): makespan, sum of finish times or
-    mean time to first token."""
+    """The plan's objective from its batch times (arrival 0): makespan, mean latency or mean time
+    to first token."""
     ends = np.cumsum(times)
     if objective == 0:
         return ends[-1] if len(ends) else 0.0
@@ -334,7 +334,7 @@ def _objective(prompt, output, req, g0, g1, chunk, start, times, objective):  # 
             total += ends[start[s] + n_fill + g1[s] - g0[s] - 2]
         elif objective == 2 and g0[s] == 0:  # its first token
             total += ends[start[s] + n_fill - 1]
-    return total if objective == 1 else total / len(prompt)
+    return total / len(prompt)
 
 
 def plan_cost(data: PlanData, plan: Plan, objective: str = "makespan") -> float:
@@ -348,8 +348,6 @@ def plan_cost(data: PlanData, plan: Plan, objective: str = "makespan") -> float:
     )
     if objective == "makespan":
         return data.start + value
-    if objective == "completion":
-        return value + len(data.prompt) * data.start
     return value
 
 

@@ -1,0 +1,226 @@
+"""Mean latency and mean TTFT: the exact solver and every proven bound against exhaustive search.
+
+- the online exhaustive search (``latency_bruteforce``) agrees with the offline one where both apply;
+- every bound on ``latency`` and ``ttft`` (:func:`optsched.load_bounds.proven_bounds`, the InferMax
+  bounder) is at most the exhaustive optimum on random tiny instances, with and without arrivals,
+  with KV limits; and at most every policy's replayed value on random instances of 20 to 200
+  requests under load;
+- planted invalid bounds (10 % above, the batch overhead not shared) are caught by those checks;
+- the exact InferMax solve (CP-SAT and HiGHS) reaches the exhaustive optimum of both objectives.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from optsched.bounds import critical_path_times
+from optsched.instance import parse_instance
+from optsched.load_bounds import (
+    LP_TIME,
+    SHARE_WEIGHTS,
+    load_bounds,
+    proven_bounds,
+    share_work,
+    srpt_completions,
+    srpt_mean_bound,
+)
+from optsched.policies import policy_names, simulator_for
+from optsched.problems import bounder_for
+from optsched.result import objective_named, replayed_objective
+from tests.support.infermax import check_result, solve, tiny_instance
+from tests.support.infermax_bruteforce import exhaustive_optimum
+from tests.support.latency_bruteforce import exhaustive_mean
+
+OBJECTIVES = ("latency", "ttft")
+#: Tiny instances with several requests (a single request proves little about load).
+TINY = (0, 5, 6, 7, 9, 10, 11, 13, 16, 19, 20, 25, 26, 27, 29, 30, 34, 37)
+
+
+def optimum(inst, objective: str) -> float:
+    """The exhaustive optimum, after checking that its schedule replays to it."""
+    found = exhaustive_mean(inst, objective)
+    assert found is not None
+    value, path = found
+    assert replayed_objective(inst, path, objective)[0] == pytest.approx(value, rel=1e-9)
+    return value
+
+
+@pytest.mark.parametrize("seed", (0, 5, 9, 13))
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_online_search_agrees_with_the_offline_search(seed: int, objective: str) -> None:
+    inst = tiny_instance(seed)
+    offline = exhaustive_optimum(inst, "completion" if objective == "latency" else "ttft")
+    assert offline is not None
+    expected = offline[0] / len(inst.requests) if objective == "latency" else offline[0]
+    assert optimum(inst, objective) == pytest.approx(expected, rel=1e-9)
+
+
+def tiny_bounds(inst, objective: str) -> dict[str, float]:
+    """Every bound of the objective: the generic and load-aware ones, and the InferMax bounder's."""
+    out = {f"generic:{b.name}": b.value for b in proven_bounds(inst, objective)}
+    out.update({f"infermax:{b.name}": b.value for b in bounder_for("infermax")(inst, {"objective": objective})})
+    return out
+
+
+@pytest.mark.parametrize("arrivals", [False, True])
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_every_bound_is_at_most_the_exhaustive_optimum(objective: str, arrivals: bool) -> None:
+    gains = 0
+    for seed in TINY:
+        inst = tiny_instance(seed, arrivals=arrivals)
+        best = optimum(inst, objective)
+        found = tiny_bounds(inst, objective)
+        assert {"generic:srpt-work", "generic:srpt-prefill"} & set(found)
+        for name, value in found.items():
+            assert value <= best * (1 + 1e-9), (seed, name, value, best)
+        load = max(b.value for b in load_bounds(inst, objective))
+        plain = max(v for k, v in found.items() if "srpt" not in k)
+        gains += load > plain * (1 + 1e-6)
+    assert gains >= 2  # the load-aware bound is above the per-request ones somewhere
+
+
+def planted_latency(inst, fault: str) -> float:
+    """An invalid latency bound: 10 % above the real one, or with each batch's overhead paid in full
+    by every item (K = 1 instead of the most items a batch holds)."""
+    if fault == "ten-percent":
+        return 1.1 * load_bounds(inst, "latency")[0].value
+    release = np.array([r.arrival for r in inst.requests])
+    work = share_work(inst, SHARE_WEIGHTS[0], items_cap=1)
+    return srpt_mean_bound(release, work, critical_path_times(inst))
+
+
+@pytest.mark.parametrize("fault", ["ten-percent", "overhead-unshared"])
+def test_a_planted_invalid_bound_is_caught(fault: str) -> None:
+    caught = []
+    for arrivals in (False, True):
+        for seed in TINY:
+            inst = tiny_instance(seed, arrivals=arrivals)
+            if planted_latency(inst, fault) > optimum(inst, "latency") * (1 + 1e-9):
+                caught.append((seed, arrivals))
+    assert caught
+
+
+def loaded_instance(n: int, seed: int):
+    """N requests (I in 1..64, O in 1..32) arriving by a Poisson process fast enough to queue,
+    with KV capacity, C, P and R_max drawn at random."""
+    rng = random.Random(seed)
+    t, reqs = 0.0, []
+    rate = rng.choice([50.0, 200.0, 1000.0])
+    for k in range(n):
+        t += rng.expovariate(rate)
+        reqs.append({
+            "id": f"r{k}",
+            "prompt_tokens": rng.randint(1, 64),
+            "output_tokens": rng.randint(1, 32),
+            "arrival": round(t, 6),
+        })
+    big = max(r["prompt_tokens"] + r["output_tokens"] for r in reqs)
+    C = rng.choice([64, 256, 2048])
+    return parse_instance(
+        {
+            "name": f"loaded-{n}-{seed}",
+            "cost_model": rng.choice(["llama2-7b-a100", "llama2-70b-a100"]),
+            "limits": {
+                "token_budget": C,
+                "prefill_budget": rng.choice([p for p in (32, 64, 256) if p <= C]),
+                "kv_capacity": rng.choice([big, 4 * big, 20 * big, None]),
+                "max_running": rng.choice([4, 16, None]),
+            },
+            "requests": reqs,
+        },
+        f"loaded-{n}-{seed}",
+    )
+
+
+def policy_values(inst, objective: str) -> dict[str, float]:
+    return {name: replayed_objective(inst, simulator_for(name)(inst), objective)[0] for name in policy_names()}
+
+
+@pytest.mark.parametrize("n, seed", [(20, 1), (50, 2), (120, 3), (200, 4), (80, 5), (30, 6)])
+def test_every_bound_is_at_most_every_policy(n: int, seed: int) -> None:
+    inst = loaded_instance(n, seed)
+    for objective in OBJECTIVES:
+        values = policy_values(inst, objective)
+        least = min(values.values())
+        found = proven_bounds(inst, objective) + load_bounds(inst, objective, LP_TIME)
+        if n <= 30:  # a small LP (at most 1,800 cells): solved within its time on a loaded machine too
+            assert any(b.name.startswith("busy-time") for b in found)
+        for b in found:
+            assert b.valid and b.value <= least * (1 + 1e-9), (objective, b, values)
+    planted = planted_latency(inst, "overhead-unshared")
+    assert planted > 0.0
+
+
+def test_the_planted_faults_are_caught_at_scale() -> None:
+    """On loaded instances the overhead-unshared bound exceeds some policy's replayed latency."""
+    caught = 0
+    for n, seed in [(50, 2), (120, 3), (200, 4), (80, 5)]:
+        inst = loaded_instance(n, seed)
+        caught += planted_latency(inst, "overhead-unshared") > min(policy_values(inst, "latency").values())
+    assert caught
+
+
+def test_srpt_is_the_least_kth_completion() -> None:
+    """SRPT's k-th completion is at most that of every order-preserving preemptive schedule tried:
+    here every non-preemptive order of 5 random jobs (brute force)."""
+    import itertools
+
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        release = rng.choice([0.0, 1.0, 2.0, 3.5], size=5)
+        work = rng.uniform(0.1, 3.0, size=5)
+        srpt = srpt_completions(release, work)
+        for order in itertools.permutations(range(5)):
+            t, done = 0.0, []
+            for j in order:
+                t = max(t, release[j]) + work[j]
+                done.append(t)
+            assert np.all(srpt <= np.sort(done) + 1e-12)
+
+
+@pytest.mark.parametrize(
+    "seed, solver", [(s, "cpsat") for s in (0, 5, 7, 9, 13, 25)] + [(s, "highs") for s in (0, 7, 9, 13, 25)]
+)
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_exact_solve_reaches_the_exhaustive_optimum_with_arrivals(seed: int, objective: str, solver: str) -> None:
+    inst = tiny_instance(seed, arrivals=True)
+    best = optimum(inst, objective)
+    res = solve(inst, objective=objective, solver=solver)
+    check_result(inst, res, best, objective)
+    assert res.objective == pytest.approx(getattr(res.replay.metrics, objective_named(objective).metric), rel=1e-12)
+
+
+def test_completion_is_an_alias_of_latency() -> None:
+    inst = tiny_instance(5, arrivals=True)
+    res = solve(inst, objective="completion")
+    assert res.extra["objective_name"] == "latency"
+    assert res.objective == pytest.approx(res.replay.metrics.mean_latency, rel=1e-12)
+    assert [b.value for b in proven_bounds(inst, "completion")] == [b.value for b in proven_bounds(inst, "latency")]
+
+
+@pytest.mark.parametrize(
+    "objective, names", [("latency", {"critical-path", "srpt-work"}), ("ttft", {"prefill-alone", "srpt-prefill"})]
+)
+def test_bound_command_lists_every_bound_of_the_objective(capsys, objective: str, names: set[str]) -> None:
+    import json
+
+    from optsched.cli import main
+
+    assert main(["bound", "toy-4", "--problem", "infermax", "--objective", objective, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["bounds"]
+    assert names <= {b["name"] for b in listed}
+    assert all(b["valid"] and b["note"] and b["value"] > 0 for b in listed)
+
+
+def test_sweep_spec_reads_the_objective_names() -> None:
+    from pydantic import ValidationError
+
+    from optsched.sweep.spec import RunSpec
+
+    assert RunSpec(objective="latency").objective == "latency"
+    assert RunSpec(objective="completion").objective == "latency"
+    with pytest.raises(ValidationError, match="unknown objective 'speed'"):
+        RunSpec(objective="speed")
