@@ -17,16 +17,17 @@ policy             groups, in priority order    hybrid  chunked  P (chunk)   ord
 ``rank-i``         all (one group)              yes     yes      P           prompt length
 ``rank-o``         all (one group)              yes     yes      P           output length
 ``mc-sf``          run-decode, run-prefill, w.  yes     yes      min(512, P) output length
-``srpf``           waiting, running             no      no       P           remaining prefill
+``srpf``           run-prefill, w., run-decode  no      no       P           remaining prefill
 =================  ===========================  ======  =======  ==========  =============
 
 ``mc-sf`` is the memory-constrained shortest-first policy of Jaillet et al. (2025), for mean
 latency: every running request first (decodes, then prefill chunks of Sarathi's size, as in
 stall-free batching), then waiting requests by shortest output while the KV look-ahead of
 :func:`optsched.policies.orders.lookahead_fits` holds (``kv_lookahead``). ``srpf``
-(shortest remaining prefill first), for mean TTFT, is vLLM's prefill-first scheduler with the
-waiting queue sorted by remaining prompt tokens: a shortest-remaining-processing-time rule on the
-prefill work that decides the first token.
+(shortest remaining prefill first), for mean TTFT, is a prefill-first scheduler without hybrid
+batches, like vLLM's, that serves the prompt chunks it started (prompts longer than P), then the
+waiting queue sorted by prompt tokens, then decodes: a shortest-remaining-processing-time rule on
+the prefill work that decides the first token.
 
 P is the instance's ``prefill_budget`` (C = P = 4096 in the paper); a policy chunk larger than the
 instance's P is clipped to it, so every schedule respects the instance's limits.
@@ -135,6 +136,7 @@ class PolicyConfig:
 
 _WR = ("waiting", "running")
 _DECODE_FIRST = ("running_decode", "running_prefill", "waiting")
+_PREFILL_FIRST = ("running_prefill", "waiting", "running_decode")
 _BASE = (
     PolicyConfig("vllm", _WR, hybrid=False, chunked=False),
     PolicyConfig("vllm-hy", _WR, hybrid=True, chunked=False),
@@ -146,7 +148,7 @@ _BASE = (
     PolicyConfig("rank-i", ("all",), order="prompt", evict_for_waiting=True),
     PolicyConfig("rank-o", ("all",), order="output", evict_for_waiting=True),
     PolicyConfig("mc-sf", _DECODE_FIRST, order="output", chunk=SARATHI_CHUNK, kv_lookahead=True),
-    PolicyConfig("srpf", _WR, order="remaining-prefill", hybrid=False, chunked=False),
+    PolicyConfig("srpf", _PREFILL_FIRST, order="remaining-prefill", hybrid=False, chunked=False),
 )
 
 #: Every named policy and its eviction-free twin, by name.
