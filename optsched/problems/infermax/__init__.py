@@ -303,6 +303,7 @@ def _scale_phase(pool: CandidatePool, proven: list[float], deadline: float | Non
         opts.no_evict,
         opts.no_hybrid,
         opts.no_chunk,
+        seeds=[(name, cand.value) for name, cand in pool.found.items()],
     )
     for name, schedule in phase.schedules.items():
         pool.offer(name, schedule)
