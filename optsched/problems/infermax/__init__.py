@@ -348,6 +348,8 @@ def _result(
             extra=extra,
         )
     schedule, value, rep, incumbent = _incumbent(pool, data, backend)
+    source = "model" if incumbent is None else pool.best_name
+    extra["schedule_source"], extra["schedule_is_seed"] = source, source in pool.seeds
     if data.horizon_proven and backend.bound is not None:
         proven.append(backend.bound)
     elif backend.bound is not None:

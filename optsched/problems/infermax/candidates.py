@@ -11,6 +11,7 @@ equals. The best candidate is the solve's upper bound UB, from which the horizon
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from ...deadline import passed
@@ -71,6 +72,9 @@ class CandidatePool:
         self.instance, self.options = instance, options
         self.found: dict[str, Candidate] = {}
         self.best_name: str | None = None
+        #: The names of the seeds: the candidates the solve starts from (policies and ``serial``),
+        #: as opposed to those its own phases find.
+        self.seeds: set[str] = set()
 
     def offer(self, name: str, schedule: Schedule | None) -> Candidate | None:
         """Replay ``schedule`` and keep it as ``name`` when it replays cleanly and respects the
@@ -123,8 +127,9 @@ def initial_candidates(instance: Instance, options: InferMaxOptions, deadline: f
 
     Policies are skipped when chunked prefill is off (their chunking cannot be checked without
     re-implementing the semantics) or when they do not apply to the instance, fail or violate an
-    option. After the deadline nothing more is started once there is one candidate, except the
-    ``warm_start`` policy; ``serial`` (one request at a time: hundreds of thousands of batches on
+    option. The ``warm_start`` policy runs first; another is started only while the time left
+    before the deadline exceeds the longest policy run so far (run and replay), once there is one
+    candidate; ``serial`` (one request at a time: hundreds of thousands of batches on
     a large trace) comes last, and always when no policy gave a candidate.
 
     Raises
@@ -136,15 +141,24 @@ def initial_candidates(instance: Instance, options: InferMaxOptions, deadline: f
     if not options.no_chunk:
         from ...policies import policy_names, simulator_for
 
-        for name in policy_names():
-            if len(pool) and passed(deadline) and name != options.warm_start:
+        names = policy_names()
+        if options.warm_start in names:  # first: the others only while time is left
+            names.insert(0, names.pop(names.index(options.warm_start)))
+        slowest = 0.0  # wall seconds of the slowest policy so far (run and replay)
+        for name in names:
+            late = passed(deadline) or (deadline is not None and deadline - time.perf_counter() < slowest)
+            if len(pool) and name != options.warm_start and late:
                 continue
+            started = time.perf_counter()
             try:
                 pool.offer(name, simulator_for(name)(instance))
             except Exception:  # noqa: BLE001 - a failing policy is only a missing candidate
                 continue
+            finally:
+                slowest = max(slowest, time.perf_counter() - started)
     if not len(pool) or not passed(deadline):
         pool.offer("serial", serial_schedule(instance, no_chunk=options.no_chunk))
+    pool.seeds = set(pool.found)
     return pool
 
 
