@@ -69,8 +69,9 @@ SOLVER_ROOM_CAP = 10.0
 SOLVE_MAX_REQUESTS: int | None = None
 
 
-class TimeUp(Exception):
-    """The report's overall deadline passed during a phase."""
+class TimeUp(BaseException):
+    """The report's overall deadline passed during a phase (a BaseException, as KeyboardInterrupt:
+    the ``except Exception`` of a phase that skips a failing part must not swallow it)."""
 
 
 @dataclass(frozen=True)

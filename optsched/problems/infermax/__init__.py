@@ -161,7 +161,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
     if deadline is not None and len(instance.requests) >= SCALE_MIN_REQUESTS:  # the scale phase keeps the rest
         candidates_by = t0 + CANDIDATE_SHARE * opts.time_limit
     try:
-        pool = initial_candidates(instance, opts, candidates_by)
+        pool = initial_candidates(instance, opts, candidates_by, deadline)
     except InferMaxInputError as exc:
         return SolveResult(
             problem="infermax",

@@ -121,7 +121,9 @@ class CandidatePool:
         return len(self.found)
 
 
-def initial_candidates(instance: Instance, options: InferMaxOptions, deadline: float | None) -> CandidatePool:
+def initial_candidates(
+    instance: Instance, options: InferMaxOptions, deadline: float | None, hard: float | None = None
+) -> CandidatePool:
     """The pool with every registered policy's schedule and ``serial``'s (:func:`.schedules.serial_schedule`),
     by ``deadline`` (a ``time.perf_counter()`` value).
 
@@ -129,8 +131,10 @@ def initial_candidates(instance: Instance, options: InferMaxOptions, deadline: f
     re-implementing the semantics) or when they do not apply to the instance, fail or violate an
     option. The ``warm_start`` policy runs first; another is started only while the time left
     before the deadline exceeds the longest policy run so far (run and replay), once there is one
-    candidate; ``serial`` (one request at a time: hundreds of thousands of batches on
-    a large trace) comes last, and always when no policy gave a candidate.
+    candidate. A policy of the unified scheduler runs in slices and is abandoned when ``hard`` (the
+    solve's own deadline) passes (:func:`.online.run_until`); ``serial`` (one request at a time:
+    hundreds of thousands of batches on a large trace) comes last, and always when no policy gave
+    a candidate.
 
     Raises
     ------
@@ -140,6 +144,10 @@ def initial_candidates(instance: Instance, options: InferMaxOptions, deadline: f
     pool = CandidatePool(instance, options)
     if not options.no_chunk:
         from ...policies import policy_names, simulator_for
+        from ...policies.config import POLICY_CONFIGS
+        from .online import run_until
+
+        horizon = max((r.arrival for r in instance.requests), default=0.0) + 1.0
 
         names = policy_names()
         if options.warm_start in names:  # first: the others only while time is left
@@ -151,7 +159,10 @@ def initial_candidates(instance: Instance, options: InferMaxOptions, deadline: f
                 continue
             started = time.perf_counter()
             try:
-                pool.offer(name, simulator_for(name)(instance))
+                if name in POLICY_CONFIGS:
+                    pool.offer(name, run_until(instance, POLICY_CONFIGS[name], hard, horizon))
+                else:
+                    pool.offer(name, simulator_for(name)(instance))
             except Exception:  # noqa: BLE001 - a failing policy is only a missing candidate
                 continue
             finally:

@@ -154,7 +154,7 @@ class _Climb:
     no_hybrid: bool
     t0: float
     tried: set[PolicyConfig] = field(default_factory=set)
-    cost: float = 0.0  # wall seconds of the slowest configuration run so far
+    cost: float = 0.0  # wall seconds of the slowest configuration so far (run and replay)
 
     def run(self, current: PolicyConfig, value: float, name: str, out: OnlineSearch) -> bool:
         """Climb from ``current`` (objective ``value``) to a local optimum, recording in ``out``
@@ -175,9 +175,9 @@ class _Climb:
                 schedule = run_until(self.instance, config, self.deadline, horizon)
                 if schedule is None:
                     return False
+                rep = replay(self.instance, schedule)
                 self.cost = max(self.cost, time.perf_counter() - started)
                 out.evaluated += 1
-                rep = replay(self.instance, schedule)
                 if not rep.feasible or (self.no_evict and rep.metrics.evictions):
                     continue
                 found = objective_of(rep, self.objective)
