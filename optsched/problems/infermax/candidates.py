@@ -129,7 +129,8 @@ def initial_candidates(
 
     Policies are skipped when chunked prefill is off (their chunking cannot be checked without
     re-implementing the semantics) or when they do not apply to the instance, fail or violate an
-    option. The ``warm_start`` policy runs first; another is started only while the time left
+    option. The ``warm_start`` policy runs first, then those of the unified scheduler
+    (:data:`~optsched.policies.config.POLICY_CONFIGS`), then the others; another is started only while the time left
     before the deadline exceeds the longest policy run so far (run and replay), once there is one
     candidate. A policy of the unified scheduler runs in slices and is abandoned when ``hard`` (the
     solve's own deadline) passes (:func:`.online.run_until`); ``serial`` (one request at a time:
@@ -149,9 +150,9 @@ def initial_candidates(
 
         horizon = max((r.arrival for r in instance.requests), default=0.0) + 1.0
 
-        names = policy_names()
-        if options.warm_start in names:  # first: the others only while time is left
-            names.insert(0, names.pop(names.index(options.warm_start)))
+        # the warm start first, then the unified scheduler's policies (fast, and the seeds of the
+        # policy search at scale), then the others, each only while time is left
+        names = sorted(policy_names(), key=lambda n: (n != options.warm_start, n not in POLICY_CONFIGS, n))
         slowest = 0.0  # wall seconds of the slowest policy so far (run and replay)
         for name in names:
             late = passed(deadline) or (deadline is not None and deadline - time.perf_counter() < slowest)
