@@ -19,6 +19,7 @@ from ...instance import Instance
 from ...result import objective_of
 from ...schedule import ReplayResult, Schedule, replay
 from .model import InferMaxOptions
+from .scale import SCALE_MIN_REQUESTS
 from .schedules import serial_schedule
 
 __all__ = ["Candidate", "CandidatePool", "candidate_schedules", "initial_candidates"]
@@ -130,9 +131,11 @@ def initial_candidates(
     Policies are skipped when chunked prefill is off (their chunking cannot be checked without
     re-implementing the semantics) or when they do not apply to the instance, fail or violate an
     option. The ``warm_start`` policy runs first, then those of the unified scheduler
-    (:data:`~optsched.policies.config.POLICY_CONFIGS`), then the others; another is started only while the time left
-    before the deadline exceeds the longest policy run so far (run and replay), once there is one
-    candidate. A policy of the unified scheduler runs in slices and is abandoned when ``hard`` (the
+    (:data:`~optsched.policies.config.POLICY_CONFIGS`), then the others (with a deadline, only on
+    instances of fewer than :data:`.scale.SCALE_MIN_REQUESTS` requests: they have no clock inside,
+    and on a 2,000-request trace slice the slowest took 150 times as long as ``vllm``); another is
+    started only while the time left before the deadline exceeds the longest policy run so far (run
+    and replay), once there is one candidate. A policy of the unified scheduler runs in slices and is abandoned when ``hard`` (the
     solve's own deadline) passes (:func:`.online.run_until`); ``serial`` (one request at a time:
     hundreds of thousands of batches on a large trace) comes last, and always when no policy gave
     a candidate.
@@ -154,7 +157,10 @@ def initial_candidates(
         # policy search at scale), then the others, each only while time is left
         names = sorted(policy_names(), key=lambda n: (n != options.warm_start, n not in POLICY_CONFIGS, n))
         slowest = 0.0  # wall seconds of the slowest policy so far (run and replay)
+        foreign = deadline is None or len(instance.requests) < SCALE_MIN_REQUESTS
         for name in names:
+            if name not in POLICY_CONFIGS and not foreign and name != options.warm_start:
+                continue  # no clock inside: on a large trace one may run for minutes
             late = passed(deadline) or (deadline is not None and deadline - time.perf_counter() < slowest)
             if len(pool) and name != options.warm_start and late:
                 continue
