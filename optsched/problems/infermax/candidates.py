@@ -135,10 +135,10 @@ def initial_candidates(
     instances of fewer than :data:`.scale.SCALE_MIN_REQUESTS` requests: they have no clock inside,
     and on a 2,000-request trace slice the slowest took 150 times as long as ``vllm``); another is
     started only while the time left before the deadline exceeds the longest policy run so far (run
-    and replay), once there is one candidate. A policy of the unified scheduler runs in slices and is abandoned when ``hard`` (the
-    solve's own deadline) passes (:func:`.online.run_until`); ``serial`` (one request at a time:
-    hundreds of thousands of batches on a large trace) comes last, and always when no policy gave
-    a candidate.
+    and replay), once there is one candidate. A policy of the unified scheduler runs in slices and
+    is abandoned when ``hard`` (the solve's own deadline) passes (:func:`.online.run_until`);
+    ``serial`` (one request at a time: hundreds of thousands of batches on a large trace) comes
+    last, and always when no policy gave a candidate.
 
     Raises
     ------
