@@ -132,3 +132,12 @@ def test_report_labels_a_returned_seed_as_such():
     assert "solver:infermax = seed vllm" in labels
     report.solver.seed = None
     assert report.best[0] == "solver:infermax"
+
+
+def test_a_solve_whose_policies_all_stop_at_the_deadline_says_so():
+    """A time limit too short for any policy: no schedule, status time_limit, a message (no serial
+    schedule started after the deadline)."""
+    inst = online_instance(9, n=400)
+    res = solve(inst, {"objective": "completion", "time_limit": 1e-3})
+    assert res.schedule is None and res.status == "time_limit"
+    assert "stopped at the deadline" in res.message

@@ -170,6 +170,14 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
             wall_time=time.perf_counter() - t0,
             message=str(exc),
         )
+    if not len(pool):
+        return SolveResult(
+            problem="infermax",
+            solver=opts.solver,
+            status=Status.TIME_LIMIT,
+            wall_time=time.perf_counter() - t0,
+            message="no schedule within the time limit: every policy was stopped at the deadline",
+        )
     proven = [b.value for b in _generic_bounds(instance, opts.objective)]
     if opts.objective == "makespan" and instance.limits.kv_capacity is not None:
         proven.append(kv_time_bound(instance)[0])

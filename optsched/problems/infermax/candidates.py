@@ -138,7 +138,8 @@ def initial_candidates(
     and replay), once there is one candidate. A policy of the unified scheduler runs in slices and
     is abandoned when ``hard`` (the solve's own deadline) passes (:func:`.online.run_until`);
     ``serial`` (one request at a time: hundreds of thousands of batches on a large trace) comes
-    last, and always when no policy gave a candidate.
+    last, and always when no policy gave a candidate, unless ``hard`` has passed (the pool is then
+    empty).
 
     Raises
     ------
@@ -174,6 +175,8 @@ def initial_candidates(
                 continue
             finally:
                 slowest = max(slowest, time.perf_counter() - started)
+    if not len(pool) and passed(hard):  # every policy stopped at the solve's deadline: no time for serial
+        return pool
     if not len(pool) or not passed(deadline):
         pool.offer("serial", serial_schedule(instance, no_chunk=options.no_chunk))
     pool.seeds = set(pool.found)
