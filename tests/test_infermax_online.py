@@ -24,7 +24,7 @@ from optsched.policies.config import POLICY_CONFIGS
 from optsched.policies.engine import simulate
 from optsched.problems.infermax import solve
 from optsched.problems.infermax.online import neighbours, online_search, run_until
-from optsched.report.gather import PolicyRun, Report, SolverRun
+from optsched.report.gather import PolicyRun, Report, SolverRun, build_report
 from optsched.result import SolveResult, objective_of
 from optsched.schedule import replay
 
@@ -141,3 +141,22 @@ def test_a_solve_whose_policies_all_stop_at_the_deadline_says_so():
     res = solve(inst, {"objective": "completion", "time_limit": 1e-3})
     assert res.schedule is None and res.status == "time_limit"
     assert "stopped at the deadline" in res.message
+
+
+def test_report_names_the_solver_schedule_source():
+    """The report's solver row says where its schedule came from: a seed (labelled ``= seed``,
+    with why), the policy search (with its seed), or the model."""
+    inst = online_instance(10, n=30)
+    report = build_report(inst, objective="completion", time_limit=15, policies=["vllm", "sarathi", "mc-sf"])
+    run = report.solver
+    assert run is not None and run.result is not None and run.result.schedule is not None
+    source = run.result.extra["schedule_source"]
+    if run.result.extra["schedule_is_seed"]:
+        assert run.seed == source and run.label == f"solver:infermax = seed {source}"
+        assert run.message.startswith(f"no schedule better than seed {source} found in")
+    else:
+        assert run.seed is None and run.label == "solver:infermax"
+        if source == "online-search":
+            assert run.message.startswith("policy search from seed ")
+    best = report.best
+    assert best is not None and best[1] <= min(p.objective for p in report.policies if p.status == "ok")

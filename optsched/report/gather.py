@@ -338,9 +338,15 @@ def _run_solver(
     check_agreement(result.objective, value, f"{problem} solver")
     run.replay = replayed
     result.objective = value
+    source = result.extra.get("schedule_source")
     if result.extra.get("schedule_is_seed"):
-        run.seed = str(result.extra.get("schedule_source"))
+        run.seed = str(source)
         run.message = f"no schedule better than seed {run.seed} found in {wall:.1f} s" + _why_seed(result.extra)
+    elif source == "online-search":
+        search = result.extra["scale"]["online_search"]
+        run.message = f"policy search from seed {search['seed']} ({search['configurations']} configurations tried)"
+    elif source is not None and source != "model":
+        run.message = f"schedule of the solve's phase {source!r}"
     return run
 
 
