@@ -1,7 +1,8 @@
 """Property tests: any policy configuration on any small instance terminates and replays cleanly.
 
 Covers the named policies and arbitrary :class:`PolicyConfig` combinations (group order, hybrid,
-chunking, chunk size, eviction-free, B4 on/off, eviction by waiting requests, front/tail) under
+chunking, chunk size, every order, eviction-free, B4 on/off, eviction by waiting requests, front/tail,
+the KV look-ahead) under
 random limits (C, P <= C, M down to the largest request's I + O - 1, R_max) and online arrivals.
 """
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from optsched import Instance, Limits, Request, load_cost_model, replay
 from optsched.costmodel import CostModel, PhaseCost
-from optsched.policies.config import POLICY_CONFIGS, PolicyConfig
+from optsched.policies.config import ORDERS, POLICY_CONFIGS, PolicyConfig
 from optsched.policies.engine import Engine, simulate
 
 #: The last has the prefill-context term (per_ctx > 0): chunks over cached keys cost more.
@@ -61,7 +62,7 @@ def configs(draw) -> PolicyConfig:
     return PolicyConfig(
         "custom",
         groups,
-        order=draw(st.sampled_from(["arrival", "prompt", "output"])) if groups == ("all",) else "arrival",
+        order=draw(st.sampled_from(ORDERS)),
         hybrid=draw(st.booleans()),
         chunked=draw(st.booleans()),
         chunk=draw(st.one_of(st.none(), st.integers(1, 64))),
@@ -69,6 +70,7 @@ def configs(draw) -> PolicyConfig:
         prefill_counts_decodes=draw(st.booleans()),
         evict_for_waiting=draw(st.booleans()),
         evicted_to_front=draw(st.booleans()),
+        kv_lookahead=draw(st.booleans()),
     )
 
 

@@ -16,7 +16,18 @@ policy             groups, in priority order    hybrid  chunked  P (chunk)   ord
 ``rank-org``       all (one group)              yes     yes      P           arrival
 ``rank-i``         all (one group)              yes     yes      P           prompt length
 ``rank-o``         all (one group)              yes     yes      P           output length
+``mc-sf``          run-decode, run-prefill, w.  yes     yes      min(512, P) output length
+``srpf``           run-prefill, w., run-decode  no      no       P           remaining prefill
 =================  ===========================  ======  =======  ==========  =============
+
+``mc-sf`` is the memory-constrained shortest-first policy of Jaillet et al. (2025), for mean
+latency: every running request first (decodes, then prefill chunks of Sarathi's size, as in
+stall-free batching), then waiting requests by shortest output while the KV look-ahead of
+:func:`optsched.policies.orders.lookahead_fits` holds (``kv_lookahead``). ``srpf``
+(shortest remaining prefill first), for mean TTFT, is a prefill-first scheduler without hybrid
+batches, like vLLM's, that serves the prompt chunks it started (prompts longer than P), then the
+waiting queue sorted by prompt tokens, then decodes: a shortest-remaining-processing-time rule on
+the prefill work that decides the first token.
 
 P is the instance's ``prefill_budget`` (C = P = 4096 in the paper); a policy chunk larger than the
 instance's P is clipped to it, so every schedule respects the instance's limits.
@@ -29,13 +40,15 @@ from typing import Any
 
 __all__ = ["GROUPS", "ORDERS", "POLICY_CONFIGS", "PolicyConfig", "function_name", "policy_config"]
 
-#: Candidate groups of GetNextBatch. ``waiting`` is R_w (FCFS, stop at the first failure, B2);
+#: Candidate groups of GetNextBatch. ``waiting`` is R_w (in the policy's order, FCFS by default; stop
+#: at the first failure, B2);
 #: ``running`` is R_r; ``running_decode`` / ``running_prefill`` split R_r by phase (Sarathi);
 #: ``all`` is R_w and R_r merged into one group (ranking schedulers).
 GROUPS = ("waiting", "running", "running_decode", "running_prefill", "all")
 #: Priority keys: arrival (FCFS), initial prompt length I, true output length O (an oracle, as in
-#: the paper's Rank_O); ties broken by arrival, then by the order requests were added.
-ORDERS = ("arrival", "prompt", "output")
+#: the paper's Rank_O), remaining prefill tokens (prompt - m, recomputed before every batch); ties
+#: broken by arrival, then by the order requests were added (:func:`.orders.order_key`).
+ORDERS = ("arrival", "prompt", "output", "remaining-prefill")
 
 #: Sarathi's chunk size (Table 1).
 SARATHI_CHUNK = 512
@@ -52,7 +65,11 @@ class PolicyConfig:
     groups
         Candidate groups in priority order (see :data:`GROUPS`).
     order
-        Priority key inside groups and for victim choice (see :data:`ORDERS`).
+        Priority key inside groups and for victim choice (see :data:`ORDERS`): a sort key, a pure
+        function of the request's current prompt, KV slots m, initial prompt and output lengths,
+        arrival and index (:func:`optsched.policies.orders.order_key`). With an order other than
+        ``arrival`` the ``waiting`` group is kept sorted by it (admitted in that order up to the
+        first failure, B2).
     hybrid
         Hybrid batching: prefill and decode items may share a batch (step 2).
     chunked
@@ -71,6 +88,12 @@ class PolicyConfig:
     evicted_to_front
         B1: evicted requests go to the front of the FCFS waiting queue (vLLM recompute); False
         appends them to the tail (the paper's literal wording). Sorted waiting queues ignore it.
+    kv_lookahead
+        MC-SF admission: a waiting request is admitted only when the projected KV of the running
+        requests and it stays within M at every future iteration
+        (:func:`optsched.policies.orders.lookahead_fits`, on the (peak, iterations left) pairs of
+        :func:`optsched.policies.orders.projection`); on top of the reservation test, which still
+        decides evictions. Eviction-free twins skip it (their full reservations imply it).
     """
 
     name: str
@@ -83,6 +106,7 @@ class PolicyConfig:
     prefill_counts_decodes: bool = True
     evict_for_waiting: bool = False
     evicted_to_front: bool = True
+    kv_lookahead: bool = False
 
     def __post_init__(self) -> None:
         if not self.groups or any(g not in GROUPS for g in self.groups):
@@ -99,8 +123,6 @@ class PolicyConfig:
             raise ValueError(f"policy {self.name!r}: order must be one of {ORDERS}")
         if self.chunk is not None and self.chunk < 1:
             raise ValueError(f"policy {self.name!r}: chunk must be >= 1")
-        if self.order != "arrival" and "waiting" in self.groups:
-            raise ValueError(f"policy {self.name!r}: the FCFS 'waiting' group needs order 'arrival'")
 
     def eviction_free_variant(self) -> PolicyConfig:
         """The ``-ef`` twin: same policy, full reservation at admission, no evictions."""
@@ -114,6 +136,7 @@ class PolicyConfig:
 
 _WR = ("waiting", "running")
 _DECODE_FIRST = ("running_decode", "running_prefill", "waiting")
+_PREFILL_FIRST = ("running_prefill", "waiting", "running_decode")
 _BASE = (
     PolicyConfig("vllm", _WR, hybrid=False, chunked=False),
     PolicyConfig("vllm-hy", _WR, hybrid=True, chunked=False),
@@ -124,6 +147,8 @@ _BASE = (
     PolicyConfig("rank-org", ("all",), order="arrival", evict_for_waiting=True),
     PolicyConfig("rank-i", ("all",), order="prompt", evict_for_waiting=True),
     PolicyConfig("rank-o", ("all",), order="output", evict_for_waiting=True),
+    PolicyConfig("mc-sf", _DECODE_FIRST, order="output", chunk=SARATHI_CHUNK, kv_lookahead=True),
+    PolicyConfig("srpf", _PREFILL_FIRST, order="remaining-prefill", hybrid=False, chunked=False),
 )
 
 #: Every named policy and its eviction-free twin, by name.

@@ -8,7 +8,9 @@ Algorithm (docs/policies.md, Algorithm 1 and decisions B1-B11)
 The engine keeps R_w (waiting: arrived requests holding no KV) and R_r (running: requests holding
 KV). Each iteration starts at the end of the previous one, or at the next arrival when both queues
 are empty (the batch then carries an explicit ``start``). Requests that arrived by then join R_w.
-GetNextBatch walks the policy's candidate groups in order; for each candidate:
+GetNextBatch walks the policy's candidate groups in order, each in the policy's priority order
+(:func:`.orders.order_key`; a dynamic key is recomputed for R_r before every batch); for each
+candidate:
 
 1. *Hybrid check.* Without hybrid batching a candidate whose phase (prefill: m < I, decode:
    m >= I) differs from the batch's is skipped.
@@ -17,7 +19,8 @@ GetNextBatch walks the policy's candidate groups in order; for each candidate:
    ``prefill_counts_decodes=False`` counts prefill tokens only). With chunked prefill it takes
    min(remaining prompt, room); without, the whole remaining prompt must fit. A prompt longer than
    P can never fit whole, so a non-chunked policy chunks it (decision where the paper is silent).
-3. *R_max.* Admitting a request from R_w needs fewer than R_max running requests.
+3. *R_max.* Admitting a request from R_w needs fewer than R_max running requests; with
+   ``kv_lookahead`` (MC-SF) also the KV look-ahead test of :func:`.orders.lookahead_fits`.
 4. *KV.* The engine reserves KV: a request admitted from R_w reserves its full current prompt I
    (B6; the eviction-free variants reserve I + O - g - 1, i.e. I + O - 1), a decode step one more
    slot (none for eviction-free). Reservations never exceed M, and every request's KV ``m`` stays
@@ -75,55 +78,14 @@ from ..costmodel import CostModel
 from ..instance import Instance, Limits, Request
 from ..schedule import Batch, Item, Schedule
 from .config import POLICY_CONFIGS, PolicyConfig, function_name, policy_config
+from .orders import DYNAMIC_ORDERS, lookahead_fits, order_key, projection
+from .states import EngineSnapshot, RequestState
 
 __all__ = ["Engine", "EngineSnapshot", "RequestState", "simulate"]
 
 _NONE, _PRE, _DEC = 0, 1, 2  # phase of the batch being built
 #: Batches without any generated token, beyond which the engine checks for a livelock.
 _STALL_CHECK = 1000
-
-
-@dataclass(frozen=True)
-class RequestState:
-    """One request's state in an :class:`EngineSnapshot`.
-
-    Attributes
-    ----------
-    id, arrival, output_tokens
-        From the request.
-    prompt
-        Current prompt length I (grows after a decode-phase eviction).
-    m
-        KV slots held.
-    generated
-        Tokens generated so far.
-    reserved
-        KV slots the scheduler reserves for it (>= m; 0 when not running).
-    first_token, finish
-        End of the batch that generated its first (resp. last) token; None before.
-    """
-
-    id: str
-    arrival: float
-    output_tokens: int
-    prompt: int
-    m: int
-    generated: int
-    reserved: int
-    first_token: float | None = None
-    finish: float | None = None
-
-
-@dataclass(frozen=True)
-class EngineSnapshot:
-    """The engine's state between batches (see :meth:`Engine.snapshot`)."""
-
-    now: float
-    kv_used: int
-    kv_reserved: int
-    running: tuple[RequestState, ...]
-    waiting: tuple[RequestState, ...]
-    pending: tuple[RequestState, ...]
 
 
 @dataclass(slots=True)
@@ -183,7 +145,9 @@ class Engine:
         self._end: list[float | None] = []  # end of the batch of the last token
         # queues
         self._pending: list[tuple[float, int]] = []  # heap of (arrival, i), not yet arrived
-        self._fcfs_waiting = "all" not in self.config.groups
+        self._fcfs_waiting = "all" not in self.config.groups and self.config.order == "arrival"  # else sorted
+        self._dynamic = self.config.order in DYNAMIC_ORDERS
+        self._lookahead = self.config.kv_lookahead and not self._ef and self._M < math.inf
         self._waiting: deque[int] | list[int] = deque() if self._fcfs_waiting else []
         self._running: list[int] = []  # sorted by priority
         self._kv_reserved = 0
@@ -220,8 +184,7 @@ class Engine:
         i = len(self._reqs)
         self._reqs.append(request)
         self._index[request.id] = i
-        key = {"arrival": (), "prompt": (request.prompt_tokens,), "output": (request.output_tokens,)}
-        self._prio.append((*key[self.config.order], request.arrival, i))
+        self._prio.append(())
         self._dec_item.append(Item(request.id, 1))
         self._m.append(0)
         self._prompt.append(request.prompt_tokens)
@@ -230,8 +193,15 @@ class Engine:
         self._mark.append(0)
         self._first.append(None)
         self._end.append(None)
+        self._rekey(i)
         heapq.heappush(self._pending, (request.arrival, i))
         self._unfinished += 1
+
+    def _rekey(self, i: int) -> None:
+        """Request ``i``'s priority key from its current state (:func:`.orders.order_key`)."""
+        r = self._reqs[i]
+        key = order_key(self.config.order, self._prompt[i], self._m[i], r.prompt_tokens, r.output_tokens, r.arrival, i)
+        self._prio[i] = key
 
     # ------------------------------------------------------------------ queries
 
@@ -322,6 +292,10 @@ class Engine:
     def _step(self, start: float, explicit: bool) -> None:
         """Build one batch at ``start`` (GetNextBatch), then process it."""
         d = _Draft(len(self._batches) + 1)
+        if self._dynamic:  # the running requests' keys moved with their prefill chunks
+            for i in self._running:
+                self._rekey(i)
+            self._running.sort(key=self._prio.__getitem__)
         for group in self.config.groups:
             if group == "waiting":
                 self._fill_fcfs_waiting(d)
@@ -357,9 +331,9 @@ class Engine:
             i = waiting[0]
             if self._mark[i] == d.no:
                 return
-            waiting.popleft()  # type: ignore[union-attr]
+            del waiting[0]
             if not self._take_prefill(d, i, admit=True):
-                waiting.appendleft(i)  # type: ignore[union-attr]
+                waiting.insert(0, i)
                 return
 
     def _fill_group(self, d: _Draft, running: list[int], merge_waiting: bool) -> None:
@@ -460,7 +434,7 @@ class Engine:
         if c <= 0:
             return False
         if admit:
-            if len(self._running) >= self._R:
+            if len(self._running) >= self._R or (self._lookahead and not self._lookahead_fits(i)):
                 return False
             need = self._prompt[i] + (self._reqs[i].output_tokens - self._gen[i] - 1 if self._ef else 0)
             if self._kv_reserved + need > self._M and not (cfg.evict_for_waiting and self._make_room(d, i, need)):
@@ -486,6 +460,13 @@ class Engine:
     def _held(self, i: int) -> int:
         """KV slots reserved for running request ``i``."""
         return self._fixed[i] if self._ef else max(self._m[i], self._prompt[i])
+
+    def _lookahead_fits(self, i: int) -> bool:
+        """MC-SF's test: the running requests and ``i`` fit at every future iteration (.orders)."""
+        prompt, m, gen, reqs = self._prompt, self._m, self._gen, self._reqs
+        out = [projection(prompt[j], m[j], reqs[j].output_tokens, gen[j]) for j in self._running]
+        out.append(projection(prompt[i], 0, reqs[i].output_tokens, gen[i]))
+        return lookahead_fits(out, self._M)
 
     def _make_room(self, d: _Draft, cand: int, need: int) -> bool:
         """Evict lower-priority running requests outside the batch until ``need`` slots are free.
@@ -521,6 +502,8 @@ class Engine:
         self._running.remove(i)
         d.evict.append(self._reqs[i].id)
         if not self._fcfs_waiting:
+            if self._dynamic:
+                self._rekey(i)
             insort(self._waiting, i, key=self._prio.__getitem__)  # type: ignore[arg-type]
         elif self.config.evicted_to_front:
             self._waiting.appendleft(i)  # type: ignore[union-attr]

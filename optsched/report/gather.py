@@ -76,8 +76,9 @@ SOLVER_ROOM_CAP = 10.0
 SOLVE_MAX_REQUESTS: int | None = None
 
 
-class TimeUp(Exception):
-    """The report's overall deadline passed during a phase."""
+class TimeUp(BaseException):
+    """The report's overall deadline passed during a phase (a BaseException, as KeyboardInterrupt:
+    the ``except Exception`` of a phase that skips a failing part must not swallow it)."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,14 @@ class SolverRun:
     replay: ReplayResult | None = None
     message: str = ""
     wall_time: float = 0.0
+    #: The seed (e.g. a policy) whose schedule the solver returned, having found none better;
+    #: None when the schedule is the solver's own.
+    seed: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The schedule's label: ``solver:PROBLEM``, or ``solver:PROBLEM = seed NAME``."""
+        return f"solver:{self.problem}" + (f" = seed {self.seed}" if self.seed else "")
 
 
 @dataclass
@@ -162,16 +171,18 @@ class Report:
         return max(proven, key=lambda b: b.value, default=None)
 
     def candidates(self) -> list[tuple[str, float, Schedule, ReplayResult]]:
-        """(label, objective, schedule, replay) of every schedule that replays cleanly."""
+        """(label, objective, schedule, replay) of every schedule that replays cleanly: the solver's
+        own first, a seed the solver returned after the policies (a tie names the policy)."""
         out = []
-        s = self.solver
-        if s is not None and s.result is not None and s.replay is not None and s.result.objective is not None:
-            assert s.result.schedule is not None
-            out.append((f"solver:{s.problem}", s.result.objective, s.result.schedule, s.replay))
         for p in self.policies:
             if p.status == "ok":
                 assert p.objective is not None and p.schedule is not None and p.replay is not None
                 out.append((f"policy:{p.policy}", p.objective, p.schedule, p.replay))
+        s = self.solver
+        if s is not None and s.result is not None and s.replay is not None and s.result.objective is not None:
+            assert s.result.schedule is not None
+            entry = (s.label, s.result.objective, s.result.schedule, s.replay)
+            out.insert(len(out) if s.seed else 0, entry)
         return out
 
     @property
@@ -334,7 +345,28 @@ def _run_solver(
     check_agreement(result.objective, value, f"{problem} solver")
     run.replay = replayed
     result.objective = value
+    source = result.extra.get("schedule_source")
+    if result.extra.get("schedule_is_seed"):
+        run.seed = str(source)
+        run.message = f"no schedule better than seed {run.seed} found in {wall:.1f} s" + _why_seed(result.extra)
+    elif source == "online-search":
+        search = result.extra["scale"]["online_search"]
+        run.message = f"policy search from seed {search['seed']} ({search['configurations']} configurations tried)"
+    elif source is not None and source != "model":
+        run.message = f"schedule of the solve's phase {source!r}"
     return run
+
+
+def _why_seed(extra: dict[str, Any]) -> str:
+    """Why a solve returned its seed, from its ``extra`` (empty when it does not say)."""
+    scale = extra.get("scale") or {}
+    search = scale.get("online_search")
+    if search is not None:
+        done = "every climb ended at a local optimum" if search.get("local_optimum") else "time limit"
+        return f" ({search.get('configurations', 0)} policy configurations tried; {done})"
+    if scale.get("plan_search"):
+        return f" (plan search {scale['plan_search']})"
+    return f" ({extra['stopped']})" if extra.get("stopped") else ""
 
 
 def build_report(

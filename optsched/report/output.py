@@ -50,7 +50,7 @@ def report_rows(report: Report) -> list[dict[str, Any]]:
         res = s.result
         rows.append({
             "kind": "solver",
-            "name": s.problem,
+            "name": s.label.removeprefix("solver:"),
             "status": res.status if res is not None else "not run",
             "objective": res.objective if res is not None and s.replay is not None else None,
             "gap": None,
@@ -107,6 +107,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "bound": res.bound if res is not None else None,
             "gap": res.gap if res is not None else None,
             "message": s.message,
+            "seed": s.seed,
         }
     return {
         "instance": inst.name,

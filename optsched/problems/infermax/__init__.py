@@ -150,9 +150,9 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
     instance
         The instance (limits C, P, M, R_max and the cost model are read from it).
     options
-        ``solver`` (cpsat|highs|cbc|gurobi), ``objective`` (makespan|completion|ttft), ``no_evict``,
-        ``no_hybrid``, ``no_chunk``, ``time_limit``, ``threads``, ``log``, ``warm_start`` (policy
-        name), ``horizon`` (force J).
+        ``solver`` (cpsat|highs|cbc|gurobi), ``objective`` (makespan|latency|ttft; ``completion`` is an
+        alias of latency), ``no_evict``, ``no_hybrid``, ``no_chunk``, ``time_limit``, ``threads``,
+        ``log``, ``warm_start`` (policy name), ``horizon`` (force J).
     """
     prepare()  # start-up, before the clock
     t0 = time.perf_counter()
@@ -162,7 +162,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
     if deadline is not None and len(instance.requests) >= SCALE_MIN_REQUESTS:  # the scale phase keeps the rest
         candidates_by = t0 + CANDIDATE_SHARE * opts.time_limit
     try:
-        pool = initial_candidates(instance, opts, candidates_by)
+        pool = initial_candidates(instance, opts, candidates_by, deadline)
     except InferMaxInputError as exc:
         return SolveResult(
             problem="infermax",
@@ -170,6 +170,14 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
             status=Status.INFEASIBLE,
             wall_time=time.perf_counter() - t0,
             message=str(exc),
+        )
+    if not len(pool):
+        return SolveResult(
+            problem="infermax",
+            solver=opts.solver,
+            status=Status.TIME_LIMIT,
+            wall_time=time.perf_counter() - t0,
+            message="no schedule within the time limit: every policy was stopped at the deadline",
         )
     proven = [b.value for b in _generic_bounds(instance, opts.objective)]
     if opts.objective == "makespan" and instance.limits.kv_capacity is not None:
@@ -304,6 +312,7 @@ def _scale_phase(pool: CandidatePool, proven: list[float], deadline: float | Non
         opts.no_evict,
         opts.no_hybrid,
         opts.no_chunk,
+        seeds=[(name, cand.value) for name, cand in pool.found.items()],
     )
     for name, schedule in phase.schedules.items():
         pool.offer(name, schedule)
@@ -348,6 +357,8 @@ def _result(
             extra=extra,
         )
     schedule, value, rep, incumbent = _incumbent(pool, data, backend)
+    source = "model" if incumbent is None else pool.best_name
+    extra["schedule_source"], extra["schedule_is_seed"] = source, source in pool.seeds
     if data.horizon_proven and backend.bound is not None:
         proven.append(backend.bound)
     elif backend.bound is not None:

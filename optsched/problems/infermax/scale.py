@@ -8,7 +8,9 @@ its time limit here (:func:`scale_phase`):
 2. **Schedules.** The plan search of :mod:`.lns` (serial schedule generation, :mod:`.plans`, and
    simulated annealing over placement orders, chunk sizes and evictions), when plans apply
    (:func:`.plans.plannable`): :data:`SEARCH_SHARE` of the time when the trajectory bound runs,
-   else all of it.
+   else all of it. When requests arrive at different times (plans carry no clock), the policy
+   search of :mod:`.online` instead: hill climbing over the unified scheduler's configurations
+   from the best seed policy, each run with the arrivals and judged by its replayed objective.
 3. **The trajectory bound.** For the makespan with a KV capacity, when memory decides the batch
    count (the KV-time count is at least :data:`MEMORY_BINDS` of the other counts), the bound of
    :mod:`.colgen` (a linear relaxation over request trajectories by column generation) with the
@@ -29,7 +31,7 @@ The best plan's schedule is returned for the caller to replay and offer with its
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...bounds import batch_counts, least_bias, request_work
@@ -87,11 +89,13 @@ def scale_phase(
     no_evict: bool = False,
     no_hybrid: bool = False,
     no_chunk: bool = False,
+    seeds: list[tuple[str, float]] | None = None,
 ) -> ScalePhase:
     """Search plans and bound the makespan until ``deadline`` (module docstring).
 
     ``upper``: the best candidate's makespan so far; ``start``: schedules whose trajectories seed
-    the trajectory bound (the best candidates).
+    the trajectory bound (the best candidates); ``seeds``: (name, objective) of the candidates,
+    whose best policy starts the policy search of :mod:`.online` when plans do not apply.
     """
     out = ScalePhase()
     t0 = time.perf_counter()
@@ -123,6 +127,8 @@ def scale_phase(
         search(t0 + first * span, starting_plans(data, objective, t0 + first * span))
     else:
         out.info["plan_search"] = f"not run: {why_not}"
+        if not passed(deadline) and len({r.arrival for r in instance.requests}) > 1:
+            _policy_search(out, instance, objective, deadline, seeds or [], no_evict, no_hybrid)
     guided: list[tuple[float, Plan]] = []
     if trajectories:
         from .colgen import TrajectoryLP, trajectory_bound
@@ -154,6 +160,26 @@ def scale_phase(
         out.info["plan_search_value"] = best[0][0]
     out.info["plan_search_history"] = history
     return out
+
+
+def _policy_search(
+    out: ScalePhase,
+    instance: Instance,
+    objective: str,
+    deadline: float,
+    seeds: list[tuple[str, float]],
+    no_evict: bool,
+    no_hybrid: bool,
+) -> None:
+    """The policy search of :mod:`.online` (requests with arrivals): its schedule, when better
+    than its seed, as ``online-search``; its summary in ``info``."""
+    from .online import online_search
+
+    found = online_search(instance, objective, deadline, seeds, no_evict, no_hybrid)
+    out.info["online_search"] = found.info()
+    if found.schedule is not None:
+        meta = {**found.schedule.meta, "problem": "infermax", "method": "online-search", "seed": found.seed}
+        out.schedules["online-search"] = replace(found.schedule, meta=meta)
 
 
 def _guided_plans(data: PlanData, lp: Any) -> list[tuple[float, Plan]]:

@@ -1,0 +1,73 @@
+"""Exact InferMax solves of small instances with arrivals: how many are proven within the limit (run on demand).
+
+Usage::
+
+    python tests/benchmarks/bench_exact_small.py [--n 8] [--count 10] [--time-limit 60] [--objectives latency,ttft]
+
+Instance ``k`` (seed k): ``n`` requests with I, O uniform in 1..4, arrivals uniform in {0, 0.003,
+0.011} s (the first at 0), C = 6, P = 4, M = the largest request's I + O - 1 plus 2, R_max = 3,
+``llama2-7b-a100``. Each is solved with ``solve(instance, objective=OBJ, time_limit=S)`` (the same
+as ``optsched solve FILE --problem infermax --objective OBJ --time-limit S``); one JSON line per
+solve with its status, objective, bound, wall time and the load average (1 min); the last line
+counts the proven optima per objective.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+
+from optsched.instance import Instance, parse_instance
+from optsched.problems.infermax import prepare, solve
+
+
+def small_instance(seed: int, n: int) -> Instance:
+    rng = random.Random(seed)
+    reqs = [
+        {
+            "id": f"r{k}",
+            "arrival": 0.0 if k == 0 else rng.choice([0.0, 0.003, 0.011]),
+            "prompt_tokens": rng.randint(1, 4),
+            "output_tokens": rng.randint(1, 4),
+        }
+        for k in range(n)
+    ]
+    need = max(r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs)
+    limits = {"token_budget": 6, "prefill_budget": 4, "kv_capacity": need + 2, "max_running": 3}
+    data = {"name": f"small{n}-{seed}", "cost_model": "llama2-7b-a100", "limits": limits, "requests": reqs}
+    return parse_instance(data, f"small{n}-{seed}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--count", type=int, default=10)
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--objectives", default="latency,ttft")
+    args = ap.parse_args()
+    prepare()
+    proven: dict[str, int] = {}
+    for objective in args.objectives.split(","):
+        proven[objective] = 0
+        for seed in range(args.count):
+            inst = small_instance(seed, args.n)
+            t0 = time.perf_counter()
+            res = solve(inst, {"objective": objective, "time_limit": args.time_limit})
+            wall = time.perf_counter() - t0
+            proven[objective] += res.status == "optimal"
+            line = {
+                "instance": inst.name,
+                "objective": objective,
+                "status": str(res.status),
+                "objective_value": res.objective,
+            }
+            line |= {"bound": res.bound, "wall": round(wall, 2), "load": os.getloadavg()[0]}
+            print(json.dumps(line), flush=True)
+    print(json.dumps({"proven": proven, "count": args.count, "n": args.n, "time_limit": args.time_limit}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""InferMax's policy search for instances with arrivals (optsched/problems/infermax/online.py).
+
+- Every neighbour of every named policy is a valid configuration one knob away, eviction-free under
+  ``no_evict``; the engine run in slices equals one run.
+- The search's schedule replays cleanly, its value is the replay's, strictly below every seed, and
+  it keeps its deadline; under ``no_evict`` its schedule has no eviction.
+- A solve at scale on an instance with arrivals offers the search's schedule, names where its
+  schedule came from (``schedule_source``, ``schedule_is_seed``) and never returns worse than
+  its best policy.
+- The report labels a seed the solver returns as ``solver:infermax = seed NAME`` and names the
+  policy on a tie.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import fields
+
+import pytest
+
+from optsched.instance import parse_instance
+from optsched.policies.config import POLICY_CONFIGS
+from optsched.policies.engine import simulate
+from optsched.problems.infermax import solve
+from optsched.problems.infermax.online import neighbours, online_search, run_until
+from optsched.report.gather import PolicyRun, Report, SolverRun, build_report
+from optsched.result import SolveResult, objective_of
+from optsched.schedule import replay
+
+
+def online_instance(seed: int, n: int = 40, memory: float = 0.5):
+    """``n`` requests arriving over about a second, I in 1..300, O in 1..60, M = ``memory`` of the need."""
+    rng = random.Random(seed)
+    t, reqs = 0.0, []
+    for k in range(n):
+        t += rng.expovariate(40.0)
+        reqs.append({
+            "id": f"r{k}",
+            "arrival": round(t, 4),
+            "prompt_tokens": rng.randint(1, 300),
+            "output_tokens": rng.randint(1, 60),
+        })
+    need = [r["prompt_tokens"] + r["output_tokens"] - 1 for r in reqs]
+    return parse_instance(
+        {
+            "name": f"online-{seed}",
+            "cost_model": "llama2-7b-h200",
+            "limits": {
+                "token_budget": 512,
+                "prefill_budget": 256,
+                "kv_capacity": max(max(need), int(memory * sum(need))),
+                "max_running": rng.choice([None, 8]),
+            },
+            "requests": reqs,
+        },
+        f"online-{seed}",
+    )
+
+
+@pytest.mark.parametrize("name", sorted(POLICY_CONFIGS))
+def test_neighbours_change_one_knob(name):
+    config = POLICY_CONFIGS[name]
+    for no_evict in (False, True):
+        for other in neighbours(config, 256, no_evict, no_hybrid=False):
+            changed = [
+                f.name
+                for f in fields(config)
+                if f.name not in ("name", "eviction_free") and getattr(other, f.name) != getattr(config, f.name)
+            ]
+            assert len(changed) + (other.eviction_free != config.eviction_free) >= 1
+            assert len(changed) <= 1
+            assert other.eviction_free or not no_evict
+
+
+def test_engine_in_slices_equals_one_run():
+    inst = online_instance(3)
+    for name in ("mc-sf", "srpf", "vllm"):
+        assert run_until(inst, POLICY_CONFIGS[name], None, 2.0) == simulate(inst, name)
+
+
+@pytest.mark.parametrize("objective", ["latency", "ttft"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_search_beats_its_seeds_and_replays(objective, seed):
+    inst = online_instance(seed)
+    seeds = {name: objective_of(replay(inst, simulate(inst, name)), objective) for name in ("vllm", "sarathi", "mc-sf")}
+    found = online_search(inst, objective, time.perf_counter() + 20, list(seeds.items()))
+    assert found.evaluated > 0
+    if found.schedule is None:
+        assert found.local_optimum  # nothing better in the whole neighbourhood of every seed
+        return
+    rep = replay(inst, found.schedule)
+    assert rep.feasible, rep.violations[:3]
+    assert objective_of(rep, objective) == pytest.approx(found.value, rel=1e-12)
+    assert found.value < min(seeds.values())
+
+
+def test_search_keeps_its_deadline_and_no_evict():
+    inst = online_instance(5, n=120, memory=0.3)
+    seeds = [(name, objective_of(replay(inst, simulate(inst, name)), "latency")) for name in ("vllm", "sarathi")]
+    t0 = time.perf_counter()
+    found = online_search(inst, "latency", t0 + 1.0, seeds, no_evict=True)
+    assert time.perf_counter() - t0 < 1.5
+    if found.schedule is not None:
+        assert replay(inst, found.schedule).metrics.evictions == 0
+        assert found.config.eviction_free
+
+
+def test_solve_at_scale_with_arrivals_names_its_source():
+    inst = online_instance(7, n=30)
+    res = solve(inst, {"objective": "latency", "time_limit": 6})
+    best_policy = min(v for k, v in res.extra["policy_values"].items() if k in POLICY_CONFIGS)
+    assert res.objective <= best_policy
+    assert replay(inst, res.schedule).feasible
+    source = res.extra["schedule_source"]
+    assert res.extra["schedule_is_seed"] == (source in POLICY_CONFIGS or source == "serial")
+    assert "online_search" in res.extra["scale"]
+    if source == "online-search":
+        assert res.schedule.meta["method"] == "online-search"
+
+
+def test_report_labels_a_returned_seed_as_such():
+    inst = online_instance(8, n=12)
+    schedule = simulate(inst, "vllm")
+    rep = replay(inst, schedule)
+    value = objective_of(rep, "latency")
+    result = SolveResult(problem="infermax", solver="cpsat", status="time_limit", objective=value, schedule=schedule)
+    report = Report(inst, "latency", policies=[PolicyRun("vllm", "ok", value, schedule, rep)])
+    report.solver = SolverRun("infermax", result, rep, seed="vllm")
+    assert report.best[0] == "policy:vllm"
+    labels = [c[0] for c in report.candidates()]
+    assert "solver:infermax = seed vllm" in labels
+    report.solver.seed = None
+    assert report.best[0] == "solver:infermax"
+
+
+def test_a_solve_whose_policies_all_stop_at_the_deadline_says_so():
+    """A time limit too short for any policy: no schedule, status time_limit, a message (no serial
+    schedule started after the deadline)."""
+    inst = online_instance(9, n=400)
+    res = solve(inst, {"objective": "latency", "time_limit": 1e-3})
+    assert res.schedule is None and res.status == "time_limit"
+    assert "stopped at the deadline" in res.message
+
+
+def test_report_names_the_solver_schedule_source():
+    """The report's solver row says where its schedule came from: a seed (labelled ``= seed``,
+    with why), the policy search (with its seed), or the model."""
+    inst = online_instance(10, n=30)
+    report = build_report(inst, objective="latency", time_limit=15, policies=["vllm", "sarathi", "mc-sf"])
+    run = report.solver
+    assert run is not None and run.result is not None and run.result.schedule is not None
+    source = run.result.extra["schedule_source"]
+    if run.result.extra["schedule_is_seed"]:
+        assert run.seed == source and run.label == f"solver:infermax = seed {source}"
+        assert run.message.startswith(f"no schedule better than seed {source} found in")
+    else:
+        assert run.seed is None and run.label == "solver:infermax"
+        if source == "online-search":
+            assert run.message.startswith("policy search from seed ")
+    best = report.best
+    assert best is not None and best[1] <= min(p.objective for p in report.policies if p.status == "ok")
