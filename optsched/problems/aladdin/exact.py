@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ...cpsat_solver import run_model
 from ...deadline import DeadlinePassed, check, passed, seconds_left
-from ...interrupt import run_cpsat
 from ...mipsolvers import pulp_solver, solver_deadline
 from ...result import Status
 from .. import BACKENDS
@@ -134,18 +134,14 @@ def _solve_cpsat(
     if hint:
         for (i, j), var in x.items():
             mdl.AddHint(var, int(hint.get(j) == i))
-    solver = cp_model.CpSolver()
-    if deadline is not None:
-        solver.parameters.max_time_in_seconds = seconds_left(deadline)
-    solver.parameters.num_workers = threads or 1
-    st = run_cpsat(solver, mdl)
-    if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        assign = {j: i for (i, j), var in x.items() if solver.Value(var)}
-        status = Status.OPTIMAL if st == cp_model.OPTIMAL else Status.TIME_LIMIT
-        return status, assign, solver.BestObjectiveBound() + len(md.fixed_used)
-    if st == cp_model.INFEASIBLE:
+    run = run_model(mdl, time_limit=seconds_left(deadline), workers=threads or 1)
+    if run.found:
+        assign = {j: i for (i, j), var in x.items() if run.value(var)}
+        status = Status.OPTIMAL if run.status == Status.OPTIMAL else Status.TIME_LIMIT
+        return status, assign, run.bound + len(md.fixed_used)
+    if run.status == Status.INFEASIBLE:
         return Status.INFEASIBLE, {}, None
-    return Status.TIME_LIMIT, {}, solver.BestObjectiveBound() + len(md.fixed_used)
+    return Status.TIME_LIMIT, {}, run.bound + len(md.fixed_used)
 
 
 def _solve_pulp(

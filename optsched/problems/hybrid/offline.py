@@ -39,9 +39,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ...cpsat_solver import run_model
 from ...deadline import passed, seconds_left
 from ...instance import Instance
-from ...interrupt import run_cpsat
 from ...mipsolvers import pulp_solver, solver_deadline
 from ...result import Status
 from .timing import decode_rounds
@@ -280,13 +280,11 @@ def lns(
         for k in range(len(group)):
             model.Add(sum(p[i] * x[i, k] for i in jobs) <= peak)
         model.Minimize(peak)
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.01, min(0.2, deadline - time.perf_counter()))
-        solver.parameters.num_workers = 1
-        if run_cpsat(solver, model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        run = run_model(model, time_limit=min(0.2, deadline - time.perf_counter()))
+        if not run.found:
             continue
         for i in jobs:
-            k = next(k for k in range(len(group)) if solver.BooleanValue(x[i, k]))
+            k = next(k for k in range(len(group)) if run.value(x[i, k]))
             client[i] = group[k]
         loads = loads_of(p, client, m)
     return client
@@ -325,17 +323,14 @@ def cpsat_pcmax(
         canon = canonical_labels(hint, order)
         for (i, j), var in x.items():
             model.AddHint(var, canon[i] == j)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = seconds_left(deadline)
-    solver.parameters.num_workers = threads or 2
-    code = run_cpsat(solver, model)
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        bound = max(lower, int(math.ceil(solver.BestObjectiveBound() - 1e-9))) if code != cp_model.UNKNOWN else lower
+    run = run_model(model, time_limit=seconds_left(deadline), workers=threads or 2)
+    if not run.found:
+        bound = max(lower, int(math.ceil(run.bound - 1e-9))) if run.status != Status.UNKNOWN else lower
         return Assignment(client=stopped.client, makespan=-1, bound=bound, status=Status.TIME_LIMIT, method="cpsat")
-    client = [next(j for j in range(m) if (i, j) in x and solver.BooleanValue(x[i, j])) for i in range(n)]
+    client = [next(j for j in range(m) if (i, j) in x and run.value(x[i, j])) for i in range(n)]
     value = max(loads_of(p, client, m))
-    bound = max(lower, int(math.ceil(solver.BestObjectiveBound() - 1e-9)))
-    status = Status.OPTIMAL if code == cp_model.OPTIMAL or value == bound else Status.TIME_LIMIT
+    bound = max(lower, int(math.ceil(run.bound - 1e-9)))
+    status = Status.OPTIMAL if run.status == Status.OPTIMAL or value == bound else Status.TIME_LIMIT
     return Assignment(client=tuple(client), makespan=value, bound=min(bound, value), status=status, method="cpsat")
 
 

@@ -80,9 +80,10 @@ from numba.typed import Dict, List
 from ortools.sat.python import cp_model
 
 from ...bounds import request_work
+from ...cpsat_solver import run_model
 from ...deadline import passed, seconds_left
 from ...instance import Instance
-from ...interrupt import run_cpsat
+from ...result import Status
 from ...schedule import Batch, Item, Schedule
 from .astar import EMPTY, GOAL, RUNNING, Run
 from .graph import Graph, Node, as_array, children, edge_arrays, new_lists
@@ -371,23 +372,14 @@ def _chunk_model(instance: Instance, path: list[Node]) -> tuple[cp_model.CpModel
     return model, runs, total
 
 
-def _solve(model: cp_model.CpModel, time_limit: float | None) -> tuple[cp_model.CpSolver, int]:
-    """CP-SAT on one worker within ``time_limit``: the solver and its status."""
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    if time_limit is not None:
-        solver.parameters.max_time_in_seconds = max(time_limit, 0.01)
-    return solver, run_cpsat(solver, model)
-
-
 def least_chunk_squares(instance: Instance, path: list[Node], time_limit: float | None = None) -> int | None:
     r"""Least :math:`\sum c^2 - \sum X` over the chunkings of case 2 of the module docstring for the
     path ``path`` (a proven lower bound on it when CP-SAT stops early), or None when none exists."""
     model, _, total = _chunk_model(instance, path)
-    solver, status = _solve(model, time_limit)
-    if status == cp_model.INFEASIBLE:
+    run = run_model(model, time_limit=time_limit)
+    if run.status == Status.INFEASIBLE:
         return None
-    return max(0, math.floor(solver.BestObjectiveBound()) - total)  # proven, also when stopped early; c^2 >= c
+    return max(0, math.floor(run.bound) - total)  # proven, also when stopped early; c^2 >= c
 
 
 def chunked_schedule(instance: Instance, path: list[Node], time_limit: float | None = None) -> Schedule | None:
@@ -399,15 +391,15 @@ def chunked_schedule(instance: Instance, path: list[Node], time_limit: float | N
     chunk in that batch, in an eviction-only batch just before (an evicted request takes no item
     in its batch)."""
     model, runs, _ = _chunk_model(instance, path)
-    solver, status = _solve(model, time_limit)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    solved = run_model(model, time_limit=time_limit)
+    if not solved.found:
         return None
     reqs = instance.requests
     chunks: dict[int, dict[int, int]] = {}  # batch -> request -> tokens
     for (i, _), run in runs.items():
         for t, var in run.items():
-            if solver.Value(var):
-                chunks.setdefault(t, {})[i] = solver.Value(var)
+            if solved.value(var):
+                chunks.setdefault(t, {})[i] = solved.value(var)
     batches: list[Batch] = []
     for j, ((G, res), (G2, res2)) in enumerate(zip(path, path[1:])):
         here = chunks.get(j, {})
