@@ -80,12 +80,13 @@ def cpsat_status(code: int) -> Status:
     """CP-SAT's status ``code`` as a :class:`~optsched.result.Status` (module docstring)."""
     from ortools.sat.python import cp_model
 
-    return {
-        cp_model.OPTIMAL: Status.OPTIMAL,
-        cp_model.FEASIBLE: Status.FEASIBLE,
-        cp_model.INFEASIBLE: Status.INFEASIBLE,
-        cp_model.MODEL_INVALID: Status.ERROR,
-    }.get(code, Status.UNKNOWN)
+    statuses: dict[int, Status] = {
+        int(cp_model.OPTIMAL): Status.OPTIMAL,
+        int(cp_model.FEASIBLE): Status.FEASIBLE,
+        int(cp_model.INFEASIBLE): Status.INFEASIBLE,
+        int(cp_model.MODEL_INVALID): Status.ERROR,
+    }
+    return statuses.get(int(code), Status.UNKNOWN)
 
 
 def run_model(
