@@ -22,6 +22,7 @@ from contextlib import nullcontext
 from types import ModuleType
 from typing import NoReturn
 
+from .budget import process_started
 from .commands import (
     bound,
     check,
@@ -41,7 +42,6 @@ from .commands import (
 )
 from .commands._common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, BadInput, stdout_reserved_for_json
 from .costmodel import CostModelError
-from .deadline import process_started
 from .instance import InstanceError
 from .interrupt import EXIT_INTERRUPTED, sigint_seen
 from .jsonio import OutputError

@@ -3,8 +3,9 @@
 Every formulation that solves a CP-SAT model solves it through :func:`run_model`, so that the
 solver is configured in one place:
 
-- the time limit (wall-clock seconds, at least :data:`LEAST_SECONDS`: CP-SAT reads 0 as "stop
-  before the first solution" and a negative limit as an error);
+- the time limit: what is left of the caller's :class:`~optsched.budget.TimeBudget` (at least
+  :data:`LEAST_SECONDS`: CP-SAT reads 0 as "stop before the first solution" and a negative limit
+  as an error);
 - the number of workers, and optionally the list of subsolvers they run, in order;
 - the log: CP-SAT's search log goes to standard error (standard output carries the CLI's JSON);
 - a command's Ctrl-C (:func:`optsched.interrupt.run_cpsat`: CP-SAT stops and returns its best
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .budget import TimeBudget
 from .interrupt import run_cpsat
 from .result import Status
 
@@ -92,7 +94,7 @@ def cpsat_status(code: int) -> Status:
 def run_model(
     model: Any,
     *,
-    time_limit: float | None = None,
+    budget: TimeBudget | None = None,
     workers: int = 1,
     subsolvers: Sequence[str] = (),
     log: bool = False,
@@ -101,8 +103,9 @@ def run_model(
 
     Parameters
     ----------
-    time_limit
-        Wall-clock seconds (None: no limit); at least :data:`LEAST_SECONDS`.
+    budget
+        The solve's time (None: no limit); CP-SAT gets what is left of it, at least
+        :data:`LEAST_SECONDS`.
     workers
         CP-SAT's ``num_workers``.
     subsolvers
@@ -113,8 +116,9 @@ def run_model(
     from ortools.sat.python import cp_model
 
     solver = cp_model.CpSolver()
+    time_limit = None if budget is None else budget.left(LEAST_SECONDS)
     if time_limit is not None:
-        solver.parameters.max_time_in_seconds = max(time_limit, LEAST_SECONDS)
+        solver.parameters.max_time_in_seconds = time_limit
     solver.parameters.num_workers = workers
     if subsolvers:
         solver.parameters.subsolvers.extend(subsolvers)

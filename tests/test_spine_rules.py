@@ -88,3 +88,70 @@ def test_only_the_api_looks_up_the_registry() -> None:
         for line in registry_lookups(tree, name.rsplit("/", 1)[0].replace("/", "."))
     ]
     assert offenders == []
+
+
+#: Names of deadlines and time limits: arithmetic on them converts between seconds and deadlines.
+TIME_NAMES = frozenset({"deadline", "time_limit", "until", "solve_by", "limit"})
+
+#: Modules whose search loops still keep deadlines as ``time.perf_counter()`` floats and compute
+#: with them (to move onto :class:`optsched.budget.TimeBudget`; the list only shrinks).
+NOT_YET_ON_THE_BUDGET = frozenset({
+    "optsched/problems/aladdin/heuristics.py",
+    "optsched/problems/gmax/exact.py",
+    "optsched/problems/gmax/lagrange.py",
+    "optsched/problems/hybrid/offline_solve.py",
+    "optsched/problems/infermax/colgen.py",
+    "optsched/problems/infermax/data.py",
+    "optsched/problems/infermax/graph.py",
+    "optsched/problems/infermax/lns.py",
+    "optsched/problems/infermax/residency.py",
+    "optsched/problems/infermax/scale.py",
+    "optsched/report/gather.py",
+})
+
+
+def _clock(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and (
+        getattr(node.func, "attr", None) in ("perf_counter", "monotonic")
+        or getattr(node.func, "id", None) in ("perf_counter", "monotonic")
+    )
+
+
+def _time_name(node: ast.AST) -> bool:
+    return getattr(node, "id", None) in TIME_NAMES or getattr(node, "attr", None) in TIME_NAMES
+
+
+def time_arithmetic(tree: ast.Module) -> list[int]:
+    """Lines converting between seconds and deadlines by hand: ``clock() + x``, ``x - clock()``
+    (``clock()`` being ``time.perf_counter()`` or ``time.monotonic()``; ``clock() - t0``, an
+    elapsed time, is fine) and sums or differences with a deadline or time limit."""
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub))):
+            continue
+        if isinstance(node.op, ast.Add) and (_clock(node.left) or _clock(node.right)):
+            found.append(node.lineno)
+        elif isinstance(node.op, ast.Sub) and _clock(node.right) and not _clock(node.left):
+            found.append(node.lineno)
+        elif _time_name(node.left) or _time_name(node.right):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_walk_finds_time_arithmetic() -> None:
+    planted = (
+        "import time\n"
+        "deadline = time.perf_counter() + 5\n"
+        "left = deadline - time.perf_counter()\n"
+        "elapsed = time.perf_counter() - t0\n"
+        "end = t0 + time_limit\n"
+        "x = opts.time_limit - 1\n"
+        "budget = TimeBudget.of(5).left()\n"
+    )
+    assert time_arithmetic(ast.parse(planted)) == [2, 3, 5, 6]
+
+
+def test_seconds_and_deadlines_are_converted_in_the_budget_only() -> None:
+    offenders = {name for name, tree in modules() if name != "optsched/budget.py" and time_arithmetic(tree)}
+    assert offenders - NOT_YET_ON_THE_BUDGET == set(), "convert with optsched.budget.TimeBudget"
+    assert NOT_YET_ON_THE_BUDGET - offenders == set(), "on the budget now: take it off NOT_YET_ON_THE_BUDGET"

@@ -18,8 +18,8 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from ...budget import TimeBudget
 from ...cpsat_solver import run_model
-from ...deadline import seconds_left
 from ...result import Status
 from .slots import SlotData, SubResult
 
@@ -122,7 +122,7 @@ class CpsatBackend:
 
     def _run(self, m: cp_model.CpModel, parts: dict[str, Any], deadline: float | None) -> SubResult:
         start = time.perf_counter()
-        run = run_model(m, time_limit=seconds_left(deadline), workers=self.threads or 2, log=self.log)
+        run = run_model(m, budget=TimeBudget(deadline), workers=self.threads or 2, log=self.log)
         wall = time.perf_counter() - start
         if run.status == Status.INFEASIBLE:
             return SubResult(status=Status.INFEASIBLE, wall=wall)

@@ -17,8 +17,9 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from ...budget import TimeBudget
 from ...cpsat_solver import run_model
-from ...deadline import BuildStopped, check, seconds_left
+from ...deadline import BuildStopped, check
 from ...result import Status
 from .data import ModelData, check_size, integer_scaling, request_batch_grid
 from .model import Scaling
@@ -350,8 +351,8 @@ def solve_cpsat(
     if hint is not None:
         b.add_hint(*hint)
     opts = data.options
-    time_limit = opts.time_limit if deadline is None else seconds_left(deadline)
-    run = run_model(b.m, time_limit=time_limit, workers=opts.threads or 2, log=opts.log)
+    budget = TimeBudget.of(opts.time_limit) if deadline is None else TimeBudget(deadline)
+    run = run_model(b.m, budget=budget, workers=opts.threads or 2, log=opts.log)
     solver = run.solver
     info = {
         "cpsat_status": run.name,

@@ -85,8 +85,9 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from ...bounds import batch_counts, request_work
+from ...budget import TimeBudget
 from ...cpsat_solver import CpSatRun, run_model
-from ...deadline import DeadlinePassed, check, seconds_left
+from ...deadline import DeadlinePassed, check
 from ...instance import Instance
 from ...result import Status
 from ...schedule import Batch, Item, Schedule
@@ -250,10 +251,10 @@ class RelaxationModel:
 SUBSOLVERS = ("default_lp", "lb_tree_search", "max_lp", "core", "reduced_costs", "pseudo_costs", "quick_restart")
 
 
-def _solve(model: cp_model.CpModel, time_limit: float | None, threads: int | None, log: bool) -> CpSatRun:
+def _solve(model: cp_model.CpModel, budget: TimeBudget, threads: int | None, log: bool) -> CpSatRun:
     workers = threads or 2
     subsolvers = SUBSOLVERS[:workers] if workers >= 2 else ()
-    return run_model(model, time_limit=time_limit, workers=workers, subsolvers=subsolvers, log=log)
+    return run_model(model, budget=budget, workers=workers, subsolvers=subsolvers, log=log)
 
 
 #: Seconds per count check of :func:`count_bound` without a time limit, and the least with one.
@@ -278,14 +279,14 @@ def relaxation_bound(
     """
     cpu = time.process_time()
     instance = linear_instance(instance)
-    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    budget = TimeBudget.of(time_limit)
     try:
-        relax = RelaxationModel(instance, J, deadline=deadline)
+        relax = RelaxationModel(instance, J, deadline=budget.end)
     except DeadlinePassed:
         return RelaxationResult(
             bound=math.fsum(request_work(instance)), value=None, status=Status.TIME_LIMIT, cpu=time.process_time() - cpu
         )
-    run = _solve(relax.m, seconds_left(deadline), threads, log)
+    run = _solve(relax.m, budget, threads, log)
     if run.status == Status.INFEASIBLE:
         return RelaxationResult(bound=math.inf, value=None, status=Status.INFEASIBLE, cpu=time.process_time() - cpu)
     if run.status == Status.ERROR:
@@ -430,8 +431,10 @@ def count_bound(
     facts: list[tuple[int, int]] = []
     workers = max(1, threads or 2)
 
+    budget = TimeBudget.of(time_limit, start=t0)
+
     def left() -> float:
-        return math.inf if time_limit is None else time_limit - (time.perf_counter() - t0)
+        return math.inf if time_limit is None else budget.left() or 0.0
 
     def infeasible(p: int, B: int, known: list[tuple[int, int]]) -> bool:
         if check_limit is not None:
@@ -439,12 +442,12 @@ def count_bound(
         else:
             own = CHECK_LIMIT if time_limit is None else max(CHECK_LIMIT, left() / 2)
         own = min(own, left())
-        deadline = None if own == math.inf else time.perf_counter() + own
+        check_budget = TimeBudget.of(None if own == math.inf else own)
         try:
-            relax = count_check(instance, J, p, B, known, deadline=deadline)
+            relax = count_check(instance, J, p, B, known, deadline=check_budget.end)
         except DeadlinePassed:  # not built in time: undecided
             return False
-        return _solve(relax.m, seconds_left(deadline), 1, False).status == Status.INFEASIBLE
+        return _solve(relax.m, check_budget, 1, False).status == Status.INFEASIBLE
 
     def need(p: int, known: list[tuple[int, int]]) -> int:
         """Least B a schedule with p prefill batches can have, given the facts ``known``."""

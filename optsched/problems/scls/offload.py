@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from ...budget import TimeBudget
 from ...cpsat_solver import run_model
 from ...result import Status
 
@@ -91,7 +92,7 @@ def exact_offload(
         for b in batches:
             for w in workers:
                 m.AddHint(x[b, w], int(start.assignment[b] == w))
-    run = run_model(m, time_limit=time_limit, workers=threads)
+    run = run_model(m, budget=TimeBudget.of(time_limit), workers=threads)
     bound = max(max(initial), (run.bound - (len(tick) + 1) / 2) * RESOLUTION)
     if not run.found:
         if start is None or run.status != Status.UNKNOWN:
