@@ -487,4 +487,4 @@ def _timed(report: Report, phase: str) -> Iterator[None]:
     try:
         yield
     finally:
-        report.phase_times[phase] = report.phase_times.get(phase, 0.0) + time.perf_counter() - t0
+        report.phase_times[phase] = report.phase_times.get(phase, 0.0) + (time.perf_counter() - t0)
