@@ -114,10 +114,10 @@ _PKG = "optsched.problems"
 FORMULATIONS: list[Formulation] = [
     Formulation(
         name="aladdin",
-        solve=f"{_PKG}.aladdin:solve",
-        bounds=f"{_PKG}.aladdin:bounds",
-        solve_options=f"{_PKG}.aladdin.offline:AladdinOptions",
-        bound_options=f"{_PKG}.aladdin.offline:AladdinBoundOptions",
+        solve=f"{_PKG}.aladdin.solve:solve",
+        bounds=f"{_PKG}.aladdin.solve:bounds",
+        solve_options=f"{_PKG}.aladdin.solve:AladdinOptions",
+        bound_options=f"{_PKG}.aladdin.solve:AladdinBoundOptions",
         backends=("cpsat", "highs", "cbc", "gurobi"),
         returns_schedule=False,
         objectives=("workers",),
