@@ -96,11 +96,7 @@ TIME_NAMES = frozenset({"deadline", "time_limit", "until", "solve_by"})
 #: Modules whose search loops still keep deadlines as ``time.perf_counter()`` floats and compute
 #: with them (to move onto :class:`optsched.budget.TimeBudget`; the list only shrinks).
 NOT_YET_ON_THE_BUDGET = frozenset({
-    "optsched/problems/gmax/exact.py",
-    "optsched/problems/gmax/lagrange.py",
     "optsched/problems/hybrid/offline_solve.py",
-    "optsched/problems/infermax/colgen.py",
-    "optsched/problems/infermax/graph.py",
     "optsched/problems/infermax/lns.py",
     "optsched/report/gather.py",
 })
