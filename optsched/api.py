@@ -10,26 +10,102 @@ options dataclass (an unknown option, a wrong value or an option without effect 
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from .instance import Instance, load_instance
-from .result import Bound, SolveResult
+from .result import OBJECTIVES, Bound, SolveResult, check_agreement, objective_of
 from .schedule import ReplayResult, Schedule, replay
 
-__all__ = ["bound", "simulate", "solve"]
+if TYPE_CHECKING:
+    from .options import Options
+    from .problems import Formulation
+
+__all__ = ["ScheduleRejected", "accepted", "bound", "checked", "formulation", "simulate", "solve"]
+
+
+class ScheduleRejected(RuntimeError):
+    """A formulation returned a schedule that does not replay cleanly, or whose replayed objective
+    disagrees with the objective it reported (a bug of the formulation, never a user's error)."""
 
 
 def _instance(instance: Instance | str | os.PathLike[str]) -> Instance:
-    return instance if isinstance(instance, Instance) else load_instance(instance)
+    return instance if isinstance(instance, Instance) else load_instance(os.fspath(instance))
+
+
+def formulation(problem: str) -> Formulation:
+    """The registration record of ``problem`` (:class:`optsched.problems.Formulation`).
+
+    Raises
+    ------
+    KeyError
+        For an unknown problem (the message lists the known ones).
+    """
+    from .problems import formulation as lookup
+
+    return lookup(problem)
+
+
+def accepted(problem: str, kind: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``options`` that ``problem``'s solver (``kind="solve"``) or bounder
+    (``"bound"``) has (:func:`optsched.problems.accepted`: shared settings of ``report`` and
+    ``sweep``, such as the objective, that a formulation without the option does not take)."""
+    from .problems import accepted as take
+
+    return take(problem, kind, options)
+
+
+def _with_options(
+    options: Options | Mapping[str, Any] | None, more: Mapping[str, Any], time_limit: float | None
+) -> Options | dict[str, Any]:
+    """One set of options: an options dataclass or the mapping ``options`` and ``more``, with
+    ``time_limit`` when one is given."""
+    if options is not None and not isinstance(options, Mapping):
+        if more:
+            raise TypeError(f"options given both as {type(options).__name__} and as keywords: {sorted(more)}")
+        return options if time_limit is None else dataclasses.replace(options, time_limit=time_limit)  # type: ignore[type-var]
+    merged = {**(options or {}), **more}
+    if time_limit is not None:
+        merged["time_limit"] = time_limit
+    return merged
+
+
+def checked(instance: Instance, result: SolveResult, problem: str) -> SolveResult:
+    """A formulation's answer as the result reported: its schedule replayed and checked.
+
+    The one rule of every caller (``optsched solve``, ``report``, ``sweep``, :func:`solve`): a
+    schedule that does not replay cleanly, or a reported objective that disagrees with the replayed
+    one (for the objective the formulation optimised: its ``objective_name`` or its record's first
+    objective, when that is one of :data:`optsched.result.OBJECTIVES`), raises
+    :class:`ScheduleRejected`. ``result.replay`` is set; the result is returned.
+    """
+    if result.schedule is None:
+        return result
+    replayed = result.replay if result.replay is not None else replay(instance, result.schedule)
+    if not replayed.feasible:
+        raise ScheduleRejected(
+            f"{problem}/{result.solver} returned a schedule that does not replay cleanly: "
+            + "; ".join(replayed.violations[:3])
+        )
+    result.replay = replayed
+    objective = result.extra.get("objective_name") or formulation(problem).objectives[0]
+    if result.objective is not None and objective in OBJECTIVES:
+        try:
+            check_agreement(result.objective, objective_of(replayed, objective), f"{problem} solver")
+        except RuntimeError as exc:
+            raise ScheduleRejected(str(exc)) from None
+    return result
 
 
 def solve(
     instance: Instance | str | os.PathLike[str],
     problem: str = "infermax",
+    options: Options | Mapping[str, Any] | None = None,
     *,
     time_limit: float | None = None,
-    **options: Any,
+    **more: Any,
 ) -> SolveResult:
     """Solve ``problem``'s formulation on ``instance``.
 
@@ -41,16 +117,20 @@ def solve(
     problem
         A name of :data:`optsched.problems.SOLVERS` (``infermax``, ``hybrid``, ``hybrid-offline``,
         ``aladdin``, ``gmax``, ``scls-batch``).
+    options
+        The formulation's options, as its options dataclass or a mapping
+        (:data:`optsched.problems.SOLVE_OPTIONS`); None: as keywords.
     time_limit
-        Seconds for the whole solve (None: the formulation's default).
-    **options
-        The formulation's options (:data:`optsched.problems.SOLVE_OPTIONS`), e.g. ``solver="highs"``,
-        ``objective="ttft"``, ``no_evict=True``.
+        Seconds for the whole solve (None: the formulation's default, or the dataclass's own).
+    **more
+        The formulation's options as keywords, e.g. ``solver="highs"``, ``objective="ttft"``,
+        ``no_evict=True``.
 
     Returns
     -------
     SolveResult
-        Status, objective (replayed when there is a schedule), proven bound, schedule and its replay.
+        Status, objective (replayed when there is a schedule), proven bound, schedule and its replay
+        (checked by :func:`checked`).
 
     Raises
     ------
@@ -58,6 +138,8 @@ def solve(
         For an unknown problem (the message lists the known ones).
     optsched.options.OptionError
         For an option the formulation does not have, a wrong value, or an option without effect.
+    ScheduleRejected
+        When the formulation's schedule does not replay cleanly or disagrees with its objective.
 
     Examples
     --------
@@ -70,13 +152,16 @@ def solve(
 
     inst = _instance(instance)
     solver = solver_for(problem)
-    result: SolveResult = solver(inst, {**options, "time_limit": time_limit})
-    if result.schedule is not None and result.replay is None:
-        result.replay = replay(inst, result.schedule)
-    return result
+    result: SolveResult = solver(inst, _with_options(options, more, time_limit))
+    return checked(inst, result, problem)
 
 
-def bound(instance: Instance | str | os.PathLike[str], problem: str | None = None, **options: Any) -> list[Bound]:
+def bound(
+    instance: Instance | str | os.PathLike[str],
+    problem: str | None = None,
+    options: Options | Mapping[str, Any] | None = None,
+    **more: Any,
+) -> list[Bound]:
     """Proven bounds of ``instance``: the trivial ones (``problem=None``) or a formulation's.
 
     Parameters
@@ -86,8 +171,9 @@ def bound(instance: Instance | str | os.PathLike[str], problem: str | None = Non
     problem
         None for the bounds of :mod:`optsched.bounds` and the load-aware ones of
         :mod:`optsched.load_bounds` (every schedule of the instance; they take no options), else a
-        name of :data:`optsched.problems.BOUNDERS` (``infermax``, ``hybrid``, ``aladdin``) with its
-        options (:data:`optsched.problems.BOUND_OPTIONS`).
+        name of :data:`optsched.problems.BOUNDERS` (``infermax``, ``hybrid``, ``aladdin``).
+    options, **more
+        Its options (:data:`optsched.problems.BOUND_OPTIONS`), as for :func:`solve`.
 
     Returns
     -------
@@ -96,16 +182,21 @@ def bound(instance: Instance | str | os.PathLike[str], problem: str | None = Non
     """
     inst = _instance(instance)
     if problem is None:
-        if options:
+        if options or more:
             from .options import OptionError
 
-            raise OptionError(f"option {next(iter(options))!r}: the trivial bounds take no options (give problem=...)")
+            given = next(iter({**(options or {}), **more}))  # type: ignore[dict-item]
+            raise OptionError(f"option {given!r}: the trivial bounds take no options (give problem=...)")
         from .load_bounds import default_bounds
 
         return default_bounds(inst)
     from .problems import bounder_for
 
-    return bounder_for(problem)(inst, options)
+    if options is not None and not isinstance(options, Mapping):
+        if more:
+            raise TypeError(f"options given both as {type(options).__name__} and as keywords: {sorted(more)}")
+        return bounder_for(problem)(inst, options)  # type: ignore[no-any-return]
+    return bounder_for(problem)(inst, {**(options or {}), **more})  # type: ignore[no-any-return]
 
 
 def simulate(instance: Instance | str | os.PathLike[str], policy: str = "vllm") -> tuple[Schedule, ReplayResult]:

@@ -22,6 +22,7 @@ from contextlib import nullcontext
 from types import ModuleType
 from typing import NoReturn
 
+from .budget import process_started
 from .commands import (
     bound,
     check,
@@ -49,7 +50,6 @@ from .commands._common import (
     stdout_reserved_for_json,
 )
 from .costmodel import CostModelError
-from .deadline import process_started
 from .exiting import exit_now
 from .instance import InstanceError
 from .interrupt import EXIT_INTERRUPTED, sigint_seen

@@ -196,12 +196,10 @@ class CostModel:
     def to_dict(self) -> dict[str, Any]:
         """The inline JSON form of the contract (docs/costmodel.md); the optional terms
         (``prefill.per_ctx``, ``token_tile``/``per_tile``, ``decode.per_max_kv``) only when set."""
-        phase = lambda p: {  # noqa: E731 - tiny local projection
-            "bias": p.bias,
-            "per_token": p.per_token,
-            "per_token_sq": p.per_token_sq,
-            "per_kv": p.per_kv,
-        }
+
+        def phase(p: PhaseCost) -> dict[str, float]:
+            return {"bias": p.bias, "per_token": p.per_token, "per_token_sq": p.per_token_sq, "per_kv": p.per_kv}
+
         prefill = phase(self.prefill) | ({"per_ctx": self.prefill.per_ctx} if self.prefill.per_ctx else {})
         decode = phase(self.decode) | ({"per_max_kv": self.decode.per_max_kv} if self.decode.per_max_kv else {})
         tile = {"token_tile": self.token_tile, "per_tile": self.per_tile} if self.token_tile else {}

@@ -1,15 +1,14 @@
 """Deadlines of the solvers' set-up and search loops: absolute ``time.perf_counter()`` values, or
-None for no deadline; the exceptions of a model build that stops; and the start of the process,
-from which a command's time limit counts."""
+None for no deadline (a :class:`optsched.budget.TimeBudget`'s ``end``), and the exceptions of a
+model build that stops."""
 
 from __future__ import annotations
 
-import os
 import time
 
 from .interrupt import requested
 
-__all__ = ["BuildStopped", "DeadlinePassed", "check", "passed", "process_started", "seconds_left"]
+__all__ = ["BuildStopped", "DeadlinePassed", "check", "passed"]
 
 
 class BuildStopped(Exception):
@@ -31,30 +30,3 @@ def check(deadline: float | None, what: str = "the model") -> None:
     """Raise :class:`DeadlinePassed` (naming ``what``) once ``deadline`` has passed."""
     if passed(deadline):
         raise DeadlinePassed(f"{what} not built within the time limit")
-
-
-def seconds_left(deadline: float | None, least: float = 0.01) -> float | None:
-    """Seconds until ``deadline`` (at least ``least``, for a solver's own limit; ``least`` once
-    :func:`passed`); None without one."""
-    if deadline is None:
-        return None
-    return least if requested() else max(deadline - time.perf_counter(), least)
-
-
-def process_started() -> float:
-    """The ``time.perf_counter()`` value at which this process started (so that a command's time
-    limit covers the interpreter's start-up and the imports too).
-
-    Read from ``/proc/self/stat`` and ``/proc/uptime`` (Linux, 10 ms resolution); where they cannot
-    be read, the time of this call.
-    """
-    now = time.perf_counter()
-    try:
-        with open("/proc/self/stat") as fh:
-            started_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
-        with open("/proc/uptime") as fh:
-            uptime = float(fh.read().split()[0])
-        elapsed = uptime - started_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return now
-    return now - max(elapsed, 0.0)

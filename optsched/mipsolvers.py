@@ -18,7 +18,10 @@ fault of ERGO-Code/HiGHS issues 2204 and 3296). :func:`solve_model` solves again
 when a model with a known solution (a warm start, or one true by construction) is called infeasible.
 
 Handing a built model over to the solver is not free: PuLP passes it row by row (HiGHS) or writes
-a file (CBC) before the solver's own clock starts. :func:`solver_deadline` leaves time for it.
+a file (CBC) before the solver's own clock starts. :func:`solver_budget` leaves time for it.
+
+The solver's time limit is read from a :class:`~optsched.budget.TimeBudget` in one place,
+:func:`pulp_solver` (and again by :func:`solve_model` for a second solve).
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ from typing import Any
 
 import pulp
 
-from .deadline import seconds_left
+from .budget import TimeBudget
 from .interrupt import stoppable
 
-__all__ = ["HANDOVER_PER_BUILD", "MIP_BACKENDS", "HighsWithStart", "pulp_solver", "solve_model", "solver_deadline"]
+__all__ = ["HANDOVER_PER_BUILD", "MIP_BACKENDS", "HighsWithStart", "pulp_solver", "solve_model", "solver_budget"]
+
+#: The shortest time limit given to a MIP solver, in seconds.
+LEAST_SECONDS = 0.01
 
 MIP_BACKENDS = ("highs", "cbc", "gurobi")
 
@@ -40,11 +46,11 @@ MIP_BACKENDS = ("highs", "cbc", "gurobi")
 HANDOVER_PER_BUILD = 2.0
 
 
-def solver_deadline(deadline: float | None, build_seconds: float) -> float | None:
-    """The deadline to give the solver of a model built in ``build_seconds`` so that the whole call
-    ends by ``deadline``: :data:`HANDOVER_PER_BUILD` build times earlier (None: no deadline). A
-    solver whose deadline has passed should not be started."""
-    return None if deadline is None else deadline - HANDOVER_PER_BUILD * build_seconds
+def solver_budget(budget: TimeBudget, build_seconds: float) -> TimeBudget:
+    """The budget to give the solver of a model built in ``build_seconds`` so that the whole call
+    ends within ``budget``: :data:`HANDOVER_PER_BUILD` build times less. A solver whose budget has
+    expired should not be started."""
+    return budget.reserve(HANDOVER_PER_BUILD * build_seconds)
 
 
 class HighsWithStart(pulp.HiGHS):
@@ -77,7 +83,7 @@ class HighsWithStart(pulp.HiGHS):
 def pulp_solver(
     backend: str,
     *,
-    time_limit: float | None = None,
+    budget: TimeBudget | None = None,
     threads: int | None = None,
     msg: bool = False,
     gap_rel: float | None = None,
@@ -92,8 +98,9 @@ def pulp_solver(
     ----------
     backend
         ``highs``, ``cbc`` or ``gurobi``.
-    time_limit
-        Wall-clock seconds (None: no limit).
+    budget
+        The solver's time (its time left when the solver is made, at least :data:`LEAST_SECONDS`;
+        None: no limit).
     threads
         Threads for CBC and Gurobi (ignored by HiGHS, see the module docstring).
     msg
@@ -113,6 +120,7 @@ def pulp_solver(
     ValueError
         For an unknown backend.
     """
+    time_limit = None if budget is None else budget.left(LEAST_SECONDS)
     common: dict[str, Any] = {"msg": msg, "timeLimit": time_limit, "mip": mip, "gapRel": gap_rel}
     if backend == "highs":
         return HighsWithStart(**common, gapAbs=gap_abs, warm_start=warm_start, **options)
@@ -134,7 +142,7 @@ PRESOLVE_OFF_NOTE = "HiGHS called a model with a known solution infeasible; solv
 
 
 def solve_model(
-    prob: pulp.LpProblem, solver: pulp.LpSolver, *, known_feasible: bool, deadline: float | None = None
+    prob: pulp.LpProblem, solver: pulp.LpSolver, *, known_feasible: bool, budget: TimeBudget | None = None
 ) -> tuple[int, str | None]:
     """``prob.solve(solver)``, solved again with HiGHS's presolve off when HiGHS calls the model
     infeasible although ``known_feasible`` (see the module docstring).
@@ -144,9 +152,9 @@ def solve_model(
     known_feasible
         The model has a solution (a warm start that is a point of it, or one by construction): an
         "infeasible" answer is then the solver's fault.
-    deadline
-        ``time.perf_counter()`` by which the second solve must end (its time limit; None: the first
-        solve's limit).
+    budget
+        The time of both solves (the second's limit: what is left of it; None: the first solve's
+        limit).
 
     Returns
     -------
@@ -160,6 +168,6 @@ def solve_model(
     if solver.optionsDict.get("presolve") == "off":
         return code, None
     solver.optionsDict["presolve"] = "off"
-    if deadline is not None:
-        solver.timeLimit = seconds_left(deadline)
+    if budget is not None and budget.limited:
+        solver.timeLimit = budget.left(LEAST_SECONDS)
     return prob.solve(solver), PRESOLVE_OFF_NOTE

@@ -28,7 +28,8 @@ def resolve(table: Mapping[str, str], name: str, what: str) -> Callable[..., Any
         known = ", ".join(sorted(table)) or "none registered"
         raise KeyError(f"unknown {what} {name!r} (known: {known})") from None
     module, _, attr = target.partition(":")
-    return getattr(import_module(module), attr)
+    found: Callable[..., Any] = getattr(import_module(module), attr)
+    return found
 
 
 def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:

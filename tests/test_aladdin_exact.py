@@ -16,8 +16,8 @@ from optsched.problems.aladdin.cluster import simulate_cluster
 from optsched.problems.aladdin.exact import solve_placement
 from optsched.problems.aladdin.heuristics import best_fit
 from optsched.problems.aladdin.models import AladdinModel, model_from_instance
-from optsched.problems.aladdin.offline import offline_problem, planned_instance
 from optsched.problems.aladdin.placement import Job, PlacementProblem, check_placement, compile_problem
+from optsched.problems.aladdin.solve import offline_problem, planned_instance
 from tests.support.aladdin import SOLVERS, aladdin_instance, random_heartbeat, random_requests
 
 

@@ -42,8 +42,10 @@ def test_registries(monkeypatch):
             "test-broken": "tests.support.legal_schedules:policy_broken",
         },
     )
-    monkeypatch.setattr(problems, "SOLVERS", {"fake": "tests.support.fake_formulations:solve"})
-    monkeypatch.setattr(problems, "BOUNDERS", {"fake": "tests.support.fake_formulations:bounds"})
+    fake = problems.Formulation(
+        "fake", "tests.support.fake_formulations:solve", "tests.support.fake_formulations:bounds"
+    )
+    monkeypatch.setattr(problems, "FORMULATIONS", [fake])
 
 
 def write(path: Path, obj) -> str:

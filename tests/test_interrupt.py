@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from optsched import deadline, interrupt, launch
+from optsched.budget import TimeBudget
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="POSIX signals")
@@ -162,14 +163,14 @@ def test_interruptible_passes_every_deadline_and_stops_the_solvers() -> None:
     before = signal.getsignal(signal.SIGINT)
     with interrupt.interruptible() as ctrl_c:
         with interrupt.stoppable(lambda: stopped.append(True)):
-            assert not deadline.passed(far) and deadline.seconds_left(far) > 3000
+            assert not deadline.passed(far) and TimeBudget(far).left(0.01) > 3000 and not TimeBudget(far).expired()
             os.kill(os.getpid(), signal.SIGINT)
             for _ in range(200):  # the watcher thread or the handler
                 if stopped:
                     break
                 time.sleep(0.01)
             assert stopped == [True] and interrupt.requested()
-            assert deadline.passed(far) and deadline.seconds_left(far) == 0.01
+            assert deadline.passed(far) and TimeBudget(far).left(0.01) == 0.01 and TimeBudget(far).expired()
             assert not deadline.passed(None)
     assert signal.getsignal(signal.SIGINT) is before
     assert ctrl_c.happened and not interrupt.requested() and not deadline.passed(far)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pulp
 import pytest
 
+from optsched.budget import TimeBudget
 from optsched.mipsolvers import MIP_BACKENDS, pulp_solver
 
 
@@ -18,7 +19,7 @@ def _solve(backend: str, threads: int | None, warm: bool = False) -> tuple[int, 
     if warm:
         x.setInitialValue(4)
         y.setInitialValue(0)
-    prob.solve(pulp_solver(backend, time_limit=30, threads=threads, warm_start=warm))
+    prob.solve(pulp_solver(backend, budget=TimeBudget.of(30), threads=threads, warm_start=warm))
     return prob.sol_status, pulp.value(prob.objective)
 
 
@@ -39,11 +40,11 @@ def test_unknown_backend_is_named():
         pulp_solver("cplex")
 
 
-def test_solver_deadline_leaves_the_handover() -> None:
-    from optsched.mipsolvers import HANDOVER_PER_BUILD, solver_deadline
+def test_solver_budget_leaves_the_handover() -> None:
+    from optsched.mipsolvers import HANDOVER_PER_BUILD, solver_budget
 
-    assert solver_deadline(None, 5.0) is None
-    assert solver_deadline(100.0, 2.0) == pytest.approx(100.0 - 2.0 * HANDOVER_PER_BUILD)
+    assert solver_budget(TimeBudget(), 5.0) == TimeBudget()
+    assert solver_budget(TimeBudget(100.0), 2.0).end == pytest.approx(100.0 - 2.0 * HANDOVER_PER_BUILD)
 
 
 def test_no_solver_is_started_without_time_for_the_handover(monkeypatch) -> None:

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
+from optsched import problems
 from optsched.cli import main
 from optsched.instance import available_instances, load_instance
 from optsched.policies import POLICIES
-from optsched.problems import BOUNDERS, SOLVERS
 from optsched.report import build_report, gather_bounds, report_html, report_table, report_to_dict
 from optsched.result import SolveResult
 from optsched.schedule import item_phases, replay
@@ -32,6 +32,14 @@ def fcfs(monkeypatch: pytest.MonkeyPatch) -> str:
     """Register the test-only serial FCFS policy (so that the report has a policy before the simulator lands)."""
     monkeypatch.setitem(POLICIES, "serial-fcfs", "tests.support.report:serial_fcfs")
     return "serial-fcfs"
+
+
+def register(
+    monkeypatch: pytest.MonkeyPatch, name: str, *, solve: str | None = None, bounds: str | None = None
+) -> None:
+    """Register a test formulation for the test only."""
+    monkeypatch.setattr(problems, "FORMULATIONS", list(problems.FORMULATIONS))
+    problems.register(problems.Formulation(name, solve, bounds))
 
 
 def check_chain(report) -> None:
@@ -183,7 +191,7 @@ def _fake_solver(objective_shift: float):
 @pytest.mark.parametrize("shift, ok", [(0.0, True), (1.0, False)])
 def test_solver_is_replayed_and_checked(shift: float, ok: bool, fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("tests.support.report.fake_solve", _fake_solver(shift), raising=False)
-    monkeypatch.setitem(SOLVERS, "fake", "tests.support.report:fake_solve")
+    register(monkeypatch, "fake", solve="tests.support.report:fake_solve")
     report = build_report(load_instance("toy-4"), time_limit=10, policies=[fcfs], solve_problem="fake")
     assert report.solver is not None
     if ok:
@@ -206,7 +214,7 @@ def test_solver_gets_the_time_left_but_the_room(time_limit: float, fcfs: str, mo
         return solve(instance, options)
 
     monkeypatch.setattr("tests.support.report.recording_solve", recording, raising=False)
-    monkeypatch.setitem(SOLVERS, "fake", "tests.support.report:recording_solve")
+    register(monkeypatch, "fake", solve="tests.support.report:recording_solve")
     t0 = time.perf_counter()
     build_report(load_instance("toy-4"), time_limit=time_limit, policies=[fcfs], solve_problem="fake")
     used = time.perf_counter() - t0  # the phases before the solver took less than this
@@ -215,7 +223,7 @@ def test_solver_gets_the_time_left_but_the_room(time_limit: float, fcfs: str, mo
 
 
 def test_solver_size_limit(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(SOLVERS, "fake", "tests.support.report:never_called")
+    register(monkeypatch, "fake", solve="tests.support.report:never_called")
     report = build_report(load_instance("toy-4"), time_limit=10, solve_problem="fake", solve_max_requests=2)
     assert report.solver is not None and report.solver.result is None and "4 requests > 2" in report.solver.message
 
@@ -231,8 +239,8 @@ def test_gather_bounds_registry(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr("tests.support.report.good_bounds", good, raising=False)
     monkeypatch.setattr("tests.support.report.bad_bounds", bad, raising=False)
-    monkeypatch.setitem(BOUNDERS, "zz-good", "tests.support.report:good_bounds")
-    monkeypatch.setitem(BOUNDERS, "zz-bad", "tests.support.report:bad_bounds")
+    register(monkeypatch, "zz-good", bounds="tests.support.report:good_bounds")
+    register(monkeypatch, "zz-bad", bounds="tests.support.report:bad_bounds")
     notes: list[str] = []
     inst = load_instance("toy-4")
     bounds = gather_bounds(inst, notes=notes)
@@ -297,7 +305,7 @@ def test_html_renders_in_headless_chromium(tmp_path) -> None:
 @pytest.mark.usefixtures("infermax_kernels")  # a cold numba cache would compile inside its 20 s
 def test_chain_with_the_exact_solver() -> None:
     """The registered infermax solver on a small shipped instance: its schedule and bound join the chain."""
-    if "infermax" not in SOLVERS or "aladdin-fig3" not in available_instances():
+    if "infermax" not in problems.SOLVERS or "aladdin-fig3" not in available_instances():
         pytest.skip("the infermax solver or the aladdin-fig3 instance is not available")
     report = build_report(load_instance("aladdin-fig3"), time_limit=20)
     assert report.solver is not None and report.solver.result is not None

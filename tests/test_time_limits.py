@@ -22,8 +22,10 @@ from tests.support import fake_formulations
 
 @pytest.fixture
 def fake_problem(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(problems, "SOLVERS", {"fake": "tests.support.fake_formulations:solve"})
-    monkeypatch.setattr(problems, "BOUNDERS", {"fake": "tests.support.fake_formulations:bounds"})
+    fake = problems.Formulation(
+        "fake", "tests.support.fake_formulations:solve", "tests.support.fake_formulations:bounds"
+    )
+    monkeypatch.setattr(problems, "FORMULATIONS", [fake])
 
 
 @pytest.mark.parametrize("command", ["solve", "bound"])

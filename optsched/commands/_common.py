@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TextIO, TypeVar
 
+from ..budget import TimeBudget
 from ..costmodel import CostModelError, available_profiles, load_cost_model
 from ..instance import MAX_LIMIT, MAX_RUNNING, Instance, Limits, check_requests, load_instance
 from ..integers import NumberSyntaxError, parse_int
@@ -417,14 +418,16 @@ def check_requests_out(path: str | None) -> None:
         raise BadInput(f"--requests-out: {exc}") from None
 
 
+def command_budget(args: argparse.Namespace, limit: float | None) -> TimeBudget:
+    """A command's time budget: its time limit ``limit`` in seconds (None: none) from
+    ``args.started``, the start of the program (the interpreter's start-up and the imports count),
+    less :data:`EXIT_RESERVE`."""
+    return TimeBudget.of(limit, start=getattr(args, "started", None)).reserve(EXIT_RESERVE)
+
+
 def time_left(args: argparse.Namespace, limit: float | None) -> float | None:
-    """What is left of a command's time limit ``limit`` (seconds from ``args.started``, the start
-    of the program: the interpreter's start-up and the imports count) less :data:`EXIT_RESERVE`,
-    at least :data:`LEAST_TIME_LEFT`; None without a limit."""
-    if limit is None:
-        return None
-    elapsed = time.perf_counter() - getattr(args, "started", time.perf_counter())
-    return max(LEAST_TIME_LEFT, limit - elapsed - EXIT_RESERVE)
+    """What is left of :func:`command_budget`, at least :data:`LEAST_TIME_LEFT`; None without a limit."""
+    return command_budget(args, limit).left(LEAST_TIME_LEFT)
 
 
 #: Seconds of a command's time limit kept for its end: printing the result and the interpreter's
@@ -535,6 +538,7 @@ __all__ = [
     "progress",
     "seed_int",
     "stdout_reserved_for_json",
+    "command_budget",
     "time_left",
     "torch_device",
     "transforms_from_args",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from .. import api
 from ..load_bounds import default_bounds
 from ._common import (
     EXIT_OK,
@@ -42,11 +43,11 @@ def handle(args: argparse.Namespace) -> int:
         instance = load_instance_arg(args)
         bounds = default_bounds(instance)
     else:
-        bounder = resolve("bound", args.problem, args.solver)
+        record = resolve("bound", args.problem, args.solver)
         check_solver_option(args.problem, args.solver)
-        options = problem_options(args.problem, "bound", args)
+        options = problem_options(record, "bound", args)
         instance = load_instance_arg(args)
-        bounds = bounder(instance, with_time_left(options, args))
+        bounds = api.bound(instance, args.problem, with_time_left(options, args))
     rows = [b.to_dict() for b in bounds]
     if args.json:
         print_json({"instance": instance.name, "problem": args.problem, "bounds": rows})

@@ -83,10 +83,10 @@ def register(subparsers: Any) -> None:
         "--no-cuda-graphs", action="store_true", help="run GPU steps eagerly (default: a CUDA graph per step)"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object (the summary)")
-    p.set_defaults(func=handler)
+    p.set_defaults(func=handle)
 
 
-def handler(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     try:
         plan = load_plan(args.plan)
     except PlanError as exc:

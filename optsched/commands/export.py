@@ -41,10 +41,10 @@ def register(subparsers: Any) -> None:
         help="vllm-replay: usable KV blocks for the engine (default floor(M / block size))",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=handler)
+    p.set_defaults(func=handle)
 
 
-def handler(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     check_output_path(args.out)
     schedule = load_schedule(args.schedule)
     source = args.instance or schedule.instance

@@ -72,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run the solver only on instances of at most N requests (default: any size; 0 = never)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.set_defaults(func=handler)
+    p.set_defaults(func=handle)
 
 
 def _write_best_requests(report: Report, path: str, progress: Progress) -> None:
@@ -85,7 +85,7 @@ def _write_best_requests(report: Report, path: str, progress: Progress) -> None:
     write_request_table(path, best[3])
 
 
-def handler(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     t0 = getattr(args, "started", time.perf_counter())  # the limit counts from the program's start
     policies = None
     if args.policies:

@@ -5,9 +5,10 @@ options given on the command line: ``--solver``, ``--time-limit``, ``--threads``
 ``--no-evict``, ``--method``, ``--log``, ``--warm-start`` and every ``--option KEY=VALUE`` (VALUE
 parsed as JSON when it parses, else kept as a string), read by the formulation's options dataclass
 before any work: an option it does not have, a wrong value or an option without effect is bad
-input (exit 2). A schedule the solver returns is replayed here again (it must be feasible:
-otherwise exit 3) and written to ``--out`` only then; ``--out`` and ``--requests-out`` with a
-problem that returns no schedule (:data:`optsched.problems.NO_SCHEDULE`) are bad input.
+input (exit 2). The solve goes through :func:`optsched.api.solve`: a schedule the solver returns is
+replayed and checked there (:func:`optsched.api.checked`; a schedule that is not feasible: exit 3)
+and written to ``--out`` only then; ``--out`` and ``--requests-out`` with a problem that returns no
+schedule (:data:`optsched.problems.NO_SCHEDULE`) are bad input.
 
 Exit codes: 0 for ``optimal``, ``feasible`` and ``time_limit``; 1 for ``infeasible``; 2 for an
 unknown problem and for ``unsupported`` (the formulation does not accept this instance); 3 for an
@@ -21,14 +22,13 @@ import dataclasses
 import json
 import sys
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import problems
+from .. import api, problems
 from ..interrupt import interruptible
 from ..options import OptionError
 from ..request_table import write_request_table
-from ..result import SolveResult, Status
-from ..schedule import replay
+from ..result import Status
 from ._common import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
@@ -47,6 +47,9 @@ from ._common import (
     print_json,
     time_left,
 )
+
+if TYPE_CHECKING:
+    from ..problems import Formulation
 
 #: Replayed metrics shown under the solve's summary when it returned a schedule.
 SUMMARY_METRICS = ("makespan", "mean_latency", "ttft_p99", "tpot_p99", "latency_p99", "goodput")
@@ -118,23 +121,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 BACKEND_MODULES = {"cpsat": "ortools.sat.python.cp_model", "highs": "pulp", "cbc": "pulp", "gurobi": "pulp"}
 
 
-def resolve(kind: str, name: str, solver: str | None = None) -> Any:
-    """``problems.solver_for`` / ``bounder_for``, an unknown name being bad input. The modules the
-    formulation declares it needs (``SOLVE_MODULES``: compiled kernels, its solver libraries) and
-    the ``solver``'s library are imported here, and a solve's start-up work done (the formulation
-    module's ``prepare()``, where it has one), before the formulation's clock starts, so that the
-    command's time limit (which counts from the program's start) covers them."""
+def resolve(kind: str, name: str, solver: str | None = None) -> Formulation:
+    """The registration record of problem ``name`` (:func:`optsched.api.formulation`), an unknown
+    name being bad input. Its start-up (:meth:`~optsched.problems.Formulation.start_up`: the
+    modules it needs, compiled kernels, its solver libraries) and the ``solver``'s library are done
+    here, before the formulation's clock starts, so that the command's time limit (which counts
+    from the program's start) covers them."""
     try:
-        found = problems.solver_for(name) if kind == "solve" else problems.bounder_for(name)
+        record = api.formulation(name)
     except KeyError as exc:
         raise BadInput(f"--problem: {exc.args[0]}") from None
-    formulation = sys.modules.get(found.__module__)
-    modules = [*getattr(formulation, "SOLVE_MODULES", ()), BACKEND_MODULES.get(solver or "")]
-    for module in filter(None, modules):
+    record.start_up(kind)
+    if module := BACKEND_MODULES.get(solver or ""):
         import_module(module)
-    if kind == "solve" and callable(prepare := getattr(formulation, "prepare", None)):
-        prepare()
-    return found
+    return record
 
 
 def with_time_left(options: Any, args: argparse.Namespace) -> Any:
@@ -157,55 +157,49 @@ def check_solver_option(problem: str, solver: str | None) -> None:
         raise BadInput(f"--solver: {exc}") from None
 
 
-def problem_options(problem: str, kind: str, args: argparse.Namespace) -> Any:
+def problem_options(record: Formulation, kind: str, args: argparse.Namespace) -> Any:
     """The command line's options read by the problem's options dataclass (``kind``: ``"solve"`` or
     ``"bound"``); a wrong one is bad input, before any work."""
     options = options_from_args(args)
-    cls = problems.options_for(problem, kind)
-    if cls is None:  # a formulation registered without a dataclass reads its options itself
+    field = "solve_options" if kind == "solve" else "bound_options"
+    if getattr(record, field) is None:  # a formulation registered without a dataclass reads its options itself
         return options
+    cls = record.load(field)
     try:
         return cls.parse(options)
     except OptionError as exc:
         raise BadInput(str(exc)) from None
 
 
-def check_schedule_outputs(problem: str, args: argparse.Namespace) -> None:
+def check_schedule_outputs(record: Formulation, args: argparse.Namespace) -> None:
     """``--out`` and ``--requests-out`` need a schedule: bad input for a problem that returns none."""
-    if problem not in problems.NO_SCHEDULE:
+    if record.returns_schedule:
         return
     for flag, value in (("--out", args.out), ("--requests-out", args.requests_out)):
         if value is not None:
             raise BadInput(
-                f"{flag}: problem {problem!r} returns no schedule (its answer is in the JSON output, --json)"
+                f"{flag}: problem {record.name!r} returns no schedule (its answer is in the JSON output, --json)"
             )
 
 
 def handle(args: argparse.Namespace) -> int:
-    solve = resolve("solve", args.problem, args.solver)
+    record = resolve("solve", args.problem, args.solver)
     check_solver_option(args.problem, args.solver)
-    options = problem_options(args.problem, "solve", args)
-    check_schedule_outputs(args.problem, args)
+    options = problem_options(record, "solve", args)
+    check_schedule_outputs(record, args)
     check_requests_out(args.requests_out)
     check_output_path(args.out, args.requests_out)
     instance = load_instance_arg(args)
     options = with_time_left(options, args)
     with interruptible() as ctrl_c:  # Ctrl-C: the best schedule and bound so far, as at the time limit
-        result: SolveResult = solve(instance, options)
+        result = api.solve(instance, args.problem, options)  # replayed and checked (api.checked)
     if ctrl_c.happened:
         print("optsched: interrupted: reporting the best schedule and bound found so far", file=sys.stderr)
-    if result.schedule is not None:
-        replayed = result.replay if result.replay is not None else replay(instance, result.schedule)
-        if not replayed.feasible:
-            raise RuntimeError(
-                f"{args.problem}/{result.solver} returned a schedule that does not replay cleanly: "
-                + "; ".join(replayed.violations[:3])
-            )
-        result.replay = replayed
+    if result.schedule is not None and result.replay is not None:
         if args.out is not None:
             result.schedule.save(args.out)
         if args.requests_out is not None:
-            write_request_table(args.requests_out, replayed)
+            write_request_table(args.requests_out, result.replay)
     elif args.requests_out is not None:
         print(
             f"optsched: note: no schedule returned ({result.status}): {args.requests_out} not written", file=sys.stderr

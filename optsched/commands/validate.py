@@ -55,10 +55,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--profile-out", help="write the refitted cost-model profile (TOML) here")
     p.add_argument("--profile-name", default="fitted", help="name of the refitted profile")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=handler)
+    p.set_defaults(func=handle)
 
 
-def handler(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     from ..costmodel import load_cost_model
     from ..executor.compare import compare, plot
 

@@ -1,17 +1,20 @@
 """Registry of simulation policies (``optsched simulate --policy NAME``).
 
 Each entry maps a policy name to ``"module:function"`` where the function has the signature
-``simulate(instance) -> Schedule``. Modules are imported lazily.
+``simulate(instance) -> Schedule``. Modules are imported lazily. The policies of the unified
+scheduler are data (:data:`.config.POLICY_CONFIGS`): each maps to :data:`ENGINE`, the engine's
+``simulate(instance, policy)``, and :func:`simulator_for` binds the policy's name to it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from ..instance import Instance
 from ..registry import resolve
 from ..schedule import Schedule
-from .config import POLICY_CONFIGS, function_name
+from .config import POLICY_CONFIGS
 
 POLICIES: dict[str, str] = {
     "hybrid-baseline": "optsched.problems.hybrid.online:simulate_baseline",
@@ -22,8 +25,11 @@ POLICIES: dict[str, str] = {
     "hybrid-b": "optsched.problems.hybrid.online:simulate_hybrid_b",
 }
 
+#: The unified scheduler's ``simulate(instance, policy)``, which runs any row of POLICY_CONFIGS.
+ENGINE = "optsched.policies.engine:simulate"
+
 # The baseline policies of InferMax's unified scheduler (vllm, sarathi, ... and their -ef twins).
-POLICIES.update({name: f"optsched.policies.engine:{function_name(name)}" for name in POLICY_CONFIGS})
+POLICIES.update(dict.fromkeys(POLICY_CONFIGS, ENGINE))
 
 
 def policy_names() -> list[str]:
@@ -33,4 +39,5 @@ def policy_names() -> list[str]:
 
 def simulator_for(name: str) -> Callable[[Instance], Schedule]:
     """The simulate function of policy ``name`` (KeyError naming the known ones otherwise)."""
-    return resolve(POLICIES, name, "policy")
+    simulate = resolve(POLICIES, name, "policy")
+    return partial(simulate, policy=name) if POLICIES[name] == ENGINE else simulate

@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-__all__ = ["GROUPS", "ORDERS", "POLICY_CONFIGS", "PolicyConfig", "function_name", "policy_config"]
+__all__ = ["GROUPS", "ORDERS", "POLICY_CONFIGS", "PolicyConfig", "policy_config"]
 
 #: Candidate groups of GetNextBatch. ``waiting`` is R_w (in the policy's order, FCFS by default; stop
 #: at the first failure, B2);
@@ -163,8 +163,3 @@ def policy_config(policy: str | PolicyConfig) -> PolicyConfig:
         return POLICY_CONFIGS[policy]
     except KeyError:
         raise KeyError(f"unknown policy {policy!r} (known: {', '.join(sorted(POLICY_CONFIGS))})") from None
-
-
-def function_name(policy: str) -> str:
-    """Name of the module-level ``simulate(instance)`` function of a named policy."""
-    return "simulate_" + policy.replace("-", "_")

@@ -61,8 +61,8 @@ Engine API (incremental, for multi-worker simulators)
     The batches so far as a :class:`~optsched.schedule.Schedule`, and the instance of the added
     requests (under the engine's limits and cost model) that the schedule replays against.
 
-``simulate(instance, policy)`` runs an instance to completion. The registry functions
-``simulate_<policy>`` (e.g. :func:`simulate_vllm`, ``simulate_sarathi_ef``) take only the instance.
+``simulate(instance, policy)`` runs an instance to completion; :func:`optsched.policies.simulator_for`
+binds a policy's name to it (``simulator_for("vllm")(instance)``).
 """
 
 from __future__ import annotations
@@ -71,13 +71,12 @@ import heapq
 import math
 from bisect import insort
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..costmodel import CostModel
 from ..instance import Instance, Limits, Request
 from ..schedule import Batch, Item, Schedule
-from .config import POLICY_CONFIGS, PolicyConfig, function_name, policy_config
+from .config import PolicyConfig, policy_config
 from .orders import DYNAMIC_ORDERS, lookahead_fits, order_key, projection
 from .states import EngineSnapshot, RequestState
 
@@ -561,16 +560,3 @@ def simulate(instance: Instance, policy: str | PolicyConfig) -> Schedule:
     engine = Engine.from_instance(instance, policy)
     engine.advance()
     return engine.schedule()
-
-
-def _registry_function(policy: str) -> Callable[[Instance], Schedule]:
-    def run(instance: Instance) -> Schedule:
-        return simulate(instance, policy)
-
-    run.__name__ = run.__qualname__ = function_name(policy)
-    run.__doc__ = f"Simulate the {policy!r} policy on ``instance`` (see :func:`simulate`)."
-    return run
-
-
-for _policy in POLICY_CONFIGS:
-    globals()[function_name(_policy)] = _registry_function(_policy)

@@ -10,8 +10,9 @@
    at most ``solve_max_requests`` requests (default: any number) and no policy is already proven
    optimal by a bound, with
    the remaining time less :func:`solver_room` as its limit and the best policy as its warm
-   start. Its schedule is replayed and its objective checked against the replay
-   (:func:`optsched.result.check_agreement`) before it is used; its proven bound joins the bounds.
+   start. It runs through :func:`optsched.api.solve`: its schedule is replayed and its objective
+   checked against the replay (:func:`optsched.api.checked`) before it is used; its proven bound
+   joins the bounds.
 
 The best schedule is the one with the least replayed objective among the solver's and the
 policies'. Every number that reaches the report comes from :func:`optsched.schedule.replay`.
@@ -33,15 +34,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from .. import api
 from ..instance import Instance, InstanceError
 from ..load_bounds import proven_bounds
 from ..policies import POLICIES, simulator_for
-from ..problems import BOUNDERS, SOLVERS, accepted, bounder_for, solver_for
+from ..problems import BOUNDERS, SOLVERS
 from ..result import (
     SolveResult,
-    check_agreement,
     default_objective,
     objective_named,
+    objective_of,
     relative_gap,
     replayed_objective,
 )
@@ -289,7 +291,7 @@ def _run_bounder(
     """One bounder's bounds; a bounder that raises is noted, not fatal (it may not apply). It gets
     ``objective`` and ``options`` where it has such options."""
     try:
-        bounds = bounder_for(name)(instance, accepted(name, "bound", {**options, "objective": objective}))
+        bounds = api.bound(instance, name, api.accepted(name, "bound", {**options, "objective": objective}))
     except (TimeUp, KeyboardInterrupt):
         raise
     except Exception as exc:  # noqa: BLE001 - a bounder that does not apply must not sink the report
@@ -333,18 +335,18 @@ def _run_solver(
 
     The solver gets the time limit, the objective and the warm start where it has such options.
     """
-    options = accepted(problem, "solve", {"time_limit": time_limit, "objective": objective, "warm_start": warm_start})
+    options = api.accepted(
+        problem, "solve", {"time_limit": time_limit, "objective": objective, "warm_start": warm_start}
+    )
     t0 = time.perf_counter()
-    result: SolveResult = solver_for(problem)(instance, options)
+    result = api.solve(instance, problem, options)  # replayed and checked (api.checked)
     wall = time.perf_counter() - t0
     run = SolverRun(problem, result, wall_time=wall)
-    if result.schedule is None or result.objective is None:
+    if result.schedule is None or result.objective is None or result.replay is None:
         run.message = f"status {result.status}: no schedule" + (f" ({result.message})" if result.message else "")
         return run
-    value, replayed = replayed_objective(instance, result.schedule, objective)
-    check_agreement(result.objective, value, f"{problem} solver")
-    run.replay = replayed
-    result.objective = value
+    run.replay = result.replay
+    result.objective = objective_of(result.replay, objective)
     source = result.extra.get("schedule_source")
     if result.extra.get("schedule_is_seed"):
         run.seed = str(source)
@@ -528,4 +530,4 @@ def _timed(report: Report, phase: str) -> Iterator[None]:
     try:
         yield
     finally:
-        report.phase_times[phase] = report.phase_times.get(phase, 0.0) + time.perf_counter() - t0
+        report.phase_times[phase] = report.phase_times.get(phase, 0.0) + (time.perf_counter() - t0)

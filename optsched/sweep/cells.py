@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import policies, problems
+from .. import api, policies
 from ..instance import Instance, InstanceError
 from ..load_bounds import proven_bounds
 from ..result import Status, objective_of, relative_gap
@@ -235,7 +235,7 @@ def _bound_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
         t0 = time.perf_counter()
         try:
             shared = {"objective": cell.run.objective, "time_limit": settings.time_limit}
-            found = problems.bounder_for(name)(instance, problems.accepted(name, "bound", shared))
+            found = api.bound(instance, name, api.accepted(name, "bound", shared))
         except Exception as exc:  # noqa: BLE001 - a bounder that fails is a row, never a lost cell
             yield make_row(
                 cell,
@@ -266,16 +266,14 @@ def _solve_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
         t0 = time.perf_counter()
         base = {"kind": "solve", "policy": f"solver:{entry.problem}", "time_limit": entry.time_limit}
         try:
-            shared = problems.accepted(entry.problem, "solve", {"objective": cell.run.objective})
+            shared = api.accepted(entry.problem, "solve", {"objective": cell.run.objective})
             options = {**shared, **entry.options}  # the entry's own options win
-            result = problems.solver_for(entry.problem)(instance, options)
+            result = api.solve(instance, entry.problem, options)  # replayed and checked (api.checked)
             values: dict[str, Any] = {"solver": result.solver, "status": str(result.status), "bound": result.bound}
-            if result.schedule is not None:
-                replayed = replay(instance, result.schedule)
-                if not replayed.feasible:
-                    values.update(status="invalid", error="; ".join(replayed.violations[:3]), bound=None)
-                else:
-                    values.update(_metrics(replayed, cell.run.objective))
+            if result.replay is not None:
+                values.update(_metrics(result.replay, cell.run.objective))
+        except api.ScheduleRejected as exc:
+            values = {"solver": entry.problem, "status": "invalid", "error": str(exc), "bound": None}
         except Exception as exc:  # noqa: BLE001 - recorded, never stops the sweep
             values = {"status": "error", "error": _error(exc)}
         yield make_row(cell, instance, **base, **values, wall_time=time.perf_counter() - t0)

@@ -2,11 +2,11 @@
 
 Modules: :mod:`.models` (Eqs. 1-4), :mod:`.workerconfig` (Eqs. 5, 6), :mod:`.placement` (the MIP
 (a)-(h): its data and checks), :mod:`.exact` (its CP-SAT and PuLP backends), :mod:`.heuristics`
-(Algs. 1, 2 and baselines), :mod:`.predictor` (output-length prediction), :mod:`.worker` and
-:mod:`.cluster` (multi-worker simulator), :mod:`.capacity` (minimum GPUs), :mod:`.offline` (the
+(Algs. 1, 2 and baselines), :mod:`.predictor` (output-length prediction), :mod:`.cluster`
+(multi-worker simulator), :mod:`.capacity` (minimum GPUs), :mod:`.solve` (the
 ``SOLVERS["aladdin"]`` and ``BOUNDERS["aladdin"]`` entry points).
 """
 
-from .offline import AladdinBoundOptions, AladdinOptions, bounds, solve
+from .solve import AladdinBoundOptions, AladdinOptions, bounds, solve
 
 __all__ = ["AladdinBoundOptions", "AladdinOptions", "bounds", "solve"]

@@ -16,9 +16,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...deadline import DeadlinePassed, check, passed, seconds_left
-from ...interrupt import run_cpsat
-from ...mipsolvers import pulp_solver, solver_deadline
+from ...budget import TimeBudget
+from ...cpsat_solver import run_model
+from ...deadline import DeadlinePassed, check
+from ...mipsolvers import pulp_solver, solver_budget
 from ...result import Status
 from .. import BACKENDS
 from .heuristics import best_fit
@@ -134,18 +135,14 @@ def _solve_cpsat(
     if hint:
         for (i, j), var in x.items():
             mdl.AddHint(var, int(hint.get(j) == i))
-    solver = cp_model.CpSolver()
-    if deadline is not None:
-        solver.parameters.max_time_in_seconds = seconds_left(deadline)
-    solver.parameters.num_workers = threads or 1
-    st = run_cpsat(solver, mdl)
-    if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        assign = {j: i for (i, j), var in x.items() if solver.Value(var)}
-        status = Status.OPTIMAL if st == cp_model.OPTIMAL else Status.TIME_LIMIT
-        return status, assign, solver.BestObjectiveBound() + len(md.fixed_used)
-    if st == cp_model.INFEASIBLE:
+    run = run_model(mdl, budget=TimeBudget(deadline), workers=threads or 1)
+    if run.found:
+        assign = {j: i for (i, j), var in x.items() if run.value(var)}
+        status = Status.OPTIMAL if run.status == Status.OPTIMAL else Status.TIME_LIMIT
+        return status, assign, run.bound + len(md.fixed_used)
+    if run.status == Status.INFEASIBLE:
         return Status.INFEASIBLE, {}, None
-    return Status.TIME_LIMIT, {}, solver.BestObjectiveBound() + len(md.fixed_used)
+    return Status.TIME_LIMIT, {}, run.bound + len(md.fixed_used)
 
 
 def _solve_pulp(
@@ -186,10 +183,10 @@ def _solve_pulp(
     fresh = list(range(md.n_exist, md.n_workers))
     for a, b in zip(fresh, fresh[1:]):
         prob += y[a] >= y[b]
-    solve_by = solver_deadline(deadline, time.perf_counter() - start)
-    if passed(solve_by):  # no time left to hand the model over: as a build stopped by the deadline
+    solve_by = solver_budget(TimeBudget(deadline), time.perf_counter() - start)
+    if solve_by.expired():  # no time left to hand the model over: as a build stopped by the deadline
         raise DeadlinePassed("placement MIP not handed over to the solver")
-    prob.solve(pulp_solver(backend, time_limit=seconds_left(solve_by), threads=threads))
+    prob.solve(pulp_solver(backend, budget=solve_by, threads=threads))
     st = pulp.LpStatus[prob.status]
     has_sol = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     if st == "Infeasible":
@@ -254,7 +251,7 @@ def solve_placement(
         n_fresh = max(problem.max_workers - n_exist - len(alone_bad), 0)
     if solver not in EXACT_SOLVERS:
         raise ValueError(f"unknown solver {solver!r} (known: {', '.join(EXACT_SOLVERS)})")
-    deadline = None if time_limit is None else t0 + time_limit
+    deadline = TimeBudget.of(time_limit, start=t0).end
     n_workers = n_exist + n_fresh
     lower = sum(1 for jobs_i in problem.ongoing if jobs_i)  # workers already in use
     try:  # a model not built by the deadline leaves best fit's placement (below) and the bounds

@@ -195,7 +195,7 @@ def rebalance(
         bound=None,
         method="bestfit+rebalance",
         unplaceable=list(placement.unplaceable),
-        wall_time=placement.wall_time + time.perf_counter() - t0,
+        wall_time=placement.wall_time + (time.perf_counter() - t0),
     )
 
 

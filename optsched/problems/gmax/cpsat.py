@@ -18,8 +18,8 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from ...deadline import seconds_left
-from ...interrupt import run_cpsat
+from ...budget import TimeBudget
+from ...cpsat_solver import run_model
 from ...result import Status
 from .slots import SlotData, SubResult
 
@@ -121,34 +121,28 @@ class CpsatBackend:
             m.AddHint(var, key in chosen_z)
 
     def _run(self, m: cp_model.CpModel, parts: dict[str, Any], deadline: float | None) -> SubResult:
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = self.threads or 2
-        solver.parameters.log_search_progress = self.log
-        if deadline is not None:
-            solver.parameters.max_time_in_seconds = seconds_left(deadline)
         start = time.perf_counter()
-        code = run_cpsat(solver, m)
+        run = run_model(m, budget=TimeBudget(deadline), workers=self.threads or 2, log=self.log)
         wall = time.perf_counter() - start
-        if code == cp_model.INFEASIBLE:
+        if run.status == Status.INFEASIBLE:
             return SubResult(status=Status.INFEASIBLE, wall=wall)
-        if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if not run.found:
             # UNKNOWN: CP-SAT then reports a best bound of 0, which is no proof; no bound is claimed
             return SubResult(status=Status.TIME_LIMIT, wall=wall)
         ends: dict[int, list[int]] = {}
         for (i, c, _s), var in parts["w"].items():
-            if solver.Value(var):
+            if run.value(var):
                 ends.setdefault(c, []).append(i)
         batches = [sorted(ends[c]) for c in sorted(ends)]
-        n = int(solver.Value(parts["n"]))
-        t = solver.Value(parts["t"]) * self.res
-        status = Status.OPTIMAL if code == cp_model.OPTIMAL else Status.FEASIBLE
+        n = run.value(parts["n"])
+        t = run.value(parts["t"]) * self.res
         return SubResult(
-            status=status,
+            status=run.status,
             batches=batches,
             n=n,
             t=t,
-            objective=solver.ObjectiveValue(),
-            bound=solver.BestObjectiveBound(),
+            objective=run.objective,
+            bound=run.bound,
             wall=wall,
         )
 

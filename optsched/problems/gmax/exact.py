@@ -36,6 +36,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from ...budget import TimeBudget
 from ...deadline import passed
 from ...result import Status
 from .lagrange import branch_and_bound
@@ -157,7 +158,7 @@ def solve_exact(
     """
     if method not in EXACT_METHODS:
         raise ValueError(f"unknown exact method {method!r} ({', '.join(EXACT_METHODS)})")
-    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    deadline = TimeBudget.of(time_limit).end
     inc = BestSchedule(problem)
     starts = [*start_points(problem), simulated_annealing(problem, SAParams(iters=warm_iters)).batches]
     for start in starts:
@@ -218,7 +219,8 @@ def run_dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[Status, 
     proven = math.inf
     setup = 0.0  # the longest time a step spent outside the solver (model build, loading, checks)
     while True:
-        if deadline is not None and deadline - time.perf_counter() < 2 * setup:
+        budget = TimeBudget(deadline)
+        if budget.limited and (budget.expired() or (budget.left() or 0.0) < 2 * setup):
             # the limit has passed, or another step could not even be set up before it: stop on time
             return Status.TIME_LIMIT, _time_limit_bound(backend, inc, proven, t_lb, log, deadline)
         begin = time.perf_counter()

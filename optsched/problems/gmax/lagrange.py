@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 import highspy
 import numpy as np
 
+from ...budget import TimeBudget
 from ...deadline import passed
 from ...result import Status
 from .bnb import EPS, Search
@@ -197,7 +198,7 @@ def refuted_lambda(
         np.array(col) for col in zip(*[(node[3], grid.cell(node[4]), node[5], node[6], node[7]) for node in nodes])
     )
     last = 0.0  # the longest step so far: no step starts unless that much time is left
-    while hi - lo > BISECT_RTOL * hi and not passed(None if deadline is None else deadline - last):
+    while hi - lo > BISECT_RTOL * hi and not TimeBudget(deadline).reserve(last).expired():
         tick = time.perf_counter()
         mid = (lo + hi) / 2
         suffix = SuffixBound(problem, mid, step)
@@ -250,11 +251,11 @@ def branch_and_bound(
         Share of the remaining time the column generation may use.
     """
     begin = time.perf_counter()
+    cg_deadline = TimeBudget(deadline).share(cg_share).end
     n0, t0 = g_core(problem, incumbent)
     lam0 = n0 / t0
     if passed(deadline):  # not even one programme (0.7 s at N = 70) fits: no bound from here
         return BnbResult(status=Status.TIME_LIMIT, batches=incumbent, G=lam0, bound=math.inf, info={"wall": 0.0})
-    cg_deadline = None if deadline is None else begin + cg_share * (deadline - begin)
     pi, root, master, iters, support = lagrangian_multipliers(problem, lam0, [incumbent], cg_step, cg_deadline)
     for pseudo in support[:REPAIRS]:  # the master's schedules, made real, as incumbents
         candidate = repair(problem, pseudo, deadline)
@@ -275,7 +276,7 @@ def branch_and_bound(
     pi = candidates[int(np.argmin(bounds))]
     root = suffix.solve(pi)
     search = Search(problem, suffix, incumbent, lam0 + max(root, 0.0) / t_lb)
-    status, stack = search.run(None if deadline is None else deadline - reserve)
+    status, stack = search.run(TimeBudget(deadline).reserve(reserve).end)
     info = {
         "root_bound": root,
         "master": master,

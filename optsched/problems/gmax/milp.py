@@ -12,7 +12,8 @@ from typing import Any
 
 import pulp
 
-from ...deadline import passed, seconds_left
+from ...budget import TimeBudget
+from ...deadline import passed
 from ...mipsolvers import MIP_BACKENDS, pulp_solver
 from ...result import Status
 from .problem import g_core
@@ -162,11 +163,11 @@ class MilpBackend:
             elapsed += length
         start[p.n_requests].setInitialValue(elapsed)
 
-    def _command(self, time_limit: float | None) -> pulp.LpSolver:
+    def _command(self, budget: TimeBudget) -> pulp.LpSolver:
         tolerance = {"highs": {"mip_feasibility_tolerance": 1e-9}, "gurobi": {"IntFeasTol": 1e-9}}
         return pulp_solver(
             self.solver,
-            time_limit=time_limit,
+            budget=budget,
             threads=self.threads,
             msg=self.log,
             gap_rel=0.0,
@@ -176,9 +177,8 @@ class MilpBackend:
 
     def _run(self, prob: pulp.LpProblem, parts: dict[str, Any], deadline: float | None) -> SubResult:
         start = time.perf_counter()
-        time_limit = None if deadline is None else max(deadline - start, 0.01)
         try:
-            prob.solve(self._command(time_limit))
+            prob.solve(self._command(TimeBudget(deadline)))
         except Exception as exc:  # gurobipy.GurobiError is not a PulpSolverError
             if self.solver == "gurobi":
                 raise RuntimeError(
@@ -259,7 +259,7 @@ class MilpBackend:
             return failed
         prob, parts = self.build_model(sense)
         prob += objective(parts)
-        prob.solve(pulp_solver("highs", mip=False, msg=self.log, time_limit=seconds_left(deadline)))
+        prob.solve(pulp_solver("highs", mip=False, msg=self.log, budget=TimeBudget(deadline)))
         return float(pulp.value(prob.objective)) if prob.sol_status == pulp.LpSolutionOptimal else failed
 
     def max_n(self, deadline: float | None) -> SubResult:

@@ -66,12 +66,12 @@ from __future__ import annotations
 import math
 import re
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...deadline import check, seconds_left
+from ...budget import TimeBudget
+from ...deadline import check
 from ...instance import Instance
 from ...mipsolvers import pulp_solver, solve_model
 from ...result import Status
@@ -279,7 +279,7 @@ class _Builder:
             return
         # valid cuts: the strict bound's stage and round counts (bounds.py)
         prob += pulp.lpSum(used) >= math.ceil(sum(self.Np) / self.tm.prefill_cap)
-        limit = min(5.0, seconds_left(self.deadline) or 5.0)
+        limit = TimeBudget(self.deadline).within(5.0).left(0.01) or 5.0
         prob += pulp.lpSum(rounds) >= solve_pcmax(self.D, self.J, time_limit=limit).bound
         for i in range(self.n):  # a request prefilled in bin k still needs D_i rounds from bin k on
             check(self.deadline)
@@ -452,20 +452,18 @@ def warm_start_values(model: HybridMIP, instance: Instance, schedule: Schedule) 
 
 
 def run_backend(
-    model: HybridMIP, solver: str, time_limit: float, threads: int | None, warm: dict[str, float] | None = None
+    model: HybridMIP, solver: str, budget: TimeBudget, threads: int | None, warm: dict[str, float] | None = None
 ) -> tuple[Status, float | None, float | None]:
-    """Solve with ``highs, ``cbc`` or ``gurobi`` (from ``warm`` values if given); (status, objective, bound)."""
+    """Solve with ``highs, ``cbc`` or ``gurobi`` within ``budget`` (from ``warm`` values if given);
+    (status, objective, bound)."""
     import pulp
 
     if warm is not None:
         for var in model.prob.variables():
             var.setInitialValue(warm.get(var.name, 0.0))
-    solver_options = {"time_limit": time_limit, "threads": threads or 2, "warm_start": warm is not None}
-    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    solver_options = {"budget": budget, "threads": threads or 2, "warm_start": warm is not None}
     if solver == "highs":  # the warm start is a point of the model: "infeasible" is a presolve fault
-        solve_model(
-            model.prob, pulp_solver("highs", **solver_options), known_feasible=warm is not None, deadline=deadline
-        )
+        solve_model(model.prob, pulp_solver("highs", **solver_options), known_feasible=warm is not None, budget=budget)
         info = model.prob.solverModel.getInfo()
         bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
     elif solver == "cbc":

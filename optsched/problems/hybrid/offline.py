@@ -39,10 +39,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...deadline import passed, seconds_left
+from ...budget import TimeBudget
+from ...cpsat_solver import run_model
 from ...instance import Instance
-from ...interrupt import run_cpsat
-from ...mipsolvers import pulp_solver, solver_deadline
+from ...mipsolvers import pulp_solver, solver_budget
 from ...result import Status
 from .timing import decode_rounds
 
@@ -258,9 +258,9 @@ def lns(
     rng = random.Random(seed)
     client = list(client)
     loads = loads_of(p, client, m)
-    deadline = time.perf_counter() + time_limit
+    budget = TimeBudget.of(time_limit)
     size = min(size, m)
-    while time.perf_counter() < deadline and size > 1:
+    while not budget.expired() and size > 1:
         top = max(loads)
         if top <= target:
             break
@@ -280,13 +280,11 @@ def lns(
         for k in range(len(group)):
             model.Add(sum(p[i] * x[i, k] for i in jobs) <= peak)
         model.Minimize(peak)
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.01, min(0.2, deadline - time.perf_counter()))
-        solver.parameters.num_workers = 1
-        if run_cpsat(solver, model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        run = run_model(model, budget=budget.within(0.2))
+        if not run.found:
             continue
         for i in jobs:
-            k = next(k for k in range(len(group)) if solver.BooleanValue(x[i, k]))
+            k = next(k for k in range(len(group)) if run.value(x[i, k]))
             client[i] = group[k]
         loads = loads_of(p, client, m)
     return client
@@ -302,7 +300,7 @@ def cpsat_pcmax(
     """
     from ortools.sat.python import cp_model
 
-    deadline = time.perf_counter() + time_limit
+    budget = TimeBudget.of(time_limit)
     stopped = Assignment(client=tuple(hint or ()), makespan=-1, bound=lower, status=Status.TIME_LIMIT, method="cpsat")
     n = len(p)
     order = sorted(range(n), key=lambda i: (-p[i], i))
@@ -310,14 +308,14 @@ def cpsat_pcmax(
     ub = sum(p)
     x = {}
     for rank, i in enumerate(order):
-        if passed(deadline):
+        if budget.expired():
             return stopped
         for j in range(min(m, rank + 1)):  # symmetry breaking: the rank-th longest job on a client <= rank
             x[i, j] = model.NewBoolVar(f"x_{i}_{j}")
         model.AddExactlyOne(x[i, j] for j in range(min(m, rank + 1)))
     cmax = model.NewIntVar(lower, ub, "cmax")
     for j in range(m):
-        if passed(deadline):
+        if budget.expired():
             return stopped
         model.Add(sum(p[i] * x[i, j] for i in range(n) if (i, j) in x) <= cmax)
     model.Minimize(cmax)
@@ -325,17 +323,14 @@ def cpsat_pcmax(
         canon = canonical_labels(hint, order)
         for (i, j), var in x.items():
             model.AddHint(var, canon[i] == j)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = seconds_left(deadline)
-    solver.parameters.num_workers = threads or 2
-    code = run_cpsat(solver, model)
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        bound = max(lower, int(math.ceil(solver.BestObjectiveBound() - 1e-9))) if code != cp_model.UNKNOWN else lower
+    run = run_model(model, budget=budget, workers=threads or 2)
+    if not run.found:
+        bound = max(lower, int(math.ceil(run.bound - 1e-9))) if run.status != Status.UNKNOWN else lower
         return Assignment(client=stopped.client, makespan=-1, bound=bound, status=Status.TIME_LIMIT, method="cpsat")
-    client = [next(j for j in range(m) if (i, j) in x and solver.BooleanValue(x[i, j])) for i in range(n)]
+    client = [next(j for j in range(m) if (i, j) in x and run.value(x[i, j])) for i in range(n)]
     value = max(loads_of(p, client, m))
-    bound = max(lower, int(math.ceil(solver.BestObjectiveBound() - 1e-9)))
-    status = Status.OPTIMAL if code == cp_model.OPTIMAL or value == bound else Status.TIME_LIMIT
+    bound = max(lower, int(math.ceil(run.bound - 1e-9)))
+    status = Status.OPTIMAL if run.status == Status.OPTIMAL or value == bound else Status.TIME_LIMIT
     return Assignment(client=tuple(client), makespan=value, bound=min(bound, value), status=status, method="cpsat")
 
 
@@ -354,37 +349,37 @@ def mip_pcmax(
     """The MIP (26)-(30) through PuLP (``highs``, ``cbc`` or ``gurobi``), with the same symmetry breaking.
 
     ``time_limit`` covers building and the hand-over to the solver too (PuLP needs minutes for 1,319
-    jobs on 200 clients; :func:`optsched.mipsolvers.solver_deadline`); a model not built or not
+    jobs on 200 clients; :func:`optsched.mipsolvers.solver_budget`); a model not built or not
     handed over in time, or a search that finds no assignment, returns none (value -1, bound ``lower``).
     """
     import pulp
 
     start = time.perf_counter()
-    deadline = start + time_limit
+    budget = TimeBudget.of(time_limit, start=start)
     stopped = Assignment(client=(), makespan=-1, bound=lower, status=Status.TIME_LIMIT, method=f"mip-{solver}")
     n = len(p)
     order = sorted(range(n), key=lambda i: (-p[i], i))
     prob = pulp.LpProblem("pcmax", pulp.LpMinimize)
     x = {}
     for rank, i in enumerate(order):
-        if passed(deadline):
+        if budget.expired():
             return stopped
         for j in range(min(m, rank + 1)):
             x[i, j] = prob.add_variable(f"x_{i}_{j}", cat="Binary")
     cmax = prob.add_variable("tmax", lowBound=lower)
     prob += cmax
     for i in range(n):
-        if passed(deadline):
+        if budget.expired():
             return stopped
         prob += pulp.lpSum(x[i, j] for j in range(m) if (i, j) in x) == 1
     for j in range(m):
-        if passed(deadline):
+        if budget.expired():
             return stopped
         prob += pulp.lpSum(p[i] * x[i, j] for i in range(n) if (i, j) in x) <= cmax
-    solve_by = solver_deadline(deadline, time.perf_counter() - start)
-    if passed(solve_by):
+    solve_by = solver_budget(budget, time.perf_counter() - start)
+    if solve_by.expired():
         return stopped
-    prob.solve(pulp_solver(solver, time_limit=seconds_left(solve_by), threads=threads))
+    prob.solve(pulp_solver(solver, budget=solve_by, threads=threads))
     if any(v.value() is None for v in x.values()) or prob.sol_status not in (
         pulp.LpSolutionOptimal,
         pulp.LpSolutionIntegerFeasible,
@@ -442,7 +437,7 @@ def solve_pcmax(
     if method in ("lpt", "local") or (method == "auto" and (value == lower or large)):
         status = Status.OPTIMAL if value == lower else Status.FEASIBLE
         return Assignment(client=tuple(client), makespan=value, bound=lower, status=status, method=name)
-    left = max(0.01, time_limit - (time.perf_counter() - start))
+    left = TimeBudget.of(time_limit, start=start).left(0.01)
     if method in ("auto", "cpsat"):
         found = cpsat_pcmax(p, m, client, lower, left, threads)
     elif method == "mip":

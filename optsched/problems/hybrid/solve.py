@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ...bounds import generic_bounds
-from ...deadline import DeadlinePassed, passed, seconds_left
+from ...budget import TimeBudget
+from ...deadline import DeadlinePassed
 from ...instance import Instance
-from ...mipsolvers import solver_deadline
+from ...mipsolvers import HANDOVER_PER_BUILD, solver_budget
 from ...options import Name, OptionError, Options, PositiveFloat, PositiveInt
 from ...result import SolveResult, Status, check_agreement, replayed_objective
 from .bounds import strict_bound
@@ -92,7 +93,8 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOptions | None 
     solver, mode, bins, warm_policy = opts.solver, opts.method, opts.bins, opts.warm_start
     tm = timing_of(instance)
     start = time.perf_counter()
-    deadline = start + opts.time_limit
+    budget = TimeBudget.of(opts.time_limit, start=start)
+    deadline = budget.end
     problem = "hybrid"
     policy = warm_policy or FALLBACK_POLICY
     unsupported = shape_term_refusal(instance, "the Hybrid MIP") or kv_or_budget_issue(instance, tm)
@@ -107,24 +109,24 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOptions | None 
     built = time.perf_counter() - start
     fallback = simulate_policy(instance, policy)  # the warm start, and the result when better than the MIP's
     warm = warm_start_values(model, instance, fallback) if model is not None and warm_policy else None
-    solve_by = solver_deadline(deadline, built)
+    solve_by = solver_budget(budget, built)
     status, mip_value, mip_bound = Status.TIME_LIMIT, None, None
     mip_status = "not built within the time limit"
-    if model is not None and passed(solve_by):
+    if model is not None and solve_by.expired():
         mip_status = (
-            f"not solved: {seconds_left(deadline):.3g} s left, "
-            f"handing the model over takes about {deadline - solve_by:.3g} s"
+            f"not solved: {budget.left(0.01):.3g} s left, "
+            f"handing the model over takes about {HANDOVER_PER_BUILD * built:.3g} s"
         )
         model = None
     if model is not None:
         try:
-            status, mip_value, mip_bound = run_backend(model, solver, seconds_left(solve_by), opts.threads, warm)
+            status, mip_value, mip_bound = run_backend(model, solver, solve_by, opts.threads, warm)
             mip_status = status
         except Exception as exc:  # e.g. the restricted Gurobi licence: report, never crash
             if solver == "gurobi":
                 return SolveResult(problem=problem, solver=solver, status=Status.UNSUPPORTED, message=f"gurobi: {exc}")
             raise
-    strict = strict_bound(instance, time_limit=min(10.0, seconds_left(deadline, STRICT_BOUND_LEAST)))[0]
+    strict = strict_bound(instance, time_limit=min(10.0, budget.left(STRICT_BOUND_LEAST) or 10.0))[0]
     exact_time = model is not None and model.time_model == "contract" and tm.linear
     bound = max([strict] + [b.value for b in generic_bounds(instance)])  # the generic ones see arrivals
     if exact_time and model.bins >= len(instance.requests) and mip_bound is not None:

@@ -53,7 +53,8 @@ from dataclasses import replace
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from ...deadline import passed, seconds_left
+from ...budget import TimeBudget
+from ...deadline import passed
 from ...instance import Instance
 from ...load_bounds import LP_TIME, load_bounds, proven_bounds
 from ...options import OptionError
@@ -157,10 +158,10 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
     prepare()  # start-up, before the clock
     t0 = time.perf_counter()
     opts = InferMaxOptions.parse(options)
-    deadline = None if opts.time_limit is None else t0 + opts.time_limit
+    deadline = TimeBudget.of(opts.time_limit, start=t0).end
     candidates_by = deadline
     if deadline is not None and len(instance.requests) >= SCALE_MIN_REQUESTS:  # the scale phase keeps the rest
-        candidates_by = t0 + CANDIDATE_SHARE * opts.time_limit
+        candidates_by = TimeBudget.of(CANDIDATE_SHARE * opts.time_limit, start=t0).end
     try:
         pool = initial_candidates(instance, opts, candidates_by, deadline)
     except InferMaxInputError as exc:
@@ -264,7 +265,7 @@ def _eviction_free_phase(pool: CandidatePool, deadline: float | None) -> None:
             no_evict=True,
             warm_start=None,
             relax=0.0,
-            time_limit=None if limit is None else min(limit / 4, seconds_left(deadline) / 2),
+            time_limit=None if limit is None else min(limit / 4, TimeBudget(deadline).left(0.01) / 2),
         ),
     )
     if first.schedule is not None:
@@ -301,7 +302,7 @@ def _scale_phase(pool: CandidatePool, proven: list[float], deadline: float | Non
     from .scale import SCALE_DEFAULT_TIME, scale_phase
 
     opts = pool.options
-    until = deadline if deadline is not None else time.perf_counter() + SCALE_DEFAULT_TIME
+    until = deadline if deadline is not None else TimeBudget.of(SCALE_DEFAULT_TIME).end
     ranked = sorted(pool.found.values(), key=lambda cand: cand.value)
     phase = scale_phase(
         pool.instance,
@@ -443,7 +444,7 @@ def _left(opts: InferMaxOptions, t0: float) -> InferMaxOptions:
     if opts.time_limit is None:
         return opts
     limit = opts.time_limit
-    return replace(opts, time_limit=max(limit - (time.perf_counter() - t0), MIN_PHASE_SHARE * limit))
+    return replace(opts, time_limit=max(TimeBudget.of(limit, start=t0).left(0.0), MIN_PHASE_SHARE * limit))
 
 
 def _relaxation(data: ModelData, limit: float | None) -> RelaxationResult | None:
@@ -500,7 +501,7 @@ def _trajectory(instance: Instance, opts: InferMaxOptions) -> Bound:
     from .colgen import trajectory_bound
 
     limit = opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
-    deadline = time.perf_counter() + limit
+    deadline = TimeBudget.of(limit).end
     ranked = sorted(initial_candidates(instance, opts, deadline).found.values(), key=lambda cand: cand.value)
     tb = trajectory_bound(instance, ranked[0].value, deadline, seed=[cand.schedule for cand in ranked[:2]])
     return Bound(
@@ -563,14 +564,14 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
 
     opts = bound_opts.solve_options()
     limit = opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
-    deadline = time.perf_counter() + limit  # the candidates (the horizon's schedule) count too
-    best = initial_candidates(instance, opts, deadline).best
+    budget = TimeBudget.of(limit)  # the candidates (the horizon's schedule) count too
+    best = initial_candidates(instance, opts, budget.end).best
     value = best.value
     data = build_data(instance, opts, value, value, _nonempty(best.schedule))
-    res = residency_bound(instance, data.J, seconds_left(deadline), opts.threads)
+    res = residency_bound(instance, data.J, budget.left(0.01), opts.threads)
     if res.schedule is not None and (point := replay(instance, res.schedule)).feasible:
         value = min(value, point.metrics.makespan)
-    res, paths, _ = _with_chunk_bound(instance, res, value, seconds_left(deadline, 0.0))
+    res, paths, _ = _with_chunk_bound(instance, res, value, budget.left(0.0))
     chunked = "" if paths is None else f"; quadratic prefill term, infermax/chunks.py ({paths} paths priced one by one)"
     note = (
         f"residency relaxation over J = {data.J} batches ({res.status}; count facts "

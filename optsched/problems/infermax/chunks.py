@@ -80,9 +80,10 @@ from numba.typed import Dict, List
 from ortools.sat.python import cp_model
 
 from ...bounds import request_work
-from ...deadline import passed, seconds_left
+from ...budget import TimeBudget
+from ...cpsat_solver import run_model
 from ...instance import Instance
-from ...interrupt import run_cpsat
+from ...result import Status
 from ...schedule import Batch, Item, Schedule
 from .astar import EMPTY, GOAL, RUNNING, Run
 from .graph import Graph, Node, as_array, children, edge_arrays, new_lists
@@ -371,26 +372,17 @@ def _chunk_model(instance: Instance, path: list[Node]) -> tuple[cp_model.CpModel
     return model, runs, total
 
 
-def _solve(model: cp_model.CpModel, time_limit: float | None) -> tuple[cp_model.CpSolver, int]:
-    """CP-SAT on one worker within ``time_limit``: the solver and its status."""
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    if time_limit is not None:
-        solver.parameters.max_time_in_seconds = max(time_limit, 0.01)
-    return solver, run_cpsat(solver, model)
-
-
-def least_chunk_squares(instance: Instance, path: list[Node], time_limit: float | None = None) -> int | None:
+def least_chunk_squares(instance: Instance, path: list[Node], budget: TimeBudget | None = None) -> int | None:
     r"""Least :math:`\sum c^2 - \sum X` over the chunkings of case 2 of the module docstring for the
     path ``path`` (a proven lower bound on it when CP-SAT stops early), or None when none exists."""
     model, _, total = _chunk_model(instance, path)
-    solver, status = _solve(model, time_limit)
-    if status == cp_model.INFEASIBLE:
+    run = run_model(model, budget=budget)
+    if run.status == Status.INFEASIBLE:
         return None
-    return max(0, math.floor(solver.BestObjectiveBound()) - total)  # proven, also when stopped early; c^2 >= c
+    return max(0, math.floor(run.bound) - total)  # proven, also when stopped early; c^2 >= c
 
 
-def chunked_schedule(instance: Instance, path: list[Node], time_limit: float | None = None) -> Schedule | None:
+def chunked_schedule(instance: Instance, path: list[Node], budget: TimeBudget | None = None) -> Schedule | None:
     """The path as a schedule whose (re)fills are chunked as CP-SAT's best chunking of case 2 (None
     without one): a candidate, which replay judges.
 
@@ -399,15 +391,15 @@ def chunked_schedule(instance: Instance, path: list[Node], time_limit: float | N
     chunk in that batch, in an eviction-only batch just before (an evicted request takes no item
     in its batch)."""
     model, runs, _ = _chunk_model(instance, path)
-    solver, status = _solve(model, time_limit)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    solved = run_model(model, budget=budget)
+    if not solved.found:
         return None
     reqs = instance.requests
     chunks: dict[int, dict[int, int]] = {}  # batch -> request -> tokens
     for (i, _), run in runs.items():
         for t, var in run.items():
-            if solver.Value(var):
-                chunks.setdefault(t, {})[i] = solver.Value(var)
+            if solved.value(var):
+                chunks.setdefault(t, {})[i] = solved.value(var)
     batches: list[Batch] = []
     for j, ((G, res), (G2, res2)) in enumerate(zip(path, path[1:])):
         here = chunks.get(j, {})
@@ -434,14 +426,14 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
     listed within ``time_limit``."""
     t0 = time.perf_counter()
     instance = linear_instance(instance)  # the costs every bound reads (model docstring)
-    deadline = None if time_limit is None else t0 + time_limit
+    budget = TimeBudget.of(time_limit, start=t0)
     graph = Graph(instance, drop_dominated=False)
     if not graph.searchable:
         return ChunkBound(None, 0)
     graph.add_chosen_patterns(time_limit, t0)
     work = math.fsum(request_work(instance))
     threshold = math.ceil((upper - work) / UNIT)
-    near = near_nodes(graph, threshold, deadline)
+    near = near_nodes(graph, threshold, budget.end)
     if near is None:
         return ChunkBound(None, 0)
     order, togo = near
@@ -452,14 +444,14 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
     best, nodes = least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT,
                                       np.int64(cap), keys, steps)
     schedule = None if not len(nodes) else chunked_schedule(
-        instance, [graph.node(key) for key in nodes.tolist()[::-1]], seconds_left(deadline))
-    paths = None if best == cap or passed(deadline) else _walk(graph, togo, threshold, MAX_PATHS)
+        instance, [graph.node(key) for key in nodes.tolist()[::-1]], budget)
+    paths = None if best == cap or budget.expired() else _walk(graph, togo, threshold, MAX_PATHS)
     if paths:
         priced = cap
         for cost, path in paths:
-            if passed(deadline):
+            if budget.expired():
                 break
-            extra = least_chunk_squares(instance, path, seconds_left(deadline))
+            extra = least_chunk_squares(instance, path, budget)
             if extra is not None:
                 priced = min(priced, cost + floor_units(k.k_pq * extra))
         else:

@@ -80,6 +80,7 @@ import numpy as np
 from numba import njit
 
 from ...bounds import batch_counts, least_bias, request_work
+from ...budget import TimeBudget
 from ...deadline import passed
 from ...instance import Instance
 from ...schedule import Schedule
@@ -468,19 +469,17 @@ def trajectory_bound(
     if instance.limits.kv_capacity is None:
         return TrajectoryBound(W + least_bias(instance, batch_floor=floor), (), floor, ceiling, kv)
     if kv <= FLOOR_CHECK * batch_counts(instance)[0]:  # memory barely binds: is E already 0 at the floor?
-        point = lp.solve(
-            floor,
-            None if deadline is None else time.perf_counter() + FLOOR_SHARE * max(0.0, deadline - time.perf_counter()),
-        )
+        point = lp.solve(floor, TimeBudget(deadline).share(FLOOR_SHARE).end)
         if point.solved and point.bound <= 0.0:  # then E = 0 for every B
             return TrajectoryBound(W + least_bias(instance, batch_floor=floor), (point,), floor, ceiling, kv)
     B: int | None = ceiling
     history: list[tuple[float, float]] = []
     while B is not None:
-        left = None if deadline is None else deadline - time.perf_counter()
+        budget = TimeBudget(deadline)
+        left = budget.left()
         if left is not None and (left <= 0 or passed(deadline)):
             break
-        lp.solve(B, None if left is None else min(deadline, time.perf_counter() + max(LP_SHARE * left, 1.0)))
+        lp.solve(B, None if left is None else budget.within(max(LP_SHARE * left, 1.0)).end)
         history.append((round(time.perf_counter() - t0, 3), _combined(instance, W, lp.points, floor, ceiling)))
         B = _next_batches(instance, lp, floor, ceiling)
     value = _combined(instance, W, lp.points, floor, ceiling)

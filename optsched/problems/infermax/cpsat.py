@@ -11,15 +11,15 @@ lowered by the rounding slack (0 for the shipped profiles, whose coefficients sc
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ortools.sat.python import cp_model
 
-from ...deadline import BuildStopped, check, seconds_left
-from ...interrupt import run_cpsat
+from ...budget import TimeBudget
+from ...cpsat_solver import run_model
+from ...deadline import BuildStopped, check
 from ...result import Status
 from .data import ModelData, check_size, integer_scaling, request_batch_grid
 from .model import Scaling
@@ -357,21 +357,12 @@ def solve_cpsat(
         return BackendResult(status=Status.UNKNOWN, info={"stopped": str(exc)})
     if hint is not None:
         b.add_hint(*hint)
-    solver = cp_model.CpSolver()
     opts = data.options
-    if deadline is not None:
-        solver.parameters.max_time_in_seconds = seconds_left(deadline)
-    elif opts.time_limit is not None:
-        solver.parameters.max_time_in_seconds = opts.time_limit
-    solver.parameters.num_workers = opts.threads or 2
-    solver.parameters.log_search_progress = opts.log
-    if opts.log:  # keep stdout for the CLI's JSON
-        solver.parameters.log_to_stdout = False
-        solver.log_callback = lambda line: print(line, file=sys.stderr)
-    code = run_cpsat(solver, b.m)
-    name = solver.StatusName(code)
+    budget = TimeBudget.of(opts.time_limit) if deadline is None else TimeBudget(deadline)
+    run = run_model(b.m, budget=budget, workers=opts.threads or 2, log=opts.log)
+    solver = run.solver
     info = {
-        "cpsat_status": name,
+        "cpsat_status": run.name,
         "scale_power": scale.power,
         "scale_exact": scale.exact,
         "rounding_slack": scale.slack,
@@ -379,11 +370,11 @@ def solve_cpsat(
         "constraints": len(b.m.Proto().constraints),
         "branches": solver.NumBranches(),
     }
-    if code == cp_model.INFEASIBLE:
+    if run.status == Status.INFEASIBLE:
         return BackendResult(status=Status.INFEASIBLE, info=info)
-    bound = objective_units(data, solver.BestObjectiveBound() / scale.factor - scale.slack)
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return BackendResult(status=Status.UNKNOWN, bound=bound if code != cp_model.MODEL_INVALID else None, info=info)
+    bound = objective_units(data, run.bound / scale.factor - scale.slack)
+    if not run.found:
+        return BackendResult(status=Status.UNKNOWN, bound=bound if run.status != Status.ERROR else None, info=info)
     N, J = data.N, data.J
     c = [[solver.Value(b.c[i][j]) for j in range(J)] for i in range(N)]
     e = [[solver.Value(b.e[i][j]) for j in range(J)] for i in range(N)]
@@ -393,8 +384,7 @@ def solve_cpsat(
         waits, E_sec = earliest_starts(data, c, e, T_sec)
         F_sec = _event_times(data, solver, b, E_sec)
     objective = true_objective(data, T_sec, E_sec, F_sec)
-    status = Status.OPTIMAL if code == cp_model.OPTIMAL else Status.FEASIBLE
-    return BackendResult(status=status, c=c, e=e, waits=waits, objective=objective, bound=bound, info=info)
+    return BackendResult(status=run.status, c=c, e=e, waits=waits, objective=objective, bound=bound, info=info)
 
 
 def _batch_seconds(data: ModelData, solver: cp_model.CpSolver, b: ModelBuilder, j: int) -> float:

@@ -105,12 +105,11 @@ constant: after editing one, delete the numba files (``*.nbi``, ``*.nbc``) under
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 from numba import njit, types
 from numba.typed import List
 
+from ...budget import TimeBudget
 from ...instance import Instance
 from .model import Coefficients
 from .relax import UNBOUNDED, floor_units, refill_line
@@ -193,7 +192,7 @@ class Graph:
         tables = []
         offset = 0
         for row, members in zip(rows, patterns):
-            if deadline is not None and time.perf_counter() + self.table_seconds(members) > deadline:
+            if deadline is not None and (TimeBudget(deadline).left() or 0.0) < self.table_seconds(members):
                 break
             table = tabulated(self._pattern_args(members), deadline)
             if table is None:

@@ -44,9 +44,10 @@ from typing import Any
 
 import pulp
 
-from ...deadline import BuildStopped, check, passed, seconds_left
+from ...budget import TimeBudget
+from ...deadline import BuildStopped, check
 from ...instance import Instance
-from ...mipsolvers import pulp_solver, solve_model, solver_deadline
+from ...mipsolvers import HANDOVER_PER_BUILD, pulp_solver, solve_model, solver_budget
 from ...result import Bound, Status
 from .cpsat import BackendResult, objective_units, true_objective
 from .data import ModelData, build_data, check_size, request_batch_grid
@@ -324,12 +325,11 @@ class MipModel:
                     self.e[i][j].setInitialValue(e[i][j])
 
 
-def _solver(data: ModelData, warm: bool, relax: bool = False, deadline: float | None = None) -> pulp.LpSolver:
+def _solver(data: ModelData, warm: bool, relax: bool = False, budget: TimeBudget | None = None) -> pulp.LpSolver:
     opts: InferMaxOptions = data.options
-    time_limit = opts.time_limit if deadline is None else seconds_left(deadline)
     return pulp_solver(
         "highs" if relax else opts.solver,
-        time_limit=time_limit,
+        budget=TimeBudget.of(opts.time_limit) if budget is None else budget,
         threads=opts.threads,
         msg=opts.log,
         gap_rel=GAP_REL,
@@ -356,7 +356,7 @@ def solve_mip(
 ) -> BackendResult:
     """Build and solve the model as a MIP with the backend named by ``data.options.solver``, by
     ``deadline`` (as :func:`.cpsat.solve_cpsat`); the solver is given the time left after the
-    expected hand-over of the model (:func:`optsched.mipsolvers.solver_deadline`) and is not started
+    expected hand-over of the model (:func:`optsched.mipsolvers.solver_budget`) and is not started
     when none is left."""
     start = time.perf_counter()
     try:
@@ -364,23 +364,25 @@ def solve_mip(
         check(deadline, "MIP model")  # the last loops and the objective are built
     except BuildStopped as exc:
         return BackendResult(status=Status.UNKNOWN, info={"stopped": str(exc)})
-    solve_by = solver_deadline(deadline, time.perf_counter() - start)
-    if passed(solve_by):
+    built = time.perf_counter() - start
+    budget = TimeBudget(deadline)
+    solve_by = solver_budget(budget, built)
+    if solve_by.expired():
         return BackendResult(
             status=Status.UNKNOWN,
             info={
-                "stopped": f"MIP not solved: {seconds_left(deadline):.3g} s left, handing the model over "
-                f"takes about {deadline - solve_by:.3g} s"
+                "stopped": f"MIP not solved: {budget.left(0.01):.3g} s left, handing the model over "
+                f"takes about {HANDOVER_PER_BUILD * built:.3g} s"
             },
         )
     if hint is not None:
         mip.set_warm_start(*hint)
-    solver = _solver(data, warm=hint is not None, deadline=solve_by)
+    solver = _solver(data, warm=hint is not None, budget=solve_by if solve_by.limited else None)
     info: dict[str, Any] = {"variables": len(mip.p.variables()), "constraints": len(mip.p.constraints())}
     try:
         with _stdout_to_stderr(data.options.log):
             # The hint's schedule (or its renaming of identical requests) is a point of the model.
-            code, note = solve_model(mip.p, solver, known_feasible=hint is not None, deadline=solve_by)
+            code, note = solve_model(mip.p, solver, known_feasible=hint is not None, budget=solve_by)
     except pulp.PulpSolverError as exc:
         return _unsupported(exc, info)
     except Exception as exc:  # gurobipy raises its own GurobiError

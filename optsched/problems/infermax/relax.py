@@ -85,9 +85,10 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from ...bounds import batch_counts, request_work
-from ...deadline import DeadlinePassed, check, seconds_left
+from ...budget import TimeBudget
+from ...cpsat_solver import CpSatRun, run_model
+from ...deadline import DeadlinePassed, check
 from ...instance import Instance
-from ...interrupt import run_cpsat
 from ...result import Status
 from ...schedule import Batch, Item, Schedule
 from .model import Coefficients, linear_instance, symmetric_pairs
@@ -250,16 +251,10 @@ class RelaxationModel:
 SUBSOLVERS = ("default_lp", "lb_tree_search", "max_lp", "core", "reduced_costs", "pseudo_costs", "quick_restart")
 
 
-def _solver(time_limit: float | None, threads: int | None, log: bool) -> cp_model.CpSolver:
-    solver = cp_model.CpSolver()
-    if time_limit is not None:
-        solver.parameters.max_time_in_seconds = max(time_limit, 0.01)
+def _solve(model: cp_model.CpModel, budget: TimeBudget, threads: int | None, log: bool) -> CpSatRun:
     workers = threads or 2
-    solver.parameters.num_workers = workers
-    if workers >= 2:
-        solver.parameters.subsolvers.extend(SUBSOLVERS[:workers])
-    solver.parameters.log_search_progress = log
-    return solver
+    subsolvers = SUBSOLVERS[:workers] if workers >= 2 else ()
+    return run_model(model, budget=budget, workers=workers, subsolvers=subsolvers, log=log)
 
 
 #: Seconds per count check of :func:`count_bound` without a time limit, and the least with one.
@@ -284,27 +279,25 @@ def relaxation_bound(
     """
     cpu = time.process_time()
     instance = linear_instance(instance)
-    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    budget = TimeBudget.of(time_limit)
     try:
-        relax = RelaxationModel(instance, J, deadline=deadline)
+        relax = RelaxationModel(instance, J, deadline=budget.end)
     except DeadlinePassed:
         return RelaxationResult(
             bound=math.fsum(request_work(instance)), value=None, status=Status.TIME_LIMIT, cpu=time.process_time() - cpu
         )
-    solver = _solver(seconds_left(deadline), threads, log)
-    code = run_cpsat(solver, relax.m)
-    if code == cp_model.INFEASIBLE:
+    run = _solve(relax.m, budget, threads, log)
+    if run.status == Status.INFEASIBLE:
         return RelaxationResult(bound=math.inf, value=None, status=Status.INFEASIBLE, cpu=time.process_time() - cpu)
-    if code == cp_model.MODEL_INVALID:
+    if run.status == Status.ERROR:
         raise RuntimeError(f"residency relaxation: invalid CP-SAT model ({relax.m.Validate()})")
     value = sched = None
-    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        value = relax.work + solver.ObjectiveValue() * UNIT
-        point = [[[solver.Value(v) for v in row] for row in var] for var in (relax.x, relax.s, relax.r)]
+    if run.found:
+        value = relax.work + run.objective * UNIT
+        point = [[[run.value(v) for v in row] for row in var] for var in (relax.x, relax.s, relax.r)]
         sched = schedule_from_point(instance, *point)
-    bound = relax.work + solver.BestObjectiveBound() * UNIT
-    status = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE}.get(code, Status.UNKNOWN)
-    return RelaxationResult(bound=bound, value=value, status=status, cpu=time.process_time() - cpu, schedule=sched)
+    bound = relax.work + run.bound * UNIT
+    return RelaxationResult(bound=bound, value=value, status=run.status, cpu=time.process_time() - cpu, schedule=sched)
 
 
 def schedule_from_point(instance: Instance, x: list[list[int]], s: list[list[int]], r: list[list[int]]) -> Schedule:
@@ -438,8 +431,10 @@ def count_bound(
     facts: list[tuple[int, int]] = []
     workers = max(1, threads or 2)
 
+    budget = TimeBudget.of(time_limit, start=t0)
+
     def left() -> float:
-        return math.inf if time_limit is None else time_limit - (time.perf_counter() - t0)
+        return math.inf if time_limit is None else budget.left() or 0.0
 
     def infeasible(p: int, B: int, known: list[tuple[int, int]]) -> bool:
         if check_limit is not None:
@@ -447,12 +442,12 @@ def count_bound(
         else:
             own = CHECK_LIMIT if time_limit is None else max(CHECK_LIMIT, left() / 2)
         own = min(own, left())
-        deadline = None if own == math.inf else time.perf_counter() + own
+        check_budget = TimeBudget.of(None if own == math.inf else own)
         try:
-            relax = count_check(instance, J, p, B, known, deadline=deadline)
+            relax = count_check(instance, J, p, B, known, deadline=check_budget.end)
         except DeadlinePassed:  # not built in time: undecided
             return False
-        return run_cpsat(_solver(seconds_left(deadline), 1, False), relax.m) == cp_model.INFEASIBLE
+        return _solve(relax.m, check_budget, 1, False).status == Status.INFEASIBLE
 
     def need(p: int, known: list[tuple[int, int]]) -> int:
         """Least B a schedule with p prefill batches can have, given the facts ``known``."""

@@ -10,9 +10,9 @@ CP-SAT's point may be a better schedule than the search's best path.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 
+from ...budget import TimeBudget
 from ...instance import Instance
 from ...result import Status
 from ...schedule import replay
@@ -51,11 +51,12 @@ def residency_bound(
     kernels (:func:`.search.load_kernels`) counts in ``time_limit``: :func:`optsched.problems.infermax.prepare`
     loads them before a solve's clock.
     """
-    t0 = time.perf_counter()
+    budget = TimeBudget.of(time_limit)
     load_kernels()  # inside the limit (a no-op after the solve's prepare())
 
     def left(share: float) -> float | None:
-        return None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0)) * share
+        seconds = budget.left()
+        return None if seconds is None else seconds * share
 
     exact = relaxation_search(instance, left(SEARCH_SHARE))
     if exact.status in (Status.OPTIMAL, Status.INFEASIBLE):

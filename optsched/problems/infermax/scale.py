@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...bounds import batch_counts, least_bias, request_work
+from ...budget import TimeBudget
 from ...deadline import passed
 from ...instance import Instance
 from ...schedule import Schedule
@@ -99,7 +100,8 @@ def scale_phase(
     """
     out = ScalePhase()
     t0 = time.perf_counter()
-    span = max(0.0, deadline - t0)
+    budget = TimeBudget(deadline)
+    span = budget.left() or 0.0
     why_not = (
         "the time limit passed before the scale phase" if passed(deadline) else plannable(instance, no_hybrid, no_chunk)
     )
@@ -124,7 +126,8 @@ def scale_phase(
         )
     first = SEARCH_SHARE if trajectories else 1.0
     if data is not None:
-        search(t0 + first * span, starting_plans(data, objective, t0 + first * span))
+        first_end = TimeBudget.of(first * span, start=t0).end
+        search(first_end, starting_plans(data, objective, first_end))
     else:
         out.info["plan_search"] = f"not run: {why_not}"
         if not passed(deadline) and len({r.arrival for r in instance.requests}) > 1:
@@ -137,7 +140,7 @@ def scale_phase(
         if best:
             upper = min(upper, best[0][0])
             start = start + [plan_schedule(instance, data, best[0][1])]
-        until = deadline - (FINAL_SEARCH_SHARE * span if data is not None else 0.0)
+        until = budget.reserve(FINAL_SEARCH_SHARE * span if data is not None else 0.0).end
         began = time.perf_counter() - t0
         tb = trajectory_bound(instance, upper, until, lp, seed=start)
         out.bounds["trajectory"] = (
@@ -151,7 +154,7 @@ def scale_phase(
             guided = _guided_plans(data, lp)
     if data is not None and not passed(deadline):
         if guided:  # half of what is left from the relaxation's plans, then from the best plan
-            search(time.perf_counter() + (deadline - time.perf_counter()) / 2, guided)
+            search(budget.share(0.5).end, guided)
         search(deadline, best[:1])
     if data is not None and best:
         out.schedules["plan-search"] = plan_schedule(

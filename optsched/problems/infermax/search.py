@@ -28,7 +28,7 @@ from numba import njit, types
 from numba.typed import Dict, List
 
 from ...bounds import request_work
-from ...deadline import seconds_left
+from ...budget import TimeBudget
 from ...instance import Instance
 from ...result import Status
 from .astar import EMPTY, GOAL, Run
@@ -190,7 +190,7 @@ def _beam_paths(graph: Graph, deadline: float | None) -> tuple[int, list[Node] |
     upper, path, held, slowest = UNBOUNDED, None, None, 0.0
     for narrower, width in zip((0,) + BEAM_WIDTHS, BEAM_WIDTHS):
         # a layer of this width takes about width / narrower times the narrower one's slowest
-        if deadline is not None and narrower and slowest * width / narrower > deadline - time.perf_counter():
+        if deadline is not None and narrower and slowest * width / narrower > (TimeBudget(deadline).left() or 0.0):
             break
         upper, found, slowest = beam_search(graph, width, upper, deadline)
         path = found or path
@@ -243,9 +243,10 @@ def relaxation_search(
         return RelaxationResult(
             bound=work + root * UNIT, value=None, status=Status.UNKNOWN, cpu=time.process_time() - cpu
         )
-    deadline = None if time_limit is None else t0 + time_limit
+    budget = TimeBudget.of(time_limit, start=t0)
+    deadline = budget.end
     graph.add_chosen_patterns(time_limit, t0)
-    beam_end = None if time_limit is None else time.perf_counter() + BEAM_SHARE * seconds_left(deadline, 0.0)
+    beam_end = budget.share(BEAM_SHARE).end
     upper, path, held = _beam_paths(graph, beam_end)
     run = Run(graph, upper)
     status = run.until(deadline, max_nodes)

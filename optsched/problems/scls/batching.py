@@ -39,8 +39,8 @@ from dataclasses import dataclass
 
 import pulp
 
-from ...deadline import passed, seconds_left
-from ...mipsolvers import pulp_solver, solve_model, solver_deadline
+from ...budget import TimeBudget
+from ...mipsolvers import pulp_solver, solve_model, solver_budget
 from ...result import Status
 from ..static_latency import StaticLatencyModel
 
@@ -156,7 +156,7 @@ def mip_batches(
     "time_limit")``.
     """
     start = time.perf_counter()
-    deadline = None if time_limit is None else start + time_limit
+    budget = TimeBudget.of(time_limit, start=start)
     n = len(lengths)
     a_s, b_s, c_s, e_s = model.slice_coefficients(slice_len)
     levels = sorted(set(lengths))
@@ -175,7 +175,7 @@ def mip_batches(
     for r in range(n):
         prob += pulp.lpSum(x[r, k] for k in slots) == 1
     for k in slots:
-        if passed(deadline):
+        if budget.expired():
             return None, None, Status.TIME_LIMIT
         prob += size[k] == pulp.lpSum(x[r, k] for r in range(n))
         prob += pulp.lpSum(z[k, v] for v in levels) == y[k]
@@ -188,18 +188,18 @@ def mip_batches(
             prob += w[k, v] <= n_bar * z[k, v]
             prob += w[k, v] <= size[k]
             prob += w[k, v] >= size[k] - n_bar * (1 - z[k, v])
-    solve_by = solver_deadline(deadline, time.perf_counter() - start)  # PuLP's hand-over of the model
-    if passed(solve_by):
+    solve_by = solver_budget(budget, time.perf_counter() - start)  # PuLP's hand-over of the model
+    if solve_by.expired():
         return None, None, Status.TIME_LIMIT
     # every request alone in its own slot is a solution: "infeasible" is a solver fault
     solve_model(
         prob,
-        pulp_solver(solver, time_limit=seconds_left(solve_by), gap_rel=0.0),
+        pulp_solver(solver, budget=solve_by, gap_rel=0.0),
         known_feasible=True,
-        deadline=solve_by,
+        budget=solve_by,
     )
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-        if deadline is not None and prob.sol_status == pulp.LpSolutionNoSolutionFound:
+        if budget.limited and prob.sol_status == pulp.LpSolutionNoSolutionFound:
             return None, None, Status.TIME_LIMIT
         raise RuntimeError(f"P-BATCH MIP found no solution (status {pulp.LpStatus[prob.status]})")
     batches = [[r for r in range(n) if (x[r, k].varValue or 0) > 0.5] for k in slots]

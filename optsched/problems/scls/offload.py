@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from ...interrupt import run_cpsat
+from ...budget import TimeBudget
+from ...cpsat_solver import run_model
 from ...result import Status
 
 __all__ = ["Offload", "adaptive_interval", "exact_offload", "max_min_offload"]
@@ -91,15 +92,11 @@ def exact_offload(
         for b in batches:
             for w in workers:
                 m.AddHint(x[b, w], int(start.assignment[b] == w))
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = threads
-    if time_limit is not None:
-        solver.parameters.max_time_in_seconds = time_limit
-    code = run_cpsat(solver, m)
-    bound = max(max(initial), (solver.BestObjectiveBound() - (len(tick) + 1) / 2) * RESOLUTION)
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        if start is None or code != cp_model.UNKNOWN:
-            raise RuntimeError(f"exact offloading found no solution ({solver.StatusName(code)})")
+    run = run_model(m, budget=TimeBudget.of(time_limit), workers=threads)
+    bound = max(max(initial), (run.bound - (len(tick) + 1) / 2) * RESOLUTION)
+    if not run.found:
+        if start is None or run.status != Status.UNKNOWN:
+            raise RuntimeError(f"exact offloading found no solution ({run.name})")
         return Offload(
             assignment=start.assignment,
             loads=start.loads,
@@ -107,9 +104,9 @@ def exact_offload(
             status=Status.TIME_LIMIT,
             bound=bound,
         )
-    assignment = tuple(next(w for w in workers if solver.Value(x[b, w])) for b in batches)
+    assignment = tuple(next(w for w in workers if run.value(x[b, w])) for b in batches)
     final = _loads(times, initial, assignment)
-    status = Status.OPTIMAL if code == cp_model.OPTIMAL else Status.TIME_LIMIT
+    status = Status.OPTIMAL if run.status == Status.OPTIMAL else Status.TIME_LIMIT
     if start is not None and start.makespan < max(final):
         return Offload(
             assignment=start.assignment, loads=start.loads, makespan=start.makespan, status=status, bound=bound

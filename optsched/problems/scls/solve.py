@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...deadline import seconds_left
+from ...budget import TimeBudget
 from ...instance import Instance, InstanceError
 from ...options import Options, PositiveFloat, PositiveInt
 from ...result import Bound, SolveResult, Status, check_agreement
@@ -148,7 +148,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | SclsOptions | None = 
         status = Status.TIME_LIMIT
     times = [s["model"].serve_time(len(b), max(s["lengths"][i] for i in b), s["slice_len"]) for b in batches]
     heuristic = max_min_offload(times, s["loads"])
-    left = 10.0 if opts.time_limit is None else seconds_left(start + opts.time_limit)
+    left = 10.0 if opts.time_limit is None else TimeBudget.of(opts.time_limit, start=start).left(0.01)
     exact = exact_offload(times, s["loads"], left, opts.threads or 2, start=heuristic)
     ids = [r.id for r in instance.requests]
     extra = {

@@ -1,0 +1,101 @@
+"""A command's time budget: one object, made once from ``--time-limit`` and passed down.
+
+A :class:`TimeBudget` is the ``time.perf_counter()`` value by which the work must end (or none).
+Every phase asks it what it needs (:meth:`~TimeBudget.left`, :meth:`~TimeBudget.expired`,
+:meth:`~TimeBudget.check`) and hands a sub-phase a part of it (:meth:`~TimeBudget.share`,
+:meth:`~TimeBudget.within`, :meth:`~TimeBudget.reserve`): seconds and deadlines are converted into
+each other here and nowhere else. A command's Ctrl-C (:func:`optsched.interrupt.requested`)
+exhausts every budget at once.
+
+A command's budget counts from the start of the process (:func:`process_started`), so that its
+time limit covers the interpreter's start-up and the imports too.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from .interrupt import requested
+
+__all__ = ["TimeBudget", "process_started"]
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """The time a piece of work may take.
+
+    Attributes
+    ----------
+    end
+        The ``time.perf_counter()`` value by which it must end; None: no limit.
+    """
+
+    end: float | None = None
+
+    @classmethod
+    def of(cls, seconds: float | None, start: float | None = None) -> TimeBudget:
+        """``seconds`` from ``start`` (a ``time.perf_counter()`` value; default: now); None: no limit."""
+        if seconds is None:
+            return cls(None)
+        return cls((time.perf_counter() if start is None else start) + seconds)
+
+    @property
+    def limited(self) -> bool:
+        """Whether there is a limit."""
+        return self.end is not None
+
+    def left(self, least: float = 0.0) -> float | None:
+        """Seconds left (at least ``least``; ``least`` once Ctrl-C came); None without a limit."""
+        if self.end is None:
+            return None
+        return least if requested() else max(self.end - time.perf_counter(), least)
+
+    def expired(self) -> bool:
+        """Whether the time is up (never without a limit); Ctrl-C expires every budget at once."""
+        return self.end is not None and (time.perf_counter() > self.end or requested())
+
+    def check(self, what: str = "the model") -> None:
+        """Raise :class:`~optsched.deadline.DeadlinePassed` (naming ``what``) once :meth:`expired`."""
+        if self.expired():
+            from .deadline import DeadlinePassed
+
+            raise DeadlinePassed(f"{what} not built within the time limit")
+
+    def share(self, fraction: float) -> TimeBudget:
+        """A sub-phase's budget: ``fraction`` of the time left (no limit without one)."""
+        if self.end is None:
+            return self
+        now = time.perf_counter()
+        return TimeBudget(now + fraction * max(0.0, self.end - now))
+
+    def within(self, seconds: float | None) -> TimeBudget:
+        """A sub-phase's budget: at most ``seconds`` from now (None: this budget), never past this one."""
+        if seconds is None:
+            return self
+        end = time.perf_counter() + seconds
+        return TimeBudget(end if self.end is None else min(end, self.end))
+
+    def reserve(self, seconds: float) -> TimeBudget:
+        """This budget less ``seconds`` kept for what comes after (a hand-over, the exit)."""
+        return self if self.end is None else TimeBudget(self.end - seconds)
+
+
+def process_started() -> float:
+    """The ``time.perf_counter()`` value at which this process started (so that a command's time
+    limit covers the interpreter's start-up and the imports too).
+
+    Read from ``/proc/self/stat`` and ``/proc/uptime`` (Linux, 10 ms resolution); where they cannot
+    be read, the time of this call.
+    """
+    now = time.perf_counter()
+    try:
+        with open("/proc/self/stat") as fh:
+            started_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        elapsed = uptime - started_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - max(elapsed, 0.0)

@@ -1,0 +1,149 @@
+"""Rules of the solve path's spine (docs/development.md), checked by walking the package's syntax trees.
+
+- Every CP-SAT solver is built in :mod:`optsched.cpsat_solver` (its parameters, time limit,
+  logging and status mapping in one place).
+- Only :mod:`optsched.api` calls the registry's look-up functions: the command line, ``report``
+  and ``sweep`` go through it (one replay-and-check rule, :func:`optsched.api.checked`).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import optsched
+
+PACKAGE = Path(optsched.__file__).resolve().parent
+
+
+def modules() -> list[tuple[str, ast.Module]]:
+    """(name relative to the repository, syntax tree) of every module of the package."""
+    return [
+        (str(path.relative_to(PACKAGE.parent)), ast.parse(path.read_text(encoding="utf-8")))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    ]
+
+
+def constructs(tree: ast.Module, name: str) -> list[int]:
+    """Lines of each call of ``name(...)`` or ``anything.name(...)`` in ``tree``."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (getattr(node.func, "attr", None) == name or getattr(node.func, "id", None) == name)
+    ]
+
+
+def test_the_walk_finds_a_cpsolver() -> None:
+    planted = "from ortools.sat.python import cp_model\ns = cp_model.CpSolver()\nt = CpSolver()\nu = CpSolver\n"
+    assert constructs(ast.parse(planted), "CpSolver") == [2, 3]
+
+
+def test_only_the_adapter_builds_a_cpsat_solver() -> None:
+    offenders = [
+        f"{name}:{line}"
+        for name, tree in modules()
+        if name != "optsched/cpsat_solver.py"
+        for line in constructs(tree, "CpSolver")
+    ]
+    assert offenders == []
+
+
+#: The registry's look-up functions (:mod:`optsched.problems`), called by :mod:`optsched.api` alone.
+LOOKUPS = frozenset({"solver_for", "bounder_for", "formulation", "options_for", "accepted"})
+
+
+def registry_lookups(tree: ast.Module, package: str) -> list[int]:
+    """Lines where ``tree`` (a module of the package ``package``, dotted) imports a look-up
+    function of the registry or calls one as ``problems.NAME``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package if node.level else ""
+            target = ".".join(filter(None, [base, node.module or ""]))
+            names = {alias.name for alias in node.names}
+            if target == "optsched.problems" and names & LOOKUPS:
+                found.append(node.lineno)
+        elif isinstance(node, ast.Attribute) and node.attr in LOOKUPS and getattr(node.value, "id", "") == "problems":
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_walk_finds_a_registry_lookup() -> None:
+    planted = (
+        "from ..problems import SOLVERS, solver_for\n"
+        "from .. import problems\n"
+        "problems.bounder_for('x')\n"
+        "from ..problems.infermax import solve\n"
+        "from optsched.problems import formulation\n"
+    )
+    assert registry_lookups(ast.parse(planted), "optsched.commands") == [1, 3, 5]
+
+
+def test_only_the_api_looks_up_the_registry() -> None:
+    offenders = [
+        f"{name}:{line}"
+        for name, tree in modules()
+        if name not in ("optsched/api.py", "optsched/problems/__init__.py")
+        for line in registry_lookups(tree, name.rsplit("/", 1)[0].replace("/", "."))
+    ]
+    assert offenders == []
+
+
+#: Names of deadlines and time limits: arithmetic on them converts between seconds and deadlines.
+TIME_NAMES = frozenset({"deadline", "time_limit", "until", "solve_by"})
+
+#: Modules whose search loops still keep deadlines as ``time.perf_counter()`` floats and compute
+#: with them (to move onto :class:`optsched.budget.TimeBudget`; the list only shrinks).
+NOT_YET_ON_THE_BUDGET = frozenset({
+    "optsched/problems/hybrid/offline_solve.py",
+    "optsched/problems/infermax/lns.py",
+    "optsched/report/gather.py",
+})
+
+
+def _clock(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and (
+        getattr(node.func, "attr", None) in ("perf_counter", "monotonic")
+        or getattr(node.func, "id", None) in ("perf_counter", "monotonic")
+    )
+
+
+def _time_name(node: ast.AST) -> bool:
+    return getattr(node, "id", None) in TIME_NAMES or getattr(node, "attr", None) in TIME_NAMES
+
+
+def time_arithmetic(tree: ast.Module) -> list[int]:
+    """Lines converting between seconds and deadlines by hand: ``clock() + x``, ``x - clock()``
+    (``clock()`` being ``time.perf_counter()`` or ``time.monotonic()``; ``clock() - t0``, an
+    elapsed time, is fine) and sums or differences with a deadline or time limit."""
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub))):
+            continue
+        if isinstance(node.op, ast.Add) and (_clock(node.left) or _clock(node.right)):
+            found.append(node.lineno)
+        elif isinstance(node.op, ast.Sub) and _clock(node.right) and not _clock(node.left):
+            found.append(node.lineno)
+        elif _time_name(node.left) or _time_name(node.right):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_walk_finds_time_arithmetic() -> None:
+    planted = (
+        "import time\n"
+        "deadline = time.perf_counter() + 5\n"
+        "left = deadline - time.perf_counter()\n"
+        "elapsed = time.perf_counter() - t0\n"
+        "end = t0 + time_limit\n"
+        "x = opts.time_limit - 1\n"
+        "budget = TimeBudget.of(5).left()\n"
+    )
+    assert time_arithmetic(ast.parse(planted)) == [2, 3, 5, 6]
+
+
+def test_seconds_and_deadlines_are_converted_in_the_budget_only() -> None:
+    offenders = {name for name, tree in modules() if name != "optsched/budget.py" and time_arithmetic(tree)}
+    assert offenders - NOT_YET_ON_THE_BUDGET == set(), "convert with optsched.budget.TimeBudget"
+    assert NOT_YET_ON_THE_BUDGET - offenders == set(), "on the budget now: take it off NOT_YET_ON_THE_BUDGET"
