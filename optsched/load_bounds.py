@@ -191,13 +191,13 @@ def srpt_completions(release: np.ndarray, work: np.ndarray) -> np.ndarray:
             heapq.heappush(heap, (rem[nxt], nxt))
             nxt += 1
         left, j = heapq.heappop(heap)
-        until = rel[nxt] if nxt < n else math.inf
-        if t + left <= until:
+        next_release = rel[nxt] if nxt < n else math.inf
+        if t + left <= next_release:
             t += left
             out.append(t)
         else:
-            heapq.heappush(heap, (left - (until - t), j))
-            t = until
+            heapq.heappush(heap, (left - (next_release - t), j))
+            t = next_release
     return np.array(out, dtype=np.float64)
 
 

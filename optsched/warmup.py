@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import problems
+from . import api
 from .instance import Instance, load_instance, parse_instance
 
 __all__ = ["CASES", "Case", "WarmupReport", "kernels", "warm_up"]
@@ -94,16 +94,12 @@ def kernels() -> dict[str, Any]:
 
 
 def _run(case: Case) -> None:
+    """Run one case through :mod:`optsched.api` (its schedule replayed and checked there)."""
     instance = static_instance() if case.instance == "static" else load_instance(case.instance)
     if case.kind == "solve":
-        result = problems.solver_for(case.problem)(instance, case.options)
-        if result.schedule is not None:
-            from .schedule import replay
-
-            if not replay(instance, result.schedule).feasible:
-                raise RuntimeError(f"warm-up: {case.problem} on {instance.name}: a schedule that does not replay")
+        api.solve(instance, case.problem, case.options)
     else:
-        problems.bounder_for(case.problem)(instance, case.options)
+        api.bound(instance, case.problem, case.options)
 
 
 def _compiled(found: dict[str, Any]) -> int:

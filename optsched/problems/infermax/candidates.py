@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ...budget import TimeBudget
 from ...deadline import passed
 from ...instance import Instance
 from ...result import objective_of
@@ -162,7 +163,8 @@ def initial_candidates(
         for name in names:
             if name not in POLICY_CONFIGS and not foreign and name != options.warm_start:
                 continue  # no clock inside: on a large trace one may run for minutes
-            late = passed(deadline) or (deadline is not None and deadline - time.perf_counter() < slowest)
+            left = TimeBudget(deadline).left()
+            late = passed(deadline) or (left is not None and left < slowest)
             if len(pool) and name != options.warm_start and late:
                 continue
             started = time.perf_counter()

@@ -27,6 +27,7 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 
+from ...budget import TimeBudget
 from ...deadline import passed
 from ...instance import Instance
 from ...policies.config import ORDERS, POLICY_CONFIGS, PolicyConfig
@@ -106,12 +107,12 @@ def run_until(instance: Instance, config: PolicyConfig, deadline: float | None, 
     """
     engine = Engine.from_instance(instance, config)
     step = max(horizon, 1e-9) / SLICES
-    until = step
+    simulated_to = step
     while not engine.done():
         if passed(deadline):
             return None
-        engine.advance(until)
-        until = until + step if until < horizon else math.inf
+        engine.advance(simulated_to)
+        simulated_to = simulated_to + step if simulated_to < horizon else math.inf
     return engine.schedule()
 
 
@@ -167,8 +168,8 @@ class _Climb:
             for config in neighbours(current, self.instance.limits.prefill_budget, self.no_evict, self.no_hybrid):
                 if config in self.tried:
                     continue
-                left = math.inf if self.deadline is None else self.deadline - time.perf_counter()
-                if self.cost > left:
+                left = TimeBudget(self.deadline).left()
+                if left is not None and self.cost > left:
                     return False
                 self.tried.add(config)
                 started = time.perf_counter()
