@@ -11,6 +11,7 @@ page. Progress goes to stderr. Ctrl-C or the time limit yield the partial report
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 
@@ -18,6 +19,7 @@ from ..policies import POLICIES
 from ..problems import SOLVERS
 from ..report import Progress, Report, build_report, report_table, report_to_dict
 from ..report.gather import SOLVE_MAX_REQUESTS
+from ..report.terminal import DEFAULT_COLUMNS, parse_columns
 from ..request_table import write_request_table
 from ..result import OBJECTIVES
 from ._common import (
@@ -67,7 +69,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run the solver only on instances of at most N requests (default: any size; 0 = never)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument(
+        "--columns",
+        metavar="LIST",
+        help=f"metric columns of the schedule table, comma-separated, or 'all' (default {','.join(DEFAULT_COLUMNS)})",
+    )
+    p.add_argument("--wide", action="store_true", help="every metric column (as --columns all)")
+    p.add_argument(
+        "--verbose", action="store_true", help="also the bounds not compared and the bounders that do not apply"
+    )
     p.set_defaults(func=handler)
+
+
+def table_width(wide: bool) -> int:
+    """Columns of the terminal table: the terminal's width on a terminal, else 120 (``--wide``: no
+    limit off a terminal)."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return 1000 if wide else 120
 
 
 def _write_best_requests(report: Report, path: str, progress: Progress) -> None:
@@ -88,6 +107,10 @@ def handler(args: argparse.Namespace) -> int:
         unknown = [p for p in policies if p not in POLICIES]
         if unknown:
             raise BadInput(f"--policies: unknown policy {unknown[0]!r} (known: {', '.join(sorted(POLICIES))})")
+    try:
+        columns = parse_columns(args.columns, args.wide)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
     check_requests_out(args.requests_out)
     check_output_path(args.html, args.requests_out)
     instance = load_instance_arg(args)
@@ -120,6 +143,6 @@ def handler(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report_to_dict(report))
     else:
-        print(report_table(report))
+        print(report_table(report, columns, args.verbose, table_width(args.wide)))
     progress(f"done in {report.wall_time:.1f}s")
     return 0

@@ -9,7 +9,8 @@ policy, with their gaps; as a terminal table, JSON and a self-contained HTML pag
 from typing import TYPE_CHECKING, Any
 
 from .gather import SCHEDULE_PROBLEMS, BoundEntry, PolicyRun, Progress, Report, SolverRun, build_report, gather_bounds
-from .output import report_rows, report_table, report_to_dict
+from .output import report_rows, report_to_dict
+from .terminal import report_table
 
 if TYPE_CHECKING:  # loaded on first use (below)
     from .html import report_html, write_html
