@@ -118,3 +118,19 @@ def test_columns_and_wide(main_job, capsys: pytest.CaptureFixture[str]) -> None:
     assert "evic-" in out and "SLO" in out
     assert main(["report", "toy-4", "--json", "--wide", "--quiet", "--solve-max-requests", "0"]) == 0
     json.loads(capsys.readouterr().out)
+
+
+def test_simulate_and_check_print_units(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    """The key-value listings of simulate and check name each metric's unit and scale its value."""
+    out_file = tmp_path / "s.json"
+    assert main(["simulate", "toy-4", "--policy", "vllm", "--out", str(out_file)]) == 0
+    listing = dict(line.rsplit(None, 1) for line in capsys.readouterr().out.splitlines()[1:-1])
+    assert main(["simulate", "toy-4", "--policy", "vllm", "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)["metrics"]
+    assert float(listing["makespan (s)"]) == pytest.approx(metrics["makespan"], rel=1e-5)
+    assert float(listing["ttft_p99 (ms)"]) == pytest.approx(1e3 * metrics["ttft_p99"], rel=1e-5)
+    assert float(listing["throughput (tok/s)"]) == pytest.approx(metrics["throughput"], rel=1e-5)
+    assert float(listing["goodput (req/s)"]) == pytest.approx(metrics["goodput"], rel=1e-5)
+    assert listing["evictions"] == str(metrics["evictions"])
+    assert main(["check", "toy-4", str(out_file)]) == 0
+    assert "mean_tpot (ms)" in capsys.readouterr().out

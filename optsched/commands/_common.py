@@ -25,6 +25,7 @@ from ..instance import MAX_LIMIT, MAX_RUNNING, Instance, Limits, check_requests,
 from ..jsonio import output_target
 from ..request_table import TableError, check_table_path
 from ..schedule import Schedule
+from ..textable import format_value, text_table
 from ..workload import (
     FORMATS,
     WorkloadError,
@@ -327,32 +328,9 @@ def check_schedule_ids(instance: Instance, schedule: Schedule, source: str) -> N
                 )
 
 
-def format_value(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return "inf"
-        return f"{value:.6g}"
-    return str(value)
-
-
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A plain-text table: numbers right-aligned, text left-aligned."""
-    raw = [list(row) for row in rows]
-    cells = [list(headers)] + [[format_value(v) for v in row] for row in raw]
-    widths = [max(len(r[c]) for r in cells) for c in range(len(headers))]
-    numeric = [
-        all(isinstance(row[c], (int, float)) or row[c] is None for row in raw) and bool(raw)
-        for c in range(len(headers))
-    ]
-
-    def line(row: Sequence[str]) -> str:
-        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(row, widths, numeric)).rstrip()
-
-    out = [line(cells[0]), "  ".join("-" * w for w in widths)]
-    out.extend(line(r) for r in cells[1:])
-    return "\n".join(out)
+    """A plain-text table: numbers right-aligned, text left-aligned (:func:`optsched.textable.text_table`)."""
+    return text_table(headers, rows)
 
 
 def format_mapping(pairs: Iterable[tuple[str, Any]]) -> str:

@@ -14,6 +14,7 @@ from .. import policies
 from ..instance import Instance, InstanceError
 from ..request_table import write_request_table
 from ..schedule import ReplayResult, Schedule, replay
+from ..textable import metric_pairs
 from ._common import (
     EXIT_OK,
     BadInput,
@@ -79,6 +80,11 @@ def _policy_names(arg: str) -> list[str]:
     return [arg]
 
 
+def _in_units(metrics: dict[str, Any]) -> list[Any]:
+    """The :data:`METRIC_COLUMNS` of ``metrics``, each in the unit its header names."""
+    return [value for _, value in metric_pairs({c: metrics[c] for c in METRIC_COLUMNS})]
+
+
 def handle(args: argparse.Namespace) -> int:
     names = _policy_names(args.policy)
     for flag, value in (("--out", args.out), ("--requests-out", args.requests_out)):
@@ -112,13 +118,13 @@ def handle(args: argparse.Namespace) -> int:
     elif single:
         row = rows[0]
         print(f"instance {instance.name}, policy {row['policy']}")
-        print(format_mapping([*row["metrics"].items(), ("schedule", row["schedule"])]))
+        print(format_mapping([*metric_pairs(row["metrics"]), ("schedule", row["schedule"])]))
     else:
         print(f"instance {instance.name}: {len(instance.requests)} requests, cost model {instance.cost_model.name}")
         print(
             format_table(
-                ("policy", *METRIC_COLUMNS, "batches"),
-                [(r["policy"], *(r["metrics"][c] for c in METRIC_COLUMNS), r["metrics"]["batches"]) for r in rows],
+                ("policy", *(label for label, _ in metric_pairs(dict.fromkeys(METRIC_COLUMNS, 0.0))), "batches"),
+                [(r["policy"], *_in_units(r["metrics"]), r["metrics"]["batches"]) for r in rows],
             )
         )
         for row in skipped:

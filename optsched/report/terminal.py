@@ -11,18 +11,16 @@ do not apply only when ``verbose``.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.box import Box
-from rich.console import Console
 from rich.table import Table
 
 from ..result import relative_gap
 from ..schedule import Item, Schedule
+from ..textable import RULE_UNDER_HEAD, render
 from .gather import Report
 from .output import HIGHLIGHTED_POLICIES, grouped_messages, report_rows
 
@@ -33,15 +31,10 @@ __all__ = [
     "Column",
     "fold_identical",
     "parse_columns",
-    "render",
     "same_batches",
     "report_table",
     "report_terminal",
 ]
-
-
-#: rich's SIMPLE_HEAD box in ASCII: a dashed rule under the header, nothing else.
-RULE_UNDER_HEAD = Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
 
 
 @dataclass(frozen=True)
@@ -188,7 +181,7 @@ def _pct(value: float | None) -> str:
 
 def _bounds_table(report: Report, verbose: bool) -> Table:
     unit = OBJECTIVE_UNITS.get(report.objective, "")
-    table = Table(box=RULE_UNDER_HEAD, pad_edge=False, title_justify="left")
+    table = Table(box=RULE_UNDER_HEAD, show_edge=False, pad_edge=False, title_justify="left")
     for name, kw in (("source", {}), ("bound", {}), (f"value {unit}".strip(), {"justify": "right"}), ("proven", {})):
         table.add_column(name, **kw)
     if verbose:
@@ -206,7 +199,7 @@ def _schedule_table(report: Report, columns: Sequence[str]) -> Table:
     objective = report.objective
     unit = OBJECTIVE_UNITS.get(objective, "")
     shown = [k for k in columns if k != objective]
-    table = Table(box=RULE_UNDER_HEAD, pad_edge=False)
+    table = Table(box=RULE_UNDER_HEAD, show_edge=False, pad_edge=False)
     table.add_column("schedule", overflow="fold", ratio=1, min_width=16)
     table.add_column(f"{objective}\n{unit}".strip(), justify="right", no_wrap=True)
     table.add_column("gap\n%", justify="right", no_wrap=True)
@@ -270,15 +263,3 @@ def report_table(
 ) -> str:
     """The report as plain text ``width`` columns wide: bounds, then schedules with their gaps."""
     return render(report_terminal(report, columns, verbose), width)
-
-
-def render(parts: Sequence[Any], width: int = 120) -> str:
-    """Render rich renderables and plain lines as text ``width`` columns wide (no colour codes)."""
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=width, color_system=None, highlight=False, soft_wrap=False)
-    for part in parts:
-        if isinstance(part, str):
-            console.print(part, markup=False)
-        else:
-            console.print(part)
-    return "\n".join(line.rstrip() for line in buffer.getvalue().rstrip("\n").split("\n"))
