@@ -17,7 +17,8 @@ import time
 
 from ..policies import POLICIES
 from ..problems import SOLVERS
-from ..report import Progress, Report, build_report, report_table, report_to_dict
+from ..progress import Progress
+from ..report import Report, build_report, report_table, report_to_dict
 from ..report.gather import SOLVE_MAX_REQUESTS
 from ..report.terminal import DEFAULT_COLUMNS, parse_columns
 from ..request_table import write_request_table
@@ -113,14 +114,26 @@ def handler(args: argparse.Namespace) -> int:
         raise BadInput(str(exc)) from None
     check_requests_out(args.requests_out)
     check_output_path(args.html, args.requests_out)
+    with Progress("report", args.time_limit, "s", clock=True, enabled=not args.quiet, started=t0) as progress:
+        report = _run(args, t0, policies, progress)
+    if args.json:
+        print_json(report_to_dict(report))
+    else:
+        print(report_table(report, columns, args.verbose, table_width(args.wide)))
+    return 0
+
+
+def _run(args: argparse.Namespace, t0: float, policies: list[str] | None, progress: Progress) -> Report:
+    """The report's phases under ``progress``: load, gather, write the files."""
+    progress(f"loading {args.instance}")
     instance = load_instance_arg(args)
     cap = args.solve_max_requests
     if args.problem in SOLVERS and (cap is None or len(instance.requests) <= cap):
+        progress(f"loading the {args.problem} solver")
         resolve("solve", args.problem)  # its modules now: the time limit counts them
     reserve = 0.0
     if args.html:
         reserve = min(30.0, max(5.0, HTML_RESERVE_PER_REQUEST * len(instance.requests)), args.time_limit / 3)
-    progress = Progress(not args.quiet)
     report = build_report(
         instance,
         objective=args.objective,
@@ -140,9 +153,5 @@ def handler(args: argparse.Namespace) -> int:
 
         write_html(report, args.html)
     report.wall_time = time.perf_counter() - t0
-    if args.json:
-        print_json(report_to_dict(report))
-    else:
-        print(report_table(report, columns, args.verbose, table_width(args.wide)))
     progress(f"done in {report.wall_time:.1f}s")
-    return 0
+    return report

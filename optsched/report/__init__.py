@@ -8,7 +8,7 @@ policy, with their gaps; as a terminal table, JSON and a self-contained HTML pag
 
 from typing import TYPE_CHECKING, Any
 
-from .gather import SCHEDULE_PROBLEMS, BoundEntry, PolicyRun, Progress, Report, SolverRun, build_report, gather_bounds
+from .gather import SCHEDULE_PROBLEMS, BoundEntry, PolicyRun, Report, SolverRun, build_report, gather_bounds
 from .output import report_rows, report_to_dict
 from .terminal import report_table
 
@@ -19,7 +19,6 @@ __all__ = [
     "SCHEDULE_PROBLEMS",
     "BoundEntry",
     "PolicyRun",
-    "Progress",
     "Report",
     "SolverRun",
     "build_report",

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import math
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 from ..bounds import generic_bounds
 from ..instance import Instance, InstanceError
@@ -182,19 +181,6 @@ class Report:
         """Relative gap of ``value`` to the best proven bound."""
         bound = self.best_bound
         return relative_gap(value, None if bound is None else bound.value)
-
-
-class Progress:
-    """Progress lines on stderr, each with the elapsed time."""
-
-    def __init__(self, enabled: bool, stream: TextIO | None = None) -> None:
-        self.enabled = enabled
-        self.stream = stream if stream is not None else sys.stderr
-        self.t0 = time.perf_counter()
-
-    def __call__(self, message: str) -> None:
-        if self.enabled:
-            print(f"[{time.perf_counter() - self.t0:7.1f}s] {message}", file=self.stream, flush=True)
 
 
 @contextmanager
@@ -359,7 +345,8 @@ def build_report(
     solve_max_requests
         Largest instance handed to the solver (None: every size; 0 disables it).
     progress
-        Called with one line per step (e.g. a :class:`Progress`).
+        Called with one line per step done (e.g. an :class:`optsched.progress.Progress`); its
+        ``doing`` method, where it has one, is told the step under way.
 
     Returns
     -------
@@ -367,6 +354,7 @@ def build_report(
         Complete, or ``partial`` when the deadline or Ctrl-C cut it short.
     """
     say = progress or (lambda message: None)
+    doing = getattr(progress, "doing", None) or (lambda message: None)  # the step under way, without a line
     t0 = time.perf_counter()
     deadline = None if time_limit is None else t0 + max(0.0, time_limit - reserve)
     report = Report(instance, objective, time_limit=time_limit)
@@ -389,6 +377,7 @@ def build_report(
         phase = "policies"
         with _timed(report, "policies"), _deadline(deadline):
             for k, name in enumerate(names, 1):
+                doing(f"policy {k}/{len(names)} {name}")
                 run = _run_policy(instance, name, objective)
                 report.policies.append(run)
                 value = f"{objective} {run.objective:.6g}" if run.objective is not None else run.status
@@ -399,6 +388,7 @@ def build_report(
                 left = remaining()
                 options = {"time_limit": None if left is None else left / 4}
                 t_start = time.perf_counter()
+                doing(f"bounder {name}")
                 found = _run_bounder(instance, name, objective, options, report.notes)
                 report.bounder_times[name] = time.perf_counter() - t_start
                 report.bounds += found
