@@ -41,7 +41,7 @@ def rate_grid(low: float, high: float, tolerance: float) -> list[float]:
 
 
 @dataclass
-class _Search:
+class RateSearch:
     """One configuration and policy: ``probes`` maps grid index -> met."""
 
     cells: list[Cell]
@@ -101,7 +101,7 @@ def _search_key(first: Cell, spec: SweepSpec, target: SloTarget) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _searches(spec: SweepSpec, workloads: Workloads, target: SloTarget) -> list[_Search]:
+def _searches(spec: SweepSpec, workloads: Workloads, target: SloTarget) -> list[RateSearch]:
     grid = rate_grid(spec.capacity.low, spec.capacity.high, spec.capacity.tolerance)
     out = []
     for policy in spec.run.simulate:
@@ -109,11 +109,11 @@ def _searches(spec: SweepSpec, workloads: Workloads, target: SloTarget) -> list[
         cells = expand_cells(spec, workloads.digests, run, grid, target)
         for start in range(0, len(cells), len(grid)):  # the grid is the innermost axis
             chunk = cells[start : start + len(grid)]
-            out.append(_Search(chunk, _search_key(chunk[0], spec, target)))
+            out.append(RateSearch(chunk, _search_key(chunk[0], spec, target)))
     return out
 
 
-def _result_row(search: _Search, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def _result_row(search: RateSearch, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     last = len(search.cells) - 1
     status = "below_range" if not search.probes[0] else "above_range" if search.probes[last] else "ok"
     at = search.cells[search.good] if search.good >= 0 else search.cells[0]
