@@ -19,10 +19,12 @@ import time
 from types import TracebackType
 from typing import TextIO
 
-__all__ = ["HEARTBEAT_SECONDS", "Progress", "is_terminal"]
+__all__ = ["FIRST_LINE_SECONDS", "HEARTBEAT_SECONDS", "Progress", "is_terminal"]
 
 #: Seconds without a line after which a plain-line progress writes one.
 HEARTBEAT_SECONDS = 5.0
+#: Seconds after which a progress that has said nothing yet shows itself.
+FIRST_LINE_SECONDS = 1.0
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -54,6 +56,10 @@ class Progress:
         Draw a bar (default: when ``stream`` is a terminal).
     interval
         Seconds of silence after which a plain-line progress writes a line.
+    first_interval
+        Seconds after its creation at which a progress that has not written yet shows itself (the
+        bar, or a status line): a command that fails at once on bad input writes its one error line
+        only.
     started
         The ``time.perf_counter()`` from which the elapsed time counts (default: now), e.g. the
         program's start, from which a command's time limit counts.
@@ -71,6 +77,7 @@ class Progress:
         bar: bool | None = None,
         interval: float = HEARTBEAT_SECONDS,
         started: float | None = None,
+        first_interval: float = FIRST_LINE_SECONDS,
     ) -> None:
         self.label, self.total, self.unit, self.clock = label, total, unit, clock
         self.enabled = enabled
@@ -80,6 +87,8 @@ class Progress:
         self.done = 0.0
         self.step = ""
         self._last_line = self.t0
+        self.first_interval = first_interval
+        self._said = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -87,12 +96,19 @@ class Progress:
         self._task = None
         if not enabled:
             return
-        if bar if bar is not None else is_terminal(self.stream):
-            self._start_bar()
+        self._want_bar = bar if bar is not None else is_terminal(self.stream)
+        self._created = time.perf_counter()
         self._thread = threading.Thread(target=self._tick, name="optsched-progress", daemon=True)
         self._thread.start()
 
     def _start_bar(self) -> None:
+        """Draw the bar (once)."""
+        with self._lock:
+            if self._bar is not None or self._stop.is_set():
+                return
+            self._draw_bar()
+
+    def _draw_bar(self) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
         from rich.progress import Progress as RichProgress
@@ -104,7 +120,7 @@ class Progress:
         columns.append(TimeElapsedColumn())
         self._bar = RichProgress(*columns, console=console, transient=False, refresh_per_second=4)
         self._bar.start()
-        self._task = self._bar.add_task(self.label, total=self.total)
+        self._task = self._bar.add_task(f"{self.label}: {self.step}" if self.step else self.label, total=self.total)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -120,6 +136,8 @@ class Progress:
         self.step = message
         if not self.enabled:
             return
+        if self._want_bar:
+            self._start_bar()
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, description=f"{self.label}: {message}")
             self._bar.console.print(f"[{self.elapsed():7.1f}s] {message}", markup=False)
@@ -162,15 +180,21 @@ class Progress:
 
     def _line(self, message: str) -> None:
         with self._lock:
+            self._said = True
             print(f"[{self.elapsed():7.1f}s] {message}", file=self.stream, flush=True)
             self._last_line = time.perf_counter()
 
     def _tick(self) -> None:
-        """Every half second: move a clock's bar, or write a status line after ``interval`` s of silence."""
-        while not self._stop.wait(min(0.5, self.interval)):
-            if self._bar is not None:
+        """Every quarter second: draw or move the bar, or write a status line after a silence."""
+        while not self._stop.wait(min(0.25, self.interval)):
+            now = time.perf_counter()
+            if self._want_bar:
+                if self._bar is None and now - self._created >= self.first_interval:
+                    self._start_bar()
                 self._refresh()
-            elif time.perf_counter() - self._last_line >= self.interval:
+            elif self._said and now - self._last_line >= self.interval:
+                self._line(self.status())
+            elif not self._said and now - self._created >= self.first_interval:
                 self._line(self.status())
 
     def close(self) -> None:

@@ -36,6 +36,23 @@ def test_plain_lines_at_a_steady_pace() -> None:
     assert "(30 %); starting" in status[0]
 
 
+def test_a_silent_step_is_named_from_the_first_second() -> None:
+    """A step announced without a line (loading, compiling kernels) shows up after about one
+    second; a command that fails before that writes nothing (its error line stays alone)."""
+    stream = io.StringIO()
+    with Progress("solve", 30, "s", clock=True, stream=stream, bar=False) as progress:
+        progress.doing("compiling kernels")
+        time.sleep(1.6)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1 and re.search(r"solve: [12]/30 s", lines[0]) and lines[0].endswith("; compiling kernels"), (
+        lines
+    )
+    quick = io.StringIO()
+    with Progress("solve", 30, "s", clock=True, stream=quick, bar=False) as progress:
+        progress.doing("loading")
+    assert quick.getvalue() == ""
+
+
 def test_never_backwards_and_capped() -> None:
     progress = Progress("x", 10, enabled=False)
     progress.set_done(5)
@@ -86,7 +103,6 @@ def test_report_progress_lines_quiet_and_json(capsys: pytest.CaptureFixture[str]
     json.loads(captured.out)  # stdout holds the JSON only
     lines = captured.err.splitlines()
     assert lines and all(LINE.match(line) for line in lines), lines
-    assert "loading toy-4" in lines[0]  # named before any work
     assert any("policy 1/" in line for line in lines) and "done in" in lines[-1]
     assert main(["report", "toy-4", "--quiet", "--solve-max-requests", "0"]) == 0
     assert capsys.readouterr().err == ""

@@ -339,20 +339,6 @@ def format_mapping(pairs: Iterable[tuple[str, Any]]) -> str:
     return "\n".join(f"{k.ljust(width)}  {format_value(v)}" for k, v in items)
 
 
-def progress(items: Sequence[T], label: str) -> Iterator[T]:
-    """Yield ``items``, showing ``label i/n: item`` on stderr when stderr is a terminal."""
-    show = sys.stderr.isatty()
-    t0 = time.perf_counter()
-    for k, item in enumerate(items):
-        if show:
-            sys.stderr.write(f"\r\033[K{label} {k + 1}/{len(items)}: {item}  ({time.perf_counter() - t0:.1f} s)")
-            sys.stderr.flush()
-        yield item
-    if show:
-        sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
-
-
 def add_requests_out_flag(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--requests-out",
@@ -426,7 +412,6 @@ __all__ = [
     "positive_float",
     "positive_int",
     "print_json",
-    "progress",
     "stdout_reserved_for_json",
     "time_left",
     "transforms_from_args",

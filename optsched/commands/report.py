@@ -125,11 +125,11 @@ def handler(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, t0: float, policies: list[str] | None, progress: Progress) -> Report:
     """The report's phases under ``progress``: load, gather, write the files."""
-    progress(f"loading {args.instance}")
+    progress.doing(f"loading {args.instance}")
     instance = load_instance_arg(args)
     cap = args.solve_max_requests
     if args.problem in SOLVERS and (cap is None or len(instance.requests) <= cap):
-        progress(f"loading the {args.problem} solver")
+        progress.doing(f"loading the {args.problem} solver (its compiled kernels are built on first use)")
         resolve("solve", args.problem)  # its modules now: the time limit counts them
     reserve = 0.0
     if args.html:

@@ -24,11 +24,14 @@ from importlib import import_module
 from typing import Any
 
 from .. import problems
+from ..instance import Instance
 from ..interrupt import interruptible
 from ..options import OptionError
+from ..progress import Progress
 from ..request_table import write_request_table
 from ..result import SolveResult, Status
 from ..schedule import replay
+from ..textable import metric_pairs
 from ._common import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
@@ -111,6 +114,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="FILE", help="write the schedule JSON here (after it replays cleanly)")
     add_requests_out_flag(p, "the returned schedule")
     add_json_flag(p)
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=handle)
 
 
@@ -182,18 +186,32 @@ def check_schedule_outputs(problem: str, args: argparse.Namespace) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    limit = args.time_limit
+    quiet = getattr(args, "quiet", False) or args.log  # the solver's own log takes stderr
+    started = getattr(args, "started", None)
+    with Progress("solve", limit, "s", clock=limit is not None, enabled=not quiet, started=started) as progress:
+        instance, result, interrupted = _solve(args, progress)
+    return _output(args, instance, result, interrupted)
+
+
+def _solve(args: argparse.Namespace, progress: Progress) -> tuple[Instance, SolveResult, bool]:
+    """Load, solve and replay (the schedule and request files written); (instance, result, interrupted)."""
+    progress.doing(f"loading the {args.problem} formulation (its compiled kernels are built on first use)")
     solve = resolve("solve", args.problem, args.solver)
     check_solver_option(args.problem, args.solver)
     options = problem_options(args.problem, "solve", args)
     check_schedule_outputs(args.problem, args)
     check_requests_out(args.requests_out)
     check_output_path(args.out, args.requests_out)
+    progress.doing(f"loading {args.instance}")
     instance = load_instance_arg(args)
     options = with_time_left(options, args)
+    progress.doing(f"solving {args.problem} on {len(instance.requests)} requests")
     with interruptible() as ctrl_c:  # Ctrl-C: the best schedule and bound so far, as at the time limit
         result: SolveResult = solve(instance, options)
     if ctrl_c.happened:
         print("optsched: interrupted: reporting the best schedule and bound found so far", file=sys.stderr)
+    progress(f"{result.status}: objective {result.objective}, bound {result.bound}")
     if result.schedule is not None:
         replayed = result.replay if result.replay is not None else replay(instance, result.schedule)
         if not replayed.feasible:
@@ -210,15 +228,21 @@ def handle(args: argparse.Namespace) -> int:
         print(
             f"optsched: note: no schedule returned ({result.status}): {args.requests_out} not written", file=sys.stderr
         )
+    return instance, result, ctrl_c.happened
+
+
+def _output(args: argparse.Namespace, instance: Instance, result: SolveResult, interrupted: bool) -> int:
+    """Print the result (a listing, or the JSON) and return the exit code."""
     out = result.to_dict(args.out if result.schedule is not None else None)
     out["instance"] = instance.name
-    if ctrl_c.happened:
+    if interrupted:
         out["interrupted"] = True
     if args.json:
         print_json(out)
     else:
         metrics = out.get("metrics") or {}
         named = {"objective": f"objective ({out['objective_name']})"} if out.get("objective_name") else {}
+        named["wall_time"] = "wall_time (s)"
         print(
             format_mapping(
                 [
@@ -235,7 +259,7 @@ def handle(args: argparse.Namespace) -> int:
                         "schedule",
                     )
                 ]
-                + [(k, metrics[k]) for k in SUMMARY_METRICS if k in metrics]
+                + metric_pairs({k: metrics[k] for k in SUMMARY_METRICS if k in metrics})
             )
         )
     if result.status == Status.INFEASIBLE:
