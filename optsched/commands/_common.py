@@ -150,20 +150,27 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
-def add_instance_arguments(parser: argparse.ArgumentParser) -> None:
-    """INSTANCE, the options that build or override an instance, and the workload transforms."""
-    parser.add_argument(
-        "instance",
-        metavar="INSTANCE",
-        help="instance JSON file, name of a shipped instance (e.g. toy-4), or a trace file "
-        "(.csv or .jsonl, also .gz; formats in docs/instances.md)",
-    )
+def add_instance_arguments(
+    parser: argparse.ArgumentParser, *, positional: bool = True, format_flag: str = "--format"
+) -> None:
+    """INSTANCE, the options that build or override an instance, and the workload transforms.
+
+    ``positional=False`` leaves INSTANCE to the caller (e.g. an ``--instance`` option);
+    ``format_flag`` names the trace-format option where ``--format`` means something else.
+    """
+    if positional:
+        parser.add_argument(
+            "instance",
+            metavar="INSTANCE",
+            help="instance JSON file, name of a shipped instance (e.g. toy-4), or a trace file "
+            "(.csv or .jsonl, also .gz; formats in docs/instances.md)",
+        )
     group = parser.add_argument_group(
         "instance options",
         "required for a trace (--cost-model) and overriding a JSON instance's values otherwise",
     )
     group.add_argument(
-        "--format",
+        format_flag,
         dest="trace_format",
         choices=list(FORMATS),
         metavar="FORMAT",

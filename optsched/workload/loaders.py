@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..costmodel import CostModel, CostModelError, load_cost_model
-from ..instance import MAX_ARRIVAL, Instance, Limits, Request, check_requests, requests_from_columns
+from ..instance import MAX_ARRIVAL, Instance, Limits, Request, as_limits, check_requests, requests_from_columns
 from ..jsonio import gc_paused
 from .arrow import arrow_available, read_csv_columns
 from .errors import WorkloadError
@@ -260,7 +260,7 @@ def trace_format_of(path: str | Path, format: str | None = None) -> TraceFormat:
 def load_trace(
     path: str | Path,
     cost_model: str | Mapping[str, Any] | CostModel,
-    limits: Limits | None = None,
+    limits: Limits | Mapping[str, Any] | None = None,
     *,
     format: str | None = None,
     name: str | None = None,
@@ -277,7 +277,8 @@ def load_trace(
     cost_model
         Profile name, inline mapping or :class:`CostModel`.
     limits
-        Engine limits (default: the contract's defaults).
+        Engine limits: a :class:`~optsched.instance.Limits` or a mapping of the contract's
+        ``limits`` keys (missing keys: the contract's defaults).
     format
         A name of :data:`~optsched.workload.formats.FORMATS`; None detects it from the header.
     name
@@ -295,6 +296,7 @@ def load_trace(
         Naming the file, the line and the column.
     """
     source = str(path)
+    limits = as_limits(limits, source)
     fmt = trace_format_of(source, format)
     model = format_options.pop("model", None)
     if format_options:
@@ -320,7 +322,6 @@ def load_trace(
         cost = load_cost_model(cost_model)
     except CostModelError as exc:
         raise WorkloadError(f"{source}: {exc}") from None
-    limits = limits or Limits()
     check_requests(requests, limits, source, check_capacity, check_ids=False)  # row<k> ids are unique
     extra: dict[str, Any] = {"source": f"{fmt.name} trace {Path(source).name}"}
     notes = _notes(source, fmt, rows, model)
@@ -332,7 +333,7 @@ def load_trace(
 def load_trace_csv(
     path: str | Path,
     cost_model: str | Mapping[str, Any] | CostModel,
-    limits: Limits | None = None,
+    limits: Limits | Mapping[str, Any] | None = None,
     *,
     name: str | None = None,
     first: int | None = None,
