@@ -55,7 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="overall time limit in seconds, HTML included (default 60)",
     )
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report here")
-    add_requests_out_flag(p, "the best schedule")
+    add_requests_out_flag(p, "the best schedule (or --policy's)")
+    p.add_argument(
+        "--policy",
+        metavar="NAME",
+        help="--requests-out: write this policy's schedule ('solver': the solver's; default: the best)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--objective", choices=OBJECTIVES, default="makespan", help="objective compared (default makespan)")
     p.add_argument("--policies", metavar="LIST", help="comma-separated policies (default: all registered)")
@@ -90,14 +95,34 @@ def table_width(wide: bool) -> int:
     return 1000 if wide else 120
 
 
-def _write_best_requests(report: Report, path: str, progress: Progress) -> None:
-    """The best schedule's per-request table (a note on stderr when there is no schedule)."""
-    best = report.best
-    if best is None:
-        print(f"optsched: note: no schedule replayed cleanly: {path} not written", file=sys.stderr)
+def _write_requests(report: Report, path: str, policy: str | None, progress: Progress) -> None:
+    """The per-request table of ``policy``'s schedule (``solver``: the solver's; None: the best);
+    a note on stderr when there is no such schedule."""
+    if policy is None:
+        found = report.best
+    else:
+        label = f"solver:{report.solver.problem}" if policy == "solver" and report.solver else f"policy:{policy}"
+        found = next((c for c in report.candidates() if c[0] == label), None)
+    if found is None:
+        what = "no schedule replayed cleanly" if policy is None else f"no clean schedule of {policy!r} in the report"
+        print(f"optsched: note: {what}: {path} not written", file=sys.stderr)
         return
-    progress(f"writing {path} ({best[0]})")
-    write_request_table(path, best[3])
+    progress(f"writing {path} ({found[0]})")
+    write_request_table(path, found[3])
+
+
+def _check_policy(args: argparse.Namespace, policies: list[str] | None) -> None:
+    """``--policy`` names a policy the report runs (or ``solver``), and only with ``--requests-out``."""
+    if args.policy is None:
+        return
+    if args.requests_out is None:
+        raise BadInput("--policy: applies only with --requests-out (the schedule whose requests are written)")
+    if args.policy == "solver":
+        return
+    run = policies if policies is not None else sorted(POLICIES)
+    if args.policy not in run:
+        where = "--policies" if policies is not None else "the registered policies"
+        raise BadInput(f"--policy: {args.policy!r} is not among {where} ({', '.join(run)})")
 
 
 def handler(args: argparse.Namespace) -> int:
@@ -112,6 +137,7 @@ def handler(args: argparse.Namespace) -> int:
         columns = parse_columns(args.columns, args.wide)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
+    _check_policy(args, policies)
     check_requests_out(args.requests_out)
     check_output_path(args.html, args.requests_out)
     with Progress("report", args.time_limit, "s", clock=True, enabled=not args.quiet, started=t0) as progress:
@@ -146,7 +172,7 @@ def _run(args: argparse.Namespace, t0: float, policies: list[str] | None, progre
     )
     report.time_limit = args.time_limit
     if args.requests_out is not None:
-        _write_best_requests(report, args.requests_out, progress)
+        _write_requests(report, args.requests_out, args.policy, progress)
     if args.html:
         progress(f"writing {args.html}")
         from ..report.html import write_html  # matplotlib loads only when a page is drawn
