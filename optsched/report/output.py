@@ -13,28 +13,13 @@ from typing import Any
 from ..metrics import TAIL_KEYS
 from .gather import Report
 
-__all__ = ["HIGHLIGHTED_POLICIES", "METRIC_KEYS", "TABLE_KEYS", "grouped_messages", "report_rows", "report_to_dict"]
+__all__ = ["HIGHLIGHTED_POLICIES", "METRIC_KEYS", "grouped_messages", "report_rows", "report_to_dict"]
 
 #: The engines' default policies, which the tables and plots name first and highlight.
 HIGHLIGHTED_POLICIES = ("vllm", "sarathi")
 
 #: Schedule metrics shown for every schedule (docs/schedule.md).
 METRIC_KEYS = ("makespan", "mean_latency", "mean_ttft", "mean_tpot", "throughput", "evictions", "slo_attainment", "G")
-#: The metrics shown in the terminal and HTML tables: means, P99s, goodput.
-TABLE_KEYS = (
-    "makespan",
-    "mean_latency",
-    "latency_p99",
-    "mean_ttft",
-    "ttft_p99",
-    "mean_tpot",
-    "tpot_p99",
-    "queue_p99",
-    "throughput",
-    "goodput",
-    "evictions",
-    "slo_attainment",
-)
 
 
 def _metrics(replay: Any) -> dict[str, Any] | None:
