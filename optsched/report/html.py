@@ -15,6 +15,7 @@ from pathlib import Path
 import matplotlib
 from matplotlib.figure import Figure
 
+from ..instance import Instance
 from ..jsonio import write_text_atomic
 from ..schedule import ReplayResult
 from .gather import Report
@@ -210,10 +211,17 @@ def _figures(report: Report) -> list[str]:
             _figure(
                 figure_svg(plot_latency_cdfs(shown, best_label, inst)),
                 "Share of requests with TTFT / TPOT at most x, on an axis stretched at both ends so that the "
-                "tail (P90-P99.9) is legible; " + color_key(labels, best_label) + "; dashed red: SLO targets.",
+                "tail (P90-P99.9) is legible; "
+                + color_key(labels, best_label)
+                + ("; dashed red: the requests' SLO targets." if _has_slo(inst) else "."),
             )
         )
     return parts
+
+
+def _has_slo(instance: Instance) -> bool:
+    """Whether a request carries a TTFT or TPOT target (drawn on the CDFs)."""
+    return any(r.slo is not None and (r.slo.ttft is not None or r.slo.tpot is not None) for r in instance.requests)
 
 
 def write_html(report: Report, path: str | Path) -> None:
