@@ -6,7 +6,7 @@ column set (:data:`DEFAULT_COLUMNS`) fits 120 columns; ``columns`` picks others 
 lists every one). Schedules whose batches are identical are folded into one row
 (``vllm = vllm-ef``); the bounds listed are those of the report's objective that are compared
 (:attr:`~optsched.report.gather.BoundEntry.comparable`), the others and the notes of bounders that
-do not apply only when ``verbose``.
+do not apply or were not run only when ``verbose``.
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def report_terminal(report: Report, columns: Sequence[str] = DEFAULT_COLUMNS, ve
     for message, names in grouped_messages(report_rows(report)):
         out.append(f"  {', '.join(names)}: {message}")
     for note in report.notes:
-        if verbose or "not applied" not in note:
+        if verbose or not note.startswith("bounder "):
             out.append(f"note: {note}")
     return out
 
