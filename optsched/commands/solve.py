@@ -189,6 +189,8 @@ def handle(args: argparse.Namespace) -> int:
     limit = args.time_limit
     quiet = getattr(args, "quiet", False) or args.log  # the solver's own log takes stderr
     started = getattr(args, "started", None)
+    check_requests_out(args.requests_out)  # bad outputs are refused before any work
+    check_output_path(args.out, args.requests_out)
     with Progress("solve", limit, "s", clock=limit is not None, enabled=not quiet, started=started) as progress:
         instance, result, interrupted = _solve(args, progress)
     return _output(args, instance, result, interrupted)
@@ -201,8 +203,6 @@ def _solve(args: argparse.Namespace, progress: Progress) -> tuple[Instance, Solv
     check_solver_option(args.problem, args.solver)
     options = problem_options(args.problem, "solve", args)
     check_schedule_outputs(args.problem, args)
-    check_requests_out(args.requests_out)
-    check_output_path(args.out, args.requests_out)
     progress.doing(f"loading {args.instance}")
     instance = load_instance_arg(args)
     options = with_time_left(options, args)
