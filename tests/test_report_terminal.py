@@ -5,14 +5,17 @@ schedules folded, only the objective's compared bounds and no "not applied" note
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from optsched.cli import main
 from optsched.instance import load_instance
+from optsched.policies import POLICIES
 from optsched.report import build_report, report_table, report_to_dict
 from optsched.report.terminal import COLUMNS, DEFAULT_COLUMNS, fold_identical, parse_columns, same_batches
 from optsched.schedule import Batch, Item, Schedule
+from tests.support.report import serial_fcfs
 
 UNITS = ("s", "ms", "tok/s", "req/s", "%")
 
@@ -135,3 +138,22 @@ def test_simulate_and_check_print_units(capsys: pytest.CaptureFixture[str], tmp_
     assert listing["evictions"] == str(metrics["evictions"])
     assert main(["check", "toy-4", str(out_file)]) == 0
     assert "mean_tpot (ms)" in capsys.readouterr().out
+
+
+def slow_fcfs(instance):
+    """The test-only serial FCFS policy, 0.4 s slower (a policy phase that uses its time share)."""
+    time.sleep(0.4)
+    return serial_fcfs(instance)
+
+
+def test_policies_stop_at_their_share_of_the_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No policy starts after half the time: the rest are skipped (noted), the report goes on."""
+    names = [f"zz-slow-{k}" for k in range(12)]
+    for name in names:
+        monkeypatch.setitem(POLICIES, name, "tests.test_report_terminal:slow_fcfs")
+    report = build_report(load_instance("toy-4"), time_limit=6.0, policies=names, solve_max_requests=0)
+    status = [p.status for p in report.policies]
+    assert not report.partial and status[0] == "ok" and status[-1] == "skipped", status
+    assert report.phase_times["policies"] < 3.0 + 1.0  # half of 6 s, plus the policy running then
+    assert any("share of the time limit" in n for n in report.notes)
+    assert all(p.message == "not run (time share)" for p in report.policies if p.status == "skipped")

@@ -3,7 +3,8 @@
 :func:`build_report` runs, in this order and under one overall deadline:
 
 1. the generic cost-model bounds of :mod:`optsched.bounds` (instant);
-2. every registered policy (:data:`optsched.policies.POLICIES`): simulate, then replay;
+2. every registered policy (:data:`optsched.policies.POLICIES`): simulate, then replay; no policy
+   starts after :data:`POLICY_SHARE` of the time (the others are listed as skipped);
 3. every registered bounder (:data:`optsched.problems.BOUNDERS`) of :data:`SCHEDULE_PROBLEMS`,
    whose bounds are compared, with the objective and a share of the remaining time in
    ``options`` (the others are noted as not run: ``optsched bound --problem NAME`` gives theirs);
@@ -63,6 +64,10 @@ OPTIMAL_RTOL = 1e-9
 SOLVER_ROOM_SHARE = 0.2
 #: Most seconds of :data:`SOLVER_ROOM_SHARE`: a long limit goes to the solver, less 11 s.
 SOLVER_ROOM_CAP = 10.0
+
+#: Share of the report's time (less the caller's reserve) after which no further policy starts, so
+#: that the bounders and the solver keep the rest.
+POLICY_SHARE = 0.5
 
 #: Default largest instance (in requests) handed to the solver: None, every size (the InferMax
 #: solve works at any size, :mod:`optsched.problems.infermax.scale`); a number is an opt-out.
@@ -376,8 +381,15 @@ def build_report(
             ]
         say(f"generic bounds: {', '.join(f'{b.name} {b.value:.6g}' for b in report.bounds)}")
         phase = "policies"
+        share = None if deadline is None else time.perf_counter() + POLICY_SHARE * (deadline - time.perf_counter())
         with _timed(report, "policies"), _deadline(deadline):
             for k, name in enumerate(names, 1):
+                if share is not None and time.perf_counter() > share:
+                    report.notes.append(
+                        f"policies {', '.join(names[k - 1 :])} not run: the policies' share of the time limit "
+                        f"({100 * POLICY_SHARE:.0f} %) was used"
+                    )
+                    break
                 doing(f"policy {k}/{len(names)} {name}")
                 run = _run_policy(instance, name, objective)
                 report.policies.append(run)
@@ -407,10 +419,12 @@ def build_report(
         report.partial = True
         report.notes.append(f"interrupted during {phase}; the report is partial")
         say(f"interrupted during {phase}")
-    if report.partial:
-        done = {p.policy for p in report.policies}
+    done = {p.policy for p in report.policies}
+    if len(done) < len(names):
         report.policies += [
-            PolicyRun(p, "skipped", message="not run (report cut short)") for p in names if p not in done
+            PolicyRun(p, "skipped", message="not run (report cut short)" if report.partial else "not run (time share)")
+            for p in names
+            if p not in done
         ]
     report.wall_time = time.perf_counter() - t0
     return report
