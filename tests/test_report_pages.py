@@ -16,7 +16,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from optsched.cli import main
 from optsched.instance import load_instance
 from optsched.report import build_report
-from optsched.report.plots import busiest_window, plot_bounds_bars, plot_latency_cdfs, plot_memory, plot_timeline
+from optsched.report.plots import (
+    busiest_window,
+    plot_bounds_bars,
+    plot_latency_cdfs,
+    plot_memory,
+    plot_timeline,
+    timeline_segments,
+)
 from optsched.report.terminal import fold_identical
 from optsched.sweep.report import load_rows, plot_pareto, short_labels
 from tests.support.chromium import run_chromium
@@ -137,3 +144,21 @@ def test_short_labels_keep_what_differs() -> None:
 def test_busiest_window() -> None:
     arrivals = [0.0, 1.0, 2.0, 3.0, 3.1, 3.2, 3.3, 9.0]
     assert busiest_window(arrivals, 4) == 3 and busiest_window(arrivals, 20) == 0
+
+
+def test_timeline_window_matches_the_whole_schedule() -> None:
+    """The busiest window's runs and evictions, read from its time span only, are those of the
+    whole schedule restricted to the window (aladdin-fig3's optimum evicts; a policy on 100 requests)."""
+    for name, policy in (("splitwise-conv-100", "sarathi"), ("aladdin-fig3", None)):
+        report = build_report(load_instance(name), time_limit=30, policies=[policy] if policy else None)
+        for _, _, schedule, res in report.candidates()[:3]:
+            inst = report.instance
+            order = sorted(inst.requests, key=lambda r: (r.arrival, r.id))
+            rows = min(len(order) - 1, 20)
+            start = busiest_window([r.arrival for r in order], rows)
+            keep = {r.id for r in order[start : start + rows]}
+            for merge in (False, True):
+                row, runs, evictions = timeline_segments(inst, schedule, res, merge)
+                _, part, part_evictions = timeline_segments(inst, schedule, res, merge, keep)
+                assert part == {pre: {k: v for k, v in by.items() if k in keep} for pre, by in runs.items()}
+                assert part_evictions == [(t, k) for t, k in evictions if order[k].id in keep]

@@ -12,6 +12,7 @@ Times and KV come from :func:`optsched.schedule.replay` (``starts``, ``ends``, `
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 
@@ -23,7 +24,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from ..instance import Instance
-from ..schedule import ReplayResult, Schedule, item_phases
+from ..schedule import Batch, ReplayResult, Schedule, item_phases
 from .gather import Report
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "plot_memory",
     "plot_timeline",
     "schedule_color",
+    "timeline_segments",
 ]
 
 
@@ -72,24 +74,40 @@ MERGE_ABOVE = 300
 RASTER_ABOVE = 4000
 
 
-def _segments(instance: Instance, schedule: Schedule, result: ReplayResult, merge: bool) -> tuple[dict, dict, list]:
+def timeline_segments(
+    instance: Instance, schedule: Schedule, result: ReplayResult, merge: bool, keep: set[str] | None = None
+) -> tuple[dict, dict, list]:
     """(start, end) runs per request and phase (consecutive batches merged when ``merge``), and
-    eviction points (time, row)."""
+    eviction points (time, row); only the requests of ``keep`` (None: all), read from the batches
+    between the first arrival and the last finish among them (their phases are exact: none of them
+    has work before its arrival)."""
     row = {r.id: k for k, r in enumerate(sorted(instance.requests, key=lambda r: (r.arrival, r.id)))}
+    first, last = 0, len(schedule.batches)
+    batches = schedule.batches
+    if keep is not None:
+        lo = min(r.arrival for r in instance.requests if r.id in keep)
+        finishes = [result.outcomes[rid].finish for rid in keep]
+        hi = max((f for f in finishes if f is not None), default=math.inf)
+        first, last = bisect.bisect_right(result.ends, lo), bisect.bisect_right(result.starts, hi)
+        batches = tuple(
+            Batch(tuple(it for it in b.items if it.id in keep), tuple(e for e in b.evict if e in keep), b.start)
+            for b in schedule.batches[first:last]
+        )
     runs: dict[bool, dict[str, list[list[float]]]] = {True: {}, False: {}}
-    last: dict[str, tuple[int, bool]] = {}
+    previous: dict[str, tuple[int, bool]] = {}
     evictions = []
-    for j, (batch, phases) in enumerate(zip(schedule.batches, item_phases(instance, schedule))):
+    phases = item_phases(instance, Schedule(schedule.instance, batches))
+    for j, (batch, batch_phases) in enumerate(zip(batches, phases), first):
         s, e = result.starts[j], result.ends[j]
         for rid in batch.evict:
             evictions.append((s, row[rid]))
-        for it, pre in zip(batch.items, phases):
+        for it, pre in zip(batch.items, batch_phases):
             lst = runs[pre].setdefault(it.id, [])
-            if merge and last.get(it.id) == (j - 1, pre) and lst:
+            if merge and previous.get(it.id) == (j - 1, pre) and lst:
                 lst[-1][1] = e
             else:
                 lst.append([s, e])
-            last[it.id] = (j, pre)
+            previous[it.id] = (j, pre)
     return row, runs, evictions
 
 
@@ -107,15 +125,14 @@ def plot_timeline(instance: Instance, schedule: Schedule, result: ReplayResult, 
     time; above :data:`TIMELINE_ROWS` requests, those of the busiest window only (the consecutive
     arrivals with the shortest span), its time axis cut to their work."""
     merge = len(schedule.batches) > MERGE_ABOVE
-    row, runs, evictions = _segments(instance, schedule, result, merge)
     order = sorted(instance.requests, key=lambda r: (r.arrival, r.id))
     first = busiest_window([r.arrival for r in order], TIMELINE_ROWS)
     window = order[first : first + TIMELINE_ROWS]
-    if len(window) < len(order):
-        keep = {r.id for r in window}
+    keep = {r.id for r in window} if len(window) < len(order) else None
+    row, runs, evictions = timeline_segments(instance, schedule, result, merge, keep)
+    if keep is not None:
         row = {rid: k - first for rid, k in row.items() if rid in keep}
-        runs = {pre: {rid: segs for rid, segs in by.items() if rid in keep} for pre, by in runs.items()}
-        evictions = [(t, k - first) for t, k in evictions if first <= k < first + len(window)]
+        evictions = [(t, k - first) for t, k in evictions]
         title += f" (requests {first + 1}-{first + len(window)} of {len(order)} by arrival: the busiest window)"
     n = len(row)
     fig = Figure(figsize=(11, min(9.0, 2.2 + 0.12 * n)), layout="constrained")
