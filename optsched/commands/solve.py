@@ -189,22 +189,24 @@ def handle(args: argparse.Namespace) -> int:
     limit = args.time_limit
     quiet = getattr(args, "quiet", False) or args.log  # the solver's own log takes stderr
     started = getattr(args, "started", None)
-    check_requests_out(args.requests_out)  # bad outputs are refused before any work
+    if args.problem not in problems.SOLVERS:
+        resolve("solve", args.problem)  # bad input: names the known problems
+    check_solver_option(args.problem, args.solver)  # bad options and outputs are refused before any work
+    options = problem_options(args.problem, "solve", args)
+    check_schedule_outputs(args.problem, args)
+    check_requests_out(args.requests_out)
     check_output_path(args.out, args.requests_out)
     with Progress("solve", limit, "s", clock=limit is not None, enabled=not quiet, started=started) as progress:
-        instance, result, interrupted = _solve(args, progress)
+        instance, result, interrupted = _solve(args, options, progress)
     return _output(args, instance, result, interrupted)
 
 
-def _solve(args: argparse.Namespace, progress: Progress) -> tuple[Instance, SolveResult, bool]:
+def _solve(args: argparse.Namespace, options: Any, progress: Progress) -> tuple[Instance, SolveResult, bool]:
     """Load, solve and replay (the schedule and request files written); (instance, result, interrupted)."""
+    progress.doing(f"loading {args.instance}")
+    instance = load_instance_arg(args)  # first: a bad instance is refused before the formulation loads
     progress.doing(f"loading the {args.problem} formulation (its compiled kernels are built on first use)")
     solve = resolve("solve", args.problem, args.solver)
-    check_solver_option(args.problem, args.solver)
-    options = problem_options(args.problem, "solve", args)
-    check_schedule_outputs(args.problem, args)
-    progress.doing(f"loading {args.instance}")
-    instance = load_instance_arg(args)
     options = with_time_left(options, args)
     progress.doing(f"solving {args.problem} on {len(instance.requests)} requests")
     with interruptible() as ctrl_c:  # Ctrl-C: the best schedule and bound so far, as at the time limit
