@@ -213,7 +213,7 @@ def _solve(args: argparse.Namespace, options: Any, progress: Progress) -> tuple[
         result: SolveResult = solve(instance, options)
     if ctrl_c.happened:
         print("optsched: interrupted: reporting the best schedule and bound found so far", file=sys.stderr)
-    progress(f"{result.status}: objective {result.objective}, bound {result.bound}")
+    progress.doing(f"replaying the schedule ({result.status})")
     if result.schedule is not None:
         replayed = result.replay if result.replay is not None else replay(instance, result.schedule)
         if not replayed.feasible:
