@@ -343,7 +343,7 @@ def plot_latency_cdfs(
     n = max((len(res.outcomes) for _, res, _ in styled), default=1)
     axes[0].set_ylim(min(0.05, 0.5 / n), 1 - min(0.0005, 0.5 / n))
     axes[0].set_yticks(CDF_TICKS, [f"P{100 * q:g}" for q in CDF_TICKS])
-    axes[0].yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    axes[0].yaxis.set_minor_locator(matplotlib.ticker.NullLocator())  # the logit scale's many minor ticks
     handles = _legend_handles(styled)
     if any(_slo_targets(instance, q) for q in ("ttft", "tpot")):
         handles.append(Line2D([], [], color=EVICT, ls="--", label="SLO target"))
