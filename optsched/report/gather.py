@@ -381,20 +381,8 @@ def build_report(
             ]
         say(f"generic bounds: {', '.join(f'{b.name} {b.value:.6g}' for b in report.bounds)}")
         phase = "policies"
-        share = None if deadline is None else time.perf_counter() + POLICY_SHARE * (deadline - time.perf_counter())
         with _timed(report, "policies"), _deadline(deadline):
-            for k, name in enumerate(names, 1):
-                if share is not None and time.perf_counter() > share:
-                    report.notes.append(
-                        f"policies {', '.join(names[k - 1 :])} not run: the policies' share of the time limit "
-                        f"({100 * POLICY_SHARE:.0f} %) was used"
-                    )
-                    break
-                doing(f"policy {k}/{len(names)} {name}")
-                run = _run_policy(instance, name, objective)
-                report.policies.append(run)
-                value = f"{objective} {run.objective:.6g}" if run.objective is not None else run.status
-                say(f"policy {k}/{len(names)} {name}: {value} ({run.wall_time:.1f}s)")
+            _policy_phase(report, names, deadline, say, doing)
         phase = "bounders"
         with _timed(report, "bounders"), _deadline(deadline):
             for name in sorted(BOUNDERS):
@@ -428,6 +416,30 @@ def build_report(
         ]
     report.wall_time = time.perf_counter() - t0
     return report
+
+
+def _policy_phase(
+    report: Report,
+    names: Sequence[str],
+    deadline: float | None,
+    say: Callable[[str], None],
+    doing: Callable[[str], None],
+) -> None:
+    """Run the policies in turn; none starts after :data:`POLICY_SHARE` of the time to ``deadline``."""
+    share = None if deadline is None else time.perf_counter() + POLICY_SHARE * (deadline - time.perf_counter())
+    objective = report.objective
+    for k, name in enumerate(names, 1):
+        if share is not None and time.perf_counter() > share:
+            report.notes.append(
+                f"policies {', '.join(names[k - 1 :])} not run: the policies' share of the time limit "
+                f"({100 * POLICY_SHARE:.0f} %) was used"
+            )
+            return
+        doing(f"policy {k}/{len(names)} {name}")
+        run = _run_policy(report.instance, name, objective)
+        report.policies.append(run)
+        value = f"{objective} {run.objective:.6g}" if run.objective is not None else run.status
+        say(f"policy {k}/{len(names)} {name}: {value} ({run.wall_time:.1f}s)")
 
 
 def _solver_phase(
