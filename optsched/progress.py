@@ -12,7 +12,7 @@ nothing. Nothing goes to stdout, which stays the JSON's.
 
 from __future__ import annotations
 
-import shutil
+import os
 import sys
 import threading
 import time
@@ -30,7 +30,7 @@ FIRST_LINE_SECONDS = 1.0
 def is_terminal(stream: TextIO) -> bool:
     """Whether ``stream`` is a terminal with a width (where a bar can be drawn)."""
     try:
-        return stream.isatty() and shutil.get_terminal_size((0, 0)).columns > 0
+        return stream.isatty() and os.get_terminal_size(stream.fileno()).columns > 0
     except (AttributeError, ValueError, OSError):
         return False
 
