@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .instance import Instance, InstanceError, parse_instance
+from .instance import Instance, InstanceError, Limits, as_limits, parse_instance
 from .integers import parse_decimal, parse_int
 
 __all__ = [
@@ -160,7 +160,7 @@ def generate(
     *,
     name: str,
     cost_model: str | Mapping[str, Any] = "llama2-7b-a100",
-    limits: Mapping[str, int | None] | None = None,
+    limits: Limits | Mapping[str, int | None] | None = None,
     arrivals: ArrivalProcess = AllAtZero(),
     seed: int = 0,
     source: str = "",
@@ -178,7 +178,8 @@ def generate(
     cost_model
         Profile name or inline cost model.
     limits
-        The contract's ``limits`` object (missing keys take the contract's defaults).
+        A :class:`~optsched.instance.Limits`, or the contract's ``limits`` object (missing keys take the
+        contract's defaults).
     arrivals
         Arrival process.
     seed
@@ -214,7 +215,7 @@ def generate(
         "name": name,
         "source": note,
         "cost_model": cost_model,
-        "limits": dict(limits or {}),
+        "limits": as_limits(limits, name).to_dict(),
         "requests": [
             {
                 "id": f"r{i:0{width}d}",
@@ -264,7 +265,7 @@ def gsm8k_like(
     *,
     n: int = 1319,
     cost_model: str = "llama-65b-ascend8",
-    limits: Mapping[str, int | None] | None = None,
+    limits: Limits | Mapping[str, int | None] | None = None,
     arrivals: ArrivalProcess = AllAtZero(),
 ) -> Instance:
     """The GSM8K test set as the Hybrid paper describes it (seed003): 1319 requests, input mean

@@ -35,6 +35,7 @@ __all__ = [
     "MAX_RUNNING",
     "MAX_TOKENS",
     "Request",
+    "as_limits",
     "available_instances",
     "check_requests",
     "load_instance",
@@ -307,6 +308,42 @@ class _InstanceModel(BaseModel):
     requests: list[_RequestModel] = Field(min_length=1)
 
 
+def as_limits(value: Limits | Mapping[str, Any] | None, source: str = "limits") -> Limits:
+    """A :class:`Limits` from a ``Limits``, a mapping with the keys of the contract's ``limits``
+    object (missing keys take the contract's defaults; ``prefill_budget`` defaults to
+    ``token_budget``) or None (every default), validated as in an instance file.
+
+    Raises
+    ------
+    InstanceError
+        On an unknown key or a value out of range, naming ``source`` and the field.
+    """
+    if isinstance(value, Limits):
+        return value
+    if value is None:
+        return Limits()
+    if not isinstance(value, Mapping):
+        raise InstanceError(f"{source}: must be a Limits or a mapping, got {type(value).__name__}")
+    try:
+        lim = _LimitsModel.model_validate(dict(value))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"])
+        raise InstanceError(f"{source}: field 'limits.{field}': {error['msg']}") from None
+    return _limits_of(lim, source)
+
+
+def _limits_of(lim: _LimitsModel, source: str) -> Limits:
+    """The :class:`Limits` of validated ``limits`` (P defaults to C; P <= C checked)."""
+    prefill_budget = lim.prefill_budget if lim.prefill_budget is not None else lim.token_budget
+    if prefill_budget > lim.token_budget:
+        raise InstanceError(
+            f"{source}: field 'limits.prefill_budget': {prefill_budget} exceeds token_budget "
+            f"{lim.token_budget} (P <= C)"
+        )
+    return Limits(lim.token_budget, prefill_budget, lim.kv_capacity, lim.max_running)
+
+
 def _describe(loc: tuple[Any, ...], raw: Mapping[str, Any]) -> str:
     """Turn a pydantic location into "request 'r3': field 'prompt_tokens'"."""
     if len(loc) >= 2 and loc[0] == "requests" and isinstance(loc[1], int):
@@ -355,14 +392,7 @@ def parse_instance(data: Any, source: str = "<instance>", *, check_capacity: boo
     except CostModelError as exc:
         raise InstanceError(f"{source}: {exc}") from None
 
-    lim = model.limits
-    prefill_budget = lim.prefill_budget if lim.prefill_budget is not None else lim.token_budget
-    if prefill_budget > lim.token_budget:
-        raise InstanceError(
-            f"{source}: field 'limits.prefill_budget': {prefill_budget} exceeds token_budget "
-            f"{lim.token_budget} (P <= C)"
-        )
-    limits = Limits(lim.token_budget, prefill_budget, lim.kv_capacity, lim.max_running)
+    limits = _limits_of(model.limits, source)
     requests = tuple(
         Request(
             id=r.id,

@@ -95,7 +95,7 @@ def test_simulate_all_prints_a_table(capsys, monkeypatch):
     code, out, err = run(capsys, "simulate", "toy-4", "--policy", "all")
     assert code == 0
     lines = out.splitlines()
-    assert lines[1].split()[:3] == ["policy", "makespan", "mean_latency"]
+    assert lines[1].split()[:4] == ["policy", "makespan", "(s)", "mean_latency"]  # units in the headers
     assert [line.split()[0] for line in lines[3:]] == ["test-random", "test-random-2"]
     code, res = run_json(capsys, "simulate", "toy-4", "--policy", "all")
     assert code == 0 and res["policy"] == "all"

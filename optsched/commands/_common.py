@@ -14,7 +14,6 @@ import json
 import math
 import os
 import sys
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -27,6 +26,7 @@ from ..integers import NumberSyntaxError, parse_int
 from ..jsonio import output_target
 from ..request_table import TableError, check_table_path
 from ..schedule import Schedule
+from ..textable import format_value, text_table
 from ..workload import (
     FORMATS,
     WorkloadError,
@@ -173,20 +173,27 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
-def add_instance_arguments(parser: argparse.ArgumentParser) -> None:
-    """INSTANCE, the options that build or override an instance, and the workload transforms."""
-    parser.add_argument(
-        "instance",
-        metavar="INSTANCE",
-        help="instance JSON file, name of a shipped instance (e.g. toy-4), or a trace file "
-        "(.csv or .jsonl, also .gz; formats in docs/instances.md)",
-    )
+def add_instance_arguments(
+    parser: argparse.ArgumentParser, *, positional: bool = True, format_flag: str = "--format"
+) -> None:
+    """INSTANCE, the options that build or override an instance, and the workload transforms.
+
+    ``positional=False`` leaves INSTANCE to the caller (e.g. an ``--instance`` option);
+    ``format_flag`` names the trace-format option where ``--format`` means something else.
+    """
+    if positional:
+        parser.add_argument(
+            "instance",
+            metavar="INSTANCE",
+            help="instance JSON file, name of a shipped instance (e.g. toy-4), or a trace file "
+            "(.csv or .jsonl, also .gz; formats in docs/instances.md)",
+        )
     group = parser.add_argument_group(
         "instance options",
         "required for a trace (--cost-model) and overriding a JSON instance's values otherwise",
     )
     group.add_argument(
-        "--format",
+        format_flag,
         dest="trace_format",
         choices=list(FORMATS),
         metavar="FORMAT",
@@ -351,52 +358,15 @@ def check_schedule_ids(instance: Instance, schedule: Schedule, source: str) -> N
                 )
 
 
-def format_value(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return "inf"
-        return f"{value:.6g}"
-    return str(value)
-
-
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A plain-text table: numbers right-aligned, text left-aligned."""
-    raw = [list(row) for row in rows]
-    cells = [list(headers)] + [[format_value(v) for v in row] for row in raw]
-    widths = [max(len(r[c]) for r in cells) for c in range(len(headers))]
-    numeric = [
-        all(isinstance(row[c], (int, float)) or row[c] is None for row in raw) and bool(raw)
-        for c in range(len(headers))
-    ]
-
-    def line(row: Sequence[str]) -> str:
-        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(row, widths, numeric)).rstrip()
-
-    out = [line(cells[0]), "  ".join("-" * w for w in widths)]
-    out.extend(line(r) for r in cells[1:])
-    return "\n".join(out)
+    """A plain-text table: numbers right-aligned, text left-aligned (:func:`optsched.textable.text_table`)."""
+    return text_table(headers, rows)
 
 
 def format_mapping(pairs: Iterable[tuple[str, Any]]) -> str:
     items = list(pairs)
     width = max((len(k) for k, _ in items), default=0)
     return "\n".join(f"{k.ljust(width)}  {format_value(v)}" for k, v in items)
-
-
-def progress(items: Sequence[T], label: str) -> Iterator[T]:
-    """Yield ``items``, showing ``label i/n: item`` on stderr when stderr is a terminal."""
-    show = sys.stderr.isatty()
-    t0 = time.perf_counter()
-    for k, item in enumerate(items):
-        if show:
-            sys.stderr.write(f"\r\033[K{label} {k + 1}/{len(items)}: {item}  ({time.perf_counter() - t0:.1f} s)")
-            sys.stderr.flush()
-        yield item
-    if show:
-        sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
 
 
 def add_requests_out_flag(parser: argparse.ArgumentParser, what: str) -> None:
@@ -535,7 +505,6 @@ __all__ = [
     "positive_float",
     "positive_int",
     "print_json",
-    "progress",
     "seed_int",
     "stdout_reserved_for_json",
     "command_budget",

@@ -13,6 +13,7 @@ import sys
 
 from ..request_table import write_request_table
 from ..schedule import load_schedule, replay
+from ..textable import metric_pairs
 from ._common import (
     EXIT_NO,
     EXIT_OK,
@@ -62,7 +63,7 @@ def handle(args: argparse.Namespace) -> int:
         if result.feasible:
             print(f"feasible: {len(schedule.batches)} batches, {len(instance.requests)} requests finished")
             assert metrics is not None
-            print(format_mapping(metrics.items()))
+            print(format_mapping(metric_pairs(metrics)))
         else:
             print(f"infeasible: {len(result.violations)} violation(s)")
             for v in result.violations:

@@ -1,9 +1,12 @@
-"""``optsched export SCHEDULE --format NAME --out FILE [--instance INSTANCE]``.
+"""``optsched export SCHEDULE --format NAME --out FILE [--instance INSTANCE] [instance options]``.
 
 The schedule is replayed on its instance first; a schedule with violations, or one the target engine
 cannot execute as written, is refused (exit 1, the reason on stderr naming the batch/step and the
-request). The instance is ``--instance`` (a path or a shipped name), or else the instance the
-schedule names in its ``"instance"`` field, loaded as a shipped name or path.
+request). The instance is ``--instance`` (a JSON path, a shipped name or a trace file), or else the
+instance the schedule names in its ``"instance"`` field, loaded as a shipped name or path; the
+instance options of the other commands apply to it (``--cost-model``, the limits, ``--first``,
+``--rate-scale``, ...; the trace's format is ``--trace-format``), so that a schedule of a trace
+file exports in one command.
 """
 
 from __future__ import annotations
@@ -14,10 +17,19 @@ from typing import Any
 
 from ..export import EXPORTERS, exporter_for
 from ..export.vllm_replay import MAX_PLAN_BLOCKS, PlanError
-from ..instance import InstanceError, load_instance
+from ..instance import InstanceError
 from ..jsonio import write_json_atomic
 from ..schedule import load_schedule
-from ._common import EXIT_NO, BadInput, check_output_path, check_schedule_ids, print_json, strict_int
+from ._common import (
+    EXIT_NO,
+    BadInput,
+    add_instance_arguments,
+    check_output_path,
+    check_schedule_ids,
+    load_instance_arg,
+    print_json,
+    strict_int,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -30,7 +42,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("schedule", help="schedule JSON (docs/schedule.md)")
     p.add_argument("--format", required=True, choices=sorted(EXPORTERS), help="export format")
     p.add_argument("--out", required=True, help="file to write")
-    p.add_argument("--instance", help="instance JSON or shipped name (default: the schedule's 'instance')")
+    p.add_argument(
+        "--instance",
+        metavar="INSTANCE",
+        help="instance JSON, shipped name or trace file (default: the schedule's 'instance')",
+    )
+    add_instance_arguments(p, positional=False, format_flag="--trace-format")
     p.add_argument(
         "--block-size", type=strict_int, default=None, help="vllm-replay: KV block size in tokens (default 16)"
     )
@@ -47,15 +64,18 @@ def register(subparsers: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     check_output_path(args.out)
     schedule = load_schedule(args.schedule)
-    source = args.instance or schedule.instance
-    if not source:
+    given = args.instance is not None
+    args.instance = args.instance or schedule.instance
+    if not args.instance:
         raise BadInput(f"{args.schedule}: field 'instance': empty; pass --instance")
     try:
-        instance = load_instance(source)
+        instance = load_instance_arg(args)
     except InstanceError as exc:
-        if args.instance:
+        if given:
             raise
-        raise BadInput(f"{args.schedule}: field 'instance': cannot load {source!r} ({exc}); pass --instance") from None
+        raise BadInput(
+            f"{args.schedule}: field 'instance': cannot load {args.instance!r} ({exc}); pass --instance"
+        ) from None
     check_schedule_ids(instance, schedule, args.schedule)  # an unknown request is bad input, as in check
     if args.block_size is not None and args.block_size < 1:
         raise BadInput(f"--block-size: must be >= 1, got {args.block_size}")

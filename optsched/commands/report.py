@@ -11,13 +11,16 @@ page. Progress goes to stderr. Ctrl-C or the time limit yield the partial report
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 
 from ..policies import POLICIES
 from ..problems import SOLVERS
-from ..report import Progress, Report, build_report, report_table, report_to_dict
+from ..progress import Progress
+from ..report import Report, build_report, report_table, report_to_dict
 from ..report.gather import SOLVE_MAX_REQUESTS
+from ..report.terminal import DEFAULT_COLUMNS, parse_columns
 from ..request_table import write_request_table
 from ..result import OBJECTIVE_NAMES, default_objective
 from ._common import (
@@ -52,7 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="overall time limit in seconds, HTML included (default 60)",
     )
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report here")
-    add_requests_out_flag(p, "the best schedule")
+    add_requests_out_flag(p, "the best schedule (or --policy's)")
+    p.add_argument(
+        "--policy",
+        metavar="NAME",
+        help="--requests-out: write this policy's schedule ('solver': the solver's; default: the best)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument(
         "--objective",
@@ -72,17 +80,54 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run the solver only on instances of at most N requests (default: any size; 0 = never)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument(
+        "--columns",
+        metavar="LIST",
+        help=f"metric columns of the schedule table, comma-separated, or 'all' (default {','.join(DEFAULT_COLUMNS)})",
+    )
+    p.add_argument("--wide", action="store_true", help="every metric column (as --columns all)")
+    p.add_argument(
+        "--verbose", action="store_true", help="also the bounds not compared and the bounders that do not apply"
+    )
     p.set_defaults(func=handle)
 
 
-def _write_best_requests(report: Report, path: str, progress: Progress) -> None:
-    """The best schedule's per-request table (a note on stderr when there is no schedule)."""
-    best = report.best
-    if best is None:
-        print(f"optsched: note: no schedule replayed cleanly: {path} not written", file=sys.stderr)
+def table_width(wide: bool) -> int:
+    """Columns of the terminal table: the terminal's width on a terminal, else 120 (``--wide``: no
+    limit off a terminal)."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return 1000 if wide else 120
+
+
+def _write_requests(report: Report, path: str, policy: str | None, progress: Progress) -> None:
+    """The per-request table of ``policy``'s schedule (``solver``: the solver's; None: the best);
+    a note on stderr when there is no such schedule."""
+    if policy is None:
+        found = report.best
+    else:
+        label = f"solver:{report.solver.problem}" if policy == "solver" and report.solver else f"policy:{policy}"
+        found = next((c for c in report.candidates() if c[0] == label), None)
+    if found is None:
+        what = "no schedule replayed cleanly" if policy is None else f"no clean schedule of {policy!r} in the report"
+        print(f"optsched: note: {what}: {path} not written", file=sys.stderr)
         return
-    progress(f"writing {path} ({best[0]})")
-    write_request_table(path, best[3])
+    progress(f"writing {path} ({found[0]})")
+    write_request_table(path, found[3])
+
+
+def _check_policy(args: argparse.Namespace, policies: list[str] | None) -> None:
+    """``--policy`` names a policy the report runs (or ``solver``), and only with ``--requests-out``."""
+    if args.policy is None:
+        return
+    if args.requests_out is None:
+        raise BadInput("--policy: applies only with --requests-out (the schedule whose requests are written)")
+    if args.policy == "solver":
+        return
+    run = policies if policies is not None else sorted(POLICIES)
+    if args.policy not in run:
+        where = "--policies" if policies is not None else "the registered policies"
+        raise BadInput(f"--policy: {args.policy!r} is not among {where} ({', '.join(run)})")
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -93,16 +138,33 @@ def handle(args: argparse.Namespace) -> int:
         unknown = [p for p in policies if p not in POLICIES]
         if unknown:
             raise BadInput(f"--policies: unknown policy {unknown[0]!r} (known: {', '.join(sorted(POLICIES))})")
+    try:
+        columns = parse_columns(args.columns, args.wide)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    _check_policy(args, policies)
     check_requests_out(args.requests_out)
     check_output_path(args.html, args.requests_out)
+    with Progress("report", args.time_limit, "s", clock=True, enabled=not args.quiet, started=t0) as progress:
+        report = _run(args, t0, policies, progress)
+    if args.json:
+        print_json(report_to_dict(report))
+    else:
+        print(report_table(report, columns, args.verbose, table_width(args.wide)))
+    return 0
+
+
+def _run(args: argparse.Namespace, t0: float, policies: list[str] | None, progress: Progress) -> Report:
+    """The report's phases under ``progress``: load, gather, write the files."""
+    progress.doing(f"loading {args.instance}")
     instance = load_instance_arg(args)
     cap = args.solve_max_requests
     if args.problem in SOLVERS and (cap is None or len(instance.requests) <= cap):
+        progress.doing(f"loading the {args.problem} solver (its compiled kernels are built on first use)")
         resolve("solve", args.problem)  # its modules now: the time limit counts them
     reserve = 0.0
     if args.html:
         reserve = min(30.0, max(5.0, HTML_RESERVE_PER_REQUEST * len(instance.requests)), args.time_limit / 3)
-    progress = Progress(not args.quiet)
     report = build_report(
         instance,
         objective=args.objective or default_objective(instance),
@@ -115,16 +177,12 @@ def handle(args: argparse.Namespace) -> int:
     )
     report.time_limit = args.time_limit
     if args.requests_out is not None:
-        _write_best_requests(report, args.requests_out, progress)
+        _write_requests(report, args.requests_out, args.policy, progress)
     if args.html:
         progress(f"writing {args.html}")
         from ..report.html import write_html  # matplotlib loads only when a page is drawn
 
         write_html(report, args.html)
     report.wall_time = time.perf_counter() - t0
-    if args.json:
-        print_json(report_to_dict(report))
-    else:
-        print(report_table(report))
     progress(f"done in {report.wall_time:.1f}s")
-    return 0
+    return report

@@ -12,8 +12,10 @@ from typing import Any
 
 from .. import policies
 from ..instance import Instance, InstanceError
+from ..progress import Progress
 from ..request_table import write_request_table
 from ..schedule import ReplayResult, Schedule, replay
+from ..textable import metric_pairs
 from ._common import (
     EXIT_OK,
     BadInput,
@@ -26,7 +28,6 @@ from ._common import (
     format_table,
     load_instance_arg,
     print_json,
-    progress,
 )
 
 METRIC_COLUMNS = (
@@ -52,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="SCHEDULE", help="write the schedule JSON here (single policy only)")
     add_requests_out_flag(p, "the replayed schedule (single policy only)")
     add_json_flag(p)
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=handle)
 
 
@@ -79,6 +81,11 @@ def _policy_names(arg: str) -> list[str]:
     return [arg]
 
 
+def _in_units(metrics: dict[str, Any]) -> list[Any]:
+    """The :data:`METRIC_COLUMNS` of ``metrics``, each in the unit its header names."""
+    return [value for _, value in metric_pairs({c: metrics[c] for c in METRIC_COLUMNS})]
+
+
 def handle(args: argparse.Namespace) -> int:
     names = _policy_names(args.policy)
     for flag, value in (("--out", args.out), ("--requests-out", args.requests_out)):
@@ -86,10 +93,24 @@ def handle(args: argparse.Namespace) -> int:
             raise BadInput(f"{flag}: needs a single --policy, not 'all'")
     check_requests_out(args.requests_out)
     check_output_path(args.out, args.requests_out)
-    instance = load_instance_arg(args)
+    with Progress(
+        "simulate", len(names), "policies", enabled=not args.quiet, started=getattr(args, "started", None)
+    ) as bar:
+        bar.doing(f"loading {args.instance}")
+        instance = load_instance_arg(args)
+        bar.doing(f"simulating {len(names)} policies on {len(instance.requests)} requests")
+        rows, skipped = _simulate(args, instance, names, bar)
+    return _output(args, instance, rows, skipped)
+
+
+def _simulate(
+    args: argparse.Namespace, instance: Instance, names: list[str], bar: Progress
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Run and replay each policy, writing the files asked for; (rows, policies skipped)."""
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
-    for name in progress(names, "simulating"):
+    for name in names:
+        bar.doing(name)
         try:
             schedule, result = run_policy(instance, name)  # PolicyBug -> exit 3 (cli.main)
         except InstanceError as exc:
@@ -103,6 +124,13 @@ def handle(args: argparse.Namespace) -> int:
         if args.requests_out is not None:
             write_request_table(args.requests_out, result)
         rows.append({"policy": name, "metrics": result.metrics.to_dict(), "schedule": args.out})
+        bar.advance()
+    return rows, skipped
+
+
+def _output(
+    args: argparse.Namespace, instance: Instance, rows: list[dict[str, Any]], skipped: list[dict[str, str]]
+) -> int:
     single = args.policy != "all"
     if args.json:
         if single:
@@ -112,13 +140,13 @@ def handle(args: argparse.Namespace) -> int:
     elif single:
         row = rows[0]
         print(f"instance {instance.name}, policy {row['policy']}")
-        print(format_mapping([*row["metrics"].items(), ("schedule", row["schedule"])]))
+        print(format_mapping([*metric_pairs(row["metrics"]), ("schedule", row["schedule"])]))
     else:
         print(f"instance {instance.name}: {len(instance.requests)} requests, cost model {instance.cost_model.name}")
         print(
             format_table(
-                ("policy", *METRIC_COLUMNS, "batches"),
-                [(r["policy"], *(r["metrics"][c] for c in METRIC_COLUMNS), r["metrics"]["batches"]) for r in rows],
+                ("policy", *(label for label, _ in metric_pairs(dict.fromkeys(METRIC_COLUMNS, 0.0))), "batches"),
+                [(r["policy"], *_in_units(r["metrics"]), r["metrics"]["batches"]) for r in rows],
             )
         )
         for row in skipped:

@@ -25,10 +25,13 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .. import api, problems
+from ..instance import Instance
 from ..interrupt import interruptible
 from ..options import OptionError
+from ..progress import Progress
 from ..request_table import write_request_table
-from ..result import Status
+from ..result import SolveResult, Status
+from ..textable import metric_pairs
 from ._common import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
@@ -114,11 +117,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="FILE", help="write the schedule JSON here (after it replays cleanly)")
     add_requests_out_flag(p, "the returned schedule")
     add_json_flag(p)
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=handle)
 
 
 #: The library each ``--solver`` loads (CP-SAT's import takes about a second: it loads pandas).
 BACKEND_MODULES = {"cpsat": "ortools.sat.python.cp_model", "highs": "pulp", "cbc": "pulp", "gurobi": "pulp"}
+
+
+def known_formulation(name: str) -> Formulation:
+    """The registration record of problem ``name`` (:func:`optsched.api.formulation`), nothing
+    loaded yet; an unknown name is bad input."""
+    try:
+        return api.formulation(name)
+    except KeyError as exc:
+        raise BadInput(f"--problem: {exc.args[0]}") from None
 
 
 def resolve(kind: str, name: str, solver: str | None = None) -> Formulation:
@@ -127,10 +140,7 @@ def resolve(kind: str, name: str, solver: str | None = None) -> Formulation:
     modules it needs, compiled kernels, its solver libraries) and the ``solver``'s library are done
     here, before the formulation's clock starts, so that the command's time limit (which counts
     from the program's start) covers them."""
-    try:
-        record = api.formulation(name)
-    except KeyError as exc:
-        raise BadInput(f"--problem: {exc.args[0]}") from None
+    record = known_formulation(name)
     record.start_up(kind)
     if module := BACKEND_MODULES.get(solver or ""):
         import_module(module)
@@ -183,14 +193,28 @@ def check_schedule_outputs(record: Formulation, args: argparse.Namespace) -> Non
 
 
 def handle(args: argparse.Namespace) -> int:
-    record = resolve("solve", args.problem, args.solver)
-    check_solver_option(args.problem, args.solver)
+    limit = args.time_limit
+    quiet = getattr(args, "quiet", False) or args.log  # the solver's own log takes stderr
+    started = getattr(args, "started", None)
+    record = known_formulation(args.problem)
+    check_solver_option(args.problem, args.solver)  # bad options and outputs are refused before any work
     options = problem_options(record, "solve", args)
     check_schedule_outputs(record, args)
     check_requests_out(args.requests_out)
     check_output_path(args.out, args.requests_out)
-    instance = load_instance_arg(args)
+    with Progress("solve", limit, "s", clock=limit is not None, enabled=not quiet, started=started) as progress:
+        instance, result, interrupted = _solve(args, options, progress)
+    return _output(args, instance, result, interrupted)
+
+
+def _solve(args: argparse.Namespace, options: Any, progress: Progress) -> tuple[Instance, SolveResult, bool]:
+    """Load, solve and replay (the schedule and request files written); (instance, result, interrupted)."""
+    progress.doing(f"loading {args.instance}")
+    instance = load_instance_arg(args)  # first: a bad instance is refused before the formulation loads
+    progress.doing(f"loading the {args.problem} formulation (its compiled kernels are built on first use)")
+    resolve("solve", args.problem, args.solver)
     options = with_time_left(options, args)
+    progress.doing(f"solving {args.problem} on {len(instance.requests)} requests")
     with interruptible() as ctrl_c:  # Ctrl-C: the best schedule and bound so far, as at the time limit
         result = api.solve(instance, args.problem, options)  # replayed and checked (api.checked)
     if ctrl_c.happened:
@@ -204,15 +228,21 @@ def handle(args: argparse.Namespace) -> int:
         print(
             f"optsched: note: no schedule returned ({result.status}): {args.requests_out} not written", file=sys.stderr
         )
+    return instance, result, ctrl_c.happened
+
+
+def _output(args: argparse.Namespace, instance: Instance, result: SolveResult, interrupted: bool) -> int:
+    """Print the result (a listing, or the JSON) and return the exit code."""
     out = result.to_dict(args.out if result.schedule is not None else None)
     out["instance"] = instance.name
-    if ctrl_c.happened:
+    if interrupted:
         out["interrupted"] = True
     if args.json:
         print_json(out)
     else:
         metrics = out.get("metrics") or {}
         named = {"objective": f"objective ({out['objective_name']})"} if out.get("objective_name") else {}
+        named["wall_time"] = "wall_time (s)"
         print(
             format_mapping(
                 [
@@ -229,7 +259,7 @@ def handle(args: argparse.Namespace) -> int:
                         "schedule",
                     )
                 ]
-                + [(k, metrics[k]) for k in SUMMARY_METRICS if k in metrics]
+                + metric_pairs({k: metrics[k] for k in SUMMARY_METRICS if k in metrics})
             )
         )
     if result.status == Status.INFEASIBLE:

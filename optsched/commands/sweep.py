@@ -48,7 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="A",
         help="quantile the limits apply to, in (0, 1] (default 0.99: the P99)",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument(
+        "--no-progress",
+        "--quiet",
+        dest="no_progress",
+        action="store_true",
+        help="no progress on stderr (a bar on a terminal, else a line every few seconds)",
+    )
     add_json_flag(p)
     p.set_defaults(func=handle)
 
@@ -95,6 +101,8 @@ def handle(args: argparse.Namespace) -> int:
         spec = load_spec(args.spec)
         from ..sweep.runner import load_workloads
 
+        if not args.no_progress:
+            print(f"sweep {spec.name}: loading {len(spec.workloads)} workload(s)", file=sys.stderr, flush=True)
         workloads = load_workloads(spec)
         mode = "capacity" if args.capacity else "replicas" if args.replicas else "grid"
         _check_mode(mode, spec, args.spec)

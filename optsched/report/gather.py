@@ -3,9 +3,11 @@
 :func:`build_report` runs, in this order and under one overall deadline:
 
 1. the generic cost-model bounds of :mod:`optsched.bounds` (instant);
-2. every registered policy (:data:`optsched.policies.POLICIES`): simulate, then replay;
-3. every registered bounder (:data:`optsched.problems.BOUNDERS`), with the objective and a share of
-   the remaining time in ``options``;
+2. every registered policy (:data:`optsched.policies.POLICIES`): simulate, then replay; no policy
+   starts after :data:`POLICY_SHARE` of the time (the others are listed as skipped);
+3. every registered bounder (:data:`optsched.problems.BOUNDERS`) of :data:`SCHEDULE_PROBLEMS`,
+   whose bounds are compared, with the objective and a share of the remaining time in
+   ``options`` (the others are noted as not run: ``optsched bound --problem NAME`` gives theirs);
 4. the solver of ``solve_problem`` (default ``infermax``) when it is registered, the instance has
    at most ``solve_max_requests`` requests (default: any number) and no policy is already proven
    optimal by a bound, with
@@ -26,13 +28,12 @@ from __future__ import annotations
 
 import math
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 from .. import api
 from ..instance import Instance, InstanceError
@@ -72,6 +73,10 @@ OPTIMAL_RTOL = 1e-9
 SOLVER_ROOM_SHARE = 0.2
 #: Most seconds of :data:`SOLVER_ROOM_SHARE`: a long limit goes to the solver, less 11 s.
 SOLVER_ROOM_CAP = 10.0
+
+#: Share of the report's time (less the caller's reserve) after which no further policy starts, so
+#: that the bounders and the solver keep the rest.
+POLICY_SHARE = 0.5
 
 #: Default largest instance (in requests) handed to the solver: None, every size (the InferMax
 #: solve works at any size, :mod:`optsched.problems.infermax.scale`); a number is an opt-out.
@@ -202,19 +207,6 @@ class Report:
         """Relative gap of ``value`` to the best proven bound."""
         bound = self.best_bound
         return relative_gap(value, None if bound is None else bound.value)
-
-
-class Progress:
-    """Progress lines on stderr, each with the elapsed time."""
-
-    def __init__(self, enabled: bool, stream: TextIO | None = None) -> None:
-        self.enabled = enabled
-        self.stream = stream if stream is not None else sys.stderr
-        self.t0 = time.perf_counter()
-
-    def __call__(self, message: str) -> None:
-        if self.enabled:
-            print(f"[{time.perf_counter() - self.t0:7.1f}s] {message}", file=self.stream, flush=True)
 
 
 @contextmanager
@@ -403,7 +395,8 @@ def build_report(
     solve_max_requests
         Largest instance handed to the solver (None: every size; 0 disables it).
     progress
-        Called with one line per step (e.g. a :class:`Progress`).
+        Called with one line per step done (e.g. an :class:`optsched.progress.Progress`); its
+        ``doing`` method, where it has one, is told the step under way.
 
     Returns
     -------
@@ -411,6 +404,7 @@ def build_report(
         Complete, or ``partial`` when the deadline or Ctrl-C cut it short.
     """
     say = progress or (lambda message: None)
+    doing = getattr(progress, "doing", None) or (lambda message: None)  # the step under way, without a line
     t0 = time.perf_counter()
     deadline = None if time_limit is None else t0 + max(0.0, time_limit - reserve)
     objective = objective_named(objective).name if objective is not None else default_objective(instance)
@@ -433,17 +427,17 @@ def build_report(
         say(f"generic bounds: {', '.join(f'{b.name} {b.value:.6g}' for b in report.bounds)}")
         phase = "policies"
         with _timed(report, "policies"), _deadline(deadline):
-            for k, name in enumerate(names, 1):
-                run = _run_policy(instance, name, objective)
-                report.policies.append(run)
-                value = f"{objective} {run.objective:.6g}" if run.objective is not None else run.status
-                say(f"policy {k}/{len(names)} {name}: {value} ({run.wall_time:.1f}s)")
+            _policy_phase(report, names, deadline, say, doing)
         phase = "bounders"
         with _timed(report, "bounders"), _deadline(deadline):
             for name in sorted(BOUNDERS):
+                if name not in SCHEDULE_PROBLEMS:  # its bounds would be listed, never compared
+                    report.notes.append(f"bounder {name}: not run (its bounds are not compared with the schedules')")
+                    continue
                 left = remaining()
                 options = {"time_limit": None if left is None else left / 4}
                 t_start = time.perf_counter()
+                doing(f"bounder {name}")
                 found = _run_bounder(instance, name, objective, options, report.notes)
                 report.bounder_times[name] = time.perf_counter() - t_start
                 report.bounds += found
@@ -458,13 +452,39 @@ def build_report(
         report.partial = True
         report.notes.append(f"interrupted during {phase}; the report is partial")
         say(f"interrupted during {phase}")
-    if report.partial:
-        done = {p.policy for p in report.policies}
+    done = {p.policy for p in report.policies}
+    if len(done) < len(names):
         report.policies += [
-            PolicyRun(p, "skipped", message="not run (report cut short)") for p in names if p not in done
+            PolicyRun(p, "skipped", message="not run (report cut short)" if report.partial else "not run (time share)")
+            for p in names
+            if p not in done
         ]
     report.wall_time = time.perf_counter() - t0
     return report
+
+
+def _policy_phase(
+    report: Report,
+    names: Sequence[str],
+    deadline: float | None,
+    say: Callable[[str], None],
+    doing: Callable[[str], None],
+) -> None:
+    """Run the policies in turn; none starts after :data:`POLICY_SHARE` of the time to ``deadline``."""
+    share = None if deadline is None else time.perf_counter() + POLICY_SHARE * (deadline - time.perf_counter())
+    objective = report.objective
+    for k, name in enumerate(names, 1):
+        if share is not None and time.perf_counter() > share:
+            report.notes.append(
+                f"policies {', '.join(names[k - 1 :])} not run: the policies' share of the time limit "
+                f"({100 * POLICY_SHARE:.0f} %) was used"
+            )
+            return
+        doing(f"policy {k}/{len(names)} {name}")
+        run = _run_policy(report.instance, name, objective)
+        report.policies.append(run)
+        value = f"{objective} {run.objective:.6g}" if run.objective is not None else run.status
+        say(f"policy {k}/{len(names)} {name}: {value} ({run.wall_time:.1f}s)")
 
 
 def _solver_phase(

@@ -9,27 +9,32 @@ from __future__ import annotations
 
 import html
 import io
+import math
 from pathlib import Path
 
 import matplotlib
 from matplotlib.figure import Figure
 
+from ..instance import Instance
 from ..jsonio import write_text_atomic
 from ..schedule import ReplayResult
 from .gather import Report
-from .output import TABLE_KEYS, grouped_messages, report_rows
-from .plots import plot_bounds_bars, plot_latency_cdfs, plot_memory, plot_timeline
+from .output import HIGHLIGHTED_POLICIES, grouped_messages, report_rows
+from .plots import color_key, plot_bounds_bars, plot_latency_cdfs, plot_memory, plot_timeline
+from .terminal import COLUMNS, OBJECTIVE_UNITS, fold_identical, same_batches
 
 __all__ = ["CSS", "figure_svg", "report_html", "write_html"]
 
 CSS = """
-body{font-family:system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px auto;max-width:1150px;
-color:#222;line-height:1.4}
+body{font-family:system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px auto;
+max-width:min(1500px,calc(100vw - 48px));padding:0 24px;box-sizing:border-box;color:#222;line-height:1.4}
+.scroll{max-width:100%;overflow-x:auto}
 h1{font-size:1.5em;margin-bottom:0}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
 th,td{padding:3px 8px;border-bottom:1px solid #eee;text-align:right}
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
-tr.best td{font-weight:bold;background:#eef6ee}.note{color:#555;font-size:13px}
+tr.best td{font-weight:bold;background:#eef6ee}tr.engine td{background:#eef3fb}
+tr.other td{color:#888}.note{color:#555;font-size:13px}
 .partial{background:#fff3cd;padding:6px 10px;border:1px solid #e0c36c}
 figure{margin:12px 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;height:auto}
 """
@@ -98,35 +103,49 @@ def _summary(report: Report) -> list[str]:
 
 
 def _tables(report: Report) -> list[str]:
-    """The lower bounds and the schedules, with their notes."""
+    """The lower bounds and the schedules (identical ones folded, the best and the engines'
+    defaults highlighted, the other policies greyed), with their notes; each table scrolls inside
+    its box."""
     e, best = html.escape, report.best
+    unit = OBJECTIVE_UNITS.get(report.objective, "")
     parts = [
-        "<h2>Lower bounds</h2><table><tr><th>source</th><th>bound</th><th>value</th><th>proven</th>"
-        "<th>compared</th><th style='text-align:left'>note</th></tr>"
+        "<h2>Lower bounds</h2><div class='scroll'><table><tr><th>source</th><th>bound</th>"
+        f"<th>value ({e(unit)})</th><th>proven</th><th>compared</th><th style='text-align:left'>note</th></tr>"
     ]
     for b in report.bounds:
+        cls = "" if b.comparable else " class='other'"
         parts.append(
-            f"<tr><td>{e(b.source)}</td><td>{e(b.name)}</td><td>{_num(b.value, 7)}</td>"
+            f"<tr{cls}><td>{e(b.source)}</td><td>{e(b.name)}</td><td>{_num(b.value, 7)}</td>"
             f"<td>{'yes' if b.valid else 'no'}</td><td>{'yes' if b.comparable else 'no'}</td>"
             f"<td style='text-align:left'>{e(b.note)}</td></tr>"
         )
-    parts.append("</table>")
-    columns = [k for k in TABLE_KEYS if k != report.objective]
+    parts.append("</table></div>")
+    columns = [k for k in COLUMNS if k != report.objective]
+    head = "".join(f"<th>{e(COLUMNS[k].header).replace(chr(10), '<br>')}</th>" for k in columns)
     parts.append(
-        "<h2>Schedules</h2><p class='note'>gap = (value &minus; best proven bound) / value.</p><table><tr>"
-        f"<th>schedule</th><th>status</th><th>{e(report.objective)}</th><th>gap</th>"
-        + "".join(f"<th>{e(k)}</th>" for k in columns)
-        + "</tr>"
+        "<h2>Schedules</h2><p class='note'>gap = (value &minus; best proven bound) / value; "
+        "a = b: the same batches. Highlighted: the best schedule (green), vLLM and Sarathi (blue); "
+        "the other policies in grey.</p><div class='scroll'><table><tr>"
+        f"<th>schedule</th><th>status</th><th>{e(report.objective)}<br>{e(unit)}</th><th>gap<br>%</th>{head}</tr>"
     )
+    groups = fold_identical(report)
+    folded = {label for members in groups.values() for label in members[1:]}
     for row in report_rows(report):
         label = f"{row['kind']}:{row['name']}"
-        cls = " class='best'" if best is not None and label == best[0] else ""
+        if label in folded:
+            continue
+        members = groups.get(label, [label])
+        names = [m.split(":", 1)[1] for m in members]
+        shown = " = ".join([label, *names[1:]])
+        engine = row["kind"] == "solver" or any(n in HIGHLIGHTED_POLICIES for n in names)
+        cls = "best" if best is not None and best[0] in members else "engine" if engine else "other"
         m = row["metrics"] or {}
+        gap = "&ndash;" if row["gap"] is None else f"{100 * row['gap']:.1f}"
         parts.append(
-            f"<tr{cls}><td>{e(label)}</td><td>{e(row['status'])}</td><td>{_num(row['objective'], 6)}</td>"
-            f"<td>{_pct(row['gap'])}</td>" + "".join(f"<td>{_num(m.get(k), 4)}</td>" for k in columns) + "</tr>"
+            f"<tr class='{cls}'><td>{e(shown)}</td><td>{e(row['status'])}</td><td>{_num(row['objective'], 6)}</td>"
+            f"<td>{gap}</td>" + "".join(f"<td>{_cell(m.get(k), k)}</td>" for k in columns) + "</tr>"
         )
-    parts.append("</table>")
+    parts.append("</table></div>")
     for message, names in grouped_messages(report_rows(report)):
         parts.append(f"<p class='note'>{e(', '.join(names))}: {e(message)}</p>")
     for note in report.notes:
@@ -134,61 +153,75 @@ def _tables(report: Report) -> list[str]:
     return parts
 
 
+def _cell(value: object, key: str) -> str:
+    """A metric in its column's unit (:data:`optsched.report.terminal.COLUMNS`)."""
+    if isinstance(value, float) and math.isfinite(value):
+        return _num(value * COLUMNS[key].scale, 4)
+    return _num(value)
+
+
+def _compared(report: Report) -> list[tuple[str, ReplayResult]]:
+    """The schedules drawn in the plots: one per group of identical schedules, best first."""
+    groups = fold_identical(report)
+    return [(label, res) for label, _, _, res in sorted(report.candidates(), key=lambda c: c[1]) if label in groups]
+
+
 def _figures(report: Report) -> list[str]:
-    """The bound bars, the batch timelines of the best schedule and the worst policy, KV use and the
-    latency CDFs."""
+    """The bound bars, the batch timelines of the best schedule and of vLLM (or Sarathi), KV use
+    and the latency CDFs; each caption's colour key is built from the colours drawn."""
     inst, e, best = report.instance, html.escape, report.best
+    best_label = best[0] if best is not None else None
+    shown = _compared(report)
+    labels = [label for label, _ in shown]
     parts = ["<h2>Bounds, best schedule and policies</h2>"]
     parts.append(
         _figure(
-            figure_svg(plot_bounds_bars(report)),
-            "Green: proven lower bounds; black: the best schedule found; blue: the solver; orange: policies.",
+            figure_svg(plot_bounds_bars(report, fold_identical(report))),
+            "Green: proven lower bounds (dashed line: the best); " + color_key(labels, best_label) + ".",
         )
     )
-    shown: list[tuple[str, ReplayResult]] = [
-        (label, res) for label, _, _, res in sorted(report.candidates(), key=lambda c: c[1])
-    ]
     if best is not None:
         parts.append("<h2>Batch timeline of the best schedule</h2>")
+        timeline = (
+            "One row per request in arrival order; blue prefill, orange decode, grey tick arrival, red x eviction."
+        )
         parts.append(
             _figure(
                 figure_svg(plot_timeline(inst, best[2], best[3], f"{best[0]}: {report.objective} {best[1]:.6g}")),
-                "One row per request in arrival order; blue prefill, orange decode, grey tick arrival, red x eviction.",
+                timeline,
             )
         )
-        worst_policy = next((c for c in sorted(report.candidates(), key=lambda c: -c[1]) if c[0] != best[0]), None)
-        if worst_policy is not None:
-            parts.append(f"<h2>Batch timeline of the worst policy ({e(worst_policy[0])})</h2>")
-            parts.append(
-                _figure(
-                    figure_svg(
-                        plot_timeline(
-                            inst,
-                            worst_policy[2],
-                            worst_policy[3],
-                            f"{worst_policy[0]}: {report.objective} {worst_policy[1]:.6g}",
-                        )
-                    ),
-                    "Same layout as above, for contrast.",
-                )
-            )
+        engine = next(
+            (c for name in HIGHLIGHTED_POLICIES for c in report.candidates() if c[0] == f"policy:{name}"), None
+        )
+        if engine is not None and engine[0] != best[0] and not same_batches(engine[2], best[2]):
+            parts.append(f"<h2>Batch timeline of {e(engine[0])}, for contrast</h2>")
+            title = f"{engine[0]}: {report.objective} {engine[1]:.6g}"
+            parts.append(_figure(figure_svg(plot_timeline(inst, engine[2], engine[3], title)), timeline))
     if shown:
         parts.append("<h2>KV-cache use and running size</h2>")
         parts.append(
             _figure(
                 figure_svg(plot_memory(report, shown)),
-                "Black: the best schedule; dashed red: the limits M and R_max (when set).",
+                color_key(labels, best_label) + "; dashed red: the limits M and R_max (when set).",
             )
         )
         parts.append("<h2>TTFT and TPOT per request (CDF)</h2>")
         parts.append(
             _figure(
-                figure_svg(plot_latency_cdfs(shown)),
-                "Share of requests with TTFT / TPOT at most x, per schedule; black: the best schedule; "
-                "dotted: P50 and P99.",
+                figure_svg(plot_latency_cdfs(shown, best_label, inst)),
+                "Share of requests with TTFT / TPOT at most x, on an axis stretched at both ends so that the "
+                "tail (P90-P99.9) is legible; "
+                + color_key(labels, best_label)
+                + ("; dashed red: the requests' SLO targets." if _has_slo(inst) else "."),
             )
         )
     return parts
+
+
+def _has_slo(instance: Instance) -> bool:
+    """Whether a request carries a TTFT or TPOT target (drawn on the CDFs)."""
+    return any(r.slo is not None and (r.slo.ttft is not None or r.slo.tpot is not None) for r in instance.requests)
 
 
 def write_html(report: Report, path: str | Path) -> None:

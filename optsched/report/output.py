@@ -1,4 +1,5 @@
-"""A :class:`~optsched.report.gather.Report` as JSON (``report_to_dict``) and as a terminal table.
+"""A :class:`~optsched.report.gather.Report` as JSON (``report_to_dict``) and as table rows
+(``report_rows``; the terminal tables: :mod:`optsched.report.terminal`).
 
 The JSON keys are documented in ``docs/report.md``. Everything outside the ``run`` key is a
 function of the instance, the options and the (deterministic) policies and bounds; wall times live
@@ -7,32 +8,18 @@ under ``run``. A solver stopped by its time limit may return different schedules
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ..metrics import TAIL_KEYS
-from ..result import relative_gap
 from .gather import Report
 
-__all__ = ["METRIC_KEYS", "TABLE_KEYS", "grouped_messages", "report_rows", "report_to_dict", "report_table"]
+__all__ = ["HIGHLIGHTED_POLICIES", "METRIC_KEYS", "grouped_messages", "report_rows", "report_to_dict"]
+
+#: The engines' default policies, which the tables and plots name first and highlight.
+HIGHLIGHTED_POLICIES = ("vllm", "sarathi")
 
 #: Schedule metrics shown for every schedule (docs/schedule.md).
 METRIC_KEYS = ("makespan", "mean_latency", "mean_ttft", "mean_tpot", "throughput", "evictions", "slo_attainment", "G")
-#: The metrics shown in the terminal and HTML tables: means, P99s, goodput.
-TABLE_KEYS = (
-    "makespan",
-    "mean_latency",
-    "latency_p99",
-    "mean_ttft",
-    "ttft_p99",
-    "mean_tpot",
-    "tpot_p99",
-    "queue_p99",
-    "throughput",
-    "goodput",
-    "evictions",
-    "slo_attainment",
-)
 
 
 def _metrics(replay: Any) -> dict[str, Any] | None:
@@ -141,82 +128,3 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "solver_wall_time": report.solver.wall_time if report.solver is not None else None,
         },
     }
-
-
-def _fmt(value: Any, digits: int = 4) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return "inf" if value > 0 else "-inf"
-        return f"{value:.{digits}g}"
-    return str(value)
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
-def _grid(header: list[str], rows: list[list[str]], left: tuple[int, ...] = (0,)) -> str:
-    """A plain-text table; columns in ``left`` are left-aligned, the others right-aligned."""
-    widths = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h) for k, h in enumerate(header)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if k in left else c.rjust(w) for k, (c, w) in enumerate(zip(cells, widths))
-        ).rstrip()
-
-    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
-
-
-def report_table(report: Report) -> str:
-    """The report as plain-text tables (bounds, then schedules with their gap to the best bound)."""
-    inst = report.instance
-    lim = inst.limits
-    out = [
-        f"instance {inst.name}: {len(inst.requests)} requests, cost model {inst.cost_model.name}, "
-        f"C={lim.token_budget} P={lim.prefill_budget} M={_fmt(lim.kv_capacity)} R_max={_fmt(lim.max_running)}",
-        f"objective: {report.objective}" + ("   (PARTIAL REPORT)" if report.partial else ""),
-        "",
-        "Lower bounds",
-    ]
-    best_bound = report.best_bound
-    out.append(
-        _grid(
-            ["source", "bound", "value", "proven", "compared", "note"],
-            [[b.source, b.name, _fmt(b.value, 6), _fmt(b.valid), _fmt(b.comparable), b.note] for b in report.bounds],
-            left=(0, 1, 5),
-        )
-    )
-    if best_bound is not None:
-        out.append(f"best proven bound: {best_bound.value:.6g} ({best_bound.source}/{best_bound.name})")
-    out += ["", "Schedules (every one replayed; gap = (value - best bound) / value)"]
-    rows = report_rows(report)
-    columns = [k for k in TABLE_KEYS if k != report.objective]
-    body = []
-    for r in rows:
-        m = r["metrics"] or {}
-        body.append([
-            f"{r['kind']}:{r['name']}",
-            r["status"],
-            _fmt(r["objective"], 6),
-            _pct(r["gap"]),
-            *(_fmt(m.get(k)) for k in columns),
-        ])
-    out.append(_grid(["schedule", "status", report.objective, "gap", *columns], body, left=(0, 1)))
-    best = report.best
-    if best is not None:
-        gap = relative_gap(best[1], best_bound.value if best_bound else None)
-        proof = (
-            f", proven optimal by {best_bound.source}/{best_bound.name}" if report.proven_optimal and best_bound else ""
-        )
-        out.append(f"best schedule: {best[0]} with {report.objective} {best[1]:.6g} (gap {_pct(gap)}{proof})")
-    for message, names in grouped_messages(rows):
-        out.append(f"  {', '.join(names)}: {message}")
-    for note in report.notes:
-        out.append(f"note: {note}")
-    return "\n".join(out)

@@ -25,8 +25,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..progress import Progress
 from .cells import METRIC_COLUMNS, Cell, SloTarget, expand_cells
-from .runner import Executor, Progress, Workloads, run_cells
+from .runner import Executor, Workloads, run_cells
 from .spec import RunSpec, SpecError, SweepSpec
 from .store import SweepStore
 
@@ -40,7 +41,7 @@ def rate_grid(low: float, high: float, tolerance: float) -> list[float]:
 
 
 @dataclass
-class _Search:
+class RateSearch:
     """One configuration and policy: ``probes`` maps grid index -> met."""
 
     cells: list[Cell]
@@ -53,6 +54,16 @@ class _Search:
     def done(self) -> bool:
         ends = 0 in self.probes and len(self.cells) - 1 in self.probes
         return ends and (not self.probes[0] or self.probes[len(self.cells) - 1] or self.bad == self.good + 1)
+
+    @property
+    def resolved(self) -> int:
+        """Grid points whose outcome is known: probed, or implied (every point up to ``good``
+        meets, every point from ``bad`` on fails); ``len(cells)`` once :attr:`done`."""
+        last = len(self.cells) - 1
+        if 0 not in self.probes or last not in self.probes:
+            return len(self.probes)
+        known = set(self.probes) | set(range(self.good + 1)) | set(range(max(self.bad, 0), last + 1))
+        return len(known)
 
     def next_points(self, count: int) -> list[int]:
         last = len(self.cells) - 1
@@ -90,7 +101,7 @@ def _search_key(first: Cell, spec: SweepSpec, target: SloTarget) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _searches(spec: SweepSpec, workloads: Workloads, target: SloTarget) -> list[_Search]:
+def _searches(spec: SweepSpec, workloads: Workloads, target: SloTarget) -> list[RateSearch]:
     grid = rate_grid(spec.capacity.low, spec.capacity.high, spec.capacity.tolerance)
     out = []
     for policy in spec.run.simulate:
@@ -98,11 +109,11 @@ def _searches(spec: SweepSpec, workloads: Workloads, target: SloTarget) -> list[
         cells = expand_cells(spec, workloads.digests, run, grid, target)
         for start in range(0, len(cells), len(grid)):  # the grid is the innermost axis
             chunk = cells[start : start + len(grid)]
-            out.append(_Search(chunk, _search_key(chunk[0], spec, target)))
+            out.append(RateSearch(chunk, _search_key(chunk[0], spec, target)))
     return out
 
 
-def _result_row(search: _Search, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def _result_row(search: RateSearch, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     last = len(search.cells) - 1
     status = "below_range" if not search.probes[0] else "above_range" if search.probes[last] else "ok"
     at = search.cells[search.good] if search.good >= 0 else search.cells[0]
@@ -141,21 +152,23 @@ def capacity_search(
     stored = store.done_keys()
     active = [s for s in searches if s.key not in stored]
     workloads.handles = [executor.share(i) for i in workloads.instances]
-    progress = Progress(0, "probes", show_progress)
+    # a fixed total: every rate of every search, resolved when probed or implied by monotonicity
+    progress = Progress("rates", sum(len(s.cells) for s in active), "rates", enabled=show_progress is not False)
     seen: dict[str, list[dict[str, Any]]] = {}
     try:
         while active:
             per = max(1, slots // len(active))
             wanted = {s.key: s.next_points(per) for s in active}
             cells = [s.cells[k] for s in active for k in wanted[s.key]]
-            progress.add_total(len(cells))
-            seen.update(run_cells(cells, workloads, executor, store, progress))
+            progress.doing(f"{len(cells)} probe(s) of {len(active)} search(es)")
+            seen.update(run_cells(cells, workloads, executor, store))
             for s in active:
                 for k in wanted[s.key]:
                     row = seen[s.cells[k].key][0]
                     s.record(k, row["status"] == "ok" and bool(row["slo_met"]))
                 if s.done:
                     store.write(s.key, [_result_row(s, seen)])
+            progress.set_done(sum(s.resolved for s in searches if s.key not in stored))
             active = [s for s in active if not s.done]
     finally:
         progress.close()

@@ -20,8 +20,9 @@ import time
 from typing import Any
 
 from ..instance import Instance, InstanceError, parse_instance
+from ..progress import Progress
 from .cells import Cell, SloTarget, expand_cells, make_row
-from .runner import Executor, Progress, Workloads
+from .runner import Executor, Workloads
 from .spec import ReplicasSpec, RunSpec, SpecError, SweepSpec
 from .store import SweepStore
 
@@ -95,7 +96,7 @@ def replicas_search(
     stored = store.done_keys()
     todo = {k: v for k, v in jobs.items() if k not in stored}
     handles = [executor.share(i) for i in workloads.instances]
-    progress = Progress(len(todo), "cells", show_progress)
+    progress = Progress("cells", len(todo), "cells", enabled=show_progress is not False)
     try:
         for key, (cell, router) in todo.items():
             executor.submit(key, run_replicas, cell, handles[cell.workload_index], router, spec.replicas, key)
@@ -114,7 +115,7 @@ def replicas_search(
                     )
                 ]
             store.write(key, rows)
-            progress.update()
+            progress.advance()
     finally:
         progress.close()
     results = [store.rows_of(k)[0] for k in jobs]

@@ -27,7 +27,16 @@ from ..report.html import CSS, figure_svg
 from .spec import LIMIT_AXES
 from .store import SweepStore
 
-__all__ = ["config_label", "load_rows", "pareto_front", "summary", "sweep_html", "write_sweep_html"]
+__all__ = [
+    "config_label",
+    "load_rows",
+    "pareto_front",
+    "plot_pareto",
+    "short_labels",
+    "summary",
+    "sweep_html",
+    "write_sweep_html",
+]
 
 #: Rows with a replayed schedule.
 SCHEDULE_KINDS = ("simulate", "solve")
@@ -93,8 +102,10 @@ def _schedules(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     ]
 
 
-def _plot_pareto(rows: list[dict[str, Any]], workload: str, key: str) -> Any:
-    fig = Figure(figsize=(7.5, 4.2))
+def plot_pareto(rows: list[dict[str, Any]], workload: str, key: str) -> Any:
+    """Throughput against ``key`` per policy (log x axis when it spans a decade), the Pareto front,
+    the SLO targets of ``key`` as dashed lines; the legend right of the axes, off the points."""
+    fig = Figure(figsize=(10, 4.6), layout="constrained")
     ax = fig.subplots()
     by_policy: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for r in rows:
@@ -106,23 +117,38 @@ def _plot_pareto(rows: list[dict[str, Any]], workload: str, key: str) -> Any:
     ax.scatter(
         [p[0] for p in front], [p[1] for p in front], s=70, facecolors="none", edgecolors="black", label="Pareto front"
     )
-    ax.set_xlabel(f"{key} (s)")
+    xs = [p[0] for pts in by_policy.values() for p in pts if p[0] > 0]
+    targets = sorted({r["slo_ttft"] for r in rows if key.startswith("ttft") and r.get("slo_ttft") is not None})
+    for target in targets[:3]:
+        ax.axvline(target, color="#C44E52", ls="--", lw=1.2, label=f"SLO {target:g} s")
+    if xs and max(xs) / min(xs) > 10:
+        ax.set_xscale("log")
+    ax.set_xlabel(f"{key.replace('_', ' ').upper()} (s)")
     ax.set_ylabel("throughput (tokens/s)")
     ax.set_title(workload)
-    ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
+    ax.grid(alpha=0.3)
+    fig.legend(loc="outside right upper", fontsize=8, frameon=False)
     return fig
 
 
 def _plot_bars(labels: list[str], values: list[float], xlabel: str) -> Any:
-    fig = Figure(figsize=(7.5, 0.3 * len(labels) + 1.2))
+    fig = Figure(figsize=(7.5, 0.3 * len(labels) + 1.2), layout="constrained")
     ax = fig.subplots()
     ax.barh(range(len(labels)), values, color="#4c72b0")
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
-    fig.tight_layout()
     return fig
+
+
+def short_labels(parts: list[list[str]]) -> tuple[list[str], str]:
+    """Labels made of the parts that differ between rows, and the parts all rows share
+    (``" | "``-joined): ``[["w", "A", "vllm"], ["w", "A", "sarathi"]]`` -> ``(["vllm", "sarathi"], "w | A")``."""
+    if not parts:
+        return [], ""
+    varying = [k for k in range(len(parts[0])) if len({p[k] for p in parts}) > 1]
+    common = " | ".join(parts[0][k] for k in range(len(parts[0])) if k not in varying)
+    return [" | ".join(p[k] for k in varying) or p[-1] for p in parts], common
 
 
 def _plot_gaps(cells: list[str], policies: list[str], gaps: dict[tuple[str, str], float]) -> Any:
@@ -179,9 +205,9 @@ def _num(value: Any, digits: int = 5) -> str:
 
 def _table(headers: list[str], body: Iterable[list[Any]]) -> str:
     lines = list(body)
-    out = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr>"]
+    out = ["<div class='scroll'><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr>"]
     out += ["<tr>" + "".join(f"<td>{_num(v)}</td>" for v in row) + "</tr>" for row in lines[:_MAX_TABLE_ROWS]]
-    out.append("</table>")
+    out.append("</table></div>")
     if len(lines) > _MAX_TABLE_ROWS:
         out.append(f"<p class='note'>{len(lines) - _MAX_TABLE_ROWS} more rows in the dataset.</p>")
     return "".join(out)
@@ -201,7 +227,7 @@ def _pareto_section(rows: list[dict[str, Any]]) -> list[str]:
         if scheds:
             parts.append(
                 _figure(
-                    _plot_pareto(scheds, workload, key),
+                    plot_pareto(scheds, workload, key),
                     f"{workload}: every replayed schedule of the grid; ringed and joined: the Pareto front.",
                 )
             )
@@ -247,14 +273,11 @@ def _capacity_section(rows: list[dict[str, Any]]) -> list[str]:
         )
         found = [r for r in caps if r["rate_scale"] is not None]
         if found:
+            labels, common = short_labels([[r["workload"], config_label(r), r["policy"]] for r in found])
             parts.append(
                 _figure(
-                    _plot_bars(
-                        [f"{r['workload']} | {config_label(r)} | {r['policy']}" for r in found],
-                        [r["rate_scale"] for r in found],
-                        "capacity (rate_scale)",
-                    ),
-                    "Capacity per configuration and policy.",
+                    _plot_bars(labels, [r["rate_scale"] for r in found], "capacity (rate_scale)"),
+                    "Capacity per configuration and policy" + (f" (all: {common})." if common else "."),
                 )
             )
     reps = [r for r in rows if r["kind"] == "replicas"]

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..progress import Progress
 from .cells import Cell, cell_error_rows, expand_cells, run_cell, workload_digest
 from .spec import SweepSpec
 from .store import SweepStore
 from .workloads import load_workload
 
-__all__ = ["Executor", "Progress", "SweepResult", "Workloads", "load_workloads", "run_cells", "run_sweep"]
+__all__ = ["Executor", "SweepResult", "Workloads", "load_workloads", "run_cells", "run_sweep"]
 
 
 class Executor(Protocol):
@@ -30,32 +31,6 @@ class Executor(Protocol):
     def submit(self, key: str, fn: Callable[..., Any], *args: Any) -> None: ...
     def next_done(self) -> tuple[str, Any, str | None]: ...
     def close(self) -> None: ...
-
-
-class Progress:
-    """A progress bar on stderr (cells done, rate, time left): tqdm, shown on a terminal only."""
-
-    def __init__(self, total: int, label: str, enabled: bool | None = None) -> None:
-        from tqdm import tqdm
-
-        self._bar = tqdm(
-            total=total,
-            desc=label,
-            unit="cell",
-            file=sys.stderr,
-            dynamic_ncols=True,
-            disable=None if enabled is None else not enabled,
-        )
-
-    def add_total(self, n: int) -> None:
-        self._bar.total = (self._bar.total or 0) + n
-        self._bar.refresh()
-
-    def update(self, n: int = 1) -> None:
-        self._bar.update(n)
-
-    def close(self) -> None:
-        self._bar.close()
 
 
 @dataclass
@@ -106,7 +81,7 @@ def run_cells(
         rows[key] = result if error is None else cell_error_rows(by_key[key], error)
         store.write(key, rows[key])
         if progress is not None:
-            progress.update()
+            progress.advance()
     return rows
 
 
@@ -129,10 +104,7 @@ def run_sweep(
     todo = sum(1 for c in {c.key: c for c in cells}.values() if c.key not in done)
     say(f"sweep {spec.name}: {len(cells)} cells, {len(cells) - todo} already stored, {todo} to run")
     workloads.handles = [executor.share(i) for i in workloads.instances]
-    progress = Progress(todo, "cells", show_progress)
-    try:
+    with Progress("cells", todo, "cells", enabled=show_progress is not False) as progress:
         rows = run_cells(cells, workloads, executor, store, progress)
-    finally:
-        progress.close()
     failed = sum(1 for r in rows.values() if r and all(x["status"] == "error" for x in r))
     return SweepResult(len(cells), len(cells) - todo, todo, failed, time.perf_counter() - t0)

@@ -26,7 +26,16 @@ from typing import Any
 import numpy as np
 
 from ..costmodel import CostModel, CostModelError, load_cost_model
-from ..instance import MAX_ARRIVAL, MAX_TOKENS, Instance, Limits, Request, check_requests, requests_from_columns
+from ..instance import (
+    MAX_ARRIVAL,
+    MAX_TOKENS,
+    Instance,
+    Limits,
+    Request,
+    as_limits,
+    check_requests,
+    requests_from_columns,
+)
 from ..jsonio import gc_paused
 from .arrow import arrow_available, read_csv_columns, read_jsonl_columns
 from .errors import WorkloadError
@@ -316,7 +325,7 @@ def trace_format_of(path: str | Path, format: str | None = None) -> TraceFormat:
 def load_trace(
     path: str | Path,
     cost_model: str | Mapping[str, Any] | CostModel,
-    limits: Limits | None = None,
+    limits: Limits | Mapping[str, Any] | None = None,
     *,
     format: str | None = None,
     name: str | None = None,
@@ -333,7 +342,8 @@ def load_trace(
     cost_model
         Profile name, inline mapping or :class:`CostModel`.
     limits
-        Engine limits (default: the contract's defaults).
+        Engine limits: a :class:`~optsched.instance.Limits` or a mapping of the contract's
+        ``limits`` keys (missing keys: the contract's defaults).
     format
         A name of :data:`~optsched.workload.formats.FORMATS`; None detects it from the header.
     name
@@ -351,6 +361,7 @@ def load_trace(
         Naming the file, the line and the column.
     """
     source = str(path)
+    limits = as_limits(limits, source)
     fmt = trace_format_of(source, format)
     model = format_options.pop("model", None)
     if format_options:
@@ -377,7 +388,6 @@ def load_trace(
         cost = load_cost_model(cost_model)
     except CostModelError as exc:
         raise WorkloadError(f"{source}: {exc}") from None
-    limits = limits or Limits()
     bad = (prompts > MAX_TOKENS) | (outputs > MAX_TOKENS)
     if check_capacity and limits.kv_capacity is not None:
         bad |= prompts + outputs - 1 > limits.kv_capacity
@@ -393,7 +403,7 @@ def load_trace(
 def load_trace_csv(
     path: str | Path,
     cost_model: str | Mapping[str, Any] | CostModel,
-    limits: Limits | None = None,
+    limits: Limits | Mapping[str, Any] | None = None,
     *,
     name: str | None = None,
     first: int | None = None,

@@ -57,7 +57,8 @@ class SAParams:
 
 @dataclass(frozen=True, kw_only=True)
 class SAResult:
-    """Best schedule found, its (n, t, G), the evaluations spent and whether the early exit fired."""
+    """Best schedule found, its (n, t, G), the evaluations spent, whether the early exit fired and
+    whether the deadline stopped the annealing."""
 
     batches: list[list[int]]
     n: int
@@ -65,6 +66,7 @@ class SAResult:
     G: float
     evaluations: int
     early_exit: bool
+    timed_out: bool = False
 
 
 #: :func:`local_search` checks its deadline every this many neighbours.
@@ -135,8 +137,12 @@ def _swap(problem: GmaxProblem, cur: list[list[int]], rng: random.Random) -> lis
 _MOVES = (_squeeze, _delay, _swap)
 
 
-def simulated_annealing(problem: GmaxProblem, params: SAParams = SAParams()) -> SAResult:
-    """Algorithm 1 with fixes D1-D8 (see the module docstring); seeded by ``params.seed``."""
+def simulated_annealing(problem: GmaxProblem, params: SAParams = SAParams(), deadline: float | None = None) -> SAResult:
+    """Algorithm 1 with fixes D1-D8 (see the module docstring); seeded by ``params.seed``.
+
+    The annealing stops at ``deadline`` (a ``time.perf_counter()`` value; checked every
+    :data:`DEADLINE_EVERY` moves) with the best schedule found so far (``timed_out``).
+    """
     rng = random.Random(params.seed)
     sorted_start, input_start = start_points(problem)
     n_s, t_s = g_core(problem, sorted_start)
@@ -151,7 +157,11 @@ def simulated_annealing(problem: GmaxProblem, params: SAParams = SAParams()) -> 
     best, n_b, t_b, f_best = cur, n_c, t_c, f_cur
     evaluations, temp = 2, params.t0
     while temp >= params.t_thres:
-        for _ in range(params.iters):
+        for move in range(params.iters):
+            if move % DEADLINE_EVERY == 0 and passed(deadline):
+                return SAResult(
+                    batches=best, n=n_b, t=t_b, G=f_best, evaluations=evaluations, early_exit=False, timed_out=True
+                )
             cand = rng.choice(_MOVES)(problem, cur, rng)
             if cand is None:
                 continue

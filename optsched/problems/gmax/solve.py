@@ -33,7 +33,7 @@ __all__ = ["GmaxBoundOptions", "GmaxOptions", "bounds", "solve"]
 #: The annealing's options: the fields of :class:`.sa.SAParams`.
 SA_OPTIONS = ("t0", "t_thres", "iters", "tau", "energy_scale", "seed")
 #: The exact methods' options.
-EXACT_OPTIONS = ("exact_method", "frontier", "solver", "threads", "log", "time_limit")
+EXACT_OPTIONS = ("exact_method", "frontier", "solver", "threads", "log")
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,11 @@ class GmaxOptions(Options):
     solver
         The slot model's backend (``dinkelbach``, ``fixed-n``, and the frontier): ``highs``,
         ``cbc``, ``gurobi`` or ``cpsat``.
-    time_limit, threads, log
-        The exact methods' limit, the backend's threads and log.
+    time_limit
+        Wall-clock limit of either method: the exact methods return their best schedule and
+        bound, the annealing its best schedule (status ``time_limit``) when it passes.
+    threads, log
+        The backend's threads and log.
     lengths
         ``true`` or ``predicted`` output lengths.
     t0, t_thres, iters, tau, energy_scale, seed
@@ -109,8 +112,10 @@ def solve(instance: Instance, options: Mapping[str, Any] | GmaxOptions | None = 
     start = time.perf_counter()
     problem = GmaxProblem.from_instance(instance, lengths=opts.lengths)
     if opts.method == "sa":
-        sa = simulated_annealing(problem, opts.sa_params())
-        batches, own, status, bound, solver = sa.batches, sa.G, Status.FEASIBLE, None, "sa"
+        deadline = None if opts.time_limit is None else start + opts.time_limit
+        sa = simulated_annealing(problem, opts.sa_params(), deadline)
+        status = Status.TIME_LIMIT if sa.timed_out else Status.FEASIBLE
+        batches, own, bound, solver = sa.batches, sa.G, None, "sa"
         extra: dict[str, Any] = {"evaluations": sa.evaluations, "early_exit": sa.early_exit}
     else:
         solver = opts.solver or "highs"

@@ -1,0 +1,265 @@
+"""A :class:`~optsched.report.gather.Report` as terminal tables, drawn with rich.
+
+Every header carries its unit: TTFT, TPOT and queueing delay in milliseconds, latency and makespan
+in seconds, throughput in output tokens per second, goodput in requests per second. The default
+column set (:data:`DEFAULT_COLUMNS`) fits 120 columns; ``columns`` picks others (:data:`COLUMNS`
+lists every one). Schedules whose batches are identical are folded into one row
+(``vllm = vllm-ef``); the bounds listed are those of the report's objective that are compared
+(:attr:`~optsched.report.gather.BoundEntry.comparable`), the others and the notes of bounders that
+do not apply or were not run only when ``verbose``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+from ..result import relative_gap
+from ..schedule import Item, Schedule
+from ..textable import RULE_UNDER_HEAD, render
+from .gather import Report
+from .output import HIGHLIGHTED_POLICIES, grouped_messages, report_rows
+
+__all__ = [
+    "COLUMNS",
+    "DEFAULT_COLUMNS",
+    "OBJECTIVE_UNITS",
+    "Column",
+    "fold_identical",
+    "parse_columns",
+    "same_batches",
+    "report_table",
+    "report_terminal",
+]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One metric column: its header (with the unit), the factor from the metric's unit, digits."""
+
+    header: str
+    scale: float = 1.0
+    digits: int = 4
+
+
+#: Every metric column of the schedule table, by metric key (optsched.metrics.Metrics).
+COLUMNS: dict[str, Column] = {
+    "makespan": Column("makespan\ns", digits=6),
+    "mean_latency": Column("latency\nmean s"),
+    "latency_p50": Column("latency\nP50 s"),
+    "latency_p90": Column("latency\nP90 s"),
+    "latency_p99": Column("latency\nP99 s"),
+    "mean_ttft": Column("TTFT\nmean ms", 1e3),
+    "ttft_p50": Column("TTFT\nP50 ms", 1e3),
+    "ttft_p90": Column("TTFT\nP90 ms", 1e3),
+    "ttft_p99": Column("TTFT\nP99 ms", 1e3),
+    "mean_tpot": Column("TPOT\nmean ms", 1e3),
+    "tpot_p50": Column("TPOT\nP50 ms", 1e3),
+    "tpot_p90": Column("TPOT\nP90 ms", 1e3),
+    "tpot_p99": Column("TPOT\nP99 ms", 1e3),
+    "queue_p50": Column("queue\nP50 ms", 1e3),
+    "queue_p99": Column("queue\nP99 ms", 1e3),
+    "throughput": Column("output\ntok/s"),
+    "goodput": Column("goodput\nreq/s"),
+    "slo_attainment": Column("SLO\nmet %", 100.0),
+    "evictions": Column("evic-\ntions"),
+    "batches": Column("batches"),
+}
+
+#: The columns shown by default (the objective's own column comes first in any case).
+DEFAULT_COLUMNS = ("latency_p99", "ttft_p50", "ttft_p99", "tpot_p99", "queue_p99", "throughput", "goodput")
+
+#: Unit of each objective's value (as printed beside it).
+OBJECTIVE_UNITS = {"makespan": "s", "completion": "s", "ttft": "s"}
+
+
+def parse_columns(text: str | None, wide: bool = False) -> tuple[str, ...]:
+    """The column keys of ``--columns A,B`` (``all``: every one), or of ``--wide``, or the default.
+
+    Raises
+    ------
+    ValueError
+        On an unknown column (the message lists the known ones).
+    """
+    if wide or (text is not None and text.strip() == "all"):
+        return tuple(COLUMNS)
+    if text is None:
+        return DEFAULT_COLUMNS
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in keys if k not in COLUMNS]
+    if unknown or not keys:
+        what = f"unknown column {unknown[0]!r}" if unknown else "no column given"
+        raise ValueError(f"--columns: {what} (known: all, {', '.join(COLUMNS)})")
+    return keys
+
+
+def same_batches(a: Schedule, b: Schedule) -> bool:
+    """Whether two schedules run the same batches: the same start, evictions and items in each,
+    up to the order of the items (and evictions) within a batch, which the semantics ignore."""
+    if len(a.batches) != len(b.batches):
+        return False
+    for x, y in zip(a.batches, b.batches):
+        if x == y:
+            continue
+        if x.start != y.start or sorted(x.evict) != sorted(y.evict) or len(x.items) != len(y.items):
+            return False
+        if sorted(x.items, key=_item_key) != sorted(y.items, key=_item_key):
+            return False
+    return True
+
+
+def _item_key(item: Item) -> tuple[str, int]:
+    return item.id, item.tokens
+
+
+def fold_identical(report: Report) -> dict[str, list[str]]:
+    """Schedule labels (``kind:name``) grouped by identical batches (:func:`same_batches`).
+
+    Each group is keyed by its first label: the solver's, else a policy of
+    :data:`~optsched.report.output.HIGHLIGHTED_POLICIES`, else the first in
+    :func:`~optsched.report.output.report_rows` order; it maps to every label of the group, the key first.
+    """
+    order = [f"{r['kind']}:{r['name']}" for r in report_rows(report)]
+    candidates = report.candidates()
+    schedules = {c[0]: c[2] for c in candidates}
+    values = {c[0]: c[1] for c in candidates}
+    groups: dict[str, list[str]] = {}
+    keys: list[tuple[str, int, float]] = []  # (head label, batch count, objective): cheap pre-checks
+    for label in order:
+        schedule = schedules.get(label)
+        if schedule is None:
+            continue
+        value = values[label]
+        for head, count, head_value in keys:
+            if count == len(schedule.batches) and head_value == value and same_batches(schedules[head], schedule):
+                groups[head].append(label)
+                break
+        else:
+            keys.append((label, len(schedule.batches), value))
+            groups[label] = [label]
+    out: dict[str, list[str]] = {}
+    for members in groups.values():
+        members.sort(key=_label_rank)
+        out[members[0]] = members
+    return out
+
+
+def _label_rank(label: str) -> tuple[int, int]:
+    kind, name = label.split(":", 1)
+    if kind == "solver":
+        return 0, 0
+    if name in HIGHLIGHTED_POLICIES:
+        return 1, HIGHLIGHTED_POLICIES.index(name)
+    return 2, 0
+
+
+def _fmt(value: Any, column: Column | None = None, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "inf" if value > 0 else "-inf"
+        if column is not None:
+            value, digits = value * column.scale, column.digits
+        if abs(value) >= 10**digits:
+            return f"{value:.0f}"
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _bounds_table(report: Report, verbose: bool) -> Table:
+    unit = OBJECTIVE_UNITS.get(report.objective, "")
+    table = Table(box=RULE_UNDER_HEAD, show_edge=False, pad_edge=False, title_justify="left")
+    for name, kw in (("source", {}), ("bound", {}), (f"value {unit}".strip(), {"justify": "right"}), ("proven", {})):
+        table.add_column(name, **kw)
+    if verbose:
+        table.add_column("compared")
+        table.add_column("note", overflow="fold")
+    for b in report.bounds:
+        if not (verbose or (b.comparable and b.objective == report.objective)):
+            continue
+        cells = [b.source, b.name, _fmt(b.value, digits=6), _fmt(b.valid)]
+        table.add_row(*cells, *((_fmt(b.comparable), b.note) if verbose else ()))
+    return table
+
+
+def _schedule_table(report: Report, columns: Sequence[str]) -> Table:
+    objective = report.objective
+    unit = OBJECTIVE_UNITS.get(objective, "")
+    shown = [k for k in columns if k != objective]
+    table = Table(box=RULE_UNDER_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("schedule", overflow="fold", ratio=1, min_width=16)
+    table.add_column(f"{objective}\n{unit}".strip(), justify="right", no_wrap=True)
+    table.add_column("gap\n%", justify="right", no_wrap=True)
+    for key in shown:
+        table.add_column(COLUMNS[key].header, justify="right", no_wrap=True)
+    groups = fold_identical(report)
+    folded = {label for members in groups.values() for label in members[1:]}
+    for row in report_rows(report):
+        label = f"{row['kind']}:{row['name']}"
+        if label in folded:
+            continue
+        names = [label, *(m.split(":", 1)[1] for m in groups.get(label, [label])[1:])]
+        shown_label = " = ".join(names)
+        if row["kind"] == "solver":
+            shown_label += f" [{row['status']}]"
+        m = row["metrics"] or {}
+        value = _fmt(row["objective"], digits=6) if row["objective"] is not None else row["status"]
+        gap = "-" if row["gap"] is None else f"{100 * row['gap']:.1f}"
+        table.add_row(shown_label, value, gap, *(_fmt(m.get(k), COLUMNS[k]) for k in shown))
+    return table
+
+
+def report_terminal(report: Report, columns: Sequence[str] = DEFAULT_COLUMNS, verbose: bool = False) -> list[Any]:
+    """The report as a list of rich renderables and text lines (see :func:`render`)."""
+    inst = report.instance
+    lim = inst.limits
+    unit = OBJECTIVE_UNITS.get(report.objective, "")
+    out: list[Any] = [
+        f"instance {inst.name}: {len(inst.requests)} requests, cost model {inst.cost_model.name}, "
+        f"C={lim.token_budget} P={lim.prefill_budget} M={_fmt(lim.kv_capacity)} R_max={_fmt(lim.max_running)}",
+        f"objective: {report.objective} ({unit})" + ("   (PARTIAL REPORT)" if report.partial else ""),
+        "",
+        f"Lower bounds on the {report.objective}" + ("" if verbose else " (every bound: --verbose)"),
+        _bounds_table(report, verbose),
+    ]
+    best_bound = report.best_bound
+    if best_bound is not None:
+        out.append(f"best proven bound: {best_bound.value:.6g} {unit} ({best_bound.source}/{best_bound.name})")
+    out += [
+        "",
+        "Schedules (each replayed; gap = (value - best bound) / value; a = b: the same batches)",
+        _schedule_table(report, columns),
+    ]
+    best = report.best
+    if best is not None:
+        gap = relative_gap(best[1], best_bound.value if best_bound else None)
+        proof = (
+            f", proven optimal by {best_bound.source}/{best_bound.name}" if report.proven_optimal and best_bound else ""
+        )
+        out.append(f"best schedule: {best[0]} with {report.objective} {best[1]:.6g} {unit} (gap {_pct(gap)}{proof})")
+    for message, names in grouped_messages(report_rows(report)):
+        out.append(f"  {', '.join(names)}: {message}")
+    for note in report.notes:
+        if verbose or not note.startswith("bounder "):
+            out.append(f"note: {note}")
+    return out
+
+
+def report_table(
+    report: Report, columns: Sequence[str] = DEFAULT_COLUMNS, verbose: bool = False, width: int = 120
+) -> str:
+    """The report as plain text ``width`` columns wide: bounds, then schedules with their gaps."""
+    return render(report_terminal(report, columns, verbose), width)
