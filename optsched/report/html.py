@@ -21,7 +21,7 @@ from ..schedule import ReplayResult
 from .gather import Report
 from .output import HIGHLIGHTED_POLICIES, grouped_messages, report_rows
 from .plots import color_key, plot_bounds_bars, plot_latency_cdfs, plot_memory, plot_timeline
-from .terminal import COLUMNS, OBJECTIVE_UNITS, fold_identical, same_batches
+from .terminal import COLUMNS, fold_identical, objective_unit, same_batches
 
 __all__ = ["CSS", "figure_svg", "report_html", "write_html"]
 
@@ -107,7 +107,7 @@ def _tables(report: Report) -> list[str]:
     defaults highlighted, the other policies greyed), with their notes; each table scrolls inside
     its box."""
     e, best = html.escape, report.best
-    unit = OBJECTIVE_UNITS.get(report.objective, "")
+    unit = objective_unit(report.objective)
     parts = [
         "<h2>Lower bounds</h2><div class='scroll'><table><tr><th>source</th><th>bound</th>"
         f"<th>value ({e(unit)})</th><th>proven</th><th>compared</th><th style='text-align:left'>note</th></tr>"

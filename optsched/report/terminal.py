@@ -18,7 +18,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ..result import relative_gap
+from ..result import objective_named, relative_gap
 from ..schedule import Item, Schedule
 from ..textable import RULE_UNDER_HEAD, render
 from .gather import Report
@@ -27,7 +27,7 @@ from .output import HIGHLIGHTED_POLICIES, grouped_messages, report_rows
 __all__ = [
     "COLUMNS",
     "DEFAULT_COLUMNS",
-    "OBJECTIVE_UNITS",
+    "objective_unit",
     "Column",
     "fold_identical",
     "parse_columns",
@@ -73,8 +73,14 @@ COLUMNS: dict[str, Column] = {
 #: The columns shown by default (the objective's own column comes first in any case).
 DEFAULT_COLUMNS = ("latency_p99", "ttft_p50", "ttft_p99", "tpot_p99", "queue_p99", "throughput", "goodput")
 
+
 #: Unit of each objective's value (as printed beside it).
-OBJECTIVE_UNITS = {"makespan": "s", "completion": "s", "ttft": "s"}
+def objective_unit(name: str) -> str:
+    """The unit of objective ``name`` (:data:`optsched.result.OBJECTIVE_TABLE`); empty when unknown."""
+    try:
+        return objective_named(name).unit
+    except ValueError:
+        return ""
 
 
 def parse_columns(text: str | None, wide: bool = False) -> tuple[str, ...]:
@@ -180,7 +186,7 @@ def _pct(value: float | None) -> str:
 
 
 def _bounds_table(report: Report, verbose: bool) -> Table:
-    unit = OBJECTIVE_UNITS.get(report.objective, "")
+    unit = objective_unit(report.objective)
     table = Table(box=RULE_UNDER_HEAD, show_edge=False, pad_edge=False, title_justify="left")
     for name, kw in (("source", {}), ("bound", {}), (f"value {unit}".strip(), {"justify": "right"}), ("proven", {})):
         table.add_column(name, **kw)
@@ -197,7 +203,7 @@ def _bounds_table(report: Report, verbose: bool) -> Table:
 
 def _schedule_table(report: Report, columns: Sequence[str]) -> Table:
     objective = report.objective
-    unit = OBJECTIVE_UNITS.get(objective, "")
+    unit = objective_unit(objective)
     shown = [k for k in columns if k != objective]
     table = Table(box=RULE_UNDER_HEAD, show_edge=False, pad_edge=False)
     table.add_column("schedule", overflow="fold", ratio=1, min_width=16)
@@ -226,7 +232,7 @@ def report_terminal(report: Report, columns: Sequence[str] = DEFAULT_COLUMNS, ve
     """The report as a list of rich renderables and text lines (see :func:`render`)."""
     inst = report.instance
     lim = inst.limits
-    unit = OBJECTIVE_UNITS.get(report.objective, "")
+    unit = objective_unit(report.objective)
     out: list[Any] = [
         f"instance {inst.name}: {len(inst.requests)} requests, cost model {inst.cost_model.name}, "
         f"C={lim.token_budget} P={lim.prefill_budget} M={_fmt(lim.kv_capacity)} R_max={_fmt(lim.max_running)}",

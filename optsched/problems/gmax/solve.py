@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ...budget import TimeBudget
 from ...instance import Instance
 from ...options import AnyInt, FiniteFloat, Flag, Name, OptionError, Options, PositiveFloat, PositiveInt
 from ...result import Bound, SolveResult, Status, check_agreement
@@ -112,7 +113,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | GmaxOptions | None = 
     start = time.perf_counter()
     problem = GmaxProblem.from_instance(instance, lengths=opts.lengths)
     if opts.method == "sa":
-        deadline = None if opts.time_limit is None else start + opts.time_limit
+        deadline = TimeBudget.of(opts.time_limit, start=start).end
         sa = simulated_annealing(problem, opts.sa_params(), deadline)
         status = Status.TIME_LIMIT if sa.timed_out else Status.FEASIBLE
         batches, own, bound, solver = sa.batches, sa.G, None, "sa"
