@@ -164,7 +164,9 @@ def relative_gap(objective: float | None, bound: float | None) -> float | None:
     return abs(objective - bound) / max(abs(objective), 1e-12)
 
 
-OBJECTIVES = ("makespan", "completion", "ttft")
+OBJECTIVES = ("makespan", "completion", "ttft", "goodput")
+#: The objectives that are maximised (their bounds are upper bounds).
+MAXIMISED = frozenset({"goodput"})
 
 
 def replayed_objective(
@@ -175,8 +177,8 @@ def replayed_objective(
     Parameters
     ----------
     objective
-        ``makespan`` (end of last batch), ``completion`` (sum of finish times) or ``ttft``
-        (mean time to first token).
+        ``makespan`` (end of last batch), ``completion`` (sum of finish times), ``ttft``
+        (mean time to first token) or ``goodput`` (requests meeting their SLOs, maximised).
 
     Raises
     ------
@@ -198,6 +200,8 @@ def objective_of(result: ReplayResult, objective: str = "makespan") -> float:
         return math.fsum(o.finish for o in result.outcomes.values())  # type: ignore[misc]
     if objective == "ttft":
         return result.metrics.mean_ttft
+    if objective == "goodput":  # a count: the requests meeting every SLO they carry
+        return float(sum(o.meets_slo for o in result.outcomes.values()))
     raise ValueError(f"unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
 
 

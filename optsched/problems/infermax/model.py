@@ -191,7 +191,7 @@ __all__ = [
     "symmetric_pairs",
 ]
 
-OBJECTIVES = ("makespan", "completion", "ttft")
+OBJECTIVES = ("makespan", "completion", "ttft", "goodput")
 
 #: Default share of the time limit given to the residency relaxation (option ``relax``).
 RELAX_SHARE = 0.6
