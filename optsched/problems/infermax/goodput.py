@@ -246,7 +246,7 @@ def solve_goodput(instance: Instance, opts: InferMaxOptions) -> SolveResult:
             schedule, value, rep, incumbent = found[0], found[1], found[2], None
     if value > bound:
         raise RuntimeError(
-            f"goodput: schedule {incumbent or 'infermax'!r} meets {value:g} SLOs, above the bound {bound:g}"
+            f"goodput: schedule {incumbent or 'infermax'!r} meets {value:g} SLOs, above the proven bound {bound:g}"
         )
     late = deadline is not None and time.perf_counter() >= deadline
     status = Status.OPTIMAL if value >= bound else Status.TIME_LIMIT if late else Status.FEASIBLE

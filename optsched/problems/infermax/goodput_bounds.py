@@ -191,7 +191,7 @@ def alive_requests(facts: RequestFacts, slo: SloArrays) -> np.ndarray:
     loose = 1 + SLACK
     return (
         (facts.first <= slo.ttft * loose)
-        & (facts.least_tpot <= slo.tpot * loose)
+        & ((facts.output < 2) | (facts.least_tpot <= slo.tpot * loose))  # one output token: no TPOT
         & (facts.first + facts.later <= slo.e2e * loose)
     )
 
