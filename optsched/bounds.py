@@ -129,7 +129,7 @@ import numpy as np
 
 from .costmodel import CostModel
 from .instance import Instance, Limits, Request
-from .result import OBJECTIVES, Bound
+from .result import MAXIMISED, OBJECTIVES, Bound
 
 __all__ = [
     "RequestBounds",
@@ -500,6 +500,8 @@ def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Boun
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
+    if objective in MAXIMISED:  # goodput: its upper bound is the InferMax bounder's (goodput_bounds.py)
+        return []
     arrival, I, _ = _arrays(instance)
     if objective == "ttft":
         first = [prefill_alone_time(instance, int(x)) for x in I]

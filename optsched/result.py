@@ -133,7 +133,10 @@ class SolveResult:
 
     @property
     def gap(self) -> float | None:
-        """Relative gap |objective - bound| / |objective| (None when either is missing)."""
+        """Relative gap |objective - bound| / |objective|; (bound - objective) / bound for ``sense="max"``
+        (the share of the upper bound not reached); None when either is missing."""
+        if self.sense == "max" and self.objective is not None and self.bound is not None:
+            return (self.bound - self.objective) / max(abs(self.bound), 1e-12)
         return relative_gap(self.objective, self.bound)
 
     def to_dict(self, schedule_path: str | None = None) -> dict[str, Any]:

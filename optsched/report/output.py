@@ -11,7 +11,6 @@ import math
 from typing import Any
 
 from ..metrics import TAIL_KEYS
-from ..result import relative_gap
 from .gather import Report
 
 __all__ = ["METRIC_KEYS", "TABLE_KEYS", "grouped_messages", "report_rows", "report_to_dict", "report_table"]
@@ -128,6 +127,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "metrics": _metrics(best[3]),
         },
         "solver": solver,
+        "tail_bounds": dict(report.tail_bounds),
         "schedules": [dict(row) for row in rows],
         "partial": report.partial,
         "notes": list(report.notes),
@@ -193,6 +193,9 @@ def report_table(report: Report) -> str:
     )
     if best_bound is not None:
         out.append(f"best proven bound: {best_bound.value:.6g} ({best_bound.source}/{best_bound.name})")
+    if report.tail_bounds:
+        tails = ", ".join(f"{k} >= {v:.4g} s" for k, v in report.tail_bounds.items() if v is not None)
+        out.append(f"every schedule's {tails} (proven, infermax/goodput_bounds.py)")
     out += ["", "Schedules (every one replayed; gap = (value - best bound) / value)"]
     rows = report_rows(report)
     columns = [k for k in TABLE_KEYS if k != report.objective]
@@ -209,7 +212,7 @@ def report_table(report: Report) -> str:
     out.append(_grid(["schedule", "status", report.objective, "gap", *columns], body, left=(0, 1)))
     best = report.best
     if best is not None:
-        gap = relative_gap(best[1], best_bound.value if best_bound else None)
+        gap = report.gap(best[1])
         proof = (
             f", proven optimal by {best_bound.source}/{best_bound.name}" if report.proven_optimal and best_bound else ""
         )

@@ -89,6 +89,7 @@ __all__ = [
     "request_facts",
     "scaled_arrivals",
     "slo_arrays",
+    "tail_bounds",
     "target_unreachable",
     "tpot_quantile_bound",
     "ttft_quantile_bound",
@@ -293,6 +294,18 @@ def tpot_quantile_bound(facts: RequestFacts, q: float) -> float | None:
     """A proven lower bound (seconds) on every schedule's quantile ``q`` of TPOT (None without TPOT)."""
     least = np.sort(facts.least_tpot[facts.output > 1])
     return float(least[_order_index(len(least), q)]) if len(least) else None
+
+
+def tail_bounds(instance: Instance, q: float = 0.99, iterations: int = 16) -> dict[str, float | None]:
+    """Proven lower bounds (seconds) on every schedule's quantile ``q`` of TTFT and of TPOT, keyed
+    ``ttft_p<100q>`` and ``tpot_p<100q>`` as the metrics' keys."""
+    facts = request_facts(instance)
+    arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64)
+    name = f"p{100 * q:g}"
+    return {
+        f"ttft_{name}": ttft_quantile_bound(facts, arrival, q, iterations),
+        f"tpot_{name}": tpot_quantile_bound(facts, q),
+    }
 
 
 def target_unreachable(
