@@ -31,6 +31,7 @@ from ..bounds import generic_bounds
 from ..instance import Instance, InstanceError
 from ..result import Status, objective_of, relative_gap
 from ..schedule import Metrics, ReplayResult, replay
+from ..workload import WorkloadTransforms, apply_transforms
 from .spec import LIMIT_AXES, RunSpec, SweepSpec
 
 __all__ = [
@@ -268,7 +269,7 @@ def _solve_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
         try:
             shared = problems.accepted(entry.problem, "solve", {"objective": cell.run.objective})
             options = {**shared, **entry.options}  # the entry's own options win
-            result = problems.solver_for(entry.problem)(instance, options)
+            result = problems.solver_for(entry.problem)(_with_target(cell, instance), options)
             values: dict[str, Any] = {"solver": result.solver, "status": str(result.status), "bound": result.bound}
             if result.schedule is not None:
                 replayed = replay(instance, result.schedule)
@@ -276,9 +277,20 @@ def _solve_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
                     values.update(status="invalid", error="; ".join(replayed.violations[:3]), bound=None)
                 else:
                     values.update(_metrics(replayed, cell.run.objective))
+                    if cell.slo is not None:
+                        values["slo_met"] = cell.slo.met_by(replayed)
         except Exception as exc:  # noqa: BLE001 - recorded, never stops the sweep
             values = {"status": "error", "error": _error(exc)}
         yield make_row(cell, instance, **base, **values, wall_time=time.perf_counter() - t0)
+
+
+def _with_target(cell: Cell, instance: Instance) -> Instance:
+    """The instance a solve of a capacity probe gets: with objective ``goodput``, every request
+    without an SLO takes the target's TTFT and TPOT limits as its own (the solve then maximises the
+    requests within them)."""
+    if cell.slo is None or cell.run.objective != "goodput":
+        return instance
+    return apply_transforms(instance, WorkloadTransforms(slo_ttft=cell.slo.ttft, slo_tpot=cell.slo.tpot))
 
 
 def _simulate_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:

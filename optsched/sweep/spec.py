@@ -138,7 +138,7 @@ class RunSpec(_Strict):
     simulate: list[str] = Field(default_factory=list)
     solve: list[SolveSpec] = Field(default_factory=list)
     bound: bool | BoundSpec = False
-    objective: Literal["makespan", "completion", "ttft"] = "makespan"
+    objective: Literal["makespan", "completion", "ttft", "goodput"] = "makespan"
 
     @field_validator("simulate", mode="before")
     @classmethod
