@@ -136,6 +136,8 @@ def handle(args: argparse.Namespace) -> int:
         print(format_mapping([(k, v) for k, v in out.items() if not isinstance(v, (list, dict))]))
         for line in capacity_lines(out.get("capacity", []), out.get("non_monotone", {})):
             print(line)
+        for warning in out.get("warnings", []):
+            print(f"warning: {warning}", file=sys.stderr)
     return EXIT_OK
 
 

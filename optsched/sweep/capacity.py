@@ -9,10 +9,13 @@ are within their limits (:class:`~optsched.sweep.cells.SloTarget`).
 Every search first probes both ends (``below_range`` when the low end fails, ``above_range``
 when the high end meets), then narrows ``good < bad`` (a meeting and a failing point) by
 multisection: each round probes up to ``slots // searches`` evenly spaced points inside every
-open interval, all searches' probes running at once on the executor, until ``bad = good + 1``.
-Like Vidur's search, it assumes that a policy meeting the target at a rate meets it at every lower
-rate; every probe is a stored row, so the assumption can be checked. Probes are cells: stored
-as they finish, reused on ``--resume`` and by other searches that need the same point.
+open interval, all searches' probes running at once on the executor, until ``bad = good + 1``; then
+it probes the neighbours ``good - 1`` and ``bad + 1`` (:attr:`_Search.neighbours`), and a neighbour
+that contradicts the bracket reopens it. Monotonicity is not assumed silently: every failing point
+below a meeting one is reported (:attr:`_Search.non_monotone`). Searches cover the policies of
+``run.simulate`` and the solves of ``run.solve``; :mod:`.ceiling` adds the proven ceiling of each
+configuration. Probes are cells: stored as they finish, reused on ``--resume`` and by other
+searches that need the same point.
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ceiling import ceiling_rows, throughputs
+from .ceiling import ceiling_rows, steady_state_warning, throughputs
 from .cells import METRIC_COLUMNS, Cell, SloTarget, expand_cells
 from .runner import Executor, Progress, Workloads, run_cells
-from .spec import RunSpec, SpecError, SweepSpec
+from .spec import LIMIT_AXES, RunSpec, SpecError, SweepSpec
 from .store import SweepStore
 
 __all__ = ["capacity_search", "check_capacity_spec", "rate_grid"]
@@ -182,6 +185,7 @@ def capacity_search(
         progress.close()
     results = [store.rows_of(s.key)[0] for s in searches] + _ceilings(spec, workloads, store, target)
     bases = {entry.label: workloads.instances[w] for w, entry in enumerate(spec.workloads)}
+    warnings = [w for r in results if (w := _warning(r, bases[r["workload"]])) is not None]
     return {
         "searches": len(searches),
         "already_stored": sum(1 for s in searches if s.key in stored),
@@ -195,7 +199,18 @@ def capacity_search(
             for s in searches
             if s.non_monotone
         },
+        "warnings": warnings,
     }
+
+
+def _warning(row: dict[str, Any], base: Any) -> str | None:
+    """:func:`.ceiling.steady_state_warning` for a policy's capacity found inside the range."""
+    if row["status"] != "ok" or row["policy"] == "ceiling" or row["policy"].startswith("solver:"):
+        return None
+    if row["cost_model"] != base.cost_model.name or any(row[k] != getattr(base.limits, k) for k in LIMIT_AXES):
+        return None  # another configuration than the workload's own: not re-simulated here
+    warning = steady_state_warning(base, row["policy"], row["rate_scale"])
+    return None if warning is None else f"{row['workload']}: {warning}"
 
 
 SUMMARY_KEYS = (

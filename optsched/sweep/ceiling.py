@@ -11,6 +11,7 @@ the high end is not refuted) and the reason of the first refuted point in ``erro
 
 :func:`throughputs` turns a rate scale into requests per second and tokens per second (prompt plus
 output) of the scaled workload: requests (tokens) divided by the span of their arrivals.
+:func:`steady_state_warning` flags a slice whose queue still grows at its end near a capacity.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ import numpy as np
 
 from ..instance import Instance
 from ..problems.infermax.goodput_bounds import request_facts, scaled_arrivals, target_unreachable
+from ..workload import WorkloadTransforms, apply_transforms
 from .cells import Cell, SloTarget, make_row
 
-__all__ = ["ceiling_rows", "throughputs"]
+__all__ = ["ceiling_rows", "steady_state_warning", "throughputs"]
 
 
 def throughputs(instance: Instance, rate_scale: float | None) -> tuple[float | None, float | None]:
@@ -82,10 +84,25 @@ def ceiling_rows(
         )
 
 
-def queue_growth(instance: Instance, first_token: np.ndarray) -> tuple[int, int]:
-    """Requests arrived and still without a first token at the middle and at the end of the arrivals
-    (a queue that keeps growing to the end: the slice is too short for a steady state)."""
+def steady_state_warning(base: Instance, policy: str, rate_scale: float) -> str | None:
+    """A warning when ``policy`` at ``rate_scale`` (a capacity) ends the slice with a growing queue:
+    more requests waiting for their first token at the last arrival than at the median arrival, and
+    at least 2 % of them. Such a slice is too short for a steady state near the capacity."""
+    from ..policies import simulator_for
+    from ..schedule import replay
+
+    instance = apply_transforms(base, WorkloadTransforms(rate_scale=rate_scale)) if rate_scale != 1.0 else base
+    rep = replay(instance, simulator_for(policy)(instance))
+    if not rep.feasible:
+        return None
     arrival = np.array([r.arrival for r in instance.requests])
+    first = np.array([rep.outcomes[r.id].first_token for r in instance.requests], dtype=np.float64)
     mid, end = float(np.quantile(arrival, 0.5)), float(arrival.max())
-    waiting = [int(((arrival <= t) & (first_token > t)).sum()) for t in (mid, end)]
-    return waiting[0], waiting[1]
+    waiting_mid, waiting_end = (int(((arrival <= t) & (first > t)).sum()) for t in (mid, end))
+    if waiting_end <= max(waiting_mid, 0.02 * len(arrival)):
+        return None
+    return (
+        f"{policy} at rate scale {rate_scale:.4g}: {waiting_end} requests wait for a first token at the last "
+        f"arrival against {waiting_mid} at the median one; the queue still grows at the end of the slice, "
+        "too short for a steady state near the capacity: take a longer one (workload 'window' or 'first')"
+    )
