@@ -68,10 +68,11 @@ def report_rows(report: Report) -> list[dict[str, Any]]:
         })
     for row in rows:
         row["gap"] = report.gap(row["objective"])
+    sign = -1.0 if report.maximised else 1.0
     rows.sort(
         key=lambda r: (
             r["objective"] is None,
-            r["objective"] if r["objective"] is not None else 0.0,
+            sign * r["objective"] if r["objective"] is not None else 0.0,
             r["kind"] != "solver",
             r["name"],
         )
