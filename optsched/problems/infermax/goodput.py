@@ -55,14 +55,14 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model
 
-from ...deadline import BuildStopped, seconds_left
+from ...deadline import BuildStopped, passed, seconds_left
 from ...instance import Instance
 from ...interrupt import run_cpsat
 from ...metrics import TIME_RTOL
 from ...options import OptionError
 from ...result import SolveResult, Status
 from ...schedule import Schedule, replay
-from .candidates import initial_candidates
+from .candidates import CandidatePool, initial_candidates
 from .cpsat import ModelBuilder
 from .data import ModelData, fits, integer_scaling
 from .goodput_bounds import SloArrays, alive_requests, max_met, request_facts, slo_arrays
@@ -224,6 +224,32 @@ def _exact_phase(
     return (found, got, rep), bound, info
 
 
+#: Policies offered first (fast, and the best at meeting SLOs on the traces measured in
+#: docs/performance.md); every other registered policy follows while the time limit allows.
+FIRST_POLICIES = ("vllm-hy", "sarathi-pc", "rank-o", "vllm", "sarathi")
+
+
+def _candidates(instance: Instance, opts: InferMaxOptions, deadline: float | None) -> CandidatePool:
+    """The candidate pool: :data:`FIRST_POLICIES`, then every other policy, until ``deadline``
+    (at least one), and ``serial`` when none applies (:func:`.candidates.initial_candidates`)."""
+    from ...policies import policy_names, simulator_for
+
+    pool = CandidatePool(instance, opts)
+    names = [n for n in FIRST_POLICIES if n in policy_names()]
+    for name in names + [n for n in policy_names() if n not in names] if not opts.no_chunk else []:
+        if len(pool) and passed(deadline):
+            break
+        try:
+            pool.offer(name, simulator_for(name)(instance))
+        except InferMaxInputError:
+            raise
+        except Exception:  # noqa: BLE001 - a failing policy is only a missing candidate
+            continue
+    if not len(pool):
+        return initial_candidates(instance, opts, deadline)
+    return pool
+
+
 def solve_goodput(instance: Instance, opts: InferMaxOptions) -> SolveResult:
     """The goodput solve of the module docstring (``opts.objective == 'goodput'``)."""
     t0 = time.perf_counter()
@@ -231,7 +257,7 @@ def solve_goodput(instance: Instance, opts: InferMaxOptions) -> SolveResult:
         raise OptionError(f"objective 'goodput': solver {opts.solver!r} does not take it (use cpsat)")
     deadline = None if opts.time_limit is None else t0 + opts.time_limit
     try:
-        pool = initial_candidates(instance, opts, deadline)
+        pool = _candidates(instance, opts, deadline)
     except InferMaxInputError as exc:
         return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE, message=str(exc))
     upper = max_met(request_facts(instance), np.array([r.arrival for r in instance.requests]), slo_arrays(instance))
