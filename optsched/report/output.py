@@ -197,7 +197,8 @@ def report_table(report: Report) -> str:
     if report.tail_bounds:
         tails = ", ".join(f"{k} >= {v:.4g} s" for k, v in report.tail_bounds.items() if v is not None)
         out.append(f"every schedule's {tails} (proven, infermax/goodput_bounds.py)")
-    out += ["", "Schedules (every one replayed; gap = (value - best bound) / value)"]
+    gap_rule = "(best bound - value) / best bound" if report.maximised else "(value - best bound) / value"
+    out += ["", f"Schedules (every one replayed; gap = {gap_rule})"]
     rows = report_rows(report)
     columns = [k for k in TABLE_KEYS if k != report.objective]
     body = []
