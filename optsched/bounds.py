@@ -129,7 +129,7 @@ import numpy as np
 
 from .costmodel import CostModel
 from .instance import Instance, Limits, Request
-from .result import Bound, objective_named
+from .result import MAXIMISED, Bound, objective_named
 from .tokensums import add_by_owner, token_blocks
 
 __all__ = [
@@ -533,6 +533,8 @@ def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Boun
     See the module docstring for the statement and proof of each.
     """
     objective = objective_named(objective).name
+    if objective in MAXIMISED:  # goodput: its upper bound is the InferMax bounder's (goodput_bounds.py)
+        return []
     arrival, I, _ = _arrays(instance)
     if objective == "ttft":
         first = _prefill_alone_times(instance, I)

@@ -148,7 +148,10 @@ class SolveResult:
 
     @property
     def gap(self) -> float | None:
-        """Relative gap |objective - bound| / |objective| (None when either is missing)."""
+        """Relative gap |objective - bound| / |objective|; (bound - objective) / bound for ``sense="max"``
+        (the share of the upper bound not reached); None when either is missing."""
+        if self.sense == "max" and self.objective is not None and self.bound is not None:
+            return (self.bound - self.objective) / max(abs(self.bound), 1e-12)
         return relative_gap(self.objective, self.bound)
 
     def to_dict(self, schedule_path: str | None = None) -> dict[str, Any]:
@@ -179,6 +182,10 @@ def relative_gap(objective: float | None, bound: float | None) -> float | None:
     return abs(objective - bound) / max(abs(objective), 1e-12)
 
 
+#: The value of ``goodput``: requests meeting every SLO they carry (:attr:`~optsched.metrics.RequestOutcome.meets_slo`).
+SLO_MET = "slo_met"
+
+
 @dataclass(frozen=True)
 class Objective:
     """One objective a user can ask for: its name, unit, sense and value from a replay.
@@ -190,22 +197,25 @@ class Objective:
     unit
         The unit of its value, of every bound on it and of the numerator of every gap.
     sense
-        ``min`` (every objective here is minimised).
+        ``min`` or ``max`` (``goodput``: its bounds are upper bounds, its gap (bound - value) / bound).
     what
         One line saying what it is.
     metric
-        The field of :class:`optsched.metrics.Metrics` that holds its value (the replay's value).
+        The field of :class:`optsched.metrics.Metrics` that holds its value (the replay's value), or
+        :data:`SLO_MET`: the number of requests that meet every SLO they carry.
     """
 
     name: str
     unit: str
-    sense: Literal["min"]
+    sense: Literal["min", "max"]
     what: str
     metric: str
 
     def value(self, result: ReplayResult) -> float:
         """Its value on a feasible replay: the replay's metric (the one definition)."""
         assert result.metrics is not None
+        if self.metric == SLO_MET:
+            return float(sum(o.meets_slo for o in result.outcomes.values()))
         return float(getattr(result.metrics, self.metric))
 
 
@@ -216,6 +226,7 @@ OBJECTIVE_TABLE: dict[str, Objective] = {
         Objective("makespan", "s", "min", "end of the last batch", "makespan"),
         Objective("latency", "s", "min", "mean end-to-end latency, sum_i (finish_i - arrival_i) / N", "mean_latency"),
         Objective("ttft", "s", "min", "mean time to first token, sum_i (first_token_i - arrival_i) / N", "mean_ttft"),
+        Objective("goodput", "requests", "max", "requests meeting every SLO they carry (TTFT, TPOT)", SLO_MET),
     )
 }
 
@@ -225,6 +236,9 @@ OBJECTIVE_ALIASES = {"completion": "latency"}
 
 #: The objectives' names.
 OBJECTIVES = tuple(OBJECTIVE_TABLE)
+
+#: The objectives that are maximised (their bounds are upper bounds).
+MAXIMISED = frozenset(o.name for o in OBJECTIVE_TABLE.values() if o.sense == "max")
 
 #: Every name accepted where an objective is asked for (the objectives and their aliases).
 OBJECTIVE_NAMES = (*OBJECTIVES, *OBJECTIVE_ALIASES)
@@ -259,7 +273,8 @@ def replayed_objective(
     Parameters
     ----------
     objective
-        A name of :data:`OBJECTIVE_TABLE` (``makespan``, ``latency``, ``ttft``) or an alias.
+        A name of :data:`OBJECTIVE_TABLE` (``makespan``, ``latency``, ``ttft``, ``goodput``) or an
+        alias.
 
     Raises
     ------

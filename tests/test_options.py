@@ -56,7 +56,10 @@ def test_values_are_strictly_typed():
         ({"threads": 2.0}, "option 'threads': must be an integer >= 1, got 2.0"),
         ({"threads": True}, "option 'threads'"),
         ({"no_evict": 1}, "option 'no_evict': must be true or false, got 1"),
-        ({"objective": "speed"}, "option 'objective': unknown 'speed' (known: makespan, latency, ttft, completion)"),
+        (
+            {"objective": "speed"},
+            "option 'objective': unknown 'speed' (known: makespan, latency, ttft, goodput, completion)",
+        ),
         ({"relax": 1.5}, "option 'relax'"),
         ({"warm_start": 3}, "option 'warm_start': must be a string, got 3"),
     ]:

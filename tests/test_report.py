@@ -100,6 +100,7 @@ def test_json_is_stable_and_documented(fcfs: str) -> None:
         "best_bound",
         "best",
         "solver",
+        "tail_bounds",
         "schedules",
         "partial",
         "notes",

@@ -325,7 +325,12 @@ def test_capacity_search_equals_a_brute_force_scan(tmp_path, capsys) -> None:
         == 0
     )
     summary = json.loads(capsys.readouterr().out)
-    found = {(r["kv_capacity"], r["policy"]): r for r in summary["capacity"]}
+    found = {(r["kv_capacity"], r["policy"]): r for r in summary["capacity"] if r["policy"] != "ceiling"}
+    ceilings = {r["kv_capacity"]: r for r in summary["capacity"] if r["policy"] == "ceiling"}
+    for (kv, _), row in found.items():  # the proven ceiling is never below a policy's capacity
+        if row["rate_scale"] is not None:
+            assert ceilings[kv]["rate_scale"] is not None and ceilings[kv]["rate_scale"] >= row["rate_scale"]
+            assert row["req_per_s"] > 0 and row["tokens_per_s"] > row["req_per_s"]
     grid = rate_grid(0.5, 24, 0.1)
     base = load_instance("poisson-mixed-100").to_dict()
     statuses = set()
@@ -342,7 +347,7 @@ def test_capacity_search_equals_a_brute_force_scan(tmp_path, capsys) -> None:
     assert "ok" in statuses, "the target should cut the range for some configuration"
     # the stored rows: one capacity row per search, every probe a simulate row with its verdict
     rows = read_rows(tmp_path / "out")
-    assert len([r for r in rows if r["kind"] == "capacity"]) == 4
+    assert len([r for r in rows if r["kind"] == "capacity"]) == 4 + 2  # and one ceiling per configuration
     probes = [r for r in rows if r["kind"] == "simulate"]
     assert probes and all(r["slo_met"] is not None and r["attainment"] == slo["quantile"] for r in probes)
     assert len(probes) < 4 * len(grid), "the search should not probe every grid point"
@@ -369,7 +374,7 @@ def test_capacity_search_equals_a_brute_force_scan(tmp_path, capsys) -> None:
 def test_capacity_rejects_what_it_would_ignore(tmp_path, capsys) -> None:
     spec = {**SMALL_SPEC, "rate_scale": [1]}
     assert _sweep(tmp_path, spec, "--capacity", "--slo-ttft-p99", "1") == 2
-    assert "--capacity runs policies only" in capsys.readouterr().err
+    assert "--capacity computes its own proven ceiling" in capsys.readouterr().err
     spec = {**SMALL_SPEC, "run": {"simulate": ["vllm"]}}
     assert _sweep(tmp_path, spec, "--capacity", "--slo-ttft-p99", "1") == 2
     assert "rate_scale: --capacity chooses the rate itself" in capsys.readouterr().err
@@ -379,7 +384,7 @@ def test_capacity_rejects_what_it_would_ignore(tmp_path, capsys) -> None:
     "change, extra, message",
     [
         ({"run": {}}, [], "run: nothing to run (give simulate, solve or bound)"),
-        ({"rate_scale": [1]}, ["--capacity", "--slo-ttft-p99", "1"], "--capacity runs policies only"),
+        ({"rate_scale": [1]}, ["--capacity", "--slo-ttft-p99", "1"], "--capacity computes its own proven ceiling"),
         (
             {"workloads": [{"instance": "aladdin-fig3"}], "replicas": {"routers": ["nope"]}},
             ["--replicas", "--slo-ttft-p99", "1"],
@@ -434,3 +439,27 @@ def test_cells_and_keys_are_stable() -> None:
     assert [c.key for c in a] == [c.key for c in b] and len({c.key for c in a}) == 8
     other = parse_spec({**SMALL_SPEC, "run": {"simulate": ["vllm"]}}, "s")
     assert not {c.key for c in expand_cells(other, digests)} & {c.key for c in a}
+
+
+def test_capacity_with_a_solve_and_the_proven_ceiling(tmp_path, capsys) -> None:
+    """``run.solve`` joins the capacity search (its schedule replayed, its SLO verdict stored); the
+    proven ceiling is never below any schedule's capacity; the terminal summary gives req/s."""
+    spec = {
+        "name": "capsolve",
+        "workloads": [{"instance": "poisson-mixed-100", "first": 12}],
+        "run": {"simulate": ["vllm"], "solve": [{"problem": "infermax", "time_limit": 3}], "objective": "goodput"},
+        "capacity": {"low": 0.5, "high": 32, "tolerance": 0.25},
+    }
+    args = ["--capacity", "--slo-ttft-p99", "0.3", "--slo-tpot-p99", "0.03", "--attainment", "0.9"]
+    assert _sweep(tmp_path, spec, *args, "--json") == 0
+    summary = json.loads(capsys.readouterr().out)
+    by = {r["policy"]: r for r in summary["capacity"]}
+    assert set(by) == {"vllm", "solver:infermax", "ceiling"}
+    best = max((r["rate_scale"] or 0.0) for name, r in by.items() if name != "ceiling")
+    assert by["ceiling"]["rate_scale"] is not None and by["ceiling"]["rate_scale"] >= best
+    rows = read_rows(tmp_path / "out")
+    solves = [r for r in rows if r["kind"] == "solve"]
+    assert solves and all(r["slo_met"] is not None for r in solves if r["status"] != "error")
+    assert _sweep(tmp_path, spec, *args, "--resume") == 0
+    out = capsys.readouterr().out
+    assert "ceiling" in out and "req/s" in out

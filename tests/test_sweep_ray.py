@@ -79,3 +79,28 @@ def test_a_killed_ray_worker_loses_no_cell(cluster, tmp_path) -> None:
     assert proc.returncode == 0, err
     assert len(part_files(out)) == 12
     check_exactly_once(tmp_path, spec, out)
+
+
+def test_capacity_with_a_solve_on_ray(cluster, tmp_path) -> None:
+    """``--capacity`` with ``run.solve`` on Ray: the same capacities and ceiling as the local pool."""
+    import json
+
+    spec = write_spec(
+        tmp_path,
+        {
+            "name": "capray",
+            "workloads": [{"instance": "poisson-mixed-100", "first": 10}],
+            "run": {"simulate": ["vllm"], "solve": [{"problem": "infermax", "time_limit": 2}], "objective": "goodput"},
+            "capacity": {"low": 0.5, "high": 16, "tolerance": 0.5},
+        },
+    )
+    args = ["--capacity", "--slo-ttft-p99", "0.3", "--slo-tpot-p99", "0.03", "--attainment", "0.9", "--json"]
+    local = run_cli("sweep", str(spec), "--out", str(tmp_path / "w2"), "--workers", "2", *args, env=LOOPBACK)
+    on_ray = run_cli(
+        "sweep", str(spec), "--out", str(tmp_path / "ray"), "--ray", "--address", cluster, *args, env=LOOPBACK
+    )
+    assert local.returncode == 0 and on_ray.returncode == 0, (local.stderr, on_ray.stderr)
+    caps = [{r["policy"]: r["rate_scale"] for r in json.loads(p.stdout)["capacity"]} for p in (local, on_ray)]
+    assert set(caps[0]) == {"vllm", "solver:infermax", "ceiling"}
+    assert caps[0]["ceiling"] >= max(v or 0.0 for v in caps[0].values())
+    assert caps[0]["vllm"] == caps[1]["vllm"] and caps[0]["ceiling"] == caps[1]["ceiling"]

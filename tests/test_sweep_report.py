@@ -60,7 +60,8 @@ def sweep_dir(tmp_path_factory):
 def test_summary_json(sweep_dir, capsys) -> None:
     assert main(["sweep-report", str(sweep_dir), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["by_kind_status"]["simulate/ok"] >= 12 and len(info["capacity"]) == 2
+    assert info["by_kind_status"]["simulate/ok"] >= 12 and len(info["capacity"]) == 3
+    assert sorted(r["policy"] for r in info["capacity"]) == ["ceiling", "sarathi", "vllm"]  # and the proven ceiling
     front = info["pareto"]["toy-4"]
     key = "ttft_p99"
     assert front and all(p["policy"] for p in front)

@@ -140,8 +140,33 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
     else:
-        print(format_mapping([(k, v) for k, v in out.items() if not isinstance(v, list)]))
+        print(format_mapping([(k, v) for k, v in out.items() if not isinstance(v, (list, dict))]))
+        for line in capacity_lines(out.get("capacity", []), out.get("non_monotone", {})):
+            print(line)
+        for warning in out.get("warnings", []):
+            print(f"warning: {warning}", file=sys.stderr)
     return EXIT_OK
+
+
+def capacity_lines(rows: list[dict[str, Any]], non_monotone: dict[str, list[float]]) -> list[str]:
+    """The capacity summary as text: per configuration and schedule source, rate scale, req/s and
+    tokens/s (``ceiling``: the proven ceiling), then the non-monotone points found."""
+
+    def num(value: float | None, unit: str) -> str:
+        return "-" if value is None else f"{value:.4g}{unit}"
+
+    out = []
+    for r in rows:
+        config = f"{r['workload']} {r['cost_model']}"
+        out.append(
+            f"capacity {config} {r['policy']}: rate scale {num(r['rate_scale'], 'x')}, "
+            f"{num(r['req_per_s'], ' req/s')}, {num(r['tokens_per_s'], ' tokens/s')} ({r['status']})"
+        )
+    out += [
+        f"non-monotone: {name} fails at rate scale {rates} below a rate that meets"
+        for name, rates in non_monotone.items()
+    ]
+    return out
 
 
 def _run(

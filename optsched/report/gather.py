@@ -40,7 +40,9 @@ from ..instance import Instance, InstanceError
 from ..load_bounds import proven_bounds
 from ..policies import POLICIES, simulator_for
 from ..problems import BOUNDERS, SOLVERS
+from ..problems.infermax.goodput_bounds import tail_bounds
 from ..result import (
+    MAXIMISED,
     SolveResult,
     default_objective,
     objective_named,
@@ -170,12 +172,20 @@ class Report:
     wall_time: float = 0.0
     phase_times: dict[str, float] = field(default_factory=dict)
     bounder_times: dict[str, float] = field(default_factory=dict)
+    tail_bounds: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def maximised(self) -> bool:
+        """Whether the objective is maximised (goodput): its bounds are upper bounds."""
+        return self.objective in MAXIMISED
 
     @property
     def best_bound(self) -> BoundEntry | None:
-        """The largest proven comparable bound (None when there is none)."""
+        """The tightest proven comparable bound: the largest lower bound, or the least upper bound of a
+        maximised objective (None when there is none)."""
         proven = [b for b in self.bounds if b.valid and b.comparable and math.isfinite(b.value)]
-        return max(proven, key=lambda b: b.value, default=None)
+        pick = min if self.maximised else max
+        return pick(proven, key=lambda b: b.value, default=None)
 
     def candidates(self) -> list[tuple[str, float, Schedule, ReplayResult]]:
         """(label, objective, schedule, replay) of every schedule that replays cleanly: the solver's
@@ -194,18 +204,25 @@ class Report:
 
     @property
     def best(self) -> tuple[str, float, Schedule, ReplayResult] | None:
-        """The best schedule found (least objective; the solver's first on ties)."""
-        return min(self.candidates(), key=lambda c: c[1], default=None)
+        """The best schedule found (least objective, most when maximised; the solver's first on ties)."""
+        pick = max if self.maximised else min
+        return pick(self.candidates(), key=lambda c: c[1], default=None)
 
     @property
     def proven_optimal(self) -> bool:
         """Whether the best schedule's objective meets a proven comparable bound (within 1e-9)."""
         best, bound = self.best, self.best_bound
-        return best is not None and bound is not None and best[1] <= bound.value * (1 + OPTIMAL_RTOL) + 1e-15
+        if best is None or bound is None:
+            return False
+        if self.maximised:
+            return best[1] >= bound.value * (1 - OPTIMAL_RTOL) - 1e-15
+        return best[1] <= bound.value * (1 + OPTIMAL_RTOL) + 1e-15
 
     def gap(self, value: float | None) -> float | None:
-        """Relative gap of ``value`` to the best proven bound."""
+        """Relative gap of ``value`` to the best proven bound: (bound - value) / bound when maximised."""
         bound = self.best_bound
+        if self.maximised and bound is not None and value is not None:
+            return (bound.value - value) / max(abs(bound.value), 1e-12)
         return relative_gap(value, None if bound is None else bound.value)
 
 
@@ -442,6 +459,8 @@ def build_report(
                 report.bounder_times[name] = time.perf_counter() - t_start
                 report.bounds += found
                 say(f"bounder {name}: {len(found)} bound(s) ({report.bounder_times[name]:.1f}s)")
+            report.tail_bounds = tail_bounds(instance)
+            say("P99 bounds: " + ", ".join(f"{k} >= {v:.4g} s" for k, v in report.tail_bounds.items() if v is not None))
         phase = "solver"
         report.solver = _solver_phase(report, solve_problem, solve_max_requests, remaining, deadline, say)
     except TimeUp:

@@ -56,10 +56,11 @@ def report_rows(report: Report) -> list[dict[str, Any]]:
         })
     for row in rows:
         row["gap"] = report.gap(row["objective"])
+    sign = -1.0 if report.maximised else 1.0
     rows.sort(
         key=lambda r: (
             r["objective"] is None,
-            r["objective"] if r["objective"] is not None else 0.0,
+            sign * r["objective"] if r["objective"] is not None else 0.0,
             r["kind"] != "solver",
             r["name"],
         )
@@ -116,6 +117,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "metrics": _metrics(best[3]),
         },
         "solver": solver,
+        "tail_bounds": dict(report.tail_bounds),
         "schedules": [dict(row) for row in rows],
         "partial": report.partial,
         "notes": list(report.notes),

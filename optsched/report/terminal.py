@@ -18,7 +18,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ..result import objective_named, relative_gap
+from ..result import objective_named
 from ..schedule import Item, Schedule
 from ..textable import RULE_UNDER_HEAD, render
 from .gather import Report
@@ -238,20 +238,25 @@ def report_terminal(report: Report, columns: Sequence[str] = DEFAULT_COLUMNS, ve
         f"C={lim.token_budget} P={lim.prefill_budget} M={_fmt(lim.kv_capacity)} R_max={_fmt(lim.max_running)}",
         f"objective: {report.objective} ({unit})" + ("   (PARTIAL REPORT)" if report.partial else ""),
         "",
-        f"Lower bounds on the {report.objective}" + ("" if verbose else " (every bound: --verbose)"),
+        f"{'Upper' if report.maximised else 'Lower'} bounds on the {report.objective}"
+        + ("" if verbose else " (every bound: --verbose)"),
         _bounds_table(report, verbose),
     ]
     best_bound = report.best_bound
     if best_bound is not None:
         out.append(f"best proven bound: {best_bound.value:.6g} {unit} ({best_bound.source}/{best_bound.name})")
+    if report.tail_bounds:
+        tails = ", ".join(f"{k} >= {1000 * v:.4g} ms" for k, v in report.tail_bounds.items() if v is not None)
+        out.append(f"every schedule's {tails} (proven, infermax/goodput_bounds.py)")
+    gap_rule = "(best bound - value) / best bound" if report.maximised else "(value - best bound) / value"
     out += [
         "",
-        "Schedules (each replayed; gap = (value - best bound) / value; a = b: the same batches)",
+        f"Schedules (each replayed; gap = {gap_rule}; a = b: the same batches)",
         _schedule_table(report, columns),
     ]
     best = report.best
     if best is not None:
-        gap = relative_gap(best[1], best_bound.value if best_bound else None)
+        gap = report.gap(best[1])
         proof = (
             f", proven optimal by {best_bound.source}/{best_bound.name}" if report.proven_optimal and best_bound else ""
         )

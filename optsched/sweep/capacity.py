@@ -9,10 +9,13 @@ are within their limits (:class:`~optsched.sweep.cells.SloTarget`).
 Every search first probes both ends (``below_range`` when the low end fails, ``above_range``
 when the high end meets), then narrows ``good < bad`` (a meeting and a failing point) by
 multisection: each round probes up to ``slots // searches`` evenly spaced points inside every
-open interval, all searches' probes running at once on the executor, until ``bad = good + 1``.
-Like Vidur's search, it assumes that a policy meeting the target at a rate meets it at every lower
-rate; every probe is a stored row, so the assumption can be checked. Probes are cells: stored
-as they finish, reused on ``--resume`` and by other searches that need the same point.
+open interval, all searches' probes running at once on the executor, until ``bad = good + 1``; then
+it probes the neighbours ``good - 1`` and ``bad + 1`` (:attr:`_Search.neighbours`), and a neighbour
+that contradicts the bracket reopens it. Monotonicity is not assumed silently: every failing point
+below a meeting one is reported (:attr:`_Search.non_monotone`). Searches cover the policies of
+``run.simulate`` and the solves of ``run.solve``; :mod:`.ceiling` adds the proven ceiling of each
+configuration. Probes are cells: stored as they finish, reused on ``--resume`` and by other
+searches that need the same point.
 """
 
 from __future__ import annotations
@@ -26,12 +29,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..progress import Progress
+from .ceiling import ceiling_rows, steady_state_warning, throughputs
 from .cells import METRIC_COLUMNS, Cell, SloTarget, expand_cells
 from .runner import Executor, Workloads, run_cells
-from .spec import RunSpec, SpecError, SweepSpec
+from .spec import LIMIT_AXES, RunSpec, SpecError, SweepSpec
 from .store import SweepStore
 
 __all__ = ["capacity_search", "check_capacity_spec", "rate_grid"]
+
+
+#: Row statuses of a cell that produced a replayed schedule (a policy's, or a solve's).
+SCHEDULE_OK = ("ok", "optimal", "feasible", "time_limit")
 
 
 def rate_grid(low: float, high: float, tolerance: float) -> list[float]:
@@ -53,7 +61,20 @@ class RateSearch:
     @property
     def done(self) -> bool:
         ends = 0 in self.probes and len(self.cells) - 1 in self.probes
-        return ends and (not self.probes[0] or self.probes[len(self.cells) - 1] or self.bad == self.good + 1)
+        bracketed = self.bad == self.good + 1 and not self.neighbours
+        return ends and (not self.probes[0] or self.probes[len(self.cells) - 1] or bracketed)
+
+    @property
+    def neighbours(self) -> list[int]:
+        """The grid points next to the bracket not probed yet (below the good, above the bad one)."""
+        around = (self.good - 1, self.bad + 1)
+        return [k for k in around if 0 <= k < len(self.cells) and k not in self.probes]
+
+    @property
+    def non_monotone(self) -> list[int]:
+        """Grid points that fail although a higher rate meets the target."""
+        met = [k for k, m in self.probes.items() if m]
+        return sorted(k for k, m in self.probes.items() if not m and met and k < max(met))
 
     @property
     def resolved(self) -> int:
@@ -69,6 +90,8 @@ class RateSearch:
         last = len(self.cells) - 1
         if 0 not in self.probes or last not in self.probes:
             return [k for k in (0, last) if k not in self.probes]
+        if self.bad == self.good + 1:
+            return self.neighbours
         span = self.bad - self.good
         return sorted({self.good + max(1, round(j * span / (count + 1))) for j in range(1, count + 1)} - {self.bad})
 
@@ -82,12 +105,12 @@ class RateSearch:
 
 def check_capacity_spec(spec: SweepSpec) -> None:
     """Raise :class:`SpecError` when ``spec`` cannot drive a capacity search (before any work)."""
-    if not spec.run.simulate:
-        raise SpecError(f"{spec.source}: run.simulate: --capacity searches the rate of each policy; list some")
-    if spec.run.solve or spec.run.bounds:
+    if not spec.run.simulate and not spec.run.solve:
+        raise SpecError(f"{spec.source}: run: --capacity searches the rate of each policy and solver; list some")
+    if spec.run.bounds:
         raise SpecError(
-            f"{spec.source}: run: --capacity runs policies only; remove run.solve and run.bound "
-            "(run them in a plain sweep)"
+            f"{spec.source}: run.bound: --capacity computes its own proven ceiling; remove run.bound "
+            "(run it in a plain sweep)"
         )
     if spec.rate_scale != [1.0]:
         raise SpecError(
@@ -104,8 +127,9 @@ def _search_key(first: Cell, spec: SweepSpec, target: SloTarget) -> str:
 def _searches(spec: SweepSpec, workloads: Workloads, target: SloTarget) -> list[RateSearch]:
     grid = rate_grid(spec.capacity.low, spec.capacity.high, spec.capacity.tolerance)
     out = []
-    for policy in spec.run.simulate:
-        run = RunSpec(simulate=[policy], objective=spec.run.objective)
+    runs = [RunSpec(simulate=[policy], objective=spec.run.objective) for policy in spec.run.simulate]
+    runs += [RunSpec(solve=[entry], objective=spec.run.objective) for entry in spec.run.solve]
+    for run in runs:
         cells = expand_cells(spec, workloads.digests, run, grid, target)
         for start in range(0, len(cells), len(grid)):  # the grid is the innermost axis
             chunk = cells[start : start + len(grid)]
@@ -165,34 +189,71 @@ def capacity_search(
             for s in active:
                 for k in wanted[s.key]:
                     row = seen[s.cells[k].key][0]
-                    s.record(k, row["status"] == "ok" and bool(row["slo_met"]))
+                    s.record(k, row["status"] in SCHEDULE_OK and bool(row["slo_met"]))
                 if s.done:
                     store.write(s.key, [_result_row(s, seen)])
             progress.set_done(sum(s.resolved for s in searches if s.key not in stored))
             active = [s for s in active if not s.done]
     finally:
         progress.close()
-    results = [store.rows_of(s.key)[0] for s in searches]
+    results = [store.rows_of(s.key)[0] for s in searches] + _ceilings(spec, workloads, store, target)
+    bases = {entry.label: workloads.instances[w] for w, entry in enumerate(spec.workloads)}
+    warnings = [w for r in results if (w := _warning(r, bases[r["workload"]])) is not None]
     return {
         "searches": len(searches),
         "already_stored": sum(1 for s in searches if s.key in stored),
         "probes": len(seen),
         "wall_time": time.perf_counter() - t0,
-        "capacity": [
-            {
-                k: r[k]
-                for k in (
-                    "workload",
-                    "cost_model",
-                    "kv_capacity",
-                    "token_budget",
-                    "prefill_budget",
-                    "max_running",
-                    "policy",
-                    "rate_scale",
-                    "status",
-                )
-            }
-            for r in results
-        ],
+        "capacity": [_summary(r, bases[r["workload"]]) for r in results],
+        "non_monotone": {
+            s.cells[0].run.simulate[0] if s.cells[0].run.simulate else f"solver:{s.cells[0].run.solve[0].problem}": [
+                s.cells[k].rate_scale for k in s.non_monotone
+            ]
+            for s in searches
+            if s.non_monotone
+        },
+        "warnings": warnings,
     }
+
+
+def _warning(row: dict[str, Any], base: Any) -> str | None:
+    """:func:`.ceiling.steady_state_warning` for a policy's capacity found inside the range."""
+    if row["status"] != "ok" or row["policy"] == "ceiling" or row["policy"].startswith("solver:"):
+        return None
+    if row["cost_model"] != base.cost_model.name or any(row[k] != getattr(base.limits, k) for k in LIMIT_AXES):
+        return None  # another configuration than the workload's own: not re-simulated here
+    warning = steady_state_warning(base, row["policy"], row["rate_scale"])
+    return None if warning is None else f"{row['workload']}: {warning}"
+
+
+SUMMARY_KEYS = (
+    "workload",
+    "cost_model",
+    "kv_capacity",
+    "token_budget",
+    "prefill_budget",
+    "max_running",
+    "policy",
+    "rate_scale",
+    "status",
+)
+
+
+def _summary(row: dict[str, Any], base: Any) -> dict[str, Any]:
+    """A capacity row for the CLI: its configuration, rate scale, requests/s and tokens/s."""
+    req_s, tok_s = throughputs(base, row["rate_scale"])
+    return {**{k: row[k] for k in SUMMARY_KEYS}, "req_per_s": req_s, "tokens_per_s": tok_s}
+
+
+def _ceilings(spec: SweepSpec, workloads: Workloads, store: SweepStore, target: SloTarget) -> list[dict[str, Any]]:
+    """The proven ceiling row of every configuration (:mod:`.ceiling`), stored (and reused) as cells."""
+    grid = rate_grid(spec.capacity.low, spec.capacity.high, spec.capacity.tolerance)
+    cells = expand_cells(spec, workloads.digests, RunSpec(objective=spec.run.objective), grid, target)
+    out = []
+    for start in range(0, len(cells), len(grid)):
+        chunk = cells[start : start + len(grid)]
+        key = "ceiling-" + _search_key(chunk[0], spec, target)
+        if key not in store.done_keys():
+            store.write(key, [{**row, "cell": key} for row in ceiling_rows([chunk], workloads.instances, target)])
+        out.append(store.rows_of(key)[0])
+    return out

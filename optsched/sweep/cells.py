@@ -31,6 +31,7 @@ from ..instance import Instance, InstanceError
 from ..load_bounds import proven_bounds
 from ..result import Status, objective_of, relative_gap
 from ..schedule import Metrics, ReplayResult, replay
+from ..workload import WorkloadTransforms, apply_transforms
 from .spec import LIMIT_AXES, RunSpec, SweepSpec
 
 __all__ = [
@@ -268,15 +269,29 @@ def _solve_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
         try:
             shared = api.accepted(entry.problem, "solve", {"objective": cell.run.objective})
             options = {**shared, **entry.options}  # the entry's own options win
-            result = api.solve(instance, entry.problem, options)  # replayed and checked (api.checked)
+            target = _with_target(cell, instance)
+            result = api.solve(target, entry.problem, options)  # replayed and checked (api.checked)
             values: dict[str, Any] = {"solver": result.solver, "status": str(result.status), "bound": result.bound}
-            if result.replay is not None:
-                values.update(_metrics(result.replay, cell.run.objective))
+            if result.replay is not None and result.schedule is not None:
+                # metrics against the cell's own instance, as the policies' rows (the target only adds SLOs)
+                replayed = result.replay if target is instance else replay(instance, result.schedule)
+                values.update(_metrics(replayed, cell.run.objective))
+                if cell.slo is not None:
+                    values["slo_met"] = cell.slo.met_by(replayed)
         except api.ScheduleRejected as exc:
             values = {"solver": entry.problem, "status": "invalid", "error": str(exc), "bound": None}
         except Exception as exc:  # noqa: BLE001 - recorded, never stops the sweep
             values = {"status": "error", "error": _error(exc)}
         yield make_row(cell, instance, **base, **values, wall_time=time.perf_counter() - t0)
+
+
+def _with_target(cell: Cell, instance: Instance) -> Instance:
+    """The instance a solve of a capacity probe gets: with objective ``goodput``, every request
+    without an SLO takes the target's TTFT and TPOT limits as its own (the solve then maximises the
+    requests within them)."""
+    if cell.slo is None or cell.run.objective != "goodput":
+        return instance
+    return apply_transforms(instance, WorkloadTransforms(slo_ttft=cell.slo.ttft, slo_tpot=cell.slo.tpot))
 
 
 def _simulate_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:

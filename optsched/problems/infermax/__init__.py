@@ -158,6 +158,10 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
     prepare()  # start-up, before the clock
     t0 = time.perf_counter()
     opts = InferMaxOptions.parse(options)
+    if opts.objective == "goodput":  # maximised: its own phases (goodput.py)
+        from .goodput import solve_goodput
+
+        return solve_goodput(instance, opts)
     deadline = TimeBudget.of(opts.time_limit, start=t0).end
     candidates_by = deadline
     if deadline is not None and len(instance.requests) >= SCALE_MIN_REQUESTS:  # the scale phase keeps the rest
@@ -513,6 +517,20 @@ def _trajectory(instance: Instance, opts: InferMaxOptions) -> Bound:
     )
 
 
+def _goodput_bound(instance: Instance, opts: InferMaxBoundOptions) -> Bound:
+    """The upper bound of :mod:`.goodput_bounds` on the requests meeting their SLOs (no method)."""
+    if opts.method is not None:
+        raise OptionError(f"option 'method': {opts.method!r} does not bound the goodput (leave it out)")
+    from .goodput_bounds import goodput_upper_bound
+
+    return Bound(
+        name="goodput-windows",
+        value=float(goodput_upper_bound(instance)),
+        valid=True,
+        note="upper bound: requests lost alone and queueing windows (infermax/goodput_bounds.py)",
+    )
+
+
 #: Default time limit (seconds) of ``optsched bound --method relax``.
 RELAX_BOUND_TIME = 10.0
 
@@ -536,6 +554,8 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
     """
     bound_opts = InferMaxBoundOptions.parse(options)
     objective = bound_opts.objective
+    if objective == "goodput":
+        return [_goodput_bound(instance, bound_opts)]
     out = _generic_bounds(instance, objective)
     lp_time = bound_opts.time_limit if bound_opts.time_limit is not None else LP_TIME
     out += [b for b in load_bounds(instance, objective, lp_time) if b.name.startswith("busy-time")]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ...budget import TimeBudget
 from ...deadline import passed
 from ...instance import Instance
-from ...result import objective_of
+from ...result import MAXIMISED, objective_of
 from ...schedule import ReplayResult, Schedule, replay
 from .model import InferMaxOptions
 from .scale import SCALE_MIN_REQUESTS
@@ -93,12 +93,13 @@ class CandidatePool:
     def add(self, name: str, candidate: Candidate) -> None:
         """Keep a candidate already replayed (by a solve under the same options) as ``name``."""
         self.found[name] = candidate
-        if self.best_name is None or candidate.value < self.found[self.best_name].value:
+        sign = -1.0 if self.options.objective in MAXIMISED else 1.0
+        if self.best_name is None or sign * candidate.value < sign * self.found[self.best_name].value:
             self.best_name = name
 
     @property
     def best(self) -> Candidate:
-        """The candidate of least objective (the first offered among equals)."""
+        """The candidate of best objective: least, most for a maximised one (the first offered among equals)."""
         if self.best_name is None:
             raise LookupError("no candidate schedule")
         return self.found[self.best_name]

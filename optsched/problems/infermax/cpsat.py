@@ -194,7 +194,12 @@ class ModelBuilder:
             mdl.AddImplication(e, self.y[j])
             mdl.AddImplication(dg, self.hd[j])
         # (1) termination: the goal's tokens generated (done when the goal is O_i)
-        mdl.Add(self.G[i][data.J - 1] >= data.goal[i])
+        mdl.Add(self.G[i][data.J - 1] >= data.goal[i]).OnlyEnforceIf(self.served(i))
+
+    def served(self, i: int) -> list[Any]:
+        """Literals under which request ``i`` must reach its goal (termination, R6-R8): none here
+        (always); the goodput model (:mod:`.goodput`) serves only the requests it counts."""
+        return []
 
     # ------------------------------------------------------------------ per batch
     def _batch(self, j: int) -> None:
@@ -232,10 +237,10 @@ class ModelBuilder:
         """Per-request valid rows R6-R8 and the least batch counts (model docstring, C5)."""
         data, mdl, N, J = self.data, self.m, self.data.N, self.data.J
         for i in range(N):
-            mdl.Add(sum(self.mh[i]) >= data.area(i))  # R6
-            mdl.Add(sum(self.c[i]) >= data.reach(i))  # R8
+            mdl.Add(sum(self.mh[i]) >= data.area(i)).OnlyEnforceIf(self.served(i))  # R6
+            mdl.Add(sum(self.c[i]) >= data.reach(i)).OnlyEnforceIf(self.served(i))  # R8
             if self.mz:
-                mdl.Add(sum(self.mz[j][i] for j in range(J)) >= data.goal[i])  # R7
+                mdl.Add(sum(self.mz[j][i] for j in range(J)) >= data.goal[i]).OnlyEnforceIf(self.served(i))  # R7
         mdl.Add(sum(self.y) >= data.b_min)
         mdl.Add(sum(self.hp) >= data.bp_min)
         for p, B in data.count_facts:  # at most p prefill batches => more than B batches (relax.count_bound)
@@ -274,18 +279,7 @@ class ModelBuilder:
                 low = math.floor((data.lower - self.scale.slack) * self.scale.factor * (1 - 1e-12))
                 mdl.Proto().objective.domain.extend([min(low, top), top])
             return
-        cap = math.ceil(data.time_cap() * self.scale.factor * (1 + 1e-9)) + N + 2
-        self.S = [mdl.NewIntVar(0, cap, f"S_{j}") for j in range(J)]
-        self.E = [mdl.NewIntVar(0, cap, f"E_{j}") for j in range(J)]
-        for j in range(J):
-            mdl.Add(self.E[j] == self.S[j] + self.T[j])
-            if j:
-                mdl.Add(self.S[j] >= self.E[j - 1])
-            for i in range(N):
-                a = self.scale.to_int_time(data.arrival[i])
-                if a > 0:
-                    mdl.Add(self.S[j] >= a).OnlyEnforceIf(self.cz[i][j])
-                    mdl.Add(self.S[j] >= a).OnlyEnforceIf(self.e[i][j])
+        cap = self.add_times()
         obj = data.options.objective
         if obj == "makespan":
             mdl.Minimize(self.E[J - 1])
@@ -299,6 +293,23 @@ class ModelBuilder:
                     event = self.g[i][j] if j == 0 else self._and(self.g[i][j], self._zero(self.G[i][j - 1]))
                 mdl.Add(F[i] >= self.E[j]).OnlyEnforceIf(event)
         mdl.Minimize(sum(F))
+
+    def add_times(self) -> int:
+        """Start and end times S_j, E_j (C10), integers of the scaling; returns their upper end."""
+        data, mdl, J, N = self.data, self.m, self.data.J, self.data.N
+        cap = math.ceil(data.time_cap() * self.scale.factor * (1 + 1e-9)) + N + 2
+        self.S = [mdl.NewIntVar(0, cap, f"S_{j}") for j in range(J)]
+        self.E = [mdl.NewIntVar(0, cap, f"E_{j}") for j in range(J)]
+        for j in range(J):
+            mdl.Add(self.E[j] == self.S[j] + self.T[j])
+            if j:
+                mdl.Add(self.S[j] >= self.E[j - 1])
+            for i in range(N):
+                a = self.scale.to_int_time(data.arrival[i])
+                if a > 0:
+                    mdl.Add(self.S[j] >= a).OnlyEnforceIf(self.cz[i][j])
+                    mdl.Add(self.S[j] >= a).OnlyEnforceIf(self.e[i][j])
+        return cap
 
     def _and(self, a: Any, b: Any) -> cp_model.IntVar:
         z = self.m.NewBoolVar("")

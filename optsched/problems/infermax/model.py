@@ -195,8 +195,9 @@ __all__ = [
 
 #: The objectives the model solves (:data:`optsched.result.OBJECTIVE_TABLE`) and ``completion``, read
 #: as ``latency`` (its alias): the model minimises the sum of finish (latency) or first-token (ttft)
-#: times, and the objective is that sum less the constant sum of arrivals, over N.
-OBJECTIVES = ("makespan", "latency", "ttft", "completion")
+#: times, and the objective is that sum less the constant sum of arrivals, over N; it maximises the
+#: requests meeting their SLOs (goodput, :mod:`.goodput`).
+OBJECTIVES = ("makespan", "latency", "ttft", "goodput", "completion")
 
 #: Default share of the time limit given to the residency relaxation (option ``relax``).
 RELAX_SHARE = 0.6

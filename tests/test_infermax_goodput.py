@@ -1,0 +1,120 @@
+"""The goodput objective: exact on tiny instances, its upper bound and the quantile bounds proven.
+
+- the solve (``--objective goodput``, CP-SAT with per-request indicators) equals the exhaustive
+  search of :mod:`tests.support.goodput_bruteforce` on random tiny offline instances with SLOs,
+  with and without evictions, and its upper bound is never below that optimum;
+- on random instances of 20 to 200 requests with arrivals, the upper bound of
+  :mod:`optsched.problems.infermax.goodput_bounds` is never below any policy's replayed goodput, the
+  TTFT / TPOT quantile bounds never above any policy's quantiles, and a target that a policy meets
+  is never declared unreachable;
+- a planted invalid bound is caught by the solve.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from optsched.bounds import request_bounds
+from optsched.instance import SLO, parse_instance
+from optsched.problems.infermax import goodput, goodput_bounds
+from optsched.result import objective_of
+from optsched.schedule import replay
+from optsched.sweep.cells import SloTarget
+from tests.support.goodput_bruteforce import exhaustive_goodput
+from tests.support.infermax import policy_schedules, solve, tiny_instance
+
+
+def with_random_slos(inst, seed: int):
+    """Every request gets a TTFT target of 0.9 to 3 times its least TTFT alone and, mostly, a TPOT
+    target of 0.9 to 3 times its least TPOT: some are lost alone, most compete."""
+    rng = random.Random(seed)
+    reqs = []
+    for r in inst.requests:
+        rb = request_bounds(inst, r)
+        ttft = rb.ttft * rng.uniform(0.9, 3.0)
+        tpot = rb.tpot * rng.uniform(0.9, 3.0) if rb.tpot is not None and rng.random() < 0.7 else None
+        reqs.append(replace(r, slo=SLO(ttft=ttft, tpot=tpot)))
+    return replace(inst, requests=tuple(reqs))
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_goodput_optimum_equals_exhaustive_search(seed: int) -> None:
+    inst = with_random_slos(tiny_instance(seed, n_max=3), seed)
+    for evict in (False, True):
+        if evict and sum(r.prompt_tokens + r.output_tokens for r in inst.requests) > 10:
+            continue  # the search with evictions enumerates every refill: kept to the smaller instances
+        expected = exhaustive_goodput(inst, evict=evict)
+        res = solve(inst, objective="goodput", no_evict=not evict)
+        rep = replay(inst, res.schedule)
+        assert rep.feasible, rep.violations
+        assert res.sense == "max"
+        assert res.objective == objective_of(rep, "goodput")
+        assert res.status == "optimal", res.extra
+        assert res.objective == expected
+        assert res.bound >= expected
+
+
+def scale_instance(n: int, seed: int):
+    """A random online instance of ``n`` requests, loaded enough that SLOs are missed."""
+    rng = random.Random(seed)
+    t, reqs = 0.0, []
+    rate = rng.choice([20.0, 60.0, 150.0])
+    for i in range(n):
+        t += rng.expovariate(rate)
+        reqs.append({
+            "id": f"r{i}",
+            "prompt_tokens": rng.randint(1, 600),
+            "output_tokens": rng.randint(1, 60),
+            "arrival": round(t, 4),
+        })
+    limits = {"token_budget": rng.choice([512, 2048]), "kv_capacity": rng.choice([None, 20000, 60000])}
+    profile = rng.choice(["llama2-7b-a100", "llama2-7b-h200"])
+    return parse_instance({"name": f"gp-{seed}", "cost_model": profile, "limits": limits, "requests": reqs}, "gp")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bounds_hold_against_every_policy(seed: int) -> None:
+    rng = random.Random(seed)
+    inst = scale_instance(rng.randint(20, 200), seed)
+    ttft, tpot = rng.choice([0.05, 0.2, 1.0]), rng.choice([0.02, 0.05, 0.1])
+    sloed = goodput_bounds.with_slos(inst, ttft, tpot)
+    facts = goodput_bounds.request_facts(inst)
+    arrival = np.array([r.arrival for r in inst.requests])
+    upper = goodput_bounds.goodput_upper_bound(sloed)
+    p99_ttft = goodput_bounds.ttft_quantile_bound(facts, arrival, 0.99, iterations=10)
+    p99_tpot = goodput_bounds.tpot_quantile_bound(facts, 0.99)
+    for name, schedule in policy_schedules(sloed).items():
+        rep = replay(sloed, schedule)
+        assert rep.feasible, (name, rep.violations)
+        assert objective_of(rep, "goodput") <= upper, name
+        assert rep.metrics.ttft_p99 >= p99_ttft * (1 - 1e-9), name
+        if p99_tpot is not None:
+            assert rep.metrics.tpot_p99 >= p99_tpot * (1 - 1e-9), name
+        for limits in ((ttft, tpot), (rep.metrics.ttft_p99, rep.metrics.tpot_p99)):
+            if SloTarget(*limits, 0.99).met_by(rep):  # a target some schedule meets is never refuted
+                assert goodput_bounds.target_unreachable(facts, arrival, *limits, 0.99) is None, (name, limits)
+
+
+def test_some_requests_are_proven_lost_under_overload() -> None:
+    inst = goodput_bounds.with_slos(scale_instance(200, 1), 0.05, 0.02)
+    upper = goodput_bounds.goodput_upper_bound(inst)
+    assert upper < len(inst.requests)
+
+
+def test_a_planted_invalid_bound_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    inst = with_random_slos(tiny_instance(7, n_max=3), 7)
+    assert solve(inst, objective="goodput").objective >= 1
+    monkeypatch.setattr(goodput, "max_met", lambda *args, **kwargs: 0)
+    with pytest.raises(RuntimeError, match="above the proven bound"):
+        solve(inst, objective="goodput")
+
+
+def test_goodput_solve_of_a_larger_instance_reports_a_gap() -> None:
+    inst = goodput_bounds.with_slos(scale_instance(40, 3), 0.05, 0.03)
+    res = solve(inst, objective="goodput", time_limit=5)
+    assert res.sense == "max" and res.bound >= res.objective
+    assert res.objective == objective_of(replay(inst, res.schedule), "goodput")
