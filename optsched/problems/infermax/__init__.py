@@ -517,20 +517,6 @@ def _trajectory(instance: Instance, opts: InferMaxOptions) -> Bound:
     )
 
 
-def _goodput_bound(instance: Instance, opts: InferMaxBoundOptions) -> Bound:
-    """The upper bound of :mod:`.goodput_bounds` on the requests meeting their SLOs (no method)."""
-    if opts.method is not None:
-        raise OptionError(f"option 'method': {opts.method!r} does not bound the goodput (leave it out)")
-    from .goodput_bounds import goodput_upper_bound
-
-    return Bound(
-        name="goodput-windows",
-        value=float(goodput_upper_bound(instance)),
-        valid=True,
-        note="upper bound: requests lost alone and queueing windows (infermax/goodput_bounds.py)",
-    )
-
-
 #: Default time limit (seconds) of ``optsched bound --method relax``.
 RELAX_BOUND_TIME = 10.0
 
@@ -555,7 +541,9 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
     bound_opts = InferMaxBoundOptions.parse(options)
     objective = bound_opts.objective
     if objective == "goodput":
-        return [_goodput_bound(instance, bound_opts)]
+        from .goodput_bounds import goodput_bound
+
+        return [goodput_bound(instance, bound_opts.method)]
     out = _generic_bounds(instance, objective)
     lp_time = bound_opts.time_limit if bound_opts.time_limit is not None else LP_TIME
     out += [b for b in load_bounds(instance, objective, lp_time) if b.name.startswith("busy-time")]

@@ -55,9 +55,10 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model
 
-from ...deadline import BuildStopped, passed, seconds_left
+from ...budget import TimeBudget
+from ...cpsat_solver import run_model
+from ...deadline import BuildStopped, passed
 from ...instance import Instance
-from ...interrupt import run_cpsat
 from ...metrics import TIME_RTOL
 from ...options import OptionError
 from ...result import SolveResult, Status
@@ -183,14 +184,10 @@ def _model_schedule(
         b = GoodputBuilder(data, scale, slo, deadline)
     except BuildStopped as exc:
         return None, None, {"stopped": str(exc)}
-    solver = cp_model.CpSolver()
-    opts = data.options
-    if deadline is not None:
-        solver.parameters.max_time_in_seconds = max(seconds_left(deadline), 0.01)
-    solver.parameters.num_workers = opts.threads or 2
-    code = run_cpsat(solver, b.m)
-    info: dict[str, Any] = {"cpsat_status": solver.StatusName(code), "J": data.J, "horizon": data.horizon_note}
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    run = run_model(b.m, budget=TimeBudget(deadline), workers=data.options.threads or 2)
+    solver = run.solver
+    info: dict[str, Any] = {"cpsat_status": solver.StatusName(run.code), "J": data.J, "horizon": data.horizon_note}
+    if not run.found:
         return None, None, info
     info["model_bound"] = round(solver.BestObjectiveBound())
     info["model_value"] = round(solver.ObjectiveValue())
@@ -255,13 +252,17 @@ def solve_goodput(instance: Instance, opts: InferMaxOptions) -> SolveResult:
     t0 = time.perf_counter()
     if opts.solver != "cpsat":
         raise OptionError(f"objective 'goodput': solver {opts.solver!r} does not take it (use cpsat)")
-    deadline = None if opts.time_limit is None else t0 + opts.time_limit
+    deadline = TimeBudget.of(opts.time_limit, start=t0).end
     try:
         pool = _candidates(instance, opts, deadline)
     except InferMaxInputError as exc:
         return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE, message=str(exc))
     upper = max_met(request_facts(instance), np.array([r.arrival for r in instance.requests]), slo_arrays(instance))
-    extra: dict[str, Any] = {"candidates": pool.values(), "bounds": {"goodput-windows": upper}}
+    extra: dict[str, Any] = {
+        "objective_name": "goodput",
+        "candidates": pool.values(),
+        "bounds": {"goodput-windows": upper},
+    }
     best, name = pool.best, pool.best_name
     schedule, value, rep, incumbent = best.schedule, best.value, best.replay, name
     bound = float(upper)

@@ -77,6 +77,8 @@ import numpy as np
 from ...bounds import critical_path_times, prefill_alone_time, request_work
 from ...instance import SLO, Instance
 from ...metrics import TIME_RTOL
+from ...options import OptionError
+from ...result import Bound
 
 __all__ = [
     "alive_requests",
@@ -84,6 +86,7 @@ __all__ = [
     "GRID_SPAN",
     "RequestFacts",
     "SloArrays",
+    "goodput_bound",
     "goodput_upper_bound",
     "max_met",
     "request_facts",
@@ -346,3 +349,16 @@ def with_slos(instance: Instance, ttft: float | None, tpot: float | None) -> Ins
     """``instance`` with every request's SLO replaced by these targets (tests and the CLI's overrides)."""
     slo = SLO(ttft=ttft, tpot=tpot)
     return replace(instance, requests=tuple(replace(r, slo=slo) for r in instance.requests))
+
+
+def goodput_bound(instance: Instance, method: str | None = None) -> Bound:
+    """The upper bound of this module on the requests meeting their SLOs, as the InferMax bounder
+    lists it (``method`` must be None: no other method bounds the goodput)."""
+    if method is not None:
+        raise OptionError(f"option 'method': {method!r} does not bound the goodput (leave it out)")
+    return Bound(
+        name="goodput-windows",
+        value=float(goodput_upper_bound(instance)),
+        valid=True,
+        note="upper bound: requests lost alone and queueing windows (infermax/goodput_bounds.py)",
+    )
