@@ -26,6 +26,7 @@ from typing import Any
 from .instance import MAX_ARRIVAL, Instance
 from .jsonio import dumps_rows, gc_paused, loads_json, read_text, write_text_atomic
 from .metrics import TIME_RTOL, Metrics, RequestOutcome, compute_metrics
+from .schedcols import ScheduleColumns, columns_of_batches
 
 __all__ = [
     "Batch",
@@ -44,6 +45,8 @@ __all__ = [
 
 #: Most violations listed by :func:`replay` (the rest are counted).
 MAX_VIOLATIONS = 200
+#: Schedules of at least this many items replay with the compiled kernel by default.
+COMPILED_FROM_ITEMS = 20_000
 
 
 class ScheduleError(ValueError):
@@ -86,9 +89,12 @@ class Batch:
         return out
 
 
-@dataclass(frozen=True)
 class Schedule:
     """A schedule for the instance named :attr:`instance`.
+
+    It holds its batches as :class:`Batch` objects, as :class:`~optsched.schedcols.ScheduleColumns`,
+    or both: each form is built from the other at its first use (a schedule loaded from a file or
+    made by a compiled engine builds no :class:`Item` unless a caller reads :attr:`batches`).
 
     Attributes
     ----------
@@ -100,9 +106,46 @@ class Schedule:
         Free-form provenance (policy, solver, status); written to JSON under ``"meta"``.
     """
 
-    instance: str
-    batches: tuple[Batch, ...]
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    __slots__ = ("instance", "meta", "_batches", "_columns")
+
+    def __init__(
+        self,
+        instance: str,
+        batches: Sequence[Batch] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        *,
+        columns: ScheduleColumns | None = None,
+    ) -> None:
+        self.instance = instance
+        self.meta: Mapping[str, Any] = {} if meta is None else meta
+        self._batches = tuple(batches) if batches is not None or columns is None else None
+        self._columns = columns
+
+    @property
+    def batches(self) -> tuple[Batch, ...]:
+        """The iterations in order."""
+        if self._batches is None:
+            self._batches = self._columns.to_batches(Item, Batch)  # type: ignore[union-attr]
+        return self._batches
+
+    def columns(self) -> ScheduleColumns:
+        """The batches as columns (:class:`OverflowError` for a token count beyond 64 bits)."""
+        if self._columns is None:
+            self._columns = columns_of_batches(self.batches)
+        return self._columns
+
+    def n_items(self) -> int:
+        """Number of items over all batches."""
+        if self._columns is not None:
+            return len(self._columns.item_ref)
+        return sum(len(b.items) for b in self.batches)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Schedule):
+            return NotImplemented
+        return (self.instance, self.batches, dict(self.meta)) == (other.instance, other.batches, dict(other.meta))
+
+    __hash__ = None  # type: ignore[assignment]
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"instance": self.instance, "batches": [b.to_dict() for b in self.batches]}
@@ -368,7 +411,7 @@ def _flag_limits(st: _ReplayState, j: int, n_tok: int, n_pre: int, seen: set[int
             st.flag(f"batch {j}: {what}{who}")
 
 
-def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayResult:
+def replay(instance: Instance, schedule: Schedule | Sequence[Batch], *, compiled: bool | None = None) -> ReplayResult:
     """Apply the contract's semantics to a schedule and judge it.
 
     Parameters
@@ -377,6 +420,10 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
         The instance scheduled.
     schedule
         A :class:`Schedule` or a bare sequence of batches.
+    compiled
+        Replay with the compiled kernel (:mod:`optsched.replaykernel`; a schedule with a violation
+        is then replayed again here, for its messages), or with the readable rules below (False).
+        None: compiled from :data:`COMPILED_FROM_ITEMS` items on. Both give the same result.
 
     Returns
     -------
@@ -384,7 +431,17 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
         Violations (each naming batch and request), per-request outcomes, per-batch trace and, when
         feasible, the metrics.
     """
-    batches = schedule.batches if isinstance(schedule, Schedule) else tuple(schedule)
+    sched = schedule if isinstance(schedule, Schedule) else Schedule(instance.name, schedule)
+    if compiled or (compiled is None and sched.n_items() >= COMPILED_FROM_ITEMS):
+        from .replaykernel import replay_columns  # deferred: numba loads at the first compiled replay
+
+        try:
+            fields = replay_columns(instance, sched.columns())
+        except OverflowError:  # a token count beyond 64 bits: a violation the rules below name
+            fields = None
+        if fields is not None:
+            return ReplayResult(True, [], **fields)
+    batches = sched.batches
     st = _ReplayState.of(instance)
     result = ReplayResult(False, st.violations, {}, [], [], [], [], [], [], None)
     makespan = _run_batches(instance, st, batches, result)
