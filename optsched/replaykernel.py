@@ -81,7 +81,7 @@ def _evict(j, lo, hi, evict_req, arrival, prompt, m, finished, mark, evicted, li
 @njit(cache=True)
 def _items(
     j, lo, hi, item_req, item_tok, arrival, prompt, m, finished, mark, first_scheduled, start, limit, feat, gen_buf
-):  # noqa: ANN001, ANN202, E501
+):  # noqa: ANN001, ANN202
     """Rule 3 for batch ``j``'s items: ``feat`` receives the cost-model features and ``gen_buf``
     the requests that generate a token; returns (ok, number of those, requests started)."""
     n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = kv_max = 0

@@ -11,7 +11,7 @@ and the Parquet schedule file (:mod:`optsched.schedfile`) read this form.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ScheduleColumns", "columns_of_batches"]
+__all__ = ["ScheduleColumns", "columns_of_batches", "columns_of_lists"]
 
 _ID = attrgetter("id")
 _TOKENS = attrgetter("tokens")
@@ -80,34 +80,53 @@ class ScheduleColumns:
         )
 
 
-def _pointers(lengths: Iterable[int], n_batches: int) -> np.ndarray:
+def _pointers(lengths: list[int], n_batches: int) -> np.ndarray:
     ptr = np.zeros(n_batches + 1, np.int64)
-    np.cumsum(np.fromiter(lengths, np.int64, n_batches), out=ptr[1:])
+    np.cumsum(np.array(lengths, np.int64).reshape(n_batches), out=ptr[1:])
     return ptr
 
 
-def columns_of_batches(batches: Sequence[Any]) -> ScheduleColumns:
-    """The columns of a sequence of batches (objects with ``items``, ``evict`` and ``start``).
+def columns_of_lists(
+    item_ids: list[str],
+    tokens: list[int],
+    items_per_batch: list[int],
+    evict_ids: list[str],
+    evicts_per_batch: list[int],
+    start: np.ndarray,
+) -> ScheduleColumns:
+    """The columns of flat per-item and per-eviction lists, with each batch's counts and its
+    ``start`` (NaN for none).
 
     Raises
     ------
     OverflowError
         When a token count does not fit a 64-bit integer.
     """
-    n_b = len(batches)
+    vocab = dict.fromkeys(chain(item_ids, evict_ids))
+    position = {rid: k for k, rid in enumerate(vocab)}
+    n_b = len(start)
+    return ScheduleColumns(
+        ids=tuple(vocab),
+        item_ptr=_pointers(items_per_batch, n_b),
+        item_ref=np.fromiter(map(position.__getitem__, item_ids), np.int64, len(item_ids)),
+        item_tokens=np.fromiter(tokens, np.int64, len(tokens)),
+        evict_ptr=_pointers(evicts_per_batch, n_b),
+        evict_ref=np.fromiter(map(position.__getitem__, evict_ids), np.int64, len(evict_ids)),
+        start=start,
+    )
+
+
+def columns_of_batches(batches: Sequence[Any]) -> ScheduleColumns:
+    """The columns of a sequence of batches (objects with ``items``, ``evict`` and ``start``);
+    :class:`OverflowError` for a token count beyond 64 bits."""
     item_lists = list(map(_ITEMS, batches))
     evict_lists = list(map(_EVICT, batches))
     items = list(chain.from_iterable(item_lists))
-    item_ids = list(map(_ID, items))
-    evict_ids = list(chain.from_iterable(evict_lists))
-    vocab = dict.fromkeys(chain(item_ids, evict_ids))
-    position = {rid: k for k, rid in enumerate(vocab)}
-    return ScheduleColumns(
-        ids=tuple(vocab),
-        item_ptr=_pointers(map(len, item_lists), n_b),
-        item_ref=np.fromiter(map(position.__getitem__, item_ids), np.int64, len(item_ids)),
-        item_tokens=np.fromiter(map(_TOKENS, items), np.int64, len(items)),
-        evict_ptr=_pointers(map(len, evict_lists), n_b),
-        evict_ref=np.fromiter(map(position.__getitem__, evict_ids), np.int64, len(evict_ids)),
-        start=np.fromiter((np.nan if b.start is None else b.start for b in batches), np.float64, n_b),
+    return columns_of_lists(
+        list(map(_ID, items)),
+        list(map(_TOKENS, items)),
+        list(map(len, item_lists)),
+        list(chain.from_iterable(evict_lists)),
+        list(map(len, evict_lists)),
+        np.fromiter((np.nan if b.start is None else b.start for b in batches), np.float64, len(batches)),
     )

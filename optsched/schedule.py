@@ -27,6 +27,7 @@ from .instance import MAX_ARRIVAL, Instance
 from .jsonio import dumps_rows, gc_paused, loads_json, read_text, write_text_atomic
 from .metrics import TIME_RTOL, Metrics, RequestOutcome, compute_metrics
 from .schedcols import ScheduleColumns, columns_of_batches
+from .schedfile import PARQUET_SUFFIX, read_columns, write_parquet
 
 __all__ = [
     "Batch",
@@ -92,9 +93,8 @@ class Batch:
 class Schedule:
     """A schedule for the instance named :attr:`instance`.
 
-    It holds its batches as :class:`Batch` objects, as :class:`~optsched.schedcols.ScheduleColumns`,
-    or both: each form is built from the other at its first use (a schedule loaded from a file or
-    made by a compiled engine builds no :class:`Item` unless a caller reads :attr:`batches`).
+    Its batches are :class:`Batch` objects, :class:`~optsched.schedcols.ScheduleColumns` or both, each
+    built from the other at its first use (:attr:`batches`, :meth:`columns`).
 
     Attributes
     ----------
@@ -118,12 +118,11 @@ class Schedule:
     ) -> None:
         self.instance = instance
         self.meta: Mapping[str, Any] = {} if meta is None else meta
-        self._batches = tuple(batches) if batches is not None or columns is None else None
+        self._batches = None if batches is None and columns is not None else tuple(batches or ())
         self._columns = columns
 
     @property
     def batches(self) -> tuple[Batch, ...]:
-        """The iterations in order."""
         if self._batches is None:
             self._batches = self._columns.to_batches(Item, Batch)  # type: ignore[union-attr]
         return self._batches
@@ -134,18 +133,10 @@ class Schedule:
             self._columns = columns_of_batches(self.batches)
         return self._columns
 
-    def n_items(self) -> int:
-        """Number of items over all batches."""
-        if self._columns is not None:
-            return len(self._columns.item_ref)
-        return sum(len(b.items) for b in self.batches)
-
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Schedule):
             return NotImplemented
         return (self.instance, self.batches, dict(self.meta)) == (other.instance, other.batches, dict(other.meta))
-
-    __hash__ = None  # type: ignore[assignment]
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"instance": self.instance, "batches": [b.to_dict() for b in self.batches]}
@@ -154,7 +145,11 @@ class Schedule:
         return out
 
     def save(self, path: str | Path) -> None:
-        """Write the schedule JSON atomically (nothing half-written on failure)."""
+        """Write the schedule atomically (nothing half-written on failure): Parquet for a
+        ``.parquet`` path (:mod:`optsched.schedfile`), JSON otherwise."""
+        if str(path).endswith(PARQUET_SUFFIX):
+            write_parquet(path, self.instance, self.meta, self.columns())
+            return
         with gc_paused():
             text = dumps_rows(self.to_dict(), "batches")
         write_text_atomic(path, text)
@@ -207,7 +202,11 @@ def _parse_batch(raw: Any, j: int, source: str) -> Batch:
 
 
 def load_schedule(path: str | Path) -> Schedule:
-    """Read a schedule JSON file (:class:`ScheduleError` names the file and the field)."""
+    """Read a schedule file, Parquet (``.parquet``) or JSON (:class:`ScheduleError` names the file
+    and the field); its :class:`Batch` objects are built when a caller reads them."""
+    found = read_columns(path, ScheduleError)
+    if found is not None:
+        return Schedule(found[0], meta=found[1], columns=found[2])
     text = read_text(path, ScheduleError)
     with gc_paused():
         return Schedule.from_dict(loads_json(text, str(path), ScheduleError), source=str(path))
@@ -421,9 +420,8 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch], *, compiled
     schedule
         A :class:`Schedule` or a bare sequence of batches.
     compiled
-        Replay with the compiled kernel (:mod:`optsched.replaykernel`; a schedule with a violation
-        is then replayed again here, for its messages), or with the readable rules below (False).
-        None: compiled from :data:`COMPILED_FROM_ITEMS` items on. Both give the same result.
+        True: the compiled kernel (:mod:`optsched.replaykernel`; a violation is then replayed here for
+        its messages); False: the readable rules below; None: compiled from :data:`COMPILED_FROM_ITEMS` items.
 
     Returns
     -------
@@ -432,7 +430,9 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch], *, compiled
         feasible, the metrics.
     """
     sched = schedule if isinstance(schedule, Schedule) else Schedule(instance.name, schedule)
-    if compiled or (compiled is None and sched.n_items() >= COMPILED_FROM_ITEMS):
+    cols = sched._columns  # noqa: SLF001 - the same module's class
+    n_items = len(cols.item_ref) if cols is not None else sum(len(b.items) for b in sched.batches)
+    if compiled or (compiled is None and n_items >= COMPILED_FROM_ITEMS):
         from .replaykernel import replay_columns  # deferred: numba loads at the first compiled replay
 
         try:
