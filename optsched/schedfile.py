@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from itertools import chain
 from operator import itemgetter
@@ -37,8 +36,8 @@ PARQUET_SUFFIX = ".parquet"
 META_KEY = b"optsched.schedule"
 _COLUMNS = ("batch", "request", "tokens", "evict", "start")
 _BATCH_KEYS = frozenset({"items", "evict", "start"})
-#: A run of 19 digits may be an integer beyond 64 bits, which orjson reads as a float.
-_LONG_INTEGER = re.compile(rb"[0-9]{19}")
+#: orjson reads an integer beyond 64 bits as a float (the standard library as an integer).
+_INT64 = 2.0**63
 
 Read = tuple[str, Mapping[str, Any], ScheduleColumns]
 
@@ -59,19 +58,17 @@ def read_columns(path: str | Path, error: type[Exception]) -> Read | None:
 
 
 def _keys(value: Any) -> int:
-    """Number of object keys in a parsed JSON value."""
-    if isinstance(value, dict):
-        return len(value) + sum(map(_keys, value.values()))
-    if isinstance(value, list):
-        return sum(map(_keys, value))
-    return 0
+    """Number of object keys in a parsed JSON value; -1 when it holds a float that may have been
+    an integer beyond 64 bits."""
+    if isinstance(value, dict | list):
+        counts = list(map(_keys, value.values() if isinstance(value, dict) else value))
+        return -1 if -1 in counts else sum(counts) + (len(value) if isinstance(value, dict) else 0)
+    return -1 if isinstance(value, float) and abs(value) >= _INT64 else 0
 
 
 def _read_json(raw: bytes) -> Read | None:
     import orjson
 
-    if _LONG_INTEGER.search(raw):
-        return None
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -89,11 +86,11 @@ def _read_json(raw: bytes) -> Read | None:
         return None
     items = list(chain.from_iterable(item_lists))
     evicts = list(chain.from_iterable(evict_lists))
-    if set(map(type, items)) - {dict} or sum(map(len, items)) != 2 * len(items) or set(map(type, evicts)) - {str}:
+    if sum(map(len, items)) != 2 * len(items) or set(map(type, evicts)) - {str}:
         return None
-    try:
+    try:  # an item that is not an object, or lacks a field, raises
         ids, tokens = list(map(itemgetter("id"), items)), list(map(itemgetter("tokens"), items))
-    except KeyError:
+    except (KeyError, TypeError):
         return None
     if set(map(type, ids)) - {str} or set(map(type, tokens)) - {int}:
         return None
@@ -103,8 +100,8 @@ def _read_json(raw: bytes) -> Read | None:
         return None
     # Every ':' outside strings separates a key from its value: as many as the parsed objects'
     # keys means that no object gave a key twice (orjson keeps the last silently).
-    top = {k: v for k, v in data.items() if k != "batches"}
-    if raw.count(b":") != 1 + _keys(top) + sum(map(len, batches)) + 2 * len(items):
+    top = _keys({k: v for k, v in data.items() if k != "batches"})
+    if top < 0 or raw.count(b":") != 1 + top + sum(map(len, batches)) + 2 * len(items):
         return None
     columns = columns_of_lists(ids, tokens, list(map(len, item_lists)), evicts, list(map(len, evict_lists)), start)
     return str(data.get("instance", "")), meta, columns
@@ -218,7 +215,9 @@ def _parquet_columns(path: str | Path, got: dict[str, Any], request: Any, error:
     tokens = got["tokens"].fill_null(0).to_numpy().astype(np.int64)
     start = got["start"].cast(pa.float64()).fill_null(math.nan).to_numpy()
     step = np.diff(batch, prepend=0)
-    _first_bad(path, (step < 0) | (step > 1), "batch", "must be 0 on the first row and grow by 0 or 1 per row", error)
+    bad = (step < 0) | (step > 1)
+    bad[:1] = batch[:1] != 0
+    _first_bad(path, bad, "batch", "must be 0 on the first row and grow by 0 or 1 per row", error)
     first = np.concatenate(([True], step[1:] > 0)) if len(batch) else np.zeros(0, bool)
     last = np.concatenate((first[1:], [True])) if len(batch) else np.zeros(0, bool)
     alone = first & last

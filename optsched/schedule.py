@@ -204,11 +204,11 @@ def _parse_batch(raw: Any, j: int, source: str) -> Batch:
 def load_schedule(path: str | Path) -> Schedule:
     """Read a schedule file, Parquet (``.parquet``) or JSON (:class:`ScheduleError` names the file
     and the field); its :class:`Batch` objects are built when a caller reads them."""
-    found = read_columns(path, ScheduleError)
-    if found is not None:
-        return Schedule(found[0], meta=found[1], columns=found[2])
-    text = read_text(path, ScheduleError)
     with gc_paused():
+        found = read_columns(path, ScheduleError)
+        if found is not None:
+            return Schedule(found[0], meta=found[1], columns=found[2])
+        text = read_text(path, ScheduleError)
         return Schedule.from_dict(loads_json(text, str(path), ScheduleError), source=str(path))
 
 
