@@ -25,7 +25,7 @@ from .instance import Instance
 from .metrics import TIME_RTOL, RequestOutcome, compute_metrics
 from .schedcols import ScheduleColumns
 
-__all__ = ["replay_columns"]
+__all__ = ["batch_time", "coefficients", "replay_columns"]
 
 #: Token counts at or beyond this bound (in absolute value) are left to the reference replay (its
 #: Python integers cannot overflow; any such item breaks a rule anyway).
@@ -34,7 +34,8 @@ _TOKEN_BOUND = 2**40
 _NO_LIMIT = 2**62
 
 
-def _coefficients(model: CostModel) -> np.ndarray:
+def coefficients(model: CostModel) -> np.ndarray:
+    """The cost model's coefficients in the order :func:`batch_time` reads them."""
     p, d = model.prefill, model.decode
     return np.array(
         [model.layers, model.base, model.per_token, model.per_tile, model.token_tile]
@@ -44,7 +45,7 @@ def _coefficients(model: CostModel) -> np.ndarray:
 
 
 @njit(cache=True)
-def _batch_time(coef, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max):  # noqa: ANN001, ANN202 - numba kernel
+def batch_time(coef, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max):  # noqa: ANN001, ANN202 - numba kernel
     """:meth:`CostModel.batch_time`, term by term in its order."""
     if n_tok == 0:
         return 0.0
@@ -170,7 +171,7 @@ def _replay(req, sched, caps, coef, batch_out, times_out, per_req):  # noqa: ANN
         kv_total += feat[0]
         if not ok or feat[0] > caps[0] or feat[1] > caps[1] or kv_total > caps[2] or running > caps[3]:  # rule 4
             return False, 0
-        end = start + _batch_time(coef, feat[0], feat[1], feat[2], feat[3], feat[4], feat[5], feat[6])  # rule 6
+        end = start + batch_time(coef, feat[0], feat[1], feat[2], feat[3], feat[4], feat[5], feat[6])  # rule 6
         batch_out[j, 0] = kv_total
         batch_out[j, 1] = running
         for g in range(n_gen):  # rule 5
@@ -229,7 +230,7 @@ def replay_columns(instance: Instance, columns: ScheduleColumns) -> dict[str, An
         ),
         (columns.item_ptr, item_req, tokens, columns.evict_ptr, evict_req, columns.start),
         np.array(caps, np.int64),
-        _coefficients(model),
+        coefficients(model),
         batch_out,
         times,
         per_request,

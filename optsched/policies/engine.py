@@ -560,7 +560,7 @@ class Engine:
                 )
 
 
-def simulate(instance: Instance, policy: str | PolicyConfig) -> Schedule:
+def simulate(instance: Instance, policy: str | PolicyConfig, *, compiled: bool | None = None) -> Schedule:
     """Run ``policy`` on ``instance`` from time 0 until every request finished.
 
     Parameters
@@ -569,12 +569,19 @@ def simulate(instance: Instance, policy: str | PolicyConfig) -> Schedule:
         The requests (with arrivals), limits and cost model.
     policy
         A registered policy name (e.g. ``"vllm"``, ``"sarathi-ef"``) or a :class:`PolicyConfig`.
+    compiled
+        True: the compiled engine (:mod:`.fastengine`, same batches); False: this module's; None: compiled when large.
 
     Returns
     -------
     Schedule
         The simulated schedule; it replays cleanly with :func:`optsched.schedule.replay`.
     """
+    if compiled is not False:
+        from .fastengine import compiled_schedule  # deferred: numba loads at the first compiled run
+
+        if (schedule := compiled_schedule(instance, policy_config(policy), force=bool(compiled))) is not None:
+            return schedule
     engine = Engine.from_instance(instance, policy)
     engine.advance()
     return engine.schedule()
