@@ -212,10 +212,14 @@ def replay_columns(instance: Instance, columns: ScheduleColumns) -> dict[str, An
     if type(model) is not CostModel or (model.per_tile and model.token_tile <= 0):
         return None
     tokens = columns.item_tokens
-    if len(tokens) and int(np.abs(tokens).max()) >= _TOKEN_BOUND:
+    if len(tokens) and (tokens.max() >= _TOKEN_BOUND or tokens.min() <= -_TOKEN_BOUND):
         return None
     reqs = instance.requests
-    item_req, evict_req = columns.refs_in({r.id: i for i, r in enumerate(reqs)})
+    index = {r.id: i for i, r in enumerate(reqs)}
+    if len(index) == len(reqs) == len(columns.ids) and list(index) == list(columns.ids):  # the instance's ids
+        item_req, evict_req = columns.item_ref, columns.evict_ref
+    else:
+        item_req, evict_req = columns.refs_in(index)
     lim = instance.limits
     caps = [_cap(lim.token_budget), _cap(lim.prefill_budget), _cap(lim.kv_capacity), _cap(lim.max_running)]
     n, n_b = len(reqs), columns.n_batches

@@ -77,3 +77,12 @@ def test_an_order_without_a_key_function_runs_on_the_reference_engine() -> None:
     config = replace(POLICY_CONFIGS["rank-i"], name="rank-x")
     object.__setattr__(config, "order", "unknown-order")
     assert simulate_columns(inst, config) is None
+
+
+def test_output_arrays_that_are_too_short_grow() -> None:
+    inst = load_instance(INSTANCES / "infermax-i1024-o32-n64.json")
+    inst = replace(inst, limits=replace(inst.limits, kv_capacity=2 * max(r.prompt_tokens for r in inst.requests) + 40))
+    reference = simulate(inst, "vllm", compiled=False)
+    assert replay(inst, reference).metrics.evictions > 0
+    columns = simulate_columns(inst, POLICY_CONFIGS["vllm"], items_hint=1)
+    assert Schedule(inst.name, columns=columns).batches == reference.batches

@@ -419,9 +419,11 @@ def _cap(limit: int | None) -> int:
     return _NO_LIMIT if limit is None else min(limit, _NO_LIMIT)
 
 
-def simulate_columns(instance: Instance, config: PolicyConfig) -> ScheduleColumns | None:
+def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int | None = None) -> ScheduleColumns | None:
     """The schedule of ``config`` on ``instance`` as columns, batch for batch the reference
-    engine's; None where the reference engine must run (module docstring)."""
+    engine's; None where the reference engine must run (module docstring). ``items_hint``: the
+    initial length of the output arrays (default from the token counts; a run that outgrows them
+    runs again with the length it needed)."""
     reqs = instance.requests
     lim = instance.limits
     ids = tuple(r.id for r in reqs)
@@ -439,13 +441,14 @@ def simulate_columns(instance: Instance, config: PolicyConfig) -> ScheduleColumn
     chunk = min(config.chunk or lim.prefill_budget, lim.prefill_budget)
     limits = np.array([lim.token_budget, chunk, _cap(lim.kv_capacity), _cap(lim.max_running)], np.int64)
     groups = np.array([GROUPS.index(g) for g in config.groups], np.int64)
-    cap = int(out_len.sum() + prompt.sum() // 64 + 2 * n + 1024)
+    cap = items_hint or int(out_len.sum() + prompt.sum() // 64 + 2 * n + 1024)
+    ev_cap = items_hint or max(n, 1024)
     while True:
         Q = np.zeros((7, n), np.int64)
         Q[_PROMPT], Q[_OUT], Q[_RANK] = prompt, out_len, _ranks(reqs, key)
         E = (Q, np.zeros(6, np.int64), np.zeros(12, np.int64), np.zeros(n, np.int64), np.zeros(max(n, 1), np.int64))
         E += (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64))
-        E += (np.zeros(cap, np.int64),)
+        E += (np.zeros(ev_cap, np.int64),)
         batch_out = np.zeros((cap, 2), np.int64)
         starts = np.zeros(cap)
         status, nb = _simulate(
@@ -455,16 +458,16 @@ def simulate_columns(instance: Instance, config: PolicyConfig) -> ScheduleColumn
         if status:
             return None
         S = E[1]
-        if max(nb, S[_NITEMS], S[_NEVICT]) <= cap:
+        if max(nb, S[_NITEMS]) <= cap and S[_NEVICT] <= ev_cap:
             break
-        cap = 2 * max(nb, S[_NITEMS], S[_NEVICT])
+        cap, ev_cap = max(cap, nb, S[_NITEMS]), max(ev_cap, S[_NEVICT])
     item_ptr = np.concatenate(([0], np.cumsum(batch_out[:nb, 0])))
     evict_ptr = np.concatenate(([0], np.cumsum(batch_out[:nb, 1])))
     return ScheduleColumns(
         ids=ids,
         item_ptr=item_ptr,
-        item_ref=E[7][: S[_NITEMS]].copy(),
-        item_tokens=E[8][: S[_NITEMS]].copy(),
+        item_ref=E[7][: S[_NITEMS]],
+        item_tokens=E[8][: S[_NITEMS]],
         evict_ptr=evict_ptr,
         evict_ref=E[9][: S[_NEVICT]].copy(),
         start=starts[:nb].copy(),
