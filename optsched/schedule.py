@@ -28,6 +28,7 @@ from .jsonio import dumps_rows, gc_paused, loads_json, read_text, write_text_ato
 from .metrics import TIME_RTOL, Metrics, RequestOutcome, compute_metrics
 from .schedcols import ScheduleColumns, columns_of_batches
 from .schedfile import PARQUET_SUFFIX, read_columns, write_parquet
+from .tiering import use_compiled
 
 __all__ = [
     "Batch",
@@ -46,8 +47,6 @@ __all__ = [
 
 #: Most violations listed by :func:`replay` (the rest are counted).
 MAX_VIOLATIONS = 200
-#: Schedules of at least this many items replay with the compiled kernel by default.
-COMPILED_FROM_ITEMS = 20_000
 
 
 class ScheduleError(ValueError):
@@ -421,7 +420,7 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch], *, compiled
         A :class:`Schedule` or a bare sequence of batches.
     compiled
         True: the compiled kernel (:mod:`optsched.replaykernel`; a violation is then replayed here for
-        its messages); False: the readable rules below; None: compiled from :data:`COMPILED_FROM_ITEMS` items.
+        its messages); False: the readable rules below; None: as :func:`optsched.tiering.use_compiled` decides.
 
     Returns
     -------
@@ -432,7 +431,7 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch], *, compiled
     sched = schedule if isinstance(schedule, Schedule) else Schedule(instance.name, schedule)
     cols = sched._columns  # noqa: SLF001 - the same module's class
     n_items = len(cols.item_ref) if cols is not None else sum(len(b.items) for b in sched.batches)
-    if compiled or (compiled is None and n_items >= COMPILED_FROM_ITEMS):
+    if use_compiled("replay", n_items, compiled):
         from .replaykernel import replay_columns  # deferred: numba loads at the first compiled replay
 
         try:

@@ -25,6 +25,7 @@ KERNEL_MODULES = (
     "optsched.problems.gmax.suffix",
     "optsched.problems.gmax.bnb",
     "optsched.replaykernel",
+    "optsched.policies.fastengine",
 )
 
 #: Run in a fresh process: solve with every kernel module, then report per dispatcher the
@@ -48,7 +49,7 @@ inst = parse_instance({
     "requests": [{"id": "a", "prompt_tokens": 3, "output_tokens": 3},
                  {"id": "b", "prompt_tokens": 4, "output_tokens": 2},
                  {"id": "c", "prompt_tokens": 2, "output_tokens": 4}]}, "cache")
-assert replay(inst, simulate(inst, "vllm"), compiled=True).feasible
+assert replay(inst, simulate(inst, "rank-i", compiled=True), compiled=True).feasible
 chunk_bound(inst, relaxation_search(inst, time_limit=60).value * 1.01, time_limit=60)
 problem = GmaxProblem.from_instance(parse_instance(random_gmax_instance(5, 0)))
 solve_exact(problem, make_backend(problem, "highs"), "bnb", time_limit=60)
@@ -109,5 +110,6 @@ def test_a_second_process_loads_every_kernel_from_the_cache() -> None:
         "bnb.node_children",
         "suffix.grid_programme",
         "replaykernel._replay",
+        "fastengine._simulate",
     ):
         assert any(name.endswith(kernel) for name in used), kernel

@@ -23,6 +23,7 @@ from optsched.policies.engine import simulate
 from optsched.replaykernel import replay_columns
 from optsched.schedcols import columns_of_batches
 from optsched.schedule import Batch, Item, Schedule, replay
+from optsched.tiering import COMPILED_FROM, use_compiled
 from tests.support.legal_schedules import random_legal_schedule
 from tests.support.paths import INSTANCES
 from tests.test_replay import PROP, instances
@@ -132,3 +133,10 @@ def test_columns_give_back_the_batches() -> None:
     columns = columns_of_batches(schedule.batches)
     assert Schedule(inst.name, columns=columns).batches == schedule.batches
     assert columns.n_batches == len(schedule.batches)
+
+
+def test_tiering_runs_the_kernels_once_a_process_did_enough_work() -> None:
+    assert use_compiled("unit-test", 10, True) and not use_compiled("unit-test", 10**6, False)
+    assert not use_compiled("unit-test", COMPILED_FROM - 1, None)
+    assert use_compiled("unit-test", 1, None) and use_compiled("unit-test", 1, None)
+    assert use_compiled("unit-test-large", COMPILED_FROM, None)

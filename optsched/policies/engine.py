@@ -74,6 +74,7 @@ from dataclasses import dataclass, field
 from ..costmodel import CostModel
 from ..instance import Instance, Limits, Request
 from ..schedule import Batch, Item, Schedule
+from ..tiering import use_compiled
 from .config import POLICY_CONFIGS, PolicyConfig, function_name, policy_config
 
 __all__ = ["Engine", "EngineSnapshot", "RequestState", "simulate"]
@@ -561,7 +562,8 @@ class Engine:
 
 
 def simulate(instance: Instance, policy: str | PolicyConfig, *, compiled: bool | None = None) -> Schedule:
-    """Run ``policy`` on ``instance`` from time 0 until every request finished.
+    """Run ``policy`` on ``instance`` from time 0 until every request finished; the returned
+    :class:`Schedule` replays cleanly with :func:`optsched.schedule.replay`.
 
     Parameters
     ----------
@@ -570,17 +572,13 @@ def simulate(instance: Instance, policy: str | PolicyConfig, *, compiled: bool |
     policy
         A registered policy name (e.g. ``"vllm"``, ``"sarathi-ef"``) or a :class:`PolicyConfig`.
     compiled
-        True: the compiled engine (:mod:`.fastengine`, same batches); False: this module's; None: compiled when large.
-
-    Returns
-    -------
-    Schedule
-        The simulated schedule; it replays cleanly with :func:`optsched.schedule.replay`.
+        True: the compiled engine (:mod:`.fastengine`, the same batches); False: this module's; None: as
+        :func:`optsched.tiering.use_compiled` decides.
     """
-    if compiled is not False:
+    if use_compiled("simulate", sum(r.output_tokens for r in instance.requests), compiled):
         from .fastengine import compiled_schedule  # deferred: numba loads at the first compiled run
 
-        if (schedule := compiled_schedule(instance, policy_config(policy), force=bool(compiled))) is not None:
+        if (schedule := compiled_schedule(instance, policy_config(policy))) is not None:
             return schedule
     engine = Engine.from_instance(instance, policy)
     engine.advance()

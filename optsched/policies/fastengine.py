@@ -34,8 +34,6 @@ from .config import GROUPS, PolicyConfig
 
 __all__ = ["ORDER_KEYS", "compiled_schedule", "simulate_columns"]
 
-#: Instances with at least this many output tokens (about one item each) run compiled by default.
-COMPILED_FROM_TOKENS = 20_000
 
 #: Per ``order`` of :class:`PolicyConfig`: the request's priority key (smaller first), before the
 #: arrival and the position that break ties.
@@ -474,12 +472,9 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     )
 
 
-def compiled_schedule(instance: Instance, config: PolicyConfig, force: bool) -> Schedule | None:
+def compiled_schedule(instance: Instance, config: PolicyConfig) -> Schedule | None:
     """The compiled engine's :class:`~optsched.schedule.Schedule` (its batches built at first
-    read), for an instance of at least :data:`COMPILED_FROM_TOKENS` output tokens or when
-    ``force``; None where the reference engine runs."""
-    if not force and sum(r.output_tokens for r in instance.requests) < COMPILED_FROM_TOKENS:
-        return None
+    read); None where the reference engine runs."""
     columns = simulate_columns(instance, config)
     if columns is None:
         return None
