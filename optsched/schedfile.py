@@ -103,7 +103,10 @@ def _read_json(raw: bytes) -> Read | None:
     top = _keys({k: v for k, v in data.items() if k != "batches"})
     if top < 0 or raw.count(b":") != 1 + top + sum(map(len, batches)) + 2 * len(items):
         return None
-    columns = columns_of_lists(ids, tokens, list(map(len, item_lists)), evicts, list(map(len, evict_lists)), start)
+    try:
+        columns = columns_of_lists(ids, tokens, list(map(len, item_lists)), evicts, list(map(len, evict_lists)), start)
+    except OverflowError:  # a token count in 64 unsigned bits but not in 64 signed ones
+        return None
     return str(data.get("instance", "")), meta, columns
 
 

@@ -83,6 +83,7 @@ BATCH = '{"items": [{"id": "a", "tokens": 3}]}'
         ('{"instance": "x", "batches": [{"items": [{"id": "a", "tokens": 3, "tokens": 2}]}]}', "given twice"),
         ('{"instance": "x", "batches": [{"items": [{"id": "a", "tokens": true}]}]}', "must be an integer"),
         ('{"instance": "x", "batches": [{"items": [{"id": "a", "tokens": 123456789012345678901}]}]}', None),
+        ('{"instance": "x", "batches": [{"items": [{"id": "a", "tokens": 9223372036854775808}]}]}', None),
         ('{"instance": "x", "batches": [{"items": [], "when": 1}]}', "unknown field"),
         ('{"instance": "x", "batches": [' + BATCH + '], "meta": {"n": 123456789012345678901}}', None),
         ('{"instance": "x", "instance": "y", "batches": [' + BATCH + "]}", "given twice"),
