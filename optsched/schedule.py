@@ -26,6 +26,9 @@ from typing import Any
 from .instance import MAX_ARRIVAL, Instance
 from .jsonio import dumps_rows, gc_paused, loads_json, read_text, write_text_atomic
 from .metrics import TIME_RTOL, Metrics, RequestOutcome, compute_metrics
+from .schedcols import ScheduleColumns, columns_of_batches
+from .schedfile import PARQUET_SUFFIX, read_columns, write_parquet
+from .tiering import use_compiled
 
 __all__ = [
     "Batch",
@@ -86,9 +89,11 @@ class Batch:
         return out
 
 
-@dataclass(frozen=True)
 class Schedule:
     """A schedule for the instance named :attr:`instance`.
+
+    Its batches are :class:`Batch` objects, :class:`~optsched.schedcols.ScheduleColumns` or both, each
+    built from the other at its first use (:attr:`batches`, :meth:`columns`).
 
     Attributes
     ----------
@@ -100,9 +105,37 @@ class Schedule:
         Free-form provenance (policy, solver, status); written to JSON under ``"meta"``.
     """
 
-    instance: str
-    batches: tuple[Batch, ...]
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    __slots__ = ("instance", "meta", "_batches", "_columns")
+
+    def __init__(
+        self,
+        instance: str,
+        batches: Sequence[Batch] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        *,
+        columns: ScheduleColumns | None = None,
+    ) -> None:
+        self.instance = instance
+        self.meta: Mapping[str, Any] = {} if meta is None else meta
+        self._batches = None if batches is None and columns is not None else tuple(batches or ())
+        self._columns = columns
+
+    @property
+    def batches(self) -> tuple[Batch, ...]:
+        if self._batches is None:
+            self._batches = self._columns.to_batches(Item, Batch)  # type: ignore[union-attr]
+        return self._batches
+
+    def columns(self) -> ScheduleColumns:
+        """The batches as columns (:class:`OverflowError` for a token count beyond 64 bits)."""
+        if self._columns is None:
+            self._columns = columns_of_batches(self.batches)
+        return self._columns
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Schedule):
+            return NotImplemented
+        return (self.instance, self.batches, dict(self.meta)) == (other.instance, other.batches, dict(other.meta))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"instance": self.instance, "batches": [b.to_dict() for b in self.batches]}
@@ -111,7 +144,11 @@ class Schedule:
         return out
 
     def save(self, path: str | Path) -> None:
-        """Write the schedule JSON atomically (nothing half-written on failure)."""
+        """Write the schedule atomically (nothing half-written on failure): Parquet for a
+        ``.parquet`` path (:mod:`optsched.schedfile`), JSON otherwise."""
+        if str(path).endswith(PARQUET_SUFFIX):
+            write_parquet(path, self.instance, self.meta, self.columns())
+            return
         with gc_paused():
             text = dumps_rows(self.to_dict(), "batches")
         write_text_atomic(path, text)
@@ -164,9 +201,13 @@ def _parse_batch(raw: Any, j: int, source: str) -> Batch:
 
 
 def load_schedule(path: str | Path) -> Schedule:
-    """Read a schedule JSON file (:class:`ScheduleError` names the file and the field)."""
-    text = read_text(path, ScheduleError)
+    """Read a schedule file, Parquet (``.parquet``) or JSON (:class:`ScheduleError` names the file
+    and the field); its :class:`Batch` objects are built when a caller reads them."""
     with gc_paused():
+        found = read_columns(path, ScheduleError)
+        if found is not None:
+            return Schedule(found[0], meta=found[1], columns=found[2])
+        text = read_text(path, ScheduleError)
         return Schedule.from_dict(loads_json(text, str(path), ScheduleError), source=str(path))
 
 
@@ -368,7 +409,7 @@ def _flag_limits(st: _ReplayState, j: int, n_tok: int, n_pre: int, seen: set[int
             st.flag(f"batch {j}: {what}{who}")
 
 
-def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayResult:
+def replay(instance: Instance, schedule: Schedule | Sequence[Batch], *, compiled: bool | None = None) -> ReplayResult:
     """Apply the contract's semantics to a schedule and judge it.
 
     Parameters
@@ -377,6 +418,9 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
         The instance scheduled.
     schedule
         A :class:`Schedule` or a bare sequence of batches.
+    compiled
+        True: the compiled kernel (:mod:`optsched.replaykernel`; a violation is then replayed here for
+        its messages); False: the readable rules below; None: as :func:`optsched.tiering.use_compiled` decides.
 
     Returns
     -------
@@ -384,7 +428,19 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch]) -> ReplayRe
         Violations (each naming batch and request), per-request outcomes, per-batch trace and, when
         feasible, the metrics.
     """
-    batches = schedule.batches if isinstance(schedule, Schedule) else tuple(schedule)
+    sched = schedule if isinstance(schedule, Schedule) else Schedule(instance.name, schedule)
+    cols = sched._columns  # noqa: SLF001 - the same module's class
+    n_items = len(cols.item_ref) if cols is not None else sum(len(b.items) for b in sched.batches)
+    if use_compiled("replay", n_items, compiled):
+        from .replaykernel import replay_columns  # deferred: numba loads at the first compiled replay
+
+        try:
+            fields = replay_columns(instance, sched.columns())
+        except OverflowError:  # a token count beyond 64 bits: a violation the rules below name
+            fields = None
+        if fields is not None:
+            return ReplayResult(True, [], **fields)
+    batches = sched.batches
     st = _ReplayState.of(instance)
     result = ReplayResult(False, st.violations, {}, [], [], [], [], [], [], None)
     makespan = _run_batches(instance, st, batches, result)

@@ -24,6 +24,8 @@ KERNEL_MODULES = (
     "optsched.problems.infermax.chunks",
     "optsched.problems.gmax.suffix",
     "optsched.problems.gmax.bnb",
+    "optsched.replaykernel",
+    "optsched.policies.fastengine",
 )
 
 #: Run in a fresh process: solve with every kernel module, then report per dispatcher the
@@ -39,12 +41,15 @@ from optsched.problems.gmax.generate import random_gmax_instance
 from optsched.problems.gmax.problem import GmaxProblem
 from optsched.problems.infermax.chunks import chunk_bound
 from optsched.problems.infermax.search import relaxation_search
+from optsched.policies.engine import simulate
+from optsched.schedule import replay
 
 inst = parse_instance({
     "name": "cache", "cost_model": "llama2-7b-a100", "limits": {"kv_capacity": 12},
     "requests": [{"id": "a", "prompt_tokens": 3, "output_tokens": 3},
                  {"id": "b", "prompt_tokens": 4, "output_tokens": 2},
                  {"id": "c", "prompt_tokens": 2, "output_tokens": 4}]}, "cache")
+assert replay(inst, simulate(inst, "rank-i", compiled=True), compiled=True).feasible
 chunk_bound(inst, relaxation_search(inst, time_limit=60).value * 1.01, time_limit=60)
 problem = GmaxProblem.from_instance(parse_instance(random_gmax_instance(5, 0)))
 solve_exact(problem, make_backend(problem, "highs"), "bnb", time_limit=60)
@@ -104,5 +109,7 @@ def test_a_second_process_loads_every_kernel_from_the_cache() -> None:
         "chunks._cost_to_go",
         "bnb.node_children",
         "suffix.grid_programme",
+        "replaykernel._replay",
+        "fastengine._simulate",
     ):
         assert any(name.endswith(kernel) for name in used), kernel

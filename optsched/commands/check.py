@@ -31,7 +31,7 @@ from ._common import (
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="replay a schedule and list its violations (exit 1 if infeasible)")
     add_instance_arguments(p)
-    p.add_argument("schedule", metavar="SCHEDULE", help="schedule JSON file")
+    p.add_argument("schedule", metavar="SCHEDULE", help="schedule file: JSON, or Parquet (.parquet)")
     add_requests_out_flag(p, "the replayed schedule (also when infeasible)")
     add_json_flag(p)
     p.set_defaults(func=handle)
@@ -61,7 +61,7 @@ def handle(args: argparse.Namespace) -> int:
         })
     else:
         if result.feasible:
-            print(f"feasible: {len(schedule.batches)} batches, {len(instance.requests)} requests finished")
+            print(f"feasible: {len(result.ends)} batches, {len(instance.requests)} requests finished")
             assert metrics is not None
             print(format_mapping(metric_pairs(metrics)))
         else:

@@ -39,7 +39,7 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("schedule", help="schedule JSON (docs/schedule.md)")
+    p.add_argument("schedule", help="schedule file: JSON, or Parquet (.parquet) (docs/schedule.md)")
     p.add_argument("--format", required=True, choices=sorted(EXPORTERS), help="export format")
     p.add_argument("--out", required=True, help="file to write")
     p.add_argument(

@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("simulate", help="run a baseline scheduling policy and replay its schedule")
     add_instance_arguments(p)
     p.add_argument("--policy", required=True, metavar="NAME", help="policy name, or 'all' to compare every policy")
-    p.add_argument("--out", metavar="SCHEDULE", help="write the schedule JSON here (single policy only)")
+    p.add_argument("--out", metavar="SCHEDULE", help="write the schedule here, JSON or .parquet (single policy only)")
     add_requests_out_flag(p, "the replayed schedule (single policy only)")
     add_json_flag(p)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -114,7 +114,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_instance_arguments(p)
     p.add_argument("--problem", required=True, metavar="NAME", help="formulation (see optsched.problems.SOLVERS)")
     add_problem_options(p)
-    p.add_argument("--out", metavar="FILE", help="write the schedule JSON here (after it replays cleanly)")
+    p.add_argument("--out", metavar="FILE", help="write the schedule here, JSON or .parquet (after it replays cleanly)")
     add_requests_out_flag(p, "the returned schedule")
     add_json_flag(p)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -76,6 +76,7 @@ from dataclasses import dataclass, field
 from ..costmodel import CostModel
 from ..instance import Instance, Limits, Request
 from ..schedule import Batch, Item, Schedule
+from ..tiering import use_compiled
 from .config import PolicyConfig, policy_config
 from .orders import DYNAMIC_ORDERS, lookahead_fits, order_key, projection
 from .states import EngineSnapshot, RequestState
@@ -542,8 +543,9 @@ class Engine:
                 )
 
 
-def simulate(instance: Instance, policy: str | PolicyConfig) -> Schedule:
-    """Run ``policy`` on ``instance`` from time 0 until every request finished.
+def simulate(instance: Instance, policy: str | PolicyConfig, *, compiled: bool | None = None) -> Schedule:
+    """Run ``policy`` on ``instance`` from time 0 until every request finished; the returned
+    :class:`Schedule` replays cleanly with :func:`optsched.schedule.replay`.
 
     Parameters
     ----------
@@ -551,12 +553,15 @@ def simulate(instance: Instance, policy: str | PolicyConfig) -> Schedule:
         The requests (with arrivals), limits and cost model.
     policy
         A registered policy name (e.g. ``"vllm"``, ``"sarathi-ef"``) or a :class:`PolicyConfig`.
-
-    Returns
-    -------
-    Schedule
-        The simulated schedule; it replays cleanly with :func:`optsched.schedule.replay`.
+    compiled
+        True: the compiled engine (:mod:`.fastengine`, the same batches); False: this module's; None: as
+        :func:`optsched.tiering.use_compiled` decides.
     """
+    if use_compiled("simulate", sum(r.output_tokens for r in instance.requests), compiled):
+        from .fastengine import compiled_schedule  # deferred: numba loads at the first compiled run
+
+        if (schedule := compiled_schedule(instance, policy_config(policy))) is not None:
+            return schedule
     engine = Engine.from_instance(instance, policy)
     engine.advance()
     return engine.schedule()

@@ -1,0 +1,485 @@
+"""The unified scheduler of :mod:`optsched.policies.engine`, compiled, for whole-instance runs.
+
+:func:`simulate_columns` runs a :class:`~optsched.policies.config.PolicyConfig` on an instance with
+the per-request state as arrays and the loops of GetNextBatch compiled by numba, and returns the
+schedule as :class:`~optsched.schedcols.ScheduleColumns` (no Python object per item). It follows
+:class:`~optsched.policies.engine.Engine` step for step (the same queues as arrays: R_r sorted by
+priority, R_w as a double-ended queue for FCFS or sorted by priority for the ``all`` group; the same
+candidate order, budgets, reservations and victims; the same cost model arithmetic), so its batches
+are the reference engine's, batch for batch (``tests/test_fastengine.py``).
+
+The priority order is a rank per request: :data:`ORDER_KEYS` maps a policy's ``order`` to a key
+function of the request; ties fall to the arrival, then the request's position (as the reference
+engine's tuples). A new order needs only its key function here. An order without one, the KV
+look-ahead admission (``kv_lookahead``, MC-SF), a waiting group sorted by another order than the
+arrival (``srpf``), a cost model
+that is not a :class:`~optsched.costmodel.CostModel`, an instance the engine refuses (a repeated id,
+a request larger than M) or a livelock returns None: the reference engine then runs (and raises).
+
+Kernels compile at their first call and are cached on disk; importing this module compiles nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from ..costmodel import CostModel
+from ..instance import Instance, Request
+from ..replaykernel import batch_time, coefficients
+from ..schedcols import ScheduleColumns
+from ..schedule import Schedule
+from .config import GROUPS, PolicyConfig
+
+__all__ = ["ORDER_KEYS", "compiled_schedule", "simulate_columns"]
+
+
+#: Per ``order`` of :class:`PolicyConfig`: the request's priority key (smaller first), before the
+#: arrival and the position that break ties.
+ORDER_KEYS: dict[str, Callable[[Request], tuple[Any, ...]]] = {
+    "arrival": lambda r: (),
+    "prompt": lambda r: (r.prompt_tokens,),
+    "output": lambda r: (r.output_tokens,),
+}
+
+_NO_LIMIT = 2**62
+# rows of the per-request state Q
+_M, _PROMPT, _GEN, _FIXED, _MARK, _OUT, _RANK = 0, 1, 2, 3, 4, 5, 6
+# scalars S: KV reserved, running count, waiting head and length, items, evictions, batches
+_KVRES, _NRUN, _WHEAD, _WLEN, _NITEMS, _NEVICT = 0, 1, 2, 3, 4, 5
+# the batch being built D (the reference's _Draft)
+_NO, _NTOK, _NPRE, _SPRE, _NDEC, _KVDEC, _XPRE, _KVMAX, _PHASE, _NGEN, _BITEMS, _BEVICT = range(12)
+_PRE, _DEC = 1, 2
+# flags F and limits L
+_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS = 0, 1, 2, 3, 4, 5, 6
+_C, _P, _MCAP, _RCAP = 0, 1, 2, 3
+
+
+@njit(cache=True)
+def _held(Q, F, i):  # noqa: ANN001, ANN202 - numba kernel
+    if F[_EF]:
+        return Q[_FIXED, i]
+    return max(Q[_M, i], Q[_PROMPT, i])
+
+
+@njit(cache=True)
+def _insert_sorted(arr, S, slot, Q, i):  # noqa: ANN001, ANN202
+    """``insort`` by priority into ``arr[:S[slot]]``."""
+    k = S[slot]
+    while k > 0 and Q[_RANK, arr[k - 1]] > Q[_RANK, i]:
+        arr[k] = arr[k - 1]
+        k -= 1
+    arr[k] = i
+    S[slot] += 1
+
+
+@njit(cache=True)
+def _remove(arr, S, slot, i):  # noqa: ANN001, ANN202
+    n = S[slot]
+    k = 0
+    while arr[k] != i:
+        k += 1
+    for x in range(k, n - 1):
+        arr[x] = arr[x + 1]
+    S[slot] = n - 1
+
+
+@njit(cache=True)
+def _push_waiting(wq, S, i, front):  # noqa: ANN001, ANN202
+    """Append to the FCFS queue R_w (a ring buffer), at its front when ``front``."""
+    n = len(wq)
+    if front:
+        S[_WHEAD] = (S[_WHEAD] - 1) % n
+        wq[S[_WHEAD]] = i
+    else:
+        wq[(S[_WHEAD] + S[_WLEN]) % n] = i
+    S[_WLEN] += 1
+
+
+@njit(cache=True)
+def _push_item(E, i, c):  # noqa: ANN001, ANN202
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    k = S[_NITEMS]
+    if k < len(it_req):
+        it_req[k] = i
+        it_tok[k] = c
+    S[_NITEMS] = k + 1
+    D[_BITEMS] += 1
+
+
+@njit(cache=True)
+def _evict(E, F, i):  # noqa: ANN001, ANN202
+    """Drop request ``i``'s KV (recomputation) and put it back into R_w (B1)."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    S[_KVRES] -= _held(Q, F, i)
+    if Q[_M, i] >= Q[_PROMPT, i]:
+        Q[_PROMPT, i] = Q[_M, i] + 1
+    Q[_M, i] = 0
+    Q[_FIXED, i] = 0
+    Q[_MARK, i] = D[_NO]
+    _remove(run, S, _NRUN, i)
+    if S[_NEVICT] < len(ev_req):
+        ev_req[S[_NEVICT]] = i
+    S[_NEVICT] += 1
+    D[_BEVICT] += 1
+    if not F[_FCFS]:
+        _insert_sorted(wq, S, _WLEN, Q, i)
+    else:
+        _push_waiting(wq, S, i, F[_FRONT])
+
+
+@njit(cache=True)
+def _make_room(E, F, L, cand, need):  # noqa: ANN001, ANN202
+    """Evict lower-priority running requests outside the batch until ``need`` slots are free."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    if F[_EF]:
+        return False
+    deficit = S[_KVRES] + need - L[_MCAP]
+    nv = 0
+    for k in range(S[_NRUN] - 1, -1, -1):
+        v = run[k]
+        if Q[_RANK, v] <= Q[_RANK, cand]:
+            break
+        if Q[_MARK, v] == D[_NO]:
+            continue
+        vbuf[nv] = v
+        nv += 1
+        deficit -= _held(Q, F, v)
+        if deficit <= 0:
+            for x in range(nv):
+                _evict(E, F, vbuf[x])
+            return True
+    return False
+
+
+@njit(cache=True)
+def _take_prefill(E, F, L, i, admit):  # noqa: ANN001, ANN202
+    """Add a prefill chunk of request ``i`` (admitting it from R_w when ``admit``)."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    if not F[_HYBRID] and D[_PHASE] == _DEC:
+        return False
+    want = Q[_PROMPT, i] - Q[_M, i]
+    used = D[_NTOK] if F[_PCD] else D[_NPRE]
+    room = min(L[_C] - D[_NTOK], L[_P] - used)
+    if F[_CHUNKED] or want > L[_P]:
+        c = min(want, room)
+    else:
+        c = want if want <= room else 0
+    if c <= 0:
+        return False
+    if admit:
+        if S[_NRUN] >= L[_RCAP]:
+            return False
+        need = Q[_PROMPT, i] + (Q[_OUT, i] - Q[_GEN, i] - 1 if F[_EF] else 0)
+        if S[_KVRES] + need > L[_MCAP] and not (F[_EFW] and _make_room(E, F, L, i, need)):
+            return False
+        S[_KVRES] += need
+        if F[_EF]:
+            Q[_FIXED, i] = need
+        _insert_sorted(run, S, _NRUN, Q, i)
+    D[_XPRE] += c * Q[_M, i]
+    Q[_M, i] += c
+    Q[_MARK, i] = D[_NO]
+    _push_item(E, i, c)
+    D[_NTOK] += c
+    D[_NPRE] += c
+    D[_SPRE] += c * c
+    D[_PHASE] = _PRE
+    if Q[_M, i] == Q[_PROMPT, i]:
+        gbuf[D[_NGEN]] = i
+        D[_NGEN] += 1
+    return True
+
+
+@njit(cache=True)
+def _add_decodes(E, chosen):  # noqa: ANN001, ANN202
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    top = D[_KVMAX]
+    for i in chosen:
+        held = Q[_M, i]
+        D[_KVDEC] += held
+        if held > top:
+            top = held
+        Q[_M, i] = held + 1
+        Q[_MARK, i] = D[_NO]
+        _push_item(E, i, 1)
+        gbuf[D[_NGEN]] = i
+        D[_NGEN] += 1
+    D[_KVMAX] = top
+    D[_NTOK] += len(chosen)
+    D[_NDEC] += len(chosen)
+    D[_PHASE] = _DEC
+
+
+@njit(cache=True)
+def _take_decodes(E, F, L, run_):  # noqa: ANN001, ANN202
+    """Decode candidates in priority order: in bulk when KV and C allow, else one by one."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    if not F[_HYBRID] and D[_PHASE] == _PRE:
+        return
+    k = min(len(run_), L[_C] - D[_NTOK])
+    if k <= 0:
+        return
+    need = 0 if F[_EF] else k
+    if S[_KVRES] + need <= L[_MCAP]:
+        _add_decodes(E, run_[:k])
+        S[_KVRES] += need
+        return
+    for x in range(len(run_)):
+        i = run_[x]
+        if L[_C] - D[_NTOK] < 1:
+            return
+        if Q[_MARK, i] == D[_NO]:
+            continue
+        if S[_KVRES] + 1 > L[_MCAP] and not _make_room(E, F, L, i, 1):
+            _evict(E, F, i)
+            continue
+        _add_decodes(E, run_[x : x + 1])
+        S[_KVRES] += 1
+
+
+@njit(cache=True)
+def _fill_fcfs_waiting(E, F, L):  # noqa: ANN001, ANN202
+    """R_w in FCFS order, stopping at the first candidate that cannot be admitted (B2)."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    while S[_WLEN] > 0:
+        i = wq[S[_WHEAD]]
+        if Q[_MARK, i] == D[_NO]:
+            return
+        S[_WHEAD] = (S[_WHEAD] + 1) % len(wq)
+        S[_WLEN] -= 1
+        if not _take_prefill(E, F, L, i, True):
+            _push_waiting(wq, S, i, True)
+            return
+
+
+@njit(cache=True)
+def _group(E, kind):  # noqa: ANN001, ANN202
+    """Snapshot of a running group (1: R_r, 2: its decodes, 3: its prefills, 4: R_r of ``all``)."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    out = np.empty(S[_NRUN], np.int64)
+    n = 0
+    for k in range(S[_NRUN]):
+        i = run[k]
+        decode = Q[_M, i] >= Q[_PROMPT, i]
+        if Q[_MARK, i] == D[_NO] or (kind == 2 and not decode) or (kind == 3 and decode):
+            continue
+        out[n] = i
+        n += 1
+    return out[:n]
+
+
+@njit(cache=True)
+def _fill_group(E, F, L, kind):  # noqa: ANN001, ANN202
+    """Walk a running group, merged with the sorted R_w by priority for ``all`` (kind 4)."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    merge = kind == 4
+    running = _group(E, kind)
+    dec = np.empty(len(running), np.int64)
+    nd = 0
+    w = 0
+    blocked = False
+    for i in running:
+        while merge and not blocked and w < S[_WLEN] and Q[_RANK, wq[w]] < Q[_RANK, i]:
+            if nd:
+                _take_decodes(E, F, L, dec[:nd])
+                nd = 0
+            cand = wq[w]
+            if Q[_MARK, cand] == D[_NO] or not _take_prefill(E, F, L, cand, True):
+                blocked = True
+            else:
+                w += 1
+        if Q[_MARK, i] == D[_NO]:
+            continue
+        if Q[_M, i] >= Q[_PROMPT, i]:
+            dec[nd] = i
+            nd += 1
+            continue
+        if nd:
+            _take_decodes(E, F, L, dec[:nd])
+            nd = 0
+        if Q[_MARK, i] != D[_NO]:
+            _take_prefill(E, F, L, i, False)
+    if nd:
+        _take_decodes(E, F, L, dec[:nd])
+    while merge and not blocked and w < S[_WLEN]:
+        cand = wq[w]
+        if Q[_MARK, cand] == D[_NO] or not _take_prefill(E, F, L, cand, True):
+            break
+        w += 1
+    if w:
+        n = S[_WLEN]
+        wq[: n - w] = wq[w:n].copy()
+        S[_WLEN] = n - w
+
+
+@njit(cache=True)
+def _finish(E, F):  # noqa: ANN001, ANN202
+    """Generate the batch's tokens; finished requests release their KV (B10). Returns how many finished."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    done = 0
+    for g in range(D[_NGEN]):
+        i = gbuf[g]
+        Q[_GEN, i] += 1
+        if Q[_GEN, i] == Q[_OUT, i]:
+            S[_KVRES] -= _held(Q, F, i)
+            Q[_M, i] = 0
+            Q[_FIXED, i] = 0
+            done += 1
+    if done:
+        kept = 0
+        for k in range(S[_NRUN]):
+            i = run[k]
+            if Q[_GEN, i] != Q[_OUT, i]:
+                run[kept] = i
+                kept += 1
+        S[_NRUN] = kept
+    return done
+
+
+@njit(cache=True)
+def _stalled(Q, S, run, wq, F, stall):  # noqa: ANN001, ANN202
+    """The reference engine's livelock guard: no token in more batches than it can explain."""
+    if stall <= 1000:
+        return False
+    bound = 1 + S[_WLEN] + S[_NRUN]
+    for k in range(S[_WLEN]):
+        bound += Q[_PROMPT, wq[(S[_WHEAD] + k) % len(wq) if F[_FCFS] else k]]
+    for k in range(S[_NRUN]):
+        bound += Q[_PROMPT, run[k]]
+    return stall > bound
+
+
+@njit(cache=True)
+def _intake(E, F, order, arrival, p, time):  # noqa: ANN001, ANN202
+    """Move requests that arrived by ``time`` into R_w; returns the next pending position."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    while p < len(order) and arrival[order[p]] <= time:
+        if F[_FCFS]:
+            _push_waiting(wq, S, order[p], False)
+        else:
+            _insert_sorted(wq, S, _WLEN, Q, order[p])
+        p += 1
+    return p
+
+
+@njit(cache=True)
+def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts):  # noqa: ANN001, ANN202
+    """Every batch until all requests finished; returns (status, batches): 0 done, 1 an empty
+    batch, 2 a livelock (the reference engine then raises)."""
+    S, D = E[1], E[2]
+    unfinished = Q.shape[1]
+    now = 0.0
+    p = 0
+    nb = 0
+    stall = 0
+    while True:
+        start = now
+        explicit = False
+        p = _intake(E, F, order, arrival, p, start)
+        if S[_WLEN] == 0 and S[_NRUN] == 0:
+            if p == len(order):
+                return 0, nb
+            start = max(start, arrival[order[p]])
+            explicit = True
+            p = _intake(E, F, order, arrival, p, start)
+        D[:] = 0
+        D[_NO] = nb + 1
+        for g in groups:
+            if g == 0:
+                _fill_fcfs_waiting(E, F, L)
+            else:
+                _fill_group(E, F, L, g)
+        if D[_BITEMS] == 0 and D[_BEVICT] == 0:
+            return 1, nb
+        now = start + batch_time(coef, D[_NTOK], D[_NPRE], D[_SPRE], D[_NDEC], D[_KVDEC], D[_XPRE], D[_KVMAX])
+        if nb < len(starts):
+            batch_out[nb, 0] = D[_BITEMS]
+            batch_out[nb, 1] = D[_BEVICT]
+            starts[nb] = start if explicit else np.nan
+        nb += 1
+        unfinished -= _finish(E, F)
+        stall = 0 if D[_NGEN] else stall + 1
+        if _stalled(Q, S, E[3], E[4], F, stall):
+            return 2, nb
+
+
+def _ranks(requests: tuple[Request, ...], key: Callable[[Request], tuple[Any, ...]]) -> np.ndarray:
+    """Each request's position in the priority order (key, arrival, position)."""
+    by_priority = sorted(range(len(requests)), key=lambda i: (*key(requests[i]), requests[i].arrival, i))
+    rank = np.empty(len(requests), np.int64)
+    rank[by_priority] = np.arange(len(requests))
+    return rank
+
+
+def _cap(limit: int | None) -> int:
+    return _NO_LIMIT if limit is None else min(limit, _NO_LIMIT)
+
+
+def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int | None = None) -> ScheduleColumns | None:
+    """The schedule of ``config`` on ``instance`` as columns, batch for batch the reference
+    engine's; None where the reference engine must run (module docstring). ``items_hint``: the
+    initial length of the output arrays (default from the token counts; a run that outgrows them
+    runs again with the length it needed)."""
+    reqs = instance.requests
+    lim = instance.limits
+    ids = tuple(r.id for r in reqs)
+    key = ORDER_KEYS.get(config.order)
+    big = any(r.max_kv > _cap(lim.kv_capacity) for r in reqs)
+    if key is None or type(instance.cost_model) is not CostModel or big or len(set(ids)) != len(ids):
+        return None
+    if config.kv_lookahead or (config.order != "arrival" and "waiting" in config.groups):
+        return None  # the KV look-ahead and a sorted waiting group run on the reference engine
+    n = len(reqs)
+    prompt = np.array([r.prompt_tokens for r in reqs], np.int64)
+    out_len = np.array([r.output_tokens for r in reqs], np.int64)
+    arrival = np.array([r.arrival for r in reqs], np.float64)
+    order = np.array(sorted(range(n), key=lambda i: (reqs[i].arrival, i)), np.int64)
+    flags = [config.hybrid, config.chunked, config.eviction_free, config.prefill_counts_decodes]
+    flags += [config.evict_for_waiting, config.evicted_to_front, "all" not in config.groups]
+    chunk = min(config.chunk or lim.prefill_budget, lim.prefill_budget)
+    limits = np.array([lim.token_budget, chunk, _cap(lim.kv_capacity), _cap(lim.max_running)], np.int64)
+    groups = np.array([GROUPS.index(g) for g in config.groups], np.int64)
+    cap = items_hint or int(out_len.sum() + prompt.sum() // 64 + 2 * n + 1024)
+    ev_cap = items_hint or max(n, 1024)
+    while True:
+        Q = np.zeros((7, n), np.int64)
+        Q[_PROMPT], Q[_OUT], Q[_RANK] = prompt, out_len, _ranks(reqs, key)
+        E = (Q, np.zeros(6, np.int64), np.zeros(12, np.int64), np.zeros(n, np.int64), np.zeros(max(n, 1), np.int64))
+        E += (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64))
+        E += (np.zeros(ev_cap, np.int64),)
+        batch_out = np.zeros((cap, 2), np.int64)
+        starts = np.zeros(cap)
+        status, nb = _simulate(
+            Q, order, arrival, groups, np.array(flags, np.bool_), limits, coefficients(instance.cost_model), E,
+            batch_out, starts,
+        )  # fmt: skip
+        if status:
+            return None
+        S = E[1]
+        if max(nb, S[_NITEMS]) <= cap and S[_NEVICT] <= ev_cap:
+            break
+        cap, ev_cap = max(cap, nb, S[_NITEMS]), max(ev_cap, S[_NEVICT])
+    item_ptr = np.concatenate(([0], np.cumsum(batch_out[:nb, 0])))
+    evict_ptr = np.concatenate(([0], np.cumsum(batch_out[:nb, 1])))
+    return ScheduleColumns(
+        ids=ids,
+        item_ptr=item_ptr,
+        item_ref=E[7][: S[_NITEMS]],
+        item_tokens=E[8][: S[_NITEMS]],
+        evict_ptr=evict_ptr,
+        evict_ref=E[9][: S[_NEVICT]].copy(),
+        start=starts[:nb].copy(),
+    )
+
+
+def compiled_schedule(instance: Instance, config: PolicyConfig) -> Schedule | None:
+    """The compiled engine's :class:`~optsched.schedule.Schedule` (its batches built at first
+    read); None where the reference engine runs."""
+    columns = simulate_columns(instance, config)
+    if columns is None:
+        return None
+    return Schedule(instance.name, meta={"policy": config.name, "policy_config": config.to_dict()}, columns=columns)

@@ -1,0 +1,264 @@
+"""The replay's rules 1-6 (docs/schedule.md) compiled, over a schedule's columns.
+
+:func:`replay_columns` walks a :class:`~optsched.schedcols.ScheduleColumns` with the state of
+:func:`optsched.schedule.replay` (per request ``m``, ``I``, ``g`` as arrays) and the same arithmetic
+in the same order, so that a schedule without violation gives the same per-batch trace, the same
+per-request times and the same batch times, bit for bit. It does not write violation messages: at the
+first broken rule (or an unfinished request at the end) it stops and reports that the schedule has
+a violation; :func:`optsched.schedule.replay` then replays it on the readable reference path, which
+lists them all. So the verdict and every message come from one implementation.
+
+The kernel is compiled by numba at its first call and cached on disk (``cache=True``); importing
+this module compiles nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from .costmodel import CostModel
+from .instance import Instance
+from .metrics import TIME_RTOL, RequestOutcome, compute_metrics
+from .schedcols import ScheduleColumns
+
+__all__ = ["batch_time", "coefficients", "replay_columns"]
+
+#: Token counts at or beyond this bound (in absolute value) are left to the reference replay (its
+#: Python integers cannot overflow; any such item breaks a rule anyway).
+_TOKEN_BOUND = 2**40
+#: An absent (or astronomically large) limit M or R_max in the kernel.
+_NO_LIMIT = 2**62
+
+
+def coefficients(model: CostModel) -> np.ndarray:
+    """The cost model's coefficients in the order :func:`batch_time` reads them."""
+    p, d = model.prefill, model.decode
+    return np.array(
+        [model.layers, model.base, model.per_token, model.per_tile, model.token_tile]
+        + [p.bias, p.per_token, p.per_token_sq, p.per_ctx, d.bias, d.per_token, d.per_kv, d.per_max_kv],
+        np.float64,
+    )
+
+
+@njit(cache=True)
+def batch_time(coef, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max):  # noqa: ANN001, ANN202 - numba kernel
+    """:meth:`CostModel.batch_time`, term by term in its order."""
+    if n_tok == 0:
+        return 0.0
+    t = coef[1] + coef[2] * n_tok
+    if coef[3] != 0.0:
+        tile = np.int64(coef[4])
+        t += coef[3] * -(-n_tok // tile)
+    if n_pre > 0:
+        t += coef[5] + coef[6] * n_pre + coef[7] * s_pre + coef[8] * x_pre
+    if n_dec > 0:
+        t += coef[9] + coef[10] * n_dec + coef[11] * kv_dec + coef[12] * kv_max
+    return coef[0] * t
+
+
+@njit(cache=True)
+def _evict(j, lo, hi, evict_req, arrival, prompt, m, finished, mark, evicted, limit):  # noqa: ANN001, ANN202
+    """Rule 2 for batch ``j``'s evictions; returns (KV freed, requests stopped), or (-1, 0) at a violation."""
+    freed = 0
+    stopped = 0
+    for e in range(lo, hi):
+        i = evict_req[e]
+        if i < 0 or arrival[i] > limit or finished[i] or m[i] == 0:
+            return -1, 0
+        mark[i] = -(j + 1)
+        if m[i] >= prompt[i]:
+            prompt[i] = m[i] + 1
+        freed += m[i]
+        stopped += 1
+        m[i] = 0
+        evicted[i] += 1
+    return freed, stopped
+
+
+@njit(cache=True)
+def _items(
+    j, lo, hi, item_req, item_tok, arrival, prompt, m, finished, mark, first_scheduled, start, limit, feat, gen_buf
+):  # noqa: ANN001, ANN202
+    """Rule 3 for batch ``j``'s items: ``feat`` receives the cost-model features and ``gen_buf``
+    the requests that generate a token; returns (ok, number of those, requests started)."""
+    n_tok = n_pre = s_pre = n_dec = kv_dec = x_pre = kv_max = 0
+    n_gen = 0
+    started = 0
+    for k in range(lo, hi):
+        i = item_req[k]
+        c = item_tok[k]
+        if i < 0 or mark[i] == j + 1 or mark[i] == -(j + 1) or finished[i] or arrival[i] > limit or c < 1:
+            return False, 0, 0
+        mark[i] = j + 1
+        held = m[i]
+        if held < prompt[i]:  # prefill
+            room = prompt[i] - held
+            if c > room:
+                return False, 0, 0
+            if held == 0:
+                started += 1
+            x_pre += c * held
+            n_pre += c
+            s_pre += c * c
+            if c == room:
+                gen_buf[n_gen] = i
+                n_gen += 1
+        else:  # decode
+            if c != 1:
+                return False, 0, 0
+            kv_dec += held
+            if held > kv_max:
+                kv_max = held
+            n_dec += 1
+            gen_buf[n_gen] = i
+            n_gen += 1
+        m[i] = held + c
+        n_tok += c
+        if np.isnan(first_scheduled[i]):
+            first_scheduled[i] = start
+    feat[0], feat[1], feat[2], feat[3], feat[4], feat[5], feat[6] = n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max
+    return True, n_gen, started
+
+
+@njit(cache=True)
+def _replay(req, sched, caps, coef, batch_out, times_out, per_req):  # noqa: ANN001, ANN202
+    """Rules 1-6 over every batch (the loop of ``schedule._run_batches``).
+
+    ``req`` = (arrival, output length, prompt) per request; ``sched`` = the columns (item_ptr,
+    item_req, item_tok, evict_ptr, evict_req, start); per batch ``batch_out`` (kv_used, running,
+    then the 7 features) and ``times_out`` (start, end); per request ``per_req`` (first token,
+    finish, first scheduled, evictions). Returns (no violation, total evictions); at the first
+    violation it stops (the outputs are then incomplete).
+    """
+    arrival, out_len, prompt0 = req
+    item_ptr, item_req, item_tok, evict_ptr, evict_req, start_at = sched
+    first_token, finish, first_scheduled, evicted = per_req
+    n = len(arrival)
+    prompt = prompt0.copy()
+    m = np.zeros(n, np.int64)
+    gen = np.zeros(n, np.int64)
+    finished = np.zeros(n, np.bool_)
+    mark = np.zeros(n, np.int64)  # j + 1 when in batch j; -(j + 1) when evicted in batch j
+    gen_buf = np.empty(n, np.int64)
+    kv_total = running = total_evictions = 0
+    prev_end = 0.0
+    for j in range(len(start_at)):
+        start = prev_end
+        if not np.isnan(start_at[j]):  # rule 1
+            if start_at[j] < prev_end - _tol(prev_end):
+                return False, 0
+            if start_at[j] > prev_end:
+                start = start_at[j]
+        limit = start + _tol(start)
+        freed, stopped = _evict(
+            j, evict_ptr[j], evict_ptr[j + 1], evict_req, arrival, prompt, m, finished, mark, evicted, limit
+        )
+        if freed < 0:
+            return False, 0
+        kv_total -= freed
+        running -= stopped
+        total_evictions += stopped
+        feat = batch_out[j, 2:]
+        ok, n_gen, started = _items(
+            j, item_ptr[j], item_ptr[j + 1], item_req, item_tok, arrival, prompt, m, finished, mark,
+            first_scheduled, start, limit, feat, gen_buf,
+        )  # fmt: skip
+        running += started
+        kv_total += feat[0]
+        if not ok or feat[0] > caps[0] or feat[1] > caps[1] or kv_total > caps[2] or running > caps[3]:  # rule 4
+            return False, 0
+        end = start + batch_time(coef, feat[0], feat[1], feat[2], feat[3], feat[4], feat[5], feat[6])  # rule 6
+        batch_out[j, 0] = kv_total
+        batch_out[j, 1] = running
+        for g in range(n_gen):  # rule 5
+            i = gen_buf[g]
+            gen[i] += 1
+            if np.isnan(first_token[i]):
+                first_token[i] = end
+            if gen[i] == out_len[i]:
+                finished[i] = True
+                finish[i] = end
+                kv_total -= m[i]
+                running -= 1
+                m[i] = 0
+        times_out[j, 0] = start
+        times_out[j, 1] = end
+        prev_end = end
+    return bool(finished.all()), total_evictions
+
+
+@njit(cache=True)
+def _tol(t):  # noqa: ANN001, ANN201 - numba kernel
+    """The replay's time tolerance at time ``t``: ``TIME_RTOL * max(1, |t|)``."""
+    return TIME_RTOL * max(1.0, abs(t))
+
+
+def _cap(limit: int | None) -> int:
+    """An optional limit as a 64-bit integer (absent: unreachable)."""
+    return _NO_LIMIT if limit is None else min(limit, _NO_LIMIT)
+
+
+def replay_columns(instance: Instance, columns: ScheduleColumns) -> dict[str, Any] | None:
+    """The compiled replay of ``columns`` over ``instance``: the fields of a feasible
+    :class:`~optsched.schedule.ReplayResult` after ``feasible`` and ``violations``, equal to the
+    reference replay's. None when the schedule breaks a rule or leaves a request unfinished, or
+    when the kernel cannot represent it (a cost model other than :class:`CostModel`, a token count
+    beyond 2^40): the reference replay then judges it."""
+    model = instance.cost_model
+    if type(model) is not CostModel or (model.per_tile and model.token_tile <= 0):
+        return None
+    tokens = columns.item_tokens
+    if len(tokens) and (tokens.max() >= _TOKEN_BOUND or tokens.min() <= -_TOKEN_BOUND):
+        return None
+    reqs = instance.requests
+    index = {r.id: i for i, r in enumerate(reqs)}
+    if len(index) == len(reqs) == len(columns.ids) and list(index) == list(columns.ids):  # the instance's ids
+        item_req, evict_req = columns.item_ref, columns.evict_ref
+    else:
+        item_req, evict_req = columns.refs_in(index)
+    lim = instance.limits
+    caps = [_cap(lim.token_budget), _cap(lim.prefill_budget), _cap(lim.kv_capacity), _cap(lim.max_running)]
+    n, n_b = len(reqs), columns.n_batches
+    batch_out = np.zeros((n_b, 9), np.int64)
+    times = np.zeros((n_b, 2))
+    per_request = (np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.int64))
+    ok, total_evictions = _replay(
+        (
+            np.array([r.arrival for r in reqs], np.float64),
+            np.array([r.output_tokens for r in reqs], np.int64),
+            np.array([r.prompt_tokens for r in reqs], np.int64),
+        ),
+        (columns.item_ptr, item_req, tokens, columns.evict_ptr, evict_req, columns.start),
+        np.array(caps, np.int64),
+        coefficients(model),
+        batch_out,
+        times,
+        per_request,
+    )
+    if not ok:
+        return None
+    features = batch_out[:, 2:]
+    first_token, finish, first_scheduled = ([None if math.isnan(t) else t for t in a.tolist()] for a in per_request[:3])
+    outcomes = {
+        r.id: RequestOutcome(r, f, e, k, s)
+        for r, f, e, k, s in zip(reqs, first_token, finish, per_request[3].tolist(), first_scheduled)
+    }
+    ends_list = times[:, 1].tolist()
+    makespan = ends_list[-1] if ends_list else 0.0
+    return {
+        "outcomes": outcomes,
+        "starts": times[:, 0].tolist(),
+        "ends": ends_list,
+        "kv_used": batch_out[:, 0].tolist(),
+        "running": batch_out[:, 1].tolist(),
+        "prefill_tokens": features[:, 1].tolist(),
+        "decode_items": features[:, 3].tolist(),
+        "metrics": compute_metrics(outcomes.values(), makespan, int(total_evictions), len(ends_list)),
+        "features": list(map(tuple, features.tolist())),
+        "generated": [r.output_tokens for r in reqs],
+        "kv_held": [0] * len(reqs),
+    }

@@ -1,0 +1,248 @@
+"""Schedule files read as columns: Parquet (one row per item), and the contract's JSON at speed.
+
+Parquet (docs/schedule.md, "Parquet schedules"): one row per item or eviction with the columns
+``batch`` (int64, 0, 1, ... in order), ``request`` (string), ``tokens`` (int64; null on an
+eviction row), ``evict`` (bool) and ``start`` (float64, the batch's ``start`` on each of its rows,
+null for none); a batch with neither items nor evictions is one row whose ``request`` is null. The
+file's key-value metadata ``optsched.schedule`` holds ``{"instance": ..., "meta": {...}}``.
+
+JSON: parsed with orjson, and the batches turned into columns with whole-list checks. Anything the
+fast path cannot vouch for (orjson's refusal, an irregular item, a key that may be given twice in
+one object, an integer orjson would read as a float) makes :func:`read_columns` return None, and
+the strict parser of :mod:`optsched.schedule` reads the file and names the fault: one semantics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from itertools import chain
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .instance import MAX_ARRIVAL
+from .jsonio import atomic_output
+from .schedcols import ScheduleColumns, columns_of_lists
+
+__all__ = ["PARQUET_SUFFIX", "read_columns", "write_parquet"]
+
+#: A schedule file with this suffix is Parquet; any other is JSON.
+PARQUET_SUFFIX = ".parquet"
+#: The Parquet key-value metadata entry holding the instance name and ``meta``.
+META_KEY = b"optsched.schedule"
+_COLUMNS = ("batch", "request", "tokens", "evict", "start")
+_BATCH_KEYS = frozenset({"items", "evict", "start"})
+#: orjson reads an integer beyond 64 bits as a float (the standard library as an integer).
+_INT64 = 2.0**63
+
+Read = tuple[str, Mapping[str, Any], ScheduleColumns]
+
+
+def read_columns(path: str | Path, error: type[Exception]) -> Read | None:
+    """``(instance name, meta, columns)`` of a schedule file, or None for a JSON file that the
+    strict parser must read (module docstring); ``error`` names the file and the fault."""
+    if str(path).endswith(PARQUET_SUFFIX):
+        return _read_parquet(path, error)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError:
+        return None  # the strict reader names the fault
+    return _read_json(raw.removeprefix(b"\xef\xbb\xbf"))
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def _keys(value: Any) -> int:
+    """Number of object keys in a parsed JSON value; -1 when it holds a float that may have been
+    an integer beyond 64 bits."""
+    if isinstance(value, dict | list):
+        counts = list(map(_keys, value.values() if isinstance(value, dict) else value))
+        return -1 if -1 in counts else sum(counts) + (len(value) if isinstance(value, dict) else 0)
+    return -1 if isinstance(value, float) and abs(value) >= _INT64 else 0
+
+
+def _read_json(raw: bytes) -> Read | None:
+    import orjson
+
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(data) is not dict or type(data.get("batches")) is not list:
+        return None
+    meta = data.get("meta") or {}
+    batches = data["batches"]
+    if not isinstance(meta, dict) or set(map(type, batches)) - {dict} or set().union(*batches) - _BATCH_KEYS:
+        return None
+    item_lists = [b.get("items", []) for b in batches]
+    evict_lists = [b.get("evict", []) for b in batches]
+    starts = [b.get("start") for b in batches]
+    if set(map(type, chain(item_lists, evict_lists))) - {list} or set(map(type, starts)) - {type(None), int, float}:
+        return None
+    items = list(chain.from_iterable(item_lists))
+    evicts = list(chain.from_iterable(evict_lists))
+    if sum(map(len, items)) != 2 * len(items) or set(map(type, evicts)) - {str}:
+        return None
+    try:  # an item that is not an object, or lacks a field, raises
+        ids, tokens = list(map(itemgetter("id"), items)), list(map(itemgetter("tokens"), items))
+    except (KeyError, TypeError):
+        return None
+    if set(map(type, ids)) - {str} or set(map(type, tokens)) - {int}:
+        return None
+    start = np.array([math.nan if s is None else s for s in starts], np.float64)
+    given = start[~np.isnan(start)]
+    if len(given) and (not np.isfinite(given).all() or np.abs(given).max() > MAX_ARRIVAL):
+        return None
+    # Every ':' outside strings separates a key from its value: as many as the parsed objects'
+    # keys means that no object gave a key twice (orjson keeps the last silently).
+    top = _keys({k: v for k, v in data.items() if k != "batches"})
+    if top < 0 or raw.count(b":") != 1 + top + sum(map(len, batches)) + 2 * len(items):
+        return None
+    try:
+        columns = columns_of_lists(ids, tokens, list(map(len, item_lists)), evicts, list(map(len, evict_lists)), start)
+    except OverflowError:  # a token count in 64 unsigned bits but not in 64 signed ones
+        return None
+    return str(data.get("instance", "")), meta, columns
+
+
+# --------------------------------------------------------------------------- Parquet
+
+
+def write_parquet(path: str | Path, instance: str, meta: Mapping[str, Any], columns: ScheduleColumns) -> None:
+    """Write a schedule's columns as Parquet (module docstring), atomically."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    c = columns
+    n_items, n_evict = np.diff(c.item_ptr), np.diff(c.evict_ptr)
+    rows = n_items + n_evict + ((n_items + n_evict) == 0)
+    row_ptr = np.concatenate(([0], np.cumsum(rows)))
+    n_rows = int(row_ptr[-1])
+    batch = np.repeat(np.arange(c.n_batches, dtype=np.int64), rows)
+    request = np.full(n_rows, -1, np.int64)
+    tokens = np.zeros(n_rows, np.int64)
+    is_item = np.zeros(n_rows, bool)
+    evict = np.zeros(n_rows, bool)
+    e_batch = np.repeat(np.arange(c.n_batches), n_evict)
+    e_rows = row_ptr[e_batch] + (np.arange(len(c.evict_ref)) - c.evict_ptr[e_batch])
+    request[e_rows], evict[e_rows] = c.evict_ref, True
+    i_batch = np.repeat(np.arange(c.n_batches), n_items)
+    i_rows = row_ptr[i_batch] + n_evict[i_batch] + (np.arange(len(c.item_ref)) - c.item_ptr[i_batch])
+    request[i_rows], tokens[i_rows], is_item[i_rows] = c.item_ref, c.item_tokens, True
+    start = c.start[batch]
+    table = pa.table(
+        {
+            "batch": batch,
+            "request": pa.DictionaryArray.from_arrays(
+                pa.array(request.astype(np.int32), mask=request < 0), pa.array(c.ids, pa.string())
+            ),
+            "tokens": pa.array(tokens, mask=~is_item),
+            "evict": evict,
+            "start": pa.array(start, mask=np.isnan(start)),
+        },
+    )
+    text = json.dumps({"instance": instance, "meta": dict(meta)})
+    table = table.replace_schema_metadata({META_KEY: text.encode()})
+    with atomic_output(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def _read_parquet(path: str | Path, error: type[Exception]) -> Read:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise error(f"{path}: cannot read the Parquet schedule: {exc}") from None
+    head = _parquet_head(path, table, error)
+    got = {name: table.column(name) for name in _COLUMNS if name in table.column_names}
+    missing = [name for name in _COLUMNS if name not in got]
+    if missing:
+        raise error(f"{path}: column(s) {missing} missing (a schedule has {list(_COLUMNS)})")
+    kinds = {"batch": "an integer", "tokens": "an integer", "evict": "a boolean", "start": "a number"}
+    for name, kind in kinds.items():
+        t = got[name].type
+        fits = {
+            "an integer": pa.types.is_integer(t) and t != pa.uint64(),
+            "a boolean": pa.types.is_boolean(t),
+            "a number": pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_null(t),
+        }[kind]
+        if not fits:
+            raise error(f"{path}: column '{name}': must be {kind} column, not {t}")
+    request = got["request"]
+    if pa.types.is_dictionary(request.type) and request.num_chunks > 1:
+        request = request.unify_dictionaries()
+    request = request.combine_chunks()
+    if not pa.types.is_dictionary(request.type):
+        request = request.dictionary_encode()
+    if not pa.types.is_string(request.type.value_type) and not pa.types.is_large_string(request.type.value_type):
+        raise error(f"{path}: column 'request': must hold strings, not {request.type.value_type}")
+    return head[0], head[1], _parquet_columns(path, got, request, error)
+
+
+def _parquet_head(path: str | Path, table: Any, error: type[Exception]) -> tuple[str, Mapping[str, Any]]:
+    text = (table.schema.metadata or {}).get(META_KEY)
+    if text is None:
+        raise error(f"{path}: not an optsched schedule (no {META_KEY.decode()!r} metadata)")
+    try:
+        head = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        head = None
+    if not isinstance(head, dict) or not isinstance(head.get("meta", {}), dict):
+        raise error(f"{path}: metadata {META_KEY.decode()!r}: must be a JSON object with 'instance' and 'meta'")
+    return str(head.get("instance", "")), head.get("meta", {})
+
+
+def _first_bad(path: str | Path, bad: np.ndarray, field: str, what: str, error: type[Exception]) -> None:
+    if bad.any():
+        raise error(f"{path}: row {int(np.argmax(bad))}: field '{field}': {what}")
+
+
+def _parquet_columns(path: str | Path, got: dict[str, Any], request: Any, error: type[Exception]) -> ScheduleColumns:
+    """Check the rows (each fault names its row and field) and build the columns."""
+    import pyarrow as pa
+
+    for name in ("batch", "evict"):
+        _first_bad(path, np.asarray(got[name].is_null()), name, "must not be null", error)
+    batch = got["batch"].to_numpy().astype(np.int64)
+    evict = got["evict"].to_numpy()
+    ref = request.indices.fill_null(0).to_numpy().astype(np.int64)
+    no_request = np.asarray(request.is_null())
+    no_tokens = np.asarray(got["tokens"].is_null())
+    tokens = got["tokens"].fill_null(0).to_numpy().astype(np.int64)
+    start = got["start"].cast(pa.float64()).fill_null(math.nan).to_numpy()
+    step = np.diff(batch, prepend=0)
+    bad = (step < 0) | (step > 1)
+    bad[:1] = batch[:1] != 0
+    _first_bad(path, bad, "batch", "must be 0 on the first row and grow by 0 or 1 per row", error)
+    first = np.concatenate(([True], step[1:] > 0)) if len(batch) else np.zeros(0, bool)
+    last = np.concatenate((first[1:], [True])) if len(batch) else np.zeros(0, bool)
+    alone = first & last
+    _first_bad(path, no_request & ~(alone & ~evict & no_tokens), "request", "null only on an empty batch's row", error)
+    _first_bad(path, ~no_request & evict & ~no_tokens, "tokens", "must be null on an eviction row", error)
+    _first_bad(path, ~no_request & ~evict & no_tokens, "tokens", "must be an integer on an item row", error)
+    batch_start = start[first]
+    _first_bad(path, ~(np.isnan(start) | np.isfinite(start)), "start", "must be a finite number", error)
+    _first_bad(path, np.abs(np.nan_to_num(start)) > MAX_ARRIVAL, "start", f"must lie within +-{MAX_ARRIVAL:g} s", error)
+    same = np.repeat(batch_start, np.diff(np.flatnonzero(np.append(first, True))))
+    _first_bad(path, ~((same == start) | (np.isnan(same) & np.isnan(start))), "start", "differs in one batch", error)
+    n_b = int(first.sum())
+    item_rows, evict_rows = ~no_request & ~evict, ~no_request & evict
+    ids = tuple(request.dictionary.to_pylist())
+    if None in ids:
+        raise error(f"{path}: column 'request': its dictionary holds a null; a request id is a string")
+    return ScheduleColumns(
+        ids=ids,
+        item_ptr=np.concatenate(([0], np.cumsum(np.bincount(batch[item_rows], minlength=n_b)))).astype(np.int64),
+        item_ref=ref[item_rows],
+        item_tokens=tokens[item_rows],
+        evict_ptr=np.concatenate(([0], np.cumsum(np.bincount(batch[evict_rows], minlength=n_b)))).astype(np.int64),
+        evict_ref=ref[evict_rows],
+        start=batch_start,
+    )
