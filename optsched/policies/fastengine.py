@@ -34,7 +34,7 @@ from ..schedcols import ScheduleColumns
 from ..schedule import Schedule
 from .config import GROUPS, PolicyConfig
 
-__all__ = ["ORDER_KEYS", "compiled_schedule", "simulate_columns"]
+__all__ = ["ORDER_KEYS", "compiled_schedule", "compiles", "simulate_columns"]
 
 
 #: Per ``order`` of :class:`PolicyConfig`: the request's priority key (smaller first), before the
@@ -419,6 +419,13 @@ def _cap(limit: int | None) -> int:
     return _NO_LIMIT if limit is None else min(limit, _NO_LIMIT)
 
 
+def compiles(config: PolicyConfig) -> bool:
+    """Whether the kernel runs ``config``: its order has a key function (:data:`ORDER_KEYS`), it
+    admits without the KV look-ahead and its waiting group, if any, is served by arrival."""
+    sorted_waiting = config.order != "arrival" and "waiting" in config.groups
+    return config.order in ORDER_KEYS and not config.kv_lookahead and not sorted_waiting
+
+
 def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int | None = None) -> ScheduleColumns | None:
     """The schedule of ``config`` on ``instance`` as columns, batch for batch the reference
     engine's; None where the reference engine must run (module docstring). ``items_hint``: the
@@ -429,10 +436,8 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     ids = tuple(r.id for r in reqs)
     key = ORDER_KEYS.get(config.order)
     big = any(r.max_kv > _cap(lim.kv_capacity) for r in reqs)
-    if key is None or type(instance.cost_model) is not CostModel or big or len(set(ids)) != len(ids):
+    if not compiles(config) or type(instance.cost_model) is not CostModel or big or len(set(ids)) != len(ids):
         return None
-    if config.kv_lookahead or (config.order != "arrival" and "waiting" in config.groups):
-        return None  # the KV look-ahead and a sorted waiting group run on the reference engine
     n = len(reqs)
     prompt = np.array([r.prompt_tokens for r in reqs], np.int64)
     out_len = np.array([r.output_tokens for r in reqs], np.int64)
