@@ -86,7 +86,7 @@ def _read_json(raw: bytes) -> Read | None:
         return None
     items = list(chain.from_iterable(item_lists))
     evicts = list(chain.from_iterable(evict_lists))
-    if sum(map(len, items)) != 2 * len(items) or set(map(type, evicts)) - {str}:
+    if set(map(type, items)) - {dict} or sum(map(len, items)) != 2 * len(items) or set(map(type, evicts)) - {str}:
         return None
     try:  # an item that is not an object, or lacks a field, raises
         ids, tokens = list(map(itemgetter("id"), items)), list(map(itemgetter("tokens"), items))

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..progress import Progress
 from ..sweep.spec import SpecError, load_spec
 from ..sweep.store import MissingDependency, StoreError, SweepStore, require_pyarrow
 from ._common import EXIT_OK, BadInput, add_json_flag, format_mapping, positive_float, positive_int, print_json
@@ -101,9 +102,11 @@ def handle(args: argparse.Namespace) -> int:
         spec = load_spec(args.spec)
         from ..sweep.runner import load_workloads
 
-        if not args.no_progress:
-            print(f"sweep {spec.name}: loading {len(spec.workloads)} workload(s)", file=sys.stderr, flush=True)
-        workloads = load_workloads(spec)
+        with Progress(f"sweep {spec.name}", enabled=not args.no_progress) as loading:
+            loading.doing(
+                f"loading {len(spec.workloads)} workload(s)"
+            )  # shown after a second: bad input stays one line
+            workloads = load_workloads(spec)
         mode = "capacity" if args.capacity else "replicas" if args.replicas else "grid"
         _check_mode(mode, spec, args.spec)
     except (SpecError, MissingDependency) as exc:

@@ -137,8 +137,9 @@ def initial_candidates(
     instances of fewer than :data:`.scale.SCALE_MIN_REQUESTS` requests: they have no clock inside,
     and on a 2,000-request trace slice the slowest took 150 times as long as ``vllm``); another is
     started only while the time left before the deadline exceeds the longest policy run so far (run
-    and replay), once there is one candidate. A policy of the unified scheduler runs in slices and
-    is abandoned when ``hard`` (the solve's own deadline) passes (:func:`.online.run_until`);
+    and replay), once there is one candidate. A policy of the unified scheduler runs in slices and,
+    once there is a candidate, is abandoned when ``hard`` (the solve's own deadline) passes
+    (:func:`.online.run_until`): the first runs to its end, so that every solve has a schedule;
     ``serial`` (one request at a time: hundreds of thousands of batches on a large trace) comes
     last, and always when no policy gave a candidate, unless ``hard`` has passed (the pool is then
     empty).
@@ -171,7 +172,8 @@ def initial_candidates(
             started = time.perf_counter()
             try:
                 if name in POLICY_CONFIGS:
-                    pool.offer(name, run_until(instance, POLICY_CONFIGS[name], hard, horizon))
+                    stop_at = hard if len(pool) else None  # the first candidate runs to its end
+                    pool.offer(name, run_until(instance, POLICY_CONFIGS[name], stop_at, horizon))
                 else:
                     pool.offer(name, simulator_for(name)(instance))
             except Exception:  # noqa: BLE001 - a failing policy is only a missing candidate

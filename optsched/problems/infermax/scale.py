@@ -31,7 +31,7 @@ The best plan's schedule is returned for the caller to replay and offer with its
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...bounds import batch_counts, least_bias, request_work
@@ -182,7 +182,7 @@ def _policy_search(
     out.info["online_search"] = found.info()
     if found.schedule is not None:
         meta = {**found.schedule.meta, "problem": "infermax", "method": "online-search", "seed": found.seed}
-        out.schedules["online-search"] = replace(found.schedule, meta=meta)
+        out.schedules["online-search"] = Schedule(instance.name, meta=meta, columns=found.schedule.columns())
 
 
 def _guided_plans(data: PlanData, lp: Any) -> list[tuple[float, Plan]]:
