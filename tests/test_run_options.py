@@ -9,21 +9,8 @@ from typing import Any
 
 import pytest
 
-from optsched.cli import main
 from optsched.workload import WorkloadError, WorkloadTransforms
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_bad_input(code: int, err: str, *needles: str) -> None:
-    assert code == 2, err
-    assert err.startswith("optsched: error: ") and err.count("\n") == 1, err
-    for needle in needles:
-        assert needle in err, (needle, err)
+from tests.test_bad_input import assert_bad_input, run
 
 
 @pytest.mark.parametrize("seed", ["-1", "1.5", "x", str(2**63)])
