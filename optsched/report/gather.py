@@ -40,7 +40,6 @@ from ..instance import Instance, InstanceError
 from ..load_bounds import proven_bounds
 from ..policies import POLICIES, simulator_for
 from ..problems import BOUNDERS, SOLVERS
-from ..problems.infermax.goodput_bounds import tail_bounds
 from ..result import (
     MAXIMISED,
     SolveResult,
@@ -380,6 +379,14 @@ def _why_seed(extra: dict[str, Any]) -> str:
     return f" ({extra['stopped']})" if extra.get("stopped") else ""
 
 
+def _tail_bounds(instance: Instance) -> dict[str, float | None]:
+    """The proven P99 bounds of :func:`optsched.problems.infermax.goodput_bounds.tail_bounds`
+    (imported here: the CLI starts without InferMax's modules)."""
+    from ..problems.infermax.goodput_bounds import tail_bounds
+
+    return tail_bounds(instance)
+
+
 def build_report(
     instance: Instance,
     *,
@@ -459,7 +466,7 @@ def build_report(
                 report.bounder_times[name] = time.perf_counter() - t_start
                 report.bounds += found
                 say(f"bounder {name}: {len(found)} bound(s) ({report.bounder_times[name]:.1f}s)")
-            report.tail_bounds = tail_bounds(instance)
+            report.tail_bounds = _tail_bounds(instance)
             say("P99 bounds: " + ", ".join(f"{k} >= {v:.4g} s" for k, v in report.tail_bounds.items() if v is not None))
         phase = "solver"
         report.solver = _solver_phase(report, solve_problem, solve_max_requests, remaining, deadline, say)

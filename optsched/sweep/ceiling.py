@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from ..instance import Instance
-from ..problems.infermax.goodput_bounds import request_facts, scaled_arrivals, target_unreachable
 from ..workload import WorkloadTransforms, apply_transforms
 from .cells import Cell, SloTarget, make_row
 
@@ -46,6 +45,9 @@ def throughputs(instance: Instance, rate_scale: float | None) -> tuple[float | N
 def _scan(instance: Instance, grid: list[float], target: SloTarget) -> tuple[int, str | None, int]:
     """(index of the ceiling on the grid, -1 when every point is refuted; the reason the point above it
     is refuted; points checked)."""
+    # imported here: the CLI starts without InferMax's modules
+    from ..problems.infermax.goodput_bounds import request_facts, scaled_arrivals, target_unreachable
+
     facts = request_facts(instance)
     reason = None
     for k in range(len(grid) - 1, -1, -1):
