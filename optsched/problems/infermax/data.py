@@ -22,6 +22,7 @@ __all__ = [
     "TTFT_PROOF_CELLS",
     "Horizon",
     "ModelData",
+    "instance_fields",
     "build_data",
     "check_size",
     "fits",
@@ -330,6 +331,24 @@ def horizon(
     )
 
 
+def instance_fields(instance: Instance) -> dict[str, Any]:
+    """The :class:`ModelData` fields read straight off ``instance``: the instance, its requests'
+    ids, lengths and arrivals, the limits C, P (at most C), M and R_max, and ``online``."""
+    reqs, lim = instance.requests, instance.limits
+    return {
+        "instance": instance,
+        "ids": tuple(r.id for r in reqs),
+        "prompt": tuple(r.prompt_tokens for r in reqs),
+        "output": tuple(r.output_tokens for r in reqs),
+        "arrival": tuple(r.arrival for r in reqs),
+        "C": lim.token_budget,
+        "P": min(lim.prefill_budget, lim.token_budget),
+        "M": lim.kv_capacity,
+        "R": lim.max_running,
+        "online": any(r.arrival > 0 for r in reqs),
+    }
+
+
 def build_data(
     instance: Instance,
     options: InferMaxOptions,
@@ -358,28 +377,17 @@ def build_data(
         proven = proven and options.horizon >= J
         note = f"J = {options.horizon} from option 'horizon' (proven bound {J})"
         J = options.horizon
-    lim = instance.limits
-    reqs = instance.requests
     b_min, bp_min = batch_counts(instance, first_tokens=found.first_tokens_only)
     return ModelData(
-        instance=instance,
+        **instance_fields(instance),
         options=options,
         coef=coef,
-        ids=tuple(r.id for r in reqs),
-        prompt=tuple(r.prompt_tokens for r in reqs),
-        output=tuple(r.output_tokens for r in reqs),
-        arrival=tuple(r.arrival for r in reqs),
-        C=lim.token_budget,
-        P=min(lim.prefill_budget, lim.token_budget),
-        M=lim.kv_capacity,
-        R=lim.max_running,
         J=J,
         horizon_proven=proven,
         horizon_note=note,
         upper=upper_objective,
         upper_makespan=upper_makespan,
-        online=any(r.arrival > 0 for r in reqs),
-        goal=tuple(1 if found.first_tokens_only else r.output_tokens for r in reqs),
+        goal=tuple(1 if found.first_tokens_only else r.output_tokens for r in instance.requests),
         symmetric_pairs=symmetric_pairs(instance),
         b_min=b_min,
         bp_min=bp_min,

@@ -65,7 +65,7 @@ from ...result import SolveResult, Status
 from ...schedule import Schedule, replay
 from .candidates import CandidatePool, initial_candidates
 from .cpsat import ModelBuilder
-from .data import ModelData, fits, integer_scaling
+from .data import ModelData, fits, instance_fields, integer_scaling
 from .goodput_bounds import SloArrays, alive_requests, max_met, request_facts, slo_arrays
 from .model import Coefficients, InferMaxInputError, InferMaxOptions, Scaling
 from .schedules import schedule_from_solution, serial_completion
@@ -147,25 +147,15 @@ def goodput_model_data(instance: Instance, options: InferMaxOptions) -> tuple[Mo
     if options.horizon is not None:
         proven, note = proven and options.horizon >= J, f"J = {options.horizon} from option 'horizon' (proven: {J})"
         J = options.horizon
-    lim = instance.limits
     data = ModelData(
-        instance=sub,
+        **instance_fields(sub),
         options=options,
         coef=Coefficients.from_cost_model(instance.cost_model),
-        ids=tuple(r.id for r in reqs),
-        prompt=tuple(r.prompt_tokens for r in reqs),
-        output=tuple(r.output_tokens for r in reqs),
-        arrival=tuple(r.arrival for r in reqs),
-        C=lim.token_budget,
-        P=min(lim.prefill_budget, lim.token_budget),
-        M=lim.kv_capacity,
-        R=lim.max_running,
         J=J,
         horizon_proven=proven,
         horizon_note=note,
         upper=0.0,
         upper_makespan=0.0,
-        online=any(r.arrival > 0 for r in reqs),
         goal=tuple(1 if first else r.output_tokens for r, first in zip(reqs, at_first)),
         b_min=0,
         bp_min=0,
