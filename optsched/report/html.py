@@ -21,7 +21,7 @@ from ..schedule import ReplayResult
 from .gather import Report
 from .output import HIGHLIGHTED_POLICIES, grouped_messages, report_rows
 from .plots import color_key, plot_bounds_bars, plot_latency_cdfs, plot_memory, plot_timeline
-from .terminal import COLUMNS, fold_identical, objective_unit, same_batches
+from .terminal import COLUMNS, fold_identical, folded_rows, gap_rule, objective_unit, same_batches
 
 __all__ = ["CSS", "figure_svg", "report_html", "write_html"]
 
@@ -123,20 +123,14 @@ def _tables(report: Report) -> list[str]:
     columns = [k for k in COLUMNS if k != report.objective]
     head = "".join(f"<th>{e(COLUMNS[k].header).replace(chr(10), '<br>')}</th>" for k in columns)
     parts.append(
-        "<h2>Schedules</h2><p class='note'>gap = (value &minus; best proven bound) / value; "
+        f"<h2>Schedules</h2><p class='note'>gap = {e(gap_rule(report))}; "
         "a = b: the same batches. Highlighted: the best schedule (green), vLLM and Sarathi (blue); "
         "the other policies in grey.</p><div class='scroll'><table><tr>"
         f"<th>schedule</th><th>status</th><th>{e(report.objective)}<br>{e(unit)}</th><th>gap<br>%</th>{head}</tr>"
     )
-    groups = fold_identical(report)
-    folded = {label for members in groups.values() for label in members[1:]}
-    for row in report_rows(report):
-        label = f"{row['kind']}:{row['name']}"
-        if label in folded:
-            continue
-        members = groups.get(label, [label])
+    for row, members in folded_rows(report):
         names = [m.split(":", 1)[1] for m in members]
-        shown = " = ".join([label, *names[1:]])
+        shown = " = ".join([members[0], *names[1:]])
         engine = row["kind"] == "solver" or any(n in HIGHLIGHTED_POLICIES for n in names)
         cls = "best" if best is not None and best[0] in members else "engine" if engine else "other"
         m = row["metrics"] or {}

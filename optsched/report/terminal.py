@@ -12,7 +12,7 @@ do not apply or were not run only when ``verbose``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,8 @@ __all__ = [
     "objective_unit",
     "Column",
     "fold_identical",
+    "folded_rows",
+    "gap_rule",
     "parse_columns",
     "same_batches",
     "report_table",
@@ -201,6 +203,22 @@ def _bounds_table(report: Report, verbose: bool) -> Table:
     return table
 
 
+def folded_rows(report: Report) -> Iterator[tuple[dict[str, Any], list[str]]]:
+    """Each row of :func:`report_rows` that heads its group of identical schedules
+    (:func:`fold_identical`), with the group's labels (its own first)."""
+    groups = fold_identical(report)
+    folded = {label for members in groups.values() for label in members[1:]}
+    for row in report_rows(report):
+        label = f"{row['kind']}:{row['name']}"
+        if label not in folded:
+            yield row, groups.get(label, [label])
+
+
+def gap_rule(report: Report) -> str:
+    """How the report's gaps are computed, in words (the sense of its objective)."""
+    return "(best bound - value) / best bound" if report.maximised else "(value - best bound) / value"
+
+
 def _schedule_table(report: Report, columns: Sequence[str]) -> Table:
     objective = report.objective
     unit = objective_unit(objective)
@@ -211,14 +229,8 @@ def _schedule_table(report: Report, columns: Sequence[str]) -> Table:
     table.add_column("gap\n%", justify="right", no_wrap=True)
     for key in shown:
         table.add_column(COLUMNS[key].header, justify="right", no_wrap=True)
-    groups = fold_identical(report)
-    folded = {label for members in groups.values() for label in members[1:]}
-    for row in report_rows(report):
-        label = f"{row['kind']}:{row['name']}"
-        if label in folded:
-            continue
-        names = [label, *(m.split(":", 1)[1] for m in groups.get(label, [label])[1:])]
-        shown_label = " = ".join(names)
+    for row, members in folded_rows(report):
+        shown_label = " = ".join([members[0], *(m.split(":", 1)[1] for m in members[1:])])
         if row["kind"] == "solver":
             shown_label += f" [{row['status']}]"
         m = row["metrics"] or {}
@@ -248,10 +260,9 @@ def report_terminal(report: Report, columns: Sequence[str] = DEFAULT_COLUMNS, ve
     if report.tail_bounds:
         tails = ", ".join(f"{k} >= {1000 * v:.4g} ms" for k, v in report.tail_bounds.items() if v is not None)
         out.append(f"every schedule's {tails} (proven, infermax/goodput_bounds.py)")
-    gap_rule = "(best bound - value) / best bound" if report.maximised else "(value - best bound) / value"
     out += [
         "",
-        f"Schedules (each replayed; gap = {gap_rule}; a = b: the same batches)",
+        f"Schedules (each replayed; gap = {gap_rule(report)}; a = b: the same batches)",
         _schedule_table(report, columns),
     ]
     best = report.best
