@@ -28,6 +28,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "SIGNALS",
     "Interruption",
+    "held_signals",
     "interruptible",
     "raise_on_sigint",
     "requested",
@@ -71,6 +72,31 @@ def raise_on_sigint() -> None:
     for signum in SIGNALS:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _raise_interrupt)
+
+
+@contextmanager
+def held_signals() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while the block runs and raise :class:`KeyboardInterrupt` at its end
+    if one came (remembered by :func:`sigint_seen`): for imports of extensions that cannot be
+    interrupted cleanly (``pydantic_core``'s Rust import panics when ``KeyboardInterrupt`` arrives
+    inside it, and prints the panic before Python sees it)."""
+    global _seen
+    held: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        held.append(signum)
+
+    previous = {
+        signum: signal.signal(signum, hold) for signum in SIGNALS if signal.getsignal(signum) is not signal.SIG_IGN
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if held:
+        _seen = True
+        raise KeyboardInterrupt
 
 
 def requested() -> bool:

@@ -1,10 +1,12 @@
 """The ``optsched`` program (the console script and ``python -m optsched``).
 
-The command line is imported here, inside the handling of Ctrl-C: importing the solvers takes a
-second or more, and an interrupt then ends the program with one line and exit code 130, not a
-traceback (also when a C extension's import turned the ``KeyboardInterrupt`` into an ``ImportError``:
-:func:`optsched.interrupt.sigint_seen`). (The package's ``__init__`` loads nothing until a name is used, so the import
-starts here.)
+The command line is imported here, inside the handling of Ctrl-C: an interrupt then ends the
+program with one line and exit code 130, not a traceback. The command line's own import runs with
+the signal held until it ends (:func:`optsched.interrupt.held_signals`: ``pydantic_core`` panics
+when interrupted inside its import); the solvers' later imports take the signal at once, also when a
+C extension's import turned the ``KeyboardInterrupt`` into an ``ImportError``
+(:func:`optsched.interrupt.sigint_seen`). (The package's ``__init__`` loads nothing until a name is
+used, so the import starts here.)
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ __all__ = ["main"]
 
 def main() -> int:
     """Run the command line on ``sys.argv``; returns the exit code."""
-    from .interrupt import EXIT_INTERRUPTED, raise_on_sigint, sigint_seen
+    from .interrupt import EXIT_INTERRUPTED, held_signals, raise_on_sigint, sigint_seen
 
     raise_on_sigint()
     try:
-        from .cli import main as cli_main
+        with held_signals():
+            from .cli import main as cli_main
 
         return cli_main(quick_exit=True)
     except KeyboardInterrupt:

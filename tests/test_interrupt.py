@@ -157,6 +157,24 @@ def test_an_import_error_from_an_interrupt_is_the_interrupt(monkeypatch, capsys)
         launch.main()
 
 
+def test_a_signal_during_a_held_import_waits_for_its_end(monkeypatch) -> None:
+    """pydantic_core panics (a BaseException, its Rust message already printed) when SIGINT lands
+    inside its import: the command line's import holds the signal and raises it when done."""
+    monkeypatch.setattr(interrupt, "_seen", False)  # restored after the test
+    before = signal.getsignal(signal.SIGINT)
+    finished = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupt.held_signals():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler has run by now: it must not have raised here
+            finished.append(True)
+    assert finished == [True] and interrupt.sigint_seen()
+    assert signal.getsignal(signal.SIGINT) is before
+    with interrupt.held_signals():  # no signal, no interrupt
+        finished.append(True)
+    assert finished == [True, True]
+
+
 def test_interruptible_passes_every_deadline_and_stops_the_solvers() -> None:
     stopped = []
     far = time.perf_counter() + 3600
