@@ -98,7 +98,6 @@ TIME_NAMES = frozenset({"deadline", "time_limit", "until", "solve_by"})
 NOT_YET_ON_THE_BUDGET = frozenset({
     "optsched/problems/hybrid/offline_solve.py",
     "optsched/problems/infermax/lns.py",
-    "optsched/report/gather.py",
 })
 
 

@@ -6,8 +6,9 @@
 2. every registered policy (:data:`optsched.policies.POLICIES`): simulate, then replay; no policy
    starts after :data:`POLICY_SHARE` of the time (the others are listed as skipped);
 3. every registered bounder (:data:`optsched.problems.BOUNDERS`) of :data:`SCHEDULE_PROBLEMS`,
-   whose bounds are compared, with the objective and a share of the remaining time in
-   ``options`` (the others are noted as not run: ``optsched bound --problem NAME`` gives theirs);
+   whose bounds are compared, with the objective and :data:`BOUNDER_SHARE` of the remaining time
+   in ``options`` (the others are noted as not run: ``optsched bound --problem NAME`` gives theirs);
+   then the proven P99 bounds within :data:`TAIL_SHARE` of the remaining time;
 4. the solver of ``solve_problem`` (default ``infermax``) when it is registered, the instance has
    at most ``solve_max_requests`` requests (default: any number) and no policy is already proven
    optimal by a bound, with
@@ -19,7 +20,8 @@
 The best schedule is the one with the least replayed objective among the solver's and the
 policies'. Every number that reaches the report comes from :func:`optsched.schedule.replay`.
 
-The deadline is honoured with ``SIGALRM`` where available (main thread, POSIX): a phase still
+The time limit is one :class:`~optsched.budget.TimeBudget` (less the caller's reserve) that each
+phase takes its share of. The deadline is honoured with ``SIGALRM`` where available (main thread, POSIX): a phase still
 running at the deadline is abandoned and the report is marked ``partial``, as on Ctrl-C
 (``KeyboardInterrupt``), which also yields the partial report instead of nothing.
 """
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import api
+from ..budget import TimeBudget
 from ..instance import Instance, InstanceError
 from ..load_bounds import proven_bounds
 from ..policies import POLICIES, simulator_for
@@ -47,7 +50,6 @@ from ..result import (
     objective_named,
     objective_of,
     relative_gap,
-    replayed_objective,
 )
 from ..schedule import ReplayResult, Schedule, replay
 
@@ -78,6 +80,13 @@ SOLVER_ROOM_CAP = 10.0
 #: Share of the report's time (less the caller's reserve) after which no further policy starts, so
 #: that the bounders and the solver keep the rest.
 POLICY_SHARE = 0.5
+#: Share of the time left that each compared bounder gets as its own time limit.
+BOUNDER_SHARE = 0.25
+#: Share of the time left that the P99 bounds may take (their bisection stops there).
+TAIL_SHARE = 0.15
+#: Seconds past the report's deadline after which a solver still running is abandoned (it has its
+#: own time limit, :func:`solver_room` before the deadline).
+SOLVER_GRACE = 1.0
 
 #: Default largest instance (in requests) handed to the solver: None, every size (the InferMax
 #: solve works at any size, :mod:`optsched.problems.infermax.scale`); a number is an opt-out.
@@ -226,14 +235,14 @@ class Report:
 
 
 @contextmanager
-def _deadline(at: float | None) -> Iterator[None]:
-    """Raise :class:`TimeUp` in the block when ``time.perf_counter()`` passes ``at`` (SIGALRM)."""
-    usable = at is not None and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+def _deadline(budget: TimeBudget) -> Iterator[None]:
+    """Raise :class:`TimeUp` in the block when ``budget`` runs out (SIGALRM)."""
+    left = budget.left()
+    usable = left is not None and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     if not usable:
         yield
         return
-    assert at is not None
-    left = at - time.perf_counter()
+    assert left is not None
     if left <= 0:
         raise TimeUp
 
@@ -332,8 +341,7 @@ def _run_policy(instance: Instance, name: str, objective: str) -> PolicyRun:
             f"{len(result.violations)} violation(s): {result.violations[0]}",
             wall,
         )
-    value, _ = replayed_objective(instance, schedule, objective)
-    return PolicyRun(name, "ok", value, schedule, result, wall_time=wall)
+    return PolicyRun(name, "ok", objective_of(result, objective), schedule, result, wall_time=wall)
 
 
 def _run_solver(
@@ -379,12 +387,12 @@ def _why_seed(extra: dict[str, Any]) -> str:
     return f" ({extra['stopped']})" if extra.get("stopped") else ""
 
 
-def _tail_bounds(instance: Instance) -> dict[str, float | None]:
+def _tail_bounds(instance: Instance, budget: TimeBudget) -> dict[str, float | None]:
     """The proven P99 bounds of :func:`optsched.problems.infermax.goodput_bounds.tail_bounds`
-    (imported here: the CLI starts without InferMax's modules)."""
+    within ``budget`` (imported here: the CLI starts without InferMax's modules)."""
     from ..problems.infermax.goodput_bounds import tail_bounds
 
-    return tail_bounds(instance)
+    return tail_bounds(instance, budget=budget)
 
 
 def build_report(
@@ -430,17 +438,13 @@ def build_report(
     say = progress or (lambda message: None)
     doing = getattr(progress, "doing", None) or (lambda message: None)  # the step under way, without a line
     t0 = time.perf_counter()
-    deadline = None if time_limit is None else t0 + max(0.0, time_limit - reserve)
+    budget = TimeBudget.of(time_limit).reserve(reserve)
     objective = objective_named(objective).name if objective is not None else default_objective(instance)
     report = Report(instance, objective, time_limit=time_limit)
     names = sorted(POLICIES) if policies is None else list(policies)
     unknown = [p for p in names if p not in POLICIES]
     if unknown:
         raise KeyError(f"unknown policy {unknown[0]!r} (known: {', '.join(sorted(POLICIES))})")
-
-    def remaining() -> float | None:
-        return None if deadline is None else max(0.0, deadline - time.perf_counter())
-
     phase = "bounds"
     try:
         with _timed(report, "bounds"):
@@ -450,26 +454,16 @@ def build_report(
             ]
         say(f"generic bounds: {', '.join(f'{b.name} {b.value:.6g}' for b in report.bounds)}")
         phase = "policies"
-        with _timed(report, "policies"), _deadline(deadline):
-            _policy_phase(report, names, deadline, say, doing)
+        with _timed(report, "policies"), _deadline(budget):
+            _policy_phase(report, names, budget.share(POLICY_SHARE), say, doing)
         phase = "bounders"
-        with _timed(report, "bounders"), _deadline(deadline):
-            for name in sorted(BOUNDERS):
-                if name not in SCHEDULE_PROBLEMS:  # its bounds would be listed, never compared
-                    report.notes.append(f"bounder {name}: not run (its bounds are not compared with the schedules')")
-                    continue
-                left = remaining()
-                options = {"time_limit": None if left is None else left / 4}
-                t_start = time.perf_counter()
-                doing(f"bounder {name}")
-                found = _run_bounder(instance, name, objective, options, report.notes)
-                report.bounder_times[name] = time.perf_counter() - t_start
-                report.bounds += found
-                say(f"bounder {name}: {len(found)} bound(s) ({report.bounder_times[name]:.1f}s)")
-            report.tail_bounds = _tail_bounds(instance)
-            say("P99 bounds: " + ", ".join(f"{k} >= {v:.4g} s" for k, v in report.tail_bounds.items() if v is not None))
+        with _timed(report, "bounders"), _deadline(budget):
+            _bounder_phase(report, budget, say, doing)
+        phase = "P99 bounds"
+        with _timed(report, "tail bounds"):
+            _tail_phase(report, budget.share(TAIL_SHARE), say, doing)
         phase = "solver"
-        report.solver = _solver_phase(report, solve_problem, solve_max_requests, remaining, deadline, say)
+        report.solver = _solver_phase(report, solve_problem, solve_max_requests, budget, say)
     except TimeUp:
         report.partial = True
         report.notes.append(f"time limit reached during {phase}; the report is partial")
@@ -489,18 +483,49 @@ def build_report(
     return report
 
 
+def _bounder_phase(
+    report: Report, budget: TimeBudget, say: Callable[[str], None], doing: Callable[[str], None]
+) -> None:
+    """Run the bounders whose bounds are compared (:data:`SCHEDULE_PROBLEMS`), each with
+    :data:`BOUNDER_SHARE` of the time left; the others are noted as not run."""
+    for name in sorted(BOUNDERS):
+        if name not in SCHEDULE_PROBLEMS:  # its bounds would be listed, never compared
+            report.notes.append(f"bounder {name}: not run (its bounds are not compared with the schedules')")
+            continue
+        t_start = time.perf_counter()
+        doing(f"bounder {name}")
+        options = {"time_limit": budget.share(BOUNDER_SHARE).left()}
+        found = _run_bounder(report.instance, name, report.objective, options, report.notes)
+        report.bounder_times[name] = time.perf_counter() - t_start
+        report.bounds += found
+        say(f"bounder {name}: {len(found)} bound(s) ({report.bounder_times[name]:.1f}s)")
+
+
+def _tail_phase(report: Report, budget: TimeBudget, say: Callable[[str], None], doing: Callable[[str], None]) -> None:
+    """The proven P99 bounds, within ``budget``: a bisection cut short gives a weaker, still proven,
+    bound; one that could not start in its share is noted."""
+    doing("P99 bounds")
+    try:
+        with _deadline(budget):
+            report.tail_bounds = _tail_bounds(report.instance, budget)
+    except TimeUp:
+        report.notes.append(f"P99 bounds: not computed within their share of the time limit ({100 * TAIL_SHARE:.0f} %)")
+        say("P99 bounds: not computed within their time share")
+        return
+    say("P99 bounds: " + ", ".join(f"{k} >= {v:.4g} s" for k, v in report.tail_bounds.items() if v is not None))
+
+
 def _policy_phase(
     report: Report,
     names: Sequence[str],
-    deadline: float | None,
+    share: TimeBudget,
     say: Callable[[str], None],
     doing: Callable[[str], None],
 ) -> None:
-    """Run the policies in turn; none starts after :data:`POLICY_SHARE` of the time to ``deadline``."""
-    share = None if deadline is None else time.perf_counter() + POLICY_SHARE * (deadline - time.perf_counter())
+    """Run the policies in turn; none starts once ``share`` (:data:`POLICY_SHARE` of the time) is used."""
     objective = report.objective
     for k, name in enumerate(names, 1):
-        if share is not None and time.perf_counter() > share:
+        if share.expired():
             report.notes.append(
                 f"policies {', '.join(names[k - 1 :])} not run: the policies' share of the time limit "
                 f"({100 * POLICY_SHARE:.0f} %) was used"
@@ -517,8 +542,7 @@ def _solver_phase(
     report: Report,
     problem: str,
     max_requests: int | None,
-    remaining: Callable[[], float | None],
-    deadline: float | None,
+    budget: TimeBudget,
     say: Callable[[str], None],
 ) -> SolverRun | None:
     instance = report.instance
@@ -534,12 +558,10 @@ def _solver_phase(
     if report.proven_optimal:
         report.notes.append(f"solver {problem} not run: the best policy meets a proven bound (optimal)")
         return SolverRun(problem, message="not run: the best policy is proven optimal by a bound")
-    left = remaining()
-    if left is not None:
-        left = max(0.5, left - solver_room(left))
+    room = budget.left()
+    left = None if room is None else budget.reserve(solver_room(room)).left(0.5)
     say(f"solver {problem}: time limit {'none' if left is None else f'{left:.1f}s'}, warm start {warm}")
-    grace = None if deadline is None else deadline + 1.0
-    with _timed(report, "solver"), _deadline(grace):
+    with _timed(report, "solver"), _deadline(budget.reserve(-SOLVER_GRACE)):
         try:
             run = _run_solver(instance, problem, report.objective, left, warm)
         except (TimeUp, KeyboardInterrupt):

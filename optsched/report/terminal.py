@@ -16,10 +16,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from rich.table import Table
 
 from ..result import objective_named
-from ..schedule import Item, Schedule
+from ..schedule import Schedule
 from ..textable import RULE_UNDER_HEAD, render
 from .gather import Report
 from .output import HIGHLIGHTED_POLICIES, grouped_messages, report_rows
@@ -107,21 +108,35 @@ def parse_columns(text: str | None, wide: bool = False) -> tuple[str, ...]:
 
 def same_batches(a: Schedule, b: Schedule) -> bool:
     """Whether two schedules run the same batches: the same start, evictions and items in each,
-    up to the order of the items (and evictions) within a batch, which the semantics ignore."""
-    if len(a.batches) != len(b.batches):
+    up to the order of the items (and evictions) within a batch, which the semantics ignore.
+
+    Compared on the schedules' columns (:meth:`~optsched.schedule.Schedule.columns`), each batch's
+    rows sorted by (request, tokens): no batch objects are built."""
+    x, y = a.columns(), b.columns()
+    if x.n_batches != y.n_batches or len(x.item_ref) != len(y.item_ref) or len(x.evict_ref) != len(y.evict_ref):
         return False
-    for x, y in zip(a.batches, b.batches):
-        if x == y:
-            continue
-        if x.start != y.start or sorted(x.evict) != sorted(y.evict) or len(x.items) != len(y.items):
-            return False
-        if sorted(x.items, key=_item_key) != sorted(y.items, key=_item_key):
-            return False
-    return True
+    if not np.array_equal(x.start, y.start, equal_nan=True):
+        return False
+    if not (np.array_equal(x.item_ptr, y.item_ptr) and np.array_equal(x.evict_ptr, y.evict_ptr)):
+        return False
+    index = {rid: k for k, rid in enumerate(x.ids)}
+    if any(rid not in index for rid in y.ids):
+        return False
+    y_items, y_evicts = y.refs_in(index)
+    pairs = [
+        (_sorted_rows(x.item_ptr, x.item_ref, x.item_tokens), _sorted_rows(y.item_ptr, y_items, y.item_tokens)),
+        (_sorted_rows(x.evict_ptr, x.evict_ref), _sorted_rows(y.evict_ptr, y_evicts)),
+    ]
+    return all(np.array_equal(p, q) for rows_x, rows_y in pairs for p, q in zip(rows_x, rows_y))
 
 
-def _item_key(item: Item) -> tuple[str, int]:
-    return item.id, item.tokens
+def _sorted_rows(ptr: np.ndarray, ref: np.ndarray, tokens: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """The rows of every batch (``ptr``: each batch's first row) sorted by (batch, request, tokens):
+    the columns ``ref`` (and ``tokens``) in that order."""
+    batch = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+    keys = (ref,) if tokens is None else (tokens, ref)
+    order = np.lexsort((*keys, batch))
+    return tuple(k[order] for k in keys)
 
 
 def fold_identical(report: Report) -> dict[str, list[str]]:

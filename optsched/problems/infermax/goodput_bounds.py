@@ -75,6 +75,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...bounds import critical_path_times, prefill_alone_time, request_work
+from ...budget import TimeBudget
 from ...instance import SLO, Instance
 from ...metrics import TIME_RTOL
 from ...options import OptionError
@@ -274,8 +275,14 @@ def _order_index(count: int, q: float) -> int:
     return int(math.floor(q * (count - 1) + 1e-12))
 
 
-def ttft_quantile_bound(facts: RequestFacts, arrival: np.ndarray, q: float, iterations: int = 24) -> float:
-    """A proven lower bound (seconds) on every schedule's quantile ``q`` of TTFT (module docstring)."""
+def ttft_quantile_bound(
+    facts: RequestFacts, arrival: np.ndarray, q: float, iterations: int = 24, budget: TimeBudget | None = None
+) -> float:
+    """A proven lower bound (seconds) on every schedule's quantile ``q`` of TTFT (module docstring).
+
+    The bisection keeps ``lo`` a proven bound at every step, so when ``budget`` runs out it stops
+    with the bound it has (weaker, still proven)."""
+    budget = budget or TimeBudget()
     N = len(arrival)
     need = _order_index(N, q) + 1
     inf = np.full(N, np.inf)
@@ -285,9 +292,11 @@ def ttft_quantile_bound(facts: RequestFacts, arrival: np.ndarray, q: float, iter
         return max_met(facts, arrival, SloArrays(np.full(N, x), inf, inf)) < need
 
     lo, hi = start, max(start, 1e-6) * 2
-    while too_few(hi):
+    while not budget.expired() and too_few(hi):
         lo, hi = hi, hi * 2
     for _ in range(iterations):
+        if budget.expired():
+            break
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if too_few(mid) else (lo, mid)
     return lo
@@ -299,14 +308,17 @@ def tpot_quantile_bound(facts: RequestFacts, q: float) -> float | None:
     return float(least[_order_index(len(least), q)]) if len(least) else None
 
 
-def tail_bounds(instance: Instance, q: float = 0.99, iterations: int = 16) -> dict[str, float | None]:
+def tail_bounds(
+    instance: Instance, q: float = 0.99, iterations: int = 16, budget: TimeBudget | None = None
+) -> dict[str, float | None]:
     """Proven lower bounds (seconds) on every schedule's quantile ``q`` of TTFT and of TPOT, keyed
-    ``ttft_p<100q>`` and ``tpot_p<100q>`` as the metrics' keys."""
+    ``ttft_p<100q>`` and ``tpot_p<100q>`` as the metrics' keys; the TTFT bisection stops when
+    ``budget`` runs out (:func:`ttft_quantile_bound`)."""
     facts = request_facts(instance)
     arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     name = f"p{100 * q:g}"
     return {
-        f"ttft_{name}": ttft_quantile_bound(facts, arrival, q, iterations),
+        f"ttft_{name}": ttft_quantile_bound(facts, arrival, q, iterations, budget),
         f"tpot_{name}": tpot_quantile_bound(facts, q),
     }
 
