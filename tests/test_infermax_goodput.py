@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from optsched.bounds import request_bounds
+from optsched.budget import TimeBudget
 from optsched.instance import SLO, parse_instance
 from optsched.problems.infermax import goodput, goodput_bounds
 from optsched.result import objective_of
@@ -118,3 +119,16 @@ def test_goodput_solve_of_a_larger_instance_reports_a_gap() -> None:
     res = solve(inst, objective="goodput", time_limit=5)
     assert res.sense == "max" and res.bound >= res.objective
     assert res.objective == objective_of(replay(inst, res.schedule), "goodput")
+
+
+def test_a_bisection_cut_short_keeps_a_weaker_proven_bound() -> None:
+    """The report gives the P99 bounds a share of its time limit: when it runs out, the TTFT
+    bisection returns the bound it has, never above the full one (which every policy respects)."""
+    inst = scale_instance(120, 3)
+    facts = goodput_bounds.request_facts(inst)
+    arrival = np.array([r.arrival for r in inst.requests])
+    full = goodput_bounds.ttft_quantile_bound(facts, arrival, 0.99, iterations=12)
+    spent = goodput_bounds.ttft_quantile_bound(facts, arrival, 0.99, iterations=12, budget=TimeBudget.of(0.0))
+    assert 0.0 < spent <= full
+    assert spent == float(np.sort(facts.first)[int(0.99 * (len(arrival) - 1))])  # the least TTFTs' order statistic
+    assert goodput_bounds.tail_bounds(inst, budget=TimeBudget.of(0.0))["ttft_p99"] == spent

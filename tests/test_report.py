@@ -173,6 +173,21 @@ def test_deadline_gives_partial_report(fcfs: str, monkeypatch: pytest.MonkeyPatc
     assert report.best is not None and report.best[0] == "policy:serial-fcfs"
 
 
+def test_p99_bounds_that_do_not_fit_their_share_are_noted(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The P99 bounds get a share of the time limit; past it they are noted as not computed and the
+    report goes on to the solver (it is not partial)."""
+
+    def slow(instance, budget):
+        time.sleep(30)
+
+    monkeypatch.setattr("optsched.report.gather._tail_bounds", slow)
+    t0 = time.perf_counter()
+    report = build_report(load_instance("toy-4"), time_limit=4.0, policies=[fcfs], solve_max_requests=0)
+    assert time.perf_counter() - t0 < 4.5
+    assert not report.partial and report.tail_bounds == {}
+    assert any(n.startswith("P99 bounds: not computed within their share") for n in report.notes), report.notes
+
+
 def _fake_solver(objective_shift: float):
     def solve(instance, options):
         assert options["objective"] == "makespan" and options["time_limit"] is not None

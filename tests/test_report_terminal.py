@@ -79,6 +79,10 @@ def test_same_batches() -> None:
     assert not same_batches(a, other_start)
     assert not same_batches(a, no_evict)
     assert not same_batches(a, Schedule("x", a.batches[:1]))
+    renamed = Schedule("x", (Batch((Item("r0", 3), Item("r2", 1))), Batch((Item("r0", 1),), evict=("r2",))))
+    assert not same_batches(a, renamed)
+    moved = Schedule("x", (Batch((Item("r0", 3),)), Batch((Item("r1", 1), Item("r0", 1)), evict=("r1",))))
+    assert not same_batches(a, moved)  # the same items and evictions, in other batches
 
 
 def test_notes_only_when_verbose_and_uncompared_bounders_skipped(main_job) -> None:
