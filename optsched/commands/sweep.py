@@ -4,7 +4,8 @@ Runs a grid of workloads x cost models x limits x rate scales (the spec, docs/sw
 cell on a local process pool (default: all cores) or as Ray tasks, and writes one Parquet row per
 schedule or bound under DIR as cells finish. ``--capacity`` searches, per configuration and
 policy, the largest ``rate_scale`` meeting a P99 TTFT/TPOT target; ``--replicas`` the fewest
-engines carrying the workload under each router.
+engines carrying the workload under each router. ``--time-limit`` bounds the whole command: what
+is finished by then is stored and summarised, the rest is left for ``--resume``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..budget import TimeBudget
 from ..progress import Progress
 from ..sweep.spec import SpecError, load_spec
 from ..sweep.store import MissingDependency, StoreError, SweepStore, require_pyarrow
-from ._common import EXIT_OK, BadInput, add_json_flag, format_mapping, positive_float, positive_int, print_json
+from ._common import (
+    EXIT_OK,
+    BadInput,
+    add_json_flag,
+    command_budget,
+    format_mapping,
+    positive_float,
+    positive_int,
+    print_json,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray", action="store_true", help="run the cells as Ray tasks (needs optsched[ray])")
     p.add_argument("--address", metavar="ADDR", help="Ray cluster to join (with --ray; default: start a local one)")
     p.add_argument("--resume", action="store_true", help="complete the sweep in DIR: skip the cells already stored")
+    p.add_argument(
+        "--time-limit",
+        type=positive_float,
+        metavar="S",
+        help="seconds for the whole command: cells not finished by then are left for --resume",
+    )
     g = p.add_argument_group("capacity search")
     g.add_argument("--capacity", action="store_true", help="largest rate_scale meeting the SLO target, per policy")
     g.add_argument("--replicas", action="store_true", help="fewest engines carrying each cell, per router")
@@ -127,7 +144,7 @@ def handle(args: argparse.Namespace) -> int:
     progress = False if args.no_progress else None
     try:
         with store.claim(meta, resume=args.resume):
-            out = _run(mode, spec, args, executor, store, workloads, progress)
+            out = _run(mode, spec, args, executor, store, workloads, progress, command_budget(args, args.time_limit))
     except StoreError as exc:
         raise BadInput(str(exc)) from None
     except KeyboardInterrupt:
@@ -180,6 +197,7 @@ def _run(
     store: SweepStore,
     workloads: Any,
     progress: bool | None,
+    budget: TimeBudget,
 ) -> dict[str, Any]:
     from dataclasses import asdict
 
@@ -187,15 +205,17 @@ def _run(
     from ..sweep.runner import run_sweep
 
     if mode == "grid":
-        return asdict(run_sweep(spec, args.out, executor, workloads=workloads, show_progress=progress))
+        return asdict(run_sweep(spec, args.out, executor, workloads=workloads, show_progress=progress, budget=budget))
     target = SloTarget(args.slo_ttft_p99, args.slo_tpot_p99, args.attainment or 0.99)
     if mode == "capacity":
         from ..sweep.capacity import capacity_search
 
-        return capacity_search(spec, workloads, executor, store, target, slots=executor.slots, show_progress=progress)
+        return capacity_search(
+            spec, workloads, executor, store, target, slots=executor.slots, show_progress=progress, budget=budget
+        )
     from ..sweep.replicas import replicas_search
 
-    return replicas_search(spec, workloads, executor, store, target, show_progress=progress)
+    return replicas_search(spec, workloads, executor, store, target, show_progress=progress, budget=budget)
 
 
 def _check_mode(mode: str, spec: Any, source: str) -> None:

@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 
 import matplotlib
+import numpy as np
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -25,7 +26,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ..instance import Instance
 from ..result import objective_named
-from ..schedule import Batch, ReplayResult, Schedule, item_phases
+from ..schedule import Batch, Item, ReplayResult, Schedule, item_phases
 from .gather import Report
 
 __all__ = [
@@ -83,17 +84,14 @@ def timeline_segments(
     between the first arrival and the last finish among them (their phases are exact: none of them
     has work before its arrival)."""
     row = {r.id: k for k, r in enumerate(sorted(instance.requests, key=lambda r: (r.arrival, r.id)))}
-    first, last = 0, len(schedule.batches)
-    batches = schedule.batches
-    if keep is not None:
+    if keep is None:
+        first, batches = 0, schedule.batches
+    else:
         lo = min(r.arrival for r in instance.requests if r.id in keep)
         finishes = [result.outcomes[rid].finish for rid in keep]
         hi = max((f for f in finishes if f is not None), default=math.inf)
         first, last = bisect.bisect_right(result.ends, lo), bisect.bisect_right(result.starts, hi)
-        batches = tuple(
-            Batch(tuple(it for it in b.items if it.id in keep), tuple(e for e in b.evict if e in keep), b.start)
-            for b in schedule.batches[first:last]
-        )
+        batches = window_batches(schedule, first, last, keep)
     runs: dict[bool, dict[str, list[list[float]]]] = {True: {}, False: {}}
     previous: dict[str, tuple[int, bool]] = {}
     evictions = []
@@ -112,6 +110,28 @@ def timeline_segments(
     return row, runs, evictions
 
 
+def window_batches(schedule: Schedule, first: int, last: int, keep: set[str]) -> tuple[Batch, ...]:
+    """Batches ``first`` to ``last`` (excluded) of ``schedule`` with only the items and evictions of
+    the requests in ``keep``, built from its columns (no object for any other batch)."""
+    cols = schedule.columns()
+    kept = np.fromiter((rid in keep for rid in cols.ids), bool, len(cols.ids))
+    ids, ip, ep = cols.ids, cols.item_ptr, cols.evict_ptr
+    out = []
+    for j in range(first, last):
+        refs, tokens = cols.item_ref[ip[j] : ip[j + 1]], cols.item_tokens[ip[j] : ip[j + 1]]
+        mask = kept[refs]
+        evicts = cols.evict_ref[ep[j] : ep[j + 1]]
+        start = float(cols.start[j])
+        out.append(
+            Batch(
+                tuple(Item(ids[r], int(t)) for r, t in zip(refs[mask].tolist(), tokens[mask].tolist())),
+                tuple(ids[r] for r in evicts[kept[evicts]].tolist()),
+                None if math.isnan(start) else start,
+            )
+        )
+    return tuple(out)
+
+
 def busiest_window(arrivals: Sequence[float], rows: int) -> int:
     """First index of the ``rows`` consecutive arrivals (sorted) with the shortest span: the
     busiest window of the trace (0 when there are at most ``rows``)."""
@@ -125,7 +145,7 @@ def plot_timeline(instance: Instance, schedule: Schedule, result: ReplayResult, 
     """Gantt chart of a schedule: one row per request (by arrival), prefill and decode runs over
     time; above :data:`TIMELINE_ROWS` requests, those of the busiest window only (the consecutive
     arrivals with the shortest span), its time axis cut to their work."""
-    merge = len(schedule.batches) > MERGE_ABOVE
+    merge = schedule.columns().n_batches > MERGE_ABOVE
     order = sorted(instance.requests, key=lambda r: (r.arrival, r.id))
     first = busiest_window([r.arrival for r in order], TIMELINE_ROWS)
     window = order[first : first + TIMELINE_ROWS]

@@ -156,13 +156,13 @@ def fold_identical(report: Report) -> dict[str, list[str]]:
         schedule = schedules.get(label)
         if schedule is None:
             continue
-        value = values[label]
-        for head, count, head_value in keys:
-            if count == len(schedule.batches) and head_value == value and same_batches(schedules[head], schedule):
+        value, count = values[label], schedule.columns().n_batches
+        for head, head_count, head_value in keys:
+            if head_count == count and head_value == value and same_batches(schedules[head], schedule):
                 groups[head].append(label)
                 break
         else:
-            keys.append((label, len(schedule.batches), value))
+            keys.append((label, count, value))
             groups[label] = [label]
     out: dict[str, list[str]] = {}
     for members in groups.values():

@@ -28,10 +28,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..budget import TimeBudget
 from ..progress import Progress
 from .ceiling import ceiling_rows, steady_state_warning, throughputs
-from .cells import METRIC_COLUMNS, Cell, SloTarget, expand_cells
-from .runner import Executor, Workloads, run_cells
+from .cells import METRIC_COLUMNS, Cell, SloTarget, expand_cells, make_row
+from .runner import Executor, SweepTimeUp, Workloads, run_cells
 from .spec import LIMIT_AXES, RunSpec, SpecError, SweepSpec
 from .store import SweepStore
 
@@ -154,6 +155,22 @@ def _result_row(search: RateSearch, rows: dict[str, list[dict[str, Any]]]) -> di
     return row
 
 
+def _search_policy(search: RateSearch) -> str:
+    """The schedule source a search probes: its policy, or ``solver:PROBLEM``."""
+    run = search.cells[0].run
+    return run.simulate[0] if run.simulate else f"solver:{run.solve[0].problem}"
+
+
+def _unfinished_row(search: RateSearch, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The summary row of a search the time limit cut short: the highest rate found to meet the
+    target so far with its probe's metrics (rate null when none was), status ``time_limit``."""
+    if search.good >= 0:
+        row = {**rows[search.cells[search.good].key][0], "kind": "capacity", "cell": search.key}
+    else:
+        row = make_row(search.cells[0], None, kind="capacity", policy=_search_policy(search), rate_scale=None)
+    return {**row, "status": "time_limit"}
+
+
 def capacity_search(
     spec: SweepSpec,
     workloads: Workloads,
@@ -163,18 +180,23 @@ def capacity_search(
     *,
     slots: int = 1,
     show_progress: bool | None = None,
+    budget: TimeBudget | None = None,
 ) -> dict[str, Any]:
     """Run every capacity search of the spec (see the module docstring); a summary for the CLI.
 
     Each search's result is stored as a ``kind = capacity`` row: the policy, ``rate_scale`` = the
     capacity (null when even the low end fails), ``status`` (``ok``, ``below_range``,
-    ``above_range``) and the metrics of the probe at the capacity.
+    ``above_range``) and the metrics of the probe at the capacity. When ``budget`` runs out, the
+    searches not done are summarised (not stored) with status ``time_limit`` and the highest rate
+    found to meet the target so far (a lower bound on the capacity), and the proven ceilings not
+    yet stored are left out; ``--resume`` goes on from the probes stored.
     """
+    budget = budget or TimeBudget()
     t0 = time.perf_counter()
     check_capacity_spec(spec)
     searches = _searches(spec, workloads, target)
-    stored = store.done_keys()
-    active = [s for s in searches if s.key not in stored]
+    stored_before = store.done_keys()
+    active = [s for s in searches if s.key not in stored_before]
     workloads.handles = [executor.share(i) for i in workloads.instances]
     # a fixed total: every rate of every search, resolved when probed or implied by monotonicity
     progress = Progress("rates", sum(len(s.cells) for s in active), "rates", enabled=show_progress is not False)
@@ -185,32 +207,33 @@ def capacity_search(
             wanted = {s.key: s.next_points(per) for s in active}
             cells = [s.cells[k] for s in active for k in wanted[s.key]]
             progress.doing(f"{len(cells)} probe(s) of {len(active)} search(es)")
-            seen.update(run_cells(cells, workloads, executor, store))
+            seen.update(run_cells(cells, workloads, executor, store, budget=budget))
             for s in active:
                 for k in wanted[s.key]:
                     row = seen[s.cells[k].key][0]
                     s.record(k, row["status"] in SCHEDULE_OK and bool(row["slo_met"]))
                 if s.done:
                     store.write(s.key, [_result_row(s, seen)])
-            progress.set_done(sum(s.resolved for s in searches if s.key not in stored))
+            progress.set_done(sum(s.resolved for s in searches if s.key not in stored_before))
             active = [s for s in active if not s.done]
+    except SweepTimeUp:
+        pass
     finally:
         progress.close()
-    results = [store.rows_of(s.key)[0] for s in searches] + _ceilings(spec, workloads, store, target)
+    stored = store.done_keys()
+    results = [store.rows_of(s.key)[0] if s.key in stored else _unfinished_row(s, seen) for s in searches]
+    results += _ceilings(spec, workloads, store, target, budget)
     bases = {entry.label: workloads.instances[w] for w, entry in enumerate(spec.workloads)}
     warnings = [w for r in results if (w := _warning(r, bases[r["workload"]])) is not None]
     return {
         "searches": len(searches),
-        "already_stored": sum(1 for s in searches if s.key in stored),
+        "already_stored": sum(1 for s in searches if s.key in stored_before),
+        "unfinished": sum(1 for s in searches if s.key not in stored),
         "probes": len(seen),
         "wall_time": time.perf_counter() - t0,
         "capacity": [_summary(r, bases[r["workload"]]) for r in results],
         "non_monotone": {
-            s.cells[0].run.simulate[0] if s.cells[0].run.simulate else f"solver:{s.cells[0].run.solve[0].problem}": [
-                s.cells[k].rate_scale for k in s.non_monotone
-            ]
-            for s in searches
-            if s.non_monotone
+            _search_policy(s): [s.cells[k].rate_scale for k in s.non_monotone] for s in searches if s.non_monotone
         },
         "warnings": warnings,
     }
@@ -245,8 +268,11 @@ def _summary(row: dict[str, Any], base: Any) -> dict[str, Any]:
     return {**{k: row[k] for k in SUMMARY_KEYS}, "req_per_s": req_s, "tokens_per_s": tok_s}
 
 
-def _ceilings(spec: SweepSpec, workloads: Workloads, store: SweepStore, target: SloTarget) -> list[dict[str, Any]]:
-    """The proven ceiling row of every configuration (:mod:`.ceiling`), stored (and reused) as cells."""
+def _ceilings(
+    spec: SweepSpec, workloads: Workloads, store: SweepStore, target: SloTarget, budget: TimeBudget
+) -> list[dict[str, Any]]:
+    """The proven ceiling row of every configuration (:mod:`.ceiling`), stored (and reused) as cells;
+    none is computed once ``budget`` has run out."""
     grid = rate_grid(spec.capacity.low, spec.capacity.high, spec.capacity.tolerance)
     cells = expand_cells(spec, workloads.digests, RunSpec(objective=spec.run.objective), grid, target)
     out = []
@@ -254,6 +280,8 @@ def _ceilings(spec: SweepSpec, workloads: Workloads, store: SweepStore, target: 
         chunk = cells[start : start + len(grid)]
         key = "ceiling-" + _search_key(chunk[0], spec, target)
         if key not in store.done_keys():
+            if budget.expired():
+                continue
             store.write(key, [{**row, "cell": key} for row in ceiling_rows([chunk], workloads.instances, target)])
         out.append(store.rows_of(key)[0])
     return out

@@ -164,13 +164,16 @@ class LocalPool:
             self._log(f"sweep: a worker process died; re-running the {len(lost) + 1} cells in flight")
             self._drop_pool()
 
-    def next_done(self) -> Done:
-        """The next finished job (blocks); RuntimeError when nothing is pending."""
+    def next_done(self, timeout: float | None = None) -> Done | None:
+        """The next finished job (blocks at most ``timeout`` seconds, then None; None: no limit);
+        RuntimeError when nothing is pending."""
         while not self._finished:
             if not self._running and not self._waiting:
                 raise RuntimeError("no job pending")
             self._fill()
-            done, _ = wait(self._running, return_when=FIRST_COMPLETED)
+            done, _ = wait(self._running, timeout=timeout, return_when=FIRST_COMPLETED)
+            if not done and timeout is not None:
+                return None
             self._collect(done)
         return self._finished.popleft()
 
@@ -243,14 +246,17 @@ class RayExecutor:
     def submit(self, key: str, fn: Callable[..., Any], *args: Any) -> None:
         self._refs[self._task.remote(fn, *args)] = key
 
-    def next_done(self) -> Done:
-        """The next finished task (blocks); RuntimeError when nothing is pending."""
+    def next_done(self, timeout: float | None = None) -> Done | None:
+        """The next finished task (blocks at most ``timeout`` seconds, then None; None: no limit);
+        RuntimeError when nothing is pending."""
         ray = self._ray
         if not self._finished:
             if not self._refs:
                 raise RuntimeError("no job pending")
             refs = list(self._refs)
-            ready, _ = ray.wait(refs, num_returns=1)
+            ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+            if not ready:
+                return None
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if len(refs) > 1 else (ready, None)
             for ref in ready:
                 key = self._refs.pop(ref)

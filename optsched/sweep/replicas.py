@@ -19,6 +19,7 @@ import json
 import time
 from typing import Any
 
+from ..budget import TimeBudget
 from ..instance import Instance, InstanceError, parse_instance
 from ..progress import Progress
 from .cells import Cell, SloTarget, expand_cells, make_row
@@ -79,6 +80,11 @@ def check_replicas_spec(spec: SweepSpec) -> None:
         )
 
 
+def _unfinished(cell: Cell, router: str) -> dict[str, Any]:
+    """The summary row of a job the time limit left unfinished."""
+    return make_row(cell, None, kind="replicas", policy=router, status="time_limit")
+
+
 def replicas_search(
     spec: SweepSpec,
     workloads: Workloads,
@@ -87,8 +93,11 @@ def replicas_search(
     target: SloTarget,
     *,
     show_progress: bool | None = None,
+    budget: TimeBudget | None = None,
 ) -> dict[str, Any]:
-    """Run the fewest-engines search of every cell and router; a summary for the CLI."""
+    """Run the fewest-engines search of every cell and router within ``budget``; a summary for the
+    CLI (jobs not finished in time are listed with status ``time_limit`` and left for ``--resume``)."""
+    budget = budget or TimeBudget()
     check_replicas_spec(spec)
     t0 = time.perf_counter()
     cells = expand_cells(spec, workloads.digests, RunSpec(), slo=target)
@@ -101,7 +110,10 @@ def replicas_search(
         for key, (cell, router) in todo.items():
             executor.submit(key, run_replicas, cell, handles[cell.workload_index], router, spec.replicas, key)
         for _ in range(len(todo)):
-            key, rows, error = executor.next_done()
+            finished = executor.next_done(budget.left())
+            if finished is None:
+                break
+            key, rows, error = finished
             if error is not None:
                 cell, router = todo[key]
                 rows = [
@@ -118,10 +130,12 @@ def replicas_search(
             progress.advance()
     finally:
         progress.close()
-    results = [store.rows_of(k)[0] for k in jobs]
+    done = store.done_keys()
+    results = [store.rows_of(k)[0] if k in done else _unfinished(*jobs[k]) for k in jobs]
     return {
         "jobs": len(jobs),
         "already_stored": len(jobs) - len(todo),
+        "unfinished": len(jobs) - len(done & jobs.keys()),
         "wall_time": time.perf_counter() - t0,
         "replicas": [
             {k: r[k] for k in ("workload", "cost_model", "kv_capacity", "rate_scale", "policy", "replicas", "status")}
