@@ -12,7 +12,8 @@ from optsched import load_instance, replay
 from optsched.bounds import generic_bounds
 from optsched.options import OptionError
 from optsched.problems import bounder_for, solver_for
-from optsched.problems.infermax.candidates import initial_candidates
+from optsched.problems.infermax import candidates
+from optsched.problems.infermax.candidates import initial_candidates, serial_batch_count
 from optsched.problems.infermax.cpsat import solve_cpsat
 from optsched.problems.infermax.data import build_data
 from optsched.problems.infermax.mip import lp_relaxation_bound, solve_mip
@@ -142,3 +143,17 @@ def test_stopped_solve_never_reports_worse_than_the_best_candidate(objective: st
     assert res.objective <= min(res.extra["policy_values"].values()) * (1 + 1e-12)
     assert res.objective == pytest.approx(replayed_objective(inst, res.schedule, objective)[0], rel=1e-12)
     assert res.bound <= res.objective
+
+
+def test_a_long_serial_candidate_is_not_built_under_a_deadline(monkeypatch) -> None:
+    """``serial`` has no clock inside (a full trace's has millions of batches): under a deadline it
+    is built only up to SERIAL_MAX_BATCHES batches, or when no policy gave a schedule."""
+    inst = load_instance("toy-4")
+    opts = InferMaxOptions.parse({})
+    far = time.perf_counter() + 3600
+    assert "serial" in initial_candidates(inst, opts, far).found
+    monkeypatch.setattr(candidates, "SERIAL_MAX_BATCHES", serial_batch_count(inst) - 1)
+    assert "serial" not in initial_candidates(inst, opts, far).found
+    assert "serial" in initial_candidates(inst, opts, None).found  # no deadline: every candidate
+    only_serial = initial_candidates(inst, InferMaxOptions.parse({"no_chunk": True}), far).found
+    assert list(only_serial) == ["serial"]  # no policy applies: serial however long

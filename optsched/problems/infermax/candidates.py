@@ -124,6 +124,18 @@ class CandidatePool:
         return len(self.found)
 
 
+#: Most batches of a ``serial`` candidate built under a deadline (about a second to build and replay).
+SERIAL_MAX_BATCHES = 200_000
+
+
+def serial_batch_count(instance: Instance) -> int:
+    """About the batches of the serial schedule: each request's prompt in chunks of min(P, C)
+    tokens, then its output tokens after the first, one a batch."""
+    limits = instance.limits
+    chunk = min(limits.prefill_budget, limits.token_budget)
+    return sum(-(-r.prompt_tokens // chunk) + r.output_tokens - 1 for r in instance.requests)
+
+
 def initial_candidates(
     instance: Instance, options: InferMaxOptions, deadline: float | None, hard: float | None = None
 ) -> CandidatePool:
@@ -140,9 +152,10 @@ def initial_candidates(
     and replay), once there is one candidate. A policy of the unified scheduler runs in slices and,
     once there is a candidate, is abandoned when ``hard`` (the solve's own deadline) passes
     (:func:`.online.run_until`): the first runs to its end, so that every solve has a schedule;
-    ``serial`` (one request at a time: hundreds of thousands of batches on a large trace) comes
-    last, and always when no policy gave a candidate, unless ``hard`` has passed (the pool is then
-    empty).
+    ``serial`` (one request at a time) comes last: always when no policy gave a candidate, unless
+    ``hard`` has passed (the pool is then empty); otherwise before ``deadline`` and, with a
+    deadline, only when it has at most :data:`SERIAL_MAX_BATCHES` batches (it has no clock inside:
+    a full trace's serial schedule has millions of batches and takes a minute to build).
 
     Raises
     ------
@@ -182,7 +195,8 @@ def initial_candidates(
                 slowest = max(slowest, time.perf_counter() - started)
     if not len(pool) and passed(hard):  # every policy stopped at the solve's deadline: no time for serial
         return pool
-    if not len(pool) or not passed(deadline):
+    too_long = deadline is not None and serial_batch_count(instance) > SERIAL_MAX_BATCHES
+    if not len(pool) or not (passed(deadline) or too_long):
         pool.offer("serial", serial_schedule(instance, no_chunk=options.no_chunk))
     pool.seeds = set(pool.found)
     return pool
