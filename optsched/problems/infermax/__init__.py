@@ -54,6 +54,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from ...budget import TimeBudget
+from ...costmodel import Coefficients
 from ...deadline import passed
 from ...instance import Instance
 from ...load_bounds import LP_TIME, load_bounds, proven_bounds
@@ -62,7 +63,7 @@ from ...result import Bound, SolveResult, Status, check_agreement, replayed_obje
 from ...schedule import ReplayResult, Schedule, replay
 from .candidates import Candidate, CandidatePool, candidate_schedules, initial_candidates
 from .data import ModelData, build_data, fits
-from .model import Coefficients, InferMaxBoundOptions, InferMaxInputError, InferMaxOptions, linear_instance
+from .model import InferMaxBoundOptions, InferMaxInputError, InferMaxOptions, linear_instance
 from .scale import SCALE_MIN_REQUESTS, kv_time_bound
 from .schedules import first_token_prefix, hint_from_schedule, schedule_from_solution, serial_completion
 
@@ -480,7 +481,7 @@ def _with_chunk_bound(
 
     if (
         relax.status != Status.OPTIMAL
-        or not 0 < upper - relax.bound < Coefficients.from_cost_model(instance.cost_model).k_pb
+        or not 0 < upper - relax.bound < Coefficients.of(instance.cost_model).folded().prefill_bias
     ):
         return relax, None, None
     found = chunk_bound(instance, upper, time_limit)

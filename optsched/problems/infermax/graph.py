@@ -110,8 +110,8 @@ from numba import njit, types
 from numba.typed import List
 
 from ...budget import TimeBudget
+from ...costmodel import Coefficients
 from ...instance import Instance
-from .model import Coefficients
 from .relax import UNBOUNDED, floor_units, refill_line
 from .tables import LARGEST_TABLE, patterns_at, table_entries, table_seconds, tabulated
 
@@ -145,7 +145,7 @@ class Graph:
     the relaxation, for :mod:`.chunks`)."""
 
     def __init__(self, instance: Instance, drop_dominated: bool = True) -> None:
-        k = Coefficients.from_cost_model(instance.cost_model.linear_twin())  # model docstring
+        k = Coefficients.of(instance.cost_model.linear_twin()).folded()  # model docstring
         reqs = instance.requests
         lim = instance.limits
         self.N = len(reqs)
@@ -165,7 +165,7 @@ class Graph:
         self.whole_fills_fit = bool(np.all(self.I + self.O - 1 <= min(lim.prefill_budget, lim.token_budget)))
         strict = self.limits.copy()
         strict[3:5] = lim.prefill_budget, lim.token_budget
-        k_b, k_pb, k_db = floor_units(k.k_b), floor_units(k.k_pb), floor_units(k.k_db)
+        k_b, k_pb, k_db = floor_units(k.base), floor_units(k.prefill_bias), floor_units(k.decode_bias)
         self.costs = np.array([k_b, k_pb, k_db, min(k_db, k_pb)], dtype=np.int64)
         width = int(self.O.max(initial=0)) + 1 if self.searchable else 0
         self.rho = np.zeros((self.N, width), dtype=np.int64)  # rho_i(g), g = 0..O_i

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from ...costmodel import Coefficients
 from ...instance import Instance
 from ...schedule import Batch, Item, Schedule
 
@@ -61,8 +62,7 @@ class PlanData:
     M, P, C, R
         Limits (``UNLIMITED`` for no KV capacity or running limit).
     coef
-        (layers, base, per_token, prefill bias, per_token, per_token_sq, per_ctx, decode bias,
-        per_token, per_kv, per_tile, token_tile, per_max_kv): the cost model's coefficients.
+        The cost model's coefficients (:meth:`~optsched.costmodel.Coefficients.of`).
     start
         The common arrival time (the first batch starts there).
     """
@@ -73,7 +73,7 @@ class PlanData:
     P: int
     C: int
     R: int
-    coef: np.ndarray
+    coef: Coefficients
     start: float
 
 
@@ -92,25 +92,6 @@ def plannable(instance: Instance, no_hybrid: bool = False, no_chunk: bool = Fals
 def plan_data(instance: Instance) -> PlanData:
     """The arrays of ``instance`` for :func:`plan_cost`."""
     lim, cm = instance.limits, instance.cost_model
-    p, d = cm.prefill, cm.decode
-    coef = np.array(
-        [
-            cm.layers,
-            cm.base,
-            cm.per_token,
-            p.bias,
-            p.per_token,
-            p.per_token_sq,
-            p.per_ctx,
-            d.bias,
-            d.per_token,
-            d.per_kv,
-            cm.per_tile,
-            max(cm.token_tile, 1),
-            d.per_max_kv,
-        ],
-        dtype=np.float64,
-    )
     return PlanData(
         prompt=np.array([r.prompt_tokens for r in instance.requests], dtype=np.int64),
         output=np.array([r.output_tokens for r in instance.requests], dtype=np.int64),
@@ -118,7 +99,7 @@ def plan_data(instance: Instance) -> PlanData:
         P=int(lim.prefill_budget),
         C=int(lim.token_budget),
         R=UNLIMITED if lim.max_running is None else int(lim.max_running),
-        coef=coef,
+        coef=Coefficients.of(cm),
         start=float(instance.requests[0].arrival) if instance.requests else 0.0,
     )
 
@@ -279,8 +260,6 @@ def _place(prompt, req, g0, g1, chunk, grid, M, P, C, R):  # noqa: ANN001, ANN20
 @njit(cache=True)
 def _batch_times(prompt, req, g0, g1, chunk, start, horizon, coef):  # noqa: ANN001, ANN202
     """Time of every batch index (0 for an empty one) from the placed segments."""
-    L, b, a, pb, pa, pq, pc = coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6]
-    db, da, dk, tc, tile, dx = coef[7], coef[8], coef[9], coef[10], np.int64(coef[11]), coef[12]
     tok = np.zeros(horizon, np.int64)
     pre = np.zeros(horizon, np.int64)
     sq = np.zeros(horizon, np.float64)
@@ -309,12 +288,24 @@ def _batch_times(prompt, req, g0, g1, chunk, start, horizon, coef):  # noqa: ANN
     for u in range(horizon):
         if tok[u] == 0:
             continue
-        x = b + a * tok[u] + tc * ((tok[u] + tile - 1) // tile)
+        x = coef.base + coef.per_token * tok[u]
+        if coef.per_tile != 0.0:
+            x += coef.per_tile * ((tok[u] + coef.token_tile - 1) // coef.token_tile)
         if pre[u] > 0:
-            x += pb + pa * pre[u] + pq * sq[u] + pc * ctx[u]
+            x += (
+                coef.prefill_bias
+                + coef.prefill_per_token * pre[u]
+                + coef.prefill_per_token_sq * sq[u]
+                + coef.prefill_per_ctx * ctx[u]
+            )
         if ndec[u] > 0:
-            x += db + da * ndec[u] + dk * kvdec[u] + dx * kvmax[u]
-        times[u] = L * x
+            x += (
+                coef.decode_bias
+                + coef.decode_per_token * ndec[u]
+                + coef.decode_per_kv * kvdec[u]
+                + coef.decode_per_max_kv * kvmax[u]
+            )
+        times[u] = coef.layers * x
     return times
 
 
