@@ -12,7 +12,7 @@ import pytest
 from optsched.generators import gsm8k_like, shipped_instances
 from optsched.instance import Limits, load_instance
 from optsched.problems.hybrid.bounds import bounds, paper_bound, strict_bound
-from optsched.problems.hybrid.offline import (
+from optsched.problems.hybrid.pcmax import (
     cpsat_pcmax,
     loads_of,
     local_search,

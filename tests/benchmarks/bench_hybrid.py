@@ -22,7 +22,7 @@ import time
 import warnings
 
 from optsched.generators import gsm8k_like
-from optsched.problems.hybrid.offline import loads_of, lpt, processing_times, solve_pcmax
+from optsched.problems.hybrid.pcmax import loads_of, lpt, processing_times, solve_pcmax
 from tests.support.hybrid_paper import paper_batch, paper_limits
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)

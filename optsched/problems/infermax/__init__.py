@@ -11,9 +11,9 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
    :mod:`optsched.bounds`;
    for the makespan with a KV capacity also the KV-time bound of :mod:`.kvtime` (via :mod:`.scale`);
    with :data:`.scale.SCALE_MIN_REQUESTS` requests or more, the scale phase (:func:`_scale_phase`:
-   the plan search and the trajectory bound of :mod:`.scale`) takes the rest of the time limit
+   the segment-list search and the trajectory bound of :mod:`.scale`) takes the rest of the time limit
    (60 s without one; no policy is started after :data:`CANDIDATE_SHARE` of the limit), its best
-   plan becomes a candidate, its bounds join the proven ones, and phases 3 to 5 are skipped (no
+   segment list becomes a candidate, its bounds join the proven ones, and phases 3 to 5 are skipped (no
    model is built; ``extra['scale']`` holds what it found);
 2. the model's data (:func:`_model_data`): the horizon J from UB (:func:`.data.horizon`: proven
    for makespan and completion, and for ttft when its model is small; ttft with evictions uses the
@@ -128,7 +128,7 @@ SOLVE_MODULES = (
 
 
 #: At scale, the share of the time limit after which no more policies are started for the
-#: candidate pool (one is always there): the scale phase's plan search and bounds get the rest.
+#: candidate pool (one is always there): the scale phase's segment-list search and bounds get the rest.
 CANDIDATE_SHARE = 0.5
 
 

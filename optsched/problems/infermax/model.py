@@ -144,8 +144,8 @@ profile's :meth:`~optsched.costmodel.CostModel.linear_twin`), the longest-contex
 decode context (:math:`k_{mk} KV^{max} \ge (k_{mk} / D) KV_{dec}` with D the most decode items a
 batch can have, added to :math:`k_{dk}`). Every batch of the instance costs no more under it, so
 they stay proven by (F0) of :mod:`optsched.bounds` (the same batches at the same starts end no
-later under it, so every value and batch count they bound is attained under it). The plan search
-of :mod:`.plans` prices the true batch times; every schedule any phase finds is replayed under the
+later under it, so every value and batch count they bound is attained under it). The segment-list search
+of :mod:`.segments` prices the true batch times; every schedule any phase finds is replayed under the
 profile itself.
 
 ``makespan`` (default; the paper's total latency): :math:`\sum_j T_j` offline, :math:`E_J` with
