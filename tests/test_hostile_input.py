@@ -394,7 +394,9 @@ def test_export_of_a_schedule_naming_an_unknown_request_is_exit_2(tmp_path, caps
 
 def _refill_extra_brute_force(I: np.ndarray, O: np.ndarray, cm, d_max: int) -> np.ndarray:
     """The docstring's definition, request by request: sum_i of its r_i = (O_i - 1 - D)^+ smallest rho."""
-    L, _, a, _, pa, pq, _, da, dk = _coefficients(cm)
+    coef = _coefficients(cm)
+    L, a, pa, pq = coef.layers, coef.per_token, coef.prefill_per_token, coef.prefill_per_token_sq
+    da, dk = coef.decode_per_token, coef.decode_per_kv
     extra = np.zeros(d_max + 1)
     for prompt, output in zip(I.tolist(), O.tolist()):
         held = prompt + np.arange(1, output, dtype=np.float64)

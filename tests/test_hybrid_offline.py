@@ -12,6 +12,7 @@ import pytest
 from optsched.generators import gsm8k_like, shipped_instances
 from optsched.instance import Limits, load_instance
 from optsched.problems.hybrid.bounds import bounds, paper_bound, strict_bound
+from optsched.problems.hybrid.offline_solve import solve
 from optsched.problems.hybrid.pcmax import (
     cpsat_pcmax,
     loads_of,
@@ -24,7 +25,6 @@ from optsched.problems.hybrid.pcmax import (
     solve_pcmax,
     subset_below,
 )
-from optsched.problems.hybrid.offline_solve import solve
 from optsched.problems.hybrid.timing import timing_of
 from tests.support.hybrid_paper import clipped_moments, matched_normal, paper_batch, paper_limits
 

@@ -26,8 +26,8 @@ from ...mipsolvers import MIP_BACKENDS
 from ...options import Name, OptionError, Options, PositiveFloat, PositiveInt
 from ...result import Bound, SolveResult, Status
 from ...schedule import ReplayResult, Schedule, replay
-from .pcmax import LENGTHS, PCMAX_METHODS, loads_of, pcmax_lower_bound, processing_times, solve_pcmax
 from .online import simulate_pd
+from .pcmax import LENGTHS, PCMAX_METHODS, loads_of, pcmax_lower_bound, processing_times, solve_pcmax
 from .timing import shape_term_refusal, timing_of
 
 __all__ = ["HybridOfflineBoundOptions", "HybridOfflineOptions", "bounds", "solve"]
