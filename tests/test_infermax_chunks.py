@@ -101,7 +101,7 @@ def test_near_paths_are_every_path_below_the_threshold(seed: int) -> None:
         shortest = min((c for c, _ in all_paths_below(graph, 2**62)), default=None)
         if shortest is None:
             continue
-        threshold = shortest + int(graph.costs[0]) + 1
+        threshold = shortest + int(graph.costs.base) + 1
         listed = near_paths(graph, threshold, max_paths=10**6)
         assert listed is not None
         assert {(c, tuple(p)) for c, p in listed} == all_paths_below(graph, threshold)
@@ -184,7 +184,7 @@ def test_shortest_path_over_states_is_the_least_path_with_last_chunks(seed: int)
         shortest = min((c for c, _ in all_paths_below(graph, 2**62)), default=None)
         if shortest is None:
             continue
-        threshold = shortest + int(graph.costs[0]) + 1
+        threshold = shortest + int(graph.costs.base) + 1
         k = Coefficients.of(inst.cost_model).folded()
         order, togo = near_nodes(graph, threshold)
         keys, steps = new_lists()

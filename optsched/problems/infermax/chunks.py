@@ -90,6 +90,7 @@ from .astar import EMPTY, GOAL, RUNNING, Run
 from .graph import Graph, Node, as_array, children, edge_arrays, new_lists
 from .model import linear_instance
 from .relax import UNIT, floor_units
+from .tables import EdgeCosts
 
 __all__ = ["ChunkBound", "chunk_bound", "chunked_schedule", "least_chunk_squares", "least_with_squares", "near_nodes",
            "near_paths"]
@@ -226,7 +227,7 @@ def _fill_squares(sizes: np.ndarray, earlier: np.ndarray, n: int, free: int) -> 
 
 @njit(cache=True)
 def least_with_squares(order: np.ndarray, togo: Dict, goal: int, bits: int, I: np.ndarray, O: np.ndarray,
-                       limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, square: float, upper: int,
+                       limits: np.ndarray, costs: EdgeCosts, rho: np.ndarray, square: float, upper: int,
                        keys: List, steps: List) -> tuple[int, np.ndarray]:
     """Least :math:`V(\\pi) + Q_F(\\pi)` over the paths through the nodes ``order`` (increasing
     tokens generated) that cost less than ``upper``, else ``upper``: a shortest path over states
