@@ -40,7 +40,7 @@ __all__ = [
     "CostModel",
     "Coefficients",
     "CostModelError",
-    "PHASE_NAMES",
+    "PHASE_TERMS",
     "PhaseCost",
     "PRICED_TERMS",
     "available_profiles",
@@ -116,9 +116,8 @@ class Coefficients(NamedTuple):
     def of(cls, model: CostModel) -> Coefficients:
         """The coefficients of ``model`` as the profile states them (every price a float)."""
         values = {"layers": model.layers, "base": model.base, "per_token": model.per_token, "per_tile": model.per_tile}
-        for phase in PHASE_NAMES:
-            cost = getattr(model, phase)
-            values |= {f"{phase}_{term}": getattr(cost, term) for term in PHASE_TERMS[phase]}
+        for phase, terms in PHASE_TERMS.items():
+            values |= {f"{phase}_{term}": getattr(getattr(model, phase), term) for term in terms}
         return cls(token_tile=model.token_tile if model.per_tile else 0, **{k: float(v) for k, v in values.items()})
 
     def folded(self) -> Coefficients:
@@ -134,9 +133,8 @@ class Coefficients(NamedTuple):
         return -(-tokens // self.token_tile) if self.per_tile else 0
 
 
-#: The two phases of the batch time.
-PHASE_NAMES: tuple[str, ...] = ("prefill", "decode")
-#: The :class:`PhaseCost` terms each phase's batch time uses (the others are accepted only as 0).
+#: The :class:`PhaseCost` terms the batch time uses, by phase (the others are accepted only as 0);
+#: :class:`Coefficients` names each ``phase_term``.
 PHASE_TERMS: dict[str, tuple[str, ...]] = {
     "prefill": ("bias", "per_token", "per_token_sq", "per_ctx"),
     "decode": ("bias", "per_token", "per_kv", "per_max_kv"),
