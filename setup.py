@@ -15,7 +15,6 @@ setup(
     package_data={
         "optsched.data_models": ["*.toml"],
         "optsched.data_instances": ["*.json", "*.csv", "*/*.json"],
-        "optsched.problems.aladdin": ["*.toml"],
         "optsched.problems.static_profiles": ["*.toml"],
         "optsched.executor": ["configs/*.json"],
     },

@@ -20,7 +20,7 @@ and its cost model (docs/costmodel.md); the proofs below rely only on these fact
      TTFT, latencies) is at most the profile's, over any class of schedules closed under this change
      (evictions or not, hybrid batches or not, at most J batches), and T''s least batch counts
      among schedules ending by a time T hold for the profile's. The bounds below read the linear
-     twin's coefficients (:func:`_coefficients`: the tile cost stays in them as ``tc / t`` per
+     twin's coefficients (:class:`~optsched.costmodel.Coefficients`: the tile cost stays in them as ``tc / t`` per
      token) and leave ``per_ctx`` out, but for the lone batches of the critical path, priced exactly
      ((F2)), and the work bound's tile floor (whole tiles per batch); every bound of a formulation
      that reads the cost model without ``per_ctx``, through the linear twin or through another such
@@ -127,7 +127,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .costmodel import CostModel
+from .costmodel import Coefficients, CostModel
 from .instance import Instance, Limits, Request
 from .result import MAXIMISED, Bound, objective_named
 from .tokensums import add_by_owner, token_blocks
@@ -141,24 +141,10 @@ __all__ = [
     "critical_path_times",
     "generic_bounds",
     "instance_bounds",
-    "linear_coefficients",
     "prefill_alone_time",
     "request_bounds",
     "work_bound",
 ]
-
-
-def _coefficients(cm: CostModel, exact: bool = False) -> tuple[float, ...]:
-    """(L, b, a, pb, pa, pq, db, da, dk) of a cost model's linear twin ((F0): the tile cost spread
-    over the tokens); ``exact``: of the profile itself, whose step-shape terms the caller prices."""
-    cm = cm if exact else cm.linear_twin()
-    p, d = cm.prefill, cm.decode
-    return (cm.layers, cm.base, cm.per_token, p.bias, p.per_token, p.per_token_sq, d.bias, d.per_token, d.per_kv)
-
-
-def linear_coefficients(cm: CostModel) -> tuple[float, ...]:
-    """(L, b, a, pb, pa, pq, db, da, dk) of a cost model's linear twin ((F0), (F2))."""
-    return _coefficients(cm)
 
 
 def _tiles(tokens: np.ndarray, chunks: np.ndarray, cm: CostModel) -> np.ndarray:
@@ -176,7 +162,9 @@ def _prefill_alone(cm: CostModel, tokens: int, chunk_cap: int) -> float:
     Scans every chunk count k >= ceil(X / cap) (the quadratic term favours more chunks, the batch
     overhead fewer); the least sum of squares of k positive parts of X is attained by equal parts.
     """
-    L, b, a, pb, pa, pq, *_ = _coefficients(cm, exact=True)
+    coef = Coefficients.of(cm)
+    L, b, a, pb, pa = coef.layers, coef.base, coef.per_token, coef.prefill_bias, coef.prefill_per_token
+    pq = coef.prefill_per_token_sq
     k_min = -(-tokens // chunk_cap)
     k = np.arange(k_min, tokens + 1, dtype=np.float64)
     if pq == 0.0:  # more chunks only add overhead (and tiles)
@@ -204,7 +192,9 @@ def _decode_terms(I: np.ndarray, O: np.ndarray, cm: CostModel, P: int, alone: bo
     ``alone=False`` gives item terms only (overhead is counted per batch by the work bound);
     ``alone=True`` gives whole lone-batch times D_i(g), R_i(g) of the critical-path bound.
     """
-    L, b, a, pb, pa, pq, db, da, dk = _coefficients(cm, exact=alone)
+    coef = Coefficients.of(cm if alone else cm.linear_twin())
+    L, b, a, pb, pa = coef.layers, coef.base, coef.per_token, coef.prefill_bias, coef.prefill_per_token
+    pq, db, da, dk = coef.prefill_per_token_sq, coef.decode_bias, coef.decode_per_token, coef.decode_per_kv
     tc, dx = cm.per_tile, cm.decode.per_max_kv
     total = np.zeros(len(I))
     for owners, owner, rank, _ in token_blocks(np.maximum(O - 1, 0), TOKEN_BLOCK):
@@ -286,7 +276,8 @@ def request_work(instance: Instance, first_tokens: bool = False) -> np.ndarray:
 def _request_work(I: np.ndarray, O: np.ndarray, instance: Instance) -> np.ndarray:
     """:func:`request_work` of the requests of prompt lengths ``I`` and output lengths ``O``."""
     cm = instance.cost_model
-    L, _, a, _, pa, pq, *_ = _coefficients(cm)
+    coef = Coefficients.of(cm.linear_twin())
+    L, a, pa, pq = coef.layers, coef.per_token, coef.prefill_per_token, coef.prefill_per_token_sq
     return L * (a + pa + pq) * I + _decode_terms(I, O, cm, instance.limits.prefill_budget, alone=False)
 
 
@@ -372,7 +363,9 @@ def _refill_extra_of_prefixes(
     """:func:`_refill_extra_by_decodes` of the first n requests for each n of ``lengths``, in one
     pass over the tokens (the extra is a sum over requests: each prefix's is a running sum of the
     per-segment sums between the lengths)."""
-    L, _, a, _, pa, pq, _, da, dk = _coefficients(cm)
+    coef = Coefficients.of(cm.linear_twin())
+    L, a, pa, pq = coef.layers, coef.per_token, coef.prefill_per_token, coef.prefill_per_token_sq
+    da, dk = coef.decode_per_token, coef.decode_per_kv
     cuts = np.unique(np.asarray(lengths, dtype=np.int64))
     I, O = I[: int(cuts[-1])], O[: int(cuts[-1])]
     n_dec = np.maximum(O - 1, 0)
@@ -398,7 +391,8 @@ def _refill_extra_of_prefixes(
 def _chunk_extra(prompts_sorted: np.ndarray, x: np.ndarray, cm: CostModel) -> np.ndarray:
     """L pq sum_{I_i > x} (I_i^2 / x - I_i) for each x: the quadratic prefill cost beyond w_i's
     linear share when every prompt is prefilled in at most x chunks (Cauchy-Schwarz)."""
-    L, _, _, _, _, pq, *_ = _coefficients(cm)
+    coef = Coefficients.of(cm.linear_twin())
+    L, pq = coef.layers, coef.prefill_per_token_sq
     if pq == 0.0:
         return np.zeros(len(x))
     rev = prompts_sorted[::-1].astype(np.float64)
@@ -434,7 +428,8 @@ def _least_bias(
     """:func:`least_bias` of the requests of prompt lengths ``I`` and output lengths ``O``;
     ``extra_of``: their :func:`_refill_extra_by_decodes` when computed already (up to any d_max)."""
     cm, P = instance.cost_model, instance.limits.prefill_budget
-    L, b, _, pb, _, _, db, *_ = _coefficients(cm)
+    coef = Coefficients.of(cm.linear_twin())
+    L, b, pb, db = coef.layers, coef.base, coef.prefill_bias, coef.decode_bias
     if len(I) == 0:
         return 0.0
     B, B_pre = _batch_counts(I, O, instance.limits)
@@ -480,7 +475,8 @@ REFINED_SUFFIXES = 16
 def work_bound(instance: Instance) -> tuple[float, float]:
     """The ``work`` makespan bound and the arrival time t at which it is attained (module docstring)."""
     cm, lim = instance.cost_model, instance.limits
-    L, b, a, pb, pa, pq, db, *_ = _coefficients(cm)
+    coef = Coefficients.of(cm.linear_twin())
+    L, b, pb, db = coef.layers, coef.base, coef.prefill_bias, coef.decode_bias
     arrival, I, O = _arrays(instance)
     P, C = lim.prefill_budget, lim.token_budget
     order = np.argsort(-arrival, kind="stable")  # latest arrival first: prefix = suffix set S

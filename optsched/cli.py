@@ -25,13 +25,13 @@ from typing import NoReturn
 from .budget import process_started
 from .commands import (
     bound,
+    capacity,
     check,
     execute,
     export,
     fit,
     generate,
     info,
-    plan,
     profile,
     report,
     simulate,
@@ -67,7 +67,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     bound,
     fit,
     profile,
-    plan,
+    capacity,
     export,
     execute,
     validate,

@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from .jsonio import read_toml
 
@@ -38,8 +38,11 @@ __all__ = [
     "MAX_MEASURED_SECONDS",
     "MAX_TOKEN_TILE",
     "CostModel",
+    "Coefficients",
     "CostModelError",
+    "PHASE_TERMS",
     "PhaseCost",
+    "PRICED_TERMS",
     "available_profiles",
     "cost_model_from_mapping",
     "features_of",
@@ -81,6 +84,64 @@ class PhaseCost:
     per_kv: float = 0.0
     per_ctx: float = 0.0
     per_max_kv: float = 0.0
+
+
+class Coefficients(NamedTuple):
+    """The cost model's coefficients in one flat record, each named as in the profile (``prefill.per_ctx``
+    is ``prefill_per_ctx``): the one structure every formulation and every compiled kernel reads
+    (numba takes it as a named tuple, so kernels read ``coef.prefill_per_ctx``, never a position).
+
+    :meth:`of` gives the profile's values (seconds per layer, ``layers`` apart, as
+    :meth:`CostModel.batch_time` reads them); :meth:`folded` the same terms with ``layers``
+    multiplied in (seconds, ``layers`` = 1). The fields come in the order of the batch time's linear
+    terms, then its optional ones; ``token_tile`` is the tile size in tokens (0 without a tile term),
+    the other fields are the prices of :data:`PRICED_TERMS`.
+    """
+
+    layers: float
+    base: float
+    per_token: float
+    prefill_bias: float
+    prefill_per_token: float
+    prefill_per_token_sq: float
+    decode_bias: float
+    decode_per_token: float
+    decode_per_kv: float
+    prefill_per_ctx: float
+    per_tile: float
+    decode_per_max_kv: float
+    token_tile: int
+
+    @classmethod
+    def of(cls, model: CostModel) -> Coefficients:
+        """The coefficients of ``model`` as the profile states them (every price a float)."""
+        values = {"layers": model.layers, "base": model.base, "per_token": model.per_token, "per_tile": model.per_tile}
+        for phase, terms in PHASE_TERMS.items():
+            values |= {f"{phase}_{term}": getattr(getattr(model, phase), term) for term in terms}
+        return cls(token_tile=model.token_tile if model.per_tile else 0, **{k: float(v) for k, v in values.items()})
+
+    def folded(self) -> Coefficients:
+        """The same terms with ``layers`` multiplied into every price (seconds; ``layers`` = 1)."""
+        return self._replace(layers=1.0, **{name: self.layers * getattr(self, name) for name in PRICED_TERMS})
+
+    def priced(self) -> dict[str, float]:
+        """The prices (:data:`PRICED_TERMS`) by field name."""
+        return {name: getattr(self, name) for name in PRICED_TERMS}
+
+    def tiles(self, tokens: int) -> int:
+        """Started tiles of a batch of ``tokens`` tokens (0 without a tile term)."""
+        return -(-tokens // self.token_tile) if self.per_tile else 0
+
+
+#: The :class:`PhaseCost` terms the batch time uses, by phase (the others are accepted only as 0);
+#: :class:`Coefficients` names each ``phase_term``.
+PHASE_TERMS: dict[str, tuple[str, ...]] = {
+    "prefill": ("bias", "per_token", "per_token_sq", "per_ctx"),
+    "decode": ("bias", "per_token", "per_kv", "per_max_kv"),
+}
+#: The fields of :class:`Coefficients` that are prices (seconds per unit), in its order: every field
+#: but ``layers`` and ``token_tile``.
+PRICED_TERMS: tuple[str, ...] = tuple(f for f in Coefficients._fields if f not in ("layers", "token_tile"))
 
 
 @dataclass(frozen=True)
@@ -214,8 +275,6 @@ class CostModel:
 
 
 _PHASE_KEYS = {"bias", "per_token", "per_token_sq", "per_kv", "per_ctx", "per_max_kv"}
-#: Phase coefficients that no term of the batch time uses: accepted only as 0.
-_UNUSED = {"prefill": ("per_kv", "per_max_kv"), "decode": ("per_token_sq", "per_ctx")}
 _TOP_KEYS = {"layers", "base", "per_token", "token_tile", "per_tile", "prefill", "decode", "name", "source"}
 #: Largest ``token_tile`` (tokens): matrix-product row tiles are at most a few hundred.
 MAX_TOKEN_TILE = 1 << 20
@@ -247,7 +306,8 @@ def _phase(data: Any, where: str) -> PhaseCost:
     if unknown:
         raise CostModelError(f"{where}: unknown field(s) {sorted(unknown)}")
     phase = PhaseCost(**{k: _number(v, f"{where}.{k}") for k, v in data.items()})
-    for key in _UNUSED[where.rsplit(".", 1)[-1]]:
+    unused = [f.name for f in fields(PhaseCost) if f.name not in PHASE_TERMS[where.rsplit(".", 1)[-1]]]
+    for key in unused:  # no term of the batch time uses it: accepted only as 0
         if getattr(phase, key) != 0:
             raise CostModelError(
                 f"{where}.{key}: no term of the batch time uses it; must be 0, got {getattr(phase, key)!r}"

@@ -103,11 +103,10 @@ from .bounds import (
     critical_path_times,
     generic_bounds,
     instance_bounds,
-    linear_coefficients,
     prefill_alone_time,
     request_work,
 )
-from .costmodel import CostModel
+from .costmodel import Coefficients, CostModel
 from .instance import Instance
 from .result import Bound, objective_named
 
@@ -362,7 +361,9 @@ def _biggest_item(instance: Instance, I: np.ndarray, O: np.ndarray) -> np.ndarra
     a prefill chunk's linear term L(a+pa+pq) c with c <= min(I_i + O_i - 1, P) (a re-prefill's exclusive
     time is spread over its chunks in proportion to these terms), or the least term of the token
     the batch generates, at most the decode term L(a+da+dk(I_i+O_i-2)) of its last token."""
-    L, _, a, _, pa, pq, _, da, dk = linear_coefficients(instance.cost_model)
+    coef = Coefficients.of(instance.cost_model.linear_twin())
+    L, a, pa, pq = coef.layers, coef.per_token, coef.prefill_per_token, coef.prefill_per_token_sq
+    da, dk = coef.decode_per_token, coef.decode_per_kv
     chunk = np.minimum(I + O - 1.0, instance.limits.prefill_budget)
     return L * np.maximum((a + pa + pq) * chunk, a + da + dk * np.maximum(I + O - 2.0, 0.0))
 

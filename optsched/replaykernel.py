@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from .costmodel import CostModel
+from .costmodel import Coefficients, CostModel
 from .instance import Instance
 from .metrics import TIME_RTOL, RequestOutcome, compute_metrics
 from .schedcols import ScheduleColumns
 
-__all__ = ["batch_time", "coefficients", "replay_columns"]
+__all__ = ["batch_time", "replay_columns"]
 
 #: Token counts at or beyond this bound (in absolute value) are left to the reference replay (its
 #: Python integers cannot overflow; any such item breaks a rule anyway).
@@ -34,30 +34,29 @@ _TOKEN_BOUND = 2**40
 _NO_LIMIT = 2**62
 
 
-def coefficients(model: CostModel) -> np.ndarray:
-    """The cost model's coefficients in the order :func:`batch_time` reads them."""
-    p, d = model.prefill, model.decode
-    return np.array(
-        [model.layers, model.base, model.per_token, model.per_tile, model.token_tile]
-        + [p.bias, p.per_token, p.per_token_sq, p.per_ctx, d.bias, d.per_token, d.per_kv, d.per_max_kv],
-        np.float64,
-    )
-
-
 @njit(cache=True)
 def batch_time(coef, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max):  # noqa: ANN001, ANN202 - numba kernel
-    """:meth:`CostModel.batch_time`, term by term in its order."""
+    """:meth:`CostModel.batch_time`, term by term in its order (``coef``: :meth:`Coefficients.of`)."""
     if n_tok == 0:
         return 0.0
-    t = coef[1] + coef[2] * n_tok
-    if coef[3] != 0.0:
-        tile = np.int64(coef[4])
-        t += coef[3] * -(-n_tok // tile)
+    t = coef.base + coef.per_token * n_tok
+    if coef.per_tile != 0.0:
+        t += coef.per_tile * -(-n_tok // coef.token_tile)
     if n_pre > 0:
-        t += coef[5] + coef[6] * n_pre + coef[7] * s_pre + coef[8] * x_pre
+        t += (
+            coef.prefill_bias
+            + coef.prefill_per_token * n_pre
+            + coef.prefill_per_token_sq * s_pre
+            + coef.prefill_per_ctx * x_pre
+        )
     if n_dec > 0:
-        t += coef[9] + coef[10] * n_dec + coef[11] * kv_dec + coef[12] * kv_max
-    return coef[0] * t
+        t += (
+            coef.decode_bias
+            + coef.decode_per_token * n_dec
+            + coef.decode_per_kv * kv_dec
+            + coef.decode_per_max_kv * kv_max
+        )
+    return coef.layers * t
 
 
 @njit(cache=True)
@@ -234,7 +233,7 @@ def replay_columns(instance: Instance, columns: ScheduleColumns) -> dict[str, An
         ),
         (columns.item_ptr, item_req, tokens, columns.evict_ptr, evict_req, columns.start),
         np.array(caps, np.int64),
-        coefficients(model),
+        Coefficients.of(model),
         batch_out,
         times,
         per_request,

@@ -17,7 +17,7 @@ terms (no replayed schedule, often no objective of the problem):
 - a bound with its certificate (``infermax.relax.RelaxationResult``, ``CountResult``,
   ``infermax.chunks.ChunkBound``);
 - a decision for one heartbeat or one stage (``aladdin.placement.PlacementResult``: request ->
-  worker; ``hybrid.offline.Assignment``: request -> client; ``scls.offload.Offload``: batch ->
+  worker; ``hybrid.pcmax.Assignment``: request -> client; ``scls.offload.Offload``: batch ->
   worker);
 - a simulation or a capacity search (``aladdin.cluster.ClusterResult``, ``aladdin.capacity.
   CapacityResult``), and the judge itself (``schedule.ReplayResult``).

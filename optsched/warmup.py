@@ -39,8 +39,8 @@ class Case:
 
 
 #: The runs that reach every kernel with the argument types the commands pass: the exact search
-#: (few requests), the scale phase offline, online and on a mixed long/short workload (its plan
-#: search, chunk bounds and relaxation bounds), G-MAX's branch and bound.
+#: (few requests), the scale phase offline, online and on a mixed long/short workload (its
+#: segment-list search, chunk bounds and relaxation bounds), G-MAX's branch and bound.
 CASES: tuple[Case, ...] = (
     Case("solve", "infermax", "toy-4", {"time_limit": 5}),
     Case("solve", "infermax", "infermax-i1024-o32-n64", {"time_limit": 3}),

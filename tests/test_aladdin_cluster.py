@@ -13,10 +13,10 @@ from optsched.instance import Limits
 from optsched.problems.aladdin.cluster import simulate_cluster
 from optsched.problems.aladdin.heuristics import jsq
 from optsched.problems.aladdin.predictor import BinPredictor
-from optsched.problems.aladdin.workerconfig import (
+from tests.support.aladdin import aladdin_instance, random_requests
+from tests.support.aladdin_workers import (
     worker_coefficients,
 )
-from tests.support.aladdin import aladdin_instance, random_requests
 
 
 def _atgt_misses(slack: str, method: str, seed: int) -> int:

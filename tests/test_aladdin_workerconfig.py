@@ -1,4 +1,4 @@
-"""Aladdin's worker configuration (aladdin/workerconfig.py): Table 3 with datasheet and measured
+"""Aladdin's worker configuration (tests/support/aladdin_workers.py): Table 3 with datasheet and measured
 layer coefficients, the layer parameters and the measured layers' prediction of a held-out model."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optsched.problems.aladdin.workerconfig import (
+from tests.support.aladdin_workers import (
     feasible_worker_sizes,
     measured_layers,
     optimal_worker_size,
@@ -58,7 +58,7 @@ def test_table3_structure(layers):
 
 
 def test_layer_params_add_up_to_the_model_cards():
-    from optsched.problems.aladdin.workerconfig import hardware_data, layer_params
+    from tests.support.aladdin_workers import hardware_data, layer_params
 
     for name, m in hardware_data()["model"].items():
         embeddings = 2 * 32000 * m["hidden"]  # input and output embeddings, Llama-2 vocabulary
@@ -68,7 +68,7 @@ def test_layer_params_add_up_to_the_model_cards():
 def test_measured_layers_predict_a_held_out_model(data_dir):
     """The 7b/70b interpolation in layer size predicts Llama-3-8B's measured A100 layer times."""
     from optsched.costfit import read_vidur_mlp_profile
-    from optsched.problems.aladdin.workerconfig import layer_params
+    from tests.support.aladdin_workers import layer_params
 
     ml = measured_layers(str(data_dir))
     size = layer_params({"hidden": 4096, "kv_heads": 8, "head_dim": 128, "intermediate": 14336})

@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from optsched.costfit import fit_linear, fit_terms, linear_errors, profile_toml, read_vidur_mlp_profile
-from optsched.costmodel import CostModelError, available_profiles, cost_model_from_mapping, load_cost_model
+from optsched.costmodel import (
+    PRICED_TERMS,
+    Coefficients,
+    CostModelError,
+    available_profiles,
+    cost_model_from_mapping,
+    load_cost_model,
+)
+from optsched.replaykernel import batch_time
 
 
 def test_shipped_profiles_load_with_sources():
@@ -223,3 +231,33 @@ def test_vidur_reader_rejects_other_files(tmp_path):
     path.write_text("tokens,time\n1,2\n")
     with pytest.raises(CostModelError, match="not a Vidur operator profile"):
         read_vidur_mlp_profile(str(path))
+
+
+def test_coefficients_carry_the_profile_names_to_the_kernels():
+    """One name per coefficient: Coefficients' fields are the profile's fields (``prefill.per_ctx``
+    is ``prefill_per_ctx``), each holding the profile's value; folded multiplies ``layers`` into every
+    price; the compiled batch time, which reads the fields by name, equals CostModel.batch_time bit
+    for bit (every term set, so a field read under a wrong name changes the time)."""
+    cm = cost_model_from_mapping({
+        "layers": 3,
+        "base": 1e-3,
+        "per_token": 2e-5,
+        "token_tile": 16,
+        "per_tile": 7e-5,
+        "prefill": {"bias": 3e-4, "per_token": 5e-6, "per_token_sq": 2e-9, "per_ctx": 1.5e-9},
+        "decode": {"bias": 4e-4, "per_token": 6e-6, "per_kv": 3e-8, "per_max_kv": 9e-8},
+    })
+    coef = Coefficients.of(cm)
+    flat = {"layers": cm.layers, "base": cm.base, "per_token": cm.per_token, "token_tile": 16, "per_tile": 7e-5}
+    flat |= {f"{phase}_{term}": v for phase in ("prefill", "decode") for term, v in cm.to_dict()[phase].items() if v}
+    assert coef._asdict() == flat
+    assert set(PRICED_TERMS) == set(flat) - {"layers", "token_tile"} and len(set(coef)) == len(coef)
+    folded = coef.folded()
+    assert folded.layers == 1.0 and folded.token_tile == 16
+    assert all(getattr(folded, name) == 3 * getattr(coef, name) for name in PRICED_TERMS)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max = (int(x) for x in rng.integers(0, 5000, 6))
+        features = (n_pre + n_dec, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max)
+        assert batch_time(coef, *features) == cm.batch_time(*features)
+    assert Coefficients.of(load_cost_model("llama2-7b-a100")).token_tile == 0

@@ -7,7 +7,6 @@ import pytest
 
 from optsched.instance import parse_instance
 from optsched.problems.gmax.exact import make_backend, solve_exact
-from optsched.problems.gmax.generate import random_gmax_instance
 from optsched.problems.gmax.problem import GmaxProblem, evaluate_g, g_core, g_value
 from optsched.problems.gmax.sa import (
     SAParams,
@@ -18,6 +17,7 @@ from optsched.problems.gmax.sa import (
 from optsched.problems.gmax.slots import SlotData
 from optsched.result import Status
 from tests.support.gmax import TOYS, canonical, small_instance, toy
+from tests.support.gmax_generate import random_gmax_instance
 from tests.support.static_exhaustive import exhaustive_g, ordered_partitions
 
 

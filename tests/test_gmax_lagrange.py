@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from optsched.instance import parse_instance
-from optsched.problems.gmax.generate import random_gmax_instance
 from optsched.problems.gmax.problem import GmaxProblem, g_core, g_value
 from tests.support.gmax import small_instance
+from tests.support.gmax_generate import random_gmax_instance
 from tests.support.static_exhaustive import exhaustive_g, ordered_partitions
 
 

@@ -6,13 +6,13 @@ import math
 import pytest
 
 from optsched.instance import InstanceError, parse_instance
-from optsched.problems.gmax.generate import random_gmax_instance
 from optsched.problems.gmax.problem import GmaxProblem, evaluate_g
 from optsched.problems.gmax.sa import (
     SAParams,
     simulated_annealing,
 )
 from tests.support.gmax import TOYS, toy
+from tests.support.gmax_generate import random_gmax_instance
 from tests.support.static_exhaustive import ordered_partitions
 
 

@@ -3,13 +3,13 @@
 import pytest
 
 from optsched.instance import parse_instance
-from optsched.problems.gmax.generate import random_gmax_instance
 from optsched.problems.gmax.problem import GmaxProblem, evaluate_g, g_core
 from optsched.problems.gmax.sa import (
     SAParams,
     inst_assign,
     slo_aware_scheduling,
 )
+from tests.support.gmax_generate import random_gmax_instance
 
 
 def test_inst_assign_balances_by_remaining_memory():

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from optsched.bounds import _coefficients, _refill_extra_of_prefixes  # noqa: PLC2701 (checked by brute force)
+from optsched.bounds import _refill_extra_of_prefixes  # noqa: PLC2701 (checked by brute force)
 from optsched.cli import main
-from optsched.costmodel import load_cost_model
+from optsched.costmodel import Coefficients, load_cost_model
 from optsched.export.vllm_replay import PlanError, ReplayPlan, build_plan
 from optsched.instance import load_instance
 from optsched.integers import NumberSyntaxError, parse_decimal, parse_int, parse_whole
@@ -394,7 +394,9 @@ def test_export_of_a_schedule_naming_an_unknown_request_is_exit_2(tmp_path, caps
 
 def _refill_extra_brute_force(I: np.ndarray, O: np.ndarray, cm, d_max: int) -> np.ndarray:
     """The docstring's definition, request by request: sum_i of its r_i = (O_i - 1 - D)^+ smallest rho."""
-    L, _, a, _, pa, pq, _, da, dk = _coefficients(cm)
+    coef = Coefficients.of(cm.linear_twin())
+    L, a, pa, pq = coef.layers, coef.per_token, coef.prefill_per_token, coef.prefill_per_token_sq
+    da, dk = coef.decode_per_token, coef.decode_per_kv
     extra = np.zeros(d_max + 1)
     for prompt, output in zip(I.tolist(), O.tolist()):
         held = prompt + np.arange(1, output, dtype=np.float64)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import time
 
 import pytest
 
+from optsched.generators import gsm8k_like, shipped_instances
+from optsched.instance import Limits, load_instance
 from optsched.problems.hybrid.bounds import bounds, paper_bound, strict_bound
-from optsched.problems.hybrid.instances import clipped_moments, gsm8k_like, matched_normal
-from optsched.problems.hybrid.offline import (
+from optsched.problems.hybrid.offline_solve import solve
+from optsched.problems.hybrid.pcmax import (
     cpsat_pcmax,
     loads_of,
     local_search,
@@ -22,8 +25,8 @@ from optsched.problems.hybrid.offline import (
     solve_pcmax,
     subset_below,
 )
-from optsched.problems.hybrid.offline_solve import solve
 from optsched.problems.hybrid.timing import timing_of
+from tests.support.hybrid_paper import clipped_moments, matched_normal, paper_batch, paper_limits
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3.x announces its 4.0 API
 
@@ -85,7 +88,7 @@ def test_subset_below_is_the_best_subset() -> None:
 
 
 def test_gsm8k_offline_is_proven_optimal_fast() -> None:
-    inst = gsm8k_like(0)
+    inst = gsm8k_like(0, limits=paper_limits())
     p = processing_times(inst)
     found = solve_pcmax(p, 200, time_limit=10)
     assert found.status == "optimal" and found.makespan == found.bound == pcmax_lower_bound(p, 200)
@@ -93,7 +96,7 @@ def test_gsm8k_offline_is_proven_optimal_fast() -> None:
 
 
 def test_offline_solver_reports_seconds_and_assignment() -> None:
-    inst = gsm8k_like(1, requests=300, clients=40)
+    inst = gsm8k_like(1, n=300, limits=paper_limits(40))
     res = solve(inst, {"time_limit": 10})
     tm = timing_of(inst)
     assert res.status == "optimal"
@@ -107,15 +110,31 @@ def test_offline_solver_reports_seconds_and_assignment() -> None:
 
 
 def test_paper_arithmetic() -> None:
-    tm = timing_of(gsm8k_like(0, requests=10))
+    tm = timing_of(gsm8k_like(0, n=10, limits=paper_limits()))
     assert tm.tau_d == pytest.approx(0.071)  # 200 x 0.21 ms + 29 ms
     assert tm.prefill_time(5000) == pytest.approx(0.675)  # the paper's 5000-token example
     mean, sd = clipped_moments(*matched_normal(344.83, 187.99, 1, 512), 1, 512)
     assert mean == pytest.approx(344.83) and sd == pytest.approx(187.99)
 
 
+def test_one_gsm8k_like_behind_the_shipped_instance_and_the_paper_batch() -> None:
+    """instances/make_instances.py writes instances/gsm8k-like.json from the recipe
+    ``optsched.generators.gsm8k_like(seed=0)`` (:func:`shipped_instances`), and the paper's batch is
+    that same draw under the paper's limits."""
+    shipped = load_instance("gsm8k-like")
+    assert shipped_instances()["gsm8k-like"].to_dict() == gsm8k_like(seed=0).to_dict()
+    assert shipped.to_dict() == json.loads(json.dumps(gsm8k_like(seed=0).to_dict()))
+    batch = paper_batch(0)
+    lengths = [(r.id, r.prompt_tokens, r.output_tokens, r.arrival) for r in batch.requests]
+    assert lengths == [(r.id, r.prompt_tokens, r.output_tokens, r.arrival) for r in shipped.requests]
+    assert batch.limits == Limits(**paper_limits()) != shipped.limits
+    assert batch.cost_model == shipped.cost_model and len(batch.requests) == 1319
+    matched = paper_batch(0, moments="matched")
+    assert [r.output_tokens for r in matched.requests] != [r.output_tokens for r in shipped.requests]
+
+
 def test_bounds_on_gsm8k() -> None:
-    inst = gsm8k_like(0)
+    inst = gsm8k_like(0, limits=paper_limits())
     found = {b.name: b for b in bounds(inst, {})}
     assert not found["paper"].valid and found["strict"].valid
     total, t_p, t_d = paper_bound(inst)

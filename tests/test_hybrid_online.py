@@ -8,12 +8,13 @@ import random
 import pytest
 
 from optsched.costmodel import load_cost_model
+from optsched.generators import gsm8k_like
 from optsched.instance import Instance, Limits, Request
 from optsched.policies import POLICIES, simulator_for
 from optsched.problems.hybrid.bounds import paper_bound, strict_bound
-from optsched.problems.hybrid.instances import gsm8k_like
 from optsched.problems.hybrid.online import client_metrics, simulate_pd
 from optsched.schedule import replay
+from tests.support.hybrid_paper import paper_limits
 
 HYBRID_POLICIES = sorted(name for name in POLICIES if name.startswith("hybrid"))
 PAPER_METHODS = ["hybrid-baseline", "hybrid-offline", "hybrid-online", "hybrid"]
@@ -32,7 +33,7 @@ def tiny(reqs: list[tuple[int, int]], clients: int, arrivals: list[float] | None
 
 @pytest.fixture(scope="module")
 def gsm8k():
-    inst = gsm8k_like(0)
+    inst = gsm8k_like(0, limits=paper_limits())
     runs = {}
     for name in PAPER_METHODS:
         schedule = simulator_for(name)(inst)
@@ -64,7 +65,7 @@ def test_ordering_and_hybrid_gain_on_gsm8k(gsm8k) -> None:
 
 @pytest.mark.parametrize("seed,requests,clients", [(1, 1319, 200), (2, 400, 60), (3, 400, 60), (4, 400, 60)])
 def test_ordering_on_more_seeds(seed: int, requests: int, clients: int) -> None:
-    inst = gsm8k_like(seed, requests=requests, clients=clients)
+    inst = gsm8k_like(seed, n=requests, limits=paper_limits(clients))
     spans = {}
     for name in ("hybrid-baseline", "hybrid"):
         rep = replay(inst, simulator_for(name)(inst))

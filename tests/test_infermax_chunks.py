@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from optsched.bounds import request_work
+from optsched.costmodel import Coefficients
 from optsched.instance import parse_instance
 from optsched.problems.infermax import bounds as infermax_bounds
 from optsched.problems.infermax.chunks import (
@@ -38,7 +39,6 @@ from optsched.problems.infermax.chunks import (
 )
 from optsched.problems.infermax.chunks import chunked_schedule as chunked_schedule_of
 from optsched.problems.infermax.graph import Graph, new_lists
-from optsched.problems.infermax.model import Coefficients
 from optsched.problems.infermax.relax import UNIT, floor_units, schedule_from_point
 from optsched.problems.infermax.search import path_schedule, relaxation_search
 from optsched.schedule import Batch, Item, Schedule, replay
@@ -101,7 +101,7 @@ def test_near_paths_are_every_path_below_the_threshold(seed: int) -> None:
         shortest = min((c for c, _ in all_paths_below(graph, 2**62)), default=None)
         if shortest is None:
             continue
-        threshold = shortest + int(graph.costs[0]) + 1
+        threshold = shortest + int(graph.costs.base) + 1
         listed = near_paths(graph, threshold, max_paths=10**6)
         assert listed is not None
         assert {(c, tuple(p)) for c, p in listed} == all_paths_below(graph, threshold)
@@ -124,7 +124,7 @@ def path_squares(inst, graph: Graph, path: list) -> int:
     """Q_F of the module docstring along ``path`` (integer picoseconds, each fill batch rounded
     down), from the definitions: each fill's window (the fill batches after its last batch holding
     KV), the least free memory since the last fill batch."""
-    k = Coefficients.from_cost_model(inst.cost_model)
+    k = Coefficients.of(inst.cost_model).folded()
     M, N = inst.limits.kv_capacity, graph.N
     I = [r.prompt_tokens for r in inst.requests]
     held_in: list[set[int]] = []  # requests holding KV in each batch
@@ -142,7 +142,7 @@ def path_squares(inst, graph: Graph, path: list) -> int:
                 last_held = max((u for u in range(j) if i in held_in[u]), default=-1)
                 earlier.append(min(2, sum(1 for t in fill_batches if t > last_held)))
             units = last_chunk_units([I[i] + G[i] for i in fills], earlier, room)
-            total += int(np.floor(k.k_pq / UNIT * units))
+            total += int(np.floor(k.prefill_per_token_sq / UNIT * units))
             fill_batches.append(j)
         held_in.append(held)
         free.append(max(0, M - sum(I[i] + G2[i] - 1 for i in held)))
@@ -157,7 +157,7 @@ def test_every_schedule_costs_at_least_its_path_and_chunks(seed: int) -> None:
         if exhaustive_makespan(inst) is None:
             continue
         graph = Graph(inst, drop_dominated=False)
-        k = Coefficients.from_cost_model(inst.cost_model)
+        k = Coefficients.of(inst.cost_model).folded()
         work = math.fsum(request_work(inst))
         best = relaxation_search(inst).bound  # W + V*
         for name, sched in schedules(inst).items():
@@ -166,11 +166,11 @@ def test_every_schedule_costs_at_least_its_path_and_chunks(seed: int) -> None:
             path = exact_path(inst, sched)
             cost = path_cost(graph, path)  # every step is an edge of the graph with every edge
             extra = least_chunk_squares(inst, path)
-            via_path = math.inf if extra is None else work + (cost + floor_units(k.k_pq * extra)) * UNIT
-            assert rep.metrics.makespan >= min(via_path, best + k.k_pb) * (1 - 1e-9) - 1e-12, name
+            via_path = math.inf if extra is None else work + (cost + floor_units(k.prefill_per_token_sq * extra)) * UNIT
+            assert rep.metrics.makespan >= min(via_path, best + k.prefill_bias) * (1 - 1e-9) - 1e-12, name
             if inst.limits.kv_capacity is not None:
                 via_states = work + (cost + path_squares(inst, graph, path)) * UNIT
-                assert rep.metrics.makespan >= min(via_states, best + k.k_pb) * (1 - 1e-9) - 1e-12, name
+                assert rep.metrics.makespan >= min(via_states, best + k.prefill_bias) * (1 - 1e-9) - 1e-12, name
 
 
 @pytest.mark.parametrize("seed", range(0, 24, 2))
@@ -184,12 +184,19 @@ def test_shortest_path_over_states_is_the_least_path_with_last_chunks(seed: int)
         shortest = min((c for c, _ in all_paths_below(graph, 2**62)), default=None)
         if shortest is None:
             continue
-        threshold = shortest + int(graph.costs[0]) + 1
-        k = Coefficients.from_cost_model(inst.cost_model)
+        threshold = shortest + int(graph.costs.base) + 1
+        k = Coefficients.of(inst.cost_model).folded()
         order, togo = near_nodes(graph, threshold)
         keys, steps = new_lists()
         got = least_with_squares(
-            order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT, np.int64(threshold), keys, steps
+            order,
+            togo,
+            np.int64(graph.goal),
+            *graph.args,
+            k.prefill_per_token_sq / UNIT,
+            np.int64(threshold),
+            keys,
+            steps,
         )[0]
         want = min([threshold] + [c + path_squares(inst, graph, list(p)) for c, p in all_paths_below(graph, threshold)])
         assert got == want, (seed, inst.cost_model)
@@ -203,14 +210,14 @@ def test_shortest_path_over_states_on_memory_bound_instances(n: int, seed: int) 
     out."""
     inst = scale_instance(n, seed)
     graph = Graph(inst, drop_dominated=False)
-    k = Coefficients.from_cost_model(inst.cost_model)
+    k = Coefficients.of(inst.cost_model).folded()
     shortest = round((relaxation_search(inst).bound - math.fsum(request_work(inst))) / UNIT)
-    threshold = shortest + floor_units(k.k_pb)
+    threshold = shortest + floor_units(k.prefill_bias)
     paths = near_paths(graph, threshold, max_paths=10**5)
     order, togo = near_nodes(graph, threshold)
     keys, steps = new_lists()
     got = least_with_squares(
-        order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT, np.int64(threshold), keys, steps
+        order, togo, np.int64(graph.goal), *graph.args, k.prefill_per_token_sq / UNIT, np.int64(threshold), keys, steps
     )[0]
     assert got == min([threshold] + [c + path_squares(inst, graph, p) for c, p in paths])
     assert shortest < got < threshold

@@ -1,11 +1,11 @@
-"""InferMax at scale: plans and their search, the KV-time count, the trajectory bound.
+"""InferMax at scale: segment lists and their search, the KV-time count, the trajectory bound.
 
-- Plans (optsched/problems/infermax/plans.py): random plans (orders, chunk sizes, evictions, start
-  grids) on tiny and 20-request instances replay cleanly and their computed objective equals the
+- Segment lists (optsched/problems/infermax/segments.py): random segment lists (orders, chunk
+  sizes, evictions, start grids) on tiny and 20-request instances replay cleanly and their computed objective equals the
   replay's (makespan, latency, ttft); the search never returns worse than its start.
 - KV-time count (kvtime.py): equals its definition written out as a loop; no schedule (exhaustive
-  optima, every policy, random legal schedules with evictions, plans) has fewer non-empty batches;
-  the bound never exceeds the exhaustive optimum.
+  optima, every policy, random legal schedules with evictions, segment lists) has fewer non-empty
+  batches; the bound never exceeds the exhaustive optimum.
 - Trajectory bound (colgen.py): the pricing is the least over every trajectory (enumerated); every
   legal schedule's trajectories are points of the relaxation (KV, running and generating counts at
   most the replay's, legal transitions) and its makespan is at least W plus its overheads plus its
@@ -27,9 +27,15 @@ from optsched.instance import parse_instance
 from optsched.policies import policy_names, simulator_for
 from optsched.problems.infermax import colgen
 from optsched.problems.infermax.kvtime import kv_area, kv_time_count
-from optsched.problems.infermax.lns import improve_plans, starting_plans
-from optsched.problems.infermax.plans import Plan, plan_cost, plan_data, plan_schedule, plannable
+from optsched.problems.infermax.lns import improve_segment_lists, starting_segment_lists
 from optsched.problems.infermax.scale import kv_time_bound
+from optsched.problems.infermax.segments import (
+    SegmentList,
+    segment_arrays,
+    segments_cost,
+    segments_refused,
+    segments_schedule,
+)
 from optsched.result import replayed_objective
 from optsched.schedule import replay
 from tests.support.infermax import tiny_instance
@@ -62,8 +68,8 @@ def small_instance(seed: int, n: int = 20, share: float = 0.4, profile: str = "l
     )
 
 
-def random_plan(data, rng: random.Random, evictions: bool = True) -> Plan:
-    """A random plan: random order, chunk sizes, splits and grid."""
+def random_segment_list(data, rng: random.Random, evictions: bool = True) -> SegmentList:
+    """A random segment list: random order, chunk sizes, splits and grid."""
     n = len(data.prompt)
     segs = []
     for i in range(n):
@@ -83,32 +89,32 @@ def random_plan(data, rng: random.Random, evictions: bool = True) -> Plan:
         i = rng.choice([k for k in range(n) if pending[k]])
         order.append(pending[i].pop(0))
     arr = np.array(order, dtype=np.int64)
-    return Plan(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], rng.choice([1, 1, 2, 3]))
+    return SegmentList(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], rng.choice([1, 1, 2, 3]))
 
 
-# ----------------------------------------------------------------------------------------- plans
+# ----------------------------------------------------------------------------------------- segment lists
 
 
 @pytest.mark.parametrize("seed", list(TINY) + [100, 101, 102])
 def test_random_plans_replay_with_their_cost(seed):
     inst = tiny_instance(seed) if seed < 100 else small_instance(seed)
-    data = plan_data(inst)
+    data = segment_arrays(inst)
     rng = random.Random(seed)
     for _ in range(4):
-        plan = random_plan(data, rng)
-        schedule = plan_schedule(inst, data, plan)
+        segments = random_segment_list(data, rng)
+        schedule = segments_schedule(inst, data, segments)
         rep = replay(inst, schedule)
         assert rep.feasible, rep.violations[:3]
         for objective in ("makespan", "latency", "ttft"):
             value, _ = replayed_objective(inst, schedule, objective)
-            assert plan_cost(data, plan, objective) == pytest.approx(value, rel=REL)
+            assert segments_cost(data, segments, objective) == pytest.approx(value, rel=REL)
 
 
 @pytest.mark.parametrize("seed", range(300))
 def test_earliest_start_is_the_first_that_fits(seed):
-    """The placement's skips (plans.py, earliest_start) against a scan of every start; seeds from 200
+    """The placement's skips (segments.py, earliest_start) against a scan of every start; seeds from 200
     on are a single wall (a batch nearly full, or blocked) that a skip one batch too far misses."""
-    from optsched.problems.infermax import plans
+    from optsched.problems.infermax import segments as segment_module
 
     rng = np.random.default_rng(seed)
     T, M, P, C, R = 120, 60, 8, 10, int(rng.integers(3, 8))
@@ -132,15 +138,17 @@ def test_earliest_start_is_the_first_that_fits(seed):
             tok[wall] = C  # blocked
     length = n_fill + n_dec
     t0 = int(rng.integers(0, 20)) * grid
-    plans_kv = np.concatenate([kv, np.zeros(length + 2 * grid, np.int64)])
+    padded_kv = np.concatenate([kv, np.zeros(length + 2 * grid, np.int64)])
     pad = lambda a: np.concatenate([a, np.zeros(length + 2 * grid, np.int64)])  # noqa: E731
-    got = plans.earliest_start(plans_kv, pad(pre), pad(tok), pad(run), t0, X, q, n_fill, length, grid, M, P, C, R)
+    got = segment_module.earliest_start(
+        padded_kv, pad(pre), pad(tok), pad(run), t0, X, q, n_fill, length, grid, M, P, C, R
+    )
     want = -1
-    for t in range(t0, len(plans_kv) - length + 1, grid):
+    for t in range(t0, len(padded_kv) - length + 1, grid):
         if all(
-            plans_kv[t + k] + plans.segment_at(X, q, k)[0] <= M
-            and pad(pre)[t + k] + plans.segment_at(X, q, k)[1] <= P
-            and pad(tok)[t + k] + max(1, plans.segment_at(X, q, k)[1]) <= C
+            padded_kv[t + k] + segment_module.segment_at(X, q, k)[0] <= M
+            and pad(pre)[t + k] + segment_module.segment_at(X, q, k)[1] <= P
+            and pad(tok)[t + k] + max(1, segment_module.segment_at(X, q, k)[1]) <= C
             and pad(run)[t + k] < R
             for k in range(length)
         ):
@@ -152,21 +160,21 @@ def test_earliest_start_is_the_first_that_fits(seed):
 def test_plans_need_common_arrivals_and_the_options():
     inst = tiny_instance(3, arrivals=True)
     if len({r.arrival for r in inst.requests}) > 1:
-        assert "arrive" in plannable(inst)
+        assert "arrive" in segments_refused(inst)
     inst = small_instance(1)
-    assert plannable(inst) is None
-    assert "no_hybrid" in plannable(inst, no_hybrid=True)
+    assert segments_refused(inst) is None
+    assert "no_hybrid" in segments_refused(inst, no_hybrid=True)
 
 
 def test_search_improves_on_its_start_and_replays():
     inst = small_instance(7, n=24)
-    data = plan_data(inst)
-    start = starting_plans(data, "makespan", None)
-    steps = list(improve_plans(data, "makespan", time.perf_counter() + 2.0, start=start))
+    data = segment_arrays(inst)
+    start = starting_segment_lists(data, "makespan", None)
+    steps = list(improve_segment_lists(data, "makespan", time.perf_counter() + 2.0, start=start))
     assert steps[0].cost == start[0][0]
     costs = [s.cost for s in steps]
     assert costs == sorted(costs, reverse=True)
-    value, _ = replayed_objective(inst, plan_schedule(inst, data, steps[-1].plan), "makespan")
+    value, _ = replayed_objective(inst, segments_schedule(inst, data, steps[-1].segments), "makespan")
     assert value == pytest.approx(steps[-1].cost, rel=REL)
 
 
@@ -188,7 +196,7 @@ def _kv_time_loop(inst) -> int:
 
 
 def _schedules(inst, rng: random.Random, legal: int = 3):
-    """Exhaustive optimum (tiny only), every policy, random legal schedules, random plans."""
+    """Exhaustive optimum (tiny only), every policy, random legal schedules, random segment lists."""
     out = []
     for name in policy_names():
         try:
@@ -196,9 +204,9 @@ def _schedules(inst, rng: random.Random, legal: int = 3):
         except Exception:  # noqa: BLE001 - a policy that does not apply
             continue
     out += [random_legal_schedule(inst, rng).schedule for _ in range(legal)]
-    if plannable(inst) is None:
-        data = plan_data(inst)
-        out += [plan_schedule(inst, data, random_plan(data, rng)) for _ in range(2)]
+    if segments_refused(inst) is None:
+        data = segment_arrays(inst)
+        out += [segments_schedule(inst, data, random_segment_list(data, rng)) for _ in range(2)]
     return [s for s in out if replay(inst, s).feasible]
 
 

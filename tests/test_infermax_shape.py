@@ -15,10 +15,11 @@ import random
 
 import pytest
 
+from optsched.costmodel import Coefficients
 from optsched.instance import parse_instance
 from optsched.problems import bounder_for, solver_for
 from optsched.problems.infermax import cpsat, mip
-from optsched.problems.infermax.model import Coefficients, linear_instance
+from optsched.problems.infermax.model import linear_instance
 from optsched.schedule import replay
 from tests.support.infermax_bruteforce import exhaustive_makespan, exhaustive_optimum
 from tests.support.legal_schedules import random_legal_schedule
@@ -152,9 +153,9 @@ def test_a_backend_without_a_shape_term_is_caught(monkeypatch, backend, fault):
 
 def test_coefficients_and_their_scaling():
     inst = tiny(0)
-    k = Coefficients.from_cost_model(inst.cost_model)
-    assert (k.k_tl, k.tile, k.k_mk) == pytest.approx((32 * 3e-05, 4, 32 * 4e-06))
-    assert "tile" not in k.as_dict() and {"k_tl", "k_mk"} <= set(k.as_dict())
+    k = Coefficients.of(inst.cost_model).folded()
+    assert (k.per_tile, k.token_tile, k.decode_per_max_kv) == pytest.approx((32 * 3e-05, 4, 32 * 4e-06))
+    assert "token_tile" not in k.priced() and {"per_tile", "decode_per_max_kv"} <= set(k.priced())
     assert [k.tiles(n) for n in (0, 1, 4, 5, 8, 9)] == [0, 1, 1, 2, 2, 3]
     res = solve(inst)
     assert res.extra["scale_exact"] and res.extra["rounding_slack"] == 0.0

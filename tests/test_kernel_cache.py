@@ -37,7 +37,7 @@ import numba.typed.typeddict, numba.typed.typedlist
 
 from optsched.instance import parse_instance
 from optsched.problems.gmax.exact import make_backend, solve_exact
-from optsched.problems.gmax.generate import random_gmax_instance
+from tests.support.gmax_generate import random_gmax_instance
 from optsched.problems.gmax.problem import GmaxProblem
 from optsched.problems.infermax.chunks import chunk_bound
 from optsched.problems.infermax.search import relaxation_search

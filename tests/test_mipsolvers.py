@@ -54,7 +54,7 @@ def test_no_solver_is_started_without_time_for_the_handover(monkeypatch) -> None
 
     import optsched.mipsolvers as mipsolvers
     from optsched.problems import solver_for
-    from optsched.problems.hybrid.offline import loads_of, lpt, solve_pcmax
+    from optsched.problems.hybrid.pcmax import loads_of, lpt, solve_pcmax
     from tests.support.infermax import tiny_instance
 
     monkeypatch.setattr(mipsolvers, "HANDOVER_PER_BUILD", 1e9)

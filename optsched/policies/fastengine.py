@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ..costmodel import CostModel
+from ..costmodel import Coefficients, CostModel
 from ..instance import Instance, Request
-from ..replaykernel import batch_time, coefficients
+from ..replaykernel import batch_time
 from ..schedcols import ScheduleColumns
 from ..schedule import Schedule
 from .config import GROUPS, PolicyConfig
@@ -459,7 +459,7 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
         batch_out = np.zeros((cap, 2), np.int64)
         starts = np.zeros(cap)
         status, nb = _simulate(
-            Q, order, arrival, groups, np.array(flags, np.bool_), limits, coefficients(instance.cost_model), E,
+            Q, order, arrival, groups, np.array(flags, np.bool_), limits, Coefficients.of(instance.cost_model), E,
             batch_out, starts,
         )  # fmt: skip
         if status:

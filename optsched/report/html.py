@@ -2,7 +2,7 @@
 
 Every picture is drawn by :mod:`optsched.report.plots` and embedded as SVG text (large collections
 are rasterized into the SVG as embedded PNG data). The page has no JavaScript and references no
-external resource, so it renders offline and identically everywhere.
+external resource, so it renders without a network connection and identically everywhere.
 """
 
 from __future__ import annotations

@@ -32,12 +32,12 @@ import numpy as np
 
 from optsched.instance import parse_instance
 from optsched.problems.gmax.exact import make_backend, solve_exact
-from optsched.problems.gmax.generate import random_gmax_instance
 from optsched.problems.gmax.problem import GmaxProblem
 from optsched.problems.gmax.sa import SAParams, simulated_annealing
 from optsched.problems.scls.batching import MemoryRule, dp_batches
 from optsched.problems.scls.offload import exact_offload, max_min_offload
 from optsched.problems.static_latency import Phase, StaticLatencyModel
+from tests.support.gmax_generate import random_gmax_instance
 
 
 def emit(out, **row) -> None:

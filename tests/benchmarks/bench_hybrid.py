@@ -21,15 +21,16 @@ import json
 import time
 import warnings
 
-from optsched.problems.hybrid.instances import gsm8k_like
-from optsched.problems.hybrid.offline import loads_of, lpt, processing_times, solve_pcmax
+from optsched.generators import gsm8k_like
+from optsched.problems.hybrid.pcmax import loads_of, lpt, processing_times, solve_pcmax
+from tests.support.hybrid_paper import paper_batch, paper_limits
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 def offline(seeds: int, moments: str) -> None:
     for seed in range(seeds):
-        inst = gsm8k_like(seed, moments=moments)
+        inst = paper_batch(seed, moments=moments)
         p = processing_times(inst)
         t0 = time.perf_counter()
         found = solve_pcmax(p, 200, time_limit=10.0)
@@ -87,11 +88,12 @@ def main() -> None:
         offline(args.seeds, args.moments)
     elif args.what == "mip-toy":
         print(
-            json.dumps(mip(gsm8k_like(0, requests=100, clients=20), args.solver, args.time_limit, "hybrid")), flush=True
+            json.dumps(mip(gsm8k_like(0, n=100, limits=paper_limits(20)), args.solver, args.time_limit, "hybrid")),
+            flush=True,
         )
     else:
         for n in (4, 6, 8, 10, 12, 15, 20):
-            row = mip(gsm8k_like(0, requests=n, clients=max(2, n // 5)), args.solver, args.time_limit, None)
+            row = mip(gsm8k_like(0, n=n, limits=paper_limits(max(2, n // 5))), args.solver, args.time_limit, None)
             print(json.dumps(row), flush=True)
             if row["status"] != "optimal":
                 break

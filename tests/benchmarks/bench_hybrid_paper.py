@@ -20,9 +20,9 @@ import time
 
 from optsched.policies import simulator_for
 from optsched.problems.hybrid.bounds import paper_bound, strict_bound
-from optsched.problems.hybrid.instances import gsm8k_like
 from optsched.problems.hybrid.online import client_metrics
 from optsched.schedule import replay
+from tests.support.hybrid_paper import paper_batch
 
 POLICIES = ["hybrid-baseline", "hybrid-baseline-global", "hybrid-offline", "hybrid-online", "hybrid", "hybrid-b"]
 PAPER = {
@@ -44,7 +44,7 @@ def run(inst, name: str) -> dict:
 
 
 def table(seed: int, moments: str) -> None:
-    inst = gsm8k_like(seed, moments=moments)
+    inst = paper_batch(seed, moments=moments)
     out_mean = statistics.mean(r.output_tokens for r in inst.requests)
     in_mean = statistics.mean(r.prompt_tokens for r in inst.requests)
     print(f"instance {inst.name}: prompt mean {in_mean:.2f}, output mean {out_mean:.2f}")
@@ -76,7 +76,7 @@ def cases(count: int, moments: str, baseline: str) -> None:
     gains_u, gains_upp, gains_tok, spans = [], [], [], []
     ordered = 0
     for seed in range(count):
-        inst = gsm8k_like(seed, moments=moments)
+        inst = paper_batch(seed, moments=moments)
         base, hyb = run(inst, baseline), run(inst, "hybrid")
         lb = strict_bound(inst)[0]
         ok = lb <= hyb["makespan"] <= base["makespan"]

@@ -19,7 +19,7 @@ Usage::
   N in {64, 128}, I and O in {64, 1024} (``--sizes`` for others; 600 s a cell).
 - ``slice``: the first 1,000 requests of ``splitwise_code.csv``, offline, M = 10 % of their KV need.
 - ``curve``: one solve (default ``infermax-i64-o1024-n32-m10k``) and its gap over time: the best
-  schedule (best policy from the start, then the plan search's improvements) against the best
+  schedule (best policy from the start, then the segment-list search's improvements) against the best
   proven bound (the work and KV-time bounds from the start, then the trajectory bound's refinements).
 
 Each result is one JSON line (printed, and appended to ``--out``); ``table`` prints the markdown

@@ -4,7 +4,7 @@ Workload: the Splitwise conversation trace (``<repo>/../shared/data/traces/split
 requests with ``prompt <= 2048`` and ``prompt + output <= 4096`` (docs/aladdin.md, A20), a slice of
 ``--requests`` consecutive rows starting at ``--offset``; arrival times are scaled so that the slice's
 mean rate is each of ``--rates`` requests/s. Llama-2-7b on A100 with the Table 2 SLOs (TTFT 0.4 s,
-ATGT 15 ms); worker coefficients from :mod:`optsched.problems.aladdin.workerconfig`, measured
+ATGT 15 ms); worker coefficients from :mod:`tests.support.aladdin_workers`, measured
 variant (Vidur's A100 layer profiles under ``<repo>/../shared/data/vidur_profiling``) unless
 ``--coefficients datasheet``; (d)'s decode slack ``--slack paper|atgt`` (docs/aladdin.md 8.3).
 Output lengths are predicted by 10 prompt-length bins fitted on the trace rows outside the slice.
@@ -40,7 +40,7 @@ from optsched.costmodel import load_cost_model  # noqa: E402
 from optsched.instance import Instance, InstanceError, Limits, Request  # noqa: E402
 from optsched.problems.aladdin.capacity import heartbeat_lower_bound, min_workers, min_workers_scaling  # noqa: E402
 from optsched.problems.aladdin.predictor import BinPredictor  # noqa: E402
-from optsched.problems.aladdin.workerconfig import measured_layers, worker_coefficients  # noqa: E402
+from tests.support.aladdin_workers import measured_layers, worker_coefficients  # noqa: E402
 
 METHODS = [("exact", 1), ("bestfit", 1), ("jsq", 1), ("po2", 1), ("rr", 1), ("jsq", 2), ("jsq", 4)]
 SCALING = ["exact", "bestfit"]

@@ -1,7 +1,7 @@
 """Table 3 of the Aladdin paper (optimal GPUs per worker, Eq. 6): datasheet roofline vs measured.
 
 For every (model, GPU) of Table 3 prints ``N_g^opt`` and the Eq. 6 terms per N under both variants of
-:mod:`optsched.problems.aladdin.workerconfig` (the measured one reads
+:mod:`tests.support.aladdin_workers` (the measured one reads
 ``<repo>/../shared/data/vidur_profiling``), then, for the entries that differ from the paper, the range
 of the all-reduce ring-step latency ``alpha`` (the one assumed number that decides between TP degrees)
 in which Eq. 6 would pick the paper's size, scanned from 0 to ``--max-alpha`` microseconds. Also
@@ -27,7 +27,7 @@ DATA = next(
 )
 
 from optsched.costfit import read_vidur_mlp_profile  # noqa: E402
-from optsched.problems.aladdin.workerconfig import (  # noqa: E402
+from tests.support.aladdin_workers import (  # noqa: E402
     hardware_data,
     layer_params,
     measured_layers,

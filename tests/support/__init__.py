@@ -15,5 +15,9 @@
 - :mod:`~tests.support.chromium`: headless Chromium for the HTML pages;
 - :mod:`~tests.support.paths`: the repository and the shared data folder (``$OPTSCHED_SHARED/data``,
   else ``../shared/data``);
-- :mod:`~tests.support.gmax`, :mod:`~tests.support.aladdin`: those formulations' toy and random instances.
+- :mod:`~tests.support.gmax`, :mod:`~tests.support.aladdin`: those formulations' toy and random instances;
+- :mod:`~tests.support.gmax_generate`: random static-batching instances in the SLO-aware paper's setting;
+- :mod:`~tests.support.aladdin_workers` (with ``aladdin_hardware.toml``): Aladdin's worker
+  configuration (Eqs. 5, 6, Table 3);
+- :mod:`~tests.support.hybrid_paper`: the Hybrid paper's limits and offline batches.
 """

@@ -4,8 +4,8 @@ instances, a schedule's canonical form and the search's node after a prefix."""
 import numpy as np
 
 from optsched.instance import load_instance, parse_instance
-from optsched.problems.gmax.generate import random_gmax_instance
 from optsched.problems.gmax.problem import GmaxProblem
+from tests.support.gmax_generate import random_gmax_instance
 from tests.support.paths import INSTANCES
 
 TOYS = {  # docs/gmax.md, toy examples: (instance, optimal batches, optimal G in req/s, start G)

@@ -117,7 +117,7 @@ class GmaxProblem:
         Parameters
         ----------
         lengths
-            ``"true"`` plans on ``output_tokens``; ``"predicted"`` on ``predicted_output_tokens``
+            ``"true"`` schedules on ``output_tokens``; ``"predicted"`` on ``predicted_output_tokens``
             (falling back to ``output_tokens`` where absent).
 
         Raises

@@ -41,7 +41,7 @@ from typing import Any, Literal
 from ...instance import Instance
 from ...options import Options, PositiveFloat
 from ...result import Bound
-from .offline import processing_times, solve_pcmax
+from .pcmax import processing_times, solve_pcmax
 from .timing import timing_of
 
 __all__ = ["HybridBoundOptions", "bounds", "paper_bound", "strict_bound"]

@@ -76,7 +76,7 @@ from ...instance import Instance
 from ...mipsolvers import pulp_solver, solve_model
 from ...result import Status
 from ...schedule import Batch, Item, Schedule
-from .offline import solve_pcmax
+from .pcmax import solve_pcmax
 from .timing import decode_rounds, timing_of
 
 __all__ = ["HybridMIP", "build", "extract_stages", "run_backend", "stages_to_schedule", "warm_start_values"]

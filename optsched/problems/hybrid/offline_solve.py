@@ -1,6 +1,6 @@
 """``SOLVERS["hybrid-offline"]``: the offline assignment of the Hybrid paper (Eqs. 26-30) and its schedule.
 
-The assignment of requests to the ``J`` clients is the P||Cmax optimum of :mod:`.offline` on decode
+The assignment of requests to the ``J`` clients is the P||Cmax optimum of :mod:`.pcmax` on decode
 rounds; the objective is the largest client load in seconds, ``tau_d * C*``. The schedule reported
 with it is the ``hybrid-offline`` policy of :mod:`.online` run on that assignment (prefill-first, no
 queue sorting or stealing), replayed by :func:`optsched.schedule.replay`.
@@ -26,8 +26,8 @@ from ...mipsolvers import MIP_BACKENDS
 from ...options import Name, OptionError, Options, PositiveFloat, PositiveInt
 from ...result import Bound, SolveResult, Status
 from ...schedule import ReplayResult, Schedule, replay
-from .offline import LENGTHS, PCMAX_METHODS, loads_of, pcmax_lower_bound, processing_times, solve_pcmax
 from .online import simulate_pd
+from .pcmax import LENGTHS, PCMAX_METHODS, loads_of, pcmax_lower_bound, processing_times, solve_pcmax
 from .timing import shape_term_refusal, timing_of
 
 __all__ = ["HybridOfflineBoundOptions", "HybridOfflineOptions", "bounds", "solve"]

@@ -12,7 +12,7 @@ policies' schedules lie in the full MIP's model space. Every caller replays the 
 Three decisions, each with the paper's options:
 
 1. *Assignment* of requests to client queues ``I_j``: round robin in arrival (FCFS) order (the baseline,
-   docs/hybrid.md, "Online methods"), the offline P||Cmax optimum (:mod:`.offline`, Eqs. 26-30), or one
+   docs/hybrid.md, "Online methods"), the offline P||Cmax optimum (:mod:`.pcmax`, Eqs. 26-30), or one
    shared FCFS queue that every idle client serves next (``hybrid-baseline-global``, vLLM's single waiting queue; a
    variant the paper does not describe, reported beside that baseline).
 2. *Online request scheduling* (Algorithm 1 with fixes A1-A2 of docs/hybrid.md): each ``I_j`` sorted longest-first
@@ -44,7 +44,7 @@ from typing import Any
 
 from ...instance import Instance
 from ...schedule import Batch, Item, ReplayResult, Schedule
-from .offline import processing_times, solve_pcmax
+from .pcmax import processing_times, solve_pcmax
 from .timing import decode_rounds, timing_of
 
 __all__ = [

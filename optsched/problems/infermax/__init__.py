@@ -11,9 +11,9 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
    :mod:`optsched.bounds`;
    for the makespan with a KV capacity also the KV-time bound of :mod:`.kvtime` (via :mod:`.scale`);
    with :data:`.scale.SCALE_MIN_REQUESTS` requests or more, the scale phase (:func:`_scale_phase`:
-   the plan search and the trajectory bound of :mod:`.scale`) takes the rest of the time limit
+   the segment-list search and the trajectory bound of :mod:`.scale`) takes the rest of the time limit
    (60 s without one; no policy is started after :data:`CANDIDATE_SHARE` of the limit), its best
-   plan becomes a candidate, its bounds join the proven ones, and phases 3 to 5 are skipped (no
+   segment list becomes a candidate, its bounds join the proven ones, and phases 3 to 5 are skipped (no
    model is built; ``extra['scale']`` holds what it found);
 2. the model's data (:func:`_model_data`): the horizon J from UB (:func:`.data.horizon`: proven
    for makespan and completion, and for ttft when its model is small; ttft with evictions uses the
@@ -54,6 +54,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from ...budget import TimeBudget
+from ...costmodel import Coefficients
 from ...deadline import passed
 from ...instance import Instance
 from ...load_bounds import LP_TIME, load_bounds, proven_bounds
@@ -62,7 +63,7 @@ from ...result import Bound, SolveResult, Status, check_agreement, replayed_obje
 from ...schedule import ReplayResult, Schedule, replay
 from .candidates import Candidate, CandidatePool, candidate_schedules, initial_candidates
 from .data import ModelData, build_data, fits
-from .model import Coefficients, InferMaxBoundOptions, InferMaxInputError, InferMaxOptions, linear_instance
+from .model import InferMaxBoundOptions, InferMaxInputError, InferMaxOptions, linear_instance
 from .scale import SCALE_MIN_REQUESTS, kv_time_bound
 from .schedules import first_token_prefix, hint_from_schedule, schedule_from_solution, serial_completion
 
@@ -127,7 +128,7 @@ SOLVE_MODULES = (
 
 
 #: At scale, the share of the time limit after which no more policies are started for the
-#: candidate pool (one is always there): the scale phase's plan search and bounds get the rest.
+#: candidate pool (one is always there): the scale phase's segment-list search and bounds get the rest.
 CANDIDATE_SHARE = 0.5
 
 
@@ -480,7 +481,7 @@ def _with_chunk_bound(
 
     if (
         relax.status != Status.OPTIMAL
-        or not 0 < upper - relax.bound < Coefficients.from_cost_model(instance.cost_model).k_pb
+        or not 0 < upper - relax.bound < Coefficients.of(instance.cost_model).folded().prefill_bias
     ):
         return relax, None, None
     found = chunk_bound(instance, upper, time_limit)

@@ -41,6 +41,7 @@ from numba.typed import Dict, List
 
 from .graph import Graph, Node, as_array, children, new_lists, node_estimate
 from .relax import UNBOUNDED
+from .tables import EdgeCosts
 
 __all__ = ["EMPTY", "FULL", "GOAL", "RUNNING", "Run", "astar"]
 
@@ -84,7 +85,7 @@ def astar(
     I: np.ndarray,
     O: np.ndarray,
     limits: np.ndarray,
-    costs: np.ndarray,
+    costs: EdgeCosts,
     rho: np.ndarray,
     pat: np.ndarray,
     table: np.ndarray,

@@ -81,14 +81,16 @@ from ortools.sat.python import cp_model
 
 from ...bounds import request_work
 from ...budget import TimeBudget
+from ...costmodel import Coefficients
 from ...cpsat_solver import run_model
 from ...instance import Instance
 from ...result import Status
 from ...schedule import Batch, Item, Schedule
 from .astar import EMPTY, GOAL, RUNNING, Run
 from .graph import Graph, Node, as_array, children, edge_arrays, new_lists
-from .model import Coefficients, linear_instance
+from .model import linear_instance
 from .relax import UNIT, floor_units
+from .tables import EdgeCosts
 
 __all__ = ["ChunkBound", "chunk_bound", "chunked_schedule", "least_chunk_squares", "least_with_squares", "near_nodes",
            "near_paths"]
@@ -225,7 +227,7 @@ def _fill_squares(sizes: np.ndarray, earlier: np.ndarray, n: int, free: int) -> 
 
 @njit(cache=True)
 def least_with_squares(order: np.ndarray, togo: Dict, goal: int, bits: int, I: np.ndarray, O: np.ndarray,
-                       limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, square: float, upper: int,
+                       limits: np.ndarray, costs: EdgeCosts, rho: np.ndarray, square: float, upper: int,
                        keys: List, steps: List) -> tuple[int, np.ndarray]:
     """Least :math:`V(\\pi) + Q_F(\\pi)` over the paths through the nodes ``order`` (increasing
     tokens generated) that cost less than ``upper``, else ``upper``: a shortest path over states
@@ -437,11 +439,11 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
     if near is None:
         return ChunkBound(None, 0)
     order, togo = near
-    k = Coefficients.from_cost_model(instance.cost_model)
+    k = Coefficients.of(instance.cost_model).folded()
     optimum = int(_lookup(togo, np.zeros(1, np.int64))[0])  # V* when below T, else -1
-    cap = threshold if optimum < 0 else min(threshold, optimum + floor_units(k.k_pb))  # T, V* + kappa
+    cap = threshold if optimum < 0 else min(threshold, optimum + floor_units(k.prefill_bias))  # T, V* + kappa
     keys, steps = new_lists()
-    best, nodes = least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.k_pq / UNIT,
+    best, nodes = least_with_squares(order, togo, np.int64(graph.goal), *graph.args, k.prefill_per_token_sq / UNIT,
                                       np.int64(cap), keys, steps)
     schedule = None if not len(nodes) else chunked_schedule(
         instance, [graph.node(key) for key in nodes.tolist()[::-1]], budget)
@@ -453,7 +455,7 @@ def chunk_bound(instance: Instance, upper: float, time_limit: float | None = Non
                 break
             extra = least_chunk_squares(instance, path, budget)
             if extra is not None:
-                priced = min(priced, cost + floor_units(k.k_pq * extra))
+                priced = min(priced, cost + floor_units(k.prefill_per_token_sq * extra))
         else:
             best = max(best, priced)
     return ChunkBound(min(work + best * UNIT, upper), 0 if paths is None else len(paths), schedule)  # T: U - W up

@@ -85,12 +85,12 @@ class ModelBuilder:
         self.pc = self._grid(lambda i, j: mdl.NewIntVar(0, min(data.P, data.U(i)), f"pc_{i}_{j}"))
         self.sq = self._grid(lambda i, j: mdl.NewIntVar(0, min(data.P, data.U(i)) ** 2, f"sq_{i}_{j}"))
         self.kv = self._grid(lambda i, j: mdl.NewIntVar(0, data.U(i) - 1, f"kv_{i}_{j}"))
-        self.x = self._grid(self._context_var) if scale.coef["k_pc"] else None
+        self.x = self._grid(self._context_var) if scale.coef.prefill_per_ctx else None
         self.y = [mdl.NewBoolVar(f"y_{j}") for j in range(J)]
         self.hp = [mdl.NewBoolVar(f"hp_{j}") for j in range(J)]
         self.hd = [mdl.NewBoolVar(f"hd_{j}") for j in range(J)]
-        self.tl = [self._tiles(j) for j in range(J)] if data.coef.k_tl else None
-        self.kvm = [self._longest_context(j) for j in range(J)] if data.coef.k_mk else None
+        self.tl = [self._tiles(j) for j in range(J)] if data.coef.per_tile else None
+        self.kvm = [self._longest_context(j) for j in range(J)] if data.coef.decode_per_max_kv else None
         self.mz: list[list[cp_model.IntVar]] = []  # per batch, when R_max binds
         for i in range(data.N):
             check(deadline, "CP-SAT model")
@@ -113,7 +113,7 @@ class ModelBuilder:
 
     def _tiles(self, j: int) -> cp_model.IntVar:
         """tl_j = ceil(sum_i c_ij / t): t tl >= sum c and t tl <= sum c + t - 1 (model docstring)."""
-        t, tokens = self.data.coef.tile, sum(self.c[i][j] for i in range(self.data.N))
+        t, tokens = self.data.coef.token_tile, sum(self.c[i][j] for i in range(self.data.N))
         tl = self.m.NewIntVar(0, self.data.coef.tiles(self.data.C), f"tl_{j}")
         self.m.Add(t * tl >= tokens)
         self.m.Add(t * tl <= tokens + t - 1)
@@ -255,17 +255,17 @@ class ModelBuilder:
     def _batch_time(self, j: int) -> cp_model.LinearExpr:
         k, N = self.scale.coef, self.data.N
         return (
-            k["k_b"] * self.y[j]
-            + k["k_t"] * sum(self.c[i][j] for i in range(N))
-            + k["k_pb"] * self.hp[j]
-            + k["k_pt"] * sum(self.pc[i][j] for i in range(N))
-            + k["k_pq"] * sum(self.sq[i][j] for i in range(N))
-            + k["k_db"] * self.hd[j]
-            + k["k_dt"] * sum(self.dg[i][j] for i in range(N))
-            + k["k_dk"] * sum(self.kv[i][j] for i in range(N))
-            + (k["k_pc"] * sum(self.x[i][j] for i in range(N)) if self.x is not None else 0)
-            + (k["k_tl"] * self.tl[j] if self.tl is not None else 0)
-            + (k["k_mk"] * self.kvm[j] if self.kvm is not None else 0)
+            k.base * self.y[j]
+            + k.per_token * sum(self.c[i][j] for i in range(N))
+            + k.prefill_bias * self.hp[j]
+            + k.prefill_per_token * sum(self.pc[i][j] for i in range(N))
+            + k.prefill_per_token_sq * sum(self.sq[i][j] for i in range(N))
+            + k.decode_bias * self.hd[j]
+            + k.decode_per_token * sum(self.dg[i][j] for i in range(N))
+            + k.decode_per_kv * sum(self.kv[i][j] for i in range(N))
+            + (k.prefill_per_ctx * sum(self.x[i][j] for i in range(N)) if self.x is not None else 0)
+            + (k.per_tile * self.tl[j] if self.tl is not None else 0)
+            + (k.decode_per_max_kv * self.kvm[j] if self.kvm is not None else 0)
         )
 
     def add_objective(self) -> None:
@@ -401,17 +401,17 @@ def solve_cpsat(
 def _batch_seconds(data: ModelData, solver: cp_model.CpSolver, b: ModelBuilder, j: int) -> float:
     k, N, v = data.coef, data.N, solver.Value
     return (
-        k.k_b * v(b.y[j])
-        + k.k_t * sum(v(b.c[i][j]) for i in range(N))
-        + k.k_pb * v(b.hp[j])
-        + k.k_pt * sum(v(b.pc[i][j]) for i in range(N))
-        + k.k_pq * sum(v(b.sq[i][j]) for i in range(N))
-        + k.k_db * v(b.hd[j])
-        + k.k_dt * sum(v(b.dg[i][j]) for i in range(N))
-        + k.k_dk * sum(v(b.kv[i][j]) for i in range(N))
-        + (k.k_pc * sum(v(b.x[i][j]) for i in range(N)) if b.x is not None else 0.0)
-        + (k.k_tl * v(b.tl[j]) if b.tl is not None else 0.0)
-        + (k.k_mk * v(b.kvm[j]) if b.kvm is not None else 0.0)
+        k.base * v(b.y[j])
+        + k.per_token * sum(v(b.c[i][j]) for i in range(N))
+        + k.prefill_bias * v(b.hp[j])
+        + k.prefill_per_token * sum(v(b.pc[i][j]) for i in range(N))
+        + k.prefill_per_token_sq * sum(v(b.sq[i][j]) for i in range(N))
+        + k.decode_bias * v(b.hd[j])
+        + k.decode_per_token * sum(v(b.dg[i][j]) for i in range(N))
+        + k.decode_per_kv * sum(v(b.kv[i][j]) for i in range(N))
+        + (k.prefill_per_ctx * sum(v(b.x[i][j]) for i in range(N)) if b.x is not None else 0.0)
+        + (k.per_tile * v(b.tl[j]) if b.tl is not None else 0.0)
+        + (k.decode_per_max_kv * v(b.kvm[j]) if b.kvm is not None else 0.0)
     )
 
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...bounds import batch_counts, prefill_alone_time, request_work
+from ...costmodel import Coefficients
 from ...deadline import BuildStopped, check
 from ...instance import Instance
-from .model import Coefficients, InferMaxInputError, InferMaxOptions, Scaling, linear_instance, symmetric_pairs
+from .model import InferMaxInputError, InferMaxOptions, Scaling, linear_instance, symmetric_pairs
 
 __all__ = [
     "TTFT_PROOF_CELLS",
@@ -28,6 +29,7 @@ __all__ = [
     "fits",
     "horizon",
     "integer_scaling",
+    "min_batch",
     "makespan_cap",
     "request_batch_grid",
 ]
@@ -125,17 +127,17 @@ class ModelData:
         sq = min(chunk_cap * chunk_cap, sum(min(self.U(i), chunk_cap) ** 2 for i in range(self.N)))
         kv = sum(self.U(i) for i in range(self.N))
         return (
-            k.k_b
-            + k.k_t * self.C
-            + k.k_pb
-            + k.k_pt * chunk_cap
-            + k.k_pq * sq
-            + k.k_db
-            + k.k_dt * self.N
-            + k.k_dk * kv
-            + k.k_pc * self.max_context_product()
-            + k.k_tl * k.tiles(self.C)
-            + k.k_mk * self.max_context()
+            k.base
+            + k.per_token * self.C
+            + k.prefill_bias
+            + k.prefill_per_token * chunk_cap
+            + k.prefill_per_token_sq * sq
+            + k.decode_bias
+            + k.decode_per_token * self.N
+            + k.decode_per_kv * kv
+            + k.prefill_per_ctx * self.max_context_product()
+            + k.per_tile * k.tiles(self.C)
+            + k.decode_per_max_kv * self.max_context()
         )
 
     def max_context(self) -> int:
@@ -158,25 +160,26 @@ class ModelData:
         """The makespan of every schedule no worse than the best known (:func:`makespan_cap`)."""
         return makespan_cap(self.options.objective, self.upper_makespan, self.upper, self.arrival)
 
-    def activity_bounds(self) -> dict[str, float]:
-        """Upper bounds on the total activity of each cost term over the horizon (for the slack)."""
+    def activity_bounds(self) -> Coefficients:
+        """Upper bounds on the total activity of each priced cost term over the horizon (for the
+        slack), as the field of its price."""
         chunk_cap = min(self.P, self.C)
         sq = min(chunk_cap * chunk_cap, sum(min(self.U(i), chunk_cap) ** 2 for i in range(self.N)))
         kv = sum(self.U(i) for i in range(self.N))
         J = self.J
-        return {
-            "k_b": J,
-            "k_t": J * self.C,
-            "k_pb": J,
-            "k_pt": J * chunk_cap,
-            "k_pq": J * sq,
-            "k_db": J,
-            "k_dt": J * self.N,
-            "k_dk": J * kv,
-            "k_pc": J * self.max_context_product(),
-            "k_tl": J * self.coef.tiles(self.C),
-            "k_mk": J * self.max_context(),
-        }
+        return self.coef._replace(
+            base=J,
+            per_token=J * self.C,
+            prefill_bias=J,
+            prefill_per_token=J * chunk_cap,
+            prefill_per_token_sq=J * sq,
+            decode_bias=J,
+            decode_per_token=J * self.N,
+            decode_per_kv=J * kv,
+            prefill_per_ctx=J * self.max_context_product(),
+            per_tile=J * self.coef.tiles(self.C),
+            decode_per_max_kv=J * self.max_context(),
+        )
 
 
 def request_batch_grid(
@@ -230,14 +233,20 @@ class Horizon:
     first_tokens_only: bool = False
 
 
+def min_batch(coef: Coefficients) -> float:
+    """Bias every non-empty batch pays at least under the folded ``coef`` (seconds): base plus the
+    cheaper phase bias."""
+    return coef.base + min(coef.prefill_bias, coef.decode_bias)
+
+
 def _batches_within(time: float, work: float, prefill_batches: int, coef: Coefficients) -> int:
     """Most batches with items that end by ``time`` when they do ``work`` item work and at least
-    ``prefill_batches`` of them hold prefill tokens (each batch costs at least ``coef.min_batch``,
-    a prefill batch ``k_pb - min(k_pb, k_db)`` more; idle time is >= 0)."""
-    if coef.min_batch <= 0:
+    ``prefill_batches`` of them hold prefill tokens (each batch costs at least :func:`min_batch`, a
+    prefill batch ``prefill_bias - min(prefill_bias, decode_bias)`` more; idle time is >= 0)."""
+    if min_batch(coef) <= 0:
         raise InferMaxInputError("cost_model: a non-empty batch must cost > 0 for a finite horizon")
-    extra = prefill_batches * (coef.k_pb - min(coef.k_pb, coef.k_db))
-    return max(1, math.floor((time - work - extra) / coef.min_batch * (1 + 1e-9)))
+    extra = prefill_batches * (coef.prefill_bias - min(coef.prefill_bias, coef.decode_bias))
+    return max(1, math.floor((time - work - extra) / min_batch(coef) * (1 + 1e-9)))
 
 
 def makespan_cap(objective: str, upper_makespan: float, upper_objective: float, arrival: Sequence[float]) -> float:
@@ -297,10 +306,10 @@ def horizon(
     Horizon
     """
     instance = linear_instance(instance)
-    coef = Coefficients.from_cost_model(instance.cost_model)
+    coef = Coefficients.of(instance.cost_model).folded()
     cap = makespan_cap(options.objective, upper_makespan, upper_objective, [r.arrival for r in instance.requests])
     J_makespan = _batches_within(cap, math.fsum(request_work(instance)), batch_counts(instance)[1], coef)
-    note = f"J = floor((UB {cap:.6g} s - work - prefill biases) / min batch {coef.min_batch:.6g} s) = {J_makespan}"
+    note = f"J = floor((UB {cap:.6g} s - work - prefill biases) / min batch {min_batch(coef):.6g} s) = {J_makespan}"
     if options.objective != "ttft":
         return Horizon(J_makespan, True, note)
     N = len(instance.requests)
@@ -369,7 +378,7 @@ def build_data(
         Non-empty batches of the warm-start schedule up to its last first token
         (:func:`.schedules.first_token_prefix`), which J is at least in the first-token model.
     """
-    coef = Coefficients.from_cost_model(instance.cost_model)
+    coef = Coefficients.of(instance.cost_model).folded()
     found = horizon(instance, upper_makespan, upper_objective, options)
     J, proven, note = found.J, found.proven, found.note
     J = max(J, prefix_batches if found.first_tokens_only and prefix_batches is not None else min_batches)
@@ -401,7 +410,7 @@ def integer_scaling(data: ModelData, max_magnitude: float = 2e15) -> Scaling:
     so that CP-SAT's sums stay far below 2**63. When no exact power fits, the largest safe one is
     used and :attr:`.model.Scaling.slack` bounds the rounding error over all activities.
     """
-    coefs = data.coef.as_dict()
+    coefs = data.coef.priced()
     top = max(data.time_cap(), 1e-12)
     limit = max(0, math.floor(math.log10(max_magnitude / top)))
     power = limit
@@ -412,8 +421,8 @@ def integer_scaling(data: ModelData, max_magnitude: float = 2e15) -> Scaling:
     scaled = {k: v * 10**power for k, v in coefs.items()}
     ints = {k: int(round(v)) for k, v in scaled.items()}
     activity = data.activity_bounds()
-    slack = sum(abs(scaled[k] - ints[k]) * activity[k] for k in coefs) / 10**power
+    slack = sum(abs(scaled[k] - ints[k]) * getattr(activity, k) for k in coefs) / 10**power
     exact = all(abs(scaled[k] - ints[k]) <= 1e-6 for k in coefs)
     if data.online:
         slack += data.N / 10**power  # arrivals rounded up to the grid: each finish may move one unit
-    return Scaling(power=power, coef=ints, slack=slack, exact=exact)
+    return Scaling(power=power, coef=data.coef._replace(**ints), slack=slack, exact=exact)

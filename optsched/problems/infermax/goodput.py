@@ -56,6 +56,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from ...budget import TimeBudget
+from ...costmodel import Coefficients
 from ...cpsat_solver import run_model
 from ...deadline import BuildStopped, passed
 from ...instance import Instance
@@ -67,7 +68,7 @@ from .candidates import CandidatePool, initial_candidates
 from .cpsat import ModelBuilder
 from .data import ModelData, fits, instance_fields, integer_scaling
 from .goodput_bounds import SloArrays, alive_requests, max_met, request_facts, slo_arrays
-from .model import Coefficients, InferMaxInputError, InferMaxOptions, Scaling
+from .model import InferMaxInputError, InferMaxOptions, Scaling
 from .schedules import schedule_from_solution, serial_completion
 
 __all__ = ["GoodputBuilder", "goodput_model_data", "solve_goodput"]
@@ -150,7 +151,7 @@ def goodput_model_data(instance: Instance, options: InferMaxOptions) -> tuple[Mo
     data = ModelData(
         **instance_fields(sub),
         options=options,
-        coef=Coefficients.from_cost_model(instance.cost_model),
+        coef=Coefficients.of(instance.cost_model).folded(),
         J=J,
         horizon_proven=proven,
         horizon_note=note,

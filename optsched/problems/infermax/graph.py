@@ -110,10 +110,10 @@ from numba import njit, types
 from numba.typed import List
 
 from ...budget import TimeBudget
+from ...costmodel import Coefficients
 from ...instance import Instance
-from .model import Coefficients
 from .relax import UNBOUNDED, floor_units, refill_line
-from .tables import LARGEST_TABLE, patterns_at, table_entries, table_seconds, tabulated
+from .tables import LARGEST_TABLE, EdgeCosts, patterns_at, table_entries, table_seconds, tabulated
 
 __all__ = ["MAX_REQUESTS", "PATTERN_ENTRIES", "PATTERN_SIZE", "Graph", "Node", "as_array", "children", "edge_arrays",
            "new_lists", "node_estimate"]
@@ -145,7 +145,7 @@ class Graph:
     the relaxation, for :mod:`.chunks`)."""
 
     def __init__(self, instance: Instance, drop_dominated: bool = True) -> None:
-        k = Coefficients.from_cost_model(instance.cost_model.linear_twin())  # model docstring
+        k = Coefficients.of(instance.cost_model.linear_twin()).folded()  # model docstring
         reqs = instance.requests
         lim = instance.limits
         self.N = len(reqs)
@@ -165,8 +165,8 @@ class Graph:
         self.whole_fills_fit = bool(np.all(self.I + self.O - 1 <= min(lim.prefill_budget, lim.token_budget)))
         strict = self.limits.copy()
         strict[3:5] = lim.prefill_budget, lim.token_budget
-        k_b, k_pb, k_db = floor_units(k.k_b), floor_units(k.k_pb), floor_units(k.k_db)
-        self.costs = np.array([k_b, k_pb, k_db, min(k_db, k_pb)], dtype=np.int64)
+        k_b, k_pb, k_db = floor_units(k.base), floor_units(k.prefill_bias), floor_units(k.decode_bias)
+        self.costs = EdgeCosts(k_b, k_pb, k_db, min(k_db, k_pb))
         width = int(self.O.max(initial=0)) + 1 if self.searchable else 0
         self.rho = np.zeros((self.N, width), dtype=np.int64)  # rho_i(g), g = 0..O_i
         for i in range(self.N if self.searchable else 0):
@@ -285,7 +285,7 @@ def new_lists() -> tuple[List, List]:
 
 
 @njit(cache=True)
-def edge_arrays(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray,
+def edge_arrays(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: EdgeCosts,
                 rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The edges leaving the node ``key`` (:func:`children`) as arrays: (next nodes, costs)."""
     keys, steps = List.empty_list(types.int64), List.empty_list(types.int64)
@@ -303,13 +303,13 @@ def as_array(values: List) -> np.ndarray:
 
 
 @njit(cache=True)
-def node_estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray,
+def node_estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: EdgeCosts,
                   rho: np.ndarray, pat: np.ndarray, table: np.ndarray, enough: int) -> int:
     """Admissible h of the module docstring at the node ``key`` (:meth:`Graph.key`), or, once a
     part of it reaches ``enough`` (a node pruned at that value), that part.
 
     ``limits`` = (M, least of C and R_max, R_max, prefill cap, token cap, 1 to drop dominated
-    evictions else 0), ``costs`` = (k_b, k_pb, k_db, min(k_db, k_pb)), ``rho[i, g]`` =
+    evictions else 0), ``costs`` the :class:`.tables.EdgeCosts`, ``rho[i, g]`` =
     :math:`\rho_i(g)`, ``pat`` and ``table`` the pattern tables (:attr:`Graph.patterns`).
     """
     N = I.shape[0]
@@ -333,12 +333,12 @@ def node_estimate(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.
                 refills += min(rho[i, g + 1], rho[i, O[i]])
     f0 = -(-entry // M) if waiting else 0
     b = max(r_max, f0, -(-left // per_batch), -(-area // M))
-    counted = costs[0] * b + costs[1] * f0 + costs[3] * (b - f0) + refills
+    counted = costs.base * b + costs.prefill_bias * f0 + costs.least_bias * (b - f0) + refills
     return counted if counted >= enough else max(counted, patterns_at(key, bits, O, rho, pat, table, enough))
 
 
 @njit(cache=True)
-def children(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray,
+def children(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: EdgeCosts,
              rho: np.ndarray, out_keys: List, out_costs: List) -> None:
     """Every edge leaving the node ``key`` into ``out_keys`` (next node) and ``out_costs`` (its cost),
     cleared first: a depth-first walk over the unfinished requests' choices (level t decides the
@@ -355,7 +355,7 @@ def children(key: int, bits: int, I: np.ndarray, O: np.ndarray, limits: np.ndarr
     shift = bits * N
     res = key >> shift
     cap, per_batch, R_max, pre_cap, tok_cap, dominated = limits[0], limits[1], limits[2], limits[3], limits[4], limits[5]
-    k_b, k_pb, k_db = costs[0], costs[1], costs[2]
+    k_b, k_pb, k_db = costs.base, costs.prefill_bias, costs.decode_bias
     G = np.empty(N, np.int64)
     todo = np.empty(N, np.int64)
     T = 0

@@ -1,22 +1,23 @@
-"""Anytime search over plans (:mod:`.plans`): starting plans, then simulated annealing.
+"""Anytime search over segment lists (:mod:`.segments`): starting segment lists, then simulated annealing.
 
-The search looks for the plan of least objective; every plan is a schedule (a plan's cost is its
-schedule's objective under the contract, :mod:`.plans`), and the caller replays the best one before
-reporting it. It runs until its deadline.
+The search looks for the segment list of least objective; every segment list is a schedule (a
+segment list's cost is its schedule's objective under the contract, :mod:`.segments`), and the
+caller replays the best one before reporting it. It runs until its deadline.
 
-1. **Starting plans.** One segment per request (no eviction), the requests sorted by each of
+1. **Starting segment lists.** One segment per request (no eviction), the requests sorted by each of
    several keys (output length, prompt length, their sum, both directions, instance order), chunk
-   sizes from P down to 64 tokens, start grids of 1 to 16 batches: the best few plans found.
-2. **Annealing** from the best starting plan with moves (:data:`MOVES`) on the placement order
+   sizes from P down to 64 tokens, start grids of 1 to 16 batches: the best few segment lists found.
+2. **Annealing** from the best starting segment list with moves (:data:`MOVES`) on the placement order
    (swap two segments, move one), on a request's chunk size (halve, double, back to P), on the start
    grid, and, when evictions are allowed, on its segments (split a segment at a token: the request
    is evicted there and refilled later; merge two consecutive segments; move a split point). Each
    move is drawn with a probability that follows its share of tries that improved the current
-   plan (plus :data:`ADAPT_FLOOR`), so the moves that pay on an instance are tried most. A move that puts a request's
-   segments out of token order is repaired by reordering that request's segments over the positions they hold.
-   Moves are accepted by the Metropolis rule at a temperature that falls linearly to zero at the
-   deadline, starting at ``START_TEMPERATURE`` of the starting plan's cost; the search returns to the
-   best plan every ``RESTART_EVERY`` non-improving moves.
+   segment list (plus :data:`ADAPT_FLOOR`), so the moves that pay on an instance are tried most. A
+   move that puts a request's segments out of token order is repaired by reordering that request's
+   segments over the positions they hold. Moves are accepted by the Metropolis rule at a temperature
+   that falls linearly to zero at the deadline, starting at ``START_TEMPERATURE`` of the starting
+   segment list's cost; the search returns to the best segment list every ``RESTART_EVERY``
+   non-improving moves.
 
 This is the large-neighbourhood search of the issue in the encoding of project scheduling (a list
 of activities decoded by serial schedule generation), where one evaluation takes about a
@@ -34,17 +35,17 @@ import numpy as np
 
 from ...deadline import passed
 from ...interrupt import requested
-from .plans import Plan, PlanData, plan_cost
+from .segments import SegmentArrays, SegmentList, segments_cost
 
-__all__ = ["SearchStep", "improve_plans", "starting_plans"]
+__all__ = ["SearchStep", "improve_segment_lists", "starting_segment_lists"]
 
-#: Chunk sizes tried for the starting plans (clipped to P; P itself is always tried).
+#: Chunk sizes tried for the starting segment lists (clipped to P; P itself is always tried).
 START_CHUNKS = (1024, 512, 256, 128, 64)
-#: Start grids tried for the starting plans.
+#: Start grids tried for the starting segment lists.
 START_GRIDS = (1, 2, 4, 8, 16)
-#: Initial annealing temperature, as a share of the starting plan's cost.
+#: Initial annealing temperature, as a share of the starting segment list's cost.
 START_TEMPERATURE = 0.002
-#: Non-improving moves after which the search goes back to the best plan.
+#: Non-improving moves after which the search goes back to the best segment list.
 RESTART_EVERY = 2000
 #: Least weight of a move in the adaptive choice (added to its share of improving tries).
 ADAPT_FLOOR = 0.02
@@ -52,15 +53,15 @@ ADAPT_FLOOR = 0.02
 
 @dataclass(frozen=True)
 class SearchStep:
-    """An improving plan found by the search: the plan, its cost and when (seconds since the start)."""
+    """An improving segment list found by the search: the segment list, its cost and when (seconds since the start)."""
 
-    plan: Plan
+    segments: SegmentList
     cost: float
     elapsed: float
     evaluations: int
 
 
-def _sort_keys(data: PlanData) -> dict[str, np.ndarray]:
+def _sort_keys(data: SegmentArrays) -> dict[str, np.ndarray]:
     I, O = data.prompt, data.output
     return {
         "output-desc": np.argsort(-O, kind="stable"),
@@ -72,33 +73,35 @@ def _sort_keys(data: PlanData) -> dict[str, np.ndarray]:
     }
 
 
-def starting_plans(data: PlanData, objective: str, deadline: float | None) -> list[tuple[float, Plan]]:
-    """Whole-request plans over every sort key, chunk size and grid (module docstring, step 1),
-    by increasing cost; at least one plan even past the deadline."""
+def starting_segment_lists(
+    data: SegmentArrays, objective: str, deadline: float | None
+) -> list[tuple[float, SegmentList]]:
+    """Whole-request segment lists over every sort key, chunk size and grid (module docstring, step 1),
+    by increasing cost; at least one segment list even past the deadline."""
     chunks = sorted({min(data.P, data.C)} | {c for c in START_CHUNKS if c < min(data.P, data.C)}, reverse=True)
-    out: list[tuple[float, Plan]] = []
+    out: list[tuple[float, SegmentList]] = []
     for order in _sort_keys(data).values():
         for chunk in chunks:
             q = np.minimum(data.prompt, chunk)
             for grid in START_GRIDS:
-                plan = Plan.whole(order, data.output, q, grid)
-                out.append((plan_cost(data, plan, objective), plan))
+                segments = SegmentList.whole(order, data.output, q, grid)
+                out.append((segments_cost(data, segments, objective), segments))
                 if passed(deadline):
                     return sorted(out, key=lambda x: x[0])
     return sorted(out, key=lambda x: x[0])
 
 
-def _repair(plan: Plan, positions: np.ndarray) -> Plan:
+def _repair(segments: SegmentList, positions: np.ndarray) -> SegmentList:
     """Reorder the segments of each request over the positions they hold so their tokens are in
     order (``positions``: the new order as indices into the old segments)."""
-    req, g0 = plan.request[positions], plan.g0[positions]
-    g1, chunk = plan.g1[positions], plan.chunk[positions]
+    req, g0 = segments.request[positions], segments.g0[positions]
+    g1, chunk = segments.g1[positions], segments.chunk[positions]
     for i in np.unique(req):
         at = np.nonzero(req == i)[0]
         if len(at) > 1:
             by = at[np.argsort(g0[at], kind="stable")]
             g0[at], g1[at], chunk[at] = g0[by], g1[by], chunk[by]
-    return Plan(req, g0, g1, chunk, plan.grid)
+    return SegmentList(req, g0, g1, chunk, segments.grid)
 
 
 #: The moves: on the order, the chunk sizes, the grid, and (with evictions) the segments.
@@ -107,87 +110,87 @@ MOVES = ("swap", "move", "chunk", "grid", "split", "merge", "shift")
 GRIDS = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
-def _move(plan: Plan, data: PlanData, rng: np.random.Generator, kind: int) -> Plan | None:
-    """A random neighbour of ``plan`` by the move ``MOVES[kind]`` (module docstring), or None when
+def _move(segments: SegmentList, data: SegmentArrays, rng: np.random.Generator, kind: int) -> SegmentList | None:
+    """A random neighbour of ``segments`` by the move ``MOVES[kind]`` (module docstring), or None when
     the move does not apply."""
-    n = len(plan.request)
+    n = len(segments.request)
     if kind == 3:  # another start grid
-        grid = int(rng.choice([g for g in GRIDS if g != plan.grid]))
-        return replace(plan, grid=grid)
+        grid = int(rng.choice([g for g in GRIDS if g != segments.grid]))
+        return replace(segments, grid=grid)
     if kind == 0:  # swap two segments
         a, b = rng.integers(n, size=2)
         pos = np.arange(n)
         pos[a], pos[b] = b, a
-        return _repair(plan, pos)
+        return _repair(segments, pos)
     if kind == 1:  # move a segment elsewhere
         a, b = rng.integers(n, size=2)
         pos = np.insert(np.delete(np.arange(n), a), b, a)
-        return _repair(plan, pos)
+        return _repair(segments, pos)
     if kind == 2:  # change a request's chunk size
-        i = plan.request[rng.integers(n)]
-        at = plan.request == i
+        i = segments.request[rng.integers(n)]
+        at = segments.request == i
         cap = min(data.P, data.C)
-        q = int(plan.chunk[at][0])
+        q = int(segments.chunk[at][0])
         choice = rng.integers(3)
         q = cap if choice == 0 else max(1, q // 2) if choice == 1 else min(cap, 2 * q)
-        chunk = plan.chunk.copy()
-        chunk[at] = np.minimum(q, data.prompt[i] + plan.g0[at])
-        return replace(plan, chunk=chunk)
+        chunk = segments.chunk.copy()
+        chunk[at] = np.minimum(q, data.prompt[i] + segments.g0[at])
+        return replace(segments, chunk=chunk)
     if kind == 4:  # split a segment: evict at a token, refill later
         s = rng.integers(n)
-        g0, g1 = int(plan.g0[s]), int(plan.g1[s])
+        g0, g1 = int(segments.g0[s]), int(segments.g1[s])
         if g1 - g0 < 2:
             return None
         g = int(rng.integers(g0 + 1, g1))
         at = int(rng.integers(s + 1, n + 1))
         cap = min(data.P, data.C)
-        q = min(cap, int(plan.chunk[s]), int(data.prompt[plan.request[s]]) + g)
-        split = Plan(
-            np.insert(plan.request, at, plan.request[s]),
-            np.insert(plan.g0, at, g),
-            np.insert(np.where(np.arange(n) == s, g, plan.g1), at, g1),
-            np.insert(plan.chunk, at, q),
-            plan.grid,
+        q = min(cap, int(segments.chunk[s]), int(data.prompt[segments.request[s]]) + g)
+        split = SegmentList(
+            np.insert(segments.request, at, segments.request[s]),
+            np.insert(segments.g0, at, g),
+            np.insert(np.where(np.arange(n) == s, g, segments.g1), at, g1),
+            np.insert(segments.chunk, at, q),
+            segments.grid,
         )
         return _repair(split, np.arange(n + 1))
-    multi = [i for i in np.unique(plan.request) if np.count_nonzero(plan.request == i) > 1]
+    multi = [i for i in np.unique(segments.request) if np.count_nonzero(segments.request == i) > 1]
     if not multi:
         return None
     i = multi[rng.integers(len(multi))]
-    at = np.nonzero(plan.request == i)[0]
+    at = np.nonzero(segments.request == i)[0]
     k = int(rng.integers(len(at) - 1))
     a, b = at[k], at[k + 1]  # consecutive segments of request i, in token order
     if kind == 5:  # merge them
-        g1 = plan.g1.copy()
-        g1[a] = plan.g1[b]
+        g1 = segments.g1.copy()
+        g1[a] = segments.g1[b]
         keep = np.arange(n) != b
-        return Plan(plan.request[keep], plan.g0[keep], g1[keep], plan.chunk[keep], plan.grid)
-    lo, hi = int(plan.g0[a]) + 1, int(plan.g1[b]) - 1  # move the split point within (g0_a, g1_b)
+        return SegmentList(segments.request[keep], segments.g0[keep], g1[keep], segments.chunk[keep], segments.grid)
+    lo, hi = int(segments.g0[a]) + 1, int(segments.g1[b]) - 1  # move the split point within (g0_a, g1_b)
     if hi < lo:
         return None
     g = int(rng.integers(lo, hi + 1))
-    g0, g1 = plan.g0.copy(), plan.g1.copy()
+    g0, g1 = segments.g0.copy(), segments.g1.copy()
     g1[a], g0[b] = g, g
-    chunk = plan.chunk.copy()
+    chunk = segments.chunk.copy()
     chunk[b] = min(int(chunk[b]), int(data.prompt[i]) + g)
-    return Plan(plan.request, g0, g1, chunk, plan.grid)
+    return SegmentList(segments.request, g0, g1, chunk, segments.grid)
 
 
-def improve_plans(
-    data: PlanData,
+def improve_segment_lists(
+    data: SegmentArrays,
     objective: str,
     deadline: float,
     evictions: bool = True,
     seed: int = 0,
-    start: list[tuple[float, Plan]] | None = None,
+    start: list[tuple[float, SegmentList]] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Iterator[SearchStep]:
-    """Yield every improving plan until ``deadline`` (a ``clock()`` value): first the best starting
-    plan, then each better plan the annealing finds (module docstring)."""
+    """Yield every improving segment list until ``deadline`` (a ``clock()`` value): first the best starting
+    segment list, then each better segment list the annealing finds (module docstring)."""
     t0 = clock()
-    plans = start if start is not None else starting_plans(data, objective, deadline)
-    best_cost, best = plans[0]
-    evaluations = len(plans)
+    segment_lists = start if start is not None else starting_segment_lists(data, objective, deadline)
+    best_cost, best = segment_lists[0]
+    evaluations = len(segment_lists)
     yield SearchStep(best, best_cost, clock() - t0, evaluations)
     rng = np.random.default_rng(seed)
     cur, cur_cost = best, best_cost
@@ -202,7 +205,7 @@ def improve_plans(
         cand = _move(cur, data, rng, kind)
         if cand is None:
             continue
-        cost = plan_cost(data, cand, objective)
+        cost = segments_cost(data, cand, objective)
         evaluations += 1
         tried[kind] += 1
         if cost < cur_cost:
@@ -219,10 +222,10 @@ def improve_plans(
                 cur, cur_cost, stale = best, best_cost, 0
 
 
-def plan_from_trajectories(
-    data: PlanData, classes: list[tuple[int, int]], solution: list[tuple[int, np.ndarray, float]]
-) -> Plan:
-    """A plan that follows a solution of the trajectory relaxation (:mod:`.colgen`): each class's
+def segments_from_trajectories(
+    data: SegmentArrays, classes: list[tuple[int, int]], solution: list[tuple[int, np.ndarray, float]]
+) -> SegmentList:
+    """A segment list that follows a solution of the trajectory relaxation (:mod:`.colgen`): each class's
     requests take its trajectories in proportion to their weights (largest remainders), each
     trajectory's fills start segments, and the segments are placed in the order of their first
     batch in the relaxation. ``classes``: (prompt, output) of each class index."""
@@ -250,4 +253,4 @@ def plan_from_trajectories(
     arr = np.array([(i, g0, g1) for _, i, g0, g1 in segments], dtype=np.int64).reshape(-1, 3)
     cap = min(data.P, data.C)
     chunk = np.minimum(cap, data.prompt[arr[:, 0]] + arr[:, 1])
-    return Plan(arr[:, 0], arr[:, 1], arr[:, 2], chunk, 1)
+    return SegmentList(arr[:, 0], arr[:, 1], arr[:, 2], chunk, 1)

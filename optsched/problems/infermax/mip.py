@@ -112,12 +112,12 @@ class MipModel:
         self.p += pulp.lpSum(self.y) >= data.b_min
         self.p += pulp.lpSum(self.hp) >= data.bp_min
         self.x = None
-        if data.coef.k_pc:  # x = pc * (mh - c) over pc's bits (module docstring)
+        if data.coef.prefill_per_ctx:  # x = pc * (mh - c) over pc's bits (module docstring)
             self.x = self._grid(
                 lambda i, j: self._times_bits(self.bits[i, j], self.mh[i][j] - self.c[i][j], data.U(i) - 1)
             )
-        self.tl = [self._tiles(j) for j in range(J)] if data.coef.k_tl else None
-        self.kvm = [self._longest_context(j) for j in range(J)] if data.coef.k_mk else None
+        self.tl = [self._tiles(j) for j in range(J)] if data.coef.per_tile else None
+        self.kvm = [self._longest_context(j) for j in range(J)] if data.coef.decode_per_max_kv else None
         self.T = [self._batch_time(j) for j in range(J)]
         self._objective()
 
@@ -162,7 +162,7 @@ class MipModel:
 
     def _tiles(self, j: int) -> pulp.LpVariable:
         """tl_j = ceil(sum_i c_ij / t) (module docstring)."""
-        t, tokens = self.data.coef.tile, pulp.lpSum(self.c[i][j] for i in range(self.data.N))
+        t, tokens = self.data.coef.token_tile, pulp.lpSum(self.c[i][j] for i in range(self.data.N))
         tl = self._int(0, self.data.coef.tiles(self.data.C))
         self.p += t * tl >= tokens
         self.p += t * tl <= tokens + t - 1
@@ -267,17 +267,17 @@ class MipModel:
     def _batch_time(self, j: int) -> Any:
         k, N = self.data.coef, self.data.N
         return UNIT * (
-            k.k_b * self.y[j]
-            + k.k_t * pulp.lpSum(self.c[i][j] for i in range(N))
-            + k.k_pb * self.hp[j]
-            + k.k_pt * pulp.lpSum(self.pc[i][j] for i in range(N))
-            + k.k_pq * pulp.lpSum(self.sq[i][j] for i in range(N))
-            + k.k_db * self.hd[j]
-            + k.k_dt * pulp.lpSum(self.dg[i][j] for i in range(N))
-            + k.k_dk * pulp.lpSum(self.kv[i][j] for i in range(N))
-            + (k.k_pc * pulp.lpSum(self.x[i][j] for i in range(N)) if self.x is not None else 0)
-            + (k.k_tl * self.tl[j] if self.tl is not None else 0)
-            + (k.k_mk * self.kvm[j] if self.kvm is not None else 0)
+            k.base * self.y[j]
+            + k.per_token * pulp.lpSum(self.c[i][j] for i in range(N))
+            + k.prefill_bias * self.hp[j]
+            + k.prefill_per_token * pulp.lpSum(self.pc[i][j] for i in range(N))
+            + k.prefill_per_token_sq * pulp.lpSum(self.sq[i][j] for i in range(N))
+            + k.decode_bias * self.hd[j]
+            + k.decode_per_token * pulp.lpSum(self.dg[i][j] for i in range(N))
+            + k.decode_per_kv * pulp.lpSum(self.kv[i][j] for i in range(N))
+            + (k.prefill_per_ctx * pulp.lpSum(self.x[i][j] for i in range(N)) if self.x is not None else 0)
+            + (k.per_tile * self.tl[j] if self.tl is not None else 0)
+            + (k.decode_per_max_kv * self.kvm[j] if self.kvm is not None else 0)
         )
 
     def _objective(self) -> None:
@@ -459,17 +459,17 @@ def _batch_seconds(data: ModelData, mip: MipModel, j: int) -> float:
     if not any(c):
         return 0.0
     return (
-        k.k_b
-        + k.k_t * sum(c)
-        + (k.k_pb if any(pc) else 0.0)
-        + k.k_pt * sum(pc)
-        + k.k_pq * sum(x * x for x in pc)
-        + (k.k_db if any(dg) else 0.0)
-        + k.k_dt * sum(dg)
-        + k.k_dk * sum(dg[i] * m_prev[i] for i in range(N))
-        + k.k_pc * sum(pc[i] * cached[i] for i in range(N))
-        + k.k_tl * k.tiles(sum(c))
-        + k.k_mk * max(dg[i] * m_prev[i] for i in range(N))
+        k.base
+        + k.per_token * sum(c)
+        + (k.prefill_bias if any(pc) else 0.0)
+        + k.prefill_per_token * sum(pc)
+        + k.prefill_per_token_sq * sum(x * x for x in pc)
+        + (k.decode_bias if any(dg) else 0.0)
+        + k.decode_per_token * sum(dg)
+        + k.decode_per_kv * sum(dg[i] * m_prev[i] for i in range(N))
+        + k.prefill_per_ctx * sum(pc[i] * cached[i] for i in range(N))
+        + k.per_tile * k.tiles(sum(c))
+        + k.decode_per_max_kv * max(dg[i] * m_prev[i] for i in range(N))
     )
 
 

@@ -12,12 +12,14 @@ Data
 ----
 :math:`I_i` prompt, :math:`O_i` output tokens, :math:`U_i = I_i + O_i - 1` (most KV a request holds),
 :math:`a_i` arrival; limits C (tokens per batch), P (prefill tokens per batch), M (KV slots),
-:math:`R_{max}` (requests holding KV); coefficients of docs/costmodel.md multiplied by ``layers``:
-:math:`k_b` (base), :math:`k_t` (per token), :math:`k_{pb}, k_{pt}, k_{pq}` (prefill bias, per token,
-per squared chunk token), :math:`k_{pc}` (``prefill.per_ctx``: per chunk token and cached key),
-:math:`k_{db}, k_{dt}, k_{dk}` (decode bias, per item, per KV read), and the step-shape terms:
+:math:`R_{max}` (requests holding KV); coefficients of docs/costmodel.md multiplied by ``layers``
+(the folded :class:`~optsched.costmodel.Coefficients`; the code reads each by its field, named in
+brackets): :math:`k_b` (``base``), :math:`k_t` (``per_token``), :math:`k_{pb}, k_{pt}, k_{pq}`
+(``prefill_bias``, ``prefill_per_token``, ``prefill_per_token_sq``), :math:`k_{pc}`
+(``prefill_per_ctx``: per chunk token and cached key), :math:`k_{db}, k_{dt}, k_{dk}` (``decode_bias``,
+``decode_per_token``, ``decode_per_kv``: decode bias, per item, per KV read), and the step-shape terms:
 :math:`k_{tl}` (``per_tile``, per started tile of :math:`t` = ``token_tile`` tokens) and
-:math:`k_{mk}` (``decode.per_max_kv``, per KV slot of the longest decode context).
+:math:`k_{mk}` (``decode_per_max_kv``, per KV slot of the longest decode context).
 
 Variables (per request i and batch j; paper names first)
 --------------------------------------------------------
@@ -142,8 +144,8 @@ profile's :meth:`~optsched.costmodel.CostModel.linear_twin`), the longest-contex
 decode context (:math:`k_{mk} KV^{max} \ge (k_{mk} / D) KV_{dec}` with D the most decode items a
 batch can have, added to :math:`k_{dk}`). Every batch of the instance costs no more under it, so
 they stay proven by (F0) of :mod:`optsched.bounds` (the same batches at the same starts end no
-later under it, so every value and batch count they bound is attained under it). The plan search
-of :mod:`.plans` prices the true batch times; every schedule any phase finds is replayed under the
+later under it, so every value and batch count they bound is attained under it). The segment-list search
+of :mod:`.segments` prices the true batch times; every schedule any phase finds is replayed under the
 profile itself.
 
 ``makespan`` (default; the paper's total latency): :math:`\sum_j T_j` offline, :math:`E_J` with
@@ -174,7 +176,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ...bounds import batch_counts
-from ...costmodel import CostModel
+from ...costmodel import Coefficients
 from ...instance import Instance, InstanceError
 from ...options import Flag, Name, Options, PositiveFloat, PositiveInt, Share
 from ...result import objective_named
@@ -184,7 +186,6 @@ __all__ = [
     "MAX_CELLS",
     "OBJECTIVES",
     "RELAX_SHARE",
-    "Coefficients",
     "InferMaxBoundOptions",
     "InferMaxInputError",
     "InferMaxOptions",
@@ -314,56 +315,6 @@ class InferMaxBoundOptions(Options):
 
 
 @dataclass(frozen=True)
-class Coefficients:
-    """Cost coefficients in seconds, ``layers`` folded in (names as in the module docstring); ``tile``
-    is the tile size t in tokens (0 without a tile term)."""
-
-    k_b: float
-    k_t: float
-    k_pb: float
-    k_pt: float
-    k_pq: float
-    k_db: float
-    k_dt: float
-    k_dk: float
-    k_pc: float = 0.0
-    k_tl: float = 0.0
-    k_mk: float = 0.0
-    tile: int = 0
-
-    @classmethod
-    def from_cost_model(cls, cm: CostModel) -> Coefficients:
-        L = cm.layers
-        return cls(
-            k_b=L * cm.base,
-            k_t=L * cm.per_token,
-            k_pb=L * cm.prefill.bias,
-            k_pt=L * cm.prefill.per_token,
-            k_pq=L * cm.prefill.per_token_sq,
-            k_db=L * cm.decode.bias,
-            k_dt=L * cm.decode.per_token,
-            k_dk=L * cm.decode.per_kv,
-            k_pc=L * cm.prefill.per_ctx,
-            k_tl=L * cm.per_tile,
-            k_mk=L * cm.decode.per_max_kv,
-            tile=cm.token_tile if cm.per_tile else 0,
-        )
-
-    def as_dict(self) -> dict[str, float]:
-        """The coefficients (seconds) by name, the tile size left out."""
-        return {k: v for k, v in self.__dict__.items() if k != "tile"}
-
-    def tiles(self, tokens: int) -> int:
-        """Started tiles of a batch of ``tokens`` tokens (0 without a tile term)."""
-        return -(-tokens // self.tile) if self.k_tl else 0
-
-    @property
-    def min_batch(self) -> float:
-        """Bias every non-empty batch pays at least: base plus the cheaper phase bias."""
-        return self.k_b + min(self.k_pb, self.k_db)
-
-
-@dataclass(frozen=True)
 class Scaling:
     """Integer scaling of times for CP-SAT: ``unit = 10**-power`` seconds.
 
@@ -372,7 +323,8 @@ class Scaling:
     power
         Times in seconds are multiplied by ``10**power``.
     coef
-        Integer coefficient per name of :class:`Coefficients`.
+        The prices of the folded :class:`~optsched.costmodel.Coefficients` on the integer grid (each
+        price times ``10**power``, rounded; ``layers`` and ``token_tile`` as they are).
     slack
         Upper bound (seconds) on how much the scaled objective of any schedule considered can
         undershoot its true value (0 when every coefficient is exact); the proven bound is lowered
@@ -382,7 +334,7 @@ class Scaling:
     """
 
     power: int
-    coef: dict[str, int]
+    coef: Coefficients
     slack: float
     exact: bool
 

@@ -1,6 +1,6 @@
 """Local search over online scheduling policies, for instances whose requests arrive over time.
 
-The plans of :mod:`.plans` carry no clock, so on a trace with arrivals the scale phase searches
+The segment lists of :mod:`.segments` carry no clock, so on a trace with arrivals the scale phase searches
 the space of the unified scheduler's policies instead (:mod:`optsched.policies.config`): every
 point is a :class:`~optsched.policies.config.PolicyConfig` (candidate groups, priority order,
 hybrid batching, chunked prefill and chunk size, eviction-free reservations, the KV look-ahead,

@@ -86,12 +86,13 @@ from ortools.sat.python import cp_model
 
 from ...bounds import batch_counts, request_work
 from ...budget import TimeBudget
+from ...costmodel import Coefficients
 from ...cpsat_solver import CpSatRun, run_model
 from ...deadline import DeadlinePassed, check
 from ...instance import Instance
 from ...result import Status
 from ...schedule import Batch, Item, Schedule
-from .model import Coefficients, linear_instance, symmetric_pairs
+from .model import linear_instance, symmetric_pairs
 
 __all__ = [
     "CountResult",
@@ -155,8 +156,10 @@ def floor_units(seconds: float) -> int:
 def refill_line(k: Coefficients, I: int) -> tuple[int, int]:
     """(a, b) with :math:`\\rho_i(g) = \\max(0, a + b g)` (X5, integer picoseconds rounded down): the
     refill of token g of a request of prompt I beyond the decode that W counts."""
-    q = k.k_t + k.k_pt + k.k_pq
-    return floor_units((I - 1) * q - (k.k_t + k.k_dt + k.k_dk * (I - 2))), floor_units(q - k.k_dk)
+    q = k.per_token + k.prefill_per_token + k.prefill_per_token_sq
+    return floor_units((I - 1) * q - (k.per_token + k.decode_per_token + k.decode_per_kv * (I - 2))), floor_units(
+        q - k.decode_per_kv
+    )
 
 
 class RelaxationModel:
@@ -165,7 +168,7 @@ class RelaxationModel:
 
     def __init__(self, instance: Instance, J: int, symmetry: bool = True, deadline: float | None = None) -> None:
         instance = linear_instance(instance)  # the costs every bound reads (model docstring)
-        self.k = k = Coefficients.from_cost_model(instance.cost_model)
+        self.k = k = Coefficients.of(instance.cost_model).folded()
         reqs = list(instance.requests)
         lim = instance.limits
         N = len(reqs)
@@ -237,7 +240,9 @@ class RelaxationModel:
                 mdl.Add(self.G[a_][j] <= O - 1).OnlyEnforceIf(done_a.Not())
                 mdl.Add(self.G[b_][j] <= O - 1).OnlyEnforceIf(done_a.Not())
         self.objective = sum(
-            floor_units(k.k_b) * self.y[j] + floor_units(k.k_pb) * self.p[j] + floor_units(k.k_db) * self.d[j]
+            floor_units(k.base) * self.y[j]
+            + floor_units(k.prefill_bias) * self.p[j]
+            + floor_units(k.decode_bias) * self.d[j]
             for j in range(J)
         ) + sum(refills)
         mdl.Minimize(self.objective)
@@ -366,7 +371,7 @@ def add_count_fact(
 
 def count_cost(k: Coefficients, B: int, p: int) -> float:
     """Least bias of B batches with items, p of them with prefill tokens: the other B - p have decode items."""
-    return k.k_b * B + k.k_pb * p + k.k_db * (B - p)
+    return k.base * B + k.prefill_bias * p + k.decode_bias * (B - p)
 
 
 def count_check(
@@ -425,7 +430,7 @@ def count_bound(
     """
     cpu, t0 = time.process_time(), time.perf_counter()
     instance = linear_instance(instance)
-    k = Coefficients.from_cost_model(instance.cost_model)
+    k = Coefficients.of(instance.cost_model).folded()
     b_min, bp_min = batch_counts(instance)
     work = math.fsum(request_work(instance))
     facts: list[tuple[int, int]] = []

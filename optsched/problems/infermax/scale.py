@@ -1,14 +1,14 @@
-"""The InferMax solve at scale: schedules by plan search, bounds that see KV memory, anytime.
+"""The InferMax solve at scale: schedules by segment-list search, bounds that see KV memory, anytime.
 
 Beyond the exact methods' reach (:data:`SCALE_MIN_REQUESTS` requests and more) the solve spends
 its time limit here (:func:`scale_phase`):
 
 1. **Bounds, instant.** For the makespan, the KV-time count of :mod:`.kvtime` raises the least
    batch count of the count program of :mod:`optsched.bounds`.
-2. **Schedules.** The plan search of :mod:`.lns` (serial schedule generation, :mod:`.plans`, and
-   simulated annealing over placement orders, chunk sizes and evictions), when plans apply
-   (:func:`.plans.plannable`): :data:`SEARCH_SHARE` of the time when the trajectory bound runs,
-   else all of it. When requests arrive at different times (plans carry no clock), the policy
+2. **Schedules.** The segment-list search of :mod:`.lns` (serial schedule generation, :mod:`.segments`, and
+   simulated annealing over placement orders, chunk sizes and evictions), when segment lists apply
+   (:func:`.segments.segments_refused`): :data:`SEARCH_SHARE` of the time when the trajectory bound runs,
+   else all of it. When requests arrive at different times (segment lists carry no clock), the policy
    search of :mod:`.online` instead: hill climbing over the unified scheduler's configurations
    from the best seed policy, each run with the arrivals and judged by its replayed objective.
 3. **The trajectory bound.** For the makespan with a KV capacity, when memory decides the batch
@@ -16,15 +16,15 @@ its time limit here (:func:`scale_phase`):
    :mod:`.colgen` (a linear relaxation over request trajectories by column generation) with the
    time left but the :data:`FINAL_SEARCH_SHARE` the search keeps for its end, its column pools
    seeded with the trajectories of the best schedules.
-4. **Schedules again.** The search goes on, first (half of the time left) from the plans that
+4. **Schedules again.** The search goes on, first (half of the time left) from the segment lists that
    follow the relaxation's solutions at the :data:`GUIDED_POINTS` batch counts of least
-   overhead plus extras (:func:`.lns.plan_from_trajectories`: on ``infermax-i64-o1024-n32-m10k``
-   they lead to schedules the search does not find from its own start), then from its best plan.
+   overhead plus extras (:func:`.lns.segments_from_trajectories`: on ``infermax-i64-o1024-n32-m10k``
+   they lead to schedules the search does not find from its own start), then from its best segment list.
 
 When ``deadline`` has already passed on entry (the candidates took the whole limit), only the
 instant bounds of step 1 are given.
 
-The best plan's schedule is returned for the caller to replay and offer with its other candidates
+The best segment list's schedule is returned for the caller to replay and offer with its other candidates
 (the policies'); every value reported is a replayed schedule's or a proven bound.
 """
 
@@ -40,9 +40,9 @@ from ...deadline import passed
 from ...instance import Instance
 from ...schedule import Schedule
 from .kvtime import kv_time_count
-from .lns import improve_plans, plan_from_trajectories, starting_plans
+from .lns import improve_segment_lists, segments_from_trajectories, starting_segment_lists
 from .model import linear_instance
-from .plans import Plan, PlanData, plan_cost, plan_data, plan_schedule, plannable
+from .segments import SegmentArrays, SegmentList, segment_arrays, segments_cost, segments_refused, segments_schedule
 
 __all__ = ["SCALE_DEFAULT_TIME", "SCALE_MIN_REQUESTS", "ScalePhase", "kv_time_bound", "scale_phase"]
 
@@ -51,10 +51,10 @@ __all__ = ["SCALE_DEFAULT_TIME", "SCALE_MIN_REQUESTS", "ScalePhase", "kv_time_bo
 SCALE_MIN_REQUESTS = 12
 #: Time (seconds) of the scale phase in a solve without a time limit (it is anytime).
 SCALE_DEFAULT_TIME = 60.0
-#: Share of the time limit the plan search gets before the trajectory bound (all of it when the
+#: Share of the time limit the segment-list search gets before the trajectory bound (all of it when the
 #: bound does not run).
 SEARCH_SHARE = 0.3
-#: Share of the time limit the plan search keeps for after the trajectory bound.
+#: Share of the time limit the segment-list search keeps for after the trajectory bound.
 FINAL_SEARCH_SHARE = 0.3
 #: Solutions of the relaxation (at as many batch counts) that start the final search.
 GUIDED_POINTS = 2
@@ -92,27 +92,29 @@ def scale_phase(
     no_chunk: bool = False,
     seeds: list[tuple[str, float]] | None = None,
 ) -> ScalePhase:
-    """Search plans and bound the makespan until ``deadline`` (module docstring).
+    """Search segment lists and bound the makespan until ``deadline`` (module docstring).
 
     ``upper``: the best candidate's makespan so far; ``start``: schedules whose trajectories seed
     the trajectory bound (the best candidates); ``seeds``: (name, objective) of the candidates,
-    whose best policy starts the policy search of :mod:`.online` when plans do not apply.
+    whose best policy starts the policy search of :mod:`.online` when segment lists do not apply.
     """
     out = ScalePhase()
     t0 = time.perf_counter()
     budget = TimeBudget(deadline)
     span = budget.left() or 0.0
     why_not = (
-        "the time limit passed before the scale phase" if passed(deadline) else plannable(instance, no_hybrid, no_chunk)
+        "the time limit passed before the scale phase"
+        if passed(deadline)
+        else segments_refused(instance, no_hybrid, no_chunk)
     )
-    data = plan_data(instance) if why_not is None else None
+    data = segment_arrays(instance) if why_not is None else None
     history: list[tuple[float, float]] = []
-    best: list[tuple[float, Plan]] = []
+    best: list[tuple[float, SegmentList]] = []
 
-    def search(until: float, begin: list[tuple[float, Plan]] | None) -> None:
-        for step in improve_plans(data, objective, until, evictions=not no_evict, start=begin):
+    def search(until: float, begin: list[tuple[float, SegmentList]] | None) -> None:
+        for step in improve_segment_lists(data, objective, until, evictions=not no_evict, start=begin):
             if not best or step.cost < best[0][0]:
-                best[:] = [(step.cost, step.plan)]
+                best[:] = [(step.cost, step.segments)]
                 history.append((round(time.perf_counter() - t0, 3), step.cost))
 
     trajectories = False
@@ -127,19 +129,19 @@ def scale_phase(
     first = SEARCH_SHARE if trajectories else 1.0
     if data is not None:
         first_end = TimeBudget.of(first * span, start=t0).end
-        search(first_end, starting_plans(data, objective, first_end))
+        search(first_end, starting_segment_lists(data, objective, first_end))
     else:
         out.info["plan_search"] = f"not run: {why_not}"
         if not passed(deadline) and len({r.arrival for r in instance.requests}) > 1:
             _policy_search(out, instance, objective, deadline, seeds or [], no_evict, no_hybrid)
-    guided: list[tuple[float, Plan]] = []
+    guided: list[tuple[float, SegmentList]] = []
     if trajectories:
         from .colgen import TrajectoryLP, trajectory_bound
 
         lp = TrajectoryLP(instance)
         if best:
             upper = min(upper, best[0][0])
-            start = start + [plan_schedule(instance, data, best[0][1])]
+            start = start + [segments_schedule(instance, data, best[0][1])]
         until = budget.reserve(FINAL_SEARCH_SHARE * span if data is not None else 0.0).end
         began = time.perf_counter() - t0
         tb = trajectory_bound(instance, upper, until, lp, seed=start)
@@ -151,13 +153,13 @@ def scale_phase(
         out.info["trajectory_points"] = [(p.batches, p.bound, p.solved) for p in tb.points]
         out.info["trajectory_history"] = [(round(began + t, 3), value) for t, value in tb.history]
         if data is not None:
-            guided = _guided_plans(data, lp)
+            guided = _guided_segment_lists(data, lp)
     if data is not None and not passed(deadline):
-        if guided:  # half of what is left from the relaxation's plans, then from the best plan
+        if guided:  # half of what is left from the relaxation's segment lists, then from the best segment list
             search(budget.share(0.5).end, guided)
         search(deadline, best[:1])
     if data is not None and best:
-        out.schedules["plan-search"] = plan_schedule(
+        out.schedules["plan-search"] = segments_schedule(
             instance, data, best[0][1], {"problem": "infermax", "method": "plan-search"}
         )
         out.info["plan_search_value"] = best[0][0]
@@ -185,11 +187,11 @@ def _policy_search(
         out.schedules["online-search"] = Schedule(instance.name, meta=meta, columns=found.schedule.columns())
 
 
-def _guided_plans(data: PlanData, lp: Any) -> list[tuple[float, Plan]]:
-    """Plans following the relaxation's solutions (:func:`.lns.plan_from_trajectories`) at the
+def _guided_segment_lists(data: SegmentArrays, lp: Any) -> list[tuple[float, SegmentList]]:
+    """Segment lists following the relaxation's solutions (:func:`.lns.segments_from_trajectories`) at the
     :data:`GUIDED_POINTS` batch counts of least overhead plus extras (its master values), by cost."""
     cm = lp.cost_per_batch
     ranked = sorted(lp.solutions, key=lambda b: cm * b + lp.points[b].master)[:GUIDED_POINTS]
     classes = [(c.prompt, c.output) for c in lp.classes]
-    plans = [plan_from_trajectories(data, classes, lp.solutions[b]) for b in ranked]
-    return sorted(((plan_cost(data, p, "makespan"), p) for p in plans), key=lambda x: x[0])
+    segment_lists = [segments_from_trajectories(data, classes, lp.solutions[b]) for b in ranked]
+    return sorted(((segments_cost(data, p, "makespan"), p) for p in segment_lists), key=lambda x: x[0])

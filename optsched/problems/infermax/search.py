@@ -35,6 +35,7 @@ from .astar import EMPTY, GOAL, Run
 from .graph import Graph, Node, as_array, children, new_lists, node_estimate
 from .model import linear_instance
 from .relax import UNBOUNDED, UNIT, RelaxationResult, schedule_from_point
+from .tables import EdgeCosts
 
 __all__ = [
     "BEAM_SHARE",
@@ -66,7 +67,7 @@ def _beam_layer(
     I: np.ndarray,
     O: np.ndarray,
     limits: np.ndarray,
-    costs: np.ndarray,
+    costs: EdgeCosts,
     rho: np.ndarray,
     pat: np.ndarray,
     table: np.ndarray,
@@ -273,7 +274,7 @@ def path_schedule(graph: Graph, instance: Instance, path: list[Node]):
     docstring: :math:`k_{pb} [\text{no fill}] + \sum \rho_i < k_{db}`) when its fills and those
     refills, prefilled whole, hold P and C."""
     N, steps = len(instance.requests), len(path) - 1
-    k_pb, k_db = graph.costs[1], graph.costs[2]
+    k_pb, k_db = graph.costs.prefill_bias, graph.costs.decode_bias
     cap = min(instance.limits.prefill_budget, instance.limits.token_budget)
     x, s, r = ([[0] * steps for _ in range(N)] for _ in range(3))
     for j, ((G, res), (G2, res2)) in enumerate(zip(path, path[1:])):

@@ -22,6 +22,7 @@ levels; the search and the chunk bound of one solve read the same tables, kept b
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
@@ -30,6 +31,7 @@ from .relax import UNBOUNDED
 
 __all__ = [
     "ENTRY_SECONDS",
+    "EdgeCosts",
     "LARGEST_TABLE",
     "pattern_table",
     "patterns_at",
@@ -37,6 +39,18 @@ __all__ = [
     "table_seconds",
     "tabulated",
 ]
+
+
+class EdgeCosts(NamedTuple):
+    """The cost-model terms of a graph's edge costs in integer units (:func:`.relax.floor_units` of the
+    folded coefficients of the linear twin, each named as its coefficient), and ``least_bias``, the
+    least of the two phase biases; the kernels read it as a named tuple."""
+
+    base: int
+    prefill_bias: int
+    decode_bias: int
+    least_bias: int
+
 
 #: Most entries in the heaviest pattern's table (G states times residents' bit sets, 8 bytes each:
 #: 2.1 GB), and the seconds an entry takes to tabulate (measured on the 2-core sandbox with 5 and 6
@@ -55,7 +69,7 @@ KEPT_ENTRIES = LARGEST_TABLE
 
 def _table_key(args: tuple) -> tuple:
     """The key of the pattern graph ``args`` (I, O, limits, costs, rho) in :data:`_TABLES`."""
-    return tuple(a if isinstance(a, int) else (a.shape, a.tobytes()) for a in args)
+    return tuple(a if isinstance(a, (int, tuple)) else (a.shape, a.tobytes()) for a in args)
 
 
 def table_entries(O: np.ndarray) -> int:
@@ -86,7 +100,7 @@ def tabulated(args: tuple, deadline: float | None = None) -> np.ndarray | None:
 
 
 def pattern_table(
-    I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: np.ndarray, rho: np.ndarray, deadline: float | None = None
+    I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: EdgeCosts, rho: np.ndarray, deadline: float | None = None
 ) -> np.ndarray | None:
     r"""The least cost to the goal from every node of the graph of the requests ``I``, ``O`` with
     the limits ``limits`` = (M, least of C and R_max, R_max) and the costs given (every edge), at
@@ -135,7 +149,7 @@ def pattern_level(
     I: np.ndarray,
     O: np.ndarray,
     limits: np.ndarray,
-    costs: np.ndarray,
+    costs: EdgeCosts,
     rho: np.ndarray,
     table: np.ndarray,
 ) -> None:
@@ -152,7 +166,7 @@ def pattern_entries(
     I: np.ndarray,
     O: np.ndarray,
     limits: np.ndarray,
-    costs: np.ndarray,
+    costs: EdgeCosts,
     rho: np.ndarray,
     table: np.ndarray,
 ) -> None:
@@ -169,7 +183,7 @@ def pattern_entries(
     N = I.shape[0]
     full = 1 << N
     M, per_batch, R_max = limits[0], limits[1], limits[2]
-    k_b, k_pb, k_db = costs[0], costs[1], costs[2]
+    k_b, k_pb, k_db = costs.base, costs.prefill_bias, costs.decode_bias
     G = np.empty(N, np.int64)
     unfinished = partial = 0  # bit sets: G_i < O_i, and 1 <= G_i < O_i (may be resident)
     for i in range(N):

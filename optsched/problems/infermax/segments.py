@@ -1,6 +1,6 @@
-r"""Plans: schedules built by serial schedule generation over resource profiles (any instance size).
+r"""Segment lists: schedules built by serial schedule generation over resource profiles (any instance size).
 
-A *plan* lists *segments* in a placement order. A segment :math:`(i, g_0, g_1)` of request i
+A *segment list* lists *segments* in a placement order. A segment :math:`(i, g_0, g_1)` of request i
 generates its tokens :math:`g_0 + 1 .. g_1`: a (re)fill of :math:`X = I_i + g_0` tokens (the
 original prompt when :math:`g_0 = 0`, else the prompt plus every token generated, docs/schedule.md,
 rule 2) in chunks of at most q tokens over :math:`\lceil X / q \rceil` consecutive batches, the last one
@@ -12,23 +12,23 @@ Placing a segment at batch t fixes, for every batch :math:`t + k` it spans, what
 batch: KV held after processing (:math:`\min(X, q (k+1))` while filling, :math:`X + j` after its
 j-th decode step), prefill tokens (its chunk), tokens (its chunk, or 1 for a decode) and one running
 request. *Serial schedule generation* (the scheme of project scheduling) places the segments one by
-one in the plan's order, each at the earliest batch t (from its release: 0, or one batch after the
-end of the request's previous segment; a multiple of the plan's ``grid``) where every batch it
+one in the segment list's order, each at the earliest batch t (from its release: 0, or one batch after the
+end of the request's previous segment; a multiple of the segment list's ``grid``) where every batch it
 spans stays within M, P, C and :math:`R_{max}` with what is already placed. Placed segments never
 move, so the profiles are exact: the batch at index t holds exactly the items placed there, and its
 KV after processing is exactly the profile (each request's KV follows the contract's rules: a chunk
 adds its tokens, a decode one slot, a finishing request releases after the check, an evicted one
 holds nothing).
 
-:func:`plan_schedule` writes the batches in index order, with the evictions of the requests whose
+:func:`segments_schedule` writes the batches in index order, with the evictions of the requests whose
 segment ended at batch t - 1 (and are not finished) in an eviction-only batch just before batch t
 (cost 0; the contract forbids an item for a request evicted in the same batch), and skips empty
-batches. The objective of a plan (:func:`plan_cost`) is computed from the profiles with the cost
+batches. The objective of a segment list (:func:`segments_cost`) is computed from the profiles with the cost
 model of docs/costmodel.md (the prefill-context and step-shape terms included); every schedule a caller keeps is
 still replayed (:func:`optsched.schedule.replay`) before a number is reported.
 
-Plans need an offline instance (every request arrives at the same time): batch indices carry no
-clock. :func:`plannable` says whether an instance and the options admit plans.
+Segment lists need an offline instance (every request arrives at the same time): batch indices carry no
+clock. :func:`segments_refused` says whether an instance and the options admit segment lists.
 """
 
 from __future__ import annotations
@@ -38,12 +38,21 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from ...costmodel import Coefficients
 from ...instance import Instance
 from ...schedule import Batch, Item, Schedule
 
-__all__ = ["Plan", "PlanData", "plan_cost", "plan_data", "plan_schedule", "plannable", "OBJECTIVE_CODES"]
+__all__ = [
+    "SegmentList",
+    "SegmentArrays",
+    "segments_cost",
+    "segment_arrays",
+    "segments_schedule",
+    "segments_refused",
+    "OBJECTIVE_CODES",
+]
 
-#: Objectives a plan's cost can be: makespan, sum of finish times, mean time to first token.
+#: Objectives a segment list's cost can be: makespan, sum of finish times, mean time to first token.
 OBJECTIVE_CODES = {"makespan": 0, "latency": 1, "ttft": 2}
 
 #: An unlimited KV capacity or running count, as an integer the kernels can compare.
@@ -51,7 +60,7 @@ UNLIMITED = 1 << 60
 
 
 @dataclass(frozen=True)
-class PlanData:
+class SegmentArrays:
     """An instance as arrays for the kernels.
 
     Attributes
@@ -61,8 +70,7 @@ class PlanData:
     M, P, C, R
         Limits (``UNLIMITED`` for no KV capacity or running limit).
     coef
-        (layers, base, per_token, prefill bias, per_token, per_token_sq, per_ctx, decode bias,
-        per_token, per_kv, per_tile, token_tile, per_max_kv): the cost model's coefficients.
+        The cost model's coefficients (:meth:`~optsched.costmodel.Coefficients.of`).
     start
         The common arrival time (the first batch starts there).
     """
@@ -73,58 +81,39 @@ class PlanData:
     P: int
     C: int
     R: int
-    coef: np.ndarray
+    coef: Coefficients
     start: float
 
 
-def plannable(instance: Instance, no_hybrid: bool = False, no_chunk: bool = False) -> str | None:
-    """None when plans apply to ``instance`` under the options; else the reason they do not."""
+def segments_refused(instance: Instance, no_hybrid: bool = False, no_chunk: bool = False) -> str | None:
+    """None when segment lists apply to ``instance`` under the options; else the reason they do not."""
     if len({r.arrival for r in instance.requests}) > 1:
-        return "requests arrive at different times (plans carry no clock)"
+        return "requests arrive at different times (segment lists carry no clock)"
     if no_hybrid:
-        return "plans mix prefill and decode items in a batch (no_hybrid)"
+        return "segment lists mix prefill and decode items in a batch (no_hybrid)"
     P = instance.limits.prefill_budget
     if no_chunk and any(r.prompt_tokens > P for r in instance.requests):
         return "a prompt exceeds P and chunked prefill is off"
     return None
 
 
-def plan_data(instance: Instance) -> PlanData:
-    """The arrays of ``instance`` for :func:`plan_cost`."""
+def segment_arrays(instance: Instance) -> SegmentArrays:
+    """The arrays of ``instance`` for :func:`segments_cost`."""
     lim, cm = instance.limits, instance.cost_model
-    p, d = cm.prefill, cm.decode
-    coef = np.array(
-        [
-            cm.layers,
-            cm.base,
-            cm.per_token,
-            p.bias,
-            p.per_token,
-            p.per_token_sq,
-            p.per_ctx,
-            d.bias,
-            d.per_token,
-            d.per_kv,
-            cm.per_tile,
-            max(cm.token_tile, 1),
-            d.per_max_kv,
-        ],
-        dtype=np.float64,
-    )
-    return PlanData(
+    return SegmentArrays(
         prompt=np.array([r.prompt_tokens for r in instance.requests], dtype=np.int64),
         output=np.array([r.output_tokens for r in instance.requests], dtype=np.int64),
         M=UNLIMITED if lim.kv_capacity is None else int(lim.kv_capacity),
         P=int(lim.prefill_budget),
         C=int(lim.token_budget),
         R=UNLIMITED if lim.max_running is None else int(lim.max_running),
-        coef=coef,
+        coef=Coefficients.of(cm),
         start=float(instance.requests[0].arrival) if instance.requests else 0.0,
     )
 
 
 @dataclass(frozen=True)
-class Plan:
+class SegmentList:
     """Segments in placement order: request, first and last token generated (``g0`` exclusive),
     chunk size; and the start grid (segments start at multiples of ``grid``)."""
 
@@ -135,7 +124,7 @@ class Plan:
     grid: int = 1
 
     @classmethod
-    def whole(cls, order: np.ndarray, output: np.ndarray, chunk: np.ndarray, grid: int = 1) -> Plan:
+    def whole(cls, order: np.ndarray, output: np.ndarray, chunk: np.ndarray, grid: int = 1) -> SegmentList:
         """One segment per request (no eviction), in ``order``, with per-request ``chunk`` sizes."""
         order = np.asarray(order, dtype=np.int64)
         return cls(
@@ -279,8 +268,6 @@ def _place(prompt, req, g0, g1, chunk, grid, M, P, C, R):  # noqa: ANN001, ANN20
 @njit(cache=True)
 def _batch_times(prompt, req, g0, g1, chunk, start, horizon, coef):  # noqa: ANN001, ANN202
     """Time of every batch index (0 for an empty one) from the placed segments."""
-    L, b, a, pb, pa, pq, pc = coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6]
-    db, da, dk, tc, tile, dx = coef[7], coef[8], coef[9], coef[10], np.int64(coef[11]), coef[12]
     tok = np.zeros(horizon, np.int64)
     pre = np.zeros(horizon, np.int64)
     sq = np.zeros(horizon, np.float64)
@@ -309,18 +296,30 @@ def _batch_times(prompt, req, g0, g1, chunk, start, horizon, coef):  # noqa: ANN
     for u in range(horizon):
         if tok[u] == 0:
             continue
-        x = b + a * tok[u] + tc * ((tok[u] + tile - 1) // tile)
+        x = coef.base + coef.per_token * tok[u]
+        if coef.per_tile != 0.0:
+            x += coef.per_tile * ((tok[u] + coef.token_tile - 1) // coef.token_tile)
         if pre[u] > 0:
-            x += pb + pa * pre[u] + pq * sq[u] + pc * ctx[u]
+            x += (
+                coef.prefill_bias
+                + coef.prefill_per_token * pre[u]
+                + coef.prefill_per_token_sq * sq[u]
+                + coef.prefill_per_ctx * ctx[u]
+            )
         if ndec[u] > 0:
-            x += db + da * ndec[u] + dk * kvdec[u] + dx * kvmax[u]
-        times[u] = L * x
+            x += (
+                coef.decode_bias
+                + coef.decode_per_token * ndec[u]
+                + coef.decode_per_kv * kvdec[u]
+                + coef.decode_per_max_kv * kvmax[u]
+            )
+        times[u] = coef.layers * x
     return times
 
 
 @njit(cache=True)
 def _objective(prompt, output, req, g0, g1, chunk, start, times, objective):  # noqa: ANN001, ANN202
-    """The plan's objective from its batch times (arrival 0): makespan, mean latency or mean time
+    """The segment list's objective from its batch times (arrival 0): makespan, mean latency or mean time
     to first token."""
     ends = np.cumsum(times)
     if objective == 0:
@@ -337,41 +336,71 @@ def _objective(prompt, output, req, g0, g1, chunk, start, times, objective):  # 
     return total / len(prompt)
 
 
-def plan_cost(data: PlanData, plan: Plan, objective: str = "makespan") -> float:
-    """The objective of ``plan`` (computed from its profiles, arrival time included)."""
+def segments_cost(data: SegmentArrays, segments: SegmentList, objective: str = "makespan") -> float:
+    """The objective of ``segments`` (computed from its profiles, arrival time included)."""
     start, horizon = _place(
-        data.prompt, plan.request, plan.g0, plan.g1, plan.chunk, plan.grid, data.M, data.P, data.C, data.R
+        data.prompt,
+        segments.request,
+        segments.g0,
+        segments.g1,
+        segments.chunk,
+        segments.grid,
+        data.M,
+        data.P,
+        data.C,
+        data.R,
     )
-    times = _batch_times(data.prompt, plan.request, plan.g0, plan.g1, plan.chunk, start, horizon, data.coef)
+    times = _batch_times(
+        data.prompt, segments.request, segments.g0, segments.g1, segments.chunk, start, horizon, data.coef
+    )
     value = _objective(
-        data.prompt, data.output, plan.request, plan.g0, plan.g1, plan.chunk, start, times, OBJECTIVE_CODES[objective]
+        data.prompt,
+        data.output,
+        segments.request,
+        segments.g0,
+        segments.g1,
+        segments.chunk,
+        start,
+        times,
+        OBJECTIVE_CODES[objective],
     )
     if objective == "makespan":
         return data.start + value
     return value
 
 
-def plan_schedule(instance: Instance, data: PlanData, plan: Plan, meta: dict | None = None) -> Schedule:
-    """The schedule of ``plan`` (module docstring): batches in index order, evictions in an
+def segments_schedule(
+    instance: Instance, data: SegmentArrays, segments: SegmentList, meta: dict | None = None
+) -> Schedule:
+    """The schedule of ``segments`` (module docstring): batches in index order, evictions in an
     eviction-only batch before the batch after a segment's last, empty batches skipped."""
     start, horizon = _place(
-        data.prompt, plan.request, plan.g0, plan.g1, plan.chunk, plan.grid, data.M, data.P, data.C, data.R
+        data.prompt,
+        segments.request,
+        segments.g0,
+        segments.g1,
+        segments.chunk,
+        segments.grid,
+        data.M,
+        data.P,
+        data.C,
+        data.R,
     )
     ids = [r.id for r in instance.requests]
     items: list[list[Item]] = [[] for _ in range(horizon)]
     evict: list[list[str]] = [[] for _ in range(horizon + 1)]
-    for s in range(len(plan.request)):
-        i = int(plan.request[s])
-        X = int(data.prompt[i] + plan.g0[s])
-        q = int(plan.chunk[s])
+    for s in range(len(segments.request)):
+        i = int(segments.request[s])
+        X = int(data.prompt[i] + segments.g0[s])
+        q = int(segments.chunk[s])
         n_fill = -(-X // q)
         t = int(start[s])
         for k in range(n_fill):
             items[t + k].append(Item(ids[i], q if k < n_fill - 1 else X - q * (n_fill - 1)))
-        n_dec = int(plan.g1[s] - plan.g0[s] - 1)
+        n_dec = int(segments.g1[s] - segments.g0[s] - 1)
         for k in range(n_dec):
             items[t + n_fill + k].append(Item(ids[i], 1))
-        if plan.g1[s] < data.output[i]:
+        if segments.g1[s] < data.output[i]:
             evict[t + n_fill + n_dec].append(ids[i])
     batches: list[Batch] = []
     first = True

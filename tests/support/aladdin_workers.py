@@ -41,7 +41,6 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +64,8 @@ __all__ = [
 
 @lru_cache(maxsize=1)
 def hardware_data() -> dict[str, Any]:
-    """The parsed ``hardware.toml``."""
-    with resources.files(__package__).joinpath("hardware.toml").open("rb") as fh:
+    """The parsed ``aladdin_hardware.toml`` (beside this module)."""
+    with (Path(__file__).parent / "aladdin_hardware.toml").open("rb") as fh:
         return tomllib.load(fh)
 
 
@@ -96,7 +95,7 @@ class MeasuredLayers:
 
 @lru_cache(maxsize=4)
 def measured_layers(data_dir: str | Path) -> MeasuredLayers:
-    """Read the Vidur profiles named in ``hardware.toml`` ``[measured]`` from ``<data_dir>/vidur_profiling``.
+    """Read the Vidur profiles named in ``aladdin_hardware.toml`` ``[measured]`` from ``<data_dir>/vidur_profiling``.
 
     For each TP degree and token count, :func:`~optsched.costfit.fit_linear` through the profiled
     models' (layer parameters, time) points gives ``fixed`` (intercept) and ``per_param`` (slope).
@@ -166,7 +165,7 @@ def _hardware(model: str, gpu: str, hardware: Mapping[str, Any]) -> tuple[dict, 
     try:
         return hardware["gpu"][gpu], hardware["model"][model], hardware["assumptions"]
     except KeyError as exc:
-        raise ValueError(f"unknown model or GPU {exc.args[0]!r} (see hardware.toml)") from None
+        raise ValueError(f"unknown model or GPU {exc.args[0]!r} (see tests/support/aladdin_hardware.toml)") from None
 
 
 def _compute(
@@ -237,7 +236,7 @@ def worker_coefficients(
     measured
         Measured layer times (:func:`measured_layers`); ``None`` for the datasheet roofline.
     hardware
-        Hardware and model data; ``None`` for the shipped ``hardware.toml``.
+        Hardware and model data; ``None`` for the shipped ``aladdin_hardware.toml``.
     """
     hw = hardware or hardware_data()
     _, m, a = _hardware(model, gpu, hw)

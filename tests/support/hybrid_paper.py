@@ -1,26 +1,25 @@
-"""Seeded GSM8K-like instances for the Hybrid paper's experiments (seed003 Sec. V; docs/hybrid.md, U6).
+"""The Hybrid paper's offline batches (seed003 Sec. V; docs/hybrid.md, U6), for the tests and benchmarks.
 
-The lengths come from :func:`optsched.generators.gsm8k_like` (Table III's moments: inputs mean 68.43 /
+The lengths are those of :func:`optsched.generators.gsm8k_like` (Table III's moments: inputs mean 68.43 /
 sd 25.04, outputs mean 344.83 / sd 187.99, Normal draws rounded and clipped to [1, 512]; all requests
-arrive at 0); this module adds the paper's limits: J = ``clients`` (``max_running``), prefill stages of at
-most 2048 tokens (the largest level N^cap_L of docs/hybrid.md, O3, which reproduces t^p* ~ 13 s) and a KV capacity of
-1024 blocks x 128 tokens = 131072 (Sec. V-A).
+arrive at 0); :func:`paper_limits` are the paper's limits: J = ``clients`` (``max_running``), prefill
+stages of at most 2048 tokens (the largest level N^cap_L of docs/hybrid.md, O3, which reproduces
+t^p* ~ 13 s) and a KV capacity of 1024 blocks x 128 tokens = 131072 (Sec. V-A).
 
 The paper gives only moments, and its output mean 344.83 / sd 187.99 are those of outputs capped at 512;
-a literal clipped draw has an output mean of about 328. ``moments='matched'`` draws from the Normal whose
-*clipped* version has the paper's mean and sd (:func:`matched_normal`; the outputs then pile up at 1 and
-512, which those moments under a 512 cap imply).
+a literal clipped draw has an output mean of about 328. ``moments='matched'`` of :func:`paper_batch`
+draws from the Normal whose *clipped* version has the paper's mean and sd (:func:`matched_normal`; the
+outputs then pile up at 1 and 512, which those moments under a 512 cap imply).
 """
 
 from __future__ import annotations
 
 import math
 
-from ...generators import ClippedNormal, generate
-from ...generators import gsm8k_like as core_gsm8k_like
-from ...instance import Instance
+from optsched.generators import ClippedNormal, generate, gsm8k_like
+from optsched.instance import Instance
 
-__all__ = ["clipped_moments", "gsm8k_like", "matched_normal"]
+__all__ = ["clipped_moments", "matched_normal", "paper_batch", "paper_limits"]
 
 PROMPT_MEAN, PROMPT_SD, PROMPT_MAX = 68.43, 25.04, 512
 OUTPUT_MEAN, OUTPUT_SD, OUTPUT_MAX = 344.83, 187.99, 512
@@ -47,10 +46,21 @@ def matched_normal(mean: float, sd: float, lo: float, hi: float, iterations: int
     return mu, sigma
 
 
-def gsm8k_like(
+def paper_limits(clients: int = 200, stage_tokens: int = 2048) -> dict[str, int]:
+    """The paper's limits: ``clients`` requests running at once (J), prefill stages of at most
+    ``stage_tokens`` tokens (the largest level N^cap_L), 1024 KV blocks of 128 tokens."""
+    return {
+        "token_budget": stage_tokens,
+        "prefill_budget": stage_tokens,
+        "kv_capacity": 1024 * 128,
+        "max_running": clients,
+    }
+
+
+def paper_batch(
     seed: int, requests: int = 1319, clients: int = 200, stage_tokens: int = 2048, moments: str = "literal"
 ) -> Instance:
-    """A GSM8K-like offline batch on the ``llama-65b-ascend8`` profile.
+    """A GSM8K-like offline batch on the ``llama-65b-ascend8`` profile under :func:`paper_limits`.
 
     Parameters
     ----------
@@ -61,18 +71,14 @@ def gsm8k_like(
     stage_tokens
         Prefill budget per stage (the largest level N^cap_L).
     moments
-        ``literal`` (Normal(mean, sd) clipped) or ``matched`` (clipped lengths have the paper's moments).
+        ``literal``: :func:`optsched.generators.gsm8k_like` itself (Normal(mean, sd) clipped);
+        ``matched``: clipped lengths with the paper's moments.
     """
     if moments not in ("literal", "matched"):
         raise ValueError(f"unknown moments {moments!r} (known: literal, matched)")
-    limits = {
-        "token_budget": stage_tokens,
-        "prefill_budget": stage_tokens,
-        "kv_capacity": 1024 * 128,
-        "max_running": clients,
-    }
+    limits = paper_limits(clients, stage_tokens)
     if moments == "literal":
-        return core_gsm8k_like(seed, n=requests, limits=limits)
+        return gsm8k_like(seed, n=requests, limits=limits)
     types = [
         (
             ClippedNormal(*matched_normal(PROMPT_MEAN, PROMPT_SD, 1, PROMPT_MAX), 1, PROMPT_MAX),

@@ -1,4 +1,8 @@
-"""``optsched plan INSTANCE --method bestfit|jsq|exact|... [--target 1.0] [--json]``: minimum GPUs.
+"""``optsched plan INSTANCE --method bestfit|jsq|exact|... [--target 1.0] [--json]``: the capacity, minimum GPUs.
+
+The command keeps the name users type, ``plan``; in the code and docs the least GPUs reaching an SLO
+target is the *capacity* (:mod:`optsched.problems.aladdin.capacity`), and a *plan* is a vLLM replay
+plan (docs/development.md, the words).
 
 For an Aladdin instance with arrivals (a JSON instance with the cost model of one worker and the
 ``placement`` and ``slo`` objects of docs/aladdin.md), search the smallest number of workers W whose multi-worker
