@@ -180,7 +180,7 @@ def test_p99_bounds_that_do_not_fit_their_share_are_noted(fcfs: str, monkeypatch
     def slow(instance, budget):
         time.sleep(30)
 
-    monkeypatch.setattr("optsched.report.gather._tail_bounds", slow)
+    monkeypatch.setattr("optsched.problems.infermax.goodput_bounds.tail_bounds", slow)
     t0 = time.perf_counter()
     report = build_report(load_instance("toy-4"), time_limit=4.0, policies=[fcfs], solve_max_requests=0)
     assert time.perf_counter() - t0 < 4.5

@@ -387,14 +387,6 @@ def _why_seed(extra: dict[str, Any]) -> str:
     return f" ({extra['stopped']})" if extra.get("stopped") else ""
 
 
-def _tail_bounds(instance: Instance, budget: TimeBudget) -> dict[str, float | None]:
-    """The proven P99 bounds of :func:`optsched.problems.infermax.goodput_bounds.tail_bounds`
-    within ``budget`` (imported here: the CLI starts without InferMax's modules)."""
-    from ..problems.infermax.goodput_bounds import tail_bounds
-
-    return tail_bounds(instance, budget=budget)
-
-
 def build_report(
     instance: Instance,
     *,
@@ -502,12 +494,15 @@ def _bounder_phase(
 
 
 def _tail_phase(report: Report, budget: TimeBudget, say: Callable[[str], None], doing: Callable[[str], None]) -> None:
-    """The proven P99 bounds, within ``budget``: a bisection cut short gives a weaker, still proven,
-    bound; one that could not start in its share is noted."""
+    """The proven P99 bounds (:func:`optsched.problems.infermax.goodput_bounds.tail_bounds`, imported
+    here: the CLI starts without InferMax's modules) within ``budget``: a bisection cut short gives
+    a weaker, still proven, bound; one that could not start in its share is noted."""
+    from ..problems.infermax import goodput_bounds
+
     doing("P99 bounds")
     try:
         with _deadline(budget):
-            report.tail_bounds = _tail_bounds(report.instance, budget)
+            report.tail_bounds = goodput_bounds.tail_bounds(report.instance, budget=budget)
     except TimeUp:
         report.notes.append(f"P99 bounds: not computed within their share of the time limit ({100 * TAIL_SHARE:.0f} %)")
         say("P99 bounds: not computed within their time share")
