@@ -109,6 +109,7 @@ from .bounds import (
 )
 from .costmodel import CostModel
 from .instance import Instance
+from .pair_bounds import pair_bounds
 from .result import Bound, objective_named
 
 __all__ = [
@@ -330,7 +331,8 @@ def _best_over_weights(instance: Instance, first_tokens: bool, alone: np.ndarray
 
 def load_bounds(instance: Instance, objective: str, lp_time: float | None = None) -> list[Bound]:
     """The load-aware bounds of ``objective`` (module docstring): ``srpt-work`` for ``latency``,
-    ``srpt-prefill`` for ``ttft`` (seconds, mean over requests); none for other objectives. With
+    ``srpt-prefill`` for ``ttft`` (seconds, mean over requests), and the pairwise-interference bound of
+    :mod:`optsched.pair_bounds`; none for other objectives. With
     ``lp_time`` (seconds, at most :data:`LP_TIME` used) also the busy-time LP's bound where HiGHS
     solves it within that time."""
     name = objective_named(objective).name
@@ -350,7 +352,7 @@ def load_bounds(instance: Instance, objective: str, lp_time: float | None = None
         f"one machine, SRPT over {what} (K = {K} items a batch, share weights count/tokens/memory "
         f"{w[0]:.2g}/{w[1]:.2g}/{w[2]:.2g}), sorted against arrival + least time alone (optsched/load_bounds.py)"
     )
-    out = [Bound(bound, value, True, note)]
+    out = [Bound(bound, value, True, note), *pair_bounds(instance, name)]
     lp = None if not lp_time or lp_time <= 0 else _busy_time(instance, name == "ttft", K, min(lp_time, LP_TIME))
     if lp is not None:
         out.append(lp)

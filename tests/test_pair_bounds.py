@@ -1,0 +1,84 @@
+"""The pairwise-interference bounds (optsched/pair_bounds.py) against exhaustive search and policies.
+
+- never above the exhaustive optimum of mean latency / mean TTFT on random tiny instances, with and
+  without arrivals, and above the per-request bounds somewhere;
+- never above any policy's replayed value on random instances of 20 to 200 requests under load;
+- planted invalid versions (a request waiting for another pays its batches' overheads in full, or
+  10 % above) are caught by those checks;
+- the lone-time prefixes agree with the critical path, and leaving pairs out only lowers the bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import optsched.pair_bounds as pb
+from optsched.bounds import critical_path_times
+from optsched.pair_bounds import pair_bounds, pair_interference, pair_interference_prefill
+from tests.support.infermax import tiny_instance
+from tests.test_load_bounds import TINY, loaded_instance, optimum, policy_values
+
+
+def test_the_lone_time_prefix_ends_at_the_critical_path() -> None:
+    inst = loaded_instance(50, 2)
+    rows = np.arange(len(inst.requests))
+    pre, start, rem = pb._lone_prefix(inst, rows)
+    O = np.array([r.output_tokens for r in inst.requests])
+    assert np.allclose(pre[start + O], critical_path_times(inst), rtol=1e-12)
+    assert np.all(np.diff(pre[start[0] : start[0] + O[0] + 1]) >= 0)
+    assert np.all(rem[start + O] == 0.0) and np.all(rem >= 0.0)
+
+
+@pytest.mark.parametrize("arrivals", [False, True])
+def test_never_above_the_exhaustive_optimum(arrivals: bool) -> None:
+    gains = {"latency": 0, "ttft": 0}
+    for seed in TINY:
+        inst = tiny_instance(seed, arrivals=arrivals)
+        for objective, plain in (("latency", critical_path_times(inst).mean()), ("ttft", None)):
+            best = optimum(inst, objective)
+            (bound,) = pair_bounds(inst, objective)
+            assert bound.valid and bound.value <= best * (1 + 1e-9), (seed, objective, bound, best)
+            if plain is not None:
+                gains[objective] += bound.value > plain * (1 + 1e-6)
+    assert gains["latency"] >= 3  # the pairs add to the critical path on several instances
+
+
+def overhead_unshared(inst) -> float:
+    """An invalid latency bound: of two requests arriving together, the one finishing later pays the
+    other's whole lone time (its batches' overheads included, as if the two never shared a batch)."""
+    A = critical_path_times(inst)
+    release = np.array([r.arrival for r in inst.requests])
+    i, j = pb._pairs(release, A)
+    together = release[i] == release[j]
+    return (A.sum() + np.minimum(A[i], A[j])[together].sum()) / len(A)
+
+
+@pytest.mark.parametrize("fault", ["overhead-unshared", "ten-percent"])
+def test_a_planted_invalid_bound_is_caught(fault: str) -> None:
+    caught = 0
+    for arrivals in (False, True):
+        for seed in TINY:
+            inst = tiny_instance(seed, arrivals=arrivals)
+            value = overhead_unshared(inst) if fault == "overhead-unshared" else 1.1 * pair_interference(inst)
+            caught += value > optimum(inst, "latency") * (1 + 1e-9)
+    assert caught
+
+
+@pytest.mark.parametrize("n, seed", [(20, 1), (50, 2), (120, 3), (200, 4), (80, 5), (30, 6)])
+def test_never_above_any_policy(n: int, seed: int) -> None:
+    inst = loaded_instance(n, seed)
+    for objective in ("latency", "ttft"):
+        values = policy_values(inst, objective)
+        (bound,) = pair_bounds(inst, objective)
+        assert bound.value <= min(values.values()) * (1 + 1e-9), (objective, bound, values)
+
+
+def test_fewer_pairs_and_tokens_only_lower_the_bound(monkeypatch) -> None:
+    inst = loaded_instance(200, 4)
+    full = pair_interference(inst), pair_interference_prefill(inst)
+    monkeypatch.setattr(pb, "MAX_PAIRS", 50)
+    monkeypatch.setattr(pb, "MAX_TOKENS", 400)
+    capped = pair_interference(inst), pair_interference_prefill(inst)
+    assert capped[0] <= full[0] and capped[1] <= full[1]
+    assert capped[0] >= critical_path_times(inst).mean() * (1 - 1e-9)
