@@ -80,7 +80,17 @@ from .costmodel import CostModel
 from .instance import Instance
 from .result import Bound, objective_named
 
-__all__ = ["MAX_PAIRS", "MAX_TOKENS", "pair_bounds", "pair_interference", "pair_interference_prefill"]
+__all__ = [
+    "MAX_PAIRS",
+    "MAX_TOKENS",
+    "item_work",
+    "lone_prefix",
+    "overlapping_pairs",
+    "pair_bounds",
+    "pair_interference",
+    "pair_interference_prefill",
+    "pair_sum_latency",
+]
 
 #: Most request pairs summed (the nearest later arrivals of each request first).
 MAX_PAIRS = 4_000_000
@@ -104,12 +114,12 @@ def _item_coefficients(instance: Instance) -> tuple[float, float, float]:
     return L * (a + pa + pq), L * (a + da), L * dk
 
 
-def _item_work(instance: Instance, first_tokens: bool) -> np.ndarray:
+def item_work(instance: Instance, first_tokens: bool) -> np.ndarray:
     """w'_i (or w^pre_i): least item terms of each request under the profile's own per_token."""
     return request_work(replace(instance, cost_model=_tile_free(instance.cost_model)), first_tokens=first_tokens)
 
 
-def _pairs(release: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def overlapping_pairs(release: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Index pairs (i, j), j after i in arrival order (stable) with r_j <= r_i + reach_i, at most
     :data:`MAX_PAIRS` (each i's nearest first)."""
     order = np.argsort(release, kind="stable")
@@ -134,7 +144,7 @@ def _running_sum(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return total - total[first] + values[first] if len(values) else total
 
 
-def _lone_prefix(instance: Instance, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def lone_prefix(instance: Instance, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For the requests ``rows``: the concatenated lone-time prefixes A_i(h), h = 0..O_i, their start
     offsets, and per entry h the item terms R of tokens h + 2 on (module docstring), aligned."""
     cm = instance.cost_model
@@ -170,10 +180,10 @@ def _lone_prefix(instance: Instance, rows: np.ndarray) -> tuple[np.ndarray, np.n
     return pre, start, rem
 
 
-def _sum_pairs_latency(instance: Instance, A: np.ndarray, work: np.ndarray) -> float:
+def pair_sum_latency(instance: Instance, A: np.ndarray, work: np.ndarray) -> float:
     """sum over pairs of phi_ij (module docstring) for mean latency."""
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
-    i, j = _pairs(release, A)
+    i, j = overlapping_pairs(release, A)
     if not len(i):
         return 0.0
     O = np.array([r.output_tokens for r in instance.requests], dtype=np.int64)
@@ -183,7 +193,7 @@ def _sum_pairs_latency(instance: Instance, A: np.ndarray, work: np.ndarray) -> f
     where[tabulated] = np.arange(len(tabulated))
     keep = where[i] >= 0
     i, j = i[keep], j[keep]
-    pre, start, rem = _lone_prefix(instance, tabulated)
+    pre, start, rem = lone_prefix(instance, tabulated)
     gap = release[j] - release[i]
     lo = start[where[i]]
     hi = lo + O[i] + 1  # entries lo .. hi - 1 ascending; h = (entries <= gap) - 1 >= 0
@@ -205,7 +215,7 @@ def pair_interference(instance: Instance) -> float:
     if not instance.requests:
         return 0.0
     A = critical_path_times(instance)
-    total = math.fsum(A) + _sum_pairs_latency(instance, A, _item_work(instance, False))
+    total = math.fsum(A) + pair_sum_latency(instance, A, item_work(instance, False))
     return max(0.0, total * (1 - SAFETY) / len(A))
 
 
@@ -218,7 +228,7 @@ def pair_interference_prefill(instance: Instance) -> float:
     per_token = _item_coefficients(instance)[0]
     work = per_token * I
     reach = np.maximum(per_token * (I - instance.limits.prefill_budget), 0.0)
-    i, j = _pairs(release, reach)
+    i, j = overlapping_pairs(release, reach)
     gap = release[j] - release[i]
     rest = np.where(gap <= 0.0, work[i], np.maximum(reach[i] - gap, 0.0))
     first = np.array([prefill_alone_time(instance, int(x)) for x in I])

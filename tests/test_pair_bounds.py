@@ -23,7 +23,7 @@ from tests.test_load_bounds import TINY, loaded_instance, optimum, policy_values
 def test_the_lone_time_prefix_ends_at_the_critical_path() -> None:
     inst = loaded_instance(50, 2)
     rows = np.arange(len(inst.requests))
-    pre, start, rem = pb._lone_prefix(inst, rows)
+    pre, start, rem = pb.lone_prefix(inst, rows)
     O = np.array([r.output_tokens for r in inst.requests])
     assert np.allclose(pre[start + O], critical_path_times(inst), rtol=1e-12)
     assert np.all(np.diff(pre[start[0] : start[0] + O[0] + 1]) >= 0)
@@ -49,7 +49,7 @@ def overhead_unshared(inst) -> float:
     other's whole lone time (its batches' overheads included, as if the two never shared a batch)."""
     A = critical_path_times(inst)
     release = np.array([r.arrival for r in inst.requests])
-    i, j = pb._pairs(release, A)
+    i, j = pb.overlapping_pairs(release, A)
     together = release[i] == release[j]
     return (A.sum() + np.minimum(A[i], A[j])[together].sum()) / len(A)
 
