@@ -71,7 +71,7 @@ are summed (each request's nearest later arrivals first), and a request's lone-t
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -89,7 +89,9 @@ __all__ = [
     "pair_bounds",
     "pair_interference",
     "pair_interference_prefill",
-    "pair_sum_latency",
+    "pair_wait",
+    "latency_pairs",
+    "LatencyPairs",
 ]
 
 #: Most request pairs summed (the nearest later arrivals of each request first).
@@ -180,13 +182,24 @@ def lone_prefix(instance: Instance, rows: np.ndarray) -> tuple[np.ndarray, np.nd
     return pre, start, rem
 
 
-def pair_sum_latency(instance: Instance, A: np.ndarray, work: np.ndarray) -> float:
-    """sum over pairs of phi_ij (module docstring) for mean latency."""
+@dataclass(frozen=True)
+class LatencyPairs:
+    """The pairs (i, j) of the latency bounds, r_i <= r_j, with R_i(r_j) (``rest``: i's item terms
+    inside j's window if i finishes first) and rho_i(r_j) (``batches``: i's batches there)."""
+
+    i: np.ndarray
+    j: np.ndarray
+    rest: np.ndarray
+    batches: np.ndarray
+
+
+def latency_pairs(instance: Instance, A: np.ndarray, work: np.ndarray) -> LatencyPairs:
+    """The pairs of requests whose lifetimes must overlap, and what the earlier one leaves for the later
+    one's window (module docstring); ``A``: the critical path, ``work``: w'_i."""
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
-    i, j = overlapping_pairs(release, A)
-    if not len(i):
-        return 0.0
+    I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.int64)
     O = np.array([r.output_tokens for r in instance.requests], dtype=np.int64)
+    i, j = overlapping_pairs(release, A)
     order = np.argsort(release, kind="stable")
     tabulated = order[: int(np.searchsorted(np.cumsum(O[order] + 1), MAX_TOKENS, side="right"))]
     where = np.full(len(release), -1)
@@ -196,18 +209,20 @@ def pair_sum_latency(instance: Instance, A: np.ndarray, work: np.ndarray) -> flo
     pre, start, rem = lone_prefix(instance, tabulated)
     gap = release[j] - release[i]
     lo = start[where[i]]
-    hi = lo + O[i] + 1  # entries lo .. hi - 1 ascending; h = (entries <= gap) - 1 >= 0
-    left, right = lo.copy(), hi.copy()
-    while np.any(left < right):  # vectorised binary search: first entry > gap in [lo, hi)
+    left, right = lo.copy(), lo + O[i] + 1  # entries lo .. lo + O_i ascending; h = (entries <= gap) - 1 >= 0
+    while np.any(left < right):  # vectorised binary search: first entry > gap in [lo, lo + O_i + 1)
         active = left < right
         mid = (left + right) // 2
         above = np.zeros(len(mid), dtype=bool)
         above[active] = pre[mid[active]] > gap[active]
         right = np.where(active & above, mid, right)
         left = np.where(active & ~above, mid + 1, left)
-    h_entry = left - 1  # the entry of h
-    rest = np.where(gap <= 0.0, work[i], rem[h_entry])
-    return math.fsum(np.minimum(rest, work[j]))
+    h = left - 1 - lo
+    together = gap <= 0.0
+    least_batches = -(-I // instance.limits.prefill_budget) + O - 1
+    rest = np.where(together, work[i], rem[np.maximum(left - 1, 0)] if len(rem) else 0.0)
+    batches = np.where(together, least_batches[i], np.maximum(O[i] - h - 1, 0))
+    return LatencyPairs(i, j, rest, batches.astype(np.float64))
 
 
 def pair_interference(instance: Instance) -> float:
@@ -215,8 +230,61 @@ def pair_interference(instance: Instance) -> float:
     if not instance.requests:
         return 0.0
     A = critical_path_times(instance)
-    total = math.fsum(A) + pair_sum_latency(instance, A, item_work(instance, False))
+    work = item_work(instance, False)
+    pairs = latency_pairs(instance, A, work)
+    total = math.fsum(A) + math.fsum(np.minimum(pairs.rest, work[pairs.j]))
     return max(0.0, total * (1 - SAFETY) / len(A))
+
+
+def _least_overhead(cm: CostModel) -> float:
+    """beta': the least time of a batch beyond its items' terms c', L(b + min(pb, db) + tc) (one tile)."""
+    return cm.layers * (cm.base + min(cm.prefill.bias, cm.decode.bias) + cm.per_tile)
+
+
+def _share_cost(
+    units: np.ndarray, outputs: np.ndarray, prompts: np.ndarray, decode: np.ndarray, c_min: float, *, v: np.ndarray
+) -> np.ndarray:
+    """The least cost of ``units`` batches of one request's partner in its window (module docstring,
+    pair-wait): one may hold its first token's last chunk (at least min(c_min I, c_min + v/2)), at
+    most O - 1 its later tokens' decode items or whole re-prefills (``decode``: min(L(a+da+dk I),
+    c_min (I+1))), any other a chunk of at least one token that adds half a batch of its own (c_min +
+    v/2), or it waits (v)."""
+    other = np.minimum(c_min + v / 2.0, v)
+    first = np.minimum(np.minimum(c_min * prompts, c_min + v / 2.0), other)
+    later = np.minimum(decode, other)
+    n_later = np.maximum(outputs - 1.0, 0.0)
+    first_then = np.minimum(units, 1.0) * first + np.minimum(np.maximum(units - 1.0, 0.0), n_later) * later
+    later_then = np.minimum(units, n_later) * later + np.minimum(np.maximum(units - n_later, 0.0), 1.0) * first
+    return np.minimum(first_then, later_then) + np.maximum(units - n_later - 1.0, 0.0) * other
+
+
+def pair_wait(instance: Instance, split: np.ndarray | None = None) -> float:
+    """The ``pair-wait`` bound on mean latency (seconds; module docstring), less a safety margin.
+
+    ``split``: per request, the number of partners its waiting overhead is split over (default its
+    number of pairs, the valid lambda; a test plants 1)."""
+    if not instance.requests:
+        return 0.0
+    cm = instance.cost_model
+    A = critical_path_times(instance)
+    work = item_work(instance, False)
+    pairs = latency_pairs(instance, A, work)
+    i, j = pairs.i, pairs.j
+    I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)
+    O = np.array([r.output_tokens for r in instance.requests], dtype=np.float64)
+    beta = _least_overhead(cm)
+    deck = replace(cm.decode, per_kv=cm.decode.per_kv + cm.decode.per_max_kv, per_max_kv=0.0)
+    own = request_work(replace(instance, cost_model=replace(_tile_free(cm), decode=deck)))  # X_j
+    c_min, dec_a, dec_k = _item_coefficients(instance)
+    decode = np.minimum(dec_a + dec_k * I, c_min * (I + 1.0))
+    if split is None:
+        split = np.bincount(np.concatenate([i, j]), minlength=len(I))
+    v = beta / np.maximum(split, 1)  # beta' lambda_k
+    least_batches = np.ceil(I / instance.limits.prefill_budget) + O - 1.0
+    i_first = pairs.rest + _share_cost(pairs.batches, O[j], I[j], decode[j], c_min, v=v[j])
+    j_first = work[j] + _share_cost(least_batches[j], O[i], I[i], decode[i], c_min, v=v[i])
+    total = math.fsum(beta * O + own) + math.fsum(np.minimum(i_first, j_first))
+    return max(0.0, total * (1 - SAFETY) / len(I))
 
 
 def pair_interference_prefill(instance: Instance) -> float:
@@ -241,12 +309,22 @@ def pair_bounds(instance: Instance, objective: str) -> list[Bound]:
     name = objective_named(objective).name
     if name not in ("latency", "ttft") or not instance.requests:
         return []
-    if name == "latency":
-        value, bound, what = pair_interference(instance), "pair-interference", "least time alone"
-    else:
-        value, bound, what = pair_interference_prefill(instance), "pair-interference-prefill", "least prefill alone"
-    note = (
-        f"each request's {what} + the item work it must share or wait for, per pair of requests "
-        "whose lifetimes arrivals force to overlap (optsched/pair_bounds.py)"
-    )
-    return [Bound(bound, value, True, note)]
+    overlap = "per pair of requests whose lifetimes arrivals force to overlap (optsched/pair_bounds.py)"
+    if name == "ttft":
+        note = f"each request's least prefill alone + the prefill work it must share or wait for, {overlap}"
+        return [Bound("pair-interference-prefill", pair_interference_prefill(instance), True, note)]
+    return [
+        Bound(
+            "pair-interference",
+            pair_interference(instance),
+            True,
+            f"each request's least time alone + the item work it must share or wait for, {overlap}",
+        ),
+        Bound(
+            "pair-wait",
+            pair_wait(instance),
+            True,
+            "each request's batches at the least batch overhead + its item work, + per pair the item work "
+            f"shared or the overhead share of the batches waited through, {overlap}",
+        ),
+    ]
