@@ -51,6 +51,43 @@ which is 0 unless j arrives before i could finish alone. Hence **pair-interferen
 with the overlap of lifetimes that arrivals force, and prices the decode context every co-running
 request reads (:math:`d_k m`) and every prefill that lands in a request's lifetime.
 
+**Waiting costs overhead** (**pair-wait**). ``pair-interference`` lets the later of two requests wait
+for the earlier one's batches paying only their item terms; a batch it waits through costs it at
+least :math:`\beta' = L(b + \min(p_b, d_b) + t_c)` as well (the base, a phase bias and one started
+tile of every non-empty batch). In j's window, split each batch B as above: if :math:`j \in B`,
+:math:`T(\{x_j\}) \ge \beta' + c'_{x_j}` (plus :math:`d_x m` for a decode item reading m slots);
+otherwise :math:`T(B) \ge \beta' + \sum_{y \in B} c'_y`. With :math:`n_j = O_j + u_j` batches of j
+(:math:`O_j` generate its tokens, :math:`u_j` hold a chunk that generates none) and :math:`s_j`
+batches in its window without it,
+
+.. math:: F_j - r_j \ge \beta' O_j + X_j + \beta' E_j + \sum_{i \ne j} W_i(j), \qquad E_j = u_j + s_j,
+
+with :math:`X_j` the least sum of :math:`c'` plus :math:`d_x m` over j's items (``request_work`` with
+per_kv raised by per_max_kv). Take :math:`r_i \le r_j`. If :math:`F_i \le F_j`, the at least
+:math:`\rho_i = O_i - h - 1` batches generating i's tokens h + 2 on (all its at least
+:math:`\lceil I_i/P \rceil + O_i - 1` batches when :math:`r_i = r_j`) lie in j's window; each holds
+a token-generating item of j (i then pays its term: a decode item, at least
+:math:`L(a + d_a + d_k I_j)`, or a whole re-prefill, at least :math:`L(a+p_a+p_q)(I_j+1)`, at most
+:math:`O_j - 1` of them; or j's first token, at least :math:`\min(L(a+p_a+p_q) I_j, c_{min} + v/2)`),
+or a chunk of j that generates no token or ends a prompt or re-prefill of at least two chunks (at
+least :math:`c_{min} = L(a + p_a + p_q)`, and each such batch, or the other chunk of its prompt, is
+one of j's :math:`u_j`: so :math:`u_j` is at least half their number), or no item of j (one of
+:math:`s_j`). So :math:`E_j \ge e_{ij}` = half the chunk-only batches plus the waited ones, and
+for any weights :math:`\lambda_{ji} \ge 0` with :math:`\sum_i \lambda_{ji} \le 1`,
+:math:`E_j \ge \sum_i \lambda_{ji} e_{ij}` (a maximum is at least an average). Charging each
+waited batch :math:`v = \beta' \lambda_{ji}` and each chunk-only one :math:`c_{min} + v/2`, the
+least total of i's :math:`\rho_i` batches is :math:`S_j(\rho_i)`, the cheapest filling of
+:math:`\rho_i` units by these prices and caps (:func:`_share_cost`), and
+:math:`\psi_{ij} \ge R_i(r_j) + S_j(\rho_i)`. If :math:`F_j < F_i`, j's at least
+:math:`\lceil I_j/P \rceil + O_j - 1` batches lie in i's window: :math:`\psi_{ij} \ge w'_j +
+S_i(\lceil I_j/P \rceil + O_j - 1)`. Hence, with :math:`\psi_{ij}` the smaller of the two,
+
+.. math:: \text{mean latency} \ge \frac1N \Big(\sum_j (\beta' O_j + X_j) + \sum_{\{i,j\}} \psi_{ij}\Big).
+
+:math:`\lambda_{ji}` is 1 over the number of j's pairs. Where sharing a batch costs both requests
+each other's item terms and waiting costs a batch overhead, this counts the interference of a pair
+in both directions, which ``pair-interference`` counts once.
+
 **TTFT** (**pair-interference-prefill**). The same with the window :math:`[r_i, FT_i]` up to i's
 first token, :math:`F(I_i)` (``prefill-alone``) for :math:`A_i`, and only the items up to each first
 token: j's at least :math:`w^{pre}_j = L(a + p_a + p_q) I_j`. If :math:`FT_i < FT_j` and
@@ -177,7 +214,7 @@ def lone_prefix(instance: Instance, rows: np.ndarray) -> tuple[np.ndarray, np.nd
     pre[start[owner] + rank + 2] = first[owner] + _running_sum(alone, n_dec)
     # R at h = rank: min(decode item of token h + 2, a one-token chunk) + the items of tokens h + 3 .. O_i
     rem = np.zeros(len(pre))
-    later = np.repeat(_running_sum(item, n_dec)[np.cumsum(n_dec) - 1] if len(item) else [], n_dec)
+    later = np.bincount(owner, weights=item, minlength=len(rows))[owner]  # each token's request: all its items
     rem[start[owner] + rank] = np.minimum(decode_item, pre_item) + later - _running_sum(item, n_dec)
     return pre, start, rem
 

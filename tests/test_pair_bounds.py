@@ -93,3 +93,18 @@ def test_fewer_pairs_and_tokens_only_lower_the_bound(monkeypatch) -> None:
     capped = pair_interference(inst), pair_interference_prefill(inst)
     assert capped[0] <= full[0] and capped[1] <= full[1]  # (pair-wait's overhead shares grow with fewer pairs)
     assert capped[0] >= critical_path_times(inst).mean() * (1 - 1e-9)
+
+
+def test_requests_of_one_output_token() -> None:
+    """No decode tokens at all (no per-token entries): the bounds are the critical path plus the pairs."""
+    from optsched.instance import parse_instance
+
+    reqs = [{"id": f"r{k}", "prompt_tokens": 3 + k, "output_tokens": 1, "arrival": 0.001 * (k // 2)} for k in range(4)]
+    inst = parse_instance(
+        {"name": "ones", "cost_model": "llama2-7b-h200", "limits": {"token_budget": 8}, "requests": reqs}, "ones"
+    )
+    best = optimum(inst, "latency")
+    found = pair_bounds(inst, "latency")
+    assert [b.name for b in found] == ["pair-interference", "pair-wait"]
+    assert all(critical_path_times(inst).mean() * (1 - 1e-9) <= b.value <= best * (1 + 1e-9) for b in found[:1])
+    assert all(b.value <= best * (1 + 1e-9) for b in found)
