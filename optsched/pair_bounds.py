@@ -100,9 +100,12 @@ w^{pre}_j)`.
 
 **Scale.** Only pairs with :math:`r_j < r_i + A_i` (TTFT: :math:`R^{pre}_i > 0` possible) can have
 :math:`\phi_{ij} > 0`; leaving pairs out only lowers the bound, so at most :data:`MAX_PAIRS` pairs
-are summed (each request's nearest later arrivals first), and a request's lone-time prefix
-:math:`A_i(h)` is tabulated only while the instance's tokens so tabulated stay within
-:data:`MAX_TOKENS` (a request beyond it takes part only as the later one of its pairs).
+are summed (each request's nearest later arrivals first). Per pair, h is found by binary search on a
+lower bound of :math:`A_i(h)` (a larger h only lowers :math:`R_i` and :math:`\rho_i`): each later
+token costs alone at least the smaller of two lines in its rank (a lone decode, exact; a lone
+re-prefill with at least one chunk and :math:`(I_i + g' - 1)/t` tiles), and its item term is the
+smaller of two lines, so every sum over a range of tokens is closed-form (:func:`min_line_sum`) and
+nothing is tabulated per token.
 """
 
 from __future__ import annotations
@@ -119,9 +122,11 @@ from .result import Bound, objective_named
 
 __all__ = [
     "MAX_PAIRS",
-    "MAX_TOKENS",
     "item_work",
+    "latency_pair_values",
+    "LonePrefix",
     "lone_prefix",
+    "min_line_sum",
     "overlapping_pairs",
     "pair_bounds",
     "pair_interference",
@@ -132,10 +137,7 @@ __all__ = [
 ]
 
 #: Most request pairs summed (the nearest later arrivals of each request first).
-MAX_PAIRS = 4_000_000
-
-#: Most output tokens whose lone-time prefix is tabulated (requests in arrival order).
-MAX_TOKENS = 1 << 22
+MAX_PAIRS = 300_000
 
 #: Relative safety margin taken off every value (floating-point sums).
 SAFETY = 1e-12
@@ -176,47 +178,115 @@ def overlapping_pairs(release: np.ndarray, reach: np.ndarray) -> tuple[np.ndarra
     return order[pos], order[pos + 1 + offset]
 
 
-def _running_sum(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Per entry, the sum of ``values`` up to it within its segment (segments of ``counts`` entries)."""
-    total = np.cumsum(values)
-    first = np.repeat(np.cumsum(counts) - counts, counts)  # each entry's segment start
-    return total - total[first] + values[first] if len(values) else total
+def _line_sum(c0: np.ndarray, c1: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """sum_{x = p}^{q - 1} (c0 + c1 x), 0 where q <= p."""
+    n = np.maximum(q - p, 0)
+    return c0 * n + c1 * (p + q - 1) * n / 2.0
 
 
-def lone_prefix(instance: Instance, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For the requests ``rows``: the concatenated lone-time prefixes A_i(h), h = 0..O_i, their start
-    offsets, and per entry h the item terms R of tokens h + 2 on (module docstring), aligned."""
+def min_line_sum(
+    f: tuple[np.ndarray, np.ndarray], g: tuple[np.ndarray, np.ndarray], p: np.ndarray, q: np.ndarray
+) -> np.ndarray:
+    """sum_{x = p}^{q - 1} min(f0 + f1 x, g0 + g1 x) over integers x, in closed form: the two lines
+    cross once, so the smaller is f on one side of a split point s and g on the other; s is moved
+    until the choice at s - 1 and s agrees with the computed values (no term above its minimum)."""
+    f0, f1 = np.broadcast_arrays(*f)
+    g0, g1 = np.broadcast_arrays(*g)
+    slope = g1 - f1  # g - f = (g0 - f0) + slope x
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = np.where(slope != 0, (f0 - g0) / np.where(slope != 0, slope, 1.0), 0.0)
+    f_after = slope > 0  # f is the smaller from s on (slope > 0) or before s (slope < 0)
+    s = np.clip(np.where(f_after, np.ceil(cross), np.floor(cross) + 1.0), p, np.maximum(p, q))
+    for _ in range(2):  # rounding near the crossing: move s so that every term takes the smaller line
+        below = s - 1
+        fb, gb = f0 + f1 * below, g0 + g1 * below
+        fs, gs = f0 + f1 * s, g0 + g1 * s
+        wrong_below = (below >= p) & np.where(f_after, fb < gb, gb < fb)  # x = s - 1 should be on s's side
+        wrong_at = (s < q) & np.where(f_after, gs < fs, fs < gs)  # x = s should be on the other side
+        s = np.where(wrong_below, s - 1, np.where(wrong_at, s + 1, s))
+    before = np.where(f_after, _line_sum(g0, g1, p, s), _line_sum(f0, f1, p, s))
+    after = np.where(f_after, _line_sum(f0, f1, s, q), _line_sum(g0, g1, s, q))
+    flat = slope == 0
+    whole = np.where(g0 >= f0, _line_sum(f0, f1, p, q), _line_sum(g0, g1, p, q))
+    return np.where(flat, whole, before + after)
+
+
+#: Two lines (intercepts, slopes) per request, in the rank of a later token.
+Lines = tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class LonePrefix:
+    """The per-token lines of the pair bounds for a set of requests (module docstring, "Scale"):
+    ``lone``, two lines in the rank r of a later token (held = I + r slots) whose smaller value is
+    at most that token's least time alone; ``item``, two lines whose smaller value is its least
+    item term c'; ``first``: F(I); ``outputs``: O."""
+
+    lone: Lines
+    item: Lines
+    first: np.ndarray
+    outputs: np.ndarray
+    one_token: float
+
+    def alone(self, h: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """A lower bound on the least time alone of request k's first h tokens (0 for h = 0)."""
+        ranks = _min_lines_over(self.lone, k, np.zeros(len(k)), np.maximum(h - 1.0, 0.0), self.outputs)
+        return np.where(h >= 1, self.first[k] + ranks, 0.0)
+
+    def rest(self, h: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """R at h: the least item terms of request k's tokens from h + 2 on, the first of them at most a
+        one-token chunk (module docstring)."""
+        (f, g) = self.item
+        last = self.outputs[k] - 1.0  # ranks 0 .. O - 2 are tokens 2 .. O
+        at = np.minimum(np.minimum(f[0][k] + f[1][k] * h, g[0][k] + g[1][k] * h), self.one_token)
+        later = _min_lines_over(self.item, k, h + 1.0, last, self.outputs)
+        return np.where(h < last, at + later, 0.0)
+
+    def items(self, lines: Lines | None = None) -> np.ndarray:
+        """Per request, the sum over all its later tokens of the smaller of ``lines`` (default the item
+        lines)."""
+        k = np.arange(len(self.outputs))
+        return _min_lines_over(lines or self.item, k, np.zeros(len(k)), self.outputs - 1.0, self.outputs)
+
+
+def _min_lines_over(lines: Lines, k: np.ndarray, p: np.ndarray, q: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+    """min_line_sum of request k's two ``lines`` over ranks p .. q - 1; where one line is the smaller
+    over all of k's ranks 0 .. O_k - 2 (lines cross once: at both ends), its plain sum."""
+    (f, g) = lines
+    f0, f1, g0, g1 = f[0][k], f[1][k], g[0][k], g[1][k]
+    end = np.maximum(outputs[k] - 2.0, 0.0)
+    f_low = (f0 <= g0) & (f0 + f1 * end <= g0 + g1 * end)
+    g_low = (g0 <= f0) & (g0 + g1 * end <= f0 + f1 * end)
+    out = np.where(f_low, _line_sum(f0, f1, p, q), _line_sum(g0, g1, p, q))
+    mixed = ~(f_low | g_low)
+    if np.any(mixed):
+        out[mixed] = min_line_sum((f0[mixed], f1[mixed]), (g0[mixed], g1[mixed]), p[mixed], q[mixed])
+    return out
+
+
+def lone_prefix(instance: Instance) -> LonePrefix:
+    """The lines of :class:`LonePrefix` for every request: a later token of rank r (token r + 2,
+    held = I + r) costs alone at least min(L(b + a + tc + db + da + (dk + dx) held), L(b + pb + (a + pa
+    + pq + tc / t)(held + 1))) (a lone decode; a lone re-prefill of held + 1 tokens in at least one
+    chunk and at least (held + 1) / t tiles) and has item terms at least min(L(a + da + dk held),
+    L(a + pa + pq)(held + 1))."""
     cm = instance.cost_model
     L, b, a, pb, pa, pq, db, da, dk = (
         cm.layers, cm.base, cm.per_token, cm.prefill.bias, cm.prefill.per_token, cm.prefill.per_token_sq,
         cm.decode.bias, cm.decode.per_token, cm.decode.per_kv,
     )  # fmt: skip
-    tc, dx, P = cm.per_tile, cm.decode.per_max_kv, instance.limits.prefill_budget
+    tc, dx = cm.per_tile, cm.decode.per_max_kv
+    per_tile_token = tc / cm.token_tile if tc else 0.0
     pre_item, dec_a, dec_k = _item_coefficients(instance)
-    I = np.array([instance.requests[i].prompt_tokens for i in rows], dtype=np.float64)
-    O = np.array([instance.requests[i].output_tokens for i in rows], dtype=np.int64)
-    first = np.array([prefill_alone_time(instance, int(x)) for x in I])
-    n_dec = np.maximum(O - 1, 0)
-    owner = np.repeat(np.arange(len(rows)), n_dec)
-    rank = np.arange(int(n_dec.sum())) - np.repeat(np.cumsum(n_dec) - n_dec, n_dec)
-    held = I[owner] + rank  # slots read by the decode of token rank + 2
-    chunks = np.ceil((held + 1.0) / P)
-    tiles = np.maximum(chunks, np.ceil((held + 1.0) / cm.token_tile)) if tc else 0.0
-    refill = chunks * (b + pb) + tc * tiles + (a + pa + pq) * (held + 1.0)
-    alone = L * np.minimum(b + a + tc + db + da + (dk + dx) * held, refill)
-    decode_item = dec_a + dec_k * held
-    item = np.minimum(decode_item, pre_item * (held + 1.0))
-    # entries per request: h = 0..O_i; A(0) = 0, A(1) = F(I), A(h) = F(I) + the first h - 1 lone times
-    size = O + 1
-    start = np.cumsum(size) - size
-    pre = np.zeros(int(size.sum()))
-    pre[start + 1] = first
-    pre[start[owner] + rank + 2] = first[owner] + _running_sum(alone, n_dec)
-    # R at h = rank: min(decode item of token h + 2, a one-token chunk) + the items of tokens h + 3 .. O_i
-    rem = np.zeros(len(pre))
-    later = np.bincount(owner, weights=item, minlength=len(rows))[owner]  # each token's request: all its items
-    rem[start[owner] + rank] = np.minimum(decode_item, pre_item) + later - _running_sum(item, n_dec)
-    return pre, start, rem
+    I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)
+    O = np.array([r.output_tokens for r in instance.requests], dtype=np.float64)
+    lengths, where = np.unique(I, return_inverse=True)
+    first = np.array([prefill_alone_time(instance, int(x)) for x in lengths])[where.reshape(-1)]
+    decode = (L * (b + a + tc + db + da + (dk + dx) * I), np.full(len(I), L * (dk + dx)))
+    refill_slope = L * (a + pa + pq + per_tile_token)
+    refill = (L * (b + pb) + refill_slope * (I + 1.0), np.full(len(I), refill_slope))
+    item = ((dec_a + dec_k * I, np.full(len(I), dec_k)), (pre_item * (I + 1.0), np.full(len(I), pre_item)))
+    return LonePrefix((decode, refill), item, first, O, pre_item)
 
 
 @dataclass(frozen=True)
@@ -230,47 +300,29 @@ class LatencyPairs:
     batches: np.ndarray
 
 
-def latency_pairs(instance: Instance, A: np.ndarray, work: np.ndarray) -> LatencyPairs:
+def latency_pairs(instance: Instance, A: np.ndarray, work: np.ndarray, prefix: LonePrefix) -> LatencyPairs:
     """The pairs of requests whose lifetimes must overlap, and what the earlier one leaves for the later
-    one's window (module docstring); ``A``: the critical path, ``work``: w'_i."""
+    one's window (module docstring); ``A``: the critical path, ``work``: w'_i, ``prefix``: the lines."""
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
-    I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.int64)
-    O = np.array([r.output_tokens for r in instance.requests], dtype=np.int64)
+    I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)
+    O = np.array([r.output_tokens for r in instance.requests], dtype=np.float64)
     i, j = overlapping_pairs(release, A)
-    order = np.argsort(release, kind="stable")
-    tabulated = order[: int(np.searchsorted(np.cumsum(O[order] + 1), MAX_TOKENS, side="right"))]
-    where = np.full(len(release), -1)
-    where[tabulated] = np.arange(len(tabulated))
-    keep = where[i] >= 0
-    i, j = i[keep], j[keep]
-    pre, start, rem = lone_prefix(instance, tabulated)
     gap = release[j] - release[i]
-    lo = start[where[i]]
-    left, right = lo.copy(), lo + O[i] + 1  # entries lo .. lo + O_i ascending; h = (entries <= gap) - 1 >= 0
-    while np.any(left < right):  # vectorised binary search: first entry > gap in [lo, lo + O_i + 1)
-        active = left < right
-        mid = (left + right) // 2
-        above = np.zeros(len(mid), dtype=bool)
-        above[active] = pre[mid[active]] > gap[active]
-        right = np.where(active & above, mid, right)
-        left = np.where(active & ~above, mid + 1, left)
-    h = left - 1 - lo
+    lo, hi = np.zeros(len(i)), O[i].copy()  # h = the most tokens whose least time alone fits in the gap
+    while np.any(lo < hi):  # vectorised binary search over h in [0, O_i]; prefix.alone is non-decreasing in h
+        mid = np.ceil((lo + hi) / 2.0)
+        fits = prefix.alone(mid, i) <= gap
+        lo, hi = np.where(fits, mid, lo), np.where(fits, hi, mid - 1.0)
     together = gap <= 0.0
-    least_batches = -(-I // instance.limits.prefill_budget) + O - 1
-    rest = np.where(together, work[i], rem[np.maximum(left - 1, 0)] if len(rem) else 0.0)
-    batches = np.where(together, least_batches[i], np.maximum(O[i] - h - 1, 0))
-    return LatencyPairs(i, j, rest, batches.astype(np.float64))
+    least_batches = np.ceil(I / instance.limits.prefill_budget) + O - 1.0
+    rest = np.where(together, work[i], prefix.rest(lo, i))
+    batches = np.where(together, least_batches[i], np.maximum(O[i] - lo - 1.0, 0.0))
+    return LatencyPairs(i, j, rest, batches)
 
 
 def pair_interference(instance: Instance) -> float:
     """The ``pair-interference`` bound on mean latency (seconds; module docstring), less a safety margin."""
-    if not instance.requests:
-        return 0.0
-    A = critical_path_times(instance)
-    work = item_work(instance, False)
-    pairs = latency_pairs(instance, A, work)
-    total = math.fsum(A) + math.fsum(np.minimum(pairs.rest, work[pairs.j]))
-    return max(0.0, total * (1 - SAFETY) / len(A))
+    return latency_pair_values(instance)[0]
 
 
 def _least_overhead(cm: CostModel) -> float:
@@ -300,19 +352,27 @@ def pair_wait(instance: Instance, split: np.ndarray | None = None) -> float:
 
     ``split``: per request, the number of partners its waiting overhead is split over (default its
     number of pairs, the valid lambda; a test plants 1)."""
+    return latency_pair_values(instance, split)[1]
+
+
+def latency_pair_values(instance: Instance, split: np.ndarray | None = None) -> tuple[float, float]:
+    """(``pair-interference``, ``pair-wait``) of the module docstring, seconds, from one pass over the pairs."""
     if not instance.requests:
-        return 0.0
+        return 0.0, 0.0
     cm = instance.cost_model
     A = critical_path_times(instance)
-    work = item_work(instance, False)
-    pairs = latency_pairs(instance, A, work)
-    i, j = pairs.i, pairs.j
+    prefix = lone_prefix(instance)
     I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)
-    O = np.array([r.output_tokens for r in instance.requests], dtype=np.float64)
-    beta = _least_overhead(cm)
-    deck = replace(cm.decode, per_kv=cm.decode.per_kv + cm.decode.per_max_kv, per_max_kv=0.0)
-    own = request_work(replace(instance, cost_model=replace(_tile_free(cm), decode=deck)))  # X_j
+    O = prefix.outputs
     c_min, dec_a, dec_k = _item_coefficients(instance)
+    work = c_min * I + prefix.items()  # w'_i
+    pairs = latency_pairs(instance, A, work, prefix)
+    i, j = pairs.i, pairs.j
+    interference = math.fsum(A) + math.fsum(np.minimum(pairs.rest, work[j]))
+    beta = _least_overhead(cm)
+    dk_dx = cm.layers * (cm.decode.per_kv + cm.decode.per_max_kv)
+    with_max_kv = ((dec_a + dk_dx * I, np.full(len(I), dk_dx)), prefix.item[1])
+    own = c_min * I + prefix.items(with_max_kv)  # X_j: item terms plus L dx m of every decode item
     decode = np.minimum(dec_a + dec_k * I, c_min * (I + 1.0))
     if split is None:
         split = np.bincount(np.concatenate([i, j]), minlength=len(I))
@@ -320,8 +380,8 @@ def pair_wait(instance: Instance, split: np.ndarray | None = None) -> float:
     least_batches = np.ceil(I / instance.limits.prefill_budget) + O - 1.0
     i_first = pairs.rest + _share_cost(pairs.batches, O[j], I[j], decode[j], c_min, v=v[j])
     j_first = work[j] + _share_cost(least_batches[j], O[i], I[i], decode[i], c_min, v=v[i])
-    total = math.fsum(beta * O + own) + math.fsum(np.minimum(i_first, j_first))
-    return max(0.0, total * (1 - SAFETY) / len(I))
+    wait = math.fsum(beta * O + own) + math.fsum(np.minimum(i_first, j_first))
+    return tuple(max(0.0, total * (1 - SAFETY) / len(I)) for total in (interference, wait))
 
 
 def pair_interference_prefill(instance: Instance) -> float:
@@ -350,16 +410,17 @@ def pair_bounds(instance: Instance, objective: str) -> list[Bound]:
     if name == "ttft":
         note = f"each request's least prefill alone + the prefill work it must share or wait for, {overlap}"
         return [Bound("pair-interference-prefill", pair_interference_prefill(instance), True, note)]
+    interference, wait = latency_pair_values(instance)
     return [
         Bound(
             "pair-interference",
-            pair_interference(instance),
+            interference,
             True,
             f"each request's least time alone + the item work it must share or wait for, {overlap}",
         ),
         Bound(
             "pair-wait",
-            pair_wait(instance),
+            wait,
             True,
             "each request's batches at the least batch overhead + its item work, + per pair the item work "
             f"shared or the overhead share of the batches waited through, {overlap}",

@@ -5,7 +5,8 @@
 - never above any policy's replayed value on random instances of 20 to 200 requests under load;
 - planted invalid versions (a request waiting for another pays its batches' overheads in full, in
   pair-interference or pair-wait, or 10 % above) are caught by those checks;
-- the lone-time prefixes agree with the critical path, and leaving pairs out only lowers the bound.
+- the closed-form token sums agree with term-by-term sums, the lone-time lines stay below the
+  critical path, and leaving pairs out only lowers the bound.
 """
 
 from __future__ import annotations
@@ -20,14 +21,27 @@ from tests.support.infermax import tiny_instance
 from tests.test_load_bounds import TINY, loaded_instance, optimum, policy_values
 
 
-def test_the_lone_time_prefix_ends_at_the_critical_path() -> None:
+def test_the_closed_form_sums_agree_with_term_by_term_sums() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        f = (rng.uniform(-1, 1), rng.choice([0.0, rng.uniform(-1, 1)]))
+        g = (rng.uniform(-1, 1), rng.choice([f[1], rng.uniform(-1, 1)]))
+        p, q = rng.integers(0, 40, size=2)
+        x = np.arange(p, q, dtype=np.float64)
+        want = np.minimum(f[0] + f[1] * x, g[0] + g[1] * x).sum()
+        got = pb.min_line_sum((np.array([f[0]]), np.array([f[1]])), (np.array([g[0]]), np.array([g[1]])), p, q)[0]
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
+def test_the_lone_time_lines_are_at_most_the_critical_path() -> None:
     inst = loaded_instance(50, 2)
-    rows = np.arange(len(inst.requests))
-    pre, start, rem = pb.lone_prefix(inst, rows)
-    O = np.array([r.output_tokens for r in inst.requests])
-    assert np.allclose(pre[start + O], critical_path_times(inst), rtol=1e-12)
-    assert np.all(np.diff(pre[start[0] : start[0] + O[0] + 1]) >= 0)
-    assert np.all(rem[start + O] == 0.0) and np.all(rem >= 0.0)
+    prefix = pb.lone_prefix(inst)
+    k = np.arange(len(inst.requests))
+    whole = prefix.alone(prefix.outputs, k)
+    A = critical_path_times(inst)
+    assert np.all(whole <= A * (1 + 1e-12)) and np.all(whole >= 0.9 * A)
+    assert np.all(prefix.rest(prefix.outputs - 1.0, k) == 0.0)
+    assert np.all(np.diff(prefix.alone(np.arange(0.0, 8.0), np.zeros(8, dtype=int))) >= 0)
 
 
 @pytest.mark.parametrize("arrivals", [False, True])
@@ -85,11 +99,10 @@ def test_never_above_any_policy(n: int, seed: int) -> None:
             assert bound.value <= min(values.values()) * (1 + 1e-9), (objective, bound, values)
 
 
-def test_fewer_pairs_and_tokens_only_lower_the_bound(monkeypatch) -> None:
+def test_fewer_pairs_only_lower_the_bound(monkeypatch) -> None:
     inst = loaded_instance(200, 4)
     full = pair_interference(inst), pair_interference_prefill(inst)
     monkeypatch.setattr(pb, "MAX_PAIRS", 50)
-    monkeypatch.setattr(pb, "MAX_TOKENS", 400)
     capped = pair_interference(inst), pair_interference_prefill(inst)
     assert capped[0] <= full[0] and capped[1] <= full[1]  # (pair-wait's overhead shares grow with fewer pairs)
     assert capped[0] >= critical_path_times(inst).mean() * (1 - 1e-9)
