@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import optsched.pair_bounds as pb
 from optsched.bounds import critical_path_times
 from optsched.pair_bounds import pair_bounds, pair_interference, pair_interference_prefill, pair_wait
 from tests.support.infermax import tiny_instance
+from tests.support.profiles import small_instances
 from tests.test_load_bounds import TINY, loaded_instance, optimum, policy_values
 
 
@@ -121,3 +124,34 @@ def test_requests_of_one_output_token() -> None:
     assert [b.name for b in found] == ["pair-interference", "pair-wait"]
     assert all(critical_path_times(inst).mean() * (1 - 1e-9) <= b.value <= best * (1 + 1e-9) for b in found[:1])
     assert all(b.value <= best * (1 + 1e-9) for b in found)
+
+
+#: Profiles with every optional term large enough to matter on tiny instances: tiles of 2 tokens, the
+#: longest decode context, the prefill context; and the H200 profile's coefficients.
+SHAPED = (
+    {
+        "base": 0.003,
+        "per_token": 6e-6,
+        "token_tile": 2,
+        "per_tile": 0.002,
+        "prefill": {"bias": 0.0005, "per_token": 1e-5, "per_token_sq": 2e-6, "per_ctx": 3e-6},
+        "decode": {"bias": 0.0002, "per_token": 2e-5, "per_kv": 2e-4, "per_max_kv": 5e-4},
+    },
+    {
+        "base": 3.121e-03,
+        "per_token": 6.031e-06,
+        "token_tile": 128,
+        "per_tile": 1.777e-03,
+        "prefill": {"per_token_sq": 1.411e-09, "per_ctx": 1.542e-09},
+        "decode": {"per_token": 1.768e-05, "per_kv": 1.796e-07, "per_max_kv": 4.987e-07},
+    },
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inst=small_instances(st.sampled_from(SHAPED)))
+def test_never_above_the_exhaustive_optimum_under_the_optional_terms(inst) -> None:
+    for objective in ("latency", "ttft"):
+        best = optimum(inst, objective)
+        for bound in pair_bounds(inst, objective):
+            assert bound.value <= best * (1 + 1e-9), (objective, bound, best)
