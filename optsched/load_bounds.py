@@ -60,6 +60,11 @@ item work at least :math:`L(a+p_a+p_q) I_i` (:func:`~optsched.bounds.request_wor
 time. The same argument with :math:`e_i = r_i + F(I_i)` (the least prefill alone,
 :func:`optsched.bounds.prefill_alone_time`) bounds :math:`\frac1N(\sum_i FT_i - \sum_i r_i)`.
 
+**One item a batch** (``srpt-work-alone``, ``srpt-prefill-alone``). When K = 1 (R_max = 1, C = 1
+or M = 1) every batch holds one item and costs exactly that item's lone batch, so request i's
+batches take at least :math:`A_i` (:math:`F(I_i)` up to its first token) of the one machine's time:
+the SRPT argument above with :math:`p_i = A_i` (no share divides any overhead).
+
 **Busy-time LP** (``busy-time-work`` for latency, ``busy-time-prefill`` for TTFT). SRPT lets a
 request finish as soon as its own small work is done; it ignores that each batch's overhead is time
 that every member waits through, and that a request's work only advances inside its own batches.
@@ -108,6 +113,7 @@ from .bounds import (
 )
 from .costmodel import Coefficients, CostModel
 from .instance import Instance
+from .pair_bounds import pair_bounds
 from .result import Bound, objective_named
 
 __all__ = [
@@ -329,7 +335,8 @@ def _best_over_weights(instance: Instance, first_tokens: bool, alone: np.ndarray
 
 def load_bounds(instance: Instance, objective: str, lp_time: float | None = None) -> list[Bound]:
     """The load-aware bounds of ``objective`` (module docstring): ``srpt-work`` for ``latency``,
-    ``srpt-prefill`` for ``ttft`` (seconds, mean over requests); none for other objectives. With
+    ``srpt-prefill`` for ``ttft`` (seconds, mean over requests), and the pairwise-interference bound of
+    :mod:`optsched.pair_bounds`; none for other objectives. With
     ``lp_time`` (seconds, at most :data:`LP_TIME` used) also the busy-time LP's bound where HiGHS
     solves it within that time."""
     name = objective_named(objective).name
@@ -337,7 +344,8 @@ def load_bounds(instance: Instance, objective: str, lp_time: float | None = None
         return []
     K = most_items(instance)
     if name == "latency":
-        value, w = _best_over_weights(instance, False, critical_path_times(instance))
+        alone = critical_path_times(instance)
+        value, w = _best_over_weights(instance, False, alone)
         what = "each request's work + overhead shares"
         bound = "srpt-work"
     else:
@@ -349,7 +357,13 @@ def load_bounds(instance: Instance, objective: str, lp_time: float | None = None
         f"one machine, SRPT over {what} (K = {K} items a batch, share weights count/tokens/memory "
         f"{w[0]:.2g}/{w[1]:.2g}/{w[2]:.2g}), sorted against arrival + least time alone (optsched/load_bounds.py)"
     )
-    out = [Bound(bound, value, True, note)]
+    out = [Bound(bound, value, True, note), *pair_bounds(instance, name)]
+    if K == 1 and len(alone) > 1:  # one item a batch: every batch is a lone batch
+        release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
+        lone = (
+            "one item a batch (K = 1): one machine, SRPT over each request's least time alone (optsched/load_bounds.py)"
+        )
+        out.append(Bound(f"{bound}-alone", srpt_mean_bound(release, alone, alone), True, lone))
     lp = None if not lp_time or lp_time <= 0 else _busy_time(instance, name == "ttft", K, min(lp_time, LP_TIME))
     if lp is not None:
         out.append(lp)

@@ -224,3 +224,23 @@ def test_sweep_spec_reads_the_objective_names() -> None:
     assert RunSpec(objective="completion").objective == "latency"
     with pytest.raises(ValidationError, match="unknown objective 'speed'"):
         RunSpec(objective="speed")
+
+
+def test_the_one_item_bound_applies_only_with_one_item_a_batch() -> None:
+    """``srpt-work-alone`` is listed where a batch holds one item (K = 1) and lifts the bound there;
+    planted on instances whose batches hold two or more items, it exceeds the exhaustive optimum."""
+    from optsched.load_bounds import most_items
+
+    listed = caught = 0
+    for arrivals in (False, True):
+        for seed in TINY:
+            inst = tiny_instance(seed, arrivals=arrivals)
+            names = {b.name for b in load_bounds(inst, "latency")}
+            one = most_items(inst) == 1
+            assert ("srpt-work-alone" in names) == one
+            listed += one
+            if not one:
+                release = np.array([r.arrival for r in inst.requests])
+                alone = critical_path_times(inst)
+                caught += srpt_mean_bound(release, alone, alone) > optimum(inst, "latency") * (1 + 1e-9)
+    assert listed and caught
