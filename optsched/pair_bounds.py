@@ -117,8 +117,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .bounds import critical_path_times, linear_coefficients, prefill_alone_time
-from .costmodel import CostModel
+from .bounds import critical_path_times, prefill_alone_time
+from .costmodel import Coefficients, CostModel
 from .instance import Instance
 from .result import Bound, objective_named
 
@@ -152,8 +152,12 @@ def _tile_free(cm: CostModel) -> CostModel:
 
 def _item_coefficients(instance: Instance) -> tuple[float, float, float]:
     """(L(a + pa + pq), L(a + da), L dk) of the item terms c' (profile's own per_token)."""
-    L, _, a, _, pa, pq, _, da, dk = linear_coefficients(_tile_free(instance.cost_model))
-    return L * (a + pa + pq), L * (a + da), L * dk
+    c = Coefficients.of(_tile_free(instance.cost_model).linear_twin())
+    return (
+        c.layers * (c.per_token + c.prefill_per_token + c.prefill_per_token_sq),
+        c.layers * (c.per_token + c.decode_per_token),
+        c.layers * c.decode_per_kv,
+    )
 
 
 def overlapping_pairs(release: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
