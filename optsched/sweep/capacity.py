@@ -137,7 +137,8 @@ def _searches(spec: SweepSpec, workloads: Workloads, target: SloTarget) -> list[
     return out
 
 
-def _result_row(search: RateSearch, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def _result_row(search: RateSearch, rows: dict[str, list[dict[str, Any]]], base: Any) -> dict[str, Any]:
+    """The capacity row of a finished search; ``base`` is its workload at rate scale 1."""
     last = len(search.cells) - 1
     status = "below_range" if not search.probes[0] else "above_range" if search.probes[last] else "ok"
     at = search.cells[search.good] if search.good >= 0 else search.cells[0]
@@ -151,6 +152,7 @@ def _result_row(search: RateSearch, rows: dict[str, list[dict[str, Any]]]) -> di
     }
     if search.good < 0:  # nothing meets the target: no capacity, no metrics to report
         row.update(dict.fromkeys([*METRIC_COLUMNS, "objective", "error"]), rate_scale=None, slo_met=False)
+    row["req_per_s"], row["tokens_per_s"] = throughputs(base, row["rate_scale"])
     return row
 
 
@@ -191,7 +193,7 @@ def capacity_search(
                     row = seen[s.cells[k].key][0]
                     s.record(k, row["status"] in SCHEDULE_OK and bool(row["slo_met"]))
                 if s.done:
-                    store.write(s.key, [_result_row(s, seen)])
+                    store.write(s.key, [_result_row(s, seen, workloads.instances[s.cells[0].workload_index])])
             progress.set_done(sum(s.resolved for s in searches if s.key not in stored))
             active = [s for s in active if not s.done]
     finally:
@@ -204,7 +206,7 @@ def capacity_search(
         "already_stored": sum(1 for s in searches if s.key in stored),
         "probes": len(seen),
         "wall_time": time.perf_counter() - t0,
-        "capacity": [_summary(r, bases[r["workload"]]) for r in results],
+        "capacity": [_summary(r) for r in results],
         "non_monotone": {
             s.cells[0].run.simulate[0] if s.cells[0].run.simulate else f"solver:{s.cells[0].run.solve[0].problem}": [
                 s.cells[k].rate_scale for k in s.non_monotone
@@ -236,13 +238,14 @@ SUMMARY_KEYS = (
     "policy",
     "rate_scale",
     "status",
+    "req_per_s",
+    "tokens_per_s",
 )
 
 
-def _summary(row: dict[str, Any], base: Any) -> dict[str, Any]:
+def _summary(row: dict[str, Any]) -> dict[str, Any]:
     """A capacity row for the CLI: its configuration, rate scale, requests/s and tokens/s."""
-    req_s, tok_s = throughputs(base, row["rate_scale"])
-    return {**{k: row[k] for k in SUMMARY_KEYS}, "req_per_s": req_s, "tokens_per_s": tok_s}
+    return {k: row[k] for k in SUMMARY_KEYS}
 
 
 def _ceilings(spec: SweepSpec, workloads: Workloads, store: SweepStore, target: SloTarget) -> list[dict[str, Any]]:
