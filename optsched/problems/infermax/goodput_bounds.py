@@ -136,7 +136,7 @@ class RequestFacts:
     later: np.ndarray
     cost_full: np.ndarray
     cost_first: np.ndarray
-    tpot: tuple[TpotPricing, ...] = ()
+    tpot: tuple[TpotPricing, ...]
 
     @property
     def least_tpot(self) -> np.ndarray:

@@ -88,21 +88,24 @@ _BLOCK = 1 << 20
 
 @dataclass(frozen=True)
 class TpotPricing:
-    """What the rows of one tile weight :math:`\theta` read (module docstring), request order.
+    """What the rows of one tile weight :math:`\\theta` read (module docstring), request order.
 
     Attributes
     ----------
     overhead
-        :math:`b_\theta` (seconds per batch).
+        :math:`b_\\theta` (seconds per batch).
     per_slot
         :math:`L d_x` (seconds per slot of the longest decode context of a batch).
     coefficients
-        :math:`(L, a_\theta + pa + pq, a_\theta + da, dk)`: the item terms of a re-prefill token and
+        :math:`(L, a_\\theta + pa + pq, a_\\theta + da, dk)`: the item terms of a re-prefill token and
         of a decode item.
     prompt, output
         :math:`I_i`, :math:`O_i`.
     work_full, work_first
         :math:`w_i + L pb I_i / P` and :math:`w^1_i + L pb I_i / P` (seconds).
+    decode_items, decode_overheads
+        Per request, the sums over its later tokens of the decode item terms and of the decode
+        overheads :math:`\\beta_{ig}` (seconds; to tune mu).
     """
 
     overhead: float
@@ -112,23 +115,32 @@ class TpotPricing:
     output: np.ndarray
     work_full: np.ndarray
     work_first: np.ndarray
+    decode_items: np.ndarray
+    decode_overheads: np.ndarray
 
-    def token_sums(self, mu: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per request, over its later tokens: the min(...) terms of :math:`c_i` at ``mu``, the
-        decode item terms and the decode overheads :math:`\beta_{ig}` (the last two to tune mu)."""
-        L, refill, decode, dk = self.coefficients
-        n = len(self.output)
-        terms, items, overheads = np.zeros(n), np.zeros(n), np.zeros(n)
-        for owners, owner, rank, _ in token_blocks(np.maximum(self.output - 1, 0), _BLOCK):
-            held = self.prompt[owner].astype(np.float64) + rank
-            item = L * (decode + dk * held)
-            beta = self.overhead + self.per_slot * held
-            by_decode = 2.0 * np.sqrt(mu * beta * item) + mu * beta
-            by_refill = 2.0 * np.sqrt(mu * self.overhead * L * refill * (held + 1.0)) + mu * self.overhead
-            add_by_owner(terms, owners, owner, np.minimum(by_decode, by_refill))
-            add_by_owner(items, owners, owner, item)
-            add_by_owner(overheads, owners, owner, beta)
-        return terms, items, overheads
+    def token_terms(self, mu: float) -> np.ndarray:
+        """Per request, the sum over its later tokens of the min(...) terms of :math:`c_i` at ``mu``."""
+        return _token_sums(self.overhead, self.per_slot, self.coefficients, self.prompt, self.output, mu)[0]
+
+
+def _token_sums(
+    overhead: float, per_slot: float, coefficients: tuple[float, ...], I: np.ndarray, O: np.ndarray, mu: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per request, over its later tokens: the min(...) terms of :math:`c_i` at ``mu``, the decode
+    item terms and the decode overheads (module docstring)."""
+    L, refill, decode, dk = coefficients
+    n = len(O)
+    terms, items, overheads = np.zeros(n), np.zeros(n), np.zeros(n)
+    for owners, owner, rank, _ in token_blocks(np.maximum(O - 1, 0), _BLOCK):
+        held = I[owner].astype(np.float64) + rank
+        item = L * (decode + dk * held)
+        beta = overhead + per_slot * held
+        by_decode = 2.0 * np.sqrt(mu * beta * item) + mu * beta
+        by_refill = 2.0 * np.sqrt(mu * overhead * L * refill * (held + 1.0)) + mu * overhead
+        add_by_owner(terms, owners, owner, np.minimum(by_decode, by_refill))
+        add_by_owner(items, owners, owner, item)
+        add_by_owner(overheads, owners, owner, beta)
+    return terms, items, overheads
 
 
 def tpot_pricing(instance: Instance) -> tuple[TpotPricing, ...]:
@@ -145,15 +157,23 @@ def tpot_pricing(instance: Instance) -> tuple[TpotPricing, ...]:
         at = replace(instance, cost_model=priced)
         L, b, a, pb, pa, pq, _, da, dk = linear_coefficients(priced)
         bias = L * pb * I / P
+        overhead, per_slot, coefficients = (
+            L * (b + theta * cm.per_tile),
+            L * cm.decode.per_max_kv,
+            (L, a + pa + pq, a + da, dk),
+        )
+        _, items, overheads = _token_sums(overhead, per_slot, coefficients, I, O, 0.0)
         out.append(
             TpotPricing(
-                overhead=L * (b + theta * cm.per_tile),
-                per_slot=L * cm.decode.per_max_kv,
-                coefficients=(L, a + pa + pq, a + da, dk),
+                overhead=overhead,
+                per_slot=per_slot,
+                coefficients=coefficients,
                 prompt=I,
                 output=O,
                 work_full=request_work(at) + bias,
                 work_first=request_work(at, first_tokens=True) + bias,
+                decode_items=items,
+                decode_overheads=overheads,
             )
         )
     return tuple(out)
@@ -162,10 +182,9 @@ def tpot_pricing(instance: Instance) -> tuple[TpotPricing, ...]:
 def _multipliers(p: TpotPricing, held: np.ndarray, pi: float) -> list[float]:
     """mu at the quantiles :data:`ITEM_QUANTILES` of the mean decode item term and overhead of the
     requests ``held`` (module docstring), for the TPOT target ``pi``."""
-    _, items, overheads = p.token_sums(0.0)
     later = (p.output[held] - 1).astype(np.float64)
-    delta = np.quantile(items[held] / later, ITEM_QUANTILES)
-    beta = np.quantile(overheads[held] / later, ITEM_QUANTILES)
+    delta = np.quantile(p.decode_items[held] / later, ITEM_QUANTILES)
+    beta = np.quantile(p.decode_overheads[held] / later, ITEM_QUANTILES)
     return sorted({float(b * d / (pi - b) ** 2) for b, d in zip(beta, delta) if pi > b})
 
 
@@ -187,7 +206,7 @@ def tpot_rows(
         chosen[mask] = True
         budget = np.where(held, tpot, 0.0) * later
         for mu in _multipliers(p, chosen, float(np.median(tpot[held]))):
-            terms = p.token_sums(mu)[0][members]
+            terms = p.token_terms(mu)[members]
             full.append(p.work_full[members] + np.where(held, terms - mu * budget, 0.0))
             first.append(p.work_first[members])
     n = len(output)
