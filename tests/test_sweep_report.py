@@ -71,6 +71,43 @@ def test_summary_json(sweep_dir, capsys) -> None:
     assert all(y1 < y2 for (x1, y1), (x2, y2) in zip(zip(xs, ys), zip(xs[1:], ys[1:])) if x1 < x2)
 
 
+def test_terminal_summary_gives_capacities_in_requests_and_tokens_per_second(sweep_dir, capsys) -> None:
+    """Each capacity line of the terminal summary: rate scale, req/s and tokens/s of the scaled
+    workload (its requests and tokens over the span of its arrivals), as ``sweep`` prints them."""
+    from optsched.instance import load_instance
+    from optsched.workload import WorkloadTransforms, apply_transforms
+
+    base = apply_transforms(load_instance("poisson-mixed-100", check_capacity=False), WorkloadTransforms(first=20))
+    arrivals = [r.arrival for r in base.requests]
+    tokens = sum(r.prompt_tokens + r.output_tokens for r in base.requests)
+    assert main(["sweep-report", str(sweep_dir)]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("capacity ")]
+    assert len(lines) == 3 and any(" ceiling: " in x for x in lines)
+    found = [x for x in lines if "(below_range)" not in x]
+    assert found and all("rate scale -, -, - (below_range)" in x for x in lines if x not in found)
+    for line in found:
+        scale = float(line.split("rate scale ")[1].split("x")[0])
+        span = (max(arrivals) - min(arrivals)) / scale
+        assert f"{len(arrivals) / span:.4g} req/s" in line, line
+        assert f"{tokens / span:.4g} tokens/s" in line, line
+
+
+def test_part_file_without_the_optional_columns_reads_them_as_null(sweep_dir, tmp_path) -> None:
+    import pyarrow.parquet as pq
+
+    from optsched.sweep.report import load_rows
+
+    parts = sorted(sweep_dir.glob("part-*.parquet"))
+    (tmp_path / "_sweep.json").write_text((sweep_dir / "_sweep.json").read_text())
+    table = pq.read_table(parts[0])
+    pq.write_table(table.drop_columns(["req_per_s", "tokens_per_s"]), tmp_path / parts[0].name)
+    rows = load_rows(tmp_path)
+    assert rows and all(r["req_per_s"] is None and r["tokens_per_s"] is None for r in rows)
+    pq.write_table(table.drop_columns(["req_per_s", "wall_time"]), tmp_path / parts[0].name)
+    with pytest.raises(Exception, match="another schema"):
+        load_rows(tmp_path)
+
+
 def test_bad_folders(tmp_path, capsys) -> None:
     assert main(["sweep-report", str(tmp_path / "none")]) == 2
     assert "no such folder" in capsys.readouterr().err

@@ -177,7 +177,7 @@ def capacity_lines(rows: list[dict[str, Any]], non_monotone: dict[str, list[floa
 
     out = []
     for r in rows:
-        config = f"{r['workload']} {r['cost_model']}"
+        config = f"{r['workload']} {r.get('configuration') or r['cost_model']}"
         out.append(
             f"capacity {config} {r['policy']}: rate scale {num(r['rate_scale'], 'x')}, "
             f"{num(r['req_per_s'], ' req/s')}, {num(r['tokens_per_s'], ' tokens/s')} ({r['status']})"

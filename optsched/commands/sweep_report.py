@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from ._common import EXIT_OK, BadInput, add_json_flag, check_output_path, format_mapping, print_json
+from .sweep import capacity_lines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,4 +46,6 @@ def handle(args: argparse.Namespace) -> int:
         print(format_mapping([(k, v) for k, v in info.items() if not isinstance(v, (list, dict))]))
         for k, n in info["by_kind_status"].items():
             print(f"  {k}: {n}")
+        for line in capacity_lines(info["capacity"], {}):
+            print(line)
     return EXIT_OK

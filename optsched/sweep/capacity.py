@@ -138,7 +138,8 @@ def _searches(spec: SweepSpec, workloads: Workloads, target: SloTarget) -> list[
     return out
 
 
-def _result_row(search: RateSearch, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def _result_row(search: RateSearch, rows: dict[str, list[dict[str, Any]]], base: Any) -> dict[str, Any]:
+    """The capacity row of a finished search; ``base`` is its workload at rate scale 1."""
     last = len(search.cells) - 1
     status = "below_range" if not search.probes[0] else "above_range" if search.probes[last] else "ok"
     at = search.cells[search.good] if search.good >= 0 else search.cells[0]
@@ -152,6 +153,7 @@ def _result_row(search: RateSearch, rows: dict[str, list[dict[str, Any]]]) -> di
     }
     if search.good < 0:  # nothing meets the target: no capacity, no metrics to report
         row.update(dict.fromkeys([*METRIC_COLUMNS, "objective", "error"]), rate_scale=None, slo_met=False)
+    row["req_per_s"], row["tokens_per_s"] = throughputs(base, row["rate_scale"])
     return row
 
 
@@ -161,13 +163,15 @@ def _search_policy(search: RateSearch) -> str:
     return run.simulate[0] if run.simulate else f"solver:{run.solve[0].problem}"
 
 
-def _unfinished_row(search: RateSearch, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def _unfinished_row(search: RateSearch, rows: dict[str, list[dict[str, Any]]], base: Any) -> dict[str, Any]:
     """The summary row of a search the time limit cut short: the highest rate found to meet the
-    target so far with its probe's metrics (rate null when none was), status ``time_limit``."""
+    target so far with its probe's metrics (rate null when none was), status ``time_limit``;
+    ``base`` is its workload at rate scale 1."""
     if search.good >= 0:
         row = {**rows[search.cells[search.good].key][0], "kind": "capacity", "cell": search.key}
     else:
         row = make_row(search.cells[0], None, kind="capacity", policy=_search_policy(search), rate_scale=None)
+    row["req_per_s"], row["tokens_per_s"] = throughputs(base, row["rate_scale"])
     return {**row, "status": "time_limit"}
 
 
@@ -213,7 +217,7 @@ def capacity_search(
                     row = seen[s.cells[k].key][0]
                     s.record(k, row["status"] in SCHEDULE_OK and bool(row["slo_met"]))
                 if s.done:
-                    store.write(s.key, [_result_row(s, seen)])
+                    store.write(s.key, [_result_row(s, seen, workloads.instances[s.cells[0].workload_index])])
             progress.set_done(sum(s.resolved for s in searches if s.key not in stored_before))
             active = [s for s in active if not s.done]
     except SweepTimeUp:
@@ -221,7 +225,12 @@ def capacity_search(
     finally:
         progress.close()
     stored = store.done_keys()
-    results = [store.rows_of(s.key)[0] if s.key in stored else _unfinished_row(s, seen) for s in searches]
+    results = [
+        store.rows_of(s.key)[0]
+        if s.key in stored
+        else _unfinished_row(s, seen, workloads.instances[s.cells[0].workload_index])
+        for s in searches
+    ]
     results += _ceilings(spec, workloads, store, target, budget)
     bases = {entry.label: workloads.instances[w] for w, entry in enumerate(spec.workloads)}
     warnings = [w for r in results if (w := _warning(r, bases[r["workload"]])) is not None]
@@ -231,7 +240,7 @@ def capacity_search(
         "unfinished": sum(1 for s in searches if s.key not in stored),
         "probes": len(seen),
         "wall_time": time.perf_counter() - t0,
-        "capacity": [_summary(r, bases[r["workload"]]) for r in results],
+        "capacity": [_summary(r) for r in results],
         "non_monotone": {
             _search_policy(s): [s.cells[k].rate_scale for k in s.non_monotone] for s in searches if s.non_monotone
         },
@@ -259,13 +268,14 @@ SUMMARY_KEYS = (
     "policy",
     "rate_scale",
     "status",
+    "req_per_s",
+    "tokens_per_s",
 )
 
 
-def _summary(row: dict[str, Any], base: Any) -> dict[str, Any]:
+def _summary(row: dict[str, Any]) -> dict[str, Any]:
     """A capacity row for the CLI: its configuration, rate scale, requests/s and tokens/s."""
-    req_s, tok_s = throughputs(base, row["rate_scale"])
-    return {**{k: row[k] for k in SUMMARY_KEYS}, "req_per_s": req_s, "tokens_per_s": tok_s}
+    return {k: row[k] for k in SUMMARY_KEYS}
 
 
 def _ceilings(

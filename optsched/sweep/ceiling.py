@@ -73,6 +73,7 @@ def ceiling_rows(
         k, reason, checked = _scan(base, grid, target)
         status = "above_range" if k == len(grid) - 1 else "below_range" if k < 0 else "ok"
         rate = grid[k] if k >= 0 else None
+        req_s, tok_s = throughputs(base, rate)
         yield make_row(
             first,
             base,
@@ -83,6 +84,8 @@ def ceiling_rows(
             wall_time=time.perf_counter() - t0,
             rate_scale=rate,
             requests=len(base.requests),
+            req_per_s=req_s,
+            tokens_per_s=tok_s,
         )
 
 

@@ -37,6 +37,7 @@ from .spec import LIMIT_AXES, RunSpec, SweepSpec
 __all__ = [
     "COLUMNS",
     "METRIC_COLUMNS",
+    "OPTIONAL_COLUMNS",
     "Cell",
     "SloTarget",
     "cell_error_rows",
@@ -49,6 +50,9 @@ __all__ = [
 
 #: Bump when the rows a cell produces change meaning: old results are then not resumed.
 ROW_VERSION = 1
+
+#: Columns a part file may lack (read as null): a capacity row's requests and tokens per second.
+OPTIONAL_COLUMNS = ("req_per_s", "tokens_per_s")
 
 #: The cell's parameters, as columns.
 PARAM_COLUMNS = ("workload", "cost_model", *LIMIT_AXES, "rate_scale")
@@ -85,6 +89,8 @@ COLUMNS: dict[str, str] = {
     "attainment": "float64",
     "slo_met": "bool",
     "replicas": "int64",
+    "req_per_s": "float64",
+    "tokens_per_s": "float64",
     "wall_time": "float64",
     "cell": "string",
 }

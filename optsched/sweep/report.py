@@ -187,7 +187,11 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             f"{k}/{s}": n for (k, s), n in sorted(Counter((r["kind"], r["status"]) for r in rows).items())
         },
         "pareto": fronts,
-        "capacity": [_pick(r, "policy", "rate_scale", "status") for r in rows if r["kind"] == "capacity"],
+        "capacity": [
+            _pick(r, "policy", "rate_scale", "req_per_s", "tokens_per_s", "status")
+            for r in rows
+            if r["kind"] == "capacity"
+        ],
         "replicas": [_pick(r, "policy", "rate_scale", "replicas", "status") for r in rows if r["kind"] == "replicas"],
         "max_gap": max(gaps) if gaps else None,
     }
@@ -249,6 +253,8 @@ def _capacity_section(rows: list[dict[str, Any]]) -> list[str]:
                     "configuration",
                     "policy",
                     "capacity (rate_scale)",
+                    "req/s",
+                    "tokens/s",
                     "status",
                     "slo_ttft",
                     "slo_tpot",
@@ -261,6 +267,8 @@ def _capacity_section(rows: list[dict[str, Any]]) -> list[str]:
                         config_label(r),
                         r["policy"],
                         r["rate_scale"],
+                        r["req_per_s"],
+                        r["tokens_per_s"],
                         r["status"],
                         r["slo_ttft"],
                         r["slo_tpot"],

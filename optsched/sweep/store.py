@@ -1,7 +1,8 @@
 """The sweep's result store: a Parquet dataset, one file per finished cell.
 
 ``DIR/part-<key>.parquet`` holds the rows of the cell (or capacity search) whose content hash is
-``<key>``, all with the one schema of :data:`optsched.sweep.cells.COLUMNS`. A file is written to
+``<key>``, all with the one schema of :data:`optsched.sweep.cells.COLUMNS` (a file without the
+:data:`~optsched.sweep.cells.OPTIONAL_COLUMNS` reads them as null). A file is written to
 a temporary file created exclusively in DIR (``tempfile.mkstemp``: a new file, never a link that
 is followed) and hard-linked to its final name only when complete; the link fails when the name
 exists, a symbolic link included: a row is never written twice, a crash never leaves half a file,
@@ -32,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .cells import COLUMNS
+from .cells import COLUMNS, OPTIONAL_COLUMNS
 
 __all__ = ["META", "MissingDependency", "StoreError", "SweepStore", "is_store_name", "require_pyarrow"]
 
@@ -95,6 +96,10 @@ class SweepStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self._schema = arrow_schema()
+        # a part file without the optional columns reads them as null
+        self._older = self._schema.remove_metadata()
+        for name in OPTIONAL_COLUMNS:
+            self._older = self._older.remove(self._older.get_field_index(name))
 
     def path_of(self, key: str) -> Path:
         return self.root / f"{PREFIX}{key}{SUFFIX}"
@@ -157,8 +162,8 @@ class SweepStore:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             raise StoreError(f"{path}: not a regular file (a symbolic link, folder or device) in the sweep folder")
         try:
-            found = pq.read_schema(path)
-            if not found.remove_metadata().equals(self._schema):
+            found = pq.read_schema(path).remove_metadata()
+            if not (found.equals(self._schema) or found.equals(self._older)):
                 raise StoreError(f"{path}: a Parquet file of another schema, not a part file of an optsched sweep")
             return None if read is None else read()
         except (pa.ArrowException, OSError, ValueError, TypeError) as exc:

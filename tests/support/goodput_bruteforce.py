@@ -75,7 +75,7 @@ def exhaustive_goodput(inst: Instance, evict: bool = True, chunk: bool = True, h
                     if carries[i] and at_first[i]:  # met once served (it can always finish)
                         out[i] = end <= targets[i][0] * (1 + TIME_RTOL)
                         continue
-                if carries[i] and g1 == reqs[i].output_tokens and g0 < g1:
+                if carries[i] and not at_first[i] and g1 == reqs[i].output_tokens and g0 < g1:
                     out[i] = _meets(targets[i], out[i], end, reqs[i].output_tokens)
             top = max(top, best(new, end, tuple(out), only_evict))
         return top

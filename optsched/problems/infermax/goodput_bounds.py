@@ -38,7 +38,11 @@ the KV of (F5)) and :math:`\sum_Q g_i / R_{max}` (each generating batch holds i)
 first-token figures), :math:`\sum_{i \in Q} c_i \le e - s`. The largest count of requests of Q
 whose costs fit is that of the cheapest ones (greedy); the smallest over the choices
 :math:`\beta` is an upper bound :math:`k(s, e)` on the met requests of Q, so at least
-:math:`|Q| - k(s, e)` of them are lost.
+:math:`|Q| - k(s, e)` of them are lost. More choices price TPOT (:mod:`.tpot_pricing`): a request
+meeting TPOT :math:`\le \pi_i` has its later tokens in batches inside a span of
+:math:`\pi_i (O_i - 1)`, and batches serving many decodes together are long; those rows charge
+the batch overheads that this forces (they may be negative for some requests; the greedy count
+stays exact).
 
 Intervals that do not overlap (they may share an end point) hold disjoint sets of batches and of
 requests, so their losses add. :func:`max_met` takes the end points on a grid (every arrival and
@@ -80,6 +84,7 @@ from ...instance import SLO, Instance
 from ...metrics import TIME_RTOL
 from ...options import OptionError
 from ...result import Bound
+from .tpot_pricing import TpotPricing, tpot_pricing, tpot_rows
 
 __all__ = [
     "alive_requests",
@@ -122,6 +127,8 @@ class RequestFacts:
     cost_full, cost_first
         Per choice of batch count (rows) the costs :math:`c_i` of the whole request and of its first
         token (seconds).
+    tpot
+        What the rows that price TPOT read (:mod:`.tpot_pricing`); none: those rows are left out.
     """
 
     prompt: np.ndarray
@@ -130,6 +137,7 @@ class RequestFacts:
     later: np.ndarray
     cost_full: np.ndarray
     cost_first: np.ndarray
+    tpot: tuple[TpotPricing, ...]
 
     @property
     def least_tpot(self) -> np.ndarray:
@@ -188,7 +196,7 @@ def request_facts(instance: Instance) -> RequestFacts:
 
     full = costs(request_work(instance), O)
     one = costs(request_work(instance, first_tokens=True), np.ones_like(O))
-    return RequestFacts(I, O, first, later, full, one)
+    return RequestFacts(I, O, first, later, full, one, tpot_pricing(instance))
 
 
 def alive_requests(facts: RequestFacts, slo: SloArrays) -> np.ndarray:
@@ -254,7 +262,11 @@ def max_met(
     if not boxed.any():
         return n
     grid = _grid(np.concatenate([a[boxed], f[boxed], D[np.isfinite(D)]]), grid_points)
-    costs = (facts.cost_full[:, alive], facts.cost_first[:, alive])
+    extra_full, extra_first = tpot_rows(facts.tpot, facts.output[alive], slo.tpot[alive] * loose, alive)
+    costs = (
+        np.concatenate([facts.cost_full[:, alive], extra_full]),
+        np.concatenate([facts.cost_first[:, alive], extra_first]),
+    )
     loss = _interval_losses(a, f, D, costs, grid, span)
     best = np.zeros(len(grid), dtype=np.int64)
     for y in range(1, len(grid)):
