@@ -75,7 +75,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...bounds import linear_coefficients, request_work
+from ...bounds import request_work
+from ...costmodel import Coefficients
 from ...instance import Instance
 from ...tokensums import add_by_owner, token_blocks
 
@@ -155,12 +156,18 @@ def tpot_pricing(instance: Instance) -> tuple[TpotPricing, ...]:
     for theta in (0.0, 1.0) if cm.per_tile else (0.0,):
         priced = replace(twin, per_token=cm.per_token + (1.0 - theta) * tile)
         at = replace(instance, cost_model=priced)
-        L, b, a, pb, pa, pq, _, da, dk = linear_coefficients(priced)
-        bias = L * pb * I / P
+        c = Coefficients.of(priced.linear_twin())
+        L = c.layers
+        bias = L * c.prefill_bias * I / P
         overhead, per_slot, coefficients = (
-            L * (b + theta * cm.per_tile),
+            L * (c.base + theta * cm.per_tile),
             L * cm.decode.per_max_kv,
-            (L, a + pa + pq, a + da, dk),
+            (
+                L,
+                c.per_token + c.prefill_per_token + c.prefill_per_token_sq,
+                c.per_token + c.decode_per_token,
+                c.decode_per_kv,
+            ),
         )
         _, items, overheads = _token_sums(overhead, per_slot, coefficients, I, O, 0.0)
         out.append(
