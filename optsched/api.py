@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .budget import TimeBudget
 from .instance import Instance, load_instance
 from .result import OBJECTIVES, Bound, SolveResult, check_agreement, objective_of
 from .schedule import ReplayResult, Schedule, replay
@@ -105,9 +106,15 @@ def solve(
     options: Options | Mapping[str, Any] | None = None,
     *,
     time_limit: float | None = None,
+    budget: TimeBudget | None = None,
     **more: Any,
 ) -> SolveResult:
     """Solve ``problem``'s formulation on ``instance``.
+
+    The solve's time is one :class:`~optsched.budget.TimeBudget`, made here: ``budget`` (the
+    command line's, counted from the program's start) within the option ``time_limit`` counted from
+    now. It is passed down to the formulation's ``solve(instance, options, budget)``, its phases and
+    its solver back-ends, which read its time left (docs/development.md, "The time budget").
 
     Parameters
     ----------
@@ -122,6 +129,8 @@ def solve(
         (:data:`optsched.problems.SOLVE_OPTIONS`); None: as keywords.
     time_limit
         Seconds for the whole solve (None: the formulation's default, or the dataclass's own).
+    budget
+        A time budget the solve keeps within as well (None: only ``time_limit``).
     **more
         The formulation's options as keywords, e.g. ``solver="highs"``, ``objective="ttft"``,
         ``no_evict=True``.
@@ -148,11 +157,15 @@ def solve(
     >>> result.status, result.objective >= result.bound
     (<Status.OPTIMAL: 'optimal'>, True)
     """
-    from .problems import solver_for
+    from .problems import options_for, solver_for
 
     inst = _instance(instance)
     solver = solver_for(problem)
-    result: SolveResult = solver(inst, _with_options(options, more, time_limit))
+    given = _with_options(options, more, time_limit)
+    cls = options_for(problem)
+    opts = given if cls is None else cls.parse(given)
+    limit = opts.get("time_limit") if isinstance(opts, Mapping) else getattr(opts, "time_limit", None)
+    result: SolveResult = solver(inst, opts, (budget or TimeBudget()).within(limit))
     return checked(inst, result, problem)
 
 
