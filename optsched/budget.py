@@ -4,9 +4,9 @@ A :class:`TimeBudget` is the ``time.perf_counter()`` value by which the work mus
 Every phase asks it what it needs (:meth:`~TimeBudget.left`, :meth:`~TimeBudget.expired`,
 :meth:`~TimeBudget.check`) and hands a sub-phase a part of it (:meth:`~TimeBudget.share`,
 :meth:`~TimeBudget.within`, :meth:`~TimeBudget.reserve`): seconds and deadlines are converted into
-each other here and nowhere else. A budget also knows its length (:attr:`~TimeBudget.length`), so that a
-phase may take a part of the whole (:meth:`~TimeBudget.part`) rather than of the time left. A command's Ctrl-C (:func:`optsched.interrupt.requested`)
-exhausts every budget at once.
+each other here and nowhere else. A budget also knows its length (:attr:`~TimeBudget.length`), so
+that a phase may take a part of the whole (:meth:`~TimeBudget.part`) rather than of the time left.
+A command's Ctrl-C (:func:`optsched.interrupt.requested`) exhausts every budget at once.
 
 A command's budget counts from the start of the process (:func:`process_started`), so that its
 time limit covers the interpreter's start-up and the imports too.
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from .interrupt import requested
 
-__all__ = ["TimeBudget", "process_started"]
+__all__ = ["NO_LIMIT", "TimeBudget", "process_started"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,10 @@ class TimeBudget:
         if self.end is None:
             return self
         return TimeBudget(self.end - seconds, None if self.length is None else max(0.0, self.length - seconds))
+
+
+#: The budget without a limit (the default of a phase called on its own).
+NO_LIMIT = TimeBudget()
 
 
 def process_started() -> float:

@@ -2,7 +2,7 @@
 
 The search looks for the plan of least objective; every plan is a schedule (a plan's cost is its
 schedule's objective under the contract, :mod:`.plans`), and the caller replays the best one before
-reporting it. It runs until its deadline.
+reporting it. It runs until its :class:`~optsched.budget.TimeBudget` expires.
 
 1. **Starting plans.** One segment per request (no eviction), the requests sorted by each of
    several keys (output length, prompt length, their sum, both directions, instance order), chunk
@@ -14,8 +14,8 @@ reporting it. It runs until its deadline.
    move is drawn with a probability that follows its share of tries that improved the current
    plan (plus :data:`ADAPT_FLOOR`), so the moves that pay on an instance are tried most. A move that puts a request's
    segments out of token order is repaired by reordering that request's segments over the positions they hold.
-   Moves are accepted by the Metropolis rule at a temperature that falls linearly to zero at the
-   deadline, starting at ``START_TEMPERATURE`` of the starting plan's cost; the search returns to the
+   Moves are accepted by the Metropolis rule at a temperature that falls linearly to zero when the
+   budget expires, starting at ``START_TEMPERATURE`` of the starting plan's cost; the search returns to the
    best plan every ``RESTART_EVERY`` non-improving moves.
 
 This is the large-neighbourhood search of the issue in the encoding of project scheduling (a list
@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...deadline import passed
-from ...interrupt import requested
+from ...budget import TimeBudget
 from .plans import Plan, PlanData, plan_cost
 
 __all__ = ["SearchStep", "improve_plans", "starting_plans"]
@@ -72,9 +71,9 @@ def _sort_keys(data: PlanData) -> dict[str, np.ndarray]:
     }
 
 
-def starting_plans(data: PlanData, objective: str, deadline: float | None) -> list[tuple[float, Plan]]:
+def starting_plans(data: PlanData, objective: str, budget: TimeBudget) -> list[tuple[float, Plan]]:
     """Whole-request plans over every sort key, chunk size and grid (module docstring, step 1),
-    by increasing cost; at least one plan even past the deadline."""
+    by increasing cost; at least one plan even once ``budget`` has expired."""
     chunks = sorted({min(data.P, data.C)} | {c for c in START_CHUNKS if c < min(data.P, data.C)}, reverse=True)
     out: list[tuple[float, Plan]] = []
     for order in _sort_keys(data).values():
@@ -83,7 +82,7 @@ def starting_plans(data: PlanData, objective: str, deadline: float | None) -> li
             for grid in START_GRIDS:
                 plan = Plan.whole(order, data.output, q, grid)
                 out.append((plan_cost(data, plan, objective), plan))
-                if passed(deadline):
+                if budget.expired():
                     return sorted(out, key=lambda x: x[0])
     return sorted(out, key=lambda x: x[0])
 
@@ -176,27 +175,27 @@ def _move(plan: Plan, data: PlanData, rng: np.random.Generator, kind: int) -> Pl
 def improve_plans(
     data: PlanData,
     objective: str,
-    deadline: float,
+    budget: TimeBudget,
     evictions: bool = True,
     seed: int = 0,
     start: list[tuple[float, Plan]] | None = None,
-    clock: Callable[[], float] = time.perf_counter,
 ) -> Iterator[SearchStep]:
-    """Yield every improving plan until ``deadline`` (a ``clock()`` value): first the best starting
-    plan, then each better plan the annealing finds (module docstring)."""
+    """Yield every improving plan until ``budget`` expires (a budget with a limit): first the best
+    starting plan, then each better plan the annealing finds (module docstring)."""
+    clock = time.perf_counter
     t0 = clock()
-    plans = start if start is not None else starting_plans(data, objective, deadline)
+    plans = start if start is not None else starting_plans(data, objective, budget)
     best_cost, best = plans[0]
     evaluations = len(plans)
     yield SearchStep(best, best_cost, clock() - t0, evaluations)
     rng = np.random.default_rng(seed)
     cur, cur_cost = best, best_cost
-    span = max(deadline - clock(), 1e-9)
+    span = budget.left(1e-9)
     temp0 = START_TEMPERATURE * best_cost
     stale = 0
     kinds = len(MOVES) if evictions else 4
     tried, gained = np.ones(kinds), np.ones(kinds)  # adaptive choice: moves that improve are tried more
-    while clock() < deadline and not requested():  # Ctrl-C passes the deadline (optsched.interrupt)
+    while not budget.expired():  # Ctrl-C expires every budget (optsched.interrupt)
         weight = gained / tried + ADAPT_FLOOR
         kind = int(rng.choice(kinds, p=weight / weight.sum()))
         cand = _move(cur, data, rng, kind)
@@ -207,7 +206,9 @@ def improve_plans(
         tried[kind] += 1
         if cost < cur_cost:
             gained[kind] += 1
-        temp = temp0 * max(0.0, (deadline - clock()) / span)
+        left = budget.left()
+        temp = temp0 * (1.0 if left is None or span is None else left / span)
+
         if cost <= cur_cost or (temp > 0 and rng.random() < math.exp(-(cost - cur_cost) / temp)):
             cur, cur_cost = cand, cost
         if cost < best_cost - 1e-15 * abs(best_cost):

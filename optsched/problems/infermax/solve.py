@@ -1,4 +1,4 @@
-"""InferMax optimal scheduler (seed001 section 3.3): ``solve`` and ``bounds`` for the registries.
+"""InferMax's solve entry (seed001 section 3.3): ``solve`` and ``bounds`` for the registries.
 
 The model is stated in :mod:`.model`; backends: :mod:`.cpsat` (OR-Tools CP-SAT) and :mod:`.mip`
 (PuLP to HiGHS / CBC, gurobipy). Every schedule a phase finds goes into the solve's
@@ -11,22 +11,21 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
    :mod:`optsched.bounds`;
    for the makespan with a KV capacity also the KV-time bound of :mod:`.kvtime` (via :mod:`.scale`);
    with :data:`.scale.SCALE_MIN_REQUESTS` requests or more, the scale phase (:func:`_scale_phase`:
-   the plan search and the trajectory bound of :mod:`.scale`) takes the rest of the time limit
-   (60 s without one; no policy is started after :data:`CANDIDATE_SHARE` of the limit), its best
+   the plan search and the trajectory bound of :mod:`.scale`) takes the rest of the time budget
+   (60 s without a limit; no policy is started after :data:`CANDIDATE_SHARE` of it), its best
    plan becomes a candidate, its bounds join the proven ones, and phases 3 to 5 are skipped (no
    model is built; ``extra['scale']`` holds what it found);
 2. the model's data (:func:`_model_data`): the horizon J from UB (:func:`.data.horizon`: proven
    for makespan and completion, and for ttft when its model is small; ttft with evictions uses the
-   first-token model, whose solution is completed by :func:`.schedules.serial_completion`) and the
-   time left (at least ``MIN_PHASE_SHARE`` of the limit);
+   first-token model, whose solution is completed by :func:`.schedules.serial_completion`);
 3. for the makespan with a KV capacity, the residency relaxation (:func:`_relaxation_phase`:
-   :mod:`.residency`, the exact search of :mod:`.search` first) with the option ``relax``'s share of
-   the limit: its proven bound and count facts go to the model, its best point, as a schedule, to
+   :mod:`.residency`, the exact search of :mod:`.search` first) with the option ``relax``'s part of
+   the budget: its proven bound and count facts go to the model, its best point, as a schedule, to
    the candidates; when it is solved within one prefill bias of UB, the bound of :mod:`.chunks`
    (the quadratic prefill term priced over every relaxation path below UB) raises its bound and
    its best path, chunked, is a candidate too;
 4. when evictions are allowed, the eviction-free optimum (:func:`_eviction_free_phase`, a quarter
-   of the time limit, at most half of the time left) as a candidate; with a better candidate, the
+   of the budget, at most half of the time left) as a candidate; with a better candidate, the
    model's data again (UB, J and the warm start);
 5. the model (:func:`_run_backend`), unless a candidate meets a proven bound (option
    ``early_exit``; :func:`_skipped`) or the model has more than ``max_cells`` request-batch cells
@@ -39,9 +38,10 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
    replayed objective is within ``OPTIMAL_RTOL`` of a proven bound and J is proven; otherwise
    ``feasible`` or ``time_limit``.
 
-The whole call keeps within the time limit up to the final replay and bounds: policies, the
-relaxation, the eviction-free phase and the model build are not started, or are stopped, once the
-limit has passed.
+The whole call keeps within its :class:`~optsched.budget.TimeBudget` (made by
+:func:`optsched.api.solve` and passed to every phase, each taking a part of it) up to the final
+replay and bounds: policies, the relaxation, the eviction-free phase and the model build are not
+started, or are stopped, once it has expired.
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from ...budget import TimeBudget
-from ...deadline import passed
 from ...instance import Instance
 from ...load_bounds import LP_TIME, load_bounds, proven_bounds
 from ...options import OptionError
@@ -79,9 +78,6 @@ __all__ = [
     "candidate_schedules",
     "solve",
 ]
-
-#: The main solve gets what is left of the time limit, but at least this share of it.
-MIN_PHASE_SHARE = 0.05
 
 #: Share of the time left that the bound of :mod:`.chunks` may take: it runs when the best
 #: candidate is within one prefill bias of the relaxation's optimum, a gap that the model's bound
@@ -116,17 +112,17 @@ def _nonempty(schedule: Schedule) -> int:
 #: Modules a solve may need, imported before its clock starts: importing CP-SAT takes about a second
 #: (ortools loads pandas), which a first import after the deadline would add to the call.
 SOLVE_MODULES = (
-    f"{__name__}.colgen",
-    f"{__name__}.lns",
-    f"{__name__}.chunks",
-    f"{__name__}.cpsat",
-    f"{__name__}.mip",
-    f"{__name__}.residency",
+    f"{__package__}.colgen",
+    f"{__package__}.lns",
+    f"{__package__}.chunks",
+    f"{__package__}.cpsat",
+    f"{__package__}.mip",
+    f"{__package__}.residency",
     "optsched.policies",
 )
 
 
-#: At scale, the share of the time limit after which no more policies are started for the
+#: At scale, the part of the time budget after which no more policies are started for the
 #: candidate pool (one is always there): the scale phase's plan search and bounds get the rest.
 CANDIDATE_SHARE = 0.5
 
@@ -143,7 +139,7 @@ def prepare() -> None:
     load_kernels()
 
 
-def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | None = None) -> SolveResult:
+def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | None, budget: TimeBudget) -> SolveResult:
     """Solve the InferMax model for ``instance`` (see the module docstring for the steps).
 
     Parameters
@@ -152,22 +148,23 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
         The instance (limits C, P, M, R_max and the cost model are read from it).
     options
         ``solver`` (cpsat|highs|cbc|gurobi), ``objective`` (makespan|latency|ttft; ``completion`` is an
-        alias of latency), ``no_evict``, ``no_hybrid``, ``no_chunk``, ``time_limit``, ``threads``,
-        ``log``, ``warm_start`` (policy name), ``horizon`` (force J).
+        alias of latency), ``no_evict``, ``no_hybrid``, ``no_chunk``, ``threads``, ``log``,
+        ``warm_start`` (policy name), ``horizon`` (force J); their ``time_limit`` is in ``budget``.
+    budget
+        The solve's time (:func:`optsched.api.solve` makes it), shared among the phases.
     """
-    prepare()  # start-up, before the clock
+    prepare()  # start-up work (a no-op once done)
     t0 = time.perf_counter()
     opts = InferMaxOptions.parse(options)
     if opts.objective == "goodput":  # maximised: its own phases (goodput.py)
         from .goodput import solve_goodput
 
-        return solve_goodput(instance, opts)
-    deadline = TimeBudget.of(opts.time_limit, start=t0).end
-    candidates_by = deadline
-    if deadline is not None and len(instance.requests) >= SCALE_MIN_REQUESTS:  # the scale phase keeps the rest
-        candidates_by = TimeBudget.of(CANDIDATE_SHARE * opts.time_limit, start=t0).end
+        return solve_goodput(instance, opts, budget)
+    candidates_by = budget
+    if len(instance.requests) >= SCALE_MIN_REQUESTS:  # the scale phase keeps the rest
+        candidates_by = budget.part(CANDIDATE_SHARE)
     try:
-        pool = initial_candidates(instance, opts, candidates_by, deadline)
+        pool = initial_candidates(instance, opts, candidates_by, budget)
     except InferMaxInputError as exc:
         return SolveResult(
             problem="infermax",
@@ -194,20 +191,20 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
             f"(available: {', '.join(sorted(pool.found))})"
         )
     scaled = len(instance.requests) >= SCALE_MIN_REQUESTS and not met  # beyond the exact phases' reach
-    scale_info = _scale_phase(pool, proven, deadline) if scaled else None
-    data = _model_data(pool, t0)
+    scale_info = _scale_phase(pool, proven, budget) if scaled else None
+    data = _model_data(pool)
     relax = paths = None
-    if not (met or scaled or passed(deadline)):
-        relax, paths = _relaxation_phase(pool, data, t0, deadline)
+    if not (met or scaled or budget.expired()):
+        relax, paths = _relaxation_phase(pool, data, budget)
         met = relax is not None and opts.early_exit and _meets(pool.best.value, relax.bound)
-    if not (opts.no_evict or met or scaled or passed(deadline)):
-        _eviction_free_phase(pool, deadline)
+    if not (opts.no_evict or met or scaled or budget.expired()):
+        _eviction_free_phase(pool, budget)
     if relax is not None or NO_EVICT in pool:  # a better candidate: J and the warm start again
-        data = _model_data(pool, t0)
+        data = _model_data(pool)
     if relax is not None:
         data = replace(data, lower=relax.bound, count_facts=relax.facts)  # (makespan only: no first-token model)
-    backend = _skipped(pool, scaled) if met or scaled else _run_backend(data, _hint(pool, data), deadline)
-    result = _result(pool, data, backend, relax, paths, proven, t0)
+    backend = _skipped(pool, scaled) if met or scaled else _run_backend(data, _hint(pool, data), budget)
+    result = _result(pool, data, backend, relax, paths, proven, t0, budget.limited)
     if scale_info is not None:
         result.extra["scale"] = scale_info
     return result
@@ -218,15 +215,15 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
 RELAXATION, CHUNKED, NO_EVICT = "residency-relaxation", "residency-relaxation-chunked", "infermax-no-evict"
 
 
-def _model_data(pool: CandidatePool, t0: float) -> ModelData:
-    """The model's data for the time left: J from the best candidate, at least the warm start's
-    batches (up to its last first token in the first-token model)."""
+def _model_data(pool: CandidatePool) -> ModelData:
+    """The model's data: J from the best candidate, at least the warm start's batches (up to its
+    last first token in the first-token model)."""
     opts, warm = pool.options, pool.found[pool.warm_name]
     prefix = _nonempty(first_token_prefix(warm.schedule, warm.replay)) if opts.objective == "ttft" else None
     best = pool.best
     return build_data(
         pool.instance,
-        _left(opts, t0),
+        opts,
         best.makespan,
         best.value,
         _nonempty(warm.schedule),
@@ -235,14 +232,14 @@ def _model_data(pool: CandidatePool, t0: float) -> ModelData:
 
 
 def _relaxation_phase(
-    pool: CandidatePool, data: ModelData, t0: float, deadline: float | None
+    pool: CandidatePool, data: ModelData, budget: TimeBudget
 ) -> tuple[RelaxationResult | None, int | None]:
     """The residency bound (:func:`_relaxation`) when it applies, its best path as a candidate, and,
     time left, the chunk bound (:func:`_with_chunk_bound`) with its chunked path as a candidate.
 
     Returns the relaxation's result (None when it does not apply) and the number of paths the chunk
     bound priced one by one (None when it did not run)."""
-    relax = _relaxation(data, pool.options.time_limit)
+    relax = _relaxation(data, budget)
     if relax is None:
         return None, None
     if relax.bound == math.inf:
@@ -251,26 +248,19 @@ def _relaxation_phase(
         )
     pool.offer(RELAXATION, relax.schedule)
     paths = None
-    if not passed(deadline):
-        share = None if pool.options.time_limit is None else _left(pool.options, t0).time_limit * CHUNK_SHARE
-        relax, paths, chunked = _with_chunk_bound(pool.instance, relax, pool.best.makespan, share)
+    if not budget.expired():
+        relax, paths, chunked = _with_chunk_bound(pool.instance, relax, pool.best.makespan, budget.share(CHUNK_SHARE))
         pool.offer(CHUNKED, chunked)
     return relax, paths
 
 
-def _eviction_free_phase(pool: CandidatePool, deadline: float | None) -> None:
-    """The eviction-free optimum (a quarter of the time limit, at most half of the time left) as a
+def _eviction_free_phase(pool: CandidatePool, budget: TimeBudget) -> None:
+    """The eviction-free optimum (a quarter of the budget, at most half of the time left) as a
     candidate: it seeds the full model."""
-    limit = pool.options.time_limit
     first = solve(
         pool.instance,
-        replace(
-            pool.options,
-            no_evict=True,
-            warm_start=None,
-            relax=0.0,
-            time_limit=None if limit is None else min(limit / 4, TimeBudget(deadline).left(0.01) / 2),
-        ),
+        replace(pool.options, no_evict=True, warm_start=None, relax=0.0),
+        budget.part(1 / 4).within(budget.share(1 / 2).left()),
     )
     if first.schedule is not None:
         pool.add(NO_EVICT, Candidate(first.schedule, first.objective, first.replay))
@@ -299,14 +289,14 @@ def _skipped(pool: CandidatePool, scaled: bool = False) -> Any:
     return BackendResult(status=Status.UNKNOWN, info={"stopped": f"model not built: {why}"})
 
 
-def _scale_phase(pool: CandidatePool, proven: list[float], deadline: float | None) -> dict[str, Any]:
-    """The scale phase (:func:`.scale.scale_phase`) until ``deadline`` (``SCALE_DEFAULT_TIME`` s
-    without one): its schedules become candidates, its proven makespan bounds join ``proven``;
+def _scale_phase(pool: CandidatePool, proven: list[float], budget: TimeBudget) -> dict[str, Any]:
+    """The scale phase (:func:`.scale.scale_phase`) within ``budget`` (``SCALE_DEFAULT_TIME`` s
+    without a limit): its schedules become candidates, its proven makespan bounds join ``proven``;
     returns what it found, for the result's ``extra['scale']``."""
     from .scale import SCALE_DEFAULT_TIME, scale_phase
 
     opts = pool.options
-    until = deadline if deadline is not None else TimeBudget.of(SCALE_DEFAULT_TIME).end
+    until = budget if budget.limited else budget.within(SCALE_DEFAULT_TIME)
     ranked = sorted(pool.found.values(), key=lambda cand: cand.value)
     phase = scale_phase(
         pool.instance,
@@ -336,6 +326,7 @@ def _result(
     paths: int | None,
     proven: list[float],
     t0: float,
+    limited: bool,
 ) -> SolveResult:
     """The solve's result: the solver's schedule, replayed, or the best candidate when it is better
     or the solver has none; the largest proven bound; the status (module docstring, steps 4 and 5)."""
@@ -377,7 +368,7 @@ def _result(
         status = Status.FEASIBLE
         extra["optimal_within_horizon"] = True
     else:
-        status = Status.TIME_LIMIT if opts.time_limit is not None else Status.FEASIBLE
+        status = Status.TIME_LIMIT if limited else Status.FEASIBLE
     return SolveResult(
         problem="infermax",
         solver=opts.solver,
@@ -443,19 +434,11 @@ def _incumbent(pool: CandidatePool, data: ModelData, backend: Any) -> tuple[Sche
     return schedule, value, rep, None
 
 
-def _left(opts: InferMaxOptions, t0: float) -> InferMaxOptions:
-    """``opts`` with the time left of its time limit since ``t0`` (at least ``MIN_PHASE_SHARE`` of it)."""
-    if opts.time_limit is None:
-        return opts
-    limit = opts.time_limit
-    return replace(opts, time_limit=max(TimeBudget.of(limit, start=t0).left(0.0), MIN_PHASE_SHARE * limit))
-
-
-def _relaxation(data: ModelData, limit: float | None) -> RelaxationResult | None:
+def _relaxation(data: ModelData, budget: TimeBudget) -> RelaxationResult | None:
     """The residency relaxation's bound (:mod:`.relax`) when it applies, else None.
 
     It bounds the makespan over the proven horizon when memory binds; it gets the option
-    ``relax``'s share of ``limit`` (at most the time left; no limit without a time limit).
+    ``relax``'s part of ``budget`` (at most the time left; no limit without one).
     """
     opts = data.options
     if not (opts.relax > 0 and opts.objective == "makespan" and data.M is not None and data.horizon_proven):
@@ -464,12 +447,11 @@ def _relaxation(data: ModelData, limit: float | None) -> RelaxationResult | None
         return None
     from .residency import residency_bound
 
-    share = None if limit is None or opts.time_limit is None else min(opts.relax * limit, opts.time_limit)
-    return residency_bound(data.instance, data.J, share, opts.threads)
+    return residency_bound(data.instance, data.J, budget.part(opts.relax), opts.threads)
 
 
 def _with_chunk_bound(
-    instance: Instance, relax: RelaxationResult, upper: float, time_limit: float | None
+    instance: Instance, relax: RelaxationResult, upper: float, budget: TimeBudget
 ) -> tuple[RelaxationResult, int | None, Schedule | None]:
     """The relaxation's result with the bound of :mod:`.chunks` when the relaxation is solved and
     below ``upper`` (the best candidate's makespan) by less than one prefill bias: the gap is then
@@ -483,31 +465,30 @@ def _with_chunk_bound(
         or not 0 < upper - relax.bound < Coefficients.from_cost_model(instance.cost_model).k_pb
     ):
         return relax, None, None
-    found = chunk_bound(instance, upper, time_limit)
+    found = chunk_bound(instance, upper, budget)
     if found.bound is None:
         return relax, None, None
     return replace(relax, bound=max(relax.bound, found.bound)), found.paths, found.schedule
 
 
-def _run_backend(data: ModelData, hint: Any, deadline: float | None) -> Any:
+def _run_backend(data: ModelData, hint: Any, budget: TimeBudget) -> Any:
     if data.options.solver == "cpsat":
         from .cpsat import solve_cpsat
 
-        return solve_cpsat(data, hint, deadline)
+        return solve_cpsat(data, hint, budget)
     from .mip import solve_mip
 
-    return solve_mip(data, hint, deadline)
+    return solve_mip(data, hint, budget)
 
 
-def _trajectory(instance: Instance, opts: InferMaxOptions) -> Bound:
-    """The trajectory bound of :mod:`.colgen` within ``time_limit`` (default
-    :data:`RELAX_BOUND_TIME` s), over the batch counts that the best candidate leaves open."""
+def _trajectory(instance: Instance, opts: InferMaxOptions, budget: TimeBudget) -> Bound:
+    """The trajectory bound of :mod:`.colgen` within ``budget``, over the batch counts that the best
+    candidate leaves open."""
     from .colgen import trajectory_bound
 
-    limit = opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
-    deadline = TimeBudget.of(limit).end
-    ranked = sorted(initial_candidates(instance, opts, deadline).found.values(), key=lambda cand: cand.value)
-    tb = trajectory_bound(instance, ranked[0].value, deadline, seed=[cand.schedule for cand in ranked[:2]])
+    ranked = sorted(initial_candidates(instance, opts, budget).found.values(), key=lambda cand: cand.value)
+    tb = trajectory_bound(instance, ranked[0].value, budget, seed=[cand.schedule for cand in ranked[:2]])
+
     return Bound(
         name="trajectory",
         value=tb.value,
@@ -519,6 +500,12 @@ def _trajectory(instance: Instance, opts: InferMaxOptions) -> Bound:
 
 #: Default time limit (seconds) of ``optsched bound --method relax``.
 RELAX_BOUND_TIME = 10.0
+
+
+def _relax_time(opts: InferMaxBoundOptions) -> float:
+    """The seconds of the bounds ``method='relax'`` and ``'trajectory'``: the option ``time_limit``,
+    else :data:`RELAX_BOUND_TIME`."""
+    return opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
 
 
 def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions | None = None) -> list[Bound]:
@@ -558,7 +545,7 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
             )
         )
         if bound_opts.method == "trajectory":
-            out.append(_trajectory(instance, bound_opts.solve_options()))
+            out.append(_trajectory(instance, bound_opts.solve_options(), TimeBudget.of(_relax_time(bound_opts))))
     if bound_opts.method == "lp":
         from .mip import lp_relaxation_bound
 
@@ -571,15 +558,14 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
     from .residency import residency_bound
 
     opts = bound_opts.solve_options()
-    limit = opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
-    budget = TimeBudget.of(limit)  # the candidates (the horizon's schedule) count too
-    best = initial_candidates(instance, opts, budget.end).best
+    budget = TimeBudget.of(_relax_time(bound_opts))  # the candidates (the horizon's schedule) count too
+    best = initial_candidates(instance, opts, budget).best
     value = best.value
     data = build_data(instance, opts, value, value, _nonempty(best.schedule))
-    res = residency_bound(instance, data.J, budget.left(0.01), opts.threads)
+    res = residency_bound(instance, data.J, budget, opts.threads)
     if res.schedule is not None and (point := replay(instance, res.schedule)).feasible:
         value = min(value, point.metrics.makespan)
-    res, paths, _ = _with_chunk_bound(instance, res, value, budget.left(0.0))
+    res, paths, _ = _with_chunk_bound(instance, res, value, budget)
     chunked = "" if paths is None else f"; quadratic prefill term, infermax/chunks.py ({paths} paths priced one by one)"
     note = (
         f"residency relaxation over J = {data.J} batches ({res.status}; count facts "
