@@ -92,6 +92,15 @@ class TimeBudget:
             return self.share(fraction)
         return self.within(fraction * self.length)
 
+    def at_least(self, seconds: float) -> TimeBudget:
+        """This budget, but at least ``seconds`` from now (for work that gives a weaker, valid answer
+        with little time and must run even once the budget has expired)."""
+        if self.end is None:
+            return self
+        now = time.perf_counter()
+        end = max(self.end, now + seconds)
+        return TimeBudget(end, end - now)
+
     def reserve(self, seconds: float) -> TimeBudget:
         """This budget less ``seconds`` kept for what comes after (a hand-over, the exit)."""
         if self.end is None:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from ...budget import TimeBudget
 from ...instance import Instance, InstanceError
 from ...mipsolvers import MIP_BACKENDS
 from ...options import Name, OptionError, Options, PositiveFloat, PositiveInt
@@ -79,9 +80,11 @@ def client_schedule(instance: Instance, client: tuple[int, ...]) -> tuple[Schedu
     return schedule, rep
 
 
-def solve(instance: Instance, options: Mapping[str, Any] | HybridOfflineOptions | None = None) -> SolveResult:
+def solve(
+    instance: Instance, options: Mapping[str, Any] | HybridOfflineOptions | None, budget: TimeBudget
+) -> SolveResult:
     """``SOLVERS["hybrid-offline"]``: the optimal max client load in seconds, ``tau_d * C*``
-    (options: :class:`HybridOfflineOptions`).
+    (options: :class:`HybridOfflineOptions`), within ``budget`` (:func:`optsched.api.solve` makes it).
 
     The assignment (request id -> client) and the loads are in ``extra``; the schedule is the
     ``hybrid-offline`` policy run on that assignment (replayed; its makespan is
@@ -105,13 +108,13 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOfflineOptions 
             p,
             timing.clients,
             method=method,
-            time_limit=max(0.01, opts.time_limit - 2 * building),
+            budget=budget.reserve(2 * building),  # time to build the found assignment's schedule (and a margin)
             solver=opts.solver or "highs",
             threads=opts.threads,
         )
     )
     if found.client != first.client:
-        if time.perf_counter() - start + building <= opts.time_limit:
+        if (budget.left() or building) >= building:
             schedule, rep = client_schedule(instance, found.client)
         else:  # no time left to build the better assignment's schedule: the first one, with the bound found
             bound = max(first.bound, found.bound)
