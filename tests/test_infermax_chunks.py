@@ -28,7 +28,6 @@ import pytest
 
 from optsched.bounds import request_work
 from optsched.instance import parse_instance
-from optsched.problems.infermax import bounds as infermax_bounds
 from optsched.problems.infermax.chunks import (
     chunk_bound,
     least_chunk_squares,
@@ -41,6 +40,7 @@ from optsched.problems.infermax.graph import Graph, new_lists
 from optsched.problems.infermax.model import Coefficients
 from optsched.problems.infermax.relax import UNIT, floor_units, schedule_from_point
 from optsched.problems.infermax.search import path_schedule, relaxation_search
+from optsched.problems.infermax.solve import bounds as infermax_bounds
 from optsched.schedule import Batch, Item, Schedule, replay
 from tests.support.infermax import (
     ADVERSARIAL_COSTS,

@@ -16,12 +16,13 @@ import random
 import pytest
 
 from optsched.instance import parse_instance
-from optsched.problems import bounder_for, solver_for
+from optsched.problems import bounder_for
 from optsched.problems.infermax import cpsat, mip
 from optsched.problems.infermax.model import Coefficients, linear_instance
 from optsched.schedule import replay
 from tests.support.infermax_bruteforce import exhaustive_makespan, exhaustive_optimum
 from tests.support.legal_schedules import random_legal_schedule
+from tests.support.solving import registered_solve
 
 #: llama2-7b-a100 with a tile of 4 tokens and a longest-context term, both large enough to change
 #: optima on tiny instances.
@@ -54,7 +55,7 @@ def tiny(seed: int, model: dict = SHAPE, n_max: int = 3):
 
 
 def solve(inst, **opts):
-    return solver_for("infermax")(inst, {"threads": 1, "early_exit": False, **opts})
+    return registered_solve("infermax", inst, {"threads": 1, "early_exit": False, **opts})
 
 
 def check_against_exhaustive(inst, solver: str = "cpsat") -> None:
