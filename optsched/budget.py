@@ -18,6 +18,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from .deadline import DeadlinePassed
 from .interrupt import requested
 
 __all__ = ["NO_LIMIT", "TimeBudget", "process_started"]
@@ -63,8 +64,6 @@ class TimeBudget:
     def check(self, what: str = "the model") -> None:
         """Raise :class:`~optsched.deadline.DeadlinePassed` (naming ``what``) once :meth:`expired`."""
         if self.expired():
-            from .deadline import DeadlinePassed
-
             raise DeadlinePassed(f"{what} not built within the time limit")
 
     def share(self, fraction: float) -> TimeBudget:

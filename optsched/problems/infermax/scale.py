@@ -107,8 +107,8 @@ def scale_phase(
     history: list[tuple[float, float]] = []
     best: list[tuple[float, Plan]] = []
 
-    def search(until: TimeBudget, begin: list[tuple[float, Plan]] | None) -> None:
-        for step in improve_plans(data, objective, until, evictions=not no_evict, start=begin):
+    def search(part: TimeBudget, begin: list[tuple[float, Plan]] | None) -> None:
+        for step in improve_plans(data, objective, part, evictions=not no_evict, start=begin):
             if not best or step.cost < best[0][0]:
                 best[:] = [(step.cost, step.plan)]
                 history.append((round(time.perf_counter() - t0, 3), step.cost))
@@ -138,9 +138,9 @@ def scale_phase(
         if best:
             upper = min(upper, best[0][0])
             start = start + [plan_schedule(instance, data, best[0][1])]
-        until = phase.reserve(FINAL_SEARCH_SHARE * (phase.length or 0.0) if data is not None else 0.0)
+        bound_part = phase.reserve(FINAL_SEARCH_SHARE * (phase.length or 0.0) if data is not None else 0.0)
         began = time.perf_counter() - t0
-        tb = trajectory_bound(instance, upper, until, lp, seed=start)
+        tb = trajectory_bound(instance, upper, bound_part, lp, seed=start)
         out.bounds["trajectory"] = (
             tb.value,
             f"trajectory LP over B = {tb.batch_floor}..{tb.batch_ceiling} batches, "
