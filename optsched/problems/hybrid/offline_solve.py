@@ -114,7 +114,8 @@ def solve(
         )
     )
     if found.client != first.client:
-        if (budget.left() or building) >= building:
+        left = budget.left()
+        if left is None or left >= building:  # time to build the better assignment's schedule
             schedule, rep = client_schedule(instance, found.client)
         else:  # no time left to build the better assignment's schedule: the first one, with the bound found
             bound = max(first.bound, found.bound)

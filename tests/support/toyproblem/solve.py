@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from optsched.bounds import generic_bounds
+from optsched.budget import TimeBudget
 from optsched.instance import Instance
 from optsched.options import Name, Options, PositiveFloat
 from optsched.policies import simulator_for
@@ -35,7 +36,8 @@ class ToyOptions(Options):
     policies
         Comma-separated policy names (:data:`optsched.policies.POLICIES`).
     time_limit
-        Accepted and honoured trivially: the policies take milliseconds.
+        Seconds (:func:`optsched.api.solve` makes it the solve's budget); honoured trivially: the
+        policies take milliseconds.
     """
 
     problem = "best-policy"
@@ -59,12 +61,15 @@ def bounds(instance: Instance, options: Mapping[str, Any] | ToyBoundOptions | No
     return [Bound("makespan", best.value, True, f"the largest generic makespan bound ({best.name})")]
 
 
-def solve(instance: Instance, options: Mapping[str, Any] | ToyOptions | None = None) -> SolveResult:
-    """The best of the policies' schedules (module docstring)."""
+def solve(instance: Instance, options: Mapping[str, Any] | ToyOptions | None, budget: TimeBudget) -> SolveResult:
+    """The best of the policies' schedules (module docstring); one policy at least, no other once
+    ``budget`` has expired."""
     opts = ToyOptions.parse(options)
     t0 = time.perf_counter()
     runs = []
     for name in opts.policies.split(","):
+        if runs and budget.expired():
+            break
         schedule = simulator_for(name)(instance)
         value, replay = replayed_objective(instance, schedule, "makespan")
         runs.append((value, name, schedule, replay))
