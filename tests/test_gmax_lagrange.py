@@ -2,12 +2,11 @@
 prefix, a refuted lambda bounds every completion of the open nodes, no time left builds nothing."""
 
 import math
-import time
 
 import numpy as np
 import pytest
 
-from optsched.budget import NO_LIMIT
+from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
 from optsched.problems.gmax.generate import random_gmax_instance
 from optsched.problems.gmax.problem import GmaxProblem, g_core, g_value
@@ -122,6 +121,6 @@ def test_bnb_with_no_time_left_builds_nothing_and_claims_no_bound():
 
     p = GmaxProblem.from_instance(parse_instance(random_gmax_instance(12, 0, max_batch_size=4)))
     incumbent = [[j] for j in range(p.n_requests)]
-    res = branch_and_bound(p, incumbent, time.perf_counter() - 1.0, 1.0)
+    res = branch_and_bound(p, incumbent, TimeBudget.of(-1.0), 1.0)
     assert (res.status, res.batches, res.bound) == ("time_limit", incumbent, math.inf)
     assert res.G == g_value(*g_core(p, incumbent)) and "root_bound" not in res.info
