@@ -174,8 +174,8 @@ def test_deadline_gives_partial_report(fcfs: str, monkeypatch: pytest.MonkeyPatc
 
 
 def _fake_solver(objective_shift: float):
-    def solve(instance, options):
-        assert options["objective"] == "makespan" and options["time_limit"] is not None
+    def solve(instance, options, budget):
+        assert options["objective"] == "makespan" and options["time_limit"] is not None and budget.limited
         schedule = serial_fcfs(instance)
         value = replay(instance, schedule).metrics.makespan
         return SolveResult(
@@ -211,9 +211,9 @@ def test_solver_gets_the_time_left_but_the_room(time_limit: float, fcfs: str, mo
     limits: list[float] = []
     solve = _fake_solver(0.0)
 
-    def recording(instance, options):
+    def recording(instance, options, budget):
         limits.append(options["time_limit"])
-        return solve(instance, options)
+        return solve(instance, options, budget)
 
     monkeypatch.setattr("tests.support.report.recording_solve", recording, raising=False)
     register(monkeypatch, "fake", solve="tests.support.report:recording_solve")
