@@ -225,3 +225,52 @@ def test_no_seconds_or_deadline_parameters_below_the_api() -> None:
     }
     assert found - set(TAKES_SECONDS) == set(), "take a TimeBudget"
     assert set(TAKES_SECONDS) - found == set(), "takes a budget now: take it off TAKES_SECONDS"
+
+
+#: Where a solver's own time limit is set: the back-end adapters, which read it from a budget.
+ADAPTERS = frozenset({"optsched/cpsat_solver.py", "optsched/mipsolvers.py"})
+
+#: Other modules that set a solver's time limit, and why: none is on a solve's path.
+SETS_A_SOLVER_LIMIT = {
+    "optsched/load_bounds.py": "the busy-time LP of the load-aware bounds (optsched bound, report)",
+}
+
+
+def solver_limits(tree: ast.Module) -> list[int]:
+    """Lines setting a solver's time limit: CP-SAT's ``max_time_in_seconds``, PuLP's ``timeLimit``
+    (attribute, keyword or dictionary key) and HiGHS's ``setOptionValue("time_limit", ...)``."""
+    names = {"max_time_in_seconds", "timeLimit"}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            found.append(node.lineno)
+        elif isinstance(node, ast.keyword) and node.arg in names:
+            found.append(node.value.lineno)
+        elif isinstance(node, ast.Dict):
+            found += [key.lineno for key in node.keys if isinstance(key, ast.Constant) and key.value in names]
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", None) == "setOptionValue"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == "time_limit"
+        ):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_walk_finds_solver_limits() -> None:
+    planted = (
+        "s.parameters.max_time_in_seconds = 3\n"
+        "pulp.HiGHS(timeLimit=3)\n"
+        "opts = {'timeLimit': 3}\n"
+        "h.setOptionValue('time_limit', 3.0)\n"
+        "h.setOptionValue('presolve', 'off')\n"
+    )
+    assert solver_limits(ast.parse(planted)) == [1, 2, 3, 4]
+
+
+def test_the_back_ends_read_the_budget_in_their_adapters() -> None:
+    found = {name for name, tree in modules() if solver_limits(tree)}
+    assert found - ADAPTERS - set(SETS_A_SOLVER_LIMIT) == set(), "read the budget in the adapter"
+    assert set(SETS_A_SOLVER_LIMIT) - found == set(), "no solver limit there now: take it off SETS_A_SOLVER_LIMIT"
