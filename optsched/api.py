@@ -173,6 +173,8 @@ def bound(
     instance: Instance | str | os.PathLike[str],
     problem: str | None = None,
     options: Options | Mapping[str, Any] | None = None,
+    *,
+    budget: TimeBudget | None = None,
     **more: Any,
 ) -> list[Bound]:
     """Proven bounds of ``instance``: the trivial ones (``problem=None``) or a formulation's.
@@ -186,7 +188,9 @@ def bound(
         :mod:`optsched.load_bounds` (every schedule of the instance; they take no options), else a
         name of :data:`optsched.problems.BOUNDERS` (``infermax``, ``hybrid``, ``aladdin``).
     options, **more
-        Its options (:data:`optsched.problems.BOUND_OPTIONS`), as for :func:`solve`.
+        Its options (:data:`optsched.problems.BOUND_OPTIONS`), as for :func:`solve`; their
+        ``time_limit`` becomes the bounder's :class:`~optsched.budget.TimeBudget` here, within
+        ``budget`` (the command line's) when one is given.
 
     Returns
     -------
@@ -203,13 +207,14 @@ def bound(
         from .load_bounds import default_bounds
 
         return default_bounds(inst)
-    from .problems import bounder_for
+    from .problems import bounder_for, options_for
 
-    if options is not None and not isinstance(options, Mapping):
-        if more:
-            raise TypeError(f"options given both as {type(options).__name__} and as keywords: {sorted(more)}")
-        return bounder_for(problem)(inst, options)  # type: ignore[no-any-return]
-    return bounder_for(problem)(inst, {**(options or {}), **more})  # type: ignore[no-any-return]
+    bounder = bounder_for(problem)
+    merged = _with_options(options, more, None)
+    cls = options_for(problem, "bound")
+    opts = merged if cls is None else cls.parse(merged)
+    limit = opts.get("time_limit") if isinstance(opts, Mapping) else getattr(opts, "time_limit", None)
+    return bounder(inst, opts, (budget or TimeBudget()).within(limit))  # type: ignore[no-any-return]
 
 
 def simulate(instance: Instance | str | os.PathLike[str], policy: str = "vllm") -> tuple[Schedule, ReplayResult]:

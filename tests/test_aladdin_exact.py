@@ -12,7 +12,6 @@ import pytest
 
 from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import InstanceError, load_instance
-from optsched.problems import bounder_for
 from optsched.problems.aladdin.cluster import simulate_cluster
 from optsched.problems.aladdin.exact import solve_placement
 from optsched.problems.aladdin.heuristics import best_fit
@@ -20,7 +19,7 @@ from optsched.problems.aladdin.models import AladdinModel, model_from_instance
 from optsched.problems.aladdin.placement import Job, PlacementProblem, check_placement, compile_problem
 from optsched.problems.aladdin.solve import offline_problem, planned_instance
 from tests.support.aladdin import SOLVERS, aladdin_instance, random_heartbeat, random_requests
-from tests.support.solving import registered_solve
+from tests.support.solving import registered_bounds, registered_solve
 
 
 def _brute_force(problem: PlacementProblem) -> int:
@@ -85,7 +84,7 @@ def test_exact_never_worse_than_best_fit_and_respects_constraints_in_simulation(
                 assert sim.atgt[rid] <= m.atgt + 1e-9, rid  # (b)
         for rep in sim.replays:
             assert max(rep.kv_used, default=0) <= m.kv_capacity  # (e)
-    bounds = bounder_for("aladdin")(inst, {})
+    bounds = registered_bounds("aladdin", inst, {})
     assert all(b.value <= ex["cpsat"].workers for b in bounds if b.valid)
 
 

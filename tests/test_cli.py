@@ -386,7 +386,7 @@ def test_bound_trivial_and_problem(capsys):
     code, res = run_json(capsys, "bound", "toy-4", "--problem", "fake", "--time-limit", "3")
     assert code == 0 and [b["name"] for b in res["bounds"]] == ["fake-lower", "fake-estimate"]
     assert res["bounds"][1]["valid"] is False
-    assert 2.0 < fake_formulations.LAST_OPTIONS["time_limit"] < 3.0  # what is left of 3 s from the command's start
+    assert 2.0 < fake_formulations.LAST_BUDGET[0].length < 3.0  # what is left of 3 s from the command's start
     code, _, err = run(capsys, "bound", "toy-4", "--problem", "nope")
     assert code == 2 and "unknown problem 'nope'" in err and "fake" in err
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from optsched.budget import TimeBudget
-from optsched.problems.hybrid.bounds import bounds, paper_bound, strict_bound
+from optsched.problems.hybrid.bounds import paper_bound, strict_bound
 from optsched.problems.hybrid.instances import clipped_moments, gsm8k_like, matched_normal
 from optsched.problems.hybrid.offline import (
     cpsat_pcmax,
@@ -24,7 +24,7 @@ from optsched.problems.hybrid.offline import (
     subset_below,
 )
 from optsched.problems.hybrid.timing import timing_of
-from tests.support.solving import solver
+from tests.support.solving import registered_bounds, solver
 
 solve = solver("hybrid-offline")
 
@@ -121,7 +121,7 @@ def test_paper_arithmetic() -> None:
 
 def test_bounds_on_gsm8k() -> None:
     inst = gsm8k_like(0)
-    found = {b.name: b for b in bounds(inst, {})}
+    found = {b.name: b for b in registered_bounds("hybrid", inst, {})}
     assert not found["paper"].valid and found["strict"].valid
     total, t_p, t_d = paper_bound(inst)
     assert 12.0 < t_p < 13.5  # the paper's t^p* ~ 13 s with N^cap_L = 2048

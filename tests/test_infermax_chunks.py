@@ -40,7 +40,6 @@ from optsched.problems.infermax.graph import Graph, new_lists
 from optsched.problems.infermax.model import Coefficients
 from optsched.problems.infermax.relax import UNIT, floor_units, schedule_from_point
 from optsched.problems.infermax.search import path_schedule, relaxation_search
-from optsched.problems.infermax.solve import bounds as infermax_bounds
 from optsched.schedule import Batch, Item, Schedule, replay
 from tests.support.infermax import (
     ADVERSARIAL_COSTS,
@@ -51,6 +50,7 @@ from tests.support.infermax import (
     tiny_instance,
 )
 from tests.support.infermax_bruteforce import exhaustive_makespan
+from tests.support.solving import registered_bounds
 
 
 def instances(seed: int) -> list:
@@ -338,7 +338,7 @@ def test_bound_command_prices_the_quadratic_term() -> None:
     """``optsched bound --method relax`` (the registry's ``bounds``) applies the bound where the
     relaxation is solved within a prefill bias of the best schedule: N = 4 seed 0 again."""
     inst = scale_instance(4, 0)
-    found = {b.name: b for b in infermax_bounds(inst, {"method": "relax", "time_limit": 60})}
+    found = {b.name: b for b in registered_bounds("infermax", inst, {"method": "relax", "time_limit": 60})}
     relaxation = found["relaxation"]
     assert relaxation.valid and "infermax/chunks.py" in relaxation.note
     assert replay(inst, chunked_schedule()).metrics.makespan - relaxation.value < 1e-10

@@ -10,7 +10,6 @@ from optsched import load_instance, replay
 from optsched.bounds import generic_bounds
 from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.options import OptionError
-from optsched.problems import bounder_for
 from optsched.problems.infermax.candidates import initial_candidates
 from optsched.problems.infermax.cpsat import solve_cpsat
 from optsched.problems.infermax.data import build_data
@@ -18,7 +17,7 @@ from optsched.problems.infermax.mip import lp_relaxation_bound, solve_mip
 from optsched.problems.infermax.model import InferMaxOptions
 from optsched.result import replayed_objective
 from tests.support.infermax import solve, tiny_instance
-from tests.support.solving import registered_solve
+from tests.support.solving import registered_bounds, registered_solve
 
 
 def check_fallback(inst, res, status: str) -> None:
@@ -90,10 +89,10 @@ def test_lp_bound_is_listed_only_when_the_lp_is_solved_to_a_positive_value() -> 
     inst = load_instance("toy-4")
     solved = lp_relaxation_bound(inst, {})
     assert solved.valid and 0 < solved.value <= registered_solve("infermax", inst, {}).objective
-    assert lp_relaxation_bound(inst, {"time_limit": 1e-6}) is None
+    assert lp_relaxation_bound(inst, {}, TimeBudget.of(1e-6)) is None
     assert lp_relaxation_bound(inst, {"max_cells": 10}) is None
     assert lp_relaxation_bound(inst, {"objective": "latency"}) is None
-    listed = bounder_for("infermax")(inst, {"objective": "latency", "method": "lp"})
+    listed = registered_bounds("infermax", inst, {"objective": "latency", "method": "lp"})
     assert "lp-relaxation" not in {b.name for b in listed} and all(b.value > 0 for b in listed)
 
 

@@ -18,7 +18,6 @@ from ortools.sat.python import cp_model
 from optsched.bounds import generic_bounds
 from optsched.budget import TimeBudget
 from optsched.instance import parse_instance
-from optsched.problems import bounder_for
 from optsched.problems.infermax.relax import UNIT, RelaxationModel, count_bound, count_check, relaxation_bound
 from optsched.problems.infermax.residency import residency_bound
 from optsched.result import Status, replayed_objective
@@ -34,7 +33,7 @@ from tests.support.infermax import (
     tiny_instance,
 )
 from tests.support.infermax_bruteforce import exhaustive_makespan
-from tests.support.solving import registered_solve
+from tests.support.solving import registered_bounds, registered_solve
 
 
 def fixed_relaxation_value(inst, sched: Schedule) -> float | None:
@@ -110,7 +109,9 @@ def test_relaxation_meets_the_optimum_when_memory_binds(seed: int) -> None:
     # the solve and the registry's bound (optsched bound --method relax) report it, raised by the
     # quadratic prefill term where the relaxation is solved (infermax/chunks.py)
     assert relax.bound * (1 - 1e-12) <= res.extra["relaxation"]["bound"] <= res.objective * (1 + 1e-9)
-    reported = {b.name: b for b in bounder_for("infermax")(inst, {"method": "relax", "time_limit": 20, "threads": 2})}
+    reported = {
+        b.name: b for b in registered_bounds("infermax", inst, {"method": "relax", "time_limit": 20, "threads": 2})
+    }
     assert reported["relaxation"].valid
     assert relax.bound * (1 - 1e-12) <= reported["relaxation"].value <= res.objective * (1 + 1e-9)
     # its best point, as a schedule, replays and is the optimum itself here

@@ -35,7 +35,7 @@ from optsched.schedule import replay
 from tests.support.infermax import tiny_instance
 from tests.support.infermax_bruteforce import exhaustive_makespan
 from tests.support.legal_schedules import random_legal_schedule
-from tests.support.solving import registered_solve
+from tests.support.solving import registered_bounds, registered_solve
 
 REL = 1e-9
 TINY = range(32)
@@ -384,10 +384,9 @@ def test_solve_at_scale_uses_the_time_limit_and_reports_a_proven_bound():
 
 
 def test_bound_command_bounds_of_infermax():
-    from optsched.problems import bounder_for
 
     inst = small_instance(12, n=14, share=0.25)
-    found = {b.name: b for b in bounder_for("infermax")(inst, {"method": "trajectory", "time_limit": 5.0})}
+    found = {b.name: b for b in registered_bounds("infermax", inst, {"method": "trajectory", "time_limit": 5.0})}
     assert found["kv-time"].valid and found["trajectory"].valid
     assert found["trajectory"].value >= found["kv-time"].value * (1 - REL)
     best = min(replay(inst, s).metrics.makespan for s in _schedules(inst, random.Random(0), legal=0))

@@ -21,13 +21,12 @@ from hypothesis import strategies as st
 
 from optsched.cli import main
 from optsched.instance import parse_instance
-from optsched.problems import bounder_for
 from optsched.schedule import replay
 from tests.support.infermax_bruteforce import exhaustive_makespan
 from tests.support.legal_schedules import random_legal_schedule
 from tests.support.paths import INSTANCES
 from tests.support.profiles import assert_proven_bounds_below, small_instances, static_instances
-from tests.support.solving import registered_solve
+from tests.support.solving import registered_bounds, registered_solve
 
 #: llama2-7b-a100 with a prefill-context term large enough to change optima on tiny instances.
 CTX = {
@@ -73,7 +72,7 @@ def test_infermax_backends_reach_the_exhaustive_optimum_with_the_context_term(se
         assert res.status == "optimal", res.extra
         assert res.objective == pytest.approx(best, rel=1e-6)
         assert res.bound <= res.objective * (1 + 1e-9)
-    for b in bounder_for("infermax")(inst, {"method": "relax"}):
+    for b in registered_bounds("infermax", inst, {"method": "relax"}):
         assert b.value <= best * (1 + 1e-9), b
 
 

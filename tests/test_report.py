@@ -233,10 +233,10 @@ def test_solver_size_limit(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_gather_bounds_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     from optsched.result import Bound
 
-    def good(instance, options):
+    def good(instance, options, budget):
         return [Bound("lp", 0.001, True, f"objective {options['objective']}")]
 
-    def bad(instance, options):
+    def bad(instance, options, budget):
         raise ValueError("does not apply")
 
     monkeypatch.setattr("tests.support.report.good_bounds", good, raising=False)

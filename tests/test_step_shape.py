@@ -29,7 +29,6 @@ from optsched.executor.compare import compare
 from optsched.export.vllm_replay import ReplayPlan, build_plan
 from optsched.instance import parse_instance
 from optsched.policies.engine import Engine
-from optsched.problems import bounder_for
 from optsched.problems.hybrid.online import simulate_policy
 from optsched.schedule import Batch, Item, Schedule, replay
 from tests.support.export import BATCHES, INSTANCE, execute_result
@@ -37,7 +36,7 @@ from tests.support.legal_schedules import random_legal_schedule
 from tests.support.paths import INSTANCES
 from tests.support.profiles import assert_proven_bounds_below, small_instances, static_instances
 from tests.support.report import serial_fcfs
-from tests.support.solving import registered_solve
+from tests.support.solving import registered_bounds, registered_solve
 
 #: llama2-7b-a100 with both step-shape terms, large enough to change times on tiny instances.
 SHAPE = {
@@ -213,7 +212,7 @@ def test_hybrid_bounds_and_policies_accept_the_shape_terms(tmp_path, capsys):
     ``simulate --policy hybrid`` runs; the MIP alone refuses."""
     inst = parse_instance(_hybrid_data(SHAPE))
     policy = replay(inst, simulate_policy(inst, "hybrid")).metrics.makespan
-    bounds = bounder_for("hybrid")(inst, {"time_limit": 5})
+    bounds = registered_bounds("hybrid", inst, {"time_limit": 5})
     strict = [b for b in bounds if b.name == "strict"]
     assert strict and strict[0].valid and 0 < strict[0].value <= policy
     path = _write(tmp_path, _hybrid_data(SHAPE))

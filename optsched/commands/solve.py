@@ -18,7 +18,6 @@ internal error (including status ``error``).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from importlib import import_module
@@ -49,7 +48,6 @@ from ._common import (
     positive_float,
     positive_int,
     print_json,
-    time_left,
 )
 
 if TYPE_CHECKING:
@@ -148,21 +146,9 @@ def resolve(kind: str, name: str, solver: str | None = None) -> Formulation:
     return record
 
 
-def _time_limit(options: Any) -> float | None:
+def time_limit_of(options: Any) -> float | None:
     """The option ``time_limit`` of ``options`` (a dict or an options dataclass; None: none)."""
     return options.get("time_limit") if isinstance(options, dict) else getattr(options, "time_limit", None)
-
-
-def with_time_left(options: Any, args: argparse.Namespace) -> Any:
-    """``options`` (a dict or an options dataclass) with its ``time_limit`` replaced by what is left
-    of it since the program's start (:func:`~._common.time_left`)."""
-    limit = _time_limit(options)
-    if limit is None:
-        return options
-    left = time_left(args, limit)
-    return (
-        {**options, "time_limit": left} if isinstance(options, dict) else dataclasses.replace(options, time_limit=left)
-    )
 
 
 def check_solver_option(problem: str, solver: str | None) -> None:
@@ -219,7 +205,7 @@ def _solve(args: argparse.Namespace, options: Any, progress: Progress) -> tuple[
     instance = load_instance_arg(args)  # first: a bad instance is refused before the formulation loads
     progress.doing(f"loading the {args.problem} formulation (its compiled kernels are built on first use)")
     resolve("solve", args.problem, args.solver)
-    budget = command_budget(args, _time_limit(options))  # the whole command's, from the program's start
+    budget = command_budget(args, time_limit_of(options))  # the whole command's, from the program's start
     progress.doing(f"solving {args.problem} on {len(instance.requests)} requests")
     with interruptible() as ctrl_c:  # Ctrl-C: the best schedule and bound so far, as at the time limit
         result = api.solve(instance, args.problem, options, budget=budget)  # replayed and checked (api.checked)

@@ -15,7 +15,7 @@ from tests.support.legal_schedules import random_legal_schedule
 
 #: The options dict of the last call (the tests inspect it).
 LAST_OPTIONS: dict = {}
-#: The time budget of the last solve (the tests inspect it).
+#: The time budget of the last solve or bounds (the tests inspect it).
 LAST_BUDGET: list[TimeBudget] = []
 
 
@@ -52,7 +52,8 @@ def solve(instance: Instance, options: dict, budget: TimeBudget) -> SolveResult:
     return SolveResult(problem="fake", solver="none", status=method)
 
 
-def bounds(instance: Instance, options: dict) -> list[Bound]:
+def bounds(instance: Instance, options: dict, budget: TimeBudget) -> list[Bound]:
     LAST_OPTIONS.clear()
     LAST_OPTIONS.update(options)
+    LAST_BUDGET[:] = [budget]
     return [Bound("fake-lower", 1.25, True, "test"), Bound("fake-estimate", 2.0, False, "test")]

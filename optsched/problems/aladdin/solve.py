@@ -181,7 +181,9 @@ def _model_peaks(cp: CompiledProblem, assignment: dict[str, int]) -> list[float]
     return [load.peak_kv() / cp.kv_scale for load in loads]
 
 
-def bounds(instance: Instance, options: Mapping[str, Any] | AladdinBoundOptions | None = None) -> list[Bound]:
+def bounds(
+    instance: Instance, options: Mapping[str, Any] | AladdinBoundOptions | None, budget: TimeBudget
+) -> list[Bound]:
     """Lower bounds on the workers of the offline placement problem (:class:`AladdinBoundOptions`).
 
     ``ceil(sum (b') weights / capacity)``, ``ceil(sum prefill / (T_pre - c1))`` and
@@ -196,7 +198,7 @@ def bounds(instance: Instance, options: Mapping[str, Any] | AladdinBoundOptions 
         Bound("ttft-knapsack", float(kb["ttft"]), True, "sum of prefill times over T_pre - c1"),
         Bound("kv-first-iteration", float(kb["kv"]), True, "every request holds kv(l_in) at the first iteration"),
     ]
-    exact = solve_placement(problem, solver=opts.solver, budget=TimeBudget.of(opts.time_limit), threads=opts.threads)
+    exact = solve_placement(problem, solver=opts.solver, budget=budget, threads=opts.threads)
     if exact.bound is not None:
         out.append(Bound("exact", float(exact.bound), True, f"{exact.status}: proven bound of the placement MIP"))
     return out

@@ -158,8 +158,9 @@ class GmaxBoundOptions(Options):
     lengths: Literal["true", "predicted"] = "true"
 
 
-def bounds(instance: Instance, options: Mapping[str, Any] | GmaxBoundOptions | None = None) -> list[Bound]:
-    """``BOUNDERS["gmax"]``: an upper bound on G (G is maximised), proven without a solver.
+def bounds(instance: Instance, options: Mapping[str, Any] | GmaxBoundOptions | None, budget: TimeBudget) -> list[Bound]:
+    """``BOUNDERS["gmax"]``: an upper bound on G (G is maximised), proven without a solver (it takes
+    none of ``budget``).
 
     ``n`` is at most the number of requests that can meet their SLO in some batch, and ``t`` at least
     :meth:`.slots.SlotData.t_lower_bound` (every request's shortest execution plus the earliest

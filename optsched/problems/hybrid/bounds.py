@@ -100,14 +100,16 @@ class HybridBoundOptions(Options):
     time_limit: PositiveFloat = 10.0
 
 
-def bounds(instance: Instance, options: Mapping[str, Any] | HybridBoundOptions | None = None) -> list[Bound]:
+def bounds(
+    instance: Instance, options: Mapping[str, Any] | HybridBoundOptions | None, budget: TimeBudget
+) -> list[Bound]:
     """``BOUNDERS["hybrid"]``: the ``paper`` (not proven) and ``strict`` (proven) makespan bounds
-    (options: :class:`HybridBoundOptions`)."""
+    (options: :class:`HybridBoundOptions`), their P||Cmax solves within ``budget``."""
     opts = HybridBoundOptions.parse(options)
-    limit, which = opts.time_limit, opts.method
+    which = opts.method
     out = []
     if which in (None, "paper"):
-        value, t_p, t_d = paper_bound(instance, TimeBudget.of(limit))
+        value, t_p, t_d = paper_bound(instance, budget)
         out.append(
             Bound(
                 "paper",
@@ -118,7 +120,7 @@ def bounds(instance: Instance, options: Mapping[str, Any] | HybridBoundOptions |
             )
         )
     if which in (None, "strict"):
-        value, t_p, t_d = strict_bound(instance, TimeBudget.of(limit))
+        value, t_p, t_d = strict_bound(instance, budget)
         out.append(
             Bound(
                 "strict",
@@ -127,7 +129,7 @@ def bounds(instance: Instance, options: Mapping[str, Any] | HybridBoundOptions |
                 f"prefill {t_p:.4f} s + decode {t_d:.4f} s; proven without evictions (pure batches if base > 0)",
             )
         )
-        value, t_p, t_d = strict_bound(instance, TimeBudget.of(limit), preemptive=True)
+        value, t_p, t_d = strict_bound(instance, budget, preemptive=True)
         out.append(
             Bound(
                 "strict-preemptive", value, True, f"prefill {t_p:.4f} s + decode {t_d:.4f} s; proven with evictions too"

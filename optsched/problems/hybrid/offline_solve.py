@@ -157,10 +157,12 @@ class HybridOfflineBoundOptions(Options):
     lengths: Literal[LENGTHS] = "rounds"
 
 
-def bounds(instance: Instance, options: Mapping[str, Any] | HybridOfflineBoundOptions | None = None) -> list[Bound]:
+def bounds(
+    instance: Instance, options: Mapping[str, Any] | HybridOfflineBoundOptions | None, budget: TimeBudget
+) -> list[Bound]:
     """``BOUNDERS["hybrid-offline"]``: a lower bound on the largest client load, ``tau_d`` times
     :func:`.offline.pcmax_lower_bound` (``ceil(sum p / J)``, ``max p`` and the k+1 smallest of the
-    kJ + 1 largest jobs), proven for every assignment."""
+    kJ + 1 largest jobs), proven for every assignment (no search: it takes none of ``budget``)."""
     opts = HybridOfflineBoundOptions.parse(options)
     refused = shape_term_refusal(instance, "the hybrid-offline load (tau_d x rounds)")
     if refused:

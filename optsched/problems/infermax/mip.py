@@ -481,8 +481,11 @@ def _event_times(data: ModelData, mip: MipModel, E_sec: list[float]) -> list[flo
     return out
 
 
-def lp_relaxation_bound(instance: Instance, options: Mapping[str, Any] | InferMaxOptions) -> Bound | None:
-    """The LP relaxation of the MIP over the proven horizon of the serial schedule (HiGHS).
+def lp_relaxation_bound(
+    instance: Instance, options: Mapping[str, Any] | InferMaxOptions, budget: TimeBudget = NO_LIMIT
+) -> Bound | None:
+    """The LP relaxation of the MIP over the proven horizon of the serial schedule (HiGHS), within
+    ``budget``.
 
     Only an LP solved to optimality bounds the optimum: when it is not built (option
     ``max_cells``), stops at the time limit or gives no positive value (the big-M links of the
@@ -500,7 +503,7 @@ def lp_relaxation_bound(instance: Instance, options: Mapping[str, Any] | InferMa
         mip = MipModel(data, relax=True)
     except BuildStopped:
         return None
-    solver = _solver(data, warm=False, budget=TimeBudget.of(opts.time_limit), relax=True)  # a bound: its own limit
+    solver = _solver(data, warm=False, budget=budget, relax=True)
     mip.p.solve(solver)
     if mip.p.sol_status != pulp.LpSolutionOptimal:  # PuLP reports a stopped HiGHS as status "Optimal"
         return None

@@ -502,28 +502,30 @@ def _trajectory(instance: Instance, opts: InferMaxOptions, budget: TimeBudget) -
 RELAX_BOUND_TIME = 10.0
 
 
-def _relax_time(opts: InferMaxBoundOptions) -> float:
-    """The seconds of the bounds ``method='relax'`` and ``'trajectory'``: the option ``time_limit``,
-    else :data:`RELAX_BOUND_TIME`."""
-    return opts.time_limit if opts.time_limit is not None else RELAX_BOUND_TIME
+def _relax_budget(budget: TimeBudget) -> TimeBudget:
+    """The budget of the bounds ``method='relax'`` and ``'trajectory'``: ``budget``, or
+    :data:`RELAX_BOUND_TIME` seconds without a limit."""
+    return budget if budget.limited else budget.within(RELAX_BOUND_TIME)
 
 
-def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions | None = None) -> list[Bound]:
+def bounds(
+    instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions | None, budget: TimeBudget
+) -> list[Bound]:
     """Registry entry: proven lower bounds for option ``objective`` (:class:`.model.InferMaxBoundOptions`).
 
     The model computes its objectives exactly as :func:`optsched.schedule.replay` does, so every
     bound of :mod:`optsched.bounds` (proven for every schedule that replays cleanly) holds for its
     optimum; for ``latency`` and ``ttft`` so does every load-aware bound of :mod:`optsched.load_bounds`
-    (the busy-time LP within ``time_limit``, at most :data:`~optsched.load_bounds.LP_TIME` s).
+    (the busy-time LP within the time left of ``budget``, at most :data:`~optsched.load_bounds.LP_TIME` s).
     ``method='lp'`` adds the LP relaxation of the MIP (:mod:`.mip`; proven, usually weaker than the
     work bound on large instances but independent of it) when it is solved to a positive value.
     ``method='relax'`` adds, for the makespan with a KV capacity, the residency bound of
     :mod:`.relax` over the proven horizon of the best candidate schedule (the serial one and every
     policy), raised by the bound of :mod:`.chunks` when it applies (the relaxation solved within one
-    prefill bias of the best schedule known), within ``time_limit`` (default
-    :data:`RELAX_BOUND_TIME` s, the candidates included). For the makespan with a KV capacity the
-    KV-time bound of :mod:`.kvtime` is always added, and ``method='trajectory'`` adds
-    the trajectory bound of :mod:`.colgen` within ``time_limit`` (default the same).
+    prefill bias of the best schedule known), within ``budget`` (:data:`RELAX_BOUND_TIME` s without
+    a limit, the candidates included). For the makespan with a KV capacity the KV-time bound of
+    :mod:`.kvtime` is always added, and ``method='trajectory'`` adds the trajectory bound of
+    :mod:`.colgen` within ``budget`` (the same default).
     """
     bound_opts = InferMaxBoundOptions.parse(options)
     objective = bound_opts.objective
@@ -532,7 +534,7 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
 
         return [goodput_bound(instance, bound_opts.method)]
     out = _generic_bounds(instance, objective)
-    lp_time = bound_opts.time_limit if bound_opts.time_limit is not None else LP_TIME
+    lp_time = budget.left() if budget.limited else LP_TIME  # the busy-time LP's HiGHS limit, in seconds
     out += [b for b in load_bounds(instance, objective, lp_time) if b.name.startswith("busy-time")]
     if objective == "makespan" and instance.limits.kv_capacity is not None:
         value, count = kv_time_bound(instance)
@@ -545,11 +547,11 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
             )
         )
         if bound_opts.method == "trajectory":
-            out.append(_trajectory(instance, bound_opts.solve_options(), TimeBudget.of(_relax_time(bound_opts))))
+            out.append(_trajectory(instance, bound_opts.solve_options(), _relax_budget(budget)))
     if bound_opts.method == "lp":
         from .mip import lp_relaxation_bound
 
-        lp = lp_relaxation_bound(instance, bound_opts.solve_options())
+        lp = lp_relaxation_bound(instance, bound_opts.solve_options(), budget)
         out.extend([lp] if lp is not None else [])
     if bound_opts.method != "relax" or objective != "makespan":
         return out
@@ -558,7 +560,7 @@ def bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions
     from .residency import residency_bound
 
     opts = bound_opts.solve_options()
-    budget = TimeBudget.of(_relax_time(bound_opts))  # the candidates (the horizon's schedule) count too
+    budget = _relax_budget(budget)  # the candidates (the horizon's schedule) count too
     best = initial_candidates(instance, opts, budget).best
     value = best.value
     data = build_data(instance, opts, value, value, _nonempty(best.schedule))

@@ -186,12 +186,13 @@ class SclsBoundOptions(Options):
     what = "bound"
 
 
-def bounds(instance: Instance, options: Mapping[str, Any] | SclsBoundOptions | None = None) -> list[Bound]:
+def bounds(instance: Instance, options: Mapping[str, Any] | SclsBoundOptions | None, budget: TimeBudget) -> list[Bound]:
     """``BOUNDERS["scls-batch"]``: the least total serving time of the round's batching.
 
     Algorithm 1's dynamic programme is exact when ``T_serve`` is nondecreasing in L and the memory
     rule is monotone (docs/scls.md, "Contiguity"; the built-in rules are), so its optimum bounds
-    every batching from below (:func:`solve` reports it as ``optimal`` too).
+    every batching from below (:func:`solve` reports it as ``optimal`` too). The programme takes
+    milliseconds: none of ``budget``.
     """
     SclsBoundOptions.parse(options)
     s = scls_settings(instance)

@@ -54,8 +54,8 @@ class ToyBoundOptions(Options):
     time_limit: PositiveFloat | None = None
 
 
-def bounds(instance: Instance, options: Mapping[str, Any] | ToyBoundOptions | None = None) -> list[Bound]:
-    """The proven makespan lower bound (module docstring)."""
+def bounds(instance: Instance, options: Mapping[str, Any] | ToyBoundOptions | None, budget: TimeBudget) -> list[Bound]:
+    """The proven makespan lower bound (module docstring); it takes none of ``budget``."""
     ToyBoundOptions.parse(options)
     best = max(generic_bounds(instance, "makespan"), key=lambda b: b.value)
     return [Bound("makespan", best.value, True, f"the largest generic makespan bound ({best.name})")]
@@ -74,7 +74,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | ToyOptions | None, bu
         value, replay = replayed_objective(instance, schedule, "makespan")
         runs.append((value, name, schedule, replay))
     value, name, schedule, replay = min(runs, key=lambda run: run[0])
-    bound = bounds(instance)[0].value
+    bound = bounds(instance, None, budget)[0].value
     return SolveResult(
         problem="best-policy",
         solver=name,
