@@ -15,6 +15,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import optsched
 from optsched.budget import TimeBudget
 
@@ -152,17 +154,19 @@ def test_seconds_and_deadlines_are_converted_in_the_budget_only() -> None:
     assert NOT_YET_ON_THE_BUDGET - offenders == set(), "on the budget now: take it off NOT_YET_ON_THE_BUDGET"
 
 
-def test_every_registered_solve_takes_the_budget() -> None:
-    """``solve(instance, options, budget)``: the third parameter is a required
-    :class:`~optsched.budget.TimeBudget` (made once, by :func:`optsched.api.solve`)."""
+@pytest.mark.parametrize("field", ["solve", "bounds"])
+def test_every_registered_solve_and_bounds_takes_the_budget(field: str) -> None:
+    """``solve(instance, options, budget)`` and ``bounds(instance, options, budget)``: the third
+    parameter is a required :class:`~optsched.budget.TimeBudget` (made once, by
+    :func:`optsched.api.solve` or :func:`optsched.api.bound`)."""
     import inspect
 
     from optsched.problems import FORMULATIONS
 
     for record in FORMULATIONS:
-        if record.solve is None:
+        if getattr(record, field) is None:
             continue
-        params = list(inspect.signature(record.load("solve")).parameters.values())
+        params = list(inspect.signature(record.load(field)).parameters.values())
         assert [p.name for p in params[:3]] == ["instance", "options", "budget"], record.name
         assert params[2].annotation in ("TimeBudget", TimeBudget), record.name
         assert params[2].default is inspect.Parameter.empty, f"{record.name}: the budget is not optional"
