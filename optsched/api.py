@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .budget import TimeBudget
 from .instance import Instance, load_instance
 from .result import OBJECTIVES, Bound, SolveResult, check_agreement, objective_of
 from .schedule import ReplayResult, Schedule, replay
@@ -105,9 +106,15 @@ def solve(
     options: Options | Mapping[str, Any] | None = None,
     *,
     time_limit: float | None = None,
+    budget: TimeBudget | None = None,
     **more: Any,
 ) -> SolveResult:
     """Solve ``problem``'s formulation on ``instance``.
+
+    The solve's time is one :class:`~optsched.budget.TimeBudget`, made here: ``budget`` (the
+    command line's, counted from the program's start) within the option ``time_limit`` counted from
+    now. It is passed down to the formulation's ``solve(instance, options, budget)``, its phases and
+    its solver back-ends, which read its time left (docs/development.md, "The time budget").
 
     Parameters
     ----------
@@ -122,6 +129,8 @@ def solve(
         (:data:`optsched.problems.SOLVE_OPTIONS`); None: as keywords.
     time_limit
         Seconds for the whole solve (None: the formulation's default, or the dataclass's own).
+    budget
+        A time budget the solve keeps within as well (None: only ``time_limit``).
     **more
         The formulation's options as keywords, e.g. ``solver="highs"``, ``objective="ttft"``,
         ``no_evict=True``.
@@ -148,11 +157,15 @@ def solve(
     >>> result.status, result.objective >= result.bound
     (<Status.OPTIMAL: 'optimal'>, True)
     """
-    from .problems import solver_for
+    from .problems import options_for, solver_for
 
     inst = _instance(instance)
     solver = solver_for(problem)
-    result: SolveResult = solver(inst, _with_options(options, more, time_limit))
+    given = _with_options(options, more, time_limit)
+    cls = options_for(problem)
+    opts = given if cls is None else cls.parse(given)
+    limit = opts.get("time_limit") if isinstance(opts, Mapping) else getattr(opts, "time_limit", None)
+    result: SolveResult = solver(inst, opts, (budget or TimeBudget()).within(limit))
     return checked(inst, result, problem)
 
 
@@ -160,6 +173,8 @@ def bound(
     instance: Instance | str | os.PathLike[str],
     problem: str | None = None,
     options: Options | Mapping[str, Any] | None = None,
+    *,
+    budget: TimeBudget | None = None,
     **more: Any,
 ) -> list[Bound]:
     """Proven bounds of ``instance``: the trivial ones (``problem=None``) or a formulation's.
@@ -173,7 +188,9 @@ def bound(
         :mod:`optsched.load_bounds` (every schedule of the instance; they take no options), else a
         name of :data:`optsched.problems.BOUNDERS` (``infermax``, ``hybrid``, ``aladdin``).
     options, **more
-        Its options (:data:`optsched.problems.BOUND_OPTIONS`), as for :func:`solve`.
+        Its options (:data:`optsched.problems.BOUND_OPTIONS`), as for :func:`solve`; their
+        ``time_limit`` becomes the bounder's :class:`~optsched.budget.TimeBudget` here, within
+        ``budget`` (the command line's) when one is given.
 
     Returns
     -------
@@ -190,13 +207,14 @@ def bound(
         from .load_bounds import default_bounds
 
         return default_bounds(inst)
-    from .problems import bounder_for
+    from .problems import bounder_for, options_for
 
-    if options is not None and not isinstance(options, Mapping):
-        if more:
-            raise TypeError(f"options given both as {type(options).__name__} and as keywords: {sorted(more)}")
-        return bounder_for(problem)(inst, options)  # type: ignore[no-any-return]
-    return bounder_for(problem)(inst, {**(options or {}), **more})  # type: ignore[no-any-return]
+    bounder = bounder_for(problem)
+    merged = _with_options(options, more, None)
+    cls = options_for(problem, "bound")
+    opts = merged if cls is None else cls.parse(merged)
+    limit = opts.get("time_limit") if isinstance(opts, Mapping) else getattr(opts, "time_limit", None)
+    return bounder(inst, opts, (budget or TimeBudget()).within(limit))  # type: ignore[no-any-return]
 
 
 def simulate(instance: Instance | str | os.PathLike[str], policy: str = "vllm") -> tuple[Schedule, ReplayResult]:

@@ -4,8 +4,9 @@ A :class:`TimeBudget` is the ``time.perf_counter()`` value by which the work mus
 Every phase asks it what it needs (:meth:`~TimeBudget.left`, :meth:`~TimeBudget.expired`,
 :meth:`~TimeBudget.check`) and hands a sub-phase a part of it (:meth:`~TimeBudget.share`,
 :meth:`~TimeBudget.within`, :meth:`~TimeBudget.reserve`): seconds and deadlines are converted into
-each other here and nowhere else. A command's Ctrl-C (:func:`optsched.interrupt.requested`)
-exhausts every budget at once.
+each other here and nowhere else. A budget also knows its length (:attr:`~TimeBudget.length`), so
+that a phase may take a part of the whole (:meth:`~TimeBudget.part`) rather than of the time left.
+A command's Ctrl-C (:func:`optsched.interrupt.requested`) exhausts every budget at once.
 
 A command's budget counts from the start of the process (:func:`process_started`), so that its
 time limit covers the interpreter's start-up and the imports too.
@@ -15,11 +16,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from .deadline import DeadlinePassed
 from .interrupt import requested
 
-__all__ = ["TimeBudget", "process_started"]
+__all__ = ["NO_LIMIT", "TimeBudget", "process_started"]
 
 
 @dataclass(frozen=True)
@@ -30,16 +32,19 @@ class TimeBudget:
     ----------
     end
         The ``time.perf_counter()`` value by which it must end; None: no limit.
+    length
+        The seconds it was given when it was made (None: no limit, or not known).
     """
 
     end: float | None = None
+    length: float | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, seconds: float | None, start: float | None = None) -> TimeBudget:
         """``seconds`` from ``start`` (a ``time.perf_counter()`` value; default: now); None: no limit."""
         if seconds is None:
             return cls(None)
-        return cls((time.perf_counter() if start is None else start) + seconds)
+        return cls((time.perf_counter() if start is None else start) + seconds, seconds)
 
     @property
     def limited(self) -> bool:
@@ -59,8 +64,6 @@ class TimeBudget:
     def check(self, what: str = "the model") -> None:
         """Raise :class:`~optsched.deadline.DeadlinePassed` (naming ``what``) once :meth:`expired`."""
         if self.expired():
-            from .deadline import DeadlinePassed
-
             raise DeadlinePassed(f"{what} not built within the time limit")
 
     def share(self, fraction: float) -> TimeBudget:
@@ -68,18 +71,44 @@ class TimeBudget:
         if self.end is None:
             return self
         now = time.perf_counter()
-        return TimeBudget(now + fraction * max(0.0, self.end - now))
+        seconds = fraction * max(0.0, self.end - now)
+        return TimeBudget(now + seconds, seconds)
 
     def within(self, seconds: float | None) -> TimeBudget:
         """A sub-phase's budget: at most ``seconds`` from now (None: this budget), never past this one."""
         if seconds is None:
             return self
-        end = time.perf_counter() + seconds
-        return TimeBudget(end if self.end is None else min(end, self.end))
+        now = time.perf_counter()
+        end = now + seconds if self.end is None else min(now + seconds, self.end)
+        return TimeBudget(end, max(0.0, end - now))
+
+    def part(self, fraction: float) -> TimeBudget:
+        """A sub-phase's budget: ``fraction`` of this budget's :attr:`length` from now, never past its
+        end (``fraction`` of the time left when the length is not known; no limit without one)."""
+        if self.end is None:
+            return self
+        if self.length is None:
+            return self.share(fraction)
+        return self.within(fraction * self.length)
+
+    def at_least(self, seconds: float) -> TimeBudget:
+        """This budget, but at least ``seconds`` from now (for work that gives a weaker, valid answer
+        with little time and must run even once the budget has expired)."""
+        if self.end is None:
+            return self
+        now = time.perf_counter()
+        end = max(self.end, now + seconds)
+        return TimeBudget(end, end - now)
 
     def reserve(self, seconds: float) -> TimeBudget:
         """This budget less ``seconds`` kept for what comes after (a hand-over, the exit)."""
-        return self if self.end is None else TimeBudget(self.end - seconds)
+        if self.end is None:
+            return self
+        return TimeBudget(self.end - seconds, None if self.length is None else max(0.0, self.length - seconds))
+
+
+#: The budget without a limit (the default of a phase called on its own).
+NO_LIMIT = TimeBudget()
 
 
 def process_started() -> float:

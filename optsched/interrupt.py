@@ -1,7 +1,7 @@
 """Ctrl-C as a deadline: the commands that report the best answer found so far (``solve``) run inside
 :func:`interruptible`. SIGTERM (``kill``, a batch system's stop) is handled as SIGINT throughout.
 
-The first SIGINT there sets :func:`requested`: every deadline of :mod:`optsched.deadline` passes
+The first SIGINT there sets :func:`requested`: every :class:`~optsched.budget.TimeBudget` expires
 at once (the solvers' own checks between phases, policies, model rows and search levels stop
 there), and each solver running inside :func:`stoppable` is told to stop (CP-SAT through
 :func:`run_cpsat`, HiGHS through :mod:`optsched.mipsolvers`), so the command finishes with the

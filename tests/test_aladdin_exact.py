@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
+from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import InstanceError, load_instance
-from optsched.problems import bounder_for, solver_for
 from optsched.problems.aladdin.cluster import simulate_cluster
 from optsched.problems.aladdin.exact import solve_placement
 from optsched.problems.aladdin.heuristics import best_fit
@@ -19,6 +19,7 @@ from optsched.problems.aladdin.models import AladdinModel, model_from_instance
 from optsched.problems.aladdin.placement import Job, PlacementProblem, check_placement, compile_problem
 from optsched.problems.aladdin.solve import offline_problem, planned_instance
 from tests.support.aladdin import SOLVERS, aladdin_instance, random_heartbeat, random_requests
+from tests.support.solving import registered_bounds, registered_solve
 
 
 def _brute_force(problem: PlacementProblem) -> int:
@@ -83,7 +84,7 @@ def test_exact_never_worse_than_best_fit_and_respects_constraints_in_simulation(
                 assert sim.atgt[rid] <= m.atgt + 1e-9, rid  # (b)
         for rep in sim.replays:
             assert max(rep.kv_used, default=0) <= m.kv_capacity  # (e)
-    bounds = bounder_for("aladdin")(inst, {})
+    bounds = registered_bounds("aladdin", inst, {})
     assert all(b.value <= ex["cpsat"].workers for b in bounds if b.valid)
 
 
@@ -114,7 +115,7 @@ def test_time_limit_covers_the_build_and_keeps_best_fit(solver):
     problem = random_heartbeat(rng, m, 60, 500)
     cp = compile_problem(problem)
     t0 = time.perf_counter()
-    r = solve_placement(problem, solver, time_limit=0.3)
+    r = solve_placement(problem, solver, budget=TimeBudget.of(0.3))
     assert time.perf_counter() - t0 < 5.0  # generous: a loaded machine
     bf = best_fit(problem)
     assert r.status in ("time_limit", "optimal") and r.workers <= bf.workers
@@ -177,7 +178,7 @@ def test_decode_slack_paper_and_atgt_readings():
 def test_time_limit_returns_best_found_and_bound():
     rng = random.Random(7)
     inst = aladdin_instance(random_requests(rng, 40))
-    r = solve_placement(offline_problem(inst), "cpsat", time_limit=0.05)
+    r = solve_placement(offline_problem(inst), "cpsat", budget=TimeBudget.of(0.05))
     assert r.status in ("optimal", "time_limit")
     assert r.assignment and r.bound is not None and r.bound <= r.workers
 
@@ -186,13 +187,13 @@ def test_infeasible_max_workers():
     inst = load_instance("aladdin-fig3")
     problem = replace(offline_problem(inst), max_workers=1)
     assert solve_placement(problem).status == "infeasible"
-    assert solver_for("aladdin")(inst.with_requests(inst.requests), {}).status == "optimal"
+    assert registered_solve("aladdin", inst.with_requests(inst.requests), {}).status == "optimal"
 
 
 def test_gurobi_backend_agrees_or_reports_licence():
     pytest.importorskip("gurobipy", reason="gurobipy not installed")
     inst = load_instance("aladdin-fig3")
-    r = solver_for("aladdin")(inst, {"solver": "gurobi"})
+    r = registered_solve("aladdin", inst, {"solver": "gurobi"})
     if r.status == "unsupported":
         assert "licen" in r.message
     else:
@@ -212,12 +213,12 @@ def test_stopped_mip_worse_than_best_fit_gives_best_fit(monkeypatch):
     problem = offline_problem(aladdin_instance(random_requests(rng, 12)))  # best fit 6 workers, optimum 5
     called = []
 
-    def one_worker_each(cp, jobs, md, solver, deadline, threads):
+    def one_worker_each(cp, jobs, md, solver, budget, threads):
         called.append(True)
         return "time_limit", {j: md.n_exist + k for k, j in enumerate(jobs)}, None
 
     monkeypatch.setattr(exact, "_solve_pulp", one_worker_each)
-    r = solve_placement(problem, "highs", time_limit=30)
+    r = solve_placement(problem, "highs", budget=TimeBudget.of(30))
     bf = best_fit(problem)
     assert called and bf.workers < len(problem.new)  # the solver ran; its planted incumbent is worse
     assert r.workers == bf.workers and r.status in ("time_limit", "optimal")
@@ -242,7 +243,7 @@ def test_solve_stopped_without_a_placement_places_every_request(monkeypatch, sto
     problem = _overflowing_heartbeat()
     if stop == "solver":
         monkeypatch.setattr(exact, "_solve_cpsat", lambda *args: ("time_limit", {}, None))
-    r = solve_placement(problem, "cpsat", time_limit=None if stop == "solver" else 0.0)
+    r = solve_placement(problem, "cpsat", budget=NO_LIMIT if stop == "solver" else TimeBudget.of(0.0))
     assert set(r.assignment) == {job.id for job in problem.new}
     assert r.status == "time_limit"
     assert set(best_fit(problem).unplaceable) <= set(r.unplaceable)

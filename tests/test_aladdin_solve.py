@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from optsched.instance import load_instance
-from optsched.problems import solver_for
 from tests.support.aladdin import SOLVERS
+from tests.support.solving import solver
 
 
 def test_fig3_jsq_peaks_10_exact_peaks_7():
     inst = load_instance("aladdin-fig3")
-    solve = solver_for("aladdin")
+    solve = solver("aladdin")
     j = solve(inst, {"method": "jsq"})
     assert j.extra["peak_kv_model"] == [10, 10]
     assert j.status == "infeasible" and any("(e)" in v for v in j.extra["violations"])

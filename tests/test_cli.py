@@ -386,7 +386,7 @@ def test_bound_trivial_and_problem(capsys):
     code, res = run_json(capsys, "bound", "toy-4", "--problem", "fake", "--time-limit", "3")
     assert code == 0 and [b["name"] for b in res["bounds"]] == ["fake-lower", "fake-estimate"]
     assert res["bounds"][1]["valid"] is False
-    assert 2.0 < fake_formulations.LAST_OPTIONS["time_limit"] < 3.0  # what is left of 3 s from the command's start
+    assert 2.0 < fake_formulations.LAST_BUDGET[0].length < 3.0  # what is left of 3 s from the command's start
     code, _, err = run(capsys, "bound", "toy-4", "--problem", "nope")
     assert code == 2 and "unknown problem 'nope'" in err and "fake" in err
 
@@ -421,7 +421,8 @@ def test_solve_statuses_and_options(capsys, tmp_path):
     assert {"problem", "solver", "status", "objective", "bound", "gap", "wall_time", "schedule"} <= set(res)
     assert res["status"] == "optimal" and res["schedule"] == str(out) and res["gap"] == pytest.approx(0.5)
     opts = fake_formulations.LAST_OPTIONS
-    assert opts["solver"] == "highs" and 1.5 < opts["time_limit"] < 2.5 and opts["threads"] == 2  # 2.5 s less the start
+    assert opts["solver"] == "highs" and opts["time_limit"] == 2.5 and opts["threads"] == 2
+    assert 1.5 < fake_formulations.LAST_BUDGET[0].length < 2.5  # 2.5 s less the start
     assert (
         opts["no_evict"] is True
         and opts["objective"] == "makespan"

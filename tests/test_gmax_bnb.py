@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.problems.gmax.exact import make_backend, solve_exact
 from optsched.problems.gmax.problem import g_core, g_value
 from tests.support.gmax import prefix_node, small_instance
@@ -123,7 +124,7 @@ def test_search_from_the_worst_incumbent_finds_the_optimum(seed):
         root = suffix.solve(rng.normal(0.0, 0.5, p.n_requests))
         t_lb = float(p.times.exec.min(axis=1).sum())
         search = Search(p, suffix, worst, lam0 + max(root, 0.0) / t_lb)
-        status, _ = search.run(None)
+        status, _ = search.run(NO_LIMIT)
         assert status == "optimal"
         assert search.lam == pytest.approx(g_ex, rel=1e-9)
 
@@ -209,6 +210,6 @@ def test_search_kernels_have_one_signature():
 
     for seed in (0, 1):  # small_instance(0) has a memory capacity, small_instance(1) none
         p = small_instance(seed)
-        solve_exact(p, make_backend(p, "highs"), "bnb", time_limit=30)
+        solve_exact(p, make_backend(p, "highs"), "bnb", budget=TimeBudget.of(30))
     for kernel in (bnb.node_children, suffix.grid_programme):  # the entry points of a solve
         assert len(kernel.signatures) == 1, kernel

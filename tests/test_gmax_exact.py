@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from optsched.budget import TimeBudget
 from optsched.instance import parse_instance
 from optsched.problems.gmax.exact import make_backend, solve_exact
 from optsched.problems.gmax.problem import GmaxProblem, evaluate_g, g_core, g_value
@@ -82,7 +83,7 @@ def test_gurobi_backend_or_clear_licence_message():
     assert res.status == "optimal" and res.G == pytest.approx(3 / 1.8)
     big = GmaxProblem.from_instance(parse_instance(random_gmax_instance(12, 0)))
     with pytest.raises(RuntimeError, match="restricted licence"):
-        solve_exact(big, make_backend(big, "gurobi"), "dinkelbach", time_limit=30)
+        solve_exact(big, make_backend(big, "gurobi"), "dinkelbach", budget=TimeBudget.of(30))
 
 
 def test_time_limited_runs_claim_no_bound_they_did_not_prove():
@@ -93,7 +94,7 @@ def test_time_limited_runs_claim_no_bound_they_did_not_prove():
     assert exact.status == "optimal"
     for solver in ("cpsat", "highs"):
         for method in ("dinkelbach", "fixed-n"):
-            res = solve_exact(p, make_backend(p, solver), method, time_limit=0.01)
+            res = solve_exact(p, make_backend(p, solver), method, budget=TimeBudget.of(0.01))
             assert res.bound >= exact.G * (1 - 1e-9)
             assert res.status == "time_limit" or res.G == pytest.approx(exact.G, rel=1e-9)
 
@@ -107,7 +108,7 @@ def test_bounds_of_interrupted_dinkelbach_runs_hold(seed):
     assert exact.status == "optimal"
     statuses = set()
     for limit in (0.2, 1.0):
-        res = solve_exact(p, make_backend(p, "highs"), "dinkelbach", time_limit=limit)
+        res = solve_exact(p, make_backend(p, "highs"), "dinkelbach", budget=TimeBudget.of(limit))
         statuses.add(res.status)
         assert res.bound >= exact.G * (1 - 1e-9), (limit, res.log)
         assert res.G <= exact.G * (1 + 1e-9)
@@ -116,7 +117,6 @@ def test_bounds_of_interrupted_dinkelbach_runs_hold(seed):
 
 def test_no_dinkelbach_step_starts_that_cannot_be_set_up_before_the_limit():
     """A step whose set-up (model build, loading) alone would pass the limit is not started."""
-    import time
 
     from optsched.problems.gmax.exact import BestSchedule, run_dinkelbach
     from optsched.problems.gmax.slots import SubResult
@@ -143,10 +143,10 @@ def test_no_dinkelbach_step_starts_that_cannot_be_set_up_before_the_limit():
     inc = BestSchedule(p)
     inc.offer(ranked[0])
     backend = SlowSetUp()
-    deadline = time.perf_counter() + 1.1
-    status, _ = run_dinkelbach(p, backend, inc, deadline, t_lb=1.0, log=[])
+    budget = TimeBudget.of(1.1)
+    status, _ = run_dinkelbach(p, backend, inc, budget, t_lb=1.0, log=[])
     assert status == "time_limit"
-    assert time.perf_counter() <= deadline  # without the check a fifth step would run past it
+    assert not budget.expired()  # without the check a fifth step would run past it
     assert backend.calls >= 2
 
 
@@ -166,7 +166,7 @@ def test_interrupted_branch_and_bound_returns_a_valid_bound():
     exact = solve_exact(p, make_backend(p, "highs"), "bnb")
     assert exact.status == "optimal"
     for limit in (0.05, 0.5, 2.0):
-        res = solve_exact(p, make_backend(p, "highs"), "bnb", time_limit=limit)
+        res = solve_exact(p, make_backend(p, "highs"), "bnb", budget=TimeBudget.of(limit))
         assert res.bound >= exact.G * (1 - 1e-9)
         assert res.G <= exact.G * (1 + 1e-9)
         assert res.status == "time_limit" or res.G == pytest.approx(exact.G, rel=1e-9)
@@ -177,11 +177,11 @@ def test_no_model_is_built_after_the_time_limit(method):
     """With the limit already spent: no sub-solve starts, the local search stops, and the bound is
     the one that needs no solver (requests able to meet their SLO / least t); never a crash."""
     p = GmaxProblem.from_instance(parse_instance(random_gmax_instance(30, 3)))
-    res = solve_exact(p, make_backend(p, "highs"), method, time_limit=1e-9)
+    res = solve_exact(p, make_backend(p, "highs"), method, budget=TimeBudget.of(1e-9))
     assert res.status == "time_limit" and res.iterations == 0
     data = SlotData.build(p)
     assert res.bound == pytest.approx(int(data.can_meet.any(axis=1).sum()) / data.t_lower_bound(), rel=1e-12)
     assert res.bound >= res.G == evaluate_g(p, res.batches).G
     start = start_points(p)[0]
-    assert local_search(p, start, deadline=time.perf_counter()) == start
+    assert local_search(p, start, TimeBudget.of(0.0)) == start
     assert local_search(p, start) != start

@@ -22,9 +22,11 @@ from optsched.costmodel import load_cost_model
 from optsched.instance import Instance, Limits, Request
 from optsched.problems.hybrid.bounds import strict_bound
 from optsched.problems.hybrid.model import stages_to_schedule
-from optsched.problems.hybrid.solve import solve
 from optsched.problems.hybrid.timing import decode_rounds, timing_of
 from optsched.schedule import replay
+from tests.support.solving import solver
+
+solve = solver("hybrid")
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3.x announces its 4.0 API
 

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
+from optsched.budget import TimeBudget
 from optsched.generators import gsm8k_like, shipped_instances
 from optsched.instance import Limits, load_instance
-from optsched.problems.hybrid.bounds import bounds, paper_bound, strict_bound
-from optsched.problems.hybrid.offline_solve import solve
+from optsched.problems.hybrid.bounds import paper_bound, strict_bound
 from optsched.problems.hybrid.pcmax import (
     cpsat_pcmax,
     loads_of,
@@ -27,6 +27,9 @@ from optsched.problems.hybrid.pcmax import (
 )
 from optsched.problems.hybrid.timing import timing_of
 from tests.support.hybrid_paper import clipped_moments, matched_normal, paper_batch, paper_limits
+from tests.support.solving import registered_bounds, solver
+
+solve = solver("hybrid-offline")
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3.x announces its 4.0 API
 
@@ -48,14 +51,16 @@ def random_cases(count: int, seed: int = 7):
 def test_exact_methods_match_brute_force(method: str) -> None:
     for p, m in random_cases(25 if method != "mip" else 8):
         opt = brute_pcmax(p, m)
-        found = solve_pcmax(p, m, method=method, time_limit=20)
+        found = solve_pcmax(p, m, method=method, budget=TimeBudget.of(20))
         assert found.status == "optimal" and found.makespan == opt == found.bound, (p, m, found)
         assert max(loads_of(p, found.client, m), default=0) == found.makespan
 
 
 def test_mip_backends_agree() -> None:
     for p, m in random_cases(5, seed=11):
-        values = {s: solve_pcmax(p, m, method="mip", solver=s, time_limit=20).makespan for s in ("highs", "cbc")}
+        values = {
+            s: solve_pcmax(p, m, method="mip", solver=s, budget=TimeBudget.of(20)).makespan for s in ("highs", "cbc")
+        }
         assert len(set(values.values())) == 1, values
 
 
@@ -90,7 +95,7 @@ def test_subset_below_is_the_best_subset() -> None:
 def test_gsm8k_offline_is_proven_optimal_fast() -> None:
     inst = gsm8k_like(0, limits=paper_limits())
     p = processing_times(inst)
-    found = solve_pcmax(p, 200, time_limit=10)
+    found = solve_pcmax(p, 200, budget=TimeBudget.of(10))
     assert found.status == "optimal" and found.makespan == found.bound == pcmax_lower_bound(p, 200)
     assert len(found.client) == 1319 and max(loads_of(p, found.client, 200)) == found.makespan
 
@@ -135,7 +140,7 @@ def test_one_gsm8k_like_behind_the_shipped_instance_and_the_paper_batch() -> Non
 
 def test_bounds_on_gsm8k() -> None:
     inst = gsm8k_like(0, limits=paper_limits())
-    found = {b.name: b for b in bounds(inst, {})}
+    found = {b.name: b for b in registered_bounds("hybrid", inst, {})}
     assert not found["paper"].valid and found["strict"].valid
     total, t_p, t_d = paper_bound(inst)
     assert 12.0 < t_p < 13.5  # the paper's t^p* ~ 13 s with N^cap_L = 2048
@@ -151,9 +156,10 @@ def test_pcmax_time_limit_covers_the_build_and_keeps_the_heuristic(method: str) 
     rng = random.Random(5)
     p = [rng.randint(1, 400) for _ in range(1000)]
     lower = pcmax_lower_bound(p, 200)
-    stage = mip_pcmax(p, 200, "highs", 0.05, lower) if method == "mip" else cpsat_pcmax(p, 200, None, lower, 0.05)
+    budget = TimeBudget.of(0.05)
+    stage = mip_pcmax(p, 200, "highs", budget, lower) if method == "mip" else cpsat_pcmax(p, 200, None, lower, budget)
     assert stage.makespan == -1 and stage.status == "time_limit" and stage.bound == lower
     t0 = time.perf_counter()
-    found = solve_pcmax(p, 200, method=method, time_limit=1.0)
+    found = solve_pcmax(p, 200, method=method, budget=TimeBudget.of(1.0))
     assert time.perf_counter() - t0 < 10.0  # generous: a loaded machine; it took 168 s (mip) and 25 s (cpsat)
     assert found.makespan == max(loads_of(p, list(found.client), 200)) and lower <= found.bound <= found.makespan

@@ -23,7 +23,6 @@ import pytest
 
 from optsched.instance import parse_instance
 from optsched.policies import simulator_for
-from optsched.problems import bounder_for
 from optsched.result import replayed_objective
 from optsched.schedule import replay
 from tests.support.infermax import (
@@ -37,6 +36,7 @@ from tests.support.infermax import (
     tiny_instance,
 )
 from tests.support.infermax_bruteforce import exhaustive_makespan
+from tests.support.solving import registered_bounds
 
 #: The MIP (big-M, time-indexed) is far slower than CP-SAT; in the unit tests it runs where the
 #: model is small (N * J <= MIP_CELLS); tests/benchmarks/bench_infermax.py crosscheck runs all 32.
@@ -58,7 +58,7 @@ def test_backends_reach_exhaustive_optimum(seed: int) -> None:
                 assert res.replay.metrics.evictions == 0
         for name, value in policy_values(inst, evictions=not no_evict).items():
             assert best <= value * (1 + 1e-9), name
-        for b in bounder_for("infermax")(inst, {}):
+        for b in registered_bounds("infermax", inst, {}):
             assert b.valid and b.value <= best * (1 + 1e-9)
 
 
@@ -293,5 +293,5 @@ def test_bound_below_exhaustive_optimum_under_adversarial_costs(seed: int) -> No
         inst = parse_instance({**base, "cost_model": cost}, f"adv-{seed}")
         for evict in (True, False):
             best = exhaustive_makespan(inst, evict=evict)[0]
-            for b in bounder_for("infermax")(inst, {}):
+            for b in registered_bounds("infermax", inst, {}):
                 assert b.value <= best * (1 + 1e-9), (cost, evict)

@@ -29,7 +29,6 @@ import pytest
 from optsched.bounds import request_work
 from optsched.costmodel import Coefficients
 from optsched.instance import parse_instance
-from optsched.problems.infermax import bounds as infermax_bounds
 from optsched.problems.infermax.chunks import (
     chunk_bound,
     least_chunk_squares,
@@ -51,6 +50,7 @@ from tests.support.infermax import (
     tiny_instance,
 )
 from tests.support.infermax_bruteforce import exhaustive_makespan
+from tests.support.solving import registered_bounds
 
 
 def instances(seed: int) -> list:
@@ -345,7 +345,7 @@ def test_bound_command_prices_the_quadratic_term() -> None:
     """``optsched bound --method relax`` (the registry's ``bounds``) applies the bound where the
     relaxation is solved within a prefill bias of the best schedule: N = 4 seed 0 again."""
     inst = scale_instance(4, 0)
-    found = {b.name: b for b in infermax_bounds(inst, {"method": "relax", "time_limit": 60})}
+    found = {b.name: b for b in registered_bounds("infermax", inst, {"method": "relax", "time_limit": 60})}
     relaxation = found["relaxation"]
     assert relaxation.valid and "infermax/chunks.py" in relaxation.note
     assert replay(inst, chunked_schedule()).metrics.makespan - relaxation.value < 1e-10

@@ -4,14 +4,12 @@ Whatever stops the solver, the result is the best candidate schedule (replayed) 
 bounds, never a crash, a hang or a wrong ``optimal``.
 """
 
-import time
-
 import pytest
 
 from optsched import load_instance, replay
 from optsched.bounds import generic_bounds
+from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.options import OptionError
-from optsched.problems import bounder_for, solver_for
 from optsched.problems.infermax import candidates
 from optsched.problems.infermax.candidates import initial_candidates, serial_batch_count
 from optsched.problems.infermax.cpsat import solve_cpsat
@@ -20,6 +18,7 @@ from optsched.problems.infermax.mip import lp_relaxation_bound, solve_mip
 from optsched.problems.infermax.model import InferMaxOptions
 from optsched.result import replayed_objective
 from tests.support.infermax import solve, tiny_instance
+from tests.support.solving import registered_bounds, registered_solve
 
 
 def check_fallback(inst, res, status: str) -> None:
@@ -52,11 +51,11 @@ def test_mip_cells_count_ten_times() -> None:
     assert solve_mip(enough, None).status == "optimal"
 
 
-def test_passed_deadline_stops_the_build_of_both_backends() -> None:
+def test_an_expired_budget_stops_the_build_of_both_backends() -> None:
     inst = tiny_instance(5)
     data = build_data(inst, InferMaxOptions.parse({}), 0.2, 0.2, 1)
     for backend in (solve_cpsat, solve_mip):
-        res = backend(data, None, time.perf_counter())
+        res = backend(data, None, TimeBudget.of(0.0))
         assert res.status == "unknown" and res.c is None and res.bound is None
         assert res.info["stopped"].endswith("not built within the time limit")
 
@@ -66,15 +65,15 @@ def test_candidates_after_the_deadline() -> None:
     runs; without a deadline every policy and ``serial`` do."""
     inst = load_instance("toy-4")
     opts = InferMaxOptions.parse({})
-    everything = initial_candidates(inst, opts, None).found
+    everything = initial_candidates(inst, opts, NO_LIMIT).found
     assert "serial" in everything and len(everything) > 3
-    passed = initial_candidates(inst, opts, time.perf_counter()).found
+    passed = initial_candidates(inst, opts, TimeBudget.of(0.0)).found
     assert list(passed) == [next(iter(everything))]
     warm = list(everything)[-2]
-    assert list(initial_candidates(inst, InferMaxOptions.parse({"warm_start": warm}), time.perf_counter()).found) == [
+    assert list(initial_candidates(inst, InferMaxOptions.parse({"warm_start": warm}), TimeBudget.of(0.0)).found) == [
         warm
     ]
-    only_serial = initial_candidates(inst, InferMaxOptions.parse({"no_chunk": True}), time.perf_counter()).found
+    only_serial = initial_candidates(inst, InferMaxOptions.parse({"no_chunk": True}), TimeBudget.of(0.0)).found
     assert list(only_serial) == ["serial"]
 
 
@@ -90,11 +89,11 @@ def test_lp_bound_is_listed_only_when_the_lp_is_solved_to_a_positive_value() -> 
     links) is 0: none of them is a bound, and ``bound --method lp`` lists none."""
     inst = load_instance("toy-4")
     solved = lp_relaxation_bound(inst, {})
-    assert solved.valid and 0 < solved.value <= solver_for("infermax")(inst, {}).objective
-    assert lp_relaxation_bound(inst, {"time_limit": 1e-6}) is None
+    assert solved.valid and 0 < solved.value <= registered_solve("infermax", inst, {}).objective
+    assert lp_relaxation_bound(inst, {}, TimeBudget.of(1e-6)) is None
     assert lp_relaxation_bound(inst, {"max_cells": 10}) is None
     assert lp_relaxation_bound(inst, {"objective": "latency"}) is None
-    listed = bounder_for("infermax")(inst, {"objective": "latency", "method": "lp"})
+    listed = registered_bounds("infermax", inst, {"objective": "latency", "method": "lp"})
     assert "lp-relaxation" not in {b.name for b in listed} and all(b.value > 0 for b in listed)
 
 
@@ -106,19 +105,19 @@ def test_no_model_when_a_candidate_meets_a_proven_bound(monkeypatch: pytest.Monk
     call and returns no solution), not from a clock: the same solve with ``early_exit`` off reaches
     the eviction-free model, then the full model with the policy's schedule as its warm start, and still
     returns that schedule as optimal."""
-    import optsched.problems.infermax as infermax
+    import optsched.problems.infermax.solve as infermax
     from optsched.problems.infermax.cpsat import BackendResult
     from optsched.result import Status
 
     calls = []
 
-    def backend(data, hint, deadline):
-        calls.append((data, hint, deadline))
+    def backend(data, hint, budget):
+        calls.append((data, hint, budget))
         return BackendResult(status=Status.UNKNOWN, info={"stopped": "test: the backend was called"})
 
     monkeypatch.setattr(infermax, "_run_backend", backend)
     inst = load_instance("toy-4")
-    res = solver_for("infermax")(inst, {"threads": 1})  # no time limit: returns only because no model runs
+    res = registered_solve("infermax", inst, {"threads": 1})  # no time limit: returns only because no model runs
     assert calls == []
     assert res.status == "optimal" and "meets a proven bound" in res.extra["stopped"]
     assert res.objective == pytest.approx(min(res.extra["policy_values"].values()), rel=1e-12)
@@ -126,8 +125,8 @@ def test_no_model_when_a_candidate_meets_a_proven_bound(monkeypatch: pytest.Monk
     assert res.bound == pytest.approx(max(b.value for b in generic_bounds(inst, "makespan")), rel=1e-12)
     built = solve(inst)  # early_exit off: the solve goes on to the model
     assert [data.options.no_evict for data, _, _ in calls] == [True, False]  # the eviction-free phase, the model
-    data, hint, deadline = calls[-1]
-    assert hint is not None and deadline is None and data.horizon_proven
+    data, hint, budget = calls[-1]
+    assert hint is not None and not budget.limited and data.horizon_proven
     assert built.extra["stopped"] == "test: the backend was called"
     assert built.status == "optimal" and built.objective == pytest.approx(res.objective, rel=1e-12)
 
@@ -150,10 +149,10 @@ def test_a_long_serial_candidate_is_not_built_under_a_deadline(monkeypatch) -> N
     is built only up to SERIAL_MAX_BATCHES batches, or when no policy gave a schedule."""
     inst = load_instance("toy-4")
     opts = InferMaxOptions.parse({})
-    far = time.perf_counter() + 3600
+    far = TimeBudget.of(3600.0)
     assert "serial" in initial_candidates(inst, opts, far).found
     monkeypatch.setattr(candidates, "SERIAL_MAX_BATCHES", serial_batch_count(inst) - 1)
     assert "serial" not in initial_candidates(inst, opts, far).found
-    assert "serial" in initial_candidates(inst, opts, None).found  # no deadline: every candidate
+    assert "serial" in initial_candidates(inst, opts, NO_LIMIT).found  # no time limit: every candidate
     only_serial = initial_candidates(inst, InferMaxOptions.parse({"no_chunk": True}), far).found
     assert list(only_serial) == ["serial"]  # no policy applies: serial however long

@@ -21,7 +21,6 @@ import pytest
 
 from optsched.cli import main
 from optsched.instance import Instance, parse_instance
-from optsched.problems import solver_for
 from optsched.problems.infermax import mip
 from optsched.problems.infermax.data import build_data
 from optsched.problems.infermax.model import InferMaxOptions
@@ -29,6 +28,7 @@ from optsched.problems.infermax.schedules import hint_from_schedule
 from optsched.result import replayed_objective
 from optsched.schedule import replay
 from tests.support.infermax_bruteforce import exhaustive_makespan
+from tests.support.solving import registered_solve
 
 #: The audit's profile: prefill bias 25 ms + 0.13 ms/token, decode bias 29 ms + 0.21 ms/token.
 BIAS_DOMINATED = {
@@ -91,7 +91,7 @@ def running_instance(seed: int) -> Instance:
 
 
 def solve(inst: Instance, **options):
-    return solver_for("infermax")(inst, {"threads": 1, "early_exit": False, **options})
+    return registered_solve("infermax", inst, {"threads": 1, "early_exit": False, **options})
 
 
 def assert_optimal(inst: Instance, res, best: float) -> None:
@@ -176,7 +176,7 @@ def test_highs_infeasible_with_a_known_solution_is_solved_again(monkeypatch: pyt
 
     value = exhaustive_makespan(inst, evict=False)[0]
     data = build_data(inst, InferMaxOptions(solver="highs", no_evict=True), value * 1.2, value * 1.2, 7)
-    schedule = solver_for("infermax")(inst, {"no_evict": True}).schedule
+    schedule = registered_solve("infermax", inst, {"no_evict": True}).schedule
     hint = hint_from_schedule(data, schedule)
     monkeypatch.setattr(pulp.LpProblem, "solve", faulty)
     res = mip.solve_mip(data, hint)

@@ -19,14 +19,17 @@ from dataclasses import fields
 
 import pytest
 
+from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.policies.engine import simulate
-from optsched.problems.infermax import solve
 from optsched.problems.infermax.online import neighbours, online_search, run_until
 from optsched.report.gather import PolicyRun, Report, SolverRun, build_report
 from optsched.result import SolveResult, objective_of
 from optsched.schedule import replay
+from tests.support.solving import solver
+
+solve = solver("infermax")
 
 
 def online_instance(seed: int, n: int = 40, memory: float = 0.5):
@@ -76,7 +79,7 @@ def test_neighbours_change_one_knob(name):
 def test_engine_in_slices_equals_one_run():
     inst = online_instance(3)
     for name in ("mc-sf", "srpf", "vllm"):
-        assert run_until(inst, POLICY_CONFIGS[name], None, 2.0) == simulate(inst, name)
+        assert run_until(inst, POLICY_CONFIGS[name], NO_LIMIT, 2.0) == simulate(inst, name)
 
 
 @pytest.mark.parametrize("objective", ["latency", "ttft"])
@@ -84,7 +87,7 @@ def test_engine_in_slices_equals_one_run():
 def test_search_beats_its_seeds_and_replays(objective, seed):
     inst = online_instance(seed)
     seeds = {name: objective_of(replay(inst, simulate(inst, name)), objective) for name in ("vllm", "sarathi", "mc-sf")}
-    found = online_search(inst, objective, time.perf_counter() + 20, list(seeds.items()))
+    found = online_search(inst, objective, TimeBudget.of(20), list(seeds.items()))
     assert found.evaluated > 0
     if found.schedule is None:
         assert found.local_optimum  # nothing better in the whole neighbourhood of every seed
@@ -99,7 +102,7 @@ def test_search_keeps_its_deadline_and_no_evict():
     inst = online_instance(5, n=120, memory=0.3)
     seeds = [(name, objective_of(replay(inst, simulate(inst, name)), "latency")) for name in ("vllm", "sarathi")]
     t0 = time.perf_counter()
-    found = online_search(inst, "latency", t0 + 1.0, seeds, no_evict=True)
+    found = online_search(inst, "latency", TimeBudget.of(1.0, start=t0), seeds, no_evict=True)
     assert time.perf_counter() - t0 < 1.5
     if found.schedule is not None:
         assert replay(inst, found.schedule).metrics.evictions == 0

@@ -16,8 +16,8 @@ import pytest
 from ortools.sat.python import cp_model
 
 from optsched.bounds import generic_bounds
+from optsched.budget import TimeBudget
 from optsched.instance import parse_instance
-from optsched.problems import bounder_for, solver_for
 from optsched.problems.infermax.relax import UNIT, RelaxationModel, count_bound, count_check, relaxation_bound
 from optsched.problems.infermax.residency import residency_bound
 from optsched.result import Status, replayed_objective
@@ -33,6 +33,7 @@ from tests.support.infermax import (
     tiny_instance,
 )
 from tests.support.infermax_bruteforce import exhaustive_makespan
+from tests.support.solving import registered_bounds, registered_solve
 
 
 def fixed_relaxation_value(inst, sched: Schedule) -> float | None:
@@ -99,7 +100,7 @@ def test_relaxation_meets_the_optimum_when_memory_binds(seed: int) -> None:
     """scale N = 3 (I, O <= 16, M = 40 % of the KV need): the work bound is 5 to 11 % below the proven
     optimum, the relaxation within 1e-4 of it (only the quadratic prefill term is missing)."""
     inst = scale_instance(3, seed)
-    res = solver_for("infermax")(inst, {"threads": 2, "time_limit": 60})
+    res = registered_solve("infermax", inst, {"threads": 2, "time_limit": 60})
     assert res.status == "optimal"
     relax = relaxation_bound(inst, proven_horizon(inst), threads=2)
     work = generic_bounds(inst)[0].value
@@ -108,7 +109,9 @@ def test_relaxation_meets_the_optimum_when_memory_binds(seed: int) -> None:
     # the solve and the registry's bound (optsched bound --method relax) report it, raised by the
     # quadratic prefill term where the relaxation is solved (infermax/chunks.py)
     assert relax.bound * (1 - 1e-12) <= res.extra["relaxation"]["bound"] <= res.objective * (1 + 1e-9)
-    reported = {b.name: b for b in bounder_for("infermax")(inst, {"method": "relax", "time_limit": 20, "threads": 2})}
+    reported = {
+        b.name: b for b in registered_bounds("infermax", inst, {"method": "relax", "time_limit": 20, "threads": 2})
+    }
     assert reported["relaxation"].valid
     assert relax.bound * (1 - 1e-12) <= reported["relaxation"].value <= res.objective * (1 + 1e-9)
     # its best point, as a schedule, replays and is the optimum itself here
@@ -166,7 +169,7 @@ def test_residency_bound_below_policies_on_larger_instances() -> None:
     for n, seed in ((5, 0), (8, 2)):
         inst = scale_instance(n, seed)
         J = proven_horizon(inst)
-        res = residency_bound(inst, J, time_limit=6, threads=2)
+        res = residency_bound(inst, J, TimeBudget.of(6), threads=2)
         assert math.isfinite(res.bound)
         scheds = policy_schedules(inst)
         check_facts(inst, res.facts, J, scheds)
@@ -183,9 +186,9 @@ def test_time_limit_covers_building_the_relaxation_and_its_checks() -> None:
     inst = scale_instance(32, 0)
     J = 400
     t0 = time.perf_counter()
-    res = relaxation_bound(inst, J, time_limit=0.05, threads=1)
+    res = relaxation_bound(inst, J, TimeBudget.of(0.05), threads=1)
     assert time.perf_counter() - t0 < 2.0  # generous: a loaded machine; the build alone takes seconds
     assert res.status == Status.TIME_LIMIT and res.bound == pytest.approx(math.fsum(request_work(inst)))
     assert res.schedule is None
-    counts = count_bound(inst, J, time_limit=0.05, threads=1, check_limit=0.05)
+    counts = count_bound(inst, J, TimeBudget.of(0.05), threads=1, check_limit=0.05)
     assert counts.facts == ()

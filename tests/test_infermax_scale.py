@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import itertools
 import random
-import time
 
 import numpy as np
 import pytest
 
 from optsched.bounds import batch_counts, least_bias, request_work
+from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
 from optsched.policies import policy_names, simulator_for
 from optsched.problems.infermax import colgen
@@ -41,6 +41,7 @@ from optsched.schedule import replay
 from tests.support.infermax import tiny_instance
 from tests.support.infermax_bruteforce import exhaustive_makespan
 from tests.support.legal_schedules import random_legal_schedule
+from tests.support.solving import registered_bounds, registered_solve
 
 REL = 1e-9
 TINY = range(32)
@@ -169,8 +170,8 @@ def test_plans_need_common_arrivals_and_the_options():
 def test_search_improves_on_its_start_and_replays():
     inst = small_instance(7, n=24)
     data = segment_arrays(inst)
-    start = starting_segment_lists(data, "makespan", None)
-    steps = list(improve_segment_lists(data, "makespan", time.perf_counter() + 2.0, start=start))
+    start = starting_segment_lists(data, "makespan", NO_LIMIT)
+    steps = list(improve_segment_lists(data, "makespan", TimeBudget.of(2.0), start=start))
     assert steps[0].cost == start[0][0]
     costs = [s.cost for s in steps]
     assert costs == sorted(costs, reverse=True)
@@ -350,7 +351,7 @@ def test_every_schedule_is_a_point_of_the_trajectory_relaxation(seed):
         schedules.append(exhaustive_makespan(inst)[1])
     for schedule in schedules:
         B, extras = _check_point(inst, schedule, lp)
-        point = lp.solve(B, None)  # E(B) is at most the schedule's extras
+        point = lp.solve(B, NO_LIMIT)  # E(B) is at most the schedule's extras
         assert point.bound <= extras + 1e-9
         assert point.bound <= point.master + 1e-9
 
@@ -359,7 +360,7 @@ def test_every_schedule_is_a_point_of_the_trajectory_relaxation(seed):
 def test_trajectory_bound_below_the_exhaustive_optimum(seed):
     inst = tiny_instance(seed)
     best, schedule = exhaustive_makespan(inst)
-    tb = colgen.trajectory_bound(inst, best * 1.05, None, seed=[schedule])
+    tb = colgen.trajectory_bound(inst, best * 1.05, NO_LIMIT, seed=[schedule])
     assert tb.value <= best * (1 + REL)
 
 
@@ -368,7 +369,7 @@ def test_trajectory_bound_below_every_schedule_found(seed):
     inst = small_instance(seed, n=16, share=0.25)
     schedules = _schedules(inst, random.Random(seed))
     values = [replay(inst, s).metrics.makespan for s in schedules]
-    tb = colgen.trajectory_bound(inst, min(values), time.perf_counter() + 20.0, seed=schedules[:3])
+    tb = colgen.trajectory_bound(inst, min(values), TimeBudget.of(20.0), seed=schedules[:3])
     assert tb.value <= min(values) * (1 + REL)
     assert tb.value >= request_work(inst).sum() + least_bias(inst, batch_floor=kv_time_count(inst)) - 1e-12
 
@@ -378,10 +379,9 @@ def test_trajectory_bound_below_every_schedule_found(seed):
 
 def test_solve_at_scale_uses_the_time_limit_and_reports_a_proven_bound():
     from optsched.bounds import generic_bounds
-    from optsched.problems import solver_for
 
     inst = small_instance(11, n=16, share=0.3)
-    res = solver_for("infermax")(inst, {"time_limit": 8.0})
+    res = registered_solve("infermax", inst, {"time_limit": 8.0})
     assert "solved at scale" in res.extra["stopped"] and "scale" in res.extra
     value, rep = replayed_objective(inst, res.schedule, "makespan")
     assert rep.feasible and value == pytest.approx(res.objective, rel=REL)
@@ -392,10 +392,9 @@ def test_solve_at_scale_uses_the_time_limit_and_reports_a_proven_bound():
 
 
 def test_bound_command_bounds_of_infermax():
-    from optsched.problems import bounder_for
 
     inst = small_instance(12, n=14, share=0.25)
-    found = {b.name: b for b in bounder_for("infermax")(inst, {"method": "trajectory", "time_limit": 5.0})}
+    found = {b.name: b for b in registered_bounds("infermax", inst, {"method": "trajectory", "time_limit": 5.0})}
     assert found["kv-time"].valid and found["trajectory"].valid
     assert found["trajectory"].value >= found["kv-time"].value * (1 - REL)
     best = min(replay(inst, s).metrics.makespan for s in _schedules(inst, random.Random(0), legal=0))
@@ -405,7 +404,7 @@ def test_bound_command_bounds_of_infermax():
 def test_report_runs_the_solver_at_any_size():
     from importlib import import_module
 
-    from optsched.problems.infermax import SOLVE_MODULES
+    from optsched.problems.infermax.solve import SOLVE_MODULES
     from optsched.report.gather import build_report
 
     for module in SOLVE_MODULES:  # the solve's start-up (numba kernels compiled at import) is not the point here

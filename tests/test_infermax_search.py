@@ -27,6 +27,7 @@ from dataclasses import replace
 import pytest
 
 from optsched.bounds import request_work
+from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
 from optsched.problems.infermax import tables
 from optsched.problems.infermax.astar import EMPTY, GOAL, Run
@@ -236,7 +237,7 @@ def test_a_table_not_done_by_its_deadline_is_dropped(monkeypatch: pytest.MonkeyP
     chosen = graph.pattern_choice()
     assert graph.table_entries(chosen[0]) > 10**7  # a table of seconds
     t0 = time.perf_counter()
-    graph.add_patterns(chosen, t0 + 0.05)
+    graph.add_patterns(chosen, TimeBudget.of(0.05, start=t0))
     assert time.perf_counter() - t0 < 2.0  # generous: a loaded machine
     assert len(graph.patterns[0]) == 0 and len(graph.patterns[1]) == 0
     assert graph.table_seconds(chosen[0]) > 0  # not kept
@@ -249,7 +250,7 @@ def test_search_solves_small_scale_instances(n: int, seed: int) -> None:
     """Memory-bound instances: the search is solved and its path replays within 1e-4 of its bound
     (only the quadratic prefill term is missing); a node cap gives a valid bound at once."""
     inst = scale_instance(n, seed)
-    res = relaxation_search(inst, time_limit=30)
+    res = relaxation_search(inst, TimeBudget.of(30))
     assert res.status == Status.OPTIMAL
     value = replayed_objective(inst, res.schedule, "makespan")[0]
     assert res.bound <= value <= res.bound * (1 + 1e-4)
@@ -263,7 +264,7 @@ def test_time_limit_on_a_large_instance() -> None:
     bound below every policy's makespan."""
     inst = scale_instance(32, 0)
     t0 = time.perf_counter()
-    res = relaxation_search(inst, time_limit=1.0)
+    res = relaxation_search(inst, TimeBudget.of(1.0))
     assert time.perf_counter() - t0 < 3.0
     assert res.status == Status.UNKNOWN and res.schedule is None
     for name, sched in policy_schedules(inst).items():
@@ -278,7 +279,7 @@ def test_time_limit_on_a_searched_instance(n: int) -> None:
     plus one call or layer, with a bound below every policy's makespan."""
     inst = scale_instance(n, 0)
     t0 = time.perf_counter()
-    res = relaxation_search(inst, time_limit=0.5)
+    res = relaxation_search(inst, TimeBudget.of(0.5))
     assert time.perf_counter() - t0 < 1.5  # generous: a loaded machine
     assert res.status == Status.UNKNOWN
     if res.schedule is not None:  # a beam search's path (the first width takes about 0.3 s)
@@ -304,7 +305,7 @@ def test_time_limit_when_every_node_has_many_children() -> None:
         "requests": reqs,
     })
     t0 = time.perf_counter()
-    res = relaxation_search(inst, time_limit=0.5)
+    res = relaxation_search(inst, TimeBudget.of(0.5))
     assert time.perf_counter() - t0 < 2.0  # generous: a loaded machine
     assert res.status == Status.UNKNOWN and res.schedule is None
     for name, sched in policy_schedules(inst).items():
@@ -319,17 +320,17 @@ def test_pruning_by_a_known_path_and_beam_paths(seed: int) -> None:
     for inst in instances(seed) + ([scale_instance(3, seed // 4)] if seed < 16 else []):
         graph = Graph(inst)
         exact = Run(graph, UNBOUNDED)
-        assert exact.until(None, 10**7) == GOAL
+        assert exact.until(NO_LIMIT, 10**7) == GOAL
         optimum = exact.value
         assert path_cost(graph, exact.path()) == optimum
-        assert Run(graph, optimum).until(None, 10**7) == EMPTY
+        assert Run(graph, optimum).until(NO_LIMIT, 10**7) == EMPTY
         below = Run(graph, optimum + 1)
-        assert below.until(None, 10**7) == GOAL and below.value == optimum
+        assert below.until(NO_LIMIT, 10**7) == GOAL and below.value == optimum
         for width in (1, 4, 64):
-            cost, path, _ = beam_search(graph, width, UNBOUNDED, None)
+            cost, path, _ = beam_search(graph, width, UNBOUNDED, NO_LIMIT)
             assert path is not None and cost >= optimum
             assert path_cost(graph, path) == cost
-            assert beam_search(graph, width, cost, None)[:2] == (cost, None)  # nothing below its own path
+            assert beam_search(graph, width, cost, NO_LIMIT)[:2] == (cost, None)  # nothing below its own path
         res = relaxation_search(inst)
         assert res.status == Status.OPTIMAL and res.bound == math.fsum(request_work(inst)) + optimum * UNIT
 
@@ -350,7 +351,7 @@ def test_beam_paths_hold_the_budgets_when_whole_fills_fit() -> None:
     graph = Graph(inst)
     assert graph.whole_fills_fit
     exact = Run(graph, UNBOUNDED)
-    assert exact.until(None, 10**6) == GOAL and not graph.within_budgets(exact.path())
+    assert exact.until(NO_LIMIT, 10**6) == GOAL and not graph.within_budgets(exact.path())
     res = relaxation_search(inst)
     assert res.status == Status.OPTIMAL and res.bound == math.fsum(request_work(inst)) + exact.value * UNIT
     assert res.value > res.bound
@@ -369,7 +370,7 @@ def test_path_schedule_refills_where_the_edge_does() -> None:
     before) and replays within 1e-4 of the bound (decoding them instead costs one more k_db,
     52.002 ms against 51.377)."""
     inst = scale_instance(8, 7)
-    res = relaxation_search(inst, 30)
+    res = relaxation_search(inst, TimeBudget.of(30))
     assert res.status == Status.OPTIMAL
     rep = replay(inst, res.schedule)
     assert rep.feasible, rep.violations
@@ -386,9 +387,9 @@ def test_beam_paths_replay_within_the_budgets(seed: int) -> None:
     graph = Graph(inst)
     assert graph.whole_fills_fit
     for width in (1, 16):
-        _, path, _ = beam_search(graph, width, UNBOUNDED, None, budgets=True)
+        _, path, _ = beam_search(graph, width, UNBOUNDED, NO_LIMIT, budgets=True)
         assert graph.within_budgets(path)
         rep = replay(inst, path_schedule(graph, inst, path))
         assert rep.feasible, rep.violations
-    res = relaxation_search(inst, 2)
+    res = relaxation_search(inst, TimeBudget.of(2))
     assert replay(inst, res.schedule).feasible

@@ -17,12 +17,12 @@ import pytest
 
 from optsched.costmodel import Coefficients
 from optsched.instance import parse_instance
-from optsched.problems import bounder_for, solver_for
 from optsched.problems.infermax import cpsat, mip
 from optsched.problems.infermax.model import linear_instance
 from optsched.schedule import replay
 from tests.support.infermax_bruteforce import exhaustive_makespan, exhaustive_optimum
 from tests.support.legal_schedules import random_legal_schedule
+from tests.support.solving import registered_bounds, registered_solve
 
 #: llama2-7b-a100 with a tile of 4 tokens and a longest-context term, both large enough to change
 #: optima on tiny instances.
@@ -55,7 +55,7 @@ def tiny(seed: int, model: dict = SHAPE, n_max: int = 3):
 
 
 def solve(inst, **opts):
-    return solver_for("infermax")(inst, {"threads": 1, "early_exit": False, **opts})
+    return registered_solve("infermax", inst, {"threads": 1, "early_exit": False, **opts})
 
 
 def check_against_exhaustive(inst, solver: str = "cpsat") -> None:
@@ -98,7 +98,7 @@ def test_every_infermax_bound_stays_below_the_optimum(seed):
     best, _ = exhaustive_makespan(inst, evict=True)
     methods = [None, "lp", "trajectory"] + (["relax"] if inst.limits.kv_capacity is not None else [])
     for method in methods:
-        for b in bounder_for("infermax")(inst, {"method": method, "time_limit": 5}):
+        for b in registered_bounds("infermax", inst, {"method": method, "time_limit": 5}):
             assert b.value <= best * (1 + 1e-9), (method, b)
 
 

@@ -39,6 +39,7 @@ from optsched.instance import parse_instance
 from optsched.problems.gmax.exact import make_backend, solve_exact
 from tests.support.gmax_generate import random_gmax_instance
 from optsched.problems.gmax.problem import GmaxProblem
+from optsched.budget import TimeBudget
 from optsched.problems.infermax.chunks import chunk_bound
 from optsched.problems.infermax.search import relaxation_search
 from optsched.policies.engine import simulate
@@ -50,9 +51,9 @@ inst = parse_instance({
                  {"id": "b", "prompt_tokens": 4, "output_tokens": 2},
                  {"id": "c", "prompt_tokens": 2, "output_tokens": 4}]}, "cache")
 assert replay(inst, simulate(inst, "rank-i", compiled=True), compiled=True).feasible
-chunk_bound(inst, relaxation_search(inst, time_limit=60).value * 1.01, time_limit=60)
+chunk_bound(inst, relaxation_search(inst, TimeBudget.of(60)).value * 1.01, TimeBudget.of(60))
 problem = GmaxProblem.from_instance(parse_instance(random_gmax_instance(5, 0)))
-solve_exact(problem, make_backend(problem, "highs"), "bnb", time_limit=60)
+solve_exact(problem, make_backend(problem, "highs"), "bnb", budget=TimeBudget.of(60))
 
 hits, misses, typed = {}, {}, []
 for name in MODULES:

@@ -28,11 +28,11 @@ from optsched.load_bounds import (
     srpt_mean_bound,
 )
 from optsched.policies import policy_names, simulator_for
-from optsched.problems import bounder_for
 from optsched.result import objective_named, replayed_objective
 from tests.support.infermax import check_result, solve, tiny_instance
 from tests.support.infermax_bruteforce import exhaustive_optimum
 from tests.support.latency_bruteforce import exhaustive_mean
+from tests.support.solving import registered_bounds
 
 OBJECTIVES = ("latency", "ttft")
 #: Tiny instances with several requests (a single request proves little about load).
@@ -61,7 +61,7 @@ def test_online_search_agrees_with_the_offline_search(seed: int, objective: str)
 def tiny_bounds(inst, objective: str) -> dict[str, float]:
     """Every bound of the objective: the generic and load-aware ones, and the InferMax bounder's."""
     out = {f"generic:{b.name}": b.value for b in proven_bounds(inst, objective)}
-    out.update({f"infermax:{b.name}": b.value for b in bounder_for("infermax")(inst, {"objective": objective})})
+    out.update({f"infermax:{b.name}": b.value for b in registered_bounds("infermax", inst, {"objective": objective})})
     return out
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from optsched.budget import TimeBudget
 from optsched.mipsolvers import MIP_BACKENDS, pulp_solver
+from tests.support.solving import registered_solve
 
 
 def _solve(backend: str, threads: int | None, warm: bool = False) -> tuple[int, float]:
@@ -53,17 +54,16 @@ def test_no_solver_is_started_without_time_for_the_handover(monkeypatch) -> None
     import random
 
     import optsched.mipsolvers as mipsolvers
-    from optsched.problems import solver_for
     from optsched.problems.hybrid.pcmax import loads_of, lpt, solve_pcmax
     from tests.support.infermax import tiny_instance
 
     monkeypatch.setattr(mipsolvers, "HANDOVER_PER_BUILD", 1e9)
     rng = random.Random(4)
     p, m = [rng.randint(1, 30) for _ in range(15)], 4
-    pcmax = solve_pcmax(p, m, method="mip", time_limit=30)
+    pcmax = solve_pcmax(p, m, method="mip", budget=TimeBudget.of(30))
     assert pcmax.makespan == max(loads_of(p, lpt(p, m), m)) and pcmax.bound <= pcmax.makespan
     inst = tiny_instance(5)  # its best policy is above the bound: the model would be built
-    res = solver_for("infermax")(inst, {"solver": "highs", "time_limit": 30, "early_exit": False})
+    res = registered_solve("infermax", inst, {"solver": "highs", "time_limit": 30, "early_exit": False})
     assert res.extra["stopped"].startswith("MIP not solved") and res.replay.feasible
     assert res.objective == pytest.approx(min(res.extra["policy_values"].values()), rel=1e-12)
 

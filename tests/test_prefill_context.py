@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 
 from optsched.cli import main
 from optsched.instance import parse_instance
-from optsched.problems import bounder_for, solver_for
 from optsched.schedule import replay
 from tests.support.infermax_bruteforce import exhaustive_makespan
 from tests.support.legal_schedules import random_legal_schedule
 from tests.support.paths import INSTANCES
 from tests.support.profiles import assert_proven_bounds_below, small_instances, static_instances
+from tests.support.solving import registered_bounds, registered_solve
 
 #: llama2-7b-a100 with a prefill-context term large enough to change optima on tiny instances.
 CTX = {
@@ -57,7 +57,7 @@ def tiny(seed: int, model: dict = CTX, n_max: int = 3):
 
 
 def solve(inst, **opts):
-    return solver_for("infermax")(inst, {"threads": 1, "early_exit": False, **opts})
+    return registered_solve("infermax", inst, {"threads": 1, "early_exit": False, **opts})
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -72,7 +72,7 @@ def test_infermax_backends_reach_the_exhaustive_optimum_with_the_context_term(se
         assert res.status == "optimal", res.extra
         assert res.objective == pytest.approx(best, rel=1e-6)
         assert res.bound <= res.objective * (1 + 1e-9)
-    for b in bounder_for("infermax")(inst, {"method": "relax"}):
+    for b in registered_bounds("infermax", inst, {"method": "relax"}):
         assert b.value <= best * (1 + 1e-9), b
 
 
@@ -140,7 +140,7 @@ def test_hybrid_mip_is_exact_with_the_context_term():
         "limits": {"token_budget": 16, "max_running": 2},
         "requests": reqs,
     })
-    res = solver_for("hybrid")(inst, {"time_limit": 20})
+    res = registered_solve("hybrid", inst, {"time_limit": 20})
     rep = replay(inst, res.schedule)
     assert rep.feasible and res.objective == pytest.approx(rep.metrics.makespan, rel=1e-9)
     assert all(f[5] == 0 for f in rep.features)
@@ -170,7 +170,7 @@ def test_static_latency_formulations_do_not_read_the_cost_model(problem, data):
     cost model, with or without the term, changes nothing."""
     values = []
     for model in (NO_CTX, CTX):
-        res = solver_for(problem)(parse_instance({**data, "cost_model": model}), {"time_limit": 10})
+        res = registered_solve(problem, parse_instance({**data, "cost_model": model}), {"time_limit": 10})
         values.append((res.status, res.objective))
     assert values[0] == values[1] and values[0][1] is not None
 

@@ -190,8 +190,8 @@ def test_p99_bounds_that_do_not_fit_their_share_are_noted(fcfs: str, monkeypatch
 
 
 def _fake_solver(objective_shift: float):
-    def solve(instance, options):
-        assert options["objective"] == "makespan" and options["time_limit"] is not None
+    def solve(instance, options, budget):
+        assert options["objective"] == "makespan" and budget.limited
         schedule = serial_fcfs(instance)
         value = replay(instance, schedule).metrics.makespan
         return SolveResult(
@@ -227,9 +227,9 @@ def test_solver_gets_the_time_left_but_the_room(time_limit: float, fcfs: str, mo
     limits: list[float] = []
     solve = _fake_solver(0.0)
 
-    def recording(instance, options):
-        limits.append(options["time_limit"])
-        return solve(instance, options)
+    def recording(instance, options, budget):
+        limits.append(budget.left())
+        return solve(instance, options, budget)
 
     monkeypatch.setattr("tests.support.report.recording_solve", recording, raising=False)
     register(monkeypatch, "fake", solve="tests.support.report:recording_solve")
@@ -249,10 +249,10 @@ def test_solver_size_limit(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_gather_bounds_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     from optsched.result import Bound
 
-    def good(instance, options):
+    def good(instance, options, budget):
         return [Bound("lp", 0.001, True, f"objective {options['objective']}")]
 
-    def bad(instance, options):
+    def bad(instance, options, budget):
         raise ValueError("does not apply")
 
     monkeypatch.setattr("tests.support.report.good_bounds", good, raising=False)

@@ -5,11 +5,12 @@ from itertools import product
 import numpy as np
 import pytest
 
+from optsched.budget import TimeBudget
 from optsched.instance import parse_instance
-from optsched.problems import solver_for
 from optsched.problems.scls.batching import DS_TABLE, MemoryRule, dp_batches, mip_batches, total_serve_time
 from optsched.problems.scls.offload import adaptive_interval, exact_offload, max_min_offload
 from optsched.problems.static_latency import Phase, StaticLatencyModel
+from tests.support.solving import registered_solve
 
 # docs/scls.md: synthetic HF LLaMA2-13B profile (seconds) reproducing Fig. 11
 HF = StaticLatencyModel(Phase(1.1e-4, 1.0e-3, 1.0e-5, 0.03), Phase(3.63e-6, 3.0e-4, 1.0e-6, 0.02186))
@@ -110,8 +111,8 @@ def test_registry_scls_batch():
         "static_latency": {"unit": "s", "prefill": HF.prefill.to_dict(), "decode": HF.decode.to_dict()},
         "scls": {"slice_length": 128, "workers": 2, "worker_loads": [0.0, 1.0]},
     })
-    dp = solver_for("scls-batch")(inst, {})
-    mip = solver_for("scls-batch")(inst, {"method": "mip"})
+    dp = registered_solve("scls-batch", inst, {})
+    mip = registered_solve("scls-batch", inst, {"method": "mip"})
     assert dp.objective == pytest.approx(7.6, abs=1e-3) and mip.objective == pytest.approx(dp.objective)
     assert sorted(map(len, dp.batches)) == [1, 15]
     off = dp.extra["offload"]
@@ -135,10 +136,10 @@ def test_mip_time_limit_is_a_status_not_a_crash():
     """Before: 'P-BATCH MIP found no solution' (exit 3) after 11 s of building for a 0.05 s limit.
     Now the limit covers the build and the result is status time_limit without batches."""
     inst = _round_instance(120, 0)
-    res = solver_for("scls-batch")(inst, {"method": "mip", "time_limit": 0.05})
+    res = registered_solve("scls-batch", inst, {"method": "mip", "time_limit": 0.05})
     assert res.status == "time_limit" and res.objective is None and "dp" in res.message
     assert res.wall_time < 5.0  # the build stops at the limit (generous: a loaded machine)
-    batches, own, status = mip_batches([10, 20], HF, 128, MemoryRule(), "highs", time_limit=None)
+    batches, own, status = mip_batches([10, 20], HF, 128, MemoryRule(), "highs")
     assert status == "optimal" and sorted(map(sorted, batches)) in ([[0, 1]], [[0], [1]])
 
 
@@ -150,10 +151,10 @@ def test_exact_offload_out_of_time_keeps_its_start():
     times, loads = list(rng.uniform(1, 10, 60)), list(rng.uniform(0, 5, 7))
     start = max_min_offload(times, loads)
     with pytest.raises(RuntimeError, match="no solution"):
-        exact_offload(times, loads, time_limit=1e-9, threads=1)
-    tiny = exact_offload(times, loads, time_limit=1e-9, threads=1, start=start)
+        exact_offload(times, loads, TimeBudget.of(1e-9), threads=1)
+    tiny = exact_offload(times, loads, TimeBudget.of(1e-9), threads=1, start=start)
     assert tiny.status == "time_limit" and tiny.assignment == start.assignment and tiny.makespan == start.makespan
-    full = exact_offload(times, loads, time_limit=10.0, threads=1, start=start)
+    full = exact_offload(times, loads, TimeBudget.of(10.0), threads=1, start=start)
     assert full.makespan <= start.makespan + 1e-9
     assert max(loads) <= tiny.bound <= full.makespan + len(times) * 1e-6
 
@@ -190,8 +191,8 @@ def test_a_stopped_mip_reports_its_batching_with_the_evaluated_time(monkeypatch)
     s = scls_solve.scls_settings(inst)
     batches, best = dp_batches(s["lengths"], s["model"], s["slice_len"], s["rule"])
     monkeypatch.setattr(scls_solve, "mip_batches", lambda *a, **k: (batches, best * 1.5, "feasible"))
-    res = solver_for("scls-batch")(inst, {"method": "mip", "time_limit": 1.0})
+    res = registered_solve("scls-batch", inst, {"method": "mip", "time_limit": 1.0})
     assert res.status == "time_limit" and res.objective == pytest.approx(best) and res.batches
     monkeypatch.setattr(scls_solve, "mip_batches", lambda *a, **k: (batches, best * 0.5, "feasible"))
     with pytest.raises(RuntimeError, match="below its batches' time"):  # a value below the truth is a bug
-        solver_for("scls-batch")(inst, {"method": "mip", "time_limit": 1.0})
+        registered_solve("scls-batch", inst, {"method": "mip", "time_limit": 1.0})

@@ -4,6 +4,10 @@
   logging and status mapping in one place).
 - Only :mod:`optsched.api` calls the registry's look-up functions: the command line, ``report``
   and ``sweep`` go through it (one replay-and-check rule, :func:`optsched.api.checked`).
+- One time budget: every registered solve takes the :class:`~optsched.budget.TimeBudget` that
+  :func:`optsched.api.solve` makes, no function keeps a deadline as a float parameter, a
+  ``time_limit`` in seconds is taken only where listed, and seconds and deadlines are converted
+  into each other in :mod:`optsched.budget` alone.
 """
 
 from __future__ import annotations
@@ -11,7 +15,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import optsched
+from optsched.budget import TimeBudget
 
 PACKAGE = Path(optsched.__file__).resolve().parent
 
@@ -96,8 +103,6 @@ TIME_NAMES = frozenset({"deadline", "time_limit", "until", "solve_by"})
 #: Modules whose search loops still keep deadlines as ``time.perf_counter()`` floats and compute
 #: with them (to move onto :class:`optsched.budget.TimeBudget`; the list only shrinks).
 NOT_YET_ON_THE_BUDGET = frozenset({
-    "optsched/problems/hybrid/offline_solve.py",
-    "optsched/problems/infermax/lns.py",
 })
 
 
@@ -146,3 +151,126 @@ def test_seconds_and_deadlines_are_converted_in_the_budget_only() -> None:
     offenders = {name for name, tree in modules() if name != "optsched/budget.py" and time_arithmetic(tree)}
     assert offenders - NOT_YET_ON_THE_BUDGET == set(), "convert with optsched.budget.TimeBudget"
     assert NOT_YET_ON_THE_BUDGET - offenders == set(), "on the budget now: take it off NOT_YET_ON_THE_BUDGET"
+
+
+@pytest.mark.parametrize("field", ["solve", "bounds"])
+def test_every_registered_solve_and_bounds_takes_the_budget(field: str) -> None:
+    """``solve(instance, options, budget)`` and ``bounds(instance, options, budget)``: the third
+    parameter is a required :class:`~optsched.budget.TimeBudget` (made once, by
+    :func:`optsched.api.solve` or :func:`optsched.api.bound`)."""
+    import inspect
+
+    from optsched.problems import FORMULATIONS
+
+    for record in FORMULATIONS:
+        if getattr(record, field) is None:
+            continue
+        params = list(inspect.signature(record.load(field)).parameters.values())
+        assert [p.name for p in params[:3]] == ["instance", "options", "budget"], record.name
+        assert params[2].annotation in ("TimeBudget", TimeBudget), record.name
+        assert params[2].default is inspect.Parameter.empty, f"{record.name}: the budget is not optional"
+
+
+#: Parameter names of a time limit in seconds and of a deadline.
+SECONDS_OR_DEADLINE = frozenset({"time_limit", "deadline", "solve_by"})
+
+#: Functions below :mod:`optsched.api` that still take seconds (``module:function``), and why: none
+#: is on the path of a solve from :func:`optsched.api.solve` to a back-end.
+TAKES_SECONDS = {
+    # the Python entry: the user's seconds, made into the one budget there
+    "optsched/api.py:solve": "the public time_limit= of optsched.solve",
+    "optsched/api.py:_with_options": "the public time_limit= of optsched.solve",
+    # the cluster simulation's limit per heartbeat (optsched simulate / plan), not a solve's budget
+    "optsched/problems/aladdin/cluster.py:place": "seconds per heartbeat of the cluster simulation",
+    "optsched/problems/aladdin/cluster.py:simulate_cluster": "seconds per heartbeat of the cluster simulation",
+    "optsched/problems/aladdin/capacity.py:min_workers": "seconds per heartbeat of the cluster simulation",
+    "optsched/problems/aladdin/capacity.py:min_workers_scaling": "seconds per heartbeat of the cluster simulation",
+    "optsched/problems/aladdin/capacity.py:heartbeat_lower_bound": "seconds per heartbeat of the cluster simulation",
+    # a policy (optsched simulate): policies take no budget
+    "optsched/problems/hybrid/online.py:offline_assignment": "the hybrid-offline policy's own P||Cmax limit",
+    # the Python entry of the report: the user's seconds, made into the report's one budget there
+    "optsched/report/gather.py:build_report": "the report's own time_limit= (its --time-limit)",
+}
+
+
+def seconds_parameters(tree: ast.Module) -> list[str]:
+    """Names of the functions of ``tree`` with a parameter in :data:`SECONDS_OR_DEADLINE`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            if any(arg.arg in SECONDS_OR_DEADLINE for arg in args):
+                found.append(node.name)
+    return found
+
+
+def test_the_walk_finds_seconds_parameters() -> None:
+    planted = (
+        "def a(x, deadline=None): ...\n"
+        "def b(x, *, time_limit: float = 1.0): ...\n"
+        "def c(x, budget): ...\n"
+        "class K:\n    def d(self, solve_by): ...\n"
+    )
+    assert seconds_parameters(ast.parse(planted)) == ["a", "b", "d"]
+
+
+def test_no_seconds_or_deadline_parameters_below_the_api() -> None:
+    """A phase or back-end takes a :class:`~optsched.budget.TimeBudget`, never a float deadline or
+    seconds of its own (exceptions: :data:`TAKES_SECONDS`, each off the solve path)."""
+    found = {
+        f"{name}:{function}"
+        for name, tree in modules()
+        if name != "optsched/budget.py"
+        for function in seconds_parameters(tree)
+    }
+    assert found - set(TAKES_SECONDS) == set(), "take a TimeBudget"
+    assert set(TAKES_SECONDS) - found == set(), "takes a budget now: take it off TAKES_SECONDS"
+
+
+#: Where a solver's own time limit is set: the back-end adapters, which read it from a budget.
+ADAPTERS = frozenset({"optsched/cpsat_solver.py", "optsched/mipsolvers.py"})
+
+#: Other modules that set a solver's time limit, and why: none is on a solve's path.
+SETS_A_SOLVER_LIMIT = {
+    "optsched/load_bounds.py": "the busy-time LP of the load-aware bounds (optsched bound, report)",
+}
+
+
+def solver_limits(tree: ast.Module) -> list[int]:
+    """Lines setting a solver's time limit: CP-SAT's ``max_time_in_seconds``, PuLP's ``timeLimit``
+    (attribute, keyword or dictionary key) and HiGHS's ``setOptionValue("time_limit", ...)``."""
+    names = {"max_time_in_seconds", "timeLimit"}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            found.append(node.lineno)
+        elif isinstance(node, ast.keyword) and node.arg in names:
+            found.append(node.value.lineno)
+        elif isinstance(node, ast.Dict):
+            found += [key.lineno for key in node.keys if isinstance(key, ast.Constant) and key.value in names]
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", None) == "setOptionValue"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == "time_limit"
+        ):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_walk_finds_solver_limits() -> None:
+    planted = (
+        "s.parameters.max_time_in_seconds = 3\n"
+        "pulp.HiGHS(timeLimit=3)\n"
+        "opts = {'timeLimit': 3}\n"
+        "h.setOptionValue('time_limit', 3.0)\n"
+        "h.setOptionValue('presolve', 'off')\n"
+    )
+    assert solver_limits(ast.parse(planted)) == [1, 2, 3, 4]
+
+
+def test_the_back_ends_read_the_budget_in_their_adapters() -> None:
+    found = {name for name, tree in modules() if solver_limits(tree)}
+    assert found - ADAPTERS - set(SETS_A_SOLVER_LIMIT) == set(), "read the budget in the adapter"
+    assert set(SETS_A_SOLVER_LIMIT) - found == set(), "no solver limit there now: take it off SETS_A_SOLVER_LIMIT"

@@ -29,7 +29,6 @@ from optsched.executor.compare import compare
 from optsched.export.vllm_replay import ReplayPlan, build_plan
 from optsched.instance import parse_instance
 from optsched.policies.engine import Engine
-from optsched.problems import bounder_for, solver_for
 from optsched.problems.hybrid.online import simulate_policy
 from optsched.schedule import Batch, Item, Schedule, replay
 from tests.support.export import BATCHES, INSTANCE, execute_result
@@ -37,6 +36,7 @@ from tests.support.legal_schedules import random_legal_schedule
 from tests.support.paths import INSTANCES
 from tests.support.profiles import assert_proven_bounds_below, small_instances, static_instances
 from tests.support.report import serial_fcfs
+from tests.support.solving import registered_bounds, registered_solve
 
 #: llama2-7b-a100 with both step-shape terms, large enough to change times on tiny instances.
 SHAPE = {
@@ -212,14 +212,14 @@ def test_hybrid_bounds_and_policies_accept_the_shape_terms(tmp_path, capsys):
     ``simulate --policy hybrid`` runs; the MIP alone refuses."""
     inst = parse_instance(_hybrid_data(SHAPE))
     policy = replay(inst, simulate_policy(inst, "hybrid")).metrics.makespan
-    bounds = bounder_for("hybrid")(inst, {"time_limit": 5})
+    bounds = registered_bounds("hybrid", inst, {"time_limit": 5})
     strict = [b for b in bounds if b.name == "strict"]
     assert strict and strict[0].valid and 0 < strict[0].value <= policy
     path = _write(tmp_path, _hybrid_data(SHAPE))
     assert main(["bound", path, "--problem", "hybrid"]) == 0
     assert main(["simulate", path, "--policy", "hybrid"]) == 0
     capsys.readouterr()
-    res = solver_for("hybrid")(inst, {"time_limit": 10})
+    res = registered_solve("hybrid", inst, {"time_limit": 10})
     assert res.status == "unsupported" and "cost_model.per_tile" in res.message
 
 
@@ -227,7 +227,7 @@ def test_hybrid_bounds_and_policies_accept_the_shape_terms(tmp_path, capsys):
 def test_static_latency_formulations_ignore_the_shape_terms(problem, data):
     values = []
     for model in (NO_SHAPE, SHAPE):
-        res = solver_for(problem)(parse_instance({**data, "cost_model": model}), {"time_limit": 10})
+        res = registered_solve(problem, parse_instance({**data, "cost_model": model}), {"time_limit": 10})
         values.append((res.status, res.objective))
     assert values[0] == values[1] and values[0][1] is not None
 

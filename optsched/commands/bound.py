@@ -19,11 +19,12 @@ from ._common import (
     BadInput,
     add_instance_arguments,
     add_json_flag,
+    command_budget,
     format_table,
     load_instance_arg,
     print_json,
 )
-from .solve import add_problem_options, check_solver_option, options_from_args, problem_options, resolve, with_time_left
+from .solve import add_problem_options, check_solver_option, options_from_args, problem_options, resolve, time_limit_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,7 +48,8 @@ def handle(args: argparse.Namespace) -> int:
         check_solver_option(args.problem, args.solver)
         options = problem_options(record, "bound", args)
         instance = load_instance_arg(args)
-        bounds = api.bound(instance, args.problem, with_time_left(options, args))
+        budget = command_budget(args, time_limit_of(options))  # the whole command's, from the program's start
+        bounds = api.bound(instance, args.problem, options, budget=budget)
     rows = [b.to_dict() for b in bounds]
     if args.json:
         print_json({"instance": instance.name, "problem": args.problem, "bounds": rows})

@@ -18,7 +18,6 @@ internal error (including status ``error``).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from importlib import import_module
@@ -43,12 +42,12 @@ from ._common import (
     add_requests_out_flag,
     check_output_path,
     check_requests_out,
+    command_budget,
     format_mapping,
     load_instance_arg,
     positive_float,
     positive_int,
     print_json,
-    time_left,
 )
 
 if TYPE_CHECKING:
@@ -147,16 +146,9 @@ def resolve(kind: str, name: str, solver: str | None = None) -> Formulation:
     return record
 
 
-def with_time_left(options: Any, args: argparse.Namespace) -> Any:
-    """``options`` (a dict or an options dataclass) with its ``time_limit`` replaced by what is left
-    of it since the program's start (:func:`~._common.time_left`)."""
-    limit = options.get("time_limit") if isinstance(options, dict) else getattr(options, "time_limit", None)
-    if limit is None:
-        return options
-    left = time_left(args, limit)
-    return (
-        {**options, "time_limit": left} if isinstance(options, dict) else dataclasses.replace(options, time_limit=left)
-    )
+def time_limit_of(options: Any) -> float | None:
+    """The option ``time_limit`` of ``options`` (a dict or an options dataclass; None: none)."""
+    return options.get("time_limit") if isinstance(options, dict) else getattr(options, "time_limit", None)
 
 
 def check_solver_option(problem: str, solver: str | None) -> None:
@@ -213,10 +205,10 @@ def _solve(args: argparse.Namespace, options: Any, progress: Progress) -> tuple[
     instance = load_instance_arg(args)  # first: a bad instance is refused before the formulation loads
     progress.doing(f"loading the {args.problem} formulation (its compiled kernels are built on first use)")
     resolve("solve", args.problem, args.solver)
-    options = with_time_left(options, args)
+    budget = command_budget(args, time_limit_of(options))  # the whole command's, from the program's start
     progress.doing(f"solving {args.problem} on {len(instance.requests)} requests")
     with interruptible() as ctrl_c:  # Ctrl-C: the best schedule and bound so far, as at the time limit
-        result = api.solve(instance, args.problem, options)  # replayed and checked (api.checked)
+        result = api.solve(instance, args.problem, options, budget=budget)  # replayed and checked (api.checked)
     if ctrl_c.happened:
         print("optsched: interrupted: reporting the best schedule and bound found so far", file=sys.stderr)
     if result.schedule is not None and result.replay is not None:

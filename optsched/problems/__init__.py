@@ -152,14 +152,14 @@ FORMULATIONS: list[Formulation] = [
     ),
     Formulation(
         name="infermax",
-        solve=f"{_PKG}.infermax:solve",
-        bounds=f"{_PKG}.infermax:bounds",
+        solve=f"{_PKG}.infermax.solve:solve",
+        bounds=f"{_PKG}.infermax.solve:bounds",
         solve_options=f"{_PKG}.infermax.model:InferMaxOptions",
         bound_options=f"{_PKG}.infermax.model:InferMaxBoundOptions",
         backends=("cpsat", "highs", "cbc", "gurobi"),
         objectives=("makespan", "completion", "ttft"),
-        modules=f"{_PKG}.infermax:SOLVE_MODULES",
-        prepare=f"{_PKG}.infermax:prepare",
+        modules=f"{_PKG}.infermax.solve:SOLVE_MODULES",
+        prepare=f"{_PKG}.infermax.solve:prepare",
     ),
     Formulation(
         name="scls-batch",

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import api
-from ..budget import TimeBudget
+from ..budget import NO_LIMIT, TimeBudget
 from ..instance import Instance, InstanceError
 from ..load_bounds import proven_bounds
 from ..policies import POLICIES, simulator_for
@@ -303,12 +303,18 @@ def gather_bounds(
 
 
 def _run_bounder(
-    instance: Instance, name: str, objective: str, options: dict[str, Any], notes: list[str] | None
+    instance: Instance,
+    name: str,
+    objective: str,
+    options: dict[str, Any],
+    notes: list[str] | None,
+    budget: TimeBudget = NO_LIMIT,
 ) -> list[BoundEntry]:
-    """One bounder's bounds; a bounder that raises is noted, not fatal (it may not apply). It gets
-    ``objective`` and ``options`` where it has such options."""
+    """One bounder's bounds within ``budget``; a bounder that raises is noted, not fatal (it may not
+    apply). It gets ``objective`` and ``options`` where it has such options."""
     try:
-        bounds = api.bound(instance, name, api.accepted(name, "bound", {**options, "objective": objective}))
+        accepted = api.accepted(name, "bound", {**options, "objective": objective})
+        bounds = api.bound(instance, name, accepted, budget=budget)
     except (TimeUp, KeyboardInterrupt):
         raise
     except Exception as exc:  # noqa: BLE001 - a bounder that does not apply must not sink the report
@@ -345,17 +351,14 @@ def _run_policy(instance: Instance, name: str, objective: str) -> PolicyRun:
 
 
 def _run_solver(
-    instance: Instance, problem: str, objective: str, time_limit: float | None, warm_start: str | None
+    instance: Instance, problem: str, objective: str, budget: TimeBudget, warm_start: str | None
 ) -> SolverRun:
-    """Run the exact solver; its schedule is replayed and its objective checked before use.
-
-    The solver gets the time limit, the objective and the warm start where it has such options.
+    """Run the exact solver within ``budget``; its schedule is replayed and its objective checked
+    before use. The solver gets the objective and the warm start where it has such options.
     """
-    options = api.accepted(
-        problem, "solve", {"time_limit": time_limit, "objective": objective, "warm_start": warm_start}
-    )
+    options = api.accepted(problem, "solve", {"objective": objective, "warm_start": warm_start})
     t0 = time.perf_counter()
-    result = api.solve(instance, problem, options)  # replayed and checked (api.checked)
+    result = api.solve(instance, problem, options, budget=budget)  # replayed and checked (api.checked)
     wall = time.perf_counter() - t0
     run = SolverRun(problem, result, wall_time=wall)
     if result.schedule is None or result.objective is None or result.replay is None:
@@ -486,8 +489,7 @@ def _bounder_phase(
             continue
         t_start = time.perf_counter()
         doing(f"bounder {name}")
-        options = {"time_limit": budget.share(BOUNDER_SHARE).left()}
-        found = _run_bounder(report.instance, name, report.objective, options, report.notes)
+        found = _run_bounder(report.instance, name, report.objective, {}, report.notes, budget.share(BOUNDER_SHARE))
         report.bounder_times[name] = time.perf_counter() - t_start
         report.bounds += found
         say(f"bounder {name}: {len(found)} bound(s) ({report.bounder_times[name]:.1f}s)")
@@ -554,11 +556,12 @@ def _solver_phase(
         report.notes.append(f"solver {problem} not run: the best policy meets a proven bound (optimal)")
         return SolverRun(problem, message="not run: the best policy is proven optimal by a bound")
     room = budget.left()
-    left = None if room is None else budget.reserve(solver_room(room)).left(0.5)
+    solver_budget = budget if room is None else budget.reserve(solver_room(room)).at_least(0.5)
+    left = solver_budget.left()
     say(f"solver {problem}: time limit {'none' if left is None else f'{left:.1f}s'}, warm start {warm}")
     with _timed(report, "solver"), _deadline(budget.reserve(-SOLVER_GRACE)):
         try:
-            run = _run_solver(instance, problem, report.objective, left, warm)
+            run = _run_solver(instance, problem, report.objective, solver_budget, warm)
         except (TimeUp, KeyboardInterrupt):
             raise
         except Exception as exc:  # noqa: BLE001 - reported in the table, not fatal

@@ -21,7 +21,10 @@ import random
 import time
 
 from optsched.instance import Instance, parse_instance
-from optsched.problems.infermax import prepare, solve
+from optsched.problems.infermax.solve import prepare
+from tests.support.solving import solver
+
+solve = solver("infermax")
 
 
 def small_instance(seed: int, n: int) -> Instance:

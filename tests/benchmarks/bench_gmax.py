@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 
+from optsched.budget import TimeBudget
 from optsched.instance import parse_instance
 from optsched.problems.gmax.exact import make_backend, solve_exact
 from optsched.problems.gmax.problem import GmaxProblem
@@ -57,7 +58,7 @@ METHOD = ["dinkelbach"]
 
 def exact(p: GmaxProblem, limit: float, solver: str = "highs") -> dict:
     start, cpu = time.perf_counter(), time.process_time()
-    res = solve_exact(p, make_backend(p, solver, threads=1), METHOD[0], time_limit=limit)
+    res = solve_exact(p, make_backend(p, solver, threads=1), METHOD[0], budget=TimeBudget.of(limit))
     return {
         "method": METHOD[0],
         "status": res.status,
@@ -82,7 +83,7 @@ def part_scls(out, _seeds: int) -> None:  # fixed 20 pools per worker count
             batches, _ = dp_batches(lengths, hf, 128, rule)
             times = [hf.serve_time(len(b), max(lengths[i] for i in b), 128) for b in batches]
             loads = list(rng.uniform(0, 20, workers))
-            h, ex = max_min_offload(times, loads), exact_offload(times, loads, time_limit=20, threads=1)
+            h, ex = max_min_offload(times, loads), exact_offload(times, loads, TimeBudget.of(20), threads=1)
             emit(
                 out,
                 part="scls",

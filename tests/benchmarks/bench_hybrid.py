@@ -21,6 +21,7 @@ import json
 import time
 import warnings
 
+from optsched.budget import TimeBudget
 from optsched.generators import gsm8k_like
 from optsched.problems.hybrid.pcmax import loads_of, lpt, processing_times, solve_pcmax
 from tests.support.hybrid_paper import paper_batch, paper_limits
@@ -33,7 +34,7 @@ def offline(seeds: int, moments: str) -> None:
         inst = paper_batch(seed, moments=moments)
         p = processing_times(inst)
         t0 = time.perf_counter()
-        found = solve_pcmax(p, 200, time_limit=10.0)
+        found = solve_pcmax(p, 200, budget=TimeBudget.of(10.0))
         wall = time.perf_counter() - t0
         t0 = time.perf_counter()
         lpt_value = max(loads_of(p, lpt(p, 200), 200))

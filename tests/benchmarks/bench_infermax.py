@@ -36,10 +36,10 @@ from optsched.generators import infermax_grid
 from optsched.instance import InstanceError
 from optsched.policies import simulator_for
 from optsched.policies.config import POLICY_CONFIGS
-from optsched.problems import solver_for
 from optsched.result import replayed_objective
 from tests.support.infermax import scale_instance, tiny_instance
 from tests.support.infermax_bruteforce import exhaustive_makespan
+from tests.support.solving import registered_solve
 
 
 def emit(row: dict[str, Any], out: str | None) -> None:
@@ -61,8 +61,8 @@ def run_sec45(args: argparse.Namespace) -> None:
         inst = sec45_instance(I, profile=args.profile)
         row: dict[str, Any] = {"bench": "sec45", "I": I, "profile": inst.cost_model.name}
         for label, no_evict in (("opt", False), ("opt_ef", True)):
-            res = solver_for("infermax")(
-                inst, {"no_evict": no_evict, "time_limit": args.time_limit, "threads": args.threads}
+            res = registered_solve(
+                "infermax", inst, {"no_evict": no_evict, "time_limit": args.time_limit, "threads": args.threads}
             )
             row[label] = {
                 "status": res.status,
@@ -84,7 +84,7 @@ def run_scale(args: argparse.Namespace) -> None:
         for seed in args.seed or range(args.seeds):
             inst = scale_instance(n, seed, args.memory_share)
             cpu = time.process_time()
-            res = solver_for("infermax")(inst, {"time_limit": args.time_limit, "threads": args.threads})
+            res = registered_solve("infermax", inst, {"time_limit": args.time_limit, "threads": args.threads})
             emit(
                 {
                     "bench": "scale",
@@ -118,7 +118,7 @@ def run_crosscheck(args: argparse.Namespace) -> None:
             row: dict[str, Any] = {"bench": "crosscheck", "seed": seed, "no_evict": no_evict, "exhaustive": best}
             for solver in ("cpsat", "highs"):
                 t = time.perf_counter()
-                res = solver_for("infermax")(inst, {"solver": solver, "no_evict": no_evict, "threads": 1})
+                res = registered_solve("infermax", inst, {"solver": solver, "no_evict": no_evict, "threads": 1})
                 row[solver] = {
                     "status": res.status,
                     "objective": res.objective,
@@ -138,7 +138,7 @@ def run_gaps(args: argparse.Namespace) -> None:
         for I in (16, 128, 1024):
             for O in (4, 16):
                 inst = grid_instance(N, I, O)
-                res = solver_for("infermax")(inst, {"time_limit": args.time_limit, "threads": args.threads})
+                res = registered_solve("infermax", inst, {"time_limit": args.time_limit, "threads": args.threads})
                 pols = {}
                 for name in sorted(POLICY_CONFIGS):
                     try:

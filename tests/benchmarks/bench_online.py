@@ -22,8 +22,11 @@ from dataclasses import replace
 
 from optsched.instance import load_instance
 from optsched.policies import simulator_for
-from optsched.problems.infermax import prepare, solve
+from optsched.problems.infermax.solve import prepare
 from optsched.schedule import replay
+from tests.support.solving import solver
+
+solve = solver("infermax")
 
 
 def run(scale: float, objective: str, time_limit: float) -> dict[str, object]:

@@ -37,7 +37,7 @@ from typing import Any
 
 from optsched.generators import ClippedNormal, generate, infermax_grid
 from optsched.instance import Instance, Limits, load_instance
-from optsched.problems import solver_for
+from tests.support.solving import registered_solve
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("OPTSCHED_SHARED", ROOT.parent / "shared"))
@@ -86,7 +86,7 @@ def run_one(name: str, inst: Instance, time_limit: float) -> dict[str, Any]:
     """One solve, as ``optsched solve --problem infermax --time-limit``: the row of the tables."""
     cpu = time.process_time()
     t = time.perf_counter()
-    res = solver_for("infermax")(inst, {"time_limit": time_limit})
+    res = registered_solve("infermax", inst, {"time_limit": time_limit})
     scale = res.extra.get("scale", {})
     policies = {k: v for k, v in res.extra["policy_values"].items() if k not in ("plan-search", "serial")}
     return {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+from optsched.budget import TimeBudget
 from optsched.instance import Instance
 from optsched.result import Bound, SolveResult, replayed_objective
 from optsched.schedule import Schedule
@@ -14,11 +15,14 @@ from tests.support.legal_schedules import random_legal_schedule
 
 #: The options dict of the last call (the tests inspect it).
 LAST_OPTIONS: dict = {}
+#: The time budget of the last solve or bounds (the tests inspect it).
+LAST_BUDGET: list[TimeBudget] = []
 
 
-def solve(instance: Instance, options: dict) -> SolveResult:
+def solve(instance: Instance, options: dict, budget: TimeBudget) -> SolveResult:
     LAST_OPTIONS.clear()
     LAST_OPTIONS.update(options)
+    LAST_BUDGET[:] = [budget]
     method = options.get("method") or "feasible"
     if method in ("feasible", "optimal"):
         schedule = random_legal_schedule(instance, random.Random(0)).schedule
@@ -48,7 +52,8 @@ def solve(instance: Instance, options: dict) -> SolveResult:
     return SolveResult(problem="fake", solver="none", status=method)
 
 
-def bounds(instance: Instance, options: dict) -> list[Bound]:
+def bounds(instance: Instance, options: dict, budget: TimeBudget) -> list[Bound]:
     LAST_OPTIONS.clear()
     LAST_OPTIONS.update(options)
+    LAST_BUDGET[:] = [budget]
     return [Bound("fake-lower", 1.25, True, "test"), Bound("fake-estimate", 2.0, False, "test")]

@@ -15,7 +15,6 @@ import pytest
 from optsched.instance import InstanceError, parse_instance
 from optsched.policies import simulator_for
 from optsched.policies.config import POLICY_CONFIGS
-from optsched.problems import solver_for
 from optsched.problems.infermax import candidate_schedules
 from optsched.problems.infermax.data import build_data
 from optsched.problems.infermax.graph import Graph
@@ -23,6 +22,7 @@ from optsched.problems.infermax.model import InferMaxOptions
 from optsched.result import replayed_objective
 from optsched.schedule import Schedule, replay
 from tests.support.infermax_bruteforce import exhaustive_makespan
+from tests.support.solving import registered_solve
 
 #: The relative tolerance of an optimum's agreement with the exhaustive search.
 REL = 1e-6
@@ -61,7 +61,7 @@ def tiny_instance(seed: int, n_max: int = 3, arrivals: bool = False):
 
 def solve(inst, **opts):
     """The InferMax solve; the model is always built (no early exit when a policy meets a bound)."""
-    return solver_for("infermax")(inst, {"threads": 1, "early_exit": False, **opts})
+    return registered_solve("infermax", inst, {"threads": 1, "early_exit": False, **opts})
 
 
 def solve_mip(inst, **opts):

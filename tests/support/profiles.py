@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from optsched.bounds import generic_bounds, instance_bounds
 from optsched.instance import Instance, InstanceError, parse_instance
-from optsched.problems import bounder_for
 from optsched.result import objective_of
 from optsched.schedule import ReplayResult, Schedule, replay
 from tests.support.paths import INSTANCES
+from tests.support.solving import registered_bounds
 
 
 @st.composite
@@ -84,7 +84,7 @@ def assert_proven_bounds_below(inst: Instance, schedule: Schedule, rep: ReplayRe
 def _bounds_if_accepted(problem: str, inst: Instance, options: Mapping[str, Any]) -> list:
     """``problem``'s bounds of ``inst``, or none when it refuses the instance (its profile)."""
     try:
-        return list(bounder_for(problem)(inst, options))
+        return list(registered_bounds(problem, inst, options))
     except InstanceError:
         return []
 

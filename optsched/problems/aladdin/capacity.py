@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...budget import TimeBudget
 from ...instance import Instance
 from .cluster import ClusterResult, simulate_cluster
 from .exact import solve_placement
@@ -194,7 +195,7 @@ def heartbeat_lower_bound(
         slots.setdefault(int(math.ceil(r.arrival / heartbeat - 1e-12)), []).append(Job(r.id, r.prompt_tokens, length))
     best = 0
     for jobs in slots.values():
-        res = solve_placement(PlacementProblem(model, (), tuple(jobs)), solver=solver, time_limit=time_limit)
+        res = solve_placement(PlacementProblem(model, (), tuple(jobs)), solver=solver, budget=TimeBudget.of(time_limit))
         if res.bound is not None:
             best = max(best, int(math.ceil(res.bound - 1e-9)))
     return best

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ...budget import TimeBudget
 from ...instance import SLO, Instance, Limits, Request
 from ...policies.engine import Engine
 from ...result import Status
@@ -140,7 +141,7 @@ def place(
         assignment = {job.id: given[job.id] for job in problem.new}
         return PlacementResult(assignment=assignment, workers=0, status=Status.UNKNOWN, bound=None, method="given")
     if method == "exact":
-        result = solve_placement(problem, solver=solver, time_limit=time_limit)
+        result = solve_placement(problem, solver=solver, budget=TimeBudget.of(time_limit))
         if result.status == Status.INFEASIBLE:  # fixed W too small: fall back to best fit's overflow rule
             result = best_fit(problem)
         return result

@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...budget import TimeBudget
+from ...budget import NO_LIMIT, TimeBudget
 from ...cpsat_solver import run_model
-from ...deadline import DeadlinePassed, check
+from ...deadline import DeadlinePassed
 from ...mipsolvers import pulp_solver, solver_budget
 from ...result import Status
 from .. import BACKENDS
@@ -50,16 +50,16 @@ class _Model:
     fixed_used: list[int]
 
 
-def _build(cp: CompiledProblem, jobs: list[int], n_fresh: int, deadline: float | None = None) -> _Model:
+def _build(cp: CompiledProblem, jobs: list[int], n_fresh: int, budget: TimeBudget = NO_LIMIT) -> _Model:
     """Variables allowed and the (e') rows for the jobs ``jobs`` (indices into ``problem.new``);
-    raises :class:`~optsched.deadline.DeadlinePassed` once ``deadline`` has passed."""
+    raises :class:`~optsched.deadline.DeadlinePassed` once ``budget`` has expired."""
     problem = cp.problem
     n_exist = len(problem.ongoing)
     n_workers = n_exist + n_fresh
     new = problem.new
     allowed: dict[tuple[int, int], bool] = {}
     for i in range(n_workers):
-        check(deadline)
+        budget.check()
         load = cp.loads[i] if i < n_exist else cp.empty_load()
         for pos, j in enumerate(jobs):
             if i >= n_exist and pos < i - n_exist:
@@ -68,7 +68,7 @@ def _build(cp: CompiledProblem, jobs: list[int], n_fresh: int, deadline: float |
                 allowed[i, j] = True
     kv_rows = []
     for i in range(n_workers):
-        check(deadline)
+        budget.check()
         mine = [j for j in jobs if (i, j) in allowed]
         if not mine:
             continue
@@ -94,7 +94,7 @@ def _solve_cpsat(
     cp: CompiledProblem,
     jobs: list[int],
     md: _Model,
-    deadline: float | None,
+    budget: TimeBudget,
     threads: int | None,
     hint: dict[int, int] | None,
 ) -> tuple[Status, dict[int, int], float | None]:
@@ -107,7 +107,7 @@ def _solve_cpsat(
     for j in jobs:
         mdl.AddExactlyOne(x[i, j] for i in range(md.n_workers) if (i, j) in x)  # (a)
     for i in range(md.n_workers):
-        check(deadline)
+        budget.check()
         mine = [j for j in jobs if (i, j) in x]
         if not mine:
             if i in y:
@@ -126,7 +126,7 @@ def _solve_cpsat(
                 mdl.AddImplication(x[i, j], y[i])  # (f)
     for k, (i, rhs, coeffs) in enumerate(md.kv_rows):  # (e')
         if k % 256 == 0:
-            check(deadline)
+            budget.check()
         mdl.Add(sum(c * x[i, j] for j, c in coeffs.items()) <= rhs)
     fresh = list(range(md.n_exist, md.n_workers))
     for a, b in zip(fresh, fresh[1:]):
@@ -135,7 +135,7 @@ def _solve_cpsat(
     if hint:
         for (i, j), var in x.items():
             mdl.AddHint(var, int(hint.get(j) == i))
-    run = run_model(mdl, budget=TimeBudget(deadline), workers=threads or 1)
+    run = run_model(mdl, budget=budget, workers=threads or 1)
     if run.found:
         assign = {j: i for (i, j), var in x.items() if run.value(var)}
         status = Status.OPTIMAL if run.status == Status.OPTIMAL else Status.TIME_LIMIT
@@ -146,7 +146,7 @@ def _solve_cpsat(
 
 
 def _solve_pulp(
-    cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, deadline: float | None, threads: int | None
+    cp: CompiledProblem, jobs: list[int], md: _Model, backend: str, budget: TimeBudget, threads: int | None
 ) -> tuple[Status, dict[int, int], float | None]:
     import pulp
 
@@ -159,7 +159,7 @@ def _solve_pulp(
     for j in jobs:
         prob += pulp.lpSum(x[i, j] for i in range(md.n_workers) if (i, j) in x) == 1  # (a)
     for i in range(md.n_workers):
-        check(deadline)
+        budget.check()
         mine = [j for j in jobs if (i, j) in x]
         if not mine:
             if i in y:
@@ -178,13 +178,13 @@ def _solve_pulp(
                 prob += x[i, j] <= y[i]  # (f)
     for k, (i, rhs, coeffs) in enumerate(md.kv_rows):  # (e')
         if k % 256 == 0:
-            check(deadline)
+            budget.check()
         prob += pulp.lpSum(c * x[i, j] for j, c in coeffs.items()) <= rhs
     fresh = list(range(md.n_exist, md.n_workers))
     for a, b in zip(fresh, fresh[1:]):
         prob += y[a] >= y[b]
-    solve_by = solver_budget(TimeBudget(deadline), time.perf_counter() - start)
-    if solve_by.expired():  # no time left to hand the model over: as a build stopped by the deadline
+    solve_by = solver_budget(budget, time.perf_counter() - start)
+    if solve_by.expired():  # no time left to hand the model over: as a build stopped when the budget expired
         raise DeadlinePassed("placement MIP not handed over to the solver")
     prob.solve(pulp_solver(backend, budget=solve_by, threads=threads))
     st = pulp.LpStatus[prob.status]
@@ -209,7 +209,7 @@ def _solve_pulp(
 def solve_placement(
     problem: PlacementProblem,
     solver: str = "cpsat",
-    time_limit: float | None = None,
+    budget: TimeBudget = NO_LIMIT,
     threads: int | None = None,
 ) -> PlacementResult:
     """Solve a heartbeat (or offline) placement exactly.
@@ -221,11 +221,11 @@ def solve_placement(
     solver
         ``cpsat``, ``highs``, ``cbc`` or ``gurobi`` (size-limited licence: a model beyond it raises
         ``RuntimeError`` naming the licence).
-    time_limit
-        Seconds; on expiry the better of the best placement found and best fit's is returned with the
-        bound. Without a placement found, best fit's is returned even when ``max_workers`` makes it
-        overflow (its overflows are listed in ``unplaceable``, and the status stays ``time_limit``):
-        every new job is placed.
+    budget
+        Its time, model building included; on expiry the better of the best placement found and
+        best fit's is returned with the bound. Without a placement found, best fit's is returned
+        even when ``max_workers`` makes it overflow (its overflows are listed in ``unplaceable``,
+        and the status stays ``time_limit``): every new job is placed.
     threads
         Solver threads.
 
@@ -251,19 +251,18 @@ def solve_placement(
         n_fresh = max(problem.max_workers - n_exist - len(alone_bad), 0)
     if solver not in EXACT_SOLVERS:
         raise ValueError(f"unknown solver {solver!r} (known: {', '.join(EXACT_SOLVERS)})")
-    deadline = TimeBudget.of(time_limit, start=t0).end
     n_workers = n_exist + n_fresh
     lower = sum(1 for jobs_i in problem.ongoing if jobs_i)  # workers already in use
-    try:  # a model not built by the deadline leaves best fit's placement (below) and the bounds
-        md = _build(cp, jobs, n_fresh, deadline)
+    try:  # a model not built within the budget leaves best fit's placement (below) and the bounds
+        md = _build(cp, jobs, n_fresh, budget)
         lower = len(md.fixed_used) + _fresh_lower_bound(cp, md, jobs)
         if not jobs or (not warm.unplaceable and warm.workers <= lower):
             status, assign, bound = Status.OPTIMAL, {j: warm.assignment[core.new[j].id] for j in jobs}, float(lower)
         elif solver == "cpsat":
             hint = {j: warm.assignment[core.new[j].id] for j in jobs}
-            status, assign, bound = _solve_cpsat(cp, jobs, md, deadline, threads, hint)
+            status, assign, bound = _solve_cpsat(cp, jobs, md, budget, threads, hint)
         else:
-            status, assign, bound = _solve_pulp(cp, jobs, md, solver, deadline, threads)
+            status, assign, bound = _solve_pulp(cp, jobs, md, solver, budget, threads)
     except DeadlinePassed:
         status, assign, bound = Status.TIME_LIMIT, {}, None
     if status == Status.INFEASIBLE:

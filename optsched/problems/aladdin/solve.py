@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from ...budget import TimeBudget
 from ...instance import Instance, InstanceError
 from ...options import Options, PositiveFloat, PositiveInt
 from ...result import Bound, SolveResult, Status
@@ -93,17 +94,18 @@ def planned_instance(instance: Instance) -> Instance:
     return instance.with_requests(reqs, name=f"{instance.name}/planned")
 
 
-def solve(instance: Instance, options: Mapping[str, Any] | AladdinOptions | None = None) -> SolveResult:
-    """Solve (or run a heuristic on) the offline placement problem of ``instance`` (:class:`AladdinOptions`)."""
+def solve(instance: Instance, options: Mapping[str, Any] | AladdinOptions | None, budget: TimeBudget) -> SolveResult:
+    """Solve (or run a heuristic on) the offline placement problem of ``instance`` (:class:`AladdinOptions`)
+    within ``budget`` (:func:`optsched.api.solve` makes it)."""
     opts = AladdinOptions.parse(options)
-    method, solver, time_limit = opts.method, opts.solver, opts.time_limit
+    method, solver = opts.method, opts.solver
     t0 = time.perf_counter()
     problem = offline_problem(instance, opts.max_workers)
     if method in ("jsq", "rr", "po2") and problem.max_workers is None:
         problem = replace(problem, max_workers=best_fit(problem).workers)
     if method == "exact":
         try:
-            result = solve_placement(problem, solver=solver, time_limit=time_limit, threads=opts.threads)
+            result = solve_placement(problem, solver=solver, budget=budget, threads=opts.threads)
         except Exception as exc:  # gurobipy raises its own GurobiError
             if "licen" not in str(exc).lower():
                 raise
@@ -179,7 +181,9 @@ def _model_peaks(cp: CompiledProblem, assignment: dict[str, int]) -> list[float]
     return [load.peak_kv() / cp.kv_scale for load in loads]
 
 
-def bounds(instance: Instance, options: Mapping[str, Any] | AladdinBoundOptions | None = None) -> list[Bound]:
+def bounds(
+    instance: Instance, options: Mapping[str, Any] | AladdinBoundOptions | None, budget: TimeBudget
+) -> list[Bound]:
     """Lower bounds on the workers of the offline placement problem (:class:`AladdinBoundOptions`).
 
     ``ceil(sum (b') weights / capacity)``, ``ceil(sum prefill / (T_pre - c1))`` and
@@ -194,7 +198,7 @@ def bounds(instance: Instance, options: Mapping[str, Any] | AladdinBoundOptions 
         Bound("ttft-knapsack", float(kb["ttft"]), True, "sum of prefill times over T_pre - c1"),
         Bound("kv-first-iteration", float(kb["kv"]), True, "every request holds kv(l_in) at the first iteration"),
     ]
-    exact = solve_placement(problem, solver=opts.solver, time_limit=opts.time_limit, threads=opts.threads)
+    exact = solve_placement(problem, solver=opts.solver, budget=budget, threads=opts.threads)
     if exact.bound is not None:
         out.append(Bound("exact", float(exact.bound), True, f"{exact.status}: proven bound of the placement MIP"))
     return out

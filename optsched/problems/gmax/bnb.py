@@ -49,7 +49,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ...deadline import passed
+from ...budget import TimeBudget
 from ...result import Status
 from .problem import GmaxProblem, g_core, g_value
 from .suffix import SuffixBound
@@ -170,7 +170,7 @@ class Search:
         if g_value(n, t) > self.lam * (1 + 1e-12):
             self.best, self.lam = batches, n / t
 
-    def run(self, deadline: float | None) -> tuple[Status, list[tuple]]:
+    def run(self, budget: TimeBudget) -> tuple[Status, list[tuple]]:
         p = self.p
         full = (1 << p.n_requests) - 1
         root_ub = float(self.v.pi.sum() + self.v.value[0, 0])
@@ -190,7 +190,7 @@ class Search:
             )
         ]
         while stack:
-            if self.nodes % 256 == 0 and passed(deadline):
+            if self.nodes % 256 == 0 and budget.expired():
                 return Status.TIME_LIMIT, stack
             node = stack.pop()
             self.nodes += 1

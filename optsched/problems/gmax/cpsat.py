@@ -120,9 +120,9 @@ class CpsatBackend:
         for key, var in z.items():
             m.AddHint(var, key in chosen_z)
 
-    def _run(self, m: cp_model.CpModel, parts: dict[str, Any], deadline: float | None) -> SubResult:
+    def _run(self, m: cp_model.CpModel, parts: dict[str, Any], budget: TimeBudget) -> SubResult:
         start = time.perf_counter()
-        run = run_model(m, budget=TimeBudget(deadline), workers=self.threads or 2, log=self.log)
+        run = run_model(m, budget=budget, workers=self.threads or 2, log=self.log)
         wall = time.perf_counter() - start
         if run.status == Status.INFEASIBLE:
             return SubResult(status=Status.INFEASIBLE, wall=wall)
@@ -159,7 +159,7 @@ class CpsatBackend:
             wait += max(ex)
         return total
 
-    def parametric(self, n_inc: int, batches_inc: list[list[int]], deadline: float | None) -> SubResult:
+    def parametric(self, n_inc: int, batches_inc: list[list[int]], budget: TimeBudget) -> SubResult:
         r"""Dinkelbach step at the rational :math:`\lambda = n_{inc} / T_{inc}` (per tick):
         maximise :math:`T_{inc} n - n_{inc} t` exactly in integers."""
         t_inc = self.tick_t(batches_inc)
@@ -169,21 +169,21 @@ class CpsatBackend:
         m, parts = self._build(t_max=(self.data.meetable() / n_inc * t_inc + nreq * nreq) * self.res)
         m.Add(t_inc * parts["n"] - n_inc * parts["t"] >= 0)
         m.Maximize(t_inc * parts["n"] - n_inc * parts["t"])
-        res = self._run(m, parts, deadline)
+        res = self._run(m, parts, budget)
         res.objective, res.bound = res.objective / t_inc, res.bound / t_inc
         res.info["lambda"] = n_inc / (t_inc * self.res)
         return res
 
-    def min_t(self, n_min: int, deadline: float | None) -> SubResult:
+    def min_t(self, n_min: int, budget: TimeBudget) -> SubResult:
         m, parts = self._build()
         if n_min > 0:
             m.Add(parts["n"] >= n_min)
         m.Minimize(parts["t"])
-        res = self._run(m, parts, deadline)
+        res = self._run(m, parts, budget)
         res.objective, res.bound = res.objective * self.res, res.bound * self.res
         return res
 
-    def max_n(self, deadline: float | None) -> SubResult:
+    def max_n(self, budget: TimeBudget) -> SubResult:
         m, parts = self._build()
         m.Maximize(parts["n"])
-        return self._run(m, parts, deadline)
+        return self._run(m, parts, budget)

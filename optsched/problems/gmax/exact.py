@@ -36,8 +36,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from ...budget import TimeBudget
-from ...deadline import passed
+from ...budget import NO_LIMIT, TimeBudget
 from ...result import Status
 from .lagrange import branch_and_bound
 from .problem import GmaxProblem, batch_violations, g_core, g_value
@@ -138,7 +137,7 @@ def solve_exact(
     problem: GmaxProblem,
     backend: SlotBackend,
     method: str = "dinkelbach",
-    time_limit: float | None = None,
+    budget: TimeBudget = NO_LIMIT,
     frontier: bool = False,
     warm_iters: int = 30,
 ) -> ExactResult:
@@ -148,8 +147,8 @@ def solve_exact(
     ----------
     method
         ``"dinkelbach"``, ``"fixed-n"`` or ``"bnb"`` (``backend`` unused).
-    time_limit
-        Wall-clock budget in seconds for all sub-solves (None: none).
+    budget
+        The time of all sub-solves (:func:`optsched.api.solve` makes it; no limit by default).
     frontier
         Also compute the whole (n, t) Pareto frontier (every n0 by fixed-n).
     warm_iters
@@ -158,36 +157,35 @@ def solve_exact(
     """
     if method not in EXACT_METHODS:
         raise ValueError(f"unknown exact method {method!r} ({', '.join(EXACT_METHODS)})")
-    deadline = TimeBudget.of(time_limit).end
     inc = BestSchedule(problem)
     starts = [*start_points(problem), simulated_annealing(problem, SAParams(iters=warm_iters)).batches]
     for start in starts:
-        inc.offer(local_search(problem, start, deadline))
-    inc.offer(iterated_local_search(problem, inc.batches, deadline=deadline))
+        inc.offer(local_search(problem, start, budget))
+    inc.offer(iterated_local_search(problem, inc.batches, budget=budget))
     backend.hint = inc.batches
     t_lb = SlotData.build(problem).t_lower_bound()
     log: list[dict] = []
     t_relaxation = getattr(backend, "t_relaxation", None)
-    if deadline is not None and t_relaxation is not None and method != "bnb":
+    if budget.limited and t_relaxation is not None and method != "bnb":
         # a time limit may end without a proof: the LP bound on t, inside the budget, states the bound
-        t_lp = t_relaxation(deadline)
+        t_lp = t_relaxation(budget)
         log.append({"step": "lp-bounds", "t_lp": t_lp})
         t_lb = max(t_lb, t_lp)
     points: list[tuple[int, float, bool]] = []
     if method in ("dinkelbach", "bnb"):
         if method == "bnb":
-            found = branch_and_bound(problem, inc.batches, deadline, t_lb)
+            found = branch_and_bound(problem, inc.batches, budget, t_lb)
             log.append({"step": "bnb", "status": found.status, **found.info})
             if batch_violations(problem, found.batches):
                 raise RuntimeError(f"bnb returned an invalid schedule: {batch_violations(problem, found.batches)}")
             inc.offer(found.batches)
             status, bound = found.status, found.bound
         else:
-            status, bound = run_dinkelbach(problem, backend, inc, deadline, t_lb, log)
+            status, bound = run_dinkelbach(problem, backend, inc, budget, t_lb, log)
         if frontier:
-            points, _, _ = _fixed_n(problem, backend, inc, deadline, t_lb, log, prune=False)
+            points, _, _ = _fixed_n(problem, backend, inc, budget, t_lb, log, prune=False)
     else:
-        points, status, bound = _fixed_n(problem, backend, inc, deadline, t_lb, log, prune=not frontier)
+        points, status, bound = _fixed_n(problem, backend, inc, budget, t_lb, log, prune=not frontier)
     # n <= the requests that can meet their SLO at all, t >= t_LB: a bound that needs no solver
     trivial = int(SlotData.build(problem).can_meet.any(axis=1).sum()) / t_lb if t_lb > 0 else 0.0
     solves = sum(1 for entry in log if entry["step"] != "lp-bounds")
@@ -204,9 +202,9 @@ def solve_exact(
     )
 
 
-def run_dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[Status, float]:
+def run_dinkelbach(problem, backend, inc, budget, t_lb, log) -> tuple[Status, float]:
     if inc.G == 0:
-        res = backend.max_n(deadline)
+        res = backend.max_n(budget)
         log.append({"step": "max_n", "status": res.status, "wall": res.wall})
         if res.status == Status.OPTIMAL and res.n == 0:
             return Status.OPTIMAL, 0.0
@@ -219,12 +217,11 @@ def run_dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[Status, 
     proven = math.inf
     setup = 0.0  # the longest time a step spent outside the solver (model build, loading, checks)
     while True:
-        budget = TimeBudget(deadline)
         if budget.limited and (budget.expired() or (budget.left() or 0.0) < 2 * setup):
             # the limit has passed, or another step could not even be set up before it: stop on time
-            return Status.TIME_LIMIT, _time_limit_bound(backend, inc, proven, t_lb, log, deadline)
+            return Status.TIME_LIMIT, _time_limit_bound(backend, inc, proven, t_lb, log, budget)
         begin = time.perf_counter()
-        res = backend.parametric(inc.n, inc.batches, deadline)
+        res = backend.parametric(inc.n, inc.batches, budget)
         setup = max(setup, time.perf_counter() - begin - res.wall)
         log.append({
             "step": "dinkelbach",
@@ -245,28 +242,28 @@ def run_dinkelbach(problem, backend, inc, deadline, t_lb, log) -> tuple[Status, 
             # F(lambda) <= 0 up to rounding, so lambda = G* (within the model's arithmetic).
             return Status.OPTIMAL, inc.G + max(res.objective, 0.0) / t_lb
         if res.status not in (Status.OPTIMAL, Status.FEASIBLE) or (not improved and res.status == Status.FEASIBLE):
-            return Status.TIME_LIMIT, _time_limit_bound(backend, inc, proven, t_lb, log, deadline)
+            return Status.TIME_LIMIT, _time_limit_bound(backend, inc, proven, t_lb, log, budget)
 
 
-def _time_limit_bound(backend, inc, proven, t_lb, log, deadline) -> float:
+def _time_limit_bound(backend, inc, proven, t_lb, log, budget) -> float:
     """The least bound over the Dinkelbach steps; when no step has a dual bound (the solver stopped
-    before its root LP), the F LP at the incumbent if it is solved by the deadline (else inf: the
+    before its root LP), the F LP at the incumbent if it is solved within the budget (else inf: the
     caller's bound that needs no solver remains)."""
     f_relaxation = getattr(backend, "f_relaxation", None)
     if math.isfinite(proven) or f_relaxation is None:
         return proven
-    f_lp = f_relaxation(inc.n, inc.batches, deadline)
+    f_lp = f_relaxation(inc.n, inc.batches, budget)
     log.append({"step": "lp-bounds", "F_lp": f_lp})
     return inc.G + max(f_lp, 0.0) / t_lb
 
 
-def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[list, Status, float]:
-    """min t at n >= n0 from the largest n0 down. No model is built after the deadline: then every
+def _fixed_n(problem, backend, inc, budget, t_lb, log, prune: bool) -> tuple[list, Status, float]:
+    """min t at n >= n0 from the largest n0 down. No model is built once the budget has expired: then every
     n0 not solved yet is bounded by n0 / t0 (t >= t0 for every schedule)."""
-    if passed(deadline):
+    if budget.expired():
         return [], Status.TIME_LIMIT, math.inf
     complete = True
-    base = backend.min_t(0, deadline)
+    base = backend.min_t(0, budget)
     log.append({"step": "min_t", "n0": 0, "status": base.status, "t": base.t, "wall": base.wall})
     if base.batches:
         check_model(problem, base, "min t")
@@ -274,7 +271,7 @@ def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[l
     t0 = base.objective if base.status == Status.OPTIMAL else (base.bound if math.isfinite(base.bound) else t_lb)
     t0 = max(t0, t_lb) if base.status != Status.OPTIMAL else t0
     complete &= base.status == Status.OPTIMAL
-    top = backend.max_n(deadline) if not passed(deadline) else SubResult(status=Status.TIME_LIMIT)
+    top = backend.max_n(budget) if not budget.expired() else SubResult(status=Status.TIME_LIMIT)
     log.append({"step": "max_n", "status": top.status, "n": top.n, "wall": top.wall})
     if top.batches:
         inc.offer(top.batches)
@@ -288,11 +285,11 @@ def _fixed_n(problem, backend, inc, deadline, t_lb, log, prune: bool) -> tuple[l
     for n0 in range(n_bar, 0, -1):
         if prune and n0 / t0 <= inc.G:
             break
-        if passed(deadline):
+        if budget.expired():
             complete = False
             bound = max(bound, n0 / t0)
             break
-        res = backend.min_t(n0, deadline)
+        res = backend.min_t(n0, budget)
         log.append({"step": "min_t", "n0": n0, "status": res.status, "t": res.t, "wall": res.wall})
         if res.status == Status.INFEASIBLE:
             continue

@@ -60,7 +60,6 @@ import highspy
 import numpy as np
 
 from ...budget import TimeBudget
-from ...deadline import passed
 from ...result import Status
 from .bnb import EPS, Search
 from .problem import GmaxProblem, g_core, g_value
@@ -90,7 +89,7 @@ def lagrangian_multipliers(
     lam: float,
     start: list[list[list[int]]],
     step: float,
-    deadline: float | None,
+    budget: TimeBudget,
     max_iter: int = 400,
     smoothing: float = 0.7,
     per_pricing: int = 10,
@@ -151,7 +150,7 @@ def lagrangian_multipliers(
         bound = suffix.solve(pi)
         if bound < best:
             best, best_pi = bound, pi.copy()
-        if best - lp <= CG_TOL or passed(deadline):
+        if best - lp <= CG_TOL or budget.expired():
             break
         if not sum(add(batches) for batches in suffix.paths(per_pricing)):
             suffix.solve(lp_pi)
@@ -162,11 +161,11 @@ def lagrangian_multipliers(
     return best_pi, best, lp, it, support
 
 
-def repair(problem: GmaxProblem, batches: list[list[int]], deadline: float | None) -> list[list[int]]:
+def repair(problem: GmaxProblem, batches: list[list[int]], budget: TimeBudget) -> list[list[int]]:
     """A real schedule from a pseudo-schedule: later occurrences of a request are dropped (a batch
     over the memory capacity, which the pricing ignores, is cut by :func:`~.sa.chunked`), missing
     requests appended in the order of their shortest time, then :func:`~.sa.local_search` until
-    ``deadline``."""
+    ``budget`` expires."""
     seen: set[int] = set()
     out = []
     for batch in batches:
@@ -174,7 +173,7 @@ def repair(problem: GmaxProblem, batches: list[list[int]], deadline: float | Non
         seen.update(kept)
         out.extend(chunked(problem, kept))
     missing = sorted(set(range(problem.n_requests)) - seen, key=lambda j: problem.times.exec[j].min())
-    return local_search(problem, out + chunked(problem, missing), deadline)
+    return local_search(problem, out + chunked(problem, missing), budget)
 
 
 def refuted_lambda(
@@ -184,12 +183,12 @@ def refuted_lambda(
     lo: float,
     hi: float,
     step: float,
-    deadline: float | None,
+    budget: TimeBudget,
 ) -> float:
     r"""The least :math:`\lambda` in (lo, hi] found by bisection at which the Lagrangian bound of every
     node in ``nodes`` (multipliers ``pi``, grid step ``step``) is at most ``EPS`` (module docstring,
     "Final bound at a time limit"); ``hi`` when none is found in time (no step starts unless the
-    longest step so far fits before the deadline). A node's
+    longest step so far fits in the time left). A node's
     ``pisum`` field must hold the sum of ``pi`` over its remaining requests."""
     if not nodes:
         return lo
@@ -198,7 +197,7 @@ def refuted_lambda(
         np.array(col) for col in zip(*[(node[3], grid.cell(node[4]), node[5], node[6], node[7]) for node in nodes])
     )
     last = 0.0  # the longest step so far: no step starts unless that much time is left
-    while hi - lo > BISECT_RTOL * hi and not TimeBudget(deadline).reserve(last).expired():
+    while hi - lo > BISECT_RTOL * hi and not budget.reserve(last).expired():
         tick = time.perf_counter()
         mid = (lo + hi) / 2
         suffix = SuffixBound(problem, mid, step)
@@ -214,7 +213,7 @@ def refuted_lambda(
 @dataclass(kw_only=True)
 class BnbResult:
     """Outcome of :func:`branch_and_bound`: ``OPTIMAL`` or ``TIME_LIMIT``, the best schedule, its
-    G, a proven upper bound on G (``inf`` when the deadline had passed before the first programme),
+    G, a proven upper bound on G (``inf`` when the budget had expired before the first programme),
     and counters."""
 
     status: Status
@@ -228,7 +227,7 @@ class BnbResult:
 def branch_and_bound(
     problem: GmaxProblem,
     incumbent: list[list[int]],
-    deadline: float | None,
+    budget: TimeBudget,
     t_lb: float,
     step: float = 0.005,
     cg_step: float = 0.01,
@@ -240,8 +239,8 @@ def branch_and_bound(
     ----------
     incumbent
         A schedule with n > 0 (its G is :math:`\\lambda_0`).
-    deadline
-        ``time.perf_counter()`` time by which to stop (None: none).
+    budget
+        The search's time.
     t_lb
         A lower bound on t of every schedule (> 0), for the bound at the end.
     step, cg_step
@@ -251,20 +250,20 @@ def branch_and_bound(
         Share of the remaining time the column generation may use.
     """
     begin = time.perf_counter()
-    cg_deadline = TimeBudget(deadline).share(cg_share).end
+    cg_budget = budget.share(cg_share)
     n0, t0 = g_core(problem, incumbent)
     lam0 = n0 / t0
-    if passed(deadline):  # not even one programme (0.7 s at N = 70) fits: no bound from here
+    if budget.expired():  # not even one programme (0.7 s at N = 70) fits: no bound from here
         return BnbResult(status=Status.TIME_LIMIT, batches=incumbent, G=lam0, bound=math.inf, info={"wall": 0.0})
-    pi, root, master, iters, support = lagrangian_multipliers(problem, lam0, [incumbent], cg_step, cg_deadline)
+    pi, root, master, iters, support = lagrangian_multipliers(problem, lam0, [incumbent], cg_step, cg_budget)
     for pseudo in support[:REPAIRS]:  # the master's schedules, made real, as incumbents
-        candidate = repair(problem, pseudo, deadline)
+        candidate = repair(problem, pseudo, budget)
         if g_value(*g_core(problem, candidate)) > g_value(*g_core(problem, incumbent)) * (1 + 1e-12):
             incumbent = candidate
     candidates = [pi]
     if g_value(*g_core(problem, incumbent)) > lam0:  # multipliers for the new lambda too (any are valid)
         lam0 = g_value(*g_core(problem, incumbent))
-        again = lagrangian_multipliers(problem, lam0, [incumbent, *support], cg_step, cg_deadline)
+        again = lagrangian_multipliers(problem, lam0, [incumbent, *support], cg_step, cg_budget)
         candidates.append(again[0])
         master, iters = again[2], iters + again[3]
     cg_wall = time.perf_counter() - begin
@@ -276,7 +275,7 @@ def branch_and_bound(
     pi = candidates[int(np.argmin(bounds))]
     root = suffix.solve(pi)
     search = Search(problem, suffix, incumbent, lam0 + max(root, 0.0) / t_lb)
-    status, stack = search.run(TimeBudget(deadline).reserve(reserve).end)
+    status, stack = search.run(budget.reserve(reserve))
     info = {
         "root_bound": root,
         "master": master,
@@ -291,7 +290,7 @@ def branch_and_bound(
         bound = search.lam + EPS / t_lb
     else:
         open_bound = max((lam0 + max(node[0], 0.0) / max(node[1], t_lb) for node in stack), default=0.0)
-        refuted = refuted_lambda(problem, pi, stack, search.lam, open_bound, step, deadline)
+        refuted = refuted_lambda(problem, pi, stack, search.lam, open_bound, step, budget)
         info["refuted"] = refuted
         bound = max(search.lam, min(open_bound, refuted + EPS / t_lb))
     return BnbResult(status=status, batches=search.best, G=search.lam, bound=bound, nodes=search.nodes, info=info)

@@ -12,8 +12,7 @@ from typing import Any
 
 import pulp
 
-from ...budget import TimeBudget
-from ...deadline import passed
+from ...budget import NO_LIMIT, TimeBudget
 from ...mipsolvers import MIP_BACKENDS, pulp_solver
 from ...result import Status
 from .problem import g_core
@@ -175,10 +174,10 @@ class MilpBackend:
             **tolerance.get(self.solver, {}),
         )
 
-    def _run(self, prob: pulp.LpProblem, parts: dict[str, Any], deadline: float | None) -> SubResult:
+    def _run(self, prob: pulp.LpProblem, parts: dict[str, Any], budget: TimeBudget) -> SubResult:
         start = time.perf_counter()
         try:
-            prob.solve(self._command(TimeBudget(deadline)))
+            prob.solve(self._command(budget))
         except Exception as exc:  # gurobipy.GurobiError is not a PulpSolverError
             if self.solver == "gurobi":
                 raise RuntimeError(
@@ -219,50 +218,50 @@ class MilpBackend:
 
     # ------------------------------------------------------------------------------ objectives
 
-    def parametric(self, n_inc: int, batches_inc: list[list[int]], deadline: float | None) -> SubResult:
+    def parametric(self, n_inc: int, batches_inc: list[list[int]], budget: TimeBudget) -> SubResult:
         r"""Dinkelbach step at :math:`\lambda = n_{inc} / t_{inc}` (the incumbent's G)."""
         lam = n_inc / g_core(self.data.problem, batches_inc)[1]
         # only schedules with n - lambda t >= 0 matter (the incumbent has 0); -EPS for float slack
         prob, parts = self.build_model(pulp.LpMaximize, t_max=(self.data.meetable() + EPS) / lam)
         prob += parts["n"] - lam * parts["t"]
         prob += parts["n"] - lam * parts["t"] >= -EPS, "no_worse"
-        res = self._run(prob, parts, deadline)
+        res = self._run(prob, parts, budget)
         if res.status == Status.INFEASIBLE:  # no schedule has n - lambda t >= -EPS: F(lambda) < 0
             res = SubResult(status=Status.OPTIMAL, objective=-EPS, bound=-EPS, wall=res.wall)
         res.info["lambda"] = lam
         return res
 
-    def min_t(self, n_min: int, deadline: float | None) -> SubResult:
+    def min_t(self, n_min: int, budget: TimeBudget) -> SubResult:
         prob, parts = self.build_model(pulp.LpMinimize)
         prob += parts["t"]
         if n_min > 0:
             prob += parts["n"] >= n_min, "n_min"
-        return self._run(prob, parts, deadline)
+        return self._run(prob, parts, budget)
 
-    def t_relaxation(self, deadline: float | None = None) -> float:
+    def t_relaxation(self, budget: TimeBudget = NO_LIMIT) -> float:
         r"""LP-relaxation lower bound on :math:`\min t` over every schedule (0 when the LP fails or
-        is not solved by ``deadline``)."""
-        return self._lp(pulp.LpMinimize, lambda parts: parts["t"], 0.0, deadline)
+        is not solved within ``budget``)."""
+        return self._lp(pulp.LpMinimize, lambda parts: parts["t"], 0.0, budget)
 
-    def f_relaxation(self, n_inc: int, batches_inc: list[list[int]], deadline: float | None = None) -> float:
+    def f_relaxation(self, n_inc: int, batches_inc: list[list[int]], budget: TimeBudget = NO_LIMIT) -> float:
         r"""LP-relaxation upper bound on :math:`\max n - \lambda t` at the incumbent's :math:`\lambda`
-        (inf when the LP fails or is not solved by ``deadline``), used to prove a bound when the MIP
+        (inf when the LP fails or is not solved within ``budget``), used to prove a bound when the MIP
         stopped without a dual bound."""
         lam = n_inc / g_core(self.data.problem, batches_inc)[1]
-        return self._lp(pulp.LpMaximize, lambda parts: parts["n"] - lam * parts["t"], float("inf"), deadline)
+        return self._lp(pulp.LpMaximize, lambda parts: parts["n"] - lam * parts["t"], float("inf"), budget)
 
-    def _lp(self, sense: int, objective: Any, failed: float, deadline: float | None) -> float:
+    def _lp(self, sense: int, objective: Any, failed: float, budget: TimeBudget) -> float:
         """Optimal value of the model's LP relaxation for ``objective(parts)``, ``failed`` when the LP
-        is not solved to optimality by ``deadline`` (the weakest bound in that direction; PuLP reports
+        is not solved to optimality within ``budget`` (the weakest bound in that direction; PuLP reports
         a HiGHS stopped by its time limit as status "Optimal", so the solution status decides)."""
-        if passed(deadline):
+        if budget.expired():
             return failed
         prob, parts = self.build_model(sense)
         prob += objective(parts)
-        prob.solve(pulp_solver("highs", mip=False, msg=self.log, budget=TimeBudget(deadline)))
+        prob.solve(pulp_solver("highs", mip=False, msg=self.log, budget=budget))
         return float(pulp.value(prob.objective)) if prob.sol_status == pulp.LpSolutionOptimal else failed
 
-    def max_n(self, deadline: float | None) -> SubResult:
+    def max_n(self, budget: TimeBudget) -> SubResult:
         prob, parts = self.build_model(pulp.LpMaximize)
         prob += parts["n"]
-        return self._run(prob, parts, deadline)
+        return self._run(prob, parts, budget)

@@ -27,7 +27,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...deadline import passed
+from ...budget import NO_LIMIT, TimeBudget
 from .problem import GmaxProblem, g_core, g_value
 
 __all__ = [
@@ -58,7 +58,7 @@ class SAParams:
 @dataclass(frozen=True, kw_only=True)
 class SAResult:
     """Best schedule found, its (n, t, G), the evaluations spent, whether the early exit fired and
-    whether the deadline stopped the annealing."""
+    whether the budget stopped the annealing."""
 
     batches: list[list[int]]
     n: int
@@ -69,7 +69,7 @@ class SAResult:
     timed_out: bool = False
 
 
-#: :func:`local_search` checks its deadline every this many neighbours.
+#: :func:`local_search` checks its budget every this many neighbours.
 DEADLINE_EVERY = 64
 
 
@@ -137,10 +137,10 @@ def _swap(problem: GmaxProblem, cur: list[list[int]], rng: random.Random) -> lis
 _MOVES = (_squeeze, _delay, _swap)
 
 
-def simulated_annealing(problem: GmaxProblem, params: SAParams = SAParams(), deadline: float | None = None) -> SAResult:
+def simulated_annealing(problem: GmaxProblem, params: SAParams = SAParams(), budget: TimeBudget = NO_LIMIT) -> SAResult:
     """Algorithm 1 with fixes D1-D8 (see the module docstring); seeded by ``params.seed``.
 
-    The annealing stops at ``deadline`` (a ``time.perf_counter()`` value; checked every
+    The annealing stops when ``budget`` expires (checked every
     :data:`DEADLINE_EVERY` moves) with the best schedule found so far (``timed_out``).
     """
     rng = random.Random(params.seed)
@@ -158,7 +158,7 @@ def simulated_annealing(problem: GmaxProblem, params: SAParams = SAParams(), dea
     evaluations, temp = 2, params.t0
     while temp >= params.t_thres:
         for move in range(params.iters):
-            if move % DEADLINE_EVERY == 0 and passed(deadline):
+            if move % DEADLINE_EVERY == 0 and budget.expired():
                 return SAResult(
                     batches=best, n=n_b, t=t_b, G=f_best, evaluations=evaluations, early_exit=False, timed_out=True
                 )
@@ -208,10 +208,10 @@ def _neighbours(problem: GmaxProblem, cur: list[list[int]]):
                 yield rest[:place] + [cur[a]] + rest[place:]
 
 
-def local_search(problem: GmaxProblem, batches: list[list[int]], deadline: float | None = None) -> list[list[int]]:
+def local_search(problem: GmaxProblem, batches: list[list[int]], budget: TimeBudget = NO_LIMIT) -> list[list[int]]:
     """Steepest-ascent hill climbing of G from ``batches`` over :func:`_neighbours` (a polishing
     step for the exact solver's first incumbent; not part of the paper's algorithm). After
-    ``deadline`` (a ``time.perf_counter()`` value) it stops within ``DEADLINE_EVERY`` neighbours and
+    ``budget`` has expired it stops within ``DEADLINE_EVERY`` neighbours and
     returns the best schedule seen (one ascent step evaluates O(N^2) neighbours: 1.7 s at N = 70)."""
     cur = [list(b) for b in batches]
     n, t = g_core(problem, cur)
@@ -219,7 +219,7 @@ def local_search(problem: GmaxProblem, batches: list[list[int]], deadline: float
     while True:
         top, top_g = None, best
         for count, cand in enumerate(_neighbours(problem, cur)):
-            if count % DEADLINE_EVERY == 0 and passed(deadline):
+            if count % DEADLINE_EVERY == 0 and budget.expired():
                 return cur if top is None else top
             g = g_value(*g_core(problem, cand))
             if g > top_g * (1 + 1e-12):
@@ -235,21 +235,21 @@ def iterated_local_search(
     rounds: int = 20,
     kicks: int = 3,
     seed: int = 0,
-    deadline: float | None = None,
+    budget: TimeBudget = NO_LIMIT,
 ) -> list[list[int]]:
     """:func:`local_search` restarted ``rounds`` times from the best schedule after ``kicks`` random
     annealing moves; keeps the best (a polishing step for the exact solver's first incumbent). No
-    round starts after ``deadline``."""
+    round starts once ``budget`` has expired."""
     rng = random.Random(seed)
-    best = local_search(problem, batches, deadline)
+    best = local_search(problem, batches, budget)
     best_g = g_value(*g_core(problem, best))
     for _ in range(rounds):
-        if passed(deadline):
+        if budget.expired():
             break
         cand = best
         for _ in range(kicks):
             cand = rng.choice(_MOVES)(problem, cand, rng) or cand
-        cand = local_search(problem, cand, deadline)
+        cand = local_search(problem, cand, budget)
         g = g_value(*g_core(problem, cand))
         if g > best_g:
             best, best_g = cand, g

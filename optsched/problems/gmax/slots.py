@@ -74,6 +74,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ...budget import TimeBudget
 from ...result import Status
 from .problem import GmaxProblem
 
@@ -228,17 +229,17 @@ class SubResult:
 
 
 class SlotBackend(Protocol):
-    """What :mod:`.exact` needs from a backend (``deadline``: absolute ``time.perf_counter()``
-    time by which the solve must stop, model building included; None: no limit)."""
+    """What :mod:`.exact` needs from a backend (``budget``: the solve's time, model building
+    included)."""
 
     name: str
 
-    def parametric(self, n_inc: int, batches_inc: list[list[int]], deadline: float | None) -> SubResult:
+    def parametric(self, n_inc: int, batches_inc: list[list[int]], budget: TimeBudget) -> SubResult:
         """Maximise :math:`n - \\lambda t` at the incumbent's :math:`\\lambda = G` (Dinkelbach);
         objective and bound in requests."""
 
-    def min_t(self, n_min: int, deadline: float | None) -> SubResult:
+    def min_t(self, n_min: int, budget: TimeBudget) -> SubResult:
         """Minimise t subject to :math:`n \\ge n_{min}` (``n_min = 0``: no SLO constraint)."""
 
-    def max_n(self, deadline: float | None) -> SubResult:
+    def max_n(self, budget: TimeBudget) -> SubResult:
         """Maximise n alone."""

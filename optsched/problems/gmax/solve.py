@@ -107,14 +107,14 @@ class GmaxOptions(Options):
         return SAParams(**{k: getattr(self, k) for k in SA_OPTIONS if getattr(self, k) is not None})
 
 
-def solve(instance: Instance, options: Mapping[str, Any] | GmaxOptions | None = None) -> SolveResult:
-    """Solve the G-maximisation of a static-batching instance (see the module docstring)."""
+def solve(instance: Instance, options: Mapping[str, Any] | GmaxOptions | None, budget: TimeBudget) -> SolveResult:
+    """Solve the G-maximisation of a static-batching instance (see the module docstring) within
+    ``budget`` (:func:`optsched.api.solve` makes it)."""
     opts = GmaxOptions.parse(options)
     start = time.perf_counter()
     problem = GmaxProblem.from_instance(instance, lengths=opts.lengths)
     if opts.method == "sa":
-        deadline = TimeBudget.of(opts.time_limit, start=start).end
-        sa = simulated_annealing(problem, opts.sa_params(), deadline)
+        sa = simulated_annealing(problem, opts.sa_params(), budget)
         status = Status.TIME_LIMIT if sa.timed_out else Status.FEASIBLE
         batches, own, bound, solver = sa.batches, sa.G, None, "sa"
         extra: dict[str, Any] = {"evaluations": sa.evaluations, "early_exit": sa.early_exit}
@@ -122,7 +122,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | GmaxOptions | None = 
         solver = opts.solver or "highs"
         backend = make_backend(problem, solver, threads=opts.threads, log=opts.log)
         exact_method = opts.resolved_exact_method()
-        res = solve_exact(problem, backend, method=exact_method, time_limit=opts.time_limit, frontier=opts.frontier)
+        res = solve_exact(problem, backend, method=exact_method, budget=budget, frontier=opts.frontier)
         batches, own, status, bound = res.batches, g_value(res.n, res.t), res.status, res.bound
         solver = "bnb" if exact_method == "bnb" else solver
         extra = {
@@ -158,8 +158,9 @@ class GmaxBoundOptions(Options):
     lengths: Literal["true", "predicted"] = "true"
 
 
-def bounds(instance: Instance, options: Mapping[str, Any] | GmaxBoundOptions | None = None) -> list[Bound]:
-    """``BOUNDERS["gmax"]``: an upper bound on G (G is maximised), proven without a solver.
+def bounds(instance: Instance, options: Mapping[str, Any] | GmaxBoundOptions | None, budget: TimeBudget) -> list[Bound]:
+    """``BOUNDERS["gmax"]``: an upper bound on G (G is maximised), proven without a solver (it takes
+    none of ``budget``).
 
     ``n`` is at most the number of requests that can meet their SLO in some batch, and ``t`` at least
     :meth:`.slots.SlotData.t_lower_bound` (every request's shortest execution plus the earliest

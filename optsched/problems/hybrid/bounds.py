@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ...budget import TimeBudget
 from ...instance import Instance
 from ...options import Options, PositiveFloat
 from ...result import Bound
@@ -47,19 +48,27 @@ from .timing import timing_of
 __all__ = ["HybridBoundOptions", "bounds", "paper_bound", "strict_bound"]
 
 
-def paper_bound(instance: Instance, time_limit: float = 10.0) -> tuple[float, float, float]:
-    """``(T^LB, t^p*, t^d*)`` of Eqs. (31)-(32) as printed (docs/hybrid.md, O3, ``paper`` mode)."""
+#: The time of the bounds' P||Cmax solve called without a budget, in seconds.
+BOUND_TIME = 10.0
+
+
+def paper_bound(instance: Instance, budget: TimeBudget | None = None) -> tuple[float, float, float]:
+    """``(T^LB, t^p*, t^d*)`` of Eqs. (31)-(32) as printed (docs/hybrid.md, O3, ``paper`` mode); the
+    P||Cmax solve within ``budget`` (None: :data:`BOUND_TIME` seconds)."""
     tm = timing_of(instance)
     total = sum(r.prompt_tokens for r in instance.requests)
     cap = tm.prefill_cap
     t_p = (tm.alpha_p + tm.beta_p * cap) * (total // cap)
-    found = solve_pcmax(processing_times(instance, "paper"), tm.clients, time_limit=time_limit)
+    found = solve_pcmax(processing_times(instance, "paper"), tm.clients, budget=budget or TimeBudget.of(BOUND_TIME))
     t_d = tm.tau_d * found.bound
     return t_p + t_d, t_p, t_d
 
 
-def strict_bound(instance: Instance, time_limit: float = 10.0, preemptive: bool = False) -> tuple[float, float, float]:
-    """``(bound, prefill part, decode part)`` of the proven ``strict`` bound (module docstring)."""
+def strict_bound(
+    instance: Instance, budget: TimeBudget | None = None, preemptive: bool = False
+) -> tuple[float, float, float]:
+    """``(bound, prefill part, decode part)`` of the proven ``strict`` bound (module docstring); the
+    P||Cmax solve within ``budget`` (None: :data:`BOUND_TIME` seconds)."""
     tm = timing_of(instance)
     total = sum(r.prompt_tokens for r in instance.requests)
     t_p = tm.beta_p * total + tm.alpha_p * math.ceil(total / tm.prefill_cap)
@@ -67,7 +76,8 @@ def strict_bound(instance: Instance, time_limit: float = 10.0, preemptive: bool 
     if preemptive:
         rounds = max(-(-sum(p) // tm.clients), max(p, default=0))
     else:
-        rounds = solve_pcmax(p, tm.clients, time_limit=time_limit).bound
+        rounds = solve_pcmax(p, tm.clients, budget=budget or TimeBudget.of(BOUND_TIME)).bound
+
     t_d = tm.alpha_d * rounds + tm.beta_d * sum(p)
     return t_p + t_d, t_p, t_d
 
@@ -90,14 +100,16 @@ class HybridBoundOptions(Options):
     time_limit: PositiveFloat = 10.0
 
 
-def bounds(instance: Instance, options: Mapping[str, Any] | HybridBoundOptions | None = None) -> list[Bound]:
+def bounds(
+    instance: Instance, options: Mapping[str, Any] | HybridBoundOptions | None, budget: TimeBudget
+) -> list[Bound]:
     """``BOUNDERS["hybrid"]``: the ``paper`` (not proven) and ``strict`` (proven) makespan bounds
-    (options: :class:`HybridBoundOptions`)."""
+    (options: :class:`HybridBoundOptions`), their P||Cmax solves within ``budget``."""
     opts = HybridBoundOptions.parse(options)
-    limit, which = opts.time_limit, opts.method
+    which = opts.method
     out = []
     if which in (None, "paper"):
-        value, t_p, t_d = paper_bound(instance, limit)
+        value, t_p, t_d = paper_bound(instance, budget)
         out.append(
             Bound(
                 "paper",
@@ -108,7 +120,7 @@ def bounds(instance: Instance, options: Mapping[str, Any] | HybridBoundOptions |
             )
         )
     if which in (None, "strict"):
-        value, t_p, t_d = strict_bound(instance, limit)
+        value, t_p, t_d = strict_bound(instance, budget)
         out.append(
             Bound(
                 "strict",
@@ -117,7 +129,7 @@ def bounds(instance: Instance, options: Mapping[str, Any] | HybridBoundOptions |
                 f"prefill {t_p:.4f} s + decode {t_d:.4f} s; proven without evictions (pure batches if base > 0)",
             )
         )
-        value, t_p, t_d = strict_bound(instance, limit, preemptive=True)
+        value, t_p, t_d = strict_bound(instance, budget, preemptive=True)
         out.append(
             Bound(
                 "strict-preemptive", value, True, f"prefill {t_p:.4f} s + decode {t_d:.4f} s; proven with evictions too"

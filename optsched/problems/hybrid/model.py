@@ -70,8 +70,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...budget import TimeBudget
-from ...deadline import check
+from ...budget import NO_LIMIT, TimeBudget
 from ...instance import Instance
 from ...mipsolvers import pulp_solver, solve_model
 from ...result import Status
@@ -112,16 +111,16 @@ def build(
     mode: str = "strengthened",
     time_model: str | None = None,
     bins: int | None = None,
-    deadline: float | None = None,
+    budget: TimeBudget = NO_LIMIT,
 ) -> HybridMIP:
     """Build the MIP (module docstring) for ``instance`` with PuLP; raises
-    :class:`~optsched.deadline.DeadlinePassed` once ``deadline`` has passed."""
+    :class:`~optsched.deadline.DeadlinePassed` once ``budget`` has expired."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
     time_model = time_model or ("paper" if mode == "faithful" else "contract")
     if time_model not in TIME_MODELS:
         raise ValueError(f"unknown time model {time_model!r} (known: {', '.join(TIME_MODELS)})")
-    b = _Builder(instance, mode, bins, deadline)
+    b = _Builder(instance, mode, bins, budget)
     b.stage_timeline()  # (1)-(4), (A3)
     used, rounds = b.stage_times_paper() if time_model == "paper" else b.stage_times_contract()  # (5)-(8')
     b.assignment_rows()  # (9), (12), (14), (17), (18), (A1)
@@ -134,12 +133,12 @@ def build(
 
 class _Builder:
     """The MIP's index sets and variables (``x``, ``p``, ``d``, ``w``, stage times), and one method per
-    group of rows; ``deadline`` is checked while building."""
+    group of rows; ``budget`` is checked while building."""
 
-    def __init__(self, instance: Instance, mode: str, bins: int | None, deadline: float | None) -> None:
+    def __init__(self, instance: Instance, mode: str, bins: int | None, budget: TimeBudget) -> None:
         import pulp
 
-        self.deadline = deadline
+        self.budget = budget
         self.tm = tm = timing_of(instance)
         reqs = instance.requests
         self.n, self.J = n, J = len(reqs), tm.clients
@@ -176,14 +175,14 @@ class _Builder:
         self.tmax = prob.add_variable("tmax", lowBound=0)
         self.tokens = []
         for k in range(K):
-            check(deadline)
+            budget.check()
             self.tokens.append(pulp.lpSum(self.Np[i] * self.p[i, j, k] for i in range(n) for j in self.cl[i]))
 
     def _per_triple(self, name: str, **kind: Any) -> dict[tuple[int, int, int], Any]:
         out = {}
         for n_made, key in enumerate(self.keys):
             if n_made % 4096 == 0:
-                check(self.deadline)
+                self.budget.check()
             out[key] = self.prob.add_variable(f"{name}_{key[0]}_{key[1]}_{key[2]}", **kind)
         return out
 
@@ -194,7 +193,7 @@ class _Builder:
         prob, tsp, tsd, npk, ndk, tmax = self.prob, self.tsp, self.tsd, self.npk, self.ndk, self.tmax
         prob += tmax  # (1)
         for k in range(self.K):
-            check(self.deadline)
+            self.budget.check()
             prob += tmax >= tsd[k] + ndk[k]  # (2)
             if k >= 1:
                 prob += tsp[k] >= tsd[k - 1] + ndk[k - 1]  # (3)
@@ -218,7 +217,7 @@ class _Builder:
         L = range(len(levels))
         y = {(k, l): prob.add_variable(f"y_{k}_{l}", cat="Binary") for k in range(self.K) for l in L}
         for k in range(self.K):
-            check(self.deadline)
+            self.budget.check()
             prob += self.npk[k] >= pulp.lpSum(levels[l][1] * y[k, l] for l in L)  # (5)
             prob += self.tokens[k] <= pulp.lpSum(levels[l][0] * y[k, l] for l in L)  # (6)
             prob += pulp.lpSum(y[k, l] for l in L) == 1  # (7)
@@ -234,7 +233,7 @@ class _Builder:
         used = [prob.add_variable(f"u_{k}", cat="Binary") for k in range(self.K)]
         rounds = [prob.add_variable(f"R_{k}", lowBound=0, cat="Integer") for k in range(self.K)]
         for k in range(self.K):
-            check(self.deadline)
+            self.budget.check()
             prob += self.tokens[k] <= tm.prefill_cap * used[k]
             prob += self.npk[k] == tm.alpha_p * used[k] + tm.beta_p * self.tokens[k]
             work = pulp.lpSum(self.D[i] * self.w[i, j, k] for i in range(self.n) for j in self.cl[i])
@@ -249,15 +248,15 @@ class _Builder:
 
         prob, x, p, d, w = self.prob, self.x, self.p, self.d, self.w
         for i, j, k in self.keys:
-            check(self.deadline)
+            self.budget.check()
             prob += d[i, j, k] >= p[i, j, k]  # (9)
             prob += w[i, j, k] <= d[i, j, k]  # (A1) fix M1
         for j in range(self.J):
-            check(self.deadline)
+            self.budget.check()
             for k in range(self.K):
                 prob += pulp.lpSum(d[i, j, k] for i in range(self.n) if (i, j, k) in d) <= 1  # (12)
         for i in range(self.n):
-            check(self.deadline)
+            self.budget.check()
             prob += pulp.lpSum(x[i, j] for j in self.cl[i]) == 1  # (18)
             for j in self.cl[i]:
                 prob += pulp.lpSum(w[i, j, k] for k in range(self.K)) == x[i, j]  # (14)
@@ -270,7 +269,7 @@ class _Builder:
 
         prob, p, d, x = self.prob, self.p, self.d, self.x
         for i, j, k in self.keys:
-            check(self.deadline)
+            self.budget.check()
             prob += d[i, j, k] - (d[i, j, k - 1] if k else 0) <= p[i, j, k]  # start indicator (M4)
             prob += d[i, j, k] <= x[i, j]  # (A2)
         for k in range(self.K - 1):
@@ -279,10 +278,9 @@ class _Builder:
             return
         # valid cuts: the strict bound's stage and round counts (bounds.py)
         prob += pulp.lpSum(used) >= math.ceil(sum(self.Np) / self.tm.prefill_cap)
-        limit = TimeBudget(self.deadline).within(5.0).left(0.01) or 5.0
-        prob += pulp.lpSum(rounds) >= solve_pcmax(self.D, self.J, time_limit=limit).bound
+        prob += pulp.lpSum(rounds) >= solve_pcmax(self.D, self.J, budget=self.budget.within(5.0)).bound
         for i in range(self.n):  # a request prefilled in bin k still needs D_i rounds from bin k on
-            check(self.deadline)
+            self.budget.check()
             for k in range(self.K):
                 prob += pulp.lpSum(rounds[k:]) >= self.D[i] * pulp.lpSum(p[i, j, k] for j in self.cl[i])
 
@@ -293,7 +291,7 @@ class _Builder:
         prob, p, d, w, K = self.prob, self.p, self.d, self.w, self.K
         M = K  # fix M4
         for i in range(self.n):
-            check(self.deadline)
+            self.budget.check()
             for j in range(self.J):
                 for k1 in range(K):
                     for k2 in range(k1 + 1, K):  # (10)

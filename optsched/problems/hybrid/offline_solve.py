@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from ...budget import TimeBudget
 from ...instance import Instance, InstanceError
 from ...mipsolvers import MIP_BACKENDS
 from ...options import Name, OptionError, Options, PositiveFloat, PositiveInt
@@ -79,9 +80,11 @@ def client_schedule(instance: Instance, client: tuple[int, ...]) -> tuple[Schedu
     return schedule, rep
 
 
-def solve(instance: Instance, options: Mapping[str, Any] | HybridOfflineOptions | None = None) -> SolveResult:
+def solve(
+    instance: Instance, options: Mapping[str, Any] | HybridOfflineOptions | None, budget: TimeBudget
+) -> SolveResult:
     """``SOLVERS["hybrid-offline"]``: the optimal max client load in seconds, ``tau_d * C*``
-    (options: :class:`HybridOfflineOptions`).
+    (options: :class:`HybridOfflineOptions`), within ``budget`` (:func:`optsched.api.solve` makes it).
 
     The assignment (request id -> client) and the loads are in ``extra``; the schedule is the
     ``hybrid-offline`` policy run on that assignment (replayed; its makespan is
@@ -105,13 +108,14 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOfflineOptions 
             p,
             timing.clients,
             method=method,
-            time_limit=max(0.01, opts.time_limit - 2 * building),
+            budget=budget.reserve(2 * building),  # time to build the found assignment's schedule (and a margin)
             solver=opts.solver or "highs",
             threads=opts.threads,
         )
     )
     if found.client != first.client:
-        if time.perf_counter() - start + building <= opts.time_limit:
+        left = budget.left()
+        if left is None or left >= building:  # time to build the better assignment's schedule
             schedule, rep = client_schedule(instance, found.client)
         else:  # no time left to build the better assignment's schedule: the first one, with the bound found
             bound = max(first.bound, found.bound)
@@ -153,10 +157,12 @@ class HybridOfflineBoundOptions(Options):
     lengths: Literal[LENGTHS] = "rounds"
 
 
-def bounds(instance: Instance, options: Mapping[str, Any] | HybridOfflineBoundOptions | None = None) -> list[Bound]:
+def bounds(
+    instance: Instance, options: Mapping[str, Any] | HybridOfflineBoundOptions | None, budget: TimeBudget
+) -> list[Bound]:
     """``BOUNDERS["hybrid-offline"]``: a lower bound on the largest client load, ``tau_d`` times
     :func:`.offline.pcmax_lower_bound` (``ceil(sum p / J)``, ``max p`` and the k+1 smallest of the
-    kJ + 1 largest jobs), proven for every assignment."""
+    kJ + 1 largest jobs), proven for every assignment (no search: it takes none of ``budget``)."""
     opts = HybridOfflineBoundOptions.parse(options)
     refused = shape_term_refusal(instance, "the hybrid-offline load (tau_d x rounds)")
     if refused:

@@ -42,6 +42,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from ...budget import TimeBudget
 from ...instance import Instance
 from ...schedule import Batch, Item, ReplayResult, Schedule
 from .pcmax import processing_times, solve_pcmax
@@ -318,7 +319,7 @@ POLICY_CONFIGS: dict[str, dict[str, Any]] = {
 def offline_assignment(instance: Instance, lengths: str = "oracle", time_limit: float = 10.0) -> list[int]:
     """Clients of the offline P||Cmax solution (Eqs. 26-30) on decode rounds (true or predicted lengths)."""
     p = processing_times(instance, "predicted" if lengths == "predicted" else "rounds")
-    return list(solve_pcmax(p, timing_of(instance).clients, method="auto", time_limit=time_limit).client)
+    return list(solve_pcmax(p, timing_of(instance).clients, method="auto", budget=TimeBudget.of(time_limit)).client)
 
 
 def simulate_policy(instance: Instance, name: str, **overrides: Any) -> Schedule:

@@ -244,21 +244,20 @@ def repack_pairs(p: Sequence[int], m: int, client: Sequence[int], target: int) -
 
 
 def lns(
-    p: Sequence[int], m: int, client: Sequence[int], target: int, time_limit: float, size: int = 8, seed: int = 0
+    p: Sequence[int], m: int, client: Sequence[int], target: int, budget: TimeBudget, size: int = 8, seed: int = 0
 ) -> list[int]:
     """Large-neighbourhood search: re-pack a most loaded client and ``size - 1`` others exactly (CP-SAT).
 
     Each step takes a random client at the current maximum and ``size - 1`` random clients below
     ``target`` (any others when too few are below), and asks CP-SAT to re-assign all their jobs with every
     load below the current maximum (then as balanced as possible). Every accepted step removes a client from the
-    maximum; stops at ``target`` or after ``time_limit`` seconds.
+    maximum; stops at ``target`` or when ``budget`` expires.
     """
     from ortools.sat.python import cp_model
 
     rng = random.Random(seed)
     client = list(client)
     loads = loads_of(p, client, m)
-    budget = TimeBudget.of(time_limit)
     size = min(size, m)
     while not budget.expired() and size > 1:
         top = max(loads)
@@ -291,16 +290,15 @@ def lns(
 
 
 def cpsat_pcmax(
-    p: Sequence[int], m: int, hint: Sequence[int] | None, lower: int, time_limit: float, threads: int | None = None
+    p: Sequence[int], m: int, hint: Sequence[int] | None, lower: int, budget: TimeBudget, threads: int | None = None
 ) -> Assignment:
     """P||Cmax (26)-(30) in CP-SAT with symmetry breaking; proves optimality or returns the best found.
 
-    ``time_limit`` covers building too; a model not built in time is not solved (no assignment,
+    ``budget`` covers building too; a model not built in time is not solved (no assignment,
     value -1, bound ``lower``), like a search that finds none.
     """
     from ortools.sat.python import cp_model
 
-    budget = TimeBudget.of(time_limit)
     stopped = Assignment(client=tuple(hint or ()), makespan=-1, bound=lower, status=Status.TIME_LIMIT, method="cpsat")
     n = len(p)
     order = sorted(range(n), key=lambda i: (-p[i], i))
@@ -344,18 +342,17 @@ def canonical_labels(client: Sequence[int], order: Sequence[int]) -> list[int]:
 
 
 def mip_pcmax(
-    p: Sequence[int], m: int, solver: str, time_limit: float, lower: int, threads: int | None = None
+    p: Sequence[int], m: int, solver: str, budget: TimeBudget, lower: int, threads: int | None = None
 ) -> Assignment:
     """The MIP (26)-(30) through PuLP (``highs``, ``cbc`` or ``gurobi``), with the same symmetry breaking.
 
-    ``time_limit`` covers building and the hand-over to the solver too (PuLP needs minutes for 1,319
+    ``budget`` covers building and the hand-over to the solver too (PuLP needs minutes for 1,319
     jobs on 200 clients; :func:`optsched.mipsolvers.solver_budget`); a model not built or not
     handed over in time, or a search that finds no assignment, returns none (value -1, bound ``lower``).
     """
     import pulp
 
     start = time.perf_counter()
-    budget = TimeBudget.of(time_limit, start=start)
     stopped = Assignment(client=(), makespan=-1, bound=lower, status=Status.TIME_LIMIT, method=f"mip-{solver}")
     n = len(p)
     order = sorted(range(n), key=lambda i: (-p[i], i))
@@ -396,11 +393,15 @@ def mip_pcmax(
 PCMAX_METHODS = ("auto", "lpt", "local", "cpsat", "mip")
 
 
+#: The time of :func:`solve_pcmax` called without a budget, in seconds.
+PCMAX_TIME = 60.0
+
+
 def solve_pcmax(
     p: Sequence[int],
     m: int,
     method: str = "auto",
-    time_limit: float = 60.0,
+    budget: TimeBudget | None = None,
     solver: str = "highs",
     threads: int | None = None,
 ) -> Assignment:
@@ -408,6 +409,8 @@ def solve_pcmax(
 
     Parameters
     ----------
+    budget
+        The solve's time (None: :data:`PCMAX_TIME` seconds from now).
     method
         ``auto`` (LPT + local search + re-packing + LNS; proven optimal when they meet the lower bound, else
         CP-SAT from that hint when the model has at most :data:`CPSAT_FULL_MAX` variables), ``lpt``, ``local``
@@ -420,7 +423,7 @@ def solve_pcmax(
     lower = pcmax_lower_bound(p, m)
     if not p:
         return Assignment(client=(), makespan=0, bound=0, status=Status.OPTIMAL, method=method)
-    start = time.perf_counter()
+    budget = budget if budget is not None else TimeBudget.of(PCMAX_TIME)
     client = lpt(p, m)
     name = "lpt"
     if method in ("auto", "local", "cpsat"):
@@ -431,17 +434,16 @@ def solve_pcmax(
         name = "lpt+local+repack"
     large = len(p) * min(m, len(p)) > CPSAT_FULL_MAX
     if method == "auto" and large and max(loads_of(p, client, m)) > lower:
-        client = lns(p, m, client, lower, time_limit * 0.8, size=4)
+        client = lns(p, m, client, lower, budget.part(0.8), size=4)
         name = "lpt+local+repack+lns"
     value = max(loads_of(p, client, m))
     if method in ("lpt", "local") or (method == "auto" and (value == lower or large)):
         status = Status.OPTIMAL if value == lower else Status.FEASIBLE
         return Assignment(client=tuple(client), makespan=value, bound=lower, status=status, method=name)
-    left = TimeBudget.of(time_limit, start=start).left(0.01)
     if method in ("auto", "cpsat"):
-        found = cpsat_pcmax(p, m, client, lower, left, threads)
+        found = cpsat_pcmax(p, m, client, lower, budget, threads)
     elif method == "mip":
-        found = mip_pcmax(p, m, solver, left, lower, threads)
+        found = mip_pcmax(p, m, solver, budget, lower, threads)
     else:
         raise ValueError(f"unknown method {method!r} (known: {', '.join(PCMAX_METHODS)})")
     if found.makespan < 0 or found.makespan > value:  # a time-limited search keeps the heuristic's incumbent

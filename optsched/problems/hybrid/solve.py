@@ -85,23 +85,24 @@ class HybridOptions(Options):
 #: Seconds the strict bound's P||Cmax solve gets when the time limit has passed (a valid, weaker
 #: bound at any limit).
 STRICT_BOUND_LEAST = 0.1
+#: The most seconds the strict bound's P||Cmax solve gets.
+STRICT_BOUND_TIME = 10.0
 
 
-def solve(instance: Instance, options: Mapping[str, Any] | HybridOptions | None = None) -> SolveResult:
-    """The full MIP, its schedule replayed (module docstring; options: :class:`HybridOptions`)."""
+def solve(instance: Instance, options: Mapping[str, Any] | HybridOptions | None, budget: TimeBudget) -> SolveResult:
+    """The full MIP, its schedule replayed (module docstring; options: :class:`HybridOptions`), within
+    ``budget`` (:func:`optsched.api.solve` makes it)."""
     opts = HybridOptions.parse(options)
     solver, mode, bins, warm_policy = opts.solver, opts.method, opts.bins, opts.warm_start
     tm = timing_of(instance)
     start = time.perf_counter()
-    budget = TimeBudget.of(opts.time_limit, start=start)
-    deadline = budget.end
     problem = "hybrid"
     policy = warm_policy or FALLBACK_POLICY
     unsupported = shape_term_refusal(instance, "the Hybrid MIP") or kv_or_budget_issue(instance, tm)
     if unsupported:
         return SolveResult(problem=problem, solver=solver, status=Status.UNSUPPORTED, message=unsupported)
     try:
-        model: HybridMIP | None = build(instance, mode, opts.time_model, bins, deadline)
+        model: HybridMIP | None = build(instance, mode, opts.time_model, bins, budget)
     except ValueError as exc:
         return SolveResult(problem=problem, solver=solver, status=Status.UNSUPPORTED, message=str(exc))
     except DeadlinePassed:
@@ -126,7 +127,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | HybridOptions | None 
             if solver == "gurobi":
                 return SolveResult(problem=problem, solver=solver, status=Status.UNSUPPORTED, message=f"gurobi: {exc}")
             raise
-    strict = strict_bound(instance, time_limit=min(10.0, budget.left(STRICT_BOUND_LEAST) or 10.0))[0]
+    strict = strict_bound(instance, budget.within(STRICT_BOUND_TIME).at_least(STRICT_BOUND_LEAST))[0]
     exact_time = model is not None and model.time_model == "contract" and tm.linear
     bound = max([strict] + [b.value for b in generic_bounds(instance)])  # the generic ones see arrivals
     if exact_time and model.bins >= len(instance.requests) and mip_bound is not None:

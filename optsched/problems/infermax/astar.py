@@ -39,6 +39,7 @@ import numpy as np
 from numba import njit, types
 from numba.typed import Dict, List
 
+from ...budget import TimeBudget
 from .graph import Graph, Node, as_array, children, new_lists, node_estimate
 from .relax import UNBOUNDED
 from .tables import EdgeCosts
@@ -152,11 +153,11 @@ class Run:
         #: The goal's cost when reached.
         self.value = -1
 
-    def until(self, deadline: float | None, max_nodes: int) -> int:
-        """Advance until the goal, an empty queue, ``max_nodes`` known nodes or ``deadline`` (a
-        ``time.perf_counter()`` value; checked between calls of the compiled loop, each about
-        :data:`CALL_SECONDS` long): the kernel's status (``RUNNING`` at the deadline)."""
-        budget = 16
+    def until(self, budget: TimeBudget, max_nodes: int) -> int:
+        """Advance until the goal, an empty queue, ``max_nodes`` known nodes or the end of ``budget``
+        (checked between calls of the compiled loop, each about :data:`CALL_SECONDS` long): the
+        kernel's status (``RUNNING`` when the budget expired)."""
+        work = 16  # the compiled loop's iterations per call
         while True:
             tic = time.perf_counter()
             status, self.best, value = astar(
@@ -171,16 +172,16 @@ class Run:
                 self.edges,
                 self.record,
                 np.int64(self.upper),
-                budget,
+                work,
                 max_nodes,
                 self.best,
             )
             if status == GOAL:
                 self.value = value
-            if status != RUNNING or (deadline is not None and time.perf_counter() > deadline):
+            if status != RUNNING or budget.expired():
                 return status
             if time.perf_counter() - tic < CALL_SECONDS:
-                budget *= 2
+                work *= 2
 
     def path(self) -> list[Node]:
         """The nodes from the start to the goal (after ``GOAL``)."""

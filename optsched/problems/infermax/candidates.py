@@ -14,8 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ...budget import TimeBudget
-from ...deadline import passed
+from ...budget import NO_LIMIT, TimeBudget
 from ...instance import Instance
 from ...result import MAXIMISED, objective_of
 from ...schedule import ReplayResult, Schedule, replay
@@ -137,25 +136,25 @@ def serial_batch_count(instance: Instance) -> int:
 
 
 def initial_candidates(
-    instance: Instance, options: InferMaxOptions, deadline: float | None, hard: float | None = None
+    instance: Instance, options: InferMaxOptions, budget: TimeBudget, hard: TimeBudget = NO_LIMIT
 ) -> CandidatePool:
     """The pool with every registered policy's schedule and ``serial``'s (:func:`.schedules.serial_schedule`),
-    by ``deadline`` (a ``time.perf_counter()`` value).
+    within ``budget``.
 
     Policies are skipped when chunked prefill is off (their chunking cannot be checked without
     re-implementing the semantics) or when they do not apply to the instance, fail or violate an
     option. The ``warm_start`` policy runs first, then those of the unified scheduler
-    (:data:`~optsched.policies.config.POLICY_CONFIGS`), then the others (with a deadline, only on
+    (:data:`~optsched.policies.config.POLICY_CONFIGS`), then the others (with a time limit, only on
     instances of fewer than :data:`.scale.SCALE_MIN_REQUESTS` requests: they have no clock inside,
     and on a 2,000-request trace slice the slowest took 150 times as long as ``vllm``); another is
-    started only while the time left before the deadline exceeds the longest policy run so far (run
+    started only while the time left of ``budget`` exceeds the longest policy run so far (run
     and replay), once there is one candidate. A policy of the unified scheduler runs in slices and,
-    once there is a candidate, is abandoned when ``hard`` (the solve's own deadline) passes
+    once there is a candidate, is abandoned when ``hard`` (the solve's own budget) expires
     (:func:`.online.run_until`): the first runs to its end, so that every solve has a schedule;
     ``serial`` (one request at a time) comes last: always when no policy gave a candidate, unless
-    ``hard`` has passed (the pool is then empty); otherwise before ``deadline`` and, with a
-    deadline, only when it has at most :data:`SERIAL_MAX_BATCHES` batches (it has no clock inside:
-    a full trace's serial schedule has millions of batches and takes a minute to build).
+    ``hard`` has expired (the pool is then empty); otherwise within ``budget`` and, with a time
+    limit, only when it has at most :data:`SERIAL_MAX_BATCHES` batches (it has no clock inside: a
+    full trace's serial schedule has millions of batches and takes a minute to build).
 
     Raises
     ------
@@ -174,18 +173,18 @@ def initial_candidates(
         # policy search at scale), then the others, each only while time is left
         names = sorted(policy_names(), key=lambda n: (n != options.warm_start, n not in POLICY_CONFIGS, n))
         slowest = 0.0  # wall seconds of the slowest policy so far (run and replay)
-        foreign = deadline is None or len(instance.requests) < SCALE_MIN_REQUESTS
+        foreign = not budget.limited or len(instance.requests) < SCALE_MIN_REQUESTS
         for name in names:
             if name not in POLICY_CONFIGS and not foreign and name != options.warm_start:
                 continue  # no clock inside: on a large trace one may run for minutes
-            left = TimeBudget(deadline).left()
-            late = passed(deadline) or (left is not None and left < slowest)
+            left = budget.left()
+            late = budget.expired() or (left is not None and left < slowest)
             if len(pool) and name != options.warm_start and late:
                 continue
             started = time.perf_counter()
             try:
                 if name in POLICY_CONFIGS:
-                    stop_at = hard if len(pool) else None  # the first candidate runs to its end
+                    stop_at = hard if len(pool) else NO_LIMIT  # the first candidate runs to its end
                     pool.offer(name, run_until(instance, POLICY_CONFIGS[name], stop_at, horizon))
                 else:
                     pool.offer(name, simulator_for(name)(instance))
@@ -193,10 +192,10 @@ def initial_candidates(
                 continue
             finally:
                 slowest = max(slowest, time.perf_counter() - started)
-    if not len(pool) and passed(hard):  # every policy stopped at the solve's deadline: no time for serial
+    if not len(pool) and hard.expired():  # every policy stopped at the solve's time limit: no time for serial
         return pool
-    too_long = deadline is not None and serial_batch_count(instance) > SERIAL_MAX_BATCHES
-    if not len(pool) or not (passed(deadline) or too_long):
+    too_long = budget.limited and serial_batch_count(instance) > SERIAL_MAX_BATCHES
+    if not len(pool) or not (budget.expired() or too_long):
         pool.offer("serial", serial_schedule(instance, no_chunk=options.no_chunk))
     pool.seeds = set(pool.found)
     return pool
@@ -204,5 +203,5 @@ def initial_candidates(
 
 def candidate_schedules(instance: Instance, options: InferMaxOptions) -> dict[str, Schedule]:
     """Feasible schedules that respect the options: every registered policy and ``serial``
-    (:func:`initial_candidates` without a deadline)."""
-    return initial_candidates(instance, options, None).schedules()
+    (:func:`initial_candidates` without a time limit)."""
+    return initial_candidates(instance, options, NO_LIMIT).schedules()

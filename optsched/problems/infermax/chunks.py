@@ -71,7 +71,6 @@ T), which loses no path below T. Costs are integer picoseconds rounded down, as 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,7 +79,7 @@ from numba.typed import Dict, List
 from ortools.sat.python import cp_model
 
 from ...bounds import request_work
-from ...budget import TimeBudget
+from ...budget import NO_LIMIT, TimeBudget
 from ...costmodel import Coefficients
 from ...cpsat_solver import run_model
 from ...instance import Instance
@@ -145,14 +144,14 @@ def _cost_to_go(edges: List, goal: int, bits: int, N: int) -> Dict:
     return togo
 
 
-def near_nodes(graph: Graph, threshold: int, deadline: float | None = None) -> tuple[np.ndarray, Dict] | None:
+def near_nodes(graph: Graph, threshold: int, budget: TimeBudget = NO_LIMIT) -> tuple[np.ndarray, Dict] | None:
     """The nodes of every path of ``graph`` costing less than ``threshold`` (and maybe more), in
     increasing order of tokens generated, and the least cost to the goal over the edges A* kept
     (module docstring; only nodes with such a path), or None when there are more than
-    :data:`MAX_NODES` or ``deadline`` passes."""
+    :data:`MAX_NODES` or ``budget`` expires."""
     run = Run(graph, threshold, record=True)
-    while (status := run.until(deadline, MAX_NODES)) != EMPTY:
-        if status not in (GOAL, RUNNING) or (deadline is not None and time.perf_counter() > deadline):
+    while (status := run.until(budget, MAX_NODES)) != EMPTY:
+        if status not in (GOAL, RUNNING) or budget.expired():
             return None
     known = run.known()
     mask = (1 << graph.bits) - 1
@@ -162,11 +161,11 @@ def near_nodes(graph: Graph, threshold: int, deadline: float | None = None) -> t
 
 
 def near_paths(graph: Graph, threshold: int, max_paths: int = MAX_PATHS,
-               deadline: float | None = None) -> list[tuple[int, list[Node]]] | None:
+               budget: TimeBudget = NO_LIMIT) -> list[tuple[int, list[Node]]] | None:
     """Every path of ``graph`` from the start to the goal costing less than ``threshold``, with its
     cost (module docstring), or None when there are more than ``max_paths``, more than
-    :data:`MAX_NODES` nodes or ``deadline`` passes."""
-    near = near_nodes(graph, threshold, deadline)
+    :data:`MAX_NODES` nodes or ``budget`` expires."""
+    near = near_nodes(graph, threshold, budget)
     return None if near is None else _walk(graph, near[1], threshold, max_paths)
 
 
@@ -418,24 +417,24 @@ def chunked_schedule(instance: Instance, path: list[Node], budget: TimeBudget | 
     return Schedule(instance.name, tuple(batches), {"policy": "residency-relaxation-chunked"})
 
 
-def chunk_bound(instance: Instance, upper: float, time_limit: float | None = None) -> ChunkBound:
+def chunk_bound(instance: Instance, upper: float, budget: TimeBudget = NO_LIMIT) -> ChunkBound:
     """The bound of the module docstring given the makespan ``upper`` of a known schedule (seconds).
 
     Meant for the case where the relaxation's optimum is within a few µs of ``upper``: the paths
     below ``upper - W`` are then few, or share few nodes. First the bound over states (node, F);
     when it does not reach the least of T and :math:`V^* + \\kappa`, the paths are listed and priced
     one by one (a bound at least as high). Returns ``bound=None`` when the nodes cannot all be
-    listed within ``time_limit``."""
-    t0 = time.perf_counter()
+    listed within ``budget``."""
+    budget = budget.share(1.0)  # what is left, its length known: the patterns take a part of it
     instance = linear_instance(instance)  # the costs every bound reads (model docstring)
-    budget = TimeBudget.of(time_limit, start=t0)
     graph = Graph(instance, drop_dominated=False)
     if not graph.searchable:
         return ChunkBound(None, 0)
-    graph.add_chosen_patterns(time_limit, t0)
+    graph.add_chosen_patterns(budget)
     work = math.fsum(request_work(instance))
     threshold = math.ceil((upper - work) / UNIT)
-    near = near_nodes(graph, threshold, budget.end)
+    near = near_nodes(graph, threshold, budget)
+
     if near is None:
         return ChunkBound(None, 0)
     order, togo = near

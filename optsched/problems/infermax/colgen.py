@@ -81,7 +81,6 @@ from numba import njit
 
 from ...bounds import batch_counts, least_bias, request_work
 from ...budget import TimeBudget
-from ...deadline import passed
 from ...instance import Instance
 from ...schedule import Schedule
 from .kvtime import kv_time_count
@@ -281,8 +280,8 @@ class TrajectoryLP:
             rows.append(("gen", self.C))
         return rows
 
-    def solve(self, batches: int, deadline: float | None) -> GridPoint:
-        """E(B) for B = ``batches``: column generation until optimal or ``deadline``."""
+    def solve(self, batches: int, budget: TimeBudget) -> GridPoint:
+        """E(B) for B = ``batches``: column generation until optimal or ``budget`` expires."""
         T = batches
         delta = max(1, math.ceil(T / BUCKETS))
         bucket = np.arange(T) // delta
@@ -360,7 +359,7 @@ class TrajectoryLP:
             if not added and point is u:
                 solved = True
                 break
-            if passed(deadline):
+            if budget.expired():
                 break
         bound = max(0.0, best - SAFETY * max(1.0, abs(best)))
         if batches in self.points:  # solved again with more time: keep the better bound
@@ -445,11 +444,11 @@ def _next_batches(instance: Instance, lp: TrajectoryLP, floor: int, ceiling: int
 def trajectory_bound(
     instance: Instance,
     upper: float,
-    deadline: float | None,
+    budget: TimeBudget,
     lp: TrajectoryLP | None = None,
     seed: list[Schedule] | None = None,
 ) -> TrajectoryBound:
-    """The makespan bound of the module docstring, refined until ``deadline``.
+    """The makespan bound of the module docstring, refined until ``budget`` expires.
 
     ``upper``: the best known makespan (schedules with more batches than it allows are not
     searched: their bound is above it). ``seed``: schedules whose trajectories start the column pools.
@@ -469,17 +468,17 @@ def trajectory_bound(
     if instance.limits.kv_capacity is None:
         return TrajectoryBound(W + least_bias(instance, batch_floor=floor), (), floor, ceiling, kv)
     if kv <= FLOOR_CHECK * batch_counts(instance)[0]:  # memory barely binds: is E already 0 at the floor?
-        point = lp.solve(floor, TimeBudget(deadline).share(FLOOR_SHARE).end)
+        point = lp.solve(floor, budget.share(FLOOR_SHARE))
         if point.solved and point.bound <= 0.0:  # then E = 0 for every B
             return TrajectoryBound(W + least_bias(instance, batch_floor=floor), (point,), floor, ceiling, kv)
     B: int | None = ceiling
     history: list[tuple[float, float]] = []
     while B is not None:
-        budget = TimeBudget(deadline)
         left = budget.left()
-        if left is not None and (left <= 0 or passed(deadline)):
+        if left is not None and (left <= 0 or budget.expired()):
             break
-        lp.solve(B, None if left is None else budget.within(max(LP_SHARE * left, 1.0)).end)
+        lp.solve(B, budget if left is None else budget.within(max(LP_SHARE * left, 1.0)))
+
         history.append((round(time.perf_counter() - t0, 3), _combined(instance, W, lp.points, floor, ceiling)))
         B = _next_batches(instance, lp, floor, ceiling)
     value = _combined(instance, W, lp.points, floor, ceiling)

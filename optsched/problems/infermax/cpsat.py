@@ -17,9 +17,9 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from ...budget import TimeBudget
+from ...budget import NO_LIMIT, TimeBudget
 from ...cpsat_solver import run_model
-from ...deadline import BuildStopped, check
+from ...deadline import BuildStopped
 from ...result import Status
 from .data import ModelData, check_size, integer_scaling, request_batch_grid
 from .model import Scaling
@@ -29,7 +29,7 @@ from .schedules import earliest_starts
 
 @dataclass(kw_only=True)
 class BackendResult:
-    """What a backend returns to :func:`optsched.problems.infermax.solve`.
+    """What a backend returns to :func:`optsched.problems.infermax.solve.solve`.
 
     Attributes
     ----------
@@ -64,11 +64,11 @@ class BackendResult:
 class ModelBuilder:
     """Builds the CP-SAT model for one :class:`ModelData` (names follow the model docstring)."""
 
-    def __init__(self, data: ModelData, scale: Scaling, deadline: float | None = None) -> None:
+    def __init__(self, data: ModelData, scale: Scaling, budget: TimeBudget = NO_LIMIT) -> None:
         check_size(data, "CP-SAT model")
         self.data = data
         self.scale = scale
-        self.deadline = deadline
+        self.budget = budget
         self.m = cp_model.CpModel()
         J = data.J
         mdl = self.m
@@ -93,10 +93,10 @@ class ModelBuilder:
         self.kvm = [self._longest_context(j) for j in range(J)] if data.coef.decode_per_max_kv else None
         self.mz: list[list[cp_model.IntVar]] = []  # per batch, when R_max binds
         for i in range(data.N):
-            check(deadline, "CP-SAT model")
+            budget.check("CP-SAT model")
             self._request(i)
         for j in range(J):
-            check(deadline, "CP-SAT model")
+            budget.check("CP-SAT model")
             self._batch(j)
         self._symmetry()
         self._redundant()
@@ -104,7 +104,7 @@ class ModelBuilder:
         self.add_objective()
 
     def _grid(self, make: Callable[[int, int], Any]) -> list[list[Any]]:
-        return request_batch_grid(self.data, make, self.deadline, "CP-SAT model")
+        return request_batch_grid(self.data, make, self.budget, "CP-SAT model")
 
     def _context_var(self, i: int, j: int) -> cp_model.IntVar:
         """x = pc * (mh - c): prefill tokens times the KV before the item (model docstring)."""
@@ -354,22 +354,21 @@ def objective_units(data: ModelData, value: float) -> float:
 
 
 def solve_cpsat(
-    data: ModelData, hint: tuple[list[list[int]], list[list[int]]] | None, deadline: float | None = None
+    data: ModelData, hint: tuple[list[list[int]], list[list[int]]] | None, budget: TimeBudget = NO_LIMIT
 ) -> BackendResult:
-    """Build and solve the model with CP-SAT, by ``deadline`` (a ``time.perf_counter()`` value).
+    """Build and solve the model with CP-SAT within ``budget`` (CP-SAT gets its time left, :func:`run_model`).
 
-    A model larger than option ``max_cells``, or one not built by the deadline, is not solved
+    A model larger than option ``max_cells``, or one not built within the budget, is not solved
     (status ``UNKNOWN``, ``info['stopped']`` says why).
     """
     scale = integer_scaling(data)
     try:
-        b = ModelBuilder(data, scale, deadline)
+        b = ModelBuilder(data, scale, budget)
     except BuildStopped as exc:
         return BackendResult(status=Status.UNKNOWN, info={"stopped": str(exc)})
     if hint is not None:
         b.add_hint(*hint)
     opts = data.options
-    budget = TimeBudget.of(opts.time_limit) if deadline is None else TimeBudget(deadline)
     run = run_model(b.m, budget=budget, workers=opts.threads or 2, log=opts.log)
     solver = run.solver
     info = {

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...bounds import batch_counts, prefill_alone_time, request_work
+from ...budget import TimeBudget
 from ...costmodel import Coefficients
-from ...deadline import BuildStopped, check
+from ...deadline import BuildStopped
 from ...instance import Instance
 from .model import InferMaxInputError, InferMaxOptions, Scaling, linear_instance, symmetric_pairs
 
@@ -183,13 +184,14 @@ class ModelData:
 
 
 def request_batch_grid(
-    data: ModelData, make: Callable[[int, int], Any], deadline: float | None, what: str
+    data: ModelData, make: Callable[[int, int], Any], budget: TimeBudget, what: str
 ) -> list[list[Any]]:
-    """``make(i, j)`` for every request i and batch j of ``data``, checking ``deadline`` per request
+    """``make(i, j)`` for every request i and batch j of ``data``, checking ``budget`` per request
     (:class:`~optsched.deadline.DeadlinePassed`, a :class:`~optsched.deadline.BuildStopped`)."""
     rows = []
     for i in range(data.N):
-        check(deadline, what)
+        budget.check(what)
+
         rows.append([make(i, j) for j in range(data.J)])
     return rows
 

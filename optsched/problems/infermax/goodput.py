@@ -55,10 +55,10 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model
 
-from ...budget import TimeBudget
+from ...budget import NO_LIMIT, TimeBudget
 from ...costmodel import Coefficients
 from ...cpsat_solver import run_model
-from ...deadline import BuildStopped, passed
+from ...deadline import BuildStopped
 from ...instance import Instance
 from ...metrics import TIME_RTOL
 from ...options import OptionError
@@ -77,10 +77,10 @@ __all__ = ["GoodputBuilder", "goodput_model_data", "solve_goodput"]
 class GoodputBuilder(ModelBuilder):
     """The CP-SAT model of the module docstring for ``data`` (the requests it serves) and ``slo``."""
 
-    def __init__(self, data: ModelData, scale: Scaling, slo: SloArrays, deadline: float | None = None) -> None:
+    def __init__(self, data: ModelData, scale: Scaling, slo: SloArrays, budget: TimeBudget = NO_LIMIT) -> None:
         self.slo = slo
         self.met: dict[int, cp_model.IntVar] = {}
-        super().__init__(data, scale, deadline)
+        super().__init__(data, scale, budget)
 
     def served(self, i: int) -> list[Any]:
         if i not in self.met:
@@ -166,16 +166,16 @@ def goodput_model_data(instance: Instance, options: InferMaxOptions) -> tuple[Mo
 
 
 def _model_schedule(
-    instance: Instance, data: ModelData, slo: SloArrays, deadline: float | None
+    instance: Instance, data: ModelData, slo: SloArrays, budget: TimeBudget
 ) -> tuple[Schedule | None, int | None, dict[str, Any]]:
     """Solve the model; its schedule completed serially, its value and the solver's bound (of the
     model's requests), and statistics."""
     scale = integer_scaling(data)
     try:
-        b = GoodputBuilder(data, scale, slo, deadline)
+        b = GoodputBuilder(data, scale, slo, budget)
     except BuildStopped as exc:
         return None, None, {"stopped": str(exc)}
-    run = run_model(b.m, budget=TimeBudget(deadline), workers=data.options.threads or 2)
+    run = run_model(b.m, budget=budget, workers=data.options.threads or 2)
     solver = run.solver
     info: dict[str, Any] = {"cpsat_status": solver.StatusName(run.code), "J": data.J, "horizon": data.horizon_note}
     if not run.found:
@@ -191,14 +191,14 @@ def _model_schedule(
 
 
 def _exact_phase(
-    instance: Instance, opts: InferMaxOptions, deadline: float | None, bound: float
+    instance: Instance, opts: InferMaxOptions, budget: TimeBudget, bound: float
 ) -> tuple[tuple[Schedule, float, Any] | None, float, dict[str, Any]]:
     """The model of the module docstring: its schedule (replayed, with its goodput and replay) or
     None, the bound lowered by the model's proof (over a proven horizon) and statistics."""
     data, slo, free = goodput_model_data(instance, opts)
     if not fits(data):
         return None, bound, {"stopped": f"model not built: {data.N} x {data.J} cells exceed max_cells"}
-    found, model_value, info = _model_schedule(instance, data, slo, deadline)
+    found, model_value, info = _model_schedule(instance, data, slo, budget)
     if data.horizon_proven and "model_bound" in info:
         bound = min(bound, float(info["model_bound"] + free))
     if found is None:
@@ -217,15 +217,15 @@ def _exact_phase(
 FIRST_POLICIES = ("vllm-hy", "sarathi-pc", "rank-o", "vllm", "sarathi")
 
 
-def _candidates(instance: Instance, opts: InferMaxOptions, deadline: float | None) -> CandidatePool:
-    """The candidate pool: :data:`FIRST_POLICIES`, then every other policy, until ``deadline``
+def _candidates(instance: Instance, opts: InferMaxOptions, budget: TimeBudget) -> CandidatePool:
+    """The candidate pool: :data:`FIRST_POLICIES`, then every other policy, until ``budget`` expires
     (at least one), and ``serial`` when none applies (:func:`.candidates.initial_candidates`)."""
     from ...policies import policy_names, simulator_for
 
     pool = CandidatePool(instance, opts)
     names = [n for n in FIRST_POLICIES if n in policy_names()]
     for name in names + [n for n in policy_names() if n not in names] if not opts.no_chunk else []:
-        if len(pool) and passed(deadline):
+        if len(pool) and budget.expired():
             break
         try:
             pool.offer(name, simulator_for(name)(instance))
@@ -234,18 +234,17 @@ def _candidates(instance: Instance, opts: InferMaxOptions, deadline: float | Non
         except Exception:  # noqa: BLE001 - a failing policy is only a missing candidate
             continue
     if not len(pool):
-        return initial_candidates(instance, opts, deadline)
+        return initial_candidates(instance, opts, budget)
     return pool
 
 
-def solve_goodput(instance: Instance, opts: InferMaxOptions) -> SolveResult:
-    """The goodput solve of the module docstring (``opts.objective == 'goodput'``)."""
+def solve_goodput(instance: Instance, opts: InferMaxOptions, budget: TimeBudget) -> SolveResult:
+    """The goodput solve of the module docstring (``opts.objective == 'goodput'``) within ``budget``."""
     t0 = time.perf_counter()
     if opts.solver != "cpsat":
         raise OptionError(f"objective 'goodput': solver {opts.solver!r} does not take it (use cpsat)")
-    deadline = TimeBudget.of(opts.time_limit, start=t0).end
     try:
-        pool = _candidates(instance, opts, deadline)
+        pool = _candidates(instance, opts, budget)
     except InferMaxInputError as exc:
         return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE, message=str(exc))
     upper = max_met(request_facts(instance), np.array([r.arrival for r in instance.requests]), slo_arrays(instance))
@@ -258,7 +257,7 @@ def solve_goodput(instance: Instance, opts: InferMaxOptions) -> SolveResult:
     schedule, value, rep, incumbent = best.schedule, best.value, best.replay, name
     bound = float(upper)
     if value < upper:
-        found, bound, info = _exact_phase(instance, opts, deadline, bound)
+        found, bound, info = _exact_phase(instance, opts, budget, bound)
         extra["model"] = info
         if found is not None and found[1] > value:
             schedule, value, rep, incumbent = found[0], found[1], found[2], None
@@ -266,7 +265,7 @@ def solve_goodput(instance: Instance, opts: InferMaxOptions) -> SolveResult:
         raise RuntimeError(
             f"goodput: schedule {incumbent or 'infermax'!r} meets {value:g} SLOs, above the proven bound {bound:g}"
         )
-    late = deadline is not None and time.perf_counter() >= deadline
+    late = budget.expired()
     status = Status.OPTIMAL if value >= bound else Status.TIME_LIMIT if late else Status.FEASIBLE
     return SolveResult(
         problem="infermax",

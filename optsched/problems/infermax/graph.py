@@ -109,7 +109,7 @@ import numpy as np
 from numba import njit, types
 from numba.typed import List
 
-from ...budget import TimeBudget
+from ...budget import NO_LIMIT, TimeBudget
 from ...costmodel import Coefficients
 from ...instance import Instance
 from .relax import UNBOUNDED, floor_units, refill_line
@@ -181,20 +181,20 @@ class Graph:
         #: The pattern tables (:meth:`add_patterns`) the estimate reads: (rows, tables), none yet.
         self.patterns = (np.zeros((0, 2 * self.N + 1), dtype=np.int64), np.zeros(0, dtype=np.int64))
 
-    def add_patterns(self, patterns: list[tuple[int, ...]], deadline: float | None = None) -> None:
+    def add_patterns(self, patterns: list[tuple[int, ...]], budget: TimeBudget = NO_LIMIT) -> None:
         """Tabulate the least cost to the goal of every node of each pattern's graph (the requests
         of the pattern alone, :func:`.tables.pattern_table`) for the estimate, which then also takes the
         largest entry at the node's projections (module docstring). A pattern is not started when
-        its table should not be done by ``deadline`` (a ``time.perf_counter()`` value,
-        :data:`.tables.ENTRY_SECONDS` an entry), and dropped, with the patterns after it, when it is not
+        its table should not be done within ``budget`` (:data:`.tables.ENTRY_SECONDS` an
+        entry), and dropped, with the patterns after it, when it is not
         (a slower or loaded machine)."""
         rows = np.zeros((len(patterns), 2 * self.N + 1), dtype=np.int64)
         tables = []
         offset = 0
         for row, members in zip(rows, patterns):
-            if deadline is not None and (TimeBudget(deadline).left() or 0.0) < self.table_seconds(members):
+            if budget.limited and (budget.left() or 0.0) < self.table_seconds(members):
                 break
-            table = tabulated(self._pattern_args(members), deadline)
+            table = tabulated(self._pattern_args(members), budget)
             if table is None:
                 break
             m = np.array(members, dtype=np.int64)
@@ -206,12 +206,12 @@ class Graph:
         whole = tables[0] if len(tables) == 1 else np.concatenate(tables) if tables else np.zeros(0, dtype=np.int64)
         self.patterns = (rows[: len(tables)], whole)  # one table is not copied (it may hold 2 GB)
 
-    def add_chosen_patterns(self, time_limit: float | None, start: float) -> None:
+    def add_chosen_patterns(self, budget: TimeBudget) -> None:
         """:meth:`add_patterns` of :meth:`pattern_choice` within :data:`PATTERN_SHARE` of
-        ``time_limit`` (seconds from ``start``, a ``time.perf_counter()`` value; None: every
-        pattern chosen without a clock)."""
-        share = None if time_limit is None else PATTERN_SHARE * time_limit
-        self.add_patterns(self.pattern_choice(share), None if share is None else start + share)
+        ``budget`` (:meth:`~optsched.budget.TimeBudget.part`; without a limit every pattern chosen
+        without a clock)."""
+        part = budget.part(PATTERN_SHARE)
+        self.add_patterns(self.pattern_choice(part.length), part)
 
     def pattern_choice(self, seconds: float | None = None) -> list[tuple[int, ...]]:
         """The patterns worth tabulating: the requests ranked by their largest KV need

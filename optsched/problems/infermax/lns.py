@@ -2,7 +2,8 @@
 
 The search looks for the segment list of least objective; every segment list is a schedule (a
 segment list's cost is its schedule's objective under the contract, :mod:`.segments`), and the
-caller replays the best one before reporting it. It runs until its deadline.
+caller replays the best one before reporting it. It runs until its
+:class:`~optsched.budget.TimeBudget` expires.
 
 1. **Starting segment lists.** One segment per request (no eviction), the requests sorted by each of
    several keys (output length, prompt length, their sum, both directions, instance order), chunk
@@ -15,9 +16,9 @@ caller replays the best one before reporting it. It runs until its deadline.
    segment list (plus :data:`ADAPT_FLOOR`), so the moves that pay on an instance are tried most. A
    move that puts a request's segments out of token order is repaired by reordering that request's
    segments over the positions they hold. Moves are accepted by the Metropolis rule at a temperature
-   that falls linearly to zero at the deadline, starting at ``START_TEMPERATURE`` of the starting
-   segment list's cost; the search returns to the best segment list every ``RESTART_EVERY``
-   non-improving moves.
+   that falls linearly to zero when the budget expires, starting at ``START_TEMPERATURE`` of the
+   starting segment list's cost; the search returns to the best segment list every
+   ``RESTART_EVERY`` non-improving moves.
 
 This is the large-neighbourhood search of the issue in the encoding of project scheduling (a list
 of activities decoded by serial schedule generation), where one evaluation takes about a
@@ -28,13 +29,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...deadline import passed
-from ...interrupt import requested
+from ...budget import TimeBudget
 from .segments import SegmentArrays, SegmentList, segments_cost
 
 __all__ = ["SearchStep", "improve_segment_lists", "starting_segment_lists"]
@@ -74,10 +74,10 @@ def _sort_keys(data: SegmentArrays) -> dict[str, np.ndarray]:
 
 
 def starting_segment_lists(
-    data: SegmentArrays, objective: str, deadline: float | None
+    data: SegmentArrays, objective: str, budget: TimeBudget
 ) -> list[tuple[float, SegmentList]]:
     """Whole-request segment lists over every sort key, chunk size and grid (module docstring, step 1),
-    by increasing cost; at least one segment list even past the deadline."""
+    by increasing cost; at least one segment list even once ``budget`` has expired."""
     chunks = sorted({min(data.P, data.C)} | {c for c in START_CHUNKS if c < min(data.P, data.C)}, reverse=True)
     out: list[tuple[float, SegmentList]] = []
     for order in _sort_keys(data).values():
@@ -86,7 +86,7 @@ def starting_segment_lists(
             for grid in START_GRIDS:
                 segments = SegmentList.whole(order, data.output, q, grid)
                 out.append((segments_cost(data, segments, objective), segments))
-                if passed(deadline):
+                if budget.expired():
                     return sorted(out, key=lambda x: x[0])
     return sorted(out, key=lambda x: x[0])
 
@@ -179,27 +179,27 @@ def _move(segments: SegmentList, data: SegmentArrays, rng: np.random.Generator, 
 def improve_segment_lists(
     data: SegmentArrays,
     objective: str,
-    deadline: float,
+    budget: TimeBudget,
     evictions: bool = True,
     seed: int = 0,
     start: list[tuple[float, SegmentList]] | None = None,
-    clock: Callable[[], float] = time.perf_counter,
 ) -> Iterator[SearchStep]:
-    """Yield every improving segment list until ``deadline`` (a ``clock()`` value): first the best starting
-    segment list, then each better segment list the annealing finds (module docstring)."""
+    """Yield every improving segment list until ``budget`` expires (a budget with a limit): first the
+    best starting segment list, then each better segment list the annealing finds (module docstring)."""
+    clock = time.perf_counter
     t0 = clock()
-    segment_lists = start if start is not None else starting_segment_lists(data, objective, deadline)
+    segment_lists = start if start is not None else starting_segment_lists(data, objective, budget)
     best_cost, best = segment_lists[0]
     evaluations = len(segment_lists)
     yield SearchStep(best, best_cost, clock() - t0, evaluations)
     rng = np.random.default_rng(seed)
     cur, cur_cost = best, best_cost
-    span = max(deadline - clock(), 1e-9)
+    span = budget.left(1e-9)
     temp0 = START_TEMPERATURE * best_cost
     stale = 0
     kinds = len(MOVES) if evictions else 4
     tried, gained = np.ones(kinds), np.ones(kinds)  # adaptive choice: moves that improve are tried more
-    while clock() < deadline and not requested():  # Ctrl-C passes the deadline (optsched.interrupt)
+    while not budget.expired():  # Ctrl-C expires every budget (optsched.interrupt)
         weight = gained / tried + ADAPT_FLOOR
         kind = int(rng.choice(kinds, p=weight / weight.sum()))
         cand = _move(cur, data, rng, kind)
@@ -210,7 +210,9 @@ def improve_segment_lists(
         tried[kind] += 1
         if cost < cur_cost:
             gained[kind] += 1
-        temp = temp0 * max(0.0, (deadline - clock()) / span)
+        left = budget.left()
+        temp = temp0 * (1.0 if left is None or span is None else left / span)
+
         if cost <= cur_cost or (temp > 0 and rng.random() < math.exp(-(cost - cur_cost) / temp)):
             cur, cur_cost = cand, cost
         if cost < best_cost - 1e-15 * abs(best_cost):

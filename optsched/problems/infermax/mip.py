@@ -44,8 +44,8 @@ from typing import Any
 
 import pulp
 
-from ...budget import TimeBudget
-from ...deadline import BuildStopped, check
+from ...budget import NO_LIMIT, TimeBudget
+from ...deadline import BuildStopped
 from ...instance import Instance
 from ...mipsolvers import HANDOVER_PER_BUILD, pulp_solver, solve_model, solver_budget
 from ...result import Bound, Status
@@ -69,11 +69,11 @@ GAP_ABS = 1e-12 * UNIT
 class MipModel:
     """The PuLP model for one :class:`ModelData` (names follow the model docstring)."""
 
-    def __init__(self, data: ModelData, relax: bool = False, deadline: float | None = None) -> None:
+    def __init__(self, data: ModelData, relax: bool = False, budget: TimeBudget = NO_LIMIT) -> None:
         check_size(data, "MIP model", MIP_CELL_COST)
         self.data = data
         self.relax = relax
-        self.deadline = deadline
+        self.budget = budget
         self.p = pulp.LpProblem("infermax", pulp.LpMinimize)
         N, J = data.N, data.J
         self._n = 0
@@ -96,10 +96,10 @@ class MipModel:
         self.hd = [self._bin() for _ in range(J)]
         self.mz: list[list[Any]] = []  # per batch, when R_max binds
         for j in range(J):
-            check(deadline, "MIP model")
+            budget.check("MIP model")
             self._batch(j)
         for i in range(N):
-            check(deadline, "MIP model")
+            budget.check("MIP model")
             self._request(i)
         for a, b in data.symmetric_pairs:
             for j in range(J):
@@ -123,7 +123,7 @@ class MipModel:
 
     # ------------------------------------------------------------------ variables
     def _grid(self, make: Callable[[int, int], Any]) -> list[list[Any]]:
-        return request_batch_grid(self.data, make, self.deadline, "MIP model")
+        return request_batch_grid(self.data, make, self.budget, "MIP model")
 
     def _name(self, kind: str) -> str:
         self._n += 1
@@ -325,11 +325,11 @@ class MipModel:
                     self.e[i][j].setInitialValue(e[i][j])
 
 
-def _solver(data: ModelData, warm: bool, relax: bool = False, budget: TimeBudget | None = None) -> pulp.LpSolver:
+def _solver(data: ModelData, warm: bool, budget: TimeBudget, relax: bool = False) -> pulp.LpSolver:
     opts: InferMaxOptions = data.options
     return pulp_solver(
         "highs" if relax else opts.solver,
-        budget=TimeBudget.of(opts.time_limit) if budget is None else budget,
+        budget=budget,
         threads=opts.threads,
         msg=opts.log,
         gap_rel=GAP_REL,
@@ -352,20 +352,19 @@ def _bound(prob: pulp.LpProblem, solver: pulp.LpSolver, optimal: bool) -> float 
 
 
 def solve_mip(
-    data: ModelData, hint: tuple[list[list[int]], list[list[int]]] | None, deadline: float | None = None
+    data: ModelData, hint: tuple[list[list[int]], list[list[int]]] | None, budget: TimeBudget = NO_LIMIT
 ) -> BackendResult:
-    """Build and solve the model as a MIP with the backend named by ``data.options.solver``, by
-    ``deadline`` (as :func:`.cpsat.solve_cpsat`); the solver is given the time left after the
+    """Build and solve the model as a MIP with the backend named by ``data.options.solver``, within
+    ``budget`` (as :func:`.cpsat.solve_cpsat`); the solver is given the time left after the
     expected hand-over of the model (:func:`optsched.mipsolvers.solver_budget`) and is not started
     when none is left."""
     start = time.perf_counter()
     try:
-        mip = MipModel(data, deadline=deadline)
-        check(deadline, "MIP model")  # the last loops and the objective are built
+        mip = MipModel(data, budget=budget)
+        budget.check("MIP model")  # the last loops and the objective are built
     except BuildStopped as exc:
         return BackendResult(status=Status.UNKNOWN, info={"stopped": str(exc)})
     built = time.perf_counter() - start
-    budget = TimeBudget(deadline)
     solve_by = solver_budget(budget, built)
     if solve_by.expired():
         return BackendResult(
@@ -377,7 +376,7 @@ def solve_mip(
         )
     if hint is not None:
         mip.set_warm_start(*hint)
-    solver = _solver(data, warm=hint is not None, budget=solve_by if solve_by.limited else None)
+    solver = _solver(data, warm=hint is not None, budget=solve_by)
     info: dict[str, Any] = {"variables": len(mip.p.variables()), "constraints": len(mip.p.constraints())}
     try:
         with _stdout_to_stderr(data.options.log):
@@ -482,8 +481,11 @@ def _event_times(data: ModelData, mip: MipModel, E_sec: list[float]) -> list[flo
     return out
 
 
-def lp_relaxation_bound(instance: Instance, options: Mapping[str, Any] | InferMaxOptions) -> Bound | None:
-    """The LP relaxation of the MIP over the proven horizon of the serial schedule (HiGHS).
+def lp_relaxation_bound(
+    instance: Instance, options: Mapping[str, Any] | InferMaxOptions, budget: TimeBudget = NO_LIMIT
+) -> Bound | None:
+    """The LP relaxation of the MIP over the proven horizon of the serial schedule (HiGHS), within
+    ``budget``.
 
     Only an LP solved to optimality bounds the optimum: when it is not built (option
     ``max_cells``), stops at the time limit or gives no positive value (the big-M links of the
@@ -501,7 +503,7 @@ def lp_relaxation_bound(instance: Instance, options: Mapping[str, Any] | InferMa
         mip = MipModel(data, relax=True)
     except BuildStopped:
         return None
-    solver = _solver(data, warm=False, relax=True)
+    solver = _solver(data, warm=False, budget=budget, relax=True)
     mip.p.solve(solver)
     if mip.p.sol_status != pulp.LpSolutionOptimal:  # PuLP reports a stopped HiGHS as status "Optimal"
         return None

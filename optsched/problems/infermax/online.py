@@ -13,11 +13,11 @@ grouping and order, hybrid and chunked prefill toggled, the chunk halved or doub
 P), the look-ahead and B4 toggled, and the eviction-free twin (forced under ``no_evict``). A
 neighbour that lowers the objective becomes the current configuration and its neighbours are
 tried next; a climb ends when no neighbour improves (a local optimum), the search when every
-seed's climb has ended or at the deadline. The result is the best configuration of all climbs
+seed's climb has ended or when its budget expires. The result is the best configuration of all climbs
 when it beats every seed.
 
 Time: the engine runs in slices of simulated time and the wall clock is read between slices
-(:func:`run_until`), so a configuration still running at the deadline is abandoned within one
+(:func:`run_until`), so a configuration still running when the budget expires is abandoned within one
 slice; the slowest configuration's run time so far decides whether another one is started.
 """
 
@@ -28,7 +28,6 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ...budget import TimeBudget
-from ...deadline import passed
 from ...instance import Instance
 from ...policies.config import ORDERS, POLICY_CONFIGS, PolicyConfig
 from ...policies.engine import Engine
@@ -99,8 +98,8 @@ def neighbours(config: PolicyConfig, prefill_budget: int, no_evict: bool, no_hyb
     return out
 
 
-def run_until(instance: Instance, config: PolicyConfig, deadline: float | None, horizon: float) -> Schedule | None:
-    """The engine's schedule of ``config`` on ``instance``, or None when ``deadline`` passed first.
+def run_until(instance: Instance, config: PolicyConfig, budget: TimeBudget, horizon: float) -> Schedule | None:
+    """The engine's schedule of ``config`` on ``instance``, or None when ``budget`` expired first.
 
     The engine advances in :data:`SLICES` steps of ``horizon / SLICES`` simulated seconds (then
     to the end) and the wall clock is read between steps.
@@ -109,7 +108,7 @@ def run_until(instance: Instance, config: PolicyConfig, deadline: float | None, 
     step = max(horizon, 1e-9) / SLICES
     simulated_to = step
     while not engine.done():
-        if passed(deadline):
+        if budget.expired():
             return None
         engine.advance(simulated_to)
         simulated_to = simulated_to + step if simulated_to < horizon else math.inf
@@ -119,7 +118,7 @@ def run_until(instance: Instance, config: PolicyConfig, deadline: float | None, 
 def online_search(
     instance: Instance,
     objective: str,
-    deadline: float | None,
+    budget: TimeBudget,
     seeds: list[tuple[str, float]],
     no_evict: bool = False,
     no_hybrid: bool = False,
@@ -136,7 +135,7 @@ def online_search(
         return out
     out.seed = known[0][1]
     out.value = min(value for _, value in seeds)
-    climb = _Climb(instance, objective, deadline, no_evict, no_hybrid, time.perf_counter())
+    climb = _Climb(instance, objective, budget, no_evict, no_hybrid, time.perf_counter())
     for value, name in known:
         if not climb.run(POLICY_CONFIGS[name], value, name, out):
             return out
@@ -150,7 +149,7 @@ class _Climb:
 
     instance: Instance
     objective: str
-    deadline: float | None
+    budget: TimeBudget
     no_evict: bool
     no_hybrid: bool
     t0: float
@@ -168,12 +167,13 @@ class _Climb:
             for config in neighbours(current, self.instance.limits.prefill_budget, self.no_evict, self.no_hybrid):
                 if config in self.tried:
                     continue
-                left = TimeBudget(self.deadline).left()
+                left = self.budget.left()
                 if left is not None and self.cost > left:
                     return False
                 self.tried.add(config)
                 started = time.perf_counter()
-                schedule = run_until(self.instance, config, self.deadline, horizon)
+                schedule = run_until(self.instance, config, self.budget, horizon)
+
                 if schedule is None:
                     return False
                 rep = replay(self.instance, schedule)

@@ -85,10 +85,10 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from ...bounds import batch_counts, request_work
-from ...budget import TimeBudget
+from ...budget import NO_LIMIT, TimeBudget
 from ...costmodel import Coefficients
 from ...cpsat_solver import CpSatRun, run_model
-from ...deadline import DeadlinePassed, check
+from ...deadline import DeadlinePassed
 from ...instance import Instance
 from ...result import Status
 from ...schedule import Batch, Item, Schedule
@@ -166,7 +166,7 @@ class RelaxationModel:
     """The CP-SAT model of the module docstring (names as there); ``symmetry=False`` drops the
     finishing order of identical requests (to check that a given schedule is a point)."""
 
-    def __init__(self, instance: Instance, J: int, symmetry: bool = True, deadline: float | None = None) -> None:
+    def __init__(self, instance: Instance, J: int, symmetry: bool = True, budget: TimeBudget = NO_LIMIT) -> None:
         instance = linear_instance(instance)  # the costs every bound reads (model docstring)
         self.k = k = Coefficients.of(instance.cost_model).folded()
         reqs = list(instance.requests)
@@ -174,8 +174,8 @@ class RelaxationModel:
         N = len(reqs)
         self.m = mdl = cp_model.CpModel()
         self.x, self.s, self.r, self.G, self.H = [], [], [], [], []
-        for i, req in enumerate(reqs):  # one request's row at a time: the deadline is checked between them
-            check(deadline, "residency relaxation")
+        for i, req in enumerate(reqs):  # one request's row at a time: the budget is checked between them
+            budget.check("residency relaxation")
             self.x.append([mdl.NewBoolVar(f"x_{i}_{j}") for j in range(J)])
             self.s.append([mdl.NewBoolVar(f"s_{i}_{j}") for j in range(J)])
             self.r.append([mdl.NewBoolVar(f"r_{i}_{j}") for j in range(J)])
@@ -186,7 +186,7 @@ class RelaxationModel:
         self.d = [mdl.NewBoolVar(f"d_{j}") for j in range(J)]
         refills: list[cp_model.IntVar] = []
         for i, req in enumerate(reqs):
-            check(deadline, "residency relaxation")
+            budget.check("residency relaxation")
             I, O = req.prompt_tokens, req.output_tokens
             a, b = refill_line(k, I)
             big = max(0, a, a + b * O)  # the largest value of a + b k over k = 0..O
@@ -218,7 +218,7 @@ class RelaxationModel:
             mdl.Add(sum(self.H[i]) >= O * I + O * (O - 1) // 2)  # R6
         for j in range(J):
             if j % 256 == 0:
-                check(deadline, "residency relaxation")
+                budget.check("residency relaxation")
             mdl.Add(sum(self.x[i][j] for i in range(N)) <= lim.token_budget)
             if lim.kv_capacity is not None:
                 mdl.Add(sum(self.H[i][j] for i in range(N)) <= lim.kv_capacity)
@@ -267,7 +267,7 @@ CHECK_LIMIT = 10.0
 
 
 def relaxation_bound(
-    instance: Instance, J: int, time_limit: float | None = None, threads: int | None = None, log: bool = False
+    instance: Instance, J: int, budget: TimeBudget = NO_LIMIT, threads: int | None = None, log: bool = False
 ) -> RelaxationResult:
     """Solve the residency relaxation over ``J`` batches with CP-SAT (module docstring).
 
@@ -278,15 +278,14 @@ def relaxation_bound(
     J
         Batches with items of the schedules considered: the bound holds for every schedule with at
         most J of them (for the makespan optimum, a proven horizon of :func:`.data.horizon`).
-    time_limit, threads, log
-        CP-SAT controls (the bound is valid at any time limit); the limit covers building the
+    budget, threads, log
+        CP-SAT controls (the bound is valid at any time limit); the budget covers building the
         model: one not built in time gives the token work W as the bound, status ``TIME_LIMIT``.
     """
     cpu = time.process_time()
     instance = linear_instance(instance)
-    budget = TimeBudget.of(time_limit)
     try:
-        relax = RelaxationModel(instance, J, deadline=budget.end)
+        relax = RelaxationModel(instance, J, budget=budget)
     except DeadlinePassed:
         return RelaxationResult(
             bound=math.fsum(request_work(instance)), value=None, status=Status.TIME_LIMIT, cpu=time.process_time() - cpu
@@ -381,13 +380,13 @@ def count_check(
     B: int,
     facts: list[tuple[int, int]],
     symmetry: bool = True,
-    deadline: float | None = None,
+    budget: TimeBudget = NO_LIMIT,
 ) -> RelaxationModel:
     """The model of the check "at most p prefill batches and at most B batches with items" of
     :func:`count_bound`: the relaxation without objective, with the facts proven so far as rows
-    (valid rows of the same relaxation); ``symmetry`` and ``deadline`` (of the build) as in
+    (valid rows of the same relaxation); ``symmetry`` and ``budget`` (of the build) as in
     :class:`RelaxationModel`."""
-    relax = RelaxationModel(instance, J, symmetry=symmetry, deadline=deadline)
+    relax = RelaxationModel(instance, J, symmetry=symmetry, budget=budget)
     relax.m.Add(sum(relax.p) <= p)
     relax.m.Add(sum(relax.y) <= B)
     for q, b in facts:
@@ -402,7 +401,7 @@ def count_check(
 def count_bound(
     instance: Instance,
     J: int,
-    time_limit: float | None = None,
+    budget: TimeBudget = NO_LIMIT,
     threads: int | None = None,
     check_limit: float | None = None,
 ) -> CountResult:
@@ -423,12 +422,12 @@ def count_bound(
     checks with less CPU than a two-worker portfolio): the one where the least
     cost is and the ones where it would be if the running checks were proven (what a sequential
     search would check next when they are). Each check gets ``check_limit`` seconds (default: half
-    the time left of ``time_limit``, at least :data:`CHECK_LIMIT`, so that an undecided check
-    leaves time to the caller; without ``time_limit``, :data:`CHECK_LIMIT`), with the facts proven
+    the time left of ``budget``, at least :data:`CHECK_LIMIT`, so that an undecided check
+    leaves time to the caller; without a limit, :data:`CHECK_LIMIT`), never past ``budget``, with the facts proven
     when it starts as rows. A check that is not proven infeasible proves nothing and ends the
     search (no new check starts); a fact proven by any check is valid whatever the order.
     """
-    cpu, t0 = time.process_time(), time.perf_counter()
+    cpu = time.process_time()
     instance = linear_instance(instance)
     k = Coefficients.of(instance.cost_model).folded()
     b_min, bp_min = batch_counts(instance)
@@ -436,20 +435,19 @@ def count_bound(
     facts: list[tuple[int, int]] = []
     workers = max(1, threads or 2)
 
-    budget = TimeBudget.of(time_limit, start=t0)
-
     def left() -> float:
-        return math.inf if time_limit is None else budget.left() or 0.0
+        seconds = budget.left()
+        return math.inf if seconds is None else seconds
 
     def infeasible(p: int, B: int, known: list[tuple[int, int]]) -> bool:
         if check_limit is not None:
             own = check_limit
         else:
-            own = CHECK_LIMIT if time_limit is None else max(CHECK_LIMIT, left() / 2)
-        own = min(own, left())
-        check_budget = TimeBudget.of(None if own == math.inf else own)
+            own = CHECK_LIMIT if not budget.limited else max(CHECK_LIMIT, left() / 2)
+        check_budget = budget.within(own)
         try:
-            relax = count_check(instance, J, p, B, known, deadline=check_budget.end)
+            relax = count_check(instance, J, p, B, known, budget=check_budget)
+
         except DeadlinePassed:  # not built in time: undecided
             return False
         return _solve(relax.m, check_budget, 1, False).status == Status.INFEASIBLE

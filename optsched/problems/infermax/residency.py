@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ...budget import TimeBudget
+from ...budget import NO_LIMIT, TimeBudget
 from ...instance import Instance
 from ...result import Status
 from ...schedule import replay
@@ -37,10 +37,10 @@ def candidate_rank(instance: Instance, result: RelaxationResult) -> tuple[float,
 
 
 def residency_bound(
-    instance: Instance, J: int, time_limit: float | None = None, threads: int | None = None
+    instance: Instance, J: int, budget: TimeBudget = NO_LIMIT, threads: int | None = None
 ) -> RelaxationResult:
     """The relaxation's optimum by the exact search of :mod:`.search` (:data:`SEARCH_SHARE` of
-    ``time_limit``); when that stops early, the CP-SAT relaxation's bound (:func:`.relax.relaxation_bound`,
+    ``budget``); when that stops early, the CP-SAT relaxation's bound (:func:`.relax.relaxation_bound`,
     a quarter of the time left) and, when that is not solved to optimality either, the count bound
     (:func:`.relax.count_bound`, the time left): the largest bound, and the better schedule of the
     search's path and CP-SAT's point (one that replays cleanly first, by makespan; else the lower
@@ -48,26 +48,21 @@ def residency_bound(
 
     The relaxation's optimum dominates the count bound (every pair (B, p) of its optimal point
     is allowed by every fact), so the counts run only when neither solves it. Loading the search's
-    kernels (:func:`.search.load_kernels`) counts in ``time_limit``: :func:`optsched.problems.infermax.prepare`
-    loads them before a solve's clock.
+    kernels (:func:`.search.load_kernels`) counts in ``budget``: :func:`optsched.problems.infermax.solve.prepare`
+    loads them before a solve.
     """
-    budget = TimeBudget.of(time_limit)
-    load_kernels()  # inside the limit (a no-op after the solve's prepare())
-
-    def left(share: float) -> float | None:
-        seconds = budget.left()
-        return None if seconds is None else seconds * share
-
-    exact = relaxation_search(instance, left(SEARCH_SHARE))
+    load_kernels()  # inside the budget (a no-op after the solve's prepare())
+    exact = relaxation_search(instance, budget.share(SEARCH_SHARE))
     if exact.status in (Status.OPTIMAL, Status.INFEASIBLE):
         return exact
-    relax = relaxation_bound(instance, J, left(1 / 4), threads)
+    relax = relaxation_bound(instance, J, budget.share(1 / 4), threads)
     if candidate_rank(instance, exact) < candidate_rank(instance, relax):
         relax = replace(relax, value=exact.value, schedule=exact.schedule)
     relax = replace(relax, bound=max(relax.bound, exact.bound), cpu=relax.cpu + exact.cpu)
     if relax.status in (Status.OPTIMAL, Status.INFEASIBLE):
         return relax
-    counts = count_bound(instance, J, left(1), threads)
+    counts = count_bound(instance, J, budget, threads)
+
     return RelaxationResult(
         bound=max(relax.bound, counts.bound),
         value=relax.value,

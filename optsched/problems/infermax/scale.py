@@ -21,7 +21,7 @@ its time limit here (:func:`scale_phase`):
    overhead plus extras (:func:`.lns.segments_from_trajectories`: on ``infermax-i64-o1024-n32-m10k``
    they lead to schedules the search does not find from its own start), then from its best segment list.
 
-When ``deadline`` has already passed on entry (the candidates took the whole limit), only the
+When the budget has already expired on entry (the candidates took the whole limit), only the
 instant bounds of step 1 are given.
 
 The best segment list's schedule is returned for the caller to replay and offer with its other candidates
@@ -36,7 +36,6 @@ from typing import Any
 
 from ...bounds import batch_counts, least_bias, request_work
 from ...budget import TimeBudget
-from ...deadline import passed
 from ...instance import Instance
 from ...schedule import Schedule
 from .kvtime import kv_time_count
@@ -84,7 +83,7 @@ def kv_time_bound(instance: Instance) -> tuple[float, int]:
 def scale_phase(
     instance: Instance,
     objective: str,
-    deadline: float,
+    budget: TimeBudget,
     upper: float,
     start: list[Schedule],
     no_evict: bool = False,
@@ -92,7 +91,7 @@ def scale_phase(
     no_chunk: bool = False,
     seeds: list[tuple[str, float]] | None = None,
 ) -> ScalePhase:
-    """Search segment lists and bound the makespan until ``deadline`` (module docstring).
+    """Search segment lists and bound the makespan within ``budget`` (module docstring).
 
     ``upper``: the best candidate's makespan so far; ``start``: schedules whose trajectories seed
     the trajectory bound (the best candidates); ``seeds``: (name, objective) of the candidates,
@@ -100,19 +99,18 @@ def scale_phase(
     """
     out = ScalePhase()
     t0 = time.perf_counter()
-    budget = TimeBudget(deadline)
-    span = budget.left() or 0.0
+    phase = budget.share(1.0)  # what is left, its length known: the parts below are of it
     why_not = (
         "the time limit passed before the scale phase"
-        if passed(deadline)
+        if budget.expired()
         else segments_refused(instance, no_hybrid, no_chunk)
     )
     data = segment_arrays(instance) if why_not is None else None
     history: list[tuple[float, float]] = []
     best: list[tuple[float, SegmentList]] = []
 
-    def search(until: float, begin: list[tuple[float, SegmentList]] | None) -> None:
-        for step in improve_segment_lists(data, objective, until, evictions=not no_evict, start=begin):
+    def search(part: TimeBudget, begin: list[tuple[float, SegmentList]] | None) -> None:
+        for step in improve_segment_lists(data, objective, part, evictions=not no_evict, start=begin):
             if not best or step.cost < best[0][0]:
                 best[:] = [(step.cost, step.segments)]
                 history.append((round(time.perf_counter() - t0, 3), step.cost))
@@ -124,16 +122,16 @@ def scale_phase(
         trajectories = (
             instance.limits.kv_capacity is not None
             and count >= MEMORY_BINDS * batch_counts(instance)[0]
-            and not passed(deadline)
+            and not budget.expired()
         )
     first = SEARCH_SHARE if trajectories else 1.0
     if data is not None:
-        first_end = TimeBudget.of(first * span, start=t0).end
-        search(first_end, starting_segment_lists(data, objective, first_end))
+        first_part = phase.part(first)
+        search(first_part, starting_segment_lists(data, objective, first_part))
     else:
         out.info["plan_search"] = f"not run: {why_not}"
-        if not passed(deadline) and len({r.arrival for r in instance.requests}) > 1:
-            _policy_search(out, instance, objective, deadline, seeds or [], no_evict, no_hybrid)
+        if not budget.expired() and len({r.arrival for r in instance.requests}) > 1:
+            _policy_search(out, instance, objective, budget, seeds or [], no_evict, no_hybrid)
     guided: list[tuple[float, SegmentList]] = []
     if trajectories:
         from .colgen import TrajectoryLP, trajectory_bound
@@ -142,9 +140,9 @@ def scale_phase(
         if best:
             upper = min(upper, best[0][0])
             start = start + [segments_schedule(instance, data, best[0][1])]
-        until = budget.reserve(FINAL_SEARCH_SHARE * span if data is not None else 0.0).end
+        bound_part = phase.reserve(FINAL_SEARCH_SHARE * (phase.length or 0.0) if data is not None else 0.0)
         began = time.perf_counter() - t0
-        tb = trajectory_bound(instance, upper, until, lp, seed=start)
+        tb = trajectory_bound(instance, upper, bound_part, lp, seed=start)
         out.bounds["trajectory"] = (
             tb.value,
             f"trajectory LP over B = {tb.batch_floor}..{tb.batch_ceiling} batches, "
@@ -154,10 +152,10 @@ def scale_phase(
         out.info["trajectory_history"] = [(round(began + t, 3), value) for t, value in tb.history]
         if data is not None:
             guided = _guided_segment_lists(data, lp)
-    if data is not None and not passed(deadline):
+    if data is not None and not budget.expired():
         if guided:  # half of what is left from the relaxation's segment lists, then from the best segment list
-            search(budget.share(0.5).end, guided)
-        search(deadline, best[:1])
+            search(budget.share(0.5), guided)
+        search(budget, best[:1])
     if data is not None and best:
         out.schedules["plan-search"] = segments_schedule(
             instance, data, best[0][1], {"problem": "infermax", "method": "plan-search"}
@@ -171,7 +169,7 @@ def _policy_search(
     out: ScalePhase,
     instance: Instance,
     objective: str,
-    deadline: float,
+    budget: TimeBudget,
     seeds: list[tuple[str, float]],
     no_evict: bool,
     no_hybrid: bool,
@@ -180,7 +178,7 @@ def _policy_search(
     than its seed, as ``online-search``; its summary in ``info``."""
     from .online import online_search
 
-    found = online_search(instance, objective, deadline, seeds, no_evict, no_hybrid)
+    found = online_search(instance, objective, budget, seeds, no_evict, no_hybrid)
     out.info["online_search"] = found.info()
     if found.schedule is not None:
         meta = {**found.schedule.meta, "problem": "infermax", "method": "online-search", "seed": found.seed}

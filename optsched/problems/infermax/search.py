@@ -28,7 +28,7 @@ from numba import njit, types
 from numba.typed import Dict, List
 
 from ...bounds import request_work
-from ...budget import TimeBudget
+from ...budget import NO_LIMIT, TimeBudget
 from ...instance import Instance
 from ...result import Status
 from .astar import EMPTY, GOAL, Run
@@ -127,16 +127,16 @@ def _beam_layer(
 
 
 def beam_search(
-    graph: Graph, width: int, upper: int, deadline: float | None, budgets: bool = False
+    graph: Graph, width: int, upper: int, budget: TimeBudget, budgets: bool = False
 ) -> tuple[int, list[Node] | None, float]:
     """A beam search of ``width`` nodes per layer (layers = batches), over the subgraph of the
     edges that hold P and C (:attr:`Graph.budget_args`) when ``budgets``, pruned at ``upper``,
-    until its beam empties or ``deadline`` passes (checked between layers): (least path cost found
+    until its beam empties or ``budget`` expires (checked between layers): (least path cost found
     or ``upper``, that path or None, the slowest layer's seconds)."""
     node_keys, node_costs, node_parents = _beam_start()
     keys, steps = new_lists()
     layer, path, slowest = np.zeros(1, np.int64), None, 0.0
-    while layer.shape[0] and (deadline is None or time.perf_counter() < deadline):
+    while layer.shape[0] and not budget.expired():
         tic = time.perf_counter()
         layer, upper, reached = _beam_layer(
             layer,
@@ -179,8 +179,8 @@ def _beam_trace(node_keys: List, node_parents: List, last: int) -> np.ndarray:
     return as_array(keys)
 
 
-def _beam_paths(graph: Graph, deadline: float | None) -> tuple[int, list[Node] | None, tuple[int, list[Node]] | None]:
-    """Beam searches of widths :data:`BEAM_WIDTHS` in turn until ``deadline`` (a width is not
+def _beam_paths(graph: Graph, budget: TimeBudget) -> tuple[int, list[Node] | None, tuple[int, list[Node]] | None]:
+    """Beam searches of widths :data:`BEAM_WIDTHS` in turn within ``budget`` (a width is not
     started when its layers, predicted from the narrower one's slowest, would overrun it), each
     pruned at the best path so far. When the best path does not hold P and C with its (re)fills
     prefilled whole and they fit whole (:attr:`Graph.whole_fills_fit`), the width is searched
@@ -191,14 +191,14 @@ def _beam_paths(graph: Graph, deadline: float | None) -> tuple[int, list[Node] |
     upper, path, held, slowest = UNBOUNDED, None, None, 0.0
     for narrower, width in zip((0,) + BEAM_WIDTHS, BEAM_WIDTHS):
         # a layer of this width takes about width / narrower times the narrower one's slowest
-        if deadline is not None and narrower and slowest * width / narrower > (TimeBudget(deadline).left() or 0.0):
+        if budget.limited and narrower and slowest * width / narrower > (budget.left() or 0.0):
             break
-        upper, found, slowest = beam_search(graph, width, upper, deadline)
+        upper, found, slowest = beam_search(graph, width, upper, budget)
         path = found or path
         if path is not None and graph.within_budgets(path):
             held = (upper, path)
         elif graph.whole_fills_fit:
-            cost, found, slow = beam_search(graph, width, UNBOUNDED if held is None else held[0], deadline, True)
+            cost, found, slow = beam_search(graph, width, UNBOUNDED if held is None else held[0], budget, True)
             slowest = max(slowest, slow)
             held = held if found is None else (cost, found)
             if held is not None and held[0] < upper:
@@ -207,12 +207,12 @@ def _beam_paths(graph: Graph, deadline: float | None) -> tuple[int, list[Node] |
 
 
 def relaxation_search(
-    instance: Instance, time_limit: float | None = None, max_nodes: int = MAX_NODES
+    instance: Instance, budget: TimeBudget = NO_LIMIT, max_nodes: int = MAX_NODES
 ) -> RelaxationResult:
     """Shortest path of the module docstring: the residency relaxation's optimum.
 
     First beam searches (widths :data:`BEAM_WIDTHS`, together at most :data:`BEAM_SHARE` of
-    ``time_limit``) find paths fast, each keeping only what could beat the best path so far; then
+    ``budget``) find paths fast, each keeping only what could beat the best path so far; then
     A* with the same pruning proves the optimum: when its queue empties, the best path is the
     shortest.
 
@@ -220,8 +220,8 @@ def relaxation_search(
     ----------
     instance
         The instance (arrivals are ignored: they only add waiting time).
-    time_limit
-        Seconds; when it passes, or when more than ``max_nodes`` nodes are known, the search stops
+    budget
+        The search's time; when it expires, or when more than ``max_nodes`` nodes are known, the search stops
         and returns its proven bound (status ``UNKNOWN``).
 
     Returns
@@ -235,7 +235,7 @@ def relaxation_search(
         best) path found, or, when that one breaks P or C with each (re)fill prefilled whole in its
         batch, the best path found that holds them, if any (:func:`_beam_paths`).
     """
-    cpu, t0 = time.process_time(), time.perf_counter()
+    cpu = time.process_time()
     instance = linear_instance(instance)  # the costs every bound reads (model docstring)
     graph = Graph(instance)
     work = math.fsum(request_work(instance))
@@ -244,13 +244,12 @@ def relaxation_search(
         return RelaxationResult(
             bound=work + root * UNIT, value=None, status=Status.UNKNOWN, cpu=time.process_time() - cpu
         )
-    budget = TimeBudget.of(time_limit, start=t0)
-    deadline = budget.end
-    graph.add_chosen_patterns(time_limit, t0)
-    beam_end = budget.share(BEAM_SHARE).end
-    upper, path, held = _beam_paths(graph, beam_end)
+    budget = budget.share(1.0)  # what is left, its length known: the parts below are of it
+    graph.add_chosen_patterns(budget)
+    upper, path, held = _beam_paths(graph, budget.share(BEAM_SHARE))
     run = Run(graph, upper)
-    status = run.until(deadline, max_nodes)
+    status = run.until(budget, max_nodes)
+
     cpu = time.process_time() - cpu
     if status == EMPTY and path is None:
         return RelaxationResult(bound=math.inf, value=None, status=Status.INFEASIBLE, cpu=cpu)

@@ -14,19 +14,19 @@ and idles a set D of residents outside S; its cost depends on R only through the
 :math:`S \setminus R` and the decodes :math:`S \cap R`, and its child on S and D. So for each S the
 least entry over the sets D within each set X of possible idlers (a subset minimum, X by increasing
 bit set) gives every R at once: :math:`\text{entry}(G, R) = \min_S \text{cost}(S, R) +` that minimum
-at :math:`R \setminus S`. A table is built level by level from Python, the deadline checked between
+at :math:`R \setminus S`. A table is built level by level from Python, the budget checked between
 levels; the search and the chunk bound of one solve read the same tables, kept by their arguments
 (:func:`tabulated`).
 """
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
 
+from ...budget import NO_LIMIT, TimeBudget
 from .relax import UNBOUNDED
 
 __all__ = [
@@ -84,13 +84,13 @@ def table_seconds(args: tuple) -> float:
     return 0.0 if _table_key(args) in _TABLES else table_entries(args[1]) * ENTRY_SECONDS
 
 
-def tabulated(args: tuple, deadline: float | None = None) -> np.ndarray | None:
+def tabulated(args: tuple, budget: TimeBudget = NO_LIMIT) -> np.ndarray | None:
     """:func:`pattern_table` of the pattern graph ``args``, made once while it is among the last
-    tables made (the oldest are dropped beyond :data:`KEPT_ENTRIES`); None when it is not done by
-    ``deadline`` (a ``time.perf_counter()`` value, checked between its levels)."""
+    tables made (the oldest are dropped beyond :data:`KEPT_ENTRIES`); None when it is not done
+    within ``budget`` (checked between its levels)."""
     key = _table_key(args)
     if key not in _TABLES:
-        table = pattern_table(*args, deadline=deadline)
+        table = pattern_table(*args, budget=budget)
         if table is None:
             return None
         while _TABLES and sum(map(len, _TABLES.values())) + len(table) > KEPT_ENTRIES:
@@ -100,20 +100,25 @@ def tabulated(args: tuple, deadline: float | None = None) -> np.ndarray | None:
 
 
 def pattern_table(
-    I: np.ndarray, O: np.ndarray, limits: np.ndarray, costs: EdgeCosts, rho: np.ndarray, deadline: float | None = None
+    I: np.ndarray,
+    O: np.ndarray,
+    limits: np.ndarray,
+    costs: EdgeCosts,
+    rho: np.ndarray,
+    budget: TimeBudget = NO_LIMIT,
 ) -> np.ndarray | None:
     r"""The least cost to the goal from every node of the graph of the requests ``I``, ``O`` with
     the limits ``limits`` = (M, least of C and R_max, R_max) and the costs given (every edge), at
     index :math:`2^k \sum_i G_i s_i + R` (k requests, mixed radix :math:`s_i = \prod_{j < i} (O_j +
     1)`, R the residents' bit set; entries of bit sets that are not nodes, residents with G = 0 or
     O or whose KV exceeds M or R_max, stay 0; no path: :data:`UNBOUNDED`), or None when it is not
-    done by ``deadline`` (a ``time.perf_counter()`` value). Every edge generates a token, so the G
+    done within ``budget``. Every edge generates a token, so the G
     states are taken by decreasing tokens generated (a level), those of a level in parallel: their
-    children are done; the deadline is checked between levels."""
+    children are done; the budget is checked between levels."""
     stride, order, levels = pattern_levels(O)
     table = np.zeros(int(order.shape[0]) << I.shape[0], np.int64)
     for start, end in zip(levels[1:-1], levels[2:]):  # the first level is the goal alone: entry 0
-        if deadline is not None and time.perf_counter() > deadline:
+        if budget.expired():
             return None
         pattern_level(order[start:end], stride, I, O, limits, costs, rho, table)
     return table

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import pulp
 
-from ...budget import TimeBudget
+from ...budget import NO_LIMIT, TimeBudget
 from ...mipsolvers import pulp_solver, solve_model, solver_budget
 from ...result import Status
 from ..static_latency import StaticLatencyModel
@@ -147,16 +147,15 @@ def mip_batches(
     slice_len: int,
     rule: MemoryRule,
     solver: str = "highs",
-    time_limit: float | None = None,
+    budget: TimeBudget = NO_LIMIT,
 ) -> tuple[list[list[int]] | None, float | None, Status]:
     """The compact assignment MIP (docs/scls.md, "P-BATCH"); returns (batches, objective, status).
 
-    ``time_limit`` covers building (PuLP takes seconds at a hundred requests) and solving; when it
-    passes first, or the solver finds no batching within it, the result is ``(None, None,
+    ``budget`` covers building (PuLP takes seconds at a hundred requests) and solving; when it
+    expires first, or the solver finds no batching within it, the result is ``(None, None,
     "time_limit")``.
     """
     start = time.perf_counter()
-    budget = TimeBudget.of(time_limit, start=start)
     n = len(lengths)
     a_s, b_s, c_s, e_s = model.slice_coefficients(slice_len)
     levels = sorted(set(lengths))

@@ -61,17 +61,22 @@ def max_min_offload(times: Sequence[float], initial: Sequence[float]) -> Offload
     return Offload(assignment=tuple(assignment), loads=final, makespan=max(final))
 
 
+#: The time of :func:`exact_offload` called without a budget, in seconds.
+OFFLOAD_TIME = 10.0
+
+
 def exact_offload(
     times: Sequence[float],
     initial: Sequence[float],
-    time_limit: float | None = 10.0,
+    budget: TimeBudget | None = None,
     threads: int = 2,
     start: Offload | None = None,
 ) -> Offload:
-    """Optimal :math:`P \\mid a_w \\mid C_{max}` by CP-SAT (times rounded to microseconds).
+    """Optimal :math:`P \\mid a_w \\mid C_{max}` by CP-SAT (times rounded to microseconds), within
+    ``budget`` (None: :data:`OFFLOAD_TIME` seconds).
 
-    ``start`` (e.g. :func:`max_min_offload`) is the search's hint and the result when the time limit
-    passes before CP-SAT finds an assignment or when it is better in true times (status
+    ``start`` (e.g. :func:`max_min_offload`) is the search's hint and the result when the budget
+    expires before CP-SAT finds an assignment or when it is better in true times (status
     ``time_limit`` unless CP-SAT proved the rounded optimum). Each rounded time is within
     ``RESOLUTION / 2`` of the true one, so the true optimum is at least CP-SAT's bound minus
     ``(len(times) + 1) * RESOLUTION / 2`` (the bound returned), and ``optimal`` means optimal up to
@@ -92,7 +97,7 @@ def exact_offload(
         for b in batches:
             for w in workers:
                 m.AddHint(x[b, w], int(start.assignment[b] == w))
-    run = run_model(m, budget=TimeBudget.of(time_limit), workers=threads)
+    run = run_model(m, budget=budget if budget is not None else TimeBudget.of(OFFLOAD_TIME), workers=threads)
     bound = max(max(initial), (run.bound - (len(tick) + 1) / 2) * RESOLUTION)
     if not run.found:
         if start is None or run.status != Status.UNKNOWN:

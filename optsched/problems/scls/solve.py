@@ -29,7 +29,7 @@ from ...result import Bound, SolveResult, Status, check_agreement
 from .. import BACKENDS
 from ..static_latency import static_latency_of
 from .batching import DS_TABLE, MemoryRule, dp_batches, mip_batches, total_serve_time
-from .offload import adaptive_interval, exact_offload, max_min_offload
+from .offload import OFFLOAD_TIME, adaptive_interval, exact_offload, max_min_offload
 
 __all__ = ["SclsBoundOptions", "SclsOptions", "bounds", "solve", "scls_settings"]
 
@@ -118,8 +118,9 @@ class SclsOptions(Options):
         self.only_with("solver", self.method == "mip", "method is 'mip'")
 
 
-def solve(instance: Instance, options: Mapping[str, Any] | SclsOptions | None = None) -> SolveResult:
-    """One SCLS round (see the module docstring; options: :class:`SclsOptions`)."""
+def solve(instance: Instance, options: Mapping[str, Any] | SclsOptions | None, budget: TimeBudget) -> SolveResult:
+    """One SCLS round (see the module docstring; options: :class:`SclsOptions`) within ``budget``
+    (:func:`optsched.api.solve` makes it)."""
     opts = SclsOptions.parse(options)
     start = time.perf_counter()
     s = scls_settings(instance)
@@ -129,7 +130,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | SclsOptions | None = 
         status, solver = Status.OPTIMAL, "dp"
     elif method == "mip":
         solver = opts.solver or "highs"
-        batches, own, status = mip_batches(s["lengths"], s["model"], s["slice_len"], s["rule"], solver, opts.time_limit)
+        batches, own, status = mip_batches(s["lengths"], s["model"], s["slice_len"], s["rule"], solver, budget)
     if batches is None:  # the MIP found no batching within the limit
         return SolveResult(
             problem="scls-batch",
@@ -144,12 +145,12 @@ def solve(instance: Instance, options: Mapping[str, Any] | SclsOptions | None = 
         check_agreement(own, total, "scls-batch")
     elif total > own * (1 + 1e-9) + 1e-9:  # a stopped MIP's value bounds its batches' time from above
         raise RuntimeError(f"scls-batch: the MIP's value {own!r} is below its batches' time {total!r}")
-    if status == Status.FEASIBLE and opts.time_limit is not None:
+    if status == Status.FEASIBLE and budget.limited:
         status = Status.TIME_LIMIT
     times = [s["model"].serve_time(len(b), max(s["lengths"][i] for i in b), s["slice_len"]) for b in batches]
     heuristic = max_min_offload(times, s["loads"])
-    left = 10.0 if opts.time_limit is None else TimeBudget.of(opts.time_limit, start=start).left(0.01)
-    exact = exact_offload(times, s["loads"], left, opts.threads or 2, start=heuristic)
+    offload = budget if budget.limited else budget.within(OFFLOAD_TIME)
+    exact = exact_offload(times, s["loads"], offload, opts.threads or 2, start=heuristic)
     ids = [r.id for r in instance.requests]
     extra = {
         "batch_times": times,
@@ -185,12 +186,13 @@ class SclsBoundOptions(Options):
     what = "bound"
 
 
-def bounds(instance: Instance, options: Mapping[str, Any] | SclsBoundOptions | None = None) -> list[Bound]:
+def bounds(instance: Instance, options: Mapping[str, Any] | SclsBoundOptions | None, budget: TimeBudget) -> list[Bound]:
     """``BOUNDERS["scls-batch"]``: the least total serving time of the round's batching.
 
     Algorithm 1's dynamic programme is exact when ``T_serve`` is nondecreasing in L and the memory
     rule is monotone (docs/scls.md, "Contiguity"; the built-in rules are), so its optimum bounds
-    every batching from below (:func:`solve` reports it as ``optimal`` too).
+    every batching from below (:func:`solve` reports it as ``optimal`` too). The programme takes
+    milliseconds: none of ``budget``.
     """
     SclsBoundOptions.parse(options)
     s = scls_settings(instance)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from optsched.bounds import generic_bounds
+from optsched.budget import TimeBudget
 from optsched.instance import Instance
 from optsched.options import Name, Options, PositiveFloat
 from optsched.policies import simulator_for
@@ -35,7 +36,8 @@ class ToyOptions(Options):
     policies
         Comma-separated policy names (:data:`optsched.policies.POLICIES`).
     time_limit
-        Accepted and honoured trivially: the policies take milliseconds.
+        Seconds (:func:`optsched.api.solve` makes it the solve's budget); honoured trivially: the
+        policies take milliseconds.
     """
 
     problem = "best-policy"
@@ -52,24 +54,27 @@ class ToyBoundOptions(Options):
     time_limit: PositiveFloat | None = None
 
 
-def bounds(instance: Instance, options: Mapping[str, Any] | ToyBoundOptions | None = None) -> list[Bound]:
-    """The proven makespan lower bound (module docstring)."""
+def bounds(instance: Instance, options: Mapping[str, Any] | ToyBoundOptions | None, budget: TimeBudget) -> list[Bound]:
+    """The proven makespan lower bound (module docstring); it takes none of ``budget``."""
     ToyBoundOptions.parse(options)
     best = max(generic_bounds(instance, "makespan"), key=lambda b: b.value)
     return [Bound("makespan", best.value, True, f"the largest generic makespan bound ({best.name})")]
 
 
-def solve(instance: Instance, options: Mapping[str, Any] | ToyOptions | None = None) -> SolveResult:
-    """The best of the policies' schedules (module docstring)."""
+def solve(instance: Instance, options: Mapping[str, Any] | ToyOptions | None, budget: TimeBudget) -> SolveResult:
+    """The best of the policies' schedules (module docstring); one policy at least, no other once
+    ``budget`` has expired."""
     opts = ToyOptions.parse(options)
     t0 = time.perf_counter()
     runs = []
     for name in opts.policies.split(","):
+        if runs and budget.expired():
+            break
         schedule = simulator_for(name)(instance)
         value, replay = replayed_objective(instance, schedule, "makespan")
         runs.append((value, name, schedule, replay))
     value, name, schedule, replay = min(runs, key=lambda run: run[0])
-    bound = bounds(instance)[0].value
+    bound = bounds(instance, None, budget)[0].value
     return SolveResult(
         problem="best-policy",
         solver=name,
