@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .arrownumpy import numpy_of
 from .instance import MAX_ARRIVAL
 from .jsonio import atomic_output
 from .schedcols import ScheduleColumns, columns_of_lists
@@ -149,15 +150,16 @@ def write_parquet(path: str | Path, instance: str, meta: Mapping[str, Any], colu
     text = json.dumps({"instance": instance, "meta": dict(meta)})
     table = table.replace_schema_metadata({META_KEY: text.encode()})
     with atomic_output(path) as tmp:
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, compression="zstd")
 
 
 def _read_parquet(path: str | Path, error: type[Exception]) -> Read:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    try:
-        table = pq.read_table(path)
+    try:  # ParquetFile, not read_table: the latter's dataset module imports pandas
+        with pq.ParquetFile(path) as file:
+            table = file.read()
     except (OSError, pa.ArrowException) as exc:
         raise error(f"{path}: cannot read the Parquet schedule: {exc}") from None
     head = _parquet_head(path, table, error)
@@ -204,19 +206,65 @@ def _first_bad(path: str | Path, bad: np.ndarray, field: str, what: str, error: 
         raise error(f"{path}: row {int(np.argmax(bad))}: field '{field}': {what}")
 
 
+def _regular_columns(got: dict[str, Any], request: Any) -> ScheduleColumns | None:
+    """The columns of a table whose rows break no rule of :func:`_parquet_columns` and have no
+    empty batch, checked by whole-column tests; None when any test fails (or an empty batch's row
+    is present), for :func:`_parquet_columns` to name the fault."""
+    import pyarrow as pa
+
+    if got["batch"].null_count or got["evict"].null_count or request.null_count:
+        return None
+    batch = numpy_of(got["batch"])
+    n = len(batch)
+    step = np.diff(batch)
+    if n and (batch[0] != 0 or step.min(initial=0) < 0 or step.max(initial=0) > 1):
+        return None
+    evict = numpy_of(got["evict"])
+    if not np.array_equal(evict, numpy_of(got["tokens"].is_null())):  # tokens on the items only
+        return None
+    heads = np.concatenate(([0], np.flatnonzero(step) + 1)) if n else np.zeros(0, np.int64)
+    start = numpy_of(got["start"].cast(pa.float64()), math.nan)
+    batch_start = start[heads]
+    if got["start"].null_count < n:
+        rows = np.diff(np.append(heads, n))
+        given = start[~np.isnan(start)]
+        if np.isinf(given).any() or (len(given) and np.abs(given).max() > MAX_ARRIVAL):
+            return None
+        if not np.array_equal(np.repeat(batch_start, rows), start, equal_nan=True):
+            return None
+    n_evict = int(np.count_nonzero(evict))
+    tokens, ref = numpy_of(got["tokens"], 0), numpy_of(request.indices)
+    item_rows = ~evict if n_evict else slice(None)
+    evicts = np.bincount(batch[evict], minlength=len(heads)) if n_evict else np.zeros(len(heads), np.int64)
+    ids = tuple(request.dictionary.to_pylist())
+    if None in ids:
+        return None
+    return ScheduleColumns(
+        ids=ids,
+        item_ptr=np.append(heads, n) - np.concatenate(([0], np.cumsum(evicts))),
+        item_ref=ref[item_rows].astype(np.int64),
+        item_tokens=tokens[item_rows].astype(np.int64),
+        evict_ptr=np.concatenate(([0], np.cumsum(evicts))),
+        evict_ref=ref[evict].astype(np.int64),
+        start=batch_start,
+    )
+
+
 def _parquet_columns(path: str | Path, got: dict[str, Any], request: Any, error: type[Exception]) -> ScheduleColumns:
     """Check the rows (each fault names its row and field) and build the columns."""
     import pyarrow as pa
 
+    if (regular := _regular_columns(got, request)) is not None:
+        return regular
     for name in ("batch", "evict"):
-        _first_bad(path, np.asarray(got[name].is_null()), name, "must not be null", error)
-    batch = got["batch"].to_numpy().astype(np.int64)
-    evict = got["evict"].to_numpy()
-    ref = request.indices.fill_null(0).to_numpy().astype(np.int64)
-    no_request = np.asarray(request.is_null())
-    no_tokens = np.asarray(got["tokens"].is_null())
-    tokens = got["tokens"].fill_null(0).to_numpy().astype(np.int64)
-    start = got["start"].cast(pa.float64()).fill_null(math.nan).to_numpy()
+        _first_bad(path, numpy_of(got[name].is_null()), name, "must not be null", error)
+    batch = numpy_of(got["batch"]).astype(np.int64)
+    evict = numpy_of(got["evict"])
+    ref = numpy_of(request.indices, 0).astype(np.int64)
+    no_request = numpy_of(request.is_null())
+    no_tokens = numpy_of(got["tokens"].is_null())
+    tokens = numpy_of(got["tokens"], 0).astype(np.int64)
+    start = numpy_of(got["start"].cast(pa.float64()), math.nan)
     step = np.diff(batch, prepend=0)
     bad = (step < 0) | (step > 1)
     bad[:1] = batch[:1] != 0
