@@ -6,10 +6,11 @@ eviction row), ``evict`` (bool) and ``start`` (float64, the batch's ``start`` on
 null for none); a batch with neither items nor evictions is one row whose ``request`` is null. The
 file's key-value metadata ``optsched.schedule`` holds ``{"instance": ..., "meta": {...}}``.
 
-JSON: parsed with orjson, and the batches turned into columns with whole-list checks. Anything the
-fast path cannot vouch for (orjson's refusal, an irregular item, a key that may be given twice in
-one object, an integer orjson would read as a float) makes :func:`read_columns` return None, and
-the strict parser of :mod:`optsched.schedule` reads the file and names the fault: one semantics.
+JSON: decoded by msgspec into typed batches and items (the types check every field), and turned
+into columns. Anything the fast path cannot vouch for (msgspec's refusal, a key that may be given
+twice in one object, a float in ``meta`` that may have been an integer) makes :func:`read_columns`
+return None, and the strict parser of :mod:`optsched.schedule` reads the file and names the fault:
+one semantics.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from functools import cache
 from itertools import chain
-from operator import itemgetter
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ import numpy as np
 
 from .arrownumpy import numpy_of
 from .instance import MAX_ARRIVAL
-from .jsonio import atomic_output
+from .jsonio import atomic_output, gc_paused
 from .schedcols import ScheduleColumns, columns_of_lists
 
 __all__ = ["PARQUET_SUFFIX", "read_columns", "write_parquet"]
@@ -36,9 +38,9 @@ PARQUET_SUFFIX = ".parquet"
 #: The Parquet key-value metadata entry holding the instance name and ``meta``.
 META_KEY = b"optsched.schedule"
 _COLUMNS = ("batch", "request", "tokens", "evict", "start")
-_BATCH_KEYS = frozenset({"items", "evict", "start"})
-#: orjson reads an integer beyond 64 bits as a float (the standard library as an integer).
+#: A float this large in ``meta`` may have been written as an integer (the strict reader keeps it one).
 _INT64 = 2.0**63
+_ID, _TOKENS = attrgetter("id"), attrgetter("tokens")
 
 Read = tuple[str, Mapping[str, Any], ScheduleColumns]
 
@@ -52,7 +54,8 @@ def read_columns(path: str | Path, error: type[Exception]) -> Read | None:
         raw = Path(path).read_bytes()
     except OSError:
         return None  # the strict reader names the fault
-    return _read_json(raw.removeprefix(b"\xef\xbb\xbf"))
+    with gc_paused():  # millions of acyclic objects: the collector's scans would double the time
+        return _read_json(raw.removeprefix(b"\xef\xbb\xbf"))
 
 
 # --------------------------------------------------------------------------- JSON
@@ -67,48 +70,55 @@ def _keys(value: Any) -> int:
     return -1 if isinstance(value, float) and abs(value) >= _INT64 else 0
 
 
-def _read_json(raw: bytes) -> Read | None:
-    import orjson
+@cache
+def _json_decoders() -> tuple[Any, Any]:
+    """msgspec decoders of a schedule's top level (values left raw) and of its ``batches``."""
+    import msgspec
 
+    unset = msgspec.UnsetType
+    item = msgspec.defstruct("Item", [("id", str), ("tokens", int)], gc=False, forbid_unknown_fields=True)
+    fields = [("items", list[item] | unset, msgspec.UNSET), ("evict", list[str] | unset, msgspec.UNSET)]
+    fields.append(("start", float | None | unset, msgspec.UNSET))
+    batch = msgspec.defstruct("Batch", fields, gc=False, forbid_unknown_fields=True)
+    return msgspec.json.Decoder(dict[str, msgspec.Raw]), msgspec.json.Decoder(list[batch])
+
+
+def _read_json(raw: bytes) -> Read | None:
+    import msgspec
+
+    top_level, batch_list = _json_decoders()
     try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        data = top_level.decode(raw)
+        batches = batch_list.decode(data["batches"])
+        rest = {k: msgspec.json.decode(v) for k, v in data.items() if k != "batches"}
+    except (msgspec.DecodeError, KeyError):  # malformed, irregular or without batches
         return None
-    if type(data) is not dict or type(data.get("batches")) is not list:
+    meta = rest.get("meta") or {}
+    if not isinstance(meta, dict):
         return None
-    meta = data.get("meta") or {}
-    batches = data["batches"]
-    if not isinstance(meta, dict) or set(map(type, batches)) - {dict} or set().union(*batches) - _BATCH_KEYS:
-        return None
-    item_lists = [b.get("items", []) for b in batches]
-    evict_lists = [b.get("evict", []) for b in batches]
-    starts = [b.get("start") for b in batches]
-    if set(map(type, chain(item_lists, evict_lists))) - {list} or set(map(type, starts)) - {type(None), int, float}:
-        return None
+    unset = msgspec.UNSET
+    item_lists, evict_lists = [b.items for b in batches], [b.evict for b in batches]
+    starts = [b.start for b in batches]
+    # Every ':' outside strings separates a key from its value: as many as the decoded objects'
+    # keys means that no object gave a key twice (msgspec keeps the last silently).
+    batch_keys = 3 * len(batches) - item_lists.count(unset) - evict_lists.count(unset) - starts.count(unset)
+    item_lists = [[] if x is unset else x for x in item_lists]
+    evict_lists = [[] if x is unset else x for x in evict_lists]
     items = list(chain.from_iterable(item_lists))
-    evicts = list(chain.from_iterable(evict_lists))
-    if set(map(type, items)) - {dict} or sum(map(len, items)) != 2 * len(items) or set(map(type, evicts)) - {str}:
+    top = _keys(rest)
+    if top < 0 or raw.count(b":") != 1 + top + batch_keys + 2 * len(items):
         return None
-    try:  # an item that is not an object, or lacks a field, raises
-        ids, tokens = list(map(itemgetter("id"), items)), list(map(itemgetter("tokens"), items))
-    except (KeyError, TypeError):
-        return None
-    if set(map(type, ids)) - {str} or set(map(type, tokens)) - {int}:
-        return None
-    start = np.array([math.nan if s is None else s for s in starts], np.float64)
+    start = np.array([math.nan if s is None or s is unset else s for s in starts], np.float64)
     given = start[~np.isnan(start)]
     if len(given) and (not np.isfinite(given).all() or np.abs(given).max() > MAX_ARRIVAL):
         return None
-    # Every ':' outside strings separates a key from its value: as many as the parsed objects'
-    # keys means that no object gave a key twice (orjson keeps the last silently).
-    top = _keys({k: v for k, v in data.items() if k != "batches"})
-    if top < 0 or raw.count(b":") != 1 + top + sum(map(len, batches)) + 2 * len(items):
-        return None
+    evicts = list(chain.from_iterable(evict_lists))
+    ids, tokens = list(map(_ID, items)), list(map(_TOKENS, items))
     try:
         columns = columns_of_lists(ids, tokens, list(map(len, item_lists)), evicts, list(map(len, evict_lists)), start)
-    except OverflowError:  # a token count in 64 unsigned bits but not in 64 signed ones
+    except OverflowError:  # a token count beyond 64 signed bits
         return None
-    return str(data.get("instance", "")), meta, columns
+    return str(rest.get("instance", "")), meta, columns
 
 
 # --------------------------------------------------------------------------- Parquet
