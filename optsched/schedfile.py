@@ -91,7 +91,7 @@ def _read_json(raw: bytes) -> Read | None:
         data = top_level.decode(raw)
         batches = batch_list.decode(data["batches"])
         rest = {k: msgspec.json.decode(v) for k, v in data.items() if k != "batches"}
-    except (msgspec.DecodeError, KeyError):  # malformed, irregular or without batches
+    except (msgspec.MsgspecError, ValueError, KeyError):  # malformed, not UTF-8, irregular or without batches
         return None
     meta = rest.get("meta") or {}
     if not isinstance(meta, dict):
