@@ -91,7 +91,8 @@ def _read_json(raw: bytes) -> Read | None:
         data = top_level.decode(raw)
         batches = batch_list.decode(data["batches"])
         rest = {k: msgspec.json.decode(v) for k, v in data.items() if k != "batches"}
-    except (msgspec.MsgspecError, ValueError, KeyError):  # malformed, not UTF-8, irregular or without batches
+        top = _keys(rest)
+    except (msgspec.MsgspecError, ValueError, KeyError, RecursionError):  # malformed, not UTF-8, too deep, ...
         return None
     meta = rest.get("meta") or {}
     if not isinstance(meta, dict):
@@ -105,7 +106,6 @@ def _read_json(raw: bytes) -> Read | None:
     item_lists = [[] if x is unset else x for x in item_lists]
     evict_lists = [[] if x is unset else x for x in evict_lists]
     items = list(chain.from_iterable(item_lists))
-    top = _keys(rest)
     if top < 0 or raw.count(b":") != 1 + top + batch_keys + 2 * len(items):
         return None
     start = np.array([math.nan if s is None or s is unset else s for s in starts], np.float64)
