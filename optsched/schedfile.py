@@ -113,7 +113,7 @@ def _read_json(raw: bytes) -> Read | None:
     if len(given) and (not np.isfinite(given).all() or np.abs(given).max() > MAX_ARRIVAL):
         return None
     evicts = list(chain.from_iterable(evict_lists))
-    ids, tokens = list(map(_ID, items)), list(map(_TOKENS, items))
+    ids, tokens = map(_ID, items), map(_TOKENS, items)
     try:
         columns = columns_of_lists(ids, tokens, list(map(len, item_lists)), evicts, list(map(len, evict_lists)), start)
     except OverflowError:  # a token count beyond 64 signed bits
