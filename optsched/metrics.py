@@ -31,6 +31,8 @@ __all__ = [
     "Metrics",
     "RequestOutcome",
     "compute_metrics",
+    "metrics_of_columns",
+    "outcomes_from_columns",
     "tail_summaries",
     "tail_summary",
 ]
@@ -105,6 +107,34 @@ class RequestOutcome:
         return all(target is None or value is None or value <= target * (1 + TIME_RTOL) for target, value in checks)
 
 
+class _OutcomeBuilder:
+    """:class:`RequestOutcome`'s attributes written plainly, then the object becomes a
+    :class:`RequestOutcome` by ``__class__`` assignment (see :func:`outcomes_from_columns`)."""
+
+    def __init__(self, request: Request, first_token: float | None, finish: float | None, evictions: int,
+                 first_scheduled: float | None) -> None:  # fmt: skip
+        self.request = request
+        self.first_token = first_token
+        self.finish = finish
+        self.evictions = evictions
+        self.first_scheduled = first_scheduled
+        self.__class__ = RequestOutcome  # type: ignore[assignment]
+
+
+def outcomes_from_columns(
+    requests: Iterable[Request],
+    first_token: Iterable[float | None],
+    finish: Iterable[float | None],
+    evictions: Iterable[int],
+    first_scheduled: Iterable[float | None],
+) -> dict[str, RequestOutcome]:
+    """Per request id, its :class:`RequestOutcome` from parallel columns: the same objects as
+    ``RequestOutcome(...)`` (tested), built about twice as fast (a frozen dataclass sets each field
+    through ``object.__setattr__``)."""
+    outs = map(_OutcomeBuilder, requests, first_token, finish, evictions, first_scheduled)
+    return {o.request.id: o for o in outs}  # type: ignore[misc]
+
+
 @dataclass(frozen=True)
 class Metrics:
     """Schedule metrics (times in seconds): docs/schedule.md, tail percentiles and goodput.
@@ -163,7 +193,11 @@ def tail_summaries(columns: Mapping[str, Sequence[float | None]]) -> dict[str, f
     The maximum is the 100th percentile (linear interpolation at the last order statistic is the
     value itself); each row of the call is computed as a call on that row alone would compute it.
     """
-    defined = {name: [v for v in values if v is not None] for name, values in columns.items()}
+    return _tails({name: np.array([v for v in values if v is not None], float) for name, values in columns.items()})
+
+
+def _tails(defined: Mapping[str, np.ndarray]) -> dict[str, float | None]:
+    """:func:`tail_summaries` of each quantity's defined values, in order."""
     by_count: dict[int, list[str]] = {}
     for name, vals in defined.items():
         by_count.setdefault(len(vals), []).append(name)
@@ -172,26 +206,55 @@ def tail_summaries(columns: Mapping[str, Sequence[float | None]]) -> dict[str, f
         if count:
             table = np.percentile(np.array([defined[name] for name in names], dtype=float), _QS, axis=1)
             stats.update((name, table[:, k].tolist()) for k, name in enumerate(names))
-    return {f"{name}_{s}": v for name in columns for s, v in zip(_STATS, stats[name])}
+    return {f"{name}_{s}": v for name in defined for s, v in zip(_STATS, stats[name])}
+
+
+def _times(values: Iterable[float | None]) -> np.ndarray:
+    return np.array([math.nan if v is None else v for v in values], np.float64)
 
 
 def compute_metrics(outcomes: Iterable[RequestOutcome], makespan: float, evictions: int, batches: int) -> Metrics:
     """Metrics of a complete schedule from its per-request outcomes."""
     outs = list(outcomes)
+    first_token, finish = _times(o.first_token for o in outs), _times(o.finish for o in outs)
+    return metrics_of_columns(
+        outs, first_token, finish, _times(o.first_scheduled for o in outs), makespan, evictions, batches
+    )
+
+
+def metrics_of_columns(
+    outs: Sequence[RequestOutcome],
+    first_token: np.ndarray,
+    finish: np.ndarray,
+    first_scheduled: np.ndarray,
+    makespan: float,
+    evictions: int,
+    batches: int,
+) -> Metrics:
+    """:func:`compute_metrics` with the outcomes' times also given as arrays (NaN for None), in
+    their order: the per-request quantities are computed on the arrays, with the same float
+    arithmetic as the :class:`RequestOutcome` properties; only requests carrying an SLO are asked
+    :attr:`RequestOutcome.meets_slo`."""
     n = len(outs)
-    latencies = [o.latency for o in outs]
-    ttfts = [o.ttft for o in outs]
-    tpots = [o.tpot for o in outs]
-    defined_tpots = [t for t in tpots if t is not None]
-    total_latency = math.fsum(latencies)  # type: ignore[arg-type]
-    met = sum(o.meets_slo for o in outs)
-    tokens = sum(o.request.output_tokens for o in outs)
-    tails = tail_summaries({"ttft": ttfts, "tpot": tpots, "latency": latencies, "queue": [o.queue for o in outs]})
+    reqs = [o.request for o in outs]
+    arrival = np.fromiter((r.arrival for r in reqs), np.float64, n)
+    output = np.fromiter((r.output_tokens for r in reqs), np.int64, n)
+    latency, ttft, queue = finish - arrival, first_token - arrival, first_scheduled - arrival
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(output >= 2, (finish - first_token) / (output - 1), math.nan)
+    values = {"ttft": ttft, "tpot": tpot, "latency": latency, "queue": queue}
+    defined = {name: v[~np.isnan(v)] for name, v in values.items()}
+    total_latency = math.fsum(latency.tolist())
+    with_slo = [o for o in outs if o.request.slo is not None]
+    no_slo = np.fromiter((r.slo is None for r in reqs), bool, n)
+    met = int(np.count_nonzero(no_slo & ~np.isnan(finish))) + sum(o.meets_slo for o in with_slo)
+    tokens = int(output.sum())
+    n_tpot = len(defined["tpot"])
     return Metrics(
         makespan=makespan,
         mean_latency=total_latency / n,
-        mean_ttft=math.fsum(ttfts) / n,  # type: ignore[arg-type]
-        mean_tpot=math.fsum(defined_tpots) / len(defined_tpots) if defined_tpots else None,
+        mean_ttft=math.fsum(ttft.tolist()) / n,
+        mean_tpot=math.fsum(defined["tpot"].tolist()) / n_tpot if n_tpot else None,
         throughput=tokens / makespan if makespan > 0 else math.inf,
         evictions=evictions,
         slo_attainment=met / n,
@@ -199,5 +262,5 @@ def compute_metrics(outcomes: Iterable[RequestOutcome], makespan: float, evictio
         batches=batches,
         total_latency=total_latency,
         goodput=met / makespan if makespan > 0 else math.inf,
-        **tails,
+        **_tails(defined),
     )

@@ -21,8 +21,9 @@ import numpy as np
 from numba import njit
 
 from .costmodel import Coefficients, CostModel
-from .instance import Instance
-from .metrics import TIME_RTOL, RequestOutcome, compute_metrics
+from .instance import Instance, Request
+from .jsonio import gc_paused
+from .metrics import TIME_RTOL, metrics_of_columns, outcomes_from_columns
 from .schedcols import ScheduleColumns
 
 __all__ = ["batch_time", "replay_columns"]
@@ -240,14 +241,24 @@ def replay_columns(instance: Instance, columns: ScheduleColumns) -> dict[str, An
     )
     if not ok:
         return None
+    with gc_paused():  # tens of thousands of acyclic objects
+        return _result_fields(reqs, batch_out, times, per_request, int(total_evictions))
+
+
+def _result_fields(
+    reqs: tuple[Request, ...],
+    batch_out: np.ndarray,
+    times: np.ndarray,
+    per_request: tuple[np.ndarray, ...],
+    evictions: int,
+) -> dict[str, Any]:
+    """The :class:`~optsched.schedule.ReplayResult` fields of the kernel's outputs."""
     features = batch_out[:, 2:]
     first_token, finish, first_scheduled = ([None if math.isnan(t) else t for t in a.tolist()] for a in per_request[:3])
-    outcomes = {
-        r.id: RequestOutcome(r, f, e, k, s)
-        for r, f, e, k, s in zip(reqs, first_token, finish, per_request[3].tolist(), first_scheduled)
-    }
+    outcomes = outcomes_from_columns(reqs, first_token, finish, per_request[3].tolist(), first_scheduled)
     ends_list = times[:, 1].tolist()
     makespan = ends_list[-1] if ends_list else 0.0
+    metrics = metrics_of_columns(list(outcomes.values()), *per_request[:3], makespan, evictions, len(ends_list))
     return {
         "outcomes": outcomes,
         "starts": times[:, 0].tolist(),
@@ -256,8 +267,8 @@ def replay_columns(instance: Instance, columns: ScheduleColumns) -> dict[str, An
         "running": batch_out[:, 1].tolist(),
         "prefill_tokens": features[:, 1].tolist(),
         "decode_items": features[:, 3].tolist(),
-        "metrics": compute_metrics(outcomes.values(), makespan, int(total_evictions), len(ends_list)),
-        "features": list(map(tuple, features.tolist())),
+        "metrics": metrics,
+        "features": list(zip(*features.T.tolist(), strict=True)),
         "generated": [r.output_tokens for r in reqs],
         "kv_held": [0] * len(reqs),
     }

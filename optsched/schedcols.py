@@ -11,7 +11,7 @@ and the Parquet schedule file (:mod:`optsched.schedfile`) read this form.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
@@ -87,31 +87,38 @@ def _pointers(lengths: list[int], n_batches: int) -> np.ndarray:
 
 
 def columns_of_lists(
-    item_ids: list[str],
-    tokens: list[int],
+    item_ids: Iterable[str],
+    tokens: Iterable[int],
     items_per_batch: list[int],
-    evict_ids: list[str],
+    evict_ids: Iterable[str],
     evicts_per_batch: list[int],
     start: np.ndarray,
 ) -> ScheduleColumns:
-    """The columns of flat per-item and per-eviction lists, with each batch's counts and its
-    ``start`` (NaN for none).
+    """The columns of flat per-item and per-eviction sequences (as many as the batches' counts
+    add up to), with each batch's counts and its ``start`` (NaN for none).
+
+    Each id is first mapped to the row of its first use (one ``dict.setdefault`` per row), then
+    the first uses are numbered in order.
 
     Raises
     ------
     OverflowError
         When a token count does not fit a 64-bit integer.
     """
-    vocab = dict.fromkeys(chain(item_ids, evict_ids))
-    position = {rid: k for k, rid in enumerate(vocab)}
+    n_items, n_rows = sum(items_per_batch), sum(items_per_batch) + sum(evicts_per_batch)
+    first_use: dict[str, int] = {}
+    rows = np.fromiter(map(first_use.setdefault, chain(item_ids, evict_ids), range(n_rows)), np.int64, n_rows)
+    number = np.zeros(n_rows, np.int64)
+    number[np.fromiter(first_use.values(), np.int64, len(first_use))] = np.arange(len(first_use))
+    refs = number[rows]
     n_b = len(start)
     return ScheduleColumns(
-        ids=tuple(vocab),
+        ids=tuple(first_use),
         item_ptr=_pointers(items_per_batch, n_b),
-        item_ref=np.fromiter(map(position.__getitem__, item_ids), np.int64, len(item_ids)),
-        item_tokens=np.fromiter(tokens, np.int64, len(tokens)),
+        item_ref=refs[:n_items],
+        item_tokens=np.fromiter(tokens, np.int64, n_items),
         evict_ptr=_pointers(evicts_per_batch, n_b),
-        evict_ref=np.fromiter(map(position.__getitem__, evict_ids), np.int64, len(evict_ids)),
+        evict_ref=refs[n_items:],
         start=start,
     )
 

@@ -6,10 +6,11 @@ eviction row), ``evict`` (bool) and ``start`` (float64, the batch's ``start`` on
 null for none); a batch with neither items nor evictions is one row whose ``request`` is null. The
 file's key-value metadata ``optsched.schedule`` holds ``{"instance": ..., "meta": {...}}``.
 
-JSON: parsed with orjson, and the batches turned into columns with whole-list checks. Anything the
-fast path cannot vouch for (orjson's refusal, an irregular item, a key that may be given twice in
-one object, an integer orjson would read as a float) makes :func:`read_columns` return None, and
-the strict parser of :mod:`optsched.schedule` reads the file and names the fault: one semantics.
+JSON: decoded by msgspec into typed batches and items (the types check every field), and turned
+into columns. Anything the fast path cannot vouch for (msgspec's refusal, a key that may be given
+twice in one object, a float in ``meta`` that may have been an integer) makes :func:`read_columns`
+return None, and the strict parser of :mod:`optsched.schedule` reads the file and names the fault:
+one semantics.
 """
 
 from __future__ import annotations
@@ -17,15 +18,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from functools import cache
 from itertools import chain
-from operator import itemgetter
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .arrownumpy import numpy_of
 from .instance import MAX_ARRIVAL
-from .jsonio import atomic_output
+from .jsonio import atomic_output, gc_paused
 from .schedcols import ScheduleColumns, columns_of_lists
 
 __all__ = ["PARQUET_SUFFIX", "read_columns", "write_parquet"]
@@ -35,9 +38,9 @@ PARQUET_SUFFIX = ".parquet"
 #: The Parquet key-value metadata entry holding the instance name and ``meta``.
 META_KEY = b"optsched.schedule"
 _COLUMNS = ("batch", "request", "tokens", "evict", "start")
-_BATCH_KEYS = frozenset({"items", "evict", "start"})
-#: orjson reads an integer beyond 64 bits as a float (the standard library as an integer).
+#: A float this large in ``meta`` may have been written as an integer (the strict reader keeps it one).
 _INT64 = 2.0**63
+_ID, _TOKENS = attrgetter("id"), attrgetter("tokens")
 
 Read = tuple[str, Mapping[str, Any], ScheduleColumns]
 
@@ -51,7 +54,8 @@ def read_columns(path: str | Path, error: type[Exception]) -> Read | None:
         raw = Path(path).read_bytes()
     except OSError:
         return None  # the strict reader names the fault
-    return _read_json(raw.removeprefix(b"\xef\xbb\xbf"))
+    with gc_paused():  # millions of acyclic objects: the collector's scans would double the time
+        return _read_json(raw.removeprefix(b"\xef\xbb\xbf"))
 
 
 # --------------------------------------------------------------------------- JSON
@@ -66,48 +70,55 @@ def _keys(value: Any) -> int:
     return -1 if isinstance(value, float) and abs(value) >= _INT64 else 0
 
 
-def _read_json(raw: bytes) -> Read | None:
-    import orjson
+@cache
+def _json_decoders() -> tuple[Any, Any]:
+    """msgspec decoders of a schedule's top level (values left raw) and of its ``batches``."""
+    import msgspec
 
+    unset = msgspec.UnsetType
+    item = msgspec.defstruct("Item", [("id", str), ("tokens", int)], gc=False, forbid_unknown_fields=True)
+    fields = [("items", list[item] | unset, msgspec.UNSET), ("evict", list[str] | unset, msgspec.UNSET)]
+    fields.append(("start", float | None | unset, msgspec.UNSET))
+    batch = msgspec.defstruct("Batch", fields, gc=False, forbid_unknown_fields=True)
+    return msgspec.json.Decoder(dict[str, msgspec.Raw]), msgspec.json.Decoder(list[batch])
+
+
+def _read_json(raw: bytes) -> Read | None:
+    import msgspec
+
+    top_level, batch_list = _json_decoders()
     try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        data = top_level.decode(raw)
+        batches = batch_list.decode(data["batches"])
+        rest = {k: msgspec.json.decode(v) for k, v in data.items() if k != "batches"}
+        top = _keys(rest)
+    except (msgspec.MsgspecError, ValueError, KeyError, RecursionError):  # malformed, not UTF-8, too deep, ...
         return None
-    if type(data) is not dict or type(data.get("batches")) is not list:
+    meta = rest.get("meta") or {}
+    if not isinstance(meta, dict):
         return None
-    meta = data.get("meta") or {}
-    batches = data["batches"]
-    if not isinstance(meta, dict) or set(map(type, batches)) - {dict} or set().union(*batches) - _BATCH_KEYS:
-        return None
-    item_lists = [b.get("items", []) for b in batches]
-    evict_lists = [b.get("evict", []) for b in batches]
-    starts = [b.get("start") for b in batches]
-    if set(map(type, chain(item_lists, evict_lists))) - {list} or set(map(type, starts)) - {type(None), int, float}:
-        return None
+    unset = msgspec.UNSET
+    item_lists, evict_lists = [b.items for b in batches], [b.evict for b in batches]
+    starts = [b.start for b in batches]
+    # Every ':' outside strings separates a key from its value: as many as the decoded objects'
+    # keys means that no object gave a key twice (msgspec keeps the last silently).
+    batch_keys = 3 * len(batches) - item_lists.count(unset) - evict_lists.count(unset) - starts.count(unset)
+    item_lists = [[] if x is unset else x for x in item_lists]
+    evict_lists = [[] if x is unset else x for x in evict_lists]
     items = list(chain.from_iterable(item_lists))
-    evicts = list(chain.from_iterable(evict_lists))
-    if set(map(type, items)) - {dict} or sum(map(len, items)) != 2 * len(items) or set(map(type, evicts)) - {str}:
+    if top < 0 or raw.count(b":") != 1 + top + batch_keys + 2 * len(items):
         return None
-    try:  # an item that is not an object, or lacks a field, raises
-        ids, tokens = list(map(itemgetter("id"), items)), list(map(itemgetter("tokens"), items))
-    except (KeyError, TypeError):
-        return None
-    if set(map(type, ids)) - {str} or set(map(type, tokens)) - {int}:
-        return None
-    start = np.array([math.nan if s is None else s for s in starts], np.float64)
+    start = np.array([math.nan if s is None or s is unset else s for s in starts], np.float64)
     given = start[~np.isnan(start)]
     if len(given) and (not np.isfinite(given).all() or np.abs(given).max() > MAX_ARRIVAL):
         return None
-    # Every ':' outside strings separates a key from its value: as many as the parsed objects'
-    # keys means that no object gave a key twice (orjson keeps the last silently).
-    top = _keys({k: v for k, v in data.items() if k != "batches"})
-    if top < 0 or raw.count(b":") != 1 + top + sum(map(len, batches)) + 2 * len(items):
-        return None
+    evicts = list(chain.from_iterable(evict_lists))
+    ids, tokens = map(_ID, items), map(_TOKENS, items)
     try:
         columns = columns_of_lists(ids, tokens, list(map(len, item_lists)), evicts, list(map(len, evict_lists)), start)
-    except OverflowError:  # a token count in 64 unsigned bits but not in 64 signed ones
+    except OverflowError:  # a token count beyond 64 signed bits
         return None
-    return str(data.get("instance", "")), meta, columns
+    return str(rest.get("instance", "")), meta, columns
 
 
 # --------------------------------------------------------------------------- Parquet
@@ -149,15 +160,16 @@ def write_parquet(path: str | Path, instance: str, meta: Mapping[str, Any], colu
     text = json.dumps({"instance": instance, "meta": dict(meta)})
     table = table.replace_schema_metadata({META_KEY: text.encode()})
     with atomic_output(path) as tmp:
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, compression="zstd")
 
 
 def _read_parquet(path: str | Path, error: type[Exception]) -> Read:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    try:
-        table = pq.read_table(path)
+    try:  # ParquetFile, not read_table: the latter's dataset module imports pandas
+        with pq.ParquetFile(path) as file:
+            table = file.read()
     except (OSError, pa.ArrowException) as exc:
         raise error(f"{path}: cannot read the Parquet schedule: {exc}") from None
     head = _parquet_head(path, table, error)
@@ -204,19 +216,65 @@ def _first_bad(path: str | Path, bad: np.ndarray, field: str, what: str, error: 
         raise error(f"{path}: row {int(np.argmax(bad))}: field '{field}': {what}")
 
 
+def _regular_columns(got: dict[str, Any], request: Any) -> ScheduleColumns | None:
+    """The columns of a table whose rows break no rule of :func:`_parquet_columns` and have no
+    empty batch, checked by whole-column tests; None when any test fails (or an empty batch's row
+    is present), for :func:`_parquet_columns` to name the fault."""
+    import pyarrow as pa
+
+    if got["batch"].null_count or got["evict"].null_count or request.null_count:
+        return None
+    batch = numpy_of(got["batch"])
+    n = len(batch)
+    step = np.diff(batch)
+    if n and (batch[0] != 0 or step.min(initial=0) < 0 or step.max(initial=0) > 1):
+        return None
+    evict = numpy_of(got["evict"])
+    if not np.array_equal(evict, numpy_of(got["tokens"].is_null())):  # tokens on the items only
+        return None
+    heads = np.concatenate(([0], np.flatnonzero(step) + 1)) if n else np.zeros(0, np.int64)
+    start = numpy_of(got["start"].cast(pa.float64()), math.nan)
+    batch_start = start[heads]
+    if got["start"].null_count < n:
+        rows = np.diff(np.append(heads, n))
+        given = start[~np.isnan(start)]
+        if np.isinf(given).any() or (len(given) and np.abs(given).max() > MAX_ARRIVAL):
+            return None
+        if not np.array_equal(np.repeat(batch_start, rows), start, equal_nan=True):
+            return None
+    n_evict = int(np.count_nonzero(evict))
+    tokens, ref = numpy_of(got["tokens"], 0), numpy_of(request.indices)
+    item_rows = ~evict if n_evict else slice(None)
+    evicts = np.bincount(batch[evict], minlength=len(heads)) if n_evict else np.zeros(len(heads), np.int64)
+    ids = tuple(request.dictionary.to_pylist())
+    if None in ids:
+        return None
+    return ScheduleColumns(
+        ids=ids,
+        item_ptr=np.append(heads, n) - np.concatenate(([0], np.cumsum(evicts))),
+        item_ref=ref[item_rows].astype(np.int64),
+        item_tokens=tokens[item_rows].astype(np.int64),
+        evict_ptr=np.concatenate(([0], np.cumsum(evicts))),
+        evict_ref=ref[evict].astype(np.int64),
+        start=batch_start,
+    )
+
+
 def _parquet_columns(path: str | Path, got: dict[str, Any], request: Any, error: type[Exception]) -> ScheduleColumns:
     """Check the rows (each fault names its row and field) and build the columns."""
     import pyarrow as pa
 
+    if (regular := _regular_columns(got, request)) is not None:
+        return regular
     for name in ("batch", "evict"):
-        _first_bad(path, np.asarray(got[name].is_null()), name, "must not be null", error)
-    batch = got["batch"].to_numpy().astype(np.int64)
-    evict = got["evict"].to_numpy()
-    ref = request.indices.fill_null(0).to_numpy().astype(np.int64)
-    no_request = np.asarray(request.is_null())
-    no_tokens = np.asarray(got["tokens"].is_null())
-    tokens = got["tokens"].fill_null(0).to_numpy().astype(np.int64)
-    start = got["start"].cast(pa.float64()).fill_null(math.nan).to_numpy()
+        _first_bad(path, numpy_of(got[name].is_null()), name, "must not be null", error)
+    batch = numpy_of(got["batch"]).astype(np.int64)
+    evict = numpy_of(got["evict"])
+    ref = numpy_of(request.indices, 0).astype(np.int64)
+    no_request = numpy_of(request.is_null())
+    no_tokens = numpy_of(got["tokens"].is_null())
+    tokens = numpy_of(got["tokens"], 0).astype(np.int64)
+    start = numpy_of(got["start"].cast(pa.float64()), math.nan)
     step = np.diff(batch, prepend=0)
     bad = (step < 0) | (step > 1)
     bad[:1] = batch[:1] != 0

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import math
+import random
+
 import numpy as np
 import pytest
 
 from optsched import load_instance
 from optsched.instance import SLO, Instance, Request, parse_instance
-from optsched.metrics import PERCENTILES, TAIL_KEYS, TAIL_QUANTITIES, tail_summary
+from optsched.metrics import (
+    PERCENTILES,
+    TAIL_KEYS,
+    TAIL_QUANTITIES,
+    RequestOutcome,
+    compute_metrics,
+    outcomes_from_columns,
+    tail_summary,
+)
 from optsched.policies import simulator_for
 from optsched.schedule import Batch, Item, Schedule, replay
 from optsched.workload import WorkloadTransforms, apply_transforms
@@ -102,3 +113,48 @@ def test_tail_summary_of_nothing_is_none():
         "tpot_p99",
         "tpot_max",
     ])
+
+
+def _metrics_by_properties(outs: list[RequestOutcome], makespan: float, evictions: int, batches: int) -> dict:
+    """The metrics computed from each outcome's properties, one request at a time."""
+    latencies, ttfts = [o.latency for o in outs], [o.ttft for o in outs]
+    tpots = [o.tpot for o in outs if o.tpot is not None]
+    met = sum(o.meets_slo for o in outs)
+    total = math.fsum(latencies)
+    tails = {}
+    for q in TAIL_QUANTITIES:
+        tails.update(tail_summary(q, [getattr(o, q) for o in outs]))
+    return {
+        "makespan": makespan,
+        "mean_latency": total / len(outs),
+        "mean_ttft": math.fsum(ttfts) / len(outs),
+        "mean_tpot": math.fsum(tpots) / len(tpots) if tpots else None,
+        "throughput": sum(o.request.output_tokens for o in outs) / makespan,
+        "evictions": evictions,
+        "slo_attainment": met / len(outs),
+        "G": met / total,
+        "batches": batches,
+        "total_latency": total,
+        "goodput": met / makespan,
+        **tails,
+    }
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_metrics_of_columns_equal_the_outcome_properties_bit_for_bit(seed: int) -> None:
+    rng = random.Random(seed)
+    outs = []
+    for k in range(rng.randint(1, 60)):
+        slo = rng.choice([None, SLO(ttft=rng.uniform(0, 3)), SLO(tpot=rng.uniform(0, 0.5), e2e=rng.uniform(1, 9))])
+        req = Request(f"r{k}", rng.uniform(0, 10), rng.randint(1, 50), rng.choice([1, 2, rng.randint(1, 300)]), slo=slo)
+        first = req.arrival + rng.uniform(0.01, 3)
+        done = first + rng.uniform(0, 9) * (req.output_tokens > 1)
+        outs.append(RequestOutcome(req, first, done, rng.randint(0, 3), req.arrival + rng.uniform(0, 1)))
+    makespan = max(o.finish for o in outs) + 0.5
+    assert compute_metrics(outs, makespan, 7, 11).to_dict() == _metrics_by_properties(outs, makespan, 7, 11)
+    built = outcomes_from_columns(
+        [o.request for o in outs], [o.first_token for o in outs], [o.finish for o in outs],
+        [o.evictions for o in outs], [o.first_scheduled for o in outs],
+    )  # fmt: skip
+    assert list(built.values()) == outs and all(type(o) is RequestOutcome for o in built.values())
+    assert list(built) == [o.request.id for o in outs]

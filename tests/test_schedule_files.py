@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 
@@ -179,3 +180,23 @@ def test_simulate_writes_parquet_that_check_and_export_read(tmp_path) -> None:
     exported = _cli("export", str(out), "--instance", inst, "--format", "chrome-trace", "--out", str(trace))
     assert exported.returncode == 0, exported.stderr
     assert trace.exists()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_schedules_round_trip_through_parquet_in_several_row_groups(seed: int, tmp_path) -> None:
+    rng = random.Random(seed)
+    ids = [f"r{k}" for k in range(rng.randint(1, 12))]
+    batches = tuple(
+        Batch(
+            tuple(Item(rng.choice(ids), rng.randint(1, 9)) for _ in range(rng.choice([0, 1, 3]))),
+            tuple(rng.sample(ids, rng.choice([0, 0, 1]))),
+            rng.choice([None, None, rng.uniform(0, 50)]),
+        )
+        for _ in range(rng.randint(0, 30))
+    )
+    schedule = Schedule("x", batches)
+    path = tmp_path / "s.parquet"
+    schedule.save(path)
+    table = pq.read_table(path)
+    pq.write_table(table, path, row_group_size=rng.randint(1, 7))  # several chunks per column
+    assert load_schedule(path) == schedule

@@ -407,9 +407,11 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts):  # n
             return 2, nb
 
 
-def _ranks(requests: tuple[Request, ...], key: Callable[[Request], tuple[Any, ...]]) -> np.ndarray:
-    """Each request's position in the priority order (key, arrival, position)."""
-    by_priority = sorted(range(len(requests)), key=lambda i: (*key(requests[i]), requests[i].arrival, i))
+def _ranks(requests: tuple[Request, ...], key: Callable[[Request], tuple[Any, ...]], arrival: np.ndarray) -> np.ndarray:
+    """Each request's position in the priority order (key, arrival, position): a stable sort on
+    the arrival, then on each key column from the last to the first."""
+    columns = list(zip(*map(key, requests), strict=True)) if requests else []
+    by_priority = np.lexsort((arrival, *(np.array(c) for c in reversed(columns))))
     rank = np.empty(len(requests), np.int64)
     rank[by_priority] = np.arange(len(requests))
     return rank
@@ -442,7 +444,7 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     prompt = np.array([r.prompt_tokens for r in reqs], np.int64)
     out_len = np.array([r.output_tokens for r in reqs], np.int64)
     arrival = np.array([r.arrival for r in reqs], np.float64)
-    order = np.array(sorted(range(n), key=lambda i: (reqs[i].arrival, i)), np.int64)
+    order = np.argsort(arrival, kind="stable")
     flags = [config.hybrid, config.chunked, config.eviction_free, config.prefill_counts_decodes]
     flags += [config.evict_for_waiting, config.evicted_to_front, "all" not in config.groups]
     chunk = min(config.chunk or lim.prefill_budget, lim.prefill_budget)
@@ -452,7 +454,7 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     ev_cap = items_hint or max(n, 1024)
     while True:
         Q = np.zeros((7, n), np.int64)
-        Q[_PROMPT], Q[_OUT], Q[_RANK] = prompt, out_len, _ranks(reqs, key)
+        Q[_PROMPT], Q[_OUT], Q[_RANK] = prompt, out_len, _ranks(reqs, key, arrival)
         E = (Q, np.zeros(6, np.int64), np.zeros(12, np.int64), np.zeros(n, np.int64), np.zeros(max(n, 1), np.int64))
         E += (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64))
         E += (np.zeros(ev_cap, np.int64),)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arrownumpy import numpy_of
 from .formats import TraceFormat
 from .readers import TICKS_PER_SECOND
 
@@ -65,8 +66,8 @@ def _line_count(data: bytes | bytearray) -> int:
 
 
 def _numpy(column: Any) -> np.ndarray:
-    """A chunked column as one numpy array (per chunk: ``ChunkedArray.to_numpy`` imports pandas)."""
-    chunks = [chunk.to_numpy(zero_copy_only=False) for chunk in column.chunks]
+    """A chunked column as one writable numpy array (:func:`~optsched.arrownumpy.numpy_of`)."""
+    chunks = [numpy_of(chunk) for chunk in column.chunks]
     return np.concatenate(chunks) if chunks else np.zeros(0)
 
 

@@ -14,7 +14,7 @@ on a shared machine):
    B = both compiled. Before timing, B's schedule is checked batch for batch against A's and both
    replays for equality (bit for bit, ``repr``).
 2. Loading the schedule file: A = the strict JSON parser building every Batch object (the path of
-   ``load_schedule`` without orjson); B = ``load_schedule`` of the JSON (columns only), and of the
+   ``load_schedule`` without its fast path); B = ``load_schedule`` of the JSON (msgspec to columns), and of the
    Parquet file.
 3. ``optsched check`` of the full-trace schedule, whole process: the JSON file against the Parquet
    one (``--skip-cli`` leaves it out).
@@ -119,7 +119,7 @@ def main() -> None:
         schedule.save(parquet_path)
         print(f"schedule files: JSON {json_path.stat().st_size:,} B, Parquet {parquet_path.stat().st_size:,} B")
         assert load_schedule(json_path) == strict_load(json_path) == load_schedule(parquet_path)
-        alternate("JSON load (A strict + Batch objects, B orjson to columns)", lambda: strict_load(json_path),
+        alternate("JSON load (A strict + Batch objects, B msgspec to columns)", lambda: strict_load(json_path),
                   lambda: load_schedule(json_path), args.rounds)  # fmt: skip
         alternate("load (A strict JSON, B Parquet)", lambda: strict_load(json_path),
                   lambda: load_schedule(parquet_path), args.rounds)  # fmt: skip

@@ -8,7 +8,8 @@ The grid: the shipped instance ``poisson-mixed-100`` (100 requests) x kv_capacit
 80k} x token_budget {1024, 2048, 4096} x rate_scale {1, 2, 4, 8} (48 cells; ``--cells 12`` keeps
 the first rate scale only), each cell running vllm and sarathi (replayed) and the generic bounds.
 Every run is the real command line in a subprocess writing a fresh folder. For each executor it
-prints the command's wall time, the sweep's own wall time (``wall_time`` of its JSON: workloads
+prints the command's wall time and CPU time (user + system of the command and its workers), the
+sweep's own wall time (``wall_time`` of its JSON: workloads
 loaded, cells run and stored; for Ray on a cluster already running), cells per second over the
 latter, and the executor's overhead per cell: (workers x sweep wall time - the sum of the cells'
 own run times) / cells, i.e. the worker time not spent inside a cell (start-up of the workers,
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -43,6 +45,7 @@ def spec(cells: int) -> dict:
 
 
 def run(spec_path: Path, out: Path, *extra: str) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(
         [
@@ -62,6 +65,7 @@ def run(spec_path: Path, out: Path, *extra: str) -> dict:
         env={**os.environ, **LOOPBACK},
     )
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"sweep failed ({proc.returncode}): {proc.stderr[-2000:]}")
     result = json.loads(proc.stdout)
@@ -70,6 +74,7 @@ def run(spec_path: Path, out: Path, *extra: str) -> dict:
     cell_times = pq.read_table(out).column("wall_time").to_pylist()
     return {
         "command_s": wall,
+        "command_cpu_s": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime,
         "sweep_s": result["wall_time"],
         "cells": result["ran"],
         "cell_time_sum_s": sum(cell_times),
@@ -80,7 +85,7 @@ def report(name: str, workers: int, r: dict) -> dict:
     per_cell = (workers * r["sweep_s"] - r["cell_time_sum_s"]) / r["cells"]
     row = {"executor": name, **r, "cells_per_s": r["cells"] / r["sweep_s"], "overhead_per_cell_s": per_cell}
     print(
-        f"{name:10s} command {r['command_s']:7.2f} s  sweep {r['sweep_s']:7.2f} s  "
+        f"{name:10s} command {r['command_s']:7.2f} s ({r['command_cpu_s']:6.2f} s CPU)  sweep {r['sweep_s']:7.2f} s  "
         f"{row['cells_per_s']:6.3f} cells/s  cells' own time {r['cell_time_sum_s']:7.2f} s  "
         f"overhead/cell {per_cell * 1000:7.1f} ms",
         flush=True,
