@@ -130,7 +130,7 @@ import numpy as np
 from .costmodel import CostModel
 from .instance import Instance, Limits, Request
 from .result import MAXIMISED, Bound, objective_named
-from .tokensums import add_by_owner, token_blocks
+from .tokensums import smallest_clipped_sums, sum_of_runs
 
 __all__ = [
     "RequestBounds",
@@ -202,22 +202,24 @@ def _decode_terms(I: np.ndarray, O: np.ndarray, cm: CostModel, P: int, alone: bo
     """Per request, sum over g = 1..O-1 of the cheaper way to generate token g+1 (F3).
 
     ``alone=False`` gives item terms only (overhead is counted per batch by the work bound);
-    ``alone=True`` gives whole lone-batch times D_i(g), R_i(g) of the critical-path bound.
+    ``alone=True`` gives whole lone-batch times D_i(g), R_i(g) of the critical-path bound. The
+    term of token g+1 depends only on the slots h = I + g - 1 it reads (:func:`_decode_term`).
     """
+    return sum_of_runs(I, np.maximum(O - 1, 0), lambda held: _decode_term(held, cm, P, alone), TOKEN_BLOCK)
+
+
+def _decode_term(held: np.ndarray, cm: CostModel, P: int, alone: bool) -> np.ndarray:
+    """The term of :func:`_decode_terms` of a token whose decode reads ``held`` slots."""
     L, b, a, pb, pa, pq, db, da, dk = _coefficients(cm, exact=alone)
     tc, dx = cm.per_tile, cm.decode.per_max_kv
-    total = np.zeros(len(I))
-    for owners, owner, rank, _ in token_blocks(np.maximum(O - 1, 0), TOKEN_BLOCK):
-        held = I[owner].astype(np.float64) + rank  # slots read by the decode of token g+1, g = rank + 1
-        if alone:  # lone batches, priced exactly (F2)
-            decode = b + a + tc + db + da + (dk + dx) * held
-            chunks = np.ceil((held + 1.0) / P)
-            refill = chunks * (b + pb) + tc * _tiles(held + 1.0, chunks, cm) + (a + pa + pq) * (held + 1.0)
-        else:
-            decode = a + da + dk * held
-            refill = (a + pa + pq) * (held + 1.0)
-        add_by_owner(total, owners, owner, np.minimum(decode, refill))
-    return L * total
+    if alone:  # lone batches, priced exactly (F2)
+        decode = b + a + tc + db + da + (dk + dx) * held
+        chunks = np.ceil((held + 1.0) / P)
+        refill = chunks * (b + pb) + tc * _tiles(held + 1.0, chunks, cm) + (a + pa + pq) * (held + 1.0)
+    else:
+        decode = a + da + dk * held
+        refill = (a + pa + pq) * (held + 1.0)
+    return L * np.minimum(decode, refill)
 
 
 def _arrays(instance: Instance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -369,29 +371,13 @@ def _refill_extra_by_decodes(I: np.ndarray, O: np.ndarray, cm: CostModel, d_max:
 def _refill_extra_of_prefixes(
     I: np.ndarray, O: np.ndarray, cm: CostModel, d_max: int, lengths: Sequence[int]
 ) -> list[np.ndarray]:
-    """:func:`_refill_extra_by_decodes` of the first n requests for each n of ``lengths``, in one
-    pass over the tokens (the extra is a sum over requests: each prefix's is a running sum of the
-    per-segment sums between the lengths)."""
+    """:func:`_refill_extra_by_decodes` of the first n requests for each n of ``lengths``, summed in
+    closed form over each request's positions (:func:`optsched.tokensums.smallest_clipped_sums`):
+    rho_ig = L (s (I_i + g) + k)^+ with s = a + pa + pq - dk and k = dk - a - da."""
     L, _, a, _, pa, pq, _, da, dk = _coefficients(cm)
     cuts = np.unique(np.asarray(lengths, dtype=np.int64))
     I, O = I[: int(cuts[-1])], O[: int(cuts[-1])]
-    n_dec = np.maximum(O - 1, 0)
-    slope = (a + pa + pq) - dk
-    width = d_max + 1
-    extra = np.zeros(len(cuts) * width)  # per segment [cuts[s-1], cuts[s]), per D
-    before = np.zeros(len(I))  # per request, the sum of its rho of ranks in earlier blocks
-    for owners, owner, rank, first in token_blocks(n_dec, TOKEN_BLOCK):  # rank: 0-based in the ascending order
-        g = rank + 1.0 if slope >= 0 else n_dec[owner] - rank
-        held = I[owner].astype(np.float64) + g
-        rho = L * np.maximum(0.0, (a + pa + pq) * held - (a + da + dk * (held - 1.0)))
-        csum = np.cumsum(rho)
-        prefix = before[owner] + csum - np.where(first > 0, csum[first - 1], 0.0)  # its rank + 1 smallest
-        at_decodes = n_dec[owner] - 1 - rank  # r_i = rank + 1 refills happen at D = O_i - 2 - rank
-        keep = at_decodes <= d_max
-        segment = np.searchsorted(cuts, owner[keep], side="right")
-        extra += np.bincount(segment * width + at_decodes[keep], weights=prefix[keep], minlength=len(extra))
-        add_by_owner(before, owners, owner, rho)
-    by_prefix = np.cumsum(extra.reshape(len(cuts), width), axis=0)
+    by_prefix = L * smallest_clipped_sums(I, O - 1, (a + pa + pq) - dk, dk - a - da, d_max + 1, cuts)
     return [by_prefix[int(np.searchsorted(cuts, n))] for n in lengths]
 
 
