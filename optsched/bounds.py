@@ -124,6 +124,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from operator import attrgetter
 
 import numpy as np
 
@@ -223,10 +224,10 @@ def _decode_term(held: np.ndarray, cm: CostModel, P: int, alone: bool) -> np.nda
 
 
 def _arrays(instance: Instance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    reqs = instance.requests
-    arrival = np.array([r.arrival for r in reqs], dtype=np.float64)
-    I = np.array([r.prompt_tokens for r in reqs], dtype=np.int64)
-    O = np.array([r.output_tokens for r in reqs], dtype=np.int64)
+    reqs, n = instance.requests, len(instance.requests)
+    arrival = np.fromiter(map(attrgetter("arrival"), reqs), np.float64, n)
+    I = np.fromiter(map(attrgetter("prompt_tokens"), reqs), np.int64, n)
+    O = np.fromiter(map(attrgetter("output_tokens"), reqs), np.int64, n)
     return arrival, I, O
 
 
@@ -261,9 +262,17 @@ class RequestBounds:
 
 def request_bounds(instance: Instance, request: Request) -> RequestBounds:
     """TTFT, latency and TPOT lower bounds of ``request`` (module docstring, "Per request")."""
-    first, later = _alone_parts(instance, np.array([request.prompt_tokens]), np.array([request.output_tokens]))
-    tpot = float(later[0]) / (request.output_tokens - 1) if request.output_tokens > 1 else None
-    return RequestBounds(ttft=float(first[0]), e2e=float(first[0] + later[0]), tpot=tpot)
+    ttft, e2e, tpot = request_bound_arrays(
+        instance, np.array([request.prompt_tokens]), np.array([request.output_tokens])
+    )
+    return RequestBounds(ttft=float(ttft[0]), e2e=float(e2e[0]), tpot=None if np.isnan(tpot[0]) else float(tpot[0]))
+
+
+def request_bound_arrays(instance: Instance, I: np.ndarray, O: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`request_bounds` of the requests of prompt lengths ``I`` and output lengths ``O`` at
+    once: TTFT, latency and TPOT lower bounds (TPOT NaN where O = 1)."""
+    first, later = _alone_parts(instance, I, O)
+    return first, first + later, np.where(O > 1, later / np.maximum(O - 1, 1), np.nan)
 
 
 def _member_lengths(
@@ -544,6 +553,11 @@ def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Boun
         ]
     if objective != "makespan":  # an objective this module has no bound for
         return []
+    return _makespan_bounds(instance, arrival, alone)
+
+
+def _makespan_bounds(instance: Instance, arrival: np.ndarray, alone: np.ndarray) -> list[Bound]:
+    """The ``work`` and ``critical-path`` makespan bounds, ``alone`` the :func:`critical_path_times`."""
     value, at = work_bound(instance)
     k = int(np.argmax(arrival + alone))
     return [
@@ -565,9 +579,9 @@ def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Boun
 def instance_bounds(instance: Instance) -> list[Bound]:
     """The default bounds of an instance: makespan (critical path, work, their max), mean latency,
     mean TTFT (lower bounds) and throughput (upper bound), all proven (module docstring)."""
-    _, I, O = _arrays(instance)
+    arrival, I, O = _arrays(instance)
     first, later = _alone_parts(instance, I, O)
-    makespan_bounds = {b.name: b.value for b in generic_bounds(instance, "makespan")}
+    makespan_bounds = {b.name: b.value for b in _makespan_bounds(instance, arrival, first + later)}
     critical, work = makespan_bounds["critical-path"], makespan_bounds["work"]
     makespan = max(critical, work)
     tokens = int(O.sum())
