@@ -82,6 +82,8 @@ def slo_unattainable(instance: Instance, fits: np.ndarray) -> list[dict[str, Any
     whose ``fits`` is true, in request order."""
     reqs = instance.requests
     slos = list(map(attrgetter("slo"), reqs))
+    if slos.count(None) == len(slos):
+        return []
     which = np.flatnonzero(fits & np.fromiter((slo is not None for slo in slos), bool, len(reqs)))
     if len(which) == 0:
         return []
