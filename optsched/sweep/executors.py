@@ -175,11 +175,18 @@ class LocalPool:
         return self._finished.popleft()
 
     def _drop_pool(self) -> None:
-        """Stop the pool and end its worker processes (by the ids they reported)."""
+        """End the pool's worker processes (by the ids they reported), then stop the pool and wait
+        for its manager thread to end.
+
+        The wait is what keeps the end of the program clean: a manager thread still running when
+        the interpreter exits closes its wake-up pipe while ``concurrent.futures``' exit hook writes
+        to it, and the hook's write fails ("Exception ignored ... OSError: [Errno 9] Bad file
+        descriptor", the exit code unchanged). The workers end first so that no running job is
+        waited for.
+        """
         if self._pool is None:
             return
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._pool = None
+        pool, self._pool = self._pool, None
         while not self._pids.empty():
             self._known_pids.add(self._pids.get())
         for pid in self._known_pids:
@@ -188,6 +195,7 @@ class LocalPool:
             except ProcessLookupError:
                 pass
         self._known_pids.clear()
+        pool.shutdown(wait=True, cancel_futures=True)
 
     def close(self) -> None:
         """End every worker (jobs still running are abandoned)."""

@@ -19,9 +19,8 @@ import time
 from pathlib import Path
 
 from optsched.budget import TimeBudget
-from optsched.cli import build_parser
-from optsched.commands._common import load_instance_arg
 from optsched.commands.info import column_figures, slow_figures
+from optsched.workload import load_trace
 from tests.support.info_traces import repeated_trace
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "splitwise_conv.csv"
@@ -29,11 +28,10 @@ DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces"
 
 def _in_process(path: Path, repeat: int) -> tuple[float, float, float]:
     """Best (load, columns, SLO check + bounds) seconds of ``repeat`` runs."""
-    args = build_parser().parse_args(["info", str(path), "--cost-model", "llama2-7b-h200"])
     best = [float("inf")] * 3
     for _ in range(repeat):
         t0 = time.perf_counter()
-        instance = load_instance_arg(args, check_capacity=False)
+        instance = load_trace(path, cost_model="llama2-7b-h200")
         t1 = time.perf_counter()
         _, fits = column_figures(instance)
         t2 = time.perf_counter()
@@ -62,7 +60,7 @@ def main() -> int:
         print(f"skip: {DATA} not available", file=sys.stderr)
         return 0
     print(
-        "| rows | load s | columns s | SLO check + bounds s | info / load | command s | with --time-limit: s, not computed |"
+        "| rows | load s | columns s | SLO check + bounds s | info / load | command s | --time-limit: s, not computed |"
     )
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
