@@ -124,7 +124,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from operator import attrgetter
 
 import numpy as np
 
@@ -224,11 +223,7 @@ def _decode_term(held: np.ndarray, cm: CostModel, P: int, alone: bool) -> np.nda
 
 
 def _arrays(instance: Instance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    reqs, n = instance.requests, len(instance.requests)
-    arrival = np.fromiter(map(attrgetter("arrival"), reqs), np.float64, n)
-    I = np.fromiter(map(attrgetter("prompt_tokens"), reqs), np.int64, n)
-    O = np.fromiter(map(attrgetter("output_tokens"), reqs), np.int64, n)
-    return arrival, I, O
+    return instance.columns
 
 
 def _prefill_alone_times(instance: Instance, I: np.ndarray) -> np.ndarray:

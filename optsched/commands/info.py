@@ -73,10 +73,6 @@ def _stats(values: np.ndarray) -> dict[str, float]:
     }
 
 
-def _column(instance: Instance, name: str, dtype: type) -> np.ndarray:
-    return np.fromiter(map(attrgetter(name), instance.requests), dtype, len(instance.requests))
-
-
 def slo_unattainable(instance: Instance, fits: np.ndarray) -> list[dict[str, Any]]:
     """The SLOs no schedule can meet (target below the request's lower bound), of the requests
     whose ``fits`` is true, in request order."""
@@ -87,7 +83,7 @@ def slo_unattainable(instance: Instance, fits: np.ndarray) -> list[dict[str, Any
     which = np.flatnonzero(fits & np.fromiter((slo is not None for slo in slos), bool, len(reqs)))
     if len(which) == 0:
         return []
-    I, O = _column(instance, "prompt_tokens", np.int64)[which], _column(instance, "output_tokens", np.int64)[which]
+    I, O = instance.columns[1][which], instance.columns[2][which]
     ttft, e2e, tpot = request_bound_arrays(instance, I, O)
     found: list[tuple[int, int, dict[str, Any]]] = []
     for order, (what, bound) in enumerate((("ttft", ttft), ("e2e", e2e), ("tpot", tpot), ("atgt", tpot))):
@@ -115,9 +111,7 @@ def column_figures(instance: Instance) -> tuple[dict[str, Any], np.ndarray]:
     fits in the KV capacity."""
     reqs = instance.requests
     lim = instance.limits
-    prompt = _column(instance, "prompt_tokens", np.int64)
-    output = _column(instance, "output_tokens", np.int64)
-    arrival = _column(instance, "arrival", np.float64)
+    arrival, prompt, output = instance.columns
     fits = np.ones(len(reqs), dtype=bool) if lim.kv_capacity is None else prompt + output - 1 <= lim.kv_capacity
     cannot_fit = [
         {"id": reqs[i].id, "max_kv": reqs[i].max_kv, "kv_capacity": lim.kv_capacity}
