@@ -114,5 +114,6 @@ def smallest_clipped_sums(
     D = np.arange(width, dtype=np.int64).astype(exact)
     quad = (u + sign * D * v + D * D * n) // 2  # sum T(end - D) (slope >= 0) or sum T(base + D)
     runs = quad - fixed if slope >= 0 else fixed - quad
-    found = slope * runs.astype(np.float64) + offset * (lin - D * n).astype(np.float64)
-    return np.pad(found, ((0, 0), (0, full - width)))
+    found = np.zeros((len(cuts), full))
+    found[:, :width] = slope * runs.astype(np.float64) + offset * (lin - D * n).astype(np.float64)
+    return found
