@@ -86,7 +86,7 @@ WHOLE_COMMAND_LIMITS = ("solve", "bound", "info")
 
 #: Seconds past a time limit at which the program ends a command that has not ended by itself: its
 #: own checks end it within the limit; this bounds the process at the limit plus 1 s.
-LIMIT_GRACE = 0.8
+LIMIT_GRACE = 0.9
 
 
 class _Parser(argparse.ArgumentParser):

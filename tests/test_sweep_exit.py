@@ -9,6 +9,7 @@ the pool's ``close`` must leave no manager thread running.
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
 from concurrent.futures import process
@@ -50,3 +51,16 @@ def test_a_sweep_exits_without_an_ignored_exception(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert "Exception ignored" not in done.stderr and "Bad file descriptor" not in done.stderr, done.stderr
+
+
+def test_every_worker_has_ended_when_the_pool_is_closed() -> None:
+    """Two workers, one job: the second worker may still be starting when the pool closes; it is
+    ended too (a survivor could wait forever for the call queue's lock held by an ended worker,
+    and the program's exit with it)."""
+    before = set(multiprocessing.active_children())
+    pool = LocalPool(2)
+    pool.submit("a", abs, -1)
+    pool.submit("b", abs, -2)
+    assert sorted(pool.next_done() for _ in range(2)) == [("a", 1, None), ("b", 2, None)]
+    pool.close()
+    assert set(multiprocessing.active_children()) <= before
