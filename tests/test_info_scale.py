@@ -148,3 +148,16 @@ def test_info_without_a_limit_computes_everything(capsys) -> None:
     assert main(["info", "toy-4", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["not_computed"] == [] and info["bounds"]
+
+
+def test_a_failure_of_the_bounds_under_a_time_limit_is_not_a_missing_figure(monkeypatch, capsys) -> None:
+    """The bounds run in a worker thread under a limit: their error is the command's (exit 3 here),
+    never reported as "not computed within the time limit"."""
+
+    def broken_bounds(instance):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(info_command, "instance_bounds", broken_bounds)
+    assert main(["info", "toy-4", "--time-limit", "30", "--json"]) == 3
+    err = capsys.readouterr().err
+    assert "planted" in err and "not computed" not in err

@@ -141,13 +141,17 @@ def slow_figures(instance: Instance, fits: np.ndarray, budget: TimeBudget) -> di
     """:data:`SLOW_FIGURES` computed in order, those not done within ``budget`` None (module
     docstring), and ``not_computed``, their names."""
     found: dict[str, Any] = dict.fromkeys(SLOW_FIGURES)
+    failed: list[BaseException] = []
 
     def compute() -> None:
-        found["slo_unattainable"] = slo_unattainable(instance, fits)
-        feasible = (
-            instance if fits.all() else instance.with_requests([r for r, ok in zip(instance.requests, fits) if ok])
-        )
-        found["bounds"] = [b.to_dict() for b in instance_bounds(feasible)] if feasible.requests else []
+        try:
+            found["slo_unattainable"] = slo_unattainable(instance, fits)
+            feasible = (
+                instance if fits.all() else instance.with_requests([r for r, ok in zip(instance.requests, fits) if ok])
+            )
+            found["bounds"] = [b.to_dict() for b in instance_bounds(feasible)] if feasible.requests else []
+        except BaseException as exc:  # noqa: BLE001 - raised again by the command's thread
+            failed.append(exc)
 
     if budget.limited:
         worker = threading.Thread(target=compute, name="optsched-info", daemon=True)  # left behind at the limit
@@ -156,6 +160,8 @@ def slow_figures(instance: Instance, fits: np.ndarray, budget: TimeBudget) -> di
         found = dict(found)  # a copy: what the worker adds later is not reported
     else:
         compute()
+    if failed:
+        raise failed[0]
     return {**found, "not_computed": [name for name in SLOW_FIGURES if found[name] is None]}
 
 
