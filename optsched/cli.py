@@ -85,8 +85,9 @@ COMMANDS: tuple[ModuleType, ...] = (
 WHOLE_COMMAND_LIMITS = ("solve", "bound", "info")
 
 #: Seconds past a time limit at which the program ends a command that has not ended by itself: its
-#: own checks end it within the limit; this bounds the process at the limit plus 1 s.
-LIMIT_GRACE = 0.9
+#: own checks end it within the limit; this bounds the process at the limit plus 1 s (the rest is
+#: for the ending itself: the message, the flush and the release of its memory under load).
+LIMIT_GRACE = 0.75
 
 
 class _Parser(argparse.ArgumentParser):

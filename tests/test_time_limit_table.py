@@ -1,7 +1,7 @@
 """``--time-limit`` bounds every method of every formulation (issue 38 item 4): each (command,
 problem, method) of the registry, on the smallest instance its formulation accepts, takes
 ``--time-limit 5`` and its process ends within the limit + 1 s, with an answer (exit 0, or 1 for
-"no") or, where it could not end by itself, ended by the program 0.9 s past its limit with one line
+"no") or, where it could not end by itself, ended by the program 0.75 s past its limit with one line
 (exit 124, :func:`optsched.exiting.end_at`); the limit is never refused (exit 2)."""
 
 from __future__ import annotations
