@@ -130,7 +130,7 @@ import numpy as np
 from .costmodel import Coefficients, CostModel
 from .instance import Instance, Limits, Request
 from .result import MAXIMISED, Bound, objective_named
-from .tokensums import add_by_owner, token_blocks
+from .tokensums import smallest_clipped_sums, sum_of_runs
 
 __all__ = [
     "RequestBounds",
@@ -190,32 +190,30 @@ def _decode_terms(I: np.ndarray, O: np.ndarray, cm: CostModel, P: int, alone: bo
     """Per request, sum over g = 1..O-1 of the cheaper way to generate token g+1 (F3).
 
     ``alone=False`` gives item terms only (overhead is counted per batch by the work bound);
-    ``alone=True`` gives whole lone-batch times D_i(g), R_i(g) of the critical-path bound.
+    ``alone=True`` gives whole lone-batch times D_i(g), R_i(g) of the critical-path bound. The
+    term of token g+1 depends only on the slots h = I + g - 1 it reads (:func:`_decode_term`).
     """
+    return sum_of_runs(I, np.maximum(O - 1, 0), lambda held: _decode_term(held, cm, P, alone), TOKEN_BLOCK)
+
+
+def _decode_term(held: np.ndarray, cm: CostModel, P: int, alone: bool) -> np.ndarray:
+    """The term of :func:`_decode_terms` of a token whose decode reads ``held`` slots."""
     coef = Coefficients.of(cm if alone else cm.linear_twin())
     L, b, a, pb, pa = coef.layers, coef.base, coef.per_token, coef.prefill_bias, coef.prefill_per_token
     pq, db, da, dk = coef.prefill_per_token_sq, coef.decode_bias, coef.decode_per_token, coef.decode_per_kv
     tc, dx = cm.per_tile, cm.decode.per_max_kv
-    total = np.zeros(len(I))
-    for owners, owner, rank, _ in token_blocks(np.maximum(O - 1, 0), TOKEN_BLOCK):
-        held = I[owner].astype(np.float64) + rank  # slots read by the decode of token g+1, g = rank + 1
-        if alone:  # lone batches, priced exactly (F2)
-            decode = b + a + tc + db + da + (dk + dx) * held
-            chunks = np.ceil((held + 1.0) / P)
-            refill = chunks * (b + pb) + tc * _tiles(held + 1.0, chunks, cm) + (a + pa + pq) * (held + 1.0)
-        else:
-            decode = a + da + dk * held
-            refill = (a + pa + pq) * (held + 1.0)
-        add_by_owner(total, owners, owner, np.minimum(decode, refill))
-    return L * total
+    if alone:  # lone batches, priced exactly (F2)
+        decode = b + a + tc + db + da + (dk + dx) * held
+        chunks = np.ceil((held + 1.0) / P)
+        refill = chunks * (b + pb) + tc * _tiles(held + 1.0, chunks, cm) + (a + pa + pq) * (held + 1.0)
+    else:
+        decode = a + da + dk * held
+        refill = (a + pa + pq) * (held + 1.0)
+    return L * np.minimum(decode, refill)
 
 
 def _arrays(instance: Instance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    reqs = instance.requests
-    arrival = np.array([r.arrival for r in reqs], dtype=np.float64)
-    I = np.array([r.prompt_tokens for r in reqs], dtype=np.int64)
-    O = np.array([r.output_tokens for r in reqs], dtype=np.int64)
-    return arrival, I, O
+    return instance.columns
 
 
 def _prefill_alone_times(instance: Instance, I: np.ndarray) -> np.ndarray:
@@ -249,9 +247,17 @@ class RequestBounds:
 
 def request_bounds(instance: Instance, request: Request) -> RequestBounds:
     """TTFT, latency and TPOT lower bounds of ``request`` (module docstring, "Per request")."""
-    first, later = _alone_parts(instance, np.array([request.prompt_tokens]), np.array([request.output_tokens]))
-    tpot = float(later[0]) / (request.output_tokens - 1) if request.output_tokens > 1 else None
-    return RequestBounds(ttft=float(first[0]), e2e=float(first[0] + later[0]), tpot=tpot)
+    ttft, e2e, tpot = request_bound_arrays(
+        instance, np.array([request.prompt_tokens]), np.array([request.output_tokens])
+    )
+    return RequestBounds(ttft=float(ttft[0]), e2e=float(e2e[0]), tpot=None if np.isnan(tpot[0]) else float(tpot[0]))
+
+
+def request_bound_arrays(instance: Instance, I: np.ndarray, O: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`request_bounds` of the requests of prompt lengths ``I`` and output lengths ``O`` at
+    once: TTFT, latency and TPOT lower bounds (TPOT NaN where O = 1)."""
+    first, later = _alone_parts(instance, I, O)
+    return first, first + later, np.where(O > 1, later / np.maximum(O - 1, 1), np.nan)
 
 
 def _member_lengths(
@@ -360,31 +366,15 @@ def _refill_extra_by_decodes(I: np.ndarray, O: np.ndarray, cm: CostModel, d_max:
 def _refill_extra_of_prefixes(
     I: np.ndarray, O: np.ndarray, cm: CostModel, d_max: int, lengths: Sequence[int]
 ) -> list[np.ndarray]:
-    """:func:`_refill_extra_by_decodes` of the first n requests for each n of ``lengths``, in one
-    pass over the tokens (the extra is a sum over requests: each prefix's is a running sum of the
-    per-segment sums between the lengths)."""
+    """:func:`_refill_extra_by_decodes` of the first n requests for each n of ``lengths``, summed in
+    closed form over each request's positions (:func:`optsched.tokensums.smallest_clipped_sums`):
+    rho_ig = L (s (I_i + g) + k)^+ with s = a + pa + pq - dk and k = dk - a - da."""
     coef = Coefficients.of(cm.linear_twin())
     L, a, pa, pq = coef.layers, coef.per_token, coef.prefill_per_token, coef.prefill_per_token_sq
     da, dk = coef.decode_per_token, coef.decode_per_kv
     cuts = np.unique(np.asarray(lengths, dtype=np.int64))
     I, O = I[: int(cuts[-1])], O[: int(cuts[-1])]
-    n_dec = np.maximum(O - 1, 0)
-    slope = (a + pa + pq) - dk
-    width = d_max + 1
-    extra = np.zeros(len(cuts) * width)  # per segment [cuts[s-1], cuts[s]), per D
-    before = np.zeros(len(I))  # per request, the sum of its rho of ranks in earlier blocks
-    for owners, owner, rank, first in token_blocks(n_dec, TOKEN_BLOCK):  # rank: 0-based in the ascending order
-        g = rank + 1.0 if slope >= 0 else n_dec[owner] - rank
-        held = I[owner].astype(np.float64) + g
-        rho = L * np.maximum(0.0, (a + pa + pq) * held - (a + da + dk * (held - 1.0)))
-        csum = np.cumsum(rho)
-        prefix = before[owner] + csum - np.where(first > 0, csum[first - 1], 0.0)  # its rank + 1 smallest
-        at_decodes = n_dec[owner] - 1 - rank  # r_i = rank + 1 refills happen at D = O_i - 2 - rank
-        keep = at_decodes <= d_max
-        segment = np.searchsorted(cuts, owner[keep], side="right")
-        extra += np.bincount(segment * width + at_decodes[keep], weights=prefix[keep], minlength=len(extra))
-        add_by_owner(before, owners, owner, rho)
-    by_prefix = np.cumsum(extra.reshape(len(cuts), width), axis=0)
+    by_prefix = L * smallest_clipped_sums(I, O - 1, (a + pa + pq) - dk, dk - a - da, d_max + 1, cuts)
     return [by_prefix[int(np.searchsorted(cuts, n))] for n in lengths]
 
 
@@ -554,6 +544,11 @@ def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Boun
         ]
     if objective != "makespan":  # an objective this module has no bound for
         return []
+    return _makespan_bounds(instance, arrival, alone)
+
+
+def _makespan_bounds(instance: Instance, arrival: np.ndarray, alone: np.ndarray) -> list[Bound]:
+    """The ``work`` and ``critical-path`` makespan bounds, ``alone`` the :func:`critical_path_times`."""
     value, at = work_bound(instance)
     k = int(np.argmax(arrival + alone))
     return [
@@ -575,9 +570,9 @@ def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Boun
 def instance_bounds(instance: Instance) -> list[Bound]:
     """The default bounds of an instance: makespan (critical path, work, their max), mean latency,
     mean TTFT (lower bounds) and throughput (upper bound), all proven (module docstring)."""
-    _, I, O = _arrays(instance)
+    arrival, I, O = _arrays(instance)
     first, later = _alone_parts(instance, I, O)
-    makespan_bounds = {b.name: b.value for b in generic_bounds(instance, "makespan")}
+    makespan_bounds = {b.name: b.value for b in _makespan_bounds(instance, arrival, first + later)}
     critical, work = makespan_bounds["critical-path"], makespan_bounds["work"]
     makespan = max(critical, work)
     tokens = int(O.sum())

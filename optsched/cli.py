@@ -50,7 +50,7 @@ from .commands._common import (
     stdout_reserved_for_json,
 )
 from .costmodel import CostModelError
-from .exiting import exit_now
+from .exiting import end_at, exit_now
 from .instance import InstanceError
 from .interrupt import EXIT_INTERRUPTED, sigint_seen
 from .jsonio import OutputError
@@ -77,6 +77,17 @@ COMMANDS: tuple[ModuleType, ...] = (
     sweep_report,
     warmup,
 )
+
+
+#: The commands whose ``--time-limit`` bounds the whole process: the program ends them
+#: (:func:`optsched.exiting.end_at`, exit 124) when they run :data:`LIMIT_GRACE` past it. (``plan``'s
+#: limit is per placement; ``report`` shares its limit among its phases itself.)
+WHOLE_COMMAND_LIMITS = ("solve", "bound", "info")
+
+#: Seconds past a time limit at which the program ends a command that has not ended by itself: its
+#: own checks end it within the limit; this bounds the process at the limit plus 1 s (the rest is
+#: for the ending itself: the message, the flush and the release of its memory under load).
+LIMIT_GRACE = 0.75
 
 
 class _Parser(argparse.ArgumentParser):
@@ -116,7 +127,8 @@ def main(argv: Sequence[str] | None = None, *, quick_exit: bool = False) -> int:
     With ``quick_exit`` (the program itself, :func:`optsched.launch.main`), a command given a
     ``--time-limit`` ends the process as soon as its outputs are out
     (:func:`optsched.exiting.exit_now`): the limit bounds the whole process, and the interpreter's
-    teardown would come after it."""
+    teardown would come after it; one of :data:`WHOLE_COMMAND_LIMITS` still running
+    :data:`LIMIT_GRACE` past its limit is ended there (:func:`optsched.exiting.end_at`)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -125,8 +137,17 @@ def main(argv: Sequence[str] | None = None, *, quick_exit: bool = False) -> int:
     # A command's --time-limit counts from the start of the program (interpreter and imports
     # included), or from this call when main() is called in-process with explicit arguments.
     args.started = process_started() if argv is None else time.perf_counter()
+    limit = getattr(args, "time_limit", None)
+    ended = None
+    if quick_exit and limit is not None and args.command in WHOLE_COMMAND_LIMITS:
+        ended = end_at(
+            args.started + limit + LIMIT_GRACE,
+            f"optsched: error: {args.command}: stopped at its time limit of {limit:g} s, before it had an answer",
+        )
     code = _run(args)
-    if quick_exit and getattr(args, "time_limit", None) is not None:
+    if ended is not None:
+        ended()
+    if quick_exit and limit is not None:
         exit_now(code)
     return code
 

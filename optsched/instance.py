@@ -235,6 +235,24 @@ class Instance:
         """Request id -> position, built on first use (a large trace may never need it)."""
         return {r.id: i for i, r in enumerate(self.requests)}
 
+    @cached_property
+    def columns(self) -> tuple[Any, Any, Any]:
+        """(arrivals, prompt lengths, output lengths) of :attr:`requests` as read-only numpy arrays
+        (float64, int64, int64), built on first use and kept: the figures over every request
+        (:mod:`optsched.bounds`, ``optsched info``) read them instead of the request objects."""
+        from operator import attrgetter
+
+        import numpy as np
+
+        n = len(self.requests)
+        found = tuple(
+            np.fromiter(map(attrgetter(name), self.requests), dtype, n)
+            for name, dtype in (("arrival", np.float64), ("prompt_tokens", np.int64), ("output_tokens", np.int64))
+        )
+        for array in found:
+            array.setflags(write=False)
+        return found
+
     def index(self, request_id: str) -> int:
         """Position of a request id in :attr:`requests` (KeyError if unknown)."""
         return self._index[request_id]

@@ -34,6 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .exiting import exit_held
+
 __all__ = [
     "MAX_INPUT_BYTES",
     "MAX_STREAM_BYTES",
@@ -225,22 +227,23 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     into a folder meanwhile) becomes an :class:`OutputError` naming ``path``.
     """
     target = output_target(path)
-    try:
-        keep = stat.S_IMODE(os.stat(target).st_mode) if target.exists() else default_file_mode()
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write: {exc.strerror}") from None
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.chmod(tmp, keep)
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with exit_held():  # a time limit's ending waits for the file (optsched.exiting)
+        try:
+            keep = stat.S_IMODE(os.stat(target).st_mode) if target.exists() else default_file_mode()
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot write: {exc.strerror}") from None
+        os.close(fd)
+        try:
+            yield Path(tmp)
+            os.chmod(tmp, keep)
+            os.replace(tmp, target)
+        except OSError as exc:
+            Path(tmp).unlink(missing_ok=True)
+            raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

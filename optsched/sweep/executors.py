@@ -80,11 +80,10 @@ def die_with_parent(parent: int) -> None:
 _PR_SET_PDEATHSIG = 1
 
 
-def _init_worker(shared: list[Any], pids: Any, parent: int) -> None:
+def _init_worker(shared: list[Any], parent: int) -> None:
     die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     _worker_shared[:] = shared
-    pids.put(os.getpid())
 
 
 def _call_in_worker(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -108,8 +107,8 @@ class LocalPool:
         self.slots = workers
         self._log = log or (lambda msg: print(msg, file=sys.stderr))
         self._ctx = multiprocessing.get_context("spawn")
-        self._pids = self._ctx.SimpleQueue()
-        self._known_pids: set[int] = set()
+        #: The driver's child processes that are not the pool's (those before the pool was made).
+        self._not_workers: set[Any] = set()
         self._shared: list[Any] = []
         self._waiting: deque[_Job] = deque()
         self._running: dict[Future, _Job] = {}
@@ -128,11 +127,12 @@ class LocalPool:
 
     def _fill(self) -> None:
         if self._pool is None:
+            self._not_workers = set(multiprocessing.active_children())
             self._pool = ProcessPoolExecutor(
                 self.workers,
                 mp_context=self._ctx,
                 initializer=_init_worker,
-                initargs=(self._shared, self._pids, os.getpid()),
+                initargs=(self._shared, os.getpid()),
             )
         while self._waiting and len(self._running) < self.workers:
             job = self._waiting.popleft()
@@ -178,19 +178,25 @@ class LocalPool:
         return self._finished.popleft()
 
     def _drop_pool(self) -> None:
-        """Stop the pool and end its worker processes (by the ids they reported)."""
+        """End every worker process of the pool (SIGTERM), then stop the pool and wait for its
+        manager thread to end.
+
+        Every worker: the driver's child processes made since the pool was, a worker still
+        starting included. A worker that survived the others could wait forever for the lock of
+        the pool's call queue, held by a worker ended inside its ``get``, and the manager thread
+        with it. The workers end first so that no running job is waited for. The wait for the
+        manager thread keeps the end of the program clean: one still running when the interpreter
+        exits closes its wake-up pipe while ``concurrent.futures``' exit hook writes to it, and the
+        hook's write fails ("Exception ignored ... OSError: [Errno 9] Bad file descriptor", the
+        exit code unchanged).
+        """
         if self._pool is None:
             return
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._pool = None
-        while not self._pids.empty():
-            self._known_pids.add(self._pids.get())
-        for pid in self._known_pids:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        self._known_pids.clear()
+        pool, self._pool = self._pool, None
+        for child in multiprocessing.active_children():
+            if child not in self._not_workers:
+                child.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
 
     def close(self) -> None:
         """End every worker (jobs still running are abandoned)."""

@@ -151,11 +151,14 @@ def solve(instance: Instance, options: Mapping[str, Any] | GmaxOptions | None, b
 
 @dataclass(frozen=True)
 class GmaxBoundOptions(Options):
-    """Options of the gmax ``bounds``: ``lengths``, ``true`` or ``predicted`` output lengths."""
+    """Options of the gmax ``bounds``: ``lengths``, ``true`` or ``predicted`` output lengths, and
+    ``time_limit``, honoured by a bound computed in milliseconds (a command's limit bounds its
+    process, :mod:`optsched.exiting`)."""
 
     problem = "gmax"
     what = "bound"
     lengths: Literal["true", "predicted"] = "true"
+    time_limit: PositiveFloat | None = None
 
 
 def bounds(instance: Instance, options: Mapping[str, Any] | GmaxBoundOptions | None, budget: TimeBudget) -> list[Bound]:

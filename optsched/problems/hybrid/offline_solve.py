@@ -150,11 +150,14 @@ def solve(
 
 @dataclass(frozen=True)
 class HybridOfflineBoundOptions(Options):
-    """Options of the hybrid-offline ``bounds``: ``lengths`` (as :class:`HybridOfflineOptions`)."""
+    """Options of the hybrid-offline ``bounds``: ``lengths`` (as :class:`HybridOfflineOptions`) and
+    ``time_limit``, honoured by a bound computed in milliseconds (a command's limit bounds its
+    process, :mod:`optsched.exiting`)."""
 
     problem = "hybrid-offline"
     what = "bound"
     lengths: Literal[LENGTHS] = "rounds"
+    time_limit: PositiveFloat | None = None
 
 
 def bounds(

@@ -180,10 +180,12 @@ def solve(instance: Instance, options: Mapping[str, Any] | SclsOptions | None, b
 
 @dataclass(frozen=True)
 class SclsBoundOptions(Options):
-    """Options of the scls-batch ``bounds``: none (the bound is exact and takes milliseconds)."""
+    """Options of the scls-batch ``bounds``: ``time_limit`` only, honoured by a bound that is exact
+    and takes milliseconds (a command's limit bounds its process, :mod:`optsched.exiting`)."""
 
     problem = "scls-batch"
     what = "bound"
+    time_limit: PositiveFloat | None = None
 
 
 def bounds(instance: Instance, options: Mapping[str, Any] | SclsBoundOptions | None, budget: TimeBudget) -> list[Bound]:
