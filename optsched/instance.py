@@ -245,13 +245,13 @@ class Instance:
         import numpy as np
 
         n = len(self.requests)
-        found = tuple(
+        arrival, prompt, output = (
             np.fromiter(map(attrgetter(name), self.requests), dtype, n)
             for name, dtype in (("arrival", np.float64), ("prompt_tokens", np.int64), ("output_tokens", np.int64))
         )
-        for array in found:
+        for array in (arrival, prompt, output):
             array.setflags(write=False)
-        return found
+        return arrival, prompt, output
 
     def index(self, request_id: str) -> int:
         """Position of a request id in :attr:`requests` (KeyError if unknown)."""

@@ -102,8 +102,7 @@ TIME_NAMES = frozenset({"deadline", "time_limit", "until", "solve_by"})
 
 #: Modules whose search loops still keep deadlines as ``time.perf_counter()`` floats and compute
 #: with them (to move onto :class:`optsched.budget.TimeBudget`; the list only shrinks).
-NOT_YET_ON_THE_BUDGET = frozenset({
-})
+NOT_YET_ON_THE_BUDGET = frozenset({})
 
 
 def _clock(node: ast.AST) -> bool:

@@ -73,9 +73,7 @@ def _sort_keys(data: SegmentArrays) -> dict[str, np.ndarray]:
     }
 
 
-def starting_segment_lists(
-    data: SegmentArrays, objective: str, budget: TimeBudget
-) -> list[tuple[float, SegmentList]]:
+def starting_segment_lists(data: SegmentArrays, objective: str, budget: TimeBudget) -> list[tuple[float, SegmentList]]:
     """Whole-request segment lists over every sort key, chunk size and grid (module docstring, step 1),
     by increasing cost; at least one segment list even once ``budget`` has expired."""
     chunks = sorted({min(data.P, data.C)} | {c for c in START_CHUNKS if c < min(data.P, data.C)}, reverse=True)
