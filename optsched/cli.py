@@ -22,7 +22,7 @@ from contextlib import nullcontext
 from types import ModuleType
 from typing import NoReturn
 
-from .budget import process_started
+from .budget import TimeBudget, process_started
 from .commands import (
     bound,
     capacity,
@@ -141,7 +141,7 @@ def main(argv: Sequence[str] | None = None, *, quick_exit: bool = False) -> int:
     ended = None
     if quick_exit and limit is not None and args.command in WHOLE_COMMAND_LIMITS:
         ended = end_at(
-            args.started + limit + LIMIT_GRACE,
+            TimeBudget.of(limit, start=args.started).reserve(-LIMIT_GRACE),
             f"optsched: error: {args.command}: stopped at its time limit of {limit:g} s, before it had an answer",
         )
     code = _run(args)

@@ -23,10 +23,11 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
+
+from .budget import TimeBudget
 
 __all__ = ["EXIT_TIME_LIMIT", "end_at", "exit_held", "exit_now"]
 
@@ -73,15 +74,16 @@ def exit_held() -> Iterator[None]:
             _state.notify_all()
 
 
-def end_at(deadline: float, message: str) -> Callable[[], None]:
-    """End the process at ``time.perf_counter()`` = ``deadline``: write ``message`` on stderr and
+def end_at(budget: TimeBudget, message: str) -> Callable[[], None]:
+    """End the process when ``budget`` (with a limit) runs out: write ``message`` on stderr and
     exit with :data:`EXIT_TIME_LIMIT` (:func:`exit_now`'s flushes), unless the returned function
-    was called first (the command ended). A daemon thread waits for the deadline."""
+    was called first (the command ended). A daemon thread waits for the end."""
     cancelled = threading.Event()
+    wait = budget.left()
 
     def watch() -> None:
         global _ending
-        if cancelled.wait(max(0.0, deadline - time.perf_counter())):
+        if cancelled.wait(wait):
             return
         with _state:  # held to the end: no output starts once the ending has begun
             while _writing:

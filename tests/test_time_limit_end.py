@@ -19,8 +19,9 @@ def _run(code: str) -> tuple[subprocess.CompletedProcess, float]:
 def test_a_command_past_its_limit_ends_there_with_one_line() -> None:
     code = (
         "import time\n"
+        "from optsched.budget import TimeBudget\n"
         "from optsched.exiting import end_at\n"
-        "end_at(time.perf_counter() + 0.5, 'optsched: error: x: stopped at its time limit')\n"
+        "end_at(TimeBudget.of(0.5), 'optsched: error: x: stopped at its time limit')\n"
         "time.sleep(30)\n"
     )
     done, wall = _run(code)
@@ -34,9 +35,10 @@ def test_the_end_waits_for_an_output_being_written(tmp_path) -> None:
     out = tmp_path / "out.txt"
     code = (
         "import time\n"
+        "from optsched.budget import TimeBudget\n"
         "from optsched.exiting import end_at\n"
         "from optsched.jsonio import atomic_output\n"
-        "end_at(time.perf_counter() + 0.3, 'stopped')\n"
+        "end_at(TimeBudget.of(0.3), 'stopped')\n"
         f"with atomic_output({str(out)!r}) as tmp:\n"
         "    time.sleep(1.0)\n"
         "    tmp.write_text('complete')\n"
@@ -50,8 +52,9 @@ def test_the_end_waits_for_an_output_being_written(tmp_path) -> None:
 def test_a_command_that_ended_is_not_ended_again() -> None:
     code = (
         "import time\n"
+        "from optsched.budget import TimeBudget\n"
         "from optsched.exiting import end_at, exit_now\n"
-        "ended = end_at(time.perf_counter() + 0.3, 'stopped')\n"
+        "ended = end_at(TimeBudget.of(0.3), 'stopped')\n"
         "ended()\n"
         "time.sleep(0.6)\n"
         "print('answer')\n"
