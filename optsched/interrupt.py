@@ -169,6 +169,10 @@ def interruptible() -> Iterator[Interruption]:
             previous_handlers[signum] = signal.signal(signum, _handler)
         previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
         watcher.start()
+        if _seen:
+            # a KeyboardInterrupt raised before the block was swallowed (by an optional import's
+            # ``except ImportError``): the command still stops at once, as at its first Ctrl-C
+            _request()
         yield state
     finally:
         if previous_fd is not None:

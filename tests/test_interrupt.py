@@ -233,3 +233,13 @@ def test_a_ctrl_c_while_interruptible_starts_is_not_lost(monkeypatch) -> None:
         monkeypatch.setattr(threading.Thread, "start", start)
         assert interrupt.requested()
     assert ctrl_c.happened and not interrupt.requested()
+
+
+def test_an_interrupt_swallowed_before_the_block_still_stops_it(monkeypatch) -> None:
+    """A KeyboardInterrupt that an optional import turned into a swallowed ImportError (pandas'
+    under CP-SAT) is remembered: the command's interruptible block stops at once when it begins."""
+    monkeypatch.setattr(interrupt, "_seen", True)
+    far = time.perf_counter() + 3600
+    with interrupt.interruptible() as ctrl_c:
+        assert interrupt.requested() and TimeBudget(far).expired()
+    assert ctrl_c.happened

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import api, problems
 from ..instance import Instance
-from ..interrupt import interruptible
+from ..interrupt import held_signals, interruptible
 from ..options import OptionError
 from ..progress import Progress
 from ..request_table import write_request_table
@@ -138,11 +138,14 @@ def resolve(kind: str, name: str, solver: str | None = None) -> Formulation:
     name being bad input. Its start-up (:meth:`~optsched.problems.Formulation.start_up`: the
     modules it needs, compiled kernels, its solver libraries) and the ``solver``'s library are done
     here, before the formulation's clock starts, so that the command's time limit (which counts
-    from the program's start) covers them."""
+    from the program's start) covers them. Ctrl-C is held meanwhile and raised at the end
+    (:func:`optsched.interrupt.held_signals`): an interrupt inside a C extension's import becomes
+    an ``ImportError`` that a library's optional import (pandas', under CP-SAT) swallows."""
     record = known_formulation(name)
-    record.start_up(kind)
-    if module := BACKEND_MODULES.get(solver or ""):
-        import_module(module)
+    with held_signals():
+        record.start_up(kind)
+        if module := BACKEND_MODULES.get(solver or ""):
+            import_module(module)
     return record
 
 
