@@ -573,7 +573,7 @@ def item_phases(instance: Instance, schedule: Schedule) -> list[list[bool]]:
 
     Follows the rules 2-3 of :func:`replay` for the state (m, I) only: a request is in prefill
     while m < I; an eviction of a decode-phase request sets I := m + 1, then m := 0. The schedule
-    must replay cleanly (``tests/test_report.py`` checks the phases against replay's per-batch
+    must replay cleanly (``tests/report/test_report.py`` checks the phases against replay's per-batch
     ``prefill_tokens`` and ``decode_items``).
     """
     m = {r.id: 0 for r in instance.requests}

@@ -131,7 +131,7 @@ def test_random_instances_and_schedules(model_index: int, arrivals: bool) -> Non
 def test_policies_respect_bounds(policy: str) -> None:
     """Random instances under every profile; a policy of another problem may reject some (InstanceError)."""
     rng = random.Random(3)
-    simulate = simulator_for(policy)  # shipped instances: tests/test_report.py::test_chain_on_shipped_instances
+    simulate = simulator_for(policy)  # shipped instances: tests/report/test_report.py::test_chain_on_shipped_instances
     applied = 0
     for model in available_profiles():
         for _ in range(3):

@@ -6,7 +6,7 @@ schedule as :class:`~optsched.schedcols.ScheduleColumns` (no Python object per i
 :class:`~optsched.policies.engine.Engine` step for step (the same queues as arrays: R_r sorted by
 priority, R_w as a double-ended queue for FCFS or sorted by priority for the ``all`` group; the same
 candidate order, budgets, reservations and victims; the same cost model arithmetic), so its batches
-are the reference engine's, batch for batch (``tests/test_fastengine.py``).
+are the reference engine's, batch for batch (``tests/policies/test_fastengine.py``).
 
 The priority order is a rank per request: :data:`ORDER_KEYS` maps a policy's ``order`` to a key
 function of the request; ties fall to the arrival, then the request's position (as the reference

@@ -1,7 +1,7 @@
 """Shipped slices of real traces: the recipe of each (trace file, first N rows, profile, limits).
 
 ``instances/make_instances.py`` writes them from ``../shared/data`` when it is present, and
-``tests/test_workload_shipped.py`` checks that the shipped files equal their recipes. The traces are
+``tests/workload/test_workload_shipped.py`` checks that the shipped files equal their recipes. The traces are
 published under the MIT licence (Vidur's repository, derived from the Azure LLM inference traces
 used by Splitwise); each shipped file says so in its ``source``.
 """

@@ -13,7 +13,7 @@ Usage::
 - ``scale``: random instances with I, O in 1..16 (N requests, M = 40 % of the total KV need or
   ``--memory-share`` of it, C = P = 64, llama2-7b-a100), CP-SAT with the given limit; status,
   objective, bound, gap, time.
-- ``crosscheck``: the 32 tiny instances of tests/test_infermax.py, CP-SAT vs HiGHS vs exhaustive.
+- ``crosscheck``: the 32 tiny instances of tests/problems/infermax/test_infermax.py, CP-SAT vs HiGHS vs exhaustive.
 - ``gaps``: small InferMax-grid instances, every baseline policy's makespan vs the optimum/bound.
 - ``table --inp FILE``: markdown tables (section 4.5; every policy's excess over the proven bound)
   from the JSON lines of ``sec45``.

@@ -200,7 +200,7 @@ def schedules(inst) -> dict[str, Schedule]:
 
 #: Horizons above this are skipped (the second adversarial model's near-free batches prove only
 #: J ~ 1700, a model too large to solve exactly in a unit test; the relaxation's point test,
-#: tests/test_infermax_relax.py, covers it).
+#: tests/problems/infermax/test_infermax_relax.py, covers it).
 MAX_TEST_HORIZON = 60
 
 

@@ -1,5 +1,5 @@
 """A forced order of the race between ``concurrent.futures``' exit hook and a process pool's
-manager thread (tests/test_sweep_exit.py).
+manager thread (tests/sweep/test_sweep_exit.py).
 
 The exit hook (``concurrent.futures.process._python_exit``, run by the interpreter's exit) wakes
 every pool manager thread: it checks that the thread's wake-up pipe is open, then writes to it. A

@@ -1,5 +1,5 @@
 """Every (command, problem, method) of ``optsched solve`` and ``optsched bound`` with the smallest
-instance its formulation accepts (tests/test_time_limit_table.py)."""
+instance its formulation accepts (tests/commands/test_time_limit_table.py)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ products are exact McCormick rows of a binary and a bounded integer:
   :math:`mz \le \hat m` (:math:`\hat m` is integral at every integer point). With the first direction
   alone the model is still exact, but HiGHS 1.14's presolve returned a point violating R5
   (:math:`\sum_i mz_{ij} \le R_{max} y_j`) and declared a feasible :math:`R_{max} = 1` model
-  infeasible (tests/test_infermax_mip.py, ``test_bias_dominated_max_running_1``).
+  infeasible (tests/problems/infermax/test_infermax_mip.py, ``test_bias_dominated_max_running_1``).
 
 The objective is in microseconds (better conditioned than seconds) with the float coefficients;
 gaps are set to 1e-10 (relative) and 1e-12 s (absolute), so "optimal" is optimal up to the solver's floating-point

@@ -20,8 +20,10 @@ from optsched.schedule import TIME_RTOL
 from optsched.tokensums import smallest_clipped_sums, sum_of_runs
 from optsched.workload import load_trace
 from tests.support.info_traces import repeated_trace
+from tests.support.paths import shared_data
 
-TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces" / "splitwise_conv.csv"
+DATA = shared_data()
+TRACE = (DATA or Path("/nonexistent")) / "traces" / "splitwise_conv.csv"
 
 
 def _smallest_brute_force(base, counts, slope, offset, width, cuts) -> np.ndarray:

@@ -133,7 +133,7 @@ def test_mip_reaches_exhaustive_optimum_with_max_running(seed: int) -> None:
 
 def _fixed_mip_value(inst: Instance, schedule) -> float | None:
     """Makespan of the MIP with every c and e fixed to ``schedule`` (None: infeasible); HiGHS
-    without presolve, symmetry breaking dropped (as tests/test_infermax.py does for CP-SAT)."""
+    without presolve, symmetry breaking dropped (as tests/problems/infermax/test_infermax.py does for CP-SAT)."""
     value = replayed_objective(inst, schedule, "makespan")[0]
     n_batches = sum(1 for b in schedule.batches if b.items)
     data = dataclasses.replace(build_data(inst, InferMaxOptions(), value, value, n_batches), symmetric_pairs=())

@@ -1,5 +1,5 @@
 """Fuzz generators of issue 39's classes of outputs and sweep folders, under the contract of
-tests/test_fuzz_cli.py (its ``run`` checks exit codes, one error line, no traceback, no file
+tests/commands/test_fuzz_cli.py (its ``run`` checks exit codes, one error line, no traceback, no file
 changed on exit 2, no temporary file left): an output that names an input (the same file, a
 symbolic or hard link to it, a sweep folder's own file) and a damaged sweep folder."""
 
@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from optsched.cli import main
-from tests.test_fuzz_cli import base, fuzz, run, workdir  # noqa: F401 - base: the fixture
+from tests.commands.test_fuzz_cli import base, fuzz, run, workdir  # noqa: F401 - base: the fixture
 
 pytest.importorskip("pyarrow", reason="the sweep store is Parquet (pyarrow)")
 

@@ -1,7 +1,7 @@
 """``optsched sweep`` on the local process pool: spec checks, rows, gaps, resume, faults, capacity.
 
-The Ray executor has its own module (tests/test_sweep_ray.py); the HTML of ``sweep-report`` is
-opened in headless Chromium in tests/test_sweep_report.py.
+The Ray executor has its own module (tests/sweep/test_sweep_ray.py); the HTML of ``sweep-report`` is
+opened in headless Chromium in tests/sweep/test_sweep_report.py.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from optsched.workload import WorkloadError, WorkloadTransforms
-from tests.test_bad_input import assert_bad_input, run
+from tests.commands.test_bad_input import assert_bad_input, run
 
 
 @pytest.mark.parametrize("seed", ["-1", "1.5", "x", str(2**63)])

@@ -24,8 +24,8 @@ from optsched.policies.config import POLICY_CONFIGS, PolicyConfig
 from optsched.policies.engine import simulate
 from optsched.policies.fastengine import compiles, simulate_columns
 from optsched.schedule import Schedule, replay
+from tests.policies.test_policy_properties import configs, instances
 from tests.support.paths import INSTANCES
-from tests.test_policy_properties import configs, instances
 
 SHIPPED = sorted(p.stem for p in INSTANCES.glob("*.json"))
 

@@ -1,6 +1,6 @@
 """InferMax's other objectives against the independent exhaustive search.
 
-``tests/test_infermax.py`` checks the makespan of offline instances against exhaustive search and
+``tests/problems/infermax/test_infermax.py`` checks the makespan of offline instances against exhaustive search and
 the other objectives only backend against backend. Here the exhaustive search
 (``infermax_bruteforce.exhaustive_optimum``) is the reference for the mean latency (the sum of finish
 times over N offline) and

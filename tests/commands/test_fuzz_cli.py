@@ -15,7 +15,7 @@ of examples, and checks the contract on each run:
 Each command runs in this process (``optsched.cli.main``) under a 60 s alarm, so a hang is a
 failure, not a stuck CI. ``OPTSCHED_FUZZ_EXAMPLES`` scales every test's number of examples (default 1);
 ``OPTSCHED_FUZZ_RANDOM=1`` turns ``derandomize`` off, for a deeper search on demand with other
-examples (``python -m pytest tests/test_fuzz_cli.py --hypothesis-seed=N``); ``OPTSCHED_FUZZ_LOG=FILE``
+examples (``python -m pytest tests/commands/test_fuzz_cli.py --hypothesis-seed=N``); ``OPTSCHED_FUZZ_LOG=FILE``
 appends one tab-separated line per run (test, exit code, seconds, command line, end of stderr), to
 see what the examples cover.
 """

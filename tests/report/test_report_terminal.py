@@ -154,7 +154,7 @@ def test_policies_stop_at_their_share_of_the_time(monkeypatch: pytest.MonkeyPatc
     """No policy starts after half the time: the rest are skipped (noted), the report goes on."""
     names = [f"zz-slow-{k}" for k in range(12)]
     for name in names:
-        monkeypatch.setitem(POLICIES, name, "tests.test_report_terminal:slow_fcfs")
+        monkeypatch.setitem(POLICIES, name, "tests.report.test_report_terminal:slow_fcfs")
     report = build_report(load_instance("toy-4"), time_limit=6.0, policies=names, solve_max_requests=0)
     status = [p.status for p in report.policies]
     assert not report.partial and status[0] == "ok" and status[-1] == "skipped", status

@@ -23,7 +23,7 @@ from optsched.schedule import load_schedule  # noqa: E402
 from optsched.torchengine.engine import EngineError, PagePool, StepItem, TorchEngine  # noqa: E402
 from optsched.torchengine.shapes import ShapeError, load_shape, shape_from_config  # noqa: E402
 
-E2E = Path(__file__).resolve().parent / "e2e"
+E2E = Path(__file__).resolve().parents[1] / "e2e"
 TINY = {
     "architectures": ["LlamaForCausalLM"],
     "hidden_size": 64,

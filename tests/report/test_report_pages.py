@@ -28,7 +28,7 @@ from optsched.report.terminal import fold_identical
 from optsched.sweep.report import load_rows, plot_pareto, short_labels
 from tests.support.chromium import run_chromium
 from tests.support.paths import REPO, shared_data
-from tests.test_sweep_report import sweep_dir  # noqa: F401 - the fixture: a small grid and a capacity search
+from tests.sweep.test_sweep_report import sweep_dir  # noqa: F401 - the fixture: a small grid and a capacity search
 
 TRACE = (shared_data() or REPO / "no-shared-data") / "traces" / "splitwise_conv.csv"
 WIDTH = 1400

@@ -21,9 +21,9 @@ from optsched.problems.infermax import goodput_bounds
 from optsched.problems.infermax.tpot_pricing import tpot_rows
 from optsched.result import objective_of
 from optsched.schedule import replay
+from tests.problems.infermax.test_infermax_goodput import with_random_slos
 from tests.support.goodput_bruteforce import exhaustive_goodput
 from tests.support.infermax import policy_schedules, tiny_instance
-from tests.test_infermax_goodput import with_random_slos
 
 
 def tpot_only(facts: goodput_bounds.RequestFacts) -> goodput_bounds.RequestFacts:
