@@ -49,7 +49,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ...budget import TimeBudget
+from ...budget import NO_LIMIT, TimeBudget
 from ...result import Status
 from .problem import GmaxProblem, g_core, g_value
 from .suffix import SuffixBound
@@ -65,6 +65,12 @@ RESTRICTED_STEP = 1.0
 
 #: Seconds by which the swap rule keeps clear of an SLO (float rounding of starts).
 SWAP_MARGIN = 1e-9
+
+#: Nodes between two looks at the time budget.
+CHECK_EVERY = 256
+#: Children built between two looks at the time budget (a node near the root has tens of
+#: thousands, about 6 microseconds each).
+CHILDREN_CHECK_EVERY = 4096
 
 
 class Search:
@@ -107,9 +113,10 @@ class Search:
         entries.append((start, n, t))
         return False
 
-    def children(self, node: tuple, member: np.ndarray) -> list[tuple]:
+    def children(self, node: tuple, member: np.ndarray, budget: TimeBudget = NO_LIMIT) -> list[tuple] | None:
         """The children of a node whose adjusted bound exceeds EPS, as nodes (bound, tmin, ...);
-        ``member``: :meth:`member` of the node's remaining requests."""
+        ``member``: :meth:`member` of the node's remaining requests. None when ``budget`` expires
+        while they are built (a node near the root has tens of thousands: half a second)."""
         _, _, rest, q, start, n_acc, t_acc, pisum, emin_sum, sched, last_start = node
         last = np.full(self.p.max_batch_size, -1, dtype=np.int64)
         if sched is not None:
@@ -131,10 +138,12 @@ class Search:
             float(self.lam - self.lam0),
         )
         self.swapped += int(fields[-1, 0])
-        out = []
+        out: list[tuple] = []
         for batch, size, (ub, tmin, child_start, child_n, child_t, child_pi, child_emin) in zip(
             members.tolist(), sizes.tolist(), fields[:-1].tolist()
         ):
+            if len(out) % CHILDREN_CHECK_EVERY == CHILDREN_CHECK_EVERY - 1 and budget.expired():
+                return None
             batch = batch[:size]
             mask = sum(1 << j for j in batch)
             out.append((
@@ -190,7 +199,7 @@ class Search:
             )
         ]
         while stack:
-            if self.nodes % 256 == 0 and budget.expired():
+            if self.nodes % CHECK_EVERY == 0 and budget.expired():
                 return Status.TIME_LIMIT, stack
             node = stack.pop()
             self.nodes += 1
@@ -207,7 +216,10 @@ class Search:
             if ub - (self.lam - self.lam0) * node[1] <= EPS:  # the bound over the remaining requests
                 self.restricted_pruned += 1
                 continue
-            kids = self.children(node, member)
+            kids = self.children(node, member, budget)
+            if kids is None:  # the node stays open: its bound covers the children not built
+                stack.append(node)
+                return Status.TIME_LIMIT, stack
             kids.sort(key=lambda k: k[0] - (self.lam - self.lam0) * k[1])
             stack.extend(kids)
         return Status.OPTIMAL, []

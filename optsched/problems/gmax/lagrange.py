@@ -190,12 +190,12 @@ def refuted_lambda(
     "Final bound at a time limit"); ``hi`` when none is found in time (no step starts unless the
     longest step so far fits in the time left). A node's
     ``pisum`` field must hold the sum of ``pi`` over its remaining requests."""
-    if not nodes:
-        return lo
+    if not nodes or budget.expired():
+        return lo if not nodes else hi
     grid = SuffixBound(problem, hi, step)  # the cells do not depend on lambda
-    q, cell, n, t, pisum = (
-        np.array(col) for col in zip(*[(node[3], grid.cell(node[4]), node[5], node[6], node[7]) for node in nodes])
-    )
+    fields = np.array([node[3:8] for node in nodes], dtype=np.float64)  # q, start, n, t, pisum
+    q, cell = fields[:, 0].astype(np.int64), grid.cell(fields[:, 1])
+    n, t, pisum = fields[:, 2], fields[:, 3], fields[:, 4]
     last = 0.0  # the longest step so far: no step starts unless that much time is left
     while hi - lo > BISECT_RTOL * hi and not budget.reserve(last).expired():
         tick = time.perf_counter()

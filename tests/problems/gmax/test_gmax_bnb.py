@@ -213,3 +213,37 @@ def test_search_kernels_have_one_signature():
         solve_exact(p, make_backend(p, "highs"), "bnb", budget=TimeBudget.of(30))
     for kernel in (bnb.node_children, suffix.grid_programme):  # the entry points of a solve
         assert len(kernel.signatures) == 1, kernel
+
+
+class _ExpiresAfter:
+    """A budget that expires after ``calls`` looks (a planted clock)."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+
+    def expired(self) -> bool:
+        self.calls -= 1
+        return self.calls < 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_budget_spent_while_children_are_built_keeps_the_node_open(seed, monkeypatch):
+    """A node near the root has tens of thousands of children (half a second to build): the budget
+    is looked at while they are built; when it runs out there the node goes back on the stack, so
+    the open stack still bounds every schedule (its bound is at least the optimum)."""
+    from optsched.problems.gmax import bnb
+    from optsched.problems.gmax.suffix import SuffixBound
+
+    monkeypatch.setattr(bnb, "CHILDREN_CHECK_EVERY", 1)
+    p = small_instance(seed)
+    g_ex, _, _ = exhaustive_g(p)
+    incumbent = [[j] for j in range(p.n_requests)]
+    lam0 = g_value(*g_core(p, incumbent))
+    suffix = SuffixBound(p, lam0, 0.1)
+    suffix.solve(np.zeros(p.n_requests))
+    search = bnb.Search(p, suffix, incumbent, math.inf)
+    status, stack = search.run(_ExpiresAfter(1))  # the loop's first look passes, the children's fails
+    assert status == "time_limit" and search.nodes == 1 and len(stack) == 1
+    t_lb = float(p.times.exec.min(axis=1).sum())
+    open_bound = max(lam0 + max(node[0], 0.0) / max(node[1], t_lb) for node in stack)
+    assert open_bound >= g_ex * (1 - 1e-9)
