@@ -271,6 +271,23 @@ def test_gather_bounds_registry(monkeypatch: pytest.MonkeyPatch) -> None:
         gather_bounds(inst, problem="nope")
 
 
+def test_the_report_runs_only_the_bounders_it_compares(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bounder of another problem than SCHEDULE_PROBLEMS is not run by the report (its bounds
+    would be listed, never compared: at full trace size they cost tens of seconds); a note says so."""
+    called = []
+
+    def listed_only(instance, options, budget):
+        called.append(True)
+        raise AssertionError("an uncompared bounder was run")
+
+    monkeypatch.setattr("tests.support.report.listed_only", listed_only, raising=False)
+    register(monkeypatch, "zz-other", bounds="tests.support.report:listed_only")
+    report = build_report(load_instance("toy-4"), time_limit=None, policies=[fcfs], solve_max_requests=0)
+    assert called == [] and "zz-other" not in report.bounder_times
+    assert "bounder zz-other: not run (its bounds are not compared with the schedules')" in report.notes
+    assert set(report.bounder_times) == {"infermax"}
+
+
 def test_item_phases_agree_with_replay() -> None:
     """The plots' prefill/decode split sums to replay's per-batch prefill tokens and decode items."""
     rng = random.Random(5)
