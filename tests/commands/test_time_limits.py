@@ -14,7 +14,7 @@ import pytest
 
 from optsched import cli, problems
 from optsched.instance import load_instance
-from optsched.problems.hybrid import offline_solve
+from optsched.problems.hybrid_offline import solve as offline_solve
 from optsched.result import Status
 from optsched.schedule import replay
 from tests.support import fake_formulations

@@ -9,5 +9,6 @@ either a prefill stage or a decode round. Modules:
 - :mod:`.bounds` — the lower bound (31)-(32), ``paper`` and ``strict`` modes;
 - :mod:`.online` — Algorithm 1, the marginal-cost iteration rule and the baseline, as simulation policies;
 - :mod:`.model` — the full MIP (1)-(25) with the fixes of docs/hybrid.md; :mod:`.solve` — its solve;
-- :mod:`.offline_solve` — the ``hybrid-offline`` problem (the assignment of :mod:`.pcmax`, its schedule);
+- :mod:`optsched.problems.hybrid_offline` — the ``hybrid-offline`` problem (the assignment of
+  :mod:`.pcmax`, its schedule);
 """

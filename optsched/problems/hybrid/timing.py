@@ -18,7 +18,7 @@ on the longest decode context) are not affine in the tokens and clients: the law
 profile's :meth:`~optsched.costmodel.CostModel.linear_twin` (the tile cost spread over the tokens,
 ``per_max_kv`` left out), at or below every batch time, so the strict bound of :mod:`.bounds` stays
 proven ((F0) of :mod:`optsched.bounds`); the formulations whose objective is priced by these laws
-(the MIP of :mod:`.model`, the assignment of :mod:`.offline_solve`) refuse such a profile
+(the MIP of :mod:`.model`, the assignment of :mod:`optsched.problems.hybrid_offline.solve`) refuse such a profile
 (:func:`shape_term_refusal`); the policies' clocks price the terms exactly.
 
 Fixes of docs/hybrid.md used here: M2 (``tau_d = alpha_d + beta_d * J``, the time of one full decode

@@ -1,12 +1,14 @@
 """``SOLVERS["hybrid-offline"]``: the offline assignment of the Hybrid paper (Eqs. 26-30) and its schedule.
 
-The assignment of requests to the ``J`` clients is the P||Cmax optimum of :mod:`.pcmax` on decode
-rounds; the objective is the largest client load in seconds, ``tau_d * C*``. The schedule reported
-with it is the ``hybrid-offline`` policy of :mod:`.online` run on that assignment (prefill-first, no
-queue sorting or stealing), replayed by :func:`optsched.schedule.replay`.
+The assignment of requests to the ``J`` clients is the P||Cmax optimum of
+:mod:`optsched.problems.hybrid.pcmax` on decode rounds; the objective is the largest client load in
+seconds, ``tau_d * C*``. The schedule reported with it is the ``hybrid-offline`` policy of
+:mod:`optsched.problems.hybrid.online` run on that assignment (prefill-first, no queue sorting or
+stealing), replayed by :func:`optsched.schedule.replay`.
 
-A profile with a step-shape term is refused (:func:`.timing.shape_term_refusal`): ``tau_d`` is the
-affine law's full round, which has no such term.
+A profile with a step-shape term is refused
+(:func:`optsched.problems.hybrid.timing.shape_term_refusal`): ``tau_d`` is the affine law's full
+round, which has no such term.
 
 The time limit covers the schedule too: the LPT assignment's schedule is built and replayed first
 (the fallback, and the measure of what building one costs); the P||Cmax search gets the limit less
@@ -27,9 +29,9 @@ from ...mipsolvers import MIP_BACKENDS
 from ...options import Name, OptionError, Options, PositiveFloat, PositiveInt
 from ...result import Bound, SolveResult, Status
 from ...schedule import ReplayResult, Schedule, replay
-from .online import simulate_pd
-from .pcmax import LENGTHS, PCMAX_METHODS, loads_of, pcmax_lower_bound, processing_times, solve_pcmax
-from .timing import shape_term_refusal, timing_of
+from ..hybrid.online import simulate_pd
+from ..hybrid.pcmax import LENGTHS, PCMAX_METHODS, loads_of, pcmax_lower_bound, processing_times, solve_pcmax
+from ..hybrid.timing import shape_term_refusal, timing_of
 
 __all__ = ["HybridOfflineBoundOptions", "HybridOfflineOptions", "bounds", "solve"]
 
