@@ -28,7 +28,7 @@ from tests.support.sweep import (  # noqa: E402
     part_files,
     read_rows,
     run_cli,
-    slow_spec,
+    solving_spec,
     start_cli,
     wait_for_parts,
     write_spec,
@@ -60,7 +60,7 @@ def test_same_rows_under_workers_1_2_and_ray(cluster, tmp_path) -> None:
 
 
 def test_a_killed_ray_worker_loses_no_cell(cluster, tmp_path) -> None:
-    spec = slow_spec()
+    spec = solving_spec()
     out = tmp_path / "out"
     proc = start_cli(
         "sweep", str(write_spec(tmp_path, spec)), "--out", str(out), "--ray", "--address", cluster, env=LOOPBACK
@@ -77,8 +77,8 @@ def test_a_killed_ray_worker_loses_no_cell(cluster, tmp_path) -> None:
     assert killed is not None, "no Ray task process was found running"
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
-    assert len(part_files(out)) == 12
-    check_exactly_once(tmp_path, spec, out)
+    assert len(part_files(out)) == 6
+    check_exactly_once(tmp_path, spec, out, statuses=("optimal", "feasible", "time_limit"))
 
 
 def test_capacity_with_a_solve_on_ray(cluster, tmp_path) -> None:

@@ -19,7 +19,7 @@ from optsched.sweep.replicas import replicas_search
 from optsched.sweep.runner import load_workloads
 from optsched.sweep.spec import parse_spec
 from optsched.sweep.store import SweepStore
-from tests.support.sweep import expected_keys, part_files, read_rows, run_cli, write_spec
+from tests.support.sweep import check_exactly_once, part_files, run_cli, solving_spec, write_spec
 
 CAPACITY_SPEC = {
     "name": "cap",
@@ -29,18 +29,10 @@ CAPACITY_SPEC = {
     "capacity": {"low": 0.5, "high": 24, "tolerance": 0.1},
 }
 TARGET = SloTarget(0.4, 0.03, 0.9)
-#: Four cells of a 2.5-s InferMax solve each (40 requests with arrivals are not proven optimal in
-#: that time), whatever the machine's speed.
-SOLVE_SPEC = {
-    "name": "solving",
-    "workloads": [{"instance": "poisson-mixed-100", "first": 40}],
-    "rate_scale": [1, 2, 3, 4],
-    "run": {"solve": [{"problem": "infermax", "time_limit": 2.5}]},
-}
 
 
 def test_a_time_limit_stores_what_finished_and_resume_completes(tmp_path) -> None:
-    spec, out = SOLVE_SPEC, tmp_path / "out"
+    spec, out = solving_spec(), tmp_path / "out"
     path = write_spec(tmp_path, spec)
     limit = 5.0
     t0 = time.perf_counter()
@@ -48,17 +40,14 @@ def test_a_time_limit_stores_what_finished_and_resume_completes(tmp_path) -> Non
     wall = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
-    assert summary["cells"] == 4 and summary["unfinished"] > 0, summary
-    assert summary["ran"] + summary["unfinished"] == 4 and len(part_files(out)) == summary["ran"]
+    assert summary["cells"] == 6 and summary["unfinished"] > 0, summary
+    assert summary["ran"] + summary["unfinished"] == 6 and len(part_files(out)) == summary["ran"]
     assert "--resume" in proc.stderr
     assert wall < limit + 3, wall  # the whole command (a loaded test machine gets 2 s of slack)
     proc = run_cli("sweep", str(path), "--out", str(out), "--workers", "2", "--resume", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["unfinished"] == 0
-    rows = read_rows(out)
-    assert {r["cell"] for r in rows} == expected_keys(tmp_path, spec) and len(part_files(out)) == 4
-    assert len(rows) == len({(r["cell"], r["policy"]) for r in rows})  # no row stored twice
-    assert {r["status"] for r in rows} <= {"optimal", "feasible", "time_limit"}, rows
+    check_exactly_once(tmp_path, spec, out, statuses=("optimal", "feasible", "time_limit"))
 
 
 def _capacity(tmp_path, budget: TimeBudget, resume: bool = False) -> dict:
