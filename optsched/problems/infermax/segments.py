@@ -336,9 +336,9 @@ def _objective(prompt, output, req, g0, g1, chunk, start, times, objective):  # 
     return total / len(prompt)
 
 
-def segments_cost(data: SegmentArrays, segments: SegmentList, objective: str = "makespan") -> float:
-    """The objective of ``segments`` (computed from its profiles, arrival time included)."""
-    start, horizon = _place(
+def _placement(data: SegmentArrays, segments: SegmentList) -> tuple[np.ndarray, int]:
+    """Each segment's first batch and the batches used (:func:`_place` on ``segments``)."""
+    return _place(
         data.prompt,
         segments.request,
         segments.g0,
@@ -350,6 +350,11 @@ def segments_cost(data: SegmentArrays, segments: SegmentList, objective: str = "
         data.C,
         data.R,
     )
+
+
+def segments_cost(data: SegmentArrays, segments: SegmentList, objective: str = "makespan") -> float:
+    """The objective of ``segments`` (computed from its profiles, arrival time included)."""
+    start, horizon = _placement(data, segments)
     times = _batch_times(
         data.prompt, segments.request, segments.g0, segments.g1, segments.chunk, start, horizon, data.coef
     )
@@ -374,18 +379,7 @@ def segments_schedule(
 ) -> Schedule:
     """The schedule of ``segments`` (module docstring): batches in index order, evictions in an
     eviction-only batch before the batch after a segment's last, empty batches skipped."""
-    start, horizon = _place(
-        data.prompt,
-        segments.request,
-        segments.g0,
-        segments.g1,
-        segments.chunk,
-        segments.grid,
-        data.M,
-        data.P,
-        data.C,
-        data.R,
-    )
+    start, horizon = _placement(data, segments)
     ids = [r.id for r in instance.requests]
     items: list[list[Item]] = [[] for _ in range(horizon)]
     evict: list[list[str]] = [[] for _ in range(horizon + 1)]
