@@ -105,20 +105,25 @@ def agreement(reference: Schedule, candidate: Schedule) -> Agreement:
 
 
 def run_vllm_scheduler_in(
-    vllm_python: str, instance_path: str | Path, out_dir: str | Path, block_sizes: Sequence[int]
+    vllm_python: str,
+    instance_path: str | Path,
+    out_dir: str | Path,
+    block_sizes: Sequence[int],
+    pythonpath: str | Path | None = None,
 ) -> dict[int, Schedule]:
     """Run :mod:`optsched.executor.native` with another Python (the vLLM venv's) on an instance file.
 
-    This checkout's ``optsched`` is put first on that Python's path. Returns vLLM's schedule per block
-    size (each replayed cleanly there; a schedule that does not raises).
+    ``pythonpath`` (a checkout's root) goes first on that Python's path, so that it runs that
+    checkout's ``optsched``. Returns vLLM's schedule per block size, each replayed cleanly there.
 
     Raises
     ------
     RuntimeError
-        When the run fails or a schedule does not replay (the run's output in the message).
+        When the run fails or a schedule does not replay (the end of the run's output in the message).
     """
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), os.environ.get("PYTHONPATH")]))
     env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     cmd = [vllm_python, "-m", "optsched.executor.native", str(instance_path), "--out-dir", str(out_dir)]
     cmd += ["--block-sizes", ",".join(map(str, block_sizes))]
@@ -132,7 +137,7 @@ def run_vllm_scheduler_in(
 def comparison_rows(instance: Instance, vllm: dict[int, Schedule], policies: Sequence[str]) -> list[dict[str, Any]]:
     """One row per vLLM block size: vLLM's figures, then each policy's with its agreement.
 
-    Each row has ``block_size``, ``schedule`` (``vllm`` or the policy name), the
+    Each row has ``block_size``, ``schedule`` (``vLLM <version>`` or the policy name), the
     :class:`ScheduleFigures` fields and, for the policies, ``identical_prefix``, ``positional`` and
     ``matched`` (:class:`Agreement`) against vLLM's schedule of that block size.
     """
@@ -141,7 +146,8 @@ def comparison_rows(instance: Instance, vllm: dict[int, Schedule], policies: Seq
     simulated = {p: simulator_for(p)(instance) for p in policies}
     rows: list[dict[str, Any]] = []
     for block, ref in vllm.items():
-        rows.append({"block_size": block, "schedule": "vllm", **asdict(figures(instance, ref))})
+        label = f"vLLM {ref.meta.get('vllm', '')}".strip()
+        rows.append({"block_size": block, "schedule": label, **asdict(figures(instance, ref))})
         for p, sched in simulated.items():
             agree = agreement(ref, sched)
             rows.append({

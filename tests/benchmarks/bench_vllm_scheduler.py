@@ -27,7 +27,8 @@ from optsched.executor.fidelity import comparison_rows, run_vllm_scheduler_in
 from optsched.instance import Instance
 from optsched.workload import load_trace
 
-TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces"
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = ROOT / ".." / "shared" / "data" / "traces"
 POLICIES = ("vllm", "vllm-hy", "sarathi-pc", "vllm-v1")
 
 
@@ -45,14 +46,14 @@ def trace_slice(trace: Path, requests: int, kv_capacity: int, cost_model: str) -
 def table(rows: list[dict]) -> str:
     """The rows as an aligned text table (times in seconds)."""
     head = (
-        f"{'instance':<28} {'block':>5} {'schedule':<11} {'batches':>7} {'preempt':>7} {'latency s':>9} "
+        f"{'instance':<28} {'block':>5} {'schedule':<12} {'batches':>7} {'preempt':>7} {'latency s':>9} "
         f"{'TTFT s':>8} {'ident.':>6} {'same idx':>8} {'matched':>7}"
     )
     out = [head]
     for r in rows:
         agree = f"{r['identical_prefix']:>6} {r['positional']:>8.1%} {r['matched']:>7.1%}" if "matched" in r else ""
         out.append(
-            f"{r['instance']:<28} {r['block_size']:>5} {r['schedule']:<11} {r['batches']:>7} {r['evictions']:>7} "
+            f"{r['instance']:<28} {r['block_size']:>5} {r['schedule']:<12} {r['batches']:>7} {r['evictions']:>7} "
             f"{r['mean_latency']:>9.3f} {r['mean_ttft']:>8.3f} {agree}"
         )
     return "\n".join(out)
@@ -81,7 +82,7 @@ def main() -> int:
             inst = trace_slice(trace, args.requests, args.kv_capacity, args.cost_model)
             path = Path(work) / f"{inst.name}.json"
             inst.save(path)
-            vllm = run_vllm_scheduler_in(args.vllm_python, path, Path(work) / inst.name, blocks)
+            vllm = run_vllm_scheduler_in(args.vllm_python, path, Path(work) / inst.name, blocks, ROOT)
             for row in comparison_rows(inst, vllm, args.policies.split(",")):
                 rows.append({"instance": inst.name, **row})
     if args.json:
