@@ -12,6 +12,11 @@ simulates optsched's policies on the same instance, replays every schedule and p
 schedule: batches, preemptions, mean latency and TTFT (s), and the agreement with vLLM's batches
 (identical leading batches, the fraction equal at the same index, the fraction matched anywhere).
 Slices whose trace file is absent are skipped. ``--json`` prints the rows as one JSON object.
+
+``--instance NAME|FILE`` runs one instance instead (a shipped one or a JSON file, with
+``--rate-scale`` and ``--kv-capacity`` applied). ``--check`` exits 1 unless ``vllm-v1`` equals
+vLLM's schedule with blocks of 16 and ``sarathi-pc`` vLLM's schedule with blocks of 1, batch for
+batch (tests/e2e/vllm_e2e.py runs it so on ``splitwise-conv-100``).
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from optsched.executor.fidelity import comparison_rows, run_vllm_scheduler_in
-from optsched.instance import Instance
-from optsched.workload import load_trace
+from optsched.instance import Instance, load_instance
+from optsched.workload import WorkloadTransforms, apply_transforms, load_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / ".." / "shared" / "data" / "traces"
 POLICIES = ("vllm", "vllm-hy", "sarathi-pc", "vllm-v1")
+#: Under ``--check``: the policy that must equal vLLM's schedule with KV blocks of each size.
+IDENTICAL = {16: "vllm-v1", 1: "sarathi-pc"}
 
 
 def trace_slice(trace: Path, requests: int, kv_capacity: int, cost_model: str) -> Instance:
@@ -41,6 +48,37 @@ def trace_slice(trace: Path, requests: int, kv_capacity: int, cost_model: str) -
     name = f"{trace.stem}-{requests}-m{kv_capacity}"
     inst = load_trace(trace, cost_model, {"kv_capacity": kv_capacity}, max_rows=requests, name=name)
     return replace(inst, cost_model=replace(inst.cost_model, name="inline"))
+
+
+def named_instance(spec: str, rate_scale: float, kv_capacity: int) -> Instance:
+    """A shipped instance or JSON file with its arrivals divided by ``rate_scale`` and M set."""
+    inst = load_instance(spec)
+    if rate_scale != 1:
+        inst = apply_transforms(inst, WorkloadTransforms(rate_scale=rate_scale), source=spec)
+    name = f"{inst.name}-m{kv_capacity}"
+    limits = replace(inst.limits, kv_capacity=kv_capacity)
+    return replace(inst, name=name, limits=limits, cost_model=replace(inst.cost_model, name="inline"))
+
+
+def check(rows: list[dict]) -> list[str]:
+    """The :data:`IDENTICAL` pairs whose schedules are not the same batch for batch (empty: all are)."""
+    vllm = {(r["instance"], r["block_size"]): r["batches"] for r in rows if "matched" not in r}
+    bad = []
+    for (instance, block), batches in vllm.items():
+        policy = IDENTICAL.get(block)
+        row = next(
+            (r for r in rows if (r["instance"], r["block_size"], r["schedule"]) == (instance, block, policy)), None
+        )
+        if policy is None:
+            continue
+        if row is None:
+            bad.append(f"{instance}: {policy} was not compared with vLLM's schedule with blocks of {block}")
+        elif not row["identical_prefix"] == row["batches"] == batches:
+            bad.append(
+                f"{instance}: {policy} ({row['batches']} batches) differs from vLLM's schedule with blocks of "
+                f"{block} ({batches} batches) from batch {row['identical_prefix']} on"
+            )
+    return bad
 
 
 def table(rows: list[dict]) -> str:
@@ -69,17 +107,25 @@ def main() -> int:
     ap.add_argument("--cost-model", default="llama2-7b-a100")
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--block-sizes", default="16,1")
+    ap.add_argument("--instance", help="one shipped instance or JSON file instead of the trace slices")
+    ap.add_argument("--rate-scale", type=float, default=1.0, help="with --instance: divide arrivals by this")
+    ap.add_argument("--check", action="store_true", help="exit 1 unless the IDENTICAL pairs are identical")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     blocks = [int(b) for b in args.block_sizes.split(",")]
-    rows: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="bench-vllm-sched-") as work:
+    if args.instance:
+        instances = [named_instance(args.instance, args.rate_scale, args.kv_capacity)]
+    else:
+        instances = []
         for name in args.traces.split(","):
             trace = Path(args.trace_dir) / f"{name}.csv"
-            if not trace.exists():
+            if trace.exists():
+                instances.append(trace_slice(trace, args.requests, args.kv_capacity, args.cost_model))
+            else:
                 print(f"skipped {name}: {trace} is absent", file=sys.stderr)
-                continue
-            inst = trace_slice(trace, args.requests, args.kv_capacity, args.cost_model)
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="bench-vllm-sched-") as work:
+        for inst in instances:
             path = Path(work) / f"{inst.name}.json"
             inst.save(path)
             vllm = run_vllm_scheduler_in(args.vllm_python, path, Path(work) / inst.name, blocks, ROOT)
@@ -89,7 +135,10 @@ def main() -> int:
         print(json.dumps({"rows": rows}, indent=1))
     else:
         print(table(rows))
-    return 0
+    problems = check(rows) if args.check else []
+    for line in problems:
+        print(f"FAILED: {line}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
