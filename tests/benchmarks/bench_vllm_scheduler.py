@@ -5,7 +5,7 @@ Usage (the vLLM venv of tests/e2e/vllm_env.sh; the traces in ../shared/data/trac
     python tests/benchmarks/bench_vllm_scheduler.py --vllm-python ~/.cache/optsched/vllm-0.32.0-venv/bin/python
 
 For each trace slice (the first ``--requests`` requests of splitwise_conv and splitwise_code, the
-``--cost-model`` profile, C = P = 4096, KV capacity ``--kv-capacity`` tokens) it runs vLLM's
+``--cost-model`` profile, C = P = 4096, R_max = 256, KV capacity ``--kv-capacity`` tokens) it runs vLLM's
 scheduler standalone (:mod:`optsched.executor.native`: no model, the profile's step times as the
 clock) with KV blocks of 16 tokens (vLLM's default) and of 1 token (optsched's granularity),
 simulates optsched's policies on the same instance, replays every schedule and prints per
@@ -40,13 +40,16 @@ IDENTICAL = {16: "vllm-v1", 1: "sarathi-pc"}
 
 
 def trace_slice(trace: Path, requests: int, kv_capacity: int, cost_model: str) -> Instance:
-    """The first ``requests`` requests of ``trace`` under C = P = 4096 and M = ``kv_capacity``.
+    """The first ``requests`` requests of ``trace`` (0: all) under C = P = 4096, M = ``kv_capacity``
+    and R_max = 256 (vLLM 0.32's default ``max_num_seqs`` on an A100).
 
     The cost model is written inline so that the vLLM environment reads it without optsched's
     packaged profiles.
     """
     name = f"{trace.stem}-{requests}-m{kv_capacity}"
-    inst = load_trace(trace, cost_model, {"kv_capacity": kv_capacity}, max_rows=requests, name=name)
+    inst = load_trace(
+        trace, cost_model, {"kv_capacity": kv_capacity, "max_running": 256}, max_rows=requests or None, name=name
+    )
     return replace(inst, cost_model=replace(inst.cost_model, name="inline"))
 
 
@@ -102,7 +105,7 @@ def main() -> int:
     ap.add_argument("--vllm-python", required=True, help="Python of the vLLM 0.32 venv")
     ap.add_argument("--traces", default="splitwise_conv,splitwise_code", help="trace names in --trace-dir")
     ap.add_argument("--trace-dir", default=str(TRACES))
-    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--requests", type=int, default=300, help="the first N requests of each trace (0: all)")
     ap.add_argument("--kv-capacity", type=int, default=16384, help="M in tokens (1,024 blocks of 16)")
     ap.add_argument("--cost-model", default="llama2-7b-a100")
     ap.add_argument("--policies", default=",".join(POLICIES))
