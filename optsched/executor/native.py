@@ -88,9 +88,10 @@ def engine_limits(instance: Instance, block_size: int = VLLM_BLOCK_SIZE) -> dict
             " (vLLM's max_num_seqs <= max_num_batched_tokens)"
         )
     longest = max(r.prompt_tokens + r.output_tokens for r in instance.requests)
+    most_kv = max(r.max_kv for r in instance.requests)  # the last token is sampled, never stored
     blocks = lim.kv_capacity // block_size
-    if -(-longest // block_size) > blocks:
-        raise NativeRunError(f"a request of {longest} tokens needs more than the {blocks} KV blocks of M")
+    if -(-most_kv // block_size) > blocks:
+        raise NativeRunError(f"a request holding {most_kv} KV tokens needs more than the {blocks} KV blocks of M")
     return {
         "max_num_batched_tokens": lim.token_budget,
         "max_num_seqs": lim.max_running,
