@@ -74,7 +74,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..costmodel import CostModel
-from ..instance import Instance, Limits, Request
+from ..instance import Instance, InstanceError, Limits, Request
 from ..schedule import Batch, Item, Schedule
 from ..tiering import use_compiled
 from .config import PolicyConfig, policy_config
@@ -174,16 +174,23 @@ class Engine:
         Raises
         ------
         ValueError
-            When the id was added before, or the request can never fit (I + O - 1 > M).
+            When the id was added before, or the request can never fit (I + O - 1 > M);
+            :class:`~optsched.instance.InstanceError` (a ValueError) when it fits M but not the
+            policy's whole KV blocks (``kv_block``).
         """
         if request.id in self._index:
             raise ValueError(f"request {request.id!r}: added twice")
-        if self._blocks(request.max_kv) > self._M:
+        capacity = self.limits.kv_capacity
+        if capacity is not None and request.max_kv > capacity:
             raise ValueError(
                 f"request {request.id!r}: prompt_tokens + output_tokens - 1 = {request.max_kv} exceeds"
-                f" kv_capacity = {self._M}"
-                + (f" in blocks of {self._b}" if self._b > 1 else "")
-                + "; it can never finish"
+                f" kv_capacity = {capacity}; it can never finish"
+            )
+        if self._blocks(request.max_kv) > self._M:
+            raise InstanceError(
+                f"request {request.id!r}: prompt_tokens + output_tokens - 1 = {request.max_kv} needs"
+                f" {self._blocks(request.max_kv) // self._b} KV blocks of {self._b} tokens, policy"
+                f" {self.config.name!r} has {self._M // self._b}; it can never finish"
             )
         i = len(self._reqs)
         self._reqs.append(request)
