@@ -58,12 +58,13 @@ def trace_slice(trace: Path, requests: int, kv_capacity: int, cost_model: str) -
 
 
 def named_instance(spec: str, rate_scale: float, kv_capacity: int) -> Instance:
-    """A shipped instance or JSON file with its arrivals divided by ``rate_scale`` and M set."""
+    """A shipped instance or JSON file with its arrivals divided by ``rate_scale``, M set and R_max
+    256 where it has none."""
     inst = load_instance(spec)
     if rate_scale != 1:
         inst = apply_transforms(inst, WorkloadTransforms(rate_scale=rate_scale), source=spec)
     name = f"{inst.name}-m{kv_capacity}"
-    limits = replace(inst.limits, kv_capacity=kv_capacity)
+    limits = replace(inst.limits, kv_capacity=kv_capacity, max_running=inst.limits.max_running or 256)
     return replace(inst, name=name, limits=limits, cost_model=replace(inst.cost_model, name="inline"))
 
 
