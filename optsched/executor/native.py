@@ -213,10 +213,10 @@ def run_vllm_scheduler(instance: Instance, block_size: int = VLLM_BLOCK_SIZE, wa
     cost = instance.cost_model
     batches: list[Batch] = []
     now, nxt = 0.0, 0
+    start: float | None = None  # an explicit start: the batch waits for an arrival
     with tempfile.TemporaryDirectory(prefix="optsched-native-") as workdir:
         sched = _scheduler(limits, workdir, watermark)
         while nxt < len(reqs) or sched.get_num_unfinished_requests():
-            start = None
             if not sched.get_num_unfinished_requests() and reqs[nxt].arrival > now:
                 now = start = reqs[nxt].arrival
             while nxt < len(reqs) and reqs[nxt].arrival <= now:
@@ -224,14 +224,15 @@ def run_vllm_scheduler(instance: Instance, block_size: int = VLLM_BLOCK_SIZE, wa
                 sched.add_request(_vllm_request(r.id, r.prompt_tokens, r.output_tokens, r.arrival))
                 nxt += 1
             batch, features, out = _step(sched, prompt)
+            sched.update_from_output(out, _sampled(sched, out))  # as vLLM's engine core, even when empty
             if batch is None:
                 if nxt == len(reqs):
                     raise NativeRunError(f"vLLM scheduled nothing at t = {now:.6f} s with requests left")
                 now = start = reqs[nxt].arrival
                 continue
             batches.append(Batch(batch.items, batch.evict, start))
+            start = None
             now += cost.batch_time(*features)
-            sched.update_from_output(out, _sampled(sched, out))
     meta = {"source": "vllm-scheduler", "vllm": _vllm_version(), **{f"engine.{k}": v for k, v in limits.items()}}
     meta["engine.watermark"] = watermark
     return NativeRun(Schedule(instance.name, batches, meta), limits, len(batches))
