@@ -92,14 +92,14 @@ def check(rows: list[dict]) -> list[str]:
 def table(rows: list[dict]) -> str:
     """The rows as an aligned text table (times in seconds)."""
     head = (
-        f"{'instance':<28} {'block':>5} {'schedule':<12} {'batches':>7} {'preempt':>7} {'latency s':>9} "
+        f"{'instance':<32} {'block':>5} {'schedule':<12} {'batches':>7} {'preempt':>7} {'latency s':>9} "
         f"{'TTFT s':>8} {'ident.':>6} {'same idx':>8} {'matched':>7}"
     )
     out = [head]
     for r in rows:
         agree = f"{r['identical_prefix']:>6} {r['positional']:>8.1%} {r['matched']:>7.1%}" if "matched" in r else ""
         out.append(
-            f"{r['instance']:<28} {r['block_size']:>5} {r['schedule']:<12} {r['batches']:>7} {r['evictions']:>7} "
+            f"{r['instance']:<32} {r['block_size']:>5} {r['schedule']:<12} {r['batches']:>7} {r['evictions']:>7} "
             f"{r['mean_latency']:>9.3f} {r['mean_ttft']:>8.3f} {agree}"
         )
     return "\n".join(out)
