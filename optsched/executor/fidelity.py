@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..instance import Instance
+from ..policies.config import PolicyConfig
 from ..schedule import Batch, Schedule, load_schedule, replay
 
 __all__ = [
@@ -136,16 +137,23 @@ def run_vllm_scheduler_in(
     return {b: load_schedule(Path(out_dir) / f"vllm-scheduler-b{b}.json") for b in block_sizes}
 
 
-def comparison_rows(instance: Instance, vllm: dict[int, Schedule], policies: Sequence[str]) -> list[dict[str, Any]]:
+def comparison_rows(
+    instance: Instance, vllm: dict[int, Schedule], policies: Sequence[str | PolicyConfig]
+) -> list[dict[str, Any]]:
     """One row per vLLM block size: vLLM's figures, then each policy's with its agreement.
 
-    Each row has ``block_size``, ``schedule`` (``vLLM <version>`` or the policy name), the
+    ``policies`` are registered names or :class:`~optsched.policies.config.PolicyConfig` rows. Each
+    row has ``block_size``, ``schedule`` (``vLLM <version>`` or the policy's name), the
     :class:`ScheduleFigures` fields and, for the policies, ``identical_prefix``, ``positional`` and
     ``matched`` (:class:`Agreement`) against vLLM's schedule of that block size.
     """
     from ..policies import simulator_for
+    from ..policies.engine import simulate
 
-    simulated = {p: simulator_for(p)(instance) for p in policies}
+    simulated = {
+        p if isinstance(p, str) else p.name: simulator_for(p)(instance) if isinstance(p, str) else simulate(instance, p)
+        for p in policies
+    }
     rows: list[dict[str, Any]] = []
     for block, ref in vllm.items():
         label = f"vLLM {ref.meta.get('vllm', '')}".strip()

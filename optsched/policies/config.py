@@ -107,6 +107,10 @@ class PolicyConfig:
         KV allocation unit in tokens (vLLM's ``block_size``): every reservation is rounded up to
         whole blocks and at most ``floor(M / kv_block)`` blocks are used, so a decode needs a new
         block only when its request's KV reaches a block boundary. 1 = token-granular KV.
+    kv_watermark
+        KV blocks (of ``kv_block`` slots) a waiting request must leave free to be admitted while
+        other requests run: vLLM's ``watermark`` (a fraction f of its blocks, ``int(f * (floor(M /
+        block_size) + 1))`` blocks, its block pool counting one null block). 0 = none (vLLM's default).
     """
 
     name: str
@@ -121,6 +125,7 @@ class PolicyConfig:
     evicted_to_front: bool = True
     kv_lookahead: bool = False
     kv_block: int = 1
+    kv_watermark: int = 0
 
     def __post_init__(self) -> None:
         if not self.groups or any(g not in GROUPS for g in self.groups):
@@ -139,6 +144,8 @@ class PolicyConfig:
             raise ValueError(f"policy {self.name!r}: chunk must be >= 1")
         if self.kv_block < 1:
             raise ValueError(f"policy {self.name!r}: kv_block must be >= 1")
+        if self.kv_watermark < 0:
+            raise ValueError(f"policy {self.name!r}: kv_watermark must be >= 0")
 
     def eviction_free_variant(self) -> PolicyConfig:
         """The ``-ef`` twin: same policy, full reservation at admission, no evictions."""

@@ -129,6 +129,7 @@ class Engine:
         self._C = limits.token_budget
         self._P = min(self.config.chunk or limits.prefill_budget, limits.prefill_budget)
         self._b = self.config.kv_block
+        self._watermark = self.config.kv_watermark * self._b  # slots kept free when admitting beside others
         # KV in whole blocks of kv_block tokens: at most floor(M / kv_block) of them
         self._M = limits.kv_capacity // self._b * self._b if limits.kv_capacity is not None else math.inf
         self._R = limits.max_running if limits.max_running is not None else math.inf
@@ -449,7 +450,8 @@ class Engine:
             if len(self._running) >= self._R or (self._lookahead and not self._lookahead_fits(i)):
                 return False
             need = self._blocks(self._prompt[i] + (self._reqs[i].output_tokens - self._gen[i] - 1 if self._ef else 0))
-            if self._kv_reserved + need > self._M and not (cfg.evict_for_waiting and self._make_room(d, i, need)):
+            room = need + (self._watermark if self._running else 0)  # free slots it needs (vLLM's watermark)
+            if self._kv_reserved + room > self._M and not (cfg.evict_for_waiting and self._make_room(d, i, room)):
                 return False
             self._kv_reserved += need
             if self._ef:

@@ -14,8 +14,8 @@ schedule: batches, preemptions, mean latency and TTFT (s), and the agreement wit
 Slices whose trace file is absent are skipped. ``--json`` prints the rows as one JSON object.
 
 ``--watermark F`` runs vLLM with that fraction of its KV blocks kept free at admission (vLLM's
-``SchedulerConfig.watermark``, 0 by default; Vidur's vLLM model keeps 0.01); no optsched policy
-has a watermark, so ``--check`` does not apply then.
+``SchedulerConfig.watermark``, 0 by default; Vidur's vLLM model keeps 0.01) and every policy with
+the same fraction of its own blocks (``PolicyConfig.kv_watermark``, :func:`watermarked`).
 
 ``--instance NAME|FILE`` runs one instance instead (a shipped one or a JSON file, with
 ``--rate-scale`` and ``--kv-capacity`` applied). ``--check`` exits 1 unless ``vllm-v1`` equals
@@ -34,6 +34,7 @@ from pathlib import Path
 
 from optsched.executor.fidelity import comparison_rows, run_vllm_scheduler_in
 from optsched.instance import Instance, load_instance
+from optsched.policies.config import PolicyConfig, policy_config
 from optsched.workload import WorkloadTransforms, apply_transforms, load_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +67,14 @@ def named_instance(spec: str, rate_scale: float, kv_capacity: int) -> Instance:
     name = f"{inst.name}-m{kv_capacity}"
     limits = replace(inst.limits, kv_capacity=kv_capacity, max_running=inst.limits.max_running or 256)
     return replace(inst, name=name, limits=limits, cost_model=replace(inst.cost_model, name="inline"))
+
+
+def watermarked(config: PolicyConfig, fraction: float, kv_capacity: int) -> PolicyConfig:
+    """``config`` keeping vLLM's watermark ``fraction`` of its KV blocks free at admission: vLLM keeps
+    ``int(fraction * num_blocks)`` blocks, its ``num_blocks`` being the usable blocks plus one null block."""
+    if not fraction:
+        return config
+    return replace(config, kv_watermark=int(fraction * (kv_capacity // config.kv_block + 1)))
 
 
 def check(rows: list[dict]) -> list[str]:
@@ -118,13 +127,10 @@ def main() -> int:
     ap.add_argument("--instance", help="one shipped instance or JSON file instead of the trace slices")
     ap.add_argument("--rate-scale", type=float, default=1.0, help="with --instance: divide arrivals by this")
     ap.add_argument("--check", action="store_true", help="exit 1 unless the IDENTICAL pairs are identical")
-    ap.add_argument("--watermark", type=float, default=0.0, help="vLLM's watermark (no optsched policy has one)")
+    ap.add_argument("--watermark", type=float, default=0.0, help="vLLM's watermark, given to the policies too")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     blocks = [int(b) for b in args.block_sizes.split(",")]
-    if args.check and args.watermark:
-        print("--check: the policies have no watermark; use it with --watermark 0", file=sys.stderr)
-        return 2
     if args.instance:
         instances = [named_instance(args.instance, args.rate_scale, args.kv_capacity)]
     else:
@@ -141,7 +147,10 @@ def main() -> int:
             path = Path(work) / f"{inst.name}.json"
             inst.save(path)
             vllm = run_vllm_scheduler_in(args.vllm_python, path, Path(work) / inst.name, blocks, ROOT, args.watermark)
-            for row in comparison_rows(inst, vllm, args.policies.split(",")):
+            policies = [
+                watermarked(policy_config(p), args.watermark, args.kv_capacity) for p in args.policies.split(",")
+            ]
+            for row in comparison_rows(inst, vllm, policies):
                 rows.append({"instance": inst.name, **row})
     if args.json:
         print(json.dumps({"rows": rows}, indent=1))
