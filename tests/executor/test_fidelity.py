@@ -14,6 +14,7 @@ from optsched import Instance, Limits, Request
 from optsched.costmodel import CostModel
 from optsched.executor.fidelity import agreement, batch_key, comparison_rows, figures
 from optsched.executor.native import NativeRunError, engine_limits
+from optsched.policies.config import POLICY_CONFIGS
 from optsched.policies.engine import simulate
 from optsched.schedule import Batch, Item, Schedule
 
@@ -100,3 +101,7 @@ def test_vllms_own_scheduler_is_vllm_v1_batch_for_batch():
     assert figures(inst, run.schedule).evictions > 0  # the comparison covers preemptions
     assert run.schedule.batches == policy.batches
     assert agreement(run.schedule, policy).positional == 1.0
+    # with vLLM's watermark: 5 % of its 2048 / 16 + 1 blocks (one null block) is 6 blocks
+    held_back = run_vllm_scheduler(inst, watermark=0.05)
+    marked = simulate(inst, replace(POLICY_CONFIGS["vllm-v1"], kv_watermark=6))
+    assert held_back.schedule.batches == marked.batches != policy.batches

@@ -6,6 +6,7 @@
 - ``vllm-v1`` with token-granular KV is ``sarathi-pc`` batch for batch (FCFS with tail eviction keeps
   the running requests a prefix of the arrival order, so "running, waiting" and "running decodes,
   running prefills, waiting" walk the same candidates);
+- the watermark (``kv_watermark``, vLLM's) keeps blocks free at admission beside running requests;
 - the compiled engine leaves block-granular policies to the reference engine.
 """
 
@@ -22,7 +23,7 @@ from optsched.costmodel import CostModel
 from optsched.policies.config import POLICY_CONFIGS, PolicyConfig
 from optsched.policies.engine import simulate
 from optsched.policies.fastengine import compiles
-from optsched.schedule import Schedule
+from optsched.schedule import Item, Schedule
 from tests.policies.test_policy_properties import configs, instances
 from tests.support.paths import INSTANCES
 
@@ -131,3 +132,33 @@ def test_the_compiled_engine_leaves_blocks_to_the_reference_engine():
     inst = load_instance(INSTANCES / "poisson-mixed-100.json")
     inst = replace(inst, limits=replace(inst.limits, kv_capacity=3000))
     assert simulate(inst, "vllm-v1", compiled=True) == simulate(inst, "vllm-v1", compiled=False)
+
+
+def test_watermark_holds_back_an_admission_beside_running_requests_only():
+    # M = 64 = 4 blocks of 16, watermark 1 block (vLLM applies it only beside running requests).
+    # 'a' (16 tokens, 1 block) runs first; 'b' (32 tokens, 2 blocks) beside it needs 2 + 1 of the 3
+    # free blocks: admitted; 'c' (16 tokens) then needs 1 + 1 of the 1 left and waits, where without
+    # the watermark it is admitted in the same batch. A request alone needs no watermark.
+    reqs = (Request("a", 0.0, 16, 3), Request("b", 0.0, 32, 3), Request("c", 0.0, 16, 3))
+    inst = Instance("watermark", UNIT, Limits(128, 128, 64, None), reqs)
+    cfg = replace(POLICY_CONFIGS["vllm-v1"], kv_watermark=1)
+    first = sorted(it.id for it in simulate(inst, cfg, compiled=False).batches[0].items)
+    plain = sorted(it.id for it in simulate(inst, "vllm-v1", compiled=False).batches[0].items)
+    assert (first, plain) == (["a", "b"], ["a", "b", "c"])
+    alone = Instance("alone", UNIT, Limits(128, 128, 64, None), (Request("a", 0.0, 60, 3),))
+    assert simulate(alone, replace(cfg, kv_watermark=3), compiled=False).batches[0].items == (Item("a", 60),)
+    with pytest.raises(ValueError, match="kv_watermark must be >= 0"):
+        PolicyConfig("x", ("all",), kv_watermark=-1)
+    assert not compiles(replace(POLICY_CONFIGS["sarathi-pc"], kv_watermark=1))
+
+
+@settings(max_examples=100, deadline=None)
+@given(instances(), configs(), st.sampled_from([1, 4, 16]), st.integers(1, 3))
+def test_any_policy_with_a_watermark_replays_within_the_blocks(inst, cfg, block, watermark):
+    cfg = replace(cfg, kv_block=block, kv_watermark=watermark)
+    cap = inst.limits.kv_capacity // block * block
+    if any(-(-r.max_kv // block) * block > cap for r in inst.requests):
+        return
+    schedule = simulate(inst, cfg)
+    assert replay(inst, schedule).feasible
+    assert peak_blocks(inst, schedule, block) <= cap // block
