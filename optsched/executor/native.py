@@ -22,7 +22,8 @@ Each step becomes one batch: ``preempted_req_ids`` are its evictions (vLLM preem
 items in vLLM's order. The schedule is judged by :func:`optsched.schedule.replay` like any other.
 
 vLLM is imported only inside :func:`run_vllm_scheduler`; ``python -m optsched.executor.native
-INSTANCE --out SCHEDULE`` runs it from the vLLM environment (tests/e2e/vllm_env.sh).
+INSTANCE --out-dir DIR [--block-sizes 16,1] [--watermark F]`` runs it from the vLLM environment
+(tests/e2e/vllm_env.sh).
 """
 
 from __future__ import annotations
@@ -36,13 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from ..instance import Instance, load_instance
+from ..policies.config import VLLM_BLOCK
 from ..schedule import Batch, Item, Schedule, replay
 from .models import resolve_model
 
-__all__ = ["NativeRun", "VLLM_BLOCK_SIZE", "engine_limits", "run_vllm_scheduler"]
-
-#: vLLM's default KV block size on GPUs (tokens).
-VLLM_BLOCK_SIZE = 16
+__all__ = ["NativeRun", "NativeRunError", "engine_limits", "run_vllm_scheduler"]
 
 
 class NativeRunError(RuntimeError):
@@ -68,7 +67,7 @@ class NativeRun:
     steps: int
 
 
-def engine_limits(instance: Instance, block_size: int = VLLM_BLOCK_SIZE) -> dict[str, int]:
+def engine_limits(instance: Instance, block_size: int = VLLM_BLOCK) -> dict[str, int]:
     """vLLM's engine arguments for ``instance`` (the contract's limits in vLLM's terms).
 
     Raises
@@ -197,7 +196,7 @@ def _sampled(sched: Any, out: Any) -> Any:
     )
 
 
-def run_vllm_scheduler(instance: Instance, block_size: int = VLLM_BLOCK_SIZE, watermark: float = 0.0) -> NativeRun:
+def run_vllm_scheduler(instance: Instance, block_size: int = VLLM_BLOCK, watermark: float = 0.0) -> NativeRun:
     """Run vLLM's scheduler on ``instance`` (see the module docstring); needs vLLM 0.32.
 
     Raises
@@ -254,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m optsched.executor.native", description=main.__doc__)
     ap.add_argument("instance", help="instance JSON (with a KV capacity and P = C)")
     ap.add_argument("--out-dir", required=True, help="folder for vLLM's schedules (JSON)")
-    ap.add_argument("--block-sizes", default=str(VLLM_BLOCK_SIZE), help="KV block sizes in tokens, comma-separated")
+    ap.add_argument("--block-sizes", default=str(VLLM_BLOCK), help="KV block sizes in tokens, comma-separated")
     ap.add_argument(
         "--watermark", type=float, default=0.0, help="vLLM's watermark: fraction of blocks kept free at admission"
     )

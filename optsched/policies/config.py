@@ -59,7 +59,7 @@ ORDERS = ("arrival", "prompt", "output", "remaining-prefill")
 
 #: Sarathi's chunk size (Table 1).
 SARATHI_CHUNK = 512
-#: vLLM's default KV block size in tokens (``vllm-v1``).
+#: vLLM's default KV block size in tokens (``vllm-v1``, :mod:`optsched.executor.native`).
 VLLM_BLOCK = 16
 
 
