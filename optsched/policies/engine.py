@@ -24,7 +24,10 @@ candidate:
 4. *KV.* The engine reserves KV: a request admitted from R_w reserves its full current prompt I
    (B6; the eviction-free variants reserve I + O - g - 1, i.e. I + O - 1), a decode step one more
    slot (none for eviction-free). Reservations never exceed M, and every request's KV ``m`` stays
-   within its reservation, so the contract's ``sum m <= M`` holds.
+   within its reservation, so the contract's ``sum m <= M`` holds. With ``kv_block`` b > 1 (vLLM's
+   paged KV) every reservation is rounded up to whole blocks of b slots and M down to floor(M / b)
+   blocks, so a decode reserves a new block only when its request's KV fills its last one; with
+   ``kv_watermark`` w a waiting request admitted while others run must leave w blocks free.
 5. *Failure.* Waiting candidates are admitted in priority order up to the first failure, for any
    reason (B2: in the FCFS ``waiting`` group this ends the group; in the ranked ``all`` group the
    later waiting candidates are passed over). A failed running candidate is skipped. A running
