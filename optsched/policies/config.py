@@ -9,6 +9,7 @@ policy             groups, in priority order    hybrid  chunked  P (chunk)   ord
 =================  ===========================  ======  =======  ==========  =============
 ``vllm``           waiting, running             no      no       P           arrival
 ``vllm-hy``        waiting, running             yes     no       P           arrival
+``vllm-v1``        running, waiting             yes     yes      P           arrival
 ``sarathi``        run-decode, run-prefill, w.  yes     yes      min(512, P) arrival
 ``sarathi-pc``     run-decode, run-prefill, w.  yes     yes      P (= C)     arrival
 ``sarathi-nocp``   run-decode, run-prefill, w.  yes     no       P           arrival
@@ -19,6 +20,12 @@ policy             groups, in priority order    hybrid  chunked  P (chunk)   ord
 ``mc-sf``          run-decode, run-prefill, w.  yes     yes      min(512, P) output length
 ``srpf``           run-prefill, w., run-decode  no      no       P           remaining prefill
 =================  ===========================  ======  =======  ==========  =============
+
+``vllm`` and ``vllm-hy`` are the InferMax paper's vLLM (its V0 scheduler: prefills first).
+``vllm-v1`` is vLLM's V1 scheduler as vLLM 0.32 runs it (``vllm/v1/core/sched/scheduler.py``,
+``Scheduler.schedule``): running requests first in admission order, then the waiting queue FCFS,
+chunked prefill with P = C, KV in blocks of 16 tokens; checked batch for batch against vLLM's own
+scheduler (:mod:`optsched.executor.native`, docs/policies.md).
 
 ``mc-sf`` is the memory-constrained shortest-first policy of Jaillet et al. (2025), for mean
 latency: every running request first (decodes, then prefill chunks of Sarathi's size, as in
@@ -52,6 +59,8 @@ ORDERS = ("arrival", "prompt", "output", "remaining-prefill")
 
 #: Sarathi's chunk size (Table 1).
 SARATHI_CHUNK = 512
+#: vLLM's default KV block size in tokens (``vllm-v1``, :mod:`optsched.executor.native`).
+VLLM_BLOCK = 16
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,14 @@ class PolicyConfig:
         (:func:`optsched.policies.orders.lookahead_fits`, on the (peak, iterations left) pairs of
         :func:`optsched.policies.orders.projection`); on top of the reservation test, which still
         decides evictions. Eviction-free twins skip it (their full reservations imply it).
+    kv_block
+        KV allocation unit in tokens (vLLM's ``block_size``): every reservation is rounded up to
+        whole blocks and at most ``floor(M / kv_block)`` blocks are used, so a decode needs a new
+        block only when its request's KV reaches a block boundary. 1 = token-granular KV.
+    kv_watermark
+        KV blocks (of ``kv_block`` slots) a waiting request must leave free to be admitted while
+        other requests run: vLLM's ``watermark`` (a fraction f of its blocks, ``int(f * (floor(M /
+        block_size) + 1))`` blocks, its block pool counting one null block). 0 = none (vLLM's default).
     """
 
     name: str
@@ -107,6 +124,8 @@ class PolicyConfig:
     evict_for_waiting: bool = False
     evicted_to_front: bool = True
     kv_lookahead: bool = False
+    kv_block: int = 1
+    kv_watermark: int = 0
 
     def __post_init__(self) -> None:
         if not self.groups or any(g not in GROUPS for g in self.groups):
@@ -123,6 +142,10 @@ class PolicyConfig:
             raise ValueError(f"policy {self.name!r}: order must be one of {ORDERS}")
         if self.chunk is not None and self.chunk < 1:
             raise ValueError(f"policy {self.name!r}: chunk must be >= 1")
+        if self.kv_block < 1:
+            raise ValueError(f"policy {self.name!r}: kv_block must be >= 1")
+        if self.kv_watermark < 0:
+            raise ValueError(f"policy {self.name!r}: kv_watermark must be >= 0")
 
     def eviction_free_variant(self) -> PolicyConfig:
         """The ``-ef`` twin: same policy, full reservation at admission, no evictions."""
@@ -140,6 +163,7 @@ _PREFILL_FIRST = ("running_prefill", "waiting", "running_decode")
 _BASE = (
     PolicyConfig("vllm", _WR, hybrid=False, chunked=False),
     PolicyConfig("vllm-hy", _WR, hybrid=True, chunked=False),
+    PolicyConfig("vllm-v1", ("running", "waiting"), kv_block=VLLM_BLOCK),
     PolicyConfig("sarathi", _DECODE_FIRST, chunk=SARATHI_CHUNK),
     PolicyConfig("sarathi-pc", _DECODE_FIRST),
     PolicyConfig("sarathi-nocp", _DECODE_FIRST, chunked=False),

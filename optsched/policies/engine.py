@@ -24,7 +24,10 @@ candidate:
 4. *KV.* The engine reserves KV: a request admitted from R_w reserves its full current prompt I
    (B6; the eviction-free variants reserve I + O - g - 1, i.e. I + O - 1), a decode step one more
    slot (none for eviction-free). Reservations never exceed M, and every request's KV ``m`` stays
-   within its reservation, so the contract's ``sum m <= M`` holds.
+   within its reservation, so the contract's ``sum m <= M`` holds. With ``kv_block`` b > 1 (vLLM's
+   paged KV) every reservation is rounded up to whole blocks of b slots and M down to floor(M / b)
+   blocks, so a decode reserves a new block only when its request's KV fills its last one; with
+   ``kv_watermark`` w a waiting request admitted while others run must leave w blocks free.
 5. *Failure.* Waiting candidates are admitted in priority order up to the first failure, for any
    reason (B2: in the FCFS ``waiting`` group this ends the group; in the ranked ``all`` group the
    later waiting candidates are passed over). A failed running candidate is skipped. A running
@@ -74,7 +77,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..costmodel import CostModel
-from ..instance import Instance, Limits, Request
+from ..instance import Instance, InstanceError, Limits, Request
 from ..schedule import Batch, Item, Schedule
 from ..tiering import use_compiled
 from .config import PolicyConfig, policy_config
@@ -128,7 +131,10 @@ class Engine:
         self.name = name
         self._C = limits.token_budget
         self._P = min(self.config.chunk or limits.prefill_budget, limits.prefill_budget)
-        self._M = limits.kv_capacity if limits.kv_capacity is not None else math.inf
+        self._b = self.config.kv_block
+        self._watermark = self.config.kv_watermark * self._b  # slots kept free when admitting beside others
+        # KV in whole blocks of kv_block tokens: at most floor(M / kv_block) of them
+        self._M = limits.kv_capacity // self._b * self._b if limits.kv_capacity is not None else math.inf
         self._R = limits.max_running if limits.max_running is not None else math.inf
         self._ef = self.config.eviction_free
         # per request (engine index i)
@@ -172,14 +178,23 @@ class Engine:
         Raises
         ------
         ValueError
-            When the id was added before, or the request can never fit (I + O - 1 > M).
+            When the id was added before, or the request can never fit (I + O - 1 > M);
+            :class:`~optsched.instance.InstanceError` (a ValueError) when it fits M but not the
+            policy's whole KV blocks (``kv_block``).
         """
         if request.id in self._index:
             raise ValueError(f"request {request.id!r}: added twice")
-        if request.max_kv > self._M:
+        capacity = self.limits.kv_capacity
+        if capacity is not None and request.max_kv > capacity:
             raise ValueError(
                 f"request {request.id!r}: prompt_tokens + output_tokens - 1 = {request.max_kv} exceeds"
-                f" kv_capacity = {self._M}; it can never finish"
+                f" kv_capacity = {capacity}; it can never finish"
+            )
+        if self._blocks(request.max_kv) > self._M:
+            raise InstanceError(
+                f"request {request.id!r}: prompt_tokens + output_tokens - 1 = {request.max_kv} needs"
+                f" {self._blocks(request.max_kv) // self._b} KV blocks of {self._b} tokens, policy"
+                f" {self.config.name!r} has {self._M // self._b}; it can never finish"
             )
         i = len(self._reqs)
         self._reqs.append(request)
@@ -386,7 +401,7 @@ class Engine:
         k = min(len(run), self._C - d.n_tok)
         if k <= 0:
             return
-        need = 0 if self._ef else k
+        need = 0 if self._ef else k if self._b == 1 else sum(map(self._decode_need, run[:k]))
         if self._kv_reserved + need <= self._M:
             self._add_decodes(d, run[:k])
             self._kv_reserved += need
@@ -396,11 +411,12 @@ class Engine:
                 return
             if self._mark[i] == d.no:
                 continue
-            if self._kv_reserved + 1 > self._M and not self._make_room(d, i, 1):
+            step = self._decode_need(i)
+            if self._kv_reserved + step > self._M and not self._make_room(d, i, step):
                 self._evict(d, i)
                 continue
             self._add_decodes(d, [i])
-            self._kv_reserved += 1
+            self._kv_reserved += step
 
     def _add_decodes(self, d: _Draft, chosen: list[int]) -> None:
         m, mark, no = self._m, self._mark, d.no
@@ -436,8 +452,9 @@ class Engine:
         if admit:
             if len(self._running) >= self._R or (self._lookahead and not self._lookahead_fits(i)):
                 return False
-            need = self._prompt[i] + (self._reqs[i].output_tokens - self._gen[i] - 1 if self._ef else 0)
-            if self._kv_reserved + need > self._M and not (cfg.evict_for_waiting and self._make_room(d, i, need)):
+            need = self._blocks(self._prompt[i] + (self._reqs[i].output_tokens - self._gen[i] - 1 if self._ef else 0))
+            room = need + (self._watermark if self._running else 0)  # free slots it needs (vLLM's watermark)
+            if self._kv_reserved + room > self._M and not (cfg.evict_for_waiting and self._make_room(d, i, room)):
                 return False
             self._kv_reserved += need
             if self._ef:
@@ -458,8 +475,17 @@ class Engine:
     # ------------------------------------------------------------------ KV and eviction
 
     def _held(self, i: int) -> int:
-        """KV slots reserved for running request ``i``."""
-        return self._fixed[i] if self._ef else max(self._m[i], self._prompt[i])
+        """KV slots reserved for running request ``i`` (whole blocks)."""
+        return self._fixed[i] if self._ef else self._blocks(max(self._m[i], self._prompt[i]))
+
+    def _blocks(self, slots: int) -> int:
+        """``slots`` rounded up to whole KV blocks (in slots)."""
+        return -(-slots // self._b) * self._b
+
+    def _decode_need(self, i: int) -> int:
+        """KV slots a decode of running request ``i`` adds to the reservations: one slot, or with
+        blocks a new block when its KV fills its last one (none for eviction-free policies)."""
+        return 0 if self._ef else self._b if self._m[i] % self._b == 0 else 0
 
     def _lookahead_fits(self, i: int) -> bool:
         """MC-SF's test: the running requests and ``i`` fit at every future iteration (.orders)."""

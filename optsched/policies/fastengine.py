@@ -423,9 +423,16 @@ def _cap(limit: int | None) -> int:
 
 def compiles(config: PolicyConfig) -> bool:
     """Whether the kernel runs ``config``: its order has a key function (:data:`ORDER_KEYS`), it
-    admits without the KV look-ahead and its waiting group, if any, is served by arrival."""
+    admits without the KV look-ahead, its waiting group, if any, is served by arrival and its KV is
+    token-granular (``kv_block`` 1) with no watermark."""
     sorted_waiting = config.order != "arrival" and "waiting" in config.groups
-    return config.order in ORDER_KEYS and not config.kv_lookahead and not sorted_waiting
+    return (
+        config.order in ORDER_KEYS
+        and not config.kv_lookahead
+        and not sorted_waiting
+        and config.kv_block == 1
+        and not config.kv_watermark
+    )
 
 
 def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int | None = None) -> ScheduleColumns | None:

@@ -19,7 +19,14 @@ the vLLM venv's Python (``--vllm-python``, execute). Cases, on the InferMax-styl
 Each case asserts: the schedule replays (export refuses otherwise), vLLM did exactly what the plan
 says in every step (zero mismatches), and every request produced exactly its output length. Over all
 the cases that ran, at least one preemption with recompute and one chunked prefill must have been
-executed. The last line is ``vllm-e2e: N passed, M failed``; the exit code is non-zero on a failure.
+executed.
+
+A last case, ``vllm-scheduler``, runs vLLM's own scheduler with no plan
+(tests/benchmarks/bench_vllm_scheduler.py on ``splitwise-conv-100`` at 4x its rate under M = 8,192
+tokens, where vLLM preempts): its schedules must replay, ``vllm-v1`` must equal vLLM's schedule with
+KV blocks of 16 tokens batch for batch and ``sarathi-pc`` the one with blocks of 1 token; the
+figures of ``vllm`` and ``vllm-hy`` are printed beside them (docs/policies.md).
+The last line is ``vllm-e2e: N passed, M failed``; the exit code is non-zero on a failure.
 """
 
 from __future__ import annotations
@@ -190,6 +197,19 @@ def case(
     return True
 
 
+def scheduler_fidelity(py: str, vpy: str, out: Path) -> bool:
+    """vLLM's own scheduler against optsched's policies (module docstring); True when it passed."""
+    d = out / "vllm-scheduler"
+    d.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    bench = HERE.parent / "benchmarks" / "bench_vllm_scheduler.py"
+    args = ["--instance", "splitwise-conv-100", "--rate-scale", "4", "--kv-capacity", "8192", "--check"]
+    proc = run([py, str(bench), "--vllm-python", vpy, *args], d / "compare.log")
+    print(f"[vllm-scheduler] {'passed' if proc.returncode == 0 else 'FAILED'} ({time.perf_counter() - t0:.0f} s):")
+    print("\n".join("    " + line for line in (proc.stdout + proc.stderr).strip().splitlines()[-12:]))
+    return proc.returncode == 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--python", default=sys.executable, help="Python with optsched and its dependencies")
@@ -240,6 +260,10 @@ def main() -> int:
             passed += 1
         else:
             failed += 1
+    if scheduler_fidelity(py, vpy, out):
+        passed += 1
+    else:
+        failed += 1
     if totals["preemptions"] == 0 or totals["chunked"] == 0:
         print(
             f"FAILED: the passing cases executed {totals['preemptions']} preemption(s) and "

@@ -6,7 +6,8 @@
 #    (override with VLLM_E2E_VENV, e.g. .ci/vllm-venv, which git ignores);
 # 2. installs this checkout's optsched into it (no dependencies: vLLM brings numpy and pydantic);
 # 3. runs tests/e2e/vllm_e2e.py: schedule -> export -> vLLM execute (tiny random-weight Llama) ->
-#    validate, asserting zero plan mismatches and exact output lengths.
+#    validate, asserting zero plan mismatches and exact output lengths; then vLLM's own scheduler
+#    (no plan) against optsched's policies, asserting vllm-v1 and sarathi-pc match it batch for batch.
 # The project's Python (OPTSCHED_PYTHON, default python3) must have optsched installed.
 # Prints "vllm-e2e: N passed, M failed" last and exits non-zero on any failure.
 set -uo pipefail
