@@ -189,11 +189,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds, each A then B (default 3)")
     parser.add_argument("--vidur-venv", type=Path, default=Path(os.environ.get("OPTSCHED_VIDUR_VENV", DEFAULT_VENV)))
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     reason = skip_reason(args.vidur_venv)
     if reason:
         print(f"skipped: {reason}")
         return
-    print(f"trace {TRACE}; load {os.getloadavg()[0]:.2f}; cpus {os.cpu_count()}")
+    print(f"trace {TRACE}; load {os.getloadavg()[0]:.2f}; cpus {os.cpu_count()}", flush=True)
     warm_a, warm_b = run_optsched(), run_vidur(args.vidur_venv, batch_table=True)
     print(f"warm-up: A {warm_a.wall:.2f} s wall / {warm_a.cpu:.2f} s CPU, B {warm_b.wall:.2f} s / {warm_b.cpu:.2f} s")
     print(describe("optsched (A)", warm_a))
