@@ -1,0 +1,517 @@
+r"""Exact mean latency and mean TTFT at small N: A* over iteration-level states, arrivals included.
+
+**States.** Request i's state is :math:`(m_i, I_i, g_i)` (KV held, current prompt, tokens
+generated), as in the contract; a node is the joint state with a label :math:`(t, A)`: t the end of
+the last batch and A the sum of the *event times* so far (finish times for ``latency``, first-token
+times for ``ttft``). The objective is :math:`(A_{final} - \sum_i a_i) / N`. An edge is one batch:
+each unfinished request idles, processes a legal item (a prefill chunk of :math:`1..I-m` tokens, the
+whole rest with ``no_chunk``, or one decode token), or is evicted (it holds KV; evictions allowed)
+and then idles or refills (a chunk of its new prompt) in the same batch; the batch holds C, P, M and
+:math:`R_{max}` after processing (finishing requests included) and starts at
+:math:`\max(t, a_i)` over its requests. Written out, an eviction that a request refills in the same
+batch becomes an eviction-only batch (cost 0) before it, as the contract requires. For ``ttft`` the
+search ends when every request has its first token, and :func:`.schedules.serial_completion`
+finishes the schedule (later batches change no first-token time).
+
+**Edges left out** (none changes the optimum). (E1) A batch without items: costless evictions move
+to the next batch with items. (E2) An idle eviction that the batch's limits do not need (the batch
+holds M and :math:`R_{max}` with that request still resident): postponing the eviction to the
+request's next batch (where it is then evicted and refills, or idles evicted) leaves every state
+after that batch, and every time, unchanged, and repeating this ends in a schedule where every idle
+eviction is needed. (E3) Waiting beyond the batch's earliest start only delays every later time.
+
+**Dominance.** Let :math:`V(s, t)` be the least sum of the events still to come from state s at
+time t, and :math:`n(s)` their number. V is non-decreasing in t (a schedule from a later t, replayed
+from an earlier one, has no later event) and :math:`V(s, t + \delta) \le V(s, t) + n(s) \delta`
+(shift a schedule by :math:`\delta`; arrivals are only earlier relative to it). So a label
+:math:`(t_1, A_1)` of s is at least as good as :math:`(t_2, A_2)` when :math:`A_1 + n(s)
+\max(0, t_1 - t_2) \le A_2`, and the latter is dropped.
+
+**Estimate** h (admissible: never above V). Per request with an event to come: its *job* is the
+work up to that event (the rest of its prefill, then one step per token to O for latency). A job
+needs at least :math:`s_i` batches (:math:`\lceil p / \min(C, P) \rceil` for p prefill tokens left,
+one per token after the first; an eviction never saves a batch: a refill generates one token), its
+own batches cost at least :math:`c_i` in all (the least over chunkings of each fill, a decode priced
+as the cheaper of the decode step and a refill of its context; the cost model is non-decreasing in
+every count, so a batch costs at least its one item alone), and the KV after processing summed over
+its batches is at least :math:`w_i` (a step's KV after processing is at least its fill's end, or
+m + 1 for a token at context m). Every batch costs at least :math:`\tau`, the cheapest one-item
+batch. Then, with :math:`k_i` the batch (counted from t) of i's event:
+:math:`F_i \ge \max(t, a_i) + c_i` (H1), and :math:`F_i \ge t + \tau (k_i - q_i) + c'_i` with
+:math:`q_i` i's own batches and :math:`c'_i = \min(\mathrm{cost} - \tau\,\mathrm{steps}) + \tau s_i`
+over its plans (reduced costs), so :math:`\sum_i F_i \ge n t + \sum_i c'_i + \tau (K - \sum_i s_i)`
+(H2) for any K at most :math:`\sum_i k_i`. Two such K: at most :math:`\kappa = \min(R_{max}, C)`
+items per batch and at most one per request, which is :math:`P|pmtn|\sum C_j` with unit steps, whose
+optimum is non-preemptive SPT (McNaughton 1959): :math:`\sum_j s_{(j)} \lceil (n - j) / \kappa
+\rceil` over the sorted :math:`s_{(0)} \le s_{(1)} \le \dots`; and the KV per batch is at most M, so
+the j-th event in time waits for at least the j smallest areas :math:`w_i / M`, in whole batches:
+:math:`\sum_j \lceil \sum_{l \le j} w_{(l)} / M \rceil`. h is the larger of H1 and H2 over the
+largest K.
+
+**A*.** Best first by :math:`A + h`; a label whose :math:`A + h` reaches the best schedule known
+(the incumbent, value U) is not queued. A* takes labels from the queue in order of A + h; some label
+on an optimal track (one whose best continuation reaches the optimum :math:`C^*`) is always queued
+until the goal is taken, when :math:`C^* < U` (the argument of :mod:`.astar`: a dropped or dominated
+label is replaced by one at least as good, which is on track too). So the first goal taken is
+optimal, an empty queue proves :math:`U \le C^*`, and when the search stops early the least
+:math:`A + h` in the queue (at most U) is a proven bound.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
+
+from ...budget import TimeBudget
+from ...costmodel import Coefficients
+from ...instance import Instance
+from ...result import Status
+from ...schedule import Batch, Item, Schedule
+from .schedules import serial_completion
+
+__all__ = ["MAX_LABELS", "MeanSearchResult", "mean_search"]
+
+#: Labels the search keeps at most (about 400 bytes each with the queue and the parents: 2 GB).
+MAX_LABELS = 5_000_000
+
+#: Expansions between two looks at the clock.
+CLOCK_EVERY = 64
+
+#: Relative slack of the incumbent's pruning (float sums of the same batch times may differ in the
+#: last bits between the search and the replay).
+PRUNE_RTOL = 1e-12
+
+Sub = tuple[int, int, int]
+
+
+class Job(NamedTuple):
+    """A request's work up to its event (module docstring): least batches, prefill batches and
+    prefill tokens; least own cost c, reduced cost c' (less tau s), item cost and KV area."""
+
+    steps: int
+    pre_batches: int
+    pre_tokens: int
+    cost: float
+    red: float
+    item: float
+    area: int
+
+
+class Estimate(NamedTuple):
+    """The parts of h that do not depend on t: events to come, H2 less n t, the order bounds L_j
+    and each job's (arrival, c_i)."""
+
+    n: int
+    h2: float
+    orders: tuple[float, ...]
+    per: tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True)
+class MeanSearchResult:
+    """What :func:`mean_search` found.
+
+    Attributes
+    ----------
+    schedule
+        Its best schedule (better than the incumbent), or None when it found none better.
+    value
+        That schedule's objective (the search's own sum), or None.
+    bound
+        A proven lower bound on the objective (mean seconds).
+    status
+        ``optimal`` (the bound meets the best of its schedule and the incumbent), or ``time_limit``
+        (stopped by the budget or :data:`MAX_LABELS`).
+    expanded, labels
+        Labels expanded and labels queued.
+    """
+
+    schedule: Schedule | None
+    value: float | None
+    bound: float
+    status: Status
+    expanded: int
+    labels: int
+
+
+@dataclass(frozen=True)
+class _Action:
+    """One request's part of a batch: idle, evict (``evict``) and/or an item of ``tokens``."""
+
+    evict: bool
+    tokens: int
+    decode: bool
+    new: Sub
+    kv: int  # KV held after processing (finishing included): its share of M
+    event: bool
+    cached: int  # KV before the item (decode context, or the chunk's cached prefix)
+
+
+class _Problem:
+    """The instance's data the search reads, with per-request caches."""
+
+    def __init__(self, instance: Instance, objective: str, evict: bool, hybrid: bool, chunk: bool) -> None:
+        lim = instance.limits
+        self.instance, self.objective = instance, objective
+        self.evict, self.hybrid, self.chunk = evict, hybrid, chunk
+        self.reqs = instance.requests
+        self.C, self.P = lim.token_budget, lim.prefill_budget
+        self.M, self.R = lim.kv_capacity, lim.max_running
+        self.step = min(self.C, self.P)
+        self.cost = instance.cost_model
+        self.coef = Coefficients.of(self.cost).folded()
+        self.tau = min(self.cost.batch_time(1, 1, 1, 0, 0), self.cost.batch_time(1, 0, 0, 1, 1, 0, 1))
+        self.kappa = min(self.C, self.R) if self.R is not None else self.C
+        self.actions = lru_cache(maxsize=None)(self._actions)
+        self.job = lru_cache(maxsize=None)(self._job)
+        self.fill = lru_cache(maxsize=None)(self._fill)
+
+    def pending(self, i: int, sub: Sub) -> bool:
+        """Whether request i in state ``sub`` has its event still to come."""
+        return sub[2] == 0 if self.objective == "ttft" else sub[2] < self.reqs[i].output_tokens
+
+    def _actions(self, i: int, sub: Sub) -> tuple[_Action, ...]:
+        """Request i's legal parts of a batch from ``sub`` (module docstring)."""
+        m, prompt, g = sub
+        out_tokens = self.reqs[i].output_tokens
+        if g == out_tokens:
+            return (_Action(False, 0, False, sub, 0, False, 0),)
+        acts = [_Action(False, 0, False, sub, m, False, 0)]
+        starts = [(False, m, prompt)]
+        if self.evict and m > 0:
+            acts.append(_Action(True, 0, False, (0, m + 1 if m >= prompt else prompt, g), 0, False, 0))
+            starts.append((True, 0, m + 1 if m >= prompt else prompt))
+        for ev, m0, p0 in starts:
+            if m0 >= p0:  # decode
+                done = g + 1 == out_tokens
+                new = (0 if done else m0 + 1, p0, g + 1)
+                acts.append(_Action(ev, 1, True, new, m0 + 1, self._event(g, g + 1, out_tokens), m0))
+                continue
+            sizes = range(1, min(p0 - m0, self.step) + 1) if self.chunk else [p0 - m0]
+            for c in sizes:
+                if c > self.step:
+                    continue
+                g2 = g + (m0 + c == p0)
+                done = g2 == out_tokens
+                new = (0 if done else m0 + c, p0, g2)
+                acts.append(_Action(ev, c, False, new, m0 + c, self._event(g, g2, out_tokens), m0))
+        return tuple(acts)
+
+    def _event(self, g: int, g2: int, out_tokens: int) -> bool:
+        if self.objective == "ttft":
+            return g == 0 and g2 > 0
+        return g < out_tokens == g2
+
+    def _fill(self, tokens: int, cached: int) -> Job:
+        """Prefilling ``tokens`` over ``cached`` in chunks of at most min(C, P): its fewest batches and
+        prefill tokens, and over its chunkings the least cost, reduced cost, item cost and KV area."""
+        steps = -(-tokens // self.step) if tokens > 0 else 0
+        if tokens <= 0:
+            return Job(0, 0, 0, 0.0, 0.0, 0.0, 0)
+        k = self.coef
+        cost = red = item = math.inf
+        for c in range(1, min(tokens, self.step) + 1) if self.chunk else [tokens]:
+            if c > self.step:
+                continue
+            step = self.cost.batch_time(c, c, c * c, 0, 0, c * cached)
+            own = (
+                (k.per_token + k.prefill_per_token) * c
+                + k.prefill_per_token_sq * c * c
+                + k.prefill_per_ctx * c * cached
+            )
+            rest = self.fill(tokens - c, cached + c)
+            cost, red, item = (
+                min(cost, step + rest.cost),
+                min(red, step - self.tau + rest.red),
+                min(item, own + rest.item),
+            )
+        end = cached + tokens
+        area = sum(max(end - j * self.step, 1) for j in range(steps))
+        return Job(steps, steps, tokens, cost, red, item, area)
+
+    def _job(self, i: int, sub: Sub) -> Job:
+        """Request i's job from ``sub`` (module docstring): its least batches, prefill batches and
+        prefill tokens, own cost c, reduced cost c' (without the last term tau s), item cost and KV area."""
+        m, prompt, g = sub
+        out_tokens, k = self.reqs[i].output_tokens, self.coef
+        job = Job(0, 0, 0, 0.0, 0.0, 0.0, 0)
+        if m < prompt:  # a (re)fill: continued, or restarted after an eviction
+            go_on, restart = self.fill(prompt - m, m), self.fill(prompt, 0)
+            job = Job(*go_on[:3], *(min(a, b) for a, b in zip(go_on[3:], restart[3:])))
+            g, m = g + 1, prompt
+        if self.objective == "ttft":
+            return job
+        steps, cost, red, item, area = job.steps, job.cost, job.red, job.item, job.area
+        for ctx in range(m, m + out_tokens - g):  # one token at each context: a decode or a refill
+            dec = self.cost.batch_time(1, 0, 0, 1, ctx, 0, ctx)
+            dec_item = k.per_token + k.decode_per_token + k.decode_per_kv * ctx
+            refill = self.fill(ctx + 1, 0)
+            steps += 1
+            cost += min(dec, refill.cost)
+            red += min(dec - self.tau, refill.red)
+            item += min(dec_item, refill.item)
+            area += ctx + 1
+        return Job(steps, job.pre_batches, job.pre_tokens, cost, red, item, area)
+
+    def estimate(self, state: tuple[Sub, ...]) -> Estimate:
+        """The parts of h that do not depend on t (module docstring): n, H2 less n t, the order
+        bounds L_j of the j-th event less t, and each job's (arrival, c_i)."""
+        jobs = [(self.reqs[i].arrival, self.job(i, sub)) for i, sub in enumerate(state) if self.pending(i, sub)]
+        n = len(jobs)
+        if not n:
+            return Estimate(0, 0.0, (), ())
+        steps = sorted(job.steps for _, job in jobs)
+        spt = sum(s * -(-(n - j) // self.kappa) for j, s in enumerate(steps))
+        areas = sorted(job.area for _, job in jobs)
+        k = max(spt, sum(steps), self._area_batches(areas))
+        h2 = sum(job.red for _, job in jobs) + self.tau * k
+        return Estimate(
+            n, h2, self._orders(steps, areas, [job for _, job in jobs]), tuple((a, j.cost) for a, j in jobs)
+        )
+
+    def _area_batches(self, areas: list[int]) -> int:
+        """The least sum over j of the batches before the j-th event that the KV areas need."""
+        if self.M is None:
+            return 0
+        total = prefix = 0
+        for w in areas:
+            prefix += w
+            total += -(-prefix // self.M)
+        return total
+
+    def _orders(self, steps: list[int], areas: list[int], jobs: list[Job]) -> tuple[float, ...]:
+        """L_j: the least cost of batches that finish any j of the jobs (module docstring)."""
+        k = self.coef
+        per_batch = k.base + k.per_tile
+        pres = sorted(job.pre_batches for job in jobs)
+        tokens = sorted(job.pre_tokens for job in jobs)
+        items = sorted(job.item for job in jobs)
+        out = []
+        for j in range(1, len(jobs) + 1):
+            need = -(-sum(areas[:j]) // self.M) if self.M is not None else 0
+            pre = max(pres[j - 1], -(-sum(tokens[:j]) // self.P))
+            b = max(steps[j - 1], -(-sum(steps[:j]) // self.kappa), need, pre)
+            bias = (
+                k.prefill_bias * pre + k.decode_bias * (b - pre)
+                if k.prefill_bias >= k.decode_bias
+                else k.prefill_bias * b
+            )
+            out.append(per_batch * b + bias + sum(items[:j]))
+        return tuple(out)
+
+
+def _h(est: Estimate, t: float) -> float:
+    """h at time t from :meth:`_Problem.estimate`'s parts: the larger of H2 and the order bound."""
+    lows = sorted(max(t, a) + c for a, c in est.per)
+    order = sum(max(t + low, x) for low, x in zip(est.orders, lows))
+    return max(est.n * t + est.h2, order)
+
+
+@dataclass
+class _Batch:
+    """A batch under construction: its counts and its requests' parts."""
+
+    n_tok: int = 0
+    n_pre: int = 0
+    s_pre: int = 0
+    n_dec: int = 0
+    kv_dec: int = 0
+    x_pre: int = 0
+    kv_max: int = 0
+    kv: int = 0
+    running: int = 0
+    items: int = 0
+
+
+def _batches(pb: _Problem, state: tuple[Sub, ...]) -> list[tuple[float, tuple[Sub, ...], list[_Action]]]:
+    """Every batch from ``state`` that the search keeps (module docstring: E1, E2): its cost, the
+    next state and each request's part."""
+    n = len(state)
+    acts = [pb.actions(i, sub) for i, sub in enumerate(state)]
+    out: list[tuple[float, tuple[Sub, ...], list[_Action]]] = []
+    chosen: list[_Action] = []
+    M = pb.M if pb.M is not None else math.inf
+    R = pb.R if pb.R is not None else math.inf
+
+    def walk(i: int, b: _Batch) -> None:
+        if i == n:
+            if b.items == 0 or (not pb.hybrid and b.n_pre and b.n_dec):
+                return
+            for a, sub in zip(chosen, state):  # E2: each idle eviction is needed by M or R_max
+                if a.evict and not a.tokens and b.kv + sub[0] <= M and b.running + 1 <= R:
+                    return
+            cost = pb.cost.batch_time(b.n_tok, b.n_pre, b.s_pre, b.n_dec, b.kv_dec, b.x_pre, b.kv_max)
+            out.append((cost, tuple(a.new for a in chosen), list(chosen)))
+            return
+        for a in acts[i]:
+            c = a.tokens
+            nb = _Batch(
+                b.n_tok + c,
+                b.n_pre + (0 if a.decode else c),
+                b.s_pre + (0 if a.decode else c * c),
+                b.n_dec + a.decode,
+                b.kv_dec + (a.cached if a.decode else 0),
+                b.x_pre + (0 if a.decode else c * a.cached),
+                max(b.kv_max, a.cached if a.decode else 0),
+                b.kv + a.kv,
+                b.running + (a.kv > 0),
+                b.items + (c > 0),
+            )
+            if nb.n_tok > pb.C or nb.n_pre > pb.P or nb.kv > M or nb.running > R:
+                continue
+            chosen.append(a)
+            walk(i + 1, nb)
+            chosen.pop()
+
+    walk(0, _Batch())
+    return out
+
+
+def _as_batches(pb: _Problem, acts: list[_Action], ready: float, t: float) -> list[Batch]:
+    """A search edge as the contract's batches: an eviction-only batch before it when a request it
+    evicts refills in it."""
+    ids = [r.id for r in pb.reqs]
+    items = tuple(Item(ids[i], a.tokens) for i, a in enumerate(acts) if a.tokens)
+    evicted = tuple(ids[i] for i, a in enumerate(acts) if a.evict)
+    start = ready if ready > t else None
+    if any(a.evict and a.tokens for a in acts):
+        return [Batch((), evicted), Batch(items, (), start)]
+    return [Batch(items, evicted, start)]
+
+
+class _Search:
+    """The A* of :func:`mean_search`: labels by state, the queue and the parents."""
+
+    def __init__(self, pb: _Problem, upper: float) -> None:
+        self.pb, self.upper = pb, upper
+        self.cut = upper - PRUNE_RTOL * abs(upper) if math.isfinite(upper) else math.inf
+        self.estimates: dict[tuple[Sub, ...], tuple] = {}
+        self.labels: dict[tuple[Sub, ...], list[int]] = {}
+        self.state: list[tuple[Sub, ...]] = []
+        self.t: list[float] = []
+        self.acc: list[float] = []
+        self.parent: list[tuple[int, list[_Action], float] | None] = []
+        self.dead: list[bool] = []
+        self.heap: list[tuple[float, float, int]] = []
+        self.expanded = 0
+        self.full_goal = pb.objective != "ttft" or not pb.evict
+
+    def estimate(self, state: tuple[Sub, ...]) -> tuple:
+        est = self.estimates.get(state)
+        if est is None:
+            est = self.estimates[state] = self.pb.estimate(state)
+        return est
+
+    def goal(self, state: tuple[Sub, ...]) -> bool:
+        """All events done (and, for ttft without evictions, every request finished)."""
+        if self.full_goal:
+            return all(sub[2] == r.output_tokens for sub, r in zip(state, self.pb.reqs))
+        return all(sub[2] > 0 for sub in state)
+
+    def push(self, state: tuple[Sub, ...], t: float, acc: float, parent: tuple | None) -> None:
+        """Queue the label (t, acc) of ``state`` unless pruned or dominated (module docstring)."""
+        est = self.estimate(state)
+        f = acc + _h(est, t)
+        if f >= self.cut:
+            return
+        n = est[0]
+        kept = self.labels.setdefault(state, [])
+        for k in kept:
+            if self.acc[k] + n * max(0.0, self.t[k] - t) <= acc:
+                return
+        live = []
+        for k in kept:
+            if acc + n * max(0.0, t - self.t[k]) <= self.acc[k]:
+                self.dead[k] = True
+            else:
+                live.append(k)
+        node = len(self.state)
+        live.append(node)
+        self.labels[state] = live
+        self.state.append(state)
+        self.t.append(t)
+        self.acc.append(acc)
+        self.parent.append(parent)
+        self.dead.append(False)
+        heapq.heappush(self.heap, (f, -acc, node))
+
+    def expand(self, node: int) -> None:
+        """Queue every kept batch's label from ``node``."""
+        self.expanded += 1
+        pb, t, acc = self.pb, self.t[node], self.acc[node]
+        arrival = [r.arrival for r in pb.reqs]
+        for cost, nxt, acts in _batches(pb, self.state[node]):
+            ready = max([arrival[i] for i, a in enumerate(acts) if a.tokens or a.evict], default=0.0)
+            end = max(t, ready) + cost
+            events = sum(a.event for a in acts)
+            self.push(nxt, end, acc + end * events, (node, acts, ready))
+
+    def path(self, node: int) -> list[Batch]:
+        """The batches from the start to ``node``."""
+        out: list[list[Batch]] = []
+        while (link := self.parent[node]) is not None:
+            prev, acts, ready = link
+            out.append(_as_batches(self.pb, acts, ready, self.t[prev]))
+            node = prev
+        return [b for part in reversed(out) for b in part]
+
+
+def mean_search(
+    instance: Instance,
+    objective: str,
+    upper: float | None,
+    budget: TimeBudget,
+    *,
+    no_evict: bool = False,
+    no_hybrid: bool = False,
+    no_chunk: bool = False,
+    max_labels: int = MAX_LABELS,
+) -> MeanSearchResult:
+    """The least mean latency (``objective='latency'``) or mean TTFT (``'ttft'``) of ``instance``
+    by A* (module docstring), within ``budget``.
+
+    Parameters
+    ----------
+    upper
+        The objective of a schedule known (the incumbent; None: none): only better ones are looked for.
+    budget
+        The search stops once it expires, with the proven bound (status ``time_limit``).
+    no_evict, no_hybrid, no_chunk
+        The model's restrictions (fix C9).
+    max_labels
+        The search stops (status ``time_limit``) once it has queued this many labels.
+    """
+    if objective not in ("latency", "ttft"):
+        raise ValueError(f"mean_search: objective {objective!r} is not 'latency' or 'ttft'")
+    pb = _Problem(instance, objective, not no_evict, not no_hybrid, not no_chunk)
+    n, shift = len(pb.reqs), math.fsum(r.arrival for r in pb.reqs)
+    search = _Search(pb, math.inf if upper is None else upper * n + shift)
+    search.push(tuple((0, r.prompt_tokens, 0) for r in pb.reqs), 0.0, 0.0, None)
+    stopped_at = None
+    while search.heap:
+        f, _, node = heapq.heappop(search.heap)
+        if search.dead[node]:
+            continue
+        if search.goal(search.state[node]):
+            return _found(search, node, (search.acc[node] - shift) / n)
+        if search.expanded % CLOCK_EVERY == 0 and (budget.expired() or len(search.state) > max_labels):
+            stopped_at = f
+            break
+        search.expand(node)
+    if stopped_at is None:  # nothing below the incumbent: it is optimal
+        bound = (search.cut - shift) / n if upper is not None else math.inf
+        return MeanSearchResult(None, None, bound, Status.OPTIMAL, search.expanded, len(search.state))
+    bound = (min(stopped_at, search.cut) - shift) / n
+    return MeanSearchResult(None, None, bound, Status.TIME_LIMIT, search.expanded, len(search.state))
+
+
+def _found(search: _Search, node: int, value: float) -> MeanSearchResult:
+    """The result when the goal ``node`` is taken from the queue: its path, as a schedule, is optimal."""
+    pb = search.pb
+    schedule = Schedule(pb.instance.name, tuple(search.path(node)), {"solver": "mean-search"})
+    if not search.full_goal:
+        schedule = serial_completion(pb.instance, schedule)
+    return MeanSearchResult(schedule, value, value, Status.OPTIMAL, search.expanded, len(search.state))
