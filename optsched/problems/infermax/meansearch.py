@@ -62,7 +62,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import NamedTuple
 
 from ...budget import TimeBudget
@@ -148,6 +148,15 @@ class _Action:
     kv: int  # KV held after processing (finishing included): its share of M
     event: bool
     cached: int  # KV before the item (decode context, or the chunk's cached prefix)
+
+    @cached_property
+    def delta(self) -> tuple[int, ...]:
+        """Its share of the batch's counts: tokens, prefill tokens, their squares, decode items, decode
+        KV, prefill context, decode context (for the largest), KV held, running."""
+        c, m = self.tokens, self.cached
+        if self.decode:
+            return (c, 0, 0, 1, m, 0, m, self.kv, self.kv > 0)
+        return (c, c, c * c, 0, 0, c * m, 0, self.kv, self.kv > 0)
 
 
 class _Problem:
@@ -310,22 +319,6 @@ def _h(est: Estimate, t: float) -> float:
     return max(est.n * t + est.h2, order)
 
 
-@dataclass
-class _Batch:
-    """A batch under construction: its counts and its requests' parts."""
-
-    n_tok: int = 0
-    n_pre: int = 0
-    s_pre: int = 0
-    n_dec: int = 0
-    kv_dec: int = 0
-    x_pre: int = 0
-    kv_max: int = 0
-    kv: int = 0
-    running: int = 0
-    items: int = 0
-
-
 def _batches(pb: _Problem, state: tuple[Sub, ...]) -> list[tuple[float, tuple[Sub, ...], list[_Action]]]:
     """Every batch from ``state`` that the search keeps (module docstring: E1, E2): its cost, the
     next state and each request's part."""
@@ -333,40 +326,44 @@ def _batches(pb: _Problem, state: tuple[Sub, ...]) -> list[tuple[float, tuple[Su
     acts = [pb.actions(i, sub) for i, sub in enumerate(state)]
     out: list[tuple[float, tuple[Sub, ...], list[_Action]]] = []
     chosen: list[_Action] = []
+    C, P = pb.C, pb.P
     M = pb.M if pb.M is not None else math.inf
     R = pb.R if pb.R is not None else math.inf
 
-    def walk(i: int, b: _Batch) -> None:
-        if i == n:
-            if b.items == 0 or (not pb.hybrid and b.n_pre and b.n_dec):
+    def leaf(tok: int, pre: int, spre: int, dec: int, kvdec: int, xpre: int, kvmax: int, kv: int, run: int) -> None:
+        if not pb.hybrid and pre and dec:
+            return
+        for a, sub in zip(chosen, state):  # E2: each idle eviction is needed by M or R_max
+            if a.evict and not a.tokens and kv + sub[0] <= M and run + 1 <= R:
                 return
-            for a, sub in zip(chosen, state):  # E2: each idle eviction is needed by M or R_max
-                if a.evict and not a.tokens and b.kv + sub[0] <= M and b.running + 1 <= R:
-                    return
-            cost = pb.cost.batch_time(b.n_tok, b.n_pre, b.s_pre, b.n_dec, b.kv_dec, b.x_pre, b.kv_max)
-            out.append((cost, tuple(a.new for a in chosen), list(chosen)))
+        cost = pb.cost.batch_time(tok, pre, spre, dec, kvdec, xpre, kvmax)
+        out.append((cost, tuple(a.new for a in chosen), list(chosen)))
+
+    def walk(i: int, tok: int, pre: int, spre: int, dec: int, kvdec: int, xpre: int, kvmax: int, kv: int, run: int):
+        if i == n:
+            if tok:
+                leaf(tok, pre, spre, dec, kvdec, xpre, kvmax, kv, run)
             return
         for a in acts[i]:
-            c = a.tokens
-            nb = _Batch(
-                b.n_tok + c,
-                b.n_pre + (0 if a.decode else c),
-                b.s_pre + (0 if a.decode else c * c),
-                b.n_dec + a.decode,
-                b.kv_dec + (a.cached if a.decode else 0),
-                b.x_pre + (0 if a.decode else c * a.cached),
-                max(b.kv_max, a.cached if a.decode else 0),
-                b.kv + a.kv,
-                b.running + (a.kv > 0),
-                b.items + (c > 0),
-            )
-            if nb.n_tok > pb.C or nb.n_pre > pb.P or nb.kv > M or nb.running > R:
+            d = a.delta
+            if tok + d[0] > C or pre + d[1] > P or kv + d[7] > M or run + d[8] > R:
                 continue
             chosen.append(a)
-            walk(i + 1, nb)
+            walk(
+                i + 1,
+                tok + d[0],
+                pre + d[1],
+                spre + d[2],
+                dec + d[3],
+                kvdec + d[4],
+                xpre + d[5],
+                max(kvmax, d[6]),
+                kv + d[7],
+                run + d[8],
+            )
             chosen.pop()
 
-    walk(0, _Batch())
+    walk(0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     return out
 
 
