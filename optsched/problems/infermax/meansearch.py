@@ -72,7 +72,7 @@ from ...result import Status
 from ...schedule import Batch, Item, Schedule
 from .schedules import serial_completion
 
-__all__ = ["MAX_LABELS", "MeanSearchResult", "mean_search"]
+__all__ = ["MAX_LABELS", "Action", "MeanSearchResult", "SearchProblem", "estimate_at", "mean_search"]
 
 #: Labels the search keeps at most (about 400 bytes each with the queue and the parents: 2 GB).
 MAX_LABELS = 5_000_000
@@ -138,7 +138,7 @@ class MeanSearchResult:
 
 
 @dataclass(frozen=True)
-class _Action:
+class Action:
     """One request's part of a batch: idle, evict (``evict``) and/or an item of ``tokens``."""
 
     evict: bool
@@ -159,7 +159,7 @@ class _Action:
         return (c, c, c * c, 0, 0, c * m, 0, self.kv, self.kv > 0)
 
 
-class _Problem:
+class SearchProblem:
     """The instance's data the search reads, with per-request caches."""
 
     def __init__(self, instance: Instance, objective: str, evict: bool, hybrid: bool, chunk: bool) -> None:
@@ -174,7 +174,7 @@ class _Problem:
         self.coef = Coefficients.of(self.cost).folded()
         self.tau = min(self.cost.batch_time(1, 1, 1, 0, 0), self.cost.batch_time(1, 0, 0, 1, 1, 0, 1))
         self.kappa = min(self.C, self.R) if self.R is not None else self.C
-        self.actions = lru_cache(maxsize=None)(self._actions)
+        self.actions = lru_cache(maxsize=None)(self.legal_actions)
         self.job = lru_cache(maxsize=None)(self._job)
         self.fill = lru_cache(maxsize=None)(self._fill)
 
@@ -182,22 +182,22 @@ class _Problem:
         """Whether request i in state ``sub`` has its event still to come."""
         return sub[2] == 0 if self.objective == "ttft" else sub[2] < self.reqs[i].output_tokens
 
-    def _actions(self, i: int, sub: Sub) -> tuple[_Action, ...]:
+    def legal_actions(self, i: int, sub: Sub) -> tuple[Action, ...]:
         """Request i's legal parts of a batch from ``sub`` (module docstring)."""
         m, prompt, g = sub
         out_tokens = self.reqs[i].output_tokens
         if g == out_tokens:
-            return (_Action(False, 0, False, sub, 0, False, 0),)
-        acts = [_Action(False, 0, False, sub, m, False, 0)]
+            return (Action(False, 0, False, sub, 0, False, 0),)
+        acts = [Action(False, 0, False, sub, m, False, 0)]
         starts = [(False, m, prompt)]
         if self.evict and m > 0:
-            acts.append(_Action(True, 0, False, (0, m + 1 if m >= prompt else prompt, g), 0, False, 0))
+            acts.append(Action(True, 0, False, (0, m + 1 if m >= prompt else prompt, g), 0, False, 0))
             starts.append((True, 0, m + 1 if m >= prompt else prompt))
         for ev, m0, p0 in starts:
             if m0 >= p0:  # decode
                 done = g + 1 == out_tokens
                 new = (0 if done else m0 + 1, p0, g + 1)
-                acts.append(_Action(ev, 1, True, new, m0 + 1, self._event(g, g + 1, out_tokens), m0))
+                acts.append(Action(ev, 1, True, new, m0 + 1, self._event(g, g + 1, out_tokens), m0))
                 continue
             sizes = range(1, min(p0 - m0, self.step) + 1) if self.chunk else [p0 - m0]
             for c in sizes:
@@ -206,7 +206,7 @@ class _Problem:
                 g2 = g + (m0 + c == p0)
                 done = g2 == out_tokens
                 new = (0 if done else m0 + c, p0, g2)
-                acts.append(_Action(ev, c, False, new, m0 + c, self._event(g, g2, out_tokens), m0))
+                acts.append(Action(ev, c, False, new, m0 + c, self._event(g, g2, out_tokens), m0))
         return tuple(acts)
 
     def _event(self, g: int, g2: int, out_tokens: int) -> bool:
@@ -312,20 +312,20 @@ class _Problem:
         return tuple(out)
 
 
-def _h(est: Estimate, t: float) -> float:
-    """h at time t from :meth:`_Problem.estimate`'s parts: the larger of H2 and the order bound."""
+def estimate_at(est: Estimate, t: float) -> float:
+    """h at time t from :meth:`SearchProblem.estimate`'s parts: the larger of H2 and the order bound."""
     lows = sorted(max(t, a) + c for a, c in est.per)
     order = sum(max(t + low, x) for low, x in zip(est.orders, lows))
     return max(est.n * t + est.h2, order)
 
 
-def _batches(pb: _Problem, state: tuple[Sub, ...]) -> list[tuple[float, tuple[Sub, ...], list[_Action]]]:
+def _batches(pb: SearchProblem, state: tuple[Sub, ...]) -> list[tuple[float, tuple[Sub, ...], list[Action]]]:
     """Every batch from ``state`` that the search keeps (module docstring: E1, E2): its cost, the
     next state and each request's part."""
     n = len(state)
     acts = [pb.actions(i, sub) for i, sub in enumerate(state)]
-    out: list[tuple[float, tuple[Sub, ...], list[_Action]]] = []
-    chosen: list[_Action] = []
+    out: list[tuple[float, tuple[Sub, ...], list[Action]]] = []
+    chosen: list[Action] = []
     C, P = pb.C, pb.P
     M = pb.M if pb.M is not None else math.inf
     R = pb.R if pb.R is not None else math.inf
@@ -367,7 +367,7 @@ def _batches(pb: _Problem, state: tuple[Sub, ...]) -> list[tuple[float, tuple[Su
     return out
 
 
-def _as_batches(pb: _Problem, acts: list[_Action], ready: float, t: float) -> list[Batch]:
+def _as_batches(pb: SearchProblem, acts: list[Action], ready: float, t: float) -> list[Batch]:
     """A search edge as the contract's batches: an eviction-only batch before it when a request it
     evicts refills in it."""
     ids = [r.id for r in pb.reqs]
@@ -382,7 +382,7 @@ def _as_batches(pb: _Problem, acts: list[_Action], ready: float, t: float) -> li
 class _Search:
     """The A* of :func:`mean_search`: labels by state, the queue and the parents."""
 
-    def __init__(self, pb: _Problem, upper: float) -> None:
+    def __init__(self, pb: SearchProblem, upper: float) -> None:
         self.pb, self.upper = pb, upper
         self.cut = upper - PRUNE_RTOL * abs(upper) if math.isfinite(upper) else math.inf
         self.estimates: dict[tuple[Sub, ...], tuple] = {}
@@ -390,7 +390,7 @@ class _Search:
         self.state: list[tuple[Sub, ...]] = []
         self.t: list[float] = []
         self.acc: list[float] = []
-        self.parent: list[tuple[int, list[_Action], float] | None] = []
+        self.parent: list[tuple[int, list[Action], float] | None] = []
         self.dead: list[bool] = []
         self.heap: list[tuple[float, float, int]] = []
         self.expanded = 0
@@ -411,7 +411,7 @@ class _Search:
     def push(self, state: tuple[Sub, ...], t: float, acc: float, parent: tuple | None) -> None:
         """Queue the label (t, acc) of ``state`` unless pruned or dominated (module docstring)."""
         est = self.estimate(state)
-        f = acc + _h(est, t)
+        f = acc + estimate_at(est, t)
         if f >= self.cut:
             return
         n = est[0]
@@ -483,7 +483,7 @@ def mean_search(
     """
     if objective not in ("latency", "ttft"):
         raise ValueError(f"mean_search: objective {objective!r} is not 'latency' or 'ttft'")
-    pb = _Problem(instance, objective, not no_evict, not no_hybrid, not no_chunk)
+    pb = SearchProblem(instance, objective, not no_evict, not no_hybrid, not no_chunk)
     n, shift = len(pb.reqs), math.fsum(r.arrival for r in pb.reqs)
     search = _Search(pb, math.inf if upper is None else upper * n + shift)
     search.push(tuple((0, r.prompt_tokens, 0) for r in pb.reqs), 0.0, 0.0, None)

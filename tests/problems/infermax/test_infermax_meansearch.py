@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
@@ -32,7 +32,7 @@ SEEDS = (0, 5, 6, 7, 9, 10, 11, 13, 16, 19, 20, 25, 26, 27, 29, 30, 34, 37)
 REL = 1e-9
 
 
-@lru_cache(maxsize=None)
+@cache
 def exhaustive(seed: int, arrivals: bool, objective: str, evict: bool = True) -> float:
     """The exhaustive optimum of ``tiny_instance(seed, arrivals=arrivals)``."""
     found = exhaustive_mean(tiny_instance(seed, arrivals=arrivals), objective, evict=evict)
@@ -127,16 +127,16 @@ def _mismatches(objective: str) -> int:
 
 
 def test_a_too_high_estimate_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = meansearch._h
-    monkeypatch.setattr(meansearch, "_h", lambda est, t: 1.03 * real(est, t))
+    real = meansearch.estimate_at
+    monkeypatch.setattr(meansearch, "estimate_at", lambda est, t: 1.03 * real(est, t))
     assert _mismatches("latency") + _mismatches("ttft") > 0
 
 
 def test_leaving_out_every_idle_eviction_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = meansearch._Problem._actions
+    real = meansearch.SearchProblem.legal_actions
 
     def no_idle_evictions(self, i, sub):
         return tuple(a for a in real(self, i, sub) if not (a.evict and not a.tokens))
 
-    monkeypatch.setattr(meansearch._Problem, "_actions", no_idle_evictions)
+    monkeypatch.setattr(meansearch.SearchProblem, "legal_actions", no_idle_evictions)
     assert _mismatches("latency") + _mismatches("ttft") > 0
