@@ -63,19 +63,31 @@ import heapq
 import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ...budget import TimeBudget
 from ...costmodel import Coefficients
 from ...instance import Instance
 from ...result import Status
 from ...schedule import Batch, Item, Schedule
+from .candidates import CandidatePool
 from .schedules import serial_completion
 
-__all__ = ["MAX_LABELS", "Action", "MeanSearchResult", "SearchProblem", "estimate_at", "mean_search"]
+__all__ = [
+    "MAX_LABELS",
+    "MEAN_OBJECTIVES",
+    "MEAN_SEARCH",
+    "SEARCH_SHARE",
+    "Action",
+    "MeanSearchResult",
+    "SearchProblem",
+    "estimate_at",
+    "mean_search",
+    "search_phase",
+]
 
-#: Labels the search keeps at most (about 400 bytes each with the queue and the parents: 2 GB).
-MAX_LABELS = 5_000_000
+#: Labels the search keeps at most (about 700 bytes each with the queue and the parents: 1.4 GB).
+MAX_LABELS = 2_000_000
 
 #: Expansions between two looks at the clock.
 CLOCK_EVERY = 64
@@ -512,3 +524,29 @@ def _found(search: _Search, node: int, value: float) -> MeanSearchResult:
     if not search.full_goal:
         schedule = serial_completion(pb.instance, schedule)
     return MeanSearchResult(schedule, value, value, Status.OPTIMAL, search.expanded, len(search.state))
+
+
+#: The objectives of the search in an InferMax solve, the share of the time left it takes there
+#: (the model gets the rest), and the name of its schedule among the solve's candidates.
+MEAN_OBJECTIVES, SEARCH_SHARE, MEAN_SEARCH = ("latency", "ttft"), 0.8, "mean-search"
+
+
+def search_phase(pool: CandidatePool, budget: TimeBudget) -> tuple[float, dict[str, Any]]:
+    """The search as a phase of the InferMax solve: below the pool's best candidate (the incumbent),
+    with :data:`SEARCH_SHARE` of the time left of ``budget`` and the options' restrictions. Its schedule
+    (better than every candidate, proven optimal) joins the pool as :data:`MEAN_SEARCH`.
+
+    Returns its proven bound and what it did (the solve's ``extra['mean_search']``)."""
+    opts = pool.options
+    found = mean_search(
+        pool.instance,
+        opts.objective,
+        pool.best.value,
+        budget.share(SEARCH_SHARE),
+        no_evict=opts.no_evict,
+        no_hybrid=opts.no_hybrid,
+        no_chunk=opts.no_chunk,
+    )
+    pool.offer(MEAN_SEARCH, found.schedule)
+    info = {"status": str(found.status), "bound": found.bound, "expanded": found.expanded, "labels": found.labels}
+    return found.bound, info

@@ -22,9 +22,10 @@ from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.problems.infermax import meansearch
 from optsched.problems.infermax.meansearch import mean_search
 from optsched.result import Status, replayed_objective
-from tests.support.infermax import solve, tiny_instance
+from tests.support.infermax import tiny_instance
 from tests.support.infermax_bruteforce import exhaustive_optimum
 from tests.support.latency_bruteforce import exhaustive_mean
+from tests.support.solving import registered_solve
 
 OBJECTIVES = ("latency", "ttft")
 #: Seeds of tiny instances with 2 or 3 requests.
@@ -110,8 +111,9 @@ def test_the_incumbent_prunes_soundly(objective: str) -> None:
 def test_the_solve_proves_the_exhaustive_optimum(objective: str) -> None:
     for seed in (5, 6, 10, 26):
         inst = tiny_instance(seed, arrivals=True)
-        res = solve(inst, objective=objective, time_limit=30)
-        assert res.status == Status.OPTIMAL, seed
+        res = registered_solve("infermax", inst, {"objective": objective, "time_limit": 120, "threads": 1})
+        assert res.status == Status.OPTIMAL, (seed, res.status, res.wall_time, res.extra.get("mean_search"))
+        assert res.extra["mean_search"]["status"] == "optimal"
         assert res.objective == pytest.approx(exhaustive(seed, True, objective), rel=REL)
         assert replayed_objective(inst, res.schedule, objective)[0] == pytest.approx(res.objective, rel=REL)
 
