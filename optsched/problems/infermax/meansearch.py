@@ -61,8 +61,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
+from itertools import accumulate
 from typing import Any, NamedTuple
 
 from ...budget import TimeBudget
@@ -101,7 +102,8 @@ Sub = tuple[int, int, int]
 
 class Job(NamedTuple):
     """A request's work up to its event (module docstring): least batches, prefill batches and
-    prefill tokens; least own cost c, reduced cost c' (less tau s), item cost and KV area."""
+    prefill tokens; least own cost c, reduced cost c' (less tau s), item cost and KV area; its
+    fewest steps holding more than M / 2 and more than M / 3 KV after processing."""
 
     steps: int
     pre_batches: int
@@ -110,16 +112,20 @@ class Job(NamedTuple):
     red: float
     item: float
     area: int
+    half: int
+    third: int
 
 
 class Estimate(NamedTuple):
     """The parts of h that do not depend on t: events to come, H2 less n t, the order bounds L_j
-    and each job's (arrival, c_i)."""
+    and each job's (arrival, c_i); the latest arrival among them and h less n t from then on."""
 
     n: int
     h2: float
     orders: tuple[float, ...]
     per: tuple[tuple[float, float], ...]
+    last: float
+    late: float
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,7 @@ class Action:
     kv: int  # KV held after processing (finishing included): its share of M
     event: bool
     cached: int  # KV before the item (decode context, or the chunk's cached prefix)
+    arrival: float = 0.0  # the request's arrival when it takes part (an item or an eviction), else 0
 
     @cached_property
     def delta(self) -> tuple[int, ...]:
@@ -219,7 +226,8 @@ class SearchProblem:
                 done = g2 == out_tokens
                 new = (0 if done else m0 + c, p0, g2)
                 acts.append(Action(ev, c, False, new, m0 + c, self._event(g, g2, out_tokens), m0))
-        return tuple(acts)
+        arrival = self.reqs[i].arrival
+        return tuple(a if not (a.tokens or a.evict) else replace(a, arrival=arrival) for a in acts)
 
     def _event(self, g: int, g2: int, out_tokens: int) -> bool:
         if self.objective == "ttft":
@@ -231,7 +239,7 @@ class SearchProblem:
         prefill tokens, and over its chunkings the least cost, reduced cost, item cost and KV area."""
         steps = -(-tokens // self.step) if tokens > 0 else 0
         if tokens <= 0:
-            return Job(0, 0, 0, 0.0, 0.0, 0.0, 0)
+            return Job(0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0)
         k = self.coef
         cost = red = item = math.inf
         for c in range(1, min(tokens, self.step) + 1) if self.chunk else [tokens]:
@@ -250,22 +258,29 @@ class SearchProblem:
                 min(item, own + rest.item),
             )
         end = cached + tokens
-        area = sum(max(end - j * self.step, 1) for j in range(steps))
-        return Job(steps, steps, tokens, cost, red, item, area)
+        kvs = [max(end - j * self.step, 1) for j in range(steps)]  # the j-th step from the end holds >= this
+        return Job(steps, steps, tokens, cost, red, item, sum(kvs), *self._large(kvs))
+
+    def _large(self, kvs: list[int]) -> tuple[int, int]:
+        """How many of the steps holding ``kvs`` hold more than M / 2, and more than M / 3."""
+        if self.M is None:
+            return 0, 0
+        return sum(2 * w > self.M for w in kvs), sum(3 * w > self.M for w in kvs)
 
     def _job(self, i: int, sub: Sub) -> Job:
         """Request i's job from ``sub`` (module docstring): its least batches, prefill batches and
         prefill tokens, own cost c, reduced cost c' (without the last term tau s), item cost and KV area."""
         m, prompt, g = sub
         out_tokens, k = self.reqs[i].output_tokens, self.coef
-        job = Job(0, 0, 0, 0.0, 0.0, 0.0, 0)
+        job = Job(0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0)
         if m < prompt:  # a (re)fill: continued, or restarted after an eviction
             go_on, restart = self.fill(prompt - m, m), self.fill(prompt, 0)
-            job = Job(*go_on[:3], *(min(a, b) for a, b in zip(go_on[3:], restart[3:])))
+            job = Job(*go_on[:3], *(min(a, b) for a, b in zip(go_on[3:7], restart[3:7])), *go_on[7:])
             g, m = g + 1, prompt
         if self.objective == "ttft":
             return job
-        steps, cost, red, item, area = job.steps, job.cost, job.red, job.item, job.area
+        steps, cost, red, item = job.steps, job.cost, job.red, job.item
+        kvs = list(range(m + 1, m + out_tokens - g + 1))
         for ctx in range(m, m + out_tokens - g):  # one token at each context: a decode or a refill
             dec = self.cost.batch_time(1, 0, 0, 1, ctx, 0, ctx)
             dec_item = k.per_token + k.decode_per_token + k.decode_per_kv * ctx
@@ -274,8 +289,9 @@ class SearchProblem:
             cost += min(dec, refill.cost)
             red += min(dec - self.tau, refill.red)
             item += min(dec_item, refill.item)
-            area += ctx + 1
-        return Job(steps, job.pre_batches, job.pre_tokens, cost, red, item, area)
+        half, third = self._large(kvs)
+        rest = (job.area + sum(kvs), job.half + half, job.third + third)
+        return Job(steps, job.pre_batches, job.pre_tokens, cost, red, item, *rest)
 
     def estimate(self, state: tuple[Sub, ...]) -> Estimate:
         """The parts of h that do not depend on t (module docstring): n, H2 less n t, the order
@@ -283,99 +299,112 @@ class SearchProblem:
         jobs = [(self.reqs[i].arrival, self.job(i, sub)) for i, sub in enumerate(state) if self.pending(i, sub)]
         n = len(jobs)
         if not n:
-            return Estimate(0, 0.0, (), ())
+            return Estimate(0, 0.0, (), (), 0.0, 0.0)
         steps = sorted(job.steps for _, job in jobs)
         spt = sum(s * -(-(n - j) // self.kappa) for j, s in enumerate(steps))
         areas = sorted(job.area for _, job in jobs)
-        k = max(spt, sum(steps), self._area_batches(areas))
+        halves, thirds = sorted(job.half for _, job in jobs), sorted(job.third for _, job in jobs)
+        k = max(spt, sum(steps), *(_prefix_batches(v, per) for v, per in ((areas, self.M), (halves, 1), (thirds, 2))))
         h2 = sum(job.red for _, job in jobs) + self.tau * k
-        return Estimate(
-            n, h2, self._orders(steps, areas, [job for _, job in jobs]), tuple((a, j.cost) for a, j in jobs)
-        )
+        orders = self._orders(steps, areas, halves, thirds, [job for _, job in jobs])
+        late = sum(max(low, c) for low, c in zip(orders, sorted(job.cost for _, job in jobs)))
+        per = tuple((a, j.cost) for a, j in jobs)
+        return Estimate(n, h2, orders, per, max(a for a, _ in per), max(h2, late))
 
-    def _area_batches(self, areas: list[int]) -> int:
-        """The least sum over j of the batches before the j-th event that the KV areas need."""
-        if self.M is None:
-            return 0
-        total = prefix = 0
-        for w in areas:
-            prefix += w
-            total += -(-prefix // self.M)
-        return total
-
-    def _orders(self, steps: list[int], areas: list[int], jobs: list[Job]) -> tuple[float, ...]:
+    def _orders(
+        self, steps: list[int], areas: list[int], halves: list[int], thirds: list[int], jobs: list[Job]
+    ) -> tuple[float, ...]:
         """L_j: the least cost of batches that finish any j of the jobs (module docstring)."""
         k = self.coef
         per_batch = k.base + k.per_tile
         pres = sorted(job.pre_batches for job in jobs)
-        tokens = sorted(job.pre_tokens for job in jobs)
-        items = sorted(job.item for job in jobs)
+        tokens = list(accumulate(sorted(job.pre_tokens for job in jobs)))
+        items = list(accumulate(sorted(job.item for job in jobs)))
+        area_sums, step_sums = list(accumulate(areas)), list(accumulate(steps))
+        half_sums, third_sums = list(accumulate(halves)), list(accumulate(thirds))
         out = []
-        for j in range(1, len(jobs) + 1):
-            need = -(-sum(areas[:j]) // self.M) if self.M is not None else 0
-            pre = max(pres[j - 1], -(-sum(tokens[:j]) // self.P))
-            b = max(steps[j - 1], -(-sum(steps[:j]) // self.kappa), need, pre)
+        for j in range(len(jobs)):
+            need = -(-area_sums[j] // self.M) if self.M is not None else 0
+            pre = max(pres[j], -(-tokens[j] // self.P))
+            b = max(steps[j], -(-step_sums[j] // self.kappa), need, pre, half_sums[j], -(-third_sums[j] // 2))
             bias = (
                 k.prefill_bias * pre + k.decode_bias * (b - pre)
                 if k.prefill_bias >= k.decode_bias
                 else k.prefill_bias * b
             )
-            out.append(per_batch * b + bias + sum(items[:j]))
+            out.append(per_batch * b + bias + items[j])
         return tuple(out)
+
+
+def _prefix_batches(values: list[int], per: int | None) -> int:
+    """The sum over j of ceil(the sum of the j smallest ``values`` / ``per``): the least sum over
+    the events of the batches before each, when a batch takes at most ``per`` of a quantity of which
+    each job needs its value (0 when ``per`` is None: no limit)."""
+    if per is None:
+        return 0
+    return sum(-(-prefix // per) for prefix in accumulate(values))
 
 
 def estimate_at(est: Estimate, t: float) -> float:
     """h at time t from :meth:`SearchProblem.estimate`'s parts: the larger of H2 and the order bound."""
+    if t >= est.last:  # every job released: max(t, a) + c = t + c
+        return est.n * t + est.late
     lows = sorted(max(t, a) + c for a, c in est.per)
     order = sum(max(t + low, x) for low, x in zip(est.orders, lows))
     return max(est.n * t + est.h2, order)
 
 
-def _batches(pb: SearchProblem, state: tuple[Sub, ...]) -> list[tuple[float, tuple[Sub, ...], list[Action]]]:
+def _batches(
+    pb: SearchProblem, state: tuple[Sub, ...]
+) -> list[tuple[float, tuple[Sub, ...], list[Action], float, int]]:
     """Every batch from ``state`` that the search keeps (module docstring: E1, E2): its cost, the
-    next state and each request's part."""
+    next state, each request's part, the latest arrival among its requests and its events."""
     n = len(state)
     acts = [pb.actions(i, sub) for i, sub in enumerate(state)]
-    out: list[tuple[float, tuple[Sub, ...], list[Action]]] = []
+    out: list[tuple[float, tuple[Sub, ...], list[Action], float, int]] = []
     chosen: list[Action] = []
-    C, P = pb.C, pb.P
+    C, P, hybrid, batch_time = pb.C, pb.P, pb.hybrid, pb.cost.batch_time
     M = pb.M if pb.M is not None else math.inf
     R = pb.R if pb.R is not None else math.inf
 
-    def leaf(tok: int, pre: int, spre: int, dec: int, kvdec: int, xpre: int, kvmax: int, kv: int, run: int) -> None:
-        if not pb.hybrid and pre and dec:
+    def leaf(d: tuple[int, ...], idle_evictions: int, ready: float, events: int) -> None:
+        tok, pre, spre, dec, kvdec, xpre, kvmax, kv, run = d
+        if not hybrid and pre and dec:
             return
-        for a, sub in zip(chosen, state):  # E2: each idle eviction is needed by M or R_max
-            if a.evict and not a.tokens and kv + sub[0] <= M and run + 1 <= R:
-                return
-        cost = pb.cost.batch_time(tok, pre, spre, dec, kvdec, xpre, kvmax)
-        out.append((cost, tuple(a.new for a in chosen), list(chosen)))
+        if idle_evictions:  # E2: each idle eviction is needed by M or R_max
+            for a, sub in zip(chosen, state):
+                if a.evict and not a.tokens and kv + sub[0] <= M and run + 1 <= R:
+                    return
+        cost = batch_time(tok, pre, spre, dec, kvdec, xpre, kvmax)
+        out.append((cost, tuple([a.new for a in chosen]), chosen[:], ready, events))
 
-    def walk(i: int, tok: int, pre: int, spre: int, dec: int, kvdec: int, xpre: int, kvmax: int, kv: int, run: int):
+    def walk(i: int, b: tuple[int, ...], idle_evictions: int, ready: float, events: int) -> None:
         if i == n:
-            if tok:
-                leaf(tok, pre, spre, dec, kvdec, xpre, kvmax, kv, run)
+            if b[0]:
+                leaf(b, idle_evictions, ready, events)
             return
+        tok, pre, kv, run = b[0], b[1], b[7], b[8]
         for a in acts[i]:
             d = a.delta
             if tok + d[0] > C or pre + d[1] > P or kv + d[7] > M or run + d[8] > R:
                 continue
             chosen.append(a)
-            walk(
-                i + 1,
+            nb = (
                 tok + d[0],
                 pre + d[1],
-                spre + d[2],
-                dec + d[3],
-                kvdec + d[4],
-                xpre + d[5],
-                max(kvmax, d[6]),
+                b[2] + d[2],
+                b[3] + d[3],
+                b[4] + d[4],
+                b[5] + d[5],
+                b[6] if b[6] >= d[6] else d[6],
                 kv + d[7],
                 run + d[8],
             )
+            idle = idle_evictions + (a.evict and not a.tokens)
+            walk(i + 1, nb, idle, ready if ready >= a.arrival else a.arrival, events + a.event)
             chosen.pop()
 
-    walk(0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    walk(0, (0,) * 9, 0, 0.0, 0)
     return out
 
 
@@ -451,11 +480,8 @@ class _Search:
         """Queue every kept batch's label from ``node``."""
         self.expanded += 1
         pb, t, acc = self.pb, self.t[node], self.acc[node]
-        arrival = [r.arrival for r in pb.reqs]
-        for cost, nxt, acts in _batches(pb, self.state[node]):
-            ready = max([arrival[i] for i, a in enumerate(acts) if a.tokens or a.evict], default=0.0)
-            end = max(t, ready) + cost
-            events = sum(a.event for a in acts)
+        for cost, nxt, acts, ready, events in _batches(pb, self.state[node]):
+            end = (t if t >= ready else ready) + cost
             self.push(nxt, end, acc + end * events, (node, acts, ready))
 
     def path(self, node: int) -> list[Batch]:
