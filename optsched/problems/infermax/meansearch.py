@@ -117,12 +117,15 @@ class Job(NamedTuple):
 
 
 class Estimate(NamedTuple):
-    """The parts of h that do not depend on t: events to come, H2 less n t, the order bounds L_j
-    and each job's (arrival, c_i); the latest arrival among them and h less n t from then on."""
+    """The parts of h that do not depend on t: events to come, H2 less n t, the order bounds L_j,
+    the release bounds on the j-th event (and whether they may count once every job is released),
+    each job's (arrival, c_i), the latest arrival among them and h less n t from then on."""
 
     n: int
     h2: float
-    orders: tuple[float, ...]
+    orders: list[float]
+    released: tuple[float, ...]
+    released_late: bool
     per: tuple[tuple[float, float], ...]
     last: float
     late: float
@@ -193,6 +196,8 @@ class SearchProblem:
         self.coef = Coefficients.of(self.cost).folded()
         self.tau = min(self.cost.batch_time(1, 1, 1, 0, 0), self.cost.batch_time(1, 0, 0, 1, 1, 0, 1))
         self.kappa = min(self.C, self.R) if self.R is not None else self.C
+        #: Per-batch limits on the jobs' counts (module docstring): KV area, steps above M/2 and M/3.
+        self._per_batch = (("area", self.M), ("half", 1), ("third", 2)) if self.M is not None else ()
         self.actions = lru_cache(maxsize=None)(self.legal_actions)
         self.job = lru_cache(maxsize=None)(self._job)
         self.fill = lru_cache(maxsize=None)(self._fill)
@@ -295,62 +300,65 @@ class SearchProblem:
 
     def estimate(self, state: tuple[Sub, ...]) -> Estimate:
         """The parts of h that do not depend on t (module docstring): n, H2 less n t, the order
-        bounds L_j of the j-th event less t, and each job's (arrival, c_i)."""
+        bounds L_j of the j-th event less t, the release bounds, and each job's (arrival, c_i)."""
         jobs = [(self.reqs[i].arrival, self.job(i, sub)) for i, sub in enumerate(state) if self.pending(i, sub)]
         n = len(jobs)
         if not n:
-            return Estimate(0, 0.0, (), (), 0.0, 0.0)
+            return Estimate(0, 0.0, [], (), False, (), 0.0, 0.0)
         steps = sorted(job.steps for _, job in jobs)
         spt = sum(s * -(-(n - j) // self.kappa) for j, s in enumerate(steps))
-        areas = sorted(job.area for _, job in jobs)
-        halves, thirds = sorted(job.half for _, job in jobs), sorted(job.third for _, job in jobs)
-        k = max(spt, sum(steps), *(_prefix_batches(v, per) for v, per in ((areas, self.M), (halves, 1), (thirds, 2))))
+        counts = [(sorted(getattr(job, f) for _, job in jobs), per) for f, per in self._per_batch]
+        k = max(spt, sum(steps), *(_prefix_batches(*c) for c in counts))
         h2 = sum(job.red for _, job in jobs) + self.tau * k
-        orders = self._orders(steps, areas, halves, thirds, [job for _, job in jobs])
-        late = sum(max(low, c) for low, c in zip(orders, sorted(job.cost for _, job in jobs)))
+        orders = self._orders([job for _, job in jobs])
+        released = [0.0] * n
+        for r in sorted({a for a, _ in jobs if a > 0}):  # the jobs released at r or later
+            later = [job for a, job in jobs if a >= r]
+            for j, low in enumerate(self._orders(later), start=n - len(later)):
+                released[j] = max(released[j], r + low)
         per = tuple((a, j.cost) for a, j in jobs)
-        return Estimate(n, h2, orders, per, max(a for a, _ in per), max(h2, late))
+        last = max(a for a, _ in per)
+        late = [max(low, c) for low, c in zip(orders, sorted(job.cost for _, job in jobs))]
+        counts_late = any(rel > last + low for rel, low in zip(released, late))
+        return Estimate(n, h2, orders, tuple(released), counts_late, per, last, max(h2, sum(late)))
 
-    def _orders(
-        self, steps: list[int], areas: list[int], halves: list[int], thirds: list[int], jobs: list[Job]
-    ) -> tuple[float, ...]:
-        """L_j: the least cost of batches that finish any j of the jobs (module docstring)."""
+    def _orders(self, jobs: list[Job]) -> list[float]:
+        """L_j: the least cost of batches that finish any j of ``jobs`` (module docstring)."""
         k = self.coef
         per_batch = k.base + k.per_tile
+        steps = sorted(job.steps for job in jobs)
         pres = sorted(job.pre_batches for job in jobs)
         tokens = list(accumulate(sorted(job.pre_tokens for job in jobs)))
         items = list(accumulate(sorted(job.item for job in jobs)))
-        area_sums, step_sums = list(accumulate(areas)), list(accumulate(steps))
-        half_sums, third_sums = list(accumulate(halves)), list(accumulate(thirds))
+        step_sums = list(accumulate(steps))
+        sums = [(list(accumulate(sorted(getattr(job, f) for job in jobs))), per) for f, per in self._per_batch]
         out = []
         for j in range(len(jobs)):
-            need = -(-area_sums[j] // self.M) if self.M is not None else 0
+            b = max(steps[j], -(-step_sums[j] // self.kappa), *(-(-v[j] // per) for v, per in sums))
             pre = max(pres[j], -(-tokens[j] // self.P))
-            b = max(steps[j], -(-step_sums[j] // self.kappa), need, pre, half_sums[j], -(-third_sums[j] // 2))
+            b = max(b, pre)
             bias = (
                 k.prefill_bias * pre + k.decode_bias * (b - pre)
                 if k.prefill_bias >= k.decode_bias
                 else k.prefill_bias * b
             )
             out.append(per_batch * b + bias + items[j])
-        return tuple(out)
+        return out
 
 
-def _prefix_batches(values: list[int], per: int | None) -> int:
+def _prefix_batches(values: list[int], per: int) -> int:
     """The sum over j of ceil(the sum of the j smallest ``values`` / ``per``): the least sum over
     the events of the batches before each, when a batch takes at most ``per`` of a quantity of which
-    each job needs its value (0 when ``per`` is None: no limit)."""
-    if per is None:
-        return 0
+    each job needs its value."""
     return sum(-(-prefix // per) for prefix in accumulate(values))
 
 
 def estimate_at(est: Estimate, t: float) -> float:
     """h at time t from :meth:`SearchProblem.estimate`'s parts: the larger of H2 and the order bound."""
-    if t >= est.last:  # every job released: max(t, a) + c = t + c
+    if t >= est.last and not est.released_late:  # every job released: max(t, a) + c = t + c
         return est.n * t + est.late
     lows = sorted(max(t, a) + c for a, c in est.per)
-    order = sum(max(t + low, x) for low, x in zip(est.orders, lows))
+    order = sum(max(t + low, x, rel) for low, x, rel in zip(est.orders, lows, est.released))
     return max(est.n * t + est.h2, order)
 
 
