@@ -78,12 +78,14 @@ __all__ = [
     "MAX_LABELS",
     "MEAN_OBJECTIVES",
     "MEAN_SEARCH",
+    "SEARCH_MAX_FILL",
     "SEARCH_SHARE",
     "Action",
     "MeanSearchResult",
     "SearchProblem",
     "estimate_at",
     "mean_search",
+    "search_applies",
     "search_phase",
 ]
 
@@ -362,11 +364,16 @@ def estimate_at(est: Estimate, t: float) -> float:
     return max(est.n * t + est.h2, order)
 
 
+class _Stopped(Exception):
+    """The budget expired while a state's batches were listed."""
+
+
 def _batches(
-    pb: SearchProblem, state: tuple[Sub, ...]
+    pb: SearchProblem, state: tuple[Sub, ...], budget: TimeBudget
 ) -> list[tuple[float, tuple[Sub, ...], list[Action], float, int]]:
     """Every batch from ``state`` that the search keeps (module docstring: E1, E2): its cost, the
-    next state, each request's part, the latest arrival among its requests and its events."""
+    next state, each request's part, the latest arrival among its requests and its events. Raises
+    :class:`_Stopped` when ``budget`` expires meanwhile (looked at every :data:`CLOCK_EVERY` ** 2 batches)."""
     n = len(state)
     acts = [pb.actions(i, sub) for i, sub in enumerate(state)]
     out: list[tuple[float, tuple[Sub, ...], list[Action], float, int]] = []
@@ -385,6 +392,8 @@ def _batches(
                     return
         cost = batch_time(tok, pre, spre, dec, kvdec, xpre, kvmax)
         out.append((cost, tuple([a.new for a in chosen]), chosen[:], ready, events))
+        if len(out) % (CLOCK_EVERY * CLOCK_EVERY) == 0 and budget.expired():
+            raise _Stopped
 
     def walk(i: int, b: tuple[int, ...], idle_evictions: int, ready: float, events: int) -> None:
         if i == n:
@@ -431,8 +440,8 @@ def _as_batches(pb: SearchProblem, acts: list[Action], ready: float, t: float) -
 class _Search:
     """The A* of :func:`mean_search`: labels by state, the queue and the parents."""
 
-    def __init__(self, pb: SearchProblem, upper: float) -> None:
-        self.pb, self.upper = pb, upper
+    def __init__(self, pb: SearchProblem, upper: float, budget: TimeBudget) -> None:
+        self.pb, self.upper, self.budget = pb, upper, budget
         self.cut = upper - PRUNE_RTOL * abs(upper) if math.isfinite(upper) else math.inf
         self.estimates: dict[tuple[Sub, ...], tuple] = {}
         self.labels: dict[tuple[Sub, ...], list[int]] = {}
@@ -488,7 +497,7 @@ class _Search:
         """Queue every kept batch's label from ``node``."""
         self.expanded += 1
         pb, t, acc = self.pb, self.t[node], self.acc[node]
-        for cost, nxt, acts, ready, events in _batches(pb, self.state[node]):
+        for cost, nxt, acts, ready, events in _batches(pb, self.state[node], self.budget):
             end = (t if t >= ready else ready) + cost
             self.push(nxt, end, acc + end * events, (node, acts, ready))
 
@@ -531,7 +540,7 @@ def mean_search(
         raise ValueError(f"mean_search: objective {objective!r} is not 'latency' or 'ttft'")
     pb = SearchProblem(instance, objective, not no_evict, not no_hybrid, not no_chunk)
     n, shift = len(pb.reqs), math.fsum(r.arrival for r in pb.reqs)
-    search = _Search(pb, math.inf if upper is None else upper * n + shift)
+    search = _Search(pb, math.inf if upper is None else upper * n + shift, budget)
     search.push(tuple((0, r.prompt_tokens, 0) for r in pb.reqs), 0.0, 0.0, None)
     stopped_at = None
     while search.heap:
@@ -543,7 +552,11 @@ def mean_search(
         if search.expanded % CLOCK_EVERY == 0 and (budget.expired() or len(search.state) > max_labels):
             stopped_at = f
             break
-        search.expand(node)
+        try:
+            search.expand(node)
+        except _Stopped:  # the node's f is at most every queued label's: still a bound
+            stopped_at = f
+            break
     if stopped_at is None:  # nothing below the incumbent: it is optimal
         bound = (search.cut - shift) / n if upper is not None else math.inf
         return MeanSearchResult(None, None, bound, Status.OPTIMAL, search.expanded, len(search.state))
@@ -563,6 +576,18 @@ def _found(search: _Search, node: int, value: float) -> MeanSearchResult:
 #: The objectives of the search in an InferMax solve, the share of the time left it takes there
 #: (the model gets the rest), and the name of its schedule among the solve's candidates.
 MEAN_OBJECTIVES, SEARCH_SHARE, MEAN_SEARCH = ("latency", "ttft"), 0.8, "mean-search"
+
+#: The longest chunk (min(C, P), at most the longest request's I + O - 1 tokens) with which a solve
+#: runs the search: a state's batches multiply with the chunk sizes each request may take.
+SEARCH_MAX_FILL = 16
+
+
+def search_applies(instance: Instance, objective: str) -> bool:
+    """Whether an InferMax solve of ``objective`` runs the search on ``instance``
+    (:data:`MEAN_OBJECTIVES`, chunks of at most :data:`SEARCH_MAX_FILL` tokens)."""
+    lim = instance.limits
+    longest = max(r.prompt_tokens + r.output_tokens - 1 for r in instance.requests)
+    return objective in MEAN_OBJECTIVES and min(lim.token_budget, lim.prefill_budget, longest) <= SEARCH_MAX_FILL
 
 
 def search_phase(pool: CandidatePool, budget: TimeBudget) -> tuple[float, dict[str, Any]]:

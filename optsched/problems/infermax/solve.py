@@ -18,7 +18,8 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
 2. the model's data (:func:`_model_data`): the horizon J from UB (:func:`.data.horizon`: proven
    for makespan and completion, and for ttft when its model is small; ttft with evictions uses the
    first-token model, whose solution is completed by :func:`.schedules.serial_completion`);
-   for ``latency`` and ``ttft`` (option ``early_exit``), the exact search of :mod:`.meansearch`
+   for ``latency`` and ``ttft`` (option ``early_exit``; short chunks: :func:`.meansearch.search_applies`),
+   the exact search of :mod:`.meansearch`
    (:func:`.meansearch.search_phase`, most of the time left) below the best candidate: its proven
    bound joins the others and its schedule, proven optimal, the candidates;
 3. for the makespan with a KV capacity, the residency relaxation (:func:`_relaxation_phase`:
@@ -65,7 +66,7 @@ from ...result import Bound, SolveResult, Status, check_agreement, replayed_obje
 from ...schedule import ReplayResult, Schedule, replay
 from .candidates import Candidate, CandidatePool, candidate_schedules, initial_candidates
 from .data import ModelData, build_data, fits
-from .meansearch import MEAN_OBJECTIVES, search_phase
+from .meansearch import search_applies, search_phase
 from .model import InferMaxBoundOptions, InferMaxInputError, InferMaxOptions, linear_instance
 from .scale import SCALE_MIN_REQUESTS, kv_time_bound
 from .schedules import first_token_prefix, hint_from_schedule, schedule_from_solution, serial_completion
@@ -199,7 +200,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
     scale_info = _scale_phase(pool, proven, budget) if scaled else None
     data = _model_data(pool)
     searched = None
-    if opts.objective in MEAN_OBJECTIVES and opts.early_exit and not (met or scaled or budget.expired()):
+    if search_applies(instance, opts.objective) and opts.early_exit and not (met or scaled or budget.expired()):
         bound, searched = search_phase(pool, budget)
         proven.append(bound)
         met = _meets(pool.best.value, max(proven))

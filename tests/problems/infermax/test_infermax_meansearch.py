@@ -8,19 +8,22 @@
   incumbent just above the optimum it finds the optimum, and with the optimum as incumbent it
   proves it (no schedule, bound within the pruning slack).
 - The InferMax solve uses it for latency and TTFT: optimal, equal to the exhaustive optimum.
+- The time limit holds inside one state's expansion; a solve runs it only with short chunks.
 - Planted faults are caught by the comparison with the exhaustive search: an estimate 3 % too
   high, and idle evictions left out altogether (E2 made too strict).
 """
 
 from __future__ import annotations
 
+import time
 from functools import cache
 
 import pytest
 
 from optsched.budget import NO_LIMIT, TimeBudget
+from optsched.instance import parse_instance
 from optsched.problems.infermax import meansearch
-from optsched.problems.infermax.meansearch import mean_search
+from optsched.problems.infermax.meansearch import mean_search, search_applies
 from optsched.result import Status, replayed_objective
 from tests.support.infermax import tiny_instance
 from tests.support.infermax_bruteforce import exhaustive_optimum
@@ -142,3 +145,17 @@ def test_leaving_out_every_idle_eviction_is_caught(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(meansearch.SearchProblem, "legal_actions", no_idle_evictions)
     assert _mismatches("latency") + _mismatches("ttft") > 0
+
+
+def test_the_time_limit_holds_within_an_expansion() -> None:
+    """Ten requests with 12-token prompts, C = P = 24 and no KV or running limit: listing the first state's
+    batches alone takes far longer than the limit."""
+    reqs = [{"id": f"r{i}", "prompt_tokens": 12, "output_tokens": 12} for i in range(10)]
+    inst = parse_instance(
+        {"name": "wide", "cost_model": "llama2-7b-a100", "limits": {"token_budget": 24}, "requests": reqs}, "wide"
+    )
+    start = time.perf_counter()
+    res = mean_search(inst, "latency", None, TimeBudget.of(0.3))
+    assert time.perf_counter() - start < 1.5
+    assert res.status == Status.TIME_LIMIT and res.schedule is None and res.expanded <= 1
+    assert not search_applies(inst, "latency") and search_applies(tiny_instance(5), "ttft")
