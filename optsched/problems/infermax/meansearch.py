@@ -300,9 +300,10 @@ class SearchProblem:
         rest = (job.area + sum(kvs), job.half + half, job.third + third)
         return Job(steps, job.pre_batches, job.pre_tokens, cost, red, item, *rest)
 
-    def estimate(self, state: tuple[Sub, ...]) -> Estimate:
+    def estimate(self, state: tuple[Sub, ...], t: float = 0.0) -> Estimate:
         """The parts of h that do not depend on t (module docstring): n, H2 less n t, the order
-        bounds L_j of the j-th event less t, the release bounds, and each job's (arrival, c_i)."""
+        bounds L_j of the j-th event less t, the release bounds of the arrivals after ``t`` (a valid
+        part at every t), and each job's (arrival, c_i)."""
         jobs = [(self.reqs[i].arrival, self.job(i, sub)) for i, sub in enumerate(state) if self.pending(i, sub)]
         n = len(jobs)
         if not n:
@@ -314,7 +315,7 @@ class SearchProblem:
         h2 = sum(job.red for _, job in jobs) + self.tau * k
         orders = self._orders([job for _, job in jobs])
         released = [0.0] * n
-        for r in sorted({a for a, _ in jobs if a > 0}):  # the jobs released at r or later
+        for r in sorted({a for a, _ in jobs if a > t}):  # the jobs released at r or later
             later = [job for a, job in jobs if a >= r]
             for j, low in enumerate(self._orders(later), start=n - len(later)):
                 released[j] = max(released[j], r + low)
@@ -454,10 +455,11 @@ class _Search:
         self.expanded = 0
         self.full_goal = pb.objective != "ttft" or not pb.evict
 
-    def estimate(self, state: tuple[Sub, ...]) -> tuple:
+    def estimate(self, state: tuple[Sub, ...], t: float) -> Estimate:
+        """The state's estimate parts, made when the state is first reached (at ``t``)."""
         est = self.estimates.get(state)
         if est is None:
-            est = self.estimates[state] = self.pb.estimate(state)
+            est = self.estimates[state] = self.pb.estimate(state, t)
         return est
 
     def goal(self, state: tuple[Sub, ...]) -> bool:
@@ -468,7 +470,7 @@ class _Search:
 
     def push(self, state: tuple[Sub, ...], t: float, acc: float, parent: tuple | None) -> None:
         """Queue the label (t, acc) of ``state`` unless pruned or dominated (module docstring)."""
-        est = self.estimate(state)
+        est = self.estimate(state, t)
         f = acc + estimate_at(est, t)
         if f >= self.cut:
             return
