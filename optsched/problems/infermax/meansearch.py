@@ -199,14 +199,11 @@ class SearchProblem:
         self.tau = min(self.cost.batch_time(1, 1, 1, 0, 0), self.cost.batch_time(1, 0, 0, 1, 1, 0, 1))
         self.kappa = min(self.C, self.R) if self.R is not None else self.C
         #: Per-batch limits on the jobs' counts (module docstring): KV area, steps above M/2 and M/3.
-        self._per_batch = (("area", self.M), ("half", 1), ("third", 2)) if self.M is not None else ()
+        self._per_batch = ((6, self.M), (7, 1), (8, 2)) if self.M is not None else ()  # Job fields area, half, third
+        self.arrival = [r.arrival for r in self.reqs]
         self.actions = lru_cache(maxsize=None)(self.legal_actions)
         self.job = lru_cache(maxsize=None)(self._job)
         self.fill = lru_cache(maxsize=None)(self._fill)
-
-    def pending(self, i: int, sub: Sub) -> bool:
-        """Whether request i in state ``sub`` has its event still to come."""
-        return sub[2] == 0 if self.objective == "ttft" else sub[2] < self.reqs[i].output_tokens
 
     def legal_actions(self, i: int, sub: Sub) -> tuple[Action, ...]:
         """Request i's legal parts of a batch from ``sub`` (module docstring)."""
@@ -304,48 +301,51 @@ class SearchProblem:
         """The parts of h that do not depend on t (module docstring): n, H2 less n t, the order
         bounds L_j of the j-th event less t, the release bounds of the arrivals after ``t`` (a valid
         part at every t), and each job's (arrival, c_i)."""
-        jobs = [(self.reqs[i].arrival, self.job(i, sub)) for i, sub in enumerate(state) if self.pending(i, sub)]
-        n = len(jobs)
+        arrival, job, ttft = self.arrival, self.job, self.objective == "ttft"
+        pending = [
+            (arrival[i], job(i, sub))
+            for i, sub in enumerate(state)
+            if (sub[2] == 0 if ttft else sub[2] < self.reqs[i].output_tokens)
+        ]
+        n = len(pending)
         if not n:
             return Estimate(0, 0.0, [], (), False, (), 0.0, 0.0)
-        steps = sorted(job.steps for _, job in jobs)
+        jobs = [j for _, j in pending]
+        cols = [sorted(col) for col in zip(*jobs)]  # each field of Job, sorted
+        steps = cols[0]
         spt = sum(s * -(-(n - j) // self.kappa) for j, s in enumerate(steps))
-        counts = [(sorted(getattr(job, f) for _, job in jobs), per) for f, per in self._per_batch]
-        k = max(spt, sum(steps), *(_prefix_batches(*c) for c in counts))
-        h2 = sum(job.red for _, job in jobs) + self.tau * k
-        orders = self._orders([job for _, job in jobs])
+        k = max(spt, sum(steps), *(_prefix_batches(cols[f], per) for f, per in self._per_batch))
+        h2 = sum(cols[4]) + self.tau * k
+        orders = self._orders(cols)
         released = [0.0] * n
-        for r in sorted({a for a, _ in jobs if a > t}):  # the jobs released at r or later
-            later = [job for a, job in jobs if a >= r]
-            for j, low in enumerate(self._orders(later), start=n - len(later)):
+        for r in sorted({a for a, _ in pending if a > t}):  # the jobs released at r or later
+            later = [j for a, j in pending if a >= r]
+            for j, low in enumerate(self._orders([sorted(col) for col in zip(*later)]), start=n - len(later)):
                 released[j] = max(released[j], r + low)
-        per = tuple((a, j.cost) for a, j in jobs)
+        per = tuple((a, j.cost) for a, j in pending)
         last = max(a for a, _ in per)
-        late = [max(low, c) for low, c in zip(orders, sorted(job.cost for _, job in jobs))]
+        late = [max(low, c) for low, c in zip(orders, cols[3])]
         counts_late = any(rel > last + low for rel, low in zip(released, late))
         return Estimate(n, h2, orders, tuple(released), counts_late, per, last, max(h2, sum(late)))
 
-    def _orders(self, jobs: list[Job]) -> list[float]:
-        """L_j: the least cost of batches that finish any j of ``jobs`` (module docstring)."""
+    def _orders(self, cols: list[list]) -> list[float]:
+        """L_j: the least cost of batches that finish any j of the jobs whose fields, each sorted,
+        are ``cols`` (module docstring)."""
         k = self.coef
         per_batch = k.base + k.per_tile
-        steps = sorted(job.steps for job in jobs)
-        pres = sorted(job.pre_batches for job in jobs)
-        tokens = list(accumulate(sorted(job.pre_tokens for job in jobs)))
-        items = list(accumulate(sorted(job.item for job in jobs)))
-        step_sums = list(accumulate(steps))
-        sums = [(list(accumulate(sorted(getattr(job, f) for job in jobs))), per) for f, per in self._per_batch]
+        steps, pres = cols[0], cols[1]
+        tokens, items, step_sums = accumulate(cols[2]), accumulate(cols[5]), accumulate(steps)
+        sums = [(list(accumulate(cols[f])), per) for f, per in self._per_batch]
         out = []
-        for j in range(len(jobs)):
-            b = max(steps[j], -(-step_sums[j] // self.kappa), *(-(-v[j] // per) for v, per in sums))
-            pre = max(pres[j], -(-tokens[j] // self.P))
-            b = max(b, pre)
+        for j, (tok, item, step_sum) in enumerate(zip(tokens, items, step_sums)):
+            pre = max(pres[j], -(-tok // self.P))
+            b = max(steps[j], -(-step_sum // self.kappa), pre, *(-(-v[j] // per) for v, per in sums))
             bias = (
                 k.prefill_bias * pre + k.decode_bias * (b - pre)
                 if k.prefill_bias >= k.decode_bias
                 else k.prefill_bias * b
             )
-            out.append(per_batch * b + bias + items[j])
+            out.append(per_batch * b + bias + item)
         return out
 
 
