@@ -45,8 +45,22 @@ items per batch and at most one per request, which is :math:`P|pmtn|\sum C_j` wi
 optimum is non-preemptive SPT (McNaughton 1959): :math:`\sum_j s_{(j)} \lceil (n - j) / \kappa
 \rceil` over the sorted :math:`s_{(0)} \le s_{(1)} \le \dots`; and the KV per batch is at most M, so
 the j-th event in time waits for at least the j smallest areas :math:`w_i / M`, in whole batches:
-:math:`\sum_j \lceil \sum_{l \le j} w_{(l)} / M \rceil`. h is the larger of H1 and H2 over the
-largest K.
+:math:`\sum_j \lceil \sum_{l \le j} w_{(l)} / M \rceil`; likewise a batch holds at most one step
+with more than M/2 KV after processing and two with more than M/3 (per job, its fewest such steps:
+the j-th step from a fill's end holds at least its end less j min(C, P)).
+
+**Order bound.** The j-th event in time, :math:`F_{(j)}`, comes after every batch that finishes j
+jobs, which number at least :math:`B_j`, the largest of: the j-th smallest :math:`s_i`; the j
+smallest :math:`s_i` over :math:`\kappa`; the j smallest areas over M; the j smallest counts of steps
+above M/2, and above M/3 over 2; and the prefill batches :math:`P_j` = the larger of the j-th smallest
+:math:`\lceil p_i / \min(C, P) \rceil` and the j smallest p over P. Each of them pays the base (and
+one tile), a prefill bias (at least :math:`P_j` of them) or a decode bias, and the jobs' item terms
+(per token, context, squares: at least the j smallest item costs): :math:`L_j`. Each term is its
+least over j-sets, so :math:`F_{(j)} \ge t + L_j`; also :math:`F_{(j)} \ge` the j-th smallest
+:math:`\max(t, a_i) + c_i`; and, for an arrival r, the jobs released at r or later do all their
+work after r and at least j less the others of the first j events are theirs, so :math:`F_{(j)} \ge
+r + L^{(r)}_{j - n + n_r}` over those :math:`n_r` jobs. h is the larger of H2 and the sum over j of
+the largest of these bounds on :math:`F_{(j)}`.
 
 **A*.** Best first by :math:`A + h`; a label whose :math:`A + h` reaches the best schedule known
 (the incumbent, value U) is not queued. A* takes labels from the queue in order of A + h; some label
@@ -64,30 +78,16 @@ import math
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from itertools import accumulate
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from ...budget import TimeBudget
 from ...costmodel import Coefficients
 from ...instance import Instance
 from ...result import Status
 from ...schedule import Batch, Item, Schedule
-from .candidates import CandidatePool
 from .schedules import serial_completion
 
-__all__ = [
-    "MAX_LABELS",
-    "MEAN_OBJECTIVES",
-    "MEAN_SEARCH",
-    "SEARCH_MAX_FILL",
-    "SEARCH_SHARE",
-    "Action",
-    "MeanSearchResult",
-    "SearchProblem",
-    "estimate_at",
-    "mean_search",
-    "search_applies",
-    "search_phase",
-]
+__all__ = ["MAX_LABELS", "Action", "MeanSearchResult", "SearchProblem", "estimate_at", "mean_search"]
 
 #: Labels the search keeps at most (about 700 bytes each with the queue and the parents: 1.4 GB).
 MAX_LABELS = 2_000_000
@@ -573,41 +573,3 @@ def _found(search: _Search, node: int, value: float) -> MeanSearchResult:
     if not search.full_goal:
         schedule = serial_completion(pb.instance, schedule)
     return MeanSearchResult(schedule, value, value, Status.OPTIMAL, search.expanded, len(search.state))
-
-
-#: The objectives of the search in an InferMax solve, the share of the time left it takes there
-#: (the model gets the rest), and the name of its schedule among the solve's candidates.
-MEAN_OBJECTIVES, SEARCH_SHARE, MEAN_SEARCH = ("latency", "ttft"), 0.8, "mean-search"
-
-#: The longest chunk (min(C, P), at most the longest request's I + O - 1 tokens) with which a solve
-#: runs the search: a state's batches multiply with the chunk sizes each request may take.
-SEARCH_MAX_FILL = 16
-
-
-def search_applies(instance: Instance, objective: str) -> bool:
-    """Whether an InferMax solve of ``objective`` runs the search on ``instance``
-    (:data:`MEAN_OBJECTIVES`, chunks of at most :data:`SEARCH_MAX_FILL` tokens)."""
-    lim = instance.limits
-    longest = max(r.prompt_tokens + r.output_tokens - 1 for r in instance.requests)
-    return objective in MEAN_OBJECTIVES and min(lim.token_budget, lim.prefill_budget, longest) <= SEARCH_MAX_FILL
-
-
-def search_phase(pool: CandidatePool, budget: TimeBudget) -> tuple[float, dict[str, Any]]:
-    """The search as a phase of the InferMax solve: below the pool's best candidate (the incumbent),
-    with :data:`SEARCH_SHARE` of the time left of ``budget`` and the options' restrictions. Its schedule
-    (better than every candidate, proven optimal) joins the pool as :data:`MEAN_SEARCH`.
-
-    Returns its proven bound and what it did (the solve's ``extra['mean_search']``)."""
-    opts = pool.options
-    found = mean_search(
-        pool.instance,
-        opts.objective,
-        pool.best.value,
-        budget.share(SEARCH_SHARE),
-        no_evict=opts.no_evict,
-        no_hybrid=opts.no_hybrid,
-        no_chunk=opts.no_chunk,
-    )
-    pool.offer(MEAN_SEARCH, found.schedule)
-    info = {"status": str(found.status), "bound": found.bound, "expanded": found.expanded, "labels": found.labels}
-    return found.bound, info

@@ -18,9 +18,9 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
 2. the model's data (:func:`_model_data`): the horizon J from UB (:func:`.data.horizon`: proven
    for makespan and completion, and for ttft when its model is small; ttft with evictions uses the
    first-token model, whose solution is completed by :func:`.schedules.serial_completion`);
-   for ``latency`` and ``ttft`` (option ``early_exit``; short chunks: :func:`.meansearch.search_applies`),
+   for ``latency`` and ``ttft`` (option ``early_exit``; short chunks: :func:`.meanphase.search_applies`),
    the exact search of :mod:`.meansearch`
-   (:func:`.meansearch.search_phase`, most of the time left) below the best candidate: its proven
+   (:func:`.meanphase.search_phase`, most of the time left) below the best candidate: its proven
    bound joins the others and its schedule, proven optimal, the candidates;
 3. for the makespan with a KV capacity, the residency relaxation (:func:`_relaxation_phase`:
    :mod:`.residency`, the exact search of :mod:`.search` first) with the option ``relax``'s part of
@@ -66,7 +66,7 @@ from ...result import Bound, SolveResult, Status, check_agreement, replayed_obje
 from ...schedule import ReplayResult, Schedule, replay
 from .candidates import Candidate, CandidatePool, candidate_schedules, initial_candidates
 from .data import ModelData, build_data, fits
-from .meansearch import search_applies, search_phase
+from .meanphase import search_applies, search_phase
 from .model import InferMaxBoundOptions, InferMaxInputError, InferMaxOptions, linear_instance
 from .scale import SCALE_MIN_REQUESTS, kv_time_bound
 from .schedules import first_token_prefix, hint_from_schedule, schedule_from_solution, serial_completion

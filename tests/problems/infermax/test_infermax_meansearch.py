@@ -23,7 +23,8 @@ import pytest
 from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
 from optsched.problems.infermax import meansearch
-from optsched.problems.infermax.meansearch import mean_search, search_applies
+from optsched.problems.infermax.meanphase import search_applies
+from optsched.problems.infermax.meansearch import mean_search
 from optsched.result import Status, replayed_objective
 from tests.support.infermax import tiny_instance
 from tests.support.infermax_bruteforce import exhaustive_optimum
