@@ -146,8 +146,9 @@ class MeanSearchResult:
     bound
         A proven lower bound on the objective (mean seconds).
     status
-        ``optimal`` (the bound meets the best of its schedule and the incumbent), or ``time_limit``
-        (stopped by the budget or :data:`MAX_LABELS`).
+        ``optimal`` (the bound meets the best of its schedule and the incumbent), ``time_limit``
+        (stopped by the budget or :data:`MAX_LABELS`), or ``infeasible`` (no incumbent and no
+        schedule: without evictions every path can deadlock).
     expanded, labels
         Labels expanded and labels queued.
     """
@@ -559,8 +560,10 @@ def mean_search(
         except _Stopped:  # the node's f is at most every queued label's: still a bound
             stopped_at = f
             break
-    if stopped_at is None:  # nothing below the incumbent: it is optimal
-        bound = (search.cut - shift) / n if upper is not None else math.inf
+    if stopped_at is None:  # nothing below the incumbent: it is optimal (no schedule at all without one)
+        if upper is None:
+            return MeanSearchResult(None, None, math.inf, Status.INFEASIBLE, search.expanded, len(search.state))
+        bound = (search.cut - shift) / n
         return MeanSearchResult(None, None, bound, Status.OPTIMAL, search.expanded, len(search.state))
     bound = (min(stopped_at, search.cut) - shift) / n
     return MeanSearchResult(None, None, bound, Status.TIME_LIMIT, search.expanded, len(search.state))
