@@ -18,6 +18,10 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
 2. the model's data (:func:`_model_data`): the horizon J from UB (:func:`.data.horizon`: proven
    for makespan and completion, and for ttft when its model is small; ttft with evictions uses the
    first-token model, whose solution is completed by :func:`.schedules.serial_completion`);
+   for ``latency`` and ``ttft`` (option ``early_exit``; short chunks: :func:`.meanphase.search_applies`),
+   the exact search of :mod:`.meansearch`
+   (:func:`.meanphase.search_phase`, most of the time left) below the best candidate: its proven
+   bound joins the others and its schedule, proven optimal, the candidates;
 3. for the makespan with a KV capacity, the residency relaxation (:func:`_relaxation_phase`:
    :mod:`.residency`, the exact search of :mod:`.search` first) with the option ``relax``'s part of
    the budget: its proven bound and count facts go to the model, its best point, as a schedule, to
@@ -62,6 +66,7 @@ from ...result import Bound, SolveResult, Status, check_agreement, replayed_obje
 from ...schedule import ReplayResult, Schedule, replay
 from .candidates import Candidate, CandidatePool, candidate_schedules, initial_candidates
 from .data import ModelData, build_data, fits
+from .meanphase import search_applies, search_phase
 from .model import InferMaxBoundOptions, InferMaxInputError, InferMaxOptions, linear_instance
 from .scale import SCALE_MIN_REQUESTS, kv_time_bound
 from .schedules import first_token_prefix, hint_from_schedule, schedule_from_solution, serial_completion
@@ -194,6 +199,11 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
     scaled = len(instance.requests) >= SCALE_MIN_REQUESTS and not met  # beyond the exact phases' reach
     scale_info = _scale_phase(pool, proven, budget) if scaled else None
     data = _model_data(pool)
+    searched = None
+    if search_applies(instance, opts.objective) and opts.early_exit and not (met or scaled or budget.expired()):
+        bound, searched = search_phase(pool, budget)
+        proven.append(bound)
+        met = _meets(pool.best.value, max(proven))
     relax = paths = None
     if not (met or scaled or budget.expired()):
         relax, paths = _relaxation_phase(pool, data, budget)
@@ -208,6 +218,8 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
     result = _result(pool, data, backend, relax, paths, proven, t0, budget.limited)
     if scale_info is not None:
         result.extra["scale"] = scale_info
+    if searched is not None:
+        result.extra["mean_search"] = searched
     return result
 
 

@@ -1,0 +1,54 @@
+"""The exact search of mean latency and mean TTFT (:mod:`.meansearch`) as a phase of the InferMax solve.
+
+Below :data:`~.scale.SCALE_MIN_REQUESTS` requests, for ``latency`` and ``ttft`` with short chunks
+(:func:`search_applies`), the solve runs the search below its best candidate with
+:data:`SEARCH_SHARE` of the time left (:func:`search_phase`); the model gets the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...budget import TimeBudget
+from ...instance import Instance
+from .candidates import CandidatePool
+from .meansearch import mean_search
+
+__all__ = ["MEAN_OBJECTIVES", "MEAN_SEARCH", "SEARCH_MAX_FILL", "SEARCH_SHARE", "search_applies", "search_phase"]
+
+#: The objectives of the search in an InferMax solve, the share of the time left it takes there
+#: (the model gets the rest), and the name of its schedule among the solve's candidates.
+MEAN_OBJECTIVES, SEARCH_SHARE, MEAN_SEARCH = ("latency", "ttft"), 0.8, "mean-search"
+
+#: The longest chunk (min(C, P), at most the longest request's I + O - 1 tokens) with which a solve
+#: runs the search: a state's batches multiply with the chunk sizes each request may take.
+SEARCH_MAX_FILL = 16
+
+
+def search_applies(instance: Instance, objective: str) -> bool:
+    """Whether an InferMax solve of ``objective`` runs the search on ``instance``
+    (:data:`MEAN_OBJECTIVES`, chunks of at most :data:`SEARCH_MAX_FILL` tokens)."""
+    lim = instance.limits
+    longest = max(r.prompt_tokens + r.output_tokens - 1 for r in instance.requests)
+    return objective in MEAN_OBJECTIVES and min(lim.token_budget, lim.prefill_budget, longest) <= SEARCH_MAX_FILL
+
+
+def search_phase(pool: CandidatePool, budget: TimeBudget) -> tuple[float, dict[str, Any]]:
+    """The search as a phase of the InferMax solve: below the pool's best candidate (the incumbent),
+    with :data:`SEARCH_SHARE` of the time left of ``budget`` and the options' restrictions. Its schedule
+    (better than every candidate, proven optimal) joins the pool as :data:`MEAN_SEARCH`.
+
+    Returns its proven bound and what it did (the solve's ``extra['mean_search']``)."""
+    opts = pool.options
+    found = mean_search(
+        pool.instance,
+        opts.objective,
+        pool.best.value,
+        budget.share(SEARCH_SHARE),
+        no_evict=opts.no_evict,
+        no_hybrid=opts.no_hybrid,
+        no_chunk=opts.no_chunk,
+    )
+    pool.offer(MEAN_SEARCH, found.schedule)
+    info = {"status": str(found.status), "bound": found.bound, "expanded": found.expanded, "labels": found.labels}
+    return found.bound, info

@@ -1,0 +1,162 @@
+"""The exact search of mean latency and mean TTFT (optsched/problems/infermax/meansearch.py).
+
+- Its optimum equals the exhaustive search's (``tests/support/latency_bruteforce.py``, written from
+  the contract) on random tiny instances, with and without arrivals, with and without evictions,
+  for both objectives; its schedule replays to that value. Without chunking or hybrid batches it
+  equals the offline exhaustive search (``tests/support/infermax_bruteforce.py``).
+- Stopped early (few labels, or an expired budget), its bound is never above the optimum; with an
+  incumbent just above the optimum it finds the optimum, and with the optimum as incumbent it
+  proves it (no schedule, bound within the pruning slack).
+- The InferMax solve uses it for latency and TTFT: optimal, equal to the exhaustive optimum.
+- The time limit holds inside one state's expansion; a solve runs it only with short chunks.
+- Planted faults are caught by the comparison with the exhaustive search: an estimate 3 % too
+  high, and idle evictions left out altogether (E2 made too strict).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import cache
+
+import pytest
+
+from optsched.budget import NO_LIMIT, TimeBudget
+from optsched.instance import parse_instance
+from optsched.problems.infermax import meansearch
+from optsched.problems.infermax.meanphase import search_applies
+from optsched.problems.infermax.meansearch import mean_search
+from optsched.result import Status, replayed_objective
+from tests.support.infermax import tiny_instance
+from tests.support.infermax_bruteforce import exhaustive_optimum
+from tests.support.latency_bruteforce import exhaustive_mean
+from tests.support.solving import registered_solve
+
+OBJECTIVES = ("latency", "ttft")
+#: Seeds of tiny instances with 2 or 3 requests.
+SEEDS = (0, 5, 6, 7, 9, 10, 11, 13, 16, 19, 20, 25, 26, 27, 29, 30, 34, 37)
+REL = 1e-9
+
+
+@cache
+def exhaustive(seed: int, arrivals: bool, objective: str, evict: bool = True) -> float:
+    """The exhaustive optimum of ``tiny_instance(seed, arrivals=arrivals)``."""
+    found = exhaustive_mean(tiny_instance(seed, arrivals=arrivals), objective, evict=evict)
+    assert found is not None
+    return found[0]
+
+
+def searched(inst, objective: str, **opts) -> float:
+    """The search's optimum, after checking its status and that its schedule replays to it."""
+    res = mean_search(inst, objective, None, NO_LIMIT, **opts)
+    assert res.status == Status.OPTIMAL and res.schedule is not None
+    value = replayed_objective(inst, res.schedule, objective)[0]
+    assert value == pytest.approx(res.value, rel=REL)
+    assert res.bound == pytest.approx(value, rel=REL)
+    return value
+
+
+@pytest.mark.parametrize("arrivals", [False, True])
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_optimum_equals_the_exhaustive_search(objective: str, arrivals: bool) -> None:
+    for seed in SEEDS:
+        inst = tiny_instance(seed, arrivals=arrivals)
+        assert searched(inst, objective) == pytest.approx(exhaustive(seed, arrivals, objective), rel=REL), seed
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_optimum_without_evictions_equals_the_exhaustive_search(objective: str) -> None:
+    for seed in SEEDS[::2]:
+        inst = tiny_instance(seed, arrivals=True)
+        expected = exhaustive(seed, True, objective, evict=False)
+        assert searched(inst, objective, no_evict=True) == pytest.approx(expected, rel=REL), seed
+
+
+@pytest.mark.parametrize("restriction", ["no_chunk", "no_hybrid"])
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_restrictions_equal_the_offline_exhaustive_search(objective: str, restriction: str) -> None:
+    for seed in SEEDS[::2]:
+        inst = tiny_instance(seed)
+        flags = {"chunk": restriction != "no_chunk", "hybrid": restriction != "no_hybrid"}
+        found = exhaustive_optimum(inst, "completion" if objective == "latency" else "ttft", **flags)
+        if found is None:  # e.g. a prompt longer than P without chunking
+            continue
+        expected = found[0] / len(inst.requests) if objective == "latency" else found[0]
+        assert searched(inst, objective, **{restriction: True}) == pytest.approx(expected, rel=REL), seed
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_stopped_early_its_bound_is_at_most_the_optimum(objective: str) -> None:
+    for seed in SEEDS:
+        inst = tiny_instance(seed, arrivals=True)
+        best = exhaustive(seed, True, objective)
+        for labels in (1, 5, 20, 80):
+            res = mean_search(inst, objective, None, NO_LIMIT, max_labels=labels)
+            assert res.bound <= best * (1 + REL), (seed, labels)
+            if res.status == Status.TIME_LIMIT:
+                assert res.schedule is None
+        res = mean_search(inst, objective, None, TimeBudget.of(0.0))
+        assert res.status == Status.TIME_LIMIT and res.bound <= best * (1 + REL)
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_the_incumbent_prunes_soundly(objective: str) -> None:
+    for seed in SEEDS[:8]:
+        inst = tiny_instance(seed, arrivals=True)
+        best = exhaustive(seed, True, objective)
+        above = mean_search(inst, objective, best * (1 + 1e-6), NO_LIMIT)
+        assert above.status == Status.OPTIMAL and above.schedule is not None
+        assert replayed_objective(inst, above.schedule, objective)[0] == pytest.approx(best, rel=REL)
+        at = mean_search(inst, objective, best, NO_LIMIT)
+        assert at.status == Status.OPTIMAL and at.schedule is None
+        assert at.bound == pytest.approx(best, rel=1e-9) and at.bound <= best
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_the_solve_proves_the_exhaustive_optimum(objective: str) -> None:
+    for seed in (5, 6, 10, 26):
+        inst = tiny_instance(seed, arrivals=True)
+        res = registered_solve("infermax", inst, {"objective": objective, "time_limit": 120, "threads": 1})
+        assert res.status == Status.OPTIMAL, (seed, res.status, res.wall_time, res.extra.get("mean_search"))
+        assert res.extra["mean_search"]["status"] == "optimal"
+        assert res.objective == pytest.approx(exhaustive(seed, True, objective), rel=REL)
+        assert replayed_objective(inst, res.schedule, objective)[0] == pytest.approx(res.objective, rel=REL)
+
+
+def _mismatches(objective: str) -> int:
+    out = 0
+    for seed in SEEDS:
+        inst = tiny_instance(seed, arrivals=True)
+        res = mean_search(inst, objective, None, NO_LIMIT)
+        value = replayed_objective(inst, res.schedule, objective)[0]
+        out += value > exhaustive(seed, True, objective) * (1 + REL)
+    return out
+
+
+def test_a_too_high_estimate_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = meansearch.estimate_at
+    monkeypatch.setattr(meansearch, "estimate_at", lambda est, t: 1.03 * real(est, t))
+    assert _mismatches("latency") + _mismatches("ttft") > 0
+
+
+def test_leaving_out_every_idle_eviction_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = meansearch.SearchProblem.legal_actions
+
+    def no_idle_evictions(self, i, sub):
+        return tuple(a for a in real(self, i, sub) if not (a.evict and not a.tokens))
+
+    monkeypatch.setattr(meansearch.SearchProblem, "legal_actions", no_idle_evictions)
+    assert _mismatches("latency") + _mismatches("ttft") > 0
+
+
+def test_the_time_limit_holds_within_an_expansion() -> None:
+    """Ten requests with 12-token prompts, C = P = 24 and no KV or running limit: listing the first state's
+    batches alone takes far longer than the limit."""
+    reqs = [{"id": f"r{i}", "prompt_tokens": 12, "output_tokens": 12} for i in range(10)]
+    inst = parse_instance(
+        {"name": "wide", "cost_model": "llama2-7b-a100", "limits": {"token_budget": 24}, "requests": reqs}, "wide"
+    )
+    start = time.perf_counter()
+    res = mean_search(inst, "latency", None, TimeBudget.of(0.3))
+    assert time.perf_counter() - start < 1.5
+    assert res.status == Status.TIME_LIMIT and res.schedule is None and res.expanded <= 1
+    assert not search_applies(inst, "latency") and search_applies(tiny_instance(5), "ttft")
