@@ -4,7 +4,7 @@ pyarrow's ``pa.array``, ``Table.from_pylist`` and ``Table.from_pydict`` import p
 installed (they test whether their input is a pandas object): about a third of a second, paid by
 the first row a sweep stores. :func:`arrow_array` builds the array from its buffers instead
 (``pa.Array.from_buffers``): validity bitmap, values or offsets and bytes, the same array
-``pa.array(values, type)`` gives (``tests/sweep/test_sweep_store_arrow.py``).
+``pa.array(values, type)`` gives (``tests/sweep/test_sweep_speed.py``).
 """
 
 from __future__ import annotations

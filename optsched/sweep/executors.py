@@ -90,9 +90,19 @@ def start_method() -> str:
     return "fork" if sys.platform.startswith("linux") and threading.active_count() == 1 else "spawn"
 
 
+#: The signals whose driver handlers a forked worker drops before it takes them.
+_WORKER_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
 def _init_worker(shared: list[Any], parent: int) -> None:
     die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    # a forked worker drops the driver's handlers: SIGTERM (the pool's end) ends it quietly, as
+    # a spawned one, and its signals wake nothing of the driver's
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    if hasattr(signal, "pthread_sigmask"):  # (POSIX)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _WORKER_SIGNALS)  # held while a pool forks
     _worker_shared[:] = shared
 
 
@@ -147,8 +157,13 @@ class LocalPool:
             initializer=_init_worker,
             initargs=(self._shared, os.getpid()),
         )
-        if method == "fork":
-            self._pool.submit(int)  # a fork pool starts its workers at the first job: start them now
+        if method == "fork":  # a fork pool starts its workers at the first job: start them now, with
+            # SIGINT and SIGTERM held until each worker has dropped the driver's handlers of them
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, _WORKER_SIGNALS)
+            try:
+                self._pool.submit(int)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def _fill(self) -> None:
         self.start()

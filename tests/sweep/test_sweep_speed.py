@@ -1,5 +1,5 @@
-"""The sweep store's rows as Arrow arrays built from buffers (optsched.arrowbuild), without pandas,
-and the local pool's start method (forked workers while the driver runs no other thread)."""
+"""The sweep's fast paths: the store's rows as Arrow arrays built from buffers (optsched.arrowbuild),
+without pandas, and the local pool's start method (workers forked while the driver runs no other thread)."""
 
 from __future__ import annotations
 
