@@ -14,6 +14,7 @@ pa = pytest.importorskip("pyarrow", reason="the sweep store is Parquet (pyarrow)
 
 from optsched.arrowbuild import arrow_array  # noqa: E402
 from optsched.sweep.executors import LocalPool, start_method  # noqa: E402
+from tests.support.sweep import pool_workers, slow_spec, start_cli, wait_for_parts, write_spec  # noqa: E402
 
 TYPES = {"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(), "string": pa.string()}
 
@@ -88,3 +89,18 @@ def test_a_started_pool_runs_jobs_with_its_shared_objects() -> None:
         assert pool.next_done() == ("a", 7, None)
     finally:
         pool.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
+def test_a_sweep_with_its_progress_display_forks_its_workers(tmp_path) -> None:
+    """The pool starts before the progress display's thread, so its workers are forked (they keep
+    the driver's command line) rather than spawned (``spawn_main``)."""
+    out = tmp_path / "out"
+    proc = start_cli("sweep", str(write_spec(tmp_path, slow_spec())), "--out", str(out), "--workers", "2")
+    try:
+        wait_for_parts(out, 1, proc)
+        workers = pool_workers(proc.pid)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    assert len(workers) == 2 and not [cmd for _, cmd in workers if "spawn_main" in cmd], workers
