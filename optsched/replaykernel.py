@@ -231,12 +231,9 @@ def replay_columns(instance: Instance, columns: ScheduleColumns) -> dict[str, An
     batch_out = np.zeros((n_b, 9), np.int64)
     times = np.zeros((n_b, 2))
     per_request = (np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.int64))
+    arrival, prompt, out_len = (np.array(column) for column in instance.columns)  # writable copies
     ok, total_evictions = _replay(
-        (
-            np.array([r.arrival for r in reqs], np.float64),
-            np.array([r.output_tokens for r in reqs], np.int64),
-            np.array([r.prompt_tokens for r in reqs], np.int64),
-        ),
+        (arrival, out_len, prompt),
         (columns.item_ptr, item_req, tokens, columns.evict_ptr, evict_req, columns.start),
         np.array(caps, np.int64),
         Coefficients.of(model),

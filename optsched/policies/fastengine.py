@@ -416,8 +416,9 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts):  # n
 def _ranks(requests: tuple[Request, ...], key: Callable[[Request], tuple[Any, ...]], arrival: np.ndarray) -> np.ndarray:
     """Each request's position in the priority order (key, arrival, position): a stable sort on
     the arrival, then on each key column from the last to the first."""
-    columns = list(zip(*map(key, requests), strict=True)) if requests else []
-    by_priority = np.lexsort((arrival, *(np.array(c) for c in reversed(columns))))
+    keys = list(map(key, requests))
+    columns = [np.array([k[j] for k in keys]) for j in range(len(keys[0]) if keys else 0)]
+    by_priority = np.lexsort((arrival, *reversed(columns)))
     rank = np.empty(len(requests), np.int64)
     rank[by_priority] = np.arange(len(requests))
     return rank
@@ -443,13 +444,12 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     lim = instance.limits
     ids = tuple(r.id for r in reqs)
     key = ORDER_KEYS.get(config.order)
-    big = any(r.max_kv > _cap(lim.kv_capacity) for r in reqs)
+    n = len(reqs)
+    arrival_column, prompt, out_len = instance.columns  # read-only, shared with the replay and the bounds
+    big = n > 0 and int((prompt + out_len - 1).max()) > _cap(lim.kv_capacity)
     if not compiles(config) or type(instance.cost_model) is not CostModel or big or len(set(ids)) != len(ids):
         return None
-    n = len(reqs)
-    prompt = np.array([r.prompt_tokens for r in reqs], np.int64)
-    out_len = np.array([r.output_tokens for r in reqs], np.int64)
-    arrival = np.array([r.arrival for r in reqs], np.float64)
+    arrival = arrival_column.copy()  # the kernel's argument types are writable arrays
     order = np.argsort(arrival, kind="stable")
     flags = [config.hybrid, config.chunked, config.eviction_free, config.prefill_counts_decodes]
     flags += [config.evict_for_waiting, config.evicted_to_front, "all" not in config.groups]
