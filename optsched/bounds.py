@@ -378,10 +378,10 @@ def _refill_extra_of_prefixes(
     return [by_prefix[int(np.searchsorted(cuts, n))] for n in lengths]
 
 
-def _chunk_extra(prompts_sorted: np.ndarray, x: np.ndarray, cm: CostModel) -> np.ndarray:
+def _chunk_extra(prompts_sorted: np.ndarray, x: np.ndarray, coef: Coefficients) -> np.ndarray:
     """L pq sum_{I_i > x} (I_i^2 / x - I_i) for each x: the quadratic prefill cost beyond w_i's
-    linear share when every prompt is prefilled in at most x chunks (Cauchy-Schwarz)."""
-    coef = Coefficients.of(cm.linear_twin())
+    linear share when every prompt is prefilled in at most x chunks (Cauchy-Schwarz); ``coef``:
+    those of the profile's linear twin."""
     L, pq = coef.layers, coef.prefill_per_token_sq
     if pq == 0.0:
         return np.zeros(len(x))
@@ -439,12 +439,12 @@ def _least_bias(
     lo = np.maximum(bp0, np.maximum(m, bp0) - D)
     prompts = np.sort(I)
     xs = np.arange(1, int(prompts[-1]) + 2)  # beyond the longest prompt chunking costs nothing more
-    h = L * pb * xs + _chunk_extra(prompts, xs, cm)
+    h = L * pb * xs + _chunk_extra(prompts, xs, coef)
     a_h = int(xs[np.argmin(h)])
     a_hk = int(xs[np.argmin(h + L * b * xs)])
     x_free = np.where(a_h <= m, a_h, np.maximum(m, a_hk))
     x = np.maximum(lo, x_free)
-    cost = L * (b * np.maximum(m, x) + pb * x + db * D) + extra + _chunk_extra(prompts, x, cm)
+    cost = L * (b * np.maximum(m, x) + pb * x + db * D) + extra + _chunk_extra(prompts, x, coef)
     return float(np.min(cost)) * (1.0 - 1e-12)
 
 

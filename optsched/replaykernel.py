@@ -34,8 +34,13 @@ _TOKEN_BOUND = 2**40
 #: An absent (or astronomically large) limit M or R_max in the kernel.
 _NO_LIMIT = 2**62
 
+#: The per-batch kernels' decorator: cached on disk and compiled without numba's reference counting
+#: (``_nrt=False``; they allocate nothing), so that a call pays no atomic increment and decrement
+#: per array it is passed.
+_kernel = njit(cache=True, _nrt=False)
 
-@njit(cache=True)
+
+@_kernel
 def batch_time(coef, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max):  # noqa: ANN001, ANN202 - numba kernel
     """:meth:`CostModel.batch_time`, term by term in its order (``coef``: :meth:`Coefficients.of`)."""
     if n_tok == 0:
@@ -60,7 +65,7 @@ def batch_time(coef, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max):  # noqa
     return coef.layers * t
 
 
-@njit(cache=True)
+@_kernel
 def _evict(j, lo, hi, evict_req, arrival, prompt, m, finished, mark, evicted, limit):  # noqa: ANN001, ANN202
     """Rule 2 for batch ``j``'s evictions; returns (KV freed, requests stopped), or (-1, 0) at a violation."""
     freed = 0
@@ -79,7 +84,7 @@ def _evict(j, lo, hi, evict_req, arrival, prompt, m, finished, mark, evicted, li
     return freed, stopped
 
 
-@njit(cache=True)
+@_kernel
 def _items(
     j, lo, hi, item_req, item_tok, arrival, prompt, m, finished, mark, first_scheduled, start, limit, feat, gen_buf
 ):  # noqa: ANN001, ANN202
@@ -191,7 +196,7 @@ def _replay(req, sched, caps, coef, batch_out, times_out, per_req):  # noqa: ANN
     return bool(finished.all()), total_evictions
 
 
-@njit(cache=True)
+@_kernel
 def _tol(t):  # noqa: ANN001, ANN201 - numba kernel
     """The replay's time tolerance at time ``t``: ``TIME_RTOL * max(1, |t|)``."""
     return TIME_RTOL * max(1.0, abs(t))
@@ -226,12 +231,9 @@ def replay_columns(instance: Instance, columns: ScheduleColumns) -> dict[str, An
     batch_out = np.zeros((n_b, 9), np.int64)
     times = np.zeros((n_b, 2))
     per_request = (np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.int64))
+    arrival, prompt, out_len = (np.array(column) for column in instance.columns)  # writable copies
     ok, total_evictions = _replay(
-        (
-            np.array([r.arrival for r in reqs], np.float64),
-            np.array([r.output_tokens for r in reqs], np.int64),
-            np.array([r.prompt_tokens for r in reqs], np.int64),
-        ),
+        (arrival, out_len, prompt),
         (columns.item_ptr, item_req, tokens, columns.evict_ptr, evict_req, columns.start),
         np.array(caps, np.int64),
         Coefficients.of(model),

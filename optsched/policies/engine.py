@@ -583,7 +583,7 @@ def simulate(instance: Instance, policy: str | PolicyConfig, *, compiled: bool |
         True: the compiled engine (:mod:`.fastengine`, the same batches); False: this module's; None: as
         :func:`optsched.tiering.use_compiled` decides.
     """
-    if use_compiled("simulate", sum(r.output_tokens for r in instance.requests), compiled):
+    if use_compiled("simulate", int(instance.columns[2].sum()), compiled):
         from .fastengine import compiled_schedule  # deferred: numba loads at the first compiled run
 
         if (schedule := compiled_schedule(instance, policy_config(policy))) is not None:

@@ -57,15 +57,21 @@ _PRE, _DEC = 1, 2
 _HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS = 0, 1, 2, 3, 4, 5, 6
 _C, _P, _MCAP, _RCAP = 0, 1, 2, 3
 
+#: The kernels' decorator: cached on disk, and compiled without numba's reference counting
+#: (``_nrt=False``): they allocate nothing (every buffer comes from :func:`simulate_columns`), and
+#: without it each call between them pays an atomic increment and decrement per array it is
+#: passed, most of the run time of a call per item.
+_kernel = njit(cache=True, _nrt=False)
 
-@njit(cache=True)
+
+@_kernel
 def _held(Q, F, i):  # noqa: ANN001, ANN202 - numba kernel
     if F[_EF]:
         return Q[_FIXED, i]
     return max(Q[_M, i], Q[_PROMPT, i])
 
 
-@njit(cache=True)
+@_kernel
 def _insert_sorted(arr, S, slot, Q, i):  # noqa: ANN001, ANN202
     """``insort`` by priority into ``arr[:S[slot]]``."""
     k = S[slot]
@@ -76,7 +82,7 @@ def _insert_sorted(arr, S, slot, Q, i):  # noqa: ANN001, ANN202
     S[slot] += 1
 
 
-@njit(cache=True)
+@_kernel
 def _remove(arr, S, slot, i):  # noqa: ANN001, ANN202
     n = S[slot]
     k = 0
@@ -87,7 +93,7 @@ def _remove(arr, S, slot, i):  # noqa: ANN001, ANN202
     S[slot] = n - 1
 
 
-@njit(cache=True)
+@_kernel
 def _push_waiting(wq, S, i, front):  # noqa: ANN001, ANN202
     """Append to the FCFS queue R_w (a ring buffer), at its front when ``front``."""
     n = len(wq)
@@ -99,9 +105,9 @@ def _push_waiting(wq, S, i, front):  # noqa: ANN001, ANN202
     S[_WLEN] += 1
 
 
-@njit(cache=True)
+@_kernel
 def _push_item(E, i, c):  # noqa: ANN001, ANN202
-    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     k = S[_NITEMS]
     if k < len(it_req):
         it_req[k] = i
@@ -110,10 +116,10 @@ def _push_item(E, i, c):  # noqa: ANN001, ANN202
     D[_BITEMS] += 1
 
 
-@njit(cache=True)
+@_kernel
 def _evict(E, F, i):  # noqa: ANN001, ANN202
     """Drop request ``i``'s KV (recomputation) and put it back into R_w (B1)."""
-    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     S[_KVRES] -= _held(Q, F, i)
     if Q[_M, i] >= Q[_PROMPT, i]:
         Q[_PROMPT, i] = Q[_M, i] + 1
@@ -131,10 +137,10 @@ def _evict(E, F, i):  # noqa: ANN001, ANN202
         _push_waiting(wq, S, i, F[_FRONT])
 
 
-@njit(cache=True)
+@_kernel
 def _make_room(E, F, L, cand, need):  # noqa: ANN001, ANN202
     """Evict lower-priority running requests outside the batch until ``need`` slots are free."""
-    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     if F[_EF]:
         return False
     deficit = S[_KVRES] + need - L[_MCAP]
@@ -155,10 +161,10 @@ def _make_room(E, F, L, cand, need):  # noqa: ANN001, ANN202
     return False
 
 
-@njit(cache=True)
+@_kernel
 def _take_prefill(E, F, L, i, admit):  # noqa: ANN001, ANN202
     """Add a prefill chunk of request ``i`` (admitting it from R_w when ``admit``)."""
-    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     if not F[_HYBRID] and D[_PHASE] == _DEC:
         return False
     want = Q[_PROMPT, i] - Q[_M, i]
@@ -194,9 +200,9 @@ def _take_prefill(E, F, L, i, admit):  # noqa: ANN001, ANN202
     return True
 
 
-@njit(cache=True)
+@_kernel
 def _add_decodes(E, chosen):  # noqa: ANN001, ANN202
-    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     top = D[_KVMAX]
     for i in chosen:
         held = Q[_M, i]
@@ -214,10 +220,10 @@ def _add_decodes(E, chosen):  # noqa: ANN001, ANN202
     D[_PHASE] = _DEC
 
 
-@njit(cache=True)
+@_kernel
 def _take_decodes(E, F, L, run_):  # noqa: ANN001, ANN202
     """Decode candidates in priority order: in bulk when KV and C allow, else one by one."""
-    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     if not F[_HYBRID] and D[_PHASE] == _PRE:
         return
     k = min(len(run_), L[_C] - D[_NTOK])
@@ -241,10 +247,10 @@ def _take_decodes(E, F, L, run_):  # noqa: ANN001, ANN202
         S[_KVRES] += 1
 
 
-@njit(cache=True)
+@_kernel
 def _fill_fcfs_waiting(E, F, L):  # noqa: ANN001, ANN202
     """R_w in FCFS order, stopping at the first candidate that cannot be admitted (B2)."""
-    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     while S[_WLEN] > 0:
         i = wq[S[_WHEAD]]
         if Q[_MARK, i] == D[_NO]:
@@ -256,29 +262,28 @@ def _fill_fcfs_waiting(E, F, L):  # noqa: ANN001, ANN202
             return
 
 
-@njit(cache=True)
+@_kernel
 def _group(E, kind):  # noqa: ANN001, ANN202
-    """Snapshot of a running group (1: R_r, 2: its decodes, 3: its prefills, 4: R_r of ``all``)."""
-    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
-    out = np.empty(S[_NRUN], np.int64)
+    """Snapshot of a running group (1: R_r, 2: its decodes, 3: its prefills, 4: R_r of ``all``)
+    into ``grp``; returns its length."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     n = 0
     for k in range(S[_NRUN]):
         i = run[k]
         decode = Q[_M, i] >= Q[_PROMPT, i]
         if Q[_MARK, i] == D[_NO] or (kind == 2 and not decode) or (kind == 3 and decode):
             continue
-        out[n] = i
+        grp[n] = i
         n += 1
-    return out[:n]
+    return n
 
 
-@njit(cache=True)
+@_kernel
 def _fill_group(E, F, L, kind):  # noqa: ANN001, ANN202
     """Walk a running group, merged with the sorted R_w by priority for ``all`` (kind 4)."""
-    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     merge = kind == 4
-    running = _group(E, kind)
-    dec = np.empty(len(running), np.int64)
+    running = grp[: _group(E, kind)]
     nd = 0
     w = 0
     blocked = False
@@ -312,14 +317,15 @@ def _fill_group(E, F, L, kind):  # noqa: ANN001, ANN202
         w += 1
     if w:
         n = S[_WLEN]
-        wq[: n - w] = wq[w:n].copy()
+        for k in range(n - w):
+            wq[k] = wq[k + w]
         S[_WLEN] = n - w
 
 
-@njit(cache=True)
+@_kernel
 def _finish(E, F):  # noqa: ANN001, ANN202
     """Generate the batch's tokens; finished requests release their KV (B10). Returns how many finished."""
-    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     done = 0
     for g in range(D[_NGEN]):
         i = gbuf[g]
@@ -340,7 +346,7 @@ def _finish(E, F):  # noqa: ANN001, ANN202
     return done
 
 
-@njit(cache=True)
+@_kernel
 def _stalled(Q, S, run, wq, F, stall):  # noqa: ANN001, ANN202
     """The reference engine's livelock guard: no token in more batches than it can explain."""
     if stall <= 1000:
@@ -353,10 +359,10 @@ def _stalled(Q, S, run, wq, F, stall):  # noqa: ANN001, ANN202
     return stall > bound
 
 
-@njit(cache=True)
+@_kernel
 def _intake(E, F, order, arrival, p, time):  # noqa: ANN001, ANN202
     """Move requests that arrived by ``time`` into R_w; returns the next pending position."""
-    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req = E
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     while p < len(order) and arrival[order[p]] <= time:
         if F[_FCFS]:
             _push_waiting(wq, S, order[p], False)
@@ -366,7 +372,7 @@ def _intake(E, F, order, arrival, p, time):  # noqa: ANN001, ANN202
     return p
 
 
-@njit(cache=True)
+@_kernel
 def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts):  # noqa: ANN001, ANN202
     """Every batch until all requests finished; returns (status, batches): 0 done, 1 an empty
     batch, 2 a livelock (the reference engine then raises)."""
@@ -410,8 +416,9 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts):  # n
 def _ranks(requests: tuple[Request, ...], key: Callable[[Request], tuple[Any, ...]], arrival: np.ndarray) -> np.ndarray:
     """Each request's position in the priority order (key, arrival, position): a stable sort on
     the arrival, then on each key column from the last to the first."""
-    columns = list(zip(*map(key, requests), strict=True)) if requests else []
-    by_priority = np.lexsort((arrival, *(np.array(c) for c in reversed(columns))))
+    keys = list(map(key, requests))
+    columns = [np.array([k[j] for k in keys]) for j in range(len(keys[0]) if keys else 0)]
+    by_priority = np.lexsort((arrival, *reversed(columns)))
     rank = np.empty(len(requests), np.int64)
     rank[by_priority] = np.arange(len(requests))
     return rank
@@ -444,13 +451,12 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     lim = instance.limits
     ids = tuple(r.id for r in reqs)
     key = ORDER_KEYS.get(config.order)
-    big = any(r.max_kv > _cap(lim.kv_capacity) for r in reqs)
+    n = len(reqs)
+    arrival_column, prompt, out_len = instance.columns  # read-only, shared with the replay and the bounds
+    big = n > 0 and int((prompt + out_len - 1).max()) > _cap(lim.kv_capacity)
     if not compiles(config) or type(instance.cost_model) is not CostModel or big or len(set(ids)) != len(ids):
         return None
-    n = len(reqs)
-    prompt = np.array([r.prompt_tokens for r in reqs], np.int64)
-    out_len = np.array([r.output_tokens for r in reqs], np.int64)
-    arrival = np.array([r.arrival for r in reqs], np.float64)
+    arrival = arrival_column.copy()  # the kernel's argument types are writable arrays
     order = np.argsort(arrival, kind="stable")
     flags = [config.hybrid, config.chunked, config.eviction_free, config.prefill_counts_decodes]
     flags += [config.evict_for_waiting, config.evicted_to_front, "all" not in config.groups]
@@ -464,7 +470,7 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
         Q[_PROMPT], Q[_OUT], Q[_RANK] = prompt, out_len, _ranks(reqs, key, arrival)
         E = (Q, np.zeros(6, np.int64), np.zeros(12, np.int64), np.zeros(n, np.int64), np.zeros(max(n, 1), np.int64))
         E += (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64))
-        E += (np.zeros(ev_cap, np.int64),)
+        E += (np.zeros(ev_cap, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64))
         batch_out = np.zeros((cap, 2), np.int64)
         starts = np.zeros(cap)
         status, nb = _simulate(

@@ -202,6 +202,7 @@ def capacity_search(
     stored_before = store.done_keys()
     active = [s for s in searches if s.key not in stored_before]
     workloads.handles = [executor.share(i) for i in workloads.instances]
+    executor.start()  # before the progress display's thread (a pool forks its workers while none runs)
     # a fixed total: every rate of every search, resolved when probed or implied by monotonicity
     progress = Progress("rates", sum(len(s.cells) for s in active), "rates", enabled=show_progress is not False)
     seen: dict[str, list[dict[str, Any]]] = {}

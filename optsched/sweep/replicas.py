@@ -105,6 +105,7 @@ def replicas_search(
     stored = store.done_keys()
     todo = {k: v for k, v in jobs.items() if k not in stored}
     handles = [executor.share(i) for i in workloads.instances]
+    executor.start()  # before the progress display's thread (a pool forks its workers while none runs)
     progress = Progress("cells", len(todo), "cells", enabled=show_progress is not False)
     try:
         for key, (cell, router) in todo.items():

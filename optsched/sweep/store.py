@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..arrowbuild import arrow_array
 from .cells import COLUMNS, OPTIONAL_COLUMNS
 
 __all__ = ["META", "MissingDependency", "StoreError", "SweepStore", "is_store_name", "require_pyarrow"]
@@ -145,7 +146,9 @@ class SweepStore:
         unknown = {k for r in rows for k in r} - set(COLUMNS)
         if unknown:
             raise ValueError(f"row columns outside the schema: {sorted(unknown)}")
-        return pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for r in rows], schema=self._schema)
+        # column by column from buffers: pa.Table.from_pylist imports pandas (see optsched.arrowbuild)
+        columns = [arrow_array([r.get(name) for r in rows], kind) for name, kind in COLUMNS.items()]
+        return pa.Table.from_arrays(columns, schema=self._schema)
 
     def _read_part(self, path: Path) -> Any:
         """One part file's table; :class:`StoreError` naming it when it is not a part file."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..costmodel import load_cost_model
-from ..instance import Instance, InstanceError, load_instance, parse_instance
+from ..instance import Instance, InstanceError, as_limits, check_requests, load_instance, parse_instance
 from ..workload import FORMATS, WorkloadTransforms, apply_transforms, load_trace, parse_window
 from .spec import SpecError, SweepSpec, WorkloadSpec
 
@@ -105,18 +105,40 @@ def cell_instance(
     """``base`` with a cell's overrides: profile, limits (a ``token_budget`` without a
     ``prefill_budget`` caps P at the new C, as on the command line) and arrivals divided by
     ``rate_scale`` (the workload transform). Raises :class:`InstanceError` when the result is not a valid instance
-    (e.g. a request that can never fit in the cell's ``kv_capacity``)."""
-    data = base.to_dict()
-    if cost_model is not None:
-        data["cost_model"] = dict(cost_model) if isinstance(cost_model, Mapping) else cost_model
-    else:  # the coefficients themselves: no profile file is looked up again
-        data["cost_model"] = {**base.cost_model.to_dict(), "name": base.cost_model.name}
-    new_limits = dict(data["limits"])
-    if "token_budget" in limits and "prefill_budget" not in limits and limits["token_budget"] is not None:
-        new_limits["prefill_budget"] = min(
-            new_limits.get("prefill_budget") or limits["token_budget"], limits["token_budget"]
-        )
-    new_limits.update(limits)
-    data["limits"] = new_limits
-    instance = parse_instance(data, base.name, check_capacity=check_capacity)
+    (e.g. a request that can never fit in the cell's ``kv_capacity``).
+
+    Without a profile override the base's requests and cost model are kept and only the limits
+    are validated (the whole instance is not parsed again);
+    a cell that fails there is parsed in full, so that its error is the instance parser's."""
+    instance = _with_limits(base, limits, check_capacity) if cost_model is None else None
+    if instance is None:
+        data = base.to_dict()
+        if cost_model is not None:
+            data["cost_model"] = dict(cost_model) if isinstance(cost_model, Mapping) else cost_model
+        else:  # the coefficients themselves: no profile file is looked up again
+            data["cost_model"] = {**base.cost_model.to_dict(), "name": base.cost_model.name}
+        data["limits"] = _limits_with(data["limits"], limits)
+        instance = parse_instance(data, base.name, check_capacity=check_capacity)
     return instance if rate_scale == 1.0 else apply_transforms(instance, WorkloadTransforms(rate_scale=rate_scale))
+
+
+def _limits_with(current: Mapping[str, int | None], overrides: Mapping[str, int | None]) -> dict[str, int | None]:
+    """``current`` limits with a cell's ``overrides`` (a ``token_budget`` without a ``prefill_budget``
+    caps P at the new C)."""
+    new_limits = dict(current)
+    budget = overrides.get("token_budget")
+    if budget is not None and "prefill_budget" not in overrides:
+        new_limits["prefill_budget"] = min(new_limits.get("prefill_budget") or budget, budget)
+    new_limits.update(overrides)
+    return new_limits
+
+
+def _with_limits(base: Instance, overrides: Mapping[str, int | None], check_capacity: bool) -> Instance | None:
+    """``base`` under the overridden limits, validated as the parser does; None when they are
+    invalid or a request cannot fit (the caller's full parse then names the error)."""
+    try:
+        limits = as_limits(_limits_with(base.limits.to_dict(), overrides), base.name)
+        check_requests(base.requests, limits, base.name, check_capacity, check_ids=False)
+    except InstanceError:
+        return None
+    return dataclasses.replace(base, limits=limits)

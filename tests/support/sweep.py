@@ -112,6 +112,14 @@ def descendants(pid: int) -> list[tuple[int, str]]:
     return out
 
 
+def pool_workers(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the pool workers among the descendants of the sweep process ``pid``:
+    spawned ones run ``spawn_main``; forked ones keep the sweep's own command line (the resource
+    tracker runs neither)."""
+    own = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    return [(child, cmd) for child, cmd in descendants(pid) if "spawn_main" in cmd or cmd == own]
+
+
 def expected_keys(tmp_path, spec: dict) -> set[str]:
     parsed = parse_spec(spec, "spec.json", tmp_path)
     return {c.key for c in expand_cells(parsed, load_workloads(parsed).digests)}

@@ -32,6 +32,7 @@ from tests.support.sweep import (
     descendants,
     expected_keys,
     part_files,
+    pool_workers,
     read_rows,
     run_cli,
     slow_spec,
@@ -252,7 +253,7 @@ def test_a_killed_pool_worker_loses_no_cell(tmp_path) -> None:
     out = tmp_path / "out"
     proc = start_cli("sweep", str(write_spec(tmp_path, spec)), "--out", str(out), "--workers", "2")
     wait_for_parts(out, 1, proc)
-    workers = [pid for pid, cmd in descendants(proc.pid) if "spawn_main" in cmd]
+    workers = [pid for pid, _ in pool_workers(proc.pid)]
     assert workers, descendants(proc.pid)
     os.kill(workers[0], signal.SIGKILL)
     _, err = proc.communicate(timeout=600)
@@ -267,7 +268,7 @@ def test_sigint_then_resume_completes_without_duplicates(tmp_path) -> None:
     path = write_spec(tmp_path, spec)
     proc = start_cli("sweep", str(path), "--out", str(out), "--workers", "2")
     wait_for_parts(out, 2, proc)
-    workers = [pid for pid, cmd in descendants(proc.pid) if "spawn_main" in cmd]
+    workers = pool_workers(proc.pid)
     assert workers
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
@@ -277,7 +278,9 @@ def test_sigint_then_resume_completes_without_duplicates(tmp_path) -> None:
     assert 2 <= stored < 12
     time.sleep(1)
     assert not [
-        pid for pid in workers if os.path.exists(f"/proc/{pid}") and "spawn_main" in open(f"/proc/{pid}/cmdline").read()
+        pid
+        for pid, cmd in workers
+        if os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/cmdline").read().replace("\0", " ").strip() == cmd
     ], "a worker outlived the interrupted sweep"
     assert not list(out.glob(".tmp-*")), "a half-written file was left behind"
     done = run_cli("sweep", str(path), "--out", str(out), "--workers", "2", "--resume", "--json")

@@ -17,7 +17,16 @@ pytest.importorskip("pyarrow", reason="the sweep store is Parquet (pyarrow)")
 
 from optsched.cli import main
 from optsched.sweep.store import StoreError, SweepStore
-from tests.support.sweep import descendants, part_files, run_cli, slow_spec, start_cli, wait_for_parts, write_spec
+from tests.support.sweep import (
+    descendants,
+    part_files,
+    pool_workers,
+    run_cli,
+    slow_spec,
+    start_cli,
+    wait_for_parts,
+    write_spec,
+)
 
 TINY = {"name": "tiny", "workloads": [{"instance": "toy-4"}], "limits": {"kv_capacity": [3000, 20000]}}
 TINY["run"] = {"simulate": ["vllm"], "bound": True}
@@ -265,7 +274,7 @@ def test_workers_die_with_a_killed_driver(tmp_path: Path) -> None:
     try:
         wait_for_parts(out, 1, proc)
         children = [pid for pid, _ in descendants(proc.pid)]
-        assert [pid for pid, cmd in descendants(proc.pid) if "spawn_main" in cmd], descendants(proc.pid)
+        assert pool_workers(proc.pid), descendants(proc.pid)
     finally:
         proc.kill()
         proc.communicate(timeout=60)
