@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from importlib import resources
@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .costmodel import CostModel, CostModelError, load_cost_model
 from .jsonio import dumps_instance, read_json, write_text_atomic
+from .request import NO_EXTRA, SLO, Request, RequestColumns, requests_from_columns
 
 __all__ = [
     "NO_EXTRA",
@@ -35,6 +36,7 @@ __all__ = [
     "MAX_RUNNING",
     "MAX_TOKENS",
     "Request",
+    "RequestColumns",
     "as_limits",
     "available_instances",
     "check_requests",
@@ -72,128 +74,6 @@ class InstanceError(ValueError):
 
 
 @dataclass(frozen=True)
-class SLO:
-    """Service-level objectives of a request, in seconds (any may be absent)."""
-
-    ttft: float | None = None
-    tpot: float | None = None
-    e2e: float | None = None
-    atgt: float | None = None
-
-    def to_dict(self) -> dict[str, float]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
-
-
-class _NoExtra(Mapping[str, Any]):
-    """The read-only empty ``extra`` shared by every request without extension keys (a dict per
-    request would cost 64 bytes each: 320 MB for a 5-million-request trace)."""
-
-    __slots__ = ()
-
-    def __getitem__(self, key: str) -> Any:
-        raise KeyError(key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-    def __repr__(self) -> str:
-        return "{}"
-
-    def __reduce__(self) -> str:
-        return "NO_EXTRA"  # pickled by reference to the module's one instance
-
-
-NO_EXTRA: Mapping[str, Any] = _NoExtra()
-
-
-def _no_extra() -> Mapping[str, Any]:
-    return NO_EXTRA
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One inference request.
-
-    Attributes
-    ----------
-    id
-        Unique string id.
-    arrival
-        Arrival time in seconds.
-    prompt_tokens, output_tokens
-        Prompt length I and true output length O.
-    predicted_output_tokens
-        What an online policy may see of O (None: unknown).
-    slo
-        Its SLOs, or None.
-    extra
-        The request's JSON keys outside the contract (formulation-specific extensions, e.g. the
-        static-batching ``task``); kept verbatim and written back by :meth:`to_dict`.
-    """
-
-    id: str
-    arrival: float
-    prompt_tokens: int
-    output_tokens: int
-    predicted_output_tokens: int | None = None
-    slo: SLO | None = None
-    extra: Mapping[str, Any] = field(default_factory=_no_extra, compare=False)
-
-    @property
-    def max_kv(self) -> int:
-        """Most KV slots the request ever holds: I + O - 1."""
-        return self.prompt_tokens + self.output_tokens - 1
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": self.id,
-            "arrival": self.arrival,
-            "prompt_tokens": self.prompt_tokens,
-            "output_tokens": self.output_tokens,
-        }
-        if self.predicted_output_tokens is not None:
-            out["predicted_output_tokens"] = self.predicted_output_tokens
-        if self.slo is not None:
-            out["slo"] = self.slo.to_dict()
-        out.update(self.extra)
-        return out
-
-
-class _RequestBuilder:
-    """The slot layout of :class:`Request` without its frozen ``__setattr__``: a request is written
-    with plain attribute stores, then becomes a :class:`Request` by ``__class__`` assignment (which
-    CPython allows between classes of identical slots). See :func:`requests_from_columns`."""
-
-    __slots__ = Request.__slots__
-
-    def __init__(self, id: str, arrival: float, prompt_tokens: int, output_tokens: int) -> None:
-        self.id = id
-        self.arrival = arrival
-        self.prompt_tokens = prompt_tokens
-        self.output_tokens = output_tokens
-        self.predicted_output_tokens = None
-        self.slo = None
-        self.extra = NO_EXTRA
-        self.__class__ = Request  # type: ignore[assignment]
-
-
-def requests_from_columns(
-    ids: Iterable[str], arrivals: Iterable[float], prompts: Iterable[int], outputs: Iterable[int]
-) -> tuple[Request, ...]:
-    """Requests without SLO or predicted length from parallel columns (a trace's rows).
-
-    The same objects as ``Request(id, arrival, prompt, output)`` (tested), built about three times
-    faster: a frozen dataclass sets each of its 7 slots through ``object.__setattr__``, which
-    dominates loading a 5-million-row trace (docs/performance.md). The values are not validated:
-    the caller has checked them.
-    """
-    return tuple(map(_RequestBuilder, ids, arrivals, prompts, outputs))  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
 class Limits:
     """Engine limits: C, P, M and R_max (None = unlimited)."""
 
@@ -219,7 +99,8 @@ class Instance:
     limits
         Engine limits.
     requests
-        The requests, in file order.
+        The requests, in file order: a tuple, or a :class:`~optsched.request.RequestColumns` (a
+        loaded trace's), which builds its :class:`Request` objects when first asked for one.
     extra
         Top-level JSON keys outside the contract (formulation-specific extensions).
     """
@@ -227,12 +108,14 @@ class Instance:
     name: str
     cost_model: CostModel
     limits: Limits
-    requests: tuple[Request, ...]
+    requests: tuple[Request, ...] | RequestColumns
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @cached_property
     def _index(self) -> dict[str, int]:
         """Request id -> position, built on first use (a large trace may never need it)."""
+        if isinstance(self.requests, RequestColumns):
+            return {rid: i for i, rid in enumerate(self.requests.ids)}
         return {r.id: i for i, r in enumerate(self.requests)}
 
     @cached_property
@@ -244,6 +127,8 @@ class Instance:
 
         import numpy as np
 
+        if isinstance(self.requests, RequestColumns):
+            return self.requests.columns
         n = len(self.requests)
         arrival, prompt, output = (
             np.fromiter(map(attrgetter(name), self.requests), dtype, n)
@@ -261,8 +146,9 @@ class Instance:
         return request_id in self._index
 
     def with_requests(self, requests: Sequence[Request], name: str | None = None) -> Instance:
-        """A copy with other requests (e.g. a slice of a trace)."""
-        return replace(self, requests=tuple(requests), name=name or self.name)
+        """A copy with other requests (e.g. a slice of a trace; a :class:`RequestColumns` is kept as it is)."""
+        kept = requests if isinstance(requests, RequestColumns) else tuple(requests)
+        return replace(self, requests=kept, name=name or self.name)
 
     def to_dict(self) -> dict[str, Any]:
         """The contract's JSON object (the cost model by name when it is a shipped profile)."""

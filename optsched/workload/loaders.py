@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -32,9 +32,9 @@ from ..instance import (
     Instance,
     Limits,
     Request,
+    RequestColumns,
     as_limits,
     check_requests,
-    requests_from_columns,
 )
 from ..jsonio import gc_paused
 from .arrow import arrow_available, read_csv_columns, read_jsonl_columns
@@ -378,12 +378,11 @@ def load_trace(
         if not len(rows.index):
             seen = f" (models in the file: {', '.join(sorted(rows.other_models))})" if rows.other_models else ""
             raise WorkloadError(f"{source}: no requests{seen}")
-        arrivals = _relative_arrivals(source, fmt, rows).tolist()
-        index = np.asarray(rows.index)
-        contiguous = len(index) == 0 or int(index[-1]) == len(index) - 1  # no row dropped
-        ids = [f"row{k}" for k in (range(len(index)) if contiguous else index.tolist())]
+        arrivals = _relative_arrivals(source, fmt, rows)
+        index = np.asarray(rows.index, dtype=np.int64)
+        contiguous = len(index) == 0 or int(index[-1]) == len(index) - 1  # no row dropped: ids row0, row1, ...
         prompts, outputs = np.asarray(rows.prompts, dtype=np.int64), np.asarray(rows.outputs, dtype=np.int64)
-        requests = requests_from_columns(ids, arrivals, prompts.tolist(), outputs.tolist())
+        requests = RequestColumns(arrivals, prompts, outputs, None if contiguous else index)
     try:
         cost = load_cost_model(cost_model)
     except CostModelError as exc:
@@ -392,7 +391,9 @@ def load_trace(
     if check_capacity and limits.kv_capacity is not None:
         bad |= prompts + outputs - 1 > limits.kv_capacity
     if bad.any():  # the first bad request's error, as the instance's check words it
-        check_requests([requests[int(np.argmax(bad))]], limits, source, check_capacity, check_ids=False)
+        k = int(np.argmax(bad))
+        first_bad = Request(f"row{int(index[k])}", float(arrivals[k]), int(prompts[k]), int(outputs[k]))
+        check_requests([first_bad], limits, source, check_capacity, check_ids=False)
     extra: dict[str, Any] = {"source": f"{fmt.name} trace {Path(source).name}"}
     notes = _notes(source, fmt, rows, model)
     if notes:
@@ -416,7 +417,7 @@ def load_trace_csv(
     """
     inst = load_trace(path, cost_model, limits, name=name, max_rows=first, check_capacity=check_capacity)
     if offline:
-        inst = inst.with_requests([Request(r.id, 0.0, r.prompt_tokens, r.output_tokens) for r in inst.requests])
+        inst = inst.with_requests(cast(RequestColumns, inst.requests).at_zero())  # load_trace's are columns
     if first is not None and name is None:
         inst = inst.with_requests(inst.requests, name=f"{inst.name}-{first}")
     return inst
