@@ -111,9 +111,12 @@ def _text(data: bytes | bytearray) -> io.TextIOWrapper:
 def _read_csv(
     path: str, data: bytes | bytearray, fmt: TraceFormat | None, model: str | None, max_rows: int | None
 ) -> tuple[TraceFormat, _Rows]:
-    reader = csv.reader(_text(data))
+    reader: Any = None
     try:
-        header = [h.strip() for h in next(reader, [])]
+        header = _header_line(data)
+        if header is None:  # the header holds a quote (a field may run over the line end): the csv module reads it
+            reader = csv.reader(_text(data))
+            header = [h.strip() for h in next(reader, [])]
         if not header:
             raise WorkloadError(f"{path}: empty file (no header line)")
         check_header(header, path)
@@ -122,11 +125,24 @@ def _read_csv(
             columns = read_csv_columns(data, header, fmt, model)
             if columns is not None:
                 return fmt, _Rows(**columns).first(max_rows)
+        if reader is None:
+            reader = csv.reader(_text(data))
+            next(reader)
         return fmt, _csv_rows(path, reader, header, fmt, model, max_rows)
     except UnicodeDecodeError:
         raise utf8_error(path) from None
     except csv.Error as exc:
-        raise WorkloadError(f"{path}: line {reader.line_num + 1}: malformed CSV: {exc}") from None
+        raise WorkloadError(f"{path}: line {reader.line_num + 1 if reader else 1}: malformed CSV: {exc}") from None
+
+
+def _header_line(data: bytes | bytearray) -> list[str] | None:
+    """The names of the first line (stripped; a leading BOM dropped), or None when it holds a quote
+    or a carriage return before its end (line ends the csv module decides)."""
+    end = data.find(b"\n")
+    first = bytes(data[: len(data) if end < 0 else end])
+    if b'"' in first or b"\r" in first.removesuffix(b"\r"):
+        return None
+    return [h.strip() for h in next(csv.reader([first.decode("utf-8-sig").rstrip("\r")]), [])]
 
 
 def _csv_rows(

@@ -86,33 +86,34 @@ def read_head(path: str, size: int = 65536) -> bytes:
         raise WorkloadError(f"{path}: cannot read file ({exc})") from None
 
 
-def read_bytes(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> bytearray:
+def read_bytes(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> bytes:
     """The whole (gunzipped) file, at most :data:`MAX_TRACE_BYTES` bytes (a file that is not a
     regular file: :data:`~optsched.jsonio.MAX_STREAM_BYTES`) and ``max_lines`` lines.
 
-    Both limits are checked chunk by chunk while reading, before the content grows past them; a
-    truncated or damaged gzip stream is named as such.
+    Both limits are checked before the content grows past them: a plain regular file's size from
+    the file system before it is read at once, anything else (gzip, a device, a pipe) chunk by chunk
+    while reading. A truncated or damaged gzip stream is named as such.
 
     Raises
     ------
     WorkloadError
         Naming the file and the limit (docs/instances.md, "Limits").
     """
-    data = bytearray()
-    lines = 0
+    chunks: list[bytes] = []
+    size = lines = 0
     try:
         with open_binary(path) as fh:
-            regular = stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
+            info = os.fstat(fh.fileno())
+            regular = stat.S_ISREG(info.st_mode)
             limit = MAX_TRACE_BYTES if regular else MAX_STREAM_BYTES
-            for chunk in iter(lambda: fh.read(_READ_CHUNK), b""):
-                data += chunk
-                lines += chunk.count(b"\n")
-                if len(data) > limit:
-                    kind = "" if regular else " (not a regular file)"
-                    raise WorkloadError(
-                        f"{path}: more than {limit:,} bytes{kind}, the most a trace may have "
-                        "(docs/instances.md, Limits)"
-                    )
+            whole = regular and not isinstance(fh, gzip.GzipFile)
+            if whole and info.st_size > limit:
+                raise _too_large(path, limit, regular)
+            for chunk in iter(lambda: fh.read(-1 if whole else _READ_CHUNK), b""):
+                chunks.append(chunk)
+                size, lines = size + len(chunk), lines + chunk.count(b"\n")
+                if size > limit:
+                    raise _too_large(path, limit, regular)
                 if max_lines is not None and lines > max_lines:
                     raise WorkloadError(
                         f"{path}: more than {max_lines:,} lines, the most a trace may have (docs/instances.md, Limits)"
@@ -121,7 +122,14 @@ def read_bytes(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> bytearray:
         raise WorkloadError(f"{path}: damaged or truncated gzip data ({exc or type(exc).__name__})") from None
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read file ({exc.strerror or exc})") from None
-    return data
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_large(path: str, limit: int, regular: bool) -> WorkloadError:
+    kind = "" if regular else " (not a regular file)"
+    return WorkloadError(
+        f"{path}: more than {limit:,} bytes{kind}, the most a trace may have (docs/instances.md, Limits)"
+    )
 
 
 def utf8_error(path: str) -> WorkloadError:
