@@ -15,12 +15,11 @@ import difflib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .costmodel import CostModel, CostModelError, load_cost_model
 from .jsonio import dumps_instance, read_json, write_text_atomic
@@ -171,45 +170,52 @@ class Instance:
 # --------------------------------------------------------------------------- JSON schema
 
 
-class _SLOModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)  # a number, never a boolean or a string
-    ttft: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    tpot: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    e2e: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    atgt: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+@cache
+def _schema() -> Any:
+    """The pydantic models of the instance JSON (``slo``, ``request``, ``limits``, ``instance``) and
+    pydantic's ``ValidationError`` (``error``), built on first use: loading a trace needs none of them."""
+    from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+    class _SLOModel(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)  # a number, never a boolean or a string
+        ttft: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+        tpot: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+        e2e: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+        atgt: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
-class _RequestModel(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: str = Field(min_length=1)
-    arrival: float = Field(default=0.0, ge=0, le=MAX_ARRIVAL, allow_inf_nan=False, strict=True)
-    prompt_tokens: int = Field(ge=1, strict=True)
-    output_tokens: int = Field(ge=1, strict=True)
-    predicted_output_tokens: int | None = Field(default=None, ge=1, strict=True)
-    slo: _SLOModel | None = None
+    class _RequestModel(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        id: str = Field(min_length=1)
+        arrival: float = Field(default=0.0, ge=0, le=MAX_ARRIVAL, allow_inf_nan=False, strict=True)
+        prompt_tokens: int = Field(ge=1, strict=True)
+        output_tokens: int = Field(ge=1, strict=True)
+        predicted_output_tokens: int | None = Field(default=None, ge=1, strict=True)
+        slo: _SLOModel | None = None
 
-    @field_validator("id", mode="before")
-    @classmethod
-    def _id_is_string(cls, value: Any) -> Any:
-        if not isinstance(value, str):
-            raise ValueError("must be a string")
-        return value
+        @field_validator("id", mode="before")
+        @classmethod
+        def _id_is_string(cls, value: Any) -> Any:
+            if not isinstance(value, str):
+                raise ValueError("must be a string")
+            return value
 
+    class _LimitsModel(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        token_budget: int = Field(default=DEFAULT_TOKEN_BUDGET, ge=1, le=MAX_LIMIT, strict=True)
+        prefill_budget: int | None = Field(default=None, ge=1, le=MAX_LIMIT, strict=True)
+        kv_capacity: int | None = Field(default=None, ge=1, le=MAX_LIMIT, strict=True)
+        max_running: int | None = Field(default=None, ge=1, le=MAX_RUNNING, strict=True)
 
-class _LimitsModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    token_budget: int = Field(default=DEFAULT_TOKEN_BUDGET, ge=1, le=MAX_LIMIT, strict=True)
-    prefill_budget: int | None = Field(default=None, ge=1, le=MAX_LIMIT, strict=True)
-    kv_capacity: int | None = Field(default=None, ge=1, le=MAX_LIMIT, strict=True)
-    max_running: int | None = Field(default=None, ge=1, le=MAX_RUNNING, strict=True)
+    class _InstanceModel(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        name: str = Field(min_length=1)
+        cost_model: str | dict[str, Any]
+        limits: _LimitsModel = Field(default_factory=_LimitsModel)
+        requests: list[_RequestModel] = Field(min_length=1)
 
-
-class _InstanceModel(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: str = Field(min_length=1)
-    cost_model: str | dict[str, Any]
-    limits: _LimitsModel = Field(default_factory=_LimitsModel)
-    requests: list[_RequestModel] = Field(min_length=1)
+    return SimpleNamespace(
+        slo=_SLOModel, request=_RequestModel, limits=_LimitsModel, instance=_InstanceModel, error=ValidationError
+    )
 
 
 def as_limits(value: Limits | Mapping[str, Any] | None, source: str = "limits") -> Limits:
@@ -228,16 +234,17 @@ def as_limits(value: Limits | Mapping[str, Any] | None, source: str = "limits") 
         return Limits()
     if not isinstance(value, Mapping):
         raise InstanceError(f"{source}: must be a Limits or a mapping, got {type(value).__name__}")
+    schema = _schema()
     try:
-        lim = _LimitsModel.model_validate(dict(value))
-    except ValidationError as exc:
+        lim = schema.limits.model_validate(dict(value))
+    except schema.error as exc:
         error = exc.errors()[0]
         field = ".".join(str(part) for part in error["loc"])
         raise InstanceError(f"{source}: field 'limits.{field}': {error['msg']}") from None
     return _limits_of(lim, source)
 
 
-def _limits_of(lim: _LimitsModel, source: str) -> Limits:
+def _limits_of(lim: Any, source: str) -> Limits:
     """The :class:`Limits` of validated ``limits`` (P defaults to C; P <= C checked)."""
     prefill_budget = lim.prefill_budget if lim.prefill_budget is not None else lim.token_budget
     if prefill_budget > lim.token_budget:
@@ -259,7 +266,7 @@ def _describe(loc: tuple[Any, ...], raw: Mapping[str, Any]) -> str:
     return "field " + repr(".".join(str(p) for p in loc))
 
 
-def _first_error(exc: ValidationError, raw: Mapping[str, Any], source: str) -> InstanceError:
+def _first_error(exc: Any, raw: Mapping[str, Any], source: str) -> InstanceError:
     err = exc.errors()[0]
     msg = err["msg"]
     if err["type"] == "missing":
@@ -287,9 +294,10 @@ def parse_instance(data: Any, source: str = "<instance>", *, check_capacity: boo
     """
     if not isinstance(data, Mapping):
         raise InstanceError(f"{source}: the instance must be a JSON object")
+    schema = _schema()
     try:
-        model = _InstanceModel.model_validate(data)
-    except ValidationError as exc:
+        model = schema.instance.model_validate(data)
+    except schema.error as exc:
         raise _first_error(exc, data, source) from None
     try:
         cost = load_cost_model(model.cost_model)
@@ -310,10 +318,10 @@ def parse_instance(data: Any, source: str = "<instance>", *, check_capacity: boo
         for r in model.requests
     )
     check_requests(requests, limits, source, check_capacity)
-    extra = {k: v for k, v in data.items() if k not in _InstanceModel.model_fields}
-    _reject_misspelt_keys(extra, _InstanceModel.model_fields, source, "")
+    extra = {k: v for k, v in data.items() if k not in schema.instance.model_fields}
+    _reject_misspelt_keys(extra, schema.instance.model_fields, source, "")
     for r in requests:
-        _reject_misspelt_keys(r.extra, _RequestModel.model_fields, source, f"request {r.id!r}: ")
+        _reject_misspelt_keys(r.extra, schema.request.model_fields, source, f"request {r.id!r}: ")
     return Instance(model.name, cost, limits, requests, extra)
 
 

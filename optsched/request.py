@@ -44,10 +44,6 @@ class _NoExtra(Mapping[str, Any]):
     def __iter__(self) -> Iterator[str]:
         return iter(())
 
-    def at_zero(self) -> RequestColumns:
-        """The same requests, every one arriving at 0 (offline)."""
-        return RequestColumns(np.zeros(len(self)), self.prompt, self.output, self._numbers, self._prefix)
-
     def __len__(self) -> int:
         return 0
 

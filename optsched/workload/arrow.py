@@ -25,9 +25,17 @@ __all__ = ["arrow_available", "read_csv_columns", "read_jsonl_columns"]
 
 _CHUNK = 1 << 24
 
-#: Files larger than this are parsed on pyarrow's threads. Below it one thread takes less CPU and,
-#: on the 2-core machine measured (docs/performance.md), no more wall time.
+#: Files larger than this are parsed on pyarrow's threads, in blocks of :data:`_CHUNK` bytes. Below
+#: it one thread reading one block takes less CPU and, on the 2-core machine measured
+#: (docs/performance.md), no more wall time.
 _THREADED_BYTES = 1 << 28
+
+
+def _block(data: bytes | bytearray) -> dict[str, Any]:
+    """pyarrow's read options for ``data``: the threads and the block size (:data:`_THREADED_BYTES`)."""
+    threaded = len(data) > _THREADED_BYTES
+    return {"use_threads": threaded, "block_size": _CHUNK if threaded else len(data) + 1}
+
 
 #: A date-time of the datetime formats (RE2 syntax), offsets left to pyarrow's parser.
 _DATETIME = (
@@ -184,13 +192,15 @@ def _checked(
         no_output = keep & (outputs == 0)
         failed = int(no_output.sum())
         keep = keep & ~no_output
-    if (prompts[keep] < 1).any() or (outputs[keep] < 1).any():
+    if (keep & ((prompts < 1) | (outputs < 1))).any():
         return None
     index = np.flatnonzero(keep)
-    kept_times = np.zeros(len(index)) if times is None else times[index]
-    if times is not None and times.dtype.kind == "f" and not (np.abs(kept_times) <= _MAX_TIME).all():
+    if len(index) < len(keep):
+        times, prompts, outputs = (None if times is None else times[index]), prompts[index], outputs[index]
+    times = np.zeros(len(index)) if times is None else times
+    if times.dtype.kind == "f" and not (np.abs(times) <= _MAX_TIME).all():
         return None
-    return {"index": index, "times": kept_times, "prompts": prompts[index], "outputs": outputs[index], "failed": failed}
+    return {"index": index, "times": times, "prompts": prompts, "outputs": outputs, "failed": failed}
 
 
 def read_csv_columns(
@@ -212,9 +222,7 @@ def read_csv_columns(
     try:
         table = pacsv.read_csv(
             pa.py_buffer(data),
-            read_options=pacsv.ReadOptions(
-                column_names=header, skip_rows=1, block_size=_CHUNK, use_threads=len(data) > _THREADED_BYTES
-            ),
+            read_options=pacsv.ReadOptions(column_names=header, skip_rows=1, **_block(data)),
             parse_options=pacsv.ParseOptions(newlines_in_values=False),
             convert_options=pacsv.ConvertOptions(
                 include_columns=needed, column_types=types, strings_can_be_null=False, quoted_strings_can_be_null=False
@@ -258,7 +266,7 @@ def read_jsonl_columns(data: bytes | bytearray, fmt: TraceFormat) -> dict[str, A
     try:
         table = pajson.read_json(
             pa.py_buffer(data),
-            read_options=pajson.ReadOptions(block_size=_CHUNK, use_threads=len(data) > _THREADED_BYTES),
+            read_options=pajson.ReadOptions(**_block(data)),
             parse_options=pajson.ParseOptions(
                 explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore", newlines_in_values=False
             ),
