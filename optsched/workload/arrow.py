@@ -51,13 +51,10 @@ _MAX_TIME = 1e15
 
 
 def arrow_available() -> bool:
-    """Whether pyarrow can be imported."""
-    try:
-        import pyarrow.csv  # noqa: F401
-        import pyarrow.json  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether pyarrow is installed (found without importing it)."""
+    from importlib.util import find_spec
+
+    return find_spec("pyarrow") is not None
 
 
 def _is_utf8(data: bytes | bytearray) -> bool:
@@ -122,36 +119,44 @@ def _fixed_width_ticks(chunk: Any) -> np.ndarray | None:
     width = int(offsets[1] - offsets[0])
     if width not in (19, *range(21, 28)) or int(offsets[-1] - offsets[0]) != width * n:
         return None
-    digits = np.frombuffer(chunk.buffers()[2], np.uint8)[offsets[0] : offsets[-1]].reshape(n, width) - np.uint8(48)
-    is_digit = np.ones(width, bool)
+    text = np.frombuffer(chunk.buffers()[2], np.uint8)[offsets[0] : offsets[-1]].reshape(n, width)
+    low, high = np.full(width, ord("0"), np.uint8), np.full(width, ord("9"), np.uint8)
     for position, allowed in _SEPARATORS.items():
         if position < width:
-            is_digit[position] = False
-            column = digits[:, position] + np.uint8(48)  # the byte itself
-            if not ((column == allowed[0]) | (column == allowed[-1])).all():
-                return None
-    if (digits[:, is_digit] > 9).any():
+            low[position], high[position] = min(allowed), max(allowed)
+    if ((text - low) > (high - low)).any():  # below low wraps around
+        return None
+    if width > 10 and not np.isin(text[:, 10], np.frombuffer(_SEPARATORS[10], np.uint8)).all():
         return None
 
     def number(start: int, stop: int) -> np.ndarray:
-        value = digits[:, start].astype(np.int64)
+        value = text[:, start].astype(np.int32) - ord("0")
         for k in range(start + 1, stop):
-            value = value * 10 + digits[:, k]
+            value = value * 10 + text[:, k] - ord("0")
         return value
 
-    year, month, day, hour, minute, second = (
-        number(*span) for span in ((0, 4), (5, 7), (8, 10), (11, 13), (14, 16), (17, 19))
-    )
+    hour, minute, second = number(11, 13), number(14, 16), number(17, 19)
+    if (hour > 23).any() or (minute > 59).any() or (second > 60).any():
+        return None
+    days = _days(number(0, 4), number(5, 7), number(8, 10))
+    if days is None:
+        return None
+    fraction = number(20, width).astype(np.int64) * 10 ** (27 - width) if width > 19 else 0
+    return (days * 86400 + (hour * 3600 + minute * 60 + second)) * TICKS_PER_SECOND + fraction
+
+
+def _days(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray | None:
+    """The dates' day numbers (int64; :func:`_ordinal`), None if one is not a date. Computed once per
+    run of equal dates (a trace in time order has few)."""
+    key = (year * 13 + month) * 32 + day
+    first = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    year, month, day = year[first], month[first], day[first]
     leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
-    month_ok = (month >= 1) & (month <= 12)
-    if not (month_ok.all() and (year >= 1).all() and (day >= 1).all()):
+    if not (((month >= 1) & (month <= 12)).all() and (year >= 1).all() and (day >= 1).all()):
         return None
     if (day > _MONTH_DAYS[month] + (leap & (month == 2))).any():
         return None
-    if (hour > 23).any() or (minute > 59).any() or (second > 60).any():
-        return None
-    fraction = number(20, width) * 10 ** (27 - width) if width > 19 else 0
-    return (_ordinal(year, month, day) * 86400 + hour * 3600 + minute * 60 + second) * TICKS_PER_SECOND + fraction
+    return np.repeat(_ordinal(year, month, day).astype(np.int64), np.diff(np.append(first, len(key))))
 
 
 def _ordinal(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray:
