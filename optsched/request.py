@@ -148,8 +148,8 @@ class RequestColumns(Sequence[Request]):
     ----------
     arrival, prompt, output
         Arrival times (seconds) and prompt and output lengths, one entry per request; kept as
-        read-only float64, int64 and int64 arrays. The values are not validated: the caller has
-        checked them.
+        read-only float64, int64 and int64 arrays (a writable array that owns its data is made
+        read-only, not copied). The values are not validated: the caller has checked them.
     numbers
         Request ``k``'s id is ``f"{prefix}{numbers[k]}"`` (None: ``k``).
     prefix
@@ -243,12 +243,13 @@ class RequestColumns(Sequence[Request]):
 
 
 def _frozen(values: Any, dtype: Any) -> np.ndarray:
-    """``values`` as a one-dimensional read-only array of ``dtype`` (a copy unless it already is one)."""
+    """``values`` as a one-dimensional read-only array of ``dtype``: an array that owns its data is
+    taken over (made read-only), any other copied unless it already is read-only."""
     array = np.asarray(values, dtype=dtype)
     if array.ndim != 1:
         raise ValueError("RequestColumns: columns must be one-dimensional")
     if array.flags.writeable:
-        array = array.copy()
+        array = array if array.flags.owndata else array.copy()
         array.setflags(write=False)
     return array
 

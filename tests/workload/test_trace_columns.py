@@ -1,0 +1,207 @@
+"""Requests held as columns (:class:`optsched.request.RequestColumns`): a loaded trace's requests are
+the same :class:`~optsched.instance.Request` objects as built one by one from the file's values, on
+real traces and on random files of every layout, by the pyarrow path and the standard-library
+reader alike; nothing builds them before a caller asks for one; a bad value still names the file,
+the line and the column."""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from optsched import request as request_module
+from optsched.cli import main
+from optsched.instance import NO_EXTRA, Request, RequestColumns
+from optsched.workload import FORMATS, WorkloadError, load_trace, load_trace_csv, loaders
+from optsched.workload.arrow import arrow_available
+from optsched.workload.readers import TICKS_PER_SECOND
+
+MODEL = "llama2-7b-a100"
+
+
+@pytest.fixture(params=["arrow", "stdlib"])
+def reader(request, monkeypatch):
+    """Each test with the pyarrow path and with the standard-library reader."""
+    if request.param == "arrow" and not arrow_available():
+        pytest.skip("pyarrow is not installed")
+    if request.param == "stdlib":
+        monkeypatch.setattr(loaders, "arrow_available", lambda: False)
+    return request.param
+
+
+def _stamp(ticks: int, digits: int, zone: str = "") -> str:
+    """``ticks`` (100 ns since 0001-01-01) as ``YYYY-MM-DD hh:mm:ss[.f]`` with ``digits`` fractional digits."""
+    seconds, fraction = divmod(ticks, TICKS_PER_SECOND)
+    day, second = divmod(seconds, 86400)
+    moment = datetime.datetime.combine(datetime.date.fromordinal(day), datetime.time()) + datetime.timedelta(
+        seconds=second
+    )
+    text = moment.strftime("%Y-%m-%d %H:%M:%S")
+    return (text + "." + str(fraction).zfill(7)[:digits] if digits else text) + zone
+
+
+def _times(rng: np.random.Generator, fmt: str, n: int) -> tuple[list[str], list[float] | list[int], int]:
+    """n arrival fields of ``fmt``, their values (seconds, or 100 ns ticks) and the values per second."""
+    if fmt in ("azure", "azure-multimodal"):
+        digits = int(rng.integers(0, 8))
+        step = 10 ** (7 - digits)
+        ticks = (rng.integers(0, 40 * 86400 * 10**digits, n) * step + 638358417460000000).tolist()
+        if rng.random() < 0.3:  # some widths differ: pyarrow's parser and the regular expression read them
+            fields = [_stamp(t, digits if k % 2 else 7) for k, t in enumerate(ticks)]
+        else:
+            fields = [_stamp(t, digits) for t in ticks]
+        return fields, ticks, TICKS_PER_SECOND
+    values = (rng.random(n) * 10 ** rng.integers(1, 7)).round(int(rng.integers(0, 7))).tolist()
+    return [repr(v) for v in values], values, 1
+
+
+def random_trace(rng: np.random.Generator, fmt: str, path: Path) -> tuple[Path, list[Request]]:
+    """A random trace of ``fmt`` written to ``path`` (gzipped at random) and the requests it holds."""
+    f = FORMATS[fmt]
+    n = int(rng.integers(1, 300))
+    prompts = rng.integers(1, 5000, n).tolist()
+    outputs = rng.integers(1, 2000, n).tolist()
+    if f.failed_if_no_output:
+        outputs = [0 if rng.random() < 0.1 else o for o in outputs]
+    fields, times, per_second = _times(rng, fmt, n) if f.arrival else ([""] * n, [0.0] * n, 1)
+    if f.jsonl:
+        times, per_second = rng.integers(0, 10**9, n).tolist(), 1000
+        lines = [
+            json.dumps({"timestamp": t, "input_length": p, "output_length": o, "hash_ids": [1, 2]}) + "\n"
+            for t, p, o in zip(times, prompts, outputs)
+        ]
+    else:
+        values = {f.prompt: prompts, f.output: outputs, **({f.arrival: fields} if f.arrival else {})}
+        columns = list(f.columns)
+        lines = [",".join(columns) + "\n"] + [
+            ",".join(str(values[c][k]) if c in values else "GPT-4" if c == "Model" else "7" for c in columns) + "\n"
+            for k in range(n)
+        ]
+    kept = [k for k in range(n) if outputs[k] > 0]
+    low = min((times[k] for k in kept), default=0)
+    seconds = [(t - low) / per_second if per_second > 1 else t - low for t in times]
+    data = "".join(lines).encode()
+    if rng.random() < 0.3:
+        path = path.with_name(path.name + ".gz")
+        data = gzip.compress(data)
+    path.write_bytes(data)
+    return path, [Request(f"row{k}", seconds[k], prompts[k], outputs[k]) for k in kept]
+
+
+def _same(inst, expected: list[Request]) -> None:
+    requests = inst.requests
+    assert isinstance(requests, RequestColumns)
+    arrival, prompt, output = inst.columns
+    assert arrival.tolist() == [r.arrival for r in expected]
+    assert prompt.tolist() == [r.prompt_tokens for r in expected]
+    assert output.tolist() == [r.output_tokens for r in expected]
+    assert requests.ids == [r.id for r in expected]
+    assert requests == tuple(expected) and tuple(expected) == requests
+    assert [(r.id, r.arrival, r.prompt_tokens, r.output_tokens) for r in requests] == [
+        (r.id, r.arrival, r.prompt_tokens, r.output_tokens) for r in expected
+    ]
+    assert all(type(r.arrival) is float and type(r.prompt_tokens) is int for r in requests)
+    assert hash(requests) == hash(tuple(expected))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_random_traces_load_the_requests_written(tmp_path, reader, fmt, seed):
+    rng = np.random.default_rng([seed, list(FORMATS).index(fmt)])
+    path, expected = random_trace(rng, fmt, tmp_path / ("t.jsonl" if FORMATS[fmt].jsonl else "t.csv"))
+    _same(load_trace(path, MODEL, format=fmt), expected)
+
+
+def test_real_traces_equal_their_rows(data_dir, reader):
+    """The shipped-format real traces (``vidur``): the column path's requests are the rows' values."""
+    import csv
+
+    for name in ("splitwise_conv.csv", "splitwise_code.csv"):
+        path = data_dir / "traces" / name
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        low = min(float(r["arrived_at"]) for r in rows)
+        expected = [
+            Request(f"row{k}", float(r["arrived_at"]) - low, int(r["num_prefill_tokens"]), int(r["num_decode_tokens"]))
+            for k, r in enumerate(rows)
+        ]
+        _same(load_trace(path, MODEL), expected)
+
+
+#: A bad value per layout's prompt column, and the words of its error.
+BAD_VALUES = [("12x", "not an integer"), ("0", ">= 1"), ("-4", ""), ("0x10", "")]
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_a_bad_value_names_the_file_line_and_column(tmp_path, reader, fmt, seed):
+    rng = np.random.default_rng([seed, 99, list(FORMATS).index(fmt)])
+    f = FORMATS[fmt]
+    path, _ = random_trace(rng, fmt, tmp_path / ("t.jsonl" if f.jsonl else "t.csv"))
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    lines = data.decode().splitlines(keepends=True)
+    first = 0 if f.jsonl else 1
+    k = int(rng.integers(first, len(lines)))
+    value, words = BAD_VALUES[seed % len(BAD_VALUES)] if not f.jsonl else ('"12"', "not a finite number")
+    if f.jsonl:
+        obj = json.loads(lines[k])
+        lines[k] = lines[k].replace(f'"input_length": {obj["input_length"]}', f'"input_length": {value}')
+    else:
+        cells = lines[k].rstrip("\n").split(",")
+        cells[list(f.columns).index(f.prompt)] = value
+        lines[k] = ",".join(cells) + "\n"
+    bad = tmp_path / ("bad.jsonl" if f.jsonl else "bad.csv")
+    bad.write_text("".join(lines))
+    with pytest.raises(WorkloadError) as err:
+        load_trace(bad, MODEL, format=fmt)
+    message = str(err.value)
+    assert message.startswith(f"{bad}: line {k + 1}, ") and repr(f.prompt) in message and words in message, message
+
+
+def test_a_bad_date_time_exits_2_naming_the_line(tmp_path, capsys, reader):
+    rows = [f"2023-11-16 18:15:{s:02d}.{s:07d},10,5\n" for s in range(40)]
+    rows[23] = "2023-02-29 18:15:23.0000023,10,5\n"  # not a date: 2023 is no leap year
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(rows))
+    assert main(["info", str(path), "--cost-model", MODEL]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path}: line 25, column 'TIMESTAMP'" in err, err
+
+
+def test_the_loader_builds_no_request_object_until_asked(tmp_path, monkeypatch):
+    path, expected = random_trace(np.random.default_rng(7), "burstgpt", tmp_path / "b.csv")
+    built = []
+    real = request_module.requests_from_columns
+    monkeypatch.setattr(request_module, "requests_from_columns", lambda *a: built.append(1) or real(*a))
+    inst = load_trace(path, MODEL)
+    offline = load_trace_csv(path, MODEL, offline=True)
+    first = expected[len(expected) // 2]
+    assert len(inst.requests) == len(expected) and first.id in inst and inst.index(first.id) == len(expected) // 2
+    assert inst.columns[1].tolist() == [r.prompt_tokens for r in expected]
+    assert inst.with_requests(inst.requests).requests is inst.requests
+    assert offline.columns[0].tolist() == [0.0] * len(expected) and offline.requests.ids == inst.requests.ids
+    assert built == []
+    assert inst.requests[len(expected) // 2] == first and built == [1]
+    assert list(inst.requests) == expected and built == [1]  # built once, kept
+
+
+def test_request_columns_behave_as_the_tuple_of_their_requests():
+    columns = RequestColumns([0.5, 0.0, 2.25], [10, 20, 30], [1, 2, 3], numbers=[0, 4, 9])
+    plain = (Request("row0", 0.5, 10, 1), Request("row4", 0.0, 20, 2), Request("row9", 2.25, 30, 3))
+    assert columns.ids == ["row0", "row4", "row9"] and len(columns) == 3
+    assert pickle.loads(pickle.dumps(columns)) == columns == plain
+    assert RequestColumns([0.5, 0.0, 2.25], [10, 20, 30], [1, 2, 3], numbers=[0, 4, 9]) == columns
+    assert RequestColumns([0.5, 0.0, 2.25], [10, 20, 31], [1, 2, 3], numbers=[0, 4, 9]) != columns
+    assert columns != plain[:2] and columns[1:] == plain[1:] and columns[-1] == plain[-1]
+    assert columns + plain[:1] == plain + plain[:1] and plain[:1] + columns == plain[:1] + plain
+    assert hash(columns) == hash(plain) and columns.index(plain[1]) == 1 and plain[2] in columns
+    assert all(r.extra is NO_EXTRA and r.slo is None and r.predicted_output_tokens is None for r in columns)
+    assert not columns.arrival.flags.writeable and columns.at_zero().ids == columns.ids
+    with pytest.raises(ValueError, match="different lengths"):
+        RequestColumns([0.0], [1, 2], [1])
