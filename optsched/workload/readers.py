@@ -86,43 +86,55 @@ def read_head(path: str, size: int = 65536) -> bytes:
         raise WorkloadError(f"{path}: cannot read file ({exc})") from None
 
 
-def read_bytes(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> bytes:
+def read_bytes(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> bytes | bytearray:
     """The whole (gunzipped) file, at most :data:`MAX_TRACE_BYTES` bytes (a file that is not a
     regular file: :data:`~optsched.jsonio.MAX_STREAM_BYTES`) and ``max_lines`` lines.
 
     Both limits are checked before the content grows past them: a plain regular file's size from
-    the file system before it is read at once, anything else (gzip, a device, a pipe) chunk by chunk
-    while reading. A truncated or damaged gzip stream is named as such.
+    the file system before it is read at once into one buffer, anything else (gzip, a device, a
+    pipe) chunk by chunk while reading. A truncated or damaged gzip stream is named as such.
 
     Raises
     ------
     WorkloadError
         Naming the file and the limit (docs/instances.md, "Limits").
     """
-    chunks: list[bytes] = []
-    size = lines = 0
     try:
         with open_binary(path) as fh:
             info = os.fstat(fh.fileno())
             regular = stat.S_ISREG(info.st_mode)
             limit = MAX_TRACE_BYTES if regular else MAX_STREAM_BYTES
-            whole = regular and not isinstance(fh, gzip.GzipFile)
-            if whole and info.st_size > limit:
-                raise _too_large(path, limit, regular)
-            for chunk in iter(lambda: fh.read(-1 if whole else _READ_CHUNK), b""):
-                chunks.append(chunk)
-                size, lines = size + len(chunk), lines + chunk.count(b"\n")
-                if size > limit:
+            if regular and not isinstance(fh, gzip.GzipFile):
+                if info.st_size > limit:
                     raise _too_large(path, limit, regular)
-                if max_lines is not None and lines > max_lines:
-                    raise WorkloadError(
-                        f"{path}: more than {max_lines:,} lines, the most a trace may have (docs/instances.md, Limits)"
-                    )
+                data = bytearray(info.st_size)
+                del data[fh.readinto(data) :]  # a file that shrank meanwhile
+                _check_lines(path, data.count(b"\n"), max_lines)
+                return data
+            return _read_chunks(path, fh, limit, regular, max_lines)
     except _DECOMPRESS_ERRORS as exc:
         raise WorkloadError(f"{path}: damaged or truncated gzip data ({exc or type(exc).__name__})") from None
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read file ({exc.strerror or exc})") from None
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _read_chunks(path: str, fh: IO[bytes], limit: int, regular: bool, max_lines: int | None) -> bytes:
+    chunks: list[bytes] = []
+    size = lines = 0
+    for chunk in iter(lambda: fh.read(_READ_CHUNK), b""):
+        chunks.append(chunk)
+        size, lines = size + len(chunk), lines + chunk.count(b"\n")
+        if size > limit:
+            raise _too_large(path, limit, regular)
+        _check_lines(path, lines, max_lines)
+    return b"".join(chunks)
+
+
+def _check_lines(path: str, lines: int, max_lines: int | None) -> None:
+    if max_lines is not None and lines > max_lines:
+        raise WorkloadError(
+            f"{path}: more than {max_lines:,} lines, the most a trace may have (docs/instances.md, Limits)"
+        )
 
 
 def _too_large(path: str, limit: int, regular: bool) -> WorkloadError:
