@@ -105,6 +105,8 @@ def _datetime_ticks(column: Any) -> np.ndarray | None:
 #: The separators of ``YYYY-MM-DD hh:mm:ss.f`` by position (the digits are everywhere else).
 _SEPARATORS = {4: b"-", 7: b"-", 10: b" T", 13: b":", 16: b":", 19: b"."}
 _MONTH_DAYS = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
+#: Rows checked at a time (temporaries that stay in the cache).
+_ROWS = 1 << 16
 
 
 def _fixed_width_ticks(chunk: Any) -> np.ndarray | None:
@@ -124,39 +126,46 @@ def _fixed_width_ticks(chunk: Any) -> np.ndarray | None:
     for position, allowed in _SEPARATORS.items():
         if position < width:
             low[position], high[position] = min(allowed), max(allowed)
-    if ((text - low) > (high - low)).any():  # below low wraps around
-        return None
-    if width > 10 and not np.isin(text[:, 10], np.frombuffer(_SEPARATORS[10], np.uint8)).all():
+    # The date (bytes 0-9) is read once per run of rows with the same date (a trace in time order has few).
+    head, tail = np.ndarray(n, "<u8", text.data, 0, (width,)), np.ndarray(n, "<u2", text.data, 8, (width,))
+    first = np.flatnonzero(np.concatenate(([True], (head[1:] != head[:-1]) | (tail[1:] != tail[:-1]))))
+    dates, span = text[first, :10], high - low
+    for rows, at in (
+        (dates, slice(0, 10)),
+        *((text[k : k + _ROWS, 10:], slice(10, width)) for k in range(0, n, _ROWS)),
+    ):
+        if ((rows - low[at]) > span[at]).any():  # a byte outside its position's range (below it wraps around)
+            return None
+    if not np.isin(text[:, 10], np.frombuffer(_SEPARATORS[10], np.uint8)).all():
         return None
 
-    def number(start: int, stop: int) -> np.ndarray:
-        value = text[:, start].astype(np.int32) - ord("0")
+    def number(rows: np.ndarray, start: int, stop: int) -> np.ndarray:
+        value = rows[:, start].astype(np.int32)
         for k in range(start + 1, stop):
-            value = value * 10 + text[:, k] - ord("0")
+            value *= 10
+            value += rows[:, k]
+        value -= ord("0") * (10 ** (stop - start) - 1) // 9  # the "0" of every digit
         return value
 
-    hour, minute, second = number(11, 13), number(14, 16), number(17, 19)
+    hour, minute, second = number(text, 11, 13), number(text, 14, 16), number(text, 17, 19)
     if (hour > 23).any() or (minute > 59).any() or (second > 60).any():
         return None
-    days = _days(number(0, 4), number(5, 7), number(8, 10))
+    days = _days(number(dates, 0, 4), number(dates, 5, 7), number(dates, 8, 10))
     if days is None:
         return None
-    fraction = number(20, width).astype(np.int64) * 10 ** (27 - width) if width > 19 else 0
+    days = np.repeat(days, np.diff(np.append(first, n)))
+    fraction = number(text, 20, width).astype(np.int64) * 10 ** (27 - width) if width > 19 else 0
     return (days * 86400 + (hour * 3600 + minute * 60 + second)) * TICKS_PER_SECOND + fraction
 
 
 def _days(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray | None:
-    """The dates' day numbers (int64; :func:`_ordinal`), None if one is not a date. Computed once per
-    run of equal dates (a trace in time order has few)."""
-    key = (year * 13 + month) * 32 + day
-    first = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
-    year, month, day = year[first], month[first], day[first]
+    """The dates' day numbers (int64; :func:`_ordinal`), None if one is not a date."""
     leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
     if not (((month >= 1) & (month <= 12)).all() and (year >= 1).all() and (day >= 1).all()):
         return None
     if (day > _MONTH_DAYS[month] + (leap & (month == 2))).any():
         return None
-    return np.repeat(_ordinal(year, month, day).astype(np.int64), np.diff(np.append(first, len(key))))
+    return _ordinal(year, month, day).astype(np.int64)
 
 
 def _ordinal(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray:
