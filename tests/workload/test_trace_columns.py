@@ -205,3 +205,64 @@ def test_request_columns_behave_as_the_tuple_of_their_requests():
     assert not columns.arrival.flags.writeable and columns.at_zero().ids == columns.ids
     with pytest.raises(ValueError, match="different lengths"):
         RequestColumns([0.0], [1, 2], [1])
+
+
+#: Date-times of every edge the fixed-width reading handles, in groups spanning less than 1e9 s
+#: (the latest arrival) whose rows each have the same width.
+EDGES = [
+    ["0001-01-01 00:00:00", "0001-03-01 12:34:56", "0030-12-31 23:59:59"],
+    ["9999-12-31 23:59:59", "9990-01-01 00:00:00", "9996-02-29 01:02:03"],
+    ["1900-02-28 23:59:60", "1900-03-01 00:00:00", "1901-01-01 00:00:00"],
+    [
+        "2024-02-29 12:00:00",
+        "2000-02-29T00:00:00",
+        "1999-12-31 23:59:60",
+        "2023-12-31 23:59:60",
+        "2023-11-16 19:05:09",
+        "2001-03-01 00:00:00",
+    ],
+]
+
+BAD_STAMPS = [
+    ("2023-02-29 00:00:00", "day is out of range"),
+    ("1900-02-29 00:00:00", "day is out of range"),
+    ("2023-13-01 00:00:00", "month must be in 1..12"),
+    ("2023-04-31 00:00:00", "day is out of range"),
+    ("0000-01-01 00:00:00", "year 0 is out of range"),
+    ("2023-01-01 24:00:00", "time of day out of range"),
+    ("2023-01-01 00:60:00", "time of day out of range"),
+    ("2023-01-01 00:00:61", "time of day out of range"),
+    ("2023-01-01 00:00:70", "time of day out of range"),
+    ("2023-01-01_00:00:00", "not a date-time"),
+    ("2023-01-01 00:0a:00", "not a date-time"),
+]
+
+
+@pytest.mark.parametrize("digits", [0, 3, 7])
+@pytest.mark.parametrize("group", range(len(EDGES)))
+def test_date_times_of_one_width_at_every_edge(tmp_path, monkeypatch, reader, group, digits):
+    """Read by the numpy digit path (not pyarrow's parser, not the standard reader) with the pyarrow reader."""
+    from optsched.workload import arrow
+    from optsched.workload.readers import datetime_ticks
+
+    if reader == "arrow":
+        monkeypatch.setattr(arrow, "_parsed_ticks", lambda column: pytest.fail("not read digit by digit"))
+        monkeypatch.setattr(loaders, "_csv_rows", lambda *a: pytest.fail("read by the standard reader"))
+
+    stamps = [s + ("." + "1234567"[:digits] if digits else "") for s in EDGES[group]]
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(f"{s},5,2\n" for s in stamps))
+    ticks = [datetime_ticks(s) for s in stamps]
+    expected = [Request(f"row{k}", (t - min(ticks)) / TICKS_PER_SECOND, 5, 2) for k, t in enumerate(ticks)]
+    _same(load_trace(path, MODEL), expected)
+
+
+@pytest.mark.parametrize(("stamp", "words"), BAD_STAMPS)
+def test_a_bad_date_time_of_one_width_names_its_line(tmp_path, reader, stamp, words):
+    rows = [f"2023-11-16 18:{m:02d}:00,5,2\n" for m in range(30)]
+    rows[17] = f"{stamp},5,2\n"
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(rows))
+    with pytest.raises(WorkloadError) as err:
+        load_trace(path, MODEL)
+    assert str(err.value).startswith(f"{path}: line 19, column 'TIMESTAMP': ") and words in str(err.value), err.value
