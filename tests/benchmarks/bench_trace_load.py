@@ -179,7 +179,11 @@ def main() -> None:
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--repeat", type=int, default=1, help="runs of each method, alternating")
     ap.add_argument("--gzip", action="store_true", help="write the trace gzipped (``.csv.gz``, ``.jsonl.gz``)")
+    ap.add_argument("--write", type=Path, help=argparse.SUPPRESS)  # write the trace to this path and stop
     args = ap.parse_args()
+    if args.write is not None:
+        write_trace(args.write, args.rows, layout=args.layout)
+        return
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; cpus: {os.cpu_count()}")
     with tempfile.TemporaryDirectory() as tmp:
         if args.file is not None:
@@ -187,7 +191,9 @@ def main() -> None:
         for layout in [] if args.file is not None else list(HEADERS) if args.layout == "all" else [args.layout]:
             path = Path(tmp) / f"{layout}.{'jsonl' if layout == 'mooncake' else 'csv'}{'.gz' if args.gzip else ''}"
             t0 = time.perf_counter()
-            write_trace(path, args.rows, layout=layout)
+            # Written by a child: a child's peak memory (ru_maxrss) counts its parent's at the fork.
+            writer = [sys.executable, __file__, "--write", str(path), "--rows", str(args.rows), "--layout", layout]
+            subprocess.run(writer, check=True)
             size = path.stat().st_size / 2**20
             print(f"{layout}: wrote {args.rows:,} rows ({size:.0f} MiB) in {time.perf_counter() - t0:.1f} s")
             bench(path, args.methods, args.repeat)
