@@ -358,6 +358,8 @@ def check_requests(
     InstanceError
         Naming the file, the request and the field.
     """
+    if isinstance(requests, RequestColumns) and (requests.distinct_ids() or not check_ids):
+        requests = requests.first_over(MAX_TOKENS, limits.kv_capacity if check_capacity else None)  # on the columns
     seen: set[str] = set()
     for r in requests:
         if max(r.prompt_tokens, r.output_tokens, r.predicted_output_tokens or 0) > MAX_TOKENS:

@@ -198,6 +198,22 @@ class RequestColumns(Sequence[Request]):
             )
         return self._objects
 
+    def first_over(self, max_tokens: int, kv_capacity: int | None) -> tuple[Request, ...]:
+        """The first request with a prompt or output over ``max_tokens`` or, given ``kv_capacity``,
+        with I + O - 1 over it, as a one-tuple (empty when there is none); no other is built."""
+        bad = (self.prompt > max_tokens) | (self.output > max_tokens)
+        if kv_capacity is not None:
+            bad |= self.prompt + self.output - 1 > kv_capacity
+        if not bad.any():
+            return ()
+        k = int(np.argmax(bad))
+        rid = f"{self._prefix}{k if self._numbers is None else int(self._numbers[k])}"
+        return (Request(rid, float(self.arrival[k]), int(self.prompt[k]), int(self.output[k])),)
+
+    def distinct_ids(self) -> bool:
+        """Whether no two requests have the same id."""
+        return self._numbers is None or len(np.unique(self._numbers)) == len(self._numbers)
+
     def at_zero(self) -> RequestColumns:
         """The same requests, every one arriving at 0 (offline)."""
         return RequestColumns(np.zeros(len(self)), self.prompt, self.output, self._numbers, self._prefix)

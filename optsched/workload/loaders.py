@@ -28,10 +28,8 @@ import numpy as np
 from ..costmodel import CostModel, CostModelError, load_cost_model
 from ..instance import (
     MAX_ARRIVAL,
-    MAX_TOKENS,
     Instance,
     Limits,
-    Request,
     RequestColumns,
     as_limits,
     check_requests,
@@ -403,13 +401,7 @@ def load_trace(
         cost = load_cost_model(cost_model)
     except CostModelError as exc:
         raise WorkloadError(f"{source}: {exc}") from None
-    bad = (prompts > MAX_TOKENS) | (outputs > MAX_TOKENS)
-    if check_capacity and limits.kv_capacity is not None:
-        bad |= prompts + outputs - 1 > limits.kv_capacity
-    if bad.any():  # the first bad request's error, as the instance's check words it
-        k = int(np.argmax(bad))
-        first_bad = Request(f"row{int(index[k])}", float(arrivals[k]), int(prompts[k]), int(outputs[k]))
-        check_requests([first_bad], limits, source, check_capacity, check_ids=False)
+    check_requests(requests, limits, source, check_capacity, check_ids=False)  # on the columns
     extra: dict[str, Any] = {"source": f"{fmt.name} trace {Path(source).name}"}
     notes = _notes(source, fmt, rows, model)
     if notes:

@@ -266,3 +266,37 @@ def test_a_bad_date_time_of_one_width_names_its_line(tmp_path, reader, stamp, wo
     with pytest.raises(WorkloadError) as err:
         load_trace(path, MODEL)
     assert str(err.value).startswith(f"{path}: line 19, column 'TIMESTAMP': ") and words in str(err.value), err.value
+
+
+@pytest.mark.parametrize("capacity", [None, 2500])
+def test_the_request_check_on_columns_words_the_first_offender_as_on_objects(capacity):
+    from optsched.instance import InstanceError, Limits, check_requests
+
+    rng = np.random.default_rng(5)
+    prompts, outputs = rng.integers(1, 2000, 500), rng.integers(1, 2000, 500)
+    prompts[[300, 400]] = 10**7 + 1
+    columns = RequestColumns(np.zeros(500), prompts, outputs, numbers=np.arange(500) * 2)
+    limits = Limits(kv_capacity=capacity)
+    with pytest.raises(InstanceError) as on_columns:
+        check_requests(columns, limits, "f.csv")
+    with pytest.raises(InstanceError) as on_objects:
+        check_requests(tuple(columns.objects()), limits, "f.csv")
+    assert str(on_columns.value) == str(on_objects.value) and "f.csv: request 'row" in str(on_columns.value)
+    fine = RequestColumns(np.zeros(3), [1, 2, 3], [1, 1, 1])
+    check_requests(fine, Limits(kv_capacity=3), "f.csv")
+    twice = RequestColumns(np.zeros(2), [1, 2], [1, 1], numbers=[4, 4])
+    with pytest.raises(InstanceError, match="request 'row4': field 'id': duplicate id"):
+        check_requests(twice, Limits(), "f.csv")
+
+
+def test_checking_a_loaded_trace_under_new_limits_builds_no_request_object(tmp_path, monkeypatch):
+    """What the command line does to a trace before the command runs: load, then check under its limits."""
+    from optsched.instance import InstanceError, Limits, check_requests
+
+    path, expected = random_trace(np.random.default_rng(3), "vidur", tmp_path / "v.csv")
+    monkeypatch.setattr(request_module, "requests_from_columns", lambda *a: pytest.fail("Request objects built"))
+    inst = load_trace(path, MODEL, check_capacity=False)
+    check_requests(inst.requests, Limits(kv_capacity=10**6), str(path), check_ids=False)
+    worst = max(expected, key=lambda r: r.prompt_tokens + r.output_tokens)
+    with pytest.raises(InstanceError, match="exceeds limits.kv_capacity"):
+        check_requests(inst.requests, Limits(kv_capacity=worst.max_kv - 1), str(path), check_ids=False)
