@@ -4,8 +4,8 @@ A trace of a million rows loads as columns (:mod:`optsched.workload`): arrivals,
 lengths as arrays, the ids ``<prefix><k>`` from an integer column. :class:`RequestColumns` is a
 read-only sequence of :class:`Request` over them: what reads every request's numbers
 (:attr:`optsched.instance.Instance.columns`: the bounds, ``optsched info``, the compiled engine and
-replay) reads the arrays; the first caller that asks for a request (indexing, iterating) gets the
-same objects as an instance file's, built once for all requests and kept.
+replay) reads the arrays; indexing one request builds that one; the first caller that iterates or
+slices gets the same objects as an instance file's, built once for all requests and kept.
 """
 
 from __future__ import annotations
@@ -204,11 +204,7 @@ class RequestColumns(Sequence[Request]):
         bad = (self.prompt > max_tokens) | (self.output > max_tokens)
         if kv_capacity is not None:
             bad |= self.prompt + self.output - 1 > kv_capacity
-        if not bad.any():
-            return ()
-        k = int(np.argmax(bad))
-        rid = f"{self._prefix}{k if self._numbers is None else int(self._numbers[k])}"
-        return (Request(rid, float(self.arrival[k]), int(self.prompt[k]), int(self.output[k])),)
+        return (self[int(np.argmax(bad))],) if bad.any() else ()
 
     def distinct_ids(self) -> bool:
         """Whether no two requests have the same id."""
@@ -228,6 +224,10 @@ class RequestColumns(Sequence[Request]):
     def __getitem__(self, key: slice) -> tuple[Request, ...]: ...
 
     def __getitem__(self, key: int | slice) -> Request | tuple[Request, ...]:
+        if self._objects is None and not isinstance(key, slice):  # one request: built alone
+            k = range(len(self))[key]
+            rid = f"{self._prefix}{k if self._numbers is None else int(self._numbers[k])}"
+            return Request(rid, float(self.arrival[k]), int(self.prompt[k]), int(self.output[k]))
         return self.objects()[key]
 
     def __iter__(self) -> Iterator[Request]:

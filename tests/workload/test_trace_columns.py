@@ -186,9 +186,9 @@ def test_the_loader_builds_no_request_object_until_asked(tmp_path, monkeypatch):
     assert inst.columns[1].tolist() == [r.prompt_tokens for r in expected]
     assert inst.with_requests(inst.requests).requests is inst.requests
     assert offline.columns[0].tolist() == [0.0] * len(expected) and offline.requests.ids == inst.requests.ids
-    assert built == []
-    assert inst.requests[len(expected) // 2] == first and built == [1]
-    assert list(inst.requests) == expected and built == [1]  # built once, kept
+    assert inst.requests[len(expected) // 2] == first and inst.requests[-1] == expected[-1] and built == []
+    assert list(inst.requests) == expected and built == [1]
+    assert list(inst.requests) == expected and inst.requests[0] is inst.requests[0] and built == [1]  # kept
 
 
 def test_request_columns_behave_as_the_tuple_of_their_requests():
