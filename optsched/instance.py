@@ -358,7 +358,7 @@ def check_requests(
     InstanceError
         Naming the file, the request and the field.
     """
-    if isinstance(requests, RequestColumns) and (requests.distinct_ids() or not check_ids):
+    if isinstance(requests, RequestColumns) and (not check_ids or requests.distinct_ids()):
         requests = requests.first_over(MAX_TOKENS, limits.kv_capacity if check_capacity else None)  # on the columns
     seen: set[str] = set()
     for r in requests:
