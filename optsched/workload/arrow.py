@@ -82,9 +82,18 @@ def _numpy(column: Any) -> np.ndarray:
     return np.concatenate(chunks) if chunks else np.zeros(0)
 
 
+#: Values of 10^18 and more are refused by the grammar (at most 18 digits), with its own message.
+_MAX_COUNT = 10**18 - 1
+
+
 def _counts(column: Any) -> np.ndarray | None:
-    """Token counts written as ASCII digits (at most 18), as int64; None otherwise."""
+    """Token counts as int64: a column pyarrow read as int64 (see :func:`read_csv_columns`), or
+    strings of ASCII digits (at most 18); None otherwise."""
     import pyarrow as pa
+
+    if pa.types.is_integer(column.type):
+        counts = _numpy(column)
+        return None if column.null_count or (len(counts) and counts.max() > _MAX_COUNT) else counts
     import pyarrow.compute as pc
 
     if column.null_count or not pc.all(pc.ascii_is_decimal(column)).as_py():
@@ -235,13 +244,22 @@ def _checked(
     return {"index": index, "times": times, "prompts": prompts, "outputs": outputs, "failed": failed}
 
 
+def _model_rows(column: Any, model: str | None) -> tuple[np.ndarray, dict[str, int]]:
+    """Which rows are ``model``'s (names stripped of blanks), and the row count of each other model."""
+    import pyarrow.compute as pc
+
+    models = pc.utf8_trim_whitespace(column)
+    mine = pc.equal(models, model)
+    others = pc.value_counts(pc.filter(models, pc.invert(mine)))
+    return _numpy(mine).astype(bool), {v["values"].as_py(): v["counts"].as_py() for v in others}
+
+
 def read_csv_columns(
     data: bytes | bytearray, header: list[str], fmt: TraceFormat, model: str | None
 ) -> dict[str, Any] | None:
     """The kept rows as numpy columns (``index``, ``times``, ``prompts``, ``outputs``) with the
     ``failed`` and ``other_models`` counts, or None to let the standard-library reader decide."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.csv as pacsv
 
     use_model = model is not None and fmt.model_column is not None
@@ -249,6 +267,10 @@ def read_csv_columns(
     if len(set(header)) != len(header) or any(c not in header for c in needed) or not _is_utf8(data):
         return None
     types = {c: pa.string() for c in needed}
+    if b"x" not in data and b"X" not in data:
+        # pyarrow's integers are the grammar's (ASCII digits, blanks around, a minus sign) but for
+        # hexadecimal (0x64): without an x in the file they are read as int64, with no string kept.
+        types[fmt.prompt] = types[fmt.output] = pa.int64()
     if fmt.arrival is not None and fmt.time_unit != "datetime":
         types[fmt.arrival] = pa.float64()
     try:
@@ -274,11 +296,7 @@ def read_csv_columns(
     keep = np.ones(table.num_rows, dtype=bool)
     other_models: dict[str, int] = {}
     if use_model:
-        models = pc.utf8_trim_whitespace(table.column(fmt.model_column))
-        mine = pc.equal(models, model)
-        others = pc.value_counts(pc.filter(models, pc.invert(mine)))
-        other_models = {v["values"].as_py(): v["counts"].as_py() for v in others}
-        keep &= _numpy(mine).astype(bool)
+        keep, other_models = _model_rows(table.column(fmt.model_column), model)
     del table
     columns = _checked(fmt, times, prompts, outputs, keep)
     pa.default_memory_pool().release_unused()

@@ -300,3 +300,33 @@ def test_checking_a_loaded_trace_under_new_limits_builds_no_request_object(tmp_p
     worst = max(expected, key=lambda r: r.prompt_tokens + r.output_tokens)
     with pytest.raises(InstanceError, match="exceeds limits.kv_capacity"):
         check_requests(inst.requests, Limits(kv_capacity=worst.max_kv - 1), str(path), check_ids=False)
+
+
+#: Spellings of counts the grammar reads (blanks around, leading zeros, -0 as a failed BurstGPT row).
+SPELLINGS = [" 5", "5 ", "\t7", "007", "0000000000000000009", "10000000", "-0"]
+
+
+def test_count_spellings_read_alike_by_both_readers(tmp_path, monkeypatch):
+    header = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+    rows = [f"{k}.5,GPT-4,{s if s != '-0' else '3'},{s},1,Conversation log\n" for k, s in enumerate(SPELLINGS)]
+    path = tmp_path / "b.csv"
+    path.write_text(header + "".join(rows))
+    with monkeypatch.context() as m:  # read by pyarrow (as int64), not handed to the standard reader
+        m.setattr(loaders, "_csv_rows", lambda *a: pytest.fail("read by the standard reader"))
+        fast = load_trace(path, MODEL)
+    monkeypatch.setattr(loaders, "arrow_available", lambda: False)
+    slow = load_trace(path, MODEL)
+    assert tuple(fast.requests) == tuple(slow.requests) and len(fast.requests) == len(SPELLINGS) - 1
+    assert fast.extra["notes"] == slow.extra["notes"]
+
+
+@pytest.mark.parametrize("value", ["1000000000000000000", "0x10", "99999999999999999999"])
+def test_a_count_outside_the_grammar_is_named_alike_by_both_readers(tmp_path, monkeypatch, value):
+    path = tmp_path / "v.csv"
+    path.write_text(f"arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,{value},5\n")
+    with pytest.raises(WorkloadError) as fast:
+        load_trace(path, MODEL)
+    monkeypatch.setattr(loaders, "arrow_available", lambda: False)
+    with pytest.raises(WorkloadError) as slow:
+        load_trace(path, MODEL)
+    assert str(fast.value) == str(slow.value) and f"{path}: line 3, column 'num_prefill_tokens'" in str(fast.value)
