@@ -267,9 +267,10 @@ def read_csv_columns(
     if len(set(header)) != len(header) or any(c not in header for c in needed) or not _is_utf8(data):
         return None
     types = {c: pa.string() for c in needed}
-    if b"x" not in data and b"X" not in data:
+    rows = data.find(b"\n") + 1  # after the header (whose names may hold an x: ContextTokens)
+    if data.find(b"x", rows) < 0 and data.find(b"X", rows) < 0:
         # pyarrow's integers are the grammar's (ASCII digits, blanks around, a minus sign) but for
-        # hexadecimal (0x64): without an x in the file they are read as int64, with no string kept.
+        # hexadecimal (0x64): without an x in the rows they are read as int64, with no string kept.
         types[fmt.prompt] = types[fmt.output] = pa.int64()
     if fmt.arrival is not None and fmt.time_unit != "datetime":
         types[fmt.arrival] = pa.float64()
