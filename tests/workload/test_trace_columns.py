@@ -330,3 +330,23 @@ def test_a_count_outside_the_grammar_is_named_alike_by_both_readers(tmp_path, mo
     with pytest.raises(WorkloadError) as slow:
         load_trace(path, MODEL)
     assert str(fast.value) == str(slow.value) and f"{path}: line 3, column 'num_prefill_tokens'" in str(fast.value)
+
+
+def test_gzip_files_read_as_gzip_reads_them(tmp_path):
+    """One member (inflated by zlib directly), several members, zero padding; truncated, damaged
+    and trailing bytes named as damaged or truncated gzip data, as GzipFile names them."""
+    from optsched.workload.readers import read_bytes
+
+    text = "".join(f"{k},{k % 7 + 1},{k % 5 + 1}\n" for k in range(20000)).encode()
+    one = gzip.compress(text)
+    cases = {"one": one, "members": one + gzip.compress(text[:100]), "padded": one + b"\0" * 9}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        assert read_bytes(str(tmp_path / name)) == gzip.decompress(data), name
+    damaged = bytearray(one)
+    damaged[-6] ^= 0xFF  # the CRC
+    bad = {"truncated": one[: len(one) // 2], "damaged": bytes(damaged), "trailing": one + b"garbage"}
+    for name, data in bad.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(WorkloadError, match=f"{name}: damaged or truncated gzip data"):
+            read_bytes(str(tmp_path / name))
