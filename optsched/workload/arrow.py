@@ -4,7 +4,8 @@
 file's bytes (read once, within the limits of :func:`~optsched.workload.readers.read_bytes`). Each
 returns exactly the rows of the standard-library reader (the tests compare both on every format),
 or None whenever anything is off: a parse or conversion error, a value outside the grammar of
-:mod:`optsched.integers` (counts are ASCII digits: pyarrow alone would read ``0x64`` as 100), a
+:mod:`optsched.integers` (pyarrow's integers are the grammar's but for hexadecimal, ``0x64``: the
+counts of a file whose rows hold an ``x`` are read as strings and checked as ASCII digits), a
 value out of range, a row count that differs from the file's line count (a quote that runs over
 line ends, a blank line). The standard-library reader then reads the file and names the line and
 the column of the problem. The file must be UTF-8, like everywhere else: it is checked first.
