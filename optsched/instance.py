@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .costmodel import CostModel, CostModelError, load_cost_model
 from .jsonio import dumps_instance, read_json, write_text_atomic
+from .request import NO_EXTRA, SLO, Request, RequestColumns, requests_from_columns
 
 __all__ = [
     "NO_EXTRA",
@@ -35,6 +35,7 @@ __all__ = [
     "MAX_RUNNING",
     "MAX_TOKENS",
     "Request",
+    "RequestColumns",
     "as_limits",
     "available_instances",
     "check_requests",
@@ -72,128 +73,6 @@ class InstanceError(ValueError):
 
 
 @dataclass(frozen=True)
-class SLO:
-    """Service-level objectives of a request, in seconds (any may be absent)."""
-
-    ttft: float | None = None
-    tpot: float | None = None
-    e2e: float | None = None
-    atgt: float | None = None
-
-    def to_dict(self) -> dict[str, float]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
-
-
-class _NoExtra(Mapping[str, Any]):
-    """The read-only empty ``extra`` shared by every request without extension keys (a dict per
-    request would cost 64 bytes each: 320 MB for a 5-million-request trace)."""
-
-    __slots__ = ()
-
-    def __getitem__(self, key: str) -> Any:
-        raise KeyError(key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-    def __repr__(self) -> str:
-        return "{}"
-
-    def __reduce__(self) -> str:
-        return "NO_EXTRA"  # pickled by reference to the module's one instance
-
-
-NO_EXTRA: Mapping[str, Any] = _NoExtra()
-
-
-def _no_extra() -> Mapping[str, Any]:
-    return NO_EXTRA
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One inference request.
-
-    Attributes
-    ----------
-    id
-        Unique string id.
-    arrival
-        Arrival time in seconds.
-    prompt_tokens, output_tokens
-        Prompt length I and true output length O.
-    predicted_output_tokens
-        What an online policy may see of O (None: unknown).
-    slo
-        Its SLOs, or None.
-    extra
-        The request's JSON keys outside the contract (formulation-specific extensions, e.g. the
-        static-batching ``task``); kept verbatim and written back by :meth:`to_dict`.
-    """
-
-    id: str
-    arrival: float
-    prompt_tokens: int
-    output_tokens: int
-    predicted_output_tokens: int | None = None
-    slo: SLO | None = None
-    extra: Mapping[str, Any] = field(default_factory=_no_extra, compare=False)
-
-    @property
-    def max_kv(self) -> int:
-        """Most KV slots the request ever holds: I + O - 1."""
-        return self.prompt_tokens + self.output_tokens - 1
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": self.id,
-            "arrival": self.arrival,
-            "prompt_tokens": self.prompt_tokens,
-            "output_tokens": self.output_tokens,
-        }
-        if self.predicted_output_tokens is not None:
-            out["predicted_output_tokens"] = self.predicted_output_tokens
-        if self.slo is not None:
-            out["slo"] = self.slo.to_dict()
-        out.update(self.extra)
-        return out
-
-
-class _RequestBuilder:
-    """The slot layout of :class:`Request` without its frozen ``__setattr__``: a request is written
-    with plain attribute stores, then becomes a :class:`Request` by ``__class__`` assignment (which
-    CPython allows between classes of identical slots). See :func:`requests_from_columns`."""
-
-    __slots__ = Request.__slots__
-
-    def __init__(self, id: str, arrival: float, prompt_tokens: int, output_tokens: int) -> None:
-        self.id = id
-        self.arrival = arrival
-        self.prompt_tokens = prompt_tokens
-        self.output_tokens = output_tokens
-        self.predicted_output_tokens = None
-        self.slo = None
-        self.extra = NO_EXTRA
-        self.__class__ = Request  # type: ignore[assignment]
-
-
-def requests_from_columns(
-    ids: Iterable[str], arrivals: Iterable[float], prompts: Iterable[int], outputs: Iterable[int]
-) -> tuple[Request, ...]:
-    """Requests without SLO or predicted length from parallel columns (a trace's rows).
-
-    The same objects as ``Request(id, arrival, prompt, output)`` (tested), built about three times
-    faster: a frozen dataclass sets each of its 7 slots through ``object.__setattr__``, which
-    dominates loading a 5-million-row trace (docs/performance.md). The values are not validated:
-    the caller has checked them.
-    """
-    return tuple(map(_RequestBuilder, ids, arrivals, prompts, outputs))  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
 class Limits:
     """Engine limits: C, P, M and R_max (None = unlimited)."""
 
@@ -219,7 +98,8 @@ class Instance:
     limits
         Engine limits.
     requests
-        The requests, in file order.
+        The requests, in file order: a tuple, or a :class:`~optsched.request.RequestColumns` (a
+        loaded trace's), which builds its :class:`Request` objects when first asked for one.
     extra
         Top-level JSON keys outside the contract (formulation-specific extensions).
     """
@@ -227,12 +107,14 @@ class Instance:
     name: str
     cost_model: CostModel
     limits: Limits
-    requests: tuple[Request, ...]
+    requests: tuple[Request, ...] | RequestColumns
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @cached_property
     def _index(self) -> dict[str, int]:
         """Request id -> position, built on first use (a large trace may never need it)."""
+        if isinstance(self.requests, RequestColumns):
+            return {rid: i for i, rid in enumerate(self.requests.ids)}
         return {r.id: i for i, r in enumerate(self.requests)}
 
     @cached_property
@@ -244,6 +126,8 @@ class Instance:
 
         import numpy as np
 
+        if isinstance(self.requests, RequestColumns):
+            return self.requests.columns
         n = len(self.requests)
         arrival, prompt, output = (
             np.fromiter(map(attrgetter(name), self.requests), dtype, n)
@@ -261,8 +145,9 @@ class Instance:
         return request_id in self._index
 
     def with_requests(self, requests: Sequence[Request], name: str | None = None) -> Instance:
-        """A copy with other requests (e.g. a slice of a trace)."""
-        return replace(self, requests=tuple(requests), name=name or self.name)
+        """A copy with other requests (e.g. a slice of a trace; a :class:`RequestColumns` is kept as it is)."""
+        kept = requests if isinstance(requests, RequestColumns) else tuple(requests)
+        return replace(self, requests=kept, name=name or self.name)
 
     def to_dict(self) -> dict[str, Any]:
         """The contract's JSON object (the cost model by name when it is a shipped profile)."""
@@ -285,45 +170,52 @@ class Instance:
 # --------------------------------------------------------------------------- JSON schema
 
 
-class _SLOModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)  # a number, never a boolean or a string
-    ttft: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    tpot: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    e2e: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    atgt: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+@cache
+def _schema() -> Any:
+    """The pydantic models of the instance JSON (``slo``, ``request``, ``limits``, ``instance``) and
+    pydantic's ``ValidationError`` (``error``), built on first use: loading a trace needs none of them."""
+    from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+    class _SLOModel(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)  # a number, never a boolean or a string
+        ttft: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+        tpot: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+        e2e: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+        atgt: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
-class _RequestModel(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: str = Field(min_length=1)
-    arrival: float = Field(default=0.0, ge=0, le=MAX_ARRIVAL, allow_inf_nan=False, strict=True)
-    prompt_tokens: int = Field(ge=1, strict=True)
-    output_tokens: int = Field(ge=1, strict=True)
-    predicted_output_tokens: int | None = Field(default=None, ge=1, strict=True)
-    slo: _SLOModel | None = None
+    class _RequestModel(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        id: str = Field(min_length=1)
+        arrival: float = Field(default=0.0, ge=0, le=MAX_ARRIVAL, allow_inf_nan=False, strict=True)
+        prompt_tokens: int = Field(ge=1, strict=True)
+        output_tokens: int = Field(ge=1, strict=True)
+        predicted_output_tokens: int | None = Field(default=None, ge=1, strict=True)
+        slo: _SLOModel | None = None
 
-    @field_validator("id", mode="before")
-    @classmethod
-    def _id_is_string(cls, value: Any) -> Any:
-        if not isinstance(value, str):
-            raise ValueError("must be a string")
-        return value
+        @field_validator("id", mode="before")
+        @classmethod
+        def _id_is_string(cls, value: Any) -> Any:
+            if not isinstance(value, str):
+                raise ValueError("must be a string")
+            return value
 
+    class _LimitsModel(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        token_budget: int = Field(default=DEFAULT_TOKEN_BUDGET, ge=1, le=MAX_LIMIT, strict=True)
+        prefill_budget: int | None = Field(default=None, ge=1, le=MAX_LIMIT, strict=True)
+        kv_capacity: int | None = Field(default=None, ge=1, le=MAX_LIMIT, strict=True)
+        max_running: int | None = Field(default=None, ge=1, le=MAX_RUNNING, strict=True)
 
-class _LimitsModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    token_budget: int = Field(default=DEFAULT_TOKEN_BUDGET, ge=1, le=MAX_LIMIT, strict=True)
-    prefill_budget: int | None = Field(default=None, ge=1, le=MAX_LIMIT, strict=True)
-    kv_capacity: int | None = Field(default=None, ge=1, le=MAX_LIMIT, strict=True)
-    max_running: int | None = Field(default=None, ge=1, le=MAX_RUNNING, strict=True)
+    class _InstanceModel(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        name: str = Field(min_length=1)
+        cost_model: str | dict[str, Any]
+        limits: _LimitsModel = Field(default_factory=_LimitsModel)
+        requests: list[_RequestModel] = Field(min_length=1)
 
-
-class _InstanceModel(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: str = Field(min_length=1)
-    cost_model: str | dict[str, Any]
-    limits: _LimitsModel = Field(default_factory=_LimitsModel)
-    requests: list[_RequestModel] = Field(min_length=1)
+    return SimpleNamespace(
+        slo=_SLOModel, request=_RequestModel, limits=_LimitsModel, instance=_InstanceModel, error=ValidationError
+    )
 
 
 def as_limits(value: Limits | Mapping[str, Any] | None, source: str = "limits") -> Limits:
@@ -342,16 +234,17 @@ def as_limits(value: Limits | Mapping[str, Any] | None, source: str = "limits") 
         return Limits()
     if not isinstance(value, Mapping):
         raise InstanceError(f"{source}: must be a Limits or a mapping, got {type(value).__name__}")
+    schema = _schema()
     try:
-        lim = _LimitsModel.model_validate(dict(value))
-    except ValidationError as exc:
+        lim = schema.limits.model_validate(dict(value))
+    except schema.error as exc:
         error = exc.errors()[0]
         field = ".".join(str(part) for part in error["loc"])
         raise InstanceError(f"{source}: field 'limits.{field}': {error['msg']}") from None
     return _limits_of(lim, source)
 
 
-def _limits_of(lim: _LimitsModel, source: str) -> Limits:
+def _limits_of(lim: Any, source: str) -> Limits:
     """The :class:`Limits` of validated ``limits`` (P defaults to C; P <= C checked)."""
     prefill_budget = lim.prefill_budget if lim.prefill_budget is not None else lim.token_budget
     if prefill_budget > lim.token_budget:
@@ -373,7 +266,7 @@ def _describe(loc: tuple[Any, ...], raw: Mapping[str, Any]) -> str:
     return "field " + repr(".".join(str(p) for p in loc))
 
 
-def _first_error(exc: ValidationError, raw: Mapping[str, Any], source: str) -> InstanceError:
+def _first_error(exc: Any, raw: Mapping[str, Any], source: str) -> InstanceError:
     err = exc.errors()[0]
     msg = err["msg"]
     if err["type"] == "missing":
@@ -401,9 +294,10 @@ def parse_instance(data: Any, source: str = "<instance>", *, check_capacity: boo
     """
     if not isinstance(data, Mapping):
         raise InstanceError(f"{source}: the instance must be a JSON object")
+    schema = _schema()
     try:
-        model = _InstanceModel.model_validate(data)
-    except ValidationError as exc:
+        model = schema.instance.model_validate(data)
+    except schema.error as exc:
         raise _first_error(exc, data, source) from None
     try:
         cost = load_cost_model(model.cost_model)
@@ -424,10 +318,10 @@ def parse_instance(data: Any, source: str = "<instance>", *, check_capacity: boo
         for r in model.requests
     )
     check_requests(requests, limits, source, check_capacity)
-    extra = {k: v for k, v in data.items() if k not in _InstanceModel.model_fields}
-    _reject_misspelt_keys(extra, _InstanceModel.model_fields, source, "")
+    extra = {k: v for k, v in data.items() if k not in schema.instance.model_fields}
+    _reject_misspelt_keys(extra, schema.instance.model_fields, source, "")
     for r in requests:
-        _reject_misspelt_keys(r.extra, _RequestModel.model_fields, source, f"request {r.id!r}: ")
+        _reject_misspelt_keys(r.extra, schema.request.model_fields, source, f"request {r.id!r}: ")
     return Instance(model.name, cost, limits, requests, extra)
 
 
@@ -464,6 +358,8 @@ def check_requests(
     InstanceError
         Naming the file, the request and the field.
     """
+    if isinstance(requests, RequestColumns) and (not check_ids or requests.distinct_ids()):
+        requests = requests.first_over(MAX_TOKENS, limits.kv_capacity if check_capacity else None)  # on the columns
     seen: set[str] = set()
     for r in requests:
         if max(r.prompt_tokens, r.output_tokens, r.predicted_output_tokens or 0) > MAX_TOKENS:

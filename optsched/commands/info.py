@@ -24,7 +24,7 @@ import numpy as np
 
 from ..bounds import instance_bounds, request_bound_arrays
 from ..budget import TimeBudget
-from ..instance import Instance
+from ..instance import Instance, RequestColumns
 from ..schedule import TIME_RTOL
 from ._common import (
     EXIT_NO,
@@ -77,6 +77,8 @@ def slo_unattainable(instance: Instance, fits: np.ndarray) -> list[dict[str, Any
     """The SLOs no schedule can meet (target below the request's lower bound), of the requests
     whose ``fits`` is true, in request order."""
     reqs = instance.requests
+    if isinstance(reqs, RequestColumns):  # a trace's requests carry no SLO
+        return []
     slos = list(map(attrgetter("slo"), reqs))
     if slos.count(None) == len(slos):
         return []
@@ -110,6 +112,7 @@ def column_figures(instance: Instance) -> tuple[dict[str, Any], np.ndarray]:
     """The figures of :func:`describe` read off the request columns, and per request whether it
     fits in the KV capacity."""
     reqs = instance.requests
+    columns_only = isinstance(reqs, RequestColumns)
     lim = instance.limits
     arrival, prompt, output = instance.columns
     fits = np.ones(len(reqs), dtype=bool) if lim.kv_capacity is None else prompt + output - 1 <= lim.kv_capacity
@@ -129,8 +132,11 @@ def column_figures(instance: Instance) -> tuple[dict[str, Any], np.ndarray]:
         "prompt_tokens": _stats(prompt),
         "output_tokens": _stats(output),
         "arrival": {"first": float(arrival.min()), "last": float(arrival.max()), "offline": bool((arrival == 0).all())},
-        "with_slo": len(reqs) - list(map(attrgetter("slo"), reqs)).count(None),
-        "with_predicted_output": len(reqs) - list(map(attrgetter("predicted_output_tokens"), reqs)).count(None),
+        # a trace's RequestColumns carry neither (and are counted without building their requests)
+        "with_slo": 0 if columns_only else len(reqs) - list(map(attrgetter("slo"), reqs)).count(None),
+        "with_predicted_output": 0
+        if columns_only
+        else len(reqs) - list(map(attrgetter("predicted_output_tokens"), reqs)).count(None),
         "extra_keys": sorted(instance.extra),
         "infeasible_requests": cannot_fit,
     }

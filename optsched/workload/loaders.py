@@ -21,20 +21,18 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ..costmodel import CostModel, CostModelError, load_cost_model
 from ..instance import (
     MAX_ARRIVAL,
-    MAX_TOKENS,
     Instance,
     Limits,
-    Request,
+    RequestColumns,
     as_limits,
     check_requests,
-    requests_from_columns,
 )
 from ..jsonio import gc_paused
 from .arrow import arrow_available, read_csv_columns, read_jsonl_columns
@@ -111,9 +109,12 @@ def _text(data: bytes | bytearray) -> io.TextIOWrapper:
 def _read_csv(
     path: str, data: bytes | bytearray, fmt: TraceFormat | None, model: str | None, max_rows: int | None
 ) -> tuple[TraceFormat, _Rows]:
-    reader = csv.reader(_text(data))
+    reader: Any = None
     try:
-        header = [h.strip() for h in next(reader, [])]
+        header = _header_line(data)
+        if header is None:  # the header holds a quote (a field may run over the line end): the csv module reads it
+            reader = csv.reader(_text(data))
+            header = [h.strip() for h in next(reader, [])]
         if not header:
             raise WorkloadError(f"{path}: empty file (no header line)")
         check_header(header, path)
@@ -122,11 +123,24 @@ def _read_csv(
             columns = read_csv_columns(data, header, fmt, model)
             if columns is not None:
                 return fmt, _Rows(**columns).first(max_rows)
+        if reader is None:
+            reader = csv.reader(_text(data))
+            next(reader)
         return fmt, _csv_rows(path, reader, header, fmt, model, max_rows)
     except UnicodeDecodeError:
         raise utf8_error(path) from None
     except csv.Error as exc:
-        raise WorkloadError(f"{path}: line {reader.line_num + 1}: malformed CSV: {exc}") from None
+        raise WorkloadError(f"{path}: line {reader.line_num + 1 if reader else 1}: malformed CSV: {exc}") from None
+
+
+def _header_line(data: bytes | bytearray) -> list[str] | None:
+    """The names of the first line (stripped; a leading BOM dropped), or None when it holds a quote
+    or a carriage return before its end (line ends the csv module decides)."""
+    end = data.find(b"\n")
+    first = bytes(data[: len(data) if end < 0 else end])
+    if b'"' in first or b"\r" in first.removesuffix(b"\r"):
+        return None
+    return [h.strip() for h in next(csv.reader([first.decode("utf-8-sig").rstrip("\r")]), [])]
 
 
 def _csv_rows(
@@ -378,21 +392,16 @@ def load_trace(
         if not len(rows.index):
             seen = f" (models in the file: {', '.join(sorted(rows.other_models))})" if rows.other_models else ""
             raise WorkloadError(f"{source}: no requests{seen}")
-        arrivals = _relative_arrivals(source, fmt, rows).tolist()
-        index = np.asarray(rows.index)
-        contiguous = len(index) == 0 or int(index[-1]) == len(index) - 1  # no row dropped
-        ids = [f"row{k}" for k in (range(len(index)) if contiguous else index.tolist())]
+        arrivals = _relative_arrivals(source, fmt, rows)
+        index = np.asarray(rows.index, dtype=np.int64)
+        contiguous = len(index) == 0 or int(index[-1]) == len(index) - 1  # no row dropped: ids row0, row1, ...
         prompts, outputs = np.asarray(rows.prompts, dtype=np.int64), np.asarray(rows.outputs, dtype=np.int64)
-        requests = requests_from_columns(ids, arrivals, prompts.tolist(), outputs.tolist())
+        requests = RequestColumns(arrivals, prompts, outputs, None if contiguous else index)
     try:
         cost = load_cost_model(cost_model)
     except CostModelError as exc:
         raise WorkloadError(f"{source}: {exc}") from None
-    bad = (prompts > MAX_TOKENS) | (outputs > MAX_TOKENS)
-    if check_capacity and limits.kv_capacity is not None:
-        bad |= prompts + outputs - 1 > limits.kv_capacity
-    if bad.any():  # the first bad request's error, as the instance's check words it
-        check_requests([requests[int(np.argmax(bad))]], limits, source, check_capacity, check_ids=False)
+    check_requests(requests, limits, source, check_capacity, check_ids=False)  # on the columns
     extra: dict[str, Any] = {"source": f"{fmt.name} trace {Path(source).name}"}
     notes = _notes(source, fmt, rows, model)
     if notes:
@@ -416,7 +425,7 @@ def load_trace_csv(
     """
     inst = load_trace(path, cost_model, limits, name=name, max_rows=first, check_capacity=check_capacity)
     if offline:
-        inst = inst.with_requests([Request(r.id, 0.0, r.prompt_tokens, r.output_tokens) for r in inst.requests])
+        inst = inst.with_requests(cast(RequestColumns, inst.requests).at_zero())  # load_trace's are columns
     if first is not None and name is None:
         inst = inst.with_requests(inst.requests, name=f"{inst.name}-{first}")
     return inst

@@ -86,42 +86,94 @@ def read_head(path: str, size: int = 65536) -> bytes:
         raise WorkloadError(f"{path}: cannot read file ({exc})") from None
 
 
-def read_bytes(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> bytearray:
+def read_bytes(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> bytes | bytearray:
     """The whole (gunzipped) file, at most :data:`MAX_TRACE_BYTES` bytes (a file that is not a
     regular file: :data:`~optsched.jsonio.MAX_STREAM_BYTES`) and ``max_lines`` lines.
 
-    Both limits are checked chunk by chunk while reading, before the content grows past them; a
-    truncated or damaged gzip stream is named as such.
+    Both limits are checked before the content grows past them: a plain regular file's size from
+    the file system before it is read at once into one buffer, anything else (gzip, a device, a
+    pipe) chunk by chunk while reading. A truncated or damaged gzip stream is named as such. A
+    regular gzip file of one member (the usual kind) is inflated by :mod:`zlib` directly.
 
     Raises
     ------
     WorkloadError
         Naming the file and the limit (docs/instances.md, "Limits").
     """
-    data = bytearray()
-    lines = 0
     try:
         with open_binary(path) as fh:
-            regular = stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
+            info = os.fstat(fh.fileno())
+            regular = stat.S_ISREG(info.st_mode)
             limit = MAX_TRACE_BYTES if regular else MAX_STREAM_BYTES
-            for chunk in iter(lambda: fh.read(_READ_CHUNK), b""):
-                data += chunk
-                lines += chunk.count(b"\n")
-                if len(data) > limit:
-                    kind = "" if regular else " (not a regular file)"
-                    raise WorkloadError(
-                        f"{path}: more than {limit:,} bytes{kind}, the most a trace may have "
-                        "(docs/instances.md, Limits)"
-                    )
-                if max_lines is not None and lines > max_lines:
-                    raise WorkloadError(
-                        f"{path}: more than {max_lines:,} lines, the most a trace may have (docs/instances.md, Limits)"
-                    )
+            if regular and not isinstance(fh, gzip.GzipFile):
+                if info.st_size > limit:
+                    raise _too_large(path, limit, regular)
+                data = bytearray(info.st_size)
+                del data[fh.readinto(data) :]  # a file that shrank meanwhile
+                _check_lines(path, data.count(b"\n"), max_lines)
+                return data
+            if not (regular and isinstance(fh, gzip.GzipFile)):
+                return _read_chunks(path, fh, limit, regular, max_lines)
+            single = _gunzip_one_member(path, fh.fileobj, limit, regular, max_lines)  # type: ignore[arg-type]
+            if single is not None:
+                return single
+        with open_binary(path) as fh:  # a regular gzip file of several members: read again by GzipFile
+            return _read_chunks(path, fh, limit, regular, max_lines)
     except _DECOMPRESS_ERRORS as exc:
         raise WorkloadError(f"{path}: damaged or truncated gzip data ({exc or type(exc).__name__})") from None
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read file ({exc.strerror or exc})") from None
-    return data
+
+
+def _gunzip_one_member(path: str, raw: IO[bytes], limit: int, regular: bool, max_lines: int | None) -> bytes | None:
+    """The content of a gzip file of one member (the usual kind), inflated by :mod:`zlib` directly
+    (a fifth less CPU than :class:`gzip.GzipFile`) at most :data:`_READ_CHUNK` bytes at a time, the
+    limits checked after each; None when another member or other bytes follow it (GzipFile's rules
+    then read the file)."""
+    inflater = zlib.decompressobj(wbits=31)  # the gzip format: header and CRC checked
+    chunks: list[bytes] = []
+    size = lines = 0
+    pending = b""
+    while not inflater.eof:
+        pending = pending or raw.read(_READ_CHUNK)
+        chunk = inflater.decompress(pending, _READ_CHUNK)
+        if not chunk and not pending:
+            raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+        pending = inflater.unconsumed_tail
+        chunks.append(chunk)
+        size, lines = size + len(chunk), lines + chunk.count(b"\n")
+        if size > limit:
+            raise _too_large(path, limit, regular)
+        _check_lines(path, lines, max_lines)
+    if inflater.unused_data or raw.read(1):
+        return None
+    return b"".join(chunks)
+
+
+def _read_chunks(path: str, fh: IO[bytes], limit: int, regular: bool, max_lines: int | None) -> bytes:
+    chunks: list[bytes] = []
+    size = lines = 0
+    for chunk in iter(lambda: fh.read(_READ_CHUNK), b""):
+        chunks.append(chunk)
+        size, lines = size + len(chunk), lines + chunk.count(b"\n")
+        if size > limit:
+            raise _too_large(path, limit, regular)
+        _check_lines(path, lines, max_lines)
+    return b"".join(chunks)
+
+
+def _check_lines(path: str, lines: int, max_lines: int | None) -> None:
+    if max_lines is not None and lines > max_lines:
+        raise WorkloadError(
+            f"{path}: more than {max_lines:,} lines, the most a trace may have (docs/instances.md, Limits)"
+        )
+
+
+def _too_large(path: str, limit: int, regular: bool) -> WorkloadError:
+    kind = "" if regular else " (not a regular file)"
+    return WorkloadError(
+        f"{path}: more than {limit:,} bytes{kind}, the most a trace may have (docs/instances.md, Limits)"
+    )
 
 
 def utf8_error(path: str) -> WorkloadError:

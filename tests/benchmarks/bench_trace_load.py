@@ -6,7 +6,8 @@
 
 Writes a seeded trace of ``--layout`` (default ``burstgpt``: ``Timestamp,Model,Request tokens,
 Response tokens,Total tokens,Log Type``, about 2 % failed rows with 0 response tokens; ``vidur``,
-``azure`` with date-times, ``mooncake`` JSON Lines; ``all``: each in turn) unless ``--file`` names
+``vidur-lengths``, ``azure`` and ``azure-multimodal`` with date-times, ``splitwise-sim``,
+``mooncake`` JSON Lines; ``all``: each in turn; gzipped with ``--gzip``) unless ``--file`` names
 one, then runs every method in a fresh Python process, ``--repeat`` times alternating the methods,
 and prints each run's wall time, its CPU time (user + system, imports included) and peak resident
 memory (``ru_maxrss`` of the child), with the machine's load average before and after:
@@ -25,6 +26,7 @@ Results go into docs/performance.md, section "Loading traces".
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import subprocess
 import sys
@@ -48,7 +50,7 @@ n = len(inst.requests)
 """,
     "pandas": """
 import pandas as pd
-frame = pd.read_json(PATH, lines=True) if PATH.endswith(".jsonl") else pd.read_csv(PATH)
+frame = pd.read_json(PATH, lines=True) if ".jsonl" in PATH else pd.read_csv(PATH)
 n = len(frame)
 """,
     "parse-stdlib": """
@@ -98,9 +100,17 @@ def _rows(rng: np.random.Generator, n: int, t: float, layout: str) -> list[str]:
     resp = rng.integers(1, 1000, n).tolist()
     if layout == "vidur":
         return [f"{a:.6f},{p},{o}\n" for a, p, o in zip(times.tolist(), req, resp)]
-    if layout == "azure":  # 7 fractional digits, as the Azure traces
+    if layout == "vidur-lengths":
+        return [f"{p},{o}\n" for p, o in zip(req, resp)]
+    if layout == "splitwise-sim":
+        return [f"{k},2,0,{a:.6f},1,{p},{o}\n" for k, (a, p, o) in enumerate(zip(times.tolist(), req, resp))]
+    if layout in ("azure", "azure-multimodal"):  # 7 fractional digits, as the Azure traces
         stamps = (np.datetime64("2023-11-16T18:00:00", "ns") + (times * 1e9).astype("timedelta64[ns]")).astype(str)
-        return [f"{d.replace('T', ' ')[:27]},{p},{o}\n" for d, p, o in zip(stamps.tolist(), req, resp)]
+        images = rng.integers(0, 3, n).tolist() if layout == "azure-multimodal" else None
+        return [
+            f"{d.replace('T', ' ')[:27]},{'' if images is None else f'{images[k]},'}{p},{o}\n"
+            for k, (d, p, o) in enumerate(zip(stamps.tolist(), req, resp))
+        ]
     return [  # mooncake
         f'{{"timestamp": {int(a * 1000)}, "input_length": {p}, "output_length": {o}, "hash_ids": [{p}, {o}]}}\n'
         for a, p, o in zip(times.tolist(), req, resp)
@@ -110,17 +120,20 @@ def _rows(rng: np.random.Generator, n: int, t: float, layout: str) -> list[str]:
 HEADERS = {
     "burstgpt": "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n",
     "vidur": "arrived_at,num_prefill_tokens,num_decode_tokens\n",
+    "vidur-lengths": "num_prefill_tokens,num_decode_tokens\n",
     "azure": "TIMESTAMP,ContextTokens,GeneratedTokens\n",
+    "azure-multimodal": "TIMESTAMP,NumImages,ContextTokens,GeneratedTokens\n",
+    "splitwise-sim": "request_id,request_type,application_id,arrival_timestamp,batch_size,prompt_size,token_size\n",
     "mooncake": "",
 }
 
 
 def write_trace(path: Path, rows: int, seed: int = 0, layout: str = "burstgpt") -> None:
-    """A seeded trace of ``layout`` (:data:`HEADERS`)."""
+    """A seeded trace of ``layout`` (:data:`HEADERS`), gzipped when ``path`` ends in ``.gz``."""
     rng = np.random.default_rng(seed)
     chunk = 500_000
     t = 0.0
-    with open(path, "w") as fh:
+    with gzip.open(path, "wt", compresslevel=6) if path.suffix == ".gz" else open(path, "w") as fh:
         fh.write(HEADERS[layout])
         for start in range(0, rows, chunk):
             n = min(chunk, rows - start)
@@ -165,15 +178,22 @@ def main() -> None:
     ap.add_argument("--layout", default="burstgpt", choices=[*HEADERS, "all"])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--repeat", type=int, default=1, help="runs of each method, alternating")
+    ap.add_argument("--gzip", action="store_true", help="write the trace gzipped (``.csv.gz``, ``.jsonl.gz``)")
+    ap.add_argument("--write", type=Path, help=argparse.SUPPRESS)  # write the trace to this path and stop
     args = ap.parse_args()
+    if args.write is not None:
+        write_trace(args.write, args.rows, layout=args.layout)
+        return
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; cpus: {os.cpu_count()}")
     with tempfile.TemporaryDirectory() as tmp:
         if args.file is not None:
             bench(args.file, args.methods, args.repeat)
         for layout in [] if args.file is not None else list(HEADERS) if args.layout == "all" else [args.layout]:
-            path = Path(tmp) / f"{layout}.{'jsonl' if layout == 'mooncake' else 'csv'}"
+            path = Path(tmp) / f"{layout}.{'jsonl' if layout == 'mooncake' else 'csv'}{'.gz' if args.gzip else ''}"
             t0 = time.perf_counter()
-            write_trace(path, args.rows, layout=layout)
+            # Written by a child: a child's peak memory (ru_maxrss) counts its parent's at the fork.
+            writer = [sys.executable, __file__, "--write", str(path), "--rows", str(args.rows), "--layout", layout]
+            subprocess.run(writer, check=True)
             size = path.stat().st_size / 2**20
             print(f"{layout}: wrote {args.rows:,} rows ({size:.0f} MiB) in {time.perf_counter() - t0:.1f} s")
             bench(path, args.methods, args.repeat)
