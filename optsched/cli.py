@@ -2,8 +2,8 @@
 
 Each subcommand lives in its own module under :mod:`optsched.commands` and exposes
 ``register(subparsers) -> None``; the parser it adds sets ``func`` to a handler
-``handler(args) -> int | CommandOutput``. This module only wires them together and turns failures
-into the contract's exit codes:
+``handler(args) -> int | CommandOutput``. This module only wires them together (importing only the
+module of the command named, :data:`COMMANDS`) and turns failures into the contract's exit codes:
 
 - 0 success, 1 the answer is "no" (infeasible), 2 bad input (one line on stderr naming the file and
   field), 3 internal error.
@@ -14,33 +14,15 @@ With ``--json`` a command prints exactly one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
-from types import ModuleType
 from typing import NoReturn
 
 from .budget import TimeBudget, process_started
-from .commands import (
-    bound,
-    capacity,
-    check,
-    execute,
-    export,
-    fit,
-    generate,
-    info,
-    profile,
-    report,
-    simulate,
-    solve,
-    sweep,
-    sweep_report,
-    validate,
-    warmup,
-)
 from .commands._common import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
@@ -52,32 +34,32 @@ from .commands._common import (
 from .costmodel import CostModelError
 from .exiting import end_at, exit_now
 from .instance import InstanceError
-from .interrupt import EXIT_INTERRUPTED, sigint_seen
+from .interrupt import EXIT_INTERRUPTED, held_signals, sigint_seen
 from .jsonio import OutputError
 from .options import OptionError
 from .schedule import ScheduleError
 
-#: The subcommands, in the order ``optsched --help`` lists them; each adds its parser with
-#: ``register(subparsers)``.
-COMMANDS: tuple[ModuleType, ...] = (
-    simulate,
-    check,
-    info,
-    solve,
-    bound,
-    fit,
-    profile,
-    capacity,
-    export,
-    execute,
-    validate,
-    generate,
-    report,
-    sweep,
-    sweep_report,
-    warmup,
-)
-
+#: The subcommands, in the order ``optsched --help`` lists them: each name's module under
+#: :mod:`optsched.commands`, which adds its parser with ``register(subparsers)``. A command line that
+#: names its command imports that module only (the others' imports are start-up time it never uses).
+COMMANDS: dict[str, str] = {
+    "simulate": "simulate",
+    "check": "check",
+    "info": "info",
+    "solve": "solve",
+    "bound": "bound",
+    "fit": "fit",
+    "profile": "profile",
+    "plan": "capacity",
+    "export": "export",
+    "execute": "execute",
+    "validate": "validate",
+    "generate": "generate",
+    "report": "report",
+    "sweep": "sweep",
+    "sweep-report": "sweep_report",
+    "warmup": "warmup",
+}
 
 #: The commands whose ``--time-limit`` bounds the whole process: the program ends them
 #: (:func:`optsched.exiting.end_at`, exit 124) when they run :data:`LIMIT_GRACE` past it. (``plan``'s
@@ -100,16 +82,28 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"optsched: error: {where}{message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, with every registered subcommand (one-line usage errors)."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser (one-line usage errors) with subcommand ``command`` only, or with every
+    subcommand (None: for ``--help``, no command or an unknown one)."""
     parser = _Parser(
         prog="optsched",
         description="Provably optimal and provably bounded schedules for LLM inference serving.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
-        command.register(sub)
+    with held_signals():  # as the command line's own import (optsched.launch)
+        modules = [
+            importlib.import_module(f".commands.{COMMANDS[name]}", __package__)
+            for name in ([command] if command is not None else COMMANDS)
+        ]
+    for module in modules:
+        module.register(sub)
     return parser
+
+
+def _named_command(argv: Sequence[str] | None) -> str | None:
+    """The subcommand that the command line names first, when it is one of :data:`COMMANDS`."""
+    words = sys.argv[1:] if argv is None else argv
+    return words[0] if words and words[0] in COMMANDS else None
 
 
 def _naming_the_file(exc: Exception, args: argparse.Namespace) -> str:
@@ -129,7 +123,7 @@ def main(argv: Sequence[str] | None = None, *, quick_exit: bool = False) -> int:
     (:func:`optsched.exiting.exit_now`): the limit bounds the whole process, and the interpreter's
     teardown would come after it; one of :data:`WHOLE_COMMAND_LIMITS` still running
     :data:`LIMIT_GRACE` past its limit is ended there (:func:`optsched.exiting.end_at`)."""
-    parser = build_parser()
+    parser = build_parser(_named_command(argv))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: usage errors are bad input

@@ -79,8 +79,12 @@ def held_signals() -> Iterator[None]:
     """Hold SIGINT and SIGTERM while the block runs and raise :class:`KeyboardInterrupt` at its end
     if one came (remembered by :func:`sigint_seen`): for imports of extensions that cannot be
     interrupted cleanly (``pydantic_core``'s Rust import panics when ``KeyboardInterrupt`` arrives
-    inside it, and prints the panic before Python sees it)."""
+    inside it, and prints the panic before Python sees it). Outside the main thread, which no signal
+    reaches, it holds nothing."""
     global _seen
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
     held: list[int] = []
 
     def hold(signum: int, frame: Any) -> None:

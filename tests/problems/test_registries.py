@@ -155,3 +155,23 @@ def test_backend_table_names_the_mip_backends_of_mipsolvers():
 
     for problem, names in BACKENDS.items():
         assert set(names) - {"cpsat"} == set(MIP_BACKENDS), problem
+
+
+def test_a_named_command_imports_its_own_module_only(capsys):
+    """``optsched simulate ...`` imports neither ``report`` nor ``sweep`` (start-up time it never
+    uses); ``--help`` and usage errors still list every command."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from optsched import cli\n"
+        "assert cli.main(['simulate', 'toy-4', '--policy', 'vllm', '--quiet']) == 0\n"
+        "names = [m for m in sys.modules if m.startswith('optsched.commands.')]\n"
+        "print(sorted(set(names) - {'optsched.commands._common'}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "['optsched.commands.simulate']"
+    code, _, err = run_cli(capsys, "no-such-command")
+    assert code == 2 and "'sweep-report'" in err and "'simulate'" in err
