@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tests/benchmarks/bench_exact_small.py [--n 8] [--count 10] [--time-limit 60] [--objectives latency,ttft]
+    python -m tests.benchmarks.bench_exact_small [--n 8] [--count 10] [--time-limit 60] [--objectives latency,ttft]
 
 Instance ``k`` (seed k): ``n`` requests with I, O uniform in 1..4, arrivals uniform in {0, 0.003,
 0.011} s (the first at 0), C = 6, P = 4, M = the largest request's I + O - 1 plus 2, R_max = 3,

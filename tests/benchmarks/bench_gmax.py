@@ -1,6 +1,6 @@
 """Speed and quality benchmark of static batching (run on demand, not collected by pytest).
 
-    python tests/benchmarks/bench_gmax.py [--out results.jsonl] [--parts scls,n30,sa,largest]
+    python -m tests.benchmarks.bench_gmax [--out results.jsonl] [--parts scls,n30,sa,largest]
                                           [--seeds 5] [--exact-method dinkelbach|bnb] [--summary]
 
 Wall and CPU seconds are both recorded (``cpu``: this process's CPU time; HiGHS's MIP search is

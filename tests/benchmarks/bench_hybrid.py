@@ -2,9 +2,9 @@
 
 Usage::
 
-    python tests/benchmarks/bench_hybrid.py offline [--seeds 10] [--moments literal|matched]
-    python tests/benchmarks/bench_hybrid.py mip-toy --solver highs|cbc|gurobi [--time-limit 600]
-    python tests/benchmarks/bench_hybrid.py mip-scan --solver highs|cbc|gurobi [--time-limit 600]
+    python -m tests.benchmarks.bench_hybrid offline [--seeds 10] [--moments literal|matched]
+    python -m tests.benchmarks.bench_hybrid mip-toy --solver highs|cbc|gurobi [--time-limit 600]
+    python -m tests.benchmarks.bench_hybrid mip-scan --solver highs|cbc|gurobi [--time-limit 600]
 
 ``offline``: P||Cmax (26)-(30) on the 1319 x 200 GSM8K-like instances: wall time, status, max load and
 proven bound of the default method (LPT + local search + re-packing + LNS), and LPT alone for comparison.

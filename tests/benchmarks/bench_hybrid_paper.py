@@ -2,8 +2,8 @@
 
 Usage::
 
-    python tests/benchmarks/bench_hybrid_paper.py table [--moments literal|matched] [--seed 0]
-    python tests/benchmarks/bench_hybrid_paper.py cases [--count 100] [--moments literal] [--baseline NAME]
+    python -m tests.benchmarks.bench_hybrid_paper table [--moments literal|matched] [--seed 0]
+    python -m tests.benchmarks.bench_hybrid_paper cases [--count 100] [--moments literal] [--baseline NAME]
 
 ``table`` prints makespan, utilisation (U, U_decode), tokens/s, prefill stages and decode rounds of every
 hybrid policy and the two lower bounds. ``cases`` runs the baseline and the hybrid method on seeds

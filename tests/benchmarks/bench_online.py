@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tests/benchmarks/bench_online.py [--time-limit 30] [--scales 1,4,16] [--objectives latency,ttft]
+    python -m tests.benchmarks.bench_online [--time-limit 30] [--scales 1,4,16] [--objectives latency,ttft]
 
 For each rate scale X and objective, ``splitwise-conv-100`` with its arrivals divided by X (the same
 instance as ``optsched solve splitwise-conv-100 --rate-scale X --problem infermax --objective OBJ

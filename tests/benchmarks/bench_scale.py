@@ -2,11 +2,11 @@
 
 Usage::
 
-    python tests/benchmarks/bench_scale.py acceptance [--time-limit 300] [--only NAME ...] [--out FILE]
-    python tests/benchmarks/bench_scale.py grid [--time-limit 600] [--out FILE]
-    python tests/benchmarks/bench_scale.py slice [--time-limit 600] [--out FILE]
-    python tests/benchmarks/bench_scale.py curve [--time-limit 300] [--only NAME] [--out FILE]
-    python tests/benchmarks/bench_scale.py table --inp FILE [--curve NAME]
+    python -m tests.benchmarks.bench_scale acceptance [--time-limit 300] [--only NAME ...] [--out FILE]
+    python -m tests.benchmarks.bench_scale grid [--time-limit 600] [--out FILE]
+    python -m tests.benchmarks.bench_scale slice [--time-limit 600] [--out FILE]
+    python -m tests.benchmarks.bench_scale curve [--time-limit 300] [--only NAME] [--out FILE]
+    python -m tests.benchmarks.bench_scale table --inp FILE [--curve NAME]
 
 - ``acceptance``: the instances of issue 28, each solved with the time limit (the same call as
   ``optsched solve INSTANCE --problem infermax --time-limit S``): ``n64-s0`` .. ``n64-s3`` (64

@@ -13,7 +13,7 @@ Methods: Aladdin's exact placement and best fit (Alg. 1) on a fixed W (W searche
 own scaling (workers opened as needed, theta searched), JSQ, power of two and round robin on 1-GPU
 workers (N_g^opt); JSQ on 2-GPU workers; "default vLLM" = JSQ on 4-GPU workers. Run:
 
-    python tests/benchmarks/study_aladdin_gpus.py [--rates 2 4 8 16] [--requests 300] [--slack atgt]
+    python -m tests.benchmarks.study_aladdin_gpus [--rates 2 4 8 16] [--requests 300] [--slack atgt]
         [--coefficients measured|datasheet] [--methods exact bestfit ...] [--out PATH_STEM]
 
 Writes ``<out>.svg`` and ``<out>.json`` (default ``docs/img/aladdin_gpus``) and prints a Markdown

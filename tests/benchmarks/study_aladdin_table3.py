@@ -8,7 +8,7 @@ in which Eq. 6 would pick the paper's size, scanned from 0 to ``--max-alpha`` mi
 checks the measured variant's layer-size interpolation on a held-out profile (Llama-3-8B on A100).
 Run:
 
-    python tests/benchmarks/study_aladdin_table3.py [--max-alpha 400]
+    python -m tests.benchmarks.study_aladdin_table3 [--max-alpha 400]
 """
 
 from __future__ import annotations
