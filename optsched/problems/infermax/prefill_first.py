@@ -1,0 +1,284 @@
+"""Prefill-first schedules for mean TTFT: every prompt as soon as it may run, the decodes in the gaps.
+
+Mean TTFT counts first tokens only: request i's first token is the end of the batch that completes
+its prompt, so a decode batch delays first tokens exactly when it runs while a prompt waits or
+when it is still running at the next arrival. A *prefill-first* schedule (:func:`prefill_first_schedule`)
+is built batch by batch, one simulated clock t:
+
+1. The requests that arrived by t join the waiting queue.
+2. **Prefill batch.** The prompts being prefilled and the waiting ones, in the order ``order``
+   (``remaining-prefill``: fewest prompt tokens left first, a shortest-remaining-processing-time
+   rule on the work that decides the first token; ``arrival``: FCFS), each take a chunk of their
+   remaining prompt (whole prompts only without chunking) while the batch has fewer than ``cap``
+   prefill tokens (``cap`` <= min(C, P)). A waiting request is admitted only when fewer than R_max
+   requests hold KV and its full reservation I + O - 1 fits in M beside the reservations of the
+   admitted ones (as the eviction-free policies do: no schedule built here ever evicts, and the
+   KV use, at most the sum of reservations, stays within M). A request that cannot be admitted is
+   passed over, not the ones after it.
+3. **Decode batch**, when no prompt can take a chunk: the requests in decode, fewest output tokens
+   left first. With ``defer`` and while arrivals are still to come and nothing waits, only the
+   longest such prefix whose batch ends by the next arrival runs (none: the clock jumps to the
+   arrival and the next batch starts there); otherwise (``defer`` off, a prompt blocked by KV or
+   R_max, or no arrival left) all of them, up to C.
+
+Every batch is decode-only or prefill-only, so the schedule is also valid without hybrid batches.
+Its batch times are the instance's cost model's, as replay computes them; the caller replays it.
+:func:`best_prefill_first` tries the variants of :func:`variants` within a budget, then climbs
+on the prefill cap of the best, and keeps the best by replayed objective (the InferMax solve's
+scale phase offers it as the candidate ``prefill-first`` for mean TTFT).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from ...budget import TimeBudget
+from ...instance import Instance
+from ...result import objective_of
+from ...schedule import Batch, Item, Schedule, replay
+
+__all__ = ["PrefillFirst", "best_prefill_first", "cap_steps", "prefill_first_schedule", "variants"]
+
+#: Orders of the prefill candidates.
+PREFILL_ORDERS = ("remaining-prefill", "arrival")
+#: Smallest prefill cap tried (tokens).
+MIN_CAP = 64
+
+
+@dataclass(frozen=True)
+class PrefillFirst:
+    """One prefill-first schedule's knobs (module docstring).
+
+    Attributes
+    ----------
+    cap
+        Most prefill tokens in one batch (at most min(C, P)).
+    defer
+        Decode only in the gaps that end by the next arrival, unless a prompt is blocked.
+    order
+        Order of the prefill candidates: ``remaining-prefill`` or ``arrival``.
+    chunked
+        Whether a prompt may be prefilled in chunks (else whole).
+    """
+
+    cap: int
+    defer: bool = True
+    order: str = "remaining-prefill"
+    chunked: bool = True
+
+    def __post_init__(self) -> None:
+        if self.cap < 1:
+            raise ValueError("prefill-first: cap must be >= 1")
+        if self.order not in PREFILL_ORDERS:
+            raise ValueError(f"prefill-first: order must be one of {PREFILL_ORDERS}")
+
+
+def variants(instance: Instance, chunked: bool = True) -> list[PrefillFirst]:
+    """The knobs :func:`best_prefill_first` tries, most promising first: deferred decodes, shortest
+    remaining prompt first, with caps min(C, P), half, a quarter, ... down to :data:`MIN_CAP`; then
+    the same without deferral, then FCFS."""
+    top = min(instance.limits.token_budget, instance.limits.prefill_budget)
+    caps = [top]
+    while chunked and caps[-1] // 2 >= MIN_CAP and len(caps) < 4:
+        caps.append(caps[-1] // 2)
+    return [
+        PrefillFirst(cap, defer, order, chunked)
+        for order in PREFILL_ORDERS
+        for defer in (True, False)
+        for cap in caps
+    ]
+
+
+@dataclass
+class _State:
+    """The requests' state, by index in arrival order."""
+
+    prompt: np.ndarray
+    output: np.ndarray
+    arrival: np.ndarray
+    m: np.ndarray
+    g: np.ndarray
+
+
+def prefill_first_schedule(instance: Instance, knobs: PrefillFirst, budget: TimeBudget) -> Schedule | None:
+    """The prefill-first schedule of ``knobs`` (module docstring), or None when ``budget`` expires
+    first or some request can never be admitted (I + O - 1 > M, or a whole prompt over ``cap``)."""
+    lim, cm = instance.limits, instance.cost_model
+    reqs = sorted(instance.requests, key=lambda r: r.arrival)
+    n = len(reqs)
+    st = _State(
+        np.array([r.prompt_tokens for r in reqs], dtype=np.int64),
+        np.array([r.output_tokens for r in reqs], dtype=np.int64),
+        np.array([r.arrival for r in reqs], dtype=float),
+        np.zeros(n, dtype=np.int64),
+        np.zeros(n, dtype=np.int64),
+    )
+    need = st.prompt + st.output - 1
+    M = math.inf if lim.kv_capacity is None else lim.kv_capacity
+    r_max = math.inf if lim.max_running is None else lim.max_running
+    cap = min(knobs.cap, lim.token_budget, lim.prefill_budget)
+    if n and (need.max() > M or (not knobs.chunked and st.prompt.max() > cap)):
+        return None
+    batches: list[Batch] = []
+    t = end = 0.0
+    k = 0  # next arrival
+    waiting: list[int] = []
+    prefilling: list[int] = []
+    decoding: list[int] = []
+    reserved, left = 0, n
+    while left:
+        if len(batches) % 256 == 0 and budget.expired():
+            return None
+        while k < n and st.arrival[k] <= t:
+            waiting.append(k)
+            k += 1
+        running = len(prefilling) + len(decoding)
+        chunks = _prefill_items(st, knobs, cap, waiting, prefilling, running, reserved, need, M, r_max)
+        if chunks:
+            for i, _ in chunks:
+                if i in waiting:
+                    waiting.remove(i)
+                    prefilling.append(i)
+                    reserved += int(need[i])
+            seconds = cm.batch_time(
+                sum(c for _, c in chunks),
+                sum(c for _, c in chunks),
+                sum(c * c for _, c in chunks),
+                0,
+                0,
+                sum(c * int(st.m[i]) for i, c in chunks),
+            )
+            items = tuple(Item(reqs[i].id, c) for i, c in chunks)
+            for i, c in chunks:
+                st.m[i] += c
+                if st.m[i] == st.prompt[i]:
+                    st.g[i] = 1
+                    prefilling.remove(i)
+                    decoding.append(i)
+        else:
+            if not decoding:
+                t = max(t, float(st.arrival[k]))  # idle: nothing runs until the next arrival
+                continue
+            nxt = float(st.arrival[k]) if k < n else math.inf
+            defer = knobs.defer and not waiting and nxt < math.inf
+            chosen, seconds = _decode_items(st, decoding, cm, lim.token_budget, nxt - t if defer else math.inf)
+            if not chosen:
+                t = nxt
+                continue
+            items = tuple(Item(reqs[i].id, 1) for i in chosen)
+            for i in chosen:
+                st.m[i] += 1
+                st.g[i] += 1
+        batches.append(Batch(items, start=t if t > end else None))
+        t = end = t + seconds
+        for i in [i for i in decoding if st.g[i] >= st.output[i]]:
+            decoding.remove(i)
+            reserved -= int(need[i])
+            left -= 1
+    meta = {"problem": "infermax", "method": "prefill-first", "knobs": asdict(knobs)}
+    return Schedule(instance.name, tuple(batches), meta)
+
+
+def _prefill_items(
+    st: _State,
+    knobs: PrefillFirst,
+    cap: int,
+    waiting: list[int],
+    prefilling: list[int],
+    running: int,
+    reserved: int,
+    need: np.ndarray,
+    capacity: float,
+    r_max: float,
+) -> list[tuple[int, int]]:
+    """(request, chunk) of the next prefill batch: candidates in ``knobs.order`` while tokens are left
+    of ``cap``; a waiting one only when it is admitted (fewer than R_max of ``running`` requests holding
+    KV and the ones admitted here, its reservation within M)."""
+    if knobs.order == "remaining-prefill":
+        ranked = sorted(prefilling + waiting, key=lambda i: (st.prompt[i] - st.m[i], i))
+    else:
+        ranked = sorted(prefilling + waiting)
+    out: list[tuple[int, int]] = []
+    room = cap
+    admitted = 0
+    waiting_set = set(waiting)
+    for i in ranked:
+        if room <= 0:
+            break
+        if i in waiting_set:
+            if running + admitted >= r_max or reserved + need[i] > capacity:
+                continue
+        rest = int(st.prompt[i] - st.m[i])
+        c = min(rest, room) if knobs.chunked else (rest if rest <= room else 0)
+        if c <= 0:
+            continue
+        if i in waiting_set:
+            admitted += 1
+            reserved += int(need[i])
+        out.append((i, c))
+        room -= c
+    return out
+
+
+def _decode_items(st: _State, decoding: list[int], cm, token_budget: int, gap: float) -> tuple[list[int], float]:  # noqa: ANN001
+    """The decode batch: the requests of ``decoding`` with fewest output tokens left first, up to C, the
+    longest such prefix whose batch time is at most ``gap`` seconds; and that time."""
+    ranked = sorted(decoding, key=lambda i: (st.output[i] - st.g[i], i))[:token_budget]
+    kv = np.cumsum([int(st.m[i]) for i in ranked])
+    kv_max = np.maximum.accumulate([int(st.m[i]) for i in ranked])
+
+    def seconds(size: int) -> float:
+        return cm.batch_time(size, 0, 0, size, int(kv[size - 1]), 0, int(kv_max[size - 1]))
+
+    if seconds(len(ranked)) <= gap:
+        return ranked, seconds(len(ranked))
+    lo, hi = 0, len(ranked)  # seconds(lo) fits (or lo == 0), seconds(hi) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if seconds(mid) <= gap else (lo, mid)
+    return ranked[:lo], (seconds(lo) if lo else 0.0)
+
+
+def best_prefill_first(
+    instance: Instance, objective: str, budget: TimeBudget, chunked: bool = True
+) -> tuple[Schedule | None, float, int]:
+    """The best replayed prefill-first schedule within ``budget``: over :func:`variants`, then a climb
+    on the cap of the best (a quarter more or less while that improves, as in :func:`cap_steps`).
+
+    Returns (schedule, its objective, schedules built); (None, inf, built) when none replayed cleanly
+    in time.
+    """
+    best: tuple[Schedule | None, float, PrefillFirst | None] = (None, math.inf, None)
+    tried: set[PrefillFirst] = set()
+
+    def attempt(knobs: PrefillFirst) -> bool:
+        nonlocal best
+        tried.add(knobs)
+        schedule = prefill_first_schedule(instance, knobs, budget)
+        rep = None if schedule is None else replay(instance, schedule)
+        if rep is None or not rep.feasible or rep.metrics.evictions:
+            return False
+        value = objective_of(rep, objective)
+        if value < best[1]:
+            best = (schedule, value, knobs)
+            return True
+        return False
+
+    for knobs in variants(instance, chunked):
+        if budget.expired():
+            return best[0], best[1], len(tried)
+        attempt(knobs)
+    improved = best[2] is not None and chunked
+    while improved and not budget.expired():
+        steps = [replace(best[2], cap=c) for c in cap_steps(best[2].cap, instance)]
+        improved = any(attempt(k) for k in steps if k not in tried and not budget.expired())
+    return best[0], best[1], len(tried)
+
+
+def cap_steps(cap: int, instance: Instance) -> list[int]:
+    """The caps next to ``cap`` the climb tries: 3/4 and 5/4 of it, within [:data:`MIN_CAP`, min(C, P)]."""
+    top = min(instance.limits.token_budget, instance.limits.prefill_budget)
+    return sorted({max(MIN_CAP, min(top, c)) for c in (cap * 3 // 4, cap * 5 // 4)} - {cap})
