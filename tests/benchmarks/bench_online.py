@@ -8,8 +8,8 @@ For each rate scale X and objective, ``splitwise-conv-100`` with its arrivals di
 instance as ``optsched solve splitwise-conv-100 --rate-scale X --problem infermax --objective OBJ
 --time-limit S``) is solved; each line gives the best policy's mean latency and mean TTFT (seconds,
 from replay), the solve's returned schedule's (replayed again here), where that schedule came from
-(``extra.schedule_source``), how many configurations the policy search tried (and, for TTFT, what the prefill-first schedules gave), the solve's wall
-time and the load average (1 min) at the end.
+(``extra.schedule_source``), how many configurations the policy search tried (and, for TTFT, what
+the prefill-first schedules gave), the solve's wall time and the load average (1 min) at the end.
 """
 
 from __future__ import annotations

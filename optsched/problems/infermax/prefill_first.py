@@ -85,10 +85,7 @@ def variants(instance: Instance, chunked: bool = True) -> list[PrefillFirst]:
     while chunked and caps[-1] // 2 >= MIN_CAP and len(caps) < 4:
         caps.append(caps[-1] // 2)
     return [
-        PrefillFirst(cap, defer, order, chunked)
-        for order in PREFILL_ORDERS
-        for defer in (True, False)
-        for cap in caps
+        PrefillFirst(cap, defer, order, chunked) for order in PREFILL_ORDERS for defer in (True, False) for cap in caps
     ]
 
 
