@@ -24,8 +24,9 @@ is built batch by batch, one simulated clock t:
 Every batch is decode-only or prefill-only, so the schedule is also valid without hybrid batches.
 Its batch times are the instance's cost model's, as replay computes them; the caller replays it.
 :func:`best_prefill_first` tries the variants of :func:`variants` within a budget, then climbs
-on the prefill cap of the best, and keeps the best by replayed objective (the InferMax solve's
-scale phase offers it as the candidate ``prefill-first`` for mean TTFT).
+from the best over one-knob changes (the cap by a quarter, the ratio rule, the deferral, the
+order), and keeps the best by replayed objective (the InferMax solve's scale phase offers it as
+the candidate ``prefill-first`` for mean TTFT).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from ...instance import Instance
 from ...result import objective_of
 from ...schedule import Batch, Item, Schedule, replay
 
-__all__ = ["PrefillFirst", "best_prefill_first", "cap_steps", "prefill_first_schedule", "variants"]
+__all__ = ["PrefillFirst", "best_prefill_first", "cap_steps", "knob_steps", "prefill_first_schedule", "variants"]
 
 #: Orders of the prefill candidates.
 PREFILL_ORDERS = ("remaining-prefill", "arrival")
@@ -62,12 +63,15 @@ class PrefillFirst:
         Order of the prefill candidates: ``remaining-prefill`` or ``arrival``.
     chunked
         Whether a prompt may be prefilled in chunks (else whole).
+    ratio
+        Cut the batch at the prefix of most first tokens per second (module docstring).
     """
 
     cap: int
     defer: bool = True
     order: str = "remaining-prefill"
     chunked: bool = True
+    ratio: bool = False
 
     def __post_init__(self) -> None:
         if self.cap < 1:
@@ -84,9 +88,9 @@ def variants(instance: Instance, chunked: bool = True) -> list[PrefillFirst]:
     caps = [top]
     while chunked and caps[-1] // 2 >= MIN_CAP and len(caps) < 4:
         caps.append(caps[-1] // 2)
-    return [
-        PrefillFirst(cap, defer, order, chunked) for order in PREFILL_ORDERS for defer in (True, False) for cap in caps
-    ]
+    ratio = [PrefillFirst(top, defer, order, chunked, True) for order in PREFILL_ORDERS for defer in (True, False)]
+    capped = [PrefillFirst(c, d, o, chunked) for o in PREFILL_ORDERS for d in (True, False) for c in caps]
+    return ratio[:1] + capped + ratio[1:]
 
 
 @dataclass
@@ -134,6 +138,8 @@ def prefill_first_schedule(instance: Instance, knobs: PrefillFirst, budget: Time
             k += 1
         running = len(prefilling) + len(decoding)
         chunks = _prefill_items(st, knobs, cap, waiting, prefilling, running, reserved, need, M, r_max)
+        if knobs.ratio and len(chunks) > 1:
+            chunks = _best_ratio(st, chunks, cm)
         if chunks:
             for i, _ in chunks:
                 if i in waiting:
@@ -220,6 +226,20 @@ def _prefill_items(
     return out
 
 
+def _best_ratio(st: _State, chunks: list[tuple[int, int]], cm) -> list[tuple[int, int]]:  # noqa: ANN001
+    """The prefix of ``chunks`` of most completed prompts per second of its batch time (the longest
+    among equals; all of them when no prefix completes a prompt)."""
+    best, best_rate = len(chunks), 0.0
+    tokens = squares = context = done = 0
+    for k, (i, c) in enumerate(chunks, start=1):
+        tokens, squares, context = tokens + c, squares + c * c, context + c * int(st.m[i])
+        done += int(st.m[i] + c == st.prompt[i])
+        rate = done / cm.batch_time(tokens, tokens, squares, 0, 0, context)
+        if rate >= best_rate and done:
+            best, best_rate = k, rate
+    return chunks[:best]
+
+
 def _decode_items(st: _State, decoding: list[int], cm, token_budget: int, gap: float) -> tuple[list[int], float]:  # noqa: ANN001
     """The decode batch: the requests of ``decoding`` with fewest output tokens left first, up to C, the
     longest such prefix whose batch time is at most ``gap`` seconds; and that time."""
@@ -242,8 +262,8 @@ def _decode_items(st: _State, decoding: list[int], cm, token_budget: int, gap: f
 def best_prefill_first(
     instance: Instance, objective: str, budget: TimeBudget, chunked: bool = True
 ) -> tuple[Schedule | None, float, int]:
-    """The best replayed prefill-first schedule within ``budget``: over :func:`variants`, then a climb
-    on the cap of the best (a quarter more or less while that improves, as in :func:`cap_steps`).
+    """The best replayed prefill-first schedule within ``budget``: over :func:`variants`, then a
+    first-improvement climb from the best over one-knob changes (:func:`knob_steps`).
 
     Returns (schedule, its objective, schedules built); (None, inf, built) when none replayed cleanly
     in time.
@@ -268,11 +288,22 @@ def best_prefill_first(
         if budget.expired():
             return best[0], best[1], len(tried)
         attempt(knobs)
-    improved = best[2] is not None and chunked
+    improved = best[2] is not None
     while improved and not budget.expired():
-        steps = [replace(best[2], cap=c) for c in cap_steps(best[2].cap, instance)]
-        improved = any(attempt(k) for k in steps if k not in tried and not budget.expired())
+        improved = any(attempt(k) for k in knob_steps(best[2], instance) if k not in tried and not budget.expired())
     return best[0], best[1], len(tried)
+
+
+def knob_steps(knobs: PrefillFirst, instance: Instance) -> list[PrefillFirst]:
+    """The knobs one change away from ``knobs``: the cap's steps (:func:`cap_steps`, with chunking),
+    the ratio rule, the deferral and the order switched."""
+    out = [replace(knobs, cap=c) for c in cap_steps(knobs.cap, instance)] if knobs.chunked else []
+    other = next(o for o in PREFILL_ORDERS if o != knobs.order)
+    return out + [
+        replace(knobs, ratio=not knobs.ratio),
+        replace(knobs, defer=not knobs.defer),
+        replace(knobs, order=other),
+    ]
 
 
 def cap_steps(cap: int, instance: Instance) -> list[int]:

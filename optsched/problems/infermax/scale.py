@@ -188,6 +188,7 @@ def _policy_search(
     out.info["online_search"] = found.info()
     if found.schedule is not None:
         meta = {**found.schedule.meta, "problem": "infermax", "method": "online-search", "seed": found.seed}
+        meta["max_running"] = found.cap  # the admission cap the search ran the policy under (None: R_max)
         out.schedules["online-search"] = Schedule(instance.name, meta=meta, columns=found.schedule.columns())
 
 

@@ -26,6 +26,7 @@ from optsched.problems.infermax.prefill_first import (
     PrefillFirst,
     best_prefill_first,
     cap_steps,
+    knob_steps,
     prefill_first_schedule,
     variants,
 )
@@ -97,11 +98,15 @@ def test_best_is_never_worse_than_its_start(seed):
     assert value == objective_of(replay(inst, schedule), "ttft") <= start
 
 
-def test_cap_steps_stay_within_the_budgets():
+def test_steps_change_one_knob_within_the_budgets():
     inst = online_instance(0)
     top = min(inst.limits.token_budget, inst.limits.prefill_budget)
     assert cap_steps(top, inst) == [top * 3 // 4]
     assert all(64 <= c <= top for cap in (64, 100, top) for c in cap_steps(cap, inst))
+    knobs = variants(inst)[0]
+    for other in knob_steps(knobs, inst):
+        changed = [f for f in ("cap", "defer", "order", "ratio", "chunked") if getattr(other, f) != getattr(knobs, f)]
+        assert len(changed) == 1 and changed != ["chunked"]
 
 
 def test_expired_budget_gives_no_schedule():
