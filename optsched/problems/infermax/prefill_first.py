@@ -65,6 +65,9 @@ class PrefillFirst:
         Whether a prompt may be prefilled in chunks (else whole).
     ratio
         Cut the batch at the prefix of most first tokens per second (module docstring).
+    preempt
+        With ``remaining-prefill``: cut the last chunk at the next arrival when that prompt is shorter
+        than what the chunk's request would have left (module docstring).
     """
 
     cap: int
@@ -72,6 +75,7 @@ class PrefillFirst:
     order: str = "remaining-prefill"
     chunked: bool = True
     ratio: bool = False
+    preempt: bool = False
 
     def __post_init__(self) -> None:
         if self.cap < 1:
@@ -90,7 +94,8 @@ def variants(instance: Instance, chunked: bool = True) -> list[PrefillFirst]:
         caps.append(caps[-1] // 2)
     ratio = [PrefillFirst(top, defer, order, chunked, True) for order in PREFILL_ORDERS for defer in (True, False)]
     capped = [PrefillFirst(c, d, o, chunked) for o in PREFILL_ORDERS for d in (True, False) for c in caps]
-    return ratio[:1] + capped + ratio[1:]
+    preempt = [PrefillFirst(top, True, "remaining-prefill", chunked, r, True) for r in (False, True) if chunked]
+    return ratio[:1] + capped + ratio[1:] + preempt
 
 
 @dataclass
@@ -140,20 +145,18 @@ def prefill_first_schedule(instance: Instance, knobs: PrefillFirst, budget: Time
         chunks = _prefill_items(st, knobs, cap, waiting, prefilling, running, reserved, need, M, r_max)
         if knobs.ratio and len(chunks) > 1:
             chunks = _best_ratio(st, chunks, cm)
+        if knobs.preempt and chunks and k < n and knobs.order == "remaining-prefill":
+            chunks = _cut_at_arrival(st, chunks, cm, float(st.arrival[k]) - t, int(st.prompt[k]))
+            if not chunks:  # the arrival goes first and no chunk fits before it: wait for it
+                t = float(st.arrival[k])
+                continue
         if chunks:
             for i, _ in chunks:
                 if i in waiting:
                     waiting.remove(i)
                     prefilling.append(i)
                     reserved += int(need[i])
-            seconds = cm.batch_time(
-                sum(c for _, c in chunks),
-                sum(c for _, c in chunks),
-                sum(c * c for _, c in chunks),
-                0,
-                0,
-                sum(c * int(st.m[i]) for i, c in chunks),
-            )
+            seconds = _prefill_seconds(st, chunks, cm)
             items = tuple(Item(reqs[i].id, c) for i, c in chunks)
             for i, c in chunks:
                 st.m[i] += c
@@ -226,6 +229,42 @@ def _prefill_items(
     return out
 
 
+def _prefill_seconds(st: _State, chunks: list[tuple[int, int]], cm) -> float:  # noqa: ANN001
+    """The batch time of the prefill items ``chunks`` (request, tokens)."""
+    tokens = sum(c for _, c in chunks)
+    squares = sum(c * c for _, c in chunks)
+    return cm.batch_time(tokens, tokens, squares, 0, 0, sum(c * int(st.m[i]) for i, c in chunks))
+
+
+def _cut_at_arrival(
+    st: _State,
+    chunks: list[tuple[int, int]],
+    cm,
+    gap: float,
+    arriving: int,  # noqa: ANN001
+) -> list[tuple[int, int]]:
+    """``chunks`` with its last chunk shortened so that the batch ends within ``gap`` seconds, by the
+    next arrival, when that arrival's prompt (``arriving`` tokens) is shorter than what the last
+    request would have left (so the arrival goes first): the chunk is the longest that fits,
+    rounded down to whole tiles of the cost model when the batch has more than one tile, and dropped
+    below :data:`MIN_CAP` tokens (no chunks at all: wait for the arrival). ``chunks`` unchanged when
+    the batch already ends in time or the arrival's prompt is not shorter."""
+    if _prefill_seconds(st, chunks, cm) <= gap:
+        return chunks
+    *head, (i, c) = chunks
+    if arriving >= int(st.prompt[i] - st.m[i]) - min(c, MIN_CAP):
+        return chunks
+    lo, hi = 0, c  # chunk lo fits (or is 0), chunk hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _prefill_seconds(st, [*head, (i, mid)], cm) <= gap else (lo, mid)
+    tile = getattr(cm, "token_tile", 0) or 0
+    tokens = sum(x for _, x in head) + lo
+    if tile and cm.per_tile and tokens > tile:
+        lo -= min(lo, tokens % tile)
+    return [*head, (i, lo)] if lo >= MIN_CAP else head
+
+
 def _best_ratio(st: _State, chunks: list[tuple[int, int]], cm) -> list[tuple[int, int]]:  # noqa: ANN001
     """The prefix of ``chunks`` of most completed prompts per second of its batch time (the longest
     among equals; all of them when no prefix completes a prompt)."""
@@ -234,7 +273,7 @@ def _best_ratio(st: _State, chunks: list[tuple[int, int]], cm) -> list[tuple[int
     for k, (i, c) in enumerate(chunks, start=1):
         tokens, squares, context = tokens + c, squares + c * c, context + c * int(st.m[i])
         done += int(st.m[i] + c == st.prompt[i])
-        rate = done / cm.batch_time(tokens, tokens, squares, 0, 0, context)
+        rate = done / cm.batch_time(tokens, tokens, squares, 0, 0, context)  # = _prefill_seconds of the prefix
         if rate >= best_rate and done:
             best, best_rate = k, rate
     return chunks[:best]
@@ -301,6 +340,7 @@ def knob_steps(knobs: PrefillFirst, instance: Instance) -> list[PrefillFirst]:
     other = next(o for o in PREFILL_ORDERS if o != knobs.order)
     return out + [
         replace(knobs, ratio=not knobs.ratio),
+        replace(knobs, preempt=not knobs.preempt),
         replace(knobs, defer=not knobs.defer),
         replace(knobs, order=other),
     ]

@@ -89,6 +89,24 @@ def test_deferred_decodes_leave_the_next_arrival_alone():
     assert deferred.metrics.mean_ttft < srpf.metrics.mean_ttft
 
 
+def test_preemption_at_an_arrival_serves_the_shorter_prompt_first():
+    """r1 (80 tokens) arrives while r0's 3,000-token prompt would still run: with ``preempt`` the
+    chunk is cut at the arrival and r1 gets its first token after its prompt alone."""
+    reqs = [
+        {"id": "r0", "arrival": 0.0, "prompt_tokens": 3000, "output_tokens": 2},
+        {"id": "r1", "arrival": 0.03, "prompt_tokens": 80, "output_tokens": 2},
+    ]
+    limits = {"token_budget": 4096}
+    inst = parse_instance({"name": "cut", "cost_model": "llama2-7b-h200", "limits": limits, "requests": reqs}, "cut")
+    alone = inst.cost_model.batch_time(80, 80, 80**2, 0, 0)
+    knobs = PrefillFirst(cap=4096, ratio=True, preempt=True)
+    cut = replay(inst, prefill_first_schedule(inst, knobs, NO_LIMIT))
+    whole = replay(inst, prefill_first_schedule(inst, replace(knobs, preempt=False), NO_LIMIT))
+    assert cut.feasible and cut.outcomes["r1"].ttft == pytest.approx(alone, rel=1e-12)
+    assert whole.outcomes["r1"].ttft > alone * 2
+    assert cut.metrics.mean_ttft < whole.metrics.mean_ttft
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_best_is_never_worse_than_its_start(seed):
     inst = online_instance(seed, n=25, memory=0.4)
@@ -105,7 +123,8 @@ def test_steps_change_one_knob_within_the_budgets():
     assert all(64 <= c <= top for cap in (64, 100, top) for c in cap_steps(cap, inst))
     knobs = variants(inst)[0]
     for other in knob_steps(knobs, inst):
-        changed = [f for f in ("cap", "defer", "order", "ratio", "chunked") if getattr(other, f) != getattr(knobs, f)]
+        knob_names = ("cap", "defer", "order", "ratio", "preempt", "chunked")
+        changed = [f for f in knob_names if getattr(other, f) != getattr(knobs, f)]
         assert len(changed) == 1 and changed != ["chunked"]
 
 
