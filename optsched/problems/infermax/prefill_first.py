@@ -11,21 +11,34 @@ is built batch by batch, one simulated clock t:
    rule on the work that decides the first token; ``arrival``: FCFS), each take a chunk of their
    remaining prompt (whole prompts only without chunking) while the batch has fewer than ``cap``
    prefill tokens (``cap`` <= min(C, P)). A waiting request is admitted only when fewer than R_max
-   requests hold KV and its full reservation I + O - 1 fits in M beside the reservations of the
-   admitted ones (as the eviction-free policies do: no schedule built here ever evicts, and the
-   KV use, at most the sum of reservations, stays within M). A request that cannot be admitted is
-   passed over, not the ones after it.
-3. **Decode batch**, when no prompt can take a chunk: the requests in decode, fewest output tokens
-   left first. With ``defer`` and while arrivals are still to come and nothing waits, only the
-   longest such prefix whose batch ends by the next arrival runs (none: the clock jumps to the
-   arrival and the next batch starts there); otherwise (``defer`` off, a prompt blocked by KV or
-   R_max, or no arrival left) all of them, up to C.
+   requests hold KV and its reservation fits in M beside the reservations of the admitted ones,
+   and is otherwise passed over, not the ones after it. Without ``evict`` the reservation is
+   I + O - 1 (as the eviction-free policies do: the schedule never evicts, and the KV use, at most
+   the sum of reservations, stays within M). With ``evict`` it is the prompt I alone, counted
+   only until the first token: KV for a chunk (and the R_max place of an admission) is made by
+   evicting requests past their first token, most output left first (their prompt becomes
+   m + 1, docs/schedule.md rule 2), so a first prompt never waits for another request's decodes;
+   their recompute is background work of step 3, which costs no first token.
+   With ``ratio`` the batch is cut after the prefix of its items that completes the most prompts
+   per second of batch time (Smith's ratio rule for batches: of the requests waiting, those served
+   by a shorter batch stop waiting sooner). With ``preempt`` (and ``remaining-prefill``), when the
+   batch would run past the next arrival and that prompt is shorter than what the batch's last
+   request would have left, the last chunk is cut so that the batch ends by the arrival (whole
+   tiles of the cost model; below :data:`MIN_CAP` tokens the clock waits for the arrival), as
+   preemptive shortest remaining processing time would.
+3. **Background batch**, when no prompt can take a chunk: the requests in decode, fewest output
+   tokens left first (with ``evict``, at most the free slots, all but the nearest to finish evicted
+   when none is free); else the recompute of one evicted request (the one started, else the
+   shortest), in a chunk of the free slots. With ``defer`` and while arrivals are still to come
+   and nothing waits, only the longest prefix of decodes (the chunk) that ends by the next arrival
+   runs (none: the clock jumps to the arrival and the next batch starts there); otherwise
+   (``defer`` off, a prompt waiting, or no arrival left) all of them, up to C.
 
 Every batch is decode-only or prefill-only, so the schedule is also valid without hybrid batches.
 Its batch times are the instance's cost model's, as replay computes them; the caller replays it.
 :func:`best_prefill_first` tries the variants of :func:`variants` within a budget, then climbs
-from the best over one-knob changes (the cap by a quarter, the ratio rule, the deferral, the
-order), and keeps the best by replayed objective (the InferMax solve's scale phase offers it as
+from the best over one-knob changes (the cap by a quarter, the ratio rule, preemption, evictions,
+the deferral, the order), and keeps the best by replayed objective (the InferMax solve's scale phase offers it as
 the candidate ``prefill-first`` for mean TTFT).
 """
 
@@ -68,6 +81,9 @@ class PrefillFirst:
     preempt
         With ``remaining-prefill``: cut the last chunk at the next arrival when that prompt is shorter
         than what the chunk's request would have left (module docstring).
+    evict
+        Admit on the first prompt alone and evict requests past their first token for room (module
+        docstring), instead of reserving I + O - 1 slots at admission.
     """
 
     cap: int
@@ -76,6 +92,7 @@ class PrefillFirst:
     chunked: bool = True
     ratio: bool = False
     preempt: bool = False
+    evict: bool = False
 
     def __post_init__(self) -> None:
         if self.cap < 1:
@@ -95,12 +112,14 @@ def variants(instance: Instance, chunked: bool = True) -> list[PrefillFirst]:
     ratio = [PrefillFirst(top, defer, order, chunked, True) for order in PREFILL_ORDERS for defer in (True, False)]
     capped = [PrefillFirst(c, d, o, chunked) for o in PREFILL_ORDERS for d in (True, False) for c in caps]
     preempt = [PrefillFirst(top, True, "remaining-prefill", chunked, r, True) for r in (False, True) if chunked]
-    return ratio[:1] + capped + ratio[1:] + preempt
+    evict = [replace(k, evict=True) for k in (ratio[0], *preempt)]
+    return ratio[:1] + capped + ratio[1:] + preempt + evict
 
 
 @dataclass
 class _State:
-    """The requests' state, by index in arrival order."""
+    """The requests' state, by index in arrival order: current prompt (I; m + 1 after an eviction in
+    decode), output length, arrival, KV slots m and tokens generated g."""
 
     prompt: np.ndarray
     output: np.ndarray
@@ -109,83 +128,172 @@ class _State:
     g: np.ndarray
 
 
+class _Builder:
+    """The state of one prefill-first schedule being built (:func:`prefill_first_schedule`).
+
+    Lists of request indices: ``waiting`` (arrived, never admitted), ``fore`` (admitted, first
+    prompt not complete), ``decoding`` (prompt complete, holding KV), ``back`` (evicted after their
+    first token: the recompute is background work, done one request at a time).
+    """
+
+    def __init__(self, instance: Instance, knobs: PrefillFirst) -> None:
+        lim = instance.limits
+        self.knobs, self.cm, self.C = knobs, instance.cost_model, lim.token_budget
+        self.reqs = sorted(instance.requests, key=lambda r: r.arrival)
+        n = len(self.reqs)
+        self.st = _State(
+            np.array([r.prompt_tokens for r in self.reqs], dtype=np.int64),
+            np.array([r.output_tokens for r in self.reqs], dtype=np.int64),
+            np.array([r.arrival for r in self.reqs], dtype=float),
+            np.zeros(n, dtype=np.int64),
+            np.zeros(n, dtype=np.int64),
+        )
+        # the admission's reservation: the whole first prompt with evictions, else I + O - 1
+        self.need = self.st.prompt.copy() if knobs.evict else self.st.prompt + self.st.output - 1
+        self.M = math.inf if lim.kv_capacity is None else lim.kv_capacity
+        self.r_max = math.inf if lim.max_running is None else lim.max_running
+        self.cap = min(knobs.cap, lim.token_budget, lim.prefill_budget)
+        self.waiting: list[int] = []
+        self.fore: list[int] = []
+        self.decoding: list[int] = []
+        self.back: list[int] = []
+        self.reserved = self.held = 0  # reservations of the admitted; KV slots held
+        self.left = n
+
+    def holders(self) -> int:
+        """Requests holding KV."""
+        return len(self.fore) + len(self.decoding) + sum(1 for i in self.back if self.st.m[i] > 0)
+
+    def evict_for(self, tokens: int, admitted: int, keep: set[int]) -> list[int]:
+        """Evict decoding requests (most output left first), then a partial recompute, none of ``keep``,
+        until ``tokens`` more slots and ``admitted`` more requests fit in M and R_max; the victims."""
+        st, out = self.st, []
+        victims = sorted((i for i in self.decoding if i not in keep), key=lambda i: (st.g[i] - st.output[i], -st.m[i]))
+        victims += [i for i in self.back if st.m[i] > 0 and i not in keep]
+        for i in victims:
+            if self.held + tokens <= self.M and self.holders() + admitted <= self.r_max:
+                break
+            self.held -= int(st.m[i])
+            if i in self.decoding:
+                self.decoding.remove(i)
+                self.back.append(i)
+                st.prompt[i] = st.m[i] + 1
+            st.m[i] = 0
+            out.append(i)
+        return out
+
+    def record(self, chunks: list[tuple[int, int]], decodes: list[int]) -> None:
+        """Process one batch's items (prefill ``chunks`` or ``decodes``) and finish requests."""
+        st = self.st
+        for i, c in chunks:
+            if i in self.waiting:
+                self.waiting.remove(i)
+                self.fore.append(i)
+                self.reserved += int(self.need[i])
+            st.m[i] += c
+            self.held += c
+            if st.m[i] == st.prompt[i]:  # the prompt completes: a token
+                st.g[i] += 1
+                (self.fore if i in self.fore else self.back).remove(i)
+                self.decoding.append(i)
+                if self.knobs.evict and st.g[i] == 1:
+                    self.reserved -= int(self.need[i])
+        for i in decodes:
+            st.m[i] += 1
+            st.g[i] += 1
+            self.held += 1
+        for i in [i for i in self.decoding if st.g[i] >= st.output[i]]:
+            self.decoding.remove(i)
+            self.held -= int(st.m[i])
+            if not self.knobs.evict:
+                self.reserved -= int(self.need[i])
+            self.left -= 1
+
+
 def prefill_first_schedule(instance: Instance, knobs: PrefillFirst, budget: TimeBudget) -> Schedule | None:
     """The prefill-first schedule of ``knobs`` (module docstring), or None when ``budget`` expires
     first or some request can never be admitted (I + O - 1 > M, or a whole prompt over ``cap``)."""
-    lim, cm = instance.limits, instance.cost_model
-    reqs = sorted(instance.requests, key=lambda r: r.arrival)
-    n = len(reqs)
-    st = _State(
-        np.array([r.prompt_tokens for r in reqs], dtype=np.int64),
-        np.array([r.output_tokens for r in reqs], dtype=np.int64),
-        np.array([r.arrival for r in reqs], dtype=float),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(n, dtype=np.int64),
-    )
-    need = st.prompt + st.output - 1
-    M = math.inf if lim.kv_capacity is None else lim.kv_capacity
-    r_max = math.inf if lim.max_running is None else lim.max_running
-    cap = min(knobs.cap, lim.token_budget, lim.prefill_budget)
-    if n and (need.max() > M or (not knobs.chunked and st.prompt.max() > cap)):
+    b = _Builder(instance, knobs)
+    st, n = b.st, len(b.reqs)
+    if n and ((st.prompt + st.output - 1).max() > b.M or (not knobs.chunked and st.prompt.max() > b.cap)):
         return None
     batches: list[Batch] = []
     t = end = 0.0
     k = 0  # next arrival
-    waiting: list[int] = []
-    prefilling: list[int] = []
-    decoding: list[int] = []
-    reserved, left = 0, n
-    while left:
+    while b.left:
         if budget.expired():
             return None
         while k < n and st.arrival[k] <= t:
-            waiting.append(k)
+            b.waiting.append(k)
             k += 1
-        running = len(prefilling) + len(decoding)
-        chunks = _prefill_items(st, knobs, cap, waiting, prefilling, running, reserved, need, M, r_max)
-        if knobs.ratio and len(chunks) > 1:
-            chunks = _best_ratio(st, chunks, cm)
-        if knobs.preempt and chunks and k < n and knobs.order == "remaining-prefill":
-            chunks = _cut_at_arrival(st, chunks, cm, float(st.arrival[k]) - t, int(st.prompt[k]))
-            if not chunks:  # the arrival goes first and no chunk fits before it: wait for it
-                t = float(st.arrival[k])
-                continue
-        if chunks:
-            for i, _ in chunks:
-                if i in waiting:
-                    waiting.remove(i)
-                    prefilling.append(i)
-                    reserved += int(need[i])
-            seconds = _prefill_seconds(st, chunks, cm)
-            items = tuple(Item(reqs[i].id, c) for i, c in chunks)
-            for i, c in chunks:
-                st.m[i] += c
-                if st.m[i] == st.prompt[i]:
-                    st.g[i] = 1
-                    prefilling.remove(i)
-                    decoding.append(i)
-        else:
-            if not decoding:
-                t = max(t, float(st.arrival[k]))  # idle: nothing runs until the next arrival
-                continue
-            nxt = float(st.arrival[k]) if k < n else math.inf
-            defer = knobs.defer and not waiting and nxt < math.inf
-            chosen, seconds = _decode_items(st, decoding, cm, lim.token_budget, nxt - t if defer else math.inf)
-            if not chosen:
-                t = nxt
-                continue
-            items = tuple(Item(reqs[i].id, 1) for i in chosen)
-            for i in chosen:
-                st.m[i] += 1
-                st.g[i] += 1
-        batches.append(Batch(items, start=t if t > end else None))
+        nxt = float(st.arrival[k]) if k < n else math.inf
+        step = _foreground(b, k, t) if b.waiting or b.fore else ()
+        if step is None:  # the next arrival goes first and nothing fits before it
+            t = nxt
+            continue
+        step = step or _background(b, t, nxt)
+        if step is None:  # nothing to run before the next arrival
+            if nxt == math.inf:
+                return None
+            t = max(t, nxt)
+            continue
+        chunks, decodes, evicted, seconds = step
+        items = tuple(Item(b.reqs[i].id, c) for i, c in chunks) + tuple(Item(b.reqs[i].id, 1) for i in decodes)
+        victims = tuple(b.reqs[i].id for i in evicted)
+        batches.append(Batch(items, evict=victims, start=t if t > end else None))
+        b.record(chunks, decodes)
         t = end = t + seconds
-        for i in [i for i in decoding if st.g[i] >= st.output[i]]:
-            decoding.remove(i)
-            reserved -= int(need[i])
-            left -= 1
     meta = {"problem": "infermax", "method": "prefill-first", "knobs": asdict(knobs)}
     return Schedule(instance.name, tuple(batches), meta)
+
+
+#: One batch of :func:`prefill_first_schedule`: prefill chunks, decodes, victims evicted first, seconds.
+_Step = tuple[list[tuple[int, int]], list[int], list[int], float]
+
+
+def _foreground(b: _Builder, k: int, t: float) -> _Step | tuple[()] | None:
+    """The next batch of first prompts (module docstring's step 2); () when none can take a chunk,
+    None when the next arrival (``k``) goes first and no chunk fits before it."""
+    st, knobs = b.st, b.knobs
+    running = len(b.fore) if knobs.evict else len(b.fore) + len(b.decoding)
+    chunks = _prefill_items(st, knobs, b.cap, b.waiting, b.fore, running, b.reserved, b.need, b.M, b.r_max)
+    if knobs.ratio and len(chunks) > 1:
+        chunks = _best_ratio(st, chunks, b.cm)
+    if knobs.preempt and chunks and k < len(b.reqs) and knobs.order == "remaining-prefill":
+        chunks = _cut_at_arrival(st, chunks, b.cm, float(st.arrival[k]) - t, int(st.prompt[k]))
+        if not chunks:
+            return None
+    if not chunks:
+        return ()
+    evicted: list[int] = []
+    if knobs.evict:
+        admitted = sum(1 for i, _ in chunks if i in b.waiting)
+        evicted = b.evict_for(sum(c for _, c in chunks), admitted, {i for i, _ in chunks})
+    return chunks, [], evicted, _prefill_seconds(st, chunks, b.cm)
+
+
+def _background(b: _Builder, t: float, nxt: float) -> _Step | None:
+    """The next batch of later tokens (module docstring's step 3): decodes, else one evicted request's
+    recompute; with deferral only what ends by the next arrival; None when nothing runs."""
+    st = b.st
+    gap = nxt - t if b.knobs.defer and not b.waiting and nxt < math.inf else math.inf
+    if b.decoding:
+        evicted: list[int] = []
+        if b.held + 1 > b.M:  # (evictions only) no slot for one decode: evict all but the nearest to finish
+            keep = min(b.decoding, key=lambda i: (st.output[i] - st.g[i], i))
+            evicted = b.evict_for(1, 0, {keep})
+        chosen, seconds = _decode_items(st, b.decoding, b.cm, int(min(b.C, b.M - b.held)), gap)
+        if not chosen and evicted:  # a batch must carry the evictions: the nearest to finish decodes
+            chosen, seconds = _decode_items(st, b.decoding, b.cm, 1, math.inf)
+        return ([], chosen, evicted, seconds) if chosen else None
+    if not b.back:
+        return None
+    i = max(b.back, key=lambda j: (st.m[j], -st.prompt[j], -j))  # the started recompute, else the shortest
+    c = int(min(st.prompt[i] - st.m[i], b.cap, b.M - b.held))
+    if c < 1 or (st.m[i] == 0 and b.holders() + 1 > b.r_max):
+        return None
+    chunks = _cut_at_arrival(st, [(i, c)], b.cm, gap, 0)
+    return (chunks, [], [], _prefill_seconds(st, chunks, b.cm)) if chunks else None
 
 
 def _prefill_items(
@@ -299,10 +407,11 @@ def _decode_items(st: _State, decoding: list[int], cm, token_budget: int, gap: f
 
 
 def best_prefill_first(
-    instance: Instance, objective: str, budget: TimeBudget, chunked: bool = True
+    instance: Instance, objective: str, budget: TimeBudget, chunked: bool = True, evictions: bool = True
 ) -> tuple[Schedule | None, float, int]:
     """The best replayed prefill-first schedule within ``budget``: over :func:`variants`, then a
-    first-improvement climb from the best over one-knob changes (:func:`knob_steps`).
+    first-improvement climb from the best over one-knob changes (:func:`knob_steps`); without
+    ``evictions``, only the knobs that never evict.
 
     Returns (schedule, its objective, schedules built); (None, inf, built) when none replayed cleanly
     in time.
@@ -315,7 +424,7 @@ def best_prefill_first(
         tried.add(knobs)
         schedule = prefill_first_schedule(instance, knobs, budget)
         rep = None if schedule is None else replay(instance, schedule)
-        if rep is None or not rep.feasible or rep.metrics.evictions:
+        if rep is None or not rep.feasible or (rep.metrics.evictions and not evictions):
             return False
         value = objective_of(rep, objective)
         if value < best[1]:
@@ -324,12 +433,15 @@ def best_prefill_first(
         return False
 
     for knobs in variants(instance, chunked):
+        if knobs.evict and not evictions:
+            continue
         if budget.expired():
             return best[0], best[1], len(tried)
         attempt(knobs)
     improved = best[2] is not None
     while improved and not budget.expired():
-        improved = any(attempt(k) for k in knob_steps(best[2], instance) if k not in tried and not budget.expired())
+        steps = [k for k in knob_steps(best[2], instance) if k not in tried and (evictions or not k.evict)]
+        improved = any(attempt(k) for k in steps if not budget.expired())
     return best[0], best[1], len(tried)
 
 
@@ -341,6 +453,7 @@ def knob_steps(knobs: PrefillFirst, instance: Instance) -> list[PrefillFirst]:
     return out + [
         replace(knobs, ratio=not knobs.ratio),
         replace(knobs, preempt=not knobs.preempt),
+        replace(knobs, evict=not knobs.evict),
         replace(knobs, defer=not knobs.defer),
         replace(knobs, order=other),
     ]

@@ -129,7 +129,7 @@ def scale_phase(
             and not budget.expired()
         )
     if objective == "ttft" and not budget.expired():
-        _prefill_first(out, instance, phase.part(PREFILL_FIRST_SHARE), no_chunk)
+        _prefill_first(out, instance, phase.part(PREFILL_FIRST_SHARE), no_chunk, no_evict)
     first = SEARCH_SHARE if trajectories else 1.0
     if data is not None:
         first_part = phase.part(first)
@@ -192,12 +192,12 @@ def _policy_search(
         out.schedules["online-search"] = Schedule(instance.name, meta=meta, columns=found.schedule.columns())
 
 
-def _prefill_first(out: ScalePhase, instance: Instance, budget: TimeBudget, no_chunk: bool) -> None:
+def _prefill_first(out: ScalePhase, instance: Instance, budget: TimeBudget, no_chunk: bool, no_evict: bool) -> None:
     """The best prefill-first schedule of :mod:`.prefill_first` (mean TTFT) as ``prefill-first``; its
     summary in ``info``."""
     from .prefill_first import best_prefill_first
 
-    schedule, value, built = best_prefill_first(instance, "ttft", budget, chunked=not no_chunk)
+    schedule, value, built = best_prefill_first(instance, "ttft", budget, chunked=not no_chunk, evictions=not no_evict)
     out.info["prefill_first"] = {
         "schedules": built,
         "value": None if schedule is None else value,
