@@ -2,7 +2,7 @@
 
 Run on demand (not collected by pytest):
 
-    python tests/benchmarks/bench_latency_gaps.py [--time-limit 30] [--only NAME ...]
+    python tests/benchmarks/bench_latency_gaps.py [--time-limit 30] [--only NAME ...] [--objectives latency ttft]
 
 Runs the real command line in a subprocess on ``splitwise-conv-100`` at rate scales 1, 4, 8 and
 16 and on three real-trace slices under load (``../shared/data/traces``; a slice whose trace is
@@ -12,7 +12,8 @@ written to a temporary instance. Every slice runs under the llama2-7b-h200 profi
 of ``splitwise-conv-100`` (C = P = 4096, M = 200,000, R_max = 256). Prints one row per slice and
 objective: the best schedule, where it came from, the best proven bound, which bound, the gap
 (value - bound) / value, all in seconds, and whether the time limit cut the report short (``partial``:
-some policies were not run).
+some policies were not run). ``--only`` and ``--objectives`` run a subset (to resume a long run):
+a slice whose name equals one given runs alone, else those whose name contains one.
 """
 
 from __future__ import annotations
@@ -90,15 +91,19 @@ def run(args: list[str], objective: str, time_limit: float) -> tuple[dict, float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--time-limit", type=float, default=30.0, help="report --time-limit (default 30)")
-    parser.add_argument("--only", nargs="*", help="run only the slices whose name contains one of these")
+    parser.add_argument("--only", nargs="*", help="run only these slices (a name, or words a name contains)")
+    parser.add_argument("--objectives", nargs="*", choices=("latency", "ttft"), default=["latency", "ttft"])
     opts = parser.parse_args()
     print("| slice | objective | best (s) | from | best bound (s) | bound | gap | partial | wall (s) |")
     print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name, args in slices(Path(tmp)):
-            if opts.only and not any(word in name for word in opts.only):
+        chosen = slices(Path(tmp))
+        names = {name for name, _ in chosen}
+        words = [word for word in opts.only or () if word not in names]
+        for name, args in chosen:
+            if opts.only and not (name in opts.only or any(word in name for word in words)):
                 continue
-            for objective in ("latency", "ttft"):
+            for objective in opts.objectives:
                 out, wall = run(args, objective, opts.time_limit)
                 best = out["best"] or {"objective": float("nan"), "source": "none (partial)", "gap": None}
                 bound = out["best_bound"] or {"value": float("nan"), "name": "-"}

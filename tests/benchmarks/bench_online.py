@@ -8,8 +8,8 @@ For each rate scale X and objective, ``splitwise-conv-100`` with its arrivals di
 instance as ``optsched solve splitwise-conv-100 --rate-scale X --problem infermax --objective OBJ
 --time-limit S``) is solved; each line gives the best policy's mean latency and mean TTFT (seconds,
 from replay), the solve's returned schedule's (replayed again here), where that schedule came from
-(``extra.schedule_source``), how many configurations the policy search tried, the solve's wall
-time and the load average (1 min) at the end.
+(``extra.schedule_source``), how many configurations the policy search tried (and, for TTFT, what
+the prefill-first schedules gave), the solve's wall time and the load average (1 min) at the end.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 
 from optsched.instance import load_instance
-from optsched.policies import simulator_for
+from optsched.policies import policy_names, simulator_for
 from optsched.problems.infermax.solve import prepare
 from optsched.schedule import replay
 from tests.support.solving import solver
@@ -41,9 +41,9 @@ def run(scale: float, objective: str, time_limit: float) -> dict[str, object]:
     res = solve(inst, {"objective": objective, "time_limit": time_limit})
     wall = time.perf_counter() - t0
     values = res.extra["policy_values"]
-    seeds = {k: v for k, v in values.items() if k not in ("online-search",)}
+    seeds = {k: v for k, v in values.items() if k in policy_names()}
     best_policy = min(seeds, key=seeds.get)
-    policy = replay(inst, simulator_for(best_policy)(inst)).metrics if best_policy != "serial" else None
+    policy = replay(inst, simulator_for(best_policy)(inst)).metrics
     found = replay(inst, res.schedule).metrics
     search = res.extra.get("scale", {}).get("online_search") or {}
     return {
@@ -57,6 +57,7 @@ def run(scale: float, objective: str, time_limit: float) -> dict[str, object]:
         "solve_ttft": found.mean_ttft,
         "source": res.extra.get("schedule_source"),
         "configurations": search.get("configurations"),
+        "prefill_first": res.extra.get("scale", {}).get("prefill_first"),
         "wall": round(wall, 2),
         "load": os.getloadavg()[0],
     }

@@ -4,17 +4,22 @@ The segment lists of :mod:`.segments` carry no clock, so on a trace with arrival
 the space of the unified scheduler's policies instead (:mod:`optsched.policies.config`): every
 point is a :class:`~optsched.policies.config.PolicyConfig` (candidate groups, priority order,
 hybrid batching, chunked prefill and chunk size, eviction-free reservations, the KV look-ahead,
-B4), run by the engine of :mod:`optsched.policies.engine` on the instance, arrivals included, and
-judged by its replayed objective (:func:`optsched.result.replayed_objective`; any objective).
+B4) with an admission cap (at most that many requests hold KV: the engine runs on the instance
+with R_max lowered to it, :func:`capped`, so its schedule is one of the instance), run by the
+engine of :mod:`optsched.policies.engine` on the instance, arrivals included, and judged by its
+replayed objective (:func:`optsched.result.replayed_objective`; any objective).
 
 Search: first-improvement hill climbing from each seed policy in turn (the solve's policy
-candidates, best first). The neighbours of a configuration change one knob (:func:`neighbours`): each other
-grouping and order, hybrid and chunked prefill toggled, the chunk halved or doubled (64 tokens to
-P), the look-ahead and B4 toggled, and the eviction-free twin (forced under ``no_evict``). A
-neighbour that lowers the objective becomes the current configuration and its neighbours are
-tried next; a climb ends when no neighbour improves (a local optimum), the search when every
-seed's climb has ended or when its budget expires. The result is the best configuration of all climbs
-when it beats every seed.
+candidates, best first, uncapped). The neighbours of a point change one knob (:func:`neighbours`,
+:func:`cap_neighbours`): each other grouping and order, hybrid and chunked prefill toggled, the
+chunk halved or doubled (64 tokens to P), the look-ahead and B4 toggled, the eviction-free twin
+(forced under ``no_evict``), and the cap halved (down to :data:`MIN_RUNNING`) or doubled (up to
+R_max). A neighbour that lowers the objective becomes the current point and its neighbours are
+tried next; a climb ends when no neighbour improves (a local optimum). When every seed's climb
+has ended, an iterated local search goes on: the best point so far with :data:`PERTURB_KNOBS`
+random one-knob changes (a seeded generator: the search is deterministic) starts another climb;
+the search ends when :data:`PERTURB_ROUNDS` such climbs in a row found nothing better, or when its
+budget expires. The result is the best point of all climbs when it beats every seed.
 
 Time: the engine runs in slices of simulated time and the wall clock is read between slices
 (:func:`run_until`), so a configuration still running when the budget expires is abandoned within one
@@ -24,6 +29,7 @@ slice; the slowest configuration's run time so far decides whether another one i
 from __future__ import annotations
 
 import math
+import random
 import time
 from dataclasses import dataclass, field, replace
 
@@ -34,7 +40,7 @@ from ...policies.engine import Engine
 from ...result import objective_of
 from ...schedule import Schedule, replay
 
-__all__ = ["GROUPINGS", "OnlineSearch", "neighbours", "online_search", "run_until"]
+__all__ = ["GROUPINGS", "OnlineSearch", "cap_neighbours", "capped", "neighbours", "online_search", "run_until"]
 
 #: The candidate groupings a configuration may take (each covers R_w and R_r once).
 GROUPINGS = (
@@ -47,6 +53,12 @@ GROUPINGS = (
 MIN_CHUNK = 64
 #: Slices of simulated time per engine run between two reads of the wall clock.
 SLICES = 64
+#: Smallest admission cap (requests holding KV) the search tries.
+MIN_RUNNING = 4
+#: Knobs changed at once by a perturbation of the iterated local search.
+PERTURB_KNOBS = 2
+#: The iterated local search ends after this many climbs in a row that found nothing better.
+PERTURB_ROUNDS = 8
 
 
 @dataclass
@@ -57,6 +69,7 @@ class OnlineSearch:
     schedule: Schedule | None = None
     value: float = math.inf
     config: PolicyConfig | None = None
+    cap: int | None = None
     seed: str | None = None
     evaluated: int = 0
     improved: int = 0
@@ -72,6 +85,7 @@ class OnlineSearch:
             "local_optimum": self.local_optimum,
             "value": None if self.schedule is None else self.value,
             "config": None if self.config is None else self.config.to_dict(),
+            "max_running": self.cap,
             "history": self.history,
         }
 
@@ -98,13 +112,37 @@ def neighbours(config: PolicyConfig, prefill_budget: int, no_evict: bool, no_hyb
     return out
 
 
-def run_until(instance: Instance, config: PolicyConfig, budget: TimeBudget, horizon: float) -> Schedule | None:
-    """The engine's schedule of ``config`` on ``instance``, or None when ``budget`` expired first.
+def cap_neighbours(cap: int | None, instance: Instance) -> list[int | None]:
+    """The admission caps next to ``cap`` (None: the instance's R_max): half of it (at least
+    :data:`MIN_RUNNING`) and twice it (None once that reaches R_max or the number of requests)."""
+    ceiling = min(instance.limits.max_running or math.inf, len(instance.requests))
+    current = ceiling if cap is None else cap
+    out: list[int | None] = []
+    if current // 2 >= MIN_RUNNING:
+        out.append(int(current // 2))
+    if cap is not None:
+        out.append(None if 2 * cap >= ceiling else 2 * cap)
+    return out
+
+
+def capped(instance: Instance, cap: int | None) -> Instance:
+    """``instance`` with at most ``cap`` requests holding KV (itself for None): a schedule of it is
+    one of ``instance``."""
+    if cap is None:
+        return instance
+    return replace(instance, limits=replace(instance.limits, max_running=cap))
+
+
+def run_until(
+    instance: Instance, config: PolicyConfig, budget: TimeBudget, horizon: float, cap: int | None = None
+) -> Schedule | None:
+    """The engine's schedule of ``config`` on ``instance`` (its R_max lowered to ``cap``, see
+    :func:`capped`), or None when ``budget`` expired first.
 
     The engine advances in :data:`SLICES` steps of ``horizon / SLICES`` simulated seconds (then
     to the end) and the wall clock is read between steps.
     """
-    engine = Engine.from_instance(instance, config)
+    engine = Engine.from_instance(capped(instance, cap), config)
     step = max(horizon, 1e-9) / SLICES
     simulated_to = step
     while not engine.done():
@@ -123,7 +161,8 @@ def online_search(
     no_evict: bool = False,
     no_hybrid: bool = False,
 ) -> OnlineSearch:
-    """Hill-climb over policy configurations from each seed in turn, best first (module docstring).
+    """Hill-climb over policy configurations and admission caps from each seed in turn, best first,
+    then perturb the best and climb again (module docstring).
 
     ``seeds``: (policy name, replayed objective) of the solve's candidates; those named in
     :data:`~optsched.policies.config.POLICY_CONFIGS` start the climbs. Returns the best
@@ -137,10 +176,23 @@ def online_search(
     out.value = min(value for _, value in seeds)
     climb = _Climb(instance, objective, budget, no_evict, no_hybrid, time.perf_counter())
     for value, name in known:
-        if not climb.run(POLICY_CONFIGS[name], value, name, out):
+        if not climb.run((POLICY_CONFIGS[name], None), value, name, out):
             return out
+    rng, idle = random.Random(0), 0
+    while idle < PERTURB_ROUNDS:
+        best = (out.config, out.cap) if out.config is not None else (POLICY_CONFIGS[known[0][1]], None)
+        point = climb.perturb(best, rng)
+        before = out.value
+        value = climb.evaluate(point, out.seed or known[0][1], out)
+        if value is None or not climb.run(point, value, out.seed or known[0][1], out):
+            return out
+        idle = 0 if out.value < before else idle + 1
     out.local_optimum = True
     return out
+
+
+#: A point of the search: a configuration and an admission cap (None: the instance's R_max).
+Point = tuple[PolicyConfig, int | None]
 
 
 @dataclass
@@ -153,40 +205,64 @@ class _Climb:
     no_evict: bool
     no_hybrid: bool
     t0: float
-    tried: set[PolicyConfig] = field(default_factory=set)
+    tried: set[Point] = field(default_factory=set)
     cost: float = 0.0  # wall seconds of the slowest configuration so far (run and replay)
 
-    def run(self, current: PolicyConfig, value: float, name: str, out: OnlineSearch) -> bool:
-        """Climb from ``current`` (objective ``value``) to a local optimum, recording in ``out``
-        every configuration better than ``out.value``; False when the time ran out first."""
+    def neighbours(self, point: Point) -> list[Point]:
+        """The points one knob away: a configuration's (:func:`neighbours`) or the cap's
+        (:func:`cap_neighbours`)."""
+        config, cap = point
+        limits = self.instance.limits
+        out = [(c, cap) for c in neighbours(config, limits.prefill_budget, self.no_evict, self.no_hybrid)]
+        return out + [(config, c) for c in cap_neighbours(cap, self.instance)]
+
+    def perturb(self, point: Point, rng: random.Random) -> Point:
+        """``point`` with :data:`PERTURB_KNOBS` random one-knob changes in a row."""
+        for _ in range(PERTURB_KNOBS):
+            point = rng.choice(self.neighbours(point))
+        return point
+
+    def evaluate(self, point: Point, name: str, out: OnlineSearch) -> float | None:
+        """Run and replay ``point``, record it in ``out`` when better than ``out.value``; its objective
+        (inf when infeasible, already tried or against the options), None when the time ran out."""
+        if point in self.tried:
+            return math.inf
+        left = self.budget.left()
+        if left is not None and self.cost > left:
+            return None
+        self.tried.add(point)
+        started = time.perf_counter()
         horizon = max((r.arrival for r in self.instance.requests), default=0.0) + 1.0
+        schedule = run_until(self.instance, point[0], self.budget, horizon, point[1])
+        if schedule is None:
+            return None
+        rep = replay(self.instance, schedule)
+        self.cost = max(self.cost, time.perf_counter() - started)
+        out.evaluated += 1
+        if not rep.feasible or (self.no_evict and rep.metrics.evictions):
+            return math.inf
+        found = objective_of(rep, self.objective)
+        if found < out.value:
+            out.schedule, out.value, out.seed = schedule, found, name
+            out.config, out.cap = point
+            out.improved += 1
+            out.history.append((round(time.perf_counter() - self.t0, 3), found))
+        return found
+
+    def run(self, current: Point, value: float, name: str, out: OnlineSearch) -> bool:
+        """Climb from ``current`` (objective ``value``) to a local optimum, recording in ``out``
+        every point better than ``out.value``; False when the time ran out first."""
         self.tried.add(current)
         improved = True
         while improved:
             improved = False
-            for config in neighbours(current, self.instance.limits.prefill_budget, self.no_evict, self.no_hybrid):
-                if config in self.tried:
+            for point in self.neighbours(current):
+                if point in self.tried:
                     continue
-                left = self.budget.left()
-                if left is not None and self.cost > left:
+                found = self.evaluate(point, name, out)
+                if found is None:
                     return False
-                self.tried.add(config)
-                started = time.perf_counter()
-                schedule = run_until(self.instance, config, self.budget, horizon)
-
-                if schedule is None:
-                    return False
-                rep = replay(self.instance, schedule)
-                self.cost = max(self.cost, time.perf_counter() - started)
-                out.evaluated += 1
-                if not rep.feasible or (self.no_evict and rep.metrics.evictions):
-                    continue
-                found = objective_of(rep, self.objective)
-                if found < out.value:
-                    out.schedule, out.value, out.config, out.seed = schedule, found, config, name
-                    out.improved += 1
-                    out.history.append((round(time.perf_counter() - self.t0, 3), found))
                 if found < value:
-                    current, value, improved = config, found, True
+                    current, value, improved = point, found, True
                     break
         return True

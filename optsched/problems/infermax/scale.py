@@ -10,7 +10,9 @@ its time limit here (:func:`scale_phase`):
    (:func:`.segments.segments_refused`): :data:`SEARCH_SHARE` of the time when the trajectory bound runs,
    else all of it. When requests arrive at different times (segment lists carry no clock), the policy
    search of :mod:`.online` instead: hill climbing over the unified scheduler's configurations
-   from the best seed policy, each run with the arrivals and judged by its replayed objective.
+   from the best seed policy, each run with the arrivals and judged by its replayed objective. For
+   mean TTFT first the prefill-first schedules of :mod:`.prefill_first` (every prompt as soon as it may
+   run, the decodes deferred to the gaps between arrivals), within :data:`PREFILL_FIRST_SHARE` of the time.
 3. **The trajectory bound.** For the makespan with a KV capacity, when memory decides the batch
    count (the KV-time count is at least :data:`MEMORY_BINDS` of the other counts), the bound of
    :mod:`.colgen` (a linear relaxation over request trajectories by column generation) with the
@@ -57,6 +59,8 @@ SEARCH_SHARE = 0.3
 FINAL_SEARCH_SHARE = 0.3
 #: Solutions of the relaxation (at as many batch counts) that start the final search.
 GUIDED_POINTS = 2
+#: Most of the time limit the prefill-first schedules of mean TTFT may take (they end sooner).
+PREFILL_FIRST_SHARE = 0.2
 #: The trajectory bound runs when the KV-time count is at least this share of the other counts.
 MEMORY_BINDS = 0.9
 
@@ -124,6 +128,8 @@ def scale_phase(
             and count >= MEMORY_BINDS * batch_counts(instance)[0]
             and not budget.expired()
         )
+    if objective == "ttft" and not budget.expired():
+        _prefill_first(out, instance, phase.part(PREFILL_FIRST_SHARE), no_chunk, no_evict)
     first = SEARCH_SHARE if trajectories else 1.0
     if data is not None:
         first_part = phase.part(first)
@@ -182,7 +188,23 @@ def _policy_search(
     out.info["online_search"] = found.info()
     if found.schedule is not None:
         meta = {**found.schedule.meta, "problem": "infermax", "method": "online-search", "seed": found.seed}
+        meta["max_running"] = found.cap  # the admission cap the search ran the policy under (None: R_max)
         out.schedules["online-search"] = Schedule(instance.name, meta=meta, columns=found.schedule.columns())
+
+
+def _prefill_first(out: ScalePhase, instance: Instance, budget: TimeBudget, no_chunk: bool, no_evict: bool) -> None:
+    """The best prefill-first schedule of :mod:`.prefill_first` (mean TTFT) as ``prefill-first``; its
+    summary in ``info``."""
+    from .prefill_first import best_prefill_first
+
+    schedule, value, built = best_prefill_first(instance, "ttft", budget, chunked=not no_chunk, evictions=not no_evict)
+    out.info["prefill_first"] = {
+        "schedules": built,
+        "value": None if schedule is None else value,
+        "knobs": None if schedule is None else schedule.meta.get("knobs"),
+    }
+    if schedule is not None:
+        out.schedules["prefill-first"] = schedule
 
 
 def _guided_segment_lists(data: SegmentArrays, lp: Any) -> list[tuple[float, SegmentList]]:

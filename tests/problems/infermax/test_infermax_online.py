@@ -23,7 +23,7 @@ from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.policies.engine import simulate
-from optsched.problems.infermax.online import neighbours, online_search, run_until
+from optsched.problems.infermax.online import MIN_RUNNING, cap_neighbours, capped, neighbours, online_search, run_until
 from optsched.report.gather import PolicyRun, Report, SolverRun, build_report
 from optsched.result import SolveResult, objective_of
 from optsched.schedule import replay
@@ -164,3 +164,33 @@ def test_report_names_the_solver_schedule_source():
             assert run.message.startswith("policy search from seed ")
     best = report.best
     assert best is not None and best[1] <= min(p.objective for p in report.policies if p.status == "ok")
+
+
+def test_cap_neighbours_halve_and_double_within_r_max():
+    inst = online_instance(4, n=40)  # R_max None or 8
+    ceiling = min(inst.limits.max_running or 10**9, 40)
+    assert cap_neighbours(None, inst) == [ceiling // 2]
+    assert cap_neighbours(4, inst) == [None if 8 >= ceiling else 8]
+    assert all(c is None or MIN_RUNNING <= c < ceiling for cap in (None, 4, 8, 16) for c in cap_neighbours(cap, inst))
+
+
+@pytest.mark.parametrize("cap", [4, 8])
+def test_a_capped_policy_schedule_replays_on_the_instance(cap):
+    """A schedule run under a lower R_max is one of the instance, with at most ``cap`` requests holding KV."""
+    inst = online_instance(6, memory=0.4)
+    for name in ("mc-sf", "sarathi", "srpf-ef"):
+        schedule = run_until(inst, POLICY_CONFIGS[name], NO_LIMIT, 2.0, cap)
+        rep = replay(inst, schedule)
+        assert rep.feasible, rep.violations[:3]
+        assert replay(capped(inst, cap), schedule).feasible  # R_max = cap holds
+
+
+def test_iterated_search_is_deterministic_and_never_worse_than_its_climbs():
+    inst = online_instance(11, n=40)
+    seeds = [(name, objective_of(replay(inst, simulate(inst, name)), "latency")) for name in ("sarathi", "mc-sf")]
+    first = online_search(inst, "latency", TimeBudget.of(30), seeds)
+    again = online_search(inst, "latency", TimeBudget.of(30), seeds)
+    assert first.local_optimum and (first.value, first.evaluated) == (again.value, again.evaluated)
+    assert first.value <= min(value for _, value in seeds)
+    if first.schedule is not None:
+        assert objective_of(replay(inst, first.schedule), "latency") == pytest.approx(first.value, rel=1e-12)

@@ -1,0 +1,465 @@
+"""Prefill-first schedules for mean TTFT: every prompt as soon as it may run, the decodes in the gaps.
+
+Mean TTFT counts first tokens only: request i's first token is the end of the batch that completes
+its prompt, so a decode batch delays first tokens exactly when it runs while a prompt waits or
+when it is still running at the next arrival. A *prefill-first* schedule (:func:`prefill_first_schedule`)
+is built batch by batch, one simulated clock t:
+
+1. The requests that arrived by t join the waiting queue.
+2. **Prefill batch.** The prompts being prefilled and the waiting ones, in the order ``order``
+   (``remaining-prefill``: fewest prompt tokens left first, a shortest-remaining-processing-time
+   rule on the work that decides the first token; ``arrival``: FCFS), each take a chunk of their
+   remaining prompt (whole prompts only without chunking) while the batch has fewer than ``cap``
+   prefill tokens (``cap`` <= min(C, P)). A waiting request is admitted only when fewer than R_max
+   requests hold KV and its reservation fits in M beside the reservations of the admitted ones,
+   and is otherwise passed over, not the ones after it. Without ``evict`` the reservation is
+   I + O - 1 (as the eviction-free policies do: the schedule never evicts, and the KV use, at most
+   the sum of reservations, stays within M). With ``evict`` it is the prompt I alone, counted
+   only until the first token: KV for a chunk (and the R_max place of an admission) is made by
+   evicting requests past their first token, most output left first (their prompt becomes
+   m + 1, docs/schedule.md rule 2), so a first prompt never waits for another request's decodes;
+   their recompute is background work of step 3, which costs no first token.
+   With ``ratio`` the batch is cut after the prefix of its items that completes the most prompts
+   per second of batch time (Smith's ratio rule for batches: of the requests waiting, those served
+   by a shorter batch stop waiting sooner). With ``preempt`` (and ``remaining-prefill``), when the
+   batch would run past the next arrival and that prompt is shorter than what the batch's last
+   request would have left, the last chunk is cut so that the batch ends by the arrival (whole
+   tiles of the cost model; below :data:`MIN_CAP` tokens the clock waits for the arrival), as
+   preemptive shortest remaining processing time would.
+3. **Background batch**, when no prompt can take a chunk: the requests in decode, fewest output
+   tokens left first (with ``evict``, at most the free slots, all but the nearest to finish evicted
+   when none is free); else the recompute of one evicted request (the one started, else the
+   shortest), in a chunk of the free slots. With ``defer`` and while arrivals are still to come
+   and nothing waits, only the longest prefix of decodes (the chunk) that ends by the next arrival
+   runs (none: the clock jumps to the arrival and the next batch starts there); otherwise
+   (``defer`` off, a prompt waiting, or no arrival left) all of them, up to C.
+
+Every batch is decode-only or prefill-only, so the schedule is also valid without hybrid batches.
+Its batch times are the instance's cost model's, as replay computes them; the caller replays it.
+:func:`best_prefill_first` tries the variants of :func:`variants` within a budget, then climbs
+from the best over one-knob changes (the cap by a quarter, the ratio rule, preemption, evictions,
+the deferral, the order), and keeps the best by replayed objective (the InferMax solve's scale phase offers it as
+the candidate ``prefill-first`` for mean TTFT).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from ...budget import TimeBudget
+from ...instance import Instance
+from ...result import objective_of
+from ...schedule import Batch, Item, Schedule, replay
+
+__all__ = ["PrefillFirst", "best_prefill_first", "cap_steps", "knob_steps", "prefill_first_schedule", "variants"]
+
+#: Orders of the prefill candidates.
+PREFILL_ORDERS = ("remaining-prefill", "arrival")
+#: Smallest prefill cap tried (tokens).
+MIN_CAP = 64
+
+
+@dataclass(frozen=True)
+class PrefillFirst:
+    """One prefill-first schedule's knobs (module docstring).
+
+    Attributes
+    ----------
+    cap
+        Most prefill tokens in one batch (at most min(C, P)).
+    defer
+        Decode only in the gaps that end by the next arrival, unless a prompt is blocked.
+    order
+        Order of the prefill candidates: ``remaining-prefill`` or ``arrival``.
+    chunked
+        Whether a prompt may be prefilled in chunks (else whole).
+    ratio
+        Cut the batch at the prefix of most first tokens per second (module docstring).
+    preempt
+        With ``remaining-prefill``: cut the last chunk at the next arrival when that prompt is shorter
+        than what the chunk's request would have left (module docstring).
+    evict
+        Admit on the first prompt alone and evict requests past their first token for room (module
+        docstring), instead of reserving I + O - 1 slots at admission.
+    """
+
+    cap: int
+    defer: bool = True
+    order: str = "remaining-prefill"
+    chunked: bool = True
+    ratio: bool = False
+    preempt: bool = False
+    evict: bool = False
+
+    def __post_init__(self) -> None:
+        if self.cap < 1:
+            raise ValueError("prefill-first: cap must be >= 1")
+        if self.order not in PREFILL_ORDERS:
+            raise ValueError(f"prefill-first: order must be one of {PREFILL_ORDERS}")
+
+
+def variants(instance: Instance, chunked: bool = True) -> list[PrefillFirst]:
+    """The knobs :func:`best_prefill_first` tries, most promising first: deferred decodes, shortest
+    remaining prompt first, with caps min(C, P), half, a quarter, ... down to :data:`MIN_CAP`; then
+    the same without deferral, then FCFS."""
+    top = min(instance.limits.token_budget, instance.limits.prefill_budget)
+    caps = [top]
+    while chunked and caps[-1] // 2 >= MIN_CAP and len(caps) < 4:
+        caps.append(caps[-1] // 2)
+    ratio = [PrefillFirst(top, defer, order, chunked, True) for order in PREFILL_ORDERS for defer in (True, False)]
+    capped = [PrefillFirst(c, d, o, chunked) for o in PREFILL_ORDERS for d in (True, False) for c in caps]
+    preempt = [PrefillFirst(top, True, "remaining-prefill", chunked, r, True) for r in (False, True) if chunked]
+    evict = [replace(k, evict=True) for k in (ratio[0], *preempt)]
+    return ratio[:1] + capped + ratio[1:] + preempt + evict
+
+
+@dataclass
+class _State:
+    """The requests' state, by index in arrival order: current prompt (I; m + 1 after an eviction in
+    decode), output length, arrival, KV slots m and tokens generated g."""
+
+    prompt: np.ndarray
+    output: np.ndarray
+    arrival: np.ndarray
+    m: np.ndarray
+    g: np.ndarray
+
+
+class _Builder:
+    """The state of one prefill-first schedule being built (:func:`prefill_first_schedule`).
+
+    Lists of request indices: ``waiting`` (arrived, never admitted), ``fore`` (admitted, first
+    prompt not complete), ``decoding`` (prompt complete, holding KV), ``back`` (evicted after their
+    first token: the recompute is background work, done one request at a time).
+    """
+
+    def __init__(self, instance: Instance, knobs: PrefillFirst) -> None:
+        lim = instance.limits
+        self.knobs, self.cm, self.C = knobs, instance.cost_model, lim.token_budget
+        self.reqs = sorted(instance.requests, key=lambda r: r.arrival)
+        n = len(self.reqs)
+        self.st = _State(
+            np.array([r.prompt_tokens for r in self.reqs], dtype=np.int64),
+            np.array([r.output_tokens for r in self.reqs], dtype=np.int64),
+            np.array([r.arrival for r in self.reqs], dtype=float),
+            np.zeros(n, dtype=np.int64),
+            np.zeros(n, dtype=np.int64),
+        )
+        # the admission's reservation: the whole first prompt with evictions, else I + O - 1
+        self.need = self.st.prompt.copy() if knobs.evict else self.st.prompt + self.st.output - 1
+        self.M = math.inf if lim.kv_capacity is None else lim.kv_capacity
+        self.r_max = math.inf if lim.max_running is None else lim.max_running
+        self.cap = min(knobs.cap, lim.token_budget, lim.prefill_budget)
+        self.waiting: list[int] = []
+        self.fore: list[int] = []
+        self.decoding: list[int] = []
+        self.back: list[int] = []
+        self.reserved = self.held = 0  # reservations of the admitted; KV slots held
+        self.left = n
+
+    def holders(self) -> int:
+        """Requests holding KV."""
+        return len(self.fore) + len(self.decoding) + sum(1 for i in self.back if self.st.m[i] > 0)
+
+    def evict_for(self, tokens: int, admitted: int, keep: set[int]) -> list[int]:
+        """Evict decoding requests (most output left first), then a partial recompute, none of ``keep``,
+        until ``tokens`` more slots and ``admitted`` more requests fit in M and R_max; the victims."""
+        st, out = self.st, []
+        victims = sorted((i for i in self.decoding if i not in keep), key=lambda i: (st.g[i] - st.output[i], -st.m[i]))
+        victims += [i for i in self.back if st.m[i] > 0 and i not in keep]
+        for i in victims:
+            if self.held + tokens <= self.M and self.holders() + admitted <= self.r_max:
+                break
+            self.held -= int(st.m[i])
+            if i in self.decoding:
+                self.decoding.remove(i)
+                self.back.append(i)
+                st.prompt[i] = st.m[i] + 1
+            st.m[i] = 0
+            out.append(i)
+        return out
+
+    def record(self, chunks: list[tuple[int, int]], decodes: list[int]) -> None:
+        """Process one batch's items (prefill ``chunks`` or ``decodes``) and finish requests."""
+        st = self.st
+        for i, c in chunks:
+            if i in self.waiting:
+                self.waiting.remove(i)
+                self.fore.append(i)
+                self.reserved += int(self.need[i])
+            st.m[i] += c
+            self.held += c
+            if st.m[i] == st.prompt[i]:  # the prompt completes: a token
+                st.g[i] += 1
+                (self.fore if i in self.fore else self.back).remove(i)
+                self.decoding.append(i)
+                if self.knobs.evict and st.g[i] == 1:
+                    self.reserved -= int(self.need[i])
+        for i in decodes:
+            st.m[i] += 1
+            st.g[i] += 1
+            self.held += 1
+        for i in [i for i in self.decoding if st.g[i] >= st.output[i]]:
+            self.decoding.remove(i)
+            self.held -= int(st.m[i])
+            if not self.knobs.evict:
+                self.reserved -= int(self.need[i])
+            self.left -= 1
+
+
+def prefill_first_schedule(instance: Instance, knobs: PrefillFirst, budget: TimeBudget) -> Schedule | None:
+    """The prefill-first schedule of ``knobs`` (module docstring), or None when ``budget`` expires
+    first or some request can never be admitted (I + O - 1 > M, or a whole prompt over ``cap``)."""
+    b = _Builder(instance, knobs)
+    st, n = b.st, len(b.reqs)
+    if n and ((st.prompt + st.output - 1).max() > b.M or (not knobs.chunked and st.prompt.max() > b.cap)):
+        return None
+    batches: list[Batch] = []
+    t = end = 0.0
+    k = 0  # next arrival
+    while b.left:
+        if budget.expired():
+            return None
+        while k < n and st.arrival[k] <= t:
+            b.waiting.append(k)
+            k += 1
+        nxt = float(st.arrival[k]) if k < n else math.inf
+        step = _foreground(b, k, t) if b.waiting or b.fore else ()
+        if step is None:  # the next arrival goes first and nothing fits before it
+            t = nxt
+            continue
+        step = step or _background(b, t, nxt)
+        if step is None:  # nothing to run before the next arrival
+            if nxt == math.inf:
+                return None
+            t = max(t, nxt)
+            continue
+        chunks, decodes, evicted, seconds = step
+        items = tuple(Item(b.reqs[i].id, c) for i, c in chunks) + tuple(Item(b.reqs[i].id, 1) for i in decodes)
+        victims = tuple(b.reqs[i].id for i in evicted)
+        batches.append(Batch(items, evict=victims, start=t if t > end else None))
+        b.record(chunks, decodes)
+        t = end = t + seconds
+    meta = {"problem": "infermax", "method": "prefill-first", "knobs": asdict(knobs)}
+    return Schedule(instance.name, tuple(batches), meta)
+
+
+#: One batch of :func:`prefill_first_schedule`: prefill chunks, decodes, victims evicted first, seconds.
+_Step = tuple[list[tuple[int, int]], list[int], list[int], float]
+
+
+def _foreground(b: _Builder, k: int, t: float) -> _Step | tuple[()] | None:
+    """The next batch of first prompts (module docstring's step 2); () when none can take a chunk,
+    None when the next arrival (``k``) goes first and no chunk fits before it."""
+    st, knobs = b.st, b.knobs
+    running = len(b.fore) if knobs.evict else len(b.fore) + len(b.decoding)
+    chunks = _prefill_items(st, knobs, b.cap, b.waiting, b.fore, running, b.reserved, b.need, b.M, b.r_max)
+    if knobs.ratio and len(chunks) > 1:
+        chunks = _best_ratio(st, chunks, b.cm)
+    if knobs.preempt and chunks and k < len(b.reqs) and knobs.order == "remaining-prefill":
+        chunks = _cut_at_arrival(st, chunks, b.cm, float(st.arrival[k]) - t, int(st.prompt[k]))
+        if not chunks:
+            return None
+    if not chunks:
+        return ()
+    evicted: list[int] = []
+    if knobs.evict:
+        admitted = sum(1 for i, _ in chunks if i in b.waiting)
+        evicted = b.evict_for(sum(c for _, c in chunks), admitted, {i for i, _ in chunks})
+    return chunks, [], evicted, _prefill_seconds(st, chunks, b.cm)
+
+
+def _background(b: _Builder, t: float, nxt: float) -> _Step | None:
+    """The next batch of later tokens (module docstring's step 3): decodes, else one evicted request's
+    recompute; with deferral only what ends by the next arrival; None when nothing runs."""
+    st = b.st
+    gap = nxt - t if b.knobs.defer and not b.waiting and nxt < math.inf else math.inf
+    if b.decoding:
+        evicted: list[int] = []
+        if b.held + 1 > b.M:  # (evictions only) no slot for one decode: evict all but the nearest to finish
+            keep = min(b.decoding, key=lambda i: (st.output[i] - st.g[i], i))
+            evicted = b.evict_for(1, 0, {keep})
+        chosen, seconds = _decode_items(st, b.decoding, b.cm, int(min(b.C, b.M - b.held)), gap)
+        if not chosen and evicted:  # a batch must carry the evictions: the nearest to finish decodes
+            chosen, seconds = _decode_items(st, b.decoding, b.cm, 1, math.inf)
+        return ([], chosen, evicted, seconds) if chosen else None
+    if not b.back:
+        return None
+    i = max(b.back, key=lambda j: (st.m[j], -st.prompt[j], -j))  # the started recompute, else the shortest
+    c = int(min(st.prompt[i] - st.m[i], b.cap, b.M - b.held))
+    if c < 1 or (st.m[i] == 0 and b.holders() + 1 > b.r_max):
+        return None
+    chunks = _cut_at_arrival(st, [(i, c)], b.cm, gap, 0)
+    return (chunks, [], [], _prefill_seconds(st, chunks, b.cm)) if chunks else None
+
+
+def _prefill_items(
+    st: _State,
+    knobs: PrefillFirst,
+    cap: int,
+    waiting: list[int],
+    prefilling: list[int],
+    running: int,
+    reserved: int,
+    need: np.ndarray,
+    capacity: float,
+    r_max: float,
+) -> list[tuple[int, int]]:
+    """(request, chunk) of the next prefill batch: candidates in ``knobs.order`` while tokens are left
+    of ``cap``; a waiting one only when it is admitted (fewer than R_max of ``running`` requests holding
+    KV and the ones admitted here, its reservation within M)."""
+    if knobs.order == "remaining-prefill":
+        ranked = sorted(prefilling + waiting, key=lambda i: (st.prompt[i] - st.m[i], i))
+    else:
+        ranked = sorted(prefilling + waiting)
+    out: list[tuple[int, int]] = []
+    room = cap
+    admitted = 0
+    waiting_set = set(waiting)
+    for i in ranked:
+        if room <= 0:
+            break
+        if i in waiting_set:
+            if running + admitted >= r_max or reserved + need[i] > capacity:
+                continue
+        rest = int(st.prompt[i] - st.m[i])
+        c = min(rest, room) if knobs.chunked else (rest if rest <= room else 0)
+        if c <= 0:
+            continue
+        if i in waiting_set:
+            admitted += 1
+            reserved += int(need[i])
+        out.append((i, c))
+        room -= c
+    return out
+
+
+def _prefill_seconds(st: _State, chunks: list[tuple[int, int]], cm) -> float:  # noqa: ANN001
+    """The batch time of the prefill items ``chunks`` (request, tokens)."""
+    tokens = sum(c for _, c in chunks)
+    squares = sum(c * c for _, c in chunks)
+    return cm.batch_time(tokens, tokens, squares, 0, 0, sum(c * int(st.m[i]) for i, c in chunks))
+
+
+def _cut_at_arrival(
+    st: _State,
+    chunks: list[tuple[int, int]],
+    cm,
+    gap: float,
+    arriving: int,  # noqa: ANN001
+) -> list[tuple[int, int]]:
+    """``chunks`` with its last chunk shortened so that the batch ends within ``gap`` seconds, by the
+    next arrival, when that arrival's prompt (``arriving`` tokens) is shorter than what the last
+    request would have left (so the arrival goes first): the chunk is the longest that fits,
+    rounded down to whole tiles of the cost model when the batch has more than one tile, and dropped
+    below :data:`MIN_CAP` tokens (no chunks at all: wait for the arrival). ``chunks`` unchanged when
+    the batch already ends in time or the arrival's prompt is not shorter."""
+    if _prefill_seconds(st, chunks, cm) <= gap:
+        return chunks
+    *head, (i, c) = chunks
+    if arriving >= int(st.prompt[i] - st.m[i]) - min(c, MIN_CAP):
+        return chunks
+    lo, hi = 0, c  # chunk lo fits (or is 0), chunk hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _prefill_seconds(st, [*head, (i, mid)], cm) <= gap else (lo, mid)
+    tile = getattr(cm, "token_tile", 0) or 0
+    tokens = sum(x for _, x in head) + lo
+    if tile and cm.per_tile and tokens > tile:
+        lo -= min(lo, tokens % tile)
+    return [*head, (i, lo)] if lo >= MIN_CAP else head
+
+
+def _best_ratio(st: _State, chunks: list[tuple[int, int]], cm) -> list[tuple[int, int]]:  # noqa: ANN001
+    """The prefix of ``chunks`` of most completed prompts per second of its batch time (the longest
+    among equals; all of them when no prefix completes a prompt)."""
+    best, best_rate = len(chunks), 0.0
+    tokens = squares = context = done = 0
+    for k, (i, c) in enumerate(chunks, start=1):
+        tokens, squares, context = tokens + c, squares + c * c, context + c * int(st.m[i])
+        done += int(st.m[i] + c == st.prompt[i])
+        rate = done / cm.batch_time(tokens, tokens, squares, 0, 0, context)  # = _prefill_seconds of the prefix
+        if rate >= best_rate and done:
+            best, best_rate = k, rate
+    return chunks[:best]
+
+
+def _decode_items(st: _State, decoding: list[int], cm, token_budget: int, gap: float) -> tuple[list[int], float]:  # noqa: ANN001
+    """The decode batch: the requests of ``decoding`` with fewest output tokens left first, up to C, the
+    longest such prefix whose batch time is at most ``gap`` seconds; and that time."""
+    ranked = sorted(decoding, key=lambda i: (st.output[i] - st.g[i], i))[:token_budget]
+    kv = np.cumsum([int(st.m[i]) for i in ranked])
+    kv_max = np.maximum.accumulate([int(st.m[i]) for i in ranked])
+
+    def seconds(size: int) -> float:
+        return cm.batch_time(size, 0, 0, size, int(kv[size - 1]), 0, int(kv_max[size - 1]))
+
+    if seconds(len(ranked)) <= gap:
+        return ranked, seconds(len(ranked))
+    lo, hi = 0, len(ranked)  # seconds(lo) fits (or lo == 0), seconds(hi) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if seconds(mid) <= gap else (lo, mid)
+    return ranked[:lo], (seconds(lo) if lo else 0.0)
+
+
+def best_prefill_first(
+    instance: Instance, objective: str, budget: TimeBudget, chunked: bool = True, evictions: bool = True
+) -> tuple[Schedule | None, float, int]:
+    """The best replayed prefill-first schedule within ``budget``: over :func:`variants`, then a
+    first-improvement climb from the best over one-knob changes (:func:`knob_steps`); without
+    ``evictions``, only the knobs that never evict.
+
+    Returns (schedule, its objective, schedules built); (None, inf, built) when none replayed cleanly
+    in time.
+    """
+    best: tuple[Schedule | None, float, PrefillFirst | None] = (None, math.inf, None)
+    tried: set[PrefillFirst] = set()
+
+    def attempt(knobs: PrefillFirst) -> bool:
+        nonlocal best
+        tried.add(knobs)
+        schedule = prefill_first_schedule(instance, knobs, budget)
+        rep = None if schedule is None else replay(instance, schedule)
+        if rep is None or not rep.feasible or (rep.metrics.evictions and not evictions):
+            return False
+        value = objective_of(rep, objective)
+        if value < best[1]:
+            best = (schedule, value, knobs)
+            return True
+        return False
+
+    for knobs in variants(instance, chunked):
+        if knobs.evict and not evictions:
+            continue
+        if budget.expired():
+            return best[0], best[1], len(tried)
+        attempt(knobs)
+    improved = best[2] is not None
+    while improved and not budget.expired():
+        steps = [k for k in knob_steps(best[2], instance) if k not in tried and (evictions or not k.evict)]
+        improved = any(attempt(k) for k in steps if not budget.expired())
+    return best[0], best[1], len(tried)
+
+
+def knob_steps(knobs: PrefillFirst, instance: Instance) -> list[PrefillFirst]:
+    """The knobs one change away from ``knobs``: the cap's steps (:func:`cap_steps`, with chunking),
+    the ratio rule, the deferral and the order switched."""
+    out = [replace(knobs, cap=c) for c in cap_steps(knobs.cap, instance)] if knobs.chunked else []
+    other = next(o for o in PREFILL_ORDERS if o != knobs.order)
+    return out + [
+        replace(knobs, ratio=not knobs.ratio),
+        replace(knobs, preempt=not knobs.preempt),
+        replace(knobs, evict=not knobs.evict),
+        replace(knobs, defer=not knobs.defer),
+        replace(knobs, order=other),
+    ]
+
+
+def cap_steps(cap: int, instance: Instance) -> list[int]:
+    """The caps next to ``cap`` the climb tries: 3/4 and 5/4 of it, within [:data:`MIN_CAP`, min(C, P)]."""
+    top = min(instance.limits.token_budget, instance.limits.prefill_budget)
+    return sorted({max(MIN_CAP, min(top, c)) for c in (cap * 3 // 4, cap * 5 // 4)} - {cap})
