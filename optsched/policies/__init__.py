@@ -14,7 +14,7 @@ from functools import partial
 from ..instance import Instance
 from ..registry import resolve
 from ..schedule import Schedule
-from .config import POLICY_CONFIGS
+from .config import POLICY_CONFIGS, policy_config
 
 POLICIES: dict[str, str] = {
     "hybrid-baseline": "optsched.problems.hybrid.online:simulate_baseline",
@@ -41,3 +41,14 @@ def simulator_for(name: str) -> Callable[[Instance], Schedule]:
     """The simulate function of policy ``name`` (KeyError naming the known ones otherwise)."""
     simulate = resolve(POLICIES, name, "policy")
     return partial(simulate, policy=name) if POLICIES[name] == ENGINE else simulate
+
+
+def runs_compiled(name: str) -> bool:
+    """Whether policy ``name`` runs on the compiled engine (a row of the unified scheduler that
+    :func:`optsched.policies.fastengine.compiles` accepts); the others run in Python, about ten
+    times slower on a large trace."""
+    if POLICIES.get(name) != ENGINE:
+        return False
+    from .fastengine import compiles  # numba is imported only where a policy runs
+
+    return compiles(policy_config(name))

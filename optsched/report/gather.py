@@ -29,8 +29,6 @@ running at the deadline is abandoned and the report is marked ``partial``, as on
 from __future__ import annotations
 
 import math
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -41,7 +39,7 @@ from .. import api
 from ..budget import NO_LIMIT, TimeBudget
 from ..instance import Instance, InstanceError
 from ..load_bounds import proven_bounds
-from ..policies import POLICIES, simulator_for
+from ..policies import POLICIES, runs_compiled, simulator_for
 from ..problems import BOUNDERS, SOLVERS
 from ..result import (
     MAXIMISED,
@@ -52,8 +50,10 @@ from ..result import (
     relative_gap,
 )
 from ..schedule import ReplayResult, Schedule, replay
+from .alarm import TimeUp, alarm
 
 __all__ = [
+    "HIGHLIGHTED_POLICIES",
     "SCHEDULE_PROBLEMS",
     "BoundEntry",
     "PolicyRun",
@@ -88,14 +88,13 @@ TAIL_SHARE = 0.15
 #: own time limit, :func:`solver_room` before the deadline).
 SOLVER_GRACE = 1.0
 
+#: The engines' default policies, which the report runs first and its tables and plots name first
+#: and highlight.
+HIGHLIGHTED_POLICIES = ("vllm", "sarathi")
+
 #: Default largest instance (in requests) handed to the solver: None, every size (the InferMax
 #: solve works at any size, :mod:`optsched.problems.infermax.scale`); a number is an opt-out.
 SOLVE_MAX_REQUESTS: int | None = None
-
-
-class TimeUp(BaseException):
-    """The report's overall deadline passed during a phase (a BaseException, as KeyboardInterrupt:
-    the ``except Exception`` of a phase that skips a failing part must not swallow it)."""
 
 
 @dataclass(frozen=True)
@@ -232,30 +231,6 @@ class Report:
         if self.maximised and bound is not None and value is not None:
             return (bound.value - value) / max(abs(bound.value), 1e-12)
         return relative_gap(value, None if bound is None else bound.value)
-
-
-@contextmanager
-def _deadline(budget: TimeBudget) -> Iterator[None]:
-    """Raise :class:`TimeUp` in the block when ``budget`` runs out (SIGALRM)."""
-    left = budget.left()
-    usable = left is not None and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    if not usable:
-        yield
-        return
-    assert left is not None
-    if left <= 0:
-        raise TimeUp
-
-    def handler(signum: int, frame: Any) -> None:
-        raise TimeUp
-
-    previous = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, left)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def gather_bounds(
@@ -440,6 +415,8 @@ def build_report(
     unknown = [p for p in names if p not in POLICIES]
     if unknown:
         raise KeyError(f"unknown policy {unknown[0]!r} (known: {', '.join(sorted(POLICIES))})")
+    # the engines' defaults first, then the compiled ones: a time limit on a large trace still has them
+    names.sort(key=lambda name: (name not in HIGHLIGHTED_POLICIES, not runs_compiled(name)))
     phase = "bounds"
     try:
         with _timed(report, "bounds"):
@@ -449,10 +426,10 @@ def build_report(
             ]
         say(f"generic bounds: {', '.join(f'{b.name} {b.value:.6g}' for b in report.bounds)}")
         phase = "policies"
-        with _timed(report, "policies"), _deadline(budget):
+        with _timed(report, "policies"):
             _policy_phase(report, names, budget.share(POLICY_SHARE), say, doing)
         phase = "bounders"
-        with _timed(report, "bounders"), _deadline(budget):
+        with _timed(report, "bounders"), alarm(budget):
             _bounder_phase(report, budget, say, doing)
         phase = "P99 bounds"
         with _timed(report, "tail bounds"):
@@ -503,7 +480,7 @@ def _tail_phase(report: Report, budget: TimeBudget, say: Callable[[str], None], 
 
     doing("P99 bounds")
     try:
-        with _deadline(budget):
+        with alarm(budget):
             report.tail_bounds = goodput_bounds.tail_bounds(report.instance, budget=budget)
     except TimeUp:
         report.notes.append(f"P99 bounds: not computed within their share of the time limit ({100 * TAIL_SHARE:.0f} %)")
@@ -519,17 +496,25 @@ def _policy_phase(
     say: Callable[[str], None],
     doing: Callable[[str], None],
 ) -> None:
-    """Run the policies in turn; none starts once ``share`` (:data:`POLICY_SHARE` of the time) is used."""
+    """Run the policies in turn within ``share`` (:data:`POLICY_SHARE` of the time): none starts once
+    it is used, and the one running when it ends is stopped (listed as skipped)."""
     objective = report.objective
+    used = f"the policies' share of the time limit ({100 * POLICY_SHARE:.0f} %) was used"
     for k, name in enumerate(names, 1):
         if share.expired():
-            report.notes.append(
-                f"policies {', '.join(names[k - 1 :])} not run: the policies' share of the time limit "
-                f"({100 * POLICY_SHARE:.0f} %) was used"
-            )
+            report.notes.append(f"policies {', '.join(names[k - 1 :])} not run: {used}")
             return
         doing(f"policy {k}/{len(names)} {name}")
-        run = _run_policy(report.instance, name, objective)
+        t_start = time.perf_counter()
+        try:
+            with alarm(share):
+                run = _run_policy(report.instance, name, objective)
+        except TimeUp:
+            wall = time.perf_counter() - t_start
+            report.policies.append(PolicyRun(name, "skipped", message=f"stopped after {wall:.1f} s", wall_time=wall))
+            report.notes.append(f"policy {name} stopped after {wall:.1f} s, the later ones not run: {used}")
+            say(f"policy {k}/{len(names)} {name}: stopped at the policies' time share ({wall:.1f}s)")
+            return
         report.policies.append(run)
         value = f"{objective} {run.objective:.6g}" if run.objective is not None else run.status
         say(f"policy {k}/{len(names)} {name}: {value} ({run.wall_time:.1f}s)")
@@ -559,7 +544,7 @@ def _solver_phase(
     solver_budget = budget if room is None else budget.reserve(solver_room(room)).at_least(0.5)
     left = solver_budget.left()
     say(f"solver {problem}: time limit {'none' if left is None else f'{left:.1f}s'}, warm start {warm}")
-    with _timed(report, "solver"), _deadline(budget.reserve(-SOLVER_GRACE)):
+    with _timed(report, "solver"), alarm(budget.reserve(-SOLVER_GRACE)):
         try:
             run = _run_solver(instance, problem, report.objective, solver_budget, warm)
         except (TimeUp, KeyboardInterrupt):

@@ -11,12 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..metrics import TAIL_KEYS
-from .gather import Report
+from .gather import HIGHLIGHTED_POLICIES, Report
 
 __all__ = ["HIGHLIGHTED_POLICIES", "METRIC_KEYS", "grouped_messages", "report_rows", "report_to_dict"]
-
-#: The engines' default policies, which the tables and plots name first and highlight.
-HIGHLIGHTED_POLICIES = ("vllm", "sarathi")
 
 #: Schedule metrics shown for every schedule (docs/schedule.md).
 METRIC_KEYS = ("makespan", "mean_latency", "mean_ttft", "mean_tpot", "throughput", "evictions", "slo_attainment", "G")

@@ -143,7 +143,7 @@ def fold_identical(report: Report) -> dict[str, list[str]]:
     """Schedule labels (``kind:name``) grouped by identical batches (:func:`same_batches`).
 
     Each group is keyed by its first label: the solver's, else a policy of
-    :data:`~optsched.report.output.HIGHLIGHTED_POLICIES`, else the first in
+    :data:`~optsched.report.gather.HIGHLIGHTED_POLICIES`, else the first in
     :func:`~optsched.report.output.report_rows` order; it maps to every label of the group, the key first.
     """
     order = [f"{r['kind']}:{r['name']}" for r in report_rows(report)]

@@ -167,11 +167,26 @@ def test_deadline_gives_partial_report(fcfs: str, monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr("tests.support.report.slow", slow, raising=False)
     monkeypatch.setitem(POLICIES, "zz-slow", "tests.support.report:slow")
+    monkeypatch.setitem(POLICIES, "zz-slow-2", "tests.support.report:slow")
     t0 = time.perf_counter()
-    report = build_report(load_instance("toy-4"), time_limit=1.0, policies=[fcfs, "zz-slow"])
+    report = build_report(
+        load_instance("toy-4"), time_limit=1.0, policies=[fcfs, "zz-slow", "zz-slow-2"], solve_max_requests=0
+    )
     assert time.perf_counter() - t0 < 2.0
-    assert report.partial and "time limit reached during policies" in report.notes[-1]
+    # the slow policy is stopped at the policies' share of the limit, the later ones are not started
+    slow_run = {p.policy: p for p in report.policies}
+    assert slow_run["zz-slow"].status == "skipped" and slow_run["zz-slow"].message.startswith("stopped after")
+    assert slow_run["zz-slow-2"].status == "skipped" and slow_run[fcfs].status == "ok"
+    assert any(n.startswith("policy zz-slow stopped after") for n in report.notes), report.notes
     assert report.best is not None and report.best[0] == "policy:serial-fcfs"
+
+
+def test_compiled_policies_run_first(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM and Sarathi come first, then the policies that run on the compiled engine, so that a time
+    limit on a large trace still finds them and a best schedule; the others keep their order."""
+    order = ["hybrid", "mc-sf", "rank-o", "sarathi", "vllm-hy", "vllm"]
+    report = build_report(load_instance("toy-4"), time_limit=None, policies=order)
+    assert [p.policy for p in report.policies] == ["sarathi", "vllm", "rank-o", "vllm-hy", "hybrid", "mc-sf"]
 
 
 def test_p99_bounds_that_do_not_fit_their_share_are_noted(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:

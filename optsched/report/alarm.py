@@ -1,0 +1,47 @@
+"""The report's deadline inside a phase: :func:`alarm` raises :class:`TimeUp` when a time budget runs out.
+
+A phase that cannot look at the clock itself (a policy's simulation, a bounder) runs inside
+:func:`alarm`, which interrupts it with SIGALRM in the main thread; elsewhere (another thread, a
+platform without ``setitimer``) the block runs to its end.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..budget import TimeBudget
+
+__all__ = ["TimeUp", "alarm"]
+
+
+class TimeUp(BaseException):
+    """The report's overall deadline passed during a phase (a BaseException, as KeyboardInterrupt:
+    the ``except Exception`` of a phase that skips a failing part must not swallow it)."""
+
+
+@contextmanager
+def alarm(budget: TimeBudget) -> Iterator[None]:
+    """Raise :class:`TimeUp` in the block when ``budget`` runs out (SIGALRM)."""
+    left = budget.left()
+    usable = left is not None and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+    assert left is not None
+    if left <= 0:
+        raise TimeUp
+
+    def handler(signum: int, frame: Any) -> None:
+        raise TimeUp
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, left)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
