@@ -5,16 +5,17 @@ the per-request state as arrays and the loops of GetNextBatch compiled by numba,
 schedule as :class:`~optsched.schedcols.ScheduleColumns` (no Python object per item). It follows
 :class:`~optsched.policies.engine.Engine` step for step (the same queues as arrays: R_r sorted by
 priority, R_w as a double-ended queue for FCFS or sorted by priority for the ``all`` group; the same
-candidate order, budgets, reservations and victims; the same cost model arithmetic), so its batches
+candidate order, budgets, reservations in whole KV blocks of ``kv_block`` slots with the admission
+watermark ``kv_watermark``, and victims; the same cost model arithmetic), so its batches
 are the reference engine's, batch for batch (``tests/policies/test_fastengine.py``).
 
 The priority order is a rank per request: :data:`ORDER_KEYS` maps a policy's ``order`` to a key
 function of the request; ties fall to the arrival, then the request's position (as the reference
 engine's tuples). A new order needs only its key function here. An order without one, the KV
 look-ahead admission (``kv_lookahead``, MC-SF), a waiting group sorted by another order than the
-arrival (``srpf``), a cost model
-that is not a :class:`~optsched.costmodel.CostModel`, an instance the engine refuses (a repeated id,
-a request larger than M) or a livelock returns None: the reference engine then runs (and raises).
+arrival (``srpf``), a cost model that is not a :class:`~optsched.costmodel.CostModel`, an instance
+the engine refuses (a repeated id, a request larger than M or than its whole KV blocks) or a
+livelock returns None: the reference engine then runs (and raises).
 
 Kernels compile at their first call and are cached on disk; importing this module compiles nothing.
 """
@@ -55,7 +56,7 @@ _NO, _NTOK, _NPRE, _SPRE, _NDEC, _KVDEC, _XPRE, _KVMAX, _PHASE, _NGEN, _BITEMS, 
 _PRE, _DEC = 1, 2
 # flags F and limits L
 _HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS = 0, 1, 2, 3, 4, 5, 6
-_C, _P, _MCAP, _RCAP = 0, 1, 2, 3
+_C, _P, _MCAP, _RCAP, _BLOCK, _WATERMARK = 0, 1, 2, 3, 4, 5
 
 #: The kernels' decorator: cached on disk, and compiled without numba's reference counting
 #: (``_nrt=False``): they allocate nothing (every buffer comes from :func:`simulate_columns`), and
@@ -65,10 +66,25 @@ _kernel = njit(cache=True, _nrt=False)
 
 
 @_kernel
-def _held(Q, F, i):  # noqa: ANN001, ANN202 - numba kernel
+def _blocks(L, slots):  # noqa: ANN001, ANN202 - numba kernel
+    """``slots`` rounded up to whole KV blocks (in slots)."""
+    return (slots + L[_BLOCK] - 1) // L[_BLOCK] * L[_BLOCK]
+
+
+@_kernel
+def _held(Q, F, L, i):  # noqa: ANN001, ANN202
+    """KV slots reserved for running request ``i`` (whole blocks)."""
     if F[_EF]:
         return Q[_FIXED, i]
-    return max(Q[_M, i], Q[_PROMPT, i])
+    return _blocks(L, max(Q[_M, i], Q[_PROMPT, i]))
+
+
+@_kernel
+def _decode_need(Q, F, L, i):  # noqa: ANN001, ANN202
+    """KV slots a decode of ``i`` adds: a new block when its KV fills its last one (none for eviction-free)."""
+    if F[_EF] or Q[_M, i] % L[_BLOCK]:
+        return 0
+    return L[_BLOCK]
 
 
 @_kernel
@@ -117,10 +133,10 @@ def _push_item(E, i, c):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def _evict(E, F, i):  # noqa: ANN001, ANN202
+def _evict(E, F, L, i):  # noqa: ANN001, ANN202
     """Drop request ``i``'s KV (recomputation) and put it back into R_w (B1)."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
-    S[_KVRES] -= _held(Q, F, i)
+    S[_KVRES] -= _held(Q, F, L, i)
     if Q[_M, i] >= Q[_PROMPT, i]:
         Q[_PROMPT, i] = Q[_M, i] + 1
     Q[_M, i] = 0
@@ -153,10 +169,10 @@ def _make_room(E, F, L, cand, need):  # noqa: ANN001, ANN202
             continue
         vbuf[nv] = v
         nv += 1
-        deficit -= _held(Q, F, v)
+        deficit -= _held(Q, F, L, v)
         if deficit <= 0:
             for x in range(nv):
-                _evict(E, F, vbuf[x])
+                _evict(E, F, L, vbuf[x])
             return True
     return False
 
@@ -179,8 +195,9 @@ def _take_prefill(E, F, L, i, admit):  # noqa: ANN001, ANN202
     if admit:
         if S[_NRUN] >= L[_RCAP]:
             return False
-        need = Q[_PROMPT, i] + (Q[_OUT, i] - Q[_GEN, i] - 1 if F[_EF] else 0)
-        if S[_KVRES] + need > L[_MCAP] and not (F[_EFW] and _make_room(E, F, L, i, need)):
+        need = _blocks(L, Q[_PROMPT, i] + (Q[_OUT, i] - Q[_GEN, i] - 1 if F[_EF] else 0))
+        free = need + (L[_WATERMARK] if S[_NRUN] else 0)  # free slots it needs (vLLM's watermark)
+        if S[_KVRES] + free > L[_MCAP] and not (F[_EFW] and _make_room(E, F, L, i, free)):
             return False
         S[_KVRES] += need
         if F[_EF]:
@@ -229,7 +246,13 @@ def _take_decodes(E, F, L, run_):  # noqa: ANN001, ANN202
     k = min(len(run_), L[_C] - D[_NTOK])
     if k <= 0:
         return
-    need = 0 if F[_EF] else k
+    need = 0
+    if not F[_EF]:
+        if L[_BLOCK] == 1:
+            need = k
+        else:
+            for x in range(k):
+                need += _decode_need(Q, F, L, run_[x])
     if S[_KVRES] + need <= L[_MCAP]:
         _add_decodes(E, run_[:k])
         S[_KVRES] += need
@@ -240,11 +263,12 @@ def _take_decodes(E, F, L, run_):  # noqa: ANN001, ANN202
             return
         if Q[_MARK, i] == D[_NO]:
             continue
-        if S[_KVRES] + 1 > L[_MCAP] and not _make_room(E, F, L, i, 1):
-            _evict(E, F, i)
+        step = _decode_need(Q, F, L, i)
+        if S[_KVRES] + step > L[_MCAP] and not _make_room(E, F, L, i, step):
+            _evict(E, F, L, i)
             continue
         _add_decodes(E, run_[x : x + 1])
-        S[_KVRES] += 1
+        S[_KVRES] += step
 
 
 @_kernel
@@ -323,7 +347,7 @@ def _fill_group(E, F, L, kind):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def _finish(E, F):  # noqa: ANN001, ANN202
+def _finish(E, F, L):  # noqa: ANN001, ANN202
     """Generate the batch's tokens; finished requests release their KV (B10). Returns how many finished."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     done = 0
@@ -331,7 +355,7 @@ def _finish(E, F):  # noqa: ANN001, ANN202
         i = gbuf[g]
         Q[_GEN, i] += 1
         if Q[_GEN, i] == Q[_OUT, i]:
-            S[_KVRES] -= _held(Q, F, i)
+            S[_KVRES] -= _held(Q, F, L, i)
             Q[_M, i] = 0
             Q[_FIXED, i] = 0
             done += 1
@@ -407,7 +431,7 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts):  # n
             batch_out[nb, 1] = D[_BEVICT]
             starts[nb] = start if explicit else np.nan
         nb += 1
-        unfinished -= _finish(E, F)
+        unfinished -= _finish(E, F, L)
         stall = 0 if D[_NGEN] else stall + 1
         if _stalled(Q, S, E[3], E[4], F, stall):
             return 2, nb
@@ -430,16 +454,9 @@ def _cap(limit: int | None) -> int:
 
 def compiles(config: PolicyConfig) -> bool:
     """Whether the kernel runs ``config``: its order has a key function (:data:`ORDER_KEYS`), it
-    admits without the KV look-ahead, its waiting group, if any, is served by arrival and its KV is
-    token-granular (``kv_block`` 1) with no watermark."""
+    admits without the KV look-ahead and its waiting group, if any, is served by arrival."""
     sorted_waiting = config.order != "arrival" and "waiting" in config.groups
-    return (
-        config.order in ORDER_KEYS
-        and not config.kv_lookahead
-        and not sorted_waiting
-        and config.kv_block == 1
-        and not config.kv_watermark
-    )
+    return config.order in ORDER_KEYS and not config.kv_lookahead and not sorted_waiting
 
 
 def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int | None = None) -> ScheduleColumns | None:
@@ -453,7 +470,9 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     key = ORDER_KEYS.get(config.order)
     n = len(reqs)
     arrival_column, prompt, out_len = instance.columns  # read-only, shared with the replay and the bounds
-    big = n > 0 and int((prompt + out_len - 1).max()) > _cap(lim.kv_capacity)
+    block = config.kv_block
+    m_cap = _cap(lim.kv_capacity) // block * block  # KV in whole blocks: at most floor(M / kv_block)
+    big = n > 0 and -(-int((prompt + out_len - 1).max()) // block) * block > m_cap
     if not compiles(config) or type(instance.cost_model) is not CostModel or big or len(set(ids)) != len(ids):
         return None
     arrival = arrival_column.copy()  # the kernel's argument types are writable arrays
@@ -461,7 +480,8 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     flags = [config.hybrid, config.chunked, config.eviction_free, config.prefill_counts_decodes]
     flags += [config.evict_for_waiting, config.evicted_to_front, "all" not in config.groups]
     chunk = min(config.chunk or lim.prefill_budget, lim.prefill_budget)
-    limits = np.array([lim.token_budget, chunk, _cap(lim.kv_capacity), _cap(lim.max_running)], np.int64)
+    limits = [lim.token_budget, chunk, m_cap, _cap(lim.max_running), block, config.kv_watermark * block]
+    limits = np.array(limits, np.int64)
     groups = np.array([GROUPS.index(g) for g in config.groups], np.int64)
     cap = items_hint or int(out_len.sum() + prompt.sum() // 64 + 2 * n + 1024)
     ev_cap = items_hint or max(n, 1024)
