@@ -11,9 +11,11 @@ are the reference engine's, batch for batch (``tests/policies/test_fastengine.py
 
 The priority order is a rank per request: :data:`ORDER_KEYS` maps a policy's ``order`` to a key
 function of the request; ties fall to the arrival, then the request's position (as the reference
-engine's tuples). A new order needs only its key function here. An order without one, the KV
-look-ahead admission (``kv_lookahead``, MC-SF), a waiting group sorted by another order than the
-arrival (``srpf``), a cost model that is not a :class:`~optsched.costmodel.CostModel`, an instance
+engine's tuples). The dynamic order ``remaining-prefill`` (``srpf``) adds a key row, prompt - m,
+set where the reference engine recomputes its keys (R_r before each batch, an evicted request) and
+compared before the rank. A new static order needs only its key function here. An order without
+one, the KV look-ahead admission (``kv_lookahead``, MC-SF), a cost model that is not a
+:class:`~optsched.costmodel.CostModel`, an instance
 the engine refuses (a repeated id, a request larger than M or than its whole KV blocks) or a
 livelock returns None: the reference engine then runs (and raises).
 
@@ -38,24 +40,27 @@ from .config import GROUPS, PolicyConfig
 __all__ = ["ORDER_KEYS", "compiled_schedule", "compiles", "simulate_columns"]
 
 
-#: Per ``order`` of :class:`PolicyConfig`: the request's priority key (smaller first), before the
-#: arrival and the position that break ties.
+#: Per ``order`` of :class:`PolicyConfig`: the request's static priority key (smaller first), before
+#: the arrival and the position that break ties (``remaining-prefill``: its dynamic key comes first).
 ORDER_KEYS: dict[str, Callable[[Request], tuple[Any, ...]]] = {
     "arrival": lambda r: (),
     "prompt": lambda r: (r.prompt_tokens,),
     "output": lambda r: (r.output_tokens,),
+    "remaining-prefill": lambda r: (),
 }
+#: The dynamic order the kernel keys itself (prompt - m, module docstring).
+_REMAINING = "remaining-prefill"
 
 _NO_LIMIT = 2**62
 # rows of the per-request state Q
-_M, _PROMPT, _GEN, _FIXED, _MARK, _OUT, _RANK = 0, 1, 2, 3, 4, 5, 6
+_M, _PROMPT, _GEN, _FIXED, _MARK, _OUT, _RANK, _KEY = 0, 1, 2, 3, 4, 5, 6, 7
 # scalars S: KV reserved, running count, waiting head and length, items, evictions, batches
 _KVRES, _NRUN, _WHEAD, _WLEN, _NITEMS, _NEVICT = 0, 1, 2, 3, 4, 5
 # the batch being built D (the reference's _Draft)
 _NO, _NTOK, _NPRE, _SPRE, _NDEC, _KVDEC, _XPRE, _KVMAX, _PHASE, _NGEN, _BITEMS, _BEVICT = range(12)
 _PRE, _DEC = 1, 2
 # flags F and limits L
-_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS = 0, 1, 2, 3, 4, 5, 6
+_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN = 0, 1, 2, 3, 4, 5, 6, 7
 _C, _P, _MCAP, _RCAP, _BLOCK, _WATERMARK = 0, 1, 2, 3, 4, 5
 
 #: The kernels' decorator: cached on disk, and compiled without numba's reference counting
@@ -88,10 +93,18 @@ def _decode_need(Q, F, L, i):  # noqa: ANN001, ANN202
 
 
 @_kernel
+def _before(Q, a, b):  # noqa: ANN001, ANN202
+    """Whether request ``a`` precedes ``b`` in the priority order: (dynamic key, rank)."""
+    if Q[_KEY, a] != Q[_KEY, b]:
+        return Q[_KEY, a] < Q[_KEY, b]
+    return Q[_RANK, a] < Q[_RANK, b]
+
+
+@_kernel
 def _insert_sorted(arr, S, slot, Q, i):  # noqa: ANN001, ANN202
     """``insort`` by priority into ``arr[:S[slot]]``."""
     k = S[slot]
-    while k > 0 and Q[_RANK, arr[k - 1]] > Q[_RANK, i]:
+    while k > 0 and _before(Q, i, arr[k - 1]):
         arr[k] = arr[k - 1]
         k -= 1
     arr[k] = i
@@ -148,6 +161,8 @@ def _evict(E, F, L, i):  # noqa: ANN001, ANN202
     S[_NEVICT] += 1
     D[_BEVICT] += 1
     if not F[_FCFS]:
+        if F[_DYN]:
+            Q[_KEY, i] = Q[_PROMPT, i]
         _insert_sorted(wq, S, _WLEN, Q, i)
     else:
         _push_waiting(wq, S, i, F[_FRONT])
@@ -163,7 +178,7 @@ def _make_room(E, F, L, cand, need):  # noqa: ANN001, ANN202
     nv = 0
     for k in range(S[_NRUN] - 1, -1, -1):
         v = run[k]
-        if Q[_RANK, v] <= Q[_RANK, cand]:
+        if not _before(Q, cand, v):
             break
         if Q[_MARK, v] == D[_NO]:
             continue
@@ -273,17 +288,37 @@ def _take_decodes(E, F, L, run_):  # noqa: ANN001, ANN202
 
 @_kernel
 def _fill_fcfs_waiting(E, F, L):  # noqa: ANN001, ANN202
-    """R_w in FCFS order, stopping at the first candidate that cannot be admitted (B2)."""
+    """R_w in its order (FCFS, or sorted by priority), stopping at the first candidate that cannot
+    be admitted (B2). A sorted R_w keeps its head during the admission: its victims sort after it."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     while S[_WLEN] > 0:
         i = wq[S[_WHEAD]]
         if Q[_MARK, i] == D[_NO]:
             return
+        if not F[_FCFS]:
+            if not _take_prefill(E, F, L, i, True):
+                return
+            _remove(wq, S, _WLEN, i)
+            continue
         S[_WHEAD] = (S[_WHEAD] + 1) % len(wq)
         S[_WLEN] -= 1
         if not _take_prefill(E, F, L, i, True):
             _push_waiting(wq, S, i, True)
             return
+
+
+@_kernel
+def _resort_running(E):  # noqa: ANN001, ANN202
+    """The dynamic keys (remaining prefill) of R_r recomputed, and R_r re-sorted (insertion sort)."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
+    for k in range(S[_NRUN]):
+        i = run[k]
+        Q[_KEY, i] = Q[_PROMPT, i] - Q[_M, i]
+        j = k
+        while j > 0 and _before(Q, i, run[j - 1]):
+            run[j] = run[j - 1]
+            j -= 1
+        run[j] = i
 
 
 @_kernel
@@ -312,7 +347,7 @@ def _fill_group(E, F, L, kind):  # noqa: ANN001, ANN202
     w = 0
     blocked = False
     for i in running:
-        while merge and not blocked and w < S[_WLEN] and Q[_RANK, wq[w]] < Q[_RANK, i]:
+        while merge and not blocked and w < S[_WLEN] and _before(Q, wq[w], i):
             if nd:
                 _take_decodes(E, F, L, dec[:nd])
                 nd = 0
@@ -418,6 +453,8 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts):  # n
             p = _intake(E, F, order, arrival, p, start)
         D[:] = 0
         D[_NO] = nb + 1
+        if F[_DYN]:
+            _resort_running(E)
         for g in groups:
             if g == 0:
                 _fill_fcfs_waiting(E, F, L)
@@ -453,10 +490,9 @@ def _cap(limit: int | None) -> int:
 
 
 def compiles(config: PolicyConfig) -> bool:
-    """Whether the kernel runs ``config``: its order has a key function (:data:`ORDER_KEYS`), it
-    admits without the KV look-ahead and its waiting group, if any, is served by arrival."""
-    sorted_waiting = config.order != "arrival" and "waiting" in config.groups
-    return config.order in ORDER_KEYS and not config.kv_lookahead and not sorted_waiting
+    """Whether the kernel runs ``config``: its order has a key function (:data:`ORDER_KEYS`) and
+    it admits without the KV look-ahead."""
+    return config.order in ORDER_KEYS and not config.kv_lookahead
 
 
 def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int | None = None) -> ScheduleColumns | None:
@@ -478,7 +514,8 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     arrival = arrival_column.copy()  # the kernel's argument types are writable arrays
     order = np.argsort(arrival, kind="stable")
     flags = [config.hybrid, config.chunked, config.eviction_free, config.prefill_counts_decodes]
-    flags += [config.evict_for_waiting, config.evicted_to_front, "all" not in config.groups]
+    fcfs = "all" not in config.groups and config.order == "arrival"  # R_w a queue, else sorted
+    flags += [config.evict_for_waiting, config.evicted_to_front, fcfs, config.order == _REMAINING]
     chunk = min(config.chunk or lim.prefill_budget, lim.prefill_budget)
     limits = [lim.token_budget, chunk, m_cap, _cap(lim.max_running), block, config.kv_watermark * block]
     limits = np.array(limits, np.int64)
@@ -486,8 +523,10 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     cap = items_hint or int(out_len.sum() + prompt.sum() // 64 + 2 * n + 1024)
     ev_cap = items_hint or max(n, 1024)
     while True:
-        Q = np.zeros((7, n), np.int64)
+        Q = np.zeros((8, n), np.int64)
         Q[_PROMPT], Q[_OUT], Q[_RANK] = prompt, out_len, _ranks(reqs, key, arrival)
+        if config.order == _REMAINING:
+            Q[_KEY] = prompt
         E = (Q, np.zeros(6, np.int64), np.zeros(12, np.int64), np.zeros(n, np.int64), np.zeros(max(n, 1), np.int64))
         E += (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64))
         E += (np.zeros(ev_cap, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64))

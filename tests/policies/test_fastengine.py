@@ -2,8 +2,8 @@
 
 - Every named policy on every shipped instance: batch for batch the reference engine's schedule,
   produced by the kernel itself (not by the fallback) for every policy the kernel compiles
-  (``fastengine.compiles``; the others, ``mc-sf`` and ``srpf`` and their twins, run on the
-  reference engine), and the same replay.
+  (``fastengine.compiles``; the others, ``mc-sf`` and its twin, run on the reference engine), and
+  the same replay.
 - Random instances x named policies and arbitrary PolicyConfig combinations, KV blocks
   (``kv_block``) and watermarks (``kv_watermark``) included (property tests).
 - What the kernel leaves to the reference engine (a request larger than M, an order without a key
