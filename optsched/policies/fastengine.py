@@ -13,9 +13,9 @@ The priority order is a rank per request: :data:`ORDER_KEYS` maps a policy's ``o
 function of the request; ties fall to the arrival, then the request's position (as the reference
 engine's tuples). The dynamic order ``remaining-prefill`` (``srpf``) adds a key row, prompt - m,
 set where the reference engine recomputes its keys (R_r before each batch, an evicted request) and
-compared before the rank. A new static order needs only its key function here. An order without
-one, the KV look-ahead admission (``kv_lookahead``, MC-SF), a cost model that is not a
-:class:`~optsched.costmodel.CostModel`, an instance
+compared before the rank. A new static order needs only its key function here. MC-SF's KV
+look-ahead admission (``kv_lookahead``) runs :func:`.lookahead_kernel.fits`. An order without one,
+a cost model that is not a :class:`~optsched.costmodel.CostModel`, an instance
 the engine refuses (a repeated id, a request larger than M or than its whole KV blocks) or a
 livelock returns None: the reference engine then runs (and raises).
 
@@ -36,6 +36,7 @@ from ..replaykernel import batch_time
 from ..schedcols import ScheduleColumns
 from ..schedule import Schedule
 from .config import GROUPS, PolicyConfig
+from .lookahead_kernel import fits
 
 __all__ = ["ORDER_KEYS", "compiled_schedule", "compiles", "simulate_columns"]
 
@@ -60,7 +61,7 @@ _KVRES, _NRUN, _WHEAD, _WLEN, _NITEMS, _NEVICT = 0, 1, 2, 3, 4, 5
 _NO, _NTOK, _NPRE, _SPRE, _NDEC, _KVDEC, _XPRE, _KVMAX, _PHASE, _NGEN, _BITEMS, _BEVICT = range(12)
 _PRE, _DEC = 1, 2
 # flags F and limits L
-_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN = 0, 1, 2, 3, 4, 5, 6, 7
+_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN, _LOOK = 0, 1, 2, 3, 4, 5, 6, 7, 8
 _C, _P, _MCAP, _RCAP, _BLOCK, _WATERMARK = 0, 1, 2, 3, 4, 5
 
 #: The kernels' decorator: cached on disk, and compiled without numba's reference counting
@@ -193,6 +194,19 @@ def _make_room(E, F, L, cand, need):  # noqa: ANN001, ANN202
 
 
 @_kernel
+def _lookahead_fits(E, L, i):  # noqa: ANN001, ANN202
+    """MC-SF's test on R_r and ``i`` (:func:`.orders.projection`, into the free ``vbuf`` and ``dec``)."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
+    n = S[_NRUN]
+    for k in range(n + 1):
+        j = run[k] if k < n else i
+        m = Q[_M, j] if k < n else 0
+        dec[k] = Q[_OUT, j] - Q[_GEN, j]
+        vbuf[k] = Q[_PROMPT, j] + dec[k] - 1 if m < Q[_PROMPT, j] else m + dec[k]
+    return fits(vbuf, dec, n + 1, L[_MCAP])
+
+
+@_kernel
 def _take_prefill(E, F, L, i, admit):  # noqa: ANN001, ANN202
     """Add a prefill chunk of request ``i`` (admitting it from R_w when ``admit``)."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
@@ -208,7 +222,7 @@ def _take_prefill(E, F, L, i, admit):  # noqa: ANN001, ANN202
     if c <= 0:
         return False
     if admit:
-        if S[_NRUN] >= L[_RCAP]:
+        if S[_NRUN] >= L[_RCAP] or (F[_LOOK] and not _lookahead_fits(E, L, i)):
             return False
         need = _blocks(L, Q[_PROMPT, i] + (Q[_OUT, i] - Q[_GEN, i] - 1 if F[_EF] else 0))
         free = need + (L[_WATERMARK] if S[_NRUN] else 0)  # free slots it needs (vLLM's watermark)
@@ -490,9 +504,8 @@ def _cap(limit: int | None) -> int:
 
 
 def compiles(config: PolicyConfig) -> bool:
-    """Whether the kernel runs ``config``: its order has a key function (:data:`ORDER_KEYS`) and
-    it admits without the KV look-ahead."""
-    return config.order in ORDER_KEYS and not config.kv_lookahead
+    """Whether the kernel runs ``config``: its order has a key function (:data:`ORDER_KEYS`)."""
+    return config.order in ORDER_KEYS
 
 
 def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int | None = None) -> ScheduleColumns | None:
@@ -516,6 +529,7 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     flags = [config.hybrid, config.chunked, config.eviction_free, config.prefill_counts_decodes]
     fcfs = "all" not in config.groups and config.order == "arrival"  # R_w a queue, else sorted
     flags += [config.evict_for_waiting, config.evicted_to_front, fcfs, config.order == _REMAINING]
+    flags += [config.kv_lookahead and not config.eviction_free and lim.kv_capacity is not None]
     chunk = min(config.chunk or lim.prefill_budget, lim.prefill_budget)
     limits = [lim.token_budget, chunk, m_cap, _cap(lim.max_running), block, config.kv_watermark * block]
     limits = np.array(limits, np.int64)

@@ -2,8 +2,7 @@
 
 - Every named policy on every shipped instance: batch for batch the reference engine's schedule,
   produced by the kernel itself (not by the fallback) for every policy the kernel compiles
-  (``fastengine.compiles``; the others, ``mc-sf`` and its twin, run on the reference engine), and
-  the same replay.
+  (``fastengine.compiles``: every registered policy), and the same replay.
 - Random instances x named policies and arbitrary PolicyConfig combinations, KV blocks
   (``kv_block``) and watermarks (``kv_watermark``) included (property tests).
 - What the kernel leaves to the reference engine (a request larger than M, an order without a key
@@ -98,6 +97,10 @@ def test_a_request_larger_than_m_is_refused_as_by_the_reference() -> None:
     )
     with pytest.raises(ValueError, match="can never finish"):
         simulate(inst, "vllm", compiled=True)
+
+
+def test_every_registered_policy_compiles() -> None:
+    assert all(map(compiles, POLICY_CONFIGS.values()))
 
 
 def test_an_order_without_a_key_function_runs_on_the_reference_engine() -> None:
