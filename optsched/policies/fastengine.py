@@ -5,16 +5,19 @@ the per-request state as arrays and the loops of GetNextBatch compiled by numba,
 schedule as :class:`~optsched.schedcols.ScheduleColumns` (no Python object per item). It follows
 :class:`~optsched.policies.engine.Engine` step for step (the same queues as arrays: R_r sorted by
 priority, R_w as a double-ended queue for FCFS or sorted by priority for the ``all`` group; the same
-candidate order, budgets, reservations and victims; the same cost model arithmetic), so its batches
+candidate order, budgets, reservations in whole KV blocks of ``kv_block`` slots with the admission
+watermark ``kv_watermark``, and victims; the same cost model arithmetic), so its batches
 are the reference engine's, batch for batch (``tests/policies/test_fastengine.py``).
 
 The priority order is a rank per request: :data:`ORDER_KEYS` maps a policy's ``order`` to a key
 function of the request; ties fall to the arrival, then the request's position (as the reference
-engine's tuples). A new order needs only its key function here. An order without one, the KV
-look-ahead admission (``kv_lookahead``, MC-SF), a waiting group sorted by another order than the
-arrival (``srpf``), a cost model
-that is not a :class:`~optsched.costmodel.CostModel`, an instance the engine refuses (a repeated id,
-a request larger than M) or a livelock returns None: the reference engine then runs (and raises).
+engine's tuples). The dynamic order ``remaining-prefill`` (``srpf``) adds a key row, prompt - m,
+set where the reference engine recomputes its keys (R_r before each batch, an evicted request) and
+compared before the rank. A new static order needs only its key function here. MC-SF's KV
+look-ahead admission (``kv_lookahead``) runs :func:`.lookahead_kernel.fits`. An order without one,
+a cost model that is not a :class:`~optsched.costmodel.CostModel`, an instance
+the engine refuses (a repeated id, a request larger than M or than its whole KV blocks) or a
+livelock returns None: the reference engine then runs (and raises).
 
 Kernels compile at their first call and are cached on disk; importing this module compiles nothing.
 """
@@ -33,29 +36,33 @@ from ..replaykernel import batch_time
 from ..schedcols import ScheduleColumns
 from ..schedule import Schedule
 from .config import GROUPS, PolicyConfig
+from .lookahead_kernel import fits
 
 __all__ = ["ORDER_KEYS", "compiled_schedule", "compiles", "simulate_columns"]
 
 
-#: Per ``order`` of :class:`PolicyConfig`: the request's priority key (smaller first), before the
-#: arrival and the position that break ties.
+#: Per ``order`` of :class:`PolicyConfig`: the request's static priority key (smaller first), before
+#: the arrival and the position that break ties (``remaining-prefill``: its dynamic key comes first).
 ORDER_KEYS: dict[str, Callable[[Request], tuple[Any, ...]]] = {
     "arrival": lambda r: (),
     "prompt": lambda r: (r.prompt_tokens,),
     "output": lambda r: (r.output_tokens,),
+    "remaining-prefill": lambda r: (),
 }
+#: The dynamic order the kernel keys itself (prompt - m, module docstring).
+_REMAINING = "remaining-prefill"
 
 _NO_LIMIT = 2**62
 # rows of the per-request state Q
-_M, _PROMPT, _GEN, _FIXED, _MARK, _OUT, _RANK = 0, 1, 2, 3, 4, 5, 6
+_M, _PROMPT, _GEN, _FIXED, _MARK, _OUT, _RANK, _KEY = 0, 1, 2, 3, 4, 5, 6, 7
 # scalars S: KV reserved, running count, waiting head and length, items, evictions, batches
 _KVRES, _NRUN, _WHEAD, _WLEN, _NITEMS, _NEVICT = 0, 1, 2, 3, 4, 5
 # the batch being built D (the reference's _Draft)
 _NO, _NTOK, _NPRE, _SPRE, _NDEC, _KVDEC, _XPRE, _KVMAX, _PHASE, _NGEN, _BITEMS, _BEVICT = range(12)
 _PRE, _DEC = 1, 2
 # flags F and limits L
-_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS = 0, 1, 2, 3, 4, 5, 6
-_C, _P, _MCAP, _RCAP = 0, 1, 2, 3
+_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN, _LOOK = 0, 1, 2, 3, 4, 5, 6, 7, 8
+_C, _P, _MCAP, _RCAP, _BLOCK, _WATERMARK = 0, 1, 2, 3, 4, 5
 
 #: The kernels' decorator: cached on disk, and compiled without numba's reference counting
 #: (``_nrt=False``): they allocate nothing (every buffer comes from :func:`simulate_columns`), and
@@ -65,17 +72,40 @@ _kernel = njit(cache=True, _nrt=False)
 
 
 @_kernel
-def _held(Q, F, i):  # noqa: ANN001, ANN202 - numba kernel
+def _blocks(L, slots):  # noqa: ANN001, ANN202 - numba kernel
+    """``slots`` rounded up to whole KV blocks (in slots)."""
+    return (slots + L[_BLOCK] - 1) // L[_BLOCK] * L[_BLOCK]
+
+
+@_kernel
+def _held(Q, F, L, i):  # noqa: ANN001, ANN202
+    """KV slots reserved for running request ``i`` (whole blocks)."""
     if F[_EF]:
         return Q[_FIXED, i]
-    return max(Q[_M, i], Q[_PROMPT, i])
+    return _blocks(L, max(Q[_M, i], Q[_PROMPT, i]))
+
+
+@_kernel
+def _decode_need(Q, F, L, i):  # noqa: ANN001, ANN202
+    """KV slots a decode of ``i`` adds: a new block when its KV fills its last one (none for eviction-free)."""
+    if F[_EF] or Q[_M, i] % L[_BLOCK]:
+        return 0
+    return L[_BLOCK]
+
+
+@_kernel
+def _before(Q, a, b):  # noqa: ANN001, ANN202
+    """Whether request ``a`` precedes ``b`` in the priority order: (dynamic key, rank)."""
+    if Q[_KEY, a] != Q[_KEY, b]:
+        return Q[_KEY, a] < Q[_KEY, b]
+    return Q[_RANK, a] < Q[_RANK, b]
 
 
 @_kernel
 def _insert_sorted(arr, S, slot, Q, i):  # noqa: ANN001, ANN202
     """``insort`` by priority into ``arr[:S[slot]]``."""
     k = S[slot]
-    while k > 0 and Q[_RANK, arr[k - 1]] > Q[_RANK, i]:
+    while k > 0 and _before(Q, i, arr[k - 1]):
         arr[k] = arr[k - 1]
         k -= 1
     arr[k] = i
@@ -117,10 +147,10 @@ def _push_item(E, i, c):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def _evict(E, F, i):  # noqa: ANN001, ANN202
+def _evict(E, F, L, i):  # noqa: ANN001, ANN202
     """Drop request ``i``'s KV (recomputation) and put it back into R_w (B1)."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
-    S[_KVRES] -= _held(Q, F, i)
+    S[_KVRES] -= _held(Q, F, L, i)
     if Q[_M, i] >= Q[_PROMPT, i]:
         Q[_PROMPT, i] = Q[_M, i] + 1
     Q[_M, i] = 0
@@ -132,6 +162,8 @@ def _evict(E, F, i):  # noqa: ANN001, ANN202
     S[_NEVICT] += 1
     D[_BEVICT] += 1
     if not F[_FCFS]:
+        if F[_DYN]:
+            Q[_KEY, i] = Q[_PROMPT, i]
         _insert_sorted(wq, S, _WLEN, Q, i)
     else:
         _push_waiting(wq, S, i, F[_FRONT])
@@ -147,18 +179,31 @@ def _make_room(E, F, L, cand, need):  # noqa: ANN001, ANN202
     nv = 0
     for k in range(S[_NRUN] - 1, -1, -1):
         v = run[k]
-        if Q[_RANK, v] <= Q[_RANK, cand]:
+        if not _before(Q, cand, v):
             break
         if Q[_MARK, v] == D[_NO]:
             continue
         vbuf[nv] = v
         nv += 1
-        deficit -= _held(Q, F, v)
+        deficit -= _held(Q, F, L, v)
         if deficit <= 0:
             for x in range(nv):
-                _evict(E, F, vbuf[x])
+                _evict(E, F, L, vbuf[x])
             return True
     return False
+
+
+@_kernel
+def _lookahead_fits(E, L, i):  # noqa: ANN001, ANN202
+    """MC-SF's test on R_r and ``i`` (:func:`.orders.projection`, into the free ``vbuf`` and ``dec``)."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
+    n = S[_NRUN]
+    for k in range(n + 1):
+        j = run[k] if k < n else i
+        m = Q[_M, j] if k < n else 0
+        dec[k] = Q[_OUT, j] - Q[_GEN, j]
+        vbuf[k] = Q[_PROMPT, j] + dec[k] - 1 if m < Q[_PROMPT, j] else m + dec[k]
+    return fits(vbuf, dec, n + 1, L[_MCAP])
 
 
 @_kernel
@@ -177,10 +222,11 @@ def _take_prefill(E, F, L, i, admit):  # noqa: ANN001, ANN202
     if c <= 0:
         return False
     if admit:
-        if S[_NRUN] >= L[_RCAP]:
+        if S[_NRUN] >= L[_RCAP] or (F[_LOOK] and not _lookahead_fits(E, L, i)):
             return False
-        need = Q[_PROMPT, i] + (Q[_OUT, i] - Q[_GEN, i] - 1 if F[_EF] else 0)
-        if S[_KVRES] + need > L[_MCAP] and not (F[_EFW] and _make_room(E, F, L, i, need)):
+        need = _blocks(L, Q[_PROMPT, i] + (Q[_OUT, i] - Q[_GEN, i] - 1 if F[_EF] else 0))
+        free = need + (L[_WATERMARK] if S[_NRUN] else 0)  # free slots it needs (vLLM's watermark)
+        if S[_KVRES] + free > L[_MCAP] and not (F[_EFW] and _make_room(E, F, L, i, free)):
             return False
         S[_KVRES] += need
         if F[_EF]:
@@ -229,7 +275,13 @@ def _take_decodes(E, F, L, run_):  # noqa: ANN001, ANN202
     k = min(len(run_), L[_C] - D[_NTOK])
     if k <= 0:
         return
-    need = 0 if F[_EF] else k
+    need = 0
+    if not F[_EF]:
+        if L[_BLOCK] == 1:
+            need = k
+        else:
+            for x in range(k):
+                need += _decode_need(Q, F, L, run_[x])
     if S[_KVRES] + need <= L[_MCAP]:
         _add_decodes(E, run_[:k])
         S[_KVRES] += need
@@ -240,26 +292,47 @@ def _take_decodes(E, F, L, run_):  # noqa: ANN001, ANN202
             return
         if Q[_MARK, i] == D[_NO]:
             continue
-        if S[_KVRES] + 1 > L[_MCAP] and not _make_room(E, F, L, i, 1):
-            _evict(E, F, i)
+        step = _decode_need(Q, F, L, i)
+        if S[_KVRES] + step > L[_MCAP] and not _make_room(E, F, L, i, step):
+            _evict(E, F, L, i)
             continue
         _add_decodes(E, run_[x : x + 1])
-        S[_KVRES] += 1
+        S[_KVRES] += step
 
 
 @_kernel
 def _fill_fcfs_waiting(E, F, L):  # noqa: ANN001, ANN202
-    """R_w in FCFS order, stopping at the first candidate that cannot be admitted (B2)."""
+    """R_w in its order (FCFS, or sorted by priority), stopping at the first candidate that cannot
+    be admitted (B2). A sorted R_w keeps its head during the admission: its victims sort after it."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     while S[_WLEN] > 0:
         i = wq[S[_WHEAD]]
         if Q[_MARK, i] == D[_NO]:
             return
+        if not F[_FCFS]:
+            if not _take_prefill(E, F, L, i, True):
+                return
+            _remove(wq, S, _WLEN, i)
+            continue
         S[_WHEAD] = (S[_WHEAD] + 1) % len(wq)
         S[_WLEN] -= 1
         if not _take_prefill(E, F, L, i, True):
             _push_waiting(wq, S, i, True)
             return
+
+
+@_kernel
+def _resort_running(E):  # noqa: ANN001, ANN202
+    """The dynamic keys (remaining prefill) of R_r recomputed, and R_r re-sorted (insertion sort)."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
+    for k in range(S[_NRUN]):
+        i = run[k]
+        Q[_KEY, i] = Q[_PROMPT, i] - Q[_M, i]
+        j = k
+        while j > 0 and _before(Q, i, run[j - 1]):
+            run[j] = run[j - 1]
+            j -= 1
+        run[j] = i
 
 
 @_kernel
@@ -288,7 +361,7 @@ def _fill_group(E, F, L, kind):  # noqa: ANN001, ANN202
     w = 0
     blocked = False
     for i in running:
-        while merge and not blocked and w < S[_WLEN] and Q[_RANK, wq[w]] < Q[_RANK, i]:
+        while merge and not blocked and w < S[_WLEN] and _before(Q, wq[w], i):
             if nd:
                 _take_decodes(E, F, L, dec[:nd])
                 nd = 0
@@ -323,7 +396,7 @@ def _fill_group(E, F, L, kind):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def _finish(E, F):  # noqa: ANN001, ANN202
+def _finish(E, F, L):  # noqa: ANN001, ANN202
     """Generate the batch's tokens; finished requests release their KV (B10). Returns how many finished."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     done = 0
@@ -331,7 +404,7 @@ def _finish(E, F):  # noqa: ANN001, ANN202
         i = gbuf[g]
         Q[_GEN, i] += 1
         if Q[_GEN, i] == Q[_OUT, i]:
-            S[_KVRES] -= _held(Q, F, i)
+            S[_KVRES] -= _held(Q, F, L, i)
             Q[_M, i] = 0
             Q[_FIXED, i] = 0
             done += 1
@@ -394,6 +467,8 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts):  # n
             p = _intake(E, F, order, arrival, p, start)
         D[:] = 0
         D[_NO] = nb + 1
+        if F[_DYN]:
+            _resort_running(E)
         for g in groups:
             if g == 0:
                 _fill_fcfs_waiting(E, F, L)
@@ -407,7 +482,7 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts):  # n
             batch_out[nb, 1] = D[_BEVICT]
             starts[nb] = start if explicit else np.nan
         nb += 1
-        unfinished -= _finish(E, F)
+        unfinished -= _finish(E, F, L)
         stall = 0 if D[_NGEN] else stall + 1
         if _stalled(Q, S, E[3], E[4], F, stall):
             return 2, nb
@@ -429,17 +504,8 @@ def _cap(limit: int | None) -> int:
 
 
 def compiles(config: PolicyConfig) -> bool:
-    """Whether the kernel runs ``config``: its order has a key function (:data:`ORDER_KEYS`), it
-    admits without the KV look-ahead, its waiting group, if any, is served by arrival and its KV is
-    token-granular (``kv_block`` 1) with no watermark."""
-    sorted_waiting = config.order != "arrival" and "waiting" in config.groups
-    return (
-        config.order in ORDER_KEYS
-        and not config.kv_lookahead
-        and not sorted_waiting
-        and config.kv_block == 1
-        and not config.kv_watermark
-    )
+    """Whether the kernel runs ``config``: its order has a key function (:data:`ORDER_KEYS`)."""
+    return config.order in ORDER_KEYS
 
 
 def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int | None = None) -> ScheduleColumns | None:
@@ -453,21 +519,28 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     key = ORDER_KEYS.get(config.order)
     n = len(reqs)
     arrival_column, prompt, out_len = instance.columns  # read-only, shared with the replay and the bounds
-    big = n > 0 and int((prompt + out_len - 1).max()) > _cap(lim.kv_capacity)
+    block = config.kv_block
+    m_cap = _cap(lim.kv_capacity) // block * block  # KV in whole blocks: at most floor(M / kv_block)
+    big = n > 0 and -(-int((prompt + out_len - 1).max()) // block) * block > m_cap
     if not compiles(config) or type(instance.cost_model) is not CostModel or big or len(set(ids)) != len(ids):
         return None
     arrival = arrival_column.copy()  # the kernel's argument types are writable arrays
     order = np.argsort(arrival, kind="stable")
     flags = [config.hybrid, config.chunked, config.eviction_free, config.prefill_counts_decodes]
-    flags += [config.evict_for_waiting, config.evicted_to_front, "all" not in config.groups]
+    fcfs = "all" not in config.groups and config.order == "arrival"  # R_w a queue, else sorted
+    flags += [config.evict_for_waiting, config.evicted_to_front, fcfs, config.order == _REMAINING]
+    flags += [config.kv_lookahead and not config.eviction_free and lim.kv_capacity is not None]
     chunk = min(config.chunk or lim.prefill_budget, lim.prefill_budget)
-    limits = np.array([lim.token_budget, chunk, _cap(lim.kv_capacity), _cap(lim.max_running)], np.int64)
+    limits = [lim.token_budget, chunk, m_cap, _cap(lim.max_running), block, config.kv_watermark * block]
+    limits = np.array(limits, np.int64)
     groups = np.array([GROUPS.index(g) for g in config.groups], np.int64)
     cap = items_hint or int(out_len.sum() + prompt.sum() // 64 + 2 * n + 1024)
     ev_cap = items_hint or max(n, 1024)
     while True:
-        Q = np.zeros((7, n), np.int64)
+        Q = np.zeros((8, n), np.int64)
         Q[_PROMPT], Q[_OUT], Q[_RANK] = prompt, out_len, _ranks(reqs, key, arrival)
+        if config.order == _REMAINING:
+            Q[_KEY] = prompt
         E = (Q, np.zeros(6, np.int64), np.zeros(12, np.int64), np.zeros(n, np.int64), np.zeros(max(n, 1), np.int64))
         E += (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64))
         E += (np.zeros(ev_cap, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64))

@@ -7,7 +7,8 @@
   the running requests a prefix of the arrival order, so "running, waiting" and "running decodes,
   running prefills, waiting" walk the same candidates);
 - the watermark (``kv_watermark``, vLLM's) keeps blocks free at admission beside running requests;
-- the compiled engine leaves block-granular policies to the reference engine.
+- the compiled engine runs blocks and watermarks itself, batch for batch the reference engine's
+  (random cases in ``test_fastengine.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from optsched import Instance, Limits, Request, load_instance, replay
 from optsched.costmodel import CostModel
 from optsched.policies.config import POLICY_CONFIGS, PolicyConfig
 from optsched.policies.engine import simulate
-from optsched.policies.fastengine import compiles
+from optsched.policies.fastengine import compiles, simulate_columns
 from optsched.schedule import Item, Schedule
 from tests.policies.test_policy_properties import configs, instances
 from tests.support.paths import INSTANCES
@@ -126,12 +127,18 @@ def test_vllm_v1_with_token_kv_is_sarathi_pc_on_random_instances(inst):
     assert simulate(inst, token_v1, compiled=False).batches == simulate(inst, "sarathi-pc", compiled=False).batches
 
 
-def test_the_compiled_engine_leaves_blocks_to_the_reference_engine():
-    assert not compiles(POLICY_CONFIGS["vllm-v1"])
-    assert compiles(replace(POLICY_CONFIGS["vllm-v1"], kv_block=1))
+def test_the_compiled_engine_runs_blocks_as_the_reference_engine():
+    assert compiles(POLICY_CONFIGS["vllm-v1"]) and compiles(POLICY_CONFIGS["vllm-v1-ef"])
     inst = load_instance(INSTANCES / "poisson-mixed-100.json")
     inst = replace(inst, limits=replace(inst.limits, kv_capacity=3000))
-    assert simulate(inst, "vllm-v1", compiled=True) == simulate(inst, "vllm-v1", compiled=False)
+    v1 = POLICY_CONFIGS["vllm-v1"]
+    for cfg in (v1, POLICY_CONFIGS["vllm-v1-ef"], replace(v1, kv_watermark=4)):
+        columns = simulate_columns(inst, cfg)
+        assert columns is not None, cfg.name
+        fast, reference = Schedule(inst.name, columns=columns), simulate(inst, cfg, compiled=False)
+        assert fast.batches == reference.batches
+        assert repr(replay(inst, fast)) == repr(replay(inst, reference))
+        assert replay(inst, reference).metrics.evictions > 0 or cfg.eviction_free
 
 
 def test_watermark_holds_back_an_admission_beside_running_requests_only():
@@ -142,14 +149,14 @@ def test_watermark_holds_back_an_admission_beside_running_requests_only():
     reqs = (Request("a", 0.0, 16, 3), Request("b", 0.0, 32, 3), Request("c", 0.0, 16, 3))
     inst = Instance("watermark", UNIT, Limits(128, 128, 64, None), reqs)
     cfg = replace(POLICY_CONFIGS["vllm-v1"], kv_watermark=1)
-    first = sorted(it.id for it in simulate(inst, cfg, compiled=False).batches[0].items)
-    plain = sorted(it.id for it in simulate(inst, "vllm-v1", compiled=False).batches[0].items)
-    assert (first, plain) == (["a", "b"], ["a", "b", "c"])
-    alone = Instance("alone", UNIT, Limits(128, 128, 64, None), (Request("a", 0.0, 60, 3),))
-    assert simulate(alone, replace(cfg, kv_watermark=3), compiled=False).batches[0].items == (Item("a", 60),)
+    for compiled in (False, True):
+        first = sorted(it.id for it in simulate(inst, cfg, compiled=compiled).batches[0].items)
+        plain = sorted(it.id for it in simulate(inst, "vllm-v1", compiled=compiled).batches[0].items)
+        assert (first, plain) == (["a", "b"], ["a", "b", "c"])
+        alone = Instance("alone", UNIT, Limits(128, 128, 64, None), (Request("a", 0.0, 60, 3),))
+        assert simulate(alone, replace(cfg, kv_watermark=3), compiled=compiled).batches[0].items == (Item("a", 60),)
     with pytest.raises(ValueError, match="kv_watermark must be >= 0"):
         PolicyConfig("x", ("all",), kv_watermark=-1)
-    assert not compiles(replace(POLICY_CONFIGS["sarathi-pc"], kv_watermark=1))
 
 
 @settings(max_examples=100, deadline=None)

@@ -74,10 +74,10 @@ def configs(draw) -> PolicyConfig:
     )
 
 
-def fitting(instance: Instance, name: str) -> Instance:
+def fitting(instance: Instance, name: str | PolicyConfig) -> Instance:
     """``instance`` with M raised, for a policy with KV in blocks, to whole blocks holding its largest
     request (a token-granular M may be too small for whole blocks; the engine then refuses it)."""
-    block = POLICY_CONFIGS[name].kv_block
+    block = (POLICY_CONFIGS[name] if isinstance(name, str) else name).kv_block
     need = -(-max(r.max_kv for r in instance.requests) // block) * block
     if instance.limits.kv_capacity >= need:
         return instance
