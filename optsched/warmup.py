@@ -1,15 +1,17 @@
 """Compiling the solvers' kernels ahead of their first timed use (``optsched warmup``).
 
-InferMax's search, scale phase and relaxation bounds and G-MAX's branch and bound run numba
-kernels, compiled at their first call and cached on disk (numba's cache: ``__pycache__`` beside
-the modules, or ``NUMBA_CACHE_DIR``). Compiling them takes one to several minutes on a 2-core
-machine; loading them from the cache about a second. A command's ``--time-limit`` bounds the
-whole process, and a compile inside it would overrun the limit, so the kernels are compiled once
-ahead: after installing (the README's install command runs ``optsched warmup``), and again after
-an upgrade of numba or of optsched, which invalidates the cache.
+InferMax's search, scale phase and relaxation bounds, G-MAX's branch and bound, and the compiled
+policy engine and replay run numba kernels, compiled at their first call and cached on disk
+(numba's cache: ``__pycache__`` beside the modules, or ``NUMBA_CACHE_DIR``). Compiling them takes
+one to several minutes on a 2-core machine; loading them from the cache about a second. A
+command's ``--time-limit`` bounds the whole process, and a compile inside it would overrun the
+limit, so the kernels are compiled once ahead: after installing (the README's install command runs
+``optsched warmup``), and again after an upgrade of numba or of optsched, which invalidates the
+cache.
 
 :func:`warm_up` runs :data:`CASES` (every solver path that calls kernels, on small shipped
-instances, each schedule replayed) until a pass compiles nothing, and reports how many kernels it
+instances, each schedule replayed) and :data:`POLICY_CASES` (the compiled policy engine and replay)
+until a pass compiles nothing, and reports how many kernels it
 compiled and how many it loaded from the cache; :func:`kernels` lists the kernels of the loaded
 modules.
 """
@@ -24,7 +26,7 @@ from typing import Any
 from . import api
 from .instance import Instance, load_instance, parse_instance
 
-__all__ = ["CASES", "Case", "WarmupReport", "kernels", "warm_up"]
+__all__ = ["CASES", "POLICY_CASES", "POLICY_INSTANCE", "Case", "WarmupReport", "kernels", "run_policy_case", "warm_up"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,13 @@ CASES: tuple[Case, ...] = (
     # kernels) runs even when compiling the bounds before it takes the larger case's time
     Case("solve", "gmax", "static", {"time_limit": 30}, requests=12),
 )
+
+#: The policies simulated and replayed on the compiled engine (:mod:`optsched.policies.fastengine`,
+#: :mod:`optsched.replaykernel`), which ``simulate``, ``report`` and ``sweep`` run on large traces: first
+#: come, first served; a waiting group sorted on keys recomputed every batch; the KV look-ahead; KV
+#: in blocks. One shipped instance, :data:`POLICY_INSTANCE`.
+POLICY_CASES: tuple[str, ...] = ("vllm", "srpf", "mc-sf", "vllm-v1")
+POLICY_INSTANCE = "poisson-mixed-100"
 
 #: Most passes over :data:`CASES`: a pass on a cold cache may spend a case's time limit compiling
 #: and skip the phases after it, so passes repeat until one compiles nothing.
@@ -107,6 +116,15 @@ def _run(case: Case) -> None:
         api.bound(instance, case.problem, case.options)
 
 
+def run_policy_case(policy: str) -> None:
+    """Simulate ``policy`` on :data:`POLICY_INSTANCE` and replay its schedule, both compiled."""
+    from .policies.engine import simulate
+    from .schedule import replay
+
+    instance = load_instance(POLICY_INSTANCE)
+    replay(instance, simulate(instance, policy, compiled=True), compiled=True)
+
+
 def _compiled(found: dict[str, Any]) -> int:
     return sum(sum(k.stats.cache_misses.values()) for k in found.values())
 
@@ -124,6 +142,12 @@ def warm_up(say: Callable[[str], None] | None = None) -> WarmupReport:
             if say is not None:
                 say(label)
             _run(case)
+            names.append(label)
+        for policy in POLICY_CASES:
+            label = f"simulate {policy} {POLICY_INSTANCE}"
+            if say is not None:
+                say(label)
+            run_policy_case(policy)
             names.append(label)
         if _compiled(kernels()) == before:
             break

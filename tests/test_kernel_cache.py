@@ -114,3 +114,21 @@ def test_a_second_process_loads_every_kernel_from_the_cache() -> None:
         "fastengine._simulate",
     ):
         assert any(name.endswith(kernel) for name in used), kernel
+
+
+def test_the_warm_up_runs_the_compiled_engine_of_every_policy_path() -> None:
+    """``optsched warmup``'s policy cases run the compiled engine and replay (what ``simulate``,
+    ``report`` and ``sweep`` run on large traces), so a time-limited command never compiles them."""
+    code = (
+        "import json\n"
+        "from optsched import warmup\n"
+        "for policy in warmup.POLICY_CASES:\n"
+        "    warmup.run_policy_case(policy)\n"
+        "print(json.dumps(sorted(n for n, k in warmup.kernels().items() if k.signatures)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=900, check=True
+    )
+    reached = json.loads(out.stdout.strip().splitlines()[-1])
+    for kernel in ("fastengine._simulate", "replaykernel._replay"):  # the kernels called from Python
+        assert any(name.endswith(kernel) for name in reached), kernel
