@@ -26,7 +26,13 @@ Request i's items are at least :math:`n_i = \lceil I_i/P \rceil + O_i - 1` (F3),
 .. math:: p_i = w_i + \beta(\lambda_1 n_i / K + \lambda_2 \tau_i / C + \lambda_3 \eta_i / M),
 
 with :math:`w_i` the least item work of :func:`optsched.bounds.request_work` (the cheaper of a
-decode and a re-prefill for every later token).
+decode and a re-prefill for every later token) plus the prompt's least attention beyond it
+(:func:`prompt_attention_extra`): the last pass that builds i's KV from empty prefills positions
+0 to :math:`I_i - 1` in chunks :math:`c_1, \dots, c_k \le P` (a chunk crossing position
+:math:`I_i` counted for its part below), whose attention terms are
+:math:`L(p_q \sum_j c_j^2 + p_x \sum_j c_j S_{j-1})` with :math:`S_{j-1}` the tokens before chunk j,
+that is :math:`L(\tfrac{p_x}{2} I_i^2 + (p_q - \tfrac{p_x}{2}) \sum_j c_j^2)`, and
+:math:`I_i \le \sum_j c_j^2 \le \min(I_i, P) I_i`; ``request_work`` counts :math:`L p_q I_i` of it.
 
 **The relaxation.** Given a schedule with finish times :math:`F_i`, build a preemptive schedule of
 one machine: inside each batch's interval :math:`[s_B, e_B]` run each of its items, one after the
@@ -122,6 +128,7 @@ __all__ = [
     "default_bounds",
     "load_bounds",
     "most_items",
+    "prompt_attention_extra",
     "proven_bounds",
     "share_work",
     "srpt_completions",
@@ -178,7 +185,20 @@ def share_work(
         share = share + w_mem * slots / lim.kv_capacity
     elif w_mem:
         raise ValueError("a memory share needs a KV capacity")
-    return request_work(instance, first_tokens=first_tokens) + _overhead(instance.cost_model) * share
+    work = request_work(instance, first_tokens=first_tokens) + prompt_attention_extra(instance, I)
+    return work + _overhead(instance.cost_model) * share
+
+
+def prompt_attention_extra(instance: Instance, prompts: np.ndarray) -> np.ndarray:
+    """Least attention terms of prefilling each prompt of ``prompts`` tokens from an empty KV, in any
+    chunks of at most P tokens, beyond the ``L * pq * I`` of :func:`optsched.bounds.request_work`
+    (module docstring): ``L * (px/2 I^2 + (pq - px/2) S - pq I)`` with S the least (pq >= px/2) or
+    the largest (pq < px/2) sum of squared chunk sizes, I or min(I, P) I; never negative."""
+    coef = Coefficients.of(instance.cost_model.linear_twin())
+    L, pq, px = coef.layers, coef.prefill_per_token_sq, coef.prefill_per_ctx
+    I = np.asarray(prompts, dtype=np.float64)
+    squares = I if pq >= px / 2 else np.minimum(I, instance.limits.prefill_budget) * I
+    return np.maximum(L * (px / 2 * I * I + (pq - px / 2) * squares - pq * I), 0.0)
 
 
 def srpt_completions(release: np.ndarray, work: np.ndarray) -> np.ndarray:

@@ -244,3 +244,108 @@ def test_the_one_item_bound_applies_only_with_one_item_a_batch() -> None:
                 alone = critical_path_times(inst)
                 caught += srpt_mean_bound(release, alone, alone) > optimum(inst, "latency") * (1 + 1e-9)
     assert listed and caught
+
+
+def _chunk_attention(I: int, chunks: list[int], L: float, pq: float, px: float) -> float:
+    """The attention terms of prefilling I tokens in ``chunks`` from an empty KV (the replay's
+    ``per_token_sq * c^2 + per_ctx * c * cached`` of each chunk), less the ``L * pq * I`` that
+    request_work counts."""
+    cached, total = 0, 0.0
+    for c in chunks:
+        total += pq * c * c + px * c * cached
+        cached += c
+    assert cached == I
+    return L * (total - pq * I)
+
+
+@pytest.mark.parametrize("pq, px", [(1.411e-09, 1.542e-09), (1e-10, 2e-9), (3e-9, 0.0), (0.0, 1e-9)])
+def test_the_prompt_attention_extra_is_the_least_over_every_chunking(pq: float, px: float) -> None:
+    """:func:`prompt_attention_extra` is at most the attention of every chunking of the prompt into
+    chunks of at most P (random ones, one token each, P each) and equal to the least of them."""
+    from optsched.load_bounds import prompt_attention_extra
+
+    rng = random.Random(7)
+    for _ in range(200):
+        I, P = rng.randint(1, 300), rng.choice([1, 2, 16, 64, 512])
+        profile = {"layers": 2, "base": 1e-3, "per_token": 1e-6, "prefill": {"per_token_sq": pq, "per_ctx": px}}
+        inst = parse_instance(
+            {
+                "name": "a",
+                "cost_model": profile,
+                "limits": {"token_budget": 512, "prefill_budget": min(P, 512)},
+                "requests": [{"id": "r", "prompt_tokens": I, "output_tokens": 1}],
+            },
+            "a",
+        )
+        extra = float(prompt_attention_extra(inst, np.array([I]))[0])
+        chunkings = [[1] * I, [min(P, I - k) for k in range(0, I, P)]]
+        left, random_chunks = I, []
+        while left:
+            random_chunks.append(rng.randint(1, min(P, left)))
+            left -= random_chunks[-1]
+        chunkings.append(random_chunks)
+        costs = [_chunk_attention(I, ch, 2, pq, px) for ch in chunkings]
+        assert extra >= 0.0 and all(extra <= c * (1 + 1e-9) + 1e-18 for c in costs), (I, P, extra, costs)
+        if pq >= px / 2 or I % P == 0 or I <= P:  # then one of the first two chunkings reaches it
+            assert extra == pytest.approx(min(costs[:2]), rel=1e-9, abs=1e-18)
+
+
+def long_prompt_instance(n: int, seed: int):
+    """N requests with prompts of 64 to 2,048 tokens (the H200 profile's attention terms matter)
+    arriving fast enough to queue, with C, P, M and R_max drawn at random."""
+    rng = random.Random(seed)
+    t, reqs = 0.0, []
+    for k in range(n):
+        t += rng.expovariate(rng.choice([20.0, 100.0]))
+        reqs.append({
+            "id": f"r{k}",
+            "prompt_tokens": rng.randint(64, 2048),
+            "output_tokens": rng.randint(1, 16),
+            "arrival": round(t, 6),
+        })
+    big = -(-max(r["prompt_tokens"] + r["output_tokens"] for r in reqs) // 16) * 16  # whole blocks (vllm-v1)
+    C = rng.choice([2048, 4096])
+    limits = {
+        "token_budget": C,
+        "prefill_budget": rng.choice([256, 1024, C]),
+        "kv_capacity": rng.choice([big, 8 * big, None]),
+        "max_running": rng.choice([8, None]),
+    }
+    return parse_instance(
+        {"name": f"long-{n}-{seed}", "cost_model": "llama2-7b-h200", "limits": limits, "requests": reqs},
+        f"long-{n}-{seed}",
+    )
+
+
+@pytest.mark.parametrize("n, seed", [(40, 1), (100, 2)])
+def test_bounds_with_attention_are_at_most_every_policy(n: int, seed: int) -> None:
+    """With prompts long enough for the attention terms, every bound is at most every policy's
+    replayed value, and the prompts' attention lifts the SRPT bounds."""
+    inst = long_prompt_instance(n, seed)
+    for objective in OBJECTIVES:
+        least = min(policy_values(inst, objective).values())
+        for b in proven_bounds(inst, objective):
+            assert b.valid and b.value <= least * (1 + 1e-9), (objective, b, least)
+
+
+def test_the_prompts_attention_lifts_the_srpt_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On long prompts under the H200 profile the attention floor raises both SRPT bounds."""
+    inst = long_prompt_instance(100, 2)
+    with_attention = {o: max(b.value for b in load_bounds(inst, o)) for o in OBJECTIVES}
+    monkeypatch.setattr("optsched.load_bounds.prompt_attention_extra", lambda instance, prompts: 0.0)
+    without = {o: max(b.value for b in load_bounds(inst, o)) for o in OBJECTIVES}
+    assert all(with_attention[o] > without[o] * (1 + 1e-6) for o in OBJECTIVES), (with_attention, without)
+
+
+@pytest.mark.parametrize("arrivals", [False, True])
+def test_bounds_under_the_h200_profile_are_at_most_the_exhaustive_optimum(arrivals: bool) -> None:
+    """The tiny instances again under ``llama2-7b-h200`` (its attention terms: per_token_sq and
+    per_ctx): every bound on both objectives is at most the exhaustive optimum."""
+    for seed in TINY[:10]:
+        data = tiny_instance(seed, arrivals=arrivals).to_dict()
+        data["cost_model"] = "llama2-7b-h200"
+        inst = parse_instance(data, data["name"])
+        for objective in OBJECTIVES:
+            best = optimum(inst, objective)
+            for b in proven_bounds(inst, objective):
+                assert b.value <= best * (1 + 1e-9), (seed, objective, b, best)
