@@ -1,12 +1,22 @@
-"""Fixtures shared by the test files: the shared data folder (skip when absent), the compiled InferMax kernels."""
+"""Fixtures shared by the test files: the shared data folder (skip when absent), the compiled InferMax
+kernels; and Ctrl-C delivered to the tests of its handling."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 
 from tests.support.paths import shared_data
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background by a non-interactive shell (``cmd &``) inherits SIGINT
+    ignored, and so would every command the tests start: the tests of Ctrl-C (tests/commands/
+    test_interrupt.py, the sweep's resume after SIGINT) need it delivered, as a terminal does."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -34,14 +34,12 @@ TOY = {
 
 @pytest.fixture(autouse=True)
 def test_registries(monkeypatch):
-    monkeypatch.setattr(
-        policies,
-        "POLICIES",
-        {
-            "test-random": "tests.support.legal_schedules:policy_random",
-            "test-broken": "tests.support.legal_schedules:policy_broken",
-        },
-    )
+    # the registry's own dict, emptied and refilled (restored after the test): a module the command
+    # line imports during the test keeps the dict it imported, never this test's replacement
+    for name in list(policies.POLICIES):
+        monkeypatch.delitem(policies.POLICIES, name)
+    monkeypatch.setitem(policies.POLICIES, "test-random", "tests.support.legal_schedules:policy_random")
+    monkeypatch.setitem(policies.POLICIES, "test-broken", "tests.support.legal_schedules:policy_broken")
     fake = problems.Formulation(
         "fake", "tests.support.fake_formulations:solve", "tests.support.fake_formulations:bounds"
     )
