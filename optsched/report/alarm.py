@@ -15,7 +15,11 @@ from typing import Any
 
 from ..budget import TimeBudget
 
-__all__ = ["TimeUp", "alarm"]
+__all__ = ["REARM", "TimeUp", "alarm"]
+
+#: Seconds after which the alarm fires again when its exception was dropped (raised in a weakref
+#: callback or a ``__del__``, where Python ignores exceptions).
+REARM = 0.05
 
 
 class TimeUp(BaseException):
@@ -36,6 +40,9 @@ def alarm(budget: TimeBudget) -> Iterator[None]:
         raise TimeUp
 
     def handler(signum: int, frame: Any) -> None:
+        # raised where the signal lands: inside a weakref callback or a __del__, Python prints the
+        # exception and drops it ("Exception ignored in ..."), so the timer fires again until one lands
+        signal.setitimer(signal.ITIMER_REAL, REARM)
         raise TimeUp
 
     previous = signal.signal(signal.SIGALRM, handler)

@@ -389,3 +389,22 @@ def test_other_objectives(objective: str) -> None:
 def test_completion_is_read_as_latency() -> None:
     report = build_report(load_instance("toy-4"), objective="completion", time_limit=None, solve_max_requests=0)
     assert report.objective == "latency"
+
+
+def test_the_alarm_fires_again_when_its_exception_is_dropped() -> None:
+    """A TimeUp raised inside a ``__del__`` is dropped by Python; the alarm fires again."""
+    import gc
+
+    from optsched.budget import TimeBudget
+    from optsched.report.alarm import TimeUp, alarm
+
+    class Slow:
+        def __del__(self) -> None:
+            time.sleep(0.3)  # the alarm lands here, where its exception is ignored
+
+    t0 = time.perf_counter()
+    with pytest.raises(TimeUp), alarm(TimeBudget.of(0.1)):
+        Slow()
+        gc.collect()
+        time.sleep(5)
+    assert time.perf_counter() - t0 < 1.0
