@@ -391,6 +391,7 @@ def test_completion_is_read_as_latency() -> None:
     assert report.objective == "latency"
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped TimeUps
 def test_the_alarm_fires_again_when_its_exception_is_dropped() -> None:
     """A TimeUp raised inside a ``__del__`` is dropped by Python; the alarm fires again."""
     import gc
