@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .exiting import exit_held
+from .interrupt import held_signals
 
 __all__ = [
     "MAX_INPUT_BYTES",
@@ -217,32 +218,40 @@ def output_target(path: str | Path) -> Path:
     return target
 
 
+def _make_temporary(target: Path, made: list[str]) -> int:
+    """Create a new empty file in ``target``'s folder, its name appended to ``made`` while Ctrl-C and
+    SIGTERM are held (so a caller that removes ``made``'s files on any exception never leaves it);
+    the mode ``target`` has, or a new file's."""
+    with held_signals():
+        keep = stat.S_IMODE(os.stat(target).st_mode) if target.exists() else default_file_mode()
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        made.append(tmp)
+        os.close(fd)
+    return keep
+
+
 @contextmanager
 def atomic_output(path: str | Path) -> Iterator[Path]:
     """A temporary path in the folder of ``path``'s :func:`target <output_target>`, renamed over it
     when the block completes.
 
-    For writers that take a file name (Parquet, plots). On any failure the temporary file is
-    removed and the target is left as it was; an :class:`OSError` (a full disk, the target turned
-    into a folder meanwhile) becomes an :class:`OutputError` naming ``path``.
+    For writers that take a file name (Parquet, plots). On any failure, Ctrl-C included, the
+    temporary file is removed and the target is left as it was; an :class:`OSError` (a full disk,
+    the target turned into a folder meanwhile) becomes an :class:`OutputError` naming ``path``.
     """
     target = output_target(path)
+    made: list[str] = []
     with exit_held():  # a time limit's ending waits for the file (optsched.exiting)
         try:
-            keep = stat.S_IMODE(os.stat(target).st_mode) if target.exists() else default_file_mode()
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        except OSError as exc:
-            raise OutputError(f"{path}: cannot write: {exc.strerror}") from None
-        os.close(fd)
-        try:
-            yield Path(tmp)
-            os.chmod(tmp, keep)
-            os.replace(tmp, target)
-        except OSError as exc:
-            Path(tmp).unlink(missing_ok=True)
-            raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            keep = _make_temporary(target, made)
+            yield Path(made[0])
+            os.chmod(made[0], keep)
+            os.replace(made[0], target)
+        except BaseException as exc:
+            for name in made:
+                Path(name).unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
             raise
 
 

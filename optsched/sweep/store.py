@@ -5,7 +5,8 @@
 :data:`~optsched.sweep.cells.OPTIONAL_COLUMNS` reads them as null). A file is written to
 a temporary file created exclusively in DIR (``tempfile.mkstemp``: a new file, never a link that
 is followed) and hard-linked to its final name only when complete; the link fails when the name
-exists, a symbolic link included: a row is never written twice, a crash never leaves half a file,
+exists, a symbolic link included: a row is never written twice, a crash never leaves half a file
+(Ctrl-C and SIGTERM wait for the write to end, so an interrupted sweep leaves no temporary file),
 and ``--resume`` skips exactly the keys that have a file. ``DIR/_sweep.json`` records the spec
 (files whose names start with ``_`` or ``.`` are not part of the dataset for pyarrow and pandas;
 duckdb reads ``DIR/part-*.parquet``).
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..arrowbuild import arrow_array
+from ..interrupt import held_signals
 from .cells import COLUMNS, OPTIONAL_COLUMNS
 
 __all__ = ["META", "MissingDependency", "StoreError", "SweepStore", "is_store_name", "require_pyarrow"]
@@ -129,16 +131,17 @@ class SweepStore:
         if os.path.lexists(final):
             return False
         table = self._table(list(rows))
-        fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{key}-", suffix=SUFFIX, dir=self.root)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                os.fchmod(fh.fileno(), default_file_mode())
-                pq.write_table(table, fh)
-            os.link(tmp, final)  # fails when the name exists (a link too): never two files for one key
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(tmp)
+        with held_signals():  # Ctrl-C or SIGTERM waits for the file (whole or none), then interrupts
+            fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{key}-", suffix=SUFFIX, dir=self.root)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    os.fchmod(fh.fileno(), default_file_mode())
+                    pq.write_table(table, fh)
+                os.link(tmp, final)  # fails when the name exists (a link too): never two files for one key
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(tmp)
         return True
 
     def _table(self, rows: list[dict[str, Any]]) -> Any:
@@ -192,15 +195,16 @@ class SweepStore:
         exclusively and renamed over the name (a link there is replaced, never written through)."""
         from ..jsonio import default_file_mode
 
-        fd, tmp = tempfile.mkstemp(prefix=f".{META}.", suffix=".tmp", dir=self.root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                os.fchmod(fh.fileno(), default_file_mode())
-                fh.write(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
-            os.replace(tmp, self.root / META)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with held_signals():  # Ctrl-C or SIGTERM waits for the file, then interrupts
+            fd, tmp = tempfile.mkstemp(prefix=f".{META}.", suffix=".tmp", dir=self.root)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    os.fchmod(fh.fileno(), default_file_mode())
+                    fh.write(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
+                os.replace(tmp, self.root / META)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
 
     def read_meta(self) -> dict[str, Any] | None:
         """The content of ``_sweep.json`` (None when there is none); :class:`StoreError` naming it
