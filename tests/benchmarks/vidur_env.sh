@@ -20,15 +20,9 @@ VENV="${1:-$HOME/.cache/optsched/vidur-0.0.26-venv}"
 DATA="${OPTSCHED_SHARED_DATA:-$HERE/../../../shared/data}"
 MARKER="$VENV/.optsched-vidur-ready"
 PY="${PYTHON:-python3}"
-LOG="$(mktemp)"
-trap 'rm -f "$LOG"' EXIT
-step() {  # run a step quietly; on failure show the end of its output
-  if ! "$@" >"$LOG" 2>&1; then
-    echo "vidur-env: failed: $*" >&2
-    grep -v "^WARNING: Location" "$LOG" | tail -30 >&2
-    exit 1
-  fi
-}
+STEP_NAME=vidur-env
+# shellcheck source=../support/venv_steps.sh
+source "$HERE/../support/venv_steps.sh"
 if [[ ! -d "$DATA" ]]; then
   echo "vidur-env: shared data folder $DATA not found (set OPTSCHED_SHARED_DATA)" >&2
   exit 1
@@ -60,8 +54,8 @@ with open(path, "w", newline="") as f:
     f.write(text[: match.end()] + fix + text[match.end() :])
 print(f"patched {path}")
 EOF
-  "$VENV/bin/python" -c "import vidur.main" >"$LOG" 2>&1 \
-    || { echo "vidur-env: 'import vidur.main' fails in $VENV" >&2; tail -20 "$LOG" >&2; exit 1; }
+  "$VENV/bin/python" -c "import vidur.main" >"$STEP_LOG" 2>&1 \
+    || { echo "vidur-env: 'import vidur.main' fails in $VENV" >&2; tail -20 "$STEP_LOG" >&2; exit 1; }
   touch "$MARKER"
 fi
 step "$VENV/bin/python" "$HERE/vidur_inputs.py" "$DATA" "$VENV/optsched-inputs"

