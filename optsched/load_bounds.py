@@ -127,9 +127,11 @@ __all__ = [
     "busy_time_lp",
     "default_bounds",
     "load_bounds",
+    "mix_shares",
     "most_items",
     "prompt_attention_extra",
     "proven_bounds",
+    "share_terms",
     "share_work",
     "srpt_completions",
     "srpt_mean_bound",
@@ -164,10 +166,11 @@ def _overhead(cm: CostModel) -> float:
     return tw.layers * (tw.base + min(tw.prefill.bias, tw.decode.bias))
 
 
-def share_work(
-    instance: Instance, weights: tuple[float, float, float], first_tokens: bool = False, items_cap: int | None = None
-) -> np.ndarray:
-    """p_i of the module docstring for one weight vector: least item work plus overhead shares.
+def share_terms(instance: Instance, first_tokens: bool = False, items_cap: int | None = None) -> np.ndarray:
+    """The columns of p_i (module docstring) that the weight vectors mix, one row per request:
+    least item work (the prompt's least attention included), then the overhead's count, token and
+    memory shares at weight 1 (items over K, tokens over C, KV slots over M; 0 without a KV limit),
+    the last three times beta.
 
     ``first_tokens``: only the work up to each request's first token. ``items_cap``: K (default
     :func:`most_items`; a test plants a smaller, invalid one).
@@ -179,14 +182,26 @@ def share_work(
     n_items = np.ceil(I / lim.prefill_budget) + O - 1.0
     tokens = I + O - 1.0
     slots = O * I + O * (O - 1.0) / 2.0
-    w_count, w_tok, w_mem = weights
-    share = w_count * n_items / K + w_tok * tokens / lim.token_budget
-    if lim.kv_capacity is not None:
-        share = share + w_mem * slots / lim.kv_capacity
-    elif w_mem:
-        raise ValueError("a memory share needs a KV capacity")
+    memory = slots / lim.kv_capacity if lim.kv_capacity is not None else np.zeros_like(I)
     work = request_work(instance, first_tokens=first_tokens) + prompt_attention_extra(instance, I)
-    return work + _overhead(instance.cost_model) * share
+    beta = _overhead(instance.cost_model)
+    return np.column_stack([work, beta * n_items / K, beta * tokens / lim.token_budget, beta * memory])
+
+
+def mix_shares(terms: np.ndarray, weights: tuple[float, float, float], has_memory: bool) -> np.ndarray:
+    """p_i for one weight vector from :func:`share_terms`' columns."""
+    if weights[2] and not has_memory:
+        raise ValueError("a memory share needs a KV capacity")
+    return terms[:, 0] + terms[:, 1:] @ np.asarray(weights, dtype=np.float64)
+
+
+def share_work(
+    instance: Instance, weights: tuple[float, float, float], first_tokens: bool = False, items_cap: int | None = None
+) -> np.ndarray:
+    """p_i of the module docstring for one weight vector: least item work plus overhead shares
+    (arguments as :func:`share_terms`)."""
+    terms = share_terms(instance, first_tokens, items_cap)
+    return mix_shares(terms, weights, instance.limits.kv_capacity is not None)
 
 
 def prompt_attention_extra(instance: Instance, prompts: np.ndarray) -> np.ndarray:
@@ -348,8 +363,10 @@ class _RowBuilder:
 
 def _best_over_weights(instance: Instance, first_tokens: bool, alone: np.ndarray) -> tuple[float, tuple[float, ...]]:
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
-    weights = [w for w in SHARE_WEIGHTS if instance.limits.kv_capacity is not None or not w[2]]
-    found = [(srpt_mean_bound(release, share_work(instance, w, first_tokens), alone), w) for w in weights]
+    has_memory = instance.limits.kv_capacity is not None
+    terms = share_terms(instance, first_tokens)
+    weights = [w for w in SHARE_WEIGHTS if has_memory or not w[2]]
+    found = [(srpt_mean_bound(release, mix_shares(terms, w, has_memory), alone), w) for w in weights]
     return max(found, key=lambda f: f[0])
 
 
