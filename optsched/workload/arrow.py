@@ -20,7 +20,7 @@ import numpy as np
 
 from ..arrownumpy import numpy_of
 from .formats import TraceFormat
-from .readers import TICKS_PER_SECOND
+from .readers import READ_CHUNK, TICKS_PER_SECOND
 from .streamed import TallyingStream
 
 __all__ = ["arrow_available", "read_csv_columns", "read_jsonl_columns"]
@@ -34,9 +34,10 @@ _BOM = b"\xef\xbb\xbf"
 _THREADED_BYTES = 1 << 28
 
 
-#: pyarrow's blocks of a streamed source (a gzip file inflated while it is parsed): the reader's
-#: memory is reused from block to block (docs/performance.md).
-_STREAM_BLOCK = 1 << 20
+#: pyarrow's blocks of a streamed source (a gzip file inflated while it is parsed): the chunks of
+#: :func:`~optsched.workload.readers.read_chunks`, each handed over whole; the reader's memory is
+#: reused from block to block (docs/performance.md).
+_STREAM_BLOCK = READ_CHUNK
 
 
 def _block(source: bytes | bytearray | TallyingStream) -> dict[str, Any]:

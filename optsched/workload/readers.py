@@ -26,6 +26,7 @@ __all__ = [
     "GZIP_MAGIC",
     "MAX_TRACE_BYTES",
     "MAX_TRACE_ROWS",
+    "READ_CHUNK",
     "TICKS_PER_SECOND",
     "BadValue",
     "datetime_ticks",
@@ -54,7 +55,8 @@ MAX_TRACE_BYTES = 1 << 30
 #: once loaded as request objects.
 MAX_TRACE_ROWS = 10**7
 
-_READ_CHUNK = 1 << 22
+#: Most bytes of a chunk of :func:`read_chunks` but the one chunk of a plain regular file.
+READ_CHUNK = 1 << 22
 _DECOMPRESS_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
@@ -117,7 +119,7 @@ def read_chunks(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> Iterator[b
 
     Both limits are checked before the content grows past them: a plain regular file's size from
     the file system before it is read at once into one buffer (its one chunk), anything else (gzip,
-    a device, a pipe) chunk by chunk while reading, in chunks of at most :data:`_READ_CHUNK` bytes.
+    a device, a pipe) chunk by chunk while reading, in chunks of at most :data:`READ_CHUNK` bytes.
     A regular gzip file's first member is inflated by :mod:`zlib` directly (:func:`_gunzip`). A
     truncated or damaged gzip stream is named as such, when the chunk it spoils is asked for.
 
@@ -142,7 +144,7 @@ def read_chunks(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> Iterator[b
             if regular:
                 chunks = _gunzip(fh.fileobj)  # type: ignore[attr-defined]
             else:
-                chunks = iter(lambda: fh.read(_READ_CHUNK), b"")
+                chunks = iter(lambda: fh.read(READ_CHUNK), b"")
             size = lines = 0
             for chunk in chunks:
                 size, lines = size + len(chunk), lines + chunk.count(b"\n")
@@ -159,13 +161,13 @@ def read_chunks(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> Iterator[b
 def _gunzip(raw: IO[bytes]) -> Iterator[bytes]:
     """A regular gzip file's content: its first member (the usual file has one) inflated by
     :mod:`zlib` directly (a fifth less CPU than :class:`gzip.GzipFile`), at most
-    :data:`_READ_CHUNK` bytes at a time; the zero bytes after it skipped and whatever else follows
+    :data:`READ_CHUNK` bytes at a time; the zero bytes after it skipped and whatever else follows
     (more members, other bytes) read by GzipFile's rules."""
     inflater = zlib.decompressobj(wbits=31)  # the gzip format: header and CRC checked
     pending = b""
     while not inflater.eof:
-        pending = pending or raw.read(_READ_CHUNK)
-        chunk = inflater.decompress(pending, _READ_CHUNK)
+        pending = pending or raw.read(READ_CHUNK)
+        chunk = inflater.decompress(pending, READ_CHUNK)
         if not chunk and not pending:
             raise EOFError("Compressed file ended before the end-of-stream marker was reached")
         pending = inflater.unconsumed_tail
@@ -173,13 +175,13 @@ def _gunzip(raw: IO[bytes]) -> Iterator[bytes]:
             yield chunk
     rest = inflater.unused_data.lstrip(b"\0")  # the end of the bytes read so far
     while not rest:
-        more = raw.read(_READ_CHUNK)
+        more = raw.read(READ_CHUNK)
         if not more:
             return
         rest = more.lstrip(b"\0")
     raw.seek(-len(rest), io.SEEK_CUR)
     with gzip.GzipFile(fileobj=raw, mode="rb") as members:
-        yield from iter(lambda: members.read(_READ_CHUNK), b"")
+        yield from iter(lambda: members.read(READ_CHUNK), b"")
 
 
 def _check_lines(path: str, lines: int, max_lines: int | None) -> None:

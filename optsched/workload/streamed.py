@@ -22,12 +22,13 @@ __all__ = ["TallyingStream"]
 
 
 class TallyingStream(io.RawIOBase):
-    """A readable stream over ``chunks`` (each :meth:`read` returns the next chunk, whatever size is
-    asked for) that tallies the checks of the whole-file path on the way."""
+    """A readable stream over ``chunks`` that tallies the checks of the whole-file path on the way."""
 
     def __init__(self, chunks: Iterator[bytes | bytearray]) -> None:
         super().__init__()
         self._chunks = chunks
+        self._chunk = b""
+        self._at = 0
         self._error: WorkloadError | None = None
         self._newlines = 0
         self._ends_with_newline = True  # an empty content has no last line
@@ -43,7 +44,17 @@ class TallyingStream(io.RawIOBase):
         return True
 
     def read(self, size: int = -1) -> bytes:
-        """The next chunk (empty at the end, or after an error kept for :meth:`finish`)."""
+        """At most ``size`` bytes of the content (all of the next chunk when ``size`` is negative or
+        larger); empty at the end, or after an error kept for :meth:`finish`."""
+        if self._at == len(self._chunk):
+            self._chunk, self._at = self._next(), 0
+        end = len(self._chunk) if size < 0 else min(self._at + size, len(self._chunk))
+        out = self._chunk[self._at : end]  # the chunk itself (no copy) when it is read whole
+        self._at = end
+        return out
+
+    def _next(self) -> bytes:
+        """The next chunk, tallied (empty at the end or after an error)."""
         if self._error is not None:
             return b""
         try:
