@@ -169,6 +169,7 @@ def _both(tmp_path: Path, name: str, text: bytes, **options) -> tuple[object, ob
     return results[0], results[1]
 
 
+BURST = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
 JSON_ROW = '{"timestamp": 5, "input_length": 3, "output_length": 2}\n'
 
 #: Files the streamed path leaves to the whole-file path (or refuses), each loaded alike plain and gzipped.
@@ -184,6 +185,9 @@ ODD_FILES = {
     "blank-lines": ("t.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n\n1,6,5\n\r\n2,3,3\n"),
     "crlf-bom-quoted": ("t.csv", '\ufeffarrived_at,num_prefill_tokens,num_decode_tokens\r\n0,"5",5\r\n1,6,5\r\n'),
     "quoted-line-end": ("t.csv", 'arrived_at,num_prefill_tokens,num_decode_tokens\n0,"5\n",5\n1,6,5\n'),
+    "quoted-line-end-unread": ("t.csv", BURST + '0.5,"GPT\n4",5,5,1,log\n1.5,GPT-4,6,6,1,log\n'),
+    "stray-quote": ("t.csv", BURST + '0.5,GPT-4,5,5,1,"log\n1.5,GPT-4,6,6,1,log\n2.5,GPT-4,6,6,1,log"\n'),
+    "latin1-unread": ("t.csv", BURST + "0.5,GPT-4,5,5,1,log \xe9\n1.5,GPT-4,6,6,1,log\n"),
     "short-row": ("t.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,6\n"),
     "no-last-line-end": ("t.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,6,5"),
     "cr-line-ends": ("t.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\r0,5,5\r1,6,5\r"),
@@ -212,7 +216,7 @@ ODD_FILES = {
 @pytest.mark.parametrize("case", list(ODD_FILES))
 def test_what_the_stream_does_not_vouch_for_reads_as_the_plain_file(tmp_path, case):
     name, text = ODD_FILES[case]
-    data = text.encode("latin-1" if case == "latin1" else "utf-8")
+    data = text.encode("latin-1" if case.startswith("latin1") else "utf-8")
     plain, packed = _both(tmp_path, name, data)
     if isinstance(plain, str):
         assert packed == plain and "FILE: " in plain, (plain, packed)
