@@ -140,8 +140,9 @@ def _counts(column: Any) -> np.ndarray | None:
 def _datetime_ticks(column: Any) -> np.ndarray | None:
     """Date-times of the loader's grammar as 100 ns ticks since 0001-01-01 (UTC); None otherwise."""
     chunks = [_fixed_width_ticks(chunk) for chunk in column.chunks]
-    if all(c is not None for c in chunks):
-        return chunks[0] if len(chunks) == 1 else np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+    read = [c for c in chunks if c is not None]
+    if len(read) == len(chunks):
+        return read[0] if len(read) == 1 else np.concatenate(read) if read else np.zeros(0, np.int64)
     return _parsed_ticks(column)
 
 
@@ -235,7 +236,8 @@ def _ordinal(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray
     era = y // 400
     yoe = y - era * 400
     doy = (153 * np.where(month > 2, month - 3, month + 9) + 2) // 5 + day - 1
-    return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 305
+    days: np.ndarray = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 305
+    return days
 
 
 def _parsed_ticks(column: Any) -> np.ndarray | None:
@@ -305,11 +307,10 @@ def read_csv_columns(
     needed = [*fmt.needed, *([fmt.model_column] if use_model else [])]
     if len(set(header)) != len(header) or any(c not in header for c in needed):
         return None
-    streamed = isinstance(source, TallyingStream)
-    if not streamed and not _is_utf8(source):
+    if not isinstance(source, TallyingStream) and not _is_utf8(source):
         return None
     types = {c: pa.string() for c in needed}
-    if streamed or not _x_in_rows(source):
+    if isinstance(source, TallyingStream) or not _x_in_rows(source):
         # pyarrow's integers are the grammar's (ASCII digits, blanks around, a minus sign) but for
         # hexadecimal (0x64): without an x in the rows they are read as int64, with no string kept.
         types[fmt.prompt] = types[fmt.output] = pa.int64()

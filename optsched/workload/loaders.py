@@ -301,6 +301,7 @@ def _relative_arrivals(path: str, fmt: TraceFormat, rows: _Rows) -> np.ndarray:
     if fmt.arrival is None:
         return np.zeros(len(rows.index))
     times = np.asarray(rows.times, dtype=np.int64 if fmt.time_unit == "datetime" else np.float64)
+    arrivals: np.ndarray
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is the out-of-range error below
         relative = times - times.min()
         if fmt.time_unit == "datetime":

@@ -16,7 +16,7 @@ import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from isal import isal_zlib
 
@@ -59,8 +59,9 @@ MAX_TRACE_ROWS = 10**7
 
 #: Most bytes of a chunk of :func:`read_chunks` but the one chunk of a plain regular file.
 READ_CHUNK = 1 << 22
-#: What a damaged or truncated gzip stream raises (ISA-L, zlib and GzipFile).
-_DECOMPRESS_ERRORS = (EOFError, isal_zlib.error, zlib.error, gzip.BadGzipFile)
+#: What a damaged or truncated gzip stream raises (ISA-L, whose type stubs call its error class an
+#: instance; zlib; GzipFile).
+_DECOMPRESS_ERRORS = (EOFError, cast(type[Exception], isal_zlib.error), zlib.error, gzip.BadGzipFile)
 
 
 def open_binary(path: str) -> IO[bytes]:
@@ -140,12 +141,12 @@ def read_chunks(path: str, max_lines: int | None = MAX_TRACE_ROWS) -> Iterator[b
                 if info.st_size > limit:
                     raise _too_large(path, limit, regular)
                 data = bytearray(info.st_size)
-                del data[fh.readinto(data) :]  # a file that shrank meanwhile
+                del data[cast(io.BufferedReader, fh).readinto(data) :]  # a file that shrank meanwhile
                 _check_lines(path, data.count(b"\n"), max_lines)
                 yield data
                 return
             if regular:
-                chunks = _gunzip(fh.fileobj)  # type: ignore[attr-defined]
+                chunks = _gunzip(fh.fileobj)
             else:
                 chunks = iter(lambda: fh.read(READ_CHUNK), b"")
             size = lines = 0
