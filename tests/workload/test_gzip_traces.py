@@ -126,7 +126,7 @@ def test_a_truncated_gzip_is_an_error_never_fewer_rows(tmp_path, monkeypatch, fm
     small chunks and in large ones: the error names the file; no load returns the rows read."""
     text = trace_text(fmt, 1500, seed=4)
     whole = gzip.compress(text)
-    cuts = [len(whole) - k for k in range(1, 9)] + [len(whole) // 2, len(whole) // 5, 30]
+    cuts = [len(whole) - k for k in range(1, 9)] + [len(whole) // 2, len(whole) // 5, 30, 12, 5]
     files = {f"cut{c}": whole[:c] for c in cuts}
     files["second-member-cut"] = whole + gzip.compress(text[:5000])[:-3]
     for chunk in (readers.READ_CHUNK, 4096):
