@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +32,7 @@ class TallyingStream(io.RawIOBase):
     def __init__(self, chunks: Iterator[bytes | bytearray]) -> None:
         super().__init__()
         self._chunks = chunks
+        self._lock = threading.Lock()
         self._chunk = b""
         self._at = 0
         self._error: WorkloadError | None = None
@@ -50,12 +52,13 @@ class TallyingStream(io.RawIOBase):
     def read(self, size: int = -1) -> bytes:
         """At most ``size`` bytes of the content (all of the next chunk when ``size`` is negative or
         larger); empty at the end, or after an error kept for :meth:`finish`."""
-        if self._at == len(self._chunk):
-            self._chunk, self._at = self._next(), 0
-        end = len(self._chunk) if size < 0 else min(self._at + size, len(self._chunk))
-        out = self._chunk[self._at : end]  # the chunk itself (no copy) when it is read whole
-        self._at = end
-        return out
+        with self._lock:  # pyarrow reads on its I/O threads
+            if self._at == len(self._chunk):
+                self._chunk, self._at = self._next(), 0
+            end = len(self._chunk) if size < 0 else min(self._at + size, len(self._chunk))
+            out = self._chunk[self._at : end]  # the chunk itself (no copy) when it is read whole
+            self._at = end
+            return out
 
     def _next(self) -> bytes:
         """The next chunk, tallied (empty at the end or after an error)."""
