@@ -20,11 +20,13 @@ import numpy as np
 
 from ..arrownumpy import numpy_of
 from .formats import TraceFormat
-from .readers import TICKS_PER_SECOND
+from .readers import READ_CHUNK, TICKS_PER_SECOND
+from .streamed import TallyingStream
 
 __all__ = ["arrow_available", "read_csv_columns", "read_jsonl_columns"]
 
 _CHUNK = 1 << 24
+_BOM = b"\xef\xbb\xbf"
 
 #: Files larger than this are parsed on pyarrow's threads, in blocks of :data:`_CHUNK` bytes. Below
 #: it one thread reading one block takes less CPU and, on the 2-core machine measured
@@ -32,10 +34,35 @@ _CHUNK = 1 << 24
 _THREADED_BYTES = 1 << 28
 
 
-def _block(data: bytes | bytearray) -> dict[str, Any]:
-    """pyarrow's read options for ``data``: the threads and the block size (:data:`_THREADED_BYTES`)."""
-    threaded = len(data) > _THREADED_BYTES
-    return {"use_threads": threaded, "block_size": _CHUNK if threaded else len(data) + 1}
+#: pyarrow's blocks of a streamed source (a gzip file inflated while it is parsed): the chunks of
+#: :func:`~optsched.workload.readers.read_chunks`, each handed over whole; the reader's memory is
+#: reused from block to block (docs/performance.md).
+_STREAM_BLOCK = READ_CHUNK
+
+
+def _block(source: bytes | bytearray | TallyingStream) -> dict[str, Any]:
+    """pyarrow's read options for ``source``: the threads and the block size (:data:`_THREADED_BYTES`;
+    a stream in blocks of :data:`_STREAM_BLOCK` on one thread)."""
+    if isinstance(source, TallyingStream):
+        return {"use_threads": False, "block_size": _STREAM_BLOCK}
+    threaded = len(source) > _THREADED_BYTES
+    return {"use_threads": threaded, "block_size": _CHUNK if threaded else len(source) + 1}
+
+
+def _input(source: bytes | bytearray | TallyingStream) -> Any:
+    """What pyarrow's readers read: the bytes without a copy, or the stream."""
+    import pyarrow as pa
+
+    return source if isinstance(source, TallyingStream) else pa.py_buffer(source)
+
+
+def _vouched(source: bytes | bytearray | TallyingStream, rows: int) -> bool:
+    """Whether a streamed source was UTF-8 and held no ``x`` in its rows (the counts were read as
+    int64 on that bet), and the source's line count is ``rows``."""
+    if isinstance(source, TallyingStream):
+        source.finish()
+        return source.is_utf8() and not source.x_in_rows and source.line_count() == rows
+    return _line_count(source) == rows
 
 
 #: A date-time of the datetime formats (RE2 syntax), offsets left to pyarrow's parser.
@@ -70,6 +97,12 @@ def _is_utf8(data: bytes | bytearray) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def _x_in_rows(data: bytes | bytearray) -> bool:
+    """Whether an ``x`` or ``X`` follows the first line end (the header's names may hold one: ContextTokens)."""
+    rows = data.find(b"\n") + 1
+    return data.find(b"x", rows) >= 0 or data.find(b"X", rows) >= 0
 
 
 def _line_count(data: bytes | bytearray) -> int:
@@ -107,8 +140,9 @@ def _counts(column: Any) -> np.ndarray | None:
 def _datetime_ticks(column: Any) -> np.ndarray | None:
     """Date-times of the loader's grammar as 100 ns ticks since 0001-01-01 (UTC); None otherwise."""
     chunks = [_fixed_width_ticks(chunk) for chunk in column.chunks]
-    if all(c is not None for c in chunks):
-        return chunks[0] if len(chunks) == 1 else np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+    read = [c for c in chunks if c is not None]
+    if len(read) == len(chunks):
+        return read[0] if len(read) == 1 else np.concatenate(read) if read else np.zeros(0, np.int64)
     return _parsed_ticks(column)
 
 
@@ -202,7 +236,8 @@ def _ordinal(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray
     era = y // 400
     yoe = y - era * 400
     doy = (153 * np.where(month > 2, month - 3, month + 9) + 2) // 5 + day - 1
-    return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 305
+    days: np.ndarray = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 305
+    return days
 
 
 def _parsed_ticks(column: Any) -> np.ndarray | None:
@@ -256,20 +291,26 @@ def _model_rows(column: Any, model: str | None) -> tuple[np.ndarray, dict[str, i
 
 
 def read_csv_columns(
-    data: bytes | bytearray, header: list[str], fmt: TraceFormat, model: str | None
+    source: bytes | bytearray | TallyingStream, header: list[str], fmt: TraceFormat, model: str | None
 ) -> dict[str, Any] | None:
     """The kept rows as numpy columns (``index``, ``times``, ``prompts``, ``outputs``) with the
-    ``failed`` and ``other_models`` counts, or None to let the standard-library reader decide."""
+    ``failed`` and ``other_models`` counts, or None to let the standard-library reader decide.
+
+    ``source`` is the file's bytes, or a :class:`~optsched.workload.streamed.TallyingStream` of its
+    content: then the checks of the bytes are made on the chunks as pyarrow reads them, and an
+    error met while reading (a limit, damaged gzip data) is raised as a ``WorkloadError``.
+    """
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
     use_model = model is not None and fmt.model_column is not None
     needed = [*fmt.needed, *([fmt.model_column] if use_model else [])]
-    if len(set(header)) != len(header) or any(c not in header for c in needed) or not _is_utf8(data):
+    if len(set(header)) != len(header) or any(c not in header for c in needed):
+        return None
+    if not isinstance(source, TallyingStream) and not _is_utf8(source):
         return None
     types = {c: pa.string() for c in needed}
-    rows = data.find(b"\n") + 1  # after the header (whose names may hold an x: ContextTokens)
-    if data.find(b"x", rows) < 0 and data.find(b"X", rows) < 0:
+    if isinstance(source, TallyingStream) or not _x_in_rows(source):
         # pyarrow's integers are the grammar's (ASCII digits, blanks around, a minus sign) but for
         # hexadecimal (0x64): without an x in the rows they are read as int64, with no string kept.
         types[fmt.prompt] = types[fmt.output] = pa.int64()
@@ -277,17 +318,19 @@ def read_csv_columns(
         types[fmt.arrival] = pa.float64()
     try:
         table = pacsv.read_csv(
-            pa.py_buffer(data),
-            read_options=pacsv.ReadOptions(column_names=header, skip_rows=1, **_block(data)),
+            _input(source),
+            read_options=pacsv.ReadOptions(column_names=header, skip_rows=1, **_block(source)),
             parse_options=pacsv.ParseOptions(newlines_in_values=False),
             convert_options=pacsv.ConvertOptions(
                 include_columns=needed, column_types=types, strings_can_be_null=False, quoted_strings_can_be_null=False
             ),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return None
-    if table.num_rows + 1 != _line_count(data) or any(table.column(c).null_count for c in needed):
-        return None  # a blank line, a quoted line end or a missing value: the standard reader names it
+        table = None
+    if not _vouched(source, -1 if table is None else table.num_rows + 1) or table is None:
+        return None  # a blank line, a quoted line end or not UTF-8: the standard reader names it
+    if any(table.column(c).null_count for c in needed):
+        return None  # a missing value
     prompts, outputs = _counts(table.column(fmt.prompt)), _counts(table.column(fmt.output))
     times = None
     if fmt.arrival is not None:
@@ -305,27 +348,31 @@ def read_csv_columns(
     return None if columns is None else {**columns, "other_models": other_models}
 
 
-def read_jsonl_columns(data: bytes | bytearray, fmt: TraceFormat) -> dict[str, Any] | None:
+def read_jsonl_columns(source: bytes | bytearray | TallyingStream, fmt: TraceFormat) -> dict[str, Any] | None:
     """A JSON Lines trace's rows as numpy columns (as :func:`read_csv_columns`), or None."""
     import pyarrow as pa
     import pyarrow.json as pajson
 
-    if not _is_utf8(data) or data.startswith(b"\xef\xbb\xbf"):
+    if not isinstance(source, TallyingStream) and (not _is_utf8(source) or source.startswith(_BOM)):
         return None
     fields = [pa.field(fmt.prompt, pa.int64()), pa.field(fmt.output, pa.int64())]
     if fmt.arrival is not None:
         fields.append(pa.field(fmt.arrival, pa.float64()))
     try:
         table = pajson.read_json(
-            pa.py_buffer(data),
-            read_options=pajson.ReadOptions(**_block(data)),
+            _input(source),
+            read_options=pajson.ReadOptions(**_block(source)),
             parse_options=pajson.ParseOptions(
                 explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore", newlines_in_values=False
             ),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        table = None
+    if not _vouched(source, -1 if table is None else table.num_rows) or table is None:
         return None
-    if table.num_rows != _line_count(data) or any(table.column(f.name).null_count for f in fields):
+    if (isinstance(source, TallyingStream) and source.start == _BOM) or any(
+        table.column(f.name).null_count for f in fields
+    ):
         return None
     times = _numpy(table.column(fmt.arrival)) if fmt.arrival is not None else None
     prompts, outputs = _numpy(table.column(fmt.prompt)), _numpy(table.column(fmt.output))

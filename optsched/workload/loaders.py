@@ -43,13 +43,16 @@ from .readers import (
     BadValue,
     datetime_ticks,
     file_name,
+    is_gzip_file,
     open_text,
     parse_count,
     parse_number,
     read_bytes,
+    read_chunks,
     read_head,
     utf8_error,
 )
+from .streamed import TallyingStream
 
 __all__ = ["is_trace_path", "load_trace", "load_trace_csv", "trace_format_of"]
 
@@ -104,6 +107,41 @@ def _keep(rows: _Rows, fmt: TraceFormat, k: int, t: Any, prompt: int, output: in
 def _text(data: bytes | bytearray) -> io.TextIOWrapper:
     """The file's bytes as UTF-8 text (a leading BOM dropped, line ends left to the csv module)."""
     return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig", errors="strict", newline="")
+
+
+def _read(path: str, fmt: TraceFormat, model: str | None, max_rows: int | None) -> tuple[TraceFormat, _Rows]:
+    """The file's rows: a gzip file streamed into pyarrow's reader (:func:`_read_streamed`) when it
+    vouches for them, else the whole (gunzipped) bytes read by :func:`_read_jsonl` or :func:`_read_csv`."""
+    if arrow_available() and is_gzip_file(path):
+        streamed = _read_streamed(path, fmt, model, max_rows)
+        if streamed is not None:
+            return streamed
+    data = read_bytes(path)
+    if fmt.jsonl:
+        return fmt, _read_jsonl(path, data, fmt, max_rows)
+    return _read_csv(path, data, fmt, model, max_rows)
+
+
+def _read_streamed(
+    path: str, fmt: TraceFormat, model: str | None, max_rows: int | None
+) -> tuple[TraceFormat, _Rows] | None:
+    """A gzip file's rows as pyarrow reads them while the file is inflated (its content never held
+    whole; :class:`~optsched.workload.streamed.TallyingStream`), or None for anything the
+    whole-file path decides (a header it reads otherwise or refuses, a row pyarrow does not vouch
+    for). A limit or damaged gzip data met while reading is its ``WorkloadError``."""
+    if fmt.jsonl:
+        columns = read_jsonl_columns(TallyingStream(read_chunks(path)), fmt)
+    else:
+        head = read_head(path)
+        try:
+            header = _header_line(head) if b"\n" in head else None
+            if header is None or not header:
+                return None
+            check_header(header, path)
+        except (UnicodeDecodeError, WorkloadError):
+            return None  # read again, and named, by the whole-file path
+        columns = read_csv_columns(TallyingStream(read_chunks(path)), header, fmt, model)
+    return None if columns is None else (fmt, _Rows(**columns).first(max_rows))
 
 
 def _read_csv(
@@ -263,6 +301,7 @@ def _relative_arrivals(path: str, fmt: TraceFormat, rows: _Rows) -> np.ndarray:
     if fmt.arrival is None:
         return np.zeros(len(rows.index))
     times = np.asarray(rows.times, dtype=np.int64 if fmt.time_unit == "datetime" else np.float64)
+    arrivals: np.ndarray
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is the out-of-range error below
         relative = times - times.min()
         if fmt.time_unit == "datetime":
@@ -382,13 +421,8 @@ def load_trace(
         raise WorkloadError(f"{source}: unknown trace option(s) {sorted(format_options)}")
     if model is not None and fmt.model_column is None:
         raise WorkloadError(f"--model: applies only to a trace with a model column (format {fmt.name!r} has none)")
-    data = read_bytes(source)
     with gc_paused():
-        if fmt.jsonl:
-            rows = _read_jsonl(source, data, fmt, max_rows)
-        else:
-            fmt, rows = _read_csv(source, data, fmt, model, max_rows)
-        del data
+        fmt, rows = _read(source, fmt, model, max_rows)
         if not len(rows.index):
             seen = f" (models in the file: {', '.join(sorted(rows.other_models))})" if rows.other_models else ""
             raise WorkloadError(f"{source}: no requests{seen}")

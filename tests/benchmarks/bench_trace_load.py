@@ -8,9 +8,10 @@ Writes a seeded trace of ``--layout`` (default ``burstgpt``: ``Timestamp,Model,R
 Response tokens,Total tokens,Log Type``, about 2 % failed rows with 0 response tokens; ``vidur``,
 ``vidur-lengths``, ``azure`` and ``azure-multimodal`` with date-times, ``splitwise-sim``,
 ``mooncake`` JSON Lines; ``all``: each in turn; gzipped with ``--gzip``) unless ``--file`` names
-one, then runs every method in a fresh Python process, ``--repeat`` times alternating the methods,
-and prints each run's wall time, its CPU time (user + system, imports included) and peak resident
-memory (``ru_maxrss`` of the child), with the machine's load average before and after:
+one, then runs every method in a fresh Python process, ``--repeat`` times alternating the methods
+(``--against DIR``: also ``optsched`` as a checkout of another commit in DIR has it), and prints
+each run's wall time, its CPU time (user + system, imports included) and peak resident memory
+(``ru_maxrss`` of the child), with the machine's load average before and after:
 
 - ``optsched``: ``optsched.workload.load_trace`` as shipped (pyarrow fast path when installed),
   down to the :class:`~optsched.instance.Instance` of 5 M requests;
@@ -142,9 +143,16 @@ def write_trace(path: Path, rows: int, seed: int = 0, layout: str = "burstgpt") 
             fh.writelines(lines)
 
 
-def run(method: str, path: Path) -> tuple[int, float, float, float] | str:
+def run(method: str, path: Path, code: Path | None = None) -> tuple[int, float, float, float] | str:
+    """One run of ``method`` in a fresh process: the ``optsched`` of ``code`` (a checkout) when given
+    (started outside the repository, whose own ``optsched`` a child started in it would import)."""
+    env = None if code is None else {**os.environ, "PYTHONPATH": str(code)}
     proc = subprocess.run(
-        [sys.executable, "-c", RUNNER.format(code=METHODS[method]), str(path)], capture_output=True, text=True
+        [sys.executable, "-c", RUNNER.format(code=METHODS[method]), str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=None if code is None else tempfile.gettempdir(),
     )
     if proc.returncode != 0:
         return proc.stderr.strip().splitlines()[-1]
@@ -152,12 +160,15 @@ def run(method: str, path: Path) -> tuple[int, float, float, float] | str:
     return int(n), float(wall), float(rss), float(cpu)
 
 
-def bench(path: Path, methods: list[str], repeat: int) -> None:
-    """Every method ``repeat`` times, alternating; each run's line and each method's median wall."""
-    walls: dict[str, list[float]] = {m: [] for m in methods}
+def bench(path: Path, methods: list[str], repeat: int, against: Path | None = None) -> None:
+    """Every method ``repeat`` times, alternating (with ``against``: ``optsched`` of that checkout
+    after each method); each run's line and each method's median wall."""
+    labels = [*methods, *([f"optsched@{against.name}"] if against is not None else [])]
+    walls: dict[str, list[float]] = {m: [] for m in labels}
     for _ in range(repeat):
-        for method in methods:
-            out = run(method, path)
+        for method in labels:
+            code = against if method.startswith("optsched@") else None
+            out = run("optsched" if code is not None else method, path, code)
             if isinstance(out, str):
                 print(f"{method:16s} not run: {out}")
                 continue
@@ -179,6 +190,7 @@ def main() -> None:
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--repeat", type=int, default=1, help="runs of each method, alternating")
     ap.add_argument("--gzip", action="store_true", help="write the trace gzipped (``.csv.gz``, ``.jsonl.gz``)")
+    ap.add_argument("--against", type=Path, help="also run the optsched of this checkout (another commit)")
     ap.add_argument("--write", type=Path, help=argparse.SUPPRESS)  # write the trace to this path and stop
     args = ap.parse_args()
     if args.write is not None:
@@ -187,7 +199,7 @@ def main() -> None:
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; cpus: {os.cpu_count()}")
     with tempfile.TemporaryDirectory() as tmp:
         if args.file is not None:
-            bench(args.file, args.methods, args.repeat)
+            bench(args.file, args.methods, args.repeat, args.against)
         for layout in [] if args.file is not None else list(HEADERS) if args.layout == "all" else [args.layout]:
             path = Path(tmp) / f"{layout}.{'jsonl' if layout == 'mooncake' else 'csv'}{'.gz' if args.gzip else ''}"
             t0 = time.perf_counter()
@@ -196,7 +208,7 @@ def main() -> None:
             subprocess.run(writer, check=True)
             size = path.stat().st_size / 2**20
             print(f"{layout}: wrote {args.rows:,} rows ({size:.0f} MiB) in {time.perf_counter() - t0:.1f} s")
-            bench(path, args.methods, args.repeat)
+            bench(path, args.methods, args.repeat, args.against)
             path.unlink()
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
