@@ -419,7 +419,7 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch], *, compiled
     schedule
         A :class:`Schedule` or a bare sequence of batches.
     compiled
-        True: the compiled kernel (:mod:`optsched.replaykernel`; a violation is then replayed here for
+        True: the compiled kernel (:mod:`optsched.fastreplay`; a violation is then replayed here for
         its messages); False: the readable rules below; None: as :func:`optsched.tiering.use_compiled` decides.
 
     Returns
@@ -432,7 +432,7 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch], *, compiled
     cols = sched._columns  # noqa: SLF001 - the same module's class
     n_items = len(cols.item_ref) if cols is not None else sum(len(b.items) for b in sched.batches)
     if use_compiled("replay", n_items, compiled):
-        from .replaykernel import replay_columns  # deferred: numba loads at the first compiled replay
+        from .fastreplay import replay_columns  # deferred: the kernel loads at the first compiled replay
 
         try:
             fields = replay_columns(instance, sched.columns())
