@@ -70,7 +70,9 @@ def _writable_dir() -> Path:
 def _compile(name: str, build_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """Compile every exportable signature of every kernel into ``build_dir``/``name``; the exports."""
     try:
-        pycc: Any = importlib.import_module("numba.pycc")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pycc is pending deprecation in numba
+            pycc: Any = importlib.import_module("numba.pycc")
     except ImportError as exc:  # numba without pycc, or no setuptools
         raise AotBuildError(f"numba.pycc is not available: {exc}") from exc
     cc = pycc.CC(name)
@@ -98,12 +100,15 @@ def _compile(name: str, build_dir: Path) -> dict[str, list[dict[str, Any]]]:
     return exports
 
 
-def build_extension(exercise: Callable[[], None]) -> Path:
-    """Build the extension of this code (module docstring) and return its path; ``exercise`` runs
-    the drivers once (the signatures to export come from its calls). AotBuildError when it cannot."""
+def build_extension(exercise: Callable[[], None], directory: Path | None = None) -> Path:
+    """Build the extension of this code (module docstring) into ``directory`` (default: the first
+    writable of :func:`~optsched.aotkernels.cache_dirs`) and return its path; ``exercise`` runs the
+    drivers once (the signatures to export come from its calls). AotBuildError when it cannot."""
     with jit_only():
         exercise()
-    directory = _writable_dir()
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+    directory = directory or _writable_dir()
     name = extension_name()
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     build_dir = Path(tempfile.mkdtemp(prefix=".build-", dir=directory))
@@ -129,7 +134,7 @@ def ensure_extension(exercise: Callable[[], None]) -> str:
     a line that says where it is, or why it was not built."""
     for directory in cache_dirs():
         if load_extension(directory) is not None:
-            return f"{directory / extension_name()} (present)"
+            return f"{directory / extension_name()}{importlib.machinery.EXTENSION_SUFFIXES[0]} (present)"
     try:
         return f"{build_extension(exercise)} (built)"
     except AotBuildError as exc:

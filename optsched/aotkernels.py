@@ -201,7 +201,6 @@ def forget() -> None:
     """Forget the kernels chosen and the extension loaded: the next :func:`kernel` looks again."""
     _chosen.clear()
     _extension.cache_clear()
-    extension_key.cache_clear()
 
 
 @contextmanager
