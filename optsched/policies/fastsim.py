@@ -7,27 +7,27 @@ it, else numba's), and returns the schedule as :class:`~optsched.schedcols.Sched
 Python object per item), batch for batch the reference engine's
 (``tests/policies/test_fastengine.py``).
 
-The priority order is a rank per request: :data:`ORDER_KEYS` maps a policy's ``order`` to a key
-function of the request; ties fall to the arrival, then the request's position (as the reference
-engine's tuples). The dynamic order ``remaining-prefill`` (``srpf``) is keyed by the kernel itself
-(prompt - m). A new static order needs only its key function here. An order without one, a cost
-model that is not a :class:`~optsched.costmodel.CostModel`, an instance the engine refuses (a
-repeated id, a request larger than M or than its whole KV blocks) or a livelock returns None: the
-reference engine then runs (and raises).
+The priority order is a rank per request: :data:`ORDER_KEYS` maps a policy's ``order`` to its key
+columns (functions of the prompt and output lengths); ties fall to the arrival, then the request's
+position (as the reference engine's tuples). The dynamic order ``remaining-prefill`` (``srpf``) is
+keyed by the kernel itself (prompt - m). A new static order needs only its key function here. An
+order without one, a cost model that is not a :class:`~optsched.costmodel.CostModel`, an instance
+the engine refuses (a repeated id, a request larger than M or than its whole KV blocks) or a
+livelock returns None: the reference engine then runs (and raises).
 
 This module imports no numba: the kernel is loaded at the first call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
 from ..aotkernels import kernel
 from ..costmodel import Coefficients, CostModel
-from ..instance import Instance, Request
+from ..instance import Instance
+from ..request import request_ids
 from ..schedcols import ScheduleColumns
 from ..schedule import Schedule
 from .config import GROUPS, PolicyConfig
@@ -36,27 +36,26 @@ from .enginelayout import D_SLOTS, F_SLOTS, L_SLOTS, NO_LIMIT, Q_ROWS, S_SLOTS
 __all__ = ["ORDER_KEYS", "compiled_schedule", "compiles", "simulate_columns"]
 
 
-#: Per ``order`` of :class:`PolicyConfig`: the request's static priority key (smaller first), before
-#: the arrival and the position that break ties (``remaining-prefill``: its dynamic key comes first).
-ORDER_KEYS: dict[str, Callable[[Request], tuple[Any, ...]]] = {
-    "arrival": lambda r: (),
-    "prompt": lambda r: (r.prompt_tokens,),
-    "output": lambda r: (r.output_tokens,),
-    "remaining-prefill": lambda r: (),
+#: Per ``order`` of :class:`PolicyConfig`: the requests' static priority key columns (smaller first,
+#: the first column first) of their prompt and output lengths, before the arrival and the position
+#: that break ties (``remaining-prefill``: its dynamic key comes first).
+ORDER_KEYS: dict[str, Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, ...]]] = {
+    "arrival": lambda prompt, output: (),
+    "prompt": lambda prompt, output: (prompt,),
+    "output": lambda prompt, output: (output,),
+    "remaining-prefill": lambda prompt, output: (),
 }
 #: The dynamic order the kernel keys itself (prompt - m, module docstring).
 _REMAINING = "remaining-prefill"
 _ITEMS, _EVICTIONS = S_SLOTS.index("items"), S_SLOTS.index("evictions")
 
 
-def _ranks(requests: Sequence[Request], key: Callable[[Request], tuple[Any, ...]], arrival: np.ndarray) -> np.ndarray:
+def _ranks(key_columns: tuple[np.ndarray, ...], arrival: np.ndarray) -> np.ndarray:
     """Each request's position in the priority order (key, arrival, position): a stable sort on
     the arrival, then on each key column from the last to the first."""
-    keys = list(map(key, requests))
-    columns = [np.array([k[j] for k in keys]) for j in range(len(keys[0]) if keys else 0)]
-    by_priority = np.lexsort((arrival, *reversed(columns)))
-    rank = np.empty(len(requests), np.int64)
-    rank[by_priority] = np.arange(len(requests))
+    by_priority = np.lexsort((arrival, *reversed(key_columns)))
+    rank = np.empty(len(arrival), np.int64)
+    rank[by_priority] = np.arange(len(arrival))
     return rank
 
 
@@ -103,13 +102,11 @@ def _state(
     instance: Instance, config: PolicyConfig, arrival: np.ndarray, cap: int, ev_cap: int
 ) -> tuple[np.ndarray, ...]:
     """The per-request state Q and the kernel's buffers E (Q first; the layout of :mod:`.fastengine`)."""
-    reqs = instance.requests
-    n = len(reqs)
     _, prompt, out_len = instance.columns
-    key = ORDER_KEYS[config.order]
+    n = len(prompt)
     Q = np.zeros((len(Q_ROWS), n), np.int64)
     Q[Q_ROWS.index("prompt")], Q[Q_ROWS.index("out")] = prompt, out_len
-    Q[Q_ROWS.index("rank")] = _ranks(reqs, key, arrival)
+    Q[Q_ROWS.index("rank")] = _ranks(ORDER_KEYS[config.order](prompt, out_len), arrival)
     if config.order == _REMAINING:
         Q[Q_ROWS.index("key")] = prompt
     E: tuple[np.ndarray, ...] = (
@@ -128,9 +125,8 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     engine's; None where the reference engine must run (module docstring). ``items_hint``: the
     initial length of the output arrays (default from the token counts; a run that outgrows them
     runs again with the length it needed)."""
-    reqs = instance.requests
-    ids = tuple(r.id for r in reqs)
-    n = len(reqs)
+    ids = tuple(request_ids(instance.requests))
+    n = len(ids)
     arrival_column, prompt, out_len = instance.columns  # read-only, shared with the replay and the bounds
     block = config.kv_block
     m_cap = _cap(instance.limits.kv_capacity) // block * block  # KV in whole blocks: at most floor(M / kv_block)
