@@ -36,7 +36,7 @@ from .exiting import end_at, exit_now
 from .instance import InstanceError
 from .interrupt import EXIT_INTERRUPTED, held_signals, sigint_seen
 from .jsonio import OutputError
-from .options import OptionError
+from .option_error import OptionError
 from .schedule import ScheduleError
 
 #: The subcommands, in the order ``optsched --help`` lists them: each name's module under

@@ -31,6 +31,7 @@ __all__ = [
     "Metrics",
     "RequestOutcome",
     "compute_metrics",
+    "metrics_of_arrays",
     "metrics_of_columns",
     "outcomes_from_columns",
     "tail_summaries",
@@ -239,15 +240,32 @@ def metrics_of_columns(
     reqs = [o.request for o in outs]
     arrival = np.fromiter((r.arrival for r in reqs), np.float64, n)
     output = np.fromiter((r.output_tokens for r in reqs), np.int64, n)
+    with_slo = [o for o in outs if o.request.slo is not None]
+    no_slo = np.fromiter((r.slo is None for r in reqs), bool, n)
+    met = int(np.count_nonzero(no_slo & ~np.isnan(finish))) + sum(o.meets_slo for o in with_slo)
+    return metrics_of_arrays(arrival, output, first_token, finish, first_scheduled, met, makespan, evictions, batches)
+
+
+def metrics_of_arrays(
+    arrival: np.ndarray,
+    output: np.ndarray,
+    first_token: np.ndarray,
+    finish: np.ndarray,
+    first_scheduled: np.ndarray,
+    met: int,
+    makespan: float,
+    evictions: int,
+    batches: int,
+) -> Metrics:
+    """:func:`metrics_of_columns` from the requests' arrivals and output lengths as arrays, and
+    ``met``, how many requests finished and met every SLO they carry (no object per request)."""
+    n = len(arrival)
     latency, ttft, queue = finish - arrival, first_token - arrival, first_scheduled - arrival
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(output >= 2, (finish - first_token) / (output - 1), math.nan)
     values = {"ttft": ttft, "tpot": tpot, "latency": latency, "queue": queue}
     defined = {name: v[~np.isnan(v)] for name, v in values.items()}
     total_latency = math.fsum(latency.tolist())
-    with_slo = [o for o in outs if o.request.slo is not None]
-    no_slo = np.fromiter((r.slo is None for r in reqs), bool, n)
-    met = int(np.count_nonzero(no_slo & ~np.isnan(finish))) + sum(o.meets_slo for o in with_slo)
     tokens = int(output.sum())
     n_tpot = len(defined["tpot"])
     return Metrics(

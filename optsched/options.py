@@ -23,6 +23,8 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import ConfigDict, Field, Strict, TypeAdapter, ValidationError
 
+from .option_error import OptionError
+
 __all__ = [
     "Flag",
     "FiniteFloat",
@@ -33,10 +35,6 @@ __all__ = [
     "PositiveInt",
     "Share",
 ]
-
-
-class OptionError(ValueError):
-    """A formulation option that is unknown, of the wrong type, out of range or without effect (exit 2)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any, overload
 
 import numpy as np
 
-__all__ = ["NO_EXTRA", "SLO", "Request", "RequestColumns", "requests_from_columns"]
+__all__ = ["NO_EXTRA", "SLO", "Request", "RequestColumns", "request_ids", "requests_from_columns"]
 
 
 @dataclass(frozen=True)
@@ -260,6 +260,11 @@ class RequestColumns(Sequence[Request]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return RequestColumns, (self.arrival, self.prompt, self.output, self._numbers, self._prefix)
+
+
+def request_ids(requests: Sequence[Request]) -> list[str]:
+    """The requests' ids, in order (of :class:`RequestColumns` without building its requests)."""
+    return list(requests.ids) if isinstance(requests, RequestColumns) else [r.id for r in requests]
 
 
 def _frozen(values: Any, dtype: Any) -> np.ndarray:

@@ -26,6 +26,7 @@ from typing import Any
 from .instance import MAX_ARRIVAL, Instance
 from .jsonio import dumps_rows, gc_paused, loads_json, read_text, write_text_atomic
 from .metrics import TIME_RTOL, Metrics, RequestOutcome, compute_metrics
+from .replayresult import ReplayResult
 from .schedcols import ScheduleColumns, columns_of_batches
 from .schedfile import PARQUET_SUFFIX, read_columns, write_parquet
 from .tiering import use_compiled
@@ -214,49 +215,6 @@ def load_schedule(path: str | Path) -> Schedule:
 # --------------------------------------------------------------------------- results
 
 
-@dataclass
-class ReplayResult:
-    """Outcome of :func:`replay`.
-
-    Attributes
-    ----------
-    feasible
-        True when there is no violation and every request finished.
-    violations
-        Human-readable violations, each naming the batch and the request.
-    outcomes
-        Per request id, its :class:`RequestOutcome`.
-    starts, ends
-        Start and end time of every batch.
-    kv_used, running
-        KV slots held and requests holding KV after each batch's processing (before release).
-    prefill_tokens, decode_items
-        Per batch, the prefill tokens and decode items processed.
-    metrics
-        The schedule's :class:`Metrics` (None when infeasible).
-    features
-        Per batch, the cost model's arguments ``(n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max)``
-        (docs/costmodel.md), e.g. to refit a profile from measured batch times.
-    generated, kv_held
-        Per request (instance order), tokens generated and KV slots held after the last batch (the
-        state an unfinished schedule leaves, e.g. to complete it).
-    """
-
-    feasible: bool
-    violations: list[str]
-    outcomes: dict[str, RequestOutcome]
-    starts: list[float]
-    ends: list[float]
-    kv_used: list[int]
-    running: list[int]
-    prefill_tokens: list[int]
-    decode_items: list[int]
-    metrics: Metrics | None
-    features: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
-    generated: list[int] = field(default_factory=list)
-    kv_held: list[int] = field(default_factory=list)
-
-
 # --------------------------------------------------------------------------- replay
 
 
@@ -419,7 +377,7 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch], *, compiled
     schedule
         A :class:`Schedule` or a bare sequence of batches.
     compiled
-        True: the compiled kernel (:mod:`optsched.replaykernel`; a violation is then replayed here for
+        True: the compiled kernel (:mod:`optsched.fastreplay`; a violation is then replayed here for
         its messages); False: the readable rules below; None: as :func:`optsched.tiering.use_compiled` decides.
 
     Returns
@@ -432,14 +390,14 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch], *, compiled
     cols = sched._columns  # noqa: SLF001 - the same module's class
     n_items = len(cols.item_ref) if cols is not None else sum(len(b.items) for b in sched.batches)
     if use_compiled("replay", n_items, compiled):
-        from .replaykernel import replay_columns  # deferred: numba loads at the first compiled replay
+        from .fastreplay import replay_columns  # deferred: the kernel loads at the first compiled replay
 
         try:
-            fields = replay_columns(instance, sched.columns())
+            compiled_result = replay_columns(instance, sched.columns())
         except OverflowError:  # a token count beyond 64 bits: a violation the rules below name
-            fields = None
-        if fields is not None:
-            return ReplayResult(True, [], **fields)
+            compiled_result = None
+        if compiled_result is not None:
+            return compiled_result
     batches = sched.batches
     st = _ReplayState.of(instance)
     result = ReplayResult(False, st.violations, {}, [], [], [], [], [], [], None)

@@ -6,16 +6,18 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
 from typing import Any
 
-from rich.box import Box
-from rich.console import Console
-from rich.table import Table
+__all__ = ["format_value", "metric_pairs", "metric_unit", "render", "rule_under_head", "text_table"]
 
-__all__ = ["RULE_UNDER_HEAD", "format_value", "metric_pairs", "metric_unit", "render", "text_table"]
 
-#: rich's SIMPLE_HEAD box in ASCII: a dashed rule under the header, nothing else.
-RULE_UNDER_HEAD = Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
+@cache
+def rule_under_head() -> Any:
+    """rich's SIMPLE_HEAD box in ASCII: a dashed rule under the header, nothing else."""
+    from rich.box import Box  # rich loads where a table is drawn, not for the other helpers
+
+    return Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
 
 
 def format_value(value: Any) -> str:
@@ -32,8 +34,10 @@ def format_value(value: Any) -> str:
 def text_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], width: int = 1000) -> str:
     """A plain-text table: numeric columns right-aligned, text left-aligned, cells wrapped to fit
     ``width`` columns."""
+    from rich.table import Table
+
     raw = [list(row) for row in rows]
-    table = Table(box=RULE_UNDER_HEAD, show_edge=False, pad_edge=False)
+    table = Table(box=rule_under_head(), show_edge=False, pad_edge=False)
     for c, header in enumerate(headers):
         numeric = bool(raw) and all(isinstance(row[c], (int, float)) or row[c] is None for row in raw)
         table.add_column(header, justify="right" if numeric else "left", overflow="fold")
@@ -67,6 +71,8 @@ def metric_pairs(metrics: Mapping[str, Any]) -> list[tuple[str, Any]]:
 
 def render(parts: Sequence[Any], width: int = 120) -> str:
     """Render rich renderables and plain lines as text ``width`` columns wide (no colour codes)."""
+    from rich.console import Console
+
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None, highlight=False, soft_wrap=False)
     for part in parts:

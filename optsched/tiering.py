@@ -1,11 +1,13 @@
 """When the compiled simulation core pays for its start-up, and so runs.
 
-The compiled engine (:mod:`optsched.policies.fastengine`) and replay (:mod:`optsched.replaykernel`)
-give the reference paths' results exactly, but a process pays once for importing numba and loading
-their kernels from the disk cache (about half a second). :func:`use_compiled` runs them for a call
-whose work (output tokens simulated, items replayed) reaches :data:`COMPILED_FROM`, and for every
-call once the process's work of that kind adds up to it: a sweep or a capacity search of many small
-instances switches to the kernels after its first few, a single small simulation never loads them.
+The compiled engine (:mod:`optsched.policies.fastsim`) and replay (:mod:`optsched.fastreplay`) give
+the reference paths' results exactly, but a process pays once for loading their kernels: a few ms
+from the extension ``optsched warmup`` builds (:mod:`optsched.aotkernels`), about half a second
+without it (importing numba and loading the kernels from its disk cache). :func:`use_compiled` runs
+them for a call whose work (output tokens simulated, items replayed) reaches :data:`COMPILED_FROM`,
+and for every call once the process's work of that kind adds up to it: a sweep or a capacity search
+of many small instances switches to the kernels after its first few, a single small simulation never
+loads them.
 """
 
 from __future__ import annotations

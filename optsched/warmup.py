@@ -10,10 +10,13 @@ limit, so the kernels are compiled once ahead: after installing (the README's in
 cache.
 
 :func:`warm_up` runs :data:`CASES` (every solver path that calls kernels, on small shipped
-instances, each schedule replayed) and :data:`POLICY_CASES` (the compiled policy engine and replay)
-until a pass compiles nothing, and reports how many kernels it
-compiled and how many it loaded from the cache; :func:`kernels` lists the kernels of the loaded
-modules.
+instances, each schedule replayed) and :data:`POLICY_CASES` (the compiled policy engine and replay,
+on numba's JIT path) until a pass compiles nothing, then builds the engine's and the replay's
+kernels ahead of time into a C extension (:mod:`optsched.aotbuild`; loaded by
+:mod:`optsched.aotkernels`, so that ``simulate`` and ``check`` do not import numba), unless the
+extension of this code is there already. It reports how many kernels it compiled and how many it
+loaded from the cache, and where the extension is (or why it was not built); :func:`kernels` lists
+the kernels of the loaded modules.
 """
 
 from __future__ import annotations
@@ -57,8 +60,8 @@ CASES: tuple[Case, ...] = (
     Case("solve", "gmax", "static", {"time_limit": 30}, requests=12),
 )
 
-#: The policies simulated and replayed on the compiled engine (:mod:`optsched.policies.fastengine`,
-#: :mod:`optsched.replaykernel`), which ``simulate``, ``report`` and ``sweep`` run on large traces: first
+#: The policies simulated and replayed on the compiled engine (:mod:`optsched.policies.fastsim`,
+#: :mod:`optsched.fastreplay`), which ``simulate``, ``report`` and ``sweep`` run on large traces: first
 #: come, first served; a waiting group sorted on keys recomputed every batch; the KV look-ahead; KV
 #: in blocks. One shipped instance, :data:`POLICY_INSTANCE`.
 POLICY_CASES: tuple[str, ...] = ("vllm", "srpf", "mc-sf", "vllm-v1")
@@ -79,6 +82,8 @@ class WarmupReport:
     loaded: int
     seconds: float
     cases: list[str]
+    #: The kernels compiled ahead of time: the extension's path, or why it was not built.
+    extension: str = ""
 
 
 def static_instance(n: int = 40) -> Instance:
@@ -117,12 +122,20 @@ def _run(case: Case) -> None:
 
 
 def run_policy_case(policy: str) -> None:
-    """Simulate ``policy`` on :data:`POLICY_INSTANCE` and replay its schedule, both compiled."""
+    """Simulate ``policy`` on :data:`POLICY_INSTANCE` and replay its schedule, both compiled, on
+    numba's JIT path (the path a call takes when the ahead-of-time extension is absent)."""
+    from .aotkernels import jit_only
     from .policies.engine import simulate
     from .schedule import replay
 
     instance = load_instance(POLICY_INSTANCE)
-    replay(instance, simulate(instance, policy, compiled=True), compiled=True)
+    with jit_only():
+        replay(instance, simulate(instance, policy, compiled=True), compiled=True)
+
+
+def _run_policy_cases() -> None:
+    for policy in POLICY_CASES:
+        run_policy_case(policy)
 
 
 def _compiled(found: dict[str, Any]) -> int:
@@ -151,6 +164,11 @@ def warm_up(say: Callable[[str], None] | None = None) -> WarmupReport:
             names.append(label)
         if _compiled(kernels()) == before:
             break
+    from .aotbuild import ensure_extension
+
+    if say is not None:
+        say("building the engine and replay kernels ahead of time")
+    extension = ensure_extension(_run_policy_cases)
     found = kernels()
     return WarmupReport(
         kernels=sum(1 for k in found.values() if k.signatures),
@@ -158,4 +176,5 @@ def warm_up(say: Callable[[str], None] | None = None) -> WarmupReport:
         loaded=sum(sum(k.stats.cache_hits.values()) for k in found.values()),
         seconds=time.perf_counter() - t0,
         cases=names,
+        extension=extension,
     )

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from optsched.fastreplay import replay_columns
 from optsched.instance import Instance, load_instance
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.policies.engine import simulate
-from optsched.replaykernel import replay_columns
 from optsched.schedcols import columns_of_batches
 from optsched.schedule import Batch, Item, Schedule, replay
 from optsched.tiering import COMPILED_FROM, use_compiled

@@ -45,10 +45,10 @@ def simulator_for(name: str) -> Callable[[Instance], Schedule]:
 
 def runs_compiled(name: str) -> bool:
     """Whether policy ``name`` runs on the compiled engine (a row of the unified scheduler that
-    :func:`optsched.policies.fastengine.compiles` accepts); the others run in Python, about ten
+    :func:`optsched.policies.fastsim.compiles` accepts); the others run in Python, about ten
     times slower on a large trace."""
     if POLICIES.get(name) != ENGINE:
         return False
-    from .fastengine import compiles  # numba is imported only where a policy runs
+    from .fastsim import compiles  # numpy is imported only where a policy runs
 
     return compiles(policy_config(name))

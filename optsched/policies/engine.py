@@ -580,11 +580,11 @@ def simulate(instance: Instance, policy: str | PolicyConfig, *, compiled: bool |
     policy
         A registered policy name (e.g. ``"vllm"``, ``"sarathi-ef"``) or a :class:`PolicyConfig`.
     compiled
-        True: the compiled engine (:mod:`.fastengine`, the same batches); False: this module's; None: as
+        True: the compiled engine (:mod:`.fastsim`, the same batches); False: this module's; None: as
         :func:`optsched.tiering.use_compiled` decides.
     """
     if use_compiled("simulate", int(instance.columns[2].sum()), compiled):
-        from .fastengine import compiled_schedule  # deferred: numba loads at the first compiled run
+        from .fastsim import compiled_schedule  # deferred: the kernel loads at the first compiled run
 
         if (schedule := compiled_schedule(instance, policy_config(policy))) is not None:
             return schedule

@@ -1,71 +1,46 @@
-"""The unified scheduler of :mod:`optsched.policies.engine`, compiled, for whole-instance runs.
+"""The unified scheduler of :mod:`optsched.policies.engine`, compiled, for whole-instance runs: the kernels.
 
-:func:`simulate_columns` runs a :class:`~optsched.policies.config.PolicyConfig` on an instance with
-the per-request state as arrays and the loops of GetNextBatch compiled by numba, and returns the
-schedule as :class:`~optsched.schedcols.ScheduleColumns` (no Python object per item). It follows
+:func:`_simulate` runs a :class:`~optsched.policies.config.PolicyConfig` on an instance with the
+per-request state as arrays (their layout: :mod:`.enginelayout`) and the loops of GetNextBatch
+compiled by numba; :func:`optsched.policies.fastsim.simulate_columns` (the driver) allocates the
+arrays and returns the schedule as :class:`~optsched.schedcols.ScheduleColumns`. It follows
 :class:`~optsched.policies.engine.Engine` step for step (the same queues as arrays: R_r sorted by
 priority, R_w as a double-ended queue for FCFS or sorted by priority for the ``all`` group; the same
 candidate order, budgets, reservations in whole KV blocks of ``kv_block`` slots with the admission
 watermark ``kv_watermark``, and victims; the same cost model arithmetic), so its batches
 are the reference engine's, batch for batch (``tests/policies/test_fastengine.py``).
 
-The priority order is a rank per request: :data:`ORDER_KEYS` maps a policy's ``order`` to a key
-function of the request; ties fall to the arrival, then the request's position (as the reference
-engine's tuples). The dynamic order ``remaining-prefill`` (``srpf``) adds a key row, prompt - m,
-set where the reference engine recomputes its keys (R_r before each batch, an evicted request) and
-compared before the rank. A new static order needs only its key function here. MC-SF's KV
-look-ahead admission (``kv_lookahead``) runs :func:`.lookahead_kernel.fits`. An order without one,
-a cost model that is not a :class:`~optsched.costmodel.CostModel`, an instance
-the engine refuses (a repeated id, a request larger than M or than its whole KV blocks) or a
-livelock returns None: the reference engine then runs (and raises).
+The priority order is a rank per request (computed by the driver); ties fall to the arrival, then
+the request's position (as the reference engine's tuples). The dynamic order ``remaining-prefill``
+(``srpf``) adds a key row, prompt - m, set where the reference engine recomputes its keys (R_r
+before each batch, an evicted request) and compared before the rank. MC-SF's KV look-ahead
+admission (``kv_lookahead``) runs :func:`.lookahead_kernel.fits`. An empty batch or a livelock
+returns a status: the reference engine then runs (and raises).
 
 Kernels compile at their first call and are cached on disk; importing this module compiles nothing.
+:mod:`optsched.aotkernels` loads them compiled ahead of time where ``optsched warmup`` built them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 from numba import njit
 
-from ..costmodel import Coefficients, CostModel
-from ..instance import Instance, Request
 from ..replaykernel import batch_time
-from ..schedcols import ScheduleColumns
-from ..schedule import Schedule
-from .config import GROUPS, PolicyConfig
+from .enginelayout import D_SLOTS, F_SLOTS, L_SLOTS, Q_ROWS, S_SLOTS
 from .lookahead_kernel import fits
 
-__all__ = ["ORDER_KEYS", "compiled_schedule", "compiles", "simulate_columns"]
-
-
-#: Per ``order`` of :class:`PolicyConfig`: the request's static priority key (smaller first), before
-#: the arrival and the position that break ties (``remaining-prefill``: its dynamic key comes first).
-ORDER_KEYS: dict[str, Callable[[Request], tuple[Any, ...]]] = {
-    "arrival": lambda r: (),
-    "prompt": lambda r: (r.prompt_tokens,),
-    "output": lambda r: (r.output_tokens,),
-    "remaining-prefill": lambda r: (),
-}
-#: The dynamic order the kernel keys itself (prompt - m, module docstring).
-_REMAINING = "remaining-prefill"
-
-_NO_LIMIT = 2**62
-# rows of the per-request state Q
-_M, _PROMPT, _GEN, _FIXED, _MARK, _OUT, _RANK, _KEY = 0, 1, 2, 3, 4, 5, 6, 7
-# scalars S: KV reserved, running count, waiting head and length, items, evictions, batches
-_KVRES, _NRUN, _WHEAD, _WLEN, _NITEMS, _NEVICT = 0, 1, 2, 3, 4, 5
-# the batch being built D (the reference's _Draft)
-_NO, _NTOK, _NPRE, _SPRE, _NDEC, _KVDEC, _XPRE, _KVMAX, _PHASE, _NGEN, _BITEMS, _BEVICT = range(12)
+# the arrays' rows and slots (:mod:`.enginelayout`): the per-request state Q, the scalars S, the
+# batch being built D (the reference's _Draft), the flags F and the limits L
+_M, _PROMPT, _GEN, _FIXED, _MARK, _OUT, _RANK, _KEY = range(len(Q_ROWS))
+_KVRES, _NRUN, _WHEAD, _WLEN, _NITEMS, _NEVICT = range(len(S_SLOTS))
+_NO, _NTOK, _NPRE, _SPRE, _NDEC, _KVDEC, _XPRE, _KVMAX, _PHASE, _NGEN, _BITEMS, _BEVICT = range(len(D_SLOTS))
 _PRE, _DEC = 1, 2
-# flags F and limits L
-_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN, _LOOK = 0, 1, 2, 3, 4, 5, 6, 7, 8
-_C, _P, _MCAP, _RCAP, _BLOCK, _WATERMARK = 0, 1, 2, 3, 4, 5
+_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN, _LOOK = range(len(F_SLOTS))
+_C, _P, _MCAP, _RCAP, _BLOCK, _WATERMARK = range(len(L_SLOTS))
 
 #: The kernels' decorator: cached on disk, and compiled without numba's reference counting
-#: (``_nrt=False``): they allocate nothing (every buffer comes from :func:`simulate_columns`), and
+#: (``_nrt=False``): they allocate nothing (every buffer comes from the driver), and
 #: without it each call between them pays an atomic increment and decrement per array it is
 #: passed, most of the run time of a call per item.
 _kernel = njit(cache=True, _nrt=False)
@@ -486,93 +461,3 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts):  # n
         stall = 0 if D[_NGEN] else stall + 1
         if _stalled(Q, S, E[3], E[4], F, stall):
             return 2, nb
-
-
-def _ranks(requests: tuple[Request, ...], key: Callable[[Request], tuple[Any, ...]], arrival: np.ndarray) -> np.ndarray:
-    """Each request's position in the priority order (key, arrival, position): a stable sort on
-    the arrival, then on each key column from the last to the first."""
-    keys = list(map(key, requests))
-    columns = [np.array([k[j] for k in keys]) for j in range(len(keys[0]) if keys else 0)]
-    by_priority = np.lexsort((arrival, *reversed(columns)))
-    rank = np.empty(len(requests), np.int64)
-    rank[by_priority] = np.arange(len(requests))
-    return rank
-
-
-def _cap(limit: int | None) -> int:
-    return _NO_LIMIT if limit is None else min(limit, _NO_LIMIT)
-
-
-def compiles(config: PolicyConfig) -> bool:
-    """Whether the kernel runs ``config``: its order has a key function (:data:`ORDER_KEYS`)."""
-    return config.order in ORDER_KEYS
-
-
-def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int | None = None) -> ScheduleColumns | None:
-    """The schedule of ``config`` on ``instance`` as columns, batch for batch the reference
-    engine's; None where the reference engine must run (module docstring). ``items_hint``: the
-    initial length of the output arrays (default from the token counts; a run that outgrows them
-    runs again with the length it needed)."""
-    reqs = instance.requests
-    lim = instance.limits
-    ids = tuple(r.id for r in reqs)
-    key = ORDER_KEYS.get(config.order)
-    n = len(reqs)
-    arrival_column, prompt, out_len = instance.columns  # read-only, shared with the replay and the bounds
-    block = config.kv_block
-    m_cap = _cap(lim.kv_capacity) // block * block  # KV in whole blocks: at most floor(M / kv_block)
-    big = n > 0 and -(-int((prompt + out_len - 1).max()) // block) * block > m_cap
-    if not compiles(config) or type(instance.cost_model) is not CostModel or big or len(set(ids)) != len(ids):
-        return None
-    arrival = arrival_column.copy()  # the kernel's argument types are writable arrays
-    order = np.argsort(arrival, kind="stable")
-    flags = [config.hybrid, config.chunked, config.eviction_free, config.prefill_counts_decodes]
-    fcfs = "all" not in config.groups and config.order == "arrival"  # R_w a queue, else sorted
-    flags += [config.evict_for_waiting, config.evicted_to_front, fcfs, config.order == _REMAINING]
-    flags += [config.kv_lookahead and not config.eviction_free and lim.kv_capacity is not None]
-    chunk = min(config.chunk or lim.prefill_budget, lim.prefill_budget)
-    limits = [lim.token_budget, chunk, m_cap, _cap(lim.max_running), block, config.kv_watermark * block]
-    limits = np.array(limits, np.int64)
-    groups = np.array([GROUPS.index(g) for g in config.groups], np.int64)
-    cap = items_hint or int(out_len.sum() + prompt.sum() // 64 + 2 * n + 1024)
-    ev_cap = items_hint or max(n, 1024)
-    while True:
-        Q = np.zeros((8, n), np.int64)
-        Q[_PROMPT], Q[_OUT], Q[_RANK] = prompt, out_len, _ranks(reqs, key, arrival)
-        if config.order == _REMAINING:
-            Q[_KEY] = prompt
-        E = (Q, np.zeros(6, np.int64), np.zeros(12, np.int64), np.zeros(n, np.int64), np.zeros(max(n, 1), np.int64))
-        E += (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64))
-        E += (np.zeros(ev_cap, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64))
-        batch_out = np.zeros((cap, 2), np.int64)
-        starts = np.zeros(cap)
-        status, nb = _simulate(
-            Q, order, arrival, groups, np.array(flags, np.bool_), limits, Coefficients.of(instance.cost_model), E,
-            batch_out, starts,
-        )  # fmt: skip
-        if status:
-            return None
-        S = E[1]
-        if max(nb, S[_NITEMS]) <= cap and S[_NEVICT] <= ev_cap:
-            break
-        cap, ev_cap = max(cap, nb, S[_NITEMS]), max(ev_cap, S[_NEVICT])
-    item_ptr = np.concatenate(([0], np.cumsum(batch_out[:nb, 0])))
-    evict_ptr = np.concatenate(([0], np.cumsum(batch_out[:nb, 1])))
-    return ScheduleColumns(
-        ids=ids,
-        item_ptr=item_ptr,
-        item_ref=E[7][: S[_NITEMS]],
-        item_tokens=E[8][: S[_NITEMS]],
-        evict_ptr=evict_ptr,
-        evict_ref=E[9][: S[_NEVICT]].copy(),
-        start=starts[:nb].copy(),
-    )
-
-
-def compiled_schedule(instance: Instance, config: PolicyConfig) -> Schedule | None:
-    """The compiled engine's :class:`~optsched.schedule.Schedule` (its batches built at first
-    read); None where the reference engine runs."""
-    columns = simulate_columns(instance, config)
-    if columns is None:
-        return None
-    return Schedule(instance.name, meta={"policy": config.name, "policy_config": config.to_dict()}, columns=columns)

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from ..result import objective_named
 from ..schedule import Schedule
-from ..textable import RULE_UNDER_HEAD, render
+from ..textable import render, rule_under_head
 from .gather import Report
 from .output import HIGHLIGHTED_POLICIES, grouped_messages, report_rows
 
@@ -204,7 +204,7 @@ def _pct(value: float | None) -> str:
 
 def _bounds_table(report: Report, verbose: bool) -> Table:
     unit = objective_unit(report.objective)
-    table = Table(box=RULE_UNDER_HEAD, show_edge=False, pad_edge=False, title_justify="left")
+    table = Table(box=rule_under_head(), show_edge=False, pad_edge=False, title_justify="left")
     for name, kw in (("source", {}), ("bound", {}), (f"value {unit}".strip(), {"justify": "right"}), ("proven", {})):
         table.add_column(name, **kw)
     if verbose:
@@ -238,7 +238,7 @@ def _schedule_table(report: Report, columns: Sequence[str]) -> Table:
     objective = report.objective
     unit = objective_unit(objective)
     shown = [k for k in columns if k != objective]
-    table = Table(box=RULE_UNDER_HEAD, show_edge=False, pad_edge=False)
+    table = Table(box=rule_under_head(), show_edge=False, pad_edge=False)
     table.add_column("schedule", overflow="fold", ratio=1, min_width=16)
     table.add_column(f"{objective}\n{unit}".strip(), justify="right", no_wrap=True)
     table.add_column("gap\n%", justify="right", no_wrap=True)

@@ -12,9 +12,13 @@ scheduling, KV 100,000 tokens (6,250 blocks of 16), 4,096 tokens per batch, at m
   (grid reduced to 250 trees, depth 16; predictions up to 4,096 tokens, the model's context),
   metrics written as CSV without plots and without the Chrome trace.
 
-One warm-up run of each comes first (it compiles optsched's kernels into numba's disk cache; Vidur's
-trains its predictor when none is cached, and also writes its per-batch table, the only place its
-batch count is written); then ``--rounds`` rounds alternate A and B. Wall seconds and CPU seconds
+The warm-up comes first: ``optsched warmup`` (it compiles optsched's kernels into numba's disk cache
+and builds the engine's and the replay's kernels ahead of time, so that ``simulate`` imports no
+numba), ``python -m compileall`` of the optsched package (the ``.pyc`` files an installation has; a
+process started with ``PYTHONDONTWRITEBYTECODE`` otherwise compiles optsched's sources at every
+start), and one run of each command (Vidur's trains its predictor when none is cached, and also
+writes its per-batch table, the only place its batch count is written); then ``--rounds`` rounds
+alternate A and B. Wall seconds and CPU seconds
 (user + system of the process and its children) per run, their medians, and the ratios B / A.
 The machine load (1-minute average) is printed before and after. Skips (exit 0) with the reason when
 the shared data or the Vidur venv is absent.
@@ -138,11 +142,23 @@ def vidur_figures(out_dir: Path, output: str) -> dict[str, float]:
     return figures
 
 
+def optsched_command() -> list[str]:
+    """The ``optsched`` command (its script, else ``python -m optsched``)."""
+    exe = shutil.which("optsched")
+    return [exe] if exe else [sys.executable, "-m", "optsched"]
+
+
+def prepare_optsched() -> None:
+    """``optsched warmup`` (kernels cached and built ahead of time) and the package's ``.pyc`` files."""
+    import optsched
+
+    timed([*optsched_command(), "warmup"])
+    timed([sys.executable, "-m", "compileall", "-q", str(Path(optsched.__file__).parent)])
+
+
 def run_optsched() -> Run:
     """A: one whole-process ``optsched simulate`` of the full trace."""
-    exe = shutil.which("optsched")
-    cmd = [exe] if exe else [sys.executable, "-m", "optsched"]
-    run, output = timed([*cmd, "simulate", str(TRACE), *OPTSCHED_ARGS])
+    run, output = timed([*optsched_command(), "simulate", str(TRACE), *OPTSCHED_ARGS])
     run.figures = optsched_figures(output)
     return run
 
@@ -196,6 +212,7 @@ def main() -> None:
         print(f"skipped: {reason}")
         return
     print(f"trace {TRACE}; load {os.getloadavg()[0]:.2f}; cpus {os.cpu_count()}", flush=True)
+    prepare_optsched()
     warm_a, warm_b = run_optsched(), run_vidur(args.vidur_venv, batch_table=True)
     print(f"warm-up: A {warm_a.wall:.2f} s wall / {warm_a.cpu:.2f} s CPU, B {warm_b.wall:.2f} s / {warm_b.cpu:.2f} s")
     print(describe("optsched (A)", warm_a))

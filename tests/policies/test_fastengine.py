@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from optsched.instance import Instance, InstanceError, Limits, Request, load_instance
 from optsched.policies.config import POLICY_CONFIGS, PolicyConfig
 from optsched.policies.engine import simulate
-from optsched.policies.fastengine import compiles, simulate_columns
+from optsched.policies.fastsim import compiles, simulate_columns
 from optsched.schedule import Schedule, replay
 from tests.policies.test_policy_properties import configs, fitting, instances
 from tests.support.paths import INSTANCES

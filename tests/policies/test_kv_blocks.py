@@ -23,7 +23,7 @@ from optsched import Instance, Limits, Request, load_instance, replay
 from optsched.costmodel import CostModel
 from optsched.policies.config import POLICY_CONFIGS, PolicyConfig
 from optsched.policies.engine import simulate
-from optsched.policies.fastengine import compiles, simulate_columns
+from optsched.policies.fastsim import compiles, simulate_columns
 from optsched.schedule import Item, Schedule
 from tests.policies.test_policy_properties import configs, instances
 from tests.support.paths import INSTANCES

@@ -1,0 +1,32 @@
+"""The layout of the compiled engine's state arrays, shared by its kernels and its driver.
+
+:mod:`.fastengine` (the numba kernels) and :mod:`.fastsim` (the Python driver that allocates the
+arrays and reads the results) index the same arrays; each tuple names their rows or slots in order,
+and each module turns a tuple into indexes (position = index). This module imports nothing, so the
+driver runs a kernel compiled ahead of time without importing numba.
+"""
+
+from __future__ import annotations
+
+__all__ = ["D_SLOTS", "F_SLOTS", "L_SLOTS", "NO_LIMIT", "Q_ROWS", "S_SLOTS"]
+
+#: An absent (or astronomically large) limit in the kernel.
+NO_LIMIT = 2**62
+#: Rows of the per-request state Q: KV held, prompt (grown by evictions), tokens generated, KV
+#: reserved for an eviction-free request, the last batch it was in, output length, priority rank,
+#: dynamic key.
+Q_ROWS = ("m", "prompt", "gen", "fixed", "mark", "out", "rank", "key")
+#: Scalars S: KV reserved, running count, waiting head and length, items, evictions.
+S_SLOTS = ("kv_reserved", "running", "waiting_head", "waiting_length", "items", "evictions")
+#: The batch being built D (the reference engine's draft).
+D_SLOTS = (
+    "number", "tokens", "prefill_tokens", "prefill_squares", "decodes", "decode_kv", "prefill_context",
+    "max_kv", "phase", "generating", "items", "evictions",
+)  # fmt: skip
+#: Flags F, in the order of :class:`~optsched.policies.config.PolicyConfig`'s switches.
+F_SLOTS = (
+    "hybrid", "chunked", "eviction_free", "prefill_counts_decodes", "evict_for_waiting", "evicted_to_front",
+    "fcfs", "dynamic_order", "kv_lookahead",
+)  # fmt: skip
+#: Limits L: token budget C, prefill chunk P, KV capacity M (whole blocks), R_max, KV block, watermark.
+L_SLOTS = ("token_budget", "chunk", "kv_capacity", "max_running", "kv_block", "watermark")
