@@ -149,7 +149,8 @@ class FluidTerms:
         """f_i(term) of the module docstring for items of requests ``owner``."""
         rate = self.rate[owner]
         by_rate = np.divide(term, rate, out=np.zeros_like(term), where=rate > 0)
-        return np.minimum(np.minimum(np.sqrt(term), self.cap[owner]), by_rate)
+        weight: np.ndarray = np.minimum(np.minimum(np.sqrt(term), self.cap[owner]), by_rate)
+        return weight
 
 
 def fluid_terms(instance: Instance) -> FluidTerms:
@@ -255,7 +256,13 @@ def fluid_lp(terms: FluidTerms, tau: np.ndarray, most: int, seconds: float = FLU
     rows = _Rows()
     owner_cap, owner_rate = terms.cap[c.owner], terms.rate[c.owner]
 
-    def p_rows(cells: np.ndarray, scale: np.ndarray, lower: np.ndarray, upper: np.ndarray, extra=None) -> int:
+    def p_rows(
+        cells: np.ndarray,
+        scale: np.ndarray,
+        lower: np.ndarray,
+        upper: np.ndarray,
+        extra: list[tuple[np.ndarray, np.ndarray | float]] | None = None,
+    ) -> int:
         """Rows ``scale * p_ik + extra >= lower`` (``<= upper``) of ``cells``, one each."""
         pos, cols, vals, const = c.p_terms(cells, scale)
         first = rows.add(lower - const, upper - const)
@@ -279,7 +286,7 @@ def fluid_lp(terms: FluidTerms, tau: np.ndarray, most: int, seconds: float = FLU
     h.run()
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
-    total = h.getInfo().objective_function_value
+    total = float(h.getInfo().objective_function_value)
     return max(0.0, total * (1.0 - FLUID_MARGIN) / len(terms.release))
 
 
@@ -338,7 +345,9 @@ def fluid_latency(instance: Instance, most: int, seconds: float = FLUID_TIME) ->
     terms = fluid_terms(instance)
     positive = (terms.weight > 0).all() and (terms.rate > 0).all() and terms.overhead > 0
     tau = fluid_grid(terms, most) if positive else None
-    value = None if tau is None else fluid_lp(terms, tau, most, seconds)
+    if tau is None:
+        return None
+    value = fluid_lp(terms, tau, most, seconds)
     if value is None:
         return None
     note = (
