@@ -73,10 +73,10 @@ latency (``fluid-latency``). It sees that the work released by a time must be do
 batch overhead limits, and that a high rate needs many requests in each batch, each waiting through
 it: under load its optimum keeps many requests in the system.
 
-**Scale.** At most :data:`FLUID_CELLS` request-interval cells (the grid has :data:`FLUID_GRID` points
-at most, fewer for large N, none below the least); HiGHS solves it within :data:`FLUID_TIME`
-seconds or it is not listed; only an optimal solve counts, lowered by :data:`FLUID_MARGIN`
-(relative) for the solver's tolerances.
+**Scale.** At most :data:`FLUID_CELLS` request-interval cells: :data:`FLUID_GRID` equal intervals
+at most, fewer for large N, none below the least (so none beyond 1,000 requests). HiGHS' interior
+point method solves it within :data:`FLUID_TIME` seconds or it is not listed; only an optimal solve
+counts, lowered by :data:`FLUID_MARGIN` (relative) for the solver's tolerances.
 """
 
 from __future__ import annotations
@@ -99,7 +99,6 @@ __all__ = [
     "fluid_grid",
     "fluid_latency",
     "fluid_lp",
-    "fluid_terms",
 ]
 
 #: Most request-interval cells of the programme.
@@ -151,11 +150,6 @@ class FluidTerms:
         by_rate = np.divide(term, rate, out=np.zeros_like(term), where=rate > 0)
         weight: np.ndarray = np.minimum(np.minimum(np.sqrt(term), self.cap[owner]), by_rate)
         return weight
-
-
-def fluid_terms(instance: Instance) -> FluidTerms:
-    """The per-request constants of the programme of the module docstring."""
-    return FluidTerms(instance)
 
 
 class _Rows:
@@ -342,7 +336,7 @@ def fluid_latency(instance: Instance, most: int, seconds: float = FLUID_TIME) ->
     ``most``: the most items one batch holds (:func:`optsched.load_bounds.most_items`)."""
     if not instance.requests:
         return None
-    terms = fluid_terms(instance)
+    terms = FluidTerms(instance)
     positive = (terms.weight > 0).all() and (terms.rate > 0).all() and terms.overhead > 0
     tau = fluid_grid(terms, most) if positive else None
     if tau is None:

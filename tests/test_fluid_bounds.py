@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from optsched.bounds import critical_path_times
-from optsched.fluid_bounds import FLUID_TIME, fluid_grid, fluid_latency, fluid_lp, fluid_terms
+from optsched.fluid_bounds import FLUID_TIME, FluidTerms, fluid_grid, fluid_latency, fluid_lp
 from optsched.load_bounds import most_items
 from optsched.result import replayed_objective
 from tests.support.infermax import tiny_instance
@@ -46,7 +46,7 @@ def planted(inst, fault: str) -> float:
     twice), or a batch's overhead paid in full by each of the K items it may hold."""
     if fault == "ten-percent":
         return 1.1 * fluid(inst)
-    terms = fluid_terms(inst)
+    terms = FluidTerms(inst)
     if fault == "weight-twice":
         terms.weight = 2.0 * terms.weight
     else:
@@ -109,5 +109,5 @@ def test_the_fluid_bound_is_listed_by_bound_and_the_infermax_bounder(capsys) -> 
 def test_no_bound_beyond_the_grid() -> None:
     """Above FLUID_CELLS / FLUID_GRID[0] requests the programme is not built (None, not a guess)."""
     inst = loaded_instance(1_200, 7)
-    assert fluid_grid(fluid_terms(inst), most_items(inst)) is None
+    assert fluid_grid(FluidTerms(inst), most_items(inst)) is None
     assert fluid_latency(inst, most_items(inst)) is None
