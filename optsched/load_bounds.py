@@ -118,6 +118,7 @@ from .bounds import (
     request_work,
 )
 from .costmodel import Coefficients, CostModel
+from .fluid_bounds import FLUID_TIME, fluid_latency
 from .instance import Instance
 from .pair_bounds import pair_bounds
 from .result import Bound, objective_named
@@ -375,7 +376,8 @@ def load_bounds(instance: Instance, objective: str, lp_time: float | None = None
     ``srpt-prefill`` for ``ttft`` (seconds, mean over requests), and the pairwise-interference bound of
     :mod:`optsched.pair_bounds`; none for other objectives. With
     ``lp_time`` (seconds, at most :data:`LP_TIME` used) also the busy-time LP's bound where HiGHS
-    solves it within that time."""
+    solves it within that time, and for ``latency`` the fluid bound of :mod:`optsched.fluid_bounds`
+    (at most :data:`~optsched.fluid_bounds.FLUID_TIME` s)."""
     name = objective_named(objective).name
     if name not in ("latency", "ttft") or not instance.requests:
         return []
@@ -404,6 +406,13 @@ def load_bounds(instance: Instance, objective: str, lp_time: float | None = None
     lp = None if not lp_time or lp_time <= 0 else _busy_time(instance, name == "ttft", K, min(lp_time, LP_TIME))
     if lp is not None:
         out.append(lp)
+    fluid = (
+        None
+        if name != "latency" or not lp_time or lp_time <= 0
+        else fluid_latency(instance, K, min(lp_time, FLUID_TIME))
+    )
+    if fluid is not None:
+        out.append(fluid)
     return out
 
 
@@ -455,5 +464,7 @@ def default_bounds(instance: Instance) -> list[Bound]:
     :func:`optsched.bounds.instance_bounds` and the load-aware bounds of both mean latency and mean
     TTFT."""
     return (
-        instance_bounds(instance) + load_bounds(instance, "latency", LP_TIME) + load_bounds(instance, "ttft", LP_TIME)
+        instance_bounds(instance)
+        + load_bounds(instance, "latency", FLUID_TIME)
+        + load_bounds(instance, "ttft", LP_TIME)
     )

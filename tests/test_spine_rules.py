@@ -232,6 +232,7 @@ ADAPTERS = frozenset({"optsched/cpsat_solver.py", "optsched/mipsolvers.py"})
 #: Other modules that set a solver's time limit, and why: none is on a solve's path.
 SETS_A_SOLVER_LIMIT = {
     "optsched/load_bounds.py": "the busy-time LP of the load-aware bounds (optsched bound, report)",
+    "optsched/fluid_bounds.py": "the fluid LP of the load-aware bounds (optsched bound, report)",
 }
 
 

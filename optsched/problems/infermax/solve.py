@@ -59,8 +59,9 @@ from typing import TYPE_CHECKING, Any
 
 from ...budget import TimeBudget
 from ...costmodel import Coefficients
+from ...fluid_bounds import FLUID_TIME
 from ...instance import Instance
-from ...load_bounds import LP_TIME, load_bounds, proven_bounds
+from ...load_bounds import load_bounds, proven_bounds
 from ...options import OptionError
 from ...result import Bound, SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
@@ -529,7 +530,8 @@ def bounds(
     The model computes its objectives exactly as :func:`optsched.schedule.replay` does, so every
     bound of :mod:`optsched.bounds` (proven for every schedule that replays cleanly) holds for its
     optimum; for ``latency`` and ``ttft`` so does every load-aware bound of :mod:`optsched.load_bounds`
-    (the busy-time LP within the time left of ``budget``, at most :data:`~optsched.load_bounds.LP_TIME` s).
+    (the busy-time LP and the fluid LP of :mod:`optsched.fluid_bounds` within the time left of ``budget``,
+    at most :data:`~optsched.load_bounds.LP_TIME` and :data:`~optsched.fluid_bounds.FLUID_TIME` s).
     ``method='lp'`` adds the LP relaxation of the MIP (:mod:`.mip`; proven, usually weaker than the
     work bound on large instances but independent of it) when it is solved to a positive value.
     ``method='relax'`` adds, for the makespan with a KV capacity, the residency bound of
@@ -547,8 +549,8 @@ def bounds(
 
         return [goodput_bound(instance, bound_opts.method)]
     out = _generic_bounds(instance, objective)
-    lp_time = budget.left() if budget.limited else LP_TIME  # the busy-time LP's HiGHS limit, in seconds
-    out += [b for b in load_bounds(instance, objective, lp_time) if b.name.startswith("busy-time")]
+    lp_time = budget.left() if budget.limited else FLUID_TIME  # the LPs' HiGHS limit, in seconds (each its own at most)
+    out += [b for b in load_bounds(instance, objective, lp_time) if b.name.startswith(("busy-time", "fluid-"))]
     if objective == "makespan" and instance.limits.kv_capacity is not None:
         value, count = kv_time_bound(instance)
         out.append(
