@@ -37,6 +37,8 @@ from ..schedcols import ScheduleColumns
 from ..schedule import Schedule
 from .config import GROUPS, PolicyConfig
 from .lookahead_kernel import fits
+from .slo import deadline, resolve
+from .slo_kernel import fit_chunk, late_last
 
 __all__ = ["ORDER_KEYS", "compiled_schedule", "compiles", "simulate_columns"]
 
@@ -61,7 +63,7 @@ _KVRES, _NRUN, _WHEAD, _WLEN, _NITEMS, _NEVICT = 0, 1, 2, 3, 4, 5
 _NO, _NTOK, _NPRE, _SPRE, _NDEC, _KVDEC, _XPRE, _KVMAX, _PHASE, _NGEN, _BITEMS, _BEVICT = range(12)
 _PRE, _DEC = 1, 2
 # flags F and limits L
-_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN, _LOOK = 0, 1, 2, 3, 4, 5, 6, 7, 8
+_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN, _LOOK, _DROP = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
 _C, _P, _MCAP, _RCAP, _BLOCK, _WATERMARK = 0, 1, 2, 3, 4, 5
 
 #: The kernels' decorator: cached on disk, and compiled without numba's reference counting
@@ -207,8 +209,9 @@ def _lookahead_fits(E, L, i):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def _take_prefill(E, F, L, i, admit):  # noqa: ANN001, ANN202
-    """Add a prefill chunk of request ``i`` (admitting it from R_w when ``admit``)."""
+def _take_prefill(E, F, L, X, i, admit):  # noqa: ANN001, ANN202
+    """Add a prefill chunk of request ``i`` (admitting it from R_w when ``admit``); ``X``: the SLO
+    arguments (cost coefficients, time budget, deadlines, scratch), the chunk cut to the budget."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     if not F[_HYBRID] and D[_PHASE] == _DEC:
         return False
@@ -219,6 +222,9 @@ def _take_prefill(E, F, L, i, admit):  # noqa: ANN001, ANN202
         c = min(want, room)
     else:
         c = want if want <= room else 0
+    if X[1] != np.inf:
+        args = (D[_NTOK], D[_NPRE], D[_SPRE], D[_NDEC], D[_KVDEC], D[_XPRE], D[_KVMAX])
+        c = fit_chunk(X[0], X[1], *args, c, Q[_M, i], D[_BITEMS] == 0)
     if c <= 0:
         return False
     if admit:
@@ -301,7 +307,7 @@ def _take_decodes(E, F, L, run_):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def _fill_fcfs_waiting(E, F, L):  # noqa: ANN001, ANN202
+def _fill_fcfs_waiting(E, F, L, X):  # noqa: ANN001, ANN202
     """R_w in its order (FCFS, or sorted by priority), stopping at the first candidate that cannot
     be admitted (B2). A sorted R_w keeps its head during the admission: its victims sort after it."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
@@ -310,13 +316,13 @@ def _fill_fcfs_waiting(E, F, L):  # noqa: ANN001, ANN202
         if Q[_MARK, i] == D[_NO]:
             return
         if not F[_FCFS]:
-            if not _take_prefill(E, F, L, i, True):
+            if not _take_prefill(E, F, L, X, i, True):
                 return
             _remove(wq, S, _WLEN, i)
             continue
         S[_WHEAD] = (S[_WHEAD] + 1) % len(wq)
         S[_WLEN] -= 1
-        if not _take_prefill(E, F, L, i, True):
+        if not _take_prefill(E, F, L, X, i, True):
             _push_waiting(wq, S, i, True)
             return
 
@@ -352,7 +358,7 @@ def _group(E, kind):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def _fill_group(E, F, L, kind):  # noqa: ANN001, ANN202
+def _fill_group(E, F, L, X, kind):  # noqa: ANN001, ANN202
     """Walk a running group, merged with the sorted R_w by priority for ``all`` (kind 4)."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     merge = kind == 4
@@ -366,7 +372,7 @@ def _fill_group(E, F, L, kind):  # noqa: ANN001, ANN202
                 _take_decodes(E, F, L, dec[:nd])
                 nd = 0
             cand = wq[w]
-            if Q[_MARK, cand] == D[_NO] or not _take_prefill(E, F, L, cand, True):
+            if Q[_MARK, cand] == D[_NO] or not _take_prefill(E, F, L, X, cand, True):
                 blocked = True
             else:
                 w += 1
@@ -380,12 +386,12 @@ def _fill_group(E, F, L, kind):  # noqa: ANN001, ANN202
             _take_decodes(E, F, L, dec[:nd])
             nd = 0
         if Q[_MARK, i] != D[_NO]:
-            _take_prefill(E, F, L, i, False)
+            _take_prefill(E, F, L, X, i, False)
     if nd:
         _take_decodes(E, F, L, dec[:nd])
     while merge and not blocked and w < S[_WLEN]:
         cand = wq[w]
-        if Q[_MARK, cand] == D[_NO] or not _take_prefill(E, F, L, cand, True):
+        if Q[_MARK, cand] == D[_NO] or not _take_prefill(E, F, L, X, cand, True):
             break
         w += 1
     if w:
@@ -446,9 +452,9 @@ def _intake(E, F, order, arrival, p, time):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts):  # noqa: ANN001, ANN202
+def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts, X):  # noqa: ANN001, ANN202
     """Every batch until all requests finished; returns (status, batches): 0 done, 1 an empty
-    batch, 2 a livelock (the reference engine then raises)."""
+    batch, 2 a livelock (the reference engine then raises). ``X``: see :func:`_take_prefill`."""
     S, D = E[1], E[2]
     unfinished = Q.shape[1]
     now = 0.0
@@ -469,11 +475,14 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts):  # n
         D[_NO] = nb + 1
         if F[_DYN]:
             _resort_running(E)
+        if F[_DROP]:  # late requests last (.slo); vbuf, grp and dec are free scratch here
+            run, wq, vbuf, grp, dec = E[3][: S[_NRUN]], E[4], E[6], E[10], E[11]
+            late_last(coef, X[1], start, Q[_M], Q[_PROMPT], run, wq, S[_WHEAD], S[_WLEN], X[2], X[3], vbuf, grp, dec)
         for g in groups:
             if g == 0:
-                _fill_fcfs_waiting(E, F, L)
+                _fill_fcfs_waiting(E, F, L, X)
             else:
-                _fill_group(E, F, L, g)
+                _fill_group(E, F, L, X, g)
         if D[_BITEMS] == 0 and D[_BEVICT] == 0:
             return 1, nb
         now = start + batch_time(coef, D[_NTOK], D[_NPRE], D[_SPRE], D[_NDEC], D[_KVDEC], D[_XPRE], D[_KVMAX])
@@ -513,6 +522,7 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     engine's; None where the reference engine must run (module docstring). ``items_hint``: the
     initial length of the output arrays (default from the token counts; a run that outgrows them
     runs again with the length it needed)."""
+    config = resolve(config, instance.requests)  # the SLOs of SLO-aware policies (.slo)
     reqs = instance.requests
     lim = instance.limits
     ids = tuple(r.id for r in reqs)
@@ -529,11 +539,14 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     flags = [config.hybrid, config.chunked, config.eviction_free, config.prefill_counts_decodes]
     fcfs = "all" not in config.groups and config.order == "arrival"  # R_w a queue, else sorted
     flags += [config.evict_for_waiting, config.evicted_to_front, fcfs, config.order == _REMAINING]
-    flags += [config.kv_lookahead and not config.eviction_free and lim.kv_capacity is not None]
+    flags += [config.kv_lookahead and not config.eviction_free and lim.kv_capacity is not None, config.ttft_drop]
     chunk = min(config.chunk or lim.prefill_budget, lim.prefill_budget)
     limits = [lim.token_budget, chunk, m_cap, _cap(lim.max_running), block, config.kv_watermark * block]
     limits = np.array(limits, np.int64)
     groups = np.array([GROUPS.index(g) for g in config.groups], np.int64)
+    coef = Coefficients.of(instance.cost_model)
+    deadlines = np.array([deadline(r) for r in reqs] if config.ttft_drop else [], np.float64)
+    slo = (coef, config.time_budget or np.inf, deadlines, np.zeros(len(deadlines)))  # _take_prefill's X
     cap = items_hint or int(out_len.sum() + prompt.sum() // 64 + 2 * n + 1024)
     ev_cap = items_hint or max(n, 1024)
     while True:
@@ -547,8 +560,7 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
         batch_out = np.zeros((cap, 2), np.int64)
         starts = np.zeros(cap)
         status, nb = _simulate(
-            Q, order, arrival, groups, np.array(flags, np.bool_), limits, Coefficients.of(instance.cost_model), E,
-            batch_out, starts,
+            Q, order, arrival, groups, np.array(flags, np.bool_), limits, coef, E, batch_out, starts, slo,
         )  # fmt: skip
         if status:
             return None
