@@ -593,7 +593,7 @@ def simulate(instance: Instance, policy: str | PolicyConfig, *, compiled: bool |
     if use_compiled("simulate", int(instance.columns[2].sum()), compiled):
         from .fastengine import compiled_schedule  # deferred: numba loads at the first compiled run
 
-        if (schedule := compiled_schedule(instance, policy_config(policy))) is not None:
+        if (schedule := compiled_schedule(instance, resolve(policy_config(policy), instance.requests))) is not None:
             return schedule
     engine = Engine.from_instance(instance, policy)
     engine.advance()
