@@ -122,8 +122,8 @@ class PolicyConfig:
         other requests run: vLLM's ``watermark`` (a fraction f of its blocks, ``int(f * (floor(M /
         block_size) + 1))`` blocks, its block pool counting one null block). 0 = none (vLLM's default).
     time_budget
-        Seconds: a prefill chunk is cut so that the batch's time under the instance's cost model stays
-        within it (decodes are never cut; a batch with no item yet takes at least one token). None =
+        Seconds: a prefill chunk is cut so that the time under the instance's cost model of a batch
+        holding decodes stays within it (decodes are never cut, nor a batch without decodes). None =
         no time budget, or with ``tpot_budget`` the least TPOT target among the instance's requests.
     tpot_budget
         The time budget is the least TPOT target (``slo.tpot``) among the instance's requests when

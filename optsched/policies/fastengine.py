@@ -224,7 +224,7 @@ def _take_prefill(E, F, L, X, i, admit):  # noqa: ANN001, ANN202
         c = want if want <= room else 0
     if X[1] != np.inf:
         args = (D[_NTOK], D[_NPRE], D[_SPRE], D[_NDEC], D[_KVDEC], D[_XPRE], D[_KVMAX])
-        c = fit_chunk(X[0], X[1], *args, c, Q[_M, i], D[_BITEMS] == 0)
+        c = fit_chunk(X[0], X[1], *args, c, Q[_M, i])
     if c <= 0:
         return False
     if admit:

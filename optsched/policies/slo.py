@@ -12,10 +12,12 @@ chunk of ``c`` tokens of a request holding ``m`` KV slots is cut to the largest 
 
     batch_time(N_tok + k, N_pre + k, S_pre + k^2, N_dec, KV_dec, X_pre + k m, KV_max) <= budget
 
-(:func:`fit_chunk`; the batch time does not decrease in ``k``, so bisection finds it). A batch with
-no item yet takes at least one token, so every batch makes progress. When every batch stays within
-``pi`` (its decodes alone do), every request's TPOT is at most ``pi``; a larger chunk would buy
-prefill throughput, and with it TTFT, with TPOT.
+(:func:`fit_chunk`; the batch time does not decrease in ``k``, so bisection finds it). A batch
+without decodes is not cut: no request is between its first token and its finish during it (under
+decode-first batching every such request decodes in every batch), so its time is in no TPOT; this
+also lets every batch make progress. When every batch with decodes stays within ``pi`` (its decodes
+alone do), every request's TPOT is at most ``pi``; a larger chunk would buy prefill throughput, and
+with it TTFT, with TPOT.
 
 **Late requests last** (``ttft_drop``). Under overload FCFS makes every waiting request late, one
 after the other. Before each batch R_w is split with Moore-Hodgson's rule, which serves the most
@@ -69,7 +71,6 @@ __all__ = [
 class Draft(Protocol):
     """The batch being built, as the cost model reads it (the reference engine's draft)."""
 
-    items: list
     n_tok: int
     n_pre: int
     s_pre: int
@@ -124,7 +125,7 @@ def deadline(request: Request) -> float:
 
 def fit_chunk(cost: CostModel, budget: float, draft: Draft, c: int, m: int) -> int:
     """The largest chunk ``k <= c`` of a request holding ``m`` KV slots whose batch ``draft`` stays
-    within ``budget`` seconds (module docstring); at least 1 when the batch holds no item yet."""
+    within ``budget`` seconds (module docstring); ``c`` when the batch holds no decode."""
     d = draft
 
     def fits(k: int) -> bool:
@@ -133,7 +134,7 @@ def fit_chunk(cost: CostModel, budget: float, draft: Draft, c: int, m: int) -> i
             <= budget
         )
 
-    if c <= 0 or fits(c):
+    if c <= 0 or d.n_dec == 0 or fits(c):
         return c
     lo, hi = 0, c - 1
     while lo < hi:
@@ -142,7 +143,7 @@ def fit_chunk(cost: CostModel, budget: float, draft: Draft, c: int, m: int) -> i
             lo = mid
         else:
             hi = mid - 1
-    return lo if d.items else max(lo, 1)
+    return lo
 
 
 def decode_time(cost: CostModel, held: Sequence[int]) -> float:

@@ -25,9 +25,9 @@ def _fits(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, k, m)
 
 
 @_kernel
-def fit_chunk(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, c, m, empty):  # noqa: ANN001, ANN201
+def fit_chunk(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, c, m):  # noqa: ANN001, ANN201
     """:func:`optsched.policies.slo.fit_chunk` on the batch's counters."""
-    if c <= 0 or _fits(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, c, m):
+    if c <= 0 or n_dec == 0 or _fits(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, c, m):
         return c
     lo = 0
     hi = c - 1
@@ -37,7 +37,7 @@ def fit_chunk(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, c
             lo = mid
         else:
             hi = mid - 1
-    return max(lo, 1) if empty else lo
+    return lo
 
 
 @_kernel
