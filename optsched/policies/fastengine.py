@@ -521,7 +521,8 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     """The schedule of ``config`` on ``instance`` as columns, batch for batch the reference
     engine's; None where the reference engine must run (module docstring). ``items_hint``: the
     initial length of the output arrays (default from the token counts; a run that outgrows them
-    runs again with the length it needed)."""
+    runs again with the length it needed). An SLO-aware policy on an instance without the SLO
+    targets it reads raises the reference's :class:`~optsched.instance.InstanceError` (:func:`.slo.resolve`)."""
     config = resolve(config, instance.requests)  # the SLOs of SLO-aware policies (.slo)
     reqs = instance.requests
     lim = instance.limits
