@@ -25,8 +25,9 @@ from optsched.bounds import (
 )
 from optsched.costmodel import available_profiles, load_cost_model
 from optsched.instance import Instance, InstanceError, Limits, Request, available_instances, load_instance
-from optsched.policies import POLICIES, simulator_for
+from optsched.policies import POLICIES, reads_slo, simulator_for
 from optsched.schedule import Batch, Item, Schedule, replay
+from optsched.workload import WorkloadTransforms, apply_transforms
 from tests.support.report import random_schedule, serial_fcfs
 
 REL = 1e-9
@@ -136,6 +137,9 @@ def test_policies_respect_bounds(policy: str) -> None:
     for model in available_profiles():
         for _ in range(3):
             inst = random_instance(rng, model, 8, arrivals=True)
+            if reads_slo(policy):  # slo-budget schedules by the requests' TTFT and TPOT targets
+                slos = WorkloadTransforms(slo_ttft=rng.choice([0.05, 0.5, 5.0]), slo_tpot=rng.choice([0.01, 0.1]))
+                inst = apply_transforms(inst, slos)
             try:
                 schedule = simulate(inst)
             except InstanceError:

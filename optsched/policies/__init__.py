@@ -43,6 +43,15 @@ def simulator_for(name: str) -> Callable[[Instance], Schedule]:
     return partial(simulate, policy=name) if POLICIES[name] == ENGINE else simulate
 
 
+def reads_slo(name: str) -> bool:
+    """Whether policy ``name`` schedules by the requests' SLO targets (``slo-budget``: a row of the
+    unified scheduler with ``tpot_budget`` or ``ttft_drop``, :mod:`.slo`)."""
+    if POLICIES.get(name) != ENGINE:
+        return False
+    config = policy_config(name)
+    return config.tpot_budget or config.ttft_drop
+
+
 def runs_compiled(name: str) -> bool:
     """Whether policy ``name`` runs on the compiled engine (a row of the unified scheduler that
     :func:`optsched.policies.fastsim.compiles` accepts); the others run in Python, about ten

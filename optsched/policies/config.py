@@ -4,22 +4,24 @@ Every baseline of the InferMax paper (Table 1 and Appendix A.3) is one :class:`P
 :mod:`optsched.policies.engine` runs any of them. The table :data:`POLICY_CONFIGS` holds the named
 policies, each with its eviction-free twin (name suffix ``-ef``).
 
-=================  ===========================  ======  =======  ==========  =============
-policy             groups, in priority order    hybrid  chunked  P (chunk)   order in group
-=================  ===========================  ======  =======  ==========  =============
-``vllm``           waiting, running             no      no       P           arrival
-``vllm-hy``        waiting, running             yes     no       P           arrival
-``vllm-v1``        running, waiting             yes     yes      P           arrival
-``sarathi``        run-decode, run-prefill, w.  yes     yes      min(512, P) arrival
-``sarathi-pc``     run-decode, run-prefill, w.  yes     yes      P (= C)     arrival
-``sarathi-nocp``   run-decode, run-prefill, w.  yes     no       P           arrival
-``sarathi-nohy``   run-decode, run-prefill, w.  no      no       P           arrival
-``rank-org``       all (one group)              yes     yes      P           arrival
-``rank-i``         all (one group)              yes     yes      P           prompt length
-``rank-o``         all (one group)              yes     yes      P           output length
-``mc-sf``          run-decode, run-prefill, w.  yes     yes      min(512, P) output length
-``srpf``           run-prefill, w., run-decode  no      no       P           remaining prefill
-=================  ===========================  ======  =======  ==========  =============
+====================  ===========================  ======  =======  ==========  =============
+policy                groups, in priority order    hybrid  chunked  P (chunk)   order in group
+====================  ===========================  ======  =======  ==========  =============
+``vllm``              waiting, running             no      no       P           arrival
+``vllm-hy``           waiting, running             yes     no       P           arrival
+``vllm-v1``           running, waiting             yes     yes      P           arrival
+``sarathi``           run-decode, run-prefill, w.  yes     yes      min(512, P) arrival
+``sarathi-pc``        run-decode, run-prefill, w.  yes     yes      P (= C)     arrival
+``sarathi-nocp``      run-decode, run-prefill, w.  yes     no       P           arrival
+``sarathi-nohy``      run-decode, run-prefill, w.  no      no       P           arrival
+``rank-org``          all (one group)              yes     yes      P           arrival
+``rank-i``            all (one group)              yes     yes      P           prompt length
+``rank-o``            all (one group)              yes     yes      P           output length
+``mc-sf``             run-decode, run-prefill, w.  yes     yes      min(512, P) output length
+``srpf``              run-prefill, w., run-decode  no      no       P           remaining prefill
+``slo-budget``        run-decode, run-prefill, w.  yes     yes      P, timed    arrival, late last
+``slo-budget-fcfs``   run-decode, run-prefill, w.  yes     yes      P, timed    arrival
+====================  ===========================  ======  =======  ==========  =============
 
 ``vllm`` and ``vllm-hy`` are the InferMax paper's vLLM (its V0 scheduler: prefills first).
 ``vllm-v1`` is vLLM's V1 scheduler as vLLM 0.32 runs it (``vllm/v1/core/sched/scheduler.py``,
@@ -36,12 +38,20 @@ batches, like vLLM's, that serves the prompt chunks it started (prompts longer t
 waiting queue sorted by prompt tokens, then decodes: a shortest-remaining-processing-time rule on
 the prefill work that decides the first token.
 
+``slo-budget`` (:mod:`optsched.policies.slo`) batches for P99 SLOs, in the spirit of Sarathi-Serve's
+SLO-derived token budget: decodes first, then prefill chunks only while the batch's time under the
+instance's cost model stays within a time budget, by default the least TPOT target among the
+requests (``tpot_budget``); before each batch R_w is split by Moore-Hodgson's rule on the TTFT
+deadlines (``ttft_drop``), so that the requests that can still meet their deadline go first and the
+late ones last. ``slo-budget-fcfs`` keeps the time budget and R_w's FCFS order.
+
 P is the instance's ``prefill_budget`` (C = P = 4096 in the paper); a policy chunk larger than the
 instance's P is clipped to it, so every schedule respects the instance's limits.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -111,6 +121,17 @@ class PolicyConfig:
         KV blocks (of ``kv_block`` slots) a waiting request must leave free to be admitted while
         other requests run: vLLM's ``watermark`` (a fraction f of its blocks, ``int(f * (floor(M /
         block_size) + 1))`` blocks, its block pool counting one null block). 0 = none (vLLM's default).
+    time_budget
+        Seconds: a prefill chunk is cut so that the time under the instance's cost model of a batch
+        holding decodes stays within it (decodes are never cut, nor a batch without decodes). None =
+        no time budget, or with ``tpot_budget`` the least TPOT target among the instance's requests.
+    tpot_budget
+        The time budget is the least TPOT target (``slo.tpot``) among the instance's requests when
+        ``time_budget`` is None; an instance without one is refused (:func:`.slo.resolve`).
+    ttft_drop
+        Before each batch R_w is reordered by Moore-Hodgson's rule on the requests' TTFT deadlines
+        (arrival + ``slo.ttft``): those that can still meet them first, the late ones after, each
+        part in R_w's order (:func:`.slo.on_time_first`); an instance without TTFT targets is refused.
     """
 
     name: str
@@ -126,6 +147,9 @@ class PolicyConfig:
     kv_lookahead: bool = False
     kv_block: int = 1
     kv_watermark: int = 0
+    time_budget: float | None = None
+    tpot_budget: bool = False
+    ttft_drop: bool = False
 
     def __post_init__(self) -> None:
         if not self.groups or any(g not in GROUPS for g in self.groups):
@@ -146,6 +170,10 @@ class PolicyConfig:
             raise ValueError(f"policy {self.name!r}: kv_block must be >= 1")
         if self.kv_watermark < 0:
             raise ValueError(f"policy {self.name!r}: kv_watermark must be >= 0")
+        if self.time_budget is not None and not 0 < self.time_budget < math.inf:
+            raise ValueError(f"policy {self.name!r}: time_budget must be a positive number of seconds")
+        if self.ttft_drop and (self.order != "arrival" or "all" in self.groups):
+            raise ValueError(f"policy {self.name!r}: ttft_drop reorders an FCFS R_w (order 'arrival', no 'all' group)")
 
     def eviction_free_variant(self) -> PolicyConfig:
         """The ``-ef`` twin: same policy, full reservation at admission, no evictions."""
@@ -173,6 +201,8 @@ _BASE = (
     PolicyConfig("rank-o", ("all",), order="output", evict_for_waiting=True),
     PolicyConfig("mc-sf", _DECODE_FIRST, order="output", chunk=SARATHI_CHUNK, kv_lookahead=True),
     PolicyConfig("srpf", _PREFILL_FIRST, order="remaining-prefill", hybrid=False, chunked=False),
+    PolicyConfig("slo-budget", _DECODE_FIRST, tpot_budget=True, ttft_drop=True),
+    PolicyConfig("slo-budget-fcfs", _DECODE_FIRST, tpot_budget=True),
 )
 
 #: Every named policy and its eviction-free twin, by name.

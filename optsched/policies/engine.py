@@ -82,6 +82,7 @@ from ..schedule import Batch, Item, Schedule
 from ..tiering import use_compiled
 from .config import PolicyConfig, policy_config
 from .orders import DYNAMIC_ORDERS, lookahead_fits, order_key, projection
+from .slo import fit_chunk, late_last, resolve, resolved
 from .states import EngineSnapshot, RequestState
 
 __all__ = ["Engine", "EngineSnapshot", "RequestState", "simulate"]
@@ -125,7 +126,7 @@ class Engine:
     """
 
     def __init__(self, limits: Limits, cost_model: CostModel, policy: str | PolicyConfig, *, name: str = "engine"):
-        self.config = policy_config(policy)
+        self.config = resolved(policy_config(policy))
         self.limits = limits
         self.cost_model = cost_model
         self.name = name
@@ -167,7 +168,8 @@ class Engine:
     @classmethod
     def from_instance(cls, instance: Instance, policy: str | PolicyConfig) -> Engine:
         """An engine with the instance's limits and cost model, holding all its requests."""
-        engine = cls(instance.limits, instance.cost_model, policy, name=instance.name)
+        config = resolve(policy_config(policy), instance.requests)  # the SLOs of SLO-aware policies
+        engine = cls(instance.limits, instance.cost_model, config, name=instance.name)
         for r in instance.requests:
             engine.add_request(r)
         return engine
@@ -311,6 +313,10 @@ class Engine:
             for i in self._running:
                 self._rekey(i)
             self._running.sort(key=self._prio.__getitem__)
+        if self.config.ttft_drop:  # late requests last (.slo)
+            late_last(
+                self.cost_model, self.config, start, self._running, self._waiting, self._m, self._prompt, self._reqs
+            )
         for group in self.config.groups:
             if group == "waiting":
                 self._fill_fcfs_waiting(d)
@@ -447,6 +453,7 @@ class Engine:
             c = min(want, room)
         else:
             c = want if want <= room else 0
+        c = fit_chunk(self.cost_model, self.config.time_budget, d, c, self._m[i]) if self.config.time_budget else c
         if c <= 0:
             return False
         if admit:
@@ -586,7 +593,7 @@ def simulate(instance: Instance, policy: str | PolicyConfig, *, compiled: bool |
     if use_compiled("simulate", int(instance.columns[2].sum()), compiled):
         from .fastsim import compiled_schedule  # deferred: the kernel loads at the first compiled run
 
-        if (schedule := compiled_schedule(instance, policy_config(policy))) is not None:
+        if (schedule := compiled_schedule(instance, resolve(policy_config(policy), instance.requests))) is not None:
             return schedule
     engine = Engine.from_instance(instance, policy)
     engine.advance()

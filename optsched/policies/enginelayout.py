@@ -26,7 +26,7 @@ D_SLOTS = (
 #: Flags F, in the order of :class:`~optsched.policies.config.PolicyConfig`'s switches.
 F_SLOTS = (
     "hybrid", "chunked", "eviction_free", "prefill_counts_decodes", "evict_for_waiting", "evicted_to_front",
-    "fcfs", "dynamic_order", "kv_lookahead",
+    "fcfs", "dynamic_order", "kv_lookahead", "ttft_drop",
 )  # fmt: skip
 #: Limits L: token budget C, prefill chunk P, KV capacity M (whole blocks), R_max, KV block, watermark.
 L_SLOTS = ("token_budget", "chunk", "kv_capacity", "max_running", "kv_block", "watermark")

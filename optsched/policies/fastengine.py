@@ -29,6 +29,7 @@ from numba import njit
 from ..replaykernel import batch_time
 from .enginelayout import D_SLOTS, F_SLOTS, L_SLOTS, Q_ROWS, S_SLOTS
 from .lookahead_kernel import fits
+from .slo_kernel import fit_chunk, late_last
 
 # the arrays' rows and slots (:mod:`.enginelayout`): the per-request state Q, the scalars S, the
 # batch being built D (the reference's _Draft), the flags F and the limits L
@@ -36,7 +37,7 @@ _M, _PROMPT, _GEN, _FIXED, _MARK, _OUT, _RANK, _KEY = range(len(Q_ROWS))
 _KVRES, _NRUN, _WHEAD, _WLEN, _NITEMS, _NEVICT = range(len(S_SLOTS))
 _NO, _NTOK, _NPRE, _SPRE, _NDEC, _KVDEC, _XPRE, _KVMAX, _PHASE, _NGEN, _BITEMS, _BEVICT = range(len(D_SLOTS))
 _PRE, _DEC = 1, 2
-_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN, _LOOK = range(len(F_SLOTS))
+_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN, _LOOK, _DROP = range(len(F_SLOTS))
 _C, _P, _MCAP, _RCAP, _BLOCK, _WATERMARK = range(len(L_SLOTS))
 
 #: The kernels' decorator: cached on disk, and compiled without numba's reference counting
@@ -182,8 +183,9 @@ def _lookahead_fits(E, L, i):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def _take_prefill(E, F, L, i, admit):  # noqa: ANN001, ANN202
-    """Add a prefill chunk of request ``i`` (admitting it from R_w when ``admit``)."""
+def _take_prefill(E, F, L, X, i, admit):  # noqa: ANN001, ANN202
+    """Add a prefill chunk of request ``i`` (admitting it from R_w when ``admit``); ``X``: the SLO
+    arguments (cost coefficients, time budget, deadlines, scratch), the chunk cut to the budget."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     if not F[_HYBRID] and D[_PHASE] == _DEC:
         return False
@@ -194,6 +196,9 @@ def _take_prefill(E, F, L, i, admit):  # noqa: ANN001, ANN202
         c = min(want, room)
     else:
         c = want if want <= room else 0
+    if X[1] != np.inf:
+        args = (D[_NTOK], D[_NPRE], D[_SPRE], D[_NDEC], D[_KVDEC], D[_XPRE], D[_KVMAX])
+        c = fit_chunk(X[0], X[1], *args, c, Q[_M, i])
     if c <= 0:
         return False
     if admit:
@@ -276,7 +281,7 @@ def _take_decodes(E, F, L, run_):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def _fill_fcfs_waiting(E, F, L):  # noqa: ANN001, ANN202
+def _fill_fcfs_waiting(E, F, L, X):  # noqa: ANN001, ANN202
     """R_w in its order (FCFS, or sorted by priority), stopping at the first candidate that cannot
     be admitted (B2). A sorted R_w keeps its head during the admission: its victims sort after it."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
@@ -285,13 +290,13 @@ def _fill_fcfs_waiting(E, F, L):  # noqa: ANN001, ANN202
         if Q[_MARK, i] == D[_NO]:
             return
         if not F[_FCFS]:
-            if not _take_prefill(E, F, L, i, True):
+            if not _take_prefill(E, F, L, X, i, True):
                 return
             _remove(wq, S, _WLEN, i)
             continue
         S[_WHEAD] = (S[_WHEAD] + 1) % len(wq)
         S[_WLEN] -= 1
-        if not _take_prefill(E, F, L, i, True):
+        if not _take_prefill(E, F, L, X, i, True):
             _push_waiting(wq, S, i, True)
             return
 
@@ -327,7 +332,7 @@ def _group(E, kind):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def _fill_group(E, F, L, kind):  # noqa: ANN001, ANN202
+def _fill_group(E, F, L, X, kind):  # noqa: ANN001, ANN202
     """Walk a running group, merged with the sorted R_w by priority for ``all`` (kind 4)."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     merge = kind == 4
@@ -341,7 +346,7 @@ def _fill_group(E, F, L, kind):  # noqa: ANN001, ANN202
                 _take_decodes(E, F, L, dec[:nd])
                 nd = 0
             cand = wq[w]
-            if Q[_MARK, cand] == D[_NO] or not _take_prefill(E, F, L, cand, True):
+            if Q[_MARK, cand] == D[_NO] or not _take_prefill(E, F, L, X, cand, True):
                 blocked = True
             else:
                 w += 1
@@ -355,12 +360,12 @@ def _fill_group(E, F, L, kind):  # noqa: ANN001, ANN202
             _take_decodes(E, F, L, dec[:nd])
             nd = 0
         if Q[_MARK, i] != D[_NO]:
-            _take_prefill(E, F, L, i, False)
+            _take_prefill(E, F, L, X, i, False)
     if nd:
         _take_decodes(E, F, L, dec[:nd])
     while merge and not blocked and w < S[_WLEN]:
         cand = wq[w]
-        if Q[_MARK, cand] == D[_NO] or not _take_prefill(E, F, L, cand, True):
+        if Q[_MARK, cand] == D[_NO] or not _take_prefill(E, F, L, X, cand, True):
             break
         w += 1
     if w:
@@ -421,9 +426,9 @@ def _intake(E, F, order, arrival, p, time):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts):  # noqa: ANN001, ANN202
+def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts, X):  # noqa: ANN001, ANN202
     """Every batch until all requests finished; returns (status, batches): 0 done, 1 an empty
-    batch, 2 a livelock (the reference engine then raises)."""
+    batch, 2 a livelock (the reference engine then raises). ``X``: see :func:`_take_prefill`."""
     S, D = E[1], E[2]
     unfinished = Q.shape[1]
     now = 0.0
@@ -444,11 +449,14 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts):  # n
         D[_NO] = nb + 1
         if F[_DYN]:
             _resort_running(E)
+        if F[_DROP]:  # late requests last (.slo); vbuf, grp and dec are free scratch here
+            run, wq, vbuf, grp, dec = E[3][: S[_NRUN]], E[4], E[6], E[10], E[11]
+            late_last(coef, X[1], start, Q[_M], Q[_PROMPT], run, wq, S[_WHEAD], S[_WLEN], X[2], X[3], vbuf, grp, dec)
         for g in groups:
             if g == 0:
-                _fill_fcfs_waiting(E, F, L)
+                _fill_fcfs_waiting(E, F, L, X)
             else:
-                _fill_group(E, F, L, g)
+                _fill_group(E, F, L, X, g)
         if D[_BITEMS] == 0 and D[_BEVICT] == 0:
             return 1, nb
         now = start + batch_time(coef, D[_NTOK], D[_NPRE], D[_SPRE], D[_NDEC], D[_KVDEC], D[_XPRE], D[_KVMAX])

@@ -32,6 +32,7 @@ from ..schedcols import ScheduleColumns
 from ..schedule import Schedule
 from .config import GROUPS, PolicyConfig
 from .enginelayout import D_SLOTS, F_SLOTS, L_SLOTS, NO_LIMIT, Q_ROWS, S_SLOTS
+from .slo import deadline, resolve
 
 __all__ = ["ORDER_KEYS", "compiled_schedule", "compiles", "simulate_columns"]
 
@@ -80,6 +81,7 @@ def _flags(instance: Instance, config: PolicyConfig) -> np.ndarray:
         "fcfs": "all" not in config.groups and config.order == "arrival",  # R_w a queue, else sorted
         "dynamic_order": config.order == _REMAINING,
         "kv_lookahead": config.kv_lookahead and not config.eviction_free and instance.limits.kv_capacity is not None,
+        "ttft_drop": config.ttft_drop,
     }
     return np.array([flags[name] for name in F_SLOTS], np.bool_)
 
@@ -124,7 +126,9 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     """The schedule of ``config`` on ``instance`` as columns, batch for batch the reference
     engine's; None where the reference engine must run (module docstring). ``items_hint``: the
     initial length of the output arrays (default from the token counts; a run that outgrows them
-    runs again with the length it needed)."""
+    runs again with the length it needed). An SLO-aware policy on an instance without the SLO
+    targets it reads raises the reference's :class:`~optsched.instance.InstanceError` (:func:`.slo.resolve`)."""
+    config = resolve(config, instance.requests)  # the SLOs of SLO-aware policies (.slo)
     ids = tuple(request_ids(instance.requests))
     n = len(ids)
     arrival_column, prompt, out_len = instance.columns  # read-only, shared with the replay and the bounds
@@ -138,6 +142,9 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     flags, limits = _flags(instance, config), _limits(instance, config, m_cap)
     groups = np.array([GROUPS.index(g) for g in config.groups], np.int64)
     coef = Coefficients.of(instance.cost_model)
+    deadlines = np.array([deadline(r) for r in instance.requests] if config.ttft_drop else [], np.float64)
+    budget = float(config.time_budget) if config.time_budget is not None else np.inf
+    slo = (coef, budget, deadlines, np.zeros(len(deadlines)))  # the kernel's X (.slo_kernel)
     cap = items_hint or int(out_len.sum() + prompt.sum() // 64 + 2 * n + 1024)
     ev_cap = items_hint or max(n, 1024)
     simulate = kernel("simulate")
@@ -145,7 +152,7 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
         E = _state(instance, config, arrival, cap, ev_cap)
         batch_out = np.zeros((cap, 2), np.int64)
         starts = np.zeros(cap)
-        status, nb = simulate(E[0], order, arrival, groups, flags, limits, coef, E, batch_out, starts)
+        status, nb = simulate(E[0], order, arrival, groups, flags, limits, coef, E, batch_out, starts, slo)
         if status:
             return None
         S = E[1]

@@ -234,7 +234,7 @@ def capacity_search(
     ]
     results += _ceilings(spec, workloads, store, target, budget)
     bases = {entry.label: workloads.instances[w] for w, entry in enumerate(spec.workloads)}
-    warnings = [w for r in results if (w := _warning(r, bases[r["workload"]])) is not None]
+    warnings = [w for r in results if (w := _warning(r, bases[r["workload"]], target)) is not None]
     return {
         "searches": len(searches),
         "already_stored": sum(1 for s in searches if s.key in stored_before),
@@ -249,13 +249,13 @@ def capacity_search(
     }
 
 
-def _warning(row: dict[str, Any], base: Any) -> str | None:
+def _warning(row: dict[str, Any], base: Any, target: SloTarget) -> str | None:
     """:func:`.ceiling.steady_state_warning` for a policy's capacity found inside the range."""
     if row["status"] != "ok" or row["policy"] == "ceiling" or row["policy"].startswith("solver:"):
         return None
     if row["cost_model"] != base.cost_model.name or any(row[k] != getattr(base.limits, k) for k in LIMIT_AXES):
         return None  # another configuration than the workload's own: not re-simulated here
-    warning = steady_state_warning(base, row["policy"], row["rate_scale"])
+    warning = steady_state_warning(base, row["policy"], row["rate_scale"], target)
     return None if warning is None else f"{row['workload']}: {warning}"
 
 

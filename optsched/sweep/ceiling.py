@@ -89,15 +89,17 @@ def ceiling_rows(
         )
 
 
-def steady_state_warning(base: Instance, policy: str, rate_scale: float) -> str | None:
+def steady_state_warning(base: Instance, policy: str, rate_scale: float, target: SloTarget) -> str | None:
     """A warning when ``policy`` at ``rate_scale`` (a capacity) ends the slice with a growing queue:
     more requests waiting for their first token at the last arrival than at the median arrival, and
-    at least 2 % of them. Such a slice is too short for a steady state near the capacity."""
-    from ..policies import simulator_for
+    at least 2 % of them. Such a slice is too short for a steady state near the capacity. A policy
+    that schedules by SLO targets runs with the ``target``'s, as in the capacity probes."""
+    from ..policies import reads_slo, simulator_for
     from ..schedule import replay
 
     instance = apply_transforms(base, WorkloadTransforms(rate_scale=rate_scale)) if rate_scale != 1.0 else base
-    rep = replay(instance, simulator_for(policy)(instance))
+    slos = WorkloadTransforms(slo_ttft=target.ttft, slo_tpot=target.tpot)
+    rep = replay(instance, simulator_for(policy)(apply_transforms(instance, slos) if reads_slo(policy) else instance))
     if not rep.feasible:
         return None
     arrival = np.array([r.arrival for r in instance.requests])

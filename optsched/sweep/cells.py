@@ -300,12 +300,21 @@ def _with_target(cell: Cell, instance: Instance) -> Instance:
     return apply_transforms(instance, WorkloadTransforms(slo_ttft=cell.slo.ttft, slo_tpot=cell.slo.tpot))
 
 
+def _policy_target(cell: Cell, instance: Instance, name: str) -> Instance:
+    """The instance policy ``name`` runs on: a policy that schedules by SLO targets
+    (:func:`optsched.policies.reads_slo`) sees a capacity probe's TTFT and TPOT limits as the
+    targets of the requests without their own; its schedule is replayed on the cell's instance."""
+    if cell.slo is None or not policies.reads_slo(name):
+        return instance
+    return apply_transforms(instance, WorkloadTransforms(slo_ttft=cell.slo.ttft, slo_tpot=cell.slo.tpot))
+
+
 def _simulate_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
     for name in cell.run.simulate:
         t0 = time.perf_counter()
         values: dict[str, Any]
         try:
-            result = replay(instance, policies.simulator_for(name)(instance))
+            result = replay(instance, policies.simulator_for(name)(_policy_target(cell, instance, name)))
             if result.feasible:
                 values = {"status": "ok", **_metrics(result, cell.run.objective)}
                 if cell.slo is not None:

@@ -14,9 +14,10 @@ import pytest
 
 from optsched import Instance, Limits, Request, load_cost_model, load_trace_csv, replay
 from optsched.instance import available_instances, load_instance
-from optsched.policies import POLICIES, policy_names, simulator_for
+from optsched.policies import POLICIES, policy_names, reads_slo, simulator_for
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.policies.engine import simulate
+from optsched.workload import WorkloadTransforms, apply_transforms
 from tests.support.paths import shared_data
 
 CONV = (shared_data() or Path("../shared/data")) / "traces" / "splitwise_conv.csv"
@@ -47,6 +48,8 @@ def random_online_instance(seed: int, n: int = 120) -> Instance:
 
 
 def assert_replays(instance: Instance, name: str) -> None:
+    if reads_slo(name):  # slo-budget schedules by the requests' TTFT and TPOT targets
+        instance = apply_transforms(instance, WorkloadTransforms(slo_ttft=1.0, slo_tpot=0.05))
     schedule = simulator_for(name)(instance)
     result = replay(instance, schedule)
     assert result.feasible, f"{name}: {result.violations[:5]}"
@@ -56,7 +59,7 @@ def assert_replays(instance: Instance, name: str) -> None:
 
 def test_registry_lists_every_policy_and_ef_twin():
     base = ["vllm", "vllm-hy", "sarathi", "sarathi-pc", "sarathi-nocp", "sarathi-nohy", "rank-org", "rank-i", "rank-o"]
-    base += ["mc-sf", "srpf", "vllm-v1"]
+    base += ["mc-sf", "srpf", "vllm-v1", "slo-budget", "slo-budget-fcfs"]
     assert sorted(base + [b + "-ef" for b in base]) == ALL
     assert set(ALL) <= set(policy_names())
     assert all(POLICIES[n].startswith("optsched.policies.engine:") for n in ALL)

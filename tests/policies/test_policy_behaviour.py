@@ -15,8 +15,10 @@ import functools
 import pytest
 
 from optsched import Instance, Limits, Request, load_cost_model, replay
+from optsched.policies import reads_slo
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.policies.engine import simulate
+from optsched.workload import WorkloadTransforms, apply_transforms
 
 COST = load_cost_model("llama2-7b-a100")
 M = 100_000
@@ -76,6 +78,8 @@ def test_no_policy_evicts_at_low_contention(name):
     for I in (1, 64, 128, 1024):
         for O in (1, 4, 32, 1024):
             inst = fixed(I, O, 32)
+            if reads_slo(name):  # slo-budget schedules by the requests' TTFT and TPOT targets
+                inst = apply_transforms(inst, WorkloadTransforms(slo_ttft=1.0, slo_tpot=0.1))
             result = replay(inst, simulate(inst, name))
             assert result.feasible and result.metrics.evictions == 0, (I, O)
 

@@ -3,7 +3,8 @@
 Covers the named policies and arbitrary :class:`PolicyConfig` combinations (group order, hybrid,
 chunking, chunk size, every order, eviction-free, B4 on/off, eviction by waiting requests, front/tail,
 the KV look-ahead) under
-random limits (C, P <= C, M down to the largest request's I + O - 1, R_max) and online arrivals.
+random limits (C, P <= C, M down to the largest request's I + O - 1, R_max), online arrivals and
+random TTFT and TPOT targets (the SLO-aware policies read them).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from optsched import Instance, Limits, Request, load_cost_model, replay
 from optsched.costmodel import CostModel, PhaseCost
+from optsched.instance import SLO
 from optsched.policies.config import ORDERS, POLICY_CONFIGS, PolicyConfig
 from optsched.policies.engine import Engine, simulate
 
@@ -26,6 +28,8 @@ COSTS = [
         load_cost_model("llama2-7b-a100"), prefill=PhaseCost(bias=9.26e-05, per_token_sq=1.6773e-10, per_ctx=3e-10)
     ),
 ]
+#: SLO targets in seconds: below and above the batch times of every cost model here.
+TARGETS = st.floats(0.005, 5).map(lambda x: round(x, 4))
 GROUPINGS = [
     ("all",),
     ("waiting", "running"),
@@ -44,7 +48,8 @@ def instances(draw) -> Instance:
     reqs = []
     for k in range(n):
         arrival = draw(st.floats(0, 3, allow_nan=False).map(lambda x: round(x, 3))) if online else 0.0
-        reqs.append(Request(f"q{k}", arrival, draw(st.integers(1, 30)), draw(st.integers(1, 12))))
+        slo = SLO(ttft=draw(TARGETS), tpot=draw(TARGETS))  # read by the SLO-aware policies (slo-budget)
+        reqs.append(Request(f"q{k}", arrival, draw(st.integers(1, 30)), draw(st.integers(1, 12)), slo=slo))
     biggest = max(r.max_kv for r in reqs)
     budget = draw(st.integers(1, 48))
     limits = Limits(

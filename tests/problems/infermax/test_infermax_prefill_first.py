@@ -20,6 +20,7 @@ import pytest
 
 from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
+from optsched.policies import reads_slo
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.policies.engine import simulate
 from optsched.problems.infermax.prefill_first import (
@@ -163,6 +164,8 @@ def test_solve_for_ttft_offers_prefill_first_and_is_never_worse():
     rep = replay(inst, res.schedule)
     assert rep.feasible and res.objective == pytest.approx(objective_of(rep, "ttft"), rel=1e-12)
     for name, config in POLICY_CONFIGS.items():
+        if reads_slo(name):  # slo-budget schedules by SLO targets; this instance has none
+            continue
         policy = objective_of(replay(inst, simulate(inst, config)), "ttft")
         assert res.objective <= policy + 1e-12, name
     assert res.objective <= values["prefill-first"] + 1e-12
