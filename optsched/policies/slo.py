@@ -31,8 +31,9 @@ scaled by ``f = b / max(b - D, b / 10)``, the batches' time per unit of prefill 
 decodes of the running requests take ``D`` (their decode-only batch time) of each budget ``b``
 (``f = 1`` without a time budget). The running prefills come first (they are served before R_w):
 ``t = start + sum of their w``. R_w is walked in its order: a request with ``start + w_j > d_j``
-is dropped (by the estimate it is late even served alone); otherwise ``t += w_j`` and, when ``t > d_j``, the kept request of the
-largest work (ties: the later one) is dropped and ``t`` goes down by its work. R_w becomes the kept
+is dropped (by the estimate it is late even served alone); otherwise ``t += w_j`` and, when
+``t > d_j``, the kept request of the largest work (ties: the later one) is dropped and ``t`` goes
+down by its work. R_w becomes the kept
 requests followed by the dropped ones, each in R_w's order. The rule needs an FCFS R_w
 (``order="arrival"``, no ``all`` group), where R_w's order is the deadlines' when every request has
 the same TTFT target.
