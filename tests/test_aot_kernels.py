@@ -32,8 +32,10 @@ from optsched import aotkernels
 from optsched.aotbuild import AotBuildError, build_extension
 from optsched.fastreplay import replay_columns
 from optsched.instance import Instance, load_instance
+from optsched.policies import reads_slo
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.policies.fastsim import simulate_columns
+from optsched.problems.infermax.goodput_bounds import with_slos
 from optsched.schedcols import ScheduleColumns
 from optsched.warmup import POLICY_CASES, run_policy_case
 from tests.policies.test_policy_properties import fitting, instances
@@ -74,8 +76,11 @@ def _no_jit(name: str) -> Any:
 
 
 def _both(instance: Instance, policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The extension's and the JIT's schedule and replay of ``policy`` on ``instance`` are equal."""
+    """The extension's and the JIT's schedule and replay of ``policy`` on ``instance`` are equal
+    (with TTFT and TPOT targets for a policy that schedules by them)."""
     config = POLICY_CONFIGS[policy]
+    if reads_slo(policy) and not all(r.slo is not None for r in instance.requests):
+        instance = with_slos(instance, 0.5, 0.05)
     with aotkernels.jit_only():
         jit = simulate_columns(instance, config)
         jit_replay = None if jit is None else replay_columns(instance, jit)
@@ -214,3 +219,20 @@ def test_a_process_with_the_extension_imports_no_numba(aot_dir: Path) -> None:
         loaded = load_instance(inst)
         expected = replay(loaded, simulate(loaded, "mc-sf", compiled=True), compiled=True)
     assert found["metrics"] == json.loads(json.dumps(expected.metrics.to_dict()))
+
+
+def test_every_kernel_module_is_in_the_key() -> None:
+    """A numba module the kernels import is in :data:`~optsched.aotkernels.SOURCES` (an edit of a
+    callee not in the key would leave a stale extension loaded)."""
+    code = (
+        "import sys, importlib\n"
+        "for module, _ in __import__('optsched.aotkernels').aotkernels.KERNELS.values():\n"
+        "    importlib.import_module(module)\n"
+        "print('\\n'.join(m.__file__ for n, m in sys.modules.items() if n.startswith('optsched.') and m.__file__))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
+    package = REPO / "optsched"
+    kernel_files = {
+        Path(f).relative_to(package).as_posix() for f in out.split() if "from numba import" in Path(f).read_text()
+    }
+    assert kernel_files and kernel_files <= set(aotkernels.SOURCES), kernel_files - set(aotkernels.SOURCES)
