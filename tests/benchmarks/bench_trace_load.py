@@ -11,7 +11,10 @@ Response tokens,Total tokens,Log Type``, about 2 % failed rows with 0 response t
 one, then runs every method in a fresh Python process, ``--repeat`` times alternating the methods
 (``--against DIR``: also ``optsched`` as a checkout of another commit in DIR has it), and prints
 each run's wall time, its CPU time (user + system, imports included) and peak resident memory
-(``ru_maxrss`` of the child), with the machine's load average before and after:
+(``ru_maxrss`` of the child), with the machine's load average before and after. The optsched
+packages timed are byte-compiled first (``python -m compileall``), as an installed package is and
+as pandas is: a process started with ``PYTHONDONTWRITEBYTECODE`` otherwise compiles optsched's
+sources at every start.
 
 - ``optsched``: ``optsched.workload.load_trace`` as shipped (pyarrow fast path when installed),
   down to the :class:`~optsched.instance.Instance` of 5 M requests;
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import importlib.util
 import os
 import subprocess
 import sys
@@ -143,6 +147,12 @@ def write_trace(path: Path, rows: int, seed: int = 0, layout: str = "burstgpt") 
             fh.writelines(lines)
 
 
+def byte_compile(packages: list[Path]) -> None:
+    """Write the ``.pyc`` files of ``packages`` (an installation's), quietly."""
+    for package in packages:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], check=True, stdout=subprocess.DEVNULL)
+
+
 def run(method: str, path: Path, code: Path | None = None) -> tuple[int, float, float, float] | str:
     """One run of ``method`` in a fresh process: the ``optsched`` of ``code`` (a checkout) when given
     (started outside the repository, whose own ``optsched`` a child started in it would import)."""
@@ -196,6 +206,9 @@ def main() -> None:
     if args.write is not None:
         write_trace(args.write, args.rows, layout=args.layout)
         return
+    spec = importlib.util.find_spec("optsched")
+    own = [Path(spec.origin).parent] if spec is not None and spec.origin is not None else []
+    byte_compile([*own, *([args.against / "optsched"] if args.against is not None else [])])
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; cpus: {os.cpu_count()}")
     with tempfile.TemporaryDirectory() as tmp:
         if args.file is not None:
