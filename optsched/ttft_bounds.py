@@ -7,8 +7,9 @@ token of a request is the *end* of the batch that completes its prompt, and that
 overhead before it ends. The bound here moves each batch's whole overhead to the end of the batch
 in the relaxation, so that every first token waits for one full overhead after the work that
 decides it. It holds for every schedule that replays cleanly under the contract (any policy, any
-formulation, evictions or not; the KV capacity and :math:`R_{max}` are never used, so they only
-make schedules longer), and uses only the facts (F0)-(F5) of :mod:`optsched.bounds`.
+formulation, evictions or not; the argument never uses the KV capacity, C, P or :math:`R_{max}`,
+so it holds whatever limits a schedule meets), and uses only the facts (F0)-(F5) of
+:mod:`optsched.bounds`.
 
 **Proof.** Fix a schedule with first-token times :math:`FT_i`. By (F0) it is enough to prove the
 bound under the profile's linear twin, whose times are at most the profile's. Keep, in every batch,
