@@ -122,6 +122,7 @@ from .fluid_bounds import FLUID_TIME, fluid_latency
 from .instance import Instance
 from .pair_bounds import pair_bounds
 from .result import Bound, objective_named
+from .ttft_bounds import flush_bound, flush_mean_bound, flush_overhead
 
 __all__ = [
     "SHARE_WEIGHTS",
@@ -373,8 +374,8 @@ def _best_over_weights(instance: Instance, first_tokens: bool, alone: np.ndarray
 
 def load_bounds(instance: Instance, objective: str, lp_time: float | None = None) -> list[Bound]:
     """The load-aware bounds of ``objective`` (module docstring): ``srpt-work`` for ``latency``,
-    ``srpt-prefill`` for ``ttft`` (seconds, mean over requests), and the pairwise-interference bound of
-    :mod:`optsched.pair_bounds`; none for other objectives. With
+    ``srpt-prefill`` and ``srpt-prefill-flush`` (:mod:`optsched.ttft_bounds`) for ``ttft`` (seconds, mean
+    over requests), and the pairwise-interference bound of :mod:`optsched.pair_bounds`; none for other objectives. With
     ``lp_time`` (seconds, at most :data:`LP_TIME` used) also the busy-time LP's bound where HiGHS
     solves it within that time, and for ``latency`` the fluid bound of :mod:`optsched.fluid_bounds`
     (at most :data:`~optsched.fluid_bounds.FLUID_TIME` s)."""
@@ -397,6 +398,10 @@ def load_bounds(instance: Instance, objective: str, lp_time: float | None = None
         f"{w[0]:.2g}/{w[1]:.2g}/{w[2]:.2g}), sorted against arrival + least time alone (optsched/load_bounds.py)"
     )
     out = [Bound(bound, value, True, note), *pair_bounds(instance, name)]
+    if name == "ttft":  # the batch overhead at each first token's end (optsched/ttft_bounds.py)
+        release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
+        done = srpt_completions(release, share_terms(instance, True)[:, 0])
+        out.append(flush_bound(instance, flush_mean_bound(done, release, alone, flush_overhead(instance))))
     if K == 1 and len(alone) > 1:  # one item a batch: every batch is a lone batch
         release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
         lone = (
