@@ -27,6 +27,7 @@ from optsched.sweep.runner import load_workloads
 from optsched.sweep.spec import parse_spec
 from tests.support.sweep import (
     SMALL_SPEC,
+    SOLVE_STATUSES,
     assert_same_rows,
     check_exactly_once,
     descendants,
@@ -259,7 +260,7 @@ def test_a_killed_pool_worker_loses_no_cell(tmp_path) -> None:
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert "a worker process died" in err
-    check_exactly_once(tmp_path, spec, out)
+    check_exactly_once(tmp_path, spec, out, statuses=SOLVE_STATUSES)
 
 
 def test_sigint_then_resume_completes_without_duplicates(tmp_path) -> None:
@@ -286,7 +287,7 @@ def test_sigint_then_resume_completes_without_duplicates(tmp_path) -> None:
     done = run_cli("sweep", str(path), "--out", str(out), "--workers", "2", "--resume", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["skipped"] == stored
-    check_exactly_once(tmp_path, spec, out)
+    check_exactly_once(tmp_path, spec, out, statuses=SOLVE_STATUSES)
 
 
 # --------------------------------------------------------------------------- capacity

@@ -23,6 +23,7 @@ from tests.support.sweep import (
     pool_workers,
     run_cli,
     slow_spec,
+    solving_spec,
     start_cli,
     wait_for_parts,
     write_spec,
@@ -151,8 +152,8 @@ def test_two_sweeps_into_one_folder_at_once(tmp_path: Path) -> None:
     """The issue's reproduction: two different sweeps into one empty --out at once; the second is
     refused (exit 2) while the first holds the folder, which then holds the first sweep's cells only."""
     out = tmp_path / "out"
-    longer = {**slow_spec(), "rate_scale": [1, 2, 3, 4, 5, 6, 7, 8]}  # 24 cells on one worker
-    first = start_cli("sweep", str(write_spec(tmp_path, longer)), "--out", str(out), "--workers", "1")
+    # six 2-s solves on one worker: longer than the second command's start, however fast the policies
+    first = start_cli("sweep", str(write_spec(tmp_path, solving_spec())), "--out", str(out), "--workers", "1")
     try:
         deadline = time.monotonic() + 120
         while not (out / "_sweep.json").exists():
@@ -166,8 +167,8 @@ def test_two_sweeps_into_one_folder_at_once(tmp_path: Path) -> None:
         _, err = first.communicate(timeout=600)
     assert first.returncode == 0, err
     rows = SweepStore(out).read().to_pylist()
-    assert {r["sweep"] for r in rows} == {"slow"}
-    assert json.loads((out / "_sweep.json").read_text())["spec"]["name"] == "slow"
+    assert {r["sweep"] for r in rows} == {"solving"}
+    assert json.loads((out / "_sweep.json").read_text())["spec"]["name"] == "solving"
 
 
 def test_the_lock_ends_with_the_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
