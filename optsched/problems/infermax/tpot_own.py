@@ -1,0 +1,119 @@
+r"""TPOT cost rows with one multiplier per request: the tightest of the TPOT pricing's fluid form.
+
+:mod:`.tpot_pricing` adds :math:`\mu \ge 0` times the summed TPOT inequality
+:math:`\sum_{i \in H} \sum_{j \in B_i} T_j \le \sum_{i \in H} \pi_i (O_i - 1)` to a window's time
+inequality, with one :math:`\mu` shared by all requests; a request's bracket is largest at a
+:math:`\mu` that grows with its own decode item terms and overheads, so a shared :math:`\mu` prices
+most requests away from their best. This module gives every request its own multiplier. Notation
+as in :mod:`.tpot_pricing` (:math:`H`, :math:`B_i`, :math:`\beta_j = b_\theta + L d_x K_j`, the
+decode item term :math:`\delta^d_{ig}`, the re-prefill term :math:`\delta^r_{ig}` and the overhead
+:math:`\beta_{ig} = b_\theta + L d_x (I_i + g - 1)` of token :math:`g + 1`).
+
+Proof
+-----
+Take an interval :math:`[s, e]`, its met requests Q and H as in :mod:`.tpot_pricing`. For every
+:math:`i \in H`, :math:`\sum_{j \in B_i} T_j \le \pi_i (O_i - 1)` (the batches of :math:`B_i` are
+sequential and lie in its decode span). Add :math:`\mu_i \ge 0` times each of these (any
+:math:`\mu_i` fixed by the instance, not by the schedule) to :math:`\sum_j T_j \le e - s`:
+
+.. math::
+
+    \sum_j (1 + M_j) T_j \le (e - s) + \sum_{i \in H} \mu_i \pi_i (O_i - 1),
+    \qquad M_j = \sum_{i \in H,\, j \in B_i} \mu_i .
+
+A request holds at most one item per batch. For a batch j with items :math:`x` of requests of H
+(item term :math:`\delta_x`, owner's multiplier :math:`\mu_x`), :math:`T_j \ge \beta_j + \sum_x
+\delta_x` plus the terms of the other items, so :math:`(1 + M_j) T_j` is at least those other terms
+and the item terms of H (each once) plus
+
+.. math::
+
+    \beta_j + \Big(\sum_x \delta_x\Big)\Big(\sum_x \mu_x\Big) + \beta_j \sum_x \mu_x
+    \ge \beta_j + S^2 + \sum_x \mu_x \beta_j
+    \ge \sum_x \big(2 \sqrt{\beta_j \mu_x \delta_x} + \mu_x \beta_j\big),
+    \qquad S = \sum_x \sqrt{\mu_x \delta_x},
+
+by Cauchy-Schwarz (:math:`(\sum \delta_x)(\sum \mu_x) \ge S^2`) and AM-GM
+(:math:`\beta_j + S^2 \ge 2 \sqrt{\beta_j} S`). Each term grows with :math:`\beta_j`, and
+:math:`\beta_j \ge \beta_{ig}` for a decode item of token :math:`g + 1` of i (its context is
+:math:`K_j \ge I_i + g - 1`), :math:`\beta_j \ge b_\theta` for a re-prefill chunk; re-prefill groups
+are priced by subadditivity of :math:`\sqrt{\cdot}` as in :mod:`.tpot_pricing`. So every met set of
+the window satisfies :math:`\sum_Q c_i \le e - s` with the cost of :mod:`.tpot_pricing`, :math:`\mu`
+replaced by :math:`\mu_i`:
+
+.. math::
+
+    c_i = w_i + L\,pb\,I_i / P + [i \in H] \Big( \sum_{g=1}^{O_i - 1} \min\big(
+          2 \sqrt{\mu_i \beta_{ig} \delta^d_{ig}} + \mu_i \beta_{ig},\;
+          2 \sqrt{\mu_i b_\theta \delta^r_{ig}} + \mu_i b_\theta \big) - \mu_i \pi_i (O_i - 1) \Big).
+
+Choice of :math:`\mu_i`: with only the decode terms the bracket is
+:math:`2 \sqrt{\mu_i} A_i - \mu_i (C_i - B_i)`, :math:`A_i = \sum_g \sqrt{\beta_{ig} \delta^d_{ig}}`,
+:math:`B_i = \sum_g \beta_{ig}`, :math:`C_i = \pi_i (O_i - 1)`, largest at
+:math:`\mu_i = (A_i / (C_i - B_i))^2` where it is :math:`A_i^2 / (C_i - B_i)` (0 when
+:math:`C_i \le B_i`). :func:`own_rows` evaluates the full bracket (with the re-prefill minimum) at
+that :math:`\mu_i` and at :math:`\mu_i / 4` and keeps, per request, the larger: each request's
+choice depends on the instance only, so either is a valid :math:`\mu_i`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...tokensums import add_by_owner, token_blocks
+from .tpot_pricing import TpotPricing
+
+__all__ = ["own_multipliers", "own_rows"]
+
+_BLOCK = 1 << 20
+
+
+def _brackets(p: TpotPricing, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per request: the sum over its later tokens of the min(...) terms of :math:`c_i` at its own
+    ``mu``, and :math:`A_i`, :math:`B_i` (module docstring)."""
+    L, refill, decode, dk = p.coefficients
+    n = len(p.output)
+    terms, A, B = np.zeros(n), np.zeros(n), np.zeros(n)
+    for owners, owner, rank, _ in token_blocks(np.maximum(p.output - 1, 0), _BLOCK):
+        held = p.prompt[owner].astype(np.float64) + rank
+        item = L * (decode + dk * held)
+        beta = p.overhead + p.per_slot * held
+        m = mu[owner]
+        by_decode = 2.0 * np.sqrt(m * beta * item) + m * beta
+        by_refill = 2.0 * np.sqrt(m * p.overhead * L * refill * (held + 1.0)) + m * p.overhead
+        add_by_owner(terms, owners, owner, np.minimum(by_decode, by_refill))
+        add_by_owner(A, owners, owner, np.sqrt(beta * item))
+        add_by_owner(B, owners, owner, beta)
+    return terms, A, B
+
+
+def own_multipliers(p: TpotPricing, budget: np.ndarray) -> np.ndarray:
+    """:math:`\\mu_i = (A_i / (C_i - B_i))^2` per request (0 where :math:`C_i \\le B_i`), ``budget``
+    the :math:`C_i = \\pi_i (O_i - 1)` in seconds (module docstring)."""
+    _, A, B = _brackets(p, np.zeros(len(p.output)))
+    room = budget - B
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((room > 0) & np.isfinite(room), (A / room) ** 2, 0.0)
+
+
+def own_rows(
+    pricing: tuple[TpotPricing, ...], output: np.ndarray, tpot: np.ndarray, members: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Cost rows (whole request, first token) for the windows, one per tile weight, with a multiplier
+    per request, over the requests ``members`` (a mask) of outputs ``output`` and TPOT targets
+    ``tpot`` (seconds, slack included, inf where none; both of the members only); the arguments as
+    :func:`.tpot_pricing.tpot_rows`."""
+    later = np.maximum(output - 1, 0).astype(np.float64)
+    n = len(output)
+    full, first = [], []
+    for p in pricing:
+        held = (output > 1) & np.isfinite(tpot) & (tpot > p.overhead)
+        if not held.any():
+            continue
+        budget = np.zeros(len(p.output))
+        budget[np.flatnonzero(members)[held]] = tpot[held] * later[held]
+        mu = own_multipliers(p, budget)
+        best = np.max([_brackets(p, c * mu)[0] - c * mu * budget for c in (1.0, 0.25)], axis=0)[members]
+        full.append(p.work_full[members] + np.where(held, best, 0.0))
+        first.append(p.work_first[members])
+    return np.array(full).reshape(-1, n), np.array(first).reshape(-1, n)
