@@ -203,11 +203,12 @@ def request_facts(instance: Instance) -> RequestFacts:
 def alive_requests(facts: RequestFacts, slo: SloArrays) -> np.ndarray:
     """Requests not lost alone (module docstring)."""
     loose = 1 + SLACK
-    return (
+    alive: np.ndarray = (
         (facts.first <= slo.ttft * loose)
         & ((facts.output < 2) | (facts.least_tpot <= slo.tpot * loose))  # one output token: no TPOT
         & (facts.first + facts.later <= slo.e2e * loose)
     )
+    return alive
 
 
 def _grid(points: np.ndarray, size: int) -> np.ndarray:
