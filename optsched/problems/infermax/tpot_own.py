@@ -47,53 +47,32 @@ replaced by :math:`\mu_i`:
           2 \sqrt{\mu_i \beta_{ig} \delta^d_{ig}} + \mu_i \beta_{ig},\;
           2 \sqrt{\mu_i b_\theta \delta^r_{ig}} + \mu_i b_\theta \big) - \mu_i \pi_i (O_i - 1) \Big).
 
-Choice of :math:`\mu_i`: with only the decode terms the bracket is
-:math:`2 \sqrt{\mu_i} A_i - \mu_i (C_i - B_i)`, :math:`A_i = \sum_g \sqrt{\beta_{ig} \delta^d_{ig}}`,
-:math:`B_i = \sum_g \beta_{ig}`, :math:`C_i = \pi_i (O_i - 1)`, largest at
-:math:`\mu_i = (A_i / (C_i - B_i))^2` where it is :math:`A_i^2 / (C_i - B_i)` (0 when
-:math:`C_i \le B_i`). :func:`own_rows` evaluates the full bracket (with the re-prefill minimum) at
-that :math:`\mu_i` and at :math:`\mu_i / 4` and keeps, per request, the larger: each request's
-choice depends on the instance only, so either is a valid :math:`\mu_i`.
+Choice of :math:`\mu_i`: with only the decode terms and each token's overhead and item term
+replaced by the request's means :math:`\bar\beta_i = B_i / (O_i - 1)` and :math:`\bar\delta_i =
+\Delta_i / (O_i - 1)` (:math:`B_i = \sum_g \beta_{ig}`, :math:`\Delta_i = \sum_g \delta^d_{ig}`,
+:math:`C_i = \pi_i (O_i - 1)`), the bracket is :math:`2 \sqrt{\mu_i B_i \Delta_i} - \mu_i (C_i -
+B_i)`, largest at :math:`\mu_i = B_i \Delta_i / (C_i - B_i)^2` (0 when :math:`C_i \le B_i`), where it
+is :math:`B_i \Delta_i / (C_i - B_i)`: the fluid form of :mod:`.tpot_pricing` for this request
+alone. :func:`own_rows` evaluates the exact bracket (every token's own terms, the re-prefill
+minimum) at that :math:`\mu_i`, which depends on the instance only, so the row is valid.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...tokensums import add_by_owner, token_blocks
 from .tpot_pricing import TpotPricing
 
 __all__ = ["own_multipliers", "own_rows"]
 
-_BLOCK = 1 << 20
-
-
-def _brackets(p: TpotPricing, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per request: the sum over its later tokens of the min(...) terms of :math:`c_i` at its own
-    ``mu``, and :math:`A_i`, :math:`B_i` (module docstring)."""
-    L, refill, decode, dk = p.coefficients
-    n = len(p.output)
-    terms, A, B = np.zeros(n), np.zeros(n), np.zeros(n)
-    for owners, owner, rank, _ in token_blocks(np.maximum(p.output - 1, 0), _BLOCK):
-        held = p.prompt[owner].astype(np.float64) + rank
-        item = L * (decode + dk * held)
-        beta = p.overhead + p.per_slot * held
-        m = mu[owner]
-        by_decode = 2.0 * np.sqrt(m * beta * item) + m * beta
-        by_refill = 2.0 * np.sqrt(m * p.overhead * L * refill * (held + 1.0)) + m * p.overhead
-        add_by_owner(terms, owners, owner, np.minimum(by_decode, by_refill))
-        add_by_owner(A, owners, owner, np.sqrt(beta * item))
-        add_by_owner(B, owners, owner, beta)
-    return terms, A, B
-
 
 def own_multipliers(p: TpotPricing, budget: np.ndarray) -> np.ndarray:
-    """:math:`\\mu_i = (A_i / (C_i - B_i))^2` per request (0 where :math:`C_i \\le B_i`), ``budget``
-    the :math:`C_i = \\pi_i (O_i - 1)` in seconds (module docstring)."""
-    _, A, B = _brackets(p, np.zeros(len(p.output)))
-    room = budget - B
+    """:math:`\\mu_i = B_i \\Delta_i / (C_i - B_i)^2` per request (0 where :math:`C_i \\le B_i`),
+    ``budget`` the :math:`C_i = \\pi_i (O_i - 1)` in seconds (module docstring)."""
+    room = budget - p.decode_overheads
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where((room > 0) & np.isfinite(room), (A / room) ** 2, 0.0)
+        mu = p.decode_overheads * p.decode_items / room**2
+    return np.where((room > 0) & np.isfinite(room), mu, 0.0)
 
 
 def own_rows(
@@ -113,7 +92,7 @@ def own_rows(
         budget = np.zeros(len(p.output))
         budget[np.flatnonzero(members)[held]] = tpot[held] * later[held]
         mu = own_multipliers(p, budget)
-        best = np.max([_brackets(p, c * mu)[0] - c * mu * budget for c in (1.0, 0.25)], axis=0)[members]
-        full.append(p.work_full[members] + np.where(held, best, 0.0))
+        bracket = (p.token_terms(mu) - mu * budget)[members]
+        full.append(p.work_full[members] + np.where(held, bracket, 0.0))
         first.append(p.work_first[members])
     return np.array(full).reshape(-1, n), np.array(first).reshape(-1, n)
