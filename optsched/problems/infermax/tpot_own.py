@@ -21,9 +21,10 @@ sequential and lie in its decode span). Add :math:`\mu_i \ge 0` times each of th
     \sum_j (1 + M_j) T_j \le (e - s) + \sum_{i \in H} \mu_i \pi_i (O_i - 1),
     \qquad M_j = \sum_{i \in H,\, j \in B_i} \mu_i .
 
-A request holds at most one item per batch. For a batch j with items :math:`x` of requests of H
-(item term :math:`\delta_x`, owner's multiplier :math:`\mu_x`), :math:`T_j \ge \beta_j + \sum_x
-\delta_x` plus the terms of the other items, so :math:`(1 + M_j) T_j` is at least those other terms
+A request holds at most one item per batch. For a batch j, let :math:`x` range over its items of
+the requests :math:`i \in H` with :math:`j \in B_i` (item term :math:`\delta_x`, owner's multiplier
+:math:`\mu_x`, so :math:`M_j = \sum_x \mu_x`): :math:`T_j \ge \beta_j + \sum_x \delta_x` plus the
+terms of the other items, so :math:`(1 + M_j) T_j` is at least those other terms
 and the item terms of H (each once) plus
 
 .. math::

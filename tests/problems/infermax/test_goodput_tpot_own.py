@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from optsched.problems.infermax import goodput_bounds, tpot_own
+from optsched.problems.infermax import goodput_bounds
 from optsched.problems.infermax.tpot_own import own_rows
 from tests.problems.infermax.test_goodput_tpot import decode_heavy, policy_goodputs
 from tests.problems.infermax.test_infermax_goodput import with_random_slos
@@ -76,5 +76,4 @@ def test_a_planted_invalid_row_is_caught(monkeypatch: pytest.MonkeyPatch, own_on
         return own_rows(pricing, output, tpot / 3, members)
 
     monkeypatch.setattr(goodput_bounds, "own_rows", tighter)
-    assert tpot_own.own_rows is own_rows
     assert violations(range(10)), "a per-request TPOT row priced at a third of the targets went unnoticed"
