@@ -42,7 +42,7 @@ whose costs fit is that of the cheapest ones (greedy); the smallest over the cho
 meeting TPOT :math:`\le \pi_i` has its later tokens in batches inside a span of
 :math:`\pi_i (O_i - 1)`, and batches serving many decodes together are long; those rows charge
 the batch overheads that this forces (they may be negative for some requests; the greedy count
-stays exact).
+stays exact), with one multiplier shared by all requests or one per request (:mod:`.tpot_own`).
 
 Intervals that do not overlap (they may share an end point) hold disjoint sets of batches and of
 requests, so their losses add. :func:`max_met` takes the end points on a grid (every arrival and
@@ -84,6 +84,7 @@ from ...instance import SLO, Instance
 from ...metrics import TIME_RTOL
 from ...options import OptionError
 from ...result import Bound
+from .tpot_own import own_rows
 from .tpot_pricing import TpotPricing, tpot_pricing, tpot_rows
 
 __all__ = [
@@ -202,11 +203,12 @@ def request_facts(instance: Instance) -> RequestFacts:
 def alive_requests(facts: RequestFacts, slo: SloArrays) -> np.ndarray:
     """Requests not lost alone (module docstring)."""
     loose = 1 + SLACK
-    return (
+    alive: np.ndarray = (
         (facts.first <= slo.ttft * loose)
         & ((facts.output < 2) | (facts.least_tpot <= slo.tpot * loose))  # one output token: no TPOT
         & (facts.first + facts.later <= slo.e2e * loose)
     )
+    return alive
 
 
 def _grid(points: np.ndarray, size: int) -> np.ndarray:
@@ -262,10 +264,11 @@ def max_met(
     if not boxed.any():
         return n
     grid = _grid(np.concatenate([a[boxed], f[boxed], D[np.isfinite(D)]]), grid_points)
-    extra_full, extra_first = tpot_rows(facts.tpot, facts.output[alive], slo.tpot[alive] * loose, alive)
+    shared = tpot_rows(facts.tpot, facts.output[alive], slo.tpot[alive] * loose, alive)
+    own = own_rows(facts.tpot, facts.output[alive], slo.tpot[alive] * loose, alive)
     costs = (
-        np.concatenate([facts.cost_full[:, alive], extra_full]),
-        np.concatenate([facts.cost_first[:, alive], extra_first]),
+        np.concatenate([facts.cost_full[:, alive], shared[0], own[0]]),
+        np.concatenate([facts.cost_first[:, alive], shared[1], own[1]]),
     )
     loss = _interval_losses(a, f, D, costs, grid, span)
     best = np.zeros(len(grid), dtype=np.int64)

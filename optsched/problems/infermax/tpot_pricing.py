@@ -119,16 +119,22 @@ class TpotPricing:
     decode_items: np.ndarray
     decode_overheads: np.ndarray
 
-    def token_terms(self, mu: float) -> np.ndarray:
-        """Per request, the sum over its later tokens of the min(...) terms of :math:`c_i` at ``mu``."""
+    def token_terms(self, mu: float | np.ndarray) -> np.ndarray:
+        """Per request, the sum over its later tokens of the min(...) terms of :math:`c_i` at ``mu``
+        (one multiplier, or one per request: :mod:`.tpot_own`)."""
         return _token_sums(self.overhead, self.per_slot, self.coefficients, self.prompt, self.output, mu)[0]
 
 
 def _token_sums(
-    overhead: float, per_slot: float, coefficients: tuple[float, ...], I: np.ndarray, O: np.ndarray, mu: float
+    overhead: float,
+    per_slot: float,
+    coefficients: tuple[float, ...],
+    I: np.ndarray,
+    O: np.ndarray,
+    mu: float | np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per request, over its later tokens: the min(...) terms of :math:`c_i` at ``mu``, the decode
-    item terms and the decode overheads (module docstring)."""
+    """Per request, over its later tokens: the min(...) terms of :math:`c_i` at ``mu`` (a scalar or
+    one per request), the decode item terms and the decode overheads (module docstring)."""
     L, refill, decode, dk = coefficients
     n = len(O)
     terms, items, overheads = np.zeros(n), np.zeros(n), np.zeros(n)
@@ -136,8 +142,9 @@ def _token_sums(
         held = I[owner].astype(np.float64) + rank
         item = L * (decode + dk * held)
         beta = overhead + per_slot * held
-        by_decode = 2.0 * np.sqrt(mu * beta * item) + mu * beta
-        by_refill = 2.0 * np.sqrt(mu * overhead * L * refill * (held + 1.0)) + mu * overhead
+        m = mu[owner] if isinstance(mu, np.ndarray) else mu
+        by_decode = 2.0 * np.sqrt(m * beta * item) + m * beta
+        by_refill = 2.0 * np.sqrt(m * overhead * L * refill * (held + 1.0)) + m * overhead
         add_by_owner(terms, owners, owner, np.minimum(by_decode, by_refill))
         add_by_owner(items, owners, owner, item)
         add_by_owner(overheads, owners, owner, beta)
