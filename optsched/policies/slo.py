@@ -38,6 +38,15 @@ requests followed by the dropped ones, each in R_w's order. The rule needs an FC
 (``order="arrival"``, no ``all`` group), where R_w's order is the deadlines' when every request has
 the same TTFT target.
 
+**TPOT given up** (``tpot_shed`` q). A P99 target tolerates floor(0.01 (N - 1)) requests above the
+TPOT limit, and a decode is the costlier the longer its context: the decode work of a request
+(:func:`decode_work`, the time of one batch holding all its O - 1 decode items) is largest for long
+prompts with long outputs. The floor(q (N - 1)) requests of the largest decode work (ties: none of the
+tied ones cross the count; :func:`shed_threshold`) leave the ``running_decode`` group: their decodes
+are taken after every other candidate, in R_r's order, each only when the batch is empty or stays
+within the budget with it (:func:`fits_decode`). Under load their TPOT is lost and the budget their
+decodes took goes to prefill; with room to spare they decode in every batch as before.
+
 The compiled engine runs the same arithmetic in the same order (:mod:`.slo_kernel`), so the two
 engines' schedules are identical batch for batch.
 """
@@ -59,12 +68,16 @@ __all__ = [
     "Draft",
     "deadline",
     "decode_time",
+    "decode_work",
+    "fits_decode",
     "fit_chunk",
     "late_last",
     "on_time_first",
     "prefill_work",
     "resolve",
     "resolved",
+    "shed_threshold",
+    "sheds",
     "work_factor",
 ]
 
@@ -81,9 +94,10 @@ class Draft(Protocol):
     kv_max: int
 
 
-def resolve(config: PolicyConfig, requests: Sequence[Request]) -> PolicyConfig:
+def resolve(config: PolicyConfig, requests: Sequence[Request], cost: CostModel | None = None) -> PolicyConfig:
     """``config`` with its time budget in seconds: with ``tpot_budget`` and no ``time_budget``, the
-    least TPOT target among ``requests``.
+    least TPOT target among ``requests``; with ``tpot_shed`` and no ``shed_work``, the threshold of
+    :func:`shed_threshold` under the cost model ``cost`` (needed then).
 
     Raises
     ------
@@ -96,6 +110,10 @@ def resolve(config: PolicyConfig, requests: Sequence[Request]) -> PolicyConfig:
             f"policy {config.name!r} orders requests by their TTFT deadlines, and no request has a TTFT"
             " target: give the requests an SLO (--slo-ttft SECONDS) or use a policy without ttft_drop"
         )
+    if config.tpot_shed > 0 and config.shed_work is None:
+        if cost is None:
+            raise ValueError(f"policy {config.name!r}: tpot_shed needs the cost model to rank the decode work")
+        config = replace(config, shed_work=shed_threshold(cost, requests, config.tpot_shed))
     if not config.tpot_budget or config.time_budget is not None:
         return config
     targets = [r.slo.tpot for r in requests if r.slo is not None and r.slo.tpot is not None]
@@ -145,6 +163,42 @@ def fit_chunk(cost: CostModel, budget: float, draft: Draft, c: int, m: int) -> i
         else:
             hi = mid - 1
     return lo
+
+
+def decode_work(cost: CostModel, request: Request) -> float:
+    """Seconds: the time of one batch holding all the request's O - 1 decode items (0 for O = 1)."""
+    n, p = request.output_tokens - 1, request.prompt_tokens
+    return cost.batch_time(n, 0, 0, n, n * p + n * (n - 1) // 2, 0, 0)
+
+
+def shed_threshold(cost: CostModel, requests: Sequence[Request], fraction: float) -> float:
+    """The least decode work that at most floor(``fraction`` (N - 1)) of ``requests`` reach (infinite
+    when that is none): the ``shed_work`` of ``tpot_shed``."""
+    k = math.floor(fraction * (len(requests) - 1)) if requests else 0
+    works = sorted((decode_work(cost, r) for r in requests), reverse=True)
+    if k <= 0:
+        return math.inf
+    above = [w for w in works[:k] if k == len(works) or w > works[k]]
+    return min(above, default=math.inf)
+
+
+def sheds(cost: CostModel, config: PolicyConfig, request: Request) -> bool:
+    """Whether the policy defers the request's decodes (``shed_work``)."""
+    return config.shed_work is not None and decode_work(cost, request) >= config.shed_work
+
+
+def fits_decode(cost: CostModel, budget: float | None, draft: Draft, m: int) -> bool:
+    """Whether a deferred decode of a request holding ``m`` KV slots joins ``draft``: the batch is
+    empty, or stays within ``budget`` seconds (None: no budget) with it."""
+    d = draft
+    return (
+        d.n_tok == 0
+        or budget is None
+        or (
+            cost.batch_time(d.n_tok + 1, d.n_pre, d.s_pre, d.n_dec + 1, d.kv_dec + m, d.x_pre, max(d.kv_max, m))
+            <= budget
+        )
+    )
 
 
 def decode_time(cost: CostModel, held: Sequence[int]) -> float:

@@ -1,10 +1,10 @@
 """The SLO-aware batching of :mod:`optsched.policies.slo` as numba kernels, for the compiled engine.
 
-:func:`fit_chunk` cuts a prefill chunk to the time budget and :func:`late_last` reorders the FCFS
-R_w (a ring buffer) by Moore-Hodgson's rule, with the reference's arithmetic in the reference's
-order (the same floating-point sums, the same bisection, the same heap ties: the largest work, then
-the later position), so :mod:`.fastengine`'s batches stay the reference engine's. They allocate
-nothing: the scratch arrays come from the caller.
+:func:`fit_chunk` cuts a prefill chunk to the time budget, :func:`fits_decode` admits a deferred
+decode and :func:`late_last` reorders the FCFS R_w (a ring buffer) by Moore-Hodgson's rule, with the
+reference's arithmetic in the reference's order (the same floating-point sums, the same bisection,
+the same heap ties: the largest work, then the later position), so :mod:`.fastengine`'s batches stay
+the reference engine's. They allocate nothing: the scratch arrays come from the caller.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from numba import njit
 
 from ..replaykernel import batch_time
 
-__all__ = ["fit_chunk", "late_last"]
+__all__ = ["fit_chunk", "fits_decode", "late_last"]
 
 _kernel = njit(cache=True, _nrt=False)
 
@@ -38,6 +38,14 @@ def fit_chunk(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, c
         else:
             hi = mid - 1
     return lo
+
+
+@_kernel
+def fits_decode(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, m):  # noqa: ANN001, ANN201
+    """:func:`optsched.policies.slo.fits_decode` on the batch's counters."""
+    if n_tok == 0 or budget == np.inf:
+        return True
+    return batch_time(coef, n_tok + 1, n_pre, s_pre, n_dec + 1, kv_dec + m, x_pre, max(kv_max, m)) <= budget
 
 
 @_kernel
