@@ -308,9 +308,8 @@ class Engine:
                 self._rekey(i)
             self._running.sort(key=self._prio.__getitem__)
         if self.config.ttft_drop:  # late requests last (.slo)
-            late_last(
-                self.cost_model, self.config, start, self._running, self._waiting, self._m, self._prompt, self._reqs
-            )
+            queues = (self._running, self._waiting, self._m, self._prompt, self._reqs, self._shed)
+            late_last(self.cost_model, self.config, start, *queues)
         for group in self.config.groups:
             if group == "waiting":
                 self._fill_fcfs_waiting(d)

@@ -468,7 +468,8 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts, X):  
             _resort_running(E)
         if F[_DROP]:  # late requests last (.slo); vbuf, grp and dec are free scratch here
             run, wq, vbuf, grp, dec = E[3][: S[_NRUN]], E[4], E[6], E[10], E[11]
-            late_last(coef, X[1], start, Q[_M], Q[_PROMPT], run, wq, S[_WHEAD], S[_WLEN], X[2], X[3], vbuf, grp, dec)
+            args = (Q[_M], Q[_PROMPT], Q[_SHED], run, wq, S[_WHEAD], S[_WLEN], X[2], X[3], vbuf, grp, dec)
+            late_last(coef, X[1], start, *args)
         for g in groups:
             if g == 0:
                 _fill_fcfs_waiting(E, F, L, X)

@@ -28,7 +28,8 @@ its remaining prompt ``r_j`` adds to batches,
     w_j = f (batch_time(r_j, r_j, r_j^2, 0, 0, r_j m_j, 0) - L base),
 
 scaled by ``f = b / max(b - D, b / 10)``, the batches' time per unit of prefill time when the
-decodes of the running requests take ``D`` (their decode-only batch time) of each budget ``b``
+decodes of the running requests (but the deferred ones, below) take ``D`` (their decode-only batch
+time) of each budget ``b``
 (``f = 1`` without a time budget). The running prefills come first (they are served before R_w):
 ``t = start + sum of their w``. R_w is walked in its order: a request with ``start + w_j > d_j``
 is dropped (by the estimate it is late even served alone); otherwise ``t += w_j`` and, when
@@ -246,10 +247,13 @@ def late_last(
     m: Sequence[int],
     prompt: Sequence[int],
     requests: Sequence[Request],
+    shed: Sequence[bool],
 ) -> None:
     """Reorder the FCFS R_w ``waiting`` (engine indices) in place by :func:`on_time_first`, from the
-    running requests ``running`` (in R_r's order) and the per-request KV ``m`` and ``prompt``."""
-    f = work_factor(config.time_budget, decode_time(cost, [m[i] for i in running if m[i] >= prompt[i]]))
+    running requests ``running`` (in R_r's order) and the per-request KV ``m``, ``prompt`` and
+    deferral ``shed`` (deferred decodes are not in ``D``)."""
+    decodes = [m[i] for i in running if m[i] >= prompt[i] and not shed[i]]
+    f = work_factor(config.time_budget, decode_time(cost, decodes))
     ahead = start
     for i in running:
         if m[i] < prompt[i]:

@@ -89,15 +89,15 @@ def _pop(work, heap, size):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def _factor(coef, budget, m, prompt, running):  # noqa: ANN001, ANN202
-    """``f`` of :func:`optsched.policies.slo.work_factor` for the decodes of ``running``."""
+def _factor(coef, budget, m, prompt, shed, running):  # noqa: ANN001, ANN202
+    """``f`` of :func:`optsched.policies.slo.work_factor` for the decodes of ``running`` but the deferred."""
     if budget == np.inf:
         return 1.0
     n = 0
     kv = 0
     top = 0
     for i in running:
-        if m[i] >= prompt[i]:
+        if m[i] >= prompt[i] and not shed[i]:
             n += 1
             kv += m[i]
             top = max(top, m[i])
@@ -105,10 +105,10 @@ def _factor(coef, budget, m, prompt, running):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def late_last(coef, budget, start, m, prompt, running, wq, head, wlen, deadline, work, queue, heap, dropped):  # noqa: ANN001, ANN201
+def late_last(coef, budget, start, m, prompt, shed, running, wq, head, wlen, deadline, work, queue, heap, dropped):  # noqa: ANN001, ANN201
     """:func:`optsched.policies.slo.late_last` on the ring buffer ``wq`` (``wlen`` requests from
     ``head``); ``work``, ``queue``, ``heap`` and ``dropped`` are scratch arrays of at least ``wlen``."""
-    f = _factor(coef, budget, m, prompt, running)
+    f = _factor(coef, budget, m, prompt, shed, running)
     t = start
     for i in running:
         if m[i] < prompt[i]:
