@@ -128,11 +128,17 @@ def resolve(config: PolicyConfig, requests: Sequence[Request], cost: CostModel |
 
 def resolved(config: PolicyConfig) -> PolicyConfig:
     """``config``, refused (ValueError) while its time budget still waits for the requests' TPOT
-    targets (``tpot_budget`` without ``time_budget``: :func:`resolve` sets it)."""
+    targets (``tpot_budget`` without ``time_budget``) or its deferral threshold for their decode work
+    (``tpot_shed`` without ``shed_work``): :func:`resolve` sets them."""
     if config.tpot_budget and config.time_budget is None:
         raise ValueError(
             f"policy {config.name!r} takes its time budget from the requests' TPOT targets: build the engine"
             " with Engine.from_instance, or set time_budget (optsched.policies.slo.resolve)"
+        )
+    if config.tpot_shed > 0 and config.shed_work is None:
+        raise ValueError(
+            f"policy {config.name!r} ranks the requests' decode work (tpot_shed): build the engine with"
+            " Engine.from_instance, or set shed_work (optsched.policies.slo.resolve)"
         )
     return config
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from optsched import Instance, Limits, Request, load_cost_model, replay
 from optsched.instance import SLO
 from optsched.policies.config import POLICY_CONFIGS, PolicyConfig
-from optsched.policies.engine import simulate
+from optsched.policies.engine import Engine, simulate
 from optsched.policies.slo import decode_work, resolve, shed_threshold, sheds
 from tests.policies.test_fastengine import assert_same
 from tests.policies.test_policy_properties import COSTS
@@ -111,3 +111,7 @@ def test_bad_deferral_configs_are_refused() -> None:
         PolicyConfig("x", ("waiting", "running"), time_budget=0.1, shed_work=1.0)
     with pytest.raises(ValueError, match="tpot_shed needs the cost model"):
         resolve(POLICY_CONFIGS["slo-shed"], _instance().requests)
+    timed = replace(POLICY_CONFIGS["slo-shed"], time_budget=0.05)
+    with pytest.raises(ValueError, match="Engine.from_instance, or set shed_work"):
+        Engine(_instance().limits, H200, timed)
+    Engine(_instance().limits, H200, replace(timed, shed_work=1.0))  # a threshold of its own runs
