@@ -21,6 +21,7 @@ policy                groups, in priority order    hybrid  chunked  P (chunk)   
 ``srpf``              run-prefill, w., run-decode  no      no       P           remaining prefill
 ``slo-budget``        run-decode, run-prefill, w.  yes     yes      P, timed    arrival, late last
 ``slo-budget-fcfs``   run-decode, run-prefill, w.  yes     yes      P, timed    arrival
+``slo-shed``          run-decode, run-prefill, w.  yes     yes      P, timed    arrival, late last
 ====================  ===========================  ======  =======  ==========  =============
 
 ``vllm`` and ``vllm-hy`` are the InferMax paper's vLLM (its V0 scheduler: prefills first).
@@ -43,7 +44,10 @@ SLO-derived token budget: decodes first, then prefill chunks only while the batc
 instance's cost model stays within a time budget, by default the least TPOT target among the
 requests (``tpot_budget``); before each batch R_w is split by Moore-Hodgson's rule on the TTFT
 deadlines (``ttft_drop``), so that the requests that can still meet their deadline go first and the
-late ones last. ``slo-budget-fcfs`` keeps the time budget and R_w's FCFS order.
+late ones last. ``slo-budget-fcfs`` keeps the time budget and R_w's FCFS order. ``slo-shed`` is
+``slo-budget`` that gives up the TPOT of the 1 % of requests with the most decode work (``tpot_shed``,
+an oracle of the output lengths like ``rank-o``): their decodes come after every other candidate and
+only where the batch stays within the budget, so that under load the others' prefill gets their share.
 
 P is the instance's ``prefill_budget`` (C = P = 4096 in the paper); a policy chunk larger than the
 instance's P is clipped to it, so every schedule respects the instance's limits.
@@ -132,6 +136,16 @@ class PolicyConfig:
         Before each batch R_w is reordered by Moore-Hodgson's rule on the requests' TTFT deadlines
         (arrival + ``slo.ttft``): those that can still meet them first, the late ones after, each
         part in R_w's order (:func:`.slo.on_time_first`); an instance without TTFT targets is refused.
+    tpot_shed
+        Fraction q of the requests whose TPOT the policy may give up (0 = none): the decodes of the
+        floor(q (N - 1)) requests of the largest decode work (:func:`.slo.decode_work`, on the true output
+        lengths) are taken after every other candidate, each only while the batch stays within the time
+        budget or is empty (:func:`.slo.fits_decode`). floor(q (N - 1)) is the most requests a quantile
+        1 - q of N values (numpy's linear one) tolerates above a limit. Needs a time budget and the
+        ``running_decode`` group.
+    shed_work
+        Seconds: requests whose decode work is at least this are deferred as ``tpot_shed`` says. None =
+        from ``tpot_shed`` and the instance's requests (:func:`.slo.resolve`), or no deferral.
     """
 
     name: str
@@ -150,6 +164,8 @@ class PolicyConfig:
     time_budget: float | None = None
     tpot_budget: bool = False
     ttft_drop: bool = False
+    tpot_shed: float = 0.0
+    shed_work: float | None = None
 
     def __post_init__(self) -> None:
         if not self.groups or any(g not in GROUPS for g in self.groups):
@@ -174,6 +190,16 @@ class PolicyConfig:
             raise ValueError(f"policy {self.name!r}: time_budget must be a positive number of seconds")
         if self.ttft_drop and (self.order != "arrival" or "all" in self.groups):
             raise ValueError(f"policy {self.name!r}: ttft_drop reorders an FCFS R_w (order 'arrival', no 'all' group)")
+        if not 0 <= self.tpot_shed < 1:
+            raise ValueError(f"policy {self.name!r}: tpot_shed must be a fraction in [0, 1)")
+        if self.shed_work is not None and not self.shed_work >= 0:
+            raise ValueError(f"policy {self.name!r}: shed_work must be a number of seconds >= 0")
+        sheds = self.tpot_shed > 0 or self.shed_work is not None
+        if sheds and (not (self.tpot_budget or self.time_budget) or "running_decode" not in self.groups):
+            raise ValueError(
+                f"policy {self.name!r}: tpot_shed and shed_work defer decodes within a time budget (tpot_budget"
+                " or time_budget) and need the running_decode group"
+            )
 
     def eviction_free_variant(self) -> PolicyConfig:
         """The ``-ef`` twin: same policy, full reservation at admission, no evictions."""
@@ -203,6 +229,7 @@ _BASE = (
     PolicyConfig("srpf", _PREFILL_FIRST, order="remaining-prefill", hybrid=False, chunked=False),
     PolicyConfig("slo-budget", _DECODE_FIRST, tpot_budget=True, ttft_drop=True),
     PolicyConfig("slo-budget-fcfs", _DECODE_FIRST, tpot_budget=True),
+    PolicyConfig("slo-shed", _DECODE_FIRST, tpot_budget=True, ttft_drop=True, tpot_shed=0.01),
 )
 
 #: Every named policy and its eviction-free twin, by name.

@@ -82,7 +82,7 @@ from ..schedule import Batch, Item, Schedule
 from ..tiering import use_compiled
 from .config import PolicyConfig, policy_config
 from .orders import DYNAMIC_ORDERS, lookahead_fits, order_key, projection
-from .slo import fit_chunk, late_last, resolve, resolved
+from .slo import fit_chunk, fits_decode, late_last, resolve, resolved, sheds
 from .states import EngineSnapshot, RequestState
 
 __all__ = ["Engine", "EngineSnapshot", "RequestState", "simulate"]
@@ -150,6 +150,7 @@ class Engine:
         self._mark: list[int] = []  # number of the batch the request is in (or was evicted from)
         self._first: list[float | None] = []  # end of the batch of the first token
         self._end: list[float | None] = []  # end of the batch of the last token
+        self._shed: list[bool] = []  # decodes deferred (tpot_shed, .slo)
         # queues
         self._pending: list[tuple[float, int]] = []  # heap of (arrival, i), not yet arrived
         self._fcfs_waiting = "all" not in self.config.groups and self.config.order == "arrival"  # else sorted
@@ -168,7 +169,7 @@ class Engine:
     @classmethod
     def from_instance(cls, instance: Instance, policy: str | PolicyConfig) -> Engine:
         """An engine with the instance's limits and cost model, holding all its requests."""
-        config = resolve(policy_config(policy), instance.requests)  # the SLOs of SLO-aware policies
+        config = resolve(policy_config(policy), instance.requests, instance.cost_model)  # SLO-aware policies' SLOs
         engine = cls(instance.limits, instance.cost_model, config, name=instance.name)
         for r in instance.requests:
             engine.add_request(r)
@@ -210,6 +211,7 @@ class Engine:
         self._mark.append(0)
         self._first.append(None)
         self._end.append(None)
+        self._shed.append(sheds(self.cost_model, self.config, request))
         self._rekey(i)
         heapq.heappush(self._pending, (request.arrival, i))
         self._unfinished += 1
@@ -246,17 +248,9 @@ class Engine:
         return self._state(i, i in self._running)
 
     def _state(self, i: int, running: bool) -> RequestState:
-        r = self._reqs[i]
+        r, held, first = self._reqs[i], self._held(i) if running else 0, self._first[i]
         return RequestState(
-            r.id,
-            r.arrival,
-            r.output_tokens,
-            self._prompt[i],
-            self._m[i],
-            self._gen[i],
-            self._held(i) if running else 0,
-            self._first[i],
-            self._end[i],
+            r.id, r.arrival, r.output_tokens, self._prompt[i], self._m[i], self._gen[i], held, first, self._end[i]
         )
 
     def snapshot(self) -> EngineSnapshot:
@@ -314,14 +308,16 @@ class Engine:
                 self._rekey(i)
             self._running.sort(key=self._prio.__getitem__)
         if self.config.ttft_drop:  # late requests last (.slo)
-            late_last(
-                self.cost_model, self.config, start, self._running, self._waiting, self._m, self._prompt, self._reqs
-            )
+            queues = (self._running, self._waiting, self._m, self._prompt, self._reqs, self._shed)
+            late_last(self.cost_model, self.config, start, *queues)
         for group in self.config.groups:
             if group == "waiting":
                 self._fill_fcfs_waiting(d)
             else:
                 self._fill_group(d, self._running_group(group), merge_waiting=group == "all")
+        for i in [i for i in self._running if self._shed[i] and self._m[i] >= self._prompt[i]]:  # deferred (.slo)
+            if self._mark[i] != d.no and fits_decode(self.cost_model, self.config.time_budget, d, self._m[i]):
+                self._take_decodes(d, [i])
         if not d.items and not d.evict:
             raise RuntimeError(
                 f"policy {self.config.name!r}: empty batch at t={start} with {len(self._waiting)} waiting and"
@@ -336,7 +332,7 @@ class Engine:
         """Snapshot of a running group's candidates (R_r, or one phase of it) in priority order."""
         m, prompt, mark, no = self._m, self._prompt, self._mark, len(self._batches) + 1
         if group == "running_decode":
-            return [i for i in self._running if m[i] >= prompt[i] and mark[i] != no]
+            return [i for i in self._running if m[i] >= prompt[i] and mark[i] != no and not self._shed[i]]
         if group == "running_prefill":
             return [i for i in self._running if m[i] < prompt[i] and mark[i] != no]
         return [i for i in self._running if mark[i] != no]
@@ -593,7 +589,7 @@ def simulate(instance: Instance, policy: str | PolicyConfig, *, compiled: bool |
     if use_compiled("simulate", int(instance.columns[2].sum()), compiled):
         from .fastsim import compiled_schedule  # deferred: the kernel loads at the first compiled run
 
-        if (schedule := compiled_schedule(instance, resolve(policy_config(policy), instance.requests))) is not None:
+        if (schedule := compiled_schedule(instance, policy_config(policy))) is not None:
             return schedule
     engine = Engine.from_instance(instance, policy)
     engine.advance()

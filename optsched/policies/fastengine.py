@@ -29,15 +29,15 @@ from numba import njit
 from ..replaykernel import batch_time
 from .enginelayout import D_SLOTS, F_SLOTS, L_SLOTS, Q_ROWS, S_SLOTS
 from .lookahead_kernel import fits
-from .slo_kernel import fit_chunk, late_last
+from .slo_kernel import fit_chunk, fits_decode, late_last
 
 # the arrays' rows and slots (:mod:`.enginelayout`): the per-request state Q, the scalars S, the
 # batch being built D (the reference's _Draft), the flags F and the limits L
-_M, _PROMPT, _GEN, _FIXED, _MARK, _OUT, _RANK, _KEY = range(len(Q_ROWS))
+_M, _PROMPT, _GEN, _FIXED, _MARK, _OUT, _RANK, _KEY, _SHED = range(len(Q_ROWS))
 _KVRES, _NRUN, _WHEAD, _WLEN, _NITEMS, _NEVICT = range(len(S_SLOTS))
 _NO, _NTOK, _NPRE, _SPRE, _NDEC, _KVDEC, _XPRE, _KVMAX, _PHASE, _NGEN, _BITEMS, _BEVICT = range(len(D_SLOTS))
 _PRE, _DEC = 1, 2
-_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN, _LOOK, _DROP = range(len(F_SLOTS))
+_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN, _LOOK, _DROP, _SHEDS = range(len(F_SLOTS))
 _C, _P, _MCAP, _RCAP, _BLOCK, _WATERMARK = range(len(L_SLOTS))
 
 #: The kernels' decorator: cached on disk, and compiled without numba's reference counting
@@ -317,18 +317,35 @@ def _resort_running(E):  # noqa: ANN001, ANN202
 
 @_kernel
 def _group(E, kind):  # noqa: ANN001, ANN202
-    """Snapshot of a running group (1: R_r, 2: its decodes, 3: its prefills, 4: R_r of ``all``)
-    into ``grp``; returns its length."""
+    """Snapshot of a running group (1: R_r, 2: its decodes but the deferred ones, 3: its prefills, 4:
+    R_r of ``all``, 5: the deferred decodes, marked ones included) into ``grp``; returns its length."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     n = 0
     for k in range(S[_NRUN]):
         i = run[k]
         decode = Q[_M, i] >= Q[_PROMPT, i]
-        if Q[_MARK, i] == D[_NO] or (kind == 2 and not decode) or (kind == 3 and decode):
+        if kind == 5:
+            if decode and Q[_SHED, i]:
+                grp[n] = i
+                n += 1
+            continue
+        if Q[_MARK, i] == D[_NO] or (kind == 2 and (not decode or Q[_SHED, i])) or (kind == 3 and decode):
             continue
         grp[n] = i
         n += 1
     return n
+
+
+@_kernel
+def _take_deferred(E, F, L, X):  # noqa: ANN001, ANN202
+    """The deferred decodes in R_r's order, each while the batch is empty or stays within the budget."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
+    n = _group(E, 5)
+    for x in range(n):
+        i = grp[x]
+        args = (D[_NTOK], D[_NPRE], D[_SPRE], D[_NDEC], D[_KVDEC], D[_XPRE], D[_KVMAX])
+        if Q[_MARK, i] != D[_NO] and fits_decode(X[0], X[1], *args, Q[_M, i]):
+            _take_decodes(E, F, L, grp[x : x + 1])
 
 
 @_kernel
@@ -451,12 +468,15 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts, X):  
             _resort_running(E)
         if F[_DROP]:  # late requests last (.slo); vbuf, grp and dec are free scratch here
             run, wq, vbuf, grp, dec = E[3][: S[_NRUN]], E[4], E[6], E[10], E[11]
-            late_last(coef, X[1], start, Q[_M], Q[_PROMPT], run, wq, S[_WHEAD], S[_WLEN], X[2], X[3], vbuf, grp, dec)
+            args = (Q[_M], Q[_PROMPT], Q[_SHED], run, wq, S[_WHEAD], S[_WLEN], X[2], X[3], vbuf, grp, dec)
+            late_last(coef, X[1], start, *args)
         for g in groups:
             if g == 0:
                 _fill_fcfs_waiting(E, F, L, X)
             else:
                 _fill_group(E, F, L, X, g)
+        if F[_SHEDS]:  # deferred decodes last, within the budget (.slo)
+            _take_deferred(E, F, L, X)
         if D[_BITEMS] == 0 and D[_BEVICT] == 0:
             return 1, nb
         now = start + batch_time(coef, D[_NTOK], D[_NPRE], D[_SPRE], D[_NDEC], D[_KVDEC], D[_XPRE], D[_KVMAX])

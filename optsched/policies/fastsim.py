@@ -32,7 +32,7 @@ from ..schedcols import ScheduleColumns
 from ..schedule import Schedule
 from .config import GROUPS, PolicyConfig
 from .enginelayout import D_SLOTS, F_SLOTS, L_SLOTS, NO_LIMIT, Q_ROWS, S_SLOTS
-from .slo import deadline, resolve
+from .slo import deadline, resolve, sheds
 
 __all__ = ["ORDER_KEYS", "compiled_schedule", "compiles", "simulate_columns"]
 
@@ -82,6 +82,7 @@ def _flags(instance: Instance, config: PolicyConfig) -> np.ndarray:
         "dynamic_order": config.order == _REMAINING,
         "kv_lookahead": config.kv_lookahead and not config.eviction_free and instance.limits.kv_capacity is not None,
         "ttft_drop": config.ttft_drop,
+        "tpot_shed": config.shed_work is not None,
     }
     return np.array([flags[name] for name in F_SLOTS], np.bool_)
 
@@ -111,6 +112,7 @@ def _state(
     Q[Q_ROWS.index("rank")] = _ranks(ORDER_KEYS[config.order](prompt, out_len), arrival)
     if config.order == _REMAINING:
         Q[Q_ROWS.index("key")] = prompt
+    Q[Q_ROWS.index("shed")] = [sheds(instance.cost_model, config, r) for r in instance.requests]
     E: tuple[np.ndarray, ...] = (
         Q,
         np.zeros(len(S_SLOTS), np.int64),
@@ -128,7 +130,7 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     initial length of the output arrays (default from the token counts; a run that outgrows them
     runs again with the length it needed). An SLO-aware policy on an instance without the SLO
     targets it reads raises the reference's :class:`~optsched.instance.InstanceError` (:func:`.slo.resolve`)."""
-    config = resolve(config, instance.requests)  # the SLOs of SLO-aware policies (.slo)
+    config = resolve(config, instance.requests, instance.cost_model)  # the SLOs of SLO-aware policies (.slo)
     ids = tuple(request_ids(instance.requests))
     n = len(ids)
     arrival_column, prompt, out_len = instance.columns  # read-only, shared with the replay and the bounds
@@ -173,6 +175,7 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
 def compiled_schedule(instance: Instance, config: PolicyConfig) -> Schedule | None:
     """The compiled engine's :class:`~optsched.schedule.Schedule` (its batches built at first
     read); None where the reference engine runs."""
+    config = resolve(config, instance.requests, instance.cost_model)  # its SLO parameters in the schedule's meta
     columns = simulate_columns(instance, config)
     if columns is None:
         return None

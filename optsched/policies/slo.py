@@ -28,7 +28,8 @@ its remaining prompt ``r_j`` adds to batches,
     w_j = f (batch_time(r_j, r_j, r_j^2, 0, 0, r_j m_j, 0) - L base),
 
 scaled by ``f = b / max(b - D, b / 10)``, the batches' time per unit of prefill time when the
-decodes of the running requests take ``D`` (their decode-only batch time) of each budget ``b``
+decodes of the running requests (but the deferred ones, below) take ``D`` (their decode-only batch
+time) of each budget ``b``
 (``f = 1`` without a time budget). The running prefills come first (they are served before R_w):
 ``t = start + sum of their w``. R_w is walked in its order: a request with ``start + w_j > d_j``
 is dropped (by the estimate it is late even served alone); otherwise ``t += w_j`` and, when
@@ -37,6 +38,15 @@ down by its work. R_w becomes the kept
 requests followed by the dropped ones, each in R_w's order. The rule needs an FCFS R_w
 (``order="arrival"``, no ``all`` group), where R_w's order is the deadlines' when every request has
 the same TTFT target.
+
+**TPOT given up** (``tpot_shed`` q). A P99 target tolerates floor(0.01 (N - 1)) requests above the
+TPOT limit, and a decode is the costlier the longer its context: the decode work of a request
+(:func:`decode_work`, the time of one batch holding all its O - 1 decode items) is largest for long
+prompts with long outputs. The floor(q (N - 1)) requests of the largest decode work (ties: none of the
+tied ones cross the count; :func:`shed_threshold`) leave the ``running_decode`` group: their decodes
+are taken after every other candidate, in R_r's order, each only when the batch is empty or stays
+within the budget with it (:func:`fits_decode`). Under load their TPOT is lost and the budget their
+decodes took goes to prefill; with room to spare they decode in every batch as before.
 
 The compiled engine runs the same arithmetic in the same order (:mod:`.slo_kernel`), so the two
 engines' schedules are identical batch for batch.
@@ -59,12 +69,16 @@ __all__ = [
     "Draft",
     "deadline",
     "decode_time",
+    "decode_work",
+    "fits_decode",
     "fit_chunk",
     "late_last",
     "on_time_first",
     "prefill_work",
     "resolve",
     "resolved",
+    "shed_threshold",
+    "sheds",
     "work_factor",
 ]
 
@@ -81,9 +95,10 @@ class Draft(Protocol):
     kv_max: int
 
 
-def resolve(config: PolicyConfig, requests: Sequence[Request]) -> PolicyConfig:
+def resolve(config: PolicyConfig, requests: Sequence[Request], cost: CostModel | None = None) -> PolicyConfig:
     """``config`` with its time budget in seconds: with ``tpot_budget`` and no ``time_budget``, the
-    least TPOT target among ``requests``.
+    least TPOT target among ``requests``; with ``tpot_shed`` and no ``shed_work``, the threshold of
+    :func:`shed_threshold` under the cost model ``cost`` (needed then).
 
     Raises
     ------
@@ -96,6 +111,10 @@ def resolve(config: PolicyConfig, requests: Sequence[Request]) -> PolicyConfig:
             f"policy {config.name!r} orders requests by their TTFT deadlines, and no request has a TTFT"
             " target: give the requests an SLO (--slo-ttft SECONDS) or use a policy without ttft_drop"
         )
+    if config.tpot_shed > 0 and config.shed_work is None:
+        if cost is None:
+            raise ValueError(f"policy {config.name!r}: tpot_shed needs the cost model to rank the decode work")
+        config = replace(config, shed_work=shed_threshold(cost, requests, config.tpot_shed))
     if not config.tpot_budget or config.time_budget is not None:
         return config
     targets = [r.slo.tpot for r in requests if r.slo is not None and r.slo.tpot is not None]
@@ -109,11 +128,17 @@ def resolve(config: PolicyConfig, requests: Sequence[Request]) -> PolicyConfig:
 
 def resolved(config: PolicyConfig) -> PolicyConfig:
     """``config``, refused (ValueError) while its time budget still waits for the requests' TPOT
-    targets (``tpot_budget`` without ``time_budget``: :func:`resolve` sets it)."""
+    targets (``tpot_budget`` without ``time_budget``) or its deferral threshold for their decode work
+    (``tpot_shed`` without ``shed_work``): :func:`resolve` sets them."""
     if config.tpot_budget and config.time_budget is None:
         raise ValueError(
             f"policy {config.name!r} takes its time budget from the requests' TPOT targets: build the engine"
             " with Engine.from_instance, or set time_budget (optsched.policies.slo.resolve)"
+        )
+    if config.tpot_shed > 0 and config.shed_work is None:
+        raise ValueError(
+            f"policy {config.name!r} ranks the requests' decode work (tpot_shed): build the engine with"
+            " Engine.from_instance, or set shed_work (optsched.policies.slo.resolve)"
         )
     return config
 
@@ -145,6 +170,42 @@ def fit_chunk(cost: CostModel, budget: float, draft: Draft, c: int, m: int) -> i
         else:
             hi = mid - 1
     return lo
+
+
+def decode_work(cost: CostModel, request: Request) -> float:
+    """Seconds: the time of one batch holding all the request's O - 1 decode items (0 for O = 1)."""
+    n, p = request.output_tokens - 1, request.prompt_tokens
+    return cost.batch_time(n, 0, 0, n, n * p + n * (n - 1) // 2, 0, 0)
+
+
+def shed_threshold(cost: CostModel, requests: Sequence[Request], fraction: float) -> float:
+    """The least decode work that at most floor(``fraction`` (N - 1)) of ``requests`` reach (infinite
+    when that is none): the ``shed_work`` of ``tpot_shed``."""
+    k = math.floor(fraction * (len(requests) - 1)) if requests else 0
+    works = sorted((decode_work(cost, r) for r in requests), reverse=True)
+    if k <= 0:
+        return math.inf
+    above = [w for w in works[:k] if k == len(works) or w > works[k]]
+    return min(above, default=math.inf)
+
+
+def sheds(cost: CostModel, config: PolicyConfig, request: Request) -> bool:
+    """Whether the policy defers the request's decodes (``shed_work``)."""
+    return config.shed_work is not None and decode_work(cost, request) >= config.shed_work
+
+
+def fits_decode(cost: CostModel, budget: float | None, draft: Draft, m: int) -> bool:
+    """Whether a deferred decode of a request holding ``m`` KV slots joins ``draft``: the batch is
+    empty, or stays within ``budget`` seconds (None: no budget) with it."""
+    d = draft
+    return (
+        d.n_tok == 0
+        or budget is None
+        or (
+            cost.batch_time(d.n_tok + 1, d.n_pre, d.s_pre, d.n_dec + 1, d.kv_dec + m, d.x_pre, max(d.kv_max, m))
+            <= budget
+        )
+    )
 
 
 def decode_time(cost: CostModel, held: Sequence[int]) -> float:
@@ -192,10 +253,13 @@ def late_last(
     m: Sequence[int],
     prompt: Sequence[int],
     requests: Sequence[Request],
+    shed: Sequence[bool],
 ) -> None:
     """Reorder the FCFS R_w ``waiting`` (engine indices) in place by :func:`on_time_first`, from the
-    running requests ``running`` (in R_r's order) and the per-request KV ``m`` and ``prompt``."""
-    f = work_factor(config.time_budget, decode_time(cost, [m[i] for i in running if m[i] >= prompt[i]]))
+    running requests ``running`` (in R_r's order) and the per-request KV ``m``, ``prompt`` and
+    deferral ``shed`` (deferred decodes are not in ``D``)."""
+    decodes = [m[i] for i in running if m[i] >= prompt[i] and not shed[i]]
+    f = work_factor(config.time_budget, decode_time(cost, decodes))
     ahead = start
     for i in running:
         if m[i] < prompt[i]:

@@ -1,10 +1,10 @@
 """The SLO-aware batching of :mod:`optsched.policies.slo` as numba kernels, for the compiled engine.
 
-:func:`fit_chunk` cuts a prefill chunk to the time budget and :func:`late_last` reorders the FCFS
-R_w (a ring buffer) by Moore-Hodgson's rule, with the reference's arithmetic in the reference's
-order (the same floating-point sums, the same bisection, the same heap ties: the largest work, then
-the later position), so :mod:`.fastengine`'s batches stay the reference engine's. They allocate
-nothing: the scratch arrays come from the caller.
+:func:`fit_chunk` cuts a prefill chunk to the time budget, :func:`fits_decode` admits a deferred
+decode and :func:`late_last` reorders the FCFS R_w (a ring buffer) by Moore-Hodgson's rule, with the
+reference's arithmetic in the reference's order (the same floating-point sums, the same bisection,
+the same heap ties: the largest work, then the later position), so :mod:`.fastengine`'s batches stay
+the reference engine's. They allocate nothing: the scratch arrays come from the caller.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from numba import njit
 
 from ..replaykernel import batch_time
 
-__all__ = ["fit_chunk", "late_last"]
+__all__ = ["fit_chunk", "fits_decode", "late_last"]
 
 _kernel = njit(cache=True, _nrt=False)
 
@@ -38,6 +38,14 @@ def fit_chunk(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, c
         else:
             hi = mid - 1
     return lo
+
+
+@_kernel
+def fits_decode(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, m):  # noqa: ANN001, ANN201
+    """:func:`optsched.policies.slo.fits_decode` on the batch's counters."""
+    if n_tok == 0 or budget == np.inf:
+        return True
+    return batch_time(coef, n_tok + 1, n_pre, s_pre, n_dec + 1, kv_dec + m, x_pre, max(kv_max, m)) <= budget
 
 
 @_kernel
@@ -81,15 +89,15 @@ def _pop(work, heap, size):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def _factor(coef, budget, m, prompt, running):  # noqa: ANN001, ANN202
-    """``f`` of :func:`optsched.policies.slo.work_factor` for the decodes of ``running``."""
+def _factor(coef, budget, m, prompt, shed, running):  # noqa: ANN001, ANN202
+    """``f`` of :func:`optsched.policies.slo.work_factor` for the decodes of ``running`` but the deferred."""
     if budget == np.inf:
         return 1.0
     n = 0
     kv = 0
     top = 0
     for i in running:
-        if m[i] >= prompt[i]:
+        if m[i] >= prompt[i] and not shed[i]:
             n += 1
             kv += m[i]
             top = max(top, m[i])
@@ -97,10 +105,10 @@ def _factor(coef, budget, m, prompt, running):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def late_last(coef, budget, start, m, prompt, running, wq, head, wlen, deadline, work, queue, heap, dropped):  # noqa: ANN001, ANN201
+def late_last(coef, budget, start, m, prompt, shed, running, wq, head, wlen, deadline, work, queue, heap, dropped):  # noqa: ANN001, ANN201
     """:func:`optsched.policies.slo.late_last` on the ring buffer ``wq`` (``wlen`` requests from
     ``head``); ``work``, ``queue``, ``heap`` and ``dropped`` are scratch arrays of at least ``wlen``."""
-    f = _factor(coef, budget, m, prompt, running)
+    f = _factor(coef, budget, m, prompt, shed, running)
     t = start
     for i in running:
         if m[i] < prompt[i]:
