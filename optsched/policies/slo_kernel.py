@@ -105,9 +105,10 @@ def _factor(coef, budget, m, prompt, shed, running):  # noqa: ANN001, ANN202
 
 
 @_kernel
-def late_last(coef, budget, start, m, prompt, shed, running, wq, head, wlen, deadline, work, queue, heap, dropped):  # noqa: ANN001, ANN201
+def late_last(coef, budget, start, m, prompt, shed, running, wq, head, wlen, due, work, queue, heap, dropped):  # noqa: ANN001, ANN201
     """:func:`optsched.policies.slo.late_last` on the ring buffer ``wq`` (``wlen`` requests from
-    ``head``); ``work``, ``queue``, ``heap`` and ``dropped`` are scratch arrays of at least ``wlen``."""
+    ``head``); ``due``: each request's TTFT deadline (arrival + TTFT target); ``work``, ``queue``,
+    ``heap`` and ``dropped`` are scratch arrays of at least ``wlen``."""
     f = _factor(coef, budget, m, prompt, shed, running)
     t = start
     for i in running:
@@ -120,13 +121,13 @@ def late_last(coef, budget, start, m, prompt, shed, running, wq, head, wlen, dea
         queue[pos] = i
         work[pos] = _prefill_work(coef, prompt[i] - m[i], m[i], f)
         dropped[pos] = 0
-        if start + work[pos] > deadline[i]:
+        if start + work[pos] > due[i]:
             dropped[pos] = 1
             continue
         t += work[pos]
         _push(work, heap, size, pos)
         size += 1
-        if t > deadline[i]:
+        if t > due[i]:
             top = _pop(work, heap, size)
             size -= 1
             t -= work[top]
