@@ -76,7 +76,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, replace
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from itertools import accumulate
 from typing import NamedTuple
 
@@ -85,6 +85,7 @@ from ...costmodel import Coefficients
 from ...instance import Instance
 from ...result import Status
 from ...schedule import Batch, Item, Schedule
+from .meanedges import EdgeLister, Stopped
 from .schedules import serial_completion
 
 __all__ = ["MAX_LABELS", "Action", "MeanSearchResult", "SearchProblem", "estimate_at", "mean_search"]
@@ -173,15 +174,6 @@ class Action:
     event: bool
     cached: int  # KV before the item (decode context, or the chunk's cached prefix)
     arrival: float = 0.0  # the request's arrival when it takes part (an item or an eviction), else 0
-
-    @cached_property
-    def delta(self) -> tuple[int, ...]:
-        """Its share of the batch's counts: tokens, prefill tokens, their squares, decode items, decode
-        KV, prefill context, decode context (for the largest), KV held, running."""
-        c, m = self.tokens, self.cached
-        if self.decode:
-            return (c, 0, 0, 1, m, 0, m, self.kv, self.kv > 0)
-        return (c, c, c * c, 0, 0, c * m, 0, self.kv, self.kv > 0)
 
 
 class SearchProblem:
@@ -366,67 +358,6 @@ def estimate_at(est: Estimate, t: float) -> float:
     return max(est.n * t + est.h2, order)
 
 
-class _Stopped(Exception):
-    """The budget expired while a state's batches were listed."""
-
-
-def _batches(
-    pb: SearchProblem, state: tuple[Sub, ...], budget: TimeBudget
-) -> list[tuple[float, tuple[Sub, ...], list[Action], float, int]]:
-    """Every batch from ``state`` that the search keeps (module docstring: E1, E2): its cost, the
-    next state, each request's part, the latest arrival among its requests and its events. Raises
-    :class:`_Stopped` when ``budget`` expires meanwhile (looked at every :data:`CLOCK_EVERY` ** 2 batches)."""
-    n = len(state)
-    acts = [pb.actions(i, sub) for i, sub in enumerate(state)]
-    out: list[tuple[float, tuple[Sub, ...], list[Action], float, int]] = []
-    chosen: list[Action] = []
-    C, P, hybrid, batch_time = pb.C, pb.P, pb.hybrid, pb.cost.batch_time
-    M = pb.M if pb.M is not None else math.inf
-    R = pb.R if pb.R is not None else math.inf
-
-    def leaf(d: tuple[int, ...], idle_evictions: int, ready: float, events: int) -> None:
-        tok, pre, spre, dec, kvdec, xpre, kvmax, kv, run = d
-        if not hybrid and pre and dec:
-            return
-        if idle_evictions:  # E2: each idle eviction is needed by M or R_max
-            for a, sub in zip(chosen, state):
-                if a.evict and not a.tokens and kv + sub[0] <= M and run + 1 <= R:
-                    return
-        cost = batch_time(tok, pre, spre, dec, kvdec, xpre, kvmax)
-        out.append((cost, tuple([a.new for a in chosen]), chosen[:], ready, events))
-        if len(out) % (CLOCK_EVERY * CLOCK_EVERY) == 0 and budget.expired():
-            raise _Stopped
-
-    def walk(i: int, b: tuple[int, ...], idle_evictions: int, ready: float, events: int) -> None:
-        if i == n:
-            if b[0]:
-                leaf(b, idle_evictions, ready, events)
-            return
-        tok, pre, kv, run = b[0], b[1], b[7], b[8]
-        for a in acts[i]:
-            d = a.delta
-            if tok + d[0] > C or pre + d[1] > P or kv + d[7] > M or run + d[8] > R:
-                continue
-            chosen.append(a)
-            nb = (
-                tok + d[0],
-                pre + d[1],
-                b[2] + d[2],
-                b[3] + d[3],
-                b[4] + d[4],
-                b[5] + d[5],
-                b[6] if b[6] >= d[6] else d[6],
-                kv + d[7],
-                run + d[8],
-            )
-            idle = idle_evictions + (a.evict and not a.tokens)
-            walk(i + 1, nb, idle, ready if ready >= a.arrival else a.arrival, events + a.event)
-            chosen.pop()
-
-    walk(0, (0,) * 9, 0, 0.0, 0)
-    return out
-
-
 def _as_batches(pb: SearchProblem, acts: list[Action], ready: float, t: float) -> list[Batch]:
     """A search edge as the contract's batches: an eviction-only batch before it when a request it
     evicts refills in it."""
@@ -444,24 +375,18 @@ class _Search:
 
     def __init__(self, pb: SearchProblem, upper: float, budget: TimeBudget) -> None:
         self.pb, self.upper, self.budget = pb, upper, budget
+        self.edges = EdgeLister(pb)
         self.cut = upper - PRUNE_RTOL * abs(upper) if math.isfinite(upper) else math.inf
-        self.estimates: dict[tuple[Sub, ...], tuple] = {}
-        self.labels: dict[tuple[Sub, ...], list[int]] = {}
+        #: Per state reached: its estimate parts (made when first reached) and its labels kept.
+        self.seen: dict[tuple[Sub, ...], tuple[Estimate, list[int]]] = {}
         self.state: list[tuple[Sub, ...]] = []
         self.t: list[float] = []
         self.acc: list[float] = []
-        self.parent: list[tuple[int, list[Action], float] | None] = []
+        self.parent: list[int] = []  # -1 for the start
         self.dead: list[bool] = []
         self.heap: list[tuple[float, float, int]] = []
         self.expanded = 0
         self.full_goal = pb.objective != "ttft" or not pb.evict
-
-    def estimate(self, state: tuple[Sub, ...], t: float) -> Estimate:
-        """The state's estimate parts, made when the state is first reached (at ``t``)."""
-        est = self.estimates.get(state)
-        if est is None:
-            est = self.estimates[state] = self.pb.estimate(state, t)
-        return est
 
     def goal(self, state: tuple[Sub, ...]) -> bool:
         """All events done (and, for ttft without evictions, every request finished)."""
@@ -469,29 +394,32 @@ class _Search:
             return all(sub[2] == r.output_tokens for sub, r in zip(state, self.pb.reqs))
         return all(sub[2] > 0 for sub in state)
 
-    def push(self, state: tuple[Sub, ...], t: float, acc: float, parent: tuple | None) -> None:
+    def push(self, state: tuple[Sub, ...], t: float, acc: float, parent: int) -> None:
         """Queue the label (t, acc) of ``state`` unless pruned or dominated (module docstring)."""
-        est = self.estimate(state, t)
+        entry = self.seen.get(state)
+        if entry is None:
+            entry = self.seen[state] = (self.pb.estimate(state, t), [])
+        est, kept = entry
         f = acc + estimate_at(est, t)
         if f >= self.cut:
             return
-        n = est[0]
-        kept = self.labels.setdefault(state, [])
+        n, times, accs = est[0], self.t, self.acc
         for k in kept:
-            if self.acc[k] + n * max(0.0, self.t[k] - t) <= acc:
+            if accs[k] + n * max(0.0, times[k] - t) <= acc:
                 return
-        live = []
-        for k in kept:
-            if acc + n * max(0.0, t - self.t[k]) <= self.acc[k]:
-                self.dead[k] = True
-            else:
-                live.append(k)
+        if kept:
+            live = []
+            for k in kept:
+                if acc + n * max(0.0, t - times[k]) <= accs[k]:
+                    self.dead[k] = True
+                else:
+                    live.append(k)
+            kept[:] = live
         node = len(self.state)
-        live.append(node)
-        self.labels[state] = live
+        kept.append(node)
         self.state.append(state)
-        self.t.append(t)
-        self.acc.append(acc)
+        times.append(t)
+        accs.append(acc)
         self.parent.append(parent)
         self.dead.append(False)
         heapq.heappush(self.heap, (f, -acc, node))
@@ -499,16 +427,16 @@ class _Search:
     def expand(self, node: int) -> None:
         """Queue every kept batch's label from ``node``."""
         self.expanded += 1
-        pb, t, acc = self.pb, self.t[node], self.acc[node]
-        for cost, nxt, acts, ready, events in _batches(pb, self.state[node], self.budget):
+        t, acc, push = self.t[node], self.acc[node], self.push
+        for cost, nxt, ready, events in self.edges.edges(self.state[node], self.budget):
             end = (t if t >= ready else ready) + cost
-            self.push(nxt, end, acc + end * events, (node, acts, ready))
+            push(nxt, end, acc + end * events, node)
 
     def path(self, node: int) -> list[Batch]:
-        """The batches from the start to ``node``."""
+        """The batches from the start to ``node`` (each edge's parts found again from its states and times)."""
         out: list[list[Batch]] = []
-        while (link := self.parent[node]) is not None:
-            prev, acts, ready = link
+        while (prev := self.parent[node]) >= 0:
+            acts, ready = self.edges.parts_of(self.state[prev], self.state[node], self.t[prev], self.t[node])
             out.append(_as_batches(self.pb, acts, ready, self.t[prev]))
             node = prev
         return [b for part in reversed(out) for b in part]
@@ -544,7 +472,7 @@ def mean_search(
     pb = SearchProblem(instance, objective, not no_evict, not no_hybrid, not no_chunk)
     n, shift = len(pb.reqs), math.fsum(r.arrival for r in pb.reqs)
     search = _Search(pb, math.inf if upper is None else upper * n + shift, budget)
-    search.push(tuple((0, r.prompt_tokens, 0) for r in pb.reqs), 0.0, 0.0, None)
+    search.push(tuple((0, r.prompt_tokens, 0) for r in pb.reqs), 0.0, 0.0, -1)
     stopped_at = None
     while search.heap:
         f, _, node = heapq.heappop(search.heap)
@@ -557,7 +485,7 @@ def mean_search(
             break
         try:
             search.expand(node)
-        except _Stopped:  # the node's f is at most every queued label's: still a bound
+        except Stopped:  # the node's f is at most every queued label's: still a bound
             stopped_at = f
             break
     if stopped_at is None:  # nothing below the incumbent: it is optimal (no schedule at all without one)
