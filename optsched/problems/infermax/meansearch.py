@@ -197,6 +197,7 @@ class SearchProblem:
         self.actions = lru_cache(maxsize=None)(self.legal_actions)
         self.job = lru_cache(maxsize=None)(self._job)
         self.fill = lru_cache(maxsize=None)(self._fill)
+        self.of_jobs = lru_cache(maxsize=None)(self._of_jobs)
 
     def legal_actions(self, i: int, sub: Sub) -> tuple[Action, ...]:
         """Request i's legal parts of a batch from ``sub`` (module docstring)."""
@@ -217,14 +218,27 @@ class SearchProblem:
                 continue
             sizes = range(1, min(p0 - m0, self.step) + 1) if self.chunk else [p0 - m0]
             for c in sizes:
-                if c > self.step:
+                if c > self.step or (ev and m < prompt and c >= m):  # E4
                     continue
                 g2 = g + (m0 + c == p0)
                 done = g2 == out_tokens
                 new = (0 if done else m0 + c, p0, g2)
                 acts.append(Action(ev, c, False, new, m0 + c, self._event(g, g2, out_tokens), m0))
-        arrival = self.reqs[i].arrival
-        return tuple(a if not (a.tokens or a.evict) else replace(a, arrival=arrival) for a in acts)
+        arrival, first = self.reqs[i].arrival, self.reqs[i].prompt_tokens
+        return tuple(
+            replace(a, arrival=arrival if a.tokens or a.evict else 0.0, new=self._canonical(a.new, first, out_tokens))
+            for a in acts
+        )
+
+    @staticmethod
+    def _canonical(sub: Sub, first: int, out_tokens: int) -> Sub:
+        """``sub`` with its prompt written as the request's own (``first``) where nothing reads it (S1):
+        a finished request, and a decoding one (it holds KV m >= its prompt, so it decodes next and an
+        eviction makes its prompt m + 1, whatever the prompt was; m >= ``first`` there)."""
+        m, prompt, g = sub
+        if g == out_tokens:
+            return (0, first, g)
+        return (m, first, g) if m >= prompt else sub
 
     def _event(self, g: int, g2: int, out_tokens: int) -> bool:
         if self.objective == "ttft":
@@ -303,23 +317,27 @@ class SearchProblem:
         n = len(pending)
         if not n:
             return Estimate(0, 0.0, [], (), False, (), 0.0, 0.0)
-        jobs = [j for _, j in pending]
+        h2, orders, late = self.of_jobs(tuple(sorted(j for _, j in pending)))
+        released = [0.0] * n
+        for r in sorted({a for a, _ in pending if a > t}):  # the jobs released at r or later
+            later = self.of_jobs(tuple(sorted(j for a, j in pending if a >= r)))[1]
+            for j, low in enumerate(later, start=n - len(later)):
+                released[j] = max(released[j], r + low)
+        per = tuple((a, j.cost) for a, j in pending)
+        last = max(a for a, _ in per)
+        counts_late = any(rel > last + low for rel, low in zip(released, late))
+        return Estimate(n, h2, orders, tuple(released), counts_late, per, last, max(h2, sum(late)))
+
+    def _of_jobs(self, jobs: tuple[Job, ...]) -> tuple[float, list[float], list[float]]:
+        """The parts of the estimate that depend only on the pending jobs (sorted: a multiset): H2
+        less n t, the order bounds L_j, and the larger of L_j and the j-th smallest c_i."""
+        n = len(jobs)
         cols = [sorted(col) for col in zip(*jobs)]  # each field of Job, sorted
         steps = cols[0]
         spt = sum(s * -(-(n - j) // self.kappa) for j, s in enumerate(steps))
         k = max(spt, sum(steps), *(_prefix_batches(cols[f], per) for f, per in self._per_batch))
-        h2 = sum(cols[4]) + self.tau * k
         orders = self._orders(cols)
-        released = [0.0] * n
-        for r in sorted({a for a, _ in pending if a > t}):  # the jobs released at r or later
-            later = [j for a, j in pending if a >= r]
-            for j, low in enumerate(self._orders([sorted(col) for col in zip(*later)]), start=n - len(later)):
-                released[j] = max(released[j], r + low)
-        per = tuple((a, j.cost) for a, j in pending)
-        last = max(a for a, _ in per)
-        late = [max(low, c) for low, c in zip(orders, cols[3])]
-        counts_late = any(rel > last + low for rel, low in zip(released, late))
-        return Estimate(n, h2, orders, tuple(released), counts_late, per, last, max(h2, sum(late)))
+        return sum(cols[4]) + self.tau * k, orders, [max(low, c) for low, c in zip(orders, cols[3])]
 
     def _orders(self, cols: list[list]) -> list[float]:
         """L_j: the least cost of batches that finish any j of the jobs whose fields, each sorted,
