@@ -423,12 +423,12 @@ class _Search:
             return
         n, times, accs = est[0], self.t, self.acc
         for k in kept:
-            if accs[k] + n * max(0.0, times[k] - t) <= acc:
+            if accs[k] + (n * (times[k] - t) if times[k] > t else 0.0) <= acc:
                 return
         if kept:
             live = []
             for k in kept:
-                if acc + n * max(0.0, t - times[k]) <= accs[k]:
+                if acc + (n * (t - times[k]) if t > times[k] else 0.0) <= accs[k]:
                     self.dead[k] = True
                 else:
                     live.append(k)
