@@ -19,6 +19,19 @@ holds M and :math:`R_{max}` with that request still resident): postponing the ev
 request's next batch (where it is then evicted and refills, or idles evicted) leaves every state
 after that batch, and every time, unchanged, and repeating this ends in a schedule where every idle
 eviction is needed. (E3) Waiting beyond the batch's earliest start only delays every later time.
+(E4) A request mid-prefill (:math:`0 < m < I`) evicted and refilling :math:`c \ge m` tokens of its
+prompt in the same batch: the same batch with the request instead continuing with :math:`c - m`
+tokens (idling for :math:`c = m`) is legal (that chunk is at most c, and with ``no_chunk`` it is the
+whole rest), has fewer (prefill) tokens and no more of any other count, holds the same KV after
+processing, starts no later and leads to the same state; the cost model is non-decreasing in every
+count, so the replacement ends no later (for c = m without other items it is no batch: the state
+stays as it was, earlier).
+
+**Canonical states** (S1). Where nothing reads a request's prompt field, it is written as the
+request's own prompt: for a finished request, and for one decoding (:math:`m \ge I`, so
+:math:`m \ge` its own prompt): its next item is a decode and an eviction sets its prompt to
+:math:`m + 1`, whatever the field held; its job is the same too. States equal up to these fields
+have the same continuations, so they are one state.
 
 **Dominance.** Let :math:`V(s, t)` be the least sum of the events still to come from state s at
 time t, and :math:`n(s)` their number. V is non-decreasing in t (a schedule from a later t, replayed
