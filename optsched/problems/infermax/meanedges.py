@@ -5,7 +5,7 @@ holding the counts that the batch's limits and its cost read; a batch is one par
 C, P, M and :math:`R_{max}` (and, without hybrid batches, not prefill and decode together), less the
 batches that the rules E1 and E2 of :mod:`.meansearch` leave out. Requests whose only part is to idle
 holding nothing (the finished ones) are left out of the product. A batch is listed as an
-:class:`Edge` (cost, next state, earliest start, events); its parts, needed only to write a path out
+:data:`Edge` (cost, next state, earliest start, events); its parts, needed only to write a path out
 as the contract's batches, are found again by listing the batches of the path's states
 (:meth:`EdgeLister.parts_of`).
 """
@@ -46,13 +46,8 @@ class Part(NamedTuple):
     action: Any
 
 
-class Edge(NamedTuple):
-    """A batch from a state: its cost (s), the next state, its earliest start and its events."""
-
-    cost: float
-    state: tuple[Sub, ...]
-    ready: float
-    events: int
+#: A batch from a state: its cost (s), the next state, its earliest start and its events.
+Edge = tuple[float, tuple[Sub, ...], float, int]
 
 
 class Stopped(Exception):
@@ -129,7 +124,7 @@ class EdgeLister:
             nxt = list(state)
             for p, i in zip(chosen, active):
                 nxt[i] = p[0]
-            edge = (cost, tuple(nxt), ready, events)  # an Edge, as a plain tuple (made faster)
+            edge = (cost, tuple(nxt), ready, events)
             if match is not None:
                 if edge[1] == match[0] and max(match[1], ready) + cost == match[2]:
                     acts = [self.parts(i, sub)[0].action for i, sub in enumerate(state)]
@@ -137,7 +132,7 @@ class EdgeLister:
                         acts[i] = p.action
                     hit.append((acts, ready))
                 return
-            out.append(edge)  # type: ignore[arg-type]
+            out.append(edge)
             if budget is not None and len(out) % CLOCK_BATCHES == 0 and budget.expired():
                 raise Stopped
 

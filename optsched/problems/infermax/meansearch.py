@@ -91,7 +91,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import accumulate
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ...budget import TimeBudget
 from ...costmodel import Coefficients
@@ -299,7 +299,8 @@ class SearchProblem:
         job = Job(0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0)
         if m < prompt:  # a (re)fill: continued, or restarted after an eviction
             go_on, restart = self.fill(prompt - m, m), self.fill(prompt, 0)
-            job = Job(*go_on[:3], *(min(a, b) for a, b in zip(go_on[3:7], restart[3:7])), *go_on[7:])
+            cheap = (min(go_on.cost, restart.cost), min(go_on.red, restart.red), min(go_on.item, restart.item))
+            job = go_on._replace(cost=cheap[0], red=cheap[1], item=cheap[2], area=min(go_on.area, restart.area))
             g, m = g + 1, prompt
         if self.objective == "ttft":
             return job
@@ -352,7 +353,7 @@ class SearchProblem:
         orders = self._orders(cols)
         return sum(cols[4]) + self.tau * k, orders, [max(low, c) for low, c in zip(orders, cols[3])]
 
-    def _orders(self, cols: list[list]) -> list[float]:
+    def _orders(self, cols: list[list[Any]]) -> list[float]:
         """L_j: the least cost of batches that finish any j of the jobs whose fields, each sorted,
         are ``cols`` (module docstring)."""
         k = self.coef
