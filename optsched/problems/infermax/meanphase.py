@@ -18,7 +18,7 @@ __all__ = ["MEAN_OBJECTIVES", "MEAN_SEARCH", "SEARCH_MAX_FILL", "SEARCH_SHARE", 
 
 #: The objectives of the search in an InferMax solve, the share of the time left it takes there
 #: (the model gets the rest), and the name of its schedule among the solve's candidates.
-MEAN_OBJECTIVES, SEARCH_SHARE, MEAN_SEARCH = ("latency", "ttft"), 0.8, "mean-search"
+MEAN_OBJECTIVES, SEARCH_SHARE, MEAN_SEARCH = ("latency", "ttft"), 0.9, "mean-search"
 
 #: The longest chunk (min(C, P), at most the longest request's I + O - 1 tokens) with which a solve
 #: runs the search: a state's batches multiply with the chunk sizes each request may take.

@@ -19,6 +19,19 @@ holds M and :math:`R_{max}` with that request still resident): postponing the ev
 request's next batch (where it is then evicted and refills, or idles evicted) leaves every state
 after that batch, and every time, unchanged, and repeating this ends in a schedule where every idle
 eviction is needed. (E3) Waiting beyond the batch's earliest start only delays every later time.
+(E4) A request mid-prefill (:math:`0 < m < I`) evicted and refilling :math:`c \ge m` tokens of its
+prompt in the same batch: the same batch with the request instead continuing with :math:`c - m`
+tokens (idling for :math:`c = m`) is legal (that chunk is at most c, and with ``no_chunk`` it is the
+whole rest), has fewer (prefill) tokens and no more of any other count, holds the same KV after
+processing, starts no later and leads to the same state; the cost model is non-decreasing in every
+count, so the replacement ends no later (for c = m without other items it is no batch: the state
+stays as it was, earlier).
+
+**Canonical states** (S1). Where nothing reads a request's prompt field, it is written as the
+request's own prompt: for a finished request, and for one decoding (:math:`m \ge I`, so
+:math:`m \ge` its own prompt): its next item is a decode and an eviction sets its prompt to
+:math:`m + 1`, whatever the field held; its job is the same too. States equal up to these fields
+have the same continuations, so they are one state.
 
 **Dominance.** Let :math:`V(s, t)` be the least sum of the events still to come from state s at
 time t, and :math:`n(s)` their number. V is non-decreasing in t (a schedule from a later t, replayed
@@ -76,15 +89,16 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, replace
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from itertools import accumulate
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ...budget import TimeBudget
 from ...costmodel import Coefficients
 from ...instance import Instance
 from ...result import Status
 from ...schedule import Batch, Item, Schedule
+from .meanedges import EdgeLister, Stopped
 from .schedules import serial_completion
 
 __all__ = ["MAX_LABELS", "Action", "MeanSearchResult", "SearchProblem", "estimate_at", "mean_search"]
@@ -174,15 +188,6 @@ class Action:
     cached: int  # KV before the item (decode context, or the chunk's cached prefix)
     arrival: float = 0.0  # the request's arrival when it takes part (an item or an eviction), else 0
 
-    @cached_property
-    def delta(self) -> tuple[int, ...]:
-        """Its share of the batch's counts: tokens, prefill tokens, their squares, decode items, decode
-        KV, prefill context, decode context (for the largest), KV held, running."""
-        c, m = self.tokens, self.cached
-        if self.decode:
-            return (c, 0, 0, 1, m, 0, m, self.kv, self.kv > 0)
-        return (c, c, c * c, 0, 0, c * m, 0, self.kv, self.kv > 0)
-
 
 class SearchProblem:
     """The instance's data the search reads, with per-request caches."""
@@ -205,6 +210,7 @@ class SearchProblem:
         self.actions = lru_cache(maxsize=None)(self.legal_actions)
         self.job = lru_cache(maxsize=None)(self._job)
         self.fill = lru_cache(maxsize=None)(self._fill)
+        self.of_jobs = lru_cache(maxsize=None)(self._of_jobs)
 
     def legal_actions(self, i: int, sub: Sub) -> tuple[Action, ...]:
         """Request i's legal parts of a batch from ``sub`` (module docstring)."""
@@ -225,14 +231,27 @@ class SearchProblem:
                 continue
             sizes = range(1, min(p0 - m0, self.step) + 1) if self.chunk else [p0 - m0]
             for c in sizes:
-                if c > self.step:
+                if c > self.step or (ev and m < prompt and c >= m):  # E4
                     continue
                 g2 = g + (m0 + c == p0)
                 done = g2 == out_tokens
                 new = (0 if done else m0 + c, p0, g2)
                 acts.append(Action(ev, c, False, new, m0 + c, self._event(g, g2, out_tokens), m0))
-        arrival = self.reqs[i].arrival
-        return tuple(a if not (a.tokens or a.evict) else replace(a, arrival=arrival) for a in acts)
+        arrival, first = self.reqs[i].arrival, self.reqs[i].prompt_tokens
+        return tuple(
+            replace(a, arrival=arrival if a.tokens or a.evict else 0.0, new=self._canonical(a.new, first, out_tokens))
+            for a in acts
+        )
+
+    @staticmethod
+    def _canonical(sub: Sub, first: int, out_tokens: int) -> Sub:
+        """``sub`` with its prompt written as the request's own (``first``) where nothing reads it (S1):
+        a finished request, and a decoding one (it holds KV m >= its prompt, so it decodes next and an
+        eviction makes its prompt m + 1, whatever the prompt was; m >= ``first`` there)."""
+        m, prompt, g = sub
+        if g == out_tokens:
+            return (0, first, g)
+        return (m, first, g) if m >= prompt else sub
 
     def _event(self, g: int, g2: int, out_tokens: int) -> bool:
         if self.objective == "ttft":
@@ -280,7 +299,8 @@ class SearchProblem:
         job = Job(0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0)
         if m < prompt:  # a (re)fill: continued, or restarted after an eviction
             go_on, restart = self.fill(prompt - m, m), self.fill(prompt, 0)
-            job = Job(*go_on[:3], *(min(a, b) for a, b in zip(go_on[3:7], restart[3:7])), *go_on[7:])
+            cheap = (min(go_on.cost, restart.cost), min(go_on.red, restart.red), min(go_on.item, restart.item))
+            job = go_on._replace(cost=cheap[0], red=cheap[1], item=cheap[2], area=min(go_on.area, restart.area))
             g, m = g + 1, prompt
         if self.objective == "ttft":
             return job
@@ -311,25 +331,29 @@ class SearchProblem:
         n = len(pending)
         if not n:
             return Estimate(0, 0.0, [], (), False, (), 0.0, 0.0)
-        jobs = [j for _, j in pending]
+        h2, orders, late = self.of_jobs(tuple(sorted(j for _, j in pending)))
+        released = [0.0] * n
+        for r in sorted({a for a, _ in pending if a > t}):  # the jobs released at r or later
+            later = self.of_jobs(tuple(sorted(j for a, j in pending if a >= r)))[1]
+            for j, low in enumerate(later, start=n - len(later)):
+                released[j] = max(released[j], r + low)
+        per = tuple((a, j.cost) for a, j in pending)
+        last = max(a for a, _ in per)
+        counts_late = any(rel > last + low for rel, low in zip(released, late))
+        return Estimate(n, h2, orders, tuple(released), counts_late, per, last, max(h2, sum(late)))
+
+    def _of_jobs(self, jobs: tuple[Job, ...]) -> tuple[float, list[float], list[float]]:
+        """The parts of the estimate that depend only on the pending jobs (sorted: a multiset): H2
+        less n t, the order bounds L_j, and the larger of L_j and the j-th smallest c_i."""
+        n = len(jobs)
         cols = [sorted(col) for col in zip(*jobs)]  # each field of Job, sorted
         steps = cols[0]
         spt = sum(s * -(-(n - j) // self.kappa) for j, s in enumerate(steps))
         k = max(spt, sum(steps), *(_prefix_batches(cols[f], per) for f, per in self._per_batch))
-        h2 = sum(cols[4]) + self.tau * k
         orders = self._orders(cols)
-        released = [0.0] * n
-        for r in sorted({a for a, _ in pending if a > t}):  # the jobs released at r or later
-            later = [j for a, j in pending if a >= r]
-            for j, low in enumerate(self._orders([sorted(col) for col in zip(*later)]), start=n - len(later)):
-                released[j] = max(released[j], r + low)
-        per = tuple((a, j.cost) for a, j in pending)
-        last = max(a for a, _ in per)
-        late = [max(low, c) for low, c in zip(orders, cols[3])]
-        counts_late = any(rel > last + low for rel, low in zip(released, late))
-        return Estimate(n, h2, orders, tuple(released), counts_late, per, last, max(h2, sum(late)))
+        return sum(cols[4]) + self.tau * k, orders, [max(low, c) for low, c in zip(orders, cols[3])]
 
-    def _orders(self, cols: list[list]) -> list[float]:
+    def _orders(self, cols: list[list[Any]]) -> list[float]:
         """L_j: the least cost of batches that finish any j of the jobs whose fields, each sorted,
         are ``cols`` (module docstring)."""
         k = self.coef
@@ -366,67 +390,6 @@ def estimate_at(est: Estimate, t: float) -> float:
     return max(est.n * t + est.h2, order)
 
 
-class _Stopped(Exception):
-    """The budget expired while a state's batches were listed."""
-
-
-def _batches(
-    pb: SearchProblem, state: tuple[Sub, ...], budget: TimeBudget
-) -> list[tuple[float, tuple[Sub, ...], list[Action], float, int]]:
-    """Every batch from ``state`` that the search keeps (module docstring: E1, E2): its cost, the
-    next state, each request's part, the latest arrival among its requests and its events. Raises
-    :class:`_Stopped` when ``budget`` expires meanwhile (looked at every :data:`CLOCK_EVERY` ** 2 batches)."""
-    n = len(state)
-    acts = [pb.actions(i, sub) for i, sub in enumerate(state)]
-    out: list[tuple[float, tuple[Sub, ...], list[Action], float, int]] = []
-    chosen: list[Action] = []
-    C, P, hybrid, batch_time = pb.C, pb.P, pb.hybrid, pb.cost.batch_time
-    M = pb.M if pb.M is not None else math.inf
-    R = pb.R if pb.R is not None else math.inf
-
-    def leaf(d: tuple[int, ...], idle_evictions: int, ready: float, events: int) -> None:
-        tok, pre, spre, dec, kvdec, xpre, kvmax, kv, run = d
-        if not hybrid and pre and dec:
-            return
-        if idle_evictions:  # E2: each idle eviction is needed by M or R_max
-            for a, sub in zip(chosen, state):
-                if a.evict and not a.tokens and kv + sub[0] <= M and run + 1 <= R:
-                    return
-        cost = batch_time(tok, pre, spre, dec, kvdec, xpre, kvmax)
-        out.append((cost, tuple([a.new for a in chosen]), chosen[:], ready, events))
-        if len(out) % (CLOCK_EVERY * CLOCK_EVERY) == 0 and budget.expired():
-            raise _Stopped
-
-    def walk(i: int, b: tuple[int, ...], idle_evictions: int, ready: float, events: int) -> None:
-        if i == n:
-            if b[0]:
-                leaf(b, idle_evictions, ready, events)
-            return
-        tok, pre, kv, run = b[0], b[1], b[7], b[8]
-        for a in acts[i]:
-            d = a.delta
-            if tok + d[0] > C or pre + d[1] > P or kv + d[7] > M or run + d[8] > R:
-                continue
-            chosen.append(a)
-            nb = (
-                tok + d[0],
-                pre + d[1],
-                b[2] + d[2],
-                b[3] + d[3],
-                b[4] + d[4],
-                b[5] + d[5],
-                b[6] if b[6] >= d[6] else d[6],
-                kv + d[7],
-                run + d[8],
-            )
-            idle = idle_evictions + (a.evict and not a.tokens)
-            walk(i + 1, nb, idle, ready if ready >= a.arrival else a.arrival, events + a.event)
-            chosen.pop()
-
-    walk(0, (0,) * 9, 0, 0.0, 0)
-    return out
-
-
 def _as_batches(pb: SearchProblem, acts: list[Action], ready: float, t: float) -> list[Batch]:
     """A search edge as the contract's batches: an eviction-only batch before it when a request it
     evicts refills in it."""
@@ -444,24 +407,18 @@ class _Search:
 
     def __init__(self, pb: SearchProblem, upper: float, budget: TimeBudget) -> None:
         self.pb, self.upper, self.budget = pb, upper, budget
+        self.edges = EdgeLister(pb)
         self.cut = upper - PRUNE_RTOL * abs(upper) if math.isfinite(upper) else math.inf
-        self.estimates: dict[tuple[Sub, ...], tuple] = {}
-        self.labels: dict[tuple[Sub, ...], list[int]] = {}
+        #: Per state reached: its estimate parts (made when first reached) and its labels kept.
+        self.seen: dict[tuple[Sub, ...], tuple[Estimate, list[int]]] = {}
         self.state: list[tuple[Sub, ...]] = []
         self.t: list[float] = []
         self.acc: list[float] = []
-        self.parent: list[tuple[int, list[Action], float] | None] = []
+        self.parent: list[int] = []  # -1 for the start
         self.dead: list[bool] = []
         self.heap: list[tuple[float, float, int]] = []
         self.expanded = 0
         self.full_goal = pb.objective != "ttft" or not pb.evict
-
-    def estimate(self, state: tuple[Sub, ...], t: float) -> Estimate:
-        """The state's estimate parts, made when the state is first reached (at ``t``)."""
-        est = self.estimates.get(state)
-        if est is None:
-            est = self.estimates[state] = self.pb.estimate(state, t)
-        return est
 
     def goal(self, state: tuple[Sub, ...]) -> bool:
         """All events done (and, for ttft without evictions, every request finished)."""
@@ -469,29 +426,32 @@ class _Search:
             return all(sub[2] == r.output_tokens for sub, r in zip(state, self.pb.reqs))
         return all(sub[2] > 0 for sub in state)
 
-    def push(self, state: tuple[Sub, ...], t: float, acc: float, parent: tuple | None) -> None:
+    def push(self, state: tuple[Sub, ...], t: float, acc: float, parent: int) -> None:
         """Queue the label (t, acc) of ``state`` unless pruned or dominated (module docstring)."""
-        est = self.estimate(state, t)
+        entry = self.seen.get(state)
+        if entry is None:
+            entry = self.seen[state] = (self.pb.estimate(state, t), [])
+        est, kept = entry
         f = acc + estimate_at(est, t)
         if f >= self.cut:
             return
-        n = est[0]
-        kept = self.labels.setdefault(state, [])
+        n, times, accs = est[0], self.t, self.acc
         for k in kept:
-            if self.acc[k] + n * max(0.0, self.t[k] - t) <= acc:
+            if accs[k] + (n * (times[k] - t) if times[k] > t else 0.0) <= acc:
                 return
-        live = []
-        for k in kept:
-            if acc + n * max(0.0, t - self.t[k]) <= self.acc[k]:
-                self.dead[k] = True
-            else:
-                live.append(k)
+        if kept:
+            live = []
+            for k in kept:
+                if acc + (n * (t - times[k]) if t > times[k] else 0.0) <= accs[k]:
+                    self.dead[k] = True
+                else:
+                    live.append(k)
+            kept[:] = live
         node = len(self.state)
-        live.append(node)
-        self.labels[state] = live
+        kept.append(node)
         self.state.append(state)
-        self.t.append(t)
-        self.acc.append(acc)
+        times.append(t)
+        accs.append(acc)
         self.parent.append(parent)
         self.dead.append(False)
         heapq.heappush(self.heap, (f, -acc, node))
@@ -499,16 +459,16 @@ class _Search:
     def expand(self, node: int) -> None:
         """Queue every kept batch's label from ``node``."""
         self.expanded += 1
-        pb, t, acc = self.pb, self.t[node], self.acc[node]
-        for cost, nxt, acts, ready, events in _batches(pb, self.state[node], self.budget):
+        t, acc, push = self.t[node], self.acc[node], self.push
+        for cost, nxt, ready, events in self.edges.edges(self.state[node], self.budget):
             end = (t if t >= ready else ready) + cost
-            self.push(nxt, end, acc + end * events, (node, acts, ready))
+            push(nxt, end, acc + end * events, node)
 
     def path(self, node: int) -> list[Batch]:
-        """The batches from the start to ``node``."""
+        """The batches from the start to ``node`` (each edge's parts found again from its states and times)."""
         out: list[list[Batch]] = []
-        while (link := self.parent[node]) is not None:
-            prev, acts, ready = link
+        while (prev := self.parent[node]) >= 0:
+            acts, ready = self.edges.parts_of(self.state[prev], self.state[node], self.t[prev], self.t[node])
             out.append(_as_batches(self.pb, acts, ready, self.t[prev]))
             node = prev
         return [b for part in reversed(out) for b in part]
@@ -544,7 +504,7 @@ def mean_search(
     pb = SearchProblem(instance, objective, not no_evict, not no_hybrid, not no_chunk)
     n, shift = len(pb.reqs), math.fsum(r.arrival for r in pb.reqs)
     search = _Search(pb, math.inf if upper is None else upper * n + shift, budget)
-    search.push(tuple((0, r.prompt_tokens, 0) for r in pb.reqs), 0.0, 0.0, None)
+    search.push(tuple((0, r.prompt_tokens, 0) for r in pb.reqs), 0.0, 0.0, -1)
     stopped_at = None
     while search.heap:
         f, _, node = heapq.heappop(search.heap)
@@ -557,7 +517,7 @@ def mean_search(
             break
         try:
             search.expand(node)
-        except _Stopped:  # the node's f is at most every queued label's: still a bound
+        except Stopped:  # the node's f is at most every queued label's: still a bound
             stopped_at = f
             break
     if stopped_at is None:  # nothing below the incumbent: it is optimal (no schedule at all without one)

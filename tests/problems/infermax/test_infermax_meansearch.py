@@ -9,8 +9,11 @@
   proves it (no schedule, bound within the pruning slack).
 - The InferMax solve uses it for latency and TTFT: optimal, equal to the exhaustive optimum.
 - The time limit holds inside one state's expansion; a solve runs it only with short chunks.
+- E4's premise holds on every mid-prefill state of tiny instances (the refills it leaves out have a
+  twin with fewer tokens and the same next state).
 - Planted faults are caught by the comparison with the exhaustive search: an estimate 3 % too
-  high, and idle evictions left out altogether (E2 made too strict).
+  high, idle evictions left out altogether (E2 made too strict), and S1's canonical prompt applied
+  where the prompt is read (a request mid-prefill after an eviction).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from optsched.problems.infermax import meansearch
 from optsched.problems.infermax.meanphase import search_applies
 from optsched.problems.infermax.meansearch import mean_search
 from optsched.result import Status, replayed_objective
+from optsched.schedule import replay
 from tests.support.infermax import tiny_instance
 from tests.support.infermax_bruteforce import exhaustive_optimum
 from tests.support.latency_bruteforce import exhaustive_mean
@@ -127,6 +131,9 @@ def _mismatches(objective: str) -> int:
     for seed in SEEDS:
         inst = tiny_instance(seed, arrivals=True)
         res = mean_search(inst, objective, None, NO_LIMIT)
+        if res.schedule is None or not replay(inst, res.schedule).feasible:  # no schedule, or an illegal one
+            out += 1
+            continue
         value = replayed_objective(inst, res.schedule, objective)[0]
         out += value > exhaustive(seed, True, objective) * (1 + REL)
     return out
@@ -160,3 +167,35 @@ def test_the_time_limit_holds_within_an_expansion() -> None:
     assert time.perf_counter() - start < 1.5
     assert res.status == Status.TIME_LIMIT and res.schedule is None and res.expanded <= 1
     assert not search_applies(inst, "latency") and search_applies(tiny_instance(5), "ttft")
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_refills_left_out_have_a_twin_with_fewer_tokens(objective: str) -> None:
+    """E4's premise on tiny instances: a mid-prefill request (m of I tokens) has no part evicting and
+    refilling c >= m tokens, and the part it keeps instead (continuing with c - m tokens, idling for
+    c = m) holds the same KV after the batch and leads to the same state."""
+    left_out = 0
+    for seed in SEEDS[:8]:
+        pb = meansearch.SearchProblem(tiny_instance(seed, arrivals=True), objective, True, True, True)
+        for i, req in enumerate(pb.reqs):
+            prompt = req.prompt_tokens
+            for m in range(1, prompt):
+                acts = pb.actions(i, (m, prompt, 0))
+                assert any(a.evict and not a.tokens for a in acts)
+                for c in range(m, min(prompt, pb.step) + 1):
+                    assert not any(a.evict and a.tokens == c for a in acts)
+                    twin = [a for a in acts if not a.evict and a.tokens == c - m]
+                    assert len(twin) == 1 and twin[0].kv == (c if c > m else m)
+                    assert twin[0].new[2] == int(c == prompt) and (
+                        c < prompt or twin[0].event == (req.output_tokens == 1 or objective == "ttft")
+                    )
+                    left_out += 1
+    assert left_out > 0
+
+
+def test_canonical_prompts_where_they_are_read_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """S1 applied to a request mid-prefill after an eviction too (its prompt is read there): caught."""
+    monkeypatch.setattr(
+        meansearch.SearchProblem, "_canonical", staticmethod(lambda sub, first, out: (sub[0], first, sub[2]))
+    )
+    assert _mismatches("latency") + _mismatches("ttft") > 0
