@@ -18,8 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, cast
 
-from isal import isal_zlib
-
 from ..integers import NumberSyntaxError, parse_decimal, parse_whole
 from ..jsonio import MAX_STREAM_BYTES
 from .errors import WorkloadError
@@ -59,9 +57,9 @@ MAX_TRACE_ROWS = 10**7
 
 #: Most bytes of a chunk of :func:`read_chunks` but the one chunk of a plain regular file.
 READ_CHUNK = 1 << 22
-#: What a damaged or truncated gzip stream raises (ISA-L, whose type stubs call its error class an
-#: instance; zlib; GzipFile).
-_DECOMPRESS_ERRORS = (EOFError, cast(type[Exception], isal_zlib.error), zlib.error, gzip.BadGzipFile)
+#: What a damaged or truncated gzip stream raises (zlib, ISA-L's errors turned into zlib's by
+#: :func:`_gunzip`; GzipFile).
+_DECOMPRESS_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
 def open_binary(path: str) -> IO[bytes]:
@@ -166,12 +164,20 @@ def _gunzip(raw: IO[bytes]) -> Iterator[bytes]:
     """A regular gzip file's content: its first member (the usual file has one) inflated by ISA-L
     (:mod:`isal.isal_zlib`, zlib's interface at two to three times its speed), at most
     :data:`READ_CHUNK` bytes at a time; the zero bytes after it skipped and whatever else follows
-    (more members, other bytes) read by :class:`gzip.GzipFile`'s rules."""
+    (more members, other bytes) read by :class:`gzip.GzipFile`'s rules. ISA-L is imported here, by
+    the first gzip read (a process that reads no gzip file, such as the vLLM executor's, never needs
+    it), and its errors are raised as :class:`zlib.error` with the same text."""
+    from isal import isal_zlib
+
     inflater = isal_zlib.decompressobj(wbits=31)  # the gzip format: header and CRC checked
+    isal_error = cast(type[Exception], isal_zlib.error)  # its type stubs call the class an instance
     pending = b""
     while not inflater.eof:
         pending = pending or raw.read(READ_CHUNK)
-        chunk = inflater.decompress(pending, READ_CHUNK)
+        try:
+            chunk = inflater.decompress(pending, READ_CHUNK)
+        except isal_error as exc:
+            raise zlib.error(str(exc)) from None
         if not chunk and not pending:
             raise EOFError("Compressed file ended before the end-of-stream marker was reached")
         pending = inflater.unconsumed_tail
