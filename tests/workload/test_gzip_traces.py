@@ -7,6 +7,8 @@ file, never fewer rows."""
 from __future__ import annotations
 
 import gzip
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -288,3 +290,19 @@ def test_a_gzip_header_with_every_optional_field(tmp_path, monkeypatch):
     data = head + deflated + struct.pack("<II", zlib.crc32(text), len(text))
     plain = load_trace(_write(tmp_path / "t.csv", text), MODEL)
     _same(load_streamed(monkeypatch, _write(tmp_path / "t.csv.gz", data), name=plain.name), plain)
+
+
+def test_the_command_line_imports_isal_only_to_read_gzip(tmp_path: Path) -> None:
+    """The vLLM executor's venv runs optsched's sources without its dependencies (tests/e2e): its
+    commands must start without ISA-L, which only a gzip read imports."""
+    code = (
+        "import sys\n"
+        "sys.modules['isal'] = None  # importing it now raises ImportError\n"
+        "from optsched.cli import main\n"
+        "from optsched.workload import load_trace\n"
+        "print(load_trace(sys.argv[1], 'llama2-7b-a100').name)\n"
+    )
+    plain = tmp_path / "t.csv"
+    plain.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,4808,10\n")
+    run = subprocess.run([sys.executable, "-c", code, str(plain)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
