@@ -32,13 +32,6 @@ __all__ = ["ColumnsReplayResult", "replay_columns"]
 #: Token counts at or beyond this bound (in absolute value) are left to the reference replay (its
 #: Python integers cannot overflow; any such item breaks a rule anyway).
 _TOKEN_BOUND = 2**40
-#: An absent (or astronomically large) limit M or R_max in the kernel.
-_NO_LIMIT = 2**62
-
-
-def _cap(limit: int | None) -> int:
-    """An optional limit as a 64-bit integer (absent: unreachable)."""
-    return _NO_LIMIT if limit is None else min(limit, _NO_LIMIT)
 
 
 def replay_columns(instance: Instance, columns: ScheduleColumns) -> ReplayResult | None:
@@ -59,7 +52,7 @@ def replay_columns(instance: Instance, columns: ScheduleColumns) -> ReplayResult
     else:
         item_req, evict_req = columns.refs_in({rid: i for i, rid in enumerate(ids)})
     lim = instance.limits
-    caps = [_cap(lim.token_budget), _cap(lim.prefill_budget), _cap(lim.kv_capacity), _cap(lim.max_running)]
+    caps = list(lim.as_int64())
     n, n_b = len(reqs), columns.n_batches
     batch_out = np.zeros((n_b, 9), np.int64)
     times = np.zeros((n_b, 2))

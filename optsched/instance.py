@@ -29,6 +29,7 @@ __all__ = [
     "NO_EXTRA",
     "SLO",
     "Instance",
+    "INT64_NO_LIMIT",
     "InstanceError",
     "Limits",
     "MAX_LIMIT",
@@ -72,6 +73,10 @@ class InstanceError(ValueError):
     """Bad instance input; the message names the file, the request and the field."""
 
 
+#: An absent limit as a 64-bit integer (:meth:`Limits.as_int64`).
+INT64_NO_LIMIT = 2**62
+
+
 @dataclass(frozen=True)
 class Limits:
     """Engine limits: C, P, M and R_max (None = unlimited)."""
@@ -83,6 +88,13 @@ class Limits:
 
     def to_dict(self) -> dict[str, int | None]:
         return dict(self.__dict__)
+
+    def as_int64(self) -> tuple[int, int, int, int]:
+        """C, P, M and R_max as the compiled kernels read them: 64-bit integers, an absent (or
+        astronomically large) limit as :data:`INT64_NO_LIMIT`, which no count reaches."""
+        values = (self.token_budget, self.prefill_budget, self.kv_capacity, self.max_running)
+        c, p, m, r = (INT64_NO_LIMIT if v is None else min(v, INT64_NO_LIMIT) for v in values)
+        return c, p, m, r
 
 
 @dataclass(frozen=True)

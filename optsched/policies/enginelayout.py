@@ -8,10 +8,8 @@ driver runs a kernel compiled ahead of time without importing numba.
 
 from __future__ import annotations
 
-__all__ = ["D_SLOTS", "F_SLOTS", "L_SLOTS", "NO_LIMIT", "Q_ROWS", "S_SLOTS"]
+__all__ = ["D_SLOTS", "F_SLOTS", "L_SLOTS", "Q_ROWS", "S_SLOTS"]
 
-#: An absent (or astronomically large) limit in the kernel.
-NO_LIMIT = 2**62
 #: Rows of the per-request state Q: KV held, prompt (grown by evictions), tokens generated, KV
 #: reserved for an eviction-free request, the last batch it was in, output length, priority rank,
 #: dynamic key, whether its decodes are deferred (``tpot_shed``).

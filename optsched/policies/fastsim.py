@@ -31,7 +31,7 @@ from ..request import request_ids
 from ..schedcols import ScheduleColumns
 from ..schedule import Schedule
 from .config import GROUPS, PolicyConfig
-from .enginelayout import D_SLOTS, F_SLOTS, L_SLOTS, NO_LIMIT, Q_ROWS, S_SLOTS
+from .enginelayout import D_SLOTS, F_SLOTS, L_SLOTS, Q_ROWS, S_SLOTS
 from .slo import deadline, resolve, sheds
 
 __all__ = ["ORDER_KEYS", "compiled_schedule", "compiles", "simulate_columns"]
@@ -58,10 +58,6 @@ def _ranks(key_columns: tuple[np.ndarray, ...], arrival: np.ndarray) -> np.ndarr
     rank = np.empty(len(arrival), np.int64)
     rank[by_priority] = np.arange(len(arrival))
     return rank
-
-
-def _cap(limit: int | None) -> int:
-    return NO_LIMIT if limit is None else min(limit, NO_LIMIT)
 
 
 def compiles(config: PolicyConfig) -> bool:
@@ -94,7 +90,7 @@ def _limits(instance: Instance, config: PolicyConfig, m_cap: int) -> np.ndarray:
         "token_budget": lim.token_budget,
         "chunk": min(config.chunk or lim.prefill_budget, lim.prefill_budget),
         "kv_capacity": m_cap,
-        "max_running": _cap(lim.max_running),
+        "max_running": lim.as_int64()[3],
         "kv_block": config.kv_block,
         "watermark": config.kv_watermark * config.kv_block,
     }
@@ -135,7 +131,7 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     n = len(ids)
     arrival_column, prompt, out_len = instance.columns  # read-only, shared with the replay and the bounds
     block = config.kv_block
-    m_cap = _cap(instance.limits.kv_capacity) // block * block  # KV in whole blocks: at most floor(M / kv_block)
+    m_cap = instance.limits.as_int64()[2] // block * block  # KV in whole blocks: at most floor(M / kv_block)
     big = n > 0 and -(-int((prompt + out_len - 1).max()) // block) * block > m_cap
     if not compiles(config) or type(instance.cost_model) is not CostModel or big or len(set(ids)) != len(ids):
         return None
