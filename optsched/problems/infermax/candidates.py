@@ -136,14 +136,19 @@ def serial_batch_count(instance: Instance) -> int:
 
 
 def initial_candidates(
-    instance: Instance, options: InferMaxOptions, budget: TimeBudget, hard: TimeBudget = NO_LIMIT
+    instance: Instance,
+    options: InferMaxOptions,
+    budget: TimeBudget,
+    hard: TimeBudget = NO_LIMIT,
+    first: tuple[str, ...] = (),
 ) -> CandidatePool:
     """The pool with every registered policy's schedule and ``serial``'s (:func:`.schedules.serial_schedule`),
     within ``budget``.
 
     Policies are skipped when chunked prefill is off (their chunking cannot be checked without
     re-implementing the semantics) or when they do not apply to the instance, fail or violate an
-    option. The ``warm_start`` policy runs first, then those of the unified scheduler
+    option. The ``warm_start`` policy runs first, then the policies named in ``first`` (in that
+    order: an objective's best-suited policies), then the other policies of the unified scheduler
     (:data:`~optsched.policies.config.POLICY_CONFIGS`), then the others (with a time limit, only on
     instances of fewer than :data:`.scale.SCALE_MIN_REQUESTS` requests: they have no clock inside,
     and on a 2,000-request trace slice the slowest took 150 times as long as ``vllm``); another is
@@ -169,9 +174,13 @@ def initial_candidates(
 
         horizon = max((r.arrival for r in instance.requests), default=0.0) + 1.0
 
-        # the warm start first, then the unified scheduler's policies (fast, and the seeds of the
-        # policy search at scale), then the others, each only while time is left
-        names = sorted(policy_names(), key=lambda n: (n != options.warm_start, n not in POLICY_CONFIGS, n))
+        # the warm start first, then ``first``, then the unified scheduler's policies (fast, and the
+        # seeds of the policy search at scale), then the others, each only while time is left
+        rank = {name: k for k, name in enumerate(first)}
+        names = sorted(
+            policy_names(),
+            key=lambda n: (n != options.warm_start, rank.get(n, len(rank)), n not in POLICY_CONFIGS, n),
+        )
         slowest = 0.0  # wall seconds of the slowest policy so far (run and replay)
         foreign = not budget.limited or len(instance.requests) < SCALE_MIN_REQUESTS
         for name in names:

@@ -64,7 +64,7 @@ from ...metrics import TIME_RTOL
 from ...options import OptionError
 from ...result import SolveResult, Status
 from ...schedule import Schedule, replay
-from .candidates import CandidatePool, initial_candidates
+from .candidates import initial_candidates
 from .cpsat import ModelBuilder
 from .data import ModelData, fits, instance_fields, integer_scaling
 from .goodput_bounds import SloArrays, alive_requests, max_met, request_facts, slo_arrays
@@ -212,30 +212,10 @@ def _exact_phase(
     return (found, got, rep), bound, info
 
 
-#: Policies offered first (fast, and the best at meeting SLOs on the traces measured in
-#: docs/performance.md); every other registered policy follows while the time limit allows.
-FIRST_POLICIES = ("vllm-hy", "sarathi-pc", "rank-o", "vllm", "sarathi")
-
-
-def _candidates(instance: Instance, opts: InferMaxOptions, budget: TimeBudget) -> CandidatePool:
-    """The candidate pool: :data:`FIRST_POLICIES`, then every other policy, until ``budget`` expires
-    (at least one), and ``serial`` when none applies (:func:`.candidates.initial_candidates`)."""
-    from ...policies import policy_names, simulator_for
-
-    pool = CandidatePool(instance, opts)
-    names = [n for n in FIRST_POLICIES if n in policy_names()]
-    for name in names + [n for n in policy_names() if n not in names] if not opts.no_chunk else []:
-        if len(pool) and budget.expired():
-            break
-        try:
-            pool.offer(name, simulator_for(name)(instance))
-        except InferMaxInputError:
-            raise
-        except Exception:  # noqa: BLE001 - a failing policy is only a missing candidate
-            continue
-    if not len(pool):
-        return initial_candidates(instance, opts, budget)
-    return pool
+#: Policies offered first (the best at meeting SLOs on the traces measured in docs/performance.md:
+#: the SLO-aware ones, then the best of the others); every other policy follows while the time
+#: limit allows (:func:`.candidates.initial_candidates`).
+FIRST_POLICIES = ("slo-shed", "slo-budget", "vllm-hy", "sarathi-pc", "rank-o", "vllm", "sarathi")
 
 
 def solve_goodput(instance: Instance, opts: InferMaxOptions, budget: TimeBudget) -> SolveResult:
@@ -244,7 +224,7 @@ def solve_goodput(instance: Instance, opts: InferMaxOptions, budget: TimeBudget)
     if opts.solver != "cpsat":
         raise OptionError(f"objective 'goodput': solver {opts.solver!r} does not take it (use cpsat)")
     try:
-        pool = _candidates(instance, opts, budget)
+        pool = initial_candidates(instance, opts, budget, budget, first=FIRST_POLICIES)
     except InferMaxInputError as exc:
         return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE, message=str(exc))
     upper = max_met(request_facts(instance), np.array([r.arrival for r in instance.requests]), slo_arrays(instance))

@@ -121,6 +121,22 @@ def test_goodput_solve_of_a_larger_instance_reports_a_gap() -> None:
     assert res.objective == objective_of(replay(inst, res.schedule), "goodput")
 
 
+def test_goodput_candidates_start_with_the_slo_aware_policies_and_keep_the_clock() -> None:
+    """Under a time limit at scale the candidates are offered in ``FIRST_POLICIES``' order, and the
+    policies without a clock inside (not of the unified scheduler) are left out: on 1,000 requests of
+    a trace they took minutes and the solve ended past its limit without a schedule."""
+    from optsched.policies.config import POLICY_CONFIGS
+
+    inst = goodput_bounds.with_slos(scale_instance(60, 4), 0.2, 0.05)
+    res = solve(inst, objective="goodput", time_limit=30)
+    offered = list(res.extra["candidates"])
+    first = [name for name in goodput.FIRST_POLICIES if name in offered]
+    assert first == list(goodput.FIRST_POLICIES)
+    assert offered[: len(first)] == first
+    assert all(name in POLICY_CONFIGS or name == "serial" for name in offered)
+    assert res.objective >= max(res.extra["candidates"].values())
+
+
 def test_a_bisection_cut_short_keeps_a_weaker_proven_bound() -> None:
     """The report gives the P99 bounds a share of its time limit: when it runs out, the TTFT
     bisection returns the bound it has, never above the full one (which every policy respects)."""
