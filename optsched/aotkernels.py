@@ -47,6 +47,7 @@ from .metrics import TIME_RTOL
 __all__ = [
     "KERNELS",
     "SOURCES",
+    "ahead_of_time",
     "cache_dirs",
     "conforms",
     "extension_key",
@@ -196,6 +197,12 @@ def kernel(name: str) -> Callable[..., Any]:
         exports = _extension() if _state["aot"] else None
         _chosen[name] = _guarded(name, exports[name]) if exports else jit_kernel(name)
     return _chosen[name]
+
+
+def ahead_of_time() -> bool:
+    """Whether this process runs the kernels compiled ahead of time (the extension of this code
+    loads): a kernel call then starts at once, with no JIT compilation."""
+    return bool(_state["aot"] and _extension())
 
 
 def forget() -> None:

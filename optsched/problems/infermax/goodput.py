@@ -69,6 +69,7 @@ from .cpsat import ModelBuilder
 from .data import ModelData, fits, instance_fields, integer_scaling
 from .goodput_bounds import SloArrays, alive_requests, max_met, request_facts, slo_arrays
 from .model import InferMaxInputError, InferMaxOptions, Scaling
+from .scale import SCALE_MIN_REQUESTS
 from .schedules import schedule_from_solution, serial_completion
 
 __all__ = ["GoodputBuilder", "goodput_model_data", "solve_goodput"]
@@ -212,6 +213,10 @@ def _exact_phase(
     return (found, got, rep), bound, info
 
 
+#: At scale, the part of the time limit after which no more policies are started (one is always
+#: there), and the part that the upper bound's intervals may take (cut short, it is weaker, still proven).
+CANDIDATE_SHARE, BOUND_SHARE = 0.5, 0.3
+
 #: Policies offered first (the best at meeting SLOs on the traces measured in docs/performance.md:
 #: the SLO-aware ones, then the best of the others); every other policy follows while the time
 #: limit allows (:func:`.candidates.initial_candidates`).
@@ -223,11 +228,13 @@ def solve_goodput(instance: Instance, opts: InferMaxOptions, budget: TimeBudget)
     t0 = time.perf_counter()
     if opts.solver != "cpsat":
         raise OptionError(f"objective 'goodput': solver {opts.solver!r} does not take it (use cpsat)")
+    candidates_by = budget.part(CANDIDATE_SHARE) if len(instance.requests) >= SCALE_MIN_REQUESTS else budget
     try:
-        pool = initial_candidates(instance, opts, budget, budget, first=FIRST_POLICIES)
+        pool = initial_candidates(instance, opts, candidates_by, budget, first=FIRST_POLICIES)
     except InferMaxInputError as exc:
         return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE, message=str(exc))
-    upper = max_met(request_facts(instance), np.array([r.arrival for r in instance.requests]), slo_arrays(instance))
+    arrival = np.array([r.arrival for r in instance.requests])
+    upper = max_met(request_facts(instance), arrival, slo_arrays(instance), budget=budget.part(BOUND_SHARE))
     extra: dict[str, Any] = {
         "objective_name": "goodput",
         "candidates": pool.values(),

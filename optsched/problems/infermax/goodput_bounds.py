@@ -219,13 +219,22 @@ def _grid(points: np.ndarray, size: int) -> np.ndarray:
 
 
 def _interval_losses(
-    a: np.ndarray, f: np.ndarray, D: np.ndarray, facts_costs: tuple[np.ndarray, np.ndarray], grid: np.ndarray, span: int
+    a: np.ndarray,
+    f: np.ndarray,
+    D: np.ndarray,
+    facts_costs: tuple[np.ndarray, np.ndarray],
+    grid: np.ndarray,
+    span: int,
+    budget: TimeBudget,
 ) -> np.ndarray:
-    """loss[x, y]: least count of requests lost among those inside [grid[x], grid[y]] (x < y)."""
+    """loss[x, y]: least count of requests lost among those inside [grid[x], grid[y]] (x < y); the
+    rows of the x not reached when ``budget`` expires stay 0, which every interval loses at least."""
     full, first = facts_costs
     G = len(grid)
     loss = np.zeros((G, G), dtype=np.int64)
     for x in range(G - 1):
+        if budget.expired():
+            break
         inside = a >= grid[x]
         ys = np.arange(x + 1, min(G, x + span + 1))
         ends = grid[ys]
@@ -250,8 +259,11 @@ def max_met(
     slo: SloArrays,
     grid_points: int = GRID_POINTS,
     span: int = GRID_SPAN,
+    budget: TimeBudget | None = None,
 ) -> int:
-    """An upper bound on how many requests any schedule gets within ``slo`` (module docstring)."""
+    """An upper bound on how many requests any schedule gets within ``slo`` (module docstring).
+
+    When ``budget`` expires the intervals not yet priced count no loss: the bound is weaker, still proven."""
     alive = alive_requests(facts, slo)
     n = int(alive.sum())
     if n == 0:
@@ -270,7 +282,7 @@ def max_met(
         np.concatenate([facts.cost_full[:, alive], shared[0], own[0]]),
         np.concatenate([facts.cost_first[:, alive], shared[1], own[1]]),
     )
-    loss = _interval_losses(a, f, D, costs, grid, span)
+    loss = _interval_losses(a, f, D, costs, grid, span, budget or TimeBudget())
     best = np.zeros(len(grid), dtype=np.int64)
     for y in range(1, len(grid)):
         lo = max(0, y - span)

@@ -137,6 +137,18 @@ def test_goodput_candidates_start_with_the_slo_aware_policies_and_keep_the_clock
     assert res.objective >= max(res.extra["candidates"].values())
 
 
+def test_the_upper_bound_cut_short_is_weaker_and_still_proven() -> None:
+    """With its budget spent, the goodput bound prices no interval: it counts the requests not lost
+    alone, at least the full bound and at least every policy's goodput."""
+    inst = goodput_bounds.with_slos(scale_instance(200, 1), 0.05, 0.02)
+    facts, slo = goodput_bounds.request_facts(inst), goodput_bounds.slo_arrays(inst)
+    arrival = np.array([r.arrival for r in inst.requests])
+    full = goodput_bounds.max_met(facts, arrival, slo)
+    spent = goodput_bounds.max_met(facts, arrival, slo, budget=TimeBudget.of(0.0))
+    assert full < spent == int(goodput_bounds.alive_requests(facts, slo).sum())
+    assert all(objective_of(replay(inst, s), "goodput") <= full for s in policy_schedules(inst).values())
+
+
 def test_a_bisection_cut_short_keeps_a_weaker_proven_bound() -> None:
     """The report gives the P99 bounds a share of its time limit: when it runs out, the TTFT
     bisection returns the bound it has, never above the full one (which every policy respects)."""
