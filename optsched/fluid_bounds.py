@@ -201,14 +201,15 @@ class _Rows:
         rows = np.asarray(rows, dtype=np.int64)
         self.entries.append((rows, np.asarray(cols, dtype=np.int64), np.broadcast_to(vals, rows.shape).astype(float)))
 
-    def pass_to(self, h: object) -> None:
+    def pass_to(self, h: object) -> object:
+        """Add the rows to HiGHS model ``h``; HiGHS' status (an error for a repeated entry of a row)."""
         rows = np.concatenate([e[0] for e in self.entries])
         order = np.argsort(rows, kind="stable")
         cols = np.concatenate([e[1] for e in self.entries])[order].astype(np.int32)
         vals = np.concatenate([e[2] for e in self.entries])[order]
         starts = np.searchsorted(rows[order], np.arange(self.count)).astype(np.int32)
         lower, upper = np.concatenate(self.lower), np.concatenate(self.upper)
-        h.addRows(self.count, lower, upper, len(cols), starts, cols, vals)  # type: ignore[attr-defined]
+        return h.addRows(self.count, lower, upper, len(cols), starts, cols, vals)  # type: ignore[attr-defined]
 
 
 class _Cells:
@@ -304,7 +305,8 @@ def fluid_lp(terms: FluidTerms, tau: np.ndarray, most: int, seconds: float = FLU
     rows.put(first + c.owner, c.z, 1.0)
     _interval_rows(rows, c, terms, tau, most)
     _span_rows(rows, c, terms, tau)
-    rows.pass_to(h)
+    if rows.pass_to(h) != highspy.HighsStatus.kOk:
+        return None
     h.run()
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
