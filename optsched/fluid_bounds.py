@@ -66,7 +66,32 @@ the time i is in the system inside interval k, so :math:`F_i - r_i = \sum_k z_{i
   arrival: :math:`z_{ik} \ge \Delta'_{ik} R_{ik} / \sigma_i` (as :math:`R_{ik} \le \sigma_i`), and
   :math:`z_{ik} \le \Delta'_{ik}`;
 - *alone*: :math:`\sum_k z_{ik} \ge A_i` (``critical-path`` of :mod:`optsched.bounds`); releases:
-  nothing of i before the interval holding :math:`r_i` (F1).
+  nothing of i before the interval holding :math:`r_i` (F1);
+- *span*: :math:`\sum_k z_{ik} \ge \sum_k l_{ik} p_{ik} + H_i` with :math:`l_{ik} = (\max(\tau_k,
+  r_i) - r_i) / \sigma_i` and :math:`H_i = \lambda_i \sigma_i / 2`, :math:`\lambda_i = \beta' /
+  \bar s_i + \omega_i` (below).
+
+**The span row.** The presence rows add up to :math:`\sum_k l_{ik} p_{ik}` (as :math:`\sum_{k' <
+k} \Delta'_{ik'} = \max(\tau_k, r_i) - r_i`): i's weight priced at the lower ends of the
+intervals that hold it, as if each item were done at once. Its items take time, one batch each. Let
+:math:`B_1, \dots, B_n` be the batches holding i's items, in time order (one item of i a batch, and
+batches are disjoint by (F1)), with weights :math:`\pi_j`, :math:`S = \sum_j \pi_j \ge \sigma_i`,
+and :math:`T_j \ge \beta' + \hat c_{y_j} \ge \lambda_i \pi_j` by (ii) and (iii). Spread each
+:math:`\pi_j` evenly over :math:`B_j`: a density :math:`\rho \le 1 / \lambda_i` of mass S, zero
+before :math:`r_i` (F1) and after :math:`F_i` (the end of :math:`B_n`), with mass :math:`s_{ik}`
+in interval k. Mass X at density at most :math:`1/\lambda_i` ending by F lies on at least
+:math:`\lambda_i X` of time, so :math:`\int (F_i - t) \rho(t)\,dt \ge \lambda_i S^2 / 2`; and
+each t where :math:`\rho > 0` in interval k is at least :math:`\max(\tau_k, r_i)`. So
+
+.. math:: S F_i = \int t \rho + \int (F_i - t) \rho \ge \sum_k s_{ik} \max(\tau_k, r_i) +
+          \lambda_i S^2 / 2,
+
+and dividing by S (:math:`s_{ik} / S = p_{ik} / \sigma_i`), :math:`F_i - r_i \ge \sum_k l_{ik}
+p_{ik} + \lambda_i S / 2 \ge \sum_k l_{ik} p_{ik} + H_i`. Where the presence rows price a request
+part-way through by its remaining weight, so that requests running side by side are priced as if
+they finished one after another, this row adds back half of the least time of i's own batches. Its
+gaps are the least batch time of each item (its own term and :math:`\beta'`), not the longer
+batches of a loaded engine: the holding rows price those only summed over the requests.
 
 So the least :math:`\sum_{ik} z_{ik}` of this linear programme, over N, is a lower bound on the mean
 latency (``fluid-latency``). It sees that the work released by a time must be done at a rate the
@@ -118,7 +143,8 @@ class FluidTerms:
     """The per-request constants of the programme (module docstring), in request order.
 
     Attributes: ``release`` r_i, ``alone`` A_i, ``weight`` sigma_i, ``cap`` s_i (the most weight of one
-    item), ``rate`` omega_i (least item term per unit of weight), ``overhead`` beta' (seconds).
+    item), ``rate`` omega_i (least item term per unit of weight), ``overhead`` beta', ``span`` H_i
+    (seconds).
     """
 
     def __init__(self, instance: Instance) -> None:
@@ -143,6 +169,7 @@ class FluidTerms:
         held = I[owner] + g - 1.0
         token = np.minimum(self._weigh(L * (a + da + dk * held), owner), self._weigh(kappa * (held + 1.0), owner))
         self.weight = self._weigh(prompt, np.arange(len(reqs))) + np.bincount(owner, token, minlength=len(reqs))
+        self.span = 0.5 * (self.overhead / self.cap + self.rate) * self.weight
 
     def _weigh(self, term: np.ndarray, owner: np.ndarray) -> np.ndarray:
         """f_i(term) of the module docstring for items of requests ``owner``."""
@@ -174,14 +201,15 @@ class _Rows:
         rows = np.asarray(rows, dtype=np.int64)
         self.entries.append((rows, np.asarray(cols, dtype=np.int64), np.broadcast_to(vals, rows.shape).astype(float)))
 
-    def pass_to(self, h: object) -> None:
+    def pass_to(self, h: object) -> object:
+        """Add the rows to HiGHS model ``h``; HiGHS' status (an error for a repeated entry of a row)."""
         rows = np.concatenate([e[0] for e in self.entries])
         order = np.argsort(rows, kind="stable")
         cols = np.concatenate([e[1] for e in self.entries])[order].astype(np.int32)
         vals = np.concatenate([e[2] for e in self.entries])[order]
         starts = np.searchsorted(rows[order], np.arange(self.count)).astype(np.int32)
         lower, upper = np.concatenate(self.lower), np.concatenate(self.upper)
-        h.addRows(self.count, lower, upper, len(cols), starts, cols, vals)  # type: ignore[attr-defined]
+        return h.addRows(self.count, lower, upper, len(cols), starts, cols, vals)  # type: ignore[attr-defined]
 
 
 class _Cells:
@@ -276,12 +304,27 @@ def fluid_lp(terms: FluidTerms, tau: np.ndarray, most: int, seconds: float = FLU
     first = rows.add(terms.alone, np.full(len(terms.alone), np.inf))  # alone: sum_k z_ik >= A_i
     rows.put(first + c.owner, c.z, 1.0)
     _interval_rows(rows, c, terms, tau, most)
-    rows.pass_to(h)
+    _span_rows(rows, c, terms, tau)
+    if rows.pass_to(h) != highspy.HighsStatus.kOk:
+        return None
     h.run()
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
     total = float(h.getInfo().objective_function_value)
     return max(0.0, total * (1.0 - FLUID_MARGIN) / len(terms.release))
+
+
+def _span_rows(rows: _Rows, c: _Cells, terms: FluidTerms, tau: np.ndarray) -> None:
+    """The span rows, one a request: sum_k z_ik - sum_k l_ik p_ik >= H_i with l_ik = (max(tau_k, r_i) - r_i) /
+    sigma_i; as p_ik = R_{i,k-1} - R_ik, R_ik's entry is l_ik - l_{i,k+1} and the first cell adds l_ik sigma_i."""
+    lead = np.maximum(tau[c.k] - terms.release[c.owner], 0.0) / c.sigma
+    inner = np.flatnonzero(c.inner)  # a cell with k < G is followed by the same request's next cell
+    start = lead * c.sigma * c.is_first
+    first = rows.add(
+        terms.span + np.bincount(c.owner, start, minlength=len(terms.span)), np.full(len(terms.span), np.inf)
+    )
+    rows.put(first + c.owner, c.z, 1.0)
+    rows.put(first + c.owner[inner], c.R[inner], lead[inner] - lead[inner + 1])
 
 
 def _interval_rows(rows: _Rows, c: _Cells, terms: FluidTerms, tau: np.ndarray, most: int) -> None:

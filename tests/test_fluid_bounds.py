@@ -4,7 +4,9 @@
   R_max limits (``tests/support/latency_bruteforce.py``);
 - never above any policy's replayed mean latency on random loaded instances of 20 to 200 requests;
 - planted invalid variants (10 % above; each request's progress counted twice; a batch's overhead
-  paid by each of its items) are caught by those checks;
+  paid by each of its items; the span row's whole least own-batch time instead of its half) are
+  caught by those checks;
+- the span row raises the bound under load (it is in the programme HiGHS solves);
 - listed by ``optsched bound --objective latency`` and by the InferMax bounder.
 """
 
@@ -43,12 +45,15 @@ def fluid(inst) -> float:
 
 def planted(inst, fault: str) -> float:
     """An invalid variant: 10 % above, every request's progress weight doubled (each token counted
-    twice), or a batch's overhead paid in full by each of the K items it may hold."""
+    twice), a batch's overhead paid in full by each of the K items it may hold, or the span row's
+    H_i doubled (the whole least time of a request's own batches after its weighted mean item time)."""
     if fault == "ten-percent":
         return 1.1 * fluid(inst)
     terms = FluidTerms(inst)
     if fault == "weight-twice":
         terms.weight = 2.0 * terms.weight
+    elif fault == "span-twice":
+        terms.span = 2.0 * terms.span
     else:
         terms.overhead = terms.overhead * most_items(inst)
     tau = fluid_grid(terms, most_items(inst))
@@ -77,7 +82,7 @@ def test_the_fluid_bound_is_at_most_every_policy(n: int, seed: int) -> None:
     assert fluid(inst) <= least * (1 + 1e-9)
 
 
-@pytest.mark.parametrize("fault", ["ten-percent", "weight-twice", "overhead-per-item"])
+@pytest.mark.parametrize("fault", ["ten-percent", "weight-twice", "overhead-per-item", "span-twice"])
 def test_a_planted_invalid_variant_is_caught(fault: str) -> None:
     caught = []
     for arrivals in (False, True):
@@ -90,6 +95,20 @@ def test_a_planted_invalid_variant_is_caught(fault: str) -> None:
         if planted(inst, fault) > min(policy_values(inst, "latency").values()) * (1 + 1e-9):
             caught.append((n, seed))
     assert caught
+
+
+def test_the_span_row_raises_the_bound_under_load() -> None:
+    """Without the span rows (H_i = 0 leaves the presence rows' sum) the optimum is lower on a loaded
+    instance whose requests share batches across intervals."""
+    inst = loaded_instance(120, 3)
+    terms = FluidTerms(inst)
+    tau = fluid_grid(terms, most_items(inst))
+    assert tau is not None
+    with_span = fluid_lp(terms, tau, most_items(inst))
+    terms.span = 0.0 * terms.span
+    without = fluid_lp(terms, tau, most_items(inst))
+    assert with_span is not None and without is not None
+    assert with_span > without * (1 + 1e-3), (with_span, without)
 
 
 def test_the_fluid_bound_is_listed_by_bound_and_the_infermax_bounder(capsys) -> None:
