@@ -26,7 +26,7 @@ import numpy as np
 
 from ..aotkernels import kernel
 from ..costmodel import Coefficients, CostModel
-from ..instance import Instance
+from ..instance import Instance, Request
 from ..request import request_ids
 from ..schedcols import ScheduleColumns
 from ..schedule import Schedule
@@ -60,6 +60,12 @@ def _ranks(key_columns: tuple[np.ndarray, ...], arrival: np.ndarray) -> np.ndarr
     return rank
 
 
+def _tpot(request: Request) -> float:
+    """The request's TPOT target in seconds (NaN without one), for the laxity rule (.slo_lazy)."""
+    slo = request.slo
+    return slo.tpot if slo is not None and slo.tpot is not None else np.nan
+
+
 def _cap(limit: int | None) -> int:
     return NO_LIMIT if limit is None else min(limit, NO_LIMIT)
 
@@ -83,6 +89,7 @@ def _flags(instance: Instance, config: PolicyConfig) -> np.ndarray:
         "kv_lookahead": config.kv_lookahead and not config.eviction_free and instance.limits.kv_capacity is not None,
         "ttft_drop": config.ttft_drop,
         "tpot_shed": config.shed_work is not None,
+        "tpot_lazy": config.tpot_lazy,
     }
     return np.array([flags[name] for name in F_SLOTS], np.bool_)
 
@@ -113,6 +120,7 @@ def _state(
     if config.order == _REMAINING:
         Q[Q_ROWS.index("key")] = prompt
     Q[Q_ROWS.index("shed")] = [sheds(instance.cost_model, config, r) for r in instance.requests]
+    Q[Q_ROWS.index("skip")] = Q[Q_ROWS.index("shed")]
     E: tuple[np.ndarray, ...] = (
         Q,
         np.zeros(len(S_SLOTS), np.int64),
@@ -146,7 +154,8 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     coef = Coefficients.of(instance.cost_model)
     deadlines = np.array([deadline(r) for r in instance.requests] if config.ttft_drop else [], np.float64)
     budget = float(config.time_budget) if config.time_budget is not None else np.inf
-    slo = (coef, budget, deadlines, np.zeros(len(deadlines)))  # the kernel's X (.slo_kernel)
+    tpot = np.array([_tpot(r) for r in instance.requests] if config.tpot_lazy else [], np.float64)
+    slo = (coef, budget, deadlines, np.zeros(len(deadlines)), tpot, np.full(len(tpot), np.nan))  # X (.slo_kernel)
     cap = items_hint or int(out_len.sum() + prompt.sum() // 64 + 2 * n + 1024)
     ev_cap = items_hint or max(n, 1024)
     simulate = kernel("simulate")
