@@ -155,7 +155,12 @@ class PolicyConfig:
         could miss its TPOT target without it (every later batch within the time budget), else *optional*;
         the optional decodes are taken after every other candidate, each while the batch stays within the
         budget or is empty, and a prefill chunk is cut to the budget while any request with a TPOT target
-        decodes. Needs a time budget and the ``running_decode`` group.
+        decodes. The optional decodes wait only while a request without its first token is *urgent*:
+        within ``lazy_horizon`` times its TTFT target of its TTFT deadline. Needs a time budget and the
+        ``running_decode`` group.
+    lazy_horizon
+        The fraction h of a request's TTFT target before its deadline from which it is urgent
+        (``tpot_lazy``); ``inf``: every request not yet late is.
     """
 
     name: str
@@ -177,6 +182,7 @@ class PolicyConfig:
     tpot_shed: float = 0.0
     shed_work: float | None = None
     tpot_lazy: bool = False
+    lazy_horizon: float = 0.5
 
     def __post_init__(self) -> None:
         if not self.groups or any(g not in GROUPS for g in self.groups):
@@ -216,6 +222,8 @@ class PolicyConfig:
                 f"policy {self.name!r}: tpot_lazy defers decodes within a time budget (tpot_budget or time_budget)"
                 " and needs the running_decode group"
             )
+        if not self.lazy_horizon > 0:
+            raise ValueError(f"policy {self.name!r}: lazy_horizon must be a positive fraction of the TTFT target")
 
     def eviction_free_variant(self) -> PolicyConfig:
         """The ``-ef`` twin: same policy, full reservation at admission, no evictions."""

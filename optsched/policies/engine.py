@@ -316,7 +316,7 @@ class Engine:
             queues = (self._running, self._waiting, self._m, self._prompt, self._reqs, self._shed)
             late_last(self.cost_model, self.config, start, *queues)
         if self.config.tpot_lazy:  # optional decodes after the prefill (.slo_lazy)
-            d.cut = mark_optional(self.config.time_budget, start, self._running, self._skip, *self._lazy)
+            d.cut = mark_optional(self.config, start, self._running, self._waiting, self._skip, *self._lazy)
         for group in self.config.groups:
             if group == "waiting":
                 self._fill_fcfs_waiting(d)

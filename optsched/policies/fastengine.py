@@ -448,7 +448,7 @@ def _intake(E, F, order, arrival, p, time):  # noqa: ANN001, ANN202
 def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts, X):  # noqa: ANN001, ANN202
     """Every batch until all requests finished; returns (status, batches): 0 done, 1 an empty
     batch, 2 a livelock (the reference engine then raises). ``X``: see :func:`_take_prefill`, and the
-    TPOT targets and first-token times of :func:`.slo_kernel.mark_optional`."""
+    X[4:] of :func:`.slo_kernel.mark_optional`."""
     S, D = E[1], E[2]
     unfinished = Q.shape[1]
     now = 0.0
@@ -474,8 +474,8 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts, X):  
             args = (Q[_M], Q[_PROMPT], Q[_SHED], run, wq, S[_WHEAD], S[_WLEN], X[2], X[3], vbuf, grp, dec)
             late_last(coef, X[1], start, *args)
         if F[_LAZY]:  # optional decodes after the prefill (.slo_lazy)
-            rows = (Q[_M], Q[_PROMPT], Q[_GEN], Q[_OUT], Q[_SHED], Q[_SKIP], E[3][: S[_NRUN]], X[4], X[5])
-            D[_CUT] = mark_optional(X[1], start, *rows)
+            rows = (Q[_M], Q[_PROMPT], Q[_GEN], Q[_OUT], Q[_SHED], Q[_SKIP], E[3][: S[_NRUN]])
+            D[_CUT] = mark_optional(X[1], start, *rows, E[4], S[_WHEAD], S[_WLEN], X)
         for g in groups:
             if g == 0:
                 _fill_fcfs_waiting(E, F, L, X)

@@ -26,13 +26,14 @@ import numpy as np
 
 from ..aotkernels import kernel
 from ..costmodel import Coefficients, CostModel
-from ..instance import Instance, Request
+from ..instance import Instance
 from ..request import request_ids
 from ..schedcols import ScheduleColumns
 from ..schedule import Schedule
 from .config import GROUPS, PolicyConfig
 from .enginelayout import D_SLOTS, F_SLOTS, L_SLOTS, NO_LIMIT, Q_ROWS, S_SLOTS
 from .slo import deadline, resolve, sheds
+from .slo_lazy import urgent_from
 
 __all__ = ["ORDER_KEYS", "compiled_schedule", "compiles", "simulate_columns"]
 
@@ -60,10 +61,14 @@ def _ranks(key_columns: tuple[np.ndarray, ...], arrival: np.ndarray) -> np.ndarr
     return rank
 
 
-def _tpot(request: Request) -> float:
-    """The request's TPOT target in seconds (NaN without one), for the laxity rule (.slo_lazy)."""
-    slo = request.slo
-    return slo.tpot if slo is not None and slo.tpot is not None else np.nan
+def _lazy_rows(instance: Instance, config: PolicyConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The laxity rule's arrays (.slo_lazy): each request's TPOT target (NaN without one), first token's
+    time (NaN until the kernel sets it) and urgency start (:func:`.slo_lazy.urgent_from`); empty
+    without ``tpot_lazy``."""
+    requests = instance.requests if config.tpot_lazy else ()
+    tpot = np.array([r.slo.tpot if r.slo is not None and r.slo.tpot is not None else np.nan for r in requests])
+    urge = np.array([urgent_from(r, config.lazy_horizon) for r in requests])
+    return tpot.astype(np.float64), np.full(len(requests), np.nan), urge.astype(np.float64)
 
 
 def _cap(limit: int | None) -> int:
@@ -152,10 +157,10 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     flags, limits = _flags(instance, config), _limits(instance, config, m_cap)
     groups = np.array([GROUPS.index(g) for g in config.groups], np.int64)
     coef = Coefficients.of(instance.cost_model)
-    deadlines = np.array([deadline(r) for r in instance.requests] if config.ttft_drop else [], np.float64)
+    slo_rows = config.ttft_drop or config.tpot_lazy
+    deadlines = np.array([deadline(r) for r in instance.requests] if slo_rows else [], np.float64)
     budget = float(config.time_budget) if config.time_budget is not None else np.inf
-    tpot = np.array([_tpot(r) for r in instance.requests] if config.tpot_lazy else [], np.float64)
-    slo = (coef, budget, deadlines, np.zeros(len(deadlines)), tpot, np.full(len(tpot), np.nan))  # X (.slo_kernel)
+    slo = (coef, budget, deadlines, np.zeros(len(deadlines)), *_lazy_rows(instance, config))  # X (.slo_kernel)
     cap = items_hint or int(out_len.sum() + prompt.sum() // 64 + 2 * n + 1024)
     ev_cap = items_hint or max(n, 1024)
     simulate = kernel("simulate")

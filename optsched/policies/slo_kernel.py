@@ -54,10 +54,27 @@ def fits_decode(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max,
 
 
 @_kernel
-def mark_optional(budget, start, m, prompt, gen, out, shed, skip, running, tpot, first):  # noqa: ANN001, ANN201
-    """:func:`optsched.policies.slo_lazy.mark_optional` on the state rows; ``tpot``: each request's TPOT
-    target (NaN without one); ``first``: its first token's time, set here at the first batch after it
-    (NaN before), which starts when the batch of the first token ends."""
+def _urgent(start, m, prompt, gen, running, wq, head, wlen, due, urge):  # noqa: ANN001, ANN202
+    """Whether a request of R_w (``wlen`` from ``head`` in the ring ``wq``) or a running prefill without its
+    first token is urgent: ``urge[j] <= start < due[j]`` (:func:`optsched.policies.slo_lazy.urgent_from`)."""
+    for pos in range(wlen):
+        j = wq[(head + pos) % len(wq)]
+        if urge[j] <= start < due[j]:
+            return True
+    for j in running:
+        if m[j] < prompt[j] and gen[j] == 0 and urge[j] <= start < due[j]:
+            return True
+    return False
+
+
+@_kernel
+def mark_optional(budget, start, m, prompt, gen, out, shed, skip, running, wq, head, wlen, X):  # noqa: ANN001, ANN201
+    """:func:`optsched.policies.slo_lazy.mark_optional` on the state rows and R_w's ring buffer; ``X``:
+    the SLO arguments of :mod:`.fastengine` (each request's TTFT deadline, TPOT target (NaN without one),
+    first token's time and urgency start); the first token's time is set here at the first batch after
+    it (NaN before), which starts when the batch of the first token ends."""
+    due, tpot, first, urge = X[2], X[4], X[5], X[6]
+    urgent = _urgent(start, m, prompt, gen, running, wq, head, wlen, due, urge)
     cut = False
     for i in running:
         if shed[i] or m[i] < prompt[i] or np.isnan(tpot[i]):
@@ -66,7 +83,7 @@ def mark_optional(budget, start, m, prompt, gen, out, shed, skip, running, tpot,
         cut = True
         if np.isnan(first[i]):
             first[i] = start
-        skip[i] = not (first[i] + tpot[i] * (out[i] - 1) < start + (out[i] - gen[i] + 1) * budget)
+        skip[i] = urgent and not (first[i] + tpot[i] * (out[i] - 1) < start + (out[i] - gen[i] + 1) * budget)
     return cut
 
 

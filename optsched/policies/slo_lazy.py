@@ -16,13 +16,18 @@ tokens generated, ``r = O - g`` later tokens left and a TPOT target is *mandator
     D < t + (r + 1) b,
 
 and *optional* otherwise (a request without a TPOT target, or whose decodes ``tpot_shed`` defers,
-is never mandatory: it has nothing the rule protects). The mandatory decodes are taken first (the
-``running_decode`` group), then the prefill chunks (R_r's, then R_w's in Moore-Hodgson's order,
-``ttft_drop``), then the optional decodes in R_r's order, each while the batch is empty or stays
-within ``b`` with it (:func:`optsched.policies.slo.fits_decode`, as the deferred decodes of
-``tpot_shed``). While any request with a TPOT target decodes (mandatory or not), every prefill chunk
-is cut to ``b``, also in a batch that holds no decode yet (``cut``). With no prefill waiting every
-decode that fits the budget runs, so calm periods bank slack that busy ones spend.
+is never mandatory: it has nothing the rule protects). The optional decodes wait only while the
+batch has an *urgent* prefill: a request of R_w, or of R_r without its first token, whose TTFT
+deadline ``d_j = a_j + ttft_j`` lies ahead within ``h ttft_j`` (``lazy_horizon`` h,
+:func:`urgent_from`: ``d_j - h ttft_j <= t < d_j``). Otherwise every decode is taken first, as in
+``slo-budget``: slack spent on a prefill that is not yet at risk moves decode work into later
+batches, which under a rising load are busier. With an urgent prefill, the mandatory decodes are
+taken first (the ``running_decode`` group), then the prefill chunks (R_r's, then R_w's in
+Moore-Hodgson's order, ``ttft_drop``), then the optional decodes in R_r's order, each while the
+batch is empty or stays within ``b`` with it (:func:`optsched.policies.slo.fits_decode`, as the
+deferred decodes of ``tpot_shed``). While any request with a TPOT target decodes (mandatory or not),
+every prefill chunk is cut to ``b``, also in a batch that holds no decode yet (``cut``). Calm
+periods, where batches are shorter than ``b``, bank slack that busy ones spend.
 
 **Guarantee.** Let ``b <= pi`` (``tpot_budget`` takes ``b`` as the least target), and let every
 batch that starts while the request decodes last at most ``b`` (the rule cuts every prefill chunk to
@@ -43,11 +48,14 @@ so the two engines' schedules are identical batch for batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 
 from ..instance import Request
+from .config import PolicyConfig
+from .slo import deadline
 
-__all__ = ["mandatory", "mark_optional"]
+__all__ = ["mandatory", "mark_optional", "urgent_from"]
 
 
 def mandatory(first: float, tpot: float, output: int, generated: int, start: float, budget: float) -> bool:
@@ -56,10 +64,18 @@ def mandatory(first: float, tpot: float, output: int, generated: int, start: flo
     return first + tpot * (output - 1) < start + (output - generated + 1) * budget
 
 
+def urgent_from(request: Request, horizon: float) -> float:
+    """Seconds: the time from which the request's prefill is urgent, ``d - h ttft`` (infinite without a
+    TTFT target)."""
+    slo = request.slo
+    return deadline(request) - horizon * slo.ttft if slo is not None and slo.ttft is not None else math.inf
+
+
 def mark_optional(
-    budget: float,
+    config: PolicyConfig,
     start: float,
     running: Sequence[int],
+    waiting: Iterable[int],
     skip: list[bool],
     m: Sequence[int],
     prompt: Sequence[int],
@@ -68,9 +84,14 @@ def mark_optional(
     requests: Sequence[Request],
     shed: Sequence[bool],
 ) -> bool:
-    """Set ``skip[i]`` for every running request ``i`` (engine indices): whether its decode waits for
-    the end of the batch starting at ``start`` (deferred by ``shed``, or optional by the rule); returns
-    whether the batch's prefill chunks are cut to ``budget`` (a request with a TPOT target decodes)."""
+    """Set ``skip[i]`` for every running request ``i`` (engine indices; ``waiting``: R_w's): whether its
+    decode waits for the end of the batch starting at ``start`` (deferred by ``shed``, or optional by
+    the rule while a prefill is urgent); returns whether the batch's prefill chunks are cut to the time
+    budget (a request with a TPOT target decodes)."""
+    budget, h = config.time_budget, config.lazy_horizon
+    assert budget is not None  # tpot_lazy needs one (PolicyConfig)
+    prefills = [j for j in running if m[j] < prompt[j] and generated[j] == 0]
+    urgent = any(urgent_from(requests[j], h) <= start < deadline(requests[j]) for j in (*waiting, *prefills))
     cut = False
     for i in running:
         slo = requests[i].slo
@@ -80,5 +101,5 @@ def mark_optional(
         cut = True
         when = first[i]
         assert when is not None  # in its decode phase: its first token is out
-        skip[i] = not mandatory(when, slo.tpot, requests[i].output_tokens, generated[i], start, budget)
+        skip[i] = urgent and not mandatory(when, slo.tpot, requests[i].output_tokens, generated[i], start, budget)
     return cut
