@@ -3,7 +3,7 @@
 Run on demand (not collected by pytest):
 
     python tests/benchmarks/bench_slo_lazy.py [--trace ../shared/data/traces/splitwise_conv.csv]
-        [--first 3000] [--rate-scale 1.979932 2.078928] [--policy slo-budget slo-shed slo-lazy]
+        [--first 3000 (0: all)] [--rate-scale 1.979932 2.078928] [--policy slo-budget slo-shed slo-lazy]
         [--windows 20]
 
 Each policy runs on the trace's first ``--first`` requests (all without it) under the H200 profile
@@ -72,7 +72,7 @@ def main() -> None:
     ap.add_argument("--policy", nargs="+", default=["slo-budget", "slo-shed", "slo-lazy"])
     ap.add_argument("--windows", type=float, default=None)
     args = ap.parse_args()
-    base = load_trace(args.trace, "llama2-7b-h200", max_rows=args.first, check_capacity=False)
+    base = load_trace(args.trace, "llama2-7b-h200", max_rows=args.first or None, check_capacity=False)
     allowed = math.floor(0.01 * (len(base.requests) - 1))
     for rate in args.rate_scale:
         inst = apply_transforms(base, WorkloadTransforms(rate_scale=rate, slo_ttft=1.0, slo_tpot=0.1))
