@@ -185,7 +185,8 @@ def _lookahead_fits(E, L, i):  # noqa: ANN001, ANN202
 @_kernel
 def _take_prefill(E, F, L, X, i, admit):  # noqa: ANN001, ANN202
     """Add a prefill chunk of request ``i`` (admitting it from R_w when ``admit``); ``X``: the SLO
-    arguments (cost coefficients, time budget, deadlines, scratch), the chunk cut to the budget."""
+    arguments (cost coefficients, time budget, TTFT deadlines, scratch, then the laxity rule's TPOT
+    targets, first-token times and urgency starts), the chunk cut to the budget."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     if not F[_HYBRID] and D[_PHASE] == _DEC:
         return False
