@@ -22,6 +22,7 @@ policy                groups, in priority order    hybrid  chunked  P (chunk)   
 ``slo-budget``        run-decode, run-prefill, w.  yes     yes      P, timed    arrival, late last
 ``slo-budget-fcfs``   run-decode, run-prefill, w.  yes     yes      P, timed    arrival
 ``slo-shed``          run-decode, run-prefill, w.  yes     yes      P, timed    arrival, late last
+``slo-lazy``          run-decode, run-prefill, w.  yes     yes      P, timed    arrival, late last
 ====================  ===========================  ======  =======  ==========  =============
 
 ``vllm`` and ``vllm-hy`` are the InferMax paper's vLLM (its V0 scheduler: prefills first).
@@ -48,6 +49,9 @@ late ones last. ``slo-budget-fcfs`` keeps the time budget and R_w's FCFS order. 
 ``slo-budget`` that gives up the TPOT of the 1 % of requests with the most decode work (``tpot_shed``,
 an oracle of the output lengths like ``rank-o``): their decodes come after every other candidate and
 only where the batch stays within the budget, so that under load the others' prefill gets their share.
+``slo-lazy`` is ``slo-budget`` whose decodes wait while their request's TPOT has slack (``tpot_lazy``,
+:mod:`optsched.policies.slo_lazy`): a decode is taken before the prefill chunks only when its request
+could otherwise miss its TPOT target, and after them within the budget.
 
 P is the instance's ``prefill_budget`` (C = P = 4096 in the paper); a policy chunk larger than the
 instance's P is clipped to it, so every schedule respects the instance's limits.
@@ -146,6 +150,17 @@ class PolicyConfig:
     shed_work
         Seconds: requests whose decode work is at least this are deferred as ``tpot_shed`` says. None =
         from ``tpot_shed`` and the instance's requests (:func:`.slo.resolve`), or no deferral.
+    tpot_lazy
+        Laxity rule (:mod:`.slo_lazy`): before each batch a running decode is *mandatory* when its request
+        could miss its TPOT target without it (every later batch within the time budget), else *optional*;
+        the optional decodes are taken after every other candidate, each while the batch stays within the
+        budget or is empty, and a prefill chunk is cut to the budget while any request with a TPOT target
+        decodes. The optional decodes wait only while a request without its first token is *urgent*:
+        within ``lazy_horizon`` times its TTFT target of its TTFT deadline. Needs a time budget and the
+        ``running_decode`` group.
+    lazy_horizon
+        The fraction h of a request's TTFT target before its deadline from which it is urgent
+        (``tpot_lazy``); ``inf``: every request not yet late is.
     """
 
     name: str
@@ -166,6 +181,8 @@ class PolicyConfig:
     ttft_drop: bool = False
     tpot_shed: float = 0.0
     shed_work: float | None = None
+    tpot_lazy: bool = False
+    lazy_horizon: float = 0.5
 
     def __post_init__(self) -> None:
         if not self.groups or any(g not in GROUPS for g in self.groups):
@@ -200,6 +217,13 @@ class PolicyConfig:
                 f"policy {self.name!r}: tpot_shed and shed_work defer decodes within a time budget (tpot_budget"
                 " or time_budget) and need the running_decode group"
             )
+        if self.tpot_lazy and (not (self.tpot_budget or self.time_budget) or "running_decode" not in self.groups):
+            raise ValueError(
+                f"policy {self.name!r}: tpot_lazy defers decodes within a time budget (tpot_budget or time_budget)"
+                " and needs the running_decode group"
+            )
+        if not self.lazy_horizon > 0:
+            raise ValueError(f"policy {self.name!r}: lazy_horizon must be a positive fraction of the TTFT target")
 
     def eviction_free_variant(self) -> PolicyConfig:
         """The ``-ef`` twin: same policy, full reservation at admission, no evictions."""
@@ -230,6 +254,7 @@ _BASE = (
     PolicyConfig("slo-budget", _DECODE_FIRST, tpot_budget=True, ttft_drop=True),
     PolicyConfig("slo-budget-fcfs", _DECODE_FIRST, tpot_budget=True),
     PolicyConfig("slo-shed", _DECODE_FIRST, tpot_budget=True, ttft_drop=True, tpot_shed=0.01),
+    PolicyConfig("slo-lazy", _DECODE_FIRST, tpot_budget=True, ttft_drop=True, tpot_lazy=True),
 )
 
 #: Every named policy and its eviction-free twin, by name.

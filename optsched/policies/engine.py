@@ -83,6 +83,7 @@ from ..tiering import use_compiled
 from .config import PolicyConfig, policy_config
 from .orders import DYNAMIC_ORDERS, lookahead_fits, order_key, projection
 from .slo import fit_chunk, fits_decode, late_last, resolve, resolved, sheds
+from .slo_lazy import mark_optional
 from .states import EngineSnapshot, RequestState
 
 __all__ = ["Engine", "EngineSnapshot", "RequestState", "simulate"]
@@ -108,6 +109,7 @@ class _Draft:
     x_pre: int = 0
     kv_max: int = 0
     phase: int = _NONE
+    cut: bool = False  # prefill chunks cut to the time budget without decodes in the batch (.slo_lazy)
 
 
 class Engine:
@@ -151,6 +153,8 @@ class Engine:
         self._first: list[float | None] = []  # end of the batch of the first token
         self._end: list[float | None] = []  # end of the batch of the last token
         self._shed: list[bool] = []  # decodes deferred (tpot_shed, .slo)
+        self._skip: list[bool] = []  # decodes after the prefill in the next batch (tpot_shed, tpot_lazy)
+        self._lazy = (self._m, self._prompt, self._gen, self._first, self._reqs, self._shed)  # .slo_lazy reads
         # queues
         self._pending: list[tuple[float, int]] = []  # heap of (arrival, i), not yet arrived
         self._fcfs_waiting = "all" not in self.config.groups and self.config.order == "arrival"  # else sorted
@@ -212,6 +216,7 @@ class Engine:
         self._first.append(None)
         self._end.append(None)
         self._shed.append(sheds(self.cost_model, self.config, request))
+        self._skip.append(self._shed[-1])
         self._rekey(i)
         heapq.heappush(self._pending, (request.arrival, i))
         self._unfinished += 1
@@ -310,12 +315,14 @@ class Engine:
         if self.config.ttft_drop:  # late requests last (.slo)
             queues = (self._running, self._waiting, self._m, self._prompt, self._reqs, self._shed)
             late_last(self.cost_model, self.config, start, *queues)
+        if self.config.tpot_lazy:  # optional decodes after the prefill (.slo_lazy)
+            d.cut = mark_optional(self.config, start, self._running, self._waiting, self._skip, *self._lazy)
         for group in self.config.groups:
             if group == "waiting":
                 self._fill_fcfs_waiting(d)
             else:
                 self._fill_group(d, self._running_group(group), merge_waiting=group == "all")
-        for i in [i for i in self._running if self._shed[i] and self._m[i] >= self._prompt[i]]:  # deferred (.slo)
+        for i in [i for i in self._running if self._skip[i] and self._m[i] >= self._prompt[i]]:  # deferred, optional
             if self._mark[i] != d.no and fits_decode(self.cost_model, self.config.time_budget, d, self._m[i]):
                 self._take_decodes(d, [i])
         if not d.items and not d.evict:
@@ -332,7 +339,7 @@ class Engine:
         """Snapshot of a running group's candidates (R_r, or one phase of it) in priority order."""
         m, prompt, mark, no = self._m, self._prompt, self._mark, len(self._batches) + 1
         if group == "running_decode":
-            return [i for i in self._running if m[i] >= prompt[i] and mark[i] != no and not self._shed[i]]
+            return [i for i in self._running if m[i] >= prompt[i] and mark[i] != no and not self._skip[i]]
         if group == "running_prefill":
             return [i for i in self._running if m[i] < prompt[i] and mark[i] != no]
         return [i for i in self._running if mark[i] != no]
@@ -340,9 +347,8 @@ class Engine:
     def _fill_fcfs_waiting(self, d: _Draft) -> None:
         """R_w in FCFS order, stopping at the first candidate that cannot be admitted (B2).
 
-        The candidate leaves R_w before its admission, which may evict running requests to the
-        front of R_w (``evicted_to_front``); it goes back to the front when it is not admitted.
-        """
+        The candidate leaves R_w before its admission, which may evict running requests to the front of R_w
+        (``evicted_to_front``); it goes back to the front when it is not admitted."""
         waiting = self._waiting
         while waiting:
             i = waiting[0]
@@ -356,10 +362,8 @@ class Engine:
     def _fill_group(self, d: _Draft, running: list[int], merge_waiting: bool) -> None:
         """Walk running candidates (merged with R_w by priority when ``merge_waiting``).
 
-        Failed running candidates are skipped; R_w is admitted in priority order up to its first
-        failure (B2), after which only running candidates are considered. Consecutive decode
-        candidates are taken in bulk.
-        """
+        Failed running candidates are skipped; R_w is admitted in priority order up to its first failure
+        (B2), after which only running candidates are considered. Consecutive decodes are taken in bulk."""
         m, prompt, mark, prio, no = self._m, self._prompt, self._mark, self._prio, d.no
         waiting = self._waiting if merge_waiting else []
         w = 0  # next waiting candidate; waiting[:w] were admitted

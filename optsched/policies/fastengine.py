@@ -29,15 +29,15 @@ from numba import njit
 from ..replaykernel import batch_time
 from .enginelayout import D_SLOTS, F_SLOTS, L_SLOTS, Q_ROWS, S_SLOTS
 from .lookahead_kernel import fits
-from .slo_kernel import fit_chunk, fits_decode, late_last
+from .slo_kernel import fit_chunk, fits_decode, late_last, mark_optional
 
 # the arrays' rows and slots (:mod:`.enginelayout`): the per-request state Q, the scalars S, the
 # batch being built D (the reference's _Draft), the flags F and the limits L
-_M, _PROMPT, _GEN, _FIXED, _MARK, _OUT, _RANK, _KEY, _SHED = range(len(Q_ROWS))
+_M, _PROMPT, _GEN, _FIXED, _MARK, _OUT, _RANK, _KEY, _SHED, _SKIP = range(len(Q_ROWS))
 _KVRES, _NRUN, _WHEAD, _WLEN, _NITEMS, _NEVICT = range(len(S_SLOTS))
-_NO, _NTOK, _NPRE, _SPRE, _NDEC, _KVDEC, _XPRE, _KVMAX, _PHASE, _NGEN, _BITEMS, _BEVICT = range(len(D_SLOTS))
+_NO, _NTOK, _NPRE, _SPRE, _NDEC, _KVDEC, _XPRE, _KVMAX, _PHASE, _NGEN, _BITEMS, _BEVICT, _CUT = range(len(D_SLOTS))
 _PRE, _DEC = 1, 2
-_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN, _LOOK, _DROP, _SHEDS = range(len(F_SLOTS))
+_HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN, _LOOK, _DROP, _SHEDS, _LAZY = range(len(F_SLOTS))
 _C, _P, _MCAP, _RCAP, _BLOCK, _WATERMARK = range(len(L_SLOTS))
 
 #: The kernels' decorator: cached on disk, and compiled without numba's reference counting
@@ -185,7 +185,8 @@ def _lookahead_fits(E, L, i):  # noqa: ANN001, ANN202
 @_kernel
 def _take_prefill(E, F, L, X, i, admit):  # noqa: ANN001, ANN202
     """Add a prefill chunk of request ``i`` (admitting it from R_w when ``admit``); ``X``: the SLO
-    arguments (cost coefficients, time budget, deadlines, scratch), the chunk cut to the budget."""
+    arguments (cost coefficients, time budget, TTFT deadlines, scratch, then the laxity rule's TPOT
+    targets, first-token times and urgency starts), the chunk cut to the budget."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     if not F[_HYBRID] and D[_PHASE] == _DEC:
         return False
@@ -198,7 +199,7 @@ def _take_prefill(E, F, L, X, i, admit):  # noqa: ANN001, ANN202
         c = want if want <= room else 0
     if X[1] != np.inf:
         args = (D[_NTOK], D[_NPRE], D[_SPRE], D[_NDEC], D[_KVDEC], D[_XPRE], D[_KVMAX])
-        c = fit_chunk(X[0], X[1], *args, c, Q[_M, i])
+        c = fit_chunk(X[0], X[1], *args, c, Q[_M, i], D[_CUT])
     if c <= 0:
         return False
     if admit:
@@ -317,19 +318,20 @@ def _resort_running(E):  # noqa: ANN001, ANN202
 
 @_kernel
 def _group(E, kind):  # noqa: ANN001, ANN202
-    """Snapshot of a running group (1: R_r, 2: its decodes but the deferred ones, 3: its prefills, 4:
-    R_r of ``all``, 5: the deferred decodes, marked ones included) into ``grp``; returns its length."""
+    """Snapshot of a running group (1: R_r, 2: its decodes but the deferred or optional ones, 3: its
+    prefills, 4: R_r of ``all``, 5: the deferred and optional decodes, marked ones included) into ``grp``;
+    returns its length."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     n = 0
     for k in range(S[_NRUN]):
         i = run[k]
         decode = Q[_M, i] >= Q[_PROMPT, i]
         if kind == 5:
-            if decode and Q[_SHED, i]:
+            if decode and Q[_SKIP, i]:
                 grp[n] = i
                 n += 1
             continue
-        if Q[_MARK, i] == D[_NO] or (kind == 2 and (not decode or Q[_SHED, i])) or (kind == 3 and decode):
+        if Q[_MARK, i] == D[_NO] or (kind == 2 and (not decode or Q[_SKIP, i])) or (kind == 3 and decode):
             continue
         grp[n] = i
         n += 1
@@ -338,7 +340,8 @@ def _group(E, kind):  # noqa: ANN001, ANN202
 
 @_kernel
 def _take_deferred(E, F, L, X):  # noqa: ANN001, ANN202
-    """The deferred decodes in R_r's order, each while the batch is empty or stays within the budget."""
+    """The deferred and optional decodes in R_r's order, each while the batch is empty or stays within
+    the budget."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     n = _group(E, 5)
     for x in range(n):
@@ -445,7 +448,8 @@ def _intake(E, F, order, arrival, p, time):  # noqa: ANN001, ANN202
 @_kernel
 def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts, X):  # noqa: ANN001, ANN202
     """Every batch until all requests finished; returns (status, batches): 0 done, 1 an empty
-    batch, 2 a livelock (the reference engine then raises). ``X``: see :func:`_take_prefill`."""
+    batch, 2 a livelock (the reference engine then raises). ``X``: see :func:`_take_prefill`, and the
+    X[4:] of :func:`.slo_kernel.mark_optional`."""
     S, D = E[1], E[2]
     unfinished = Q.shape[1]
     now = 0.0
@@ -470,12 +474,15 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts, X):  
             run, wq, vbuf, grp, dec = E[3][: S[_NRUN]], E[4], E[6], E[10], E[11]
             args = (Q[_M], Q[_PROMPT], Q[_SHED], run, wq, S[_WHEAD], S[_WLEN], X[2], X[3], vbuf, grp, dec)
             late_last(coef, X[1], start, *args)
+        if F[_LAZY]:  # optional decodes after the prefill (.slo_lazy)
+            rows = (Q[_M], Q[_PROMPT], Q[_GEN], Q[_OUT], Q[_SHED], Q[_SKIP], E[3][: S[_NRUN]])
+            D[_CUT] = mark_optional(X[1], start, *rows, E[4], S[_WHEAD], S[_WLEN], X)
         for g in groups:
             if g == 0:
                 _fill_fcfs_waiting(E, F, L, X)
             else:
                 _fill_group(E, F, L, X, g)
-        if F[_SHEDS]:  # deferred decodes last, within the budget (.slo)
+        if F[_SHEDS] or F[_LAZY]:  # deferred and optional decodes last, within the budget (.slo, .slo_lazy)
             _take_deferred(E, F, L, X)
         if D[_BITEMS] == 0 and D[_BEVICT] == 0:
             return 1, nb

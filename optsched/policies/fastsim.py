@@ -33,6 +33,7 @@ from ..schedule import Schedule
 from .config import GROUPS, PolicyConfig
 from .enginelayout import D_SLOTS, F_SLOTS, L_SLOTS, Q_ROWS, S_SLOTS
 from .slo import deadline, resolve, sheds
+from .slo_lazy import urgent_from
 
 __all__ = ["ORDER_KEYS", "compiled_schedule", "compiles", "simulate_columns"]
 
@@ -60,6 +61,16 @@ def _ranks(key_columns: tuple[np.ndarray, ...], arrival: np.ndarray) -> np.ndarr
     return rank
 
 
+def _lazy_rows(instance: Instance, config: PolicyConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The laxity rule's arrays (.slo_lazy): each request's TPOT target (NaN without one), first token's
+    time (NaN until the kernel sets it) and urgency start (:func:`.slo_lazy.urgent_from`); empty
+    without ``tpot_lazy``."""
+    requests = instance.requests if config.tpot_lazy else ()
+    tpot = np.array([r.slo.tpot if r.slo is not None and r.slo.tpot is not None else np.nan for r in requests])
+    urge = np.array([urgent_from(r, config.lazy_horizon) for r in requests])
+    return tpot.astype(np.float64), np.full(len(requests), np.nan), urge.astype(np.float64)
+
+
 def compiles(config: PolicyConfig) -> bool:
     """Whether the kernel runs ``config``: its order has a key function (:data:`ORDER_KEYS`)."""
     return config.order in ORDER_KEYS
@@ -79,6 +90,7 @@ def _flags(instance: Instance, config: PolicyConfig) -> np.ndarray:
         "kv_lookahead": config.kv_lookahead and not config.eviction_free and instance.limits.kv_capacity is not None,
         "ttft_drop": config.ttft_drop,
         "tpot_shed": config.shed_work is not None,
+        "tpot_lazy": config.tpot_lazy,
     }
     return np.array([flags[name] for name in F_SLOTS], np.bool_)
 
@@ -109,6 +121,7 @@ def _state(
     if config.order == _REMAINING:
         Q[Q_ROWS.index("key")] = prompt
     Q[Q_ROWS.index("shed")] = [sheds(instance.cost_model, config, r) for r in instance.requests]
+    Q[Q_ROWS.index("skip")] = Q[Q_ROWS.index("shed")]
     E: tuple[np.ndarray, ...] = (
         Q,
         np.zeros(len(S_SLOTS), np.int64),
@@ -140,9 +153,10 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     flags, limits = _flags(instance, config), _limits(instance, config, m_cap)
     groups = np.array([GROUPS.index(g) for g in config.groups], np.int64)
     coef = Coefficients.of(instance.cost_model)
-    deadlines = np.array([deadline(r) for r in instance.requests] if config.ttft_drop else [], np.float64)
+    slo_rows = config.ttft_drop or config.tpot_lazy
+    deadlines = np.array([deadline(r) for r in instance.requests] if slo_rows else [], np.float64)
     budget = float(config.time_budget) if config.time_budget is not None else np.inf
-    slo = (coef, budget, deadlines, np.zeros(len(deadlines)))  # the kernel's X (.slo_kernel)
+    slo = (coef, budget, deadlines, np.zeros(len(deadlines)), *_lazy_rows(instance, config))  # X (.slo_kernel)
     cap = items_hint or int(out_len.sum() + prompt.sum() // 64 + 2 * n + 1024)
     ev_cap = items_hint or max(n, 1024)
     simulate = kernel("simulate")

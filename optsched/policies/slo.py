@@ -93,6 +93,7 @@ class Draft(Protocol):
     kv_dec: int
     x_pre: int
     kv_max: int
+    cut: bool
 
 
 def resolve(config: PolicyConfig, requests: Sequence[Request], cost: CostModel | None = None) -> PolicyConfig:
@@ -151,7 +152,8 @@ def deadline(request: Request) -> float:
 
 def fit_chunk(cost: CostModel, budget: float, draft: Draft, c: int, m: int) -> int:
     """The largest chunk ``k <= c`` of a request holding ``m`` KV slots whose batch ``draft`` stays
-    within ``budget`` seconds (module docstring); ``c`` when the batch holds no decode."""
+    within ``budget`` seconds (module docstring); ``c`` when the batch holds no decode and is not ``cut``
+    (:mod:`.slo_lazy`)."""
     d = draft
 
     def fits(k: int) -> bool:
@@ -160,7 +162,7 @@ def fit_chunk(cost: CostModel, budget: float, draft: Draft, c: int, m: int) -> i
             <= budget
         )
 
-    if c <= 0 or d.n_dec == 0 or fits(c):
+    if c <= 0 or (d.n_dec == 0 and not d.cut) or fits(c):
         return c
     lo, hi = 0, c - 1
     while lo < hi:

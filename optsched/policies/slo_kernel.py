@@ -1,7 +1,8 @@
 """The SLO-aware batching of :mod:`optsched.policies.slo` as numba kernels, for the compiled engine.
 
 :func:`fit_chunk` cuts a prefill chunk to the time budget, :func:`fits_decode` admits a deferred
-decode and :func:`late_last` reorders the FCFS R_w (a ring buffer) by Moore-Hodgson's rule, with the
+decode, :func:`mark_optional` applies the laxity rule of :mod:`optsched.policies.slo_lazy` and
+:func:`late_last` reorders the FCFS R_w (a ring buffer) by Moore-Hodgson's rule, with the
 reference's arithmetic in the reference's order (the same floating-point sums, the same bisection,
 the same heap ties: the largest work, then the later position), so :mod:`.fastengine`'s batches stay
 the reference engine's. They allocate nothing: the scratch arrays come from the caller.
@@ -14,7 +15,7 @@ from numba import njit
 
 from ..replaykernel import batch_time
 
-__all__ = ["fit_chunk", "fits_decode", "late_last"]
+__all__ = ["fit_chunk", "fits_decode", "late_last", "mark_optional"]
 
 _kernel = njit(cache=True, _nrt=False)
 
@@ -25,9 +26,13 @@ def _fits(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, k, m)
 
 
 @_kernel
-def fit_chunk(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, c, m):  # noqa: ANN001, ANN201
-    """:func:`optsched.policies.slo.fit_chunk` on the batch's counters."""
-    if c <= 0 or n_dec == 0 or _fits(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, c, m):
+def fit_chunk(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, c, m, cut):  # noqa: ANN001, ANN201
+    """:func:`optsched.policies.slo.fit_chunk` on the batch's counters (``cut``: the draft's)."""
+    if (
+        c <= 0
+        or (n_dec == 0 and not cut)
+        or _fits(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max, c, m)
+    ):
         return c
     lo = 0
     hi = c - 1
@@ -46,6 +51,40 @@ def fits_decode(coef, budget, n_tok, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max,
     if n_tok == 0 or budget == np.inf:
         return True
     return batch_time(coef, n_tok + 1, n_pre, s_pre, n_dec + 1, kv_dec + m, x_pre, max(kv_max, m)) <= budget
+
+
+@_kernel
+def _urgent(start, m, prompt, gen, running, wq, head, wlen, due, urge):  # noqa: ANN001, ANN202
+    """Whether a request of R_w (``wlen`` from ``head`` in the ring ``wq``) or a running prefill without its
+    first token is urgent: ``urge[j] <= start < due[j]`` (:func:`optsched.policies.slo_lazy.urgent_from`)."""
+    for pos in range(wlen):
+        j = wq[(head + pos) % len(wq)]
+        if urge[j] <= start < due[j]:
+            return True
+    for j in running:
+        if m[j] < prompt[j] and gen[j] == 0 and urge[j] <= start < due[j]:
+            return True
+    return False
+
+
+@_kernel
+def mark_optional(budget, start, m, prompt, gen, out, shed, skip, running, wq, head, wlen, X):  # noqa: ANN001, ANN201
+    """:func:`optsched.policies.slo_lazy.mark_optional` on the state rows and R_w's ring buffer; ``X``:
+    the SLO arguments of :mod:`.fastengine` (each request's TTFT deadline, TPOT target (NaN without one),
+    first token's time and urgency start); the first token's time is set here at the first batch after
+    it (NaN before), which starts when the batch of the first token ends."""
+    due, tpot, first, urge = X[2], X[4], X[5], X[6]
+    urgent = _urgent(start, m, prompt, gen, running, wq, head, wlen, due, urge)
+    cut = False
+    for i in running:
+        if shed[i] or m[i] < prompt[i] or np.isnan(tpot[i]):
+            skip[i] = shed[i]
+            continue
+        cut = True
+        if np.isnan(first[i]):
+            first[i] = start
+        skip[i] = urgent and not (first[i] + tpot[i] * (out[i] - 1) < start + (out[i] - gen[i] + 1) * budget)
+    return cut
 
 
 @_kernel

@@ -59,7 +59,7 @@ def assert_replays(instance: Instance, name: str) -> None:
 
 def test_registry_lists_every_policy_and_ef_twin():
     base = ["vllm", "vllm-hy", "sarathi", "sarathi-pc", "sarathi-nocp", "sarathi-nohy", "rank-org", "rank-i", "rank-o"]
-    base += ["mc-sf", "srpf", "vllm-v1", "slo-budget", "slo-budget-fcfs", "slo-shed"]
+    base += ["mc-sf", "srpf", "vllm-v1", "slo-budget", "slo-budget-fcfs", "slo-shed", "slo-lazy"]
     assert sorted(base + [b + "-ef" for b in base]) == ALL
     assert set(ALL) <= set(policy_names())
     assert all(POLICIES[n].startswith("optsched.policies.engine:") for n in ALL)

@@ -220,7 +220,7 @@ CANDIDATE_SHARE, BOUND_SHARE = 0.5, 0.3
 #: Policies offered first (the best at meeting SLOs on the traces measured in docs/performance.md:
 #: the SLO-aware ones, then the best of the others); every other policy follows while the time
 #: limit allows (:func:`.candidates.initial_candidates`).
-FIRST_POLICIES = ("slo-shed", "slo-budget", "vllm-hy", "sarathi-pc", "rank-o", "vllm", "sarathi")
+FIRST_POLICIES = ("slo-shed", "slo-budget", "slo-lazy", "vllm-hy", "sarathi-pc", "rank-o", "vllm", "sarathi")
 
 
 def solve_goodput(instance: Instance, opts: InferMaxOptions, budget: TimeBudget) -> SolveResult:
