@@ -65,6 +65,7 @@ from ...load_bounds import load_bounds, proven_bounds
 from ...options import OptionError
 from ...result import Bound, SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
+from ...ttft_block_bounds import block_bound
 from .candidates import Candidate, CandidatePool, candidate_schedules, initial_candidates
 from .data import ModelData, build_data, fits
 from .meanphase import search_applies, search_phase
@@ -551,6 +552,8 @@ def bounds(
     out = _generic_bounds(instance, objective)
     lp_time = budget.left() if budget.limited else FLUID_TIME  # the LPs' HiGHS limit, in seconds (each its own at most)
     out += [b for b in load_bounds(instance, objective, lp_time) if b.name.startswith(("busy-time", "fluid-"))]
+    if objective == "ttft" and instance.requests:  # the batch-end flushes priced on blocks (ttft_block_bounds.py)
+        out.append(block_bound(instance, budget))
     if objective == "makespan" and instance.limits.kv_capacity is not None:
         value, count = kv_time_bound(instance)
         out.append(

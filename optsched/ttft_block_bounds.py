@@ -1,0 +1,258 @@
+r"""A lower bound on mean TTFT that makes every batch end pay its overhead: ``block-flush-ttft``.
+
+``srpt-prefill-flush`` (:mod:`optsched.ttft_bounds`) gives every first token a whole batch overhead
+:math:`\beta_p` after its work, but lets every request have its own overhead for free: under load,
+first tokens queue behind each other's batch ends. The bound here prices that queue exactly, on
+blocks of requests. It holds for every schedule that replays cleanly under the contract (any policy,
+any formulation, evictions or not) and uses only the facts (F0)-(F5) of :mod:`optsched.bounds`.
+
+**The relaxation F.** One machine; job i is released at :math:`r_i` and needs :math:`p_i` of work
+(:func:`optsched.load_bounds.share_terms` with ``first_tokens``, column 0: the p_i of the flush
+bound). At every moment the machine works on one released job, *flushes* (an interval of length
+:math:`\beta_p` in which it does no work), or idles. Job i completes at :math:`C_i`, the end of the
+first flush that starts at or after the moment its work is done. Minimise :math:`\sum_i C_i`.
+
+**Every schedule gives a point of F with** :math:`C_i \le FT_i`. Take the construction of the flush
+bound's proof: under the linear twin (F0), keep in every batch B the items of each request up to its
+first token (F2, F3); a batch with a kept item holds a prefill item and lasts
+:math:`T_B \ge \beta_p + \sum_{y \in B} c_y`. Inside :math:`[s_B, e_B]` run the kept item terms one
+after the other from :math:`s_B` (they end by :math:`e_B - \beta_p`; a request's work is started
+after its arrival, (F1)), then flush in :math:`[e_B - \beta_p, e_B]`. Batches are sequential (F1).
+Stop each job once it has had :math:`p_i`: its work is done by the flush of the batch that ends at
+:math:`FT_i`, so :math:`C_i \le FT_i`.
+
+**Blocks.** Deleting jobs from a point of F (their work becomes idle time, a flush with no job to
+complete may stay) leaves a point of F for the others with the same completions. So for any
+partition of the requests into blocks b, :math:`\sum_b \mathrm{OPT}_F(b) \le \sum_i FT_i`, and with
+each block's own flush bound (which holds for any subset of the requests) and the whole
+instance's, the mean TTFT is at least
+
+.. math:: \frac1N\Big(\max\Big(\sum_b \max(\mathrm{OPT}_F(b) - \textstyle\sum_{i \in b} r_i,\ \Phi_b),\
+          \Phi\Big)\Big),
+
+:math:`\Phi_b`, :math:`\Phi` the flush bound's totals (sorted against arrival plus least prefill
+alone) of block b and of all requests.
+
+**Normal form of F.** (1) *Work in SRPT order.* Fix the flush intervals. The machine's working time
+is then a fixed set; in its own clock (the working time elapsed) jobs are released at fixed points,
+and preemptive SRPT completes by every moment the most jobs any preemptive schedule completes
+(Schrage 1968, as in :mod:`optsched.load_bounds`). A flush completes the jobs done before it and
+not yet completed, so with SRPT's work every flush completes at least as many jobs in all up to
+it, and since the flush ends increase, :math:`\sum_i C_i` does not grow (Abel summation). (2)
+*Flush at a work completion.* Let a flush start at f and let t be the last moment at or before f at
+which a job's work is done. If t is before the previous flush's end, this flush completes no job:
+make it idle time. Otherwise exchange the flush with the interval :math:`[t, f]` (the work in it is
+done :math:`\beta_p` later, still before the next flush, and no job's work is done inside it): the
+same jobs complete :math:`f - t` earlier, no other job later. So every point of F is matched by
+one, no worse, in which the machine runs SRPT (working whenever a released job has work left) and
+flushes only at the moments a job's work is done: at each such moment the only choice is to flush
+or to go on. The search below enumerates exactly these choices, a binary tree of depth at most
+n, and prunes a node by
+
+.. math:: \text{cost so far} + k(t + \beta_p) + \sum_{j\ \text{not done}} (S_j + \beta_p),
+
+k the jobs whose work is done and not yet flushed, :math:`S_j` the completions of SRPT without
+flushes from the node's state (no flush continuation completes more work by any moment). Stopped
+by its time budget, the search answers the least of this bound over the nodes not yet explored and
+the best leaf found (every schedule lies under one of them), never the best leaf alone.
+
+**Blocks chosen.** Blocks are runs of consecutive arrivals; the busy periods of SRPT without
+flushes are kept whole where they fit, and the block size grows (:data:`BLOCK_SIZES`) while the
+budget lasts; every partition gives a valid bound and the largest is taken.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+import numpy as np
+
+from .bounds import prefill_alone_time
+from .budget import NO_LIMIT, TimeBudget
+from .instance import Instance
+from .load_bounds import share_terms, srpt_completions
+from .result import Bound
+from .ttft_bounds import SAFETY, flush_mean_bound, flush_overhead
+
+__all__ = ["BLOCK_SIZES", "BLOCK_TIME", "block_bound", "block_mean_bound", "flush_relaxation_optimum"]
+
+#: The block sizes tried, in order, while the budget lasts.
+BLOCK_SIZES = (6, 10, 14, 20, 28, 40)
+
+#: Seconds the block search takes at most without a time limit.
+BLOCK_TIME = 10.0
+
+#: Nodes explored between two looks at the clock.
+_CHECK_EVERY = 256
+
+
+def _release_upto(t: float, rem: list[float], nxt: int, rel: list[float], work: list[float]) -> int:
+    """Add to ``rem`` (sorted) the jobs released by ``t``; the index of the next one."""
+    while nxt < len(rel) and rel[nxt] <= t:
+        bisect.insort(rem, work[nxt])
+        nxt += 1
+    return nxt
+
+
+def _next_done(t: float, rem: list[float], nxt: int, rel: list[float], work: list[float]) -> tuple[float, int]:
+    """Run SRPT from ``t`` (``rem`` sorted, changed in place) until a job's work is done; that moment
+    and the next unreleased index. Some job must be left."""
+    while True:
+        if not rem:
+            t = max(t, rel[nxt])
+            nxt = _release_upto(t, rem, nxt, rel, work)
+        finish = t + rem[0]
+        if nxt < len(rel) and rel[nxt] < finish:
+            rem[0] -= rel[nxt] - t
+            t = rel[nxt]
+            left = rem.pop(0)
+            nxt = _release_upto(t, rem, nxt, rel, work)
+            bisect.insort(rem, left)
+            continue
+        rem.pop(0)
+        return finish, _release_upto(finish, rem, nxt, rel, work)
+
+
+def _srpt_tail(t: float, rem: list[float], nxt: int, rel: list[float], work: list[float]) -> float:
+    """Sum of SRPT's completions, without flushes, of the jobs not done, from the state ``(t, rem, nxt)``."""
+    rem = list(rem)
+    total = 0.0
+    while rem or nxt < len(rel):
+        t, nxt = _next_done(t, rem, nxt, rel, work)
+        total += t
+    return total
+
+
+def flush_relaxation_optimum(
+    release: np.ndarray, work: np.ndarray, overhead: float, budget: TimeBudget = NO_LIMIT
+) -> tuple[float, bool]:
+    r"""The least :math:`\sum_i C_i` of the relaxation F (module docstring) for jobs released at
+    ``release`` needing ``work`` with flushes of length ``overhead``, or a proven lower bound on it
+    when ``budget`` expires: (value, whether exact). No safety margin is taken."""
+    order = np.argsort(release, kind="stable")
+    rel, wk = [float(x) for x in release[order]], [float(x) for x in work[order]]
+    n = len(rel)
+    if n == 0:
+        return 0.0, True
+    beta = float(overhead)
+    count = len(rel)
+
+    def bound(t: float, rem: list[float], nxt: int, k: int, cost: float) -> float:
+        left = len(rem) + count - nxt
+        return cost + k * (t + beta) + _srpt_tail(t, rem, nxt, rel, wk) + left * beta
+
+    rem0: list[float] = []
+    t0, nxt0 = _next_done(rel[0], rem0, _release_upto(rel[0], rem0, 0, rel, wk), rel, wk)
+    stack = [(bound(t0, rem0, nxt0, 1, 0.0), t0, rem0, nxt0, 1, 0.0)]
+    best, seen = math.inf, 0
+    while stack:
+        seen += 1
+        if seen % _CHECK_EVERY == 0 and budget.expired():
+            return min(best, min(node[0] for node in stack)), False
+        lb, t, rem, nxt, k, cost = stack.pop()
+        if lb >= best:
+            continue
+        if not rem and nxt == count:  # all work done: the last flush
+            best = min(best, cost + k * (t + beta))
+            continue
+        children = []
+        flushed = t + beta  # flush now: the k done jobs complete at t + beta
+        rem_f = list(rem)
+        nxt_f = _release_upto(flushed, rem_f, nxt, rel, wk)
+        t_f, nxt_f = _next_done(flushed, rem_f, nxt_f, rel, wk)
+        children.append((cost + k * flushed, t_f, rem_f, nxt_f, 1))
+        rem_c = list(rem)  # go on: one more job's work done before the next flush
+        t_c, nxt_c = _next_done(t, rem_c, nxt, rel, wk)
+        children.append((cost, t_c, rem_c, nxt_c, k + 1))
+        scored = [(bound(tc, rc, nc, kc, cc), tc, rc, nc, kc, cc) for cc, tc, rc, nc, kc in children]
+        scored.sort(key=lambda node: -node[0])  # the smaller bound explored first
+        stack.extend(node for node in scored if node[0] < best)
+    return best, True
+
+
+def _busy_runs(release: np.ndarray, work: np.ndarray) -> list[int]:
+    """Sizes of the runs of consecutive arrivals (sorted) that SRPT without flushes serves in one
+    busy period."""
+    order = np.argsort(release, kind="stable")
+    rel, wk = release[order], work[order]
+    runs: list[int] = []
+    end = -math.inf
+    for r, p in zip(rel.tolist(), wk.tolist()):
+        if r > end or not runs:
+            runs.append(0)
+            end = r
+        runs[-1] += 1
+        end += p
+    return runs
+
+
+def _blocks(runs: list[int], size: int) -> list[tuple[int, int]]:
+    """Blocks (start, stop) of the sorted jobs, at most ``size`` each: whole busy runs packed
+    greedily, a longer run cut into pieces of ``size``."""
+    out: list[tuple[int, int]] = []
+    start = pos = 0
+    for run in runs:
+        if run > size:
+            if pos > start:
+                out.append((start, pos))
+            out += [(a, min(a + size, pos + run)) for a in range(pos, pos + run, size)]
+            start = pos = pos + run
+            continue
+        if pos + run - start > size:
+            out.append((start, pos))
+            start = pos
+        pos += run
+    if pos > start:
+        out.append((start, pos))
+    return out
+
+
+def block_mean_bound(
+    release: np.ndarray, work: np.ndarray, alone: np.ndarray, overhead: float, budget: TimeBudget = NO_LIMIT
+) -> tuple[float, int, bool]:
+    """The mean of the module docstring (seconds) for the blocks of each size of :data:`BLOCK_SIZES`
+    tried within ``budget``, less the safety margin: (value, block size of the best partition, whether
+    every block of it was solved exactly). ``overhead``: beta_p (a test plants a larger, invalid one)."""
+    n = len(release)
+    if n == 0:
+        return 0.0, 0, True
+    order = np.argsort(release, kind="stable")
+    rel, wk, al = release[order], work[order], alone[order]
+    whole = flush_mean_bound(srpt_completions(rel, wk), rel, al, overhead) * n
+    best, best_size, best_exact = whole, 0, True
+    runs = _busy_runs(rel, wk)
+    for size in BLOCK_SIZES:
+        if budget.expired():
+            break
+        total, exact = 0.0, True
+        for a, b in _blocks(runs, size):
+            r, p = rel[a:b], wk[a:b]
+            flush_b = flush_mean_bound(srpt_completions(r, p), r, al[a:b], overhead) * (b - a)
+            value, done = flush_relaxation_optimum(r, p, overhead, budget)
+            exact &= done
+            opt = value - math.fsum(r)
+            margin = SAFETY * (abs(value) + math.fsum(np.abs(r)))
+            total += max(opt - margin, flush_b)
+        if total > best:
+            best, best_size, best_exact = total, size, exact
+        if size >= n:
+            break
+    return max(0.0, best / n), best_size, best_exact
+
+
+def block_bound(instance: Instance, budget: TimeBudget = NO_LIMIT) -> Bound:
+    """The ``block-flush-ttft`` :class:`~optsched.result.Bound` (mean TTFT, seconds) within ``budget``
+    (at most :data:`BLOCK_TIME` s)."""
+    release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
+    work = share_terms(instance, True)[:, 0]
+    alone = np.array([prefill_alone_time(instance, r.prompt_tokens) for r in instance.requests])
+    beta = flush_overhead(instance)
+    value, size, exact = block_mean_bound(release, work, alone, beta, budget.within(BLOCK_TIME))
+    how = "the whole instance's flush bound" if size == 0 else f"blocks of at most {size} consecutive arrivals"
+    note = (
+        f"one machine, SRPT over each request's prefill work, every batch end a flush of {beta:.3g} s of its time, "
+        f"exact optimum on {how}{'' if exact else ' (search cut by time: least open node)'} "
+        "(optsched/ttft_block_bounds.py)"
+    )
+    return Bound("block-flush-ttft", value, True, note)
