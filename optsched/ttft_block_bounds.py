@@ -134,7 +134,7 @@ def flush_relaxation_optimum(
     rel, wk = [float(x) for x in release[order]], [float(x) for x in work[order]]
     n = len(rel)
     if n == 0:
-        return 0.0, True
+        return 0.0, 0.0, True
     beta = float(overhead)
     count = len(rel)
 
@@ -149,7 +149,7 @@ def flush_relaxation_optimum(
     while stack:
         seen += 1
         if seen % _CHECK_EVERY == 0 and budget.expired():
-            return min(best, min(node[0] for node in stack)), False
+            return min(best, min(node[0] for node in stack)), best, False
         lb, t, rem, nxt, k, cost = stack.pop()
         if lb >= best:
             continue
@@ -168,7 +168,7 @@ def flush_relaxation_optimum(
         scored = [(bound(tc, rc, nc, kc, cc), tc, rc, nc, kc, cc) for cc, tc, rc, nc, kc in children]
         scored.sort(key=lambda node: -node[0])  # the smaller bound explored first
         stack.extend(node for node in scored if node[0] < best)
-    return best, True
+    return best, best, True
 
 
 def _busy_runs(release: np.ndarray, work: np.ndarray) -> list[int]:
@@ -229,7 +229,7 @@ def block_mean_bound(
         for a, b in _blocks(runs, size):
             r, p = rel[a:b], wk[a:b]
             flush_b = flush_mean_bound(srpt_completions(r, p), r, al[a:b], overhead) * (b - a)
-            value, done = flush_relaxation_optimum(r, p, overhead, budget)
+            value, _, done = flush_relaxation_optimum(r, p, overhead, budget)
             exact &= done
             opt = value - math.fsum(r)
             margin = SAFETY * (abs(value) + math.fsum(np.abs(r)))
