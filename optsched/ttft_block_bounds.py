@@ -229,7 +229,7 @@ def block_mean_bound(
         for a, b in _blocks(runs, size):
             r, p = rel[a:b], wk[a:b]
             flush_b = flush_mean_bound(srpt_completions(r, p), r, al[a:b], overhead) * (b - a)
-            value, _, done = flush_relaxation_optimum(r, p, overhead, budget)
+            value, _, done = flush_relaxation_optimum(r, p, overhead, budget.share((b - a) / (n - a)))
             exact &= done
             opt = value - math.fsum(r)
             margin = SAFETY * (abs(value) + math.fsum(np.abs(r)))
