@@ -58,7 +58,8 @@ the best leaf found (every schedule lies under one of them), never the best leaf
 
 **Blocks chosen.** Blocks are runs of consecutive arrivals; the busy periods of SRPT without
 flushes are kept whole where they fit, and the block size grows (:data:`BLOCK_SIZES`) while the
-budget lasts; every partition gives a valid bound and the largest is taken.
+budget lasts, each block searched within its share of the time left (in proportion to its jobs);
+every partition gives a valid bound and the largest is taken.
 """
 
 from __future__ import annotations
