@@ -36,25 +36,31 @@ alone) of block b and of all requests.
 **Normal form of F.** (1) *Work in SRPT order.* Fix the flush intervals. The machine's working time
 is then a fixed set; in its own clock (the working time elapsed) jobs are released at fixed points,
 and preemptive SRPT completes by every moment the most jobs any preemptive schedule completes
-(Schrage 1968, as in :mod:`optsched.load_bounds`). A flush completes the jobs done before it and
-not yet completed, so with SRPT's work every flush completes at least as many jobs in all up to
-it, and since the flush ends increase, :math:`\sum_i C_i` does not grow (Abel summation). (2)
-*Flush at a work completion.* Let a flush start at f and let t be the last moment at or before f at
-which a job's work is done. If t is before the previous flush's end, this flush completes no job:
-make it idle time. Otherwise exchange the flush with the interval :math:`[t, f]` (the work in it is
-done :math:`\beta_p` later, still before the next flush, and no job's work is done inside it): the
-same jobs complete :math:`f - t` earlier, no other job later. So every point of F is matched by
-one, no worse, in which the machine runs SRPT (working whenever a released job has work left) and
-flushes only at the moments a job's work is done: at each such moment the only choice is to flush
-or to go on. The search below enumerates exactly these choices, a binary tree of depth at most
-n, and prunes a node by
-
-.. math:: \text{cost so far} + k(t + \beta_p) + \sum_{j\ \text{not done}} (S_j + \beta_p),
-
-k the jobs whose work is done and not yet flushed, :math:`S_j` the completions of SRPT without
-flushes from the node's state (no flush continuation completes more work by any moment). Stopped
-by its time budget, the search answers the least of this bound over the nodes not yet explored and
-the best leaf found (every schedule lies under one of them), never the best leaf alone.
+(Schrage 1968, as in :mod:`optsched.load_bounds`; it holds from any initial remaining works). A
+flush completes the jobs done before it and not yet completed, so with SRPT's work every flush
+completes at least as many jobs in all up to it, and since the flush ends increase,
+:math:`\sum_i C_i` does not grow (Abel summation); a flush that completes no job becomes idle
+time. (2) *Flush at a work completion.* Take the flushes in time order. Let flush j start at
+:math:`f` and t be the last moment before it at which a job's work is done (after the previous
+flush's end, or the flush completes nothing). Exchange the flush with :math:`[t, f]`: the work in
+it is done :math:`\beta_p` later, by :math:`f + \beta_p`, so every job's state at
+:math:`f + \beta_p` is as before, and the same jobs complete :math:`f - t` earlier. Then apply (1)
+to what follows :math:`f + \beta_p` from that state, and go on with flush j + 1: after at most n
+flushes the machine runs SRPT (working whenever a released job has work left) and flushes only at
+moments when a job's work is done, no worse than the point it started from. At each such moment
+the only choice is to flush or to go on: the search enumerates exactly these choices, a binary
+tree of depth at most n. It prunes a node (time t, k jobs done and not yet flushed) by the larger
+of two lower bounds on its leaves: the cost so far plus :math:`k(t + \beta_p) + \sum_j (S_j +
+\beta_p)` over the jobs not done, :math:`S_j` the completions of SRPT without flushes from the
+node's state (no continuation does more work by any moment); and the cost so far plus the optimum
+of F for the jobs released by t as if no other came (SRPT in order of remaining work, the flushes
+closing runs of consecutive completions, an O(m^2) dynamic programme) plus the jobs not yet
+released on their own (SRPT without flushes from their releases, plus :math:`\beta_p` each;
+deleting jobs is a relaxation, so the two parts add up). A flush after which no released job has
+work left starts an independent part: its optimum is that of the jobs not yet released, solved
+once and shared by every branch that reaches it. Stopped by its time budget, the search answers
+the least of the bound over the nodes not yet explored and of the leaves found (every schedule
+lies under one of them), never the best leaf alone.
 
 **Blocks chosen.** Blocks are runs of consecutive arrivals; the busy periods of SRPT without
 flushes are kept whole where they fit, and the block size grows (:data:`BLOCK_SIZES`) while the
@@ -79,7 +85,7 @@ from .ttft_bounds import SAFETY, flush_mean_bound, flush_overhead
 __all__ = ["BLOCK_SIZES", "BLOCK_TIME", "block_bound", "block_mean_bound", "flush_relaxation_optimum"]
 
 #: The block sizes tried, in order, while the budget lasts.
-BLOCK_SIZES = (6, 10, 14, 20, 28, 40)
+BLOCK_SIZES = (4, 6, 10, 20, 40, 80, 160, 320)
 
 #: Seconds the block search takes at most without a time limit.
 BLOCK_TIME = 10.0
@@ -125,51 +131,96 @@ def _srpt_tail(t: float, rem: list[float], nxt: int, rel: list[float], work: lis
     return total
 
 
+def _grouped(t: float, rem: list[float], k: int, beta: float) -> float:
+    """The least sum of completions in F of ``k`` jobs with no work left and jobs of work ``rem``
+    (sorted), all released at ``t``: SRPT runs them in order, and each flush closes a run of
+    consecutive ones and delays every later one by ``beta`` (O(m^2) dynamic programme)."""
+    works = [0.0] * k + rem
+    m = len(works)
+    done = np.cumsum(works).tolist()
+    tail = [0.0] * (m + 1)
+    for i in range(m - 1, -1, -1):
+        tail[i] = beta * (m - i) + min((e - i + 1) * done[e] + tail[e + 1] for e in range(i, m))
+    return m * t + tail[0]
+
+
 def flush_relaxation_optimum(
     release: np.ndarray, work: np.ndarray, overhead: float, budget: TimeBudget = NO_LIMIT
-) -> tuple[float, bool]:
+) -> tuple[float, float, bool]:
     r"""The least :math:`\sum_i C_i` of the relaxation F (module docstring) for jobs released at
-    ``release`` needing ``work`` with flushes of length ``overhead``, or a proven lower bound on it
-    when ``budget`` expires: (value, whether exact). No safety margin is taken."""
+    ``release`` needing ``work`` with flushes of length ``overhead``: (a proven lower bound on it,
+    the best schedule's value found, whether the search ended: then both are the optimum). The
+    search stops once ``budget`` expires; no safety margin is taken."""
     order = np.argsort(release, kind="stable")
     rel, wk = [float(x) for x in release[order]], [float(x) for x in work[order]]
-    n = len(rel)
-    if n == 0:
+    if not rel:
         return 0.0, 0.0, True
-    beta = float(overhead)
-    count = len(rel)
+    return _Search(rel, wk, float(overhead), budget).suffix(0)
 
-    def bound(t: float, rem: list[float], nxt: int, k: int, cost: float) -> float:
-        left = len(rem) + count - nxt
-        return cost + k * (t + beta) + _srpt_tail(t, rem, nxt, rel, wk) + left * beta
 
-    rem0: list[float] = []
-    t0, nxt0 = _next_done(rel[0], rem0, _release_upto(rel[0], rem0, 0, rel, wk), rel, wk)
-    stack = [(bound(t0, rem0, nxt0, 1, 0.0), t0, rem0, nxt0, 1, 0.0)]
-    best, seen = math.inf, 0
-    while stack:
-        seen += 1
-        if seen % _CHECK_EVERY == 0 and budget.expired():
-            return min(best, min(node[0] for node in stack)), best, False
-        lb, t, rem, nxt, k, cost = stack.pop()
-        if lb >= best:
-            continue
-        if not rem and nxt == count:  # all work done: the last flush
-            best = min(best, cost + k * (t + beta))
-            continue
-        children = []
-        flushed = t + beta  # flush now: the k done jobs complete at t + beta
-        rem_f = list(rem)
-        nxt_f = _release_upto(flushed, rem_f, nxt, rel, wk)
-        t_f, nxt_f = _next_done(flushed, rem_f, nxt_f, rel, wk)
-        children.append((cost + k * flushed, t_f, rem_f, nxt_f, 1))
-        rem_c = list(rem)  # go on: one more job's work done before the next flush
-        t_c, nxt_c = _next_done(t, rem_c, nxt, rel, wk)
-        children.append((cost, t_c, rem_c, nxt_c, k + 1))
-        scored = [(bound(tc, rc, nc, kc, cc), tc, rc, nc, kc, cc) for cc, tc, rc, nc, kc in children]
-        scored.sort(key=lambda node: -node[0])  # the smaller bound explored first
-        stack.extend(node for node in scored if node[0] < best)
-    return best, best, True
+class _Search:
+    """The search of the module docstring over the jobs ``rel``, ``wk`` (sorted by release).
+
+    :meth:`suffix` solves the jobs from index j on, the machine free at their first release; a
+    flush after which no released job has work left ends a branch with the suffix of the jobs not
+    yet released, solved once (memoised): the part after an idle machine does not depend on the
+    part before it."""
+
+    def __init__(self, rel: list[float], wk: list[float], beta: float, budget: TimeBudget) -> None:
+        self.rel, self.wk, self.beta, self.budget = rel, wk, beta, budget
+        self.count = len(rel)
+        self.memo: dict[int, tuple[float, float, bool]] = {self.count: (0.0, 0.0, True)}
+        self.alone = [0.0] * (self.count + 1)  # the jobs j.. on their own: SRPT without flushes, beta each
+        for j in range(self.count - 1, -1, -1):
+            self.alone[j] = _srpt_tail(rel[j], [], j, rel, wk) + (self.count - j) * beta
+
+    def bound(self, t: float, rem: list[float], nxt: int, k: int, cost: float) -> float:
+        """A lower bound on every leaf under the node: the work of all without flushes, or the jobs
+        released by t grouped exactly (as if nothing else came) plus the others on their own."""
+        left = len(rem) + self.count - nxt
+        together = k * (t + self.beta) + _srpt_tail(t, rem, nxt, self.rel, self.wk) + left * self.beta
+        return cost + max(together, _grouped(t, rem, k, self.beta) + self.alone[nxt])
+
+    def suffix(self, start: int) -> tuple[float, float, bool]:
+        """(lower bound, best value found, exact) of F on the jobs ``start``.., each in seconds summed."""
+        if start in self.memo:
+            return self.memo[start]
+        rel, wk, beta = self.rel, self.wk, self.beta
+        rem0: list[float] = []
+        t0, nxt0 = _next_done(rel[start], rem0, _release_upto(rel[start], rem0, start, rel, wk), rel, wk)
+        stack = [(self.bound(t0, rem0, nxt0, 1, 0.0), t0, rem0, nxt0, 1, 0.0)]
+        best = low = math.inf  # the best leaf found; the least lower bound of a leaf
+        exact, seen = True, 0
+        while stack:
+            seen += 1
+            if seen % _CHECK_EVERY == 0 and self.budget.expired():
+                low, exact = min(low, min(node[0] for node in stack)), False
+                break
+            lb, t, rem, nxt, k, cost = stack.pop()
+            if lb >= best:
+                continue
+            if not rem and nxt == self.count:  # all work done: the last flush
+                best = low = min(best, cost + k * (t + beta))
+                continue
+            flushed = t + beta  # flush now: the k done jobs complete at t + beta
+            rem_f = list(rem)
+            nxt_f = _release_upto(flushed, rem_f, nxt, rel, wk)
+            children = []
+            if rem_f:
+                t_f, nxt_f = _next_done(flushed, rem_f, nxt_f, rel, wk)
+                children.append((cost + k * flushed, t_f, rem_f, nxt_f, 1))
+            else:  # idle until the next release: the rest is a suffix
+                sub_low, sub_best, sub_exact = self.suffix(nxt_f)
+                best = min(best, cost + k * flushed + sub_best)
+                low, exact = min(low, cost + k * flushed + sub_low), exact and sub_exact
+            rem_c = list(rem)  # go on: one more job's work done before the next flush
+            t_c, nxt_c = _next_done(t, rem_c, nxt, rel, wk)
+            children.append((cost, t_c, rem_c, nxt_c, k + 1))
+            scored = [(self.bound(tc, rc, nc, kc, cc), tc, rc, nc, kc, cc) for cc, tc, rc, nc, kc in children]
+            scored.sort(key=lambda node: -node[0])  # the smaller bound explored first
+            stack.extend(node for node in scored if node[0] < best)
+        self.memo[start] = (low, best, exact)
+        return self.memo[start]
 
 
 def _busy_runs(release: np.ndarray, work: np.ndarray) -> list[int]:
@@ -210,7 +261,7 @@ def _blocks(runs: list[int], size: int) -> list[tuple[int, int]]:
 
 
 def block_mean_bound(
-    release: np.ndarray, work: np.ndarray, alone: np.ndarray, overhead: float, budget: TimeBudget = NO_LIMIT
+    release: np.ndarray, work: np.ndarray, alone: np.ndarray, overhead: float, budget: TimeBudget
 ) -> tuple[float, int, bool]:
     """The mean of the module docstring (seconds) for the blocks of each size of :data:`BLOCK_SIZES`
     tried within ``budget``, less the safety margin: (value, block size of the best partition, whether
@@ -223,11 +274,14 @@ def block_mean_bound(
     whole = flush_mean_bound(srpt_completions(rel, wk), rel, al, overhead) * n
     best, best_size, best_exact = whole, 0, True
     runs = _busy_runs(rel, wk)
+    tried: list[list[tuple[int, int]]] = []
     for size in BLOCK_SIZES:
-        if budget.expired():
-            break
+        blocks = _blocks(runs, size)
+        if budget.expired() or blocks in tried:
+            continue
+        tried.append(blocks)
         total, exact = 0.0, True
-        for a, b in _blocks(runs, size):
+        for a, b in blocks:
             r, p = rel[a:b], wk[a:b]
             flush_b = flush_mean_bound(srpt_completions(r, p), r, al[a:b], overhead) * (b - a)
             value, _, done = flush_relaxation_optimum(r, p, overhead, budget.share((b - a) / (n - a)))
