@@ -284,6 +284,9 @@ def block_mean_bound(
         for a, b in blocks:
             r, p = rel[a:b], wk[a:b]
             flush_b = flush_mean_bound(srpt_completions(r, p), r, al[a:b], overhead) * (b - a)
+            if budget.expired():  # the rest of this partition: each block's flush bound
+                total, exact = total + flush_b, False
+                continue
             value, _, done = flush_relaxation_optimum(r, p, overhead, budget.share((b - a) / (n - a)))
             exact &= done
             opt = value - math.fsum(r)
@@ -304,10 +307,13 @@ def block_bound(instance: Instance, budget: TimeBudget = NO_LIMIT) -> Bound:
     alone = np.array([prefill_alone_time(instance, r.prompt_tokens) for r in instance.requests])
     beta = flush_overhead(instance)
     value, size, exact = block_mean_bound(release, work, alone, beta, budget.within(BLOCK_TIME))
-    how = "the whole instance's flush bound" if size == 0 else f"blocks of at most {size} consecutive arrivals"
+    if size == 0:
+        how = "no block partition tried is above the whole instance's flush bound, which is listed"
+    else:
+        what = "exact optimum" if exact else "a search cut by time: its least open node"
+        how = f"{what} on blocks of at most {size} consecutive arrivals"
     note = (
-        f"one machine, SRPT over each request's prefill work, every batch end a flush of {beta:.3g} s of its time, "
-        f"exact optimum on {how}{'' if exact else ' (search cut by time: least open node)'} "
-        "(optsched/ttft_block_bounds.py)"
+        f"one machine, SRPT over each request's prefill work, every batch end a flush of {beta:.3g} s of its time; "
+        f"{how} (optsched/ttft_block_bounds.py)"
     )
     return Bound("block-flush-ttft", value, True, note)
