@@ -24,14 +24,16 @@ Stop each job once it has had :math:`p_i`: its work is done by the flush of the 
 **Blocks.** Deleting jobs from a point of F (their work becomes idle time, a flush with no job to
 complete may stay) leaves a point of F for the others with the same completions. So for any
 partition of the requests into blocks b, :math:`\sum_b \mathrm{OPT}_F(b) \le \sum_i FT_i`, and with
-each block's own flush bound (which holds for any subset of the requests) and the whole
-instance's, the mean TTFT is at least
+each block's own flush bound :math:`\Phi_b` and ``srpt-prefill`` bound (both hold for any subset
+of the requests: their proofs keep only that subset's items) and the whole instance's flush bound,
+the mean TTFT is at least
 
-.. math:: \frac1N\Big(\max\Big(\sum_b \max(\mathrm{OPT}_F(b) - \textstyle\sum_{i \in b} r_i,\ \Phi_b),\
-          \Phi\Big)\Big),
+.. math:: \frac1N\Big(\max\Big(\sum_b \max(\mathrm{OPT}_F(b) - \textstyle\sum_{i \in b} r_i,\
+          \Phi_b, \Sigma_b),\ \Phi\Big)\Big),
 
 :math:`\Phi_b`, :math:`\Phi` the flush bound's totals (sorted against arrival plus least prefill
-alone) of block b and of all requests.
+alone) of block b and of all requests, :math:`\Sigma_b` the largest ``srpt-prefill`` total of
+block b over the share weights.
 
 **Normal form of F.** (1) *Work in SRPT order.* Fix the flush intervals. The machine's working time
 is then a fixed set; in its own clock (the working time elapsed) jobs are released at fixed points,
@@ -72,17 +74,25 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from .bounds import prefill_alone_time
 from .budget import NO_LIMIT, TimeBudget
 from .instance import Instance
-from .load_bounds import share_terms, srpt_completions
+from .load_bounds import SHARE_WEIGHTS, mix_shares, share_terms, srpt_completions, srpt_mean_bound
 from .result import Bound
 from .ttft_bounds import SAFETY, flush_mean_bound, flush_overhead
 
-__all__ = ["BLOCK_SIZES", "BLOCK_TIME", "block_bound", "block_mean_bound", "flush_relaxation_optimum"]
+__all__ = [
+    "BLOCK_SIZES",
+    "BLOCK_TIME",
+    "block_bound",
+    "block_mean_bound",
+    "flush_relaxation_optimum",
+    "srpt_prefill_works",
+]
 
 #: The block sizes tried, in order, while the budget lasts.
 BLOCK_SIZES = (4, 6, 10, 20, 40, 80, 160, 320)
@@ -261,16 +271,24 @@ def _blocks(runs: list[int], size: int) -> list[tuple[int, int]]:
 
 
 def block_mean_bound(
-    release: np.ndarray, work: np.ndarray, alone: np.ndarray, overhead: float, budget: TimeBudget
+    release: np.ndarray,
+    work: np.ndarray,
+    alone: np.ndarray,
+    overhead: float,
+    budget: TimeBudget,
+    shared: Sequence[np.ndarray] = (),
 ) -> tuple[float, int, bool]:
     """The mean of the module docstring (seconds) for the blocks of each size of :data:`BLOCK_SIZES`
     tried within ``budget``, less the safety margin: (value, block size of the best partition, whether
-    every block of it was solved exactly). ``overhead``: beta_p (a test plants a larger, invalid one)."""
+    every block of it was solved exactly). ``overhead``: beta_p (a test plants a larger, invalid one);
+    ``shared``: the works of ``srpt-prefill`` (:func:`optsched.load_bounds.mix_shares`), whose bound on
+    each block also raises it."""
     n = len(release)
     if n == 0:
         return 0.0, 0, True
     order = np.argsort(release, kind="stable")
     rel, wk, al = release[order], work[order], alone[order]
+    shares = [np.asarray(x)[order] for x in shared]
     whole = flush_mean_bound(srpt_completions(rel, wk), rel, al, overhead) * n
     best, best_size, best_exact = whole, 0, True
     runs = _busy_runs(rel, wk)
@@ -284,6 +302,7 @@ def block_mean_bound(
         for a, b in blocks:
             r, p = rel[a:b], wk[a:b]
             flush_b = flush_mean_bound(srpt_completions(r, p), r, al[a:b], overhead) * (b - a)
+            flush_b = max([flush_b, *(srpt_mean_bound(r, x[a:b], al[a:b]) * (b - a) for x in shares)])
             if budget.expired():  # the rest of this partition: each block's flush bound
                 total, exact = total + flush_b, False
                 continue
@@ -299,6 +318,14 @@ def block_mean_bound(
     return max(0.0, best / n), best_size, best_exact
 
 
+def srpt_prefill_works(instance: Instance) -> list[np.ndarray]:
+    """The works p_i of ``srpt-prefill`` (:mod:`optsched.load_bounds`), one array per weight vector of
+    :data:`~optsched.load_bounds.SHARE_WEIGHTS` that applies (a memory share only with a KV capacity)."""
+    has_memory = instance.limits.kv_capacity is not None
+    terms = share_terms(instance, True)
+    return [mix_shares(terms, w, has_memory) for w in SHARE_WEIGHTS if has_memory or not w[2]]
+
+
 def block_bound(instance: Instance, budget: TimeBudget = NO_LIMIT) -> Bound:
     """The ``block-flush-ttft`` :class:`~optsched.result.Bound` (mean TTFT, seconds) within ``budget``
     (at most :data:`BLOCK_TIME` s)."""
@@ -306,7 +333,9 @@ def block_bound(instance: Instance, budget: TimeBudget = NO_LIMIT) -> Bound:
     work = share_terms(instance, True)[:, 0]
     alone = np.array([prefill_alone_time(instance, r.prompt_tokens) for r in instance.requests])
     beta = flush_overhead(instance)
-    value, size, exact = block_mean_bound(release, work, alone, beta, budget.within(BLOCK_TIME))
+    value, size, exact = block_mean_bound(
+        release, work, alone, beta, budget.within(BLOCK_TIME), srpt_prefill_works(instance)
+    )
     if size == 0:
         how = "no block partition tried is above the whole instance's flush bound, which is listed"
     else:

@@ -23,7 +23,13 @@ import pytest
 from optsched.bounds import prefill_alone_time
 from optsched.budget import TimeBudget
 from optsched.load_bounds import share_terms
-from optsched.ttft_block_bounds import BLOCK_TIME, block_bound, block_mean_bound, flush_relaxation_optimum
+from optsched.ttft_block_bounds import (
+    BLOCK_TIME,
+    block_bound,
+    block_mean_bound,
+    flush_relaxation_optimum,
+    srpt_prefill_works,
+)
 from optsched.ttft_bounds import flush_overhead
 from tests.support.infermax import tiny_instance
 from tests.test_load_bounds import TINY, loaded_instance, optimum, policy_values
@@ -94,7 +100,8 @@ def block_value(inst, overhead_scale: float = 1.0) -> float:
     release = np.array([r.arrival for r in inst.requests], dtype=np.float64)
     alone = np.array([prefill_alone_time(inst, r.prompt_tokens) for r in inst.requests])
     work = share_terms(inst, True)[:, 0]
-    return block_mean_bound(release, work, alone, overhead_scale * flush_overhead(inst), TimeBudget.of(BLOCK_TIME))[0]
+    beta = overhead_scale * flush_overhead(inst)
+    return block_mean_bound(release, work, alone, beta, TimeBudget.of(BLOCK_TIME), srpt_prefill_works(inst))[0]
 
 
 @pytest.mark.parametrize("arrivals", [False, True])
