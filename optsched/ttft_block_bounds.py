@@ -100,8 +100,8 @@ BLOCK_SIZES = (4, 6, 10, 20, 40, 80, 160, 320)
 #: Seconds the block search takes at most without a time limit.
 BLOCK_TIME = 10.0
 
-#: Nodes explored between two looks at the clock.
-_CHECK_EVERY = 256
+#: The most released jobs for which a node's bound also groups them exactly (an O(m^2) programme).
+_GROUPED_MOST = 64
 
 
 def _release_upto(t: float, rem: list[float], nxt: int, rel: list[float], work: list[float]) -> int:
@@ -189,6 +189,8 @@ class _Search:
         released by t grouped exactly (as if nothing else came) plus the others on their own."""
         left = len(rem) + self.count - nxt
         together = k * (t + self.beta) + _srpt_tail(t, rem, nxt, self.rel, self.wk) + left * self.beta
+        if k + len(rem) > _GROUPED_MOST:
+            return cost + together
         return cost + max(together, _grouped(t, rem, k, self.beta) + self.alone[nxt])
 
     def suffix(self, start: int) -> tuple[float, float, bool]:
@@ -200,10 +202,9 @@ class _Search:
         t0, nxt0 = _next_done(rel[start], rem0, _release_upto(rel[start], rem0, start, rel, wk), rel, wk)
         stack = [(self.bound(t0, rem0, nxt0, 1, 0.0), t0, rem0, nxt0, 1, 0.0)]
         best = low = math.inf  # the best leaf found; the least lower bound of a leaf
-        exact, seen = True, 0
+        exact = True
         while stack:
-            seen += 1
-            if seen % _CHECK_EVERY == 0 and self.budget.expired():
+            if self.budget.expired():
                 low, exact = min(low, min(node[0] for node in stack)), False
                 break
             lb, t, rem, nxt, k, cost = stack.pop()
