@@ -97,7 +97,7 @@ __all__ = [
 #: The block sizes tried, in order, while the budget lasts.
 BLOCK_SIZES = (4, 6, 10, 20, 40, 80, 160, 320)
 
-#: Seconds the block search takes at most without a time limit.
+#: Seconds the block search takes at most (less where the command's budget has less left).
 BLOCK_TIME = 10.0
 
 #: The most released jobs for which a node's bound also groups them exactly (an O(m^2) programme).
