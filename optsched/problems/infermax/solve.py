@@ -65,6 +65,7 @@ from ...load_bounds import load_bounds, proven_bounds
 from ...options import OptionError
 from ...result import Bound, SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
+from ...ttft_block_bounds import block_bound
 from .candidates import Candidate, CandidatePool, candidate_schedules, initial_candidates
 from .data import ModelData, build_data, fits
 from .meanphase import search_applies, search_phase
@@ -531,7 +532,9 @@ def bounds(
     bound of :mod:`optsched.bounds` (proven for every schedule that replays cleanly) holds for its
     optimum; for ``latency`` and ``ttft`` so does every load-aware bound of :mod:`optsched.load_bounds`
     (the busy-time LP and the fluid LP of :mod:`optsched.fluid_bounds` within the time left of ``budget``,
-    at most :data:`~optsched.load_bounds.LP_TIME` and :data:`~optsched.fluid_bounds.FLUID_TIME` s).
+    at most :data:`~optsched.load_bounds.LP_TIME` and :data:`~optsched.fluid_bounds.FLUID_TIME` s), and for
+    ``ttft`` the block bound of :mod:`optsched.ttft_block_bounds` (within ``budget``, at most
+    :data:`~optsched.ttft_block_bounds.BLOCK_TIME` s).
     ``method='lp'`` adds the LP relaxation of the MIP (:mod:`.mip`; proven, usually weaker than the
     work bound on large instances but independent of it) when it is solved to a positive value.
     ``method='relax'`` adds, for the makespan with a KV capacity, the residency bound of
@@ -551,6 +554,8 @@ def bounds(
     out = _generic_bounds(instance, objective)
     lp_time = budget.left() if budget.limited else FLUID_TIME  # the LPs' HiGHS limit, in seconds (each its own at most)
     out += [b for b in load_bounds(instance, objective, lp_time) if b.name.startswith(("busy-time", "fluid-"))]
+    if objective == "ttft" and instance.requests:  # the batch-end flushes priced on blocks (ttft_block_bounds.py)
+        out.append(block_bound(instance, budget))
     if objective == "makespan" and instance.limits.kv_capacity is not None:
         value, count = kv_time_bound(instance)
         out.append(
