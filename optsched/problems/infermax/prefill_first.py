@@ -54,7 +54,16 @@ from ...instance import Instance
 from ...result import objective_of
 from ...schedule import Batch, Item, Schedule, replay
 
-__all__ = ["PrefillFirst", "best_prefill_first", "cap_steps", "knob_steps", "prefill_first_schedule", "variants"]
+__all__ = [
+    "PrefillFirst",
+    "PrefillKeys",
+    "best_prefill_first",
+    "cap_steps",
+    "knob_steps",
+    "prefill_first_schedule",
+    "prefill_first_ttft",
+    "variants",
+]
 
 #: Orders of the prefill candidates.
 PREFILL_ORDERS = ("remaining-prefill", "arrival")
@@ -101,6 +110,29 @@ class PrefillFirst:
             raise ValueError(f"prefill-first: order must be one of {PREFILL_ORDERS}")
 
 
+@dataclass(frozen=True)
+class PrefillKeys:
+    """Per-request changes to the rules of a prefill-first schedule, each array indexed by the requests
+    in arrival order (a stable sort of ``instance.requests`` by arrival).
+
+    Attributes
+    ----------
+    bias
+        Tokens added to a request's remaining prompt wherever ``remaining-prefill`` ranks it and
+        wherever preemption compares it with an arrival (negative: served sooner).
+    hold
+        Whether the request's arrival never preempts a batch (``preempt`` passes it by).
+    """
+
+    bias: np.ndarray
+    hold: np.ndarray
+
+    @classmethod
+    def none(cls, n: int) -> PrefillKeys:
+        """The keys that change nothing, for ``n`` requests."""
+        return cls(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool))
+
+
 def variants(instance: Instance, chunked: bool = True) -> list[PrefillFirst]:
     """The knobs :func:`best_prefill_first` tries, most promising first: deferred decodes, shortest
     remaining prompt first, with caps min(C, P), half, a quarter, ... down to :data:`MIN_CAP`; then
@@ -136,11 +168,12 @@ class _Builder:
     first token: the recompute is background work, done one request at a time).
     """
 
-    def __init__(self, instance: Instance, knobs: PrefillFirst) -> None:
+    def __init__(self, instance: Instance, knobs: PrefillFirst, keys: PrefillKeys | None) -> None:
         lim = instance.limits
         self.knobs, self.cm, self.C = knobs, instance.cost_model, lim.token_budget
         self.reqs = sorted(instance.requests, key=lambda r: r.arrival)
         n = len(self.reqs)
+        self.keys = PrefillKeys.none(n) if keys is None else keys
         self.st = _State(
             np.array([r.prompt_tokens for r in self.reqs], dtype=np.int64),
             np.array([r.output_tokens for r in self.reqs], dtype=np.int64),
@@ -210,17 +243,46 @@ class _Builder:
             self.left -= 1
 
 
-def prefill_first_schedule(instance: Instance, knobs: PrefillFirst, budget: TimeBudget) -> Schedule | None:
-    """The prefill-first schedule of ``knobs`` (module docstring), or None when ``budget`` expires
-    first or some request can never be admitted (I + O - 1 > M, or a whole prompt over ``cap``)."""
-    b = _Builder(instance, knobs)
+def prefill_first_schedule(
+    instance: Instance, knobs: PrefillFirst, budget: TimeBudget, keys: PrefillKeys | None = None
+) -> Schedule | None:
+    """The prefill-first schedule of ``knobs`` and ``keys`` (module docstring, :class:`PrefillKeys`), or
+    None when ``budget`` expires first or some request can never be admitted (I + O - 1 > M, or a whole
+    prompt over ``cap``)."""
+    built = _build(instance, knobs, budget, keys, first_only=False)
+    if built is None:
+        return None
+    meta = {"problem": "infermax", "method": "prefill-first", "knobs": asdict(knobs)}
+    return Schedule(instance.name, tuple(built[0]), meta)
+
+
+def prefill_first_ttft(
+    instance: Instance, knobs: PrefillFirst, budget: TimeBudget, keys: PrefillKeys | None = None
+) -> float | None:
+    """The mean TTFT (seconds) of :func:`prefill_first_schedule`'s schedule, from its own batch times
+    (the cost model's, as replay computes them), built only up to the last first token; None as there."""
+    built = _build(instance, knobs, budget, keys, first_only=True)
+    if built is None:
+        return None
+    arrival = np.array(sorted(r.arrival for r in instance.requests), dtype=float)
+    return float(np.mean(built[1] - arrival)) if len(arrival) else 0.0
+
+
+def _build(
+    instance: Instance, knobs: PrefillFirst, budget: TimeBudget, keys: PrefillKeys | None, first_only: bool
+) -> tuple[list[Batch], np.ndarray] | None:
+    """The batches of :func:`prefill_first_schedule` (up to the last first token with ``first_only``)
+    and each request's first-token time, in arrival order; None as there."""
+    b = _Builder(instance, knobs, keys)
     st, n = b.st, len(b.reqs)
     if n and ((st.prompt + st.output - 1).max() > b.M or (not knobs.chunked and st.prompt.max() > b.cap)):
         return None
     batches: list[Batch] = []
+    first = np.full(n, math.nan)
+    firsts = n  # first tokens still to come
     t = end = 0.0
     k = 0  # next arrival
-    while b.left:
+    while b.left and (firsts or not first_only):
         if budget.expired():
             return None
         while k < n and st.arrival[k] <= t:
@@ -243,8 +305,11 @@ def prefill_first_schedule(instance: Instance, knobs: PrefillFirst, budget: Time
         batches.append(Batch(items, evict=victims, start=t if t > end else None))
         b.record(chunks, decodes)
         t = end = t + seconds
-    meta = {"problem": "infermax", "method": "prefill-first", "knobs": asdict(knobs)}
-    return Schedule(instance.name, tuple(batches), meta)
+        for i, _ in chunks:
+            if st.g[i] == 1 and math.isnan(first[i]):
+                first[i] = t
+                firsts -= 1
+    return batches, first
 
 
 #: One batch of :func:`prefill_first_schedule`: prefill chunks, decodes, victims evicted first, seconds.
@@ -256,11 +321,13 @@ def _foreground(b: _Builder, k: int, t: float) -> _Step | tuple[()] | None:
     None when the next arrival (``k``) goes first and no chunk fits before it."""
     st, knobs = b.st, b.knobs
     running = len(b.fore) if knobs.evict else len(b.fore) + len(b.decoding)
-    chunks = _prefill_items(st, knobs, b.cap, b.waiting, b.fore, running, b.reserved, b.need, b.M, b.r_max)
+    bias = b.keys.bias
+    chunks = _prefill_items(st, knobs, b.cap, b.waiting, b.fore, running, b.reserved, b.need, b.M, b.r_max, bias)
     if knobs.ratio and len(chunks) > 1:
         chunks = _best_ratio(st, chunks, b.cm)
-    if knobs.preempt and chunks and k < len(b.reqs) and knobs.order == "remaining-prefill":
-        chunks = _cut_at_arrival(st, chunks, b.cm, float(st.arrival[k]) - t, int(st.prompt[k]))
+    if knobs.preempt and chunks and k < len(b.reqs) and knobs.order == "remaining-prefill" and not b.keys.hold[k]:
+        arriving = int(st.prompt[k] + bias[k] - bias[chunks[-1][0]])  # compared with the last one's rest
+        chunks = _cut_at_arrival(st, chunks, b.cm, float(st.arrival[k]) - t, arriving)
         if not chunks:
             return None
     if not chunks:
@@ -307,12 +374,14 @@ def _prefill_items(
     need: np.ndarray,
     capacity: float,
     r_max: float,
+    bias: np.ndarray,
 ) -> list[tuple[int, int]]:
-    """(request, chunk) of the next prefill batch: candidates in ``knobs.order`` while tokens are left
-    of ``cap``; a waiting one only when it is admitted (fewer than R_max of ``running`` requests holding
-    KV and the ones admitted here, its reservation within M)."""
+    """(request, chunk) of the next prefill batch: candidates in ``knobs.order`` (remaining prompt plus
+    ``bias`` for ``remaining-prefill``) while tokens are left of ``cap``; a waiting one only when it is
+    admitted (fewer than R_max of ``running`` requests holding KV and the ones admitted here, its
+    reservation within M)."""
     if knobs.order == "remaining-prefill":
-        ranked = sorted(prefilling + waiting, key=lambda i: (st.prompt[i] - st.m[i], i))
+        ranked = sorted(prefilling + waiting, key=lambda i: (st.prompt[i] - st.m[i] + bias[i], i))
     else:
         ranked = sorted(prefilling + waiting)
     out: list[tuple[int, int]] = []
