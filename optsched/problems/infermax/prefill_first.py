@@ -192,6 +192,8 @@ class _Builder:
         self.back: list[int] = []
         self.reserved = self.held = 0  # reservations of the admitted; KV slots held
         self.left = n
+        # M and R_max never bind: every request holds its whole need at once
+        self.roomy = int((self.st.prompt + self.st.output).sum()) <= self.M and n <= self.r_max
 
     def holders(self) -> int:
         """Requests holding KV."""
@@ -292,6 +294,9 @@ def _build(
         step = _foreground(b, k, t) if b.waiting or b.fore else ()
         if step is None:  # the next arrival goes first and nothing fits before it
             t = nxt
+            continue
+        if not step and first_only and knobs.defer and b.roomy and nxt < math.inf:
+            t = nxt  # deferred decodes end by the next arrival and take no room: no first token moves
             continue
         step = step or _background(b, t, nxt)
         if step is None:  # nothing to run before the next arrival

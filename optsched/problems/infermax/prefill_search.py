@@ -79,6 +79,8 @@ class PrefillSearch:
         Plans evaluated.
     kept
         Moves kept, by kind.
+    history
+        (seconds since the start, the plan builder's mean TTFT) at each new best plan.
     """
 
     schedule: Schedule | None
@@ -86,6 +88,7 @@ class PrefillSearch:
     start: float
     evaluations: int
     kept: dict[str, int]
+    history: list[tuple[float, float]]
 
     def info(self) -> dict:
         """A JSON-ready summary."""
@@ -94,6 +97,7 @@ class PrefillSearch:
             "value": self.value,
             "evaluations": self.evaluations,
             "kept": self.kept,
+            "history": self.history,
             "improved": self.schedule is not None,
         }
 
@@ -172,13 +176,14 @@ def prefill_search(
     began = time.perf_counter()
     start_value = prefill_first_ttft(instance, start, budget, plan.keys())
     if start_value is None or n < 2:
-        return PrefillSearch(None, math.inf if start_value is None else start_value, math.inf, 0, {})
+        return PrefillSearch(None, math.inf if start_value is None else start_value, math.inf, 0, {}, [])
     # the end keeps time for the best plan's whole schedule and its replay: a multiple of the start's build
     final, budget = budget, budget.reserve(FINAL_SHARE * (time.perf_counter() - began) + FINAL_SECONDS)
     moves = _Moves(instance, evictions, random.Random(seed))
     kept: dict[str, int] = {}
     current = best = (start_value, plan)
     evaluations, stale, rounds = 1, 0, 0
+    history = [(0.0, start_value)]
     while rounds < ROUNDS and not budget.expired():
         kind, candidate = moves.random(current[1])
         value = prefill_first_ttft(instance, candidate.knobs, budget, candidate.keys())
@@ -188,6 +193,7 @@ def prefill_search(
             current = (value, candidate)
             if value < best[0] * (1 - 1e-12):
                 best, stale, rounds = current, 0, 0
+                history.append((round(time.perf_counter() - began, 3), value))
                 continue
         stale += 1
         if stale >= STALL:
@@ -200,13 +206,11 @@ def prefill_search(
             stale, rounds = 0, rounds + 1
     schedule, value = _replayed(instance, best[1], evictions, final) if best[0] < start_value else (None, start_value)
     if schedule is None or value >= start_value:
-        return PrefillSearch(None, start_value, start_value, evaluations, kept)
-    return PrefillSearch(schedule, value, start_value, evaluations, kept)
+        return PrefillSearch(None, start_value, start_value, evaluations, kept, history)
+    return PrefillSearch(schedule, value, start_value, evaluations, kept, history)
 
 
-def _replayed(
-    instance: Instance, plan: _Plan, evictions: bool, budget: TimeBudget
-) -> tuple[Schedule | None, float]:
+def _replayed(instance: Instance, plan: _Plan, evictions: bool, budget: TimeBudget) -> tuple[Schedule | None, float]:
     """The plan's whole schedule, labelled ``prefill-search`` with its knobs and keys, and its replayed
     mean TTFT; (None, inf) when it is not built within ``budget`` or does not replay cleanly (or evicts
     where not allowed)."""
