@@ -61,6 +61,7 @@ __all__ = [
     "cap_steps",
     "knob_steps",
     "prefill_first_schedule",
+    "prefill_first_tokens",
     "prefill_first_ttft",
     "variants",
 ]
@@ -237,7 +238,8 @@ class _Builder:
             st.m[i] += 1
             st.g[i] += 1
             self.held += 1
-        for i in [i for i in self.decoding if st.g[i] >= st.output[i]]:
+        touched = [i for i, _ in chunks] + decodes  # only a request given a token here can finish
+        for i in [i for i in touched if st.g[i] >= st.output[i] and i in self.decoding]:
             self.decoding.remove(i)
             self.held -= int(st.m[i])
             if not self.knobs.evict:
@@ -263,11 +265,20 @@ def prefill_first_ttft(
 ) -> float | None:
     """The mean TTFT (seconds) of :func:`prefill_first_schedule`'s schedule, from its own batch times
     (the cost model's, as replay computes them), built only up to the last first token; None as there."""
-    built = _build(instance, knobs, budget, keys, first_only=True)
-    if built is None:
+    first = prefill_first_tokens(instance, knobs, budget, keys)
+    if first is None:
         return None
     arrival = np.array(sorted(r.arrival for r in instance.requests), dtype=float)
-    return float(np.mean(built[1] - arrival)) if len(arrival) else 0.0
+    return float(np.mean(first - arrival)) if len(arrival) else 0.0
+
+
+def prefill_first_tokens(
+    instance: Instance, knobs: PrefillFirst, budget: TimeBudget, keys: PrefillKeys | None = None
+) -> np.ndarray | None:
+    """Each request's first-token time (seconds, requests in arrival order) in :func:`prefill_first_schedule`'s
+    schedule, from its own batch times, built only up to the last first token; None as there."""
+    built = _build(instance, knobs, budget, keys, first_only=True)
+    return None if built is None else built[1]
 
 
 def _build(
@@ -436,12 +447,16 @@ def _cut_at_arrival(
     *head, (i, c) = chunks
     if arriving >= int(st.prompt[i] - st.m[i]) - min(c, MIN_CAP):
         return chunks
+    tokens, squares, context, m = 0, 0, 0, int(st.m[i])
+    for j, x in head:
+        tokens, squares, context = tokens + x, squares + x * x, context + x * int(st.m[j])
     lo, hi = 0, c  # chunk lo fits (or is 0), chunk hi does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if _prefill_seconds(st, [*head, (i, mid)], cm) <= gap else (lo, mid)
+        seconds = cm.batch_time(tokens + mid, tokens + mid, squares + mid * mid, 0, 0, context + mid * m)
+        lo, hi = (mid, hi) if seconds <= gap else (lo, mid)  # = _prefill_seconds of [*head, (i, mid)]
     tile = getattr(cm, "token_tile", 0) or 0
-    tokens = sum(x for _, x in head) + lo
+    tokens += lo
     if tile and cm.per_tile and tokens > tile:
         lo -= min(lo, tokens % tile)
     return [*head, (i, lo)] if lo >= MIN_CAP else head

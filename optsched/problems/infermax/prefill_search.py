@@ -44,7 +44,7 @@ from ...budget import TimeBudget
 from ...instance import Instance
 from ...result import objective_of
 from ...schedule import Schedule, replay
-from .prefill_first import PrefillFirst, PrefillKeys, knob_steps, prefill_first_schedule, prefill_first_ttft
+from .prefill_first import PrefillFirst, PrefillKeys, knob_steps, prefill_first_schedule, prefill_first_tokens
 
 __all__ = ["PrefillSearch", "prefill_search"]
 
@@ -59,6 +59,9 @@ ROUNDS = 12
 FINAL_SHARE = 20.0
 #: Seconds kept for the end besides (start-up of the replay).
 FINAL_SECONDS = 0.05
+#: A request's weight in the draw of the moves: its TTFT beyond its prompt alone plus this share of
+#: the mean such excess (so that every request may be drawn).
+FLOOR = 0.1
 #: Requests on either side (in arrival order) among which a *jump* picks the other request.
 NEAR = 6
 
@@ -122,19 +125,34 @@ class _Moves:
 
     def __init__(self, instance: Instance, evictions: bool, rng: random.Random) -> None:
         self.instance, self.evictions, self.rng = instance, evictions, rng
-        self.prompt = np.array([r.prompt_tokens for r in sorted(instance.requests, key=lambda r: r.arrival)])
+        reqs = sorted(instance.requests, key=lambda r: r.arrival)
+        self.prompt = np.array([r.prompt_tokens for r in reqs])
+        self.arrival = np.array([r.arrival for r in reqs], dtype=float)
+        cm = instance.cost_model
+        self.alone = np.array([cm.batch_time(p, p, p * p, 0, 0) for p in self.prompt.tolist()])
         self.n = len(self.prompt)
+        self.cumulative = np.arange(1, self.n + 1, dtype=float)
+
+    def aim(self, first: np.ndarray) -> None:
+        """Aim the moves at the requests of the plan with first-token times ``first``: each is drawn
+        with weight its TTFT beyond its prompt alone plus :data:`FLOOR` of the mean such excess."""
+        excess = np.maximum(first - self.arrival - self.alone, 0.0)
+        self.cumulative = np.cumsum(excess + FLOOR * float(excess.mean()) + 1e-12)
+
+    def request(self) -> int:
+        """A request drawn by the weights of :meth:`aim`."""
+        return self.rng.choices(range(self.n), cum_weights=self.cumulative)[0]
 
     def shift(self, plan: _Plan) -> _Plan:
         """One request's bias moved by +-2^k tokens."""
         out = plan.copy()
-        out.bias[self.rng.randrange(self.n)] += self.rng.choice((-1, 1)) * 2 ** self.rng.randint(4, 11)
+        out.bias[self.request()] += self.rng.choice((-1, 1)) * 2 ** self.rng.randint(4, 11)
         return out
 
     def jump(self, plan: _Plan) -> _Plan:
         """One request's key set just below or above that of a request arriving near it."""
         out = plan.copy()
-        i = self.rng.randrange(self.n)
+        i = self.request()
         j = min(self.n - 1, max(0, i + self.rng.choice((-1, 1)) * self.rng.randint(1, NEAR)))
         side = self.rng.choice((-1, 1))
         out.bias[i] = self.prompt[j] + plan.bias[j] - self.prompt[i] + side
@@ -172,42 +190,54 @@ def prefill_search(
     """
     n = len(instance.requests)
     none = PrefillKeys.none(n)
-    plan = _Plan(start, none.bias, none.hold)
     began = time.perf_counter()
-    start_value = prefill_first_ttft(instance, start, budget, plan.keys())
-    if start_value is None or n < 2:
-        return PrefillSearch(None, math.inf if start_value is None else start_value, math.inf, 0, {}, [])
+    moves = _Moves(instance, evictions, random.Random(seed))
+    current = best = _evaluate(instance, _Plan(start, none.bias, none.hold), moves, budget)
+    if current is None or n < 2:  # not built in time, or nothing to order
+        value = math.inf if current is None else current[0]
+        return PrefillSearch(None, value, value, int(current is not None), {}, [])
+    start_value = current[0]
     # the end keeps time for the best plan's whole schedule and its replay: a multiple of the start's build
     final, budget = budget, budget.reserve(FINAL_SHARE * (time.perf_counter() - began) + FINAL_SECONDS)
-    moves = _Moves(instance, evictions, random.Random(seed))
+    moves.aim(current[2])
     kept: dict[str, int] = {}
-    current = best = (start_value, plan)
     evaluations, stale, rounds = 1, 0, 0
     history = [(0.0, start_value)]
     while rounds < ROUNDS and not budget.expired():
-        kind, candidate = moves.random(current[1])
-        value = prefill_first_ttft(instance, candidate.knobs, budget, candidate.keys())
+        kind, plan = moves.random(current[1])
+        found = _evaluate(instance, plan, moves, budget)
         evaluations += 1
-        if value is not None and value <= current[0]:
+        if found is not None and found[0] <= current[0]:
             kept[kind] = kept.get(kind, 0) + 1
-            current = (value, candidate)
-            if value < best[0] * (1 - 1e-12):
+            current = found
+            moves.aim(found[2])
+            if found[0] < best[0] * (1 - 1e-12):
                 best, stale, rounds = current, 0, 0
-                history.append((round(time.perf_counter() - began, 3), value))
+                history.append((round(time.perf_counter() - began, 3), found[0]))
                 continue
         stale += 1
-        if stale >= STALL:
-            kicked = best[1]
+        if stale >= STALL:  # back to the best, kicked
+            plan = best[1]
             for _ in range(KICK):
-                kicked = moves.shift(kicked)
-            kicked_value = prefill_first_ttft(instance, kicked.knobs, budget, kicked.keys())
-            evaluations += 1
-            current = best if kicked_value is None else (kicked_value, kicked)
-            stale, rounds = 0, rounds + 1
+                plan = moves.shift(plan)
+            current = _evaluate(instance, plan, moves, budget) or best
+            moves.aim(current[2])
+            evaluations, stale, rounds = evaluations + 1, 0, rounds + 1
     schedule, value = _replayed(instance, best[1], evictions, final) if best[0] < start_value else (None, start_value)
     if schedule is None or value >= start_value:
         return PrefillSearch(None, start_value, start_value, evaluations, kept, history)
     return PrefillSearch(schedule, value, start_value, evaluations, kept, history)
+
+
+def _evaluate(
+    instance: Instance, plan: _Plan, moves: _Moves, budget: TimeBudget
+) -> tuple[float, _Plan, np.ndarray] | None:
+    """(mean TTFT, plan, first-token times in arrival order) of the plan, from its own batch times;
+    None when it is not built within ``budget``."""
+    first = prefill_first_tokens(instance, plan.knobs, budget, plan.keys())
+    if first is None:
+        return None
+    return float(np.mean(first - moves.arrival)), plan, first
 
 
 def _replayed(instance: Instance, plan: _Plan, evictions: bool, budget: TimeBudget) -> tuple[Schedule | None, float]:
