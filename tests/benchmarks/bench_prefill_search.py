@@ -32,7 +32,7 @@ from optsched.schedule import replay
 from optsched.workload import WorkloadTransforms, apply_transforms, load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_latency_gaps import ARXIV, TRACES, arxiv_instance  # noqa: E402
+from bench_latency_gaps import ARXIV, TRACES, arxiv_instance
 
 #: The limits of ``splitwise-conv-100``, which every trace slice runs under.
 LIMITS = Limits(4096, 4096, 200_000, 256)

@@ -34,6 +34,18 @@ is built batch by batch, one simulated clock t:
    runs (none: the clock jumps to the arrival and the next batch starts there); otherwise
    (``defer`` off, a prompt waiting, or no arrival left) all of them, up to C.
 
+**Keys** (:class:`PrefillKeys`, all zero by default) change the rules request by request: a bias
+b_i in tokens is added to request i's remaining prompt wherever ``remaining-prefill`` ranks it and
+wherever preemption compares an arriving prompt k with the last chunk's request i (k goes first
+when I_k + b_k < rest_i + b_i - min(chunk, :data:`MIN_CAP`)); a hold flag makes i's arrival never
+preempt. The local search of :mod:`.prefill_search` searches over them.
+
+With deferral and nothing waiting, every background batch (decodes, a recompute chunk, the one that
+carries evictions) ends by the next arrival, so a background batch delays a first token only when a
+prompt waits for room; with evictions none does (room is made by evicting), nor does any when M and
+R_max never bind. :func:`prefill_first_ttft` then skips the background batches before the last first
+token: the same first-token times, from fewer batches.
+
 Every batch is decode-only or prefill-only, so the schedule is also valid without hybrid batches.
 Its batch times are the instance's cost model's, as replay computes them; the caller replays it.
 :func:`best_prefill_first` tries the variants of :func:`variants` within a budget, then climbs
@@ -193,8 +205,10 @@ class _Builder:
         self.back: list[int] = []
         self.reserved = self.held = 0  # reservations of the admitted; KV slots held
         self.left = n
-        # M and R_max never bind: every request holds its whole need at once
-        self.roomy = int((self.st.prompt + self.st.output).sum()) <= self.M and n <= self.r_max
+        # whether no first token depends on the background batches: with evictions a prompt's admission
+        # and chunks never wait for them (room is made by evicting), else when M and R_max never bind
+        roomy = int((self.st.prompt + self.st.output).sum()) <= self.M and n <= self.r_max
+        self.apart = knobs.evict or roomy
 
     def holders(self) -> int:
         """Requests holding KV."""
@@ -204,6 +218,8 @@ class _Builder:
         """Evict decoding requests (most output left first), then a partial recompute, none of ``keep``,
         until ``tokens`` more slots and ``admitted`` more requests fit in M and R_max; the victims."""
         st, out = self.st, []
+        if self.held + tokens <= self.M and self.holders() + admitted <= self.r_max:
+            return out
         victims = sorted((i for i in self.decoding if i not in keep), key=lambda i: (st.g[i] - st.output[i], -st.m[i]))
         victims += [i for i in self.back if st.m[i] > 0 and i not in keep]
         for i in victims:
@@ -306,8 +322,8 @@ def _build(
         if step is None:  # the next arrival goes first and nothing fits before it
             t = nxt
             continue
-        if not step and first_only and knobs.defer and b.roomy and nxt < math.inf:
-            t = nxt  # deferred decodes end by the next arrival and take no room: no first token moves
+        if not step and first_only and knobs.defer and b.apart and nxt < math.inf:
+            t = nxt  # the deferred background ends by the next arrival and moves no first token
             continue
         step = step or _background(b, t, nxt)
         if step is None:  # nothing to run before the next arrival
@@ -364,6 +380,8 @@ def _background(b: _Builder, t: float, nxt: float) -> _Step | None:
         evicted: list[int] = []
         if b.held + 1 > b.M:  # (evictions only) no slot for one decode: evict all but the nearest to finish
             keep = min(b.decoding, key=lambda i: (st.output[i] - st.g[i], i))
+            if not _decode_items(st, [keep], b.cm, 1, gap)[0]:
+                return None  # its decode alone would run past the next arrival: wait for it, evicting nothing
             evicted = b.evict_for(1, 0, {keep})
         chosen, seconds = _decode_items(st, b.decoding, b.cm, int(min(b.C, b.M - b.held)), gap)
         if not chosen and evicted:  # a batch must carry the evictions: the nearest to finish decodes
@@ -375,7 +393,7 @@ def _background(b: _Builder, t: float, nxt: float) -> _Step | None:
     c = int(min(st.prompt[i] - st.m[i], b.cap, b.M - b.held))
     if c < 1 or (st.m[i] == 0 and b.holders() + 1 > b.r_max):
         return None
-    chunks = _cut_at_arrival(st, [(i, c)], b.cm, gap, 0)
+    chunks = _cut_at_arrival(st, [(i, c)], b.cm, gap, -1)  # -1: always cut, even its last tokens
     return (chunks, [], [], _prefill_seconds(st, chunks, b.cm)) if chunks else None
 
 
@@ -437,8 +455,9 @@ def _cut_at_arrival(
     arriving: int,  # noqa: ANN001
 ) -> list[tuple[int, int]]:
     """``chunks`` with its last chunk shortened so that the batch ends within ``gap`` seconds, by the
-    next arrival, when that arrival's prompt (``arriving`` tokens) is shorter than what the last
-    request would have left (so the arrival goes first): the chunk is the longest that fits,
+    next arrival, when that arrival's prompt (``arriving`` tokens, plus its bias less the last
+    request's; -1: always) is shorter than what the last request would have left (so the arrival
+    goes first): the chunk is the longest that fits,
     rounded down to whole tiles of the cost model when the batch has more than one tile, and dropped
     below :data:`MIN_CAP` tokens (no chunks at all: wait for the arrival). ``chunks`` unchanged when
     the batch already ends in time or the arrival's prompt is not shorter."""
