@@ -49,11 +49,11 @@ from .prefill_first import PrefillFirst, PrefillKeys, knob_steps, prefill_first_
 __all__ = ["PrefillSearch", "prefill_search"]
 
 #: Moves in a row without a new best before the current plan returns to the best.
-STALL = 150
+STALL = 300
 #: Random shifts that perturb the best plan at such a return.
 KICK = 3
 #: Returns to the best in a row without a new best that end the search.
-ROUNDS = 12
+ROUNDS = 40
 #: The time kept for the best plan's whole schedule and replay: this many times the start plan's
 #: evaluation (built up to the last first token), plus :data:`FINAL_SECONDS`.
 FINAL_SHARE = 20.0
