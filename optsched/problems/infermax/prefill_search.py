@@ -55,7 +55,7 @@ KICK = 3
 #: Returns to the best in a row without a new best that end the search.
 ROUNDS = 40
 #: The time kept for the best plan's whole schedule and replay: this many times the start plan's
-#: evaluation (built up to the last first token), plus :data:`FINAL_SECONDS`.
+#: evaluation (built up to the last first token), plus :data:`FINAL_SECONDS`, at most half the time left.
 FINAL_SHARE = 20.0
 #: Seconds kept for the end besides (start-up of the replay).
 FINAL_SECONDS = 0.05
@@ -197,8 +197,10 @@ def prefill_search(
         value = math.inf if current is None else current[0]
         return PrefillSearch(None, value, value, int(current is not None), {}, [])
     start_value = current[0]
-    # the end keeps time for the best plan's whole schedule and its replay: a multiple of the start's build
-    final, budget = budget, budget.reserve(FINAL_SHARE * (time.perf_counter() - began) + FINAL_SECONDS)
+    # the end keeps time for the best plan's whole schedule and its replay: a multiple of the start's
+    # build, at most half the time left (a whole schedule not built in time is no schedule)
+    keep, left = FINAL_SHARE * (time.perf_counter() - began) + FINAL_SECONDS, budget.left()
+    final, budget = budget, budget.reserve(keep if left is None else min(keep, 0.5 * left))
     moves.aim(current[2])
     kept: dict[str, int] = {}
     evaluations, stale, rounds = 1, 0, 0
