@@ -38,7 +38,8 @@ is built batch by batch, one simulated clock t:
 b_i in tokens is added to request i's remaining prompt wherever ``remaining-prefill`` ranks it and
 wherever preemption compares an arriving prompt k with the last chunk's request i (k goes first
 when I_k + b_k < rest_i + b_i - min(chunk, :data:`MIN_CAP`)); a hold flag makes i's arrival never
-preempt. The local search of :mod:`.prefill_search` searches over them.
+preempt (preemption then looks at the first later arrival not held). The local search of
+:mod:`.prefill_search` searches over them.
 
 With deferral and nothing waiting, every background batch (decodes, a recompute chunk, the one that
 carries evictions) ends by the next arrival, so a background batch delays a first token only when a
@@ -134,7 +135,8 @@ class PrefillKeys:
         Tokens added to a request's remaining prompt wherever ``remaining-prefill`` ranks it and
         wherever preemption compares it with an arrival (negative: served sooner).
     hold
-        Whether the request's arrival never preempts a batch (``preempt`` passes it by).
+        Whether the request's arrival never preempts a batch (``preempt`` passes it by, to the first
+        later arrival not held).
     """
 
     bias: np.ndarray
@@ -357,7 +359,9 @@ def _foreground(b: _Builder, k: int, t: float) -> _Step | tuple[()] | None:
     chunks = _prefill_items(st, knobs, b.cap, b.waiting, b.fore, running, b.reserved, b.need, b.M, b.r_max, bias)
     if knobs.ratio and len(chunks) > 1:
         chunks = _best_ratio(st, chunks, b.cm)
-    if knobs.preempt and chunks and k < len(b.reqs) and knobs.order == "remaining-prefill" and not b.keys.hold[k]:
+    while k < len(b.reqs) and b.keys.hold[k]:  # held arrivals never preempt: the first one that may
+        k += 1
+    if knobs.preempt and chunks and k < len(b.reqs) and knobs.order == "remaining-prefill":
         arriving = int(st.prompt[k] + bias[k] - bias[chunks[-1][0]])  # compared with the last one's rest
         chunks = _cut_at_arrival(st, chunks, b.cm, float(st.arrival[k]) - t, arriving)
         if not chunks:
