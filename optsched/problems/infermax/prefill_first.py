@@ -34,6 +34,19 @@ is built batch by batch, one simulated clock t:
    runs (none: the clock jumps to the arrival and the next batch starts there); otherwise
    (``defer`` off, a prompt waiting, or no arrival left) all of them, up to C.
 
+**Keys** (:class:`PrefillKeys`, all zero by default) change the rules request by request: a bias
+b_i in tokens is added to request i's remaining prompt wherever ``remaining-prefill`` ranks it and
+wherever preemption compares an arriving prompt k with the last chunk's request i (k goes first
+when I_k + b_k < rest_i + b_i - min(chunk, :data:`MIN_CAP`)); a hold flag makes i's arrival never
+preempt (preemption then looks at the first later arrival not held). The local search of
+:mod:`.prefill_search` searches over them.
+
+With deferral and nothing waiting, every background batch (decodes, a recompute chunk, the one that
+carries evictions) ends by the next arrival, so a background batch delays a first token only when a
+prompt waits for room; with evictions none does (room is made by evicting), nor does any when M and
+R_max never bind. :func:`prefill_first_ttft` then skips the background batches before the last first
+token: the same first-token times, from fewer batches.
+
 Every batch is decode-only or prefill-only, so the schedule is also valid without hybrid batches.
 Its batch times are the instance's cost model's, as replay computes them; the caller replays it.
 :func:`best_prefill_first` tries the variants of :func:`variants` within a budget, then climbs
@@ -54,7 +67,17 @@ from ...instance import Instance
 from ...result import objective_of
 from ...schedule import Batch, Item, Schedule, replay
 
-__all__ = ["PrefillFirst", "best_prefill_first", "cap_steps", "knob_steps", "prefill_first_schedule", "variants"]
+__all__ = [
+    "PrefillFirst",
+    "PrefillKeys",
+    "best_prefill_first",
+    "cap_steps",
+    "knob_steps",
+    "prefill_first_schedule",
+    "prefill_first_tokens",
+    "prefill_first_ttft",
+    "variants",
+]
 
 #: Orders of the prefill candidates.
 PREFILL_ORDERS = ("remaining-prefill", "arrival")
@@ -101,6 +124,30 @@ class PrefillFirst:
             raise ValueError(f"prefill-first: order must be one of {PREFILL_ORDERS}")
 
 
+@dataclass(frozen=True)
+class PrefillKeys:
+    """Per-request changes to the rules of a prefill-first schedule, each array indexed by the requests
+    in arrival order (a stable sort of ``instance.requests`` by arrival).
+
+    Attributes
+    ----------
+    bias
+        Tokens added to a request's remaining prompt wherever ``remaining-prefill`` ranks it and
+        wherever preemption compares it with an arrival (negative: served sooner).
+    hold
+        Whether the request's arrival never preempts a batch (``preempt`` passes it by, to the first
+        later arrival not held).
+    """
+
+    bias: np.ndarray
+    hold: np.ndarray
+
+    @classmethod
+    def none(cls, n: int) -> PrefillKeys:
+        """The keys that change nothing, for ``n`` requests."""
+        return cls(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool))
+
+
 def variants(instance: Instance, chunked: bool = True) -> list[PrefillFirst]:
     """The knobs :func:`best_prefill_first` tries, most promising first: deferred decodes, shortest
     remaining prompt first, with caps min(C, P), half, a quarter, ... down to :data:`MIN_CAP`; then
@@ -136,11 +183,12 @@ class _Builder:
     first token: the recompute is background work, done one request at a time).
     """
 
-    def __init__(self, instance: Instance, knobs: PrefillFirst) -> None:
+    def __init__(self, instance: Instance, knobs: PrefillFirst, keys: PrefillKeys | None) -> None:
         lim = instance.limits
         self.knobs, self.cm, self.C = knobs, instance.cost_model, lim.token_budget
         self.reqs = sorted(instance.requests, key=lambda r: r.arrival)
         n = len(self.reqs)
+        self.keys = PrefillKeys.none(n) if keys is None else keys
         self.st = _State(
             np.array([r.prompt_tokens for r in self.reqs], dtype=np.int64),
             np.array([r.output_tokens for r in self.reqs], dtype=np.int64),
@@ -159,6 +207,10 @@ class _Builder:
         self.back: list[int] = []
         self.reserved = self.held = 0  # reservations of the admitted; KV slots held
         self.left = n
+        # whether no first token depends on the background batches: with evictions a prompt's admission
+        # and chunks never wait for them (room is made by evicting), else when M and R_max never bind
+        roomy = int((self.st.prompt + self.st.output).sum()) <= self.M and n <= self.r_max
+        self.apart = knobs.evict or roomy
 
     def holders(self) -> int:
         """Requests holding KV."""
@@ -168,6 +220,8 @@ class _Builder:
         """Evict decoding requests (most output left first), then a partial recompute, none of ``keep``,
         until ``tokens`` more slots and ``admitted`` more requests fit in M and R_max; the victims."""
         st, out = self.st, []
+        if self.held + tokens <= self.M and self.holders() + admitted <= self.r_max:
+            return out
         victims = sorted((i for i in self.decoding if i not in keep), key=lambda i: (st.g[i] - st.output[i], -st.m[i]))
         victims += [i for i in self.back if st.m[i] > 0 and i not in keep]
         for i in victims:
@@ -202,7 +256,8 @@ class _Builder:
             st.m[i] += 1
             st.g[i] += 1
             self.held += 1
-        for i in [i for i in self.decoding if st.g[i] >= st.output[i]]:
+        touched = [i for i, _ in chunks] + decodes  # only a request given a token here can finish
+        for i in [i for i in touched if st.g[i] >= st.output[i] and i in self.decoding]:
             self.decoding.remove(i)
             self.held -= int(st.m[i])
             if not self.knobs.evict:
@@ -210,17 +265,55 @@ class _Builder:
             self.left -= 1
 
 
-def prefill_first_schedule(instance: Instance, knobs: PrefillFirst, budget: TimeBudget) -> Schedule | None:
-    """The prefill-first schedule of ``knobs`` (module docstring), or None when ``budget`` expires
-    first or some request can never be admitted (I + O - 1 > M, or a whole prompt over ``cap``)."""
-    b = _Builder(instance, knobs)
+def prefill_first_schedule(
+    instance: Instance, knobs: PrefillFirst, budget: TimeBudget, keys: PrefillKeys | None = None
+) -> Schedule | None:
+    """The prefill-first schedule of ``knobs`` and ``keys`` (module docstring, :class:`PrefillKeys`), or
+    None when ``budget`` expires first or some request can never be admitted (I + O - 1 > M, or a whole
+    prompt over ``cap``)."""
+    built = _build(instance, knobs, budget, keys, first_only=False)
+    if built is None:
+        return None
+    meta = {"problem": "infermax", "method": "prefill-first", "knobs": asdict(knobs)}
+    return Schedule(instance.name, tuple(built[0]), meta)
+
+
+def prefill_first_ttft(
+    instance: Instance, knobs: PrefillFirst, budget: TimeBudget, keys: PrefillKeys | None = None
+) -> float | None:
+    """The mean TTFT (seconds) of :func:`prefill_first_schedule`'s schedule, from its own batch times
+    (the cost model's, as replay computes them), built only up to the last first token; None as there."""
+    first = prefill_first_tokens(instance, knobs, budget, keys)
+    if first is None:
+        return None
+    arrival = np.array(sorted(r.arrival for r in instance.requests), dtype=float)
+    return float(np.mean(first - arrival)) if len(arrival) else 0.0
+
+
+def prefill_first_tokens(
+    instance: Instance, knobs: PrefillFirst, budget: TimeBudget, keys: PrefillKeys | None = None
+) -> np.ndarray | None:
+    """Each request's first-token time (seconds, requests in arrival order) in :func:`prefill_first_schedule`'s
+    schedule, from its own batch times, built only up to the last first token; None as there."""
+    built = _build(instance, knobs, budget, keys, first_only=True)
+    return None if built is None else built[1]
+
+
+def _build(
+    instance: Instance, knobs: PrefillFirst, budget: TimeBudget, keys: PrefillKeys | None, first_only: bool
+) -> tuple[list[Batch], np.ndarray] | None:
+    """The batches of :func:`prefill_first_schedule` (up to the last first token with ``first_only``)
+    and each request's first-token time, in arrival order; None as there."""
+    b = _Builder(instance, knobs, keys)
     st, n = b.st, len(b.reqs)
     if n and ((st.prompt + st.output - 1).max() > b.M or (not knobs.chunked and st.prompt.max() > b.cap)):
         return None
     batches: list[Batch] = []
+    first = np.full(n, math.nan)
+    firsts = n  # first tokens still to come
     t = end = 0.0
     k = 0  # next arrival
-    while b.left:
+    while b.left and (firsts or not first_only):
         if budget.expired():
             return None
         while k < n and st.arrival[k] <= t:
@@ -230,6 +323,9 @@ def prefill_first_schedule(instance: Instance, knobs: PrefillFirst, budget: Time
         step = _foreground(b, k, t) if b.waiting or b.fore else ()
         if step is None:  # the next arrival goes first and nothing fits before it
             t = nxt
+            continue
+        if not step and first_only and knobs.defer and b.apart and nxt < math.inf:
+            t = nxt  # the deferred background ends by the next arrival and moves no first token
             continue
         step = step or _background(b, t, nxt)
         if step is None:  # nothing to run before the next arrival
@@ -243,8 +339,11 @@ def prefill_first_schedule(instance: Instance, knobs: PrefillFirst, budget: Time
         batches.append(Batch(items, evict=victims, start=t if t > end else None))
         b.record(chunks, decodes)
         t = end = t + seconds
-    meta = {"problem": "infermax", "method": "prefill-first", "knobs": asdict(knobs)}
-    return Schedule(instance.name, tuple(batches), meta)
+        for i, _ in chunks:
+            if st.g[i] == 1 and math.isnan(first[i]):
+                first[i] = t
+                firsts -= 1
+    return batches, first
 
 
 #: One batch of :func:`prefill_first_schedule`: prefill chunks, decodes, victims evicted first, seconds.
@@ -256,11 +355,15 @@ def _foreground(b: _Builder, k: int, t: float) -> _Step | tuple[()] | None:
     None when the next arrival (``k``) goes first and no chunk fits before it."""
     st, knobs = b.st, b.knobs
     running = len(b.fore) if knobs.evict else len(b.fore) + len(b.decoding)
-    chunks = _prefill_items(st, knobs, b.cap, b.waiting, b.fore, running, b.reserved, b.need, b.M, b.r_max)
+    bias = b.keys.bias
+    chunks = _prefill_items(st, knobs, b.cap, b.waiting, b.fore, running, b.reserved, b.need, b.M, b.r_max, bias)
     if knobs.ratio and len(chunks) > 1:
         chunks = _best_ratio(st, chunks, b.cm)
+    while k < len(b.reqs) and b.keys.hold[k]:  # held arrivals never preempt: the first one that may
+        k += 1
     if knobs.preempt and chunks and k < len(b.reqs) and knobs.order == "remaining-prefill":
-        chunks = _cut_at_arrival(st, chunks, b.cm, float(st.arrival[k]) - t, int(st.prompt[k]))
+        arriving = int(st.prompt[k] + bias[k] - bias[chunks[-1][0]])  # compared with the last one's rest
+        chunks = _cut_at_arrival(st, chunks, b.cm, float(st.arrival[k]) - t, arriving)
         if not chunks:
             return None
     if not chunks:
@@ -281,6 +384,8 @@ def _background(b: _Builder, t: float, nxt: float) -> _Step | None:
         evicted: list[int] = []
         if b.held + 1 > b.M:  # (evictions only) no slot for one decode: evict all but the nearest to finish
             keep = min(b.decoding, key=lambda i: (st.output[i] - st.g[i], i))
+            if not _decode_items(st, [keep], b.cm, 1, gap)[0]:
+                return None  # its decode alone would run past the next arrival: wait for it, evicting nothing
             evicted = b.evict_for(1, 0, {keep})
         chosen, seconds = _decode_items(st, b.decoding, b.cm, int(min(b.C, b.M - b.held)), gap)
         if not chosen and evicted:  # a batch must carry the evictions: the nearest to finish decodes
@@ -292,7 +397,7 @@ def _background(b: _Builder, t: float, nxt: float) -> _Step | None:
     c = int(min(st.prompt[i] - st.m[i], b.cap, b.M - b.held))
     if c < 1 or (st.m[i] == 0 and b.holders() + 1 > b.r_max):
         return None
-    chunks = _cut_at_arrival(st, [(i, c)], b.cm, gap, 0)
+    chunks = _cut_at_arrival(st, [(i, c)], b.cm, gap, -1)  # -1: always cut, even its last tokens
     return (chunks, [], [], _prefill_seconds(st, chunks, b.cm)) if chunks else None
 
 
@@ -307,12 +412,14 @@ def _prefill_items(
     need: np.ndarray,
     capacity: float,
     r_max: float,
+    bias: np.ndarray,
 ) -> list[tuple[int, int]]:
-    """(request, chunk) of the next prefill batch: candidates in ``knobs.order`` while tokens are left
-    of ``cap``; a waiting one only when it is admitted (fewer than R_max of ``running`` requests holding
-    KV and the ones admitted here, its reservation within M)."""
+    """(request, chunk) of the next prefill batch: candidates in ``knobs.order`` (remaining prompt plus
+    ``bias`` for ``remaining-prefill``) while tokens are left of ``cap``; a waiting one only when it is
+    admitted (fewer than R_max of ``running`` requests holding KV and the ones admitted here, its
+    reservation within M)."""
     if knobs.order == "remaining-prefill":
-        ranked = sorted(prefilling + waiting, key=lambda i: (st.prompt[i] - st.m[i], i))
+        ranked = sorted(prefilling + waiting, key=lambda i: (st.prompt[i] - st.m[i] + bias[i], i))
     else:
         ranked = sorted(prefilling + waiting)
     out: list[tuple[int, int]] = []
@@ -352,8 +459,9 @@ def _cut_at_arrival(
     arriving: int,  # noqa: ANN001
 ) -> list[tuple[int, int]]:
     """``chunks`` with its last chunk shortened so that the batch ends within ``gap`` seconds, by the
-    next arrival, when that arrival's prompt (``arriving`` tokens) is shorter than what the last
-    request would have left (so the arrival goes first): the chunk is the longest that fits,
+    next arrival, when that arrival's prompt (``arriving`` tokens, plus its bias less the last
+    request's; -1: always) is shorter than what the last request would have left (so the arrival
+    goes first): the chunk is the longest that fits,
     rounded down to whole tiles of the cost model when the batch has more than one tile, and dropped
     below :data:`MIN_CAP` tokens (no chunks at all: wait for the arrival). ``chunks`` unchanged when
     the batch already ends in time or the arrival's prompt is not shorter."""
@@ -362,12 +470,16 @@ def _cut_at_arrival(
     *head, (i, c) = chunks
     if arriving >= int(st.prompt[i] - st.m[i]) - min(c, MIN_CAP):
         return chunks
+    tokens, squares, context, m = 0, 0, 0, int(st.m[i])
+    for j, x in head:
+        tokens, squares, context = tokens + x, squares + x * x, context + x * int(st.m[j])
     lo, hi = 0, c  # chunk lo fits (or is 0), chunk hi does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if _prefill_seconds(st, [*head, (i, mid)], cm) <= gap else (lo, mid)
+        seconds = cm.batch_time(tokens + mid, tokens + mid, squares + mid * mid, 0, 0, context + mid * m)
+        lo, hi = (mid, hi) if seconds <= gap else (lo, mid)  # = _prefill_seconds of [*head, (i, mid)]
     tile = getattr(cm, "token_tile", 0) or 0
-    tokens = sum(x for _, x in head) + lo
+    tokens += lo
     if tile and cm.per_tile and tokens > tile:
         lo -= min(lo, tokens % tile)
     return [*head, (i, lo)] if lo >= MIN_CAP else head

@@ -12,7 +12,9 @@ its time limit here (:func:`scale_phase`):
    search of :mod:`.online` instead: hill climbing over the unified scheduler's configurations
    from the best seed policy, each run with the arrivals and judged by its replayed objective. For
    mean TTFT first the prefill-first schedules of :mod:`.prefill_first` (every prompt as soon as it may
-   run, the decodes deferred to the gaps between arrivals), within :data:`PREFILL_FIRST_SHARE` of the time.
+   run, the decodes deferred to the gaps between arrivals), within :data:`PREFILL_FIRST_SHARE` of the time,
+   then the local search of :mod:`.prefill_search` over per-request keys of the best of them, within
+   :data:`PREFILL_SEARCH_SHARE`.
 3. **The trajectory bound.** For the makespan with a KV capacity, when memory decides the batch
    count (the KV-time count is at least :data:`MEMORY_BINDS` of the other counts), the bound of
    :mod:`.colgen` (a linear relaxation over request trajectories by column generation) with the
@@ -61,6 +63,8 @@ FINAL_SEARCH_SHARE = 0.3
 GUIDED_POINTS = 2
 #: Most of the time limit the prefill-first schedules of mean TTFT may take (they end sooner).
 PREFILL_FIRST_SHARE = 0.2
+#: Most of the time limit the local search over prefill plans (mean TTFT) may take (it may end sooner).
+PREFILL_SEARCH_SHARE = 0.3
 #: The trajectory bound runs when the KV-time count is at least this share of the other counts.
 MEMORY_BINDS = 0.9
 
@@ -130,6 +134,11 @@ def scale_phase(
         )
     if objective == "ttft" and not budget.expired():
         _prefill_first(out, instance, phase.part(PREFILL_FIRST_SHARE), no_chunk, no_evict)
+        if "prefill-first" not in out.schedules or budget.expired():
+            why = "the time limit passed" if budget.expired() else "no prefill-first schedule"
+            out.info["prefill_search"] = f"not run: {why}"
+        else:
+            _prefill_search(out, instance, phase.part(PREFILL_SEARCH_SHARE), no_evict)
     first = SEARCH_SHARE if trajectories else 1.0
     if data is not None:
         first_part = phase.part(first)
@@ -205,6 +214,19 @@ def _prefill_first(out: ScalePhase, instance: Instance, budget: TimeBudget, no_c
     }
     if schedule is not None:
         out.schedules["prefill-first"] = schedule
+
+
+def _prefill_search(out: ScalePhase, instance: Instance, budget: TimeBudget, no_evict: bool) -> None:
+    """The local search of :mod:`.prefill_search` from the knobs of the ``prefill-first`` schedule: its
+    schedule, when better, as ``prefill-search``; its summary in ``info``."""
+    from .prefill_first import PrefillFirst
+    from .prefill_search import prefill_search
+
+    knobs = PrefillFirst(**out.schedules["prefill-first"].meta["knobs"])
+    found = prefill_search(instance, knobs, budget, evictions=not no_evict)
+    out.info["prefill_search"] = found.info()
+    if found.schedule is not None:
+        out.schedules["prefill-search"] = found.schedule
 
 
 def _guided_segment_lists(data: SegmentArrays, lp: Any) -> list[tuple[float, SegmentList]]:

@@ -1,0 +1,263 @@
+"""Local search over prefill plans for mean TTFT: per-request keys on top of the prefill-first rules.
+
+With hindsight (every arrival known), mean TTFT is a single-machine batching problem over the
+prompts: request i's first token is the end f_i of the batch that completes its prompt, and the
+objective is (1/N) sum_i (f_i - a_i). A *prefill plan* is a pair (knobs, keys): the knobs of
+:class:`.prefill_first.PrefillFirst` (cap, order, ratio rule, preemption at arrivals, evictions,
+deferral) and per-request keys (:class:`.prefill_first.PrefillKeys`): a bias b_i in tokens added to
+request i's remaining prompt wherever the shortest-remaining rule ranks it or preemption compares it
+with an arriving prompt, and a flag h_i by which i's arrival never cuts the running batch. The
+deterministic plan builder of :mod:`.prefill_first` decodes a plan into batches (chunks cut so that
+batches end at the arrivals that go first, the decodes deferred to the gaps), and the plan's value
+is its mean TTFT from its own batch times (:func:`.prefill_first.prefill_first_ttft`: the cost
+model's, as replay computes them, built only up to the last first token). Keys all zero give the
+prefill-first schedule of the knobs alone, so the search starts at the best prefill-first schedule
+and never ends worse.
+
+:func:`prefill_search` is an iterated local search with a seeded random generator. Each step makes
+one move on the current plan:
+
+- *shift*: one request's bias moves by +-2^k tokens (k = 4..11);
+- *jump*: one request's key is set just below or just above the key of a request arriving near it
+  (their whole prompts plus biases), so that the two swap in the shortest-remaining order;
+- *hold*: one request's hold flag is switched;
+- *knob*: one knob changes (:func:`.prefill_first.knob_steps`; evictions only where allowed).
+
+A move is kept when the plan's value is not worse (moves across plateaus are kept too); the best plan
+is remembered. After :data:`STALL` moves in a row without a new best the current plan returns to the
+best with :data:`KICK` random shifts; the search ends when the budget expires or after
+:data:`ROUNDS` such returns in a row without a new best. The best plan's whole schedule (decodes
+included) is then built and replayed; it is returned only when its replayed mean TTFT is below the
+start's.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ...budget import TimeBudget
+from ...instance import Instance
+from ...result import objective_of
+from ...schedule import Schedule, replay
+from .prefill_first import PrefillFirst, PrefillKeys, knob_steps, prefill_first_schedule, prefill_first_tokens
+
+__all__ = ["PrefillSearch", "prefill_search"]
+
+#: Moves in a row without a new best before the current plan returns to the best.
+STALL = 300
+#: Random shifts that perturb the best plan at such a return.
+KICK = 3
+#: Returns to the best in a row without a new best that end the search.
+ROUNDS = 40
+#: The time kept for the best plan's whole schedule and replay: this many times the start plan's
+#: evaluation (built up to the last first token), plus :data:`FINAL_SECONDS`, at most half the time left.
+FINAL_SHARE = 20.0
+#: Seconds kept for the end besides (start-up of the replay).
+FINAL_SECONDS = 0.05
+#: A request's weight in the draw of the moves: its TTFT beyond its prompt alone plus this share of
+#: the mean such excess (so that every request may be drawn).
+FLOOR = 0.1
+#: Requests on either side (in arrival order) among which a *jump* picks the other request.
+NEAR = 6
+
+
+@dataclass
+class PrefillSearch:
+    """What :func:`prefill_search` found.
+
+    Attributes
+    ----------
+    schedule
+        The best plan's schedule when its replayed mean TTFT is below the start's, else None.
+    value
+        The replayed mean TTFT (seconds) of ``schedule``, else the start's.
+    start
+        The start plan's mean TTFT (seconds).
+    evaluations
+        Plans evaluated.
+    kept
+        Moves kept, by kind.
+    history
+        (seconds since the start, the plan builder's mean TTFT) at each new best plan.
+    """
+
+    schedule: Schedule | None
+    value: float
+    start: float
+    evaluations: int
+    kept: dict[str, int]
+    history: list[tuple[float, float]]
+
+    def info(self) -> dict:
+        """A JSON-ready summary."""
+        return {
+            "start": self.start,
+            "value": self.value,
+            "evaluations": self.evaluations,
+            "kept": self.kept,
+            "history": self.history,
+            "improved": self.schedule is not None,
+        }
+
+
+@dataclass
+class _Plan:
+    """A prefill plan: knobs and per-request keys (module docstring)."""
+
+    knobs: PrefillFirst
+    bias: np.ndarray
+    hold: np.ndarray
+
+    def keys(self) -> PrefillKeys:
+        return PrefillKeys(self.bias, self.hold)
+
+    def copy(self) -> _Plan:
+        return _Plan(self.knobs, self.bias.copy(), self.hold.copy())
+
+
+class _Moves:
+    """The random moves of the search on one instance (module docstring)."""
+
+    def __init__(self, instance: Instance, evictions: bool, rng: random.Random) -> None:
+        self.instance, self.evictions, self.rng = instance, evictions, rng
+        reqs = sorted(instance.requests, key=lambda r: r.arrival)
+        self.prompt = np.array([r.prompt_tokens for r in reqs])
+        self.arrival = np.array([r.arrival for r in reqs], dtype=float)
+        cm = instance.cost_model
+        self.alone = np.array([cm.batch_time(p, p, p * p, 0, 0) for p in self.prompt.tolist()])
+        self.n = len(self.prompt)
+        self.cumulative = np.arange(1, self.n + 1, dtype=float)
+
+    def aim(self, first: np.ndarray) -> None:
+        """Aim the moves at the requests of the plan with first-token times ``first``: each is drawn
+        with weight its TTFT beyond its prompt alone plus :data:`FLOOR` of the mean such excess."""
+        excess = np.maximum(first - self.arrival - self.alone, 0.0)
+        self.cumulative = np.cumsum(excess + FLOOR * float(excess.mean()) + 1e-12)
+
+    def request(self) -> int:
+        """A request drawn by the weights of :meth:`aim`."""
+        return self.rng.choices(range(self.n), cum_weights=self.cumulative)[0]
+
+    def shift(self, plan: _Plan) -> _Plan:
+        """One request's bias moved by +-2^k tokens."""
+        out = plan.copy()
+        out.bias[self.request()] += self.rng.choice((-1, 1)) * 2 ** self.rng.randint(4, 11)
+        return out
+
+    def jump(self, plan: _Plan) -> _Plan:
+        """One request's key set just below or above that of a request arriving near it."""
+        out = plan.copy()
+        i = self.request()
+        j = min(self.n - 1, max(0, i + self.rng.choice((-1, 1)) * self.rng.randint(1, NEAR)))
+        side = self.rng.choice((-1, 1))
+        out.bias[i] = self.prompt[j] + plan.bias[j] - self.prompt[i] + side
+        return out
+
+    def hold(self, plan: _Plan) -> _Plan:
+        """One request's hold flag switched."""
+        out = plan.copy()
+        i = self.rng.randrange(self.n)
+        out.hold[i] = not out.hold[i]
+        return out
+
+    def knob(self, plan: _Plan) -> _Plan:
+        """One knob changed (evictions only where allowed)."""
+        steps = [k for k in knob_steps(plan.knobs, self.instance) if self.evictions or not k.evict]
+        out = plan.copy()
+        if steps:
+            out.knobs = self.rng.choice(steps)
+        return out
+
+    def random(self, plan: _Plan) -> tuple[str, _Plan]:
+        """A random move (kind, plan): shifts and jumps most often."""
+        kind = self.rng.choices(("shift", "jump", "hold", "knob"), weights=(4, 4, 1, 1))[0]
+        return kind, getattr(self, kind)(plan)
+
+
+def prefill_search(
+    instance: Instance, start: PrefillFirst, budget: TimeBudget, evictions: bool = True, seed: int = 0
+) -> PrefillSearch:
+    """The iterated local search over prefill plans (module docstring) from the knobs ``start`` with
+    keys all zero, within ``budget``; without ``evictions``, only plans whose schedules never evict.
+
+    The start's value is the plan builder's; the result's schedule, when there is one, is replayed
+    here (its value is the replay's) and replays cleanly, without evictions when they are not allowed.
+    """
+    n = len(instance.requests)
+    none = PrefillKeys.none(n)
+    began = time.perf_counter()
+    moves = _Moves(instance, evictions, random.Random(seed))
+    current = best = _evaluate(instance, _Plan(start, none.bias, none.hold), moves, budget)
+    if current is None or n < 2:  # not built in time, or nothing to order
+        value = math.inf if current is None else current[0]
+        return PrefillSearch(None, value, value, int(current is not None), {}, [])
+    start_value = current[0]
+    # the end keeps time for the best plan's whole schedule and its replay: a multiple of the start's
+    # build, at most half the time left (a whole schedule not built in time is no schedule)
+    keep, left = FINAL_SHARE * (time.perf_counter() - began) + FINAL_SECONDS, budget.left()
+    final, budget = budget, budget.reserve(keep if left is None else min(keep, 0.5 * left))
+    moves.aim(current[2])
+    kept: dict[str, int] = {}
+    evaluations, stale, rounds = 1, 0, 0
+    history = [(0.0, start_value)]
+    while rounds < ROUNDS and not budget.expired():
+        kind, plan = moves.random(current[1])
+        found = _evaluate(instance, plan, moves, budget)
+        evaluations += 1
+        if found is not None and found[0] <= current[0]:
+            kept[kind] = kept.get(kind, 0) + 1
+            current = found
+            moves.aim(found[2])
+            if found[0] < best[0] * (1 - 1e-12):
+                best, stale, rounds = current, 0, 0
+                history.append((round(time.perf_counter() - began, 3), found[0]))
+                continue
+        stale += 1
+        if stale >= STALL:  # back to the best, kicked
+            plan = best[1]
+            for _ in range(KICK):
+                plan = moves.shift(plan)
+            current = _evaluate(instance, plan, moves, budget) or best
+            moves.aim(current[2])
+            evaluations, stale, rounds = evaluations + 1, 0, rounds + 1
+    schedule, value = _replayed(instance, best[1], evictions, final) if best[0] < start_value else (None, start_value)
+    if schedule is None or value >= start_value:
+        return PrefillSearch(None, start_value, start_value, evaluations, kept, history)
+    return PrefillSearch(schedule, value, start_value, evaluations, kept, history)
+
+
+def _evaluate(
+    instance: Instance, plan: _Plan, moves: _Moves, budget: TimeBudget
+) -> tuple[float, _Plan, np.ndarray] | None:
+    """(mean TTFT, plan, first-token times in arrival order) of the plan, from its own batch times;
+    None when it is not built within ``budget``."""
+    first = prefill_first_tokens(instance, plan.knobs, budget, plan.keys())
+    if first is None:
+        return None
+    return float(np.mean(first - moves.arrival)), plan, first
+
+
+def _replayed(instance: Instance, plan: _Plan, evictions: bool, budget: TimeBudget) -> tuple[Schedule | None, float]:
+    """The plan's whole schedule, labelled ``prefill-search`` with its knobs and keys, and its replayed
+    mean TTFT; (None, inf) when it is not built within ``budget`` or does not replay cleanly (or evicts
+    where not allowed)."""
+    schedule = prefill_first_schedule(instance, plan.knobs, budget, plan.keys())
+    if schedule is None:
+        return None, math.inf
+    rep = replay(instance, schedule)
+    if not rep.feasible or (rep.metrics.evictions and not evictions):
+        return None, math.inf
+    ids = [r.id for r in sorted(instance.requests, key=lambda r: r.arrival)]
+    meta = {
+        "problem": "infermax",
+        "method": "prefill-search",
+        "knobs": asdict(plan.knobs),
+        "bias": {ids[i]: int(plan.bias[i]) for i in np.flatnonzero(plan.bias)},
+        "hold": [ids[i] for i in np.flatnonzero(plan.hold)],
+    }
+    return Schedule(instance.name, schedule.batches, meta), objective_of(rep, "ttft")

@@ -1,0 +1,155 @@
+"""The local search over prefill plans for mean TTFT (optsched/problems/infermax/prefill_search.py).
+
+- The plan builder's mean TTFT (built up to the last first token) equals the replayed mean TTFT of
+  the plan's whole schedule, for every prefill-first variant with random per-request keys; keys all
+  zero change nothing.
+- The search is never worse than its start; its schedules replay cleanly under tight M, R_max and C
+  on random small instances, without evictions when they are not allowed; it respects a short
+  budget and gives nothing with an expired one.
+- On tiny instances its value is never below the exhaustive optimum.
+- A solve for mean TTFT at scale runs it and returns no worse than its schedule.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from optsched.budget import NO_LIMIT, TimeBudget
+from optsched.instance import parse_instance
+from optsched.problems.infermax.prefill_first import (
+    PrefillKeys,
+    best_prefill_first,
+    prefill_first_schedule,
+    prefill_first_ttft,
+    variants,
+)
+from optsched.problems.infermax.prefill_search import prefill_search
+from optsched.result import objective_of
+from optsched.schedule import replay
+from tests.problems.infermax.test_infermax_online import online_instance
+from tests.support.infermax import tiny_instance
+from tests.support.latency_bruteforce import exhaustive_mean
+from tests.support.solving import solver
+from tests.test_load_bounds import TINY
+
+solve = solver("infermax")
+
+
+def random_keys(n: int, seed: int) -> PrefillKeys:
+    """Biases of up to +-512 tokens and hold flags, drawn at random."""
+    rng = np.random.default_rng(seed)
+    return PrefillKeys(rng.integers(-512, 512, size=n), rng.random(n) < 0.3)
+
+
+def roomy(inst):
+    """``inst`` without KV capacity and R_max (the builder then skips deferred decodes before the last
+    first token)."""
+    return replace(inst, limits=replace(inst.limits, kv_capacity=None, max_running=None))
+
+
+def busy_instance(seed: int, n: int = 40, rate: float = 300.0):
+    """``n`` requests (I in 1..600, O in 1..40) arriving at ``rate`` per second: prompts queue."""
+    rng = random.Random(seed)
+    t, reqs = 0.0, []
+    for k in range(n):
+        t += rng.expovariate(rate)
+        reqs.append({
+            "id": f"r{k}",
+            "arrival": round(t, 5),
+            "prompt_tokens": rng.randint(1, 600),
+            "output_tokens": rng.randint(1, 40),
+        })
+    limits = {"token_budget": 1024, "prefill_budget": 1024}
+    return parse_instance(
+        {"name": f"busy-{seed}", "cost_model": "llama2-7b-h200", "limits": limits, "requests": reqs}, f"busy-{seed}"
+    )
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("memory", [0.2, 1.0, None])
+def test_plan_value_is_the_replayed_mean_ttft(seed, memory):
+    inst = online_instance(seed, n=30, memory=memory or 1.0)
+    inst = roomy(inst) if memory is None else inst
+    keys = random_keys(len(inst.requests), seed)
+    for k in variants(inst):
+        schedule = prefill_first_schedule(inst, k, NO_LIMIT, keys)
+        rep = replay(inst, schedule)
+        assert rep.feasible, (k, rep.violations[:3])
+        assert prefill_first_ttft(inst, k, NO_LIMIT, keys) == pytest.approx(rep.metrics.mean_ttft, rel=1e-12)
+        plain = prefill_first_schedule(inst, k, NO_LIMIT)
+        assert prefill_first_schedule(inst, k, NO_LIMIT, PrefillKeys.none(len(inst.requests))) == plain
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("evictions", [True, False])
+def test_never_worse_than_its_start_and_replays_cleanly(seed, evictions):
+    inst = online_instance(seed, n=25, memory=0.2)  # R_max 8 or none, C = 512, P = 256, M tight
+    start_schedule, start_value, _ = best_prefill_first(inst, "ttft", NO_LIMIT, evictions=evictions)
+    knobs = replace(variants(inst)[0], **start_schedule.meta["knobs"])
+    found = prefill_search(inst, knobs, TimeBudget.of(3.0), evictions=evictions, seed=seed)
+    assert found.start == pytest.approx(start_value, rel=1e-12)
+    assert found.value <= found.start
+    if found.schedule is not None:
+        rep = replay(inst, found.schedule)
+        assert rep.feasible, rep.violations[:3]
+        assert evictions or rep.metrics.evictions == 0
+        assert found.value == objective_of(rep, "ttft") < found.start
+        assert found.schedule.meta["method"] == "prefill-search"
+
+
+def test_the_search_gains_where_the_rules_are_not_optimal():
+    """On random instances under load, the keys find better schedules than the best prefill-first
+    ones somewhere."""
+    gains = 0
+    for seed in range(4):
+        inst = busy_instance(seed)
+        schedule, value, _ = best_prefill_first(inst, "ttft", NO_LIMIT)
+        knobs = replace(variants(inst)[0], **schedule.meta["knobs"])
+        gains += prefill_search(inst, knobs, TimeBudget.of(2.0)).value < value * (1 - 1e-6)
+    assert gains >= 2
+
+
+def test_respects_a_short_budget():
+    inst = busy_instance(3, n=150)
+    began = time.perf_counter()
+    found = prefill_search(inst, variants(inst)[0], TimeBudget.of(0.5))
+    assert time.perf_counter() - began < 0.5 + 1.0  # the end (one whole schedule and its replay) included
+    assert found.evaluations >= 1
+    expired = prefill_search(inst, variants(inst)[0], TimeBudget.of(0.0))
+    assert expired.schedule is None and expired.evaluations == 0
+
+
+@pytest.mark.parametrize("arrivals", [False, True])
+def test_never_below_the_exhaustive_optimum(arrivals):
+    checked = 0
+    for seed in TINY:
+        inst = tiny_instance(seed, arrivals=arrivals)
+        if len(inst.requests) < 2:
+            continue
+        best = exhaustive_mean(inst, "ttft")
+        assert best is not None
+        chosen = variants(inst)
+        for k in (chosen[0], *(v for v in chosen if v.preempt or v.evict)):  # plain, preempting, evicting
+            found = prefill_search(inst, k, TimeBudget.of(0.2), seed=seed)
+            if found.start < float("inf"):
+                assert found.value >= best[0] * (1 - 1e-9), (seed, k, found.value, best[0])
+                checked += 1
+    assert checked >= 10
+
+
+def test_solve_for_ttft_runs_the_search_and_is_never_worse():
+    inst = busy_instance(5)
+    res = solve(inst, {"objective": "ttft", "time_limit": 20})
+    info = res.extra["scale"]["prefill_search"]
+    assert info["evaluations"] >= 1 and info["value"] <= info["start"]
+    values = res.extra["policy_values"]
+    assert res.objective <= values["prefill-first"] + 1e-12
+    if info["improved"]:
+        assert res.objective <= values["prefill-search"] + 1e-12 and values["prefill-search"] < values["prefill-first"]
+    rep = replay(inst, res.schedule)
+    assert rep.feasible and res.objective == pytest.approx(objective_of(rep, "ttft"), rel=1e-12)
