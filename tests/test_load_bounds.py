@@ -140,6 +140,21 @@ def policy_values(inst, objective: str) -> dict[str, float]:
     return {name: replayed_objective(inst, simulator_for(name)(inst), objective)[0] for name in names}
 
 
+def ttft_refutations(value_of) -> int:
+    """How many instances refute the mean-TTFT bound ``value_of(inst)``: tiny ones (:data:`TINY`, with
+    and without arrivals) where it exceeds the exhaustive optimum, and loaded ones of 50 to 200
+    requests where it exceeds some policy's replayed mean TTFT (a planted fault must give some)."""
+    caught = 0
+    for arrivals in (False, True):
+        for seed in TINY:
+            inst = tiny_instance(seed, arrivals=arrivals)
+            caught += value_of(inst) > optimum(inst, "ttft") * (1 + 1e-9)
+    for n, seed in [(50, 2), (120, 3), (200, 4)]:
+        inst = loaded_instance(n, seed)
+        caught += value_of(inst) > min(policy_values(inst, "ttft").values())
+    return caught
+
+
 @pytest.mark.parametrize("n, seed", [(20, 1), (50, 2), (120, 3), (200, 4), (80, 5), (30, 6)])
 def test_every_bound_is_at_most_every_policy(n: int, seed: int) -> None:
     inst = loaded_instance(n, seed)
