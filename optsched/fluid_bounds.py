@@ -113,6 +113,7 @@ import numpy as np
 from .bounds import critical_path_times
 from .costmodel import Coefficients
 from .instance import Instance
+from .lprows import LpRows
 from .result import Bound
 
 __all__ = [
@@ -179,39 +180,6 @@ class FluidTerms:
         return weight
 
 
-class _Rows:
-    """Rows (lower, upper) and their entries (row, column, value), gathered for one ``addRows`` call."""
-
-    def __init__(self) -> None:
-        self.lower: list[np.ndarray] = []
-        self.upper: list[np.ndarray] = []
-        self.entries: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self.count = 0
-
-    def add(self, lower: np.ndarray, upper: np.ndarray) -> int:
-        """Add ``len(lower)`` rows; return the index of the first."""
-        first = self.count
-        self.lower.append(np.asarray(lower, dtype=np.float64))
-        self.upper.append(np.asarray(upper, dtype=np.float64))
-        self.count += len(self.lower[-1])
-        return first
-
-    def put(self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray | float) -> None:
-        """Entries of rows already added (``vals`` broadcast to the rows)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        self.entries.append((rows, np.asarray(cols, dtype=np.int64), np.broadcast_to(vals, rows.shape).astype(float)))
-
-    def pass_to(self, h: object) -> object:
-        """Add the rows to HiGHS model ``h``; HiGHS' status (an error for a repeated entry of a row)."""
-        rows = np.concatenate([e[0] for e in self.entries])
-        order = np.argsort(rows, kind="stable")
-        cols = np.concatenate([e[1] for e in self.entries])[order].astype(np.int32)
-        vals = np.concatenate([e[2] for e in self.entries])[order]
-        starts = np.searchsorted(rows[order], np.arange(self.count)).astype(np.int32)
-        lower, upper = np.concatenate(self.lower), np.concatenate(self.upper)
-        return h.addRows(self.count, lower, upper, len(cols), starts, cols, vals)  # type: ignore[attr-defined]
-
-
 class _Cells:
     """The request-interval cells (i, k), k from the interval holding r_i to G, and their columns:
     z (one a cell), R (one a cell with k < G), then m_k, P_k, D_k, Z_k (k < G)."""
@@ -275,7 +243,7 @@ def fluid_lp(terms: FluidTerms, tau: np.ndarray, most: int, seconds: float = FLU
     cost[c.z] = 1.0
     h.addVars(c.columns, np.zeros(c.columns), upper)
     h.changeColsCost(c.columns, np.arange(c.columns, dtype=np.int32), cost)
-    rows = _Rows()
+    rows = LpRows()
     owner_cap, owner_rate = terms.cap[c.owner], terms.rate[c.owner]
 
     def p_rows(
@@ -314,7 +282,7 @@ def fluid_lp(terms: FluidTerms, tau: np.ndarray, most: int, seconds: float = FLU
     return max(0.0, total * (1.0 - FLUID_MARGIN) / len(terms.release))
 
 
-def _span_rows(rows: _Rows, c: _Cells, terms: FluidTerms, tau: np.ndarray) -> None:
+def _span_rows(rows: LpRows, c: _Cells, terms: FluidTerms, tau: np.ndarray) -> None:
     """The span rows, one a request: sum_k z_ik - sum_k l_ik p_ik >= H_i with l_ik = (max(tau_k, r_i) - r_i) /
     sigma_i; as p_ik = R_{i,k-1} - R_ik, R_ik's entry is l_ik - l_{i,k+1} and the first cell adds l_ik sigma_i."""
     lead = np.maximum(tau[c.k] - terms.release[c.owner], 0.0) / c.sigma
@@ -327,7 +295,7 @@ def _span_rows(rows: _Rows, c: _Cells, terms: FluidTerms, tau: np.ndarray) -> No
     rows.put(first + c.owner[inner], c.R[inner], lead[inner] - lead[inner + 1])
 
 
-def _interval_rows(rows: _Rows, c: _Cells, terms: FluidTerms, tau: np.ndarray, most: int) -> None:
+def _interval_rows(rows: LpRows, c: _Cells, terms: FluidTerms, tau: np.ndarray, most: int) -> None:
     """The rows of each bounded interval k < G: time, the sums P_k, D_k, Z_k, holding and K."""
     G, beta = c.G, terms.overhead
     inner = np.flatnonzero(c.inner)

@@ -107,6 +107,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
+from functools import partial
 
 import numpy as np
 
@@ -120,7 +122,10 @@ from .bounds import (
 from .costmodel import Coefficients, CostModel
 from .fluid_bounds import FLUID_TIME, fluid_latency
 from .instance import Instance
+from .lprows import LpRows
 from .pair_bounds import pair_bounds
+from .pair_wait_lp import LP_TIME as PAIR_LP_TIME
+from .pair_wait_lp import pair_wait_lp
 from .result import Bound, objective_named
 from .ttft_bounds import flush_bound, flush_mean_bound, flush_overhead
 
@@ -305,33 +310,33 @@ def busy_time_lp(
     fcols = np.arange(f0, f0 + N, dtype=np.int32)
     h.changeColsBounds(N, fcols, earliest, np.full(N, inf))
     h.changeColsCost(N, fcols, np.ones(N))
-    rows = _RowBuilder()
+    rows = LpRows()
     by_interval: list[tuple[list[int], list[int]]] = [([], []) for _ in range(G)]
     for i in range(N):
         ts = np.arange(first[i], G + 1)
         xs = x0[i] + np.arange(len(ts))
         ys, us = xs + len(ts), xs + 2 * len(ts)
         ones = np.ones(len(ts))
-        rows.add(work[i], work[i], xs, ones)  # sum_t x_it = w_i
-        rows.add(shared[i], shared[i], us, ones)  # sum_t u_it = beta n_i (the earliest credit)
+        rows.row(work[i], work[i], xs, ones)  # sum_t x_it = w_i
+        rows.row(shared[i], shared[i], us, ones)  # sum_t u_it = beta n_i (the earliest credit)
         if work[i] > 0:  # F_i >= sum_t tau_t x_it / w_i + w_i / 2
-            rows.add(-inf, -work[i] / 2, np.append(xs, f0 + i), np.append(tau[ts] / work[i], -1.0))
+            rows.row(-inf, -work[i] / 2, np.append(xs, f0 + i), np.append(tau[ts] / work[i], -1.0))
         both = work[i] + shared[i]
         if both > 0:  # the same for the disjoint union of i's exclusive time and earliest credit
             cols = np.concatenate([xs, us, [f0 + i]])
-            rows.add(-inf, -both / 2, cols, np.concatenate([tau[ts] / both, tau[ts] / both, [-1.0]]))
+            rows.row(-inf, -both / 2, cols, np.concatenate([tau[ts] / both, tau[ts] / both, [-1.0]]))
         for k, t in enumerate(ts.tolist()):
-            rows.add(-inf, 0.0, np.array([us[k], ys[k]]), np.array([1.0, -1.0]))  # u_it <= y_it
+            rows.row(-inf, 0.0, np.array([us[k], ys[k]]), np.array([1.0, -1.0]))  # u_it <= y_it
             if t < G:
                 by_interval[t][0].append(int(xs[k]))
                 by_interval[t][1].append(int(ys[k]))
-                rows.add(-inf, 0.0, np.array([ys[k], t]), np.array([1.0, -1.0]))  # y_it <= z_t
+                rows.row(-inf, 0.0, np.array([ys[k], t]), np.array([1.0, -1.0]))  # y_it <= z_t
                 coupling = np.array([1.0, -biggest[i] / beta])  # x_it <= (c_i / beta) y_it + 2 c_i
-                rows.add(-inf, 2.0 * biggest[i], np.array([xs[k], ys[k]]), coupling)
+                rows.row(-inf, 2.0 * biggest[i], np.array([xs[k], ys[k]]), coupling)
     delta = np.diff(tau)
     for t, (xs_t, ys_t) in enumerate(by_interval):
-        rows.add(-inf, float(delta[t]), np.array([*xs_t, t]), np.ones(len(xs_t) + 1))  # x's + z_t <= Delta_t
-        rows.add(-inf, 0.0, np.array([*ys_t, t]), np.append(np.ones(len(ys_t)), -float(K)))  # <= K members
+        rows.row(-inf, float(delta[t]), np.array([*xs_t, t]), np.ones(len(xs_t) + 1))  # x's + z_t <= Delta_t
+        rows.row(-inf, 0.0, np.array([*ys_t, t]), np.append(np.ones(len(ys_t)), -float(K)))  # <= K members
     rows.pass_to(h)
     h.run()
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
@@ -339,28 +344,6 @@ def busy_time_lp(
     total = h.getInfo().objective_function_value
     total -= LP_MARGIN * abs(total)
     return max(0.0, (total - math.fsum(release)) / N)
-
-
-class _RowBuilder:
-    """Rows (lower, upper, columns, coefficients) gathered for one ``addRows`` call."""
-
-    def __init__(self) -> None:
-        self.lower: list[float] = []
-        self.upper: list[float] = []
-        self.cols: list[np.ndarray] = []
-        self.vals: list[np.ndarray] = []
-
-    def add(self, lower: float, upper: float, cols: np.ndarray, vals: np.ndarray) -> None:
-        self.lower.append(float(lower))
-        self.upper.append(float(upper))
-        self.cols.append(np.asarray(cols, dtype=np.int32))
-        self.vals.append(np.asarray(vals, dtype=np.float64))
-
-    def pass_to(self, h: object) -> None:
-        lengths = np.array([len(c) for c in self.cols])
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
-        index, value = np.concatenate(self.cols), np.concatenate(self.vals)
-        h.addRows(len(self.lower), np.array(self.lower), np.array(self.upper), len(index), starts, index, value)
 
 
 def _best_over_weights(instance: Instance, first_tokens: bool, alone: np.ndarray) -> tuple[float, tuple[float, ...]]:
@@ -376,9 +359,11 @@ def load_bounds(instance: Instance, objective: str, lp_time: float | None = None
     """The load-aware bounds of ``objective`` (module docstring): ``srpt-work`` for ``latency``,
     ``srpt-prefill`` and ``srpt-prefill-flush`` (:mod:`optsched.ttft_bounds`) for ``ttft`` (seconds, mean
     over requests), and the pairwise-interference bound of :mod:`optsched.pair_bounds`; none for other objectives. With
-    ``lp_time`` (seconds, at most :data:`LP_TIME` used) also the busy-time LP's bound where HiGHS
-    solves it within that time, and for ``latency`` the fluid bound of :mod:`optsched.fluid_bounds`
-    (at most :data:`~optsched.fluid_bounds.FLUID_TIME` s)."""
+    ``lp_time`` (seconds for all of them together) also the busy-time LP's bound where HiGHS solves it
+    within that time (at most :data:`LP_TIME`), and for ``latency`` ``pair-wait-lp`` of
+    :mod:`optsched.pair_wait_lp` (at most its :data:`~optsched.pair_wait_lp.LP_TIME`) and the fluid
+    bound of :mod:`optsched.fluid_bounds` (at most :data:`~optsched.fluid_bounds.FLUID_TIME`), each
+    within the time the ones before it left."""
     name = objective_named(objective).name
     if name not in ("latency", "ttft") or not instance.requests:
         return []
@@ -408,17 +393,16 @@ def load_bounds(instance: Instance, objective: str, lp_time: float | None = None
             "one item a batch (K = 1): one machine, SRPT over each request's least time alone (optsched/load_bounds.py)"
         )
         out.append(Bound(f"{bound}-alone", srpt_mean_bound(release, alone, alone), True, lone))
-    lp = None if not lp_time or lp_time <= 0 else _busy_time(instance, name == "ttft", K, min(lp_time, LP_TIME))
-    if lp is not None:
-        out.append(lp)
-    fluid = (
-        None
-        if name != "latency" or not lp_time or lp_time <= 0
-        else fluid_latency(instance, K, min(lp_time, FLUID_TIME))
-    )
-    if fluid is not None:
-        out.append(fluid)
-    return out
+    if not lp_time or lp_time <= 0:
+        return out
+    started = time.monotonic()
+    solved = [_busy_time(instance, name == "ttft", K, min(lp_time, LP_TIME))]
+    if name == "latency":
+        lps = ((partial(pair_wait_lp, instance), PAIR_LP_TIME), (partial(fluid_latency, instance, K), FLUID_TIME))
+        for lp, most in lps:
+            left = lp_time - (time.monotonic() - started)
+            solved.append(lp(seconds=min(left, most)) if left > 0 else None)
+    return out + [b for b in solved if b is not None]
 
 
 def _biggest_item(instance: Instance, I: np.ndarray, O: np.ndarray) -> np.ndarray:
@@ -469,7 +453,5 @@ def default_bounds(instance: Instance) -> list[Bound]:
     :func:`optsched.bounds.instance_bounds` and the load-aware bounds of both mean latency and mean
     TTFT."""
     return (
-        instance_bounds(instance)
-        + load_bounds(instance, "latency", FLUID_TIME)
-        + load_bounds(instance, "ttft", LP_TIME)
+        instance_bounds(instance) + load_bounds(instance, "latency", math.inf) + load_bounds(instance, "ttft", LP_TIME)
     )

@@ -135,6 +135,8 @@ __all__ = [
     "pair_wait",
     "latency_pairs",
     "LatencyPairs",
+    "wait_terms",
+    "WaitTerms",
 ]
 
 #: Most request pairs summed (the nearest later arrivals of each request first).
@@ -355,10 +357,49 @@ def pair_wait(instance: Instance, split: np.ndarray | None = None) -> float:
     return latency_pair_values(instance, split)[1]
 
 
-def latency_pair_values(instance: Instance, split: np.ndarray | None = None) -> tuple[float, float]:
-    """(``pair-interference``, ``pair-wait``) of the module docstring, seconds, from one pass over the pairs."""
-    if not instance.requests:
-        return 0.0, 0.0
+@dataclass(frozen=True)
+class WaitTerms:
+    """The terms of ``pair-wait`` (module docstring) before its weights lambda are chosen: the pairs,
+    each request's w'_j, least batch count, O, I and cheapest later-token item (``decode``), c_min,
+    beta' and the pairs-free part sum_j (beta' O_j + X_j)."""
+
+    pairs: LatencyPairs
+    work: np.ndarray
+    least_batches: np.ndarray
+    outputs: np.ndarray
+    prompts: np.ndarray
+    decode: np.ndarray
+    c_min: float
+    beta: float
+    own_total: float
+
+    def psi(self, lam_j: np.ndarray, lam_i: np.ndarray) -> np.ndarray:
+        """psi_ij of every pair for the weights ``lam_j`` (lambda_ji: j's weight on i, used when i finishes
+        first) and ``lam_i`` (lambda_ij), one entry a pair."""
+        i, j, c = self.pairs.i, self.pairs.j, self.c_min
+        O, I, decode = self.outputs, self.prompts, self.decode
+        i_first = self.pairs.rest + _share_cost(self.pairs.batches, O[j], I[j], decode[j], c, v=self.beta * lam_j)
+        j_first = self.work[j] + _share_cost(self.least_batches[j], O[i], I[i], decode[i], c, v=self.beta * lam_i)
+        return np.minimum(i_first, j_first)
+
+    def mean(self, lam_j: np.ndarray, lam_i: np.ndarray) -> float:
+        """The ``pair-wait`` bound (seconds) for these weights, less the safety margin; valid when every
+        request's weights add up to at most 1 (:meth:`uniform` weights do)."""
+        total = self.own_total + math.fsum(self.psi(lam_j, lam_i))
+        return max(0.0, total * (1 - SAFETY) / len(self.outputs))
+
+    def uniform(self, split: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(lam_j, lam_i) of 1 over each request's number of pairs (``split``: per request, the number
+        its weight is split over instead; a test plants 1)."""
+        i, j = self.pairs.i, self.pairs.j
+        if split is None:
+            split = np.bincount(np.concatenate([i, j]), minlength=len(self.outputs))
+        share = 1.0 / np.maximum(split, 1)
+        return share[j], share[i]
+
+
+def _latency_terms(instance: Instance) -> tuple[float, WaitTerms]:
+    """(the ``pair-interference`` total, the ``pair-wait`` terms) of the module docstring, from one pass."""
     cm = instance.cost_model
     A = critical_path_times(instance)
     prefix = lone_prefix(instance)
@@ -367,21 +408,28 @@ def latency_pair_values(instance: Instance, split: np.ndarray | None = None) -> 
     c_min, dec_a, dec_k = _item_coefficients(instance)
     work = c_min * I + prefix.items()  # w'_i
     pairs = latency_pairs(instance, A, work, prefix)
-    i, j = pairs.i, pairs.j
-    interference = math.fsum(A) + math.fsum(np.minimum(pairs.rest, work[j]))
+    interference = math.fsum(A) + math.fsum(np.minimum(pairs.rest, work[pairs.j]))
     beta = _least_overhead(cm)
     dk_dx = cm.layers * (cm.decode.per_kv + cm.decode.per_max_kv)
     with_max_kv = ((dec_a + dk_dx * I, np.full(len(I), dk_dx)), prefix.item[1])
     own = c_min * I + prefix.items(with_max_kv)  # X_j: item terms plus L dx m of every decode item
     decode = np.minimum(dec_a + dec_k * I, c_min * (I + 1.0))
-    if split is None:
-        split = np.bincount(np.concatenate([i, j]), minlength=len(I))
-    v = beta / np.maximum(split, 1)  # beta' lambda_k
     least_batches = np.ceil(I / instance.limits.prefill_budget) + O - 1.0
-    i_first = pairs.rest + _share_cost(pairs.batches, O[j], I[j], decode[j], c_min, v=v[j])
-    j_first = work[j] + _share_cost(least_batches[j], O[i], I[i], decode[i], c_min, v=v[i])
-    wait = math.fsum(beta * O + own) + math.fsum(np.minimum(i_first, j_first))
-    return tuple(max(0.0, total * (1 - SAFETY) / len(I)) for total in (interference, wait))
+    terms = WaitTerms(pairs, work, least_batches, O, I, decode, c_min, beta, math.fsum(beta * O + own))
+    return interference, terms
+
+
+def wait_terms(instance: Instance) -> WaitTerms:
+    """The ``pair-wait`` terms of ``instance`` (at least one request)."""
+    return _latency_terms(instance)[1]
+
+
+def latency_pair_values(instance: Instance, split: np.ndarray | None = None) -> tuple[float, float]:
+    """(``pair-interference``, ``pair-wait``) of the module docstring, seconds, from one pass over the pairs."""
+    if not instance.requests:
+        return 0.0, 0.0
+    interference, terms = _latency_terms(instance)
+    return max(0.0, interference * (1 - SAFETY) / len(terms.outputs)), terms.mean(*terms.uniform(split))
 
 
 def pair_interference_prefill(instance: Instance) -> float:

@@ -59,7 +59,6 @@ from typing import TYPE_CHECKING, Any
 
 from ...budget import TimeBudget
 from ...costmodel import Coefficients
-from ...fluid_bounds import FLUID_TIME
 from ...instance import Instance
 from ...load_bounds import load_bounds, proven_bounds
 from ...options import OptionError
@@ -531,8 +530,8 @@ def bounds(
     The model computes its objectives exactly as :func:`optsched.schedule.replay` does, so every
     bound of :mod:`optsched.bounds` (proven for every schedule that replays cleanly) holds for its
     optimum; for ``latency`` and ``ttft`` so does every load-aware bound of :mod:`optsched.load_bounds`
-    (the busy-time LP and the fluid LP of :mod:`optsched.fluid_bounds` within the time left of ``budget``,
-    at most :data:`~optsched.load_bounds.LP_TIME` and :data:`~optsched.fluid_bounds.FLUID_TIME` s), and for
+    (the busy-time LP, ``pair-wait-lp`` and the fluid LP within the time left of ``budget``, each at most
+    its own limit: :func:`optsched.load_bounds.load_bounds`), and for
     ``ttft`` the block bound of :mod:`optsched.ttft_block_bounds` (within ``budget``, at most
     :data:`~optsched.ttft_block_bounds.BLOCK_TIME` s).
     ``method='lp'`` adds the LP relaxation of the MIP (:mod:`.mip`; proven, usually weaker than the
@@ -552,8 +551,9 @@ def bounds(
 
         return [goodput_bound(instance, bound_opts.method)]
     out = _generic_bounds(instance, objective)
-    lp_time = budget.left() if budget.limited else FLUID_TIME  # the LPs' HiGHS limit, in seconds (each its own at most)
-    out += [b for b in load_bounds(instance, objective, lp_time) if b.name.startswith(("busy-time", "fluid-"))]
+    lp_time = budget.left() if budget.limited else math.inf  # the LPs' time in all, seconds (each its own at most)
+    lps = ("busy-time", "fluid-", "pair-wait-lp")
+    out += [b for b in load_bounds(instance, objective, lp_time) if b.name.startswith(lps)]
     if objective == "ttft" and instance.requests:  # the batch-end flushes priced on blocks (ttft_block_bounds.py)
         out.append(block_bound(instance, budget))
     if objective == "makespan" and instance.limits.kv_capacity is not None:
