@@ -67,7 +67,7 @@ from ...schedule import Schedule, replay
 from .candidates import initial_candidates
 from .cpsat import ModelBuilder
 from .data import ModelData, fits, instance_fields, integer_scaling
-from .goodput_bounds import SloArrays, alive_requests, max_met, request_facts, slo_arrays
+from .goodput_bounds import RequestFacts, SloArrays, alive_requests, max_met, request_facts, slo_arrays
 from .model import InferMaxInputError, InferMaxOptions, Scaling
 from .scale import SCALE_MIN_REQUESTS
 from .schedules import schedule_from_solution, serial_completion
@@ -120,10 +120,15 @@ def _least_batch(instance: Instance) -> float:
     return min(cm.batch_time(1, 1, 1, 0, 0), cm.batch_time(1, 0, 0, 1, 0))
 
 
-def goodput_model_data(instance: Instance, options: InferMaxOptions) -> tuple[ModelData, SloArrays, int]:
+def goodput_model_data(
+    instance: Instance, options: InferMaxOptions, facts: RequestFacts | None = None, slo: SloArrays | None = None
+) -> tuple[ModelData, SloArrays, int]:
     """The model's data over the requests that carry an SLO and are not lost alone, its targets and
-    the number of requests that carry no SLO (met once served; module docstring: the horizon J)."""
-    facts, slo = request_facts(instance), slo_arrays(instance)
+    the number of requests that carry no SLO (met once served; module docstring: the horizon J).
+    ``facts`` and ``slo``: the instance's :func:`.goodput_bounds.request_facts` and
+    :func:`.goodput_bounds.slo_arrays` where the caller has them."""
+    facts = request_facts(instance) if facts is None else facts
+    slo = slo_arrays(instance) if slo is None else slo
     alive = alive_requests(facts, slo)
     carries = np.isfinite(slo.ttft) | np.isfinite(slo.tpot) | np.isfinite(slo.e2e)
     keep = [i for i in range(len(instance.requests)) if alive[i] and carries[i]]
@@ -192,11 +197,11 @@ def _model_schedule(
 
 
 def _exact_phase(
-    instance: Instance, opts: InferMaxOptions, budget: TimeBudget, bound: float
+    instance: Instance, opts: InferMaxOptions, budget: TimeBudget, bound: float, facts: RequestFacts, slo: SloArrays
 ) -> tuple[tuple[Schedule, float, Any] | None, float, dict[str, Any]]:
     """The model of the module docstring: its schedule (replayed, with its goodput and replay) or
     None, the bound lowered by the model's proof (over a proven horizon) and statistics."""
-    data, slo, free = goodput_model_data(instance, opts)
+    data, slo, free = goodput_model_data(instance, opts, facts, slo)
     if not fits(data):
         return None, bound, {"stopped": f"model not built: {data.N} x {data.J} cells exceed max_cells"}
     found, model_value, info = _model_schedule(instance, data, slo, budget)
@@ -234,7 +239,8 @@ def solve_goodput(instance: Instance, opts: InferMaxOptions, budget: TimeBudget)
     except InferMaxInputError as exc:
         return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE, message=str(exc))
     arrival = np.array([r.arrival for r in instance.requests])
-    upper = max_met(request_facts(instance), arrival, slo_arrays(instance), budget=budget.part(BOUND_SHARE))
+    facts, slo = request_facts(instance), slo_arrays(instance)
+    upper = max_met(facts, arrival, slo, budget=budget.part(BOUND_SHARE))
     extra: dict[str, Any] = {
         "objective_name": "goodput",
         "candidates": pool.values(),
@@ -244,7 +250,7 @@ def solve_goodput(instance: Instance, opts: InferMaxOptions, budget: TimeBudget)
     schedule, value, rep, incumbent = best.schedule, best.value, best.replay, name
     bound = float(upper)
     if value < upper:
-        found, bound, info = _exact_phase(instance, opts, budget, bound)
+        found, bound, info = _exact_phase(instance, opts, budget, bound, facts, slo)
         extra["model"] = info
         if found is not None and found[1] > value:
             schedule, value, rep, incumbent = found[0], found[1], found[2], None
