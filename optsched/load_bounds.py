@@ -357,7 +357,8 @@ def _best_over_weights(instance: Instance, first_tokens: bool, alone: np.ndarray
 
 
 def load_bounds(instance: Instance, objective: str, lp_time: float | None = None) -> list[Bound]:
-    """The load-aware bounds of ``objective`` (module docstring): ``srpt-work`` for ``latency``,
+    """The load-aware bounds of ``objective`` (module docstring): ``srpt-work`` and ``ttft-plus-rest``
+    (:mod:`optsched.phase_bounds`, on the best TTFT bound here) for ``latency``,
     ``srpt-prefill`` and ``srpt-prefill-flush`` (:mod:`optsched.ttft_bounds`) for ``ttft`` (seconds, mean
     over requests), and the pairwise-interference bound of :mod:`optsched.pair_bounds`; none for other objectives. With
     ``lp_time`` (seconds for all of them together) also the busy-time LP's bound where HiGHS solves it

@@ -532,9 +532,9 @@ def bounds(
     bound of :mod:`optsched.bounds` (proven for every schedule that replays cleanly) holds for its
     optimum; for ``latency`` and ``ttft`` so does every load-aware bound of :mod:`optsched.load_bounds`
     (the busy-time LP, ``pair-wait-lp`` and the fluid LP within the time left of ``budget``, each at most
-    its own limit: :func:`optsched.load_bounds.load_bounds`), and for
-    ``ttft`` the block bound of :mod:`optsched.ttft_block_bounds` (within ``budget``, at most
-    :data:`~optsched.ttft_block_bounds.BLOCK_TIME` s).
+    its own limit: :func:`optsched.load_bounds.load_bounds`), and for ``ttft`` the block bound of
+    :mod:`optsched.ttft_block_bounds` (``latency``: plus the rest, :mod:`optsched.phase_bounds`; within
+    ``budget``, at most :data:`~optsched.ttft_block_bounds.BLOCK_TIME` s).
     ``method='lp'`` adds the LP relaxation of the MIP (:mod:`.mip`; proven, usually weaker than the
     work bound on large instances but independent of it) when it is solved to a positive value.
     ``method='relax'`` adds, for the makespan with a KV capacity, the residency bound of
