@@ -126,6 +126,7 @@ from .lprows import LpRows
 from .pair_bounds import pair_bounds
 from .pair_wait_lp import LP_TIME as PAIR_LP_TIME
 from .pair_wait_lp import pair_wait_lp
+from .phase_bounds import ttft_plus_rest
 from .result import Bound, objective_named
 from .ttft_bounds import flush_bound, flush_mean_bound, flush_overhead
 
@@ -356,7 +357,8 @@ def _best_over_weights(instance: Instance, first_tokens: bool, alone: np.ndarray
 
 
 def load_bounds(instance: Instance, objective: str, lp_time: float | None = None) -> list[Bound]:
-    """The load-aware bounds of ``objective`` (module docstring): ``srpt-work`` for ``latency``,
+    """The load-aware bounds of ``objective`` (module docstring): ``srpt-work`` and ``ttft-plus-rest``
+    (:mod:`optsched.phase_bounds`, on the best TTFT bound here) for ``latency``,
     ``srpt-prefill`` and ``srpt-prefill-flush`` (:mod:`optsched.ttft_bounds`) for ``ttft`` (seconds, mean
     over requests), and the pairwise-interference bound of :mod:`optsched.pair_bounds`; none for other objectives. With
     ``lp_time`` (seconds for all of them together) also the busy-time LP's bound where HiGHS solves it
@@ -383,6 +385,8 @@ def load_bounds(instance: Instance, objective: str, lp_time: float | None = None
         f"{w[0]:.2g}/{w[1]:.2g}/{w[2]:.2g}), sorted against arrival + least time alone (optsched/load_bounds.py)"
     )
     out = [Bound(bound, value, True, note), *pair_bounds(instance, name)]
+    if name == "latency":  # the first-token queue plus the rest alone (optsched/phase_bounds.py)
+        out.append(ttft_plus_rest(instance, max(load_bounds(instance, "ttft"), key=lambda b: b.value)))
     if name == "ttft":  # the batch overhead at each first token's end (optsched/ttft_bounds.py)
         release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
         done = srpt_completions(release, share_terms(instance, True)[:, 0])
