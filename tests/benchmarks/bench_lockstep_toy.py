@@ -9,10 +9,11 @@ The toy model behind the latency bounds' weak side: N jobs, all at time 0, each 
 distinct batches; a batch of n jobs takes a + c n. The exact least sum of completion times is found
 by dynamic programming over the multiset of remaining steps, each batch serving the n jobs with the
 fewest steps left (an exchange argument: serving a job with more steps left instead never helps;
-the same values as a search over every subset on N <= 6, O <= 5), for every n. Printed beside it, per job: the best schedule of lockstep groups (g jobs run together
-to the end, then the next g; g dividing N) and the per-job bound O (a + c k) on the k-th
-completion (the k first finishers need k O items in at least O batches), which is what the
-per-request and pairwise bounds of optsched amount to on this model.
+the same values as a search over every subset on N <= 6, O <= 5), for every n. Printed beside it,
+per job: the best schedule of lockstep groups (g jobs run together to the end, then the next g; g
+dividing N) and the per-job bound O (a + c k) on the k-th completion (the k first finishers need
+k O items in at least O batches), which is what the per-request and pairwise bounds of optsched
+amount to on this model.
 """
 
 from __future__ import annotations
