@@ -29,7 +29,6 @@ limit still gives valid weights (any feasible point does), and no feasible point
 
 from __future__ import annotations
 
-import highspy
 import numpy as np
 
 from .bounds import critical_path_times
@@ -95,6 +94,8 @@ def _sum_rows(rows: LpRows, col: dict[str, np.ndarray], k: str, units: np.ndarra
 def wait_weights(terms: WaitTerms, seconds: float = LP_TIME) -> tuple[np.ndarray, np.ndarray] | None:
     """The weights (lam_j, lam_i) of the programme's best point found within ``seconds``, each
     request's adding up to at most 1; None without a feasible point."""
+    import highspy  # the solver only when a bound is built (the command line starts without it)
+
     p = terms.pairs
     i, j, n = p.i, p.j, len(p.i)
     N = len(terms.outputs)
