@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -90,6 +90,7 @@ __all__ = [
     "BLOCK_TIME",
     "block_bound",
     "block_mean_bound",
+    "flush_node_bound",
     "flush_relaxation_optimum",
     "srpt_prefill_works",
 ]
@@ -166,6 +167,20 @@ def flush_relaxation_optimum(
     if not rel:
         return 0.0, 0.0, True
     return _Search(rel, wk, float(overhead), budget).suffix(0)
+
+
+def flush_node_bound(rel: list[float], work: list[float], beta: float) -> Callable[[float, list[float], int, float], float]:
+    """The search's lower bound on F from a state, as a function of (time t at which no flush is
+    pending, remaining works of the released jobs (sorted), next job's index, cost so far): jobs
+    ``rel``, ``work`` sorted by release; those released by t are taken as released."""
+    search = _Search(rel, work, beta, NO_LIMIT)
+
+    def bound(t: float, rem: list[float], nxt: int, cost: float) -> float:
+        rem = list(rem)
+        nxt = _release_upto(t, rem, nxt, rel, work)
+        return search.bound(t, rem, nxt, 0, cost)
+
+    return bound
 
 
 class _Search:

@@ -1,0 +1,165 @@
+r"""A lower bound on mean TTFT in which a batch admits only the prompts that arrived before it starts:
+``block-batch-ttft``.
+
+``block-flush-ttft`` (:mod:`optsched.ttft_block_bounds`) solves the flush relaxation F exactly on
+blocks of arrivals. F lets an arriving job preempt the running work at once and for free; a batch
+of the contract cannot: it holds only requests that arrived by its start (F1), so an arrival waits
+for the running batch to end, or the running prompt is cut short at a batch end of its own. The
+relaxation here keeps that, and holds for every schedule that replays cleanly under the contract
+(any policy, any formulation, evictions or not), from the facts (F0)-(F5) of :mod:`optsched.bounds`.
+
+**The relaxation G.** One machine; job i is released at :math:`r_i` and needs :math:`p_i` of work
+(the p_i of F: :func:`optsched.load_bounds.share_terms` with ``first_tokens``, column 0). The
+machine runs *segments*: segment j starts at :math:`s_j`, at or after the end :math:`e_{j-1}` of
+the one before, works for some time on jobs released by :math:`s_j` only (preemptively, in any
+division), may idle, and ends with a flush of length :math:`\beta_p` at :math:`e_j`. Job i completes
+at :math:`C_i`, the end of the segment in whose work its work is done. Minimise :math:`\sum_i C_i`.
+
+**Every schedule gives a point of G with** :math:`C_i \le FT_i`. As in F: under the linear twin
+(F0), keep in every batch B the items of each request up to its first token (F2, F3); a batch with
+a kept item lasts :math:`T_B \ge \beta_p + \sum_{y \in B} c_y`. Make B a segment with
+:math:`s_j = s_B`: its kept item terms run one after the other from :math:`s_B` (every one of a
+request that arrived by :math:`s_B`, (F1)), then it idles, then flushes in
+:math:`[e_B - \beta_p, e_B]`. Batches are sequential (F1), so the segments are; request i's work
+is done within the batch that ends at :math:`FT_i`, so :math:`C_i \le FT_i`. G is F with the
+admission rule added, so its optimum is at least F's.
+
+**Blocks.** Deleting jobs from a point of G (their work becomes idle time) leaves a point of G for
+the others with the same completions, so for any partition into blocks,
+:math:`\sum_b \mathrm{OPT}_G(b) \le \sum_i FT_i`; the blocks and their per-block floors are those
+of :func:`optsched.ttft_block_bounds.block_mean_bound`, with G's optimum for F's.
+
+**Normal form of G.** (1) *Work in SRPT order.* Fix every segment's start, working time and end.
+In the clock of the working time elapsed, job i is released at the working-clock start of the
+first segment that starts at or after :math:`r_i`, and a job completes at the end of the segment
+in which its work is done: preemptive SRPT completes by every moment the most jobs any preemptive
+schedule does (Schrage 1968), so by every segment end, and :math:`\sum_i C_i` does not grow (Abel
+summation). Within a segment no job is released, so SRPT runs its jobs in order of remaining work,
+each to its end, the last possibly cut. (2) *No idle before a segment's own work is over.* A
+segment that idles while a job it may work on has work left works instead (more work by every
+segment end). (3) *Starts.* If :math:`s_j > e_{j-1}` and no job is released in
+:math:`(s', s_j]`, :math:`s' = \max(e_{j-1}, \text{latest release} \le s_j)`, the segment may
+start at :math:`s'` with the same jobs and more working time: so :math:`s_j = e_{j-1}` or
+:math:`s_j` is a release time. (4) *Ends.* Let segment j's work end (after (2), its flush starts
+at its work's end) at a moment that is neither a work completion nor such that its flush ends at a
+release time after :math:`s_j`, and let the next segment start at :math:`s_{j+1} = e_j` (else
+(2) lengthens segment j's work into the gap, up to a completion or until the gap closes). Move the
+flush of segment j and the start of segment j + 1 earlier by :math:`\epsilon` small, segment j + 1
+keeping its end: segment j's last :math:`\epsilon` of work (on a job not done by its end) moves
+into segment j + 1, whose jobs are the same (no release in :math:`(e_j - \epsilon, e_j]`), released
+:math:`\epsilon` earlier in the working clock: by (1) every segment end completes at least as
+many jobs. Repeat until the work ends at a completion or the flush ends at a release; a segment
+left with no work is a flush that completes nothing and becomes idle time. (If no segment follows,
+the cut work is simply dropped: it completed nothing.) So some optimum has segments that start at
+the previous end or at a release, run their jobs shortest first, and end their work at a job's
+completion or so that the flush ends at a release time :math:`r > s_j`: the search enumerates
+exactly these choices, each segment's first, then its end. It prunes a node (after a flush) by the
+bounds of F's search from the same state (G's continuations are F's), and a flush after which no
+released job has work left starts an independent part (the jobs not yet released), solved once.
+Stopped by its time budget, it answers the least bound over its open nodes and leaves found.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+import numpy as np
+
+from .budget import NO_LIMIT, TimeBudget
+from .ttft_block_bounds import flush_node_bound
+
+__all__ = ["batch_relaxation_optimum"]
+
+
+def batch_relaxation_optimum(
+    release: np.ndarray, work: np.ndarray, overhead: float, budget: TimeBudget = NO_LIMIT
+) -> tuple[float, float, bool]:
+    r"""The least :math:`\sum_i C_i` of the relaxation G (module docstring) for jobs released at
+    ``release`` needing ``work`` with flushes of length ``overhead``: (a proven lower bound on it,
+    the best schedule's value found, whether the search ended: then both are the optimum). The
+    search stops once ``budget`` expires; no safety margin is taken."""
+    order = np.argsort(release, kind="stable")
+    rel, wk = [float(x) for x in release[order]], [float(x) for x in work[order]]
+    if not rel:
+        return 0.0, 0.0, True
+    return _Search(rel, wk, float(overhead), budget).suffix(0)
+
+
+def _admit(t: float, rem: list[float], nxt: int, rel: list[float], wk: list[float]) -> tuple[list[float], int]:
+    """``rem`` (sorted) with the jobs released by ``t`` added; the index of the next one."""
+    out = list(rem)
+    while nxt < len(rel) and rel[nxt] <= t:
+        bisect.insort(out, wk[nxt])
+        nxt += 1
+    return out, nxt
+
+
+class _Search:
+    """The search of the module docstring over the jobs ``rel``, ``wk`` (sorted by release).
+
+    A node is the moment ``t`` a flush ends (or the machine is free), the remaining works ``rem``
+    (sorted) of the released jobs not done, the next unreleased index and the cost so far.
+    :meth:`suffix` solves the jobs from index j on with the machine free at their first release."""
+
+    def __init__(self, rel: list[float], wk: list[float], beta: float, budget: TimeBudget) -> None:
+        self.rel, self.wk, self.beta, self.budget = rel, wk, beta, budget
+        self.count = len(rel)
+        self.floor = flush_node_bound(rel, wk, beta)
+        self.memo: dict[int, tuple[float, float, bool]] = {self.count: (0.0, 0.0, True)}
+
+    def segments(self, t: float, rem: list[float], nxt: int) -> list[tuple[float, list[float], int, int]]:
+        """Every segment of the normal form from the node: (its end, remaining works, next index,
+        jobs completed)."""
+        rel, beta = self.rel, self.beta
+        out = []
+        first = t if rem or (nxt < self.count and rel[nxt] <= t) else rel[nxt]
+        for s in [first] + [r for r in rel[nxt:] if first < r <= first + beta]:
+            jobs, after = _admit(s, rem, nxt, rel, self.wk)
+            done = np.cumsum(jobs).tolist()
+            for k, end in enumerate(done, 1):  # the work ends at the k-th completion
+                out.append((s + end + beta, jobs[k:], after, k))
+            for r in rel[after:]:  # the flush ends at a release: the job in progress is cut
+                w = r - beta - s
+                if not 0.0 < w < done[-1]:
+                    continue
+                k = bisect.bisect_left(done, w)
+                if done[k] == w:
+                    continue
+                left = jobs[k:]
+                left[0] -= w - (done[k - 1] if k else 0.0)
+                left.sort()
+                out.append((r, left, after, k))
+        return out
+
+    def suffix(self, start: int) -> tuple[float, float, bool]:
+        """(lower bound, best value found, exact) of G on the jobs ``start``.., each in seconds summed."""
+        if start in self.memo:
+            return self.memo[start]
+        t0 = self.rel[start]
+        stack = [(self.floor(t0, [], start, 0.0), t0, [], start, 0.0)]
+        best = low = math.inf
+        exact = True
+        while stack:
+            if self.budget.expired():
+                low, exact = min(low, min(node[0] for node in stack)), False
+                break
+            lb, t, rem, nxt, cost = stack.pop()
+            if lb >= best:
+                continue
+            if not rem and nxt == self.count:
+                best = low = min(best, cost)
+                continue
+            if not rem and nxt > start and self.rel[nxt] >= t:  # an idle machine: the rest is a suffix
+                sub_low, sub_best, sub_exact = self.suffix(nxt)
+                best = min(best, cost + sub_best)
+                low, exact = min(low, cost + sub_low), exact and sub_exact
+                continue
+            scored = []
+            for end, left, after, k in self.segments(t, rem, nxt):
+                c = cost + k * end
+                scored.append((self.floor(end, left, after, c), end, left, after, c))
+            scored.sort(key=lambda node: -node[0])
+            stack.extend(node for node in scored if node[0] < best)
+        self.memo[start] = (low, best, exact)
+        return self.memo[start]
