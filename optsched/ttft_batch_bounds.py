@@ -67,9 +67,11 @@ import math
 import numpy as np
 
 from .budget import NO_LIMIT, TimeBudget
-from .ttft_block_bounds import flush_node_bound
+from .instance import Instance
+from .result import Bound
+from .ttft_block_bounds import block_bound, flush_node_bound, flush_relaxation_optimum
 
-__all__ = ["batch_relaxation_optimum"]
+__all__ = ["batch_bound", "batch_relaxation_bound", "batch_relaxation_optimum", "block_bounds"]
 
 
 def batch_relaxation_optimum(
@@ -163,3 +165,29 @@ class _Search:
             stack.extend(node for node in scored if node[0] < best)
         self.memo[start] = (low, best, exact)
         return self.memo[start]
+
+
+def batch_relaxation_bound(
+    release: np.ndarray, work: np.ndarray, overhead: float, budget: TimeBudget = NO_LIMIT
+) -> tuple[float, float, bool]:
+    """:func:`batch_relaxation_optimum` with its lower bound raised to F's
+    (:func:`optsched.ttft_block_bounds.flush_relaxation_optimum`, solved first within half of
+    ``budget``): G's optimum is at least F's (module docstring)."""
+    flush_low, _, _ = flush_relaxation_optimum(release, work, overhead, budget.share(0.5))
+    low, best, exact = batch_relaxation_optimum(release, work, overhead, budget)
+    return max(low, flush_low), best, exact
+
+
+def batch_bound(instance: Instance, budget: TimeBudget = NO_LIMIT) -> Bound:
+    """The ``block-batch-ttft`` :class:`~optsched.result.Bound` (mean TTFT, seconds) within ``budget``
+    (at most :data:`~optsched.ttft_block_bounds.BLOCK_TIME` s)."""
+    rule = ", a batch taking only the requests arrived by its start"
+    return block_bound(
+        instance, budget, "block-batch-ttft", batch_relaxation_bound, rule, "optsched/ttft_batch_bounds.py"
+    )
+
+
+def block_bounds(instance: Instance, budget: TimeBudget = NO_LIMIT) -> list[Bound]:
+    """``block-flush-ttft`` and ``block-batch-ttft`` within ``budget`` (each at most
+    :data:`~optsched.ttft_block_bounds.BLOCK_TIME` s)."""
+    return [block_bound(instance, budget), batch_bound(instance, budget)]

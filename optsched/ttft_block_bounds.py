@@ -169,7 +169,9 @@ def flush_relaxation_optimum(
     return _Search(rel, wk, float(overhead), budget).suffix(0)
 
 
-def flush_node_bound(rel: list[float], work: list[float], beta: float) -> Callable[[float, list[float], int, float], float]:
+def flush_node_bound(
+    rel: list[float], work: list[float], beta: float
+) -> Callable[[float, list[float], int, float], float]:
     """The search's lower bound on F from a state, as a function of (time t at which no flush is
     pending, remaining works of the released jobs (sorted), next job's index, cost so far): jobs
     ``rel``, ``work`` sorted by release; those released by t are taken as released."""
@@ -293,12 +295,16 @@ def block_mean_bound(
     overhead: float,
     budget: TimeBudget,
     shared: Sequence[np.ndarray] = (),
+    solver: Callable[[np.ndarray, np.ndarray, float, TimeBudget], tuple[float, float, bool]] | None = None,
 ) -> tuple[float, int, bool]:
     """The mean of the module docstring (seconds) for the blocks of each size of :data:`BLOCK_SIZES`
     tried within ``budget``, less the safety margin: (value, block size of the best partition, whether
     every block of it was solved exactly). ``overhead``: beta_p (a test plants a larger, invalid one);
     ``shared``: the works of ``srpt-prefill`` (:func:`optsched.load_bounds.mix_shares`), whose bound on
-    each block also raises it."""
+    each block also raises it; ``solver``: the relaxation solved on each block (default
+    :func:`flush_relaxation_optimum`; any with the same answer whose optimum bounds the blocks' sums
+    of first-token times)."""
+    solver = flush_relaxation_optimum if solver is None else solver
     n = len(release)
     if n == 0:
         return 0.0, 0, True
@@ -322,7 +328,7 @@ def block_mean_bound(
             if budget.expired():  # the rest of this partition: each block's flush bound
                 total, exact = total + flush_b, False
                 continue
-            value, _, done = flush_relaxation_optimum(r, p, overhead, budget.share((b - a) / (n - a)))
+            value, _, done = solver(r, p, overhead, budget.share((b - a) / (n - a)))
             exact &= done
             opt = value - math.fsum(r)
             margin = SAFETY * (abs(value) + math.fsum(np.abs(r)))
@@ -342,15 +348,23 @@ def srpt_prefill_works(instance: Instance) -> list[np.ndarray]:
     return [mix_shares(terms, w, has_memory) for w in SHARE_WEIGHTS if has_memory or not w[2]]
 
 
-def block_bound(instance: Instance, budget: TimeBudget = NO_LIMIT) -> Bound:
+def block_bound(
+    instance: Instance,
+    budget: TimeBudget = NO_LIMIT,
+    name: str = "block-flush-ttft",
+    solver: Callable[[np.ndarray, np.ndarray, float, TimeBudget], tuple[float, float, bool]] | None = None,
+    rule: str = "",
+    source: str = "optsched/ttft_block_bounds.py",
+) -> Bound:
     """The ``block-flush-ttft`` :class:`~optsched.result.Bound` (mean TTFT, seconds) within ``budget``
-    (at most :data:`BLOCK_TIME` s)."""
+    (at most :data:`BLOCK_TIME` s); with ``solver`` (:func:`block_mean_bound`), the bound ``name`` of
+    that relaxation, whose extra ``rule`` and module ``source`` its note states."""
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     work = share_terms(instance, True)[:, 0]
     alone = np.array([prefill_alone_time(instance, r.prompt_tokens) for r in instance.requests])
     beta = flush_overhead(instance)
     value, size, exact = block_mean_bound(
-        release, work, alone, beta, budget.within(BLOCK_TIME), srpt_prefill_works(instance)
+        release, work, alone, beta, budget.within(BLOCK_TIME), srpt_prefill_works(instance), solver
     )
     if size == 0:
         how = "no block partition tried is above the whole instance's flush bound, which is listed"
@@ -358,7 +372,8 @@ def block_bound(instance: Instance, budget: TimeBudget = NO_LIMIT) -> Bound:
         what = "exact optimum" if exact else "a search cut by time: its least open node"
         how = f"{what} on blocks of at most {size} consecutive arrivals"
     note = (
-        f"one machine, SRPT over each request's prefill work, every batch end a flush of {beta:.3g} s of its time; "
-        f"{how} (optsched/ttft_block_bounds.py)"
+        f"one machine, SRPT over each request's prefill work, "
+        f"every batch end a flush of {beta:.3g} s of its time{rule}; "
+        f"{how} ({source})"
     )
-    return Bound("block-flush-ttft", value, True, note)
+    return Bound(name, value, True, note)
