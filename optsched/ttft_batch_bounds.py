@@ -52,11 +52,19 @@ many jobs. Repeat until the work ends at a completion or the flush ends at a rel
 left with no work is a flush that completes nothing and becomes idle time. (If no segment follows,
 the cut work is simply dropped: it completed nothing.) So some optimum has segments that start at
 the previous end or at a release, run their jobs shortest first, and end their work at a job's
-completion or so that the flush ends at a release time :math:`r > s_j`: the search enumerates
-exactly these choices, each segment's first, then its end. It prunes a node (after a flush) by the
+completion or so that the flush ends at a release time :math:`r > s_j`. (5) *No long waits.* Let
+s be the first moment a segment may start with a job to work on (the previous end, or the next
+release if no released job is left). A segment that starts at a release :math:`r > s + \beta_p` is
+dominated by one that starts at s, works shortest first and flushes so as to end at r (or, its
+work done sooner, ends earlier and idles until r): at r the same jobs are taken, no job has more
+work left, and the jobs done complete at r, before any completion of the waiting branch; from that
+state the waiting branch's continuation is feasible and completes no job later. The search
+enumerates exactly these choices, each segment's start (s or a release in
+:math:`(s, s + \beta_p]`), then its end. It prunes a node (after a flush) by the
 bounds of F's search from the same state (G's continuations are F's), and a flush after which no
 released job has work left starts an independent part (the jobs not yet released), solved once.
-Stopped by its time budget, it answers the least bound over its open nodes and leaves found.
+Stopped by its time budget, it answers the least bound over its open nodes and leaves found;
+on each block the larger of that and F's optimum (:func:`batch_relaxation_bound`) is used.
 """
 
 from __future__ import annotations
