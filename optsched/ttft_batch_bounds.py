@@ -77,23 +77,29 @@ import numpy as np
 from .budget import NO_LIMIT, TimeBudget
 from .instance import Instance
 from .result import Bound
-from .ttft_block_bounds import block_bound, flush_node_bound, flush_relaxation_optimum
+from .ttft_block_bounds import block_bound, flush_node_bound, flush_relaxation_optimum, srpt_tail_times
 
 __all__ = ["batch_bound", "batch_relaxation_bound", "batch_relaxation_optimum", "block_bounds"]
 
 
 def batch_relaxation_optimum(
-    release: np.ndarray, work: np.ndarray, overhead: float, budget: TimeBudget = NO_LIMIT
+    release: np.ndarray,
+    work: np.ndarray,
+    overhead: float,
+    budget: TimeBudget = NO_LIMIT,
+    due: np.ndarray | None = None,
 ) -> tuple[float, float, bool]:
-    r"""The least :math:`\sum_i C_i` of the relaxation G (module docstring) for jobs released at
-    ``release`` needing ``work`` with flushes of length ``overhead``: (a proven lower bound on it,
-    the best schedule's value found, whether the search ended: then both are the optimum). The
-    search stops once ``budget`` expires; no safety margin is taken."""
+    r"""The least :math:`\sum_k \max(C_{(k)}, D_{(k)})` of the relaxation G (module docstring) for
+    jobs released at ``release`` needing ``work`` with flushes of length ``overhead``, against the
+    least first-token times ``due`` (D; default none, the least :math:`\sum_i C_i`): (a proven lower
+    bound on it, the best schedule's value found, whether the search ended: then both are the
+    optimum). The search stops once ``budget`` expires; no safety margin is taken."""
     order = np.argsort(release, kind="stable")
     rel, wk = [float(x) for x in release[order]], [float(x) for x in work[order]]
     if not rel:
         return 0.0, 0.0, True
-    return _Search(rel, wk, float(overhead), budget).suffix(0)
+    floors = sorted(float(x) for x in due) if due is not None else [-math.inf] * len(rel)
+    return _Search(rel, wk, float(overhead), budget, floors).suffix(0)
 
 
 def _admit(t: float, rem: list[float], nxt: int, rel: list[float], wk: list[float]) -> tuple[list[float], int]:
@@ -112,10 +118,24 @@ class _Search:
     (sorted) of the released jobs not done, the next unreleased index and the cost so far.
     :meth:`suffix` solves the jobs from index j on with the machine free at their first release."""
 
-    def __init__(self, rel: list[float], wk: list[float], beta: float, budget: TimeBudget) -> None:
-        self.rel, self.wk, self.beta, self.budget = rel, wk, beta, budget
+    def __init__(self, rel: list[float], wk: list[float], beta: float, budget: TimeBudget, due: list[float]) -> None:
+        self.rel, self.wk, self.beta, self.budget, self.due = rel, wk, beta, budget, due
         self.count = len(rel)
-        self.floor = flush_node_bound(rel, wk, beta)
+        self.flush_floor = flush_node_bound(rel, wk, beta)
+        self.memo: dict[int, tuple[float, float, bool]] = {self.count: (0.0, 0.0, True)}
+
+    def paid(self, done: int, k: int, end: float) -> float:
+        """The cost of the completions ``done`` + 1 .. ``done`` + k, all at ``end``."""
+        return math.fsum(max(end, d) for d in self.due[done : done + k])
+
+    def floor(self, t: float, rem: list[float], nxt: int, cost: float) -> float:
+        """A lower bound on every leaf under the node: F's bound from the same state, or the k-th
+        completion of SRPT without flushes from it plus a flush, each against its floor."""
+        done = nxt - len(rem)
+        jobs, after = _admit(t, rem, nxt, self.rel, self.wk)
+        tail = srpt_tail_times(t, jobs, after, self.rel, self.wk)
+        each = math.fsum(max(c + self.beta, d) for c, d in zip(tail, self.due[done:]))
+        return cost + max(each, self.flush_floor(t, rem, nxt, 0.0))
         self.memo: dict[int, tuple[float, float, bool]] = {self.count: (0.0, 0.0, True)}
 
     def segments(self, t: float, rem: list[float], nxt: int) -> list[tuple[float, list[float], int, int]]:
@@ -166,8 +186,9 @@ class _Search:
                 low, exact = min(low, cost + sub_low), exact and sub_exact
                 continue
             scored = []
+            done = nxt - len(rem)
             for end, left, after, k in self.segments(t, rem, nxt):
-                c = cost + k * end
+                c = cost + self.paid(done, k, end)
                 scored.append((self.floor(end, left, after, c), end, left, after, c))
             scored.sort(key=lambda node: -node[0])
             stack.extend(node for node in scored if node[0] < best)
@@ -176,13 +197,13 @@ class _Search:
 
 
 def batch_relaxation_bound(
-    release: np.ndarray, work: np.ndarray, overhead: float, budget: TimeBudget = NO_LIMIT
+    release: np.ndarray, work: np.ndarray, due: np.ndarray, overhead: float, budget: TimeBudget = NO_LIMIT
 ) -> tuple[float, float, bool]:
-    """:func:`batch_relaxation_optimum` with its lower bound raised to F's
-    (:func:`optsched.ttft_block_bounds.flush_relaxation_optimum`, solved first within half of
-    ``budget``): G's optimum is at least F's (module docstring)."""
+    """:func:`batch_relaxation_optimum` against the least first-token times ``due``, its lower bound
+    raised to F's optimum (:func:`optsched.ttft_block_bounds.flush_relaxation_optimum`, solved first
+    within half of ``budget``): both bound the sum of first-token times (module docstring)."""
     flush_low, _, _ = flush_relaxation_optimum(release, work, overhead, budget.share(0.5))
-    low, best, exact = batch_relaxation_optimum(release, work, overhead, budget)
+    low, best, exact = batch_relaxation_optimum(release, work, overhead, budget, due)
     return max(low, flush_low), best, exact
 
 

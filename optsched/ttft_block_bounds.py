@@ -88,12 +88,18 @@ from .ttft_bounds import SAFETY, flush_mean_bound, flush_overhead
 __all__ = [
     "BLOCK_SIZES",
     "BLOCK_TIME",
+    "Solver",
     "block_bound",
     "block_mean_bound",
     "flush_node_bound",
     "flush_relaxation_optimum",
     "srpt_prefill_works",
+    "srpt_tail_times",
 ]
+
+#: A block solver: (releases, works, least first-token times, flush length, budget) -> (lower bound,
+#: best value found, exact) of a relaxation's least sum of completions.
+Solver = Callable[[np.ndarray, np.ndarray, np.ndarray, float, TimeBudget], tuple[float, float, bool]]
 
 #: The block sizes tried, in order, while the budget lasts.
 BLOCK_SIZES = (4, 6, 10, 20, 40, 80, 160, 320)
@@ -132,14 +138,21 @@ def _next_done(t: float, rem: list[float], nxt: int, rel: list[float], work: lis
         return finish, _release_upto(finish, rem, nxt, rel, work)
 
 
-def _srpt_tail(t: float, rem: list[float], nxt: int, rel: list[float], work: list[float]) -> float:
-    """Sum of SRPT's completions, without flushes, of the jobs not done, from the state ``(t, rem, nxt)``."""
+def srpt_tail_times(t: float, rem: list[float], nxt: int, rel: list[float], work: list[float]) -> list[float]:
+    """SRPT's completions (ascending), without flushes, of the jobs not done, from the state: time ``t``,
+    remaining works ``rem`` (sorted) of the jobs released by t, next unreleased index ``nxt`` of the
+    jobs ``rel``, ``work`` (sorted by release). The least k-th completion of every continuation."""
     rem = list(rem)
-    total = 0.0
+    out = []
     while rem or nxt < len(rel):
         t, nxt = _next_done(t, rem, nxt, rel, work)
-        total += t
-    return total
+        out.append(t)
+    return out
+
+
+def _srpt_tail(t: float, rem: list[float], nxt: int, rel: list[float], work: list[float]) -> float:
+    """Sum of SRPT's completions, without flushes, of the jobs not done, from the state ``(t, rem, nxt)``."""
+    return math.fsum(srpt_tail_times(t, rem, nxt, rel, work))
 
 
 def _grouped(t: float, rem: list[float], k: int, beta: float) -> float:
@@ -251,6 +264,13 @@ class _Search:
         return self.memo[start]
 
 
+def _flush_solver(
+    release: np.ndarray, work: np.ndarray, due: np.ndarray, overhead: float, budget: TimeBudget
+) -> tuple[float, float, bool]:
+    """:func:`flush_relaxation_optimum` as a block solver (the least first-token times ``due`` unused)."""
+    return flush_relaxation_optimum(release, work, overhead, budget)
+
+
 def _busy_runs(release: np.ndarray, work: np.ndarray) -> list[int]:
     """Sizes of the runs of consecutive arrivals (sorted) that SRPT without flushes serves in one
     busy period."""
@@ -295,16 +315,16 @@ def block_mean_bound(
     overhead: float,
     budget: TimeBudget,
     shared: Sequence[np.ndarray] = (),
-    solver: Callable[[np.ndarray, np.ndarray, float, TimeBudget], tuple[float, float, bool]] | None = None,
+    solver: Solver | None = None,
 ) -> tuple[float, int, bool]:
     """The mean of the module docstring (seconds) for the blocks of each size of :data:`BLOCK_SIZES`
     tried within ``budget``, less the safety margin: (value, block size of the best partition, whether
     every block of it was solved exactly). ``overhead``: beta_p (a test plants a larger, invalid one);
     ``shared``: the works of ``srpt-prefill`` (:func:`optsched.load_bounds.mix_shares`), whose bound on
     each block also raises it; ``solver``: the relaxation solved on each block (default
-    :func:`flush_relaxation_optimum`; any with the same answer whose optimum bounds the blocks' sums
-    of first-token times)."""
-    solver = flush_relaxation_optimum if solver is None else solver
+    :func:`flush_relaxation_optimum`; any with the same answer, given also each job's least first-token
+    time, whose optimum bounds the blocks' sums of first-token times)."""
+    solver = _flush_solver if solver is None else solver
     n = len(release)
     if n == 0:
         return 0.0, 0, True
@@ -328,7 +348,7 @@ def block_mean_bound(
             if budget.expired():  # the rest of this partition: each block's flush bound
                 total, exact = total + flush_b, False
                 continue
-            value, _, done = solver(r, p, overhead, budget.share((b - a) / (n - a)))
+            value, _, done = solver(r, p, r + al[a:b], overhead, budget.share((b - a) / (n - a)))
             exact &= done
             opt = value - math.fsum(r)
             margin = SAFETY * (abs(value) + math.fsum(np.abs(r)))
@@ -352,7 +372,7 @@ def block_bound(
     instance: Instance,
     budget: TimeBudget = NO_LIMIT,
     name: str = "block-flush-ttft",
-    solver: Callable[[np.ndarray, np.ndarray, float, TimeBudget], tuple[float, float, bool]] | None = None,
+    solver: Solver | None = None,
     rule: str = "",
     source: str = "optsched/ttft_block_bounds.py",
 ) -> Bound:
