@@ -1,7 +1,8 @@
 """The ``block-batch-ttft`` bound on mean TTFT (optsched/ttft_batch_bounds.py).
 
 - the search's optimum of the batch relaxation G equals an exhaustive search over every schedule of
-  G on a unit time grid (random integer releases, works and flush lengths), which also checks the
+  G on a unit time grid (random integer releases, works, flush lengths and least first-token times
+  against which the sorted completions count), which also checks the
   normal form of the proof (segments starting at the previous end or at a release, their jobs
   shortest first, their work ending at a completion or so that the flush ends at a release);
 - G's optimum is at least that of the flush relaxation F, and above it somewhere;
@@ -33,11 +34,13 @@ from tests.test_load_bounds import TINY, loaded_instance, optimum, policy_values
 from tests.test_ttft_block_bounds import NodeBudget, random_jobs
 
 
-def grid_optimum(release: list[int], work: list[int], beta: int) -> int:
-    """The least sum of completions of G over every schedule on the unit grid: out of a segment, each
-    unit of time idles or a segment starts (taking the jobs released by then); in one, each unit works
-    one unit of a job it took, or idles, or (once it has worked) its flush of ``beta`` units starts."""
+def grid_optimum(release: list[int], work: list[int], beta: int, due: list[int] | None = None) -> int:
+    """The least sum of completions of G over every schedule on the unit grid, the k-th completion
+    counted at least the k-th of ``due`` (sorted; default none): out of a segment, each unit of time
+    idles or a segment starts (taking the jobs released by then); in one, each unit works one unit of
+    a job it took, or idles, or (once it has worked) its flush of ``beta`` units starts."""
     n = len(release)
+    floors = sorted(due or [0] * n)
     horizon = max(release) + sum(work) + n * beta  # idling past it only delays every completion
 
     @functools.cache
@@ -52,7 +55,9 @@ def grid_optimum(release: list[int], work: list[int], beta: int) -> int:
                 out = min(out, best(t, rem, pending, (t, False)))
             return out
         if seg[1]:  # flush: the jobs done in the segment complete at t + beta
-            out = len(pending) * (t + beta) + best(t + beta, rem, frozenset(), None)
+            done = sum(1 for j in range(n) if not rem[j]) - len(pending)
+            paid = sum(max(t + beta, d) for d in floors[done : done + len(pending)])
+            out = paid + best(t + beta, rem, frozenset(), None)
         if t < horizon:
             out = min(out, best(t + 1, rem, pending, seg))
         for j in range(n):
@@ -79,6 +84,10 @@ def test_the_search_equals_an_exhaustive_search_of_the_relaxation() -> None:
         flush = flush_relaxation_optimum(r, p, beta)[0]
         assert lower >= flush - 1e-9
         above += lower > flush + 1e-9
+        due = [x + rng.randint(0, 8) for x in release]
+        lower, found, exact = batch_relaxation_optimum(r, p, beta, due=np.array(due, float))
+        assert exact and lower == found
+        assert lower == pytest.approx(grid_optimum(release, work, beta, due), abs=1e-9), (release, work, beta, due)
     assert above
 
 
@@ -89,7 +98,7 @@ def test_a_search_stopped_by_its_budget_answers_at_most_the_optimum() -> None:
         release, work, beta = random_jobs(rng, 10)
         optimum_g, _, exact = batch_relaxation_optimum(release, work, beta)
         assert exact
-        assert batch_relaxation_bound(release, work, beta)[0] == pytest.approx(optimum_g, rel=1e-12)
+        assert batch_relaxation_bound(release, work, release, beta)[0] == pytest.approx(optimum_g, rel=1e-12)
         for nodes in (3, 10, 40):
             lower, found, done = batch_relaxation_optimum(release, work, beta, NodeBudget(nodes))
             assert lower <= optimum_g * (1 + 1e-12) and found >= optimum_g * (1 - 1e-12)
