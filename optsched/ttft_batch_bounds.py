@@ -24,10 +24,25 @@ request that arrived by :math:`s_B`, (F1)), then it idles, then flushes in
 is done within the batch that ends at :math:`FT_i`, so :math:`C_i \le FT_i`. G is F with the
 admission rule added, so its optimum is at least F's.
 
+**Least first-token times.** Let :math:`D_i = r_i + A_i`, :math:`A_i` request i's least prefill
+alone (:func:`optsched.bounds.prefill_alone_time`; :math:`FT_i \ge D_i` in every schedule), and
+:math:`C_{(k)}`, :math:`D_{(k)}`, :math:`FT_{(k)}` the k-th smallest of each. The search minimises
+:math:`\sum_k \max(C_{(k)}, D_{(k)})` over G. Every step of the normal form below makes the number
+of completions by every moment no smaller, so it keeps the sorted completions pointwise no larger:
+for every schedule some point of G in normal form has :math:`C_{(k)} \le FT_{(k)}` for every k
+(from :math:`C_i \le FT_i`), and as :math:`FT_i \ge D_i` for every i, :math:`FT_{(k)} \ge
+D_{(k)}`; so :math:`\sum_k \max(C_{(k)}, D_{(k)}) \le \sum_k FT_{(k)} = \sum_i FT_i`, and the
+least over the normal forms is a lower bound. The segments complete jobs in time order, so a
+segment that completes k jobs after c others pays :math:`\sum_{q=c+1}^{c+k} \max(e_j, D_{(q)})`.
+A node is pruned by the larger of F's bound from its state (on :math:`\sum C`, no larger) and
+:math:`\sum_q \max(S_q + \beta_p, D_{(c+q)})` over the jobs not done, :math:`S_q` the q-th
+completion of SRPT without flushes from the state (no continuation completes its q-th job sooner).
+
 **Blocks.** Deleting jobs from a point of G (their work becomes idle time) leaves a point of G for
-the others with the same completions, so for any partition into blocks,
-:math:`\sum_b \mathrm{OPT}_G(b) \le \sum_i FT_i`; the blocks and their per-block floors are those
-of :func:`optsched.ttft_block_bounds.block_mean_bound`, with G's optimum for F's.
+the others with the same completions, so for any partition into blocks the blocks' optima (with
+the least first-token times of their own requests) add up to at most :math:`\sum_i FT_i`; the
+blocks and their per-block floors are those of :func:`optsched.ttft_block_bounds.block_mean_bound`,
+with G's optimum for F's.
 
 **Normal form of G.** (1) *Work in SRPT order.* Fix every segment's start, working time and end.
 In the clock of the working time elapsed, job i is released at the working-clock start of the
