@@ -55,27 +55,34 @@ segment that idles while a job it may work on has work left works instead (more 
 segment end). (3) *Starts.* If :math:`s_j > e_{j-1}` and no job is released in
 :math:`(s', s_j]`, :math:`s' = \max(e_{j-1}, \text{latest release} \le s_j)`, the segment may
 start at :math:`s'` with the same jobs and more working time: so :math:`s_j = e_{j-1}` or
-:math:`s_j` is a release time. (4) *Ends.* Let segment j's work end (after (2), its flush starts
-at its work's end) at a moment that is neither a work completion nor such that its flush ends at a
-release time after :math:`s_j`, and let the next segment start at :math:`s_{j+1} = e_j` (else
-(2) lengthens segment j's work into the gap, up to a completion or until the gap closes). Move the
-flush of segment j and the start of segment j + 1 earlier by :math:`\epsilon` small, segment j + 1
-keeping its end: segment j's last :math:`\epsilon` of work (on a job not done by its end) moves
-into segment j + 1, whose jobs are the same (no release in :math:`(e_j - \epsilon, e_j]`), released
-:math:`\epsilon` earlier in the working clock: by (1) every segment end completes at least as
-many jobs. Repeat until the work ends at a completion or the flush ends at a release; a segment
-left with no work is a flush that completes nothing and becomes idle time. (If no segment follows,
-the cut work is simply dropped: it completed nothing.) So some optimum has segments that start at
-the previous end or at a release, run their jobs shortest first, and end their work at a job's
-completion or so that the flush ends at a release time :math:`r > s_j`. (5) *No long waits.* Let
+:math:`s_j` is a release time. (4) *Ends.* Let segment j's work end at a moment that is neither a work completion
+nor such that its flush ends at a release time after :math:`s_j`. If no segment follows, drop the
+cut work (it completes nothing): the segment's completions come earlier. If the next segment starts
+at :math:`s_{j+1} = e_j`, move the flush of segment j and the start of segment j + 1 earlier by
+:math:`\epsilon` small, segment j + 1 keeping its end: segment j's last :math:`\epsilon` of work
+(on a job not done by its end) moves into segment j + 1, whose jobs are the same (no release in
+:math:`(e_j - \epsilon, e_j]`), released :math:`\epsilon` earlier in the working clock: by (1)
+every segment end completes at least as many jobs; repeat until the work ends at a completion or
+the flush ends at a release (a segment left with no work is a flush that completes nothing: idle
+time). Otherwise the next segment starts at a release :math:`r > e_j` (by (3)); for each such r
+the search adds a *gap child*: the g jobs done in segment j complete at :math:`s_j` plus their
+work plus :math:`\beta_p` (no later than :math:`e_j`), the job in progress gets all the work it
+could get before a flush that ends before r (its work up to :math:`r - \beta_p - s_j` in the
+segment), and the next node is at r. Every such segment (any cut, any flush end before r) leaves at
+r a state with no job's work left larger and no completion later, from which its continuation is
+feasible and completes no job later; with (5), only :math:`r \le e_j + \beta_p` are needed. A
+gap child need not be a point of G, so the search's least leaf is at most G's optimum: a lower
+bound all the same (every normal form lies under a leaf, every step above making the number of
+completions by every moment no smaller). So the search enumerates segments that start at the
+previous end or at a release, run their jobs shortest first, and end their work at a job's
+completion or so that the flush ends at a release time :math:`r > s_j`, and the gap children. (5) *No long waits.* Let
 s be the first moment a segment may start with a job to work on (the previous end, or the next
 release if no released job is left). A segment that starts at a release :math:`r > s + \beta_p` is
 dominated by one that starts at s, works shortest first and flushes so as to end at r (or, its
 work done sooner, ends earlier and idles until r): at r the same jobs are taken, no job has more
 work left, and the jobs done complete at r, before any completion of the waiting branch; from that
-state the waiting branch's continuation is feasible and completes no job later. The search
-enumerates exactly these choices, each segment's start (s or a release in
-:math:`(s, s + \beta_p]`), then its end. It prunes a node (after a flush) by the
+state the waiting branch's continuation is feasible and completes no job later. Each
+segment's start is s or a release in :math:`(s, s + \beta_p]`. The search prunes a node by the
 bounds of F's search from the same state (G's continuations are F's), and a flush after which no
 released job has work left starts an independent part (the jobs not yet released), solved once.
 Stopped by its time budget, it answers the least bound over its open nodes and leaves found;
@@ -151,11 +158,10 @@ class _Search:
         tail = srpt_tail_times(t, jobs, after, self.rel, self.wk)
         each = math.fsum(max(c + self.beta, d) for c, d in zip(tail, self.due[done:]))
         return cost + max(each, self.flush_floor(t, rem, nxt, 0.0))
-        self.memo: dict[int, tuple[float, float, bool]] = {self.count: (0.0, 0.0, True)}
 
-    def segments(self, t: float, rem: list[float], nxt: int) -> list[tuple[float, list[float], int, int]]:
-        """Every segment of the normal form from the node: (its end, remaining works, next index,
-        jobs completed)."""
+    def segments(self, t: float, rem: list[float], nxt: int) -> list[tuple[float, list[float], int, int, float]]:
+        """Every segment of the normal form from the node, and the gap children (module docstring):
+        (the next node's time, remaining works, next index, jobs completed, when they complete)."""
         rel, beta = self.rel, self.beta
         out = []
         first = t if rem or (nxt < self.count and rel[nxt] <= t) else rel[nxt]
@@ -163,7 +169,7 @@ class _Search:
             jobs, after = _admit(s, rem, nxt, rel, self.wk)
             done = np.cumsum(jobs).tolist()
             for k, end in enumerate(done, 1):  # the work ends at the k-th completion
-                out.append((s + end + beta, jobs[k:], after, k))
+                out.append((s + end + beta, jobs[k:], after, k, s + end + beta))
             for r in rel[after:]:  # the flush ends at a release: the job in progress is cut
                 w = r - beta - s
                 if not 0.0 < w < done[-1]:
@@ -174,7 +180,15 @@ class _Search:
                 left = jobs[k:]
                 left[0] -= w - (done[k - 1] if k else 0.0)
                 left.sort()
-                out.append((r, left, after, k))
+                out.append((r, left, after, k, r))
+            for r in rel[after:]:  # the gap children: g done, the next cut, a flush, idle until r
+                for g in range(1, len(jobs)):
+                    low = s + done[g - 1] + beta
+                    if low < r < s + done[g] + 2.0 * beta:
+                        gap = jobs[g:]
+                        gap[0] = max(0.0, gap[0] - (min(r - beta - s, done[g]) - done[g - 1]))
+                        gap.sort()
+                        out.append((r, gap, after, g, low))
         return out
 
     def suffix(self, start: int) -> tuple[float, float, bool]:
@@ -202,8 +216,8 @@ class _Search:
                 continue
             scored = []
             done = nxt - len(rem)
-            for end, left, after, k in self.segments(t, rem, nxt):
-                c = cost + self.paid(done, k, end)
+            for end, left, after, k, when in self.segments(t, rem, nxt):
+                c = cost + self.paid(done, k, when)
                 scored.append((self.floor(end, left, after, c), end, left, after, c))
             scored.sort(key=lambda node: -node[0])
             stack.extend(node for node in scored if node[0] < best)
