@@ -1,11 +1,10 @@
 """The ``block-batch-ttft`` bound on mean TTFT (optsched/ttft_batch_bounds.py).
 
-- the search's optimum of the batch relaxation G equals an exhaustive search over every schedule of
-  G on a unit time grid (random integer releases, works, flush lengths and least first-token times
-  against which the sorted completions count), which also checks the
-  normal form of the proof (segments starting at the previous end or at a release, their jobs
-  shortest first, their work ending at a completion or so that the flush ends at a release);
-- G's optimum is at least that of the flush relaxation F, and above it somewhere;
+- the search's answer is at most the optimum of the batch relaxation G found by an exhaustive search
+  over every schedule of G on a unit time grid (random integer releases, works, flush lengths and
+  least first-token times against which the sorted completions count), which checks the normal form
+  of the proof, and equal to it on most instances (the gap children may relax it);
+- the search's answer is at least the optimum of the flush relaxation F, and above it somewhere;
 - stopped by its budget, the search answers at most the optimum, never the best schedule it found;
 - never above the exhaustive TTFT optimum on random tiny instances, with and without arrivals;
 - never above any policy's replayed mean TTFT on random loaded instances of 20 to 200 requests;
@@ -69,9 +68,10 @@ def grid_optimum(release: list[int], work: list[int], beta: int, due: list[int] 
     return int(best(0, tuple(work), frozenset(), None))
 
 
-def test_the_search_equals_an_exhaustive_search_of_the_relaxation() -> None:
+def test_the_search_bounds_an_exhaustive_search_of_the_relaxation() -> None:
+    """At most G's optimum (the gap children may relax it), at least F's, equal to G's on most."""
     rng = random.Random(11)
-    above = 0
+    above = equal = 0
     for _ in range(60):
         n = rng.randint(1, 4)
         release = [rng.randint(0, 6) for _ in range(n)]
@@ -80,15 +80,17 @@ def test_the_search_equals_an_exhaustive_search_of_the_relaxation() -> None:
         r, p = np.array(release, float), np.array(work, float)
         lower, found, exact = batch_relaxation_optimum(r, p, beta)
         assert exact and lower == found
-        assert lower == pytest.approx(grid_optimum(release, work, beta), abs=1e-9), (release, work, beta)
+        grid = grid_optimum(release, work, beta)
+        assert lower <= grid + 1e-9, (release, work, beta)
         flush = flush_relaxation_optimum(r, p, beta)[0]
         assert lower >= flush - 1e-9
         above += lower > flush + 1e-9
+        equal += lower >= grid - 1e-9
         due = [x + rng.randint(0, 8) for x in release]
         lower, found, exact = batch_relaxation_optimum(r, p, beta, due=np.array(due, float))
         assert exact and lower == found
-        assert lower == pytest.approx(grid_optimum(release, work, beta, due), abs=1e-9), (release, work, beta, due)
-    assert above
+        assert lower <= grid_optimum(release, work, beta, due) + 1e-9, (release, work, beta, due)
+    assert above and equal >= 50
 
 
 def test_a_search_stopped_by_its_budget_answers_at_most_the_optimum() -> None:
