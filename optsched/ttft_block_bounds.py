@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -88,11 +88,18 @@ from .ttft_bounds import SAFETY, flush_mean_bound, flush_overhead
 __all__ = [
     "BLOCK_SIZES",
     "BLOCK_TIME",
+    "Solver",
     "block_bound",
     "block_mean_bound",
+    "flush_node_bound",
     "flush_relaxation_optimum",
     "srpt_prefill_works",
+    "srpt_tail_times",
 ]
+
+#: A block solver: (releases, works, least first-token times, flush length, budget) -> (lower bound,
+#: best value found, exact) of a relaxation's least sum of completions.
+Solver = Callable[[np.ndarray, np.ndarray, np.ndarray, float, TimeBudget], tuple[float, float, bool]]
 
 #: The block sizes tried, in order, while the budget lasts.
 BLOCK_SIZES = (4, 6, 10, 20, 40, 80, 160, 320)
@@ -131,14 +138,21 @@ def _next_done(t: float, rem: list[float], nxt: int, rel: list[float], work: lis
         return finish, _release_upto(finish, rem, nxt, rel, work)
 
 
-def _srpt_tail(t: float, rem: list[float], nxt: int, rel: list[float], work: list[float]) -> float:
-    """Sum of SRPT's completions, without flushes, of the jobs not done, from the state ``(t, rem, nxt)``."""
+def srpt_tail_times(t: float, rem: list[float], nxt: int, rel: list[float], work: list[float]) -> list[float]:
+    """SRPT's completions (ascending), without flushes, of the jobs not done, from the state: time ``t``,
+    remaining works ``rem`` (sorted) of the jobs released by t, next unreleased index ``nxt`` of the
+    jobs ``rel``, ``work`` (sorted by release). The least k-th completion of every continuation."""
     rem = list(rem)
-    total = 0.0
+    out = []
     while rem or nxt < len(rel):
         t, nxt = _next_done(t, rem, nxt, rel, work)
-        total += t
-    return total
+        out.append(t)
+    return out
+
+
+def _srpt_tail(t: float, rem: list[float], nxt: int, rel: list[float], work: list[float]) -> float:
+    """Sum of SRPT's completions, without flushes, of the jobs not done, from the state ``(t, rem, nxt)``."""
+    return math.fsum(srpt_tail_times(t, rem, nxt, rel, work))
 
 
 def _grouped(t: float, rem: list[float], k: int, beta: float) -> float:
@@ -166,6 +180,22 @@ def flush_relaxation_optimum(
     if not rel:
         return 0.0, 0.0, True
     return _Search(rel, wk, float(overhead), budget).suffix(0)
+
+
+def flush_node_bound(
+    rel: list[float], work: list[float], beta: float
+) -> Callable[[float, list[float], int, float], float]:
+    """The search's lower bound on F from a state, as a function of (time t at which no flush is
+    pending, remaining works of the released jobs (sorted), next job's index, cost so far): jobs
+    ``rel``, ``work`` sorted by release; those released by t are taken as released."""
+    search = _Search(rel, work, beta, NO_LIMIT)
+
+    def bound(t: float, rem: list[float], nxt: int, cost: float) -> float:
+        rem = list(rem)
+        nxt = _release_upto(t, rem, nxt, rel, work)
+        return search.bound(t, rem, nxt, 0, cost)
+
+    return bound
 
 
 class _Search:
@@ -234,6 +264,13 @@ class _Search:
         return self.memo[start]
 
 
+def _flush_solver(
+    release: np.ndarray, work: np.ndarray, due: np.ndarray, overhead: float, budget: TimeBudget
+) -> tuple[float, float, bool]:
+    """:func:`flush_relaxation_optimum` as a block solver (the least first-token times ``due`` unused)."""
+    return flush_relaxation_optimum(release, work, overhead, budget)
+
+
 def _busy_runs(release: np.ndarray, work: np.ndarray) -> list[int]:
     """Sizes of the runs of consecutive arrivals (sorted) that SRPT without flushes serves in one
     busy period."""
@@ -278,12 +315,16 @@ def block_mean_bound(
     overhead: float,
     budget: TimeBudget,
     shared: Sequence[np.ndarray] = (),
+    solver: Solver | None = None,
 ) -> tuple[float, int, bool]:
     """The mean of the module docstring (seconds) for the blocks of each size of :data:`BLOCK_SIZES`
     tried within ``budget``, less the safety margin: (value, block size of the best partition, whether
     every block of it was solved exactly). ``overhead``: beta_p (a test plants a larger, invalid one);
     ``shared``: the works of ``srpt-prefill`` (:func:`optsched.load_bounds.mix_shares`), whose bound on
-    each block also raises it."""
+    each block also raises it; ``solver``: the relaxation solved on each block (default
+    :func:`flush_relaxation_optimum`; any with the same answer, given also each job's least first-token
+    time, whose optimum bounds the blocks' sums of first-token times)."""
+    solver = _flush_solver if solver is None else solver
     n = len(release)
     if n == 0:
         return 0.0, 0, True
@@ -307,7 +348,7 @@ def block_mean_bound(
             if budget.expired():  # the rest of this partition: each block's flush bound
                 total, exact = total + flush_b, False
                 continue
-            value, _, done = flush_relaxation_optimum(r, p, overhead, budget.share((b - a) / (n - a)))
+            value, _, done = solver(r, p, r + al[a:b], overhead, budget.share((b - a) / (n - a)))
             exact &= done
             opt = value - math.fsum(r)
             margin = SAFETY * (abs(value) + math.fsum(np.abs(r)))
@@ -327,15 +368,23 @@ def srpt_prefill_works(instance: Instance) -> list[np.ndarray]:
     return [mix_shares(terms, w, has_memory) for w in SHARE_WEIGHTS if has_memory or not w[2]]
 
 
-def block_bound(instance: Instance, budget: TimeBudget = NO_LIMIT) -> Bound:
+def block_bound(
+    instance: Instance,
+    budget: TimeBudget = NO_LIMIT,
+    name: str = "block-flush-ttft",
+    solver: Solver | None = None,
+    rule: str = "",
+    source: str = "optsched/ttft_block_bounds.py",
+) -> Bound:
     """The ``block-flush-ttft`` :class:`~optsched.result.Bound` (mean TTFT, seconds) within ``budget``
-    (at most :data:`BLOCK_TIME` s)."""
+    (at most :data:`BLOCK_TIME` s); with ``solver`` (:func:`block_mean_bound`), the bound ``name`` of
+    that relaxation, whose extra ``rule`` and module ``source`` its note states."""
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     work = share_terms(instance, True)[:, 0]
     alone = np.array([prefill_alone_time(instance, r.prompt_tokens) for r in instance.requests])
     beta = flush_overhead(instance)
     value, size, exact = block_mean_bound(
-        release, work, alone, beta, budget.within(BLOCK_TIME), srpt_prefill_works(instance)
+        release, work, alone, beta, budget.within(BLOCK_TIME), srpt_prefill_works(instance), solver
     )
     if size == 0:
         how = "no block partition tried is above the whole instance's flush bound, which is listed"
@@ -343,7 +392,8 @@ def block_bound(instance: Instance, budget: TimeBudget = NO_LIMIT) -> Bound:
         what = "exact optimum" if exact else "a search cut by time: its least open node"
         how = f"{what} on blocks of at most {size} consecutive arrivals"
     note = (
-        f"one machine, SRPT over each request's prefill work, every batch end a flush of {beta:.3g} s of its time; "
-        f"{how} (optsched/ttft_block_bounds.py)"
+        f"one machine, SRPT over each request's prefill work, "
+        f"every batch end a flush of {beta:.3g} s of its time{rule}; "
+        f"{how} ({source})"
     )
-    return Bound("block-flush-ttft", value, True, note)
+    return Bound(name, value, True, note)

@@ -62,10 +62,9 @@ from ...costmodel import Coefficients
 from ...instance import Instance
 from ...load_bounds import load_bounds, proven_bounds
 from ...options import OptionError
-from ...phase_bounds import ttft_plus_rest
 from ...result import Bound, SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
-from ...ttft_block_bounds import block_bound
+from ...ttft_batch_bounds import block_bounds
 from .candidates import Candidate, CandidatePool, candidate_schedules, initial_candidates
 from .data import ModelData, build_data, fits
 from .meanphase import search_applies, search_phase
@@ -532,9 +531,10 @@ def bounds(
     bound of :mod:`optsched.bounds` (proven for every schedule that replays cleanly) holds for its
     optimum; for ``latency`` and ``ttft`` so does every load-aware bound of :mod:`optsched.load_bounds`
     (the busy-time LP, ``pair-wait-lp`` and the fluid LP within the time left of ``budget``, each at most
-    its own limit: :func:`optsched.load_bounds.load_bounds`), and for ``ttft`` the block bound of
-    :mod:`optsched.ttft_block_bounds` (``latency``: plus the rest, :mod:`optsched.phase_bounds`; within
-    ``budget``, at most :data:`~optsched.ttft_block_bounds.BLOCK_TIME` s).
+    its own limit: :func:`optsched.load_bounds.load_bounds`), for ``ttft`` the block bounds of
+    :mod:`optsched.ttft_block_bounds` and :mod:`optsched.ttft_batch_bounds` (within ``budget``, each at
+    most :data:`~optsched.ttft_block_bounds.BLOCK_TIME` s), and for ``latency`` the first of them plus the
+    rest after each first token (:mod:`optsched.phase_bounds`).
     ``method='lp'`` adds the LP relaxation of the MIP (:mod:`.mip`; proven, usually weaker than the
     work bound on large instances but independent of it) when it is solved to a positive value.
     ``method='relax'`` adds, for the makespan with a KV capacity, the residency bound of
@@ -555,9 +555,8 @@ def bounds(
     lp_time = budget.left() if budget.limited else math.inf  # the LPs' time in all, seconds (each its own at most)
     lps = ("busy-time", "fluid-", "pair-wait-lp")
     out += [b for b in load_bounds(instance, objective, lp_time) if b.name.startswith(lps)]
-    if objective in ("ttft", "latency") and instance.requests:  # batch-end flushes on blocks (ttft_block_bounds.py)
-        block = block_bound(instance, budget)  # for latency plus the rest after each first token (phase_bounds.py)
-        out.append(block if objective == "ttft" else ttft_plus_rest(instance, block, "block-ttft-plus-rest"))
+    if objective in ("ttft", "latency") and instance.requests:  # batch-end flushes on blocks (ttft_*_bounds.py)
+        out += block_bounds(instance, budget, objective)  # latency: plus the rest after each first token
     if objective == "makespan" and instance.limits.kv_capacity is not None:
         value, count = kv_time_bound(instance)
         out.append(
