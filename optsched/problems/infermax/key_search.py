@@ -30,8 +30,10 @@ The requests a *shift* or *jump* moves are drawn with weight their latency beyon
 in the current schedule plus :data:`FLOOR` of the mean such excess. A move is kept when the plan's
 value is not worse; the best plan is remembered. After :data:`STALL` moves in a row without a new
 best the current plan returns to the best with :data:`KICK` random shifts; the search ends when the
-budget expires or after :data:`ROUNDS` such returns in a row without a new best. The best plan's
-schedule is returned only when its replayed value is below every seed's.
+budget expires or after :data:`ROUNDS` such returns in a row without a new best. This runs from
+the best start plan of each distinct (configuration, cap) in turn, best first, at most :data:`STARTS`
+of them (the searches from different starts end in different local optima). The best plan's schedule
+is returned only when its replayed value is below every seed's.
 """
 
 from __future__ import annotations
@@ -65,8 +67,10 @@ WORK_WEIGHTS = (0.0, 1.0, 4.0, 16.0, 64.0, 1e6)
 STALL = 400
 #: Random shifts that perturb the best plan at such a return.
 KICK = 3
-#: Returns to the best in a row without a new best that end the search.
-ROUNDS = 40
+#: Returns to the best in a row without a new best that end the search from one start.
+ROUNDS = 20
+#: Starts of the search, in turn: the best plans of as many distinct (configuration, cap) points.
+STARTS = 4
 #: A request's weight in the draw of the moves: its latency beyond its latency alone plus this share
 #: of the mean such excess (so that every request may be drawn).
 FLOOR = 0.1
@@ -287,35 +291,19 @@ def key_search(
             if budget.expired():
                 break
             tried.append(ev.evaluate(_Plan(config, cap, (ev.prompt + w * ev.output).astype(float))))
-    best = current = min(tried, key=lambda t: t[0])
-    if not math.isfinite(best[0]):
-        out.evaluations = ev.evaluations
-        return out
+    ranked = sorted((t for t in tried if math.isfinite(t[0])), key=lambda t: t[0])
+    starts: dict[tuple[PolicyConfig, int | None], tuple[float, _Plan, np.ndarray | None]] = {}
+    for t in ranked:
+        starts.setdefault((t[1].config, t[1].cap), t)
     moves = _Moves(ev, no_evict, no_hybrid, random.Random(seed))
-    moves.aim(current[2])
-    out.history.append((round(time.perf_counter() - began, 3), best[0]))
-    stale = rounds = 0
-    while rounds < ROUNDS and not budget.expired():
-        kind, plan = moves.random(current[1])
-        found = ev.evaluate(plan)
-        if found[0] <= current[0]:
-            out.kept[kind] = out.kept.get(kind, 0) + 1
-            current = found
-            moves.aim(found[2])
-            if found[0] < best[0] * (1 - 1e-12):
-                best, stale, rounds = found, 0, 0
-                out.history.append((round(time.perf_counter() - began, 3), found[0]))
-                continue
-        stale += 1
-        if stale >= STALL:  # back to the best, kicked
-            plan = best[1]
-            for _ in range(KICK):
-                plan = moves.shift(plan)
-            current = ev.evaluate(plan)
-            if not math.isfinite(current[0]):
-                current = best
-            moves.aim(current[2])
-            stale, rounds = 0, rounds + 1
+    best = ranked[0] if ranked else (math.inf, None, None)
+    if ranked:
+        out.history.append((round(time.perf_counter() - began, 3), best[0]))
+    for start in list(starts.values())[:STARTS]:  # the best plan of each distinct (configuration, cap), best first
+        if budget.expired():
+            break
+        found = _iterate(ev, moves, start, budget, out, began, best[0])
+        best = found if found[0] < best[0] else best
     out.evaluations = ev.evaluations
     if best[0] < out.start:
         schedule = ev.schedule(best[1])
@@ -328,6 +316,48 @@ def key_search(
             out.schedule = Schedule(instance.name, meta=meta, columns=schedule.columns())
             out.value = value
     return out
+
+
+def _iterate(
+    ev: _Evaluator,
+    moves: _Moves,
+    start: tuple[float, _Plan, np.ndarray | None],
+    budget: TimeBudget,
+    out: KeySearch,
+    began: float,
+    record: float,
+) -> tuple[float, _Plan, np.ndarray | None]:
+    """One iterated local search from ``start`` (module docstring): its best (value, plan, excess).
+    Moves kept go to ``out.kept``, values below ``record`` (the best so far) to ``out.history``."""
+    best = current = start
+    moves.aim(current[2])
+    if start[0] < record:
+        out.history.append((round(time.perf_counter() - began, 3), start[0]))
+    stale = rounds = 0
+    while rounds < ROUNDS and not budget.expired():
+        kind, plan = moves.random(current[1])
+        found = ev.evaluate(plan)
+        if found[0] <= current[0]:
+            out.kept[kind] = out.kept.get(kind, 0) + 1
+            current = found
+            moves.aim(found[2])
+            if found[0] < best[0] * (1 - 1e-12):
+                best, stale, rounds = found, 0, 0
+                if found[0] < record:
+                    record = found[0]
+                    out.history.append((round(time.perf_counter() - began, 3), found[0]))
+                continue
+        stale += 1
+        if stale >= STALL:  # back to the best, kicked
+            plan = best[1]
+            for _ in range(KICK):
+                plan = moves.shift(plan)
+            current = ev.evaluate(plan)
+            if not math.isfinite(current[0]):
+                current = best
+            moves.aim(current[2])
+            stale, rounds = 0, rounds + 1
+    return best
 
 
 def kept_for_key_search(objective: str, budget: TimeBudget) -> float:
