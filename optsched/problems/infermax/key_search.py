@@ -15,7 +15,7 @@ reference engine's, batch for batch), so the search starts at its seeds' schedul
 
 Start: each seed point (configuration, cap) with its own order and with the keys
 I_i + w O_i (prompt plus ``w`` times output tokens: shortest total work first for large ``w``) for
-w in :data:`WORK_WEIGHTS`; the best of these starts the search.
+w in :data:`WORK_WEIGHTS`.
 
 :func:`key_search` is an iterated local search with a seeded random generator. Each step makes one
 move on the current plan:
@@ -24,7 +24,9 @@ move on the current plan:
 - *jump*: one request's key is set just before or just after that of a request arriving near it
   (within :data:`NEAR` in arrival order), so that the two swap in the priority order;
 - *knob*: one knob of the configuration or the cap changes (:func:`.online.neighbours`,
-  :func:`.online.cap_neighbours`).
+  :func:`.online.cap_neighbours`), or the batch time budget (``time_budget``: set to
+  :data:`TIME_BUDGET`, halved, doubled up to :data:`MAX_TIME_BUDGET`, off), or preemption
+  (``evict_for_waiting``, where evictions are allowed).
 
 The requests a *shift* or *jump* moves are drawn with weight their latency beyond their latency alone
 in the current schedule plus :data:`FLOOR` of the mean such excess. A move is kept when the plan's
@@ -232,7 +234,7 @@ class _Moves:
         points += [(c, plan.cap) for c in self._budget_and_preemption(plan.config)]
         points = [p for p in points if compiles(p[0])]
         config, cap = self.rng.choice(points) if points else (plan.config, plan.cap)
-        return _Plan(config, cap, plan.keys)
+        return _Plan(replace(config, name="key-search"), cap, plan.keys)
 
     def _budget_and_preemption(self, config: PolicyConfig) -> list[PolicyConfig]:
         """The time budget halved or doubled (from :data:`TIME_BUDGET`; off, once above
