@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ...aotkernels import ahead_of_time
 from ...budget import TimeBudget
 from ...instance import Instance
 from ...policies.config import POLICY_CONFIGS, PolicyConfig
@@ -364,9 +365,10 @@ def _iterate(
 
 def kept_for_key_search(objective: str, budget: TimeBudget) -> float:
     """Seconds the policy search keeps for the key search: :data:`KEY_SEARCH_SHARE` of the time left
-    for the objectives of :data:`KEY_OBJECTIVES`, else none."""
+    for the objectives of :data:`KEY_OBJECTIVES` where it runs (:func:`key_search_phase`), else none."""
     left = budget.left()
-    return KEY_SEARCH_SHARE * left if objective in KEY_OBJECTIVES and left is not None else 0.0
+    runs = objective in KEY_OBJECTIVES and left is not None and ahead_of_time()
+    return KEY_SEARCH_SHARE * left if runs else 0.0
 
 
 def key_search_phase(
@@ -384,11 +386,13 @@ def key_search_phase(
     ``budget``: from the policy search's best point ``online`` (configuration and cap; none when it found
     nothing better) and the named policies among the candidates ``seeds`` ((name, value), best first).
     Its schedule, when better than all of them, joins ``schedules`` as ``key-search``; its summary
-    goes to ``info['key_search']``."""
+    goes to ``info['key_search']``. Not run where the kernels are not compiled ahead of time
+    (:func:`optsched.aotkernels.ahead_of_time`: the first run would wait for numba's compilation)."""
     if objective not in KEY_OBJECTIVES:
         return
-    if budget.expired():
-        info["key_search"] = "not run: the time limit passed"
+    if budget.expired() or not ahead_of_time():  # without warmup the engine's JIT would eat the time limit
+        why = "the time limit passed" if budget.expired() else "the compiled engine is not built (optsched warmup)"
+        info["key_search"] = f"not run: {why}"
         return
     named = [POLICY_CONFIGS[name] for _, name in sorted((v, n) for n, v in seeds if n in POLICY_CONFIGS)]
     points = ([online] if online[0] is not None else []) + [(config, None) for config in named]
