@@ -110,14 +110,15 @@ def _limits(instance: Instance, config: PolicyConfig, m_cap: int) -> np.ndarray:
 
 
 def _state(
-    instance: Instance, config: PolicyConfig, arrival: np.ndarray, cap: int, ev_cap: int
+    instance: Instance, config: PolicyConfig, arrival: np.ndarray, cap: int, ev_cap: int, rank: np.ndarray | None
 ) -> tuple[np.ndarray, ...]:
-    """The per-request state Q and the kernel's buffers E (Q first; the layout of :mod:`.fastengine`)."""
+    """The per-request state Q and the kernel's buffers E (Q first; the layout of :mod:`.fastengine`);
+    ``rank``: the requests' priority ranks, else those of the config's order."""
     _, prompt, out_len = instance.columns
     n = len(prompt)
     Q = np.zeros((len(Q_ROWS), n), np.int64)
     Q[Q_ROWS.index("prompt")], Q[Q_ROWS.index("out")] = prompt, out_len
-    Q[Q_ROWS.index("rank")] = _ranks(ORDER_KEYS[config.order](prompt, out_len), arrival)
+    Q[Q_ROWS.index("rank")] = _ranks(ORDER_KEYS[config.order](prompt, out_len), arrival) if rank is None else rank
     if config.order == _REMAINING:
         Q[Q_ROWS.index("key")] = prompt
     Q[Q_ROWS.index("shed")] = [sheds(instance.cost_model, config, r) for r in instance.requests]
@@ -133,9 +134,13 @@ def _state(
     return E + (np.zeros(n, np.int64), np.zeros(n, np.int64))
 
 
-def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int | None = None) -> ScheduleColumns | None:
+def simulate_columns(
+    instance: Instance, config: PolicyConfig, items_hint: int | None = None, rank: np.ndarray | None = None
+) -> ScheduleColumns | None:
     """The schedule of ``config`` on ``instance`` as columns, batch for batch the reference
-    engine's; None where the reference engine must run (module docstring). ``items_hint``: the
+    engine's; None where the reference engine must run (module docstring). ``rank``: per request
+    (instance order), a priority rank that replaces the order's static key (smaller first; distinct
+    ranks; the dynamic key of ``remaining-prefill`` still comes first). ``items_hint``: the
     initial length of the output arrays (default from the token counts; a run that outgrows them
     runs again with the length it needed). An SLO-aware policy on an instance without the SLO
     targets it reads raises the reference's :class:`~optsched.instance.InstanceError` (:func:`.slo.resolve`)."""
@@ -151,6 +156,7 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     arrival = arrival_column.copy()  # the kernel's argument types are writable arrays
     order = np.argsort(arrival, kind="stable")
     flags, limits = _flags(instance, config), _limits(instance, config, m_cap)
+    flags[F_SLOTS.index("fcfs")] &= rank is None  # given ranks sort R_w
     groups = np.array([GROUPS.index(g) for g in config.groups], np.int64)
     coef = Coefficients.of(instance.cost_model)
     slo_rows = config.ttft_drop or config.tpot_lazy
@@ -161,7 +167,7 @@ def simulate_columns(instance: Instance, config: PolicyConfig, items_hint: int |
     ev_cap = items_hint or max(n, 1024)
     simulate = kernel("simulate")
     while True:
-        E = _state(instance, config, arrival, cap, ev_cap)
+        E = _state(instance, config, arrival, cap, ev_cap, rank)
         batch_out = np.zeros((cap, 2), np.int64)
         starts = np.zeros(cap)
         status, nb = simulate(E[0], order, arrival, groups, flags, limits, coef, E, batch_out, starts, slo)

@@ -10,7 +10,8 @@ its time limit here (:func:`scale_phase`):
    (:func:`.segments.segments_refused`): :data:`SEARCH_SHARE` of the time when the trajectory bound runs,
    else all of it. When requests arrive at different times (segment lists carry no clock), the policy
    search of :mod:`.online` instead: hill climbing over the unified scheduler's configurations
-   from the best seed policy, each run with the arrivals and judged by its replayed objective. For
+   from the best seed policy, each run with the arrivals and judged by its replayed objective (for mean
+   latency then the search of :mod:`.key_search` over per-request priority keys from its best). For
    mean TTFT first the prefill-first schedules of :mod:`.prefill_first` (every prompt as soon as it may
    run, the decodes deferred to the gaps between arrivals), within :data:`PREFILL_FIRST_SHARE` of the time,
    then the local search of :mod:`.prefill_search` over per-request keys of the best of them, within
@@ -190,15 +191,22 @@ def _policy_search(
     no_hybrid: bool,
 ) -> None:
     """The policy search of :mod:`.online` (requests with arrivals): its schedule, when better
-    than its seed, as ``online-search``; its summary in ``info``."""
+    than its seed, as ``online-search``; its summary in ``info``; then the key search
+    (:func:`.key_search.key_search_phase`)."""
+    from .key_search import kept_for_key_search, key_search_phase
     from .online import online_search
 
-    found = online_search(instance, objective, budget, seeds, no_evict, no_hybrid)
+    found = online_search(
+        instance, objective, budget.reserve(kept_for_key_search(objective, budget)), seeds, no_evict, no_hybrid
+    )
     out.info["online_search"] = found.info()
     if found.schedule is not None:
         meta = {**found.schedule.meta, "problem": "infermax", "method": "online-search", "seed": found.seed}
         meta["max_running"] = found.cap  # the admission cap the search ran the policy under (None: R_max)
         out.schedules["online-search"] = Schedule(instance.name, meta=meta, columns=found.schedule.columns())
+    key_search_phase(
+        out.schedules, out.info, instance, objective, budget, (found.config, found.cap), seeds, no_evict, no_hybrid
+    )
 
 
 def _prefill_first(out: ScalePhase, instance: Instance, budget: TimeBudget, no_chunk: bool, no_evict: bool) -> None:
