@@ -77,7 +77,7 @@ def test_chain_on_shipped_instances(name: str) -> None:
     if report.objective == "makespan":
         assert names == {"work", "critical-path"}
     else:  # the busy-time LP where it is solved within its limits
-        listed = {"critical-path", "srpt-work", "pair-interference", "pair-wait"}
+        listed = {"critical-path", "srpt-work", "pair-interference", "pair-wait", "ttft-plus-rest"}
         assert listed <= names <= listed | {"busy-time-work"}
     ok = [p for p in report.policies if p.status == "ok"]
     assert ok and len(report.candidates()) == len(ok)
