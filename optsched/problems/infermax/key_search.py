@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -55,8 +55,9 @@ from ...policies.fastsim import ORDER_KEYS, compiles, simulate_columns
 from ...result import objective_of
 from ...schedule import Schedule, replay
 from .online import cap_neighbours, capped, neighbours
+from .search_outcome import SearchOutcome
 
-__all__ = ["KEY_OBJECTIVES", "KEY_SEARCH_SHARE", "KeySearch", "key_search", "key_search_phase", "kept_for_key_search"]
+__all__ = ["KEY_OBJECTIVES", "KEY_SEARCH_SHARE", "key_search", "key_search_phase", "kept_for_key_search"]
 
 #: The objectives for which the scale phase runs the key search after the policy search of :mod:`.online`.
 KEY_OBJECTIVES = ("latency",)
@@ -83,48 +84,6 @@ NEAR = 8
 TIME_BUDGET, MAX_TIME_BUDGET = 0.02, 0.16
 #: Largest k of a *shift* by 2^k positions.
 MAX_SHIFT = 7
-
-
-@dataclass
-class KeySearch:
-    """What :func:`key_search` found.
-
-    Attributes
-    ----------
-    schedule
-        The best plan's schedule when its replayed value is below every seed's, else None.
-    value
-        The replayed objective of ``schedule``, else the best seed's.
-    start
-        The best seed's replayed objective (its own order's keys).
-    evaluations
-        Plans evaluated.
-    kept
-        Moves kept, by kind.
-    history
-        (seconds since the start, value) at each new best plan.
-    """
-
-    schedule: Schedule | None = None
-    value: float = math.inf
-    start: float = math.inf
-    evaluations: int = 0
-    kept: dict[str, int] = field(default_factory=dict)
-    history: list[tuple[float, float]] = field(default_factory=list)
-
-    def info(self) -> dict[str, object]:
-        """A JSON-ready summary."""
-        meta = {} if self.schedule is None else self.schedule.meta
-        return {
-            "start": None if math.isinf(self.start) else self.start,
-            "value": None if self.schedule is None else self.value,
-            "evaluations": self.evaluations,
-            "kept": self.kept,
-            "history": self.history,
-            "config": meta.get("policy_config"),
-            "max_running": meta.get("max_running"),
-            "improved": self.schedule is not None,
-        }
 
 
 @dataclass
@@ -276,12 +235,12 @@ def key_search(
     no_evict: bool = False,
     no_hybrid: bool = False,
     seed: int = 0,
-) -> KeySearch:
+) -> SearchOutcome:
     """The iterated local search over key plans (module docstring) from the seed points ``seeds``
     (configuration, admission cap), within ``budget``. Returns the best plan's schedule (labelled
     ``key-search``, its configuration, cap and keys' order in its meta) when its replayed ``objective``
     is below every seed's; every value is a replay's."""
-    out = KeySearch()
+    out = SearchOutcome()
     began = time.perf_counter()
     ev = _Evaluator(instance, objective, no_evict)
     tried = _starts(ev, seeds)
@@ -326,7 +285,7 @@ def _iterate(
     moves: _Moves,
     start: tuple[float, _Plan, np.ndarray | None],
     budget: TimeBudget,
-    out: KeySearch,
+    out: SearchOutcome,
     began: float,
     record: float,
 ) -> tuple[float, _Plan, np.ndarray | None]:

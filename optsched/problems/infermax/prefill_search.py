@@ -45,8 +45,9 @@ from ...instance import Instance
 from ...result import objective_of
 from ...schedule import Schedule, replay
 from .prefill_first import PrefillFirst, PrefillKeys, knob_steps, prefill_first_schedule, prefill_first_tokens
+from .search_outcome import SearchOutcome
 
-__all__ = ["PrefillSearch", "prefill_search"]
+__all__ = ["prefill_search"]
 
 #: Moves in a row without a new best before the current plan returns to the best.
 STALL = 300
@@ -64,45 +65,6 @@ FINAL_SECONDS = 0.05
 FLOOR = 0.1
 #: Requests on either side (in arrival order) among which a *jump* picks the other request.
 NEAR = 6
-
-
-@dataclass
-class PrefillSearch:
-    """What :func:`prefill_search` found.
-
-    Attributes
-    ----------
-    schedule
-        The best plan's schedule when its replayed mean TTFT is below the start's, else None.
-    value
-        The replayed mean TTFT (seconds) of ``schedule``, else the start's.
-    start
-        The start plan's mean TTFT (seconds).
-    evaluations
-        Plans evaluated.
-    kept
-        Moves kept, by kind.
-    history
-        (seconds since the start, the plan builder's mean TTFT) at each new best plan.
-    """
-
-    schedule: Schedule | None
-    value: float
-    start: float
-    evaluations: int
-    kept: dict[str, int]
-    history: list[tuple[float, float]]
-
-    def info(self) -> dict:
-        """A JSON-ready summary."""
-        return {
-            "start": self.start,
-            "value": self.value,
-            "evaluations": self.evaluations,
-            "kept": self.kept,
-            "history": self.history,
-            "improved": self.schedule is not None,
-        }
 
 
 @dataclass
@@ -181,7 +143,7 @@ class _Moves:
 
 def prefill_search(
     instance: Instance, start: PrefillFirst, budget: TimeBudget, evictions: bool = True, seed: int = 0
-) -> PrefillSearch:
+) -> SearchOutcome:
     """The iterated local search over prefill plans (module docstring) from the knobs ``start`` with
     keys all zero, within ``budget``; without ``evictions``, only plans whose schedules never evict.
 
@@ -195,7 +157,7 @@ def prefill_search(
     current = best = _evaluate(instance, _Plan(start, none.bias, none.hold), moves, budget)
     if current is None or n < 2:  # not built in time, or nothing to order
         value = math.inf if current is None else current[0]
-        return PrefillSearch(None, value, value, int(current is not None), {}, [])
+        return SearchOutcome(None, value, value, int(current is not None), {}, [])
     start_value = current[0]
     # the end keeps time for the best plan's whole schedule and its replay: a multiple of the start's
     # build, at most half the time left (a whole schedule not built in time is no schedule)
@@ -227,8 +189,8 @@ def prefill_search(
             evaluations, stale, rounds = evaluations + 1, 0, rounds + 1
     schedule, value = _replayed(instance, best[1], evictions, final) if best[0] < start_value else (None, start_value)
     if schedule is None or value >= start_value:
-        return PrefillSearch(None, start_value, start_value, evaluations, kept, history)
-    return PrefillSearch(schedule, value, start_value, evaluations, kept, history)
+        return SearchOutcome(None, start_value, start_value, evaluations, kept, history)
+    return SearchOutcome(schedule, value, start_value, evaluations, kept, history)
 
 
 def _evaluate(
