@@ -129,6 +129,7 @@ __all__ = [
     "lone_prefix",
     "min_line_sum",
     "overlapping_pairs",
+    "pair_counts",
     "pair_bounds",
     "pair_interference",
     "pair_interference_prefill",
@@ -162,9 +163,9 @@ def _item_coefficients(instance: Instance) -> tuple[float, float, float]:
     )
 
 
-def overlapping_pairs(release: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Index pairs (i, j), j after i in arrival order (stable) with r_j <= r_i + reach_i, at most
-    :data:`MAX_PAIRS` (each i's nearest first)."""
+def pair_counts(release: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the stable arrival order, each request's count of pairs in that order) of
+    :func:`overlapping_pairs`, at most :data:`MAX_PAIRS` in all (each i's nearest first)."""
     order = np.argsort(release, kind="stable")
     rs = release[order]
     ends = np.searchsorted(rs, rs + reach[order], side="right")
@@ -175,7 +176,14 @@ def overlapping_pairs(release: np.ndarray, reach: np.ndarray) -> tuple[np.ndarra
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if np.minimum(counts, mid).sum() <= MAX_PAIRS else (lo, mid - 1)
         counts = np.minimum(counts, lo)
-    pos = np.repeat(np.arange(len(rs)), counts)
+    return order, counts
+
+
+def overlapping_pairs(release: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index pairs (i, j), j after i in arrival order (stable) with r_j <= r_i + reach_i, at most
+    :data:`MAX_PAIRS` (each i's nearest first)."""
+    order, counts = pair_counts(release, reach)
+    pos = np.repeat(np.arange(len(order)), counts)
     offset = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
     return order[pos], order[pos + 1 + offset]
 
@@ -398,10 +406,11 @@ class WaitTerms:
         return share[j], share[i]
 
 
-def _latency_terms(instance: Instance) -> tuple[float, WaitTerms]:
-    """(the ``pair-interference`` total, the ``pair-wait`` terms) of the module docstring, from one pass."""
+def _latency_terms(instance: Instance, A: np.ndarray | None = None) -> tuple[float, WaitTerms]:
+    """(the ``pair-interference`` total, the ``pair-wait`` terms) of the module docstring, from one pass;
+    ``A``: the critical path times where already computed."""
     cm = instance.cost_model
-    A = critical_path_times(instance)
+    A = critical_path_times(instance) if A is None else A
     prefix = lone_prefix(instance)
     I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)
     O = prefix.outputs
@@ -419,9 +428,10 @@ def _latency_terms(instance: Instance) -> tuple[float, WaitTerms]:
     return interference, terms
 
 
-def wait_terms(instance: Instance) -> WaitTerms:
-    """The ``pair-wait`` terms of ``instance`` (at least one request)."""
-    return _latency_terms(instance)[1]
+def wait_terms(instance: Instance, A: np.ndarray | None = None) -> WaitTerms:
+    """The ``pair-wait`` terms of ``instance`` (at least one request); ``A``: its critical path times
+    where already computed."""
+    return _latency_terms(instance, A)[1]
 
 
 def latency_pair_values(instance: Instance, split: np.ndarray | None = None) -> tuple[float, float]:

@@ -34,7 +34,7 @@ import numpy as np
 from .bounds import critical_path_times
 from .instance import Instance
 from .lprows import LpRows
-from .pair_bounds import WaitTerms, overlapping_pairs, wait_terms
+from .pair_bounds import WaitTerms, pair_counts, wait_terms
 from .result import Bound
 
 __all__ = ["LP_PAIRS", "LP_TIME", "pair_wait_lp", "wait_weights"]
@@ -133,9 +133,10 @@ def pair_wait_lp(instance: Instance, seconds: float = LP_TIME) -> Bound | None:
     """The ``pair-wait-lp`` bound on mean latency (seconds; module docstring), or None (no pairs, more
     than :data:`LP_PAIRS`, or no feasible point within ``seconds``)."""
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
-    if not 0 < len(overlapping_pairs(release, critical_path_times(instance))[0]) <= LP_PAIRS:
+    A = critical_path_times(instance)
+    if not 0 < pair_counts(release, A)[1].sum() <= LP_PAIRS:
         return None  # the pairs are counted before their terms are built
-    terms = wait_terms(instance)
+    terms = wait_terms(instance, A)
     weights = wait_weights(terms, seconds)
     if weights is None:
         return None

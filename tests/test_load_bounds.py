@@ -140,19 +140,25 @@ def policy_values(inst, objective: str) -> dict[str, float]:
     return {name: replayed_objective(inst, simulator_for(name)(inst), objective)[0] for name in names}
 
 
-def ttft_refutations(value_of) -> int:
-    """How many instances refute the mean-TTFT bound ``value_of(inst)``: tiny ones (:data:`TINY`, with
-    and without arrivals) where it exceeds the exhaustive optimum, and loaded ones of 50 to 200
-    requests where it exceeds some policy's replayed mean TTFT (a planted fault must give some)."""
+def refutations(value_of, objective: str, loaded=((50, 2), (120, 3), (200, 4))) -> int:
+    """How many instances refute the bound ``value_of(inst)`` on ``objective``: tiny ones (:data:`TINY`,
+    with and without arrivals) where it exceeds the exhaustive optimum, and the ``loaded`` ones ((n,
+    seed) of :func:`loaded_instance`) where it exceeds some policy's replayed value (a planted fault
+    must give some)."""
     caught = 0
     for arrivals in (False, True):
         for seed in TINY:
             inst = tiny_instance(seed, arrivals=arrivals)
-            caught += value_of(inst) > optimum(inst, "ttft") * (1 + 1e-9)
-    for n, seed in [(50, 2), (120, 3), (200, 4)]:
+            caught += value_of(inst) > optimum(inst, objective) * (1 + 1e-9)
+    for n, seed in loaded:
         inst = loaded_instance(n, seed)
-        caught += value_of(inst) > min(policy_values(inst, "ttft").values())
+        caught += value_of(inst) > min(policy_values(inst, objective).values()) * (1 + 1e-9)
     return caught
+
+
+def ttft_refutations(value_of) -> int:
+    """:func:`refutations` of a mean-TTFT bound on loaded instances of 50 to 200 requests."""
+    return refutations(value_of, "ttft")
 
 
 @pytest.mark.parametrize("n, seed", [(20, 1), (50, 2), (120, 3), (200, 4), (80, 5), (30, 6)])
