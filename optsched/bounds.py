@@ -161,19 +161,26 @@ def _prefill_alone(cm: CostModel, tokens: int, chunk_cap: int) -> float:
 
     Scans every chunk count k >= ceil(X / cap) (the quadratic term favours more chunks, the batch
     overhead fewer); the least sum of squares of k positive parts of X is attained by equal parts.
+    The context term of chunks c_1..c_k over the S_{j-1} tokens before each is
+    ``pc sum_j c_j S_{j-1} = pc (X^2 - sum_j c_j^2) / 2``, so the attention terms are
+    ``pc X^2 / 2 + (pq - pc / 2) sum_j c_j^2``: at the least sum of squares when pq >= pc / 2, else
+    at most ``min(cap, X - k + 1) X`` (no chunk is longer).
     """
     coef = Coefficients.of(cm)
     L, b, a, pb, pa = coef.layers, coef.base, coef.per_token, coef.prefill_bias, coef.prefill_per_token
-    pq = coef.prefill_per_token_sq
+    pq, pc = coef.prefill_per_token_sq, coef.prefill_per_ctx
     k_min = -(-tokens // chunk_cap)
     k = np.arange(k_min, tokens + 1, dtype=np.float64)
-    if pq == 0.0:  # more chunks only add overhead (and tiles)
+    if pq - pc / 2 <= 0.0:  # more chunks only add overhead (and tiles): the least k has the least cost
         k = k[:1]
     q = np.floor(tokens / k)
     r = tokens - q * k
-    minsq = q * q * (k - r) + (q + 1) ** 2 * r
+    squares = q * q * (k - r) + (q + 1) ** 2 * r
+    if pq < pc / 2:
+        squares = np.minimum(chunk_cap, tokens - k + 1) * tokens
+    attention = pc / 2 * tokens * tokens + (pq - pc / 2) * squares
     tiles = cm.per_tile * _tiles(np.float64(tokens), k, cm)
-    return float(L * np.min(k * (b + pb) + (a + pa) * tokens + pq * minsq + tiles))
+    return float(L * np.min(k * (b + pb) + (a + pa) * tokens + attention + tiles))
 
 
 def prefill_alone_time(instance: Instance, prompt_tokens: int) -> float:
