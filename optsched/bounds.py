@@ -100,9 +100,12 @@ Bounds (each returned as a :class:`~optsched.result.Bound` with ``valid=True``):
 - ``critical-path`` (makespan): makespan >= max_i (arrival_i + A_i), where A_i is the least time
   request i alone needs: by (F1)-(F3) its batches are disjoint and each costs at least the batch of
   its own item alone. A_i = F(I_i) + sum_{g=1}^{O_i-1} min(D_i(g), R_i(g)) with F(X) the cheapest
-  prefill of X tokens in k >= ceil(X/P) chunks (k L(b + pb) + L(a+pa) X + L pq minsq(X, k) + L tc
-  tiles(X, k), minsq the least sum of squares of k positive parts of X: equal parts, tiles(X, k) =
-  max(k, ceil(X/t)) (F2)), D_i(g) = L(b + a + tc + db + da + (dk + dx)(I_i+g-1)) a lone decode and
+  prefill of X tokens in k >= ceil(X/P) chunks (k L(b + pb) + L(a+pa) X + L (pc/2) X^2 +
+  L (pq - pc/2) sq(X, k) + L tc tiles(X, k): the chunks c_j of the pass that builds the KV from
+  empty (an eviction empties it) read the S_{j-1} tokens before them, and sum_j c_j S_{j-1} =
+  (X^2 - sum_j c_j^2) / 2; sq(X, k) the least sum of squares of k positive parts of X (equal parts)
+  when pq >= pc/2, else min(P, X - k + 1) X, at least the largest; tiles(X, k) = max(k, ceil(X/t))
+  (F2)), D_i(g) = L(b + a + tc + db + da + (dk + dx)(I_i+g-1)) a lone decode and
   R_i(g) = L(k (b + pb) + tc tiles(I_i+g, k) + (a+pa+pq)(I_i+g)), k = ceil((I_i+g)/P), a re-prefill;
   here a is the profile's own per_token and every batch is priced exactly ((F2)), so a request
   alone on an empty engine meets A_i when serial chunks of P are its best.
