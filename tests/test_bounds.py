@@ -334,7 +334,9 @@ def test_least_bias_equals_enumeration_of_its_program(
 
 
 @pytest.mark.parametrize(
-    "model", ["llama2-7b-a100", *ADVERSARIAL], ids=["a100", "quadratic", "dear-decode", "per-token", "step-shape", "dear-context", "context-no-chunks"]
+    "model",
+    ["llama2-7b-a100", *ADVERSARIAL],
+    ids=["a100", "quadratic", "dear-decode", "per-token", "step-shape", "dear-context", "context-no-chunks"],
 )
 def test_per_token_sums_do_not_depend_on_their_blocks(model: str | dict, monkeypatch: pytest.MonkeyPatch) -> None:
     """Outputs are summed token by token in blocks of TOKEN_BLOCK tokens (bounded memory); blocks of

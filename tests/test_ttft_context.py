@@ -56,7 +56,7 @@ def context_instance(rng: random.Random, model, n: int, arrivals: bool, most: in
         {
             "name": f"context-{n}",
             "cost_model": model,
-            "limits": {"token_budget": C, "prefill_budget": P, "kv_capacity": None, "max_running": rng.choice([1, 2, None])},
+            "limits": {"token_budget": C, "prefill_budget": P, "max_running": rng.choice([1, 2, None])},
             "requests": reqs,
         },
         "context",
