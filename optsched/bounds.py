@@ -178,9 +178,8 @@ def _prefill_alone(cm: CostModel, tokens: int, chunk_cap: int) -> float:
         k = k[:1]
     q = np.floor(tokens / k)
     r = tokens - q * k
-    squares = q * q * (k - r) + (q + 1) ** 2 * r
-    if pq < pc / 2:
-        squares = np.minimum(chunk_cap, tokens - k + 1) * tokens
+    least = q * q * (k - r) + (q + 1) ** 2 * r
+    squares = least if pq >= pc / 2 else np.minimum(chunk_cap, tokens - k + 1) * tokens
     attention = pc / 2 * tokens * tokens + (pq - pc / 2) * squares
     tiles = cm.per_tile * _tiles(np.float64(tokens), k, cm)
     return float(L * np.min(k * (b + pb) + (a + pa) * tokens + attention + tiles))
