@@ -100,9 +100,12 @@ Bounds (each returned as a :class:`~optsched.result.Bound` with ``valid=True``):
 - ``critical-path`` (makespan): makespan >= max_i (arrival_i + A_i), where A_i is the least time
   request i alone needs: by (F1)-(F3) its batches are disjoint and each costs at least the batch of
   its own item alone. A_i = F(I_i) + sum_{g=1}^{O_i-1} min(D_i(g), R_i(g)) with F(X) the cheapest
-  prefill of X tokens in k >= ceil(X/P) chunks (k L(b + pb) + L(a+pa) X + L pq minsq(X, k) + L tc
-  tiles(X, k), minsq the least sum of squares of k positive parts of X: equal parts, tiles(X, k) =
-  max(k, ceil(X/t)) (F2)), D_i(g) = L(b + a + tc + db + da + (dk + dx)(I_i+g-1)) a lone decode and
+  prefill of X tokens in k >= ceil(X/P) chunks (k L(b + pb) + L(a+pa) X + L (pc/2) X^2 +
+  L (pq - pc/2) sq(X, k) + L tc tiles(X, k): the chunks c_j of the pass that builds the KV from
+  empty (an eviction empties it) read the S_{j-1} tokens before them, and sum_j c_j S_{j-1} =
+  (X^2 - sum_j c_j^2) / 2; sq(X, k) the least sum of squares of k positive parts of X (equal parts)
+  when pq >= pc/2, else min(P, X - k + 1) X, at least the largest; tiles(X, k) = max(k, ceil(X/t))
+  (F2)), D_i(g) = L(b + a + tc + db + da + (dk + dx)(I_i+g-1)) a lone decode and
   R_i(g) = L(k (b + pb) + tc tiles(I_i+g, k) + (a+pa+pq)(I_i+g)), k = ceil((I_i+g)/P), a re-prefill;
   here a is the profile's own per_token and every batch is priced exactly ((F2)), so a request
   alone on an empty engine meets A_i when serial chunks of P are its best.
@@ -161,19 +164,25 @@ def _prefill_alone(cm: CostModel, tokens: int, chunk_cap: int) -> float:
 
     Scans every chunk count k >= ceil(X / cap) (the quadratic term favours more chunks, the batch
     overhead fewer); the least sum of squares of k positive parts of X is attained by equal parts.
+    The context term of chunks c_1..c_k over the S_{j-1} tokens before each is
+    ``pc sum_j c_j S_{j-1} = pc (X^2 - sum_j c_j^2) / 2``, so the attention terms are
+    ``pc X^2 / 2 + (pq - pc / 2) sum_j c_j^2``: at the least sum of squares when pq >= pc / 2, else
+    at most ``min(cap, X - k + 1) X`` (no chunk is longer).
     """
     coef = Coefficients.of(cm)
     L, b, a, pb, pa = coef.layers, coef.base, coef.per_token, coef.prefill_bias, coef.prefill_per_token
-    pq = coef.prefill_per_token_sq
+    pq, pc = coef.prefill_per_token_sq, coef.prefill_per_ctx
     k_min = -(-tokens // chunk_cap)
     k = np.arange(k_min, tokens + 1, dtype=np.float64)
-    if pq == 0.0:  # more chunks only add overhead (and tiles)
+    if pq - pc / 2 <= 0.0:  # more chunks only add overhead (and tiles): the least k has the least cost
         k = k[:1]
     q = np.floor(tokens / k)
     r = tokens - q * k
-    minsq = q * q * (k - r) + (q + 1) ** 2 * r
+    least = q * q * (k - r) + (q + 1) ** 2 * r
+    squares = least if pq >= pc / 2 else np.minimum(chunk_cap, tokens - k + 1) * tokens
+    attention = pc / 2 * tokens * tokens + (pq - pc / 2) * squares
     tiles = cm.per_tile * _tiles(np.float64(tokens), k, cm)
-    return float(L * np.min(k * (b + pb) + (a + pa) * tokens + pq * minsq + tiles))
+    return float(L * np.min(k * (b + pb) + (a + pa) * tokens + attention + tiles))
 
 
 def prefill_alone_time(instance: Instance, prompt_tokens: int) -> float:

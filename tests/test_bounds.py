@@ -53,6 +53,9 @@ ADVERSARIAL = [
         "prefill": {"per_token_sq": 1e-5, "per_ctx": 1e-6},
         "decode": {"bias": 1e-4, "per_kv": 1e-6, "per_max_kv": 1e-5},
     },
+    # a dear context term: chunking pays for itself (pq >= pc / 2), and it never does (pq < pc / 2)
+    {"base": 1e-4, "per_token": 1e-5, "prefill": {"per_token_sq": 2e-4, "per_ctx": 1e-4}, "decode": {"per_kv": 1e-5}},
+    {"base": 1e-4, "per_token": 1e-5, "prefill": {"per_token_sq": 1e-6, "per_ctx": 1e-4}, "decode": {"per_kv": 1e-5}},
 ]
 
 
@@ -214,14 +217,18 @@ def _compositions(total: int, cap: int):
 @pytest.mark.parametrize("model_index", range(len(cost_models())))
 def test_prefill_alone_equals_exhaustive_chunkings(model_index: int) -> None:
     """F(X) is the least cost of every chunking of X tokens into lone prefill batches (chunks <= P,
-    the context term left out), and at most it with a tile term: it counts max(k, ceil(X / t)) tiles
-    for k chunks, exact when X <= t (each chunk one tile)."""
+    each over the KV of the chunks before it), and at most it with a tile term (it counts
+    max(k, ceil(X / t)) tiles for k chunks, exact when X <= t: each chunk one tile) or with
+    pq < pc / 2 (the sum of squares taken at its bound)."""
     cm = load_cost_model(cost_models()[model_index])
     for P in (1, 3, 5, 16):
         inst = Instance("f", cm, Limits(16, P, None, None), (Request("a", 0.0, 1, 1),))
         for X in range(1, 11):
-            brute = min(math.fsum(cm.prefill_time(c) for c in split) for split in _compositions(X, P))
-            if cm.token_tile and X > cm.token_tile:
+            brute = min(
+                math.fsum(cm.prefill_time(c, sum(split[:j])) for j, c in enumerate(split))
+                for split in _compositions(X, P)
+            )
+            if (cm.token_tile and X > cm.token_tile) or cm.prefill.per_token_sq < cm.prefill.per_ctx / 2:
                 assert prefill_alone_time(inst, X) <= brute * (1 + 1e-12), (P, X)
             else:
                 assert prefill_alone_time(inst, X) == pytest.approx(brute, rel=1e-12), (P, X)
@@ -327,7 +334,9 @@ def test_least_bias_equals_enumeration_of_its_program(
 
 
 @pytest.mark.parametrize(
-    "model", ["llama2-7b-a100", *ADVERSARIAL], ids=["a100", "quadratic", "dear-decode", "per-token", "step-shape"]
+    "model",
+    ["llama2-7b-a100", *ADVERSARIAL],
+    ids=["a100", "quadratic", "dear-decode", "per-token", "step-shape", "dear-context", "context-no-chunks"],
 )
 def test_per_token_sums_do_not_depend_on_their_blocks(model: str | dict, monkeypatch: pytest.MonkeyPatch) -> None:
     """Outputs are summed token by token in blocks of TOKEN_BLOCK tokens (bounded memory); blocks of

@@ -26,7 +26,7 @@ def serial_fcfs(instance: Instance) -> Schedule:
         while left > 0:
             c = min(P, left)
             batches.append(Batch((Item(r.id, c),)))
-            now += cost.prefill_time(c)
+            now += cost.prefill_time(c, r.prompt_tokens - left)
             left -= c
         for g in range(1, r.output_tokens):
             batches.append(Batch((Item(r.id, 1),)))
