@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -52,11 +52,13 @@ __all__ = ["PrefillSearch", "prefill_search"]
 STALL = 300
 #: Random shifts that perturb the best plan at such a return.
 KICK = 3
-#: Returns to the best in a row without a new best that end the search.
+#: Returns to the best in a row without a new best that make a *restart*: the kicks double from then on.
 ROUNDS = 40
+#: Restarts in a row without a new best that end the search.
+RESTARTS = 3
 #: The time kept for the best plan's whole schedule and replay: this many times the start plan's
-#: evaluation (built up to the last first token), plus :data:`FINAL_SECONDS`, at most half the time left.
-FINAL_SHARE = 20.0
+#: (timed at the start), plus :data:`FINAL_SECONDS`, at most half the time left.
+FINAL_SHARE = 3.0
 #: Seconds kept for the end besides (start-up of the replay).
 FINAL_SECONDS = 0.05
 #: A request's weight in the draw of the moves: its TTFT beyond its prompt alone plus this share of
@@ -123,8 +125,8 @@ class _Plan:
 class _Moves:
     """The random moves of the search on one instance (module docstring)."""
 
-    def __init__(self, instance: Instance, evictions: bool, rng: random.Random) -> None:
-        self.instance, self.evictions, self.rng = instance, evictions, rng
+    def __init__(self, instance: Instance, rng: random.Random) -> None:
+        self.instance, self.rng = instance, rng
         reqs = sorted(instance.requests, key=lambda r: r.arrival)
         self.prompt = np.array([r.prompt_tokens for r in reqs])
         self.arrival = np.array([r.arrival for r in reqs], dtype=float)
@@ -166,8 +168,8 @@ class _Moves:
         return out
 
     def knob(self, plan: _Plan) -> _Plan:
-        """One knob changed (evictions only where allowed)."""
-        steps = [k for k in knob_steps(plan.knobs, self.instance) if self.evictions or not k.evict]
+        """One knob changed, ``evict`` kept (the start fixes it: :func:`prefill_search`)."""
+        steps = [k for k in knob_steps(plan.knobs, self.instance) if k.evict == plan.knobs.evict]
         out = plan.copy()
         if steps:
             out.knobs = self.rng.choice(steps)
@@ -190,22 +192,31 @@ def prefill_search(
     """
     n = len(instance.requests)
     none = PrefillKeys.none(n)
+    moves = _Moves(instance, random.Random(seed))
     began = time.perf_counter()
-    moves = _Moves(instance, evictions, random.Random(seed))
-    current = best = _evaluate(instance, _Plan(start, none.bias, none.hold), moves, budget)
-    if current is None or n < 2:  # not built in time, or nothing to order
-        value = math.inf if current is None else current[0]
-        return PrefillSearch(None, value, value, int(current is not None), {}, [])
-    start_value = current[0]
-    # the end keeps time for the best plan's whole schedule and its replay: a multiple of the start's
-    # build, at most half the time left (a whole schedule not built in time is no schedule)
-    keep, left = FINAL_SHARE * (time.perf_counter() - began) + FINAL_SECONDS, budget.left()
+    given = _evaluate(instance, _Plan(start, none.bias, none.hold), moves, budget)
+    if given is None or n < 2:  # not built in time, or nothing to order
+        value = math.inf if given is None else given[0]
+        return PrefillSearch(None, value, value, int(given is not None), {}, [])
+    start_value = given[0]
+    current = _twin(instance, given, moves, budget, evictions)
+    evaluations = 2 if evictions and not start.evict else 1
+    # the end keeps time for the best plan's whole schedule and its replay: a multiple of the start's,
+    # timed here, at most half the time left (a whole schedule not built in time is no schedule)
+    timed = time.perf_counter()
+    if _replayed(instance, current[1], evictions, budget)[0] is None:
+        return PrefillSearch(None, start_value, start_value, evaluations, {}, [])
+    keep, left = FINAL_SHARE * (time.perf_counter() - timed) + FINAL_SECONDS, budget.left()
     final, budget = budget, budget.reserve(keep if left is None else min(keep, 0.5 * left))
+    best, kept, history = current, {}, [(0.0, start_value)]
+    if current[0] < start_value:
+        history.append((round(time.perf_counter() - began, 3), current[0]))
     moves.aim(current[2])
-    kept: dict[str, int] = {}
-    evaluations, stale, rounds = 1, 0, 0
-    history = [(0.0, start_value)]
-    while rounds < ROUNDS and not budget.expired():
+    stale = rounds = fruitless = 0  # fruitless: restarts since the last new best
+    while fruitless <= RESTARTS and not budget.expired():
+        if rounds >= ROUNDS:  # stalled: kick harder from now on
+            fruitless, rounds = fruitless + 1, 0
+            continue
         kind, plan = moves.random(current[1])
         found = _evaluate(instance, plan, moves, budget)
         evaluations += 1
@@ -214,13 +225,13 @@ def prefill_search(
             current = found
             moves.aim(found[2])
             if found[0] < best[0] * (1 - 1e-12):
-                best, stale, rounds = current, 0, 0
+                best, stale, rounds, fruitless = current, 0, 0, 0
                 history.append((round(time.perf_counter() - began, 3), found[0]))
                 continue
         stale += 1
         if stale >= STALL:  # back to the best, kicked
             plan = best[1]
-            for _ in range(KICK):
+            for _ in range(KICK << fruitless):
                 plan = moves.shift(plan)
             current = _evaluate(instance, plan, moves, budget) or best
             moves.aim(current[2])
@@ -229,6 +240,20 @@ def prefill_search(
     if schedule is None or value >= start_value:
         return PrefillSearch(None, start_value, start_value, evaluations, kept, history)
     return PrefillSearch(schedule, value, start_value, evaluations, kept, history)
+
+
+def _twin(
+    instance: Instance, given: tuple[float, _Plan, np.ndarray], moves: _Moves, budget: TimeBudget, evictions: bool
+) -> tuple[float, _Plan, np.ndarray]:
+    """The plan the search starts from: ``given``, or the same plan with evictions (``evict``) when they
+    are allowed and its value is not worse. The twin's first prompts never wait for decodes, so the
+    builder skips the deferred decodes before the last first token: its plans are evaluated faster."""
+    if not evictions or given[1].knobs.evict:
+        return given
+    plan = given[1].copy()
+    plan.knobs = replace(plan.knobs, evict=True)
+    twin = _evaluate(instance, plan, moves, budget)
+    return twin if twin is not None and twin[0] <= given[0] else given
 
 
 def _evaluate(
