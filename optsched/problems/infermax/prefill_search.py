@@ -57,8 +57,8 @@ ROUNDS = 40
 #: Restarts in a row without a new best that end the search.
 RESTARTS = 3
 #: The time kept for the best plan's whole schedule and replay: this many times the start plan's
-#: (timed at the start), plus :data:`FINAL_SECONDS`, at most half the time left.
-FINAL_SHARE = 3.0
+#: (timed at the start), plus :data:`FINAL_SECONDS`.
+FINAL_SHARE = 2.0
 #: Seconds kept for the end besides (start-up of the replay).
 FINAL_SECONDS = 0.05
 #: A request's weight in the draw of the moves: its TTFT beyond its prompt alone plus this share of
@@ -201,14 +201,16 @@ def prefill_search(
     start_value = given[0]
     current = _twin(instance, given, moves, budget, evictions)
     evaluations = 2 if evictions and not start.evict else 1
-    # the end keeps time for the best plan's whole schedule and its replay: a multiple of the start's,
-    # timed here, at most half the time left (a whole schedule not built in time is no schedule)
+    # the start's whole schedule (decodes included) is built and replayed once: its time, a multiple
+    # of it, is kept for the best plan's at the end, and it is the result when nothing better is built
     timed = time.perf_counter()
-    if _replayed(instance, current[1], evictions, budget)[0] is None:
+    opening = _replayed(instance, current[1], evictions, budget)
+    if opening[0] is None:
         return PrefillSearch(None, start_value, start_value, evaluations, {}, [])
-    keep, left = FINAL_SHARE * (time.perf_counter() - timed) + FINAL_SECONDS, budget.left()
-    final, budget = budget, budget.reserve(keep if left is None else min(keep, 0.5 * left))
-    best, kept, history = current, {}, [(0.0, start_value)]
+    final, budget = budget, budget.reserve(FINAL_SHARE * (time.perf_counter() - timed) + FINAL_SECONDS)
+    best = current_start = current
+    kept: dict[str, int] = {}
+    history = [(0.0, start_value)]
     if current[0] < start_value:
         history.append((round(time.perf_counter() - began, 3), current[0]))
     moves.aim(current[2])
@@ -236,7 +238,8 @@ def prefill_search(
             current = _evaluate(instance, plan, moves, budget) or best
             moves.aim(current[2])
             evaluations, stale, rounds = evaluations + 1, 0, rounds + 1
-    schedule, value = _replayed(instance, best[1], evictions, final) if best[0] < start_value else (None, start_value)
+    built = _replayed(instance, best[1], evictions, final) if best is not current_start else opening
+    schedule, value = min(built, opening, key=lambda f: f[1])
     if schedule is None or value >= start_value:
         return PrefillSearch(None, start_value, start_value, evaluations, kept, history)
     return PrefillSearch(schedule, value, start_value, evaluations, kept, history)
