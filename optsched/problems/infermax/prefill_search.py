@@ -14,21 +14,29 @@ model's, as replay computes them, built only up to the last first token). Keys a
 prefill-first schedule of the knobs alone, so the search starts at the best prefill-first schedule
 and never ends worse.
 
-:func:`prefill_search` is an iterated local search with a seeded random generator. Each step makes
-one move on the current plan:
+:func:`prefill_search` is an iterated local search with a seeded random generator. It starts from
+the knobs given, or, where evictions are allowed and the given knobs reserve I + O - 1 slots, from
+their twin that evicts (``evict``) when the twin's value is not worse: the twin's first prompts never
+wait for decodes, so its plans are evaluated without the deferred decodes before the last first
+token (20 times faster on the arxiv slice of docs/performance.md). Each step makes one move on the
+current plan:
 
 - *shift*: one request's bias moves by +-2^k tokens (k = 4..11);
 - *jump*: one request's key is set just below or just above the key of a request arriving near it
   (their whole prompts plus biases), so that the two swap in the shortest-remaining order;
 - *hold*: one request's hold flag is switched;
-- *knob*: one knob changes (:func:`.prefill_first.knob_steps`; evictions only where allowed).
+- *knob*: one knob other than ``evict`` changes (:func:`.prefill_first.knob_steps`).
 
 A move is kept when the plan's value is not worse (moves across plateaus are kept too); the best plan
 is remembered. After :data:`STALL` moves in a row without a new best the current plan returns to the
-best with :data:`KICK` random shifts; the search ends when the budget expires or after
-:data:`ROUNDS` such returns in a row without a new best. The best plan's whole schedule (decodes
-included) is then built and replayed; it is returned only when its replayed mean TTFT is below the
-start's.
+best with random shifts, :data:`KICK` of them times 2^r; r counts the *restarts* since the last new
+best, one after each :data:`ROUNDS` returns in a row without one. The search ends when the budget
+expires or after :data:`RESTARTS` + 1 restarts in a row without a new best.
+
+The start's whole schedule (decodes included) is built and replayed before the search: the time it
+takes, :data:`FINAL_SHARE` times over, is kept from the search for the best plan's whole schedule
+and its replay at the end, and it is the result when the best plan's is not built in time. The
+result is the better of the two by replayed mean TTFT, returned only when below the start's.
 """
 
 from __future__ import annotations
