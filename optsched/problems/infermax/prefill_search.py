@@ -31,7 +31,9 @@ A move is kept when the plan's value is not worse (moves across plateaus are kep
 is remembered. After :data:`STALL` moves in a row without a new best the current plan returns to the
 best with random shifts, :data:`KICK` of them times 2^r; r counts the *restarts* since the last new
 best, one after each :data:`ROUNDS` returns in a row without one. The search ends when the budget
-expires or after :data:`RESTARTS` + 1 restarts in a row without a new best.
+expires or after :data:`RESTARTS` + 1 restarts in a row without a new best. With time left, the
+search then climbs in the same way, ending at the first restart without a new best, from each plan
+of the knobs one change away from the start's (``evict`` kept) with keys all zero, lowest value first.
 
 The start's whole schedule (decodes included) is built and replayed before the search: the time it
 takes, :data:`FINAL_SHARE` times over, is kept from the search for the best plan's whole schedule
@@ -216,41 +218,79 @@ def prefill_search(
     if opening[0] is None:
         return PrefillSearch(None, start_value, start_value, evaluations, {}, [])
     final, budget = budget, budget.reserve(FINAL_SHARE * (time.perf_counter() - timed) + FINAL_SECONDS)
-    best = current_start = current
-    kept: dict[str, int] = {}
-    history = [(0.0, start_value)]
+    climb = _Climb(instance, moves, budget, began, [(0.0, start_value)])
     if current[0] < start_value:
-        history.append((round(time.perf_counter() - began, 3), current[0]))
-    moves.aim(current[2])
-    stale = rounds = fruitless = 0  # fruitless: restarts since the last new best
-    while fruitless <= RESTARTS and not budget.expired():
-        if rounds >= ROUNDS:  # stalled: kick harder from now on
-            fruitless, rounds = fruitless + 1, 0
-            continue
-        kind, plan = moves.random(current[1])
-        found = _evaluate(instance, plan, moves, budget)
-        evaluations += 1
-        if found is not None and found[0] <= current[0]:
-            kept[kind] = kept.get(kind, 0) + 1
-            current = found
-            moves.aim(found[2])
-            if found[0] < best[0] * (1 - 1e-12):
-                best, stale, rounds, fruitless = current, 0, 0, 0
-                history.append((round(time.perf_counter() - began, 3), found[0]))
-                continue
-        stale += 1
-        if stale >= STALL:  # back to the best, kicked
-            plan = best[1]
-            for _ in range(KICK << fruitless):
-                plan = moves.shift(plan)
-            current = _evaluate(instance, plan, moves, budget) or best
-            moves.aim(current[2])
-            evaluations, stale, rounds = evaluations + 1, 0, rounds + 1
-    built = _replayed(instance, best[1], evictions, final) if best is not current_start else opening
+        climb.history.append((round(time.perf_counter() - began, 3), current[0]))
+    best = climb.run(current)
+    others = [] if budget.expired() else _neighbours(instance, current[1], moves, budget)
+    for other in others:  # the time left: climbs from the knobs next to the start's
+        if budget.expired():
+            break
+        found = climb.run(other, 0)
+        best = found if found[0] < best[0] else best
+    evaluations += climb.evaluations + len(others)
+    kept, history = climb.kept, climb.history
+    built = _replayed(instance, best[1], evictions, final) if best is not current else opening
     schedule, value = min(built, opening, key=lambda f: f[1])
     if schedule is None or value >= start_value:
         return PrefillSearch(None, start_value, start_value, evaluations, kept, history)
     return PrefillSearch(schedule, value, start_value, evaluations, kept, history)
+
+
+class _Climb:
+    """The iterated local search from one plan (module docstring), its counts kept across runs."""
+
+    def __init__(
+        self, instance: Instance, moves: _Moves, budget: TimeBudget, began: float, history: list[tuple[float, float]]
+    ) -> None:
+        self.instance, self.moves, self.budget, self.began, self.history = instance, moves, budget, began, history
+        self.evaluations = 0
+        self.kept: dict[str, int] = {}
+
+    def run(
+        self, current: tuple[float, _Plan, np.ndarray], restarts: int = RESTARTS
+    ) -> tuple[float, _Plan, np.ndarray]:
+        """The best plan found from ``current``, ending after ``restarts`` + 1 restarts in a row without a
+        new best; every plan better than all before, in this run or an earlier one, joins the history."""
+        best, moves = current, self.moves
+        moves.aim(current[2])
+        stale = rounds = fruitless = 0  # fruitless: restarts since the last new best
+        while fruitless <= restarts and not self.budget.expired():
+            if rounds >= ROUNDS:  # stalled: kick harder from now on
+                fruitless, rounds = fruitless + 1, 0
+                continue
+            kind, plan = moves.random(current[1])
+            found = _evaluate(self.instance, plan, moves, self.budget)
+            self.evaluations += 1
+            if found is not None and found[0] <= current[0]:
+                self.kept[kind] = self.kept.get(kind, 0) + 1
+                current = found
+                moves.aim(found[2])
+                if found[0] < best[0] * (1 - 1e-12):
+                    best, stale, rounds, fruitless = current, 0, 0, 0
+                    if found[0] < self.history[-1][1]:
+                        self.history.append((round(time.perf_counter() - self.began, 3), found[0]))
+                    continue
+            stale += 1
+            if stale >= STALL:  # back to the best, kicked
+                plan = best[1]
+                for _ in range(KICK << fruitless):
+                    plan = moves.shift(plan)
+                current = _evaluate(self.instance, plan, moves, self.budget) or best
+                moves.aim(current[2])
+                self.evaluations, stale, rounds = self.evaluations + 1, 0, rounds + 1
+        return best
+
+
+def _neighbours(
+    instance: Instance, plan: _Plan, moves: _Moves, budget: TimeBudget
+) -> list[tuple[float, _Plan, np.ndarray]]:
+    """The plans of the knobs one change from ``plan``'s (``evict`` kept; :func:`.prefill_first.knob_steps`)
+    with keys all zero, evaluated, lowest value first."""
+    none = PrefillKeys.none(len(plan.bias))
+    steps = [k for k in knob_steps(plan.knobs, instance) if k.evict == plan.knobs.evict]
+    found = [_evaluate(instance, _Plan(k, none.bias, none.hold), moves, budget) for k in steps]
+    return sorted((f for f in found if f is not None), key=lambda f: f[0])
 
 
 def _twin(

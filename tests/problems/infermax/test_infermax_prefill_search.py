@@ -28,7 +28,7 @@ from optsched.problems.infermax.prefill_first import (
     prefill_first_ttft,
     variants,
 )
-from optsched.problems.infermax.prefill_search import prefill_search
+from optsched.problems.infermax.prefill_search import RESTARTS, ROUNDS, STALL, prefill_search
 from optsched.result import objective_of
 from optsched.schedule import replay
 from tests.problems.infermax.test_infermax_online import online_instance
@@ -188,3 +188,15 @@ def test_starts_from_the_evicting_twin_when_not_worse():
         assert found.history[1][1] == pytest.approx(twin, rel=1e-12) and found.value <= twin * (1 + 1e-12)
     kept = prefill_search(inst, knobs, TimeBudget.of(1.0), evictions=False)
     assert kept.schedule is None or replay(inst, kept.schedule).metrics.evictions == 0
+
+
+def test_ends_by_itself_and_climbs_from_the_next_knobs():
+    """On a small instance the search ends before a long budget (its restarts without a new best end
+    the climbs, the one from the start's knobs and those from the knobs next to them), never worse."""
+    inst = busy_instance(2, n=4)
+    start = variants(inst)[0]
+    began = time.perf_counter()
+    found = prefill_search(inst, start, TimeBudget.of(120.0))
+    assert time.perf_counter() - began < 60.0
+    assert found.value <= found.start
+    assert found.evaluations > STALL * ROUNDS * (RESTARTS + 1)  # the first climb ran to its end, then more
