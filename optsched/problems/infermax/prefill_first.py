@@ -21,7 +21,8 @@ is built batch by batch, one simulated clock t:
    their recompute is background work of step 3, which costs no first token.
    With ``ratio`` the batch is cut after the prefix of its items that completes the most prompts
    per second of batch time (Smith's ratio rule for batches: of the requests waiting, those served
-   by a shorter batch stop waiting sooner). With ``preempt`` (and ``remaining-prefill``), when the
+   by a shorter batch stop waiting sooner); with ``fill`` too, a chunk of the first item the cut
+   left out fills the last token tile the batch has started. With ``preempt`` (and ``remaining-prefill``), when the
    batch would run past the next arrival and that prompt is shorter than what the batch's last
    request would have left, the last chunk is cut so that the batch ends by the arrival (whole
    tiles of the cost model; below :data:`MIN_CAP` tokens the clock waits for the arrival), as
@@ -50,9 +51,9 @@ token: the same first-token times, from fewer batches.
 Every batch is decode-only or prefill-only, so the schedule is also valid without hybrid batches.
 Its batch times are the instance's cost model's, as replay computes them; the caller replays it.
 :func:`best_prefill_first` tries the variants of :func:`variants` within a budget, then climbs
-from the best over one-knob changes (the cap by a quarter, the ratio rule, preemption, evictions,
-the deferral, the order), and keeps the best by replayed objective (the InferMax solve's scale phase offers it as
-the candidate ``prefill-first`` for mean TTFT).
+from the best over one-knob changes (the cap by a quarter, the ratio rule and its tile fill,
+preemption, evictions, the deferral, the order), and keeps the best by replayed objective (the
+InferMax solve's scale phase offers it as the candidate ``prefill-first`` for mean TTFT).
 """
 
 from __future__ import annotations
@@ -107,6 +108,9 @@ class PrefillFirst:
     evict
         Admit on the first prompt alone and evict requests past their first token for room (module
         docstring), instead of reserving I + O - 1 slots at admission.
+    fill
+        With ``ratio``: fill the cut batch's last started token tile with a chunk of the first item
+        the cut left out (module docstring).
     """
 
     cap: int
@@ -116,6 +120,7 @@ class PrefillFirst:
     ratio: bool = False
     preempt: bool = False
     evict: bool = False
+    fill: bool = False
 
     def __post_init__(self) -> None:
         if self.cap < 1:
@@ -160,7 +165,8 @@ def variants(instance: Instance, chunked: bool = True) -> list[PrefillFirst]:
     capped = [PrefillFirst(c, d, o, chunked) for o in PREFILL_ORDERS for d in (True, False) for c in caps]
     preempt = [PrefillFirst(top, True, "remaining-prefill", chunked, r, True) for r in (False, True) if chunked]
     evict = [replace(k, evict=True) for k in (ratio[0], *preempt)]
-    return ratio[:1] + capped + ratio[1:] + preempt + evict
+    fill = [replace(k, fill=True) for k in (ratio[0], *preempt) if k.ratio]
+    return ratio[:1] + capped + ratio[1:] + preempt + evict + fill
 
 
 @dataclass
@@ -358,7 +364,9 @@ def _foreground(b: _Builder, k: int, t: float) -> _Step | tuple[()] | None:
     bias = b.keys.bias
     chunks = _prefill_items(st, knobs, b.cap, b.waiting, b.fore, running, b.reserved, b.need, b.M, b.r_max, bias)
     if knobs.ratio and len(chunks) > 1:
-        chunks = _best_ratio(st, chunks, b.cm)
+        chunks = (
+            _tile_filled(chunks, _best_ratio(st, chunks, b.cm), b.cm) if knobs.fill else _best_ratio(st, chunks, b.cm)
+        )
     while k < len(b.reqs) and b.keys.hold[k]:  # held arrivals never preempt: the first one that may
         k += 1
     if knobs.preempt and chunks and k < len(b.reqs) and knobs.order == "remaining-prefill":
@@ -499,6 +507,18 @@ def _best_ratio(st: _State, chunks: list[tuple[int, int]], cm) -> list[tuple[int
     return chunks[:best]
 
 
+def _tile_filled(chunks: list[tuple[int, int]], cut: list[tuple[int, int]], cm) -> list[tuple[int, int]]:  # noqa: ANN001
+    """``cut`` (a prefix of ``chunks``) and, when its tokens end inside a token tile of the cost model,
+    a chunk of the first item of ``chunks`` it left out, up to the end of that tile (the tile is paid
+    for either way)."""
+    tile = getattr(cm, "token_tile", 0) or 0
+    room = -sum(c for _, c in cut) % tile if tile and cm.per_tile else 0
+    if not room or len(cut) == len(chunks):
+        return cut
+    i, c = chunks[len(cut)]
+    return [*cut, (i, min(c, room))]
+
+
 def _decode_items(st: _State, decoding: list[int], cm, token_budget: int, gap: float) -> tuple[list[int], float]:  # noqa: ANN001
     """The decode batch: the requests of ``decoding`` with fewest output tokens left first, up to C, the
     longest such prefix whose batch time is at most ``gap`` seconds; and that time."""
@@ -564,6 +584,7 @@ def knob_steps(knobs: PrefillFirst, instance: Instance) -> list[PrefillFirst]:
     other = next(o for o in PREFILL_ORDERS if o != knobs.order)
     return out + [
         replace(knobs, ratio=not knobs.ratio),
+        *([replace(knobs, fill=not knobs.fill)] if knobs.ratio else []),
         replace(knobs, preempt=not knobs.preempt),
         replace(knobs, evict=not knobs.evict),
         replace(knobs, defer=not knobs.defer),

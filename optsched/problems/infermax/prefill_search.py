@@ -14,21 +14,31 @@ model's, as replay computes them, built only up to the last first token). Keys a
 prefill-first schedule of the knobs alone, so the search starts at the best prefill-first schedule
 and never ends worse.
 
-:func:`prefill_search` is an iterated local search with a seeded random generator. Each step makes
-one move on the current plan:
+:func:`prefill_search` is an iterated local search with a seeded random generator. It starts from
+the knobs given, or, where evictions are allowed and the given knobs reserve I + O - 1 slots, from
+their twin that evicts (``evict``) when the twin's value is not worse: the twin's first prompts never
+wait for decodes, so its plans are evaluated without the deferred decodes before the last first
+token (20 times faster on the arxiv slice of docs/performance.md). Each step makes one move on the
+current plan:
 
 - *shift*: one request's bias moves by +-2^k tokens (k = 4..11);
 - *jump*: one request's key is set just below or just above the key of a request arriving near it
   (their whole prompts plus biases), so that the two swap in the shortest-remaining order;
 - *hold*: one request's hold flag is switched;
-- *knob*: one knob changes (:func:`.prefill_first.knob_steps`; evictions only where allowed).
+- *knob*: one knob other than ``evict`` changes (:func:`.prefill_first.knob_steps`).
 
 A move is kept when the plan's value is not worse (moves across plateaus are kept too); the best plan
 is remembered. After :data:`STALL` moves in a row without a new best the current plan returns to the
-best with :data:`KICK` random shifts; the search ends when the budget expires or after
-:data:`ROUNDS` such returns in a row without a new best. The best plan's whole schedule (decodes
-included) is then built and replayed; it is returned only when its replayed mean TTFT is below the
-start's.
+best with random shifts, :data:`KICK` of them times 2^r; r counts the *restarts* since the last new
+best, one after each :data:`ROUNDS` returns in a row without one. The search ends when the budget
+expires or after :data:`RESTARTS` + 1 restarts in a row without a new best. With time left, the
+search then climbs in the same way, ending at the first restart without a new best, from each plan
+of the knobs one change away from the start's (``evict`` kept) with keys all zero, lowest value first.
+
+The start's whole schedule (decodes included) is built and replayed before the search: the time it
+takes, :data:`FINAL_SHARE` times over, is kept from the search for the best plan's whole schedule
+and its replay at the end, and it is the result when the best plan's is not built in time. The
+result is the better of the two by replayed mean TTFT, returned only when below the start's.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -53,11 +63,13 @@ __all__ = ["prefill_search"]
 STALL = 300
 #: Random shifts that perturb the best plan at such a return.
 KICK = 3
-#: Returns to the best in a row without a new best that end the search.
+#: Returns to the best in a row without a new best that make a *restart*: the kicks double from then on.
 ROUNDS = 40
+#: Restarts in a row without a new best that end the search.
+RESTARTS = 3
 #: The time kept for the best plan's whole schedule and replay: this many times the start plan's
-#: evaluation (built up to the last first token), plus :data:`FINAL_SECONDS`, at most half the time left.
-FINAL_SHARE = 20.0
+#: (timed at the start), plus :data:`FINAL_SECONDS`.
+FINAL_SHARE = 2.0
 #: Seconds kept for the end besides (start-up of the replay).
 FINAL_SECONDS = 0.05
 #: A request's weight in the draw of the moves: its TTFT beyond its prompt alone plus this share of
@@ -85,8 +97,8 @@ class _Plan:
 class _Moves:
     """The random moves of the search on one instance (module docstring)."""
 
-    def __init__(self, instance: Instance, evictions: bool, rng: random.Random) -> None:
-        self.instance, self.evictions, self.rng = instance, evictions, rng
+    def __init__(self, instance: Instance, rng: random.Random) -> None:
+        self.instance, self.rng = instance, rng
         reqs = sorted(instance.requests, key=lambda r: r.arrival)
         self.prompt = np.array([r.prompt_tokens for r in reqs])
         self.arrival = np.array([r.arrival for r in reqs], dtype=float)
@@ -128,8 +140,8 @@ class _Moves:
         return out
 
     def knob(self, plan: _Plan) -> _Plan:
-        """One knob changed (evictions only where allowed)."""
-        steps = [k for k in knob_steps(plan.knobs, self.instance) if self.evictions or not k.evict]
+        """One knob changed, ``evict`` kept (the start fixes it: :func:`prefill_search`)."""
+        steps = [k for k in knob_steps(plan.knobs, self.instance) if k.evict == plan.knobs.evict]
         out = plan.copy()
         if steps:
             out.knobs = self.rng.choice(steps)
@@ -152,45 +164,109 @@ def prefill_search(
     """
     n = len(instance.requests)
     none = PrefillKeys.none(n)
+    moves = _Moves(instance, random.Random(seed))
     began = time.perf_counter()
-    moves = _Moves(instance, evictions, random.Random(seed))
-    current = best = _evaluate(instance, _Plan(start, none.bias, none.hold), moves, budget)
-    if current is None or n < 2:  # not built in time, or nothing to order
-        value = math.inf if current is None else current[0]
-        return SearchOutcome(None, value, value, int(current is not None), {}, [])
-    start_value = current[0]
-    # the end keeps time for the best plan's whole schedule and its replay: a multiple of the start's
-    # build, at most half the time left (a whole schedule not built in time is no schedule)
-    keep, left = FINAL_SHARE * (time.perf_counter() - began) + FINAL_SECONDS, budget.left()
-    final, budget = budget, budget.reserve(keep if left is None else min(keep, 0.5 * left))
-    moves.aim(current[2])
-    kept: dict[str, int] = {}
-    evaluations, stale, rounds = 1, 0, 0
-    history = [(0.0, start_value)]
-    while rounds < ROUNDS and not budget.expired():
-        kind, plan = moves.random(current[1])
-        found = _evaluate(instance, plan, moves, budget)
-        evaluations += 1
-        if found is not None and found[0] <= current[0]:
-            kept[kind] = kept.get(kind, 0) + 1
-            current = found
-            moves.aim(found[2])
-            if found[0] < best[0] * (1 - 1e-12):
-                best, stale, rounds = current, 0, 0
-                history.append((round(time.perf_counter() - began, 3), found[0]))
-                continue
-        stale += 1
-        if stale >= STALL:  # back to the best, kicked
-            plan = best[1]
-            for _ in range(KICK):
-                plan = moves.shift(plan)
-            current = _evaluate(instance, plan, moves, budget) or best
-            moves.aim(current[2])
-            evaluations, stale, rounds = evaluations + 1, 0, rounds + 1
-    schedule, value = _replayed(instance, best[1], evictions, final) if best[0] < start_value else (None, start_value)
+    given = _evaluate(instance, _Plan(start, none.bias, none.hold), moves, budget)
+    if given is None or n < 2:  # not built in time, or nothing to order
+        value = math.inf if given is None else given[0]
+        return SearchOutcome(None, value, value, int(given is not None), {}, [])
+    start_value = given[0]
+    current = _twin(instance, given, moves, budget, evictions)
+    evaluations = 2 if evictions and not start.evict else 1
+    # the start's whole schedule (decodes included) is built and replayed once: its time, a multiple
+    # of it, is kept for the best plan's at the end, and it is the result when nothing better is built
+    timed = time.perf_counter()
+    opening = _replayed(instance, current[1], evictions, budget)
+    if opening[0] is None:
+        return SearchOutcome(None, start_value, start_value, evaluations, {}, [])
+    final, budget = budget, budget.reserve(FINAL_SHARE * (time.perf_counter() - timed) + FINAL_SECONDS)
+    climb = _Climb(instance, moves, budget, began, [(0.0, start_value)])
+    if current[0] < start_value:
+        climb.history.append((round(time.perf_counter() - began, 3), current[0]))
+    best = climb.run(current)
+    others = [] if budget.expired() else _neighbours(instance, current[1], moves, budget)
+    for other in others:  # the time left: climbs from the knobs next to the start's
+        if budget.expired():
+            break
+        found = climb.run(other, 0)
+        best = found if found[0] < best[0] else best
+    evaluations += climb.evaluations + len(others)
+    kept, history = climb.kept, climb.history
+    built = _replayed(instance, best[1], evictions, final) if best is not current else opening
+    schedule, value = min(built, opening, key=lambda f: f[1])
     if schedule is None or value >= start_value:
         return SearchOutcome(None, start_value, start_value, evaluations, kept, history)
     return SearchOutcome(schedule, value, start_value, evaluations, kept, history)
+
+
+class _Climb:
+    """The iterated local search from one plan (module docstring), its counts kept across runs."""
+
+    def __init__(
+        self, instance: Instance, moves: _Moves, budget: TimeBudget, began: float, history: list[tuple[float, float]]
+    ) -> None:
+        self.instance, self.moves, self.budget, self.began, self.history = instance, moves, budget, began, history
+        self.evaluations = 0
+        self.kept: dict[str, int] = {}
+
+    def run(
+        self, current: tuple[float, _Plan, np.ndarray], restarts: int = RESTARTS
+    ) -> tuple[float, _Plan, np.ndarray]:
+        """The best plan found from ``current``, ending after ``restarts`` + 1 restarts in a row without a
+        new best; every plan better than all before, in this run or an earlier one, joins the history."""
+        best, moves = current, self.moves
+        moves.aim(current[2])
+        stale = rounds = fruitless = 0  # fruitless: restarts since the last new best
+        while fruitless <= restarts and not self.budget.expired():
+            if rounds >= ROUNDS:  # stalled: kick harder from now on
+                fruitless, rounds = fruitless + 1, 0
+                continue
+            kind, plan = moves.random(current[1])
+            found = _evaluate(self.instance, plan, moves, self.budget)
+            self.evaluations += 1
+            if found is not None and found[0] <= current[0]:
+                self.kept[kind] = self.kept.get(kind, 0) + 1
+                current = found
+                moves.aim(found[2])
+                if found[0] < best[0] * (1 - 1e-12):
+                    best, stale, rounds, fruitless = current, 0, 0, 0
+                    if found[0] < self.history[-1][1]:
+                        self.history.append((round(time.perf_counter() - self.began, 3), found[0]))
+                    continue
+            stale += 1
+            if stale >= STALL:  # back to the best, kicked
+                plan = best[1]
+                for _ in range(KICK << fruitless):
+                    plan = moves.shift(plan)
+                current = _evaluate(self.instance, plan, moves, self.budget) or best
+                moves.aim(current[2])
+                self.evaluations, stale, rounds = self.evaluations + 1, 0, rounds + 1
+        return best
+
+
+def _neighbours(
+    instance: Instance, plan: _Plan, moves: _Moves, budget: TimeBudget
+) -> list[tuple[float, _Plan, np.ndarray]]:
+    """The plans of the knobs one change from ``plan``'s (``evict`` kept; :func:`.prefill_first.knob_steps`)
+    with keys all zero, evaluated, lowest value first."""
+    none = PrefillKeys.none(len(plan.bias))
+    steps = [k for k in knob_steps(plan.knobs, instance) if k.evict == plan.knobs.evict]
+    found = [_evaluate(instance, _Plan(k, none.bias, none.hold), moves, budget) for k in steps]
+    return sorted((f for f in found if f is not None), key=lambda f: f[0])
+
+
+def _twin(
+    instance: Instance, given: tuple[float, _Plan, np.ndarray], moves: _Moves, budget: TimeBudget, evictions: bool
+) -> tuple[float, _Plan, np.ndarray]:
+    """The plan the search starts from: ``given``, or the same plan with evictions (``evict``) when they
+    are allowed and its value is not worse. The twin's first prompts never wait for decodes, so the
+    builder skips the deferred decodes before the last first token: its plans are evaluated faster."""
+    if not evictions or given[1].knobs.evict:
+        return given
+    plan = given[1].copy()
+    plan.knobs = replace(plan.knobs, evict=True)
+    twin = _evaluate(instance, plan, moves, budget)
+    return twin if twin is not None and twin[0] <= given[0] else given
 
 
 def _evaluate(

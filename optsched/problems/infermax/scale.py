@@ -65,7 +65,7 @@ GUIDED_POINTS = 2
 #: Most of the time limit the prefill-first schedules of mean TTFT may take (they end sooner).
 PREFILL_FIRST_SHARE = 0.2
 #: Most of the time limit the local search over prefill plans (mean TTFT) may take (it may end sooner).
-PREFILL_SEARCH_SHARE = 0.3
+PREFILL_SEARCH_SHARE = 0.5
 #: The trajectory bound runs when the KV-time count is at least this share of the other counts.
 MEMORY_BINDS = 0.9
 

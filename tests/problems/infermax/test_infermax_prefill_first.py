@@ -144,7 +144,7 @@ def test_steps_change_one_knob_within_the_budgets():
     assert all(64 <= c <= top for cap in (64, 100, top) for c in cap_steps(cap, inst))
     knobs = variants(inst)[0]
     for other in knob_steps(knobs, inst):
-        knob_names = ("cap", "defer", "order", "ratio", "preempt", "evict", "chunked")
+        knob_names = ("cap", "defer", "order", "ratio", "preempt", "evict", "chunked", "fill")
         changed = [f for f in knob_names if getattr(other, f) != getattr(knobs, f)]
         assert len(changed) == 1 and changed != ["chunked"]
 
@@ -169,3 +169,47 @@ def test_solve_for_ttft_offers_prefill_first_and_is_never_worse():
         policy = objective_of(replay(inst, simulate(inst, config)), "ttft")
         assert res.objective <= policy + 1e-12, name
     assert res.objective <= values["prefill-first"] + 1e-12
+
+
+def short_and_long(cost_model: str | dict = "llama2-7b-h200"):
+    """r0 (I = 100) and r1 (I = 1,030, 2 tokens past 8 tiles of 128) both at time 0: the ratio rule
+    serves r0 alone first."""
+    reqs = [
+        {"id": "r0", "arrival": 0.0, "prompt_tokens": 100, "output_tokens": 3},
+        {"id": "r1", "arrival": 0.0, "prompt_tokens": 1030, "output_tokens": 3},
+    ]
+    data = {"name": "short-long", "cost_model": cost_model, "limits": {"token_budget": 4096}, "requests": reqs}
+    return parse_instance(data, "short-long")
+
+
+def test_the_tile_fill_completes_the_started_tile_and_gains():
+    """The ratio rule cuts the first batch after r0 (100 tokens, one tile of 128 started); the fill adds
+    28 tokens of r1 to it, so r1's own batch needs one tile less: a lower mean TTFT, replayed."""
+    inst = short_and_long()
+    plain = PrefillFirst(4096, ratio=True)
+    values = {}
+    for knobs in (plain, replace(plain, fill=True)):
+        schedule = prefill_first_schedule(inst, knobs, NO_LIMIT)
+        rep = replay(inst, schedule)
+        assert rep.feasible
+        values[knobs.fill] = rep.metrics.mean_ttft
+        first = {item.id: item.tokens for item in schedule.batches[0].items}
+        assert first == ({"r0": 100, "r1": 28} if knobs.fill else {"r0": 100})
+    assert values[True] < values[False]
+
+
+def test_the_tile_fill_changes_nothing_without_a_tile_term():
+    profile = {"base": 0.003, "per_token": 1e-5, "prefill": {"per_token_sq": 1e-9}}
+    for inst in (short_and_long(profile), online_instance(2, n=30)):
+        if inst.cost_model.per_tile:
+            inst = replace(inst, cost_model=replace(inst.cost_model, per_tile=0.0, token_tile=0))
+        for knobs in variants(inst):
+            if knobs.ratio:
+                filled = prefill_first_schedule(inst, replace(knobs, fill=True), NO_LIMIT)
+                assert filled.batches == prefill_first_schedule(inst, knobs, NO_LIMIT).batches
+
+
+def test_the_fill_is_a_step_of_the_ratio_rule_only():
+    inst = online_instance(0, n=10)
+    assert any(k.fill for k in knob_steps(PrefillFirst(256, ratio=True), inst))
+    assert not any(k.fill for k in knob_steps(PrefillFirst(256, ratio=False), inst))

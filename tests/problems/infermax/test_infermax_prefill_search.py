@@ -28,7 +28,7 @@ from optsched.problems.infermax.prefill_first import (
     prefill_first_ttft,
     variants,
 )
-from optsched.problems.infermax.prefill_search import prefill_search
+from optsched.problems.infermax.prefill_search import RESTARTS, ROUNDS, STALL, prefill_search
 from optsched.result import objective_of
 from optsched.schedule import replay
 from tests.problems.infermax.test_infermax_online import online_instance
@@ -153,3 +153,50 @@ def test_solve_for_ttft_runs_the_search_and_is_never_worse():
         assert res.objective <= values["prefill-search"] + 1e-12 and values["prefill-search"] < values["prefill-first"]
     rep = replay(inst, res.schedule)
     assert rep.feasible and res.objective == pytest.approx(objective_of(rep, "ttft"), rel=1e-12)
+
+
+def long_output_instance(seed: int, n: int = 60):
+    """``busy_instance`` with long outputs (O in 500..1500): a whole schedule takes far longer to build
+    than its first tokens."""
+    inst = busy_instance(seed, n=n)
+    rng = random.Random(seed)
+    return replace(inst, requests=tuple(replace(r, output_tokens=rng.randint(500, 1500)) for r in inst.requests))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_better_plan_found_is_returned_when_whole_schedules_are_slow(seed):
+    """The end keeps the time a whole schedule takes (decodes included), not the time of first tokens
+    alone: whenever the search finds a better plan, its replayed schedule is the result."""
+    inst = long_output_instance(seed)
+    found = prefill_search(inst, variants(inst)[0], TimeBudget.of(3.0), seed=seed)
+    assert len(found.history) == 1 or found.schedule is not None, found.history
+    if found.schedule is not None:
+        rep = replay(inst, found.schedule)
+        assert rep.feasible and found.value == objective_of(rep, "ttft") < found.start
+
+
+def test_starts_from_the_evicting_twin_when_not_worse():
+    """With evictions allowed, a start that reserves I + O - 1 slots is searched from its twin that
+    evicts (faster to evaluate) when the twin is not worse; without evictions, never evicts."""
+    inst = online_instance(1, n=40, memory=0.2)
+    knobs = replace(variants(inst)[0], evict=False)
+    twin = prefill_first_ttft(inst, replace(knobs, evict=True), NO_LIMIT)
+    start = prefill_first_ttft(inst, knobs, NO_LIMIT)
+    found = prefill_search(inst, knobs, TimeBudget.of(1.0))
+    assert found.start == pytest.approx(start, rel=1e-12)
+    if twin < start:  # the twin is the search's first best
+        assert found.history[1][1] == pytest.approx(twin, rel=1e-12) and found.value <= twin * (1 + 1e-12)
+    kept = prefill_search(inst, knobs, TimeBudget.of(1.0), evictions=False)
+    assert kept.schedule is None or replay(inst, kept.schedule).metrics.evictions == 0
+
+
+def test_ends_by_itself_and_climbs_from_the_next_knobs():
+    """On a small instance the search ends before a long budget (its restarts without a new best end
+    the climbs, the one from the start's knobs and those from the knobs next to them), never worse."""
+    inst = busy_instance(2, n=4)
+    start = variants(inst)[0]
+    began = time.perf_counter()
+    found = prefill_search(inst, start, TimeBudget.of(120.0))
+    assert time.perf_counter() - began < 60.0
+    assert found.value <= found.start
+    assert found.evaluations > STALL * ROUNDS * (RESTARTS + 1)  # the first climb ran to its end, then more
