@@ -132,6 +132,7 @@ from .result import Bound, objective_named
 from .ttft_bounds import flush_bound, flush_mean_bound, flush_overhead
 
 __all__ = [
+    "LP_STRETCH",
     "SHARE_WEIGHTS",
     "busy_time_lp",
     "default_bounds",
@@ -429,18 +430,23 @@ def lp_bounds(instance: Instance, objective: str, budget: TimeBudget = NO_LIMIT)
     return out
 
 
+#: Most multiple of its own limit that an LP of :func:`lp_bounds` gets from a long budget.
+LP_STRETCH = 4.0
+
+
 def lp_seconds(budget: TimeBudget, own: float, rest: float) -> float | None:
     """HiGHS' time limit (seconds) for one LP of :func:`lp_bounds` whose own limit is ``own``, the own
     limits of it and the LPs after it adding up to ``rest``: ``own`` without a limit; else its
-    part ``own / rest`` of the time left, at least ``own`` and at most the time left (a loaded
-    machine solves an LP in a few times its wall time alone, and time one LP leaves passes to the
-    next); None once ``budget`` has expired."""
+    part ``own / rest`` of the time left, at least ``own``, at most :data:`LP_STRETCH` times ``own``
+    and at most the time left (a loaded machine solves an LP in a few times its wall time alone;
+    time one LP leaves passes to the next, and an LP that is not solved leaves the rest of the budget
+    to the bounds after it); None once ``budget`` has expired."""
     left = budget.left()
     if left is None:
         return own
     if left <= 0.0:
         return None
-    return min(left, max(own, left * own / rest))
+    return min(left, LP_STRETCH * own, max(own, left * own / rest))
 
 
 def _biggest_item(instance: Instance, I: np.ndarray, O: np.ndarray) -> np.ndarray:

@@ -1,7 +1,8 @@
 """The LP bounds of ``optsched/load_bounds.py`` (``lp_bounds``) and how they share their time.
 
 - :func:`~optsched.load_bounds.lp_seconds` gives an LP its own limit without a time limit, its part of
-  a long budget (at least its own limit, at most the time left) and nothing once the budget expired;
+  a long budget (at least its own limit, at most four times it and the time left) and nothing once the
+  budget expired;
 - :func:`~optsched.load_bounds.lp_bounds` is the LP part of :func:`~optsched.load_bounds.load_bounds`
   (same names, same values), and the InferMax bounder hands each LP its part of the bounder's budget,
   so a long time limit lets a loaded machine finish the solves that miss their own limit;
@@ -38,8 +39,12 @@ def test_lp_seconds_is_nothing_once_the_budget_expired() -> None:
 
 
 def test_lp_seconds_is_its_part_of_a_long_budget() -> None:
-    seconds = lb.lp_seconds(TimeBudget.of(100.0), 10.0, 20.0)
-    assert seconds is not None and 49.0 < seconds <= 50.0  # half of the time left: 10 of 20
+    seconds = lb.lp_seconds(TimeBudget.of(60.0), 10.0, 20.0)
+    assert seconds is not None and 29.0 < seconds <= 30.0  # half of the time left: 10 of 20
+
+
+def test_lp_seconds_is_at_most_a_stretch_of_the_own_limit() -> None:
+    assert lb.lp_seconds(TimeBudget.of(1000.0), 5.0, 5.0) == lb.LP_STRETCH * 5.0
 
 
 def test_lp_seconds_is_at_least_the_own_limit_and_at_most_the_time_left() -> None:
@@ -80,8 +85,8 @@ def test_the_bounder_gives_each_lp_its_part_of_a_long_budget(monkeypatch: pytest
     seen = record_seconds(monkeypatch)
     registered_bounds("infermax", loaded_instance(30, 1), {"objective": "latency", "time_limit": 100.0})
     assert 15.0 < seen["_busy_time"] <= 20.0  # 5 of the 25 s of own limits: a fifth of about 100 s
-    assert 40.0 < seen["pair_wait_lp"] <= 50.0  # 10 of 20: half of what is left
-    assert 80.0 < seen["fluid_latency"] <= 100.0  # the rest
+    assert 30.0 < seen["pair_wait_lp"] <= 40.0  # 10 of 20: half of what is left, at most 4 x 10 s
+    assert seen["fluid_latency"] == lb.LP_STRETCH * FLUID_TIME  # the rest, at most 4 x 10 s
     seen.clear()
     registered_bounds("infermax", loaded_instance(30, 1), {"objective": "latency"})  # no time limit
     assert seen == {"_busy_time": lb.LP_TIME, "pair_wait_lp": PAIR_LP_TIME, "fluid_latency": FLUID_TIME}

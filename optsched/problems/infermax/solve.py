@@ -530,8 +530,8 @@ def bounds(
     The model computes its objectives exactly as :func:`optsched.schedule.replay` does, so every
     bound of :mod:`optsched.bounds` (proven for every schedule that replays cleanly) holds for its
     optimum; for ``latency`` and ``ttft`` so does every load-aware bound of :mod:`optsched.load_bounds`
-    (the busy-time LP, ``pair-wait-lp`` and the fluid LP within ``budget``, each its part of the time left,
-    at least its own limit: :func:`optsched.load_bounds.lp_bounds`), for ``ttft`` the block bounds of
+    (the busy-time LP, ``pair-wait-lp`` and the fluid LP within ``budget``, each its part of the time left:
+    :func:`optsched.load_bounds.lp_seconds`), for ``ttft`` the block bounds of
     :mod:`optsched.ttft_block_bounds` and :mod:`optsched.ttft_batch_bounds` (within ``budget``, each at
     most :data:`~optsched.ttft_block_bounds.BLOCK_TIME` s), and for ``latency`` the first of them plus the
     rest after each first token (:mod:`optsched.phase_bounds`).
