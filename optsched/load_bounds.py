@@ -92,10 +92,11 @@ y_{it} \le K z_t`, :math:`x_{it} \le (c_i / \beta) y_{it} + 2 c_i` (the batches 
 :math:`\tau_t`: :math:`F_i \ge \sum_t \tau_t x_{it} / w_i + w_i / 2` and :math:`F_i \ge \sum_t
 \tau_t (x_{it} + u_{it}) / p_i + p_i / 2` with :math:`p_i = w_i + \beta n_i`, and :math:`F_i \ge
 e_i`. So the least :math:`\sum_i F_i` of this linear programme, less :math:`\sum_i r_i`, over N,
-bounds the mean latency (TTFT: the first-token work and counts, as above). HiGHS solves it within
-:data:`LP_TIME` seconds on at most :data:`LP_CELLS` request-interval cells (``optsched bound``
-lists it; a solve, a report and a sweep read only the SRPT bounds, which need no solver); only an
-optimal solve counts, lowered by :data:`LP_MARGIN` (relative) for the solver's tolerances. A request that
+bounds the mean latency (TTFT: the first-token work and counts, as above). HiGHS solves it on at
+most :data:`LP_CELLS` request-interval cells within the time of :func:`lp_seconds` (:data:`LP_TIME`
+seconds without a time limit; ``optsched bound`` and the report's InferMax bounder list it; a solve
+and a sweep read only the SRPT bounds, which need no solver); only an optimal solve counts,
+lowered by :data:`LP_MARGIN` (relative) for the solver's tolerances. A request that
 progresses alone pays a whole overhead per item of work, and requests that progress together
 interleave their work: the programme prices that trade-off, which SRPT does not.
 
@@ -107,7 +108,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from functools import partial
 
 import numpy as np
@@ -119,6 +119,7 @@ from .bounds import (
     prefill_alone_time,
     request_work,
 )
+from .budget import NO_LIMIT, TimeBudget
 from .costmodel import Coefficients, CostModel
 from .fluid_bounds import FLUID_TIME, fluid_latency
 from .instance import Instance
@@ -131,10 +132,13 @@ from .result import Bound, objective_named
 from .ttft_bounds import flush_bound, flush_mean_bound, flush_overhead
 
 __all__ = [
+    "LP_STRETCH",
     "SHARE_WEIGHTS",
     "busy_time_lp",
     "default_bounds",
     "load_bounds",
+    "lp_bounds",
+    "lp_seconds",
     "mix_shares",
     "most_items",
     "prompt_attention_extra",
@@ -356,16 +360,16 @@ def _best_over_weights(instance: Instance, first_tokens: bool, alone: np.ndarray
     return max(found, key=lambda f: f[0])
 
 
-def load_bounds(instance: Instance, objective: str, lp_time: float | None = None) -> list[Bound]:
+def load_bounds(
+    instance: Instance, objective: str, lp_time: float | None = None, ttft: list[Bound] | None = None
+) -> list[Bound]:
     """The load-aware bounds of ``objective`` (module docstring): ``srpt-work`` and ``ttft-plus-rest``
     (:mod:`optsched.phase_bounds`, on the best TTFT bound here) for ``latency``,
     ``srpt-prefill`` and ``srpt-prefill-flush`` (:mod:`optsched.ttft_bounds`) for ``ttft`` (seconds, mean
-    over requests), and the pairwise-interference bound of :mod:`optsched.pair_bounds`; none for other objectives. With
-    ``lp_time`` (seconds for all of them together) also the busy-time LP's bound where HiGHS solves it
-    within that time (at most :data:`LP_TIME`), and for ``latency`` ``pair-wait-lp`` of
-    :mod:`optsched.pair_wait_lp` (at most its :data:`~optsched.pair_wait_lp.LP_TIME`) and the fluid
-    bound of :mod:`optsched.fluid_bounds` (at most :data:`~optsched.fluid_bounds.FLUID_TIME`), each
-    within the time the ones before it left."""
+    over requests), and the pairwise-interference bound of :mod:`optsched.pair_bounds`; none for other objectives.
+    With ``lp_time`` (seconds for all of them together; ``math.inf``: each its own limit) also the bounds of
+    :func:`lp_bounds` within that time. ``ttft``: the bounds of ``load_bounds(instance, "ttft")`` where
+    the caller has them (``ttft-plus-rest`` reads them; computed here otherwise)."""
     name = objective_named(objective).name
     if name not in ("latency", "ttft") or not instance.requests:
         return []
@@ -386,7 +390,8 @@ def load_bounds(instance: Instance, objective: str, lp_time: float | None = None
     )
     out = [Bound(bound, value, True, note), *pair_bounds(instance, name)]
     if name == "latency":  # the first-token queue plus the rest alone (optsched/phase_bounds.py)
-        out.append(ttft_plus_rest(instance, max(load_bounds(instance, "ttft"), key=lambda b: b.value)))
+        firsts = load_bounds(instance, "ttft") if ttft is None else ttft
+        out.append(ttft_plus_rest(instance, max(firsts, key=lambda b: b.value)))
     if name == "ttft":  # the batch overhead at each first token's end (optsched/ttft_bounds.py)
         release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
         done = srpt_completions(release, share_terms(instance, True)[:, 0])
@@ -399,14 +404,49 @@ def load_bounds(instance: Instance, objective: str, lp_time: float | None = None
         out.append(Bound(f"{bound}-alone", srpt_mean_bound(release, alone, alone), True, lone))
     if not lp_time or lp_time <= 0:
         return out
-    started = time.monotonic()
-    solved = [_busy_time(instance, name == "ttft", K, min(lp_time, LP_TIME))]
+    return out + lp_bounds(instance, name, NO_LIMIT if math.isinf(lp_time) else TimeBudget.of(lp_time))
+
+
+def lp_bounds(instance: Instance, objective: str, budget: TimeBudget = NO_LIMIT) -> list[Bound]:
+    """The load-aware bounds of ``objective`` that solve a linear programme, each where HiGHS solves it
+    to optimality within its time (seconds, mean over requests): the busy-time LP's (module
+    docstring) for ``latency`` and ``ttft``, then for ``latency`` ``pair-wait-lp`` of
+    :mod:`optsched.pair_wait_lp` and ``fluid-latency`` of :mod:`optsched.fluid_bounds`; none for other
+    objectives. Each runs within :func:`lp_seconds` of ``budget`` (its own limit without a limit:
+    :data:`LP_TIME`, :data:`~optsched.pair_wait_lp.LP_TIME`, :data:`~optsched.fluid_bounds.FLUID_TIME`),
+    none once ``budget`` has expired."""
+    name = objective_named(objective).name
+    if name not in ("latency", "ttft") or not instance.requests:
+        return []
+    K = most_items(instance)
+    lps = [(partial(_busy_time, instance, name == "ttft", K), LP_TIME)]
     if name == "latency":
-        lps = ((partial(pair_wait_lp, instance), PAIR_LP_TIME), (partial(fluid_latency, instance, K), FLUID_TIME))
-        for lp, most in lps:
-            left = lp_time - (time.monotonic() - started)
-            solved.append(lp(seconds=min(left, most)) if left > 0 else None)
-    return out + [b for b in solved if b is not None]
+        lps += [(partial(pair_wait_lp, instance), PAIR_LP_TIME), (partial(fluid_latency, instance, K), FLUID_TIME)]
+    out = []
+    for k, (lp, own) in enumerate(lps):
+        seconds = lp_seconds(budget, own, sum(most for _, most in lps[k:]))
+        found = lp(seconds=seconds) if seconds is not None else None
+        out += [found] if found is not None else []
+    return out
+
+
+#: Most multiple of its own limit that an LP of :func:`lp_bounds` gets from a long budget.
+LP_STRETCH = 4.0
+
+
+def lp_seconds(budget: TimeBudget, own: float, rest: float) -> float | None:
+    """HiGHS' time limit (seconds) for one LP of :func:`lp_bounds` whose own limit is ``own``, the own
+    limits of it and the LPs after it adding up to ``rest``: ``own`` without a limit; else its
+    part ``own / rest`` of the time left, at least ``own``, at most :data:`LP_STRETCH` times ``own``
+    and at most the time left (a loaded machine solves an LP in a few times its wall time alone;
+    time one LP leaves passes to the next, and an LP that is not solved leaves the rest of the budget
+    to the bounds after it); None once ``budget`` has expired."""
+    left = budget.left()
+    if left is None:
+        return own
+    if left <= 0.0:
+        return None
+    return min(left, LP_STRETCH * own, max(own, left * own / rest))
 
 
 def _biggest_item(instance: Instance, I: np.ndarray, O: np.ndarray) -> np.ndarray:
@@ -455,7 +495,7 @@ def proven_bounds(instance: Instance, objective: str) -> list[Bound]:
 def default_bounds(instance: Instance) -> list[Bound]:
     """The bounds of an instance without a formulation (``optsched bound`` without ``--problem``):
     :func:`optsched.bounds.instance_bounds` and the load-aware bounds of both mean latency and mean
-    TTFT."""
-    return (
-        instance_bounds(instance) + load_bounds(instance, "latency", math.inf) + load_bounds(instance, "ttft", LP_TIME)
-    )
+    TTFT, each LP within its own limit (the TTFT bounds computed once: ``ttft-plus-rest`` reads them)."""
+    ttft = load_bounds(instance, "ttft")
+    latency = load_bounds(instance, "latency", math.inf, ttft=ttft)
+    return instance_bounds(instance) + latency + ttft + lp_bounds(instance, "ttft")

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 from ...budget import TimeBudget
 from ...costmodel import Coefficients
 from ...instance import Instance
-from ...load_bounds import load_bounds, proven_bounds
+from ...load_bounds import lp_bounds, proven_bounds
 from ...options import OptionError
 from ...result import Bound, SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
@@ -530,8 +530,8 @@ def bounds(
     The model computes its objectives exactly as :func:`optsched.schedule.replay` does, so every
     bound of :mod:`optsched.bounds` (proven for every schedule that replays cleanly) holds for its
     optimum; for ``latency`` and ``ttft`` so does every load-aware bound of :mod:`optsched.load_bounds`
-    (the busy-time LP, ``pair-wait-lp`` and the fluid LP within the time left of ``budget``, each at most
-    its own limit: :func:`optsched.load_bounds.load_bounds`), for ``ttft`` the block bounds of
+    (the busy-time LP, ``pair-wait-lp`` and the fluid LP within ``budget``, each its part of the time left:
+    :func:`optsched.load_bounds.lp_seconds`), for ``ttft`` the block bounds of
     :mod:`optsched.ttft_block_bounds` and :mod:`optsched.ttft_batch_bounds` (within ``budget``, each at
     most :data:`~optsched.ttft_block_bounds.BLOCK_TIME` s), and for ``latency`` the first of them plus the
     rest after each first token (:mod:`optsched.phase_bounds`).
@@ -552,9 +552,7 @@ def bounds(
 
         return [goodput_bound(instance, bound_opts.method)]
     out = _generic_bounds(instance, objective)
-    lp_time = budget.left() if budget.limited else math.inf  # the LPs' time in all, seconds (each its own at most)
-    lps = ("busy-time", "fluid-", "pair-wait-lp")
-    out += [b for b in load_bounds(instance, objective, lp_time) if b.name.startswith(lps)]
+    out += lp_bounds(instance, objective, budget)  # the LPs, within the budget (load_bounds.lp_seconds)
     if objective in ("ttft", "latency") and instance.requests:  # batch-end flushes on blocks (ttft_*_bounds.py)
         out += block_bounds(instance, budget, objective)  # latency: plus the rest after each first token
     if objective == "makespan" and instance.limits.kv_capacity is not None:
