@@ -22,15 +22,17 @@ import random
 import numpy as np
 import pytest
 
-from optsched.bounds import prefill_alone_time
-from optsched.budget import TimeBudget
-from optsched.load_bounds import share_terms
 from optsched.ttft_batch_bounds import batch_bound, batch_relaxation_bound, batch_relaxation_optimum
-from optsched.ttft_block_bounds import BLOCK_TIME, block_mean_bound, flush_relaxation_optimum, srpt_prefill_works
-from optsched.ttft_bounds import flush_overhead
-from tests.support.infermax import tiny_instance
-from tests.test_load_bounds import TINY, loaded_instance, optimum, policy_values, ttft_refutations
-from tests.test_ttft_block_bounds import NodeBudget, random_jobs
+from optsched.ttft_block_bounds import flush_relaxation_optimum
+from tests.test_load_bounds import ttft_refutations
+from tests.test_ttft_block_bounds import (
+    LOADED,
+    NodeBudget,
+    block_value,
+    check_never_above_any_policy,
+    check_never_above_the_exhaustive_optimum,
+    random_jobs,
+)
 
 
 def grid_optimum(release: list[int], work: list[int], beta: int, due: list[int] | None = None) -> int:
@@ -112,28 +114,17 @@ def test_a_search_stopped_by_its_budget_answers_at_most_the_optimum() -> None:
 def batch_value(inst, overhead_scale: float = 1.0) -> float:
     """The bound with flushes ``overhead_scale`` batch overheads long (1: the proven bound; more: a
     planted, invalid one)."""
-    release = np.array([r.arrival for r in inst.requests], dtype=np.float64)
-    alone = np.array([prefill_alone_time(inst, r.prompt_tokens) for r in inst.requests])
-    work = share_terms(inst, True)[:, 0]
-    beta = overhead_scale * flush_overhead(inst)
-    budget, shares = TimeBudget.of(BLOCK_TIME), srpt_prefill_works(inst)
-    return block_mean_bound(release, work, alone, beta, budget, shares, batch_relaxation_bound)[0]
+    return block_value(inst, overhead_scale, batch_relaxation_bound)
 
 
 @pytest.mark.parametrize("arrivals", [False, True])
 def test_never_above_the_exhaustive_optimum(arrivals: bool) -> None:
-    for seed in TINY:
-        inst = tiny_instance(seed, arrivals=arrivals)
-        value = batch_bound(inst).value
-        assert value == pytest.approx(batch_value(inst), rel=1e-12)
-        assert value <= optimum(inst, "ttft") * (1 + 1e-9), (seed, value)
+    check_never_above_the_exhaustive_optimum(batch_bound, batch_value, arrivals)
 
 
-@pytest.mark.parametrize("n, seed", [(20, 1), (50, 2), (120, 3), (200, 4), (80, 5), (30, 6)])
+@pytest.mark.parametrize("n, seed", LOADED)
 def test_never_above_any_policy(n: int, seed: int) -> None:
-    inst = loaded_instance(n, seed)
-    least = min(policy_values(inst, "ttft").values())
-    assert 0.0 < batch_bound(inst).value <= least * (1 + 1e-9)
+    check_never_above_any_policy(batch_bound, n, seed)
 
 
 def test_a_planted_invalid_variant_is_caught() -> None:

@@ -108,30 +108,46 @@ def test_a_search_stopped_by_its_budget_answers_at_most_the_optimum() -> None:
     assert cut and above
 
 
-def block_value(inst, overhead_scale: float = 1.0) -> float:
+def block_value(inst, overhead_scale: float = 1.0, solver=None) -> float:
     """The block bound with flushes ``overhead_scale`` batch overheads long (1: the proven bound;
-    more: a planted, invalid one)."""
+    more: a planted, invalid one), each block solved by ``solver`` (default: relaxation F's search)."""
     release = np.array([r.arrival for r in inst.requests], dtype=np.float64)
     alone = np.array([prefill_alone_time(inst, r.prompt_tokens) for r in inst.requests])
     work = share_terms(inst, True)[:, 0]
     beta = overhead_scale * flush_overhead(inst)
-    return block_mean_bound(release, work, alone, beta, TimeBudget.of(BLOCK_TIME), srpt_prefill_works(inst))[0]
+    budget, shares = TimeBudget.of(BLOCK_TIME), srpt_prefill_works(inst)
+    return block_mean_bound(release, work, alone, beta, budget, shares, solver)[0]
+
+
+def check_never_above_the_exhaustive_optimum(bound_of, value_of, arrivals: bool) -> None:
+    """On the tiny instances, the listed bound ``bound_of(inst)`` equals ``value_of(inst)`` and is at
+    most the exhaustive mean-TTFT optimum."""
+    for seed in TINY:
+        inst = tiny_instance(seed, arrivals=arrivals)
+        value = bound_of(inst).value
+        assert value == pytest.approx(value_of(inst), rel=1e-12)
+        assert value <= optimum(inst, "ttft") * (1 + 1e-9), (seed, value)
+
+
+#: (n, seed) of the loaded instances every block bound is checked against every policy on.
+LOADED = [(20, 1), (50, 2), (120, 3), (200, 4), (80, 5), (30, 6)]
+
+
+def check_never_above_any_policy(bound_of, n: int, seed: int) -> None:
+    """On a loaded instance, the listed bound is positive and at most every policy's mean TTFT."""
+    inst = loaded_instance(n, seed)
+    least = min(policy_values(inst, "ttft").values())
+    assert 0.0 < bound_of(inst).value <= least * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("arrivals", [False, True])
 def test_never_above_the_exhaustive_optimum(arrivals: bool) -> None:
-    for seed in TINY:
-        inst = tiny_instance(seed, arrivals=arrivals)
-        value = block_bound(inst).value
-        assert value == pytest.approx(block_value(inst), rel=1e-12)
-        assert value <= optimum(inst, "ttft") * (1 + 1e-9), (seed, value)
+    check_never_above_the_exhaustive_optimum(block_bound, block_value, arrivals)
 
 
-@pytest.mark.parametrize("n, seed", [(20, 1), (50, 2), (120, 3), (200, 4), (80, 5), (30, 6)])
+@pytest.mark.parametrize("n, seed", LOADED)
 def test_never_above_any_policy(n: int, seed: int) -> None:
-    inst = loaded_instance(n, seed)
-    least = min(policy_values(inst, "ttft").values())
-    assert 0.0 < block_bound(inst).value <= least * (1 + 1e-9)
+    check_never_above_any_policy(block_bound, n, seed)
 
 
 def test_a_planted_invalid_variant_is_caught() -> None:
