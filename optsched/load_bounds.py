@@ -360,16 +360,14 @@ def _best_over_weights(instance: Instance, first_tokens: bool, alone: np.ndarray
     return max(found, key=lambda f: f[0])
 
 
-def load_bounds(
-    instance: Instance, objective: str, lp_time: float | None = None, ttft: list[Bound] | None = None
-) -> list[Bound]:
+def load_bounds(instance: Instance, objective: str, ttft: list[Bound] | None = None) -> list[Bound]:
     """The load-aware bounds of ``objective`` (module docstring): ``srpt-work`` and ``ttft-plus-rest``
     (:mod:`optsched.phase_bounds`, on the best TTFT bound here) for ``latency``,
     ``srpt-prefill`` and ``srpt-prefill-flush`` (:mod:`optsched.ttft_bounds`) for ``ttft`` (seconds, mean
     over requests), and the pairwise-interference bound of :mod:`optsched.pair_bounds`; none for other objectives.
-    With ``lp_time`` (seconds for all of them together; ``math.inf``: each its own limit) also the bounds of
-    :func:`lp_bounds` within that time. ``ttft``: the bounds of ``load_bounds(instance, "ttft")`` where
-    the caller has them (``ttft-plus-rest`` reads them; computed here otherwise)."""
+    These need no solver; :func:`lp_bounds` gives those that solve a linear programme. ``ttft``: the
+    bounds of ``load_bounds(instance, "ttft")`` where the caller has them (``ttft-plus-rest`` reads them;
+    computed here otherwise)."""
     name = objective_named(objective).name
     if name not in ("latency", "ttft") or not instance.requests:
         return []
@@ -402,9 +400,7 @@ def load_bounds(
             "one item a batch (K = 1): one machine, SRPT over each request's least time alone (optsched/load_bounds.py)"
         )
         out.append(Bound(f"{bound}-alone", srpt_mean_bound(release, alone, alone), True, lone))
-    if not lp_time or lp_time <= 0:
-        return out
-    return out + lp_bounds(instance, name, NO_LIMIT if math.isinf(lp_time) else TimeBudget.of(lp_time))
+    return out
 
 
 def lp_bounds(instance: Instance, objective: str, budget: TimeBudget = NO_LIMIT) -> list[Bound]:
@@ -497,5 +493,5 @@ def default_bounds(instance: Instance) -> list[Bound]:
     :func:`optsched.bounds.instance_bounds` and the load-aware bounds of both mean latency and mean
     TTFT, each LP within its own limit (the TTFT bounds computed once: ``ttft-plus-rest`` reads them)."""
     ttft = load_bounds(instance, "ttft")
-    latency = load_bounds(instance, "latency", math.inf, ttft=ttft)
+    latency = load_bounds(instance, "latency", ttft=ttft) + lp_bounds(instance, "latency")
     return instance_bounds(instance) + latency + ttft + lp_bounds(instance, "ttft")

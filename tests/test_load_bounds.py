@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 
 from optsched.bounds import critical_path_times
+from optsched.budget import TimeBudget
 from optsched.instance import parse_instance
 from optsched.load_bounds import (
     LP_TIME,
     SHARE_WEIGHTS,
     load_bounds,
+    lp_bounds,
     proven_bounds,
     share_work,
     srpt_completions,
@@ -167,7 +169,8 @@ def test_every_bound_is_at_most_every_policy(n: int, seed: int) -> None:
     for objective in OBJECTIVES:
         values = policy_values(inst, objective)
         least = min(values.values())
-        found = proven_bounds(inst, objective) + load_bounds(inst, objective, LP_TIME)
+        found = proven_bounds(inst, objective) + load_bounds(inst, objective)
+        found += lp_bounds(inst, objective, TimeBudget.of(LP_TIME))
         if n <= 30:  # a small LP (at most 1,800 cells): solved within its time on a loaded machine too
             assert any(b.name.startswith("busy-time") for b in found)
         for b in found:
