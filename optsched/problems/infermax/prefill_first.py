@@ -511,8 +511,7 @@ def _tile_filled(chunks: list[tuple[int, int]], cut: list[tuple[int, int]], cm) 
     """``cut`` (a prefix of ``chunks``) and, when its tokens end inside a token tile of the cost model,
     a chunk of the first item of ``chunks`` it left out, up to the end of that tile (the tile is paid
     for either way)."""
-    tile = getattr(cm, "token_tile", 0) or 0
-    room = -sum(c for _, c in cut) % tile if tile and cm.per_tile else 0
+    room = -sum(c for _, c in cut) % cm.token_tile if cm.token_tile and cm.per_tile else 0
     if not room or len(cut) == len(chunks):
         return cut
     i, c = chunks[len(cut)]
