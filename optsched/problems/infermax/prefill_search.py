@@ -35,10 +35,13 @@ expires or after :data:`RESTARTS` + 1 restarts in a row without a new best. With
 search then climbs in the same way, ending at the first restart without a new best, from each plan
 of the knobs one change away from the start's (``evict`` kept) with keys all zero, lowest value first.
 
-The start's whole schedule (decodes included) is built and replayed before the search: the time it
-takes, :data:`FINAL_SHARE` times over, is kept from the search for the best plan's whole schedule
-and its replay at the end, and it is the result when the best plan's is not built in time. The
-result is the better of the two by replayed mean TTFT, returned only when below the start's.
+The best plan's whole schedule (decodes included) is built and replayed (:class:`_Whole`) before the
+search (the start's), at the end, and on the way: at the end of each climb and, within a climb,
+whenever :data:`CHECKPOINT` times the longest such build has passed since the last one, each time the
+best plan has changed since. The longest build so far, :data:`FINAL_SHARE` times over, is kept from
+the search for the one at the end. The result is the schedule with the least replayed mean TTFT among
+those built (so a best plan whose schedule is not built in time leaves the best one built before),
+returned only when below the start's value.
 """
 
 from __future__ import annotations
@@ -67,9 +70,12 @@ KICK = 3
 ROUNDS = 40
 #: Restarts in a row without a new best that end the search.
 RESTARTS = 3
-#: The time kept for the best plan's whole schedule and replay: this many times the start plan's
-#: (timed at the start), plus :data:`FINAL_SECONDS`.
+#: The time kept for the best plan's whole schedule and replay at the end: this many times the
+#: longest such build so far, plus :data:`FINAL_SECONDS`.
 FINAL_SHARE = 2.0
+#: Within a climb, the best plan's whole schedule is built again once this many times the longest
+#: such build has passed since the last one (so the builds take at most about 1/CHECKPOINT of the time).
+CHECKPOINT = 10.0
 #: Seconds kept for the end besides (start-up of the replay).
 FINAL_SECONDS = 0.05
 #: A request's weight in the draw of the moves: its TTFT beyond its prompt alone plus this share of
@@ -173,47 +179,83 @@ def prefill_search(
     start_value = given[0]
     current = _twin(instance, given, moves, budget, evictions)
     evaluations = 2 if evictions and not start.evict else 1
-    # the start's whole schedule (decodes included) is built and replayed once: its time, a multiple
-    # of it, is kept for the best plan's at the end, and it is the result when nothing better is built
-    timed = time.perf_counter()
-    opening = _replayed(instance, current[1], evictions, budget)
-    if opening[0] is None:
+    whole = _Whole(instance, evictions, budget)
+    whole.build(current[1], budget)
+    if whole.schedule is None:
         return SearchOutcome(None, start_value, start_value, evaluations, {}, [])
-    final, budget = budget, budget.reserve(FINAL_SHARE * (time.perf_counter() - timed) + FINAL_SECONDS)
-    climb = _Climb(instance, moves, budget, began, [(0.0, start_value)])
+    climb = _Climb(instance, moves, whole, began, [(0.0, start_value)])
     if current[0] < start_value:
         climb.history.append((round(time.perf_counter() - began, 3), current[0]))
     best = climb.run(current)
-    others = [] if budget.expired() else _neighbours(instance, current[1], moves, budget)
+    others = [] if climb.budget.expired() else _neighbours(instance, current[1], moves, climb.budget)
     for other in others:  # the time left: climbs from the knobs next to the start's
-        if budget.expired():
+        if climb.budget.expired():
             break
         found = climb.run(other, 0)
         best = found if found[0] < best[0] else best
     evaluations += climb.evaluations + len(others)
-    kept, history = climb.kept, climb.history
-    built = _replayed(instance, best[1], evictions, final) if best is not current else opening
-    schedule, value = min(built, opening, key=lambda f: f[1])
-    if schedule is None or value >= start_value:
-        return SearchOutcome(None, start_value, start_value, evaluations, kept, history)
-    return SearchOutcome(schedule, value, start_value, evaluations, kept, history)
+    whole.build(best[1], budget)
+    if whole.value >= start_value:
+        return SearchOutcome(None, start_value, start_value, evaluations, climb.kept, climb.history)
+    return SearchOutcome(whole.schedule, whole.value, start_value, evaluations, climb.kept, climb.history)
+
+
+class _Whole:
+    """The whole schedules (decodes included) of the best plans, built and replayed on the way (module
+    docstring): the one with the least replayed mean TTFT, the plans built and the longest build."""
+
+    def __init__(self, instance: Instance, evictions: bool, budget: TimeBudget) -> None:
+        self.instance, self.evictions, self.budget = instance, evictions, budget
+        self.schedule: Schedule | None = None
+        self.value = math.inf
+        self.built: list[_Plan] = []
+        self.longest = 0.0
+        self.last = time.perf_counter()
+
+    def search_budget(self) -> TimeBudget:
+        """The search's budget: the whole one less the time kept for the build at the end."""
+        return self.budget.reserve(FINAL_SHARE * self.longest + FINAL_SECONDS)
+
+    def due(self) -> bool:
+        """Whether :data:`CHECKPOINT` times the longest build has passed since the last build."""
+        return time.perf_counter() - self.last >= CHECKPOINT * self.longest
+
+    def build(self, plan: _Plan, budget: TimeBudget) -> None:
+        """Build and replay ``plan``'s whole schedule within ``budget`` (unless built before) and keep it
+        when its replayed mean TTFT is the least so far."""
+        if any(plan is other for other in self.built):
+            return
+        began = time.perf_counter()
+        schedule, value = _replayed(self.instance, plan, self.evictions, budget)
+        self.last = time.perf_counter()
+        self.longest = max(self.longest, self.last - began)
+        if schedule is not None:
+            self.built.append(plan)
+        if value < self.value:
+            self.schedule, self.value = schedule, value
 
 
 class _Climb:
     """The iterated local search from one plan (module docstring), its counts kept across runs."""
 
     def __init__(
-        self, instance: Instance, moves: _Moves, budget: TimeBudget, began: float, history: list[tuple[float, float]]
+        self, instance: Instance, moves: _Moves, whole: _Whole, began: float, history: list[tuple[float, float]]
     ) -> None:
-        self.instance, self.moves, self.budget, self.began, self.history = instance, moves, budget, began, history
+        self.instance, self.moves, self.whole, self.began, self.history = instance, moves, whole, began, history
         self.evaluations = 0
         self.kept: dict[str, int] = {}
+
+    @property
+    def budget(self) -> TimeBudget:
+        """The search's budget (:meth:`_Whole.search_budget`)."""
+        return self.whole.search_budget()
 
     def run(
         self, current: tuple[float, _Plan, np.ndarray], restarts: int = RESTARTS
     ) -> tuple[float, _Plan, np.ndarray]:
         """The best plan found from ``current``, ending after ``restarts`` + 1 restarts in a row without a
-        new best; every plan better than all before, in this run or an earlier one, joins the history."""
+        new best; every plan better than all before, in this run or an earlier one, joins the history,
+        and the whole schedule of the last such plan is built when due and at the end of the run."""
         best, moves = current, self.moves
         moves.aim(current[2])
         stale = rounds = fruitless = 0  # fruitless: restarts since the last new best
@@ -232,6 +274,8 @@ class _Climb:
                     best, stale, rounds, fruitless = current, 0, 0, 0
                     if found[0] < self.history[-1][1]:
                         self.history.append((round(time.perf_counter() - self.began, 3), found[0]))
+                        if self.whole.due():
+                            self.whole.build(found[1], self.budget)
                     continue
             stale += 1
             if stale >= STALL:  # back to the best, kicked
@@ -241,6 +285,8 @@ class _Climb:
                 current = _evaluate(self.instance, plan, moves, self.budget) or best
                 moves.aim(current[2])
                 self.evaluations, stale, rounds = self.evaluations + 1, 0, rounds + 1
+        if best[0] <= self.history[-1][1] and not self.budget.expired():
+            self.whole.build(best[1], self.budget)
         return best
 
 

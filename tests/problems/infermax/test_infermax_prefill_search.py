@@ -21,6 +21,7 @@ import pytest
 
 from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
+from optsched.problems.infermax import prefill_search as prefill_search_module
 from optsched.problems.infermax.prefill_first import (
     PrefillKeys,
     best_prefill_first,
@@ -173,6 +174,34 @@ def test_a_better_plan_found_is_returned_when_whole_schedules_are_slow(seed):
     if found.schedule is not None:
         rep = replay(inst, found.schedule)
         assert rep.feasible and found.value == objective_of(rep, "ttft") < found.start
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_best_schedule_built_on_the_way_is_kept_when_the_last_is_not_built(seed, monkeypatch):
+    """Planted fault: the best plan's whole schedule at the end is never built (as if out of time).
+    The result is then the best whole schedule built on the way (at the end of a climb), never nothing
+    when one of those was below the start."""
+    inst = long_output_instance(seed, n=30)
+    budget = TimeBudget.of(4.0)
+    real, built = prefill_search_module.prefill_first_schedule, []
+
+    def failing_at_the_end(instance, knobs, given, keys):
+        if given is budget and built:  # the build at the end (the first one is the start's)
+            return None
+        schedule = real(instance, knobs, given, keys)
+        if schedule is not None:
+            built.append(objective_of(replay(instance, schedule), "ttft"))
+        return schedule
+
+    monkeypatch.setattr(prefill_search_module, "prefill_first_schedule", failing_at_the_end)
+    found = prefill_search(inst, variants(inst)[0], budget, seed=seed)
+    assert len(built) >= 2, "no whole schedule built on the way"
+    if min(built) < found.start:
+        assert found.schedule is not None and found.value == min(built)
+        rep = replay(inst, found.schedule)
+        assert rep.feasible and objective_of(rep, "ttft") == found.value
+    else:
+        assert found.schedule is None
 
 
 def test_starts_from_the_evicting_twin_when_not_worse():
