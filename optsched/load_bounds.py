@@ -408,9 +408,9 @@ def lp_bounds(instance: Instance, objective: str, budget: TimeBudget = NO_LIMIT)
     to optimality within its time (seconds, mean over requests): the busy-time LP's (module
     docstring) for ``latency`` and ``ttft``, then for ``latency`` ``pair-wait-lp`` of
     :mod:`optsched.pair_wait_lp` and ``fluid-latency`` of :mod:`optsched.fluid_bounds`; none for other
-    objectives. Each runs within :func:`lp_seconds` of ``budget`` (its own limit without a limit:
-    :data:`LP_TIME`, :data:`~optsched.pair_wait_lp.LP_TIME`, :data:`~optsched.fluid_bounds.FLUID_TIME`),
-    none once ``budget`` has expired."""
+    objectives. Each runs within :func:`lp_seconds` of ``budget`` (its own limit, :data:`LP_TIME`,
+    :data:`~optsched.pair_wait_lp.LP_TIME` or :data:`~optsched.fluid_bounds.FLUID_TIME`, up to
+    :data:`LP_STRETCH` times over), none once ``budget`` has expired."""
     name = objective_named(objective).name
     if name not in ("latency", "ttft") or not instance.requests:
         return []
@@ -426,20 +426,21 @@ def lp_bounds(instance: Instance, objective: str, budget: TimeBudget = NO_LIMIT)
     return out
 
 
-#: Most multiple of its own limit that an LP of :func:`lp_bounds` gets from a long budget.
+#: Most multiple of its own limit that an LP of :func:`lp_bounds` gets (from a long budget, or without one).
 LP_STRETCH = 4.0
 
 
 def lp_seconds(budget: TimeBudget, own: float, rest: float) -> float | None:
     """HiGHS' time limit (seconds) for one LP of :func:`lp_bounds` whose own limit is ``own``, the own
-    limits of it and the LPs after it adding up to ``rest``: ``own`` without a limit; else its
-    part ``own / rest`` of the time left, at least ``own``, at most :data:`LP_STRETCH` times ``own``
-    and at most the time left (a loaded machine solves an LP in a few times its wall time alone;
+    limits of it and the LPs after it adding up to ``rest``: :data:`LP_STRETCH` times ``own`` without
+    a limit (what a long budget gives it); else its part ``own / rest`` of the time left, at least
+    ``own``, at most :data:`LP_STRETCH` times ``own`` and at most the time left (a loaded machine
+    solves an LP in a few times its wall time alone;
     time one LP leaves passes to the next, and an LP that is not solved leaves the rest of the budget
     to the bounds after it); None once ``budget`` has expired."""
     left = budget.left()
     if left is None:
-        return own
+        return LP_STRETCH * own
     if left <= 0.0:
         return None
     return min(left, LP_STRETCH * own, max(own, left * own / rest))

@@ -1,6 +1,6 @@
 """The LP bounds of ``optsched/load_bounds.py`` (``lp_bounds``) and how they share their time.
 
-- :func:`~optsched.load_bounds.lp_seconds` gives an LP its own limit without a time limit, its part of
+- :func:`~optsched.load_bounds.lp_seconds` gives an LP its stretched limit without a time limit, its part of
   a long budget (at least its own limit, at most four times it and the time left) and nothing once the
   budget expired;
 - :func:`~optsched.load_bounds.lp_bounds` is the LP part of :func:`~optsched.load_bounds.load_bounds`
@@ -30,8 +30,8 @@ from tests.test_load_bounds import loaded_instance
 LP_NAMES = {"latency": ("busy-time-work", "pair-wait-lp", "fluid-latency"), "ttft": ("busy-time-prefill",)}
 
 
-def test_lp_seconds_is_the_own_limit_without_a_limit() -> None:
-    assert lb.lp_seconds(NO_LIMIT, 5.0, 25.0) == 5.0
+def test_lp_seconds_is_what_a_long_budget_gives_without_a_limit() -> None:
+    assert lb.lp_seconds(NO_LIMIT, 5.0, 25.0) == lb.LP_STRETCH * 5.0 == lb.lp_seconds(TimeBudget.of(1e6), 5.0, 5.0)
 
 
 def test_lp_seconds_is_nothing_once_the_budget_expired() -> None:
@@ -88,7 +88,8 @@ def test_the_bounder_gives_each_lp_its_part_of_a_long_budget(monkeypatch: pytest
     assert seen["fluid_latency"] == lb.LP_STRETCH * FLUID_TIME  # the rest, at most 4 x 10 s
     seen.clear()
     registered_bounds("infermax", loaded_instance(30, 1), {"objective": "latency"})  # no time limit
-    assert seen == {"_busy_time": lb.LP_TIME, "pair_wait_lp": PAIR_LP_TIME, "fluid_latency": FLUID_TIME}
+    own = {"_busy_time": lb.LP_TIME, "pair_wait_lp": PAIR_LP_TIME, "fluid_latency": FLUID_TIME}
+    assert seen == {name: lb.LP_STRETCH * seconds for name, seconds in own.items()}
 
 
 def test_a_short_budget_bounds_every_lp(monkeypatch: pytest.MonkeyPatch) -> None:
