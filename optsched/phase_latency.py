@@ -89,6 +89,7 @@ __all__ = [
     "LEVELS",
     "LP_MARGIN",
     "PHASE_TIME",
+    "STARTS",
     "best_partition",
     "counted_items",
     "extras_sum",
@@ -109,8 +110,11 @@ GROUP_SIZES = (2, 4, 8, 16, 32, 64, 100, 128)
 #: Levels c tried: quantiles of the requests' mean least term per token (0: the least term of any token).
 LEVELS = (0.0, 0.5, 0.75, 0.9)
 
+#: Starts tried in a run: the arrivals at these fractions of its length.
+STARTS = (0.0, 0.25, 0.5, 0.75)
+
 #: Time (seconds) of all the programmes of one bound without a time limit.
-PHASE_TIME = 10.0
+PHASE_TIME = 5.0
 
 #: Relative safety margin taken off the final value (floating-point sums).
 SAFETY = 1e-12
@@ -242,8 +246,7 @@ def phase_latency(instance: Instance, attention: np.ndarray, seconds: float = PH
             for beta, c, n, more in cases:
                 if budget.expired():
                     break
-                run = slice(i, i + g)
-                found = _run_value(n[run], more[run], alone[run], float(release[order[i]]), beta, c, budget)
+                found = _later_starts(slice(i, i + g), release[order], (n, more, alone), beta, c, budget)
                 if found is not None and found > values.get((i, i + g), -math.inf):
                     values[(i, i + g)] = found
     total = best_partition(values, alone)
@@ -276,6 +279,34 @@ def _levels(
             n = counted_items(terms, c)
             out.append((beta, c, n[order], np.maximum(total - c * n, 0.0)[order]))
     return out
+
+
+def _later_starts(
+    run: slice,
+    release: np.ndarray,
+    cols: tuple[np.ndarray, np.ndarray, np.ndarray],
+    beta: float,
+    c: float,
+    budget: TimeBudget,
+) -> float | None:
+    """The largest V_G of one run over its starts s' of :data:`STARTS` (module docstring): requests
+    arriving before s' keep the counted items they cannot have had before it and no extras; those
+    with none left count alone. ``cols``: n_j, E_j, e_j in arrival order, like ``release``."""
+    rel = release[run]
+    n, extras, alone = (col[run] for col in cols)
+    best = None
+    for at in sorted({int(q * (len(rel) - 1)) for q in STARTS}):
+        start = float(rel[at])
+        early = rel < start
+        left = np.where(early, np.maximum(n - np.floor((start - rel) / beta) - 1.0, 0.0), n)
+        keep = left > 0
+        if keep.sum() < 2:
+            continue
+        found = _run_value(left[keep], np.where(early, 0.0, extras)[keep], alone[keep], start, beta, c, budget)
+        if found is not None:
+            found += math.fsum(alone[~keep])
+            best = found if best is None else max(best, found)
+    return best
 
 
 def _run_value(

@@ -1,0 +1,95 @@
+"""The ``phase-latency`` bound (optsched/phase_latency.py): proven, exact where the theory says so.
+
+- its programme is the exact least sum of completions of equal jobs released together (the lockstep
+  toy of ``tests/benchmarks/bench_lockstep_toy.py``, dynamic programming over every batch);
+- the bound is at most the exhaustive optimum on random tiny instances, with and without arrivals,
+  and at most every policy's replayed mean latency on random instances of 20 to 200 requests;
+- a planted invalid variant (every token counted at the level, no carry) is caught by those checks;
+- ``optsched bound --objective latency`` lists it, and on equal requests released together it is
+  above every other bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optsched.budget import TimeBudget
+from optsched.instance import parse_instance
+from optsched.load_bounds import load_bounds, lp_bounds, prompt_attention_extra
+from optsched.phase_latency import counted_items, least_finish_sum, lockstep_finishes, phase_latency
+from tests.benchmarks.bench_lockstep_toy import least_sum
+from tests.test_load_bounds import loaded_instance, policy_values, refutations
+
+
+def phase_value(inst) -> float:
+    """The bound's value on ``inst`` (seconds; 0 where it gives none)."""
+    found = phase_latency(inst, prompt_attention_extra(inst, inst.columns[1]), seconds=30.0)
+    return 0.0 if found is None else found.value
+
+
+@pytest.mark.parametrize("N, O, a, c", [(2, 5, 1.0, 0.3), (2, 5, 1.0, 2.0), (3, 4, 1.0, 0.5), (6, 5, 1.0, 0.3)])
+def test_the_programme_is_exact_on_the_lockstep_toy(N: int, O: int, a: float, c: float) -> None:
+    n = np.full(N, float(O))
+    value = least_finish_sum(n, np.zeros(N), np.zeros(N), a, c, 10.0)
+    assert value == pytest.approx(least_sum(N, O, a, c), rel=1e-5)
+    assert value <= least_sum(N, O, a, c)
+    best_feasible = min(lockstep_finishes(n, np.zeros(N), a, c, one).sum() for one in (False, True))
+    assert value <= best_feasible * (1 + 1e-9)
+
+
+def test_two_equal_jobs_run_in_lockstep_or_in_turn() -> None:
+    """min(2 a O + 4 c O, 3 a O + 3 c O) (module docstring)."""
+    for a, c in [(1.0, 0.2), (1.0, 1.5), (0.3, 0.3)]:
+        value = least_finish_sum(np.array([4.0, 4.0]), np.zeros(2), np.zeros(2), a, c, 10.0)
+        assert value == pytest.approx(min(8 * a + 16 * c, 12 * a + 12 * c), rel=1e-5)
+
+
+def test_counted_items_carry_terms_forward() -> None:
+    """n_j: the most items whose carried terms reach the level, by hand."""
+    terms = [np.array([5.0, 1.0, 1.0, 1.0, 1.0]), np.array([0.5, 0.5, 0.5, 3.0])]
+    assert counted_items(terms, 2.0).tolist() == [4.0, 1.0]  # 5, 3+1, 2+1, 1+1 | the last only: one a batch
+    assert counted_items(terms, 0.4).tolist() == [5.0, 4.0]
+
+
+def test_the_bound_is_proven() -> None:
+    """Never above the exhaustive optimum (tiny instances, with and without arrivals) nor above any
+    policy's replayed mean latency (loaded instances of 50 to 200 requests)."""
+    assert refutations(phase_value, "latency") == 0
+
+
+@pytest.mark.parametrize("n, seed", [(20, 1), (80, 5)])
+def test_the_bound_is_at_most_every_policy(n: int, seed: int) -> None:
+    inst = loaded_instance(n, seed)
+    assert phase_value(inst) <= min(policy_values(inst, "latency").values()) * (1 + 1e-9)
+
+
+def test_a_planted_invalid_variant_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every token counted at each level (no forward carry: early tokens cost less than the level)."""
+    monkeypatch.setattr(
+        "optsched.phase_latency.counted_items", lambda terms, c: np.array([float(len(t)) for t in terms])
+    )
+    assert refutations(phase_value, "latency") > 0
+
+
+def equal_requests(n: int) -> object:
+    """N equal requests released together under the H200 profile (the relaxed instance of the lockstep toy)."""
+    return parse_instance(
+        {
+            "name": f"equal-{n}",
+            "cost_model": "llama2-7b-h200",
+            "limits": {"token_budget": 4096, "prefill_budget": 4096, "kv_capacity": 200000, "max_running": 256},
+            "requests": [{"id": f"r{k}", "prompt_tokens": 900, "output_tokens": 64, "arrival": 0.0} for k in range(n)],
+        },
+        f"equal-{n}",
+    )
+
+
+def test_the_bound_is_listed_and_leads_on_equal_requests_released_together() -> None:
+    inst = equal_requests(64)
+    found = {b.name: b for b in lp_bounds(inst, "latency", TimeBudget.of(60.0))}
+    found.update({b.name: b for b in load_bounds(inst, "latency")})
+    phase = found["phase-latency"]
+    assert phase.valid and "phase_latency.py" in phase.note
+    others = max(b.value for name, b in found.items() if name != "phase-latency")
+    assert phase.value > others * 1.05, found
