@@ -87,6 +87,7 @@ from .result import Bound
 __all__ = [
     "GROUP_SIZES",
     "LEVELS",
+    "LEVEL_MARGIN",
     "LP_MARGIN",
     "PHASE_TIME",
     "STARTS",
@@ -105,10 +106,13 @@ __all__ = [
 LP_MARGIN = 1e-6
 
 #: Sizes of the runs of consecutive arrivals tried.
-GROUP_SIZES = (2, 4, 8, 16, 32, 64, 100, 128)
+GROUP_SIZES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 #: Levels c tried: quantiles of the requests' mean least term per token (0: the least term of any token).
 LEVELS = (0.0, 0.5, 0.75, 0.9)
+
+#: Relative amount each level is lowered by, so that a term equal to it counts.
+LEVEL_MARGIN = 1e-9
 
 #: Starts tried in a run: the arrivals at these fractions of its length.
 STARTS = (0.0, 0.25, 0.5, 0.75)
@@ -151,7 +155,7 @@ def counted_items(terms: list[np.ndarray], c: float) -> np.ndarray:
     request that a forward carry of its terms ``terms`` (:func:`token_terms`) gives at least c each."""
     out = np.empty(len(terms))
     for j, ell in enumerate(terms):
-        steps = np.floor(np.cumsum(ell) / c * (1.0 - 1e-12)) - np.arange(1, len(ell) + 1)
+        steps = np.floor(np.cumsum(ell) / c) - np.arange(1, len(ell) + 1)
         out[j] = len(ell) + min(0.0, float(steps.min()))
     return out
 
@@ -219,12 +223,14 @@ def best_partition(values: dict[tuple[int, int], float], alone: np.ndarray) -> f
     the larger of ``values[(i, e)]`` (where given) and the sum of ``alone`` over it."""
     N = len(alone)
     prefix = np.concatenate([[0.0], np.cumsum(alone)])
+    ending: dict[int, list[int]] = {}
+    for i, e in values:
+        ending.setdefault(e, []).append(i)
     best = np.zeros(N + 1)
     for e in range(1, N + 1):
         best[e] = best[e - 1] + alone[e - 1]
-        for g in GROUP_SIZES:
-            if g <= e and (e - g, e) in values:
-                best[e] = max(best[e], best[e - g] + max(values[(e - g, e)], prefix[e] - prefix[e - g]))
+        for i in ending.get(e, []):
+            best[e] = max(best[e], best[i] + max(values[(i, e)], prefix[e] - prefix[i]))
     return float(best[N])
 
 
@@ -241,7 +247,7 @@ def phase_latency(instance: Instance, attention: np.ndarray, seconds: float = PH
     alone = (critical_path_times(instance) + release)[order]  # e_j: each request's least finish alone
     cases = [case for tile in _tile_pricings(instance) for case in _levels(instance, attention, tile, order)]
     values: dict[tuple[int, int], float] = {}
-    for g in (g for g in GROUP_SIZES if g <= len(order)):
+    for g in sorted({g for g in (*GROUP_SIZES, len(order)) if g <= min(len(order), GROUP_SIZES[-1])}):
         for i in range(0, len(order) - g + 1, max(1, g // 4)):
             for beta, c, n, more in cases:
                 if budget.expired():
@@ -274,7 +280,8 @@ def _levels(
     least = min(float(t.min()) for t in terms)
     total = np.array([math.fsum(t) for t in terms])
     out = []
-    for c in sorted({max(least, float(np.quantile(per_token, q))) for q in LEVELS}):
+    for level in sorted({max(least, float(np.quantile(per_token, q))) for q in LEVELS}):
+        c = level * (1.0 - LEVEL_MARGIN)  # a term equal to the level counts despite rounding
         if c > 0:
             n = counted_items(terms, c)
             out.append((beta, c, n[order], np.maximum(total - c * n, 0.0)[order]))
