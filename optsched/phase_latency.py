@@ -317,8 +317,7 @@ def _later_starts(
     rel = release[run]
     n, extras, alone = (col[run] for col in cols)
     best = None
-    for at in sorted({int(q * (len(rel) - 1)) for q in STARTS}):
-        start = float(rel[at])
+    for start in sorted({float(rel[int(q * (len(rel) - 1))]) for q in STARTS}):
         early = rel < start
         left = np.where(early, np.maximum(n - np.floor((start - rel) / beta) - 1.0, 0.0), n)
         keep = left > 0
