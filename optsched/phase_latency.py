@@ -105,6 +105,7 @@ __all__ = [
     "LEVEL_MARGIN",
     "LP_MARGIN",
     "PHASE_TIME",
+    "ROWS",
     "STARTS",
     "best_partition",
     "counted_items",
@@ -129,6 +130,9 @@ LEVELS = (0.0, 0.5, 0.75, 0.9)
 #: Relative amount each level is lowered by, so that a term equal to it counts.
 LEVEL_MARGIN = 1e-9
 
+#: Requests whose terms are laid out at a time (one row each, as long as the longest output among them).
+ROWS = 256
+
 #: Starts tried in a run: the arrivals at these fractions of its length.
 STARTS = (0.0, 0.25, 0.5, 0.75)
 
@@ -151,28 +155,28 @@ def pricing(cm: CostModel, whole_tile: bool) -> tuple[float, float, float, float
     return beta, chunk, L * (coef.per_token + coef.decode_per_token), L * coef.decode_per_kv
 
 
-def token_terms(instance: Instance, attention: np.ndarray, whole_tile: bool) -> list[np.ndarray]:
-    r""":math:`\ell_{jg}` of the module docstring under a :func:`pricing`, one array per request
-    (request order), seconds: the prompt's chunk terms plus ``attention`` (its least attention beyond
-    :math:`L p_q I_j`) for token 1, then the cheaper of a decode and a re-prefill."""
+def token_terms(instance: Instance, attention: np.ndarray, whole_tile: bool, rows: np.ndarray) -> np.ndarray:
+    r""":math:`\ell_{jg}` of the module docstring under a :func:`pricing` for the requests ``rows``, one
+    row each, zero beyond its :math:`O_j` terms, seconds: the prompt's chunk terms plus ``attention``
+    (its least attention beyond :math:`L p_q I_j`, request order) for token 1, then the cheaper of a
+    decode and a re-prefill."""
     _, chunk, decode, per_kv = pricing(instance.cost_model, whole_tile)
-    _, I, O = instance.columns
-    out = []
-    for j in range(len(attention)):
-        g = np.arange(2, int(O[j]) + 1, dtype=np.float64)
-        later = np.minimum(decode + per_kv * (I[j] + g - 2.0), chunk * (I[j] + g - 1.0))
-        out.append(np.concatenate([[chunk * float(I[j]) + float(attention[j])], later]))
-    return out
+    _, I, O = (np.asarray(col, dtype=np.float64)[rows] for col in instance.columns)
+    g = np.arange(1, int(O.max()) + 1, dtype=np.float64)[None, :]
+    held = I[:, None] + g
+    out = np.minimum(decode + per_kv * (held - 2.0), chunk * (held - 1.0))
+    out[:, 0] = chunk * I + np.asarray(attention, dtype=np.float64)[rows]
+    return np.where(g <= O[:, None], out, 0.0)
 
 
-def counted_items(terms: list[np.ndarray], c: float) -> np.ndarray:
+def counted_items(terms: np.ndarray, lengths: np.ndarray, c: float) -> np.ndarray:
     r""":math:`n_j` of the module docstring at level ``c`` (seconds): the most generating items of each
-    request that a forward carry of its terms ``terms`` (:func:`token_terms`) gives at least c each."""
-    out = np.empty(len(terms))
-    for j, ell in enumerate(terms):
-        steps = np.floor(np.cumsum(ell) / c) - np.arange(1, len(ell) + 1)
-        out[j] = len(ell) + min(0.0, float(steps.min()))
-    return out
+    request that a forward carry of its terms gives at least c each. ``terms``: one row a request
+    (:func:`token_terms`), its first ``lengths`` entries its terms."""
+    h = np.arange(1, terms.shape[1] + 1, dtype=np.float64)[None, :]
+    steps = np.floor(np.cumsum(terms, axis=1) / c) - h
+    least = np.where(h <= lengths[:, None], steps, np.inf).min(axis=1)
+    return lengths + np.minimum(least, 0.0)
 
 
 def lockstep_finishes(n: np.ndarray, extras: np.ndarray, beta: float, c: float, sequential: bool) -> np.ndarray:
@@ -260,7 +264,7 @@ def phase_latency(instance: Instance, attention: np.ndarray, seconds: float = PH
     release = np.asarray(instance.columns[0], dtype=np.float64)
     order = np.argsort(release, kind="stable")
     alone = (critical_path_times(instance) + release)[order]  # e_j: each request's least finish alone
-    cases = [case for tile in _tile_pricings(instance) for case in _levels(instance, attention, tile, order)]
+    cases = [case for tile in _tile_pricings(instance) for case in _levels(instance, attention, tile, order, budget)]
     values: dict[tuple[int, int], float] = {}
     for g in sorted({g for g in (*GROUP_SIZES, len(order)) if g <= min(len(order), GROUP_SIZES[-1])}):
         for i in range(0, len(order) - g + 1, max(1, g // 4)):
@@ -286,20 +290,31 @@ def _tile_pricings(instance: Instance) -> tuple[bool, ...]:
 
 
 def _levels(
-    instance: Instance, attention: np.ndarray, whole_tile: bool, order: np.ndarray
+    instance: Instance, attention: np.ndarray, whole_tile: bool, order: np.ndarray, budget: TimeBudget
 ) -> list[tuple[float, float, np.ndarray, np.ndarray]]:
-    """(beta, c, n_j, E_j) at each level of :data:`LEVELS` under one pricing, requests in ``order``."""
+    """(beta, c, n_j, E_j) at each level of :data:`LEVELS` under one pricing, requests in ``order``
+    (those of :data:`ROWS` requests at a time; none once ``budget`` has expired)."""
     beta = pricing(instance.cost_model, whole_tile)[0]
-    terms = token_terms(instance, attention, whole_tile)
-    per_token = np.array([t.mean() for t in terms])
-    least = min(float(t.min()) for t in terms)
-    total = np.array([math.fsum(t) for t in terms])
+    lengths = np.asarray(instance.columns[2], dtype=np.float64)
+    blocks = [np.arange(k, min(k + ROWS, len(lengths))) for k in range(0, len(lengths), ROWS)]
+    total, least = np.empty(len(lengths)), math.inf
+    for rows in blocks:
+        terms = token_terms(instance, attention, whole_tile, rows)
+        total[rows] = terms.sum(axis=1)
+        first = terms[:, : min(2, terms.shape[1])]  # the least term is one of these: the later ones grow
+        least = min(least, float(first[np.arange(first.shape[1])[None, :] < lengths[rows, None]].min()))
+    per_token = total / lengths
     out = []
     for level in sorted({max(least, float(np.quantile(per_token, q))) for q in LEVELS}):
         c = level * (1.0 - LEVEL_MARGIN)  # a term equal to the level counts despite rounding
-        if c > 0:
-            n = counted_items(terms, c)
-            out.append((beta, c, n[order], np.maximum(total - c * n, 0.0)[order]))
+        if c <= 0:
+            continue
+        n = np.empty(len(lengths))
+        for rows in blocks:
+            if budget.expired():
+                return out
+            n[rows] = counted_items(token_terms(instance, attention, whole_tile, rows), lengths[rows], c)
+        out.append((beta, c, n[order], np.maximum(total - c * n, 0.0)[order]))
     return out
 
 
