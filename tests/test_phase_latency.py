@@ -20,10 +20,12 @@ import pytest
 
 from optsched.budget import TimeBudget
 from optsched.instance import parse_instance
-from optsched.load_bounds import load_bounds, lp_bounds, prompt_attention_extra
+from optsched.load_bounds import load_bounds, lp_bounds, prompt_attention_extra, proven_bounds
 from optsched.phase_latency import counted_items, least_finish_sum, lockstep_finishes, phase_latency
 from tests.benchmarks.bench_lockstep_toy import least_sum
+from tests.support.solving import registered_bounds
 from tests.test_load_bounds import loaded_instance, optimum, policy_values, refutations
+from tests.test_phase_bounds import burst_instance
 
 
 def phase_value(inst) -> float:
@@ -110,6 +112,15 @@ def test_a_planted_invalid_variant_is_caught(monkeypatch: pytest.MonkeyPatch) ->
     coupled = [coupled_instance(seed) for seed in range(12)]
     caught = sum(phase_value(inst) > optimum(inst, "latency") * (1 + 1e-9) for inst in coupled)
     assert caught + refutations(phase_value, "latency") > 0
+
+
+def test_it_leads_on_a_burst_of_long_prompts() -> None:
+    """The burst of ``tests/test_phase_bounds.py`` (20 long prompts within 50 ms): the run of the whole
+    burst is above every other latency bound, the first-token queue's included."""
+    inst = burst_instance(20, 1)
+    others = proven_bounds(inst, "latency") + registered_bounds("infermax", inst, {"objective": "latency"})
+    phase = next(b.value for b in others if b.name == "phase-latency")
+    assert phase > max(b.value for b in others if b.name != "phase-latency") * (1 + 1e-3)
 
 
 def equal_requests(n: int) -> object:
