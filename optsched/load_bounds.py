@@ -128,6 +128,7 @@ from .pair_bounds import pair_bounds
 from .pair_wait_lp import LP_TIME as PAIR_LP_TIME
 from .pair_wait_lp import pair_wait_lp
 from .phase_bounds import ttft_plus_rest
+from .phase_latency import PHASE_TIME, phase_latency
 from .result import Bound, objective_named
 from .ttft_bounds import flush_bound, flush_mean_bound, flush_overhead
 
@@ -407,10 +408,12 @@ def lp_bounds(instance: Instance, objective: str, budget: TimeBudget = NO_LIMIT)
     """The load-aware bounds of ``objective`` that solve a linear programme, each where HiGHS solves it
     to optimality within its time (seconds, mean over requests): the busy-time LP's (module
     docstring) for ``latency`` and ``ttft``, then for ``latency`` ``pair-wait-lp`` of
-    :mod:`optsched.pair_wait_lp` and ``fluid-latency`` of :mod:`optsched.fluid_bounds`; none for other
-    objectives. Each runs within :func:`lp_seconds` of ``budget`` (its own limit, :data:`LP_TIME`,
-    :data:`~optsched.pair_wait_lp.LP_TIME` or :data:`~optsched.fluid_bounds.FLUID_TIME`, up to
-    :data:`LP_STRETCH` times over), none once ``budget`` has expired."""
+    :mod:`optsched.pair_wait_lp`, ``fluid-latency`` of :mod:`optsched.fluid_bounds` and
+    ``phase-latency`` of :mod:`optsched.phase_latency`; none for other objectives. Each runs within
+    :func:`lp_seconds` of ``budget`` (its own limit, :data:`LP_TIME`,
+    :data:`~optsched.pair_wait_lp.LP_TIME`, :data:`~optsched.fluid_bounds.FLUID_TIME` or
+    :data:`~optsched.phase_latency.PHASE_TIME`, up to :data:`LP_STRETCH` times over), none once
+    ``budget`` has expired."""
     name = objective_named(objective).name
     if name not in ("latency", "ttft") or not instance.requests:
         return []
@@ -418,6 +421,8 @@ def lp_bounds(instance: Instance, objective: str, budget: TimeBudget = NO_LIMIT)
     lps = [(partial(_busy_time, instance, name == "ttft", K), LP_TIME)]
     if name == "latency":
         lps += [(partial(pair_wait_lp, instance), PAIR_LP_TIME), (partial(fluid_latency, instance, K), FLUID_TIME)]
+        attention = prompt_attention_extra(instance, instance.columns[1])  # (optsched/phase_latency.py)
+        lps.append((partial(phase_latency, instance, attention), PHASE_TIME))
     out = []
     for k, (lp, own) in enumerate(lps):
         seconds = lp_seconds(budget, own, sum(most for _, most in lps[k:]))

@@ -23,11 +23,15 @@ from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.fluid_bounds import FLUID_TIME
 from optsched.pair_wait_lp import LP_TIME as PAIR_LP_TIME
 from optsched.phase_bounds import rest_after_first_token
+from optsched.phase_latency import PHASE_TIME
 from optsched.result import Bound
 from tests.support.solving import registered_bounds
 from tests.test_load_bounds import loaded_instance
 
-LP_NAMES = {"latency": ("busy-time-work", "pair-wait-lp", "fluid-latency"), "ttft": ("busy-time-prefill",)}
+LP_NAMES = {
+    "latency": ("busy-time-work", "pair-wait-lp", "fluid-latency", "phase-latency"),
+    "ttft": ("busy-time-prefill",),
+}
 
 
 def test_lp_seconds_is_what_a_long_budget_gives_without_a_limit() -> None:
@@ -66,7 +70,7 @@ def test_the_lps_are_listed_by_lp_bounds_only(objective: str) -> None:
 
 
 def record_seconds(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
-    """Replace the three LPs of :func:`optsched.load_bounds.lp_bounds` by recorders of their ``seconds``."""
+    """Replace the four LPs of :func:`optsched.load_bounds.lp_bounds` by recorders of their ``seconds``."""
     seen: dict[str, float] = {}
 
     def recorder(name: str):
@@ -75,7 +79,7 @@ def record_seconds(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
 
         return lp
 
-    for attr in ("_busy_time", "pair_wait_lp", "fluid_latency"):
+    for attr in ("_busy_time", "pair_wait_lp", "fluid_latency", "phase_latency"):
         monkeypatch.setattr(lb, attr, recorder(attr))
     return seen
 
@@ -83,12 +87,14 @@ def record_seconds(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
 def test_the_bounder_gives_each_lp_its_part_of_a_long_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = record_seconds(monkeypatch)
     registered_bounds("infermax", loaded_instance(30, 1), {"objective": "latency", "time_limit": 100.0})
-    assert 15.0 < seen["_busy_time"] <= 20.0  # 5 of the 25 s of own limits: a fifth of about 100 s
-    assert 30.0 < seen["pair_wait_lp"] <= 40.0  # 10 of 20: half of what is left, at most 4 x 10 s
-    assert seen["fluid_latency"] == lb.LP_STRETCH * FLUID_TIME  # the rest, at most 4 x 10 s
+    assert 15.0 < seen["_busy_time"] <= 20.0  # 5 of the 30 s of own limits: a sixth of about 100 s
+    assert 30.0 < seen["pair_wait_lp"] <= 40.0  # 10 of 25: two fifths of what is left, at most 4 x 10 s
+    assert seen["fluid_latency"] == lb.LP_STRETCH * FLUID_TIME  # 10 of 15, at most 4 x 10 s
+    assert seen["phase_latency"] == lb.LP_STRETCH * PHASE_TIME  # the rest, at most 4 x 5 s
     seen.clear()
     registered_bounds("infermax", loaded_instance(30, 1), {"objective": "latency"})  # no time limit
     own = {"_busy_time": lb.LP_TIME, "pair_wait_lp": PAIR_LP_TIME, "fluid_latency": FLUID_TIME}
+    own |= {"phase_latency": PHASE_TIME}
     assert seen == {name: lb.LP_STRETCH * seconds for name, seconds in own.items()}
 
 

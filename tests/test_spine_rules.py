@@ -234,6 +234,7 @@ SETS_A_SOLVER_LIMIT = {
     "optsched/load_bounds.py": "the busy-time LP of the load-aware bounds (optsched bound, report)",
     "optsched/fluid_bounds.py": "the fluid LP of the load-aware bounds (optsched bound, report)",
     "optsched/pair_wait_lp.py": "the weights LP of pair-wait-lp, a load-aware bound (optsched bound, report)",
+    "optsched/phase_latency.py": "the run LPs of phase-latency, a load-aware bound (optsched bound, report)",
 }
 
 

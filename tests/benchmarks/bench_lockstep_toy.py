@@ -13,7 +13,8 @@ the same values as a search over every subset on N <= 6, O <= 5), for every n. P
 per job: the best schedule of lockstep groups (g jobs run together to the end, then the next g; g
 dividing N) and the per-job bound O (a + c k) on the k-th completion (the k first finishers need
 k O items in at least O batches), which is what the per-request and pairwise bounds of optsched
-amount to on this model.
+amount to on this model, and the programme of ``phase-latency`` (:mod:`optsched.phase_latency`,
+:func:`~optsched.phase_latency.least_finish_sum`), which couples the jobs that run together.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from __future__ import annotations
 import functools
 import math
 import sys
+
+import numpy as np
+
+from optsched.phase_latency import least_finish_sum
 
 
 def least_sum(N: int, O: int, a: float, c: float) -> float:
@@ -56,11 +61,15 @@ def main(argv: list[str]) -> None:
         ("12", "8", "1", "0.05"),
         ("12", "8", "1", "0.3"),
     ]
-    print("N   O   a     c      optimum  groups   bound    bound below optimum")
+    print("N   O   a     c      optimum  groups   bound    below    phase    below")
     for case in cases:
         N, O, a, c = int(case[0]), int(case[1]), float(case[2]), float(case[3])
         opt, grp, low = least_sum(N, O, a, c) / N, lockstep_groups(N, O, a, c) / N, per_job_bound(N, O, a, c) / N
-        print(f"{N:<3d} {O:<3d} {a:<5g} {c:<6g} {opt:8.3f} {grp:8.3f} {low:8.3f} {100 * (opt - low) / opt:6.1f} %")
+        zero = np.zeros(N)
+        phase = least_finish_sum(np.full(N, float(O)), zero, zero, a, c, 60.0) / N
+        below = [100 * (opt - x) / opt for x in (low, phase)]
+        head = f"{N:<3d} {O:<3d} {a:<5g} {c:<6g} {opt:8.3f} {grp:8.3f}"
+        print(f"{head} {low:8.3f} {below[0]:6.1f} % {phase:8.3f} {below[1]:6.1f} %")
 
 
 if __name__ == "__main__":
