@@ -7,6 +7,9 @@
   on random small instances, without evictions when they are not allowed; it respects a short
   budget and gives nothing with an expired one.
 - On tiny instances its value is never below the exhaustive optimum.
+- It climbs from several starts, each within its share of the time; the knob moves offer caps of
+  whole token tiles; a planted fault (whole schedules that do not replay) is caught: no such schedule
+  is ever returned.
 - A solve for mean TTFT at scale runs it and returns no worse than its schedule.
 """
 
@@ -23,15 +26,16 @@ from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
 from optsched.problems.infermax import prefill_search as prefill_search_module
 from optsched.problems.infermax.prefill_first import (
+    MIN_CAP,
     PrefillKeys,
     best_prefill_first,
     prefill_first_schedule,
     prefill_first_ttft,
     variants,
 )
-from optsched.problems.infermax.prefill_search import RESTARTS, ROUNDS, STALL, prefill_search
+from optsched.problems.infermax.prefill_search import RESTARTS, ROUNDS, STALL, STARTS, prefill_search
 from optsched.result import objective_of
-from optsched.schedule import replay
+from optsched.schedule import Schedule, replay
 from tests.problems.infermax.test_infermax_online import online_instance
 from tests.support.infermax import tiny_instance
 from tests.support.latency_bruteforce import exhaustive_mean
@@ -229,3 +233,64 @@ def test_ends_by_itself_and_climbs_from_the_next_knobs():
     assert time.perf_counter() - began < 60.0
     assert found.value <= found.start
     assert found.evaluations > STALL * ROUNDS * (RESTARTS + 1)  # the first climb ran to its end, then more
+
+
+def test_the_knob_moves_include_caps_of_whole_tiles():
+    """Under a cost model with token tiles, the knob moves offer the caps of whole tiles next to the cap
+    (``evict`` kept), within [MIN_CAP, min(C, P)]."""
+    inst = busy_instance(0)
+    tile = inst.cost_model.token_tile
+    assert tile > 0
+    moves = prefill_search_module._Moves(inst, random.Random(0))
+    knobs = replace(variants(inst)[0], cap=700)
+    caps = {k.cap for k in moves.steps(knobs)}
+    assert {700 // tile * tile, (700 // tile + 1) * tile} <= caps
+    assert all(k.evict == knobs.evict for k in moves.steps(knobs))
+    assert all(MIN_CAP <= c <= 1024 for c in caps)
+
+
+def test_climbs_from_several_starts_each_within_its_share(monkeypatch):
+    """The search climbs from the start's plan, then from other starts (the tile fill switched), each for
+    at most its share of the time left; never worse than the start, and its schedule replays cleanly."""
+    inst = busy_instance(1)
+    knobs = replace(variants(inst)[0], ratio=True, preempt=True, fill=True)
+    real, calls = prefill_search_module._Climb.run, []
+
+    def recording(self, current, restarts=RESTARTS, seconds=None):
+        calls.append((current[1].knobs, seconds, self.budget.left()))
+        return real(self, current, restarts, seconds)
+
+    monkeypatch.setattr(prefill_search_module._Climb, "run", recording)
+    found = prefill_search(inst, knobs, TimeBudget.of(3.0))
+    starts = [k for k, seconds, _ in calls if seconds is not None]
+    assert starts[0].fill and any(not k.fill for k in starts[1:]), calls
+    assert len(starts) <= STARTS
+    for k, (_, seconds, left) in enumerate(calls[: len(starts)]):
+        assert seconds <= left / (len(starts) - k) + 1e-9
+    assert found.value <= found.start
+    if found.schedule is not None:
+        rep = replay(inst, found.schedule)
+        assert rep.feasible and objective_of(rep, "ttft") == found.value
+
+
+def test_a_schedule_that_does_not_replay_is_never_returned(monkeypatch):
+    """Planted fault: every whole schedule after the start's loses its last batch (it no longer
+    completes every request). The replay check rejects each one, so the search returns nothing better
+    than its start, never a broken schedule."""
+    inst = busy_instance(2)
+    knobs = replace(variants(inst)[0], ratio=True, preempt=True, fill=True)
+    real, broken = prefill_search_module.prefill_first_schedule, []
+
+    def breaking(instance, plan_knobs, given, keys):
+        schedule = real(instance, plan_knobs, given, keys)
+        if schedule is None or keys is None or not (keys.bias.any() or keys.hold.any() or plan_knobs != knobs):
+            return schedule  # the start's own schedule stays whole
+        cut = Schedule(schedule.instance, schedule.batches[:-1], schedule.meta)
+        assert not replay(instance, cut).feasible
+        broken.append(cut)
+        return cut
+
+    monkeypatch.setattr(prefill_search_module, "prefill_first_schedule", breaking)
+    found = prefill_search(inst, knobs, TimeBudget.of(3.0))
+    assert broken, "no schedule but the start's was built"
+    assert found.schedule is None and found.value == found.start
