@@ -25,9 +25,9 @@ current plan:
 - *jump*: one request's key is set just below or just above the key of a request arriving near it
   (their whole prompts plus biases), so that the two swap in the shortest-remaining order;
 - *hold*: one request's hold flag is switched;
-- *knob*: one knob other than ``evict`` changes (:func:`.prefill_first.knob_steps`) or, under a cost
-  model with token tiles, the cap moves to a whole number of tiles next to it (a batch cut at the cap
-  then pays for no partly used tile).
+- *knob*: one knob other than ``evict`` changes (:func:`knob_moves`: :func:`.prefill_first.knob_steps` or,
+  under a cost model with token tiles, the cap moved to a whole number of tiles next to it, so that a
+  batch cut at the cap pays for no partly used tile).
 
 A move is kept when the plan's value is not worse (moves across plateaus are kept too); the best plan
 is remembered. After :data:`STALL` moves in a row without a new best the current plan returns to the
@@ -38,12 +38,13 @@ or after :data:`RESTARTS` + 1 restarts in a row without a new best.
 The search climbs from several *starts* (keys all zero), since climbs from different plans end in
 different local optima: the plan above, then the best :data:`STARTS` - 1 of the other plans of the
 given knobs and of their twin, each with and without the tile fill (``fill``, with the ratio rule),
-whose evaluation takes at most :data:`SLOWER` times the first plan's (:func:`_starts`). Start k of S
-climbs for at most 1/(S - k) of the search's time left (so a climb that ends by itself leaves its
-time to the next), each with its own ``evict`` fixed; with time left, a climb continues from the
-best plan of all. With time still left, the search climbs in the same way, ending at the first
-restart without a new best, from each plan of the knobs one change away from the first plan's
-(``evict`` kept) with keys all zero, lowest value first.
+whose evaluation takes at most :data:`SLOWER` times the first plan's (:func:`_starts`). The climb
+from each start, its ``evict`` fixed, ends as above or once the time since its last new best
+exceeds the time it took to find it (so a climb that still improves keeps the time, one that has
+stalled hands it on); with time left, a climb continues from the best plan of all. With time still
+left, the search climbs in the same way, ending at the first restart without a new best, from each
+plan of the knobs one change away from the first plan's (``evict`` kept) with keys all zero, lowest
+value first.
 
 The best plan's whole schedule (decodes included) is built and replayed (:class:`_Whole`) before the
 search (the start's), at the end, and on the way: at the end of each climb and, within a climb,
@@ -77,7 +78,7 @@ from .prefill_first import (
 )
 from .search_outcome import SearchOutcome
 
-__all__ = ["prefill_search"]
+__all__ = ["knob_moves", "prefill_search"]
 
 #: Moves in a row without a new best before the current plan returns to the best.
 STALL = 300
@@ -133,19 +134,10 @@ class _Moves:
         self.alone = np.array([cm.batch_time(p, p, p * p, 0, 0) for p in self.prompt.tolist()])
         self.n = len(self.prompt)
         self.cumulative = np.arange(1, self.n + 1, dtype=float)
-        self.tile = cm.token_tile if getattr(cm, "per_tile", 0) else 0
-        self.top = min(instance.limits.token_budget, instance.limits.prefill_budget)
 
     def steps(self, knobs: PrefillFirst) -> list[PrefillFirst]:
-        """The knobs one change from ``knobs`` with ``evict`` kept: :func:`.prefill_first.knob_steps` and,
-        under a cost model with token tiles, the caps of whole tiles next to ``knobs.cap`` (a full batch
-        then ends at a tile's end)."""
-        out = [k for k in knob_steps(knobs, self.instance) if k.evict == knobs.evict]
-        if self.tile and knobs.chunked:
-            whole = knobs.cap // self.tile * self.tile
-            caps = {c for c in (whole - self.tile, whole, whole + self.tile) if MIN_CAP <= c <= self.top}
-            out += [replace(knobs, cap=c) for c in sorted(caps - {knobs.cap, *(k.cap for k in out)})]
-        return out
+        """The knobs one change from ``knobs`` with ``evict`` kept (:func:`knob_moves`)."""
+        return knob_moves(knobs, self.instance)
 
     def aim(self, first: np.ndarray) -> None:
         """Aim the moves at the requests of the plan with first-token times ``first``: each is drawn
@@ -193,6 +185,21 @@ class _Moves:
         return kind, getattr(self, kind)(plan)
 
 
+def knob_moves(knobs: PrefillFirst, instance: Instance) -> list[PrefillFirst]:
+    """The knobs one change from ``knobs`` with ``evict`` kept: :func:`.prefill_first.knob_steps` and,
+    under a cost model with token tiles, the caps of whole tiles next to ``knobs.cap`` within
+    [:data:`.prefill_first.MIN_CAP`, min(C, P)] (a batch cut at the cap then ends at a tile's end)."""
+    out = [k for k in knob_steps(knobs, instance) if k.evict == knobs.evict]
+    cm = instance.cost_model
+    tile = cm.token_tile if getattr(cm, "per_tile", 0) else 0
+    if tile and knobs.chunked:
+        top = min(instance.limits.token_budget, instance.limits.prefill_budget)
+        whole = knobs.cap // tile * tile
+        caps = {c for c in (whole - tile, whole, whole + tile) if MIN_CAP <= c <= top}
+        out += [replace(knobs, cap=c) for c in sorted(caps - {knobs.cap, *(k.cap for k in out)})]
+    return out
+
+
 def prefill_search(
     instance: Instance, start: PrefillFirst, budget: TimeBudget, evictions: bool = True, seed: int = 0
 ) -> SearchOutcome:
@@ -226,9 +233,8 @@ def prefill_search(
     others = _starts(instance, (given, current), moves, climb.budget, evictions, SLOWER * seconds)
     starts = [current, *others[: STARTS - 1]]
     best = current
-    for k, plan in enumerate(starts):  # each climb its share of the time left, the rest to the best
-        left = climb.budget.left()
-        found = climb.run(plan, RESTARTS, None if left is None or len(starts) == 1 else left / (len(starts) - k))
+    for plan in starts:  # each climb until it stalls (patient when alone), then one from the best of all
+        found = climb.run(plan, RESTARTS, patient=len(starts) == 1)
         best = found if found[0] < best[0] else best
     if len(starts) > 1 and not climb.budget.expired():
         best = min(best, climb.run(best), key=lambda f: f[0])
@@ -296,17 +302,21 @@ class _Climb:
         return self.whole.search_budget()
 
     def run(
-        self, current: tuple[float, _Plan, np.ndarray], restarts: int = RESTARTS, seconds: float | None = None
+        self, current: tuple[float, _Plan, np.ndarray], restarts: int = RESTARTS, patient: bool = True
     ) -> tuple[float, _Plan, np.ndarray]:
         """The best plan found from ``current``, ending after ``restarts`` + 1 restarts in a row without a
-        new best, or after ``seconds`` (None: no limit but the search's); every plan better than all
-        before, in this run or an earlier one, joins the history, and the whole schedule of the last
-        such plan is built when due and at the end of the run."""
-        stop = math.inf if seconds is None else time.perf_counter() + seconds
+        new best or, unless ``patient``, once the time since its last new best (after at least one
+        return to the best) exceeds the time it took to find it; every plan better than all before, in
+        this run or an earlier one, joins the history, and the whole schedule of the last such plan is
+        built when due and at the end of the run."""
+        began = last = time.perf_counter()
         best, moves = current, self.moves
         moves.aim(current[2])
         stale = rounds = fruitless = 0  # fruitless: restarts since the last new best
-        while fruitless <= restarts and not self.budget.expired() and time.perf_counter() < stop:
+        while fruitless <= restarts and not self.budget.expired():
+            now = time.perf_counter()
+            if not patient and (rounds or fruitless) and now - last > last - began:
+                break
             if rounds >= ROUNDS:  # stalled: kick harder from now on
                 fruitless, rounds = fruitless + 1, 0
                 continue
@@ -318,7 +328,7 @@ class _Climb:
                 current = found
                 moves.aim(found[2])
                 if found[0] < best[0] * (1 - 1e-12):
-                    best, stale, rounds, fruitless = current, 0, 0, 0
+                    best, stale, rounds, fruitless, last = current, 0, 0, 0, time.perf_counter()
                     if found[0] < self.history[-1][1]:
                         self.history.append((round(time.perf_counter() - self.began, 3), found[0]))
                         if self.whole.due():

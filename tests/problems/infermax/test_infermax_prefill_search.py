@@ -33,7 +33,7 @@ from optsched.problems.infermax.prefill_first import (
     prefill_first_ttft,
     variants,
 )
-from optsched.problems.infermax.prefill_search import RESTARTS, ROUNDS, STALL, STARTS, prefill_search
+from optsched.problems.infermax.prefill_search import RESTARTS, ROUNDS, STALL, knob_moves, prefill_search
 from optsched.result import objective_of
 from optsched.schedule import Schedule, replay
 from tests.problems.infermax.test_infermax_online import online_instance
@@ -241,32 +241,31 @@ def test_the_knob_moves_include_caps_of_whole_tiles():
     inst = busy_instance(0)
     tile = inst.cost_model.token_tile
     assert tile > 0
-    moves = prefill_search_module._Moves(inst, random.Random(0))
     knobs = replace(variants(inst)[0], cap=700)
-    caps = {k.cap for k in moves.steps(knobs)}
+    caps = {k.cap for k in knob_moves(knobs, inst)}
     assert {700 // tile * tile, (700 // tile + 1) * tile} <= caps
-    assert all(k.evict == knobs.evict for k in moves.steps(knobs))
+    assert all(k.evict == knobs.evict for k in knob_moves(knobs, inst))
     assert all(MIN_CAP <= c <= 1024 for c in caps)
 
 
-def test_climbs_from_several_starts_each_within_its_share(monkeypatch):
-    """The search climbs from the start's plan, then from other starts (the tile fill switched), each for
-    at most its share of the time left; never worse than the start, and its schedule replays cleanly."""
+def test_climbs_from_several_starts(monkeypatch):
+    """Besides the start's plan, the search evaluates other starts (keys all zero: the tile fill
+    switched) and climbs from them (plans with keys follow); never worse than the start, and its
+    schedule replays cleanly."""
     inst = busy_instance(1)
     knobs = replace(variants(inst)[0], ratio=True, preempt=True, fill=True)
-    real, calls = prefill_search_module._Climb.run, []
+    real, plans = prefill_search_module.prefill_first_tokens, []
 
-    def recording(self, current, restarts=RESTARTS, seconds=None):
-        calls.append((current[1].knobs, seconds, self.budget.left()))
-        return real(self, current, restarts, seconds)
+    def recording(instance, plan_knobs, given, keys=None):
+        plans.append((plan_knobs, keys is not None and (keys.bias.any() or keys.hold.any())))
+        return real(instance, plan_knobs, given, keys)
 
-    monkeypatch.setattr(prefill_search_module._Climb, "run", recording)
+    monkeypatch.setattr(prefill_search_module, "prefill_first_tokens", recording)
     found = prefill_search(inst, knobs, TimeBudget.of(3.0))
-    starts = [k for k, seconds, _ in calls if seconds is not None]
-    assert starts[0].fill and any(not k.fill for k in starts[1:]), calls
-    assert len(starts) <= STARTS
-    for k, (_, seconds, left) in enumerate(calls[: len(starts)]):
-        assert seconds <= left / (len(starts) - k) + 1e-9
+    bare = [k for k, keyed in plans if not keyed]
+    assert knobs in bare and replace(knobs, fill=False) in bare
+    other = max(j for j, (k, keyed) in enumerate(plans) if not keyed and not k.fill)
+    assert sum(keyed for _, keyed in plans[other:]) >= STALL, "no climb from the other start"
     assert found.value <= found.start
     if found.schedule is not None:
         rep = replay(inst, found.schedule)
