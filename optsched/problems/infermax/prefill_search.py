@@ -230,7 +230,7 @@ def prefill_search(
     climb = _Climb(instance, moves, whole, began, [(0.0, start_value)])
     if current[0] < start_value:
         climb.history.append((round(time.perf_counter() - began, 3), current[0]))
-    others = _starts(instance, (given, current), moves, climb.budget, evictions, SLOWER * seconds)
+    others, tried = _starts(instance, (given, current), moves, climb.budget, evictions, SLOWER * seconds)
     starts = [current, *others[: STARTS - 1]]
     best = current
     for plan in starts:  # each climb until it stalls (patient when alone), then one from the best of all
@@ -244,7 +244,7 @@ def prefill_search(
             break
         found = climb.run(other, 0)
         best = found if found[0] < best[0] else best
-    evaluations += climb.evaluations + len(others) + len(neighbours)
+    evaluations += climb.evaluations + tried + len(neighbours)
     whole.build(best[1], budget)
     if whole.value >= start_value:
         return SearchOutcome(None, start_value, start_value, evaluations, climb.kept, climb.history)
@@ -350,8 +350,8 @@ class _Climb:
 def _neighbours(
     instance: Instance, plan: _Plan, moves: _Moves, budget: TimeBudget
 ) -> list[tuple[float, _Plan, np.ndarray]]:
-    """The plans of the knobs one change from ``plan``'s (``evict`` kept; :func:`.prefill_first.knob_steps`)
-    with keys all zero, evaluated, lowest value first."""
+    """The plans of the knobs one change from ``plan``'s (``evict`` kept; :func:`knob_moves`) with keys all
+    zero, evaluated, lowest value first."""
     none = PrefillKeys.none(len(plan.bias))
     found = [_evaluate(instance, _Plan(k, none.bias, none.hold), moves, budget) for k in moves.steps(plan.knobs)]
     return sorted((f for f in found if f is not None), key=lambda f: f[0])
@@ -364,25 +364,25 @@ def _starts(
     budget: TimeBudget,
     evictions: bool,
     seconds: float,
-) -> list[tuple[float, _Plan, np.ndarray]]:
-    """The other plans the search climbs from, keys all zero: the knobs of the start and of the plan it
-    climbs from first (``given``: the start and its evicting twin, :func:`_twin`), each with the tile
-    fill switched (with the ratio rule), other than the first plan's; those evaluated within ``seconds``
-    each (a slower plan's climb would try few plans), lowest value first; without ``evictions``, none
-    that evicts."""
+) -> tuple[list[tuple[float, _Plan, np.ndarray]], int]:
+    """The other plans the search climbs from (keys all zero), lowest value first, and the number of
+    plans evaluated to choose them: the knobs of the start and of the plan it climbs from first
+    (``given``: the start and its evicting twin, :func:`_twin`), each with the tile fill switched
+    (with the ratio rule), other than the first plan's; only those evaluated within ``seconds`` each
+    (a slower plan's climb would try few plans); without ``evictions``, none that evicts."""
     first = given[1][1].knobs
     knobs = {plan.knobs for _, plan, _ in given}
     knobs |= {replace(k, fill=not k.fill) for k in knobs if k.ratio}
     none = PrefillKeys.none(len(given[0][1].bias))
-    out = []
+    out, tried = [], 0
     for k in sorted(knobs - {first}, key=repr):
         if budget.expired() or (k.evict and not evictions):
             continue
-        began = time.perf_counter()
+        began, tried = time.perf_counter(), tried + 1
         found = _evaluate(instance, _Plan(k, none.bias, none.hold), moves, budget)
         if found is not None and time.perf_counter() - began <= seconds:
             out.append(found)
-    return sorted(out, key=lambda f: f[0])
+    return sorted(out, key=lambda f: f[0]), tried
 
 
 def _twin(
