@@ -220,7 +220,7 @@ class _Builder:
 
     def holders(self) -> int:
         """Requests holding KV."""
-        return len(self.fore) + len(self.decoding) + sum(1 for i in self.back if self.st.m[i] > 0)
+        return len(self.fore) + len(self.decoding) + (int(np.count_nonzero(self.st.m[self.back])) if self.back else 0)
 
     def evict_for(self, tokens: int, admitted: int, keep: set[int]) -> list[int]:
         """Evict decoding requests (most output left first), then a partial recompute, none of ``keep``,
@@ -228,7 +228,8 @@ class _Builder:
         st, out = self.st, []
         if self.held + tokens <= self.M and self.holders() + admitted <= self.r_max:
             return out
-        victims = sorted((i for i in self.decoding if i not in keep), key=lambda i: (st.g[i] - st.output[i], -st.m[i]))
+        cand = np.array([i for i in self.decoding if i not in keep], dtype=np.int64)
+        victims = cand[np.lexsort((-st.m[cand], st.g[cand] - st.output[cand]))].tolist()  # stable, as sorted()
         victims += [i for i in self.back if st.m[i] > 0 and i not in keep]
         for i in victims:
             if self.held + tokens <= self.M and self.holders() + admitted <= self.r_max:

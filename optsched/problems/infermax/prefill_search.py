@@ -25,20 +25,31 @@ current plan:
 - *jump*: one request's key is set just below or just above the key of a request arriving near it
   (their whole prompts plus biases), so that the two swap in the shortest-remaining order;
 - *hold*: one request's hold flag is switched;
-- *knob*: one knob other than ``evict`` changes (:func:`.prefill_first.knob_steps`).
+- *knob*: one knob other than ``evict`` changes (:func:`knob_moves`: :func:`.prefill_first.knob_steps` or,
+  under a cost model with token tiles, the cap moved to a whole number of tiles next to it, so that a
+  batch cut at the cap pays for no partly used tile).
 
 A move is kept when the plan's value is not worse (moves across plateaus are kept too); the best plan
 is remembered. After :data:`STALL` moves in a row without a new best the current plan returns to the
 best with random shifts, :data:`KICK` of them times 2^r; r counts the *restarts* since the last new
-best, one after each :data:`ROUNDS` returns in a row without one. The search ends when the budget
-expires or after :data:`RESTARTS` + 1 restarts in a row without a new best. With time left, the
-search then climbs in the same way, ending at the first restart without a new best, from each plan
-of the knobs one change away from the start's (``evict`` kept) with keys all zero, lowest value first.
+best, one after each :data:`ROUNDS` returns in a row without one. A *climb* ends when its time is up
+or after :data:`RESTARTS` + 1 restarts in a row without a new best.
+
+The search climbs from several *starts* (keys all zero), since climbs from different plans end in
+different local optima: the plan above, then the best :data:`STARTS` - 1 of the other plans of the
+given knobs and of their twin, each with and without the tile fill (``fill``, with the ratio rule),
+whose evaluation takes at most :data:`SLOWER` times the first plan's (:func:`_starts`). The climb
+from each start, its ``evict`` fixed, ends as above or once the time since its last new best
+exceeds the time it took to find it (so a climb that still improves keeps the time, one that has
+stalled hands it on); with time left, a climb continues from the best plan of all. With time still
+left, the search climbs in the same way, ending at the first restart without a new best, from each
+plan of the knobs one change away from the first plan's (``evict`` kept) with keys all zero, lowest
+value first.
 
 The best plan's whole schedule (decodes included) is built and replayed (:class:`_Whole`) before the
 search (the start's), at the end, and on the way: at the end of each climb and, within a climb,
-whenever :data:`CHECKPOINT` times the longest such build has passed since the last one, each time the
-best plan has changed since. The longest build so far, :data:`FINAL_SHARE` times over, is kept from
+whenever :data:`CHECKPOINT` times the longest such build has passed since the last one and the
+best plan's is not built yet. The longest build so far, :data:`FINAL_SHARE` times over, is kept from
 the search for the one at the end. The result is the schedule with the least replayed mean TTFT among
 those built (so a best plan whose schedule is not built in time leaves the best one built before),
 returned only when below the start's value.
@@ -57,10 +68,17 @@ from ...budget import TimeBudget
 from ...instance import Instance
 from ...result import objective_of
 from ...schedule import Schedule, replay
-from .prefill_first import PrefillFirst, PrefillKeys, knob_steps, prefill_first_schedule, prefill_first_tokens
+from .prefill_first import (
+    MIN_CAP,
+    PrefillFirst,
+    PrefillKeys,
+    knob_steps,
+    prefill_first_schedule,
+    prefill_first_tokens,
+)
 from .search_outcome import SearchOutcome
 
-__all__ = ["prefill_search"]
+__all__ = ["knob_moves", "prefill_search"]
 
 #: Moves in a row without a new best before the current plan returns to the best.
 STALL = 300
@@ -83,6 +101,10 @@ FINAL_SECONDS = 0.05
 FLOOR = 0.1
 #: Requests on either side (in arrival order) among which a *jump* picks the other request.
 NEAR = 6
+#: Plans the search climbs from, at most: the start's and the best of its other starts.
+STARTS = 3
+#: An other start is climbed from only when its evaluation takes at most this many times the start's.
+SLOWER = 2.0
 
 
 @dataclass
@@ -112,6 +134,10 @@ class _Moves:
         self.alone = np.array([cm.batch_time(p, p, p * p, 0, 0) for p in self.prompt.tolist()])
         self.n = len(self.prompt)
         self.cumulative = np.arange(1, self.n + 1, dtype=float)
+
+    def steps(self, knobs: PrefillFirst) -> list[PrefillFirst]:
+        """The knobs one change from ``knobs`` with ``evict`` kept (:func:`knob_moves`)."""
+        return knob_moves(knobs, self.instance)
 
     def aim(self, first: np.ndarray) -> None:
         """Aim the moves at the requests of the plan with first-token times ``first``: each is drawn
@@ -146,8 +172,8 @@ class _Moves:
         return out
 
     def knob(self, plan: _Plan) -> _Plan:
-        """One knob changed, ``evict`` kept (the start fixes it: :func:`prefill_search`)."""
-        steps = [k for k in knob_steps(plan.knobs, self.instance) if k.evict == plan.knobs.evict]
+        """One knob changed, ``evict`` kept (the start fixes it: :func:`prefill_search`; :meth:`steps`)."""
+        steps = self.steps(plan.knobs)
         out = plan.copy()
         if steps:
             out.knobs = self.rng.choice(steps)
@@ -157,6 +183,21 @@ class _Moves:
         """A random move (kind, plan): shifts and jumps most often."""
         kind = self.rng.choices(("shift", "jump", "hold", "knob"), weights=(4, 4, 1, 1))[0]
         return kind, getattr(self, kind)(plan)
+
+
+def knob_moves(knobs: PrefillFirst, instance: Instance) -> list[PrefillFirst]:
+    """The knobs one change from ``knobs`` with ``evict`` kept: :func:`.prefill_first.knob_steps` and,
+    under a cost model with token tiles, the caps of whole tiles next to ``knobs.cap`` within
+    [:data:`.prefill_first.MIN_CAP`, min(C, P)] (a batch cut at the cap then ends at a tile's end)."""
+    out = [k for k in knob_steps(knobs, instance) if k.evict == knobs.evict]
+    cm = instance.cost_model
+    tile = cm.token_tile if cm.per_tile else 0
+    if tile and knobs.chunked:
+        top = min(instance.limits.token_budget, instance.limits.prefill_budget)
+        whole = knobs.cap // tile * tile
+        caps = {c for c in (whole - tile, whole, whole + tile) if MIN_CAP <= c <= top}
+        out += [replace(knobs, cap=c) for c in sorted(caps - {knobs.cap, *(k.cap for k in out)})]
+    return out
 
 
 def prefill_search(
@@ -173,11 +214,14 @@ def prefill_search(
     moves = _Moves(instance, random.Random(seed))
     began = time.perf_counter()
     given = _evaluate(instance, _Plan(start, none.bias, none.hold), moves, budget)
+    seconds = time.perf_counter() - began  # one plan's evaluation: the start's, else its twin's below
     if given is None or n < 2:  # not built in time, or nothing to order
         value = math.inf if given is None else given[0]
         return SearchOutcome(None, value, value, int(given is not None), {}, [])
     start_value = given[0]
+    began_twin = time.perf_counter()
     current = _twin(instance, given, moves, budget, evictions)
+    seconds = seconds if current is given else time.perf_counter() - began_twin
     evaluations = 2 if evictions and not start.evict else 1
     whole = _Whole(instance, evictions, budget)
     whole.build(current[1], budget)
@@ -186,14 +230,21 @@ def prefill_search(
     climb = _Climb(instance, moves, whole, began, [(0.0, start_value)])
     if current[0] < start_value:
         climb.history.append((round(time.perf_counter() - began, 3), current[0]))
-    best = climb.run(current)
-    others = [] if climb.budget.expired() else _neighbours(instance, current[1], moves, climb.budget)
-    for other in others:  # the time left: climbs from the knobs next to the start's
+    others, tried = _starts(instance, (given, current), moves, climb.budget, evictions, SLOWER * seconds)
+    starts = [current, *others[: STARTS - 1]]
+    best = current
+    for plan in starts:  # each climb until it stalls (patient when alone), then one from the best of all
+        found = climb.run(plan, RESTARTS, patient=len(starts) == 1)
+        best = found if found[0] < best[0] else best
+    if len(starts) > 1 and not climb.budget.expired():
+        best = min(best, climb.run(best), key=lambda f: f[0])
+    neighbours = [] if climb.budget.expired() else _neighbours(instance, current[1], moves, climb.budget)
+    for other in neighbours:  # the time left: climbs from the knobs next to the start's
         if climb.budget.expired():
             break
         found = climb.run(other, 0)
         best = found if found[0] < best[0] else best
-    evaluations += climb.evaluations + len(others)
+    evaluations += climb.evaluations + tried + len(neighbours)
     whole.build(best[1], budget)
     if whole.value >= start_value:
         return SearchOutcome(None, start_value, start_value, evaluations, climb.kept, climb.history)
@@ -217,19 +268,19 @@ class _Whole:
         return self.budget.reserve(FINAL_SHARE * self.longest + FINAL_SECONDS)
 
     def due(self) -> bool:
-        """Whether :data:`CHECKPOINT` times the longest build has passed since the last build."""
+        """Whether :data:`CHECKPOINT` times the longest build has passed since the last one."""
         return time.perf_counter() - self.last >= CHECKPOINT * self.longest
 
     def build(self, plan: _Plan, budget: TimeBudget) -> None:
-        """Build and replay ``plan``'s whole schedule within ``budget`` (unless built before) and keep it
-        when its replayed mean TTFT is the least so far."""
+        """Build and replay ``plan``'s whole schedule within ``budget`` (unless tried before, other than
+        cut by its time) and keep it when its replayed mean TTFT is the least so far."""
         if any(plan is other for other in self.built):
             return
         began = time.perf_counter()
         schedule, value = _replayed(self.instance, plan, self.evictions, budget)
         self.last = time.perf_counter()
         self.longest = max(self.longest, self.last - began)
-        if schedule is not None:
+        if schedule is not None or not budget.expired():  # built, or not to be built (no clean replay)
             self.built.append(plan)
         if value < self.value:
             self.schedule, self.value = schedule, value
@@ -251,15 +302,23 @@ class _Climb:
         return self.whole.search_budget()
 
     def run(
-        self, current: tuple[float, _Plan, np.ndarray], restarts: int = RESTARTS
+        self, current: tuple[float, _Plan, np.ndarray], restarts: int = RESTARTS, patient: bool = True
     ) -> tuple[float, _Plan, np.ndarray]:
         """The best plan found from ``current``, ending after ``restarts`` + 1 restarts in a row without a
-        new best; every plan better than all before, in this run or an earlier one, joins the history,
-        and the whole schedule of the last such plan is built when due and at the end of the run."""
+        new best or, unless ``patient``, once the time since its last new best (after at least one
+        return to the best) exceeds the time it took to find it; every plan better than all before, in
+        this run or an earlier one, joins the history, and the whole schedule of the best plan of all
+        is built when due (:meth:`_Whole.due`) and at the end of the run."""
+        began = last = time.perf_counter()
         best, moves = current, self.moves
         moves.aim(current[2])
         stale = rounds = fruitless = 0  # fruitless: restarts since the last new best
         while fruitless <= restarts and not self.budget.expired():
+            if self.whole.due() and best[0] <= self.history[-1][1]:  # a checkpoint: the best of all built
+                self.whole.build(best[1], self.budget)
+            now = time.perf_counter()
+            if not patient and (rounds or fruitless) and now - last > last - began:
+                break
             if rounds >= ROUNDS:  # stalled: kick harder from now on
                 fruitless, rounds = fruitless + 1, 0
                 continue
@@ -271,11 +330,9 @@ class _Climb:
                 current = found
                 moves.aim(found[2])
                 if found[0] < best[0] * (1 - 1e-12):
-                    best, stale, rounds, fruitless = current, 0, 0, 0
+                    best, stale, rounds, fruitless, last = current, 0, 0, 0, time.perf_counter()
                     if found[0] < self.history[-1][1]:
                         self.history.append((round(time.perf_counter() - self.began, 3), found[0]))
-                        if self.whole.due():
-                            self.whole.build(found[1], self.budget)
                     continue
             stale += 1
             if stale >= STALL:  # back to the best, kicked
@@ -293,12 +350,39 @@ class _Climb:
 def _neighbours(
     instance: Instance, plan: _Plan, moves: _Moves, budget: TimeBudget
 ) -> list[tuple[float, _Plan, np.ndarray]]:
-    """The plans of the knobs one change from ``plan``'s (``evict`` kept; :func:`.prefill_first.knob_steps`)
-    with keys all zero, evaluated, lowest value first."""
+    """The plans of the knobs one change from ``plan``'s (``evict`` kept; :func:`knob_moves`) with keys all
+    zero, evaluated, lowest value first."""
     none = PrefillKeys.none(len(plan.bias))
-    steps = [k for k in knob_steps(plan.knobs, instance) if k.evict == plan.knobs.evict]
-    found = [_evaluate(instance, _Plan(k, none.bias, none.hold), moves, budget) for k in steps]
+    found = [_evaluate(instance, _Plan(k, none.bias, none.hold), moves, budget) for k in moves.steps(plan.knobs)]
     return sorted((f for f in found if f is not None), key=lambda f: f[0])
+
+
+def _starts(
+    instance: Instance,
+    given: tuple[tuple[float, _Plan, np.ndarray], tuple[float, _Plan, np.ndarray]],
+    moves: _Moves,
+    budget: TimeBudget,
+    evictions: bool,
+    seconds: float,
+) -> tuple[list[tuple[float, _Plan, np.ndarray]], int]:
+    """The other plans the search climbs from (keys all zero), lowest value first, and the number of
+    plans evaluated to choose them: the knobs of the start and of the plan it climbs from first
+    (``given``: the start and its evicting twin, :func:`_twin`), each with the tile fill switched
+    (with the ratio rule), other than the first plan's; only those evaluated within ``seconds`` each
+    (a slower plan's climb would try few plans); without ``evictions``, none that evicts."""
+    first = given[1][1].knobs
+    knobs = {plan.knobs for _, plan, _ in given}
+    knobs |= {replace(k, fill=not k.fill) for k in knobs if k.ratio}
+    none = PrefillKeys.none(len(given[0][1].bias))
+    out, tried = [], 0
+    for k in sorted(knobs - {first}, key=repr):
+        if budget.expired() or (k.evict and not evictions):
+            continue
+        began, tried = time.perf_counter(), tried + 1
+        found = _evaluate(instance, _Plan(k, none.bias, none.hold), moves, budget)
+        if found is not None and time.perf_counter() - began <= seconds:
+            out.append(found)
+    return sorted(out, key=lambda f: f[0]), tried
 
 
 def _twin(

@@ -7,6 +7,9 @@
   on random small instances, without evictions when they are not allowed; it respects a short
   budget and gives nothing with an expired one.
 - On tiny instances its value is never below the exhaustive optimum.
+- It climbs from several starts, each within its share of the time; the knob moves offer caps of
+  whole token tiles; a planted fault (whole schedules that do not replay) is caught: no such schedule
+  is ever returned.
 - A solve for mean TTFT at scale runs it and returns no worse than its schedule.
 """
 
@@ -23,15 +26,16 @@ from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
 from optsched.problems.infermax import prefill_search as prefill_search_module
 from optsched.problems.infermax.prefill_first import (
+    MIN_CAP,
     PrefillKeys,
     best_prefill_first,
     prefill_first_schedule,
     prefill_first_ttft,
     variants,
 )
-from optsched.problems.infermax.prefill_search import RESTARTS, ROUNDS, STALL, prefill_search
+from optsched.problems.infermax.prefill_search import RESTARTS, ROUNDS, STALL, knob_moves, prefill_search
 from optsched.result import objective_of
-from optsched.schedule import replay
+from optsched.schedule import Schedule, replay
 from tests.problems.infermax.test_infermax_online import online_instance
 from tests.support.infermax import tiny_instance
 from tests.support.latency_bruteforce import exhaustive_mean
@@ -164,12 +168,30 @@ def long_output_instance(seed: int, n: int = 60):
     return replace(inst, requests=tuple(replace(r, output_tokens=rng.randint(500, 1500)) for r in inst.requests))
 
 
+#: Seconds added to every whole-schedule build by :func:`slow_whole_schedules` (several times a
+#: plan's evaluation, so that the time a machine's load adds to a build is small beside it).
+SLOW_BUILD = 0.25
+
+
+def slow_whole_schedules(monkeypatch) -> None:
+    """Make every whole-schedule build of the search take :data:`SLOW_BUILD` seconds more."""
+    real = prefill_search_module.prefill_first_schedule
+
+    def slow(instance, knobs, budget, keys):
+        time.sleep(SLOW_BUILD)
+        return real(instance, knobs, budget, keys)
+
+    monkeypatch.setattr(prefill_search_module, "prefill_first_schedule", slow)
+
+
 @pytest.mark.parametrize("seed", range(3))
-def test_a_better_plan_found_is_returned_when_whole_schedules_are_slow(seed):
-    """The end keeps the time a whole schedule takes (decodes included), not the time of first tokens
-    alone: whenever the search finds a better plan, its replayed schedule is the result."""
+def test_a_better_plan_found_is_returned_when_whole_schedules_are_slow(seed, monkeypatch):
+    """The end keeps the time a whole schedule takes (decodes included, here made slower still), not
+    the time of first tokens alone: whenever the search finds a better plan, its replayed schedule is
+    the result."""
+    slow_whole_schedules(monkeypatch)
     inst = long_output_instance(seed)
-    found = prefill_search(inst, variants(inst)[0], TimeBudget.of(3.0), seed=seed)
+    found = prefill_search(inst, variants(inst)[0], TimeBudget.of(4.0), seed=seed)
     assert len(found.history) == 1 or found.schedule is not None, found.history
     if found.schedule is not None:
         rep = replay(inst, found.schedule)
@@ -179,10 +201,10 @@ def test_a_better_plan_found_is_returned_when_whole_schedules_are_slow(seed):
 @pytest.mark.parametrize("seed", range(2))
 def test_the_best_schedule_built_on_the_way_is_kept_when_the_last_is_not_built(seed, monkeypatch):
     """Planted fault: the best plan's whole schedule at the end is never built (as if out of time).
-    The result is then the best whole schedule built on the way (at the end of a climb), never nothing
-    when one of those was below the start."""
+    The result is then the best whole schedule built on the way (at a checkpoint or the end of a
+    climb), never nothing when one of those was below the start."""
     inst = long_output_instance(seed, n=30)
-    budget = TimeBudget.of(4.0)
+    budget = TimeBudget.of(6.0)
     real, built = prefill_search_module.prefill_first_schedule, []
 
     def failing_at_the_end(instance, knobs, given, keys):
@@ -229,3 +251,63 @@ def test_ends_by_itself_and_climbs_from_the_next_knobs():
     assert time.perf_counter() - began < 60.0
     assert found.value <= found.start
     assert found.evaluations > STALL * ROUNDS * (RESTARTS + 1)  # the first climb ran to its end, then more
+
+
+def test_the_knob_moves_include_caps_of_whole_tiles():
+    """Under a cost model with token tiles, the knob moves offer the caps of whole tiles next to the cap
+    (``evict`` kept), within [MIN_CAP, min(C, P)]."""
+    inst = busy_instance(0)
+    tile = inst.cost_model.token_tile
+    assert tile > 0
+    knobs = replace(variants(inst)[0], cap=700)
+    caps = {k.cap for k in knob_moves(knobs, inst)}
+    assert {700 // tile * tile, (700 // tile + 1) * tile} <= caps
+    assert all(k.evict == knobs.evict for k in knob_moves(knobs, inst))
+    assert all(MIN_CAP <= c <= 1024 for c in caps)
+
+
+def test_climbs_from_several_starts(monkeypatch):
+    """Besides the start's plan, the search evaluates other starts (keys all zero: the tile fill
+    switched) and climbs from them (plans with keys follow); never worse than the start, and its
+    schedule replays cleanly."""
+    inst = busy_instance(1)
+    knobs = replace(variants(inst)[0], ratio=True, preempt=True, fill=True)
+    real, plans = prefill_search_module.prefill_first_tokens, []
+
+    def recording(instance, plan_knobs, given, keys=None):
+        plans.append((plan_knobs, keys is not None and (keys.bias.any() or keys.hold.any())))
+        return real(instance, plan_knobs, given, keys)
+
+    monkeypatch.setattr(prefill_search_module, "prefill_first_tokens", recording)
+    found = prefill_search(inst, knobs, TimeBudget.of(3.0))
+    bare = [k for k, keyed in plans if not keyed]
+    assert knobs in bare and replace(knobs, fill=False) in bare
+    other = max(j for j, (k, keyed) in enumerate(plans) if not keyed and not k.fill)
+    assert sum(keyed for _, keyed in plans[other:]) >= STALL, "no climb from the other start"
+    assert found.value <= found.start
+    if found.schedule is not None:
+        rep = replay(inst, found.schedule)
+        assert rep.feasible and objective_of(rep, "ttft") == found.value
+
+
+def test_a_schedule_that_does_not_replay_is_never_returned(monkeypatch):
+    """Planted fault: every whole schedule after the start's loses its last batch (it no longer
+    completes every request). The replay check rejects each one, so the search returns nothing better
+    than its start, never a broken schedule."""
+    inst = busy_instance(2)
+    knobs = replace(variants(inst)[0], ratio=True, preempt=True, fill=True)
+    real, broken = prefill_search_module.prefill_first_schedule, []
+
+    def breaking(instance, plan_knobs, given, keys):
+        schedule = real(instance, plan_knobs, given, keys)
+        if schedule is None or keys is None or not (keys.bias.any() or keys.hold.any() or plan_knobs != knobs):
+            return schedule  # the start's own schedule stays whole
+        cut = Schedule(schedule.instance, schedule.batches[:-1], schedule.meta)
+        assert not replay(instance, cut).feasible
+        broken.append(cut)
+        return cut
+
+    monkeypatch.setattr(prefill_search_module, "prefill_first_schedule", breaking)
+    found = prefill_search(inst, knobs, TimeBudget.of(3.0))
+    assert broken, "no schedule but the start's was built"
+    assert found.schedule is None and found.value == found.start
