@@ -211,6 +211,14 @@ class CostModel:
             t += d.bias + d.per_token * n_dec + d.per_kv * kv_dec + d.per_max_kv * kv_max
         return self.layers * t
 
+    def least_overhead(self, whole_tile: bool = False) -> float:
+        """The least time of a non-empty batch beyond its items' terms, seconds: ``L (b + min(pb, db))``
+        (the same under :meth:`linear_twin`), plus one whole tile ``L tc`` with ``whole_tile`` (a
+        non-empty batch starts at least one)."""
+        return self.layers * (
+            self.base + min(self.prefill.bias, self.decode.bias) + (self.per_tile if whole_tile else 0.0)
+        )
+
     def prefill_time(self, chunk: int, cached: int = 0) -> float:
         """Time of a batch holding one prefill chunk of ``chunk`` tokens, over ``cached`` tokens
         already in the request's KV, and nothing else."""

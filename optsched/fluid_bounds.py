@@ -152,7 +152,7 @@ class FluidTerms:
         coef = Coefficients.of(instance.cost_model)
         L, a, pa, pq = coef.layers, coef.per_token, coef.prefill_per_token, coef.prefill_per_token_sq
         da, dk = coef.decode_per_token, coef.decode_per_kv
-        self.overhead = L * (coef.base + min(coef.prefill_bias, coef.decode_bias) + coef.per_tile)
+        self.overhead = instance.cost_model.least_overhead(whole_tile=True)
         reqs = instance.requests
         self.release = np.array([r.arrival for r in reqs], dtype=np.float64)
         self.alone = critical_path_times(instance)

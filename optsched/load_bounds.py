@@ -120,7 +120,7 @@ from .bounds import (
     request_work,
 )
 from .budget import NO_LIMIT, TimeBudget
-from .costmodel import Coefficients, CostModel
+from .costmodel import Coefficients
 from .fluid_bounds import FLUID_TIME, fluid_latency
 from .instance import Instance
 from .lprows import LpRows
@@ -173,12 +173,6 @@ def most_items(instance: Instance) -> int:
     return max(1, min(caps))
 
 
-def _overhead(cm: CostModel) -> float:
-    """beta: the least overhead of a non-empty batch under the profile's linear twin."""
-    tw = cm.linear_twin()
-    return tw.layers * (tw.base + min(tw.prefill.bias, tw.decode.bias))
-
-
 def share_terms(instance: Instance, first_tokens: bool = False, items_cap: int | None = None) -> np.ndarray:
     """The columns of p_i (module docstring) that the weight vectors mix, one row per request:
     least item work (the prompt's least attention included), then the overhead's count, token and
@@ -197,7 +191,7 @@ def share_terms(instance: Instance, first_tokens: bool = False, items_cap: int |
     slots = O * I + O * (O - 1.0) / 2.0
     memory = slots / lim.kv_capacity if lim.kv_capacity is not None else np.zeros_like(I)
     work = request_work(instance, first_tokens=first_tokens) + prompt_attention_extra(instance, I)
-    beta = _overhead(instance.cost_model)
+    beta = instance.cost_model.least_overhead()
     return np.column_stack([work, beta * n_items / K, beta * tokens / lim.token_budget, beta * memory])
 
 
@@ -474,7 +468,7 @@ def _busy_time(instance: Instance, first_tokens: bool, K: int, seconds: float) -
     else:
         earliest = release + critical_path_times(instance)
     work = request_work(instance, first_tokens=first_tokens)
-    beta = _overhead(instance.cost_model)
+    beta = instance.cost_model.least_overhead()
     shared = beta * (np.ceil(I / lim.prefill_budget) + O - 1.0)
     value = busy_time_lp(release, work, shared, _biggest_item(instance, I, O), earliest, K, beta, seconds)
     if value is None:

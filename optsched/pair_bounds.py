@@ -335,11 +335,6 @@ def pair_interference(instance: Instance) -> float:
     return latency_pair_values(instance)[0]
 
 
-def _least_overhead(cm: CostModel) -> float:
-    """beta': the least time of a batch beyond its items' terms c', L(b + min(pb, db) + tc) (one tile)."""
-    return cm.layers * (cm.base + min(cm.prefill.bias, cm.decode.bias) + cm.per_tile)
-
-
 def _share_cost(
     units: np.ndarray, outputs: np.ndarray, prompts: np.ndarray, decode: np.ndarray, c_min: float, *, v: np.ndarray
 ) -> np.ndarray:
@@ -418,7 +413,7 @@ def _latency_terms(instance: Instance, A: np.ndarray | None = None) -> tuple[flo
     work = c_min * I + prefix.items()  # w'_i
     pairs = latency_pairs(instance, A, work, prefix)
     interference = math.fsum(A) + math.fsum(np.minimum(pairs.rest, work[pairs.j]))
-    beta = _least_overhead(cm)
+    beta = cm.least_overhead(whole_tile=True)  # beta': L(b + min(pb, db) + tc)
     dk_dx = cm.layers * (cm.decode.per_kv + cm.decode.per_max_kv)
     with_max_kv = ((dec_a + dk_dx * I, np.full(len(I), dk_dx)), prefix.item[1])
     own = c_min * I + prefix.items(with_max_kv)  # X_j: item terms plus L dx m of every decode item

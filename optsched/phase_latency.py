@@ -150,7 +150,7 @@ def pricing(cm: CostModel, whole_tile: bool) -> tuple[float, float, float, float
     tw = (replace(cm, token_tile=0, per_tile=0.0) if whole_tile else cm).linear_twin()
     coef = Coefficients.of(tw)
     L = coef.layers
-    beta = L * (coef.base + min(coef.prefill_bias, coef.decode_bias)) + (cm.layers * cm.per_tile if whole_tile else 0.0)
+    beta = cm.least_overhead(whole_tile)
     chunk = L * (coef.per_token + coef.prefill_per_token + coef.prefill_per_token_sq)
     return beta, chunk, L * (coef.per_token + coef.decode_per_token), L * coef.decode_per_kv
 

@@ -265,7 +265,7 @@ class TrajectoryLP:
         self.classes = [_Class(I, O, n, *extras(instance, I, O)) for (I, O), n in sorted(groups.items())]
         cm = instance.cost_model
         #: Least overhead of a batch, L (b + min(pb, db)).
-        self.cost_per_batch = cm.layers * (cm.base + min(cm.prefill.bias, cm.decode.bias))
+        self.cost_per_batch = cm.least_overhead()
         self.points: dict[int, GridPoint] = {}
         #: Per B solved, the master's last solution: (class, actions, weight) of its columns in use.
         self.solutions: dict[int, list[tuple[int, np.ndarray, float]]] = {}
@@ -458,7 +458,7 @@ def trajectory_bound(
     lp = lp or TrajectoryLP(instance)
     W = float(request_work(instance).sum())
     cm = instance.cost_model
-    kappa = cm.layers * (cm.base + min(cm.prefill.bias, cm.decode.bias))
+    kappa = cm.least_overhead()
     kv = kv_time_count(instance)
     floor = max(batch_counts(instance)[0], kv)
     ceiling = max(floor, int((upper - W) / kappa) if kappa > 0 else floor)
