@@ -23,8 +23,8 @@ from optsched.instance import parse_instance
 from optsched.load_bounds import load_bounds, lp_bounds, prompt_attention_extra, proven_bounds
 from optsched.phase_latency import counted_items, least_finish_sum, lockstep_finishes, phase_latency
 from tests.benchmarks.bench_lockstep_toy import least_sum
+from tests.support.bound_checks import loaded_instance, optimum, policy_values, refutations
 from tests.support.solving import registered_bounds
-from tests.test_load_bounds import loaded_instance, optimum, policy_values, refutations
 from tests.test_phase_bounds import burst_instance
 
 
