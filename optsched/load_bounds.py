@@ -346,10 +346,10 @@ def busy_time_lp(
     return max(0.0, (total - math.fsum(release)) / N)
 
 
-def _best_over_weights(instance: Instance, first_tokens: bool, alone: np.ndarray) -> tuple[float, tuple[float, ...]]:
+def _best_over_weights(instance: Instance, terms: np.ndarray, alone: np.ndarray) -> tuple[float, tuple[float, ...]]:
+    """(the largest SRPT bound, its weights) over :data:`SHARE_WEIGHTS`; ``terms``: :func:`share_terms`."""
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     has_memory = instance.limits.kv_capacity is not None
-    terms = share_terms(instance, first_tokens)
     weights = [w for w in SHARE_WEIGHTS if has_memory or not w[2]]
     found = [(srpt_mean_bound(release, mix_shares(terms, w, has_memory), alone), w) for w in weights]
     return max(found, key=lambda f: f[0])
@@ -367,14 +367,15 @@ def load_bounds(instance: Instance, objective: str, ttft: list[Bound] | None = N
     if name not in ("latency", "ttft") or not instance.requests:
         return []
     K = most_items(instance)
+    terms = share_terms(instance, first_tokens=name == "ttft")
     if name == "latency":
         alone = critical_path_times(instance)
-        value, w = _best_over_weights(instance, False, alone)
+        value, w = _best_over_weights(instance, terms, alone)
         what = "each request's work + overhead shares"
         bound = "srpt-work"
     else:
         alone = np.array([prefill_alone_time(instance, r.prompt_tokens) for r in instance.requests])
-        value, w = _best_over_weights(instance, True, alone)
+        value, w = _best_over_weights(instance, terms, alone)
         what = "each request's prefill work + overhead shares"
         bound = "srpt-prefill"
     note = (
@@ -387,7 +388,7 @@ def load_bounds(instance: Instance, objective: str, ttft: list[Bound] | None = N
         out.append(ttft_plus_rest(instance, max(firsts, key=lambda b: b.value)))
     if name == "ttft":  # the batch overhead at each first token's end (optsched/ttft_bounds.py)
         release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
-        done = srpt_completions(release, share_terms(instance, True)[:, 0])
+        done = srpt_completions(release, terms[:, 0])
         out.append(flush_bound(instance, flush_mean_bound(done, release, alone, flush_overhead(instance))))
     if K == 1 and len(alone) > 1:  # one item a batch: every batch is a lone batch
         release = np.array([r.arrival for r in instance.requests], dtype=np.float64)

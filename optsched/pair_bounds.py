@@ -179,10 +179,13 @@ def pair_counts(release: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, np.
     return order, counts
 
 
-def overlapping_pairs(release: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def overlapping_pairs(
+    release: np.ndarray, reach: np.ndarray, counted: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Index pairs (i, j), j after i in arrival order (stable) with r_j <= r_i + reach_i, at most
-    :data:`MAX_PAIRS` (each i's nearest first)."""
-    order, counts = pair_counts(release, reach)
+    :data:`MAX_PAIRS` (each i's nearest first); ``counted``: ``pair_counts(release, reach)`` where
+    already computed."""
+    order, counts = pair_counts(release, reach) if counted is None else counted
     pos = np.repeat(np.arange(len(order)), counts)
     offset = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
     return order[pos], order[pos + 1 + offset]
@@ -310,13 +313,20 @@ class LatencyPairs:
     batches: np.ndarray
 
 
-def latency_pairs(instance: Instance, A: np.ndarray, work: np.ndarray, prefix: LonePrefix) -> LatencyPairs:
+def latency_pairs(
+    instance: Instance,
+    A: np.ndarray,
+    work: np.ndarray,
+    prefix: LonePrefix,
+    counted: tuple[np.ndarray, np.ndarray] | None = None,
+) -> LatencyPairs:
     """The pairs of requests whose lifetimes must overlap, and what the earlier one leaves for the later
-    one's window (module docstring); ``A``: the critical path, ``work``: w'_i, ``prefix``: the lines."""
+    one's window (module docstring); ``A``: the critical path, ``work``: w'_i, ``prefix``: the lines,
+    ``counted``: :func:`pair_counts` of the arrivals and ``A`` where already computed."""
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)
     O = np.array([r.output_tokens for r in instance.requests], dtype=np.float64)
-    i, j = overlapping_pairs(release, A)
+    i, j = overlapping_pairs(release, A, counted)
     gap = release[j] - release[i]
     lo, hi = np.zeros(len(i)), O[i].copy()  # h = the most tokens whose least time alone fits in the gap
     while np.any(lo < hi):  # vectorised binary search over h in [0, O_i]; prefix.alone is non-decreasing in h
@@ -401,9 +411,12 @@ class WaitTerms:
         return share[j], share[i]
 
 
-def _latency_terms(instance: Instance, A: np.ndarray | None = None) -> tuple[float, WaitTerms]:
+def _latency_terms(
+    instance: Instance, A: np.ndarray | None = None, counted: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[float, WaitTerms]:
     """(the ``pair-interference`` total, the ``pair-wait`` terms) of the module docstring, from one pass;
-    ``A``: the critical path times where already computed."""
+    ``A``: the critical path times and ``counted``: :func:`pair_counts` of the arrivals and ``A``, where
+    already computed."""
     cm = instance.cost_model
     A = critical_path_times(instance) if A is None else A
     prefix = lone_prefix(instance)
@@ -411,7 +424,7 @@ def _latency_terms(instance: Instance, A: np.ndarray | None = None) -> tuple[flo
     O = prefix.outputs
     c_min, dec_a, dec_k = _item_coefficients(instance)
     work = c_min * I + prefix.items()  # w'_i
-    pairs = latency_pairs(instance, A, work, prefix)
+    pairs = latency_pairs(instance, A, work, prefix, counted)
     interference = math.fsum(A) + math.fsum(np.minimum(pairs.rest, work[pairs.j]))
     beta = cm.least_overhead(whole_tile=True)  # beta': L(b + min(pb, db) + tc)
     dk_dx = cm.layers * (cm.decode.per_kv + cm.decode.per_max_kv)
@@ -423,10 +436,12 @@ def _latency_terms(instance: Instance, A: np.ndarray | None = None) -> tuple[flo
     return interference, terms
 
 
-def wait_terms(instance: Instance, A: np.ndarray | None = None) -> WaitTerms:
-    """The ``pair-wait`` terms of ``instance`` (at least one request); ``A``: its critical path times
-    where already computed."""
-    return _latency_terms(instance, A)[1]
+def wait_terms(
+    instance: Instance, A: np.ndarray | None = None, counted: tuple[np.ndarray, np.ndarray] | None = None
+) -> WaitTerms:
+    """The ``pair-wait`` terms of ``instance`` (at least one request); ``A``: its critical path times and
+    ``counted``: :func:`pair_counts` of its arrivals and ``A`` (the pairs, counted), where already computed."""
+    return _latency_terms(instance, A, counted)[1]
 
 
 def latency_pair_values(instance: Instance, split: np.ndarray | None = None) -> tuple[float, float]:

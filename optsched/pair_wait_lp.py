@@ -134,9 +134,10 @@ def pair_wait_lp(instance: Instance, seconds: float = LP_TIME) -> Bound | None:
     than :data:`LP_PAIRS`, or no feasible point within ``seconds``)."""
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     A = critical_path_times(instance)
-    if not 0 < pair_counts(release, A)[1].sum() <= LP_PAIRS:
+    counted = pair_counts(release, A)
+    if not 0 < counted[1].sum() <= LP_PAIRS:
         return None  # the pairs are counted before their terms are built
-    terms = wait_terms(instance, A)
+    terms = wait_terms(instance, A, counted)
     weights = wait_weights(terms, seconds)
     if weights is None:
         return None

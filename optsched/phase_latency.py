@@ -292,8 +292,9 @@ def _tile_pricings(instance: Instance) -> tuple[bool, ...]:
 def _levels(
     instance: Instance, attention: np.ndarray, whole_tile: bool, order: np.ndarray, budget: TimeBudget
 ) -> list[tuple[float, float, np.ndarray, np.ndarray]]:
-    """(beta, c, n_j, E_j) at each level of :data:`LEVELS` under one pricing, requests in ``order``
-    (those of :data:`ROWS` requests at a time; none once ``budget`` has expired)."""
+    """(beta, c, n_j, E_j) at each level of :data:`LEVELS` under one pricing, requests in ``order``:
+    the terms of :data:`ROWS` requests at a time, laid out twice (for the levels, then for every
+    level's counts); none once ``budget`` has expired."""
     beta = pricing(instance.cost_model, whole_tile)[0]
     lengths = np.asarray(instance.columns[2], dtype=np.float64)
     blocks = [np.arange(k, min(k + ROWS, len(lengths))) for k in range(0, len(lengths), ROWS)]
@@ -304,18 +305,16 @@ def _levels(
         first = terms[:, : min(2, terms.shape[1])]  # the least term is one of these: the later ones grow
         least = min(least, float(first[np.arange(first.shape[1])[None, :] < lengths[rows, None]].min()))
     per_token = total / lengths
-    out = []
-    for level in sorted({max(least, float(np.quantile(per_token, q))) for q in LEVELS}):
-        c = level * (1.0 - LEVEL_MARGIN)  # a term equal to the level counts despite rounding
-        if c <= 0:
-            continue
-        n = np.empty(len(lengths))
-        for rows in blocks:
-            if budget.expired():
-                return out
-            n[rows] = counted_items(token_terms(instance, attention, whole_tile, rows), lengths[rows], c)
-        out.append((beta, c, n[order], np.maximum(total - c * n, 0.0)[order]))
-    return out
+    levels = sorted({max(least, float(np.quantile(per_token, q))) for q in LEVELS})
+    cs = [c for c in (level * (1.0 - LEVEL_MARGIN) for level in levels) if c > 0]  # a term equal to a level counts
+    n = np.empty((len(cs), len(lengths)))
+    for rows in blocks:
+        if budget.expired():
+            return []
+        terms = token_terms(instance, attention, whole_tile, rows)
+        for k, c in enumerate(cs):
+            n[k, rows] = counted_items(terms, lengths[rows], c)
+    return [(beta, c, n[k][order], np.maximum(total - c * n[k], 0.0)[order]) for k, c in enumerate(cs)]
 
 
 def _later_starts(

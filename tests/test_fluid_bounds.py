@@ -19,10 +19,10 @@ from optsched.bounds import critical_path_times
 from optsched.fluid_bounds import FLUID_TIME, FluidTerms, fluid_grid, fluid_latency, fluid_lp
 from optsched.load_bounds import LP_STRETCH, most_items
 from optsched.result import replayed_objective
+from tests.support.bound_checks import loaded_instance, policy_values
 from tests.support.infermax import tiny_instance
 from tests.support.latency_bruteforce import exhaustive_mean
 from tests.support.solving import registered_bounds
-from tests.test_load_bounds import loaded_instance, policy_values
 
 #: HiGHS' time limit in these checks (seconds): the most the InferMax bounder gives the fluid LP, room
 #: for a loaded shared machine (a solve stopped by its limit gives no bound, which a check reads as a

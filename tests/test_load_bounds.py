@@ -29,25 +29,13 @@ from optsched.load_bounds import (
     srpt_completions,
     srpt_mean_bound,
 )
-from optsched.policies import policy_names, reads_slo, simulator_for
-from optsched.result import objective_named, replayed_objective
+from optsched.result import objective_named
+from tests.support.bound_checks import LOADED, TINY, loaded_instance, optimum, policy_values
 from tests.support.infermax import check_result, solve, tiny_instance
 from tests.support.infermax_bruteforce import exhaustive_optimum
-from tests.support.latency_bruteforce import exhaustive_mean
 from tests.support.solving import registered_bounds
 
 OBJECTIVES = ("latency", "ttft")
-#: Tiny instances with several requests (a single request proves little about load).
-TINY = (0, 5, 6, 7, 9, 10, 11, 13, 16, 19, 20, 25, 26, 27, 29, 30, 34, 37)
-
-
-def optimum(inst, objective: str) -> float:
-    """The exhaustive optimum, after checking that its schedule replays to it."""
-    found = exhaustive_mean(inst, objective)
-    assert found is not None
-    value, path = found
-    assert replayed_objective(inst, path, objective)[0] == pytest.approx(value, rel=1e-9)
-    return value
 
 
 @pytest.mark.parametrize("seed", (0, 5, 9, 13))
@@ -105,65 +93,7 @@ def test_a_planted_invalid_bound_is_caught(fault: str) -> None:
     assert caught
 
 
-def loaded_instance(n: int, seed: int):
-    """N requests (I in 1..64, O in 1..32) arriving by a Poisson process fast enough to queue,
-    with KV capacity, C, P and R_max drawn at random."""
-    rng = random.Random(seed)
-    t, reqs = 0.0, []
-    rate = rng.choice([50.0, 200.0, 1000.0])
-    for k in range(n):
-        t += rng.expovariate(rate)
-        reqs.append({
-            "id": f"r{k}",
-            "prompt_tokens": rng.randint(1, 64),
-            "output_tokens": rng.randint(1, 32),
-            "arrival": round(t, 6),
-        })
-    big = max(r["prompt_tokens"] + r["output_tokens"] for r in reqs)
-    C = rng.choice([64, 256, 2048])
-    return parse_instance(
-        {
-            "name": f"loaded-{n}-{seed}",
-            "cost_model": rng.choice(["llama2-7b-a100", "llama2-70b-a100"]),
-            "limits": {
-                "token_budget": C,
-                "prefill_budget": rng.choice([p for p in (32, 64, 256) if p <= C]),
-                "kv_capacity": rng.choice([big, 4 * big, 20 * big, None]),
-                "max_running": rng.choice([4, 16, None]),
-            },
-            "requests": reqs,
-        },
-        f"loaded-{n}-{seed}",
-    )
-
-
-def policy_values(inst, objective: str) -> dict[str, float]:
-    names = [n for n in policy_names() if not reads_slo(n)]  # slo-budget needs SLO targets; these have none
-    return {name: replayed_objective(inst, simulator_for(name)(inst), objective)[0] for name in names}
-
-
-def refutations(value_of, objective: str, loaded=((50, 2), (120, 3), (200, 4))) -> int:
-    """How many instances refute the bound ``value_of(inst)`` on ``objective``: tiny ones (:data:`TINY`,
-    with and without arrivals) where it exceeds the exhaustive optimum, and the ``loaded`` ones ((n,
-    seed) of :func:`loaded_instance`) where it exceeds some policy's replayed value (a planted fault
-    must give some)."""
-    caught = 0
-    for arrivals in (False, True):
-        for seed in TINY:
-            inst = tiny_instance(seed, arrivals=arrivals)
-            caught += value_of(inst) > optimum(inst, objective) * (1 + 1e-9)
-    for n, seed in loaded:
-        inst = loaded_instance(n, seed)
-        caught += value_of(inst) > min(policy_values(inst, objective).values()) * (1 + 1e-9)
-    return caught
-
-
-def ttft_refutations(value_of) -> int:
-    """:func:`refutations` of a mean-TTFT bound on loaded instances of 50 to 200 requests."""
-    return refutations(value_of, "ttft")
-
-
-@pytest.mark.parametrize("n, seed", [(20, 1), (50, 2), (120, 3), (200, 4), (80, 5), (30, 6)])
+@pytest.mark.parametrize("n, seed", LOADED)
 def test_every_bound_is_at_most_every_policy(n: int, seed: int) -> None:
     inst = loaded_instance(n, seed)
     for objective in OBJECTIVES:

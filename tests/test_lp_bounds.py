@@ -25,8 +25,8 @@ from optsched.pair_wait_lp import LP_TIME as PAIR_LP_TIME
 from optsched.phase_bounds import rest_after_first_token
 from optsched.phase_latency import PHASE_TIME
 from optsched.result import Bound
+from tests.support.bound_checks import loaded_instance
 from tests.support.solving import registered_bounds
-from tests.test_load_bounds import loaded_instance
 
 LP_NAMES = {
     "latency": ("busy-time-work", "pair-wait-lp", "fluid-latency", "phase-latency"),

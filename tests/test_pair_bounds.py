@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 import optsched.pair_bounds as pb
 from optsched.bounds import critical_path_times
 from optsched.pair_bounds import pair_bounds, pair_interference, pair_interference_prefill, pair_wait
+from tests.support.bound_checks import TINY, loaded_instance, optimum, policy_values
 from tests.support.infermax import tiny_instance
 from tests.support.profiles import small_instances
-from tests.test_load_bounds import TINY, loaded_instance, optimum, policy_values
 
 
 def test_the_closed_form_sums_agree_with_term_by_term_sums() -> None:

@@ -23,12 +23,10 @@ from hypothesis import strategies as st
 import optsched.pair_wait_lp as pwl
 from optsched.pair_bounds import pair_wait, wait_terms
 from optsched.pair_wait_lp import pair_wait_lp, wait_weights
+from tests.support.bound_checks import LOADED, TINY, loaded_instance, optimum, policy_values, refutations
 from tests.support.infermax import tiny_instance
 from tests.support.profiles import small_instances
-from tests.test_load_bounds import TINY, loaded_instance, optimum, policy_values, refutations
 from tests.test_pair_bounds import SHAPED
-
-LOADED = [(20, 1), (50, 2), (120, 3), (200, 4), (80, 5), (30, 6)]
 
 
 def lp_value(inst) -> float:

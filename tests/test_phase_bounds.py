@@ -25,9 +25,10 @@ from optsched.load_bounds import proven_bounds
 from optsched.phase_bounds import rest_after_first_token
 from optsched.policies import policy_names, reads_slo, simulator_for
 from optsched.result import replayed_objective
+from tests.support.bound_checks import TINY, loaded_instance, optimum, policy_values
 from tests.support.infermax import tiny_instance
 from tests.support.solving import registered_bounds
-from tests.test_load_bounds import TINY, loaded_instance, long_prompt_instance, optimum, policy_values
+from tests.test_load_bounds import long_prompt_instance
 
 NAMES = ("ttft-plus-rest", "block-ttft-plus-rest")
 LOADED = [(20, 1), (50, 2), (120, 3), (200, 4), (80, 5), (30, 6)]

@@ -3,7 +3,7 @@
 - its programme is the exact least sum of completions of equal jobs released together (the lockstep
   toy of ``tests/benchmarks/bench_lockstep_toy.py``, dynamic programming over every batch);
 - the bound is at most the exhaustive optimum on random tiny instances, with and without arrivals
-  (those of ``tests/test_load_bounds.py`` and ones whose item terms are large beside the batch
+  (those of ``tests/support/bound_checks.py`` and ones whose item terms are large beside the batch
   overhead, where it is above every other bound), and at most every policy's replayed mean latency
   on random instances of 20 to 200 requests;
 - a planted invalid variant (every token counted at the level, no carry) is caught by those checks;
@@ -23,8 +23,8 @@ from optsched.instance import parse_instance
 from optsched.load_bounds import load_bounds, lp_bounds, prompt_attention_extra, proven_bounds
 from optsched.phase_latency import counted_items, least_finish_sum, lockstep_finishes, phase_latency
 from tests.benchmarks.bench_lockstep_toy import least_sum
+from tests.support.bound_checks import loaded_instance, optimum, policy_values, refutations
 from tests.support.solving import registered_bounds
-from tests.test_load_bounds import loaded_instance, optimum, policy_values, refutations
 from tests.test_phase_bounds import burst_instance
 
 

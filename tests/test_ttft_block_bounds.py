@@ -14,26 +14,23 @@
 from __future__ import annotations
 
 import functools
-import json
-import math
 import random
 
 import numpy as np
 import pytest
 
-from optsched.bounds import prefill_alone_time
-from optsched.budget import TimeBudget
-from optsched.load_bounds import share_terms
-from optsched.ttft_block_bounds import (
-    BLOCK_TIME,
-    block_bound,
-    block_mean_bound,
-    flush_relaxation_optimum,
-    srpt_prefill_works,
+from optsched.ttft_block_bounds import block_bound, flush_relaxation_optimum
+from tests.support.bound_checks import (
+    LOADED,
+    check_never_above_any_policy,
+    check_never_above_the_exhaustive_optimum,
+    refutations,
 )
-from optsched.ttft_bounds import flush_overhead
-from tests.support.infermax import tiny_instance
-from tests.test_load_bounds import TINY, loaded_instance, optimum, policy_values, ttft_refutations
+from tests.support.ttft_blocks import (
+    block_value,
+    check_a_cut_search_answers_at_most_the_optimum,
+    check_the_bound_command_lists,
+)
 
 
 def grid_optimum(release: list[int], work: list[int], beta: int) -> int:
@@ -72,97 +69,28 @@ def test_the_search_equals_an_exhaustive_search_of_the_relaxation() -> None:
         assert lower == pytest.approx(grid_optimum(release, work, beta), abs=1e-9), (release, work, beta)
 
 
-def random_jobs(rng: random.Random, n: int) -> tuple[np.ndarray, np.ndarray, float]:
-    release = np.cumsum([rng.expovariate(1.0) for _ in range(n)])
-    work = np.array([rng.uniform(0.05, 1.5) for _ in range(n)])
-    return release, work, rng.uniform(0.1, 0.6)
-
-
-class NodeBudget:
-    """A budget that expires after ``nodes`` looks at it (the search looks once a node): a cut at a
-    chosen point of the search, the same on every machine."""
-
-    def __init__(self, nodes: int) -> None:
-        self.nodes = nodes
-
-    def expired(self) -> bool:
-        self.nodes -= 1
-        return self.nodes < 0
-
-
 def test_a_search_stopped_by_its_budget_answers_at_most_the_optimum() -> None:
     """Cut after a few nodes, the search answers the least open node's bound, at most the optimum;
     the best schedule it found is above the optimum somewhere (a planted variant answering it would
     not be a bound)."""
-    rng = random.Random(3)
-    cut = above = 0
-    for _ in range(20):
-        release, work, beta = random_jobs(rng, 16)
-        optimum_f, _, exact = flush_relaxation_optimum(release, work, beta)
-        assert exact
-        for nodes in (3, 10, 40):
-            lower, found, done = flush_relaxation_optimum(release, work, beta, NodeBudget(nodes))
-            assert lower <= optimum_f * (1 + 1e-12) and found >= optimum_f * (1 - 1e-12)
-            cut += not done
-            above += math.isfinite(found) and found > optimum_f * (1 + 1e-9)
-    assert cut and above
-
-
-def block_value(inst, overhead_scale: float = 1.0, solver=None) -> float:
-    """The block bound with flushes ``overhead_scale`` batch overheads long (1: the proven bound;
-    more: a planted, invalid one), each block solved by ``solver`` (default: relaxation F's search)."""
-    release = np.array([r.arrival for r in inst.requests], dtype=np.float64)
-    alone = np.array([prefill_alone_time(inst, r.prompt_tokens) for r in inst.requests])
-    work = share_terms(inst, True)[:, 0]
-    beta = overhead_scale * flush_overhead(inst)
-    budget, shares = TimeBudget.of(BLOCK_TIME), srpt_prefill_works(inst)
-    return block_mean_bound(release, work, alone, beta, budget, shares, solver)[0]
-
-
-def check_never_above_the_exhaustive_optimum(bound_of, value_of, arrivals: bool) -> None:
-    """On the tiny instances, the listed bound ``bound_of(inst)`` equals ``value_of(inst)`` and is at
-    most the exhaustive mean-TTFT optimum."""
-    for seed in TINY:
-        inst = tiny_instance(seed, arrivals=arrivals)
-        value = bound_of(inst).value
-        assert value == pytest.approx(value_of(inst), rel=1e-12)
-        assert value <= optimum(inst, "ttft") * (1 + 1e-9), (seed, value)
-
-
-#: (n, seed) of the loaded instances every block bound is checked against every policy on.
-LOADED = [(20, 1), (50, 2), (120, 3), (200, 4), (80, 5), (30, 6)]
-
-
-def check_never_above_any_policy(bound_of, n: int, seed: int) -> None:
-    """On a loaded instance, the listed bound is positive and at most every policy's mean TTFT."""
-    inst = loaded_instance(n, seed)
-    least = min(policy_values(inst, "ttft").values())
-    assert 0.0 < bound_of(inst).value <= least * (1 + 1e-9)
+    check_a_cut_search_answers_at_most_the_optimum(flush_relaxation_optimum, random.Random(3), 20, 16)
 
 
 @pytest.mark.parametrize("arrivals", [False, True])
 def test_never_above_the_exhaustive_optimum(arrivals: bool) -> None:
-    check_never_above_the_exhaustive_optimum(block_bound, block_value, arrivals)
+    check_never_above_the_exhaustive_optimum(lambda inst: block_bound(inst).value, block_value, "ttft", arrivals)
 
 
 @pytest.mark.parametrize("n, seed", LOADED)
 def test_never_above_any_policy(n: int, seed: int) -> None:
-    check_never_above_any_policy(block_bound, n, seed)
+    check_never_above_any_policy(lambda inst: block_bound(inst).value, "ttft", n, seed)
 
 
 def test_a_planted_invalid_variant_is_caught() -> None:
     """Flushes of two batch overheads: above the exhaustive optimum of some tiny instance, or
     above some policy's mean TTFT on a loaded one."""
-    assert ttft_refutations(lambda inst: block_value(inst, 2.0))
+    assert refutations(lambda inst: block_value(inst, 2.0), "ttft")
 
 
 def test_the_bound_command_lists_it(capsys) -> None:
-    from optsched.cli import main
-
-    assert main(["bound", "toy-4", "--problem", "infermax", "--objective", "ttft", "--json"]) == 0
-    found = {b["name"]: b for b in json.loads(capsys.readouterr().out)["bounds"]}
-    block = found["block-flush-ttft"]
-    assert block["valid"] and block["value"] >= found["srpt-prefill-flush"]["value"] * (1 - 1e-9)
-    assert "ttft_block_bounds" in block["note"]
-    assert main(["bound", "toy-4", "--problem", "infermax", "--objective", "latency", "--json"]) == 0
-    assert "block-flush-ttft" not in {b["name"] for b in json.loads(capsys.readouterr().out)["bounds"]}
+    check_the_bound_command_lists(capsys, "block-flush-ttft", "ttft_block_bounds")

@@ -17,8 +17,13 @@ import pytest
 from optsched.bounds import prefill_alone_time
 from optsched.load_bounds import load_bounds, proven_bounds, share_terms, srpt_completions
 from optsched.ttft_bounds import flush_mean_bound, flush_overhead
+from tests.support.bound_checks import (
+    LOADED,
+    check_never_above_any_policy,
+    check_never_above_the_exhaustive_optimum,
+    refutations,
+)
 from tests.support.infermax import tiny_instance
-from tests.test_load_bounds import TINY, loaded_instance, optimum, policy_values, ttft_refutations
 
 
 def flush_value(inst, overhead_scale: float = 1.0) -> float:
@@ -36,30 +41,26 @@ def listed(inst) -> float:
     return value
 
 
+def srpt_prefill(inst) -> float:
+    """The value of ``srpt-prefill`` among the load-aware TTFT bounds."""
+    return next(b.value for b in load_bounds(inst, "ttft") if b.name == "srpt-prefill")
+
+
 @pytest.mark.parametrize("arrivals", [False, True])
 def test_never_above_the_exhaustive_optimum(arrivals: bool) -> None:
-    above_srpt = 0
-    for seed in TINY:
-        inst = tiny_instance(seed, arrivals=arrivals)
-        value = listed(inst)
-        assert value == pytest.approx(flush_value(inst), rel=1e-12)
-        assert value <= optimum(inst, "ttft") * (1 + 1e-9), (seed, value)
-        srpt = next(b.value for b in load_bounds(inst, "ttft") if b.name == "srpt-prefill")
-        above_srpt += value > srpt * (1 + 1e-9)
-    assert above_srpt  # the bound is above srpt-prefill somewhere
+    checked = check_never_above_the_exhaustive_optimum(listed, flush_value, "ttft", arrivals)
+    assert any(value > srpt_prefill(inst) * (1 + 1e-9) for inst, value in checked)  # above srpt-prefill somewhere
 
 
-@pytest.mark.parametrize("n, seed", [(20, 1), (50, 2), (120, 3), (200, 4), (80, 5), (30, 6)])
+@pytest.mark.parametrize("n, seed", LOADED)
 def test_never_above_any_policy(n: int, seed: int) -> None:
-    inst = loaded_instance(n, seed)
-    least = min(policy_values(inst, "ttft").values())
-    assert 0.0 < listed(inst) <= least * (1 + 1e-9)
+    check_never_above_any_policy(listed, "ttft", n, seed)
 
 
 def test_a_planted_invalid_variant_is_caught() -> None:
     """Two overheads after each first token's work: above the exhaustive optimum of some tiny
     instance, or above some policy's mean TTFT on a loaded one."""
-    assert ttft_refutations(lambda inst: flush_value(inst, 2.0))
+    assert refutations(lambda inst: flush_value(inst, 2.0), "ttft")
 
 
 def test_the_bound_command_lists_it(capsys) -> None:

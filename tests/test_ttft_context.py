@@ -24,7 +24,8 @@ from optsched.costmodel import load_cost_model
 from optsched.instance import parse_instance
 from optsched.load_bounds import load_bounds
 from optsched.ttft_batch_bounds import block_bounds
-from tests.test_load_bounds import optimum, policy_values, tiny_bounds
+from tests.support.bound_checks import optimum, policy_values
+from tests.test_load_bounds import tiny_bounds
 
 #: Profiles whose context term matters on tiny prompts: chunking pays (pq >= pc / 2, with a tile of
 #: two tokens), chunking never pays (pq < pc / 2), and the H200 profile.

@@ -2,6 +2,9 @@
 
 - :mod:`~tests.support.infermax`: tiny and scale InferMax instances, the tests' solve, every
   policy's schedule, relaxation points and search-path costs;
+- :mod:`~tests.support.bound_checks`: the checks of a bound on mean latency or mean TTFT (the
+  exhaustive optimum of tiny instances, every policy on loaded ones, the refutations of a planted one);
+- :mod:`~tests.support.ttft_blocks`: what the tests of the block bounds on mean TTFT share;
 - :mod:`~tests.support.infermax_bruteforce`: the exhaustive InferMax optimum (shortest path over
   request states, written from the contract);
 - :mod:`~tests.support.legal_schedules`: random legal schedules from an independent walker;

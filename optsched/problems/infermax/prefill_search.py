@@ -135,10 +135,6 @@ class _Moves:
         self.n = len(self.prompt)
         self.cumulative = np.arange(1, self.n + 1, dtype=float)
 
-    def steps(self, knobs: PrefillFirst) -> list[PrefillFirst]:
-        """The knobs one change from ``knobs`` with ``evict`` kept (:func:`knob_moves`)."""
-        return knob_moves(knobs, self.instance)
-
     def aim(self, first: np.ndarray) -> None:
         """Aim the moves at the requests of the plan with first-token times ``first``: each is drawn
         with weight its TTFT beyond its prompt alone plus :data:`FLOOR` of the mean such excess."""
@@ -172,8 +168,8 @@ class _Moves:
         return out
 
     def knob(self, plan: _Plan) -> _Plan:
-        """One knob changed, ``evict`` kept (the start fixes it: :func:`prefill_search`; :meth:`steps`)."""
-        steps = self.steps(plan.knobs)
+        """One knob changed, ``evict`` kept (the start fixes it: :func:`prefill_search`; :func:`knob_moves`)."""
+        steps = knob_moves(plan.knobs, self.instance)
         out = plan.copy()
         if steps:
             out.knobs = self.rng.choice(steps)
@@ -353,7 +349,9 @@ def _neighbours(
     """The plans of the knobs one change from ``plan``'s (``evict`` kept; :func:`knob_moves`) with keys all
     zero, evaluated, lowest value first."""
     none = PrefillKeys.none(len(plan.bias))
-    found = [_evaluate(instance, _Plan(k, none.bias, none.hold), moves, budget) for k in moves.steps(plan.knobs)]
+    found = [
+        _evaluate(instance, _Plan(k, none.bias, none.hold), moves, budget) for k in knob_moves(plan.knobs, instance)
+    ]
     return sorted((f for f in found if f is not None), key=lambda f: f[0])
 
 

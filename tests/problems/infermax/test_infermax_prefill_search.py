@@ -37,10 +37,10 @@ from optsched.problems.infermax.prefill_search import RESTARTS, ROUNDS, STALL, k
 from optsched.result import objective_of
 from optsched.schedule import Schedule, replay
 from tests.problems.infermax.test_infermax_online import online_instance
+from tests.support.bound_checks import TINY
 from tests.support.infermax import tiny_instance
 from tests.support.latency_bruteforce import exhaustive_mean
 from tests.support.solving import solver
-from tests.test_load_bounds import TINY
 
 solve = solver("infermax")
 
