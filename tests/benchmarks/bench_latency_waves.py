@@ -130,7 +130,7 @@ class Waves:
         start = None
         if not self.admitted and self.arrival[self.pending[0]] > self.now:
             self.now = start = float(self.arrival[self.pending[0]])
-        if len(self.admitted) <= rest:
+        if len(self.admitted) <= rest and self.arrival[self.pending[0]] <= self.now:
             size = sizes[min(self.waves, len(sizes) - 1)]
             while self.pending and self.arrival[self.pending[0]] <= self.now and len(self.admitted) < size:
                 self.admitted.append(self.pending.pop(0))
