@@ -12,6 +12,10 @@ its time limit here (:func:`scale_phase`):
    search of :mod:`.online` instead: hill climbing over the unified scheduler's configurations
    from the best seed policy, each run with the arrivals and judged by its replayed objective (for mean
    latency then the search of :mod:`.key_search` over per-request priority keys from its best). For
+   mean latency (:data:`POLICY_OBJECTIVES`) the policy search runs where segment lists apply too, first,
+   within :data:`POLICY_SHARE` of the time (the segment lists' serial schedules pack batches for the
+   makespan, where mean latency gains from batches of one token tile that let short requests finish
+   first). For
    mean TTFT first the prefill-first schedules of :mod:`.prefill_first` (every prompt as soon as it may
    run, the decodes deferred to the gaps between arrivals), within :data:`PREFILL_FIRST_SHARE` of the time,
    then the local search of :mod:`.prefill_search` over per-request keys of the best of them, within
@@ -66,6 +70,10 @@ GUIDED_POINTS = 2
 PREFILL_FIRST_SHARE = 0.2
 #: Most of the time limit the local search over prefill plans (mean TTFT) may take (it may end sooner).
 PREFILL_SEARCH_SHARE = 0.5
+#: Objectives for which the policy search runs first where segment lists apply, and the most of the
+#: time limit it may take there before the segment-list search.
+POLICY_OBJECTIVES = ("latency",)
+POLICY_SHARE = 0.5
 #: The trajectory bound runs when the KV-time count is at least this share of the other counts.
 MEMORY_BINDS = 0.9
 
@@ -141,6 +149,8 @@ def scale_phase(
         else:
             _prefill_search(out, instance, phase.part(PREFILL_SEARCH_SHARE), no_evict)
     first = SEARCH_SHARE if trajectories else 1.0
+    if data is not None and objective in POLICY_OBJECTIVES and not budget.expired():
+        _policy_search(out, instance, objective, phase.part(POLICY_SHARE), seeds or [], no_evict, no_hybrid)
     if data is not None:
         first_part = phase.part(first)
         search(first_part, starting_segment_lists(data, objective, first_part))
@@ -190,8 +200,8 @@ def _policy_search(
     no_evict: bool,
     no_hybrid: bool,
 ) -> None:
-    """The policy search of :mod:`.online` (requests with arrivals): its schedule, when better
-    than its seed, as ``online-search``; its summary in ``info``; then the key search
+    """The policy search of :mod:`.online` within ``budget``: its schedule, when better than its
+    seed, as ``online-search``; its summary in ``info``; then the key search
     (:func:`.key_search.key_search_phase`)."""
     from .key_search import kept_for_key_search, key_search_phase
     from .online import online_search

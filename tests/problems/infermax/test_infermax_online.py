@@ -1,4 +1,4 @@
-"""InferMax's policy search for instances with arrivals (optsched/problems/infermax/online.py).
+"""InferMax's policy search (optsched/problems/infermax/online.py).
 
 - Every neighbour of every named policy is a valid configuration one knob away, eviction-free under
   ``no_evict``; the engine run in slices equals one run.
@@ -7,6 +7,8 @@
 - A solve at scale on an instance with arrivals offers the search's schedule, names where its
   schedule came from (``schedule_source``, ``schedule_is_seed``) and never returns worse than
   its best policy.
+- Without arrivals, mean latency runs the policy search before the segment lists (the makespan
+  the segment lists alone), and the solve returns the better of their schedules.
 - The report labels a seed the solver returns as ``solver:infermax = seed NAME`` and names the
   policy on a tie.
 """
@@ -120,6 +122,36 @@ def test_solve_at_scale_with_arrivals_names_its_source():
     assert "online_search" in res.extra["scale"]
     if source == "online-search":
         assert res.schedule.meta["method"] == "online-search"
+
+
+@pytest.mark.parametrize("objective", ["latency", "makespan"])
+def test_without_arrivals_mean_latency_runs_the_policy_search_before_the_segment_lists(objective):
+    """Every request at time 0 (segment lists apply): for mean latency the policy search runs first
+    and the segment-list search after it, the solve returning the better of their replayed schedules;
+    for the makespan the segment lists alone."""
+    online = online_instance(11, n=30)
+    inst = parse_instance(
+        {
+            "name": "offline-11",
+            "cost_model": "llama2-7b-h200",
+            "limits": online.limits.to_dict(),
+            "requests": [
+                {"id": r.id, "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens}
+                for r in online.requests
+            ],
+        },
+        "offline-11",
+    )
+    res = solve(inst, {"objective": objective, "time_limit": 8})
+    scale = res.extra["scale"]
+    assert ("online_search" in scale) == (objective == "latency")
+    assert "plan_search_value" in scale
+    rep = replay(inst, res.schedule)
+    assert rep.feasible and objective_of(rep, objective) == pytest.approx(res.objective, rel=1e-9)
+    found = [scale["plan_search_value"]]
+    if objective == "latency" and scale["online_search"]["value"] is not None:
+        found.append(scale["online_search"]["value"])
+    assert res.objective <= min(found) + 1e-9
 
 
 def test_report_labels_a_returned_seed_as_such():
