@@ -61,6 +61,12 @@ class TimeBudget:
         """Whether the time is up (never without a limit); Ctrl-C expires every budget at once."""
         return self.end is not None and (time.perf_counter() > self.end or requested())
 
+    def holds(self, seconds: float) -> bool:
+        """Whether work of ``seconds`` started now ends within this budget (always without a limit;
+        never once it has expired)."""
+        left = self.left()
+        return left is None or (not self.expired() and left >= seconds)
+
     def check(self, what: str = "the model") -> None:
         """Raise :class:`~optsched.deadline.DeadlinePassed` (naming ``what``) once :meth:`expired`."""
         if self.expired():

@@ -48,3 +48,10 @@ def test_ctrl_c_expires_every_budget(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_process_started_before_now() -> None:
     assert process_started() <= time.perf_counter()
+
+
+def test_holds_work_that_ends_within_the_budget() -> None:
+    assert TimeBudget.of(None).holds(1e9)
+    budget = TimeBudget.of(2.0)
+    assert budget.holds(1.0) and not budget.holds(3.0)
+    assert not TimeBudget.of(1.0, start=time.perf_counter() - 2.0).holds(0.0)  # expired: nothing more

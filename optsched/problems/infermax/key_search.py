@@ -32,7 +32,8 @@ The requests a *shift* or *jump* moves are drawn with weight their latency beyon
 in the current schedule plus :data:`FLOOR` of the mean such excess. A move is kept when the plan's
 value is not worse; the best plan is remembered. After :data:`STALL` moves in a row without a new
 best the current plan returns to the best with :data:`KICK` random shifts; the search ends when the
-budget expires or after :data:`ROUNDS` such returns in a row without a new best. This runs from
+budget no longer holds two evaluations as slow as the slowest so far (one more and the best plan's
+rebuild) or after :data:`ROUNDS` such returns in a row without a new best. This runs from
 the best start plan of each distinct (configuration, cap) in turn, best first, at most :data:`STARTS`
 of them (the searches from different starts end in different local optima). The best plan's schedule
 is returned only when its replayed value is below every seed's.
@@ -112,6 +113,12 @@ class _Evaluator:
         ])
         self.position = {r.id: k for k, r in enumerate(instance.requests)}
         self.evaluations = 0
+        self.slowest = 0.0  # seconds of the slowest evaluation so far
+
+    def fits(self, budget: TimeBudget) -> bool:
+        """Whether one more evaluation and the best plan's rebuild at the end, each taking at most the
+        slowest evaluation so far, end within ``budget``."""
+        return budget.holds(2.0 * self.slowest)
 
     def ranks(self, keys: np.ndarray) -> np.ndarray:
         """Each request's position in the order (key, arrival, position)."""
@@ -140,6 +147,14 @@ class _Evaluator:
         """(replayed objective, plan, each request's latency beyond its latency alone); inf when the plan
         does not decode, does not replay cleanly or evicts where not allowed."""
         self.evaluations += 1
+        began = time.perf_counter()
+        try:
+            return self._judged(plan)
+        finally:
+            self.slowest = max(self.slowest, time.perf_counter() - began)
+
+    def _judged(self, plan: _Plan) -> tuple[float, _Plan, np.ndarray | None]:
+        """:meth:`evaluate` without its count and timing."""
         schedule = self.schedule(plan)
         if schedule is None:
             return math.inf, plan, None
@@ -215,13 +230,16 @@ class _Moves:
 
 
 def _starts(
-    ev: _Evaluator, seeds: list[tuple[PolicyConfig, int | None]]
+    ev: _Evaluator, seeds: list[tuple[PolicyConfig, int | None]], budget: TimeBudget
 ) -> list[tuple[float, _Plan, np.ndarray | None]]:
-    """Each seed point the compiled engine runs, with its own order (no keys)."""
-    out = []
+    """Each seed point the compiled engine runs, with its own order (no keys), in turn while another
+    evaluation fits in ``budget`` (the first always)."""
+    out: list[tuple[float, _Plan, np.ndarray | None]] = []
     for config, cap in seeds:
         if not compiles(config):
             continue
+        if out and not ev.fits(budget):
+            break
         config = replace(config, name="key-search")
         out.append(ev.evaluate(_Plan(config, cap, None)))
     return out
@@ -243,14 +261,14 @@ def key_search(
     out = SearchOutcome()
     began = time.perf_counter()
     ev = _Evaluator(instance, objective, no_evict)
-    tried = _starts(ev, seeds)
+    tried = _starts(ev, seeds, budget)
     if not tried or budget.expired():
         out.evaluations = ev.evaluations
         return out
     out.start = out.value = min(t[0] for t in tried)
     for config, cap in {(t[1].config, t[1].cap) for t in tried if math.isfinite(t[0])}:
         for w in WORK_WEIGHTS:
-            if budget.expired():
+            if not ev.fits(budget):
                 break
             tried.append(ev.evaluate(_Plan(config, cap, (ev.prompt + w * ev.output).astype(float))))
     ranked = sorted((t for t in tried if math.isfinite(t[0])), key=lambda t: t[0])
@@ -262,7 +280,7 @@ def key_search(
     if ranked:
         out.history.append((round(time.perf_counter() - began, 3), best[0]))
     for start in list(starts.values())[:STARTS]:  # the best plan of each distinct (configuration, cap), best first
-        if budget.expired():
+        if not ev.fits(budget):
             break
         found = _iterate(ev, moves, start, budget, out, began, best[0])
         best = found if found[0] < best[0] else best
@@ -296,7 +314,7 @@ def _iterate(
     if start[0] < record:
         out.history.append((round(time.perf_counter() - began, 3), start[0]))
     stale = rounds = 0
-    while rounds < ROUNDS and not budget.expired():
+    while rounds < ROUNDS and ev.fits(budget):
         kind, plan = moves.random(current[1])
         found = ev.evaluate(plan)
         if found[0] <= current[0]:
@@ -311,6 +329,8 @@ def _iterate(
                 continue
         stale += 1
         if stale >= STALL:  # back to the best, kicked
+            if not ev.fits(budget):
+                break
             plan = best[1]
             for _ in range(KICK):
                 plan = moves.shift(plan)

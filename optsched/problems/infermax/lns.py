@@ -3,7 +3,7 @@
 The search looks for the segment list of least objective; every segment list is a schedule (a
 segment list's cost is its schedule's objective under the contract, :mod:`.segments`), and the
 caller replays the best one before reporting it. It runs until its
-:class:`~optsched.budget.TimeBudget` expires.
+:class:`~optsched.budget.TimeBudget` no longer holds one more evaluation.
 
 1. **Starting segment lists.** One segment per request (no eviction), the requests sorted by each of
    several keys (output length, prompt length, their sum, both directions, instance order), chunk
@@ -75,17 +75,21 @@ def _sort_keys(data: SegmentArrays) -> dict[str, np.ndarray]:
 
 def starting_segment_lists(data: SegmentArrays, objective: str, budget: TimeBudget) -> list[tuple[float, SegmentList]]:
     """Whole-request segment lists over every sort key, chunk size and grid (module docstring, step 1),
-    by increasing cost; at least one segment list even once ``budget`` has expired."""
+    by increasing cost, each while one more evaluation as slow as the slowest so far fits in
+    ``budget``; at least one segment list even once ``budget`` has expired."""
     chunks = sorted({min(data.P, data.C)} | {c for c in START_CHUNKS if c < min(data.P, data.C)}, reverse=True)
     out: list[tuple[float, SegmentList]] = []
+    slowest = 0.0
     for order in _sort_keys(data).values():
         for chunk in chunks:
             q = np.minimum(data.prompt, chunk)
             for grid in START_GRIDS:
+                if out and not budget.holds(slowest):
+                    return sorted(out, key=lambda x: x[0])
+                began = time.perf_counter()
                 segments = SegmentList.whole(order, data.output, q, grid)
                 out.append((segments_cost(data, segments, objective), segments))
-                if budget.expired():
-                    return sorted(out, key=lambda x: x[0])
+                slowest = max(slowest, time.perf_counter() - began)
     return sorted(out, key=lambda x: x[0])
 
 
@@ -182,8 +186,9 @@ def improve_segment_lists(
     seed: int = 0,
     start: list[tuple[float, SegmentList]] | None = None,
 ) -> Iterator[SearchStep]:
-    """Yield every improving segment list until ``budget`` expires (a budget with a limit): first the
-    best starting segment list, then each better segment list the annealing finds (module docstring)."""
+    """Yield every improving segment list until ``budget`` (a budget with a limit) no longer holds one
+    more evaluation as slow as the slowest so far: first the best starting segment list, then each
+    better segment list the annealing finds (module docstring)."""
     clock = time.perf_counter
     t0 = clock()
     segment_lists = start if start is not None else starting_segment_lists(data, objective, budget)
@@ -197,13 +202,16 @@ def improve_segment_lists(
     stale = 0
     kinds = len(MOVES) if evictions else 4
     tried, gained = np.ones(kinds), np.ones(kinds)  # adaptive choice: moves that improve are tried more
-    while not budget.expired():  # Ctrl-C expires every budget (optsched.interrupt)
+    slowest = 0.0
+    while budget.holds(slowest):  # Ctrl-C expires every budget (optsched.interrupt)
         weight = gained / tried + ADAPT_FLOOR
         kind = int(rng.choice(kinds, p=weight / weight.sum()))
+        began = clock()
         cand = _move(cur, data, rng, kind)
         if cand is None:
             continue
         cost = segments_cost(data, cand, objective)
+        slowest = max(slowest, clock() - began)
         evaluations += 1
         tried[kind] += 1
         if cost < cur_cost:

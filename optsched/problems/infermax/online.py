@@ -139,8 +139,9 @@ def run_until(
     """The engine's schedule of ``config`` on ``instance`` (its R_max lowered to ``cap``, see
     :func:`capped`), or None when ``budget`` expired first.
 
-    The engine advances in :data:`SLICES` steps of ``horizon / SLICES`` simulated seconds (then
-    to the end) and the wall clock is read between steps.
+    The engine advances in steps of ``horizon / SLICES`` simulated seconds until it is done (past
+    ``horizon`` too: a run whose requests all arrive at once lasts far beyond it), and the wall clock
+    is read between steps.
     """
     engine = Engine.from_instance(capped(instance, cap), config)
     step = max(horizon, 1e-9) / SLICES
@@ -149,7 +150,7 @@ def run_until(
         if budget.expired():
             return None
         engine.advance(simulated_to)
-        simulated_to = simulated_to + step if simulated_to < horizon else math.inf
+        simulated_to += step
     return engine.schedule()
 
 

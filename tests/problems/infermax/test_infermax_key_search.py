@@ -128,6 +128,23 @@ def test_search_keeps_a_short_budget_and_no_evict():
     assert expired.schedule is None
 
 
+def test_search_starts_no_evaluation_that_would_end_past_its_budget(monkeypatch):
+    """Evaluations made slow (0.3 s each) and every named policy a seed: the search, its starts and
+    the best plan's rebuild included, ends within its budget (a planted fault: the starts evaluated
+    every seed whatever the time)."""
+
+    def slow(*args, **kwargs):
+        time.sleep(0.3)
+        return simulate_columns(*args, **kwargs)
+
+    monkeypatch.setattr(key_search_module, "simulate_columns", slow)
+    inst = online_instance(5, n=40)
+    began = time.perf_counter()
+    found = key_search(inst, "latency", TimeBudget.of(2.0, start=began), seed_points(sorted(POLICY_CONFIGS)))
+    assert time.perf_counter() - began < 2.0
+    assert found.evaluations >= 1
+
+
 def test_never_below_the_exhaustive_optimum():
     checked = 0
     for seed in TINY:

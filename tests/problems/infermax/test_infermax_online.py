@@ -63,6 +63,17 @@ def online_instance(seed: int, n: int = 40, memory: float = 0.5):
     )
 
 
+def offline_instance(seed: int, n: int):
+    """:func:`online_instance` with every request at time 0."""
+    online = online_instance(seed, n)
+    requests = [
+        {"id": r.id, "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens} for r in online.requests
+    ]
+    limits = online.limits.to_dict()
+    data = {"name": f"offline-{seed}", "cost_model": "llama2-7b-h200", "limits": limits, "requests": requests}
+    return parse_instance(data, f"offline-{seed}")
+
+
 @pytest.mark.parametrize("name", sorted(POLICY_CONFIGS))
 def test_neighbours_change_one_knob(name):
     config = POLICY_CONFIGS[name]
@@ -111,6 +122,16 @@ def test_search_keeps_its_deadline_and_no_evict():
         assert found.config.eviction_free
 
 
+def test_a_run_with_every_request_at_once_keeps_its_budget():
+    """All requests at time 0: the engine's steps go on past the horizon (the last arrival + 1 s),
+    so a run that does not end in time is stopped at its budget (a planted fault: one step to the
+    end past the horizon)."""
+    inst = offline_instance(12, n=3000)
+    began = time.perf_counter()
+    assert run_until(inst, POLICY_CONFIGS["vllm"], TimeBudget.of(0.3, start=began), 1.0) is None
+    assert time.perf_counter() - began < 0.8
+
+
 def test_solve_at_scale_with_arrivals_names_its_source():
     inst = online_instance(7, n=30)
     res = solve(inst, {"objective": "latency", "time_limit": 6})
@@ -129,19 +150,7 @@ def test_without_arrivals_mean_latency_runs_the_policy_search_before_the_segment
     """Every request at time 0 (segment lists apply): for mean latency the policy search runs first
     and the segment-list search after it, the solve returning the better of their replayed schedules;
     for the makespan the segment lists alone."""
-    online = online_instance(11, n=30)
-    inst = parse_instance(
-        {
-            "name": "offline-11",
-            "cost_model": "llama2-7b-h200",
-            "limits": online.limits.to_dict(),
-            "requests": [
-                {"id": r.id, "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens}
-                for r in online.requests
-            ],
-        },
-        "offline-11",
-    )
+    inst = offline_instance(11, n=30)
     res = solve(inst, {"objective": objective, "time_limit": 8})
     scale = res.extra["scale"]
     assert ("online_search" in scale) == (objective == "latency")

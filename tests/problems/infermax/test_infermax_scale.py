@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ from optsched.bounds import batch_counts, least_bias, request_work
 from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
 from optsched.policies import policy_names, simulator_for
-from optsched.problems.infermax import colgen
+from optsched.problems.infermax import colgen, lns
 from optsched.problems.infermax.kvtime import kv_area, kv_time_count
 from optsched.problems.infermax.lns import improve_segment_lists, starting_segment_lists
 from optsched.problems.infermax.scale import kv_time_bound
@@ -165,6 +166,29 @@ def test_plans_need_common_arrivals_and_the_options():
     inst = small_instance(1)
     assert segments_refused(inst) is None
     assert "no_hybrid" in segments_refused(inst, no_hybrid=True)
+
+
+@pytest.mark.parametrize("part", ["starts", "annealing"])
+def test_the_search_starts_no_evaluation_that_would_end_past_its_budget(monkeypatch, part):
+    """Evaluations made slow (0.3 s each): the starting segment lists and the annealing stop when one
+    more as slow as the slowest so far would end past the budget (a planted fault: checking only
+    whether the budget has expired ends up to one evaluation late)."""
+    data = segment_arrays(small_instance(7, n=24))
+    start = starting_segment_lists(data, "latency", NO_LIMIT)
+
+    def slow(*args, **kwargs):
+        time.sleep(0.3)
+        return segments_cost(*args, **kwargs)
+
+    monkeypatch.setattr(lns, "segments_cost", slow)
+    began = time.perf_counter()
+    budget = TimeBudget.of(1.0, start=began)
+    if part == "starts":
+        found = starting_segment_lists(data, "latency", budget)
+        assert 1 <= len(found) <= 3
+    else:
+        assert list(improve_segment_lists(data, "latency", budget, start=start))
+    assert time.perf_counter() - began < 1.0
 
 
 def test_search_improves_on_its_start_and_replays():
