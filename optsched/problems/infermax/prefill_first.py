@@ -39,8 +39,10 @@ is built batch by batch, one simulated clock t:
 b_i in tokens is added to request i's remaining prompt wherever ``remaining-prefill`` ranks it and
 wherever preemption compares an arriving prompt k with the last chunk's request i (k goes first
 when I_k + b_k < rest_i + b_i - min(chunk, :data:`MIN_CAP`)); a hold flag makes i's arrival never
-preempt (preemption then looks at the first later arrival not held). The local search of
-:mod:`.prefill_search` searches over them.
+preempt (preemption then looks at the first later arrival not held); a reach flag lets i's chunk
+pass the cap: it takes up to min(C, P) tokens less the batch's chunks before it (whole prompts
+without chunking), and the candidates after it in the order only what is left of the cap. The
+local search of :mod:`.prefill_search` searches over them.
 
 With deferral and nothing waiting, every background batch (decodes, a recompute chunk, the one that
 carries evictions) ends by the next arrival, so a background batch delays a first token only when a
@@ -67,6 +69,15 @@ from ...budget import TimeBudget
 from ...instance import Instance
 from ...result import objective_of
 from ...schedule import Batch, Item, Schedule, replay
+from .prefill_batches import (
+    MIN_CAP,
+    PrefillState,
+    best_ratio,
+    cut_at_arrival,
+    decode_items,
+    prefill_seconds,
+    tile_filled,
+)
 
 __all__ = [
     "PrefillFirst",
@@ -82,8 +93,6 @@ __all__ = [
 
 #: Orders of the prefill candidates.
 PREFILL_ORDERS = ("remaining-prefill", "arrival")
-#: Smallest prefill cap tried (tokens).
-MIN_CAP = 64
 
 
 @dataclass(frozen=True)
@@ -142,15 +151,18 @@ class PrefillKeys:
     hold
         Whether the request's arrival never preempts a batch (``preempt`` passes it by, to the first
         later arrival not held).
+    reach
+        Whether the request's chunk may pass ``cap``, up to min(C, P) tokens in its batch.
     """
 
     bias: np.ndarray
     hold: np.ndarray
+    reach: np.ndarray
 
     @classmethod
     def none(cls, n: int) -> PrefillKeys:
         """The keys that change nothing, for ``n`` requests."""
-        return cls(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool))
+        return cls(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool))
 
 
 def variants(instance: Instance, chunked: bool = True) -> list[PrefillFirst]:
@@ -169,18 +181,6 @@ def variants(instance: Instance, chunked: bool = True) -> list[PrefillFirst]:
     return ratio[:1] + capped + ratio[1:] + preempt + evict + fill
 
 
-@dataclass
-class _State:
-    """The requests' state, by index in arrival order: current prompt (I; m + 1 after an eviction in
-    decode), output length, arrival, KV slots m and tokens generated g."""
-
-    prompt: np.ndarray
-    output: np.ndarray
-    arrival: np.ndarray
-    m: np.ndarray
-    g: np.ndarray
-
-
 class _Builder:
     """The state of one prefill-first schedule being built (:func:`prefill_first_schedule`).
 
@@ -195,7 +195,7 @@ class _Builder:
         self.reqs = sorted(instance.requests, key=lambda r: r.arrival)
         n = len(self.reqs)
         self.keys = PrefillKeys.none(n) if keys is None else keys
-        self.st = _State(
+        self.st = PrefillState(
             np.array([r.prompt_tokens for r in self.reqs], dtype=np.int64),
             np.array([r.output_tokens for r in self.reqs], dtype=np.int64),
             np.array([r.arrival for r in self.reqs], dtype=float),
@@ -206,7 +206,8 @@ class _Builder:
         self.need = self.st.prompt.copy() if knobs.evict else self.st.prompt + self.st.output - 1
         self.M = math.inf if lim.kv_capacity is None else lim.kv_capacity
         self.r_max = math.inf if lim.max_running is None else lim.max_running
-        self.cap = min(knobs.cap, lim.token_budget, lim.prefill_budget)
+        self.top = min(lim.token_budget, lim.prefill_budget)
+        self.cap = min(knobs.cap, self.top)
         self.waiting: list[int] = []
         self.fore: list[int] = []
         self.decoding: list[int] = []
@@ -363,16 +364,16 @@ def _foreground(b: _Builder, k: int, t: float) -> _Step | tuple[()] | None:
     st, knobs = b.st, b.knobs
     running = len(b.fore) if knobs.evict else len(b.fore) + len(b.decoding)
     bias = b.keys.bias
-    chunks = _prefill_items(st, knobs, b.cap, b.waiting, b.fore, running, b.reserved, b.need, b.M, b.r_max, bias)
+    chunks = _prefill_items(
+        st, knobs, (b.cap, b.top), b.waiting, b.fore, running, b.reserved, b.need, b.M, b.r_max, b.keys
+    )
     if knobs.ratio and len(chunks) > 1:
-        chunks = (
-            _tile_filled(chunks, _best_ratio(st, chunks, b.cm), b.cm) if knobs.fill else _best_ratio(st, chunks, b.cm)
-        )
+        chunks = tile_filled(chunks, best_ratio(st, chunks, b.cm), b.cm) if knobs.fill else best_ratio(st, chunks, b.cm)
     while k < len(b.reqs) and b.keys.hold[k]:  # held arrivals never preempt: the first one that may
         k += 1
     if knobs.preempt and chunks and k < len(b.reqs) and knobs.order == "remaining-prefill":
         arriving = int(st.prompt[k] + bias[k] - bias[chunks[-1][0]])  # compared with the last one's rest
-        chunks = _cut_at_arrival(st, chunks, b.cm, float(st.arrival[k]) - t, arriving)
+        chunks = cut_at_arrival(st, chunks, b.cm, float(st.arrival[k]) - t, arriving)
         if not chunks:
             return None
     if not chunks:
@@ -381,7 +382,7 @@ def _foreground(b: _Builder, k: int, t: float) -> _Step | tuple[()] | None:
     if knobs.evict:
         admitted = sum(1 for i, _ in chunks if i in b.waiting)
         evicted = b.evict_for(sum(c for _, c in chunks), admitted, {i for i, _ in chunks})
-    return chunks, [], evicted, _prefill_seconds(st, chunks, b.cm)
+    return chunks, [], evicted, prefill_seconds(st, chunks, b.cm)
 
 
 def _background(b: _Builder, t: float, nxt: float) -> _Step | None:
@@ -393,12 +394,12 @@ def _background(b: _Builder, t: float, nxt: float) -> _Step | None:
         evicted: list[int] = []
         if b.held + 1 > b.M:  # (evictions only) no slot for one decode: evict all but the nearest to finish
             keep = min(b.decoding, key=lambda i: (st.output[i] - st.g[i], i))
-            if not _decode_items(st, [keep], b.cm, 1, gap)[0]:
+            if not decode_items(st, [keep], b.cm, 1, gap)[0]:
                 return None  # its decode alone would run past the next arrival: wait for it, evicting nothing
             evicted = b.evict_for(1, 0, {keep})
-        chosen, seconds = _decode_items(st, b.decoding, b.cm, int(min(b.C, b.M - b.held)), gap)
+        chosen, seconds = decode_items(st, b.decoding, b.cm, int(min(b.C, b.M - b.held)), gap)
         if not chosen and evicted:  # a batch must carry the evictions: the nearest to finish decodes
-            chosen, seconds = _decode_items(st, b.decoding, b.cm, 1, math.inf)
+            chosen, seconds = decode_items(st, b.decoding, b.cm, 1, math.inf)
         return ([], chosen, evicted, seconds) if chosen else None
     if not b.back:
         return None
@@ -406,14 +407,14 @@ def _background(b: _Builder, t: float, nxt: float) -> _Step | None:
     c = int(min(st.prompt[i] - st.m[i], b.cap, b.M - b.held))
     if c < 1 or (st.m[i] == 0 and b.holders() + 1 > b.r_max):
         return None
-    chunks = _cut_at_arrival(st, [(i, c)], b.cm, gap, -1)  # -1: always cut, even its last tokens
-    return (chunks, [], [], _prefill_seconds(st, chunks, b.cm)) if chunks else None
+    chunks = cut_at_arrival(st, [(i, c)], b.cm, gap, -1)  # -1: always cut, even its last tokens
+    return (chunks, [], [], prefill_seconds(st, chunks, b.cm)) if chunks else None
 
 
 def _prefill_items(
-    st: _State,
+    st: PrefillState,
     knobs: PrefillFirst,
-    cap: int,
+    caps: tuple[int, int],
     waiting: list[int],
     prefilling: list[int],
     running: int,
@@ -421,12 +422,14 @@ def _prefill_items(
     need: np.ndarray,
     capacity: float,
     r_max: float,
-    bias: np.ndarray,
+    keys: PrefillKeys,
 ) -> list[tuple[int, int]]:
     """(request, chunk) of the next prefill batch: candidates in ``knobs.order`` (remaining prompt plus
-    ``bias`` for ``remaining-prefill``) while tokens are left of ``cap``; a waiting one only when it is
-    admitted (fewer than R_max of ``running`` requests holding KV and the ones admitted here, its
-    reservation within M)."""
+    the keys' bias for ``remaining-prefill``) while tokens are left of ``caps``' cap, a candidate with
+    the reach key up to ``caps``' top (min(C, P)); a waiting one only when it is admitted (fewer than
+    R_max of ``running`` requests holding KV and the ones admitted here, its reservation within M)."""
+    cap, top = caps
+    bias, reach = keys.bias, keys.reach
     if knobs.order == "remaining-prefill":
         ranked = sorted(prefilling + waiting, key=lambda i: (st.prompt[i] - st.m[i] + bias[i], i))
     else:
@@ -442,7 +445,8 @@ def _prefill_items(
             if running + admitted >= r_max or reserved + need[i] > capacity:
                 continue
         rest = int(st.prompt[i] - st.m[i])
-        c = min(rest, room) if knobs.chunked else (rest if rest <= room else 0)
+        limit = room + top - cap if reach[i] else room
+        c = min(rest, limit) if knobs.chunked else (rest if rest <= limit else 0)
         if c <= 0:
             continue
         if i in waiting_set:
@@ -451,91 +455,6 @@ def _prefill_items(
         out.append((i, c))
         room -= c
     return out
-
-
-def _prefill_seconds(st: _State, chunks: list[tuple[int, int]], cm) -> float:  # noqa: ANN001
-    """The batch time of the prefill items ``chunks`` (request, tokens)."""
-    tokens = sum(c for _, c in chunks)
-    squares = sum(c * c for _, c in chunks)
-    return cm.batch_time(tokens, tokens, squares, 0, 0, sum(c * int(st.m[i]) for i, c in chunks))
-
-
-def _cut_at_arrival(
-    st: _State,
-    chunks: list[tuple[int, int]],
-    cm,
-    gap: float,
-    arriving: int,  # noqa: ANN001
-) -> list[tuple[int, int]]:
-    """``chunks`` with its last chunk shortened so that the batch ends within ``gap`` seconds, by the
-    next arrival, when that arrival's prompt (``arriving`` tokens, plus its bias less the last
-    request's; -1: always) is shorter than what the last request would have left (so the arrival
-    goes first): the chunk is the longest that fits,
-    rounded down to whole tiles of the cost model when the batch has more than one tile, and dropped
-    below :data:`MIN_CAP` tokens (no chunks at all: wait for the arrival). ``chunks`` unchanged when
-    the batch already ends in time or the arrival's prompt is not shorter."""
-    if _prefill_seconds(st, chunks, cm) <= gap:
-        return chunks
-    *head, (i, c) = chunks
-    if arriving >= int(st.prompt[i] - st.m[i]) - min(c, MIN_CAP):
-        return chunks
-    tokens, squares, context, m = 0, 0, 0, int(st.m[i])
-    for j, x in head:
-        tokens, squares, context = tokens + x, squares + x * x, context + x * int(st.m[j])
-    lo, hi = 0, c  # chunk lo fits (or is 0), chunk hi does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        seconds = cm.batch_time(tokens + mid, tokens + mid, squares + mid * mid, 0, 0, context + mid * m)
-        lo, hi = (mid, hi) if seconds <= gap else (lo, mid)  # = _prefill_seconds of [*head, (i, mid)]
-    tile = getattr(cm, "token_tile", 0) or 0
-    tokens += lo
-    if tile and cm.per_tile and tokens > tile:
-        lo -= min(lo, tokens % tile)
-    return [*head, (i, lo)] if lo >= MIN_CAP else head
-
-
-def _best_ratio(st: _State, chunks: list[tuple[int, int]], cm) -> list[tuple[int, int]]:  # noqa: ANN001
-    """The prefix of ``chunks`` of most completed prompts per second of its batch time (the longest
-    among equals; all of them when no prefix completes a prompt)."""
-    best, best_rate = len(chunks), 0.0
-    tokens = squares = context = done = 0
-    for k, (i, c) in enumerate(chunks, start=1):
-        tokens, squares, context = tokens + c, squares + c * c, context + c * int(st.m[i])
-        done += int(st.m[i] + c == st.prompt[i])
-        rate = done / cm.batch_time(tokens, tokens, squares, 0, 0, context)  # = _prefill_seconds of the prefix
-        if rate >= best_rate and done:
-            best, best_rate = k, rate
-    return chunks[:best]
-
-
-def _tile_filled(chunks: list[tuple[int, int]], cut: list[tuple[int, int]], cm) -> list[tuple[int, int]]:  # noqa: ANN001
-    """``cut`` (a prefix of ``chunks``) and, when its tokens end inside a token tile of the cost model,
-    a chunk of the first item of ``chunks`` it left out, up to the end of that tile (the tile is paid
-    for either way)."""
-    room = -sum(c for _, c in cut) % cm.token_tile if cm.token_tile and cm.per_tile else 0
-    if not room or len(cut) == len(chunks):
-        return cut
-    i, c = chunks[len(cut)]
-    return [*cut, (i, min(c, room))]
-
-
-def _decode_items(st: _State, decoding: list[int], cm, token_budget: int, gap: float) -> tuple[list[int], float]:  # noqa: ANN001
-    """The decode batch: the requests of ``decoding`` with fewest output tokens left first, up to C, the
-    longest such prefix whose batch time is at most ``gap`` seconds; and that time."""
-    ranked = sorted(decoding, key=lambda i: (st.output[i] - st.g[i], i))[:token_budget]
-    kv = np.cumsum([int(st.m[i]) for i in ranked])
-    kv_max = np.maximum.accumulate([int(st.m[i]) for i in ranked])
-
-    def seconds(size: int) -> float:
-        return cm.batch_time(size, 0, 0, size, int(kv[size - 1]), 0, int(kv_max[size - 1]))
-
-    if seconds(len(ranked)) <= gap:
-        return ranked, seconds(len(ranked))
-    lo, hi = 0, len(ranked)  # seconds(lo) fits (or lo == 0), seconds(hi) does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if seconds(mid) <= gap else (lo, mid)
-    return ranked[:lo], (seconds(lo) if lo else 0.0)
 
 
 def best_prefill_first(

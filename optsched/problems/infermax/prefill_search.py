@@ -6,7 +6,9 @@ objective is (1/N) sum_i (f_i - a_i). A *prefill plan* is a pair (knobs, keys): 
 :class:`.prefill_first.PrefillFirst` (cap, order, ratio rule, preemption at arrivals, evictions,
 deferral) and per-request keys (:class:`.prefill_first.PrefillKeys`): a bias b_i in tokens added to
 request i's remaining prompt wherever the shortest-remaining rule ranks it or preemption compares it
-with an arriving prompt, and a flag h_i by which i's arrival never cuts the running batch. The
+with an arriving prompt, a flag h_i by which i's arrival never cuts the running batch, and a flag r_i
+by which i's chunk may pass the cap, up to min(C, P) tokens in its batch (so that a long prompt's
+last chunk completes it instead of leaving a rest that waits behind later arrivals). The
 deterministic plan builder of :mod:`.prefill_first` decodes a plan into batches (chunks cut so that
 batches end at the arrivals that go first, the decodes deferred to the gaps), and the plan's value
 is its mean TTFT from its own batch times (:func:`.prefill_first.prefill_first_ttft`: the cost
@@ -25,6 +27,7 @@ current plan:
 - *jump*: one request's key is set just below or just above the key of a request arriving near it
   (their whole prompts plus biases), so that the two swap in the shortest-remaining order;
 - *hold*: one request's hold flag is switched;
+- *reach*: one request's reach flag is switched (only while the cap is below min(C, P));
 - *knob*: one knob other than ``evict`` changes (:func:`knob_moves`: :func:`.prefill_first.knob_steps` or,
   under a cost model with token tiles, the cap moved to a whole number of tiles next to it, so that a
   batch cut at the cap pays for no partly used tile).
@@ -68,8 +71,8 @@ from ...budget import TimeBudget
 from ...instance import Instance
 from ...result import objective_of
 from ...schedule import Schedule, replay
+from .prefill_batches import MIN_CAP
 from .prefill_first import (
-    MIN_CAP,
     PrefillFirst,
     PrefillKeys,
     knob_steps,
@@ -105,21 +108,24 @@ NEAR = 6
 STARTS = 3
 #: An other start is climbed from only when its evaluation takes at most this many times the start's.
 SLOWER = 2.0
+#: Weights of the moves *shift*, *jump*, *hold*, *reach* and *knob* in the draw of a random move.
+MIX = (4, 4, 1, 1, 1)
 
 
 @dataclass
 class _Plan:
-    """A prefill plan: knobs and per-request keys (module docstring)."""
+    """A prefill plan: knobs and per-request keys (bias, hold and reach; module docstring)."""
 
     knobs: PrefillFirst
     bias: np.ndarray
     hold: np.ndarray
+    reach: np.ndarray
 
     def keys(self) -> PrefillKeys:
-        return PrefillKeys(self.bias, self.hold)
+        return PrefillKeys(self.bias, self.hold, self.reach)
 
     def copy(self) -> _Plan:
-        return _Plan(self.knobs, self.bias.copy(), self.hold.copy())
+        return _Plan(self.knobs, self.bias.copy(), self.hold.copy(), self.reach.copy())
 
 
 class _Moves:
@@ -133,6 +139,7 @@ class _Moves:
         cm = instance.cost_model
         self.alone = np.array([cm.batch_time(p, p, p * p, 0, 0) for p in self.prompt.tolist()])
         self.n = len(self.prompt)
+        self.top = min(instance.limits.token_budget, instance.limits.prefill_budget)
         self.cumulative = np.arange(1, self.n + 1, dtype=float)
 
     def aim(self, first: np.ndarray) -> None:
@@ -167,6 +174,13 @@ class _Moves:
         out.hold[i] = not out.hold[i]
         return out
 
+    def reach(self, plan: _Plan) -> _Plan:
+        """One request's reach flag switched (drawn by the weights of :meth:`aim`)."""
+        out = plan.copy()
+        i = self.request()
+        out.reach[i] = not out.reach[i]
+        return out
+
     def knob(self, plan: _Plan) -> _Plan:
         """One knob changed, ``evict`` kept (the start fixes it: :func:`prefill_search`; :func:`knob_moves`)."""
         steps = knob_moves(plan.knobs, self.instance)
@@ -176,15 +190,17 @@ class _Moves:
         return out
 
     def random(self, plan: _Plan) -> tuple[str, _Plan]:
-        """A random move (kind, plan): shifts and jumps most often."""
-        kind = self.rng.choices(("shift", "jump", "hold", "knob"), weights=(4, 4, 1, 1))[0]
+        """A random move (kind, plan), drawn by the weights :data:`MIX` (no *reach* where the cap is
+        min(C, P): the flag then changes nothing): shifts and jumps most often."""
+        weights = MIX if plan.knobs.cap < self.top else (*MIX[:3], 0, *MIX[4:])  # reach: past the cap
+        kind = self.rng.choices(("shift", "jump", "hold", "reach", "knob"), weights=weights)[0]
         return kind, getattr(self, kind)(plan)
 
 
 def knob_moves(knobs: PrefillFirst, instance: Instance) -> list[PrefillFirst]:
     """The knobs one change from ``knobs`` with ``evict`` kept: :func:`.prefill_first.knob_steps` and,
     under a cost model with token tiles, the caps of whole tiles next to ``knobs.cap`` within
-    [:data:`.prefill_first.MIN_CAP`, min(C, P)] (a batch cut at the cap then ends at a tile's end)."""
+    [:data:`.prefill_batches.MIN_CAP`, min(C, P)] (a batch cut at the cap then ends at a tile's end)."""
     out = [k for k in knob_steps(knobs, instance) if k.evict == knobs.evict]
     cm = instance.cost_model
     tile = cm.token_tile if cm.per_tile else 0
@@ -209,7 +225,7 @@ def prefill_search(
     none = PrefillKeys.none(n)
     moves = _Moves(instance, random.Random(seed))
     began = time.perf_counter()
-    given = _evaluate(instance, _Plan(start, none.bias, none.hold), moves, budget)
+    given = _evaluate(instance, _Plan(start, none.bias, none.hold, none.reach), moves, budget)
     seconds = time.perf_counter() - began  # one plan's evaluation: the start's, else its twin's below
     if given is None or n < 2:  # not built in time, or nothing to order
         value = math.inf if given is None else given[0]
@@ -350,7 +366,8 @@ def _neighbours(
     zero, evaluated, lowest value first."""
     none = PrefillKeys.none(len(plan.bias))
     found = [
-        _evaluate(instance, _Plan(k, none.bias, none.hold), moves, budget) for k in knob_moves(plan.knobs, instance)
+        _evaluate(instance, _Plan(k, none.bias, none.hold, none.reach), moves, budget)
+        for k in knob_moves(plan.knobs, instance)
     ]
     return sorted((f for f in found if f is not None), key=lambda f: f[0])
 
@@ -377,7 +394,7 @@ def _starts(
         if budget.expired() or (k.evict and not evictions):
             continue
         began, tried = time.perf_counter(), tried + 1
-        found = _evaluate(instance, _Plan(k, none.bias, none.hold), moves, budget)
+        found = _evaluate(instance, _Plan(k, none.bias, none.hold, none.reach), moves, budget)
         if found is not None and time.perf_counter() - began <= seconds:
             out.append(found)
     return sorted(out, key=lambda f: f[0]), tried
@@ -425,5 +442,6 @@ def _replayed(instance: Instance, plan: _Plan, evictions: bool, budget: TimeBudg
         "knobs": asdict(plan.knobs),
         "bias": {ids[i]: int(plan.bias[i]) for i in np.flatnonzero(plan.bias)},
         "hold": [ids[i] for i in np.flatnonzero(plan.hold)],
+        "reach": [ids[i] for i in np.flatnonzero(plan.reach)],
     }
     return Schedule(instance.name, schedule.batches, meta), objective_of(rep, "ttft")

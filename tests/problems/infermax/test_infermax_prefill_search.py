@@ -7,6 +7,9 @@
   on random small instances, without evictions when they are not allowed; it respects a short
   budget and gives nothing with an expired one.
 - On tiny instances its value is never below the exhaustive optimum.
+- A reach flag lets its request's chunk pass the cap, never a batch past min(C, P); the search with
+  reach moves alone finds schedules with reach flags that replay cleanly and are never worse than
+  its start.
 - It climbs from several starts, each within its share of the time; the knob moves offer caps of
   whole token tiles; a planted fault (whole schedules that do not replay) is caught: no such schedule
   is ever returned.
@@ -25,8 +28,9 @@ import pytest
 from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
 from optsched.problems.infermax import prefill_search as prefill_search_module
+from optsched.problems.infermax.prefill_batches import MIN_CAP
 from optsched.problems.infermax.prefill_first import (
-    MIN_CAP,
+    PrefillFirst,
     PrefillKeys,
     best_prefill_first,
     prefill_first_schedule,
@@ -46,9 +50,9 @@ solve = solver("infermax")
 
 
 def random_keys(n: int, seed: int) -> PrefillKeys:
-    """Biases of up to +-512 tokens and hold flags, drawn at random."""
+    """Biases of up to +-512 tokens, hold and reach flags, drawn at random."""
     rng = np.random.default_rng(seed)
-    return PrefillKeys(rng.integers(-512, 512, size=n), rng.random(n) < 0.3)
+    return PrefillKeys(rng.integers(-512, 512, size=n), rng.random(n) < 0.3, rng.random(n) < 0.3)
 
 
 def roomy(inst):
@@ -275,7 +279,7 @@ def test_climbs_from_several_starts(monkeypatch):
     real, plans = prefill_search_module.prefill_first_tokens, []
 
     def recording(instance, plan_knobs, given, keys=None):
-        plans.append((plan_knobs, keys is not None and (keys.bias.any() or keys.hold.any())))
+        plans.append((plan_knobs, keys is not None and (keys.bias.any() or keys.hold.any() or keys.reach.any())))
         return real(instance, plan_knobs, given, keys)
 
     monkeypatch.setattr(prefill_search_module, "prefill_first_tokens", recording)
@@ -300,7 +304,11 @@ def test_a_schedule_that_does_not_replay_is_never_returned(monkeypatch):
 
     def breaking(instance, plan_knobs, given, keys):
         schedule = real(instance, plan_knobs, given, keys)
-        if schedule is None or keys is None or not (keys.bias.any() or keys.hold.any() or plan_knobs != knobs):
+        if (
+            schedule is None
+            or keys is None
+            or not (keys.bias.any() or keys.hold.any() or keys.reach.any() or plan_knobs != knobs)
+        ):
             return schedule  # the start's own schedule stays whole
         cut = Schedule(schedule.instance, schedule.batches[:-1], schedule.meta)
         assert not replay(instance, cut).feasible
@@ -311,3 +319,42 @@ def test_a_schedule_that_does_not_replay_is_never_returned(monkeypatch):
     found = prefill_search(inst, knobs, TimeBudget.of(3.0))
     assert broken, "no schedule but the start's was built"
     assert found.schedule is None and found.value == found.start
+
+
+def test_a_reach_flag_lets_its_chunk_pass_the_cap_up_to_the_budgets():
+    """With a cap of 128 tokens, a request with the reach flag takes chunks of up to min(C, P) tokens
+    less the batch's other chunks; the others keep to the cap; no batch has more than min(C, P) prefill
+    tokens, and the schedule replays cleanly."""
+    inst = busy_instance(0)
+    n, top = len(inst.requests), min(inst.limits.token_budget, inst.limits.prefill_budget)
+    knobs = PrefillFirst(128)
+    ids = [r.id for r in sorted(inst.requests, key=lambda r: r.arrival)]
+    longest = max(range(n), key=lambda i: inst.requests[i].prompt_tokens)
+    reach = np.zeros(n, dtype=bool)
+    reach[ids.index(inst.requests[longest].id)] = True
+    keys = PrefillKeys(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool), reach)
+    schedule = prefill_first_schedule(inst, knobs, NO_LIMIT, keys)
+    rep = replay(inst, schedule)
+    assert rep.feasible, rep.violations[:3]
+    chunks = [(it.id, it.tokens, sum(x.tokens for x in b.items)) for b in schedule.batches for it in b.items]
+    assert all(total <= top for _, _, total in chunks)
+    assert all(tokens <= 128 for rid, tokens, _ in chunks if rid != inst.requests[longest].id)
+    assert max(tokens for rid, tokens, _ in chunks if rid == inst.requests[longest].id) > 128
+    assert prefill_first_ttft(inst, knobs, NO_LIMIT, keys) == pytest.approx(rep.metrics.mean_ttft, rel=1e-12)
+
+
+def test_reach_moves_alone_give_clean_schedules_never_worse(monkeypatch):
+    """The search with the reach move alone (cap 256 under C = P = 1024; the kicks still shift biases):
+    never worse than its start, a schedule it returns replays cleanly, and some carry reach flags."""
+    monkeypatch.setattr(prefill_search_module, "MIX", (0, 0, 0, 1, 0))
+    flagged = 0
+    for seed in range(3):
+        inst = busy_instance(seed)
+        found = prefill_search(inst, replace(variants(inst)[0], cap=256), TimeBudget.of(2.0), seed=seed)
+        assert found.value <= found.start
+        assert set(found.kept) <= {"reach"}
+        if found.schedule is not None:
+            rep = replay(inst, found.schedule)
+            assert rep.feasible and objective_of(rep, "ttft") == found.value < found.start
+            flagged += bool(found.schedule.meta["reach"])
+    assert flagged >= 1
