@@ -127,9 +127,12 @@ def test_a_run_with_every_request_at_once_keeps_its_budget():
     so a run that does not end in time is stopped at its budget (a planted fault: one step to the
     end past the horizon)."""
     inst = offline_instance(12, n=3000)
+    whole = time.perf_counter()
+    assert run_until(inst, POLICY_CONFIGS["vllm"], NO_LIMIT, 1.0) is not None
+    whole = time.perf_counter() - whole  # about 0.15 s on the 2-core development machine
     began = time.perf_counter()
-    assert run_until(inst, POLICY_CONFIGS["vllm"], TimeBudget.of(0.3, start=began), 1.0) is None
-    assert time.perf_counter() - began < 0.8
+    assert run_until(inst, POLICY_CONFIGS["vllm"], TimeBudget.of(whole / 8, start=began), 1.0) is None
+    assert time.perf_counter() - began < whole
 
 
 def test_solve_at_scale_with_arrivals_names_its_source():
