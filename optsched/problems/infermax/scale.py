@@ -70,9 +70,9 @@ GUIDED_POINTS = 2
 PREFILL_FIRST_SHARE = 0.2
 #: Most of the time limit the local search over prefill plans (mean TTFT) may take (it may end sooner).
 PREFILL_SEARCH_SHARE = 0.5
-#: Objectives for which the policy search runs first where segment lists apply, and the most of the
-#: time limit it may take there before the segment-list search.
+#: Objectives for which the policy search runs first where segment lists apply.
 POLICY_OBJECTIVES = ("latency",)
+#: Most of the time limit the policy search may take there before the segment-list search.
 POLICY_SHARE = 0.5
 #: The trajectory bound runs when the KV-time count is at least this share of the other counts.
 MEMORY_BINDS = 0.9
