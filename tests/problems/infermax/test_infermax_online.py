@@ -29,6 +29,7 @@ from optsched.problems.infermax.online import MIN_RUNNING, cap_neighbours, cappe
 from optsched.report.gather import PolicyRun, Report, SolverRun, build_report
 from optsched.result import SolveResult, objective_of
 from optsched.schedule import replay
+from optsched.workload import WorkloadTransforms, apply_transforms
 from tests.support.solving import solver
 
 solve = solver("infermax")
@@ -64,14 +65,8 @@ def online_instance(seed: int, n: int = 40, memory: float = 0.5):
 
 
 def offline_instance(seed: int, n: int):
-    """:func:`online_instance` with every request at time 0."""
-    online = online_instance(seed, n)
-    requests = [
-        {"id": r.id, "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens} for r in online.requests
-    ]
-    limits = online.limits.to_dict()
-    data = {"name": f"offline-{seed}", "cost_model": "llama2-7b-h200", "limits": limits, "requests": requests}
-    return parse_instance(data, f"offline-{seed}")
+    """:func:`online_instance` with every request at time 0 (the ``offline`` transform)."""
+    return apply_transforms(online_instance(seed, n), WorkloadTransforms(offline=True))
 
 
 @pytest.mark.parametrize("name", sorted(POLICY_CONFIGS))
