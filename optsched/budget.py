@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .deadline import DeadlinePassed
 from .interrupt import requested
 
-__all__ = ["NO_LIMIT", "TimeBudget", "process_started"]
+__all__ = ["NO_LIMIT", "SlowestRun", "TimeBudget", "process_started"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,34 @@ class TimeBudget:
 
 #: The budget without a limit (the default of a phase called on its own).
 NO_LIMIT = TimeBudget()
+
+
+@dataclass
+class SlowestRun:
+    """The longest of the timed runs of one kind of work so far (an evaluation, a policy's run), by
+    which a loop decides whether to start one more within its budget.
+
+    Attributes
+    ----------
+    seconds
+        The slowest run's wall seconds (0 before the first).
+    """
+
+    seconds: float = 0.0
+
+    @contextmanager
+    def timing(self) -> Iterator[None]:
+        """Time the work inside the ``with`` block as one run (also when it raises)."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds = max(self.seconds, time.perf_counter() - began)
+
+    def fits(self, budget: TimeBudget, runs: float = 1.0) -> bool:
+        """Whether ``runs`` more runs, each as slow as the slowest so far, end within ``budget``
+        (:meth:`TimeBudget.holds`)."""
+        return budget.holds(runs * self.seconds)
 
 
 def process_started() -> float:

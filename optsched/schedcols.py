@@ -58,6 +58,11 @@ class ScheduleColumns:
         """Number of batches."""
         return len(self.start)
 
+    @property
+    def nonempty_batches(self) -> int:
+        """Number of batches with at least one item."""
+        return int(np.count_nonzero(np.diff(self.item_ptr)))
+
     def refs_in(self, index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
         """Per item and per eviction, the request's position in ``index`` (an instance's ids), -1
         for an id it lacks."""

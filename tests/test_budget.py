@@ -7,7 +7,7 @@ import time
 import pytest
 
 from optsched import interrupt
-from optsched.budget import TimeBudget, process_started
+from optsched.budget import SlowestRun, TimeBudget, process_started
 
 
 def test_an_unlimited_budget_never_expires() -> None:
@@ -55,3 +55,18 @@ def test_holds_work_that_ends_within_the_budget() -> None:
     budget = TimeBudget.of(2.0)
     assert budget.holds(1.0) and not budget.holds(3.0)
     assert not TimeBudget.of(1.0, start=time.perf_counter() - 2.0).holds(0.0)  # expired: nothing more
+
+
+def test_slowest_run_keeps_the_longest_run_and_fits_that_many_more() -> None:
+    slowest = SlowestRun()
+    assert slowest.fits(TimeBudget.of(0.01), runs=100.0)  # nothing timed yet: any number fits
+    for pause in (0.05, 0.15, 0.02):
+        with slowest.timing():
+            time.sleep(pause)
+    assert 0.15 <= slowest.seconds < 0.3  # the longest, not the last or the sum
+    with pytest.raises(ValueError), slowest.timing():  # a run that raises is timed too
+        time.sleep(0.35)
+        raise ValueError
+    assert slowest.seconds >= 0.35
+    budget = TimeBudget.of(1.0)
+    assert slowest.fits(budget) and slowest.fits(budget, runs=2.0) and not slowest.fits(budget, runs=3.0)

@@ -11,10 +11,9 @@ equals. The best candidate is the solve's upper bound UB, from which the horizon
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
-from ...budget import NO_LIMIT, TimeBudget
+from ...budget import NO_LIMIT, SlowestRun, TimeBudget
 from ...instance import Instance
 from ...result import MAXIMISED, objective_of
 from ...schedule import ReplayResult, Schedule, replay
@@ -76,13 +75,16 @@ class CandidatePool:
         #: The names of the seeds: the candidates the solve starts from (policies and ``serial``),
         #: as opposed to those its own phases find.
         self.seeds: set[str] = set()
+        #: The replays of the schedules offered so far (what the solve keeps time for at its end).
+        self.replays = SlowestRun()
 
     def offer(self, name: str, schedule: Schedule | None) -> Candidate | None:
         """Replay ``schedule`` and keep it as ``name`` when it replays cleanly and respects the
         options; the candidate, else None (also for no schedule)."""
         if schedule is None:
             return None
-        rep = replay(self.instance, schedule)
+        with self.replays.timing():
+            rep = replay(self.instance, schedule)
         if not (rep.feasible and _respects(rep, self.options)):
             return None
         candidate = Candidate(schedule, objective_of(rep, self.options.objective), rep)
@@ -188,29 +190,25 @@ def initial_candidates(
             policy_names(),
             key=lambda n: (n != options.warm_start, rank.get(n, len(rank)), n not in POLICY_CONFIGS, n),
         )
-        slowest = 0.0  # wall seconds of the slowest policy so far (run and replay)
+        slowest = SlowestRun()  # of the policies so far (run and replay)
         foreign = not budget.limited or len(instance.requests) < SCALE_MIN_REQUESTS
         for name in names:
             if name not in POLICY_CONFIGS and not foreign and name != options.warm_start:
                 continue  # no clock inside: on a large trace one may run for minutes
-            left = budget.left()
-            late = budget.expired() or (left is not None and left < slowest)
-            if len(pool) and name != options.warm_start and late:
+            if len(pool) and name != options.warm_start and not slowest.fits(budget):
                 continue
-            started = time.perf_counter()
             try:
-                if name in POLICY_CONFIGS:
-                    schedule = compiled_schedule(instance, POLICY_CONFIGS[name]) if compiled else None
-                    if schedule is None:
-                        stop_at = hard if len(pool) else NO_LIMIT  # the first candidate runs to its end
-                        schedule = run_until(instance, POLICY_CONFIGS[name], stop_at, horizon)
-                    pool.offer(name, schedule)
-                else:
-                    pool.offer(name, simulator_for(name)(instance))
+                with slowest.timing():
+                    if name in POLICY_CONFIGS:
+                        schedule = compiled_schedule(instance, POLICY_CONFIGS[name]) if compiled else None
+                        if schedule is None:
+                            stop_at = hard if len(pool) else NO_LIMIT  # the first candidate runs to its end
+                            schedule = run_until(instance, POLICY_CONFIGS[name], stop_at, horizon)
+                        pool.offer(name, schedule)
+                    else:
+                        pool.offer(name, simulator_for(name)(instance))
             except Exception:  # noqa: BLE001 - a failing policy is only a missing candidate
                 continue
-            finally:
-                slowest = max(slowest, time.perf_counter() - started)
     if not len(pool) and hard.expired():  # every policy stopped at the solve's time limit: no time for serial
         return pool
     too_long = budget.limited and serial_batch_count(instance) > SERIAL_MAX_BATCHES

@@ -49,7 +49,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...aotkernels import ahead_of_time
-from ...budget import TimeBudget
+from ...budget import SlowestRun, TimeBudget
 from ...instance import Instance
 from ...policies.config import POLICY_CONFIGS, PolicyConfig
 from ...policies.fastsim import ORDER_KEYS, compiles, simulate_columns
@@ -113,12 +113,12 @@ class _Evaluator:
         ])
         self.position = {r.id: k for k, r in enumerate(instance.requests)}
         self.evaluations = 0
-        self.slowest = 0.0  # seconds of the slowest evaluation so far
+        self.slowest = SlowestRun()  # of the evaluations so far
 
     def fits(self, budget: TimeBudget) -> bool:
         """Whether one more evaluation and the best plan's rebuild at the end, each taking at most the
         slowest evaluation so far, end within ``budget``."""
-        return budget.holds(2.0 * self.slowest)
+        return self.slowest.fits(budget, 2.0)
 
     def ranks(self, keys: np.ndarray) -> np.ndarray:
         """Each request's position in the order (key, arrival, position)."""
@@ -147,11 +147,8 @@ class _Evaluator:
         """(replayed objective, plan, each request's latency beyond its latency alone); inf when the plan
         does not decode, does not replay cleanly or evicts where not allowed."""
         self.evaluations += 1
-        began = time.perf_counter()
-        try:
+        with self.slowest.timing():
             return self._judged(plan)
-        finally:
-            self.slowest = max(self.slowest, time.perf_counter() - began)
 
     def _judged(self, plan: _Plan) -> tuple[float, _Plan, np.ndarray | None]:
         """:meth:`evaluate` without its count and timing."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...budget import TimeBudget
+from ...budget import SlowestRun, TimeBudget
 from .segments import SegmentArrays, SegmentList, segments_cost
 
 __all__ = ["SearchStep", "improve_segment_lists", "starting_segment_lists"]
@@ -73,23 +73,30 @@ def _sort_keys(data: SegmentArrays) -> dict[str, np.ndarray]:
     }
 
 
-def starting_segment_lists(data: SegmentArrays, objective: str, budget: TimeBudget) -> list[tuple[float, SegmentList]]:
+def starting_segment_lists(
+    data: SegmentArrays,
+    objective: str,
+    budget: TimeBudget,
+    kept: float = 0.0,
+    slowest: SlowestRun | None = None,
+) -> list[tuple[float, SegmentList]]:
     """Whole-request segment lists over every sort key, chunk size and grid (module docstring, step 1),
-    by increasing cost, each while one more evaluation as slow as the slowest so far fits in
-    ``budget``; at least one segment list even once ``budget`` has expired."""
+    by increasing cost, each while one more evaluation and ``kept`` more, each as slow as the slowest
+    so far, fit in ``budget`` (``kept``: the caller's work after the search, in evaluations: the best
+    segment list's schedule; ``slowest``: the evaluations' timer, shared with the caller's other
+    searches); at least one segment list even once ``budget`` has expired."""
     chunks = sorted({min(data.P, data.C)} | {c for c in START_CHUNKS if c < min(data.P, data.C)}, reverse=True)
     out: list[tuple[float, SegmentList]] = []
-    slowest = 0.0
+    slowest = SlowestRun() if slowest is None else slowest
     for order in _sort_keys(data).values():
         for chunk in chunks:
             q = np.minimum(data.prompt, chunk)
             for grid in START_GRIDS:
-                if out and not budget.holds(slowest):
+                if out and not slowest.fits(budget, 1.0 + kept):
                     return sorted(out, key=lambda x: x[0])
-                began = time.perf_counter()
-                segments = SegmentList.whole(order, data.output, q, grid)
-                out.append((segments_cost(data, segments, objective), segments))
-                slowest = max(slowest, time.perf_counter() - began)
+                with slowest.timing():
+                    segments = SegmentList.whole(order, data.output, q, grid)
+                    out.append((segments_cost(data, segments, objective), segments))
     return sorted(out, key=lambda x: x[0])
 
 
@@ -185,13 +192,17 @@ def improve_segment_lists(
     evictions: bool = True,
     seed: int = 0,
     start: list[tuple[float, SegmentList]] | None = None,
+    kept: float = 0.0,
+    slowest: SlowestRun | None = None,
 ) -> Iterator[SearchStep]:
     """Yield every improving segment list until ``budget`` (a budget with a limit) no longer holds one
-    more evaluation as slow as the slowest so far: first the best starting segment list, then each
-    better segment list the annealing finds (module docstring)."""
+    more evaluation and ``kept`` more, each as slow as the slowest so far (``kept``, ``slowest``: as in
+    :func:`starting_segment_lists`): first the best starting segment list, then each better segment
+    list the annealing finds (module docstring)."""
     clock = time.perf_counter
     t0 = clock()
-    segment_lists = start if start is not None else starting_segment_lists(data, objective, budget)
+    slowest = SlowestRun() if slowest is None else slowest
+    segment_lists = start if start is not None else starting_segment_lists(data, objective, budget, kept, slowest)
     best_cost, best = segment_lists[0]
     evaluations = len(segment_lists)
     yield SearchStep(best, best_cost, clock() - t0, evaluations)
@@ -202,16 +213,14 @@ def improve_segment_lists(
     stale = 0
     kinds = len(MOVES) if evictions else 4
     tried, gained = np.ones(kinds), np.ones(kinds)  # adaptive choice: moves that improve are tried more
-    slowest = 0.0
-    while budget.holds(slowest):  # Ctrl-C expires every budget (optsched.interrupt)
+    while slowest.fits(budget, 1.0 + kept):  # Ctrl-C expires every budget (optsched.interrupt)
         weight = gained / tried + ADAPT_FLOOR
         kind = int(rng.choice(kinds, p=weight / weight.sum()))
-        began = clock()
-        cand = _move(cur, data, rng, kind)
+        with slowest.timing():
+            cand = _move(cur, data, rng, kind)
+            cost = math.inf if cand is None else segments_cost(data, cand, objective)
         if cand is None:
             continue
-        cost = segments_cost(data, cand, objective)
-        slowest = max(slowest, clock() - began)
         evaluations += 1
         tried[kind] += 1
         if cost < cur_cost:

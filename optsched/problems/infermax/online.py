@@ -33,7 +33,7 @@ import random
 import time
 from dataclasses import dataclass, field, replace
 
-from ...budget import TimeBudget
+from ...budget import SlowestRun, TimeBudget
 from ...instance import Instance
 from ...policies.config import ORDERS, POLICY_CONFIGS, PolicyConfig
 from ...policies.engine import Engine
@@ -207,7 +207,7 @@ class _Climb:
     no_hybrid: bool
     t0: float
     tried: set[Point] = field(default_factory=set)
-    cost: float = 0.0  # wall seconds of the slowest configuration so far (run and replay)
+    cost: SlowestRun = field(default_factory=SlowestRun)  # of the configurations so far (run and replay)
 
     def neighbours(self, point: Point) -> list[Point]:
         """The points one knob away: a configuration's (:func:`neighbours`) or the cap's
@@ -228,17 +228,15 @@ class _Climb:
         (inf when infeasible, already tried or against the options), None when the time ran out."""
         if point in self.tried:
             return math.inf
-        left = self.budget.left()
-        if left is not None and self.cost > left:
+        if not self.cost.fits(self.budget):
             return None
         self.tried.add(point)
-        started = time.perf_counter()
         horizon = max((r.arrival for r in self.instance.requests), default=0.0) + 1.0
-        schedule = run_until(self.instance, point[0], self.budget, horizon, point[1])
-        if schedule is None:
+        with self.cost.timing():
+            schedule = run_until(self.instance, point[0], self.budget, horizon, point[1])
+            rep = None if schedule is None else replay(self.instance, schedule)
+        if schedule is None or rep is None:
             return None
-        rep = replay(self.instance, schedule)
-        self.cost = max(self.cost, time.perf_counter() - started)
         out.evaluated += 1
         if not rep.feasible or (self.no_evict and rep.metrics.evictions):
             return math.inf

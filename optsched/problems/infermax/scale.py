@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...bounds import batch_counts, least_bias, request_work
-from ...budget import TimeBudget
+from ...budget import SlowestRun, TimeBudget
 from ...instance import Instance
 from ...schedule import Schedule
 from .kvtime import kv_time_count
@@ -52,13 +52,17 @@ from .lns import improve_segment_lists, segments_from_trajectories, starting_seg
 from .model import linear_instance
 from .segments import SegmentArrays, SegmentList, segment_arrays, segments_cost, segments_refused, segments_schedule
 
-__all__ = ["SCALE_DEFAULT_TIME", "SCALE_MIN_REQUESTS", "ScalePhase", "kv_time_bound", "scale_phase"]
+__all__ = ["SCALE_DEFAULT_TIME", "SCALE_MIN_REQUESTS", "TAIL_REPLAYS", "ScalePhase", "kv_time_bound", "scale_phase"]
 
 #: Instances with at least this many requests are solved at scale (the exact search of the
 #: residency relaxation handles up to about 10 requests; the CP-SAT model is too large beyond).
 SCALE_MIN_REQUESTS = 12
 #: Time (seconds) of the scale phase in a solve without a time limit (it is anytime).
 SCALE_DEFAULT_TIME = 60.0
+#: Replays the solve keeps time for after the scale phase, each as slow as the slowest replay of a
+#: candidate so far: those of the phase's schedules offered to the candidates (at most three an
+#: objective) and the check of the result (:func:`optsched.api.checked`).
+TAIL_REPLAYS = 4
 #: Share of the time limit the segment-list search gets before the trajectory bound (all of it when the
 #: bound does not run).
 SEARCH_SHARE = 0.3
@@ -74,6 +78,9 @@ PREFILL_SEARCH_SHARE = 0.5
 POLICY_OBJECTIVES = ("latency",)
 #: Most of the time limit the policy search may take there before the segment-list search.
 POLICY_SHARE = 0.5
+#: Evaluations' worth of time each segment-list search keeps for the phase's end, where the best
+#: segment list becomes a schedule (:func:`.segments.segments_schedule`, about one evaluation's work).
+BUILD_KEPT = 1.0
 #: The trajectory bound runs when the KV-time count is at least this share of the other counts.
 MEMORY_BINDS = 0.9
 
@@ -126,8 +133,13 @@ def scale_phase(
     history: list[tuple[float, float]] = []
     best: list[tuple[float, SegmentList]] = []
 
+    evaluations = SlowestRun()  # of every segment-list search of the phase
+
     def search(part: TimeBudget, begin: list[tuple[float, SegmentList]] | None) -> None:
-        for step in improve_segment_lists(data, objective, part, evictions=not no_evict, start=begin):
+        steps = improve_segment_lists(
+            data, objective, part, evictions=not no_evict, start=begin, kept=BUILD_KEPT, slowest=evaluations
+        )
+        for step in steps:
             if not best or step.cost < best[0][0]:
                 best[:] = [(step.cost, step.segments)]
                 history.append((round(time.perf_counter() - t0, 3), step.cost))
@@ -153,7 +165,7 @@ def scale_phase(
         _policy_search(out, instance, objective, phase.part(POLICY_SHARE), seeds or [], no_evict, no_hybrid)
     if data is not None:
         first_part = phase.part(first)
-        search(first_part, starting_segment_lists(data, objective, first_part))
+        search(first_part, starting_segment_lists(data, objective, first_part, BUILD_KEPT, evaluations))
     else:
         out.info["plan_search"] = f"not run: {why_not}"
         if not budget.expired() and len({r.arrival for r in instance.requests}) > 1:

@@ -113,7 +113,7 @@ def _generic_bounds(instance: Instance, objective: str) -> list[Bound]:
 
 
 def _nonempty(schedule: Schedule) -> int:
-    return sum(1 for b in schedule.batches if b.items)
+    return schedule.columns().nonempty_batches
 
 
 #: Modules a solve may need, imported before its clock starts: importing CP-SAT takes about a second
@@ -304,13 +304,13 @@ def _skipped(pool: CandidatePool, scaled: bool = False) -> Any:
 
 
 def _scale_phase(pool: CandidatePool, proven: list[float], budget: TimeBudget) -> dict[str, Any]:
-    """The scale phase (:func:`.scale.scale_phase`) within ``budget`` (``SCALE_DEFAULT_TIME`` s
-    without a limit): its schedules become candidates, its proven makespan bounds join ``proven``;
-    returns what it found, for the result's ``extra['scale']``."""
-    from .scale import SCALE_DEFAULT_TIME, scale_phase
+    """The scale phase (:func:`.scale.scale_phase`) within ``budget`` less :data:`.scale.TAIL_REPLAYS`
+    replays (``SCALE_DEFAULT_TIME`` s without a limit): its schedules become candidates, its proven
+    makespan bounds join ``proven``; returns what it found, for the result's ``extra['scale']``."""
+    from .scale import SCALE_DEFAULT_TIME, TAIL_REPLAYS, scale_phase
 
     opts = pool.options
-    until = budget if budget.limited else budget.within(SCALE_DEFAULT_TIME)
+    until = budget.reserve(TAIL_REPLAYS * pool.replays.seconds) if budget.limited else budget.within(SCALE_DEFAULT_TIME)
     ranked = sorted(pool.found.values(), key=lambda cand: cand.value)
     phase = scale_phase(
         pool.instance,

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import time
 
@@ -26,7 +27,7 @@ from optsched.bounds import batch_counts, least_bias, request_work
 from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
 from optsched.policies import policy_names, simulator_for
-from optsched.problems.infermax import colgen, lns
+from optsched.problems.infermax import candidates, colgen, lns, scale
 from optsched.problems.infermax.kvtime import kv_area, kv_time_count
 from optsched.problems.infermax.lns import improve_segment_lists, starting_segment_lists
 from optsched.problems.infermax.scale import kv_time_bound
@@ -189,6 +190,29 @@ def test_the_search_starts_no_evaluation_that_would_end_past_its_budget(monkeypa
     else:
         assert list(improve_segment_lists(data, "latency", budget, start=start))
     assert time.perf_counter() - began < 1.0 + 0.1  # an evaluation may take a little more than the slowest before
+
+
+def test_the_scale_phase_keeps_time_to_build_its_best_segment_list(monkeypatch):
+    """Evaluations and the schedule build made slow (0.3 s each): the segment-list searches of the
+    scale phase keep one evaluation's time for building the best segment list's schedule, so the
+    phase ends within its budget (a planted fault: ``BUILD_KEPT = 0`` ends one build late)."""
+    inst = small_instance(7, n=24)
+    data = segment_arrays(inst)
+    segments_schedule(inst, data, starting_segment_lists(data, "makespan", NO_LIMIT)[0][1])  # compiled before timing
+
+    def slow(real):
+        def slowed(*args, **kwargs):
+            time.sleep(0.3)
+            return real(*args, **kwargs)
+
+        return slowed
+
+    monkeypatch.setattr(lns, "segments_cost", slow(segments_cost))
+    monkeypatch.setattr(scale, "segments_schedule", slow(segments_schedule))
+    began = time.perf_counter()
+    found = scale.scale_phase(inst, "makespan", TimeBudget.of(1.65, start=began), math.inf, [])
+    assert "plan-search" in found.schedules
+    assert time.perf_counter() - began < 1.65 + 0.1  # an evaluation may take a little more than the slowest before
 
 
 def test_search_improves_on_its_start_and_replays():
@@ -413,6 +437,23 @@ def test_solve_at_scale_uses_the_time_limit_and_reports_a_proven_bound():
     assert max(b.value for b in generic_bounds(inst)) <= res.bound <= res.objective * (1 + REL)
     assert res.bound >= kv_time_bound(inst)[0] * (1 - REL)
     assert res.wall_time < 8.0 + 5.0
+
+
+def test_solve_at_scale_keeps_time_for_the_replays_after_its_scale_phase(monkeypatch):
+    """Every replay of a candidate made slow (0.25 s): the solve keeps ``TAIL_REPLAYS`` replays'
+    time after the scale phase, for offering its schedules, and ends within its limit (a planted
+    fault: ``TAIL_REPLAYS = 0`` ends the solve those replays late)."""
+    inst = small_instance(11, n=16, share=0.3)
+
+    def slow(*args, **kwargs):
+        time.sleep(0.25)
+        return replay(*args, **kwargs)
+
+    monkeypatch.setattr(candidates, "replay", slow)
+    began = time.perf_counter()
+    res = registered_solve("infermax", inst, {"time_limit": 3.0})
+    assert "solved at scale" in res.extra["stopped"] and "plan-search" in res.extra["policy_values"]
+    assert time.perf_counter() - began < 3.0 + 0.15
 
 
 def test_bound_command_bounds_of_infermax():
