@@ -40,7 +40,8 @@ from numba import njit
 
 from ...costmodel import Coefficients
 from ...instance import Instance
-from ...schedule import Batch, Item, Schedule
+from ...schedcols import ScheduleColumns
+from ...schedule import Schedule
 
 __all__ = [
     "SegmentList",
@@ -378,31 +379,44 @@ def segments_schedule(
     instance: Instance, data: SegmentArrays, segments: SegmentList, meta: dict | None = None
 ) -> Schedule:
     """The schedule of ``segments`` (module docstring): batches in index order, evictions in an
-    eviction-only batch before the batch after a segment's last, empty batches skipped."""
-    start, horizon = _placement(data, segments)
+    eviction-only batch before the batch after a segment's last, empty batches skipped; within a
+    batch, items and evictions in segment order. Built as columns (one array row per item)."""
+    start, _ = _placement(data, segments)
+    request = segments.request.astype(np.int64)
+    filled = (data.prompt[request] + segments.g0).astype(np.int64)  # tokens its prefill chunks hold
+    chunk = segments.chunk.astype(np.int64)
+    n_fill = -(-filled // chunk)
+    n_items = n_fill + (segments.g1 - segments.g0 - 1).astype(np.int64)
+    owner = np.repeat(np.arange(len(request)), n_items)  # each item's segment
+    k = np.arange(len(owner)) - np.repeat(np.cumsum(n_items) - n_items, n_items)  # its place in the segment
+    tokens = np.where(k < n_fill[owner] - 1, chunk[owner], 1)
+    last_chunk = k == n_fill[owner] - 1
+    tokens[last_chunk] = (filled - chunk * (n_fill - 1))[owner[last_chunk]]
+    evicting = np.flatnonzero(segments.g1 < data.output[request])
+    # batch keys: 2 t for the eviction-only batch before index t, 2 t + 1 for the items of index t
+    item_key = 2 * (start[owner] + k) + 1
+    evict_key = 2 * (start[evicting] + n_items[evicting])
+    item_rows = np.argsort(item_key, kind="stable")  # by batch, then segment (owner is non-decreasing)
+    evict_rows = np.argsort(evict_key, kind="stable")
+    item_key, evict_key = item_key[item_rows], evict_key[evict_rows]
+    keys = np.union1d(item_key, evict_key)
+    batch_start = np.full(len(keys), np.nan)
+    if data.start > 0:
+        batch_start[np.flatnonzero(keys % 2 == 1)[:1]] = data.start
+    refs = np.concatenate([request[owner[item_rows]], request[evicting[evict_rows]]])  # instance positions
+    used, first_use = np.unique(refs, return_index=True)
+    used = used[np.argsort(first_use)]  # the ids the schedule names, first use first
+    number = np.empty(len(instance.requests), np.int64)
+    number[used] = np.arange(len(used))
     ids = [r.id for r in instance.requests]
-    items: list[list[Item]] = [[] for _ in range(horizon)]
-    evict: list[list[str]] = [[] for _ in range(horizon + 1)]
-    for s in range(len(segments.request)):
-        i = int(segments.request[s])
-        X = int(data.prompt[i] + segments.g0[s])
-        q = int(segments.chunk[s])
-        n_fill = -(-X // q)
-        t = int(start[s])
-        for k in range(n_fill):
-            items[t + k].append(Item(ids[i], q if k < n_fill - 1 else X - q * (n_fill - 1)))
-        n_dec = int(segments.g1[s] - segments.g0[s] - 1)
-        for k in range(n_dec):
-            items[t + n_fill + k].append(Item(ids[i], 1))
-        if segments.g1[s] < data.output[i]:
-            evict[t + n_fill + n_dec].append(ids[i])
-    batches: list[Batch] = []
-    first = True
-    for t in range(horizon):
-        if evict[t]:
-            batches.append(Batch((), tuple(evict[t])))
-        if items[t]:
-            batch = Batch(tuple(items[t]), start=data.start if first and data.start > 0 else None)
-            batches.append(batch)
-            first = False
-    return Schedule(instance.name, tuple(batches), meta or {})
+    edges = np.append(keys, keys[-1] + 1 if len(keys) else 0)  # batch j: rows with keys[j] <= key < edges[j + 1]
+    columns = ScheduleColumns(
+        ids=tuple(ids[i] for i in used.tolist()),
+        item_ptr=np.searchsorted(item_key, edges).astype(np.int64),
+        item_ref=number[refs[: len(item_rows)]],
+        item_tokens=tokens[item_rows].astype(np.int64),
+        evict_ptr=np.searchsorted(evict_key, edges).astype(np.int64),
+        evict_ref=number[refs[len(item_rows) :]],
+        start=batch_start,
+    )
+    return Schedule(instance.name, meta=meta or {}, columns=columns)

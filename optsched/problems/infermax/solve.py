@@ -199,7 +199,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
         )
     scaled = len(instance.requests) >= SCALE_MIN_REQUESTS and not met  # beyond the exact phases' reach
     scale_info = _scale_phase(pool, proven, budget) if scaled else None
-    data = _model_data(pool)
+    data = _model_data(pool, scaled)
     searched = None
     if search_applies(instance, opts.objective) and opts.early_exit and not (met or scaled or budget.expired()):
         bound, searched = search_phase(pool, budget)
@@ -229,11 +229,12 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
 RELAXATION, CHUNKED, NO_EVICT = "residency-relaxation", "residency-relaxation-chunked", "infermax-no-evict"
 
 
-def _model_data(pool: CandidatePool) -> ModelData:
+def _model_data(pool: CandidatePool, scaled: bool = False) -> ModelData:
     """The model's data: J from the best candidate, at least the warm start's batches (up to its
-    last first token in the first-token model)."""
+    last first token in the first-token model, unless ``scaled``: no model is built at scale)."""
     opts, warm = pool.options, pool.found[pool.warm_name]
-    prefix = _nonempty(first_token_prefix(warm.schedule, warm.replay)) if opts.objective == "ttft" else None
+    ttft = opts.objective == "ttft" and not scaled
+    prefix = _nonempty(first_token_prefix(warm.schedule, warm.replay)) if ttft else None
     best = pool.best
     return build_data(
         pool.instance,

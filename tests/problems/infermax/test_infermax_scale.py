@@ -194,8 +194,8 @@ def test_the_search_starts_no_evaluation_that_would_end_past_its_budget(monkeypa
 
 def test_the_scale_phase_keeps_time_to_build_its_best_segment_list(monkeypatch):
     """Evaluations and the schedule build made slow (0.3 s each): the segment-list searches of the
-    scale phase keep one evaluation's time for building the best segment list's schedule, so the
-    phase ends within its budget (a planted fault: ``BUILD_KEPT = 0`` ends one build late)."""
+    scale phase keep ``BUILD_KEPT`` evaluations' time for building the best segment list's schedule,
+    so the phase ends within its budget (a planted fault: ``BUILD_KEPT = 0`` ends one build late)."""
     inst = small_instance(7, n=24)
     data = segment_arrays(inst)
     segments_schedule(inst, data, starting_segment_lists(data, "makespan", NO_LIMIT)[0][1])  # compiled before timing
