@@ -107,6 +107,8 @@ counts, lowered by :data:`FLUID_MARGIN` (relative) for the solver's tolerances.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -121,6 +123,7 @@ __all__ = [
     "FLUID_GRID",
     "FLUID_MARGIN",
     "FLUID_TIME",
+    "FluidExtra",
     "FluidTerms",
     "fluid_grid",
     "fluid_latency",
@@ -138,6 +141,10 @@ FLUID_TIME = 10.0
 
 #: Relative margin taken off the optimum (HiGHS' feasibility and optimality tolerances).
 FLUID_MARGIN = 1e-6
+
+
+#: A hook of :func:`fluid_lp` that extends the programme: (HiGHS model, rows, cells, terms, grid).
+FluidExtra = Callable[[Any, LpRows, Any, "FluidTerms", np.ndarray], None]
 
 
 class FluidTerms:
@@ -222,10 +229,14 @@ def _q_points(terms: FluidTerms, most: int) -> np.ndarray:
     return lo * 1.3 ** np.arange(int(math.log(max(hi / lo, 1.0)) / math.log(1.3)) + 2)
 
 
-def fluid_lp(terms: FluidTerms, tau: np.ndarray, most: int, seconds: float = FLUID_TIME) -> float | None:
+def fluid_lp(
+    terms: FluidTerms, tau: np.ndarray, most: int, seconds: float = FLUID_TIME, extra: FluidExtra | None = None
+) -> float | None:
     """The least sum of z_ik of the programme of the module docstring on the grid ``tau`` (its
     points, ``tau[0]`` at most the first release), over N, less :data:`FLUID_MARGIN`; None when
-    HiGHS does not solve it to optimality within ``seconds``. ``most``: the most items of a batch."""
+    HiGHS does not solve it to optimality within ``seconds``. ``most``: the most items of a batch.
+    ``extra(h, rows, cells, terms, tau)``: adds columns to ``h`` and rows to ``rows`` (a bound that
+    extends the programme, :mod:`optsched.fluid_work`)."""
     import highspy
 
     c = _Cells(terms, tau)
@@ -273,6 +284,8 @@ def fluid_lp(terms: FluidTerms, tau: np.ndarray, most: int, seconds: float = FLU
     rows.put(first + c.owner, c.z, 1.0)
     _interval_rows(rows, c, terms, tau, most)
     _span_rows(rows, c, terms, tau)
+    if extra is not None:
+        extra(h, rows, c, terms, tau)
     if rows.pass_to(h) != highspy.HighsStatus.kOk:
         return None
     h.run()
