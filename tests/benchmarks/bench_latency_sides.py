@@ -1,0 +1,291 @@
+"""Benchmark: which side of the splitwise_code mean-latency gap is weak (run on demand, not collected).
+
+    python tests/benchmarks/bench_latency_sides.py [--schedule FILE] [--time-limit 120]
+
+The slice is the row ``splitwise_code first 300`` of ``bench_latency_gaps.py`` (the first 300
+requests of ``../shared/data/traces/splitwise_code.csv`` under ``llama2-7b-h200``, C = P = 4096,
+M = 200,000, R_max = 256). Its best proven bound is ``block-ttft-plus-rest``: a mean-TTFT bound plus
+each request's tokens after the first priced alone (docs/infermax.md). Printed, in three parts:
+
+1. *The schedule.* ``FILE`` (a schedule of ``optsched solve --out``), or the schedule of ``optsched
+   solve --problem infermax --objective latency --time-limit S`` run here: its mean TTFT and mean
+   time after the first token against the two parts of the bound, and the heaviest *busy block*
+   (consecutive arrivals whose lifetimes overlap in the schedule): its share of the sum of
+   latencies, and how its batches' time splits into batches with first-pass prefill tokens only,
+   with decode items too (mixed), and decode items only.
+2. *The schedule side.* Hybrid schedules built here (:func:`adaptive_schedule`): every batch holds a
+   decode of every request past its prompt, then prompt chunks in the order of prompt tokens left
+   plus ``kappa`` times the output length, up to whole token tiles (the decodes counted): with
+   decodes waiting, ``round(gamma * prompts waiting / decodes)`` tiles (at least one, at most the
+   cap), else the cap. The best replayed mean latency over a small grid of ``gamma``, ``kappa``
+   and the cap.
+3. *The bound side.* A relaxation that keeps the trade-off no listed bound prices
+   (:func:`relaxation_value`): one machine either *works* on one released prompt (its first-pass
+   item terms under the linear twin, the token tile's share ``theta`` of ``per_tile / token_tile``
+   in each token) or spends *free* time; a prompt's first token is at the end of a free stretch of
+   at least the prefill overhead ``L (base + prefill bias) + (1 - theta) per_tile`` after its work;
+   after it, the request needs free time equal to its later tokens' least times alone, less
+   ``theta per_tile`` each, and every request past its first token gains free time at once. Each
+   batch maps to its first-pass chunks' terms as work followed by the rest of its time as free time
+   (a batch with item x lasts at least x alone plus the other items' terms), so every schedule is a
+   point of it; the relaxation is a sketch, not a listed bound. Printed: the value of its policies
+   (work first, free time whenever a request past its first token has had none for ``threshold``
+   seconds, or decodes first), which no bound built on it can exceed, on the heaviest block and on
+   the whole slice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from optsched.bounds import critical_path_times
+from optsched.instance import Instance
+from optsched.load_bounds import share_terms
+from optsched.phase_bounds import rest_after_first_token
+from optsched.schedule import Batch, Item, Schedule, load_schedule, replay
+from optsched.ttft_bounds import flush_overhead
+from optsched.workload import WorkloadTransforms, apply_transforms, load_trace
+from tests.benchmarks.bench_latency_anatomy import TRACE_LIMITS
+from tests.benchmarks.bench_latency_gaps import LIMITS, TRACES
+
+TRACE = TRACES / "splitwise_code.csv"
+FIRST = 300
+#: The builder's grid: gamma (tiles per waiting prompt per decode), kappa (output weight), cap (tokens).
+GAMMAS, KAPPAS, CAPS = (3.0, 4.0, 5.0, 6.0), (0.0, 10.0, 30.0), (1024, 2048, 4096)
+#: Free-time thresholds (seconds) of the relaxation's policies.
+THRESHOLDS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2)
+
+
+def slice_instance() -> Instance:
+    """The first 300 requests of splitwise_code under the limits of ``bench_latency_gaps.py``."""
+    base = load_trace(str(TRACE), "llama2-7b-h200", TRACE_LIMITS, max_rows=FIRST)
+    return apply_transforms(base, WorkloadTransforms(first=FIRST))
+
+
+def times(instance: Instance, schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Arrival, first-token and finish time of every request (request order) in the replayed schedule."""
+    rep = replay(instance, schedule)
+    if not rep.feasible:
+        raise SystemExit(f"the schedule does not replay cleanly: {rep.violations[:3]}")
+    out = [rep.outcomes[r.id] for r in instance.requests]
+    return (
+        np.array([r.arrival for r in instance.requests]),
+        np.array([o.first_token for o in out], dtype=np.float64),
+        np.array([o.finish for o in out], dtype=np.float64),
+    )
+
+
+def busy_blocks(release: np.ndarray, finish: np.ndarray) -> list[np.ndarray]:
+    """Consecutive arrivals whose lifetimes overlap (a request arriving before all earlier ones finish
+    joins their block), as arrays of request indices."""
+    order = np.argsort(release, kind="stable")
+    blocks, current, end = [], [order[0]], finish[order[0]]
+    for k in order[1:]:
+        if release[k] >= end:
+            blocks.append(np.array(current))
+            current = []
+        current.append(k)
+        end = max(end, finish[k]) if len(current) > 1 else finish[k]
+    blocks.append(np.array(current))
+    return blocks
+
+
+def composition(instance: Instance, schedule: Schedule, first_token: dict[str, float], lo: float, hi: float) -> str:
+    """Time and count of the batches within [lo, hi] by kind (first-pass prefill only, mixed, decode only)."""
+    rep = replay(instance, schedule)
+    kinds = {"prefill only": [0.0, 0], "mixed": [0.0, 0], "decode only": [0.0, 0]}
+    tokens = []
+    for b, batch in enumerate(schedule.batches):
+        start, end = rep.starts[b], rep.ends[b]
+        if start < lo or end > hi or not batch.items:
+            continue
+        fresh = sum(it.tokens for it in batch.items if first_token[it.id] >= end - 1e-12)
+        decodes = sum(1 for it in batch.items if first_token[it.id] < end - 1e-12)
+        kind = "mixed" if fresh and decodes else "prefill only" if fresh else "decode only"
+        kinds[kind][0] += end - start
+        kinds[kind][1] += 1
+        tokens += [fresh] if fresh else []
+    parts = ", ".join(f"{name} {t:.2f} s ({n} batches)" for name, (t, n) in kinds.items())
+    return f"{parts}; {np.mean(tokens) if tokens else 0:.0f} first-pass prefill tokens a batch that has some"
+
+
+def describe(instance: Instance, schedule: Schedule) -> None:
+    """Part 1 of the module docstring."""
+    release, first, finish = times(instance, schedule)
+    alone = critical_path_times(instance)
+    rest = rest_after_first_token(instance)
+    print(
+        f"mean latency {np.mean(finish - release):.5f} s: TTFT {np.mean(first - release):.5f} s, after the first "
+        f"token {np.mean(finish - first):.5f} s (tokens after the first alone {np.mean(rest):.5f} s)"
+    )
+    heavy = max(busy_blocks(release, finish), key=lambda b: float(np.sum(finish[b] - release[b])))
+    lo, hi = float(release[heavy].min()), float(finish[heavy].max())
+    total, block = float(np.sum(finish - release)), float(np.sum(finish[heavy] - release[heavy]))
+    print(
+        f"heaviest block: {len(heavy)} requests, {lo:.2f}-{hi:.2f} s, latency sum {block:.2f}"
+        f" of {total:.2f} s (TTFT {np.sum(first[heavy] - release[heavy]):.2f}, after the first token "
+        f"{np.sum(finish[heavy] - first[heavy]):.2f}, alone {np.sum(alone[heavy]):.2f}, its tokens after the first "
+        f"alone {np.sum(rest[heavy]):.2f})"
+    )
+    firsts = {r.id: float(t) for r, t in zip(instance.requests, first)}
+    print(f"  its batches: {composition(instance, schedule, firsts, lo, hi)}")
+
+
+def adaptive_schedule(instance: Instance, gamma: float, kappa: float, cap: int) -> Schedule:
+    """The hybrid schedule of part 2 of the module docstring."""
+    cm, tile = instance.cost_model, instance.cost_model.token_tile or 128
+    reqs = sorted(instance.requests, key=lambda r: r.arrival)
+    queue: list[list] = []  # [prompt tokens left, done, id, prompt, output]
+    decoding: dict[str, list[int]] = {}  # id -> [KV slots, tokens left]
+    batches: list[Batch] = []
+    t, nxt, wait = 0.0, 0, None
+    while nxt < len(reqs) or queue or decoding:
+        while nxt < len(reqs) and reqs[nxt].arrival <= t + 1e-12:
+            q = reqs[nxt]
+            queue.append([q.prompt_tokens, 0, q.id, q.prompt_tokens, q.output_tokens])
+            nxt += 1
+        if not queue and not decoding:
+            t = wait = reqs[nxt].arrival
+            continue
+        queue.sort(key=lambda w: w[0] + kappa * w[4])
+        n_dec = len(decoding)
+        tiles = cap // tile if not n_dec else int(min(cap // tile, max(1, round(gamma * len(queue) / n_dec))))
+        room = tiles * tile - n_dec
+        items = [Item(i, 1) for i in decoding]
+        n_pre = s_pre = x_pre = 0
+        for w in queue:
+            if room <= 0:
+                break
+            c = min(w[0], room)
+            items.append(Item(w[2], c))
+            n_pre, s_pre, x_pre, room = n_pre + c, s_pre + c * c, x_pre + c * w[1], room - c
+            w[0], w[1] = w[0] - c, w[1] + c
+        kv = [v[0] for v in decoding.values()]
+        t += cm.batch_time(n_pre + n_dec, n_pre, s_pre, n_dec, sum(kv), x_pre, max(kv, default=0))
+        batches.append(Batch(tuple(items), start=wait))
+        wait = None
+        for i in list(decoding):
+            decoding[i][0] += 1
+            decoding[i][1] -= 1
+            if decoding[i][1] <= 0:
+                del decoding[i]
+        for w in [w for w in queue if w[0] == 0]:
+            decoding.update({w[2]: [w[3], w[4] - 1]} if w[4] > 1 else {})
+        queue = [w for w in queue if w[0] > 0]
+    return Schedule(instance.name, batches)
+
+
+def relaxation_value(
+    release: np.ndarray, work: np.ndarray, rest: np.ndarray, flush: float, threshold: float | None
+) -> float:
+    """Sum of latencies of one policy in the relaxation of part 3 of the module docstring: work on the
+    prompt of least work left (preemptive), a flush after each prompt; free time whenever a request
+    past its first token has had none for ``threshold`` seconds (None: only the flushes; 0: free time
+    whenever one is past its first token)."""
+    order = np.argsort(release, kind="stable")
+    n, t, nxt, total = len(order), float(release[order[0]]), 0, 0.0
+    heap: list[list] = []
+    need: dict[int, float] = {}  # request past its first token -> free time it still needs
+    fed: dict[int, float] = {}  # when it last had free time
+
+    def free(span: float) -> None:
+        nonlocal total
+        for i in list(need):
+            need[i] -= span
+            fed[i] = t + span
+            if need[i] <= 1e-15:
+                total += t + span + need[i] - release[i]
+                del need[i], fed[i]
+
+    while nxt < n or heap or need:
+        while nxt < n and release[order[nxt]] <= t + 1e-15:
+            heapq.heappush(heap, [work[order[nxt]], int(order[nxt])])
+            nxt += 1
+        if not heap and not need:
+            t = float(release[order[nxt]])
+            continue
+        arrival = float(release[order[nxt]]) - t if nxt < n else np.inf
+        starved = need and threshold is not None and min(fed.values()) <= t - threshold + 1e-15
+        if need and (not heap or starved):
+            span = max(min(min(need.values()), arrival), 1e-12)
+            free(span)
+            t += span
+            continue
+        span = min(heap[0][0], arrival)
+        if need and threshold is not None:
+            span = min(span, max(min(fed.values()) + threshold - t, 1e-12))
+        heap[0][0] -= span
+        t += span
+        if heap[0][0] <= 1e-15:
+            i = heapq.heappop(heap)[1]
+            free(flush)
+            t += flush
+            need[i], fed[i] = rest[i], t
+            if rest[i] <= 0:
+                total += t - release[i]
+                del need[i], fed[i]
+    return total
+
+
+def relaxation(instance: Instance, members: np.ndarray, theta: float) -> tuple[float, str]:
+    """The least sum of latencies of the relaxation's policies on the requests ``members`` with tile
+    share ``theta``, and the policy giving it."""
+    cm = instance.cost_model
+    tile = cm.layers * cm.per_tile
+    I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)[members]
+    O = np.array([r.output_tokens for r in instance.requests], dtype=np.float64)[members]
+    release = np.array([r.arrival for r in instance.requests])[members]
+    work = share_terms(instance, True)[members, 0] - (1 - theta) * tile / (cm.token_tile or 1) * I
+    rest = rest_after_first_token(instance)[members] - theta * tile * (O - 1)
+    flush = flush_overhead(instance) + (1 - theta) * tile
+    found = [(relaxation_value(release, work, rest, flush, th), th) for th in (None, 0.0, *THRESHOLDS)]
+    value, th = min(found, key=lambda f: f[0])
+    return value, "work first" if th is None else "decodes first" if th == 0 else f"free after {th:g} s"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--schedule", help="a schedule file of optsched solve --out (else solved here)")
+    parser.add_argument("--time-limit", type=float, default=120.0, help="the solve's --time-limit (default 120)")
+    opts = parser.parse_args()
+    instance = slice_instance()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = opts.schedule or str(Path(tmp) / "best.json")
+        if not opts.schedule:
+            cmd = [sys.executable, "-m", "optsched", "solve", str(TRACE), "--first", str(FIRST), *LIMITS]
+            cmd += ["--problem", "infermax", "--objective", "latency", "--time-limit", str(opts.time_limit)]
+            subprocess.run([*cmd, "--out", path, "--quiet"], check=True, capture_output=True)
+        best = load_schedule(path)
+    print("1. the schedule")
+    describe(instance, best)
+    print("2. the schedule side: adaptive hybrid schedules")
+    found = []
+    for gamma, kappa, cap in itertools.product(GAMMAS, KAPPAS, CAPS):
+        release, first, finish = times(instance, adaptive_schedule(instance, gamma, kappa, cap))
+        found.append((float(np.mean(finish - release)), float(np.mean(first - release)), gamma, kappa, cap))
+    value, ttft, gamma, kappa, cap = min(found)
+    print(f"  best {value:.5f} s (TTFT {ttft:.5f} s) at gamma {gamma:g}, kappa {kappa:g}, cap {cap}")
+    describe(instance, adaptive_schedule(instance, gamma, kappa, cap))
+    print("3. the bound side: the relaxation's policies (no bound built on it exceeds these)")
+    release, _, finish = times(instance, best)
+    heavy = max(busy_blocks(release, finish), key=lambda b: float(np.sum(finish[b] - release[b])))
+    everyone = np.arange(len(instance.requests))
+    for theta in (1.0, 0.5, 0.0):
+        block, how = relaxation(instance, heavy, theta)
+        whole, how_whole = relaxation(instance, everyone, theta)
+        print(
+            f"  theta {theta:g}: heaviest block {block:.2f} s ({how}); whole slice mean {whole / len(everyone):.5f} s "
+            f"({how_whole})"
+        )
+
+
+if __name__ == "__main__":
+    main()
