@@ -1,6 +1,6 @@
 """Benchmark: which side of the splitwise_code mean-latency gap is weak (run on demand, not collected).
 
-    python tests/benchmarks/bench_latency_sides.py [--schedule FILE] [--time-limit 120]
+    PYTHONPATH=. python tests/benchmarks/bench_latency_sides.py [--schedule FILE] [--time-limit 120]
 
 The slice is the row ``splitwise_code first 300`` of ``bench_latency_gaps.py`` (the first 300
 requests of ``../shared/data/traces/splitwise_code.csv`` under ``llama2-7b-h200``, C = P = 4096,
