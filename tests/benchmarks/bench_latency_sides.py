@@ -29,9 +29,10 @@ each request's tokens after the first priced alone (docs/infermax.md). Printed, 
    batch maps to its first-pass chunks' terms as work followed by the rest of its time as free time
    (a batch with item x lasts at least x alone plus the other items' terms), so every schedule is a
    point of it; the relaxation is a sketch, not a listed bound. Printed: the value of its policies
-   (work first, free time whenever a request past its first token has had none for ``threshold``
-   seconds, or decodes first), which no bound built on it can exceed, on the heaviest block and on
-   the whole slice.
+   (work on the prompt of least work left, and free time whenever a request past its first token has
+   had none for a time fixed or proportional to the prompts waiting per such request:
+   :data:`THRESHOLDS`; or decodes first), which no bound built on it can exceed, on the heaviest
+   block and on the whole slice.
 """
 
 from __future__ import annotations
@@ -60,8 +61,11 @@ TRACE = TRACES / "splitwise_code.csv"
 FIRST = 300
 #: The builder's grid: gamma (tiles per waiting prompt per decode), kappa (output weight), cap (tokens).
 GAMMAS, KAPPAS, CAPS = (3.0, 4.0, 5.0, 6.0), (0.0, 10.0, 30.0), (1024, 2048, 4096)
-#: Free-time thresholds (seconds) of the relaxation's policies.
-THRESHOLDS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2)
+#: Thresholds (a, b) of the relaxation's policies: free time once a request past its first token has had
+#: none for a + b (prompts waiting) / (requests past their first token) seconds.
+THRESHOLDS = tuple((a, 0.0) for a in (0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2)) + tuple(
+    (0.0, b) for b in (0.02, 0.04, 0.06, 0.08, 0.1, 0.15)
+)
 
 
 def slice_instance() -> Instance:
@@ -184,11 +188,12 @@ def adaptive_schedule(instance: Instance, gamma: float, kappa: float, cap: int) 
 
 
 def relaxation_value(
-    release: np.ndarray, work: np.ndarray, rest: np.ndarray, flush: float, threshold: float | None
+    release: np.ndarray, work: np.ndarray, rest: np.ndarray, flush: float, threshold: tuple[float, float] | None
 ) -> float:
     """Sum of latencies of one policy in the relaxation of part 3 of the module docstring: work on the
     prompt of least work left (preemptive), a flush after each prompt; free time whenever a request
-    past its first token has had none for ``threshold`` seconds (None: only the flushes; 0: free time
+    past its first token has had none for ``a + b`` (prompts waiting) / (requests past their first token)
+    seconds, ``threshold = (a, b)`` (None: only the flushes; (0, 0): free time
     whenever one is past its first token)."""
     order = np.argsort(release, kind="stable")
     n, t, nxt, total = len(order), float(release[order[0]]), 0, 0.0
@@ -213,7 +218,8 @@ def relaxation_value(
             t = float(release[order[nxt]])
             continue
         arrival = float(release[order[nxt]]) - t if nxt < n else np.inf
-        starved = need and threshold is not None and min(fed.values()) <= t - threshold + 1e-15
+        patience = np.inf if threshold is None else threshold[0] + threshold[1] * len(heap) / max(len(need), 1)
+        starved = need and min(fed.values(), default=t) <= t - patience + 1e-15
         if need and (not heap or starved):
             span = max(min(min(need.values()), arrival), 1e-12)
             free(span)
@@ -221,7 +227,7 @@ def relaxation_value(
             continue
         span = min(heap[0][0], arrival)
         if need and threshold is not None:
-            span = min(span, max(min(fed.values()) + threshold - t, 1e-12))
+            span = min(span, max(min(fed.values()) + patience - t, 1e-12))
         heap[0][0] -= span
         t += span
         if heap[0][0] <= 1e-15:
@@ -246,9 +252,11 @@ def relaxation(instance: Instance, members: np.ndarray, theta: float) -> tuple[f
     work = share_terms(instance, True)[members, 0] - (1 - theta) * tile / (cm.token_tile or 1) * I
     rest = rest_after_first_token(instance)[members] - theta * tile * (O - 1)
     flush = flush_overhead(instance) + (1 - theta) * tile
-    found = [(relaxation_value(release, work, rest, flush, th), th) for th in (None, 0.0, *THRESHOLDS)]
+    found = [(relaxation_value(release, work, rest, flush, th), th) for th in (None, (0.0, 0.0), *THRESHOLDS)]
     value, th = min(found, key=lambda f: f[0])
-    return value, "work first" if th is None else "decodes first" if th == 0 else f"free after {th:g} s"
+    if th is None or th == (0.0, 0.0):
+        return value, "work first" if th is None else "decodes first"
+    return value, f"free after {th[0]:g} s" if th[0] else f"free after {th[1]:g} s x waiting / decoding"
 
 
 def main() -> None:
