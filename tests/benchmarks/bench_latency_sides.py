@@ -32,7 +32,11 @@ each request's tokens after the first priced alone (docs/infermax.md). Printed, 
    (work on the prompt of least work left, and free time whenever a request past its first token has
    had none for a time fixed or proportional to the prompts waiting per such request:
    :data:`THRESHOLDS`; or decodes first), which no bound built on it can exceed, on the heaviest
-   block and on the whole slice.
+   block and on the whole slice. Then, for the schedule of part 1 and the best of part 2 (eviction-free), each
+   as a point of the relaxation: the least slack of its three conditions over the requests (first-pass
+   work at least the relaxation's, the first token's batch free for at least the prefill overhead,
+   the free time after the first token at least the time needed; :func:`mapping_slack`), a check of
+   the mapping, not a proof.
 """
 
 from __future__ import annotations
@@ -241,22 +245,60 @@ def relaxation_value(
     return total
 
 
+def relaxation_data(instance: Instance, theta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Per request (request order) its release, first-pass work and free time needed after its first
+    token in the relaxation with tile share ``theta``, and the prefill overhead (module docstring)."""
+    cm = instance.cost_model
+    tile = cm.layers * cm.per_tile
+    I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)
+    O = np.array([r.output_tokens for r in instance.requests], dtype=np.float64)
+    release = np.array([r.arrival for r in instance.requests])
+    work = share_terms(instance, True)[:, 0] - (1 - theta) * tile / (cm.token_tile or 1) * I
+    rest = rest_after_first_token(instance) - theta * tile * (O - 1)
+    return release, work, rest, flush_overhead(instance) + (1 - theta) * tile
+
+
 def relaxation(instance: Instance, members: np.ndarray, theta: float) -> tuple[float, str]:
     """The least sum of latencies of the relaxation's policies on the requests ``members`` with tile
     share ``theta``, and the policy giving it."""
-    cm = instance.cost_model
-    tile = cm.layers * cm.per_tile
-    I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)[members]
-    O = np.array([r.output_tokens for r in instance.requests], dtype=np.float64)[members]
-    release = np.array([r.arrival for r in instance.requests])[members]
-    work = share_terms(instance, True)[members, 0] - (1 - theta) * tile / (cm.token_tile or 1) * I
-    rest = rest_after_first_token(instance)[members] - theta * tile * (O - 1)
-    flush = flush_overhead(instance) + (1 - theta) * tile
-    found = [(relaxation_value(release, work, rest, flush, th), th) for th in (None, (0.0, 0.0), *THRESHOLDS)]
+    release, work, rest, flush = relaxation_data(instance, theta)
+    args = (release[members], work[members], rest[members], flush)
+    found = [(relaxation_value(*args, th), th) for th in (None, (0.0, 0.0), *THRESHOLDS)]
     value, th = min(found, key=lambda f: f[0])
     if th is None or th == (0.0, 0.0):
         return value, "work first" if th is None else "decodes first"
     return value, f"free after {th[0]:g} s" if th[0] else f"free after {th[1]:g} s x waiting / decoding"
+
+
+def mapping_slack(instance: Instance, schedule: Schedule, theta: float) -> tuple[float, float, float]:
+    """The schedule as a point of the relaxation (module docstring), eviction-free: the least, over the
+    requests, of its first-pass work less the relaxation's, of the free part of its first token's batch
+    less the prefill overhead, and of the free time after its first token less the time it needs
+    (seconds; each at least 0 where the mapping holds)."""
+    rep = replay(instance, schedule)
+    cm, index = instance.cost_model, {r.id: k for k, r in enumerate(instance.requests)}
+    L, a, share = cm.layers, cm.per_token + cm.prefill.per_token, theta * cm.per_tile / (cm.token_tile or 1)
+    _, need_work, need_rest, flush = relaxation_data(instance, theta)
+    done, first = np.zeros(len(index)), np.zeros(len(index))
+    work, free, first_free = np.zeros(len(index)), np.zeros(len(schedule.batches)), np.zeros(len(index))
+    ends = np.asarray(rep.ends)
+    for b, batch in enumerate(schedule.batches):
+        spent = 0.0
+        for it in batch.items:
+            k = index[it.id]
+            if done[k] < instance.requests[k].prompt_tokens:
+                c = it.tokens
+                term = L * ((a + share) * c + cm.prefill.per_token_sq * c * c + cm.prefill.per_ctx * c * done[k])
+                work[k], spent, done[k] = work[k] + term, spent + term, done[k] + c
+                first[k] = ends[b] if done[k] >= instance.requests[k].prompt_tokens else first[k]
+        free[b] = ends[b] - rep.starts[b] - spent
+        for it in batch.items:
+            k = index[it.id]
+            first_free[k] = free[b] if first[k] == ends[b] else first_free[k]
+    cum_free = np.concatenate([[0.0], np.cumsum(free)])
+    finish = np.array([rep.outcomes[r.id].finish for r in instance.requests])
+    after = cum_free[np.searchsorted(ends, finish, side="right")] - cum_free[np.searchsorted(ends, first, side="right")]
+    return float(np.min(work - need_work)), float(np.min(first_free - flush)), float(np.min(after - need_rest))
 
 
 def main() -> None:
@@ -293,6 +335,15 @@ def main() -> None:
             f"  theta {theta:g}: heaviest block {block:.2f} s ({how}); whole slice mean {whole / len(everyone):.5f} s "
             f"({how_whole})"
         )
+    adaptive = adaptive_schedule(instance, gamma, kappa, cap)
+    for name, schedule in (("best", best), ("adaptive", adaptive)):
+        if any(batch.evict for batch in schedule.batches):
+            continue
+        slack = [mapping_slack(instance, schedule, theta) for theta in (1.0, 0.5, 0.0)]
+        print(
+            f"  the {name} schedule as a point of it, least slack (work, flush, free after) at theta 1 / 0.5 / 0 (s):"
+        )
+        print("    " + " / ".join(", ".join(f"{x:.3g}" for x in row) for row in slack))
 
 
 if __name__ == "__main__":
