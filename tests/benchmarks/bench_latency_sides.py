@@ -47,15 +47,17 @@ import itertools
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from optsched.bounds import critical_path_times
+from optsched.bounds import critical_path_times, prefill_alone_time
 from optsched.instance import Instance
 from optsched.load_bounds import share_terms
 from optsched.phase_bounds import rest_after_first_token
 from optsched.schedule import Batch, Item, Schedule, load_schedule, replay
+from optsched.ttft_block_bounds import block_bound
 from optsched.ttft_bounds import flush_overhead
 from optsched.workload import WorkloadTransforms, apply_transforms, load_trace
 from tests.benchmarks.bench_latency_anatomy import TRACE_LIMITS
@@ -301,10 +303,84 @@ def mapping_slack(instance: Instance, schedule: Schedule, theta: float) -> tuple
     return float(np.min(work - need_work)), float(np.min(first_free - flush)), float(np.min(after - need_rest))
 
 
+def relaxation_lp(instance: Instance, members: np.ndarray, step: float, seconds: float) -> float | None:
+    """A linear programme over the relaxation at tile share 1 on the requests ``members`` (a prototype,
+    not a listed bound): intervals of ``step`` seconds from their first release, the last one without
+    end; per request its cumulative work Z and cumulative credited free time Y by each interval's end
+    (after its release), per interval the free time f. Rows: work plus free time at most the interval
+    (no bound on the last), Y's growth in an interval at most f there, Y / (free time needed) at most
+    Z / (work) (no free time is credited before the prompt's work is done), the first token at least
+    the mean of the work's interval starts plus half the work plus the prefill overhead, the finish
+    at least the mean of the credited free time's interval starts plus half of it, the finish at
+    least the first token plus the later tokens alone, both at least their times alone. The least
+    sum of latencies less the releases, or None where HiGHS does not solve it within ``seconds``."""
+    import highspy
+
+    release, work, rest, flush = relaxation_data(instance, 1.0)
+    first_alone = np.array([prefill_alone_time(instance, r.prompt_tokens) for r in instance.requests])
+    alone, later = critical_path_times(instance), rest_after_first_token(instance)
+    s0 = float(release[members].min())
+    K = int(np.ceil((work[members].sum() + len(members) * flush + later[members].max()) / step)) + 2
+    lower = s0 + step * np.arange(K)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", seconds)
+    columns: list[tuple[float, float, float]] = []
+
+    def col(lo: float, hi: float, cost: float = 0.0) -> int:
+        columns.append((lo, hi, cost))
+        return len(columns) - 1
+
+    rows: list[tuple[float, float, list[int], list[float]]] = []
+    free = [col(0.0, step if k < K - 1 else np.inf) for k in range(K)]
+    used: list[list[tuple[int, float]]] = [[(free[k], 1.0)] for k in range(K)]
+    for i in members:
+        ft, fin = col(release[i] + first_alone[i], np.inf), col(release[i] + alone[i], np.inf, 1.0)
+        ks = range(int((release[i] - s0) // step), K)
+        Z = [col(0.0, work[i]) for _ in ks]
+        rows.append((work[i], work[i], [Z[-1]], [1.0]))
+        for m, k in enumerate(ks):
+            cap = (lower[k] + step if k < K - 1 else np.inf) - max(release[i], lower[k])
+            rows.append((0.0, cap, Z[max(m - 1, 0) : m + 1], [1.0] if m == 0 else [-1.0, 1.0]))
+            used[k] += [(Z[m], 1.0)] + ([(Z[m - 1], -1.0)] if m else [])
+        # sum_k z_k lower_k = work lower_last - step sum_{m < last} Z_m (the work's mean interval start)
+        rows.append((
+            work[i] / 2 + flush + lower[K - 1],
+            np.inf,
+            [ft, *Z[:-1]],
+            [1.0] + [step / work[i]] * (len(Z) - 1),
+        ))
+        rows.append((later[i], np.inf, [fin, ft], [1.0, -1.0]))
+        if rest[i] <= 0:
+            continue
+        Y = [col(0.0, rest[i]) for _ in ks]
+        rows.append((rest[i], rest[i], [Y[-1]], [1.0]))
+        for m, k in enumerate(ks):
+            grow = [Y[m]] if m == 0 else [Y[m], Y[m - 1]]
+            rows.append((0.0 if m else -np.inf, np.inf, grow, [1.0] if m == 0 else [1.0, -1.0]))
+            rows.append((-np.inf, 0.0, [*grow, free[k]], ([1.0] if m == 0 else [1.0, -1.0]) + [-1.0]))
+            rows.append((-np.inf, 0.0, [Y[m], Z[m]], [1.0 / rest[i], -1.0 / work[i]]))
+        rows.append((rest[i] / 2 + lower[K - 1], np.inf, [fin, *Y[:-1]], [1.0] + [step / rest[i]] * (len(Y) - 1)))
+    rows += [(-np.inf, step if k < K - 1 else np.inf, [c for c, _ in u], [v for _, v in u]) for k, u in enumerate(used)]
+    lo, hi, cost = (np.array(x, dtype=np.float64) for x in zip(*columns))
+    h.addVars(len(columns), lo, hi)
+    h.changeColsCost(len(columns), np.arange(len(columns), dtype=np.int32), cost)
+    starts = np.cumsum([0] + [len(r[2]) for r in rows[:-1]]).astype(np.int32)
+    index = np.array([c for r in rows for c in r[2]], dtype=np.int32)
+    value = np.array([v for r in rows for v in r[3]], dtype=np.float64)
+    bounds = np.array([(r[0], r[1]) for r in rows], dtype=np.float64)
+    h.addRows(len(rows), bounds[:, 0], bounds[:, 1], len(index), starts, index, value)
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    return h.getInfo().objective_function_value - float(release[members].sum())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--schedule", help="a schedule file of optsched solve --out (else solved here)")
     parser.add_argument("--time-limit", type=float, default=120.0, help="the solve's --time-limit (default 120)")
+    parser.add_argument("--lp", type=float, metavar="STEP", help="also the prototype LP on the heaviest block, STEP s")
     opts = parser.parse_args()
     instance = slice_instance()
     with tempfile.TemporaryDirectory() as tmp:
@@ -335,6 +411,13 @@ def main() -> None:
             f"  theta {theta:g}: heaviest block {block:.2f} s ({how}); whole slice mean {whole / len(everyone):.5f} s "
             f"({how_whole})"
         )
+    if opts.lp:
+        part = replace(instance, requests=tuple(instance.requests[k] for k in sorted(heavy)))
+        present = block_bound(part).value * len(heavy) + float(np.sum(rest_after_first_token(part)))
+        lp = relaxation_lp(instance, np.sort(heavy), opts.lp, 300.0)
+        shown = "not solved within 300 s" if lp is None else f"{lp:.2f} s"
+        print(f"  the prototype LP on the heaviest block, {opts.lp:g}-s intervals: {shown}; the block's own")
+        print(f"    block-flush-ttft plus its tokens after the first alone: {present:.2f} s")
     adaptive = adaptive_schedule(instance, gamma, kappa, cap)
     for name, schedule in (("best", best), ("adaptive", adaptive)):
         if any(batch.evict for batch in schedule.batches):
