@@ -1,6 +1,6 @@
 """Benchmark: which side of the splitwise_code mean-latency gap is weak (run on demand, not collected).
 
-    PYTHONPATH=. python tests/benchmarks/bench_latency_sides.py [--schedule FILE] [--time-limit 120]
+    PYTHONPATH=. python tests/benchmarks/bench_latency_sides.py [--schedule FILE] [--time-limit 120] [--lp STEP]
 
 The slice is the row ``splitwise_code first 300`` of ``bench_latency_gaps.py`` (the first 300
 requests of ``../shared/data/traces/splitwise_code.csv`` under ``llama2-7b-h200``, C = P = 4096,
@@ -36,7 +36,10 @@ each request's tokens after the first priced alone (docs/infermax.md). Printed, 
    as a point of the relaxation: the least slack of its three conditions over the requests (first-pass
    work at least the relaxation's, the first token's batch free for at least the prefill overhead,
    the free time after the first token at least the time needed; :func:`mapping_slack`), a check of
-   the mapping, not a proof.
+   the mapping, not a proof. With ``--lp STEP``, also :func:`relaxation_lp` on the heaviest block (a
+   linear programme of mean busy times over the relaxation at tile share 1 on a grid of ``STEP``
+   seconds, a prototype, not a listed bound) beside that block's own ``block-flush-ttft`` plus its
+   tokens after the first alone (the present bound's parts on those requests).
 """
 
 from __future__ import annotations
