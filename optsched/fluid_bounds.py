@@ -128,6 +128,7 @@ __all__ = [
     "fluid_grid",
     "fluid_latency",
     "fluid_lp",
+    "solve_fluid",
 ]
 
 #: Most request-interval cells of the programme.
@@ -354,10 +355,13 @@ def fluid_grid(terms: FluidTerms, most: int) -> np.ndarray | None:
     return np.linspace(float(terms.release.min()), float(terms.release.max()) + work, G + 1)
 
 
-def fluid_latency(instance: Instance, most: int, seconds: float = FLUID_TIME) -> Bound | None:
-    """The ``fluid-latency`` bound of the module docstring (seconds, mean over requests), or None
-    (too many requests for the grid, a degenerate profile, or not solved within ``seconds``).
-    ``most``: the most items one batch holds (:func:`optsched.load_bounds.most_items`)."""
+def solve_fluid(
+    instance: Instance, most: int, seconds: float, extra: FluidExtra | None = None
+) -> tuple[float, int] | None:
+    """The programme of :func:`fluid_lp` on the instance's own terms and grid (:func:`fluid_grid`),
+    extended by ``extra``: its value and the grid's intervals, or None (no requests, too many for the
+    grid, a degenerate profile, or not solved within ``seconds``). ``most``: the most items one batch
+    holds (:func:`optsched.load_bounds.most_items`)."""
     if not instance.requests:
         return None
     terms = FluidTerms(instance)
@@ -365,11 +369,19 @@ def fluid_latency(instance: Instance, most: int, seconds: float = FLUID_TIME) ->
     tau = fluid_grid(terms, most) if positive else None
     if tau is None:
         return None
-    value = fluid_lp(terms, tau, most, seconds)
-    if value is None:
+    value = fluid_lp(terms, tau, most, seconds, extra)
+    return None if value is None else (value, len(tau) - 1)
+
+
+def fluid_latency(instance: Instance, most: int, seconds: float = FLUID_TIME) -> Bound | None:
+    """The ``fluid-latency`` bound of the module docstring (seconds, mean over requests), or None
+    (:func:`solve_fluid`). ``most``: the most items one batch holds (:func:`optsched.load_bounds.most_items`)."""
+    found = solve_fluid(instance, most, seconds)
+    if found is None:
         return None
+    value, intervals = found
     note = (
-        f"LP over {len(tau) - 1} intervals: the batch overhead limits the rate, and a high rate needs many "
+        f"LP over {intervals} intervals: the batch overhead limits the rate, and a high rate needs many "
         f"requests in each batch, each in the system through it (K = {most}; optsched/fluid_bounds.py)"
     )
     return Bound("fluid-latency", value, True, note)

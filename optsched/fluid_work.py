@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from .costmodel import Coefficients
-from .fluid_bounds import FluidTerms, fluid_grid, fluid_lp
+from .fluid_bounds import FluidTerms, solve_fluid
 from .instance import Instance
 from .lprows import LpRows
 from .result import Bound
@@ -127,19 +127,13 @@ def fluid_work(instance: Instance, most: int, attention: np.ndarray, seconds: fl
     many requests for the grid, a degenerate profile, or not solved within ``seconds``). ``most``:
     the most items one batch holds (:func:`optsched.load_bounds.most_items`); ``attention``: each
     prompt's least attention beyond its linear terms (:func:`~optsched.load_bounds.prompt_attention_extra`)."""
-    if not instance.requests:
-        return None
-    terms = FluidTerms(instance)
     work = least_work(instance, attention)
-    positive = (terms.weight > 0).all() and (terms.rate > 0).all() and terms.overhead > 0 and (work > 0).all()
-    tau = fluid_grid(terms, most) if positive else None
-    if tau is None:
+    found = solve_fluid(instance, most, seconds, partial(work_rows, work=work)) if (work > 0).all() else None
+    if found is None:
         return None
-    value = fluid_lp(terms, tau, most, seconds, extra=partial(work_rows, work=work))
-    if value is None:
-        return None
+    value, intervals = found
     note = (
-        f"fluid-latency's LP over {len(tau) - 1} intervals with each request's whole least item work on the "
+        f"fluid-latency's LP over {intervals} intervals with each request's whole least item work on the "
         f"grid: the engine's time, its own batches and the span of its work (K = {most}; optsched/fluid_work.py)"
     )
     return Bound("fluid-work", value, True, note)

@@ -19,10 +19,9 @@ from optsched.bounds import critical_path_times
 from optsched.fluid_bounds import FLUID_TIME, FluidTerms, fluid_grid, fluid_latency, fluid_lp
 from optsched.load_bounds import LP_STRETCH, most_items
 from optsched.result import replayed_objective
-from tests.support.bound_checks import loaded_instance, policy_values
+from tests.support.bound_checks import check_listed_for_latency_only, loaded_instance, policy_values
 from tests.support.infermax import tiny_instance
 from tests.support.latency_bruteforce import exhaustive_mean
-from tests.support.solving import registered_bounds
 
 #: HiGHS' time limit in these checks (seconds): the most the InferMax bounder gives the fluid LP, room
 #: for a loaded shared machine (a solve stopped by its limit gives no bound, which a check reads as a
@@ -117,17 +116,7 @@ def test_the_span_row_raises_the_bound_under_load() -> None:
 
 
 def test_the_fluid_bound_is_listed_by_bound_and_the_infermax_bounder(capsys) -> None:
-    import json
-
-    from optsched.cli import main
-
-    assert main(["bound", "toy-4", "--problem", "infermax", "--objective", "latency", "--json"]) == 0
-    listed = {b["name"]: b for b in json.loads(capsys.readouterr().out)["bounds"]}
-    assert listed["fluid-latency"]["valid"] and listed["fluid-latency"]["value"] > 0
-    names = {b.name for b in registered_bounds("infermax", loaded_instance(50, 2), {"objective": "latency"})}
-    assert "fluid-latency" in names
-    names = {b.name for b in registered_bounds("infermax", loaded_instance(50, 2), {"objective": "ttft"})}
-    assert "fluid-latency" not in names
+    check_listed_for_latency_only(capsys, "fluid-latency")
 
 
 def test_no_bound_beyond_the_grid() -> None:

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 from functools import partial
 
 import numpy as np
@@ -23,12 +22,12 @@ from optsched.fluid_work import WORK_TIME, fluid_work, least_work, work_rows
 from optsched.load_bounds import LP_STRETCH, lp_bounds, most_items, prompt_attention_extra
 from tests.support.bound_checks import (
     LOADED,
+    check_listed_for_latency_only,
     check_never_above_any_policy,
     check_never_above_the_exhaustive_optimum,
     loaded_instance,
     refutations,
 )
-from tests.support.solving import registered_bounds
 
 #: HiGHS' time limit in these checks (seconds): the most ``lp_bounds`` gives the programme (a solve
 #: stopped by its limit gives no bound, which a check reads as a failure).
@@ -90,12 +89,4 @@ def test_the_work_rows_raise_the_bound_under_load() -> None:
 
 
 def test_the_bound_is_listed_by_bound_and_the_infermax_bounder(capsys) -> None:
-    from optsched.cli import main
-
-    assert main(["bound", "toy-4", "--problem", "infermax", "--objective", "latency", "--json"]) == 0
-    found = {b["name"]: b for b in json.loads(capsys.readouterr().out)["bounds"]}
-    assert found["fluid-work"]["valid"] and found["fluid-work"]["value"] > 0
-    names = {b.name for b in registered_bounds("infermax", loaded_instance(50, 2), {"objective": "latency"})}
-    assert "fluid-work" in names
-    names = {b.name for b in registered_bounds("infermax", loaded_instance(50, 2), {"objective": "ttft"})}
-    assert "fluid-work" not in names
+    check_listed_for_latency_only(capsys, "fluid-work")

@@ -4,6 +4,7 @@ instances of 20 to 200 requests, and the count of the instances that refute a (p
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 
@@ -14,6 +15,7 @@ from optsched.policies import policy_names, reads_slo, simulator_for
 from optsched.result import replayed_objective
 from tests.support.infermax import tiny_instance
 from tests.support.latency_bruteforce import exhaustive_mean
+from tests.support.solving import registered_bounds
 
 #: Tiny instances with several requests (a single request proves little about load).
 TINY = (0, 5, 6, 7, 9, 10, 11, 13, 16, 19, 20, 25, 26, 27, 29, 30, 34, 37)
@@ -109,3 +111,17 @@ def check_never_above_any_policy(listed_of: Callable[[Instance], float], objecti
     inst = loaded_instance(n, seed)
     least = min(policy_values(inst, objective).values())
     assert 0.0 < listed_of(inst) <= least * (1 + 1e-9)
+
+
+def check_listed_for_latency_only(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """``optsched bound toy-4 --problem infermax --objective latency`` lists the bound ``name``
+    (valid, positive), and the InferMax bounder lists it for ``latency`` but not for ``ttft`` on a
+    loaded instance."""
+    from optsched.cli import main
+
+    assert main(["bound", "toy-4", "--problem", "infermax", "--objective", "latency", "--json"]) == 0
+    found = {b["name"]: b for b in json.loads(capsys.readouterr().out)["bounds"]}
+    assert found[name]["valid"] and found[name]["value"] > 0
+    for objective, listed in (("latency", True), ("ttft", False)):
+        names = {b.name for b in registered_bounds("infermax", loaded_instance(50, 2), {"objective": objective})}
+        assert (name in names) == listed, objective
