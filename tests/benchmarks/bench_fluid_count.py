@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -44,6 +45,7 @@ from optsched.fluid_work import least_work, work_rows
 from optsched.instance import Instance, load_instance
 from optsched.load_bounds import most_items, prompt_attention_extra
 from optsched.lprows import LpRows
+from optsched.schedule import Batch, Item, Schedule, replay
 from optsched.workload import WorkloadTransforms, apply_transforms
 
 #: Times (seconds) at which the dual bound is reported (plus the last).
@@ -70,13 +72,14 @@ class CountRows:
     def __init__(self, work: np.ndarray, seconds: float) -> None:
         self.work, self.seconds = work, seconds
         self.h: Any = None
+        self.cells: Any = None
         self.trace: list[tuple[float, float]] = []
 
     def __call__(self, h: Any, rows: LpRows, cells: Any, terms: FluidTerms, tau: np.ndarray) -> None:
         import highspy
 
         work_rows(h, rows, cells, terms, tau, self.work)
-        self.h = h
+        self.h, self.cells = h, cells
         inner = np.flatnonzero(cells.inner)
         n = len(inner)
         u = np.full(len(cells.owner), -1)
@@ -113,9 +116,9 @@ class CountRows:
 
 def run(
     instance: Instance, seconds: float, coarsen: int, integral: bool
-) -> tuple[float, list[tuple[float, float]], int]:
+) -> tuple[float, list[tuple[float, float]], np.ndarray, CountRows | None]:
     """One solve (the MIP if ``integral``, else ``fluid-work``'s LP): wall seconds, the (time, dual
-    bound of the sum of z) trace, the grid's intervals."""
+    bound of the sum of z) trace, the grid, the MIP's hook (its model and cells)."""
     terms = FluidTerms(instance)
     most = most_items(instance)
     work = least_work(instance, prompt_attention_extra(instance, instance.columns[1]))
@@ -126,7 +129,7 @@ def run(
     if not integral:  # fluid-work's LP (interior point, no crossover) on the same grid
         value = fluid_lp(terms, tau, most, seconds, partial(work_rows, work=work))
         wall = time.perf_counter() - t0
-        return wall, [(wall, float(value or np.nan) * len(terms.release))], len(tau) - 1
+        return wall, [(wall, float(value or np.nan) * len(terms.release))], tau, None
     hook = CountRows(work, seconds)
     fluid_lp(terms, tau, most, seconds, hook)
     wall = time.perf_counter() - t0
@@ -137,7 +140,7 @@ def run(
         f"primal {info.objective_function_value:.4f} trace {[(round(t, 1), round(b, 3)) for t, b in sample]}",
         flush=True,
     )
-    return wall, hook.trace, len(tau) - 1
+    return wall, hook.trace, tau, hook
 
 
 def at(trace: list[tuple[float, float]], t: float) -> float:
@@ -166,6 +169,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--blocks", type=int, default=0)
     parser.add_argument("--option", action="append", default=[])
+    parser.add_argument("--follow", action="store_true")
     args = parser.parse_args()
     for item in args.option:
         key, value = item.split("=", 1)
@@ -174,10 +178,10 @@ def main() -> None:
         if args.only and name not in args.only:
             continue
         N = len(instance.requests)
-        wall, trace, G = run(instance, args.seconds, args.coarsen, False)
-        print(f"{name}: N={N} G={G} fluid-work LP {trace[-1][1] / N:.4f} s mean in {wall:.1f} s", flush=True)
+        wall, trace, tau, _ = run(instance, args.seconds, args.coarsen, False)
+        print(f"{name}: N={N} G={len(tau) - 1} fluid-work LP {trace[-1][1] / N:.4f} s mean in {wall:.1f} s", flush=True)
         lp_value = trace[-1][1]
-        wall, trace, G = run(instance, args.seconds, args.coarsen, True)
+        wall, trace, tau, hook = run(instance, args.seconds, args.coarsen, True)
         root = next((s for s, b in trace if b >= (1.0 - 1e-3) * lp_value), float("nan"))
         marks = sorted({*(t for t in CHECKPOINTS if t < args.seconds), args.seconds})
         got = "  ".join(f"{t:.0f}s {at(trace, t) / N:.4f}" for t in marks)
@@ -185,8 +189,86 @@ def main() -> None:
             f"{name}: MIP dual bound at the LP's by {root:.1f} s; dual bound (mean s) {got}; wall {wall:.1f} s",
             flush=True,
         )
+        if args.follow and hook is not None and np.isfinite(hook.h.getInfo().objective_function_value):
+            followed(name, instance, hook, tau)
         if args.blocks:
             blocks(name, instance, args, marks)
+
+
+def planned_fractions(
+    instance: Instance, cells: Any, x: np.ndarray, tau: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per request (request order) the plan's (times, fraction of its weight done by then): 0 at its
+    arrival, then at the end of each of its cells 1 - R_ik / sigma_i (1 after the last)."""
+    left = np.where(cells.inner, x[np.maximum(cells.R, 0)], 0.0) / cells.sigma
+    end = np.append(tau[1:], np.inf)[cells.k]
+    out = []
+    for i, r in enumerate(instance.requests):
+        mine = cells.owner == i
+        times = np.concatenate([[r.arrival], np.minimum(end[mine], tau[-1] + 1e6)])
+        out.append((times, np.concatenate([[0.0], 1.0 - left[mine]])))
+    return out
+
+
+def follow_plan(instance: Instance, plan: list[tuple[np.ndarray, np.ndarray]]) -> Schedule:
+    """Batches that track ``plan``: before each batch, every request in the system whose items done
+    are below its planned fraction of its items by the batch's expected end (the last batch's length
+    ahead) joins, the furthest behind first, within the token budget (a prompt chunk at most P and
+    the room left, a decode one token); when none is behind, the furthest behind runs."""
+    cm, lim = instance.cost_model, instance.limits
+    reqs = instance.requests
+    arrival = np.array([r.arrival for r in reqs])
+    prompt = np.array([r.prompt_tokens for r in reqs])
+    output = np.array([r.output_tokens for r in reqs])
+    items = np.ceil(prompt / lim.prefill_budget) + output - 1
+    done, left, made, kv = np.zeros(len(reqs)), prompt.copy(), np.zeros(len(reqs), int), np.zeros(len(reqs), int)
+    alive, finished = np.zeros(len(reqs), bool), np.zeros(len(reqs), bool)
+    t, last, start, batches = 0.0, 0.0, None, []
+    while not finished.all():
+        alive |= (arrival <= t + 1e-12) & ~finished
+        if not alive.any():
+            t = start = float(arrival[~finished].min())
+            continue
+        idx = np.flatnonzero(alive)
+        behind = np.array([np.interp(t + last, *plan[i]) for i in idx]) * items[idx] - done[idx]
+        order = idx[np.argsort(-behind, kind="stable")]
+        chosen = order[: max(1, int((behind > 0).sum()))]
+        room, batch, pre, sq, ctx, kvs = lim.token_budget, [], 0, 0, 0, []
+        for i in chosen:
+            if room <= 0:
+                break
+            c = int(min(left[i], room, lim.prefill_budget)) if left[i] > 0 else 1
+            batch.append(Item(reqs[i].id, c))
+            if left[i] > 0:
+                pre, sq, ctx = pre + c, sq + c * c, ctx + c * (prompt[i] - left[i])
+            else:
+                kvs.append(int(kv[i]))
+            room -= c
+        last = cm.batch_time(pre + len(kvs), pre, sq, len(kvs), sum(kvs), ctx, max(kvs, default=0))
+        t += last
+        batches.append(Batch(tuple(batch), start=start))
+        start = None
+        for item, i in zip(batch, chosen):
+            done[i] += 1
+            if left[i] > 0:
+                left[i] -= item.tokens
+                kv[i], made[i] = (prompt[i], 1) if left[i] == 0 else (0, 0)
+            else:
+                kv[i], made[i] = kv[i] + 1, made[i] + 1
+            finished[i] = left[i] == 0 and made[i] >= output[i]
+        alive &= ~finished
+    return Schedule(instance.name, batches)
+
+
+def followed(name: str, instance: Instance, hook: CountRows, tau: np.ndarray) -> None:
+    """The replayed mean latency of :func:`follow_plan` on the MIP's incumbent, without the KV limit
+    (which moves neither the bound nor the best schedule on these slices, docs/performance.md)."""
+    x = np.array(hook.h.getSolution().col_value)
+    free = replace(instance, limits=replace(instance.limits, kv_capacity=None))
+    schedule = follow_plan(free, planned_fractions(instance, hook.cells, x, tau))
+    rep = replay(free, schedule)
+    value = rep.metrics.mean_latency if rep.feasible else float("nan")
+    print(f"{name}: the incumbent's plan followed: mean latency {value:.4f} s ({len(schedule.batches)} batches)")
 
 
 def blocks(name: str, instance: Instance, args: argparse.Namespace, marks: list[float]) -> None:
