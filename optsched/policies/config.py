@@ -161,6 +161,15 @@ class PolicyConfig:
     lazy_horizon
         The fraction h of a request's TTFT target before its deadline from which it is urgent
         (``tpot_lazy``); ``inf``: every request not yet late is.
+    prefill_share
+        Adaptive prompt share s (:mod:`.share`; None = off): in a batch that starts while D > 0 running
+        requests decode and W requests wait for their prompt (R_w and the running prefills), the
+        policy's prefill budget P becomes ``min(P, prefill_tile * max(1, floor(s W / D + 1/2)))`` tokens
+        (the decodes counted as B4 says), so the prompt chunks beside the decodes grow with the prompts
+        waiting per decode; with no decode the budget is P. Needs hybrid, chunked prefill and the
+        decodes first (``groups`` starting with ``running_decode``).
+    prefill_tile
+        Tokens per tile of ``prefill_share`` (128: the token tile of the shipped H200 profile).
     """
 
     name: str
@@ -183,6 +192,8 @@ class PolicyConfig:
     shed_work: float | None = None
     tpot_lazy: bool = False
     lazy_horizon: float = 0.5
+    prefill_share: float | None = None
+    prefill_tile: int = 128
 
     def __post_init__(self) -> None:
         if not self.groups or any(g not in GROUPS for g in self.groups):
@@ -224,6 +235,16 @@ class PolicyConfig:
             )
         if not self.lazy_horizon > 0:
             raise ValueError(f"policy {self.name!r}: lazy_horizon must be a positive fraction of the TTFT target")
+        if self.prefill_tile < 1:
+            raise ValueError(f"policy {self.name!r}: prefill_tile must be >= 1 token")
+        if self.prefill_share is not None and not 0 < self.prefill_share < math.inf:
+            raise ValueError(f"policy {self.name!r}: prefill_share must be a positive finite number of tiles")
+        shares_decodes = self.hybrid and self.chunked and self.groups[0] == "running_decode"
+        if self.prefill_share is not None and not shares_decodes:
+            raise ValueError(
+                f"policy {self.name!r}: prefill_share sizes the prompt chunks beside the decodes: it needs hybrid"
+                " and chunked prefill and the groups to start with running_decode"
+            )
 
     def eviction_free_variant(self) -> PolicyConfig:
         """The ``-ef`` twin: same policy, full reservation at admission, no evictions."""
