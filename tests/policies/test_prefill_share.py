@@ -6,6 +6,8 @@
 - A hand-made instance: the prompt chunks beside the decodes take the rule's budget, batch by batch
   (the knob changes the schedule, and the rule's rounding is half up).
 - Planted: a reference engine that ignores the share is caught by the agreement check.
+- The grouping ``running_decode`` then ``all`` (decodes first, then every prompt by priority): a later
+  short prompt goes before the rest of a started one; the groups' order is checked.
 - The rule: whole tiles nearest the share, half up, at least one tile, at most P; bad configurations
   refused with a message naming the option.
 """
@@ -30,7 +32,11 @@ from tests.policies.test_fastengine import SHIPPED, assert_same
 from tests.policies.test_policy_properties import check, configs, fitting, instances
 from tests.support.paths import INSTANCES
 
-DECODE_FIRST = [("running_decode", "running_prefill", "waiting"), ("running_decode", "waiting", "running_prefill")]
+DECODE_FIRST = [
+    ("running_decode", "running_prefill", "waiting"),
+    ("running_decode", "waiting", "running_prefill"),
+    ("running_decode", "all"),
+]
 
 
 @st.composite
@@ -132,3 +138,25 @@ def test_bad_share_configs_are_refused() -> None:
     for name in ("vllm", "vllm-v1", "sarathi-nocp", "sarathi-nohy", "rank-i", "srpf"):
         with pytest.raises(ValueError, match="prefill_share sizes the prompt chunks beside the decodes"):
             replace(POLICY_CONFIGS[name], prefill_share=2.0)
+
+
+def test_decodes_then_every_prompt_by_priority() -> None:
+    """``running_decode`` then ``all``: the decodes first, then a later arrival of higher priority (a
+    shorter prompt under ``order='prompt'``) before the rest of a started prompt."""
+    cost = load_cost_model("llama2-7b-a100")
+    reqs = (Request("a", 0.0, 4, 12), Request("b", 0.0001, 40, 2), Request("c", 0.01, 6, 2))
+    inst = Instance("merged", cost, Limits(64, 64, 1000, None), reqs)
+    merged = PolicyConfig("merged", ("running_decode", "all"), order="prompt", chunk=12)
+    for compiled in (False, True):
+        batches = simulate(inst, merged, compiled=compiled).batches
+        assert batches[1].items == (Item("a", 1), Item("b", 11))
+        later = [b.items for b in batches if any(it.id == "c" for it in b.items)][0]
+        assert later[:2] == (Item("a", 1), Item("c", 6))  # c (6 tokens) before the rest of b
+    sarathi = replace(merged, groups=("running_decode", "running_prefill", "waiting"))
+    later = [b.items for b in simulate(inst, sarathi).batches if any(it.id == "c" for it in b.items)][0]
+    assert later[1].id == "b"
+    for groups in (("all", "running_decode"), ("running_prefill", "all")):
+        with pytest.raises(ValueError, match="or running_decode then all"):
+            PolicyConfig("x", groups)
+    with pytest.raises(ValueError, match="needs the running_decode group without all"):
+        PolicyConfig("x", ("running_decode", "all"), time_budget=0.1, tpot_lazy=True)

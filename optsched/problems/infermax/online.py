@@ -50,6 +50,7 @@ GROUPINGS = (
     ("running_decode", "running_prefill", "waiting"),
     ("running_prefill", "waiting", "running_decode"),
     ("all",),
+    ("running_decode", "all"),
 )
 #: Smallest chunk the search tries (tokens).
 MIN_CHUNK = 64
