@@ -74,6 +74,7 @@ SOURCES = (
     "policies/fastengine.py",
     "policies/fastsim.py",
     "policies/lookahead_kernel.py",
+    "policies/share.py",
     "policies/slo_kernel.py",
 )
 _PREFIX = "optsched_kernels_"

@@ -68,8 +68,17 @@ __all__ = ["GROUPS", "ORDERS", "POLICY_CONFIGS", "PolicyConfig", "policy_config"
 #: Candidate groups of GetNextBatch. ``waiting`` is R_w (in the policy's order, FCFS by default; stop
 #: at the first failure, B2);
 #: ``running`` is R_r; ``running_decode`` / ``running_prefill`` split R_r by phase (Sarathi);
-#: ``all`` is R_w and R_r merged into one group (ranking schedulers).
+#: ``all`` is R_w and R_r merged into one group (ranking schedulers), or after ``running_decode`` what
+#: the decodes left: R_r's prefills and R_w merged (the decodes first, then every prompt by priority).
 GROUPS = ("waiting", "running", "running_decode", "running_prefill", "all")
+#: The group sets a policy may take, each covering R_w and R_r once: ``all`` after ``running_decode``
+#: walks what the decodes left (R_r's prefills and R_w) merged by priority.
+COVERS = (
+    {"all"},
+    {"waiting", "running"},
+    {"waiting", "running_decode", "running_prefill"},
+    {"running_decode", "all"},
+)
 #: Priority keys: arrival (FCFS), initial prompt length I, true output length O (an oracle, as in
 #: the paper's Rank_O), remaining prefill tokens (prompt - m, recomputed before every batch); ties
 #: broken by arrival, then by the order requests were added (:func:`.orders.order_key`).
@@ -161,6 +170,15 @@ class PolicyConfig:
     lazy_horizon
         The fraction h of a request's TTFT target before its deadline from which it is urgent
         (``tpot_lazy``); ``inf``: every request not yet late is.
+    prefill_share
+        Adaptive prompt share s (:mod:`.share`; None = off): in a batch that starts while D > 0 running
+        requests decode and W requests wait for their prompt (R_w and the running prefills), the
+        policy's prefill budget P becomes ``min(P, prefill_tile * max(1, floor(s W / D + 1/2)))`` tokens
+        (the decodes counted as B4 says), so the prompt chunks beside the decodes grow with the prompts
+        waiting per decode; with no decode the budget is P. Needs hybrid, chunked prefill and the
+        decodes first (``groups`` starting with ``running_decode``).
+    prefill_tile
+        Tokens per tile of ``prefill_share`` (128: the token tile of the shipped H200 profile).
     """
 
     name: str
@@ -183,17 +201,19 @@ class PolicyConfig:
     shed_work: float | None = None
     tpot_lazy: bool = False
     lazy_horizon: float = 0.5
+    prefill_share: float | None = None
+    prefill_tile: int = 128
 
     def __post_init__(self) -> None:
         if not self.groups or any(g not in GROUPS for g in self.groups):
             raise ValueError(f"policy {self.name!r}: groups must be a non-empty subset of {GROUPS}")
         if len(set(self.groups)) != len(self.groups):
             raise ValueError(f"policy {self.name!r}: a group is listed twice")
-        covers = set(self.groups) in ({"all"}, {"waiting", "running"}, {"waiting", "running_decode", "running_prefill"})
-        if not covers:
+        if set(self.groups) not in COVERS or ("all" in self.groups and self.groups[-1] != "all"):
             raise ValueError(
                 f"policy {self.name!r}: groups must cover R_w and R_r exactly once: ('all',), waiting and"
-                " running, or waiting, running_decode and running_prefill (in any order)"
+                " running, or waiting, running_decode and running_prefill (in any order), or running_decode"
+                " then all"
             )
         if self.order not in ORDERS:
             raise ValueError(f"policy {self.name!r}: order must be one of {ORDERS}")
@@ -212,18 +232,29 @@ class PolicyConfig:
         if self.shed_work is not None and not self.shed_work >= 0:
             raise ValueError(f"policy {self.name!r}: shed_work must be a number of seconds >= 0")
         sheds = self.tpot_shed > 0 or self.shed_work is not None
-        if sheds and (not (self.tpot_budget or self.time_budget) or "running_decode" not in self.groups):
+        decode_group = "running_decode" in self.groups and "all" not in self.groups  # deferred decodes stay out
+        if sheds and (not (self.tpot_budget or self.time_budget) or not decode_group):
             raise ValueError(
                 f"policy {self.name!r}: tpot_shed and shed_work defer decodes within a time budget (tpot_budget"
-                " or time_budget) and need the running_decode group"
+                " or time_budget) and need the running_decode group without all"
             )
-        if self.tpot_lazy and (not (self.tpot_budget or self.time_budget) or "running_decode" not in self.groups):
+        if self.tpot_lazy and (not (self.tpot_budget or self.time_budget) or not decode_group):
             raise ValueError(
                 f"policy {self.name!r}: tpot_lazy defers decodes within a time budget (tpot_budget or time_budget)"
-                " and needs the running_decode group"
+                " and needs the running_decode group without all"
             )
         if not self.lazy_horizon > 0:
             raise ValueError(f"policy {self.name!r}: lazy_horizon must be a positive fraction of the TTFT target")
+        if self.prefill_tile < 1:
+            raise ValueError(f"policy {self.name!r}: prefill_tile must be >= 1 token")
+        if self.prefill_share is not None and not 0 < self.prefill_share < math.inf:
+            raise ValueError(f"policy {self.name!r}: prefill_share must be a positive finite number of tiles")
+        shares_decodes = self.hybrid and self.chunked and self.groups[0] == "running_decode"
+        if self.prefill_share is not None and not shares_decodes:
+            raise ValueError(
+                f"policy {self.name!r}: prefill_share sizes the prompt chunks beside the decodes: it needs hybrid"
+                " and chunked prefill and the groups to start with running_decode"
+            )
 
     def eviction_free_variant(self) -> PolicyConfig:
         """The ``-ef`` twin: same policy, full reservation at admission, no evictions."""

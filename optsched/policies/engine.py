@@ -19,6 +19,7 @@ candidate:
    ``prefill_counts_decodes=False`` counts prefill tokens only). With chunked prefill it takes
    min(remaining prompt, room); without, the whole remaining prompt must fit. A prompt longer than
    P can never fit whole, so a non-chunked policy chunks it (decision where the paper is silent).
+   With ``prefill_share`` the room's P is the batch's adaptive budget P_b (:mod:`.share`).
 3. *R_max.* Admitting a request from R_w needs fewer than R_max running requests; with
    ``kv_lookahead`` (MC-SF) also the KV look-ahead test of :func:`.orders.lookahead_fits`.
 4. *KV.* The engine reserves KV: a request admitted from R_w reserves its full current prompt I
@@ -42,27 +43,9 @@ After the batch, requests whose prompt completed or that decoded generate a toke
 reached their output length finish and release their reservation (B10). Every schedule produced
 here replays cleanly with :func:`optsched.schedule.replay` (the tests check every policy).
 
-Engine API (incremental, for multi-worker simulators)
------------------------------------------------------
-``engine = Engine(limits, cost_model, policy, name=...)`` or ``Engine.from_instance(instance, policy)``
-    A single worker running ``policy`` (a name or a :class:`PolicyConfig`).
-``engine.add_request(request)``
-    Queue a :class:`~optsched.instance.Request`; it becomes visible at the first batch starting
-    at or after its arrival (a late-added request is visible at the next batch).
-``engine.advance(until=inf)``
-    Run every batch that starts before ``until`` (a batch may end after it).
-``engine.now``
-    End of the last batch (0 before any).
-``engine.snapshot()``
-    An :class:`EngineSnapshot`: time, KV used and reserved, and per running / waiting / not yet
-    arrived request a :class:`RequestState` (id, m, generated, prompt, first-token time, ...).
-``engine.request_state(request_id)``
-    The :class:`RequestState` of any added request, finished ones included (finish time).
-``engine.done()``
-    True when every added request has finished.
-``engine.schedule()`` / ``engine.instance()``
-    The batches so far as a :class:`~optsched.schedule.Schedule`, and the instance of the added
-    requests (under the engine's limits and cost model) that the schedule replays against.
+Engine API (incremental, for multi-worker simulators): :class:`Engine`'s methods and docs/policies.md
+(``add_request``, ``advance``, ``now``, ``snapshot``, ``request_state``, ``done``, ``schedule``,
+``instance``).
 
 ``simulate(instance, policy)`` runs an instance to completion; :func:`optsched.policies.simulator_for`
 binds a policy's name to it (``simulator_for("vllm")(instance)``).
@@ -82,6 +65,7 @@ from ..schedule import Batch, Item, Schedule
 from ..tiering import use_compiled
 from .config import PolicyConfig, policy_config
 from .orders import DYNAMIC_ORDERS, lookahead_fits, order_key, projection
+from .share import batch_prefill_budget
 from .slo import fit_chunk, fits_decode, late_last, resolve, resolved, sheds
 from .slo_lazy import mark_optional
 from .states import EngineSnapshot, RequestState
@@ -110,6 +94,7 @@ class _Draft:
     kv_max: int = 0
     phase: int = _NONE
     cut: bool = False  # prefill chunks cut to the time budget without decodes in the batch (.slo_lazy)
+    p: int = 0  # the batch's prefill budget: P, or the adaptive share's (.share)
 
 
 class Engine:
@@ -312,6 +297,7 @@ class Engine:
             for i in self._running:
                 self._rekey(i)
             self._running.sort(key=self._prio.__getitem__)
+        d.p = self._batch_budget()
         if self.config.ttft_drop:  # late requests last (.slo)
             queues = (self._running, self._waiting, self._m, self._prompt, self._reqs, self._shed)
             late_last(self.cost_model, self.config, start, *queues)
@@ -334,6 +320,15 @@ class Engine:
         self._batches.append(Batch(tuple(d.items), tuple(d.evict), start if explicit else None))
         self._now = end
         self._finish(d)
+
+    def _batch_budget(self) -> int:
+        """The prefill budget of the batch being built: P, or P_b of the adaptive share (:mod:`.share`)."""
+        share = self.config.prefill_share
+        if share is None:
+            return self._P
+        decoding = sum(1 for i in self._running if self._m[i] >= self._prompt[i])
+        waiting = len(self._waiting) + len(self._running) - decoding
+        return batch_prefill_budget(self._P, share, self.config.prefill_tile, waiting, decoding)
 
     def _running_group(self, group: str) -> list[int]:
         """Snapshot of a running group's candidates (R_r, or one phase of it) in priority order."""
@@ -448,7 +443,7 @@ class Engine:
             return False
         want = self._prompt[i] - self._m[i]
         used = d.n_tok if cfg.prefill_counts_decodes else d.n_pre
-        room = min(self._C - d.n_tok, self._P - used)
+        room = min(self._C - d.n_tok, d.p - used)
         if cfg.chunked or want > self._P:
             c = min(want, room)
         else:

@@ -14,7 +14,8 @@ The priority order is a rank per request (computed by the driver); ties fall to 
 the request's position (as the reference engine's tuples). The dynamic order ``remaining-prefill``
 (``srpf``) adds a key row, prompt - m, set where the reference engine recomputes its keys (R_r
 before each batch, an evicted request) and compared before the rank. MC-SF's KV look-ahead
-admission (``kv_lookahead``) runs :func:`.lookahead_kernel.fits`. An empty batch or a livelock
+admission (``kv_lookahead``) runs :func:`.lookahead_kernel.fits`, the adaptive prompt share
+(``prefill_share``) the reference's own rule (:func:`.share.batch_prefill_budget`). An empty batch or a livelock
 returns a status: the reference engine then runs (and raises).
 
 Kernels compile at their first call and are cached on disk; importing this module compiles nothing.
@@ -29,22 +30,25 @@ from numba import njit
 from ..replaykernel import batch_time
 from .enginelayout import D_SLOTS, F_SLOTS, L_SLOTS, Q_ROWS, S_SLOTS
 from .lookahead_kernel import fits
+from .share import batch_prefill_budget
 from .slo_kernel import fit_chunk, fits_decode, late_last, mark_optional
 
 # the arrays' rows and slots (:mod:`.enginelayout`): the per-request state Q, the scalars S, the
 # batch being built D (the reference's _Draft), the flags F and the limits L
 _M, _PROMPT, _GEN, _FIXED, _MARK, _OUT, _RANK, _KEY, _SHED, _SKIP = range(len(Q_ROWS))
 _KVRES, _NRUN, _WHEAD, _WLEN, _NITEMS, _NEVICT = range(len(S_SLOTS))
-_NO, _NTOK, _NPRE, _SPRE, _NDEC, _KVDEC, _XPRE, _KVMAX, _PHASE, _NGEN, _BITEMS, _BEVICT, _CUT = range(len(D_SLOTS))
+_NO, _NTOK, _NPRE, _SPRE, _NDEC, _KVDEC, _XPRE, _KVMAX, _PHASE, _NGEN, _BITEMS, _BEVICT, _CUT, _PB = range(len(D_SLOTS))
 _PRE, _DEC = 1, 2
 _HYBRID, _CHUNKED, _EF, _PCD, _EFW, _FRONT, _FCFS, _DYN, _LOOK, _DROP, _SHEDS, _LAZY = range(len(F_SLOTS))
-_C, _P, _MCAP, _RCAP, _BLOCK, _WATERMARK = range(len(L_SLOTS))
+_C, _P, _MCAP, _RCAP, _BLOCK, _WATERMARK, _TILE = range(len(L_SLOTS))
 
 #: The kernels' decorator: cached on disk, and compiled without numba's reference counting
 #: (``_nrt=False``): they allocate nothing (every buffer comes from the driver), and
 #: without it each call between them pays an atomic increment and decrement per array it is
 #: passed, most of the run time of a call per item.
 _kernel = njit(cache=True, _nrt=False)
+#: The adaptive share's rule (:mod:`.share`), the reference engine's function compiled.
+_share_rule = _kernel(batch_prefill_budget)
 
 
 @_kernel
@@ -186,13 +190,14 @@ def _lookahead_fits(E, L, i):  # noqa: ANN001, ANN202
 def _take_prefill(E, F, L, X, i, admit):  # noqa: ANN001, ANN202
     """Add a prefill chunk of request ``i`` (admitting it from R_w when ``admit``); ``X``: the SLO
     arguments (cost coefficients, time budget, TTFT deadlines, scratch, then the laxity rule's TPOT
-    targets, first-token times and urgency starts), the chunk cut to the budget."""
+    targets, first-token times and urgency starts, and the adaptive prompt share), the chunk cut to the
+    budget."""
     Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
     if not F[_HYBRID] and D[_PHASE] == _DEC:
         return False
     want = Q[_PROMPT, i] - Q[_M, i]
     used = D[_NTOK] if F[_PCD] else D[_NPRE]
-    room = min(L[_C] - D[_NTOK], L[_P] - used)
+    room = min(L[_C] - D[_NTOK], D[_PB] - used)
     if F[_CHUNKED] or want > L[_P]:
         c = min(want, room)
     else:
@@ -300,6 +305,20 @@ def _fill_fcfs_waiting(E, F, L, X):  # noqa: ANN001, ANN202
         if not _take_prefill(E, F, L, X, i, True):
             _push_waiting(wq, S, i, True)
             return
+
+
+@_kernel
+def _batch_budget(E, L, share):  # noqa: ANN001, ANN202
+    """The prefill budget of the batch being built: P, or P_b of the adaptive share ``share`` (0: none)."""
+    Q, S, D, run, wq, gbuf, vbuf, it_req, it_tok, ev_req, grp, dec = E
+    if share == 0.0:
+        return L[_P]
+    decoding = 0
+    for k in range(S[_NRUN]):
+        i = run[k]
+        if Q[_M, i] >= Q[_PROMPT, i]:
+            decoding += 1
+    return _share_rule(L[_P], share, L[_TILE], S[_WLEN] + S[_NRUN] - decoding, decoding)
 
 
 @_kernel
@@ -470,6 +489,7 @@ def _simulate(Q, order, arrival, groups, F, L, coef, E, batch_out, starts, X):  
         D[_NO] = nb + 1
         if F[_DYN]:
             _resort_running(E)
+        D[_PB] = _batch_budget(E, L, X[7])
         if F[_DROP]:  # late requests last (.slo); vbuf, grp and dec are free scratch here
             run, wq, vbuf, grp, dec = E[3][: S[_NRUN]], E[4], E[6], E[10], E[11]
             args = (Q[_M], Q[_PROMPT], Q[_SHED], run, wq, S[_WHEAD], S[_WLEN], X[2], X[3], vbuf, grp, dec)

@@ -105,6 +105,7 @@ def _limits(instance: Instance, config: PolicyConfig, m_cap: int) -> np.ndarray:
         "max_running": lim.as_int64()[3],
         "kv_block": config.kv_block,
         "watermark": config.kv_watermark * config.kv_block,
+        "prefill_tile": config.prefill_tile,
     }
     return np.array([limits[name] for name in L_SLOTS], np.int64)
 
@@ -162,7 +163,8 @@ def simulate_columns(
     slo_rows = config.ttft_drop or config.tpot_lazy
     deadlines = np.array([deadline(r) for r in instance.requests] if slo_rows else [], np.float64)
     budget = float(config.time_budget) if config.time_budget is not None else np.inf
-    slo = (coef, budget, deadlines, np.zeros(len(deadlines)), *_lazy_rows(instance, config))  # X (.slo_kernel)
+    share = float(config.prefill_share or 0.0)  # X[7], the adaptive prompt share (.share; 0: none)
+    slo = (coef, budget, deadlines, np.zeros(len(deadlines)), *_lazy_rows(instance, config), share)  # X (.slo_kernel)
     cap = items_hint or int(out_len.sum() + prompt.sum() // 64 + 2 * n + 1024)
     ev_cap = items_hint or max(n, 1024)
     simulate = kernel("simulate")

@@ -38,6 +38,7 @@ GROUPINGS = [
     ("running_decode", "running_prefill", "waiting"),
     ("running_prefill", "running_decode", "waiting"),
     ("running_decode", "waiting", "running_prefill"),
+    ("running_decode", "all"),
 ]
 
 

@@ -12,11 +12,13 @@ replayed objective (:func:`optsched.result.replayed_objective`; any objective).
 Search: first-improvement hill climbing from each seed policy in turn (the solve's policy
 candidates, best first, uncapped). The neighbours of a point change one knob (:func:`neighbours`,
 :func:`cap_neighbours`): each other grouping and order, hybrid and chunked prefill toggled, the
-chunk halved or doubled (64 tokens to P), the look-ahead and B4 toggled, the eviction-free twin
-(forced under ``no_evict``), and the cap halved (down to :data:`MIN_RUNNING`) or doubled (up to
-R_max). A neighbour that lowers the objective becomes the current point and its neighbours are
-tried next; a climb ends when no neighbour improves (a local optimum). When every seed's climb
-has ended, an iterated local search goes on: the best point so far with :data:`PERTURB_KNOBS`
+chunk halved or doubled (64 tokens to P), the adaptive prompt share (``prefill_share``, tiles per
+waiting prompt per decode: set to :data:`PREFILL_SHARE`, halved, doubled or off), the look-ahead and
+B4 toggled, the eviction-free twin (forced under ``no_evict``), and the cap halved (down to
+:data:`MIN_RUNNING`) or doubled (up to R_max). A neighbour that lowers the objective becomes the
+current point and its neighbours are tried next; a climb ends when no neighbour improves (a local
+optimum). When every seed's climb has ended, an iterated local search goes on: the best point so
+far with :data:`PERTURB_KNOBS`
 random one-knob changes (a seeded generator: the search is deterministic) starts another climb;
 the search ends when :data:`PERTURB_ROUNDS` such climbs in a row found nothing better, or when its
 budget expires. The result is the best point of all climbs when it beats every seed.
@@ -48,9 +50,12 @@ GROUPINGS = (
     ("running_decode", "running_prefill", "waiting"),
     ("running_prefill", "waiting", "running_decode"),
     ("all",),
+    ("running_decode", "all"),
 )
 #: Smallest chunk the search tries (tokens).
 MIN_CHUNK = 64
+#: The adaptive prompt share a neighbour sets first (tiles per waiting prompt per decode).
+PREFILL_SHARE = 4.0
 #: Slices of simulated time per engine run between two reads of the wall clock.
 SLICES = 64
 #: Smallest admission cap (requests holding KV) the search tries.
@@ -96,6 +101,8 @@ def neighbours(config: PolicyConfig, prefill_budget: int, no_evict: bool, no_hyb
     changes: list[dict[str, object]] = [{"groups": g} for g in GROUPINGS if g != config.groups]
     changes += [{"order": o} for o in ORDERS if o != config.order]
     changes += [{"chunk": c} for c in sorted({max(MIN_CHUNK, chunk // 2), min(prefill_budget, 2 * chunk)} - {chunk})]
+    share = config.prefill_share
+    changes += [{"prefill_share": s} for s in ([PREFILL_SHARE] if share is None else [share / 2, 2 * share, None])]
     changes += [{"chunked": not config.chunked}, {"kv_lookahead": not config.kv_lookahead}]
     changes += [{"prefill_counts_decodes": not config.prefill_counts_decodes}]
     if not no_hybrid:

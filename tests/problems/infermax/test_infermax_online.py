@@ -1,7 +1,8 @@
 """InferMax's policy search (optsched/problems/infermax/online.py).
 
 - Every neighbour of every named policy is a valid configuration one knob away, eviction-free under
-  ``no_evict``; the engine run in slices equals one run.
+  ``no_evict``; the adaptive prompt share is set, halved, doubled and dropped where the configuration
+  takes it; the engine run in slices equals one run.
 - The search's schedule replays cleanly, its value is the replay's, strictly below every seed, and
   it keeps its deadline; under ``no_evict`` its schedule has no eviction.
 - A solve at scale on an instance with arrivals offers the search's schedule, names where its
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 
@@ -25,7 +26,15 @@ from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
 from optsched.policies.config import POLICY_CONFIGS
 from optsched.policies.engine import simulate
-from optsched.problems.infermax.online import MIN_RUNNING, cap_neighbours, capped, neighbours, online_search, run_until
+from optsched.problems.infermax.online import (
+    MIN_RUNNING,
+    PREFILL_SHARE,
+    cap_neighbours,
+    capped,
+    neighbours,
+    online_search,
+    run_until,
+)
 from optsched.report.gather import PolicyRun, Report, SolverRun, build_report
 from optsched.result import SolveResult, objective_of
 from optsched.schedule import replay
@@ -82,6 +91,15 @@ def test_neighbours_change_one_knob(name):
             assert len(changed) + (other.eviction_free != config.eviction_free) >= 1
             assert len(changed) <= 1
             assert other.eviction_free or not no_evict
+
+
+def test_neighbours_set_halve_double_and_drop_the_prefill_share():
+    def shares(config):
+        return {c.prefill_share for c in neighbours(config, 4096, False, no_hybrid=False)}
+
+    assert shares(POLICY_CONFIGS["sarathi-pc"]) == {None, PREFILL_SHARE}
+    assert shares(replace(POLICY_CONFIGS["sarathi-pc"], prefill_share=3.0)) == {3.0, 1.5, 6.0, None}
+    assert shares(POLICY_CONFIGS["vllm"]) == {None}  # prefill first: the share is refused there
 
 
 def test_engine_in_slices_equals_one_run():
