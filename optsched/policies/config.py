@@ -63,7 +63,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-__all__ = ["GROUPS", "ORDERS", "POLICY_CONFIGS", "PolicyConfig", "policy_config"]
+__all__ = ["GROUPS", "ORDERS", "POLICY_CONFIGS", "PREFILL_TILE", "PolicyConfig", "policy_config"]
 
 #: Candidate groups of GetNextBatch. ``waiting`` is R_w (in the policy's order, FCFS by default; stop
 #: at the first failure, B2);
@@ -86,6 +86,8 @@ ORDERS = ("arrival", "prompt", "output", "remaining-prefill")
 
 #: Sarathi's chunk size (Table 1).
 SARATHI_CHUNK = 512
+#: Default tokens per tile of ``prefill_share`` (the token tile of the shipped H200 profile).
+PREFILL_TILE = 128
 #: vLLM's default KV block size in tokens (``vllm-v1``, :mod:`optsched.executor.native`).
 VLLM_BLOCK = 16
 
@@ -202,7 +204,7 @@ class PolicyConfig:
     tpot_lazy: bool = False
     lazy_horizon: float = 0.5
     prefill_share: float | None = None
-    prefill_tile: int = 128
+    prefill_tile: int = PREFILL_TILE
 
     def __post_init__(self) -> None:
         if not self.groups or any(g not in GROUPS for g in self.groups):
@@ -247,6 +249,8 @@ class PolicyConfig:
             raise ValueError(f"policy {self.name!r}: lazy_horizon must be a positive fraction of the TTFT target")
         if self.prefill_tile < 1:
             raise ValueError(f"policy {self.name!r}: prefill_tile must be >= 1 token")
+        if self.prefill_share is None and self.prefill_tile != PREFILL_TILE:
+            raise ValueError(f"policy {self.name!r}: prefill_tile sizes prefill_share's tiles: set prefill_share too")
         if self.prefill_share is not None and not 0 < self.prefill_share < math.inf:
             raise ValueError(f"policy {self.name!r}: prefill_share must be a positive finite number of tiles")
         shares_decodes = self.hybrid and self.chunked and self.groups[0] == "running_decode"

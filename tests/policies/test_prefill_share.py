@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from optsched import Instance, Limits, Request, load_cost_model, replay
 from optsched.instance import load_instance
 from optsched.policies import engine as engine_module
-from optsched.policies.config import POLICY_CONFIGS, PolicyConfig
+from optsched.policies.config import POLICY_CONFIGS, PREFILL_TILE, PolicyConfig
 from optsched.policies.engine import simulate
 from optsched.policies.share import batch_prefill_budget
 from optsched.schedule import Item
@@ -93,7 +93,7 @@ def test_chunks_beside_the_decodes_take_the_share(compiled: bool) -> None:
     assert batches[1].items == (Item("a", 1), Item("b", 11))
     assert batches[2].items == (Item("a", 1), Item("b", 11))
     # without the share the chunk fills P
-    plain = simulate(inst, replace(config, prefill_share=None), compiled=compiled).batches
+    plain = simulate(inst, replace(config, prefill_share=None, prefill_tile=PREFILL_TILE), compiled=compiled).batches
     assert plain[1].items == (Item("a", 1), Item("b", 40), Item("c", 23))
     assert replay(inst, simulate(inst, config, compiled=compiled)).feasible
 
@@ -135,6 +135,8 @@ def test_bad_share_configs_are_refused() -> None:
             replace(POLICY_CONFIGS["sarathi-pc"], prefill_share=bad)
     with pytest.raises(ValueError, match="prefill_tile must be >= 1"):
         replace(POLICY_CONFIGS["sarathi-pc"], prefill_share=2.0, prefill_tile=0)
+    with pytest.raises(ValueError, match="prefill_tile sizes prefill_share's tiles"):
+        replace(POLICY_CONFIGS["sarathi-pc"], prefill_tile=64)
     for name in ("vllm", "vllm-v1", "sarathi-nocp", "sarathi-nohy", "rank-i", "srpf"):
         with pytest.raises(ValueError, match="prefill_share sizes the prompt chunks beside the decodes"):
             replace(POLICY_CONFIGS[name], prefill_share=2.0)
