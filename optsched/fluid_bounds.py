@@ -125,10 +125,10 @@ __all__ = [
     "FLUID_TIME",
     "FluidExtra",
     "FluidTerms",
+    "fluid_bound",
     "fluid_grid",
     "fluid_latency",
     "fluid_lp",
-    "solve_fluid",
 ]
 
 #: Most request-interval cells of the programme.
@@ -355,13 +355,18 @@ def fluid_grid(terms: FluidTerms, most: int) -> np.ndarray | None:
     return np.linspace(float(terms.release.min()), float(terms.release.max()) + work, G + 1)
 
 
-def solve_fluid(
-    instance: Instance, most: int, seconds: float, extra: FluidExtra | None = None
-) -> tuple[float, int] | None:
+def fluid_bound(
+    instance: Instance,
+    most: int,
+    seconds: float,
+    name: str,
+    describe: Callable[[int], str],
+    extra: FluidExtra | None = None,
+) -> Bound | None:
     """The programme of :func:`fluid_lp` on the instance's own terms and grid (:func:`fluid_grid`),
-    extended by ``extra``: its value and the grid's intervals, or None (no requests, too many for the
-    grid, a degenerate profile, or not solved within ``seconds``). ``most``: the most items one batch
-    holds (:func:`optsched.load_bounds.most_items`)."""
+    extended by ``extra``, as the bound ``name`` with the note ``describe(intervals)``; None (no
+    requests, too many for the grid, a degenerate profile, or not solved within ``seconds``).
+    ``most``: the most items one batch holds (:func:`optsched.load_bounds.most_items`)."""
     if not instance.requests:
         return None
     terms = FluidTerms(instance)
@@ -370,18 +375,17 @@ def solve_fluid(
     if tau is None:
         return None
     value = fluid_lp(terms, tau, most, seconds, extra)
-    return None if value is None else (value, len(tau) - 1)
+    return None if value is None else Bound(name, value, True, describe(len(tau) - 1))
 
 
 def fluid_latency(instance: Instance, most: int, seconds: float = FLUID_TIME) -> Bound | None:
     """The ``fluid-latency`` bound of the module docstring (seconds, mean over requests), or None
-    (:func:`solve_fluid`). ``most``: the most items one batch holds (:func:`optsched.load_bounds.most_items`)."""
-    found = solve_fluid(instance, most, seconds)
-    if found is None:
-        return None
-    value, intervals = found
-    note = (
-        f"LP over {intervals} intervals: the batch overhead limits the rate, and a high rate needs many "
-        f"requests in each batch, each in the system through it (K = {most}; optsched/fluid_bounds.py)"
-    )
-    return Bound("fluid-latency", value, True, note)
+    (:func:`fluid_bound`). ``most``: the most items one batch holds (:func:`optsched.load_bounds.most_items`)."""
+
+    def describe(intervals: int) -> str:
+        return (
+            f"LP over {intervals} intervals: the batch overhead limits the rate, and a high rate needs many "
+            f"requests in each batch, each in the system through it (K = {most}; optsched/fluid_bounds.py)"
+        )
+
+    return fluid_bound(instance, most, seconds, "fluid-latency", describe)

@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from .costmodel import Coefficients
-from .fluid_bounds import FluidTerms, solve_fluid
+from .fluid_bounds import FluidTerms, fluid_bound
 from .instance import Instance
 from .lprows import LpRows
 from .result import Bound
@@ -128,12 +128,13 @@ def fluid_work(instance: Instance, most: int, attention: np.ndarray, seconds: fl
     the most items one batch holds (:func:`optsched.load_bounds.most_items`); ``attention``: each
     prompt's least attention beyond its linear terms (:func:`~optsched.load_bounds.prompt_attention_extra`)."""
     work = least_work(instance, attention)
-    found = solve_fluid(instance, most, seconds, partial(work_rows, work=work)) if (work > 0).all() else None
-    if found is None:
+    if not (work > 0).all():
         return None
-    value, intervals = found
-    note = (
-        f"fluid-latency's LP over {intervals} intervals with each request's whole least item work on the "
-        f"grid: the engine's time, its own batches and the span of its work (K = {most}; optsched/fluid_work.py)"
-    )
-    return Bound("fluid-work", value, True, note)
+
+    def describe(intervals: int) -> str:
+        return (
+            f"fluid-latency's LP over {intervals} intervals with each request's whole least item work on the "
+            f"grid: the engine's time, its own batches and the span of its work (K = {most}; optsched/fluid_work.py)"
+        )
+
+    return fluid_bound(instance, most, seconds, "fluid-work", describe, partial(work_rows, work=work))
