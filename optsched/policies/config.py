@@ -86,7 +86,7 @@ ORDERS = ("arrival", "prompt", "output", "remaining-prefill")
 
 #: Sarathi's chunk size (Table 1).
 SARATHI_CHUNK = 512
-#: Default tokens per tile of ``prefill_share`` (the token tile of the shipped H200 profile).
+#: Tokens per tile of ``prefill_share`` on a profile without a tile term (that of the shipped H200 profile).
 PREFILL_TILE = 128
 #: vLLM's default KV block size in tokens (``vllm-v1``, :mod:`optsched.executor.native`).
 VLLM_BLOCK = 16
@@ -180,7 +180,8 @@ class PolicyConfig:
         waiting per decode; with no decode the budget is P. Needs hybrid, chunked prefill and the
         decodes first (``groups`` starting with ``running_decode``).
     prefill_tile
-        Tokens per tile of ``prefill_share`` (128: the token tile of the shipped H200 profile).
+        Tokens per tile of ``prefill_share``; None (the default): the instance's cost-model token tile
+        (``token_tile``), or :data:`PREFILL_TILE` for a profile without a tile term (:meth:`share_tile`).
     """
 
     name: str
@@ -204,7 +205,7 @@ class PolicyConfig:
     tpot_lazy: bool = False
     lazy_horizon: float = 0.5
     prefill_share: float | None = None
-    prefill_tile: int = PREFILL_TILE
+    prefill_tile: int | None = None
 
     def __post_init__(self) -> None:
         if not self.groups or any(g not in GROUPS for g in self.groups):
@@ -247,9 +248,9 @@ class PolicyConfig:
             )
         if not self.lazy_horizon > 0:
             raise ValueError(f"policy {self.name!r}: lazy_horizon must be a positive fraction of the TTFT target")
-        if self.prefill_tile < 1:
+        if self.prefill_tile is not None and self.prefill_tile < 1:
             raise ValueError(f"policy {self.name!r}: prefill_tile must be >= 1 token")
-        if self.prefill_share is None and self.prefill_tile != PREFILL_TILE:
+        if self.prefill_share is None and self.prefill_tile is not None:
             raise ValueError(f"policy {self.name!r}: prefill_tile sizes prefill_share's tiles: set prefill_share too")
         if self.prefill_share is not None and not 0 < self.prefill_share < math.inf:
             raise ValueError(f"policy {self.name!r}: prefill_share must be a positive finite number of tiles")
@@ -263,6 +264,11 @@ class PolicyConfig:
     def eviction_free_variant(self) -> PolicyConfig:
         """The ``-ef`` twin: same policy, full reservation at admission, no evictions."""
         return replace(self, name=f"{self.name}-ef", eviction_free=True)
+
+    def share_tile(self, token_tile: int) -> int:
+        """Tokens per tile of ``prefill_share`` under a cost model whose token tile is ``token_tile``
+        (0: no tile term): ``prefill_tile`` where set, else ``token_tile``, else :data:`PREFILL_TILE`."""
+        return self.prefill_tile if self.prefill_tile is not None else (token_tile or PREFILL_TILE)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -328,7 +328,8 @@ class Engine:
             return self._P
         decoding = sum(1 for i in self._running if self._m[i] >= self._prompt[i])
         waiting = len(self._waiting) + len(self._running) - decoding
-        return batch_prefill_budget(self._P, share, self.config.prefill_tile, waiting, decoding)
+        tile = self.config.share_tile(self.cost_model.token_tile)
+        return batch_prefill_budget(self._P, share, tile, waiting, decoding)
 
     def _running_group(self, group: str) -> list[int]:
         """Snapshot of a running group's candidates (R_r, or one phase of it) in priority order."""

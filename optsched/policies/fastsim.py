@@ -105,7 +105,7 @@ def _limits(instance: Instance, config: PolicyConfig, m_cap: int) -> np.ndarray:
         "max_running": lim.as_int64()[3],
         "kv_block": config.kv_block,
         "watermark": config.kv_watermark * config.kv_block,
-        "prefill_tile": config.prefill_tile,
+        "prefill_tile": config.share_tile(instance.cost_model.token_tile),
     }
     return np.array([limits[name] for name in L_SLOTS], np.int64)
 

@@ -93,9 +93,21 @@ def test_chunks_beside_the_decodes_take_the_share(compiled: bool) -> None:
     assert batches[1].items == (Item("a", 1), Item("b", 11))
     assert batches[2].items == (Item("a", 1), Item("b", 11))
     # without the share the chunk fills P
-    plain = simulate(inst, replace(config, prefill_share=None, prefill_tile=PREFILL_TILE), compiled=compiled).batches
+    plain = simulate(inst, replace(config, prefill_share=None, prefill_tile=None), compiled=compiled).batches
     assert plain[1].items == (Item("a", 1), Item("b", 40), Item("c", 23))
     assert replay(inst, simulate(inst, config, compiled=compiled)).feasible
+
+
+def test_the_tile_defaults_to_the_cost_models() -> None:
+    config = replace(POLICY_CONFIGS["sarathi-pc"], name="share", prefill_share=1.0)
+    assert config.share_tile(64) == 64 and config.share_tile(0) == PREFILL_TILE
+    assert replace(config, prefill_tile=4).share_tile(64) == 4
+    inst = share_instance()
+    tiled = replace(inst, cost_model=replace(inst.cost_model, token_tile=4, per_tile=1e-4))
+    for compiled in (False, True):
+        default = simulate(tiled, config, compiled=compiled).batches
+        assert default == simulate(tiled, replace(config, prefill_tile=4), compiled=compiled).batches
+        assert default != simulate(tiled, replace(config, prefill_tile=8), compiled=compiled).batches
 
 
 def test_a_reference_that_ignores_the_share_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
