@@ -121,6 +121,7 @@ from .bounds import (
 )
 from .budget import NO_LIMIT, TimeBudget
 from .costmodel import Coefficients
+from .finish_index import FINISH_INDEX_TIME, finish_index_bound
 from .fluid_bounds import FLUID_TIME, fluid_latency
 from .fluid_work import WORK_TIME, fluid_work
 from .instance import Instance
@@ -404,12 +405,14 @@ def lp_bounds(instance: Instance, objective: str, budget: TimeBudget = NO_LIMIT)
     """The load-aware bounds of ``objective`` that solve a linear programme, each where HiGHS solves it
     to optimality within its time (seconds, mean over requests): the busy-time LP's (module
     docstring) for ``latency`` and ``ttft``, then for ``latency`` ``pair-wait-lp`` of
-    :mod:`optsched.pair_wait_lp`, ``fluid-latency`` of :mod:`optsched.fluid_bounds`,
-    ``phase-latency`` of :mod:`optsched.phase_latency` and ``fluid-work`` of
-    :mod:`optsched.fluid_work`; none for other objectives. Each runs within
-    :func:`lp_seconds` of ``budget`` (its own limit, :data:`LP_TIME`,
-    :data:`~optsched.pair_wait_lp.LP_TIME`, :data:`~optsched.fluid_bounds.FLUID_TIME`,
-    :data:`~optsched.phase_latency.PHASE_TIME` or :data:`~optsched.fluid_work.WORK_TIME`, up to
+    :mod:`optsched.pair_wait_lp`, ``finish-index`` of :mod:`optsched.finish_index` (a convex
+    programme, not an LP; it leads where requests are released together and is skipped at once
+    where it cannot), ``fluid-latency`` of :mod:`optsched.fluid_bounds`, ``phase-latency`` of
+    :mod:`optsched.phase_latency` and ``fluid-work`` of :mod:`optsched.fluid_work`; none for other
+    objectives. Each runs within :func:`lp_seconds` of ``budget`` (its own limit, :data:`LP_TIME`,
+    :data:`~optsched.pair_wait_lp.LP_TIME`, :data:`~optsched.finish_index.FINISH_INDEX_TIME`,
+    :data:`~optsched.fluid_bounds.FLUID_TIME`, :data:`~optsched.phase_latency.PHASE_TIME` or
+    :data:`~optsched.fluid_work.WORK_TIME`, up to
     :data:`LP_STRETCH` times over), none once
     ``budget`` has expired."""
     name = objective_named(objective).name
@@ -418,8 +421,10 @@ def lp_bounds(instance: Instance, objective: str, budget: TimeBudget = NO_LIMIT)
     K = most_items(instance)
     lps = [(partial(_busy_time, instance, name == "ttft", K), LP_TIME)]
     if name == "latency":
-        lps += [(partial(pair_wait_lp, instance), PAIR_LP_TIME), (partial(fluid_latency, instance, K), FLUID_TIME)]
         attention = prompt_attention_extra(instance, instance.columns[1])  # (optsched/phase_latency.py)
+        lps.append((partial(pair_wait_lp, instance), PAIR_LP_TIME))
+        lps.append((partial(finish_index_bound, instance, attention), FINISH_INDEX_TIME))  # (optsched/finish_index.py)
+        lps.append((partial(fluid_latency, instance, K), FLUID_TIME))
         lps.append((partial(phase_latency, instance, attention), PHASE_TIME))
         lps.append((partial(fluid_work, instance, K, attention), WORK_TIME))  # (optsched/fluid_work.py)
     out = []

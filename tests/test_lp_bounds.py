@@ -20,6 +20,7 @@ import pytest
 
 import optsched.load_bounds as lb
 from optsched.budget import NO_LIMIT, TimeBudget
+from optsched.finish_index import FINISH_INDEX_TIME
 from optsched.fluid_bounds import FLUID_TIME
 from optsched.fluid_work import WORK_TIME
 from optsched.pair_wait_lp import LP_TIME as PAIR_LP_TIME
@@ -71,7 +72,7 @@ def test_the_lps_are_listed_by_lp_bounds_only(objective: str) -> None:
 
 
 def record_seconds(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
-    """Replace the five LPs of :func:`optsched.load_bounds.lp_bounds` by recorders of their ``seconds``."""
+    """Replace the six programmes of :func:`optsched.load_bounds.lp_bounds` by recorders of their ``seconds``."""
     seen: dict[str, float] = {}
 
     def recorder(name: str):
@@ -80,7 +81,7 @@ def record_seconds(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
 
         return lp
 
-    for attr in ("_busy_time", "pair_wait_lp", "fluid_latency", "phase_latency", "fluid_work"):
+    for attr in ("_busy_time", "pair_wait_lp", "fluid_latency", "phase_latency", "fluid_work", "finish_index_bound"):
         monkeypatch.setattr(lb, attr, recorder(attr))
     return seen
 
@@ -88,15 +89,16 @@ def record_seconds(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
 def test_the_bounder_gives_each_lp_its_part_of_a_long_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = record_seconds(monkeypatch)
     registered_bounds("infermax", loaded_instance(30, 1), {"objective": "latency", "time_limit": 100.0})
-    assert 8.0 < seen["_busy_time"] <= 10.0  # 5 of the 50 s of own limits: a tenth of about 100 s
-    assert 18.0 < seen["pair_wait_lp"] <= 22.3  # 10 of 45 of what is left
-    assert 23.0 < seen["fluid_latency"] <= 28.6  # 10 of 35
-    assert 16.0 < seen["phase_latency"] <= lb.LP_STRETCH * PHASE_TIME  # 5 of 25, at most 4 x 5 s
+    assert 7.0 < seen["_busy_time"] <= 8.34  # 5 of the 60 s of own limits: a twelfth of about 100 s
+    assert 16.0 < seen["pair_wait_lp"] <= 18.19  # 10 of 55 of what is left
+    assert 19.0 < seen["finish_index_bound"] <= 22.23  # 10 of 45
+    assert 25.0 < seen["fluid_latency"] <= 28.58  # 10 of 35
+    assert 17.0 < seen["phase_latency"] <= lb.LP_STRETCH * PHASE_TIME  # 5 of 25, at most 4 x 5 s
     assert seen["fluid_work"] == lb.LP_STRETCH * WORK_TIME  # the rest, at most 4 x 20 s
     seen.clear()
     registered_bounds("infermax", loaded_instance(30, 1), {"objective": "latency"})  # no time limit
     own = {"_busy_time": lb.LP_TIME, "pair_wait_lp": PAIR_LP_TIME, "fluid_latency": FLUID_TIME}
-    own |= {"phase_latency": PHASE_TIME, "fluid_work": WORK_TIME}
+    own |= {"phase_latency": PHASE_TIME, "fluid_work": WORK_TIME, "finish_index_bound": FINISH_INDEX_TIME}
     assert seen == {name: lb.LP_STRETCH * seconds for name, seconds in own.items()}
 
 
