@@ -303,8 +303,10 @@ def finish_index_bound(
     attention beyond ``L pq I`` (:func:`optsched.load_bounds.prompt_attention_extra`), or none."""
     if not instance.requests:
         return None
+    N, P = len(instance.requests), instance.limits.prefill_budget
+    if N * max(math.ceil(r.prompt_tokens / P) + r.output_tokens for r in instance.requests) > MAX_CELLS:
+        return None  # no index beyond the largest n_i fits in the cells (finish_index_sum)
     budget = TimeBudget.of(seconds)
-    N = len(instance.requests)
     arrivals = float(sum(r.arrival for r in instance.requests))
     alone = critical_path_times(instance)
     above = arrivals + float(alone.sum())
