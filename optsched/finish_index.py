@@ -102,6 +102,8 @@ SAFETY = 1e-9
 INDEX_SPAN = 3.0
 #: Frank-Wolfe stops once the relaxed value and the certified bound are this close (relative).
 TOLERANCE = 1e-3
+#: Most Frank-Wolfe steps (a run without a time limit ends there at the latest).
+MAX_STEPS = 20_000
 
 
 class FinishProfile:
@@ -242,15 +244,16 @@ class FinishRelaxation:
 
 def frank_wolfe(relax: FinishRelaxation, budget: TimeBudget) -> float:
     """A certified lower bound on the least of f: the best Frank-Wolfe certificate over the iterates
-    until they meet the relaxed value (within :data:`TOLERANCE`), the step vanishes or ``budget``
-    expires. Each iterate moves x and n = counts(x) towards a vertex (every request at one index)."""
+    until they meet the relaxed value (within :data:`TOLERANCE`), the step vanishes, ``budget``
+    expires or :data:`MAX_STEPS` steps are taken. Each iterate moves x and n = counts(x) towards a
+    vertex (every request at one index)."""
     N, T = relax.N, relax.T
     at = np.argmax(relax.allowed, axis=1)
     x = np.zeros((N, T + 1))
     x[np.arange(N), at] = 1.0
     n = relax.counts(at)
     best = -math.inf
-    while True:
+    for _ in range(MAX_STEPS):
         value = relax.value(x, n)
         g = relax.gradient(n)
         target = np.argmin(g, axis=1)
@@ -268,6 +271,7 @@ def frank_wolfe(relax: FinishRelaxation, budget: TimeBudget) -> float:
             return best
         x += gamma * step
         n += gamma * dn
+    return best
 
 
 def finish_index_sum(
@@ -298,9 +302,10 @@ def finish_index_bound(
     instance: Instance, attention: np.ndarray | None = None, seconds: float | None = FINISH_INDEX_TIME
 ) -> Bound | None:
     """The ``finish-index`` bound (seconds, mean latency; module docstring), or None: no requests,
-    too many cells, or a relaxation that cannot beat the critical path (its value at the start, less
-    the arrivals, at most the sum of the least times alone). ``attention``: each prompt's least
-    attention beyond ``L pq I`` (:func:`optsched.load_bounds.prompt_attention_extra`), or none."""
+    too many cells, a relaxation that cannot beat the critical path (its value at the start, less
+    the arrivals, at most the sum of the least times alone) or a certificate not above the
+    arrivals. ``attention``: each prompt's least attention beyond ``L pq I``
+    (:func:`optsched.load_bounds.prompt_attention_extra`), or none."""
     if not instance.requests:
         return None
     N, P = len(instance.requests), instance.limits.prefill_budget
@@ -313,9 +318,10 @@ def finish_index_bound(
     found = [finish_index_sum(instance, 1.0, alone, above, budget.share(0.5), attention)]
     found.append(finish_index_sum(instance, 0.0, None, above, budget, attention))
     sums = [f for f in found if f is not None]
-    if not sums:
+    value = (max(sums) - arrivals) / N if sums else 0.0
+    if value <= 0.0:
         return None
-    value = (max(sums) - arrivals) / N * (1.0 - SAFETY)
+    value *= 1.0 - SAFETY
     note = (
         "batch index of each finish: requests that finish together pay each other's work, spreading them "
         "costs each the batches before it; convex relaxation certified by Frank-Wolfe (optsched/finish_index.py)"
