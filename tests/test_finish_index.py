@@ -9,7 +9,8 @@
   above any policy's replayed mean latency on loaded instances all released at once;
 - planted invalid variants (10 % above; each pair paying the larger work; the smaller token cost
   counted three times) are caught by those checks;
-- it leads on requests released together whose outputs differ, and is listed by ``optsched bound``.
+- it leads on requests released together whose outputs differ, and on a burst of long prompts within
+  50 ms, and is listed by ``optsched bound``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from tests.support.bound_checks import (
     refutations,
 )
 from tests.support.infermax import tiny_instance
+from tests.support.solving import registered_bounds
+from tests.test_phase_bounds import burst_instance
 
 THETAS = (0.0, 1.0)
 
@@ -221,3 +224,11 @@ def test_it_leads_on_requests_released_together(capsys: pytest.CaptureFixture[st
     found = {b["name"]: b["value"] for b in json.loads(capsys.readouterr().out)["bounds"]}
     assert found["finish-index"] == max(found.values())
     assert found["finish-index"] > 1.05 * found["pair-wait-lp"]
+
+
+def test_it_leads_on_a_burst_of_long_prompts() -> None:
+    """The burst of ``tests/test_phase_bounds.py`` (20 long prompts within 50 ms, arrivals subtracted):
+    above ``phase-latency`` and every other latency bound of the InferMax bounder."""
+    inst = burst_instance(20, 1)
+    found = {b.name: b.value for b in registered_bounds("infermax", inst, {"objective": "latency"})}
+    assert found["finish-index"] > max(v for name, v in found.items() if name != "finish-index") * (1 + 1e-3)
