@@ -75,6 +75,7 @@ import numpy as np
 from .bounds import critical_path_times
 from .budget import NO_LIMIT, TimeBudget
 from .instance import Instance
+from .pair_bounds import item_coefficients
 from .result import Bound
 
 __all__ = [
@@ -128,8 +129,8 @@ class FinishProfile:
         cm = instance.cost_model
         L = cm.layers
         share = (1.0 - theta) * L * cm.per_tile / cm.token_tile if cm.per_tile else 0.0
-        prompt = L * (cm.per_token + cm.prefill.per_token + cm.prefill.per_token_sq) + share
-        decode = L * (cm.per_token + cm.decode.per_token)
+        prompt, decode, per_kv = item_coefficients(instance)
+        prompt += share
         self.overhead = cm.least_overhead() + theta * L * cm.per_tile
         self.first: list[float] = []
         self.later: list[np.ndarray] = []  # tokens 2..O, non-decreasing
@@ -139,7 +140,7 @@ class FinishProfile:
             g = np.arange(2, r.output_tokens + 1, dtype=np.float64)
             held = r.prompt_tokens + g - 2.0
             self.first.append(prompt * r.prompt_tokens + float(more))
-            self.later.append(np.minimum(decode + L * cm.decode.per_kv * held + share, prompt * (held + 1.0)))
+            self.later.append(np.minimum(decode + per_kv * held + share, prompt * (held + 1.0)))
             batches.append(math.ceil(r.prompt_tokens / instance.limits.prefill_budget) + r.output_tokens - 1)
         self.batches = np.array(batches, dtype=np.int64)
         self.work = np.array([f + t.sum() for f, t in zip(self.first, self.later)])

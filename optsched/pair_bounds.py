@@ -124,6 +124,7 @@ from .result import Bound, objective_named
 
 __all__ = [
     "MAX_PAIRS",
+    "item_coefficients",
     "latency_pair_values",
     "LonePrefix",
     "lone_prefix",
@@ -153,7 +154,7 @@ def _tile_free(cm: CostModel) -> CostModel:
     return replace(cm, token_tile=0, per_tile=0.0) if cm.per_tile else cm
 
 
-def _item_coefficients(instance: Instance) -> tuple[float, float, float]:
+def item_coefficients(instance: Instance) -> tuple[float, float, float]:
     """(L(a + pa + pq), L(a + da), L dk) of the item terms c' (profile's own per_token)."""
     c = Coefficients.of(_tile_free(instance.cost_model).linear_twin())
     return (
@@ -290,7 +291,7 @@ def lone_prefix(instance: Instance) -> LonePrefix:
     )  # fmt: skip
     tc, dx = cm.per_tile, cm.decode.per_max_kv
     per_tile_token = tc / cm.token_tile if tc else 0.0
-    pre_item, dec_a, dec_k = _item_coefficients(instance)
+    pre_item, dec_a, dec_k = item_coefficients(instance)
     I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)
     O = np.array([r.output_tokens for r in instance.requests], dtype=np.float64)
     lengths, where = np.unique(I, return_inverse=True)
@@ -422,7 +423,7 @@ def _latency_terms(
     prefix = lone_prefix(instance)
     I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)
     O = prefix.outputs
-    c_min, dec_a, dec_k = _item_coefficients(instance)
+    c_min, dec_a, dec_k = item_coefficients(instance)
     work = c_min * I + prefix.items()  # w'_i
     pairs = latency_pairs(instance, A, work, prefix, counted)
     interference = math.fsum(A) + math.fsum(np.minimum(pairs.rest, work[pairs.j]))
@@ -458,7 +459,7 @@ def pair_interference_prefill(instance: Instance) -> float:
         return 0.0
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)
-    per_token = _item_coefficients(instance)[0]
+    per_token = item_coefficients(instance)[0]
     work = per_token * I
     reach = np.maximum(per_token * (I - instance.limits.prefill_budget), 0.0)
     i, j = overlapping_pairs(release, reach)
