@@ -10,10 +10,11 @@ absent is skipped): the first 300 requests of splitwise_code and of splitwise_co
 arrival rate, and 200 arxiv-summarisation length pairs with Poisson arrivals (2 requests/s, seed 0)
 written to a temporary instance. Every slice runs under the llama2-7b-h200 profile and the limits
 of ``splitwise-conv-100`` (C = P = 4096, M = 200,000, R_max = 256). Prints one row per slice and
-objective: the best schedule, where it came from, the best proven bound, which bound, the gap
-(value - bound) / value, all in seconds, and whether the time limit cut the report short (``partial``:
-some policies were not run). ``--only`` and ``--objectives`` run a subset (to resume a long run):
-a slice whose name equals one given runs alone, else those whose name contains one.
+objective: the best schedule, where it came from (with the solve's phase when it is the solver's), the
+best proven bound, which bound, the gap (value - bound) / value, all in seconds, and whether the time
+limit cut the report short (``partial``: some policies were not run). ``--only`` and ``--objectives``
+run a subset (to resume a long run): a slice whose name equals one given runs alone, else those whose
+name contains one.
 """
 
 from __future__ import annotations
@@ -88,6 +89,17 @@ def run(args: list[str], objective: str, time_limit: float) -> tuple[dict, float
     return json.loads(done.stdout), wall
 
 
+def source_of(out: dict) -> str:
+    """Where the report's best schedule came from: its source, with the solve's phase when the solver's
+    (the solver row's message names it: "schedule of the solve's phase 'NAME'")."""
+    source = out["best"]["source"]
+    solver = next((row for row in out["schedules"] if row["kind"] == "solver"), None)
+    if source.startswith("solver:") and solver is not None and "phase '" in solver["message"]:
+        phase = solver["message"].split("phase '")[1].split("'")[0]
+        return f"{source} (`{phase}`)"
+    return source
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--time-limit", type=float, default=30.0, help="report --time-limit (default 30)")
@@ -106,12 +118,13 @@ def main() -> None:
             for objective in opts.objectives:
                 out, wall = run(args, objective, opts.time_limit)
                 best = out["best"] or {"objective": float("nan"), "source": "none (partial)", "gap": None}
+                source = source_of(out) if out["best"] else best["source"]
                 bound = out["best_bound"] or {"value": float("nan"), "name": "-"}
                 gap = "-" if best["gap"] is None else f"{100 * best['gap']:.1f} %"
                 partial = "yes" if out["partial"] else "no"
                 print(
-                    f"| {name} | {objective} | {best['objective']:.4g} | {best['source']} | "
-                    f"{bound['value']:.4g} | {bound['name']} | {gap} | {partial} | {wall:.0f} |",
+                    f"| {name} | {objective} | {best['objective']:.5g} | {source} | "
+                    f"{bound['value']:.5g} | {bound['name']} | {gap} | {partial} | {wall:.0f} |",
                     flush=True,
                 )
 
