@@ -71,6 +71,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 
 from .bounds import critical_path_times
 from .budget import NO_LIMIT, TimeBudget
@@ -79,18 +80,23 @@ from .pair_bounds import item_coefficients
 from .result import Bound
 
 __all__ = [
+    "COMPILED_FROM",
     "FINISH_INDEX_TIME",
     "FinishProfile",
     "FinishRelaxation",
     "LEVEL_RATIO",
     "MAX_CELLS",
     "SAFETY",
+    "add_level_windows",
     "cost_levels",
     "finish_index_bound",
     "finish_index_sum",
     "frank_wolfe",
 ]
 
+#: Gradient size (requests x indices x levels) from which the compiled kernel adds the level windows
+#: (below it numpy's few passes cost less than loading numba).
+COMPILED_FROM = 2_000_000
 #: Own time limit (seconds) of the bound in :func:`optsched.load_bounds.lp_bounds`.
 FINISH_INDEX_TIME = 10.0
 #: Most request-index cells (requests times finish indices) the bound is computed on.
@@ -223,15 +229,28 @@ class FinishRelaxation:
     def gradient(self, n: np.ndarray) -> np.ndarray:
         """df/dx (N x (T+1)), +inf where t < n_i: the linear part, plus per level k the sum of
         delta_k (n_k(s) - 1/2) over the batches s in t - c_ik + 1 .. t and, where i's prompt reaches
-        theta_k, at s = t - O_i + 1."""
+        theta_k, at s = t - O_i + 1. From :data:`COMPILED_FROM` cell-levels (N T K) the windows are
+        added by the compiled :func:`add_level_windows`, else by numpy; both add the same terms in the
+        same order."""
         T, pad = self.T, self.pad
         h = self.delta[:, None] * (n - 0.5)
         run = np.zeros((len(self.delta), pad + T + 1))
         run[:, pad + 1 :] = np.cumsum(h, axis=1)  # run[k, pad + s + 1] = sum_{s' <= s} h[k, s']
-        windows = np.lib.stride_tricks.sliding_window_view(run, T, axis=1)  # [k, m, :] = run[k, m : m + T]
+        padded = np.pad(h, ((0, 0), (pad, 0)))  # padded[k, pad + s] = h[k, s]
         g = self.linear.copy()
+        if self.N * T * len(self.delta) >= COMPILED_FROM:
+            add_level_windows(g, run, padded, self.count, self.prompt, self.outputs, pad)
+        else:
+            self.add_windows(g, run, padded)
+        return np.where(self.allowed, g, np.inf)
+
+    def add_windows(self, g: np.ndarray, run: np.ndarray, padded: np.ndarray) -> None:
+        """Add the level windows of :meth:`gradient` to ``g`` with numpy (``run``: the levels' running
+        sums, ``padded``: their terms, both led by :attr:`pad` zeros)."""
+        T, pad = self.T, self.pad
+        windows = np.lib.stride_tricks.sliding_window_view(run, T, axis=1)  # [k, m, :] = run[k, m : m + T]
         head = windows[:, pad + 1]  # run[k, pad + t + 1]
-        first = np.lib.stride_tricks.sliding_window_view(np.pad(h, ((0, 0), (pad, 0))), T, axis=1)
+        first = np.lib.stride_tricks.sliding_window_view(padded, T, axis=1)
         for k in range(len(self.delta)):
             c = self.count[:, k]
             live = c > 0
@@ -240,7 +259,24 @@ class FinishRelaxation:
             reach = self.prompt[:, k]
             if reach.any():
                 g[reach, :T] += first[k, pad + 1 - self.outputs[reach]]
-        return np.where(self.allowed, g, np.inf)
+
+
+@njit(cache=True)
+def add_level_windows(g, run, padded, count, prompt, outputs, pad):  # noqa: ANN001, ANN201 - numba kernel
+    """:meth:`FinishRelaxation.add_windows`, compiled: per request and level, in its order."""
+    n, levels = count.shape
+    T = run.shape[1] - pad - 1
+    for i in range(n):
+        for k in range(levels):
+            c = count[i, k]
+            if c > 0:
+                low = pad + 1 - c
+                for t in range(T):
+                    g[i, t] += run[k, pad + 1 + t] - run[k, low + t]
+            if prompt[i, k]:
+                low = pad + 1 - outputs[i]
+                for t in range(T):
+                    g[i, t] += padded[k, low + t]
 
 
 def frank_wolfe(relax: FinishRelaxation, budget: TimeBudget) -> float:

@@ -47,13 +47,16 @@ class Case:
 
 #: The runs that reach every kernel with the argument types the commands pass: the exact search
 #: (few requests), the scale phase offline, online and on a mixed long/short workload (its
-#: segment-list search, chunk bounds and relaxation bounds), G-MAX's branch and bound.
+#: segment-list search, chunk bounds and relaxation bounds), the latency bounds offline, G-MAX's
+#: branch and bound.
 CASES: tuple[Case, ...] = (
     Case("solve", "infermax", "toy-4", {"time_limit": 5}),
     Case("solve", "infermax", "infermax-i1024-o32-n64", {"time_limit": 3}),
     Case("solve", "infermax", "poisson-mixed-100", {"time_limit": 3}),
     Case("solve", "infermax", "infermax-lilo-silo-64", {"time_limit": 3}),
     Case("solve", "infermax", "splitwise-conv-100", {"time_limit": 3}),
+    # the latency bounds of requests released together, large enough for finish-index's kernel
+    Case("bound", "infermax", "infermax-i64-o1024-n32-m10k", {"objective": "latency", "time_limit": 20}),
     Case("solve", "gmax", "static", {"time_limit": 3}),
     # solved to optimality within its limit, so that the branch and bound's search (its node
     # kernels) runs even when compiling the bounds before it takes the larger case's time

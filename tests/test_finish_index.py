@@ -1,7 +1,8 @@
 """The bound from the batch index of each finish (``optsched/finish_index.py``).
 
 - the relaxed function at an integral point is the direct sum of the module docstring, and its
-  gradient the exact change of that function along a step;
+  gradient (by numpy and by the compiled kernel, which agree bit for bit) the exact change of that
+  function along a step;
 - that sum is at most the sum of finish times of every policy's schedule on loaded instances, at the
   schedule's own finish indices (the inequality the bound rests on, checked on real schedules);
 - the certified value is at most the least of the sum over every integral point of tiny instances;
@@ -21,11 +22,13 @@ import json
 import numpy as np
 import pytest
 
+from optsched import finish_index
 from optsched.bounds import critical_path_times
 from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.finish_index import (
     FinishProfile,
     FinishRelaxation,
+    add_level_windows,
     cost_levels,
     finish_index_bound,
     finish_index_sum,
@@ -98,8 +101,10 @@ def test_the_relaxed_value_at_an_integral_point_is_the_direct_sum(theta: float, 
         assert relax.value(x, relax.counts(index)) == pytest.approx(direct_sum(inst, theta, index, relax.T), rel=1e-12)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("theta", THETAS)
-def test_the_gradient_is_the_change_along_a_step(theta: float) -> None:
+def test_the_gradient_is_the_change_along_a_step(theta: float, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(finish_index, "COMPILED_FROM", 0 if compiled else 10**18)
     inst = loaded_instance(30, 6)
     relax = relaxation(inst, theta)
     rng = np.random.default_rng(1)
@@ -117,6 +122,28 @@ def test_the_gradient_is_the_change_along_a_step(theta: float) -> None:
     curvature = float(np.sum(relax.delta[:, None] * (nb - na) ** 2))
     change = float(np.sum(g * (xb - xa))) + 0.5 * curvature
     assert relax.value(xb, nb) - relax.value(xa, na) == pytest.approx(change, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("theta", THETAS)
+@pytest.mark.parametrize("n, seed", [(3, 2), (40, 3), (120, 4)])
+def test_the_compiled_level_windows_equal_numpys(theta: float, n: int, seed: int) -> None:
+    """The kernel adds the same terms in the same order as numpy: the same gradient, bit for bit, at a
+    fractional point (the mean of two integral ones)."""
+    inst = loaded_instance(n, seed) if n > 3 else tiny_instance(seed, n_max=3)
+    relax = relaxation(inst, theta)
+    rng = np.random.default_rng(seed)
+    base = FinishProfile(inst, theta, attention(inst)).batches
+    a, b = (np.minimum(base + rng.integers(0, 30, relax.N), relax.T) for _ in range(2))
+    n_mid = 0.5 * (relax.counts(a) + relax.counts(b))
+    h = relax.delta[:, None] * (n_mid - 0.5)
+    run = np.zeros((len(relax.delta), relax.pad + relax.T + 1))
+    run[:, relax.pad + 1 :] = np.cumsum(h, axis=1)
+    padded = np.pad(h, ((0, 0), (relax.pad, 0)))
+    by_numpy, by_kernel = relax.linear.copy(), relax.linear.copy()
+    relax.add_windows(by_numpy, run, padded)
+    add_level_windows(by_kernel, run, padded, relax.count, relax.prompt, relax.outputs, relax.pad)
+    assert np.array_equal(by_numpy, by_kernel)
+    assert not np.array_equal(by_numpy, relax.linear)  # the windows add something
 
 
 def finish_indices(inst: Instance, schedule) -> tuple[np.ndarray, float]:

@@ -26,6 +26,7 @@ KERNEL_MODULES = (
     "optsched.problems.gmax.bnb",
     "optsched.replaykernel",
     "optsched.policies.fastengine",
+    "optsched.finish_index",
 )
 
 #: Run in a fresh process: solve with every kernel module, then report per dispatcher the
@@ -56,6 +57,9 @@ with jit_only():  # numba's kernels, not the extension compiled ahead of time
 chunk_bound(inst, relaxation_search(inst, TimeBudget.of(60)).value * 1.01, TimeBudget.of(60))
 problem = GmaxProblem.from_instance(parse_instance(random_gmax_instance(5, 0)))
 solve_exact(problem, make_backend(problem, "highs"), "bnb", budget=TimeBudget.of(60))
+from optsched import finish_index
+finish_index.COMPILED_FROM = 0  # the compiled level windows even on this tiny instance
+finish_index.finish_index_sum(inst, 1.0, None, -1.0)
 
 hits, misses, typed = {}, {}, []
 for name in MODULES:
@@ -114,6 +118,7 @@ def test_a_second_process_loads_every_kernel_from_the_cache() -> None:
         "suffix.grid_programme",
         "replaykernel._replay",
         "fastengine._simulate",
+        "finish_index.add_level_windows",
     ):
         assert any(name.endswith(kernel) for name in used), kernel
 
