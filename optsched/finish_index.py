@@ -99,8 +99,9 @@ __all__ = [
 COMPILED_FROM = 2_000_000
 #: Own time limit (seconds) of the bound in :func:`optsched.load_bounds.lp_bounds`.
 FINISH_INDEX_TIME = 10.0
-#: Most request-index cells (requests times finish indices) the bound is computed on.
-MAX_CELLS = 1_500_000
+#: Most request-index cells (requests times finish indices) the bound is computed on (a process that
+#: computes it on 4 M cells, 2,000 requests of splitwise_conv released together, peaks at 0.5 GB).
+MAX_CELLS = 4_000_000
 #: Ratio of consecutive levels theta_k (a pair's smaller token cost is rounded down to a level).
 LEVEL_RATIO = 1.1
 #: Relative margin taken off the value (floating-point sums).

@@ -56,7 +56,7 @@ CASES: tuple[Case, ...] = (
     Case("solve", "infermax", "infermax-lilo-silo-64", {"time_limit": 3}),
     Case("solve", "infermax", "splitwise-conv-100", {"time_limit": 3}),
     # the latency bounds of requests released together, large enough for finish-index's kernel
-    Case("bound", "infermax", "infermax-i64-o1024-n32-m10k", {"objective": "latency", "time_limit": 20}),
+    Case("bound", "infermax", "infermax-i64-o1024-n32-m10k", {"objective": "latency", "time_limit": 5}),
     Case("solve", "gmax", "static", {"time_limit": 3}),
     # solved to optimality within its limit, so that the branch and bound's search (its node
     # kernels) runs even when compiling the bounds before it takes the larger case's time

@@ -89,14 +89,22 @@ def run(args: list[str], objective: str, time_limit: float) -> tuple[dict, float
     return json.loads(done.stdout), wall
 
 
+PHASE, QUOTE = "phase '", "'"
+
+
 def source_of(out: dict) -> str:
     """Where the report's best schedule came from: its source, with the solve's phase when the solver's
-    (the solver row's message names it: "schedule of the solve's phase 'NAME'")."""
+    (the solver row's message names it: "schedule of the solve's phase 'NAME'", or "policy search from
+    seed ..." for ``online-search``)."""
     source = out["best"]["source"]
     solver = next((row for row in out["schedules"] if row["kind"] == "solver"), None)
-    if source.startswith("solver:") and solver is not None and "phase '" in solver["message"]:
-        phase = solver["message"].split("phase '")[1].split("'")[0]
-        return f"{source} (`{phase}`)"
+    if not source.startswith("solver:") or solver is None:
+        return source
+    message = solver["message"]
+    if "phase '" in message:
+        return f"{source} (`{message.split(PHASE)[1].split(QUOTE)[0]}`)"
+    if message.startswith("policy search"):
+        return f"{source} (`online-search`)"
     return source
 
 
