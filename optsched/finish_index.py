@@ -233,21 +233,26 @@ class FinishRelaxation:
         theta_k, at s = t - O_i + 1. From :data:`COMPILED_FROM` cell-levels (N T K) the windows are
         added by the compiled :func:`add_level_windows`, else by numpy; both add the same terms in the
         same order."""
-        T, pad = self.T, self.pad
-        h = self.delta[:, None] * (n - 0.5)
-        run = np.zeros((len(self.delta), pad + T + 1))
-        run[:, pad + 1 :] = np.cumsum(h, axis=1)  # run[k, pad + s + 1] = sum_{s' <= s} h[k, s']
-        padded = np.pad(h, ((0, 0), (pad, 0)))  # padded[k, pad + s] = h[k, s]
+        run, padded = self.level_terms(n)
         g = self.linear.copy()
-        if self.N * T * len(self.delta) >= COMPILED_FROM:
-            add_level_windows(g, run, padded, self.count, self.prompt, self.outputs, pad)
+        if self.N * self.T * len(self.delta) >= COMPILED_FROM:
+            add_level_windows(g, run, padded, self.count, self.prompt, self.outputs, self.pad)
         else:
             self.add_windows(g, run, padded)
         return np.where(self.allowed, g, np.inf)
 
+    def level_terms(self, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(run, padded) at n: per level k the terms h_k(s) = delta_k (n_k(s) - 1/2) and their running
+        sums, both led by :attr:`pad` zeros (``run[k, pad + s + 1]`` = sum over s' <= s,
+        ``padded[k, pad + s]`` = h_k(s)), the windows of :meth:`gradient` read from them."""
+        h = self.delta[:, None] * (n - 0.5)
+        run = np.zeros((len(self.delta), self.pad + self.T + 1))
+        run[:, self.pad + 1 :] = np.cumsum(h, axis=1)
+        return run, np.pad(h, ((0, 0), (self.pad, 0)))
+
     def add_windows(self, g: np.ndarray, run: np.ndarray, padded: np.ndarray) -> None:
-        """Add the level windows of :meth:`gradient` to ``g`` with numpy (``run``: the levels' running
-        sums, ``padded``: their terms, both led by :attr:`pad` zeros)."""
+        """Add the level windows of :meth:`gradient` to ``g`` with numpy (``run``, ``padded``:
+        :meth:`level_terms`)."""
         T, pad = self.T, self.pad
         windows = np.lib.stride_tricks.sliding_window_view(run, T, axis=1)  # [k, m, :] = run[k, m : m + T]
         head = windows[:, pad + 1]  # run[k, pad + t + 1]

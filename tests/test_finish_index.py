@@ -134,11 +134,7 @@ def test_the_compiled_level_windows_equal_numpys(theta: float, n: int, seed: int
     rng = np.random.default_rng(seed)
     base = FinishProfile(inst, theta, attention(inst)).batches
     a, b = (np.minimum(base + rng.integers(0, 30, relax.N), relax.T) for _ in range(2))
-    n_mid = 0.5 * (relax.counts(a) + relax.counts(b))
-    h = relax.delta[:, None] * (n_mid - 0.5)
-    run = np.zeros((len(relax.delta), relax.pad + relax.T + 1))
-    run[:, relax.pad + 1 :] = np.cumsum(h, axis=1)
-    padded = np.pad(h, ((0, 0), (relax.pad, 0)))
+    run, padded = relax.level_terms(0.5 * (relax.counts(a) + relax.counts(b)))
     by_numpy, by_kernel = relax.linear.copy(), relax.linear.copy()
     relax.add_windows(by_numpy, run, padded)
     add_level_windows(by_kernel, run, padded, relax.count, relax.prompt, relax.outputs, relax.pad)

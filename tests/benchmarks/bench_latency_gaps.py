@@ -101,7 +101,7 @@ def source_of(out: dict) -> str:
     if not source.startswith("solver:") or solver is None:
         return source
     message = solver["message"]
-    if "phase '" in message:
+    if PHASE in message:
         return f"{source} (`{message.split(PHASE)[1].split(QUOTE)[0]}`)"
     if message.startswith("policy search"):
         return f"{source} (`online-search`)"
