@@ -89,8 +89,10 @@ __all__ = [
     "BLOCK_SIZES",
     "BLOCK_TIME",
     "Solver",
+    "arrival_blocks",
     "block_bound",
     "block_mean_bound",
+    "busy_runs",
     "flush_node_bound",
     "flush_relaxation_optimum",
     "srpt_prefill_works",
@@ -271,7 +273,7 @@ def _flush_solver(
     return flush_relaxation_optimum(release, work, overhead, budget)
 
 
-def _busy_runs(release: np.ndarray, work: np.ndarray) -> list[int]:
+def busy_runs(release: np.ndarray, work: np.ndarray) -> list[int]:
     """Sizes of the runs of consecutive arrivals (sorted) that SRPT without flushes serves in one
     busy period."""
     order = np.argsort(release, kind="stable")
@@ -287,7 +289,7 @@ def _busy_runs(release: np.ndarray, work: np.ndarray) -> list[int]:
     return runs
 
 
-def _blocks(runs: list[int], size: int) -> list[tuple[int, int]]:
+def arrival_blocks(runs: list[int], size: int) -> list[tuple[int, int]]:
     """Blocks (start, stop) of the sorted jobs, at most ``size`` each: whole busy runs packed
     greedily, a longer run cut into pieces of ``size``."""
     out: list[tuple[int, int]] = []
@@ -333,10 +335,10 @@ def block_mean_bound(
     shares = [np.asarray(x)[order] for x in shared]
     whole = flush_mean_bound(srpt_completions(rel, wk), rel, al, overhead) * n
     best, best_size, best_exact = whole, 0, True
-    runs = _busy_runs(rel, wk)
+    runs = busy_runs(rel, wk)
     tried: list[list[tuple[int, int]]] = []
     for size in BLOCK_SIZES:
-        blocks = _blocks(runs, size)
+        blocks = arrival_blocks(runs, size)
         if budget.expired() or blocks in tried:
             continue
         tried.append(blocks)
