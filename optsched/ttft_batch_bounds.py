@@ -100,7 +100,13 @@ from .budget import NO_LIMIT, TimeBudget
 from .instance import Instance
 from .phase_bounds import ttft_plus_rest
 from .result import Bound
-from .ttft_block_bounds import block_bound, flush_node_bound, flush_relaxation_optimum, srpt_tail_times
+from .ttft_block_bounds import (
+    DominanceTable,
+    block_bound,
+    flush_node_bound,
+    flush_relaxation_optimum,
+    srpt_tail_times,
+)
 
 __all__ = ["batch_bound", "batch_relaxation_bound", "batch_relaxation_optimum", "block_bounds"]
 
@@ -197,9 +203,11 @@ class _Search:
         if start in self.memo:
             return self.memo[start]
         t0 = self.rel[start]
-        stack = [(self.floor(t0, [], start, 0.0), t0, [], start, 0.0)]
+        root: list[float] = []
+        stack = [(self.floor(t0, root, start, 0.0), t0, root, start, 0.0)]
         best = low = math.inf
         exact = True
+        expanded = DominanceTable()
         while stack:
             if self.budget.expired():
                 low, exact = min(low, min(node[0] for node in stack)), False
@@ -214,6 +222,8 @@ class _Search:
                 sub_low, sub_best, sub_exact = self.suffix(nxt)
                 best = min(best, cost + sub_best)
                 low, exact = min(low, cost + sub_low), exact and sub_exact
+                continue
+            if expanded.dominated((nxt, len(rem)), t, rem, cost):
                 continue
             scored = []
             done = nxt - len(rem)

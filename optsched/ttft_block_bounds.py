@@ -64,6 +64,16 @@ once and shared by every branch that reaches it. Stopped by its time budget, the
 the least of the bound over the nodes not yet explored and of the leaves found (every schedule
 lies under one of them), never the best leaf alone.
 
+**Dominated nodes** (:class:`DominanceTable`). A node whose state is no better than that of a node
+already expanded is not expanded: the same jobs released, as many done (and as many waiting for
+the flush), a moment no earlier, every remaining work (sorted) no smaller and a cost so far no
+smaller. Every continuation of it is one of the earlier node's too (that node idles until the same
+moments and makes the same choices, its work done no later), so it completes as many jobs by every
+moment at no greater cost, and the normal form of that continuation lies under a leaf of the
+earlier node. By induction on the jobs done and the work left (both strictly progress from a node
+to its children; a dominating node has no more work left, and was expanded first), every schedule
+still lies under a leaf, so the answer stays a lower bound, and the search's optimum when it ends.
+
 **Blocks chosen.** Blocks are runs of consecutive arrivals; the busy periods of SRPT without
 flushes are kept whole where they fit, and the block size grows (:data:`BLOCK_SIZES`) while the
 budget lasts, each block searched within its share of the time left (in proportion to its jobs);
@@ -88,6 +98,8 @@ from .ttft_bounds import SAFETY, flush_mean_bound, flush_overhead
 __all__ = [
     "BLOCK_SIZES",
     "BLOCK_TIME",
+    "DOMINANCE_KEPT",
+    "DominanceTable",
     "Solver",
     "arrival_blocks",
     "block_bound",
@@ -111,6 +123,9 @@ BLOCK_TIME = 10.0
 
 #: The most released jobs for which a node's bound also groups them exactly (an O(m^2) programme).
 _GROUPED_MOST = 64
+
+#: The most expanded states a :class:`DominanceTable` keeps for one key (the first ones).
+DOMINANCE_KEPT = 64
 
 
 def _release_upto(t: float, rem: list[float], nxt: int, rel: list[float], work: list[float]) -> int:
@@ -168,6 +183,27 @@ def _grouped(t: float, rem: list[float], k: int, beta: float) -> float:
     for i in range(m - 1, -1, -1):
         tail[i] = beta * (m - i) + min((e - i + 1) * done[e] + tail[e + 1] for e in range(i, m))
     return m * t + tail[0]
+
+
+class DominanceTable:
+    """The states of the nodes a search has expanded, by key (the jobs released, done and waiting for
+    the flush): :meth:`dominated` tells whether a new node is no better than one of them (module
+    docstring, *Dominated nodes*) and otherwise records it, at most :data:`DOMINANCE_KEPT` a key."""
+
+    def __init__(self) -> None:
+        self.states: dict[tuple[int, ...], list[tuple[float, list[float], float]]] = {}
+
+    def dominated(self, key: tuple[int, ...], t: float, rem: list[float], cost: float) -> bool:
+        """Whether an expanded node of ``key`` has a moment no later than ``t``, remaining works
+        (sorted) each no larger than ``rem``'s and a cost no larger than ``cost``; if not, the node is
+        recorded."""
+        kept = self.states.setdefault(key, [])
+        for t_kept, rem_kept, cost_kept in kept:
+            if t_kept <= t and cost_kept <= cost and all(a <= b for a, b in zip(rem_kept, rem)):
+                return True
+        if len(kept) < DOMINANCE_KEPT:
+            kept.append((t, list(rem), cost))
+        return False
 
 
 def flush_relaxation_optimum(
@@ -235,6 +271,7 @@ class _Search:
         stack = [(self.bound(t0, rem0, nxt0, 1, 0.0), t0, rem0, nxt0, 1, 0.0)]
         best = low = math.inf  # the best leaf found; the least lower bound of a leaf
         exact = True
+        expanded = DominanceTable()
         while stack:
             if self.budget.expired():
                 low, exact = min(low, min(node[0] for node in stack)), False
@@ -244,6 +281,8 @@ class _Search:
                 continue
             if not rem and nxt == self.count:  # all work done: the last flush
                 best = low = min(best, cost + k * (t + beta))
+                continue
+            if expanded.dominated((nxt, len(rem), k), t, rem, cost):
                 continue
             flushed = t + beta  # flush now: the k done jobs complete at t + beta
             rem_f = list(rem)

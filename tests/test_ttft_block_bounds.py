@@ -8,7 +8,10 @@
 - never above the exhaustive TTFT optimum on random tiny instances, with and without arrivals;
 - never above any policy's replayed mean TTFT on random loaded instances of 20 to 200 requests;
 - a planted invalid variant (flushes twice as long) is caught by those checks;
-- listed by ``optsched bound --problem infermax --objective ttft``.
+- listed by ``optsched bound --problem infermax --objective ttft``;
+- pruning dominated nodes (:class:`~optsched.ttft_block_bounds.DominanceTable`) changes no optimum
+  of F nor of G (``block-batch-ttft``'s search) on crowded instances, a planted table that ignores
+  the node's moment changes some, and the table's rule is checked state by state.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import random
 import numpy as np
 import pytest
 
+from optsched import ttft_block_bounds
+from optsched.ttft_batch_bounds import batch_relaxation_optimum
 from optsched.ttft_block_bounds import block_bound, flush_relaxation_optimum
 from tests.support.bound_checks import (
     LOADED,
@@ -94,3 +99,54 @@ def test_a_planted_invalid_variant_is_caught() -> None:
 
 def test_the_bound_command_lists_it(capsys) -> None:
     check_the_bound_command_lists(capsys, "block-flush-ttft", "ttft_block_bounds")
+
+
+def _optima(rng: random.Random, count: int) -> list[float]:
+    """F's and G's optimum with the least first-token times of ``count`` random instances of 5 to 8 jobs
+    whose releases crowd, so that branches reach the same jobs done by different paths."""
+    out = []
+    for _ in range(count):
+        n = rng.randint(5, 8)
+        release = np.array([rng.randint(0, 8) for _ in range(n)], float)
+        work = np.array([rng.randint(1, 6) for _ in range(n)], float)
+        beta = float(rng.randint(1, 3))
+        due = release + np.array([rng.randint(0, 9) for _ in range(n)], float)
+        flush_low, flush_found, flush_exact = flush_relaxation_optimum(release, work, beta)
+        low, found, exact = batch_relaxation_optimum(release, work, beta, due=due)
+        assert flush_exact and exact and flush_low == flush_found and low == found
+        out += [flush_low, low]
+    return out
+
+
+def test_pruning_dominated_nodes_changes_no_optimum(monkeypatch) -> None:
+    """Both searches end at the same optima with and without the dominance table (``DOMINANCE_KEPT`` 0
+    keeps no state, so nothing is pruned by it)."""
+    pruned = _optima(random.Random(23), 40)
+    monkeypatch.setattr(ttft_block_bounds, "DOMINANCE_KEPT", 0)
+    assert pruned == pytest.approx(_optima(random.Random(23), 40), rel=1e-12, abs=1e-12)
+
+
+def test_a_planted_dominance_that_ignores_the_moment_is_caught(monkeypatch) -> None:
+    """A table that calls a node dominated by an earlier one at a later moment changes some optimum."""
+    honest = _optima(random.Random(23), 40)
+
+    def careless(self, key, t, rem, cost):  # noqa: ANN001, ANN202 - planted fault
+        kept = self.states.setdefault(key, [])
+        if any(c <= cost and all(a <= b for a, b in zip(r, rem)) for _, r, c in kept):
+            return True
+        kept.append((t, list(rem), cost))
+        return False
+
+    monkeypatch.setattr(ttft_block_bounds.DominanceTable, "dominated", careless)
+    assert _optima(random.Random(23), 40) != pytest.approx(honest, rel=1e-12, abs=1e-12)
+
+
+def test_a_node_no_better_than_an_expanded_one_is_dominated() -> None:
+    table = ttft_block_bounds.DominanceTable()
+    assert not table.dominated((3, 2), 5.0, [1.0, 4.0], 10.0)
+    assert table.dominated((3, 2), 5.0, [1.0, 4.0], 10.0)  # the same state
+    assert table.dominated((3, 2), 6.0, [2.0, 4.0], 11.0)  # later, more work, dearer
+    assert not table.dominated((3, 2), 4.0, [2.0, 4.0], 11.0)  # earlier
+    assert not table.dominated((3, 2), 6.0, [0.5, 4.0], 11.0)  # less work on one job
+    assert not table.dominated((3, 2), 6.0, [2.0, 4.0], 9.0)  # cheaper so far
+    assert not table.dominated((4, 2), 6.0, [2.0, 4.0], 11.0)  # other jobs released
