@@ -83,7 +83,10 @@ work done sooner, ends earlier and idles until r): at r the same jobs are taken,
 work left, and the jobs done complete at r, before any completion of the waiting branch; from that
 state the waiting branch's continuation is feasible and completes no job later. Each
 segment's start is s or a release in :math:`(s, s + \beta_p]`. The search prunes a node by the
-bounds of F's search from the same state (G's continuations are F's), and a flush after which no
+bounds of F's search from the same state (G's continuations are F's), skips a node dominated by
+one already expanded (the same jobs released and done, a moment no earlier, no less work left and
+no cheaper: :class:`optsched.ttft_block_bounds.DominanceTable`, proven there; a continuation of it
+is one of the earlier node's, with as many completions by every moment), and a flush after which no
 released job has work left starts an independent part (the jobs not yet released), solved once.
 Stopped by its time budget, it answers the least bound over its open nodes and leaves found;
 on each block the larger of that and F's optimum (:func:`batch_relaxation_bound`) is used.
