@@ -191,7 +191,7 @@ class DominanceTable:
     docstring, *Dominated nodes*) and otherwise records it, at most :data:`DOMINANCE_KEPT` a key."""
 
     def __init__(self) -> None:
-        self.states: dict[tuple[int, ...], list[tuple[float, list[float], float]]] = {}
+        self.states: dict[tuple[int, ...], list[tuple[float, tuple[float, ...], float]]] = {}
 
     def dominated(self, key: tuple[int, ...], t: float, rem: list[float], cost: float) -> bool:
         """Whether an expanded node of ``key`` has a moment no later than ``t``, remaining works
@@ -202,7 +202,7 @@ class DominanceTable:
             if t_kept <= t and cost_kept <= cost and all(a <= b for a, b in zip(rem_kept, rem)):
                 return True
         if len(kept) < DOMINANCE_KEPT:
-            kept.append((t, list(rem), cost))
+            kept.append((t, tuple(rem), cost))
         return False
 
 

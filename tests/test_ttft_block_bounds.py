@@ -134,7 +134,7 @@ def test_a_planted_dominance_that_ignores_the_moment_is_caught(monkeypatch) -> N
         kept = self.states.setdefault(key, [])
         if any(c <= cost and all(a <= b for a, b in zip(r, rem)) for _, r, c in kept):
             return True
-        kept.append((t, list(rem), cost))
+        kept.append((t, tuple(rem), cost))
         return False
 
     monkeypatch.setattr(ttft_block_bounds.DominanceTable, "dominated", careless)
