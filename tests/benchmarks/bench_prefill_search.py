@@ -38,8 +38,9 @@ from bench_latency_gaps import ARXIV, TRACES, arxiv_instance
 LIMITS = Limits(4096, 4096, 200_000, 256)
 
 
-def instances(folder: Path) -> list[tuple[str, Instance]]:
-    """(name, instance) of every slice whose data is present."""
+def instances(folder: Path, only: list[str] | None = None) -> list[tuple[str, Instance]]:
+    """(name, instance) of every slice whose data is present; with ``only``, those whose name contains
+    one of its strings."""
     base = load_instance("splitwise-conv-100")
     out = [
         (f"splitwise-conv-100 x{r}", apply_transforms(base, WorkloadTransforms(rate_scale=r))) for r in (1, 4, 8, 16)
@@ -52,7 +53,7 @@ def instances(folder: Path) -> list[tuple[str, Instance]]:
         out.append(("splitwise_conv first 300 x4", apply_transforms(conv, WorkloadTransforms(rate_scale=4))))
     if (TRACES / ARXIV).is_file():
         out.append(("arxiv 200, Poisson 2/s", load_instance(str(arxiv_instance(folder)))))
-    return out
+    return [(name, inst) for name, inst in out if not only or any(o in name for o in only)]
 
 
 def main() -> None:
@@ -63,9 +64,7 @@ def main() -> None:
     print("| slice | prefill-first (s) | prefill-search (s) | gain | plans | wall (s) |")
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name, inst in instances(Path(tmp)):
-            if opts.only and not any(o in name for o in opts.only):
-                continue
+        for name, inst in instances(Path(tmp), opts.only):
             t0 = time.perf_counter()
             alone = best_prefill_first(inst, "ttft", TimeBudget.of(opts.budget))
             t1 = time.perf_counter()
