@@ -4,23 +4,24 @@ Each request's legal parts of a batch (the search problem's ``actions``) become 
 holding the counts that the batch's limits and its cost read; a batch is one part per request within
 C, P, M and :math:`R_{max}` (and, without hybrid batches, not prefill and decode together), less the
 batches that the rules E1 and E2 of :mod:`.meansearch` leave out. Requests whose only part is to idle
-holding nothing (the finished ones) are left out of the product. A batch is listed as an
-:data:`Edge` (cost, next state, earliest start, events); its parts, needed only to write a path out
-as the contract's batches, are found again by listing the batches of the path's states
+holding nothing (the finished ones) are left out of the product. Each batch is handed, as it is
+found, to the caller's visit function as an :data:`Edge` (cost, next state, earliest start,
+events): a state's batches multiply with the chunk sizes its requests may take, so they are never
+held all at once, and the clock is read between visits. A batch's parts, needed only to write a
+path out as the contract's batches, are found again by listing the batches of the path's states
 (:meth:`EdgeLister.parts_of`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
-
-from ...budget import TimeBudget
 
 __all__ = ["CLOCK_BATCHES", "Edge", "EdgeLister", "Part", "Stopped"]
 
-#: Batches listed between two looks at the clock.
-CLOCK_BATCHES = 4096
+#: Batches visited between two looks at the clock.
+CLOCK_BATCHES = 128
 
 Sub = tuple[int, int, int]
 
@@ -51,7 +52,7 @@ Edge = tuple[float, tuple[Sub, ...], float, int]
 
 
 class Stopped(Exception):
-    """The budget expired while a state's batches were listed."""
+    """The search's time or memory ran out while a state's batches were visited."""
 
 
 def _part(action: Any) -> Part:
@@ -77,24 +78,29 @@ class EdgeLister:
             found = self.cache[key] = tuple(_part(a) for a in self.pb.actions(i, sub))
         return found
 
-    def edges(self, state: tuple[Sub, ...], budget: TimeBudget) -> list[Edge]:
-        """Every batch from ``state`` that the search keeps. Raises :class:`Stopped` when ``budget``
-        expires meanwhile (looked at every :data:`CLOCK_BATCHES` batches)."""
-        return self._list(state, budget, None)[0]
+    def visit_edges(self, state: tuple[Sub, ...], stop: Callable[[], bool], visit: Callable[[Edge], None]) -> None:
+        """Call ``visit`` on every batch from ``state`` that the search keeps, one at a time. Raises
+        :class:`Stopped` once ``stop()`` is true (asked every :data:`CLOCK_BATCHES` batches visited,
+        so the visits' own time and memory count)."""
+        self._list(state, (stop, visit), None)
 
     def parts_of(self, state: tuple[Sub, ...], nxt: tuple[Sub, ...], t: float, end: float) -> tuple[list[Any], float]:
         """The actions (one per request) and the earliest start of a batch from ``state`` at ``t`` to
         ``nxt`` that ends at ``end``."""
-        found = self._list(state, None, (nxt, t, end))[1]
+        found = self._list(state, None, (nxt, t, end))
         if found is None:
             raise ValueError("meanedges: no batch leads from the state to the next one at that time")
         return found
 
     def _list(
-        self, state: tuple[Sub, ...], budget: TimeBudget | None, match: tuple[tuple[Sub, ...], float, float] | None
-    ) -> tuple[list[Edge], tuple[list[Any], float] | None]:
-        """The batches (:meth:`edges`), or with ``match`` = (next state, t, end) the actions and start
-        of the first batch that leads there."""
+        self,
+        state: tuple[Sub, ...],
+        visitor: tuple[Callable[[], bool], Callable[[Edge], None]] | None,
+        match: tuple[tuple[Sub, ...], float, float] | None,
+    ) -> tuple[list[Any], float] | None:
+        """Visit the batches with ``visitor`` = (stop, visit) (:meth:`visit_edges`), or with
+        ``match`` = (next state, t, end) return the actions and start of the first batch that leads
+        there."""
         pb = self.pb
         active: list[int] = []
         options: list[tuple[Part, ...]] = []
@@ -108,7 +114,7 @@ class EdgeLister:
                 options.append(parts)
         n = len(active)
         chosen: list[Part] = [options[0][0]] * n if n else []
-        out: list[Edge] = []
+        visited = [0]
         hit: list[tuple[list[Any], float]] = []
         C, P, hybrid, batch_time = pb.C, pb.P, pb.hybrid, pb.cost.batch_time
         M = pb.M if pb.M is not None else math.inf
@@ -132,9 +138,11 @@ class EdgeLister:
                         acts[i] = p.action
                     hit.append((acts, ready))
                 return
-            out.append(edge)
-            if budget is not None and len(out) % CLOCK_BATCHES == 0 and budget.expired():
-                raise Stopped
+            if visitor is not None:
+                visitor[1](edge)
+                visited[0] += 1
+                if visited[0] % CLOCK_BATCHES == 0 and visitor[0]():
+                    raise Stopped
 
         def walk(k: int, tok: int, pre: int, sq: int, dec: int, kvdec: int, xpre: int, ctx: int, kv: int,
                  run: int, ready: float, events: int, idle: int) -> None:  # fmt: skip
@@ -165,5 +173,8 @@ class EdgeLister:
                     idle + pidle,
                 )
 
-        walk(0, 0, 0, 0, 0, 0, 0, 0, kv0, run0, 0.0, 0, 0)
-        return out, (hit[0] if hit else None)
+        try:
+            walk(0, 0, 0, 0, 0, 0, 0, 0, kv0, run0, 0.0, 0, 0)
+        finally:  # walk refers to itself, a cycle through leaf to the visitor: the search must not be in it
+            visitor = None
+        return hit[0] if hit else None

@@ -81,13 +81,17 @@ on an optimal track (one whose best continuation reaches the optimum :math:`C^*`
 until the goal is taken, when :math:`C^* < U` (the argument of :mod:`.astar`: a dropped or dominated
 label is replaced by one at least as good, which is on track too). So the first goal taken is
 optimal, an empty queue proves :math:`U \le C^*`, and when the search stops early the least
-:math:`A + h` in the queue (at most U) is a proven bound.
+:math:`A + h` in the queue (at most U) is a proven bound; stopped while a label's successors are
+queued, that label's :math:`A + h` (the least when it was taken) stands for them.
 """
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import accumulate
@@ -98,13 +102,16 @@ from ...costmodel import Coefficients
 from ...instance import Instance
 from ...result import Status
 from ...schedule import Batch, Item, Schedule
-from .meanedges import EdgeLister, Stopped
+from .meanedges import Edge, EdgeLister, Stopped
 from .schedules import serial_completion
 
-__all__ = ["MAX_LABELS", "Action", "MeanSearchResult", "SearchProblem", "estimate_at", "mean_search"]
+__all__ = ["MAX_LABELS", "MAX_STATES", "Action", "MeanSearchResult", "SearchProblem", "estimate_at", "mean_search"]
 
 #: Labels the search keeps at most (about 700 bytes each with the queue and the parents: 1.4 GB).
 MAX_LABELS = 2_000_000
+
+#: States the search reaches at most, each kept with its estimate (0.9 to 1.8 kB: 1.8 GB at most).
+MAX_STATES = 1_000_000
 
 #: Expansions between two looks at the clock.
 CLOCK_EVERY = 64
@@ -211,6 +218,12 @@ class SearchProblem:
         self.job = lru_cache(maxsize=None)(self._job)
         self.fill = lru_cache(maxsize=None)(self._fill)
         self.of_jobs = lru_cache(maxsize=None)(self._of_jobs)
+
+    def clear_caches(self) -> None:
+        """Empty the per-request caches. Each holds a bound method of this object, a cycle that only
+        the cyclic collector frees, with everything cached in it."""
+        for cache in (self.actions, self.job, self.fill, self.of_jobs):
+            cache.cache_clear()
 
     def legal_actions(self, i: int, sub: Sub) -> tuple[Action, ...]:
         """Request i's legal parts of a batch from ``sub`` (module docstring)."""
@@ -405,10 +418,16 @@ def _as_batches(pb: SearchProblem, acts: list[Action], ready: float, t: float) -
 class _Search:
     """The A* of :func:`mean_search`: labels by state, the queue and the parents."""
 
-    def __init__(self, pb: SearchProblem, upper: float, budget: TimeBudget) -> None:
+    def __init__(
+        self, pb: SearchProblem, upper: float | None, budget: TimeBudget, max_labels: int, max_states: int
+    ) -> None:
         self.pb, self.upper, self.budget = pb, upper, budget
+        self.max_labels, self.max_states = max_labels, max_states
         self.edges = EdgeLister(pb)
-        self.cut = upper - PRUNE_RTOL * abs(upper) if math.isfinite(upper) else math.inf
+        #: The sum of the arrivals: the objective is (sum of event times - shift) / n.
+        self.shift = math.fsum(r.arrival for r in pb.reqs)
+        cut = math.inf if upper is None else upper * len(pb.reqs) + self.shift
+        self.cut = cut - PRUNE_RTOL * abs(cut) if math.isfinite(cut) else math.inf
         #: Per state reached: its estimate parts (made when first reached) and its labels kept.
         self.seen: dict[tuple[Sub, ...], tuple[Estimate, list[int]]] = {}
         self.state: list[tuple[Sub, ...]] = []
@@ -419,6 +438,11 @@ class _Search:
         self.heap: list[tuple[float, float, int]] = []
         self.expanded = 0
         self.full_goal = pb.objective != "ttft" or not pb.evict
+
+    def over(self) -> bool:
+        """Whether the budget has expired, or the labels kept pass :attr:`max_labels` or the states
+        reached (each with its estimate) :attr:`max_states`: the memory the search may take."""
+        return self.budget.expired() or len(self.state) > self.max_labels or len(self.seen) > self.max_states
 
     def goal(self, state: tuple[Sub, ...]) -> bool:
         """All events done (and, for ttft without evictions, every request finished)."""
@@ -460,9 +484,13 @@ class _Search:
         """Queue every kept batch's label from ``node``."""
         self.expanded += 1
         t, acc, push = self.t[node], self.acc[node], self.push
-        for cost, nxt, ready, events in self.edges.edges(self.state[node], self.budget):
+
+        def visit(edge: Edge) -> None:
+            cost, nxt, ready, events = edge
             end = (t if t >= ready else ready) + cost
             push(nxt, end, acc + end * events, node)
+
+        self.edges.visit_edges(self.state[node], self.over, visit)
 
     def path(self, node: int) -> list[Batch]:
         """The batches from the start to ``node`` (each edge's parts found again from its states and times)."""
@@ -484,6 +512,7 @@ def mean_search(
     no_hybrid: bool = False,
     no_chunk: bool = False,
     max_labels: int = MAX_LABELS,
+    max_states: int = MAX_STATES,
 ) -> MeanSearchResult:
     """The least mean latency (``objective='latency'``) or mean TTFT (``'ttft'``) of ``instance``
     by A* (module docstring), within ``budget``.
@@ -496,14 +525,24 @@ def mean_search(
         The search stops once it expires, with the proven bound (status ``time_limit``).
     no_evict, no_hybrid, no_chunk
         The model's restrictions (fix C9).
-    max_labels
-        The search stops (status ``time_limit``) once it has queued this many labels.
+    max_labels, max_states
+        The search stops (status ``time_limit``) once it has queued this many labels, or reached
+        this many states.
     """
     if objective not in ("latency", "ttft"):
         raise ValueError(f"mean_search: objective {objective!r} is not 'latency' or 'ttft'")
     pb = SearchProblem(instance, objective, not no_evict, not no_hybrid, not no_chunk)
-    n, shift = len(pb.reqs), math.fsum(r.arrival for r in pb.reqs)
-    search = _Search(pb, math.inf if upper is None else upper * n + shift, budget)
+    with _cyclic_collector_paused():  # the search is freed (by its counts) before the collector resumes
+        try:
+            return _run(_Search(pb, upper, budget, max_labels, max_states))
+        finally:
+            pb.clear_caches()
+
+
+def _run(search: _Search) -> MeanSearchResult:
+    """The A* loop of :func:`mean_search` from the start."""
+    pb = search.pb
+    n, shift = len(pb.reqs), search.shift
     search.push(tuple((0, r.prompt_tokens, 0) for r in pb.reqs), 0.0, 0.0, -1)
     stopped_at = None
     while search.heap:
@@ -512,7 +551,7 @@ def mean_search(
             continue
         if search.goal(search.state[node]):
             return _found(search, node, (search.acc[node] - shift) / n)
-        if search.expanded % CLOCK_EVERY == 0 and (budget.expired() or len(search.state) > max_labels):
+        if search.expanded % CLOCK_EVERY == 0 and search.over():
             stopped_at = f
             break
         try:
@@ -521,12 +560,26 @@ def mean_search(
             stopped_at = f
             break
     if stopped_at is None:  # nothing below the incumbent: it is optimal (no schedule at all without one)
-        if upper is None:
+        if search.upper is None:
             return MeanSearchResult(None, None, math.inf, Status.INFEASIBLE, search.expanded, len(search.state))
         bound = (search.cut - shift) / n
         return MeanSearchResult(None, None, bound, Status.OPTIMAL, search.expanded, len(search.state))
     bound = (min(stopped_at, search.cut) - shift) / n
     return MeanSearchResult(None, None, bound, Status.TIME_LIMIT, search.expanded, len(search.state))
+
+
+@contextmanager
+def _cyclic_collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector: the search's labels and states are millions of
+    acyclic tuples, freed by their counts, and each full collection would walk them all (seconds,
+    at moments no clock check sees)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _found(search: _Search, node: int, value: float) -> MeanSearchResult:

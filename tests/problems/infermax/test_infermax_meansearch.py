@@ -4,11 +4,12 @@
   the contract) on random tiny instances, with and without arrivals, with and without evictions,
   for both objectives; its schedule replays to that value. Without chunking or hybrid batches it
   equals the offline exhaustive search (``tests/support/infermax_bruteforce.py``).
-- Stopped early (few labels, or an expired budget), its bound is never above the optimum; with an
+- Stopped early (few labels, few states, or an expired budget), its bound is never above the optimum; with an
   incumbent just above the optimum it finds the optimum, and with the optimum as incumbent it
   proves it (no schedule, bound within the pruning slack).
 - The InferMax solve uses it for latency and TTFT: optimal, equal to the exhaustive optimum.
-- The time limit holds inside one state's expansion; a solve runs it only with short chunks.
+- The time limit holds inside one state's expansion, the labels queued included (an incumbent
+  prunes most, after each one's estimate); a solve runs it only with short chunks.
 - E4's premise holds on every mid-prefill state of tiny instances (the refills it leaves out have a
   twin with fewer tokens and the same next state).
 - Planted faults are caught by the comparison with the exhaustive search: an estimate 3 % too
@@ -93,11 +94,14 @@ def test_stopped_early_its_bound_is_at_most_the_optimum(objective: str) -> None:
     for seed in SEEDS:
         inst = tiny_instance(seed, arrivals=True)
         best = exhaustive(seed, True, objective)
-        for labels in (1, 5, 20, 80):
-            res = mean_search(inst, objective, None, NO_LIMIT, max_labels=labels)
-            assert res.bound <= best * (1 + REL), (seed, labels)
-            if res.status == Status.TIME_LIMIT:
-                assert res.schedule is None
+        for cap in (1, 5, 20, 80):
+            for res in (
+                mean_search(inst, objective, None, NO_LIMIT, max_labels=cap),
+                mean_search(inst, objective, None, NO_LIMIT, max_states=cap),
+            ):
+                assert res.bound <= best * (1 + REL), (seed, cap)
+                if res.status == Status.TIME_LIMIT:
+                    assert res.schedule is None
         res = mean_search(inst, objective, None, TimeBudget.of(0.0))
         assert res.status == Status.TIME_LIMIT and res.bound <= best * (1 + REL)
 
@@ -167,6 +171,26 @@ def test_the_time_limit_holds_within_an_expansion() -> None:
     assert time.perf_counter() - start < 1.5
     assert res.status == Status.TIME_LIMIT and res.schedule is None and res.expanded <= 1
     assert not search_applies(inst, "latency") and search_applies(tiny_instance(5), "ttft")
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_the_time_limit_holds_while_an_expansion_queues_its_labels(objective: str) -> None:
+    """Eight requests with prompts of 1 to 8 tokens, C = P = 4,096 and no KV or running limit, below
+    an incumbent: each batch's label costs an estimate, hundreds of thousands a state, so queueing
+    a state's labels takes far longer than the limit."""
+    prompts, outputs = (5, 3, 4, 5, 6, 2, 1, 5), (3, 5, 5, 2, 2, 5, 2, 5)
+    arrivals = (0.0, 0.0423, 0.0067, 0.0444, 0.0077, 0.0285, 0.0459, 0.0188)
+    reqs = [
+        {"id": f"r{i}", "prompt_tokens": p, "output_tokens": o, "arrival": a}
+        for i, (p, o, a) in enumerate(zip(prompts, outputs, arrivals))
+    ]
+    inst = parse_instance({"name": "wide8", "cost_model": "llama2-7b-h200", "requests": reqs}, "wide8")
+    assert search_applies(inst, objective)
+    upper = {"latency": 0.0197, "ttft": 0.0066}[objective]  # a policy's value, above the optimum
+    start = time.perf_counter()
+    res = mean_search(inst, objective, upper, TimeBudget.of(0.5))
+    assert time.perf_counter() - start < 1.5
+    assert res.status == Status.TIME_LIMIT and res.schedule is None and res.bound <= upper
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
