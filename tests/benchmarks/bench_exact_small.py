@@ -2,14 +2,18 @@
 
 Usage::
 
-    python -m tests.benchmarks.bench_exact_small [--n 8] [--count 10] [--time-limit 60] [--objectives latency,ttft]
+    python -m tests.benchmarks.bench_exact_small [--n 8] [--count 10] [--time-limit 60]
+        [--objectives latency,ttft] [--family small|wide]
 
-Instance ``k`` (seed k): ``n`` requests with I, O uniform in 1..4, arrivals uniform in {0, 0.003,
-0.011} s (the first at 0), C = 6, P = 4, M = the largest request's I + O - 1 plus 2, R_max = 3,
-``llama2-7b-a100``. Each is solved with ``solve(instance, objective=OBJ, time_limit=S)`` (the same
-as ``optsched solve FILE --problem infermax --objective OBJ --time-limit S``); one JSON line per
-solve with its status, objective, bound, wall time and the load average (1 min); the last line
-counts the proven optima per objective.
+Instance ``k`` (seed k) of the ``small`` family: ``n`` requests with I, O uniform in 1..4, arrivals
+uniform in {0, 0.003, 0.011} s (the first at 0), C = 6, P = 4, M = the largest request's I + O - 1
+plus 2, R_max = 3, ``llama2-7b-a100``. Of the ``wide`` family: I uniform in 1..8, O in 1..6,
+arrivals uniform in [0, 0.05] s (to 0.1 ms; the first at 0), C = P = 4,096, no KV or running limit,
+``llama2-7b-h200``: every request may take any chunk of its prompt in any batch. Each is solved
+with ``solve(instance, objective=OBJ, time_limit=S)`` (the same as ``optsched solve FILE --problem
+infermax --objective OBJ --time-limit S``); one JSON line per solve with its status, objective,
+bound, wall time and the load average (1 min); the last line counts the proven optima per
+objective.
 """
 
 from __future__ import annotations
@@ -25,6 +29,22 @@ from optsched.problems.infermax.solve import prepare
 from tests.support.solving import solver
 
 solve = solver("infermax")
+
+
+def wide_instance(seed: int, n: int) -> Instance:
+    rng = random.Random(seed)
+    reqs = [
+        {
+            "id": f"r{k}",
+            "arrival": 0.0 if k == 0 else round(rng.uniform(0.0, 0.05), 4),
+            "prompt_tokens": rng.randint(1, 8),
+            "output_tokens": rng.randint(1, 6),
+        }
+        for k in range(n)
+    ]
+    limits = {"token_budget": 4096, "prefill_budget": 4096, "kv_capacity": None, "max_running": None}
+    data = {"name": f"wide{n}-{seed}", "cost_model": "llama2-7b-h200", "limits": limits, "requests": reqs}
+    return parse_instance(data, f"wide{n}-{seed}")
 
 
 def small_instance(seed: int, n: int) -> Instance:
@@ -50,13 +70,15 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=10)
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--objectives", default="latency,ttft")
+    ap.add_argument("--family", choices=("small", "wide"), default="small")
     args = ap.parse_args()
+    make = wide_instance if args.family == "wide" else small_instance
     prepare()
     proven: dict[str, int] = {}
     for objective in args.objectives.split(","):
         proven[objective] = 0
         for seed in range(args.count):
-            inst = small_instance(seed, args.n)
+            inst = make(seed, args.n)
             t0 = time.perf_counter()
             res = solve(inst, {"objective": objective, "time_limit": args.time_limit})
             wall = time.perf_counter() - t0
@@ -69,7 +91,8 @@ def main() -> None:
             }
             line |= {"bound": res.bound, "wall": round(wall, 2), "load": os.getloadavg()[0]}
             print(json.dumps(line), flush=True)
-    print(json.dumps({"proven": proven, "count": args.count, "n": args.n, "time_limit": args.time_limit}), flush=True)
+    summary = {"proven": proven, "count": args.count, "n": args.n, "time_limit": args.time_limit, "family": args.family}
+    print(json.dumps(summary), flush=True)
 
 
 if __name__ == "__main__":

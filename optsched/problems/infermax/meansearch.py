@@ -113,6 +113,10 @@ MAX_LABELS = 2_000_000
 #: States the search reaches at most, each kept with its estimate (0.9 to 1.8 kB: 1.8 GB at most).
 MAX_STATES = 1_000_000
 
+#: Relative slack of the pruning by :meth:`SearchProblem.own_floor` (its sum and h's add the same
+#: terms in different orders).
+FLOOR_RTOL = 1e-12
+
 #: Expansions between two looks at the clock.
 CLOCK_EVERY = 64
 
@@ -331,6 +335,16 @@ class SearchProblem:
         rest = (job.area + sum(kvs), job.half + half, job.third + third)
         return Job(steps, job.pre_batches, job.pre_tokens, cost, red, item, *rest)
 
+    def own_floor(self, state: tuple[Sub, ...], t: float) -> float:
+        """The sum over the pending jobs of max(t, a_i) + c_i: at most h at ``t`` (the order bound's
+        terms are each at least one of these, in sorted order), from the cached jobs alone."""
+        arrival, job, ttft, reqs = self.arrival, self.job, self.objective == "ttft", self.reqs
+        return sum(
+            (arrival[i] if arrival[i] > t else t) + job(i, sub).cost
+            for i, sub in enumerate(state)
+            if (sub[2] == 0 if ttft else sub[2] < reqs[i].output_tokens)
+        )
+
     def estimate(self, state: tuple[Sub, ...], t: float = 0.0) -> Estimate:
         """The parts of h that do not depend on t (module docstring): n, H2 less n t, the order
         bounds L_j of the j-th event less t, the release bounds of the arrivals after ``t`` (a valid
@@ -454,6 +468,8 @@ class _Search:
         """Queue the label (t, acc) of ``state`` unless pruned or dominated (module docstring)."""
         entry = self.seen.get(state)
         if entry is None:
+            if (acc + self.pb.own_floor(state, t)) * (1.0 - FLOOR_RTOL) >= self.cut:  # h is at least the floor
+                return
             entry = self.seen[state] = (self.pb.estimate(state, t), [])
         est, kept = entry
         f = acc + estimate_at(est, t)

@@ -9,12 +9,13 @@
   proves it (no schedule, bound within the pruning slack).
 - The InferMax solve uses it for latency and TTFT: optimal, equal to the exhaustive optimum.
 - The time limit holds inside one state's expansion, the labels queued included (an incumbent
-  prunes most, after each one's estimate); a solve runs it only with short chunks.
+  prunes most); a solve runs it only with short chunks.
 - E4's premise holds on every mid-prefill state of tiny instances (the refills it leaves out have a
   twin with fewer tokens and the same next state).
 - Planted faults are caught by the comparison with the exhaustive search: an estimate 3 % too
-  high, idle evictions left out altogether (E2 made too strict), and S1's canonical prompt applied
-  where the prompt is read (a request mid-prefill after an eviction).
+  high, the floor that prunes new states 3 % too high, idle evictions left out altogether (E2 made
+  too strict), and S1's canonical prompt applied where the prompt is read (a request mid-prefill
+  after an eviction).
 """
 
 from __future__ import annotations
@@ -149,6 +150,21 @@ def test_a_too_high_estimate_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _mismatches("latency") + _mismatches("ttft") > 0
 
 
+def test_a_too_high_floor_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The floor that prunes new states before their estimate, planted 3 % high: with an incumbent
+    just above the optimum, some search misses the optimum (or claims a bound above it)."""
+    real = meansearch.SearchProblem.own_floor
+    monkeypatch.setattr(meansearch.SearchProblem, "own_floor", lambda self, state, t: 1.03 * real(self, state, t))
+    missed = 0
+    for seed in SEEDS:
+        inst = tiny_instance(seed, arrivals=True)
+        for objective in OBJECTIVES:
+            best = exhaustive(seed, True, objective)
+            res = mean_search(inst, objective, best * (1 + 1e-6), NO_LIMIT)
+            missed += res.schedule is None or res.bound > best * (1 + REL)
+    assert missed > 0
+
+
 def test_leaving_out_every_idle_eviction_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     real = meansearch.SearchProblem.legal_actions
 
@@ -176,8 +192,8 @@ def test_the_time_limit_holds_within_an_expansion() -> None:
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_the_time_limit_holds_while_an_expansion_queues_its_labels(objective: str) -> None:
     """Eight requests with prompts of 1 to 8 tokens, C = P = 4,096 and no KV or running limit, below
-    an incumbent: each batch's label costs an estimate, hundreds of thousands a state, so queueing
-    a state's labels takes far longer than the limit."""
+    an incumbent: a state has hundreds of thousands of batches, each label checked against the
+    incumbent, so queueing a state's labels takes far longer than the limit."""
     prompts, outputs = (5, 3, 4, 5, 6, 2, 1, 5), (3, 5, 5, 2, 2, 5, 2, 5)
     arrivals = (0.0, 0.0423, 0.0067, 0.0444, 0.0077, 0.0285, 0.0459, 0.0188)
     reqs = [
