@@ -9,7 +9,7 @@ found, to the caller's visit function as an :data:`Edge` (cost, next state, earl
 events): a state's batches multiply with the chunk sizes its requests may take, so they are never
 held all at once, and the clock is read between visits. A batch's parts, needed only to write a
 path out as the contract's batches, are found again by listing the batches of the path's states
-(:meth:`EdgeLister.parts_of`).
+(:meth:`EdgeLister.batches_of`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["CLOCK_BATCHES", "Edge", "EdgeLister", "Part", "Stopped"]
+from ...schedule import Batch, Item
 
-#: Batches visited between two looks at the clock.
+__all__ = ["CLOCK_BATCHES", "Edge", "EdgeLister", "Floor", "Part", "Stopped"]
+
+#: Batches visited or partial batches pruned between two looks at the clock.
 CLOCK_BATCHES = 128
 
 Sub = tuple[int, int, int]
@@ -51,6 +53,21 @@ class Part(NamedTuple):
 Edge = tuple[float, tuple[Sub, ...], float, int]
 
 
+class Floor(NamedTuple):
+    """What prunes a partial batch from a state reached at ``t``. ``pending[i]``: request i has an
+    event to come; ``part_floor(i, part)``: 0 when ``part`` brings that event, else a floor on the
+    time from the batch's end to it (its job's own cost after the part). Each pending request's
+    event comes at least max(end, arrival[i]) + its part's floor after the batch (a request taking
+    part has arrived by its start); a partial batch whose sum of these at its least end so far
+    reaches ``limit`` is not completed (every part added makes the end no earlier)."""
+
+    t: float
+    limit: float
+    pending: list[bool]
+    arrival: list[float]
+    part_floor: Callable[[int, Part], float]
+
+
 class Stopped(Exception):
     """The search's time or memory ran out while a state's batches were visited."""
 
@@ -78,25 +95,41 @@ class EdgeLister:
             found = self.cache[key] = tuple(_part(a) for a in self.pb.actions(i, sub))
         return found
 
-    def visit_edges(self, state: tuple[Sub, ...], stop: Callable[[], bool], visit: Callable[[Edge], None]) -> None:
-        """Call ``visit`` on every batch from ``state`` that the search keeps, one at a time. Raises
-        :class:`Stopped` once ``stop()`` is true (asked every :data:`CLOCK_BATCHES` batches visited,
-        so the visits' own time and memory count)."""
-        self._list(state, (stop, visit), None)
+    def visit_edges(
+        self,
+        state: tuple[Sub, ...],
+        stop: Callable[[], bool],
+        visit: Callable[[Edge], None],
+        floor: Floor | None = None,
+    ) -> None:
+        """Call ``visit`` on every batch from ``state`` that the search keeps, one at a time, less
+        those that ``floor`` prunes with their parts so far (:class:`Floor`: the batch's least end
+        grows with every part, as the cost model's terms are non-negative). Raises :class:`Stopped`
+        once ``stop()`` is true (asked every :data:`CLOCK_BATCHES` batches visited or partial batches
+        pruned, so the visits' own time and memory count)."""
+        self._list(state, (stop, visit), None, floor)
 
-    def parts_of(self, state: tuple[Sub, ...], nxt: tuple[Sub, ...], t: float, end: float) -> tuple[list[Any], float]:
-        """The actions (one per request) and the earliest start of a batch from ``state`` at ``t`` to
-        ``nxt`` that ends at ``end``."""
+    def batches_of(self, state: tuple[Sub, ...], nxt: tuple[Sub, ...], t: float, end: float) -> list[Batch]:
+        """A batch from ``state`` at ``t`` to ``nxt`` that ends at ``end``, as the contract's batches:
+        an eviction-only batch before it when a request it evicts refills in it."""
         found = self._list(state, None, (nxt, t, end))
         if found is None:
             raise ValueError("meanedges: no batch leads from the state to the next one at that time")
-        return found
+        acts, ready = found
+        ids = [r.id for r in self.pb.reqs]
+        items = tuple(Item(ids[i], a.tokens) for i, a in enumerate(acts) if a.tokens)
+        evicted = tuple(ids[i] for i, a in enumerate(acts) if a.evict)
+        start = ready if ready > t else None
+        if any(a.evict and a.tokens for a in acts):
+            return [Batch((), evicted), Batch(items, (), start)]
+        return [Batch(items, evicted, start)]
 
     def _list(
         self,
         state: tuple[Sub, ...],
         visitor: tuple[Callable[[], bool], Callable[[Edge], None]] | None,
         match: tuple[tuple[Sub, ...], float, float] | None,
+        floor: Floor | None = None,
     ) -> tuple[list[Any], float] | None:
         """Visit the batches with ``visitor`` = (stop, visit) (:meth:`visit_edges`), or with
         ``match`` = (next state, t, end) return the actions and start of the first batch that leads
@@ -114,7 +147,8 @@ class EdgeLister:
                 options.append(parts)
         n = len(active)
         chosen: list[Part] = [options[0][0]] * n if n else []
-        visited = [0]
+        floors, least, due, t0, limit = _floors(active, options, floor)
+        steps = [0]  # batches visited and partial batches pruned: the clock is read every CLOCK_BATCHES
         hit: list[tuple[list[Any], float]] = []
         C, P, hybrid, batch_time = pb.C, pb.P, pb.hybrid, pb.cost.batch_time
         M = pb.M if pb.M is not None else math.inf
@@ -140,22 +174,33 @@ class EdgeLister:
                 return
             if visitor is not None:
                 visitor[1](edge)
-                visited[0] += 1
-                if visited[0] % CLOCK_BATCHES == 0 and visitor[0]():
+                steps[0] += 1
+                if steps[0] % CLOCK_BATCHES == 0 and visitor[0]():
                     raise Stopped
 
         def walk(k: int, tok: int, pre: int, sq: int, dec: int, kvdec: int, xpre: int, ctx: int, kv: int,
-                 run: int, ready: float, events: int, idle: int) -> None:  # fmt: skip
+                 run: int, ready: float, events: int, idle: int, low: float) -> None:  # fmt: skip
             if k == n:
                 if tok and not hit:  # E1: a batch holds an item
                     leaf(tok, pre, sq, dec, kvdec, xpre, ctx, kv, run, ready, events, idle)
                 return
-            for p in options[k]:
+            for j, p in enumerate(options[k]):
                 _, ptok, ppre, psq, pdec, pkvdec, pxpre, pctx, pkv, prun, pidle, parr, pev, _ = p
                 if tok + ptok > C or pre + ppre > P or kv + pkv > M or run + prun > R:
                     continue
                 if not hybrid and ((ppre and dec) or (pdec and pre)):
                     continue
+                plow = low + floors[k][j] - least[k]
+                ctx2, ready2 = (ctx if ctx >= pctx else pctx), (ready if ready >= parr else parr)
+                if due:  # the floor (Floor) at the batch's least end so far
+                    end = max(t0, ready2) + batch_time(
+                        tok + ptok, pre + ppre, sq + psq, dec + pdec, kvdec + pkvdec, xpre + pxpre, ctx2
+                    )
+                    if plow + sum(a if a > end else end for a in due) >= limit:
+                        steps[0] += 1
+                        if steps[0] % CLOCK_BATCHES == 0 and visitor is not None and visitor[0]():
+                            raise Stopped
+                        continue
                 chosen[k] = p
                 walk(
                     k + 1,
@@ -165,16 +210,34 @@ class EdgeLister:
                     dec + pdec,
                     kvdec + pkvdec,
                     xpre + pxpre,
-                    ctx if ctx >= pctx else pctx,
+                    ctx2,
                     kv + pkv,
                     run + prun,
-                    ready if ready >= parr else parr,
+                    ready2,
                     events + pev,
                     idle + pidle,
+                    plow,
                 )
 
         try:
-            walk(0, 0, 0, 0, 0, 0, 0, 0, kv0, run0, 0.0, 0, 0)
+            walk(0, 0, 0, 0, 0, 0, 0, 0, kv0, run0, 0.0, 0, 0, sum(least))
         finally:  # walk refers to itself, a cycle through leaf to the visitor: the search must not be in it
             visitor = None
         return hit[0] if hit else None
+
+
+def _floors(
+    active: list[int], options: list[tuple[Part, ...]], floor: Floor | None
+) -> tuple[list[list[float]], list[float], list[float], float, float]:
+    """For :meth:`EdgeLister._list`: each active request's part floors and their least (0 for a
+    request without an event to come), the arrivals of the requests with one, the state's time and
+    the limit (none of them without ``floor``)."""
+    floors = [[0.0] * len(parts) for parts in options]
+    if floor is None:
+        return floors, [0.0] * len(options), [], 0.0, math.inf
+    due = []
+    for k, (i, parts) in enumerate(zip(active, options)):
+        if floor.pending[i]:
+            floors[k] = [floor.part_floor(i, p) for p in parts]
+            due.append(floor.arrival[i])
+    return floors, [min(f) for f in floors], due, floor.t, floor.limit

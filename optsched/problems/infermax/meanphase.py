@@ -14,11 +14,24 @@ from ...instance import Instance
 from .candidates import CandidatePool
 from .meansearch import mean_search
 
-__all__ = ["MEAN_OBJECTIVES", "MEAN_SEARCH", "SEARCH_MAX_FILL", "SEARCH_SHARE", "search_applies", "search_phase"]
+__all__ = [
+    "MEAN_OBJECTIVES",
+    "MEAN_SEARCH",
+    "MEAN_SEARCH_NO_EVICT",
+    "NO_EVICT_PART",
+    "SEARCH_MAX_FILL",
+    "SEARCH_SHARE",
+    "search_applies",
+    "search_phase",
+]
 
 #: The objectives of the search in an InferMax solve, the share of the time left it takes there
 #: (the model gets the rest), and the name of its schedule among the solve's candidates.
 MEAN_OBJECTIVES, SEARCH_SHARE, MEAN_SEARCH = ("latency", "ttft"), 0.9, "mean-search"
+
+#: With evictions allowed, the part of the search's share that the eviction-free search takes first,
+#: and the name of its schedule (the best without evictions, when it ends by itself).
+NO_EVICT_PART, MEAN_SEARCH_NO_EVICT = 0.25, "mean-search-no-evict"
 
 #: The longest chunk (min(C, P), at most the longest request's I + O - 1 tokens) with which a solve
 #: runs the search: a state's batches multiply with the chunk sizes each request may take.
@@ -36,19 +49,30 @@ def search_applies(instance: Instance, objective: str) -> bool:
 def search_phase(pool: CandidatePool, budget: TimeBudget) -> tuple[float, dict[str, Any]]:
     """The search as a phase of the InferMax solve: below the pool's best candidate (the incumbent),
     with :data:`SEARCH_SHARE` of the time left of ``budget`` and the options' restrictions. Its schedule
-    (better than every candidate, proven optimal) joins the pool as :data:`MEAN_SEARCH`.
+    (better than every candidate, proven optimal) joins the pool as :data:`MEAN_SEARCH`. With
+    evictions allowed, the search without them runs first with :data:`NO_EVICT_PART` of that share;
+    its schedule (the eviction-free optimum, when it ends by itself below the incumbent) joins the
+    pool as :data:`MEAN_SEARCH_NO_EVICT` and lowers the incumbent of the full search (its bound is
+    not one of the full problem's, and is not used).
 
     Returns its proven bound and what it did (the solve's ``extra['mean_search']``)."""
     opts = pool.options
-    found = mean_search(
-        pool.instance,
-        opts.objective,
-        pool.best.value,
-        budget.share(SEARCH_SHARE),
-        no_evict=opts.no_evict,
-        no_hybrid=opts.no_hybrid,
-        no_chunk=opts.no_chunk,
-    )
+    share = budget.share(SEARCH_SHARE)
+    restrictions = {"no_hybrid": opts.no_hybrid, "no_chunk": opts.no_chunk}
+    first = None
+    if not opts.no_evict:  # the eviction-free optimum first: its far fewer batches, a lower incumbent
+        first = mean_search(
+            pool.instance, opts.objective, pool.best.value, share.part(NO_EVICT_PART), no_evict=True, **restrictions
+        )
+        pool.offer(MEAN_SEARCH_NO_EVICT, first.schedule)
+    found = mean_search(pool.instance, opts.objective, pool.best.value, share, no_evict=opts.no_evict, **restrictions)
     pool.offer(MEAN_SEARCH, found.schedule)
-    info = {"status": str(found.status), "bound": found.bound, "expanded": found.expanded, "labels": found.labels}
+    info: dict[str, Any] = {
+        "status": str(found.status),
+        "bound": found.bound,
+        "expanded": found.expanded,
+        "labels": found.labels,
+    }
+    if first is not None:
+        info["no_evict"] = {"status": str(first.status), "expanded": first.expanded, "labels": first.labels}
     return found.bound, info

@@ -83,26 +83,33 @@ label is replaced by one at least as good, which is on track too). So the first 
 optimal, an empty queue proves :math:`U \le C^*`, and when the search stops early the least
 :math:`A + h` in the queue (at most U) is a proven bound; stopped while a label's successors are
 queued, that label's :math:`A + h` (the least when it was taken) stands for them.
+
+**Floors.** h at t is at least :math:`\sum_i (\max(t, a_i) + c_i)` over the pending jobs (each
+order-bound term is at least the matching one of these, sorted). A newly reached state whose A plus
+this floor reaches U is pruned without its estimate. While a state's batches are listed part by
+part, a partial batch is dropped when the events of its label can only reach U: its end is at
+least :math:`\max(t, \text{its arrivals so far})` plus its cost so far (the cost model's terms are
+non-negative); a request whose part brings its event adds that end (it arrived by the batch's
+start), any other pending request at least :math:`\max(\text{end}, a_i) + c_i` after its part
+(the least over its parts for those not chosen yet): every completion's A plus floor is no less.
 """
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import accumulate
 from typing import Any, NamedTuple
 
 from ...budget import TimeBudget
+from ...collector import cyclic_collector_paused
 from ...costmodel import Coefficients
 from ...instance import Instance
 from ...result import Status
-from ...schedule import Batch, Item, Schedule
-from .meanedges import Edge, EdgeLister, Stopped
+from ...schedule import Batch, Schedule
+from .meanedges import Edge, EdgeLister, Floor, Part, Stopped
 from .schedules import serial_completion
 
 __all__ = ["MAX_LABELS", "MAX_STATES", "Action", "MeanSearchResult", "SearchProblem", "estimate_at", "mean_search"]
@@ -113,15 +120,12 @@ MAX_LABELS = 2_000_000
 #: States the search reaches at most, each kept with its estimate (0.9 to 1.8 kB: 1.8 GB at most).
 MAX_STATES = 1_000_000
 
-#: Relative slack of the pruning by :meth:`SearchProblem.own_floor` (its sum and h's add the same
-#: terms in different orders).
-FLOOR_RTOL = 1e-12
-
 #: Expansions between two looks at the clock.
 CLOCK_EVERY = 64
 
 #: Relative slack of the incumbent's pruning (float sums of the same batch times may differ in the
-#: last bits between the search and the replay).
+#: last bits between the search and the replay); the floors prune with it once more (they add h's
+#: terms in other orders).
 PRUNE_RTOL = 1e-12
 
 Sub = tuple[int, int, int]
@@ -335,15 +339,21 @@ class SearchProblem:
         rest = (job.area + sum(kvs), job.half + half, job.third + third)
         return Job(steps, job.pre_batches, job.pre_tokens, cost, red, item, *rest)
 
+    def is_pending(self, i: int, sub: Sub) -> bool:
+        """Whether request i's event (its finish, or its first token for ``ttft``) is still to come."""
+        return sub[2] == 0 if self.objective == "ttft" else sub[2] < self.reqs[i].output_tokens
+
     def own_floor(self, state: tuple[Sub, ...], t: float) -> float:
         """The sum over the pending jobs of max(t, a_i) + c_i: at most h at ``t`` (the order bound's
         terms are each at least one of these, in sorted order), from the cached jobs alone."""
-        arrival, job, ttft, reqs = self.arrival, self.job, self.objective == "ttft", self.reqs
+        arrival, job, pending = self.arrival, self.job, self.is_pending
         return sum(
-            (arrival[i] if arrival[i] > t else t) + job(i, sub).cost
-            for i, sub in enumerate(state)
-            if (sub[2] == 0 if ttft else sub[2] < reqs[i].output_tokens)
+            (arrival[i] if arrival[i] > t else t) + job(i, sub).cost for i, sub in enumerate(state) if pending(i, sub)
         )
+
+    def part_floor(self, i: int, part: Part) -> float:
+        """For a pending request: 0 when ``part`` brings its event, else its job's own cost after it."""
+        return 0.0 if part.event else self.job(i, part.new).cost
 
     def estimate(self, state: tuple[Sub, ...], t: float = 0.0) -> Estimate:
         """The parts of h that do not depend on t (module docstring): n, H2 less n t, the order
@@ -417,18 +427,6 @@ def estimate_at(est: Estimate, t: float) -> float:
     return max(est.n * t + est.h2, order)
 
 
-def _as_batches(pb: SearchProblem, acts: list[Action], ready: float, t: float) -> list[Batch]:
-    """A search edge as the contract's batches: an eviction-only batch before it when a request it
-    evicts refills in it."""
-    ids = [r.id for r in pb.reqs]
-    items = tuple(Item(ids[i], a.tokens) for i, a in enumerate(acts) if a.tokens)
-    evicted = tuple(ids[i] for i, a in enumerate(acts) if a.evict)
-    start = ready if ready > t else None
-    if any(a.evict and a.tokens for a in acts):
-        return [Batch((), evicted), Batch(items, (), start)]
-    return [Batch(items, evicted, start)]
-
-
 class _Search:
     """The A* of :func:`mean_search`: labels by state, the queue and the parents."""
 
@@ -454,8 +452,7 @@ class _Search:
         self.full_goal = pb.objective != "ttft" or not pb.evict
 
     def over(self) -> bool:
-        """Whether the budget has expired, or the labels kept pass :attr:`max_labels` or the states
-        reached (each with its estimate) :attr:`max_states`: the memory the search may take."""
+        """Whether the budget has expired, or the labels kept or states reached pass their caps."""
         return self.budget.expired() or len(self.state) > self.max_labels or len(self.seen) > self.max_states
 
     def goal(self, state: tuple[Sub, ...]) -> bool:
@@ -468,7 +465,7 @@ class _Search:
         """Queue the label (t, acc) of ``state`` unless pruned or dominated (module docstring)."""
         entry = self.seen.get(state)
         if entry is None:
-            if (acc + self.pb.own_floor(state, t)) * (1.0 - FLOOR_RTOL) >= self.cut:  # h is at least the floor
+            if (acc + self.pb.own_floor(state, t)) * (1.0 - PRUNE_RTOL) >= self.cut:  # h is at least the floor
                 return
             entry = self.seen[state] = (self.pb.estimate(state, t), [])
         est, kept = entry
@@ -506,14 +503,23 @@ class _Search:
             end = (t if t >= ready else ready) + cost
             push(nxt, end, acc + end * events, node)
 
-        self.edges.visit_edges(self.state[node], self.over, visit)
+        self.edges.visit_edges(self.state[node], self.over, visit, self.floor(node))
+
+    def floor(self, node: int) -> Floor | None:
+        """The :class:`~.meanedges.Floor` of ``node``'s batches (module docstring, *Floors*), or None
+        without an incumbent."""
+        if not math.isfinite(self.cut):
+            return None
+        pb, state = self.pb, self.state[node]
+        pending = [pb.is_pending(i, sub) for i, sub in enumerate(state)]
+        limit = self.cut / (1.0 - PRUNE_RTOL) - self.acc[node]
+        return Floor(self.t[node], limit, pending, pb.arrival, pb.part_floor)
 
     def path(self, node: int) -> list[Batch]:
         """The batches from the start to ``node`` (each edge's parts found again from its states and times)."""
         out: list[list[Batch]] = []
         while (prev := self.parent[node]) >= 0:
-            acts, ready = self.edges.parts_of(self.state[prev], self.state[node], self.t[prev], self.t[node])
-            out.append(_as_batches(self.pb, acts, ready, self.t[prev]))
+            out.append(self.edges.batches_of(self.state[prev], self.state[node], self.t[prev], self.t[node]))
             node = prev
         return [b for part in reversed(out) for b in part]
 
@@ -548,7 +554,7 @@ def mean_search(
     if objective not in ("latency", "ttft"):
         raise ValueError(f"mean_search: objective {objective!r} is not 'latency' or 'ttft'")
     pb = SearchProblem(instance, objective, not no_evict, not no_hybrid, not no_chunk)
-    with _cyclic_collector_paused():  # the search is freed (by its counts) before the collector resumes
+    with cyclic_collector_paused():  # the search is freed (by its counts) before the collector resumes
         try:
             return _run(_Search(pb, upper, budget, max_labels, max_states))
         finally:
@@ -582,20 +588,6 @@ def _run(search: _Search) -> MeanSearchResult:
         return MeanSearchResult(None, None, bound, Status.OPTIMAL, search.expanded, len(search.state))
     bound = (min(stopped_at, search.cut) - shift) / n
     return MeanSearchResult(None, None, bound, Status.TIME_LIMIT, search.expanded, len(search.state))
-
-
-@contextmanager
-def _cyclic_collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector: the search's labels and states are millions of
-    acyclic tuples, freed by their counts, and each full collection would walk them all (seconds,
-    at moments no clock check sees)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _found(search: _Search, node: int, value: float) -> MeanSearchResult:
