@@ -148,6 +148,9 @@ class EdgeLister:
         n = len(active)
         chosen: list[Part] = [options[0][0]] * n if n else []
         floors, least, due, t0, limit = _floors(active, options, floor)
+        last = n - 1
+        # each request's parts with their floors less the least of them
+        paired = [list(zip(parts, [f - low for f in fl])) for parts, fl, low in zip(options, floors, least)]
         steps = [0]  # batches visited and partial batches pruned: the clock is read every CLOCK_BATCHES
         hit: list[tuple[list[Any], float]] = []
         C, P, hybrid, batch_time = pb.C, pb.P, pb.hybrid, pb.cost.batch_time
@@ -184,15 +187,15 @@ class EdgeLister:
                 if tok and not hit:  # E1: a batch holds an item
                     leaf(tok, pre, sq, dec, kvdec, xpre, ctx, kv, run, ready, events, idle)
                 return
-            for j, p in enumerate(options[k]):
+            for p, extra in paired[k]:
                 _, ptok, ppre, psq, pdec, pkvdec, pxpre, pctx, pkv, prun, pidle, parr, pev, _ = p
                 if tok + ptok > C or pre + ppre > P or kv + pkv > M or run + prun > R:
                     continue
                 if not hybrid and ((ppre and dec) or (pdec and pre)):
                     continue
-                plow = low + floors[k][j] - least[k]
+                plow = low + extra
                 ctx2, ready2 = (ctx if ctx >= pctx else pctx), (ready if ready >= parr else parr)
-                if due:  # the floor (Floor) at the batch's least end so far
+                if due and k < last:  # the floor (Floor) at the batch's least end so far (leaves: push)
                     end = max(t0, ready2) + batch_time(
                         tok + ptok, pre + ppre, sq + psq, dec + pdec, kvdec + pkvdec, xpre + pxpre, ctx2
                     )
