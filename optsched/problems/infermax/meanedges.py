@@ -145,14 +145,10 @@ class EdgeLister:
             else:
                 active.append(i)
                 options.append(parts)
-        n = len(active)
+        n, last = len(active), len(active) - 1
         chosen: list[Part] = [options[0][0]] * n if n else []
-        floors, least, due, t0, limit = _floors(active, options, floor)
-        last = n - 1
-        # each request's parts with their floors less the least of them
-        paired = [list(zip(parts, [f - low for f in fl])) for parts, fl, low in zip(options, floors, least)]
-        steps = [0]  # batches visited and partial batches pruned: the clock is read every CLOCK_BATCHES
-        hit: list[tuple[list[Any], float]] = []
+        paired, low0, due, t0, limit = _floors(active, options, floor)
+        steps, hit = [0], []  # batches visited and partial batches pruned (the clock); the match found
         C, P, hybrid, batch_time = pb.C, pb.P, pb.hybrid, pb.cost.batch_time
         M = pb.M if pb.M is not None else math.inf
         R = pb.R if pb.R is not None else math.inf
@@ -223,7 +219,7 @@ class EdgeLister:
                 )
 
         try:
-            walk(0, 0, 0, 0, 0, 0, 0, 0, kv0, run0, 0.0, 0, 0, sum(least))
+            walk(0, 0, 0, 0, 0, 0, 0, 0, kv0, run0, 0.0, 0, 0, low0)
         finally:  # walk refers to itself, a cycle through leaf to the visitor: the search must not be in it
             visitor = None
         return hit[0] if hit else None
@@ -231,16 +227,20 @@ class EdgeLister:
 
 def _floors(
     active: list[int], options: list[tuple[Part, ...]], floor: Floor | None
-) -> tuple[list[list[float]], list[float], list[float], float, float]:
-    """For :meth:`EdgeLister._list`: each active request's part floors and their least (0 for a
-    request without an event to come), the arrivals of the requests with one, the state's time and
-    the limit (none of them without ``floor``)."""
+) -> tuple[list[list[tuple[Part, float]]], float, list[float], float, float]:
+    """For :meth:`EdgeLister._list`: each active request's parts, each with its floor less the least
+    of its parts' (0 for a request without an event to come), the sum of those least floors, the
+    arrivals of the requests with an event to come, the state's time and the limit (none of them
+    without ``floor``)."""
     floors = [[0.0] * len(parts) for parts in options]
-    if floor is None:
-        return floors, [0.0] * len(options), [], 0.0, math.inf
     due = []
-    for k, (i, parts) in enumerate(zip(active, options)):
-        if floor.pending[i]:
-            floors[k] = [floor.part_floor(i, p) for p in parts]
-            due.append(floor.arrival[i])
-    return floors, [min(f) for f in floors], due, floor.t, floor.limit
+    if floor is not None:
+        for k, (i, parts) in enumerate(zip(active, options)):
+            if floor.pending[i]:
+                floors[k] = [floor.part_floor(i, p) for p in parts]
+                due.append(floor.arrival[i])
+    least = [min(f, default=0.0) for f in floors]
+    paired = [list(zip(parts, [f - low for f in fl])) for parts, fl, low in zip(options, floors, least)]
+    if floor is None:
+        return paired, 0.0, due, 0.0, math.inf
+    return paired, sum(least), due, floor.t, floor.limit
