@@ -176,7 +176,7 @@ class MeanSearchResult:
         A proven lower bound on the objective (mean seconds).
     status
         ``optimal`` (the bound meets the best of its schedule and the incumbent), ``time_limit``
-        (stopped by the budget or :data:`MAX_LABELS`), or ``infeasible`` (no incumbent and no
+        (stopped by the budget, :data:`MAX_LABELS` or :data:`MAX_STATES`), or ``infeasible`` (no incumbent and no
         schedule: without evictions every path can deadlock).
     expanded, labels
         Labels expanded and labels queued.
