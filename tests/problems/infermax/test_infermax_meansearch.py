@@ -12,6 +12,8 @@
   prunes most); a solve runs it only with short chunks.
 - E4's premise holds on every mid-prefill state of tiny instances (the refills it leaves out have a
   twin with fewer tokens and the same next state).
+- Where the floors drop most batches (prompts of 1 to 8 tokens, no limits), the optimum below a
+  policy's value equals the search's without an incumbent.
 - Planted faults are caught by the comparison with the exhaustive search: an estimate 3 % too
   high, the floors that prune new states and partial batches 3 % too high, idle evictions left out
   altogether (E2 made too strict), and S1's canonical prompt applied where the prompt is read (a
@@ -20,6 +22,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from functools import cache
 
@@ -27,6 +30,7 @@ import pytest
 
 from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
+from optsched.policies import simulator_for
 from optsched.problems.infermax import meansearch
 from optsched.problems.infermax.meanphase import search_applies
 from optsched.problems.infermax.meansearch import mean_search
@@ -165,6 +169,31 @@ def test_a_too_high_floor_is_caught(monkeypatch: pytest.MonkeyPatch, floor: str)
             res = mean_search(inst, objective, best * (1 + 1e-6), NO_LIMIT)
             missed += res.schedule is None or res.bound > best * (1 + REL)
     assert missed > 0
+
+
+def _wide(seed: int, n: int):
+    """``n`` requests with prompts of 1 to 8 tokens, arrivals within 50 ms, no limits: states with
+    many batches, most of which the floors drop below an incumbent."""
+    rng = random.Random(seed)
+    reqs = [
+        {"id": f"r{k}", "prompt_tokens": rng.randint(1, 8), "output_tokens": rng.randint(1, 6), "arrival": a}
+        for k, a in enumerate([0.0] + [round(rng.uniform(0.0, 0.05), 4) for _ in range(n - 1)])
+    ]
+    return parse_instance({"name": f"wide{n}-{seed}", "cost_model": "llama2-7b-h200", "requests": reqs}, "wide")
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_the_floors_keep_the_optimum_where_they_prune_most(objective: str) -> None:
+    """Below a policy's value the floors drop most batches of these states; the optimum found
+    equals the search's without an incumbent (no floor prunes), and its schedule replays to it."""
+    for seed in (100, 101, 102):
+        inst = _wide(seed, 4)
+        free = searched(inst, objective)
+        upper = min(replayed_objective(inst, simulator_for(name)(inst), objective)[0] for name in ("vllm", "sarathi"))
+        res = mean_search(inst, objective, upper, NO_LIMIT)
+        assert res.status == Status.OPTIMAL
+        best = upper if res.schedule is None else replayed_objective(inst, res.schedule, objective)[0]
+        assert best == pytest.approx(free, rel=REL) and res.bound <= free * (1 + REL), seed
 
 
 def test_leaving_out_every_idle_eviction_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
