@@ -26,25 +26,10 @@ import time
 
 from optsched.instance import Instance, parse_instance
 from optsched.problems.infermax.solve import prepare
+from tests.support.infermax import wide_instance
 from tests.support.solving import solver
 
 solve = solver("infermax")
-
-
-def wide_instance(seed: int, n: int) -> Instance:
-    rng = random.Random(seed)
-    reqs = [
-        {
-            "id": f"r{k}",
-            "arrival": 0.0 if k == 0 else round(rng.uniform(0.0, 0.05), 4),
-            "prompt_tokens": rng.randint(1, 8),
-            "output_tokens": rng.randint(1, 6),
-        }
-        for k in range(n)
-    ]
-    limits = {"token_budget": 4096, "prefill_budget": 4096, "kv_capacity": None, "max_running": None}
-    data = {"name": f"wide{n}-{seed}", "cost_model": "llama2-7b-h200", "limits": limits, "requests": reqs}
-    return parse_instance(data, f"wide{n}-{seed}")
 
 
 def small_instance(seed: int, n: int) -> Instance:

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from optsched.exiting import EXIT_TIME_LIMIT
+from tests.support.infermax import eight_wide_requests
 from tests.support.time_limit_table import instance_for, table
 
 LIMIT = 5.0
@@ -66,14 +67,8 @@ def test_the_instant_bounders_take_a_time_limit(problem) -> None:
 def test_the_exact_mean_search_of_eight_requests_ends_within_the_limit(tmp_path, objective: str) -> None:
     """Eight requests of 1 to 8 prompt tokens without KV or running limits: the exact search's states
     have hundreds of thousands of batches each, and the solve still answers within the limit."""
-    prompts, outputs = (5, 3, 4, 5, 6, 2, 1, 5), (3, 5, 5, 2, 2, 5, 2, 5)
-    arrivals = (0.0, 0.0423, 0.0067, 0.0444, 0.0077, 0.0285, 0.0459, 0.0188)
-    reqs = [
-        {"id": f"r{i}", "prompt_tokens": p, "output_tokens": o, "arrival": a}
-        for i, (p, o, a) in enumerate(zip(prompts, outputs, arrivals))
-    ]
     path = tmp_path / "wide8.json"
-    path.write_text(json.dumps({"name": "wide8", "cost_model": "llama2-7b-h200", "requests": reqs}))
+    path.write_text(json.dumps(eight_wide_requests()))
     argv = [sys.executable, "-m", "optsched", "solve", str(path), "--problem", "infermax"]
     argv += ["--objective", objective, "--time-limit", f"{LIMIT:g}", "--json"]
     t0 = time.perf_counter()

@@ -59,6 +59,37 @@ def tiny_instance(seed: int, n_max: int = 3, arrivals: bool = False):
     )
 
 
+def wide_instance(seed: int, n: int):
+    """``n`` requests with I uniform in 1..8, O in 1..6, arrivals uniform in [0, 0.05] s (to 0.1 ms;
+    the first at 0), ``llama2-7b-h200``, C = P = 4,096 and no KV or running limit: every request may
+    take any chunk of its prompt in any batch, so the exact mean search's states have many batches."""
+    rng = random.Random(seed)
+    reqs = [
+        {
+            "id": f"r{k}",
+            "arrival": 0.0 if k == 0 else round(rng.uniform(0.0, 0.05), 4),
+            "prompt_tokens": rng.randint(1, 8),
+            "output_tokens": rng.randint(1, 6),
+        }
+        for k in range(n)
+    ]
+    limits = {"token_budget": 4096, "prefill_budget": 4096, "kv_capacity": None, "max_running": None}
+    data = {"name": f"wide{n}-{seed}", "cost_model": "llama2-7b-h200", "limits": limits, "requests": reqs}
+    return parse_instance(data, f"wide{n}-{seed}")
+
+
+def eight_wide_requests() -> dict:
+    """The instance JSON of eight requests with prompts of 1 to 8 tokens, arrivals within 50 ms and
+    no limits: the exact mean search's states have hundreds of thousands of batches (time limits)."""
+    prompts, outputs = (5, 3, 4, 5, 6, 2, 1, 5), (3, 5, 5, 2, 2, 5, 2, 5)
+    arrivals = (0.0, 0.0423, 0.0067, 0.0444, 0.0077, 0.0285, 0.0459, 0.0188)
+    reqs = [
+        {"id": f"r{i}", "prompt_tokens": p, "output_tokens": o, "arrival": a}
+        for i, (p, o, a) in enumerate(zip(prompts, outputs, arrivals))
+    ]
+    return {"name": "wide8", "cost_model": "llama2-7b-h200", "requests": reqs}
+
+
 def solve(inst, **opts):
     """The InferMax solve; the model is always built (no early exit when a policy meets a bound)."""
     return registered_solve("infermax", inst, {"threads": 1, "early_exit": False, **opts})

@@ -359,12 +359,8 @@ class SearchProblem:
         """The parts of h that do not depend on t (module docstring): n, H2 less n t, the order
         bounds L_j of the j-th event less t, the release bounds of the arrivals after ``t`` (a valid
         part at every t), and each job's (arrival, c_i)."""
-        arrival, job, ttft = self.arrival, self.job, self.objective == "ttft"
-        pending = [
-            (arrival[i], job(i, sub))
-            for i, sub in enumerate(state)
-            if (sub[2] == 0 if ttft else sub[2] < self.reqs[i].output_tokens)
-        ]
+        arrival, job, is_pending = self.arrival, self.job, self.is_pending
+        pending = [(arrival[i], job(i, sub)) for i, sub in enumerate(state) if is_pending(i, sub)]
         n = len(pending)
         if not n:
             return Estimate(0, 0.0, [], (), False, (), 0.0, 0.0)

@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import random
 import time
 from functools import cache
 
@@ -36,7 +35,7 @@ from optsched.problems.infermax.meanphase import search_applies
 from optsched.problems.infermax.meansearch import mean_search
 from optsched.result import Status, replayed_objective
 from optsched.schedule import replay
-from tests.support.infermax import tiny_instance
+from tests.support.infermax import eight_wide_requests, tiny_instance, wide_instance
 from tests.support.infermax_bruteforce import exhaustive_optimum
 from tests.support.latency_bruteforce import exhaustive_mean
 from tests.support.solving import registered_solve
@@ -171,23 +170,12 @@ def test_a_too_high_floor_is_caught(monkeypatch: pytest.MonkeyPatch, floor: str)
     assert missed > 0
 
 
-def _wide(seed: int, n: int):
-    """``n`` requests with prompts of 1 to 8 tokens, arrivals within 50 ms, no limits: states with
-    many batches, most of which the floors drop below an incumbent."""
-    rng = random.Random(seed)
-    reqs = [
-        {"id": f"r{k}", "prompt_tokens": rng.randint(1, 8), "output_tokens": rng.randint(1, 6), "arrival": a}
-        for k, a in enumerate([0.0] + [round(rng.uniform(0.0, 0.05), 4) for _ in range(n - 1)])
-    ]
-    return parse_instance({"name": f"wide{n}-{seed}", "cost_model": "llama2-7b-h200", "requests": reqs}, "wide")
-
-
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_the_floors_keep_the_optimum_where_they_prune_most(objective: str) -> None:
     """Below a policy's value the floors drop most batches of these states; the optimum found
     equals the search's without an incumbent (no floor prunes), and its schedule replays to it."""
     for seed in (100, 101, 102):
-        inst = _wide(seed, 4)
+        inst = wide_instance(seed, 4)
         free = searched(inst, objective)
         upper = min(replayed_objective(inst, simulator_for(name)(inst), objective)[0] for name in ("vllm", "sarathi"))
         res = mean_search(inst, objective, upper, NO_LIMIT)
@@ -225,13 +213,7 @@ def test_the_time_limit_holds_while_an_expansion_queues_its_labels(objective: st
     """Eight requests with prompts of 1 to 8 tokens, C = P = 4,096 and no KV or running limit, below
     an incumbent: a state has hundreds of thousands of batches, each label checked against the
     incumbent, so queueing a state's labels takes far longer than the limit."""
-    prompts, outputs = (5, 3, 4, 5, 6, 2, 1, 5), (3, 5, 5, 2, 2, 5, 2, 5)
-    arrivals = (0.0, 0.0423, 0.0067, 0.0444, 0.0077, 0.0285, 0.0459, 0.0188)
-    reqs = [
-        {"id": f"r{i}", "prompt_tokens": p, "output_tokens": o, "arrival": a}
-        for i, (p, o, a) in enumerate(zip(prompts, outputs, arrivals))
-    ]
-    inst = parse_instance({"name": "wide8", "cost_model": "llama2-7b-h200", "requests": reqs}, "wide8")
+    inst = parse_instance(eight_wide_requests(), "wide8")
     assert search_applies(inst, objective)
     upper = {"latency": 0.06, "ttft": 0.0066}[objective]  # far above the optimum: few batches pruned
     start = time.perf_counter()
