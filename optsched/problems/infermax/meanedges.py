@@ -3,7 +3,7 @@
 Each request's legal parts of a batch (the search problem's ``actions``) become :class:`Part` records
 holding the counts that the batch's limits and its cost read; a batch is one part per request within
 C, P, M and :math:`R_{max}` (and, without hybrid batches, not prefill and decode together), less the
-batches that the rules E1 and E2 of :mod:`.meansearch` leave out. Requests whose only part is to idle
+batches that the rules E1 and E2 of :mod:`.meanproblem` leave out. Requests whose only part is to idle
 holding nothing (the finished ones) are left out of the product. Each batch is handed, as it is
 found, to the caller's visit function as an :data:`Edge` (cost, next state, earliest start,
 events): a state's batches multiply with the chunk sizes its requests may take, so they are never

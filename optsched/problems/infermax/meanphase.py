@@ -29,9 +29,9 @@ __all__ = [
 #: (the model gets the rest), and the name of its schedule among the solve's candidates.
 MEAN_OBJECTIVES, SEARCH_SHARE, MEAN_SEARCH = ("latency", "ttft"), 0.9, "mean-search"
 
-#: With evictions allowed and neither a KV capacity nor a running limit, the part of the search's
-#: share that the eviction-free search takes first, and the name of its schedule (the best without
-#: evictions, when it ends by itself).
+#: For ``latency`` with evictions allowed and neither a KV capacity nor a running limit, the part of
+#: the search's share that the eviction-free search takes first, and the name of its schedule (the
+#: best without evictions, when it ends by itself).
 NO_EVICT_PART, MEAN_SEARCH_NO_EVICT = 0.25, "mean-search-no-evict"
 
 #: The longest chunk (min(C, P), at most the longest request's I + O - 1 tokens) with which a solve
@@ -50,12 +50,14 @@ def search_applies(instance: Instance, objective: str) -> bool:
 def search_phase(pool: CandidatePool, budget: TimeBudget) -> tuple[float, dict[str, Any]]:
     """The search as a phase of the InferMax solve: below the pool's best candidate (the incumbent),
     with :data:`SEARCH_SHARE` of the time left of ``budget`` and the options' restrictions. Its schedule
-    (better than every candidate, proven optimal) joins the pool as :data:`MEAN_SEARCH`. With
-    evictions allowed but neither a KV capacity nor a running limit (an eviction then frees nothing
-    a later batch needs), the search without them runs first with :data:`NO_EVICT_PART` of that
-    share: far fewer batches a state. Its schedule (the eviction-free optimum, when it ends by itself
-    below the incumbent) joins the pool as :data:`MEAN_SEARCH_NO_EVICT` and lowers the incumbent of
-    the full search; its bound is not one of the full problem's and is not used.
+    (better than every candidate, proven optimal) joins the pool as :data:`MEAN_SEARCH`. For
+    ``latency`` with evictions allowed but neither a KV capacity nor a running limit (an eviction
+    then frees nothing a later batch needs), the search without them runs first with
+    :data:`NO_EVICT_PART` of that share: far fewer batches a state (for ``ttft`` there the search
+    lists no eviction at all: E6 of :mod:`.meanproblem`). Its schedule (the eviction-free optimum,
+    when it ends by itself below the incumbent) joins the pool as :data:`MEAN_SEARCH_NO_EVICT` and
+    lowers the incumbent of the full search; its bound is not one of the full problem's and is not
+    used.
 
     Returns its proven bound and what it did (the solve's ``extra['mean_search']``)."""
     opts = pool.options
@@ -63,7 +65,8 @@ def search_phase(pool: CandidatePool, budget: TimeBudget) -> tuple[float, dict[s
     restrictions = {"no_hybrid": opts.no_hybrid, "no_chunk": opts.no_chunk}
     first = None
     lim = pool.instance.limits
-    if not opts.no_evict and lim.kv_capacity is None and lim.max_running is None:  # eviction-free first
+    unlimited = lim.kv_capacity is None and lim.max_running is None
+    if opts.objective == "latency" and not opts.no_evict and unlimited:  # eviction-free first
         first = mean_search(
             pool.instance, opts.objective, pool.best.value, share.part(NO_EVICT_PART), no_evict=True, **restrictions
         )

@@ -79,15 +79,19 @@ def first_token_prefix(schedule: Schedule, rep: ReplayResult) -> Schedule:
     return Schedule(schedule.instance, schedule.batches[: end + 1], dict(schedule.meta))
 
 
-def serial_completion(instance: Instance, prefix: Schedule) -> Schedule:
-    """``prefix`` followed by a serial completion of every request it leaves unfinished (evictions allowed).
+def serial_completion(instance: Instance, prefix: Schedule, evict: bool = True) -> Schedule:
+    """``prefix`` followed by a serial completion of every request it leaves unfinished.
 
-    An eviction-only batch drops every unfinished request holding KV; then each unfinished request
-    in instance order refills its prompt plus the g tokens it has generated (I + g tokens, the
-    contract's refill prompt; I when g = 0) in chunks of at most min(C, P), which generates token
-    g + 1, and decodes alone to its last token. The completion waits for the latest arrival among
-    them. Feasible whenever :func:`serial_schedule` is (each request alone: I + O - 1 <= M,
-    R_max >= 1).
+    With ``evict``, an eviction-only batch drops every unfinished request holding KV; then each
+    unfinished request in instance order refills its prompt plus the g tokens it has generated
+    (I + g tokens, the contract's refill prompt; I when g = 0) in chunks of at most min(C, P), which
+    generates token g + 1, and decodes alone to its last token. Feasible whenever
+    :func:`serial_schedule` is (each request alone: I + O - 1 <= M, R_max >= 1). Without ``evict``
+    (for a prefix without evictions, where every prompt is still the request's own), each unfinished
+    request keeps its KV m and goes on from it: the rest of its prompt (I - m tokens, when it has no
+    token yet) and then its decodes, alone; feasible where the KV held at the prefix's end and the
+    running requests leave room (no KV capacity and no running limit, for instance). The completion
+    waits for the latest arrival among them.
     """
     state = replay(instance, prefix)
     lim = instance.limits
@@ -95,13 +99,17 @@ def serial_completion(instance: Instance, prefix: Schedule) -> Schedule:
     left = [(r, g, kv) for r, g, kv in zip(instance.requests, state.generated, state.kv_held) if g < r.output_tokens]
     holders = tuple(r.id for r, _, kv in left if kv > 0)
     latest = max((r.arrival for r, _, _ in left), default=0.0)
-    tail: list[Batch] = [Batch((), holders)] if holders else []
-    for r, g, _ in left:
-        refill = r.prompt_tokens + g
+    tail: list[Batch] = [Batch((), holders)] if holders and evict else []
+    for r, g, kv in left:
+        if evict:
+            refill = r.prompt_tokens + g
+        else:
+            refill = r.prompt_tokens - kv if g == 0 else 0
+        decodes = r.output_tokens - g - (refill > 0)
         while refill > 0:
             tail.append(Batch((Item(r.id, min(refill, chunk_cap)),)))
             refill -= chunk_cap
-        tail.extend(Batch((Item(r.id, 1),)) for _ in range(r.output_tokens - g - 1))
+        tail.extend(Batch((Item(r.id, 1),)) for _ in range(decodes))
     if tail and latest > (state.ends[-1] if state.ends else 0.0):
         tail[0] = Batch(tail[0].items, tail[0].evict, latest)
     return Schedule(prefix.instance, prefix.batches + tuple(tail), dict(prefix.meta))

@@ -1,4 +1,5 @@
-"""The exact search of mean latency and mean TTFT (optsched/problems/infermax/meansearch.py).
+"""The exact search of mean latency and mean TTFT (optsched/problems/infermax/meansearch.py,
+meanproblem.py).
 
 - Its optimum equals the exhaustive search's (``tests/support/latency_bruteforce.py``, written from
   the contract) on random tiny instances, with and without arrivals, with and without evictions,
@@ -12,17 +13,21 @@
   prunes most); a solve runs it only with short chunks.
 - E4's premise holds on every mid-prefill state of tiny instances (the refills it leaves out have a
   twin with fewer tokens and the same next state).
+- Without a KV capacity or a running limit, the ttft optimum (no eviction listed, E6; nothing of a
+  request after its first token, E5) equals the exhaustive one with evictions.
 - Where the floors drop most batches (prompts of 1 to 8 tokens, no limits), the optimum below a
   policy's value equals the search's without an incumbent.
-- Planted faults are caught by the comparison with the exhaustive search: an estimate 3 % too
-  high, the floors that prune new states and partial batches 3 % too high, idle evictions left out
-  altogether (E2 made too strict), and S1's canonical prompt applied where the prompt is read (a
-  request mid-prefill after an eviction).
+- Planted faults are caught by the comparison with the exhaustive search: an estimate 3 % too high,
+  the floors that prune new states and partial batches 3 % too high, idle evictions left out
+  altogether (E2 made too strict), E5 without evictions under limits, E6 under limits, and S1's
+  canonical prompt applied where the prompt is read (a request mid-prefill after an eviction).
 """
 
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -30,7 +35,7 @@ import pytest
 from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
 from optsched.policies import simulator_for
-from optsched.problems.infermax import meansearch
+from optsched.problems.infermax import meanproblem, meansearch
 from optsched.problems.infermax.meanphase import search_applies
 from optsched.problems.infermax.meansearch import mean_search
 from optsched.result import Status, replayed_objective
@@ -78,6 +83,48 @@ def test_optimum_without_evictions_equals_the_exhaustive_search(objective: str) 
         inst = tiny_instance(seed, arrivals=True)
         expected = exhaustive(seed, True, objective, evict=False)
         assert searched(inst, objective, no_evict=True) == pytest.approx(expected, rel=REL), seed
+
+
+def unlimited(inst):
+    """``inst`` without its KV capacity and running limit."""
+    return replace(inst, limits=replace(inst.limits, kv_capacity=None, max_running=None))
+
+
+@pytest.mark.parametrize("evict", [True, False])
+def test_first_tokens_without_limits_equal_the_exhaustive_search(evict: bool) -> None:
+    """Without a KV capacity or a running limit, the ttft search lists no eviction (E6) and nothing
+    of a request after its first token (E5); its optimum is the exhaustive one (evictions allowed),
+    with or without them."""
+    for seed in SEEDS:
+        inst = unlimited(tiny_instance(seed, arrivals=True))
+        found = exhaustive_mean(inst, "ttft")
+        assert found is not None
+        assert searched(inst, "ttft", no_evict=not evict) == pytest.approx(found[0], rel=REL), seed
+
+
+@pytest.mark.parametrize("plant", ["E5 without evictions under limits", "E6 under limits"])
+def test_first_token_rules_where_they_do_not_hold_are_caught(monkeypatch: pytest.MonkeyPatch, plant: str) -> None:
+    """E5 without evictions where a KV capacity or running limit holds (a request that keeps its KV
+    after its first token may block the others: its decodes free it), and E6 under limits (an
+    eviction may make room for another prompt), each planted: some tiny optimum is missed."""
+    real = meanproblem.SearchProblem.__init__
+
+    def planted(self, instance, objective, evict, hybrid, chunk):
+        real(self, instance, objective, evict, hybrid, chunk)
+        if plant.startswith("E5"):
+            self.first_tokens_only = objective == "ttft"
+        else:
+            self.evict = self.evict and objective != "ttft"
+
+    monkeypatch.setattr(meanproblem.SearchProblem, "__init__", planted)
+    missed = 0
+    for seed in SEEDS:
+        inst = tiny_instance(seed, arrivals=True)
+        res = mean_search(inst, "ttft", None, NO_LIMIT, no_evict=plant.startswith("E5"))
+        ok = res.schedule is not None and replay(inst, res.schedule).feasible
+        best = exhaustive(seed, True, "ttft", evict=not plant.startswith("E5"))
+        missed += not ok or replayed_objective(inst, res.schedule, "ttft")[0] > best * (1 + REL)
+    assert missed > 0
 
 
 @pytest.mark.parametrize("restriction", ["no_chunk", "no_hybrid"])
@@ -158,8 +205,8 @@ def test_a_too_high_floor_is_caught(monkeypatch: pytest.MonkeyPatch, floor: str)
     """The floors that prune new states before their estimate (``own_floor``) and partial batches
     (``part_floor``), each planted 3 % high: with an incumbent just above the optimum, some search
     misses the optimum (or claims a bound above it)."""
-    real = getattr(meansearch.SearchProblem, floor)
-    monkeypatch.setattr(meansearch.SearchProblem, floor, lambda self, *args: 1.03 * real(self, *args))
+    real = getattr(meanproblem.SearchProblem, floor)
+    monkeypatch.setattr(meanproblem.SearchProblem, floor, lambda self, *args: 1.03 * real(self, *args))
     missed = 0
     for seed in SEEDS:
         inst = tiny_instance(seed, arrivals=True)
@@ -185,12 +232,12 @@ def test_the_floors_keep_the_optimum_where_they_prune_most(objective: str) -> No
 
 
 def test_leaving_out_every_idle_eviction_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = meansearch.SearchProblem.legal_actions
+    real = meanproblem.SearchProblem.legal_actions
 
     def no_idle_evictions(self, i, sub):
         return tuple(a for a in real(self, i, sub) if not (a.evict and not a.tokens))
 
-    monkeypatch.setattr(meansearch.SearchProblem, "legal_actions", no_idle_evictions)
+    monkeypatch.setattr(meanproblem.SearchProblem, "legal_actions", no_idle_evictions)
     assert _mismatches("latency") + _mismatches("ttft") > 0
 
 
@@ -210,16 +257,17 @@ def test_the_time_limit_holds_within_an_expansion() -> None:
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_the_time_limit_holds_while_an_expansion_queues_its_labels(objective: str) -> None:
-    """Eight requests with prompts of 1 to 8 tokens, C = P = 4,096 and no KV or running limit, below
-    an incumbent: a state has hundreds of thousands of batches, each label checked against the
-    incumbent, so queueing a state's labels takes far longer than the limit."""
+    """Eight requests with prompts of 1 to 8 tokens, C = P = 4,096 and no KV or running limit: a
+    state has hundreds of thousands of batches, each label checked against the incumbent (latency:
+    one far above the optimum, which prunes few; ttft: none, as any incumbent near its optimum ends
+    the search within the limit), so queueing a state's labels takes far longer than the limit."""
     inst = parse_instance(eight_wide_requests(), "wide8")
     assert search_applies(inst, objective)
-    upper = {"latency": 0.06, "ttft": 0.0066}[objective]  # far above the optimum: few batches pruned
+    upper = {"latency": 0.06, "ttft": None}[objective]
     start = time.perf_counter()
     res = mean_search(inst, objective, upper, TimeBudget.of(0.5))
     assert time.perf_counter() - start < 1.5
-    assert res.status == Status.TIME_LIMIT and res.schedule is None and res.bound <= upper
+    assert res.status == Status.TIME_LIMIT and res.schedule is None and res.bound <= (upper or math.inf)
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
@@ -229,7 +277,9 @@ def test_refills_left_out_have_a_twin_with_fewer_tokens(objective: str) -> None:
     c = m) holds the same KV after the batch and leads to the same state."""
     left_out = 0
     for seed in SEEDS[:8]:
-        pb = meansearch.SearchProblem(tiny_instance(seed, arrivals=True), objective, True, True, True)
+        pb = meanproblem.SearchProblem(tiny_instance(seed, arrivals=True), objective, True, True, True)
+        if not pb.evict:  # E6: ttft without limits lists no eviction
+            continue
         for i, req in enumerate(pb.reqs):
             prompt = req.prompt_tokens
             for m in range(1, prompt):
@@ -249,6 +299,6 @@ def test_refills_left_out_have_a_twin_with_fewer_tokens(objective: str) -> None:
 def test_canonical_prompts_where_they_are_read_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """S1 applied to a request mid-prefill after an eviction too (its prompt is read there): caught."""
     monkeypatch.setattr(
-        meansearch.SearchProblem, "_canonical", staticmethod(lambda sub, first, out: (sub[0], first, sub[2]))
+        meanproblem.SearchProblem, "_canonical", staticmethod(lambda sub, first, out: (sub[0], first, sub[2]))
     )
     assert _mismatches("latency") + _mismatches("ttft") > 0

@@ -1,0 +1,379 @@
+r"""The search problem of the exact mean search (:mod:`.meansearch`): states, the legal parts of a
+batch and the admissible estimate h.
+
+**States.** Request i's state is :math:`(m_i, I_i, g_i)` (KV held, current prompt, tokens
+generated), as in the contract; a node is the joint state with a label :math:`(t, A)`: t the end of
+the last batch and A the sum of the *event times* so far (finish times for ``latency``, first-token
+times for ``ttft``). The objective is :math:`(A_{final} - \sum_i a_i) / N`. An edge is one batch:
+each unfinished request idles, processes a legal item (a prefill chunk of :math:`1..I-m` tokens, the
+whole rest with ``no_chunk``, or one decode token), or is evicted (it holds KV; evictions allowed)
+and then idles or refills (a chunk of its new prompt) in the same batch; the batch holds C, P, M and
+:math:`R_{max}` after processing (finishing requests included) and starts at
+:math:`\max(t, a_i)` over its requests. Written out, an eviction that a request refills in the same
+batch becomes an eviction-only batch (cost 0) before it, as the contract requires. For ``ttft`` the
+search ends when every request has its first token (where E5 applies; otherwise, without
+evictions under a KV or running limit, when every request has finished), and
+:func:`.schedules.serial_completion` finishes the schedule (later batches change no first-token
+time).
+
+**Edges left out** (none changes the optimum). (E1) A batch without items: costless evictions move
+to the next batch with items. (E2) An idle eviction that the batch's limits do not need (the batch
+holds M and :math:`R_{max}` with that request still resident): postponing the eviction to the
+request's next batch (where it is then evicted and refills, or idles evicted) leaves every state
+after that batch, and every time, unchanged, and repeating this ends in a schedule where every idle
+eviction is needed. (E3) Waiting beyond the batch's earliest start only delays every later time.
+(E4) A request mid-prefill (:math:`0 < m < I`) evicted and refilling :math:`c \ge m` tokens of its
+prompt in the same batch: the same batch with the request instead continuing with :math:`c - m`
+tokens (idling for :math:`c = m`) is legal (that chunk is at most c, and with ``no_chunk`` it is the
+whole rest), has fewer (prefill) tokens and no more of any other count, holds the same KV after
+processing, starts no later and leads to the same state; the cost model is non-decreasing in every
+count, so the replacement ends no later (for c = m without other items it is no batch: the state
+stays as it was, earlier).
+(E5) For ``ttft`` with evictions allowed, or without a KV capacity and a running limit: anything
+of a request after its first token but idling or (evictions allowed) an idle eviction, after
+which it is written as finished (it holds nothing and its event is done). In any schedule, delete
+every item of a request after the batch of its first token, and where it was evicted or finished
+after that, evict it idle there instead (without evictions and without limits it keeps its KV to
+the end). Its KV after processing stays at its first-token value, at most what it held until its
+eviction or finish (KV only grows until then), so every batch holds M and :math:`R_{max}`, and C
+and P with fewer tokens; the cost model is non-decreasing in every count, so no batch ends later
+and no first token comes later. Without evictions under a limit this fails: a request's last
+decodes free its KV for the others. (E6) For ``ttft`` without a KV capacity and a running limit, no
+eviction at all: in a schedule of E5's form, delete every eviction, and every item of a request
+before its last eviction (which comes before its first token, so the prompt it refills is its own
+I). Its refill then starts from an empty KV, the same chunks in the same batches; the other
+batches lose items (and are dropped when empty); nothing limits the KV or the running requests, so
+the schedule is legal and no batch ends later.
+
+**Canonical states** (S1). Where nothing reads a request's prompt field, it is written as the
+request's own prompt: for a finished request, and for one decoding (:math:`m \ge I`, so
+:math:`m \ge` its own prompt): its next item is a decode and an eviction sets its prompt to
+:math:`m + 1`, whatever the field held; its job is the same too. States equal up to these fields
+have the same continuations, so they are one state.
+
+**Estimate** h (admissible: never above :math:`V(s, t)`, the least sum of the events still to come
+from state s at time t). Per request with an event to come: its *job* is the
+work up to that event (the rest of its prefill, then one step per token to O for latency). A job
+needs at least :math:`s_i` batches (:math:`\lceil p / \min(C, P) \rceil` for p prefill tokens left,
+one per token after the first; an eviction never saves a batch: a refill generates one token), its
+own batches cost at least :math:`c_i` in all (the least over chunkings of each fill, a decode priced
+as the cheaper of the decode step and a refill of its context; the cost model is non-decreasing in
+every count, so a batch costs at least its one item alone), and the KV after processing summed over
+its batches is at least :math:`w_i` (a step's KV after processing is at least its fill's end, or
+m + 1 for a token at context m). Every batch costs at least :math:`\tau`, the cheapest one-item
+batch. Then, with :math:`k_i` the batch (counted from t) of i's event:
+:math:`F_i \ge \max(t, a_i) + c_i` (H1), and :math:`F_i \ge t + \tau (k_i - q_i) + c'_i` with
+:math:`q_i` i's own batches and :math:`c'_i = \min(\mathrm{cost} - \tau\,\mathrm{steps}) + \tau s_i`
+over its plans (reduced costs), so :math:`\sum_i F_i \ge n t + \sum_i c'_i + \tau (K - \sum_i s_i)`
+(H2) for any K at most :math:`\sum_i k_i`. Two such K: at most :math:`\kappa = \min(R_{max}, C)`
+items per batch and at most one per request, which is :math:`P|pmtn|\sum C_j` with unit steps, whose
+optimum is non-preemptive SPT (McNaughton 1959): :math:`\sum_j s_{(j)} \lceil (n - j) / \kappa
+\rceil` over the sorted :math:`s_{(0)} \le s_{(1)} \le \dots`; and the KV per batch is at most M, so
+the j-th event in time waits for at least the j smallest areas :math:`w_i / M`, in whole batches:
+:math:`\sum_j \lceil \sum_{l \le j} w_{(l)} / M \rceil`; likewise a batch holds at most one step
+with more than M/2 KV after processing and two with more than M/3 (per job, its fewest such steps:
+the j-th step from a fill's end holds at least its end less j min(C, P)).
+
+**Order bound.** The j-th event in time, :math:`F_{(j)}`, comes after every batch that finishes j
+jobs, which number at least :math:`B_j`, the largest of: the j-th smallest :math:`s_i`; the j
+smallest :math:`s_i` over :math:`\kappa`; the j smallest areas over M; the j smallest counts of steps
+above M/2, and above M/3 over 2; and the prefill batches :math:`P_j` = the larger of the j-th smallest
+:math:`\lceil p_i / \min(C, P) \rceil` and the j smallest p over P. Each of them pays the base (and
+one tile), a prefill bias (at least :math:`P_j` of them) or a decode bias, and the jobs' item terms
+(per token, context, squares: at least the j smallest item costs): :math:`L_j`. Each term is its
+least over j-sets, so :math:`F_{(j)} \ge t + L_j`; also :math:`F_{(j)} \ge` the j-th smallest
+:math:`\max(t, a_i) + c_i`; and, for an arrival r, the jobs released at r or later do all their
+work after r and at least j less the others of the first j events are theirs, so :math:`F_{(j)} \ge
+r + L^{(r)}_{j - n + n_r}` over those :math:`n_r` jobs. h is the larger of H2 and the sum over j of
+the largest of these bounds on :math:`F_{(j)}`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from itertools import accumulate
+from typing import Any, NamedTuple
+
+from ...costmodel import Coefficients
+from ...instance import Instance
+from .meanedges import Part
+
+__all__ = ["Action", "Estimate", "Job", "SearchProblem", "Sub", "estimate_at"]
+
+Sub = tuple[int, int, int]
+
+
+class Job(NamedTuple):
+    """A request's work up to its event (module docstring): least batches, prefill batches and
+    prefill tokens; least own cost c, reduced cost c' (less tau s), item cost and KV area; its
+    fewest steps holding more than M / 2 and more than M / 3 KV after processing."""
+
+    steps: int
+    pre_batches: int
+    pre_tokens: int
+    cost: float
+    red: float
+    item: float
+    area: int
+    half: int
+    third: int
+
+
+class Estimate(NamedTuple):
+    """The parts of h that do not depend on t: events to come, H2 less n t, the order bounds L_j,
+    the release bounds on the j-th event (and whether they may count once every job is released),
+    each job's (arrival, c_i), the latest arrival among them and h less n t from then on."""
+
+    n: int
+    h2: float
+    orders: list[float]
+    released: tuple[float, ...]
+    released_late: bool
+    per: tuple[tuple[float, float], ...]
+    last: float
+    late: float
+
+
+@dataclass(frozen=True)
+class Action:
+    """One request's part of a batch: idle, evict (``evict``) and/or an item of ``tokens``."""
+
+    evict: bool
+    tokens: int
+    decode: bool
+    new: Sub
+    kv: int  # KV held after processing (finishing included): its share of M
+    event: bool
+    cached: int  # KV before the item (decode context, or the chunk's cached prefix)
+    arrival: float = 0.0  # the request's arrival when it takes part (an item or an eviction), else 0
+
+
+class SearchProblem:
+    """The instance's data the search reads, with per-request caches."""
+
+    def __init__(self, instance: Instance, objective: str, evict: bool, hybrid: bool, chunk: bool) -> None:
+        lim = instance.limits
+        self.instance, self.objective = instance, objective
+        self.hybrid, self.chunk = hybrid, chunk
+        self.reqs = instance.requests
+        self.C, self.P = lim.token_budget, lim.prefill_budget
+        self.M, self.R = lim.kv_capacity, lim.max_running
+        unlimited = self.M is None and self.R is None
+        #: E6: for ttft without a KV capacity or a running limit, the optimum needs no eviction.
+        self.evict = evict and not (objective == "ttft" and unlimited)
+        #: E5: for ttft, a request with its first token only idles or (with evictions) is evicted idle.
+        self.first_tokens_only = objective == "ttft" and (self.evict or unlimited)
+        self.step = min(self.C, self.P)
+        self.cost = instance.cost_model
+        self.coef = Coefficients.of(self.cost).folded()
+        self.tau = min(self.cost.batch_time(1, 1, 1, 0, 0), self.cost.batch_time(1, 0, 0, 1, 1, 0, 1))
+        self.kappa = min(self.C, self.R) if self.R is not None else self.C
+        #: Per-batch limits on the jobs' counts (module docstring): KV area, steps above M/2 and M/3.
+        self._per_batch = ((6, self.M), (7, 1), (8, 2)) if self.M is not None else ()  # Job fields area, half, third
+        self.arrival = [r.arrival for r in self.reqs]
+        self.actions = lru_cache(maxsize=None)(self.legal_actions)
+        self.job = lru_cache(maxsize=None)(self._job)
+        self.fill = lru_cache(maxsize=None)(self._fill)
+        self.of_jobs = lru_cache(maxsize=None)(self._of_jobs)
+
+    def clear_caches(self) -> None:
+        """Empty the per-request caches. Each holds a bound method of this object, a cycle that only
+        the cyclic collector frees, with everything cached in it."""
+        for cache in (self.actions, self.job, self.fill, self.of_jobs):
+            cache.cache_clear()
+
+    def legal_actions(self, i: int, sub: Sub) -> tuple[Action, ...]:
+        """Request i's legal parts of a batch from ``sub`` (module docstring)."""
+        m, prompt, g = sub
+        out_tokens = self.reqs[i].output_tokens
+        if g == out_tokens:
+            return (Action(False, 0, False, sub, 0, False, 0),)
+        acts = [Action(False, 0, False, sub, m, False, 0)]
+        if self.first_tokens_only and g > 0:  # E5: idle, or evicted idle and then as finished
+            first = self.reqs[i].prompt_tokens
+            if self.evict:
+                acts.append(Action(True, 0, False, (0, first, out_tokens), 0, False, 0, self.reqs[i].arrival))
+            return tuple(acts)
+        starts = [(False, m, prompt)]
+        if self.evict and m > 0:
+            acts.append(Action(True, 0, False, (0, m + 1 if m >= prompt else prompt, g), 0, False, 0))
+            starts.append((True, 0, m + 1 if m >= prompt else prompt))
+        for ev, m0, p0 in starts:
+            if m0 >= p0:  # decode
+                done = g + 1 == out_tokens
+                new = (0 if done else m0 + 1, p0, g + 1)
+                acts.append(Action(ev, 1, True, new, m0 + 1, self._event(g, g + 1, out_tokens), m0))
+                continue
+            sizes = range(1, min(p0 - m0, self.step) + 1) if self.chunk else [p0 - m0]
+            for c in sizes:
+                if c > self.step or (ev and m < prompt and c >= m):  # E4
+                    continue
+                g2 = g + (m0 + c == p0)
+                done = g2 == out_tokens
+                new = (0 if done else m0 + c, p0, g2)
+                acts.append(Action(ev, c, False, new, m0 + c, self._event(g, g2, out_tokens), m0))
+        arrival, first = self.reqs[i].arrival, self.reqs[i].prompt_tokens
+        return tuple(
+            replace(a, arrival=arrival if a.tokens or a.evict else 0.0, new=self._canonical(a.new, first, out_tokens))
+            for a in acts
+        )
+
+    @staticmethod
+    def _canonical(sub: Sub, first: int, out_tokens: int) -> Sub:
+        """``sub`` with its prompt written as the request's own (``first``) where nothing reads it (S1):
+        a finished request, and a decoding one (it holds KV m >= its prompt, so it decodes next and an
+        eviction makes its prompt m + 1, whatever the prompt was; m >= ``first`` there)."""
+        m, prompt, g = sub
+        if g == out_tokens:
+            return (0, first, g)
+        return (m, first, g) if m >= prompt else sub
+
+    def _event(self, g: int, g2: int, out_tokens: int) -> bool:
+        if self.objective == "ttft":
+            return g == 0 and g2 > 0
+        return g < out_tokens == g2
+
+    def _fill(self, tokens: int, cached: int) -> Job:
+        """Prefilling ``tokens`` over ``cached`` in chunks of at most min(C, P): its fewest batches and
+        prefill tokens, and over its chunkings the least cost, reduced cost, item cost and KV area."""
+        steps = -(-tokens // self.step) if tokens > 0 else 0
+        if tokens <= 0:
+            return Job(0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0)
+        k = self.coef
+        cost = red = item = math.inf
+        for c in range(1, min(tokens, self.step) + 1) if self.chunk else [tokens]:
+            if c > self.step:
+                continue
+            step = self.cost.batch_time(c, c, c * c, 0, 0, c * cached)
+            own = (
+                (k.per_token + k.prefill_per_token) * c
+                + k.prefill_per_token_sq * c * c
+                + k.prefill_per_ctx * c * cached
+            )
+            rest = self.fill(tokens - c, cached + c)
+            cost, red, item = (
+                min(cost, step + rest.cost),
+                min(red, step - self.tau + rest.red),
+                min(item, own + rest.item),
+            )
+        end = cached + tokens
+        kvs = [max(end - j * self.step, 1) for j in range(steps)]  # the j-th step from the end holds >= this
+        return Job(steps, steps, tokens, cost, red, item, sum(kvs), *self._large(kvs))
+
+    def _large(self, kvs: list[int]) -> tuple[int, int]:
+        """How many of the steps holding ``kvs`` hold more than M / 2, and more than M / 3."""
+        if self.M is None:
+            return 0, 0
+        return sum(2 * w > self.M for w in kvs), sum(3 * w > self.M for w in kvs)
+
+    def _job(self, i: int, sub: Sub) -> Job:
+        """Request i's job from ``sub`` (module docstring): its least batches, prefill batches and
+        prefill tokens, own cost c, reduced cost c' (without the last term tau s), item cost and KV area."""
+        m, prompt, g = sub
+        out_tokens, k = self.reqs[i].output_tokens, self.coef
+        job = Job(0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0)
+        if m < prompt:  # a (re)fill: continued, or restarted after an eviction
+            go_on, restart = self.fill(prompt - m, m), self.fill(prompt, 0)
+            cheap = (min(go_on.cost, restart.cost), min(go_on.red, restart.red), min(go_on.item, restart.item))
+            job = go_on._replace(cost=cheap[0], red=cheap[1], item=cheap[2], area=min(go_on.area, restart.area))
+            g, m = g + 1, prompt
+        if self.objective == "ttft":
+            return job
+        steps, cost, red, item = job.steps, job.cost, job.red, job.item
+        kvs = list(range(m + 1, m + out_tokens - g + 1))
+        for ctx in range(m, m + out_tokens - g):  # one token at each context: a decode or a refill
+            dec = self.cost.batch_time(1, 0, 0, 1, ctx, 0, ctx)
+            dec_item = k.per_token + k.decode_per_token + k.decode_per_kv * ctx
+            refill = self.fill(ctx + 1, 0)
+            steps += 1
+            cost += min(dec, refill.cost)
+            red += min(dec - self.tau, refill.red)
+            item += min(dec_item, refill.item)
+        half, third = self._large(kvs)
+        rest = (job.area + sum(kvs), job.half + half, job.third + third)
+        return Job(steps, job.pre_batches, job.pre_tokens, cost, red, item, *rest)
+
+    def is_pending(self, i: int, sub: Sub) -> bool:
+        """Whether request i's event (its finish, or its first token for ``ttft``) is still to come."""
+        return sub[2] == 0 if self.objective == "ttft" else sub[2] < self.reqs[i].output_tokens
+
+    def own_floor(self, state: tuple[Sub, ...], t: float) -> float:
+        """The sum over the pending jobs of max(t, a_i) + c_i: at most h at ``t`` (the order bound's
+        terms are each at least one of these, in sorted order), from the cached jobs alone."""
+        arrival, job, pending = self.arrival, self.job, self.is_pending
+        return sum(
+            (arrival[i] if arrival[i] > t else t) + job(i, sub).cost for i, sub in enumerate(state) if pending(i, sub)
+        )
+
+    def part_floor(self, i: int, part: Part) -> float:
+        """For a pending request: 0 when ``part`` brings its event, else its job's own cost after it."""
+        return 0.0 if part.event else self.job(i, part.new).cost
+
+    def estimate(self, state: tuple[Sub, ...], t: float = 0.0) -> Estimate:
+        """The parts of h that do not depend on t (module docstring): n, H2 less n t, the order
+        bounds L_j of the j-th event less t, the release bounds of the arrivals after ``t`` (a valid
+        part at every t), and each job's (arrival, c_i)."""
+        arrival, job, is_pending = self.arrival, self.job, self.is_pending
+        pending = [(arrival[i], job(i, sub)) for i, sub in enumerate(state) if is_pending(i, sub)]
+        n = len(pending)
+        if not n:
+            return Estimate(0, 0.0, [], (), False, (), 0.0, 0.0)
+        h2, orders, late = self.of_jobs(tuple(sorted(j for _, j in pending)))
+        released = [0.0] * n
+        for r in sorted({a for a, _ in pending if a > t}):  # the jobs released at r or later
+            later = self.of_jobs(tuple(sorted(j for a, j in pending if a >= r)))[1]
+            for j, low in enumerate(later, start=n - len(later)):
+                released[j] = max(released[j], r + low)
+        per = tuple((a, j.cost) for a, j in pending)
+        last = max(a for a, _ in per)
+        counts_late = any(rel > last + low for rel, low in zip(released, late))
+        return Estimate(n, h2, orders, tuple(released), counts_late, per, last, max(h2, sum(late)))
+
+    def _of_jobs(self, jobs: tuple[Job, ...]) -> tuple[float, list[float], list[float]]:
+        """The parts of the estimate that depend only on the pending jobs (sorted: a multiset): H2
+        less n t, the order bounds L_j, and the larger of L_j and the j-th smallest c_i."""
+        n = len(jobs)
+        cols = [sorted(col) for col in zip(*jobs)]  # each field of Job, sorted
+        steps = cols[0]
+        spt = sum(s * -(-(n - j) // self.kappa) for j, s in enumerate(steps))
+        k = max(spt, sum(steps), *(_prefix_batches(cols[f], per) for f, per in self._per_batch))
+        orders = self._orders(cols)
+        return sum(cols[4]) + self.tau * k, orders, [max(low, c) for low, c in zip(orders, cols[3])]
+
+    def _orders(self, cols: list[list[Any]]) -> list[float]:
+        """L_j: the least cost of batches that finish any j of the jobs whose fields, each sorted,
+        are ``cols`` (module docstring)."""
+        k = self.coef
+        per_batch = k.base + k.per_tile
+        steps, pres = cols[0], cols[1]
+        tokens, items, step_sums = accumulate(cols[2]), accumulate(cols[5]), accumulate(steps)
+        sums = [(list(accumulate(cols[f])), per) for f, per in self._per_batch]
+        out = []
+        for j, (tok, item, step_sum) in enumerate(zip(tokens, items, step_sums)):
+            pre = max(pres[j], -(-tok // self.P))
+            b = max(steps[j], -(-step_sum // self.kappa), pre, *(-(-v[j] // per) for v, per in sums))
+            bias = (
+                k.prefill_bias * pre + k.decode_bias * (b - pre)
+                if k.prefill_bias >= k.decode_bias
+                else k.prefill_bias * b
+            )
+            out.append(per_batch * b + bias + item)
+        return out
+
+
+def _prefix_batches(values: list[int], per: int) -> int:
+    """The sum over j of ceil(the sum of the j smallest ``values`` / ``per``): the least sum over
+    the events of the batches before each, when a batch takes at most ``per`` of a quantity of which
+    each job needs its value."""
+    return sum(-(-prefix // per) for prefix in accumulate(values))
+
+
+def estimate_at(est: Estimate, t: float) -> float:
+    """h at time t from :meth:`SearchProblem.estimate`'s parts: the larger of H2 and the order bound."""
+    if t >= est.last and not est.released_late:  # every job released: max(t, a) + c = t + c
+        return est.n * t + est.late
+    lows = sorted(max(t, a) + c for a, c in est.per)
+    order = sum(max(t + low, x, rel) for low, x, rel in zip(est.orders, lows, est.released))
+    return max(est.n * t + est.h2, order)
