@@ -14,7 +14,7 @@ import time
 import pytest
 
 from optsched.exiting import EXIT_TIME_LIMIT
-from tests.support.infermax import eight_wide_requests
+from tests.support.infermax import eight_staggered_requests, eight_wide_requests
 from tests.support.time_limit_table import instance_for, table
 
 LIMIT = 5.0
@@ -64,11 +64,14 @@ def test_the_instant_bounders_take_a_time_limit(problem) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["latency", "ttft"])
-def test_the_exact_mean_search_of_eight_requests_ends_within_the_limit(tmp_path, objective: str) -> None:
-    """Eight requests of 1 to 8 prompt tokens without KV or running limits: the exact search's states
-    have hundreds of thousands of batches each, and the solve still answers within the limit."""
-    path = tmp_path / "wide8.json"
-    path.write_text(json.dumps(eight_wide_requests()))
+@pytest.mark.parametrize("make", [eight_wide_requests, eight_staggered_requests])
+def test_the_exact_mean_search_of_eight_requests_ends_within_the_limit(tmp_path, make, objective: str) -> None:
+    """Eight requests without KV or running limits (prompts of 1 to 8 tokens, or eight alike
+    arriving 4 ms apart): the exact search's states have thousands to hundreds of thousands of
+    batches each, and the solve still answers within the limit, its optimal path written out
+    included."""
+    path = tmp_path / "eight.json"
+    path.write_text(json.dumps(make()))
     argv = [sys.executable, "-m", "optsched", "solve", str(path), "--problem", "infermax"]
     argv += ["--objective", objective, "--time-limit", f"{LIMIT:g}", "--json"]
     t0 = time.perf_counter()

@@ -78,6 +78,14 @@ def wide_instance(seed: int, n: int):
     return parse_instance(data, f"wide{n}-{seed}")
 
 
+def eight_staggered_requests() -> dict:
+    """The instance JSON of eight requests of 8 prompt and 8 output tokens arriving 4 ms apart, no
+    limits: the exact TTFT search finds its optimum in a second through states of thousands of
+    batches, which the path written out must not list again."""
+    reqs = [{"id": f"r{i}", "prompt_tokens": 8, "output_tokens": 8, "arrival": 0.004 * i} for i in range(8)]
+    return {"name": "staggered8", "cost_model": "llama2-7b-h200", "requests": reqs}
+
+
 def eight_wide_requests() -> dict:
     """The instance JSON of eight requests with prompts of 1 to 8 tokens, arrivals within 50 ms and
     no limits: the exact mean search's states have hundreds of thousands of batches (time limits)."""

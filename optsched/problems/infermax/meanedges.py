@@ -9,7 +9,7 @@ found, to the caller's visit function as an :data:`Edge` (cost, next state, earl
 events): a state's batches multiply with the chunk sizes its requests may take, so they are never
 held all at once, and the clock is read between visits. A batch's parts, needed only to write a
 path out as the contract's batches, are found again by listing the batches of the path's states
-(:meth:`EdgeLister.batches_of`).
+from the parts that lead to the next state's subs alone (:meth:`EdgeLister.batches_of`).
 """
 
 from __future__ import annotations
@@ -109,32 +109,30 @@ class EdgeLister:
         pruned, so the visits' own time and memory count)."""
         self._list(state, (stop, visit), None, floor)
 
-    def batches_of(self, state: tuple[Sub, ...], nxt: tuple[Sub, ...], t: float, end: float) -> list[Batch]:
-        """A batch from ``state`` at ``t`` to ``nxt`` that ends at ``end``, as the contract's batches:
-        an eviction-only batch before it when a request it evicts refills in it."""
+    def batches_of(
+        self, state: tuple[Sub, ...], nxt: tuple[Sub, ...], t: float, end: float, ids: list[str]
+    ) -> tuple[list[Batch], tuple[Sub, ...]]:
+        """A batch from ``state`` at ``t`` to ``nxt`` that ends at ``end``, as the contract's batches
+        (``ids[k]``: the request at position k of ``state``; an eviction-only batch before it when a
+        request it evicts refills in it), with the state it leads to before the canonical order of
+        requests alike (the search problem's ``canonical``)."""
         found = self._list(state, None, (nxt, t, end))
         if found is None:
             raise ValueError("meanedges: no batch leads from the state to the next one at that time")
-        acts, ready = found
-        ids = [r.id for r in self.pb.reqs]
+        acts, ready, raw = found
         items = tuple(Item(ids[i], a.tokens) for i, a in enumerate(acts) if a.tokens)
         evicted = tuple(ids[i] for i, a in enumerate(acts) if a.evict)
         start = ready if ready > t else None
         if any(a.evict and a.tokens for a in acts):
-            return [Batch((), evicted), Batch(items, (), start)]
-        return [Batch(items, evicted, start)]
+            return [Batch((), evicted), Batch(items, (), start)], raw
+        return [Batch(items, evicted, start)], raw
 
-    def _list(
-        self,
-        state: tuple[Sub, ...],
-        visitor: tuple[Callable[[], bool], Callable[[Edge], None]] | None,
-        match: tuple[tuple[Sub, ...], float, float] | None,
-        floor: Floor | None = None,
-    ) -> tuple[list[Any], float] | None:
-        """Visit the batches with ``visitor`` = (stop, visit) (:meth:`visit_edges`), or with
-        ``match`` = (next state, t, end) return the actions and start of the first batch that leads
-        there."""
-        pb = self.pb
+    def _options(
+        self, state: tuple[Sub, ...], nxt: tuple[Sub, ...] | None
+    ) -> tuple[list[int], list[tuple[Part, ...]], int, int]:
+        """The requests of ``state`` with a choice in a batch and their parts (with ``nxt``, only
+        those leading to a sub of ``nxt`` in the request's class of requests alike), and the KV and
+        running count of the others (idle, holding what they hold)."""
         active: list[int] = []
         options: list[tuple[Part, ...]] = []
         kv0 = run0 = 0
@@ -142,14 +140,33 @@ class EdgeLister:
             parts = self.parts(i, sub)
             if len(parts) == 1 and not parts[0].tokens and not parts[0].idle_evict:
                 kv0, run0 = kv0 + parts[0].kv, run0 + parts[0].run
-            else:
-                active.append(i)
-                options.append(parts)
+                continue
+            if nxt is not None:
+                allowed = {nxt[j] for j in self.pb.class_of[i]}
+                parts = tuple(p for p in parts if p.new in allowed)
+            active.append(i)
+            options.append(parts)
+        return active, options, kv0, run0
+
+    def _list(
+        self,
+        state: tuple[Sub, ...],
+        visitor: tuple[Callable[[], bool], Callable[[Edge], None]] | None,
+        match: tuple[tuple[Sub, ...], float, float] | None,
+        floor: Floor | None = None,
+    ) -> tuple[list[Any], float, tuple[Sub, ...]] | None:
+        """Visit the batches with ``visitor`` = (stop, visit) (:meth:`visit_edges`), or with
+        ``match`` = (next state, t, end) return the actions, start and next state (before the
+        canonical order) of the first batch that leads there."""
+        pb = self.pb
+        active, options, kv0, run0 = self._options(state, None if match is None else match[0])
+        if any(not parts for parts in options):
+            return None
         n, last = len(active), len(active) - 1
         chosen: list[Part] = [options[0][0]] * n if n else []
         paired, low0, due, t0, limit = _floors(active, options, floor)
         steps, hit = [0], []  # batches visited and partial batches pruned (the clock); the match found
-        C, P, hybrid, batch_time = pb.C, pb.P, pb.hybrid, pb.cost.batch_time
+        C, P, hybrid, batch_time, canonical = pb.C, pb.P, pb.hybrid, pb.cost.batch_time, pb.canonical
         M = pb.M if pb.M is not None else math.inf
         R = pb.R if pb.R is not None else math.inf
 
@@ -163,13 +180,13 @@ class EdgeLister:
             nxt = list(state)
             for p, i in zip(chosen, active):
                 nxt[i] = p[0]
-            edge = (cost, tuple(nxt), ready, events)
+            edge = (cost, canonical(tuple(nxt)), ready, events)
             if match is not None:
                 if edge[1] == match[0] and max(match[1], ready) + cost == match[2]:
                     acts = [self.parts(i, sub)[0].action for i, sub in enumerate(state)]
                     for p, i in zip(chosen, active):
                         acts[i] = p.action
-                    hit.append((acts, ready))
+                    hit.append((acts, ready, tuple(nxt)))
                 return
             if visitor is not None:
                 visitor[1](edge)

@@ -49,7 +49,10 @@ the schedule is legal and no batch ends later.
 request's own prompt: for a finished request, and for one decoding (:math:`m \ge I`, so
 :math:`m \ge` its own prompt): its next item is a decode and an eviction sets its prompt to
 :math:`m + 1`, whatever the field held; its job is the same too. States equal up to these fields
-have the same continuations, so they are one state.
+have the same continuations, so they are one state. (S2) Requests alike (the same arrival, prompt
+and output lengths) are interchangeable: swapping two of them in a schedule gives a schedule with
+the same event times. Their subs are written in sorted order, so states equal up to such swaps are
+one; a path written out follows which request stands at each position.
 
 **Estimate** h (admissible: never above :math:`V(s, t)`, the least sum of the events still to come
 from state s at time t). Per request with an event to come: its *job* is the
@@ -173,6 +176,12 @@ class SearchProblem:
         #: Per-batch limits on the jobs' counts (module docstring): KV area, steps above M/2 and M/3.
         self._per_batch = ((6, self.M), (7, 1), (8, 2)) if self.M is not None else ()  # Job fields area, half, third
         self.arrival = [r.arrival for r in self.reqs]
+        alike: dict[tuple[float, int, int], list[int]] = {}
+        for i, r in enumerate(self.reqs):
+            alike.setdefault((r.arrival, r.prompt_tokens, r.output_tokens), []).append(i)
+        #: S2: the positions of each class of two or more requests alike, and each position's class.
+        self.classes = tuple(tuple(members) for members in alike.values() if len(members) > 1)
+        self.class_of = [tuple(alike[r.arrival, r.prompt_tokens, r.output_tokens]) for r in self.reqs]
         self.actions = lru_cache(maxsize=None)(self.legal_actions)
         self.job = lru_cache(maxsize=None)(self._job)
         self.fill = lru_cache(maxsize=None)(self._fill)
@@ -183,6 +192,21 @@ class SearchProblem:
         the cyclic collector frees, with everything cached in it."""
         for cache in (self.actions, self.job, self.fill, self.of_jobs):
             cache.cache_clear()
+
+    def canonical_order(self, state: tuple[Sub, ...]) -> list[int]:
+        """S2: the positions of ``state`` in the order of its canonical form (each class of requests
+        alike by their subs): the canonical state's k-th sub is ``state[order[k]]``."""
+        order = list(range(len(state)))
+        for members in self.classes:
+            for k, pos in zip(members, sorted(members, key=state.__getitem__)):
+                order[k] = pos
+        return order
+
+    def canonical(self, state: tuple[Sub, ...]) -> tuple[Sub, ...]:
+        """S2: ``state`` with the subs of each class of requests alike in sorted order."""
+        if not self.classes:
+            return state
+        return tuple(state[k] for k in self.canonical_order(state))
 
     def legal_actions(self, i: int, sub: Sub) -> tuple[Action, ...]:
         """Request i's legal parts of a batch from ``sub`` (module docstring)."""

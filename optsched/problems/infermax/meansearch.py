@@ -179,12 +179,20 @@ class _Search:
         return Floor(self.t[node], limit, pending, pb.arrival, pb.part_floor)
 
     def path(self, node: int) -> list[Batch]:
-        """The batches from the start to ``node`` (each edge's parts found again from its states and times)."""
-        out: list[list[Batch]] = []
-        while (prev := self.parent[node]) >= 0:
-            out.append(self.edges.batches_of(self.state[prev], self.state[node], self.t[prev], self.t[node]))
-            node = prev
-        return [b for part in reversed(out) for b in part]
+        """The batches from the start to ``node`` (each edge's parts found again from its states and
+        times), following which request stands at each position of the states (S2)."""
+        nodes = [node]
+        while (prev := self.parent[nodes[-1]]) >= 0:
+            nodes.append(prev)
+        nodes.reverse()
+        ids = [r.id for r in self.pb.reqs]  # the request at each position of the state
+        out: list[Batch] = []
+        for prev, nxt in zip(nodes, nodes[1:]):
+            state, t = self.state, self.t
+            batches, raw = self.edges.batches_of(state[prev], state[nxt], t[prev], t[nxt], ids)
+            out.extend(batches)
+            ids = [ids[k] for k in self.pb.canonical_order(raw)]
+        return out
 
 
 def mean_search(

@@ -127,6 +127,39 @@ def test_first_token_rules_where_they_do_not_hold_are_caught(monkeypatch: pytest
     assert missed > 0
 
 
+def with_twin(inst):
+    """``inst`` (two or more requests) with its second request made alike to its first (the same
+    arrival, prompt and output lengths)."""
+    first, second = inst.requests[0], inst.requests[1]
+    twin = replace(second, arrival=first.arrival, prompt_tokens=first.prompt_tokens)
+    return replace(inst, requests=(first, replace(twin, output_tokens=first.output_tokens), *inst.requests[2:]))
+
+
+def twin_instances() -> list:
+    """Tiny instances with arrivals, each with two requests alike (S2), and with three where it has three."""
+    found = [tiny_instance(seed, arrivals=True) for seed in SEEDS]
+    twins = [with_twin(inst) for inst in found if len(inst.requests) >= 2]
+    triplets = [
+        replace(inst, requests=tuple(replace(inst.requests[0], id=f"r{k}") for k in range(3)))
+        for inst in twins
+        if len(inst.requests) == 3
+    ]
+    return twins + triplets
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_requests_alike_equal_the_exhaustive_search(objective: str) -> None:
+    """Two requests alike are one class (S2): the optimum is the exhaustive one and the schedule,
+    written out with the requests that stand at each position, replays to it."""
+    checked = 0
+    for inst in twin_instances():
+        found = exhaustive_mean(inst, objective)
+        assert found is not None
+        assert searched(inst, objective) == pytest.approx(found[0], rel=REL), inst.name
+        checked += 1
+    assert checked >= 5
+
+
 @pytest.mark.parametrize("restriction", ["no_chunk", "no_hybrid"])
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_restrictions_equal_the_offline_exhaustive_search(objective: str, restriction: str) -> None:
