@@ -34,16 +34,20 @@ MEAN_OBJECTIVES, SEARCH_SHARE, MEAN_SEARCH = ("latency", "ttft"), 0.9, "mean-sea
 #: best without evictions, when it ends by itself).
 NO_EVICT_PART, MEAN_SEARCH_NO_EVICT = 0.25, "mean-search-no-evict"
 
-#: The longest chunk (min(C, P), at most the longest request's I + O - 1 tokens) with which a solve
+#: The longest chunk (min(C, P) and the longest prompt the search may prefill) with which a solve
 #: runs the search: a state's batches multiply with the chunk sizes each request may take.
 SEARCH_MAX_FILL = 16
 
 
-def search_applies(instance: Instance, objective: str) -> bool:
+def search_applies(instance: Instance, objective: str, evict: bool = True) -> bool:
     """Whether an InferMax solve of ``objective`` runs the search on ``instance``
-    (:data:`MEAN_OBJECTIVES`, chunks of at most :data:`SEARCH_MAX_FILL` tokens)."""
+    (:data:`MEAN_OBJECTIVES`, chunks of at most :data:`SEARCH_MAX_FILL` tokens). The longest prompt
+    the search prefills is a request's own I, or I + O - 1 for ``latency`` with evictions (a refill
+    after an eviction prefills the tokens generated too; for ``ttft`` the search refills only before
+    a first token: E5 of :mod:`.meanproblem`)."""
     lim = instance.limits
-    longest = max(r.prompt_tokens + r.output_tokens - 1 for r in instance.requests)
+    refills = objective == "latency" and evict
+    longest = max(r.prompt_tokens + (r.output_tokens - 1 if refills else 0) for r in instance.requests)
     return objective in MEAN_OBJECTIVES and min(lim.token_budget, lim.prefill_budget, longest) <= SEARCH_MAX_FILL
 
 

@@ -203,7 +203,8 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
     scale_info = _scale_phase(pool, proven, budget) if scaled else None
     data = _model_data(pool, scaled)
     searched = None
-    if search_applies(instance, opts.objective) and opts.early_exit and not (met or scaled or budget.expired()):
+    applies = search_applies(instance, opts.objective, not opts.no_evict)
+    if applies and opts.early_exit and not (met or scaled or budget.expired()):
         bound, searched = search_phase(pool, budget)
         proven.append(bound)
         met = _meets(pool.best.value, max(proven))

@@ -288,6 +288,15 @@ def test_the_time_limit_holds_within_an_expansion() -> None:
     assert not search_applies(inst, "latency") and search_applies(tiny_instance(5), "ttft")
 
 
+def test_a_solve_runs_the_search_where_the_prompts_it_prefills_are_short() -> None:
+    """Prompts of 2 tokens and 16 outputs, no C: refills after evictions (latency) prefill 17 tokens;
+    ttft refills nothing after a first token (E5), nor does latency without evictions."""
+    reqs = [{"id": f"r{i}", "prompt_tokens": 2, "output_tokens": 16} for i in range(3)]
+    inst = parse_instance({"name": "long-out", "cost_model": "llama2-7b-h200", "requests": reqs}, "long-out")
+    assert search_applies(inst, "ttft") and search_applies(inst, "latency", evict=False)
+    assert not search_applies(inst, "latency") and not search_applies(inst, "makespan")
+
+
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_the_time_limit_holds_while_an_expansion_queues_its_labels(objective: str) -> None:
     """Eight requests with prompts of 1 to 8 tokens, C = P = 4,096 and no KV or running limit: a
