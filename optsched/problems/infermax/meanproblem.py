@@ -29,9 +29,9 @@ whole rest), has fewer (prefill) tokens and no more of any other count, holds th
 processing, starts no later and leads to the same state; the cost model is non-decreasing in every
 count, so the replacement ends no later (for c = m without other items it is no batch: the state
 stays as it was, earlier).
-(E5) For ``ttft`` with evictions allowed, or without a KV capacity and a running limit: anything
-of a request after its first token but idling or (evictions allowed) an idle eviction, after
-which it is written as finished (it holds nothing and its event is done). In any schedule, delete
+(E5) For ``ttft`` with evictions allowed, or without a KV capacity and a running limit, a request
+that has its first token does nothing but idle or (evictions allowed) be evicted idle, after which
+it is written as finished (it holds nothing and its event is done). In any schedule, delete
 every item of a request after the batch of its first token, and where it was evicted or finished
 after that, evict it idle there instead (without evictions and without limits it keeps its KV to
 the end). Its KV after processing stays at its first-token value, at most what it held until its

@@ -187,8 +187,8 @@ class _Search:
         nodes.reverse()
         ids = [r.id for r in self.pb.reqs]  # the request at each position of the state
         out: list[Batch] = []
+        state, t = self.state, self.t
         for prev, nxt in zip(nodes, nodes[1:]):
-            state, t = self.state, self.t
             batches, raw = self.edges.batches_of(state[prev], state[nxt], t[prev], t[nxt], ids)
             out.extend(batches)
             ids = [ids[k] for k in self.pb.canonical_order(raw)]
