@@ -66,9 +66,9 @@ def test_the_instant_bounders_take_a_time_limit(problem) -> None:
 @pytest.mark.parametrize("objective", ["latency", "ttft"])
 @pytest.mark.parametrize("make", [eight_wide_requests, eight_staggered_requests])
 def test_the_exact_mean_search_of_eight_requests_ends_within_the_limit(tmp_path, make, objective: str) -> None:
-    """Eight requests without KV or running limits (prompts of 1 to 8 tokens, or eight alike
-    arriving 4 ms apart): the exact search's states have thousands to hundreds of thousands of
-    batches each, and the solve still answers within the limit, its optimal path written out
+    """Eight requests without KV or running limits (prompts of 1 to 8 tokens, or eight of the same
+    lengths arriving 4 ms apart): the exact search's states have thousands to hundreds of thousands
+    of batches each, and the solve still answers within the limit, its optimal path written out
     included."""
     path = tmp_path / "eight.json"
     path.write_text(json.dumps(make()))
