@@ -15,6 +15,10 @@ meanproblem.py).
   twin with fewer tokens and the same next state).
 - Without a KV capacity or a running limit, the ttft optimum (no eviction listed, E6; nothing of a
   request after its first token, E5) equals the exhaustive one with evictions.
+- Two or three requests alike (S2) equal the exhaustive search, their schedules written out with
+  the request that stands at each position.
+- A solve runs the search where the prompts it prefills are short (a request's I for ttft, I + O - 1
+  for latency with evictions).
 - Where the floors drop most batches (prompts of 1 to 8 tokens, no limits), the optimum below a
   policy's value equals the search's without an incumbent.
 - Planted faults are caught by the comparison with the exhaustive search: an estimate 3 % too high,
@@ -131,8 +135,9 @@ def with_twin(inst):
     """``inst`` (two or more requests) with its second request made alike to its first (the same
     arrival, prompt and output lengths)."""
     first, second = inst.requests[0], inst.requests[1]
-    twin = replace(second, arrival=first.arrival, prompt_tokens=first.prompt_tokens)
-    return replace(inst, requests=(first, replace(twin, output_tokens=first.output_tokens), *inst.requests[2:]))
+    lengths = {"prompt_tokens": first.prompt_tokens, "output_tokens": first.output_tokens}
+    twin = replace(second, arrival=first.arrival, **lengths)
+    return replace(inst, requests=(first, twin, *inst.requests[2:]))
 
 
 def twin_instances() -> list:
