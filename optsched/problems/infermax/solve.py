@@ -20,9 +20,9 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
    first-token model, whose solution is completed by :func:`.schedules.serial_completion`);
    for ``latency`` and ``ttft`` (option ``early_exit``; short chunks: :func:`.meanphase.search_applies`),
    the exact search of :mod:`.meansearch`
-   (:func:`.meanphase.search_phase`, most of the time left; with evictions allowed but no KV or
-   running limit, the search without them first, whose schedule lowers the incumbent) below the
-   best candidate: its proven bound joins the others and its schedule, proven optimal, the
+   (:func:`.meanphase.search_phase`, most of the time left; for ``latency`` with evictions allowed
+   but no KV or running limit, the search without them first, whose schedule lowers the incumbent)
+   below the best candidate: its proven bound joins the others and its schedule, proven optimal, the
    candidates;
 3. for the makespan with a KV capacity, the residency relaxation (:func:`_relaxation_phase`:
    :mod:`.residency`, the exact search of :mod:`.search` first) with the option ``relax``'s part of
