@@ -1,8 +1,8 @@
 """The exact search of mean latency and mean TTFT (:mod:`.meansearch`) as a phase of the InferMax solve.
 
 Below :data:`~.scale.SCALE_MIN_REQUESTS` requests, for ``latency`` and ``ttft`` with short chunks
-(:func:`search_applies`), the solve runs the search below its best candidate with
-:data:`SEARCH_SHARE` of the time left (:func:`search_phase`); the model gets the rest.
+(:func:`search_applies`), the solve runs the search's greedy dive and then the search below its best
+candidate with :data:`SEARCH_SHARE` of the time left (:func:`search_phase`); the model gets the rest.
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from typing import Any
 from ...budget import TimeBudget
 from ...instance import Instance
 from .candidates import CandidatePool
-from .meansearch import mean_search
+from .meansearch import greedy_dive, mean_search
 
 __all__ = [
+    "DIVE_PART",
     "MEAN_OBJECTIVES",
     "MEAN_SEARCH",
+    "MEAN_SEARCH_DIVE",
     "MEAN_SEARCH_NO_EVICT",
     "NO_EVICT_PART",
     "SEARCH_MAX_FILL",
@@ -28,6 +30,9 @@ __all__ = [
 #: The objectives of the search in an InferMax solve, the share of the time left it takes there
 #: (the model gets the rest), and the name of its schedule among the solve's candidates.
 MEAN_OBJECTIVES, SEARCH_SHARE, MEAN_SEARCH = ("latency", "ttft"), 0.9, "mean-search"
+
+#: The part of the search's share that its greedy dive takes first, and the name of its schedule.
+DIVE_PART, MEAN_SEARCH_DIVE = 0.2, "mean-search-dive"
 
 #: For ``latency`` with evictions allowed and neither a KV capacity nor a running limit, the part of
 #: the search's share that the eviction-free search takes first, and the name of its schedule (the
@@ -53,8 +58,10 @@ def search_applies(instance: Instance, objective: str, evict: bool = True) -> bo
 
 def search_phase(pool: CandidatePool, budget: TimeBudget) -> tuple[float, dict[str, Any]]:
     """The search as a phase of the InferMax solve: below the pool's best candidate (the incumbent),
-    with :data:`SEARCH_SHARE` of the time left of ``budget`` and the options' restrictions. Its schedule
-    (better than every candidate, proven optimal) joins the pool as :data:`MEAN_SEARCH`. For
+    with :data:`SEARCH_SHARE` of the time left of ``budget`` and the options' restrictions. Its
+    greedy dive runs first with :data:`DIVE_PART` of that share, and its schedule joins the pool as
+    :data:`MEAN_SEARCH_DIVE` (where it ends in time: a better incumbent prunes more). The search's
+    schedule (better than every candidate, proven optimal) joins the pool as :data:`MEAN_SEARCH`. For
     ``latency`` with evictions allowed but neither a KV capacity nor a running limit (an eviction
     then frees nothing a later batch needs), the search without them runs first with
     :data:`NO_EVICT_PART` of that share: far fewer batches a state (for ``ttft`` there the search
@@ -67,6 +74,10 @@ def search_phase(pool: CandidatePool, budget: TimeBudget) -> tuple[float, dict[s
     opts = pool.options
     share = budget.share(SEARCH_SHARE)
     restrictions = {"no_hybrid": opts.no_hybrid, "no_chunk": opts.no_chunk}
+    dived = pool.offer(
+        MEAN_SEARCH_DIVE,
+        greedy_dive(pool.instance, opts.objective, share.part(DIVE_PART), no_evict=opts.no_evict, **restrictions),
+    )
     first = None
     lim = pool.instance.limits
     unlimited = lim.kv_capacity is None and lim.max_running is None
@@ -82,6 +93,7 @@ def search_phase(pool: CandidatePool, budget: TimeBudget) -> tuple[float, dict[s
         "bound": found.bound,
         "expanded": found.expanded,
         "labels": found.labels,
+        "dive": None if dived is None else dived.value,
     }
     if first is not None:
         info["no_evict"] = {"status": str(first.status), "expanded": first.expanded, "labels": first.labels}

@@ -43,7 +43,12 @@ eviction at all: in a schedule of E5's form, delete every eviction, and every it
 before its last eviction (which comes before its first token, so the prompt it refills is its own
 I). Its refill then starts from an empty KV, the same chunks in the same batches; the other
 batches lose items (and are dropped when empty); nothing limits the KV or the running requests, so
-the schedule is legal and no batch ends later.
+the schedule is legal and no batch ends later. (E7) Where E5 applies, a request is written as
+finished from the batch of its first token on (its KV after processing counts in that batch
+alone). With evictions allowed, in a schedule of E5's form, move its idle eviction to the next
+batch (adding one where it is never evicted): every later batch holds no more KV and no more
+running requests, and no time changes; the path written out holds that eviction. Without
+evictions (and without limits, by E5) nothing counts the KV it keeps.
 
 **Canonical states** (S1). Where nothing reads a request's prompt field, it is written as the
 request's own prompt: for a finished request, and for one decoding (:math:`m \ge I`, so
@@ -166,7 +171,7 @@ class SearchProblem:
         unlimited = self.M is None and self.R is None
         #: E6: for ttft without a KV capacity or a running limit, the optimum needs no eviction.
         self.evict = evict and not (objective == "ttft" and unlimited)
-        #: E5: for ttft, a request with its first token only idles or (with evictions) is evicted idle.
+        #: E5 and E7: for ttft, a request is written as finished at its first token.
         self.first_tokens_only = objective == "ttft" and (self.evict or unlimited)
         self.step = min(self.C, self.P)
         self.cost = instance.cost_model
@@ -215,11 +220,6 @@ class SearchProblem:
         if g == out_tokens:
             return (Action(False, 0, False, sub, 0, False, 0),)
         acts = [Action(False, 0, False, sub, m, False, 0)]
-        if self.first_tokens_only and g > 0:  # E5: idle, or evicted idle and then as finished
-            first = self.reqs[i].prompt_tokens
-            if self.evict:
-                acts.append(Action(True, 0, False, (0, first, out_tokens), 0, False, 0, self.reqs[i].arrival))
-            return tuple(acts)
         starts = [(False, m, prompt)]
         if self.evict and m > 0:
             acts.append(Action(True, 0, False, (0, m + 1 if m >= prompt else prompt, g), 0, False, 0))
@@ -235,8 +235,8 @@ class SearchProblem:
                 if c > self.step or (ev and m < prompt and c >= m):  # E4
                     continue
                 g2 = g + (m0 + c == p0)
-                done = g2 == out_tokens
-                new = (0 if done else m0 + c, p0, g2)
+                done = g2 == out_tokens or (self.first_tokens_only and g2 > 0)  # E7: as finished
+                new = (0, p0, out_tokens) if done else (m0 + c, p0, g2)
                 acts.append(Action(ev, c, False, new, m0 + c, self._event(g, g2, out_tokens), m0))
         arrival, first = self.reqs[i].arrival, self.reqs[i].prompt_tokens
         return tuple(

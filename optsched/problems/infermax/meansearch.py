@@ -27,13 +27,17 @@ least :math:`\max(t, \text{its arrivals so far})` plus its cost so far (the cost
 non-negative); a request whose part brings its event adds that end (it arrived by the batch's
 start), any other pending request at least :math:`\max(\text{end}, a_i) + c_i` after its part
 (the least over its parts for those not chosen yet): every completion's A plus floor is no less.
+
+**Dive.** A schedule fast, for the incumbent: from the start, take the batch whose next label has
+the least :math:`A + h`, and repeat until the goal (no queue, no dominance; nothing proven). Its
+schedule is written out as the search's.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...budget import TimeBudget
 from ...collector import cyclic_collector_paused
@@ -44,7 +48,7 @@ from .meanedges import Edge, EdgeLister, Floor, Stopped
 from .meanproblem import Estimate, SearchProblem, Sub, estimate_at
 from .schedules import serial_completion
 
-__all__ = ["MAX_LABELS", "MAX_STATES", "MeanSearchResult", "mean_search"]
+__all__ = ["MAX_LABELS", "MAX_STATES", "MeanSearchResult", "greedy_dive", "mean_search"]
 
 #: Labels the search keeps at most (about 700 bytes each with the queue and the parents: 1.4 GB).
 MAX_LABELS = 2_000_000
@@ -147,14 +151,57 @@ class _Search:
                 else:
                     live.append(k)
             kept[:] = live
-        node = len(self.state)
+        node = self.add(state, t, acc, parent)
         kept.append(node)
+        heapq.heappush(self.heap, (f, -acc, node))
+
+    def add(self, state: tuple[Sub, ...], t: float, acc: float, parent: int) -> int:
+        """Keep the label (t, acc) of ``state`` reached from ``parent``; its node."""
         self.state.append(state)
-        times.append(t)
-        accs.append(acc)
+        self.t.append(t)
+        self.acc.append(acc)
         self.parent.append(parent)
         self.dead.append(False)
-        heapq.heappush(self.heap, (f, -acc, node))
+        return len(self.state) - 1
+
+    def dive(self, start: tuple[Sub, ...], most: int) -> int | None:
+        """The greedy descent from ``start`` (module docstring, *Dive*): its goal node, or None at a
+        state without a batch or after ``most`` batches. Raises :class:`Stopped` when the budget
+        expires."""
+        node = self.add(start, 0.0, 0.0, -1)
+        for _ in range(most):
+            if self.goal(self.state[node]):
+                return node
+            child = self.best_child(node)
+            if child is None:
+                return None
+            node = self.add(*child, node)
+        return node if self.goal(self.state[node]) else None
+
+    def best_child(self, node: int) -> tuple[tuple[Sub, ...], float, float] | None:
+        """The next state, time and A of ``node``'s batch whose label has the least A + h (the
+        first listed among equals), or None without a batch."""
+        t, acc, estimate = self.t[node], self.acc[node], self.pb.estimate
+        best: list[tuple[float, tuple[Sub, ...], float, float]] = []
+
+        def visit(edge: Edge) -> None:
+            cost, nxt, ready, events = edge
+            end = (t if t >= ready else ready) + cost
+            label = acc + end * events
+            f = label + estimate_at(estimate(nxt, end), end)
+            if not best or f < best[0][0]:
+                best[:] = [(f, nxt, end, label)]
+
+        self.edges.visit_edges(self.state[node], self.over, visit)
+        return best[0][1:] if best else None
+
+    def schedule(self, node: int, solver: str) -> Schedule:
+        """The schedule of the path to the goal ``node``, labelled ``solver`` (for ttft where
+        :attr:`SearchProblem.first_tokens_only`, finished by the serial completion)."""
+        schedule = Schedule(self.pb.instance.name, tuple(self.path(node)), {"solver": solver})
+        if not self.full_goal:
+            schedule = serial_completion(self.pb.instance, schedule, evict=self.pb.evict)
+        return schedule
 
     def expand(self, node: int) -> None:
         """Queue every kept batch's label from ``node``."""
@@ -180,18 +227,26 @@ class _Search:
 
     def path(self, node: int) -> list[Batch]:
         """The batches from the start to ``node`` (each edge's parts found again from its states and
-        times), following which request stands at each position of the states (S2)."""
+        times), following which request stands at each position of the states (S2). Where E7 writes
+        a request as finished at its first token with evictions allowed, its eviction is written into
+        the next batch."""
         nodes = [node]
         while (prev := self.parent[nodes[-1]]) >= 0:
             nodes.append(prev)
         nodes.reverse()
-        ids = [r.id for r in self.pb.reqs]  # the request at each position of the state
+        pb = self.pb
+        ids = [r.id for r in pb.reqs]  # the request at each position of the state
         out: list[Batch] = []
         state, t = self.state, self.t
+        held: tuple[str, ...] = ()  # E7: requests that hold KV after their first token, evicted next
         for prev, nxt in zip(nodes, nodes[1:]):
             batches, raw = self.edges.batches_of(state[prev], state[nxt], t[prev], t[nxt], ids)
+            batches[0] = replace(batches[0], evict=held + batches[0].evict)
             out.extend(batches)
-            ids = [ids[k] for k in self.pb.canonical_order(raw)]
+            if pb.first_tokens_only and pb.evict:
+                firsts = zip(ids, state[prev], raw, pb.reqs)
+                held = tuple(rid for rid, a, b, r in firsts if a[2] == 0 < b[2] and r.output_tokens > 1)
+            ids = [ids[k] for k in pb.canonical_order(raw)]
         return out
 
 
@@ -263,8 +318,34 @@ def _run(search: _Search) -> MeanSearchResult:
 
 def _found(search: _Search, node: int, value: float) -> MeanSearchResult:
     """The result when the goal ``node`` is taken from the queue: its path, as a schedule, is optimal."""
-    pb = search.pb
-    schedule = Schedule(pb.instance.name, tuple(search.path(node)), {"solver": "mean-search"})
-    if not search.full_goal:
-        schedule = serial_completion(pb.instance, schedule, evict=pb.evict)
+    schedule = search.schedule(node, "mean-search")
     return MeanSearchResult(schedule, value, value, Status.OPTIMAL, search.expanded, len(search.state))
+
+
+def greedy_dive(
+    instance: Instance,
+    objective: str,
+    budget: TimeBudget,
+    *,
+    no_evict: bool = False,
+    no_hybrid: bool = False,
+    no_chunk: bool = False,
+) -> Schedule | None:
+    """A schedule of ``instance`` for mean latency (``objective='latency'``) or mean TTFT (``'ttft'``)
+    by the greedy descent of the module docstring (*Dive*), labelled ``mean-search-dive``: None when
+    ``budget`` expires first, a state has no batch, or the descent takes more batches than the
+    instance has tokens (prompt and output). Parameters as :func:`mean_search`'s; nothing is proven."""
+    if objective not in ("latency", "ttft"):
+        raise ValueError(f"greedy_dive: objective {objective!r} is not 'latency' or 'ttft'")
+    pb = SearchProblem(instance, objective, not no_evict, not no_hybrid, not no_chunk)
+    start = tuple((0, r.prompt_tokens, 0) for r in pb.reqs)
+    most = sum(r.prompt_tokens + r.output_tokens for r in pb.reqs)
+    with cyclic_collector_paused():
+        try:
+            search = _Search(pb, None, budget, MAX_LABELS, MAX_STATES)
+            node = search.dive(start, most)
+            return None if node is None else search.schedule(node, "mean-search-dive")
+        except Stopped:
+            return None
+        finally:
+            pb.clear_caches()
