@@ -76,7 +76,14 @@ def search_phase(pool: CandidatePool, budget: TimeBudget) -> tuple[float, dict[s
     restrictions = {"no_hybrid": opts.no_hybrid, "no_chunk": opts.no_chunk}
     dived = pool.offer(
         MEAN_SEARCH_DIVE,
-        greedy_dive(pool.instance, opts.objective, share.part(DIVE_PART), no_evict=opts.no_evict, **restrictions),
+        greedy_dive(
+            pool.instance,
+            opts.objective,
+            pool.best.value,
+            share.part(DIVE_PART),
+            no_evict=opts.no_evict,
+            **restrictions,
+        ),
     )
     first = None
     lim = pool.instance.limits

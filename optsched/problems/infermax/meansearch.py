@@ -180,8 +180,9 @@ class _Search:
 
     def best_child(self, node: int) -> tuple[tuple[Sub, ...], float, float] | None:
         """The next state, time and A of ``node``'s batch whose label has the least A + h (the
-        first listed among equals), or None without a batch."""
-        t, acc, estimate = self.t[node], self.acc[node], self.pb.estimate
+        first listed among equals), or None without a batch whose A + h is below the incumbent
+        (the floors prune as the search's do)."""
+        t, acc, estimate, cut = self.t[node], self.acc[node], self.pb.estimate, self.cut
         best: list[tuple[float, tuple[Sub, ...], float, float]] = []
 
         def visit(edge: Edge) -> None:
@@ -189,10 +190,10 @@ class _Search:
             end = (t if t >= ready else ready) + cost
             label = acc + end * events
             f = label + estimate_at(estimate(nxt, end), end)
-            if not best or f < best[0][0]:
+            if f < cut and (not best or f < best[0][0]):
                 best[:] = [(f, nxt, end, label)]
 
-        self.edges.visit_edges(self.state[node], self.over, visit)
+        self.edges.visit_edges(self.state[node], self.over, visit, self.floor(node))
         return best[0][1:] if best else None
 
     def schedule(self, node: int, solver: str) -> Schedule:
@@ -325,6 +326,7 @@ def _found(search: _Search, node: int, value: float) -> MeanSearchResult:
 def greedy_dive(
     instance: Instance,
     objective: str,
+    upper: float | None,
     budget: TimeBudget,
     *,
     no_evict: bool = False,
@@ -333,8 +335,10 @@ def greedy_dive(
 ) -> Schedule | None:
     """A schedule of ``instance`` for mean latency (``objective='latency'``) or mean TTFT (``'ttft'``)
     by the greedy descent of the module docstring (*Dive*), labelled ``mean-search-dive``: None when
-    ``budget`` expires first, a state has no batch, or the descent takes more batches than the
-    instance has tokens (prompt and output). Parameters as :func:`mean_search`'s; nothing is proven."""
+    ``budget`` expires first, a state has no batch whose label's A + h is below ``upper`` (the
+    incumbent's objective; None: none), or the descent takes more batches than the instance has
+    tokens (prompt and output). Parameters as :func:`mean_search`'s; nothing is proven (a schedule
+    found is below ``upper``: its goal's label is)."""
     if objective not in ("latency", "ttft"):
         raise ValueError(f"greedy_dive: objective {objective!r} is not 'latency' or 'ttft'")
     pb = SearchProblem(instance, objective, not no_evict, not no_hybrid, not no_chunk)
@@ -342,7 +346,7 @@ def greedy_dive(
     most = sum(r.prompt_tokens + r.output_tokens for r in pb.reqs)
     with cyclic_collector_paused():
         try:
-            search = _Search(pb, None, budget, MAX_LABELS, MAX_STATES)
+            search = _Search(pb, upper, budget, MAX_LABELS, MAX_STATES)
             node = search.dive(start, most)
             return None if node is None else search.schedule(node, "mean-search-dive")
         except Stopped:

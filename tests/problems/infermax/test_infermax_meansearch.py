@@ -369,18 +369,24 @@ def test_canonical_prompts_where_they_are_read_are_caught(monkeypatch: pytest.Mo
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_the_dive_replays_and_is_never_below_the_optimum(objective: str, evict: bool) -> None:
     """The greedy dive gives a legal schedule, labelled as the dive's, whose value is at least the
-    exhaustive optimum (with evictions and without them: there a dive may end at a deadlock)."""
+    exhaustive optimum (with evictions and without them: there a dive may end at a deadlock); below
+    an incumbent it finds only schedules below it (none below the optimum), and just above its own
+    value it finds one again (the floors prune no batch of its path)."""
     found = 0
     for seed in SEEDS:
         inst = tiny_instance(seed, arrivals=True)
-        schedule = greedy_dive(inst, objective, NO_LIMIT, no_evict=not evict)
+        schedule = greedy_dive(inst, objective, None, NO_LIMIT, no_evict=not evict)
         if schedule is None:
             assert not evict, seed
             continue
         assert schedule.meta["solver"] == "mean-search-dive"
         assert replay(inst, schedule).feasible, seed
         value = replayed_objective(inst, schedule, objective)[0]
-        assert value >= exhaustive(seed, True, objective, evict=evict) * (1 - REL), seed
+        best = exhaustive(seed, True, objective, evict=evict)
+        assert value >= best * (1 - REL), seed
+        assert greedy_dive(inst, objective, best, NO_LIMIT, no_evict=not evict) is None, seed
+        above = greedy_dive(inst, objective, value * (1 + 1e-6), NO_LIMIT, no_evict=not evict)
+        assert above is not None and replayed_objective(inst, above, objective)[0] < value * (1 + 1e-6), seed
         found += 1
     assert found >= len(SEEDS) // 2
 
@@ -388,20 +394,26 @@ def test_the_dive_replays_and_is_never_below_the_optimum(objective: str, evict: 
 def test_a_dive_stopped_by_its_budget_gives_none_in_time() -> None:
     inst = parse_instance(eight_wide_requests(), "wide8")
     start = time.perf_counter()
-    assert greedy_dive(inst, "latency", TimeBudget.of(0.3)) is None
+    assert greedy_dive(inst, "latency", None, TimeBudget.of(0.3)) is None
     assert time.perf_counter() - start < 1.5
-    assert greedy_dive(inst, "ttft", TimeBudget.of(0.0)) is None
+    assert greedy_dive(inst, "ttft", None, TimeBudget.of(0.0)) is None
     with pytest.raises(ValueError, match="makespan"):
-        greedy_dive(inst, "makespan", NO_LIMIT)
+        greedy_dive(inst, "makespan", None, NO_LIMIT)
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_the_solve_offers_the_dive(objective: str) -> None:
-    """The solve's search phase runs the dive first: its value is reported, no better than the
-    solve's proven optimum."""
-    for seed in (5, 10):
+    """The solve's search phase runs the dive first, below the policies' best: its value, where it
+    found one, is no better than the solve's proven optimum, and where it is that optimum the
+    solve's schedule is labelled as the dive's."""
+    dived = from_dive = 0
+    for seed in SEEDS[9:]:
         inst = tiny_instance(seed, arrivals=True)
         res = registered_solve("infermax", inst, {"objective": objective, "time_limit": 60, "threads": 1})
-        assert res.status == Status.OPTIMAL
-        dive = res.extra["mean_search"]["dive"]
-        assert dive is not None and dive >= res.objective * (1 - REL), seed
+        assert res.status == Status.OPTIMAL, seed
+        dive = res.extra.get("mean_search", {}).get("dive")  # no search where a bound meets a policy
+        if dive is not None:
+            assert dive >= res.objective * (1 - REL), seed
+            dived += 1
+            from_dive += res.schedule.meta["solver"] == "mean-search-dive"
+    assert dived > 0 and from_dive > 0
