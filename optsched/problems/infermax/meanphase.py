@@ -1,8 +1,8 @@
 """The exact search of mean latency and mean TTFT (:mod:`.meansearch`) as a phase of the InferMax solve.
 
 Below :data:`~.scale.SCALE_MIN_REQUESTS` requests, for ``latency`` and ``ttft`` with short chunks
-(:func:`search_applies`), the solve runs the search's greedy dive and then the search below its best
-candidate with :data:`SEARCH_SHARE` of the time left (:func:`search_phase`); the model gets the rest.
+(:func:`search_applies`), the solve runs the search below its best candidate with
+:data:`SEARCH_SHARE` of the time left (:func:`search_phase`); the model gets the rest.
 """
 
 from __future__ import annotations
@@ -12,13 +12,10 @@ from typing import Any
 from ...budget import TimeBudget
 from ...instance import Instance
 from .candidates import CandidatePool
-from .meansearch import greedy_dive, mean_search
+from .meansearch import MEAN_SEARCH, MEAN_SEARCH_DIVE, mean_search
 
 __all__ = [
-    "DIVE_PART",
     "MEAN_OBJECTIVES",
-    "MEAN_SEARCH",
-    "MEAN_SEARCH_DIVE",
     "MEAN_SEARCH_NO_EVICT",
     "NO_EVICT_PART",
     "SEARCH_MAX_FILL",
@@ -27,12 +24,9 @@ __all__ = [
     "search_phase",
 ]
 
-#: The objectives of the search in an InferMax solve, the share of the time left it takes there
-#: (the model gets the rest), and the name of its schedule among the solve's candidates.
-MEAN_OBJECTIVES, SEARCH_SHARE, MEAN_SEARCH = ("latency", "ttft"), 0.9, "mean-search"
-
-#: The part of the search's share that its greedy dive takes first, and the name of its schedule.
-DIVE_PART, MEAN_SEARCH_DIVE = 0.2, "mean-search-dive"
+#: The objectives of the search in an InferMax solve, and the share of the time left it takes there
+#: (the model gets the rest).
+MEAN_OBJECTIVES, SEARCH_SHARE = ("latency", "ttft"), 0.9
 
 #: For ``latency`` with evictions allowed and neither a KV capacity nor a running limit, the part of
 #: the search's share that the eviction-free search takes first, and the name of its schedule (the
@@ -59,32 +53,20 @@ def search_applies(instance: Instance, objective: str, evict: bool = True) -> bo
 def search_phase(pool: CandidatePool, budget: TimeBudget) -> tuple[float, dict[str, Any]]:
     """The search as a phase of the InferMax solve: below the pool's best candidate (the incumbent),
     with :data:`SEARCH_SHARE` of the time left of ``budget`` and the options' restrictions. Its
-    greedy dive runs first with :data:`DIVE_PART` of that share, and its schedule joins the pool as
-    :data:`MEAN_SEARCH_DIVE` (where it ends in time: a better incumbent prunes more). The search's
-    schedule (better than every candidate, proven optimal) joins the pool as :data:`MEAN_SEARCH`. For
-    ``latency`` with evictions allowed but neither a KV capacity nor a running limit (an eviction
-    then frees nothing a later batch needs), the search without them runs first with
-    :data:`NO_EVICT_PART` of that share: far fewer batches a state (for ``ttft`` there the search
-    lists no eviction at all: E6 of :mod:`.meanproblem`). Its schedule (the eviction-free optimum,
-    when it ends by itself below the incumbent) joins the pool as :data:`MEAN_SEARCH_NO_EVICT` and
-    lowers the incumbent of the full search; its bound is not one of the full problem's and is not
-    used.
+    schedule (better than every candidate) joins the pool as :data:`MEAN_SEARCH` where the search
+    took it as its optimal goal, else as :data:`MEAN_SEARCH_DIVE` (its best dive's, proven optimal
+    when nothing queued was below it). For ``latency`` with evictions allowed but neither a KV
+    capacity nor a running limit (an eviction then frees nothing a later batch needs), the search
+    without them runs first with :data:`NO_EVICT_PART` of that share: far fewer batches a state (for
+    ``ttft`` there the search lists no eviction at all: E6 of :mod:`.meanproblem`). Its schedule
+    (its best without evictions below the incumbent, optimal without them when it ends by itself)
+    joins the pool as :data:`MEAN_SEARCH_NO_EVICT` and lowers the incumbent of the full search; its
+    bound is not one of the full problem's and is not used.
 
     Returns its proven bound and what it did (the solve's ``extra['mean_search']``)."""
     opts = pool.options
     share = budget.share(SEARCH_SHARE)
     restrictions = {"no_hybrid": opts.no_hybrid, "no_chunk": opts.no_chunk}
-    dived = pool.offer(
-        MEAN_SEARCH_DIVE,
-        greedy_dive(
-            pool.instance,
-            opts.objective,
-            pool.best.value,
-            share.part(DIVE_PART),
-            no_evict=opts.no_evict,
-            **restrictions,
-        ),
-    )
     first = None
     lim = pool.instance.limits
     unlimited = lim.kv_capacity is None and lim.max_running is None
@@ -94,14 +76,20 @@ def search_phase(pool: CandidatePool, budget: TimeBudget) -> tuple[float, dict[s
         )
         pool.offer(MEAN_SEARCH_NO_EVICT, first.schedule)
     found = mean_search(pool.instance, opts.objective, pool.best.value, share, no_evict=opts.no_evict, **restrictions)
-    pool.offer(MEAN_SEARCH, found.schedule)
+    dived = found.schedule is not None and found.schedule.meta["solver"] == MEAN_SEARCH_DIVE
+    pool.offer(MEAN_SEARCH_DIVE if dived else MEAN_SEARCH, found.schedule)
     info: dict[str, Any] = {
         "status": str(found.status),
         "bound": found.bound,
         "expanded": found.expanded,
         "labels": found.labels,
-        "dive": None if dived is None else dived.value,
+        "dives": list(found.dives),
     }
     if first is not None:
-        info["no_evict"] = {"status": str(first.status), "expanded": first.expanded, "labels": first.labels}
+        info["no_evict"] = {
+            "status": str(first.status),
+            "expanded": first.expanded,
+            "labels": first.labels,
+            "dives": list(first.dives),
+        }
     return found.bound, info

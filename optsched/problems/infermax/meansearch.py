@@ -28,9 +28,12 @@ non-negative); a request whose part brings its event adds that end (it arrived b
 start), any other pending request at least :math:`\max(\text{end}, a_i) + c_i` after its part
 (the least over its parts for those not chosen yet): every completion's A plus floor is no less.
 
-**Dive.** A schedule fast, for the incumbent: from the start, take the batch whose next label has
-the least :math:`A + h`, and repeat until the goal (no queue, no dominance; nothing proven). Its
-schedule is written out as the search's.
+**Dives.** Schedules fast, for the incumbent: from a label, take the batch whose next label has
+the least :math:`A + h` below the incumbent, and repeat until the goal (no queue, no dominance). The
+search dives from the start before its first expansion, and then from the label it takes whenever
+it has expanded four times as many labels as the batches of its dives so far. A goal reached is a
+schedule below the incumbent: it becomes the incumbent (U is its value, and the argument above
+holds for it). When the queue then holds nothing below U, that schedule is optimal.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from .meanedges import Edge, EdgeLister, Floor, Stopped
 from .meanproblem import Estimate, SearchProblem, Sub, estimate_at
 from .schedules import serial_completion
 
-__all__ = ["MAX_LABELS", "MAX_STATES", "MeanSearchResult", "greedy_dive", "mean_search"]
+__all__ = ["MAX_LABELS", "MAX_STATES", "MEAN_SEARCH", "MEAN_SEARCH_DIVE", "MeanSearchResult", "mean_search"]
 
 #: Labels the search keeps at most (about 700 bytes each with the queue and the parents: 1.4 GB).
 MAX_LABELS = 2_000_000
@@ -56,8 +59,15 @@ MAX_LABELS = 2_000_000
 #: States the search reaches at most, each kept with its estimate (0.9 to 1.8 kB: 1.8 GB at most).
 MAX_STATES = 1_000_000
 
+#: The ``solver`` of the search's schedules: its optimal goal's, and its best dive's.
+MEAN_SEARCH, MEAN_SEARCH_DIVE = "mean-search", "mean-search-dive"
+
 #: Expansions between two looks at the clock.
 CLOCK_EVERY = 64
+
+#: Labels expanded per batch of the dives (module docstring, *Dives*): the dives take at most about
+#: a fifth of the expansions.
+DIVE_RATIO = 4
 
 #: Relative slack of the incumbent's pruning (float sums of the same batch times may differ in the
 #: last bits between the search and the replay); the floors prune with it once more (they add h's
@@ -72,7 +82,9 @@ class MeanSearchResult:
     Attributes
     ----------
     schedule
-        Its best schedule (better than the incumbent), or None when it found none better.
+        Its best schedule (better than the incumbent), or None when it found none better: the
+        optimal goal's (``solver`` :data:`MEAN_SEARCH`), or its best dive's (:data:`MEAN_SEARCH_DIVE`;
+        with status ``optimal`` where nothing queued was below it).
     value
         That schedule's objective (the search's own sum), or None.
     bound
@@ -83,6 +95,8 @@ class MeanSearchResult:
         schedule: without evictions every path can deadlock).
     expanded, labels
         Labels expanded and labels queued.
+    dives
+        Dives run, and how many of them ended below the incumbent.
     """
 
     schedule: Schedule | None
@@ -91,6 +105,7 @@ class MeanSearchResult:
     status: Status
     expanded: int
     labels: int
+    dives: tuple[int, int] = (0, 0)
 
 
 class _Search:
@@ -116,6 +131,12 @@ class _Search:
         self.heap: list[tuple[float, float, int]] = []
         self.expanded = 0
         self.full_goal = not pb.first_tokens_only
+        #: The goal node of the best dive (below the incumbent), the dives run and those that ended
+        #: there, and the expansions at which the next dive runs.
+        self.dived: int | None = None
+        self.dive_counts = (0, 0)
+        self.next_dive = 0
+        self.most = sum(r.prompt_tokens + r.output_tokens for r in pb.reqs)
 
     def over(self) -> bool:
         """Whether the budget has expired, or the labels kept or states reached pass their caps."""
@@ -164,19 +185,24 @@ class _Search:
         self.dead.append(False)
         return len(self.state) - 1
 
-    def dive(self, start: tuple[Sub, ...], most: int) -> int | None:
-        """The greedy descent from ``start`` (module docstring, *Dive*): its goal node, or None at a
-        state without a batch or after ``most`` batches. Raises :class:`Stopped` when the budget
-        expires."""
-        node = self.add(start, 0.0, 0.0, -1)
-        for _ in range(most):
-            if self.goal(self.state[node]):
-                return node
+    def dive(self, node: int) -> None:
+        """The greedy descent from ``node`` (module docstring, *Dives*), at most one batch per token
+        of the instance; a goal reached becomes the incumbent. Raises :class:`Stopped` when the
+        budget expires."""
+        run, improved = self.dive_counts
+        steps = 0
+        while steps < self.most and not self.goal(self.state[node]):
             child = self.best_child(node)
             if child is None:
-                return None
+                break
             node = self.add(*child, node)
-        return node if self.goal(self.state[node]) else None
+            steps += 1
+        self.next_dive = self.expanded + DIVE_RATIO * max(steps, 1)
+        better = self.goal(self.state[node]) and self.acc[node] < self.cut
+        self.dive_counts = (run + 1, improved + better)
+        if better:
+            self.dived = node
+            self.cut = self.acc[node] - PRUNE_RTOL * abs(self.acc[node])
 
     def best_child(self, node: int) -> tuple[tuple[Sub, ...], float, float] | None:
         """The next state, time and A of ``node``'s batch whose label has the least A + h (the
@@ -289,67 +315,49 @@ def mean_search(
 
 
 def _run(search: _Search) -> MeanSearchResult:
-    """The A* loop of :func:`mean_search` from the start."""
-    pb = search.pb
-    n, shift = len(pb.reqs), search.shift
-    search.push(tuple((0, r.prompt_tokens, 0) for r in pb.reqs), 0.0, 0.0, -1)
+    """The A* loop of :func:`mean_search` from the start, with its dives."""
+    search.push(tuple((0, r.prompt_tokens, 0) for r in search.pb.reqs), 0.0, 0.0, -1)
     stopped_at = None
     while search.heap:
         f, _, node = heapq.heappop(search.heap)
         if search.dead[node]:
             continue
+        if f >= search.cut:  # queued before a dive lowered the incumbent: nothing left below it
+            break
         if search.goal(search.state[node]):
-            return _found(search, node, (search.acc[node] - shift) / n)
+            return _found(search, node)
         if search.expanded % CLOCK_EVERY == 0 and search.over():
             stopped_at = f
             break
         try:
+            if search.expanded >= search.next_dive:
+                search.dive(node)
             search.expand(node)
         except Stopped:  # the node's f is at most every queued label's: still a bound
             stopped_at = f
             break
     if stopped_at is None:  # nothing below the incumbent: it is optimal (no schedule at all without one)
-        if search.upper is None:
-            return MeanSearchResult(None, None, math.inf, Status.INFEASIBLE, search.expanded, len(search.state))
-        bound = (search.cut - shift) / n
-        return MeanSearchResult(None, None, bound, Status.OPTIMAL, search.expanded, len(search.state))
-    bound = (min(stopped_at, search.cut) - shift) / n
-    return MeanSearchResult(None, None, bound, Status.TIME_LIMIT, search.expanded, len(search.state))
+        if search.upper is None and search.dived is None:
+            return _result(search, Status.INFEASIBLE, math.inf)
+        return _result(search, Status.OPTIMAL, search.cut)
+    return _result(search, Status.TIME_LIMIT, min(stopped_at, search.cut))
 
 
-def _found(search: _Search, node: int, value: float) -> MeanSearchResult:
+def _found(search: _Search, node: int) -> MeanSearchResult:
     """The result when the goal ``node`` is taken from the queue: its path, as a schedule, is optimal."""
-    schedule = search.schedule(node, "mean-search")
-    return MeanSearchResult(schedule, value, value, Status.OPTIMAL, search.expanded, len(search.state))
+    value = (search.acc[node] - search.shift) / len(search.pb.reqs)
+    schedule = search.schedule(node, MEAN_SEARCH)
+    return MeanSearchResult(
+        schedule, value, value, Status.OPTIMAL, search.expanded, len(search.state), search.dive_counts
+    )
 
 
-def greedy_dive(
-    instance: Instance,
-    objective: str,
-    upper: float | None,
-    budget: TimeBudget,
-    *,
-    no_evict: bool = False,
-    no_hybrid: bool = False,
-    no_chunk: bool = False,
-) -> Schedule | None:
-    """A schedule of ``instance`` for mean latency (``objective='latency'``) or mean TTFT (``'ttft'``)
-    by the greedy descent of the module docstring (*Dive*), labelled ``mean-search-dive``: None when
-    ``budget`` expires first, a state has no batch whose label's A + h is below ``upper`` (the
-    incumbent's objective; None: none), or the descent takes more batches than the instance has
-    tokens (prompt and output). Parameters as :func:`mean_search`'s; nothing is proven (a schedule
-    found is below ``upper``: its goal's label is)."""
-    if objective not in ("latency", "ttft"):
-        raise ValueError(f"greedy_dive: objective {objective!r} is not 'latency' or 'ttft'")
-    pb = SearchProblem(instance, objective, not no_evict, not no_hybrid, not no_chunk)
-    start = tuple((0, r.prompt_tokens, 0) for r in pb.reqs)
-    most = sum(r.prompt_tokens + r.output_tokens for r in pb.reqs)
-    with cyclic_collector_paused():
-        try:
-            search = _Search(pb, upper, budget, MAX_LABELS, MAX_STATES)
-            node = search.dive(start, most)
-            return None if node is None else search.schedule(node, "mean-search-dive")
-        except Stopped:
-            return None
-        finally:
-            pb.clear_caches()
+def _result(search: _Search, status: Status, bound_sum: float) -> MeanSearchResult:
+    """The result with the best dive's schedule (or none) and the bound from ``bound_sum``, a proven
+    least sum of the event times."""
+    n, shift, node = len(search.pb.reqs), search.shift, search.dived
+    schedule = None if node is None else search.schedule(node, MEAN_SEARCH_DIVE)
+    value = None if node is None else (search.acc[node] - shift) / n
+    return MeanSearchResult(
+        schedule, value, (bound_sum - shift) / n, status, search.expanded, len(search.state), search.dive_counts
+    )

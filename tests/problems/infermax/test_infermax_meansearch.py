@@ -23,8 +23,9 @@ meanproblem.py).
   for latency with evictions).
 - Where the floors drop most batches (prompts of 1 to 8 tokens, no limits), the optimum below a
   policy's value equals the search's without an incumbent.
-- The greedy dive's schedule replays cleanly, never below the exhaustive optimum, and is the
-  solve's candidate ``mean-search-dive``; stopped by its budget it gives none, in time.
+- The dives: the search dives from the start; a dive's schedule replays cleanly, never below the
+  exhaustive optimum, and where nothing queued is below it, it is proven optimal and labelled as
+  the dive's, in the search's result and as the solve's candidate.
 - Planted faults are caught by the comparison with the exhaustive search: an estimate 3 % too high,
   the floors that prune new states and partial batches 3 % too high, idle evictions left out
   altogether (E2 made too strict; on tiny instances whose latency optimum evicts a request idle), E5
@@ -46,7 +47,7 @@ from optsched.instance import parse_instance
 from optsched.policies import simulator_for
 from optsched.problems.infermax import meanproblem, meansearch
 from optsched.problems.infermax.meanphase import search_applies
-from optsched.problems.infermax.meansearch import greedy_dive, mean_search
+from optsched.problems.infermax.meansearch import MEAN_SEARCH, MEAN_SEARCH_DIVE, mean_search
 from optsched.result import Status, replayed_objective
 from optsched.schedule import replay
 from tests.support.infermax import eight_wide_requests, tiny_instance, wide_instance
@@ -194,8 +195,9 @@ def test_stopped_early_its_bound_is_at_most_the_optimum(objective: str) -> None:
                 mean_search(inst, objective, None, NO_LIMIT, max_states=cap),
             ):
                 assert res.bound <= best * (1 + REL), (seed, cap)
-                if res.status == Status.TIME_LIMIT:
-                    assert res.schedule is None
+                if res.schedule is not None:  # the goal's, or (stopped) a dive's: legal, not below the optimum
+                    assert replay(inst, res.schedule).feasible
+                    assert replayed_objective(inst, res.schedule, objective)[0] >= best * (1 - REL)
         res = mean_search(inst, objective, None, TimeBudget.of(0.0))
         assert res.status == Status.TIME_LIMIT and res.bound <= best * (1 + REL)
 
@@ -367,53 +369,36 @@ def test_canonical_prompts_where_they_are_read_are_caught(monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("evict", [True, False])
 @pytest.mark.parametrize("objective", OBJECTIVES)
-def test_the_dive_replays_and_is_never_below_the_optimum(objective: str, evict: bool) -> None:
-    """The greedy dive gives a legal schedule, labelled as the dive's, whose value is at least the
-    exhaustive optimum (with evictions and without them: there a dive may end at a deadlock); below
-    an incumbent it finds only schedules below it (none below the optimum), and just above its own
-    value it finds one again (the floors prune no batch of its path)."""
-    found = 0
+def test_the_dives_schedules_are_legal_and_proven_where_nothing_is_below(objective: str, evict: bool) -> None:
+    """Every search dives from the start. Its result's schedule is the optimal goal's or the best
+    dive's (labelled so), replays to its value, and equals the exhaustive optimum (a dive's is
+    proven where nothing queued was below it); some optima are the dives' own."""
+    from_dive = 0
     for seed in SEEDS:
         inst = tiny_instance(seed, arrivals=True)
-        schedule = greedy_dive(inst, objective, None, NO_LIMIT, no_evict=not evict)
-        if schedule is None:
-            assert not evict, seed
-            continue
-        assert schedule.meta["solver"] == "mean-search-dive"
-        assert replay(inst, schedule).feasible, seed
-        value = replayed_objective(inst, schedule, objective)[0]
+        res = mean_search(inst, objective, None, NO_LIMIT, no_evict=not evict)
         best = exhaustive(seed, True, objective, evict=evict)
-        assert value >= best * (1 - REL), seed
-        assert greedy_dive(inst, objective, best, NO_LIMIT, no_evict=not evict) is None, seed
-        above = greedy_dive(inst, objective, value * (1 + 1e-6), NO_LIMIT, no_evict=not evict)
-        assert above is not None and replayed_objective(inst, above, objective)[0] < value * (1 + 1e-6), seed
-        found += 1
-    assert found >= len(SEEDS) // 2
-
-
-def test_a_dive_stopped_by_its_budget_gives_none_in_time() -> None:
-    inst = parse_instance(eight_wide_requests(), "wide8")
-    start = time.perf_counter()
-    assert greedy_dive(inst, "latency", None, TimeBudget.of(0.3)) is None
-    assert time.perf_counter() - start < 1.5
-    assert greedy_dive(inst, "ttft", None, TimeBudget.of(0.0)) is None
-    with pytest.raises(ValueError, match="makespan"):
-        greedy_dive(inst, "makespan", None, NO_LIMIT)
+        assert res.dives[0] >= 1 and res.status == Status.OPTIMAL and res.schedule is not None, seed
+        assert res.schedule.meta["solver"] in (MEAN_SEARCH, MEAN_SEARCH_DIVE)
+        assert replay(inst, res.schedule).feasible, seed
+        value = replayed_objective(inst, res.schedule, objective)[0]
+        assert value == pytest.approx(res.value, rel=REL) and value == pytest.approx(best, rel=REL), seed
+        from_dive += res.schedule.meta["solver"] == MEAN_SEARCH_DIVE
+    assert from_dive > 0
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
-def test_the_solve_offers_the_dive(objective: str) -> None:
-    """The solve's search phase runs the dive first, below the policies' best: its value, where it
-    found one, is no better than the solve's proven optimum, and where it is that optimum the
-    solve's schedule is labelled as the dive's."""
-    dived = from_dive = 0
+def test_the_solve_offers_the_dives_schedule(objective: str) -> None:
+    """Where the search's optimum is a dive's schedule, the solve reports it proven optimal and
+    labelled as the dive's; the solve's extra counts the dives."""
+    from_dive = 0
     for seed in SEEDS[9:]:
         inst = tiny_instance(seed, arrivals=True)
         res = registered_solve("infermax", inst, {"objective": objective, "time_limit": 60, "threads": 1})
         assert res.status == Status.OPTIMAL, seed
-        dive = res.extra.get("mean_search", {}).get("dive")  # no search where a bound meets a policy
-        if dive is not None:
-            assert dive >= res.objective * (1 - REL), seed
-            dived += 1
-            from_dive += res.schedule.meta["solver"] == "mean-search-dive"
-    assert dived > 0 and from_dive > 0
+        searched = res.extra.get("mean_search")  # none where a bound meets a policy's value
+        if searched is not None:
+            run, improved = searched["dives"]
+            assert run >= 1 and 0 <= improved <= run
+            from_dive += res.schedule.meta.get("solver") == MEAN_SEARCH_DIVE
+    assert from_dive > 0
