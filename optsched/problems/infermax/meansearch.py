@@ -31,15 +31,18 @@ start), any other pending request at least :math:`\max(\text{end}, a_i) + c_i` a
 **Dives.** Schedules fast, for the incumbent: from a label, take the batch whose next label has
 the least :math:`A + h` below the incumbent, and repeat until the goal (no queue, no dominance). The
 search dives from the start before its first expansion, and then from the label it takes whenever
-it has expanded four times as many labels as the batches of its dives so far. A goal reached is a
-schedule below the incumbent: it becomes the incumbent (U is its value, and the argument above
-holds for it). When the queue then holds nothing below U, that schedule is optimal.
+the dives so far have taken at most a fifth of its time; a dive is dropped once it has run a fifth
+of the budget. A goal reached is a schedule below the incumbent: it becomes the incumbent (U is its
+value, and the argument above holds for it). When the queue then holds nothing below U, that
+schedule is optimal.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ...budget import TimeBudget
@@ -65,9 +68,9 @@ MEAN_SEARCH, MEAN_SEARCH_DIVE = "mean-search", "mean-search-dive"
 #: Expansions between two looks at the clock.
 CLOCK_EVERY = 64
 
-#: Labels expanded per batch of the dives (module docstring, *Dives*): the dives take at most about
-#: a fifth of the expansions.
-DIVE_RATIO = 4
+#: The share of the search's time its dives take at most (module docstring, *Dives*): a dive starts
+#: while they have taken no more, and is dropped once it has run this share of the budget.
+DIVE_SHARE = 0.2
 
 #: Relative slack of the incumbent's pruning (float sums of the same batch times may differ in the
 #: last bits between the search and the replay); the floors prune with it once more (they add h's
@@ -132,10 +135,10 @@ class _Search:
         self.expanded = 0
         self.full_goal = not pb.first_tokens_only
         #: The goal node of the best dive (below the incumbent), the dives run and those that ended
-        #: there, and the expansions at which the next dive runs.
+        #: there, the search's start and the time its dives took.
         self.dived: int | None = None
         self.dive_counts = (0, 0)
-        self.next_dive = 0
+        self.started, self.dive_time = time.perf_counter(), 0.0
         self.most = sum(r.prompt_tokens + r.output_tokens for r in pb.reqs)
 
     def over(self) -> bool:
@@ -187,27 +190,37 @@ class _Search:
 
     def dive(self, node: int) -> None:
         """The greedy descent from ``node`` (module docstring, *Dives*), at most one batch per token
-        of the instance; a goal reached becomes the incumbent. Raises :class:`Stopped` when the
-        budget expires."""
+        of the instance and :data:`DIVE_SHARE` of the budget; a goal reached below the incumbent
+        becomes the incumbent. Raises :class:`Stopped` when the search's budget expires."""
         run, improved = self.dive_counts
+        started, cap = time.perf_counter(), self.budget.part(DIVE_SHARE)
         steps = 0
-        while steps < self.most and not self.goal(self.state[node]):
-            child = self.best_child(node)
-            if child is None:
-                break
-            node = self.add(*child, node)
-            steps += 1
-        self.next_dive = self.expanded + DIVE_RATIO * max(steps, 1)
+        try:
+            while steps < self.most and not self.goal(self.state[node]):
+                child = self.best_child(node, lambda: self.over() or cap.expired())
+                if child is None:
+                    break
+                node = self.add(*child, node)
+                steps += 1
+        except Stopped:
+            if self.over():
+                raise
+        finally:
+            self.dive_time += time.perf_counter() - started
         better = self.goal(self.state[node]) and self.acc[node] < self.cut
         self.dive_counts = (run + 1, improved + better)
         if better:
             self.dived = node
             self.cut = self.acc[node] - PRUNE_RTOL * abs(self.acc[node])
 
-    def best_child(self, node: int) -> tuple[tuple[Sub, ...], float, float] | None:
+    def dive_due(self) -> bool:
+        """Whether the dives so far have taken at most :data:`DIVE_SHARE` of the search's time."""
+        return self.dive_time <= DIVE_SHARE * (time.perf_counter() - self.started)
+
+    def best_child(self, node: int, stop: Callable[[], bool]) -> tuple[tuple[Sub, ...], float, float] | None:
         """The next state, time and A of ``node``'s batch whose label has the least A + h (the
         first listed among equals), or None without a batch whose A + h is below the incumbent
-        (the floors prune as the search's do)."""
+        (the floors prune as the search's do). Raises :class:`Stopped` once ``stop()`` is true."""
         t, acc, estimate, cut = self.t[node], self.acc[node], self.pb.estimate, self.cut
         best: list[tuple[float, tuple[Sub, ...], float, float]] = []
 
@@ -219,7 +232,7 @@ class _Search:
             if f < cut and (not best or f < best[0][0]):
                 best[:] = [(f, nxt, end, label)]
 
-        self.edges.visit_edges(self.state[node], self.over, visit, self.floor(node))
+        self.edges.visit_edges(self.state[node], stop, visit, self.floor(node))
         return best[0][1:] if best else None
 
     def schedule(self, node: int, solver: str) -> Schedule:
@@ -330,7 +343,7 @@ def _run(search: _Search) -> MeanSearchResult:
             stopped_at = f
             break
         try:
-            if search.expanded >= search.next_dive:
+            if search.dive_due():
                 search.dive(node)
             search.expand(node)
         except Stopped:  # the node's f is at most every queued label's: still a bound
