@@ -30,7 +30,8 @@ meanproblem.py).
   the floors that prune new states and partial batches 3 % too high, idle evictions left out
   altogether (E2 made too strict; on tiny instances whose latency optimum evicts a request idle), E5
   (and so E7) without evictions under limits, E6 under limits, and S1's
-  canonical prompt applied where the prompt is read (a request mid-prefill after an eviction).
+  canonical prompt applied where the prompt is read (a request mid-prefill after an eviction); paths
+  written out without E7's evictions are caught by their replays.
 """
 
 from __future__ import annotations
@@ -274,6 +275,13 @@ def test_the_floors_keep_the_optimum_where_they_prune_most(objective: str) -> No
         assert res.status == Status.OPTIMAL
         best = upper if res.schedule is None else replayed_objective(inst, res.schedule, objective)[0]
         assert best == pytest.approx(free, rel=REL) and res.bound <= free * (1 + REL), seed
+
+
+def test_paths_without_the_evictions_after_first_tokens_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """E7 writes a request as finished at its first token; the path written out must evict it in
+    the next batch. Written without those evictions, some ttft schedule under limits does not replay."""
+    monkeypatch.setattr(meansearch, "replace", lambda batch, **changes: batch)
+    assert _mismatches("ttft") > 0
 
 
 #: Tiny instances (with arrivals) whose latency optimum evicts a request idle: those of seeds 0-119
