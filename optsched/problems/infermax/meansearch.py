@@ -141,6 +141,10 @@ class _Search:
         self.started, self.dive_time = time.perf_counter(), 0.0
         self.most = sum(r.prompt_tokens + r.output_tokens for r in pb.reqs)
 
+    def mean(self, total: float) -> float:
+        """The objective (mean seconds) of a sum ``total`` of event times."""
+        return (total - self.shift) / len(self.pb.reqs)
+
     def over(self) -> bool:
         """Whether the budget has expired, or the labels kept or states reached pass their caps."""
         return self.budget.expired() or len(self.state) > self.max_labels or len(self.seen) > self.max_states
@@ -358,7 +362,7 @@ def _run(search: _Search) -> MeanSearchResult:
 
 def _found(search: _Search, node: int) -> MeanSearchResult:
     """The result when the goal ``node`` is taken from the queue: its path, as a schedule, is optimal."""
-    value = (search.acc[node] - search.shift) / len(search.pb.reqs)
+    value = search.mean(search.acc[node])
     schedule = search.schedule(node, MEAN_SEARCH)
     return MeanSearchResult(
         schedule, value, value, Status.OPTIMAL, search.expanded, len(search.state), search.dive_counts
@@ -368,9 +372,9 @@ def _found(search: _Search, node: int) -> MeanSearchResult:
 def _result(search: _Search, status: Status, bound_sum: float) -> MeanSearchResult:
     """The result with the best dive's schedule (or none) and the bound from ``bound_sum``, a proven
     least sum of the event times."""
-    n, shift, node = len(search.pb.reqs), search.shift, search.dived
+    node = search.dived
     schedule = None if node is None else search.schedule(node, MEAN_SEARCH_DIVE)
-    value = None if node is None else (search.acc[node] - shift) / n
+    value = None if node is None else search.mean(search.acc[node])
     return MeanSearchResult(
-        schedule, value, (bound_sum - shift) / n, status, search.expanded, len(search.state), search.dive_counts
+        schedule, value, search.mean(bound_sum), status, search.expanded, len(search.state), search.dive_counts
     )

@@ -22,8 +22,8 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
    the exact search of :mod:`.meansearch`
    (:func:`.meanphase.search_phase`, most of the time left; for ``latency`` with evictions allowed
    but no KV or running limit, the search without them first, whose schedule lowers the incumbent)
-   below the best candidate: its proven bound joins the others and its schedule, proven optimal, the
-   candidates;
+   below the best candidate: its proven bound joins the others and its schedule (proven optimal,
+   or its best dive's when stopped) the candidates;
 3. for the makespan with a KV capacity, the residency relaxation (:func:`_relaxation_phase`:
    :mod:`.residency`, the exact search of :mod:`.search` first) with the option ``relax``'s part of
    the budget: its proven bound and count facts go to the model, its best point, as a schedule, to
