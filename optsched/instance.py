@@ -89,6 +89,11 @@ class Limits:
     def to_dict(self) -> dict[str, int | None]:
         return dict(self.__dict__)
 
+    @property
+    def unbounded_residency(self) -> bool:
+        """Whether neither a KV capacity nor a running limit bounds what the running requests hold."""
+        return self.kv_capacity is None and self.max_running is None
+
     def as_int64(self) -> tuple[int, int, int, int]:
         """C, P, M and R_max as the compiled kernels read them: 64-bit integers, an absent (or
         astronomically large) limit as :data:`INT64_NO_LIMIT`, which no count reaches."""

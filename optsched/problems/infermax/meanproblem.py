@@ -168,7 +168,7 @@ class SearchProblem:
         self.reqs = instance.requests
         self.C, self.P = lim.token_budget, lim.prefill_budget
         self.M, self.R = lim.kv_capacity, lim.max_running
-        unlimited = self.M is None and self.R is None
+        unlimited = lim.unbounded_residency
         #: E6: for ttft without a KV capacity or a running limit, the optimum needs no eviction.
         self.evict = evict and not (objective == "ttft" and unlimited)
         #: E5 and E7: for ttft, a request is written as finished at its first token.
