@@ -164,13 +164,13 @@ class _Search:
                 return
             entry = self.seen[state] = (self.pb.estimate(state, t), [])
         est, kept = entry
-        n, times, accs = est[0], self.t, self.acc
-        for k in kept:  # dominated: before the estimate, which costs more
-            if accs[k] + (n * (times[k] - t) if times[k] > t else 0.0) <= acc:
-                return
         f = acc + estimate_at(est, t)
         if f >= self.cut:
             return
+        n, times, accs = est[0], self.t, self.acc
+        for k in kept:
+            if accs[k] + (n * (times[k] - t) if times[k] > t else 0.0) <= acc:
+                return
         if kept:
             live = []
             for k in kept:
