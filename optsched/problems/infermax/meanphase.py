@@ -68,8 +68,8 @@ def search_phase(pool: CandidatePool, budget: TimeBudget) -> tuple[float, dict[s
     share = budget.share(SEARCH_SHARE)
     restrictions = {"no_hybrid": opts.no_hybrid, "no_chunk": opts.no_chunk}
     first = None
-    eviction_free_first = not opts.no_evict and pool.instance.limits.unbounded_residency
-    if opts.objective == "latency" and eviction_free_first:
+    limits = pool.instance.limits
+    if opts.objective == "latency" and not opts.no_evict and limits.unbounded_residency:  # eviction-free first
         first = mean_search(
             pool.instance, opts.objective, pool.best.value, share.part(NO_EVICT_PART), no_evict=True, **restrictions
         )

@@ -207,7 +207,8 @@ def test_the_best_schedule_built_on_the_way_is_kept_when_the_last_is_not_built(s
     """Planted fault: the best plan's whole schedule at the end is never built (as if out of time).
     The result is then the best whole schedule built on the way (at a checkpoint or the end of a
     climb), never nothing when one of those was below the start. Checkpoints are made due after each
-    longest build's time (not ten), so that builds on the way happen on a slow machine too."""
+    longest build's time (not CHECKPOINT times it), so that builds on the way happen on a slow
+    machine too."""
     monkeypatch.setattr(prefill_search_module, "CHECKPOINT", 1.0)
     inst = long_output_instance(seed, n=30)
     budget = TimeBudget.of(6.0)
