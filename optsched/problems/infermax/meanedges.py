@@ -165,6 +165,7 @@ class EdgeLister:
         n, last = len(active), len(active) - 1
         chosen: list[Part] = [options[0][0]] * n if n else []
         paired, low0, due, t0, limit = _floors(active, options, floor)
+        latest = max(due, default=0.0)
         steps, hit = [0], []  # batches visited and partial batches pruned (the clock); the match found
         C, P, hybrid, batch_time, canonical = pb.C, pb.P, pb.hybrid, pb.cost.batch_time, pb.canonical
         M = pb.M if pb.M is not None else math.inf
@@ -212,7 +213,8 @@ class EdgeLister:
                     end = max(t0, ready2) + batch_time(
                         tok + ptok, pre + ppre, sq + psq, dec + pdec, kvdec + pkvdec, xpre + pxpre, ctx2
                     )
-                    if plow + sum(a if a > end else end for a in due) >= limit:
+                    waits = len(due) * end if end >= latest else sum(a if a > end else end for a in due)
+                    if plow + waits >= limit:
                         steps[0] += 1
                         if steps[0] % CLOCK_BATCHES == 0 and visitor is not None and visitor[0]():
                             raise Stopped

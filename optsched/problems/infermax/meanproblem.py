@@ -93,7 +93,10 @@ least over j-sets, so :math:`F_{(j)} \ge t + L_j`; also :math:`F_{(j)} \ge` the 
 :math:`\max(t, a_i) + c_i`; and, for an arrival r, the jobs released at r or later do all their
 work after r and at least j less the others of the first j events are theirs, so :math:`F_{(j)} \ge
 r + L^{(r)}_{j - n + n_r}` over those :math:`n_r` jobs. h is the larger of H2 and the sum over j of
-the largest of these bounds on :math:`F_{(j)}`.
+the largest of these bounds on :math:`F_{(j)}`. The j-th smallest :math:`\max(t, a_i) + c_i` is at
+least t plus the j-th smallest :math:`c_i`, so at every t, h is at least n t plus the larger of H2
+less n t and :math:`\sum_j \max(L_j, c_{(j)})` (the estimate's ``late`` part): equal to h once every
+job is released and no release bound counts, a floor before then that needs no sorting.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ least :math:`\max(t, \text{its arrivals so far})` plus its cost so far (the cost
 non-negative); a request whose part brings its event adds that end (it arrived by the batch's
 start), any other pending request at least :math:`\max(\text{end}, a_i) + c_i` after its part
 (the least over its parts for those not chosen yet): every completion's A plus floor is no less.
+A label of a state already estimated is pruned by :math:`A + n t` plus the estimate's part that
+does not depend on t (:func:`.meanproblem.estimate_at`, *Order bound*) before h is computed at t.
 
 **Dives.** Schedules fast, for the incumbent: from a label, take the batch whose next label has
 the least :math:`A + h` below the incumbent, and repeat until the goal (no queue, no dominance). The
@@ -164,6 +166,8 @@ class _Search:
                 return
             entry = self.seen[state] = (self.pb.estimate(state, t), [])
         est, kept = entry
+        if acc + est.n * t + est.late >= self.cut:  # h at t is at least n t + late (Floors)
+            return
         f = acc + estimate_at(est, t)
         if f >= self.cut:
             return

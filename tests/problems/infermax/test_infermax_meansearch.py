@@ -22,12 +22,13 @@ meanproblem.py).
 - A solve runs the search where the prompts it prefills are short (a request's I for ttft, I + O - 1
   for latency with evictions).
 - Where the floors drop most batches (prompts of 1 to 8 tokens, no limits), the optimum below a
-  policy's value equals the search's without an incumbent.
+  policy's value equals the search's without an incumbent. The floor n t + late that prunes a label
+  before its estimate is at most h at every label estimated (and at later times).
 - The dives: the search dives from the start; a dive's schedule replays cleanly, never below the
   exhaustive optimum, and where nothing queued is below it, it is proven optimal and labelled as
   the dive's, in the search's result and as the solve's candidate.
 - Planted faults are caught by the comparison with the exhaustive search: an estimate 3 % too high,
-  the floors that prune new states and partial batches 3 % too high, idle evictions left out
+  the floors that prune new states, labels and partial batches 3 % too high, idle evictions left out
   altogether (E2 made too strict; on tiny instances whose latency optimum evicts a request idle), E5
   (and so E7) without evictions under limits, E6 under limits, and S1's
   canonical prompt applied where the prompt is read (a request mid-prefill after an eviction); paths
@@ -253,6 +254,45 @@ def test_a_too_high_floor_is_caught(monkeypatch: pytest.MonkeyPatch, floor: str)
     misses the optimum (or claims a bound above it)."""
     real = getattr(meanproblem.SearchProblem, floor)
     monkeypatch.setattr(meanproblem.SearchProblem, floor, lambda self, *args: 1.03 * real(self, *args))
+    missed = 0
+    for seed in SEEDS:
+        inst = tiny_instance(seed, arrivals=True)
+        for objective in OBJECTIVES:
+            best = exhaustive(seed, True, objective)
+            res = mean_search(inst, objective, best * (1 + 1e-6), NO_LIMIT)
+            missed += res.schedule is None or res.bound > best * (1 + REL)
+    assert missed > 0
+
+
+def test_the_late_floor_is_at_most_the_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The floor n t + late that prunes a label before its estimate at t is never above h at t,
+    at every label the searches of tiny instances with arrivals estimate, and at later times."""
+    real = meansearch.estimate_at
+    checked = []
+
+    def checking(est: meanproblem.Estimate, t: float) -> float:
+        for later in (t, t + 1e-3, t + 1.0):
+            assert est.n * later + est.late <= real(est, later) * (1 + REL)
+        checked.append(t)
+        return real(est, t)
+
+    monkeypatch.setattr(meansearch, "estimate_at", checking)
+    for seed in SEEDS:
+        for objective in OBJECTIVES:
+            mean_search(tiny_instance(seed, arrivals=True), objective, None, NO_LIMIT)
+    assert len(checked) > 1000
+
+
+def test_a_too_high_late_floor_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The late floor planted 3 % high (h itself unchanged): with an incumbent just above the
+    optimum, some search misses the optimum (or claims a bound above it)."""
+    estimate, real = meanproblem.SearchProblem.estimate, meansearch.estimate_at
+    monkeypatch.setattr(
+        meanproblem.SearchProblem,
+        "estimate",
+        lambda self, *args: (lambda e: e._replace(late=1.03 * e.late))(estimate(self, *args)),
+    )
+    monkeypatch.setattr(meansearch, "estimate_at", lambda est, t: real(est._replace(late=est.late / 1.03), t))
     missed = 0
     for seed in SEEDS:
         inst = tiny_instance(seed, arrivals=True)
