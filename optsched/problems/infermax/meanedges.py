@@ -197,9 +197,7 @@ class EdgeLister:
 
         def walk(k: int, tok: int, pre: int, sq: int, dec: int, kvdec: int, xpre: int, ctx: int, kv: int,
                  run: int, ready: float, events: int, idle: int, low: float) -> None:  # fmt: skip
-            if k == n:
-                if tok and not hit:  # E1: a batch holds an item
-                    leaf(tok, pre, sq, dec, kvdec, xpre, ctx, kv, run, ready, events, idle)
+            if k == n:  # no request with a choice: no batch
                 return
             for p, extra in paired[k]:
                 _, ptok, ppre, psq, pdec, pkvdec, pxpre, pctx, pkv, prun, pidle, parr, pev, _ = p
@@ -220,6 +218,11 @@ class EdgeLister:
                             raise Stopped
                         continue
                 chosen[k] = p
+                if k == last:  # the batch is whole: its leaf at once
+                    if tok + ptok and not hit:  # E1: a batch holds an item
+                        leaf(tok + ptok, pre + ppre, sq + psq, dec + pdec, kvdec + pkvdec, xpre + pxpre, ctx2,
+                             kv + pkv, run + prun, ready2, events + pev, idle + pidle)  # fmt: skip
+                    continue
                 walk(
                     k + 1,
                     tok + ptok,
