@@ -25,6 +25,14 @@ __all__ = ["CLOCK_BATCHES", "Edge", "EdgeLister", "Floor", "Part", "Stopped"]
 #: Batches visited or partial batches pruned between two looks at the clock.
 CLOCK_BATCHES = 128
 
+#: Listings in which the partial-batch floors are always checked (:meth:`EdgeLister.visit_edges`).
+FLOOR_TRIAL = 64
+#: The least share of the batches met that the partial-batch floors must prune to be checked in
+#: every listing after the first :data:`FLOOR_TRIAL`.
+FLOOR_PAYS = 0.01
+#: Otherwise they are checked in every this-many-th listing, so that the share stays measured.
+FLOOR_SAMPLE = 16
+
 Sub = tuple[int, int, int]
 
 
@@ -86,6 +94,8 @@ class EdgeLister:
     def __init__(self, pb: Any) -> None:
         self.pb = pb
         self.cache: dict[tuple[int, Sub], tuple[Part, ...]] = {}
+        #: listings; batches visited and partial batches pruned in those with partial-batch floors; pruned
+        self.tally = [0, 0, 0]
 
     def parts(self, i: int, sub: Sub) -> tuple[Part, ...]:
         """Request i's parts from ``sub``."""
@@ -106,7 +116,14 @@ class EdgeLister:
         those that ``floor`` prunes with their parts so far (:class:`Floor`: the batch's least end
         grows with every part, as the cost model's terms are non-negative). Raises :class:`Stopped`
         once ``stop()`` is true (asked every :data:`CLOCK_BATCHES` batches visited or partial batches
-        pruned, so the visits' own time and memory count)."""
+        pruned, so the visits' own time and memory count). After :data:`FLOOR_TRIAL` listings,
+        the partial batches are checked against ``floor`` only in every :data:`FLOOR_SAMPLE`-th
+        listing while those checks have pruned less than :data:`FLOOR_PAYS` of the batches met
+        (a check costs about a batch's time; skipping one prunes less, never wrongly)."""
+        listings, met, pruned = self.tally
+        self.tally[0] += 1
+        if listings >= FLOOR_TRIAL and pruned < FLOOR_PAYS * met and listings % FLOOR_SAMPLE:
+            floor = None
         self._list(state, (stop, visit), None, floor)
 
     def batches_of(
@@ -166,7 +183,7 @@ class EdgeLister:
         chosen: list[Part] = [options[0][0]] * n if n else []
         paired, low0, due, t0, limit = _floors(active, options, floor)
         latest = max(due, default=0.0)
-        steps, hit = [0], []  # batches visited and partial batches pruned (the clock); the match found
+        steps, hit = [0, 0], []  # batches visited and partial batches pruned (the clock), the latter; a match
         C, P, hybrid, batch_time, canonical = pb.C, pb.P, pb.hybrid, pb.cost.batch_time, pb.canonical
         M = pb.M if pb.M is not None else math.inf
         R = pb.R if pb.R is not None else math.inf
@@ -213,7 +230,7 @@ class EdgeLister:
                     )
                     waits = len(due) * end if end >= latest else sum(a if a > end else end for a in due)
                     if plow + waits >= limit:
-                        steps[0] += 1
+                        steps[0], steps[1] = steps[0] + 1, steps[1] + 1
                         if steps[0] % CLOCK_BATCHES == 0 and visitor is not None and visitor[0]():
                             raise Stopped
                         continue
@@ -244,6 +261,8 @@ class EdgeLister:
             walk(0, 0, 0, 0, 0, 0, 0, 0, kv0, run0, 0.0, 0, 0, low0)
         finally:  # walk refers to itself, a cycle through leaf to the visitor: the search must not be in it
             visitor = None
+            if floor is not None:
+                self.tally = [self.tally[0], self.tally[1] + steps[0], self.tally[2] + steps[1]]
         return hit[0] if hit else None
 
 

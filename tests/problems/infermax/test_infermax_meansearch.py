@@ -47,7 +47,7 @@ import pytest
 from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.instance import parse_instance
 from optsched.policies import simulator_for
-from optsched.problems.infermax import meanproblem, meansearch
+from optsched.problems.infermax import meanedges, meanproblem, meansearch
 from optsched.problems.infermax.meanphase import search_applies
 from optsched.problems.infermax.meansearch import MEAN_SEARCH, MEAN_SEARCH_DIVE, mean_search
 from optsched.result import Status, replayed_objective
@@ -450,3 +450,28 @@ def test_the_solve_offers_the_dives_schedule(objective: str) -> None:
             assert run >= 1 and 0 <= improved <= run
             from_dive += res.schedule.meta.get("solver") == MEAN_SEARCH_DIVE
     assert from_dive > 0
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_the_partial_floors_skipped_keep_the_optimum(monkeypatch: pytest.MonkeyPatch, objective: str) -> None:
+    """With the partial-batch floors made never to pay (checked in every FLOOR_SAMPLE-th listing
+    only, from the first), the optimum below an incumbent just above it is the exhaustive one, and
+    the floors are passed to one listing in FLOOR_SAMPLE."""
+    monkeypatch.setattr(meanedges, "FLOOR_TRIAL", 0)
+    monkeypatch.setattr(meanedges, "FLOOR_PAYS", 2.0)
+    floors = []
+    real = meanedges.EdgeLister.visit_edges
+
+    def counting(self, state, stop, visit, floor=None):
+        floors.append(floor is not None and self.tally[0] % meanedges.FLOOR_SAMPLE == 0)
+        return real(self, state, stop, visit, floor)
+
+    monkeypatch.setattr(meanedges.EdgeLister, "visit_edges", counting)
+    for seed in SEEDS[:8]:
+        best = exhaustive(seed, True, objective)
+        inst = tiny_instance(seed, arrivals=True)
+        res = mean_search(inst, objective, best * (1 + 1e-6), NO_LIMIT)
+        assert res.status == Status.OPTIMAL and res.bound <= best * (1 + REL), seed
+        if res.schedule is not None:
+            assert replayed_objective(inst, res.schedule, objective)[0] == pytest.approx(best, rel=REL)
+    assert 0 < sum(floors) <= len(floors) // meanedges.FLOOR_SAMPLE + len(SEEDS)
