@@ -15,6 +15,7 @@ from the parts that lead to the next state's subs alone (:meth:`EdgeLister.batch
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -182,7 +183,7 @@ class EdgeLister:
         n, last = len(active), len(active) - 1
         chosen: list[Part] = [options[0][0]] * n if n else []
         paired, low0, due, t0, limit = _floors(active, options, floor)
-        latest = max(due, default=0.0)
+        tails = [sum(due[j:]) for j in range(len(due) + 1)]  # due is sorted
         steps, hit = [0, 0], []  # batches visited and partial batches pruned (the clock), the latter; a match
         C, P, hybrid, batch_time, canonical = pb.C, pb.P, pb.hybrid, pb.cost.batch_time, pb.canonical
         M = pb.M if pb.M is not None else math.inf
@@ -228,8 +229,8 @@ class EdgeLister:
                     end = max(t0, ready2) + batch_time(
                         tok + ptok, pre + ppre, sq + psq, dec + pdec, kvdec + pkvdec, xpre + pxpre, ctx2
                     )
-                    waits = len(due) * end if end >= latest else sum(a if a > end else end for a in due)
-                    if plow + waits >= limit:
+                    arrived = bisect_right(due, end)  # the pending requests wait to end or to their arrival
+                    if plow + arrived * end + tails[arrived] >= limit:
                         steps[0], steps[1] = steps[0] + 1, steps[1] + 1
                         if steps[0] % CLOCK_BATCHES == 0 and visitor is not None and visitor[0]():
                             raise Stopped
@@ -271,8 +272,8 @@ def _floors(
 ) -> tuple[list[list[tuple[Part, float]]], float, list[float], float, float]:
     """For :meth:`EdgeLister._list`: each active request's parts, each with its floor less the least
     of its parts' (0 for a request without an event to come), the sum of those least floors, the
-    arrivals of the requests with an event to come, the state's time and the limit (none of them
-    without ``floor``)."""
+    arrivals of the requests with an event to come (sorted), the state's time and the limit (none
+    of them without ``floor``)."""
     floors = [[0.0] * len(parts) for parts in options]
     due = []
     if floor is not None:
@@ -284,4 +285,4 @@ def _floors(
     paired = [list(zip(parts, [f - low for f in fl])) for parts, fl, low in zip(options, floors, least)]
     if floor is None:
         return paired, 0.0, due, 0.0, math.inf
-    return paired, sum(least), due, floor.t, floor.limit
+    return paired, sum(least), sorted(due), floor.t, floor.limit
