@@ -184,7 +184,7 @@ class EdgeLister:
         chosen: list[Part] = [options[0][0]] * n if n else []
         paired, low0, due, t0, limit = _floors(active, options, floor)
         tails = [sum(due[j:]) for j in range(len(due) + 1)]  # due is sorted
-        steps, hit = [0, 0], []  # batches visited and partial batches pruned (the clock), the latter; a match
+        steps, hit = [0, 0], []  # batches visited and partial batches pruned (the clock), and the latter; a match
         C, P, hybrid, batch_time, canonical = pb.C, pb.P, pb.hybrid, pb.cost.batch_time, pb.canonical
         M = pb.M if pb.M is not None else math.inf
         R = pb.R if pb.R is not None else math.inf

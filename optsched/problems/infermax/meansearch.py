@@ -27,8 +27,9 @@ least :math:`\max(t, \text{its arrivals so far})` plus its cost so far (the cost
 non-negative); a request whose part brings its event adds that end (it arrived by the batch's
 start), any other pending request at least :math:`\max(\text{end}, a_i) + c_i` after its part
 (the least over its parts for those not chosen yet): every completion's A plus floor is no less.
-Where these partial-batch checks prune under 1 % of the batches met, they are made in one listing
-in 16 only (:meth:`.meanedges.EdgeLister.visit_edges`; skipping a check prunes less, never wrongly).
+After 64 listings, where these partial-batch checks have pruned under 1 % of the batches met, they
+are made in one listing in 16 only (:meth:`.meanedges.EdgeLister.visit_edges`; skipping a check
+prunes less, never wrongly).
 A label of a state already estimated is pruned by :math:`A + n t` plus the estimate's part that
 does not depend on t (:func:`.meanproblem.estimate_at`, *Order bound*) before h is computed at t.
 
