@@ -92,11 +92,26 @@ one tile), a prefill bias (at least :math:`P_j` of them) or a decode bias, and t
 least over j-sets, so :math:`F_{(j)} \ge t + L_j`; also :math:`F_{(j)} \ge` the j-th smallest
 :math:`\max(t, a_i) + c_i`; and, for an arrival r, the jobs released at r or later do all their
 work after r and at least j less the others of the first j events are theirs, so :math:`F_{(j)} \ge
-r + L^{(r)}_{j - n + n_r}` over those :math:`n_r` jobs. h is the larger of H2 and the sum over j of
-the largest of these bounds on :math:`F_{(j)}`. The j-th smallest :math:`\max(t, a_i) + c_i` is at
+r + L^{(r)}_{j - n + n_r}` over those :math:`n_r` jobs; and the j-th event comes at r or later,
+or else the first j events are all of jobs released before r, so :math:`F_{(j)} \ge \min(r, t +
+L^{(<r)}_j)` with :math:`L^{(<r)}` the order bounds of those jobs alone. h is the larger of H2
+and the sum over j of the largest of these bounds on :math:`F_{(j)}`. The j-th smallest :math:`\max(t, a_i) + c_i` is at
 least t plus the j-th smallest :math:`c_i`, so at every t, h is at least n t plus the larger of H2
 less n t and :math:`\sum_j \max(L_j, c_{(j)})` (the estimate's ``late`` part): equal to h once every
 job is released and no release bound counts, a floor before then that needs no sorting.
+
+**First tokens and the rest** (latency). A request before its first token has it at some
+:math:`FT_i`; its later tokens come one per batch after that batch, each batch at least its lone
+cost, so :math:`F_i \ge FT_i + \rho_i` with :math:`\rho_i` its latency job's own cost less its ttft
+job's (the least cost of those tokens alone, a decode or a refill each). Every schedule from s at t
+is one of the ttft problem's from s at t, so the first tokens to come add up to at least that
+problem's h at t (the same estimate over the requests before their first token); a request past
+its first token arrived before t, so :math:`F_i \ge t + c_i`. h for latency is also at least the
+sum of that h, the :math:`\rho_i` and these :math:`t + c_i`. Where a prompt budget spreads the
+prompts over many batches, this charges every later first token those batches, which the order
+bound's j-th event, counting only the j smallest prompts' batches against the j smallest jobs',
+misses. Its part that does not depend on t is the ttft estimate's plus the rests and own costs,
+so the floor above holds for it too.
 """
 
 from __future__ import annotations
@@ -135,7 +150,11 @@ class Job(NamedTuple):
 class Estimate(NamedTuple):
     """The parts of h that do not depend on t: events to come, H2 less n t, the order bounds L_j,
     the release bounds on the j-th event (and whether they may count once every job is released),
-    each job's (arrival, c_i), the latest arrival among them and h less n t from then on."""
+    each job's (arrival, c_i), the latest arrival among them and h less n t from then on, for each
+    arrival r after the time of the estimate the order bounds of the jobs released before r; for
+    latency, the first-token split (module docstring, *First tokens and the rest*): the ttft
+    estimate of the requests before their first token (None where there are none), the number of
+    pending requests past it, and the sum of the rests and of those requests' own costs."""
 
     n: int
     h2: float
@@ -145,6 +164,10 @@ class Estimate(NamedTuple):
     per: tuple[tuple[float, float], ...]
     last: float
     late: float
+    before: tuple[tuple[float, list[float]], ...] = ()
+    first: Estimate | None = None
+    after: int = 0
+    rest: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -194,12 +217,20 @@ class SearchProblem:
         self.job = lru_cache(maxsize=None)(self._job)
         self.fill = lru_cache(maxsize=None)(self._fill)
         self.of_jobs = lru_cache(maxsize=None)(self._of_jobs)
+        #: For latency, the same instance's ttft problem, whose estimate bounds the first tokens to come.
+        self.first = SearchProblem(instance, "ttft", evict, hybrid, chunk) if objective == "latency" else None
+        #: The ttft estimates made, by the subs before their first token (the others None): made at
+        #: the first time such a state is reached, each is valid at every time.
+        self.first_estimates: dict[tuple[Sub | None, ...], Estimate] = {}
 
     def clear_caches(self) -> None:
-        """Empty the per-request caches. Each holds a bound method of this object, a cycle that only
-        the cyclic collector frees, with everything cached in it."""
+        """Empty the per-request caches (the ttft problem's too). Each holds a bound method of this
+        object, a cycle that only the cyclic collector frees, with everything cached in it."""
         for cache in (self.actions, self.job, self.fill, self.of_jobs):
             cache.cache_clear()
+        if self.first is not None:
+            self.first.clear_caches()
+        self.first_estimates.clear()
 
     def canonical_order(self, state: tuple[Sub, ...]) -> list[int]:
         """S2: the positions of ``state`` in the order of its canonical form (each class of requests
@@ -341,7 +372,12 @@ class SearchProblem:
     def estimate(self, state: tuple[Sub, ...], t: float = 0.0) -> Estimate:
         """The parts of h that do not depend on t (module docstring): n, H2 less n t, the order
         bounds L_j of the j-th event less t, the release bounds of the arrivals after ``t`` (a valid
-        part at every t), and each job's (arrival, c_i)."""
+        part at every t), and each job's (arrival, c_i); for latency, with the first-token split."""
+        est = self._own_estimate(state, t)
+        return est if self.first is None else self._split(state, t, est)
+
+    def _own_estimate(self, state: tuple[Sub, ...], t: float) -> Estimate:
+        """:meth:`estimate` without the first-token split."""
         arrival, job, is_pending = self.arrival, self.job, self.is_pending
         pending = [(arrival[i], job(i, sub)) for i, sub in enumerate(state) if is_pending(i, sub)]
         n = len(pending)
@@ -349,14 +385,37 @@ class SearchProblem:
             return Estimate(0, 0.0, [], (), False, (), 0.0, 0.0)
         h2, orders, late = self.of_jobs(tuple(sorted(j for _, j in pending)))
         released = [0.0] * n
-        for r in sorted({a for a, _ in pending if a > t}):  # the jobs released at r or later
+        before = []
+        for r in sorted({a for a, _ in pending if a > t}):  # the jobs released at r or later, and before
             later = self.of_jobs(tuple(sorted(j for a, j in pending if a >= r)))[1]
             for j, low in enumerate(later, start=n - len(later)):
                 released[j] = max(released[j], r + low)
+            if len(later) < n:
+                before.append((r, self.of_jobs(tuple(sorted(j for a, j in pending if a < r)))[1]))
         per = tuple((a, j.cost) for a, j in pending)
         last = max(a for a, _ in per)
         counts_late = any(rel > last + low for rel, low in zip(released, late))
-        return Estimate(n, h2, orders, tuple(released), counts_late, per, last, max(h2, sum(late)))
+        return Estimate(n, h2, orders, tuple(released), counts_late, per, last, max(h2, sum(late)), tuple(before))
+
+    def _split(self, state: tuple[Sub, ...], t: float, est: Estimate) -> Estimate:
+        """``est`` with the first-token split (module docstring, *First tokens and the rest*): the
+        ttft estimate of ``state`` (kept per subs before their first token), and the rests of the
+        requests before their first token (each one's latency job's own cost less its ttft job's)
+        plus the own costs of those past it."""
+        assert self.first is not None
+        key = tuple(sub if sub[2] == 0 else None for sub in state)
+        first = self.first_estimates.get(key)
+        if first is None:
+            first = self.first_estimates[key] = self.first.estimate(state, t)
+        if not first.n:  # every pending request is past its first token: the split is H1
+            return est
+        rest = 0.0
+        for i, sub in enumerate(state):
+            if self.is_pending(i, sub):
+                rest += self.job(i, sub).cost - (self.first.job(i, sub).cost if sub[2] == 0 else 0.0)
+        late = max(est.late, first.late + rest)
+        counts_late = est.released_late or first.released_late
+        return est._replace(released_late=counts_late, late=late, first=first, after=est.n - first.n, rest=rest)
 
     def _of_jobs(self, jobs: tuple[Job, ...]) -> tuple[float, list[float], list[float]]:
         """The parts of the estimate that depend only on the pending jobs (sorted: a multiset): H2
@@ -398,9 +457,20 @@ def _prefix_batches(values: list[int], per: int) -> int:
 
 
 def estimate_at(est: Estimate, t: float) -> float:
-    """h at time t from :meth:`SearchProblem.estimate`'s parts: the larger of H2 and the order bound."""
+    """h at time t from :meth:`SearchProblem.estimate`'s parts: the larger of H2, the order bound
+    and, for latency, the first-token split."""
     if t >= est.last and not est.released_late:  # every job released: max(t, a) + c = t + c
         return est.n * t + est.late
     lows = sorted(max(t, a) + c for a, c in est.per)
-    order = sum(max(t + low, x, rel) for low, x, rel in zip(est.orders, lows, est.released))
-    return max(est.n * t + est.h2, order)
+    terms = [max(t + low, x, rel) for low, x, rel in zip(est.orders, lows, est.released)]
+    for r, earlier in est.before:  # the j-th event comes at r or later, or of jobs released before r
+        if r > t:
+            for j, low in enumerate(earlier):
+                bound = t + low if t + low < r else r
+                if bound > terms[j]:
+                    terms[j] = bound
+    h = max(est.n * t + est.h2, sum(terms))
+    if est.first is None:
+        return h
+    split = estimate_at(est.first, t) + est.after * t + est.rest
+    return h if h >= split else split

@@ -23,11 +23,16 @@ meanproblem.py).
   for latency with evictions).
 - Where the floors drop most batches (prompts of 1 to 8 tokens, no limits), the optimum below a
   policy's value equals the search's without an incumbent. The floor n t + late that prunes a label
-  before its estimate is at most h at every label estimated (and at later times).
+  before its estimate is at most h at every label estimated (and at later times). The latency
+  estimate's first-token split is at most the exhaustive optimum at the start of tiny instances
+  and raises h at some of their labels; the arrival thresholds (the j-th event at a later arrival
+  or among the jobs released before it) raise the ttft estimate where light prompts arrive after
+  heavy ones, below the exhaustive optimum.
 - The dives: the search dives from the start; a dive's schedule replays cleanly, never below the
   exhaustive optimum, and where nothing queued is below it, it is proven optimal and labelled as
   the dive's, in the search's result and as the solve's candidate.
 - Planted faults are caught by the comparison with the exhaustive search: an estimate 3 % too high,
+  the first-token split's rests 3 % too high, the arrival thresholds 3 % too high,
   the floors that prune new states, labels and partial batches 3 % too high, idle evictions left out
   altogether (E2 made too strict; on tiny instances whose latency optimum evicts a request idle), E5
   (and so E7) without evictions under limits, E6 under limits, and S1's
@@ -41,11 +46,12 @@ import math
 import time
 from dataclasses import replace
 from functools import cache
+from typing import Any
 
 import pytest
 
 from optsched.budget import NO_LIMIT, TimeBudget
-from optsched.instance import parse_instance
+from optsched.instance import Instance, parse_instance
 from optsched.policies import simulator_for
 from optsched.problems.infermax import meanedges, meanproblem, meansearch
 from optsched.problems.infermax.meanphase import search_applies
@@ -300,6 +306,99 @@ def test_a_too_high_late_floor_is_caught(monkeypatch: pytest.MonkeyPatch) -> Non
     )
     monkeypatch.setattr(meansearch, "estimate_at", lambda est, t: real(est._replace(late=est.late / 1.03), t))
     assert _misses_below_a_close_incumbent() > 0
+
+
+def test_the_first_token_split_raises_the_estimate_and_stays_below_the_optimum(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The latency estimate's first-token split is at most the exhaustive optimum at the start of
+    every tiny instance with arrivals, and raises h above the rest of the estimate at some labels
+    of their searches (where it binds, the comparisons with the exhaustive search check it)."""
+    real = meansearch.estimate_at
+    raised = []
+
+    def recording(est: meanproblem.Estimate, t: float) -> float:
+        h = real(est, t)
+        if est.first is not None:
+            raised.append(h > real(est._replace(first=None, late=-math.inf, released_late=True), t) * (1 + REL))
+        return h
+
+    monkeypatch.setattr(meansearch, "estimate_at", recording)
+    for seed in SEEDS:
+        inst = tiny_instance(seed, arrivals=True)
+        pb = meanproblem.SearchProblem(inst, "latency", True, True, True)
+        start = pb.estimate(tuple((0, r.prompt_tokens, 0) for r in inst.requests))
+        assert start.first is not None
+        split = real(start.first, 0.0) + start.rest
+        assert split <= exhaustive(seed, True, "latency") * len(inst.requests) + sum(r.arrival for r in inst.requests)
+        mean_search(inst, "latency", None, NO_LIMIT)
+    assert any(raised) and not all(raised)
+
+
+def test_a_too_high_split_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rests of the first-token split planted 3 % high: with an incumbent just above the
+    optimum, some search misses the optimum (or claims a bound above it)."""
+    estimate = meanproblem.SearchProblem.estimate
+
+    def planted(self: meanproblem.SearchProblem, *args: Any) -> meanproblem.Estimate:
+        est = estimate(self, *args)
+        if est.first is None:
+            return est
+        rest = 1.03 * est.rest
+        return est._replace(rest=rest, late=max(est.late, est.first.late + rest))
+
+    monkeypatch.setattr(meanproblem.SearchProblem, "estimate", planted)
+    assert _misses_below_a_close_incumbent() > 0
+
+
+def _heavy_then_light(arrival: float, output: int) -> Instance:
+    """Two prompts of 4 tokens at time 0, then two of 1 token at ``arrival``; P = C = 4 (a batch
+    takes one long prompt), ``llama2-7b-a100`` (a batch with a prefill takes about 5 ms)."""
+    reqs = [{"id": f"a{k}", "prompt_tokens": 4, "output_tokens": output, "arrival": 0.0} for k in range(2)]
+    reqs += [{"id": f"b{k}", "prompt_tokens": 1, "output_tokens": output, "arrival": arrival} for k in range(2)]
+    limits = {"token_budget": 4, "prefill_budget": 4}
+    return parse_instance(
+        {"name": "heavy-light", "cost_model": "llama2-7b-a100", "limits": limits, "requests": reqs}, "heavy-light"
+    )
+
+
+LIGHT_LATER = [(0.008, 1), (0.012, 1), (0.02, 1), (0.012, 2)]
+
+
+@pytest.mark.parametrize(("arrival", "output"), LIGHT_LATER)
+def test_the_arrival_thresholds_raise_the_estimate_below_the_optimum(arrival: float, output: int) -> None:
+    """Light prompts arriving after heavy ones: the j-th first token comes at the arrival or is one
+    of the heavy prompts', so the order bound's terms of the arrivals before it raise the ttft
+    estimate at the start, which stays at most the exhaustive optimum; the search finds it."""
+    inst = _heavy_then_light(arrival, output)
+    pb = meanproblem.SearchProblem(inst, "ttft", True, True, True)
+    est = pb.estimate(tuple((0, r.prompt_tokens, 0) for r in inst.requests))
+    shift = sum(r.arrival for r in inst.requests)
+    best = exhaustive_mean(inst, "ttft")[0] * len(inst.requests) + shift
+    h = meanproblem.estimate_at(est, 0.0)
+    assert meanproblem.estimate_at(est._replace(before=()), 0.0) < h <= best * (1 + REL)
+    for objective in OBJECTIVES:
+        assert searched(inst, objective) == pytest.approx(exhaustive_mean(inst, objective)[0], rel=REL)
+
+
+def test_a_too_high_threshold_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The arrival thresholds and their order bounds planted 3 % high: with an incumbent just above
+    the optimum, some search of the instances above misses the optimum or claims a bound above it."""
+    estimate = meanproblem.SearchProblem.estimate
+
+    def planted(est: meanproblem.Estimate | None) -> meanproblem.Estimate | None:
+        if est is None:
+            return None
+        before = tuple((1.03 * r, [1.03 * low for low in lows]) for r, lows in est.before)
+        return est._replace(before=before, first=planted(est.first))
+
+    monkeypatch.setattr(meanproblem.SearchProblem, "estimate", lambda self, *args: planted(estimate(self, *args)))
+    missed = 0
+    for arrival, output in LIGHT_LATER:
+        inst = _heavy_then_light(arrival, output)
+        for objective in OBJECTIVES:
+            best = exhaustive_mean(inst, objective)[0]
+            res = mean_search(inst, objective, best * (1 + 1e-6), NO_LIMIT)
+            missed += res.schedule is None or res.bound > best * (1 + REL)
+    assert missed > 0
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
