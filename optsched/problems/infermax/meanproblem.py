@@ -95,10 +95,11 @@ work after r and at least j less the others of the first j events are theirs, so
 r + L^{(r)}_{j - n + n_r}` over those :math:`n_r` jobs; and the j-th event comes at r or later,
 or else the first j events are all of jobs released before r, so :math:`F_{(j)} \ge \min(r, t +
 L^{(<r)}_j)` with :math:`L^{(<r)}` the order bounds of those jobs alone. h is the larger of H2
-and the sum over j of the largest of these bounds on :math:`F_{(j)}`. The j-th smallest :math:`\max(t, a_i) + c_i` is at
-least t plus the j-th smallest :math:`c_i`, so at every t, h is at least n t plus the larger of H2
-less n t and :math:`\sum_j \max(L_j, c_{(j)})` (the estimate's ``late`` part): equal to h once every
-job is released and no release bound counts, a floor before then that needs no sorting.
+and the sum over j of the largest of these bounds on :math:`F_{(j)}`. The j-th smallest
+:math:`\max(t, a_i) + c_i` is at least t plus the j-th smallest :math:`c_i`, so at every t, h is at
+least n t plus the larger of H2 less n t and :math:`\sum_j \max(L_j, c_{(j)})` (the estimate's
+``late`` part): equal to h once every job is released and no release bound counts, a floor before
+then that needs no sorting.
 
 **First tokens and the rest** (latency). A request before its first token has it at some
 :math:`FT_i`; its later tokens come one per batch after that batch, each batch at least its lone
