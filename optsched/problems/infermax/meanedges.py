@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from ...schedule import Batch, Item
 
-__all__ = ["CLOCK_BATCHES", "Edge", "EdgeLister", "Floor", "Part", "Stopped"]
+__all__ = ["CLOCK_BATCHES", "Edge", "EdgeLister", "Floor", "Part", "Sampling", "Stopped"]
 
 #: Batches visited or partial batches pruned between two looks at the clock.
 CLOCK_BATCHES = 128
@@ -89,14 +89,32 @@ def _part(action: Any) -> Part:
     return Part(new, c, c, c * c, 0, 0, c * m, 0, *rest)
 
 
+class Sampling:
+    """Whether a check that costs time and never changes an answer (a floor that prunes, a part of
+    the estimate that raises it) is made: in each of its first ``trial`` uses, and after that in
+    every use while it has paid for at least ``pays`` of what it met, else in one use in ``sample``
+    (so that its share stays measured). The caller adds to ``met`` and ``paid`` after the uses in
+    which the check is made."""
+
+    def __init__(self, trial: int, pays: float, sample: int) -> None:
+        self.trial, self.pays, self.sample = trial, pays, sample
+        self.uses = self.met = self.paid = 0
+
+    def due(self) -> bool:
+        """Whether the check is made in this use (counted)."""
+        uses = self.uses
+        self.uses += 1
+        return uses < self.trial or self.paid >= self.pays * self.met or uses % self.sample == 0
+
+
 class EdgeLister:
     """The batches from a joint state of the search problem ``pb`` (its ``actions``, limits and cost)."""
 
     def __init__(self, pb: Any) -> None:
         self.pb = pb
         self.cache: dict[tuple[int, Sub], tuple[Part, ...]] = {}
-        #: listings; batches visited and partial batches pruned in those with partial-batch floors; pruned
-        self.tally = [0, 0, 0]
+        #: The partial-batch floors' checks: listings, batches met in those checked and batches pruned.
+        self.floors = Sampling(FLOOR_TRIAL, FLOOR_PAYS, FLOOR_SAMPLE)
 
     def parts(self, i: int, sub: Sub) -> tuple[Part, ...]:
         """Request i's parts from ``sub``."""
@@ -121,9 +139,7 @@ class EdgeLister:
         the partial batches are checked against ``floor`` only in every :data:`FLOOR_SAMPLE`-th
         listing while those checks have pruned less than :data:`FLOOR_PAYS` of the batches met
         (a check costs about a batch's time; skipping one prunes less, never wrongly)."""
-        listings, met, pruned = self.tally
-        self.tally[0] += 1
-        if listings >= FLOOR_TRIAL and pruned < FLOOR_PAYS * met and listings % FLOOR_SAMPLE:
+        if not self.floors.due():
             floor = None
         self._list(state, (stop, visit), None, floor)
 
@@ -263,7 +279,8 @@ class EdgeLister:
         finally:  # walk refers to itself, a cycle through leaf to the visitor: the search must not be in it
             visitor = None
             if floor is not None:
-                self.tally = [self.tally[0], self.tally[1] + steps[0], self.tally[2] + steps[1]]
+                self.floors.met += steps[0]
+                self.floors.paid += steps[1]
         return hit[0] if hit else None
 
 

@@ -125,11 +125,29 @@ from typing import Any, NamedTuple
 
 from ...costmodel import Coefficients
 from ...instance import Instance
-from .meanedges import Part
+from .meanedges import Part, Sampling
 
-__all__ = ["Action", "Estimate", "Job", "SearchProblem", "Sub", "estimate_at"]
+__all__ = [
+    "SPLIT_PAYS",
+    "SPLIT_SAMPLE",
+    "SPLIT_TRIAL",
+    "Action",
+    "Estimate",
+    "Job",
+    "SearchProblem",
+    "Sub",
+    "estimate_at",
+]
 
 Sub = tuple[int, int, int]
+
+#: New states whose latency estimate always has the first-token split (:class:`.meanedges.Sampling`).
+SPLIT_TRIAL = 256
+#: The least share of those estimates whose h the split must raise (at the time of the estimate) to
+#: be made in every new state after the first :data:`SPLIT_TRIAL`.
+SPLIT_PAYS = 0.01
+#: Otherwise it is made in every this-many-th new state, so that the share stays measured.
+SPLIT_SAMPLE = 16
 
 
 class Job(NamedTuple):
@@ -223,6 +241,8 @@ class SearchProblem:
         #: The ttft estimates made, by the subs before their first token (the others None): made at
         #: the first time such a state is reached, each is valid at every time.
         self.first_estimates: dict[tuple[Sub | None, ...], Estimate] = {}
+        #: Whether a new state's estimate gets the split (it costs about a third of a new state's time).
+        self.splits = Sampling(SPLIT_TRIAL, SPLIT_PAYS, SPLIT_SAMPLE)
 
     def clear_caches(self) -> None:
         """Empty the per-request caches (the ttft problem's too). Each holds a bound method of this
@@ -373,9 +393,16 @@ class SearchProblem:
     def estimate(self, state: tuple[Sub, ...], t: float = 0.0) -> Estimate:
         """The parts of h that do not depend on t (module docstring): n, H2 less n t, the order
         bounds L_j of the j-th event less t, the release bounds of the arrivals after ``t`` (a valid
-        part at every t), and each job's (arrival, c_i); for latency, with the first-token split."""
+        part at every t), and each job's (arrival, c_i); for latency, with the first-token split
+        where :attr:`splits` makes it (made less often where it rarely raises h: leaving it out
+        lowers h, never above V)."""
         est = self._own_estimate(state, t)
-        return est if self.first is None else self._split(state, t, est)
+        if self.first is None or not self.splits.due():
+            return est
+        split = self._split(state, t, est)
+        self.splits.met += 1
+        self.splits.paid += estimate_at(split, t) > estimate_at(est, t)
+        return split
 
     def _own_estimate(self, state: tuple[Sub, ...], t: float) -> Estimate:
         """:meth:`estimate` without the first-token split."""

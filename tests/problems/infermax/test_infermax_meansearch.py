@@ -25,7 +25,8 @@ meanproblem.py).
   policy's value equals the search's without an incumbent. The floor n t + late that prunes a label
   before its estimate is at most h at every label estimated (and at later times). The latency
   estimate's first-token split is at most the exhaustive optimum at the start of tiny instances
-  and raises h at some of their labels; the arrival thresholds (the j-th event at a later arrival
+  and raises h at some of their labels (made less often where it rarely raises h, the optimum is
+  the same); the arrival thresholds (the j-th event at a later arrival
   or among the jobs released before it) raise the ttft estimate where light prompts arrive after
   heavy ones, below the exhaustive optimum.
 - The dives: the search dives from the start; a dive's schedule replays cleanly, never below the
@@ -333,6 +334,32 @@ def test_the_first_token_split_raises_the_estimate_and_stays_below_the_optimum(m
     assert any(raised) and not all(raised)
 
 
+def test_the_split_made_less_often_keeps_the_optimum(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the first-token split made never to pay (made in every SPLIT_SAMPLE-th new state only,
+    from the first), the latency optimum below an incumbent just above it is the exhaustive one, and
+    the split is made in one estimate in SPLIT_SAMPLE."""
+    monkeypatch.setattr(meanproblem, "SPLIT_TRIAL", 0)
+    monkeypatch.setattr(meanproblem, "SPLIT_PAYS", 2.0)
+    made = []
+    real = meanproblem.SearchProblem.estimate
+
+    def counting(self: meanproblem.SearchProblem, *args: Any) -> meanproblem.Estimate:
+        est = real(self, *args)
+        if self.first is not None:
+            made.append(est.first is not None)
+        return est
+
+    monkeypatch.setattr(meanproblem.SearchProblem, "estimate", counting)
+    for seed in SEEDS:
+        best = exhaustive(seed, True, "latency")
+        inst = tiny_instance(seed, arrivals=True)
+        res = mean_search(inst, "latency", best * (1 + 1e-6), NO_LIMIT)
+        assert res.status == Status.OPTIMAL and res.bound <= best * (1 + REL), seed
+        if res.schedule is not None:
+            assert replayed_objective(inst, res.schedule, "latency")[0] == pytest.approx(best, rel=REL)
+    assert 0 < sum(made) <= len(made) // meanproblem.SPLIT_SAMPLE + len(SEEDS)
+
+
 def test_a_too_high_split_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The rests of the first-token split planted 3 % high: with an incumbent just above the
     optimum, some search misses the optimum (or claims a bound above it)."""
@@ -561,7 +588,7 @@ def test_the_partial_floors_skipped_keep_the_optimum(monkeypatch: pytest.MonkeyP
     real = meanedges.EdgeLister.visit_edges
 
     def counting(self, state, stop, visit, floor=None):
-        floors.append(floor is not None and self.tally[0] % meanedges.FLOOR_SAMPLE == 0)
+        floors.append(floor is not None and self.floors.uses % meanedges.FLOOR_SAMPLE == 0)
         return real(self, state, stop, visit, floor)
 
     monkeypatch.setattr(meanedges.EdgeLister, "visit_edges", counting)
