@@ -26,9 +26,9 @@ meanproblem.py).
   before its estimate is at most h at every label estimated (and at later times). The latency
   estimate's first-token split is at most the exhaustive optimum at the start of tiny instances
   and raises h at some of their labels (made less often where it rarely raises h, the optimum is
-  the same); the arrival thresholds (the j-th event at a later arrival
-  or among the jobs released before it) raise the ttft estimate where light prompts arrive after
-  heavy ones, below the exhaustive optimum.
+  the same); the arrival thresholds (the j-th event at a later arrival or among the jobs released
+  before it) raise the ttft estimate where light prompts arrive after heavy ones, below the
+  exhaustive optimum.
 - The dives: the search dives from the start; a dive's schedule replays cleanly, never below the
   exhaustive optimum, and where nothing queued is below it, it is proven optimal and labelled as
   the dive's, in the search's result and as the solve's candidate.
