@@ -401,7 +401,7 @@ class SearchProblem:
             return est
         split = self._split(state, t, est)
         self.splits.met += 1
-        self.splits.paid += estimate_at(split, t) > estimate_at(est, t)
+        self.splits.paid += split.first is not None and _split_at(split, t) > estimate_at(est, t)
         return split
 
     def _own_estimate(self, state: tuple[Sub, ...], t: float) -> Estimate:
@@ -500,5 +500,12 @@ def estimate_at(est: Estimate, t: float) -> float:
     h = max(est.n * t + est.h2, sum(terms))
     if est.first is None:
         return h
-    split = estimate_at(est.first, t) + est.after * t + est.rest
+    split = _split_at(est, t)
     return h if h >= split else split
+
+
+def _split_at(est: Estimate, t: float) -> float:
+    """The first-token split of ``est`` (which has one) at time t: the ttft estimate, plus t for
+    each pending request past its first token, plus the rests and those requests' own costs."""
+    assert est.first is not None
+    return estimate_at(est.first, t) + est.after * t + est.rest
