@@ -113,6 +113,10 @@ prompts over many batches, this charges every later first token those batches, w
 bound's j-th event, counting only the j smallest prompts' batches against the j smallest jobs',
 misses. Its part that does not depend on t is the ttft estimate's plus the rests and own costs,
 so the floor above holds for it too.
+
+**Batch types** (latency). :math:`\sum_i (F_i - t) \ge V_R(s) + \sum_i \iota_i`, the batch-type
+relaxation's bound (:mod:`.meantypes`; :math:`\iota_i` the job's item cost), at every t: H2 less
+n t is raised to it where the relaxation answers, so the floor above holds for it too.
 """
 
 from __future__ import annotations
@@ -126,6 +130,7 @@ from typing import Any, NamedTuple
 from ...costmodel import Coefficients
 from ...instance import Instance
 from .meanedges import Part, Sampling
+from .meantypes import TypeRelaxation
 
 __all__ = [
     "SPLIT_PAYS",
@@ -243,12 +248,16 @@ class SearchProblem:
         self.first_estimates: dict[tuple[Sub | None, ...], Estimate] = {}
         #: Whether a new state's estimate gets the split (it costs about a third of a new state's time).
         self.splits = Sampling(SPLIT_TRIAL, SPLIT_PAYS, SPLIT_SAMPLE)
+        #: Latency: the batch-type relaxation (:mod:`.meantypes`), its values kept between states.
+        self.types = TypeRelaxation(self.coef, self.step, self.evict, hybrid) if objective == "latency" else None
 
     def clear_caches(self) -> None:
         """Empty the per-request caches (the ttft problem's too). Each holds a bound method of this
         object, a cycle that only the cyclic collector frees, with everything cached in it."""
         for cache in (self.actions, self.job, self.fill, self.of_jobs):
             cache.cache_clear()
+        if self.types is not None:
+            self.types.values.clear()
         if self.first is not None:
             self.first.clear_caches()
         self.first_estimates.clear()
@@ -396,7 +405,7 @@ class SearchProblem:
         part at every t), and each job's (arrival, c_i); for latency, with the first-token split
         where :attr:`splits` makes it (made less often where it rarely raises h: leaving it out
         lowers h, never above V)."""
-        est = self._own_estimate(state, t)
+        est = self._types(state, self._own_estimate(state, t))
         if self.first is None or not self.splits.due():
             return est
         split = self._split(state, t, est)
@@ -424,6 +433,24 @@ class SearchProblem:
         last = max(a for a, _ in per)
         counts_late = any(rel > last + low for rel, low in zip(released, late))
         return Estimate(n, h2, orders, tuple(released), counts_late, per, last, max(h2, sum(late)), tuple(before))
+
+    def _types(self, state: tuple[Sub, ...], est: Estimate) -> Estimate:
+        """``est`` with H2 (less n t) at least the batch-type relaxation's bound (:mod:`.meantypes`):
+        :math:`V_R` plus the least item costs of the pending jobs; unchanged where R gives up."""
+        if self.types is None or not est.n:
+            return est
+        before, riding, items = [], [], 0.0
+        for i, sub in enumerate(state):
+            if self.is_pending(i, sub):
+                items += self.job(i, sub).item
+                if sub[2] == 0:
+                    before.append((sub[1] - sub[0], self.reqs[i].output_tokens - 1))
+                else:
+                    riding.append(self.reqs[i].output_tokens - sub[2])
+        value = self.types.value(tuple(sorted(before)), tuple(sorted(riding)))
+        if value is None or value + items <= est.h2:
+            return est
+        return est._replace(h2=value + items, late=max(est.late, value + items))
 
     def _split(self, state: tuple[Sub, ...], t: float, est: Estimate) -> Estimate:
         """``est`` with the first-token split (module docstring, *First tokens and the rest*): the

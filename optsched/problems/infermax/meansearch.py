@@ -10,14 +10,16 @@ from an earlier one, has no later event) and :math:`V(s, t + \delta) \le V(s, t)
 :math:`(t_1, A_1)` of s is at least as good as :math:`(t_2, A_2)` when :math:`A_1 + n(s)
 \max(0, t_1 - t_2) \le A_2`, and the latter is dropped.
 
-**A*.** Best first by :math:`A + h`; a label whose :math:`A + h` reaches the best schedule known
-(the incumbent, value U) is not queued. A* takes labels from the queue in order of A + h; some label
+**A*.** Best first by f, the larger of :math:`A + h` and the parent label's f (pathmax: h is not
+consistent, and every continuation of a label is one of its parent's, so by induction f is at most
+every schedule through the label); a label whose f reaches the best schedule known (the incumbent,
+value U) is not queued. A* takes labels from the queue in order of f; some label
 on an optimal track (one whose best continuation reaches the optimum :math:`C^*`) is always queued
 until the goal is taken, when :math:`C^* < U` (the argument of :mod:`.astar`: a dropped or dominated
 label is replaced by one at least as good, which is on track too). So the first goal taken is
 optimal, an empty queue proves :math:`U \le C^*`, and when the search stops early the least
-:math:`A + h` in the queue (at most U) is a proven bound; stopped while a label's successors are
-queued, that label's :math:`A + h` (the least when it was taken) stands for them.
+f in the queue (at most U) is a proven bound; stopped while a label's successors are
+queued, that label's f (the least when it was taken) stands for them.
 
 **Floors.** h at t is at least :math:`\sum_i (\max(t, a_i) + c_i)` over the pending jobs (each
 order-bound term is at least the matching one of these, sorted). A newly reached state whose A plus
@@ -136,6 +138,8 @@ class _Search:
         self.acc: list[float] = []
         self.parent: list[int] = []  # -1 for the start
         self.dead: list[bool] = []
+        #: Per label queued, its A + h as queued (at least its parent's: pathmax); 0 for a dive's.
+        self.f: list[float] = []
         self.heap: list[tuple[float, float, int]] = []
         self.expanded = 0
         self.full_goal = not pb.first_tokens_only
@@ -172,6 +176,8 @@ class _Search:
         if acc + est.n * t + est.late >= self.cut:  # h at t is at least n t + late (Floors)
             return
         f = acc + estimate_at(est, t)
+        if parent >= 0 and self.f[parent] > f:  # every continuation of the label is one of its parent's
+            f = self.f[parent]
         if f >= self.cut:
             return
         n, times, accs = est[0], self.t, self.acc
@@ -186,12 +192,13 @@ class _Search:
                 else:
                     live.append(k)
             kept[:] = live
-        node = self.add(state, t, acc, parent)
+        node = self.add(state, t, acc, parent, f)
         kept.append(node)
         heapq.heappush(self.heap, (f, -acc, node))
 
-    def add(self, state: tuple[Sub, ...], t: float, acc: float, parent: int) -> int:
-        """Keep the label (t, acc) of ``state`` reached from ``parent``; its node."""
+    def add(self, state: tuple[Sub, ...], t: float, acc: float, parent: int, f: float = 0.0) -> int:
+        """Keep the label (t, acc) of ``state`` reached from ``parent``, queued with ``f``; its node."""
+        self.f.append(f)
         self.state.append(state)
         self.t.append(t)
         self.acc.append(acc)
@@ -206,6 +213,9 @@ class _Search:
         run, improved = self.dive_counts
         started, cap = time.perf_counter(), self.budget.part(DIVE_SHARE)
         steps = 0
+        types = self.pb.types
+        if types is not None:
+            types.solving = False  # a dive's estimates use the batch-type values known only
         try:
             while steps < self.most and not self.goal(self.state[node]):
                 child = self.best_child(node, lambda: self.over() or cap.expired())
@@ -218,6 +228,8 @@ class _Search:
                 raise
         finally:
             self.dive_time += time.perf_counter() - started
+            if types is not None:
+                types.solving = True
         better = self.goal(self.state[node]) and self.acc[node] < self.cut
         self.dive_counts = (run + 1, improved + better)
         if better:
@@ -331,6 +343,8 @@ def mean_search(
     if objective not in ("latency", "ttft"):
         raise ValueError(f"mean_search: objective {objective!r} is not 'latency' or 'ttft'")
     pb = SearchProblem(instance, objective, not no_evict, not no_hybrid, not no_chunk)
+    if pb.types is not None:
+        pb.types.expired = budget.expired
     with cyclic_collector_paused():  # the search is freed (by its counts) before the collector resumes
         try:
             return _run(_Search(pb, upper, budget, max_labels, max_states))

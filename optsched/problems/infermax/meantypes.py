@@ -1,0 +1,187 @@
+r"""The batch-type relaxation of the exact mean-latency search (:mod:`.meansearch`): a lower bound on
+the sum of the finish times still to come that prices the prefill batches the decoding requests
+wait through or ride in.
+
+**The relaxation R.** A request before its first token has p prefill tokens left and q = O - 1
+tokens after its first; one past its first token has d tokens left. A batch of R has a type: a
+*prefill batch* processes at most :math:`P' = \min(C, P)` prompt tokens (any split of them among
+the requests, chunks of any size), a *decode batch* none. A request's prompt is done in the batch
+that processes its last token, and the request then needs q more batches; one past its first token
+moves one token on in every batch that it *rides*. Without evictions every request past its first
+token rides in every decode batch, in a prefill batch only if that batch is *mixed*, which costs
+:math:`\tau_M = b + t + \pi + \delta` (base, one tile, both biases), a decode batch :math:`\tau_D = b
++ t + \delta` and an unmixed prefill batch :math:`\tau_P = b + t + \pi`; without hybrid batches no
+prefill batch is mixed. With evictions, a request past its first token may get its next token by a
+refill, a prefill item, so it rides in every batch; a prefill batch then costs :math:`\tau_P` and a
+decode batch :math:`\min(\tau_D, \tau_P)` (a batch of refills alone is a prefill batch). R's value
+:math:`V_R(s)` is the least over R's schedules of :math:`\sum_k \tau_k U_k`, with :math:`U_k` the
+requests not finished before batch k. It ignores arrivals, the KV capacity M and :math:`R_{max}`.
+
+**Bound.** From state s at time t, every schedule has :math:`\sum_i (F_i - t) \ge V_R(s) + \sum_i
+\iota_i`, with :math:`\iota_i` the least item cost of request i's remaining work (its job's ``item``
+in :mod:`.meanproblem`). Proof: :math:`\sum_i (F_i - t) \ge \sum_k c_k U_k` (idle time only adds),
+and batch k costs :math:`c_k \ge \tau_{type(k)} + \iota(k)` with :math:`\iota(k)` its items' terms
+(the cost model is a sum of non-negative terms: base, a tile, each bias present, the items'), where
+the type is *prefill* when the batch holds a prefill item (mixed when it holds a decode item too),
+else *decode*; the items are those of requests not finished before k, so :math:`\sum_k \iota(k) U_k
+\ge \sum_k \iota(k) \ge \sum_i \iota_i`. R follows the schedule's types batch by batch and spends
+each prefill batch's P' tokens on the prompts in the order of the schedule's first tokens, the
+earliest unfinished first. By induction over the batches, R has processed at least as many tokens of
+the first j prompts in that order as the schedule (each batch of the schedule holds at most P'
+prefill tokens, refills included), so every prompt is done in R no later; a request then rides in R
+in every batch that the schedule could give it a token in (a decode item needs a decode or mixed
+batch; a refill a prefill batch, and refills need evictions), so every request finishes in R no
+later, and R's :math:`U_k` are at most the schedule's. So :math:`\sum_k \tau_k U_k` of the schedule
+is at least R's for that schedule, which is at least :math:`V_R(s)`.
+
+**Solving R.** :math:`V_R` is a recursion over R's states (the sorted (p, q) of the requests before
+their first token, the sorted d of the others): a decode batch (when a request rides), or a prefill
+batch that completes a set S of prompts and spends what is left on one more prompt, larger than that
+rest; requests that ride move on, and those of S start their q. A prefill batch that leaves
+capacity unused while a prompt could take it is left out: processing more tokens never makes a
+prompt done later, so no request finishes later. Two prompts part-done are never needed: moving
+tokens from the later-done to the earlier-done one makes neither later. The values are kept between
+calls; a call adds at most :data:`CALL_STATES` of them (the first, :data:`FIRST_STATES`), gives up
+when the search's clock runs out, and solves nothing new while the calls that did have taken more
+than :data:`TIME_GRACE` plus :data:`TIME_SHARE` of the time since the first (then the estimate goes
+without R, which lowers it and is never wrong).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from itertools import combinations
+
+from ...costmodel import Coefficients
+
+__all__ = ["CALL_STATES", "FIRST_STATES", "MAX_STATES", "TIME_GRACE", "TIME_SHARE", "TypeRelaxation"]
+
+#: New states of R that one call may solve.
+CALL_STATES = 1024
+#: The first call's (the search's start, whose R is the one every path starts from).
+FIRST_STATES = 65_536
+#: States of R kept at most (under 1 kB each with 8 requests); a call that would pass it gives up.
+MAX_STATES = 250_000
+#: New states of R solved between two looks at the clock.
+CLOCK_STATES = 256
+#: The time that the calls which solve new states may take, beyond :data:`TIME_SHARE` of the time
+#: since the first call (seconds).
+TIME_GRACE = 2.0
+#: The share of the time since the first call that those calls may take beyond :data:`TIME_GRACE`.
+TIME_SHARE = 0.5
+
+Pending = tuple[tuple[int, int], ...]
+
+
+class _GaveUp(Exception):
+    """A call of :meth:`TypeRelaxation.value` passed its caps or the clock."""
+
+
+class TypeRelaxation:
+    """:math:`V_R` of the module docstring for one instance's limits and cost model.
+
+    Parameters
+    ----------
+    coef
+        The cost model's folded coefficients.
+    step
+        :math:`P' = \\min(C, P)`.
+    evict, hybrid
+        Whether evictions (so refills) and mixed batches are allowed.
+    """
+
+    def __init__(self, coef: Coefficients, step: int, evict: bool, hybrid: bool) -> None:
+        base = coef.base + coef.per_tile
+        self.step = step
+        self.tau_prefill = base + coef.prefill_bias
+        self.tau_decode = min(base + coef.decode_bias, self.tau_prefill) if evict else base + coef.decode_bias
+        #: The prefill batches that riding requests may be in, with their costs.
+        self.prefill_kinds = (
+            ((self.tau_prefill, True),)
+            if evict
+            else ((self.tau_prefill, False), (self.tau_prefill + coef.decode_bias, True))
+            if hybrid
+            else ((self.tau_prefill, False),)
+        )
+        self.values: dict[tuple[Pending, tuple[int, ...]], float] = {}
+        #: Whether the search's clock has run out (set by the search).
+        self.expired: Callable[[], bool] = lambda: False
+        #: Whether calls may solve new states (the search's dives use the values known only).
+        self.solving = True
+        #: When the first call came, and the time the calls that solved new states took.
+        self.started: float | None = None
+        self.spent = 0.0
+        self._left = 0
+
+    def value(self, before: Pending, riding: tuple[int, ...]) -> float | None:
+        """:math:`V_R` of the requests before their first token, ``before`` (sorted (p, q)), and
+        those past it, ``riding`` (sorted d); None where the call passes its caps or the clock."""
+        found = self.values.get((before, riding))
+        if found is not None:
+            return found
+        if not self.solving:
+            return None
+        now = time.perf_counter()
+        if self.started is None:
+            self.started = now
+        elif self.spent > TIME_GRACE + TIME_SHARE * (now - self.started) or self.expired():
+            return None
+        self._left = CALL_STATES if self.values else FIRST_STATES
+        try:
+            return self._solve(before, riding)
+        except _GaveUp:
+            return None
+        finally:
+            self.spent += time.perf_counter() - now
+
+    def _solve(self, before: Pending, riding: tuple[int, ...]) -> float:
+        key = (before, riding)
+        found = self.values.get(key)
+        if found is not None:
+            return found
+        n = len(before) + len(riding)
+        if not n:
+            return 0.0
+        self._left -= 1
+        if self._left < 0 or len(self.values) >= MAX_STATES:
+            raise _GaveUp
+        if self._left % CLOCK_STATES == 0 and self.expired():
+            raise _GaveUp
+        moved = tuple(d - 1 for d in riding if d > 1)
+        best = self.tau_decode * n + self._solve(before, moved) if riding else float("inf")
+        for tau, rides in self.prefill_kinds if riding else self.prefill_kinds[:1]:
+            on = list(moved) if rides else list(riding)
+            for rest_before, started in self.prefills(before):
+                value = tau * n + self._solve(rest_before, tuple(sorted(on + started)))
+                if value < best:
+                    best = value
+        self.values[key] = best
+        return best
+
+    def prefills(self, before: Pending) -> list[tuple[Pending, list[int]]]:
+        """The prefill batches of R from ``before`` (module docstring, *Solving R*): the prompts
+        left, and the q of the requests whose prompts are done."""
+        out: dict[Pending, list[int]] = {}
+        m = len(before)
+        for size in range(1, m + 1) if m else ():
+            for done in combinations(range(m), size):
+                left = self.step - sum(before[i][0] for i in done)
+                if left < 0:
+                    continue
+                rest = [before[i] for i in range(m) if i not in done]
+                started = [before[i][1] for i in done if before[i][1] > 0]
+                if not rest:
+                    out.setdefault((), started)
+                elif left > 0 and all(p <= left for p, _ in rest):
+                    continue  # a prompt that fits would be done too
+                elif left == 0:
+                    out.setdefault(tuple(rest), started)
+                for j, (p, q) in enumerate(rest):
+                    if p > left > 0:
+                        part = sorted(rest[:j] + rest[j + 1 :] + [(p - left, q)])
+                        out.setdefault(tuple(part), started)
+        for j, (p, q) in enumerate(before):  # nothing done: one prompt takes the whole batch
+            if p > self.step:
+                out.setdefault(tuple(sorted(before[:j] + before[j + 1 :] + ((p - self.step, q),))), [])
+        return list(out.items())
