@@ -43,8 +43,8 @@ prompt done later, so no request finishes later. Two prompts part-done are never
 tokens from the later-done to the earlier-done one makes neither later. The values are kept between
 calls; a call adds at most :data:`CALL_STATES` of them (the first, :data:`FIRST_STATES`), gives up
 when the search's clock runs out, and solves nothing new while the calls that did have taken more
-than :data:`TIME_GRACE` plus :data:`TIME_SHARE` of the time since the first (then the estimate goes
-without R, which lowers it and is never wrong).
+than :data:`TIME_GRACE` plus :data:`TIME_SHARE` of the time since the first or while the search
+dives (then the estimate goes without R, which lowers it and is never wrong).
 """
 
 from __future__ import annotations
