@@ -36,8 +36,8 @@ A label of a state already estimated is pruned by :math:`A + n t` plus the estim
 does not depend on t (:func:`.meanproblem.estimate_at`, *Order bound*) before h is computed at t.
 
 **Dives.** Schedules fast, for the incumbent: from a label, take the batch whose next label has
-the least :math:`A + h` below the incumbent (h without the batch-type values not yet known: a
-dive solves none of :mod:`.meantypes`), and repeat until the goal (no queue, no dominance). The
+the least :math:`A + h` below the incumbent (h without the batch-type relaxation of
+:mod:`.meantypes`, known for some states only), and repeat until the goal (no queue, no dominance). The
 search dives from the start before its first expansion, and then from the label it takes whenever
 the dives so far have taken at most a fifth of its time; a dive is dropped once it has run a fifth
 of the budget. A goal reached is a schedule below the incumbent: it becomes the incumbent (U is its
@@ -216,7 +216,7 @@ class _Search:
         steps = 0
         types = self.pb.types
         if types is not None:
-            types.solving = False  # a dive's estimates use the batch-type values known only
+            types.solving = False  # a dive's estimates go without the batch-type relaxation
         try:
             while steps < self.most and not self.goal(self.state[node]):
                 child = self.best_child(node, lambda: self.over() or cap.expired())

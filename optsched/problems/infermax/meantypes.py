@@ -43,8 +43,8 @@ prompt done later, so no request finishes later. Two prompts part-done are never
 tokens from the later-done to the earlier-done one makes neither later. The values are kept between
 calls; a call adds at most :data:`CALL_STATES` of them (the first, :data:`FIRST_STATES`), gives up
 when the search's clock runs out, and solves nothing new while the calls that did have taken more
-than :data:`TIME_GRACE` plus :data:`TIME_SHARE` of the time since the first or while the search
-dives (then the estimate goes without R, which lowers it and is never wrong).
+than :data:`TIME_GRACE` plus :data:`TIME_SHARE` of the time since the first; it answers nothing while
+the search dives (then the estimate goes without R, which lowers it and is never wrong).
 """
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ class TypeRelaxation:
         self.values: dict[tuple[Pending, tuple[int, ...]], float] = {}
         #: Whether the search's clock has run out (set by the search).
         self.expired: Callable[[], bool] = lambda: False
-        #: Whether calls may solve new states (the search's dives use the values known only).
+        #: Whether calls answer (the search's dives go without R: siblings with and without a
+        #: value known would not compare).
         self.solving = True
         #: When the first call came, and the time the calls that solved new states took.
         self.started: float | None = None
@@ -117,11 +118,11 @@ class TypeRelaxation:
     def value(self, before: Pending, riding: tuple[int, ...]) -> float | None:
         """:math:`V_R` of the requests before their first token, ``before`` (sorted (p, q)), and
         those past it, ``riding`` (sorted d); None where the call passes its caps or the clock."""
+        if not self.solving:
+            return None
         found = self.values.get((before, riding))
         if found is not None:
             return found
-        if not self.solving:
-            return None
         now = time.perf_counter()
         if self.started is None:
             self.started = now
