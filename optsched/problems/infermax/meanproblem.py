@@ -448,9 +448,10 @@ class SearchProblem:
                 else:
                     riding.append(self.reqs[i].output_tokens - sub[2])
         value = self.types.value(tuple(sorted(before)), tuple(sorted(riding)))
-        if value is None or value + items <= est.h2:
+        if value is None or value + items <= est.late:
             return est
-        return est._replace(h2=value + items, late=max(est.late, value + items))
+        self.types.raised += 1
+        return est._replace(h2=max(est.h2, value + items), late=value + items)
 
     def _split(self, state: tuple[Sub, ...], t: float, est: Estimate) -> Estimate:
         """``est`` with the first-token split (module docstring, *First tokens and the rest*): the

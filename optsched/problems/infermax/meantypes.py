@@ -41,10 +41,13 @@ rest; requests that ride move on, and those of S start their q. A prefill batch 
 capacity unused while a prompt could take it is left out: processing more tokens never makes a
 prompt done later, so no request finishes later. Two prompts part-done are never needed: moving
 tokens from the later-done to the earlier-done one makes neither later. The values are kept between
-calls; a call adds at most :data:`CALL_STATES` of them (the first, :data:`FIRST_STATES`), gives up
-when the search's clock runs out, and solves nothing new while the calls that did have taken more
-than :data:`TIME_GRACE` plus :data:`TIME_SHARE` of the time since the first; it answers nothing while
-the search dives (then the estimate goes without R, which lowers it and is never wrong).
+calls; a call adds at most :data:`CALL_STATES` of them (the first, at the search's start, any number
+within :data:`TIME_GRACE`), gives up when the search's clock runs out or after :data:`TIME_GRACE`,
+and solves nothing new while the calls that did have taken more
+than :data:`TIME_GRACE` plus a share of the time since the first: :data:`TIME_SHARE` while at least
+:data:`PAYS` of the calls (after :data:`TRIAL`) have raised h, else :data:`IDLE_SHARE`. It answers
+nothing while the search dives (then the estimate goes without R, which lowers it and is never
+wrong).
 """
 
 from __future__ import annotations
@@ -55,21 +58,34 @@ from itertools import combinations
 
 from ...costmodel import Coefficients
 
-__all__ = ["CALL_STATES", "FIRST_STATES", "MAX_STATES", "TIME_GRACE", "TIME_SHARE", "TypeRelaxation"]
+__all__ = [
+    "CALL_STATES",
+    "IDLE_SHARE",
+    "MAX_STATES",
+    "PAYS",
+    "TIME_GRACE",
+    "TIME_SHARE",
+    "TRIAL",
+    "TypeRelaxation",
+]
 
-#: New states of R that one call may solve.
+#: New states of R that one call after the first may solve (the first, at the search's start, may
+#: take :data:`TIME_GRACE`).
 CALL_STATES = 1024
-#: The first call's (the search's start, whose R is the one every path starts from).
-FIRST_STATES = 65_536
 #: States of R kept at most (under 1 kB each with 8 requests); a call that would pass it gives up.
 MAX_STATES = 250_000
 #: New states of R solved between two looks at the clock.
 CLOCK_STATES = 256
 #: The time that the calls which solve new states may take, beyond :data:`TIME_SHARE` of the time
 #: since the first call (seconds).
-TIME_GRACE = 2.0
-#: The share of the time since the first call that those calls may take beyond :data:`TIME_GRACE`.
+TIME_GRACE = 4.0
+#: The share of the time since the first call that those calls may take beyond :data:`TIME_GRACE`
+#: while the answers pay (:data:`PAYS`), else :data:`IDLE_SHARE`.
 TIME_SHARE = 0.5
+IDLE_SHARE = 0.05
+#: Calls after which the answers pay only while they have raised h in at least this share of them.
+TRIAL = 256
+PAYS = 0.1
 
 Pending = tuple[tuple[int, int], ...]
 
@@ -113,28 +129,37 @@ class TypeRelaxation:
         #: When the first call came, and the time the calls that solved new states took.
         self.started: float | None = None
         self.spent = 0.0
-        self._left = 0
+        #: The calls (outside the dives), and those whose answer raised h (counted by the caller).
+        self.calls = self.raised = 0
+        self._left, self._until = 0, 0.0
 
     def value(self, before: Pending, riding: tuple[int, ...]) -> float | None:
         """:math:`V_R` of the requests before their first token, ``before`` (sorted (p, q)), and
         those past it, ``riding`` (sorted d); None where the call passes its caps or the clock."""
         if not self.solving:
             return None
+        self.calls += 1
         found = self.values.get((before, riding))
         if found is not None:
             return found
         now = time.perf_counter()
         if self.started is None:
             self.started = now
-        elif self.spent > TIME_GRACE + TIME_SHARE * (now - self.started) or self.expired():
+        elif self.spent > TIME_GRACE + self._share() * (now - self.started) or self.expired():
             return None
-        self._left = CALL_STATES if self.values else FIRST_STATES
+        self._left = CALL_STATES if self.values else MAX_STATES
+        self._until = now + TIME_GRACE
         try:
             return self._solve(before, riding)
         except _GaveUp:
             return None
         finally:
             self.spent += time.perf_counter() - now
+
+    def _share(self) -> float:
+        """The share of the time that the calls solving new states may take (module docstring)."""
+        pays = self.calls < TRIAL or self.raised >= PAYS * self.calls
+        return TIME_SHARE if pays else IDLE_SHARE
 
     def _solve(self, before: Pending, riding: tuple[int, ...]) -> float:
         key = (before, riding)
@@ -147,7 +172,7 @@ class TypeRelaxation:
         self._left -= 1
         if self._left < 0 or len(self.values) >= MAX_STATES:
             raise _GaveUp
-        if self._left % CLOCK_STATES == 0 and self.expired():
+        if self._left % CLOCK_STATES == 0 and (self.expired() or time.perf_counter() > self._until):
             raise _GaveUp
         moved = tuple(d - 1 for d in riding if d > 1)
         best = self.tau_decode * n + self._solve(before, moved) if riding else float("inf")

@@ -159,7 +159,7 @@ def test_a_wrong_maximality_rule_is_caught(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_giving_up_keeps_the_optimum(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(meantypes, "CALL_STATES", 0)
-    monkeypatch.setattr(meantypes, "FIRST_STATES", 0)
+    monkeypatch.setattr(meantypes, "MAX_STATES", 0)
     for seed in SEEDS:
         inst = tiny_instance(seed, arrivals=True)
         res = mean_search(inst, "latency", None, NO_LIMIT)
