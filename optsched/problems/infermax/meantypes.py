@@ -72,7 +72,7 @@ __all__ = [
 #: New states of R that one call after the first may solve (the first, at the search's start, may
 #: take :data:`TIME_GRACE`).
 CALL_STATES = 1024
-#: States of R kept at most (under 1 kB each with 8 requests); a call that would pass it gives up.
+#: States of R kept at most (about 0.3 kB each with 8 requests); a call that would pass it gives up.
 MAX_STATES = 250_000
 #: New states of R solved between two looks at the clock.
 CLOCK_STATES = 256
