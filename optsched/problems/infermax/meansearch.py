@@ -345,7 +345,7 @@ def mean_search(
         raise ValueError(f"mean_search: objective {objective!r} is not 'latency' or 'ttft'")
     pb = SearchProblem(instance, objective, not no_evict, not no_hybrid, not no_chunk)
     if pb.types is not None:
-        pb.types.expired = budget.expired
+        pb.types.within(budget)
     with cyclic_collector_paused():  # the search is freed (by its counts) before the collector resumes
         try:
             return _run(_Search(pb, upper, budget, max_labels, max_states))

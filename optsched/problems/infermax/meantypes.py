@@ -42,12 +42,12 @@ capacity unused while a prompt could take it is left out: processing more tokens
 prompt done later, so no request finishes later. Two prompts part-done are never needed: moving
 tokens from the later-done to the earlier-done one makes neither later. The values are kept between
 calls; a call adds at most :data:`CALL_STATES` of them (the first, at the search's start, any number
-within :data:`TIME_GRACE`), gives up when the search's clock runs out or after :data:`TIME_GRACE`,
-and solves nothing new while the calls that did have taken more
-than :data:`TIME_GRACE` plus a share of the time since the first: :data:`TIME_SHARE` while at least
-:data:`PAYS` of the calls (after :data:`TRIAL`) have raised h, else :data:`IDLE_SHARE`. It answers
-nothing while the search dives (then the estimate goes without R, which lowers it and is never
-wrong).
+within the grace: :data:`TIME_GRACE`, at most :data:`GRACE_SHARE` of the search's budget), gives up
+when the search's clock runs out or after the grace, and solves nothing new while the calls that
+did have taken more than the grace plus a share of the time since the first: :data:`TIME_SHARE`
+while at least :data:`PAYS` of the calls (after :data:`TRIAL`) have raised h, else
+:data:`IDLE_SHARE`. It answers nothing while the search dives (then the estimate goes without R,
+which lowers it and is never wrong).
 """
 
 from __future__ import annotations
@@ -56,10 +56,12 @@ import time
 from collections.abc import Callable
 from itertools import combinations
 
+from ...budget import TimeBudget
 from ...costmodel import Coefficients
 
 __all__ = [
     "CALL_STATES",
+    "GRACE_SHARE",
     "IDLE_SHARE",
     "MAX_STATES",
     "PAYS",
@@ -70,16 +72,18 @@ __all__ = [
 ]
 
 #: New states of R that one call after the first may solve (the first, at the search's start, may
-#: take :data:`TIME_GRACE`).
+#: take the grace).
 CALL_STATES = 1024
 #: States of R kept at most (about 0.3 kB each with 8 requests); a call that would pass it gives up.
 MAX_STATES = 250_000
 #: New states of R solved between two looks at the clock.
 CLOCK_STATES = 256
-#: The time that the calls which solve new states may take, beyond :data:`TIME_SHARE` of the time
-#: since the first call (seconds).
+#: The grace (seconds): the time that the calls which solve new states may take beyond
+#: :data:`TIME_SHARE` of the time since the first call, and the first call's.
 TIME_GRACE = 4.0
-#: The share of the time since the first call that those calls may take beyond :data:`TIME_GRACE`
+#: The most of a search's budget that its grace may be (:meth:`TypeRelaxation.within`).
+GRACE_SHARE = 0.1
+#: The share of the time since the first call that those calls may take beyond the grace
 #: while the answers pay (:data:`PAYS`), else :data:`IDLE_SHARE`.
 TIME_SHARE = 0.5
 IDLE_SHARE = 0.05
@@ -132,6 +136,8 @@ class TypeRelaxation:
         #: The calls (outside the dives), and those whose answer raised h (counted by the caller).
         self.calls = self.raised = 0
         self._left, self._until = 0, 0.0
+        #: The grace of this search (:data:`TIME_GRACE`, less under a short budget).
+        self.grace = TIME_GRACE
 
     def value(self, before: Pending, riding: tuple[int, ...]) -> float | None:
         """:math:`V_R` of the requests before their first token, ``before`` (sorted (p, q)), and
@@ -143,18 +149,28 @@ class TypeRelaxation:
         if found is not None:
             return found
         now = time.perf_counter()
+        if self.expired():
+            return None
         if self.started is None:
             self.started = now
-        elif self.spent > TIME_GRACE + self._share() * (now - self.started) or self.expired():
+        elif self.spent > self.grace + self._share() * (now - self.started):
             return None
         self._left = CALL_STATES if self.values else MAX_STATES
-        self._until = now + TIME_GRACE
+        self._until = now + self.grace
         try:
             return self._solve(before, riding)
         except _GaveUp:
             return None
         finally:
             self.spent += time.perf_counter() - now
+
+    def within(self, budget: TimeBudget) -> None:
+        """Answer within the search's ``budget``: give up once it expires, and take at most
+        :data:`GRACE_SHARE` of it as the grace."""
+        self.expired = budget.expired
+        left = budget.left()
+        if left is not None:
+            self.grace = min(TIME_GRACE, GRACE_SHARE * left)
 
     def _share(self) -> float:
         """The share of the time that the calls solving new states may take (module docstring)."""

@@ -10,7 +10,8 @@ and the search's pathmax.
 - Planted faults are caught by the exact search: its batch costs 3 % too high, and its maximality rule
   made wrong (a prefill batch must complete a prompt).
 - Where it gives up on every call, the search's optimum is still the exhaustive one; stopped early,
-  the search's bound is at least the start's estimate (pathmax) and at most the optimum.
+  the search's bound is at least the start's estimate (pathmax) and at most the optimum. Its grace
+  is a tenth of a short budget, and it answers nothing once the budget has expired.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from functools import cache
 
 import pytest
 
-from optsched.budget import NO_LIMIT
+from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.costmodel import Coefficients
 from optsched.problems.infermax import meantypes
 from optsched.problems.infermax.meanproblem import SearchProblem, estimate_at
@@ -180,3 +181,13 @@ def test_stopped_early_its_bound_is_at_least_the_start_estimate() -> None:
             if res.status == Status.TIME_LIMIT:
                 assert res.bound * n + shift >= start * (1 - REL), (seed, cap)
             assert res.bound * n + shift <= optimum_sum(seed, True, True) * (1 + REL)
+
+
+def test_its_grace_is_a_tenth_of_a_short_budget() -> None:
+    rel = relaxation(True, True, 4)
+    rel.within(NO_LIMIT)
+    assert rel.grace == meantypes.TIME_GRACE and not rel.expired()
+    rel.within(TimeBudget.of(5.0))
+    assert 0.45 < rel.grace <= 0.5
+    rel.within(TimeBudget.of(0.0))
+    assert rel.expired() and rel.value(((3, 2),), ()) is None
