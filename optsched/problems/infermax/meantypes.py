@@ -116,7 +116,8 @@ class TypeRelaxation:
         self.step = step
         self.tau_prefill = base + coef.prefill_bias
         self.tau_decode = min(base + coef.decode_bias, self.tau_prefill) if evict else base + coef.decode_bias
-        #: The prefill batches that riding requests may be in, with their costs.
+        #: The kinds of prefill batch: (least cost beyond the items, whether the requests past their
+        #: first token ride in it).
         self.prefill_kinds = (
             ((self.tau_prefill, True),)
             if evict
@@ -125,7 +126,7 @@ class TypeRelaxation:
             else ((self.tau_prefill, False),)
         )
         self.values: dict[tuple[Pending, tuple[int, ...]], float] = {}
-        #: Whether the search's clock has run out (set by the search).
+        #: Whether the search's clock has run out (:meth:`within`).
         self.expired: Callable[[], bool] = lambda: False
         #: Whether calls answer (the search's dives go without R: siblings with and without a
         #: value known would not compare).
@@ -141,7 +142,8 @@ class TypeRelaxation:
 
     def value(self, before: Pending, riding: tuple[int, ...]) -> float | None:
         """:math:`V_R` of the requests before their first token, ``before`` (sorted (p, q)), and
-        those past it, ``riding`` (sorted d); None where the call passes its caps or the clock."""
+        those past it, ``riding`` (sorted d); None where it does not answer: during a dive, past
+        its time share, its caps or the clock."""
         if not self.solving:
             return None
         self.calls += 1
