@@ -436,8 +436,9 @@ class SearchProblem:
 
     def _types(self, state: tuple[Sub, ...], est: Estimate) -> Estimate:
         """``est`` with H2 (less n t) at least the batch-type relaxation's bound (:mod:`.meantypes`):
-        :math:`V_R` plus the least item costs of the pending jobs; unchanged where R gives up."""
-        if self.types is None or not est.n:
+        :math:`V_R` plus the least item costs of the pending jobs; unchanged where R gives up or
+        is not asked (while the search dives)."""
+        if self.types is None or not self.types.solving or not est.n:
             return est
         before, riding, items = [], [], 0.0
         for i, sub in enumerate(state):

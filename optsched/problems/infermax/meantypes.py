@@ -46,8 +46,8 @@ within the grace: :data:`TIME_GRACE`, at most :data:`GRACE_SHARE` of the search'
 when the search's clock runs out or after the grace, and solves nothing new while the calls that
 did have taken more than the grace plus a share of the time since the first: :data:`TIME_SHARE`
 while at least :data:`PAYS` of the calls (after :data:`TRIAL`) have raised h, else
-:data:`IDLE_SHARE`. It answers nothing while the search dives (then the estimate goes without R,
-which lowers it and is never wrong).
+:data:`IDLE_SHARE`. The search does not ask for it while it dives (then the estimate goes without
+R, which lowers it and is never wrong).
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ class TypeRelaxation:
         self.values: dict[tuple[Pending, tuple[int, ...]], float] = {}
         #: Whether the search's clock has run out (:meth:`within`).
         self.expired: Callable[[], bool] = lambda: False
-        #: Whether calls answer (the search's dives go without R: siblings with and without a
-        #: value known would not compare).
+        #: Whether the search's estimates ask for R (not while it dives: siblings with and without
+        #: a value known would not compare).
         self.solving = True
         #: When the first call came, and the time the calls that solved new states took.
         self.started: float | None = None
@@ -142,10 +142,8 @@ class TypeRelaxation:
 
     def value(self, before: Pending, riding: tuple[int, ...]) -> float | None:
         """:math:`V_R` of the requests before their first token, ``before`` (sorted (p, q)), and
-        those past it, ``riding`` (sorted d); None where it does not answer: during a dive, past
-        its time share, its caps or the clock."""
-        if not self.solving:
-            return None
+        those past it, ``riding`` (sorted d); None where it does not answer: past its time share,
+        its caps or the clock."""
         self.calls += 1
         found = self.values.get((before, riding))
         if found is not None:
@@ -194,9 +192,10 @@ class TypeRelaxation:
             raise _GaveUp
         moved = tuple(d - 1 for d in riding if d > 1)
         best = self.tau_decode * n + self._solve(before, moved) if riding else float("inf")
+        batches = self.prefills(before)
         for tau, rides in self.prefill_kinds if riding else self.prefill_kinds[:1]:
             on = list(moved) if rides else list(riding)
-            for rest_before, started in self.prefills(before):
+            for rest_before, started in batches:
                 value = tau * n + self._solve(rest_before, tuple(sorted(on + started)))
                 if value < best:
                     best = value
