@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +31,7 @@ __all__ = [
     "Interruption",
     "held_signals",
     "interruptible",
+    "quiet_printed_interrupts",
     "raise_on_sigint",
     "requested",
     "run_cpsat",
@@ -72,6 +74,21 @@ def raise_on_sigint() -> None:
     for signum in SIGNALS:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _raise_interrupt)
+
+
+def quiet_printed_interrupts() -> None:
+    """Let :data:`sys.excepthook` print nothing for a :class:`KeyboardInterrupt` (other exceptions
+    keep their traceback). A C extension that catches an exception prints it with ``PyErr_Print``,
+    which calls the hook: numpy's ``import_array()``, run when an extension is imported, prints a
+    ``KeyboardInterrupt`` that lands inside it, then raises ``ImportError``. The program reports the
+    interrupt itself, in one line (:func:`optsched.launch.main`)."""
+    printer = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, trace: Any) -> None:
+        if not issubclass(kind, KeyboardInterrupt):
+            printer(kind, value, trace)
+
+    sys.excepthook = hook
 
 
 @contextmanager

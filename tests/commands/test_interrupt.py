@@ -149,12 +149,31 @@ def test_an_import_error_from_an_interrupt_is_the_interrupt(monkeypatch, capsys)
         return main
 
     monkeypatch.setattr(signal, "signal", lambda *args: None)  # keep the test runner's handler
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # restored after the test
     monkeypatch.setattr(optsched.cli, "main", broken_import(True))
     assert launch.main() == interrupt.EXIT_INTERRUPTED
     assert capsys.readouterr().err == "optsched: interrupted\n"
     monkeypatch.setattr(optsched.cli, "main", broken_import(False))
     with pytest.raises(ImportError):  # without an interrupt it is a bug, with its traceback
         launch.main()
+
+
+def test_an_interrupt_printed_by_a_c_extension_prints_nothing(monkeypatch, capsys) -> None:
+    """numpy's ``import_array()`` prints a KeyboardInterrupt that lands in an extension's import
+    (``PyErr_Print``, as ``PyRun_SimpleString`` does here) before raising ImportError: silent
+    under the launcher's hook, which keeps every other exception's traceback."""
+    import ctypes
+
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # restored after the test
+    run_in_c = ctypes.pythonapi.PyRun_SimpleString
+    run_in_c.argtypes = [ctypes.c_char_p]
+    assert run_in_c(b"raise KeyboardInterrupt") == -1
+    assert "Traceback" in capsys.readouterr().err  # what the hook is for
+    interrupt.quiet_printed_interrupts()
+    assert run_in_c(b"raise KeyboardInterrupt") == -1
+    assert capsys.readouterr().err == ""
+    assert run_in_c(b"raise ValueError('a bug')") == -1
+    assert "ValueError: a bug" in capsys.readouterr().err
 
 
 def test_a_signal_during_a_held_import_waits_for_its_end(monkeypatch) -> None:
