@@ -116,7 +116,11 @@ so the floor above holds for it too.
 
 **Batch types** (latency). :math:`\sum_i (F_i - t) \ge V_R(s) + \sum_i \iota_i`, the batch-type
 relaxation's bound (:mod:`.meantypes`; :math:`\iota_i` the job's item cost), at every t: H2 less
-n t is raised to it where the relaxation answers, so the floor above holds for it too.
+n t is raised to it where the relaxation answers, so the floor above holds for it too. With
+requests still to arrive: every request that has been in a batch arrived before it, so s is
+reached only at times :math:`t \ge t_s`, the latest arrival of those requests (0 at the start), and
+:math:`\sum_i F_i \ge t_s n + V_A(s, t_s)` (:mod:`.meantypes`, *Arrivals*: R from ``t_s`` with
+the arrivals after it kept) at every such t; h is at least it (the estimate's ``floor``).
 """
 
 from __future__ import annotations
@@ -178,7 +182,9 @@ class Estimate(NamedTuple):
     arrival r after the time of the estimate the order bounds of the jobs released before r; for
     latency, the first-token split (module docstring, *First tokens and the rest*): the ttft
     estimate of the requests before their first token (None where there are none), the number of
-    pending requests past it, and the sum of the rests and of those requests' own costs."""
+    pending requests past it, and the sum of the rests and of those requests' own costs; for latency
+    with requests still to arrive, a floor under h at every time the state is reached (module
+    docstring, *Batch types*)."""
 
     n: int
     h2: float
@@ -192,6 +198,7 @@ class Estimate(NamedTuple):
     first: Estimate | None = None
     after: int = 0
     rest: float = 0.0
+    floor: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -231,6 +238,8 @@ class SearchProblem:
         #: Per-batch limits on the jobs' counts (module docstring): KV area, steps above M/2 and M/3.
         self._per_batch = ((6, self.M), (7, 1), (8, 2)) if self.M is not None else ()  # Job fields area, half, third
         self.arrival = [r.arrival for r in self.reqs]
+        #: Each request's sub before its first batch.
+        self.start = tuple((0, r.prompt_tokens, 0) for r in self.reqs)
         alike: dict[tuple[float, int, int], list[int]] = {}
         for i, r in enumerate(self.reqs):
             alike.setdefault((r.arrival, r.prompt_tokens, r.output_tokens), []).append(i)
@@ -257,7 +266,7 @@ class SearchProblem:
         for cache in (self.actions, self.job, self.fill, self.of_jobs):
             cache.cache_clear()
         if self.types is not None:
-            self.types.values.clear()
+            self.types.clear()
         if self.first is not None:
             self.first.clear_caches()
         self.first_estimates.clear()
@@ -405,7 +414,7 @@ class SearchProblem:
         part at every t), and each job's (arrival, c_i); for latency, with the first-token split
         where :attr:`splits` makes it (made less often where it rarely raises h: leaving it out
         lowers h, never above V)."""
-        est = self._types(state, self._own_estimate(state, t))
+        est = self._types(state, t, self._own_estimate(state, t))
         if self.first is None or not self.splits.due():
             return est
         split = self._split(state, t, est)
@@ -434,25 +443,36 @@ class SearchProblem:
         counts_late = any(rel > last + low for rel, low in zip(released, late))
         return Estimate(n, h2, orders, tuple(released), counts_late, per, last, max(h2, sum(late)), tuple(before))
 
-    def _types(self, state: tuple[Sub, ...], est: Estimate) -> Estimate:
+    def _types(self, state: tuple[Sub, ...], t: float, est: Estimate) -> Estimate:
         """``est`` with H2 (less n t) at least the batch-type relaxation's bound (:mod:`.meantypes`):
-        :math:`V_R` plus the least item costs of the pending jobs; unchanged where R gives up or
-        is not asked (while the search dives)."""
+        :math:`V_R` plus the least item costs of the pending jobs, and with requests still to
+        arrive, its floor at least :math:`V_A` (module docstring, *Batch types*); unchanged where R
+        gives up or is not asked (while the search dives)."""
         if self.types is None or not self.types.solving or not est.n:
             return est
-        before, riding, items = [], [], 0.0
+        since = max((self.arrival[i] for i, sub in enumerate(state) if sub != self.start[i]), default=0.0)
+        before, waiting, riding, items = [], [], [], 0.0
         for i, sub in enumerate(state):
             if self.is_pending(i, sub):
                 items += self.job(i, sub).item
-                if sub[2] == 0:
-                    before.append((sub[1] - sub[0], self.reqs[i].output_tokens - 1))
-                else:
+                if sub[2]:
                     riding.append(self.reqs[i].output_tokens - sub[2])
-        value = self.types.value(tuple(sorted(before)), tuple(sorted(riding)))
-        if value is None or value + items <= est.late:
-            return est
-        self.types.raised += 1
-        return est._replace(h2=max(est.h2, value + items), late=value + items)
+                elif self.arrival[i] > since:
+                    waiting.append((self.arrival[i], sub[1] - sub[0], self.reqs[i].output_tokens - 1))
+                else:
+                    before.append((sub[1] - sub[0], self.reqs[i].output_tokens - 1))
+        order = tuple(sorted(riding))
+        value = self.types.value(tuple(sorted(before + [(p, q) for _, p, q in waiting])), order)
+        raised = value is not None and value + items > est.late
+        if value is not None and raised:
+            est = est._replace(h2=max(est.h2, value + items), late=value + items)
+        if waiting:
+            timed = self.types.value(tuple(sorted(before)), order, tuple(sorted(waiting)), since)
+            if timed is not None and since * est.n + timed > est.floor:
+                est = est._replace(floor=since * est.n + timed)
+                raised = raised or est.floor > t * est.n + est.late
+        self.types.raised += raised
+        return est
 
     def _split(self, state: tuple[Sub, ...], t: float, est: Estimate) -> Estimate:
         """``est`` with the first-token split (module docstring, *First tokens and the rest*): the
@@ -517,7 +537,8 @@ def estimate_at(est: Estimate, t: float) -> float:
     """h at time t from :meth:`SearchProblem.estimate`'s parts: the larger of H2, the order bound
     and, for latency, the first-token split."""
     if t >= est.last and not est.released_late:  # every job released: max(t, a) + c = t + c
-        return est.n * t + est.late
+        h = est.n * t + est.late
+        return h if h >= est.floor else est.floor
     lows = sorted(max(t, a) + c for a, c in est.per)
     terms = [max(t + low, x, rel) for low, x, rel in zip(est.orders, lows, est.released)]
     for r, earlier in est.before:  # the j-th event comes at r or later, or of jobs released before r
@@ -526,7 +547,7 @@ def estimate_at(est: Estimate, t: float) -> float:
                 bound = t + low if t + low < r else r
                 if bound > terms[j]:
                     terms[j] = bound
-    h = max(est.n * t + est.h2, sum(terms))
+    h = max(est.n * t + est.h2, sum(terms), est.floor)
     if est.first is None:
         return h
     split = _split_at(est, t)

@@ -41,19 +41,37 @@ rest; requests that ride move on, and those of S start their q. A prefill batch 
 capacity unused while a prompt could take it is left out: processing more tokens never makes a
 prompt done later, so no request finishes later. Two prompts part-done are never needed: moving
 tokens from the later-done to the earlier-done one makes neither later. The values are kept between
-calls; a call adds at most :data:`CALL_STATES` of them (the first, at the search's start, any number
-within the grace: :data:`TIME_GRACE`, at most :data:`GRACE_SHARE` of the search's budget), gives up
-when the search's clock runs out or after the grace, and solves nothing new while the calls that
+calls; a call adds at most :data:`CALL_STATES` of them (those within the grace from the first call,
+at the search's start, any number until the grace ends: :data:`TIME_GRACE`, at most
+:data:`GRACE_SHARE` of the search's budget), gives up when the search's clock runs out or after
+the grace, and solves nothing new while the calls that
 did have taken more than the grace plus a share of the time since the first: :data:`TIME_SHARE`
 while at least :data:`PAYS` of the calls (after :data:`TRIAL`) have raised h, else
 :data:`IDLE_SHARE`. The search does not ask for it while it dives (then the estimate goes without
 R, which lowers it and is never wrong).
+
+**Arrivals.** R ignores arrivals; :math:`V_A(s, c)` keeps them. R there has a clock, from c, and the
+requests that arrive after it (arrival a, p, q): a batch advances the clock by its cost and takes
+prompt tokens of arrived requests only, or R waits to the next arrival (every request not finished
+counting the wait). :math:`V_A` is the least sum over the requests of their finish time less c. Bound:
+from state s at any time :math:`t \ge c` where every request that has been in a batch arrived by c,
+:math:`\sum_i (F_i - c) \ge V_A(s, c)`. Proof: R follows the schedule as above, starting its batch
+k at :math:`S^R_k = \max(S^R_{k-1} + \tau_{k-1}, A_k)`, with :math:`A_k` the latest arrival of the
+requests in the schedule's batch k (c for the first). By induction :math:`S^R_k \le S_k`, the
+schedule's start (:math:`S_k \ge S_{k-1} + c_{k-1}` and :math:`S_k \ge A_k`), so every request the
+schedule serves in batch k has arrived in R by then, and R spends the batch's P' tokens on the
+arrived prompts in the order of the schedule's first tokens: R has still processed at least as many
+tokens of the first j prompts as the schedule (a prompt the schedule serves in batch k has arrived in
+R), and every request finishes in R no later (at the end of the same batch, which ends in R no
+later). The recursion is R's with the clock and the arrivals in its states, R's own values once every
+request has arrived; its states count against the same caps.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from itertools import combinations
 
 from ...budget import TimeBudget
@@ -71,8 +89,8 @@ __all__ = [
     "TypeRelaxation",
 ]
 
-#: New states of R that one call after the first may solve (the first, at the search's start, may
-#: take the grace).
+#: New states of R that one call may solve once the grace from the first call has passed (those
+#: within it, at the search's start, may take what is left of the grace).
 CALL_STATES = 1024
 #: States of R kept at most (about 0.3 kB each with 8 requests); a call that would pass it gives up.
 MAX_STATES = 250_000
@@ -92,6 +110,7 @@ TRIAL = 256
 PAYS = 0.1
 
 Pending = tuple[tuple[int, int], ...]
+Waiting = tuple[tuple[float, int, int], ...]
 
 
 class _GaveUp(Exception):
@@ -126,6 +145,8 @@ class TypeRelaxation:
             else ((self.tau_prefill, False),)
         )
         self.values: dict[tuple[Pending, tuple[int, ...]], float] = {}
+        #: The values of :math:`V_A` (module docstring, *Arrivals*), by (before, waiting, riding, clock).
+        self.timed: dict[tuple[Pending, Waiting, tuple[int, ...], float], float] = {}
         #: Whether the search's clock has run out (:meth:`within`).
         self.expired: Callable[[], bool] = lambda: False
         #: Whether the search's estimates ask for R (not while it dives: siblings with and without
@@ -140,12 +161,15 @@ class TypeRelaxation:
         #: The grace of this search (:data:`TIME_GRACE`, less under a short budget).
         self.grace = TIME_GRACE
 
-    def value(self, before: Pending, riding: tuple[int, ...]) -> float | None:
+    def value(
+        self, before: Pending, riding: tuple[int, ...], waiting: Waiting = (), clock: float = 0.0
+    ) -> float | None:
         """:math:`V_R` of the requests before their first token, ``before`` (sorted (p, q)), and
-        those past it, ``riding`` (sorted d); None where it does not answer: past its time share,
-        its caps or the clock."""
+        those past it, ``riding`` (sorted d); with ``waiting``, the sorted (a, p, q) of requests that
+        arrive after ``clock``, :math:`V_A` at ``clock`` (module docstring, *Arrivals*). None where
+        it does not answer: past its time share, its caps or the clock."""
         self.calls += 1
-        found = self.values.get((before, riding))
+        found = self.timed.get((before, waiting, riding, clock)) if waiting else self.values.get((before, riding))
         if found is not None:
             return found
         now = time.perf_counter()
@@ -155,14 +179,20 @@ class TypeRelaxation:
             self.started = now
         elif self.spent > self.grace + self._share() * (now - self.started):
             return None
-        self._left = CALL_STATES if self.values else MAX_STATES
-        self._until = now + self.grace
+        opening = now < self.started + self.grace  # the calls of the search's start share the grace
+        self._left = MAX_STATES if opening else CALL_STATES
+        self._until = (self.started if opening else now) + self.grace
         try:
-            return self._solve(before, riding)
+            return self._solve_at(before, waiting, riding, clock)
         except _GaveUp:
             return None
         finally:
             self.spent += time.perf_counter() - now
+
+    def clear(self) -> None:
+        """Forget every value kept."""
+        self.values.clear()
+        self.timed.clear()
 
     def within(self, budget: TimeBudget) -> None:
         """Answer within the search's ``budget``: give up once it expires, and take at most
@@ -185,22 +215,53 @@ class TypeRelaxation:
         n = len(before) + len(riding)
         if not n:
             return 0.0
+        self._count()
+        best = min(
+            (tau * n + self._solve(rest, on) for tau, rest, on in self._batches(before, riding)), default=math.inf
+        )
+        self.values[key] = best
+        return best
+
+    def _solve_at(self, before: Pending, waiting: Waiting, riding: tuple[int, ...], clock: float) -> float:
+        """:math:`V_A` (module docstring, *Arrivals*) at R's ``clock``, ``waiting`` the sorted (a, p, q)
+        of the requests arriving after it."""
+        if not waiting:
+            return self._solve(before, riding)
+        key = (before, waiting, riding, clock)
+        found = self.timed.get(key)
+        if found is not None:
+            return found
+        self._count()
+        n = len(before) + len(waiting) + len(riding)
+        arrival = waiting[0][0]
+        best = n * (arrival - clock) + self._solve_at(*_arrived(before, waiting, arrival), riding, arrival)
+        for tau, rest, on in self._batches(before, riding):
+            then = clock + tau
+            value = tau * n + self._solve_at(*_arrived(rest, waiting, then), on, then)
+            if value < best:
+                best = value
+        self.timed[key] = best
+        return best
+
+    def _count(self) -> None:
+        """Count one new state; raise :class:`_GaveUp` past the call's caps or the clock."""
         self._left -= 1
-        if self._left < 0 or len(self.values) >= MAX_STATES:
+        if self._left < 0 or len(self.values) + len(self.timed) >= MAX_STATES:
             raise _GaveUp
         if self._left % CLOCK_STATES == 0 and (self.expired() or time.perf_counter() > self._until):
             raise _GaveUp
+
+    def _batches(self, before: Pending, riding: tuple[int, ...]) -> Iterator[tuple[float, Pending, tuple[int, ...]]]:
+        """R's batches from (``before``, ``riding``): each one's least cost beyond the items and the
+        state after it (module docstring, *Solving R*)."""
         moved = tuple(d - 1 for d in riding if d > 1)
-        best = self.tau_decode * n + self._solve(before, moved) if riding else float("inf")
+        if riding:
+            yield self.tau_decode, before, moved
         batches = self.prefills(before)
         for tau, rides in self.prefill_kinds if riding else self.prefill_kinds[:1]:
             on = list(moved) if rides else list(riding)
-            for rest_before, started in batches:
-                value = tau * n + self._solve(rest_before, tuple(sorted(on + started)))
-                if value < best:
-                    best = value
-        self.values[key] = best
-        return best
+            for rest, started in batches:
+                yield tau, rest, tuple(sorted(on + started))
 
     def prefills(self, before: Pending) -> list[tuple[Pending, list[int]]]:
         """The prefill batches of R from ``before`` (module docstring, *Solving R*): the prompts
@@ -228,3 +289,11 @@ class TypeRelaxation:
             if p > self.step:
                 out.setdefault(tuple(sorted(before[:j] + before[j + 1 :] + ((p - self.step, q),))), [])
         return list(out.items())
+
+
+def _arrived(before: Pending, waiting: Waiting, clock: float) -> tuple[Pending, Waiting]:
+    """``before`` and ``waiting`` with the requests arrived by ``clock`` moved from the second to the first."""
+    if not waiting or waiting[0][0] > clock:
+        return before, waiting
+    come = [(p, q) for a, p, q in waiting if a <= clock]
+    return tuple(sorted(before + tuple(come))), tuple(w for w in waiting if w[0] > clock)
