@@ -9,30 +9,35 @@ the requests, chunks of any size), a *decode batch* none. A request's prompt is 
 that processes its last token, and the request then needs q more batches; one past its first token
 moves one token on in every batch that it *rides*. Without evictions every request past its first
 token rides in every decode batch, in a prefill batch only if that batch is *mixed*, which costs
-:math:`\tau_M = b + t + \pi + \delta` (base, one tile, both biases), a decode batch :math:`\tau_D = b
-+ t + \delta` and an unmixed prefill batch :math:`\tau_P = b + t + \pi`; without hybrid batches no
-prefill batch is mixed. With evictions, a request past its first token may get its next token by a
-refill, a prefill item, so it rides in every batch; a prefill batch then costs :math:`\tau_P` and a
-decode batch :math:`\min(\tau_D, \tau_P)` (a batch of refills alone is a prefill batch). R's value
-:math:`V_R(s)` is the least over R's schedules of :math:`\sum_k \tau_k U_k`, with :math:`U_k` the
-requests not finished before batch k. It ignores arrivals, the KV capacity M and :math:`R_{max}`.
+:math:`\tau_M = b + t + \pi + \delta + \mu` (base, one tile, both biases, the longest-KV term of one
+slot), a decode batch :math:`\tau_D = b + t + \delta + \mu` and an unmixed prefill batch
+:math:`\tau_P = b + t + \pi`; without hybrid batches no prefill batch is mixed. With evictions, a
+request past its first token may get its next token by a refill, a prefill item, so it rides in
+every batch; a prefill batch then costs :math:`\tau_P`, and a decode batch is priced as the cheaper
+of a decode batch and a prefill batch (a batch of refills alone is a prefill batch). A batch of a
+type also holds at least one item of each phase it has, at least :math:`\epsilon_P` (one prompt
+token: per-token, prefill per-token and squared terms) or :math:`\epsilon_D` (one decode at one KV
+slot), :math:`\epsilon_k` in all. R's value :math:`V_R(s)` is the least over R's schedules of
+:math:`\sum_k \tau_k U_k + \epsilon_k (U_k - 1)`, with :math:`U_k` the requests not finished before
+batch k. It ignores arrivals, the KV capacity M and :math:`R_{max}`.
 
 **Bound.** From state s at time t, every schedule has :math:`\sum_i (F_i - t) \ge V_R(s) + \sum_i
 \iota_i`, with :math:`\iota_i` the least item cost of request i's remaining work (its job's ``item``
 in :mod:`.meanproblem`). Proof: :math:`\sum_i (F_i - t) \ge \sum_k c_k U_k` (idle time only adds),
 and batch k costs :math:`c_k \ge \tau_{type(k)} + \iota(k)` with :math:`\iota(k)` its items' terms
-(the cost model is a sum of non-negative terms: base, a tile, each bias present, the items'), where
-the type is *prefill* when the batch holds a prefill item (mixed when it holds a decode item too),
-else *decode*; the items are those of requests not finished before k, so :math:`\sum_k \iota(k) U_k
-\ge \sum_k \iota(k) \ge \sum_i \iota_i`. R follows the schedule's types batch by batch and spends
-each prefill batch's P' tokens on the prompts in the order of the schedule's first tokens, the
+(the cost model is a sum of non-negative terms: base, a tile, each bias present, the longest-KV
+term, the items'), where the type is *prefill* when the batch holds a prefill item (mixed when it
+holds a decode item too), else *decode*; the items are those of requests not finished before k, so
+:math:`U_k \ge 1` and :math:`\sum_k \iota(k) U_k \ge \sum_k \iota(k) + \sum_k \epsilon_k (U_k - 1)
+\ge \sum_i \iota_i + \sum_k \epsilon_k (U_k - 1)`. R follows the schedule's types batch by batch and
+spends each prefill batch's P' tokens on the prompts in the order of the schedule's first tokens, the
 earliest unfinished first. By induction over the batches, R has processed at least as many tokens of
 the first j prompts in that order as the schedule (each batch of the schedule holds at most P'
 prefill tokens, refills included), so every prompt is done in R no later; a request then rides in R
 in every batch that the schedule could give it a token in (a decode item needs a decode or mixed
 batch; a refill a prefill batch, and refills need evictions), so every request finishes in R no
-later, and R's :math:`U_k` are at most the schedule's. So :math:`\sum_k \tau_k U_k` of the schedule
-is at least R's for that schedule, which is at least :math:`V_R(s)`.
+later, and R's :math:`U_k` are at most the schedule's. So :math:`\sum_k \tau_k U_k + \epsilon_k (U_k
+- 1)` of the schedule is at least R's for that schedule, which is at least :math:`V_R(s)`.
 
 **Solving R.** :math:`V_R` is a recursion over R's states (the sorted (p, q) of the requests before
 their first token, the sorted d of the others): a decode batch (when a request rides), or a prefill
@@ -44,27 +49,28 @@ tokens from the later-done to the earlier-done one makes neither later. The valu
 calls; a call adds at most :data:`CALL_STATES` of them (those within the grace from the first call,
 at the search's start, any number until the grace ends: :data:`TIME_GRACE`, at most
 :data:`GRACE_SHARE` of the search's budget), gives up when the search's clock runs out or after
-the grace, and solves nothing new while the calls that
-did have taken more than the grace plus a share of the time since the first: :data:`TIME_SHARE`
-while at least :data:`PAYS` of the calls (after :data:`TRIAL`) have raised h, else
-:data:`IDLE_SHARE`. The search does not ask for it while it dives (then the estimate goes without
-R, which lowers it and is never wrong).
+the grace, and solves nothing new while the calls that did have taken more than the grace plus a
+share of the time since the first: :data:`TIME_SHARE` while at least :data:`PAYS` of the calls
+(after :data:`TRIAL`) have raised h, else :data:`IDLE_SHARE`. The search does not ask for it while
+it dives (then the estimate goes without R, which lowers it and is never wrong).
 
-**Arrivals.** R ignores arrivals; :math:`V_A(s, c)` keeps them. R there has a clock, from c, and the
-requests that arrive after it (arrival a, p, q): a batch advances the clock by its cost and takes
-prompt tokens of arrived requests only, or R waits to the next arrival (every request not finished
-counting the wait). :math:`V_A` is the least sum over the requests of their finish time less c. Bound:
-from state s at any time :math:`t \ge c` where every request that has been in a batch arrived by c,
-:math:`\sum_i (F_i - c) \ge V_A(s, c)`. Proof: R follows the schedule as above, starting its batch
-k at :math:`S^R_k = \max(S^R_{k-1} + \tau_{k-1}, A_k)`, with :math:`A_k` the latest arrival of the
-requests in the schedule's batch k (c for the first). By induction :math:`S^R_k \le S_k`, the
-schedule's start (:math:`S_k \ge S_{k-1} + c_{k-1}` and :math:`S_k \ge A_k`), so every request the
-schedule serves in batch k has arrived in R by then, and R spends the batch's P' tokens on the
-arrived prompts in the order of the schedule's first tokens: R has still processed at least as many
-tokens of the first j prompts as the schedule (a prompt the schedule serves in batch k has arrived in
-R), and every request finishes in R no later (at the end of the same batch, which ends in R no
-later). The recursion is R's with the clock and the arrivals in its states, R's own values once every
-request has arrived; its states count against the same caps.
+**Arrivals.** R ignores arrivals; :math:`V_A(s, c)` keeps them. R there has a clock, from c, and
+the requests that arrive after it (arrival a, p, q): a batch advances the clock by :math:`\tau_k +
+\epsilon_k`, at most its cost, and takes prompt tokens of arrived requests only, or R waits to the
+next arrival (every request not finished counting the wait). :math:`V_A` is the least sum over the
+requests of their finish time less c. Bound: from state s at any time :math:`t \ge c` where every
+request that has been in a batch arrived by c, :math:`\sum_i (F_i - c) \ge V_A(s, c)`. Proof: R
+follows the schedule as above, starting its batch k at :math:`S^R_k = \max(S^R_{k-1} + \tau_{k-1} +
+\epsilon_{k-1}, A_k)`, with :math:`A_k` the latest arrival of the requests in the schedule's batch k
+(c for the first). By induction :math:`S^R_k \le S_k`, the schedule's start (:math:`S_k \ge S_{k-1} +
+c_{k-1}` and :math:`S_k \ge A_k`), so every request the schedule serves in batch k has arrived in R
+by then, and R spends the batch's P' tokens on the arrived prompts in the order of the schedule's
+first tokens: R has still processed at least as many tokens of the first j prompts as the schedule
+(a prompt the schedule serves in batch k has arrived in R), and every request finishes in R no later
+(at the end of the same batch, which ends in R no later). Once every request has arrived R waits no
+more, and its sum from there, :math:`\sum_k (\tau_k + \epsilon_k) U_k`, is at least :math:`V_R` of
+its state then: the recursion is R's with the clock and the arrivals in its states, :math:`V_R`
+once every request has arrived; its states count against the same caps.
 """
 
 from __future__ import annotations
@@ -111,6 +117,9 @@ PAYS = 0.1
 
 Pending = tuple[tuple[int, int], ...]
 Waiting = tuple[tuple[float, int, int], ...]
+#: A kind of batch of R's: its least cost beyond the items' terms (base, tile, biases and the
+#: decodes' longest-KV term), and the least item terms it holds (one item of each phase it has).
+Kind = tuple[float, float]
 
 
 class _GaveUp(Exception):
@@ -133,16 +142,16 @@ class TypeRelaxation:
     def __init__(self, coef: Coefficients, step: int, evict: bool, hybrid: bool) -> None:
         base = coef.base + coef.per_tile
         self.step = step
-        self.tau_prefill = base + coef.prefill_bias
-        self.tau_decode = min(base + coef.decode_bias, self.tau_prefill) if evict else base + coef.decode_bias
-        #: The kinds of prefill batch: (least cost beyond the items, whether the requests past their
-        #: first token ride in it).
+        prefill_item = coef.per_token + coef.prefill_per_token + coef.prefill_per_token_sq
+        decode_item = coef.per_token + coef.decode_per_token + coef.decode_per_kv
+        decode = (base + coef.decode_bias + coef.decode_per_max_kv, decode_item)
+        prefill = (base + coef.prefill_bias, prefill_item)
+        mixed = (prefill[0] + coef.decode_bias + coef.decode_per_max_kv, prefill_item + decode_item)
+        #: The kinds of batch without prompt tokens of R's (a batch of refills alone with evictions).
+        self.decode_kinds = (decode, prefill) if evict else (decode,)
+        #: The kinds of prefill batch, each with whether the requests past their first token ride in it.
         self.prefill_kinds = (
-            ((self.tau_prefill, True),)
-            if evict
-            else ((self.tau_prefill, False), (self.tau_prefill + coef.decode_bias, True))
-            if hybrid
-            else ((self.tau_prefill, False),)
+            ((prefill, True),) if evict else ((prefill, False), (mixed, True)) if hybrid else ((prefill, False),)
         )
         self.values: dict[tuple[Pending, tuple[int, ...]], float] = {}
         #: The values of :math:`V_A` (module docstring, *Arrivals*), by (before, waiting, riding, clock).
@@ -217,7 +226,11 @@ class TypeRelaxation:
             return 0.0
         self._count()
         best = min(
-            (tau * n + self._solve(rest, on) for tau, rest, on in self._batches(before, riding)), default=math.inf
+            (
+                kind[0] * n + kind[1] * (n - 1) + self._solve(rest, on)
+                for kind, rest, on in self._batches(before, riding)
+            ),
+            default=math.inf,
         )
         self.values[key] = best
         return best
@@ -235,9 +248,10 @@ class TypeRelaxation:
         n = len(before) + len(waiting) + len(riding)
         arrival = waiting[0][0]
         best = n * (arrival - clock) + self._solve_at(*_arrived(before, waiting, arrival), riding, arrival)
-        for tau, rest, on in self._batches(before, riding):
-            then = clock + tau
-            value = tau * n + self._solve_at(*_arrived(rest, waiting, then), on, then)
+        for kind, rest, on in self._batches(before, riding):
+            took = kind[0] + kind[1]
+            then = clock + took
+            value = took * n + self._solve_at(*_arrived(rest, waiting, then), on, then)
             if value < best:
                 best = value
         self.timed[key] = best
@@ -251,17 +265,17 @@ class TypeRelaxation:
         if self._left % CLOCK_STATES == 0 and (self.expired() or time.perf_counter() > self._until):
             raise _GaveUp
 
-    def _batches(self, before: Pending, riding: tuple[int, ...]) -> Iterator[tuple[float, Pending, tuple[int, ...]]]:
-        """R's batches from (``before``, ``riding``): each one's least cost beyond the items and the
-        state after it (module docstring, *Solving R*)."""
+    def _batches(self, before: Pending, riding: tuple[int, ...]) -> Iterator[tuple[Kind, Pending, tuple[int, ...]]]:
+        """R's batches from (``before``, ``riding``): each one's kind and the state after it (module
+        docstring, *Solving R*)."""
         moved = tuple(d - 1 for d in riding if d > 1)
-        if riding:
-            yield self.tau_decode, before, moved
+        for kind in self.decode_kinds if riding else ():
+            yield kind, before, moved
         batches = self.prefills(before)
-        for tau, rides in self.prefill_kinds if riding else self.prefill_kinds[:1]:
+        for kind, rides in self.prefill_kinds if riding else self.prefill_kinds[:1]:
             on = list(moved) if rides else list(riding)
             for rest, started in batches:
-                yield tau, rest, tuple(sorted(on + started))
+                yield kind, rest, tuple(sorted(on + started))
 
     def prefills(self, before: Pending) -> list[tuple[Pending, list[int]]]:
         """The prefill batches of R from ``before`` (module docstring, *Solving R*): the prompts

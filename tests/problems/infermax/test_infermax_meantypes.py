@@ -56,8 +56,10 @@ def plain_value(rel: TypeRelaxation, before: tuple, riding: tuple) -> float:
         if not n:
             return 0.0
         moved = tuple(sorted(d - 1 for d in riding if d > 1))
-        best = rel.tau_decode * n + value(before, moved) if riding else float("inf")
-        for tau, rides in rel.prefill_kinds if riding else rel.prefill_kinds[:1]:
+        best = float("inf")
+        for tau, item in rel.decode_kinds if riding else ():
+            best = min(best, tau * n + item * (n - 1) + value(before, moved))
+        for (tau, item), rides in rel.prefill_kinds if riding else rel.prefill_kinds[:1]:
             on = list(moved) if rides else list(riding)
             for split in _splits([p for p, _ in before], rel.step):
                 if not any(split):
@@ -65,7 +67,7 @@ def plain_value(rel: TypeRelaxation, before: tuple, riding: tuple) -> float:
                 left = [(p - c, q) for (p, q), c in zip(before, split)]
                 started = [q for p, q in left if p == 0 and q > 0]
                 rest = tuple(sorted(x for x in left if x[0] > 0))
-                best = min(best, tau * n + value(rest, tuple(sorted(on + started))))
+                best = min(best, tau * n + item * (n - 1) + value(rest, tuple(sorted(on + started))))
         return best
 
     return value(before, riding)
@@ -84,9 +86,10 @@ def timed_value(rel: TypeRelaxation, before: tuple, waiting: tuple, riding: tupl
         n = len(come) + len(waiting) + len(riding)
         best = n * (waiting[0][0] - clock) + value(come, waiting, riding, waiting[0][0])
         moved = tuple(sorted(d - 1 for d in riding if d > 1))
-        if riding:
-            best = min(best, rel.tau_decode * n + value(come, waiting, moved, clock + rel.tau_decode))
-        for tau, rides in rel.prefill_kinds if riding else rel.prefill_kinds[:1]:
+        for kind in rel.decode_kinds if riding else ():
+            best = min(best, sum(kind) * n + value(come, waiting, moved, clock + sum(kind)))
+        for kind, rides in rel.prefill_kinds if riding else rel.prefill_kinds[:1]:
+            tau = sum(kind)
             on = list(moved) if rides else list(riding)
             for split in _splits([p for p, _ in come], rel.step):
                 if not any(split):
@@ -127,7 +130,7 @@ def test_its_values_equal_every_schedule_of_the_relaxation(evict: bool, hybrid: 
 def test_its_values_with_arrivals_equal_every_schedule_of_the_relaxation(evict: bool, hybrid: bool) -> None:
     rng = random.Random(11)
     rel = relaxation(evict, hybrid, 4)
-    lone = rel.tau_prefill
+    lone = rel.prefill_kinds[0][0][0]
     for _ in range(40):
         rel = relaxation(evict, hybrid, rng.randint(1, 5))
         before = tuple(sorted((rng.randint(1, 5), rng.randint(0, 3)) for _ in range(rng.randint(0, 2))))
@@ -204,9 +207,8 @@ def test_batch_costs_too_high_are_caught(monkeypatch: pytest.MonkeyPatch) -> Non
 
     def high(self, coef, step, evict, hybrid) -> None:
         real(self, coef, step, evict, hybrid)
-        self.tau_prefill *= 1.03
-        self.tau_decode *= 1.03
-        self.prefill_kinds = tuple((1.03 * tau, rides) for tau, rides in self.prefill_kinds)
+        self.decode_kinds = tuple((1.03 * tau, item) for tau, item in self.decode_kinds)
+        self.prefill_kinds = tuple(((1.03 * tau, item), rides) for (tau, item), rides in self.prefill_kinds)
 
     monkeypatch.setattr(TypeRelaxation, "__init__", high)
     assert _misses() > 0
