@@ -156,6 +156,9 @@ class TypeRelaxation:
         self.values: dict[tuple[Pending, tuple[int, ...]], float] = {}
         #: The values of :math:`V_A` (module docstring, *Arrivals*), by (before, waiting, riding, clock).
         self.timed: dict[tuple[Pending, Waiting, tuple[int, ...], float], float] = {}
+        #: The prefill batches of each ``before`` met (:meth:`prefills`), shared by the states that
+        #: differ in their requests past the first token.
+        self.batches: dict[Pending, list[tuple[Pending, list[int]]]] = {}
         #: Whether the search's clock has run out (:meth:`within`).
         self.expired: Callable[[], bool] = lambda: False
         #: Whether the search's estimates ask for R (not while it dives: siblings with and without
@@ -202,6 +205,7 @@ class TypeRelaxation:
         """Forget every value kept."""
         self.values.clear()
         self.timed.clear()
+        self.batches.clear()
 
     def within(self, budget: TimeBudget) -> None:
         """Answer within the search's ``budget``: give up once it expires, and take at most
@@ -225,14 +229,15 @@ class TypeRelaxation:
         if not n:
             return 0.0
         self._count()
-        best = min(
-            (
-                kind[0] * n + kind[1] * (n - 1) + self._solve(rest, on)
-                for kind, rest, on in self._batches(before, riding)
-            ),
-            default=math.inf,
-        )
-        self.values[key] = best
+        values, best = self.values, math.inf
+        for (tau, item), rest, on in self._batches(before, riding):
+            then = values.get((rest, on))  # looked up here: most are known
+            if then is None:
+                then = self._solve(rest, on)
+            value = tau * n + item * (n - 1) + then
+            if value < best:
+                best = value
+        values[key] = best
         return best
 
     def _solve_at(self, before: Pending, waiting: Waiting, riding: tuple[int, ...], clock: float) -> float:
@@ -248,13 +253,16 @@ class TypeRelaxation:
         n = len(before) + len(waiting) + len(riding)
         arrival = waiting[0][0]
         best = n * (arrival - clock) + self._solve_at(*_arrived(before, waiting, arrival), riding, arrival)
+        timed = self.timed
         for kind, rest, on in self._batches(before, riding):
             took = kind[0] + kind[1]
             then = clock + took
-            value = took * n + self._solve_at(*_arrived(rest, waiting, then), on, then)
+            come, still = _arrived(rest, waiting, then)
+            after = timed.get((come, still, on, then)) if still else None  # looked up here: most are known
+            value = took * n + (after if after is not None else self._solve_at(come, still, on, then))
             if value < best:
                 best = value
-        self.timed[key] = best
+        timed[key] = best
         return best
 
     def _count(self) -> None:
@@ -271,7 +279,9 @@ class TypeRelaxation:
         moved = tuple(d - 1 for d in riding if d > 1)
         for kind in self.decode_kinds if riding else ():
             yield kind, before, moved
-        batches = self.prefills(before)
+        batches = self.batches.get(before)
+        if batches is None:
+            batches = self.batches[before] = self.prefills(before)
         for kind, rides in self.prefill_kinds if riding else self.prefill_kinds[:1]:
             on = list(moved) if rides else list(riding)
             for rest, started in batches:
