@@ -45,14 +45,15 @@ batch that completes a set S of prompts and spends what is left on one more prom
 rest; requests that ride move on, and those of S start their q. A prefill batch that leaves
 capacity unused while a prompt could take it is left out: processing more tokens never makes a
 prompt done later, so no request finishes later. Two prompts part-done are never needed: moving
-tokens from the later-done to the earlier-done one makes neither later. The values are kept between
-calls; a call adds at most :data:`CALL_STATES` of them (those within the grace from the first call,
-at the search's start, any number until the grace ends: :data:`TIME_GRACE`, at most
-:data:`GRACE_SHARE` of the search's budget), gives up when the search's clock runs out or after
-the grace, and solves nothing new while the calls that did have taken more than the grace plus a
-share of the time since the first: :data:`TIME_SHARE` while at least :data:`PAYS` of the calls
-(after :data:`TRIAL`) have raised h, else :data:`IDLE_SHARE`. The search does not ask for it while
-it dives (then the estimate goes without R, which lowers it and is never wrong).
+tokens from the later-done to the earlier-done one makes neither later. The values, and the prefill
+batches of each set of prompts left, are kept between calls; a call adds at most
+:data:`CALL_STATES` values (those within the grace from the first call, at the search's start, any
+number until the grace ends: :data:`TIME_GRACE`, at most :data:`GRACE_SHARE` of the search's
+budget), gives up when the search's clock runs out or after the grace, and solves nothing new while
+the calls that did have taken more than the grace plus a share of the time since the first:
+:data:`TIME_SHARE` while at least :data:`PAYS` of the calls (after :data:`TRIAL`) have raised h,
+else :data:`IDLE_SHARE`. The search does not ask for it while it dives (then the estimate goes
+without R, which lowers it and is never wrong).
 
 **Arrivals.** R ignores arrivals; :math:`V_A(s, c)` keeps them. R there has a clock, from c, and
 the requests that arrive after it (arrival a, p, q): a batch advances the clock by :math:`\tau_k +
