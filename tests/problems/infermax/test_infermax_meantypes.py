@@ -8,9 +8,10 @@ and the search's pathmax.
 - At the start of random tiny instances, with and without arrivals and evictions, its bound (V_R
   plus the least item costs) is at most the exhaustive optimum and above the estimate without it
   (first-token split included) on several of them; with arrivals, so is V_A.
-- Planted faults are caught by the exact search: its batch costs 3 % too high, its maximality rule
-  made wrong (a prefill batch must complete a prompt), and V_A's arrivals 10 % late (3 % late stays
-  within these instances' slack: V_A is 0.73 to 0.99 of their optimum at the start).
+- Planted faults are caught by the exact search: its batch costs 3 % too high, its items five times
+  too high, its maximality rule made wrong (a prefill batch must complete a prompt), and V_A's
+  arrivals 10 % late (3 % late stays within these instances' slack: V_A is 0.73 to 0.99 of their
+  optimum at the start).
 - Where it gives up on every call, the search's optimum is still the exhaustive one; stopped early,
   the search's bound is at least the start's estimate (pathmax) and at most the optimum. Its grace
   is a tenth of a short budget, and it answers nothing once the budget has expired.
@@ -209,6 +210,20 @@ def test_batch_costs_too_high_are_caught(monkeypatch: pytest.MonkeyPatch) -> Non
         real(self, coef, step, evict, hybrid)
         self.decode_kinds = tuple((1.03 * tau, item) for tau, item in self.decode_kinds)
         self.prefill_kinds = tuple(((1.03 * tau, item), rides) for (tau, item), rides in self.prefill_kinds)
+
+    monkeypatch.setattr(TypeRelaxation, "__init__", high)
+    assert _misses() > 0
+
+
+def test_item_prices_five_times_too_high_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The least items a batch holds are a few per cent of its cost on these profiles: twice them
+    stays within the instances' slack, five times is caught."""
+    real = TypeRelaxation.__init__
+
+    def high(self, coef, step, evict, hybrid) -> None:
+        real(self, coef, step, evict, hybrid)
+        self.decode_kinds = tuple((tau, 5 * item) for tau, item in self.decode_kinds)
+        self.prefill_kinds = tuple(((tau, 5 * item), rides) for (tau, item), rides in self.prefill_kinds)
 
     monkeypatch.setattr(TypeRelaxation, "__init__", high)
     assert _misses() > 0
