@@ -129,10 +129,12 @@ def test_ctrl_c_during_start_up_prints_no_traceback(tmp_path: Path, interpreter_
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert "Traceback" not in err and "internal error" not in err, err[-2000:]
+    # on a slow machine the solve's progress lines ("[   2.9s] ...", optsched.progress) may come first
+    lines = [line for line in err.splitlines() if not line.startswith("[")]
     if proc.returncode == 130:
-        assert err == "optsched: interrupted\n" and out == ""
+        assert lines == ["optsched: interrupted"] and out == "", err
     elif proc.returncode == -signal.SIGINT:  # the interpreter's own start, or its exit: killed by the signal
-        assert out == "" and err in ("", "optsched: interrupted\n")
+        assert out == "" and lines in ([], ["optsched: interrupted"]), err
     else:
         assert proc.returncode == 0 and json.loads(out)["interrupted"] is True
 
