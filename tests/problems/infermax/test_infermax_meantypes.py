@@ -56,20 +56,9 @@ def plain_value(rel: TypeRelaxation, before: tuple, riding: tuple) -> float:
         n = len(before) + len(riding)
         if not n:
             return 0.0
-        moved = tuple(sorted(d - 1 for d in riding if d > 1))
-        best = float("inf")
-        for tau, item in rel.decode_kinds if riding else ():
-            best = min(best, tau * n + item * (n - 1) + value(before, moved))
-        for (tau, item), rides in rel.prefill_kinds if riding else rel.prefill_kinds[:1]:
-            on = list(moved) if rides else list(riding)
-            for split in _splits([p for p, _ in before], rel.step):
-                if not any(split):
-                    continue
-                left = [(p - c, q) for (p, q), c in zip(before, split)]
-                started = [q for p, q in left if p == 0 and q > 0]
-                rest = tuple(sorted(x for x in left if x[0] > 0))
-                best = min(best, tau * n + item * (n - 1) + value(rest, tuple(sorted(on + started))))
-        return best
+        return min(
+            tau * n + item * (n - 1) + value(rest, on) for (tau, item), rest, on in every_batch(rel, before, riding)
+        )
 
     return value(before, riding)
 
@@ -86,22 +75,26 @@ def timed_value(rel: TypeRelaxation, before: tuple, waiting: tuple, riding: tupl
             return plain_value(rel, come, riding)
         n = len(come) + len(waiting) + len(riding)
         best = n * (waiting[0][0] - clock) + value(come, waiting, riding, waiting[0][0])
-        moved = tuple(sorted(d - 1 for d in riding if d > 1))
-        for kind in rel.decode_kinds if riding else ():
-            best = min(best, sum(kind) * n + value(come, waiting, moved, clock + sum(kind)))
-        for kind, rides in rel.prefill_kinds if riding else rel.prefill_kinds[:1]:
-            tau = sum(kind)
-            on = list(moved) if rides else list(riding)
-            for split in _splits([p for p, _ in come], rel.step):
-                if not any(split):
-                    continue
-                left = [(p - c, q) for (p, q), c in zip(come, split)]
-                started = [q for p, q in left if p == 0 and q > 0]
-                rest = tuple(sorted(x for x in left if x[0] > 0))
-                best = min(best, tau * n + value(rest, waiting, tuple(sorted(on + started)), clock + tau))
+        for kind, rest, on in every_batch(rel, come, riding):
+            best = min(best, sum(kind) * n + value(rest, waiting, on, clock + sum(kind)))
         return best
 
     return value(before, waiting, riding, clock)
+
+
+def every_batch(rel: TypeRelaxation, before: tuple, riding: tuple) -> list[tuple[tuple[float, float], tuple, tuple]]:
+    """Every batch of R from (``before``, ``riding``), with no pruning: its kind and the state after."""
+    moved = tuple(sorted(d - 1 for d in riding if d > 1))
+    out = [(kind, before, moved) for kind in (rel.decode_kinds if riding else ())]
+    for kind, rides in rel.prefill_kinds if riding else rel.prefill_kinds[:1]:
+        on = list(moved) if rides else list(riding)
+        for split in _splits([p for p, _ in before], rel.step):
+            if not any(split):
+                continue
+            left = [(p - c, q) for (p, q), c in zip(before, split)]
+            started = [q for p, q in left if p == 0 and q > 0]
+            out.append((kind, tuple(sorted(x for x in left if x[0] > 0)), tuple(sorted(on + started))))
+    return out
 
 
 def _splits(prompts: list[int], tokens: int) -> list[tuple[int, ...]]:
