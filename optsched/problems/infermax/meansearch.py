@@ -35,14 +35,17 @@ prunes less, never wrongly).
 A label of a state already estimated is pruned by :math:`A + n t` plus the estimate's part that
 does not depend on t (:func:`.meanproblem.estimate_at`, *Order bound*) before h is computed at t.
 
-**Dives.** Schedules fast, for the incumbent: from a label, take the batch whose next label has
-the least :math:`A + h` below the incumbent (h without the batch-type relaxation of
-:mod:`.meantypes`, known for some states only), and repeat until the goal (no queue, no dominance). The
-search dives from the start before its first expansion, and then from the label it takes whenever
-the dives so far have taken at most a fifth of its time; a dive is dropped once it has run a fifth
-of the budget. A goal reached is a schedule below the incumbent: it becomes the incumbent (U is its
-value, and the argument above holds for it). When the queue then holds nothing below U, that
-schedule is optimal.
+**Dives.** Schedules fast, for the incumbent, by two descents in turn: a beam from the start,
+and the greedy descent (a beam of width 1) from the label the search takes. Each layer of a beam
+lists the batches of its labels and keeps, of the next labels whose A + h is below the incumbent (h
+without the batch-type relaxation of :mod:`.meantypes`, known for some states only), the ``width``
+least, one per state; a goal reached below the incumbent becomes the incumbent at once (U is its
+value, and the argument above holds for it), and the descent ends when a layer keeps nothing. The
+first beam is greedy; each that ends by itself doubles the next one's width (up to
+:data:`MAX_DIVE_WIDTH`), each dropped halves it. The search dives before its first expansion, and
+again before an expansion whenever the dives so far have taken at most a fifth of its time; a dive
+is dropped once it has run a fifth of the budget. When the queue then holds nothing below U, the
+incumbent is optimal.
 """
 
 from __future__ import annotations
@@ -79,6 +82,9 @@ CLOCK_EVERY = 64
 #: The share of the search's time its dives take at most (module docstring, *Dives*): a dive starts
 #: while they have taken no more, and is dropped once it has run this share of the budget.
 DIVE_SHARE = 0.2
+
+#: The widest beam a dive keeps (module docstring, *Dives*).
+MAX_DIVE_WIDTH = 256
 
 #: Relative slack of the incumbent's pruning (float sums of the same batch times may differ in the
 #: last bits between the search and the replay); the floors prune with it once more (they add h's
@@ -149,6 +155,8 @@ class _Search:
         self.dived: int | None = None
         self.dive_counts = (0, 0)
         self.started, self.dive_time = time.perf_counter(), 0.0
+        #: The next beam's width (module docstring, *Dives*).
+        self.dive_width = 1
         self.most = sum(r.prompt_tokens + r.output_tokens for r in pb.reqs)
 
     def mean(self, total: float) -> float:
@@ -208,22 +216,25 @@ class _Search:
         return len(self.state) - 1
 
     def dive(self, node: int) -> None:
-        """The greedy descent from ``node`` (module docstring, *Dives*), at most one batch per token
-        of the instance and :data:`DIVE_SHARE` of the budget; a goal reached below the incumbent
-        becomes the incumbent. Raises :class:`Stopped` when the search's budget expires."""
+        """A dive (module docstring, *Dives*): the beam from the start, or every other time the
+        greedy descent from ``node``; at most one layer per token of the instance and
+        :data:`DIVE_SHARE` of the budget, each goal reached below the incumbent becoming the
+        incumbent. Raises :class:`Stopped` when the search's budget expires."""
         run, improved = self.dive_counts
+        beam = run % 2 == 0
+        width = self.dive_width if beam else 1
         started, cap = time.perf_counter(), self.budget.part(DIVE_SHARE)
-        steps = 0
+        incumbent, ended = self.dived, False
         types = self.pb.types
         if types is not None:
             types.solving = False  # a dive's estimates go without the batch-type relaxation
         try:
-            while steps < self.most and not self.goal(self.state[node]):
-                child = self.best_child(node, lambda: self.over() or cap.expired())
-                if child is None:
+            layer = [0 if beam else node]  # node 0: the start's
+            for _ in range(self.most):
+                layer = self.descend(layer, width, lambda: self.over() or cap.expired())
+                if not layer:
                     break
-                node = self.add(*child, node)
-                steps += 1
+            ended = True
         except Stopped:
             if self.over():
                 raise
@@ -231,33 +242,43 @@ class _Search:
             self.dive_time += time.perf_counter() - started
             if types is not None:
                 types.solving = True
-        better = self.goal(self.state[node]) and self.acc[node] < self.cut
-        self.dive_counts = (run + 1, improved + better)
-        if better:
-            self.dived = node
-            self.cut = self.acc[node] - PRUNE_RTOL * abs(self.acc[node])
+        if beam:
+            self.dive_width = min(2 * width, MAX_DIVE_WIDTH) if ended else max(1, width // 2)
+        self.dive_counts = (run + 1, improved + (self.dived != incumbent))
 
     def dive_due(self) -> bool:
         """Whether the dives so far have taken at most :data:`DIVE_SHARE` of the search's time."""
         return self.dive_time <= DIVE_SHARE * (time.perf_counter() - self.started)
 
-    def best_child(self, node: int, stop: Callable[[], bool]) -> tuple[tuple[Sub, ...], float, float] | None:
-        """The next state, time and A of ``node``'s batch whose label has the least A + h (the
-        first listed among equals), or None without a batch whose A + h is below the incumbent
-        (the floors prune as the search's do). Raises :class:`Stopped` once ``stop()`` is true."""
-        t, acc, estimate, cut = self.t[node], self.acc[node], self.pb.estimate, self.cut
-        best: list[tuple[float, tuple[Sub, ...], float, float]] = []
+    def descend(self, layer: list[int], width: int, stop: Callable[[], bool]) -> list[int]:
+        """A dive's next layer from the nodes ``layer``: of their batches' next labels whose A + h is
+        below the incumbent, the ``width`` least (one per state, the least kept), as nodes;
+        a goal below the incumbent becomes it (:attr:`dived`). Raises :class:`Stopped` once
+        ``stop()`` is true."""
+        pb = self.pb
+        best: dict[tuple[Sub, ...], tuple[float, float, float, int]] = {}
+        for node in layer:
+            t, acc = self.t[node], self.acc[node]
 
-        def visit(edge: Edge) -> None:
-            cost, nxt, ready, events = edge
-            end = (t if t >= ready else ready) + cost
-            label = acc + end * events
-            f = label + estimate_at(estimate(nxt, end), end)
-            if f < cut and (not best or f < best[0][0]):
-                best[:] = [(f, nxt, end, label)]
+            def visit(edge: Edge, node: int = node, t: float = t, acc: float = acc) -> None:
+                cost, nxt, ready, events = edge
+                end = (t if t >= ready else ready) + cost
+                label = acc + end * events
+                if self.goal(nxt):
+                    if label < self.cut:
+                        self.dived = self.add(nxt, end, label, node)
+                        self.cut = label - PRUNE_RTOL * abs(label)
+                    return
+                if (label + pb.own_floor(nxt, end)) * (1.0 - PRUNE_RTOL) >= self.cut:
+                    return
+                f = label + estimate_at(pb.estimate(nxt, end), end)
+                kept = best.get(nxt)
+                if f < self.cut and (kept is None or f < kept[0]):
+                    best[nxt] = (f, end, label, node)
 
-        self.edges.visit_edges(self.state[node], stop, visit, self.floor(node))
-        return best[0][1:] if best else None
+            self.edges.visit_edges(self.state[node], stop, visit, self.floor(node))
+        chosen = heapq.nsmallest(width, best.items(), key=lambda kv: kv[1][0])
+        return [self.add(nxt, end, label, node) for nxt, (f, end, label, node) in chosen if f < self.cut]
 
     def schedule(self, node: int, solver: str) -> Schedule:
         """The schedule of the path to the goal ``node``, labelled ``solver`` (for ttft where
