@@ -35,17 +35,17 @@ prunes less, never wrongly).
 A label of a state already estimated is pruned by :math:`A + n t` plus the estimate's part that
 does not depend on t (:func:`.meanproblem.estimate_at`, *Order bound*) before h is computed at t.
 
-**Dives.** Schedules fast, for the incumbent, by two descents in turn: a beam from the start,
-and the greedy descent (a beam of width 1) from the label the search takes. Each layer of a beam
-lists the batches of its labels and keeps, of the next labels whose A + h is below the incumbent (h
-without the batch-type relaxation of :mod:`.meantypes`, known for some states only), the ``width``
-least, one per state; a goal reached below the incumbent becomes the incumbent at once (U is its
-value, and the argument above holds for it), and the descent ends when a layer keeps nothing. The
-first beam is greedy; each that ends by itself doubles the next one's width (up to
-:data:`MAX_DIVE_WIDTH`), each dropped halves it. The search dives before its first expansion, and
-again before an expansion whenever the dives so far have taken at most a fifth of its time; a dive
-is dropped once it has run a fifth of the budget. When the queue then holds nothing below U, the
-incumbent is optimal.
+**Dives.** Schedules fast, for the incumbent, by two descents: the greedy one from the label the
+search takes, and a beam from the start. Each layer of a descent lists the batches of its labels
+and keeps, of the next labels whose A + h is below the incumbent (h without the batch-type
+relaxation of :mod:`.meantypes`, known for some states only), the ``width`` least, one per state
+(the greedy descent: width 1); a goal reached below the incumbent becomes the incumbent at once (U
+is its value, and the argument above holds for it), and the descent ends when a layer keeps
+nothing. The first beam has width 2; each that ends by itself doubles the next one's width (up to
+:data:`MAX_DIVE_WIDTH`), each dropped halves it. The search dives greedily before its first
+expansion, and before an expansion whenever its greedy dives so far have taken at most a fifth of
+its time, else a beam whenever its beams have taken at most a tenth; a dive is dropped once it has
+run that share of the budget. When the queue then holds nothing below U, the incumbent is optimal.
 """
 
 from __future__ import annotations
@@ -79,9 +79,10 @@ MEAN_SEARCH, MEAN_SEARCH_DIVE = "mean-search", "mean-search-dive"
 #: Expansions between two looks at the clock.
 CLOCK_EVERY = 64
 
-#: The share of the search's time its dives take at most (module docstring, *Dives*): a dive starts
-#: while they have taken no more, and is dropped once it has run this share of the budget.
-DIVE_SHARE = 0.2
+#: The share of the search's time its greedy dives and its beams each take at most (module
+#: docstring, *Dives*): a dive of a kind starts while those have taken no more, and is dropped once
+#: it has run its kind's share of the budget.
+DIVE_SHARE, BEAM_SHARE = 0.2, 0.1
 
 #: The widest beam a dive keeps (module docstring, *Dives*).
 MAX_DIVE_WIDTH = 256
@@ -113,7 +114,7 @@ class MeanSearchResult:
     expanded, labels
         Labels expanded and labels queued.
     dives
-        Dives run, and how many of them ended below the incumbent.
+        Dives run, and how many of them lowered the incumbent.
     """
 
     schedule: Schedule | None
@@ -150,13 +151,14 @@ class _Search:
         self.heap: list[tuple[float, float, int]] = []
         self.expanded = 0
         self.full_goal = not pb.first_tokens_only
-        #: The goal node of the best dive (below the incumbent), the dives run and those that ended
-        #: there, the search's start and the time its dives took.
+        #: The goal node of the best dive (below the incumbent), the dives run and those that lowered
+        #: the incumbent.
         self.dived: int | None = None
         self.dive_counts = (0, 0)
-        self.started, self.dive_time = time.perf_counter(), 0.0
+        #: The search's start and the time its greedy dives and its beams took.
+        self.started, self.dive_time, self.beam_time = time.perf_counter(), 0.0, 0.0
         #: The next beam's width (module docstring, *Dives*).
-        self.dive_width = 1
+        self.dive_width = 2
         self.most = sum(r.prompt_tokens + r.output_tokens for r in pb.reqs)
 
     def mean(self, total: float) -> float:
@@ -215,15 +217,14 @@ class _Search:
         self.dead.append(False)
         return len(self.state) - 1
 
-    def dive(self, node: int) -> None:
-        """A dive (module docstring, *Dives*): the beam from the start, or every other time the
-        greedy descent from ``node``; at most one layer per token of the instance and
-        :data:`DIVE_SHARE` of the budget, each goal reached below the incumbent becoming the
+    def dive(self, node: int, beam: bool) -> None:
+        """A dive (module docstring, *Dives*): the greedy descent from ``node``, or the ``beam`` from
+        the start; at most one layer per token of the instance and its kind's share of the budget
+        (:data:`DIVE_SHARE`, :data:`BEAM_SHARE`), each goal reached below the incumbent becoming the
         incumbent. Raises :class:`Stopped` when the search's budget expires."""
         run, improved = self.dive_counts
-        beam = run % 2 == 0
         width = self.dive_width if beam else 1
-        started, cap = time.perf_counter(), self.budget.part(DIVE_SHARE)
+        started, cap = time.perf_counter(), self.budget.part(BEAM_SHARE if beam else DIVE_SHARE)
         incumbent, ended = self.dived, False
         types = self.pb.types
         if types is not None:
@@ -239,16 +240,24 @@ class _Search:
             if self.over():
                 raise
         finally:
-            self.dive_time += time.perf_counter() - started
+            if beam:
+                self.beam_time += time.perf_counter() - started
+            else:
+                self.dive_time += time.perf_counter() - started
             if types is not None:
                 types.solving = True
         if beam:
             self.dive_width = min(2 * width, MAX_DIVE_WIDTH) if ended else max(1, width // 2)
         self.dive_counts = (run + 1, improved + (self.dived != incumbent))
 
-    def dive_due(self) -> bool:
-        """Whether the dives so far have taken at most :data:`DIVE_SHARE` of the search's time."""
-        return self.dive_time <= DIVE_SHARE * (time.perf_counter() - self.started)
+    def dive_due(self) -> bool | None:
+        """The dive due before an expansion: a greedy one (False) while those so far have taken at
+        most :data:`DIVE_SHARE` of the search's time, else a beam (True) while the beams have taken
+        at most :data:`BEAM_SHARE`, else none (None)."""
+        elapsed = time.perf_counter() - self.started
+        if self.dive_time <= DIVE_SHARE * elapsed:
+            return False
+        return True if self.beam_time <= BEAM_SHARE * elapsed else None
 
     def descend(self, layer: list[int], width: int, stop: Callable[[], bool]) -> list[int]:
         """A dive's next layer from the nodes ``layer``: of their batches' next labels whose A + h is
@@ -390,8 +399,9 @@ def _run(search: _Search) -> MeanSearchResult:
             stopped_at = f
             break
         try:
-            if search.dive_due():
-                search.dive(node)
+            beam = search.dive_due()
+            if beam is not None:
+                search.dive(node, beam)
             search.expand(node)
         except Stopped:  # the node's f is at most every queued label's: still a bound
             stopped_at = f
