@@ -43,9 +43,10 @@ relaxation of :mod:`.meantypes`, known for some states only), the ``width`` leas
 is its value, and the argument above holds for it), and the descent ends when a layer keeps
 nothing. The first beam has width 2; each that ends by itself doubles the next one's width (up to
 :data:`MAX_DIVE_WIDTH`), each dropped halves it. The search dives greedily before its first
-expansion, and before an expansion whenever its greedy dives so far have taken at most a fifth of
-its time, else a beam whenever its beams have taken at most a tenth; a dive is dropped once it has
-run that share of the budget. When the queue then holds nothing below U, the incumbent is optimal.
+expansion, and before an expansion whenever its dives so far have taken at most a fifth of its
+time: a beam while the beams have taken at most a third of the dives' time, else greedily; a dive
+is dropped once it has run a fifth of the budget. When the queue then holds nothing below U, the
+incumbent is optimal.
 """
 
 from __future__ import annotations
@@ -79,10 +80,10 @@ MEAN_SEARCH, MEAN_SEARCH_DIVE = "mean-search", "mean-search-dive"
 #: Expansions between two looks at the clock.
 CLOCK_EVERY = 64
 
-#: The share of the search's time its greedy dives and its beams each take at most (module
-#: docstring, *Dives*): a dive of a kind starts while those have taken no more, and is dropped once
-#: it has run its kind's share of the budget.
-DIVE_SHARE, BEAM_SHARE = 0.2, 0.1
+#: The share of the search's time its dives take at most, and the share of that the beams take at
+#: most (module docstring, *Dives*): a dive starts while they have taken no more, and is dropped
+#: once it has run :data:`DIVE_SHARE` of the budget.
+DIVE_SHARE, BEAM_SHARE = 0.2, 1 / 3
 
 #: The widest beam a dive keeps (module docstring, *Dives*).
 MAX_DIVE_WIDTH = 256
@@ -219,12 +220,12 @@ class _Search:
 
     def dive(self, node: int, beam: bool) -> None:
         """A dive (module docstring, *Dives*): the greedy descent from ``node``, or the ``beam`` from
-        the start; at most one layer per token of the instance and its kind's share of the budget
-        (:data:`DIVE_SHARE`, :data:`BEAM_SHARE`), each goal reached below the incumbent becoming the
-        incumbent. Raises :class:`Stopped` when the search's budget expires."""
+        the start; at most one layer per token of the instance and :data:`DIVE_SHARE` of the budget,
+        each goal reached below the incumbent becoming the incumbent. Raises :class:`Stopped` when
+        the search's budget expires."""
         run, improved = self.dive_counts
         width = self.dive_width if beam else 1
-        started, cap = time.perf_counter(), self.budget.part(BEAM_SHARE if beam else DIVE_SHARE)
+        started, cap = time.perf_counter(), self.budget.part(DIVE_SHARE)
         incumbent, ended = self.dived, False
         types = self.pb.types
         if types is not None:
@@ -251,13 +252,13 @@ class _Search:
         self.dive_counts = (run + 1, improved + (self.dived != incumbent))
 
     def dive_due(self) -> bool | None:
-        """The dive due before an expansion: a greedy one (False) while those so far have taken at
-        most :data:`DIVE_SHARE` of the search's time, else a beam (True) while the beams have taken
-        at most :data:`BEAM_SHARE`, else none (None)."""
-        elapsed = time.perf_counter() - self.started
-        if self.dive_time <= DIVE_SHARE * elapsed:
-            return False
-        return True if self.beam_time <= BEAM_SHARE * elapsed else None
+        """The dive due before an expansion: none (None) once the dives so far have taken more than
+        :data:`DIVE_SHARE` of the search's time, else a beam (True) while the beams have taken at
+        most :data:`BEAM_SHARE` of the dives' time, else a greedy one (False)."""
+        spent = self.dive_time + self.beam_time
+        if spent > DIVE_SHARE * (time.perf_counter() - self.started):
+            return None
+        return self.beam_time <= BEAM_SHARE * spent and spent > 0.0
 
     def descend(self, layer: list[int], width: int, stop: Callable[[], bool]) -> list[int]:
         """A dive's next layer from the nodes ``layer``: of their batches' next labels whose A + h is
