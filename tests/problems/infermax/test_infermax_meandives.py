@@ -1,8 +1,8 @@
 """The exact mean search's dives (:mod:`optsched.problems.infermax.meansearch`, *Dives*): the beams.
 
-- With a beam before every expansion after the first greedy dive (the greedy dives' share of the
-  time none, the beams' the whole), every search on tiny instances with arrivals still ends at the
-  exhaustive optimum, its schedule replays to its value, and beams ran.
+- With a beam before every expansion after the first greedy dive (the dives' share of the time the
+  whole, the beams' share of theirs the whole), every search on tiny instances with arrivals still
+  ends at the exhaustive optimum, its schedule replays to its value, and beams ran.
 
 A search stopped early keeps its best dive's schedule: ``test_infermax_meansearch.py``.
 """
@@ -37,8 +37,9 @@ def exhaustive(seed: int, objective: str) -> float:
 
 @pytest.fixture
 def beams_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Dives are beams, before every expansion, after the first (greedy) dive."""
-    monkeypatch.setattr(meansearch, "DIVE_SHARE", 0.0)
+    """Dives are beams, before every expansion, after the first (greedy) dive: the dives may take
+    the whole time, and the beams all of theirs."""
+    monkeypatch.setattr(meansearch, "DIVE_SHARE", 1.0)
     monkeypatch.setattr(meansearch, "BEAM_SHARE", 1.0)
 
 
