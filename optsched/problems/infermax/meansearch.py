@@ -177,11 +177,16 @@ class _Search:
             return all(sub[2] == r.output_tokens for sub, r in zip(state, self.pb.reqs))
         return all(sub[2] > 0 for sub in state)
 
+    def floored(self, state: tuple[Sub, ...], t: float, acc: float) -> bool:
+        """Whether the label (t, acc) of ``state`` reaches the incumbent with the own floor alone (h is
+        at least :meth:`.SearchProblem.own_floor`, module docstring, *Floors*)."""
+        return (acc + self.pb.own_floor(state, t)) * (1.0 - PRUNE_RTOL) >= self.cut
+
     def push(self, state: tuple[Sub, ...], t: float, acc: float, parent: int) -> None:
         """Queue the label (t, acc) of ``state`` unless pruned or dominated (module docstring)."""
         entry = self.seen.get(state)
         if entry is None:
-            if (acc + self.pb.own_floor(state, t)) * (1.0 - PRUNE_RTOL) >= self.cut:  # h is at least the floor
+            if self.floored(state, t, acc):
                 return
             entry = self.seen[state] = (self.pb.estimate(state, t), [])
         est, kept = entry
@@ -279,7 +284,7 @@ class _Search:
                         self.dived = self.add(nxt, end, label, node)
                         self.cut = label - PRUNE_RTOL * abs(label)
                     return
-                if (label + pb.own_floor(nxt, end)) * (1.0 - PRUNE_RTOL) >= self.cut:
+                if self.floored(nxt, end, label):
                     return
                 f = label + estimate_at(pb.estimate(nxt, end), end)
                 kept = best.get(nxt)
