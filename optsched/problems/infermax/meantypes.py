@@ -79,7 +79,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from itertools import combinations
 
 from ...budget import TimeBudget
 from ...costmodel import Coefficients
@@ -290,30 +289,59 @@ class TypeRelaxation:
 
     def prefills(self, before: Pending) -> list[tuple[Pending, list[int]]]:
         """The prefill batches of R from ``before`` (module docstring, *Solving R*): the prompts
-        left, and the q of the requests whose prompts are done."""
+        left, and the q of the requests whose prompts are done. Requests alike are taken as a
+        multiset (which of them a batch completes makes no difference), and a set of prompts done
+        is grown only while it fits in the step."""
+        groups: list[tuple[tuple[int, int], int]] = []  # (p, q) and how many have it, in order
+        for pq in before:
+            if groups and groups[-1][0] == pq:
+                groups[-1] = (pq, groups[-1][1] + 1)
+            else:
+                groups.append((pq, 1))
         out: dict[Pending, list[int]] = {}
-        m = len(before)
-        for size in range(1, m + 1) if m else ():
-            for done in combinations(range(m), size):
-                left = self.step - sum(before[i][0] for i in done)
-                if left < 0:
-                    continue
-                rest = [before[i] for i in range(m) if i not in done]
-                started = [before[i][1] for i in done if before[i][1] > 0]
-                if not rest:
-                    out.setdefault((), started)
-                elif left > 0 and all(p <= left for p, _ in rest):
-                    continue  # a prompt that fits would be done too
-                elif left == 0:
-                    out.setdefault(tuple(rest), started)
-                for j, (p, q) in enumerate(rest):
-                    if p > left > 0:
-                        part = sorted(rest[:j] + rest[j + 1 :] + [(p - left, q)])
-                        out.setdefault(tuple(part), started)
-        for j, (p, q) in enumerate(before):  # nothing done: one prompt takes the whole batch
+        self._done_sets(groups, 0, self.step, [], out)
+        for (p, q), _ in groups:  # nothing done: one prompt takes the whole batch
             if p > self.step:
-                out.setdefault(tuple(sorted(before[:j] + before[j + 1 :] + ((p - self.step, q),))), [])
+                out.setdefault(_replaced(before, (p, q), p - self.step), [])
         return list(out.items())
+
+    def _done_sets(
+        self, groups: list[tuple[tuple[int, int], int]], g: int, left: int, done: list[int], out: dict
+    ) -> None:
+        """For :meth:`prefills`: every choice of how many of each group from ``g`` on are done, within
+        ``left`` tokens, with ``done`` the counts chosen before ``g``; each nonempty one's batches
+        into ``out``."""
+        if g == len(groups):
+            if any(done):
+                _add_batches(groups, done, left, out)
+            return
+        (p, _), count = groups[g]
+        for k in range(min(count, left // p if p else count) + 1):
+            done.append(k)
+            self._done_sets(groups, g + 1, left - k * p, done, out)
+            done.pop()
+
+
+def _add_batches(groups: list[tuple[tuple[int, int], int]], done: list[int], left: int, out: dict) -> None:
+    """For :meth:`TypeRelaxation.prefills`: the batches that complete ``done[g]`` requests of each
+    group g, ``left`` tokens to spare: with prompts left, one of those that do not fit takes the rest
+    of the step (none is left when one that fits would be done too)."""
+    rest = tuple(pq for (pq, count), k in zip(groups, done) for _ in range(count - k))
+    started = [q for ((_, q), _), k in zip(groups, done) for _ in range(k) if q > 0]
+    if not rest:
+        out.setdefault((), started)
+    elif left == 0:
+        out.setdefault(rest, started)
+    elif any(p > left for p, _ in rest):
+        for pq in dict.fromkeys(rest):
+            if pq[0] > left:
+                out.setdefault(_replaced(rest, pq, pq[0] - left), started)
+
+
+def _replaced(pending: Pending, pq: tuple[int, int], p: int) -> Pending:
+    """``pending`` (sorted) with one ``pq`` given the prompt tokens ``p`` instead, sorted."""
+    j = pending.index(pq)
+    return tuple(sorted(pending[:j] + pending[j + 1 :] + ((p, pq[1]),)))
 
 
 def _arrived(before: Pending, waiting: Waiting, clock: float) -> tuple[Pending, Waiting]:
