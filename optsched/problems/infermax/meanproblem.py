@@ -238,6 +238,8 @@ class SearchProblem:
         #: Per-batch limits on the jobs' counts (module docstring): KV area, steps above M/2 and M/3.
         self._per_batch = ((6, self.M), (7, 1), (8, 2)) if self.M is not None else ()  # Job fields area, half, third
         self.arrival = [r.arrival for r in self.reqs]
+        #: Each request's tokens out at its event: it is pending while it has fewer (:meth:`is_pending`).
+        self.event_at = [1 if objective == "ttft" else r.output_tokens for r in self.reqs]
         #: Each request's sub before its first batch.
         self.start = tuple((0, r.prompt_tokens, 0) for r in self.reqs)
         alike: dict[tuple[float, int, int], list[int]] = {}
@@ -394,15 +396,16 @@ class SearchProblem:
 
     def is_pending(self, i: int, sub: Sub) -> bool:
         """Whether request i's event (its finish, or its first token for ``ttft``) is still to come."""
-        return sub[2] == 0 if self.objective == "ttft" else sub[2] < self.reqs[i].output_tokens
+        return sub[2] < self.event_at[i]
 
     def own_floor(self, state: tuple[Sub, ...], t: float) -> float:
         """The sum over the pending jobs of max(t, a_i) + c_i: at most h at ``t`` (the order bound's
         terms are each at least one of these, in sorted order), from the cached jobs alone."""
-        arrival, job, pending = self.arrival, self.job, self.is_pending
-        return sum(
-            (arrival[i] if arrival[i] > t else t) + job(i, sub).cost for i, sub in enumerate(state) if pending(i, sub)
-        )
+        job, total = self.job, 0.0
+        for i, (sub, a, at) in enumerate(zip(state, self.arrival, self.event_at)):
+            if sub[2] < at:
+                total += (a if a > t else t) + job(i, sub).cost
+        return total
 
     def part_floor(self, i: int, part: Part) -> float:
         """For a pending request: 0 when ``part`` brings its event, else its job's own cost after it."""
@@ -414,7 +417,13 @@ class SearchProblem:
         part at every t), and each job's (arrival, c_i); for latency, with the first-token split
         where :attr:`splits` makes it (made less often where it rarely raises h: leaving it out
         lowers h, never above V)."""
-        est = self._types(state, t, self._own_estimate(state, t))
+        return self.refine(state, t, self.own_estimate(state, t))
+
+    def refine(self, state: tuple[Sub, ...], t: float, est: Estimate) -> Estimate:
+        """:meth:`estimate` from its part :meth:`own_estimate` ``est`` (made at any time the state
+        is reached: each part is valid at every time): the batch-type relaxation's bounds and the
+        first-token split added."""
+        est = self._types(state, t, est)
         if self.first is None or not self.splits.due():
             return est
         split = self._split(state, t, est)
@@ -422,8 +431,9 @@ class SearchProblem:
         self.splits.paid += split.first is not None and _split_at(split, t) > estimate_at(est, t)
         return split
 
-    def _own_estimate(self, state: tuple[Sub, ...], t: float) -> Estimate:
-        """:meth:`estimate` without the first-token split."""
+    def own_estimate(self, state: tuple[Sub, ...], t: float) -> Estimate:
+        """The part of :meth:`estimate` from the pending jobs' own costs alone (the order bounds, H2
+        and the release bounds): at most the whole, and cheaper to make."""
         arrival, job, is_pending = self.arrival, self.job, self.is_pending
         pending = [(arrival[i], job(i, sub)) for i, sub in enumerate(state) if is_pending(i, sub)]
         n = len(pending)

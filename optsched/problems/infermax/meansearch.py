@@ -35,6 +35,12 @@ prunes less, never wrongly).
 A label of a state already estimated is pruned by :math:`A + n t` plus the estimate's part that
 does not depend on t (:func:`.meanproblem.estimate_at`, *Order bound*) before h is computed at t.
 
+**Estimates.** A new state's estimate is made in two stages: first its own part (the pending jobs'
+order bounds, H2 and release bounds, :meth:`.meanproblem.SearchProblem.own_estimate`); the
+batch-type relaxation and the first-token split (:meth:`.meanproblem.SearchProblem.refine`), which
+only raise it, are added when a label of the state first passes the own part's f below U. Each part
+is valid at every time the state is reached, so a label pruned by the own part is pruned by h.
+
 **Dives.** Schedules fast, for the incumbent, by two descents: the greedy one from the label the
 search takes, and a beam from the start. Each layer of a descent lists the batches of its labels
 and keeps, of the next labels whose A + h is below the incumbent (h without the batch-type
@@ -140,8 +146,9 @@ class _Search:
         self.shift = math.fsum(r.arrival for r in pb.reqs)
         cut = math.inf if upper is None else upper * len(pb.reqs) + self.shift
         self.cut = cut - PRUNE_RTOL * abs(cut) if math.isfinite(cut) else math.inf
-        #: Per state reached: its estimate parts (made when first reached) and its labels kept.
-        self.seen: dict[tuple[Sub, ...], tuple[Estimate, list[int]]] = {}
+        #: Per state reached: its estimate parts (made when first reached, refined when first passed),
+        #: its labels kept and whether the estimate is refined.
+        self.seen: dict[tuple[Sub, ...], tuple[Estimate, list[int], bool]] = {}
         self.state: list[tuple[Sub, ...]] = []
         self.t: list[float] = []
         self.acc: list[float] = []
@@ -188,15 +195,20 @@ class _Search:
         if entry is None:
             if self.floored(state, t, acc):
                 return
-            entry = self.seen[state] = (self.pb.estimate(state, t), [])
-        est, kept = entry
-        if acc + est.n * t + est.late >= self.cut:  # h at t is at least n t + late (Floors)
-            return
-        f = acc + estimate_at(est, t)
-        if parent >= 0 and self.f[parent] > f:  # every continuation of the label is one of its parent's
-            f = self.f[parent]
-        if f >= self.cut:
-            return
+            entry = self.seen[state] = (self.pb.own_estimate(state, t), [], False)
+        est, kept, refined = entry
+        while True:  # the own part of the estimate first, refined once a label passes it (Estimates)
+            if acc + est.n * t + est.late >= self.cut:  # h at t is at least n t + late (Floors)
+                return
+            f = acc + estimate_at(est, t)
+            if parent >= 0 and self.f[parent] > f:  # every continuation of the label is one of its parent's
+                f = self.f[parent]
+            if f >= self.cut:
+                return
+            if refined:
+                break
+            est, refined = self.pb.refine(state, t, est), True
+            self.seen[state] = (est, kept, True)
         n, times, accs = est[0], self.t, self.acc
         for k in kept:
             if accs[k] + (n * (times[k] - t) if times[k] > t else 0.0) <= acc:
@@ -286,8 +298,11 @@ class _Search:
                     return
                 if self.floored(nxt, end, label):
                     return
-                f = label + estimate_at(pb.estimate(nxt, end), end)
-                kept = best.get(nxt)
+                est = pb.own_estimate(nxt, end)  # refined only where its own part passes (Estimates)
+                f, kept = label + estimate_at(est, end), best.get(nxt)
+                if f >= self.cut or (kept is not None and f >= kept[0]):
+                    return
+                f = label + estimate_at(pb.refine(nxt, end, est), end)
                 if f < self.cut and (kept is None or f < kept[0]):
                     best[nxt] = (f, end, label, node)
 

@@ -299,11 +299,11 @@ def test_the_late_floor_is_at_most_the_estimate(monkeypatch: pytest.MonkeyPatch)
 def test_a_too_high_late_floor_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The late floor planted 3 % high (h itself unchanged): with an incumbent just above the
     optimum, some search misses the optimum (or claims a bound above it)."""
-    estimate, real = meanproblem.SearchProblem.estimate, meansearch.estimate_at
+    own, real = meanproblem.SearchProblem.own_estimate, meansearch.estimate_at
     monkeypatch.setattr(
         meanproblem.SearchProblem,
-        "estimate",
-        lambda self, *args: (lambda e: e._replace(late=1.03 * e.late))(estimate(self, *args)),
+        "own_estimate",
+        lambda self, *args: (lambda e: e._replace(late=1.03 * e.late))(own(self, *args)),
     )
     monkeypatch.setattr(meansearch, "estimate_at", lambda est, t: real(est._replace(late=est.late / 1.03), t))
     assert _misses_below_a_close_incumbent() > 0
@@ -341,7 +341,7 @@ def test_the_split_made_less_often_keeps_the_optimum(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(meanproblem, "SPLIT_TRIAL", 0)
     monkeypatch.setattr(meanproblem, "SPLIT_PAYS", 2.0)
     made = []
-    real = meanproblem.SearchProblem.estimate
+    real = meanproblem.SearchProblem.refine
 
     def counting(self: meanproblem.SearchProblem, *args: Any) -> meanproblem.Estimate:
         est = real(self, *args)
@@ -349,7 +349,7 @@ def test_the_split_made_less_often_keeps_the_optimum(monkeypatch: pytest.MonkeyP
             made.append(est.first is not None)
         return est
 
-    monkeypatch.setattr(meanproblem.SearchProblem, "estimate", counting)
+    monkeypatch.setattr(meanproblem.SearchProblem, "refine", counting)
     for seed in SEEDS:
         best = exhaustive(seed, True, "latency")
         inst = tiny_instance(seed, arrivals=True)
@@ -363,16 +363,16 @@ def test_the_split_made_less_often_keeps_the_optimum(monkeypatch: pytest.MonkeyP
 def test_a_too_high_split_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The rests of the first-token split planted 3 % high: with an incumbent just above the
     optimum, some search misses the optimum (or claims a bound above it)."""
-    estimate = meanproblem.SearchProblem.estimate
+    refine = meanproblem.SearchProblem.refine
 
     def planted(self: meanproblem.SearchProblem, *args: Any) -> meanproblem.Estimate:
-        est = estimate(self, *args)
+        est = refine(self, *args)
         if est.first is None:
             return est
         rest = 1.03 * est.rest
         return est._replace(rest=rest, late=max(est.late, est.first.late + rest))
 
-    monkeypatch.setattr(meanproblem.SearchProblem, "estimate", planted)
+    monkeypatch.setattr(meanproblem.SearchProblem, "refine", planted)
     assert _misses_below_a_close_incumbent() > 0
 
 
@@ -409,15 +409,13 @@ def test_the_arrival_thresholds_raise_the_estimate_below_the_optimum(arrival: fl
 def test_a_too_high_threshold_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The arrival thresholds and their order bounds planted 3 % high: with an incumbent just above
     the optimum, some search of the instances above misses the optimum or claims a bound above it."""
-    estimate = meanproblem.SearchProblem.estimate
+    own = meanproblem.SearchProblem.own_estimate
 
-    def planted(est: meanproblem.Estimate | None) -> meanproblem.Estimate | None:
-        if est is None:
-            return None
+    def planted(est: meanproblem.Estimate) -> meanproblem.Estimate:
         before = tuple((1.03 * r, [1.03 * low for low in lows]) for r, lows in est.before)
-        return est._replace(before=before, first=planted(est.first))
+        return est._replace(before=before)
 
-    monkeypatch.setattr(meanproblem.SearchProblem, "estimate", lambda self, *args: planted(estimate(self, *args)))
+    monkeypatch.setattr(meanproblem.SearchProblem, "own_estimate", lambda self, *args: planted(own(self, *args)))
     missed = 0
     for arrival, output in LIGHT_LATER:
         inst = _heavy_then_light(arrival, output)
