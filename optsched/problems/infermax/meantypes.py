@@ -306,7 +306,12 @@ class TypeRelaxation:
         return list(out.items())
 
     def _done_sets(
-        self, groups: list[tuple[tuple[int, int], int]], g: int, left: int, done: list[int], out: dict
+        self,
+        groups: list[tuple[tuple[int, int], int]],
+        g: int,
+        left: int,
+        done: list[int],
+        out: dict[Pending, list[int]],
     ) -> None:
         """For :meth:`prefills`: every choice of how many of each group from ``g`` on are done, within
         ``left`` tokens, with ``done`` the counts chosen before ``g``; each nonempty one's batches
@@ -322,7 +327,9 @@ class TypeRelaxation:
             done.pop()
 
 
-def _add_batches(groups: list[tuple[tuple[int, int], int]], done: list[int], left: int, out: dict) -> None:
+def _add_batches(
+    groups: list[tuple[tuple[int, int], int]], done: list[int], left: int, out: dict[Pending, list[int]]
+) -> None:
     """For :meth:`TypeRelaxation.prefills`: the batches that complete ``done[g]`` requests of each
     group g, ``left`` tokens to spare: with prompts left, one of those that do not fit takes the rest
     of the step (none is left when one that fits would be done too)."""
