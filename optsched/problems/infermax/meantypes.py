@@ -79,6 +79,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
+from itertools import groupby
 
 from ...budget import TimeBudget
 from ...costmodel import Coefficients
@@ -292,39 +293,30 @@ class TypeRelaxation:
         left, and the q of the requests whose prompts are done. Requests alike are taken as a
         multiset (which of them a batch completes makes no difference), and a set of prompts done
         is grown only while it fits in the step."""
-        groups: list[tuple[tuple[int, int], int]] = []  # (p, q) and how many have it, in order
-        for pq in before:
-            if groups and groups[-1][0] == pq:
-                groups[-1] = (pq, groups[-1][1] + 1)
-            else:
-                groups.append((pq, 1))
+        groups = [(pq, len(list(alike))) for pq, alike in groupby(before)]  # (p, q) and how many have it
         out: dict[Pending, list[int]] = {}
-        self._done_sets(groups, 0, self.step, [], out)
+        _done_sets(groups, 0, self.step, [], out)
         for (p, q), _ in groups:  # nothing done: one prompt takes the whole batch
             if p > self.step:
                 out.setdefault(_replaced(before, (p, q), p - self.step), [])
         return list(out.items())
 
-    def _done_sets(
-        self,
-        groups: list[tuple[tuple[int, int], int]],
-        g: int,
-        left: int,
-        done: list[int],
-        out: dict[Pending, list[int]],
-    ) -> None:
-        """For :meth:`prefills`: every choice of how many of each group from ``g`` on are done, within
-        ``left`` tokens, with ``done`` the counts chosen before ``g``; each nonempty one's batches
-        into ``out``."""
-        if g == len(groups):
-            if any(done):
-                _add_batches(groups, done, left, out)
-            return
-        (p, _), count = groups[g]
-        for k in range(min(count, left // p if p else count) + 1):
-            done.append(k)
-            self._done_sets(groups, g + 1, left - k * p, done, out)
-            done.pop()
+
+def _done_sets(
+    groups: list[tuple[tuple[int, int], int]], g: int, left: int, done: list[int], out: dict[Pending, list[int]]
+) -> None:
+    """For :meth:`TypeRelaxation.prefills`: every choice of how many of each group from ``g`` on are
+    done, within ``left`` tokens, with ``done`` the counts chosen before ``g``; each nonempty one's
+    batches into ``out``."""
+    if g == len(groups):
+        if any(done):
+            _add_batches(groups, done, left, out)
+        return
+    (p, _), count = groups[g]
+    for k in range(min(count, left // p if p else count) + 1):
+        done.append(k)
+        _done_sets(groups, g + 1, left - k * p, done, out)
+        done.pop()
 
 
 def _add_batches(
@@ -339,7 +331,7 @@ def _add_batches(
         out.setdefault((), started)
     elif left == 0:
         out.setdefault(rest, started)
-    elif any(p > left for p, _ in rest):
+    else:
         for pq in dict.fromkeys(rest):
             if pq[0] > left:
                 out.setdefault(_replaced(rest, pq, pq[0] - left), started)
