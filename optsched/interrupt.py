@@ -36,6 +36,7 @@ __all__ = [
     "requested",
     "run_cpsat",
     "sigint_seen",
+    "stop_solvers",
     "stoppable",
 ]
 
@@ -226,6 +227,17 @@ def stoppable(stop: Callable[[], Any]) -> Iterator[bool]:
     finally:
         with _lock:
             _stops.remove(stop)
+
+
+def stop_solvers() -> None:
+    """Call the stop of every solver now running inside :func:`stoppable` (from any thread), as
+    Ctrl-C does but without asking the command to finish: a deadline that Python's signal handlers
+    cannot deliver while the main thread waits in a solver's C code
+    (:func:`optsched.report.alarm.alarm`). Each solver returns its best answer so far."""
+    with _lock:
+        stops = list(_stops)
+    for stop in stops:
+        stop()
 
 
 def run_cpsat(solver: Any, model: Any, callback: Any = None) -> Any:

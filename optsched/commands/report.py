@@ -16,7 +16,6 @@ import sys
 import time
 
 from ..policies import POLICIES
-from ..problems import SOLVERS
 from ..progress import Progress
 from ..report import Report, build_report, report_table, report_to_dict
 from ..report.gather import SOLVE_MAX_REQUESTS
@@ -34,7 +33,7 @@ from ._common import (
     print_json,
     time_left,
 )
-from .solve import resolve
+from .solve import known_formulation
 
 #: Seconds of the time limit kept for drawing the HTML page, per request (at least 5 s, at most 30 s).
 HTML_RESERVE_PER_REQUEST = 0.02
@@ -143,6 +142,7 @@ def handle(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise BadInput(str(exc)) from None
     _check_policy(args, policies)
+    known_formulation(args.problem)  # an unknown --problem is bad input; its solver loads after the policies
     check_requests_out(args.requests_out)
     check_output_path(args.html, args.requests_out)
     with Progress("report", args.time_limit, "s", clock=True, enabled=not args.quiet, started=t0) as progress:
@@ -158,10 +158,6 @@ def _run(args: argparse.Namespace, t0: float, policies: list[str] | None, progre
     """The report's phases under ``progress``: load, gather, write the files."""
     progress.doing(f"loading {args.instance}")
     instance = load_instance_arg(args)
-    cap = args.solve_max_requests
-    if args.problem in SOLVERS and (cap is None or len(instance.requests) <= cap):
-        progress.doing(f"loading the {args.problem} solver (its compiled kernels are built on first use)")
-        resolve("solve", args.problem)  # its modules now: the time limit counts them
     reserve = 0.0
     if args.html:
         reserve = min(30.0, max(5.0, HTML_RESERVE_PER_REQUEST * len(instance.requests)), args.time_limit / 3)

@@ -8,8 +8,9 @@ policy, with their gaps; as a terminal table, JSON and a self-contained HTML pag
 
 from typing import TYPE_CHECKING, Any
 
-from .gather import SCHEDULE_PROBLEMS, BoundEntry, PolicyRun, Report, SolverRun, build_report, gather_bounds
+from .gather import SCHEDULE_PROBLEMS, build_report, gather_bounds
 from .output import report_rows, report_to_dict
+from .records import BoundEntry, PolicyRun, Report, SolverRun
 from .terminal import report_table
 
 if TYPE_CHECKING:  # loaded on first use (below)

@@ -2,7 +2,10 @@
 
 A phase that cannot look at the clock itself (a policy's simulation, a bounder) runs inside
 :func:`alarm`, which interrupts it with SIGALRM in the main thread; elsewhere (another thread, a
-platform without ``setitimer``) the block runs to its end.
+platform without ``setitimer``) the block runs to its end. Python runs the signal's handler only
+when the main thread runs Python code, so at the deadline a timer thread also stops the solvers
+running in C code (CP-SAT, HiGHS: :func:`optsched.interrupt.stop_solvers`; a policy's own CP-SAT
+assignment, for one); each returns at once and the handler raises.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..budget import TimeBudget
+from ..interrupt import stop_solvers
 
 __all__ = ["REARM", "TimeUp", "alarm"]
 
@@ -46,9 +50,13 @@ def alarm(budget: TimeBudget) -> Iterator[None]:
         raise TimeUp
 
     previous = signal.signal(signal.SIGALRM, handler)
+    stopper = threading.Timer(left, stop_solvers)
+    stopper.daemon = True
     signal.setitimer(signal.ITIMER_REAL, left)
+    stopper.start()
     try:
         yield
     finally:
+        stopper.cancel()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

@@ -4,14 +4,16 @@
 
 1. the generic cost-model bounds of :mod:`optsched.bounds` (instant);
 2. every registered policy (:data:`optsched.policies.POLICIES`): simulate, then replay; no policy
-   starts after :data:`POLICY_SHARE` of the time (the others are listed as skipped);
+   starts after :data:`POLICY_SHARE` of the time (the others are listed as skipped); meanwhile
+   the solver of step 4 loads (its modules and compiled kernels, in a thread begun with the
+   report), and the report waits for it here until the deadline;
 3. every registered bounder (:data:`optsched.problems.BOUNDERS`) of :data:`SCHEDULE_PROBLEMS`,
    whose bounds are compared, with the objective and :data:`BOUNDER_SHARE` of the remaining time
    in ``options`` (the others are noted as not run: ``optsched bound --problem NAME`` gives theirs);
    then the proven P99 bounds within :data:`TAIL_SHARE` of the remaining time;
 4. the solver of ``solve_problem`` (default ``infermax``) when it is registered, the instance has
-   at most ``solve_max_requests`` requests (default: any number) and no policy is already proven
-   optimal by a bound, with
+   at most ``solve_max_requests`` requests (default: any number), no policy is already proven
+   optimal by a bound and time is left, with
    the remaining time less :func:`solver_room` as its limit and the best policy as its warm
    start. It runs through :func:`optsched.api.solve`: its schedule is replayed and its objective
    checked against the replay (:func:`optsched.api.checked`) before it is used; its proven bound
@@ -29,10 +31,10 @@ running at the deadline is abandoned and the report is marked ``partial``, as on
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from .. import api
@@ -41,24 +43,14 @@ from ..instance import Instance, InstanceError
 from ..load_bounds import proven_bounds
 from ..policies import POLICIES, runs_compiled, simulator_for
 from ..problems import BOUNDERS, SOLVERS
-from ..result import (
-    MAXIMISED,
-    SolveResult,
-    default_objective,
-    objective_named,
-    objective_of,
-    relative_gap,
-)
-from ..schedule import ReplayResult, Schedule, replay
+from ..result import default_objective, objective_named, objective_of
+from ..schedule import replay
 from .alarm import TimeUp, alarm
+from .records import BoundEntry, PolicyRun, Report, SolverRun
 
 __all__ = [
     "HIGHLIGHTED_POLICIES",
     "SCHEDULE_PROBLEMS",
-    "BoundEntry",
-    "PolicyRun",
-    "Report",
-    "SolverRun",
     "build_report",
     "gather_bounds",
 ]
@@ -67,9 +59,6 @@ __all__ = [
 #: that their bounds bound the same objective as the policies' schedules. Bounds of other problems
 #: (other models, e.g. static batches or placement) are listed but not compared.
 SCHEDULE_PROBLEMS: tuple[str, ...] = ("infermax",)
-
-#: A schedule whose objective is within this relative distance of a proven bound is optimal.
-OPTIMAL_RTOL = 1e-9
 
 #: Room kept after the solver (its set-up, the replay of its schedule, the report itself): this
 #: share of the time left, at most :data:`SOLVER_ROOM_CAP` seconds, plus 1 s.
@@ -95,142 +84,6 @@ HIGHLIGHTED_POLICIES = ("vllm", "sarathi")
 #: Default largest instance (in requests) handed to the solver: None, every size (the InferMax
 #: solve works at any size, :mod:`optsched.problems.infermax.scale`); a number is an opt-out.
 SOLVE_MAX_REQUESTS: int | None = None
-
-
-@dataclass(frozen=True)
-class BoundEntry:
-    """One bound in a report.
-
-    Attributes
-    ----------
-    source
-        ``"generic"`` (cost-model bounds) or the problem whose bounder or solver produced it.
-    name, value, valid, note
-        As in :class:`optsched.result.Bound`.
-    objective
-        The objective it bounds.
-    comparable
-        True when it bounds the report's objective over the same schedules as the policies'
-        (generic bounds and bounds of :data:`SCHEDULE_PROBLEMS`), so that gaps are measured to it.
-    """
-
-    source: str
-    name: str
-    value: float
-    valid: bool
-    note: str
-    objective: str
-    comparable: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class PolicyRun:
-    """One policy's schedule, replay and objective.
-
-    ``status``: ``ok``; ``invalid`` (its schedule does not replay cleanly); ``n/a`` (the policy
-    rejects the instance with an :class:`~optsched.instance.InstanceError`, e.g. a policy of another
-    problem that needs fields this instance lacks); ``error`` (any other exception); ``skipped``
-    (not run: the report was cut short).
-    """
-
-    policy: str
-    status: str
-    objective: float | None = None
-    schedule: Schedule | None = None
-    replay: ReplayResult | None = None
-    message: str = ""
-    wall_time: float = 0.0
-
-
-@dataclass
-class SolverRun:
-    """The exact solver's outcome (``result`` None when it was not run; ``message`` says why)."""
-
-    problem: str
-    result: SolveResult | None = None
-    replay: ReplayResult | None = None
-    message: str = ""
-    wall_time: float = 0.0
-    #: The seed (e.g. a policy) whose schedule the solver returned, having found none better;
-    #: None when the schedule is the solver's own.
-    seed: str | None = None
-
-    @property
-    def label(self) -> str:
-        """The schedule's label: ``solver:PROBLEM``, or ``solver:PROBLEM = seed NAME``."""
-        return f"solver:{self.problem}" + (f" = seed {self.seed}" if self.seed else "")
-
-
-@dataclass
-class Report:
-    """Everything :func:`build_report` found; see :mod:`optsched.report.output` for its JSON."""
-
-    instance: Instance
-    objective: str
-    bounds: list[BoundEntry] = field(default_factory=list)
-    policies: list[PolicyRun] = field(default_factory=list)
-    solver: SolverRun | None = None
-    partial: bool = False
-    notes: list[str] = field(default_factory=list)
-    time_limit: float | None = None
-    wall_time: float = 0.0
-    phase_times: dict[str, float] = field(default_factory=dict)
-    bounder_times: dict[str, float] = field(default_factory=dict)
-    tail_bounds: dict[str, float | None] = field(default_factory=dict)
-
-    @property
-    def maximised(self) -> bool:
-        """Whether the objective is maximised (goodput): its bounds are upper bounds."""
-        return self.objective in MAXIMISED
-
-    @property
-    def best_bound(self) -> BoundEntry | None:
-        """The tightest proven comparable bound: the largest lower bound, or the least upper bound of a
-        maximised objective (None when there is none)."""
-        proven = [b for b in self.bounds if b.valid and b.comparable and math.isfinite(b.value)]
-        pick = min if self.maximised else max
-        return pick(proven, key=lambda b: b.value, default=None)
-
-    def candidates(self) -> list[tuple[str, float, Schedule, ReplayResult]]:
-        """(label, objective, schedule, replay) of every schedule that replays cleanly: the solver's
-        own first, a seed the solver returned after the policies (a tie names the policy)."""
-        out = []
-        for p in self.policies:
-            if p.status == "ok":
-                assert p.objective is not None and p.schedule is not None and p.replay is not None
-                out.append((f"policy:{p.policy}", p.objective, p.schedule, p.replay))
-        s = self.solver
-        if s is not None and s.result is not None and s.replay is not None and s.result.objective is not None:
-            assert s.result.schedule is not None
-            entry = (s.label, s.result.objective, s.result.schedule, s.replay)
-            out.insert(len(out) if s.seed else 0, entry)
-        return out
-
-    @property
-    def best(self) -> tuple[str, float, Schedule, ReplayResult] | None:
-        """The best schedule found (least objective, most when maximised; the solver's first on ties)."""
-        pick = max if self.maximised else min
-        return pick(self.candidates(), key=lambda c: c[1], default=None)
-
-    @property
-    def proven_optimal(self) -> bool:
-        """Whether the best schedule's objective meets a proven comparable bound (within 1e-9)."""
-        best, bound = self.best, self.best_bound
-        if best is None or bound is None:
-            return False
-        if self.maximised:
-            return best[1] >= bound.value * (1 - OPTIMAL_RTOL) - 1e-15
-        return best[1] <= bound.value * (1 + OPTIMAL_RTOL) + 1e-15
-
-    def gap(self, value: float | None) -> float | None:
-        """Relative gap of ``value`` to the best proven bound: (bound - value) / bound when maximised."""
-        bound = self.best_bound
-        if self.maximised and bound is not None and value is not None:
-            return (bound.value - value) / max(abs(bound.value), 1e-12)
-        return relative_gap(value, None if bound is None else bound.value)
 
 
 def gather_bounds(
@@ -417,6 +270,8 @@ def build_report(
         raise KeyError(f"unknown policy {unknown[0]!r} (known: {', '.join(sorted(POLICIES))})")
     # the engines' defaults first, then the compiled ones: a time limit on a large trace still has them
     names.sort(key=lambda name: (name not in HIGHLIGHTED_POLICIES, not runs_compiled(name)))
+    too_large = solve_max_requests is not None and len(instance.requests) > solve_max_requests
+    start_up = None if solve_problem not in SOLVERS or too_large else _SolverStartUp(solve_problem)
     phase = "bounds"
     try:
         with _timed(report, "bounds"):
@@ -428,6 +283,12 @@ def build_report(
         phase = "policies"
         with _timed(report, "policies"):
             _policy_phase(report, names, budget.share(POLICY_SHARE), say, doing)
+        if start_up is not None:
+            phase = "solver start-up"
+            doing(f"loading the {solve_problem} solver (its compiled kernels are built on first use)")
+            with _timed(report, "solver start-up"):
+                if not start_up.ended(budget):
+                    raise TimeUp
         phase = "bounders"
         with _timed(report, "bounders"), alarm(budget):
             _bounder_phase(report, budget, say, doing)
@@ -520,6 +381,33 @@ def _policy_phase(
         say(f"policy {k}/{len(names)} {name}: {value} ({run.wall_time:.1f}s)")
 
 
+class _SolverStartUp:
+    """The start-up of the solver that the solver phase runs (its modules and compiled kernels:
+    :meth:`optsched.problems.Formulation.start_up`) in a daemon thread begun with the report, so
+    that it loads while the bounds and the policies run, and a limit it would use up still gives
+    the policies' schedules. No signal reaches that thread, so no import is cut short (a C
+    extension's import interrupted can leave it half loaded). A start-up that fails is left to the
+    solver phase, whose solve then reports the error."""
+
+    def __init__(self, problem: str) -> None:
+        self.thread = threading.Thread(
+            target=self._start, args=(problem,), name="optsched-solver-start-up", daemon=True
+        )
+        self.thread.start()
+
+    @staticmethod
+    def _start(problem: str) -> None:
+        try:
+            api.formulation(problem).start_up("solve")
+        except Exception:  # noqa: BLE001 - the solve in the main thread raises it again and reports it
+            pass
+
+    def ended(self, budget: TimeBudget) -> bool:
+        """Whether the start-up has ended, waiting for it at most the time left of ``budget``."""
+        self.thread.join(budget.left())
+        return not self.thread.is_alive()
+
+
 def _solver_phase(
     report: Report,
     problem: str,
@@ -540,6 +428,9 @@ def _solver_phase(
     if report.proven_optimal:
         report.notes.append(f"solver {problem} not run: the best policy meets a proven bound (optimal)")
         return SolverRun(problem, message="not run: the best policy is proven optimal by a bound")
+    if budget.expired():
+        report.notes.append(f"solver {problem} not run: the time limit was used before its phase")
+        return SolverRun(problem, message="not run: no time left")
     room = budget.left()
     solver_budget = budget if room is None else budget.reserve(solver_room(room)).at_least(0.5)
     left = solver_budget.left()

@@ -18,9 +18,9 @@ from matplotlib.figure import Figure
 from ..instance import Instance
 from ..jsonio import write_text_atomic
 from ..schedule import ReplayResult
-from .gather import Report
 from .output import HIGHLIGHTED_POLICIES, grouped_messages, report_rows
 from .plots import color_key, plot_bounds_bars, plot_latency_cdfs, plot_memory, plot_timeline
+from .records import Report
 from .terminal import COLUMNS, fold_identical, folded_rows, gap_rule, objective_unit, same_batches
 
 __all__ = ["CSS", "figure_svg", "report_html", "write_html"]

@@ -1,4 +1,4 @@
-"""A :class:`~optsched.report.gather.Report` as JSON (``report_to_dict``) and as table rows
+"""A :class:`~optsched.report.records.Report` as JSON (``report_to_dict``) and as table rows
 (``report_rows``; the terminal tables: :mod:`optsched.report.terminal`).
 
 The JSON keys are documented in ``docs/report.md``. Everything outside the ``run`` key is a
@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..metrics import TAIL_KEYS
-from .gather import HIGHLIGHTED_POLICIES, Report
+from .gather import HIGHLIGHTED_POLICIES
+from .records import Report
 
 __all__ = ["HIGHLIGHTED_POLICIES", "METRIC_KEYS", "grouped_messages", "report_rows", "report_to_dict"]
 

@@ -27,7 +27,7 @@ from matplotlib.ticker import MaxNLocator
 from ..instance import Instance
 from ..result import objective_named
 from ..schedule import Batch, Item, ReplayResult, Schedule, item_phases
-from .gather import Report
+from .records import Report
 
 __all__ = [
     "busiest_window",

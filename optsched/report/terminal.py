@@ -1,11 +1,11 @@
-"""A :class:`~optsched.report.gather.Report` as terminal tables, drawn with rich.
+"""A :class:`~optsched.report.records.Report` as terminal tables, drawn with rich.
 
 Every header carries its unit: TTFT, TPOT and queueing delay in milliseconds, latency and makespan
 in seconds, throughput in output tokens per second, goodput in requests per second. The default
 column set (:data:`DEFAULT_COLUMNS`) fits 120 columns; ``columns`` picks others (:data:`COLUMNS`
 lists every one). Schedules whose batches are identical are folded into one row
 (``vllm = vllm-ef``); the bounds listed are those of the report's objective that are compared
-(:attr:`~optsched.report.gather.BoundEntry.comparable`), the others and the notes of bounders that
+(:attr:`~optsched.report.records.BoundEntry.comparable`), the others and the notes of bounders that
 do not apply or were not run only when ``verbose``.
 """
 
@@ -22,8 +22,8 @@ from rich.table import Table
 from ..result import objective_named
 from ..schedule import Schedule
 from ..textable import render, rule_under_head
-from .gather import Report
 from .output import HIGHLIGHTED_POLICIES, grouped_messages, report_rows
+from .records import Report
 
 __all__ = [
     "COLUMNS",

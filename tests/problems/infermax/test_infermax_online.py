@@ -35,7 +35,8 @@ from optsched.problems.infermax.online import (
     online_search,
     run_until,
 )
-from optsched.report.gather import PolicyRun, Report, SolverRun, build_report
+from optsched.report.gather import build_report
+from optsched.report.records import PolicyRun, Report, SolverRun
 from optsched.result import SolveResult, objective_of
 from optsched.schedule import replay
 from optsched.workload import WorkloadTransforms, apply_transforms
