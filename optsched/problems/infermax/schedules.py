@@ -10,8 +10,13 @@ schedule and a schedule into their values.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from itertools import accumulate
 from typing import Any
 
+import numpy as np
+
+from ...costmodel import Coefficients, CostModel
 from ...instance import Instance
 from ...schedule import Batch, Item, ReplayResult, Schedule, replay
 from .data import ModelData
@@ -21,17 +26,47 @@ __all__ = [
     "earliest_starts",
     "first_token_prefix",
     "hint_from_schedule",
+    "lone_prefill_chunks",
     "schedule_from_solution",
     "serial_completion",
     "serial_schedule",
 ]
 
 
+@lru_cache(maxsize=65536)
+def lone_prefill_chunks(cost: CostModel, tokens: int, cap: int) -> tuple[int, ...]:
+    """The chunks (each at most ``cap``) in which a prompt of ``tokens`` tokens prefilled alone, one
+    chunk a batch, takes the least time among the splits into k equal parts (sizes q and q + 1, k
+    from ceil(tokens / cap) up) and the fewest full chunks of ``cap`` then the rest. For chunks
+    c_1..c_k in order, the context term sums to ``pc (X^2 - sum_j c_j^2) / 2`` (as in
+    :func:`optsched.bounds.prefill_alone_time`), so the k equal parts cost ``L (k (b + pb) + (a + pa) X
+    + tc (tiles of its chunks) + pc X^2 / 2 + (pq - pc / 2) sum_j c_j^2)``; the best k by that form is
+    compared with the full chunks by their batch times."""
+    k = np.arange(-(-tokens // cap), tokens + 1, dtype=np.int64)
+    q, r = tokens // k, tokens % k
+    squares = (k - r) * q * q + r * (q + 1) * (q + 1)
+    coef = Coefficients.of(cost)
+    tile = max(coef.token_tile, 1)
+    tiles = (k - r) * -(-q // tile) + r * -(-(q + 1) // tile)
+    pq, pc = coef.prefill_per_token_sq, coef.prefill_per_ctx
+    best = int(np.argmin(k * (coef.base + coef.prefill_bias) + coef.per_tile * tiles + (pq - pc / 2) * squares))
+    equal = (int(q[best]) + 1,) * int(r[best]) + (int(q[best]),) * int(k[best] - r[best])
+    full = (cap,) * (tokens // cap) + ((tokens % cap,) if tokens % cap else ())
+    return min((equal, full), key=lambda chunks: _alone_time(cost, chunks))
+
+
+def _alone_time(cost: CostModel, chunks: tuple[int, ...]) -> float:
+    """The time of a prompt's ``chunks`` prefilled alone, one batch each, in order."""
+    return sum(cost.prefill_time(c, cached) for c, cached in zip(chunks, accumulate(chunks, initial=0)))
+
+
 def serial_schedule(instance: Instance, no_chunk: bool = False) -> Schedule:
     """The trivially feasible schedule: requests one at a time, in arrival order.
 
-    Each request waits for its arrival, prefills its prompt in chunks of at most min(C, P) tokens
-    (one chunk when ``no_chunk``) and then decodes alone. It is feasible exactly when every request
+    Each request waits for its arrival, prefills its prompt in the chunks of least time alone
+    (:func:`lone_prefill_chunks`, chunks of at most min(C, P) tokens; one chunk when ``no_chunk``)
+    and then decodes alone: for one request, or requests that never overlap, the least mean latency
+    and TTFT where its tokens after the first are cheapest as decodes. It is feasible exactly when every request
     is on its own (I + O - 1 <= M, R_max >= 1, C and P >= 1, and I <= min(C, P) without chunking);
     otherwise :class:`InferMaxInputError` names the request that can never be served.
     """
@@ -55,13 +90,11 @@ def serial_schedule(instance: Instance, no_chunk: bool = False) -> Schedule:
             )
         wait = r.arrival if r.arrival > clock else None  # a batch may not start before the last ends
         clock = max(clock, r.arrival)
-        left = r.prompt_tokens
-        while left > 0:
-            c = min(left, chunk_cap)
+        chunks = (r.prompt_tokens,) if no_chunk else lone_prefill_chunks(cost, r.prompt_tokens, chunk_cap)
+        for c, cached in zip(chunks, accumulate(chunks, initial=0)):
             batches.append(Batch((Item(r.id, c),), start=wait))
             wait = None
-            clock += cost.prefill_time(c, cached=r.prompt_tokens - left)
-            left -= c
+            clock += cost.prefill_time(c, cached=cached)
         for k in range(r.output_tokens - 1):
             batches.append(Batch((Item(r.id, 1),)))
             clock += cost.decode_time(1, r.prompt_tokens + k, r.prompt_tokens + k)
