@@ -17,7 +17,8 @@ included) and records the wall time from the process start to its exit, the stat
 instance each accepts (with the method that works longest); gmax and scls-batch need the
 static-batching fields no large shipped instance has, so they run on ``gsm8k-like``'s first 40
 requests with those fields added (written to a temporary folder); then ``bound --method relax``
-and ``report``; ``start-up`` is ``optsched --help``.
+and ``report`` (``report-hybrid``: 30 requests on which the ``hybrid`` policies' CP-SAT assignment
+runs 10 s, stopped at the deadline); ``start-up`` is ``optsched --help``.
 Prints one row per case with the machine's 1-minute load average (``os.getloadavg``) before it, and
 exits 1 when a case overran ``limit + slack`` (``warm`` and ``installed``).
 """
@@ -54,6 +55,26 @@ def static_instance(folder: Path, n: int = 40) -> Path:
     return path
 
 
+#: Outputs of 30 requests whose decode rounds on 8 clients CP-SAT does not assign optimally
+#: (P||Cmax) within seconds: the ``hybrid`` policies' offline assignment runs its 10 s there.
+HARD_ASSIGNMENT_OUTPUTS = [249, 1, 241, 164, 251, 212, 49, 136, 46, 48, 129, 101, 50, 103, 250]
+HARD_ASSIGNMENT_OUTPUTS += [264, 258, 186, 156, 46, 269, 138, 195, 108, 268, 9, 157, 200, 251, 204]
+
+
+def hard_assignment_instance(folder: Path) -> Path:
+    """30 requests arriving 0.3 s apart, 8 running at most, whose ``hybrid`` policy spends 10 s in
+    CP-SAT: a report's time limit must stop it in C code."""
+    requests = [
+        {"id": f"r{k}", "arrival": 0.3 * k, "prompt_tokens": 200 + 50 * (k % 7), "output_tokens": out}
+        for k, out in enumerate(HARD_ASSIGNMENT_OUTPUTS)
+    ]
+    limits = {"token_budget": 1024, "prefill_budget": 512, "kv_capacity": 20000, "max_running": 8}
+    data = {"name": "hard-assignment-30", "cost_model": "llama2-7b-h200", "limits": limits, "requests": requests}
+    path = folder / f"{data['name']}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
 #: (name, command line after ``optsched``); ``{L}`` is the time limit.
 CASES: list[tuple[str, list[str]]] = [
     ("start-up", ["--help"]),
@@ -81,6 +102,7 @@ CASES: list[tuple[str, list[str]]] = [
     ),
     ("report", ["report", "infermax-i1024-o32-n64", "--time-limit", "{L}", "--quiet"]),
     ("report-trace", ["report", "splitwise-conv-100", "--time-limit", "{L}", "--quiet"]),
+    ("report-hybrid", ["report", "{HARD30}", "--objective", "latency", "--time-limit", "{L}", "--quiet"]),
 ]
 
 
@@ -116,7 +138,7 @@ def main() -> int:
     args = ap.parse_args()
     chosen = [c for c in CASES if args.cases is None or c[0] in args.cases.split(",")]
     folder = Path(tempfile.mkdtemp(prefix="bench-time-limits-"))
-    static = str(static_instance(folder))
+    static, hard = str(static_instance(folder)), str(hard_assignment_instance(folder))
     print(f"load average before: {os.getloadavg()}; python {sys.version.split()[0]}; {os.cpu_count()} CPUs")
     env: dict[str, str] = {}
     if args.cache == "installed":
@@ -126,7 +148,8 @@ def main() -> int:
     print(f"{'case':<16} {'limit':>6} {'wall max':>9} {'over':>7} {'exit':>4} {'load':>5}  status")
     bad = 0
     for k, (name, template) in enumerate(chosen):
-        argv = [a.replace("{L}", f"{args.limit:g}").replace("{STATIC40}", static) for a in template]
+        fill = {"{L}": f"{args.limit:g}", "{STATIC40}": static, "{HARD30}": hard}
+        argv = [fill.get(a, a) for a in template]
         if args.cache == "warm":
             run_case(argv)
         load = os.getloadavg()[0]
