@@ -88,7 +88,7 @@ class SolverRun:
 
 @dataclass
 class Report:
-    """Everything :func:`build_report` found; see :mod:`optsched.report.output` for its JSON."""
+    """Everything :func:`~optsched.report.gather.build_report` found; see :mod:`optsched.report.output` for its JSON."""
 
     instance: Instance
     objective: str
