@@ -45,6 +45,7 @@ __all__ = [
     "dumps_instance",
     "default_file_mode",
     "dumps_rows",
+    "finite_json",
     "gc_paused",
     "loads_json",
     "output_target",
@@ -261,9 +262,22 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def finite_json(value: Any) -> Any:
+    """``value`` (dicts, lists and tuples within) with every non-finite float as None: what every
+    JSON this package writes holds instead of ``NaN`` and ``Infinity``, which standard JSON (and
+    :func:`loads_json`) rejects; JSON's ``null``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
 def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write ``data`` as indented JSON, atomically."""
-    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+    """Write ``data`` as indented JSON (:func:`finite_json`), atomically."""
+    write_text_atomic(path, json.dumps(finite_json(data), indent=1, allow_nan=False) + "\n")
 
 
 def dumps_rows(data: dict[str, Any], key: str) -> str:
@@ -272,7 +286,7 @@ def dumps_rows(data: dict[str, Any], key: str) -> str:
     Readable and diff-friendly, and fast: each element goes through the C encoder (an ``indent``
     makes :mod:`json` fall back to its pure-Python encoder, ~20x slower on large schedules).
     """
-    head = {k: v for k, v in data.items() if k != key}
+    head = {k: finite_json(v) for k, v in data.items() if k != key}
     fields = [f" {json.dumps(k)}: {json.dumps(v)}" for k, v in head.items()]
     rows = ",\n  ".join(json.dumps(r) for r in data.get(key, []))
     fields.append(f" {json.dumps(key)}: [\n  {rows}\n ]" if rows else f" {json.dumps(key)}: []")

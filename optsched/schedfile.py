@@ -28,7 +28,7 @@ import numpy as np
 
 from .arrownumpy import numpy_of
 from .instance import MAX_ARRIVAL
-from .jsonio import atomic_output, gc_paused
+from .jsonio import atomic_output, finite_json, gc_paused
 from .schedcols import ScheduleColumns, columns_of_lists
 
 __all__ = ["PARQUET_SUFFIX", "read_columns", "write_parquet"]
@@ -157,7 +157,7 @@ def write_parquet(path: str | Path, instance: str, meta: Mapping[str, Any], colu
             "start": pa.array(start, mask=np.isnan(start)),
         },
     )
-    text = json.dumps({"instance": instance, "meta": dict(meta)})
+    text = json.dumps(finite_json({"instance": instance, "meta": dict(meta)}))
     table = table.replace_schema_metadata({META_KEY: text.encode()})
     with atomic_output(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")

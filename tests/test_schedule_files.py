@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -200,3 +201,15 @@ def test_random_schedules_round_trip_through_parquet_in_several_row_groups(seed:
     table = pq.read_table(path)
     pq.write_table(table, path, row_group_size=rng.randint(1, 7))  # several chunks per column
     assert load_schedule(path) == schedule
+
+
+@pytest.mark.parametrize("suffix", [".json", ".parquet"])
+def test_a_non_finite_meta_value_is_written_as_null(suffix: str, tmp_path) -> None:
+    """``slo-shed``'s configuration holds ``shed_work = inf``: its file holds null there (standard
+    JSON, which the strict parser reads) and the batches round-trip."""
+    schedule = simulate(load_instance("toy-4"), "slo-shed")
+    assert schedule.meta["policy_config"]["shed_work"] == math.inf
+    path = tmp_path / f"s{suffix}"
+    schedule.save(path)
+    loaded = load_schedule(path) if suffix == ".parquet" else strict(path)
+    assert loaded.batches == schedule.batches and loaded.meta["policy_config"]["shed_work"] is None

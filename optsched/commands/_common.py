@@ -23,7 +23,7 @@ from ..budget import TimeBudget
 from ..costmodel import CostModelError, available_profiles, load_cost_model
 from ..instance import MAX_LIMIT, MAX_RUNNING, Instance, Limits, check_requests, load_instance
 from ..integers import NumberSyntaxError, parse_int
-from ..jsonio import output_target
+from ..jsonio import finite_json, output_target
 from ..request_table import TableError, check_table_path
 from ..schedule import Schedule
 from ..textable import format_value, text_table
@@ -47,17 +47,6 @@ class BadInput(ValueError):
     """Raised by handlers for bad command-line input (exit code 2)."""
 
 
-def _jsonable(value: Any) -> Any:
-    """Replace non-finite floats by None so that the output is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 #: Where :func:`print_json` writes while :func:`stdout_reserved_for_json` is active.
 _json_stream: TextIO | None = None
 
@@ -65,7 +54,7 @@ _json_stream: TextIO | None = None
 def print_json(obj: Any) -> None:
     """Print one JSON object on stdout (the only thing ``--json`` prints there)."""
     stream = _json_stream or sys.stdout
-    stream.write(json.dumps(_jsonable(obj), indent=1) + "\n")
+    stream.write(json.dumps(finite_json(obj), indent=1) + "\n")
     stream.flush()
 
 

@@ -193,14 +193,14 @@ class SweepStore:
     def write_meta(self, meta: dict[str, Any]) -> None:
         """``_sweep.json``: the spec and how the sweep was run, written to a temporary file created
         exclusively and renamed over the name (a link there is replaced, never written through)."""
-        from ..jsonio import default_file_mode
+        from ..jsonio import default_file_mode, finite_json
 
         with held_signals():  # Ctrl-C or SIGTERM waits for the file, then interrupts
             fd, tmp = tempfile.mkstemp(prefix=f".{META}.", suffix=".tmp", dir=self.root)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
                     os.fchmod(fh.fileno(), default_file_mode())
-                    fh.write(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
+                    fh.write(json.dumps(finite_json(meta), indent=1, sort_keys=True, default=str) + "\n")
                 os.replace(tmp, self.root / META)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
