@@ -8,7 +8,9 @@ else its ``output_tokens``. Options: :class:`AladdinOptions` (solve), :class:`Al
 The objective is the number of workers used; ``extra["placement"]`` maps request id -> worker.
 The baselines need a worker count: option ``max_workers``, else ``placement.max_workers`` when
 given, else the number best fit uses. A placement that violates (a)-(h) gets status ``infeasible``
-with its violations listed.
+with its violations listed, but for the exact method stopped by its time limit: its placement (best
+fit's where it found none, whose overflows are listed in ``unplaceable``) gets ``time_limit``, as
+nothing is proven infeasible.
 Every placement is then run in the multi-worker simulator with the planned lengths as true lengths
 (``extra["simulation"]``: per-worker replays all clean, peak KV per worker, TTFT/ATGT attainment);
 ``extra["peak_kv_model"]`` gives each worker's peak of the paper's KV vectors (Eq. 1 units).
@@ -140,10 +142,12 @@ def solve(instance: Instance, options: Mapping[str, Any] | AladdinOptions | None
     peak_kv = [max(rep.kv_used, default=0) for rep in sim.replays]
     model_peaks = _model_peaks(cp, result.assignment)
     evictions = sum(rep.metrics.evictions for rep in sim.replays if rep.metrics is not None)
-    if violations:
+    if method == "exact" and result.status == Status.TIME_LIMIT:
+        status = Status.TIME_LIMIT  # best fit's placement may overflow (listed): nothing is proven infeasible
+    elif violations:
         status = Status.INFEASIBLE
     elif method == "exact":
-        status = result.status if result.status in (Status.OPTIMAL, Status.TIME_LIMIT) else Status.FEASIBLE
+        status = result.status if result.status == Status.OPTIMAL else Status.FEASIBLE
     else:
         status = Status.FEASIBLE
     extra = {

@@ -35,3 +35,15 @@ def test_cli_plan_and_solve(capsys):
     assert out["status"] == "infeasible" and out["peak_kv_model"] == [10.0, 10.0]
     assert main(["plan", "aladdin-fig3", "--method", "nope"]) == 2
     assert main(["plan", "toy-4", "--method", "jsq"]) == 2  # quadratic prefill: not Aladdin's model
+
+
+def test_exact_stopped_at_its_limit_is_time_limit_not_infeasible(monkeypatch):
+    """The exact method stopped before a placement (planted: CP-SAT stops with none) at a worker
+    count that best fit overflows: best fit's placement, its overflows and violations listed, with
+    status time_limit (docs/aladdin.md, *Time limits*); infeasible would claim a proof."""
+    import optsched.problems.aladdin.exact as exact
+
+    monkeypatch.setattr(exact, "_solve_cpsat", lambda *args: ("time_limit", {}, None))
+    r = solver("aladdin")(load_instance("aladdin-fig3"), {"method": "exact", "max_workers": 1, "time_limit": 10})
+    assert r.status == "time_limit" and r.extra["unplaceable"] and r.extra["violations"]
+    assert r.bound is not None and r.objective == 1
