@@ -21,6 +21,7 @@ typo is one error line (exit 2) and never a sweep of failed cells.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, Literal
@@ -32,11 +33,13 @@ from ..costmodel import CostModelError, load_cost_model
 from ..instance import MAX_LIMIT, MAX_RUNNING
 from ..jsonio import loads_json, read_text
 from ..result import objective_named
+from ..workload import WorkloadTransforms
 
 __all__ = [
     "LIMIT_AXES",
     "MAX_CELLS",
     "MAX_SPEC_VALUES",
+    "TRANSFORM_KEYS",
     "BoundSpec",
     "CapacitySpec",
     "ReplicasSpec",
@@ -61,6 +64,10 @@ MAX_CELLS = 100_000
 MAX_SPEC_VALUES = 1_000_000
 
 LimitName = Literal["kv_capacity", "token_budget", "prefill_budget", "max_running"]
+
+
+#: The workload keys that are transforms (:class:`optsched.workload.WorkloadTransforms`).
+TRANSFORM_KEYS = tuple(f.name for f in dataclasses.fields(WorkloadTransforms))
 
 
 class SpecError(ValueError):
@@ -95,7 +102,11 @@ class WorkloadSpec(BaseModel):
     limits: dict[LimitName, int | None] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _one_source(self) -> WorkloadSpec:
+    def _known_keys_and_one_source(self) -> WorkloadSpec:
+        unknown = sorted(set(self.transforms) - set(TRANSFORM_KEYS))
+        if unknown:  # named first: a misspelt 'instance' is not a missing one
+            keys = ", ".join((*type(self).model_fields, *TRANSFORM_KEYS))
+            raise ValueError(f"unknown key {unknown[0]!r} (a workload's keys: {keys})")
         if (self.instance is None) == (self.trace is None):
             raise ValueError("give exactly one of 'instance' and 'trace'")
         return self

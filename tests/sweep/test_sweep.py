@@ -94,6 +94,8 @@ def test_bad_workloads_and_options(tmp_path, capsys) -> None:
     assert _sweep(tmp_path, spec) == 2 and "a trace needs cost_model" in capsys.readouterr().err
     spec = {**SMALL_SPEC, "workloads": [{"instance": "toy-4", "firstt": 3}]}
     assert _sweep(tmp_path, spec) == 2 and "unknown key 'firstt'" in capsys.readouterr().err
+    spec = {**SMALL_SPEC, "workloads": [{"instnce": "toy-4"}]}  # named, not read as a missing 'instance'
+    assert _sweep(tmp_path, spec) == 2 and "workloads[0]: unknown key 'instnce'" in capsys.readouterr().err
     assert _sweep(tmp_path, SMALL_SPEC, "--address", "127.0.0.1:1") == 2
     assert "--address: only applies with --ray" in capsys.readouterr().err
     assert _sweep(tmp_path, SMALL_SPEC, "--slo-ttft-p99", "1") == 2
