@@ -128,7 +128,9 @@ class GmaxProblem:
         if lengths not in LENGTHS:
             raise InstanceError(f"option 'lengths': must be one of {LENGTHS}, got {lengths!r}")
         where = instance.name
-        bmax = instance.extra.get("max_batch_size")
+        if "max_batch_size" not in instance.extra:
+            raise InstanceError(f"{where}: field 'max_batch_size': missing (G-MAX's batch-size cap, docs/gmax.md)")
+        bmax = instance.extra["max_batch_size"]
         if isinstance(bmax, bool) or not isinstance(bmax, int) or bmax < 1:
             raise InstanceError(f"{where}: field 'max_batch_size': must be an integer >= 1, got {bmax!r}")
         model = static_latency_of(instance)

@@ -70,6 +70,11 @@ def test_evaluator_semantics_chat_and_e2e():
     bad = dict(data, requests=[dict(data["requests"][0], task="code")])
     with pytest.raises(InstanceError, match="field 'task'"):
         GmaxProblem.from_instance(parse_instance(bad))
+    bad = {k: v for k, v in data.items() if k != "max_batch_size"}
+    with pytest.raises(InstanceError, match="field 'max_batch_size': missing"):
+        GmaxProblem.from_instance(parse_instance(bad))
+    with pytest.raises(InstanceError, match="field 'max_batch_size': must be an integer >= 1, got 0"):
+        GmaxProblem.from_instance(parse_instance(dict(data, max_batch_size=0)))
 
 
 def test_exhaustive_counts_match_the_ordered_partitions():
