@@ -142,7 +142,7 @@ def handle(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise BadInput(str(exc)) from None
     _check_policy(args, policies)
-    known_formulation(args.problem)  # an unknown --problem is bad input; its solver loads after the policies
+    known_formulation(args.problem)  # an unknown --problem is bad input (its solver loads beside the policies)
     check_requests_out(args.requests_out)
     check_output_path(args.html, args.requests_out)
     with Progress("report", args.time_limit, "s", clock=True, enabled=not args.quiet, started=t0) as progress:

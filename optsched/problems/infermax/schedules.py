@@ -65,9 +65,9 @@ def serial_schedule(instance: Instance, no_chunk: bool = False) -> Schedule:
 
     Each request waits for its arrival, prefills its prompt in the chunks of least time alone
     (:func:`lone_prefill_chunks`, chunks of at most min(C, P) tokens; one chunk when ``no_chunk``)
-    and then decodes alone: for one request, or requests that never overlap, the least mean latency
-    and TTFT where its tokens after the first are cheapest as decodes. It is feasible exactly when every request
-    is on its own (I + O - 1 <= M, R_max >= 1, C and P >= 1, and I <= min(C, P) without chunking);
+    and then decodes alone. For one request, or requests that never overlap, it meets the bound of
+    each request alone wherever that bound's least prefill is one of those splits (the solve then
+    ends at once). It is feasible exactly when every request is on its own (I + O - 1 <= M, R_max >= 1, C and P >= 1, and I <= min(C, P) without chunking);
     otherwise :class:`InferMaxInputError` names the request that can never be served.
     """
     lim = instance.limits
