@@ -67,8 +67,9 @@ def serial_schedule(instance: Instance, no_chunk: bool = False) -> Schedule:
     (:func:`lone_prefill_chunks`, chunks of at most min(C, P) tokens; one chunk when ``no_chunk``)
     and then decodes alone. For one request, or requests that never overlap, it meets the bound of
     each request alone wherever that bound's least prefill is one of those splits (the solve then
-    ends at once). It is feasible exactly when every request is on its own (I + O - 1 <= M, R_max >= 1, C and P >= 1, and I <= min(C, P) without chunking);
-    otherwise :class:`InferMaxInputError` names the request that can never be served.
+    ends at once). It is feasible exactly when every request is on its own (I + O - 1 <= M, R_max
+    >= 1, C and P >= 1, and I <= min(C, P) without chunking); otherwise :class:`InferMaxInputError`
+    names the request that can never be served.
     """
     lim = instance.limits
     chunk_cap = min(lim.token_budget, lim.prefill_budget)
