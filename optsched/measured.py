@@ -44,6 +44,7 @@ __all__ = [
     "MeasuredError",
     "RANKING_MARGIN",
     "TIMINGS",
+    "checked_step_measurements",
     "compare_runs",
     "fit_grid",
     "grid_errors",
@@ -73,6 +74,12 @@ def load_step_measurements(path: str | Path) -> dict[str, Any]:
     data = read_json(path, MeasuredError)
     if not is_step_measurements(data):
         raise MeasuredError(f"{path}: not a step-measurement file (no 'grid' or 'runs')")
+    return checked_step_measurements(data, path)
+
+
+def checked_step_measurements(data: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """``data``, a step-measurement file's content, once its unit and the shapes of its grid and
+    runs are checked (:class:`MeasuredError` naming the file and the field)."""
     if data.get("time_unit", "ms") != "ms":
         raise MeasuredError(f"{path}: field 'time_unit': only 'ms' is read, got {data.get('time_unit')!r}")
     grid, runs = data.get("grid", []), data.get("runs", {})

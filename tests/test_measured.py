@@ -161,16 +161,26 @@ def test_bad_runs_are_named(tmp_path, capsys):
         ({"grid": [{"reqs": [[[8, 8, 0], 1]]}, True]}, "grid step 1: must be an object, got bool"),
         ({"runs": []}, "field 'runs': must be an object of runs by name, got list"),
         ({"runs": {"r": None}}, "run 'r': must be an object, got NoneType"),
+        ({"time_unit": "s"}, "field 'time_unit': only 'ms' is read, got 's'"),
     ],
 )
 def test_a_file_of_the_wrong_shape_is_named(tmp_path, capsys, change, message):
-    """Read without a shape check, these were a TypeError or AttributeError (exit 3) in optsched fit."""
+    """Read without a shape check, these were a TypeError or AttributeError (exit 3) in optsched fit
+    and validate, or (the unit) read as milliseconds by validate."""
     path = tmp_path / "m.json"
     path.write_text(json.dumps({"time_unit": "ms", "grid": [], "runs": {}} | change))
     with pytest.raises(MeasuredError, match=f"^{re.escape(str(path))}: {re.escape(message)}$"):
         load_step_measurements(path)
-    assert main(["fit", str(path)]) == 2
-    assert capsys.readouterr().err == f"optsched: error: {path}: {message}\n"
+    for command in (["fit", str(path)], ["validate", str(path), "--profile", "llama2-7b-a100"]):
+        assert main(command) == 2
+        assert capsys.readouterr().err == f"optsched: error: {path}: {message}\n"
+
+
+def test_validate_refuses_a_file_with_nothing_to_check(tmp_path, capsys):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"time_unit": "ms", "grid": [], "runs": {}}))
+    assert main(["validate", str(path), "--profile", "llama2-7b-a100", "--json"]) == 2
+    assert "fields 'runs' and 'grid': both empty, nothing to check" in capsys.readouterr().err
 
 
 def test_cli_fit_and_validate_round_trip(tmp_path, capsys):

@@ -115,6 +115,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def count_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    value = strict_int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def seed_int(text: str) -> int:
     """argparse type: a random seed, an integer from 0 to :data:`~optsched.workload.transforms.MAX_SEED`."""
     value = strict_int(text)
@@ -499,6 +507,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "print_json",
+    "count_int",
     "seed_int",
     "stdout_reserved_for_json",
     "command_budget",

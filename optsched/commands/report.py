@@ -28,6 +28,7 @@ from ._common import (
     add_requests_out_flag,
     check_output_path,
     check_requests_out,
+    count_int,
     load_instance_arg,
     positive_float,
     print_json,
@@ -73,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--solve-max-requests",
-        type=int,
+        type=count_int,
         default=SOLVE_MAX_REQUESTS,
         metavar="N",
         help="run the solver only on instances of at most N requests (default: any size; 0 = never)",

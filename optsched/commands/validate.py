@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..jsonio import read_json
-from ._common import EXIT_NO, BadInput, check_output_path, print_json
+from ._common import EXIT_NO, BadInput, check_output_path, count_int, print_json
 from .fit import write_profile
 
 
@@ -50,7 +50,7 @@ def register(subparsers: Any) -> None:
         "--instances",
         help="step-measurement files: folder of the runs' instances (default: instances/ beside the file)",
     )
-    p.add_argument("--worst", type=int, default=5, help="worst steps to list (default 5)")
+    p.add_argument("--worst", type=count_int, default=5, help="worst steps to list (default 5)")
     p.add_argument("--plot", help="write a PNG plot here")
     p.add_argument("--profile-out", help="write the refitted cost-model profile (TOML) here")
     p.add_argument("--profile-name", default="fitted", help="name of the refitted profile")
@@ -121,8 +121,14 @@ def handle(args: argparse.Namespace) -> int:
 def _validate_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
     """Replay a step-measurement file's runs under ``--profile`` and compare (module docstring)."""
     from ..costmodel import load_cost_model
-    from ..measured import MeasuredError, compare_runs, grid_errors
+    from ..measured import MeasuredError, checked_step_measurements, compare_runs, grid_errors
 
+    try:
+        checked_step_measurements(data, args.result)
+    except MeasuredError as exc:
+        raise BadInput(str(exc)) from None
+    if not data.get("runs") and not data.get("grid"):
+        raise BadInput(f"{args.result}: fields 'runs' and 'grid': both empty, nothing to check")
     if args.profile is None:
         raise BadInput(f"{args.result}: a step-measurement file needs --profile (the profile to check)")
     if args.plot or args.profile_out:

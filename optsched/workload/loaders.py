@@ -184,7 +184,9 @@ def _header_line(data: bytes | bytearray) -> list[str] | None:
 def _csv_rows(
     path: str, reader: Any, header: list[str], fmt: TraceFormat, model: str | None, max_rows: int | None
 ) -> _Rows:
-    """The data rows: a blank line is skipped, a short row or a bad value is an error naming it."""
+    """The data rows: a blank line is skipped; a row without a needed field, a row with more fields
+    than the header (but empty ones at its end: the fields would be read by position, a number
+    written ``1,000`` as two) or a bad value is an error naming it."""
     position = {name: k for k, name in reversed(list(enumerate(header)))}
     needed = [*fmt.needed, *([fmt.model_column] if model is not None and fmt.model_column else [])]
     missing = [c for c in needed if c not in position]
@@ -205,7 +207,7 @@ def _csv_rows(
         if not row or (len(row) == 1 and not row[0].strip()):
             continue  # blank line
         k += 1
-        if len(row) < width:
+        if len(row) < width or any(field.strip() for field in row[len(header) :]):  # a long row: "1,000" unquoted?
             raise WorkloadError(f"{path}: line {reader.line_num}: {len(row)} fields, the header has {len(header)}")
         if im is not None and row[im].strip() != model:
             name = row[im].strip()

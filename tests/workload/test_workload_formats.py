@@ -227,6 +227,12 @@ def test_short_row_missing_column_and_unknown_header(tmp_path, capsys, reader):
     path = _write(tmp_path / "short.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,5\n")
     code, err = _cli(capsys, path)
     assert code == 2 and "short.csv: line 3: 2 fields, the header has 3" in err
+    # a long row would be read by position: 1,000 unquoted is two fields
+    path = _write(tmp_path / "long.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n0.5,2,500,20\n")
+    code, err = _cli(capsys, path)
+    assert code == 2 and "long.csv: line 3: 4 fields, the header has 3" in err
+    path = _write(tmp_path / "trailing.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5,\n1,5,5\n")
+    assert _cli(capsys, path)[0] == 0  # an empty field at a row's end reads nothing by position
     path = _write(tmp_path / "miss.csv", "arrived_at,num_prefill_tokens\n0,5\n")
     code, err = _cli(capsys, path, "--format", "vidur")
     assert code == 2 and "miss.csv: line 1: missing column 'num_decode_tokens'" in err
