@@ -237,8 +237,8 @@ def _regular_columns(got: dict[str, Any], request: Any) -> ScheduleColumns | Non
     batch_start = start[heads]
     if got["start"].null_count < n:
         rows = np.diff(np.append(heads, n))
-        given = start[~np.isnan(start)]
-        if np.isinf(given).any() or (len(given) and np.abs(given).max() > MAX_ARRIVAL):
+        given = start[~numpy_of(got["start"].is_null())]  # a NaN value is not "no start"
+        if not np.isfinite(given).all() or (len(given) and np.abs(given).max() > MAX_ARRIVAL):
             return None
         if not np.array_equal(np.repeat(batch_start, rows), start, equal_nan=True):
             return None
@@ -286,7 +286,8 @@ def _parquet_columns(path: str | Path, got: dict[str, Any], request: Any, error:
     _first_bad(path, ~no_request & evict & ~no_tokens, "tokens", "must be null on an eviction row", error)
     _first_bad(path, ~no_request & ~evict & no_tokens, "tokens", "must be an integer on an item row", error)
     batch_start = start[first]
-    _first_bad(path, ~(np.isnan(start) | np.isfinite(start)), "start", "must be a finite number", error)
+    no_start = numpy_of(got["start"].is_null())  # null is "no start"; a NaN value is not
+    _first_bad(path, ~(no_start | np.isfinite(start)), "start", "must be a finite number", error)
     _first_bad(path, np.abs(np.nan_to_num(start)) > MAX_ARRIVAL, "start", f"must lie within +-{MAX_ARRIVAL:g} s", error)
     same = np.repeat(batch_start, np.diff(np.flatnonzero(np.append(first, True))))
     _first_bad(path, ~((same == start) | (np.isnan(same) & np.isnan(start))), "start", "differs in one batch", error)

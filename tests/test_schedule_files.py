@@ -139,6 +139,8 @@ def _table(**override) -> pa.Table:
         ({"evict": pa.array([False, True, False])}, b'{"instance": "x"}', "row 1: field 'tokens'"),
         ({"request": pa.array(["a", None, "a"])}, b'{"instance": "x"}', "row 1: field 'request'"),
         ({"start": pa.array([1.0, 2.0, None])}, b'{"instance": "x"}', "row 1: field 'start'"),
+        ({"start": pa.array([None, None, math.nan])}, b'{"instance": "x"}', "row 2: field 'start': must be a finite"),
+        ({"start": pa.array([math.nan, math.nan, None])}, b'{"instance": "x"}', "row 0: field 'start': must be a fin"),
         ({"evict": pa.array([1, 0, 0], pa.int8())}, b'{"instance": "x"}', "column 'evict': must be a boolean"),
     ],
 )
