@@ -272,3 +272,25 @@ def test_runs_of_instances_with_arrivals_compare_their_step_times(tmp_path):
     run = compare_runs(data, load_cost_model(TRUTH), tmp_path)["runs"]["late.sarathi"]
     assert run["error_pct"] == pytest.approx(0.0, abs=1e-9)
     assert run["measured"] == pytest.approx(sum(s["gpu_ms"] for s in steps) * 1e-3)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--tp", "2"], "--tp applies to CSV inputs only"),
+        (["--unit", "ms"], "--unit applies to CSV inputs only"),
+        (["--compare", "llama2-7b-a100"], "--compare applies to CSV inputs only"),
+        (["--out", "fitted.json"], "--out: a profile is a .toml file"),
+    ],
+)
+def test_fit_refuses_an_option_that_would_do_nothing(tmp_path, capsys, extra, message):
+    """A step file does not read the CSV inputs' options, and only a .toml profile loads again."""
+    path = _file(tmp_path)
+    extra = [str(tmp_path / e) if e.endswith(".json") else e for e in extra]
+    assert main(["fit", str(path), *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "fitted.json").exists()
+    csv = tmp_path / "m.csv"
+    csv.write_text("tokens,time\n" + "".join(f"{n},{0.01 + 1e-5 * n}\n" for n in range(1, 60, 3)))
+    assert main(["fit", str(csv), "--tp", "2"]) == 2
+    assert "--tp applies to Vidur profiles only" in capsys.readouterr().err

@@ -4,7 +4,9 @@ A step-measurement JSON file (:mod:`optsched.measured`: measured engine steps wi
 fitted on every term of the contract (:func:`optsched.costfit.fit_terms`, ``--loss l1|l2``,
 ``--timing gpu|wall``, ``--token-tile auto|none|N``: by default the tile of least loss,
 :func:`optsched.costfit.best_tile_fit`): a whole-model profile, with the error per step kind. These
-three options are refused for the CSV inputs below.
+three options are refused for the CSV inputs below, and theirs (``--tp`` for a Vidur profile,
+``--tokens-column``, ``--time-column`` and ``--unit`` for a plain CSV, ``--compare`` for both) for
+the others: an option that would do nothing is bad input, as is an ``--out`` not ending in ``.toml``.
 
 Otherwise the cost model's non-attention terms ``base`` + ``per_token`` * tokens (seconds, per layer) are
 fitted by least squares (:func:`optsched.costfit.fit_linear`). Two CSV inputs are understood:
@@ -57,11 +59,11 @@ def write_profile(out: str, text: str, source: str) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fit", help="fit base/per_token of the cost model from measured times")
     p.add_argument("measurements", metavar="MEASUREMENTS.csv", help="Vidur operator profile or measured batch times")
-    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel workers (Vidur profiles; default 1)")
-    p.add_argument("--tokens-column", default="tokens", help="token-count column of a plain CSV (default tokens)")
-    p.add_argument("--time-column", default="time", help="time column of a plain CSV (default time)")
-    p.add_argument("--unit", choices=sorted(TIME_UNITS), default="s", help="time unit of a plain CSV (default s)")
-    p.add_argument("--compare", metavar="PROFILE", help="compare with this profile's base/per_token")
+    p.add_argument("--tp", type=positive_int, help="tensor-parallel workers (Vidur profiles; default 1)")
+    p.add_argument("--tokens-column", help="token-count column of a plain CSV (default tokens)")
+    p.add_argument("--time-column", help="time column of a plain CSV (default time)")
+    p.add_argument("--unit", choices=sorted(TIME_UNITS), help="time unit of a plain CSV (default s)")
+    p.add_argument("--compare", metavar="PROFILE", help="CSV inputs: compare with this profile's base/per_token")
     p.add_argument("--out", metavar="PROFILE.toml", help="write the fitted profile here")
     p.add_argument("--name", help="name of the written profile (default: the output file's stem)")
     p.add_argument(
@@ -97,15 +99,30 @@ def _token_tile(text: str) -> int | str:
 
 #: The options of step-measurement files, with their defaults.
 _STEP_OPTIONS = {"loss": "l1", "timing": "gpu", "token_tile": "auto"}
+#: The options of a Vidur operator profile and of a plain CSV of batch times, with their defaults.
+_VIDUR_OPTIONS, _PLAIN_OPTIONS = {"tp": 1}, {"tokens_column": "tokens", "time_column": "time", "unit": "s"}
+
+
+def _refuse_given(args: argparse.Namespace, options: Any, applies: str) -> None:
+    """Bad input when one of ``options`` is given (an option that would do nothing here)."""
+    for key in options:
+        if getattr(args, key) is not None:
+            flag = "--" + key.replace("_", "-")
+            raise BadInput(f"{args.measurements}: {flag} applies to {applies} only")
+
+
+def _defaults(args: argparse.Namespace, options: dict[str, Any]) -> None:
+    """``options``' defaults where not given."""
+    for key, default in options.items():
+        if getattr(args, key) is None:
+            setattr(args, key, default)
 
 
 def _fit_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
     """Every term of the contract, fitted to a step-measurement file's grid."""
     from ..measured import MeasuredError, fit_grid, grid_errors
 
-    for key, default in _STEP_OPTIONS.items():
-        if getattr(args, key) is None:
-            setattr(args, key, default)
+    _defaults(args, _STEP_OPTIONS)
     name = args.name or (args.out.rsplit("/", 1)[-1].removesuffix(".toml") if args.out else "fitted")
     try:
         with np.errstate(all="ignore"):  # a fit that overflows ends in the CostModelError below
@@ -147,20 +164,25 @@ def _fit_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
 
 def handle(args: argparse.Namespace) -> int:
     check_output_path(args.out)
+    if args.out is not None and not args.out.endswith(".toml"):
+        raise BadInput(f"--out: a profile is a .toml file (as --cost-model reads it), got {args.out!r}")
     if args.measurements.endswith(".json"):
         from ..measured import MeasuredError, load_step_measurements
 
+        _refuse_given(args, [*_VIDUR_OPTIONS, *_PLAIN_OPTIONS, "compare"], "CSV inputs")
         try:
             return _fit_steps(args, load_step_measurements(args.measurements))
         except MeasuredError as exc:
             raise BadInput(str(exc)) from None
-    for key in _STEP_OPTIONS:
-        if getattr(args, key) is not None:
-            flag = "--" + key.replace("_", "-")
-            raise BadInput(f"{args.measurements}: {flag} applies to step-measurement files (.json) only")
+    _refuse_given(args, _STEP_OPTIONS, "step-measurement files (.json)")
     template = load_cost_model(args.compare) if args.compare is not None else None
     path = args.measurements
     vidur = Path(path).is_file() and is_vidur_profile(path)
+    if vidur:
+        _refuse_given(args, _PLAIN_OPTIONS, "a plain CSV of batch times")
+    else:
+        _refuse_given(args, _VIDUR_OPTIONS, "Vidur profiles")
+    _defaults(args, {**_VIDUR_OPTIONS, **_PLAIN_OPTIONS})
     if vidur:
         tokens, times = read_vidur_mlp_profile(path, args.tp)
         what = f"Vidur profile {path}, tp={args.tp}: sum of per-operator means, per layer"
