@@ -63,18 +63,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     check_output_path(args.out)
-    specs = list(args.type)
+    specs = [("--type", list(pair)) for pair in args.type]
     if args.prompt is not None or args.output is not None:
         if args.prompt is None or args.output is None:
             raise BadInput("--prompt and --output go together")
-        specs.insert(0, [args.prompt, args.output])
+        if specs:
+            raise BadInput("give --prompt SPEC --output SPEC, or --type PROMPT OUTPUT, not both")
+        specs = [("--prompt/--output", [args.prompt, args.output])]
     if not specs:
         raise BadInput("give --prompt SPEC --output SPEC, or one or more --type PROMPT OUTPUT")
+    types = []
+    for flag, (prompt, output) in specs:
+        try:
+            types.append((parse_length(prompt), parse_length(output)))
+        except ValueError as exc:
+            raise BadInput(f"{flag}: {exc}") from None
     try:
-        types = [(parse_length(p), parse_length(o)) for p, o in specs]
         arrivals = parse_arrivals(args.arrivals)
     except ValueError as exc:
-        raise BadInput(str(exc)) from None
+        raise BadInput(f"--arrivals: {exc}") from None
     limits = {
         k: getattr(args, k)
         for k in ("token_budget", "prefill_budget", "kv_capacity", "max_running")

@@ -517,10 +517,12 @@ def test_generate_writes_a_reproducible_instance(capsys, tmp_path):
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--prompt", "x", "--output", "3"], "bad length spec 'x'"),
+        (["--prompt", "x", "--output", "3"], "--prompt/--output: bad length spec 'x'"),
+        (["--type", "3", "0"], "--type: bad length spec '0'"),
         (["--prompt", "3"], "--prompt and --output go together"),
         ([], "give --prompt SPEC --output SPEC"),
-        (["--prompt", "3", "--output", "3", "--arrivals", "burst"], "bad arrival spec"),
+        (["--prompt", "3", "--output", "3", "--type", "1", "1"], "or --type PROMPT OUTPUT, not both"),
+        (["--prompt", "3", "--output", "3", "--arrivals", "burst"], "--arrivals: bad arrival spec"),
         (["--prompt", "900", "--output", "200", "--kv-capacity", "1000"], "can never finish"),
     ],
 )
