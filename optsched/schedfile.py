@@ -31,10 +31,17 @@ from .instance import MAX_ARRIVAL
 from .jsonio import atomic_output, finite_json, gc_paused
 from .schedcols import ScheduleColumns, columns_of_lists
 
-__all__ = ["PARQUET_SUFFIX", "read_columns", "write_parquet"]
+__all__ = ["PARQUET_SUFFIX", "is_parquet_path", "read_columns", "write_parquet"]
 
 #: A schedule file with this suffix is Parquet; any other is JSON.
 PARQUET_SUFFIX = ".parquet"
+
+
+def is_parquet_path(path: str | Path) -> bool:
+    """Whether a schedule file is Parquet: its name ends in ``.parquet``, in any case (as a table's)."""
+    return str(path).lower().endswith(PARQUET_SUFFIX)
+
+
 #: The Parquet key-value metadata entry holding the instance name and ``meta``.
 META_KEY = b"optsched.schedule"
 _COLUMNS = ("batch", "request", "tokens", "evict", "start")
@@ -48,7 +55,7 @@ Read = tuple[str, Mapping[str, Any], ScheduleColumns]
 def read_columns(path: str | Path, error: type[Exception]) -> Read | None:
     """``(instance name, meta, columns)`` of a schedule file, or None for a JSON file that the
     strict parser must read (module docstring); ``error`` names the file and the fault."""
-    if str(path).endswith(PARQUET_SUFFIX):
+    if is_parquet_path(path):
         return _read_parquet(path, error)
     try:
         raw = Path(path).read_bytes()

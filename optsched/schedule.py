@@ -28,7 +28,7 @@ from .jsonio import dumps_rows, gc_paused, loads_json, read_text, write_text_ato
 from .metrics import TIME_RTOL, Metrics, RequestOutcome, compute_metrics
 from .replayresult import ReplayResult
 from .schedcols import ScheduleColumns, columns_of_batches
-from .schedfile import PARQUET_SUFFIX, read_columns, write_parquet
+from .schedfile import is_parquet_path, read_columns, write_parquet
 from .tiering import use_compiled
 
 __all__ = [
@@ -146,8 +146,8 @@ class Schedule:
 
     def save(self, path: str | Path) -> None:
         """Write the schedule atomically (nothing half-written on failure): Parquet for a
-        ``.parquet`` path (:mod:`optsched.schedfile`), JSON otherwise."""
-        if str(path).endswith(PARQUET_SUFFIX):
+        ``.parquet`` path, in any case (:mod:`optsched.schedfile`), JSON otherwise."""
+        if is_parquet_path(path):
             write_parquet(path, self.instance, self.meta, self.columns())
             return
         with gc_paused():

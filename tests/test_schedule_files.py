@@ -215,3 +215,10 @@ def test_a_non_finite_meta_value_is_written_as_null(suffix: str, tmp_path) -> No
     schedule.save(path)
     loaded = load_schedule(path) if suffix == ".parquet" else strict(path)
     assert loaded.batches == schedule.batches and loaded.meta["policy_config"]["shed_work"] is None
+
+
+def test_a_parquet_name_in_capitals_is_parquet(tmp_path) -> None:
+    schedule = simulate(load_instance("toy-4"), "vllm")
+    path = tmp_path / "S.PARQUET"
+    schedule.save(path)
+    assert path.read_bytes()[:4] == b"PAR1" and load_schedule(path) == schedule
