@@ -33,7 +33,7 @@ from .schedcols import ScheduleColumns, columns_of_lists
 
 __all__ = ["PARQUET_SUFFIX", "is_parquet_path", "read_columns", "write_parquet"]
 
-#: A schedule file with this suffix is Parquet; any other is JSON.
+#: The suffix of a Parquet schedule file (:func:`is_parquet_path`: in any case); any other is JSON.
 PARQUET_SUFFIX = ".parquet"
 
 
@@ -101,8 +101,8 @@ def _read_json(raw: bytes) -> Read | None:
         top = _keys(rest)
     except (msgspec.MsgspecError, ValueError, KeyError, RecursionError):  # malformed, not UTF-8, too deep, ...
         return None
-    meta = rest.get("meta") or {}
-    if not isinstance(meta, dict):
+    meta, name = rest.get("meta") or {}, rest.get("instance", "")
+    if not isinstance(meta, dict) or not isinstance(name, str):  # the strict parser names the field
         return None
     unset = msgspec.UNSET
     item_lists, evict_lists = [b.items for b in batches], [b.evict for b in batches]
@@ -125,7 +125,7 @@ def _read_json(raw: bytes) -> Read | None:
         columns = columns_of_lists(ids, tokens, list(map(len, item_lists)), evicts, list(map(len, evict_lists)), start)
     except OverflowError:  # a token count beyond 64 signed bits
         return None
-    return str(rest.get("instance", "")), meta, columns
+    return name, meta, columns
 
 
 # --------------------------------------------------------------------------- Parquet

@@ -166,7 +166,10 @@ class Schedule:
         meta = data.get("meta") or {}
         if not isinstance(meta, Mapping):
             raise ScheduleError(f"{source}: field 'meta': must be an object")
-        return cls(str(data.get("instance", "")), tuple(batches), meta)
+        name = data.get("instance", "")
+        if not isinstance(name, str):
+            raise ScheduleError(f"{source}: field 'instance': must be a string (the instance's name)")
+        return cls(name, tuple(batches), meta)
 
 
 def _parse_batch(raw: Any, j: int, source: str) -> Batch:

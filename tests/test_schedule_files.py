@@ -92,6 +92,7 @@ BATCH = '{"items": [{"id": "a", "tokens": 3}]}'
         ('{"instance": "x:y", "batches": [{"items": [{"id": "a:b", "tokens": 3, "note": "z"}]}]}', None),
         ('{"instance": "x", "batches": [{"start": NaN, "items": []}]}', "malformed JSON"),
         ('{"instance": "x", "batches": [{"start": 1e300, "items": []}]}', "must lie within"),
+        ('{"instance": 4, "batches": []}', "field 'instance': must be a string"),
     ],
 )
 def test_json_the_fast_path_cannot_vouch_for_loads_strictly(text: str, message: str | None, tmp_path) -> None:

@@ -160,8 +160,13 @@ _TIME_LIKE = re.compile(r"time|arriv|date|clock|epoch|(^|_)ts($|_)|_at$", re.IGN
 
 def check_header(header: Sequence[str], source: str) -> None:
     """Header names are printable text: a character such as a second byte-order mark makes a
-    column unrecognisable, so it is an error naming the column rather than a column left unread."""
+    column unrecognisable, so it is an error naming the column rather than a column left unread.
+    A name given twice is an error too: which column is read would be a guess."""
+    seen: dict[str, int] = {}
     for k, name in enumerate(header, start=1):
+        if name in seen:
+            raise WorkloadError(f"{source}: line 1, column {k}: header name {name!r} repeats column {seen[name]}")
+        seen[name] = k
         if not name.isprintable():
             bad = next(c for c in name if not c.isprintable())
             raise WorkloadError(

@@ -233,6 +233,9 @@ def test_short_row_missing_column_and_unknown_header(tmp_path, capsys, reader):
     assert code == 2 and "long.csv: line 3: 4 fields, the header has 3" in err
     path = _write(tmp_path / "trailing.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5,\n1,5,5\n")
     assert _cli(capsys, path)[0] == 0  # an empty field at a row's end reads nothing by position
+    path = _write(tmp_path / "twice.csv", "arrived_at,num_prefill_tokens,num_decode_tokens,arrived_at\n0,5,5,1\n")
+    code, err = _cli(capsys, path)
+    assert code == 2 and "twice.csv: line 1, column 4: header name 'arrived_at' repeats column 1" in err
     path = _write(tmp_path / "miss.csv", "arrived_at,num_prefill_tokens\n0,5\n")
     code, err = _cli(capsys, path, "--format", "vidur")
     assert code == 2 and "miss.csv: line 1: missing column 'num_decode_tokens'" in err
