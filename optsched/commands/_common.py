@@ -341,6 +341,17 @@ def _load_trace_arg(args: argparse.Namespace, transforms: WorkloadTransforms) ->
     return base
 
 
+def warn_other_instance(instance: Instance, schedule: Schedule, source: str, doing: str) -> None:
+    """A warning on stderr when the schedule names another instance than the one it is ``doing``
+    (checked against, exported with): its request ids match (:func:`check_schedule_ids`), its
+    traffic may not."""
+    if schedule.instance and schedule.instance != instance.name:
+        print(
+            f"optsched: warning: {source} was made for instance {schedule.instance!r}, {doing} {instance.name!r}",
+            file=sys.stderr,
+        )
+
+
 def check_schedule_ids(instance: Instance, schedule: Schedule, source: str) -> None:
     """Bad input (exit 2) when a schedule names a request the instance does not have.
 
@@ -509,6 +520,7 @@ __all__ = [
     "print_json",
     "count_int",
     "seed_int",
+    "warn_other_instance",
     "stdout_reserved_for_json",
     "command_budget",
     "time_left",

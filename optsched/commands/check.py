@@ -9,7 +9,6 @@ another instance.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ..request_table import write_request_table
 from ..schedule import load_schedule, replay
@@ -25,6 +24,7 @@ from ._common import (
     format_mapping,
     load_instance_arg,
     print_json,
+    warn_other_instance,
 )
 
 
@@ -42,12 +42,7 @@ def handle(args: argparse.Namespace) -> int:
     instance = load_instance_arg(args)
     schedule = load_schedule(args.schedule)
     check_schedule_ids(instance, schedule, args.schedule)
-    if schedule.instance and schedule.instance != instance.name:
-        print(
-            f"optsched: warning: {args.schedule} was made for instance {schedule.instance!r}, "
-            f"checking it against {instance.name!r}",
-            file=sys.stderr,
-        )
+    warn_other_instance(instance, schedule, args.schedule, "checking it against")
     result = replay(instance, schedule)
     if args.requests_out is not None:
         write_request_table(args.requests_out, result)

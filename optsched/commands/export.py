@@ -29,6 +29,7 @@ from ._common import (
     load_instance_arg,
     print_json,
     strict_int,
+    warn_other_instance,
 )
 
 
@@ -77,6 +78,7 @@ def handle(args: argparse.Namespace) -> int:
             f"{args.schedule}: field 'instance': cannot load {args.instance!r} ({exc}); pass --instance"
         ) from None
     check_schedule_ids(instance, schedule, args.schedule)  # an unknown request is bad input, as in check
+    warn_other_instance(instance, schedule, args.schedule, "exporting it with")
     if args.block_size is not None and args.block_size < 1:
         raise BadInput(f"--block-size: must be >= 1, got {args.block_size}")
     if args.kv_blocks is not None and not 1 <= args.kv_blocks <= MAX_PLAN_BLOCKS:

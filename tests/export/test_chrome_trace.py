@@ -90,3 +90,16 @@ def test_chrome_trace_refuses_infeasible_and_foreign_options(tmp_path, capsys):
         == 2
     )
     assert "--block-size: applies only to --format vllm-replay" in capsys.readouterr().err
+
+
+def test_a_schedule_of_another_instance_name_is_warned_of(tmp_path, capsys):
+    """Its request ids match, its traffic may not: export warns as check does, and goes on."""
+    sched, out = tmp_path / "s.json", tmp_path / "trace.json"
+    assert main(["simulate", "toy-4", "--policy", "vllm", "--out", str(sched)]) == 0
+    sched.write_text(sched.read_text().replace('"instance": "toy-4"', '"instance": "toy-4-other"'))
+    capsys.readouterr()
+    assert main(["export", str(sched), "--instance", "toy-4", "--format", "chrome-trace", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "was made for instance 'toy-4-other', exporting it with 'toy-4'" in err and out.exists()
+    assert main(["check", "toy-4", str(sched)]) == 0
+    assert "was made for instance 'toy-4-other', checking it against 'toy-4'" in capsys.readouterr().err
