@@ -273,7 +273,8 @@ def _batch_start(st: _ReplayState, j: int, batch: Batch, prev_end: float) -> flo
     if batch.start is None:
         return prev_end
     if batch.start < prev_end - TIME_RTOL * max(1.0, abs(prev_end)):
-        st.flag(f"batch {j}: start {batch.start!r} is earlier than the previous batch's end {prev_end!r}")
+        before = f"the previous batch's end {prev_end!r}" if j else "time 0"
+        st.flag(f"batch {j}: start {batch.start!r} is earlier than {before}")
     return max(prev_end, batch.start)
 
 

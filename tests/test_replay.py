@@ -289,6 +289,8 @@ def test_other_structural_violations():
     assert v == ["batch 1: request 'a': processed after it finished"]
     v = replay(inst, sched(B(("a", 2)), B(("b", 2), start=0.0))).violations
     assert v[0].startswith("batch 1: start 0.0 is earlier than the previous batch's end")
+    v = replay(inst, sched(B(("a", 2), start=-1.0), B(("b", 2)))).violations
+    assert v == ["batch 0: start -1.0 is earlier than time 0"]
     v = replay(inst, sched(B(("a", 2), ("b", 0)), B(("b", 2)))).violations
     assert v == ["batch 0: request 'b': tokens = 0 < 1"]
     v = replay(inst, sched(B(("a", 2), ("zz", 1)), B(("b", 2)))).violations
