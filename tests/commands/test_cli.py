@@ -520,6 +520,7 @@ def test_generate_writes_a_reproducible_instance(capsys, tmp_path):
         (["--prompt", "x", "--output", "3"], "--prompt/--output: bad length spec 'x'"),
         (["--type", "3", "0"], "--type: bad length spec '0'"),
         (["--prompt", "3"], "--prompt and --output go together"),
+        (["--name", "", "--prompt", "3", "--output", "3"], "argument --name: must not be empty"),
         ([], "give --prompt SPEC --output SPEC"),
         (["--prompt", "3", "--output", "3", "--type", "1", "1"], "or --type PROMPT OUTPUT, not both"),
         (["--prompt", "3", "--output", "3", "--arrivals", "burst"], "--arrivals: bad arrival spec"),
