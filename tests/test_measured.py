@@ -294,3 +294,13 @@ def test_fit_refuses_an_option_that_would_do_nothing(tmp_path, capsys, extra, me
     csv.write_text("tokens,time\n" + "".join(f"{n},{0.01 + 1e-5 * n}\n" for n in range(1, 60, 3)))
     assert main(["fit", str(csv), "--tp", "2"]) == 2
     assert "--tp applies to Vidur profiles only" in capsys.readouterr().err
+
+
+def test_validate_of_a_grid_alone_keeps_the_runs_keys(tmp_path, capsys):
+    path = _file(tmp_path)
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({k: v for k, v in data.items() if k != "runs"}))
+    assert main(["validate", str(path), "--profile", "llama2-7b-a100", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["profile"] == "llama2-7b-a100" and rep["timing"] == "gpu" and rep["runs"] == {}
+    assert rep["worst_run"] is None and rep["grid"]["all"]["steps"] == 40
