@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .budget import TimeBudget, process_started
 from .commands._common import (
@@ -80,6 +80,18 @@ class _Parser(argparse.ArgumentParser):
         command = self.prog.removeprefix("optsched").strip()
         where = f"{command}: " if command else ""
         self.exit(EXIT_BAD_INPUT, f"optsched: error: {where}{message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]  # argparse's overloads
+        """argparse's, with words left over named with the command they were given to (argparse's
+        own message comes from the top-level parser and names none)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(parsed, "command", None)
+            prog = f"{self.prog} {command}" if command else self.prog
+            where = f"{command}: " if command else ""
+            message = f"{where}unrecognized arguments: {' '.join(extras)}"
+            self.exit(EXIT_BAD_INPUT, f"optsched: error: {message} (see {prog} --help)\n")
+        return parsed
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

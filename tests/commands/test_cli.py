@@ -242,6 +242,7 @@ def test_usage_errors_exit_2(capsys):
         (["generate", "--name", "g", "--n", "1e11"], "optsched: error: generate: argument --n: "),
         (["simulate", "toy-4"], "optsched: error: simulate: the following arguments are required: --policy "),
         (["frobnicate"], "optsched: error: argument COMMAND: invalid choice: 'frobnicate'"),
+        (["info", "toy-4", "--offline", "1"], "optsched: error: info: unrecognized arguments: 1 (see optsched info --"),
         (
             ["solve", "toy-4", "--problem", "infermax", "--time-limit", "abc"],
             "optsched: error: solve: argument --time-limit: ",
