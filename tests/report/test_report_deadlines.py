@@ -5,6 +5,7 @@ schedules."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -71,3 +72,19 @@ def test_an_unknown_solver_problem_is_bad_input(capsys: pytest.CaptureFixture[st
     assert main(["report", "toy-4", "--problem", "nope", "--time-limit", "5"]) == 2
     err = capsys.readouterr().err
     assert "--problem" in err and "nope" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # "ignored due to race condition"
+def test_an_alarm_leaves_no_timer_and_no_handler_behind() -> None:
+    """Deadlines met at every moment of the alarm's set-up, block and clean-up (the thread that stops
+    solvers starting, the block's end): after each, SIGALRM has its previous handler and no timer
+    runs (a leftover handler raised TimeUp in the HTML's imports, a leftover timer ended the process)."""
+    previous = signal.getsignal(signal.SIGALRM)
+    for k in range(300):
+        try:
+            with alarm(TimeBudget.of(1e-5 * (k % 30 + 1))):
+                time.sleep(1e-4 * (k % 7))
+        except TimeUp:
+            pass
+        assert signal.getsignal(signal.SIGALRM) is previous
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
