@@ -22,6 +22,7 @@ typo is one error line (exit 2) and never a sweep of failed cells.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +39,7 @@ from ..workload import WorkloadTransforms
 __all__ = [
     "LIMIT_AXES",
     "MAX_CELLS",
+    "MAX_RATE_POINTS",
     "MAX_SPEC_VALUES",
     "TRANSFORM_KEYS",
     "BoundSpec",
@@ -183,6 +185,11 @@ class RunSpec(_Strict):
         return self.bound or None
 
 
+#: Most points of the capacity search's rate grid (its bisection probes about log2 of them; the
+#: grid is held whole).
+MAX_RATE_POINTS = 100_000
+
+
 class CapacitySpec(_Strict):
     """Range and relative tolerance of the capacity search over ``rate_scale``."""
 
@@ -194,6 +201,12 @@ class CapacitySpec(_Strict):
     def _ordered(self) -> CapacitySpec:
         if self.high <= self.low:
             raise ValueError(f"high ({self.high}) must exceed low ({self.low})")
+        points = math.log(self.high / self.low) / math.log1p(self.tolerance)
+        if points > MAX_RATE_POINTS:
+            raise ValueError(
+                f"tolerance {self.tolerance} over [{self.low}, {self.high}] makes {points:.3g} grid points, "
+                f"more than {MAX_RATE_POINTS:,}: raise the tolerance or narrow the range"
+            )
         return self
 
 

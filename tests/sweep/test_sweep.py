@@ -78,6 +78,10 @@ def _sweep(tmp_path, spec: dict, *extra: str, out: str = "out") -> int:
         ({"rate_scale": [0]}, "rate_scale: must be finite numbers > 0"),
         ({"cost_model": ["nope"]}, "cost_model: cost_model: unknown profile 'nope'"),
         ({"typo": 1}, "typo: Extra inputs are not permitted"),
+        (
+            {"capacity": {"low": 0.25, "high": 16, "tolerance": 1e-5}},
+            "capacity: tolerance 1e-05 over [0.25, 16.0] makes 4.16e+05 grid points, more than 100,000",
+        ),
     ],
 )
 def test_bad_specs_are_one_line_errors(tmp_path, capsys, change, message) -> None:
