@@ -164,7 +164,7 @@ def check_header(header: Sequence[str], source: str) -> None:
     A name given twice is an error too: which column is read would be a guess."""
     seen: dict[str, int] = {}
     for k, name in enumerate(header, start=1):
-        if name in seen:
+        if name and name in seen:  # (empty names: columns no format reads)
             raise WorkloadError(f"{source}: line 1, column {k}: header name {name!r} repeats column {seen[name]}")
         seen[name] = k
         if not name.isprintable():
