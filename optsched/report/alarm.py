@@ -2,7 +2,7 @@
 
 A phase that cannot look at the clock itself (a policy's simulation, a bounder) runs inside
 :func:`alarm`, which interrupts it with SIGALRM in the main thread; elsewhere (another thread, a
-platform without ``setitimer``) the block runs to its end. Python runs the signal's handler only
+platform without ``setitimer`` and signal masks) the block runs to its end. Python runs the signal's handler only
 when the main thread runs Python code, so at the deadline a timer thread also stops the solvers
 running in C code (CP-SAT, HiGHS: :func:`optsched.interrupt.stop_solvers`; a policy's own CP-SAT
 assignment, for one); each returns at once and the handler raises.
