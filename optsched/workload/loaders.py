@@ -187,7 +187,7 @@ def _csv_rows(
     """The data rows: a blank line is skipped; a row without a needed field, a row with more fields
     than the header (but empty ones at its end: the fields would be read by position, a number
     written ``1,000`` as two) or a bad value is an error naming it."""
-    position = {name: k for k, name in reversed(list(enumerate(header)))}
+    position = {name: k for k, name in enumerate(header)}  # distinct but empty ones, unread (check_header)
     needed = [*fmt.needed, *([fmt.model_column] if model is not None and fmt.model_column else [])]
     missing = [c for c in needed if c not in position]
     if missing:
