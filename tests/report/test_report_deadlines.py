@@ -75,16 +75,31 @@ def test_an_unknown_solver_problem_is_bad_input(capsys: pytest.CaptureFixture[st
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # "ignored due to race condition"
-def test_an_alarm_leaves_no_timer_and_no_handler_behind() -> None:
-    """Deadlines met at every moment of the alarm's set-up, block and clean-up (the thread that stops
-    solvers starting, the block's end): after each, SIGALRM has its previous handler and no timer
-    runs (a leftover handler raised TimeUp in the HTML's imports, a leftover timer ended the process)."""
+def test_an_alarm_leaves_no_timer_and_no_handler_behind(capfd: pytest.CaptureFixture[str]) -> None:
+    """Deadlines met at every moment of the alarm's set-up, block and clean-up (its thread starting,
+    the block's end), with other threads running (a process-wide SIGALRM may be taken by any of
+    them: a clean-up that waited for it hung): after each, SIGALRM has its previous handler, no
+    alarm thread runs and no signal arrives late ("ignored due to race condition")."""
     previous = signal.getsignal(signal.SIGALRM)
-    for k in range(300):
-        try:
-            with alarm(TimeBudget.of(1e-5 * (k % 30 + 1))):
-                time.sleep(1e-4 * (k % 7))
-        except TimeUp:
-            pass
-        assert signal.getsignal(signal.SIGALRM) is previous
-        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    done = threading.Event()
+
+    def other_thread() -> None:
+        while not done.is_set():
+            time.sleep(1e-5)
+
+    others = [threading.Thread(target=other_thread, daemon=True) for _ in range(3)]
+    for thread in others:
+        thread.start()
+    try:
+        for k in range(2000):
+            try:
+                with alarm(TimeBudget.of(1e-5 * (k % 30 + 1))):
+                    time.sleep(1e-4 * (k % 7))
+            except TimeUp:
+                pass
+            assert signal.getsignal(signal.SIGALRM) is previous
+            assert not any(t.name == "optsched-alarm" for t in threading.enumerate())
+    finally:
+        done.set()
+    time.sleep(0.1)
+    assert "race condition" not in capfd.readouterr().err
