@@ -66,11 +66,22 @@ def _with_options(
     if options is not None and not isinstance(options, Mapping):
         if more:
             raise TypeError(f"options given both as {type(options).__name__} and as keywords: {sorted(more)}")
-        return options if time_limit is None else dataclasses.replace(options, time_limit=time_limit)  # type: ignore[type-var]
+        if time_limit is None or not dataclasses.is_dataclass(options):
+            return options  # a value of another type: the options class's parse says what it needs
+        return dataclasses.replace(options, time_limit=time_limit)  # type: ignore[type-var]
     merged = {**(options or {}), **more}
     if time_limit is not None:
         merged["time_limit"] = time_limit
     return merged
+
+
+def _budget(budget: TimeBudget | None) -> TimeBudget:
+    """``budget``, or one without a limit when None."""
+    if budget is None:
+        return TimeBudget()
+    if not isinstance(budget, TimeBudget):
+        raise TypeError(f"budget: a TimeBudget or None, got {type(budget).__name__} (seconds go in time_limit)")
+    return budget
 
 
 def checked(instance: Instance, result: SolveResult, problem: str) -> SolveResult:
@@ -165,7 +176,7 @@ def solve(
     cls = options_for(problem)
     opts = given if cls is None else cls.parse(given)
     limit = opts.get("time_limit") if isinstance(opts, Mapping) else getattr(opts, "time_limit", None)
-    result: SolveResult = solver(inst, opts, (budget or TimeBudget()).within(limit))
+    result: SolveResult = solver(inst, opts, _budget(budget).within(limit))
     return checked(inst, result, problem)
 
 
@@ -202,8 +213,8 @@ def bound(
         if options or more:
             from .options import OptionError
 
-            given = next(iter({**(options or {}), **more}))  # type: ignore[dict-item]
-            raise OptionError(f"option {given!r}: the trivial bounds take no options (give problem=...)")
+            names = [*more, *(options if isinstance(options, Mapping) else [type(options).__name__])]
+            raise OptionError(f"option {names[0]!r}: the trivial bounds take no options (give problem=...)")
         from .load_bounds import default_bounds
 
         return default_bounds(inst)
@@ -214,7 +225,7 @@ def bound(
     cls = options_for(problem, "bound")
     opts = merged if cls is None else cls.parse(merged)
     limit = opts.get("time_limit") if isinstance(opts, Mapping) else getattr(opts, "time_limit", None)
-    return bounder(inst, opts, (budget or TimeBudget()).within(limit))  # type: ignore[no-any-return]
+    return bounder(inst, opts, _budget(budget).within(limit))  # type: ignore[no-any-return]
 
 
 def simulate(instance: Instance | str | os.PathLike[str], policy: str = "vllm") -> tuple[Schedule, ReplayResult]:

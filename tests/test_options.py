@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -291,3 +292,24 @@ def test_solve_bound_and_simulate_from_python():
         optsched.bound(inst, method="lp")
     with pytest.raises(KeyError, match="known"):
         optsched.solve(inst, problem="no-such-problem")
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda: optsched.solve("toy-4", options=[1], time_limit=5),
+            TypeError,
+            "a mapping or InferMaxOptions, got list",
+        ),
+        (lambda: optsched.solve("toy-4", options=5), TypeError, "a mapping or InferMaxOptions, got int"),
+        (lambda: optsched.solve("toy-4", budget=5), TypeError, "budget: a TimeBudget or None, got int"),
+        (lambda: optsched.bound("toy-4", "infermax", budget=5.0), TypeError, "budget: a TimeBudget or None, got float"),
+        (lambda: optsched.bound("toy-4", options=[1]), OptionError, "trivial bounds take no options"),
+    ],
+)
+def test_the_api_names_a_wrong_type(call: Callable[[], object], error: type[Exception], message: str) -> None:
+    """Options of a wrong type, or seconds given as the budget: a TypeError (or OptionError) that says
+    what is needed, not an AttributeError from inside."""
+    with pytest.raises(error, match=re.escape(message)):
+        call()
