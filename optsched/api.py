@@ -68,7 +68,7 @@ def _with_options(
             raise TypeError(f"options given both as {type(options).__name__} and as keywords: {sorted(more)}")
         if time_limit is None or not dataclasses.is_dataclass(options):
             return options  # a value of another type: the options class's parse says what it needs
-        return dataclasses.replace(options, time_limit=time_limit)  # type: ignore[type-var]
+        return dataclasses.replace(options, time_limit=time_limit)
     merged = {**(options or {}), **more}
     if time_limit is not None:
         merged["time_limit"] = time_limit
