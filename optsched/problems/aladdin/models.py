@@ -188,6 +188,8 @@ def model_from_instance(instance: Instance, source: str | None = None) -> Aladdi
     h = _positive(placement, "kv_per_token", where, 1.0)
     jkv = _positive(placement, "kv_per_request", where, 0.0)
     cap = _positive(placement, "kv_capacity", where)
+    if cap == 0:
+        raise InstanceError(f"{where}.kv_capacity': must be a finite number > 0 (a worker's KV memory), got 0")
     if cap is None:
         if instance.limits.kv_capacity is None:
             raise InstanceError(f"{src}: field 'placement.kv_capacity': missing (and no limits.kv_capacity)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from optsched.instance import InstanceError, load_instance, parse_instance
@@ -60,3 +62,18 @@ def test_model_rejects_times_beyond_the_integer_data():
     })  # within the cost model's caps (docs/costmodel.md), 10^7 s a prefill
     with pytest.raises(InstanceError, match=r"cost_model' \(prefill bias\).*exceeds"):
         model_from_instance(big)
+
+
+def test_model_rejects_a_worker_without_kv_memory():
+    """``placement.kv_capacity: 0`` holds no request: bad input naming the field (it answered
+    "infeasible" with a placement); a positive capacity is read as given."""
+    reqs = [{"id": "a", "prompt_tokens": 3, "output_tokens": 2}]
+    inst = aladdin_instance(reqs)
+    for kv in (7, 0):
+        placement = {**inst.extra["placement"], "kv_capacity": kv}
+        with_kv = dataclasses.replace(inst, extra={**inst.extra, "placement": placement})
+        if kv:
+            assert model_from_instance(with_kv).kv_capacity == kv
+            continue
+        with pytest.raises(InstanceError, match=r"placement.kv_capacity': must be a finite number > 0"):
+            model_from_instance(with_kv)
