@@ -6,9 +6,11 @@ plan (docs/development.md, the words).
 
 For an Aladdin instance with arrivals (a JSON instance with the cost model of one worker and the
 ``placement`` and ``slo`` objects of docs/aladdin.md), search the smallest number of workers W whose multi-worker
-simulation reaches the target SLO attainment (P100 = 1.0 by default) with the placement method, and report
-W x ``--gpus-per-worker`` GPUs, every evaluated W, and the exact per-heartbeat lower bound of the
-placement model. Exit 0 when a W up to ``--max-workers`` reaches the target, 1 when none does.
+simulation reaches the target SLO attainment (P100 = 1.0 by default) with the placement method, from
+one worker up, and report W x ``--gpus-per-worker`` GPUs, every evaluated W, and the exact
+per-heartbeat lower bound of the placement model (planned lengths; the simulation may need fewer
+workers, so the search does not start there). Exit 0 when a W up to ``--max-workers`` reaches the
+target, 1 when none does.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from ._common import (
     positive_int,
     print_json,
 )
+
+#: Seconds of each heartbeat's exact placement in the lower bound when ``--time-limit`` is not given.
+DEFAULT_PLACEMENT_SECONDS = 10.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,7 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="cpsat",
         help="backend of the exact placements and of the lower bound (cpsat, highs, cbc, gurobi; default cpsat)",
     )
-    p.add_argument("--time-limit", type=positive_float, help="seconds per exact placement")
+    p.add_argument(
+        "--time-limit",
+        type=positive_float,
+        help="seconds per exact placement, those of the lower bound included "
+        f"(default: {DEFAULT_PLACEMENT_SECONDS:g} for the bound's, the method's own for the simulation's)",
+    )
     p.add_argument(
         "--predict-bins",
         type=positive_int,
@@ -78,13 +88,18 @@ def handle(args: argparse.Namespace) -> int:
             [r.output_tokens for r in instance.requests],
             bins=args.predict_bins,
         )
-    bound = heartbeat_lower_bound(instance, heartbeat=args.heartbeat, predictor=predictor, solver=args.solver)
-    res = min_workers(
+    bound = heartbeat_lower_bound(
+        instance,
+        heartbeat=args.heartbeat,
+        predictor=predictor,
+        solver=args.solver,
+        time_limit=args.time_limit or DEFAULT_PLACEMENT_SECONDS,
+    )
+    res = min_workers(  # from one worker: the bound is the placement model's, not the simulation's
         instance,
         args.method,
         args.target,
         gpus_per_worker=args.gpus_per_worker,
-        lo=max(bound, 1),
         hi=args.max_workers,
         heartbeat=args.heartbeat,
         predictor=predictor,
@@ -95,10 +110,19 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
     else:
-        found = "none up to --max-workers" if res.workers is None else f"{res.workers} workers = {res.gpus} GPUs"
+        found = (
+            "none up to --max-workers"
+            if res.workers is None
+            else f"{_count(res.workers, 'worker')} = {_count(res.gpus or 0, 'GPU')}"
+        )
         print(f"{instance.name}: {args.method} reaches attainment {args.target:g} with {found}")
         evaluated = (
             ", ".join(f"{k}: {a:.3f}" for k, a in res.evaluated.items()) or "none (the bound exceeds --max-workers)"
         )
-        print(f"  placement-model lower bound: {bound} workers; evaluated: {evaluated}")
+        print(f"  placement-model lower bound: {bound} workers (planned lengths); evaluated: {evaluated}")
     return EXIT_OK if res.workers is not None else EXIT_NO
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless one."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

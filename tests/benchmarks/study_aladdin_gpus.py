@@ -133,7 +133,6 @@ def main() -> int:
                     method,
                     1.0,
                     gpus_per_worker=gpus,
-                    lo=max(lb // gpus, 1),
                     hi=128,
                     heartbeat=args.heartbeat,
                     predictor=pred,

@@ -227,12 +227,22 @@ def test_generate_json_prints_the_instance_on_stdout(capsys: pytest.CaptureFixtu
     assert data["name"] == "g" and len(data["requests"]) == 2
 
 
-def test_plan_exits_1_when_no_count_up_to_max_workers_reaches_the_target(capsys: pytest.CaptureFixture[str]) -> None:
-    """The lower bound is 2 workers: with --max-workers 1 it answered '2 workers' and exit 0."""
-    code, out, _ = run(capsys, "plan", "aladdin-fig3", "--method", "jsq", "--max-workers", "1", "--json")
-    data = json.loads(out)
-    assert code == 1 and data["workers"] is None and data["evaluated"] == {}
-    assert data["lower_bound_workers"] == 2
+def test_plan_exits_1_when_no_count_up_to_max_workers_reaches_the_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Six requests at once with a 20-ms TTFT: one and two workers miss it (three attain it), so
+    with --max-workers 2 the answer is none, exit 1, with both counts evaluated."""
+    data = json.loads((INSTANCES / "aladdin-fig3.json").read_text())
+    data["requests"] = [{"id": f"r{i}", "arrival": 0.0, "prompt_tokens": 4, "output_tokens": 4} for i in range(6)]
+    data["slo"]["ttft"] = 0.02
+    path = tmp_path / "six.json"
+    path.write_text(json.dumps(data))
+    code, out, _ = run(capsys, "plan", str(path), "--method", "jsq", "--max-workers", "2", "--json")
+    result = json.loads(out)
+    assert code == 1 and result["workers"] is None and set(result["evaluated"]) == {"W=1", "W=2"}
+    assert max(result["evaluated"].values()) < 1.0
+    code, out, _ = run(capsys, "plan", str(path), "--method", "jsq", "--json")
+    assert code == 0 and json.loads(out)["workers"] == 3
 
 
 def test_hybrid_offline_names_its_objective(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,11 +1,11 @@
 """Minimum GPUs: the fewest workers reaching a target SLO attainment, and a lower bound.
 
 :func:`min_workers` runs the multi-worker simulator (:func:`~.cluster.simulate_cluster`) with a
-fixed worker count W and one placement method, and searches W: it starts at ``lo`` (by default
-the lower bound below), doubles W until the target attainment is reached, then bisects between the
-last failing and the first passing W. The bisection assumes attainment does not drop when a
-worker is added; every evaluated ``(W, attainment)`` is returned so that the assumption can be
-inspected. GPUs = W x GPUs per worker.
+fixed worker count W and one placement method, and searches W: it starts at ``lo`` (by default one
+worker; the lower bound below is the placement model's, not the simulation's), doubles W until the
+target attainment is reached, then bisects between the last failing and the first passing W. The
+bisection assumes attainment does not drop when a worker is added; every evaluated
+``(W, attainment)`` is returned so that the assumption can be inspected. GPUs = W x GPUs per worker.
 
 :func:`heartbeat_lower_bound` is exact for the placement model: at every heartbeat the new
 requests must be packed so that (b'), (c') and (e') hold with them alone (ongoing requests only add

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from optsched.instance import load_instance
+from optsched.problems.aladdin.cluster import simulate_cluster
 from tests.support.aladdin import SOLVERS
 from tests.support.solving import solver
 
@@ -29,7 +30,10 @@ def test_cli_plan_and_solve(capsys):
 
     assert main(["plan", "aladdin-fig3", "--method", "exact", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["workers"] == 2 and out["lower_bound_workers"] == 2 and out["evaluated"]["W=2"] == 1.0
+    # the placement model (planned lengths) needs 2 workers; the simulation attains P100 with one,
+    # and the search starts there (it started at the bound and answered 2)
+    assert out["lower_bound_workers"] == 2 and out["workers"] == 1 and out["evaluated"] == {"W=1": 1.0}
+    assert simulate_cluster(load_instance("aladdin-fig3"), "exact", 1).attainment == 1.0
     assert main(["solve", "aladdin-fig3", "--problem", "aladdin", "--method", "jsq", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "infeasible" and out["peak_kv_model"] == [10.0, 10.0]
@@ -47,3 +51,23 @@ def test_exact_stopped_at_its_limit_is_time_limit_not_infeasible(monkeypatch):
     r = solver("aladdin")(load_instance("aladdin-fig3"), {"method": "exact", "max_workers": 1, "time_limit": 10})
     assert r.status == "time_limit" and r.extra["unplaceable"] and r.extra["violations"]
     assert r.bound is not None and r.objective == 1
+
+
+def test_plan_time_limit_bounds_the_lower_bounds_placements(monkeypatch, capsys):
+    """`plan --time-limit S` is the limit of every exact placement, the lower bound's included
+    (they took 10 s each whatever the limit); without it, the bound's take 10 s."""
+    from optsched.cli import main
+    from optsched.problems.aladdin import capacity
+
+    limits = []
+    real = capacity.heartbeat_lower_bound
+
+    def recording(instance, **kw):
+        limits.append(kw["time_limit"])
+        return real(instance, **kw)
+
+    monkeypatch.setattr(capacity, "heartbeat_lower_bound", recording)
+    assert main(["plan", "aladdin-fig3", "--method", "jsq", "--time-limit", "0.5"]) == 0
+    assert main(["plan", "aladdin-fig3", "--method", "jsq"]) == 0
+    assert limits == [0.5, 10.0]
+    assert "1 worker = 1 GPU\n" in capsys.readouterr().out
