@@ -28,6 +28,7 @@ from ._common import (
     add_requests_out_flag,
     check_output_path,
     check_requests_out,
+    command_budget,
     count_int,
     load_instance_arg,
     positive_float,
@@ -179,7 +180,7 @@ def _run(args: argparse.Namespace, t0: float, policies: list[str] | None, progre
         progress(f"writing {args.html}")
         from ..report.html import write_html  # matplotlib loads only when a page is drawn
 
-        write_html(report, args.html)
+        write_html(report, args.html, command_budget(args, args.time_limit))
     report.wall_time = time.perf_counter() - t0
     progress(f"done in {report.wall_time:.1f}s")
     return report
