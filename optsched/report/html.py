@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..budget import NO_LIMIT, TimeBudget
 from ..instance import Instance
+from ..interrupt import requested
 from ..jsonio import write_text_atomic
 from ..schedule import ReplayResult
 from .output import HIGHLIGHTED_POLICIES, grouped_messages, report_rows
@@ -183,9 +184,8 @@ def _figures(report: Report, budget: TimeBudget) -> list[str]:
     if budget.expired() and not parts:
         left_out = ["every figure"]
     if left_out:
-        parts.append(
-            "<p class='partial'>Not drawn, the time limit being reached: " + html.escape("; ".join(left_out)) + ".</p>"
-        )
+        why = "the report being interrupted" if requested() else "the time limit being reached"
+        parts.append(f"<p class='partial'>Not drawn, {why}: " + html.escape("; ".join(left_out)) + ".</p>")
     return parts
 
 

@@ -341,7 +341,7 @@ class _Clock:
         return self.fresh < 0
 
 
-def test_html_draws_figures_only_while_time_is_left(fcfs: str) -> None:
+def test_html_draws_figures_only_while_time_is_left(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """At the deadline the page is still written, with the figures drawn so far and a note naming
     the rest; with no time left at all none is drawn (nor matplotlib loaded for them)."""
     report = build_report(load_instance("toy-4"), time_limit=None, policies=[fcfs], solve_max_requests=0)
@@ -352,6 +352,8 @@ def test_html_draws_figures_only_while_time_is_left(fcfs: str) -> None:
     two = report_html(report, _Clock(3))  # type: ignore[arg-type]  # the start, then two figures
     assert two.count("<svg") == 2
     assert "Not drawn, the time limit being reached: KV-cache use and running size; TTFT and TPOT" in two
+    monkeypatch.setattr("optsched.report.html.requested", lambda: True)  # Ctrl-C: said so, not a limit
+    assert "Not drawn, the report being interrupted: every figure." in report_html(report, _Clock(0))  # type: ignore[arg-type]
 
 
 def test_html_renders_in_headless_chromium(tmp_path) -> None:
