@@ -18,7 +18,8 @@ instance each accepts (with the method that works longest); gmax and scls-batch 
 static-batching fields no large shipped instance has, so they run on ``gsm8k-like``'s first 40
 requests with those fields added (written to a temporary folder); then ``bound --method relax``
 and ``report`` (``report-hybrid``: 30 requests on which the ``hybrid`` policies' CP-SAT assignment
-runs 10 s, stopped at the deadline); ``start-up`` is ``optsched --help``.
+runs 10 s, stopped at the deadline; ``report-html``: the README's main job with its HTML page, each
+figure drawn only while time is left); ``start-up`` is ``optsched --help``.
 Prints one row per case with the machine's 1-minute load average (``os.getloadavg``) before it, and
 exits 1 when a case overran ``limit + slack`` (``warm`` and ``installed``).
 """
@@ -103,6 +104,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("report", ["report", "infermax-i1024-o32-n64", "--time-limit", "{L}", "--quiet"]),
     ("report-trace", ["report", "splitwise-conv-100", "--time-limit", "{L}", "--quiet"]),
     ("report-hybrid", ["report", "{HARD30}", "--objective", "latency", "--time-limit", "{L}", "--quiet"]),
+    ("report-html", ["report", "splitwise-conv-100", "--time-limit", "{L}", "--quiet", "--html", "{PAGE}"]),
 ]
 
 
@@ -148,7 +150,7 @@ def main() -> int:
     print(f"{'case':<16} {'limit':>6} {'wall max':>9} {'over':>7} {'exit':>4} {'load':>5}  status")
     bad = 0
     for k, (name, template) in enumerate(chosen):
-        fill = {"{L}": f"{args.limit:g}", "{STATIC40}": static, "{HARD30}": hard}
+        fill = {"{L}": f"{args.limit:g}", "{STATIC40}": static, "{HARD30}": hard, "{PAGE}": str(folder / "r.html")}
         argv = [fill.get(a, a) for a in template]
         if args.cache == "warm":
             run_case(argv)
