@@ -402,8 +402,9 @@ def compare_runs(
         ``runs`` (per run: predicted and measured makespan in s, the sums of the step times (the
         steps run back to back; arrivals are set to 0 for the replay), signed error %, worst step
         error %),
-        ``worst_run`` and its ``worst_error_pct``, ``step_mape`` over all steps, and ``instances``
-        (per instance: whether the measured ranking of its runs is kept, and the swapped pairs).
+        ``worst_run`` and its ``worst_error_pct``, ``step_mape`` over all steps (these three None
+        without runs), and ``instances`` (per instance: whether the measured ranking of its runs is
+        kept, and the swapped pairs).
     """
     runs: dict[str, dict[str, Any]] = {}
     step_errors: list[float] = []
@@ -445,8 +446,6 @@ def compare_runs(
         }
         step_errors += errors
         by_instance.setdefault(inst_name, {})[name] = (measured_total, predicted)
-    if not runs:
-        raise MeasuredError("field 'runs': no executed schedule to compare")
     instances = {}
     for inst_name, members in by_instance.items():
         kept, swapped = _ranking_kept({k: v[0] for k, v in members.items()}, {k: v[1] for k, v in members.items()})
@@ -456,13 +455,13 @@ def compare_runs(
             "measured_order": sorted(members, key=lambda k: members[k][0]),
             "predicted_order": sorted(members, key=lambda k: members[k][1]),
         }
-    worst = max(runs, key=lambda k: abs(runs[k]["error_pct"]))
+    worst = max(runs, key=lambda k: abs(runs[k]["error_pct"])) if runs else None
     return {
         "profile": model.name,
         "timing": timing,
         "runs": runs,
         "worst_run": worst,
-        "worst_error_pct": runs[worst]["error_pct"],
-        "step_mape": float(np.mean(step_errors)),
+        "worst_error_pct": runs[worst]["error_pct"] if worst is not None else None,
+        "step_mape": float(np.mean(step_errors)) if step_errors else None,
         "instances": instances,
     }

@@ -304,3 +304,6 @@ def test_validate_of_a_grid_alone_keeps_the_runs_keys(tmp_path, capsys):
     rep = json.loads(capsys.readouterr().out)
     assert rep["profile"] == "llama2-7b-a100" and rep["timing"] == "gpu" and rep["runs"] == {}
     assert rep["worst_run"] is None and rep["grid"]["all"]["steps"] == 40
+    assert rep["worst_error_pct"] is None and rep["step_mape"] is None and rep["instances"] == {}
+    alone = compare_runs({"runs": {}}, load_cost_model(TRUTH), tmp_path / "instances")  # the same keys
+    assert set(alone) == set(rep) - {"grid"} and alone["runs"] == {} and alone["worst_run"] is None

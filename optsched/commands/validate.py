@@ -141,11 +141,7 @@ def _validate_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
     model = load_cost_model(args.profile)
     folder = args.instances or str(Path(args.result).resolve().parent / "instances")
     try:
-        if data.get("runs"):
-            report = compare_runs(data, model, folder, timing)
-        else:  # a grid alone: the keys of compare_runs, with nothing in them
-            report = {"profile": model.name, "timing": timing, "runs": {}, "worst_run": None}
-            report |= {"worst_error_pct": None, "step_mape": None, "instances": {}}
+        report = compare_runs(data, model, folder, timing)
         report["grid"] = grid_errors(data, model, timing) if data.get("grid") else None
     except MeasuredError as exc:
         raise BadInput(f"{args.result}: {exc}") from None
