@@ -444,20 +444,27 @@ def check_placement(cp: CompiledProblem, assignment: dict[str, int], exempt: Seq
 def knapsack_bounds(cp: CompiledProblem) -> dict[str, int]:
     """Valid lower bounds on ``sum_i y_i`` for every placement satisfying (a)-(h).
 
+    A new job that cannot be placed even alone on an empty worker gets a worker of its own (module
+    docstring): it counts one worker in each bound below, which sum over the other jobs only.
+
     - ``atgt``: every job (ongoing or new) loads (b') on some worker: ``ceil(sum wb / cap_b)``;
     - ``ttft``: workers receiving new jobs carry ``c1`` plus their prefill: ``ceil(sum wp / (T_pre - c1))``;
     - ``kv``: every job holds ``w_j[1]`` at the first iteration: ``ceil(sum w_j[1] / M)``;
     - ``ongoing``: the workers with ongoing requests.
     """
     problem = cp.problem
-    jobs = [j for jobs in problem.ongoing for j in jobs] + list(problem.new)
+    empty = cp.empty_load()
+    placeable = [k for k, job in enumerate(problem.new) if empty.fits(job, int(cp.wb_new[k]), int(cp.wp_new[k]))]
+    alone = len(problem.new) - len(placeable)
+    jobs = [j for jobs in problem.ongoing for j in jobs] + [problem.new[k] for k in placeable]
     one = np.array([1], dtype=np.int64)
     sum_b = sum(cp.weight_b(j) for j in jobs)
     sum_kv = sum(int(cp.kv_profile(j, one)[0]) for j in jobs)
+    sum_p = int(cp.wp_new[np.asarray(placeable, dtype=np.int64)].sum())
     room_c = cp.cap_c - cp.c1
     return {
-        "atgt": math.ceil(sum_b / cp.cap_b) if cp.cap_b > 0 else (1 if jobs else 0),
-        "ttft": math.ceil(int(cp.wp_new.sum()) / room_c) if room_c > 0 else (1 if problem.new else 0),
-        "kv": math.ceil(sum_kv / cp.kv_cap) if cp.kv_cap > 0 else (1 if jobs else 0),
+        "atgt": alone + (math.ceil(sum_b / cp.cap_b) if cp.cap_b > 0 else (1 if jobs else 0)),
+        "ttft": alone + (math.ceil(sum_p / room_c) if room_c > 0 else (1 if placeable else 0)),
+        "kv": alone + (math.ceil(sum_kv / cp.kv_cap) if cp.kv_cap > 0 else (1 if jobs else 0)),
         "ongoing": sum(1 for o in problem.ongoing if o),
     }

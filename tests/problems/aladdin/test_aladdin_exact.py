@@ -248,3 +248,27 @@ def test_solve_stopped_without_a_placement_places_every_request(monkeypatch, sto
     assert r.status == "time_limit"
     assert set(best_fit(problem).unplaceable) <= set(r.unplaceable)
     assert r.workers == 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_requests_that_fit_no_worker_count_one_worker_in_every_bound(seed):
+    """A request whose KV alone exceeds M gets a worker of its own: every proven bound counts it as
+    one worker (the knapsack bounds summed its KV, and a 10^9-unit request gave a bound of 10^8
+    workers above the answer of 20)."""
+    rng = random.Random(300 + seed)
+    inst = aladdin_instance(random_requests(rng, rng.randint(6, 12)), kv=60)
+    placement = {**inst.extra["placement"], "kv_capacity": rng.choice([12, 20, 30])}
+    if seed % 2:
+        placement["kv_per_request"] = 10**9 if seed == 5 else rng.randint(1, 8)
+    small = replace(inst, extra={**inst.extra, "placement": placement})
+    problem = offline_problem(small)
+    results = [solve_placement(problem, s) for s in ("cpsat", "highs")]
+    assert results[0].workers == results[1].workers
+    answer = results[0].workers
+    if seed == 5:
+        assert len(results[0].unplaceable) == len(problem.new) == answer  # every request alone
+    assert best_fit(problem).workers >= answer
+    for r in results:
+        assert r.status == "optimal" and r.bound == answer
+    bounds = registered_bounds("aladdin", small, {})
+    assert bounds and all(b.value <= answer for b in bounds if b.valid), [(b.name, b.value) for b in bounds]
