@@ -33,7 +33,15 @@ import pulp
 from .budget import TimeBudget
 from .interrupt import stoppable
 
-__all__ = ["HANDOVER_PER_BUILD", "MIP_BACKENDS", "HighsWithStart", "pulp_solver", "solve_model", "solver_budget"]
+__all__ = [
+    "HANDOVER_PER_BUILD",
+    "MIP_BACKENDS",
+    "HighsWithStart",
+    "licence_refused",
+    "pulp_solver",
+    "solve_model",
+    "solver_budget",
+]
 
 #: The shortest time limit given to a MIP solver, in seconds.
 LEAST_SECONDS = 0.01
@@ -171,3 +179,11 @@ def solve_model(
     if budget is not None and budget.limited:
         solver.timeLimit = budget.left(LEAST_SECONDS)
     return prob.solve(solver), PRESOLVE_OFF_NOTE
+
+
+def licence_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is a solver refusing a model its licence does not cover (gurobipy's
+    ``GurobiError: Model too large for size-limited license``): the answer is ``unsupported``, not
+    a crash."""
+    text = str(exc).lower()
+    return "size-limited" in text or "licen" in text

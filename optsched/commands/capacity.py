@@ -9,13 +9,15 @@ For an Aladdin instance with arrivals (a JSON instance with the cost model of on
 simulation reaches the target SLO attainment (P100 = 1.0 by default) with the placement method, from
 one worker up, and report W x ``--gpus-per-worker`` GPUs, every evaluated W, and the exact
 per-heartbeat lower bound of the placement model (planned lengths; the simulation may need fewer
-workers, so the search does not start there). Exit 0 when a W up to ``--max-workers`` reaches the
-target, 1 when none does.
+workers, so the search does not start there). The largest W searched is ``--max-workers``, else the
+instance's ``placement.max_workers``, else 256. Exit 0 when a W up to it reaches the target, 1 when
+none does.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ._common import (
     EXIT_NO,
@@ -28,6 +30,13 @@ from ._common import (
     positive_int,
     print_json,
 )
+
+if TYPE_CHECKING:
+    from ..instance import Instance
+    from ..problems.aladdin.predictor import BinPredictor
+
+#: Largest worker count searched when neither ``--max-workers`` nor ``placement.max_workers`` is given.
+DEFAULT_MAX_WORKERS = 256
 
 #: Seconds of each heartbeat's exact placement in the lower bound when ``--time-limit`` is not given.
 DEFAULT_PLACEMENT_SECONDS = 10.0
@@ -44,7 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", type=positive_float, default=1.0, help="SLO attainment to reach (default 1.0 = P100)")
     p.add_argument("--heartbeat", type=positive_float, default=1.0, help="seconds between placements (default 1)")
     p.add_argument("--gpus-per-worker", type=positive_int, default=1, help="GPUs of one worker (default 1)")
-    p.add_argument("--max-workers", type=positive_int, default=256, help="largest W searched (default 256)")
+    p.add_argument(
+        "--max-workers",
+        type=positive_int,
+        help=f"largest W searched (default: the instance's placement.max_workers, else {DEFAULT_MAX_WORKERS})",
+    )
     p.add_argument(
         "--solver",
         default="cpsat",
@@ -67,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from ..problems.aladdin.capacity import heartbeat_lower_bound, min_workers
+    from ..mipsolvers import licence_refused
     from ..problems.aladdin.cluster import METHODS
     from ..problems.aladdin.exact import EXACT_SOLVERS
     from ..problems.aladdin.predictor import BinPredictor
@@ -88,6 +101,23 @@ def handle(args: argparse.Namespace) -> int:
             [r.output_tokens for r in instance.requests],
             bins=args.predict_bins,
         )
+    try:
+        return _plan(args, instance, predictor)
+    except Exception as exc:  # gurobipy raises its own GurobiError
+        if not licence_refused(exc):
+            raise
+        raise BadInput(
+            f"--solver {args.solver}: its licence does not cover the placements of this search ({exc}); "
+            "use cpsat or highs"
+        ) from None
+
+
+def _plan(args: argparse.Namespace, instance: Instance, predictor: BinPredictor | None) -> int:
+    """The search and its output (:func:`handle`, after the checks)."""
+    from ..problems.aladdin.capacity import heartbeat_lower_bound, min_workers
+    from ..problems.aladdin.solve import instance_max_workers
+
+    most = args.max_workers or instance_max_workers(instance) or DEFAULT_MAX_WORKERS
     bound = heartbeat_lower_bound(
         instance,
         heartbeat=args.heartbeat,
@@ -100,7 +130,7 @@ def handle(args: argparse.Namespace) -> int:
         args.method,
         args.target,
         gpus_per_worker=args.gpus_per_worker,
-        hi=args.max_workers,
+        hi=most,
         heartbeat=args.heartbeat,
         predictor=predictor,
         solver=args.solver,
@@ -111,14 +141,12 @@ def handle(args: argparse.Namespace) -> int:
         print_json(out)
     else:
         found = (
-            "none up to --max-workers"
+            f"no worker count up to {most}"
             if res.workers is None
             else f"{_count(res.workers, 'worker')} = {_count(res.gpus or 0, 'GPU')}"
         )
         print(f"{instance.name}: {args.method} reaches attainment {args.target:g} with {found}")
-        evaluated = (
-            ", ".join(f"{k}: {a:.3f}" for k, a in res.evaluated.items()) or "none (the bound exceeds --max-workers)"
-        )
+        evaluated = ", ".join(f"{k}: {a:.3f}" for k, a in res.evaluated.items())
         print(f"  placement-model lower bound: {bound} workers (planned lengths); evaluated: {evaluated}")
     return EXIT_OK if res.workers is not None else EXIT_NO
 

@@ -235,6 +235,7 @@ def test_plan_exits_1_when_no_count_up_to_max_workers_reaches_the_target(
     data = json.loads((INSTANCES / "aladdin-fig3.json").read_text())
     data["requests"] = [{"id": f"r{i}", "arrival": 0.0, "prompt_tokens": 4, "output_tokens": 4} for i in range(6)]
     data["slo"]["ttft"] = 0.02
+    del data["placement"]["max_workers"]  # searched up to 256 without --max-workers
     path = tmp_path / "six.json"
     path.write_text(json.dumps(data))
     code, out, _ = run(capsys, "plan", str(path), "--method", "jsq", "--max-workers", "2", "--json")

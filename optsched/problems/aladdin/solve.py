@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from ...budget import TimeBudget
 from ...instance import Instance, InstanceError
+from ...mipsolvers import licence_refused
 from ...options import Options, PositiveFloat, PositiveInt
 from ...result import Bound, SolveResult, Status
 from .cluster import place, simulate_cluster
@@ -33,7 +34,15 @@ from .heuristics import best_fit
 from .models import model_from_instance
 from .placement import CompiledProblem, Job, PlacementProblem, check_placement, compile_problem, knapsack_bounds
 
-__all__ = ["AladdinBoundOptions", "AladdinOptions", "solve", "bounds", "offline_problem", "planned_instance"]
+__all__ = [
+    "AladdinBoundOptions",
+    "AladdinOptions",
+    "solve",
+    "bounds",
+    "instance_max_workers",
+    "offline_problem",
+    "planned_instance",
+]
 
 OFFLINE_METHODS = ("exact", "bestfit", "bestfit+rebalance", "jsq", "rr", "po2")
 
@@ -83,11 +92,17 @@ def offline_problem(instance: Instance, max_workers: int | None = None) -> Place
     """The offline placement problem of an instance (all requests new)."""
     model = model_from_instance(instance)
     jobs = tuple(Job(r.id, r.prompt_tokens, r.predicted_output_tokens or r.output_tokens) for r in instance.requests)
+    cap = max_workers if max_workers is not None else instance_max_workers(instance)
+    return PlacementProblem(model, (), jobs, cap)
+
+
+def instance_max_workers(instance: Instance) -> int | None:
+    """The instance's ``placement.max_workers`` (None when not given), checked."""
     placement = instance.extra.get("placement") or {}
-    cap = max_workers if max_workers is not None else placement.get("max_workers")
+    cap = placement.get("max_workers") if isinstance(placement, Mapping) else None
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise InstanceError(f"{instance.name}: field 'placement.max_workers': must be an integer >= 1, got {cap!r}")
-    return PlacementProblem(model, (), jobs, cap)
+    return cap
 
 
 def planned_instance(instance: Instance) -> Instance:
@@ -109,7 +124,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | AladdinOptions | None
         try:
             result = solve_placement(problem, solver=solver, budget=budget, threads=opts.threads)
         except Exception as exc:  # gurobipy raises its own GurobiError
-            if "licen" not in str(exc).lower():
+            if not licence_refused(exc):
                 raise
             return SolveResult(
                 problem="aladdin",

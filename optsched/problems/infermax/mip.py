@@ -47,7 +47,7 @@ import pulp
 from ...budget import NO_LIMIT, TimeBudget
 from ...deadline import BuildStopped
 from ...instance import Instance
-from ...mipsolvers import HANDOVER_PER_BUILD, pulp_solver, solve_model, solver_budget
+from ...mipsolvers import HANDOVER_PER_BUILD, licence_refused, pulp_solver, solve_model, solver_budget
 from ...result import Bound, Status
 from .cpsat import BackendResult, objective_units, true_objective
 from .data import ModelData, build_data, check_size, request_batch_grid
@@ -385,7 +385,7 @@ def solve_mip(
     except pulp.PulpSolverError as exc:
         return _unsupported(exc, info)
     except Exception as exc:  # gurobipy raises its own GurobiError
-        if "size-limited" in str(exc) or "license" in str(exc).lower():
+        if licence_refused(exc):
             return _unsupported(exc, info)
         raise
     status = pulp.LpStatus[code]

@@ -71,3 +71,43 @@ def test_plan_time_limit_bounds_the_lower_bounds_placements(monkeypatch, capsys)
     assert main(["plan", "aladdin-fig3", "--method", "jsq"]) == 0
     assert limits == [0.5, 10.0]
     assert "1 worker = 1 GPU\n" in capsys.readouterr().out
+
+
+def test_plan_reads_the_instances_max_workers(tmp_path, capsys):
+    """`placement.max_workers` is checked as `solve` checks it (0 was ignored) and is the largest W
+    searched unless --max-workers says otherwise."""
+    import json
+
+    from optsched.cli import main
+    from tests.support.paths import INSTANCES
+
+    data = json.loads((INSTANCES / "aladdin-fig3.json").read_text())
+    data["requests"] = [{"id": f"r{i}", "arrival": 0.0, "prompt_tokens": 4, "output_tokens": 4} for i in range(6)]
+    data["slo"]["ttft"] = 0.02  # three workers needed (test_bad_input: one and two miss the TTFT)
+    path = tmp_path / "six.json"
+    for cap, argv, code, workers in [(0, [], 2, None), (2, [], 1, None), (2, ["--max-workers", "8"], 0, 3)]:
+        data["placement"]["max_workers"] = cap
+        path.write_text(json.dumps(data))
+        assert main(["plan", str(path), "--method", "jsq", "--json", *argv]) == code
+        out, err = capsys.readouterr()
+        if code == 2:
+            assert "field 'placement.max_workers': must be an integer >= 1, got 0" in err
+            continue
+        result = json.loads(out)
+        assert result["workers"] == workers and max(int(k[2:]) for k in result["evaluated"]) <= (8 if argv else cap)
+
+
+def test_plan_refuses_a_solver_whose_licence_stops_it(monkeypatch, capsys):
+    """Gurobi's size-limited licence refusing a placement model deep in the search is one line and
+    exit 2 (it was exit 3, "internal error: GurobiError"); another error is still an internal one."""
+    from optsched.cli import main
+    from optsched.problems.aladdin import capacity
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("Model too large for size-limited license; visit https://gurobi.com/unrestricted")
+
+    monkeypatch.setattr(capacity, "min_workers", refused)
+    assert main(["plan", "aladdin-fig3", "--method", "exact", "--solver", "highs"]) == 2
+    err = capsys.readouterr().err
+    assert "--solver highs: its licence does not cover the placements of this search" in err
+    assert len(err.strip().splitlines()) == 1
