@@ -228,7 +228,9 @@ def _slo(instance: Instance, src: str) -> tuple[float, float]:
             ]
             per_req = [v for v in per_req if v is not None]
             value = min(per_req) if per_req else None
-        if value is None or value <= 0:
+        if value is None:
             raise InstanceError(f"{src}: field 'slo.{key}': missing (needed by the placement constraints)")
+        if value <= 0:
+            raise InstanceError(f"{src}: field 'slo.{key}': must be a finite number > 0, got {value:g}")
         values[key] = _bounded(value, f"{src}: field 'slo.{key}'")
     return values["ttft"], values["atgt"]

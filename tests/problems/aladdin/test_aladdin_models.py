@@ -77,3 +77,12 @@ def test_model_rejects_a_worker_without_kv_memory():
             continue
         with pytest.raises(InstanceError, match=r"placement.kv_capacity': must be a finite number > 0"):
             model_from_instance(with_kv)
+
+
+def test_a_zero_slo_is_named_as_zero_not_missing():
+    reqs = [{"id": "a", "prompt_tokens": 3, "output_tokens": 2}]
+    for key in ("ttft", "atgt"):
+        inst = aladdin_instance(reqs)
+        zero = dataclasses.replace(inst, extra={**inst.extra, "slo": {**inst.extra["slo"], key: 0}})
+        with pytest.raises(InstanceError, match=rf"field 'slo.{key}': must be a finite number > 0, got 0$"):
+            model_from_instance(zero)
