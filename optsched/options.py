@@ -68,10 +68,10 @@ class Options:
 
     @classmethod
     def parse(cls: type[O], options: Mapping[str, Any] | O | None = None) -> O:
-        """The validated options from a mapping (or ``options`` itself when already of this class)."""
+        """The validated options from a mapping or an instance of this class (its fields checked as a
+        mapping's: a dataclass's constructor checks nothing)."""
         if isinstance(options, cls):
-            options.check()
-            return options
+            options = {f.name: getattr(options, f.name) for f in dataclasses.fields(options) if f.init}  # type: ignore[arg-type]
         if options is not None and not isinstance(options, Mapping):
             raise TypeError(f"options of {cls.problem!r}: a mapping or {cls.__name__}, got {type(options).__name__}")
         given = dict(options or {})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import subprocess
 import sys
@@ -292,6 +293,21 @@ def test_solve_bound_and_simulate_from_python():
         optsched.bound(inst, method="lp")
     with pytest.raises(KeyError, match="known"):
         optsched.solve(inst, problem="no-such-problem")
+
+
+def test_an_options_dataclass_is_checked_as_a_mapping_is() -> None:
+    """The dataclass's constructor checks nothing: its values go through the same checks (a negative
+    time limit, an unknown solver and a worker count of 0 were taken, the last blamed on the instance)."""
+    infermax, aladdin = options_for("infermax"), options_for("aladdin")
+    for call, message in [
+        (lambda: optsched.solve("toy-4", "infermax", infermax(time_limit=-1)), "option 'time_limit': must be a finite"),
+        (lambda: optsched.solve("toy-4", "infermax", infermax(solver="zzz")), "option 'solver': unknown 'zzz'"),
+        (lambda: optsched.solve("aladdin-fig3", "aladdin", aladdin(max_workers=0)), "option 'max_workers': must be"),
+        (lambda: optsched.bound("toy-4", "infermax", options_for("infermax", "bound")(time_limit=math.nan)), "got nan"),
+    ]:
+        with pytest.raises(OptionError, match=re.escape(message)):
+            call()
+    assert optsched.solve("toy-4", "infermax", infermax(time_limit=20)).status is Status.OPTIMAL
 
 
 @pytest.mark.parametrize(
