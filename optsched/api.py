@@ -33,7 +33,19 @@ class ScheduleRejected(RuntimeError):
 
 
 def _instance(instance: Instance | str | os.PathLike[str]) -> Instance:
-    return instance if isinstance(instance, Instance) else load_instance(os.fspath(instance))
+    """``instance``, or the instance its file or shipped name holds."""
+    if isinstance(instance, Instance):
+        return instance
+    if not isinstance(instance, (str, os.PathLike)):
+        raise TypeError(f"instance: an Instance, a file or a shipped instance name, got {type(instance).__name__}")
+    return load_instance(os.fspath(instance))
+
+
+def _name(value: object, what: str) -> str:
+    """``value``, a registry name (a problem's, a policy's), checked to be a string."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what}: a name (str), got {type(value).__name__}")
+    return value
 
 
 def formulation(problem: str) -> Formulation:
@@ -171,7 +183,7 @@ def solve(
     from .problems import options_for, solver_for
 
     inst = _instance(instance)
-    solver = solver_for(problem)
+    solver = solver_for(_name(problem, "problem"))
     given = _with_options(options, more, time_limit)
     cls = options_for(problem)
     opts = given if cls is None else cls.parse(given)
@@ -210,17 +222,21 @@ def bound(
     """
     inst = _instance(instance)
     if problem is None:
-        if options or more:
+        _budget(budget)  # checked, though the trivial bounds take no time
+        if options is not None and not isinstance(options, Mapping):
+            given = [f"options {options!r}"]
+        else:
+            given = [f"option {name!r}" for name in [*more, *(options or {})]]
+        if given:
             from .options import OptionError
 
-            names = [*more, *(options if isinstance(options, Mapping) else [type(options).__name__])]
-            raise OptionError(f"option {names[0]!r}: the trivial bounds take no options (give problem=...)")
+            raise OptionError(f"{given[0]}: the trivial bounds take no options (give problem=...)")
         from .load_bounds import default_bounds
 
         return default_bounds(inst)
     from .problems import bounder_for, options_for
 
-    bounder = bounder_for(problem)
+    bounder = bounder_for(_name(problem, "problem"))
     merged = _with_options(options, more, None)
     cls = options_for(problem, "bound")
     opts = merged if cls is None else cls.parse(merged)
@@ -253,7 +269,7 @@ def simulate(instance: Instance | str | os.PathLike[str], policy: str = "vllm") 
     from .policies import simulator_for
 
     inst = _instance(instance)
-    schedule = simulator_for(policy)(inst)
+    schedule = simulator_for(_name(policy, "policy"))(inst)
     replayed = replay(inst, schedule)
     if not replayed.feasible:
         raise RuntimeError(

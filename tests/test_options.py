@@ -321,7 +321,12 @@ def test_an_options_dataclass_is_checked_as_a_mapping_is() -> None:
         (lambda: optsched.solve("toy-4", options=5), TypeError, "a mapping or InferMaxOptions, got int"),
         (lambda: optsched.solve("toy-4", budget=5), TypeError, "budget: a TimeBudget or None, got int"),
         (lambda: optsched.bound("toy-4", "infermax", budget=5.0), TypeError, "budget: a TimeBudget or None, got float"),
-        (lambda: optsched.bound("toy-4", options=[1]), OptionError, "trivial bounds take no options"),
+        (lambda: optsched.bound("toy-4", options=[1]), OptionError, "options [1]: the trivial bounds take no options"),
+        (lambda: optsched.bound("toy-4", options=""), OptionError, "options '': the trivial bounds take no options"),
+        (lambda: optsched.bound("toy-4", budget=2), TypeError, "budget: a TimeBudget or None, got int"),
+        (lambda: optsched.simulate("toy-4", ["vllm"]), TypeError, "policy: a name (str), got list"),
+        (lambda: optsched.solve("toy-4", ["infermax"]), TypeError, "problem: a name (str), got list"),
+        (lambda: optsched.simulate(None), TypeError, "instance: an Instance, a file or a shipped instance name"),
     ],
 )
 def test_the_api_names_a_wrong_type(call: Callable[[], object], error: type[Exception], message: str) -> None:

@@ -62,8 +62,11 @@ def exhaustive_goodput(inst: Instance, evict: bool = True, chunk: bool = True, h
         open_ = [i for i, o in enumerate(outcome) if carries[i] and (o is None or isinstance(o, float))]
         if not open_ or clock > horizon:
             return met + free
-        top = met + free
+        # no schedule meets more than the open requests whose latest finish has not passed
+        top, ceiling = met + free, met + free + sum(1 for i in open_ if clock <= last[i])
         for cost, new, batch in _successors(inst, state, evict, chunk, hybrid):
+            if top == ceiling:
+                break
             only_evict = not batch.items
             if only_evict and evicted_last:
                 continue
