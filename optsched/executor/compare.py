@@ -45,19 +45,30 @@ def _seconds(value: Any, where: str, zero: bool) -> float:
     return float(value)
 
 
+def _shaped(value: Any, kind: type, where: str, phrase: str) -> Any:
+    """``value`` when it is of ``kind``, else ValueError naming the field ``where``."""
+    if not isinstance(value, kind):
+        got = "null" if value is None else {dict: "an object", list: "a list", str: "a string"}.get(type(value))
+        raise ValueError(f"field {where!r}: must be {phrase}, got {got or repr(value)}")
+    return value
+
+
 def _rows(result: Mapping[str, Any], timing: str, model: CostModel | None) -> list[dict[str, Any]]:
     key = {"wall": "measured_time", "model": "model_time"}[timing]
     if result.get("version") != RESULT_VERSION:
         raise ValueError(
             f"field 'version': {result.get('version')!r} is not a result version this optsched reads ({RESULT_VERSION})"
         )
-    plan_steps = result["plan"]["steps"]
+    _shaped(result.get("run", {}), Mapping, "run", "an object")
+    plan = _shaped(result["plan"], Mapping, "plan", "an object")
+    plan_steps = _shaped(plan["steps"], list, "plan.steps", "a list")
     rows = []
-    for s in result["steps"]:
-        k = s["step"]
+    for j, s in enumerate(_shaped(result["steps"], list, "steps", "a list")):
+        k = _shaped(s, Mapping, f"steps[{j}]", "an object")["step"]
         if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(plan_steps):
             raise ValueError(f"field 'steps': step {k!r}: not a step of the plan (0..{len(plan_steps) - 1})")
-        feats = plan_steps[k]["features"]
+        plan_step = _shaped(plan_steps[k], Mapping, f"plan.steps[{k}]", "an object")
+        feats = _shaped(plan_step["features"], Mapping, f"plan.steps[{k}].features", "an object")
         meas = s.get(key)
         if feats["n_tok"] == 0 or meas is None:
             continue

@@ -291,6 +291,11 @@ def result_file(tmp_path: Path):
         (1e308, {}, "'measured_time'"),
         ("fast", {}, "'measured_time'"),
         (1.1, {"version": 99}, "'version'"),
+        (1.1, {"plan": None}, "field 'plan': must be an object, got null"),
+        (1.1, {"run": None}, "field 'run': must be an object, got null"),
+        (1.1, {"steps": {}}, "field 'steps': must be a list, got an object"),
+        (1.1, {"steps": [5]}, "field 'steps[0]': must be an object, got 5"),
+        (1.1, {"plan": {"steps": [1]}}, "field 'plan.steps[0]': must be an object, got 1"),
     ],
 )
 def test_validate_refuses_meaningless_numbers(
