@@ -86,14 +86,35 @@ def checked_step_measurements(data: dict[str, Any], path: str | Path) -> dict[st
     if not isinstance(grid, list):
         raise MeasuredError(f"{path}: field 'grid': must be a list of steps, got {type(grid).__name__}")
     for j, step in enumerate(grid):
-        if not isinstance(step, Mapping):
-            raise MeasuredError(f"{path}: grid step {j}: must be an object, got {type(step).__name__}")
+        _check_step(step, f"{path}: grid step {j}")
+        if not isinstance(step.get("kind"), str) or not step["kind"]:
+            kind = step.get("kind")
+            raise MeasuredError(f"{path}: grid step {j}: field 'kind': must be a non-empty string, got {kind!r}")
     if not isinstance(runs, Mapping):
         raise MeasuredError(f"{path}: field 'runs': must be an object of runs by name, got {type(runs).__name__}")
     for name, run in runs.items():
+        where = f"{path}: run {name!r}"
         if not isinstance(run, Mapping):
-            raise MeasuredError(f"{path}: run {name!r}: must be an object, got {type(run).__name__}")
+            raise MeasuredError(f"{where}: must be an object, got {type(run).__name__}")
+        instance = run.get("instance")
+        if not isinstance(instance, str) or not instance or instance != Path(instance).name or instance == "..":
+            raise MeasuredError(
+                f"{where}: field 'instance': must be an instance file's name (no folder), got {instance!r}"
+            )
+        steps = run.get("steps", [])
+        if not isinstance(steps, list):
+            raise MeasuredError(f"{where}: field 'steps': must be a list, got {type(steps).__name__}")
+        for j, step in enumerate(steps):
+            _check_step(step, f"{where}: step {j}")
     return data
+
+
+def _check_step(step: Any, where: str) -> None:
+    """A step (grid or run) is an object whose ``features``, when given, are an object."""
+    if not isinstance(step, Mapping):
+        raise MeasuredError(f"{where}: must be an object, got {type(step).__name__}")
+    if "features" in step and not isinstance(step["features"], Mapping):
+        raise MeasuredError(f"{where}: field 'features': must be an object, got {step['features']!r}")
 
 
 #: Range of a measured step time (milliseconds: a nanosecond to about 11.6 days); beyond it a time
@@ -137,8 +158,8 @@ def _items(reqs: Any, encoded: bool, where: str) -> list[tuple[int, int, int]]:
         out = [(_whole(q), _whole(k), _whole(s)) for (q, k, s), n in pairs for _ in range(n)]
     except (TypeError, ValueError) as exc:
         raise MeasuredError(f"{where}: field 'reqs': malformed ({exc})") from None
-    if not out or any(q < 1 or k < q for q, k, _ in out):
-        raise MeasuredError(f"{where}: field 'reqs': every item needs 1 <= q <= k")
+    if not out or any(q < 1 or k < q or s not in (0, 1) for q, k, s in out):
+        raise MeasuredError(f"{where}: field 'reqs': every item [q, k, s] needs 1 <= q <= k and s 0 or 1")
     return out
 
 
@@ -199,7 +220,7 @@ def grid_errors(data: Mapping[str, Any], model: CostModel, timing: str = "gpu") 
         where = f"grid step {j}"
         measured = _seconds(g, timing, where)
         error = 100 * abs(model.batch_time(*grid_features(g, where)) - measured) / measured
-        by_kind.setdefault(str(g.get("kind", "?")), []).append(error)
+        by_kind.setdefault(g["kind"], []).append(error)
         by_kind.setdefault("all", []).append(error)
     order = sorted(by_kind, key=lambda k: (k == "all", k))  # kinds by name, ``all`` last
     return {
@@ -410,7 +431,7 @@ def compare_runs(
     step_errors: list[float] = []
     by_instance: dict[str, dict[str, tuple[float, float]]] = {}
     for name, run in (data.get("runs") or {}).items():
-        inst_name = str(run.get("instance", ""))
+        inst_name = str(run["instance"])
         path = Path(instances_dir) / f"{inst_name}.json"
         try:
             base = load_instance(path)

@@ -158,7 +158,26 @@ def test_bad_runs_are_named(tmp_path, capsys):
     "change, message",
     [
         ({"grid": 1}, "field 'grid': must be a list of steps, got int"),
-        ({"grid": [{"reqs": [[[8, 8, 0], 1]]}, True]}, "grid step 1: must be an object, got bool"),
+        ({"grid": [{"kind": "p", "reqs": [[[8, 8, 0], 1]]}, True]}, "grid step 1: must be an object, got bool"),
+        ({"grid": [{"reqs": [[[8, 8, 0], 1]]}]}, "grid step 0: field 'kind': must be a non-empty string, got None"),
+        ({"grid": [{"kind": 3}]}, "grid step 0: field 'kind': must be a non-empty string, got 3"),
+        ({"grid": [{"kind": "p", "features": "x"}]}, "grid step 0: field 'features': must be an object, got 'x'"),
+        (
+            {"runs": {"r": {"steps": []}}},
+            "run 'r': field 'instance': must be an instance file's name (no folder), got None",
+        ),
+        (
+            {"runs": {"r": {"instance": 5}}},
+            "run 'r': field 'instance': must be an instance file's name (no folder), got 5",
+        ),
+        (
+            {"runs": {"r": {"instance": "../../etc/passwd"}}},
+            "run 'r': field 'instance': must be an instance file's name (no folder), got '../../etc/passwd'",
+        ),
+        (
+            {"runs": {"r": {"instance": "a", "steps": [{"features": "x"}]}}},
+            "run 'r': step 0: field 'features': must be an object, got 'x'",
+        ),
         ({"runs": []}, "field 'runs': must be an object of runs by name, got list"),
         ({"runs": {"r": None}}, "run 'r': must be an object, got NoneType"),
         ({"time_unit": "s"}, "field 'time_unit': only 'ms' is read, got 's'"),
@@ -307,3 +326,10 @@ def test_validate_of_a_grid_alone_keeps_the_runs_keys(tmp_path, capsys):
     assert rep["worst_error_pct"] is None and rep["step_mape"] is None and rep["instances"] == {}
     alone = compare_runs({"runs": {}}, load_cost_model(TRUTH), tmp_path / "instances")  # the same keys
     assert set(alone) == set(rep) - {"grid"} and alone["runs"] == {} and alone["worst_run"] is None
+
+
+def test_an_item_samples_or_not():
+    """``s`` of an item ``[q, k, s]`` is 0 or 1 (a 2 was read as sampling)."""
+    assert grid_features({"reqs": [[[8, 8, 1], 1]]})[0] == 8
+    with pytest.raises(MeasuredError, match=r"every item \[q, k, s\] needs 1 <= q <= k and s 0 or 1"):
+        grid_features({"reqs": [[[8, 8, 2], 1]]})
