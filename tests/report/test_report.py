@@ -18,6 +18,7 @@ from optsched.report import build_report, gather_bounds, report_html, report_tab
 from optsched.report.terminal import same_batches
 from optsched.result import SolveResult
 from optsched.schedule import item_phases, replay
+from tests.support.budgets import ExpiresAfter
 from tests.support.chromium import run_chromium
 from tests.support.report import random_schedule, serial_fcfs
 
@@ -330,30 +331,19 @@ def test_html_is_self_contained(fcfs: str, tmp_path) -> None:
     assert text.count("<svg") == 4
 
 
-class _Clock:
-    """A budget that expires after its first ``fresh`` questions (the figures' checks)."""
-
-    def __init__(self, fresh: int) -> None:
-        self.fresh = fresh
-
-    def expired(self) -> bool:
-        self.fresh -= 1
-        return self.fresh < 0
-
-
 def test_html_draws_figures_only_while_time_is_left(fcfs: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """At the deadline the page is still written, with the figures drawn so far and a note naming
     the rest; with no time left at all none is drawn (nor matplotlib loaded for them)."""
     report = build_report(load_instance("toy-4"), time_limit=None, policies=[fcfs], solve_max_requests=0)
     assert report_html(report).count("<svg") == 4 and "Not drawn" not in report_html(report)
-    none = report_html(report, _Clock(0))  # type: ignore[arg-type]
+    none = report_html(report, ExpiresAfter(0))  # type: ignore[arg-type]
     assert "<svg" not in none and "Not drawn, the time limit being reached: every figure." in none
     assert "<table" in none
-    two = report_html(report, _Clock(3))  # type: ignore[arg-type]  # the start, then two figures
+    two = report_html(report, ExpiresAfter(3))  # type: ignore[arg-type]  # the start, then two figures
     assert two.count("<svg") == 2
     assert "Not drawn, the time limit being reached: KV-cache use and running size; TTFT and TPOT" in two
     monkeypatch.setattr("optsched.report.html.requested", lambda: True)  # Ctrl-C: said so, not a limit
-    assert "Not drawn, the report being interrupted: every figure." in report_html(report, _Clock(0))  # type: ignore[arg-type]
+    assert "Not drawn, the report being interrupted: every figure." in report_html(report, ExpiresAfter(0))  # type: ignore[arg-type]
 
 
 def test_html_renders_in_headless_chromium(tmp_path) -> None:

@@ -9,6 +9,7 @@ import pytest
 from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.problems.gmax.exact import make_backend, solve_exact
 from optsched.problems.gmax.problem import g_core, g_value
+from tests.support.budgets import ExpiresAfter
 from tests.support.gmax import prefix_node, small_instance
 from tests.support.static_exhaustive import exhaustive_g, ordered_partitions
 
@@ -215,17 +216,6 @@ def test_search_kernels_have_one_signature():
         assert len(kernel.signatures) == 1, kernel
 
 
-class _ExpiresAfter:
-    """A budget that expires after ``calls`` looks (a planted clock)."""
-
-    def __init__(self, calls: int) -> None:
-        self.calls = calls
-
-    def expired(self) -> bool:
-        self.calls -= 1
-        return self.calls < 0
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_a_budget_spent_while_children_are_built_keeps_the_node_open(seed, monkeypatch):
     """A node near the root has tens of thousands of children (half a second to build): the budget
@@ -242,7 +232,7 @@ def test_a_budget_spent_while_children_are_built_keeps_the_node_open(seed, monke
     suffix = SuffixBound(p, lam0, 0.1)
     suffix.solve(np.zeros(p.n_requests))
     search = bnb.Search(p, suffix, incumbent, math.inf)
-    status, stack = search.run(_ExpiresAfter(1))  # the loop's first look passes, the children's fails
+    status, stack = search.run(ExpiresAfter(1))  # the loop's first look passes, the children's fails
     assert status == "time_limit" and search.nodes == 1 and len(stack) == 1
     t_lb = float(p.times.exec.min(axis=1).sum())
     open_bound = max(lam0 + max(node[0], 0.0) / max(node[1], t_lb) for node in stack)

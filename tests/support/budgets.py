@@ -1,0 +1,14 @@
+"""A planted clock for the tests of code that looks at a time budget."""
+
+from __future__ import annotations
+
+
+class ExpiresAfter:
+    """A budget that expires after its first ``calls`` looks (:meth:`expired` questions)."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+
+    def expired(self) -> bool:
+        self.calls -= 1
+        return self.calls < 0
