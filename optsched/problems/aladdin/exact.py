@@ -27,6 +27,7 @@ from .placement import (
     CompiledProblem,
     PlacementProblem,
     PlacementResult,
+    alone_unplaceable,
     compile_problem,
     knapsack_bounds,
     kv_units,
@@ -238,10 +239,7 @@ def solve_placement(
     t0 = time.perf_counter()
     full = compile_problem(problem)
     n_exist = len(problem.ongoing)
-    empty = full.empty_load()
-    alone_bad = [
-        job.id for j, job in enumerate(problem.new) if not empty.fits(job, int(full.wb_new[j]), int(full.wp_new[j]))
-    ]
+    alone_bad = [problem.new[k].id for k in alone_unplaceable(full)]
     core = replace(problem, new=tuple(job for job in problem.new if job.id not in set(alone_bad)))
     cp = compile_problem(core) if alone_bad else full
     jobs = list(range(len(core.new)))

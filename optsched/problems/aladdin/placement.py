@@ -56,6 +56,7 @@ __all__ = [
     "WorkerLoad",
     "compile_problem",
     "knapsack_bounds",
+    "alone_unplaceable",
     "check_placement",
     "kv_units",
     "used_workers",
@@ -441,11 +442,18 @@ def check_placement(cp: CompiledProblem, assignment: dict[str, int], exempt: Seq
     return out
 
 
+def alone_unplaceable(cp: CompiledProblem) -> list[int]:
+    """Indices of the new jobs that violate (b'), (c') or (e') alone on an empty worker: each gets a
+    worker of its own, outside the model (module docstring)."""
+    empty = cp.empty_load()
+    return [k for k, job in enumerate(cp.problem.new) if not empty.fits(job, int(cp.wb_new[k]), int(cp.wp_new[k]))]
+
+
 def knapsack_bounds(cp: CompiledProblem) -> dict[str, int]:
     """Valid lower bounds on ``sum_i y_i`` for every placement satisfying (a)-(h).
 
-    A new job that cannot be placed even alone on an empty worker gets a worker of its own (module
-    docstring): it counts one worker in each bound below, which sum over the other jobs only.
+    A new job that cannot be placed even alone on an empty worker (:func:`alone_unplaceable`) gets a
+    worker of its own: it counts one worker in each bound below, which sum over the other jobs only.
 
     - ``atgt``: every job (ongoing or new) loads (b') on some worker: ``ceil(sum wb / cap_b)``;
     - ``ttft``: workers receiving new jobs carry ``c1`` plus their prefill: ``ceil(sum wp / (T_pre - c1))``;
@@ -453,9 +461,9 @@ def knapsack_bounds(cp: CompiledProblem) -> dict[str, int]:
     - ``ongoing``: the workers with ongoing requests.
     """
     problem = cp.problem
-    empty = cp.empty_load()
-    placeable = [k for k, job in enumerate(problem.new) if empty.fits(job, int(cp.wb_new[k]), int(cp.wp_new[k]))]
-    alone = len(problem.new) - len(placeable)
+    unplaceable = set(alone_unplaceable(cp))
+    placeable = [k for k in range(len(problem.new)) if k not in unplaceable]
+    alone = len(unplaceable)
     jobs = [j for jobs in problem.ongoing for j in jobs] + [problem.new[k] for k in placeable]
     one = np.array([1], dtype=np.int64)
     sum_b = sum(cp.weight_b(j) for j in jobs)
