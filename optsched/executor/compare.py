@@ -63,10 +63,14 @@ def _rows(result: Mapping[str, Any], timing: str, model: CostModel | None) -> li
     plan = _shaped(result["plan"], Mapping, "plan", "an object")
     plan_steps = _shaped(plan["steps"], list, "plan.steps", "a list")
     rows = []
+    seen: dict[int, int] = {}  # plan step -> its entry in steps
     for j, s in enumerate(_shaped(result["steps"], list, "steps", "a list")):
         k = _shaped(s, Mapping, f"steps[{j}]", "an object")["step"]
         if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(plan_steps):
             raise ValueError(f"field 'steps': step {k!r}: not a step of the plan (0..{len(plan_steps) - 1})")
+        if k in seen:
+            raise ValueError(f"field 'steps': step {k} measured twice (steps[{seen[k]}] and steps[{j}])")
+        seen[k] = j
         plan_step = _shaped(plan_steps[k], Mapping, f"plan.steps[{k}]", "an object")
         feats = _shaped(plan_step["features"], Mapping, f"plan.steps[{k}].features", "an object")
         meas = s.get(key)

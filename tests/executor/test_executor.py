@@ -100,6 +100,14 @@ def test_compare_exact_when_measured_equals_predicted(plan):
     assert rep["compared_steps"] == len(plan.steps)
 
 
+def test_compare_refuses_a_step_measured_twice(plan):
+    result = _fake_result(plan, [s.predicted_time for s in plan.steps])
+    result["steps"].append(dict(result["steps"][0]))
+    last = len(result["steps"]) - 1
+    with pytest.raises(ValueError, match=rf"^field 'steps': step 0 measured twice \(steps\[0\] and steps\[{last}\]\)$"):
+        compare(result)
+
+
 def test_compare_errors_and_refit_recover_a_scaled_model(plan):
     times = [2.0 * s.predicted_time for s in plan.steps]
     rep = compare(_fake_result(plan, times), worst=2)
