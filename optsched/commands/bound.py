@@ -11,6 +11,7 @@ read from the same flags as ``solve``'s.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .. import api
 from ..load_bounds import default_bounds
@@ -24,7 +25,17 @@ from ._common import (
     load_instance_arg,
     print_json,
 )
-from .solve import add_problem_options, check_solver_option, options_from_args, problem_options, resolve, time_limit_of
+from .solve import (
+    add_problem_options,
+    check_solver_option,
+    first_bounds,
+    known_formulation,
+    options_from_args,
+    problem_options,
+    resolve,
+    started_up_by,
+    time_limit_of,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=handle)
 
 
+#: Why a ``bound`` with a time limit reports only the formulation's quick bounds.
+NOT_LOADED = "the solver did not load within the time limit: only the bounds that need none are reported"
+
+
 def handle(args: argparse.Namespace) -> int:
+    stopped = None
     if args.problem is None:
         given = options_from_args(args)
         if given:
@@ -44,15 +60,23 @@ def handle(args: argparse.Namespace) -> int:
         instance = load_instance_arg(args)
         bounds = default_bounds(instance)
     else:
-        record = resolve("bound", args.problem, args.solver)
+        record = known_formulation(args.problem)
         check_solver_option(args.problem, args.solver)
         options = problem_options(record, "bound", args)
         instance = load_instance_arg(args)
         budget = command_budget(args, time_limit_of(options))  # the whole command's, from the program's start
-        bounds = api.bound(instance, args.problem, options, budget=budget)
+        first = first_bounds(record, instance, options, budget)
+        if first is None:
+            resolve("bound", args.problem, args.solver)
+        if first is None or started_up_by(record, args.solver, budget, "bound"):
+            bounds = api.bound(instance, args.problem, options, budget=budget)
+        else:
+            bounds, stopped = first, NOT_LOADED
+            print(f"optsched: note: {stopped}", file=sys.stderr)
     rows = [b.to_dict() for b in bounds]
     if args.json:
-        print_json({"instance": instance.name, "problem": args.problem, "bounds": rows})
+        out = {"instance": instance.name, "problem": args.problem, "bounds": rows}
+        print_json(out | ({"stopped": stopped} if stopped else {}))
     else:
         print(f"instance {instance.name}, {'problem ' + args.problem if args.problem else 'trivial bounds'}")
         print(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from ..interrupt import held_signals, interruptible
 from ..options import OptionError
 from ..progress import Progress
 from ..request_table import write_request_table
-from ..result import SolveResult, Status
+from ..result import Bound, SolveResult, Status
 from ..textable import metric_pairs
 from ._common import (
     EXIT_BAD_INPUT,
@@ -51,6 +52,7 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
+    from ..budget import TimeBudget
     from ..problems import Formulation
 
 #: Replayed metrics shown under the solve's summary when it returned a schedule.
@@ -149,6 +151,54 @@ def resolve(kind: str, name: str, solver: str | None = None) -> Formulation:
     return record
 
 
+def first_answer(record: Formulation, instance: Instance, options: Any, budget: TimeBudget) -> SolveResult | None:
+    """The formulation's answer from quick work (:attr:`~optsched.problems.Formulation.first_answer`),
+    replayed and checked (:func:`optsched.api.checked`), for a command with a time limit; None
+    without a limit or without such an answer."""
+    if record.first_answer is None or not budget.limited:
+        return None
+    result: SolveResult | None = record.load("first_answer")(instance, options, budget)
+    return None if result is None else api.checked(instance, result, record.name)
+
+
+def first_bounds(record: Formulation, instance: Instance, options: Any, budget: TimeBudget) -> list[Bound] | None:
+    """The formulation's quick bounds (:attr:`~optsched.problems.Formulation.first_bounds`) for a
+    command with a time limit; None without a limit or without such bounds."""
+    if record.first_bounds is None or not budget.limited:
+        return None
+    bounds: list[Bound] | None = record.load("first_bounds")(instance, options)
+    return bounds
+
+
+def started_up_by(record: Formulation, solver: str | None, budget: TimeBudget, kind: str = "solve") -> bool:
+    """:func:`resolve`'s start-up of ``record`` (for a ``kind`` command) and the ``solver``'s
+    library, run in a thread and waited for until ``budget`` expires (Ctrl-C inside
+    :func:`~optsched.interrupt.interruptible` expires it): whether it ended in time. An error of
+    the start-up is raised here; a start-up still running is left to the process's end (a thread,
+    so that no import or kernel load is interrupted half-way: signals reach the main thread only)."""
+    errors: list[BaseException] = []
+
+    def start_up() -> None:
+        try:
+            resolve(kind, record.name, solver)
+        except BaseException as exc:  # noqa: BLE001 - raised in the waiting thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=start_up, name="optsched-start-up", daemon=True)
+    thread.start()
+    while thread.is_alive() and not budget.expired():
+        thread.join(min(budget.left(0.001) or START_UP_POLL, START_UP_POLL))
+    if thread.is_alive():
+        return False
+    if errors:
+        raise errors[0]
+    return True
+
+
+#: Seconds between two looks at the deadline (and at Ctrl-C) while the start-up runs in its thread.
+START_UP_POLL = 0.05
+
+
 def time_limit_of(options: Any) -> float | None:
     """The option ``time_limit`` of ``options`` (a dict or an options dataclass; None: none)."""
     return options.get("time_limit") if isinstance(options, dict) else getattr(options, "time_limit", None)
@@ -206,12 +256,18 @@ def _solve(args: argparse.Namespace, options: Any, progress: Progress) -> tuple[
     """Load, solve and replay (the schedule and request files written); (instance, result, interrupted)."""
     progress.doing(f"loading {args.instance}")
     instance = load_instance_arg(args)  # first: a bad instance is refused before the formulation loads
-    progress.doing(f"loading the {args.problem} formulation (its compiled kernels are built on first use)")
-    resolve("solve", args.problem, args.solver)
     budget = command_budget(args, time_limit_of(options))  # the whole command's, from the program's start
-    progress.doing(f"solving {args.problem} on {len(instance.requests)} requests")
+    record = known_formulation(args.problem)
+    first = first_answer(record, instance, options, budget)
+    progress.doing(f"loading the {args.problem} formulation (its compiled kernels are built on first use)")
+    if first is None:
+        resolve("solve", args.problem, args.solver)
     with interruptible() as ctrl_c:  # Ctrl-C: the best schedule and bound so far, as at the time limit
-        result = api.solve(instance, args.problem, options, budget=budget)  # replayed and checked (api.checked)
+        if first is None or started_up_by(record, args.solver, budget):
+            progress.doing(f"solving {args.problem} on {len(instance.requests)} requests")
+            result = api.solve(instance, args.problem, options, budget=budget)  # replayed and checked (api.checked)
+        else:
+            result = first
     if ctrl_c.happened:
         print("optsched: interrupted: reporting the best schedule and bound found so far", file=sys.stderr)
     if result.schedule is not None and result.replay is not None:
@@ -254,6 +310,7 @@ def _output(args: argparse.Namespace, instance: Instance, result: SolveResult, i
                         "schedule",
                     )
                 ]
+                + [("schedule source", out[k]) for k in ("incumbent",) if k in out]
                 + metric_pairs({k: metrics[k] for k in SUMMARY_METRICS if k in metrics})
             )
         )

@@ -80,6 +80,14 @@ class Formulation:
     prepare
         ``"module:function"`` of a solve's start-up work (compiled kernels), done before a command
         reads its time left; None without any.
+    first_answer
+        ``"module:function"`` of ``first_answer(instance, options, budget) -> SolveResult | None``:
+        an answer from quick work (a policy's schedule, cheap bounds) that ``optsched solve``
+        computes before the start-up (:attr:`modules`, :attr:`prepare`) and reports when the
+        start-up has not ended by the command's deadline; None without one.
+    first_bounds
+        ``"module:function"`` of ``first_bounds(instance, options) -> list[Bound] | None``: the
+        quick bounds ``optsched bound`` reports in the same case.
     """
 
     name: str
@@ -92,6 +100,8 @@ class Formulation:
     objectives: tuple[str, ...] = ("makespan",)
     modules: str | None = None
     prepare: str | None = None
+    first_answer: str | None = None
+    first_bounds: str | None = None
 
     def load(self, field: str) -> Any:
         """The code a field names (``"solve"``, ``"bounds"``, ``"solve_options"``, ...), imported now."""
@@ -160,6 +170,8 @@ FORMULATIONS: list[Formulation] = [
         objectives=("makespan", "completion", "ttft"),
         modules=f"{_PKG}.infermax.solve:SOLVE_MODULES",
         prepare=f"{_PKG}.infermax.solve:prepare",
+        first_answer=f"{_PKG}.infermax.first_answer:first_answer",
+        first_bounds=f"{_PKG}.infermax.first_answer:first_bounds",
     ),
     Formulation(
         name="scls-batch",

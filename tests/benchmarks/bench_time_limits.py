@@ -16,7 +16,10 @@ included) and records the wall time from the process start to its exit, the stat
 ``wall - limit``. The cases cover every problem of ``optsched.problems.SOLVERS`` on a shipped
 instance each accepts (with the method that works longest); gmax and scls-batch need the
 static-batching fields no large shipped instance has, so they run on ``gsm8k-like``'s first 40
-requests with those fields added (written to a temporary folder); then ``bound --method relax``
+requests with those fields added (written to a temporary folder); ``infermax-toy`` is ``toy-4``'s
+mean latency, the smallest solve, where the solver's start-up is most of the time; then ``bound``
+(``bound-latency``: InferMax's latency bounds on ``splitwise-conv-100``; ``bound-relax``:
+``--method relax``; status ``stopped`` when only the bounds that need no solver were in time)
 and ``report`` (``report-hybrid``: 30 requests on which the ``hybrid`` policies' CP-SAT assignment
 runs 10 s, stopped at the deadline; ``report-html``: the README's main job with its HTML page, each
 figure drawn only while time is left); ``start-up`` is ``optsched --help``.
@@ -80,6 +83,7 @@ def hard_assignment_instance(folder: Path) -> Path:
 CASES: list[tuple[str, list[str]]] = [
     ("start-up", ["--help"]),
     ("infermax", ["solve", "infermax-i1024-o32-n64", "--problem", "infermax", "--time-limit", "{L}"]),
+    ("infermax-toy", ["solve", "toy-4", "--problem", "infermax", "--objective", "latency", "--time-limit", "{L}"]),
     ("infermax-online", ["solve", "poisson-mixed-100", "--problem", "infermax", "--time-limit", "{L}"]),
     (
         "infermax-mip",
@@ -97,6 +101,10 @@ CASES: list[tuple[str, list[str]]] = [
     ("gmax", ["solve", "{STATIC40}", "--problem", "gmax", "--time-limit", "{L}"]),
     ("gmax-cpsat", ["solve", "{STATIC40}", "--problem", "gmax", "--solver", "cpsat", "--time-limit", "{L}"]),
     ("scls-batch", ["solve", "{STATIC40}", "--problem", "scls-batch", "--method", "mip", "--time-limit", "{L}"]),
+    (
+        "bound-latency",
+        ["bound", "splitwise-conv-100", "--problem", "infermax", "--objective", "latency", "--time-limit", "{L}"],
+    ),
     (
         "bound-relax",
         ["bound", "infermax-i64-o1024-n32-m10k", "--problem", "infermax", "--method", "relax", "--time-limit", "{L}"],
@@ -123,7 +131,9 @@ def run_case(argv: list[str], env: dict[str, str] | None = None) -> tuple[float,
     if proc.stdout.strip().startswith("{"):
         out = json.loads(proc.stdout)
         status = str(
-            out.get("status") or (out.get("solver") or {}).get("status") or ("partial" if out.get("partial") else "ok")
+            out.get("status")
+            or (out.get("solver") or {}).get("status")
+            or ("partial" if out.get("partial") else "stopped" if out.get("stopped") else "ok")
         )
     elif proc.returncode not in (0, 1):
         status = proc.stderr.strip().splitlines()[-1][:80] if proc.stderr.strip() else f"exit {proc.returncode}"

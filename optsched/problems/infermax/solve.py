@@ -41,7 +41,7 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
    it is better (a stopped solver may not have reached its hint) or the solver has none
    (:func:`_incumbent`); the bound is the largest of the solver's proven bound (lowered by any
    rounding slack), the relaxation's and those of :mod:`optsched.bounds`. ``optimal`` means the
-   replayed objective is within ``OPTIMAL_RTOL`` of a proven bound and J is proven; otherwise
+   replayed objective is within ``first_answer.OPTIMAL_RTOL`` of a proven bound and J is proven; otherwise
    ``feasible`` or ``time_limit``.
 
 The whole call keeps within its :class:`~optsched.budget.TimeBudget` (made by
@@ -62,15 +62,16 @@ from typing import TYPE_CHECKING, Any
 from ...budget import TimeBudget
 from ...costmodel import Coefficients
 from ...instance import Instance
-from ...load_bounds import lp_bounds, proven_bounds
+from ...load_bounds import lp_bounds
 from ...options import OptionError
 from ...result import Bound, SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
 from ...ttft_batch_bounds import block_bounds
 from .candidates import Candidate, CandidatePool, candidate_schedules, initial_candidates
 from .data import ModelData, build_data, fits
+from .first_answer import generic_bounds, meets
 from .meanphase import search_applies, search_phase
-from .model import InferMaxBoundOptions, InferMaxInputError, InferMaxOptions, linear_instance
+from .model import InferMaxBoundOptions, InferMaxInputError, InferMaxOptions
 from .scale import SCALE_MIN_REQUESTS, kv_time_bound
 from .schedules import first_token_prefix, hint_from_schedule, schedule_from_solution, serial_completion
 
@@ -78,7 +79,6 @@ if TYPE_CHECKING:  # relax.py loads CP-SAT, which the solve imports before its c
     from .relax import RelaxationResult
 
 __all__ = [
-    "OPTIMAL_RTOL",
     "Candidate",
     "CandidatePool",
     "InferMaxBoundOptions",
@@ -92,26 +92,6 @@ __all__ = [
 #: candidate is within one prefill bias of the relaxation's optimum, a gap that the model's bound
 #: does not close at N >= 5, so most of the time left is its.
 CHUNK_SHARE = 0.8
-
-#: A solution counts as optimal when its replayed objective exceeds a proven bound by at most this.
-OPTIMAL_RTOL = 1e-9
-
-
-def _meets(value: float, bound: float) -> bool:
-    """Whether ``value`` is within :data:`OPTIMAL_RTOL` of the proven ``bound`` (then it is optimal)."""
-    return value - bound <= OPTIMAL_RTOL * max(abs(value), 1e-12)
-
-
-def _generic_bounds(instance: Instance, objective: str) -> list[Bound]:
-    """The bounds of :func:`optsched.load_bounds.proven_bounds` (those of :mod:`optsched.bounds` and the
-    SRPT bounds), each the larger of its value under the profile and under the linear form of
-    :func:`.model.linear_instance` (both proven, by (F0) of :mod:`optsched.bounds`)."""
-    out = proven_bounds(instance, objective)
-    linear = linear_instance(instance)
-    if linear is instance:
-        return out
-    other = {b.name: b for b in proven_bounds(linear, objective)}
-    return [max(b, other.get(b.name, b), key=lambda bound: bound.value) for b in out]
 
 
 def _nonempty(schedule: Schedule) -> int:
@@ -190,10 +170,10 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
             wall_time=time.perf_counter() - t0,
             message="no schedule within the time limit: every policy was stopped at the deadline",
         )
-    proven = [b.value for b in _generic_bounds(instance, opts.objective)]
+    proven = [b.value for b in generic_bounds(instance, opts.objective)]
     if opts.objective == "makespan" and instance.limits.kv_capacity is not None:
         proven.append(kv_time_bound(instance)[0])
-    met = opts.early_exit and bool(proven) and _meets(pool.best.value, max(proven))
+    met = opts.early_exit and bool(proven) and meets(pool.best.value, max(proven))
     if pool.warm_name not in pool:
         raise OptionError(
             f"option 'warm_start': policy {pool.warm_name!r} gives no schedule respecting the options "
@@ -207,11 +187,11 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
     if applies and opts.early_exit and not (met or scaled or budget.expired()):
         bound, searched = search_phase(pool, budget)
         proven.append(bound)
-        met = _meets(pool.best.value, max(proven))
+        met = meets(pool.best.value, max(proven))
     relax = paths = None
     if not (met or scaled or budget.expired()):
         relax, paths = _relaxation_phase(pool, data, budget)
-        met = relax is not None and opts.early_exit and _meets(pool.best.value, relax.bound)
+        met = relax is not None and opts.early_exit and meets(pool.best.value, relax.bound)
     if not (opts.no_evict or met or scaled or budget.expired()):
         _eviction_free_phase(pool, budget)
     if relax is not None or NO_EVICT in pool:  # a better candidate: J and the warm start again
@@ -380,7 +360,7 @@ def _result(
     if relax is not None:  # run only over a proven horizon (see _relaxation)
         proven.append(relax.bound)
     bound = min(max(proven), value) if proven else None
-    if bound is not None and _meets(value, bound):
+    if bound is not None and meets(value, bound):
         status = Status.OPTIMAL
     elif backend.status == Status.OPTIMAL:  # optimal only relative to the horizon J
         status = Status.FEASIBLE
@@ -555,7 +535,7 @@ def bounds(
         from .goodput_bounds import goodput_bound
 
         return [goodput_bound(instance, bound_opts.method)]
-    out = _generic_bounds(instance, objective)
+    out = generic_bounds(instance, objective)
     out += lp_bounds(instance, objective, budget)  # the LPs, within the budget (load_bounds.lp_seconds)
     if objective in ("ttft", "latency") and instance.requests:  # batch-end flushes on blocks (ttft_*_bounds.py)
         out += block_bounds(instance, budget, objective)  # latency: plus the rest after each first token

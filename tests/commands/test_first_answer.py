@@ -1,0 +1,129 @@
+"""The answer of ``optsched solve`` when the solver has not loaded by the deadline (docs/cli.md,
+"Time limits"): InferMax's first answer, a policy's schedule with the proven bounds, computed before
+the start-up, replayed, and labelled as not the solver's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+
+import pytest
+
+from optsched import cli, problems
+from optsched.budget import TimeBudget
+from optsched.commands.solve import first_answer, first_bounds, started_up_by
+from optsched.instance import load_instance
+from optsched.load_bounds import proven_bounds
+from optsched.result import Status
+from optsched.schedule import load_schedule, replay
+
+
+@pytest.fixture
+def slow_start_up(monkeypatch: pytest.MonkeyPatch):
+    """Every formulation's start-up waits until the test ends (at most a minute); yields the event
+    that ends it."""
+    done = threading.Event()
+    monkeypatch.setattr(problems.Formulation, "start_up", lambda self, kind="solve": done.wait(60))
+    yield done
+    done.set()
+
+
+@pytest.mark.parametrize("objective", ["latency", "ttft", "makespan"])
+def test_a_start_up_past_the_deadline_gives_the_policy_answer(tmp_path, capsys, slow_start_up, objective) -> None:
+    out = tmp_path / "s.json"
+    argv = ["solve", "poisson-mixed-100", "--problem", "infermax", "--objective", objective]
+    code = cli.main([*argv, "--time-limit", "1.5", "--json", "--out", str(out)])
+    assert code == 0
+    assert not slow_start_up.is_set()  # answered while the start-up still ran
+    result = json.loads(capsys.readouterr().out)
+    assert result["status"] == Status.TIME_LIMIT.value
+    assert result["incumbent"].startswith("the solver did not load within the time limit; schedule of ")
+    assert result["schedule_source"] in result["incumbent"]
+    instance = load_instance("poisson-mixed-100")
+    replayed = replay(instance, load_schedule(out))
+    assert replayed.feasible
+    metric = {"latency": "mean_latency", "ttft": "mean_ttft", "makespan": "makespan"}[objective]
+    assert result["objective"] == pytest.approx(getattr(replayed.metrics, metric), rel=1e-12)
+    assert max(b.value for b in proven_bounds(instance, objective)) <= result["bound"] <= result["objective"]
+
+
+def test_ctrl_c_during_the_start_up_gives_the_policy_answer(monkeypatch, capsys) -> None:
+    done = threading.Event()
+
+    def interrupted_start_up(self, kind="solve"):
+        os.kill(os.getpid(), signal.SIGINT)
+        done.wait(60)
+
+    monkeypatch.setattr(problems.Formulation, "start_up", interrupted_start_up)
+    try:
+        code = cli.main(["solve", "toy-4", "--problem", "infermax", "--time-limit", "60", "--json"])
+    finally:
+        done.set()
+    assert code == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["interrupted"] is True
+    assert result["incumbent"].startswith("the solver did not load")
+    assert "reporting the best schedule and bound found so far" in captured.err
+
+
+def test_a_start_up_in_time_gives_the_solve(capsys) -> None:
+    assert cli.main(["solve", "toy-4", "--problem", "infermax", "--time-limit", "30", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "did not load" not in (result.get("incumbent") or "")
+    assert result["status"] == Status.OPTIMAL.value
+
+
+def test_an_error_of_the_start_up_is_raised(monkeypatch) -> None:
+    def broken(self, kind="solve"):
+        raise ImportError("no solver library here")
+
+    monkeypatch.setattr(problems.Formulation, "start_up", broken)
+    with pytest.raises(ImportError, match="no solver library here"):
+        started_up_by(problems.formulation("infermax"), None, TimeBudget.of(30.0))
+
+
+def test_no_first_answer_without_a_limit_or_for_goodput() -> None:
+    record = problems.formulation("infermax")
+    instance = load_instance("toy-4")
+    assert first_answer(record, instance, {}, TimeBudget.of(None)) is None
+    assert first_answer(record, instance, {"objective": "goodput"}, TimeBudget.of(10.0)) is None
+    assert first_answer(problems.formulation("hybrid"), instance, {}, TimeBudget.of(10.0)) is None
+    answer = first_answer(record, instance, {}, TimeBudget.of(10.0))
+    assert answer is not None and answer.replay is not None and answer.replay.feasible
+
+
+def test_bound_past_the_deadline_gives_the_quick_bounds(capsys, slow_start_up) -> None:
+    code = cli.main([
+        "bound",
+        "toy-4",
+        "--problem",
+        "infermax",
+        "--objective",
+        "latency",
+        "--time-limit",
+        "1",
+        "--json",
+    ])
+    assert code == 0
+    assert not slow_start_up.is_set()
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["stopped"].startswith("the solver did not load within the time limit")
+    assert "the solver did not load" in captured.err
+    expected = {
+        b.name: b.value
+        for b in first_bounds(
+            problems.formulation("infermax"), load_instance("toy-4"), {"objective": "latency"}, TimeBudget.of(1.0)
+        )
+        or []
+    }
+    assert expected and {b["name"]: b["value"] for b in result["bounds"]} == expected
+    assert all(b["valid"] for b in result["bounds"])
+
+
+def test_bound_with_its_solver_loaded_in_time_has_no_stopped_key(capsys) -> None:
+    assert cli.main(["bound", "toy-4", "--problem", "infermax", "--time-limit", "30", "--json"]) == 0
+    assert "stopped" not in json.loads(capsys.readouterr().out)
