@@ -14,7 +14,6 @@ import argparse
 import sys
 
 from .. import api
-from ..load_bounds import default_bounds
 from ._common import (
     EXIT_OK,
     BadInput,
@@ -58,6 +57,8 @@ def handle(args: argparse.Namespace) -> int:
         if given:
             raise BadInput(f"option {next(iter(given))!r}: the trivial bounds take no options (give --problem NAME)")
         instance = load_instance_arg(args)
+        from ..load_bounds import default_bounds  # numba: loaded by the commands that use it
+
         bounds = default_bounds(instance)
     else:
         record = known_formulation(args.problem)

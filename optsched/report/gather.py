@@ -40,7 +40,6 @@ from typing import Any
 from .. import api
 from ..budget import NO_LIMIT, TimeBudget
 from ..instance import Instance, InstanceError
-from ..load_bounds import proven_bounds
 from ..policies import POLICIES, runs_compiled, simulator_for
 from ..problems import BOUNDERS, SOLVERS
 from ..result import default_objective, objective_named, objective_of
@@ -115,6 +114,8 @@ def gather_bounds(
     list of BoundEntry
         Generic bounds first, then each bounder's, in problem-name order.
     """
+    from ..load_bounds import proven_bounds  # numba: loaded by the report, not by the CLI's start
+
     objective = objective_named(objective).name
     if problem is not None and problem not in BOUNDERS and problem not in SCHEDULE_PROBLEMS:
         raise KeyError(f"unknown problem {problem!r} for bound (known: {', '.join(sorted(BOUNDERS))})")
@@ -258,6 +259,8 @@ def build_report(
     Report
         Complete, or ``partial`` when the deadline or Ctrl-C cut it short.
     """
+    from ..load_bounds import proven_bounds  # numba: loaded here, before any phase's alarm, not by the CLI's start
+
     say = progress or (lambda message: None)
     doing = getattr(progress, "doing", None) or (lambda message: None)  # the step under way, without a line
     t0 = time.perf_counter()

@@ -28,7 +28,6 @@ import numpy as np
 
 from .. import api, policies
 from ..instance import Instance, InstanceError
-from ..load_bounds import proven_bounds
 from ..result import Status, objective_of, relative_gap
 from ..schedule import Metrics, ReplayResult, replay
 from ..workload import WorkloadTransforms, apply_transforms
@@ -227,6 +226,8 @@ def _bound_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
     settings = cell.run.bounds
     if settings is None:
         return
+    from ..load_bounds import proven_bounds  # numba: loaded by the cells that need it, not by the CLI's start
+
     t0 = time.perf_counter()
     for b in proven_bounds(instance, cell.run.objective):
         yield make_row(
