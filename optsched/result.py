@@ -35,6 +35,7 @@ from .schedule import ReplayResult, Schedule, replay
 
 __all__ = [
     "OBJECTIVES",
+    "OPTIMAL_RTOL",
     "OBJECTIVE_ALIASES",
     "OBJECTIVE_NAMES",
     "OBJECTIVE_TABLE",
@@ -173,6 +174,10 @@ class SolveResult:
                 out[key] = getattr(self, key)
         out.update(self.extra)
         return out
+
+
+#: A schedule whose objective is within this relative distance of a proven bound is optimal.
+OPTIMAL_RTOL = 1e-9
 
 
 def relative_gap(objective: float | None, bound: float | None) -> float | None:

@@ -9,13 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..instance import Instance
-from ..result import MAXIMISED, SolveResult, relative_gap
+from ..result import MAXIMISED, OPTIMAL_RTOL, SolveResult, relative_gap
 from ..schedule import ReplayResult, Schedule
 
-__all__ = ["OPTIMAL_RTOL", "BoundEntry", "PolicyRun", "Report", "SolverRun"]
-
-#: A schedule whose objective is within this relative distance of a proven bound is optimal.
-OPTIMAL_RTOL = 1e-9
+__all__ = ["BoundEntry", "PolicyRun", "Report", "SolverRun"]
 
 
 @dataclass(frozen=True)

@@ -127,3 +127,19 @@ def test_bound_past_the_deadline_gives_the_quick_bounds(capsys, slow_start_up) -
 def test_bound_with_its_solver_loaded_in_time_has_no_stopped_key(capsys) -> None:
     assert cli.main(["bound", "toy-4", "--problem", "infermax", "--time-limit", "30", "--json"]) == 0
     assert "stopped" not in json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("slow", [True, False])
+def test_a_warm_start_without_a_schedule_is_bad_input_either_way(monkeypatch, capsys, slow) -> None:
+    """vllm evicts on this instance: with ``--no-evict`` it gives no candidate, and naming it as the
+    warm start is exit 2 whether the answer is the first one or the solve's."""
+    done = threading.Event()
+    if slow:
+        monkeypatch.setattr(problems.Formulation, "start_up", lambda self, kind="solve": done.wait(60))
+    argv = ["solve", "infermax-i64-o1024-n32-m10k", "--problem", "infermax", "--no-evict", "--warm-start", "vllm"]
+    try:
+        code = cli.main([*argv, "--time-limit", "20"])
+    finally:
+        done.set()
+    assert code == 2
+    assert "option 'warm_start': policy 'vllm' gives no schedule respecting the options" in capsys.readouterr().err

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ...budget import NO_LIMIT, SlowestRun, TimeBudget
 from ...instance import Instance
+from ...options import OptionError
 from ...result import MAXIMISED, objective_of
 from ...schedule import ReplayResult, Schedule, replay
 from .model import InferMaxOptions
@@ -109,6 +110,15 @@ class CandidatePool:
     def warm_name(self) -> str | None:
         """The candidate that seeds the model: the option ``warm_start``, else the best."""
         return self.options.warm_start or self.best_name
+
+    def check_warm_start(self) -> None:
+        """Raise :class:`~optsched.options.OptionError` when the option ``warm_start`` names a
+        policy that gave no schedule respecting the options (bad input: exit 2 on the command line)."""
+        if self.warm_name not in self:
+            raise OptionError(
+                f"option 'warm_start': policy {self.warm_name!r} gives no schedule respecting the options "
+                f"(available: {', '.join(sorted(self.found))})"
+            )
 
     def values(self) -> dict[str, float]:
         """Each candidate's objective, by name."""

@@ -19,18 +19,15 @@ from typing import Any
 from ...budget import TimeBudget
 from ...instance import Instance
 from ...load_bounds import proven_bounds
-from ...result import Bound, SolveResult, Status
+from ...result import OPTIMAL_RTOL, Bound, SolveResult, Status
 from .candidates import initial_candidates
 from .model import InferMaxBoundOptions, InferMaxInputError, InferMaxOptions, linear_instance
 
 __all__ = ["first_answer", "first_bounds", "generic_bounds", "meets"]
 
-#: A solution counts as optimal when its replayed objective exceeds a proven bound by at most this.
-OPTIMAL_RTOL = 1e-9
-
 
 def meets(value: float, bound: float) -> bool:
-    """Whether ``value`` is within :data:`OPTIMAL_RTOL` of the proven ``bound`` (then it is optimal)."""
+    """Whether ``value`` is within :data:`optsched.result.OPTIMAL_RTOL` of the proven ``bound`` (then it is optimal)."""
     return value - bound <= OPTIMAL_RTOL * max(abs(value), 1e-12)
 
 
@@ -73,6 +70,12 @@ def first_answer(
     SolveResult or None
         None for the objective ``goodput`` (maximised, with its own phases), for an instance whose
         requests cannot all be served (the solve reports why), or when no schedule was found in time.
+
+    Raises
+    ------
+    optsched.options.OptionError
+        When the option ``warm_start`` names a policy that gives no schedule respecting the options
+        (as the solve does).
     """
     t0 = time.perf_counter()
     opts = InferMaxOptions.parse(options)
@@ -84,6 +87,7 @@ def first_answer(
         return None
     if not len(pool):
         return None
+    pool.check_warm_start()
     best = pool.best
     bounds = generic_bounds(instance, opts.objective)
     bound = min(max(b.value for b in bounds), best.value) if bounds else None

@@ -41,7 +41,7 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
    it is better (a stopped solver may not have reached its hint) or the solver has none
    (:func:`_incumbent`); the bound is the largest of the solver's proven bound (lowered by any
    rounding slack), the relaxation's and those of :mod:`optsched.bounds`. ``optimal`` means the
-   replayed objective is within ``first_answer.OPTIMAL_RTOL`` of a proven bound and J is proven; otherwise
+   replayed objective is within ``optsched.result.OPTIMAL_RTOL`` of a proven bound and J is proven; otherwise
    ``feasible`` or ``time_limit``.
 
 The whole call keeps within its :class:`~optsched.budget.TimeBudget` (made by
@@ -63,7 +63,6 @@ from ...budget import TimeBudget
 from ...costmodel import Coefficients
 from ...instance import Instance
 from ...load_bounds import lp_bounds
-from ...options import OptionError
 from ...result import Bound, SolveResult, Status, check_agreement, replayed_objective
 from ...schedule import ReplayResult, Schedule, replay
 from ...ttft_batch_bounds import block_bounds
@@ -174,11 +173,7 @@ def solve(instance: Instance, options: Mapping[str, Any] | InferMaxOptions | Non
     if opts.objective == "makespan" and instance.limits.kv_capacity is not None:
         proven.append(kv_time_bound(instance)[0])
     met = opts.early_exit and bool(proven) and meets(pool.best.value, max(proven))
-    if pool.warm_name not in pool:
-        raise OptionError(
-            f"option 'warm_start': policy {pool.warm_name!r} gives no schedule respecting the options "
-            f"(available: {', '.join(sorted(pool.found))})"
-        )
+    pool.check_warm_start()
     scaled = len(instance.requests) >= SCALE_MIN_REQUESTS and not met  # beyond the exact phases' reach
     scale_info = _scale_phase(pool, proven, budget) if scaled else None
     data = _model_data(pool, scaled)
