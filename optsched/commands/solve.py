@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 import threading
+from dataclasses import replace
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -161,6 +162,23 @@ def first_answer(record: Formulation, instance: Instance, options: Any, budget: 
     return None if result is None else api.checked(instance, result, record.name)
 
 
+def first_is_answer(
+    record: Formulation, solver: str | None, budget: TimeBudget, first: SolveResult
+) -> SolveResult | None:
+    """``first`` (:func:`first_answer`) labelled with why it is the command's answer, when the
+    solver cannot improve on it in time: its start-up (:func:`started_up_by`) has not ended by the
+    deadline, or the time left then is less than ``first`` took (the solve's first phase redoes
+    that work); None when the solve is to run."""
+    if not started_up_by(record, solver, budget):
+        why = "the solver did not load within the time limit"
+    elif not budget.holds(first.wall_time):
+        left, took = budget.left(), first.wall_time
+        why = f"the solver loaded with {left:.2g} s left, less than the first answer took ({took:.2g} s)"
+    else:
+        return None
+    return replace(first, incumbent=f"{why}; {first.incumbent}")
+
+
 def first_bounds(record: Formulation, instance: Instance, options: Any, budget: TimeBudget) -> list[Bound] | None:
     """The formulation's quick bounds (:attr:`~optsched.problems.Formulation.first_bounds`) for a
     command with a time limit; None without a limit or without such bounds."""
@@ -263,11 +281,11 @@ def _solve(args: argparse.Namespace, options: Any, progress: Progress) -> tuple[
     if first is None:
         resolve("solve", args.problem, args.solver)
     with interruptible() as ctrl_c:  # Ctrl-C: the best schedule and bound so far, as at the time limit
-        if first is None or started_up_by(record, args.solver, budget):
+        answer = None if first is None else first_is_answer(record, args.solver, budget, first)
+        if answer is None:
             progress.doing(f"solving {args.problem} on {len(instance.requests)} requests")
-            result = api.solve(instance, args.problem, options, budget=budget)  # replayed and checked (api.checked)
-        else:
-            result = first
+            answer = api.solve(instance, args.problem, options, budget=budget)  # replayed and checked (api.checked)
+        result = answer
     if ctrl_c.happened:
         print("optsched: interrupted: reporting the best schedule and bound found so far", file=sys.stderr)
     if result.schedule is not None and result.replay is not None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -143,3 +145,21 @@ def test_a_warm_start_without_a_schedule_is_bad_input_either_way(monkeypatch, ca
         done.set()
     assert code == 2
     assert "option 'warm_start': policy 'vllm' gives no schedule respecting the options" in capsys.readouterr().err
+
+
+def test_a_start_up_that_leaves_less_than_the_first_answer_took_gives_it(monkeypatch, capsys) -> None:
+    """The solve's first phase redoes the first answer's work: with less time left than that took,
+    the first answer is the result, and says why."""
+    from optsched.problems.infermax import first_answer as module
+
+    real = module.first_answer
+
+    def slow_first(*args, **kwargs):
+        result = real(*args, **kwargs)
+        return None if result is None else replace(result, wall_time=1e6)
+
+    monkeypatch.setattr(module, "first_answer", slow_first)
+    assert cli.main(["solve", "toy-4", "--problem", "infermax", "--time-limit", "30", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    why = r"the solver loaded with [0-9.e+]+ s left, less than the first answer took \(1e\+06 s\)"
+    assert re.match(why + r"; schedule of '[a-z-]+'$", result["incumbent"])

@@ -3,11 +3,12 @@
 Loading the solver (OR-Tools, which loads pandas, PuLP and HiGHS, and the exact search's compiled
 kernels from numba's cache) takes 1-2 s on a 2-core machine, more under load; a command's time
 limit counts it. ``optsched solve`` therefore computes :func:`first_answer` before that start-up,
-from modules that are quick to import (the policies and :mod:`optsched.load_bounds`), and reports it
-when the start-up has not ended by the deadline: the warm-start policy's schedule (the option
-``warm_start``, ``serial``'s when no policy applies), replayed, with :func:`generic_bounds`, status
-``time_limit`` unless the schedule meets a bound. The result's ``incumbent`` says where its schedule
-comes from and why it is not the solver's. ``optsched bound`` reports :func:`first_bounds` alike.
+from modules that are quick to import (the policies and :mod:`optsched.load_bounds`), and reports
+it when the start-up has not ended by the deadline, or has left less time than this answer took:
+the warm-start policy's schedule (the option ``warm_start``, ``serial``'s when no policy applies),
+replayed, with :func:`generic_bounds`, status ``time_limit`` unless the schedule meets a bound. The
+result's ``incumbent`` names the policy; the command adds why the solver's answer is not there.
+``optsched bound`` reports :func:`first_bounds` alike.
 """
 
 from __future__ import annotations
@@ -101,6 +102,6 @@ def first_answer(
         schedule=best.schedule,
         replay=best.replay,
         wall_time=time.perf_counter() - t0,
-        incumbent=f"the solver did not load within the time limit; schedule of {pool.best_name!r}",
+        incumbent=f"schedule of {pool.best_name!r}",
         extra={"objective_name": opts.objective, "schedule_source": pool.best_name, "schedule_is_seed": True},
     )
