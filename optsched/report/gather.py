@@ -42,7 +42,7 @@ from ..budget import NO_LIMIT, TimeBudget
 from ..instance import Instance, InstanceError
 from ..policies import POLICIES, runs_compiled, simulator_for
 from ..problems import BOUNDERS, SOLVERS
-from ..result import default_objective, objective_named, objective_of
+from ..result import MAXIMISED, default_objective, objective_named, objective_of
 from ..schedule import replay
 from .alarm import TimeUp, alarm
 from .records import BoundEntry, PolicyRun, Report, SolverRun
@@ -427,7 +427,8 @@ def _solver_phase(
         report.notes.append(f"solver {problem} not run: {n} requests > {max_requests} (--solve-max-requests)")
         return SolverRun(problem, message=f"not run: {n} requests > {max_requests}")
     ok = [p for p in report.policies if p.status == "ok"]
-    warm = min(ok, key=lambda p: p.objective or math.inf).policy if ok else None
+    sign = -1.0 if report.objective in MAXIMISED else 1.0
+    warm = min(ok, key=lambda p: sign * p.objective if p.objective is not None else math.inf).policy if ok else None
     if report.proven_optimal:
         report.notes.append(f"solver {problem} not run: the best policy meets a proven bound (optimal)")
         return SolverRun(problem, message="not run: the best policy is proven optimal by a bound")

@@ -16,8 +16,11 @@ import pytest
 from optsched import cli, problems
 from optsched.budget import TimeBudget
 from optsched.commands.solve import first_answer, first_bounds, started_up_by
-from optsched.instance import load_instance
+from optsched.instance import SLO, load_instance
 from optsched.load_bounds import proven_bounds
+from optsched.options import OptionError
+from optsched.problems.infermax.candidates import initial_candidates
+from optsched.problems.infermax.model import InferMaxOptions
 from optsched.result import Status
 from optsched.schedule import load_schedule, replay
 
@@ -87,14 +90,52 @@ def test_an_error_of_the_start_up_is_raised(monkeypatch) -> None:
         started_up_by(problems.formulation("infermax"), None, TimeBudget.of(30.0))
 
 
-def test_no_first_answer_without_a_limit_or_for_goodput() -> None:
+def test_no_first_answer_without_a_limit_or_a_first_answer() -> None:
     record = problems.formulation("infermax")
     instance = load_instance("toy-4")
     assert first_answer(record, instance, {}, TimeBudget.of(None)) is None
-    assert first_answer(record, instance, {"objective": "goodput"}, TimeBudget.of(10.0)) is None
     assert first_answer(problems.formulation("hybrid"), instance, {}, TimeBudget.of(10.0)) is None
     answer = first_answer(record, instance, {}, TimeBudget.of(10.0))
     assert answer is not None and answer.replay is not None and answer.replay.feasible
+
+
+def test_the_goodput_first_answer_is_a_policy_s_count_below_a_proven_bound() -> None:
+    """Every request of the instance carries an SLO: the count of met SLOs is the replay's, the
+    bound the goodput solve's proven one (at least the answer), sense max."""
+    instance = load_instance("poisson-mixed-100")
+    slo = {"ttft": 0.05, "tpot": 0.02}
+    instance = instance.with_requests([replace(r, slo=SLO(**slo)) for r in instance.requests], "slo-100")
+    answer = first_answer(problems.formulation("infermax"), instance, {"objective": "goodput"}, TimeBudget.of(10.0))
+    assert answer is not None and answer.sense == "max" and answer.replay is not None
+    met = answer.replay.metrics.slo_attainment * len(instance.requests)
+    assert answer.objective == pytest.approx(met, abs=1e-9)
+    assert 0 < answer.objective < len(instance.requests)  # the SLOs bind: a count, not all or none
+    assert answer.bound is not None and answer.bound >= answer.objective
+    assert answer.incumbent == f"schedule of {answer.extra['schedule_source']!r}"
+
+
+def test_a_first_answer_longer_than_the_horizon_is_none() -> None:
+    record = problems.formulation("infermax")
+    instance = load_instance("toy-4")
+    answer = first_answer(record, instance, {}, TimeBudget.of(10.0))
+    assert answer is not None and answer.schedule is not None
+    batches = answer.schedule.columns().nonempty_batches
+    assert first_answer(record, instance, {"horizon": batches - 1}, TimeBudget.of(10.0)) is None
+    assert first_answer(record, instance, {"horizon": batches}, TimeBudget.of(10.0)) is not None
+
+
+def test_a_failing_warm_start_lists_every_policy_that_gives_a_schedule() -> None:
+    """The first answer runs one policy; refusing a warm start, it names the same policies as the
+    solve's candidates under the same limit do (with a limit, the policies without a clock inside
+    are left out at this size)."""
+    record = problems.formulation("infermax")
+    instance = load_instance("infermax-i64-o1024-n32-m10k")
+    options = {"no_evict": True, "warm_start": "vllm"}
+    with pytest.raises(OptionError) as first:
+        first_answer(record, instance, options, TimeBudget.of(60.0))
+    pool = initial_candidates(instance, InferMaxOptions.parse({"no_evict": True}), TimeBudget.of(60.0))
+    assert len(pool) > 2
+    assert f"(available: {', '.join(sorted(pool.found))})" in str(first.value)
 
 
 def test_bound_past_the_deadline_gives_the_quick_bounds(capsys, slow_start_up) -> None:

@@ -135,6 +135,11 @@ class CandidatePool:
         return len(self.found)
 
 
+#: Policies offered first for the objective ``goodput`` (the best at meeting SLOs on the traces
+#: measured in docs/performance.md: the SLO-aware ones, then the best of the others); every other
+#: policy follows while the time limit allows (:func:`initial_candidates`).
+GOODPUT_FIRST_POLICIES = ("slo-shed", "slo-budget", "slo-lazy", "vllm-hy", "sarathi-pc", "rank-o", "vllm", "sarathi")
+
 #: Most batches of a ``serial`` candidate built under a deadline (about a second to build and replay).
 SERIAL_MAX_BATCHES = 200_000
 

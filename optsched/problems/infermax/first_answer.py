@@ -5,23 +5,34 @@ kernels from numba's cache) takes 1-2 s on a 2-core machine, more under load; a 
 limit counts it. ``optsched solve`` therefore computes :func:`first_answer` before that start-up,
 from modules that are quick to import (the policies and :mod:`optsched.load_bounds`), and reports
 it when the start-up has not ended by the deadline, or has left less time than this answer took:
-the warm-start policy's schedule (the option ``warm_start``, ``serial``'s when no policy applies),
-replayed, with :func:`generic_bounds`, status ``time_limit`` unless the schedule meets a bound. The
-result's ``incumbent`` names the policy; the command adds why the solver's answer is not there.
-``optsched bound`` reports :func:`first_bounds` alike.
+the first policy's schedule that respects the options (the option ``warm_start``'s, ``serial``'s
+when no policy applies), replayed, with :func:`generic_bounds` (for ``goodput``, the policies in
+the goodput solve's order and its upper bound), status ``time_limit`` unless the schedule meets a
+bound. The result's ``incumbent`` names the policy; the command adds why the solver's answer is not
+there. ``optsched bound`` reports :func:`first_bounds` alike.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from ...budget import TimeBudget
+import numpy as np
+
+from ...budget import NO_LIMIT, TimeBudget
 from ...instance import Instance
 from ...load_bounds import proven_bounds
 from ...result import OPTIMAL_RTOL, Bound, SolveResult, Status
-from .candidates import initial_candidates
+from .candidates import (
+    GOODPUT_FIRST_POLICIES,
+    SERIAL_MAX_BATCHES,
+    CandidatePool,
+    initial_candidates,
+    serial_batch_count,
+)
+from .goodput_bounds import goodput_bound, max_met, request_facts, slo_arrays
 from .model import InferMaxBoundOptions, InferMaxInputError, InferMaxOptions, linear_instance
 
 __all__ = ["first_answer", "first_bounds", "generic_bounds", "meets"]
@@ -44,18 +55,27 @@ def generic_bounds(instance: Instance, objective: str) -> list[Bound]:
     return [max(b, other.get(b.name, b), key=lambda bound: bound.value) for b in out]
 
 
-def first_bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions | None) -> list[Bound] | None:
+def first_bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions | None) -> list[Bound]:
     """The bounds ``optsched bound`` reports when the solver has not loaded by the deadline:
-    :func:`generic_bounds` for the option ``objective`` (None for ``goodput``, whose bound needs the
-    solver)."""
-    objective = InferMaxBoundOptions.parse(options).objective
-    return None if objective == "goodput" else generic_bounds(instance, objective)
+    :func:`generic_bounds` for the option ``objective``, or for ``goodput`` its upper bound
+    (:func:`.goodput_bounds.goodput_bound`, which needs no solver either)."""
+    opts = InferMaxBoundOptions.parse(options)
+    if opts.objective == "goodput":
+        return [goodput_bound(instance, opts.method)]
+    return generic_bounds(instance, opts.objective)
 
 
 def first_answer(
     instance: Instance, options: Mapping[str, Any] | InferMaxOptions | None, budget: TimeBudget
 ) -> SolveResult | None:
     """The answer reported when the solver has not loaded by the deadline (module docstring).
+
+    The first policy that gives a schedule runs to its end, as in the solve (and ``serial`` when
+    none does, unless it has more than :data:`.candidates.SERIAL_MAX_BATCHES` batches and the time
+    is up); with the option ``horizon`` J, only a schedule of at most J batches is an answer (the
+    solve's answers are within J). For ``goodput`` the policies are offered in the solve's order
+    (:data:`.candidates.GOODPUT_FIRST_POLICIES`) and the bound is the solve's first
+    (:func:`.goodput_bounds.max_met`, cut short by ``budget``: weaker, still proven).
 
     Parameters
     ----------
@@ -64,13 +84,13 @@ def first_answer(
     options
         The solve's options (:class:`.model.InferMaxOptions` or a mapping).
     budget
-        The command's time; a policy of the unified scheduler is abandoned once it expires.
+        The command's time.
 
     Returns
     -------
     SolveResult or None
-        None for the objective ``goodput`` (maximised, with its own phases), for an instance whose
-        requests cannot all be served (the solve reports why), or when no schedule was found in time.
+        None for an instance whose requests cannot all be served (the solve reports why), or when
+        no schedule was found (within the horizon).
 
     Raises
     ------
@@ -80,28 +100,48 @@ def first_answer(
     """
     t0 = time.perf_counter()
     opts = InferMaxOptions.parse(options)
-    if opts.objective == "goodput":
+    pool = _warm_start_pool(instance, opts, budget)
+    if pool is None:
         return None
-    try:  # an expired budget for the policies: the warm start only
-        pool = initial_candidates(instance, opts, TimeBudget.of(0.0), budget)
-    except InferMaxInputError:
-        return None
-    if not len(pool):
-        return None
-    pool.check_warm_start()
     best = pool.best
-    bounds = generic_bounds(instance, opts.objective)
-    bound = min(max(b.value for b in bounds), best.value) if bounds else None
-    optimal = bound is not None and meets(best.value, bound)
+    if opts.horizon is not None and best.schedule.columns().nonempty_batches > opts.horizon:
+        return None
+    if opts.objective == "goodput":
+        arrival = np.array([r.arrival for r in instance.requests])
+        bound = float(max_met(request_facts(instance), arrival, slo_arrays(instance), budget=budget))
+        optimal = best.value >= bound
+    else:
+        bounds = generic_bounds(instance, opts.objective)
+        bound = min(max(b.value for b in bounds), best.value) if bounds else math.inf
+        optimal = meets(best.value, bound)
     return SolveResult(
         problem="infermax",
         solver=opts.solver,
         status=Status.OPTIMAL if optimal else Status.TIME_LIMIT,
         objective=best.value,
-        bound=bound,
-        schedule=best.schedule,
-        replay=best.replay,
+        bound=bound if math.isfinite(bound) else None,
         wall_time=time.perf_counter() - t0,
+        schedule=best.schedule,
+        sense="max" if opts.objective == "goodput" else "min",
+        replay=best.replay,
         incumbent=f"schedule of {pool.best_name!r}",
         extra={"objective_name": opts.objective, "schedule_source": pool.best_name, "schedule_is_seed": True},
     )
+
+
+def _warm_start_pool(instance: Instance, opts: InferMaxOptions, budget: TimeBudget) -> CandidatePool | None:
+    """The pool of the first policy that gives a schedule (the warm start's, when given; checked as
+    the solve checks it, against every policy run within ``budget`` when it gives none); None when
+    the instance's requests cannot all be served or nothing gave a schedule."""
+    first = GOODPUT_FIRST_POLICIES if opts.objective == "goodput" else ()
+    hard = budget if serial_batch_count(instance) > SERIAL_MAX_BATCHES else NO_LIMIT
+    try:  # an expired budget for the others: the first policy that gives a schedule only
+        pool = initial_candidates(instance, opts, TimeBudget.of(0.0), hard, first=first)
+        if opts.warm_start is not None and opts.warm_start not in pool:  # the list of those that do
+            pool = initial_candidates(instance, opts, budget, hard, first=first)
+    except InferMaxInputError:
+        return None
+    if not len(pool):
+        return None
+    pool.check_warm_start()
+    return pool

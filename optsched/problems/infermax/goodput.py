@@ -61,10 +61,9 @@ from ...cpsat_solver import run_model
 from ...deadline import BuildStopped
 from ...instance import Instance
 from ...metrics import TIME_RTOL
-from ...options import OptionError
 from ...result import SolveResult, Status
 from ...schedule import Schedule, replay
-from .candidates import initial_candidates
+from .candidates import GOODPUT_FIRST_POLICIES, initial_candidates
 from .cpsat import ModelBuilder
 from .data import ModelData, fits, instance_fields, integer_scaling
 from .goodput_bounds import RequestFacts, SloArrays, alive_requests, max_met, request_facts, slo_arrays
@@ -222,22 +221,16 @@ def _exact_phase(
 #: there), and the part that the upper bound's intervals may take (cut short, it is weaker, still proven).
 CANDIDATE_SHARE, BOUND_SHARE = 0.5, 0.3
 
-#: Policies offered first (the best at meeting SLOs on the traces measured in docs/performance.md:
-#: the SLO-aware ones, then the best of the others); every other policy follows while the time
-#: limit allows (:func:`.candidates.initial_candidates`).
-FIRST_POLICIES = ("slo-shed", "slo-budget", "slo-lazy", "vllm-hy", "sarathi-pc", "rank-o", "vllm", "sarathi")
-
 
 def solve_goodput(instance: Instance, opts: InferMaxOptions, budget: TimeBudget) -> SolveResult:
     """The goodput solve of the module docstring (``opts.objective == 'goodput'``) within ``budget``."""
     t0 = time.perf_counter()
-    if opts.solver != "cpsat":
-        raise OptionError(f"objective 'goodput': solver {opts.solver!r} does not take it (use cpsat)")
     candidates_by = budget.part(CANDIDATE_SHARE) if len(instance.requests) >= SCALE_MIN_REQUESTS else budget
     try:
-        pool = initial_candidates(instance, opts, candidates_by, budget, first=FIRST_POLICIES)
+        pool = initial_candidates(instance, opts, candidates_by, budget, first=GOODPUT_FIRST_POLICIES)
     except InferMaxInputError as exc:
         return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE, message=str(exc))
+    pool.check_warm_start()
     arrival = np.array([r.arrival for r in instance.requests])
     facts, slo = request_facts(instance), slo_arrays(instance)
     upper = max_met(facts, arrival, slo, budget=budget.part(BOUND_SHARE))

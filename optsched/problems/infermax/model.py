@@ -178,7 +178,7 @@ from typing import Literal
 from ...bounds import batch_counts
 from ...costmodel import Coefficients
 from ...instance import Instance, InstanceError
-from ...options import Flag, Name, Options, PositiveFloat, PositiveInt, Share
+from ...options import Flag, Name, OptionError, Options, PositiveFloat, PositiveInt, Share
 from ...result import objective_named
 from .. import BACKENDS
 
@@ -267,6 +267,17 @@ class InferMaxOptions(Options):
         object.__setattr__(self, "objective", objective_named(self.objective).name)
         if isinstance(self.relax, bool):
             object.__setattr__(self, "relax", RELAX_SHARE if self.relax else 0.0)
+
+    def check(self) -> None:
+        """``warm_start`` names a registered policy; ``goodput`` is solved with CP-SAT only."""
+        from ...policies import policy_names
+
+        if self.objective == "goodput" and self.solver != "cpsat":
+            raise OptionError(f"objective 'goodput': solver {self.solver!r} does not take it (use cpsat)")
+
+        if self.warm_start is not None and self.warm_start not in policy_names():
+            known = ", ".join(sorted(policy_names()))
+            raise OptionError(f"option 'warm_start': unknown policy {self.warm_start!r} (known: {known})")
 
 
 @dataclass(frozen=True)

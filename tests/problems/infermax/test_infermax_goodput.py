@@ -22,6 +22,7 @@ from optsched.bounds import request_bounds
 from optsched.budget import TimeBudget
 from optsched.instance import SLO, parse_instance
 from optsched.problems.infermax import goodput, goodput_bounds
+from optsched.problems.infermax.candidates import GOODPUT_FIRST_POLICIES
 from optsched.result import objective_of
 from optsched.schedule import replay
 from optsched.sweep.cells import SloTarget
@@ -122,7 +123,7 @@ def test_goodput_solve_of_a_larger_instance_reports_a_gap() -> None:
 
 
 def test_goodput_candidates_start_with_the_slo_aware_policies_and_keep_the_clock() -> None:
-    """Under a time limit at scale the candidates are offered in ``FIRST_POLICIES``' order, and the
+    """Under a time limit at scale the candidates are offered in ``GOODPUT_FIRST_POLICIES``' order, and the
     policies without a clock inside (not of the unified scheduler) are left out: on 1,000 requests of
     a trace they took minutes and the solve ended past its limit without a schedule."""
     from optsched.policies.config import POLICY_CONFIGS
@@ -130,8 +131,8 @@ def test_goodput_candidates_start_with_the_slo_aware_policies_and_keep_the_clock
     inst = goodput_bounds.with_slos(scale_instance(60, 4), 0.2, 0.05)
     res = solve(inst, objective="goodput", time_limit=30)
     offered = list(res.extra["candidates"])
-    first = [name for name in goodput.FIRST_POLICIES if name in offered]
-    assert first == list(goodput.FIRST_POLICIES)
+    first = [name for name in GOODPUT_FIRST_POLICIES if name in offered]
+    assert first == list(GOODPUT_FIRST_POLICIES)
     assert offered[: len(first)] == first
     assert all(name in POLICY_CONFIGS or name == "serial" for name in offered)
     assert res.objective >= max(res.extra["candidates"].values())
