@@ -270,10 +270,9 @@ class InferMaxOptions(Options):
 
     def check(self) -> None:
         """``warm_start`` names a registered policy; ``goodput`` is solved with CP-SAT only."""
-        from ...policies import policy_names
-
         if self.objective == "goodput" and self.solver != "cpsat":
             raise OptionError(f"objective 'goodput': solver {self.solver!r} does not take it (use cpsat)")
+        from ...policies import policy_names
 
         if self.warm_start is not None and self.warm_start not in policy_names():
             known = ", ".join(sorted(policy_names()))
