@@ -156,10 +156,23 @@ def first_answer(record: Formulation, instance: Instance, options: Any, budget: 
     """The formulation's answer from quick work (:attr:`~optsched.problems.Formulation.first_answer`),
     replayed and checked (:func:`optsched.api.checked`), for a command with a time limit; None
     without a limit or without such an answer."""
-    if record.first_answer is None or not budget.limited:
-        return None
-    result: SolveResult | None = record.load("first_answer")(instance, options, budget)
+    result: SolveResult | None = _quick(record, "first_answer", instance, options, budget)
     return None if result is None else api.checked(instance, result, record.name)
+
+
+def first_bounds(record: Formulation, instance: Instance, options: Any, budget: TimeBudget) -> list[Bound] | None:
+    """The formulation's quick bounds (:attr:`~optsched.problems.Formulation.first_bounds`) for a
+    command with a time limit; None without a limit or without such bounds."""
+    bounds: list[Bound] | None = _quick(record, "first_bounds", instance, options, budget)
+    return bounds
+
+
+def _quick(record: Formulation, field: str, instance: Instance, options: Any, budget: TimeBudget) -> Any:
+    """What the code ``record.<field>`` computes for ``instance``, for a command with a time limit;
+    None without a limit or without such code."""
+    if getattr(record, field) is None or not budget.limited:
+        return None
+    return record.load(field)(instance, options, budget)
 
 
 def first_is_answer(
@@ -177,15 +190,6 @@ def first_is_answer(
     else:
         return None
     return replace(first, incumbent=f"{why}; {first.incumbent}")
-
-
-def first_bounds(record: Formulation, instance: Instance, options: Any, budget: TimeBudget) -> list[Bound] | None:
-    """The formulation's quick bounds (:attr:`~optsched.problems.Formulation.first_bounds`) for a
-    command with a time limit; None without a limit or without such bounds."""
-    if record.first_bounds is None or not budget.limited:
-        return None
-    bounds: list[Bound] | None = record.load("first_bounds")(instance, options)
-    return bounds
 
 
 def started_up_by(record: Formulation, solver: str | None, budget: TimeBudget, kind: str = "solve") -> bool:
@@ -281,11 +285,10 @@ def _solve(args: argparse.Namespace, options: Any, progress: Progress) -> tuple[
     if first is None:
         resolve("solve", args.problem, args.solver)
     with interruptible() as ctrl_c:  # Ctrl-C: the best schedule and bound so far, as at the time limit
-        answer = None if first is None else first_is_answer(record, args.solver, budget, first)
-        if answer is None:
+        result = None if first is None else first_is_answer(record, args.solver, budget, first)
+        if result is None:
             progress.doing(f"solving {args.problem} on {len(instance.requests)} requests")
-            answer = api.solve(instance, args.problem, options, budget=budget)  # replayed and checked (api.checked)
-        result = answer
+            result = api.solve(instance, args.problem, options, budget=budget)  # replayed and checked (api.checked)
     if ctrl_c.happened:
         print("optsched: interrupted: reporting the best schedule and bound found so far", file=sys.stderr)
     if result.schedule is not None and result.replay is not None:

@@ -86,8 +86,8 @@ class Formulation:
         computes before the start-up (:attr:`modules`, :attr:`prepare`) and reports when the
         start-up has not ended by the command's deadline; None without one.
     first_bounds
-        ``"module:function"`` of ``first_bounds(instance, options) -> list[Bound] | None``: the
-        quick bounds ``optsched bound`` reports in the same case.
+        ``"module:function"`` of ``first_bounds(instance, options, budget) -> list[Bound] | None``:
+        the quick bounds ``optsched bound`` reports in the same case.
     """
 
     name: str

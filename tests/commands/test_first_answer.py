@@ -20,6 +20,7 @@ from optsched.instance import SLO, load_instance
 from optsched.load_bounds import proven_bounds
 from optsched.options import OptionError
 from optsched.problems.infermax.candidates import initial_candidates
+from optsched.problems.infermax.goodput_bounds import goodput_bound
 from optsched.problems.infermax.model import InferMaxOptions
 from optsched.result import Status
 from optsched.schedule import load_schedule, replay
@@ -204,3 +205,15 @@ def test_a_start_up_that_leaves_less_than_the_first_answer_took_gives_it(monkeyp
     result = json.loads(capsys.readouterr().out)
     why = r"the solver loaded with [0-9.e+]+ s left, less than the first answer took \(1e\+06 s\)"
     assert re.match(why + r"; schedule of '[a-z-]+'$", result["incumbent"])
+
+
+def test_the_goodput_bound_within_a_spent_budget_stays_an_upper_bound() -> None:
+    """The first answer's and ``bound``'s goodput bound takes its part of the command's budget: cut
+    short it is weaker (larger), never below the full bound or a policy's count."""
+    instance = load_instance("poisson-mixed-100")
+    instance = instance.with_requests([replace(r, slo=SLO(ttft=0.05, tpot=0.02)) for r in instance.requests], "slo-100")
+    full = goodput_bound(instance).value
+    spent = first_bounds(problems.formulation("infermax"), instance, {"objective": "goodput"}, TimeBudget.of(1e-9))
+    assert spent is not None and spent[0].name == "goodput-windows" and spent[0].value >= full
+    answer = first_answer(problems.formulation("infermax"), instance, {"objective": "goodput"}, TimeBudget.of(10.0))
+    assert answer is not None and answer.objective is not None and answer.objective <= full

@@ -19,8 +19,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from ...budget import NO_LIMIT, TimeBudget
 from ...instance import Instance
 from ...load_bounds import proven_bounds
@@ -32,7 +30,7 @@ from .candidates import (
     initial_candidates,
     serial_batch_count,
 )
-from .goodput_bounds import goodput_bound, max_met, request_facts, slo_arrays
+from .goodput_bounds import goodput_bound
 from .model import InferMaxBoundOptions, InferMaxInputError, InferMaxOptions, linear_instance
 
 __all__ = ["first_answer", "first_bounds", "generic_bounds", "meets"]
@@ -55,13 +53,15 @@ def generic_bounds(instance: Instance, objective: str) -> list[Bound]:
     return [max(b, other.get(b.name, b), key=lambda bound: bound.value) for b in out]
 
 
-def first_bounds(instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions | None) -> list[Bound]:
+def first_bounds(
+    instance: Instance, options: Mapping[str, Any] | InferMaxBoundOptions | None, budget: TimeBudget
+) -> list[Bound]:
     """The bounds ``optsched bound`` reports when the solver has not loaded by the deadline:
     :func:`generic_bounds` for the option ``objective``, or for ``goodput`` its upper bound
-    (:func:`.goodput_bounds.goodput_bound`, which needs no solver either)."""
+    (:func:`.goodput_bounds.goodput_bound` within its part of ``budget``; it needs no solver either)."""
     opts = InferMaxBoundOptions.parse(options)
     if opts.objective == "goodput":
-        return [goodput_bound(instance, opts.method)]
+        return [goodput_bound(instance, opts.method, budget)]
     return generic_bounds(instance, opts.objective)
 
 
@@ -75,7 +75,8 @@ def first_answer(
     is up); with the option ``horizon`` J, only a schedule of at most J batches is an answer (the
     solve's answers are within J). For ``goodput`` the policies are offered in the solve's order
     (:data:`.candidates.GOODPUT_FIRST_POLICIES`) and the bound is the solve's first
-    (:func:`.goodput_bounds.max_met`, cut short by ``budget``: weaker, still proven).
+    (:func:`.goodput_bounds.goodput_bound`, within its part of ``budget``: cut short, it is weaker,
+    still proven).
 
     Parameters
     ----------
@@ -107,8 +108,7 @@ def first_answer(
     if opts.horizon is not None and best.schedule.columns().nonempty_batches > opts.horizon:
         return None
     if opts.objective == "goodput":
-        arrival = np.array([r.arrival for r in instance.requests])
-        bound = float(max_met(request_facts(instance), arrival, slo_arrays(instance), budget=budget))
+        bound = goodput_bound(instance, budget=budget).value
         optimal = best.value >= bound
     else:
         bounds = generic_bounds(instance, opts.objective)

@@ -66,7 +66,7 @@ from ...schedule import Schedule, replay
 from .candidates import GOODPUT_FIRST_POLICIES, initial_candidates
 from .cpsat import ModelBuilder
 from .data import ModelData, fits, instance_fields, integer_scaling
-from .goodput_bounds import RequestFacts, SloArrays, alive_requests, max_met, request_facts, slo_arrays
+from .goodput_bounds import BOUND_SHARE, RequestFacts, SloArrays, alive_requests, max_met, request_facts, slo_arrays
 from .model import InferMaxInputError, InferMaxOptions, Scaling
 from .scale import SCALE_MIN_REQUESTS
 from .schedules import schedule_from_solution, serial_completion
@@ -218,8 +218,8 @@ def _exact_phase(
 
 
 #: At scale, the part of the time limit after which no more policies are started (one is always
-#: there), and the part that the upper bound's intervals may take (cut short, it is weaker, still proven).
-CANDIDATE_SHARE, BOUND_SHARE = 0.5, 0.3
+#: there); the upper bound's intervals take :data:`.goodput_bounds.BOUND_SHARE`.
+CANDIDATE_SHARE = 0.5
 
 
 def solve_goodput(instance: Instance, opts: InferMaxOptions, budget: TimeBudget) -> SolveResult:

@@ -88,6 +88,7 @@ from .tpot_own import own_rows
 from .tpot_pricing import TpotPricing, tpot_pricing, tpot_rows
 
 __all__ = [
+    "BOUND_SHARE",
     "alive_requests",
     "GRID_POINTS",
     "GRID_SPAN",
@@ -105,6 +106,10 @@ __all__ = [
     "ttft_quantile_bound",
     "with_slos",
 ]
+
+#: The part of a time budget that the upper bound's intervals may take (cut short, it is weaker,
+#: still proven).
+BOUND_SHARE = 0.3
 
 #: Grid end points used at scale (all of them when there are at most this many).
 GRID_POINTS = 128
@@ -290,11 +295,12 @@ def max_met(
     return n - int(best[-1])
 
 
-def goodput_upper_bound(instance: Instance, facts: RequestFacts | None = None) -> int:
-    """An upper bound on the goodput count (requests meeting their own SLOs) of every schedule."""
+def goodput_upper_bound(instance: Instance, facts: RequestFacts | None = None, budget: TimeBudget | None = None) -> int:
+    """An upper bound on the goodput count (requests meeting their own SLOs) of every schedule
+    (:func:`max_met`, cut short when ``budget`` expires: weaker, still proven)."""
     facts = facts or request_facts(instance)
     arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64)
-    return max_met(facts, arrival, slo_arrays(instance))
+    return max_met(facts, arrival, slo_arrays(instance), budget=budget)
 
 
 def _order_index(count: int, q: float) -> int:
@@ -390,14 +396,15 @@ def with_slos(instance: Instance, ttft: float | None, tpot: float | None) -> Ins
     return replace(instance, requests=tuple(replace(r, slo=slo) for r in instance.requests))
 
 
-def goodput_bound(instance: Instance, method: str | None = None) -> Bound:
+def goodput_bound(instance: Instance, method: str | None = None, budget: TimeBudget | None = None) -> Bound:
     """The upper bound of this module on the requests meeting their SLOs, as the InferMax bounder
-    lists it (``method`` must be None: no other method bounds the goodput)."""
+    lists it (``method`` must be None: no other method bounds the goodput), within :data:`BOUND_SHARE`
+    of ``budget``."""
     if method is not None:
         raise OptionError(f"option 'method': {method!r} does not bound the goodput (leave it out)")
     return Bound(
         name="goodput-windows",
-        value=float(goodput_upper_bound(instance)),
+        value=float(goodput_upper_bound(instance, budget=None if budget is None else budget.part(BOUND_SHARE))),
         valid=True,
         note="upper bound: requests lost alone and queueing windows (infermax/goodput_bounds.py)",
     )

@@ -529,7 +529,7 @@ def bounds(
     if objective == "goodput":
         from .goodput_bounds import goodput_bound
 
-        return [goodput_bound(instance, bound_opts.method)]
+        return [goodput_bound(instance, bound_opts.method, budget)]
     out = generic_bounds(instance, objective)
     out += lp_bounds(instance, objective, budget)  # the LPs, within the budget (load_bounds.lp_seconds)
     if objective in ("ttft", "latency") and instance.requests:  # batch-end flushes on blocks (ttft_*_bounds.py)
