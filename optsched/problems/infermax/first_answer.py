@@ -108,7 +108,7 @@ def first_answer(
     if opts.horizon is not None and best.schedule.columns().nonempty_batches > opts.horizon:
         return None
     if opts.objective == "goodput":
-        bound = goodput_bound(instance, budget=budget).value
+        bound = goodput_bound(instance, budget=budget, met=int(best.value)).value
         optimal = best.value >= bound
     else:
         bounds = generic_bounds(instance, opts.objective)

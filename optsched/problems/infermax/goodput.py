@@ -66,7 +66,15 @@ from ...schedule import Schedule, replay
 from .candidates import GOODPUT_FIRST_POLICIES, initial_candidates
 from .cpsat import ModelBuilder
 from .data import ModelData, fits, instance_fields, integer_scaling
-from .goodput_bounds import BOUND_SHARE, RequestFacts, SloArrays, alive_requests, max_met, request_facts, slo_arrays
+from .goodput_bounds import (
+    BOUND_SHARE,
+    RequestFacts,
+    SloArrays,
+    alive_requests,
+    goodput_upper_bound,
+    request_facts,
+    slo_arrays,
+)
 from .model import InferMaxInputError, InferMaxOptions, Scaling
 from .scale import SCALE_MIN_REQUESTS
 from .schedules import schedule_from_solution, serial_completion
@@ -196,11 +204,11 @@ def _model_schedule(
 
 
 def _exact_phase(
-    instance: Instance, opts: InferMaxOptions, budget: TimeBudget, bound: float, facts: RequestFacts, slo: SloArrays
+    instance: Instance, opts: InferMaxOptions, budget: TimeBudget, bound: float, facts: RequestFacts | None
 ) -> tuple[tuple[Schedule, float, Any] | None, float, dict[str, Any]]:
     """The model of the module docstring: its schedule (replayed, with its goodput and replay) or
     None, the bound lowered by the model's proof (over a proven horizon) and statistics."""
-    data, slo, free = goodput_model_data(instance, opts, facts, slo)
+    data, slo, free = goodput_model_data(instance, opts, facts)
     if not fits(data):
         return None, bound, {"stopped": f"model not built: {data.N} x {data.J} cells exceed max_cells"}
     found, model_value, info = _model_schedule(instance, data, slo, budget)
@@ -231,19 +239,18 @@ def solve_goodput(instance: Instance, opts: InferMaxOptions, budget: TimeBudget)
     except InferMaxInputError as exc:
         return SolveResult(problem="infermax", solver=opts.solver, status=Status.INFEASIBLE, message=str(exc))
     pool.check_warm_start()
-    arrival = np.array([r.arrival for r in instance.requests])
-    facts, slo = request_facts(instance), slo_arrays(instance)
-    upper = max_met(facts, arrival, slo, budget=budget.part(BOUND_SHARE))
+    best, name = pool.best, pool.best_name
+    facts = None if best.value >= len(instance.requests) else request_facts(instance)
+    upper = goodput_upper_bound(instance, facts, budget.part(BOUND_SHARE), met=int(best.value))
     extra: dict[str, Any] = {
         "objective_name": "goodput",
         "candidates": pool.values(),
         "bounds": {"goodput-windows": upper},
     }
-    best, name = pool.best, pool.best_name
     schedule, value, rep, incumbent = best.schedule, best.value, best.replay, name
     bound = float(upper)
     if value < upper:
-        found, bound, info = _exact_phase(instance, opts, budget, bound, facts, slo)
+        found, bound, info = _exact_phase(instance, opts, budget, bound, facts)
         extra["model"] = info
         if found is not None and found[1] > value:
             schedule, value, rep, incumbent = found[0], found[1], found[2], None

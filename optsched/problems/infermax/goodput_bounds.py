@@ -265,14 +265,19 @@ def max_met(
     grid_points: int = GRID_POINTS,
     span: int = GRID_SPAN,
     budget: TimeBudget | None = None,
+    met: int = 0,
 ) -> int:
     """An upper bound on how many requests any schedule gets within ``slo`` (module docstring).
 
-    When ``budget`` expires the intervals not yet priced count no loss: the bound is weaker, still proven."""
+    When ``budget`` expires the rows and intervals not yet priced count no loss: the bound is
+    weaker, still proven. ``met``: a count some schedule reaches; when it equals the requests not
+    lost alone, that count is the bound (the windows never bound below a schedule's count) and no
+    window is priced."""
     alive = alive_requests(facts, slo)
     n = int(alive.sum())
-    if n == 0:
-        return 0
+    if n == 0 or met >= n:
+        return n
+    budget = budget or TimeBudget()
     a, loose = arrival[alive], 1 + SLACK
     tpot = np.where(facts.output[alive] > 1, slo.tpot[alive] * loose * np.maximum(facts.output[alive] - 1, 1), 0.0)
     D = a + np.minimum(slo.e2e[alive] * loose, slo.ttft[alive] * loose + tpot)
@@ -281,13 +286,13 @@ def max_met(
     if not boxed.any():
         return n
     grid = _grid(np.concatenate([a[boxed], f[boxed], D[np.isfinite(D)]]), grid_points)
-    shared = tpot_rows(facts.tpot, facts.output[alive], slo.tpot[alive] * loose, alive)
-    own = own_rows(facts.tpot, facts.output[alive], slo.tpot[alive] * loose, alive)
+    shared = tpot_rows(facts.tpot, facts.output[alive], slo.tpot[alive] * loose, alive, budget)
+    own = own_rows(facts.tpot, facts.output[alive], slo.tpot[alive] * loose, alive, budget)
     costs = (
         np.concatenate([facts.cost_full[:, alive], shared[0], own[0]]),
         np.concatenate([facts.cost_first[:, alive], shared[1], own[1]]),
     )
-    loss = _interval_losses(a, f, D, costs, grid, span, budget or TimeBudget())
+    loss = _interval_losses(a, f, D, costs, grid, span, budget)
     best = np.zeros(len(grid), dtype=np.int64)
     for y in range(1, len(grid)):
         lo = max(0, y - span)
@@ -295,12 +300,17 @@ def max_met(
     return n - int(best[-1])
 
 
-def goodput_upper_bound(instance: Instance, facts: RequestFacts | None = None, budget: TimeBudget | None = None) -> int:
+def goodput_upper_bound(
+    instance: Instance, facts: RequestFacts | None = None, budget: TimeBudget | None = None, met: int = 0
+) -> int:
     """An upper bound on the goodput count (requests meeting their own SLOs) of every schedule
-    (:func:`max_met`, cut short when ``budget`` expires: weaker, still proven)."""
+    (:func:`max_met`, cut short when ``budget`` expires: weaker, still proven; ``met`` as there: a
+    schedule that meets every request's SLOs needs no other bound)."""
+    if met >= len(instance.requests):
+        return len(instance.requests)
     facts = facts or request_facts(instance)
     arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64)
-    return max_met(facts, arrival, slo_arrays(instance), budget=budget)
+    return max_met(facts, arrival, slo_arrays(instance), budget=budget, met=met)
 
 
 def _order_index(count: int, q: float) -> int:
@@ -396,15 +406,18 @@ def with_slos(instance: Instance, ttft: float | None, tpot: float | None) -> Ins
     return replace(instance, requests=tuple(replace(r, slo=slo) for r in instance.requests))
 
 
-def goodput_bound(instance: Instance, method: str | None = None, budget: TimeBudget | None = None) -> Bound:
+def goodput_bound(
+    instance: Instance, method: str | None = None, budget: TimeBudget | None = None, met: int = 0
+) -> Bound:
     """The upper bound of this module on the requests meeting their SLOs, as the InferMax bounder
     lists it (``method`` must be None: no other method bounds the goodput), within :data:`BOUND_SHARE`
-    of ``budget``."""
+    of ``budget`` (``met``: a count some schedule reaches, :func:`max_met`)."""
     if method is not None:
         raise OptionError(f"option 'method': {method!r} does not bound the goodput (leave it out)")
+    part = None if budget is None else budget.part(BOUND_SHARE)
     return Bound(
         name="goodput-windows",
-        value=float(goodput_upper_bound(instance, budget=None if budget is None else budget.part(BOUND_SHARE))),
+        value=float(goodput_upper_bound(instance, budget=part, met=met)),
         valid=True,
         note="upper bound: requests lost alone and queueing windows (infermax/goodput_bounds.py)",
     )

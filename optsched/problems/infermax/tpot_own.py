@@ -62,38 +62,45 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...budget import NO_LIMIT, TimeBudget
 from .tpot_pricing import TpotPricing
 
 __all__ = ["own_multipliers", "own_rows"]
 
 
-def own_multipliers(p: TpotPricing, budget: np.ndarray) -> np.ndarray:
+def own_multipliers(p: TpotPricing, span: np.ndarray) -> np.ndarray:
     """:math:`\\mu_i = B_i \\Delta_i / (C_i - B_i)^2` per request (0 where :math:`C_i \\le B_i`),
-    ``budget`` the :math:`C_i = \\pi_i (O_i - 1)` in seconds (module docstring)."""
-    room = budget - p.decode_overheads
+    ``span`` the :math:`C_i = \\pi_i (O_i - 1)` in seconds (module docstring)."""
+    room = span - p.decode_overheads
     with np.errstate(divide="ignore", invalid="ignore"):
         mu = p.decode_overheads * p.decode_items / room**2
     return np.where((room > 0) & np.isfinite(room), mu, 0.0)
 
 
 def own_rows(
-    pricing: tuple[TpotPricing, ...], output: np.ndarray, tpot: np.ndarray, members: np.ndarray
+    pricing: tuple[TpotPricing, ...],
+    output: np.ndarray,
+    tpot: np.ndarray,
+    members: np.ndarray,
+    budget: TimeBudget = NO_LIMIT,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Cost rows (whole request, first token) for the windows, one per tile weight, with a multiplier
     per request, over the requests ``members`` (a mask) of outputs ``output`` and TPOT targets
-    ``tpot`` (seconds, slack included, inf where none; both of the members only); the arguments as
-    :func:`.tpot_pricing.tpot_rows`."""
+    ``tpot`` (seconds, slack included, inf where none; both of the members only); the arguments,
+    ``budget`` included, as :func:`.tpot_pricing.tpot_rows`."""
     later = np.maximum(output - 1, 0).astype(np.float64)
     n = len(output)
     full, first = [], []
     for p in pricing:
         held = (output > 1) & np.isfinite(tpot) & (tpot > p.overhead)
+        if budget.expired():
+            break
         if not held.any():
             continue
-        budget = np.zeros(len(p.output))
-        budget[np.flatnonzero(members)[held]] = tpot[held] * later[held]
-        mu = own_multipliers(p, budget)
-        bracket = (p.token_terms(mu) - mu * budget)[members]
+        span = np.zeros(len(p.output))
+        span[np.flatnonzero(members)[held]] = tpot[held] * later[held]
+        mu = own_multipliers(p, span)
+        bracket = (p.token_terms(mu) - mu * span)[members]
         full.append(p.work_full[members] + np.where(held, bracket, 0.0))
         first.append(p.work_first[members])
     return np.array(full).reshape(-1, n), np.array(first).reshape(-1, n)

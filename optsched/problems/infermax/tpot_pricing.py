@@ -76,6 +76,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...bounds import request_work
+from ...budget import NO_LIMIT, TimeBudget
 from ...costmodel import Coefficients
 from ...instance import Instance
 from ...tokensums import add_by_owner, token_blocks
@@ -203,12 +204,18 @@ def _multipliers(p: TpotPricing, held: np.ndarray, pi: float) -> list[float]:
 
 
 def tpot_rows(
-    pricing: tuple[TpotPricing, ...], output: np.ndarray, tpot: np.ndarray, members: np.ndarray
+    pricing: tuple[TpotPricing, ...],
+    output: np.ndarray,
+    tpot: np.ndarray,
+    members: np.ndarray,
+    budget: TimeBudget = NO_LIMIT,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Cost rows (whole request, first token) for the windows, one per tile weight and multiplier,
     over the requests ``members`` (a mask) of outputs ``output`` and TPOT targets ``tpot`` (seconds,
     slack included, inf where none; both of the members only). No rows (shape (0, members)) when no
-    member has a TPOT target above the overhead."""
+    member has a TPOT target above the overhead. No more rows are priced once ``budget`` has
+    expired: each row is one choice of the windows' minimum, so fewer rows give a weaker bound,
+    still proven."""
     later = np.maximum(output - 1, 0).astype(np.float64)
     full, first = [], []
     for p in pricing:
@@ -218,10 +225,12 @@ def tpot_rows(
         mask = np.flatnonzero(members)[held]
         chosen = np.zeros(len(p.output), dtype=bool)
         chosen[mask] = True
-        budget = np.where(held, tpot, 0.0) * later
+        span = np.where(held, tpot, 0.0) * later
         for mu in _multipliers(p, chosen, float(np.median(tpot[held]))):
+            if budget.expired():
+                break
             terms = p.token_terms(mu)[members]
-            full.append(p.work_full[members] + np.where(held, terms - mu * budget, 0.0))
+            full.append(p.work_full[members] + np.where(held, terms - mu * span, 0.0))
             first.append(p.work_first[members])
     n = len(output)
     return np.array(full).reshape(-1, n), np.array(first).reshape(-1, n)

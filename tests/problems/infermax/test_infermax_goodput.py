@@ -110,7 +110,7 @@ def test_some_requests_are_proven_lost_under_overload() -> None:
 def test_a_planted_invalid_bound_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     inst = with_random_slos(tiny_instance(7, n_max=3), 7)
     assert solve(inst, objective="goodput").objective >= 1
-    monkeypatch.setattr(goodput, "max_met", lambda *args, **kwargs: 0)
+    monkeypatch.setattr(goodput, "goodput_upper_bound", lambda *args, **kwargs: 0)
     with pytest.raises(RuntimeError, match="above the proven bound"):
         solve(inst, objective="goodput")
 
@@ -148,6 +148,27 @@ def test_the_upper_bound_cut_short_is_weaker_and_still_proven() -> None:
     spent = goodput_bounds.max_met(facts, arrival, slo, budget=TimeBudget.of(0.0))
     assert full < spent == int(goodput_bounds.alive_requests(facts, slo).sum())
     assert all(objective_of(replay(inst, s), "goodput") <= full for s in policy_schedules(inst).values())
+
+
+def test_the_rows_cut_short_price_nothing_and_a_met_count_ends_the_bound() -> None:
+    """With the budget spent the TPOT rows price nothing (fewer rows: a weaker bound); a count that
+    some schedule meets and that reaches the requests not lost alone is the bound, the full bound's
+    value, and below that it changes nothing."""
+    from optsched.problems.infermax.tpot_pricing import tpot_rows
+
+    inst = goodput_bounds.with_slos(scale_instance(200, 1), 0.05, 0.02)
+    facts, slo = goodput_bounds.request_facts(inst), goodput_bounds.slo_arrays(inst)
+    alive = goodput_bounds.alive_requests(facts, slo)
+    every = np.ones(int(alive.sum()), dtype=bool)
+    args = (facts.tpot, facts.output[alive], slo.tpot[alive], every)
+    assert len(tpot_rows(*args)[0]) > 0 and len(tpot_rows(*args, budget=TimeBudget.of(0.0))[0]) == 0
+    arrival = np.array([r.arrival for r in inst.requests])
+    full = goodput_bounds.max_met(facts, arrival, slo)
+    assert goodput_bounds.max_met(facts, arrival, slo, met=full - 1) == full
+    loose = goodput_bounds.with_slos(inst, 10.0, 1.0)
+    n = len(loose.requests)
+    met = max(objective_of(replay(loose, s), "goodput") for s in policy_schedules(loose).values())
+    assert met == n == goodput_bounds.goodput_upper_bound(loose) == goodput_bounds.goodput_upper_bound(loose, met=n)
 
 
 def test_a_bisection_cut_short_keeps_a_weaker_proven_bound() -> None:
