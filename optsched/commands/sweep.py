@@ -77,11 +77,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=handle)
 
 
+#: Most local worker processes (or local Ray CPUs) a core: more run no cell sooner and each holds memory.
+WORKERS_PER_CORE = 4
+
+
 def _check_args(args: argparse.Namespace) -> None:
     if args.address is not None and not args.ray:
         raise BadInput("--address: only applies with --ray")
     if args.address is not None and args.workers is not None:
         raise BadInput("--workers: a cluster given by --address has its own CPUs; drop --workers")
+    cores = len(os.sched_getaffinity(0))
+    if args.workers is not None and args.workers > WORKERS_PER_CORE * cores:
+        raise BadInput(
+            f"--workers: {args.workers} processes on this machine's {cores} cores; at most "
+            f"{WORKERS_PER_CORE * cores} ({WORKERS_PER_CORE} a core: the cells are CPU-bound, and each worker "
+            "holds its own copy of the workloads)"
+        )
     if args.capacity and args.replicas:
         raise BadInput("--capacity and --replicas: run one search at a time")
     searching = args.capacity or args.replicas

@@ -104,6 +104,8 @@ def test_bad_workloads_and_options(tmp_path, capsys) -> None:
     assert "--address: only applies with --ray" in capsys.readouterr().err
     assert _sweep(tmp_path, SMALL_SPEC, "--slo-ttft-p99", "1") == 2
     assert "only apply with --capacity" in capsys.readouterr().err
+    assert _sweep(tmp_path, SMALL_SPEC, "--workers", "1000000") == 2  # refused before any process forks
+    assert "--workers: 1000000 processes on this machine's" in capsys.readouterr().err
     assert _sweep(tmp_path, SMALL_SPEC, "--capacity") == 2 and "needs --slo-ttft-p99" in capsys.readouterr().err
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nworkloads: [\n")
