@@ -121,7 +121,6 @@ from .bounds import (
 )
 from .budget import NO_LIMIT, TimeBudget
 from .costmodel import Coefficients
-from .finish_index import FINISH_INDEX_TIME, finish_index_bound
 from .fluid_bounds import FLUID_TIME, fluid_latency
 from .fluid_work import WORK_TIME, fluid_work
 from .instance import Instance
@@ -421,6 +420,8 @@ def lp_bounds(instance: Instance, objective: str, budget: TimeBudget = NO_LIMIT)
     K = most_items(instance)
     lps = [(partial(_busy_time, instance, name == "ttft", K), LP_TIME)]
     if name == "latency":
+        from .finish_index import FINISH_INDEX_TIME, finish_index_bound  # numba's import: not at the program's start
+
         attention = prompt_attention_extra(instance, instance.columns[1])  # (optsched/phase_latency.py)
         lps.append((partial(pair_wait_lp, instance), PAIR_LP_TIME))
         lps.append((partial(finish_index_bound, instance, attention), FINISH_INDEX_TIME))  # (optsched/finish_index.py)

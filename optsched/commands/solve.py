@@ -179,9 +179,12 @@ def first_is_answer(
     record: Formulation, solver: str | None, budget: TimeBudget, first: SolveResult
 ) -> SolveResult | None:
     """``first`` (:func:`first_answer`) labelled with why it is the command's answer, when the
-    solver cannot improve on it in time: its start-up (:func:`started_up_by`) has not ended by the
-    deadline, or the time left then is less than ``first`` took (the solve's first phase redoes
-    that work); None when the solve is to run."""
+    solver cannot improve on it in time: it is optimal already (the solver is not loaded), the
+    solver's start-up (:func:`started_up_by`) has not ended by the deadline, or the time left then
+    is less than ``first`` took (the solve's first phase redoes that work); None when the solve is
+    to run."""
+    if first.status == Status.OPTIMAL:
+        return first
     if not started_up_by(record, solver, budget):
         why = "the solver did not load within the time limit"
     elif not budget.holds(first.wall_time):

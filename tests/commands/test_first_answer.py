@@ -64,7 +64,17 @@ def test_ctrl_c_during_the_start_up_gives_the_policy_answer(monkeypatch, capsys)
 
     monkeypatch.setattr(problems.Formulation, "start_up", interrupted_start_up)
     try:
-        code = cli.main(["solve", "toy-4", "--problem", "infermax", "--time-limit", "60", "--json"])
+        code = cli.main([
+            "solve",
+            "toy-4",
+            "--problem",
+            "infermax",
+            "--objective",
+            "latency",
+            "--time-limit",
+            "60",
+            "--json",
+        ])
     finally:
         done.set()
     assert code == 0
@@ -73,6 +83,19 @@ def test_ctrl_c_during_the_start_up_gives_the_policy_answer(monkeypatch, capsys)
     assert result["interrupted"] is True
     assert result["incumbent"].startswith("the solver did not load")
     assert "reporting the best schedule and bound found so far" in captured.err
+
+
+def test_an_optimal_first_answer_is_the_answer_without_the_solver(monkeypatch, capsys) -> None:
+    """toy-4's makespan: the first policy's schedule meets the proven bound, so the solver is not loaded."""
+
+    def no_start_up(self, kind="solve"):
+        raise AssertionError("the solver was loaded")
+
+    monkeypatch.setattr(problems.Formulation, "start_up", no_start_up)
+    assert cli.main(["solve", "toy-4", "--problem", "infermax", "--time-limit", "30", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["status"] == Status.OPTIMAL.value and result["bound"] <= result["objective"]
+    assert result["incumbent"] == f"schedule of {result['schedule_source']!r}"
 
 
 def test_a_start_up_in_time_gives_the_solve(capsys) -> None:
@@ -201,7 +224,8 @@ def test_a_start_up_that_leaves_less_than_the_first_answer_took_gives_it(monkeyp
         return None if result is None else replace(result, wall_time=1e6)
 
     monkeypatch.setattr(module, "first_answer", slow_first)
-    assert cli.main(["solve", "toy-4", "--problem", "infermax", "--time-limit", "30", "--json"]) == 0
+    argv = ["solve", "toy-4", "--problem", "infermax", "--objective", "latency", "--time-limit", "30", "--json"]
+    assert cli.main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     why = r"the solver loaded with [0-9.e+]+ s left, less than the first answer took \(1e\+06 s\)"
     assert re.match(why + r"; schedule of '[a-z-]+'$", result["incumbent"])

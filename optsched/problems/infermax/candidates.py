@@ -18,8 +18,7 @@ from ...instance import Instance
 from ...options import OptionError
 from ...result import MAXIMISED, objective_of
 from ...schedule import ReplayResult, Schedule, replay
-from .model import InferMaxOptions
-from .scale import SCALE_MIN_REQUESTS
+from .model import SCALE_MIN_REQUESTS, InferMaxOptions
 from .schedules import serial_schedule
 
 __all__ = ["Candidate", "CandidatePool", "candidate_schedules", "initial_candidates"]
@@ -167,7 +166,7 @@ def initial_candidates(
     option. The ``warm_start`` policy runs first, then the policies named in ``first`` (in that
     order: an objective's best-suited policies), then the other policies of the unified scheduler
     (:data:`~optsched.policies.config.POLICY_CONFIGS`), then the others (with a time limit, only on
-    instances of fewer than :data:`.scale.SCALE_MIN_REQUESTS` requests: they have no clock inside,
+    instances of fewer than :data:`.model.SCALE_MIN_REQUESTS` requests: they have no clock inside,
     and on a 2,000-request trace slice the slowest took 150 times as long as ``vllm``); another is
     started only while the time left of ``budget`` exceeds the longest policy run so far (run
     and replay), once there is one candidate. A policy of the unified scheduler runs in slices and,

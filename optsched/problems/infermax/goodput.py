@@ -75,8 +75,7 @@ from .goodput_bounds import (
     request_facts,
     slo_arrays,
 )
-from .model import InferMaxInputError, InferMaxOptions, Scaling
-from .scale import SCALE_MIN_REQUESTS
+from .model import SCALE_MIN_REQUESTS, InferMaxInputError, InferMaxOptions, Scaling
 from .schedules import schedule_from_solution, serial_completion
 
 __all__ = ["GoodputBuilder", "goodput_model_data", "solve_goodput"]

@@ -1,6 +1,6 @@
 """The exact search of mean latency and mean TTFT (:mod:`.meansearch`) as a phase of the InferMax solve.
 
-Below :data:`~.scale.SCALE_MIN_REQUESTS` requests, for ``latency`` and ``ttft`` with short chunks
+Below :data:`~.model.SCALE_MIN_REQUESTS` requests, for ``latency`` and ``ttft`` with short chunks
 (:func:`search_applies`), the solve runs the search below its best candidate with
 :data:`SEARCH_SHARE` of the time left (:func:`search_phase`); the model gets the rest.
 """

@@ -186,6 +186,7 @@ __all__ = [
     "MAX_CELLS",
     "OBJECTIVES",
     "RELAX_SHARE",
+    "SCALE_MIN_REQUESTS",
     "InferMaxBoundOptions",
     "InferMaxInputError",
     "InferMaxOptions",
@@ -193,6 +194,10 @@ __all__ = [
     "linear_instance",
     "symmetric_pairs",
 ]
+
+#: Instances with at least this many requests are solved at scale (:mod:`.scale`; the exact search of
+#: the residency relaxation handles up to about 10 requests; the CP-SAT model is too large beyond).
+SCALE_MIN_REQUESTS = 12
 
 #: The objectives the model solves (:data:`optsched.result.OBJECTIVE_TABLE`) and ``completion``, read
 #: as ``latency`` (its alias): the model minimises the sum of finish (latency) or first-token (ttft)

@@ -1,6 +1,6 @@
 """The InferMax solve at scale: schedules by segment-list search, bounds that see KV memory, anytime.
 
-Beyond the exact methods' reach (:data:`SCALE_MIN_REQUESTS` requests and more) the solve spends
+Beyond the exact methods' reach (:data:`.model.SCALE_MIN_REQUESTS` requests and more) the solve spends
 its time limit here (:func:`scale_phase`):
 
 1. **Bounds, instant.** For the makespan, the KV-time count of :mod:`.kvtime` raises the least
@@ -52,11 +52,8 @@ from .lns import improve_segment_lists, segments_from_trajectories, starting_seg
 from .model import linear_instance
 from .segments import SegmentArrays, SegmentList, segment_arrays, segments_cost, segments_refused, segments_schedule
 
-__all__ = ["SCALE_DEFAULT_TIME", "SCALE_MIN_REQUESTS", "TAIL_REPLAYS", "ScalePhase", "kv_time_bound", "scale_phase"]
+__all__ = ["SCALE_DEFAULT_TIME", "TAIL_REPLAYS", "ScalePhase", "kv_time_bound", "scale_phase"]
 
-#: Instances with at least this many requests are solved at scale (the exact search of the
-#: residency relaxation handles up to about 10 requests; the CP-SAT model is too large beyond).
-SCALE_MIN_REQUESTS = 12
 #: Time (seconds) of the scale phase in a solve without a time limit (it is anytime).
 SCALE_DEFAULT_TIME = 60.0
 #: Replays the solve keeps time for after the scale phase, each as slow as the slowest replay of a

@@ -10,7 +10,7 @@ every proven bound into its list of bounds. :func:`solve` runs these phases, eac
    respects the options, and the serial schedule of :func:`.schedules.serial_schedule`), the bounds of
    :mod:`optsched.bounds`;
    for the makespan with a KV capacity also the KV-time bound of :mod:`.kvtime` (via :mod:`.scale`);
-   with :data:`.scale.SCALE_MIN_REQUESTS` requests or more, the scale phase (:func:`_scale_phase`:
+   with :data:`.model.SCALE_MIN_REQUESTS` requests or more, the scale phase (:func:`_scale_phase`:
    the segment-list search and the trajectory bound of :mod:`.scale`) takes the rest of the time budget
    (60 s without a limit; no policy is started after :data:`CANDIDATE_SHARE` of it), its best
    segment list becomes a candidate, its bounds join the proven ones, and phases 3 to 5 are skipped (no
@@ -70,8 +70,8 @@ from .candidates import Candidate, CandidatePool, candidate_schedules, initial_c
 from .data import ModelData, build_data, fits
 from .first_answer import generic_bounds, meets
 from .meanphase import search_applies, search_phase
-from .model import InferMaxBoundOptions, InferMaxInputError, InferMaxOptions
-from .scale import SCALE_MIN_REQUESTS, kv_time_bound
+from .model import SCALE_MIN_REQUESTS, InferMaxBoundOptions, InferMaxInputError, InferMaxOptions
+from .scale import kv_time_bound
 from .schedules import first_token_prefix, hint_from_schedule, schedule_from_solution, serial_completion
 
 if TYPE_CHECKING:  # relax.py loads CP-SAT, which the solve imports before its clock (SOLVE_MODULES)
