@@ -142,6 +142,7 @@ __all__ = [
     "packing_bound",
     "request_work",
     "critical_path_times",
+    "equal_splits",
     "generic_bounds",
     "instance_bounds",
     "prefill_alone_time",
@@ -158,6 +159,14 @@ def _tiles(tokens: np.ndarray, chunks: np.ndarray, cm: CostModel) -> np.ndarray:
     return np.maximum(chunks, np.ceil(tokens / cm.token_tile))
 
 
+def equal_splits(tokens: int, cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For each chunk count k from ceil(tokens / cap) to tokens: k, q = floor(tokens / k), r (parts of q + 1) and
+    the least sum of squares of k positive parts of ``tokens`` (equal parts)."""
+    k = np.arange(-(-tokens // cap), tokens + 1, dtype=np.int64)
+    q, r = tokens // k, tokens % k
+    return k, q, r, (k - r) * q * q + r * (q + 1) * (q + 1)
+
+
 @lru_cache(maxsize=65536)
 def _prefill_alone(cm: CostModel, tokens: int, chunk_cap: int) -> float:
     """F(X): least time to prefill ``tokens`` tokens of one request alone, chunks <= ``chunk_cap``.
@@ -172,13 +181,9 @@ def _prefill_alone(cm: CostModel, tokens: int, chunk_cap: int) -> float:
     coef = Coefficients.of(cm)
     L, b, a, pb, pa = coef.layers, coef.base, coef.per_token, coef.prefill_bias, coef.prefill_per_token
     pq, pc = coef.prefill_per_token_sq, coef.prefill_per_ctx
-    k_min = -(-tokens // chunk_cap)
-    k = np.arange(k_min, tokens + 1, dtype=np.float64)
+    k, _, _, least = equal_splits(tokens, chunk_cap)
     if pq - pc / 2 <= 0.0:  # more chunks only add overhead (and tiles): the least k has the least cost
-        k = k[:1]
-    q = np.floor(tokens / k)
-    r = tokens - q * k
-    least = q * q * (k - r) + (q + 1) ** 2 * r
+        k, least = k[:1], least[:1]
     squares = least if pq >= pc / 2 else np.minimum(chunk_cap, tokens - k + 1) * tokens
     attention = pc / 2 * tokens * tokens + (pq - pc / 2) * squares
     tiles = cm.per_tile * _tiles(np.float64(tokens), k, cm)
@@ -190,8 +195,7 @@ def prefill_alone_time(instance: Instance, prompt_tokens: int) -> float:
     return _prefill_alone(instance.cost_model, int(prompt_tokens), instance.limits.prefill_budget)
 
 
-#: Most per-token entries the per-token sums below hold at once: memory stays bounded however
-#: long the outputs (10^7 output tokens took 0.7 GB in one block).
+#: Most per-token entries the per-token sums below hold at once: memory bounded however long the outputs.
 TOKEN_BLOCK = 1 << 20
 
 
@@ -221,10 +225,6 @@ def _decode_term(held: np.ndarray, cm: CostModel, P: int, alone: bool) -> np.nda
     return L * np.minimum(decode, refill)
 
 
-def _arrays(instance: Instance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return instance.columns
-
-
 def _prefill_alone_times(instance: Instance, I: np.ndarray) -> np.ndarray:
     """F(I_i) per request, computed once per distinct prompt length."""
     lengths, where = np.unique(I, return_inverse=True)
@@ -240,7 +240,7 @@ def _alone_parts(instance: Instance, I: np.ndarray, O: np.ndarray) -> tuple[np.n
 
 def critical_path_times(instance: Instance) -> np.ndarray:
     """A_i of the module docstring: least time each request needs alone, in request order."""
-    _, I, O = _arrays(instance)
+    _, I, O = instance.columns
     first, later = _alone_parts(instance, I, O)
     return first + later
 
@@ -274,7 +274,7 @@ def _member_lengths(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Prompt and output lengths of the requests ``members`` (indices; None: all); with
     ``first_tokens`` every output length is 1 (only the first token counts)."""
-    _, I, O = _arrays(instance)
+    _, I, O = instance.columns
     if first_tokens:
         O = np.ones_like(O)
     return (I, O) if members is None else (I[members], O[members])
@@ -476,7 +476,7 @@ def work_bound(instance: Instance) -> tuple[float, float]:
     cm, lim = instance.cost_model, instance.limits
     coef = Coefficients.of(cm.linear_twin())
     L, b, pb, db = coef.layers, coef.base, coef.prefill_bias, coef.decode_bias
-    arrival, I, O = _arrays(instance)
+    arrival, I, O = instance.columns
     P, C = lim.prefill_budget, lim.token_budget
     order = np.argsort(-arrival, kind="stable")  # latest arrival first: prefix = suffix set S
     arr, Is, Os = arrival[order], I[order], O[order]
@@ -530,7 +530,7 @@ def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Boun
     objective = objective_named(objective).name
     if objective in MAXIMISED:  # goodput: its upper bound is the InferMax bounder's (goodput_bounds.py)
         return []
-    arrival, I, _ = _arrays(instance)
+    arrival, I, _ = instance.columns
     if objective == "ttft":
         first = _prefill_alone_times(instance, I)
         return [
@@ -579,7 +579,7 @@ def _makespan_bounds(instance: Instance, arrival: np.ndarray, alone: np.ndarray)
 def instance_bounds(instance: Instance) -> list[Bound]:
     """The default bounds of an instance: makespan (critical path, work, their max), mean latency,
     mean TTFT (lower bounds) and throughput (upper bound), all proven (module docstring)."""
-    arrival, I, O = _arrays(instance)
+    arrival, I, O = instance.columns
     first, later = _alone_parts(instance, I, O)
     makespan_bounds = {b.name: b.value for b in _makespan_bounds(instance, arrival, first + later)}
     critical, work = makespan_bounds["critical-path"], makespan_bounds["work"]

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ...bounds import equal_splits
 from ...costmodel import Coefficients, CostModel
 from ...instance import Instance
 from ...schedule import Batch, Item, ReplayResult, Schedule, replay
@@ -37,14 +38,12 @@ __all__ = [
 def lone_prefill_chunks(cost: CostModel, tokens: int, cap: int) -> tuple[int, ...]:
     """The chunks (each at most ``cap``) in which a prompt of ``tokens`` tokens prefilled alone, one
     chunk a batch, takes the least time among the splits into k equal parts (sizes q and q + 1, k
-    from ceil(tokens / cap) up) and the fewest full chunks of ``cap`` then the rest. For chunks
-    c_1..c_k in order, the context term sums to ``pc (X^2 - sum_j c_j^2) / 2`` (as in
+    from ceil(tokens / cap) up: :func:`optsched.bounds.equal_splits`) and the fewest full chunks of
+    ``cap`` then the rest. For chunks c_1..c_k in order, the context term sums to ``pc (X^2 - sum_j c_j^2) / 2`` (as in
     :func:`optsched.bounds.prefill_alone_time`), so the k equal parts cost ``L (k (b + pb) + (a + pa) X
     + tc (tiles of its chunks) + pc X^2 / 2 + (pq - pc / 2) sum_j c_j^2)``; the best k by that form is
     compared with the full chunks by their batch times."""
-    k = np.arange(-(-tokens // cap), tokens + 1, dtype=np.int64)
-    q, r = tokens // k, tokens % k
-    squares = (k - r) * q * q + r * (q + 1) * (q + 1)
+    k, q, r, squares = equal_splits(tokens, cap)
     coef = Coefficients.of(cost)
     tile = max(coef.token_tile, 1)
     tiles = (k - r) * -(-q // tile) + r * -(-(q + 1) // tile)
