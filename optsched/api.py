@@ -35,7 +35,7 @@ class ScheduleRejected(RuntimeError):
 def _instance(instance: Instance | str | os.PathLike[str]) -> Instance:
     """``instance``, or the instance its file or shipped name holds."""
     if isinstance(instance, Instance):
-        return instance
+        return instance.checked()
     if not isinstance(instance, (str, os.PathLike)):
         raise TypeError(f"instance: an Instance, a file or a shipped instance name, got {type(instance).__name__}")
     return load_instance(os.fspath(instance))

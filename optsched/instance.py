@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from importlib import resources
+from numbers import Integral, Real
+from os import PathLike
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -39,6 +42,7 @@ __all__ = [
     "RequestColumns",
     "as_limits",
     "available_instances",
+    "check_instance",
     "check_requests",
     "load_instance",
     "requests_from_columns",
@@ -102,6 +106,10 @@ class Limits:
         return c, p, m, r
 
 
+#: Key of :meth:`Instance.checked`'s mark in an instance's ``__dict__``.
+_CHECKED = "_checked"
+
+
 @dataclass(frozen=True)
 class Instance:
     """A scheduling instance: named requests under limits and a cost model.
@@ -161,8 +169,17 @@ class Instance:
     def __contains__(self, request_id: object) -> bool:
         return request_id in self._index
 
+    def checked(self) -> Instance:
+        """This instance, checked by :func:`check_instance` (once per object; an instance read by
+        :func:`parse_instance` passes as read)."""
+        if not self.__dict__.get(_CHECKED):
+            check_instance(self)
+            self.__dict__[_CHECKED] = True  # beside the cached properties: not a field, not compared
+        return self
+
     def with_requests(self, requests: Sequence[Request], name: str | None = None) -> Instance:
-        """A copy with other requests (e.g. a slice of a trace; a :class:`RequestColumns` is kept as it is)."""
+        """A copy with other requests (e.g. a slice of a trace; a :class:`RequestColumns` is kept as
+        it is); not checked here (:meth:`checked`)."""
         kept = requests if isinstance(requests, RequestColumns) else tuple(requests)
         return replace(self, requests=kept, name=name or self.name)
 
@@ -283,12 +300,13 @@ def _describe(loc: tuple[Any, ...], raw: Mapping[str, Any]) -> str:
     return "field " + repr(".".join(str(p) for p in loc))
 
 
-def _first_error(exc: Any, raw: Mapping[str, Any], source: str) -> InstanceError:
+def _first_error(exc: Any, raw: Mapping[str, Any], source: str, at: tuple[Any, ...] = ()) -> InstanceError:
+    """The first of pydantic's errors ``exc`` about ``raw`` (found at ``at`` in the instance), named."""
     err = exc.errors()[0]
     msg = err["msg"]
     if err["type"] == "missing":
         msg = "missing"
-    return InstanceError(f"{source}: {_describe(tuple(err['loc']), raw)}: {msg}")
+    return InstanceError(f"{source}: {_describe((*at, *err['loc']), raw)}: {msg}")
 
 
 def parse_instance(data: Any, source: str = "<instance>", *, check_capacity: bool = True) -> Instance:
@@ -339,7 +357,10 @@ def parse_instance(data: Any, source: str = "<instance>", *, check_capacity: boo
     _reject_misspelt_keys(extra, schema.instance.model_fields, source, "")
     for r in requests:
         _reject_misspelt_keys(r.extra, schema.request.model_fields, source, f"request {r.id!r}: ")
-    return Instance(model.name, cost, limits, requests, extra)
+    instance = Instance(model.name, cost, limits, requests, extra)
+    if check_capacity:
+        instance.__dict__[_CHECKED] = True  # as checked as check_instance would
+    return instance
 
 
 def _reject_misspelt_keys(extra: Mapping[str, Any], known: Iterable[str], source: str, who: str) -> None:
@@ -392,6 +413,75 @@ def check_requests(
             )
 
 
+def check_instance(instance: Instance) -> None:
+    """Check an :class:`Instance` built in code by the rules of an instance file (docs/instances.md):
+    limits, at least one request, each request's fields (a quick look at each; the file's schema
+    names what it finds unusual), then :func:`check_requests` (token counts, unique ids, KV capacity).
+    A loaded trace's columns were checked by its loader; their ids, token counts and capacity are
+    checked here again. The optsched API (:func:`optsched.solve`, ``bound``, ``simulate``) calls it
+    once per instance object (:meth:`Instance.checked`).
+
+    Raises
+    ------
+    InstanceError
+        Naming the instance, the request and the field.
+    """
+    source = f"instance {instance.name!r}"
+    if not isinstance(instance.limits, Limits):
+        raise InstanceError(f"{source}: field 'limits': a Limits, got {type(instance.limits).__name__}")
+    as_limits(instance.limits.to_dict(), source)
+    if not len(instance.requests):
+        raise InstanceError(f"{source}: field 'requests': no request (an instance has at least one)")
+    if not isinstance(instance.requests, RequestColumns):
+        for k, r in enumerate(instance.requests):
+            if not isinstance(r, Request):
+                raise InstanceError(f"{source}: request #{k}: a Request, got {type(r).__name__}")
+            if not _usual(r):
+                _check_fields(r, k, source)
+    check_requests(instance.requests, instance.limits, source)
+
+
+def _usual(r: Request) -> bool:
+    """Whether every field of ``r`` has the usual type and lies in range (the quick look of
+    :func:`check_instance`; what fails it goes to the schema, which decides)."""
+    whole = (r.prompt_tokens, r.output_tokens) + (
+        () if r.predicted_output_tokens is None else (r.predicted_output_tokens,)
+    )
+    slo = r.slo
+    return (
+        type(r.id) is str
+        and r.id != ""
+        and all(isinstance(v, Integral) and not isinstance(v, bool) and v >= 1 for v in whole)
+        and isinstance(r.arrival, Real)
+        and not isinstance(r.arrival, bool)
+        and 0 <= r.arrival <= MAX_ARRIVAL
+        and isinstance(r.extra, Mapping)
+        and (
+            slo is None
+            or type(slo) is SLO
+            and all(
+                v is None or isinstance(v, Real) and not isinstance(v, bool) and 0 < v < math.inf
+                for v in (slo.ttft, slo.tpot, slo.e2e, slo.atgt)
+            )
+        )
+    )
+
+
+def _check_fields(r: Request, k: int, source: str) -> None:
+    """Request ``r`` (the ``k``-th) validated by the instance file's schema; raises what it finds."""
+    if not isinstance(r.slo, (SLO, type(None))) or not isinstance(r.extra, Mapping):
+        field_name = "slo" if not isinstance(r.slo, (SLO, type(None))) else "extra"
+        raise InstanceError(
+            f"{source}: request #{k}: field {field_name!r}: of type {type(getattr(r, field_name)).__name__}"
+        )
+    raw = {"requests": [r.to_dict()]}
+    schema = _schema()
+    try:
+        schema.request.model_validate(raw["requests"][0])
+    except schema.error as exc:
+        raise _first_error(exc, raw, source, ("requests", 0)) from None
+
+
 def load_instance(path: str | Path, *, check_capacity: bool = True) -> Instance:
     """Read an instance JSON file, or a shipped instance by name (see :func:`available_instances`).
 
@@ -400,10 +490,16 @@ def load_instance(path: str | Path, *, check_capacity: bool = True) -> Instance:
     Raises
     ------
     InstanceError
-        When the file is missing, is not UTF-8 JSON (:func:`optsched.jsonio.read_json`), or violates
-        the contract.
+        When the name is empty, the file is missing, is not UTF-8 JSON
+        (:func:`optsched.jsonio.read_json`), or violates the contract.
+    TypeError
+        When ``path`` is not a file name (data is read by :func:`parse_instance`).
     """
+    if not isinstance(path, (str, PathLike)):
+        raise TypeError(f"path: a file or a shipped instance's name, got {type(path).__name__}")
     path_str = str(path)
+    if not path_str:
+        raise InstanceError("an instance file name is empty")
     p = Path(path_str)
     if not p.exists() and not path_str.endswith(".json"):
         shipped = resources.files("optsched.data_instances").joinpath(f"{path_str}.json")

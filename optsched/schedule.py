@@ -371,6 +371,18 @@ def _flag_limits(st: _ReplayState, j: int, n_tok: int, n_pre: int, seen: set[int
             st.flag(f"batch {j}: {what}{who}")
 
 
+def _check_replay_arguments(instance: object, schedule: object) -> None:
+    """What :func:`replay` takes: files are read first (``load_instance``, ``load_schedule``)."""
+    if not isinstance(instance, Instance):
+        raise TypeError(f"instance: an Instance (optsched.load_instance reads one), got {type(instance).__name__}")
+    if isinstance(schedule, Schedule):
+        return
+    if isinstance(schedule, (str, bytes)) or not isinstance(schedule, Sequence):
+        raise TypeError(f"schedule: a Schedule or a sequence of Batch, got {type(schedule).__name__}")
+    if not all(isinstance(b, Batch) for b in schedule):
+        raise TypeError("schedule: a sequence of Batch holds something else (optsched.load_schedule reads a file)")
+
+
 def replay(instance: Instance, schedule: Schedule | Sequence[Batch], *, compiled: bool | None = None) -> ReplayResult:
     """Apply the contract's semantics to a schedule and judge it.
 
@@ -389,7 +401,13 @@ def replay(instance: Instance, schedule: Schedule | Sequence[Batch], *, compiled
     ReplayResult
         Violations (each naming batch and request), per-request outcomes, per-batch trace and, when
         feasible, the metrics.
+
+    Raises
+    ------
+    TypeError
+        When ``instance`` is not an Instance, or ``schedule`` neither a Schedule nor batches.
     """
+    _check_replay_arguments(instance, schedule)
     sched = schedule if isinstance(schedule, Schedule) else Schedule(instance.name, schedule)
     cols = sched._columns  # noqa: SLF001 - the same module's class
     n_items = len(cols.item_ref) if cols is not None else sum(len(b.items) for b in sched.batches)

@@ -1,0 +1,93 @@
+"""Instances built in code (``Instance.with_requests``, ``Request(...)``) meet the API's entry points
+(``optsched.solve``, ``bound``, ``simulate``) with the rules of an instance file, and ``replay`` and
+``load_instance`` name what they take: a duplicate id made the online hybrid policy loop forever,
+an empty instance divided by zero, a negative prompt reached the engine."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import optsched
+from optsched.instance import SLO, Instance, InstanceError, Limits, check_instance, load_instance
+
+TOY = load_instance("toy-4")
+FIRST = TOY.requests[0]
+
+BAD = {
+    "a duplicate id": ([FIRST, FIRST], "request 'r0': field 'id': duplicate id"),
+    "no request": ([], "field 'requests': no request"),
+    "a negative prompt": ([replace(FIRST, prompt_tokens=-3)], "field 'prompt_tokens': Input should be greater"),
+    "a NaN arrival": ([replace(FIRST, arrival=math.nan)], "field 'arrival': Input should be a finite number"),
+    "a boolean output": ([replace(FIRST, output_tokens=True)], "field 'output_tokens': Input should be a valid int"),
+    "a fractional prompt": ([replace(FIRST, prompt_tokens=2.5)], "field 'prompt_tokens': Input should be a valid int"),
+    "a negative SLO": ([replace(FIRST, slo=SLO(ttft=-1.0))], "field 'slo.ttft': Input should be greater than 0"),
+    "an SLO mapping": ([replace(FIRST, slo={"ttft": 1})], "request #0: field 'slo': of type dict"),
+    "a mapping for a request": ([{"id": "a"}], "request #0: a Request, got dict"),
+    "an integer id": ([replace(FIRST, id=5)], "request #0: field 'id': Value error, must be a string"),
+    "too many tokens": ([replace(FIRST, prompt_tokens=10**30)], "exceeds 10,000,000 tokens"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+@pytest.mark.parametrize("call", ["solve", "bound", "simulate"])
+def test_a_bad_built_instance_is_refused_at_the_api(case, call) -> None:
+    requests, message = BAD[case]
+    bad = TOY.with_requests(requests)
+    run = {
+        "solve": lambda: optsched.solve(bad, problem="infermax", time_limit=3),
+        "bound": lambda: optsched.bound(bad, problem="infermax"),
+        "simulate": lambda: optsched.simulate(bad, "hybrid"),
+    }[call]
+    with pytest.raises(InstanceError, match=re.escape(message)):
+        run()
+
+
+def test_bad_limits_of_a_built_instance_are_named() -> None:
+    bad = replace(TOY, limits=Limits(token_budget=0))
+    with pytest.raises(InstanceError, match="field 'limits.token_budget'"):
+        check_instance(bad)
+
+
+def test_a_usual_built_instance_passes_numpy_integers_included() -> None:
+    built = TOY.with_requests([replace(r, prompt_tokens=np.int64(r.prompt_tokens)) for r in TOY.requests])
+    assert built.checked() is built
+    schedule, replayed = optsched.simulate(built, "vllm")
+    assert replayed.feasible and replayed.metrics.makespan == optsched.simulate(TOY, "vllm")[1].metrics.makespan
+
+
+def test_a_read_instance_is_checked_as_read_and_a_copy_again() -> None:
+    assert TOY.checked() is TOY
+    copy = TOY.with_requests([FIRST, FIRST])
+    with pytest.raises(InstanceError, match="duplicate id"):
+        copy.checked()
+    with pytest.raises(InstanceError, match="duplicate id"):  # not marked checked by a failure
+        copy.checked()
+
+
+@pytest.mark.parametrize(
+    ("instance", "schedule", "message"),
+    [
+        (TOY, None, "schedule: a Schedule or a sequence of Batch, got NoneType"),
+        (TOY, {"batches": []}, "got dict"),
+        (TOY, "s.json", "got str"),
+        (TOY, [{"items": []}], "a sequence of Batch holds something else"),
+        (None, [], "instance: an Instance"),
+        ("toy-4", [], "instance: an Instance"),
+    ],
+)
+def test_replay_names_what_it_takes(instance, schedule, message) -> None:
+    with pytest.raises(TypeError, match=re.escape(message)):
+        optsched.replay(instance, schedule)
+
+
+def test_load_instance_names_what_it_takes() -> None:
+    with pytest.raises(TypeError, match="path: a file or a shipped instance's name, got dict"):
+        load_instance({"name": "x"})  # type: ignore[arg-type]
+    with pytest.raises(InstanceError, match="an instance file name is empty"):
+        load_instance("")
+    assert isinstance(load_instance("toy-4"), Instance)
