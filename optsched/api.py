@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .options import Options
     from .problems import Formulation
 
-__all__ = ["ScheduleRejected", "accepted", "bound", "checked", "formulation", "simulate", "solve"]
+__all__ = ["ScheduleRejected", "accepted", "bound", "checked", "formulation", "parse_options", "simulate", "solve"]
 
 
 class ScheduleRejected(RuntimeError):
@@ -68,6 +68,24 @@ def accepted(problem: str, kind: str, options: Mapping[str, Any]) -> dict[str, A
     from .problems import accepted as take
 
     return take(problem, kind, options)
+
+
+def parse_options(problem: str, kind: str, options: Mapping[str, Any]) -> Any:
+    """``options`` read by the options dataclass of ``problem``'s solver (``kind="solve"``) or
+    bounder (``"bound"``), as :func:`solve` and :func:`bound` read them; the mapping itself for a
+    formulation that reads its own options.
+
+    Raises
+    ------
+    KeyError
+        For an unknown problem.
+    optsched.options.OptionError
+        For an unknown option or a bad value.
+    """
+    from .problems import options_for
+
+    cls = options_for(problem, kind)
+    return dict(options) if cls is None else cls.parse(options)
 
 
 def _with_options(

@@ -128,6 +128,8 @@ def handle(args: argparse.Namespace) -> int:
     try:
         require_pyarrow()
         spec = load_spec(args.spec)
+        mode = "capacity" if args.capacity else "replicas" if args.replicas else "grid"
+        _check_mode(mode, spec, args.spec)
         from ..sweep.runner import load_workloads
 
         with Progress(f"sweep {spec.name}", enabled=not args.no_progress) as loading:
@@ -135,8 +137,6 @@ def handle(args: argparse.Namespace) -> int:
                 f"loading {len(spec.workloads)} workload(s)"
             )  # shown after a second: bad input stays one line
             workloads = load_workloads(spec)
-        mode = "capacity" if args.capacity else "replicas" if args.replicas else "grid"
-        _check_mode(mode, spec, args.spec)
     except (SpecError, MissingDependency) as exc:
         raise BadInput(str(exc)) from None
     store = SweepStore(args.out)
@@ -229,9 +229,20 @@ def _run(
     return replicas_search(spec, workloads, executor, store, target, show_progress=progress, budget=budget)
 
 
+#: The spec sections each mode does not read (giving one is an error, never silence), and what
+#: each section is for.
+UNREAD_SECTIONS = {"grid": ("capacity", "replicas"), "capacity": ("replicas",), "replicas": ("run", "capacity")}
+SECTION_USES = {
+    "capacity": "the rate range of --capacity",
+    "replicas": "the routers and range of --replicas",
+    "run": "what a plain sweep or --capacity runs (--replicas simulates the routers of replicas.routers)",
+}
+MODE_NAMES = {"grid": "a plain sweep (no --capacity or --replicas)", "capacity": "--capacity", "replicas": "--replicas"}
+
+
 def _check_mode(mode: str, spec: Any, source: str) -> None:
-    """Raise :class:`SpecError` when the spec gives the sweep's mode nothing to do, before any file
-    is written."""
+    """Raise :class:`SpecError` when the spec gives the sweep's mode nothing to do, or a section
+    the mode does not read, before any work."""
     if mode == "grid" and not spec.run.simulate and not spec.run.solve and not spec.run.bounds:
         raise SpecError(f"{source}: run: nothing to run (give simulate, solve or bound)")
     if mode == "capacity":
@@ -242,3 +253,8 @@ def _check_mode(mode: str, spec: Any, source: str) -> None:
         from ..sweep.replicas import check_replicas_spec
 
         check_replicas_spec(spec)
+    for section in UNREAD_SECTIONS[mode]:
+        if section in spec.model_fields_set:
+            raise SpecError(
+                f"{source}: {section}: {SECTION_USES[section]}, which {MODE_NAMES[mode]} does not read; remove it"
+            )

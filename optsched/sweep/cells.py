@@ -242,8 +242,7 @@ def _bound_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
     for name in settings.problems:
         t0 = time.perf_counter()
         try:
-            shared = {"objective": cell.run.objective, "time_limit": settings.time_limit}
-            found = api.bound(instance, name, api.accepted(name, "bound", shared))
+            found = api.bound(instance, name, settings.options_of(name, cell.run.objective))
         except Exception as exc:  # noqa: BLE001 - a bounder that fails is a row, never a lost cell
             yield make_row(
                 cell,
@@ -274,9 +273,8 @@ def _solve_rows(cell: Cell, instance: Instance) -> Iterator[dict[str, Any]]:
         t0 = time.perf_counter()
         base = {"kind": "solve", "policy": f"solver:{entry.problem}", "time_limit": entry.time_limit}
         try:
-            shared = api.accepted(entry.problem, "solve", {"objective": cell.run.objective})
-            options = {**shared, **entry.options}  # the entry's own options win
             target = _with_target(cell, instance)
+            options = entry.options_with(cell.run.objective)  # the entry's own options win
             result = api.solve(target, entry.problem, options)  # replayed and checked (api.checked)
             values: dict[str, Any] = {"solver": result.solver, "status": str(result.status), "bound": result.bound}
             if result.replay is not None and result.schedule is not None:

@@ -23,16 +23,27 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .. import policies, problems
+from ..api import accepted, parse_options
 from ..costmodel import CostModelError, load_cost_model
 from ..instance import MAX_LIMIT, MAX_RUNNING
 from ..jsonio import loads_json, read_text
+from ..options import OptionError
 from ..result import objective_named
 from ..workload import WorkloadTransforms
 
@@ -117,8 +128,7 @@ class WorkloadSpec(BaseModel):
     @classmethod
     def _positive_limits(cls, value: dict[str, int | None]) -> dict[str, int | None]:
         for key, v in value.items():
-            if v is not None and not 1 <= v <= _most(key):
-                raise ValueError(f"{key}: must be an integer from 1 to {_most(key):.0e} or null, got {v}")
+            _check_limit(key, v)
         return value
 
     @property
@@ -151,12 +161,32 @@ class SolveSpec(BaseModel):
         """The ``options`` dict of the solver protocol."""
         return {"time_limit": self.time_limit, "solver": self.solver, **(self.model_extra or {})}
 
+    def options_with(self, objective: str) -> dict[str, Any]:
+        """The options a cell's solve gets: the run's ``objective`` where the problem has that
+        option, then the entry's own :attr:`options` (which win)."""
+        return {**accepted(self.problem, "solve", {"objective": objective}), **self.options}
+
 
 class BoundSpec(_Strict):
     """Bounds in every cell: the generic ones, plus each listed problem's bounder."""
 
     problems: list[str] = Field(default_factory=list)
     time_limit: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+
+    @field_validator("time_limit")
+    @classmethod
+    def _for_bounders(cls, value: float, info: ValidationInfo) -> float:
+        if not info.data.get("problems"):
+            raise ValueError(
+                "the time limit of the bounders of run.bound.problems, and none is listed (the generic "
+                "bounds take no time limit): list problems or remove time_limit"
+            )
+        return value
+
+    def options_of(self, problem: str, objective: str) -> dict[str, Any]:
+        """The options a cell's bounder of ``problem`` gets: the run's ``objective`` and this
+        ``time_limit``, where the problem has those options."""
+        return accepted(problem, "bound", {"objective": objective, "time_limit": self.time_limit})
 
 
 class RunSpec(_Strict):
@@ -252,8 +282,14 @@ class SweepSpec(_Strict):
             if not values:
                 raise ValueError(f"{key}: an axis needs at least one value")
             for v in values:
-                if v is not None and not 1 <= v <= _most(key):
-                    raise ValueError(f"{key}: must be integers from 1 to {_most(key):.0e} or null, got {v}")
+                _check_limit(key, v)
+        return value
+
+    @field_validator("cost_model")
+    @classmethod
+    def _some_profiles(cls, value: list[str] | None) -> list[str] | None:
+        if value == []:
+            raise ValueError("an axis needs at least one value (leave cost_model out to keep the workloads' profiles)")
         return value
 
     @field_validator("rate_scale")
@@ -272,6 +308,19 @@ class SweepSpec(_Strict):
 def _most(limit: str) -> int:
     """The largest value of a limit (:data:`optsched.instance.MAX_RUNNING` or ``MAX_LIMIT``)."""
     return MAX_RUNNING if limit == "max_running" else MAX_LIMIT
+
+
+#: The limits that may be ``null`` ("unlimited"): M and R_max.
+_UNLIMITED_LIMITS = ("kv_capacity", "max_running")
+
+
+def _check_limit(key: str, value: int | None) -> None:
+    """Raise ``ValueError`` for a value that limit ``key`` cannot take."""
+    unlimited = key in _UNLIMITED_LIMITS
+    if (value is None and not unlimited) or (value is not None and not 1 <= value <= _most(key)):
+        null = " or null" if unlimited else " (null, unlimited, is for kv_capacity and max_running only)"
+        got = "null" if value is None else value
+        raise ValueError(f"{key}: must be integers from 1 to {_most(key):.0e}{null}, got {got}")
 
 
 #: Spellings pydantic gives the members of a union in an error's location (``run.bound.bool``).
@@ -305,13 +354,16 @@ def _check_names(spec: SweepSpec, source: str) -> None:
             problems.check_backend(entry.problem, entry.solver)
         except ValueError as exc:
             raise SpecError(f"{source}: run.solve[{k}].solver: {exc}") from None
-    bounds = spec.run.bounds
-    for k, name in enumerate(bounds.problems if bounds else []):
+        _check_options(entry.problem, "solve", entry.options_with(spec.run.objective), f"{source}: run.solve[{k}]")
+    bounds = spec.run.bounds or BoundSpec()
+    for k, name in enumerate(bounds.problems):
         if name not in problems.BOUNDERS:
             raise SpecError(
                 f"{source}: run.bound.problems[{k}]: unknown problem {name!r} "
                 f"(known: {', '.join(sorted(problems.BOUNDERS))})"
             )
+        options = bounds.options_of(name, spec.run.objective)
+        _check_options(name, "bound", options, f"{source}: run.bound.problems[{k}]")
     profiles = [("cost_model", p) for p in spec.cost_model or []]
     profiles += [(f"workloads[{k}].cost_model", w.cost_model) for k, w in enumerate(spec.workloads) if w.cost_model]
     for where, name in profiles:
@@ -319,6 +371,49 @@ def _check_names(spec: SweepSpec, source: str) -> None:
             load_cost_model(spec.resolve_path(name) if name.endswith(".toml") else name)
         except CostModelError as exc:
             raise SpecError(f"{source}: {where}: {exc}") from None
+
+
+def _check_options(problem: str, kind: str, options: dict[str, Any], where: str) -> None:
+    """Parse ``options`` with the options dataclass of ``problem``'s solver (``kind="solve"``) or
+    bounder (``"bound"``), as a cell will: a wrong one is a :class:`SpecError` before any cell runs."""
+    try:
+        parse_options(problem, kind, options)
+    except OptionError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def _check_repeats(spec: SweepSpec, source: str) -> None:
+    """No entry of an axis or a list repeats an earlier one (it would run, or be skipped as stored,
+    twice); no two workloads share a name (the ``workload`` column)."""
+    bounds = spec.run.bounds
+    lists: list[tuple[str, list[Any]]] = [
+        ("cost_model", spec.cost_model or []),
+        *((f"limits.{name}", values) for name, values in spec.limits.items()),
+        ("rate_scale", spec.rate_scale),
+        ("run.simulate", spec.run.simulate),
+        ("run.solve", spec.run.solve),
+        ("run.bound.problems", bounds.problems if bounds else []),
+        ("replicas.routers", spec.replicas.routers),
+    ]
+    for where, values in lists:
+        for k, value in enumerate(values):
+            if value in values[:k]:
+                first = values.index(value)
+                raise SpecError(f"{source}: {where}[{k}]: repeats {where}[{first}] ({_shown(value)})")
+    labels = [w.label for w in spec.workloads]
+    for k, label in enumerate(labels):
+        if label in labels[:k]:
+            raise SpecError(
+                f"{source}: workloads[{k}]: its name {label!r} (the workload column) is that of "
+                f"workloads[{labels.index(label)}]; give each workload its own name"
+            )
+
+
+def _shown(value: Any) -> str:
+    """A list entry as the spec gives it (a solve entry: its keys)."""
+    if isinstance(value, BaseModel):
+        return str(value.model_dump(exclude_unset=True))
+    return repr(value)
 
 
 def parse_spec(data: Any, source: str = "<spec>", base_dir: str | Path = ".") -> SweepSpec:
@@ -342,6 +437,7 @@ def parse_spec(data: Any, source: str = "<spec>", base_dir: str | Path = ".") ->
         cells *= len(values)
     if cells > MAX_CELLS:
         raise SpecError(f"{source}: the grid has {cells:,} cells, more than {MAX_CELLS:,} (docs/sweep.md, Limits)")
+    _check_repeats(spec, source)
     _check_names(spec, source)
     return spec
 
@@ -374,6 +470,11 @@ def _expanded_values(data: Any) -> int:
     return size(data)
 
 
+#: A number in scientific notation (``5e-2``, ``1E3``, ``1.5e3``, ``.5e-2``): a float, as in YAML 1.2
+#: and JSON; YAML 1.1 (PyYAML) reads it as a string unless it has a dot and a signed exponent.
+_YAML12_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+
+
 def _loads_yaml(text: str, source: str) -> Any:
     """YAML ``text`` parsed safely; a duplicate key (the last would win silently), a syntax error or
     deep nesting is a :class:`SpecError` naming ``source`` and the line."""
@@ -391,6 +492,7 @@ def _loads_yaml(text: str, source: str) -> Any:
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
+    UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+0123456789."))
     try:
         data = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
         if _expanded_values(data) > MAX_SPEC_VALUES:

@@ -24,7 +24,7 @@ from optsched.schedule import Metrics
 from optsched.sweep.capacity import rate_grid
 from optsched.sweep.cells import COLUMNS, expand_cells
 from optsched.sweep.runner import load_workloads
-from optsched.sweep.spec import parse_spec
+from optsched.sweep.spec import load_spec, parse_spec
 from tests.support.sweep import (
     SMALL_SPEC,
     SOLVE_STATUSES,
@@ -82,6 +82,55 @@ def _sweep(tmp_path, spec: dict, *extra: str, out: str = "out") -> int:
             {"capacity": {"low": 0.25, "high": 16, "tolerance": 1e-5}},
             "capacity: tolerance 1e-05 over [0.25, 16.0] makes 4.16e+05 grid points, more than 100,000",
         ),
+        # a solve's or bounder's options are parsed as the cells will, before any cell runs
+        (
+            {"run": {"solve": [{"problem": "infermax", "foo": 1}]}},
+            "run.solve[0]: problem 'infermax' has no solve option 'foo'",
+        ),
+        ({"run": {"solve": [{"problem": "infermax", "method": "sa"}]}}, "has no solve option 'method'"),
+        (
+            {"run": {"solve": [{"problem": "infermax", "objective": "nope"}]}},
+            "run.solve[0]: option 'objective': unknown 'nope'",
+        ),
+        (
+            {"run": {"solve": [{"problem": "infermax", "threads": "x"}]}},
+            "run.solve[0]: option 'threads': must be an integer >= 1, got 'x'",
+        ),
+        (
+            {"run": {"solve": [{"problem": "infermax", "warm_start": "nope"}]}},
+            "run.solve[0]: option 'warm_start': unknown policy 'nope'",
+        ),
+        (
+            {"run": {"solve": [{"problem": "hybrid-offline", "method": "lpt", "solver": "highs"}]}},
+            "run.solve[0]: option 'solver': has no effect unless method is",
+        ),
+        ({"run": {"bound": {"time_limit": 5}}}, "run.bound.time_limit: the time limit of the bounders of run.bound"),
+        (
+            {"limits": {"token_budget": [None]}},
+            "limits: token_budget: must be integers from 1 to 1e+15 (null, unlimited, is for kv_capacity and",
+        ),
+        ({"workloads": [{"instance": "toy-4", "limits": {"prefill_budget": None}}]}, "limits: prefill_budget: must"),
+        # a repeated entry would run (or be reported as stored) twice
+        ({"rate_scale": [1, 1.0]}, "rate_scale[1]: repeats rate_scale[0] (1.0)"),
+        ({"limits": {"kv_capacity": [3000, 3000]}}, "limits.kv_capacity[1]: repeats limits.kv_capacity[0] (3000)"),
+        (
+            {"workloads": [{"instance": "toy-4"}, {"instance": "toy-4"}]},
+            "workloads[1]: its name 'toy-4' (the workload column) is that of workloads[0]",
+        ),
+        ({"run": {"simulate": ["vllm", "vllm"]}}, "run.simulate[1]: repeats run.simulate[0] ('vllm')"),
+        (
+            {"run": {"solve": [{"problem": "infermax"}, {"problem": "infermax", "time_limit": 30}]}},
+            "run.solve[1]: repeats run.solve[0]",
+        ),
+        (
+            {"run": {"bound": {"problems": ["infermax", "infermax"]}}},
+            "run.bound.problems[1]: repeats run.bound.problems[0] ('infermax')",
+        ),
+        ({"cost_model": ["llama2-7b-a100"] * 2}, "cost_model[1]: repeats cost_model[0] ('llama2-7b-a100')"),
+        ({"cost_model": []}, "cost_model: an axis needs at least one value"),
+        # a section the mode does not read
+        ({"capacity": {"low": 0.5}}, "capacity: the rate range of --capacity, which a plain sweep"),
+        ({"replicas": {"max_replicas": 4}}, "replicas: the routers and range of --replicas, which a plain sweep"),
     ],
 )
 def test_bad_specs_are_one_line_errors(tmp_path, capsys, change, message) -> None:
@@ -131,6 +180,25 @@ def test_a_yaml_spec_with_a_duplicate_key_or_deep_nesting_is_a_one_line_error(tm
     err = capsys.readouterr().err
     assert f"spec.yaml: {message}" in err and "Traceback" not in err and err.count("\n") == 1, err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_yaml_spec_reads_scientific_notation_as_numbers(tmp_path) -> None:
+    """YAML 1.2's floats, as JSON's: PyYAML (YAML 1.1) alone reads ``5e-2`` as a string."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: sci\n"
+        "workloads: [{instance: toy-4, slo_ttft: 5e-2, slo_tpot: 1.5e-2}]\n"
+        "rate_scale: [2e0, 1E1]\n"
+        "run: {solve: [{problem: infermax, time_limit: 1e1}]}\n"
+        "capacity: {tolerance: 5e-2, high: 1.6e+1}\n"
+        "retries: 2\n"
+    )
+    parsed = load_spec(spec)
+    assert parsed.workloads[0].transforms == {"slo_ttft": 0.05, "slo_tpot": 0.015}
+    assert parsed.rate_scale == [2.0, 10.0] and parsed.run.solve[0].time_limit == 10.0
+    assert (parsed.capacity.tolerance, parsed.capacity.high, parsed.retries) == (0.05, 16.0, 2)
+    spec.write_text("name: sci\nworkloads: [{instance: toy-4, name: '5e-2'}]\n")  # quoted: a string
+    assert load_spec(spec).workloads[0].name == "5e-2"
 
 
 @pytest.mark.parametrize(
@@ -402,12 +470,29 @@ def test_capacity_rejects_what_it_would_ignore(tmp_path, capsys) -> None:
             ["--replicas", "--slo-ttft-p99", "1"],
             "replicas.routers: unknown router 'nope'",
         ),
+        (
+            {"rate_scale": [1], "run": {"simulate": ["vllm"]}, "replicas": {"max_replicas": 4}},
+            ["--capacity", "--slo-ttft-p99", "1"],
+            "replicas: the routers and range of --replicas, which --capacity does not read",
+        ),
+        (
+            {"workloads": [{"instance": "aladdin-fig3"}], "run": {"simulate": ["vllm"]}},
+            ["--replicas", "--slo-ttft-p99", "1"],
+            "run: what a plain sweep or --capacity runs",
+        ),
     ],
 )
 def test_a_sweep_with_nothing_to_do_writes_no_store(tmp_path, capsys, change, extra, message) -> None:
     """The mode's own checks run before the store's folder and _sweep.json are written."""
     assert _sweep(tmp_path, {**SMALL_SPEC, **change}, *extra) == 2
     assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_replicas_refuses_a_capacity_section(tmp_path, capsys) -> None:
+    spec = {"name": "rep", "workloads": [{"instance": "aladdin-fig3"}], "capacity": {"low": 0.5}}
+    assert _sweep(tmp_path, spec, "--replicas", "--slo-ttft-p99", "1") == 2
+    assert "capacity: the rate range of --capacity, which --replicas does not read" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 

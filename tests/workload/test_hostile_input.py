@@ -216,7 +216,8 @@ def test_truncated_gzip_in_info_and_sweep(tmp_path, capsys, name):
     code, _, err = info(capsys, path, "--cost-model", "llama2-7b-h200")
     assert_one_line(code, err, f"{name}: damaged or truncated gzip data")
     spec = tmp_path / "s.json"
-    spec.write_text(json.dumps({"name": "t", "workloads": [{"trace": name, "cost_model": "llama2-7b-h200"}]}))
+    workloads = [{"trace": name, "cost_model": "llama2-7b-h200"}]
+    spec.write_text(json.dumps({"name": "t", "workloads": workloads, "run": {"simulate": ["vllm"]}}))
     code = main(["sweep", str(spec), "--out", str(tmp_path / "out")])
     assert_one_line(code, capsys.readouterr().err, "workloads[0]", "damaged or truncated gzip data")
 
@@ -296,7 +297,7 @@ def test_dev_zero(tmp_path, args):
 
 def test_a_step_file_with_an_item_count_of_10_12(tmp_path):
     step = {"kind": "decode", "reqs": [[[1, 100, 1], 10**12]], "gpu_ms": 5.0, "wall_ms": 5.0}
-    other = {"kind": "prefill", "reqs": [[[64, 64, 1], 1]], "gpu_ms": 6.0, "wall_ms": 6.0}
+    other = {"kind": "prefill1", "reqs": [[[64, 64, 1], 1]], "gpu_ms": 6.0, "wall_ms": 6.0}
     (tmp_path / "m.json").write_text(json.dumps({"time_unit": "ms", "grid": [step, other]}))
     done = capped_cli(tmp_path, "fit", "m.json")
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
@@ -371,7 +372,7 @@ def test_export_limits_kv_blocks(toy_plan):
 
 
 def test_fit_with_huge_times_is_one_line_naming_the_file(tmp_path, capsys):
-    grid = [{"kind": "prefill", "reqs": [[[q, q, 1], 1]], "gpu_ms": 1e300, "wall_ms": 1e300} for q in (16, 64, 256)]
+    grid = [{"kind": "prefill1", "reqs": [[[q, q, 1], 1]], "gpu_ms": 1e300, "wall_ms": 1e300} for q in (16, 64, 256)]
     (tmp_path / "m.json").write_text(json.dumps({"time_unit": "ms", "grid": grid}))
     with np.errstate(all="raise"):
         code = main(["fit", str(tmp_path / "m.json")])
