@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .instance import Instance, InstanceError, Limits, as_limits, parse_instance
+from .instance import MAX_TOKENS, Instance, InstanceError, Limits, as_limits, parse_instance
 from .integers import parse_decimal, parse_int
 
 __all__ = [
@@ -49,8 +49,17 @@ __all__ = [
 ]
 
 
+def _check_count(value: int, what: str) -> None:
+    """Refuse a token count outside ``1..MAX_TOKENS`` (``what`` names it in the message)."""
+    if value < 1:
+        raise ValueError(f"{what} must be >= 1, got {value}")
+    if value > MAX_TOKENS:
+        raise ValueError(f"{what} {value} exceeds {MAX_TOKENS:,} tokens, the most a request may have")
+
+
 class LengthDist(Protocol):
-    """A distribution of token counts (integers >= 1)."""
+    """A distribution of token counts (integers from 1 to :data:`~optsched.instance.MAX_TOKENS`;
+    ``sample`` raises ValueError for a draw it cannot keep in that range)."""
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray: ...
 
@@ -72,8 +81,7 @@ class Fixed:
     value: int
 
     def __post_init__(self) -> None:
-        if self.value < 1:
-            raise ValueError(f"fixed length must be >= 1, got {self.value}")
+        _check_count(self.value, "fixed length")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.full(n, self.value, dtype=np.int64)
@@ -89,8 +97,10 @@ class Choice:
     values: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        if not self.values or min(self.values) < 1:
-            raise ValueError(f"choice lengths must be a non-empty set of integers >= 1, got {self.values}")
+        if not self.values:
+            raise ValueError("choice lengths must be a non-empty set of integers >= 1")
+        for value in self.values:
+            _check_count(value, "choice length")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.choice(np.asarray(self.values, dtype=np.int64), size=n)
@@ -116,9 +126,19 @@ class ClippedNormal:
             or (self.high is not None and self.high < self.low)
         ):
             raise ValueError(f"bad clipped normal {self} (finite mean, sd >= 0, 1 <= LOW <= HIGH)")
+        for what, value in (("LOW", self.low), ("HIGH", self.high)):
+            if value is not None:
+                _check_count(value, what)
+        if self.high is None and self.mean > MAX_TOKENS:
+            raise ValueError(f"MEAN {self.mean:g} exceeds {MAX_TOKENS:,} tokens, the most a request may have")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` draws; a draw above :data:`~optsched.instance.MAX_TOKENS` with no ``high`` is a ValueError."""
         raw = np.rint(rng.normal(self.mean, self.sd, size=n))
+        if self.high is None and n and raw.max() > MAX_TOKENS:
+            raise ValueError(
+                f"a draw of {raw.max():.6g} tokens exceeds {MAX_TOKENS:,}, the most a request may have (give HIGH)"
+            )
         return np.clip(raw, self.low, self.high).astype(np.int64)
 
     def describe(self) -> str:
@@ -192,6 +212,11 @@ def generate(
     Instance
         Validated like any loaded instance (a request that cannot fit ``kv_capacity`` raises
         :class:`~optsched.instance.InstanceError`).
+
+    Raises
+    ------
+    InstanceError
+        Also for a draw of more than :data:`~optsched.instance.MAX_TOKENS` tokens.
     """
     if n < 1:
         raise InstanceError(f"{name}: n must be >= 1, got {n}")
@@ -205,8 +230,11 @@ def generate(
     for t, (p_dist, o_dist) in enumerate(types):
         mask = kind == t
         cnt = int(mask.sum())
-        prompt[mask] = p_dist.sample(rng, cnt)
-        output[mask] = o_dist.sample(rng, cnt)
+        for column, dist, label in ((prompt, p_dist, "prompt"), (output, o_dist, "output")):
+            try:
+                column[mask] = dist.sample(rng, cnt)
+            except ValueError as exc:  # a draw beyond MAX_TOKENS
+                raise InstanceError(f"{name}: request type {t}: {label} length: {exc}") from None
     arrival = arrivals.sample(rng, n)
     recipe = "; ".join(f"type {t}: I ~ {p.describe()}, O ~ {o.describe()}" for t, (p, o) in enumerate(types))
     note = f"{source + ' | ' if source else ''}generated: n={n}, {recipe}, arrivals {arrivals.describe()}, seed {seed}"
@@ -290,12 +318,11 @@ def parse_length(spec: str) -> LengthDist:
     ``normal:MEAN,SD[,LOW[,HIGH]]`` (rounded, clipped normal)."""
     try:
         if spec.startswith("normal:"):
-            parts = [parse_decimal(x) for x in spec[len("normal:") :].split(",")]
+            parts = spec[len("normal:") :].split(",")
             if not 2 <= len(parts) <= 4:
                 raise ValueError
-            low = int(parts[2]) if len(parts) > 2 else 1
-            high = int(parts[3]) if len(parts) > 3 else None
-            return ClippedNormal(parts[0], parts[1], low, high)
+            bounds = [parse_int(x, signed=True) for x in parts[2:]]  # LOW and HIGH are token counts
+            return ClippedNormal(parse_decimal(parts[0]), parse_decimal(parts[1]), *bounds)
         values = tuple(parse_int(x, signed=True) for x in spec.split(","))
         return Fixed(values[0]) if len(values) == 1 else Choice(values)
     except ValueError as exc:

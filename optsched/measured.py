@@ -2,10 +2,13 @@
 
 The format (``../shared/data/gpu/h200-llama2-7b-steps.json`` is one such file) holds
 
-- ``grid``: profiling steps, each ``{"kind", "reqs", "features", "gpu_ms", "wall_ms"}``, ``reqs``
-  run-length encoded as ``[[q, k, s], count]``;
-- ``runs``: executed schedules by name, each ``{"instance", "schedule_meta", "steps"}`` with steps
-  ``{"reqs", "features", "gpu_ms", "wall_ms"}`` and ``reqs`` a plain list of ``[q, k, s]``.
+- ``grid``: profiling steps, each ``{"kind", "reqs", "features", "gpu_ms", "wall_ms"}``, ``kind`` one
+  of :data:`STEP_KINDS` and ``reqs`` run-length encoded as ``[[q, k, s], count]``;
+- ``runs``: executed schedules by name, each ``{"instance", "schedule_meta", "passes", "steps"}``
+  (``passes``, when given, the measured passes whose median each time is: an integer >= 1) with
+  steps ``{"reqs", "features", "gpu_ms", "wall_ms"}`` and ``reqs`` a plain list of ``[q, k, s]``.
+
+``features`` (optional) holds integers >= 0 keyed by :data:`optsched.costmodel.FEATURES` names only.
 
 An item ``[q, k, s]`` is ``q`` new tokens of one request whose keys end at ``k`` (so ``k - q`` were
 cached before the step), ``s = 1`` when the step samples a token for it; ``time_unit`` is ``ms``.
@@ -43,6 +46,7 @@ from .schedule import Batch, Item, Schedule, replay
 __all__ = [
     "MeasuredError",
     "RANKING_MARGIN",
+    "STEP_KINDS",
     "TIMINGS",
     "checked_step_measurements",
     "compare_runs",
@@ -58,6 +62,9 @@ __all__ = [
 TIMINGS = ("gpu", "wall")
 #: Two schedules' measured makespans must differ by more than this share for their order to count.
 RANKING_MARGIN = 0.02
+#: Kinds of a grid step (``optsched profile`` and ``../shared/data/gpu``): one prompt, several
+#: prompts, a chunk over cached keys, decodes of one context, a prompt plus decodes, random contexts.
+STEP_KINDS = ("prefill1", "prefillN", "chunkctx", "decode", "mixed", "decode-het", "mixed-het")
 
 
 class MeasuredError(ValueError):
@@ -87,9 +94,10 @@ def checked_step_measurements(data: dict[str, Any], path: str | Path) -> dict[st
         raise MeasuredError(f"{path}: field 'grid': must be a list of steps, got {type(grid).__name__}")
     for j, step in enumerate(grid):
         _check_step(step, f"{path}: grid step {j}")
-        if not isinstance(step.get("kind"), str) or not step["kind"]:
-            kind = step.get("kind")
-            raise MeasuredError(f"{path}: grid step {j}: field 'kind': must be a non-empty string, got {kind!r}")
+        if (kind := step.get("kind")) not in STEP_KINDS:
+            raise MeasuredError(
+                f"{path}: grid step {j}: field 'kind': must be one of {', '.join(STEP_KINDS)}, got {kind!r}"
+            )
     if not isinstance(runs, Mapping):
         raise MeasuredError(f"{path}: field 'runs': must be an object of runs by name, got {type(runs).__name__}")
     for name, run in runs.items():
@@ -101,6 +109,9 @@ def checked_step_measurements(data: dict[str, Any], path: str | Path) -> dict[st
             raise MeasuredError(
                 f"{where}: field 'instance': must be an instance file's name (no folder), got {instance!r}"
             )
+        passes = run.get("passes", 1)
+        if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
+            raise MeasuredError(f"{where}: field 'passes': must be an integer >= 1, got {passes!r}")
         steps = run.get("steps", [])
         if not isinstance(steps, list):
             raise MeasuredError(f"{where}: field 'steps': must be a list, got {type(steps).__name__}")
@@ -110,11 +121,18 @@ def checked_step_measurements(data: dict[str, Any], path: str | Path) -> dict[st
 
 
 def _check_step(step: Any, where: str) -> None:
-    """A step (grid or run) is an object whose ``features``, when given, are an object."""
+    """A step (grid or run) is an object whose ``features``, when given, are an object of
+    :data:`~optsched.costmodel.FEATURES` names and integers >= 0."""
     if not isinstance(step, Mapping):
         raise MeasuredError(f"{where}: must be an object, got {type(step).__name__}")
-    if "features" in step and not isinstance(step["features"], Mapping):
-        raise MeasuredError(f"{where}: field 'features': must be an object, got {step['features']!r}")
+    features = step.get("features", {})
+    if not isinstance(features, Mapping):
+        raise MeasuredError(f"{where}: field 'features': must be an object, got {features!r}")
+    for key, value in features.items():
+        if key not in FEATURES:
+            raise MeasuredError(f"{where}: field 'features.{key}': unknown feature (known: {', '.join(FEATURES)})")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise MeasuredError(f"{where}: field 'features.{key}': must be an integer >= 0, got {value!r}")
 
 
 #: Range of a measured step time (milliseconds: a nanosecond to about 11.6 days); beyond it a time

@@ -20,7 +20,7 @@ from optsched.generators import (
     parse_length,
     shipped_instances,
 )
-from optsched.instance import InstanceError, available_instances, load_instance
+from optsched.instance import MAX_TOKENS, InstanceError, available_instances, load_instance
 
 
 def test_infermax_grid_is_homogeneous_and_offline():
@@ -74,6 +74,29 @@ def test_distributions():
         Fixed(0)
     with pytest.raises(ValueError):
         Poisson(0)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Fixed(MAX_TOKENS + 1),
+        lambda: Choice((8, 2**63)),
+        lambda: ClippedNormal(1e30, 5),
+        lambda: ClippedNormal(5, 1, MAX_TOKENS + 1),
+        lambda: ClippedNormal(5, 1, 1, 2**64),
+    ],
+)
+def test_lengths_beyond_max_tokens_are_refused(make):
+    with pytest.raises(ValueError, match="exceeds 10,000,000 tokens"):
+        make()
+
+
+def test_a_normal_draw_beyond_max_tokens_is_refused_not_wrapped():
+    with pytest.raises(ValueError, match="a draw of .* exceeds"):
+        ClippedNormal(5, 1e30).sample(np.random.default_rng(0), 3)
+    with pytest.raises(InstanceError, match="request type 0: output length: a draw of"):
+        generate(3, [(Fixed(8), ClippedNormal(5, 1e30))], name="g")
+    assert ClippedNormal(5, 1e30, 1, MAX_TOKENS).sample(np.random.default_rng(0), 50).max() == MAX_TOKENS
 
 
 def test_specs():

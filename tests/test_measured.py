@@ -18,9 +18,10 @@ import pytest
 
 from optsched.cli import main
 from optsched.costfit import fit_terms
-from optsched.costmodel import load_cost_model
+from optsched.costmodel import FEATURES, load_cost_model
 from optsched.instance import parse_instance
 from optsched.measured import (
+    STEP_KINDS,
     MeasuredError,
     compare_runs,
     fit_grid,
@@ -41,6 +42,7 @@ TRUTH = {
 }
 REQS = [{"id": f"r{i}", "prompt_tokens": p, "output_tokens": o} for i, (p, o) in enumerate([(40, 4), (40, 4), (25, 6)])]
 LIMITS = {"token_budget": 32, "prefill_budget": 32, "kv_capacity": 90}
+KINDS = ", ".join(STEP_KINDS)
 
 
 def _instance(model=TRUTH):
@@ -108,7 +110,7 @@ def _file(tmp_path: Path) -> Path:
             n_dec = 0
         reqs = ([[[q, q + cached, int(cached == 0)], 1]] if q else []) + ([[[1, ctx, 1], n_dec]] if n_dec else [])
         feats = (q + n_dec, q, q * q, n_dec, n_dec * (ctx - 1), q * cached)
-        grid.append({"kind": "syn", "reqs": reqs, "gpu_ms": 1e3 * inst.cost_model.batch_time(*feats)})
+        grid.append({"kind": "mixed", "reqs": reqs, "gpu_ms": 1e3 * inst.cost_model.batch_time(*feats)})
     data = {
         "device": "synthetic",
         "time_unit": "ms",
@@ -158,10 +160,32 @@ def test_bad_runs_are_named(tmp_path, capsys):
     "change, message",
     [
         ({"grid": 1}, "field 'grid': must be a list of steps, got int"),
-        ({"grid": [{"kind": "p", "reqs": [[[8, 8, 0], 1]]}, True]}, "grid step 1: must be an object, got bool"),
-        ({"grid": [{"reqs": [[[8, 8, 0], 1]]}]}, "grid step 0: field 'kind': must be a non-empty string, got None"),
-        ({"grid": [{"kind": 3}]}, "grid step 0: field 'kind': must be a non-empty string, got 3"),
-        ({"grid": [{"kind": "p", "features": "x"}]}, "grid step 0: field 'features': must be an object, got 'x'"),
+        ({"grid": [{"kind": "decode", "reqs": [[[8, 8, 0], 1]]}, True]}, "grid step 1: must be an object, got bool"),
+        ({"grid": [{"reqs": [[[8, 8, 0], 1]]}]}, f"grid step 0: field 'kind': must be one of {KINDS}, got None"),
+        ({"grid": [{"kind": 3}]}, f"grid step 0: field 'kind': must be one of {KINDS}, got 3"),
+        ({"grid": [{"kind": "weird"}]}, f"grid step 0: field 'kind': must be one of {KINDS}, got 'weird'"),
+        ({"grid": [{"kind": "decode", "features": "x"}]}, "grid step 0: field 'features': must be an object, got 'x'"),
+        (
+            {"grid": [{"kind": "decode", "features": {"n_tok": 1.5}}]},
+            "grid step 0: field 'features.n_tok': must be an integer >= 0, got 1.5",
+        ),
+        (
+            {"grid": [{"kind": "decode", "features": {"n_tok": True}}]},
+            "grid step 0: field 'features.n_tok': must be an integer >= 0, got True",
+        ),
+        (
+            {"grid": [{"kind": "decode", "features": {"n_tok": 1, "n_toks": 1}}]},
+            f"grid step 0: field 'features.n_toks': unknown feature (known: {', '.join(FEATURES)})",
+        ),
+        (
+            {"runs": {"r": {"instance": "a", "steps": [{"features": {"kv_dec": -1}}]}}},
+            "run 'r': step 0: field 'features.kv_dec': must be an integer >= 0, got -1",
+        ),
+        ({"runs": {"r": {"instance": "a", "passes": 0}}}, "run 'r': field 'passes': must be an integer >= 1, got 0"),
+        (
+            {"runs": {"r": {"instance": "a", "passes": 2.5}}},
+            "run 'r': field 'passes': must be an integer >= 1, got 2.5",
+        ),
         (
             {"runs": {"r": {"steps": []}}},
             "run 'r': field 'instance': must be an instance file's name (no folder), got None",
@@ -193,6 +217,13 @@ def test_a_file_of_the_wrong_shape_is_named(tmp_path, capsys, change, message):
     for command in (["fit", str(path)], ["validate", str(path), "--profile", "llama2-7b-a100"]):
         assert main(command) == 2
         assert capsys.readouterr().err == f"optsched: error: {path}: {message}\n"
+
+
+def test_the_profile_grid_writes_the_step_kinds_the_files_accept():
+    """``optsched profile --steps-out`` writes every kind the loader accepts, and no other."""
+    from optsched.torchengine.profile import grid_rows
+
+    assert {kind for kind, _ in grid_rows(4096, 8192)} == set(STEP_KINDS)
 
 
 def test_validate_refuses_a_file_with_nothing_to_check(tmp_path, capsys):
@@ -313,6 +344,25 @@ def test_fit_refuses_an_option_that_would_do_nothing(tmp_path, capsys, extra, me
     csv.write_text("tokens,time\n" + "".join(f"{n},{0.01 + 1e-5 * n}\n" for n in range(1, 60, 3)))
     assert main(["fit", str(csv), "--tp", "2"]) == 2
     assert "--tp applies to Vidur profiles only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--worst", "1"], "--worst: only for execute results"),
+        (["--profile-name", "zzz"], "--profile-name: only for execute results"),
+        (["--plot", "p.png"], "--plot: only for execute results"),
+        (["--profile-out", "p.toml", "--worst", "1"], "--profile-out, --worst: only for execute results"),
+    ],
+)
+def test_validate_refuses_an_option_that_would_do_nothing(tmp_path, capsys, extra, message):
+    """A step file's report lists no worst steps and refits no profile: these options did nothing."""
+    path = _file(tmp_path)
+    extra = [str(tmp_path / e) if "." in e else e for e in extra]
+    assert main(["validate", str(path), "--profile", "llama2-7b-a100", *extra]) == 2
+    out, err = capsys.readouterr()
+    assert message in err and err.count("\n") == 1 and out == ""
+    assert not (tmp_path / "p.png").exists() and not (tmp_path / "p.toml").exists()
 
 
 def test_validate_of_a_grid_alone_keeps_the_runs_keys(tmp_path, capsys):

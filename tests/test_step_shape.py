@@ -358,7 +358,7 @@ def _grid_file(tmp_path, model):
         ]
         kvs = [c - 1 for c in ctx[: n_dec + (q == 0)]]
         feats = (q + len(kvs), q, q * q, len(kvs), sum(kvs), q * cached, max(kvs, default=0))
-        grid.append({"kind": "syn", "reqs": reqs, "gpu_ms": 1e3 * cm.batch_time(*feats)})
+        grid.append({"kind": "mixed", "reqs": reqs, "gpu_ms": 1e3 * cm.batch_time(*feats)})
     path = tmp_path / "steps.json"
     path.write_text(json.dumps({"device": "synthetic", "time_unit": "ms", "grid": grid}))
     return str(path)

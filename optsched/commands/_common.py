@@ -166,6 +166,21 @@ def positive_float(text: str) -> float:
     return value
 
 
+def nonempty_text(text: str) -> str:
+    """argparse type: a name of at least one character."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def check_profile_out(path: str | None, *others: str | None) -> None:
+    """``--out`` of a command that writes a cost-model profile: a ``.toml`` file (as ``--cost-model``
+    reads it), writable and not the same file as the command's ``others`` outputs (:func:`check_output_path`)."""
+    check_output_path(path, *others)
+    if path is not None and not path.endswith(".toml"):
+        raise BadInput(f"--out: a profile is a .toml file (as --cost-model reads it), got {path!r}")
+
+
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 

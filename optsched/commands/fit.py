@@ -43,7 +43,16 @@ from ..costfit import (
 )
 from ..costmodel import MAX_TOKEN_TILE, CostModelError, load_cost_model
 from ..jsonio import write_text_atomic
-from ._common import EXIT_OK, BadInput, add_json_flag, check_output_path, format_mapping, positive_int, print_json
+from ._common import (
+    EXIT_OK,
+    BadInput,
+    add_json_flag,
+    check_profile_out,
+    format_mapping,
+    nonempty_text,
+    positive_int,
+    print_json,
+)
 
 
 def write_profile(out: str, text: str, source: str) -> None:
@@ -65,7 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--unit", choices=sorted(TIME_UNITS), help="time unit of a plain CSV (default s)")
     p.add_argument("--compare", metavar="PROFILE", help="CSV inputs: compare with this profile's base/per_token")
     p.add_argument("--out", metavar="PROFILE.toml", help="write the fitted profile here")
-    p.add_argument("--name", help="name of the written profile (default: the output file's stem)")
+    p.add_argument(
+        "--name", type=nonempty_text, help="name of the profile written by --out (default: the output file's stem)"
+    )
     p.add_argument(
         "--loss",
         choices=FIT_LOSSES,
@@ -118,12 +129,19 @@ def _defaults(args: argparse.Namespace, options: dict[str, Any]) -> None:
             setattr(args, key, default)
 
 
+def _profile_name(args: argparse.Namespace) -> str:
+    """The fitted profile's name: ``--name``, else the stem of ``--out``, else ``fitted``."""
+    if args.name is not None:
+        return str(args.name)
+    return args.out.rsplit("/", 1)[-1].removesuffix(".toml") if args.out else "fitted"
+
+
 def _fit_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
     """Every term of the contract, fitted to a step-measurement file's grid."""
     from ..measured import MeasuredError, fit_grid, grid_errors
 
     _defaults(args, _STEP_OPTIONS)
-    name = args.name or (args.out.rsplit("/", 1)[-1].removesuffix(".toml") if args.out else "fitted")
+    name = _profile_name(args)
     try:
         with np.errstate(all="ignore"):  # a fit that overflows ends in the CostModelError below
             fit = fit_grid(data, name, args.timing, args.loss, None if args.token_tile == "none" else args.token_tile)
@@ -163,9 +181,9 @@ def _fit_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
 
 
 def handle(args: argparse.Namespace) -> int:
-    check_output_path(args.out)
-    if args.out is not None and not args.out.endswith(".toml"):
-        raise BadInput(f"--out: a profile is a .toml file (as --cost-model reads it), got {args.out!r}")
+    check_profile_out(args.out)
+    if args.name is not None and args.out is None:
+        raise BadInput("--name: names the profile that --out writes; give --out too")
     if args.measurements.endswith(".json"):
         from ..measured import MeasuredError, load_step_measurements
 
@@ -211,7 +229,7 @@ def handle(args: argparse.Namespace) -> int:
             "mean_abs_pct_error": mean_err,
             "max_abs_pct_error": max_err,
         }
-    name = args.name or (args.out.rsplit("/", 1)[-1].removesuffix(".toml") if args.out else "fitted")
+    name = _profile_name(args)
     text = profile_toml(name, f"fitted from {what}", fit.base, fit.per_token, template)
     if args.out is None:  # least squares without bounds: a negative slope is not a cost model
         try:

@@ -18,6 +18,7 @@ from ._common import (
     add_json_flag,
     check_output_path,
     limit_int,
+    nonempty_text,
     positive_int,
     print_json,
     running_int,
@@ -37,7 +38,7 @@ def _request_count(text: str) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="draw a seeded synthetic instance (fixed grids, clipped normals, Poisson)")
-    p.add_argument("--name", type=_instance_name, required=True, help="instance name")
+    p.add_argument("--name", type=nonempty_text, required=True, help="instance name")
     p.add_argument("--n", type=_request_count, required=True, help=f"number of requests (at most {MAX_GENERATED:,})")
     p.add_argument("--prompt", metavar="SPEC", help="prompt length spec (one request type)")
     p.add_argument("--output", metavar="SPEC", help="output length spec (one request type)")
@@ -59,13 +60,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="FILE", help="write the instance JSON here (default: stdout)")
     add_json_flag(p)
     p.set_defaults(func=handle)
-
-
-def _instance_name(text: str) -> str:
-    """argparse type of ``--name``: a name of at least one character (the instance's ``name``)."""
-    if not text:
-        raise argparse.ArgumentTypeError("must not be empty")
-    return text
 
 
 def handle(args: argparse.Namespace) -> int:

@@ -22,7 +22,7 @@ from ._common import (
     EXIT_OK,
     BadInput,
     add_json_flag,
-    check_output_path,
+    check_profile_out,
     positive_int,
     print_json,
     seed_int,
@@ -74,7 +74,7 @@ def handle(args: argparse.Namespace) -> int:
     from ..torchengine.profile import grid_rows, measure_grid
     from ..torchengine.shapes import ShapeError, load_shape
 
-    check_output_path(args.out, args.steps_out)
+    check_profile_out(args.out, args.steps_out)
     if args.warmup < 0:
         raise BadInput("--warmup must be >= 0")
     try:
@@ -85,6 +85,8 @@ def handle(args: argparse.Namespace) -> int:
         torch = import_torch()
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         gpu = device.startswith("cuda")
+        if args.no_cuda_graphs and not gpu:
+            raise BadInput(f"--no-cuda-graphs: only for a GPU; on {device} every step runs eagerly")
         tokens = args.tokens or (4096 if gpu else 64)
         context = min(args.max_context or (8192 if gpu else 256), shape.max_positions)
         if context < 16 or tokens > context:

@@ -86,7 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="LIST",
         help=f"metric columns of the schedule table, comma-separated, or 'all' (default {','.join(DEFAULT_COLUMNS)})",
     )
-    p.add_argument("--wide", action="store_true", help="every metric column (as --columns all)")
+    p.add_argument("--wide", action="store_true", help="every metric column (as --columns all, so not with --columns)")
     p.add_argument(
         "--verbose", action="store_true", help="also the bounds not compared and the bounders that do not apply"
     )
@@ -134,11 +134,12 @@ def _check_policy(args: argparse.Namespace, policies: list[str] | None) -> None:
 def handle(args: argparse.Namespace) -> int:
     t0 = getattr(args, "started", time.perf_counter())  # the limit counts from the program's start
     policies = None
-    if args.policies:
+    if args.policies is not None:
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
         unknown = [p for p in policies if p not in POLICIES]
-        if unknown:
-            raise BadInput(f"--policies: unknown policy {unknown[0]!r} (known: {', '.join(sorted(POLICIES))})")
+        if unknown or not policies:
+            what = f"unknown policy {unknown[0]!r}" if unknown else "no policy given"
+            raise BadInput(f"--policies: {what} (known: {', '.join(sorted(POLICIES))})")
     try:
         columns = parse_columns(args.columns, args.wide)
     except ValueError as exc:

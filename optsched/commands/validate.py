@@ -25,6 +25,12 @@ from ..jsonio import read_json
 from ._common import EXIT_NO, BadInput, check_output_path, count_int, print_json
 from .fit import write_profile
 
+#: Worst steps listed for a result without ``--worst``.
+DEFAULT_WORST = 5
+
+#: Name of a result's refitted profile without ``--profile-name``.
+DEFAULT_PROFILE_NAME = "fitted"
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -50,10 +56,10 @@ def register(subparsers: Any) -> None:
         "--instances",
         help="step-measurement files: folder of the runs' instances (default: instances/ beside the file)",
     )
-    p.add_argument("--worst", type=count_int, default=5, help="worst steps to list (default 5)")
+    p.add_argument("--worst", type=count_int, help=f"results: worst steps to list (default {DEFAULT_WORST})")
     p.add_argument("--plot", help="write a PNG plot here")
     p.add_argument("--profile-out", help="write the refitted cost-model profile (TOML) here")
-    p.add_argument("--profile-name", default="fitted", help="name of the refitted profile")
+    p.add_argument("--profile-name", help=f"results: name of the refitted profile (default {DEFAULT_PROFILE_NAME!r})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=handle)
 
@@ -77,7 +83,13 @@ def handle(args: argparse.Namespace) -> int:
         raise BadInput("--timing gpu applies to step-measurement files only (results: wall or model)")
     model = None if args.profile is None else load_cost_model(args.profile)
     try:
-        report = compare(result, timing=timing, worst=args.worst, profile_name=args.profile_name, model=model)
+        report = compare(
+            result,
+            timing=timing,
+            worst=DEFAULT_WORST if args.worst is None else args.worst,
+            profile_name=DEFAULT_PROFILE_NAME if args.profile_name is None else args.profile_name,
+            model=model,
+        )
     except KeyError as exc:
         raise BadInput(f"{args.result}: field {exc.args[0]!r}: missing") from None
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -131,9 +143,19 @@ def _validate_steps(args: argparse.Namespace, data: dict[str, Any]) -> int:
         raise BadInput(f"{args.result}: fields 'runs' and 'grid': both empty, nothing to check")
     if args.profile is None:
         raise BadInput(f"{args.result}: a step-measurement file needs --profile (the profile to check)")
-    if args.plot or args.profile_out:
+    given = [
+        flag
+        for flag, value in (
+            ("--plot", args.plot),
+            ("--profile-out", args.profile_out),
+            ("--worst", args.worst),
+            ("--profile-name", args.profile_name),
+        )
+        if value is not None
+    ]
+    if given:
         raise BadInput(
-            "--plot and --profile-out apply to execute results (fit a step-measurement file with 'optsched fit')"
+            f"{', '.join(given)}: only for execute results (fit a step-measurement file with 'optsched fit')"
         )
     timing = args.timing or "gpu"
     if timing not in ("gpu", "wall"):

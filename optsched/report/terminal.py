@@ -92,8 +92,10 @@ def parse_columns(text: str | None, wide: bool = False) -> tuple[str, ...]:
     Raises
     ------
     ValueError
-        On an unknown column (the message lists the known ones).
+        On an unknown column (the message lists the known ones), or on both ``--columns`` and ``--wide``.
     """
+    if wide and text is not None:
+        raise ValueError("--columns: not with --wide (--wide shows every column, as --columns all); give one")
     if wide or (text is not None and text.strip() == "all"):
         return tuple(COLUMNS)
     if text is None:

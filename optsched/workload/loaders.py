@@ -148,6 +148,7 @@ def _read_csv(
     path: str, data: bytes | bytearray, fmt: TraceFormat | None, model: str | None, max_rows: int | None
 ) -> tuple[TraceFormat, _Rows]:
     reader: Any = None
+    _refuse_nul(path, data)
     try:
         header = _header_line(data)
         if header is None:  # the header holds a quote (a field may run over the line end): the csv module reads it
@@ -169,6 +170,22 @@ def _read_csv(
         raise utf8_error(path) from None
     except csv.Error as exc:
         raise WorkloadError(f"{path}: line {reader.line_num + 1 if reader else 1}: malformed CSV: {exc}") from None
+
+
+def _refuse_nul(path: str, data: bytes | bytearray) -> None:
+    """An error naming the line and the column of the first NUL byte (a damaged or binary file: the
+    csv module reads it inside a field, so that the row seemed short); bytes before it that are not
+    UTF-8 are left to the UTF-8 error."""
+    at = data.find(b"\0")
+    if at < 0:
+        return
+    try:
+        before = bytes(data[:at]).decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return
+    line = before.count("\n") + 1
+    column = len(before) - (before.rfind("\n") + 1) + 1
+    raise WorkloadError(f"{path}: line {line}, column {column}: a NUL byte; a trace is UTF-8 text (a damaged file?)")
 
 
 def _header_line(data: bytes | bytearray) -> list[str] | None:

@@ -5,6 +5,7 @@ audit's inputs, one test each, plus the contract breaks and the numbers that mea
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +221,31 @@ def test_generate_arguments(capsys: pytest.CaptureFixture[str], argv: list[str],
 # --------------------------------------------------------------------------- contract breaks
 
 
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--prompt", "99999999999999999999999"], "fixed length 99999999999999999999999 exceeds 10,000,000"),
+        (["--prompt", "10,99999999999999999999999"], "choice length 99999999999999999999999 exceeds 10,000,000"),
+        (["--type", "99999999999999999999", "5"], "fixed length 99999999999999999999 exceeds 10,000,000"),
+        (["--prompt", "normal:1e19,5"], "MEAN 1e+19 exceeds 10,000,000"),
+        (["--prompt", "normal:5,1,99999999999999999999999"], "LOW 99999999999999999999999 exceeds 10,000,000"),
+        (["--prompt", "normal:5,1,1,10000001"], "HIGH 10000001 exceeds 10,000,000"),
+        (["--prompt", "normal:5,1e30"], "prompt length: a draw of"),
+        (["--prompt", "normal:5,1,1.5"], "not an integer"),
+    ],
+)
+def test_generate_token_counts_beyond_max_tokens(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    """Beyond 2**63 a count overflowed (exit 3) or wrapped in int64; the limit is MAX_TOKENS."""
+    argv = argv if argv[0] == "--type" else [*argv, "--output", "5"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's cast of a huge draw warned
+        code, out, err = run(capsys, "generate", "--name", "g", "--n", "5", *argv)
+    assert_bad_input(code, err, needle)
+    assert out == ""
+
+
 def test_generate_json_prints_the_instance_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "generate", "--name", "g", "--n", "2", "--prompt", "8", "--output", "4", "--json")
     assert code == 0, err
@@ -339,3 +365,33 @@ def test_fit_refuses_a_profile_that_is_not_a_cost_model(
     code, _, err = run(capsys, "fit", csv, "--out", out)
     assert_bad_input(code, err, str(csv), needle)
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--name", "foo"], "--name: names the profile that --out writes; give --out too"),
+        (["--name", "", "--out", "{d}/y.toml"], "argument --name: must not be empty"),
+    ],
+)
+def test_fit_name_that_would_be_ignored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    """``--name`` without ``--out`` named nothing; ``--name ""`` fell back to the file's stem."""
+    csv = tmp_path / "m.csv"
+    csv.write_text("tokens,time\n1,0.01\n10,0.02\n20,0.03\n")
+    code, out, err = run(capsys, "fit", csv, *(a.format(d=tmp_path) for a in argv))
+    assert_bad_input(code, err, needle)
+    assert out == "" and not (tmp_path / "y.toml").exists()
+
+
+@pytest.mark.parametrize("command", ["fit", "profile"])
+def test_a_profile_out_that_is_not_toml(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """Both commands that write a profile refuse another suffix before any work (``profile`` before
+    PyTorch loads: this runs without it)."""
+    csv = tmp_path / "m.csv"
+    csv.write_text("tokens,time\n1,0.01\n10,0.02\n20,0.03\n")
+    inputs = [csv] if command == "fit" else ["--model", "llama2-7b"]
+    code, out, err = run(capsys, command, *inputs, "--out", tmp_path / "p.txt")
+    assert_bad_input(code, err, "--out: a profile is a .toml file")
+    assert out == "" and not (tmp_path / "p.txt").exists()

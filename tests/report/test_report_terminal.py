@@ -128,6 +128,24 @@ def test_columns_and_wide(main_job, capsys: pytest.CaptureFixture[str]) -> None:
     json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--wide", "--columns", "ttft_p99"], "--columns: not with --wide"),
+        (["--wide", "--columns", "all"], "--columns: not with --wide"),
+        (["--policies", ""], "--policies: no policy given"),
+        (["--policies", " , "], "--policies: no policy given"),
+    ],
+)
+def test_report_options_that_would_be_dropped(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
+    """``--wide`` drew every column over ``--columns``; an empty ``--policies`` ran every policy."""
+    assert main(["report", "toy-4", *argv, "--quiet", "--solve-max-requests", "0"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"optsched: error: {needle}") and err.count("\n") == 1
+    with pytest.raises(ValueError, match="not with --wide"):
+        parse_columns("ttft_p99", wide=True)
+
+
 def test_simulate_and_check_print_units(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     """The key-value listings of simulate and check name each metric's unit and scale its value."""
     out_file = tmp_path / "s.json"

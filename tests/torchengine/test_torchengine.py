@@ -200,3 +200,9 @@ def test_flags_of_the_other_engine_are_refused(tmp_path, capsys):
     assert main(["execute", str(plan), "--engine", "torch", "--model", "tiny-llama", "--cuda-graphs"]) == 2
     assert main(["execute", str(plan), "--model", "tiny-llama", "--device", "cpu"]) == 2
     assert "--engine torch only" in capsys.readouterr().err
+
+
+def test_profile_refuses_cuda_graphs_off_on_a_cpu(capsys):
+    code = main(["profile", "--model", "tiny-llama", "--device", "cpu", "--no-cuda-graphs"])
+    assert code == 2
+    assert "--no-cuda-graphs: only for a GPU" in capsys.readouterr().err

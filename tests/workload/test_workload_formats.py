@@ -265,6 +265,15 @@ def test_not_utf8_names_line_and_column(tmp_path, capsys, reader):
     assert code == 2 and "line 4, column 3: not UTF-8" in err
 
 
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_nul_byte_is_named(tmp_path, capsys, reader, gz):
+    """The csv module read a NUL inside a field: the row seemed short ("2 fields, the header has 3")."""
+    path = _write(tmp_path / "nul.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,10\x003\n", gz=gz)
+    code, err = _cli(capsys, path)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{path.name}: line 3, column 5: a NUL byte" in err
+
+
 def test_first_reads_only_the_first_rows(tmp_path):
     header, rows, expected = CASES["vidur"]
     bad_tail = [*rows, ["oops", "1", "1"]]
