@@ -8,7 +8,8 @@ The format (``../shared/data/gpu/h200-llama2-7b-steps.json`` is one such file) h
   (``passes``, when given, the measured passes whose median each time is: an integer >= 1) with
   steps ``{"reqs", "features", "gpu_ms", "wall_ms"}`` and ``reqs`` a plain list of ``[q, k, s]``.
 
-``features`` (optional) holds integers >= 0 keyed by :data:`optsched.costmodel.FEATURES` names only.
+``features`` (optional) holds integers >= 0 under :data:`optsched.costmodel.FEATURES` names (other keys
+are kept unread, a near miss of a name refused).
 
 An item ``[q, k, s]`` is ``q`` new tokens of one request whose keys end at ``k`` (so ``k - q`` were
 cached before the step), ``s = 1`` when the step samples a token for it; ``time_unit`` is ``ms``.
@@ -28,6 +29,7 @@ step and each makespan with the measured times, and each instance's ranking of i
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -121,8 +123,8 @@ def checked_step_measurements(data: dict[str, Any], path: str | Path) -> dict[st
 
 
 def _check_step(step: Any, where: str) -> None:
-    """A step (grid or run) is an object whose ``features``, when given, are an object of
-    :data:`~optsched.costmodel.FEATURES` names and integers >= 0."""
+    """A step (grid or run) is an object whose ``features``, when given, are an object whose
+    :data:`~optsched.costmodel.FEATURES` are integers >= 0 (a near miss of one, ``n_toks``, is refused)."""
     if not isinstance(step, Mapping):
         raise MeasuredError(f"{where}: must be an object, got {type(step).__name__}")
     features = step.get("features", {})
@@ -130,7 +132,9 @@ def _check_step(step: Any, where: str) -> None:
         raise MeasuredError(f"{where}: field 'features': must be an object, got {features!r}")
     for key, value in features.items():
         if key not in FEATURES:
-            raise MeasuredError(f"{where}: field 'features.{key}': unknown feature (known: {', '.join(FEATURES)})")
+            if close := difflib.get_close_matches(key, FEATURES, n=1, cutoff=0.8):
+                raise MeasuredError(f"{where}: field 'features.{key}': unknown feature; did you mean {close[0]!r}?")
+            continue  # another annotation of the step, kept as an instance file keeps its extension keys
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise MeasuredError(f"{where}: field 'features.{key}': must be an integer >= 0, got {value!r}")
 
