@@ -16,6 +16,7 @@ from functools import cache
 import numpy as np
 import pytest
 
+from optsched.budget import NO_LIMIT
 from optsched.instance import SLO, parse_instance
 from optsched.problems.infermax import goodput_bounds
 from optsched.problems.infermax.tpot_pricing import tpot_rows
@@ -111,8 +112,8 @@ def test_never_below_any_policy_and_tighter_somewhere() -> None:
 
 
 def test_a_planted_invalid_row_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    def tighter(pricing, output, tpot, members):  # reads every TPOT target at a third of its value
-        return tpot_rows(pricing, output, tpot / 3, members)
+    def tighter(pricing, output, tpot, members, budget=NO_LIMIT):  # reads every TPOT target at a third
+        return tpot_rows(pricing, output, tpot / 3, members, budget)
 
     monkeypatch.setattr(goodput_bounds, "tpot_rows", tighter)
     assert violations(range(10)), "a TPOT row priced at a third of the targets went unnoticed"

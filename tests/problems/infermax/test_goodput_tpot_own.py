@@ -15,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from optsched.budget import NO_LIMIT
 from optsched.problems.infermax import goodput_bounds
 from optsched.problems.infermax.tpot_own import own_rows
 from tests.problems.infermax.test_goodput_tpot import decode_heavy, policy_goodputs
@@ -23,7 +24,7 @@ from tests.support.goodput_bruteforce import exhaustive_goodput
 from tests.support.infermax import tiny_instance
 
 
-def no_shared_rows(pricing, output, tpot, members):
+def no_shared_rows(pricing, output, tpot, members, budget=NO_LIMIT):
     """tpot_rows' answer when no request has a TPOT target: no rows."""
     n = len(output)
     return np.empty((0, n)), np.empty((0, n))
@@ -72,8 +73,8 @@ def test_never_below_any_policy_and_tighter_somewhere(own_only: None) -> None:
 
 
 def test_a_planted_invalid_row_is_caught(monkeypatch: pytest.MonkeyPatch, own_only: None) -> None:
-    def tighter(pricing, output, tpot, members):  # reads every TPOT target at a third of its value
-        return own_rows(pricing, output, tpot / 3, members)
+    def tighter(pricing, output, tpot, members, budget=NO_LIMIT):  # reads every TPOT target at a third
+        return own_rows(pricing, output, tpot / 3, members, budget)
 
     monkeypatch.setattr(goodput_bounds, "own_rows", tighter)
     assert violations(range(10)), "a per-request TPOT row priced at a third of the targets went unnoticed"
