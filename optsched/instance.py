@@ -469,15 +469,14 @@ def _usual(r: Request) -> bool:
 
 def _check_fields(r: Request, k: int, source: str) -> None:
     """Request ``r`` (the ``k``-th) validated by the instance file's schema; raises what it finds."""
-    if not isinstance(r.slo, (SLO, type(None))) or not isinstance(r.extra, Mapping):
-        field_name = "slo" if not isinstance(r.slo, (SLO, type(None))) else "extra"
-        raise InstanceError(
-            f"{source}: request #{k}: field {field_name!r}: of type {type(getattr(r, field_name)).__name__}"
-        )
-    raw = {"requests": [r.to_dict()]}
+    for name, kind in (("slo", (SLO, type(None))), ("extra", Mapping)):
+        if not isinstance(getattr(r, name), kind):
+            raise InstanceError(f"{source}: request #{k}: field {name!r}: of type {type(getattr(r, name)).__name__}")
+    data = r.to_dict()
+    raw = {"requests": [data]}
     schema = _schema()
     try:
-        schema.request.model_validate(raw["requests"][0])
+        schema.request.model_validate(data)
     except schema.error as exc:
         raise _first_error(exc, raw, source, ("requests", 0)) from None
 

@@ -240,13 +240,8 @@ def check_solver_option(problem: str, solver: str | None) -> None:
 def problem_options(record: Formulation, kind: str, args: argparse.Namespace) -> Any:
     """The command line's options read by the problem's options dataclass (``kind``: ``"solve"`` or
     ``"bound"``); a wrong one is bad input, before any work."""
-    options = options_from_args(args)
-    field = "solve_options" if kind == "solve" else "bound_options"
-    if getattr(record, field) is None:  # a formulation registered without a dataclass reads its options itself
-        return options
-    cls = record.load(field)
     try:
-        return cls.parse(options)
+        return api.parse_options(record.name, kind, options_from_args(args))
     except OptionError as exc:
         raise BadInput(str(exc)) from None
 
