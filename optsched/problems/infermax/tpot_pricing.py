@@ -79,7 +79,7 @@ from ...bounds import request_work
 from ...budget import NO_LIMIT, TimeBudget
 from ...costmodel import Coefficients
 from ...instance import Instance
-from ...tokensums import add_by_owner, token_blocks
+from ...tokensums import add_by_owner, sum_of_runs, token_blocks
 
 __all__ = ["ITEM_QUANTILES", "TpotPricing", "tpot_pricing", "tpot_rows"]
 
@@ -123,33 +123,30 @@ class TpotPricing:
     def token_terms(self, mu: float | np.ndarray) -> np.ndarray:
         """Per request, the sum over its later tokens of the min(...) terms of :math:`c_i` at ``mu``
         (one multiplier, or one per request: :mod:`.tpot_own`)."""
-        return _token_sums(self.overhead, self.per_slot, self.coefficients, self.prompt, self.output, mu)[0]
+        later = np.maximum(self.output - 1, 0)
+        if not isinstance(mu, np.ndarray):  # a function of the slots h alone: running sums over h
+            return sum_of_runs(self.prompt, later, lambda held: self._token_term(held, mu), _BLOCK)
+        terms = np.zeros(len(later))
+        for owners, owner, rank, _ in token_blocks(later, _BLOCK):
+            add_by_owner(terms, owners, owner, self._token_term(self.prompt[owner] + rank, mu[owner]))
+        return terms
 
-
-def _token_sums(
-    overhead: float,
-    per_slot: float,
-    coefficients: tuple[float, ...],
-    I: np.ndarray,
-    O: np.ndarray,
-    mu: float | np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per request, over its later tokens: the min(...) terms of :math:`c_i` at ``mu`` (a scalar or
-    one per request), the decode item terms and the decode overheads (module docstring)."""
-    L, refill, decode, dk = coefficients
-    n = len(O)
-    terms, items, overheads = np.zeros(n), np.zeros(n), np.zeros(n)
-    for owners, owner, rank, _ in token_blocks(np.maximum(O - 1, 0), _BLOCK):
-        held = I[owner].astype(np.float64) + rank
+    def _token_term(self, held: np.ndarray, mu: float | np.ndarray) -> np.ndarray:
+        """The min(...) term of :math:`c_i` of a later token whose decode item reads ``held`` slots."""
+        L, refill, decode, dk = self.coefficients
+        held = held.astype(np.float64)
         item = L * (decode + dk * held)
-        beta = overhead + per_slot * held
-        m = mu[owner] if isinstance(mu, np.ndarray) else mu
-        by_decode = 2.0 * np.sqrt(m * beta * item) + m * beta
-        by_refill = 2.0 * np.sqrt(m * overhead * L * refill * (held + 1.0)) + m * overhead
-        add_by_owner(terms, owners, owner, np.minimum(by_decode, by_refill))
-        add_by_owner(items, owners, owner, item)
-        add_by_owner(overheads, owners, owner, beta)
-    return terms, items, overheads
+        beta = self.overhead + self.per_slot * held
+        by_decode = 2.0 * np.sqrt(mu * beta * item) + mu * beta
+        by_refill = 2.0 * np.sqrt(mu * self.overhead * L * refill * (held + 1.0)) + mu * self.overhead
+        return np.minimum(by_decode, by_refill)
+
+
+def _affine_token_sums(constant: float, slope: float, I: np.ndarray, O: np.ndarray) -> np.ndarray:
+    """Per request, :math:`\\sum_{g=1}^{O_i - 1} (\\text{constant} + \\text{slope}\\,(I_i + g - 1))` in
+    closed form (the decode item terms and overheads of its later tokens)."""
+    n = np.maximum(O - 1, 0).astype(np.float64)
+    return constant * n + slope * (I * n + n * (n - 1.0) / 2.0)
 
 
 def tpot_pricing(instance: Instance) -> tuple[TpotPricing, ...]:
@@ -177,7 +174,8 @@ def tpot_pricing(instance: Instance) -> tuple[TpotPricing, ...]:
                 c.decode_per_kv,
             ),
         )
-        _, items, overheads = _token_sums(overhead, per_slot, coefficients, I, O, 0.0)
+        items = _affine_token_sums(L * coefficients[2], L * coefficients[3], I, O)
+        overheads = _affine_token_sums(overhead, per_slot, I, O)
         out.append(
             TpotPricing(
                 overhead=overhead,

@@ -19,7 +19,7 @@ import pytest
 from optsched.budget import NO_LIMIT
 from optsched.instance import SLO, parse_instance
 from optsched.problems.infermax import goodput_bounds
-from optsched.problems.infermax.tpot_pricing import tpot_rows
+from optsched.problems.infermax.tpot_pricing import tpot_pricing, tpot_rows
 from optsched.result import objective_of
 from optsched.schedule import replay
 from tests.problems.infermax.test_infermax_goodput import with_random_slos
@@ -117,3 +117,17 @@ def test_a_planted_invalid_row_is_caught(monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.setattr(goodput_bounds, "tpot_rows", tighter)
     assert violations(range(10)), "a TPOT row priced at a third of the targets went unnoticed"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_decode_sums_equal_the_sum_over_each_later_token(seed: int) -> None:
+    """Each request's decode item terms and overheads are those of its tokens 2..O_i, one by one."""
+    inst = tiny_instance(seed, n_max=6)
+    for p in tpot_pricing(inst):
+        L, _, decode, dk = p.coefficients
+        for i, (prompt, output) in enumerate(zip(p.prompt, p.output)):
+            held = [int(prompt) + g - 1 for g in range(1, int(output))]
+            assert p.decode_items[i] == pytest.approx(sum(L * (decode + dk * h) for h in held), rel=1e-12, abs=1e-15)
+            assert p.decode_overheads[i] == pytest.approx(
+                sum(p.overhead + p.per_slot * h for h in held), rel=1e-12, abs=1e-15
+            )
