@@ -146,6 +146,7 @@ __all__ = [
     "generic_bounds",
     "instance_bounds",
     "prefill_alone_time",
+    "prefill_alone_times",
     "request_bounds",
     "work_bound",
 ]
@@ -225,17 +226,16 @@ def _decode_term(held: np.ndarray, cm: CostModel, P: int, alone: bool) -> np.nda
     return L * np.minimum(decode, refill)
 
 
-def _prefill_alone_times(instance: Instance, I: np.ndarray) -> np.ndarray:
-    """F(I_i) per request, computed once per distinct prompt length."""
-    lengths, where = np.unique(I, return_inverse=True)
-    times = np.array([prefill_alone_time(instance, int(x)) for x in lengths], dtype=np.float64)
-    return times[where.reshape(-1)]
+def prefill_alone_times(instance: Instance, I: Sequence[int] | np.ndarray) -> np.ndarray:
+    """:func:`prefill_alone_time` of each prompt length of ``I`` (computed once per distinct length)."""
+    lengths, where = np.unique(np.asarray(I), return_inverse=True)
+    return np.array([prefill_alone_time(instance, int(x)) for x in lengths], dtype=np.float64)[where.reshape(-1)]
 
 
 def _alone_parts(instance: Instance, I: np.ndarray, O: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per request: F(I_i) (first token alone) and the least time of its O_i - 1 later tokens alone."""
     later = _decode_terms(I, O, instance.cost_model, instance.limits.prefill_budget, alone=True)
-    return _prefill_alone_times(instance, I), later
+    return prefill_alone_times(instance, I), later
 
 
 def critical_path_times(instance: Instance) -> np.ndarray:
@@ -532,7 +532,7 @@ def generic_bounds(instance: Instance, objective: str = "makespan") -> list[Boun
         return []
     arrival, I, _ = instance.columns
     if objective == "ttft":
-        first = _prefill_alone_times(instance, I)
+        first = prefill_alone_times(instance, I)
         return [
             Bound(
                 "prefill-alone",

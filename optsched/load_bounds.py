@@ -116,10 +116,10 @@ from .bounds import (
     critical_path_times,
     generic_bounds,
     instance_bounds,
-    prefill_alone_time,
+    prefill_alone_times,
     request_work,
 )
-from .budget import NO_LIMIT, TimeBudget
+from .budget import NO_LIMIT, SlowestRun, TimeBudget
 from .costmodel import Coefficients
 from .fluid_bounds import FLUID_TIME, fluid_latency
 from .fluid_work import WORK_TIME, fluid_work
@@ -347,23 +347,34 @@ def busy_time_lp(
     return max(0.0, (total - math.fsum(release)) / N)
 
 
-def _best_over_weights(instance: Instance, terms: np.ndarray, alone: np.ndarray) -> tuple[float, tuple[float, ...]]:
-    """(the largest SRPT bound, its weights) over :data:`SHARE_WEIGHTS`; ``terms``: :func:`share_terms`."""
+def _best_over_weights(
+    instance: Instance, terms: np.ndarray, alone: np.ndarray, budget: TimeBudget
+) -> tuple[float, tuple[float, ...]]:
+    """(the largest SRPT bound, its weights) over :data:`SHARE_WEIGHTS`, in their order while ``budget``
+    holds one more run (the first always runs; each is a bound); ``terms``: :func:`share_terms`."""
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     has_memory = instance.limits.kv_capacity is not None
-    weights = [w for w in SHARE_WEIGHTS if has_memory or not w[2]]
-    found = [(srpt_mean_bound(release, mix_shares(terms, w, has_memory), alone), w) for w in weights]
+    found: list[tuple[float, tuple[float, ...]]] = []
+    slowest = SlowestRun()
+    for w in (w for w in SHARE_WEIGHTS if has_memory or not w[2]):
+        if found and not slowest.fits(budget):
+            break
+        with slowest.timing():
+            found.append((srpt_mean_bound(release, mix_shares(terms, w, has_memory), alone), w))
     return max(found, key=lambda f: f[0])
 
 
-def load_bounds(instance: Instance, objective: str, ttft: list[Bound] | None = None) -> list[Bound]:
+def load_bounds(
+    instance: Instance, objective: str, ttft: list[Bound] | None = None, budget: TimeBudget = NO_LIMIT
+) -> list[Bound]:
     """The load-aware bounds of ``objective`` (module docstring): ``srpt-work`` and ``ttft-plus-rest``
     (:mod:`optsched.phase_bounds`, on the best TTFT bound here) for ``latency``,
     ``srpt-prefill`` and ``srpt-prefill-flush`` (:mod:`optsched.ttft_bounds`) for ``ttft`` (seconds, mean
     over requests), and the pairwise-interference bound of :mod:`optsched.pair_bounds`; none for other objectives.
     These need no solver; :func:`lp_bounds` gives those that solve a linear programme. ``ttft``: the
     bounds of ``load_bounds(instance, "ttft")`` where the caller has them (``ttft-plus-rest`` reads them;
-    computed here otherwise)."""
+    computed here otherwise). Within ``budget``: the first SRPT bound always, every other only while
+    the time lasts (a bound left out for the time is not listed)."""
     name = objective_named(objective).name
     if name not in ("latency", "ttft") or not instance.requests:
         return []
@@ -371,23 +382,26 @@ def load_bounds(instance: Instance, objective: str, ttft: list[Bound] | None = N
     terms = share_terms(instance, first_tokens=name == "ttft")
     if name == "latency":
         alone = critical_path_times(instance)
-        value, w = _best_over_weights(instance, terms, alone)
+        value, w = _best_over_weights(instance, terms, alone, budget)
         what = "each request's work + overhead shares"
         bound = "srpt-work"
     else:
-        alone = np.array([prefill_alone_time(instance, r.prompt_tokens) for r in instance.requests])
-        value, w = _best_over_weights(instance, terms, alone)
+        alone = prefill_alone_times(instance, [r.prompt_tokens for r in instance.requests])
+        value, w = _best_over_weights(instance, terms, alone, budget)
         what = "each request's prefill work + overhead shares"
         bound = "srpt-prefill"
     note = (
         f"one machine, SRPT over {what} (K = {K} items a batch, share weights count/tokens/memory "
         f"{w[0]:.2g}/{w[1]:.2g}/{w[2]:.2g}), sorted against arrival + least time alone (optsched/load_bounds.py)"
     )
-    out = [Bound(bound, value, True, note), *pair_bounds(instance, name)]
-    if name == "latency":  # the first-token queue plus the rest alone (optsched/phase_bounds.py)
-        firsts = load_bounds(instance, "ttft") if ttft is None else ttft
+    out = [Bound(bound, value, True, note)]
+    if budget.expired():
+        return out
+    out += pair_bounds(instance, name)
+    if name == "latency" and not budget.expired():  # the first-token queue plus the rest alone (phase_bounds.py)
+        firsts = load_bounds(instance, "ttft", budget=budget) if ttft is None else ttft
         out.append(ttft_plus_rest(instance, max(firsts, key=lambda b: b.value)))
-    if name == "ttft":  # the batch overhead at each first token's end (optsched/ttft_bounds.py)
+    if name == "ttft" and not budget.expired():  # the batch overhead at each first token's end (ttft_bounds.py)
         release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
         done = srpt_completions(release, terms[:, 0])
         out.append(flush_bound(instance, flush_mean_bound(done, release, alone, flush_overhead(instance))))
@@ -475,7 +489,7 @@ def _busy_time(instance: Instance, first_tokens: bool, K: int, seconds: float) -
     I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)
     O = np.ones_like(I) if first_tokens else np.array([r.output_tokens for r in instance.requests], dtype=np.float64)
     if first_tokens:
-        earliest = release + np.array([prefill_alone_time(instance, int(x)) for x in I])
+        earliest = release + prefill_alone_times(instance, I)
     else:
         earliest = release + critical_path_times(instance)
     work = request_work(instance, first_tokens=first_tokens)
@@ -491,12 +505,12 @@ def _busy_time(instance: Instance, first_tokens: bool, K: int, seconds: float) -
     return Bound("busy-time-prefill" if first_tokens else "busy-time-work", value, True, note)
 
 
-def proven_bounds(instance: Instance, objective: str) -> list[Bound]:
+def proven_bounds(instance: Instance, objective: str, budget: TimeBudget = NO_LIMIT) -> list[Bound]:
     """Every generic proven bound on ``objective`` that takes no solver: those of
     :func:`optsched.bounds.generic_bounds` and the SRPT bounds of :func:`load_bounds`, each in the
     objective's unit (a solve, a report and a sweep cell read these at every size; the busy-time LP
-    is listed by ``optsched bound``)."""
-    return generic_bounds(instance, objective) + load_bounds(instance, objective)
+    is listed by ``optsched bound``); within ``budget`` as :func:`load_bounds` says."""
+    return generic_bounds(instance, objective) + load_bounds(instance, objective, budget=budget)
 
 
 def default_bounds(instance: Instance) -> list[Bound]:

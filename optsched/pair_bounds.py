@@ -117,7 +117,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .bounds import critical_path_times, prefill_alone_time
+from .bounds import critical_path_times, prefill_alone_times
 from .costmodel import Coefficients, CostModel
 from .instance import Instance
 from .result import Bound, objective_named
@@ -294,8 +294,7 @@ def lone_prefix(instance: Instance) -> LonePrefix:
     pre_item, dec_a, dec_k = item_coefficients(instance)
     I = np.array([r.prompt_tokens for r in instance.requests], dtype=np.float64)
     O = np.array([r.output_tokens for r in instance.requests], dtype=np.float64)
-    lengths, where = np.unique(I, return_inverse=True)
-    first = np.array([prefill_alone_time(instance, int(x)) for x in lengths])[where.reshape(-1)]
+    first = prefill_alone_times(instance, I)
     decode = (L * (b + a + tc + db + da + (dk + dx) * I), np.full(len(I), L * (dk + dx)))
     refill_slope = L * (a + pa + pq + per_tile_token)
     refill = (L * (b + pb) + refill_slope * (I + 1.0), np.full(len(I), refill_slope))
@@ -465,7 +464,7 @@ def pair_interference_prefill(instance: Instance) -> float:
     i, j = overlapping_pairs(release, reach)
     gap = release[j] - release[i]
     rest = np.where(gap <= 0.0, work[i], np.maximum(reach[i] - gap, 0.0))
-    first = np.array([prefill_alone_time(instance, int(x)) for x in I])
+    first = prefill_alone_times(instance, I)
     total = math.fsum(first) + math.fsum(np.minimum(rest, work[j]))
     return max(0.0, total * (1 - SAFETY) / len(I))
 

@@ -88,7 +88,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .bounds import prefill_alone_time
+from .bounds import prefill_alone_times
 from .budget import NO_LIMIT, TimeBudget
 from .instance import Instance
 from .load_bounds import SHARE_WEIGHTS, mix_shares, share_terms, srpt_completions, srpt_mean_bound
@@ -422,7 +422,7 @@ def block_bound(
     that relaxation, whose extra ``rule`` and module ``source`` its note states."""
     release = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     work = share_terms(instance, True)[:, 0]
-    alone = np.array([prefill_alone_time(instance, r.prompt_tokens) for r in instance.requests])
+    alone = prefill_alone_times(instance, [r.prompt_tokens for r in instance.requests])
     beta = flush_overhead(instance)
     value, size, exact = block_mean_bound(
         release, work, alone, beta, budget.within(BLOCK_TIME), srpt_prefill_works(instance), solver

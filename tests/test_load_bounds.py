@@ -304,3 +304,17 @@ def test_bounds_under_the_h200_profile_are_at_most_the_exhaustive_optimum(arriva
             best = optimum(inst, objective)
             for b in proven_bounds(inst, objective):
                 assert b.value <= best * (1 + 1e-9), (seed, objective, b, best)
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_an_expired_budget_lists_the_first_srpt_bound_only(objective: str) -> None:
+    """Within a budget the load-aware bounds stop when the time is up: an expired one still gives the
+    first SRPT bound (the same value as without a limit: the first share weights), the others left out."""
+    inst = loaded_instance(120, 3)
+    whole = {b.name: b.value for b in load_bounds(inst, objective)}
+    cut = load_bounds(inst, objective, budget=TimeBudget.of(0.0))
+    assert [b.name for b in cut] == [f"srpt-{'work' if objective == 'latency' else 'prefill'}"]
+    assert cut[0].value <= whole[cut[0].name]
+    assert len(whole) > 1
+    generic = {b.name for b in proven_bounds(inst, objective, TimeBudget.of(0.0))}
+    assert generic == {b.name for b in proven_bounds(inst, objective)} - (set(whole) - {cut[0].name})

@@ -2,7 +2,8 @@
 
 :func:`build_report` runs, in this order and under one overall deadline:
 
-1. the generic cost-model bounds of :mod:`optsched.bounds` (instant);
+1. the generic cost-model bounds of :mod:`optsched.bounds` and :mod:`optsched.load_bounds` (the
+   load-aware ones within :data:`GENERIC_SHARE` of the time);
 2. every registered policy (:data:`optsched.policies.POLICIES`): simulate, then replay; no policy
    starts after :data:`POLICY_SHARE` of the time (the others are listed as skipped); meanwhile
    the solver of step 4 loads (its modules and compiled kernels, in a thread begun with the
@@ -65,6 +66,9 @@ SOLVER_ROOM_SHARE = 0.2
 #: Most seconds of :data:`SOLVER_ROOM_SHARE`: a long limit goes to the solver, less 11 s.
 SOLVER_ROOM_CAP = 10.0
 
+#: Share of the time left that the generic bounds' load-aware part may take (the first SRPT bound
+#: always runs; :func:`optsched.load_bounds.load_bounds`).
+GENERIC_SHARE = 0.2
 #: Share of the report's time (less the caller's reserve) after which no further policy starts, so
 #: that the bounders and the solver keep the rest.
 POLICY_SHARE = 0.5
@@ -280,7 +284,7 @@ def build_report(
         with _timed(report, "bounds"):
             report.bounds = [
                 BoundEntry("generic", b.name, b.value, b.valid, b.note, objective, True)
-                for b in proven_bounds(instance, objective)
+                for b in proven_bounds(instance, objective, budget.share(GENERIC_SHARE))
             ]
         say(f"generic bounds: {', '.join(f'{b.name} {b.value:.6g}' for b in report.bounds)}")
         phase = "policies"

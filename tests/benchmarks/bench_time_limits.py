@@ -22,7 +22,10 @@ mean latency, the smallest solve, where the solver's start-up is most of the tim
 ``--method relax``; status ``stopped`` when only the bounds that need no solver were in time)
 and ``report`` (``report-hybrid``: 30 requests on which the ``hybrid`` policies' CP-SAT assignment
 runs 10 s, stopped at the deadline; ``report-html``: the README's main job with its HTML page, each
-figure drawn only while time is left); ``start-up`` is ``optsched --help``.
+figure drawn only while time is left); the ``*-full-trace`` cases run ``solve`` (mean latency, and
+goodput under SLOs of 0.2 s TTFT and 20 ms TPOT), ``bound`` and ``report`` on the 19,366 requests
+of ``../shared/data/traces/splitwise_conv.csv`` (skipped where it is absent); ``start-up`` is
+``optsched --help``.
 Prints one row per case with the machine's 1-minute load average (``os.getloadavg``) before it, and
 exits 1 when a case overran ``limit + slack`` (``warm`` and ``installed``).
 """
@@ -79,7 +82,12 @@ def hard_assignment_instance(folder: Path) -> Path:
     return path
 
 
-#: (name, command line after ``optsched``); ``{L}`` is the time limit.
+#: The full splitwise_conv trace (19,366 requests) of ``../shared/data``, beside the repository.
+TRACE = REPO.parent / "shared" / "data" / "traces" / "splitwise_conv.csv"
+FULL_TRACE = ["--cost-model", "llama2-7b-h200"]
+TIGHT_SLOS = ["--slo-ttft", "0.2", "--slo-tpot", "0.02"]
+
+#: (name, command line after ``optsched``); ``{L}`` is the time limit, ``{TRACE}`` :data:`TRACE`.
 CASES: list[tuple[str, list[str]]] = [
     ("start-up", ["--help"]),
     ("infermax", ["solve", "infermax-i1024-o32-n64", "--problem", "infermax", "--time-limit", "{L}"]),
@@ -113,7 +121,36 @@ CASES: list[tuple[str, list[str]]] = [
     ("report-trace", ["report", "splitwise-conv-100", "--time-limit", "{L}", "--quiet"]),
     ("report-hybrid", ["report", "{HARD30}", "--objective", "latency", "--time-limit", "{L}", "--quiet"]),
     ("report-html", ["report", "splitwise-conv-100", "--time-limit", "{L}", "--quiet", "--html", "{PAGE}"]),
+    (
+        "solve-full-trace",
+        ["solve", "{TRACE}", *FULL_TRACE, "--problem", "infermax", "--objective", "latency", "--time-limit", "{L}"],
+    ),
+    (
+        "goodput-full-trace",
+        [
+            "solve",
+            "{TRACE}",
+            *FULL_TRACE,
+            *TIGHT_SLOS,
+            "--problem",
+            "infermax",
+            "--objective",
+            "goodput",
+            "--time-limit",
+            "{L}",
+        ],
+    ),
+    (
+        "bound-full-trace",
+        ["bound", "{TRACE}", *FULL_TRACE, "--problem", "infermax", "--objective", "latency", "--time-limit", "{L}"],
+    ),
+    (
+        "report-full-trace",
+        ["report", "{TRACE}", *FULL_TRACE, "--objective", "latency", "--time-limit", "{L}", "--quiet"],
+    ),
 ]
+#: The cases that read the full splitwise_conv trace of ../shared/data (skipped where it is absent).
+TRACE_CASES = ("solve-full-trace", "goodput-full-trace", "bound-full-trace", "report-full-trace")
 
 
 def run_case(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
@@ -149,6 +186,9 @@ def main() -> int:
     ap.add_argument("--cache", choices=("warm", "installed", "cold"), default="warm", help="see the module docstring")
     args = ap.parse_args()
     chosen = [c for c in CASES if args.cases is None or c[0] in args.cases.split(",")]
+    if not TRACE.exists():
+        print(f"skipped (no {TRACE}): {', '.join(c[0] for c in chosen if c[0] in TRACE_CASES)}")
+        chosen = [c for c in chosen if c[0] not in TRACE_CASES]
     folder = Path(tempfile.mkdtemp(prefix="bench-time-limits-"))
     static, hard = str(static_instance(folder)), str(hard_assignment_instance(folder))
     print(f"load average before: {os.getloadavg()}; python {sys.version.split()[0]}; {os.cpu_count()} CPUs")
@@ -157,10 +197,11 @@ def main() -> int:
         env = {"NUMBA_CACHE_DIR": str(folder / "numba-cache")}
         wall, code, _ = run_case(["warmup"], env)
         print(f"optsched warmup into an empty cache: {wall:.1f} s, exit {code}, load {os.getloadavg()[0]:.1f}")
-    print(f"{'case':<16} {'limit':>6} {'wall max':>9} {'over':>7} {'exit':>4} {'load':>5}  status")
+    print(f"{'case':<20} {'limit':>6} {'wall max':>9} {'over':>7} {'exit':>4} {'load':>5}  status")
     bad = 0
     for k, (name, template) in enumerate(chosen):
         fill = {"{L}": f"{args.limit:g}", "{STATIC40}": static, "{HARD30}": hard, "{PAGE}": str(folder / "r.html")}
+        fill["{TRACE}"] = str(TRACE)
         argv = [fill.get(a, a) for a in template]
         if args.cache == "warm":
             run_case(argv)
@@ -176,7 +217,7 @@ def main() -> int:
         over = max(walls) - limit
         bad += args.cache != "cold" and ((limited and over > args.slack) or code not in (0, 1))
         print(
-            f"{name:<16} {limit:6.1f} {max(walls):9.2f} {over:+7.2f} {code:4d} {load:5.1f}  {status}"
+            f"{name:<20} {limit:6.1f} {max(walls):9.2f} {over:+7.2f} {code:4d} {load:5.1f}  {status}"
             f"  (walls {', '.join(f'{w:.2f}' for w in walls)})",
             flush=True,
         )

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...bounds import batch_counts, prefill_alone_time, request_work
+from ...bounds import batch_counts, prefill_alone_times, request_work
 from ...budget import TimeBudget
 from ...costmodel import Coefficients
 from ...deadline import BuildStopped
@@ -315,7 +315,7 @@ def horizon(
     if options.objective != "ttft":
         return Horizon(J_makespan, True, note)
     N = len(instance.requests)
-    alone = [prefill_alone_time(instance, r.prompt_tokens) for r in instance.requests]
+    alone = prefill_alone_times(instance, [r.prompt_tokens for r in instance.requests]).tolist()
     last_first = max(r.arrival for r in instance.requests) + N * upper_objective - math.fsum(alone) + max(alone)
     J_first = _batches_within(
         last_first,

@@ -33,7 +33,11 @@ from .candidates import (
 from .goodput_bounds import goodput_bound
 from .model import InferMaxBoundOptions, InferMaxInputError, InferMaxOptions, linear_instance
 
-__all__ = ["first_answer", "first_bounds", "generic_bounds", "meets"]
+__all__ = ["EXIT_RESERVE", "first_answer", "first_bounds", "generic_bounds", "meets"]
+
+#: Seconds the first answer's bounds leave before the deadline for the command's output (and, in
+#: ``solve``, beside the time the policy took, for the check that replays its schedule).
+EXIT_RESERVE = 0.1
 
 
 def meets(value: float, bound: float) -> bool:
@@ -41,15 +45,16 @@ def meets(value: float, bound: float) -> bool:
     return value - bound <= OPTIMAL_RTOL * max(abs(value), 1e-12)
 
 
-def generic_bounds(instance: Instance, objective: str) -> list[Bound]:
+def generic_bounds(instance: Instance, objective: str, budget: TimeBudget = NO_LIMIT) -> list[Bound]:
     """The bounds of :func:`optsched.load_bounds.proven_bounds` (those of :mod:`optsched.bounds` and the
     SRPT bounds), each the larger of its value under the profile and under the linear form of
-    :func:`.model.linear_instance` (both proven, by (F0) of :mod:`optsched.bounds`)."""
-    out = proven_bounds(instance, objective)
+    :func:`.model.linear_instance` (both proven, by (F0) of :mod:`optsched.bounds`); within ``budget``
+    (the load-aware ones while it lasts, the linear form's only when time is left)."""
+    out = proven_bounds(instance, objective, budget)
     linear = linear_instance(instance)
-    if linear is instance:
+    if linear is instance or budget.expired():
         return out
-    other = {b.name: b for b in proven_bounds(linear, objective)}
+    other = {b.name: b for b in proven_bounds(linear, objective, budget)}
     return [max(b, other.get(b.name, b), key=lambda bound: bound.value) for b in out]
 
 
@@ -62,7 +67,7 @@ def first_bounds(
     opts = InferMaxBoundOptions.parse(options)
     if opts.objective == "goodput":
         return [goodput_bound(instance, opts.method, budget)]
-    return generic_bounds(instance, opts.objective)
+    return generic_bounds(instance, opts.objective, budget.reserve(EXIT_RESERVE))
 
 
 def first_answer(
@@ -104,6 +109,7 @@ def first_answer(
     pool = _warm_start_pool(instance, opts, budget)
     if pool is None:
         return None
+    pooled = time.perf_counter() - t0  # the caller's check replays the schedule again
     best = pool.best
     if opts.horizon is not None and best.schedule.columns().nonempty_batches > opts.horizon:
         return None
@@ -111,7 +117,7 @@ def first_answer(
         bound = goodput_bound(instance, budget=budget, met=int(best.value)).value
         optimal = best.value >= bound
     else:
-        bounds = generic_bounds(instance, opts.objective)
+        bounds = generic_bounds(instance, opts.objective, budget.reserve(EXIT_RESERVE + pooled))
         bound = min(max(b.value for b in bounds), best.value) if bounds else math.inf
         optimal = meets(best.value, bound)
     return SolveResult(

@@ -78,7 +78,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...bounds import critical_path_times, prefill_alone_time, request_work
+from ...bounds import critical_path_times, prefill_alone_times, request_work
 from ...budget import TimeBudget
 from ...instance import SLO, Instance
 from ...metrics import TIME_RTOL
@@ -185,7 +185,7 @@ def request_facts(instance: Instance) -> RequestFacts:
     reqs = instance.requests
     I = np.array([r.prompt_tokens for r in reqs], dtype=np.float64)
     O = np.array([r.output_tokens for r in reqs], dtype=np.float64)
-    first = np.array([prefill_alone_time(instance, int(x)) for x in I], dtype=np.float64)
+    first = prefill_alone_times(instance, I)
     later = np.maximum(critical_path_times(instance) - first, 0.0)
     lin = instance.cost_model.linear_twin()
     L, lim = lin.layers, instance.limits
