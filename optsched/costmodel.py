@@ -262,6 +262,24 @@ class CostModel:
             decode=replace(self.decode, per_max_kv=0.0),
         )
 
+    def whole_model(self) -> CostModel:
+        """The same batch times with ``layers`` multiplied into every price (``layers`` = 1): the
+        form of a profile fitted to whole-model step times."""
+        L = self.layers
+
+        def scaled(p: PhaseCost) -> PhaseCost:
+            return PhaseCost(*(L * getattr(p, f.name) for f in fields(PhaseCost)))
+
+        return replace(
+            self,
+            layers=1.0,
+            base=L * self.base,
+            per_token=L * self.per_token,
+            per_tile=L * self.per_tile,
+            prefill=scaled(self.prefill),
+            decode=scaled(self.decode),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """The inline JSON form of the contract (docs/costmodel.md); the optional terms
         (``prefill.per_ctx``, ``token_tile``/``per_tile``, ``decode.per_max_kv``) only when set."""

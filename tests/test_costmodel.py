@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from optsched.cli import main
 from optsched.costfit import fit_linear, fit_terms, linear_errors, profile_toml, read_vidur_mlp_profile
 from optsched.costmodel import (
     PRICED_TERMS,
     Coefficients,
     CostModelError,
+    PhaseCost,
     available_profiles,
     cost_model_from_mapping,
     load_cost_model,
@@ -261,3 +266,32 @@ def test_coefficients_carry_the_profile_names_to_the_kernels():
         features = (n_pre + n_dec, n_pre, s_pre, n_dec, kv_dec, x_pre, kv_max)
         assert batch_time(coef, *features) == cm.batch_time(*features)
     assert Coefficients.of(load_cost_model("llama2-7b-a100")).token_tile == 0
+
+
+def test_whole_model_form_gives_the_same_batch_times():
+    """``whole_model`` multiplies ``layers`` into every price: the same time for every batch shape."""
+    h200 = load_cost_model("llama2-7b-h200")
+    for cm in (h200, replace(h200, layers=32.0, base=h200.base / 32)):
+        whole = cm.whole_model()
+        assert whole.layers == 1.0
+        for shape in [(1, 1, 1, 0, 0), (700, 300, 300, 400, 90_000, 5_000, 1_200), (8, 0, 0, 8, 4_000, 0, 900)]:
+            assert whole.batch_time(*shape) == pytest.approx(cm.batch_time(*shape), rel=1e-12)
+
+
+def test_cli_fit_of_measured_batch_times_is_a_whole_model_profile(tmp_path, capsys):
+    """Measured batch times are whole steps: ``--compare``'s per-layer profile is compared in its
+    whole-model form, and the profile written is the fit with ``layers = 1`` (it reproduces the
+    measured times), not the fit multiplied by the compared profile's layers."""
+    truth = replace(load_cost_model("llama2-7b-a100"), prefill=PhaseCost(), decode=PhaseCost())  # 32 layers
+    tokens = [1, 16, 64, 256, 1024, 4096]
+    rows = "".join(f"{n},{1e3 * truth.batch_time(n, n, n, 0, 0)}\n" for n in tokens)
+    (tmp_path / "times.csv").write_text("n_tok,ms\n" + rows)
+    argv = ["fit", str(tmp_path / "times.csv"), "--tokens-column", "n_tok", "--time-column", "ms", "--unit", "ms"]
+    assert main([*argv, "--compare", "llama2-7b-a100", "--out", str(tmp_path / "mine.toml"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["compare"]["base"] == pytest.approx(32 * truth.base, rel=1e-12)
+    assert out["compare"]["mean_abs_pct_error"] < 1e-6
+    fitted = load_cost_model(str(tmp_path / "mine.toml"))
+    assert fitted.layers == 1.0
+    for n in tokens:
+        assert fitted.batch_time(n, n, n, 0, 0) == pytest.approx(truth.batch_time(n, n, n, 0, 0), rel=1e-6)

@@ -16,8 +16,13 @@ fitted by least squares (:func:`optsched.costfit.fit_linear`). Two CSV inputs ar
 - any CSV of measured batch times, with ``--tokens-column`` and ``--time-column`` in ``--unit``.
 
 ``--compare`` reports a shipped profile's ``base``/``per_token`` and their error on the same data;
-``--out`` writes a profile TOML with the fitted terms (layers and prefill/decode terms taken from
-``--compare`` when given, else zero).
+``--out`` writes a profile TOML with the fitted terms. A Vidur profile measures the non-attention
+operators of one layer: the profile written takes ``layers``, the tile and the prefill/decode terms
+from ``--compare`` when given (else ``layers = 1`` and zeros). Measured batch times are whole steps
+of the whole model, attention included: ``--compare``'s profile is read in its whole-model form
+(:meth:`~optsched.costmodel.CostModel.whole_model`, every price times its ``layers``) for the
+comparison, and the profile written is the fit alone (``layers = 1``, no phase terms, which token
+counts alone cannot separate; a step-measurement file fits every term).
 """
 
 from __future__ import annotations
@@ -200,6 +205,7 @@ def handle(args: argparse.Namespace) -> int:
         _refuse_given(args, _PLAIN_OPTIONS, "a plain CSV of batch times")
     else:
         _refuse_given(args, _VIDUR_OPTIONS, "Vidur profiles")
+        template = None if template is None else template.whole_model()  # measured times are the whole model's
     _defaults(args, {**_VIDUR_OPTIONS, **_PLAIN_OPTIONS})
     if vidur:
         tokens, times = read_vidur_mlp_profile(path, args.tp)
@@ -230,7 +236,7 @@ def handle(args: argparse.Namespace) -> int:
             "max_abs_pct_error": max_err,
         }
     name = _profile_name(args)
-    text = profile_toml(name, f"fitted from {what}", fit.base, fit.per_token, template)
+    text = profile_toml(name, f"fitted from {what}", fit.base, fit.per_token, template if vidur else None)
     if args.out is None:  # least squares without bounds: a negative slope is not a cost model
         try:
             check_profile_toml(text)
