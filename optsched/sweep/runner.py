@@ -5,10 +5,15 @@ per cell, :class:`~optsched.sweep.store.SweepStore`); with ``resume`` the cells 
 already stored are skipped, so an interrupted sweep (Ctrl-C, a killed worker, node or driver)
 loses at most the cells in flight and never writes a row twice. A time limit (``budget``) ends the
 sweep the same way: the cells finished within it are stored, the others are left for ``--resume``.
+The folder is created first (its parent must exist: a :class:`~optsched.sweep.store.StoreError`
+before any workload loads otherwise). ``optsched sweep`` also locks the folder and records the
+spec in ``_sweep.json`` around this call (:meth:`~optsched.sweep.store.SweepStore.claim`); a
+caller of the API that resumes or shares folders does the same.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -124,8 +129,9 @@ def run_sweep(
     docstring."""
     t0 = time.perf_counter()
     say = log or (lambda msg: print(msg, file=sys.stderr))
-    workloads = workloads or load_workloads(spec)
     store = SweepStore(out)
+    os.close(store.open_folder())  # a folder that cannot be made fails before any workload loads
+    workloads = workloads or load_workloads(spec)
     cells = expand_cells(spec, workloads.digests)
     done = store.done_keys()
     todo = sum(1 for c in {c.key: c for c in cells}.values() if c.key not in done)

@@ -221,6 +221,17 @@ class SweepStore:
             raise StoreError(f"{path}: not the record of an optsched sweep (a JSON object with its 'spec')")
         return meta
 
+    def open_folder(self) -> int:
+        """Create the folder if needed (its parent must exist) and open it: a descriptor of the
+        folder; :class:`StoreError` naming it when it cannot be."""
+        try:
+            self.root.mkdir(exist_ok=True)
+            return os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        except FileExistsError:
+            raise StoreError(f"{self.root}: exists and is not a folder (a dangling symbolic link?)") from None
+        except OSError as exc:
+            raise StoreError(f"{self.root}: cannot create or open the folder ({exc.strerror})") from None
+
     @contextmanager
     def claim(self, meta: dict[str, Any], resume: bool) -> Iterator[None]:
         """Create the folder if needed, lock it for this process and record ``meta`` in it; the
@@ -232,13 +243,7 @@ class SweepStore:
             When another sweep holds the lock, the folder holds files that are not a sweep's, or
             ``resume`` is false and it holds another spec's sweep or stored cells.
         """
-        try:
-            self.root.mkdir(exist_ok=True)
-            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
-        except FileExistsError:
-            raise StoreError(f"{self.root}: exists and is not a folder (a dangling symbolic link?)") from None
-        except OSError as exc:
-            raise StoreError(f"{self.root}: cannot create or open the folder ({exc.strerror})") from None
+        fd = self.open_folder()
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

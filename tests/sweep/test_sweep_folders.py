@@ -316,3 +316,22 @@ def test_the_spec_record_replaces_a_link_and_never_writes_through(tmp_path: Path
     assert not (folder / "_sweep.json").is_symlink()
     assert json.loads((folder / "_sweep.json").read_text()) == {"spec": {"name": "x"}}
     assert sorted(p.name for p in folder.iterdir()) == ["_sweep.json"]
+
+
+def test_the_api_makes_its_folder_or_fails_before_any_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run_sweep`` into a new folder creates it; into a folder whose parent is missing it raises a
+    StoreError naming the folder before any cell runs (no cell's work lost at the end)."""
+    from optsched.sweep import LocalPool, load_spec, run_sweep, runner
+
+    spec = load_spec(write_spec(tmp_path, TINY))
+    ran: list[object] = []
+    monkeypatch.setattr(runner, "run_cells", lambda *args: ran.append(args) or {})
+    with pytest.raises(StoreError, match="missing/out"):
+        run_sweep(spec, tmp_path / "missing" / "out", LocalPool(workers=1), show_progress=False, log=lambda m: None)
+    assert not ran
+    pool = LocalPool(workers=1)
+    try:
+        run_sweep(spec, tmp_path / "new", pool, show_progress=False, log=lambda m: None)
+    finally:
+        pool.close()
+    assert (tmp_path / "new").is_dir() and ran
