@@ -23,7 +23,12 @@ from dataclasses import dataclass, field
 from .deadline import DeadlinePassed
 from .interrupt import requested
 
-__all__ = ["NO_LIMIT", "SlowestRun", "TimeBudget", "process_started"]
+__all__ = ["LONGEST_WAIT", "NO_LIMIT", "SlowestRun", "TimeBudget", "process_started"]
+
+
+#: Most seconds :meth:`TimeBudget.left` answers (about 31 years): a limit beyond it is never reached, and
+#: a thread's wait of more seconds than the platform's clock can add overflows.
+LONGEST_WAIT = 1e9
 
 
 @dataclass(frozen=True)
@@ -54,10 +59,11 @@ class TimeBudget:
         return self.end is not None
 
     def left(self, least: float = 0.0) -> float | None:
-        """Seconds left (at least ``least``; ``least`` once Ctrl-C came); None without a limit."""
+        """Seconds left (at least ``least``; ``least`` once Ctrl-C came), at most :data:`LONGEST_WAIT`
+        (what a thread's wait takes); None without a limit."""
         if self.end is None:
             return None
-        return least if requested() else max(self.end - time.perf_counter(), least)
+        return least if requested() else min(max(self.end - time.perf_counter(), least), LONGEST_WAIT)
 
     def expired(self) -> bool:
         """Whether the time is up (never without a limit); Ctrl-C expires every budget at once."""

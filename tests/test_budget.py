@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
 from optsched import interrupt
-from optsched.budget import SlowestRun, TimeBudget, process_started
+from optsched.budget import LONGEST_WAIT, SlowestRun, TimeBudget, process_started
 
 
 def test_an_unlimited_budget_never_expires() -> None:
@@ -70,3 +71,15 @@ def test_slowest_run_keeps_the_longest_run_and_fits_that_many_more() -> None:
     assert slowest.seconds >= 0.35
     budget = TimeBudget.of(1.0)
     assert slowest.fits(budget) and slowest.fits(budget, runs=2.0) and not slowest.fits(budget, runs=3.0)
+
+
+@pytest.mark.parametrize("seconds", [1e10, 1e300])
+def test_a_limit_no_process_reaches_waits_in_threads_without_overflow(seconds: float) -> None:
+    """left() answers at most LONGEST_WAIT, which a thread's wait takes (a limit of 1e10 s overflowed
+    the platform's clock in ``Thread.join`` and ``Event.wait``)."""
+    budget = TimeBudget.of(seconds)
+    assert budget.left() == LONGEST_WAIT and budget.holds(1e6) and not budget.expired()
+    worker = threading.Thread(target=lambda: None)
+    worker.start()
+    worker.join(budget.left())  # a valid wait: the join returns when the thread ends
+    assert not worker.is_alive()
