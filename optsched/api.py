@@ -92,17 +92,22 @@ def _with_options(
     options: Options | Mapping[str, Any] | None, more: Mapping[str, Any], time_limit: float | None
 ) -> Options | dict[str, Any]:
     """One set of options: an options dataclass or the mapping ``options`` and ``more``, with
-    ``time_limit`` when one is given."""
+    ``time_limit`` when one is given; an option given twice (in ``options`` and as a keyword, or
+    ``time_limit`` in both) is a TypeError, as for a function's argument."""
     if options is not None and not isinstance(options, Mapping):
         if more:
             raise TypeError(f"options given both as {type(options).__name__} and as keywords: {sorted(more)}")
         if time_limit is None or not dataclasses.is_dataclass(options):
             return options  # a value of another type: the options class's parse says what it needs
+        if getattr(options, "time_limit", None) is not None:
+            raise TypeError("time_limit given twice: in the options and as the keyword time_limit")
         return dataclasses.replace(options, time_limit=time_limit)
-    merged = {**(options or {}), **more}
-    if time_limit is not None:
-        merged["time_limit"] = time_limit
-    return merged
+    merged = dict(options or {})
+    keywords = {**more, **({} if time_limit is None else {"time_limit": time_limit})}
+    twice = sorted(set(merged) & set(keywords))
+    if twice:
+        raise TypeError(f"option {twice[0]!r} given twice: in the options and as a keyword")
+    return merged | keywords
 
 
 def _budget(budget: TimeBudget | None) -> TimeBudget:

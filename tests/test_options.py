@@ -98,7 +98,8 @@ def test_values_are_strictly_typed():
         ),
         ("hybrid-offline", "solve", {"method": "mip", "solver": "cpsat"}, "needs a MIP backend"),
         ("scls-batch", "solve", {"solver": "cbc"}, "option 'solver': has no effect unless method is 'mip'"),
-        ("infermax", "bound", {"threads": 2}, "option 'threads': has no effect unless method is 'lp' or 'relax'"),
+        ("infermax", "bound", {"threads": 2}, "option 'threads': has no effect unless method is 'relax'"),
+        ("infermax", "bound", {"method": "lp", "threads": 2}, "option 'threads': has no effect unless method is"),
         (
             "infermax",
             "bound",
@@ -170,6 +171,14 @@ def test_the_cli_docs_list_every_option():
         (
             ["solve", "toy-4", "--problem", "hybrid", "--objective", "ttft"],
             "problem 'hybrid' has no solve option 'objective'",
+        ),
+        (
+            ["solve", "toy-4", "--problem", "infermax", "--option", "time_limit=8", "--time-limit", "2"],
+            "--option time_limit: given twice (also --time-limit); give it once",
+        ),
+        (
+            ["bound", "toy-4", "--problem", "infermax", "--option", "threads=2", "--option", "threads=3"],
+            "--option threads: given twice (also --option threads); give it once",
         ),
     ],
 )
@@ -327,6 +336,21 @@ def test_an_options_dataclass_is_checked_as_a_mapping_is() -> None:
         (lambda: optsched.simulate("toy-4", ["vllm"]), TypeError, "policy: a name (str), got list"),
         (lambda: optsched.solve("toy-4", ["infermax"]), TypeError, "problem: a name (str), got list"),
         (lambda: optsched.simulate(None), TypeError, "instance: an Instance, a file or a shipped instance name"),
+        (
+            lambda: optsched.solve("toy-4", options={"solver": "highs"}, solver="cpsat"),
+            TypeError,
+            "option 'solver' given twice: in the options and as a keyword",
+        ),
+        (
+            lambda: optsched.solve("toy-4", options={"time_limit": 3}, time_limit=2),
+            TypeError,
+            "option 'time_limit' given twice",
+        ),
+        (
+            lambda: optsched.solve("toy-4", "infermax", options_for("infermax")(time_limit=3), time_limit=2),
+            TypeError,
+            "time_limit given twice",
+        ),
     ],
 )
 def test_the_api_names_a_wrong_type(call: Callable[[], object], error: type[Exception], message: str) -> None:

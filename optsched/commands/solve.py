@@ -93,11 +93,16 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {
         key: getattr(args, key) for key in FLAG_OPTIONS if getattr(args, key) not in (None, False)
     }
+    given: set[str] = set()  # the keys of --option
     for item in args.option:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise BadInput(f"--option: expected KEY=VALUE, got {item!r}")
         key = key.replace("-", "_")
+        if key in options:
+            also = f"--{key.replace('_', '-')}" if key in FLAG_OPTIONS and key not in given else f"--option {key}"
+            raise BadInput(f"--option {key}: given twice (also {also}); give it once")
+        given.add(key)
         if key in TYPED_OPTIONS:  # a key with its own flag is read as that flag reads it
             try:
                 options[key] = TYPED_OPTIONS[key](value)

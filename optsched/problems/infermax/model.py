@@ -297,7 +297,8 @@ class InferMaxBoundOptions(Options):
         relaxation of the MIP), ``relax`` (also the residency relaxation, makespan with a KV
         capacity) or ``trajectory`` (also the trajectory bound of :mod:`.colgen`, the same).
     time_limit, threads
-        The ``lp``, ``relax`` or ``trajectory`` bound's limit; the first two's threads.
+        The ``lp``, ``relax`` or ``trajectory`` bound's limit; ``relax``'s CP-SAT workers (the LP
+        runs on HiGHS, which takes no thread count).
     max_cells
         Largest LP relaxation built (``lp``), as :class:`InferMaxOptions`.
     no_evict, no_hybrid, no_chunk
@@ -319,8 +320,10 @@ class InferMaxBoundOptions(Options):
         object.__setattr__(self, "objective", objective_named(self.objective).name)
 
     def check(self) -> None:
-        for option in ("threads", "no_evict", "no_hybrid", "no_chunk"):
+        for option in ("no_evict", "no_hybrid", "no_chunk"):
             self.only_with(option, self.method in ("lp", "relax"), "method is 'lp' or 'relax'")
+        # the LP relaxation runs on HiGHS, which takes no thread count (optsched.mipsolvers)
+        self.only_with("threads", self.method == "relax", "method is 'relax'")
         self.only_with("max_cells", self.method == "lp", "method is 'lp'")
 
     def solve_options(self) -> InferMaxOptions:
