@@ -44,6 +44,7 @@ from typing import Any
 
 import pulp
 
+from ...bounds import batch_counts
 from ...budget import NO_LIMIT, TimeBudget
 from ...deadline import BuildStopped
 from ...instance import Instance
@@ -487,15 +488,20 @@ def lp_relaxation_bound(
     """The LP relaxation of the MIP over the proven horizon of the serial schedule (HiGHS), within
     ``budget``.
 
-    Only an LP solved to optimality bounds the optimum: when it is not built (option
-    ``max_cells``), stops at the time limit or gives no positive value (the big-M links of the
-    per-request objectives let a fractional point finish every request at time 0), there is no
-    bound and None is returned.
+    Only an LP solved to optimality bounds the optimum: when it is not built (option ``max_cells``,
+    checked first against N times the least batch count of :func:`optsched.bounds.batch_counts`,
+    at most the horizon J, before the serial schedule is built), stops at the time limit or gives
+    no positive value (the big-M links of the per-request objectives let a fractional point finish
+    every request at time 0), there is no bound and None is returned.
     """
     from ...result import replayed_objective
 
     opts = InferMaxOptions.parse(options)
+    if len(instance.requests) * batch_counts(instance)[0] * MIP_CELL_COST > opts.max_cells:
+        return None  # J is at least the least batch count: the model would not be built
     sched = serial_schedule(instance, no_chunk=opts.no_chunk)
+    if budget.expired():
+        return None
     mk = replayed_objective(instance, sched, "makespan")[0]
     val = replayed_objective(instance, sched, opts.objective)[0]
     data = build_data(instance, opts, mk, val, 0)

@@ -7,7 +7,7 @@ bounds, never a crash, a hang or a wrong ``optimal``.
 import pytest
 
 from optsched import load_instance, replay
-from optsched.bounds import generic_bounds
+from optsched.bounds import batch_counts, generic_bounds
 from optsched.budget import NO_LIMIT, TimeBudget
 from optsched.options import OptionError
 from optsched.problems.infermax import candidates
@@ -156,3 +156,14 @@ def test_a_long_serial_candidate_is_not_built_under_a_deadline(monkeypatch) -> N
     assert "serial" in initial_candidates(inst, opts, NO_LIMIT).found  # no time limit: every candidate
     only_serial = initial_candidates(inst, InferMaxOptions.parse({"no_chunk": True}), far).found
     assert list(only_serial) == ["serial"]  # no policy applies: serial however long
+
+
+def test_an_lp_relaxation_too_large_to_build_builds_no_serial_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """N times the least batch count is at most N x J: above ``max_cells`` the LP is not built, and
+    neither is the serial schedule that sets J (it took 4.3 s of a 3-s limit on gsm8k-like)."""
+    from optsched.problems.infermax import mip
+
+    inst = load_instance("toy-4")
+    cells = len(inst.requests) * batch_counts(inst)[0] * mip.MIP_CELL_COST
+    monkeypatch.setattr(mip, "serial_schedule", lambda *a, **k: pytest.fail("serial schedule built"))
+    assert lp_relaxation_bound(inst, {"max_cells": cells - 1}) is None
