@@ -41,6 +41,7 @@ from typing import Any
 from .. import api
 from ..budget import NO_LIMIT, TimeBudget
 from ..instance import Instance, InstanceError
+from ..option_error import OptionError
 from ..policies import POLICIES, runs_compiled, simulator_for
 from ..problems import BOUNDERS, SOLVERS
 from ..result import MAXIMISED, default_objective, objective_named, objective_of
@@ -181,6 +182,20 @@ def _run_policy(instance: Instance, name: str, objective: str) -> PolicyRun:
             wall,
         )
     return PolicyRun(name, "ok", objective_of(result, objective), schedule, result, wall_time=wall)
+
+
+def _warm_start(report: Report, problem: str) -> str | None:
+    """The best policy (by the report's objective) that ``problem``'s solver takes as its warm
+    start (the hybrid solver takes the hybrid policies only); None when it takes none of them."""
+    sign = -1.0 if report.objective in MAXIMISED else 1.0
+    ok = [p for p in report.policies if p.status == "ok" and p.objective is not None]
+    for run in sorted(ok, key=lambda p: sign * float(p.objective or 0.0)):
+        try:
+            api.parse_options(problem, "solve", api.accepted(problem, "solve", {"warm_start": run.policy}))
+        except OptionError:
+            continue
+        return run.policy
+    return None
 
 
 def _run_solver(
@@ -430,9 +445,7 @@ def _solver_phase(
     if max_requests is not None and n > max_requests:
         report.notes.append(f"solver {problem} not run: {n} requests > {max_requests} (--solve-max-requests)")
         return SolverRun(problem, message=f"not run: {n} requests > {max_requests}")
-    ok = [p for p in report.policies if p.status == "ok"]
-    sign = -1.0 if report.objective in MAXIMISED else 1.0
-    warm = min(ok, key=lambda p: sign * p.objective if p.objective is not None else math.inf).policy if ok else None
+    warm = _warm_start(report, problem)
     if report.proven_optimal:
         report.notes.append(f"solver {problem} not run: the best policy meets a proven bound (optimal)")
         return SolverRun(problem, message="not run: the best policy is proven optimal by a bound")
