@@ -33,6 +33,9 @@ from ._common import (
     torch_device,
 )
 
+#: Largest ``--kv-cache-bytes`` (1 PiB, far beyond the memory of any accelerator).
+MAX_KV_CACHE_BYTES = 2**50
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -61,7 +64,8 @@ def register(subparsers: Any) -> None:
         "--kv-cache-bytes",
         type=strict_int,
         default=None,
-        help="KV cache memory for vLLM (default on CPU 256 MiB; the block count comes from the plan)",
+        help="KV cache memory for vLLM in bytes, at most 2^50 (default on CPU 256 MiB; the block count comes "
+        "from the plan)",
     )
     p.add_argument(
         "--cuda-graphs",
@@ -104,6 +108,10 @@ def handle(args: argparse.Namespace) -> int:
     ):
         if value:
             raise BadInput(f"{flag} applies to --engine torch only")
+    if args.kv_cache_bytes is not None and not 1 <= args.kv_cache_bytes <= MAX_KV_CACHE_BYTES:
+        raise BadInput(
+            f"--kv-cache-bytes: must be from 1 to {MAX_KV_CACHE_BYTES:,} (1 PiB), got {args.kv_cache_bytes:,}"
+        )
     from ..executor.models import ModelError, resolve_model
     from ..executor.run import ExecutionError, execute_plan
 

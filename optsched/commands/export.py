@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from ..export import EXPORTERS, exporter_for
-from ..export.vllm_replay import MAX_PLAN_BLOCKS, PlanError
+from ..export.vllm_replay import MAX_BLOCK_SIZE, MAX_PLAN_BLOCKS, PlanError
 from ..instance import InstanceError
 from ..jsonio import write_json_atomic
 from ..schedule import load_schedule
@@ -50,7 +50,10 @@ def register(subparsers: Any) -> None:
     )
     add_instance_arguments(p, positional=False, format_flag="--trace-format")
     p.add_argument(
-        "--block-size", type=strict_int, default=None, help="vllm-replay: KV block size in tokens (default 16)"
+        "--block-size",
+        type=strict_int,
+        default=None,
+        help=f"vllm-replay: KV block size in tokens, 1 to {MAX_BLOCK_SIZE:,} (default 16)",
     )
     p.add_argument(
         "--kv-blocks",
@@ -64,6 +67,7 @@ def register(subparsers: Any) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     check_output_path(args.out)
+    _check_options(args)
     schedule = load_schedule(args.schedule)
     given = args.instance is not None
     args.instance = args.instance or schedule.instance
@@ -79,16 +83,7 @@ def handle(args: argparse.Namespace) -> int:
         ) from None
     check_schedule_ids(instance, schedule, args.schedule)  # an unknown request is bad input, as in check
     warn_other_instance(instance, schedule, args.schedule, "exporting it with")
-    if args.block_size is not None and args.block_size < 1:
-        raise BadInput(f"--block-size: must be >= 1, got {args.block_size}")
-    if args.kv_blocks is not None and not 1 <= args.kv_blocks <= MAX_PLAN_BLOCKS:
-        raise BadInput(f"--kv-blocks: must be from 1 to {MAX_PLAN_BLOCKS:,}, got {args.kv_blocks}")
-    options = {"block_size": args.block_size, "kv_blocks": args.kv_blocks}
-    if args.format != "vllm-replay":
-        given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v is not None]
-        if given:
-            raise BadInput(f"{given[0]}: applies only to --format vllm-replay")
-        options = {}
+    options = {"block_size": args.block_size, "kv_blocks": args.kv_blocks} if args.format == "vllm-replay" else {}
     try:
         data = exporter_for(args.format)(instance, schedule, options)
     except PlanError as exc:
@@ -112,3 +107,21 @@ def handle(args: argparse.Namespace) -> int:
     else:
         print(f"wrote {args.out}: {line}")
     return 0
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse an export option out of range or without effect (neither format carries SLOs; the
+    block options shape only a vllm-replay plan), before anything is read."""
+    for flag, value in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot)):
+        if value is not None:
+            raise BadInput(f"{flag}: export writes no SLOs (neither format carries them); leave it out")
+    if args.block_size is not None and not 1 <= args.block_size <= MAX_BLOCK_SIZE:
+        raise BadInput(f"--block-size: must be from 1 to {MAX_BLOCK_SIZE:,}, got {args.block_size}")
+    if args.kv_blocks is not None and not 1 <= args.kv_blocks <= MAX_PLAN_BLOCKS:
+        raise BadInput(f"--kv-blocks: must be from 1 to {MAX_PLAN_BLOCKS:,}, got {args.kv_blocks}")
+    if args.format != "vllm-replay":
+        given = [
+            flag for flag, v in (("--block-size", args.block_size), ("--kv-blocks", args.kv_blocks)) if v is not None
+        ]
+        if given:
+            raise BadInput(f"{given[0]}: applies only to --format vllm-replay")

@@ -38,19 +38,21 @@ largest prompt + output length, prefix caching off, chunked prefill on.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..costmodel import FEATURES, features_of
-from ..instance import MAX_LIMIT, MAX_RUNNING, MAX_TOKENS, Instance
+from ..costmodel import FEATURES, OPTIONAL_FEATURES, features_of
+from ..instance import MAX_ARRIVAL, MAX_LIMIT, MAX_RUNNING, MAX_TOKENS, Instance
 from ..jsonio import read_json, write_json_atomic
 from ..schedule import ReplayResult, Schedule, replay
 
 __all__ = [
     "FORMAT",
+    "MAX_BLOCK_SIZE",
     "MAX_PLAN_BLOCKS",
     "VERSION",
     "PlanError",
@@ -163,47 +165,36 @@ class ReplayPlan:
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<plan>") -> ReplayPlan:
-        """Parse a plan; :class:`PlanError` names the file and the field."""
+        """Parse a plan, checking every field of docs/executor.md before anything is allocated.
+
+        Raises
+        ------
+        PlanError
+            Naming the file, the request or step (its index) and the field: a wrong format or
+            version, an unknown or missing field, a value of the wrong type or out of range, an
+            empty request or step list, an engine flag other than the executor's, a duplicate or
+            unknown request id.
+        """
         if not isinstance(data, Mapping):
             raise PlanError(f"{source}: a plan must be a JSON object")
         if data.get("format") != FORMAT:
             raise PlanError(f"{source}: field 'format': expected {FORMAT!r}, got {data.get('format')!r}")
-        if data.get("version") != VERSION:
-            raise PlanError(
-                f"{source}: field 'version': this optsched reads version {VERSION}, got {data.get('version')!r}"
-            )
+        version = data.get("version")
+        if isinstance(version, bool) or version != VERSION:
+            raise PlanError(f"{source}: field 'version': this optsched reads version {VERSION}, got {_shown(version)}")
         try:
-            requests = tuple(
-                PlanRequest(
-                    str(r["id"]),
-                    _integer(r["prompt_tokens"], f"request {k}: field 'prompt_tokens'", 1, MAX_TOKENS),
-                    _integer(r["output_tokens"], f"request {k}: field 'output_tokens'", 1, MAX_TOKENS),
-                    float(r["arrival"]),
-                    _integer(r["arrival_step"], f"request {k}: field 'arrival_step'", 0, MAX_PLAN_STEPS),
-                )
-                for k, r in enumerate(data["requests"])
-            )
-            steps = tuple(
-                PlanStep(
-                    _integer(s["batch"], f"step {j}: field 'batch'", 0, MAX_PLAN_STEPS),
-                    tuple(str(x) for x in s.get("preempt", [])),
-                    {
-                        str(k): _integer(v, f"step {j}: field 'tokens': {k!r}", 1, MAX_TOKENS)
-                        for k, v in s["tokens"].items()
-                    },
-                    float(s["predicted_time"]),
-                    features_of(s["features"]),
-                    _integer(s.get("kv_blocks", 0), f"step {j}: field 'kv_blocks'", 0, MAX_PLAN_BLOCKS),
-                )
-                for j, s in enumerate(data["steps"])
-            )
-            engine = dict(data["engine"])
-            for key, most in _ENGINE_RANGES.items():
-                _integer(engine[key], f"field 'engine': {key!r}", 1, most)
+            _known_keys(data, _PLAN_KEYS, "field {!r}")
+            requests_data, steps_data = (_list_field(data, key) for key in ("requests", "steps"))
+            steps = tuple(_read_step(j, s) for j, s in enumerate(steps_data))
+            requests = tuple(_read_request(k, r, len(steps)) for k, r in enumerate(requests_data))
+            engine = _read_engine(data)
+            _check_total(data, steps)
+            instance = data.get("instance", "")
+            if not isinstance(instance, str):
+                raise PlanError(f"field 'instance': must be a string, got {_shown(instance)}")
+            cost_model, plan_source = (_object_field(data, key) for key in ("cost_model", "source"))
         except PlanError as exc:
             raise PlanError(f"{source}: {exc}") from None
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise PlanError(f"{source}: malformed plan ({type(exc).__name__}: {exc})") from None
         ids = {r.id for r in requests}
         if len(ids) != len(requests):
             twice = next(r.id for k, r in enumerate(requests) if any(q.id == r.id for q in requests[:k]))
@@ -212,38 +203,198 @@ class ReplayPlan:
             unknown = (set(step.tokens) | set(step.preempt)) - ids
             if unknown:
                 raise PlanError(f"{source}: step {j}: unknown request(s) {sorted(unknown)}")
-        cost_model, plan_source = (_object_field(data, key, source) for key in ("cost_model", "source"))
-        return cls(str(data.get("instance", "")), cost_model, engine, requests, steps, plan_source)
+        return cls(instance, cost_model, engine, requests, steps, plan_source)
 
 
 #: Most steps of a plan (a step index beyond it cannot index a plan that fits in memory).
 MAX_PLAN_STEPS = 10**9
+
+#: Largest KV block size of a plan, in tokens (vLLM's block tables hold block sizes up to it).
+MAX_BLOCK_SIZE = 1 << 16
 
 #: The engine fields of a plan and their largest values (docs/executor.md).
 _ENGINE_RANGES = {
     "max_num_batched_tokens": MAX_LIMIT,
     "max_num_seqs": MAX_RUNNING,
     "max_model_len": 2 * MAX_TOKENS,
-    "block_size": 1 << 16,
+    "block_size": MAX_BLOCK_SIZE,
     "kv_blocks": MAX_PLAN_BLOCKS,
 }
 
+#: The engine's switches and the only value the executor runs with (it starts vLLM so).
+_ENGINE_FLAGS = {"enable_prefix_caching": False, "enable_chunked_prefill": True}
 
-def _integer(value: Any, where: str, low: int, high: int) -> int:
-    """A plan's integer field (a JSON integer, not a boolean, a fraction or a string, from ``low``
-    to ``high``), else a PlanError naming ``where``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise PlanError(f"{where}: must be an integer, got {str(value)[:40]!r}")
-    if not low <= value <= high:
-        raise PlanError(f"{where}: must be from {low} to {high:,}, got {value:,}")
+#: The fields of a plan, of its requests, of its steps and of its engine.
+_PLAN_KEYS = (
+    "format",
+    "version",
+    "instance",
+    "source",
+    "cost_model",
+    "engine",
+    "predicted_total",
+    "requests",
+    "steps",
+)
+_REQUEST_KEYS = ("id", "prompt_tokens", "output_tokens", "arrival", "arrival_step")
+_STEP_KEYS = ("batch", "preempt", "tokens", "predicted_time", "features", "kv_blocks")
+_ENGINE_KEYS = (*_ENGINE_RANGES, "num_gpu_blocks", "kv_capacity_tokens", *_ENGINE_FLAGS)
+
+#: Largest feature value of a step (the compiled cost model reads them as 64-bit integers).
+_MAX_FEATURE = 2**63 - 1
+
+
+def _shown(value: Any) -> str:
+    """``value`` as JSON spells it, cut to 40 characters (for an error message)."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _known_keys(obj: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    """A PlanError for the first key of ``obj`` outside ``known``; ``where`` is a format string
+    that names a key (``"step 3: field {!r}"``)."""
+    for key in obj:
+        if key not in known:
+            raise PlanError(f"{where.format(key)}: unknown field (known: {', '.join(known)})")
+
+
+def _get(obj: Mapping[str, Any], key: str, where: str) -> Any:
+    """``obj[key]``, else a PlanError saying that the field named by ``where.format(key)`` is missing."""
+    if key not in obj:
+        raise PlanError(f"{where.format(key)}: missing")
+    return obj[key]
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object, else a PlanError naming ``where``."""
+    if not isinstance(value, Mapping):
+        raise PlanError(f"{where}: must be an object, got {_shown(value)}")
     return value
 
 
-def _object_field(data: Mapping[str, Any], key: str, source: str) -> dict[str, Any]:
+def _list_field(data: Mapping[str, Any], key: str) -> list[Any]:
+    """The plan's non-empty list field ``key``."""
+    value = _get(data, key, "field {!r}")
+    if not isinstance(value, list):
+        raise PlanError(f"field {key!r}: must be a list, got {_shown(value)}")
+    if not value:
+        raise PlanError(f"field {key!r}: empty (a plan has at least one {key[:-1]})")
+    return value
+
+
+def _integer(value: Any, where: str, low: int, high: int, note: str = "") -> int:
+    """A plan's integer field (a JSON integer, not a boolean, a fraction or a string, from ``low``
+    to ``high``), else a PlanError naming ``where`` (and adding ``note``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PlanError(f"{where}: must be an integer, got {str(value)[:40]!r}")
+    if not low <= value <= high:
+        raise PlanError(f"{where}: must be from {low} to {high:,}{note}, got {value:,}")
+    return value
+
+
+def _number(value: Any, where: str, high: float) -> float:
+    """A plan's number field (a JSON number, not a boolean or a string, from 0 to ``high``), else a
+    PlanError naming ``where``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PlanError(f"{where}: must be a number, got {_shown(value)}")
+    if not 0 <= value <= high:
+        bounds = "be >= 0" if high == math.inf else f"be from 0 to {high:g}"
+        raise PlanError(f"{where}: must {bounds}, got {value!r}")
+    return float(value)
+
+
+def _read_request(k: int, data: Any, n_steps: int) -> PlanRequest:
+    """The plan's ``k``-th request; its ``arrival_step`` is one of the ``n_steps`` steps."""
+    where = f"request {k}: field {{!r}}"
+    r = _mapping(data, f"request {k}")
+    _known_keys(r, _REQUEST_KEYS, where)
+    rid = _get(r, "id", where)
+    if not isinstance(rid, str) or not rid:
+        raise PlanError(f"request {k}: field 'id': must be a non-empty string, got {_shown(rid)}")
+    prompt, output, arrival_step = (
+        _integer(_get(r, key, where), where.format(key), low, high, note)
+        for key, low, high, note in (
+            ("prompt_tokens", 1, MAX_TOKENS, ""),
+            ("output_tokens", 1, MAX_TOKENS, ""),
+            ("arrival_step", 0, n_steps - 1, f" (an index into the plan's {n_steps} steps)"),
+        )
+    )
+    arrival = _number(_get(r, "arrival", where), where.format("arrival"), MAX_ARRIVAL)
+    return PlanRequest(rid, prompt, output, arrival, arrival_step)
+
+
+def _read_step(j: int, data: Any) -> PlanStep:
+    """The plan's ``j``-th step."""
+    where = f"step {j}: field {{!r}}"
+    s = _mapping(data, f"step {j}")
+    _known_keys(s, _STEP_KEYS, where)
+    preempt = s.get("preempt", [])
+    if not isinstance(preempt, list) or not all(isinstance(x, str) for x in preempt):
+        raise PlanError(f"step {j}: field 'preempt': must be a list of request ids, got {_shown(preempt)}")
+    tokens = _mapping(_get(s, "tokens", where), where.format("tokens"))
+    features = _mapping(_get(s, "features", where), where.format("features"))
+    _known_keys(features, FEATURES, f"step {j}: field 'features': {{!r}}")
+    for name in FEATURES:
+        value = (
+            features.get(name, 0)
+            if name in OPTIONAL_FEATURES
+            else _get(features, name, f"step {j}: field 'features': {{!r}}")
+        )
+        _integer(value, f"step {j}: field 'features': {name!r}", 0, _MAX_FEATURE)
+    return PlanStep(
+        _integer(_get(s, "batch", where), where.format("batch"), 0, MAX_PLAN_STEPS),
+        tuple(preempt),
+        {str(k): _integer(v, f"step {j}: field 'tokens': {k!r}", 1, MAX_TOKENS) for k, v in tokens.items()},
+        _number(_get(s, "predicted_time", where), where.format("predicted_time"), math.inf),
+        features_of(features),
+        _integer(s.get("kv_blocks", 0), where.format("kv_blocks"), 0, MAX_PLAN_BLOCKS),
+    )
+
+
+def _read_engine(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The plan's engine limits, each checked (docs/executor.md)."""
+    where = "field 'engine': {!r}"
+    engine = dict(_mapping(_get(data, "engine", "field {!r}"), "field 'engine'"))
+    _known_keys(engine, _ENGINE_KEYS, where)
+    for key, most in _ENGINE_RANGES.items():
+        _integer(_get(engine, key, where), where.format(key), 1, most)
+    blocks = engine["kv_blocks"] + NULL_BLOCKS
+    gpu_blocks = _integer(_get(engine, "num_gpu_blocks", where), where.format("num_gpu_blocks"), 1, MAX_PLAN_BLOCKS + 1)
+    if gpu_blocks != blocks:
+        raise PlanError(
+            f"field 'engine': 'num_gpu_blocks': must be kv_blocks + {NULL_BLOCKS} = {blocks:,}, got {gpu_blocks:,}"
+        )
+    if engine.get("kv_capacity_tokens") is not None:
+        _integer(engine["kv_capacity_tokens"], where.format("kv_capacity_tokens"), 1, MAX_LIMIT)
+    for key, value in _ENGINE_FLAGS.items():
+        if engine.get(key, value) is not value:
+            raise PlanError(
+                f"field 'engine': {key!r}: must be {json.dumps(value)} (the executor starts vLLM so), "
+                f"got {_shown(engine[key])}"
+            )
+    return engine
+
+
+def _check_total(data: Mapping[str, Any], steps: tuple[PlanStep, ...]) -> None:
+    """The plan's ``predicted_total`` is a number, and its steps' predicted times sum to a finite one."""
+    if "predicted_total" in data:
+        _number(data["predicted_total"], "field 'predicted_total'", math.inf)
+    try:
+        total = math.fsum(s.predicted_time for s in steps)
+    except OverflowError:
+        total = math.inf
+    if not math.isfinite(total):
+        raise PlanError("field 'steps': the steps' predicted_time values sum beyond the largest number")
+
+
+def _object_field(data: Mapping[str, Any], key: str) -> dict[str, Any]:
     """The plan's optional object field ``key`` (empty when absent)."""
     value = data.get(key, {})
     if not isinstance(value, Mapping):
-        raise PlanError(f"{source}: field {key!r}: must be an object, got {type(value).__name__}")
+        raise PlanError(f"field {key!r}: must be an object, got {type(value).__name__}")
     return dict(value)
 
 
@@ -304,8 +455,8 @@ def build_plan(
         The schedule has replay violations (listed, each naming batch and request), or its KV use in
         whole blocks exceeds the engine's blocks (naming the step, batch and requests).
     """
-    if block_size < 1:
-        raise PlanError(f"block size must be >= 1, got {block_size}")
+    if not 1 <= block_size <= MAX_BLOCK_SIZE:
+        raise PlanError(f"block size must be from 1 to {MAX_BLOCK_SIZE:,}, got {block_size:,}")
     res = replay(instance, schedule)
     if not res.feasible:
         shown = "; ".join(res.violations[:10])

@@ -121,7 +121,7 @@ def test_round_trip_and_malformed_plans(instance, schedule, tmp_path):
     with pytest.raises(PlanError, match=r"step 2: unknown request\(s\) \['zz'\]"):
         ReplayPlan.from_dict(broken, "p.json")
     del broken["engine"]
-    with pytest.raises(PlanError, match="malformed plan"):
+    with pytest.raises(PlanError, match="^p.json: field 'engine': missing$"):
         ReplayPlan.from_dict(broken, "p.json")
 
 
