@@ -415,18 +415,26 @@ def check_requests(
 
 def check_instance(instance: Instance) -> None:
     """Check an :class:`Instance` built in code by the rules of an instance file (docs/instances.md):
-    limits, at least one request, each request's fields (a quick look at each; the file's schema
-    names what it finds unusual), then :func:`check_requests` (token counts, unique ids, KV capacity).
-    A loaded trace's columns were checked by its loader; their ids, token counts and capacity are
-    checked here again. The optsched API (:func:`optsched.solve`, ``bound``, ``simulate``) calls it
-    once per instance object (:meth:`Instance.checked`).
+    a non-empty string name, a :class:`~optsched.costmodel.CostModel`, limits, at least one request,
+    each request's fields (a quick look at each; the file's schema names what it finds unusual), then
+    :func:`check_requests` (token counts, unique ids, KV capacity). A loaded trace's columns were
+    checked by its loader; their ids, token counts and capacity are checked here again. The optsched
+    API (:func:`optsched.solve`, ``bound``, ``simulate``) calls it once per instance object
+    (:meth:`Instance.checked`).
 
     Raises
     ------
     InstanceError
         Naming the instance, the request and the field.
     """
+    if not isinstance(instance.name, str) or not instance.name:
+        got = repr(instance.name)[:40] if isinstance(instance.name, str) else type(instance.name).__name__
+        raise InstanceError(f"instance: field 'name': must be a non-empty string, got {got}")
     source = f"instance {instance.name!r}"
+    if not isinstance(instance.cost_model, CostModel):
+        kind = type(instance.cost_model).__name__
+        hint = " (load_cost_model(NAME) makes one from a profile name)" if isinstance(instance.cost_model, str) else ""
+        raise InstanceError(f"{source}: field 'cost_model': a CostModel, got {kind}{hint}")
     if not isinstance(instance.limits, Limits):
         raise InstanceError(f"{source}: field 'limits': a Limits, got {type(instance.limits).__name__}")
     as_limits(instance.limits.to_dict(), source)
@@ -484,7 +492,8 @@ def _check_fields(r: Request, k: int, source: str) -> None:
 def load_instance(path: str | Path, *, check_capacity: bool = True) -> Instance:
     """Read an instance JSON file, or a shipped instance by name (see :func:`available_instances`).
 
-    ``check_capacity`` is passed to :func:`parse_instance`.
+    ``check_capacity`` is passed to :func:`parse_instance`. A relative ``.toml`` path in its
+    ``cost_model`` is read from the instance file's folder.
 
     Raises
     ------
@@ -509,7 +518,11 @@ def load_instance(path: str | Path, *, check_capacity: bool = True) -> Instance:
             f"{path_str}: no such file and no shipped instance of that name"
             f" (shipped: {', '.join(available_instances())})"
         )
-    return parse_instance(read_json(p, InstanceError), path_str, check_capacity=check_capacity)
+    data = read_json(p, InstanceError)
+    model = data.get("cost_model") if isinstance(data, dict) else None
+    if isinstance(model, str) and model.endswith(".toml") and not Path(model).is_absolute():
+        data = {**data, "cost_model": str(p.parent / model)}  # a profile file beside the instance
+    return parse_instance(data, path_str, check_capacity=check_capacity)
 
 
 def available_instances() -> list[str]:

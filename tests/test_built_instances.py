@@ -5,15 +5,18 @@ an empty instance divided by zero, a negative prompt reached the engine."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import optsched
 from optsched.instance import SLO, Instance, InstanceError, Limits, check_instance, load_instance
+from tests.support.paths import INSTANCES
 
 TOY = load_instance("toy-4")
 FIRST = TOY.requests[0]
@@ -51,6 +54,31 @@ def test_bad_limits_of_a_built_instance_are_named() -> None:
     bad = replace(TOY, limits=Limits(token_budget=0))
     with pytest.raises(InstanceError, match="field 'limits.token_budget'"):
         check_instance(bad)
+
+
+TOP_BAD = {
+    "a profile name for the cost model": (
+        {"cost_model": "llama2-7b-a100"},
+        "instance 'toy-4': field 'cost_model': a CostModel, got str (load_cost_model(NAME) makes one",
+    ),
+    "no cost model": ({"cost_model": None}, "instance 'toy-4': field 'cost_model': a CostModel, got NoneType"),
+    "an empty name": ({"name": ""}, "instance: field 'name': must be a non-empty string, got ''"),
+    "an integer name": ({"name": 5}, "instance: field 'name': must be a non-empty string, got int"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TOP_BAD))
+@pytest.mark.parametrize("call", ["solve", "bound", "simulate"])
+def test_a_bad_name_or_cost_model_is_refused_at_the_api(case, call) -> None:
+    fields, message = TOP_BAD[case]
+    bad = replace(TOY, **fields)
+    run = {
+        "solve": lambda: optsched.solve(bad, problem="infermax", time_limit=3),
+        "bound": lambda: optsched.bound(bad, problem="infermax"),
+        "simulate": lambda: optsched.simulate(bad, "vllm"),
+    }[call]
+    with pytest.raises(InstanceError, match=re.escape(message)):
+        run()
 
 
 def test_a_usual_built_instance_passes_numpy_integers_included() -> None:
@@ -91,3 +119,20 @@ def test_load_instance_names_what_it_takes() -> None:
     with pytest.raises(InstanceError, match="an instance file name is empty"):
         load_instance("")
     assert isinstance(load_instance("toy-4"), Instance)
+
+
+def test_a_relative_profile_path_is_read_from_the_instance_files_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``"cost_model": "../models/x.toml"`` names the file beside the instance's folder, wherever
+    the command runs (it was read from the working directory)."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "inst").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "models" / "x.toml").write_text('name = "x"\nbase = 0.004\nper_token = 1e-5\n')
+    data = json.loads((INSTANCES / "toy-4.json").read_text())
+    data["cost_model"] = "../models/x.toml"
+    (tmp_path / "inst" / "i.json").write_text(json.dumps(data))
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    inst = load_instance(tmp_path / "inst" / "i.json")
+    assert inst.cost_model.base == 0.004 and inst.cost_model.per_token == 1e-5

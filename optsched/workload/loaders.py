@@ -269,13 +269,19 @@ def _read_jsonl(path: str, data: bytes | bytearray, fmt: TraceFormat, max_rows: 
                 continue
             k += 1
             try:
-                obj = json.loads(text)
+                obj = json.loads(text, object_pairs_hook=_object)
             except json.JSONDecodeError as exc:
                 raise WorkloadError(f"{path}: line {line}, column {exc.colno}: malformed JSON: {exc.msg}") from None
             except RecursionError:
                 raise WorkloadError(f"{path}: line {line}: JSON nested too deeply") from None
             if not isinstance(obj, dict):
                 raise WorkloadError(f"{path}: line {line}: not a JSON object")
+            twice = next((key for key in fmt.needed if key in getattr(obj, "twice", ())), None)
+            if twice is not None:
+                raise WorkloadError(
+                    f"{path}: line {line}, field {twice!r}: given twice in one object (which value is meant "
+                    "would be a guess)"
+                )
             values = {key: _json_number(obj, key, f"{path}: line {line}, field {key!r}") for key in fmt.needed}
             t = values[fmt.arrival] if fmt.arrival else 0
             prompt, output = (
@@ -287,6 +293,28 @@ def _read_jsonl(path: str, data: bytes | bytearray, fmt: TraceFormat, max_rows: 
     except UnicodeDecodeError:
         raise utf8_error(path) from None
     return rows
+
+
+class _KeyedTwice(dict[str, Any]):
+    """A JSON object in which a key is given more than once (the last value kept, as ``json`` does);
+    :attr:`twice` names those keys."""
+
+    twice: frozenset[str] = frozenset()
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON Lines object; a :class:`_KeyedTwice` when a key repeats, so that the reader refuses a
+    repeated field it reads (pyarrow's reader refuses those too; it ignores a repeat of another field)."""
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    repeated = _KeyedTwice(obj)
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for key, _ in pairs:
+        (twice if key in seen else seen).add(key)
+    repeated.twice = frozenset(twice)
+    return repeated
 
 
 #: Largest magnitude of a JSON number read as a time or count (beyond 64-bit integers and any
