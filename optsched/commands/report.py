@@ -39,6 +39,8 @@ from .solve import known_formulation
 
 #: Seconds of the time limit kept for drawing the HTML page, per request (at least 5 s, at most 30 s).
 HTML_RESERVE_PER_REQUEST = 0.02
+#: Seconds the HTML page's figures leave before the deadline for the terminal table or JSON.
+OUTPUT_RESERVE = 0.25
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -181,7 +183,7 @@ def _run(args: argparse.Namespace, t0: float, policies: list[str] | None, progre
         progress(f"writing {args.html}")
         from ..report.html import write_html  # matplotlib loads only when a page is drawn
 
-        write_html(report, args.html, command_budget(args, args.time_limit))
+        write_html(report, args.html, command_budget(args, args.time_limit).reserve(OUTPUT_RESERVE))
     report.wall_time = time.perf_counter() - t0
     progress(f"done in {report.wall_time:.1f}s")
     return report

@@ -112,8 +112,9 @@ def same_batches(a: Schedule, b: Schedule) -> bool:
     """Whether two schedules run the same batches: the same start, evictions and items in each,
     up to the order of the items (and evictions) within a batch, which the semantics ignore.
 
-    Compared on the schedules' columns (:meth:`~optsched.schedule.Schedule.columns`), each batch's
-    rows sorted by (request, tokens): no batch objects are built."""
+    Compared on the schedules' columns (:meth:`~optsched.schedule.Schedule.columns`): the same rows
+    in the same order, else each batch's token count, else each batch's rows sorted by (request,
+    tokens); no batch objects are built."""
     x, y = a.columns(), b.columns()
     if x.n_batches != y.n_batches or len(x.item_ref) != len(y.item_ref) or len(x.evict_ref) != len(y.evict_ref):
         return False
@@ -125,6 +126,14 @@ def same_batches(a: Schedule, b: Schedule) -> bool:
     if any(rid not in index for rid in y.ids):
         return False
     y_items, y_evicts = y.refs_in(index)
+    in_order = np.array_equal(x.item_ref, y_items) and np.array_equal(x.item_tokens, y.item_tokens)
+    if in_order and np.array_equal(x.evict_ref, y_evicts):  # the same rows in the same order
+        return True
+    if len(x.item_tokens) and not np.array_equal(
+        np.add.reduceat(x.item_tokens, x.item_ptr[:-1][np.diff(x.item_ptr) > 0]),
+        np.add.reduceat(y.item_tokens, y.item_ptr[:-1][np.diff(y.item_ptr) > 0]),
+    ):  # a batch's tokens differ
+        return False
     pairs = [
         (_sorted_rows(x.item_ptr, x.item_ref, x.item_tokens), _sorted_rows(y.item_ptr, y_items, y.item_tokens)),
         (_sorted_rows(x.evict_ptr, x.evict_ref), _sorted_rows(y.evict_ptr, y_evicts)),

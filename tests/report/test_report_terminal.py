@@ -83,6 +83,10 @@ def test_same_batches() -> None:
     assert not same_batches(a, renamed)
     moved = Schedule("x", (Batch((Item("r0", 3),)), Batch((Item("r1", 1), Item("r0", 1)), evict=("r1",))))
     assert not same_batches(a, moved)  # the same items and evictions, in other batches
+    swapped = Schedule("x", (Batch((Item("r0", 1), Item("r1", 3))), Batch((Item("r0", 1),), evict=("r1",))))
+    assert not same_batches(a, swapped)  # each batch's token count alike, its rows not
+    evict_permuted = Schedule("x", (a.batches[0], Batch((Item("r0", 1),), evict=("r1", "r0"))))
+    assert same_batches(Schedule("x", (a.batches[0], Batch((Item("r0", 1),), evict=("r0", "r1")))), evict_permuted)
 
 
 def test_notes_only_when_verbose_and_uncompared_bounders_skipped(main_job) -> None:
