@@ -67,7 +67,7 @@ def accepted(problem: str, kind: str, options: Mapping[str, Any]) -> dict[str, A
     ``sweep``, such as the objective, that a formulation without the option does not take)."""
     from .problems import accepted as take
 
-    return take(problem, kind, options)
+    return take(problem, _kind(kind), options)
 
 
 def parse_options(problem: str, kind: str, options: Mapping[str, Any]) -> Any:
@@ -84,8 +84,15 @@ def parse_options(problem: str, kind: str, options: Mapping[str, Any]) -> Any:
     """
     from .problems import options_for
 
-    cls = options_for(problem, kind)
+    cls = options_for(problem, _kind(kind))
     return dict(options) if cls is None else cls.parse(options)
+
+
+def _kind(kind: str) -> str:
+    """``kind`` when it is ``"solve"`` or ``"bound"``; a ValueError naming it otherwise."""
+    if kind not in ("solve", "bound"):
+        raise ValueError(f"kind: 'solve' or 'bound', got {kind!r}")
+    return kind
 
 
 def _with_options(

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 
 import optsched
+from optsched import api
 from optsched.cli import main
 from optsched.options import OptionError
 from optsched.problems import BOUND_OPTIONS, BOUNDERS, NO_SCHEDULE, SOLVE_OPTIONS, SOLVERS, accepted, options_for
@@ -99,6 +100,7 @@ def test_values_are_strictly_typed():
         ("hybrid-offline", "solve", {"method": "mip", "solver": "cpsat"}, "needs a MIP backend"),
         ("scls-batch", "solve", {"solver": "cbc"}, "option 'solver': has no effect unless method is 'mip'"),
         ("infermax", "bound", {"threads": 2}, "option 'threads': has no effect unless method is 'relax'"),
+        ("infermax", "solve", {"objective": "latency", "relax": 0.5}, "option 'relax': has no effect unless objective"),
         ("infermax", "bound", {"method": "lp", "threads": 2}, "option 'threads': has no effect unless method is"),
         (
             "infermax",
@@ -351,6 +353,8 @@ def test_an_options_dataclass_is_checked_as_a_mapping_is() -> None:
             TypeError,
             "time_limit given twice",
         ),
+        (lambda: api.parse_options("infermax", "solv", {}), ValueError, "kind: 'solve' or 'bound', got 'solv'"),
+        (lambda: api.accepted("infermax", "bounds", {}), ValueError, "kind: 'solve' or 'bound', got 'bounds'"),
     ],
 )
 def test_the_api_names_a_wrong_type(call: Callable[[], object], error: type[Exception], message: str) -> None:

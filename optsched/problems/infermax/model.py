@@ -274,7 +274,9 @@ class InferMaxOptions(Options):
             object.__setattr__(self, "relax", RELAX_SHARE if self.relax else 0.0)
 
     def check(self) -> None:
-        """``warm_start`` names a registered policy; ``goodput`` is solved with CP-SAT only."""
+        """``warm_start`` names a registered policy; ``goodput`` is solved with CP-SAT only; ``relax``
+        (the residency relaxation bounds the makespan only) is for the makespan."""
+        self.only_with("relax", self.objective == "makespan", "objective is 'makespan'")
         if self.objective == "goodput" and self.solver != "cpsat":
             raise OptionError(f"objective 'goodput': solver {self.solver!r} does not take it (use cpsat)")
         from ...policies import policy_names

@@ -250,9 +250,10 @@ def _relaxation_phase(
 def _eviction_free_phase(pool: CandidatePool, budget: TimeBudget) -> None:
     """The eviction-free optimum (a quarter of the budget, at most half of the time left) as a
     candidate: it seeds the full model."""
+    opts = pool.options
     first = solve(
         pool.instance,
-        replace(pool.options, no_evict=True, warm_start=None, relax=0.0),
+        replace(opts, no_evict=True, warm_start=None, relax=0.0 if opts.objective == "makespan" else opts.relax),
         budget.part(1 / 4).within(budget.share(1 / 2).left()),
     )
     if first.schedule is not None:
