@@ -102,8 +102,8 @@ def _read_json(raw: bytes) -> Read | None:
     except (msgspec.MsgspecError, ValueError, KeyError, RecursionError):  # malformed, not UTF-8, too deep, ...
         return None
     meta, name = rest.get("meta") or {}, rest.get("instance", "")
-    if not isinstance(meta, dict) or not isinstance(name, str):  # the strict parser names the field
-        return None
+    if not isinstance(meta, dict) or not isinstance(name, str) or set(rest) - {"instance", "meta"}:
+        return None  # the strict parser names the field
     unset = msgspec.UNSET
     item_lists, evict_lists = [b.items for b in batches], [b.evict for b in batches]
     starts = [b.start for b in batches]

@@ -159,6 +159,9 @@ class Schedule:
         """Parse the contract's schedule JSON; structural errors raise :class:`ScheduleError`."""
         if not isinstance(data, Mapping):
             raise ScheduleError(f"{source}: the schedule must be a JSON object")
+        unknown = sorted(set(data) - {"instance", "batches", "meta"})
+        if unknown:
+            raise ScheduleError(f"{source}: unknown field(s) {unknown} (free-form data goes in 'meta')")
         raw_batches = data.get("batches")
         if not isinstance(raw_batches, list):
             raise ScheduleError(f"{source}: field 'batches': must be a list")

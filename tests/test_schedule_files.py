@@ -93,6 +93,7 @@ BATCH = '{"items": [{"id": "a", "tokens": 3}]}'
         ('{"instance": "x", "batches": [{"start": NaN, "items": []}]}', "malformed JSON"),
         ('{"instance": "x", "batches": [{"start": 1e300, "items": []}]}', "must lie within"),
         ('{"instance": 4, "batches": []}', "field 'instance': must be a string"),
+        ('{"instnce": "x", "batches": []}', r"unknown field\(s\) \['instnce'\] \(free-form data goes in 'meta'\)"),
     ],
 )
 def test_json_the_fast_path_cannot_vouch_for_loads_strictly(text: str, message: str | None, tmp_path) -> None:

@@ -1,11 +1,12 @@
 """``optsched bound INSTANCE [--problem NAME] [options] [--json]``.
 
-Without ``--problem``: the instance's generic bounds (:mod:`optsched.bounds`, and the load-aware
-``srpt-work``, ``busy-time-work`` on the mean latency and ``srpt-prefill``, ``busy-time-prefill`` on
-the mean TTFT of :mod:`optsched.load_bounds`), proven under the contract's model; they take no
-options (any solver option is bad input). With ``--problem``: the bounds of that formulation
-(:data:`optsched.problems.BOUNDERS`), with its bound options (:data:`optsched.problems.BOUND_OPTIONS`)
-read from the same flags as ``solve``'s.
+Without ``--problem``: the instance's generic bounds (:func:`optsched.load_bounds.default_bounds`:
+those of :mod:`optsched.bounds` and the load-aware bounds of the mean latency and the mean TTFT,
+docs/cli.md lists them), proven under the contract's model; they take no options (any solver option
+is bad input). With ``--problem``: the bounds of that formulation (:data:`optsched.problems.BOUNDERS`),
+with its bound options (:data:`optsched.problems.BOUND_OPTIONS`) read from the same flags as
+``solve``'s; under a time limit, the formulation's quick bounds when its solver does not load in
+time (:func:`.solve.first_bounds`).
 """
 
 from __future__ import annotations
