@@ -285,6 +285,10 @@ def build_report(
     t0 = time.perf_counter()
     budget = TimeBudget.of(time_limit).reserve(reserve)
     objective = objective_named(objective).name if objective is not None else default_objective(instance)
+    if objective == "goodput":
+        from ..problems.infermax.goodput_bounds import require_slos
+
+        require_slos(instance)
     report = Report(instance, objective, time_limit=time_limit)
     names = sorted(POLICIES) if policies is None else list(policies)
     unknown = [p for p in names if p not in POLICIES]

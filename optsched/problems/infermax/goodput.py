@@ -73,6 +73,7 @@ from .goodput_bounds import (
     alive_requests,
     goodput_upper_bound,
     request_facts,
+    require_slos,
     slo_arrays,
 )
 from .model import SCALE_MIN_REQUESTS, InferMaxInputError, InferMaxOptions, Scaling
@@ -232,6 +233,7 @@ CANDIDATE_SHARE = 0.5
 def solve_goodput(instance: Instance, opts: InferMaxOptions, budget: TimeBudget) -> SolveResult:
     """The goodput solve of the module docstring (``opts.objective == 'goodput'``) within ``budget``."""
     t0 = time.perf_counter()
+    require_slos(instance)
     candidates_by = budget.part(CANDIDATE_SHARE) if len(instance.requests) >= SCALE_MIN_REQUESTS else budget
     try:
         pool = initial_candidates(instance, opts, candidates_by, budget, first=GOODPUT_FIRST_POLICIES)

@@ -80,7 +80,7 @@ import numpy as np
 
 from ...bounds import critical_path_times, prefill_alone_times, request_work
 from ...budget import TimeBudget
-from ...instance import SLO, Instance
+from ...instance import SLO, Instance, InstanceError
 from ...metrics import TIME_RTOL
 from ...options import OptionError
 from ...result import Bound
@@ -98,6 +98,7 @@ __all__ = [
     "goodput_upper_bound",
     "max_met",
     "request_facts",
+    "require_slos",
     "scaled_arrivals",
     "slo_arrays",
     "tail_bounds",
@@ -163,6 +164,16 @@ class SloArrays:
 
 def _inf(values: Sequence[float | None]) -> np.ndarray:
     return np.array([math.inf if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def require_slos(instance: Instance) -> None:
+    """An :class:`~optsched.instance.InstanceError` when no request of ``instance`` carries an SLO:
+    every schedule would then meet every request's, and the goodput would say nothing."""
+    if all(r.slo is None for r in instance.requests):
+        raise InstanceError(
+            f"{instance.name}: objective 'goodput': no request carries an SLO (give the requests SLOs: "
+            "their 'slo' field, or --slo-ttft / --slo-tpot on the command line)"
+        )
 
 
 def slo_arrays(instance: Instance) -> SloArrays:
@@ -414,6 +425,7 @@ def goodput_bound(
     of ``budget`` (``met``: a count some schedule reaches, :func:`max_met`)."""
     if method is not None:
         raise OptionError(f"option 'method': {method!r} does not bound the goodput (leave it out)")
+    require_slos(instance)
     part = None if budget is None else budget.part(BOUND_SHARE)
     return Bound(
         name="goodput-windows",

@@ -182,3 +182,25 @@ def test_a_bisection_cut_short_keeps_a_weaker_proven_bound() -> None:
     assert 0.0 < spent <= full
     assert spent == float(np.sort(facts.first)[int(0.99 * (len(arrival) - 1))])  # the least TTFTs' order statistic
     assert goodput_bounds.tail_bounds(inst, budget=TimeBudget.of(0.0))["ttft_p99"] == spent
+
+
+def test_goodput_without_any_slo_is_refused() -> None:
+    """No request carries an SLO: every schedule meets them all, so the goodput says nothing; the
+    solve, the bound, the first answer and the report refuse it, naming the instance."""
+    from optsched import problems
+    from optsched.budget import TimeBudget
+    from optsched.commands.solve import first_answer
+    from optsched.instance import InstanceError, load_instance
+    from optsched.report import build_report
+
+    inst = load_instance("infermax-i1024-o32-n64")
+    assert all(r.slo is None for r in inst.requests)
+    calls = [
+        lambda: solve(inst, objective="goodput"),
+        lambda: goodput_bounds.goodput_bound(inst),
+        lambda: first_answer(problems.formulation("infermax"), inst, {"objective": "goodput"}, TimeBudget.of(10.0)),
+        lambda: build_report(inst, objective="goodput", time_limit=10, solve_max_requests=0),
+    ]
+    for call in calls:
+        with pytest.raises(InstanceError, match="infermax-i1024-o32-n64: objective 'goodput': no request carries"):
+            call()
