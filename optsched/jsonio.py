@@ -101,6 +101,8 @@ def read_text(path: str | Path, error: type[Exception]) -> str:
     ``error`` names the file when it cannot be read, is too large or is not UTF-8 (with the line
     and column of the first bad byte)."""
     raw = read_bytes_limited(path, error)
+    if raw[:2] == b"\x1f\x8b":
+        raise error(f"{path}: a gzip-compressed file: this file is read as plain text (decompress it first)")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -4,6 +4,7 @@ audit's inputs, one test each, plus the contract breaks and the numbers that mea
 
 from __future__ import annotations
 
+import gzip
 import json
 import warnings
 from pathlib import Path
@@ -60,6 +61,19 @@ def test_a_file_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[s
     bad.write_bytes('{"name": "caf\xe9"}'.encode("latin-1"))
     code, _, err = run(capsys, *(a.format(f=bad, d=tmp_path) for a in command))
     assert_bad_input(code, err, str(bad), "not UTF-8", "line 1, column 14")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["info", "{f}"], ["check", "toy-4", "{f}"], ["export", "{f}", "--format", "vllm-replay", "--out", "{d}/p.json"]],
+)
+def test_a_gzip_compressed_json_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    """An instance, schedule or plan file compressed with gzip is named as such (it was "not UTF-8
+    text: byte 0x8b")."""
+    bad = tmp_path / "toy.json"
+    bad.write_bytes(gzip.compress((INSTANCES / "toy-4.json").read_bytes()))
+    code, _, err = run(capsys, *(a.format(f=bad, d=tmp_path) for a in command))
+    assert_bad_input(code, err, str(bad), "a gzip-compressed file", "decompress it first")
 
 
 def test_a_measurement_csv_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
