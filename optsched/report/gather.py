@@ -184,6 +184,15 @@ def _run_policy(instance: Instance, name: str, objective: str) -> PolicyRun:
     return PolicyRun(name, "ok", objective_of(result, objective), schedule, result, wall_time=wall)
 
 
+def _check_objective(instance: Instance, objective: str) -> None:
+    """An InstanceError for an objective the instance gives no meaning: ``goodput`` without any SLO
+    (:func:`optsched.problems.infermax.goodput_bounds.require_slos`)."""
+    if objective == "goodput":
+        from ..problems.infermax.goodput_bounds import require_slos
+
+        require_slos(instance)
+
+
 def _warm_start(report: Report, problem: str) -> str | None:
     """The best policy (by the report's objective) that ``problem``'s solver takes as its warm
     start (the hybrid solver takes the hybrid policies only); None when it takes none of them."""
@@ -285,10 +294,7 @@ def build_report(
     t0 = time.perf_counter()
     budget = TimeBudget.of(time_limit).reserve(reserve)
     objective = objective_named(objective).name if objective is not None else default_objective(instance)
-    if objective == "goodput":
-        from ..problems.infermax.goodput_bounds import require_slos
-
-        require_slos(instance)
+    _check_objective(instance, objective)
     report = Report(instance, objective, time_limit=time_limit)
     names = sorted(POLICIES) if policies is None else list(policies)
     unknown = [p for p in names if p not in POLICIES]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 class ExpiresAfter:
-    """A budget that expires after its first ``calls`` looks (:meth:`expired` questions)."""
+    """A budget that expires after its first ``calls`` looks (:meth:`expired` or :meth:`holds`
+    questions)."""
 
     def __init__(self, calls: int) -> None:
         self.calls = calls
@@ -12,3 +13,7 @@ class ExpiresAfter:
     def expired(self) -> bool:
         self.calls -= 1
         return self.calls < 0
+
+    def holds(self, seconds: float) -> bool:
+        """Whether work of ``seconds`` fits: as long as the budget has not expired (one look)."""
+        return not self.expired()
