@@ -75,7 +75,7 @@ def test_slowest_run_keeps_the_longest_run_and_fits_that_many_more() -> None:
 
 @pytest.mark.parametrize("seconds", [1e10, 1e300])
 def test_a_limit_no_process_reaches_waits_in_threads_without_overflow(seconds: float) -> None:
-    """left() answers at most LONGEST_WAIT, which a thread's wait takes (a limit of 1e10 s overflowed
+    """left() answers at most LONGEST_WAIT, which a thread's wait takes (a wait of 1e10 s overflows
     the platform's clock in ``Thread.join`` and ``Event.wait``)."""
     budget = TimeBudget.of(seconds)
     assert budget.left() == LONGEST_WAIT and budget.holds(1e6) and not budget.expired()

@@ -125,7 +125,7 @@ def test_a_relative_profile_path_is_read_from_the_instance_files_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``"cost_model": "../models/x.toml"`` names the file beside the instance's folder, wherever
-    the command runs (it was read from the working directory)."""
+    the command runs."""
     (tmp_path / "models").mkdir()
     (tmp_path / "inst").mkdir()
     (tmp_path / "elsewhere").mkdir()

@@ -68,8 +68,8 @@ def test_a_file_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[s
     [["info", "{f}"], ["check", "toy-4", "{f}"], ["export", "{f}", "--format", "vllm-replay", "--out", "{d}/p.json"]],
 )
 def test_a_gzip_compressed_json_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
-    """An instance, schedule or plan file compressed with gzip is named as such (it was "not UTF-8
-    text: byte 0x8b")."""
+    """An instance, schedule or plan file compressed with gzip is named as such, not as text that is
+    not UTF-8."""
     bad = tmp_path / "toy.json"
     bad.write_bytes(gzip.compress((INSTANCES / "toy-4.json").read_bytes()))
     code, _, err = run(capsys, *(a.format(f=bad, d=tmp_path) for a in command))

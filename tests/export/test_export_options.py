@@ -61,7 +61,7 @@ def test_build_plan_refuses_a_block_size_beyond_the_largest():
 @pytest.mark.parametrize("fmt", ["vllm-replay", "chrome-trace"])
 @pytest.mark.parametrize("flag", ["--slo-ttft", "--slo-tpot"])
 def test_an_slo_option_is_refused_by_export(tmp_path, capsys, files, fmt, flag):
-    """Neither format carries SLOs: the output was byte-identical with and without the option."""
+    """Neither format carries SLOs: the option would change nothing, so it is bad input (the file kept)."""
     out = tmp_path / "p.json"
     out.write_text("kept")
     code, err = _export(capsys, files, out, "--format", fmt, flag, "0.5")

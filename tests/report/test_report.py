@@ -430,7 +430,7 @@ def test_the_alarm_fires_again_when_its_exception_is_dropped() -> None:
 def test_the_solver_gets_the_best_policy_it_takes_as_its_warm_start() -> None:
     """``report --problem hybrid``: the best policy (sarathi or vllm on toy-4) is no hybrid policy,
     which the hybrid solver refuses as a warm start; the report hands it the best hybrid policy and
-    the solver runs (it failed with an OptionError on the warm start)."""
+    the solver runs."""
     report = build_report(load_instance("toy-4"), objective="latency", time_limit=30, solve_problem="hybrid")
     assert report.solver is not None and report.solver.result is not None, report.solver
     assert "warm_start" not in (report.solver.message or "")
