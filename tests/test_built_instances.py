@@ -36,18 +36,21 @@ BAD = {
 }
 
 
+def call_api(call: str, instance: Instance, policy: str) -> object:
+    """``optsched.solve``, ``bound`` (InferMax) or ``simulate`` (``policy``) of ``instance``."""
+    if call == "solve":
+        return optsched.solve(instance, problem="infermax", time_limit=3)
+    if call == "bound":
+        return optsched.bound(instance, problem="infermax")
+    return optsched.simulate(instance, policy)
+
+
 @pytest.mark.parametrize("case", sorted(BAD))
 @pytest.mark.parametrize("call", ["solve", "bound", "simulate"])
 def test_a_bad_built_instance_is_refused_at_the_api(case, call) -> None:
     requests, message = BAD[case]
-    bad = TOY.with_requests(requests)
-    run = {
-        "solve": lambda: optsched.solve(bad, problem="infermax", time_limit=3),
-        "bound": lambda: optsched.bound(bad, problem="infermax"),
-        "simulate": lambda: optsched.simulate(bad, "hybrid"),
-    }[call]
     with pytest.raises(InstanceError, match=re.escape(message)):
-        run()
+        call_api(call, TOY.with_requests(requests), "hybrid")
 
 
 def test_bad_limits_of_a_built_instance_are_named() -> None:
@@ -71,14 +74,8 @@ TOP_BAD = {
 @pytest.mark.parametrize("call", ["solve", "bound", "simulate"])
 def test_a_bad_name_or_cost_model_is_refused_at_the_api(case, call) -> None:
     fields, message = TOP_BAD[case]
-    bad = replace(TOY, **fields)
-    run = {
-        "solve": lambda: optsched.solve(bad, problem="infermax", time_limit=3),
-        "bound": lambda: optsched.bound(bad, problem="infermax"),
-        "simulate": lambda: optsched.simulate(bad, "vllm"),
-    }[call]
     with pytest.raises(InstanceError, match=re.escape(message)):
-        run()
+        call_api(call, replace(TOY, **fields), "vllm")
 
 
 def test_a_usual_built_instance_passes_numpy_integers_included() -> None:

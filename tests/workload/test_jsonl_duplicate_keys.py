@@ -11,24 +11,13 @@ from pathlib import Path
 import pytest
 
 from optsched.cli import main
-from optsched.workload import load_trace, loaders
-from optsched.workload.arrow import arrow_available
+from optsched.workload import load_trace
 
 ROWS = [
     '{"timestamp": 0, "input_length": 50, "output_length": 5, "hash_ids": [1, 2]}',
     '{"timestamp": 100, "input_length": 51, "output_length": 6, "hash_ids": [1, 2]}',
     '{"timestamp": 200, "input_length": 52, "output_length": 7, "hash_ids": [1, 2]}',
 ]
-
-
-@pytest.fixture(params=["arrow", "stdlib"])
-def reader(request, monkeypatch):
-    """Each test with the pyarrow fast path (when installed) and with the standard-library reader."""
-    if request.param == "arrow" and not arrow_available():
-        pytest.skip("pyarrow is not installed")
-    if request.param == "stdlib":
-        monkeypatch.setattr(loaders, "arrow_available", lambda: False)
-    return request.param
 
 
 def _write(folder: Path, rows: list[str], gz: bool) -> Path:

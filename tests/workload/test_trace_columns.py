@@ -19,20 +19,9 @@ from optsched import request as request_module
 from optsched.cli import main
 from optsched.instance import NO_EXTRA, Request, RequestColumns
 from optsched.workload import FORMATS, WorkloadError, load_trace, load_trace_csv, loaders
-from optsched.workload.arrow import arrow_available
 from optsched.workload.readers import TICKS_PER_SECOND
 
 MODEL = "llama2-7b-a100"
-
-
-@pytest.fixture(params=["arrow", "stdlib"])
-def reader(request, monkeypatch):
-    """Each test with the pyarrow path and with the standard-library reader."""
-    if request.param == "arrow" and not arrow_available():
-        pytest.skip("pyarrow is not installed")
-    if request.param == "stdlib":
-        monkeypatch.setattr(loaders, "arrow_available", lambda: False)
-    return request.param
 
 
 def _stamp(ticks: int, digits: int, zone: str = "") -> str:
